@@ -1,0 +1,53 @@
+# Tether's two entry points: `make demo` (the main job on embedded defaults) and `make test`
+# (the whole suite). Both build their own virtualenv and the Rust extension first.
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+export VIRTUAL_ENV := $(abspath $(VENV))
+export PATH := $(abspath $(BIN)):$(PATH)
+export PYO3_PYTHON := $(abspath $(BIN))/python
+
+.PHONY: demo test build venv rust-test lint typecheck pytest bench clean
+
+demo: build
+	$(BIN)/tether demo $(ARGS)
+
+test: build rust-test lint typecheck pytest
+
+# The virtualenv and the tools that build Tether (re-run when pyproject changes).
+$(VENV)/.tools: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "maturin>=1.7,<2"
+	touch $@
+
+venv: $(VENV)/.tools
+
+# maturin installs the package in editable form with its dev extras; cargo keeps it incremental.
+build: venv
+	$(BIN)/maturin develop -q --release --extras dev
+
+rust-test: venv
+	cd rust && cargo test -q
+	cd rust && cargo clippy -q --all-targets -- -D warnings
+	cd rust && cargo clippy -q --all-targets --features python -- -D warnings
+
+lint: build
+	$(BIN)/ruff check python tests benches examples
+	$(BIN)/ruff format --check python tests benches examples
+
+typecheck: build
+	$(BIN)/mypy --strict python/tether
+	$(BIN)/python -m mypy.stubtest tether._core --allowlist stubtest-allowlist.txt
+
+# pytest's exit code 5 (nothing collected) must fail the run, not pass it.
+pytest: build
+	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+bench: build
+	for b in benches/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) rust/target

@@ -1,0 +1,36 @@
+"""The `tether` command line: a thin dispatcher to one module per subcommand."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Subcommand -> (module with `main(argv) -> int`, one-line help). Each module owns its own
+# argument parsing, so adding a command is one line here.
+COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+def _usage() -> str:
+    lines = ["usage: tether <command> [args...]", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in sorted(COMMANDS.items())]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one `tether` subcommand and return its exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(_usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"tether: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    code: int = module.main(rest)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+//! The AG-UI activity message store. Pure: no I/O, no clock.

@@ -1,0 +1,7 @@
+//! Python bindings for `crate::patch`.
+
+use pyo3::prelude::*;
+
+pub(crate) fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! The Activity catalog's fencing state machine. Pure: no I/O; time is passed in as `now_ms`.

@@ -1,0 +1,1 @@
+//! Device wire codecs (CRC, framing). Pure: no I/O.

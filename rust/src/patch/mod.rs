@@ -1,0 +1,1 @@
+//! JSON Patch (RFC 6902). Pure: no I/O.

@@ -1,0 +1,1 @@
+//! JSON Pointer (RFC 6901). Pure: no I/O.
