@@ -10,6 +10,17 @@ from collections.abc import Sequence
 # argument parsing, so adding a command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {}
 
+# --- demo ---
+
+
+# --- emulators ---
+
+
+# --- operator ---
+
+
+# --- host ---
+
 
 def _usage() -> str:
     lines = ["usage: tether <command> [args...]", "", "commands:"]

@@ -2,4 +2,16 @@
 
 from tether._core import TetherError
 
-__all__ = ["TetherError"]
+# --- patch ---
+
+
+# --- agui ---
+
+
+# --- catalog ---
+
+
+# --- codec ---
+
+
+__all__ = ["TetherError"]  # each section above extends this list: __all__ += [...]
