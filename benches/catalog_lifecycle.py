@@ -146,7 +146,9 @@ def claim_latency_us(path: Path, filler: int, claims: int) -> float:
     """Median microseconds per claim with ``filler`` non-claimable rows present."""
     with Catalog.open(f"sqlite://{path}", synchronous="NORMAL") as cat:
         conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT OR IGNORE INTO activity_kinds (kind) VALUES ('bench.kind')")
         conn.execute(_FILL, {"n": filler, "far": 2**62})
         conn.execute("COMMIT")
         conn.close()
