@@ -52,6 +52,10 @@ def test_source_receipt_must_be_the_activity_world(catalog: Catalog) -> None:
 
 def test_field_bounds_are_enforced(catalog: Catalog) -> None:
     with pytest.raises(BoundsExceeded):
+        catalog.claim("", 1_000)  # refused even though nothing is claimable
+    with pytest.raises(BoundsExceeded):
+        catalog.claim("w", 8 * 24 * 3600 * 1000)
+    with pytest.raises(BoundsExceeded):
         catalog.admit(admission(key("a" * 513)))
     with pytest.raises(BoundsExceeded):
         catalog.admit(admission(key(kind="k" * 256)))

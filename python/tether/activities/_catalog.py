@@ -119,6 +119,7 @@ class Catalog:
         if not isinstance(owner, str) or not isinstance(lease_ms, int):
             raise TypeError("claim(owner: str, lease_ms: int)")
         now = self._clock()
+        _core.catalog_check_claim(owner, lease_ms, now)
         row = self._store.claim(
             now, lambda old: _core.catalog_claim(old, owner, lease_ms, now), _kinds(kinds), world_id
         )

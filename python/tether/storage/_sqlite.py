@@ -140,7 +140,10 @@ class SqliteCatalogStore:
         """Roll back the open transaction and raise the typed form of ``error``."""
         conn = self._db()
         if conn.in_transaction:
-            conn.execute("ROLLBACK")
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error as e:
+                raise CatalogStorageError(f"catalog rollback failed: {e}") from error
         if isinstance(error, sqlite3.Error):
             raise CatalogStorageError(f"catalog transaction failed: {error}") from error
         raise error

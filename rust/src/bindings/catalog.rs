@@ -391,6 +391,14 @@ fn catalog_admit<'py>(
     done(py, existing.as_ref(), out)
 }
 
+/// Refuses bad claim arguments even when nothing is claimable.
+#[pyfunction]
+fn catalog_check_claim(py: Python<'_>, owner: &str, lease_ms: i64, now_ms: i64) -> PyResult<()> {
+    catalog::check_claim(owner, lease_ms, now_ms)
+        .map(|_| ())
+        .map_err(|r| rejected(py, r))
+}
+
 #[pyfunction]
 fn catalog_claim<'py>(
     py: Python<'py>,
@@ -601,6 +609,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(operation_id_for, m)?)?;
     m.add_function(wrap_pyfunction!(settlement_evidence_digest, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_admit, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_check_claim, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_claim, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_renew, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_release, m)?)?;

@@ -35,7 +35,7 @@ mod settlement;
 mod scenario_tests;
 
 pub use admission::admit;
-pub use attempt::{claim, release, renew};
+pub use attempt::{check_claim, claim, release, renew};
 pub use bounds::{
     MAX_DIGEST_BYTES, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES,
     MAX_OPERATION_ID_BYTES, MAX_REF_BYTES, MAX_RETRY_AFTER_MS,
