@@ -248,8 +248,8 @@ fn json_same(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, depth: usize) -> PyResu
         return Ok(false);
     }
     if a.is(b) {
-        // Same object: identical, though still validated all the way down.
-        return check_json(a, Side::Document, depth).map(|()| true);
+        // `patch_diff` validated both documents up front.
+        return Ok(true);
     }
     Ok(match ka {
         Kind::Null => true,
@@ -712,6 +712,9 @@ fn patch_diff<'py>(
     old: Bound<'py, PyAny>,
     new: Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyList>> {
+    // Validate everything first: a removed or unchanged subtree is otherwise never inspected.
+    check_json(&old, Side::Document, 0).map_err(|e| locate(py, e, None, None))?;
+    check_json(&new, Side::Document, 0).map_err(|e| locate(py, e, None, None))?;
     let mut sink = PySink {
         ops: PyList::empty(py),
     };
