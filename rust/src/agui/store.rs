@@ -961,3 +961,56 @@ mod tests {
         assert_eq!(ids, ["a", "c"]);
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pieces() -> impl Strategy<Value = Vec<u8>> {
+        let atoms = prop::sample::select(vec![
+            &b"data: "[..],
+            b"\n",
+            b"\r\n",
+            b"\r",
+            b"{",
+            b"}",
+            b"\"type\":\"ACTIVITY_DELTA\",",
+            b"\"type\":\"ACTIVITY_SNAPSHOT\",",
+            b"\"messageId\":\"a\",",
+            b"\"activityType\":\"t\",",
+            b"\"content\":{},",
+            b"\"patch\":[{\"op\":\"add\",\"path\":\"/x\",\"value\":1}]",
+            b"\"patch\":[{\"op\":\"replace\",\"path\":\"\",\"value\":2}]",
+            b"null",
+            b":",
+            b",",
+            b"\xff",
+        ]);
+        prop::collection::vec(atoms, 0..40).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        /// Any bytes, split anywhere: each call gives Ok or a typed error, never a panic, and
+        /// every activity keeps object content.
+        #[test]
+        fn any_bytes_any_split(data in prop_oneof![pieces(), prop::collection::vec(any::<u8>(), 0..200)],
+                               cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4)) {
+            let mut bounds: Vec<usize> = cuts.iter().map(|c| c.index(data.len() + 1)).collect();
+            bounds.push(0);
+            bounds.push(data.len());
+            bounds.sort_unstable();
+            let mut s = ActivityStore::new();
+            for w in bounds.windows(2) {
+                let _ = s.feed(&data[w[0]..w[1]]);
+            }
+            let _ = s.finish();
+            let _ = s.feed(b"");
+            for m in s.messages() {
+                if let Message::Activity(a) = m {
+                    prop_assert!(a.content.is_object());
+                }
+            }
+        }
+    }
+}
