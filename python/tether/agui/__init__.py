@@ -1,4 +1,22 @@
-"""AG-UI activity messages: the Rust-backed consumer store and the producer-side publisher."""
+"""AG-UI activity messages: the Rust-backed consumer store and the producer-side publisher.
+
+A producer turns successive contents into events; a consumer's store rebuilds the messages:
+
+>>> from tether.agui import ActivityPublisher, ActivityStore, encode_sse
+>>> pub = ActivityPublisher("act-1", "robot_task", clock=lambda: 1_764_489_600_000)
+>>> store = ActivityStore()
+>>> for content in ({"status": "moving", "steps": []}, {"status": "done", "steps": ["grasp"]}):
+...     event = pub.update(content)
+...     store.feed(encode_sse(event).encode())  # or store.handle_event(event)
+[]
+[]
+>>> store.activities()
+[{'id': 'act-1', 'role': 'activity', 'activityType': 'robot_task', \
+'content': {'status': 'done', 'steps': ['grasp']}}]
+>>> store.handle_event({"type": "ACTIVITY_DELTA", "messageId": "nope",
+...                     "activityType": "robot_task", "patch": []})[0].code
+'delta_target_missing'
+"""
 
 from tether._core import (
     ActivityStore,

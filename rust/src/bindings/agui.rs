@@ -167,8 +167,8 @@ pub(crate) fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py
 }
 
 /// A tolerated failure: the event, or part of it, was skipped or stripped.
-#[pyclass(module = "tether._core", frozen, eq)]
-#[derive(Clone, PartialEq)]
+#[pyclass(module = "tether._core", frozen, eq, hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct AguiWarning {
     #[pyo3(get)]
     code: String,
