@@ -6,9 +6,12 @@
 //! trip. Only exact `dict`, `list`, `str`, `int`, `float`, `bool` and `None` are JSON; anything
 //! else (subclasses included) is refused with `InvalidDocument` or `InvalidPatch`.
 
+use std::ptr;
+
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::bindings::errors::TetherError;
 use crate::patch::{
@@ -86,24 +89,37 @@ fn not_json(obj: &Bound<'_, PyAny>, side: Side) -> PyErr {
     }
 }
 
-fn kind(obj: &Bound<'_, PyAny>, side: Side) -> PyResult<Kind> {
-    Ok(if obj.is_exact_instance_of::<PyDict>() {
+/// The JSON kind of a raw object pointer, by exact type; `None` when it is not JSON.
+///
+/// # Safety
+/// `ob` must point to a live Python object and the GIL must be held.
+unsafe fn raw_kind(ob: *mut ffi::PyObject) -> Option<Kind> {
+    let t = ffi::Py_TYPE(ob);
+    Some(if ptr::eq(t, ptr::addr_of_mut!(ffi::PyDict_Type)) {
         Kind::Dict
-    } else if obj.is_exact_instance_of::<PyList>() {
+    } else if ptr::eq(t, ptr::addr_of_mut!(ffi::PyList_Type)) {
         Kind::List
-    } else if obj.is_exact_instance_of::<PyString>() {
+    } else if ptr::eq(t, ptr::addr_of_mut!(ffi::PyUnicode_Type)) {
         Kind::Str
-    } else if obj.is_exact_instance_of::<PyInt>() {
+    } else if ptr::eq(t, ptr::addr_of_mut!(ffi::PyLong_Type)) {
         Kind::Int
-    } else if obj.is_exact_instance_of::<PyFloat>() {
+    } else if ptr::eq(t, ptr::addr_of_mut!(ffi::PyFloat_Type)) {
         Kind::Float
-    } else if obj.is_exact_instance_of::<PyBool>() {
+    } else if ptr::eq(t, ptr::addr_of_mut!(ffi::PyBool_Type)) {
         Kind::Bool
-    } else if obj.is_none() {
+    } else if ptr::eq(ob, ffi::Py_None()) {
         Kind::Null
     } else {
-        return Err(not_json(obj, side));
+        return None;
     })
+}
+
+fn kind(obj: &Bound<'_, PyAny>, side: Side) -> PyResult<Kind> {
+    // SAFETY: `obj` is a live object and holding a `Bound` proves the GIL is held.
+    match unsafe { raw_kind(obj.as_ptr()) } {
+        Some(k) => Ok(k),
+        None => Err(not_json(obj, side)),
+    }
 }
 
 fn too_deep(side: Side) -> PyErr {
@@ -144,27 +160,60 @@ fn copy_json<'py>(
     if depth > MAX_DEPTH {
         return Err(too_deep(side));
     }
+    let py = obj.py();
     match kind(obj, side)? {
         Kind::Dict => {
             let src = obj.cast_exact::<PyDict>()?;
             // Start from a shallow copy (one table copy), then replace the containers.
             let out = src.copy()?;
-            for (k, v) in src.iter() {
-                let k = key_str(&k, side)?;
-                match kind(&v, side)? {
-                    Kind::Dict | Kind::List => out.set_item(k, copy_json(&v, side, depth + 1)?)?,
-                    _ => {}
+            let (mut pos, mut k, mut v): (ffi::Py_ssize_t, _, _) =
+                (0, ptr::null_mut(), ptr::null_mut());
+            // SAFETY: `PyDict_Next` lends `k` and `v` while `src` is alive and unmodified; this
+            // loop only writes to `out`, and no Python code runs (exact dicts, str keys).
+            while unsafe { ffi::PyDict_Next(src.as_ptr(), &mut pos, &mut k, &mut v) } != 0 {
+                if unsafe { raw_kind(k) } != Some(Kind::Str) {
+                    let key = unsafe { Bound::from_borrowed_ptr(py, k) };
+                    return Err(key_str(&key, side)
+                        .err()
+                        .unwrap_or_else(|| not_json(&key, side)));
+                }
+                match unsafe { raw_kind(v) } {
+                    Some(Kind::Dict | Kind::List) => {
+                        let (key, value) = unsafe {
+                            (
+                                Bound::from_borrowed_ptr(py, k),
+                                Bound::from_borrowed_ptr(py, v),
+                            )
+                        };
+                        out.set_item(key, copy_json(&value, side, depth + 1)?)?;
+                    }
+                    Some(_) => {}
+                    None => {
+                        return Err(not_json(&unsafe { Bound::from_borrowed_ptr(py, v) }, side))
+                    }
                 }
             }
             Ok(out.into_any())
         }
         Kind::List => {
             let src = obj.cast_exact::<PyList>()?;
-            let out = src.get_slice(0, src.len());
-            for (i, v) in src.iter().enumerate() {
-                match kind(&v, side)? {
-                    Kind::Dict | Kind::List => out.set_item(i, copy_json(&v, side, depth + 1)?)?,
-                    _ => {}
+            let len = src.len();
+            let out = src.get_slice(0, len);
+            for i in 0..len {
+                // SAFETY: `i < len` and `src` is not modified; the reference is borrowed.
+                let v = unsafe { ffi::PyList_GetItem(src.as_ptr(), i as ffi::Py_ssize_t) };
+                if v.is_null() {
+                    return Err(PyErr::fetch(py));
+                }
+                match unsafe { raw_kind(v) } {
+                    Some(Kind::Dict | Kind::List) => {
+                        let value = unsafe { Bound::from_borrowed_ptr(py, v) };
+                        out.set_item(i, copy_json(&value, side, depth + 1)?)?;
+                    }
+                    Some(_) => {}
+                    None => {
+                        return Err(not_json(&unsafe { Bound::from_borrowed_ptr(py, v) }, side))
+                    }
                 }
             }
             Ok(out.into_any())
