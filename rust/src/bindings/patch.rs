@@ -48,6 +48,9 @@ pyo3::create_exception!(
      non-JSON type (or invalid JSON text)."
 );
 
+/// Codes the Python representation adds to `patch::ERROR_CODES`.
+const BINDING_ERROR_CODES: [&str; 3] = ["not_json", "too_deep", "invalid_json"];
+
 /// Deeper nesting than this is refused rather than risking the native stack.
 const MAX_DEPTH: usize = 1000;
 
@@ -84,8 +87,16 @@ fn not_json(obj: &Bound<'_, PyAny>, side: Side) -> PyErr {
         format!("a value of type {name} is not JSON")
     };
     match side {
-        Side::Document => InvalidDocument::new_err(format!("document: {detail}")),
-        Side::Patch => InvalidPatch::new_err(format!("patch value: {detail}")),
+        Side::Document => coded(
+            obj.py(),
+            InvalidDocument::new_err(format!("document: {detail}")),
+            "not_json",
+        ),
+        Side::Patch => coded(
+            obj.py(),
+            InvalidPatch::new_err(format!("patch value: {detail}")),
+            "not_json",
+        ),
     }
 }
 
@@ -122,11 +133,26 @@ fn kind(obj: &Bound<'_, PyAny>, side: Side) -> PyResult<Kind> {
     }
 }
 
-fn too_deep(side: Side) -> PyErr {
+/// Attach a stable snake_case `code` to a fresh exception.
+fn coded(py: Python<'_>, err: PyErr, code: &'static str) -> PyErr {
+    // Best effort: the exception is already the answer, the attribute only adds detail.
+    let _ = err.value(py).setattr("code", code);
+    err
+}
+
+fn too_deep(py: Python<'_>, side: Side) -> PyErr {
     let what = format!("nested deeper than {MAX_DEPTH} levels");
     match side {
-        Side::Document => InvalidDocument::new_err(format!("document: {what}")),
-        Side::Patch => InvalidPatch::new_err(format!("patch value: {what}")),
+        Side::Document => coded(
+            py,
+            InvalidDocument::new_err(format!("document: {what}")),
+            "too_deep",
+        ),
+        Side::Patch => coded(
+            py,
+            InvalidPatch::new_err(format!("patch value: {what}")),
+            "too_deep",
+        ),
     }
 }
 
@@ -141,10 +167,12 @@ fn key_str<'py>(key: &Bound<'py, PyAny>, side: Side) -> PyResult<Bound<'py, PySt
             .unwrap_or_default();
         Err(match side {
             Side::Document => {
-                InvalidDocument::new_err(format!("document: object keys must be str, not {name}"))
+                let msg = format!("document: object keys must be str, not {name}");
+                coded(key.py(), InvalidDocument::new_err(msg), "not_json")
             }
             Side::Patch => {
-                InvalidPatch::new_err(format!("patch value: object keys must be str, not {name}"))
+                let msg = format!("patch value: object keys must be str, not {name}");
+                coded(key.py(), InvalidPatch::new_err(msg), "not_json")
             }
         })
     }
@@ -158,7 +186,7 @@ fn copy_json<'py>(
     depth: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(side));
+        return Err(too_deep(obj.py(), side));
     }
     let py = obj.py();
     match kind(obj, side)? {
@@ -225,7 +253,7 @@ fn copy_json<'py>(
 /// Check that a patch literal is JSON, without copying it.
 fn check_json(obj: &Bound<'_, PyAny>, side: Side, depth: usize) -> PyResult<()> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(side));
+        return Err(too_deep(obj.py(), side));
     }
     match kind(obj, side)? {
         Kind::Dict => {
@@ -247,7 +275,7 @@ fn check_json(obj: &Bound<'_, PyAny>, side: Side, depth: usize) -> PyResult<()> 
 /// RFC 6902 `test` equality between a document node and a patch literal.
 fn json_equal(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, depth: usize) -> PyResult<bool> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(Side::Document));
+        return Err(too_deep(a.py(), Side::Document));
     }
     let (ka, kb) = (kind(a, Side::Document)?, kind(b, Side::Patch)?);
     Ok(match (ka, kb) {
@@ -290,7 +318,7 @@ fn json_equal(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, depth: usize) -> PyRes
 /// Identical JSON values, type for type (for diff).
 fn json_same(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, depth: usize) -> PyResult<bool> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(Side::Document));
+        return Err(too_deep(a.py(), Side::Document));
     }
     let (ka, kb) = (kind(a, Side::Document)?, kind(b, Side::Document)?);
     if ka != kb {
@@ -344,7 +372,7 @@ struct PyNode<'py> {
 impl<'py> PyNode<'py> {
     fn child(&self, obj: Bound<'py, PyAny>) -> PyResult<Self> {
         if self.depth >= MAX_DEPTH {
-            return Err(too_deep(Side::Document));
+            return Err(too_deep(self.obj.py(), Side::Document));
         }
         Ok(PyNode {
             obj,
@@ -601,6 +629,7 @@ fn patch_error(py: Python<'_>, err: patch::PatchError) -> PyErr {
         PatchErrorKind::Malformed => InvalidPatch::new_err(err.to_string()),
         PatchErrorKind::DoesNotApply => PatchDoesNotApply::new_err(err.to_string()),
     };
+    let exc = coded(py, exc, err.code);
     locate(py, exc, err.op_index, err.path)
 }
 
@@ -657,7 +686,7 @@ fn patch_apply<'py>(
             "not a list"
         };
         let msg = format!("a patch must be a list of operations ({what} was given)");
-        return Err(locate(py, InvalidPatch::new_err(msg), None, None));
+        return Err(coded(py, InvalidPatch::new_err(msg), "patch_not_array"));
     }
     let items: Vec<PyOp<'py>> = patch.cast_exact::<PyList>()?.iter().map(PyOp).collect();
     let (ops, warnings) = parse_ops(items, mode).map_err(|f| failure(py, f))?;
@@ -713,8 +742,10 @@ fn patch_apply_json<'py>(
                 .map(|w| (w.op_index, w.code, w.message))
                 .collect(),
         )),
-        Err(JsonFailure::Document(m)) => Err(locate(py, InvalidDocument::new_err(m), None, None)),
-        Err(JsonFailure::Patch(m)) => Err(locate(py, InvalidPatch::new_err(m), None, None)),
+        Err(JsonFailure::Document(m)) => {
+            Err(coded(py, InvalidDocument::new_err(m), "invalid_json"))
+        }
+        Err(JsonFailure::Patch(m)) => Err(coded(py, InvalidPatch::new_err(m), "invalid_json")),
         Err(JsonFailure::Apply(e)) => Err(patch_error(py, e)),
     }
 }
@@ -777,11 +808,15 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let base = py.get_type::<PatchError>();
     base.setattr("op_index", py.None())?;
     base.setattr("path", py.None())?;
+    base.setattr("code", py.None())?;
     m.add("PatchError", base)?;
     m.add("InvalidPatch", py.get_type::<InvalidPatch>())?;
     m.add("PatchDoesNotApply", py.get_type::<PatchDoesNotApply>())?;
     m.add("InvalidDocument", py.get_type::<InvalidDocument>())?;
     m.add("PATCH_WARNING_CODES", patch::WARNING_CODES.to_vec())?;
+    let mut codes = patch::ERROR_CODES.to_vec();
+    codes.extend(BINDING_ERROR_CODES);
+    m.add("PATCH_ERROR_CODES", codes)?;
     m.add_function(wrap_pyfunction!(patch_apply, m)?)?;
     m.add_function(wrap_pyfunction!(patch_apply_json, m)?)?;
     m.add_function(wrap_pyfunction!(patch_diff, m)?)?;
