@@ -16,6 +16,7 @@ class PatchError(TetherError):
 
     op_index: int | None
     path: str | None
+    code: str | None
 
 class InvalidPatch(PatchError):
     """The patch is malformed (structure, member types, pointer syntax, unknown op, non-JSON)."""
@@ -27,6 +28,7 @@ class InvalidDocument(PatchError):
     """The document is not JSON: a dict/list subclass, a non-str key, a non-JSON value."""
 
 PATCH_WARNING_CODES: list[str]
+PATCH_ERROR_CODES: list[str]
 
 def patch_apply(
     doc: _typing.Any, patch: _typing.Any, *, mode: str = "strict", in_place: bool = False

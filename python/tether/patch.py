@@ -10,6 +10,9 @@ Modes: ``"strict"`` (RFC 6902; an unknown ``op`` makes the patch malformed) and 
 Only plain JSON types are accepted: ``dict`` (``str`` keys), ``list``, ``str``, ``int``,
 ``float``, ``bool`` and ``None``; subclasses and other types raise ``InvalidDocument`` (in the
 document) or ``InvalidPatch`` (in the patch).
+
+Every ``PatchError`` carries ``op_index`` and ``path`` (the failing operation, when known) and
+``code``, a stable snake_case reason listed in `ERROR_CODES`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from tether import _core
 from tether.errors import InvalidDocument, InvalidPatch, PatchDoesNotApply, PatchError
 
 __all__ = [
+    "ERROR_CODES",
     "WARNING_CODES",
     "Applied",
     "InvalidDocument",
@@ -38,6 +42,9 @@ __all__ = [
 ]
 
 Mode = Literal["strict", "agui"]
+
+#: Every `PatchError.code` (stable snake_case reasons).
+ERROR_CODES: tuple[str, ...] = tuple(_core.PATCH_ERROR_CODES)
 
 #: Every warning code the engine can emit.
 WARNING_CODES: tuple[str, ...] = tuple(_core.PATCH_WARNING_CODES)

@@ -118,6 +118,35 @@ def test_error_hierarchy_and_location() -> None:
             [{"op": "test", "path": "/a", "value": [1]}, {"op": "remove", "path": "/a/1"}],
         )
     assert (miss.value.op_index, miss.value.path) == (1, "/a/1")
+    assert miss.value.code == "index_out_of_range"
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        (lambda: patch.apply({}, {}), "patch_not_array"),
+        (lambda: patch.apply({}, [1]), "op_not_object"),
+        (lambda: patch.apply({}, [{"op": "add", "path": "/a"}]), "missing_member"),
+        (lambda: patch.apply({}, [{"op": "x", "path": "/a"}]), "unknown_op"),
+        (lambda: patch.apply({}, [{"op": "remove", "path": "/a~2"}]), "bad_pointer"),
+        (lambda: patch.apply({}, [{"op": "move", "from": "", "path": "/a"}]), "move_into_child"),
+        (lambda: patch.apply({}, [{"op": "remove", "path": "/a"}]), "member_not_found"),
+        (lambda: patch.apply([], [{"op": "add", "path": "/01", "value": 1}]), "invalid_index"),
+        (lambda: patch.apply([], [{"op": "add", "path": "/1", "value": 1}]), "index_out_of_range"),
+        (lambda: patch.apply([1], [{"op": "remove", "path": "/-"}]), "end_of_array"),
+        (lambda: patch.apply(1, [{"op": "add", "path": "/a", "value": 1}]), "not_a_container"),
+        (lambda: patch.apply({}, [{"op": "remove", "path": ""}]), "remove_root"),
+        (lambda: patch.apply({}, [{"op": "test", "path": "", "value": []}]), "test_failed"),
+        (lambda: patch.apply((), []), "not_json"),
+        (lambda: patch.apply({}, [{"op": "add", "path": "/a", "value": {1}}]), "not_json"),
+        (lambda: patch.apply_json(b"[", b"[]"), "invalid_json"),
+    ],
+)
+def test_error_codes(call: Callable[[], object], code: str) -> None:
+    with pytest.raises(patch.PatchError) as info:
+        call()
+    assert info.value.code == code
+    assert code in patch.ERROR_CODES
 
 
 @pytest.mark.parametrize(

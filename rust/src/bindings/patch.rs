@@ -6,9 +6,12 @@
 //! trip. Only exact `dict`, `list`, `str`, `int`, `float`, `bool` and `None` are JSON; anything
 //! else (subclasses included) is refused with `InvalidDocument` or `InvalidPatch`.
 
+use std::ptr;
+
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::bindings::errors::TetherError;
 use crate::patch::{
@@ -44,6 +47,9 @@ pyo3::create_exception!(
     "The document is not JSON: a dict/list subclass, a non-string key, or a value of a \
      non-JSON type (or invalid JSON text)."
 );
+
+/// Codes the Python representation adds to `patch::ERROR_CODES`.
+const BINDING_ERROR_CODES: [&str; 3] = ["not_json", "too_deep", "invalid_json"];
 
 /// Deeper nesting than this is refused rather than risking the native stack.
 const MAX_DEPTH: usize = 1000;
@@ -81,36 +87,72 @@ fn not_json(obj: &Bound<'_, PyAny>, side: Side) -> PyErr {
         format!("a value of type {name} is not JSON")
     };
     match side {
-        Side::Document => InvalidDocument::new_err(format!("document: {detail}")),
-        Side::Patch => InvalidPatch::new_err(format!("patch value: {detail}")),
+        Side::Document => coded(
+            obj.py(),
+            InvalidDocument::new_err(format!("document: {detail}")),
+            "not_json",
+        ),
+        Side::Patch => coded(
+            obj.py(),
+            InvalidPatch::new_err(format!("patch value: {detail}")),
+            "not_json",
+        ),
     }
 }
 
-fn kind(obj: &Bound<'_, PyAny>, side: Side) -> PyResult<Kind> {
-    Ok(if obj.is_exact_instance_of::<PyDict>() {
+/// The JSON kind of a raw object pointer, by exact type; `None` when it is not JSON.
+///
+/// # Safety
+/// `ob` must point to a live Python object and the GIL must be held.
+unsafe fn raw_kind(ob: *mut ffi::PyObject) -> Option<Kind> {
+    let t = ffi::Py_TYPE(ob);
+    Some(if ptr::eq(t, ptr::addr_of_mut!(ffi::PyDict_Type)) {
         Kind::Dict
-    } else if obj.is_exact_instance_of::<PyList>() {
+    } else if ptr::eq(t, ptr::addr_of_mut!(ffi::PyList_Type)) {
         Kind::List
-    } else if obj.is_exact_instance_of::<PyString>() {
+    } else if ptr::eq(t, ptr::addr_of_mut!(ffi::PyUnicode_Type)) {
         Kind::Str
-    } else if obj.is_exact_instance_of::<PyInt>() {
+    } else if ptr::eq(t, ptr::addr_of_mut!(ffi::PyLong_Type)) {
         Kind::Int
-    } else if obj.is_exact_instance_of::<PyFloat>() {
+    } else if ptr::eq(t, ptr::addr_of_mut!(ffi::PyFloat_Type)) {
         Kind::Float
-    } else if obj.is_exact_instance_of::<PyBool>() {
+    } else if ptr::eq(t, ptr::addr_of_mut!(ffi::PyBool_Type)) {
         Kind::Bool
-    } else if obj.is_none() {
+    } else if ptr::eq(ob, ffi::Py_None()) {
         Kind::Null
     } else {
-        return Err(not_json(obj, side));
+        return None;
     })
 }
 
-fn too_deep(side: Side) -> PyErr {
+fn kind(obj: &Bound<'_, PyAny>, side: Side) -> PyResult<Kind> {
+    // SAFETY: `obj` is a live object and holding a `Bound` proves the GIL is held.
+    match unsafe { raw_kind(obj.as_ptr()) } {
+        Some(k) => Ok(k),
+        None => Err(not_json(obj, side)),
+    }
+}
+
+/// Attach a stable snake_case `code` to a fresh exception.
+fn coded(py: Python<'_>, err: PyErr, code: &'static str) -> PyErr {
+    // Best effort: the exception is already the answer, the attribute only adds detail.
+    let _ = err.value(py).setattr("code", code);
+    err
+}
+
+fn too_deep(py: Python<'_>, side: Side) -> PyErr {
     let what = format!("nested deeper than {MAX_DEPTH} levels");
     match side {
-        Side::Document => InvalidDocument::new_err(format!("document: {what}")),
-        Side::Patch => InvalidPatch::new_err(format!("patch value: {what}")),
+        Side::Document => coded(
+            py,
+            InvalidDocument::new_err(format!("document: {what}")),
+            "too_deep",
+        ),
+        Side::Patch => coded(
+            py,
+            InvalidPatch::new_err(format!("patch value: {what}")),
+            "too_deep",
+        ),
     }
 }
 
@@ -125,10 +167,12 @@ fn key_str<'py>(key: &Bound<'py, PyAny>, side: Side) -> PyResult<Bound<'py, PySt
             .unwrap_or_default();
         Err(match side {
             Side::Document => {
-                InvalidDocument::new_err(format!("document: object keys must be str, not {name}"))
+                let msg = format!("document: object keys must be str, not {name}");
+                coded(key.py(), InvalidDocument::new_err(msg), "not_json")
             }
             Side::Patch => {
-                InvalidPatch::new_err(format!("patch value: object keys must be str, not {name}"))
+                let msg = format!("patch value: object keys must be str, not {name}");
+                coded(key.py(), InvalidPatch::new_err(msg), "not_json")
             }
         })
     }
@@ -142,29 +186,62 @@ fn copy_json<'py>(
     depth: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(side));
+        return Err(too_deep(obj.py(), side));
     }
+    let py = obj.py();
     match kind(obj, side)? {
         Kind::Dict => {
             let src = obj.cast_exact::<PyDict>()?;
             // Start from a shallow copy (one table copy), then replace the containers.
             let out = src.copy()?;
-            for (k, v) in src.iter() {
-                let k = key_str(&k, side)?;
-                match kind(&v, side)? {
-                    Kind::Dict | Kind::List => out.set_item(k, copy_json(&v, side, depth + 1)?)?,
-                    _ => {}
+            let (mut pos, mut k, mut v): (ffi::Py_ssize_t, _, _) =
+                (0, ptr::null_mut(), ptr::null_mut());
+            // SAFETY: `PyDict_Next` lends `k` and `v` while `src` is alive and unmodified; this
+            // loop only writes to `out`, and no Python code runs (exact dicts, str keys).
+            while unsafe { ffi::PyDict_Next(src.as_ptr(), &mut pos, &mut k, &mut v) } != 0 {
+                if unsafe { raw_kind(k) } != Some(Kind::Str) {
+                    let key = unsafe { Bound::from_borrowed_ptr(py, k) };
+                    return Err(key_str(&key, side)
+                        .err()
+                        .unwrap_or_else(|| not_json(&key, side)));
+                }
+                match unsafe { raw_kind(v) } {
+                    Some(Kind::Dict | Kind::List) => {
+                        let (key, value) = unsafe {
+                            (
+                                Bound::from_borrowed_ptr(py, k),
+                                Bound::from_borrowed_ptr(py, v),
+                            )
+                        };
+                        out.set_item(key, copy_json(&value, side, depth + 1)?)?;
+                    }
+                    Some(_) => {}
+                    None => {
+                        return Err(not_json(&unsafe { Bound::from_borrowed_ptr(py, v) }, side))
+                    }
                 }
             }
             Ok(out.into_any())
         }
         Kind::List => {
             let src = obj.cast_exact::<PyList>()?;
-            let out = src.get_slice(0, src.len());
-            for (i, v) in src.iter().enumerate() {
-                match kind(&v, side)? {
-                    Kind::Dict | Kind::List => out.set_item(i, copy_json(&v, side, depth + 1)?)?,
-                    _ => {}
+            let len = src.len();
+            let out = src.get_slice(0, len);
+            for i in 0..len {
+                // SAFETY: `i < len` and `src` is not modified; the reference is borrowed.
+                let v = unsafe { ffi::PyList_GetItem(src.as_ptr(), i as ffi::Py_ssize_t) };
+                if v.is_null() {
+                    return Err(PyErr::fetch(py));
+                }
+                match unsafe { raw_kind(v) } {
+                    Some(Kind::Dict | Kind::List) => {
+                        let value = unsafe { Bound::from_borrowed_ptr(py, v) };
+                        out.set_item(i, copy_json(&value, side, depth + 1)?)?;
+                    }
+                    Some(_) => {}
+                    None => {
+                        return Err(not_json(&unsafe { Bound::from_borrowed_ptr(py, v) }, side))
+                    }
                 }
             }
             Ok(out.into_any())
@@ -176,7 +253,7 @@ fn copy_json<'py>(
 /// Check that a patch literal is JSON, without copying it.
 fn check_json(obj: &Bound<'_, PyAny>, side: Side, depth: usize) -> PyResult<()> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(side));
+        return Err(too_deep(obj.py(), side));
     }
     match kind(obj, side)? {
         Kind::Dict => {
@@ -198,7 +275,7 @@ fn check_json(obj: &Bound<'_, PyAny>, side: Side, depth: usize) -> PyResult<()> 
 /// RFC 6902 `test` equality between a document node and a patch literal.
 fn json_equal(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, depth: usize) -> PyResult<bool> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(Side::Document));
+        return Err(too_deep(a.py(), Side::Document));
     }
     let (ka, kb) = (kind(a, Side::Document)?, kind(b, Side::Patch)?);
     Ok(match (ka, kb) {
@@ -241,7 +318,7 @@ fn json_equal(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, depth: usize) -> PyRes
 /// Identical JSON values, type for type (for diff).
 fn json_same(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, depth: usize) -> PyResult<bool> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(Side::Document));
+        return Err(too_deep(a.py(), Side::Document));
     }
     let (ka, kb) = (kind(a, Side::Document)?, kind(b, Side::Document)?);
     if ka != kb {
@@ -295,7 +372,7 @@ struct PyNode<'py> {
 impl<'py> PyNode<'py> {
     fn child(&self, obj: Bound<'py, PyAny>) -> PyResult<Self> {
         if self.depth >= MAX_DEPTH {
-            return Err(too_deep(Side::Document));
+            return Err(too_deep(self.obj.py(), Side::Document));
         }
         Ok(PyNode {
             obj,
@@ -552,6 +629,7 @@ fn patch_error(py: Python<'_>, err: patch::PatchError) -> PyErr {
         PatchErrorKind::Malformed => InvalidPatch::new_err(err.to_string()),
         PatchErrorKind::DoesNotApply => PatchDoesNotApply::new_err(err.to_string()),
     };
+    let exc = coded(py, exc, err.code);
     locate(py, exc, err.op_index, err.path)
 }
 
@@ -608,7 +686,7 @@ fn patch_apply<'py>(
             "not a list"
         };
         let msg = format!("a patch must be a list of operations ({what} was given)");
-        return Err(locate(py, InvalidPatch::new_err(msg), None, None));
+        return Err(coded(py, InvalidPatch::new_err(msg), "patch_not_array"));
     }
     let items: Vec<PyOp<'py>> = patch.cast_exact::<PyList>()?.iter().map(PyOp).collect();
     let (ops, warnings) = parse_ops(items, mode).map_err(|f| failure(py, f))?;
@@ -664,8 +742,10 @@ fn patch_apply_json<'py>(
                 .map(|w| (w.op_index, w.code, w.message))
                 .collect(),
         )),
-        Err(JsonFailure::Document(m)) => Err(locate(py, InvalidDocument::new_err(m), None, None)),
-        Err(JsonFailure::Patch(m)) => Err(locate(py, InvalidPatch::new_err(m), None, None)),
+        Err(JsonFailure::Document(m)) => {
+            Err(coded(py, InvalidDocument::new_err(m), "invalid_json"))
+        }
+        Err(JsonFailure::Patch(m)) => Err(coded(py, InvalidPatch::new_err(m), "invalid_json")),
         Err(JsonFailure::Apply(e)) => Err(patch_error(py, e)),
     }
 }
@@ -728,11 +808,15 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let base = py.get_type::<PatchError>();
     base.setattr("op_index", py.None())?;
     base.setattr("path", py.None())?;
+    base.setattr("code", py.None())?;
     m.add("PatchError", base)?;
     m.add("InvalidPatch", py.get_type::<InvalidPatch>())?;
     m.add("PatchDoesNotApply", py.get_type::<PatchDoesNotApply>())?;
     m.add("InvalidDocument", py.get_type::<InvalidDocument>())?;
     m.add("PATCH_WARNING_CODES", patch::WARNING_CODES.to_vec())?;
+    let mut codes = patch::ERROR_CODES.to_vec();
+    codes.extend(BINDING_ERROR_CODES);
+    m.add("PATCH_ERROR_CODES", codes)?;
     m.add_function(wrap_pyfunction!(patch_apply, m)?)?;
     m.add_function(wrap_pyfunction!(patch_apply_json, m)?)?;
     m.add_function(wrap_pyfunction!(patch_diff, m)?)?;
