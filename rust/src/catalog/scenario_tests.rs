@@ -153,3 +153,37 @@ proptest! {
         }
     }
 }
+
+fn cell() -> impl Strategy<Value = Cell> {
+    prop_oneof![
+        Just(Cell::Null),
+        (-3i64..3).prop_map(Cell::Int),
+        "[a-z]{0,3}".prop_map(Cell::Text),
+    ]
+}
+
+proptest! {
+    /// Any stored row decodes to a record or a typed row error, never a panic; and a decoded
+    /// record re-encodes to the same cells.
+    #[test]
+    fn arbitrary_rows_decode_or_fail_typed(
+        base in proptest::collection::vec(cell(), COLUMNS.len()),
+        extra in proptest::collection::vec(cell(), 0..3),
+        cut in 0usize..2,
+    ) {
+        let mut cells = base;
+        cells.extend(extra.iter().cloned());
+        cells.truncate(cells.len().saturating_sub(cut));
+        if let Ok(rec) = ActivityRecord::from_cells(&cells) {
+            prop_assert_eq!(rec.to_cells(), cells);
+        }
+        // A valid row with one cell replaced still decodes or fails typed.
+        let mut valid = admitted(&admission("w", "k", "a"), 0).to_cells();
+        for (i, c) in extra.into_iter().enumerate() {
+            valid[(i * 17) % COLUMNS.len()] = c;
+        }
+        if let Ok(rec) = ActivityRecord::from_cells(&valid) {
+            prop_assert_eq!(rec.to_cells(), valid);
+        }
+    }
+}
