@@ -144,3 +144,41 @@ def test_strict_tables_refuse_wrongly_typed_values(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.IntegrityError):
         conn.execute("UPDATE activities SET fence = 'x'")
     conn.close()
+
+
+def test_forward_migrations_apply_once_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.storage import _schema
+
+    path = str(tmp_path / "m.db")
+    SqliteCatalogStore(path).close()  # version 1 on disk
+    v2 = (2, ("CREATE TABLE migration_probe (n INTEGER) STRICT",))
+    v3 = (3, ("INSERT INTO migration_probe VALUES (3)",))
+    monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, v2, v3))
+    monkeypatch.setattr(_schema, "LATEST", 3)
+    SqliteCatalogStore(path).close()
+    SqliteCatalogStore(path).close()  # reopening applies nothing twice
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 3
+    assert conn.execute("SELECT n FROM migration_probe").fetchall() == [(3,)]
+    conn.close()
+
+
+def test_a_failing_migration_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.storage import _schema
+
+    path = str(tmp_path / "f.db")
+    SqliteCatalogStore(path).close()
+    broken = (2, ("CREATE TABLE half_done (n INTEGER)", "THIS IS NOT SQL"))
+    monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, broken))
+    monkeypatch.setattr(_schema, "LATEST", 2)
+    with pytest.raises(CatalogStorageError):
+        SqliteCatalogStore(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 1
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "half_done" not in tables
+    conn.close()
