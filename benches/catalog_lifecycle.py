@@ -11,6 +11,7 @@ Baselines, measured on the same on-disk file in the same run:
   the query cost.
 
 Usage: python benches/catalog_lifecycle.py [--activities N] [--big-rows N] [--dir PATH]
+       [--modes FULL NORMAL] [--skip-claim]   (the directory must not be a RAM filesystem)
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ from tether.activities import (
     settlement_evidence_digest,
 )
 from tether.storage._sqlite import WAL_AUTOCHECKPOINT_PAGES
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def filesystem_type(path: Path) -> str:
