@@ -31,6 +31,7 @@ from tether.runtime import (
     AttemptContext,
     Family,
     Host,
+    LeaseLost,
     ProgressEvent,
     ProjectionConflict,
     evidence_entity,
@@ -371,8 +372,10 @@ def test_complete_result_is_durable_before_staging(tmp_path: Path) -> None:
         path.unlink()
         head = host.head("w")
         with pytest.raises(ArtifactMissing):
-            host.observe_once()
+            host.artifacts.get(rec.result)
+        assert host.observe_once() == []
         assert host.head("w") == head  # nothing staged, nothing committed
+        assert host.get(_key(0)).settlement is None  # type: ignore[union-attr]
         path.write_bytes(data)
         host.observe_once()
         rec = host.get(_key(0))
@@ -505,3 +508,159 @@ def test_large_outputs_reach_the_catalog_only_by_bounded_reference(tmp_path: Pat
     finally:
         raw.close()
     assert "x" * 1000 not in dump  # the payload never entered the catalog
+
+
+def test_operator_abandon_of_an_unknown_activity_is_observed_and_settled(
+    tmp_path: Path,
+) -> None:
+    from tether.activities import Decision
+
+    clock = Clock()
+    with _host(tmp_path, make_blind_family(tmp_path), clock=clock, lease_ms=1000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1, kind=BLIND_KIND))
+        key = _key(0, kind=BLIND_KIND)
+        claim = host.catalog.claim("ghost", 1000, kinds=[BLIND_KIND])
+        assert claim is not None
+        host.catalog.bind_provider_operation(key, claim.attempt.fence, operation_id_for(key))
+        clock.now += 120_000
+        worker = host.new_worker()
+        assert worker.run_once()  # reconcile -> Unknown: parked awaiting a decision
+        worker.close()
+        rec = host.get(key)
+        assert rec is not None and rec.awaiting_decision
+        host.catalog.resolve(
+            key, Decision.abandon(evidence_revision=rec.evidence_revision, operator="op")
+        )
+        [receipt] = host.observe_once()
+        rec = host.get(key)
+        assert rec is not None and rec.result is not None and rec.result.failed
+        assert rec.settlement is not None and _same(receipt, rec.settlement.receipt)
+        fact = host.snapshot("w").get("task-0000", f"task.observed.{BLIND_KIND}")
+        assert fact["failed"] is True
+
+
+def test_restage_pages_the_pending_set_to_exhaustion(tmp_path: Path) -> None:
+    with _host(tmp_path, page_size=3) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(10))
+        assert _drain(host) == 10
+        assert host.restage() == 10
+        host.observe_once()
+        assert all(host.get(_key(i)).settlement is not None for i in range(10))  # type: ignore[union-attr]
+
+
+def test_heartbeat_keeps_a_long_attempt_live_and_a_lost_lease_stops_it(tmp_path: Path) -> None:
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+    other_claims: list[object] = []
+
+    class Long(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            for _ in range(3):  # 3 x 20 s > the 30 s lease, renewed each time
+                clock.now += 20_000
+                ctx.heartbeat()
+                other_claims.append(host.catalog.claim("rival", 30_000, kinds=[KIND]))
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Long(journal), stage_task)
+    with _host(tmp_path, fam, clock=clock, lease_ms=30_000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        assert _drain(host) == 1
+        assert other_claims == [None, None, None]  # never reclaimable while renewed
+        rec = host.get(_key(0))
+        assert rec is not None and rec.result is not None and rec.fence == 1
+
+
+def test_heartbeat_raises_lease_lost_once_a_newer_claim_took_over(tmp_path: Path) -> None:
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+    raised: list[BaseException] = []
+
+    class Sleepy(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            clock.now += 60_000  # the lease lapses while the adapter is away
+            try:
+                ctx.heartbeat()
+            except LeaseLost as e:
+                raised.append(e)
+                raise
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Sleepy(journal), stage_task)
+    with _host(tmp_path, fam, clock=clock, lease_ms=30_000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        worker = host.new_worker()
+        assert worker.run_once()
+        worker.close()
+        assert len(raised) == 1
+        rec = host.get(_key(0))
+        assert rec is not None and rec.result is None
+        assert journal.effects() == {}  # it stopped before the effect
+
+
+def test_background_heartbeat_renews_the_lease(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "provider.db")
+    renewed = threading.Event()
+
+    class Waits(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            first = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+            for _ in range(6000):  # until the heartbeat thread renews (about 0.1 s)
+                now = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+                if now > first:
+                    renewed.set()
+                    break
+                threading.Event().wait(0.005)
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Waits(journal), stage_task)
+    host = Host(tmp_path, [fam], workers=0, observe=False, lease_ms=300)
+    with host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        assert _drain(host) == 1
+    assert renewed.is_set()
+
+
+def test_destroy_reopens_when_the_required_projector_fails(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "provider.db")
+    with _host(tmp_path) as host:
+        host.create_world("w")
+        writer = host.ledger.acquire_writer("w")
+        r1 = host.ledger.commit(writer, host.head("w"), intents(1))
+        host._project(host.ledger.read_at(r1))
+
+    def different(snapshot: Any) -> list[Any]:
+        from tether.runtime import ActivityRequest
+
+        return [ActivityRequest(KIND, e, {"x": 1}) for e, _ in snapshot.changed("task.intent")]
+
+    changed = Family("crashtest", (KIND,), different, DedupAdapter(journal), stage_task)
+    with _host(tmp_path, changed) as host:
+        with pytest.raises(ProjectionConflict):
+            host.destroy_world("w")
+        assert host.ledger.close_state("w") == ("open", False)
+
+
+def test_attempt_context_reports_worker_shutdown(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "provider.db")
+    seen: list[bool] = []
+
+    class Watch(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            seen.append(ctx.stopping)
+            worker.stop.set()
+            seen.append(ctx.stopping)
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Watch(journal), stage_task)
+    with _host(tmp_path, fam) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        worker = host.new_worker()
+        assert worker.run_once()
+        worker.close()
+    assert seen == [False, True]

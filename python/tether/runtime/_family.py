@@ -118,6 +118,7 @@ class AttemptContext:
         artifacts: ArtifactStore,
         renew: Callable[[], None],
         emit: Callable[[ProgressEvent], None] | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.key = key
         self.operation_id = operation_id
@@ -128,7 +129,7 @@ class AttemptContext:
         self._renew = renew
         self._emit = emit
         self._lost = threading.Event()
-        self.stopping = threading.Event()
+        self._stopping = stopping or threading.Event()
 
     def progress(self, content: dict[str, Any]) -> None:
         """Report live progress (for example to the AG-UI activity stream); never durable."""
@@ -156,6 +157,12 @@ class AttemptContext:
             raise
 
     @property
+    def stopping(self) -> bool:
+        """Whether the worker is shutting down; a long adapter may stop early and return or
+        raise (the attempt then stays bound, and the next one reconciles)."""
+        return self._stopping.is_set()
+
+    @property
     def lost(self) -> bool:
         """Whether a renewal found the lease or fence gone."""
         return self._lost.is_set()
@@ -180,7 +187,10 @@ class Adapter(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StagedResult:
-    """A durable result handed to a family's `stage` (payload already digest-checked)."""
+    """A durable result handed to a family's `stage` (payload already digest-checked).
+
+    `result.failed` marks a failed result; an operator's abandon has an empty payload.
+    """
 
     key: ActivityKey
     result: ResultRef

@@ -28,11 +28,12 @@ from tether.activities import (
     ActivityRecord,
     Admission,
     Catalog,
+    ResultRef,
 )
 from tether.errors import AdmissionConflict
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
 from tether.runtime._crash import crash_point
-from tether.runtime._errors import FamilyError, HostClosed, ProjectionConflict
+from tether.runtime._errors import ArtifactError, FamilyError, HostClosed, ProjectionConflict
 from tether.runtime._family import (
     COMPLETION_COMPONENT,
     Family,
@@ -56,6 +57,9 @@ from tether.world import (
 
 log = logging.getLogger("tether.runtime.host")
 
+#: Media type of the failed result an operator's "abandon" decision records (no payload).
+ABANDONED_MEDIA_TYPE = "application/vnd.tether.abandoned"
+
 
 class Host:
     """One process's Tether runtime over a data directory.
@@ -74,6 +78,7 @@ class Host:
         inline_bound: results up to this many bytes travel inside their reference.
         clock: millisecond clock for the catalog (tests pass a controllable one).
         observe: whether `start` runs the observer loop that stages and commits observations.
+        page_size: page size of the catalog scans (they always page to exhaustion).
     """
 
     def __init__(
@@ -89,6 +94,7 @@ class Host:
         inline_bound: int = DEFAULT_INLINE_BOUND,
         clock: Callable[[], int] | None = None,
         observe: bool = True,
+        page_size: int = 256,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -111,6 +117,7 @@ class Host:
         self.progress_listener = progress_listener
         self._n_workers = workers
         self._observe = observe
+        self.page_size = page_size
         self._writers: dict[str, Writer] = {}
         self._staged: dict[ActivityKey, Observation] = {}
         self._staged_mutex = threading.Lock()
@@ -354,24 +361,40 @@ class Host:
     # -- staging ------------------------------------------------------------------------
 
     def restage(self) -> int:
-        """Stage every completed but unobserved result (pages the pending set to exhaustion)."""
+        """Stage every completed but unobserved result (pages the pending set to exhaustion).
+
+        A result whose payload is missing or corrupt is not staged (and is logged); the others
+        still are. An operator's abandon decision records a failed result with no payload:
+        it is staged with an empty payload and `result.failed` set.
+        """
         count = 0
         worlds = set(self.ledger.worlds())
         with self._catalog_mutex:
-            pending: list[ActivityRecord] = list(self.catalog.iter_pending_observation())
+            pending: list[ActivityRecord] = list(
+                self.catalog.iter_pending_observation(page_size=self.page_size)
+            )
         for rec in pending:
             if rec.key.world_id not in worlds or rec.result is None:
                 continue
             family = self._by_kind.get(rec.key.kind)
             if family is None:
                 continue
-            payload = self.artifacts.get(rec.result)  # durable before staging, digest-checked
+            try:
+                payload = self._payload(rec.result)  # durable before staging, digest-checked
+            except ArtifactError:
+                log.exception("result of %s is not durable; not staged", rec.key)
+                continue
             obs = observation_for(family, StagedResult(rec.key, rec.result, payload))
             with self._staged_mutex:
                 self._staged[rec.key] = obs
             count += 1
             crash_point("after_staging")
         return count
+
+    def _payload(self, result: ResultRef) -> bytes:
+        if result.failed and result.media_type == ABANDONED_MEDIA_TYPE:
+            return b""  # an operator abandoned it: the reference names a decision, not bytes
+        return self.artifacts.get(result)
 
     def staged_worlds(self) -> list[str]:
         """Worlds with staged observations waiting for a tick."""
