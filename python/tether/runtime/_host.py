@@ -71,7 +71,8 @@ class Host:
         data_dir: the data directory (created if missing).
         families: the registered families; each kind belongs to exactly one.
         workers: number of in-process worker threads started by `start`.
-        ledger: a world engine implementing `WorldLedger` (default: SQLite in `data_dir`).
+        ledger: a world engine implementing `WorldLedger` (default: SQLite in `data_dir`);
+            the caller keeps ownership of a ledger it passes (the Host does not close it).
         lease_ms: attempt lease length.
         poll_interval_s: idle sleep of worker and observer loops.
         progress_listener: receives every `ctx.progress(...)` of in-process workers.
@@ -109,6 +110,7 @@ class Host:
                 self._by_kind[kind] = fam
         self.catalog_url = "sqlite:///" + str(self.data_dir / "catalog.db")
         self._clock = clock
+        self._owns_ledger = ledger is None
         self.ledger: WorldLedger = ledger or SqliteLedger.open(self.data_dir / "world.db")
         self.catalog = self._open_catalog()
         self.artifacts = ArtifactStore(self.data_dir / "artifacts", inline_bound=inline_bound)
@@ -184,7 +186,8 @@ class Host:
             w.close()
         self._closed = True
         self.catalog.close()
-        self.ledger.close()
+        if self._owns_ledger:
+            self.ledger.close()
 
     def __enter__(self) -> Host:
         return self
@@ -406,14 +409,10 @@ class Host:
         self.restage()
         receipts = []
         for world_id in self.staged_worlds():
-            if self.ledger.pending_post_commit(world_id) is None and self._closing(world_id):
-                continue
+            if self.ledger.close_state(world_id)[0] != "open":
+                continue  # reserved for close: the observation waits for a reopen
             receipts.append(self.commit_tick(world_id))
         return receipts
-
-    def _closing(self, world_id: str) -> bool:
-        state = getattr(self.ledger, "close_state", None)
-        return state is not None and state(world_id)[0] != "open"
 
     # -- world lifecycle ----------------------------------------------------------------
 
