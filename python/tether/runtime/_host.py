@@ -33,7 +33,13 @@ from tether.activities import (
 from tether.errors import AdmissionConflict
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
 from tether.runtime._crash import crash_point
-from tether.runtime._errors import ArtifactError, FamilyError, HostClosed, ProjectionConflict
+from tether.runtime._errors import (
+    ActivityRuntimeError,
+    ArtifactError,
+    FamilyError,
+    HostClosed,
+    ProjectionConflict,
+)
 from tether.runtime._family import (
     COMPLETION_COMPONENT,
     Family,
@@ -158,8 +164,10 @@ class Host:
         self.restage()
 
     def start(self) -> Host:
-        """Recover, then start the worker threads and the observer loop."""
+        """Recover, then start the worker threads and the observer loop (once)."""
         self._check_open()
+        if self._threads:
+            raise ActivityRuntimeError("the Host is already started")
         self.recover()
         for i in range(self._n_workers):
             worker = self.new_worker(f"w{i}", stop=self._stop)
