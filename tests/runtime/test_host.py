@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -251,3 +252,43 @@ def test_attempt_context_reports_worker_shutdown(tmp_path: Path) -> None:
         assert worker.run_once()
         worker.close()
     assert seen == [False, True]
+
+
+def test_a_processor_decides_the_next_intent_and_the_projector_admits_it(tmp_path: Path) -> None:
+    from journal_provider import mark_done
+    from tether.runtime import Observation
+    from tether.world import ComponentWrite, WorldSnapshot
+
+    def next_step(snapshot: WorldSnapshot, observed: Sequence[Observation]) -> list[ComponentWrite]:
+        out = []
+        for o in observed:
+            n = int(o.key.activity_id.split("-")[1])
+            if n < 2:
+                intent = {"kind": KIND, "n": n + 1, "pad": 0}
+                out.append(ComponentWrite(f"task-{n + 1:04d}", "task.intent", intent))
+        return out
+
+    journal = Journal(tmp_path / "provider.db")
+    fam = Family(
+        "crashtest",
+        (KIND,),
+        projection_for((KIND,)),
+        DedupAdapter(journal),
+        stage_task,
+        processors=(mark_done, next_step),
+    )
+    with make_host(tmp_path, fam) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        for _ in range(3):
+            assert drain(host) == 1
+            host.observe_once()
+        assert drain(host) == 0
+        for i in range(3):
+            rec = host.get(akey(i))
+            assert rec is not None and rec.settlement is not None
+            if i > 0:  # admitted from the very tick that observed its predecessor
+                prev = host.get(akey(i - 1))
+                assert prev is not None and prev.settlement is not None
+                assert rec.source == prev.settlement.receipt
+        assert len(journal.effects()) == 3

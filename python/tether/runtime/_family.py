@@ -11,8 +11,8 @@ Rules (seed sections 2 and 4):
   provider retry guard) or Unknown (with evidence); it never executes.
 - `stage` turns a durable result into the complete set of factual component writes; it is
   pure and idempotent, so it can be repeated after restart until a tick commits it.
-- Processors are the only code that decides a semantic transition; they run inside the tick
-  that commits observations, reading the pre-tick snapshot and the observations.
+- Processors are the only code that decides a semantic transition; they run inside every tick
+  the Host commits, reading the pre-tick snapshot and the family's observations in that tick.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Tick protocol (seed section 2), all under the exact-world lock except staging an
 1. Before committing tick T+1, finish the post-commit work of the head T from its retained
    receipt (this is also what a restart does first).
 2. Commit the tick: caller writes, processor writes, staged facts and completion evidence.
+   Every family's processors run in every tick on the pre-tick snapshot plus that family's
+   observations being committed (possibly none); they alone decide semantic transitions.
 3. Post-commit work of the new head U: the receipt reader checks U; every family projection
    runs on U's read-only snapshot and the projector admits its requests (idempotent per
    receipt, a conflicting replay fails closed); every completion evidence written in U that
@@ -300,16 +302,17 @@ class Host:
     def _processor_writes(
         self, head: CommittedTickReceipt, observations: list[Observation]
     ) -> list[ComponentWrite]:
-        if not observations:
+        if not any(fam.processors for fam in self.families):
             return []
         snapshot = self.ledger.read_at(head)
         out: list[ComponentWrite] = []
         for fam in self.families:
             mine = [o for o in observations if o.key.kind in fam.kinds]
-            if not mine:
-                continue
             for processor in fam.processors:
-                out.extend(processor(snapshot, mine))
+                writes = list(processor(snapshot, mine))
+                if not all(isinstance(w, ComponentWrite) for w in writes):
+                    raise FamilyError(f"a processor of {fam.name!r} returned a non-ComponentWrite")
+                out.extend(writes)
         return out
 
     # -- post-commit work ---------------------------------------------------------------
