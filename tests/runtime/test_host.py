@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hosttools import Clock, akey, drain, make_host, same
 from journal_provider import (
     BLIND_KIND,
@@ -32,6 +33,7 @@ from tether.runtime import (
     LeaseLost,
     ProgressEvent,
 )
+from tether.world import ComponentWrite
 
 
 def test_non_durable_adapter_result_is_never_recorded(tmp_path: Path) -> None:
@@ -257,7 +259,7 @@ def test_attempt_context_reports_worker_shutdown(tmp_path: Path) -> None:
 def test_a_processor_decides_the_next_intent_and_the_projector_admits_it(tmp_path: Path) -> None:
     from journal_provider import mark_done
     from tether.runtime import Observation
-    from tether.world import ComponentWrite, WorldSnapshot
+    from tether.world import WorldSnapshot
 
     def next_step(snapshot: WorldSnapshot, observed: Sequence[Observation]) -> list[ComponentWrite]:
         out = []
@@ -292,3 +294,20 @@ def test_a_processor_decides_the_next_intent_and_the_projector_admits_it(tmp_pat
                 assert prev is not None and prev.settlement is not None
                 assert rec.source == prev.settlement.receipt
         assert len(journal.effects()) == 3
+
+
+def test_a_second_host_on_the_same_data_fences_the_first_writer(tmp_path: Path) -> None:
+    from tether.world import StaleWriter
+
+    first = make_host(tmp_path)
+    try:
+        first.create_world("w")
+        r1 = first.commit_tick("w", intents(1))
+        with make_host(tmp_path) as second:
+            second.recover()  # a restarted process takes the world over at its head
+            with pytest.raises(StaleWriter):
+                first.commit_tick("w", [ComponentWrite("x", "y", 1)])
+            r2 = second.commit_tick("w", [ComponentWrite("x", "y", 2)])
+            assert (r2.run_id, r2.tick) == (r1.run_id, 2)  # same run, no fork of history
+    finally:
+        first.close()

@@ -211,7 +211,7 @@ def test_gate_large_outputs_reach_the_catalog_only_by_bounded_reference(tmp_path
 
 
 def test_gate_restart_restages_every_completed_unobserved_result(tmp_path: Path) -> None:
-    n = 120
+    n = 30
     with make_host(tmp_path) as host:
         host.create_world("w")
         r1 = host.commit_tick("w", intents(n))
