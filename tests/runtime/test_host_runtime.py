@@ -311,3 +311,36 @@ def test_a_second_host_on_the_same_data_fences_the_first_writer(tmp_path: Path) 
             assert (r2.run_id, r2.tick) == (r1.run_id, 2)  # same run, no fork of history
     finally:
         first.close()
+
+
+def test_bad_host_input_is_a_typed_error(tmp_path: Path) -> None:
+    from tether.runtime import FamilyError, HostClosed
+    from tether.world import InvalidWrite, WorldNotFound
+
+    fam = make_family(tmp_path)
+    with pytest.raises(FamilyError):
+        Host(tmp_path / "a", [fam, make_family(tmp_path, name="again")], workers=0)
+    with pytest.raises(FamilyError):
+        Host(tmp_path / "b", ["not a family"], workers=0)  # type: ignore[list-item]
+    host = make_host(tmp_path / "c", fam)
+    with pytest.raises(WorldNotFound):
+        host.commit_tick("nowhere", [])
+    with pytest.raises(InvalidWrite):
+        host.create_world("bad id with spaces")
+    host.create_world("w")
+    with pytest.raises(InvalidWrite):
+        host.commit_tick("w", [ComponentWrite("e", "c", {"x": float("nan")})])
+    host.close()
+    with pytest.raises(HostClosed):
+        host.commit_tick("w", [])
+
+
+def test_worker_command_rejects_bad_factories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tether.runtime import worker_main
+
+    assert worker_main.main([str(tmp_path), "--families", "no_colon"]) == 2
+    assert worker_main.main([str(tmp_path), "--families", "no_such_module_x:f"]) == 2
+    assert worker_main.main([str(tmp_path), "--families", "journal_provider:KIND"]) == 2
+    assert "tether worker:" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -424,6 +425,19 @@ class Host:
                 continue  # reserved for close: the observation waits for a reopen
             receipts.append(self.commit_tick(world_id))
         return receipts
+
+    def wait_settled(self, world_id: str, timeout_s: float) -> bool:
+        """Block until every admitted Activity of the world settled; False on timeout.
+
+        Needs the started loops (or another process) to make progress.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._catalog_mutex:
+                if not self.catalog.has_unsettled(world_id):
+                    return True
+            if time.monotonic() >= deadline or self._stop.wait(self.poll_interval_s):
+                return False
 
     # -- world lifecycle ----------------------------------------------------------------
 
