@@ -29,6 +29,7 @@ COMMANDS["replay"] = (
 
 
 # --- host ---
+COMMANDS["worker"] = ("tether.runtime.worker_main", "run Activity worker threads on a data dir")
 
 
 def _usage() -> str:
