@@ -12,6 +12,11 @@ from tether._core import TetherError
 
 
 # --- codec ---
-
+# isort: split
+# `__all__` is only assigned at the end of this file, so this section re-exports explicitly
+# (`X as X`) instead of extending it; the names are importable from `tether.errors` either way.
+from tether._core import DxlError as DxlError
+from tether._core import DxlFrameError as DxlFrameError
+from tether._core import DxlUsageError as DxlUsageError
 
 __all__ = ["TetherError"]  # each section above extends this list: __all__ += [...]
