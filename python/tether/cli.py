@@ -14,6 +14,10 @@ COMMANDS: dict[str, tuple[str, str]] = {}
 
 
 # --- emulators ---
+COMMANDS["emulate"] = (
+    "tether.emulators.cli",
+    "run a device emulator: tether emulate dynamixel --ids 1,2",
+)
 
 
 # --- operator ---
