@@ -24,6 +24,14 @@ COMMANDS["emulate"] = (
 
 
 # --- host ---
+COMMANDS["host"] = (
+    "tether.adapters.dynamixel.hostcli",
+    "own the configured robots; hash-credential",
+)
+COMMANDS["stop"] = (
+    "tether.operator.stop",
+    "safe-stop every configured robot, also while a host owns it",
+)
 
 
 def _usage() -> str:
