@@ -46,6 +46,9 @@ class DxlIdentityError(DxlError):
 class HostConfigError(TetherError):
     """The host configuration file is invalid (see `.code`)."""
 
+class OperatorRejection(TetherError):
+    """An operator decision was refused (credential, stale revision, changed device state)."""
+
 def dxl_crc16(data: bytes) -> int:
     """CRC-16 (poly 0x8005) of `data`."""
 

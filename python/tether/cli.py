@@ -21,12 +21,20 @@ COMMANDS["emulate"] = (
 
 
 # --- operator ---
+COMMANDS["operator"] = (
+    "tether.operator.cli",
+    "list, show and resolve robot moves parked for an operator",
+)
 
 
 # --- host ---
 COMMANDS["host"] = (
     "tether.adapters.dynamixel.hostcli",
     "own the configured robots; hash-credential",
+)
+COMMANDS["move"] = (
+    "tether.adapters.dynamixel.worker",
+    "run one robot move to a conclusion (reconciles first)",
 )
 COMMANDS["stop"] = (
     "tether.operator.stop",

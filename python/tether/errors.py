@@ -25,5 +25,6 @@ from tether._core import DxlTransportError as DxlTransportError
 from tether._core import DxlUsageError as DxlUsageError
 from tether._core import DxlWriteUnconfirmed as DxlWriteUnconfirmed
 from tether._core import HostConfigError as HostConfigError
+from tether._core import OperatorRejection as OperatorRejection
 
 __all__ = ["TetherError"]  # each section above extends this list: __all__ += [...]

@@ -324,6 +324,9 @@ class DynamixelEmulator:
             entry = self._record(servo.id, name, address=cmd.address, data=cmd.data.hex())
             # The level in force when the instruction arrived decides (a write may change it).
             answers = self._answers(servo, name) and (packet.id != BROADCAST or name == "ping")
+            if name == "action" and servo.staged is not None:
+                # The journal shows what an ACTION applied, so duplicates can be told apart.
+                entry.address, entry.data = servo.staged[0], servo.staged[1].hex()
             error, data = self._run(servo, cmd)
             entry.executed = error == 0
             if answers:

@@ -74,6 +74,13 @@ create_exception!(
     "The host configuration file is invalid (see `.code`)."
 );
 
+create_exception!(
+    _core,
+    OperatorRejection,
+    TetherError,
+    "An operator decision was refused (credential, stale revision, changed device state; see `.code`)."
+);
+
 /// Converted once: usage errors and frame errors are different exceptions; both carry the
 /// stable code as `.code` and in the message prefix.
 fn to_py(err: CodecError) -> PyErr {
@@ -485,6 +492,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DxlDeviceError", py.get_type::<DxlDeviceError>())?;
     m.add("DxlIdentityError", py.get_type::<DxlIdentityError>())?;
     m.add("HostConfigError", py.get_type::<HostConfigError>())?;
+    m.add("OperatorRejection", py.get_type::<OperatorRejection>())?;
     m.add_class::<PyDxlPacket>()?;
     m.add_class::<PyDxlCommand>()?;
     m.add_class::<PyDxlDecoder>()?;

@@ -210,3 +210,14 @@ def stop_everything(config: HostConfig, robots: list[str] | None = None) -> list
         except Exception as exc:
             reports.append({"robot": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
     return reports
+
+
+def fresh_state(config: HostConfig, robot_name: str) -> dict[str, Any]:
+    """A fresh read-back of a robot: through its owner when one holds the port, else directly."""
+    robot = config.robot(robot_name)
+    socket_path = owner_socket(config, robot.port)
+    if socket_path is not None:
+        state: dict[str, Any] = send_request(socket_path, {"op": "state", "robot": robot_name})
+        return state
+    with DxlBus.open_config(config.ports[robot.port], lock_dir=config.state_dir) as bus:
+        return read_state(bus, robot)
