@@ -40,6 +40,7 @@ COMMANDS["stop"] = (
     "tether.operator.stop",
     "safe-stop every configured robot, also while a host owns it",
 )
+COMMANDS["worker"] = ("tether.runtime.worker_main", "run Activity worker threads on a data dir")
 
 
 def _usage() -> str:
