@@ -6,12 +6,24 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
-from tether.adapters.dynamixel.config import load_config
+from tether.activities import Catalog
+from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.host import fresh_state
 from tether.errors import TetherError
-from tether.operator.decisions import DECISIONS, resolve, show, summary
+from tether.operator.decisions import (
+    DECISIONS,
+    parse_key,
+    resolve,
+    resolve_activity,
+    runtime_listing,
+    runtime_show,
+    show,
+    summary,
+)
 from tether.physical.robot_move_store import MoveStore
+from tether.runtime import ArtifactStore
 
 CREDENTIAL_ENV = "TETHER_OPERATOR_CREDENTIAL"
 
@@ -20,6 +32,11 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="tether operator")
     parser.add_argument("--config", required=True, help="host configuration (TOML)")
     parser.add_argument("--store", help="operation store (default: <state_dir>/robot_move)")
+    parser.add_argument(
+        "--data-dir",
+        help="a runtime Host's data directory: moves parked in its Activity catalog "
+        "(IDs are world_id/kind/activity_id)",
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     lst = sub.add_parser("list", help="moves awaiting a decision (--all for every move)")
     lst.add_argument("--all", action="store_true")
@@ -46,6 +63,8 @@ def main(argv: list[str]) -> int:
         print(f"tether operator: {exc}", file=sys.stderr)
         return 2
     store = MoveStore(args.store or config.state_dir / "robot_move")
+    if args.data_dir:
+        return _runtime(args, config, store)
     if args.cmd == "list":
         ops = [summary(op) for op in store.all() if args.all or op.parked]
         print(json.dumps(ops, indent=2))
@@ -81,5 +100,45 @@ def main(argv: list[str]) -> int:
             )
         )
         return 1
+    print(json.dumps(outcome, indent=2))
+    return 0
+
+
+def _runtime(args: argparse.Namespace, config: HostConfig, store: MoveStore) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    catalog = Catalog.open("sqlite:///" + str(data_dir / "catalog.db"))
+    artifacts = ArtifactStore(data_dir / "artifacts")
+    try:
+        if args.cmd == "list":
+            print(json.dumps(runtime_listing(catalog, store), indent=2))
+            return 0
+        key = parse_key(args.id)
+        if args.cmd == "show":
+            print(json.dumps(runtime_show(catalog, artifacts, store, key), indent=2))
+            return 0
+        stdin = args.credential_stdin
+        credential = sys.stdin.readline().rstrip("\n") if stdin else os.environ.get(CREDENTIAL_ENV)
+        outcome = resolve_activity(
+            config,
+            catalog,
+            artifacts,
+            store,
+            key,
+            decision=args.decision,
+            revision=args.revision,
+            operator=args.operator,
+            credential=credential,
+            note=args.note,
+            read_state=lambda robot: fresh_state(config, robot),
+        )
+    except TetherError as exc:
+        print(
+            json.dumps(
+                {"status": "rejected", "code": getattr(exc, "code", None), "error": str(exc)}
+            )
+        )
+        return 1
+    finally:
+        catalog.close()
     print(json.dumps(outcome, indent=2))
     return 0

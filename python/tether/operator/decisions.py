@@ -21,9 +21,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from tether.activities import ActivityKey, Catalog, Decision, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
-from tether.errors import OperatorRejection
+from tether.errors import CatalogRejection, OperatorRejection
+from tether.physical.robot_move import KINDS, canonical_json
 from tether.physical.robot_move_store import MoveStore, Operation, now_ms
+from tether.runtime import ArtifactStore
 
 DECISIONS = ("done", "reissue", "abandon", "wait")
 StateReader = Callable[[str], dict[str, Any]]
@@ -184,4 +187,178 @@ def show(op: Operation, revision: int | None = None) -> dict[str, Any]:
     if evidence is not None:
         read_at = evidence.get("device_state", {}).get("read_at_ms")
         doc["device_state_age_ms"] = now_ms() - read_at if isinstance(read_at, int) else None
+    return doc
+
+
+# --- runtime mode: the Activity catalog holds the control record and the evidence revision ---
+
+
+def parse_key(text: str) -> ActivityKey:
+    """`world_id/kind/activity_id` -> ActivityKey."""
+    parts = text.split("/", 2)
+    if len(parts) != 3 or not all(parts):
+        raise rejection("bad_key", f"{text!r} is not world_id/kind/activity_id")
+    return ActivityKey(parts[0], parts[1], parts[2])
+
+
+def format_key(key: ActivityKey) -> str:
+    return f"{key.world_id}/{key.kind}/{key.activity_id}"
+
+
+def resolve_activity(
+    config: HostConfig,
+    catalog: Catalog,
+    artifacts: ArtifactStore,
+    store: MoveStore,
+    key: ActivityKey,
+    *,
+    decision: str,
+    revision: int,
+    operator: str,
+    credential: str | None,
+    note: str = "",
+    read_state: StateReader,
+) -> dict[str, Any]:
+    """Resolve a robot move the runtime parked (catalog `awaiting_decision`).
+
+    The catalog's evidence revision is the one a decision names, and the catalog makes the
+    decision single use; the operation store keeps the device-level evidence and guards.
+    """
+    if not config.verify_operator(credential):
+        raise rejection("credential_refused", "a valid operator credential is required")
+    if not operator.strip():
+        raise rejection("operator_required", "name the operator making the decision")
+    if decision not in DECISIONS:
+        raise rejection("unknown_decision", f"decision must be one of {DECISIONS}")
+    record = catalog.get(key)
+    if record is None or not record.awaiting_decision or record.operation_id is None:
+        raise rejection("not_parked", f"{format_key(key)} awaits no decision")
+    if revision != record.evidence_revision:
+        raise rejection(
+            "stale_revision", f"revision {revision} is not the latest ({record.evidence_revision})"
+        )
+    op = store.get(record.operation_id)
+    if op is None:
+        raise rejection("unknown_operation", f"no device record for {record.operation_id}")
+    request = op.request
+    if decision == "reissue" and request.relative:
+        raise rejection(
+            "not_repeatable", "a relative move cannot be re-issued; mark it done or abandon it"
+        )
+    made = {
+        "decision": decision,
+        "revision": revision,
+        "operator": operator,
+        "note": note,
+        "decided_at_ms": now_ms(),
+    }
+    if decision == "wait":
+        with open(op.path / "waits.jsonl", "a", encoding="utf-8") as log:
+            log.write(json.dumps(made) + "\n")
+        return {**made, "status": "awaiting_decision"}
+    evidence = op.evidence() or {}
+    fresh = read_state(request.robot)
+    diffs = state_changed(
+        evidence.get("device_state", {}), fresh, config.robot(request.robot).tolerance_ticks
+    )
+    if diffs:
+        op.record_evidence({**evidence, "device_state": fresh, "changes": diffs})
+        raise rejection(
+            "state_changed",
+            f"device changed since the evidence was taken ({'; '.join(diffs)}); "
+            "review it (tether operator show) and decide again",
+        )
+    if decision == "reissue" and any(j.get("moving") for j in fresh.get("joints", {}).values()):
+        raise rejection("device_not_idle", "the arm is moving; re-issue needs it idle")
+    try:
+        if decision == "done":
+            doc = op.record_result(
+                {
+                    "operation_id": op.id,
+                    "outcome": "operator_done",
+                    "verdict": made,
+                    "read_back": fresh,
+                }
+            )
+            ref = artifacts.put_bytes(
+                canonical_json(doc), "application/vnd.tether.robot-move.result+json"
+            )
+            catalog.resolve(
+                key,
+                Decision.recovered(ref, evidence_revision=revision, operator=operator, note=note),
+            )
+        elif decision == "abandon":
+            op.record_failed({"operation_id": op.id, "outcome": "abandoned", "verdict": made})
+            catalog.resolve(
+                key, Decision.abandon(evidence_revision=revision, operator=operator, note=note)
+            )
+        else:
+            attempts = op.attempts()
+            number = (attempts[-1] if attempts else 0) + 1
+            guard = op.guard(number) or op.record_guard(
+                number,
+                {
+                    "reason": "operator_reissue",
+                    "operator": operator,
+                    "read_back": fresh,
+                    "decision_revision": revision,
+                },
+            )
+            ref = artifacts.put_bytes(
+                canonical_json(guard), "application/vnd.tether.robot-move.guard+json"
+            )
+            catalog.resolve(
+                key,
+                Decision.absent(
+                    RetryGuard(ref=ref.ref, digest=ref.digest),
+                    evidence_revision=revision,
+                    operator=operator,
+                    note=note,
+                ),
+            )
+    except CatalogRejection as exc:
+        raise rejection(str(getattr(exc, "code", "catalog_rejected")), str(exc)) from exc
+    return {**made, "status": "resolved"}
+
+
+def runtime_listing(catalog: Catalog, store: MoveStore) -> list[dict[str, Any]]:
+    out = []
+    for record in catalog.iter_awaiting_decision(kinds=list(KINDS)):
+        op = store.get(record.operation_id) if record.operation_id else None
+        evidence = op.evidence() if op is not None else None
+        out.append(
+            {
+                "key": format_key(record.key),
+                "operation_id": record.operation_id,
+                "revision": record.evidence_revision,
+                "reason": evidence.get("reason") if evidence else None,
+            }
+        )
+    return out
+
+
+def runtime_show(
+    catalog: Catalog, artifacts: ArtifactStore, store: MoveStore, key: ActivityKey
+) -> dict[str, Any]:
+    record = catalog.get(key)
+    if record is None:
+        raise rejection("unknown_activity", f"no activity {format_key(key)}")
+    doc: dict[str, Any] = {
+        "key": format_key(key),
+        "operation_id": record.operation_id,
+        "awaiting_decision": record.awaiting_decision,
+        "revision": record.evidence_revision,
+        "evidence": None,
+    }
+    if record.evidence is not None:
+        doc["evidence"] = json.loads(
+            artifacts.get_bytes(record.evidence.evidence.ref, record.evidence.evidence.digest)
+        )
+    op = store.get(record.operation_id) if record.operation_id else None
+    latest = op.evidence() if op is not None else None
+    if latest is not None and latest != doc["evidence"]:
+        doc["latest_device_evidence"] = latest  # a fresher read-back (e.g. after state_changed)
+    shown = doc.get("latest_device_evidence") or doc["evidence"] or {}
+    read_at = shown.get("device_state", {}).get("read_at_ms")
+    doc["device_state_age_ms"] = now_ms() - read_at if isinstance(read_at, int) else None
     return doc
