@@ -222,3 +222,21 @@ def robot_move_family(
         adapter=RobotMoveAdapter(config, store_root, settle_timeout_s=settle_timeout_s),
         stage=stage,
     )
+
+
+#: `tether worker DATA_DIR --families tether.physical.robot_move_family:families_from_env` reads
+#: the host configuration path from this variable.
+CONFIG_ENV = "TETHER_HOST_CONFIG"
+
+
+def families_from_env(data_dir: Path) -> list[Family]:
+    """Worker-process factory: the robot_move family over `$TETHER_HOST_CONFIG`, its operation
+    store in `<data_dir>/robot_move`."""
+    import os
+
+    from tether.adapters.dynamixel.config import load_config
+
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        raise FamilyError(f"set {CONFIG_ENV} to the host configuration file")
+    return [robot_move_family(load_config(path), Path(data_dir) / "robot_move")]
