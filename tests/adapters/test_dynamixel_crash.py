@@ -213,3 +213,45 @@ def test_relative_move_in_doubt_goes_to_the_operator_and_is_never_reissued(tmp_p
         assert ok.returncode == 0, ok.stdout
         assert outcome(run_worker(config, *args, joints={"a": 0.2}))["status"] == "failed"
         assert not any(e["instruction"] == "action" for e in emu.journal())
+
+
+def test_tether_stop_reaches_a_worker_that_owns_the_port_mid_move(tmp_path: Path) -> None:
+    with emulator_process(tmp_path, speed_scale=0.3) as emu:
+        config = write_config(tmp_path, emu.path)
+        env = {k: v for k, v in os.environ.items() if k != "TETHER_DXL_CRASH_AT"}
+        argv = [
+            "move",
+            "--config",
+            str(config),
+            "--robot",
+            "arm",
+            "--activity",
+            "move-1",
+            "--joint",
+            "a=0.5",
+            "--joint",
+            "b=-0.3",
+        ]
+        with subprocess.Popen(
+            [sys.executable, "-m", "tether", *argv], stdout=subprocess.PIPE, text=True, env=env
+        ) as mover:
+            assert mover.stdout is not None
+            for line in mover.stdout:  # wait for the first progress line: the arm is moving
+                if '"progress"' in line:
+                    break
+            stopped = subprocess.run(
+                [sys.executable, "-m", "tether", "stop", "--config", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+            assert json.loads(stopped.stdout)[0]["via"] == "owner"
+            rest = mover.stdout.read()
+            assert mover.wait(timeout=60) == 3  # parked for an operator, never re-run by itself
+        final = json.loads(rest.strip().splitlines()[-1])
+        assert final["status"] == "awaiting_decision"
+        for dxl_id, goal in GOALS.items():
+            state = emu.request(op="snapshot", id=dxl_id)
+            assert state["goal_position"] == state["present_position"] != goal
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, parse_config
-from tether.adapters.dynamixel.driver import DxlBus, check_robot, is_locked, lock_path, read_owner
+from tether.adapters.dynamixel.driver import (
+    DxlBus,
+    check_robot,
+    is_locked,
+    lock_path,
+    read_owner,
+    resolve_port,
+)
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import (
     DxlDeviceError,
@@ -170,3 +177,23 @@ def test_pyserial_urls_are_accepted(tmp_path: Path) -> None:
         # A loopback echoes our own instruction packet: no status, so a bounded timeout.
         with pytest.raises(DxlTimeoutError):
             bus.ping(1)
+
+
+def test_usb_identity_must_match_exactly_one_adapter() -> None:
+    cfg = parse_config(
+        """
+[ports.bus]
+usb_serial = "NO-SUCH-SERIAL-123"
+vid_pid = "0403:6014"
+[robots.arm]
+port = "bus"
+[[robots.arm.joints]]
+name = "a"
+id = 1
+min = -1
+max = 1
+"""
+    ).ports["bus"]
+    with pytest.raises(DxlIdentityError) as info:
+        resolve_port(cfg)
+    assert code(info) == "adapter_not_found"

@@ -15,6 +15,7 @@ decides; reconciliation never executes).
 
 from __future__ import annotations
 
+import atexit
 import json
 import threading
 from pathlib import Path
@@ -104,6 +105,7 @@ class RobotMoveAdapter:
         self._robot_locks: dict[str, threading.Lock] = {}
         self._host: RobotHost | None = None
         self._moved: set[str] = set()  # robots that moved since their last (re)connect
+        self._atexit = False
 
     def _lock(self, robot: str) -> threading.Lock:
         with self._mutex:
@@ -113,6 +115,11 @@ class RobotMoveAdapter:
         with self._mutex:
             if self._host is None:
                 self._host = RobotHost(self.config)
+                if not self._atexit:
+                    # Shutdown of the worker process (e.g. `tether worker` on SIGTERM) safe-stops
+                    # the robots this adapter connected, even if nobody calls close().
+                    atexit.register(self.close)
+                    self._atexit = True
             host = self._host
         if robot not in host.identities:
             host.connect(robot)
