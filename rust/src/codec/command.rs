@@ -420,4 +420,20 @@ mod tests {
             }
         );
     }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics_and_round_trips_what_it_accepts(
+            inst in proptest::sample::select(vec![0x01u8, 0x02, 0x03, 0x04, 0x05, 0x06, 0x08, 0x10, 0x55, 0x82, 0x83, 0x92, 0x93, 0x77]),
+            params in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+        ) {
+            let packet = Packet { id: 0xFE, instruction: inst, params };
+            if let Ok(cmd) = Command::parse(&packet) {
+                // Whatever parses re-encodes to the same parameter bytes (when it is encodable).
+                if let Ok(bytes) = cmd.params() {
+                    proptest::prop_assert_eq!(bytes, packet.params);
+                }
+            }
+        }
+    }
 }
