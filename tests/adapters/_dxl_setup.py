@@ -33,7 +33,7 @@ state_dir = "{directory / "state"}"
 credential = "{_HASH}"
 [ports.bus]
 url = "{url}"
-timeout_ms = 100
+timeout_ms = 400
 [robots.arm]
 port = "bus"
 safe_stop = "hold"

@@ -35,7 +35,7 @@ def emulator() -> Iterator[DynamixelEmulator]:
 
 @pytest.fixture
 def bus(emulator: DynamixelEmulator, tmp_path: Path) -> Iterator[DxlBus]:
-    with DxlBus.open(emulator.path, timeout_ms=100, lock_dir=tmp_path / "locks") as b:
+    with DxlBus.open(emulator.path, timeout_ms=400, lock_dir=tmp_path / "locks") as b:
         yield b
 
 

@@ -32,7 +32,7 @@ def write_config(tmp_path: Path, url: str, policy: str = "hold") -> Path:
 state_dir = "{tmp_path / "state"}"
 [ports.bus]
 url = "{url}"
-timeout_ms = 100
+timeout_ms = 400
 [robots.arm]
 port = "bus"
 safe_stop = "{policy}"

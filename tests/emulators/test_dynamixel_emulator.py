@@ -17,6 +17,7 @@ from dynamixel_sdk import (
     GroupSyncWrite,
     PacketHandler,
     PortHandler,
+    port_handler,
 )
 from tether.adapters.dynamixel import tables
 from tether.emulators.dynamixel import DynamixelEmulator, Fault, control_request
@@ -28,6 +29,13 @@ def emulator(tmp_path: Path) -> Iterator[DynamixelEmulator]:
         [1, 2], journal_path=tmp_path / "journal.jsonl", speed_scale=20.0
     ) as emu:
         yield emu
+
+
+@pytest.fixture(autouse=True)
+def patient_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK waits 2 x LATENCY_TIMER (16 ms, the FTDI default) for a status; on a busy shared
+    test machine that is too short for any emulator. Raise the knob the SDK exposes for it."""
+    monkeypatch.setattr(port_handler, "LATENCY_TIMER", 150)
 
 
 @pytest.fixture
