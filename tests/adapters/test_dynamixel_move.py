@@ -168,3 +168,16 @@ def test_operation_ids_are_namespaced() -> None:
     a = operation_id(KIND_ABSOLUTE, "w1", "x")
     assert a != operation_id(KIND_ABSOLUTE, "w2", "x")
     assert a != operation_id("physical_ai.robot_move.relative", "w1", "x")
+
+
+def test_a_stale_staged_write_never_rides_along_with_the_action(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    # An abandoned move left a REG_WRITE staged on joint b; the next move only moves joint a.
+    stale = emulator.servos[2]
+    stale.staged = (tables.GOAL_POSITION.address, tables.encode(tables.GOAL_POSITION, 3000))
+    stale.set(tables.REGISTERED_INSTRUCTION, 1)
+    assert run_move(config, store, "op-10", request({"a": 0.2}))["status"] == "done"
+    state = emulator.snapshot(2)
+    assert state["goal_position"] == tables.CENTER_TICK and state["registered_instruction"] == 0
+    assert emulator.snapshot(1)["goal_position"] == tables.radians_to_ticks(0.2)

@@ -177,6 +177,12 @@ class DynamixelMoveAdapter:
             "read_at_ms": state["read_at_ms"],
         }
 
+    def _port_ids(self, robot: RobotConfig) -> list[int]:
+        """Every configured joint id on `robot`'s bus (all robots sharing the port)."""
+        return sorted(
+            {j.id for r in self.config.robots.values() if r.port == robot.port for j in r.joints}
+        )
+
     # --- execute ---
 
     def plan(self, request: MoveRequest) -> tuple[RobotConfig, dict[int, int] | None]:
@@ -210,6 +216,25 @@ class DynamixelMoveAdapter:
                 },
             )
             crash_point("after_preimage")
+            # The broadcast ACTION below commits every staged write on the bus: a write left
+            # staged by an abandoned move (of this or another robot on the port) must not ride
+            # along, so it is replaced by the joint's current goal first.
+            others = [i for i in self._port_ids(robot) if i not in goals]
+            if others:
+                staged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others)
+                for dxl_id in [i for i in others if staged[i] == 1]:
+                    current = tables.encode(
+                        tables.GOAL_POSITION, bus.read_field(dxl_id, tables.GOAL_POSITION)
+                    )
+                    frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, current)
+                    self._send_logged(
+                        op,
+                        attempt,
+                        "neutralise_reg_write",
+                        frame,
+                        partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, current),
+                        id=dxl_id,
+                    )
             for dxl_id, goal in sorted(goals.items()):
                 data = tables.encode(tables.GOAL_POSITION, goal)
                 frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, data)
@@ -303,8 +328,15 @@ class DynamixelMoveAdapter:
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
 
         staged = [i for i in sorted(goals) if joints[i]["registered_instruction"] == 1]
+        # Other joints on the bus are neutralised too: the ACTION below would commit them.
+        others = [i for i in self._port_ids(robot) if i not in goals]
+        flagged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others) if others else {}
+        current_goals = {i: j["goal_position"] for i, j in joints.items()}
+        for dxl_id in [i for i in others if flagged.get(i) == 1]:
+            current_goals[dxl_id] = bus.read_field(dxl_id, tables.GOAL_POSITION)
+            staged.append(dxl_id)
         for dxl_id in staged:
-            current = tables.encode(tables.GOAL_POSITION, joints[dxl_id]["goal_position"])
+            current = tables.encode(tables.GOAL_POSITION, current_goals[dxl_id])
             frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, current)
             self._send_logged(
                 op,
