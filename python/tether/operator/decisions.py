@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from tether.activities import REJECTION_CODES as CATALOG_REJECTION_CODES
 from tether.activities import ActivityKey, Catalog, Decision, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
 from tether.errors import CatalogRejection, OperatorRejection
@@ -32,7 +33,29 @@ DECISIONS = ("done", "reissue", "abandon", "wait")
 StateReader = Callable[[str], dict[str, Any]]
 
 
+#: Every `.code` an OperatorRejection carries: its own, plus the catalog's rejection codes.
+REJECTION_CODES: tuple[str, ...] = (
+    "already_decided",
+    "already_final",
+    "bad_key",
+    "credential_refused",
+    "device_not_idle",
+    "not_parked",
+    "not_repeatable",
+    "operator_required",
+    "stale_revision",
+    "state_changed",
+    "unknown_activity",
+    "unknown_decision",
+    "unknown_operation",
+    "catalog_rejected",
+    *CATALOG_REJECTION_CODES,
+)
+
+
 def rejection(code: str, message: str) -> OperatorRejection:
+    if code not in REJECTION_CODES:
+        raise ValueError(f"unlisted operator rejection code {code!r}")
     err = OperatorRejection(f"{code}: {message}")
     setattr(err, "code", code)  # noqa: B010 - the Rust-made class declares no attributes
     return err

@@ -50,9 +50,35 @@ from tether.errors import HostConfigError
 
 SAFE_STOP_POLICIES = ("hold", "torque_off")
 
+#: Every `.code` a HostConfigError can carry (stable; listed for callers and drift tests).
+ERROR_CODES: tuple[str, ...] = (
+    "bad_id",
+    "bad_limit",
+    "bad_safe_stop",
+    "bad_speed",
+    "bad_toml",
+    "bad_vid_pid",
+    "duplicate_joint",
+    "empty_credential",
+    "limit_violation",
+    "missing_key",
+    "no_identity",
+    "no_joints",
+    "out_of_range",
+    "plain_credential",
+    "unknown_joint",
+    "unknown_port",
+    "unknown_port_type",
+    "unknown_robot",
+    "unreadable",
+    "wrong_type",
+)
+
 
 def config_error(code: str, message: str) -> HostConfigError:
-    """A HostConfigError carrying a stable snake_case `.code`."""
+    """A HostConfigError carrying a stable snake_case `.code` (one of `ERROR_CODES`)."""
+    if code not in ERROR_CODES:
+        raise ValueError(f"unlisted config error code {code!r}")
     err = HostConfigError(f"{code}: {message}")
     setattr(err, "code", code)  # noqa: B010 - the Rust-made class has no declared attribute
     return err

@@ -45,8 +45,30 @@ from tether.errors import (
 BROADCAST = 0xFE
 STATUS_CODES = _core.dxl_status_error_codes()
 
+#: Every `.code` the driver's errors carry: its own, plus a device's status error codes.
+ERROR_CODES: tuple[str, ...] = (
+    "adapter_ambiguous",
+    "adapter_moved",
+    "adapter_not_found",
+    "model_mismatch",
+    "no_status",
+    "open_failed",
+    "operator_required",
+    "port_busy",
+    "port_owned",
+    "read_failed",
+    "status_return_level",
+    "write_failed",
+    "write_short",
+    "write_unconfirmed",
+    *STATUS_CODES[1:],
+    "unknown",
+)
+
 
 def _coded(exc_type: type[Exception], code: str, message: str) -> Exception:
+    if code not in ERROR_CODES:
+        raise ValueError(f"unlisted driver error code {code!r}")
     err = exc_type(f"{code}: {message}")
     setattr(err, "code", code)  # noqa: B010 - the Rust-made classes declare no attributes
     return err
