@@ -140,3 +140,18 @@ def test_hash_credential_reads_stdin() -> None:
         timeout=60,
     )
     assert done.returncode == 0 and done.stdout.startswith("scrypt$")
+
+
+def test_a_deep_state_dir_still_gets_a_bindable_socket(
+    emulator: DynamixelEmulator, tmp_path: Path
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    config = load_config(write_config(tmp_path, emulator.path))
+    config = type(config)(
+        config.path, deep, config.ports, config.robots, config.operator_credential
+    )
+    with RobotHost(config) as host:
+        host.connect("arm")
+        assert len(host.socket_path) <= 100
+        assert owner_socket(config, "bus") == host.socket_path
+        assert send_request(host.socket_path, {"op": "identity"})["arm"]["servos"][1]["id"] == 2

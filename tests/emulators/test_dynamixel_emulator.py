@@ -195,7 +195,8 @@ def test_journal_file_lists_every_executed_instruction(
 
 def test_emulate_command_serves_a_pty_and_a_control_socket(tmp_path: Path) -> None:
     control = str(tmp_path / "ctl.sock")
-    argv = ["emulate", "dynamixel", "--ids", "1,2", "--control", control]
+    link = tmp_path / "ttyDXL"
+    argv = ["emulate", "dynamixel", "--ids", "1,2", "--control", control, "--link", str(link)]
     with subprocess.Popen(
         [sys.executable, "-m", "tether", *argv], stdout=subprocess.PIPE, text=True
     ) as proc:
@@ -204,6 +205,7 @@ def test_emulate_command_serves_a_pty_and_a_control_socket(tmp_path: Path) -> No
             path = proc.stdout.readline().strip()
             assert path.startswith("/dev/pts/")
             eventually(lambda: Path(control).exists())
+            assert str(link.resolve()) == path  # a stable name for a host configuration
             port = PortHandler(path)
             assert port.openPort()
             handler = PacketHandler(2.0)

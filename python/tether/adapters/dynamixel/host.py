@@ -13,9 +13,11 @@ Closing the host safe-stops every connected robot before releasing its port, in 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -53,6 +55,19 @@ def read_state(bus: DxlBus, robot: RobotConfig) -> dict[str, Any]:
         for dxl_id, value in bus.sync_read_field(f, ids).items():
             joints[str(dxl_id)][f.name] = value
     return {"robot": robot.name, "read_at_ms": int(time.time() * 1000), "joints": joints}
+
+
+#: AF_UNIX paths are limited to about 108 bytes; longer ones move to a short name in /tmp.
+_MAX_SOCKET_PATH = 100
+
+
+def socket_path_for(path: Path) -> str:
+    """`path`, or a short stand-in under the temp dir when `path` is too long to bind."""
+    text = str(path)
+    if len(text.encode()) <= _MAX_SOCKET_PATH:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / f"tether-{os.getuid()}" / f"{digest}.sock")
 
 
 class ControlServer:
@@ -132,7 +147,7 @@ class RobotHost:
         self.config = config
         self.buses: dict[str, DxlBus] = {}
         self.identities: dict[str, DeviceIdentity] = {}
-        self.socket_path = str(config.state_dir / f"host-{os.getpid()}.sock")
+        self.socket_path = socket_path_for(config.state_dir / f"host-{os.getpid()}.sock")
         self._server: ControlServer | None = None
 
     def bus_for(self, robot: RobotConfig) -> DxlBus:
