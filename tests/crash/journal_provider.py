@@ -189,6 +189,9 @@ def projection_for(kinds: tuple[str, ...]) -> Callable[[WorldSnapshot], list[Act
 
 def stage_task(staged: StagedResult) -> list[ComponentWrite]:
     """The complete fact set of one result: the observed value on the task entity."""
+    if staged.result.failed:
+        fact = {"failed": True, "media_type": staged.result.media_type, "kind": staged.key.kind}
+        return [ComponentWrite(staged.key.activity_id, f"task.observed.{staged.key.kind}", fact)]
     body = staged.json()
     fact = {"value": body.get("value"), "op": body["op"], "kind": staged.key.kind}
     return [ComponentWrite(staged.key.activity_id, f"task.observed.{staged.key.kind}", fact)]
@@ -234,3 +237,8 @@ def intents(
         ComponentWrite(f"{prefix}-{i:04d}", "task.intent", {"kind": kind, "n": i, "pad": pad})
         for i in range(n)
     ]
+
+
+def families(data_dir: Path) -> list[Family]:
+    """The `tether worker --families journal_provider:families` factory."""
+    return [make_family(data_dir)]

@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,3 +201,46 @@ def test_random_kill_sweep_sampled(tmp_path: Path) -> None:
 def test_random_kill_sweep_200_activities_3_workers(tmp_path: Path) -> None:
     kills = _sweep(tmp_path, n=200, workers=3, seed=2026, prob=0.002, max_runs=40)
     assert kills >= 3
+
+
+def _spawn_worker(data: Path, workers: int, crash: str | None = None) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    if crash:
+        env["TETHER_CRASH_AT"] = crash
+    argv = [sys.executable, "-m", "tether", "worker", str(data)]
+    argv += ["--families", "journal_provider:families", "--workers", str(workers)]
+    argv += ["--lease-ms", "400"]
+    return subprocess.Popen(argv, env=env, cwd=HERE, text=True, stderr=subprocess.PIPE)
+
+
+def test_separate_worker_process_killed_after_effect_is_recovered(tmp_path: Path) -> None:
+    from journal_provider import intents, make_family
+    from tether.runtime import Host
+
+    n = 3
+    host = Host(tmp_path, [make_family(tmp_path)], workers=0, poll_interval_s=0.01)
+    host.create_world("w")
+    host.commit_tick("w", intents(n))
+    host.start()  # observer only: staging and observation ticks in this process
+    try:
+        doomed = _spawn_worker(tmp_path, 1, crash="after_effect")
+        doomed.communicate(timeout=120)
+        assert doomed.returncode == -signal.SIGKILL
+        fresh = _spawn_worker(tmp_path, 2)
+        keys = [ActivityKey(world_id="w", kind=KIND, activity_id=f"task-{i:04d}") for i in range(n)]
+        try:
+            for _ in range(12_000):
+                if all((r := host.get(k)) is not None and r.settlement for k in keys):
+                    break
+                threading.Event().wait(0.01)
+        finally:
+            fresh.send_signal(signal.SIGTERM)  # clean shutdown of the worker process
+            _, err = fresh.communicate(timeout=120)
+        assert fresh.returncode == 0, err
+    finally:
+        host.close()
+    check_settled(tmp_path, n)
+    journal = Journal(tmp_path / "provider.db")
+    assert len(journal.calls("execute")) == n  # the killed effect was recovered, not repeated
+    assert len(journal.calls("reconcile")) == 1

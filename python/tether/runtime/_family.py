@@ -2,19 +2,23 @@
 
 Rules (seed sections 2 and 4):
 - `project` is pure: it sees one committed `WorldSnapshot` (plain data) and returns requests.
-  Registration rejects bound methods and closures over anything but plain data, so no
-  adapter, client, file or network handle is reachable from it through its own references.
+  Registration rejects bound methods and closures over anything but plain data (str, numbers,
+  bytes, None, tuples/frozensets, enums, frozen dataclasses of those, and other such pure
+  functions), so no adapter, client, file or network handle is reachable from it through its
+  own references; provider entry points also refuse to run while a projection runs.
 - The adapter runs only in a worker, outside the world lock, under a provider operation id the
   worker bound in the catalog first. `reconcile` concludes Recovered, ConfirmedAbsent (with a
   provider retry guard) or Unknown (with evidence); it never executes.
 - `stage` turns a durable result into the complete set of factual component writes; it is
   pure and idempotent, so it can be repeated after restart until a tick commits it.
-- Processors are the only code that decides a semantic transition; they run inside the tick
-  that commits observations, reading the pre-tick snapshot and the observations.
+- Processors are the only code that decides a semantic transition; they run inside every tick
+  the Host commits, reading the pre-tick snapshot and the family's observations in that tick.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
 import json
 import threading
@@ -118,6 +122,7 @@ class AttemptContext:
         artifacts: ArtifactStore,
         renew: Callable[[], None],
         emit: Callable[[ProgressEvent], None] | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.key = key
         self.operation_id = operation_id
@@ -128,7 +133,7 @@ class AttemptContext:
         self._renew = renew
         self._emit = emit
         self._lost = threading.Event()
-        self.stopping = threading.Event()
+        self._stopping = stopping or threading.Event()
 
     def progress(self, content: dict[str, Any]) -> None:
         """Report live progress (for example to the AG-UI activity stream); never durable."""
@@ -156,6 +161,12 @@ class AttemptContext:
             raise
 
     @property
+    def stopping(self) -> bool:
+        """Whether the worker is shutting down; a long adapter may stop early and return or
+        raise (the attempt then stays bound, and the next one reconciles)."""
+        return self._stopping.is_set()
+
+    @property
     def lost(self) -> bool:
         """Whether a renewal found the lease or fence gone."""
         return self._lost.is_set()
@@ -180,7 +191,10 @@ class Adapter(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StagedResult:
-    """A durable result handed to a family's `stage` (payload already digest-checked)."""
+    """A durable result handed to a family's `stage` (payload already digest-checked).
+
+    `result.failed` marks a failed result; an operator's abandon has an empty payload.
+    """
 
     key: ActivityKey
     result: ResultRef
@@ -215,6 +229,13 @@ def _is_plain(value: object, depth: int = 0) -> bool:
         return True
     if isinstance(value, (tuple, frozenset)):
         return all(_is_plain(v, depth + 1) for v in value)
+    if isinstance(value, enum.Enum):
+        return _is_plain(value.value, depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        params = getattr(value, "__dataclass_params__", None)
+        return bool(params and params.frozen) and all(
+            _is_plain(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)
+        )
     if isinstance(value, types.FunctionType):
         return _pure_function(value, depth + 1) is None
     return False

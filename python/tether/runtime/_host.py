@@ -4,6 +4,8 @@ Tick protocol (seed section 2), all under the exact-world lock except staging an
 1. Before committing tick T+1, finish the post-commit work of the head T from its retained
    receipt (this is also what a restart does first).
 2. Commit the tick: caller writes, processor writes, staged facts and completion evidence.
+   Every family's processors run in every tick on the pre-tick snapshot plus that family's
+   observations being committed (possibly none); they alone decide semantic transitions.
 3. Post-commit work of the new head U: the receipt reader checks U; every family projection
    runs on U's read-only snapshot and the projector admits its requests (idempotent per
    receipt, a conflicting replay fails closed); every completion evidence written in U that
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -28,11 +31,18 @@ from tether.activities import (
     ActivityRecord,
     Admission,
     Catalog,
+    ResultRef,
 )
 from tether.errors import AdmissionConflict
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
 from tether.runtime._crash import crash_point
-from tether.runtime._errors import FamilyError, HostClosed, ProjectionConflict
+from tether.runtime._errors import (
+    ActivityRuntimeError,
+    ArtifactError,
+    FamilyError,
+    HostClosed,
+    ProjectionConflict,
+)
 from tether.runtime._family import (
     COMPLETION_COMPONENT,
     Family,
@@ -56,6 +66,9 @@ from tether.world import (
 
 log = logging.getLogger("tether.runtime.host")
 
+#: Media type of the failed result an operator's "abandon" decision records (no payload).
+ABANDONED_MEDIA_TYPE = "application/vnd.tether.abandoned"
+
 
 class Host:
     """One process's Tether runtime over a data directory.
@@ -67,13 +80,15 @@ class Host:
         data_dir: the data directory (created if missing).
         families: the registered families; each kind belongs to exactly one.
         workers: number of in-process worker threads started by `start`.
-        ledger: a world engine implementing `WorldLedger` (default: SQLite in `data_dir`).
+        ledger: a world engine implementing `WorldLedger` (default: SQLite in `data_dir`);
+            the caller keeps ownership of a ledger it passes (the Host does not close it).
         lease_ms: attempt lease length.
         poll_interval_s: idle sleep of worker and observer loops.
         progress_listener: receives every `ctx.progress(...)` of in-process workers.
         inline_bound: results up to this many bytes travel inside their reference.
         clock: millisecond clock for the catalog (tests pass a controllable one).
         observe: whether `start` runs the observer loop that stages and commits observations.
+        page_size: page size of the catalog scans (they always page to exhaustion).
     """
 
     def __init__(
@@ -89,6 +104,7 @@ class Host:
         inline_bound: int = DEFAULT_INLINE_BOUND,
         clock: Callable[[], int] | None = None,
         observe: bool = True,
+        page_size: int = 256,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -103,6 +119,7 @@ class Host:
                 self._by_kind[kind] = fam
         self.catalog_url = "sqlite:///" + str(self.data_dir / "catalog.db")
         self._clock = clock
+        self._owns_ledger = ledger is None
         self.ledger: WorldLedger = ledger or SqliteLedger.open(self.data_dir / "world.db")
         self.catalog = self._open_catalog()
         self.artifacts = ArtifactStore(self.data_dir / "artifacts", inline_bound=inline_bound)
@@ -111,6 +128,7 @@ class Host:
         self.progress_listener = progress_listener
         self._n_workers = workers
         self._observe = observe
+        self.page_size = page_size
         self._writers: dict[str, Writer] = {}
         self._staged: dict[ActivityKey, Observation] = {}
         self._staged_mutex = threading.Lock()
@@ -149,8 +167,10 @@ class Host:
         self.restage()
 
     def start(self) -> Host:
-        """Recover, then start the worker threads and the observer loop."""
+        """Recover, then start the worker threads and the observer loop (once)."""
         self._check_open()
+        if self._threads:
+            raise ActivityRuntimeError("the Host is already started")
         self.recover()
         for i in range(self._n_workers):
             worker = self.new_worker(f"w{i}", stop=self._stop)
@@ -177,7 +197,8 @@ class Host:
             w.close()
         self._closed = True
         self.catalog.close()
-        self.ledger.close()
+        if self._owns_ledger:
+            self.ledger.close()
 
     def __enter__(self) -> Host:
         return self
@@ -282,16 +303,17 @@ class Host:
     def _processor_writes(
         self, head: CommittedTickReceipt, observations: list[Observation]
     ) -> list[ComponentWrite]:
-        if not observations:
+        if not any(fam.processors for fam in self.families):
             return []
         snapshot = self.ledger.read_at(head)
         out: list[ComponentWrite] = []
         for fam in self.families:
             mine = [o for o in observations if o.key.kind in fam.kinds]
-            if not mine:
-                continue
             for processor in fam.processors:
-                out.extend(processor(snapshot, mine))
+                writes = list(processor(snapshot, mine))
+                if not all(isinstance(w, ComponentWrite) for w in writes):
+                    raise FamilyError(f"a processor of {fam.name!r} returned a non-ComponentWrite")
+                out.extend(writes)
         return out
 
     # -- post-commit work ---------------------------------------------------------------
@@ -354,24 +376,40 @@ class Host:
     # -- staging ------------------------------------------------------------------------
 
     def restage(self) -> int:
-        """Stage every completed but unobserved result (pages the pending set to exhaustion)."""
+        """Stage every completed but unobserved result (pages the pending set to exhaustion).
+
+        A result whose payload is missing or corrupt is not staged (and is logged); the others
+        still are. An operator's abandon decision records a failed result with no payload:
+        it is staged with an empty payload and `result.failed` set.
+        """
         count = 0
         worlds = set(self.ledger.worlds())
         with self._catalog_mutex:
-            pending: list[ActivityRecord] = list(self.catalog.iter_pending_observation())
+            pending: list[ActivityRecord] = list(
+                self.catalog.iter_pending_observation(page_size=self.page_size)
+            )
         for rec in pending:
             if rec.key.world_id not in worlds or rec.result is None:
                 continue
             family = self._by_kind.get(rec.key.kind)
             if family is None:
                 continue
-            payload = self.artifacts.get(rec.result)  # durable before staging, digest-checked
+            try:
+                payload = self._payload(rec.result)  # durable before staging, digest-checked
+            except ArtifactError:
+                log.exception("result of %s is not durable; not staged", rec.key)
+                continue
             obs = observation_for(family, StagedResult(rec.key, rec.result, payload))
             with self._staged_mutex:
                 self._staged[rec.key] = obs
             count += 1
             crash_point("after_staging")
         return count
+
+    def _payload(self, result: ResultRef) -> bytes:
+        if result.failed and result.media_type == ABANDONED_MEDIA_TYPE:
+            return b""  # an operator abandoned it: the reference names a decision, not bytes
+        return self.artifacts.get(result)
 
     def staged_worlds(self) -> list[str]:
         """Worlds with staged observations waiting for a tick."""
@@ -383,14 +421,23 @@ class Host:
         self.restage()
         receipts = []
         for world_id in self.staged_worlds():
-            if self.ledger.pending_post_commit(world_id) is None and self._closing(world_id):
-                continue
+            if self.ledger.close_state(world_id)[0] != "open":
+                continue  # reserved for close: the observation waits for a reopen
             receipts.append(self.commit_tick(world_id))
         return receipts
 
-    def _closing(self, world_id: str) -> bool:
-        state = getattr(self.ledger, "close_state", None)
-        return state is not None and state(world_id)[0] != "open"
+    def wait_settled(self, world_id: str, timeout_s: float) -> bool:
+        """Block until every admitted Activity of the world settled; False on timeout.
+
+        Needs the started loops (or another process) to make progress.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._catalog_mutex:
+                if not self.catalog.has_unsettled(world_id):
+                    return True
+            if time.monotonic() >= deadline or self._stop.wait(self.poll_interval_s):
+                return False
 
     # -- world lifecycle ----------------------------------------------------------------
 

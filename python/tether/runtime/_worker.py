@@ -139,6 +139,7 @@ class Worker:
             artifacts=self.artifacts,
             renew=renewer.renew_now,
             emit=self._emit_safely,
+            stopping=self.stop,
         )
         renewer.start(ctx)
         try:
