@@ -227,6 +227,9 @@ def settlement_evidence_digest(
     kind: str, world_id: str, activity_id: str, result_ref: str, result_digest: str
 ) -> str: ...
 def catalog_admit(row: tuple[Any, ...] | None, admission: Any, now_ms: int) -> tuple[Any, ...]: ...
+def catalog_check_claim(owner: str, lease_ms: int, now_ms: int) -> None:
+    """Refuses bad claim arguments even when nothing is claimable."""
+
 def catalog_claim(
     row: tuple[Any, ...], owner: str, lease_ms: int, now_ms: int
 ) -> tuple[Any, ...]: ...

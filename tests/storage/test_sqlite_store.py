@@ -18,7 +18,11 @@ def test_urls_name_an_absolute_sqlite_file(tmp_path: Path) -> None:
     store = open_store(f"sqlite://{tmp_path}/a.db")
     assert isinstance(store, SqliteCatalogStore) and store.path == f"{tmp_path}/a.db"
     store.close()
-    for bad in ("sqlite://relative.db", "sqlite://", "postgres://db/x", "a.db", "sqlite:/x"):
+    relaxed = open_store(f"SQLite://{tmp_path}/c.db", synchronous="normal")
+    assert isinstance(relaxed, SqliteCatalogStore) and relaxed.synchronous == "NORMAL"
+    relaxed.close()
+    bad_urls = ("sqlite://relative.db", "sqlite://", "postgres://db/x", "a.db", "sqlite:/x")
+    for bad in (*bad_urls, f"sqlite://{tmp_path}/", f"sqlite://{tmp_path}/a.db?mode=ro"):
         with pytest.raises(CatalogConfigError):
             open_store(bad)
     with pytest.raises(CatalogConfigError):
@@ -39,6 +43,8 @@ def test_pragmas(tmp_path: Path, mode: str, level: int) -> None:
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == level
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    fks = conn.execute("PRAGMA foreign_key_list(activities)").fetchall()
+    assert [(fk[2], fk[3], fk[4]) for fk in fks] == [("activity_kinds", "kind", "kind")]
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
     store.close()
     with pytest.raises(CatalogStorageError):
@@ -78,18 +84,18 @@ def test_claim_goes_straight_to_claimable_rows(tmp_path: Path) -> None:
     from tether.storage import _sqlite
 
     for sql, params in (
-        (_sqlite._CLAIM_ANY, (0,)),
-        (_sqlite._CLAIM_WORLD, (0, "w")),
         (_sqlite._CLAIM_KIND, ("k", 0)),
         (_sqlite._CLAIM_KIND_WORLD, ("k", 0, "w")),
     ):
         plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
         assert "activities_claimable" in plan, plan
         assert "SCAN activities" not in plan.replace("USING INDEX", "")
-    plan = " ".join(
-        r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {_sqlite._HAS_UNSETTLED}", ("w",))
-    )
-    assert "activities_unsettled" in plan
+    for sql, params, index in (
+        (_sqlite._HAS_PENDING, ("w",), "activities_pending_observation"),
+        (_sqlite._HAS_UNFINISHED, ("k", "w"), "activities_claimable"),
+    ):
+        plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+        assert index in plan, plan
     store.close()
 
 
