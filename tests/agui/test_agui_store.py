@@ -180,6 +180,79 @@ def test_rule5_malformed_known_values_are_fatal_and_change_nothing(
     assert s.warnings == warnings_before
 
 
+CLEAN_DELTA = '"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "t"'
+CLEAN_SNAPSHOT = '"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t"'
+GOOD_PATCH = '"patch": [{"op": "replace", "path": "/n", "value": 1}]'
+
+# Each malformed known value of rule 5, as JSON text: (event members, expected code).
+FATAL_TEXT = [
+    (f'{CLEAN_SNAPSHOT}, "content": [1]', "wrong_type"),
+    (f'{CLEAN_SNAPSHOT}, "content": "text"', "wrong_type"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "replace": "false"', "wrong_type"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "replace": 0', "wrong_type"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "replace": null', "null_value"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "subagentRunId": null', "null_value"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "metadata": null', "null_value"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "timestamp": 1.5', "fractional_timestamp"),
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "subagentRunId": null', "null_value"),
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "metadata": null', "null_value"),
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "timestamp": 1.5', "fractional_timestamp"),
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "timestamp": -2.25', "fractional_timestamp"),
+    (f'{CLEAN_DELTA}, "patch": [{{"op": "add", "path": "n", "value": 1}}]', "malformed_patch"),
+    (f'{CLEAN_DELTA}, "patch": [{{"op": "add", "path": "/~2", "value": 1}}]', "malformed_patch"),
+    (f'{CLEAN_DELTA}, "patch": [{{"op": "copy", "from": "/a~", "path": "/b"}}]', "malformed_patch"),
+    (f'{CLEAN_DELTA}, "patch": [{{"op": "replace", "path": "/n"}}]', "malformed_patch"),
+    (f'{CLEAN_DELTA}, "patch": null', "null_value"),
+    (
+        '"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": null, ' + GOOD_PATCH,
+        "null_value",
+    ),
+]
+
+# Fractions an f64 would round to an integer: only JSON text can carry them exactly.
+FATAL_TEXT_ONLY = [
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "timestamp": 1700000000000.00001', "fractional_timestamp"),
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "timestamp": 1e-400', "fractional_timestamp"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "timestamp": 1e-400', "fractional_timestamp"),
+]
+
+
+def _seeded() -> ActivityStore:
+    return store_of(
+        snap("a", {"n": 0, "steps": [1]}, metadata={"m": 1}, subagentRunId="sub-1"),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m"},
+    )
+
+
+FATAL_CASES = [
+    *((how, m, c) for m, c in FATAL_TEXT for how in ("dict", "ndjson", "sse")),
+    *((how, m, c) for m, c in FATAL_TEXT_ONLY for how in ("ndjson", "sse")),
+]
+
+
+@pytest.mark.parametrize(("how", "members", "code"), FATAL_CASES)
+def test_rule5_fatal_values_leave_the_store_exactly_as_before(
+    how: str, members: str, code: str
+) -> None:
+    text = "{" + members + "}"
+    s = _seeded()
+    before, warnings_before, handled = s.to_json(), s.warnings, s.events_handled
+    with pytest.raises(AguiMalformedError) as info:
+        if how == "dict":
+            s.handle_event(json.loads(text))
+        elif how == "ndjson":
+            s.feed(text.encode() + b"\n")
+        else:
+            s.feed(b"data: " + text.encode() + b"\n\n")
+    assert info.value.code == code  # type: ignore[attr-defined]
+    assert s.to_json() == before
+    assert s.warnings == warnings_before and s.events_handled == handled
+    # The fatal event is consumed; the store goes on with the next one.
+    s.handle_event(delta("a", [{"op": "replace", "path": "/n", "value": 2}]))
+    got = s.get("a")
+    assert got is not None and got["content"]["n"] == 2
+
+
 def test_rule5_unknown_material_is_dropped_or_stripped_with_warnings() -> None:
     s = ActivityStore()
     w = s.handle_event({"type": "SOMETHING_NEW", "payload": 1})
