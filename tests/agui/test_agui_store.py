@@ -308,6 +308,145 @@ def test_rule6_messages_snapshot() -> None:
     assert [m["id"] for m in s.messages()] == ["r1", "a2"]
 
 
+def test_rule6_reasoning_and_activity_are_kept_only_when_the_snapshot_carries_none() -> None:
+    s = ActivityStore()
+    s.handle_event(
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [
+                {"id": "u1", "role": "user", "content": "go"},
+                {"id": "r1", "role": "reasoning", "content": "first thought"},
+                {"id": "a1", "role": "activity", "activityType": "t", "content": {"n": 1}},
+            ],
+        }
+    )
+    s.handle_event(snap("a2", {"n": 2}))
+    # No reasoning and no activity message in this snapshot: both kinds survive, in place;
+    # the user message it omits goes.
+    s.handle_event(
+        {"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "u2", "role": "user", "content": "x"}]}
+    )
+    assert [m["id"] for m in s.messages()] == ["r1", "a1", "a2", "u2"]
+    # A reasoning message in the snapshot: held reasoning messages it omits go, activities stay.
+    s.handle_event(
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [
+                {"id": "u2", "role": "user", "content": "x"},
+                {"id": "r2", "role": "reasoning", "content": "second thought"},
+            ],
+        }
+    )
+    assert [m["id"] for m in s.messages()] == ["a1", "a2", "u2", "r2"]
+    # An activity in the snapshot replaces the held one by id, in place; other held
+    # activities it omits go.
+    s.handle_event(
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [
+                {"id": "r2", "role": "reasoning", "content": "second thought"},
+                {"id": "a2", "role": "activity", "activityType": "u", "content": {"n": 3}},
+                {"id": "u2", "role": "user", "content": "x"},
+            ],
+        }
+    )
+    assert [m["id"] for m in s.messages()] == ["a2", "u2", "r2"]
+    assert s.get("a2") == {"id": "a2", "role": "activity", "activityType": "u", "content": {"n": 3}}
+    # The replaced activity is a live activity again: deltas apply to it.
+    s.handle_event(delta("a2", [{"op": "replace", "path": "/n", "value": 4}], activityType="u"))
+    got = s.get("a2")
+    assert got is not None and got["content"] == {"n": 4}
+    assert s.run_input_messages() == [
+        {"id": "u2", "role": "user", "content": "x"},
+        {"id": "r2", "role": "reasoning", "content": "second thought"},
+    ]
+    assert s.warnings == []
+
+
+def test_rule6_unknown_roles_and_duplicates() -> None:
+    s = store_of(snap("a", {}))
+    w = s.handle_event(
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [
+                {"id": "f", "role": "future_role", "content": 1},
+                {"id": "u", "role": "user", "content": "x"},
+            ],
+        }
+    )
+    assert [(x.code, x.message_id) for x in w] == [("unknown_message_role", "f")]
+    assert [m["id"] for m in s.messages()] == ["a", "u"]
+    before = s.to_json()
+    with pytest.raises(AguiMalformedError) as info:
+        s.handle_event(
+            {
+                "type": "MESSAGES_SNAPSHOT",
+                "messages": [
+                    {"id": "u", "role": "user", "content": "x"},
+                    {"id": "u", "role": "user", "content": "y"},
+                ],
+            }
+        )
+    assert info.value.code == "duplicate_message_id"  # type: ignore[attr-defined]
+    assert s.to_json() == before
+
+
+def test_rule4_metadata_merges_when_the_result_is_not_an_object() -> None:
+    s = store_of(snap("a", {"n": 0}, metadata={"k": 1}))
+    w = s.handle_event(
+        delta(
+            "a", [{"op": "replace", "path": "", "value": [1]}], activityType="u", metadata={"j": 2}
+        )
+    )
+    assert [x.code for x in w] == ["patch_result_not_object"]
+    assert s.get("a") == {
+        "id": "a",
+        "role": "activity",
+        "activityType": "t",
+        "content": {"n": 0},
+        "metadata": {"k": 1, "j": 2},
+    }
+
+
+def test_rule1_replace_false_creates_an_unseen_activity_with_its_own_values() -> None:
+    s = store_of(snap("a", {"n": 1}, replace=False, subagentRunId="sub-1", metadata={"k": 1}))
+    assert s.get("a") == {
+        "id": "a",
+        "role": "activity",
+        "subagentRunId": "sub-1",
+        "activityType": "t",
+        "content": {"n": 1},
+        "metadata": {"k": 1},
+    }
+    # replace: false is not a merge: members the held content lacks are not added.
+    s.handle_event(snap("a", {"n": 1, "extra": True}, replace=False))
+    got = s.get("a")
+    assert got is not None and got["content"] == {"n": 1}
+
+
+def test_text_message_chunks() -> None:
+    s = ActivityStore()
+    w = s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "delta": "orphan"})
+    assert [x.code for x in w] == ["text_message_missing"]
+    s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "messageId": "c1", "delta": "Hel"})
+    s.handle_event(snap("a", {}))
+    s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "delta": "lo"})  # continues c1
+    s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "messageId": "c2", "role": "user", "delta": "A"})
+    s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "delta": "B"})  # continues c2
+    s.handle_event({"type": "TEXT_MESSAGE_END", "messageId": "c2"})
+    w = s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "delta": "late"})  # nothing open
+    assert [x.code for x in w] == ["text_message_missing"]
+    assert s.messages() == [
+        {"id": "c1", "role": "assistant", "content": "Hello"},
+        {"id": "a", "role": "activity", "activityType": "t", "content": {}},
+        {"id": "c2", "role": "user", "content": "AB"},
+    ]
+    # A text event naming an activity is skipped; the activity is untouched.
+    w = s.handle_event({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a", "delta": "x"})
+    assert [x.code for x in w] == ["text_message_conflict"]
+    assert s.get("a") == {"id": "a", "role": "activity", "activityType": "t", "content": {}}
+
+
 def test_rule7_run_input_messages_strip_activity() -> None:
     s = store_of(
         {"type": "TEXT_MESSAGE_START", "messageId": "u", "role": "user"},
