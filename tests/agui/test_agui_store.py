@@ -530,6 +530,9 @@ def test_non_json_python_values_are_type_errors() -> None:
     ):
         with pytest.raises(TypeError):
             s.handle_event(bad)
+    for bad in (snap("\ud800", {}), snap("a", {"\udc00": 1})):
+        with pytest.raises(TypeError, match="surrogate"):
+            s.handle_event(bad)
     loop: dict[str, Any] = {}
     loop["self"] = loop
     with pytest.raises(TypeError):
@@ -692,3 +695,12 @@ def test_code_lists_match_the_rust_core() -> None:
 
     assert sorted(WARNING_CODES) == sorted(_core.agui_warning_codes())
     assert sorted(ERROR_CODES) == sorted(_core.agui_error_codes())
+
+
+def test_numbers_beyond_double_range_read_like_python_json() -> None:
+    text = '{"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": %s}'
+    content = '{"big": 1e400, "small": -1e400, "int": 123456789012345678901234567890}'
+    s = ActivityStore()
+    s.feed((text % content).encode() + b"\n")
+    got = s.get("a")
+    assert got is not None and got["content"] == json.loads(content)

@@ -592,11 +592,23 @@ mod tests {
                 "{text}"
             );
         }
-        for text in ["1.0", "0.3e1", "300e-2", "-0", "0e999999999999999999999", "9007199254740991"] {
+        for text in [
+            "1.0",
+            "0.3e1",
+            "300e-2",
+            "-0",
+            "0e999999999999999999999",
+            "9007199254740991",
+        ] {
             let n: Value = serde_json::from_str(text).unwrap();
             assert!(check_value("timestamp", Kind::Int, &n).is_ok(), "{text}");
         }
-        for text in ["9007199254740992", "-9007199254740992", "1e400", "1e99999999999999999999"] {
+        for text in [
+            "9007199254740992",
+            "-9007199254740992",
+            "1e400",
+            "1e99999999999999999999",
+        ] {
             let n: Value = serde_json::from_str(text).unwrap();
             assert_eq!(
                 check_value("timestamp", Kind::Int, &n).unwrap_err().code,
