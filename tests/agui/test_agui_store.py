@@ -54,6 +54,13 @@ def test_error_hierarchy() -> None:
     for cls in (AguiDecodeError, AguiMalformedError, AguiSequenceError):
         assert issubclass(cls, AguiError)
     assert issubclass(AguiAttributionError, AguiMalformedError)
+    # The attributes exist on the class (typed in the stub), and every raised error sets them.
+    assert (AguiError.code, AguiError.event_type, AguiError.message_id) == (None, None, None)
+    with pytest.raises(AguiMalformedError) as info:
+        ActivityStore().handle_event(snap("x", {}, replace=1))
+    err = info.value
+    assert (err.code, err.event_type, err.message_id) == ("wrong_type", "ACTIVITY_SNAPSHOT", "x")
+    assert err.reason is not None and "replace" in err.reason
 
 
 def test_rule1_snapshot_creates_at_arrival_replaces_and_replace_false_keeps() -> None:
@@ -86,8 +93,8 @@ def test_rule3_attribution() -> None:
     before = s.messages()
     with pytest.raises(AguiAttributionError) as info:
         s.handle_event(delta("a", [{"op": "replace", "path": "/n", "value": 1}], subagentRunId="x"))
-    assert info.value.code == "attribution_mismatch"  # type: ignore[attr-defined]
-    assert info.value.message_id == "a"  # type: ignore[attr-defined]
+    assert info.value.code == "attribution_mismatch"
+    assert info.value.message_id == "a"
     assert s.messages() == before
     s.handle_event(delta("a", [{"op": "replace", "path": "/n", "value": 1}]))  # untagged: fine
     s.handle_event(snap("a", {"n": 5}, replace=False, subagentRunId="sub-9"))  # owner stands
@@ -175,7 +182,7 @@ def test_rule5_malformed_known_values_are_fatal_and_change_nothing(
     before, warnings_before = s.to_json(), s.warnings
     with pytest.raises(AguiMalformedError) as info:
         s.handle_event(event)
-    assert info.value.code == code  # type: ignore[attr-defined]
+    assert info.value.code == code
     assert s.to_json() == before
     assert s.warnings == warnings_before
 
@@ -244,7 +251,7 @@ def test_rule5_fatal_values_leave_the_store_exactly_as_before(
             s.feed(text.encode() + b"\n")
         else:
             s.feed(b"data: " + text.encode() + b"\n\n")
-    assert info.value.code == code  # type: ignore[attr-defined]
+    assert info.value.code == code
     assert s.to_json() == before
     assert s.warnings == warnings_before and s.events_handled == handled
     # The fatal event is consumed; the store goes on with the next one.
@@ -387,7 +394,7 @@ def test_rule6_unknown_roles_and_duplicates() -> None:
                 ],
             }
         )
-    assert info.value.code == "duplicate_message_id"  # type: ignore[attr-defined]
+    assert info.value.code == "duplicate_message_id"
     assert s.to_json() == before
 
 
@@ -465,7 +472,7 @@ def test_run_lifecycle() -> None:
     )
     with pytest.raises(AguiSequenceError) as info:
         s.handle_event(snap("a", {}))
-    assert info.value.code == "event_after_run_finished"  # type: ignore[attr-defined]
+    assert info.value.code == "event_after_run_finished"
     s.handle_event({"type": "RUN_ERROR", "message": "late"})
     s.handle_event({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"})
     s.handle_event(snap("a", {}))
@@ -610,14 +617,14 @@ def test_garbage_bytes_are_decode_errors_and_the_stream_recovers() -> None:
     s = ActivityStore()
     with pytest.raises(AguiDecodeError) as info:
         s.feed(b'{"type": "RUN_STARTED", "threadId": "t", "runId": "r"}\n{not json}\n')
-    assert info.value.code == "invalid_json"  # type: ignore[attr-defined]
+    assert info.value.code == "invalid_json"
     s.feed(ndjson([snap("a", {})]))
     assert s.events_handled == 2 and len(s) == 1
     t = ActivityStore()
     t.feed(b'{"type": "RUN_STARTED", "thr')
     with pytest.raises(AguiDecodeError) as info:
         t.finish()
-    assert info.value.code == "truncated_stream"  # type: ignore[attr-defined]
+    assert info.value.code == "truncated_stream"
 
 
 def test_fatal_event_mid_feed_keeps_earlier_and_buffers_later() -> None:

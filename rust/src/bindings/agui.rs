@@ -436,7 +436,12 @@ fn agui_error_codes() -> Vec<&'static str> {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    m.add("AguiError", py.get_type::<AguiError>())?;
+    let base = py.get_type::<AguiError>();
+    // Class-level defaults, so the attributes exist (and are typed in the stub) on the class.
+    for attr in ["code", "event_type", "message_id", "reason"] {
+        base.setattr(attr, py.None())?;
+    }
+    m.add("AguiError", base)?;
     m.add("AguiDecodeError", py.get_type::<AguiDecodeError>())?;
     m.add("AguiMalformedError", py.get_type::<AguiMalformedError>())?;
     m.add(
