@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -711,3 +713,50 @@ def test_numbers_beyond_double_range_read_like_python_json() -> None:
     s.feed((text % content).encode() + b"\n")
     got = s.get("a")
     assert got is not None and got["content"] == json.loads(content)
+
+
+# Each delta nests the content one level deeper with operations of constant size.
+DEEPEN = (
+    b'{"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "t", "patch": ['
+    b'{"op": "add", "path": "/b", "value": {}}, {"op": "move", "from": "/a", "path": "/b/a"},'
+    b' {"op": "move", "from": "/b", "path": "/a"}]}\n'
+)
+DEEP_SNAPSHOT = (
+    b'{"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": {"a": {}}}\n'
+)
+
+
+def _depth(value: Any) -> int:
+    depth = 0
+    while isinstance(value, dict) and value:
+        value, depth = value["a"], depth + 1
+    return depth
+
+
+def test_content_never_nests_past_the_limit() -> None:
+    s = ActivityStore()
+    s.feed(DEEP_SNAPSHOT)
+    w = s.feed(DEEPEN * 2000)
+    assert {x.code for x in w} == {"content_too_deep"}
+    got = s.get("a")
+    assert got is not None
+    assert _depth(got["content"]) == 511  # 512 levels of objects, the innermost empty
+    assert json.loads(s.to_json())[0]["content"] == got["content"]
+    # The skipped deltas change nothing else, and a snapshot resets the activity.
+    s.handle_event(snap("a", {"a": {"fresh": True}}))
+    assert s.feed(DEEPEN) == []
+    got = s.get("a")
+    assert got is not None and got["content"] == {"a": {"a": {"fresh": True}}}
+
+
+@pytest.mark.slow
+def test_a_flood_of_deepening_deltas_does_not_crash_the_process() -> None:
+    # Without the depth bound, 200k such deltas (30 MB) overflow the native stack on drop.
+    code = (
+        "from tether import _core\n"
+        f"s = _core.ActivityStore(); s.feed({DEEP_SNAPSHOT!r})\n"
+        f"for _ in range(200): s.feed({DEEPEN!r} * 1000)\n"
+        "s.messages(); s.to_json(); del s\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -2,6 +2,11 @@
 
 use serde_json::{Map, Value};
 
+/// The deepest activity content the store holds. Deltas can nest content without limit (each
+/// one adds at the deepest point), and content that deep would overflow the native stack when
+/// it is copied, converted or dropped; a delta that could go deeper is skipped with a warning.
+pub const MAX_CONTENT_DEPTH: usize = 512;
+
 /// One activity message: content is always an object.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Activity {
@@ -10,6 +15,68 @@ pub struct Activity {
     pub content: Value,
     pub metadata: Option<Map<String, Value>>,
     pub subagent_run_id: Option<String>,
+    /// An upper bound of `content`'s nesting depth (see [`value_depth`]), kept by the store.
+    pub depth: usize,
+}
+
+/// Nesting depth of a value: 0 for a scalar, 1 for `{}` or `[]`, one more per level. Iterative,
+/// so any depth is measured without recursion.
+pub fn value_depth(v: &Value) -> usize {
+    let mut max = 0;
+    let mut stack = vec![(v, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            Value::Array(a) => {
+                max = max.max(d);
+                stack.extend(a.iter().map(|x| (x, d + 1)));
+            }
+            Value::Object(m) => {
+                max = max.max(d);
+                stack.extend(m.values().map(|x| (x, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    max
+}
+
+/// One patch operation as far as depth is concerned: `op`, the token counts of `path` and
+/// `from`, and the `value`.
+pub type DepthOp<'a> = (&'a str, usize, Option<usize>, Option<&'a Value>);
+
+/// The number of reference tokens in pointer text (escapes never contain `/`).
+pub fn pointer_len(pointer: &str) -> usize {
+    pointer.bytes().filter(|b| *b == b'/').count()
+}
+
+/// An upper bound of the content's depth after these operations, given that `depth` bounds it
+/// before: an add or replace nests its value under its path; a copy or move nests what sits at
+/// `from` (at most `depth` minus the tokens of `from`) under its path.
+pub fn depth_after<'a>(ops: impl IntoIterator<Item = DepthOp<'a>>, mut depth: usize) -> usize {
+    for (op, path, from, value) in ops {
+        let grown = match op {
+            "add" | "replace" => path + value.map_or(0, value_depth),
+            "copy" | "move" => path + depth.saturating_sub(from.unwrap_or(0)),
+            _ => 0,
+        };
+        depth = depth.max(grown);
+    }
+    depth
+}
+
+/// `depth_after` for a patch given as a JSON value (members of the wrong type count as absent;
+/// such a patch is malformed and never applied).
+pub fn patch_depth_after(patch: &Value, depth: usize) -> usize {
+    let ops = patch.as_array().into_iter().flatten().map(|op| {
+        let text = |k: &str| op.get(k).and_then(Value::as_str);
+        (
+            text("op").unwrap_or(""),
+            text("path").map_or(0, pointer_len),
+            text("from").map(pointer_len),
+            op.get("value"),
+        )
+    });
+    depth_after(ops, depth)
 }
 
 /// A message in the history. Non-activity messages are kept in their wire form, stripped of
@@ -78,12 +145,14 @@ impl Message {
             Some(Value::Object(md)) => Some(md),
             _ => None,
         };
+        let depth = value_depth(&content);
         Message::Activity(Activity {
             id,
             activity_type,
             content,
             metadata,
             subagent_run_id,
+            depth,
         })
     }
 }

@@ -11,7 +11,8 @@
 //! 4. ACTIVITY_DELTA patches content atomically (AG-UI patch mode) and its activityType
 //!    replaces the message's. A missing or non-activity target, a patch that does not apply,
 //!    or a result that is not an object: skipped with a warning, content and type kept, the
-//!    delta's metadata still merged (when there is a target).
+//!    delta's metadata still merged (when there is a target). So is a delta that could nest
+//!    content deeper than `MAX_CONTENT_DEPTH` (a resource bound of Tether's, not AG-UI's).
 //! 5. Malformed known values are fatal and leave the store exactly as it was; unknown event
 //!    types are dropped and unknown properties of closed objects stripped, with warnings.
 //! 6. MESSAGES_SNAPSHOT replaces held messages by id in place, appends unseen ones in snapshot
@@ -28,7 +29,10 @@ use serde_json::{Map, Value};
 use super::error::{self as codes, AguiError, ErrorKind, Warning};
 use super::fast;
 use super::frame::{self, Frame, Framer};
-use super::message::{merge_metadata, Activity, Message};
+use super::message::{
+    depth_after, merge_metadata, patch_depth_after, pointer_len, value_depth, Activity, Message,
+    MAX_CONTENT_DEPTH,
+};
 use super::schema::{self, ENVELOPE};
 use crate::patch::{apply_value, Mode, PatchErrorKind};
 
@@ -229,9 +233,19 @@ impl Thread {
         if d.subagent_run_id.is_some() && d.subagent_run_id != a.subagent_run_id {
             return false;
         }
-        if !fast::apply(&mut a.content, &d.patch) {
+        let ops = d.patch.iter().map(|op| {
+            (
+                op.op.as_ref(),
+                pointer_len(&op.path),
+                op.from.as_deref().map(pointer_len),
+                op.value.as_ref(),
+            )
+        });
+        let depth = depth_after(ops, a.depth);
+        if depth > MAX_CONTENT_DEPTH || !fast::apply(&mut a.content, &d.patch) {
             return false;
         }
+        a.depth = depth;
         if a.activity_type != d.activity_type {
             a.activity_type = d.activity_type.into_owned();
         }
@@ -336,12 +350,14 @@ impl Thread {
             None => self.push(Message::Activity(Activity {
                 id,
                 activity_type,
+                depth: value_depth(&content),
                 content,
                 metadata,
                 subagent_run_id,
             })),
             Some(Message::Activity(a)) => {
                 if replace {
+                    a.depth = value_depth(&content);
                     a.content = content;
                     a.activity_type = activity_type;
                     a.subagent_run_id = subagent_run_id;
@@ -414,6 +430,31 @@ impl Thread {
                 ));
             }
         }
+        let mut depth = patch_depth_after(&patch, target.depth);
+        if depth > MAX_CONTENT_DEPTH {
+            // The bound only grows between snapshots; measure before refusing.
+            target.depth = value_depth(&target.content);
+            depth = patch_depth_after(&patch, target.depth);
+        }
+        if depth > MAX_CONTENT_DEPTH {
+            // Still fatal when malformed; otherwise skipped like a patch that does not apply.
+            let mut scratch = Value::Object(Map::new());
+            if let Err(e) = apply_value(&mut scratch, &patch, Mode::AgUi) {
+                if matches!(e.kind, PatchErrorKind::Malformed) {
+                    return Err(malformed_patch(e));
+                }
+            }
+            warnings.push(Warning::new(
+                codes::CONTENT_TOO_DEEP,
+                T,
+                Some(&id),
+                format!(
+                    "skipped the delta: its result could nest deeper than {MAX_CONTENT_DEPTH} levels"
+                ),
+            ));
+            merge_metadata(&mut target.metadata, take_obj(&mut ev, "metadata"));
+            return Ok(());
+        }
         let backup = if touches_root(&patch) {
             Some(target.content.clone())
         } else {
@@ -431,6 +472,7 @@ impl Thread {
                         format!("skipped the delta: its result is {got}, not an object"),
                     ));
                 } else {
+                    target.depth = depth;
                     target.activity_type = take_str(&mut ev, "activityType").unwrap_or_default();
                     for w in ws {
                         warnings.push(Warning::new(
@@ -904,6 +946,70 @@ mod tests {
             wire(&s),
             json!([{"id": "c", "role": "assistant", "content": "abc", "metadata": {"k": 1}}])
         );
+    }
+
+    fn nested(levels: usize) -> Value {
+        let mut v = json!({});
+        for _ in 0..levels {
+            v = json!({ "a": v });
+        }
+        v
+    }
+
+    #[test]
+    fn deltas_never_nest_content_past_the_limit() {
+        let mut s = store(&[snap("a", json!({}))]);
+        let mut chain = 0;
+        for _ in 0..10 {
+            // Add 100 more levels at the deepest point of the chain of "a" members.
+            let path = "/a".repeat(chain + 1);
+            let before = s.get("a").unwrap().clone();
+            s.handle_value(delta("a", json!([{"op": "add", "path": path, "value": nested(99)}])))
+                .unwrap();
+            if s.warnings().is_empty() {
+                chain += 100;
+            } else {
+                assert_eq!(codes_of(&s), vec![codes::CONTENT_TOO_DEEP]);
+                assert_eq!(s.get("a").unwrap(), &before);
+                break;
+            }
+        }
+        let Some(Message::Activity(a)) = s.get("a") else {
+            panic!("no activity")
+        };
+        assert_eq!(codes_of(&s), vec![codes::CONTENT_TOO_DEEP]);
+        assert!(value_depth(&a.content) <= MAX_CONTENT_DEPTH);
+        assert_eq!(value_depth(&a.content), chain + 1);
+    }
+
+    #[test]
+    fn the_depth_bound_is_remeasured_before_refusing() {
+        // Each copy raises the conservative bound by one; the real depth stays at 3.
+        let mut s = store(&[snap("a", json!({"a": {"x": [1]}, "b": {}}))]);
+        for _ in 0..2 * MAX_CONTENT_DEPTH {
+            s.handle_value(delta(
+                "a",
+                json!([{"op": "copy", "from": "/a", "path": "/b/c"}]),
+            ))
+            .unwrap();
+        }
+        assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+        assert_eq!(
+            s.get("a").unwrap().to_wire()["content"],
+            json!({"a": {"x": [1]}, "b": {"c": {"x": [1]}}})
+        );
+    }
+
+    #[test]
+    fn a_too_deep_delta_is_still_fatal_when_malformed() {
+        let mut s = store(&[snap("a", json!({}))]);
+        let err = s
+            .handle_value(delta(
+                "a",
+                json!([{"op": "add", "path": "/x", "value": nested(600)}, {"op": "add", "path": "bad"}]),
+            ))
+            .unwrap_err();
+        assert_eq!(err.code, codes::MALFORMED_PATCH);
     }
 
     #[test]
