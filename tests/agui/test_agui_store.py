@@ -760,3 +760,30 @@ def test_a_flood_of_deepening_deltas_does_not_crash_the_process() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _copy_bomb(mid: str, copies: int) -> dict[str, Any]:
+    return delta(mid, [{"op": "copy", "from": "", "path": f"/c{i}"} for i in range(copies)])
+
+
+@pytest.mark.parametrize("how", ["dict", "ndjson"])
+def test_copy_bombs_are_skipped_not_applied(how: str) -> None:
+    # 40 copies of the root would need 2^40 times the content; nothing is tried out.
+    s = store_of(snap("a", {"s": "x" * 100}))
+    bomb = _copy_bomb("a", 40)
+    missing = _copy_bomb("missing", 40)
+    for event in (bomb, missing):
+        w = s.handle_event(event) if how == "dict" else s.feed(json.dumps(event).encode() + b"\n")
+        assert len(w) == 1
+    assert [x.code for x in s.warnings] == ["content_too_large", "delta_target_missing"]
+    assert s.get("a") == {
+        "id": "a",
+        "role": "activity",
+        "activityType": "t",
+        "content": {"s": "x" * 100},
+    }
+    # Doubling one delta at a time stops at the limit (64 MiB), long before memory runs out.
+    for i in range(30):
+        s.handle_event(delta("a", [{"op": "copy", "from": "", "path": f"/d{i}"}]))
+    assert s.warnings[-1].code == "content_too_large"
+    assert len(s.to_json()) < 2 * 64 * 2**20

@@ -227,6 +227,12 @@ def test_apply_json_keeps_big_integers_and_order() -> None:
         patch.apply_json(doc, test_big)
 
 
+def test_apply_json_keeps_the_digits_of_every_number() -> None:
+    doc = b'{"a":0.1000,"b":-0,"c":1.5e-3,"d":123456789012345678901234567890.123456789012345678901}'
+    assert patch.apply_json(doc, b"[]") == doc
+    assert patch.apply_json(b'{"e":1E5}', b"[]") == b'{"e":1e+5}'
+
+
 def test_apply_json_rejects_bad_text() -> None:
     with pytest.raises(patch.InvalidDocument):
         patch.apply_json(b"{", b"[]")

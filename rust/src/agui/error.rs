@@ -117,6 +117,7 @@ pub const WARNING_CODES: &[&str] = &[
     TEXT_MESSAGE_MISSING,
     TEXT_MESSAGE_CONFLICT,
     CONTENT_TOO_DEEP,
+    CONTENT_TOO_LARGE,
 ];
 
 pub const UNKNOWN_EVENT_TYPE: &str = "unknown_event_type";
@@ -131,6 +132,7 @@ pub const PATCH_OP_DROPPED: &str = "patch_op_dropped";
 pub const TEXT_MESSAGE_MISSING: &str = "text_message_missing";
 pub const TEXT_MESSAGE_CONFLICT: &str = "text_message_conflict";
 pub const CONTENT_TOO_DEEP: &str = "content_too_deep";
+pub const CONTENT_TOO_LARGE: &str = "content_too_large";
 
 /// Every error code the store can raise.
 pub const ERROR_CODES: &[&str] = &[

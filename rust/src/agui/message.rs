@@ -7,6 +7,12 @@ use serde_json::{Map, Value};
 /// it is copied, converted or dropped; a delta that could go deeper is skipped with a warning.
 pub const MAX_CONTENT_DEPTH: usize = 512;
 
+/// How heavy (see [`measure`]) deltas may make an activity's content: this, or twice its weight
+/// at its last snapshot when that is more. `copy` doubles content with a few bytes of input, so
+/// without a bound a handful of deltas would exhaust memory; a delta that could go past it is
+/// skipped with a warning.
+pub const MAX_CONTENT_WEIGHT: usize = 64 << 20;
+
 /// One activity message: content is always an object.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Activity {
@@ -15,68 +21,125 @@ pub struct Activity {
     pub content: Value,
     pub metadata: Option<Map<String, Value>>,
     pub subagent_run_id: Option<String>,
-    /// An upper bound of `content`'s nesting depth (see [`value_depth`]), kept by the store.
+    /// Upper bounds of `content`'s depth and weight (see [`measure`]), kept by the store.
     pub depth: usize,
+    pub weight: usize,
+    /// The weight deltas may take `content` to (see [`MAX_CONTENT_WEIGHT`]).
+    pub weight_limit: usize,
 }
 
-/// Nesting depth of a value: 0 for a scalar, 1 for `{}` or `[]`, one more per level. Iterative,
-/// so any depth is measured without recursion.
-pub fn value_depth(v: &Value) -> usize {
-    let mut max = 0;
+impl Activity {
+    /// A new activity message, measured.
+    pub fn new(
+        id: String,
+        activity_type: String,
+        content: Value,
+        metadata: Option<Map<String, Value>>,
+        subagent_run_id: Option<String>,
+    ) -> Self {
+        let mut a = Activity {
+            id,
+            activity_type,
+            content: Value::Null,
+            metadata,
+            subagent_run_id,
+            depth: 0,
+            weight: 0,
+            weight_limit: 0,
+        };
+        a.set_content(content);
+        a
+    }
+
+    /// Replaces the content as a snapshot does: measured, and the weight limit set from it.
+    pub fn set_content(&mut self, content: Value) {
+        (self.depth, self.weight) = measure(&content);
+        self.weight_limit = MAX_CONTENT_WEIGHT.max(self.weight.saturating_mul(2));
+        self.content = content;
+    }
+
+    /// Measures the content again, tightening the bounds that deltas only ever raise.
+    pub fn remeasure(&mut self) {
+        (self.depth, self.weight) = measure(&self.content);
+    }
+}
+
+/// The nesting depth of a value (0 for a scalar, 1 for `{}` or `[]`, one more per level) and
+/// its weight (1 per value, plus the bytes of every string and member name: about the size of
+/// its JSON text). Iterative, so any depth is measured without recursion.
+pub fn measure(v: &Value) -> (usize, usize) {
+    let (mut depth, mut weight) = (0, 0);
     let mut stack = vec![(v, 1usize)];
     while let Some((v, d)) = stack.pop() {
+        weight += 1;
         match v {
             Value::Array(a) => {
-                max = max.max(d);
+                depth = depth.max(d);
                 stack.extend(a.iter().map(|x| (x, d + 1)));
             }
             Value::Object(m) => {
-                max = max.max(d);
-                stack.extend(m.values().map(|x| (x, d + 1)));
+                depth = depth.max(d);
+                for (k, x) in m {
+                    weight += k.len();
+                    stack.push((x, d + 1));
+                }
             }
+            Value::String(s) => weight += s.len(),
             _ => {}
         }
     }
-    max
+    (depth, weight)
 }
 
-/// One patch operation as far as depth is concerned: `op`, the token counts of `path` and
-/// `from`, and the `value`.
-pub type DepthOp<'a> = (&'a str, usize, Option<usize>, Option<&'a Value>);
+/// One patch operation as far as growth is concerned: `op`, `path`, `from` and `value`.
+pub type GrowthOp<'a> = (&'a str, &'a str, Option<&'a str>, Option<&'a Value>);
 
 /// The number of reference tokens in pointer text (escapes never contain `/`).
-pub fn pointer_len(pointer: &str) -> usize {
+fn pointer_len(pointer: &str) -> usize {
     pointer.bytes().filter(|b| *b == b'/').count()
 }
 
-/// An upper bound of the content's depth after these operations, given that `depth` bounds it
-/// before: an add or replace nests its value under its path; a copy or move nests what sits at
-/// `from` (at most `depth` minus the tokens of `from`) under its path.
-pub fn depth_after<'a>(ops: impl IntoIterator<Item = DepthOp<'a>>, mut depth: usize) -> usize {
+/// Upper bounds of the content's depth and weight after these operations, given bounds before:
+/// an add or replace nests its value under its path and adds its weight; a copy nests what sits
+/// at `from` (at most `depth` minus the tokens of `from`) under its path and at most doubles the
+/// weight; a move nests likewise and only adds its new member name.
+pub fn growth<'a>(
+    ops: impl IntoIterator<Item = GrowthOp<'a>>,
+    mut depth: usize,
+    mut weight: usize,
+) -> (usize, usize) {
     for (op, path, from, value) in ops {
-        let grown = match op {
-            "add" | "replace" => path + value.map_or(0, value_depth),
-            "copy" | "move" => path + depth.saturating_sub(from.unwrap_or(0)),
-            _ => 0,
+        let (nest, add) = match op {
+            "add" | "replace" => {
+                let (d, w) = value.map_or((0, 0), measure);
+                (pointer_len(path) + d, path.len() + w)
+            }
+            "copy" | "move" => {
+                let below = depth.saturating_sub(from.map_or(0, pointer_len));
+                let copied = if op == "copy" { weight } else { 0 };
+                (pointer_len(path) + below, path.len().saturating_add(copied))
+            }
+            _ => (0, 0),
         };
-        depth = depth.max(grown);
+        depth = depth.max(nest);
+        weight = weight.saturating_add(add);
     }
-    depth
+    (depth, weight)
 }
 
-/// `depth_after` for a patch given as a JSON value (members of the wrong type count as absent;
+/// [`growth`] for a patch given as a JSON value (members of the wrong type count as absent;
 /// such a patch is malformed and never applied).
-pub fn patch_depth_after(patch: &Value, depth: usize) -> usize {
+pub fn patch_growth(patch: &Value, depth: usize, weight: usize) -> (usize, usize) {
     let ops = patch.as_array().into_iter().flatten().map(|op| {
         let text = |k: &str| op.get(k).and_then(Value::as_str);
         (
             text("op").unwrap_or(""),
-            text("path").map_or(0, pointer_len),
-            text("from").map(pointer_len),
+            text("path").unwrap_or(""),
+            text("from"),
             op.get("value"),
         )
     });
-    depth_after(ops, depth)
+    growth(ops, depth, weight)
 }
 
 /// A message in the history. Non-activity messages are kept in their wire form, stripped of
@@ -145,15 +208,13 @@ impl Message {
             Some(Value::Object(md)) => Some(md),
             _ => None,
         };
-        let depth = value_depth(&content);
-        Message::Activity(Activity {
+        Message::Activity(Activity::new(
             id,
             activity_type,
             content,
             metadata,
             subagent_run_id,
-            depth,
-        })
+        ))
     }
 }
 
