@@ -155,7 +155,8 @@ pub const EVENTS: &[(&str, &[Field], bool)] = &[
             ("runId", Kind::Str, REQ),
             ("result", Kind::Any, OPT),
             ("outcome", Kind::Obj, OPT),
-            ("usage", Kind::Obj, OPT),
+            // A list of token usages, one per provider/model (ag-ui-protocol `TokenUsage`).
+            ("usage", Kind::Arr, OPT),
         ],
         false,
     ),
@@ -164,7 +165,8 @@ pub const EVENTS: &[(&str, &[Field], bool)] = &[
         &[
             ("message", Kind::Str, REQ),
             ("code", Kind::Str, OPT),
-            ("usage", Kind::Obj, OPT),
+            // A list of token usages, one per provider/model (ag-ui-protocol `TokenUsage`).
+            ("usage", Kind::Arr, OPT),
         ],
         false,
     ),
