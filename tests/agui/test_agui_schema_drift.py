@@ -153,3 +153,63 @@ def test_the_store_takes_every_fully_populated_event_without_a_warning() -> None
     assert store.events_handled == len(FULL)
     activity = store.get("a")
     assert activity is not None and activity["content"] == {"n": 1}
+
+
+MESSAGE_COMMON = {"subagentRunId": "sub-1", "metadata": {"k": 1}}
+TOOL_CALL = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+# One fully populated message per role.
+FULL_MESSAGES: list[dict[str, Any]] = [
+    {"id": "d", "role": "developer", "content": "c", "name": "n", "encryptedValue": "e"},
+    {"id": "s", "role": "system", "content": "c", "name": "n", "encryptedValue": "e"},
+    {
+        "id": "a",
+        "role": "assistant",
+        "content": "c",
+        "name": "n",
+        "encryptedValue": "e",
+        "toolCalls": [TOOL_CALL],
+    },
+    {
+        "id": "u",
+        "role": "user",
+        "content": [{"type": "text", "text": "hi"}],
+        "name": "n",
+        "encryptedValue": "e",
+    },
+    {
+        "id": "t",
+        "role": "tool",
+        "content": "ok",
+        "toolCallId": "c",
+        "error": "x",
+        "encryptedValue": "e",
+    },
+    {"id": "act", "role": "activity", "activityType": "t", "content": {"n": 1}},
+    {"id": "r", "role": "reasoning", "content": "c", "encryptedValue": "e"},
+]
+
+MESSAGE_MODELS = {
+    "developer": ag_ui.core.DeveloperMessage,
+    "system": ag_ui.core.SystemMessage,
+    "assistant": ag_ui.core.AssistantMessage,
+    "user": ag_ui.core.UserMessage,
+    "tool": ag_ui.core.ToolMessage,
+    "activity": ag_ui.core.ActivityMessage,
+    "reasoning": ag_ui.core.ReasoningMessage,
+}
+
+
+def test_every_message_role_fully_populated_is_held_as_sent() -> None:
+    wires = []
+    for message in FULL_MESSAGES:
+        model = MESSAGE_MODELS[message["role"]]
+        wire = model.model_validate({**MESSAGE_COMMON, **message}).model_dump(
+            by_alias=True, exclude_none=True, mode="json"
+        )
+        assert set(wire) == {f.alias or n for n, f in model.model_fields.items()}, model
+        wires.append(wire)
+    store = _core.ActivityStore()
+    assert store.handle_event({"type": "MESSAGES_SNAPSHOT", "messages": wires}) == []
+    assert store.messages() == wires
+    assert store.run_input_messages() == [w for w in wires if w["role"] != "activity"]
