@@ -512,7 +512,11 @@ mod tests {
         }
         assert_eq!(got, vec![value]);
         // Doubling: about log2(len / 512) re-parses, not one per chunk.
-        assert!(parses < 20, "{parses} parses for {} chunks", text.len() / 512);
+        assert!(
+            parses < 20,
+            "{parses} parses for {} chunks",
+            text.len() / 512
+        );
     }
 
     #[test]

@@ -101,13 +101,19 @@ fn pointer_len(pointer: &str) -> usize {
 
 /// Upper bounds of the content's depth and weight after these operations, given bounds before:
 /// an add or replace nests its value under its path and adds its weight; a copy nests what sits
-/// at `from` (at most `depth` minus the tokens of `from`) under its path and at most doubles the
-/// weight; a move nests likewise and only adds its new member name.
+/// at `from` (at most `depth` minus the tokens of `from`) under its path and adds its weight; a
+/// move nests likewise and only adds its new member name.
+///
+/// `source` may give the weight of what sits at a `from` pointer before the first operation;
+/// what sits there later is at most that plus everything added since. Without it, a copy is
+/// taken to copy the whole document.
 pub fn growth<'a>(
     ops: impl IntoIterator<Item = GrowthOp<'a>>,
     mut depth: usize,
     mut weight: usize,
+    source: Option<&Value>,
 ) -> (usize, usize) {
+    let start = weight;
     for (op, path, from, value) in ops {
         let (nest, add) = match op {
             "add" | "replace" => {
@@ -116,7 +122,11 @@ pub fn growth<'a>(
             }
             "copy" | "move" => {
                 let below = depth.saturating_sub(from.map_or(0, pointer_len));
-                let copied = if op == "copy" { weight } else { 0 };
+                let copied = match (op, source.zip(from).and_then(|(doc, f)| doc.pointer(f))) {
+                    ("move", _) => 0,
+                    (_, Some(node)) => measure(node).1.saturating_add(weight - start).min(weight),
+                    (_, None) => weight,
+                };
                 (pointer_len(path) + below, path.len().saturating_add(copied))
             }
             _ => (0, 0),
@@ -129,7 +139,12 @@ pub fn growth<'a>(
 
 /// [`growth`] for a patch given as a JSON value (members of the wrong type count as absent;
 /// such a patch is malformed and never applied).
-pub fn patch_growth(patch: &Value, depth: usize, weight: usize) -> (usize, usize) {
+pub fn patch_growth(
+    patch: &Value,
+    depth: usize,
+    weight: usize,
+    source: Option<&Value>,
+) -> (usize, usize) {
     let ops = patch.as_array().into_iter().flatten().map(|op| {
         let text = |k: &str| op.get(k).and_then(Value::as_str);
         (
@@ -139,7 +154,7 @@ pub fn patch_growth(patch: &Value, depth: usize, weight: usize) -> (usize, usize
             op.get("value"),
         )
     });
-    growth(ops, depth, weight)
+    growth(ops, depth, weight, source)
 }
 
 /// A message in the history. Non-activity messages are kept in their wire form, stripped of

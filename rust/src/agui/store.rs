@@ -30,9 +30,7 @@ use serde_json::{Map, Value};
 use super::error::{self as codes, AguiError, ErrorKind, Warning};
 use super::fast;
 use super::frame::{self, Frame, Framer};
-use super::message::{
-    growth, merge_metadata, patch_growth, Activity, Message, MAX_CONTENT_DEPTH,
-};
+use super::message::{growth, merge_metadata, patch_growth, Activity, Message, MAX_CONTENT_DEPTH};
 use super::schema::{self, ENVELOPE};
 use crate::patch::{apply_value, parse_ops, Mode, PatchErrorKind};
 
@@ -241,7 +239,7 @@ impl Thread {
                 op.value.as_ref(),
             )
         });
-        let (depth, weight) = growth(ops, a.depth, a.weight);
+        let (depth, weight) = growth(ops, a.depth, a.weight, None);
         if depth > MAX_CONTENT_DEPTH
             || weight > a.weight_limit
             || !fast::apply(&mut a.content, &d.patch)
@@ -429,11 +427,13 @@ impl Thread {
         let exceeds = |(depth, weight): (usize, usize), a: &Activity| {
             depth > MAX_CONTENT_DEPTH || weight > a.weight_limit
         };
-        let mut bounds = patch_growth(&patch, target.depth, target.weight);
+        let mut bounds = patch_growth(&patch, target.depth, target.weight, None);
         if exceeds(bounds, target) {
-            // The bounds only grow between snapshots; measure before refusing.
+            // The bounds only grow between snapshots, and copies were taken to copy everything:
+            // measure the content and what the copies read before refusing.
             target.remeasure();
-            bounds = patch_growth(&patch, target.depth, target.weight);
+            let content = Some(&target.content);
+            bounds = patch_growth(&patch, target.depth, target.weight, content);
         }
         if exceeds(bounds, target) {
             // Still fatal when malformed; otherwise skipped like a patch that does not apply.
@@ -978,8 +978,11 @@ mod tests {
             // Add 100 more levels at the deepest point of the chain of "a" members.
             let path = "/a".repeat(chain + 1);
             let before = s.get("a").unwrap().to_wire();
-            s.handle_value(delta("a", json!([{"op": "add", "path": path, "value": nested(99)}])))
-                .unwrap();
+            s.handle_value(delta(
+                "a",
+                json!([{"op": "add", "path": path, "value": nested(99)}]),
+            ))
+            .unwrap();
             if s.warnings().is_empty() {
                 chain += 100;
             } else {
@@ -1044,7 +1047,8 @@ mod tests {
             .unwrap();
         assert_eq!(codes_of(&t), vec![codes::CONTENT_TOO_LARGE]);
         // Nor is it tried out on a scratch document when the target is missing.
-        t.handle_value(delta("missing", Value::Array(bomb))).unwrap();
+        t.handle_value(delta("missing", Value::Array(bomb)))
+            .unwrap();
         assert_eq!(
             codes_of(&t),
             vec![codes::CONTENT_TOO_LARGE, codes::DELTA_TARGET_MISSING]
@@ -1058,14 +1062,26 @@ mod tests {
     #[test]
     fn a_big_snapshot_may_still_take_deltas() {
         let big = "x".repeat(MAX_CONTENT_WEIGHT);
-        let mut s = store(&[snap("a", json!({"log": [big], "n": 0}))]);
-        s.handle_value(delta(
+        let mut s = store(&[snap(
             "a",
-            json!([{"op": "replace", "path": "/n", "value": 1}, {"op": "add", "path": "/log/-", "value": "y"}]),
-        ))
-        .unwrap();
-        assert!(s.warnings().is_empty());
-        assert_eq!(s.get("a").unwrap().to_wire()["content"]["n"], json!(1));
+            json!({"log": [big], "n": 0, "small": {"k": [1, 2]}}),
+        )]);
+        // Small copies count what they copy once measured, not the whole document.
+        for i in 0..20 {
+            s.handle_value(delta(
+                "a",
+                json!([
+                    {"op": "replace", "path": "/n", "value": i},
+                    {"op": "add", "path": "/log/-", "value": "y"},
+                    {"op": "copy", "from": "/small", "path": format!("/c{i}")},
+                ]),
+            ))
+            .unwrap();
+        }
+        assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+        let content = s.get("a").unwrap().to_wire()["content"].clone();
+        assert_eq!(content["n"], json!(19));
+        assert_eq!(content["c19"], json!({"k": [1, 2]}));
     }
 
     #[test]
