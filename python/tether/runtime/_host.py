@@ -450,11 +450,14 @@ class Host:
         self._check_open()
         with self.ledger.lock(source_world):
             self._finish_post_commit(source_world)
+            head = self.ledger.head(source_world)
             with self._catalog_mutex:
                 unsettled = self.catalog.has_unsettled(source_world)
             if unsettled:
                 raise UnsettledActivities(f"world {source_world!r} has unsettled Activities")
-            receipt = self.ledger.fork(self.ledger.head(source_world), new_world)
+            # The lock is per process: the ledger re-checks `head` (still the head, its
+            # post-commit work done) in the fork's own transaction against other processes.
+            receipt = self.ledger.fork(head, new_world)
         with self.ledger.lock(new_world):
             self._writers[new_world] = self.ledger.acquire_writer(new_world)
         return receipt
@@ -474,11 +477,12 @@ class Host:
         try:
             with self.ledger.lock(world_id):
                 self._finish_post_commit(world_id)
+                head = self.ledger.head(world_id)
                 with self._catalog_mutex:
                     unsettled = self.catalog.has_unsettled(world_id)
                 if unsettled:
                     raise UnsettledActivities(f"world {world_id!r} has unsettled Activities")
-                self.ledger.destroy(world_id)
+                self.ledger.destroy(world_id, head)
                 self._writers.pop(world_id, None)
         except BaseException:
             self.ledger.rollback_close(world_id)

@@ -78,7 +78,11 @@ class WorldLedger(Protocol):
         ...
 
     def fork(self, source: CommittedTickReceipt, new_world_id: str) -> CommittedTickReceipt:
-        """Create `new_world_id` whose genesis holds `source`'s state; return its receipt."""
+        """Create `new_world_id` whose genesis holds `source`'s state; return its receipt.
+
+        Refuses unless `source` is still the head and its post-commit work succeeded, checked
+        atomically with the copy (`ReceiptRejected`, `HeadConflict`, `PostCommitPending`).
+        """
         ...
 
     def reserve_close(self, world_id: str, *, sticky: bool) -> None:
@@ -93,8 +97,12 @@ class WorldLedger(Protocol):
         """(state, sticky): state is `open`, `closing` or `destroyed`."""
         ...
 
-    def destroy(self, world_id: str) -> None:
-        """Delete a world reserved for close; its receipts then fail closed."""
+    def destroy(self, world_id: str, head: CommittedTickReceipt | None = None) -> None:
+        """Delete a world reserved for close; its receipts then fail closed.
+
+        With `head`, refuse (`HeadConflict`/`PostCommitPending`) unless it is still the head
+        and its post-commit work succeeded, checked atomically with the delete.
+        """
         ...
 
     def close(self) -> None:

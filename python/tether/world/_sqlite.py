@@ -418,13 +418,37 @@ class SqliteLedger:
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    def _check_settled_head(
+        self, db: sqlite3.Connection, receipt: CommittedTickReceipt, row: tuple[Any, ...]
+    ) -> None:
+        # Inside the lifecycle transaction: another process's writer may have committed since
+        # the caller checked for unsettled work, so the checked head must still be the head
+        # and its post-commit work (admission, settlement) must have succeeded.
+        if (row[0], int(row[1]), row[2]) != (
+            receipt.run_id,
+            receipt.tick,
+            receipt.visibility_token,
+        ):
+            raise HeadConflict(f"{receipt} is no longer the head of {receipt.world_id!r}")
+        if int(row[4]) < int(row[1]):
+            raise PostCommitPending(
+                f"post-commit work of tick {row[1]} of {receipt.world_id!r} has not succeeded"
+            )
+
     def fork(self, source: CommittedTickReceipt, new_world_id: str) -> CommittedTickReceipt:
-        """Create `new_world_id` whose genesis holds `source`'s state (no control records)."""
+        """Create `new_world_id` whose genesis holds `source`'s state (no control records).
+
+        Raises:
+            ReceiptRejected: `source` is not the current head (the fail-closed reader).
+            HeadConflict: the head moved between the read and the fork's transaction.
+            PostCommitPending: the head's post-commit work has not succeeded.
+        """
         check_name("world id", new_world_id)
         self.check_receipt(source)
         snapshot = self.read_at(source)
         run_id, token = "run_" + uuid.uuid4().hex, _new_token()
         with self._tx() as db:
+            self._check_settled_head(db, source, self._world_row(db, source.world_id))
             if db.execute("SELECT 1 FROM worlds WHERE world_id = ?", (new_world_id,)).fetchone():
                 raise WorldExists(f"world {new_world_id!r} already exists (or was destroyed)")
             db.execute(
@@ -472,12 +496,19 @@ class SqliteLedger:
             raise WorldNotFound(f"world {world_id!r} does not exist")
         return str(row[0]), bool(row[1])
 
-    def destroy(self, world_id: str) -> None:
-        """Delete a world reserved for close; its receipts then fail closed (`world_closed`)."""
+    def destroy(self, world_id: str, head: CommittedTickReceipt | None = None) -> None:
+        """Delete a world reserved for close; its receipts then fail closed (`world_closed`).
+
+        With `head`, the head the caller checked for unsettled work, the destroy also fails
+        (`HeadConflict`, `PostCommitPending`) unless that is still the head with its post-commit
+        work done, checked in the same transaction.
+        """
         with self._tx() as db:
             row = self._world_row(db, world_id)
             if row[5] != "closing":
                 raise WorldError(f"world {world_id!r} must be reserved for close before destroy")
+            if head is not None:
+                self._check_settled_head(db, head, row)
             for table in ("ticks", "tick_tokens", "visibility", "components"):
                 db.execute(f"DELETE FROM {table} WHERE world_id = ?", (world_id,))
             db.execute(
