@@ -341,6 +341,9 @@ class Host:
                 admission = Admission(
                     key=key, source=receipt, input_ref=ref.ref, input_digest=ref.digest
                 )
+                # The reader runs again at each catalog write: under this process's lock the
+                # head cannot move, but a newer writer in another process can.
+                self.ledger.check_receipt(receipt)
                 try:
                     with self._catalog_mutex:
                         self.catalog.admit(admission)
@@ -369,6 +372,7 @@ class Host:
             if digest is None:
                 log.warning("incomplete completion evidence for %s at %s", key, receipt)
                 continue
+            self.ledger.check_receipt(receipt)
             with self._catalog_mutex:
                 self.catalog.settle(key, receipt, digest)
             crash_point("after_settlement")
