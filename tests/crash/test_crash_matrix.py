@@ -77,6 +77,57 @@ WINDOWS = {
 }
 
 
+@dataclass(frozen=True)
+class Killed:
+    """What is durable right after the SIGKILL at a window, before any restart."""
+
+    head_tick: int
+    post_commit_pending: bool
+    admitted: bool
+    attempts: int
+    bound: bool
+    effects: int
+    result: bool
+    settled: bool
+
+
+# Window -> the exact durable state the kill leaves behind (proves the kill hit that window).
+KILLED = {
+    "after_intent_tick": Killed(1, True, False, 0, False, 0, False, False),
+    "after_admission": Killed(1, True, True, 0, False, 0, False, False),
+    "after_claim": Killed(1, False, True, 1, False, 0, False, False),
+    "after_bind": Killed(1, False, True, 1, True, 0, False, False),
+    "during_effect": Killed(1, False, True, 1, True, 0, False, False),
+    "after_effect": Killed(1, False, True, 1, True, 1, False, False),
+    "after_result": Killed(1, False, True, 1, True, 1, True, False),
+    "after_staging": Killed(1, False, True, 1, True, 1, True, False),
+    "after_observation_tick": Killed(2, True, True, 1, True, 1, True, False),
+    "after_settlement": Killed(2, True, True, 1, True, 1, True, True),
+}
+
+
+def killed_state(data: Path) -> Killed:
+    ledger = SqliteLedger.open(data / "world.db")
+    catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
+    try:
+        head = ledger.head("w")
+        pending = ledger.pending_post_commit("w") is not None
+        rec = catalog.get(ActivityKey(world_id="w", kind=KIND, activity_id="task-0000"))
+    finally:
+        catalog.close()
+        ledger.close()
+    return Killed(
+        head_tick=head.tick,
+        post_commit_pending=pending,
+        admitted=rec is not None,
+        attempts=0 if rec is None else rec.attempt_count,
+        bound=rec is not None and rec.operation_id is not None,
+        effects=sum(Journal(data / "provider.db").effects().values()),
+        result=rec is not None and rec.result is not None,
+        settled=rec is not None and rec.settlement is not None,
+    )
+
+
 def check_settled(data: Path, n: int, kind: str = KIND) -> None:
     """Zero duplicate effects, no lost result, and each settlement names its observing tick."""
     journal = Journal(data / "provider.db")
@@ -121,6 +172,7 @@ def _changed_at(data: Path, tick: int) -> set[tuple[str, str]]:
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 def test_sigkill_at_window_then_restart_settles_exactly_once(window: str, tmp_path: Path) -> None:
     assert run_scenario(tmp_path, 1, crash=window) == -signal.SIGKILL
+    assert killed_state(tmp_path) == KILLED[window]
     assert run_scenario(tmp_path, 1) == 0
     check_settled(tmp_path, 1)
     journal = Journal(tmp_path / "provider.db")
