@@ -7,7 +7,17 @@ Rules every implementation keeps:
 - Tick T+1 is refused (`PostCommitPending`) until `complete_post_commit` was called for T.
 - `check_receipt` fails closed (`ReceiptRejected`) unless the receipt is the current committed
   head of its world and run, its token is the sole token at that head, and the token is in the
-  world's pinned visibility allowlist.
+  world's pinned visibility allowlist (the rule itself is `judge_receipt`; an engine only
+  reports the `HeadFacts`).
+
+Lock scope: `lock` is the exact-world lock of one process (the Host's threads). Across
+processes single-writer safety does not rest on it but on the durable checks above: a newer
+writer epoch makes every older writer's commit fail (`StaleWriter`), the head compare-and-swap
+refuses a parent that is no longer the head, `fork` and `destroy(world, head)` re-check in their
+own transaction that the head the caller judged settled is still the head with its post-commit
+work done, and `reserve_close` stops every process's ticks. Post-commit work may then run in
+two processes at once for the same receipt; it is idempotent (identical admissions and
+settlements are no-ops, a conflicting one fails closed in both).
 """
 
 from __future__ import annotations
