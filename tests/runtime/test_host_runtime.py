@@ -344,3 +344,30 @@ def test_worker_command_rejects_bad_factories(
     assert worker_main.main([str(tmp_path), "--families", "no_such_module_x:f"]) == 2
     assert worker_main.main([str(tmp_path), "--families", "journal_provider:KIND"]) == 2
     assert "tether worker:" in capsys.readouterr().err
+
+
+def test_shutdown_never_releases_a_bound_attempt(tmp_path: Path) -> None:
+    """Once the provider operation is bound, only reconciliation may follow: no release."""
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+
+    class StopsEarly(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            worker.stop.set()  # the Host shuts down while the attempt is bound
+            assert ctx.stopping
+            raise RuntimeError("stopping before the effect")
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), StopsEarly(journal), stage_task)
+    with make_host(tmp_path, fam, clock=clock, lease_ms=30_000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        worker = host.new_worker()
+        assert worker.run_once()
+        worker.close()
+        rec = host.get(akey(0))
+        assert rec is not None and rec.operation_id == operation_id_for(akey(0))
+        assert rec.attempt is not None and rec.attempt.fence == 1  # still leased, not released
+        assert host.catalog.claim("rival", 30_000, kinds=[KIND]) is None
+        clock.now += 31_000
+        claim = host.catalog.claim("rival", 30_000, kinds=[KIND])
+        assert claim is not None and not claim.attempt.may_execute  # reconcile-only after expiry
