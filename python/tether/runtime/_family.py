@@ -368,6 +368,19 @@ class Family:
         return requests
 
 
+def families_by_kind(families: Sequence[Family]) -> dict[str, Family]:
+    """Map each Activity kind to its family; a kind owned by two families is an error."""
+    by_kind: dict[str, Family] = {}
+    for fam in families:
+        if not isinstance(fam, Family):
+            raise FamilyError(f"{fam!r} is not a Family")
+        for kind in fam.kinds:
+            if kind in by_kind:
+                raise FamilyError(f"kind {kind!r} is registered by two families")
+            by_kind[kind] = fam
+    return by_kind
+
+
 def evidence_entity(kind: str, activity_id: str) -> str:
     """The entity that carries an Activity's completion evidence in the world."""
     h = hashlib.sha256(canonical_json([kind, activity_id])).hexdigest()[:40]

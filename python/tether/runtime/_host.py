@@ -49,6 +49,7 @@ from tether.runtime._family import (
     Observation,
     ProgressEvent,
     StagedResult,
+    families_by_kind,
     observation_for,
     verify_completion,
 )
@@ -109,14 +110,7 @@ class Host:
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.families = tuple(families)
-        self._by_kind: dict[str, Family] = {}
-        for fam in self.families:
-            if not isinstance(fam, Family):
-                raise FamilyError(f"{fam!r} is not a Family")
-            for kind in fam.kinds:
-                if kind in self._by_kind:
-                    raise FamilyError(f"kind {kind!r} is registered by two families")
-                self._by_kind[kind] = fam
+        self._by_kind = families_by_kind(self.families)
         self.catalog_url = "sqlite:///" + str(self.data_dir / "catalog.db")
         self._clock = clock
         self._owns_ledger = ledger is None
