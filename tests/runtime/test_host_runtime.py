@@ -371,3 +371,55 @@ def test_shutdown_never_releases_a_bound_attempt(tmp_path: Path) -> None:
         clock.now += 31_000
         claim = host.catalog.claim("rival", 30_000, kinds=[KIND])
         assert claim is not None and not claim.attempt.may_execute  # reconcile-only after expiry
+
+
+def _level_projection(snapshot: Any) -> list[Any]:
+    """Level-triggered: every intent not yet observed, in every tick (as the robot and
+    simulation families project)."""
+    from tether.runtime import ActivityRequest
+
+    return [
+        ActivityRequest(KIND, e, v)
+        for e, v in snapshot.with_component("task.intent")
+        if snapshot.get(e, f"task.observed.{KIND}") is None
+    ]
+
+
+def test_a_level_triggered_projection_is_admitted_once_across_later_ticks(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path / "provider.db")
+    fam = Family("crashtest", (KIND,), _level_projection, DedupAdapter(journal), stage_task)
+    with make_host(tmp_path, fam) as host:
+        host.create_world("w")
+        r1 = host.commit_tick("w", intents(2))
+        host.commit_tick("w", [ComponentWrite("other", "x", 1)])  # asks for both again
+        rec = host.get(akey(0))
+        assert rec is not None and rec.source == r1  # the first admission's source stays
+        worker = host.new_worker()
+        assert worker.run_once()  # one of the two gets a result; the other stays pending
+        worker.close()
+        [r3] = host.observe_once()  # its projection still asks for the pending one
+        assert host.get(akey(0)).source == r1 and host.get(akey(1)).source == r1  # type: ignore[union-attr]
+        assert drain(host) == 1
+        host.observe_once()
+        for i in range(2):
+            rec = host.get(akey(i))
+            assert rec is not None and rec.settlement is not None and rec.source == r1
+        assert r3.tick == 3 and len(journal.effects()) == 2
+
+
+def test_a_later_tick_asking_a_different_input_for_an_admitted_id_fails_closed(
+    tmp_path: Path,
+) -> None:
+    from tether.runtime import ProjectionConflict
+
+    journal = Journal(tmp_path / "provider.db")
+    fam = Family("crashtest", (KIND,), _level_projection, DedupAdapter(journal), stage_task)
+    with make_host(tmp_path, fam) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        changed = {"kind": KIND, "n": 99, "pad": 0}
+        with pytest.raises(ProjectionConflict):
+            host.commit_tick("w", [ComponentWrite("task-0000", "task.intent", changed)])
+        assert host.ledger.pending_post_commit("w") is not None  # fails closed: blocked
