@@ -309,6 +309,15 @@ def test_a_second_host_on_the_same_data_fences_the_first_writer(tmp_path: Path) 
                 first.commit_tick("w", [ComponentWrite("x", "y", 1)])
             r2 = second.commit_tick("w", [ComponentWrite("x", "y", 2)])
             assert (r2.run_id, r2.tick) == (r1.run_id, 2)  # same run, no fork of history
+            drain(second)
+            assert (
+                first.observe_once() == []
+            )  # fenced: it stops observing, without a loop of errors
+            assert "w" in first._fenced and first.head("w") == r2
+            [r3] = second.observe_once()
+            rec = second.get(akey(0))
+            assert rec is not None and rec.settlement is not None
+            assert rec.settlement.receipt == r3
     finally:
         first.close()
 

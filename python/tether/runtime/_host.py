@@ -60,6 +60,7 @@ from tether.world import (
     CommittedTickReceipt,
     ComponentWrite,
     SqliteLedger,
+    StaleWriter,
     UnsettledActivities,
     WorldLedger,
     WorldSnapshot,
@@ -126,6 +127,7 @@ class Host:
         self._observe = observe
         self.page_size = page_size
         self._writers: dict[str, Writer] = {}
+        self._fenced: set[str] = set()  # worlds whose writer a newer one superseded
         self._staged: dict[ActivityKey, Observation] = {}
         self._staged_mutex = threading.Lock()
         self._catalog_mutex = threading.RLock()
@@ -159,6 +161,7 @@ class Host:
         for world_id in self.ledger.worlds():
             with self.ledger.lock(world_id):
                 self._writers[world_id] = self.ledger.acquire_writer(world_id)
+                self._fenced.discard(world_id)
                 self._finish_post_commit(world_id)
         self.restage()
 
@@ -436,7 +439,13 @@ class Host:
         for world_id in self.staged_worlds():
             if self.ledger.close_state(world_id)[0] != "open":
                 continue  # reserved for close: the observation waits for a reopen
-            receipts.append(self.commit_tick(world_id))
+            if world_id in self._fenced:
+                continue  # a newer writer owns the world; it restages and observes itself
+            try:
+                receipts.append(self.commit_tick(world_id))
+            except StaleWriter:
+                log.warning("world %r has a newer writer; this Host stops observing it", world_id)
+                self._fenced.add(world_id)
         return receipts
 
     def wait_settled(self, world_id: str, timeout_s: float) -> bool:
