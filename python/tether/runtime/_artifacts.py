@@ -102,7 +102,12 @@ class ArtifactStore:
             ref = _INLINE + base64.b64encode(data).decode("ascii")
             return ResultRef(ref=ref, digest=digest, media_type=media_type, size=len(data))
         final = self._path(hexdigest)
-        if not (final.exists() and self._matches(final, hexdigest, len(data))):
+        if final.exists() and self._matches(final, hexdigest, len(data)):
+            # Another writer renamed it in; its directory entry may not be durable yet if that
+            # writer died before its directory fsync, so make it durable before referencing.
+            _fsync_dir(final.parent)
+            _fsync_dir(final.parent.parent)
+        else:
             final.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.root / "tmp" / f"{hexdigest}.{os.getpid()}.{uuid.uuid4().hex}"
             with open(tmp, "wb") as f:
