@@ -432,3 +432,45 @@ def test_a_later_tick_asking_a_different_input_for_an_admitted_id_fails_closed(
         with pytest.raises(ProjectionConflict):
             host.commit_tick("w", [ComponentWrite("task-0000", "task.intent", changed)])
         assert host.ledger.pending_post_commit("w") is not None  # fails closed: blocked
+
+
+def test_reconcile_that_raises_or_recovers_a_non_durable_result_concludes_unknown(
+    tmp_path: Path,
+) -> None:
+    """Neither a crashing reconcile nor an unverifiable Recovered may record a result or
+    authorise an execution: both park the Activity as Unknown under the live fence."""
+    from tether.runtime import Recovered
+
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+    mode: list[str] = ["raise"]
+
+    class Unsure(DedupAdapter):
+        def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            journal.log_call(ctx.operation_id, "reconcile", ctx.fence)
+            if mode[0] == "raise":
+                raise RuntimeError("provider unreachable")
+            real = ctx.artifacts.put_bytes(b"x" * 400, "application/json")
+            return Recovered(dataclasses.replace(real, digest="sha256:" + "0" * 64))
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Unsure(journal), stage_task)
+    with make_host(tmp_path, fam, clock=clock, lease_ms=1000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        claim = host.catalog.claim("ghost", 1000, kinds=[KIND])  # a worker that dies bound
+        assert claim is not None
+        host.catalog.bind_provider_operation(
+            akey(0), claim.attempt.fence, operation_id_for(akey(0))
+        )
+        worker = host.new_worker()
+        revisions = []
+        for m in ("raise", "not_durable"):
+            mode[0] = m
+            clock.now += 120_000
+            assert worker.run_once()
+            rec = host.get(akey(0))
+            assert rec is not None and rec.result is None and rec.awaiting_decision
+            revisions.append(rec.evidence_revision)
+        worker.close()
+        assert revisions[0] < revisions[1]  # each conclusion recorded its own evidence
+        assert journal.calls("execute") == [] and journal.effects() == {}
