@@ -53,6 +53,34 @@ from tether._core import (
 )
 # isort: on
 
+# --- runtime ---
+# World ledger and Activity runtime errors are Python subclasses of `TetherError`; `X as X`
+# re-exports them for the same reason as the sections above.
+# isort: off
+from tether.world._errors import (
+    HeadConflict as HeadConflict,
+    InvalidWrite as InvalidWrite,
+    PostCommitPending as PostCommitPending,
+    ReceiptRejected as ReceiptRejected,
+    StaleWriter as StaleWriter,
+    UnsettledActivities as UnsettledActivities,
+    WorldClosing as WorldClosing,
+    WorldError as WorldError,
+    WorldExists as WorldExists,
+    WorldNotFound as WorldNotFound,
+)
+from tether.runtime._errors import (
+    ActivityRuntimeError as ActivityRuntimeError,
+    ArtifactCorrupt as ArtifactCorrupt,
+    ArtifactError as ArtifactError,
+    ArtifactMissing as ArtifactMissing,
+    FamilyError as FamilyError,
+    HostClosed as HostClosed,
+    LeaseLost as LeaseLost,
+    ProjectionConflict as ProjectionConflict,
+    ProviderIOForbidden as ProviderIOForbidden,
+)
+# isort: on
 
 # --- codec ---
 # isort: split

@@ -192,3 +192,19 @@ def test_destroy_reopens_when_the_required_projector_fails(tmp_path: Path) -> No
         with pytest.raises(ProjectionConflict):
             host.destroy_world("w")
         assert host.ledger.close_state("w") == ("open", False)
+
+
+def test_destroy_first_settles_from_the_retained_receipt_then_destroys(tmp_path: Path) -> None:
+    with make_host(tmp_path) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        drain(host)
+        host.restage()
+        obs = host._observations_for("w")
+        writes = [w for o in obs for w in (*o.facts, o.evidence)]
+        r2 = host.ledger.commit(host._writer("w"), host.head("w"), writes)  # then "crashed"
+        assert host.catalog.has_unsettled("w")
+        host.destroy_world("w")  # public destroy: settles from r2 under the lock, then destroys
+        rec = host.get(akey(0))
+        assert rec is not None and rec.settlement is not None and rec.settlement.receipt == r2
+        assert host.ledger.worlds() == []

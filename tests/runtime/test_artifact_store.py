@@ -53,3 +53,45 @@ def test_bad_arguments_are_typed_errors(tmp_path: Path) -> None:
         store.put_bytes(b"x", "")
     with pytest.raises(ArtifactError):
         ArtifactStore(tmp_path, inline_bound=-1)
+
+
+_WRITER = """
+import sys
+from tether.runtime import ArtifactStore
+ArtifactStore(sys.argv[1], inline_bound=0).put_bytes(b"y" * 5000, "application/octet-stream")
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_open_removes(
+    tmp_path: Path,
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
+    env["TETHER_CRASH_AT"] = "artifact_temp_written"
+    root = tmp_path / "artifacts"
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRITER, str(root)], env=env, capture_output=True, timeout=120
+    )
+    assert proc.returncode == -signal.SIGKILL
+    [left] = list((root / "tmp").iterdir())  # written and fsynced, never renamed
+    assert left.stat().st_size == 5000
+    assert [p for p in (root / "sha256").rglob("*") if p.is_file()] == []
+    # A live writer's temp file (this process) and a young unowned one must survive.
+    live = root / "tmp" / f"{'a' * 64}.{os.getpid()}.nonce"
+    live.write_bytes(b"in flight")
+    young = root / "tmp" / "legacy-young"
+    young.write_bytes(b"?")
+    old = root / "tmp" / "legacy-old"
+    old.write_bytes(b"?")
+    an_hour_ago = time.time() - 2 * 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    store = ArtifactStore(root, inline_bound=0)
+    assert store.removed_temps == 2
+    assert sorted(p.name for p in (root / "tmp").iterdir()) == sorted([live.name, young.name])
+    ref = store.put_bytes(b"y" * 5000, "application/octet-stream")  # the write can be redone
+    assert store.get(ref) == b"y" * 5000

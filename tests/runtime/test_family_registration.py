@@ -168,3 +168,52 @@ def test_completion_evidence_binds_result_and_complete_fact_set(tmp_path: Path) 
     )
     assert not verify_completion(ledger.read_at(r3), key, result)
     assert COMPLETION_COMPONENT == obs.evidence.component
+
+
+# Module globals a misbehaving family might reach from its projection.
+class _ModuleAdapter:
+    """An adapter held in a module global (never called: registration must refuse first)."""
+
+    def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+        raise AssertionError("unreachable")
+
+    def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+        raise AssertionError("unreachable")
+
+
+_GLOBAL_ADAPTER = _ModuleAdapter()
+_GLOBAL_TABLE = {"task.intent": "k"}  # a module-level constant is fine
+
+
+def _reaches_global_adapter(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+    _GLOBAL_ADAPTER.reconcile  # noqa: B018 - reaching it is the point
+    return []
+
+
+def _helper_reaching_adapter() -> object:
+    return _GLOBAL_ADAPTER
+
+
+def _reaches_adapter_through_a_helper(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+    _helper_reaching_adapter()
+    return []
+
+
+def _uses_constants_only(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+    return [ActivityRequest("k", e, v) for e, v in snapshot.changed(next(iter(_GLOBAL_TABLE)))]
+
+
+def test_projection_must_not_reach_a_handle_through_module_globals(tmp_path: Path) -> None:
+    for bad in (_reaches_global_adapter, _reaches_adapter_through_a_helper):
+        with pytest.raises(FamilyError, match="_GLOBAL_ADAPTER"):
+            _family(bad, tmp_path)
+
+    helper = _helper_reaching_adapter
+
+    def closes_over_a_reaching_function(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+        helper()
+        return []
+
+    with pytest.raises(FamilyError, match="closure captures a function"):
+        _family(closes_over_a_reaching_function, tmp_path)
+    _family(_uses_constants_only, tmp_path)  # constants, classes and modules stay usable

@@ -309,6 +309,15 @@ def test_a_second_host_on_the_same_data_fences_the_first_writer(tmp_path: Path) 
                 first.commit_tick("w", [ComponentWrite("x", "y", 1)])
             r2 = second.commit_tick("w", [ComponentWrite("x", "y", 2)])
             assert (r2.run_id, r2.tick) == (r1.run_id, 2)  # same run, no fork of history
+            drain(second)
+            assert (
+                first.observe_once() == []
+            )  # fenced: it stops observing, without a loop of errors
+            assert "w" in first._fenced and first.head("w") == r2
+            [r3] = second.observe_once()
+            rec = second.get(akey(0))
+            assert rec is not None and rec.settlement is not None
+            assert rec.settlement.receipt == r3
     finally:
         first.close()
 
@@ -344,3 +353,124 @@ def test_worker_command_rejects_bad_factories(
     assert worker_main.main([str(tmp_path), "--families", "no_such_module_x:f"]) == 2
     assert worker_main.main([str(tmp_path), "--families", "journal_provider:KIND"]) == 2
     assert "tether worker:" in capsys.readouterr().err
+
+
+def test_shutdown_never_releases_a_bound_attempt(tmp_path: Path) -> None:
+    """Once the provider operation is bound, only reconciliation may follow: no release."""
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+
+    class StopsEarly(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            worker.stop.set()  # the Host shuts down while the attempt is bound
+            assert ctx.stopping
+            raise RuntimeError("stopping before the effect")
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), StopsEarly(journal), stage_task)
+    with make_host(tmp_path, fam, clock=clock, lease_ms=30_000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        worker = host.new_worker()
+        assert worker.run_once()
+        worker.close()
+        rec = host.get(akey(0))
+        assert rec is not None and rec.operation_id == operation_id_for(akey(0))
+        assert rec.attempt is not None and rec.attempt.fence == 1  # still leased, not released
+        assert host.catalog.claim("rival", 30_000, kinds=[KIND]) is None
+        clock.now += 31_000
+        claim = host.catalog.claim("rival", 30_000, kinds=[KIND])
+        assert claim is not None and not claim.attempt.may_execute  # reconcile-only after expiry
+
+
+def _level_projection(snapshot: Any) -> list[Any]:
+    """Level-triggered: every intent not yet observed, in every tick (as the robot and
+    simulation families project)."""
+    from tether.runtime import ActivityRequest
+
+    return [
+        ActivityRequest(KIND, e, v)
+        for e, v in snapshot.with_component("task.intent")
+        if snapshot.get(e, f"task.observed.{KIND}") is None
+    ]
+
+
+def test_a_level_triggered_projection_is_admitted_once_across_later_ticks(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path / "provider.db")
+    fam = Family("crashtest", (KIND,), _level_projection, DedupAdapter(journal), stage_task)
+    with make_host(tmp_path, fam) as host:
+        host.create_world("w")
+        r1 = host.commit_tick("w", intents(2))
+        host.commit_tick("w", [ComponentWrite("other", "x", 1)])  # asks for both again
+        rec = host.get(akey(0))
+        assert rec is not None and rec.source == r1  # the first admission's source stays
+        worker = host.new_worker()
+        assert worker.run_once()  # one of the two gets a result; the other stays pending
+        worker.close()
+        [r3] = host.observe_once()  # its projection still asks for the pending one
+        assert host.get(akey(0)).source == r1 and host.get(akey(1)).source == r1  # type: ignore[union-attr]
+        assert drain(host) == 1
+        host.observe_once()
+        for i in range(2):
+            rec = host.get(akey(i))
+            assert rec is not None and rec.settlement is not None and rec.source == r1
+        assert r3.tick == 3 and len(journal.effects()) == 2
+
+
+def test_a_later_tick_asking_a_different_input_for_an_admitted_id_fails_closed(
+    tmp_path: Path,
+) -> None:
+    from tether.runtime import ProjectionConflict
+
+    journal = Journal(tmp_path / "provider.db")
+    fam = Family("crashtest", (KIND,), _level_projection, DedupAdapter(journal), stage_task)
+    with make_host(tmp_path, fam) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        changed = {"kind": KIND, "n": 99, "pad": 0}
+        with pytest.raises(ProjectionConflict):
+            host.commit_tick("w", [ComponentWrite("task-0000", "task.intent", changed)])
+        assert host.ledger.pending_post_commit("w") is not None  # fails closed: blocked
+
+
+def test_reconcile_that_raises_or_recovers_a_non_durable_result_concludes_unknown(
+    tmp_path: Path,
+) -> None:
+    """Neither a crashing reconcile nor an unverifiable Recovered may record a result or
+    authorise an execution: both park the Activity as Unknown under the live fence."""
+    from tether.runtime import Recovered
+
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+    mode: list[str] = ["raise"]
+
+    class Unsure(DedupAdapter):
+        def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            journal.log_call(ctx.operation_id, "reconcile", ctx.fence)
+            if mode[0] == "raise":
+                raise RuntimeError("provider unreachable")
+            real = ctx.artifacts.put_bytes(b"x" * 400, "application/json")
+            return Recovered(dataclasses.replace(real, digest="sha256:" + "0" * 64))
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Unsure(journal), stage_task)
+    with make_host(tmp_path, fam, clock=clock, lease_ms=1000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        claim = host.catalog.claim("ghost", 1000, kinds=[KIND])  # a worker that dies bound
+        assert claim is not None
+        host.catalog.bind_provider_operation(
+            akey(0), claim.attempt.fence, operation_id_for(akey(0))
+        )
+        worker = host.new_worker()
+        revisions = []
+        for m in ("raise", "not_durable"):
+            mode[0] = m
+            clock.now += 120_000
+            assert worker.run_once()
+            rec = host.get(akey(0))
+            assert rec is not None and rec.result is None and rec.awaiting_decision
+            revisions.append(rec.evidence_revision)
+        worker.close()
+        assert revisions[0] < revisions[1]  # each conclusion recorded its own evidence
+        assert journal.calls("execute") == [] and journal.effects() == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -306,3 +307,55 @@ def test_every_receipt_reads_back_its_exact_state(
             snap = ledger.read_at(receipt)
             assert {k: snap.get(*k) for k in snap.keys()} == expected
         ledger.close()
+
+
+# -- lifecycle against a second process's writer --------------------------------------------
+
+
+def test_fork_refuses_a_head_whose_post_commit_work_is_pending(ledger: SqliteLedger) -> None:
+    ledger.create_world("src")
+    r1 = ledger.commit(
+        ledger.acquire_writer("src"), ledger.head("src"), [ComponentWrite("e", "c", 1)]
+    )
+    with pytest.raises(PostCommitPending):
+        ledger.fork(r1, "dst")  # admissions of r1 may not exist yet: the fork would miss them
+    assert "dst" not in ledger.worlds()
+    ledger.complete_post_commit(r1)
+    assert ledger.read_at(ledger.fork(r1, "dst")).get("e", "c") == 1
+
+
+def test_fork_rechecks_the_head_inside_its_transaction(tmp_path: Path) -> None:
+    """Another process commits between the caller's unsettled check and the fork's copy."""
+    other = SqliteLedger.open(tmp_path / "world.db")  # a second process on the same file
+
+    class Racing(SqliteLedger):
+        def read_at(self, receipt: CommittedTickReceipt) -> Any:
+            snapshot = super().read_at(receipt)
+            writer = other.acquire_writer(receipt.world_id)
+            other.commit(writer, receipt, [ComponentWrite("e", "c", "new intent")])
+            return snapshot
+
+    ledger = Racing(tmp_path / "world.db")
+    ledger.create_world("src")
+    r1 = _commit(ledger, "src", ComponentWrite("e", "c", 1))
+    with pytest.raises(HeadConflict):
+        ledger.fork(r1, "dst")
+    assert ledger.worlds() == ["src"]
+    other.close()
+
+
+def test_destroy_with_a_checked_head_refuses_a_moved_or_unfinished_head(
+    ledger: SqliteLedger,
+) -> None:
+    ledger.create_world("w")
+    r1 = _commit(ledger, "w")
+    r2 = ledger.commit(ledger.acquire_writer("w"), r1, [])
+    ledger.reserve_close("w", sticky=True)
+    with pytest.raises(HeadConflict):
+        ledger.destroy("w", r1)
+    with pytest.raises(PostCommitPending):
+        ledger.destroy("w", r2)
+    assert ledger.worlds() == ["w"]
+    ledger.complete_post_commit(r2)
+    ledger.destroy("w", r2)
+    assert ledger.worlds() == []

@@ -1,8 +1,10 @@
 """A content-addressed artifact store in the data directory for results above the inline bound.
 
 Bytes at or under `inline_bound` travel inside the reference itself (`inline:` + base64);
-larger ones are written to `artifacts/sha256/<ab>/<hex>`, fsynced (file and directories), and
-only then is a `ResultRef` returned, so a reference never outlives its payload.
+larger ones are written to `artifacts/tmp/`, fsynced, renamed to `artifacts/sha256/<ab>/<hex>`
+and the directories fsynced; only then is a `ResultRef` returned, so a reference never
+outlives its payload. A process killed mid-write leaves only a temp file, named after its pid:
+opening the store removes temp files whose writer is gone (never a live writer's).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import base64
 import binascii
 import hashlib
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Final
 
 from tether.activities import ResultRef
+from tether.runtime._crash import crash_point
 from tether.runtime._errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
 
 #: Default largest payload carried inline in the catalog record (bytes).
@@ -23,6 +27,20 @@ DEFAULT_INLINE_BOUND: Final = 256
 
 _INLINE: Final = "inline:"
 _STORED: Final = "artifact:sha256/"
+
+
+#: A temp file whose name names no writer pid is removed once it is at least this old (s).
+UNOWNED_TEMP_AGE_S: Final = 3600.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
 
 
 def _fsync_dir(path: Path) -> None:
@@ -43,6 +61,30 @@ class ArtifactStore:
         self.inline_bound = inline_bound
         (self.root / "tmp").mkdir(parents=True, exist_ok=True)
         (self.root / "sha256").mkdir(parents=True, exist_ok=True)
+        self.removed_temps = self.clean_stale_temps()
+
+    def clean_stale_temps(self) -> int:
+        """Remove temp files left by writers that died mid-write; return how many.
+
+        Temp names are `<hex>.<pid>.<nonce>`: a file is removed only when that pid is no longer
+        running (a reused pid keeps it, which is the safe side), or, for a name without a pid,
+        when it is older than `UNOWNED_TEMP_AGE_S`. No reference ever names a temp file.
+        """
+        removed = 0
+        now = time.time()
+        for path in (self.root / "tmp").iterdir():
+            parts = path.name.split(".")
+            try:
+                if len(parts) == 3 and parts[1].isdigit():
+                    stale = int(parts[1]) != os.getpid() and not _pid_alive(int(parts[1]))
+                else:
+                    stale = now - path.stat().st_mtime >= UNOWNED_TEMP_AGE_S
+                if stale:
+                    path.unlink()
+                    removed += 1
+            except FileNotFoundError:  # another process cleaned it first
+                continue
+        return removed
 
     def _path(self, hexdigest: str) -> Path:
         return self.root / "sha256" / hexdigest[:2] / hexdigest
@@ -60,13 +102,19 @@ class ArtifactStore:
             ref = _INLINE + base64.b64encode(data).decode("ascii")
             return ResultRef(ref=ref, digest=digest, media_type=media_type, size=len(data))
         final = self._path(hexdigest)
-        if not (final.exists() and self._matches(final, hexdigest, len(data))):
+        if final.exists() and self._matches(final, hexdigest, len(data)):
+            # Another writer renamed it in; its directory entry may not be durable yet if that
+            # writer died before its directory fsync, so make it durable before referencing.
+            _fsync_dir(final.parent)
+            _fsync_dir(final.parent.parent)
+        else:
             final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.root / "tmp" / f"{hexdigest}.{uuid.uuid4().hex}"
+            tmp = self.root / "tmp" / f"{hexdigest}.{os.getpid()}.{uuid.uuid4().hex}"
             with open(tmp, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+            crash_point("artifact_temp_written")
             os.replace(tmp, final)
             _fsync_dir(final.parent)
             _fsync_dir(final.parent.parent)

@@ -20,6 +20,7 @@ CRASH_POINTS: Final = (
     "after_claim",
     "after_bind",
     "during_effect",
+    "artifact_temp_written",
     "after_effect",
     "after_result",
     "after_staging",

@@ -20,7 +20,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import io
 import json
+import socket
+import sqlite3
+import subprocess
 import threading
 import types
 from collections.abc import Callable, Sequence
@@ -241,8 +245,57 @@ def _is_plain(value: object, depth: int = 0) -> bool:
     return False
 
 
+def _handle_kind(value: object) -> str | None:
+    """What kind of live handle `value` is (adapter, file, socket, storage...), or None."""
+    from tether.activities import Catalog
+    from tether.runtime._artifacts import ArtifactStore
+    from tether.world import WorldLedger
+
+    handles = (io.IOBase, socket.socket, sqlite3.Connection, sqlite3.Cursor, subprocess.Popen)
+    if isinstance(value, (*handles, threading.Thread, Catalog, ArtifactStore, AttemptContext)):
+        return type(value).__name__
+    if isinstance(value, type) or isinstance(value, types.ModuleType):
+        return None
+    if isinstance(value, Adapter) or isinstance(value, WorldLedger):
+        return type(value).__name__
+    return None
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _global_handle(fn: types.FunctionType, seen: set[int]) -> str | None:
+    """A module global `fn` (or a plain function it calls) names that is a live handle."""
+    if id(fn) in seen or len(seen) > 64:
+        return None
+    seen.add(id(fn))
+    for name in sorted(_code_names(fn.__code__)):
+        if name not in fn.__globals__:
+            continue
+        value = fn.__globals__[name]
+        kind = _handle_kind(value)
+        if kind is not None:
+            return f"it reaches the module global {name!r}, a {kind}"
+        if isinstance(value, types.FunctionType):
+            why = _global_handle(value, seen)
+            if why is not None:
+                return why
+    return None
+
+
 def _pure_function(fn: object, depth: int = 0) -> str | None:
-    """None if `fn` is a plain function whose closure holds only plain data, else why not."""
+    """None if `fn` is a plain function whose closure holds only plain data and whose module
+    globals (and those of the plain functions it names) hold no live handle, else why not.
+
+    Module globals are checked for handles only (adapters, files, sockets, connections,
+    catalogs, ledgers, artifact stores, attempt contexts): constants, classes and modules stay
+    usable. Python cannot prove purity; this closes the reachable paths a family would use.
+    """
     if isinstance(fn, staticmethod):
         fn = fn.__func__
     if isinstance(fn, types.MethodType):
@@ -256,7 +309,7 @@ def _pure_function(fn: object, depth: int = 0) -> str | None:
             continue
         if not _is_plain(content, depth):
             return f"its closure captures a {type(content).__name__}"
-    return None
+    return _global_handle(fn, set())
 
 
 @dataclass(frozen=True)
@@ -313,6 +366,19 @@ class Family:
             seen.add((req.kind, req.activity_id))
             canonical_json(req.input)
         return requests
+
+
+def families_by_kind(families: Sequence[Family]) -> dict[str, Family]:
+    """Map each Activity kind to its family; a kind owned by two families is an error."""
+    by_kind: dict[str, Family] = {}
+    for fam in families:
+        if not isinstance(fam, Family):
+            raise FamilyError(f"{fam!r} is not a Family")
+        for kind in fam.kinds:
+            if kind in by_kind:
+                raise FamilyError(f"kind {kind!r} is registered by two families")
+            by_kind[kind] = fam
+    return by_kind
 
 
 def evidence_entity(kind: str, activity_id: str) -> str:

@@ -8,9 +8,11 @@ Tick protocol (seed section 2), all under the exact-world lock except staging an
    observations being committed (possibly none); they alone decide semantic transitions.
 3. Post-commit work of the new head U: the receipt reader checks U; every family projection
    runs on U's read-only snapshot and the projector admits its requests (idempotent per
-   receipt, a conflicting replay fails closed); every completion evidence written in U that
-   matches its recorded result settles the Activity against U's exact receipt; then the
-   ledger records the work done, which unblocks tick U+1.
+   receipt, a conflicting replay fails closed; a request for an Activity already admitted
+   from an earlier receipt is a no-op when identical and fails closed when it differs, so a
+   projection may ask for every unobserved intent in every tick); every completion evidence
+   written in U that matches its recorded result settles the Activity against U's exact
+   receipt; then the ledger records the work done, which unblocks tick U+1.
 Staging runs outside the lock, is idempotent, and is repeated after restart for every
 completed but unobserved result until a tick commits it.
 """
@@ -49,6 +51,7 @@ from tether.runtime._family import (
     Observation,
     ProgressEvent,
     StagedResult,
+    families_by_kind,
     observation_for,
     verify_completion,
 )
@@ -57,6 +60,7 @@ from tether.world import (
     CommittedTickReceipt,
     ComponentWrite,
     SqliteLedger,
+    StaleWriter,
     UnsettledActivities,
     WorldLedger,
     WorldSnapshot,
@@ -109,14 +113,7 @@ class Host:
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.families = tuple(families)
-        self._by_kind: dict[str, Family] = {}
-        for fam in self.families:
-            if not isinstance(fam, Family):
-                raise FamilyError(f"{fam!r} is not a Family")
-            for kind in fam.kinds:
-                if kind in self._by_kind:
-                    raise FamilyError(f"kind {kind!r} is registered by two families")
-                self._by_kind[kind] = fam
+        self._by_kind = families_by_kind(self.families)
         self.catalog_url = "sqlite:///" + str(self.data_dir / "catalog.db")
         self._clock = clock
         self._owns_ledger = ledger is None
@@ -130,6 +127,7 @@ class Host:
         self._observe = observe
         self.page_size = page_size
         self._writers: dict[str, Writer] = {}
+        self._fenced: set[str] = set()  # worlds whose writer a newer one superseded
         self._staged: dict[ActivityKey, Observation] = {}
         self._staged_mutex = threading.Lock()
         self._catalog_mutex = threading.RLock()
@@ -163,6 +161,7 @@ class Host:
         for world_id in self.ledger.worlds():
             with self.ledger.lock(world_id):
                 self._writers[world_id] = self.ledger.acquire_writer(world_id)
+                self._fenced.discard(world_id)
                 self._finish_post_commit(world_id)
         self.restage()
 
@@ -338,9 +337,25 @@ class Host:
                 key = ActivityKey(
                     world_id=receipt.world_id, kind=req.kind, activity_id=req.activity_id
                 )
+                with self._catalog_mutex:
+                    existing = self.catalog.get(key)
+                if existing is not None and existing.source != receipt:
+                    # A projection that asks, in every tick, for each intent not yet observed
+                    # asks again for an Activity admitted from an earlier receipt: the same
+                    # request is that Activity (its source binding stays); a different one is
+                    # a conflict and fails closed.
+                    if (existing.input_ref, existing.input_digest) == (ref.ref, ref.digest):
+                        continue
+                    raise ProjectionConflict(
+                        f"{key} was admitted from {existing.source} with input"
+                        f" {existing.input_digest}; {receipt} asks for {ref.digest}"
+                    )
                 admission = Admission(
                     key=key, source=receipt, input_ref=ref.ref, input_digest=ref.digest
                 )
+                # The reader runs again at each catalog write: under this process's lock the
+                # head cannot move, but a newer writer in another process can.
+                self.ledger.check_receipt(receipt)
                 try:
                     with self._catalog_mutex:
                         self.catalog.admit(admission)
@@ -369,6 +384,7 @@ class Host:
             if digest is None:
                 log.warning("incomplete completion evidence for %s at %s", key, receipt)
                 continue
+            self.ledger.check_receipt(receipt)
             with self._catalog_mutex:
                 self.catalog.settle(key, receipt, digest)
             crash_point("after_settlement")
@@ -423,7 +439,13 @@ class Host:
         for world_id in self.staged_worlds():
             if self.ledger.close_state(world_id)[0] != "open":
                 continue  # reserved for close: the observation waits for a reopen
-            receipts.append(self.commit_tick(world_id))
+            if world_id in self._fenced:
+                continue  # a newer writer owns the world; it restages and observes itself
+            try:
+                receipts.append(self.commit_tick(world_id))
+            except StaleWriter:
+                log.warning("world %r has a newer writer; this Host stops observing it", world_id)
+                self._fenced.add(world_id)
         return receipts
 
     def wait_settled(self, world_id: str, timeout_s: float) -> bool:
@@ -450,11 +472,14 @@ class Host:
         self._check_open()
         with self.ledger.lock(source_world):
             self._finish_post_commit(source_world)
+            head = self.ledger.head(source_world)
             with self._catalog_mutex:
                 unsettled = self.catalog.has_unsettled(source_world)
             if unsettled:
                 raise UnsettledActivities(f"world {source_world!r} has unsettled Activities")
-            receipt = self.ledger.fork(self.ledger.head(source_world), new_world)
+            # The lock is per process: the ledger re-checks `head` (still the head, its
+            # post-commit work done) in the fork's own transaction against other processes.
+            receipt = self.ledger.fork(head, new_world)
         with self.ledger.lock(new_world):
             self._writers[new_world] = self.ledger.acquire_writer(new_world)
         return receipt
@@ -474,11 +499,12 @@ class Host:
         try:
             with self.ledger.lock(world_id):
                 self._finish_post_commit(world_id)
+                head = self.ledger.head(world_id)
                 with self._catalog_mutex:
                     unsettled = self.catalog.has_unsettled(world_id)
                 if unsettled:
                     raise UnsettledActivities(f"world {world_id!r} has unsettled Activities")
-                self.ledger.destroy(world_id)
+                self.ledger.destroy(world_id, head)
                 self._writers.pop(world_id, None)
         except BaseException:
             self.ledger.rollback_close(world_id)

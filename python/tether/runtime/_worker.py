@@ -43,6 +43,7 @@ from tether.runtime._family import (
     ProgressEvent,
     Recovered,
     Unknown,
+    families_by_kind,
 )
 
 log = logging.getLogger("tether.runtime.worker")
@@ -81,12 +82,7 @@ class Worker:
         self.lease_ms = lease_ms
         self._emit = emit
         self.stop = stop or threading.Event()
-        self._by_kind: dict[str, Family] = {}
-        for fam in families:
-            for kind in fam.kinds:
-                if kind in self._by_kind:
-                    raise FamilyError(f"kind {kind!r} is registered by two families")
-                self._by_kind[kind] = fam
+        self._by_kind = families_by_kind(families)
         self.kinds = sorted(self._by_kind)
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from tether.world._errors import (
     WorldNotFound,
 )
 from tether.world._port import WorldLedger
+from tether.world._reader import HeadFacts, judge_receipt, receipt_token
 from tether.world._sqlite import SqliteLedger
 from tether.world._types import (
     CommittedTickReceipt,
@@ -30,6 +31,7 @@ __all__ = [
     "CommittedTickReceipt",
     "ComponentWrite",
     "HeadConflict",
+    "HeadFacts",
     "InvalidWrite",
     "JSONValue",
     "PostCommitPending",
@@ -46,4 +48,6 @@ __all__ = [
     "Writer",
     "canonical_json",
     "digest_of",
+    "judge_receipt",
+    "receipt_token",
 ]

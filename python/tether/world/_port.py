@@ -7,7 +7,17 @@ Rules every implementation keeps:
 - Tick T+1 is refused (`PostCommitPending`) until `complete_post_commit` was called for T.
 - `check_receipt` fails closed (`ReceiptRejected`) unless the receipt is the current committed
   head of its world and run, its token is the sole token at that head, and the token is in the
-  world's pinned visibility allowlist.
+  world's pinned visibility allowlist (the rule itself is `judge_receipt`; an engine only
+  reports the `HeadFacts`).
+
+Lock scope: `lock` is the exact-world lock of one process (the Host's threads). Across
+processes single-writer safety does not rest on it but on the durable checks above: a newer
+writer epoch makes every older writer's commit fail (`StaleWriter`), the head compare-and-swap
+refuses a parent that is no longer the head, `fork` and `destroy(world, head)` re-check in their
+own transaction that the head the caller judged settled is still the head with its post-commit
+work done, and `reserve_close` stops every process's ticks. Post-commit work may then run in
+two processes at once for the same receipt; it is idempotent (identical admissions and
+settlements are no-ops, a conflicting one fails closed in both).
 """
 
 from __future__ import annotations
@@ -78,7 +88,11 @@ class WorldLedger(Protocol):
         ...
 
     def fork(self, source: CommittedTickReceipt, new_world_id: str) -> CommittedTickReceipt:
-        """Create `new_world_id` whose genesis holds `source`'s state; return its receipt."""
+        """Create `new_world_id` whose genesis holds `source`'s state; return its receipt.
+
+        Refuses unless `source` is still the head and its post-commit work succeeded, checked
+        atomically with the copy (`ReceiptRejected`, `HeadConflict`, `PostCommitPending`).
+        """
         ...
 
     def reserve_close(self, world_id: str, *, sticky: bool) -> None:
@@ -93,8 +107,12 @@ class WorldLedger(Protocol):
         """(state, sticky): state is `open`, `closing` or `destroyed`."""
         ...
 
-    def destroy(self, world_id: str) -> None:
-        """Delete a world reserved for close; its receipts then fail closed."""
+    def destroy(self, world_id: str, head: CommittedTickReceipt | None = None) -> None:
+        """Delete a world reserved for close; its receipts then fail closed.
+
+        With `head`, refuse (`HeadConflict`/`PostCommitPending`) unless it is still the head
+        and its post-commit work succeeded, checked atomically with the delete.
+        """
         ...
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ from tether.world._errors import (
     WorldExists,
     WorldNotFound,
 )
+from tether.world._reader import HeadFacts, judge_receipt, receipt_token
 from tether.world._types import (
     CommittedTickReceipt,
     ComponentWrite,
@@ -313,43 +314,35 @@ class SqliteLedger:
         Raises:
             ReceiptRejected: with the code of the first rule the receipt breaks.
         """
-        token = getattr(receipt, "visibility_token", None)
-        if not isinstance(token, str) or not token:
-            raise ReceiptRejected("tokenless", f"receipt {receipt!r} carries no visibility token")
-        with self._mutex:
+        token = receipt_token(receipt)
+        with self._mutex:  # one consistent view: no commit lands between these reads
             row = self._db.execute(
                 "SELECT run_id, head_tick, close_state FROM worlds WHERE world_id = ?",
                 (receipt.world_id,),
             ).fetchone()
-            if row is None:
-                raise ReceiptRejected("unknown_world", f"no world {receipt.world_id!r}")
-            if row[2] == "destroyed":
-                raise ReceiptRejected("world_closed", f"world {receipt.world_id!r} was destroyed")
-            if row[0] != receipt.run_id:
-                raise ReceiptRejected(
-                    "wrong_run", f"run {receipt.run_id!r} is not the current run {row[0]!r}"
-                )
-            if int(row[1]) != receipt.tick:
-                raise ReceiptRejected(
-                    "not_head", f"tick {receipt.tick} is not the committed head {row[1]}"
-                )
-            tokens = [
+            tokens = frozenset(
                 r[0]
                 for r in self._db.execute(
                     "SELECT token FROM tick_tokens WHERE world_id = ? AND run_id = ? AND tick = ?",
                     (receipt.world_id, receipt.run_id, receipt.tick),
                 )
-            ]
+            )
             visible = self._db.execute(
                 "SELECT 1 FROM visibility WHERE world_id = ? AND token = ?",
                 (receipt.world_id, token),
             ).fetchone()
-        if len(tokens) > 1:
-            raise ReceiptRejected("ambiguous_head", f"head tick {receipt.tick} has {len(tokens)}")
-        if tokens != [token]:
-            raise ReceiptRejected("sibling_token", f"token {token!r} is not the head's token")
-        if visible is None:
-            raise ReceiptRejected("not_visible", f"token {token!r} is not in the allowlist")
+        facts = (
+            None
+            if row is None
+            else HeadFacts(
+                run_id=row[0],
+                head_tick=int(row[1]),
+                destroyed=row[2] == "destroyed",
+                tokens_at_tick=tokens,
+                visible=visible is not None,
+            )
+        )
+        judge_receipt(receipt, facts)
 
     def visibility_allowlist(self, world_id: str) -> frozenset[str]:
         """The world's pinned visibility tokens."""
@@ -367,14 +360,13 @@ class SqliteLedger:
         Raises:
             ReceiptRejected: `tokenless` or `no_such_tick` when no such committed tick exists.
         """
-        if not isinstance(receipt.visibility_token, str) or not receipt.visibility_token:
-            raise ReceiptRejected("tokenless", f"receipt {receipt!r} carries no visibility token")
+        token = receipt_token(receipt)
         key = (receipt.world_id, receipt.run_id, receipt.tick)
         with self._mutex:
             found = self._db.execute(
                 "SELECT 1 FROM tick_tokens WHERE world_id = ? AND run_id = ? AND tick = ?"
                 " AND token = ?",
-                (*key, receipt.visibility_token),
+                (*key, token),
             ).fetchone()
             if found is None:
                 raise ReceiptRejected("no_such_tick", f"no committed tick matches {receipt!r}")
@@ -418,13 +410,37 @@ class SqliteLedger:
 
     # -- lifecycle ----------------------------------------------------------------------
 
+    def _check_settled_head(
+        self, db: sqlite3.Connection, receipt: CommittedTickReceipt, row: tuple[Any, ...]
+    ) -> None:
+        # Inside the lifecycle transaction: another process's writer may have committed since
+        # the caller checked for unsettled work, so the checked head must still be the head
+        # and its post-commit work (admission, settlement) must have succeeded.
+        if (row[0], int(row[1]), row[2]) != (
+            receipt.run_id,
+            receipt.tick,
+            receipt.visibility_token,
+        ):
+            raise HeadConflict(f"{receipt} is no longer the head of {receipt.world_id!r}")
+        if int(row[4]) < int(row[1]):
+            raise PostCommitPending(
+                f"post-commit work of tick {row[1]} of {receipt.world_id!r} has not succeeded"
+            )
+
     def fork(self, source: CommittedTickReceipt, new_world_id: str) -> CommittedTickReceipt:
-        """Create `new_world_id` whose genesis holds `source`'s state (no control records)."""
+        """Create `new_world_id` whose genesis holds `source`'s state (no control records).
+
+        Raises:
+            ReceiptRejected: `source` is not the current head (the fail-closed reader).
+            HeadConflict: the head moved between the read and the fork's transaction.
+            PostCommitPending: the head's post-commit work has not succeeded.
+        """
         check_name("world id", new_world_id)
         self.check_receipt(source)
         snapshot = self.read_at(source)
         run_id, token = "run_" + uuid.uuid4().hex, _new_token()
         with self._tx() as db:
+            self._check_settled_head(db, source, self._world_row(db, source.world_id))
             if db.execute("SELECT 1 FROM worlds WHERE world_id = ?", (new_world_id,)).fetchone():
                 raise WorldExists(f"world {new_world_id!r} already exists (or was destroyed)")
             db.execute(
@@ -472,12 +488,19 @@ class SqliteLedger:
             raise WorldNotFound(f"world {world_id!r} does not exist")
         return str(row[0]), bool(row[1])
 
-    def destroy(self, world_id: str) -> None:
-        """Delete a world reserved for close; its receipts then fail closed (`world_closed`)."""
+    def destroy(self, world_id: str, head: CommittedTickReceipt | None = None) -> None:
+        """Delete a world reserved for close; its receipts then fail closed (`world_closed`).
+
+        With `head`, the head the caller checked for unsettled work, the destroy also fails
+        (`HeadConflict`, `PostCommitPending`) unless that is still the head with its post-commit
+        work done, checked in the same transaction.
+        """
         with self._tx() as db:
             row = self._world_row(db, world_id)
             if row[5] != "closing":
                 raise WorldError(f"world {world_id!r} must be reserved for close before destroy")
+            if head is not None:
+                self._check_settled_head(db, head, row)
             for table in ("ticks", "tick_tokens", "visibility", "components"):
                 db.execute(f"DELETE FROM {table} WHERE world_id = ?", (world_id,))
             db.execute(

@@ -1,0 +1,266 @@
+"""A second, in-memory implementation of the `WorldLedger` port (a stand-in world engine).
+
+It shares no code with the SQLite ledger except the port's plain data types and the one
+fail-closed rule (`judge_receipt`), so a Host that runs on it runs on the port alone. Not
+durable: a restart test needs the SQLite ledger.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+
+from tether.world import (
+    CommittedTickReceipt,
+    ComponentWrite,
+    HeadConflict,
+    HeadFacts,
+    InvalidWrite,
+    PostCommitPending,
+    ReceiptRejected,
+    StaleWriter,
+    WorldClosing,
+    WorldError,
+    WorldExists,
+    WorldNotFound,
+    WorldSnapshot,
+    Writer,
+    judge_receipt,
+    receipt_token,
+)
+
+
+@dataclass
+class _World:
+    run_id: str
+    head_tick: int
+    head_token: str
+    epoch: int = 0
+    post_commit_tick: int = 0
+    close_state: str = "open"
+    sticky: bool = False
+
+
+@dataclass
+class _Tick:
+    tokens: set[str]
+    state: dict[tuple[str, str], str]
+    changes: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+
+
+class MemoryLedger:
+    """An in-memory world engine behind the `WorldLedger` port. Shareable across threads."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.RLock()
+        self._worlds: dict[str, _World] = {}
+        self._ticks: dict[tuple[str, str, int], _Tick] = {}
+        self._visible: dict[str, set[str]] = {}
+        self._locks: dict[str, threading.RLock] = {}
+        self._owners: dict[str, tuple[int, int]] = {}
+
+    def _live(self, world_id: str) -> _World:
+        w = self._worlds.get(world_id)
+        if w is None or w.close_state == "destroyed":
+            raise WorldNotFound(f"world {world_id!r} does not exist")
+        return w
+
+    def _genesis(self, world_id: str, state: dict[tuple[str, str], str]) -> CommittedTickReceipt:
+        run_id, token = "run_" + uuid.uuid4().hex, "vt_" + secrets.token_hex(16)
+        self._ticks[(world_id, run_id, 0)] = _Tick({token}, dict(state))
+        self._visible.setdefault(world_id, set()).add(token)
+        w = self._worlds.get(world_id)
+        if w is None or w.close_state == "destroyed":
+            self._worlds[world_id] = _World(run_id, 0, token)
+        else:
+            w.run_id, w.head_tick, w.head_token, w.post_commit_tick = run_id, 0, token, 0
+        return CommittedTickReceipt(world_id, run_id, 0, token)
+
+    def create_world(self, world_id: str) -> CommittedTickReceipt:
+        if not isinstance(world_id, str) or not world_id or " " in world_id:
+            raise InvalidWrite(f"bad world id {world_id!r}")
+        with self._mutex:
+            if world_id in self._worlds:
+                raise WorldExists(world_id)
+            return self._genesis(world_id, {})
+
+    def worlds(self) -> list[str]:
+        with self._mutex:
+            return sorted(k for k, w in self._worlds.items() if w.close_state != "destroyed")
+
+    def start_run(self, writer: Writer) -> CommittedTickReceipt:
+        with self._mutex:
+            self._check_writable(writer)
+            return self._genesis(writer.world_id, {})
+
+    def acquire_writer(self, world_id: str) -> Writer:
+        with self._mutex:
+            w = self._live(world_id)
+            w.epoch += 1
+            return Writer(world_id, w.epoch)
+
+    def _check_writable(self, writer: Writer) -> _World:
+        w = self._live(writer.world_id)
+        if w.close_state != "open":
+            raise WorldClosing(writer.world_id)
+        if writer.epoch != w.epoch:
+            raise StaleWriter(f"epoch {writer.epoch} superseded by {w.epoch}")
+        return w
+
+    def commit(
+        self, writer: Writer, parent: CommittedTickReceipt, writes: Sequence[ComponentWrite]
+    ) -> CommittedTickReceipt:
+        encoded: dict[tuple[str, str], str | None] = {}
+        for wr in writes:
+            if not isinstance(wr, ComponentWrite) or (wr.entity, wr.component) in encoded:
+                raise InvalidWrite(f"bad or repeated write {wr!r}")
+            encoded[(wr.entity, wr.component)] = wr.encoded()
+        with self._mutex:  # everything below lands together: the head CAS is this block
+            w = self._check_writable(writer)
+            if (parent.world_id, parent.run_id, parent.tick, parent.visibility_token) != (
+                writer.world_id,
+                w.run_id,
+                w.head_tick,
+                w.head_token,
+            ):
+                raise HeadConflict(f"{parent} is not the head")
+            if w.post_commit_tick < w.head_tick:
+                raise PostCommitPending(f"tick {w.head_tick} of {writer.world_id!r}")
+            state = dict(self._ticks[(writer.world_id, w.run_id, w.head_tick)].state)
+            for key, text in encoded.items():
+                if text is None:
+                    state.pop(key, None)
+                else:
+                    state[key] = text
+            tick, token = w.head_tick + 1, "vt_" + secrets.token_hex(16)
+            self._ticks[(writer.world_id, w.run_id, tick)] = _Tick(
+                {token}, state, frozenset(encoded)
+            )
+            self._visible[writer.world_id].add(token)
+            w.head_tick, w.head_token = tick, token
+            return CommittedTickReceipt(writer.world_id, w.run_id, tick, token)
+
+    def head(self, world_id: str) -> CommittedTickReceipt:
+        with self._mutex:
+            w = self._live(world_id)
+            return CommittedTickReceipt(world_id, w.run_id, w.head_tick, w.head_token)
+
+    def read_at(self, receipt: CommittedTickReceipt) -> WorldSnapshot:
+        token = receipt_token(receipt)
+        with self._mutex:
+            t = self._ticks.get((receipt.world_id, receipt.run_id, receipt.tick))
+            if t is None or token not in t.tokens:
+                raise ReceiptRejected("no_such_tick", f"no committed tick matches {receipt!r}")
+            return WorldSnapshot.of(receipt, t.state, t.changes)
+
+    def check_receipt(self, receipt: CommittedTickReceipt) -> None:
+        token = receipt_token(receipt)
+        with self._mutex:
+            w = self._worlds.get(receipt.world_id)
+            t = self._ticks.get((receipt.world_id, receipt.run_id, receipt.tick))
+            facts = (
+                None
+                if w is None
+                else HeadFacts(
+                    run_id=w.run_id,
+                    head_tick=w.head_tick,
+                    destroyed=w.close_state == "destroyed",
+                    tokens_at_tick=frozenset(t.tokens) if t else frozenset(),
+                    visible=token in self._visible.get(receipt.world_id, set()),
+                )
+            )
+        judge_receipt(receipt, facts)
+
+    def visibility_allowlist(self, world_id: str) -> frozenset[str]:
+        with self._mutex:
+            return frozenset(self._visible.get(world_id, set()))
+
+    @contextmanager
+    def _locked(self, world_id: str) -> Iterator[None]:
+        with self._mutex:
+            lock = self._locks.setdefault(world_id, threading.RLock())
+        with lock:
+            me, depth = self._owners.get(world_id, (threading.get_ident(), 0))
+            self._owners[world_id] = (me, depth + 1)
+            try:
+                yield
+            finally:
+                me, depth = self._owners[world_id]
+                if depth == 1:
+                    del self._owners[world_id]
+                else:
+                    self._owners[world_id] = (me, depth - 1)
+
+    def lock(self, world_id: str) -> AbstractContextManager[None]:
+        return self._locked(world_id)
+
+    def holds_lock(self, world_id: str | None = None) -> bool:
+        me = threading.get_ident()
+        owners = dict(self._owners)
+        return any(o == me for w, (o, _) in owners.items() if world_id in (None, w))
+
+    def pending_post_commit(self, world_id: str) -> CommittedTickReceipt | None:
+        with self._mutex:
+            w = self._live(world_id)
+            if w.post_commit_tick >= w.head_tick:
+                return None
+            return CommittedTickReceipt(world_id, w.run_id, w.head_tick, w.head_token)
+
+    def complete_post_commit(self, receipt: CommittedTickReceipt) -> None:
+        with self._mutex:
+            self.check_receipt(receipt)
+            w = self._live(receipt.world_id)
+            w.post_commit_tick = max(w.post_commit_tick, receipt.tick)
+
+    def _check_settled_head(self, receipt: CommittedTickReceipt) -> None:
+        self.check_receipt(receipt)
+        w = self._live(receipt.world_id)
+        if w.post_commit_tick < w.head_tick:
+            raise PostCommitPending(f"tick {w.head_tick} of {receipt.world_id!r}")
+
+    def fork(self, source: CommittedTickReceipt, new_world_id: str) -> CommittedTickReceipt:
+        with self._mutex:
+            self._check_settled_head(source)
+            if new_world_id in self._worlds:
+                raise WorldExists(new_world_id)
+            state = self._ticks[(source.world_id, source.run_id, source.tick)].state
+            return self._genesis(new_world_id, state)
+
+    def reserve_close(self, world_id: str, *, sticky: bool) -> None:
+        with self._mutex:
+            w = self._live(world_id)
+            w.close_state, w.sticky = "closing", w.sticky or sticky
+
+    def rollback_close(self, world_id: str) -> None:
+        with self._mutex:
+            w = self._live(world_id)
+            if w.close_state == "closing" and not w.sticky:
+                w.close_state = "open"
+
+    def close_state(self, world_id: str) -> tuple[str, bool]:
+        with self._mutex:
+            w = self._worlds.get(world_id)
+            if w is None:
+                raise WorldNotFound(world_id)
+            return w.close_state, w.sticky
+
+    def destroy(self, world_id: str, head: CommittedTickReceipt | None = None) -> None:
+        with self._mutex:
+            w = self._live(world_id)
+            if w.close_state != "closing":
+                raise WorldError(f"world {world_id!r} must be reserved for close first")
+            if head is not None:
+                if head != self.head(world_id):
+                    raise HeadConflict(f"{head} is no longer the head")
+                self._check_settled_head(head)
+            for key in [k for k in self._ticks if k[0] == world_id]:
+                del self._ticks[key]
+            self._visible.pop(world_id, None)
+            w.close_state = "destroyed"
+
+    def close(self) -> None:
+        """Nothing to release."""
