@@ -1,0 +1,350 @@
+"""The simulation provider: runs episodes in a child process and reconciles them from files.
+
+Every provider operation id owns one directory under the provider root:
+
+    operation.json        the operation id and request digest (create-if-absent, then checked)
+    attempt-<n>.start     start marker: created by the episode child itself, atomically and only
+                          if absent, naming the child (pid, /proc start time, boot id, host)
+    attempt-<n>.fenced    tombstone: a later attempt fenced attempt n off; a child that finds it
+                          after creating its marker exits without running
+    result.zip            the complete result (arrays + summary), published by rename only after
+                          it was fsynced; a crashed child leaves at most a dot-temp file
+    guard-<n>.json        the retry guard: proof that every earlier attempt's child is gone
+    evidence-<n>.json     why attempt n's reconciliation could not decide (Unknown)
+
+Rules (seeded simulation, seed section 4): the first complete `result.zip` is reused and never
+recomputed; a start marker without a result is Unknown while its child may still run; once
+every earlier attempt is fenced and its recorded child is provably gone, the absence is confirmed
+and the guard file is the proof that lets exactly one fresh attempt start (its own marker is
+create-if-absent, so a second starter of the same attempt fails). Fencing and the marker are
+both write-then-check, so a stale child and a reconciler can never both miss each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether.physical._durable import create_exclusive, write_durable
+from tether.physical._episode import (
+    EpisodeRequest,
+    EpisodeRun,
+    ProgressFn,
+    decode_result,
+)
+from tether.physical._proc import ProcessIdentity
+from tether.physical.errors import (
+    AttemptAlreadyStarted,
+    AttemptFenced,
+    EpisodeFailed,
+    InvalidEpisodeRequest,
+    ResultCorrupt,
+    SimError,
+    StaleAttemptAlive,
+)
+
+# Child exit codes (the child is `python -m tether.physical._child`).
+EXIT_OK = 0
+EXIT_PARENT_GONE = 10
+EXIT_ALREADY_STARTED = 11
+EXIT_FENCED = 12
+EXIT_BAD_REQUEST = 13
+_EXIT_ERRORS: dict[int, type[SimError]] = {
+    EXIT_ALREADY_STARTED: AttemptAlreadyStarted,
+    EXIT_FENCED: AttemptFenced,
+    EXIT_BAD_REQUEST: InvalidEpisodeRequest,
+}
+#: Environment variable naming a crash point at which this process SIGKILLs itself (tests only).
+CRASH_ENV = "TETHER_SIM_CRASH_AT"
+_ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.start$")
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL this process if `TETHER_SIM_CRASH_AT` names this point (crash tests)."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class OperationDir:
+    """The files of one provider operation id (see the module docstring)."""
+
+    path: Path
+
+    def marker(self, attempt: int) -> Path:
+        """Start marker of `attempt`."""
+        return self.path / f"attempt-{attempt}.start"
+
+    def tombstone(self, attempt: int) -> Path:
+        """Fence tombstone of `attempt`."""
+        return self.path / f"attempt-{attempt}.fenced"
+
+    @property
+    def result(self) -> Path:
+        """The published result file."""
+        return self.path / "result.zip"
+
+    def guard(self, attempt: int) -> Path:
+        """Retry-guard proof written by `attempt`'s reconciliation."""
+        return self.path / f"guard-{attempt}.json"
+
+    def evidence(self, attempt: int) -> Path:
+        """Unknown-evidence written by `attempt`'s reconciliation."""
+        return self.path / f"evidence-{attempt}.json"
+
+    def stderr(self, attempt: int) -> Path:
+        """The episode child's stderr of `attempt` (diagnostics only)."""
+        return self.path / f"attempt-{attempt}.stderr"
+
+    def started_attempts(self) -> list[int]:
+        """Attempt numbers that have a start marker, ascending."""
+        found = (_ATTEMPT_FILE.match(p.name) for p in self.path.iterdir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def read_marker(self, attempt: int) -> dict[str, Any]:
+        """The parsed marker of `attempt`; raises `ResultCorrupt` if it is unreadable."""
+        try:
+            raw = json.loads(self.marker(attempt).read_bytes())
+            ProcessIdentity.from_dict(raw["child"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ResultCorrupt(f"start marker {self.marker(attempt)} is unreadable") from exc
+        if not isinstance(raw, dict):
+            raise ResultCorrupt(f"start marker {self.marker(attempt)} is not an object")
+        return raw
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """A complete, verified result file of an operation (fresh or reused)."""
+
+    path: Path
+    data: bytes = field(repr=False)
+    digest: str
+    run: EpisodeRun = field(repr=False)
+    reused: bool
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The result summary: the observation."""
+        return self.run.summary
+
+
+@dataclass(frozen=True)
+class ResultFound:
+    """Reconciliation found the first complete result: reuse it, never recompute."""
+
+    outcome: EpisodeOutcome
+
+
+@dataclass(frozen=True)
+class ProvenAbsent:
+    """No result, and every earlier attempt is fenced and its child provably gone."""
+
+    guard_path: Path
+    guard_digest: str
+    proof: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StillUnknown:
+    """An earlier attempt's child may still be running (or cannot be checked from here)."""
+
+    evidence_path: Path
+    evidence_digest: str
+    reason: str
+
+
+ReconcileFact = ResultFound | ProvenAbsent | StillUnknown
+
+
+class SimProvider:
+    """Runs and reconciles seeded simulation operations under one root directory."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        (self.root / "ops").mkdir(parents=True, exist_ok=True)
+
+    def operation_dir(self, operation_id: str) -> OperationDir:
+        """The directory of `operation_id` (created on first use)."""
+        if not isinstance(operation_id, str) or not operation_id:
+            raise InvalidEpisodeRequest("operation_id must be a non-empty string")
+        name = hashlib.sha256(operation_id.encode()).hexdigest()[:40]
+        path = self.root / "ops" / name
+        path.mkdir(exist_ok=True)
+        return OperationDir(path)
+
+    def _bind(self, operation_id: str, request: EpisodeRequest) -> OperationDir:
+        op = self.operation_dir(operation_id)
+        record = _canonical({"operation_id": operation_id, "request_digest": request.digest()})
+        if not create_exclusive(op.path / "operation.json", record):
+            existing = (op.path / "operation.json").read_bytes()
+            if existing != record:
+                raise InvalidEpisodeRequest(
+                    f"operation {operation_id!r} is already bound to a different request"
+                )
+        return op
+
+    def find_result(self, operation_id: str) -> EpisodeOutcome | None:
+        """The complete result of `operation_id`, verified, or None if none was published."""
+        op = self.operation_dir(operation_id)
+        try:
+            data = op.result.read_bytes()
+        except FileNotFoundError:
+            return None
+        return EpisodeOutcome(
+            path=op.result, data=data, digest=_sha256(data), run=decode_result(data), reused=True
+        )
+
+    def _fence_earlier(self, op: OperationDir, attempt: int, by: str) -> list[dict[str, Any]]:
+        """Tombstone every attempt below `attempt`, then observe each earlier marker's child."""
+        record = _canonical({"fenced_by_attempt": attempt, "by": by})
+        for k in range(1, attempt):
+            create_exclusive(op.tombstone(k), record)
+        observations = []
+        for k in op.started_attempts():
+            if k == attempt:
+                continue
+            marker = op.read_marker(k)
+            child = ProcessIdentity.from_dict(marker["child"])
+            alive, seen = child.observe()
+            observations.append(
+                {"attempt": k, "child": child.to_dict(), "alive": alive, "observed": seen}
+            )
+        return observations
+
+    def reconcile(self, operation_id: str, attempt: int) -> ReconcileFact:
+        """Decide, from files and /proc only, what happened to earlier attempts of the operation.
+
+        Args:
+            operation_id: the stable provider operation id bound before any attempt ran.
+            attempt: the reconciling attempt number; every lower attempt is fenced off.
+        """
+        _check_attempt(attempt)
+        found = self.find_result(operation_id)
+        if found is not None:
+            return ResultFound(found)
+        op = self.operation_dir(operation_id)
+        observations = self._fence_earlier(op, attempt, "reconcile")
+        # A child may have published between the first look and the fence: look again.
+        found = self.find_result(operation_id)
+        if found is not None:
+            return ResultFound(found)
+        undecided = [o for o in observations if o["alive"] is not False]
+        if undecided:
+            evidence = _canonical(
+                {"operation_id": operation_id, "attempt": attempt, "children": undecided}
+            )
+            write_durable(op.evidence(attempt), evidence)
+            return StillUnknown(
+                evidence_path=op.evidence(attempt),
+                evidence_digest=_sha256(evidence),
+                reason="; ".join(o["observed"] for o in undecided),
+            )
+        proof = {
+            "operation_id": operation_id,
+            "attempt": attempt,
+            "fenced_attempts": list(range(1, attempt)),
+            "children_gone": observations,
+        }
+        guard = _canonical(proof)
+        write_durable(op.guard(attempt), guard)
+        return ProvenAbsent(guard_path=op.guard(attempt), guard_digest=_sha256(guard), proof=proof)
+
+    def execute(
+        self,
+        operation_id: str,
+        attempt: int,
+        request: Mapping[str, Any] | EpisodeRequest,
+        *,
+        progress: ProgressFn | None = None,
+        on_start: Callable[[ProcessIdentity], None] | None = None,
+    ) -> EpisodeOutcome:
+        """Run the operation's episodes in a child process, or reuse its published result.
+
+        The child dies with the calling thread (PR_SET_PDEATHSIG), so call this from a thread
+        that outlives the episode. If `progress` or `on_start` raises (say, the lease was lost),
+        the child is killed before the exception propagates. Raises `StaleAttemptAlive` if an
+        earlier attempt's child may still run, `EpisodeFailed` if the child ended without a
+        result, and the child's own typed errors (already started, fenced, bad request).
+        """
+        _check_attempt(attempt)
+        req = request if isinstance(request, EpisodeRequest) else EpisodeRequest.from_dict(request)
+        op = self._bind(operation_id, req)
+        found = self.find_result(operation_id)
+        if found is not None:
+            return found
+        observations = self._fence_earlier(op, attempt, "execute")
+        found = self.find_result(operation_id)
+        if found is not None:
+            return found
+        alive = [o for o in observations if o["alive"] is not False]
+        if alive:
+            raise StaleAttemptAlive("; ".join(o["observed"] for o in alive))
+        self._run_child(op, operation_id, attempt, req, progress, on_start)
+        data = op.result.read_bytes()
+        outcome = EpisodeOutcome(
+            path=op.result, data=data, digest=_sha256(data), run=decode_result(data), reused=False
+        )
+        crash_point("sim.result_durable")
+        return outcome
+
+    def _run_child(
+        self,
+        op: OperationDir,
+        operation_id: str,
+        attempt: int,
+        req: EpisodeRequest,
+        progress: ProgressFn | None,
+        on_start: Callable[[ProcessIdentity], None] | None,
+    ) -> None:
+        argv = [sys.executable, "-m", "tether.physical._child", str(op.path), str(attempt)]
+        argv.append(str(os.getpid()))
+        job = _canonical({"operation_id": operation_id, "request": req.to_dict()})
+        with (
+            open(op.stderr(attempt), "wb") as err,
+            subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, close_fds=True
+            ) as proc,
+        ):
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(job)
+                proc.stdin.close()
+                for line in proc.stdout:
+                    event = json.loads(line)
+                    if event["event"] == "started" and on_start is not None:
+                        on_start(ProcessIdentity.from_dict(event["child"]))
+                    elif event["event"] == "progress" and progress is not None:
+                        progress(int(event["done"]), int(event["total"]), float(event["error"]))
+                rc = proc.wait()
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+        if rc == EXIT_OK and op.result.exists():
+            return
+        tail = op.stderr(attempt).read_text(errors="replace")[-2000:]
+        error = _EXIT_ERRORS.get(rc, EpisodeFailed)
+        raise error(f"episode child of attempt {attempt} exited with {rc}: {tail.strip()}")
+
+
+def _check_attempt(attempt: int) -> None:
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise InvalidEpisodeRequest(f"attempt must be an integer >= 1, got {attempt!r}")
