@@ -1,0 +1,68 @@
+"""Typed errors raised by the world ledger and the world lifecycle."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from tether._core import TetherError
+
+#: Stable snake_case codes a receipt rejection carries (listable at runtime).
+RECEIPT_REJECTION_CODES: Final = (
+    "tokenless",
+    "unknown_world",
+    "world_closed",
+    "wrong_run",
+    "not_head",
+    "ambiguous_head",
+    "sibling_token",
+    "not_visible",
+    "no_such_tick",
+)
+
+
+class WorldError(TetherError):
+    """Base of every error raised by the world ledger."""
+
+
+class WorldNotFound(WorldError):
+    """The named world does not exist in this ledger."""
+
+
+class WorldExists(WorldError):
+    """A world with this id already exists (create or fork target)."""
+
+
+class InvalidWrite(WorldError):
+    """A component write is malformed (bad entity/component name or a non-JSON value)."""
+
+
+class StaleWriter(WorldError):
+    """The commit came from a writer whose epoch was superseded by a newer writer."""
+
+
+class HeadConflict(WorldError):
+    """The head moved since the writer read it (compare-and-swap on the head failed)."""
+
+
+class PostCommitPending(WorldError):
+    """Tick T+1 was requested while the post-commit work of tick T has not succeeded."""
+
+
+class WorldClosing(WorldError):
+    """The world is reserved for close or destroyed; it accepts no new ticks."""
+
+
+class ReceiptRejected(WorldError):
+    """The receipt reader failed closed: the receipt may neither admit nor settle work.
+
+    Attributes:
+        code: one of `RECEIPT_REJECTION_CODES`.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class UnsettledActivities(WorldError):
+    """Fork or destroy was refused: the world still has admitted, unsettled Activities."""

@@ -1,0 +1,308 @@
+"""The SQLite world ledger: atomic ticks, writer fencing, post-commit gating, the receipt reader."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tether.errors import TetherError
+from tether.world import (
+    RECEIPT_REJECTION_CODES,
+    CommittedTickReceipt,
+    ComponentWrite,
+    HeadConflict,
+    InvalidWrite,
+    PostCommitPending,
+    ReceiptRejected,
+    SqliteLedger,
+    StaleWriter,
+    WorldClosing,
+    WorldExists,
+    WorldLedger,
+    WorldNotFound,
+)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> SqliteLedger:
+    return SqliteLedger.open(tmp_path / "world.db")
+
+
+def _commit(ledger: SqliteLedger, world: str, *writes: ComponentWrite) -> CommittedTickReceipt:
+    """Commit one tick as the current writer and complete its post-commit work."""
+    writer = ledger.acquire_writer(world)
+    receipt = ledger.commit(writer, ledger.head(world), list(writes))
+    ledger.complete_post_commit(receipt)
+    return receipt
+
+
+def test_sqlite_ledger_implements_the_port(ledger: SqliteLedger) -> None:
+    assert isinstance(ledger, WorldLedger)
+
+
+def test_commit_is_atomic_with_fresh_token_and_head(ledger: SqliteLedger) -> None:
+    genesis = ledger.create_world("w")
+    assert genesis.tick == 0 and genesis.visibility_token
+    r1 = _commit(ledger, "w", ComponentWrite("e1", "pos", {"x": 1}))
+    r2 = _commit(ledger, "w", ComponentWrite("e1", "pos", {"x": 2}), ComponentWrite("e2", "c", 7))
+    assert (r1.tick, r2.tick) == (1, 2)
+    assert len({genesis.visibility_token, r1.visibility_token, r2.visibility_token}) == 3
+    assert r1.run_id == r2.run_id == genesis.run_id
+    assert ledger.head("w") == r2
+    assert ledger.read_at(r1).get("e1", "pos") == {"x": 1}
+    assert ledger.read_at(r1).get("e2", "c") is None
+    snap = ledger.read_at(r2)
+    assert snap.get("e1", "pos") == {"x": 2} and snap.get("e2", "c") == 7
+    assert snap.changes == {("e1", "pos"), ("e2", "c")}
+    r3 = _commit(ledger, "w", ComponentWrite("e2", "c", None))
+    assert ("e2", "c") not in ledger.read_at(r3)
+    assert ledger.read_at(r2).get("e2", "c") == 7
+
+
+def test_a_failing_commit_changes_nothing(ledger: SqliteLedger, tmp_path: Path) -> None:
+    genesis = ledger.create_world("w")
+    before = _commit(ledger, "w", ComponentWrite("a", "c", 1))
+    # A real storage fault in the middle of the transaction: the database refuses one row.
+    raw = sqlite3.connect(tmp_path / "world.db")
+    raw.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON components WHEN NEW.entity = 'poison'"
+        " BEGIN SELECT RAISE(ABORT, 'refused'); END"
+    )
+    raw.commit()
+    raw.close()
+    writer = ledger.acquire_writer("w")
+    with pytest.raises(sqlite3.IntegrityError):
+        ledger.commit(
+            writer, before, [ComponentWrite("a", "c", 2), ComponentWrite("poison", "c", 1)]
+        )
+    assert ledger.head("w") == before
+    assert ledger.read_at(before).get("a", "c") == 1
+    assert ledger.visibility_allowlist("w") == {genesis.visibility_token, before.visibility_token}
+
+
+def test_invalid_writes_are_typed_errors(ledger: SqliteLedger) -> None:
+    genesis = ledger.create_world("w")
+    writer = ledger.acquire_writer("w")
+    bad = [
+        [ComponentWrite("e", "c", float("nan"))],
+        [ComponentWrite("e", "c", {1: "x"})],
+        [ComponentWrite("e", "c", object())],
+        [ComponentWrite("", "c", 1)],
+        [ComponentWrite("e", "bad name", 1)],
+        [ComponentWrite("e", "c", 1), ComponentWrite("e", "c", 2)],
+        ["not a write"],
+    ]
+    for writes in bad:
+        with pytest.raises(InvalidWrite):
+            ledger.commit(writer, genesis, writes)  # type: ignore[arg-type]
+    assert ledger.head("w") == genesis
+    assert issubclass(InvalidWrite, TetherError)
+
+
+def test_a_newer_writer_epoch_fences_the_old_writer(ledger: SqliteLedger) -> None:
+    genesis = ledger.create_world("w")
+    old = ledger.acquire_writer("w")
+    new = ledger.acquire_writer("w")
+    with pytest.raises(StaleWriter):
+        ledger.commit(old, genesis, [ComponentWrite("e", "c", "old")])
+    r1 = ledger.commit(new, genesis, [ComponentWrite("e", "c", "new")])
+    assert ledger.read_at(r1).get("e", "c") == "new"
+
+
+def test_head_compare_and_swap_rejects_a_stale_parent(ledger: SqliteLedger) -> None:
+    genesis = ledger.create_world("w")
+    writer = ledger.acquire_writer("w")
+    r1 = ledger.commit(writer, genesis, [])
+    ledger.complete_post_commit(r1)
+    with pytest.raises(HeadConflict):
+        ledger.commit(writer, genesis, [ComponentWrite("e", "c", 1)])
+    forged = dataclasses.replace(r1, visibility_token="vt_forged")
+    with pytest.raises(HeadConflict):
+        ledger.commit(writer, forged, [])
+    assert ledger.head("w") == r1
+
+
+def test_tick_t_plus_1_waits_for_post_commit_work_of_t(ledger: SqliteLedger) -> None:
+    genesis = ledger.create_world("w")
+    writer = ledger.acquire_writer("w")
+    r1 = ledger.commit(writer, genesis, [])
+    assert ledger.pending_post_commit("w") == r1
+    with pytest.raises(PostCommitPending):
+        ledger.commit(writer, r1, [])
+    ledger.complete_post_commit(r1)
+    assert ledger.pending_post_commit("w") is None
+    assert ledger.commit(writer, r1, []).tick == 2
+
+
+def test_restart_resumes_the_run_at_its_head(tmp_path: Path) -> None:
+    first = SqliteLedger.open(tmp_path / "world.db")
+    first.create_world("w")
+    writer = first.acquire_writer("w")
+    r1 = first.commit(writer, first.head("w"), [ComponentWrite("e", "c", 1)])
+    first.close()
+    again = SqliteLedger.open(tmp_path / "world.db")
+    assert again.head("w") == r1
+    assert again.pending_post_commit("w") == r1  # the retained receipt's work is still owed
+    again.check_receipt(r1)
+    new_writer = again.acquire_writer("w")
+    again.complete_post_commit(r1)
+    with pytest.raises(StaleWriter):  # the dead process's writer stays fenced by the new one
+        again.commit(writer, r1, [])
+    assert again.commit(new_writer, r1, []).run_id == r1.run_id
+
+
+def test_start_run_makes_old_receipts_wrong_run(ledger: SqliteLedger) -> None:
+    ledger.create_world("w")
+    r1 = _commit(ledger, "w", ComponentWrite("e", "c", 1))
+    run2 = ledger.start_run(ledger.acquire_writer("w"))
+    assert run2.run_id != r1.run_id and run2.tick == 0
+    assert ledger.read_at(run2).get("e", "c") is None
+    with pytest.raises(ReceiptRejected) as err:
+        ledger.check_receipt(r1)
+    assert err.value.code == "wrong_run"
+
+
+# -- the fail-closed receipt reader ---------------------------------------------------------
+
+
+def _code(ledger: SqliteLedger, receipt: CommittedTickReceipt) -> str:
+    with pytest.raises(ReceiptRejected) as err:
+        ledger.check_receipt(receipt)
+    assert err.value.code in RECEIPT_REJECTION_CODES
+    return err.value.code
+
+
+def test_receipt_reader_accepts_only_the_exact_head(ledger: SqliteLedger) -> None:
+    ledger.create_world("w")
+    ledger.create_world("other")
+    r1 = _commit(ledger, "w")
+    ledger.check_receipt(r1)
+    r2 = _commit(ledger, "w")
+    ledger.check_receipt(r2)
+    assert _code(ledger, r1) == "not_head"  # a later head exists
+    assert _code(ledger, dataclasses.replace(r2, visibility_token="")) == "tokenless"
+    tokenless = CommittedTickReceipt("w", r2.run_id, r2.tick, None)  # type: ignore[arg-type]
+    assert _code(ledger, tokenless) == "tokenless"
+    assert _code(ledger, dataclasses.replace(r2, visibility_token="vt_x")) == "sibling_token"
+    assert _code(ledger, dataclasses.replace(r2, world_id="nope")) == "unknown_world"
+    other_head = ledger.head("other")
+    assert _code(ledger, dataclasses.replace(r2, world_id="other")) == "wrong_run"
+    assert (
+        _code(ledger, dataclasses.replace(other_head, visibility_token=r2.visibility_token))
+        == "sibling_token"
+    )
+    assert _code(ledger, dataclasses.replace(r2, run_id="run_x")) == "wrong_run"
+
+
+def test_receipt_reader_rejects_multi_token_heads_and_missing_visibility(
+    ledger: SqliteLedger, tmp_path: Path
+) -> None:
+    ledger.create_world("w")
+    r1 = _commit(ledger, "w")
+    raw = sqlite3.connect(tmp_path / "world.db")
+    raw.execute("DELETE FROM visibility WHERE token = ?", (r1.visibility_token,))
+    raw.commit()
+    assert _code(ledger, r1) == "not_visible"
+    raw.execute("INSERT INTO visibility (world_id, token) VALUES ('w', ?)", (r1.visibility_token,))
+    raw.execute("INSERT INTO tick_tokens VALUES ('w', ?, ?, 'vt_sibling')", (r1.run_id, r1.tick))
+    raw.commit()
+    raw.close()
+    assert _code(ledger, r1) == "ambiguous_head"
+    with pytest.raises(ReceiptRejected):
+        ledger.complete_post_commit(r1)
+
+
+def test_read_at_rejects_receipts_that_name_no_committed_tick(ledger: SqliteLedger) -> None:
+    ledger.create_world("w")
+    r1 = _commit(ledger, "w", ComponentWrite("e", "c", [1, 2]))
+    for bad in (dataclasses.replace(r1, visibility_token="vt_no"), dataclasses.replace(r1, tick=9)):
+        with pytest.raises(ReceiptRejected) as err:
+            ledger.read_at(bad)
+        assert err.value.code == "no_such_tick"
+    value = ledger.read_at(r1).get("e", "c")
+    value.append(3)
+    assert ledger.read_at(r1).get("e", "c") == [1, 2]
+
+
+# -- lifecycle primitives -------------------------------------------------------------------
+
+
+def test_fork_copies_head_state_into_a_fresh_world(ledger: SqliteLedger) -> None:
+    ledger.create_world("src")
+    r1 = _commit(ledger, "src", ComponentWrite("e", "c", {"v": 1}))
+    fork = ledger.fork(r1, "dst")
+    assert fork.tick == 0 and fork.run_id != r1.run_id
+    assert ledger.read_at(fork).get("e", "c") == {"v": 1}
+    assert ledger.pending_post_commit("dst") is None  # an ancestor tick is never reprojected
+    with pytest.raises(WorldExists):
+        ledger.fork(r1, "dst")
+    _commit(ledger, "src", ComponentWrite("e", "c", {"v": 2}))
+    with pytest.raises(ReceiptRejected):
+        ledger.fork(r1, "dst2")  # only the current head may be forked
+
+
+def test_close_reservation_blocks_ticks_and_rolls_back_unless_sticky(
+    ledger: SqliteLedger,
+) -> None:
+    genesis = ledger.create_world("w")
+    writer = ledger.acquire_writer("w")
+    ledger.reserve_close("w", sticky=False)
+    with pytest.raises(WorldClosing):
+        ledger.commit(writer, genesis, [])
+    ledger.check_receipt(genesis)  # settlement may still read the head while closing
+    ledger.rollback_close("w")
+    assert ledger.close_state("w") == ("open", False)
+    r1 = ledger.commit(writer, genesis, [])
+    ledger.complete_post_commit(r1)
+    ledger.reserve_close("w", sticky=True)
+    ledger.rollback_close("w")
+    assert ledger.close_state("w") == ("closing", True)
+    ledger.destroy("w")
+    assert "w" not in ledger.worlds()
+    assert _code(ledger, r1) == "world_closed"
+    with pytest.raises(WorldNotFound):
+        ledger.head("w")
+    with pytest.raises(WorldExists):
+        ledger.create_world("w")
+
+
+# -- a model-based property -----------------------------------------------------------------
+
+_writes = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.sampled_from(["x", "y"]),
+        st.one_of(st.none(), st.integers(-5, 5), st.text(max_size=3)),
+    ),
+    max_size=5,
+    unique_by=lambda t: (t[0], t[1]),
+)
+
+
+@given(st.lists(_writes, min_size=1, max_size=6))
+def test_every_receipt_reads_back_its_exact_state(
+    ticks: list[list[tuple[str, str, object]]],
+) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        ledger = SqliteLedger.open(Path(d) / "world.db")
+        ledger.create_world("w")
+        model: dict[tuple[str, str], object] = {}
+        history: list[tuple[CommittedTickReceipt, dict[tuple[str, str], object]]] = []
+        for tick in ticks:
+            receipt = _commit(ledger, "w", *(ComponentWrite(e, c, v) for e, c, v in tick))
+            for e, c, v in tick:
+                if v is None:
+                    model.pop((e, c), None)
+                else:
+                    model[(e, c)] = v
+            history.append((receipt, dict(model)))
+        for receipt, expected in history:
+            snap = ledger.read_at(receipt)
+            assert {k: snap.get(*k) for k in snap.keys()} == expected
+        ledger.close()
