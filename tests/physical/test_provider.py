@@ -181,3 +181,19 @@ def test_bad_attempt_and_operation_ids_are_typed_errors(tmp_path: Path) -> None:
         provider.reconcile("", 1)
     with pytest.raises(InvalidEpisodeRequest):
         provider.execute("op", 1, {"seed": 1})
+
+
+def test_a_dead_episode_host_is_replaced_and_close_stops_it(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    provider.execute("op-a", 1, REQ)
+    host = provider._host
+    assert host is not None and host._proc is not None
+    first = host._proc
+    first.kill()
+    first.wait()
+    outcome = provider.execute("op-b", 1, REQ)
+    assert not outcome.reused
+    assert host._proc is not None and host._proc.pid != first.pid
+    second = host._proc
+    provider.close()
+    assert second.poll() is not None

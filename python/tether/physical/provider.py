@@ -1,4 +1,8 @@
-"""The simulation provider: runs episodes in a child process and reconciles them from files.
+"""The simulation provider: runs episodes in worker-owned processes, reconciles them from files.
+
+Each attempt runs in its own process, forked by the provider's episode host (`_host.py`, a
+pre-imported child of the worker); both die with their parent (PR_SET_PDEATHSIG), so killing
+the worker kills the attempt.
 
 Every provider operation id owns one directory under the provider root:
 
@@ -23,12 +27,16 @@ both write-then-check, so a stale child and a reconciler can never both miss eac
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,6 +188,8 @@ class SimProvider:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
         (self.root / "ops").mkdir(parents=True, exist_ok=True)
+        self._host_lock = threading.Lock()
+        self._host: _EpisodeHost | None = None
 
     def operation_dir(self, operation_id: str) -> OperationDir:
         """The directory of `operation_id` (created on first use)."""
@@ -314,35 +324,157 @@ class SimProvider:
         progress: ProgressFn | None,
         on_start: Callable[[ProcessIdentity], None] | None,
     ) -> None:
-        argv = [sys.executable, "-m", "tether.physical._child", str(op.path), str(attempt)]
-        argv.append(str(os.getpid()))
-        job = _canonical({"operation_id": operation_id, "request": req.to_dict()})
-        with (
-            open(op.stderr(attempt), "wb") as err,
-            subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, close_fds=True
-            ) as proc,
-        ):
-            assert proc.stdin is not None and proc.stdout is not None
+        job = {
+            "op_dir": str(op.path),
+            "attempt": attempt,
+            "operation_id": operation_id,
+            "request": req.to_dict(),
+        }
+        code: int | None = None
+        forked: ProcessIdentity | None = None
+        with self._episode_host().submit(job) as events:
             try:
-                proc.stdin.write(job)
-                proc.stdin.close()
-                for line in proc.stdout:
+                for line in events:
                     event = json.loads(line)
-                    if event["event"] == "started" and on_start is not None:
+                    kind = event["event"]
+                    if kind == "forked":
+                        forked = _identity_or_none(int(event["pid"]))
+                    elif kind == "started" and on_start is not None:
                         on_start(ProcessIdentity.from_dict(event["child"]))
-                    elif event["event"] == "progress" and progress is not None:
+                    elif kind == "progress" and progress is not None:
                         progress(int(event["done"]), int(event["total"]), float(event["error"]))
-                rc = proc.wait()
+                    elif kind == "exit":
+                        code = int(event["code"])
             except BaseException:
-                proc.kill()
-                proc.wait()
+                if forked is not None and forked.observe()[0]:
+                    os.kill(forked.pid, signal.SIGKILL)
                 raise
-        if rc == EXIT_OK and op.result.exists():
+        if code == EXIT_OK and op.result.exists():
             return
         tail = op.stderr(attempt).read_text(errors="replace")[-2000:]
-        error = _EXIT_ERRORS.get(rc, EpisodeFailed)
-        raise error(f"episode child of attempt {attempt} exited with {rc}: {tail.strip()}")
+        error = _EXIT_ERRORS.get(code or -1, EpisodeFailed)
+        what = "died without finishing" if code is None else f"exited with {code}"
+        raise error(f"episode process of attempt {attempt} {what}: {tail.strip()}")
+
+    def _episode_host(self) -> _EpisodeHost:
+        with self._host_lock:
+            if self._host is None:
+                self._host = _EpisodeHost(self.root / "episode-host.log")
+            return self._host
+
+    def close(self) -> None:
+        """Stop the episode host (a running attempt is killed with it)."""
+        with self._host_lock:
+            host, self._host = self._host, None
+        if host is not None:
+            host.close()
+
+    def __enter__(self) -> SimProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _identity_or_none(pid: int) -> ProcessIdentity | None:
+    try:
+        return ProcessIdentity.of(pid)
+    except ProcessLookupError:
+        return None
+
+
+class _EpisodeHost:
+    """The worker's handle on its episode host process (see `_host.py`); thread-safe.
+
+    A dedicated thread spawns the host and then stays blocked: PR_SET_PDEATHSIG ties the host
+    to the *thread* that forked it, so that thread must live as long as the host should.
+    """
+
+    def __init__(self, log: Path) -> None:
+        self._log = log
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+        self._spawns: queue.Queue[queue.Queue[object] | None] = queue.Queue()
+        self._spawner = threading.Thread(
+            target=self._spawn_loop, name="tether-sim-host", daemon=True
+        )
+        self._spawner.start()
+
+    def _spawn_loop(self) -> None:
+        while (reply := self._spawns.get()) is not None:
+            try:
+                reply.put(self._spawn())
+            except BaseException as exc:
+                reply.put(exc)
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], socket.socket]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {**os.environ, "MUJOCO_GL": "disable", "OPENBLAS_NUM_THREADS": "1"}
+        argv = [sys.executable, "-m", "tether.physical._host", str(os.getpid())]
+        argv.append(str(theirs.fileno()))
+        try:
+            with open(self._log, "ab") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    pass_fds=[theirs.fileno()],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    env=env,
+                )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return proc, ours
+
+    def _restart(self) -> socket.socket:
+        if self._control is not None:
+            self._control.close()
+        reply: queue.Queue[object] = queue.Queue()
+        self._spawns.put(reply)
+        got = reply.get()
+        if isinstance(got, BaseException):
+            raise EpisodeFailed(f"cannot start the episode host: {got}") from got
+        self._proc, self._control = got  # type: ignore[misc]
+        assert self._control is not None
+        return self._control
+
+    def submit(self, job: dict[str, Any]) -> io.TextIOWrapper:
+        """Send a job to the host; returns the read end of the attempt's event pipe."""
+        read_fd, write_fd = os.pipe()
+        try:
+            with self._lock:
+                for _ in range(2):
+                    control = self._control
+                    if control is None or self._proc is None or self._proc.poll() is not None:
+                        control = self._restart()
+                    try:
+                        socket.send_fds(control, [_canonical(job)], [write_fd])
+                        break
+                    except OSError:
+                        self._proc = None
+                else:
+                    raise EpisodeFailed("the episode host does not accept jobs")
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        return open(read_fd, encoding="utf-8")
+
+    def close(self) -> None:
+        """Close the control socket (the host exits) and stop the spawner thread."""
+        with self._lock:
+            if self._control is not None:
+                self._control.close()
+                self._control = None
+            if self._proc is not None:
+                self._proc.wait()
+                self._proc = None
+        self._spawns.put(None)
 
 
 def _check_attempt(attempt: int) -> None:
