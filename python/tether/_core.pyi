@@ -1,5 +1,7 @@
 """Type stubs for `tether._core`, the Rust extension (hand-written; checked by mypy.stubtest)."""
 
+from typing import Any, final
+
 __version__: str
 
 class TetherError(Exception):
@@ -8,6 +10,95 @@ class TetherError(Exception):
 # --- patch (rust/src/bindings/patch.rs) ---
 
 # --- agui (rust/src/bindings/agui.rs) ---
+
+class AguiError(TetherError):
+    """An AG-UI event could not be consumed; the store is unchanged by it.
+
+    Instances carry `code` (stable snake_case), `event_type`, `message_id` and `reason`.
+    """
+
+class AguiDecodeError(AguiError):
+    """The bytes are not a JSON/NDJSON/SSE AG-UI event stream."""
+
+class AguiMalformedError(AguiError):
+    """A field the AG-UI protocol describes carries a value the schema rejects."""
+
+class AguiAttributionError(AguiMalformedError):
+    """An ACTIVITY_DELTA's subagentRunId disagrees with the activity's owner."""
+
+class AguiSequenceError(AguiError):
+    """The event is not allowed at this point of the run."""
+
+@final
+class AguiWarning:
+    """A tolerated failure: the event, or part of it, was skipped or stripped."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def event_type(self) -> str | None: ...
+    @property
+    def message_id(self) -> str | None: ...
+    @property
+    def reason(self) -> str: ...
+    def __new__(
+        cls, code: str, reason: str, *, event_type: str | None = None, message_id: str | None = None
+    ) -> AguiWarning: ...
+    def to_dict(self) -> dict[str, str]:
+        """The wire-style dict: `code`, `eventType`, `messageId`, `reason`."""
+
+@final
+class ActivityStore:
+    """One AG-UI thread's ordered message history, built from events (dicts or bytes).
+
+    Single owner: not for concurrent use from several threads.
+    """
+
+    def __new__(cls) -> ActivityStore: ...
+    def feed(self, data: bytes | bytearray) -> list[AguiWarning]:
+        """Feeds raw bytes (one JSON event, NDJSON or SSE; any chunk split).
+
+        Returns the warnings the completed events caused. Raises an `AguiError` subclass at
+        the first fatal event; events before it stay applied, bytes after it stay buffered.
+        """
+    def handle_event(self, event: dict[str, Any]) -> list[AguiWarning]:
+        """Handles one event given as a dict and returns the warnings it caused."""
+    def finish(self) -> list[AguiWarning]:
+        """End of the byte stream: handles a last unterminated event; leftovers are an error."""
+    def messages(self) -> list[dict[str, Any]]:
+        """The history as wire-form (camelCase) dicts."""
+    def run_input_messages(self) -> list[dict[str, Any]]:
+        """The history without activity messages."""
+    def activities(self) -> list[dict[str, Any]]:
+        """The activity messages only, in history order."""
+    def get(self, message_id: str) -> dict[str, Any] | None:
+        """The message with this id, in wire form, or None."""
+    def to_json(self) -> bytes:
+        """The history as a JSON array."""
+    @property
+    def warnings(self) -> list[AguiWarning]:
+        """Every warning so far, oldest first."""
+    @property
+    def events_handled(self) -> int:
+        """Events handled so far (applied, skipped or dropped with a warning)."""
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes fed that do not yet form a complete event."""
+    def __len__(self) -> int: ...
+
+@final
+class ParseOnlyStream:
+    """Benchmark baseline: frames and parses JSON exactly as `ActivityStore.feed`, nothing more."""
+
+    def __new__(cls) -> ParseOnlyStream: ...
+    def feed(self, data: bytes | bytearray) -> int:
+        """Feeds bytes and returns how many complete JSON values they finished."""
+
+def agui_warning_codes() -> list[str]:
+    """Every warning code `ActivityStore` can produce."""
+
+def agui_error_codes() -> list[str]:
+    """Every error code `ActivityStore` can raise."""
 
 # --- catalog (rust/src/bindings/catalog.rs) ---
 

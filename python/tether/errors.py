@@ -6,7 +6,14 @@ from tether._core import TetherError
 
 
 # --- agui ---
-
+# isort: split
+# `__all__` is only assigned at the end of this file, so this section re-exports explicitly
+# (`X as X`) instead of extending it; the names are importable from `tether.errors` either way.
+from tether._core import AguiAttributionError as AguiAttributionError
+from tether._core import AguiDecodeError as AguiDecodeError
+from tether._core import AguiError as AguiError
+from tether._core import AguiMalformedError as AguiMalformedError
+from tether._core import AguiSequenceError as AguiSequenceError
 
 # --- catalog ---
 

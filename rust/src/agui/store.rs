@@ -1,0 +1,899 @@
+//! The activity store: one thread's ordered message history, built from AG-UI events.
+//!
+//! Rules (AG-UI draft, as narrowed by Tether issue 2):
+//! 1. ACTIVITY_SNAPSHOT creates the activity at the point of arrival; for an existing activity
+//!    it replaces content and activityType unless `replace` is `false`, which leaves both as
+//!    they are (not a merge).
+//! 2. Metadata merges key by key, last write wins, no deep merge, across replacing snapshots.
+//! 3. A replacing snapshot re-mints `subagentRunId` (absent on the snapshot: absent on the
+//!    message); `replace: false` keeps the owner whatever it says; a tagged ACTIVITY_DELTA whose
+//!    tag differs from the owner is fatal; an untagged delta is accepted.
+//! 4. ACTIVITY_DELTA patches content atomically (AG-UI patch mode) and its activityType
+//!    replaces the message's. A missing or non-activity target, a patch that does not apply,
+//!    or a result that is not an object: skipped with a warning, content and type kept, the
+//!    delta's metadata still merged (when there is a target).
+//! 5. Malformed known values are fatal and leave the store exactly as it was; unknown event
+//!    types are dropped and unknown properties of closed objects stripped, with warnings.
+//! 6. MESSAGES_SNAPSHOT replaces held messages by id in place, appends unseen ones in snapshot
+//!    order and drops held messages it omits, except activity and reasoning messages when the
+//!    snapshot carries no message of that role.
+//! 7. `run_input_messages` is the history without activity messages.
+//!
+//! After RUN_FINISHED (or RUN_ERROR) only RUN_STARTED or a late RUN_ERROR is accepted.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::error::{self as codes, AguiError, ErrorKind, Warning};
+use super::frame::Framer;
+use super::message::{merge_metadata, Activity, Message};
+use super::schema::{self, ENVELOPE};
+use crate::patch::{apply_value, Mode, PatchErrorKind};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunState {
+    Open,
+    Finished,
+}
+
+/// One thread's message history. Single owner: feed it from one place.
+#[derive(Debug)]
+pub struct ActivityStore {
+    messages: Vec<Message>,
+    index: HashMap<String, usize>,
+    warnings: Vec<Warning>,
+    framer: Framer,
+    run: RunState,
+    /// The message a field-less TEXT_MESSAGE_CHUNK continues.
+    open_chunk: Option<String>,
+    events: u64,
+}
+
+impl Default for ActivityStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn take_str(m: &mut Map<String, Value>, k: &str) -> Option<String> {
+    match m.shift_remove(k) {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn take_obj(m: &mut Map<String, Value>, k: &str) -> Option<Map<String, Value>> {
+    match m.shift_remove(k) {
+        Some(Value::Object(o)) => Some(o),
+        _ => None,
+    }
+}
+
+fn merge_into_wire(msg: &mut Map<String, Value>, from: Option<Map<String, Value>>) {
+    let Some(from) = from else { return };
+    match msg.get_mut("metadata") {
+        Some(Value::Object(m)) => {
+            for (k, v) in from {
+                m.insert(k, v);
+            }
+        }
+        _ => {
+            msg.insert("metadata".into(), Value::Object(from));
+        }
+    }
+}
+
+/// A patch op whose `path` is the root can make the content something other than an object;
+/// only then does a delta need a copy of the content to fall back to.
+fn touches_root(patch: &Value) -> bool {
+    patch.as_array().is_some_and(|ops| {
+        ops.iter()
+            .any(|op| op.get("path").and_then(Value::as_str) == Some(""))
+    })
+}
+
+impl ActivityStore {
+    pub fn new() -> Self {
+        ActivityStore {
+            messages: Vec::new(),
+            index: HashMap::new(),
+            warnings: Vec::new(),
+            framer: Framer::new(),
+            run: RunState::Open,
+            open_chunk: None,
+            events: 0,
+        }
+    }
+
+    /// The history, in order.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The message with this id.
+    pub fn get(&self, id: &str) -> Option<&Message> {
+        self.index.get(id).map(|i| &self.messages[*i])
+    }
+
+    /// Every warning so far, oldest first.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// How many events were handled (applied, skipped or dropped with a warning).
+    pub fn events_handled(&self) -> u64 {
+        self.events
+    }
+
+    /// Bytes fed that do not yet form a complete event.
+    pub fn pending_bytes(&self) -> usize {
+        self.framer.pending()
+    }
+
+    /// The history in wire form, as a JSON array.
+    pub fn to_json(&self) -> Vec<u8> {
+        let arr = Value::Array(self.messages.iter().map(Message::to_wire).collect());
+        serde_json::to_vec(&arr).unwrap_or_else(|_| b"[]".to_vec())
+    }
+
+    /// The messages to send as run input: the history without activity messages.
+    pub fn run_input_messages(&self) -> impl Iterator<Item = &Message> {
+        self.messages
+            .iter()
+            .filter(|m| !matches!(m, Message::Activity(_)))
+    }
+
+    /// Feeds raw bytes (one JSON event, NDJSON or SSE; any chunk split) and handles every
+    /// complete event. Stops at the first fatal error: events before it are applied, the bytes
+    /// after it stay buffered and are handled by the next `feed` call.
+    pub fn feed(&mut self, data: &[u8]) -> Result<(), AguiError> {
+        self.framer.push(data);
+        while let Some(v) = self.framer.next_value()? {
+            self.handle_value(v)?;
+        }
+        Ok(())
+    }
+
+    /// End of input: handles a last event left without its terminator; leftover bytes that
+    /// do not form an event are a `truncated_stream` error.
+    pub fn finish(&mut self) -> Result<(), AguiError> {
+        self.feed(b"")?;
+        if let Some(v) = self.framer.finish()? {
+            self.handle_value(v)?;
+        }
+        Ok(())
+    }
+
+    /// Handles one event. On error the store is exactly as before the call.
+    pub fn handle_value(&mut self, event: Value) -> Result<(), AguiError> {
+        let mut warnings = Vec::new();
+        let result = self.handle_inner(event, &mut warnings);
+        if result.is_ok() {
+            self.events += 1;
+            self.warnings.append(&mut warnings);
+        }
+        result
+    }
+
+    fn handle_inner(&mut self, event: Value, warnings: &mut Vec<Warning>) -> Result<(), AguiError> {
+        let Value::Object(mut ev) = event else {
+            return Err(AguiError::malformed(
+                codes::EVENT_NOT_OBJECT,
+                format!(
+                    "an event must be a JSON object, got {}",
+                    schema::type_name(&event)
+                ),
+            ));
+        };
+        let event_type = match ev.get("type") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => {
+                return Err(AguiError::malformed(
+                    codes::MISSING_TYPE,
+                    format!("`type` must be a string, got {}", schema::type_name(v)),
+                ))
+            }
+            None => {
+                return Err(AguiError::malformed(
+                    codes::MISSING_TYPE,
+                    "the event has no `type`",
+                ))
+            }
+        };
+        let message_id = ev
+            .get("messageId")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let ctx = |e: AguiError| e.with_context(Some(&event_type), message_id.as_deref());
+        let Some((fields, attributable)) = schema::event_fields(&event_type) else {
+            warnings.push(Warning::new(
+                codes::UNKNOWN_EVENT_TYPE,
+                &event_type,
+                message_id.as_deref(),
+                format!("dropped an event of unknown type {event_type:?}"),
+            ));
+            return Ok(());
+        };
+        let unknown = schema::check_closed(&ev, &[ENVELOPE, fields], attributable).map_err(ctx)?;
+        if !unknown.is_empty() {
+            warnings.push(schema::unknown_warning(
+                &event_type,
+                message_id.as_deref(),
+                "the event",
+                &unknown,
+            ));
+            for name in &unknown {
+                ev.shift_remove(name);
+            }
+        }
+        if self.run == RunState::Finished
+            && !matches!(event_type.as_str(), "RUN_STARTED" | "RUN_ERROR")
+        {
+            return Err(ctx(AguiError::new(
+                ErrorKind::Sequence,
+                codes::EVENT_AFTER_RUN_FINISHED,
+                "after RUN_FINISHED only RUN_STARTED or RUN_ERROR is accepted",
+            )));
+        }
+        match event_type.as_str() {
+            "RUN_STARTED" => self.run = RunState::Open,
+            "RUN_FINISHED" | "RUN_ERROR" => {
+                self.run = RunState::Finished;
+                self.open_chunk = None;
+            }
+            "ACTIVITY_SNAPSHOT" => self.activity_snapshot(ev, warnings),
+            "ACTIVITY_DELTA" => self.activity_delta(ev, warnings).map_err(ctx)?,
+            "MESSAGES_SNAPSHOT" => self.messages_snapshot(ev, warnings).map_err(ctx)?,
+            "TEXT_MESSAGE_START"
+            | "TEXT_MESSAGE_CONTENT"
+            | "TEXT_MESSAGE_END"
+            | "TEXT_MESSAGE_CHUNK" => self.text_message(&event_type, ev, warnings),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, msg: Message) {
+        self.index.insert(msg.id().to_owned(), self.messages.len());
+        self.messages.push(msg);
+    }
+
+    fn activity_snapshot(&mut self, mut ev: Map<String, Value>, warnings: &mut Vec<Warning>) {
+        let id = take_str(&mut ev, "messageId").unwrap_or_default();
+        let activity_type = take_str(&mut ev, "activityType").unwrap_or_default();
+        let subagent_run_id = take_str(&mut ev, "subagentRunId");
+        let metadata = take_obj(&mut ev, "metadata");
+        let replace = ev.get("replace").and_then(Value::as_bool).unwrap_or(true);
+        let content = ev
+            .shift_remove("content")
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        match self.index.get(&id).map(|i| &mut self.messages[*i]) {
+            None => self.push(Message::Activity(Activity {
+                id,
+                activity_type,
+                content,
+                metadata,
+                subagent_run_id,
+            })),
+            Some(Message::Activity(a)) => {
+                if replace {
+                    a.content = content;
+                    a.activity_type = activity_type;
+                    a.subagent_run_id = subagent_run_id;
+                }
+                // replace: false keeps content, type and the established owner; metadata merges.
+                merge_metadata(&mut a.metadata, metadata);
+            }
+            Some(other) => warnings.push(Warning::new(
+                codes::SNAPSHOT_TARGET_NOT_ACTIVITY,
+                "ACTIVITY_SNAPSHOT",
+                Some(&id),
+                format!(
+                    "skipped: message {id:?} is a {} message, not an activity",
+                    other.role()
+                ),
+            )),
+        }
+    }
+
+    fn activity_delta(
+        &mut self,
+        mut ev: Map<String, Value>,
+        warnings: &mut Vec<Warning>,
+    ) -> Result<(), AguiError> {
+        const T: &str = "ACTIVITY_DELTA";
+        let id = take_str(&mut ev, "messageId").unwrap_or_default();
+        let patch = ev.shift_remove("patch").unwrap_or(Value::Array(Vec::new()));
+        let target = match self.index.get(&id).map(|i| &mut self.messages[*i]) {
+            Some(Message::Activity(a)) => a,
+            found => {
+                let (code, why) = match found {
+                    None => (
+                        codes::DELTA_TARGET_MISSING,
+                        "no message has this id".to_owned(),
+                    ),
+                    Some(m) => (
+                        codes::DELTA_TARGET_NOT_ACTIVITY,
+                        format!("it names a {} message", m.role()),
+                    ),
+                };
+                // A skipped delta still must be well formed: check the patch on a scratch object.
+                let mut scratch = Value::Object(Map::new());
+                if let Err(e) = apply_value(&mut scratch, &patch, Mode::AgUi) {
+                    if matches!(e.kind, PatchErrorKind::Malformed) {
+                        return Err(malformed_patch(e));
+                    }
+                }
+                warnings.push(Warning::new(
+                    code,
+                    T,
+                    Some(&id),
+                    format!("skipped the delta: {why}"),
+                ));
+                return Ok(());
+            }
+        };
+        let tag = take_str(&mut ev, "subagentRunId");
+        if let Some(tag) = &tag {
+            if target.subagent_run_id.as_ref() != Some(tag) {
+                return Err(AguiError::new(
+                    ErrorKind::Attribution,
+                    codes::ATTRIBUTION_MISMATCH,
+                    format!(
+                        "the delta is tagged subagentRunId {tag:?} but the activity belongs to {}",
+                        target
+                            .subagent_run_id
+                            .as_ref()
+                            .map_or("the parent agent".to_owned(), |o| format!("{o:?}"))
+                    ),
+                ));
+            }
+        }
+        let backup = if touches_root(&patch) {
+            Some(target.content.clone())
+        } else {
+            None
+        };
+        match apply_value(&mut target.content, &patch, Mode::AgUi) {
+            Ok(ws) => {
+                if !target.content.is_object() {
+                    let got = schema::type_name(&target.content);
+                    target.content = backup.unwrap_or_else(|| Value::Object(Map::new()));
+                    warnings.push(Warning::new(
+                        codes::PATCH_RESULT_NOT_OBJECT,
+                        T,
+                        Some(&id),
+                        format!("skipped the delta: its result is {got}, not an object"),
+                    ));
+                } else {
+                    target.activity_type = take_str(&mut ev, "activityType").unwrap_or_default();
+                    for w in ws {
+                        warnings.push(Warning::new(
+                            codes::PATCH_OP_DROPPED,
+                            T,
+                            Some(&id),
+                            format!("patch operation {}: {} ({})", w.op_index, w.message, w.code),
+                        ));
+                    }
+                }
+            }
+            Err(e) if matches!(e.kind, PatchErrorKind::Malformed) => {
+                return Err(malformed_patch(e))
+            }
+            Err(e) => warnings.push(Warning::new(
+                codes::PATCH_NOT_APPLIED,
+                T,
+                Some(&id),
+                format!(
+                    "skipped the delta: operation {} at {:?} does not apply: {}",
+                    e.op_index.map_or("?".to_owned(), |i| i.to_string()),
+                    e.path.unwrap_or_default(),
+                    e.message
+                ),
+            )),
+        }
+        merge_metadata(&mut target.metadata, take_obj(&mut ev, "metadata"));
+        Ok(())
+    }
+
+    fn messages_snapshot(
+        &mut self,
+        mut ev: Map<String, Value>,
+        warnings: &mut Vec<Warning>,
+    ) -> Result<(), AguiError> {
+        let Some(Value::Array(list)) = ev.shift_remove("messages") else {
+            return Ok(());
+        };
+        let mut incoming: Vec<Message> = Vec::with_capacity(list.len());
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for (i, raw) in list.iter().enumerate() {
+            let Some(m) = schema::check_message(raw, i, warnings)? else {
+                continue;
+            };
+            let msg = Message::from_checked(m);
+            if seen.insert(msg.id().to_owned(), incoming.len()).is_some() {
+                return Err(AguiError::malformed(
+                    codes::DUPLICATE_MESSAGE_ID,
+                    format!("messages[{i}] repeats id {:?}", msg.id()),
+                )
+                .with_context(None, Some(msg.id())));
+            }
+            incoming.push(msg);
+        }
+        let carries = |role: &str| incoming.iter().any(|m| m.role() == role);
+        let (keep_activity, keep_reasoning) = (!carries("activity"), !carries("reasoning"));
+        let mut slots: Vec<Option<Message>> = incoming.into_iter().map(Some).collect();
+        let mut out = Vec::with_capacity(slots.len() + self.messages.len());
+        for held in std::mem::take(&mut self.messages) {
+            if let Some(&j) = seen.get(held.id()) {
+                if let Some(m) = slots[j].take() {
+                    out.push(m);
+                }
+            } else if (keep_activity && held.role() == "activity")
+                || (keep_reasoning && held.role() == "reasoning")
+            {
+                out.push(held);
+            }
+        }
+        out.extend(slots.into_iter().flatten());
+        self.messages = out;
+        self.index = self
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.id().to_owned(), i))
+            .collect();
+        if self
+            .open_chunk
+            .as_ref()
+            .is_some_and(|id| !self.index.contains_key(id))
+        {
+            self.open_chunk = None;
+        }
+        Ok(())
+    }
+
+    fn text_message(
+        &mut self,
+        event_type: &str,
+        mut ev: Map<String, Value>,
+        warnings: &mut Vec<Warning>,
+    ) {
+        let chunk = event_type == "TEXT_MESSAGE_CHUNK";
+        let id = match take_str(&mut ev, "messageId") {
+            Some(id) => id,
+            None => match &self.open_chunk {
+                Some(id) => id.clone(),
+                None => {
+                    warnings.push(Warning::new(
+                        codes::TEXT_MESSAGE_MISSING,
+                        event_type,
+                        None,
+                        "skipped: a chunk without messageId and no message open",
+                    ));
+                    return;
+                }
+            },
+        };
+        let metadata = take_obj(&mut ev, "metadata");
+        let delta = take_str(&mut ev, "delta");
+        let opens = event_type == "TEXT_MESSAGE_START" || chunk;
+        let exists = self.index.contains_key(&id);
+        if !exists && opens {
+            let mut m = Map::new();
+            m.insert("id".into(), Value::String(id.clone()));
+            let role = take_str(&mut ev, "role").unwrap_or_else(|| "assistant".into());
+            m.insert("role".into(), Value::String(role));
+            if let Some(s) = take_str(&mut ev, "subagentRunId") {
+                m.insert("subagentRunId".into(), Value::String(s));
+            }
+            if let Some(n) = take_str(&mut ev, "name") {
+                m.insert("name".into(), Value::String(n));
+            }
+            m.insert("content".into(), Value::String(String::new()));
+            self.push(Message::Other(m));
+        }
+        let Some(&i) = self.index.get(&id) else {
+            warnings.push(Warning::new(
+                codes::TEXT_MESSAGE_MISSING,
+                event_type,
+                Some(&id),
+                "skipped: no text message with this id was started",
+            ));
+            return;
+        };
+        let Message::Other(msg) = &mut self.messages[i] else {
+            warnings.push(Warning::new(
+                codes::TEXT_MESSAGE_CONFLICT,
+                event_type,
+                Some(&id),
+                "skipped: the id names an activity message",
+            ));
+            return;
+        };
+        if let Some(d) = delta {
+            match msg.get_mut("content") {
+                Some(Value::String(s)) => s.push_str(&d),
+                _ => {
+                    msg.insert("content".into(), Value::String(d));
+                }
+            }
+        }
+        merge_into_wire(msg, metadata);
+        if chunk {
+            self.open_chunk = Some(id);
+        } else if event_type == "TEXT_MESSAGE_END" && self.open_chunk.as_deref() == Some(&id) {
+            self.open_chunk = None;
+        }
+    }
+}
+
+fn malformed_patch(e: crate::patch::PatchError) -> AguiError {
+    let at = match (e.op_index, &e.path) {
+        (Some(i), Some(p)) => format!("operation {i} at {p:?}: "),
+        (Some(i), None) => format!("operation {i}: "),
+        _ => String::new(),
+    };
+    AguiError::malformed(codes::MALFORMED_PATCH, format!("{at}{}", e.message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn store(events: &[Value]) -> ActivityStore {
+        let mut s = ActivityStore::new();
+        for e in events {
+            s.handle_value(e.clone()).unwrap();
+        }
+        s
+    }
+
+    fn wire(s: &ActivityStore) -> Value {
+        Value::Array(s.messages().iter().map(Message::to_wire).collect())
+    }
+
+    fn snap(id: &str, content: Value) -> Value {
+        json!({"type": "ACTIVITY_SNAPSHOT", "messageId": id, "activityType": "t", "content": content})
+    }
+
+    fn delta(id: &str, patch: Value) -> Value {
+        json!({"type": "ACTIVITY_DELTA", "messageId": id, "activityType": "t", "patch": patch})
+    }
+
+    fn codes_of(s: &ActivityStore) -> Vec<&'static str> {
+        s.warnings().iter().map(|w| w.code).collect()
+    }
+
+    #[test]
+    fn snapshot_creates_at_arrival_and_replaces_in_place() {
+        let mut s = store(&[
+            snap("a", json!({"n": 1})),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}),
+            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "hi"}),
+            json!({"type": "TEXT_MESSAGE_END", "messageId": "m"}),
+        ]);
+        s.handle_value(json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "u", "content": {"n": 2}}))
+            .unwrap();
+        assert_eq!(
+            wire(&s),
+            json!([
+                {"id": "a", "role": "activity", "activityType": "u", "content": {"n": 2}},
+                {"id": "m", "role": "assistant", "content": "hi"}
+            ])
+        );
+    }
+
+    #[test]
+    fn replace_false_keeps_content_type_and_owner_but_merges_metadata() {
+        let s = store(&[
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": {"n": 1},
+                   "subagentRunId": "sub-1", "metadata": {"k": 1, "j": 1}}),
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "other", "content": {"m": 2},
+                   "replace": false, "subagentRunId": "sub-2", "metadata": {"k": 2}}),
+        ]);
+        assert_eq!(
+            wire(&s),
+            json!([{"id": "a", "role": "activity", "subagentRunId": "sub-1", "activityType": "t",
+                    "content": {"n": 1}, "metadata": {"k": 2, "j": 1}}])
+        );
+        assert!(s.warnings().is_empty());
+    }
+
+    #[test]
+    fn replace_false_creates_when_unseen() {
+        let s = store(&[
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t",
+                               "content": {"n": 1}, "replace": false}),
+        ]);
+        assert_eq!(
+            wire(&s),
+            json!([{"id": "a", "role": "activity", "activityType": "t", "content": {"n": 1}}])
+        );
+    }
+
+    #[test]
+    fn replacing_snapshot_remints_owner_and_keeps_metadata() {
+        let s = store(&[
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": {},
+                   "subagentRunId": "sub-1", "metadata": {"deep": {"x": 1}}}),
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": {"v": 1},
+                   "metadata": {"deep": {"y": 2}}}),
+        ]);
+        assert_eq!(
+            wire(&s),
+            json!([{"id": "a", "role": "activity", "activityType": "t", "content": {"v": 1},
+                    "metadata": {"deep": {"y": 2}}}])
+        );
+    }
+
+    #[test]
+    fn delta_patches_and_retypes() {
+        let mut s = store(&[snap("a", json!({"steps": [], "n": 0}))]);
+        s.handle_value(
+            json!({"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "u",
+                              "metadata": {"tick": 3},
+                              "patch": [{"op": "add", "path": "/steps/-", "value": "x"},
+                                        {"op": "replace", "path": "/n", "value": 1}]}),
+        )
+        .unwrap();
+        assert_eq!(
+            wire(&s),
+            json!([{"id": "a", "role": "activity", "activityType": "u", "content": {"steps": ["x"], "n": 1},
+                    "metadata": {"tick": 3}}])
+        );
+    }
+
+    #[test]
+    fn delta_that_does_not_apply_is_skipped_but_metadata_merges() {
+        let mut s = store(&[snap("a", json!({"n": 0}))]);
+        s.handle_value(json!({"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "u", "metadata": {"m": 1},
+                              "patch": [{"op": "replace", "path": "/n", "value": 5},
+                                        {"op": "remove", "path": "/missing"}]}))
+            .unwrap();
+        assert_eq!(
+            wire(&s),
+            json!([{"id": "a", "role": "activity", "activityType": "t", "content": {"n": 0}, "metadata": {"m": 1}}])
+        );
+        assert_eq!(codes_of(&s), vec![codes::PATCH_NOT_APPLIED]);
+        s.handle_value(snap("a", json!({"fresh": true}))).unwrap();
+        assert_eq!(
+            s.get("a").unwrap().to_wire()["content"],
+            json!({"fresh": true})
+        );
+    }
+
+    #[test]
+    fn delta_whose_result_is_not_an_object_is_skipped() {
+        let mut s = store(&[snap("a", json!({"n": 0}))]);
+        s.handle_value(delta(
+            "a",
+            json!([{"op": "replace", "path": "", "value": [1]}]),
+        ))
+        .unwrap();
+        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 0}));
+        assert_eq!(codes_of(&s), vec![codes::PATCH_RESULT_NOT_OBJECT]);
+        s.handle_value(delta(
+            "a",
+            json!([{"op": "replace", "path": "", "value": {"root": 1}}]),
+        ))
+        .unwrap();
+        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"root": 1}));
+    }
+
+    #[test]
+    fn delta_to_missing_or_non_activity_warns() {
+        let mut s = store(&[json!({"type": "TEXT_MESSAGE_START", "messageId": "m"})]);
+        s.handle_value(delta("nope", json!([]))).unwrap();
+        s.handle_value(delta("m", json!([]))).unwrap();
+        assert_eq!(
+            codes_of(&s),
+            vec![
+                codes::DELTA_TARGET_MISSING,
+                codes::DELTA_TARGET_NOT_ACTIVITY
+            ]
+        );
+        let err = s
+            .handle_value(delta(
+                "nope",
+                json!([{"op": "add", "path": "x", "value": 1}]),
+            ))
+            .unwrap_err();
+        assert_eq!(err.code, codes::MALFORMED_PATCH);
+    }
+
+    #[test]
+    fn unknown_op_is_dropped_with_a_warning_and_extra_members_kept() {
+        let mut s = store(&[snap("a", json!({"n": 0}))]);
+        s.handle_value(delta(
+            "a",
+            json!([{"op": "frobnicate", "path": "/n"}, {"op": "add", "path": "/o", "value": {"x": 1}, "extra": true}]),
+        ))
+        .unwrap();
+        assert_eq!(
+            s.get("a").unwrap().to_wire()["content"],
+            json!({"n": 0, "o": {"x": 1}})
+        );
+        assert_eq!(codes_of(&s), vec![codes::PATCH_OP_DROPPED]);
+    }
+
+    #[test]
+    fn attribution_rules() {
+        let mut s = store(&[
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t",
+                                   "content": {"n": 0}, "subagentRunId": "sub-1"}),
+        ]);
+        let before = wire(&s);
+        let mut tagged = delta("a", json!([{"op": "replace", "path": "/n", "value": 1}]));
+        tagged["subagentRunId"] = json!("sub-2");
+        let err = s.handle_value(tagged.clone()).unwrap_err();
+        assert_eq!(
+            (err.kind, err.code),
+            (ErrorKind::Attribution, codes::ATTRIBUTION_MISMATCH)
+        );
+        assert_eq!(wire(&s), before);
+        tagged["subagentRunId"] = json!("sub-1");
+        s.handle_value(tagged).unwrap();
+        s.handle_value(delta(
+            "a",
+            json!([{"op": "replace", "path": "/n", "value": 2}]),
+        ))
+        .unwrap();
+        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 2}));
+        // A parent-owned activity rejects a subagent-tagged delta.
+        let mut p = store(&[snap("b", json!({}))]);
+        let mut tagged = delta("b", json!([]));
+        tagged["subagentRunId"] = json!("sub-1");
+        assert_eq!(
+            p.handle_value(tagged).unwrap_err().code,
+            codes::ATTRIBUTION_MISMATCH
+        );
+    }
+
+    #[test]
+    fn malformed_values_are_fatal_and_change_nothing() {
+        let base = store(&[snap("a", json!({"n": 0}))]);
+        let bad = [
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": [1]}),
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": {}, "replace": "no"}),
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": {}, "replace": null}),
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": {}, "metadata": null}),
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": {}, "subagentRunId": null}),
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": {}, "timestamp": 1.5}),
+            json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "content": {}}),
+            json!({"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "t", "patch": [{"op": "add", "path": "/~2", "value": 1}]}),
+            json!({"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "t", "patch": {"op": "add"}}),
+            json!({"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "x", "role": "activity", "activityType": "t", "content": "s"}]}),
+            json!({"type": 7}),
+            json!([1]),
+        ];
+        for ev in bad {
+            let mut s = store(&[snap("a", json!({"n": 0}))]);
+            let err = s.handle_value(ev.clone()).unwrap_err();
+            assert!(matches!(err.kind, ErrorKind::Malformed), "{ev}: {err}");
+            assert_eq!(wire(&s), wire(&base), "{ev}");
+            assert!(s.warnings().is_empty());
+        }
+    }
+
+    #[test]
+    fn unknown_types_and_properties_warn() {
+        let mut s = ActivityStore::new();
+        s.handle_value(json!({"type": "FUTURE_THING", "x": 1}))
+            .unwrap();
+        s.handle_value(json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t",
+                              "content": {"open": {"any": 1}}, "metadata": {"also": "open"}, "surprise": 1}))
+            .unwrap();
+        assert_eq!(
+            codes_of(&s),
+            vec![codes::UNKNOWN_EVENT_TYPE, codes::UNKNOWN_PROPERTY]
+        );
+        assert_eq!(
+            s.get("a").unwrap().to_wire()["content"],
+            json!({"open": {"any": 1}})
+        );
+    }
+
+    #[test]
+    fn messages_snapshot_reconciles() {
+        let mut s = store(&[
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "u1", "role": "user"}),
+            snap("act", json!({"n": 1})),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m1"}),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "gone"}),
+        ]);
+        s.handle_value(json!({"type": "MESSAGES_SNAPSHOT", "messages": [
+            {"id": "new", "role": "user", "content": "later", "junk": 1},
+            {"id": "m1", "role": "assistant", "content": "replaced"},
+            {"id": "u1", "role": "user", "content": "hello"},
+        ]}))
+        .unwrap();
+        let ids: Vec<_> = s.messages().iter().map(|m| m.id().to_owned()).collect();
+        assert_eq!(ids, ["u1", "act", "m1", "new"]);
+        assert_eq!(s.get("m1").unwrap().to_wire()["content"], json!("replaced"));
+        assert_eq!(
+            s.get("new").unwrap().to_wire(),
+            json!({"id": "new", "role": "user", "content": "later"})
+        );
+        assert_eq!(codes_of(&s), vec![codes::UNKNOWN_PROPERTY]);
+        // A snapshot that carries an activity message drops held activities it omits.
+        s.handle_value(json!({"type": "MESSAGES_SNAPSHOT", "messages": [
+            {"id": "act2", "role": "activity", "activityType": "t", "content": {}},
+        ]}))
+        .unwrap();
+        let ids: Vec<_> = s.messages().iter().map(|m| m.id().to_owned()).collect();
+        assert_eq!(ids, ["act2"]);
+        let input: Vec<_> = s.run_input_messages().collect();
+        assert!(input.is_empty());
+    }
+
+    #[test]
+    fn text_chunks_build_messages() {
+        let s = store(&[
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "c", "delta": "a"}),
+            json!({"type": "TEXT_MESSAGE_CHUNK", "delta": "b", "metadata": {"k": 1}}),
+            json!({"type": "TEXT_MESSAGE_CHUNK", "delta": "c"}),
+        ]);
+        assert_eq!(
+            wire(&s),
+            json!([{"id": "c", "role": "assistant", "content": "abc", "metadata": {"k": 1}}])
+        );
+    }
+
+    #[test]
+    fn after_run_finished_only_run_started_or_error() {
+        let mut s = store(&[
+            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
+        ]);
+        let err = s.handle_value(snap("a", json!({}))).unwrap_err();
+        assert_eq!(
+            (err.kind, err.code),
+            (ErrorKind::Sequence, codes::EVENT_AFTER_RUN_FINISHED)
+        );
+        s.handle_value(json!({"type": "RUN_ERROR", "message": "late"}))
+            .unwrap();
+        s.handle_value(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"}))
+            .unwrap();
+        s.handle_value(snap("a", json!({}))).unwrap();
+        assert_eq!(s.messages().len(), 1);
+    }
+
+    #[test]
+    fn feed_bytes_split_anywhere_equals_dicts() {
+        let events = [
+            snap("a", json!({"steps": [], "n": "é"})),
+            delta("a", json!([{"op": "add", "path": "/steps/-", "value": 1}])),
+            json!({"type": "TEXT_MESSAGE_CHUNK", "messageId": "c", "delta": "x\ny"}),
+        ];
+        let expected = wire(&store(&events));
+        let mut sse = Vec::new();
+        for e in &events {
+            sse.extend_from_slice(b"data: ");
+            sse.extend_from_slice(&serde_json::to_vec(e).unwrap());
+            sse.extend_from_slice(b"\n\n");
+        }
+        for cut in 0..=sse.len() {
+            let mut s = ActivityStore::new();
+            s.feed(&sse[..cut]).unwrap();
+            s.feed(&sse[cut..]).unwrap();
+            s.finish().unwrap();
+            assert_eq!(wire(&s), expected, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn fatal_event_in_a_feed_keeps_earlier_events_and_buffers_later_ones() {
+        let mut s = ActivityStore::new();
+        let input = b"{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"a\",\"activityType\":\"t\",\"content\":{}}\n\
+{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"b\",\"activityType\":\"t\",\"content\":1}\n\
+{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"c\",\"activityType\":\"t\",\"content\":{}}\n";
+        assert_eq!(s.feed(input).unwrap_err().code, codes::WRONG_TYPE);
+        assert_eq!(s.messages().len(), 1);
+        s.feed(b"").unwrap();
+        let ids: Vec<_> = s.messages().iter().map(|m| m.id().to_owned()).collect();
+        assert_eq!(ids, ["a", "c"]);
+    }
+}

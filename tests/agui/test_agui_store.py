@@ -1,0 +1,475 @@
+"""`tether._core.ActivityStore`: the AG-UI consumer rules, driven from Python dicts and bytes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tether import _core
+from tether.errors import (
+    AguiAttributionError,
+    AguiDecodeError,
+    AguiError,
+    AguiMalformedError,
+    AguiSequenceError,
+    TetherError,
+)
+
+ActivityStore = _core.ActivityStore
+
+
+def snap(mid: str, content: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "ACTIVITY_SNAPSHOT",
+        "messageId": mid,
+        "activityType": extra.pop("activityType", "t"),
+        "content": content,
+        **extra,
+    }
+
+
+def delta(mid: str, patch: list[Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "ACTIVITY_DELTA",
+        "messageId": mid,
+        "activityType": extra.pop("activityType", "t"),
+        "patch": patch,
+        **extra,
+    }
+
+
+def store_of(*events: dict[str, Any]) -> ActivityStore:
+    s = ActivityStore()
+    for e in events:
+        s.handle_event(e)
+    return s
+
+
+def test_error_hierarchy() -> None:
+    assert issubclass(AguiError, TetherError)
+    for cls in (AguiDecodeError, AguiMalformedError, AguiSequenceError):
+        assert issubclass(cls, AguiError)
+    assert issubclass(AguiAttributionError, AguiMalformedError)
+
+
+def test_rule1_snapshot_creates_at_arrival_replaces_and_replace_false_keeps() -> None:
+    s = store_of(
+        snap("a", {"n": 1}),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m"},
+        snap("a", {"n": 2}, activityType="u"),
+    )
+    assert [m["id"] for m in s.messages()] == ["a", "m"]
+    assert s.get("a") == {"id": "a", "role": "activity", "activityType": "u", "content": {"n": 2}}
+    s.handle_event(snap("a", {"other": True}, activityType="v", replace=False))
+    assert s.get("a") == {"id": "a", "role": "activity", "activityType": "u", "content": {"n": 2}}
+
+
+def test_rule2_metadata_merges_shallowly_and_survives_replacement() -> None:
+    s = store_of(
+        snap("a", {}, metadata={"k": 1, "deep": {"x": 1}}),
+        delta("a", [], metadata={"deep": {"y": 2}}),
+        snap("a", {"fresh": 1}, metadata={"z": None}),
+        snap("a", {"ignored": 1}, replace=False, metadata={"k": 9}),
+    )
+    got = s.get("a")
+    assert got is not None
+    assert got["metadata"] == {"k": 9, "deep": {"y": 2}, "z": None}
+    assert got["content"] == {"fresh": 1}
+
+
+def test_rule3_attribution() -> None:
+    s = store_of(snap("a", {"n": 0}, subagentRunId="sub-1"))
+    before = s.messages()
+    with pytest.raises(AguiAttributionError) as info:
+        s.handle_event(delta("a", [{"op": "replace", "path": "/n", "value": 1}], subagentRunId="x"))
+    assert info.value.code == "attribution_mismatch"  # type: ignore[attr-defined]
+    assert info.value.message_id == "a"  # type: ignore[attr-defined]
+    assert s.messages() == before
+    s.handle_event(delta("a", [{"op": "replace", "path": "/n", "value": 1}]))  # untagged: fine
+    s.handle_event(snap("a", {"n": 5}, replace=False, subagentRunId="sub-9"))  # owner stands
+    assert s.get("a") == {
+        "id": "a",
+        "role": "activity",
+        "subagentRunId": "sub-1",
+        "activityType": "t",
+        "content": {"n": 1},
+    }
+    assert s.warnings == []
+    s.handle_event(snap("a", {"n": 6}))  # replacing snapshot re-mints: now the parent's
+    got = s.get("a")
+    assert got is not None and "subagentRunId" not in got
+    with pytest.raises(AguiAttributionError):
+        s.handle_event(delta("a", [], subagentRunId="sub-1"))
+
+
+def test_rule4_deltas_patch_atomically_and_failures_warn() -> None:
+    s = store_of(snap("a", {"steps": [], "n": 0, "status": "idle"}))
+    w = s.handle_event(
+        delta(
+            "a",
+            [
+                {"op": "add", "path": "/steps/-", "value": {"name": "grasp"}},
+                {"op": "replace", "path": "/status", "value": "running"},
+            ],
+            activityType="robot_task",
+        )
+    )
+    assert w == []
+    assert s.get("a") == {
+        "id": "a",
+        "role": "activity",
+        "activityType": "robot_task",
+        "content": {"steps": [{"name": "grasp"}], "n": 0, "status": "running"},
+    }
+    w = s.handle_event(
+        delta(
+            "a",
+            [{"op": "replace", "path": "/n", "value": 1}, {"op": "test", "path": "/n", "value": 7}],
+            activityType="other",
+            metadata={"seen": True},
+        )
+    )
+    assert [x.code for x in w] == ["patch_not_applied"]
+    assert w[0].message_id == "a" and w[0].event_type == "ACTIVITY_DELTA"
+    got = s.get("a")
+    assert got is not None
+    assert got["content"]["n"] == 0 and got["activityType"] == "robot_task"
+    assert got["metadata"] == {"seen": True}
+    w = s.handle_event(delta("a", [{"op": "replace", "path": "", "value": 3}]))
+    assert [x.code for x in w] == ["patch_result_not_object"]
+    w = s.handle_event(delta("missing", []))
+    w += s.handle_event({"type": "TEXT_MESSAGE_START", "messageId": "m"})
+    w += s.handle_event(delta("m", []))
+    assert [x.code for x in w] == ["delta_target_missing", "delta_target_not_activity"]
+    s.handle_event(snap("a", {"resync": True}))
+    got = s.get("a")
+    assert got is not None and got["content"] == {"resync": True}
+
+
+@pytest.mark.parametrize(
+    ("event", "code"),
+    [
+        (snap("a", [1]), "wrong_type"),  # type: ignore[arg-type]
+        (snap("a", {}, replace="yes"), "wrong_type"),
+        (snap("a", {}, replace=None), "null_value"),
+        (snap("a", {}, subagentRunId=None), "null_value"),
+        (snap("a", {}, metadata=None), "null_value"),
+        (snap("a", {}, timestamp=1.5), "fractional_timestamp"),
+        (snap("a", {}, timestamp=2**60), "timestamp_out_of_range"),
+        (delta("a", [{"op": "add", "path": "/x~2", "value": 1}]), "malformed_patch"),
+        (delta("a", [{"op": "add", "path": "/x"}]), "malformed_patch"),
+        (delta("a", {"op": "add"}), "wrong_type"),  # type: ignore[arg-type]
+        ({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "content": {}}, "missing_field"),
+        ({"messageId": "a"}, "missing_type"),
+        ({"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "x"}]}, "missing_field"),
+    ],
+)
+def test_rule5_malformed_known_values_are_fatal_and_change_nothing(
+    event: dict[str, Any], code: str
+) -> None:
+    s = store_of(snap("a", {"n": 0}, metadata={"m": 1}))
+    before, warnings_before = s.to_json(), s.warnings
+    with pytest.raises(AguiMalformedError) as info:
+        s.handle_event(event)
+    assert info.value.code == code  # type: ignore[attr-defined]
+    assert s.to_json() == before
+    assert s.warnings == warnings_before
+
+
+def test_rule5_unknown_material_is_dropped_or_stripped_with_warnings() -> None:
+    s = ActivityStore()
+    w = s.handle_event({"type": "SOMETHING_NEW", "payload": 1})
+    assert [(x.code, x.event_type) for x in w] == [("unknown_event_type", "SOMETHING_NEW")]
+    w = s.handle_event(
+        snap(
+            "a",
+            {"open": {"nested": [1]}},
+            metadata={"vendor.key": 1},
+            futureField=True,
+        )
+    )
+    assert [x.code for x in w] == ["unknown_property"]
+    assert "futureField" in w[0].reason
+    s.handle_event(
+        delta("a", [{"op": "add", "path": "/x", "value": 1, "note": "kept"}, {"op": "nope"}])
+    )
+    got = s.get("a")
+    assert got is not None
+    assert got["content"] == {"open": {"nested": [1]}, "x": 1}
+    assert got["metadata"] == {"vendor.key": 1}
+    assert [x.code for x in s.warnings][-1] == "patch_op_dropped"
+
+
+def test_rule6_messages_snapshot() -> None:
+    s = store_of(
+        {"type": "TEXT_MESSAGE_START", "messageId": "u1", "role": "user"},
+        snap("act", {"n": 1}),
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m1", "delta": "draft"},
+        {"type": "TEXT_MESSAGE_START", "messageId": "dropped"},
+    )
+    s.handle_event(
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [
+                {"id": "n1", "role": "user", "content": "new"},
+                {"id": "m1", "role": "assistant", "content": "final"},
+                {"id": "u1", "role": "user", "content": "hello"},
+                {"id": "r1", "role": "reasoning", "content": "thinking"},
+            ],
+        }
+    )
+    assert [m["id"] for m in s.messages()] == ["u1", "act", "m1", "n1", "r1"]
+    assert s.run_input_messages() == [m for m in s.messages() if m["role"] != "activity"]
+    s.handle_event(
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [{"id": "a2", "role": "activity", "activityType": "t", "content": {}}],
+        }
+    )
+    # The snapshot carries an activity, so held activities it omits go; it carries no
+    # reasoning message, so the held one survives.
+    assert [m["id"] for m in s.messages()] == ["r1", "a2"]
+
+
+def test_rule7_run_input_messages_strip_activity() -> None:
+    s = store_of(
+        {"type": "TEXT_MESSAGE_START", "messageId": "u", "role": "user"},
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "u", "delta": "go"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "u"},
+        snap("a", {}),
+    )
+    assert s.run_input_messages() == [{"id": "u", "role": "user", "content": "go"}]
+    assert len(s.activities()) == 1 and len(s) == 2
+
+
+def test_run_lifecycle() -> None:
+    s = store_of(
+        {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
+        {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"},
+    )
+    with pytest.raises(AguiSequenceError) as info:
+        s.handle_event(snap("a", {}))
+    assert info.value.code == "event_after_run_finished"  # type: ignore[attr-defined]
+    s.handle_event({"type": "RUN_ERROR", "message": "late"})
+    s.handle_event({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"})
+    s.handle_event(snap("a", {}))
+    assert len(s) == 1
+
+
+def test_known_event_types_are_accepted_without_warnings() -> None:
+    s = store_of(
+        {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
+        {"type": "STEP_STARTED", "stepName": "s"},
+        {"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "f"},
+        {"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{}"},
+        {"type": "TOOL_CALL_END", "toolCallId": "c"},
+        {"type": "STATE_SNAPSHOT", "snapshot": {"x": 1}},
+        {"type": "STATE_DELTA", "delta": []},
+        {"type": "REASONING_START", "messageId": "r"},
+        {"type": "REASONING_END", "messageId": "r"},
+        {"type": "CUSTOM", "name": "c", "value": None},
+        {"type": "RAW", "event": {"anything": 1}},
+        {"type": "STEP_FINISHED", "stepName": "s"},
+    )
+    assert s.warnings == []
+    assert s.events_handled == 12
+
+
+def test_warnings_are_structured_values() -> None:
+    w = ActivityStore().handle_event(delta("nope", []))[0]
+    assert isinstance(w, _core.AguiWarning)
+    assert w.to_dict() == {
+        "code": "delta_target_missing",
+        "eventType": "ACTIVITY_DELTA",
+        "messageId": "nope",
+        "reason": w.reason,
+    }
+    assert w == _core.AguiWarning(
+        "delta_target_missing", w.reason, event_type="ACTIVITY_DELTA", message_id="nope"
+    )
+    assert "delta_target_missing" in repr(w)
+    assert w.code in _core.agui_warning_codes()
+
+
+def test_to_json_is_messages_as_bytes() -> None:
+    s = store_of(
+        snap("a", {"big": 2**70, "f": 1.5, "s": "é"}),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m"},
+    )
+    assert json.loads(s.to_json()) == s.messages()
+    assert s.get("a") == {
+        "id": "a",
+        "role": "activity",
+        "activityType": "t",
+        "content": {"big": 2**70, "f": 1.5, "s": "é"},
+    }
+
+
+def test_non_json_python_values_are_type_errors() -> None:
+    s = ActivityStore()
+    for bad in (
+        snap("a", {"x": {1, 2}}),
+        snap("a", {1: "int key"}),
+        snap("a", {"f": float("nan")}),
+    ):
+        with pytest.raises(TypeError):
+            s.handle_event(bad)
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    with pytest.raises(TypeError):
+        s.handle_event(snap("a", loop))
+    assert len(s) == 0
+
+
+# ---- bytes: one JSON event, NDJSON, SSE, arbitrary chunk splits ----
+
+EVENTS: list[dict[str, Any]] = [
+    {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
+    snap("a", {"steps": [], "label": "grip ✓"}, metadata={"k": 1}),
+    delta("a", [{"op": "add", "path": "/steps/-", "value": "x\ny"}]),
+    {"type": "TEXT_MESSAGE_CHUNK", "messageId": "m", "delta": "hello"},
+    delta("a", [{"op": "add", "path": "/n", "value": 1}]),
+    {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"},
+]
+
+
+def reference() -> list[dict[str, Any]]:
+    return store_of(*EVENTS).messages()
+
+
+def ndjson(events: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(e).encode() + b"\n" for e in events)
+
+
+def sse(events: list[dict[str, Any]], newline: bytes = b"\n") -> bytes:
+    out = b": capture\n".replace(b"\n", newline)
+    for e in events:
+        out += b"data: " + json.dumps(e, ensure_ascii=False).encode() + newline + newline
+    return out
+
+
+def feed_chunks(data: bytes, cuts: list[int]) -> ActivityStore:
+    s = ActivityStore()
+    bounds = [0, *sorted(set(cuts)), len(data)]
+    for lo, hi in itertools.pairwise(bounds):
+        s.feed(data[lo:hi])
+    s.finish()
+    return s
+
+
+@pytest.mark.parametrize(
+    "data",
+    [ndjson(EVENTS), sse(EVENTS), sse(EVENTS, b"\r\n"), sse(EVENTS, b"\r")],
+    ids=["ndjson", "sse-lf", "sse-crlf", "sse-cr"],
+)
+def test_every_two_way_split_gives_the_same_history(data: bytes) -> None:
+    want = reference()
+    for cut in range(len(data) + 1):
+        assert feed_chunks(data, [cut]).messages() == want
+
+
+@given(st.data())
+def test_random_multi_splits_give_the_same_history(data: st.DataObject) -> None:
+    raw = data.draw(st.sampled_from([ndjson(EVENTS), sse(EVENTS), sse(EVENTS, b"\r\n")]))
+    cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=12))
+    assert feed_chunks(raw, cuts).messages() == reference()
+
+
+def test_single_json_event_and_pretty_printed() -> None:
+    s = ActivityStore()
+    s.feed(json.dumps(snap("a", {"n": 1}), indent=2).encode())
+    assert s.get("a") is not None
+    s.feed(bytearray(b'{"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "t",'))
+    assert s.pending_bytes > 0
+    s.feed(b' "patch": [{"op": "replace", "path": "/n", "value": 2}]}')
+    assert s.pending_bytes == 0
+    got = s.get("a")
+    assert got is not None and got["content"] == {"n": 2}
+
+
+def test_garbage_bytes_are_decode_errors_and_the_stream_recovers() -> None:
+    s = ActivityStore()
+    with pytest.raises(AguiDecodeError) as info:
+        s.feed(b'{"type": "RUN_STARTED", "threadId": "t", "runId": "r"}\n{not json}\n')
+    assert info.value.code == "invalid_json"  # type: ignore[attr-defined]
+    s.feed(ndjson([snap("a", {})]))
+    assert s.events_handled == 2 and len(s) == 1
+    t = ActivityStore()
+    t.feed(b'{"type": "RUN_STARTED", "thr')
+    with pytest.raises(AguiDecodeError) as info:
+        t.finish()
+    assert info.value.code == "truncated_stream"  # type: ignore[attr-defined]
+
+
+def test_fatal_event_mid_feed_keeps_earlier_and_buffers_later() -> None:
+    s = ActivityStore()
+    data = ndjson([snap("a", {}), snap("b", {}, replace=None), snap("c", {})])
+    with pytest.raises(AguiMalformedError):
+        s.feed(data)
+    assert [m["id"] for m in s.messages()] == ["a"]
+    s.feed(b"")
+    assert [m["id"] for m in s.messages()] == ["a", "c"]
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_give_warnings_or_a_typed_error(data: bytes) -> None:
+    s = ActivityStore()
+    for chunk in (data[: len(data) // 2], data[len(data) // 2 :]):
+        try:
+            s.feed(chunk)
+        except AguiError:
+            pass
+    try:
+        s.finish()
+    except AguiError:
+        pass
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "type",
+                "messageId",
+                "activityType",
+                "content",
+                "patch",
+                "replace",
+                "metadata",
+                "subagentRunId",
+                "timestamp",
+                "messages",
+                "delta",
+                "role",
+            ]
+        ),
+        json_values
+        | st.sampled_from(["ACTIVITY_SNAPSHOT", "ACTIVITY_DELTA", "MESSAGES_SNAPSHOT", "a"]),
+    )
+)
+def test_any_event_dict_is_applied_warned_or_rejected_atomically(event: dict[str, Any]) -> None:
+    s = store_of(snap("a", {"n": [1, 2]}, metadata={"m": 0}))
+    before = s.to_json()
+    try:
+        s.handle_event(event)
+    except AguiError:
+        assert s.to_json() == before
+    for m in s.activities():
+        assert isinstance(m["content"], dict)
