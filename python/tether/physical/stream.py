@@ -18,6 +18,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from tether._core import ActivityStore
+
 KEEPALIVE_S = 10.0
 EVENT_PATHS = ("/", "/events")
 
@@ -165,17 +167,43 @@ def _handler(stream: RunStream, on_subscribe: Callable[[], None]) -> type[BaseHT
     return Handler
 
 
+class StoreState:
+    """`MessageState` over the AG-UI `ActivityStore` (the stream's lock makes it single-owner)."""
+
+    def __init__(self) -> None:
+        self.store = ActivityStore()
+
+    def feed(self, event: dict[str, Any]) -> None:
+        """Apply one event to the store."""
+        self.store.handle_event(event)
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The activity messages so far."""
+        return self.store.activities()
+
+
 class StreamServer:
     """A localhost HTTP server (stdlib, one thread per client) serving one `RunStream`."""
 
     def __init__(self, stream: RunStream, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.subscribed = threading.Event()
-        self._httpd = ThreadingHTTPServer((host, port), _handler(stream, self.subscribed.set))
+        self._subscribers = 0
+        self._changed = threading.Condition()
+        self._httpd = ThreadingHTTPServer((host, port), _handler(stream, self._count))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="tether-sse", daemon=True
         )
         self._thread.start()
+
+    def _count(self) -> None:
+        with self._changed:
+            self._subscribers += 1
+            self._changed.notify_all()
+
+    def wait_for_subscribers(self, n: int, timeout: float | None = None) -> bool:
+        """Block until `n` subscribers have connected in total (False on timeout)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._subscribers >= n, timeout)
 
     @property
     def url(self) -> str:
