@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {}
 
 
 # --- host ---
+COMMANDS["worker"] = ("tether.runtime.worker_main", "run Activity worker threads on a data dir")
 
 
 def _usage() -> str:

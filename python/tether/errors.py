@@ -16,6 +16,36 @@ from tether._core import AguiMalformedError as AguiMalformedError
 from tether._core import AguiSequenceError as AguiSequenceError
 
 # --- catalog ---
+# `X as X` re-exports explicitly: `__all__` is assigned at the bottom of this file, so a
+# section's `__all__ += [...]` would run before it exists. isort would split the aliases.
+# isort: off
+from tether._core import (
+    AdmissionConflict as AdmissionConflict,
+    AwaitingDecision as AwaitingDecision,
+    BoundsExceeded as BoundsExceeded,
+    CatalogConfigError as CatalogConfigError,
+    CatalogRejection as CatalogRejection,
+    CatalogStorageError as CatalogStorageError,
+    EvidenceMismatch as EvidenceMismatch,
+    InvalidDecision as InvalidDecision,
+    LeaseExpired as LeaseExpired,
+    NoResult as NoResult,
+    NotAwaitingDecision as NotAwaitingDecision,
+    NotBound as NotBound,
+    NotClaimable as NotClaimable,
+    NotReconciling as NotReconciling,
+    OperationBound as OperationBound,
+    OperationConflict as OperationConflict,
+    ReceiptMismatch as ReceiptMismatch,
+    ReconcileOnly as ReconcileOnly,
+    ResultConflict as ResultConflict,
+    SettlementConflict as SettlementConflict,
+    StaleEvidenceRevision as StaleEvidenceRevision,
+    StaleFence as StaleFence,
+    TokenlessReceipt as TokenlessReceipt,
+    UnknownActivity as UnknownActivity,
+)
+# isort: on
 
 
 # --- codec ---

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
+from tether.activities import Receipt
 from tether.world._errors import InvalidWrite
 
 JSONValue: TypeAlias = Any
@@ -19,14 +20,9 @@ JSONValue: TypeAlias = Any
 _NAME = re.compile(r"^[A-Za-z0-9_.:/@+\-]{1,200}$")
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedTickReceipt:
-    """The exact coordinates of one committed tick: world, run, tick and visibility token."""
-
-    world_id: str
-    run_id: str
-    tick: int
-    visibility_token: str
+#: The exact coordinates of one committed tick (world, run, tick, visibility token). It is the
+#: catalog's `Receipt` class itself, so a ledger receipt is admitted and settled as it is.
+CommittedTickReceipt = Receipt
 
 
 def canonical_json(value: JSONValue) -> bytes:

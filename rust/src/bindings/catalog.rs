@@ -1,7 +1,588 @@
 //! Python bindings for `crate::catalog`.
+//!
+//! Records cross as flat tuples in `catalog_columns()` order: that is exactly what `sqlite3`
+//! reads and binds, so storage passes rows straight through and the Python record view is built
+//! once per call. Inputs (admission, receipt, result, guard, evidence) are the Python frozen
+//! dataclasses themselves, read by attribute. Every rejection becomes one exception class under
+//! `CatalogRejection`, with the stable code as the class attribute `code`.
 
+use pyo3::create_exception;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
 
-pub(crate) fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::bindings::errors::TetherError;
+use crate::catalog::{
+    self, ActivityRecord, Admission, Cell, Decision, DecisionOutcome, Key, Receipt, Rejection,
+    RejectionKind, ResultRef, RowError, COLUMNS,
+};
+
+create_exception!(
+    _core,
+    CatalogRejection,
+    TetherError,
+    "The Activity catalog refused a transition; `code` names the rule."
+);
+create_exception!(
+    _core,
+    CatalogStorageError,
+    TetherError,
+    "A stored catalog row or schema is unusable."
+);
+create_exception!(
+    _core,
+    CatalogConfigError,
+    TetherError,
+    "A catalog URL or option is invalid."
+);
+
+create_exception!(
+    _core,
+    StaleFence,
+    CatalogRejection,
+    "The fence is not the current attempt's."
+);
+create_exception!(
+    _core,
+    LeaseExpired,
+    CatalogRejection,
+    "The current attempt's lease has expired."
+);
+create_exception!(
+    _core,
+    AdmissionConflict,
+    CatalogRejection,
+    "Same key, different immutable admission."
+);
+create_exception!(
+    _core,
+    ResultConflict,
+    CatalogRejection,
+    "A different result is already recorded."
+);
+create_exception!(
+    _core,
+    NotBound,
+    CatalogRejection,
+    "No provider operation is bound yet."
+);
+create_exception!(
+    _core,
+    ReconcileOnly,
+    CatalogRejection,
+    "The attempt may only reconcile."
+);
+create_exception!(
+    _core,
+    NotReconciling,
+    CatalogRejection,
+    "Only a reconcile attempt may do this."
+);
+create_exception!(
+    _core,
+    AwaitingDecision,
+    CatalogRejection,
+    "The activity awaits an operator decision."
+);
+create_exception!(
+    _core,
+    NotAwaitingDecision,
+    CatalogRejection,
+    "The activity awaits no decision."
+);
+create_exception!(
+    _core,
+    StaleEvidenceRevision,
+    CatalogRejection,
+    "The decision names old evidence."
+);
+create_exception!(
+    _core,
+    InvalidDecision,
+    CatalogRejection,
+    "The operator decision is malformed."
+);
+create_exception!(
+    _core,
+    ReceiptMismatch,
+    CatalogRejection,
+    "The receipt does not fit this activity."
+);
+create_exception!(
+    _core,
+    TokenlessReceipt,
+    ReceiptMismatch,
+    "The receipt has no visibility token."
+);
+create_exception!(
+    _core,
+    EvidenceMismatch,
+    CatalogRejection,
+    "The evidence does not bind the result."
+);
+create_exception!(
+    _core,
+    SettlementConflict,
+    CatalogRejection,
+    "A different settlement is recorded."
+);
+create_exception!(
+    _core,
+    NoResult,
+    CatalogRejection,
+    "No result is recorded yet."
+);
+create_exception!(
+    _core,
+    OperationConflict,
+    CatalogRejection,
+    "A different provider operation is bound."
+);
+create_exception!(
+    _core,
+    OperationBound,
+    CatalogRejection,
+    "The provider operation is bound; reconcile."
+);
+create_exception!(
+    _core,
+    NotClaimable,
+    CatalogRejection,
+    "The activity cannot be claimed now."
+);
+create_exception!(
+    _core,
+    BoundsExceeded,
+    CatalogRejection,
+    "A field is empty, too long or out of range."
+);
+// Not a rule of the pure core (which only sees one record): storage found no record to change.
+create_exception!(
+    _core,
+    UnknownActivity,
+    CatalogRejection,
+    "No activity with this key exists."
+);
+
+fn rejection_type(py: Python<'_>, kind: RejectionKind) -> Bound<'_, pyo3::types::PyType> {
+    match kind {
+        RejectionKind::StaleFence => py.get_type::<StaleFence>(),
+        RejectionKind::LeaseExpired => py.get_type::<LeaseExpired>(),
+        RejectionKind::AdmissionConflict => py.get_type::<AdmissionConflict>(),
+        RejectionKind::ResultConflict => py.get_type::<ResultConflict>(),
+        RejectionKind::NotBound => py.get_type::<NotBound>(),
+        RejectionKind::ReconcileOnly => py.get_type::<ReconcileOnly>(),
+        RejectionKind::NotReconciling => py.get_type::<NotReconciling>(),
+        RejectionKind::AwaitingDecision => py.get_type::<AwaitingDecision>(),
+        RejectionKind::NotAwaitingDecision => py.get_type::<NotAwaitingDecision>(),
+        RejectionKind::StaleEvidenceRevision => py.get_type::<StaleEvidenceRevision>(),
+        RejectionKind::InvalidDecision => py.get_type::<InvalidDecision>(),
+        RejectionKind::ReceiptMismatch => py.get_type::<ReceiptMismatch>(),
+        RejectionKind::TokenlessReceipt => py.get_type::<TokenlessReceipt>(),
+        RejectionKind::EvidenceMismatch => py.get_type::<EvidenceMismatch>(),
+        RejectionKind::SettlementConflict => py.get_type::<SettlementConflict>(),
+        RejectionKind::NoResult => py.get_type::<NoResult>(),
+        RejectionKind::OperationConflict => py.get_type::<OperationConflict>(),
+        RejectionKind::OperationBound => py.get_type::<OperationBound>(),
+        RejectionKind::NotClaimable => py.get_type::<NotClaimable>(),
+        RejectionKind::BoundsExceeded => py.get_type::<BoundsExceeded>(),
+    }
+}
+
+/// Converts a rejection into its exception, with `field` set on the instance.
+fn rejected(py: Python<'_>, r: Rejection) -> PyErr {
+    let ty = rejection_type(py, r.kind);
+    match ty.call1((r.to_string(),)) {
+        Ok(exc) => {
+            // Setting an attribute on a fresh exception instance cannot fail short of OOM.
+            let _ = exc.setattr("field", r.field);
+            PyErr::from_value(exc)
+        }
+        Err(e) => e,
+    }
+}
+
+fn row_error(e: RowError) -> PyErr {
+    CatalogStorageError::new_err(format!("stored catalog row does not decode: {e}"))
+}
+
+fn cells_from(row: &Bound<'_, PyTuple>) -> PyResult<Vec<Cell>> {
+    let mut cells = Vec::with_capacity(row.len());
+    for (i, item) in row.iter().enumerate() {
+        let cell = if item.is_none() {
+            Cell::Null
+        } else if let Ok(s) = item.cast::<PyString>() {
+            Cell::Text(s.to_str()?.to_owned())
+        } else if let Ok(v) = item.extract::<i64>() {
+            Cell::Int(v)
+        } else {
+            let column = COLUMNS.get(i).copied().unwrap_or("?");
+            return Err(CatalogStorageError::new_err(format!(
+                "stored catalog row: column {column} holds an unsupported value"
+            )));
+        };
+        cells.push(cell);
+    }
+    Ok(cells)
+}
+
+fn record_from(row: &Bound<'_, PyTuple>) -> PyResult<ActivityRecord> {
+    ActivityRecord::from_cells(&cells_from(row)?).map_err(row_error)
+}
+
+fn row_of<'py>(py: Python<'py>, rec: &ActivityRecord) -> PyResult<Bound<'py, PyTuple>> {
+    let items: Vec<Py<PyAny>> = rec
+        .to_cells()
+        .into_iter()
+        .map(|c| -> PyResult<Py<PyAny>> {
+            Ok(match c {
+                Cell::Null => py.None(),
+                Cell::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
+                Cell::Text(s) => PyString::new(py, &s).into_any().unbind(),
+            })
+        })
+        .collect::<PyResult<_>>()?;
+    PyTuple::new(py, items)
+}
+
+fn done<'py>(
+    py: Python<'py>,
+    out: Result<ActivityRecord, Rejection>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    match out {
+        Ok(rec) => row_of(py, &rec),
+        Err(r) => Err(rejected(py, r)),
+    }
+}
+
+#[derive(FromPyObject)]
+struct PyKey {
+    world_id: String,
+    kind: String,
+    activity_id: String,
+}
+
+#[derive(FromPyObject)]
+struct PyReceipt {
+    world_id: String,
+    run_id: String,
+    tick: i64,
+    visibility_token: String,
+}
+
+impl From<PyReceipt> for Receipt {
+    fn from(r: PyReceipt) -> Receipt {
+        Receipt {
+            world_id: r.world_id,
+            run_id: r.run_id,
+            tick: r.tick,
+            visibility_token: r.visibility_token,
+        }
+    }
+}
+
+#[derive(FromPyObject)]
+struct PyAdmission {
+    key: PyKey,
+    source: PyReceipt,
+    input_ref: String,
+    input_digest: String,
+}
+
+#[derive(FromPyObject)]
+struct PyResultRef {
+    #[pyo3(attribute("ref"))]
+    result_ref: String,
+    digest: String,
+    media_type: String,
+    size: i64,
+    failed: bool,
+}
+
+impl From<PyResultRef> for ResultRef {
+    fn from(r: PyResultRef) -> ResultRef {
+        ResultRef {
+            result_ref: r.result_ref,
+            digest: r.digest,
+            media_type: r.media_type,
+            size: r.size,
+            failed: r.failed,
+        }
+    }
+}
+
+/// A retry guard or evidence reference: both are a bounded `ref` and `digest`.
+#[derive(FromPyObject)]
+struct PyRefDigest {
+    #[pyo3(attribute("ref"))]
+    reference: String,
+    digest: String,
+}
+
+/// The flat column names, in the order rows cross and storage keeps them.
+#[pyfunction]
+fn catalog_columns() -> Vec<&'static str> {
+    COLUMNS.to_vec()
+}
+
+/// Every rejection code, in declaration order.
+#[pyfunction]
+fn catalog_rejection_codes() -> Vec<&'static str> {
+    RejectionKind::ALL.iter().map(|k| k.code()).collect()
+}
+
+#[pyfunction]
+fn operation_id_for(kind: &str, world_id: &str, activity_id: &str) -> String {
+    catalog::operation_id_for(kind, world_id, activity_id)
+}
+
+#[pyfunction]
+fn settlement_evidence_digest(
+    kind: &str,
+    world_id: &str,
+    activity_id: &str,
+    result_ref: &str,
+    result_digest: &str,
+) -> String {
+    catalog::settlement_evidence_digest(kind, world_id, activity_id, result_ref, result_digest)
+}
+
+#[pyfunction]
+fn catalog_admit<'py>(
+    py: Python<'py>,
+    row: Option<&Bound<'py, PyTuple>>,
+    admission: PyAdmission,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let existing = row.map(record_from).transpose()?;
+    let adm = Admission {
+        key: Key {
+            world_id: admission.key.world_id,
+            kind: admission.key.kind,
+            activity_id: admission.key.activity_id,
+        },
+        source: admission.source.into(),
+        input_ref: admission.input_ref,
+        input_digest: admission.input_digest,
+    };
+    done(py, catalog::admit(existing.as_ref(), &adm, now_ms))
+}
+
+#[pyfunction]
+fn catalog_claim<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    owner: &str,
+    lease_ms: i64,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    done(
+        py,
+        catalog::claim(&record_from(row)?, owner, lease_ms, now_ms),
+    )
+}
+
+#[pyfunction]
+fn catalog_renew<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    fence: i64,
+    lease_ms: i64,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    done(
+        py,
+        catalog::renew(&record_from(row)?, fence, lease_ms, now_ms),
+    )
+}
+
+#[pyfunction]
+fn catalog_release<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    fence: i64,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    done(py, catalog::release(&record_from(row)?, fence, now_ms))
+}
+
+#[pyfunction]
+fn catalog_bind_provider_operation<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    fence: i64,
+    operation_id: &str,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let rec = record_from(row)?;
+    done(
+        py,
+        catalog::bind_provider_operation(&rec, fence, operation_id, now_ms),
+    )
+}
+
+#[pyfunction]
+fn catalog_record_result<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    fence: i64,
+    result: PyResultRef,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    done(
+        py,
+        catalog::record_result(&record_from(row)?, fence, &result.into(), now_ms),
+    )
+}
+
+#[pyfunction]
+fn catalog_confirm_absent<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    fence: i64,
+    guard: PyRefDigest,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let rec = record_from(row)?;
+    done(
+        py,
+        catalog::confirm_absent(&rec, fence, &guard.reference, &guard.digest, now_ms),
+    )
+}
+
+#[pyfunction]
+fn catalog_record_unknown<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    fence: i64,
+    evidence: PyRefDigest,
+    retry_after_ms: i64,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let rec = record_from(row)?;
+    let out = catalog::record_unknown(
+        &rec,
+        fence,
+        &evidence.reference,
+        &evidence.digest,
+        retry_after_ms,
+        now_ms,
+    );
+    done(py, out)
+}
+
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (row, outcome, evidence_revision, operator, note, result, guard, now_ms))]
+fn catalog_resolve<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    outcome: &str,
+    evidence_revision: i64,
+    operator: String,
+    note: String,
+    result: Option<PyResultRef>,
+    guard: Option<PyRefDigest>,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let invalid = |msg: &str| {
+        rejected(
+            py,
+            Rejection {
+                kind: RejectionKind::InvalidDecision,
+                field: Some("decision"),
+                message: msg.to_owned(),
+            },
+        )
+    };
+    let outcome = match (outcome, result, guard) {
+        ("recovered", Some(r), None) => DecisionOutcome::Recovered(r.into()),
+        ("recovered", _, _) => return Err(invalid("\"recovered\" needs a result and no guard")),
+        ("absent", None, Some(g)) => DecisionOutcome::Absent {
+            guard_ref: g.reference,
+            guard_digest: g.digest,
+        },
+        ("absent", _, _) => {
+            return Err(invalid(
+                "\"absent\" needs a retry guard referencing the adapter's proof, and no result",
+            ))
+        }
+        ("abandon", None, None) => DecisionOutcome::Abandon,
+        ("abandon", _, _) => return Err(invalid("\"abandon\" takes neither a result nor a guard")),
+        _ => {
+            return Err(invalid(
+                "outcome must be \"recovered\", \"absent\" or \"abandon\"",
+            ))
+        }
+    };
+    let decision = Decision {
+        outcome,
+        evidence_revision,
+        operator,
+        note,
+    };
+    done(py, catalog::resolve(&record_from(row)?, &decision, now_ms))
+}
+
+#[pyfunction]
+#[pyo3(signature = (row, receipt, evidence_digest, fence, now_ms))]
+fn catalog_settle<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    receipt: PyReceipt,
+    evidence_digest: &str,
+    fence: Option<i64>,
+    now_ms: i64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let rec = record_from(row)?;
+    done(
+        py,
+        catalog::settle(&rec, &receipt.into(), evidence_digest, fence, now_ms),
+    )
+}
+
+/// Validates and normalises a stored row (used by scans that do not transition).
+#[pyfunction]
+fn catalog_check_row<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    if row.len() != COLUMNS.len() {
+        return Err(PyTypeError::new_err("row has the wrong number of columns"));
+    }
+    row_of(py, &record_from(row)?)
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("CatalogRejection", py.get_type::<CatalogRejection>())?;
+    m.add("CatalogStorageError", py.get_type::<CatalogStorageError>())?;
+    m.add("CatalogConfigError", py.get_type::<CatalogConfigError>())?;
+    let base = py.get_type::<CatalogRejection>();
+    base.setattr("code", "catalog_rejection")?;
+    base.setattr("field", py.None())?;
+    let unknown = py.get_type::<UnknownActivity>();
+    unknown.setattr("code", "unknown_activity")?;
+    m.add("UnknownActivity", unknown)?;
+    for kind in RejectionKind::ALL {
+        let ty = rejection_type(py, kind);
+        ty.setattr("code", kind.code())?;
+        m.add(ty.name()?, ty)?;
+    }
+    m.add_function(wrap_pyfunction!(catalog_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_rejection_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(operation_id_for, m)?)?;
+    m.add_function(wrap_pyfunction!(settlement_evidence_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_admit, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_claim, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_renew, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_release, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_bind_provider_operation, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_record_result, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_confirm_absent, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_record_unknown, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_resolve, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_settle, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_check_row, m)?)?;
     Ok(())
 }

@@ -1,0 +1,259 @@
+"""`Catalog`: the Activity catalog's Python API over a storage port and the Rust fencing core.
+
+Every method reads the clock once, runs one storage transaction in which the Rust core decides
+the transition, and returns the typed record. Rejections are `tether.errors.CatalogRejection`
+subclasses; storage failures are `CatalogStorageError`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from tether import _core
+from tether._core import UnknownActivity
+from tether.activities._record import Row, record_from_row
+from tether.activities._types import (
+    ActivityKey,
+    ActivityRecord,
+    Admission,
+    Claim,
+    Decision,
+    Evidence,
+    Receipt,
+    ResultRef,
+    RetryGuard,
+)
+from tether.storage import CatalogStore, KeyTuple, View, open_store
+
+Clock = Callable[[], int]
+PAGE_SIZE = 256
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: the default clock, comparable across processes."""
+    return time.time_ns() // 1_000_000
+
+
+def operation_id_for(key: ActivityKey) -> str:
+    """The stable provider operation id of an activity: SHA-256 of canonical JSON of
+    (kind, world_id, activity_id) under a Tether namespace, prefixed ``tether-op-v1:``."""
+    return _core.operation_id_for(key.kind, key.world_id, key.activity_id)
+
+
+def settlement_evidence_digest(key: ActivityKey, result: ResultRef) -> str:
+    """The completion evidence digest `Catalog.settle` expects: it binds the activity's kind,
+    world and id to the exact recorded result reference and digest."""
+    return _core.settlement_evidence_digest(
+        key.kind, key.world_id, key.activity_id, result.ref, result.digest
+    )
+
+
+def _key(key: ActivityKey) -> KeyTuple:
+    if not isinstance(key, ActivityKey):
+        raise TypeError(f"expected an ActivityKey, not {type(key).__name__}")
+    return (key.world_id, key.kind, key.activity_id)
+
+
+def _kinds(kinds: Sequence[str] | None) -> Sequence[str] | None:
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        raise TypeError("kinds must be a sequence of kinds, not one string")
+    return list(kinds)
+
+
+class Catalog:
+    """The durable Activity catalog.
+
+    One instance may be shared by threads; processes share the database file. Times are integer
+    milliseconds from ``clock`` (default: the wall clock, so leases compare across processes).
+    """
+
+    def __init__(self, store: CatalogStore, *, clock: Clock | None = None) -> None:
+        self._store = store
+        self._clock: Clock = clock if clock is not None else wall_clock_ms
+
+    @classmethod
+    def open(cls, url: str, *, clock: Clock | None = None, synchronous: str = "FULL") -> Catalog:
+        """Open the catalog at ``url`` (``sqlite:///abs/path.db``); ``synchronous`` is
+        ``"FULL"`` (default: every commit is durable) or ``"NORMAL"`` (WAL commits may roll back
+        on power loss, never corrupt)."""
+        return cls(open_store(url, synchronous=synchronous), clock=clock)
+
+    @property
+    def store(self) -> CatalogStore:
+        return self._store
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    def _change(self, key: ActivityKey, step: Callable[[Row], Row]) -> ActivityRecord:
+        def transition(row: Row | None) -> Row:
+            if row is None:
+                raise UnknownActivity(f"no activity {key.world_id}/{key.kind}/{key.activity_id}")
+            return step(row)
+
+        return record_from_row(self._store.apply(_key(key), transition))
+
+    def admit(self, admission: Admission) -> ActivityRecord:
+        """Admit an activity; an identical replay returns the stored record unchanged."""
+        if not isinstance(admission, Admission):
+            raise TypeError(f"expected an Admission, not {type(admission).__name__}")
+        now = self._clock()
+        row = self._store.apply(
+            _key(admission.key), lambda old: _core.catalog_admit(old, admission, now)
+        )
+        return record_from_row(row)
+
+    def claim(
+        self,
+        owner: str,
+        lease_ms: int,
+        *,
+        kinds: Sequence[str] | None = None,
+        world_id: str | None = None,
+    ) -> Claim | None:
+        """Claim the claimable activity that became claimable first, or return None."""
+        if not isinstance(owner, str) or not isinstance(lease_ms, int):
+            raise TypeError("claim(owner: str, lease_ms: int)")
+        now = self._clock()
+        row = self._store.claim(
+            now, lambda old: _core.catalog_claim(old, owner, lease_ms, now), _kinds(kinds), world_id
+        )
+        if row is None:
+            return None
+        record = record_from_row(row)
+        assert record.attempt is not None
+        return Claim(record, record.attempt)
+
+    def renew(self, key: ActivityKey, fence: int, lease_ms: int) -> ActivityRecord:
+        now = self._clock()
+        return self._change(key, lambda row: _core.catalog_renew(row, fence, lease_ms, now))
+
+    def release(self, key: ActivityKey, fence: int) -> ActivityRecord:
+        now = self._clock()
+        return self._change(key, lambda row: _core.catalog_release(row, fence, now))
+
+    def bind_provider_operation(
+        self, key: ActivityKey, fence: int, operation_id: str
+    ) -> ActivityRecord:
+        now = self._clock()
+        return self._change(
+            key, lambda row: _core.catalog_bind_provider_operation(row, fence, operation_id, now)
+        )
+
+    def record_result(self, key: ActivityKey, fence: int, result: ResultRef) -> ActivityRecord:
+        now = self._clock()
+        return self._change(key, lambda row: _core.catalog_record_result(row, fence, result, now))
+
+    def confirm_absent(self, key: ActivityKey, fence: int, guard: RetryGuard) -> ActivityRecord:
+        now = self._clock()
+        return self._change(key, lambda row: _core.catalog_confirm_absent(row, fence, guard, now))
+
+    def record_unknown(
+        self, key: ActivityKey, fence: int, evidence: Evidence, retry_after_ms: int
+    ) -> ActivityRecord:
+        now = self._clock()
+        return self._change(
+            key,
+            lambda row: _core.catalog_record_unknown(row, fence, evidence, retry_after_ms, now),
+        )
+
+    def resolve(self, key: ActivityKey, decision: Decision) -> ActivityRecord:
+        """Apply an operator decision (see `Decision`) to an activity awaiting one."""
+        if not isinstance(decision, Decision):
+            raise TypeError(f"expected a Decision, not {type(decision).__name__}")
+        now = self._clock()
+        d = decision
+        return self._change(
+            key,
+            lambda row: _core.catalog_resolve(
+                row, d.outcome, d.evidence_revision, d.operator, d.note, d.result, d.guard, now
+            ),
+        )
+
+    def settle(
+        self,
+        key: ActivityKey,
+        receipt: Receipt,
+        evidence_digest: str,
+        *,
+        fence: int | None = None,
+    ) -> ActivityRecord:
+        """Settle against the later receipt that committed the observation. ``evidence_digest``
+        must be `settlement_evidence_digest(key, result)`; with ``fence``, the caller must also
+        still hold the current fence."""
+        now = self._clock()
+        return self._change(
+            key, lambda row: _core.catalog_settle(row, receipt, evidence_digest, fence, now)
+        )
+
+    def get(self, key: ActivityKey) -> ActivityRecord | None:
+        row = self._store.get(_key(key))
+        return None if row is None else record_from_row(_core.catalog_check_row(row))
+
+    def _iter(
+        self,
+        view: View,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        page_size: int,
+    ) -> Iterator[ActivityRecord]:
+        if page_size < 1:
+            raise ValueError("page_size must be positive")
+        kinds = _kinds(kinds)
+        now = self._clock()
+        after: tuple[Any, ...] | None = None
+        while True:
+            rows = self._store.page(view, now, kinds, world_id, after, page_size)
+            for row in rows:
+                yield record_from_row(_core.catalog_check_row(row))
+            if len(rows) < page_size:
+                return
+            after = self._store.cursor(view, rows[-1])
+
+    def iter_claimable(
+        self,
+        *,
+        kinds: Sequence[str] | None = None,
+        world_id: str | None = None,
+        page_size: int = PAGE_SIZE,
+    ) -> Iterator[ActivityRecord]:
+        """Every activity claimable now, earliest first, paged to exhaustion."""
+        return self._iter("claimable", kinds, world_id, page_size)
+
+    def iter_pending_observation(
+        self,
+        *,
+        world_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        page_size: int = PAGE_SIZE,
+    ) -> Iterator[ActivityRecord]:
+        """Every recorded, unsettled result (restage these after restart), paged to exhaustion."""
+        return self._iter("pending_observation", kinds, world_id, page_size)
+
+    def iter_awaiting_decision(
+        self,
+        *,
+        world_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        page_size: int = PAGE_SIZE,
+    ) -> Iterator[ActivityRecord]:
+        """Every activity whose reconciliation came back unknown and awaits an operator."""
+        return self._iter("awaiting_decision", kinds, world_id, page_size)
+
+    def has_unsettled(self, world_id: str) -> bool:
+        """Whether the world has any admitted activity without a settlement (lifecycle gate:
+        fork and destroy are refused while this is true)."""
+        return self._store.has_unsettled(world_id)
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

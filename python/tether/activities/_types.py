@@ -1,0 +1,221 @@
+"""Frozen value types of the Activity catalog: keys, receipts, references, attempts, records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DecisionOutcome = Literal["recovered", "absent", "abandon"]
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityKey:
+    """The control key. Activity ids are family-local, so world and kind belong to the key."""
+
+    world_id: str
+    kind: str
+    activity_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A committed tick receipt (CommittedTickReceipt): world, run, tick and visibility token."""
+
+    world_id: str
+    run_id: str
+    tick: int
+    visibility_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What the required projector admits: key, source receipt and immutable input reference."""
+
+    key: ActivityKey
+    source: Receipt
+    input_ref: str
+    input_digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRef:
+    """A bounded reference to a durable result.
+
+    A failed result is an ordinary result with ``failed=True`` (an operator's "abandon" records
+    one with media type ``application/vnd.tether.abandoned``); families observe and settle it
+    like any other.
+    """
+
+    ref: str
+    digest: str
+    media_type: str
+    size: int
+    failed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RetryGuard:
+    """The adapter's proof that a fresh execution cannot duplicate a stale claimant's effect."""
+
+    ref: str
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Bounded reference to reconciliation evidence that could not decide the outcome."""
+
+    ref: str
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The current attempt. ``may_execute`` False means reconcile-only."""
+
+    number: int
+    fence: int
+    owner: str
+    lease_expires_ms: int
+    may_execute: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedResult:
+    """Who recorded the result: attempt number (0 for an operator decision) and fence."""
+
+    result: ResultRef
+    attempt: int
+    fence: int
+    recorded_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedGuard:
+    """A confirmed absence: the retry guard, the fence it was recorded under, and whether it
+    still authorises one fresh execution."""
+
+    guard: RetryGuard
+    fence: int
+    recorded_at_ms: int
+    authorizes_execution: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvidence:
+    """The latest "unknown" evidence and when it was recorded."""
+
+    evidence: Evidence
+    recorded_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An operator decision for `Catalog.resolve`, made on one evidence revision.
+
+    ``recovered`` needs ``result``; ``absent`` needs ``guard`` (a retry guard that references the
+    adapter's proof that no stale claimant can still act); ``abandon`` needs neither and records
+    a failed result. The decision time is the catalog clock's.
+    """
+
+    outcome: DecisionOutcome
+    evidence_revision: int
+    operator: str
+    note: str = ""
+    result: ResultRef | None = None
+    guard: RetryGuard | None = None
+
+    @classmethod
+    def recovered(
+        cls, result: ResultRef, *, evidence_revision: int, operator: str, note: str = ""
+    ) -> Decision:
+        return cls("recovered", evidence_revision, operator, note, result=result)
+
+    @classmethod
+    def absent(
+        cls, guard: RetryGuard, *, evidence_revision: int, operator: str, note: str = ""
+    ) -> Decision:
+        return cls("absent", evidence_revision, operator, note, guard=guard)
+
+    @classmethod
+    def abandon(cls, *, evidence_revision: int, operator: str, note: str = "") -> Decision:
+        return cls("abandon", evidence_revision, operator, note)
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorDecision:
+    """The recorded operator decision."""
+
+    outcome: str
+    evidence_revision: int
+    operator: str
+    decided_at_ms: int
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """The later receipt that observed the result, and the completion evidence digest."""
+
+    receipt: Receipt
+    evidence_digest: str
+    settled_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityRecord:
+    """One activity's durable control record (a snapshot; records never change in place).
+
+    There is no status field: ``claimable_from_ms`` (None once a result exists), ``attempt``,
+    ``result``, ``awaiting_decision`` and ``settlement`` are the facts views derive from.
+    """
+
+    key: ActivityKey
+    source: Receipt
+    input_ref: str
+    input_digest: str
+    admitted_at_ms: int
+    fence: int
+    attempt_count: int
+    attempt: Attempt | None
+    operation_id: str | None
+    operation_bound_at_ms: int | None
+    retry_guard: RecordedGuard | None
+    result: ResultRef | None
+    recorded_result: RecordedResult | None
+    evidence: RecordedEvidence | None
+    evidence_revision: int
+    awaiting_decision: bool
+    decision: OperatorDecision | None
+    settlement: Settlement | None
+    claimable_from_ms: int | None
+    version: int
+
+    @property
+    def admission(self) -> Admission:
+        return Admission(self.key, self.source, self.input_ref, self.input_digest)
+
+    def claimable(self, now_ms: int) -> bool:
+        """Whether a claim at ``now_ms`` would succeed."""
+        return self.claimable_from_ms is not None and self.claimable_from_ms <= now_ms
+
+    @property
+    def pending_observation(self) -> bool:
+        """A result is recorded and no later receipt has settled it yet."""
+        return self.result is not None and self.settlement is None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A successful claim: the new record and its attempt (``may_execute`` False: reconcile)."""
+
+    record: ActivityRecord
+    attempt: Attempt
+
+    @property
+    def key(self) -> ActivityKey:
+        return self.record.key
+
+    @property
+    def fence(self) -> int:
+        return self.attempt.fence

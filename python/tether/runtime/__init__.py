@@ -1,0 +1,73 @@
+"""The Activity runtime: families, adapters, workers, the artifact store and the Host."""
+
+from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
+from tether.runtime._crash import CRASH_POINTS, crash_point
+from tether.runtime._errors import (
+    ActivityRuntimeError,
+    ArtifactCorrupt,
+    ArtifactError,
+    ArtifactMissing,
+    FamilyError,
+    HostClosed,
+    LeaseLost,
+    ProjectionConflict,
+    ProviderIOForbidden,
+)
+from tether.runtime._family import (
+    COMPLETION_COMPONENT,
+    ActivityRequest,
+    Adapter,
+    AttemptContext,
+    ConfirmedAbsent,
+    Family,
+    Observation,
+    Processor,
+    ProgressEvent,
+    Projection,
+    ReconcileOutcome,
+    Recovered,
+    StagedResult,
+    Stager,
+    Unknown,
+    evidence_entity,
+    observation_for,
+    verify_completion,
+)
+from tether.runtime._host import Host
+from tether.runtime._worker import Worker
+
+__all__ = [
+    "COMPLETION_COMPONENT",
+    "CRASH_POINTS",
+    "DEFAULT_INLINE_BOUND",
+    "ActivityRequest",
+    "ActivityRuntimeError",
+    "Adapter",
+    "ArtifactCorrupt",
+    "ArtifactError",
+    "ArtifactMissing",
+    "ArtifactStore",
+    "AttemptContext",
+    "ConfirmedAbsent",
+    "Family",
+    "FamilyError",
+    "Host",
+    "HostClosed",
+    "LeaseLost",
+    "Observation",
+    "Processor",
+    "ProgressEvent",
+    "Projection",
+    "ProjectionConflict",
+    "ProviderIOForbidden",
+    "ReconcileOutcome",
+    "Recovered",
+    "StagedResult",
+    "Stager",
+    "Unknown",
+    "Worker",
+    "crash_point",
+    "evidence_entity",
+    "observation_for",
+    "verify_completion",
+]

@@ -1,0 +1,387 @@
+"""Families and adapters: how a family registers its kinds, projection, adapter and processors.
+
+Rules (seed sections 2 and 4):
+- `project` is pure: it sees one committed `WorldSnapshot` (plain data) and returns requests.
+  Registration rejects bound methods and closures over anything but plain data, so no
+  adapter, client, file or network handle is reachable from it through its own references.
+- The adapter runs only in a worker, outside the world lock, under a provider operation id the
+  worker bound in the catalog first. `reconcile` concludes Recovered, ConfirmedAbsent (with a
+  provider retry guard) or Unknown (with evidence); it never executes.
+- `stage` turns a durable result into the complete set of factual component writes; it is
+  pure and idempotent, so it can be repeated after restart until a tick commits it.
+- Processors are the only code that decides a semantic transition; they run inside the tick
+  that commits observations, reading the pre-tick snapshot and the observations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+
+from tether.activities import (
+    ActivityKey,
+    Evidence,
+    ResultRef,
+    RetryGuard,
+    settlement_evidence_digest,
+)
+from tether.runtime._errors import FamilyError, LeaseLost, ProviderIOForbidden
+from tether.world import ComponentWrite, JSONValue, WorldSnapshot, canonical_json, digest_of
+from tether.world._types import check_name
+
+if TYPE_CHECKING:
+    from tether.runtime._artifacts import ArtifactStore
+
+#: Component holding a family's completion evidence on the activity's evidence entity.
+COMPLETION_COMPONENT: Final = "tether.completion"
+
+
+@dataclass(frozen=True, slots=True)
+class ActivityRequest:
+    """One logical Activity a projection asks for: kind, family-local id and its input."""
+
+    kind: str
+    activity_id: str
+    input: JSONValue
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """Reconcile found the provider's durable result for this operation."""
+
+    result: ResultRef
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmedAbsent:
+    """Reconcile proved the operation absent, with a guard that makes a fresh execution safe."""
+
+    guard: RetryGuard
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """Reconcile could not decide; retry reconciliation after `retry_after_ms` (or an operator)."""
+
+    evidence: Evidence
+    retry_after_ms: int = 1000
+
+
+ReconcileOutcome = Recovered | ConfirmedAbsent | Unknown
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    """Live progress an adapter reported for one attempt (delivered to the Host's listener)."""
+
+    key: ActivityKey
+    operation_id: str
+    attempt: int
+    fence: int
+    content: dict[str, Any]
+
+
+# Set while a family projection runs, so provider entry points can refuse to run inside it.
+_guard = threading.local()
+
+
+def _projection_active() -> bool:
+    return bool(getattr(_guard, "projecting", False))
+
+
+class AttemptContext:
+    """What an adapter gets for one fenced attempt. Single owner: the worker running it.
+
+    Attributes:
+        key: the Activity's control key.
+        operation_id: the stable provider operation identity bound before any effect; the
+            adapter must use it as its provider idempotency key.
+        fence: the attempt's fence.
+        attempt: the attempt number.
+        may_execute: False on reconcile-only attempts.
+        artifacts: where results above the inline bound are made durable.
+    """
+
+    def __init__(
+        self,
+        *,
+        key: ActivityKey,
+        operation_id: str,
+        fence: int,
+        attempt: int,
+        may_execute: bool,
+        artifacts: ArtifactStore,
+        renew: Callable[[], None],
+        emit: Callable[[ProgressEvent], None] | None = None,
+        stopping: threading.Event | None = None,
+    ) -> None:
+        self.key = key
+        self.operation_id = operation_id
+        self.fence = fence
+        self.attempt = attempt
+        self.may_execute = may_execute
+        self.artifacts = artifacts
+        self._renew = renew
+        self._emit = emit
+        self._lost = threading.Event()
+        self._stopping = stopping or threading.Event()
+
+    def progress(self, content: dict[str, Any]) -> None:
+        """Report live progress (for example to the AG-UI activity stream); never durable."""
+        if _projection_active():
+            raise ProviderIOForbidden("progress() called inside a projection")
+        if not isinstance(content, dict):
+            raise FamilyError("progress content must be a dict")
+        if self._emit is not None:
+            self._emit(
+                ProgressEvent(self.key, self.operation_id, self.attempt, self.fence, dict(content))
+            )
+
+    def heartbeat(self) -> None:
+        """Renew the attempt's lease now.
+
+        Raises:
+            LeaseLost: the lease or fence is no longer live; stop and return.
+        """
+        if self._lost.is_set():
+            raise LeaseLost(f"attempt {self.attempt} of {self.key} lost its lease")
+        try:
+            self._renew()
+        except LeaseLost:
+            self._lost.set()
+            raise
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the worker is shutting down; a long adapter may stop early and return or
+        raise (the attempt then stays bound, and the next one reconciles)."""
+        return self._stopping.is_set()
+
+    @property
+    def lost(self) -> bool:
+        """Whether a renewal found the lease or fence gone."""
+        return self._lost.is_set()
+
+    def mark_lost(self) -> None:
+        """Record that the lease is gone (the worker's background renewal calls this)."""
+        self._lost.set()
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """A family's provider adapter: executes or reconciles one bound provider operation."""
+
+    def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
+        """Perform the effect under `ctx.operation_id` and return its durable result."""
+        ...
+
+    def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> ReconcileOutcome:
+        """Find out what happened to `ctx.operation_id` without executing anything."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StagedResult:
+    """A durable result handed to a family's `stage` (payload already digest-checked).
+
+    `result.failed` marks a failed result; an operator's abandon has an empty payload.
+    """
+
+    key: ActivityKey
+    result: ResultRef
+    payload: bytes
+
+    def json(self) -> Any:
+        """The payload decoded as JSON."""
+        return json.loads(self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """The staged facts of one Activity plus the completion evidence binding them."""
+
+    key: ActivityKey
+    result: ResultRef
+    facts: tuple[ComponentWrite, ...]
+    evidence: ComponentWrite
+
+
+Projection = Callable[[WorldSnapshot], Sequence[ActivityRequest]]
+Stager = Callable[[StagedResult], Sequence[ComponentWrite]]
+Processor = Callable[[WorldSnapshot, Sequence[Observation]], Sequence[ComponentWrite]]
+
+_PLAIN = (str, int, float, bool, bytes, type(None))
+
+
+def _is_plain(value: object, depth: int = 0) -> bool:
+    if depth > 8:
+        return False
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, (tuple, frozenset)):
+        return all(_is_plain(v, depth + 1) for v in value)
+    if isinstance(value, types.FunctionType):
+        return _pure_function(value, depth + 1) is None
+    return False
+
+
+def _pure_function(fn: object, depth: int = 0) -> str | None:
+    """None if `fn` is a plain function whose closure holds only plain data, else why not."""
+    if isinstance(fn, staticmethod):
+        fn = fn.__func__
+    if isinstance(fn, types.MethodType):
+        return "a bound method reaches its instance"
+    if not isinstance(fn, types.FunctionType):
+        return f"{type(fn).__name__} is not a plain function"
+    for cell in fn.__closure__ or ():
+        try:
+            content = cell.cell_contents
+        except ValueError:
+            continue
+        if not _is_plain(content, depth):
+            return f"its closure captures a {type(content).__name__}"
+    return None
+
+
+@dataclass(frozen=True)
+class Family:
+    """A registered Activity family.
+
+    Args:
+        name: the family's name.
+        kinds: the Activity kinds it owns (each owned by exactly one family in a Host).
+        project: pure projection from a committed snapshot to Activity requests.
+        adapter: the provider adapter (runs only in workers).
+        stage: pure, idempotent map from a durable result to the complete fact set.
+        processors: the family's semantic transition authority, run in observation ticks.
+    """
+
+    name: str
+    kinds: tuple[str, ...]
+    project: Projection
+    adapter: Adapter
+    stage: Stager
+    processors: tuple[Processor, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        check_name("family name", self.name)
+        if not self.kinds or isinstance(self.kinds, str):
+            raise FamilyError(f"family {self.name!r} needs a tuple of kinds")
+        for kind in self.kinds:
+            check_name("activity kind", kind)
+        why = _pure_function(self.project)
+        if why is not None:
+            raise FamilyError(f"projection of family {self.name!r} must be pure: {why}")
+        if not isinstance(self.adapter, Adapter):
+            raise FamilyError(f"adapter of family {self.name!r} lacks execute/reconcile")
+        if not callable(self.stage) or not all(callable(p) for p in self.processors):
+            raise FamilyError(f"stage and processors of family {self.name!r} must be callable")
+
+    def run_projection(self, snapshot: WorldSnapshot) -> list[ActivityRequest]:
+        """Run the projection with provider entry points disabled; validate what it returns."""
+        _guard.projecting = True
+        try:
+            requests = list(self.project(snapshot))
+        finally:
+            _guard.projecting = False
+        seen: set[tuple[str, str]] = set()
+        for req in requests:
+            if not isinstance(req, ActivityRequest):
+                raise FamilyError(f"family {self.name!r} projected {req!r}, not ActivityRequest")
+            if req.kind not in self.kinds:
+                raise FamilyError(f"family {self.name!r} projected foreign kind {req.kind!r}")
+            if not isinstance(req.activity_id, str) or not req.activity_id:
+                raise FamilyError(f"family {self.name!r} projected an empty activity id")
+            if (req.kind, req.activity_id) in seen:
+                raise FamilyError(f"family {self.name!r} projected {req.activity_id!r} twice")
+            seen.add((req.kind, req.activity_id))
+            canonical_json(req.input)
+        return requests
+
+
+def evidence_entity(kind: str, activity_id: str) -> str:
+    """The entity that carries an Activity's completion evidence in the world."""
+    h = hashlib.sha256(canonical_json([kind, activity_id])).hexdigest()[:40]
+    return f"tether.activity/{h}"
+
+
+def facts_digest(facts: Sequence[tuple[str, str, JSONValue]]) -> str:
+    """Digest of a complete fact set: sorted (entity, component, value) triples."""
+    return digest_of(canonical_json(sorted([e, c, v] for e, c, v in facts)))
+
+
+def observation_for(family: Family, staged: StagedResult) -> Observation:
+    """Stage `staged` with its family and bind the facts to completion evidence.
+
+    The evidence binds the Activity kind and id, the exact result reference and digest, the
+    list of fact keys and the digest of the complete fact set.
+    """
+    facts = tuple(family.stage(staged))
+    keys: list[list[str]] = []
+    triples: list[tuple[str, str, JSONValue]] = []
+    for w in facts:
+        if not isinstance(w, ComponentWrite) or w.value is None:
+            raise FamilyError(f"family {family.name!r} staged {w!r}: facts set a value")
+        w.encoded()
+        keys.append([w.entity, w.component])
+        triples.append((w.entity, w.component, w.value))
+    if len({tuple(k) for k in keys}) != len(keys):
+        raise FamilyError(f"family {family.name!r} staged one component twice")
+    key = staged.key
+    evidence = {
+        "binding": settlement_evidence_digest(key, staged.result),
+        "kind": key.kind,
+        "activity_id": key.activity_id,
+        "result_ref": staged.result.ref,
+        "result_digest": staged.result.digest,
+        "facts": sorted(keys),
+        "facts_digest": facts_digest(triples),
+    }
+    write = ComponentWrite(
+        evidence_entity(key.kind, key.activity_id), COMPLETION_COMPONENT, evidence
+    )
+    return Observation(key, staged.result, facts, write)
+
+
+def verify_completion(snapshot: WorldSnapshot, key: ActivityKey, result: ResultRef) -> str | None:
+    """The settlement evidence digest if `snapshot`'s tick committed complete evidence.
+
+    Returns None unless this exact tick wrote the evidence, it binds this kind, id, result
+    reference and digest (and the catalog's settlement binding of them), and every listed fact
+    is present in the snapshot with the bound fact-set digest.
+    """
+    entity = evidence_entity(key.kind, key.activity_id)
+    if (entity, COMPLETION_COMPONENT) not in snapshot.changes:
+        return None
+    ev = snapshot.get(entity, COMPLETION_COMPONENT)
+    if not isinstance(ev, dict):
+        return None
+    binding = settlement_evidence_digest(key, result)
+    bound = (
+        ev.get("binding"),
+        ev.get("kind"),
+        ev.get("activity_id"),
+        ev.get("result_ref"),
+        ev.get("result_digest"),
+    )
+    if bound != (binding, key.kind, key.activity_id, result.ref, result.digest):
+        return None
+    triples: list[tuple[str, str, JSONValue]] = []
+    facts = ev.get("facts")
+    if not isinstance(facts, list):
+        return None
+    for pair in facts:
+        if not isinstance(pair, list) or len(pair) != 2:
+            return None
+        value = snapshot.get(str(pair[0]), str(pair[1]))
+        if value is None:
+            return None
+        triples.append((str(pair[0]), str(pair[1]), value))
+    if facts_digest(triples) != ev.get("facts_digest"):
+        return None
+    return binding

@@ -1,0 +1,274 @@
+"""Activity workers: claim fenced attempts outside the world lock and drive family adapters.
+
+Rules kept here (seed section 2):
+- Claims never happen under a world lock; the worker holds no world state at all.
+- On an execution-authorised attempt the provider operation id is bound in the catalog under
+  the live fence before the adapter's `execute` runs; a bound id that differs fails closed.
+- A reconcile-only attempt calls `reconcile`, never `execute`, and records exactly its
+  conclusion under the live fence: Recovered -> result, ConfirmedAbsent -> retry guard,
+  Unknown -> evidence and a retry delay.
+- The lease is renewed by a heartbeat thread; once a renewal is rejected the attempt is lost
+  and the worker records nothing more.
+- An attempt is released on shutdown only while it is still unbound (no provider work began).
+- If `execute` raises or returns a result that is not durable, nothing is recorded: the
+  lease runs out and the next attempt reconciles (an execute attempt cannot conclude unknown).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tether.activities import (
+    ActivityKey,
+    ActivityRecord,
+    Catalog,
+    Claim,
+    Evidence,
+    ResultRef,
+    operation_id_for,
+)
+from tether.errors import CatalogRejection
+from tether.runtime._artifacts import ArtifactStore
+from tether.runtime._crash import crash_point
+from tether.runtime._errors import FamilyError, LeaseLost
+from tether.runtime._family import (
+    AttemptContext,
+    ConfirmedAbsent,
+    Family,
+    ProgressEvent,
+    Recovered,
+    Unknown,
+)
+
+log = logging.getLogger("tether.runtime.worker")
+
+#: Retry delay recorded when an adapter raises instead of concluding.
+ADAPTER_ERROR_RETRY_MS = 1000
+
+
+class Worker:
+    """One worker loop. Single owner: the thread that calls `run_once`/`run`.
+
+    Args:
+        open_catalog: opens a fresh catalog connection (one for the loop, one for heartbeats).
+        artifacts: the data directory's artifact store.
+        families: the families whose kinds this worker claims.
+        owner: the claim owner name (unique per worker).
+        lease_ms: lease length; the heartbeat renews it every third of that.
+        emit: receives adapters' progress events (exceptions from it are logged, not raised).
+    """
+
+    def __init__(
+        self,
+        *,
+        open_catalog: Callable[[], Catalog],
+        artifacts: ArtifactStore,
+        families: Sequence[Family],
+        owner: str,
+        lease_ms: int = 30_000,
+        emit: Callable[[ProgressEvent], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self._open_catalog = open_catalog
+        self.catalog = open_catalog()
+        self.artifacts = artifacts
+        self.owner = owner
+        self.lease_ms = lease_ms
+        self._emit = emit
+        self.stop = stop or threading.Event()
+        self._by_kind: dict[str, Family] = {}
+        for fam in families:
+            for kind in fam.kinds:
+                if kind in self._by_kind:
+                    raise FamilyError(f"kind {kind!r} is registered by two families")
+                self._by_kind[kind] = fam
+        self.kinds = sorted(self._by_kind)
+
+    def close(self) -> None:
+        """Close the worker's catalog connection."""
+        self.catalog.close()
+
+    def run(self, poll_interval_s: float = 0.02) -> None:
+        """Claim and run attempts until `stop` is set."""
+        while not self.stop.is_set():
+            try:
+                worked = self.run_once()
+            except Exception:  # a worker loop must outlive one bad attempt
+                log.exception("worker %s: attempt failed", self.owner)
+                worked = False
+            if not worked:
+                self.stop.wait(poll_interval_s)
+
+    def run_once(self) -> bool:
+        """Claim one attempt and run it to its recorded conclusion; False if nothing was ready."""
+        claim = self.catalog.claim(self.owner, self.lease_ms, kinds=self.kinds)
+        if claim is None:
+            return False
+        crash_point("after_claim")
+        self._run(claim)
+        return True
+
+    def _emit_safely(self, event: ProgressEvent) -> None:
+        if self._emit is None:
+            return
+        try:
+            self._emit(event)
+        except Exception:  # a broken listener must not fail the attempt
+            log.exception("progress listener failed")
+
+    def _run(self, claim: Claim) -> None:
+        record, attempt = claim.record, claim.attempt
+        key, fence = record.key, attempt.fence
+        family = self._by_kind[key.kind]
+        op_id = operation_id_for(key)
+        if self.stop.is_set() and record.operation_id is None:
+            self.catalog.release(key, fence)  # unbound: nothing started, reclaim is safe
+            return
+        renewer = _Renewer(self._open_catalog, key, fence, self.lease_ms)
+        ctx = AttemptContext(
+            key=key,
+            operation_id=op_id,
+            fence=fence,
+            attempt=attempt.number,
+            may_execute=attempt.may_execute,
+            artifacts=self.artifacts,
+            renew=renewer.renew_now,
+            emit=self._emit_safely,
+            stopping=self.stop,
+        )
+        renewer.start(ctx)
+        try:
+            request = self._request(record)
+            if attempt.may_execute:
+                self._execute(family, ctx, record, request)
+            else:
+                self._reconcile(family, ctx, request)
+        except (LeaseLost, CatalogRejection) as e:
+            log.warning("worker %s lost %s (fence %d): %s", self.owner, key, fence, e)
+        finally:
+            renewer.stop()
+
+    def _request(self, record: ActivityRecord) -> dict[str, Any]:
+        data = self.artifacts.get_bytes(record.input_ref, record.input_digest)
+        request = json.loads(data)
+        if not isinstance(request, dict):
+            request = {"input": request}
+        return request
+
+    def _execute(
+        self, family: Family, ctx: AttemptContext, record: ActivityRecord, request: dict[str, Any]
+    ) -> None:
+        key = ctx.key
+        if record.operation_id is None:
+            self.catalog.bind_provider_operation(key, ctx.fence, ctx.operation_id)
+        elif record.operation_id != ctx.operation_id:
+            raise FamilyError(
+                f"{key} is bound to {record.operation_id!r}, not {ctx.operation_id!r}"
+            )
+        crash_point("after_bind")
+        try:
+            result = family.adapter.execute(ctx, request)
+        except LeaseLost:
+            raise
+        except Exception:
+            # The effect is now ambiguous. An execute attempt can conclude nothing else, so the
+            # lease is left to expire and the next claim is reconcile-only.
+            log.exception(
+                "worker %s: execute of %s failed; leaving it to reconcile", self.owner, key
+            )
+            return
+        if not isinstance(result, ResultRef) or not self.artifacts.is_durable(result):
+            log.error(
+                "worker %s: %s returned a non-durable %r; not recorded", self.owner, key, result
+            )
+            return
+        crash_point("after_effect")
+        self._check_live(ctx)
+        self.catalog.record_result(key, ctx.fence, result)
+        crash_point("after_result")
+
+    def _reconcile(self, family: Family, ctx: AttemptContext, request: dict[str, Any]) -> None:
+        key = ctx.key
+        try:
+            outcome = family.adapter.reconcile(ctx, request)
+        except LeaseLost:
+            raise
+        except Exception as e:
+            self._record_unknown(ctx, e)
+            return
+        self._check_live(ctx)
+        if isinstance(outcome, Recovered):
+            if not self.artifacts.is_durable(outcome.result):
+                self._record_unknown(ctx, FamilyError("recovered result is not durable"))
+                return
+            self.catalog.record_result(key, ctx.fence, outcome.result)
+            crash_point("after_result")
+        elif isinstance(outcome, ConfirmedAbsent):
+            self.catalog.confirm_absent(key, ctx.fence, outcome.guard)
+        elif isinstance(outcome, Unknown):
+            self.catalog.record_unknown(key, ctx.fence, outcome.evidence, outcome.retry_after_ms)
+        else:
+            self._record_unknown(ctx, FamilyError(f"reconcile returned {outcome!r}"))
+
+    def _check_live(self, ctx: AttemptContext) -> None:
+        if ctx.lost:
+            raise LeaseLost(f"attempt {ctx.attempt} of {ctx.key} lost its lease")
+
+    def _record_unknown(self, ctx: AttemptContext, error: BaseException) -> None:
+        text = "".join(traceback.format_exception_only(error)).encode("utf-8", "replace")
+        ref = self.artifacts.put_bytes(text[:4096], "text/plain")
+        log.warning("worker %s: %s concluded unknown: %s", self.owner, ctx.key, error)
+        self.catalog.record_unknown(
+            ctx.key, ctx.fence, Evidence(ref=ref.ref, digest=ref.digest), ADAPTER_ERROR_RETRY_MS
+        )
+
+
+class _Renewer:
+    """Renews one attempt's lease from a heartbeat thread with its own catalog connection."""
+
+    def __init__(
+        self, open_catalog: Callable[[], Catalog], key: ActivityKey, fence: int, lease_ms: int
+    ) -> None:
+        self._open_catalog = open_catalog
+        self._key, self._fence, self._lease_ms = key, fence, lease_ms
+        self._done = threading.Event()
+        self._mutex = threading.Lock()
+        self._catalog: Catalog | None = None
+        self._thread: threading.Thread | None = None
+
+    def renew_now(self) -> None:
+        with self._mutex:
+            if self._catalog is None:
+                self._catalog = self._open_catalog()
+            try:
+                self._catalog.renew(self._key, self._fence, self._lease_ms)
+            except CatalogRejection as e:
+                raise LeaseLost(f"renewal of {self._key} fence {self._fence} rejected: {e}") from e
+
+    def start(self, ctx: AttemptContext) -> None:
+        def beat() -> None:
+            while not self._done.wait(self._lease_ms / 3000):
+                try:
+                    self.renew_now()
+                except LeaseLost:
+                    ctx.mark_lost()
+                    return
+                except Exception:
+                    log.exception("heartbeat of %s failed", self._key)
+
+        self._thread = threading.Thread(target=beat, name=f"heartbeat-{self._fence}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._mutex:
+            if self._catalog is not None:
+                self._catalog.close()
+                self._catalog = None

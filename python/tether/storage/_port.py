@@ -1,0 +1,55 @@
+"""The storage port of the Activity catalog: rows in, rows out, rules stay in the Rust core."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol
+
+Row = tuple[Any, ...]
+KeyTuple = tuple[str, str, str]
+View = Literal["claimable", "pending_observation", "awaiting_decision"]
+
+# A transition reads the stored row (None: no such activity) and returns the row to store, or
+# raises a CatalogRejection. It is the Rust core's decision; storage only persists it.
+Transition = Callable[[Row | None], Row]
+ClaimTransition = Callable[[Row], Row]
+
+
+class CatalogStore(Protocol):
+    """A catalog backend. Each method is one transaction; rows follow `catalog_columns()`."""
+
+    def apply(self, key: KeyTuple, transition: Transition) -> Row:
+        """Read the row, run the transition, compare-and-swap the result on `version`."""
+        ...
+
+    def claim(
+        self,
+        now_ms: int,
+        transition: ClaimTransition,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+    ) -> Row | None:
+        """Claim the claimable row with the earliest `claimable_from_ms`, if any."""
+        ...
+
+    def get(self, key: KeyTuple) -> Row | None: ...
+
+    def page(
+        self,
+        view: View,
+        now_ms: int,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        after: tuple[Any, ...] | None,
+        limit: int,
+    ) -> list[Row]:
+        """One keyset page of a view, strictly after the cursor `after` (see `cursor`)."""
+        ...
+
+    def cursor(self, view: View, row: Row) -> tuple[Any, ...]:
+        """The keyset cursor of a row within a view."""
+        ...
+
+    def has_unsettled(self, world_id: str) -> bool: ...
+
+    def close(self) -> None: ...

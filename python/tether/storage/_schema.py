@@ -1,0 +1,138 @@
+"""The SQLite catalog schema and its forward-only migrations.
+
+Version 1 creates the flat `activities` table with the Rust core's columns, plus partial
+indexes for exactly the views the catalog scans: claimable (by `claimable_from_ms`, which the
+core computes), results pending observation, activities awaiting a decision, and unsettled work
+per world. Finished and leased rows are outside the claimable range or the partial indexes, so
+a claim costs the same however many of them exist.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from tether._core import CatalogStorageError, catalog_columns
+
+COLUMNS: tuple[str, ...] = tuple(catalog_columns())
+
+_ACTIVITIES_V1 = """
+CREATE TABLE activities (
+    world_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    activity_id TEXT NOT NULL,
+    source_run_id TEXT NOT NULL,
+    source_tick INTEGER NOT NULL,
+    source_token TEXT NOT NULL,
+    input_ref TEXT NOT NULL,
+    input_digest TEXT NOT NULL,
+    admitted_at_ms INTEGER NOT NULL,
+    fence INTEGER NOT NULL,
+    attempt_count INTEGER NOT NULL,
+    attempt_owner TEXT,
+    lease_expires_ms INTEGER,
+    may_execute INTEGER,
+    operation_id TEXT,
+    operation_fence INTEGER,
+    bound_at_ms INTEGER,
+    guard_ref TEXT,
+    guard_digest TEXT,
+    guard_fence INTEGER,
+    guard_at_ms INTEGER,
+    retry_authorized INTEGER NOT NULL,
+    result_ref TEXT,
+    result_digest TEXT,
+    result_media_type TEXT,
+    result_size INTEGER,
+    result_failed INTEGER,
+    result_attempt INTEGER,
+    result_fence INTEGER,
+    result_at_ms INTEGER,
+    evidence_ref TEXT,
+    evidence_digest TEXT,
+    evidence_revision INTEGER NOT NULL,
+    evidence_at_ms INTEGER,
+    awaiting_decision INTEGER NOT NULL,
+    decision_outcome TEXT,
+    decision_revision INTEGER,
+    decision_operator TEXT,
+    decision_at_ms INTEGER,
+    decision_note TEXT,
+    settled_run_id TEXT,
+    settled_tick INTEGER,
+    settled_token TEXT,
+    settlement_evidence_digest TEXT,
+    settled_at_ms INTEGER,
+    claimable_from_ms INTEGER,
+    version INTEGER NOT NULL,
+    PRIMARY KEY (world_id, kind, activity_id)
+) STRICT
+"""
+
+# (version, statements). Append only: a released migration never changes.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (
+        1,
+        (
+            _ACTIVITIES_V1,
+            "CREATE INDEX activities_claimable ON activities"
+            " (claimable_from_ms, world_id, kind, activity_id)"
+            " WHERE claimable_from_ms IS NOT NULL",
+            "CREATE INDEX activities_claimable_kind ON activities (kind, claimable_from_ms)"
+            " WHERE claimable_from_ms IS NOT NULL",
+            "CREATE INDEX activities_claimable_world ON activities (world_id, claimable_from_ms)"
+            " WHERE claimable_from_ms IS NOT NULL",
+            "CREATE INDEX activities_claimable_world_kind ON activities"
+            " (world_id, kind, claimable_from_ms) WHERE claimable_from_ms IS NOT NULL",
+            "CREATE UNIQUE INDEX activities_operation ON activities (operation_id)"
+            " WHERE operation_id IS NOT NULL",
+            "CREATE INDEX activities_pending_observation ON activities"
+            " (world_id, kind, activity_id)"
+            " WHERE result_ref IS NOT NULL AND settled_tick IS NULL",
+            "CREATE INDEX activities_awaiting_decision ON activities"
+            " (world_id, kind, activity_id) WHERE awaiting_decision = 1",
+            "CREATE INDEX activities_unsettled ON activities (world_id) WHERE settled_tick IS NULL",
+        ),
+    ),
+)
+
+LATEST = MIGRATIONS[-1][0]
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version"
+        " (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL) STRICT"
+    )
+    row = conn.execute("SELECT version FROM schema_version WHERE id = 1").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema forward to `LATEST` in one transaction; return the version found."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        found = current_version(conn)
+        if found > LATEST:
+            raise CatalogStorageError(
+                f"catalog schema version {found} is newer than this Tether supports ({LATEST})"
+            )
+        for version, statements in MIGRATIONS:
+            if version > found:
+                for statement in statements:
+                    conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_version (id, version) VALUES (1, ?)"
+            " ON CONFLICT (id) DO UPDATE SET version = excluded.version",
+            (LATEST,),
+        )
+        # Storage names every column in SQL, so only the set must match, not the order.
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(activities)")}
+        if columns != set(COLUMNS):
+            raise CatalogStorageError(
+                "the activities table does not match the core's column layout"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return found

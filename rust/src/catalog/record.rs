@@ -1,0 +1,604 @@
+//! The Activity record and its flat row layout: one row per activity, one column per fact.
+//!
+//! Storage keeps exactly these columns in this order (`COLUMNS`); the Python side never learns
+//! the meaning of a column beyond what it needs to index and page.
+
+use std::fmt;
+
+/// The control key: activity ids are only family-local, so world and kind are part of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Key {
+    pub world_id: String,
+    pub kind: String,
+    pub activity_id: String,
+}
+
+/// A committed tick receipt: world, run, tick and the durable visibility token of that tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    pub world_id: String,
+    pub run_id: String,
+    pub tick: i64,
+    pub visibility_token: String,
+}
+
+/// What the required projector admits: the key, the source receipt and the immutable input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admission {
+    pub key: Key,
+    pub source: Receipt,
+    pub input_ref: String,
+    pub input_digest: String,
+}
+
+/// The current attempt. Its fence is the record's `fence`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    pub number: i64,
+    pub owner: String,
+    pub lease_expires_ms: i64,
+    /// False: the attempt may only reconcile the bound provider operation.
+    pub may_execute: bool,
+}
+
+/// The provider operation identity, bound once before any external effect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    pub operation_id: String,
+    pub fence: i64,
+    pub bound_at_ms: i64,
+}
+
+/// A confirmed absence with its bounded retry guard, recorded under a live reconcile fence or
+/// by an operator's "absent" decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuardRecord {
+    pub guard_ref: String,
+    pub digest: String,
+    pub fence: i64,
+    pub recorded_at_ms: i64,
+    /// True until an execute attempt is claimed on the strength of this guard.
+    pub authorizes_execution: bool,
+}
+
+/// A bounded reference to a result made durable elsewhere. `failed` marks a failed result (an
+/// operator's "abandon" records one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResultRef {
+    pub result_ref: String,
+    pub digest: String,
+    pub media_type: String,
+    pub size: i64,
+    pub failed: bool,
+}
+
+/// The recorded result and who recorded it. `attempt` is 0 when an operator decision did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResultRecord {
+    pub result: ResultRef,
+    pub attempt: i64,
+    pub fence: i64,
+    pub recorded_at_ms: i64,
+}
+
+/// The latest "unknown" reconciliation evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvidenceRecord {
+    pub evidence_ref: String,
+    pub digest: String,
+    pub recorded_at_ms: i64,
+}
+
+/// The latest operator decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecisionRecord {
+    /// `recovered`, `absent` or `abandon`.
+    pub outcome: String,
+    pub evidence_revision: i64,
+    pub operator: String,
+    pub decided_at_ms: i64,
+    pub note: String,
+}
+
+/// The later receipt that observed the result, with the completion evidence digest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettlementRecord {
+    pub run_id: String,
+    pub tick: i64,
+    pub visibility_token: String,
+    pub evidence_digest: String,
+    pub settled_at_ms: i64,
+}
+
+/// One activity's durable control record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActivityRecord {
+    pub admission: Admission,
+    pub admitted_at_ms: i64,
+    /// The highest fence ever issued for this activity (0: never claimed).
+    pub fence: i64,
+    /// Attempts issued so far; the current attempt, if any, has this number.
+    pub attempt_count: i64,
+    pub attempt: Option<Attempt>,
+    pub binding: Option<Binding>,
+    pub retry_guard: Option<GuardRecord>,
+    pub result: Option<ResultRecord>,
+    pub evidence: Option<EvidenceRecord>,
+    pub evidence_revision: i64,
+    pub awaiting_decision: bool,
+    pub decision: Option<DecisionRecord>,
+    pub settlement: Option<SettlementRecord>,
+    /// When the activity can next be claimed; `None` once a result is recorded.
+    pub claimable_from_ms: Option<i64>,
+    /// Bumped by every transition that changes the record; storage compares-and-swaps on it.
+    pub version: i64,
+}
+
+impl ActivityRecord {
+    pub fn key(&self) -> &Key {
+        &self.admission.key
+    }
+
+    /// Whether the current attempt holds a lease that has not expired at `now_ms`.
+    pub fn has_live_attempt(&self, now_ms: i64) -> bool {
+        self.attempt
+            .as_ref()
+            .is_some_and(|a| now_ms < a.lease_expires_ms)
+    }
+
+    /// A copy with `version` bumped, ready for the changes of one transition.
+    pub(crate) fn next(&self) -> ActivityRecord {
+        let mut next = self.clone();
+        next.version += 1;
+        next
+    }
+}
+
+/// One SQL value. Booleans are stored as 0/1 integers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cell {
+    Null,
+    Int(i64),
+    Text(String),
+}
+
+/// The flat layout, in storage column order. Storage's schema must list these in this order.
+pub const COLUMNS: &[&str] = &[
+    "world_id",
+    "kind",
+    "activity_id",
+    "source_run_id",
+    "source_tick",
+    "source_token",
+    "input_ref",
+    "input_digest",
+    "admitted_at_ms",
+    "fence",
+    "attempt_count",
+    "attempt_owner",
+    "lease_expires_ms",
+    "may_execute",
+    "operation_id",
+    "operation_fence",
+    "bound_at_ms",
+    "guard_ref",
+    "guard_digest",
+    "guard_fence",
+    "guard_at_ms",
+    "retry_authorized",
+    "result_ref",
+    "result_digest",
+    "result_media_type",
+    "result_size",
+    "result_failed",
+    "result_attempt",
+    "result_fence",
+    "result_at_ms",
+    "evidence_ref",
+    "evidence_digest",
+    "evidence_revision",
+    "evidence_at_ms",
+    "awaiting_decision",
+    "decision_outcome",
+    "decision_revision",
+    "decision_operator",
+    "decision_at_ms",
+    "decision_note",
+    "settled_run_id",
+    "settled_tick",
+    "settled_token",
+    "settlement_evidence_digest",
+    "settled_at_ms",
+    "claimable_from_ms",
+    "version",
+];
+
+/// A stored row that does not decode into a record (wrong arity, type, or a half-set group).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowError {
+    pub column: Option<&'static str>,
+    pub message: String,
+}
+
+impl fmt::Display for RowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.column {
+            Some(c) => write!(f, "column {c}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for RowError {}
+
+struct Reader<'a> {
+    cells: &'a [Cell],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn err(&self, message: &str) -> RowError {
+        RowError {
+            column: COLUMNS.get(self.at).copied(),
+            message: message.to_owned(),
+        }
+    }
+
+    fn cell(&mut self) -> &Cell {
+        let c = &self.cells[self.at];
+        self.at += 1;
+        c
+    }
+
+    fn opt_text(&mut self) -> Result<Option<String>, RowError> {
+        match self.cell() {
+            Cell::Null => Ok(None),
+            Cell::Text(s) => Ok(Some(s.clone())),
+            Cell::Int(_) => {
+                self.at -= 1;
+                Err(self.err("expected text"))
+            }
+        }
+    }
+
+    fn opt_int(&mut self) -> Result<Option<i64>, RowError> {
+        match self.cell() {
+            Cell::Null => Ok(None),
+            Cell::Int(i) => Ok(Some(*i)),
+            Cell::Text(_) => {
+                self.at -= 1;
+                Err(self.err("expected integer"))
+            }
+        }
+    }
+
+    fn text(&mut self) -> Result<String, RowError> {
+        self.opt_text()?.ok_or_else(|| {
+            self.at -= 1;
+            self.err("unexpected NULL")
+        })
+    }
+
+    fn int(&mut self) -> Result<i64, RowError> {
+        self.opt_int()?.ok_or_else(|| {
+            self.at -= 1;
+            self.err("unexpected NULL")
+        })
+    }
+
+    fn flag(&mut self) -> Result<bool, RowError> {
+        match self.int()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => {
+                self.at -= 1;
+                Err(self.err("expected 0 or 1"))
+            }
+        }
+    }
+}
+
+fn group_err(column: &'static str) -> RowError {
+    RowError {
+        column: Some(column),
+        message: "columns of one group must be all set or all NULL".to_owned(),
+    }
+}
+
+impl ActivityRecord {
+    /// Decodes a stored row (in `COLUMNS` order).
+    pub fn from_cells(cells: &[Cell]) -> Result<ActivityRecord, RowError> {
+        if cells.len() != COLUMNS.len() {
+            return Err(RowError {
+                column: None,
+                message: format!("expected {} columns, got {}", COLUMNS.len(), cells.len()),
+            });
+        }
+        let mut r = Reader { cells, at: 0 };
+        let key = Key {
+            world_id: r.text()?,
+            kind: r.text()?,
+            activity_id: r.text()?,
+        };
+        let source = Receipt {
+            world_id: key.world_id.clone(),
+            run_id: r.text()?,
+            tick: r.int()?,
+            visibility_token: r.text()?,
+        };
+        let admission = Admission {
+            key,
+            source,
+            input_ref: r.text()?,
+            input_digest: r.text()?,
+        };
+        let admitted_at_ms = r.int()?;
+        let fence = r.int()?;
+        let attempt_count = r.int()?;
+        let attempt = match (r.opt_text()?, r.opt_int()?, r.opt_int()?) {
+            (Some(owner), Some(lease_expires_ms), Some(may)) => Some(Attempt {
+                number: attempt_count,
+                owner,
+                lease_expires_ms,
+                may_execute: may != 0,
+            }),
+            (None, None, None) => None,
+            _ => return Err(group_err("attempt_owner")),
+        };
+        let binding = match (r.opt_text()?, r.opt_int()?, r.opt_int()?) {
+            (Some(operation_id), Some(fence), Some(bound_at_ms)) => Some(Binding {
+                operation_id,
+                fence,
+                bound_at_ms,
+            }),
+            (None, None, None) => None,
+            _ => return Err(group_err("operation_id")),
+        };
+        let guard = (r.opt_text()?, r.opt_text()?, r.opt_int()?, r.opt_int()?);
+        let retry_authorized = r.flag()?;
+        let retry_guard = match guard {
+            (Some(guard_ref), Some(digest), Some(fence), Some(recorded_at_ms)) => {
+                Some(GuardRecord {
+                    guard_ref,
+                    digest,
+                    fence,
+                    recorded_at_ms,
+                    authorizes_execution: retry_authorized,
+                })
+            }
+            (None, None, None, None) if !retry_authorized => None,
+            _ => return Err(group_err("guard_ref")),
+        };
+        let result = match (
+            r.opt_text()?,
+            r.opt_text()?,
+            r.opt_text()?,
+            r.opt_int()?,
+            r.opt_int()?,
+            r.opt_int()?,
+            r.opt_int()?,
+            r.opt_int()?,
+        ) {
+            (
+                Some(result_ref),
+                Some(digest),
+                Some(media_type),
+                Some(size),
+                Some(failed),
+                Some(attempt),
+                Some(fence),
+                Some(recorded_at_ms),
+            ) => Some(ResultRecord {
+                result: ResultRef {
+                    result_ref,
+                    digest,
+                    media_type,
+                    size,
+                    failed: failed != 0,
+                },
+                attempt,
+                fence,
+                recorded_at_ms,
+            }),
+            (None, None, None, None, None, None, None, None) => None,
+            _ => return Err(group_err("result_ref")),
+        };
+        let evidence = (r.opt_text()?, r.opt_text()?);
+        let evidence_revision = r.int()?;
+        let evidence = match (evidence, r.opt_int()?) {
+            ((Some(evidence_ref), Some(digest)), Some(recorded_at_ms)) => Some(EvidenceRecord {
+                evidence_ref,
+                digest,
+                recorded_at_ms,
+            }),
+            ((None, None), None) => None,
+            _ => return Err(group_err("evidence_ref")),
+        };
+        let awaiting_decision = r.flag()?;
+        let decision = match (
+            r.opt_text()?,
+            r.opt_int()?,
+            r.opt_text()?,
+            r.opt_int()?,
+            r.opt_text()?,
+        ) {
+            (
+                Some(outcome),
+                Some(evidence_revision),
+                Some(operator),
+                Some(decided_at_ms),
+                Some(note),
+            ) => Some(DecisionRecord {
+                outcome,
+                evidence_revision,
+                operator,
+                decided_at_ms,
+                note,
+            }),
+            (None, None, None, None, None) => None,
+            _ => return Err(group_err("decision_outcome")),
+        };
+        let settlement = match (
+            r.opt_text()?,
+            r.opt_int()?,
+            r.opt_text()?,
+            r.opt_text()?,
+            r.opt_int()?,
+        ) {
+            (
+                Some(run_id),
+                Some(tick),
+                Some(visibility_token),
+                Some(evidence_digest),
+                Some(settled_at_ms),
+            ) => Some(SettlementRecord {
+                run_id,
+                tick,
+                visibility_token,
+                evidence_digest,
+                settled_at_ms,
+            }),
+            (None, None, None, None, None) => None,
+            _ => return Err(group_err("settled_run_id")),
+        };
+        let claimable_from_ms = r.opt_int()?;
+        let version = r.int()?;
+        Ok(ActivityRecord {
+            admission,
+            admitted_at_ms,
+            fence,
+            attempt_count,
+            attempt,
+            binding,
+            retry_guard,
+            result,
+            evidence,
+            evidence_revision,
+            awaiting_decision,
+            decision,
+            settlement,
+            claimable_from_ms,
+            version,
+        })
+    }
+
+    /// Encodes the record as a row in `COLUMNS` order.
+    pub fn to_cells(&self) -> Vec<Cell> {
+        fn t(s: &str) -> Cell {
+            Cell::Text(s.to_owned())
+        }
+        fn ot(s: Option<&str>) -> Cell {
+            s.map_or(Cell::Null, t)
+        }
+        fn oi(i: Option<i64>) -> Cell {
+            i.map_or(Cell::Null, Cell::Int)
+        }
+        fn b(v: bool) -> Cell {
+            Cell::Int(i64::from(v))
+        }
+        let a = &self.admission;
+        let at = self.attempt.as_ref();
+        let bd = self.binding.as_ref();
+        let g = self.retry_guard.as_ref();
+        let res = self.result.as_ref();
+        let ev = self.evidence.as_ref();
+        let d = self.decision.as_ref();
+        let s = self.settlement.as_ref();
+        let mut cells = Vec::with_capacity(COLUMNS.len());
+        cells.extend([
+            t(&a.key.world_id),
+            t(&a.key.kind),
+            t(&a.key.activity_id),
+            t(&a.source.run_id),
+            Cell::Int(a.source.tick),
+            t(&a.source.visibility_token),
+            t(&a.input_ref),
+            t(&a.input_digest),
+            Cell::Int(self.admitted_at_ms),
+            Cell::Int(self.fence),
+            Cell::Int(self.attempt_count),
+            ot(at.map(|x| x.owner.as_str())),
+            oi(at.map(|x| x.lease_expires_ms)),
+            oi(at.map(|x| i64::from(x.may_execute))),
+            ot(bd.map(|x| x.operation_id.as_str())),
+            oi(bd.map(|x| x.fence)),
+            oi(bd.map(|x| x.bound_at_ms)),
+            ot(g.map(|x| x.guard_ref.as_str())),
+            ot(g.map(|x| x.digest.as_str())),
+            oi(g.map(|x| x.fence)),
+            oi(g.map(|x| x.recorded_at_ms)),
+            b(g.is_some_and(|x| x.authorizes_execution)),
+            ot(res.map(|x| x.result.result_ref.as_str())),
+            ot(res.map(|x| x.result.digest.as_str())),
+            ot(res.map(|x| x.result.media_type.as_str())),
+            oi(res.map(|x| x.result.size)),
+            oi(res.map(|x| i64::from(x.result.failed))),
+            oi(res.map(|x| x.attempt)),
+            oi(res.map(|x| x.fence)),
+            oi(res.map(|x| x.recorded_at_ms)),
+            ot(ev.map(|x| x.evidence_ref.as_str())),
+            ot(ev.map(|x| x.digest.as_str())),
+            Cell::Int(self.evidence_revision),
+            oi(ev.map(|x| x.recorded_at_ms)),
+            b(self.awaiting_decision),
+            ot(d.map(|x| x.outcome.as_str())),
+            oi(d.map(|x| x.evidence_revision)),
+            ot(d.map(|x| x.operator.as_str())),
+            oi(d.map(|x| x.decided_at_ms)),
+            ot(d.map(|x| x.note.as_str())),
+            ot(s.map(|x| x.run_id.as_str())),
+            oi(s.map(|x| x.tick)),
+            ot(s.map(|x| x.visibility_token.as_str())),
+            ot(s.map(|x| x.evidence_digest.as_str())),
+            oi(s.map(|x| x.settled_at_ms)),
+            oi(self.claimable_from_ms),
+            Cell::Int(self.version),
+        ]);
+        cells
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::scenario_tests::{admission, admitted};
+
+    #[test]
+    fn columns_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for c in COLUMNS {
+            assert!(seen.insert(c), "duplicate column {c}");
+        }
+    }
+
+    #[test]
+    fn a_fresh_record_round_trips_through_cells() {
+        let rec = admitted(&admission("w", "k", "a"), 5);
+        assert_eq!(rec.to_cells().len(), COLUMNS.len());
+        assert_eq!(ActivityRecord::from_cells(&rec.to_cells()).unwrap(), rec);
+    }
+
+    #[test]
+    fn wrong_arity_and_types_are_row_errors() {
+        let rec = admitted(&admission("w", "k", "a"), 5);
+        let mut cells = rec.to_cells();
+        cells.pop();
+        assert!(ActivityRecord::from_cells(&cells).is_err());
+        let mut cells = rec.to_cells();
+        cells[4] = Cell::Text("x".into());
+        let err = ActivityRecord::from_cells(&cells).unwrap_err();
+        assert_eq!(err.column, Some("source_tick"));
+        let mut cells = rec.to_cells();
+        cells[11] = Cell::Text("owner".into());
+        assert_eq!(
+            ActivityRecord::from_cells(&cells).unwrap_err().column,
+            Some("attempt_owner")
+        );
+        let mut cells = rec.to_cells();
+        cells[34] = Cell::Int(7);
+        assert_eq!(
+            ActivityRecord::from_cells(&cells).unwrap_err().column,
+            Some("awaiting_decision")
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! Shared fixtures and a property test driving several workers and a jumping clock through
+//! random interleavings of every transition, checking the catalog invariants after each step.
+
+use super::*;
+use proptest::prelude::*;
+
+pub(crate) fn admission(world: &str, kind: &str, id: &str) -> Admission {
+    Admission {
+        key: Key {
+            world_id: world.into(),
+            kind: kind.into(),
+            activity_id: id.into(),
+        },
+        source: Receipt {
+            world_id: world.into(),
+            run_id: "run-1".into(),
+            tick: 5,
+            visibility_token: "tok-5".into(),
+        },
+        input_ref: "input://1".into(),
+        input_digest: "sha256:in".into(),
+    }
+}
+
+pub(crate) fn admitted(adm: &Admission, now_ms: i64) -> ActivityRecord {
+    admit(None, adm, now_ms).unwrap()
+}
+
+pub(crate) fn result_ref(name: &str) -> ResultRef {
+    ResultRef {
+        result_ref: name.into(),
+        digest: format!("sha256:{name}"),
+        media_type: "application/json".into(),
+        size: 1,
+        failed: false,
+    }
+}
+
+/// Admitted at `now_ms`, claimed by `w1` for 100 ms under fence 1, operation bound.
+pub(crate) fn bound(now_ms: i64) -> ActivityRecord {
+    let rec = claim(
+        &admitted(&admission("w", "k", "a"), now_ms),
+        "w1",
+        100,
+        now_ms,
+    )
+    .unwrap();
+    bind_provider_operation(&rec, 1, &operation_id_for("k", "w", "a"), now_ms).unwrap()
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Tick(i64),
+    Claim(usize, i64),
+    Renew(usize, i64),
+    Release(usize),
+    Bind(usize),
+    Record(usize, u8),
+    Absent(usize),
+    Unknown(usize, i64),
+    Resolve(u8, i64),
+    Settle(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (1i64..300).prop_map(Op::Tick),
+        (0usize..3, 1i64..200).prop_map(|(w, l)| Op::Claim(w, l)),
+        (0usize..3, 1i64..200).prop_map(|(w, l)| Op::Renew(w, l)),
+        (0usize..3).prop_map(Op::Release),
+        (0usize..3).prop_map(Op::Bind),
+        (0usize..3, 0u8..2).prop_map(|(w, r)| Op::Record(w, r)),
+        (0usize..3).prop_map(Op::Absent),
+        (0usize..3, 0i64..100).prop_map(|(w, b)| Op::Unknown(w, b)),
+        (0u8..3, 0i64..3).prop_map(|(d, r)| Op::Resolve(d, r)),
+        (0u8..2).prop_map(Op::Settle),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn invariants_hold_under_random_interleavings(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut now = 0i64;
+        let mut rec = admitted(&admission("w", "k", "a"), now);
+        // The fence each worker believes it holds.
+        let mut held: [Option<i64>; 3] = [None; 3];
+        // Whether an execute attempt is permitted by an unused confirmed absence.
+        let mut executions_after_bind = 0;
+        let mut absences = 0;
+        let op_id = operation_id_for("k", "w", "a");
+        for op in ops {
+            let before = rec.clone();
+            let fence_of = |w: usize| held[w].unwrap_or(0);
+            let out = match &op {
+                Op::Tick(d) => { now += d; Ok(rec.clone()) }
+                Op::Claim(_, l) => claim(&rec, "worker", *l, now),
+                Op::Renew(w, l) => renew(&rec, fence_of(*w), *l, now),
+                Op::Release(w) => release(&rec, fence_of(*w), now),
+                Op::Bind(w) => bind_provider_operation(&rec, fence_of(*w), &op_id, now),
+                Op::Record(w, r) => record_result(&rec, fence_of(*w), &result_ref(&format!("r{r}")), now),
+                Op::Absent(w) => confirm_absent(&rec, fence_of(*w), "guard://g", "sha256:g", now),
+                Op::Unknown(w, b) => record_unknown(&rec, fence_of(*w), "ev://e", "sha256:e", *b, now),
+                Op::Resolve(d, r) => {
+                    let outcome = match d {
+                        0 => DecisionOutcome::Recovered(result_ref("op")),
+                        1 => DecisionOutcome::Absent { guard_ref: "guard://op".into(), guard_digest: "sha256:op".into() },
+                        _ => DecisionOutcome::Abandon,
+                    };
+                    resolve(&rec, &Decision { outcome, evidence_revision: *r, operator: "op".into(), note: String::new() }, now)
+                }
+                Op::Settle(good) => {
+                    let digest = match (&rec.result, good) {
+                        (Some(r), 1) => settlement_evidence_digest("k", "w", "a", &r.result.result_ref, &r.result.digest),
+                        _ => "sha256:wrong".to_owned(),
+                    };
+                    let receipt = Receipt { world_id: "w".into(), run_id: "run-1".into(), tick: 9, visibility_token: "t9".into() };
+                    settle(&rec, &receipt, &digest, None, now)
+                }
+            };
+            if let Ok(next) = out {
+                {
+                    // A stale fence never changes a record.
+                    if let Op::Renew(w, _) | Op::Release(w) | Op::Bind(w) | Op::Absent(w) | Op::Unknown(w, _) = &op {
+                        prop_assert_eq!(held[*w], Some(before.fence));
+                    }
+                    if let Op::Record(w, _) = &op {
+                        if next != before { prop_assert_eq!(held[*w], Some(before.fence)); }
+                    }
+                    if let Op::Claim(w, _) = &op {
+                        // At most one live attempt: every other worker's fence is now stale.
+                        held = [None; 3];
+                        held[*w] = Some(next.fence);
+                        let may = next.attempt.as_ref().unwrap().may_execute;
+                        if before.binding.is_some() && may {
+                            executions_after_bind += 1;
+                            prop_assert!(executions_after_bind <= absences, "execute after bind without absence");
+                        }
+                    }
+                    if matches!(op, Op::Absent(_)) { absences += 1; }
+                    if let (Op::Resolve(1, _), true) = (&op, next != before) { absences += 1; }
+                    // Fences never decrease; a recorded result never changes.
+                    prop_assert!(next.fence >= before.fence);
+                    if let Some(r) = before.result.as_ref() { prop_assert_eq!(next.result.as_ref(), Some(r)); }
+                    if before.settlement.is_some() { prop_assert_eq!(&next.settlement, &before.settlement); }
+                    if let (None, Some(_)) = (&before.settlement, &next.settlement) {
+                        prop_assert!(matches!(op, Op::Settle(1)));
+                    }
+                    // claimable_from is None exactly when a result exists.
+                    prop_assert_eq!(next.claimable_from_ms.is_none(), next.result.is_some());
+                    // The row layout round-trips every reachable record.
+                    prop_assert_eq!(ActivityRecord::from_cells(&next.to_cells()).unwrap(), next.clone());
+                    rec = next;
+                }
+            }
+        }
+    }
+}

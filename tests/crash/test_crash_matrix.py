@@ -1,0 +1,246 @@
+"""The crash matrix: SIGKILL a real Host+worker process at each named window, then restart.
+
+For every window a fresh process on the same data directory must finish the work with zero
+duplicate effects in the provider journal, no lost result and the exact outcome named below.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from journal_provider import BLIND_KIND, KIND, Journal
+from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether.runtime import ArtifactStore, evidence_entity
+from tether.world import SqliteLedger
+
+HERE = Path(__file__).resolve().parent
+SCENARIO = HERE / "scenario.py"
+
+
+def run_scenario(
+    data: Path, n: int, *extra: str, crash: str | None = None, random_crash: str | None = None
+) -> int:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
+    if crash:
+        env["TETHER_CRASH_AT"] = crash
+    if random_crash:
+        env["TETHER_CRASH_RANDOM"] = random_crash
+    proc = subprocess.run(
+        [sys.executable, str(SCENARIO), str(data), str(n), *extra],
+        env=env,
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    if proc.returncode not in (0, -signal.SIGKILL):
+        raise AssertionError(f"scenario exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc.returncode
+
+
+@dataclass(frozen=True)
+class Expect:
+    """Provider calls and attempts the window must end with (per activity)."""
+
+    executes: int
+    reconciles: int
+    attempts: int
+
+
+# Window -> exact outcome with the deduplicating provider.
+WINDOWS = {
+    # projected from the retained receipt, executed once
+    "after_intent_tick": Expect(executes=1, reconciles=0, attempts=1),
+    "after_admission": Expect(executes=1, reconciles=0, attempts=1),
+    # reclaimed under a new fence (nothing was bound), executed once
+    "after_claim": Expect(executes=1, reconciles=0, attempts=2),
+    # bound, no effect: reconcile -> ConfirmedAbsent + guard -> exactly one execution
+    "after_bind": Expect(executes=1, reconciles=1, attempts=3),
+    # killed inside the provider's transaction: the effect rolled back -> absent -> one more
+    "during_effect": Expect(executes=2, reconciles=1, attempts=3),
+    # effect done, result not recorded: reconcile -> Recovered, no second effect
+    "after_effect": Expect(executes=1, reconciles=1, attempts=2),
+    # result durable: restaged or settled from what is durable, no new attempt
+    "after_result": Expect(executes=1, reconciles=0, attempts=1),
+    "after_staging": Expect(executes=1, reconciles=0, attempts=1),
+    "after_observation_tick": Expect(executes=1, reconciles=0, attempts=1),
+    "after_settlement": Expect(executes=1, reconciles=0, attempts=1),
+}
+
+
+def check_settled(data: Path, n: int, kind: str = KIND) -> None:
+    """Zero duplicate effects, no lost result, and each settlement names its observing tick."""
+    journal = Journal(data / "provider.db")
+    effects = journal.effects()
+    catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
+    ledger = SqliteLedger.open(data / "world.db")
+    store = ArtifactStore(data / "artifacts")
+    try:
+        head = ledger.head("w")
+        for i in range(n):
+            key = ActivityKey(world_id="w", kind=kind, activity_id=f"task-{i:04d}")
+            op = operation_id_for(key)
+            assert effects.get(op) == 1, f"{key}: {effects.get(op)} effects"
+            rec = catalog.get(key)
+            assert rec is not None and rec.result is not None and rec.settlement is not None
+            payload = store.get(rec.result)  # no lost result: durable and digest-checked
+            assert op.encode() in payload
+            s = rec.settlement.receipt
+            assert s.run_id == head.run_id and s.tick <= head.tick
+            assert s.tick > rec.source.tick
+            # The settlement tick is the one that committed the completion evidence.
+            tick_changes = _changed_at(data, s.tick)
+            assert (evidence_entity(kind, key.activity_id), "tether.completion") in tick_changes
+            assert (key.activity_id, f"task.status.{kind}") in tick_changes
+        assert len(effects) == n
+    finally:
+        catalog.close()
+        ledger.close()
+
+
+def _changed_at(data: Path, tick: int) -> set[tuple[str, str]]:
+    db = sqlite3.connect(data / "world.db")
+    try:
+        rows = db.execute(
+            "SELECT entity, component FROM components WHERE world_id = 'w' AND tick = ?", (tick,)
+        ).fetchall()
+    finally:
+        db.close()
+    return {(r[0], r[1]) for r in rows}
+
+
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+def test_sigkill_at_window_then_restart_settles_exactly_once(window: str, tmp_path: Path) -> None:
+    assert run_scenario(tmp_path, 1, crash=window) == -signal.SIGKILL
+    assert run_scenario(tmp_path, 1) == 0
+    check_settled(tmp_path, 1)
+    journal = Journal(tmp_path / "provider.db")
+    expect = WINDOWS[window]
+    assert len(journal.calls("execute")) == expect.executes
+    assert len(journal.calls("reconcile")) == expect.reconciles
+    catalog = Catalog.open("sqlite:///" + str(tmp_path / "catalog.db"))
+    try:
+        rec = catalog.get(ActivityKey(world_id="w", kind=KIND, activity_id="task-0000"))
+        assert rec is not None and rec.attempt_count == expect.attempts
+    finally:
+        catalog.close()
+    # The fenced execute calls only ever come from execution-authorised attempts, in order.
+    fences = [f for _, _, f in journal.calls()]
+    assert fences == sorted(fences)
+
+
+def test_large_results_survive_a_crash_by_reference(tmp_path: Path) -> None:
+    assert run_scenario(tmp_path, 2, "--pad", "5000", crash="after_result") == -signal.SIGKILL
+    assert run_scenario(tmp_path, 2, "--pad", "5000") == 0
+    check_settled(tmp_path, 2)
+    files = list((tmp_path / "artifacts" / "sha256").rglob("*"))
+    assert any(f.is_file() and f.stat().st_size > 5000 for f in files)
+
+
+def test_blind_provider_parks_unknown_and_is_never_executed_again(tmp_path: Path) -> None:
+    assert run_scenario(tmp_path, 1, "--blind", crash="after_blind_effect") == -signal.SIGKILL
+    assert run_scenario(tmp_path, 1, "--blind") == 0
+    assert run_scenario(tmp_path, 1, "--blind") == 0  # a second restart changes nothing
+    journal = Journal(tmp_path / "provider.db")
+    key = ActivityKey(world_id="w", kind=BLIND_KIND, activity_id="task-0000")
+    op = operation_id_for(key)
+    assert journal.effects() == {op: 1}
+    assert [m for _, m, _ in journal.calls()] == ["execute", "reconcile"]
+    catalog = Catalog.open("sqlite:///" + str(tmp_path / "catalog.db"))
+    try:
+        rec = catalog.get(key)
+        assert rec is not None and rec.awaiting_decision and rec.result is None
+        assert rec.settlement is None
+        assert [r.key for r in catalog.iter_awaiting_decision()] == [key]
+    finally:
+        catalog.close()
+
+
+def _sweep(tmp_path: Path, n: int, workers: int, seed: int, prob: float, max_runs: int) -> int:
+    rnd = random.Random(seed)
+    kills = 0
+    for _ in range(max_runs):
+        rc = run_scenario(
+            tmp_path,
+            n,
+            "--workers",
+            str(workers),
+            "--pad",
+            str(rnd.choice([0, 600])),
+            random_crash=f"{rnd.randrange(1 << 30)}:{prob}",
+        )
+        if rc == 0:
+            break
+        kills += 1
+    else:
+        assert run_scenario(tmp_path, n, "--workers", str(workers)) == 0
+    check_settled(tmp_path, n)
+    journal = Journal(tmp_path / "provider.db")
+    executes: dict[str, int] = {}
+    for op, method, _ in journal.calls():
+        executes[op] = executes.get(op, 0) + (method == "execute")
+    assert len(executes) == n
+    return kills
+
+
+def test_random_kill_sweep_sampled(tmp_path: Path) -> None:
+    kills = _sweep(tmp_path, n=12, workers=3, seed=7, prob=0.05, max_runs=8)
+    assert kills >= 1
+
+
+@pytest.mark.slow
+def test_random_kill_sweep_200_activities_3_workers(tmp_path: Path) -> None:
+    kills = _sweep(tmp_path, n=200, workers=3, seed=2026, prob=0.002, max_runs=40)
+    assert kills >= 3
+
+
+def _spawn_worker(data: Path, workers: int, crash: str | None = None) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    if crash:
+        env["TETHER_CRASH_AT"] = crash
+    argv = [sys.executable, "-m", "tether", "worker", str(data)]
+    argv += ["--families", "journal_provider:families", "--workers", str(workers)]
+    argv += ["--lease-ms", "400"]
+    return subprocess.Popen(argv, env=env, cwd=HERE, text=True, stderr=subprocess.PIPE)
+
+
+def test_separate_worker_process_killed_after_effect_is_recovered(tmp_path: Path) -> None:
+    from journal_provider import intents, make_family
+    from tether.runtime import Host
+
+    n = 3
+    host = Host(tmp_path, [make_family(tmp_path)], workers=0, poll_interval_s=0.01)
+    host.create_world("w")
+    host.commit_tick("w", intents(n))
+    host.start()  # observer only: staging and observation ticks in this process
+    try:
+        doomed = _spawn_worker(tmp_path, 1, crash="after_effect")
+        doomed.communicate(timeout=120)
+        assert doomed.returncode == -signal.SIGKILL
+        fresh = _spawn_worker(tmp_path, 2)
+        keys = [ActivityKey(world_id="w", kind=KIND, activity_id=f"task-{i:04d}") for i in range(n)]
+        try:
+            for _ in range(12_000):
+                if all((r := host.get(k)) is not None and r.settlement for k in keys):
+                    break
+                threading.Event().wait(0.01)
+        finally:
+            fresh.send_signal(signal.SIGTERM)  # clean shutdown of the worker process
+            _, err = fresh.communicate(timeout=120)
+        assert fresh.returncode == 0, err
+    finally:
+        host.close()
+    check_settled(tmp_path, n)
+    journal = Journal(tmp_path / "provider.db")
+    assert len(journal.calls("execute")) == n  # the killed effect was recovered, not repeated
+    assert len(journal.calls("reconcile")) == 1

@@ -1,0 +1,127 @@
+"""The SQLite catalog store: URL, pragmas, schema versions, indexed claims, typed failures."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from tether.activities import Catalog
+from tether.errors import CatalogConfigError, CatalogStorageError
+from tether.storage import SqliteCatalogStore, open_store
+from tether.storage._schema import LATEST
+
+from tests.activities.support import ManualClock, admission, key
+
+
+def test_urls_name_an_absolute_sqlite_file(tmp_path: Path) -> None:
+    store = open_store(f"sqlite://{tmp_path}/a.db")
+    assert isinstance(store, SqliteCatalogStore) and store.path == f"{tmp_path}/a.db"
+    store.close()
+    for bad in ("sqlite://relative.db", "sqlite://", "postgres://db/x", "a.db", "sqlite:/x"):
+        with pytest.raises(CatalogConfigError):
+            open_store(bad)
+    with pytest.raises(CatalogConfigError):
+        open_store(42)  # type: ignore[arg-type]
+    with pytest.raises(CatalogConfigError):
+        open_store(f"sqlite://{tmp_path}/b.db", synchronous="OFF")
+
+
+def test_missing_directory_is_a_storage_error(tmp_path: Path) -> None:
+    with pytest.raises(CatalogStorageError):
+        open_store(f"sqlite://{tmp_path}/no/such/dir/a.db")
+
+
+@pytest.mark.parametrize(("mode", "level"), [("FULL", 2), ("NORMAL", 1)])
+def test_pragmas(tmp_path: Path, mode: str, level: int) -> None:
+    store = SqliteCatalogStore(str(tmp_path / "p.db"), synchronous=mode)
+    conn = store._db()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == level
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
+    store.close()
+    with pytest.raises(CatalogStorageError):
+        store.get(("w", "k", "a"))
+
+
+def test_a_newer_schema_is_refused_and_an_older_one_migrated(tmp_path: Path) -> None:
+    path = str(tmp_path / "v.db")
+    SqliteCatalogStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE schema_version SET version = ?", (LATEST + 1,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(CatalogStorageError, match="newer"):
+        SqliteCatalogStore(path)
+    # An empty file (version 0) is migrated forward; reopening is idempotent.
+    fresh = str(tmp_path / "fresh.db")
+    sqlite3.connect(fresh).close()
+    SqliteCatalogStore(fresh).close()
+    SqliteCatalogStore(fresh).close()
+
+
+def test_a_drifted_table_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "d.db")
+    SqliteCatalogStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE activities DROP COLUMN decision_note")
+    conn.commit()
+    conn.close()
+    with pytest.raises(CatalogStorageError, match="column"):
+        SqliteCatalogStore(path)
+
+
+def test_claim_goes_straight_to_claimable_rows(tmp_path: Path) -> None:
+    store = SqliteCatalogStore(str(tmp_path / "q.db"))
+    conn = store._db()
+    from tether.storage import _sqlite
+
+    for sql, params in (
+        (_sqlite._CLAIM_ANY, (0,)),
+        (_sqlite._CLAIM_WORLD, (0, "w")),
+        (_sqlite._CLAIM_KIND, ("k", 0)),
+        (_sqlite._CLAIM_KIND_WORLD, ("k", 0, "w")),
+    ):
+        plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+        assert "activities_claimable" in plan, plan
+        assert "SCAN activities" not in plan.replace("USING INDEX", "")
+    plan = " ".join(
+        r[3]
+        for r in conn.execute(
+            "EXPLAIN QUERY PLAN SELECT 1 FROM activities WHERE world_id = ?"
+            " AND settled_tick IS NULL LIMIT 1",
+            ("w",),
+        )
+    )
+    assert "activities_unsettled" in plan
+    store.close()
+
+
+def test_a_corrupt_row_is_a_typed_error_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    clock = ManualClock()
+    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+        k = key()
+        cat.admit(admission(k))
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE activities SET attempt_owner = 'ghost'")  # half an attempt group
+    conn.commit()
+    conn.close()
+    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+        with pytest.raises(CatalogStorageError, match="attempt_owner"):
+            cat.get(k)
+        with pytest.raises(CatalogStorageError):
+            cat.claim("w", 1_000)
+        with pytest.raises(CatalogStorageError):
+            list(cat.iter_claimable())
+
+
+def test_strict_tables_refuse_wrongly_typed_values(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    with Catalog.open(f"sqlite://{path}", clock=ManualClock()) as cat:
+        cat.admit(admission(key()))
+    conn = sqlite3.connect(path)
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE activities SET fence = 'x'")
+    conn.close()
