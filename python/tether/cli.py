@@ -11,6 +11,15 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {}
 
 # --- demo ---
+# Until the simulation demo lands, `demo` replays the recorded AG-UI stream in examples/.
+COMMANDS["demo"] = (
+    "tether.agui.replay",
+    "replay the recorded AG-UI stream in examples/ and print its activity messages",
+)
+COMMANDS["replay"] = (
+    "tether.agui.replay",
+    "replay an AG-UI stream (SSE/NDJSON) through the activity store",
+)
 
 
 # --- emulators ---

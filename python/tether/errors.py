@@ -3,7 +3,13 @@
 from tether._core import TetherError
 
 # --- patch ---
-
+# isort: split
+# `__all__` is only assigned at the end of this file, so this section re-exports explicitly
+# (`X as X`) instead of extending it; the names are importable from `tether.errors` either way.
+from tether._core import InvalidDocument as InvalidDocument
+from tether._core import InvalidPatch as InvalidPatch
+from tether._core import PatchDoesNotApply as PatchDoesNotApply
+from tether._core import PatchError as PatchError
 
 # --- agui ---
 # isort: split

@@ -165,3 +165,12 @@ def test_messages_snapshot_built_with_models() -> None:
     for wire in store.run_input_messages():
         assert "activity" != wire["role"]
     assert json.loads(store.to_json()) == store.messages()
+
+
+def test_python_mode_model_dumps_are_accepted() -> None:
+    """`model_dump(by_alias=True)` without mode="json" keeps `EventType` enum members."""
+    store = _core.ActivityStore()
+    for e in stream():
+        store.handle_event(e.model_dump(by_alias=True))
+    assert store.activities() == expected_activities()
+    assert all(type(m["role"]) is str for m in store.messages())

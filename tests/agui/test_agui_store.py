@@ -473,3 +473,10 @@ def test_any_event_dict_is_applied_warned_or_rejected_atomically(event: dict[str
         assert s.to_json() == before
     for m in s.activities():
         assert isinstance(m["content"], dict)
+
+
+def test_code_lists_match_the_rust_core() -> None:
+    from tether.agui import ERROR_CODES, WARNING_CODES
+
+    assert sorted(WARNING_CODES) == sorted(_core.agui_warning_codes())
+    assert sorted(ERROR_CODES) == sorted(_core.agui_error_codes())

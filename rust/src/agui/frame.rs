@@ -1,6 +1,12 @@
 //! Byte framing: one JSON event, NDJSON (or any whitespace-separated JSON values), or an SSE
-//! capture, fed in arbitrary chunks. Sans-I/O: `push` takes bytes, `next_value` gives one parsed
-//! JSON value, `Ok(None)` meaning "need more data".
+//! capture, fed in arbitrary chunks. Sans-I/O: `push` takes bytes; `next_frame` gives the text of
+//! one event (or an already parsed value), `next_value` one parsed JSON value; `Ok(None)` means
+//! "need more data".
+//!
+//! JSON input is cut at newlines first: a line that starts with `{` and ends with `}` is handed
+//! out as text, so the consumer parses it once, straight into whatever shape it wants. If that
+//! text turns out not to be exactly one value (a pretty-printed event, two values on a line),
+//! the consumer calls `rewind_to_stream` and the framer parses from there as a JSON stream.
 //!
 //! The format is chosen once, from the first byte that is not a BOM or whitespace: `{` or `[`
 //! selects JSON, anything else SSE (`data:` lines, events ended by a blank line; comments and
@@ -9,6 +15,17 @@
 use serde_json::Value;
 
 use super::error::{AguiError, INVALID_JSON, TRUNCATED_STREAM};
+
+/// One event's worth of input.
+#[derive(Debug)]
+pub enum Frame<'a> {
+    /// A line of JSON input that looks like one object; may be rewound if it is not.
+    Line(&'a [u8]),
+    /// The data of one SSE event: must be one JSON value.
+    Data(&'a [u8]),
+    /// A value the framer had to parse itself (JSON spanning lines).
+    Value(Value),
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
@@ -28,6 +45,11 @@ pub struct Framer {
     /// SSE: the data lines of the event being assembled.
     sse_data: Vec<u8>,
     sse_has_data: bool,
+    /// `sse_data` was handed out and is cleared on the next call.
+    sse_dispatched: bool,
+    /// Where the last `Frame::Line` started, and whether to parse from there as a stream.
+    line_start: usize,
+    force_stream: bool,
 }
 
 fn is_ws(b: u8) -> bool {
@@ -41,7 +63,7 @@ impl Framer {
 
     /// Appends bytes; call `next_value` until it returns `Ok(None)`.
     pub fn push(&mut self, data: &[u8]) {
-        if self.pos > 0 {
+        if self.pos > 0 && !self.force_stream {
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
@@ -50,22 +72,44 @@ impl Framer {
 
     /// Bytes held that do not yet form a complete value.
     pub fn pending(&self) -> usize {
-        self.buf.len() - self.pos + self.sse_data.len()
+        let sse = if self.sse_dispatched {
+            0
+        } else {
+            self.sse_data.len()
+        };
+        self.buf.len() - self.pos + sse
+    }
+
+    /// The last `Frame::Line` was not exactly one JSON value: parse from its start as a stream.
+    pub fn rewind_to_stream(&mut self) {
+        self.pos = self.line_start;
+        self.force_stream = true;
     }
 
     /// The next complete value, `Ok(None)` if more bytes are needed. A decode error consumes
     /// the offending frame (line or SSE event), so the caller may go on reading after it.
     pub fn next_value(&mut self) -> Result<Option<Value>, AguiError> {
-        self.next_value_inner(false)
+        self.next_value_at(false)
     }
 
-    /// End of input: returns the last value if the input ends with one; an incomplete value
-    /// left over is a `truncated_stream` error (and is discarded).
-    pub fn finish(&mut self) -> Result<Option<Value>, AguiError> {
-        let out = self.next_value_inner(true)?;
-        if out.is_some() {
-            return Ok(out);
+    /// `next_value`, with `eof` meaning no more bytes will come.
+    pub fn next_value_at(&mut self, eof: bool) -> Result<Option<Value>, AguiError> {
+        loop {
+            match self.next_frame(eof)? {
+                None => return Ok(None),
+                Some(Frame::Value(v)) => return Ok(Some(v)),
+                Some(Frame::Data(text)) => return parse_data(text).map(Some),
+                Some(Frame::Line(text)) => match serde_json::from_slice::<Value>(text) {
+                    Ok(v) => return Ok(Some(v)),
+                    Err(_) => self.rewind_to_stream(),
+                },
+            }
         }
+    }
+
+    /// End of input: an incomplete value left over is a `truncated_stream` error (and is
+    /// discarded). Call after `next_frame(true)` / `next_value_at(true)` gave `Ok(None)`.
+    pub fn finish(&mut self) -> Result<(), AguiError> {
         let rest = &self.buf[self.pos..];
         let leftover = rest.iter().any(|b| !is_ws(*b)) || self.sse_has_data;
         let n = self.pending();
@@ -74,16 +118,22 @@ impl Framer {
         self.sse_data.clear();
         self.sse_has_data = false;
         self.skipping = false;
+        self.force_stream = false;
         if leftover {
             return Err(AguiError::decode(
                 TRUNCATED_STREAM,
                 format!("the stream ends inside an event ({n} bytes left over)"),
             ));
         }
-        Ok(None)
+        Ok(())
     }
 
-    fn next_value_inner(&mut self, eof: bool) -> Result<Option<Value>, AguiError> {
+    /// The next event's input, `Ok(None)` if more bytes are needed (`eof`: none will come).
+    pub fn next_frame(&mut self, eof: bool) -> Result<Option<Frame<'_>>, AguiError> {
+        if self.sse_dispatched {
+            self.sse_data.clear();
+            self.sse_dispatched = false;
+        }
         if !self.bom_checked {
             if self.buf.len() - self.pos < 3
                 && !eof
@@ -117,7 +167,7 @@ impl Framer {
         }
     }
 
-    fn next_json(&mut self, eof: bool) -> Result<Option<Value>, AguiError> {
+    fn next_json(&mut self, eof: bool) -> Result<Option<Frame<'_>>, AguiError> {
         if self.skipping {
             match memchr::memchr(b'\n', &self.buf[self.pos..]) {
                 Some(i) => {
@@ -136,22 +186,44 @@ impl Framer {
         if self.pos == self.buf.len() {
             return Ok(None);
         }
+        if !self.force_stream {
+            let start = self.pos;
+            let (mut end, next) = match memchr::memchr(b'\n', &self.buf[start..]) {
+                Some(i) => (start + i, start + i + 1),
+                None => (self.buf.len(), self.buf.len()),
+            };
+            while end > start && is_ws(self.buf[end - 1]) {
+                end -= 1;
+            }
+            let complete_line = next < self.buf.len() || eof || self.buf.last() == Some(&b'\n');
+            if self.buf[end - 1] == b'}' && self.buf[start] == b'{' && complete_line {
+                self.line_start = start;
+                self.pos = next;
+                return Ok(Some(Frame::Line(&self.buf[start..end])));
+            }
+            if !complete_line && self.buf[end - 1] != b'}' {
+                return Ok(None); // an object can only end with '}': wait for more
+            }
+        }
         let rest = &self.buf[self.pos..];
         let mut stream = serde_json::Deserializer::from_slice(rest).into_iter::<Value>();
         match stream.next() {
             Some(Ok(v)) => {
                 self.pos += stream.byte_offset();
-                Ok(Some(v))
+                self.force_stream = false;
+                Ok(Some(Frame::Value(v)))
             }
             Some(Err(e)) if e.is_eof() && !eof => Ok(None),
             Some(Err(e)) if e.is_eof() => {
                 self.pos = self.buf.len();
+                self.force_stream = false;
                 Err(AguiError::decode(
                     TRUNCATED_STREAM,
                     format!("the stream ends inside an event: {e}"),
                 ))
             }
             Some(Err(e)) => {
+                self.force_stream = false;
                 // Resynchronise at the next line: NDJSON frames end with a newline.
                 match memchr::memchr(b'\n', rest) {
                     Some(i) => self.pos += i + 1,
@@ -169,7 +241,7 @@ impl Framer {
         }
     }
 
-    fn next_sse(&mut self, eof: bool) -> Result<Option<Value>, AguiError> {
+    fn next_sse(&mut self, eof: bool) -> Result<Option<Frame<'_>>, AguiError> {
         loop {
             let rest = &self.buf[self.pos..];
             let (line_end, next) = match memchr::memchr2(b'\n', b'\r', rest) {
@@ -221,18 +293,17 @@ impl Framer {
         }
     }
 
-    fn dispatch_sse(&mut self) -> Result<Option<Value>, AguiError> {
+    fn dispatch_sse(&mut self) -> Result<Option<Frame<'_>>, AguiError> {
         self.sse_has_data = false;
-        let parsed = serde_json::from_slice::<Value>(&self.sse_data);
-        self.sse_data.clear();
-        match parsed {
-            Ok(v) => Ok(Some(v)),
-            Err(e) => Err(AguiError::decode(
-                INVALID_JSON,
-                format!("invalid JSON in SSE data: {e}"),
-            )),
-        }
+        self.sse_dispatched = true;
+        Ok(Some(Frame::Data(&self.sse_data)))
     }
+}
+
+/// Parses the data of one SSE event.
+pub fn parse_data(text: &[u8]) -> Result<Value, AguiError> {
+    serde_json::from_slice::<Value>(text)
+        .map_err(|e| AguiError::decode(INVALID_JSON, format!("invalid JSON in SSE data: {e}")))
 }
 
 #[cfg(test)]
@@ -256,9 +327,10 @@ mod tests {
                 let mut out = drain(&mut f);
                 f.push(&input[cut..]);
                 out.extend(drain(&mut f));
-                if let Some(v) = f.finish().unwrap() {
+                while let Some(v) = f.next_value_at(true).unwrap() {
                     out.push(v);
                 }
+                f.finish().unwrap();
                 out
             })
             .collect()
@@ -296,7 +368,24 @@ mod tests {
         let mut f = Framer::new();
         f.push(b"data: {\"a\":1}");
         assert_eq!(f.next_value().unwrap(), None);
-        assert_eq!(f.finish().unwrap(), Some(json!({"a":1})));
+        assert_eq!(f.next_value_at(true).unwrap(), Some(json!({"a":1})));
+        f.finish().unwrap();
+    }
+
+    #[test]
+    fn lines_that_are_not_one_value_are_reparsed_as_a_stream() {
+        let input = b"{\"a\": {\"b\": 1}\n}\n{\"c\":1} {\"d\":2}\n{\"e\":\"}\"}";
+        for got in all_splits(input) {
+            assert_eq!(
+                got,
+                vec![
+                    json!({"a":{"b":1}}),
+                    json!({"c":1}),
+                    json!({"d":2}),
+                    json!({"e":"}"})
+                ]
+            );
+        }
     }
 
     #[test]
@@ -313,10 +402,14 @@ mod tests {
         let mut f = Framer::new();
         f.push(b"{\"a\":");
         assert_eq!(f.next_value().unwrap(), None);
+        assert_eq!(f.next_value_at(true).unwrap_err().code, TRUNCATED_STREAM);
+        let mut f = Framer::new();
+        f.push(b"{\"a\":");
+        assert_eq!(f.next_value().unwrap(), None);
         assert_eq!(f.finish().unwrap_err().code, TRUNCATED_STREAM);
         let mut f = Framer::new();
         f.push(b"data: {\"a\":");
         assert_eq!(f.next_value().unwrap(), None);
-        assert_eq!(f.finish().unwrap_err().code, INVALID_JSON);
+        assert_eq!(f.next_value_at(true).unwrap_err().code, INVALID_JSON);
     }
 }

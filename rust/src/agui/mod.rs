@@ -7,6 +7,7 @@
 //! and leave the store exactly as it was. The rules are listed in `store`.
 
 pub mod error;
+mod fast;
 pub mod frame;
 pub mod message;
 pub mod schema;

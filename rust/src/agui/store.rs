@@ -26,7 +26,8 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::error::{self as codes, AguiError, ErrorKind, Warning};
-use super::frame::Framer;
+use super::fast;
+use super::frame::{self, Frame, Framer};
 use super::message::{merge_metadata, Activity, Message};
 use super::schema::{self, ENVELOPE};
 use crate::patch::{apply_value, Mode, PatchErrorKind};
@@ -38,21 +39,34 @@ enum RunState {
 }
 
 /// One thread's message history. Single owner: feed it from one place.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ActivityStore {
+    framer: Framer,
+    thread: Thread,
+}
+
+/// The history and everything the rules need besides the byte framing.
+#[derive(Debug)]
+struct Thread {
     messages: Vec<Message>,
     index: HashMap<String, usize>,
     warnings: Vec<Warning>,
-    framer: Framer,
     run: RunState,
     /// The message a field-less TEXT_MESSAGE_CHUNK continues.
     open_chunk: Option<String>,
     events: u64,
 }
 
-impl Default for ActivityStore {
+impl Default for Thread {
     fn default() -> Self {
-        Self::new()
+        Thread {
+            messages: Vec::new(),
+            index: HashMap::new(),
+            warnings: Vec::new(),
+            run: RunState::Open,
+            open_chunk: None,
+            events: 0,
+        }
     }
 }
 
@@ -95,35 +109,27 @@ fn touches_root(patch: &Value) -> bool {
 
 impl ActivityStore {
     pub fn new() -> Self {
-        ActivityStore {
-            messages: Vec::new(),
-            index: HashMap::new(),
-            warnings: Vec::new(),
-            framer: Framer::new(),
-            run: RunState::Open,
-            open_chunk: None,
-            events: 0,
-        }
+        Self::default()
     }
 
     /// The history, in order.
     pub fn messages(&self) -> &[Message] {
-        &self.messages
+        &self.thread.messages
     }
 
     /// The message with this id.
     pub fn get(&self, id: &str) -> Option<&Message> {
-        self.index.get(id).map(|i| &self.messages[*i])
+        self.thread.index.get(id).map(|i| &self.thread.messages[*i])
     }
 
     /// Every warning so far, oldest first.
     pub fn warnings(&self) -> &[Warning] {
-        &self.warnings
+        &self.thread.warnings
     }
 
     /// How many events were handled (applied, skipped or dropped with a warning).
     pub fn events_handled(&self) -> u64 {
-        self.events
+        self.thread.events
     }
 
     /// Bytes fed that do not yet form a complete event.
@@ -133,13 +139,13 @@ impl ActivityStore {
 
     /// The history in wire form, as a JSON array.
     pub fn to_json(&self) -> Vec<u8> {
-        let arr = Value::Array(self.messages.iter().map(Message::to_wire).collect());
+        let arr = Value::Array(self.messages().iter().map(Message::to_wire).collect());
         serde_json::to_vec(&arr).unwrap_or_else(|_| b"[]".to_vec())
     }
 
     /// The messages to send as run input: the history without activity messages.
     pub fn run_input_messages(&self) -> impl Iterator<Item = &Message> {
-        self.messages
+        self.messages()
             .iter()
             .filter(|m| !matches!(m, Message::Activity(_)))
     }
@@ -149,24 +155,52 @@ impl ActivityStore {
     /// after it stay buffered and are handled by the next `feed` call.
     pub fn feed(&mut self, data: &[u8]) -> Result<(), AguiError> {
         self.framer.push(data);
-        while let Some(v) = self.framer.next_value()? {
-            self.handle_value(v)?;
-        }
-        Ok(())
+        self.drain(false)
     }
 
     /// End of input: handles a last event left without its terminator; leftover bytes that
     /// do not form an event are a `truncated_stream` error.
     pub fn finish(&mut self) -> Result<(), AguiError> {
-        self.feed(b"")?;
-        if let Some(v) = self.framer.finish()? {
-            self.handle_value(v)?;
-        }
-        Ok(())
+        self.drain(true)?;
+        self.framer.finish()
     }
 
     /// Handles one event. On error the store is exactly as before the call.
     pub fn handle_value(&mut self, event: Value) -> Result<(), AguiError> {
+        self.thread.handle_value(event)
+    }
+
+    fn drain(&mut self, eof: bool) -> Result<(), AguiError> {
+        loop {
+            let value = match self.framer.next_frame(eof)? {
+                None => return Ok(()),
+                Some(Frame::Value(v)) => v,
+                Some(Frame::Data(text)) => {
+                    if self.thread.try_fast(text) {
+                        continue;
+                    }
+                    frame::parse_data(text)?
+                }
+                Some(Frame::Line(text)) => {
+                    if self.thread.try_fast(text) {
+                        continue;
+                    }
+                    match serde_json::from_slice::<Value>(text) {
+                        Ok(v) => v,
+                        Err(_) => {
+                            self.framer.rewind_to_stream();
+                            continue;
+                        }
+                    }
+                }
+            };
+            self.thread.handle_value(value)?;
+        }
+    }
+}
+
+impl Thread {
+    fn handle_value(&mut self, event: Value) -> Result<(), AguiError> {
         let mut warnings = Vec::new();
         let result = self.handle_inner(event, &mut warnings);
         if result.is_ok() {
@@ -174,6 +208,36 @@ impl ActivityStore {
             self.warnings.append(&mut warnings);
         }
         result
+    }
+
+    /// The hot path for a clean ACTIVITY_DELTA given as text; `false` leaves the event to the
+    /// general path, with nothing changed.
+    fn try_fast(&mut self, text: &[u8]) -> bool {
+        let Some(d) = fast::parse(text) else {
+            return false;
+        };
+        if self.run == RunState::Finished {
+            return false;
+        }
+        let Some(Message::Activity(a)) = self
+            .index
+            .get(d.message_id.as_ref())
+            .map(|i| &mut self.messages[*i])
+        else {
+            return false;
+        };
+        if d.subagent_run_id.is_some() && d.subagent_run_id != a.subagent_run_id {
+            return false;
+        }
+        if !fast::apply(&mut a.content, &d.patch) {
+            return false;
+        }
+        if a.activity_type != d.activity_type {
+            a.activity_type = d.activity_type.into_owned();
+        }
+        merge_metadata(&mut a.metadata, d.metadata);
+        self.events += 1;
+        true
     }
 
     fn handle_inner(&mut self, event: Value, warnings: &mut Vec<Warning>) -> Result<(), AguiError> {
@@ -895,5 +959,58 @@ mod tests {
         s.feed(b"").unwrap();
         let ids: Vec<_> = s.messages().iter().map(|m| m.id().to_owned()).collect();
         assert_eq!(ids, ["a", "c"]);
+    }
+}
+
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pieces() -> impl Strategy<Value = Vec<u8>> {
+        let atoms = prop::sample::select(vec![
+            &b"data: "[..],
+            b"\n",
+            b"\r\n",
+            b"\r",
+            b"{",
+            b"}",
+            b"\"type\":\"ACTIVITY_DELTA\",",
+            b"\"type\":\"ACTIVITY_SNAPSHOT\",",
+            b"\"messageId\":\"a\",",
+            b"\"activityType\":\"t\",",
+            b"\"content\":{},",
+            b"\"patch\":[{\"op\":\"add\",\"path\":\"/x\",\"value\":1}]",
+            b"\"patch\":[{\"op\":\"replace\",\"path\":\"\",\"value\":2}]",
+            b"null",
+            b":",
+            b",",
+            b"\xff",
+        ]);
+        prop::collection::vec(atoms, 0..40).prop_map(|v| v.concat())
+    }
+
+    proptest! {
+        /// Any bytes, split anywhere: each call gives Ok or a typed error, never a panic, and
+        /// every activity keeps object content.
+        #[test]
+        fn any_bytes_any_split(data in prop_oneof![pieces(), prop::collection::vec(any::<u8>(), 0..200)],
+                               cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4)) {
+            let mut bounds: Vec<usize> = cuts.iter().map(|c| c.index(data.len() + 1)).collect();
+            bounds.push(0);
+            bounds.push(data.len());
+            bounds.sort_unstable();
+            let mut s = ActivityStore::new();
+            for w in bounds.windows(2) {
+                let _ = s.feed(&data[w[0]..w[1]]);
+            }
+            let _ = s.finish();
+            let _ = s.feed(b"");
+            for m in s.messages() {
+                if let Message::Activity(a) = m {
+                    prop_assert!(a.content.is_object());
+                }
+            }
+        }
     }
 }

@@ -62,8 +62,9 @@ fn to_pyerr(py: Python<'_>, e: agui::AguiError) -> PyErr {
 /// The deepest nesting accepted from Python objects (cycles would otherwise never end).
 const MAX_DEPTH: usize = 256;
 
-/// A JSON value from Python objects: exact dict (str keys), list/tuple, str, int, float, bool,
-/// None. Anything else is a `TypeError`.
+/// A JSON value from Python objects: dict (str keys), list/tuple, str, int, float, bool, None,
+/// subclasses included (a `str` enum member such as `ag_ui.core.EventType` is its string).
+/// Anything else is a `TypeError`.
 pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if depth > MAX_DEPTH {
         return Err(PyTypeError::new_err(format!(
@@ -73,33 +74,34 @@ pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Valu
     if obj.is_none() {
         return Ok(Value::Null);
     }
-    if let Ok(s) = obj.cast_exact::<PyString>() {
+    if let Ok(s) = obj.cast::<PyString>() {
         return Ok(Value::String(s.to_str()?.to_owned()));
     }
-    if let Ok(b) = obj.cast_exact::<PyBool>() {
+    if let Ok(b) = obj.cast::<PyBool>() {
         return Ok(Value::Bool(b.is_true()));
     }
-    if let Ok(i) = obj.cast_exact::<PyInt>() {
+    if let Ok(i) = obj.cast::<PyInt>() {
         if let Ok(v) = i.extract::<i64>() {
             return Ok(Value::Number(v.into()));
         }
-        let text = i.str()?.to_str()?.to_owned();
+        // int.__repr__ of the base type: an IntEnum's str() would be its name.
+        let text = py_int_text(i)?;
         return serde_json::from_str::<Number>(&text)
             .map(Value::Number)
             .map_err(|e| {
                 PyTypeError::new_err(format!("integer {text} is not representable: {e}"))
             });
     }
-    if let Ok(f) = obj.cast_exact::<PyFloat>() {
+    if let Ok(f) = obj.cast::<PyFloat>() {
         let v = f.value();
         return Number::from_f64(v)
             .map(Value::Number)
             .ok_or_else(|| PyTypeError::new_err(format!("{v} is not a JSON number")));
     }
-    if let Ok(d) = obj.cast_exact::<PyDict>() {
+    if let Ok(d) = obj.cast::<PyDict>() {
         let mut m = Map::with_capacity(d.len());
         for (k, v) in d.iter() {
-            let Ok(k) = k.cast_exact::<PyString>() else {
+            let Ok(k) = k.cast::<PyString>() else {
                 return Err(PyTypeError::new_err(format!(
                     "JSON object keys must be str, got {}",
                     k.get_type().name()?
@@ -109,14 +111,14 @@ pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Valu
         }
         return Ok(Value::Object(m));
     }
-    if let Ok(l) = obj.cast_exact::<PyList>() {
+    if let Ok(l) = obj.cast::<PyList>() {
         return l
             .iter()
             .map(|v| py_to_value(&v, depth + 1))
             .collect::<PyResult<Vec<_>>>()
             .map(Value::Array);
     }
-    if let Ok(t) = obj.cast_exact::<PyTuple>() {
+    if let Ok(t) = obj.cast::<PyTuple>() {
         return t
             .iter()
             .map(|v| py_to_value(&v, depth + 1))
@@ -127,6 +129,11 @@ pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Valu
         "{} is not a JSON value",
         obj.get_type().name()?
     )))
+}
+
+fn py_int_text(i: &Bound<'_, PyInt>) -> PyResult<String> {
+    let repr = i.py().get_type::<PyInt>().getattr("__repr__")?.call1((i,))?;
+    Ok(repr.cast::<PyString>()?.to_str()?.to_owned())
 }
 
 /// Python objects from a JSON value; integers of any size stay exact.
@@ -167,8 +174,8 @@ pub(crate) fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py
 }
 
 /// A tolerated failure: the event, or part of it, was skipped or stripped.
-#[pyclass(module = "tether._core", frozen, eq)]
-#[derive(Clone, PartialEq)]
+#[pyclass(module = "tether._core", frozen, eq, hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct AguiWarning {
     #[pyo3(get)]
     code: String,

@@ -36,7 +36,7 @@ impl Failure<Infallible> {
 
 /// Inside one operation: the document does not allow it (message), or the representation faulted.
 enum Miss<F> {
-    NoApply(String),
+    NoApply(&'static str, String),
     Fault(F),
 }
 
@@ -46,8 +46,8 @@ impl<F> From<F> for Miss<F> {
     }
 }
 
-fn no<T, F>(message: String) -> Result<T, Miss<F>> {
-    Err(Miss::NoApply(message))
+fn no<T, F>(code: &'static str, message: String) -> Result<T, Miss<F>> {
+    Err(Miss::NoApply(code, message))
 }
 
 /// The inverse of one primitive mutation. `parent` re-resolves the container at undo time: undo
@@ -88,12 +88,16 @@ enum Undo<'o, V> {
 fn array_slot<F>(token: &str, len: usize, allow_end: bool) -> Result<usize, Miss<F>> {
     match parse_index(token) {
         Index::At(i) if i < len || (allow_end && i == len) => Ok(i),
-        Index::At(_) | Index::TooLarge => {
-            no(format!("index {token} is out of range (length {len})"))
-        }
+        Index::At(_) | Index::TooLarge => no(
+            "index_out_of_range",
+            format!("index {token} is out of range (length {len})"),
+        ),
         Index::End if allow_end => Ok(len),
-        Index::End => no("'-' names the element after the last, which does not exist".to_owned()),
-        Index::Invalid => no(format!("{token:?} is not an array index")),
+        Index::End => no(
+            "end_of_array",
+            "'-' names the element after the last, which does not exist".to_owned(),
+        ),
+        Index::Invalid => no("invalid_index", format!("{token:?} is not an array index")),
     }
 }
 
@@ -101,16 +105,25 @@ fn step_into<N: Node>(node: N, token: &str) -> Result<N, Miss<N::Fault>> {
     match node.shape()? {
         Shape::Object => match node.member(token)? {
             Some(child) => Ok(child),
-            None => no(format!("member {token:?} does not exist")),
+            None => no(
+                "member_not_found",
+                format!("member {token:?} does not exist"),
+            ),
         },
         Shape::Array(len) => {
             let i = array_slot(token, len, false)?;
             match node.element(i)? {
                 Some(child) => Ok(child),
-                None => no(format!("index {token} is out of range (length {len})")),
+                None => no(
+                    "index_out_of_range",
+                    format!("index {token} is out of range (length {len})"),
+                ),
             }
         }
-        Shape::Scalar => no(format!("cannot look up {token:?} in a scalar")),
+        Shape::Scalar => no(
+            "not_a_container",
+            format!("cannot look up {token:?} in a scalar"),
+        ),
     }
 }
 
@@ -130,16 +143,31 @@ fn resolve_mut<'a, L, T: Tree<L>>(
         node = match T::shape_mut(&node)? {
             Shape::Object => match T::member_mut(node, token)? {
                 Some(child) => child,
-                None => return no(format!("member {token:?} does not exist")),
+                None => {
+                    return no(
+                        "member_not_found",
+                        format!("member {token:?} does not exist"),
+                    )
+                }
             },
             Shape::Array(len) => {
                 let i = array_slot(token, len, false)?;
                 match T::element_mut(node, i)? {
                     Some(child) => child,
-                    None => return no(format!("index {token} is out of range (length {len})")),
+                    None => {
+                        return no(
+                            "index_out_of_range",
+                            format!("index {token} is out of range (length {len})"),
+                        )
+                    }
                 }
             }
-            Shape::Scalar => return no(format!("cannot look up {token:?} in a scalar")),
+            Shape::Scalar => {
+                return no(
+                    "not_a_container",
+                    format!("cannot look up {token:?} in a scalar"),
+                )
+            }
         };
     }
     Ok(node)
@@ -199,7 +227,7 @@ fn add<'o, L, T: Tree<L>>(
         }
         Shape::Scalar => {
             return Err((
-                Miss::NoApply(format!("cannot add {key:?} to a scalar")),
+                Miss::NoApply("not_a_container", format!("cannot add {key:?} to a scalar")),
                 Some(value),
             ))
         }
@@ -247,7 +275,7 @@ fn take<'o, L, T: Tree<L>>(
     path: &'o Pointer,
 ) -> Result<(Slot<'o>, T::Value), Miss<T::Fault>> {
     let Some(key) = path.last() else {
-        return no("cannot remove the whole document".to_owned());
+        return no("remove_root", "cannot remove the whole document".to_owned());
     };
     let parent = path.parent_tokens();
     let mut node = resolve_mut(tree, parent)?;
@@ -261,14 +289,17 @@ fn take<'o, L, T: Tree<L>>(
                 },
                 value,
             )),
-            None => no(format!("member {key:?} does not exist")),
+            None => no("member_not_found", format!("member {key:?} does not exist")),
         },
         Shape::Array(len) => {
             let index = array_slot(key, len, false)?;
             let value = T::arr_remove(&mut node, index)?;
             Ok((Slot::Element { parent, index }, value))
         }
-        Shape::Scalar => no(format!("cannot remove {key:?} from a scalar")),
+        Shape::Scalar => no(
+            "not_a_container",
+            format!("cannot remove {key:?} from a scalar"),
+        ),
     }
 }
 
@@ -289,7 +320,7 @@ fn replace<'o, L, T: Tree<L>>(
         Shape::Object => {
             // A replace must not create the member.
             if !T::obj_contains(&node, key)? {
-                return no(format!("member {key:?} does not exist"));
+                return no("member_not_found", format!("member {key:?} does not exist"));
             }
             let prev = T::obj_set(&mut node, key, value)?;
             journal.push(Undo::ObjSet { parent, key, prev });
@@ -303,7 +334,12 @@ fn replace<'o, L, T: Tree<L>>(
                 prev,
             });
         }
-        Shape::Scalar => return no(format!("cannot replace {key:?} in a scalar")),
+        Shape::Scalar => {
+            return no(
+                "not_a_container",
+                format!("cannot replace {key:?} in a scalar"),
+            )
+        }
     }
     Ok(())
 }
@@ -311,20 +347,22 @@ fn replace<'o, L, T: Tree<L>>(
 // `parse_ops` guarantees `value` for add/replace/test and `from` for move/copy; an `Op` built
 // by hand without them is refused rather than trusted.
 fn literal<L, F>(op: &Op<L>) -> Result<&L, Miss<F>> {
-    op.value
-        .as_ref()
-        .map_or_else(|| no("operation has no 'value'".to_owned()), Ok)
+    op.value.as_ref().map_or_else(
+        || no("missing_member", "operation has no 'value'".to_owned()),
+        Ok,
+    )
 }
 
 fn source<L, F>(op: &Op<L>) -> Result<&Pointer, Miss<F>> {
-    op.from
-        .as_ref()
-        .map_or_else(|| no("operation has no 'from'".to_owned()), Ok)
+    op.from.as_ref().map_or_else(
+        || no("missing_member", "operation has no 'from'".to_owned()),
+        Ok,
+    )
 }
 
 fn in_from<F>(miss: Miss<F>) -> Miss<F> {
     match miss {
-        Miss::NoApply(m) => Miss::NoApply(format!("'from': {m}")),
+        Miss::NoApply(code, m) => Miss::NoApply(code, format!("'from': {m}")),
         fault => fault,
     }
 }
@@ -353,7 +391,7 @@ fn apply_op<'o, L, T: Tree<L>>(
             if T::equals(&node, literal(op)?)? {
                 Ok(())
             } else {
-                no("test failed: the value differs".to_owned())
+                no("test_failed", "test failed: the value differs".to_owned())
             }
         }
         OpKind::Copy => {
@@ -463,9 +501,12 @@ pub fn run<L, T: Tree<L>>(
                 carried = undo_one(tree, entry, carried);
             }
             return Err(match miss {
-                Miss::NoApply(message) => {
-                    Failure::Patch(PatchError::does_not_apply(op.index, &op.path_text, message))
-                }
+                Miss::NoApply(code, message) => Failure::Patch(PatchError::does_not_apply(
+                    op.index,
+                    &op.path_text,
+                    code,
+                    message,
+                )),
                 Miss::Fault(fault) => Failure::Fault {
                     fault,
                     op_index: Some(op.index),

@@ -62,24 +62,58 @@ pub struct PatchError {
     /// The failing operation's `path` member, when it has a string one.
     pub path: Option<String>,
     pub message: String,
+    /// Stable snake_case reason; see [`ERROR_CODES`].
+    pub code: &'static str,
 }
 
+/// Every [`PatchError::code`], malformed ones first.
+pub const ERROR_CODES: &[&str] = &[
+    // Malformed.
+    "patch_not_array",
+    "op_not_object",
+    "missing_member",
+    "member_not_string",
+    "unknown_op",
+    "bad_pointer",
+    "move_into_child",
+    // Does not apply.
+    "member_not_found",
+    "index_out_of_range",
+    "invalid_index",
+    "end_of_array",
+    "not_a_container",
+    "remove_root",
+    "test_failed",
+];
+
 impl PatchError {
-    pub(crate) fn malformed(op_index: Option<usize>, path: Option<&str>, message: String) -> Self {
+    pub(crate) fn malformed(
+        op_index: Option<usize>,
+        path: Option<&str>,
+        code: &'static str,
+        message: String,
+    ) -> Self {
         PatchError {
             kind: PatchErrorKind::Malformed,
             op_index,
             path: path.map(str::to_owned),
             message,
+            code,
         }
     }
 
-    pub(crate) fn does_not_apply(op_index: usize, path: &str, message: String) -> Self {
+    pub(crate) fn does_not_apply(
+        op_index: usize,
+        path: &str,
+        code: &'static str,
+        message: String,
+    ) -> Self {
         PatchError {
             kind: PatchErrorKind::DoesNotApply,
             op_index: Some(op_index),
             path: Some(path.to_owned()),
             message,
+            code,
         }
     }
 }
@@ -108,6 +142,7 @@ pub fn apply_value(
         return Err(PatchError::malformed(
             None,
             None,
+            "patch_not_array",
             "a patch must be a JSON array of operations".to_owned(),
         ));
     };

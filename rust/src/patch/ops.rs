@@ -88,12 +88,22 @@ pub fn parse_ops<S: OpSource>(
             op_index: Some(index),
             path: None,
         };
-        let bad = |path: Option<&str>, message: String| {
-            Failure::Patch(PatchError::malformed(Some(index), path, message))
+        let bad = |path: Option<&str>, code: &'static str, message: String| {
+            Failure::Patch(PatchError::malformed(Some(index), path, code, message))
         };
         if !item.is_object().map_err(fault)? {
-            return Err(bad(None, "an operation must be a JSON object".to_owned()));
+            return Err(bad(
+                None,
+                "op_not_object",
+                "an operation must be a JSON object".to_owned(),
+            ));
         }
+        // Read `path` first so errors about `op` can still name it.
+        let path_field = item.text("path").map_err(fault)?;
+        let p = match &path_field {
+            Field::Str(text) => Some(text.as_ref()),
+            _ => None,
+        };
         let kind = match item.text("op").map_err(fault)? {
             Field::Str(name) => match OpKind::from_name(&name) {
                 Some(kind) => kind,
@@ -105,29 +115,52 @@ pub fn parse_ops<S: OpSource>(
                     });
                     continue;
                 }
-                None => return Err(bad(None, format!("unknown op {name:?}"))),
+                None => return Err(bad(p, "unknown_op", format!("unknown op {name:?}"))),
             },
-            Field::Absent => return Err(bad(None, "missing member 'op'".to_owned())),
-            Field::Other => return Err(bad(None, "member 'op' must be a string".to_owned())),
+            Field::Absent => {
+                return Err(bad(p, "missing_member", "missing member 'op'".to_owned()))
+            }
+            Field::Other => {
+                return Err(bad(
+                    p,
+                    "member_not_string",
+                    "member 'op' must be a string".to_owned(),
+                ))
+            }
         };
-        let path_text = match item.text("path").map_err(fault)? {
-            Field::Str(p) => p.into_owned(),
-            Field::Absent => return Err(bad(None, "missing member 'path'".to_owned())),
-            Field::Other => return Err(bad(None, "member 'path' must be a string".to_owned())),
+        let path_text = match path_field {
+            Field::Str(text) => text.into_owned(),
+            Field::Absent => {
+                return Err(bad(
+                    None,
+                    "missing_member",
+                    "missing member 'path'".to_owned(),
+                ))
+            }
+            Field::Other => {
+                let msg = "member 'path' must be a string".to_owned();
+                return Err(bad(None, "member_not_string", msg));
+            }
         };
         let p = Some(path_text.as_str());
         let path = Pointer::parse(&path_text)
-            .map_err(|e| bad(p, format!("bad pointer in 'path': {e}")))?;
+            .map_err(|e| bad(p, "bad_pointer", format!("bad pointer in 'path': {e}")))?;
         let from = if kind.needs_from() {
             let text = match item.text("from").map_err(fault)? {
                 Field::Str(f) => f,
-                Field::Absent => return Err(bad(p, "missing member 'from'".to_owned())),
-                Field::Other => return Err(bad(p, "member 'from' must be a string".to_owned())),
+                Field::Absent => {
+                    return Err(bad(p, "missing_member", "missing member 'from'".to_owned()))
+                }
+                Field::Other => {
+                    let msg = "member 'from' must be a string".to_owned();
+                    return Err(bad(p, "member_not_string", msg));
+                }
             };
-            let from =
-                Pointer::parse(&text).map_err(|e| bad(p, format!("bad pointer in 'from': {e}")))?;
+            let from = Pointer::parse(&text)
+                .map_err(|e| bad(p, "bad_pointer", format!("bad pointer in 'from': {e}")))?;
             if kind == OpKind::Move && from.is_proper_prefix_of(&path) {
-                return Err(bad(p, format!("cannot move {text:?} into its own child")));
+                let msg = format!("cannot move {text:?} into its own child");
+                return Err(bad(p, "move_into_child", msg));
             }
             Some(from)
         } else {
@@ -136,7 +169,13 @@ pub fn parse_ops<S: OpSource>(
         let value = if kind.needs_value() {
             match item.literal("value").map_err(fault)? {
                 Some(v) => Some(v),
-                None => return Err(bad(p, "missing member 'value'".to_owned())),
+                None => {
+                    return Err(bad(
+                        p,
+                        "missing_member",
+                        "missing member 'value'".to_owned(),
+                    ))
+                }
             }
         } else {
             None

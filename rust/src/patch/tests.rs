@@ -14,6 +14,7 @@ fn apply(doc: &Value, patch: Value) -> Result<Value, PatchError> {
 fn fails(doc: Value, patch: Value) -> PatchError {
     let mut out = doc.clone();
     let err = apply_value(&mut out, &patch, Mode::Strict).unwrap_err();
+    assert!(ERROR_CODES.contains(&err.code), "{}", err.code);
     assert_eq!(out, doc, "a failed patch must leave the document unchanged");
     assert_eq!(
         serde_json::to_string(&out).unwrap(),
@@ -129,7 +130,26 @@ fn malformed_versus_does_not_apply() {
     m(json!([{"op": "copy", "path": "/x", "from": "/~"}]));
     m(json!([{"op": "frobnicate", "path": "/a"}]));
     let e = m(json!([{"op": "move", "from": "/a", "path": "/a/0"}]));
-    assert_eq!(e.path.as_deref(), Some("/a/0"));
+    assert_eq!(
+        (e.path.as_deref(), e.code),
+        (Some("/a/0"), "move_into_child")
+    );
+    let e = m(json!([{"op": "nope", "path": "/a"}]));
+    assert_eq!((e.path.as_deref(), e.code), (Some("/a"), "unknown_op"));
+    assert_eq!(
+        m(json!([{"op": "add", "path": "/a~2", "value": 1}])).code,
+        "bad_pointer"
+    );
+    assert_eq!(
+        m(json!([{"op": "add", "path": "/a"}])).code,
+        "missing_member"
+    );
+    assert_eq!(
+        m(json!([{"op": "add", "path": 1, "value": 1}])).code,
+        "member_not_string"
+    );
+    assert_eq!(m(json!([1])).code, "op_not_object");
+    assert_eq!(m(json!({})).code, "patch_not_array");
     // Malformed wins even when an earlier operation would not apply.
     m(json!([{"op": "remove", "path": "/missing"}, {"op": "add", "path": "x", "value": 1}]));
 
@@ -139,14 +159,37 @@ fn malformed_versus_does_not_apply() {
         e
     };
     let e = d(json!([{"op": "remove", "path": "/b"}]));
-    assert_eq!((e.op_index, e.path.as_deref()), (Some(0), Some("/b")));
+    assert_eq!(
+        (e.op_index, e.path.as_deref(), e.code),
+        (Some(0), Some("/b"), "member_not_found")
+    );
+    assert_eq!(
+        d(json!([{"op": "add", "path": "/a/01", "value": 1}])).code,
+        "invalid_index"
+    );
+    assert_eq!(
+        d(json!([{"op": "remove", "path": "/a/-"}])).code,
+        "end_of_array"
+    );
+    assert_eq!(
+        d(json!([{"op": "remove", "path": "/a/1"}])).code,
+        "index_out_of_range"
+    );
+    assert_eq!(
+        d(json!([{"op": "add", "path": "/a/0/x", "value": 1}])).code,
+        "not_a_container"
+    );
+    assert_eq!(
+        d(json!([{"op": "test", "path": "/a", "value": [2]}])).code,
+        "test_failed"
+    );
     d(json!([{"op": "add", "path": "/a/2", "value": 1}]));
     d(json!([{"op": "add", "path": "/b/c", "value": 1}]));
     d(json!([{"op": "replace", "path": "/b", "value": 1}]));
     d(json!([{"op": "test", "path": "/a/0", "value": 2}]));
     d(json!([{"op": "copy", "from": "/b", "path": "/c"}]));
     d(json!([{"op": "move", "from": "/b", "path": "/b"}]));
-    d(json!([{"op": "remove", "path": ""}]));
+    assert_eq!(d(json!([{"op": "remove", "path": ""}])).code, "remove_root");
     d(json!([{"op": "add", "path": "/a/0/x", "value": 1}]));
 }
 

@@ -1,0 +1,114 @@
+"""`tether replay` (and, until the simulation lands, `tether demo`): feed a recorded AG-UI
+stream through the activity store and print the resulting activity messages."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tether._core import ActivityStore
+from tether.errors import AguiError
+
+__all__ = ["DEFAULT_STREAM", "main", "replay"]
+
+# The recorded stream shipped with the repository (examples/activity_stream.sse).
+DEFAULT_STREAM = Path(__file__).resolve().parents[3] / "examples" / "activity_stream.sse"
+
+
+def replay(data: bytes, *, chunk_size: int = 4096) -> ActivityStore:
+    """Feeds `data` to a fresh store in `chunk_size` pieces, as a network read would."""
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    store = ActivityStore()
+    for i in range(0, len(data), chunk_size):
+        store.feed(data[i : i + chunk_size])
+    store.finish()
+    return store
+
+
+def _describe(message: dict[str, Any]) -> str:
+    """A message as a header line and one compact JSON line per content member."""
+    owner = f" (subagent {message['subagentRunId']})" if "subagentRunId" in message else ""
+    kind = message.get("activityType", message["role"])
+    lines = [f"{message['role']} {message['id']} [{kind}]{owner}"]
+    content = message.get("content")
+    if isinstance(content, dict):
+        lines += [f"  {k}: {json.dumps(v, ensure_ascii=False)}" for k, v in content.items()]
+    elif content is not None:
+        lines.append(f"  content: {json.dumps(content, ensure_ascii=False)}")
+    if "metadata" in message:
+        lines.append(f"  metadata: {json.dumps(message['metadata'], ensure_ascii=False)}")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tether replay",
+        description="Replay a recorded AG-UI stream (SSE, NDJSON or one JSON event) through "
+        "Tether's activity store and print the activity messages it ends with.",
+    )
+    p.add_argument(
+        "file",
+        nargs="?",
+        type=Path,
+        default=DEFAULT_STREAM,
+        help="the recorded stream (default: examples/activity_stream.sse)",
+    )
+    p.add_argument("--chunk-size", type=int, default=4096, help="bytes per feed (default 4096)")
+    p.add_argument(
+        "--all", action="store_true", help="print every message, not only activity messages"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON array instead of text")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the replay; exit status 0 on success, 1 on a fatal stream error, 2 on bad usage."""
+    args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.chunk_size <= 0:
+        print("tether replay: --chunk-size must be positive", file=sys.stderr)
+        return 2
+    try:
+        data = args.file.read_bytes()
+    except OSError as e:
+        print(f"tether replay: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    try:
+        store = replay(data, chunk_size=args.chunk_size)
+    except AguiError as e:
+        print(f"tether replay: {args.file}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    for w in store.warnings:
+        print(
+            f"warning: {w.code} {w.event_type} {w.message_id or '-'}: {w.reason}", file=sys.stderr
+        )
+    try:
+        _print(store, args.file.name, all_messages=args.all, as_json=args.json)
+    except BrokenPipeError:
+        # The reader went away (`tether demo | head`): not a failure of the replay.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _print(store: ActivityStore, name: str, *, all_messages: bool, as_json: bool) -> None:
+    messages = store.messages() if all_messages else store.activities()
+    if as_json:
+        print(json.dumps(messages, indent=2, ensure_ascii=False))
+        return
+    print(
+        f"replayed {store.events_handled} events from {name}: "
+        f"{len(store)} messages, {len(store.activities())} activities, "
+        f"{len(store.warnings)} warnings"
+    )
+    for m in messages:
+        print()
+        print(_describe(m))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""JSON Patch (RFC 6902) and JSON Pointer (RFC 6901) on Python objects and JSON text.
+
+One Rust engine (`tether._core`) applies patches to Python dicts and lists directly, with the
+GIL held, and to JSON text without going through Python objects. Patches apply atomically: on
+any error the document is exactly as it was.
+
+Modes: ``"strict"`` (RFC 6902; an unknown ``op`` makes the patch malformed) and ``"agui"``
+(an operation with an unknown ``op`` is dropped with a warning; the rest applies).
+
+Only plain JSON types are accepted: ``dict`` (``str`` keys), ``list``, ``str``, ``int``,
+``float``, ``bool`` and ``None``; subclasses and other types raise ``InvalidDocument`` (in the
+document) or ``InvalidPatch`` (in the patch).
+
+Every ``PatchError`` carries ``op_index`` and ``path`` (the failing operation, when known) and
+``code``, a stable snake_case reason listed in `ERROR_CODES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tether import _core
+from tether.errors import InvalidDocument, InvalidPatch, PatchDoesNotApply, PatchError
+
+__all__ = [
+    "ERROR_CODES",
+    "WARNING_CODES",
+    "Applied",
+    "InvalidDocument",
+    "InvalidPatch",
+    "Mode",
+    "PatchDoesNotApply",
+    "PatchError",
+    "PatchWarning",
+    "apply",
+    "apply_detailed",
+    "apply_json",
+    "apply_json_detailed",
+    "diff",
+]
+
+Mode = Literal["strict", "agui"]
+
+#: Every `PatchError.code` (stable snake_case reasons).
+ERROR_CODES: tuple[str, ...] = tuple(_core.PATCH_ERROR_CODES)
+
+#: Every warning code the engine can emit.
+WARNING_CODES: tuple[str, ...] = tuple(_core.PATCH_WARNING_CODES)
+
+
+@dataclass(frozen=True, slots=True)
+class PatchWarning:
+    """An operation the AG-UI mode tolerated (dropped), with a stable snake_case ``code``."""
+
+    op_index: int
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A patched document together with the warnings of AG-UI mode."""
+
+    document: Any
+    warnings: tuple[PatchWarning, ...]
+
+
+def _warnings(raw: Sequence[tuple[int, str, str]]) -> tuple[PatchWarning, ...]:
+    return tuple(PatchWarning(i, code, message) for i, code, message in raw)
+
+
+def apply_detailed(
+    doc: Any, patch: list[Any], *, mode: Mode = "strict", in_place: bool = False
+) -> Applied:
+    """Like `apply`, also returning the warnings of AG-UI mode."""
+    out, raw = _core.patch_apply(doc, patch, mode=mode, in_place=in_place)
+    return Applied(out, _warnings(raw))
+
+
+def apply(doc: Any, patch: list[Any], *, mode: Mode = "strict", in_place: bool = False) -> Any:
+    """Apply ``patch`` to ``doc`` and return the result.
+
+    By default ``doc`` is never mutated: the result has new dicts and lists and shares the
+    (immutable) scalars, as ``copy.deepcopy`` would. With ``in_place=True`` ``doc`` itself is
+    patched and returned (unless the patch replaced the whole document); a failure still
+    leaves it exactly as it was, rolled back through an undo journal.
+
+    Raises:
+        InvalidPatch: the patch is malformed (``op_index`` and ``path`` locate the operation).
+        PatchDoesNotApply: a well-formed patch does not apply to this document.
+        InvalidDocument: the document holds a non-JSON value.
+        ValueError: ``mode`` is not ``"strict"`` or ``"agui"``.
+    """
+    out, _ = _core.patch_apply(doc, patch, mode=mode, in_place=in_place)
+    return out
+
+
+def apply_json_detailed(
+    doc: bytes, patch: bytes, *, mode: Mode = "strict"
+) -> tuple[bytes, tuple[PatchWarning, ...]]:
+    """Like `apply_json`, also returning the warnings of AG-UI mode."""
+    out, raw = _core.patch_apply_json(doc, patch, mode=mode)
+    return out, _warnings(raw)
+
+
+def apply_json(doc: bytes, patch: bytes, *, mode: Mode = "strict") -> bytes:
+    """Apply a patch given as JSON text to a document given as JSON text.
+
+    Numbers keep their text (integers beyond 64 bits survive untouched) and object members
+    keep their order. Invalid document text raises ``InvalidDocument``; invalid patch text
+    raises ``InvalidPatch``.
+    """
+    out, _ = _core.patch_apply_json(doc, patch, mode=mode)
+    return out
+
+
+def diff(old: Any, new: Any) -> list[dict[str, Any]]:
+    """Return a minimal-ish patch turning ``old`` into ``new``.
+
+    Comparison is exact (``True`` is not ``1``, ``1`` is not ``1.0``), so
+    ``apply(old, diff(old, new)) == new`` with every type kept. The patch has its own
+    containers: it never aliases ``new``.
+    """
+    return _core.patch_diff(old, new)

@@ -1,0 +1,82 @@
+"""`tether demo` / `tether replay`: the recorded example stream, its recorder, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ag_ui.core import ActivityMessage
+from ag_ui_validate import create_validator
+from tether.agui import replay as replay_mod
+from tether.cli import COMMANDS
+from tether.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[2]
+STREAM = ROOT / "examples" / "activity_stream.sse"
+
+
+def test_the_shipped_stream_is_what_the_recorder_writes(tmp_path: Path) -> None:
+    out = tmp_path / "stream.sse"
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "record_activity_stream.py"), str(out)],
+        check=True,
+        capture_output=True,
+    )
+    assert out.read_bytes() == STREAM.read_bytes()
+
+
+def test_the_shipped_stream_is_conformant() -> None:
+    validator = create_validator()
+    for line in STREAM.read_text(encoding="utf-8").splitlines():
+        if line.startswith("data: "):
+            validator.feed(json.loads(line[len("data: ") :]))
+    validator.finalize()
+    report = validator.report()
+    assert report.summary.errors == 0 and report.summary.warnings == 0, report.diagnostics
+
+
+@pytest.mark.parametrize("chunk_size", [1, 7, 4096, 1 << 20])
+def test_replay_gives_the_same_store_for_any_chunking(chunk_size: int) -> None:
+    store = replay_mod.replay(STREAM.read_bytes(), chunk_size=chunk_size)
+    assert store.warnings == []
+    acts = store.activities()
+    assert [a["id"] for a in acts] == ["act-plan", "act-vision", "act-arm"]
+    for a in acts:
+        ActivityMessage.model_validate(a)
+    assert acts[0]["content"]["status"] == "done" and acts[0]["content"]["progress"] == 100
+    assert acts[1]["subagentRunId"] == "vision-1"
+    assert acts[2]["content"]["status"] == "idle"
+
+
+def test_demo_and_replay_are_registered() -> None:
+    assert COMMANDS["demo"][0] == "tether.agui.replay"
+    assert COMMANDS["replay"][0] == "tether.agui.replay"
+
+
+def test_demo_prints_the_activity_messages(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "activity act-plan [robot_plan]" in out
+    assert "activity act-vision [object_search] (subagent vision-1)" in out
+    assert '  status: "idle"' in out
+
+
+def test_replay_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["replay", str(STREAM), "--json", "--all", "--chunk-size", "3"]) == 0
+    messages = json.loads(capsys.readouterr().out)
+    assert [m["role"] for m in messages] == [
+        "assistant",
+        "activity",
+        "activity",
+        "activity",
+        "assistant",
+    ]
+    bad = tmp_path / "bad.ndjson"
+    bad.write_bytes(b'{"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "content": 1}\n')
+    assert cli_main(["replay", str(bad)]) == 1
+    assert "AguiMalformedError" in capsys.readouterr().err
+    assert cli_main(["replay", str(tmp_path / "missing.sse")]) == 2
+    assert cli_main(["replay", str(STREAM), "--chunk-size", "0"]) == 2
