@@ -138,7 +138,7 @@ def agui_error_codes() -> list[str]:
 # Rows are flat tuples in `catalog_columns()` order; inputs are tether.activities dataclasses,
 # read by attribute (typed Any: the bindings read attributes, not classes).
 
-from typing import Any, ClassVar  # noqa: E402
+from typing import ClassVar  # noqa: E402
 
 class CatalogRejection(TetherError):
     """The Activity catalog refused a transition; `code` names the rule."""

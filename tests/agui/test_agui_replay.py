@@ -52,12 +52,12 @@ def test_replay_gives_the_same_store_for_any_chunking(chunk_size: int) -> None:
 
 
 def test_demo_and_replay_are_registered() -> None:
-    assert COMMANDS["demo"][0] == "tether.agui.replay"
+    assert COMMANDS["demo"][0] == "tether.physical.demo"  # the simulation demo replaced it
     assert COMMANDS["replay"][0] == "tether.agui.replay"
 
 
 def test_demo_prints_the_activity_messages(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["demo"]) == 0
+    assert cli_main(["replay"]) == 0
     out = capsys.readouterr().out
     assert "activity act-plan [robot_plan]" in out
     assert "activity act-vision [object_search] (subagent vision-1)" in out

@@ -9,21 +9,22 @@ Components (entity -> component):
     reach-N  physical_ai.sim_episode.observation  the factual result: summary, result ref, evidence
     mission  physical_ai.mission.done      written once every target was observed
 
-Rules: the planner commits reach N+1 only after reach N's observation was committed, choosing
+Rules: the planner commits reach N+1 in the tick that commits reach N's observation, choosing
 its target from that observation (the fingertip's final position); projection asks for one
-activity per intent without an observation; an observation binds kind, activity id and the
-exact result reference/digest, which is the completion evidence settlement checks.
+activity per intent without an observation; the observation is the result summary plus the
+result digest (the runtime adds the completion evidence that settlement checks).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether.physical._episode import MAX_REACH, MIN_REACH, ControllerParams, EpisodeRequest
 from tether.physical._model import DEFAULT_MODEL, load_model_file
-from tether.world import ComponentWrite, WorldSnapshot, canonical_json, digest_of
+from tether.world import ComponentWrite, WorldSnapshot
 
 KIND = "physical_ai.sim_episode"
 MISSION_ENTITY = "mission"
@@ -100,7 +101,16 @@ def intent_write(
 
 
 def plan(snapshot: WorldSnapshot) -> list[ComponentWrite]:
-    """The planner processor: the next semantic step of the mission, from committed state only."""
+    """The planner's next semantic step from committed state only."""
+    return plan_with(snapshot, {})
+
+
+def plan_with(snapshot: WorldSnapshot, fresh: Mapping[str, Any]) -> list[ComponentWrite]:
+    """The planner's next step, seeing `fresh` observations (entity -> value) on top of state."""
+
+    def observation(entity: str) -> Any:
+        return fresh[entity] if entity in fresh else snapshot.get(entity, OBSERVATION)
+
     mission = snapshot.get(MISSION_ENTITY, MISSION)
     if mission is None or snapshot.get(MISSION_ENTITY, DONE) is not None:
         return []
@@ -108,16 +118,17 @@ def plan(snapshot: WorldSnapshot) -> list[ComponentWrite]:
     if not intents:
         return [intent_write(mission, 0, tuple(mission["first_target"]))]
     entity, last = intents[-1]
-    observation = snapshot.get(entity, OBSERVATION)
-    if observation is None:
+    latest = observation(entity)
+    if latest is None:
         return []
     index = int(last["index"]) + 1
     if index < int(mission["targets"]):
-        return [
-            intent_write(mission, index, next_target(observation["summary"]["final_tip"], index))
-        ]
-    observations = [snapshot.get(e, OBSERVATION) for e, _ in intents]
-    succeeded = sum(1 for o in observations if o is not None and o["summary"]["success"])
+        target = next_target(latest["summary"]["final_tip"], index)
+        return [intent_write(mission, index, target)]
+    observations = [observation(e) for e, _ in intents]
+    if any(o is None for o in observations):
+        return []
+    succeeded = sum(1 for o in observations if o["summary"]["success"])
     return [ComponentWrite(MISSION_ENTITY, DONE, {"targets": len(intents), "succeeded": succeeded})]
 
 
@@ -135,44 +146,10 @@ def pending(snapshot: WorldSnapshot) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-def evidence_for(activity_id: str, result_ref: str, result_digest: str) -> dict[str, Any]:
-    """The completion evidence binding kind and activity id to the exact result."""
-    return {
-        "kind": KIND,
-        "activity_id": activity_id,
-        "result_ref": result_ref,
-        "result_digest": result_digest,
-    }
-
-
-def evidence_digest(evidence: dict[str, Any]) -> str:
-    """Digest of a completion evidence record (canonical JSON)."""
-    return digest_of(canonical_json(evidence))
-
-
 def observation_write(
-    activity_id: str, result_ref: str, result_digest: str, summary: dict[str, Any]
+    activity_id: str, result_digest: str, summary: dict[str, Any]
 ) -> ComponentWrite:
-    """Staging: the complete result-derived fact set of one reach, with its evidence."""
+    """Staging: the complete result-derived fact set of one reach (its summary)."""
     return ComponentWrite(
-        activity_id,
-        OBSERVATION,
-        {
-            "summary": summary,
-            "evidence": evidence_for(activity_id, result_ref, result_digest),
-        },
-    )
-
-
-def observed(snapshot: WorldSnapshot, activity_id: str, result_digest: str) -> bool:
-    """Whether `snapshot` holds the observation of exactly this result (completion check)."""
-    value = snapshot.get(activity_id, OBSERVATION)
-    if value is None:
-        return False
-    ev = value.get("evidence", {})
-    return bool(
-        ev.get("kind") == KIND
-        and ev.get("activity_id") == activity_id
-        and ev.get("result_digest") == result_digest
-        and isinstance(value.get("summary"), dict)
+        activity_id, OBSERVATION, {"summary": summary, "result_digest": result_digest}
     )
