@@ -352,6 +352,22 @@ def encode_result(run: EpisodeRun) -> bytes:
     return buf.getvalue()
 
 
+def read_summary(blob: bytes) -> dict[str, Any]:
+    """Only the summary of a result file (arrays not read, digest not checked).
+
+    For bytes whose integrity is already established (a digest-checked artifact, or the file
+    the attempt process just published); use `decode_result` for anything read at rest.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+            summary = json.loads(zf.read("summary.json"))
+    except (zipfile.BadZipFile, ValueError, KeyError, OSError, EOFError) as exc:
+        raise ResultCorrupt(f"result file has no readable summary: {exc}") from exc
+    if not isinstance(summary, dict) or summary.get("schema") != SUMMARY_SCHEMA:
+        raise ResultCorrupt("result summary is missing or has the wrong schema")
+    return summary
+
+
 def decode_result(blob: bytes) -> EpisodeRun:
     """Read and verify a result file; raises `ResultCorrupt` unless it is complete and intact."""
     try:

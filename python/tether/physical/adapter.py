@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.activities import Evidence, ResultRef, RetryGuard
-from tether.physical._episode import RESULT_MEDIA_TYPE, decode_result
+from tether.physical._episode import RESULT_MEDIA_TYPE, read_summary
 from tether.physical.family import KIND, OBSERVATION, observation_write, pending, plan_with
 from tether.physical.provider import ProvenAbsent, ResultFound, SimProvider
 from tether.runtime import (
@@ -84,7 +84,7 @@ def project(snapshot: WorldSnapshot) -> list[ActivityRequest]:
 
 def stage(staged: StagedResult) -> list[ComponentWrite]:
     """Staging: the reach's observation is the result summary (verified against its arrays)."""
-    summary = decode_result(staged.payload).summary
+    summary = read_summary(staged.payload)  # the runtime checked the payload's digest
     return [observation_write(staged.key.activity_id, staged.result.digest, summary)]
 
 

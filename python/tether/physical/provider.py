@@ -26,6 +26,7 @@ both write-then-check, so a stale child and a reconciler can never both miss eac
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -48,6 +49,7 @@ from tether.physical._episode import (
     EpisodeRun,
     ProgressFn,
     decode_result,
+    read_summary,
 )
 from tether.physical._proc import ProcessIdentity
 from tether.physical.errors import (
@@ -140,18 +142,30 @@ class OperationDir:
 
 @dataclass(frozen=True)
 class EpisodeOutcome:
-    """A complete, verified result file of an operation (fresh or reused)."""
+    """A complete result file of an operation (fresh, or reused and verified on reading).
+
+    The digest and the decoded arrays are computed on first use: a fresh result travels on as
+    bytes (the artifact store hashes them anyway) without another pass over the arrays.
+    """
 
     path: Path
     data: bytes = field(repr=False)
-    digest: str
-    run: EpisodeRun = field(repr=False)
     reused: bool
 
-    @property
+    @functools.cached_property
+    def digest(self) -> str:
+        """`sha256:` digest of the result file."""
+        return _sha256(self.data)
+
+    @functools.cached_property
+    def run(self) -> EpisodeRun:
+        """The verified arrays and summary."""
+        return decode_result(self.data)
+
+    @functools.cached_property
     def summary(self) -> dict[str, Any]:
         """The result summary: the observation."""
-        return self.run.summary
+        return read_summary(self.data)
 
 
 @dataclass(frozen=True)
@@ -218,9 +232,9 @@ class SimProvider:
             data = op.result.read_bytes()
         except FileNotFoundError:
             return None
-        return EpisodeOutcome(
-            path=op.result, data=data, digest=_sha256(data), run=decode_result(data), reused=True
-        )
+        outcome = EpisodeOutcome(path=op.result, data=data, reused=True)
+        outcome.run  # noqa: B018 - verify a result at rest before anyone reuses it
+        return outcome
 
     def _fence_earlier(self, op: OperationDir, attempt: int, by: str) -> list[dict[str, Any]]:
         """Tombstone every attempt below `attempt`, then observe each earlier marker's child."""
@@ -309,9 +323,7 @@ class SimProvider:
             raise StaleAttemptAlive("; ".join(o["observed"] for o in alive))
         self._run_child(op, operation_id, attempt, req, progress, on_start)
         data = op.result.read_bytes()
-        outcome = EpisodeOutcome(
-            path=op.result, data=data, digest=_sha256(data), run=decode_result(data), reused=False
-        )
+        outcome = EpisodeOutcome(path=op.result, data=data, reused=False)
         crash_point("sim.result_durable")
         return outcome
 
