@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import subprocess
 import sys
 import threading
@@ -40,8 +41,6 @@ def _read_sse(url: str, method: str = "GET") -> bytes:
 
 
 def _events(body: bytes) -> list[str]:
-    import json
-
     return [
         json.loads(line[len(b"data: ") :])["type"]
         for line in body.splitlines()
@@ -120,15 +119,16 @@ def test_early_and_late_subscribers_end_with_the_same_activities(served: Any) ->
     assert _events(after) == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
 
 
-def validate_capture(body: bytes, path: Path) -> str:
-    """Run `ag-ui-validate` on a captured SSE body; returns its report (asserts no errors)."""
+def validate_capture(body: bytes, path: Path) -> dict[str, Any]:
+    """Run `ag-ui-validate --json` on a captured SSE body; asserts no errors and no warnings."""
     path.write_bytes(body)
     done = subprocess.run(
-        [str(VALIDATOR), "--no-color", str(path)], capture_output=True, text=True, check=False
+        [str(VALIDATOR), "--json", str(path)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "0 errors" in done.stdout, done.stdout
-    return done.stdout
+    report: dict[str, Any] = json.loads(done.stdout)
+    assert report["summary"]["errors"] == 0 and report["summary"]["warnings"] == 0, report
+    return report
 
 
 def test_the_captured_stream_passes_ag_ui_validate(served: Any, tmp_path: Path) -> None:

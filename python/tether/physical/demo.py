@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from tether.activities import ActivityKey, ActivityRecord
+from tether.agui import ActivityPublisher
 from tether.physical.adapter import SimEpisodeAdapter, sim_family
 from tether.physical.console import ProgressBoard, SummaryRow, summary_table
 from tether.physical.errors import InvalidEpisodeRequest
@@ -33,6 +36,7 @@ from tether.physical.family import (
     intent_write,
     mission_done,
 )
+from tether.physical.stream import RunStream, StoreState, StreamServer
 from tether.runtime import Host, ProgressEvent
 from tether.world import ComponentWrite, WorldSnapshot
 
@@ -54,7 +58,82 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765, help="HTTP port for the SSE stream; 0 = any")
     p.add_argument("--lease-ms", type=int, default=3000, help="attempt lease (ms)")
     p.add_argument("--linger", type=float, default=0.0, help="keep serving N s after the run")
+    p.add_argument(
+        "--wait-subscribers",
+        type=int,
+        default=0,
+        help="hold the mission until N stream clients are connected (at most 60 s)",
+    )
     return p
+
+
+def message_id(key: ActivityKey) -> str:
+    """The AG-UI messageId of an activity: its control key, world/kind/id."""
+    return f"{key.world_id}/{key.kind}/{key.activity_id}"
+
+
+def final_content(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot) -> dict[str, Any]:
+    """An activity's final AG-UI content, derived only from world state and its catalog record."""
+    observation = snap.get(key.activity_id, OBSERVATION)
+    if observation is None or rec.result is None or rec.settlement is None:
+        raise ValueError(f"{key.activity_id} is not settled with an observation")
+    s = observation["summary"]
+    return {
+        "activity": key.activity_id,
+        "world": key.world_id,
+        "state": "settled",
+        "attempts": rec.attempt_count,
+        "steps": s["steps"],
+        "total": s["steps"],
+        "error": s["final_error"],
+        "success": s["success"],
+        "target": s["target"],
+        "final_tip": s["final_tip"],
+        "result_digest": rec.result.digest,
+        "result_attempt": s.get("attempt"),
+        "source_tick": rec.source.tick,
+        "settle_tick": rec.settlement.receipt.tick,
+    }
+
+
+class _Live:
+    """One AG-UI activity message per durable Activity, published on the run stream.
+
+    Thread-safe: the worker's progress listener and the watch loop both report here.
+    """
+
+    def __init__(self, stream: RunStream) -> None:
+        self.stream = stream
+        self._lock = threading.Lock()
+        self._pubs: dict[ActivityKey, ActivityPublisher] = {}
+        self._content: dict[ActivityKey, dict[str, Any]] = {}
+
+    def _publisher(self, key: ActivityKey) -> ActivityPublisher:
+        pub = self._pubs.get(key)
+        if pub is None:
+            pub = self._pubs[key] = ActivityPublisher(message_id(key), key.kind)
+        return pub
+
+    def update(self, key: ActivityKey, **changes: Any) -> None:
+        """Merge `changes` into the activity's live content and publish the difference."""
+        with self._lock:
+            content = self._content.setdefault(
+                key, {"activity": key.activity_id, "world": key.world_id}
+            )
+            if content.get("state") == "settled":
+                return
+            content.update(changes)
+            event = self._publisher(key).update(content)
+            if event is not None:
+                self.stream.publish(event)
+
+    def settle(self, key: ActivityKey, content: dict[str, Any]) -> None:
+        """Publish the final content of a settled activity as a snapshot."""
+        with self._lock:
+            self._content[key] = dict(content)
+            pub = self._publisher(key)
+            pub.update(content)  # the snapshot below carries it, replacing any content
+            self.stream.publish(pub.snapshot())
 
 
 @dataclass
@@ -64,6 +143,7 @@ class _Run:
     board: ProgressBoard
     settled_before: set[str]
     started: float
+    live: _Live
 
 
 def _keys(snapshot: WorldSnapshot) -> list[ActivityKey]:
@@ -101,7 +181,7 @@ def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, befor
     return "-"
 
 
-def _open(args: argparse.Namespace, out: TextIO) -> tuple[_Run, Mission] | int:
+def _open(args: argparse.Namespace, out: TextIO, live: _Live) -> tuple[_Run, Mission] | int:
     mission = Mission(
         targets=args.targets, episodes=args.episodes, steps=args.steps, seed=args.seed
     )
@@ -123,6 +203,7 @@ def _open(args: argparse.Namespace, out: TextIO) -> tuple[_Run, Mission] | int:
             error=c.get("error"),
             state="running",
         )
+        live.update(event.key, **c)
 
     adapter = SimEpisodeAdapter(data_dir / "sim")
     host = Host(
@@ -156,7 +237,12 @@ def _open(args: argparse.Namespace, out: TextIO) -> tuple[_Run, Mission] | int:
             f"data directory {data_dir}: resuming ({len(settled)} activities already settled)",
             file=out,
         )
-    return _Run(host, out, board, settled, time.monotonic()), mission
+    return _Run(host, out, board, settled, time.monotonic(), live), mission
+
+
+def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
+    intent = snap.get(key.activity_id, INTENT)
+    return dict(intent["request"]) if intent else {}
 
 
 def _watch(run: _Run) -> int:
@@ -174,11 +260,18 @@ def _watch(run: _Run) -> int:
                 if attempt is not None:
                     changes["attempt"] = attempt
                 if state == "settled" and rec is not None:
-                    obs = snap.get(key.activity_id, OBSERVATION)
-                    if obs is not None:
-                        s = obs["summary"]
-                        changes |= {"done": s["steps"], "total": s["steps"]}
-                        changes |= {"error": s["final_error"], "attempt": rec.attempt_count}
+                    final = final_content(key, rec, snap)
+                    changes |= {"done": final["steps"], "total": final["total"]}
+                    changes |= {"error": final["error"], "attempt": rec.attempt_count}
+                    run.live.settle(key, final)
+                else:
+                    request = _request_of(snap, key)
+                    run.live.update(
+                        key,
+                        state=state,
+                        target=request.get("target"),
+                        **({"attempt": attempt} if attempt is not None else {}),
+                    )
                 run.board.update(key.activity_id, **changes)
         parked = [k for k, rec in records.items() if _parked(rec)]
         if parked:
@@ -231,18 +324,38 @@ def main(argv: list[str]) -> int:
     """Run the demo; returns the process exit code."""
     args = _parser().parse_args(argv)
     out = sys.stdout
-    opened = _open(args, out)
-    if isinstance(opened, int):
-        return opened
-    run, _ = opened
+    stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:
-        run.host.start()
-        code = _watch(run)
-        if code == EXIT_OK:
-            print(_summary(run), file=out)
-        return code
+        server = StreamServer(stream, args.host, args.port)
+    except OSError as exc:
+        print(f"tether demo: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        stream.start()
+        opened = _open(args, out, _Live(stream))
+        if isinstance(opened, int):
+            stream.finish(error="the demo could not start")
+            return opened
+        run, _ = opened
+        print(f"AG-UI stream (SSE): {server.url}", file=out, flush=True)
+        if args.wait_subscribers > 0:
+            server.wait_for_subscribers(args.wait_subscribers, timeout=60)
+        try:
+            run.host.start()
+            code = _watch(run)
+            if code == EXIT_OK:
+                print(_summary(run), file=out)
+                stream.finish()
+            else:
+                stream.finish(error="activities are parked: reconciliation is Unknown")
+            return code
+        finally:
+            run.host.close()
+            if args.linger > 0:
+                time.sleep(args.linger)
     finally:
-        run.host.close()
+        stream.finish(error="the demo stopped")
+        server.close()
 
 
 if __name__ == "__main__":

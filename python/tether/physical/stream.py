@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,7 +46,15 @@ def encode_sse(event: dict[str, Any]) -> bytes:
 class RunStream:
     """One AG-UI run (thread id, run id) fanned out to any number of subscribers."""
 
-    def __init__(self, thread_id: str, run_id: str, state: MessageState) -> None:
+    def __init__(
+        self,
+        thread_id: str,
+        run_id: str,
+        state: MessageState,
+        *,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.thread_id = thread_id
         self.run_id = run_id
         self._state = state
@@ -61,6 +70,7 @@ class RunStream:
             if self._started is None:
                 self._started = {
                     "type": "RUN_STARTED",
+                    "timestamp": self._clock(),
                     "threadId": self.thread_id,
                     "runId": self.run_id,
                 }
@@ -74,16 +84,20 @@ class RunStream:
             self._state.feed(event)
             self._send(event)
 
-    def finish(self) -> None:
-        """Publish RUN_FINISHED and end every subscriber's stream."""
+    def finish(self, *, error: str | None = None) -> None:
+        """Publish RUN_FINISHED (or RUN_ERROR with `error`) and end every subscriber's stream."""
         with self._lock:
             if self._started is None or self._finished is not None:
                 return
-            self._finished = {
-                "type": "RUN_FINISHED",
-                "threadId": self.thread_id,
-                "runId": self.run_id,
-            }
+            if error is None:
+                self._finished = {
+                    "type": "RUN_FINISHED",
+                    "timestamp": self._clock(),
+                    "threadId": self.thread_id,
+                    "runId": self.run_id,
+                }
+            else:
+                self._finished = {"type": "RUN_ERROR", "timestamp": self._clock(), "message": error}
             self._send(self._finished)
             for sub in self._subscribers:
                 sub.put(None)
@@ -107,7 +121,11 @@ class RunStream:
             if self._started is None:
                 raise RuntimeError("subscribe before the run started")
             sub.put(encode_sse(self._started))
-            snapshot = {"type": "MESSAGES_SNAPSHOT", "messages": self._state.messages()}
+            snapshot = {
+                "type": "MESSAGES_SNAPSHOT",
+                "timestamp": self._clock(),
+                "messages": self._state.messages(),
+            }
             sub.put(encode_sse(snapshot))
             if self._finished is not None:
                 sub.put(encode_sse(self._finished))
