@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tether.activities import Catalog
 from tether.errors import CatalogConfigError, CatalogStorageError
-from tether.storage import SqliteCatalogStore, open_store
+from tether.storage import SqliteCatalogStore, View, open_store
 from tether.storage._schema import LATEST
 
 from tests.activities.support import ManualClock, admission, key
@@ -87,14 +87,27 @@ def test_claim_goes_straight_to_claimable_rows(tmp_path: Path) -> None:
         assert "activities_claimable" in plan, plan
         assert "SCAN activities" not in plan.replace("USING INDEX", "")
     plan = " ".join(
-        r[3]
-        for r in conn.execute(
-            "EXPLAIN QUERY PLAN SELECT 1 FROM activities WHERE world_id = ?"
-            " AND settled_tick IS NULL LIMIT 1",
-            ("w",),
-        )
+        r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {_sqlite._HAS_UNSETTLED}", ("w",))
     )
     assert "activities_unsettled" in plan
+    store.close()
+
+
+@pytest.mark.parametrize("view", ["claimable", "pending_observation", "awaiting_decision"])
+@pytest.mark.parametrize("world_id", [None, "w"])
+def test_scans_walk_their_partial_index(tmp_path: Path, view: View, world_id: str | None) -> None:
+    from tether.storage import _sqlite
+
+    store = SqliteCatalogStore(str(tmp_path / "scan.db"))
+    traced: list[str] = []
+    conn = store._db()
+    conn.set_trace_callback(traced.append)
+    after = ("x",) * len(_sqlite._VIEWS[view][2])
+    store.page(view, 0, ["k"], world_id, after, 10)
+    conn.set_trace_callback(None)
+    sql = traced[-1]
+    plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+    assert f"activities_{view}" in plan, plan
     store.close()
 
 

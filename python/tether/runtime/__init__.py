@@ -1,4 +1,35 @@
-"""The Activity runtime: families, adapters, workers, the artifact store and the Host."""
+"""The Activity runtime: families, adapters, workers, the artifact store and the Host.
+
+A family names its kinds, a pure projection from a committed snapshot to requests, an
+adapter that executes (under a bound provider operation id) or reconciles, and a pure
+staging of a durable result into facts. The Host runs the rest:
+
+>>> import tempfile
+>>> from tether.runtime import ActivityRequest, ConfirmedAbsent, Family, Host
+>>> from tether.activities import RetryGuard
+>>> from tether.world import ComponentWrite, canonical_json, digest_of
+>>> def project(snapshot):
+...     return [ActivityRequest("demo.echo", e, v) for e, v in snapshot.changed("echo.intent")]
+>>> def stage(staged):
+...     return [ComponentWrite(staged.key.activity_id, "echo.observed", staged.json())]
+>>> class Echo:
+...     def execute(self, ctx, request):
+...         ctx.progress({"phase": "echoing"})
+...         return ctx.artifacts.put_bytes(canonical_json(request), "application/json")
+...     def reconcile(self, ctx, request):  # no external effect: a rerun cannot duplicate one
+...         proof = canonical_json({"op": ctx.operation_id, "effect": "none"})
+...         return ConfirmedAbsent(RetryGuard("echo:no-effect", digest_of(proof)))
+>>> family = Family("demo", ("demo.echo",), project, Echo(), stage)
+>>> with tempfile.TemporaryDirectory() as data:
+...     with Host(data, [family], workers=1, progress_listener=print) as host:
+...         _ = host.create_world("w")
+...         _ = host.commit_tick("w", [ComponentWrite("job-1", "echo.intent", {"say": "hi"})])
+...         _ = host.start()
+...         assert host.wait_settled("w", timeout_s=60)
+...         host.snapshot("w").get("job-1", "echo.observed")  # doctest: +ELLIPSIS
+ProgressEvent(key=ActivityKey(world_id='w', kind='demo.echo', activity_id='job-1'), ...)
+{'say': 'hi'}
+"""
 
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
 from tether.runtime._crash import CRASH_POINTS, crash_point

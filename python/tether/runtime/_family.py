@@ -2,19 +2,23 @@
 
 Rules (seed sections 2 and 4):
 - `project` is pure: it sees one committed `WorldSnapshot` (plain data) and returns requests.
-  Registration rejects bound methods and closures over anything but plain data, so no
-  adapter, client, file or network handle is reachable from it through its own references.
+  Registration rejects bound methods and closures over anything but plain data (str, numbers,
+  bytes, None, tuples/frozensets, enums, frozen dataclasses of those, and other such pure
+  functions), so no adapter, client, file or network handle is reachable from it through its
+  own references; provider entry points also refuse to run while a projection runs.
 - The adapter runs only in a worker, outside the world lock, under a provider operation id the
   worker bound in the catalog first. `reconcile` concludes Recovered, ConfirmedAbsent (with a
   provider retry guard) or Unknown (with evidence); it never executes.
 - `stage` turns a durable result into the complete set of factual component writes; it is
   pure and idempotent, so it can be repeated after restart until a tick commits it.
-- Processors are the only code that decides a semantic transition; they run inside the tick
-  that commits observations, reading the pre-tick snapshot and the observations.
+- Processors are the only code that decides a semantic transition; they run inside every tick
+  the Host commits, reading the pre-tick snapshot and the family's observations in that tick.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
 import json
 import threading
@@ -225,6 +229,13 @@ def _is_plain(value: object, depth: int = 0) -> bool:
         return True
     if isinstance(value, (tuple, frozenset)):
         return all(_is_plain(v, depth + 1) for v in value)
+    if isinstance(value, enum.Enum):
+        return _is_plain(value.value, depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        params = getattr(value, "__dataclass_params__", None)
+        return bool(params and params.frozen) and all(
+            _is_plain(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value)
+        )
     if isinstance(value, types.FunctionType):
         return _pure_function(value, depth + 1) is None
     return False

@@ -4,6 +4,8 @@ Tick protocol (seed section 2), all under the exact-world lock except staging an
 1. Before committing tick T+1, finish the post-commit work of the head T from its retained
    receipt (this is also what a restart does first).
 2. Commit the tick: caller writes, processor writes, staged facts and completion evidence.
+   Every family's processors run in every tick on the pre-tick snapshot plus that family's
+   observations being committed (possibly none); they alone decide semantic transitions.
 3. Post-commit work of the new head U: the receipt reader checks U; every family projection
    runs on U's read-only snapshot and the projector admits its requests (idempotent per
    receipt, a conflicting replay fails closed); every completion evidence written in U that
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -33,7 +36,13 @@ from tether.activities import (
 from tether.errors import AdmissionConflict
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
 from tether.runtime._crash import crash_point
-from tether.runtime._errors import ArtifactError, FamilyError, HostClosed, ProjectionConflict
+from tether.runtime._errors import (
+    ActivityRuntimeError,
+    ArtifactError,
+    FamilyError,
+    HostClosed,
+    ProjectionConflict,
+)
 from tether.runtime._family import (
     COMPLETION_COMPONENT,
     Family,
@@ -71,7 +80,8 @@ class Host:
         data_dir: the data directory (created if missing).
         families: the registered families; each kind belongs to exactly one.
         workers: number of in-process worker threads started by `start`.
-        ledger: a world engine implementing `WorldLedger` (default: SQLite in `data_dir`).
+        ledger: a world engine implementing `WorldLedger` (default: SQLite in `data_dir`);
+            the caller keeps ownership of a ledger it passes (the Host does not close it).
         lease_ms: attempt lease length.
         poll_interval_s: idle sleep of worker and observer loops.
         progress_listener: receives every `ctx.progress(...)` of in-process workers.
@@ -109,6 +119,7 @@ class Host:
                 self._by_kind[kind] = fam
         self.catalog_url = "sqlite:///" + str(self.data_dir / "catalog.db")
         self._clock = clock
+        self._owns_ledger = ledger is None
         self.ledger: WorldLedger = ledger or SqliteLedger.open(self.data_dir / "world.db")
         self.catalog = self._open_catalog()
         self.artifacts = ArtifactStore(self.data_dir / "artifacts", inline_bound=inline_bound)
@@ -156,8 +167,10 @@ class Host:
         self.restage()
 
     def start(self) -> Host:
-        """Recover, then start the worker threads and the observer loop."""
+        """Recover, then start the worker threads and the observer loop (once)."""
         self._check_open()
+        if self._threads:
+            raise ActivityRuntimeError("the Host is already started")
         self.recover()
         for i in range(self._n_workers):
             worker = self.new_worker(f"w{i}", stop=self._stop)
@@ -184,7 +197,8 @@ class Host:
             w.close()
         self._closed = True
         self.catalog.close()
-        self.ledger.close()
+        if self._owns_ledger:
+            self.ledger.close()
 
     def __enter__(self) -> Host:
         return self
@@ -289,16 +303,17 @@ class Host:
     def _processor_writes(
         self, head: CommittedTickReceipt, observations: list[Observation]
     ) -> list[ComponentWrite]:
-        if not observations:
+        if not any(fam.processors for fam in self.families):
             return []
         snapshot = self.ledger.read_at(head)
         out: list[ComponentWrite] = []
         for fam in self.families:
             mine = [o for o in observations if o.key.kind in fam.kinds]
-            if not mine:
-                continue
             for processor in fam.processors:
-                out.extend(processor(snapshot, mine))
+                writes = list(processor(snapshot, mine))
+                if not all(isinstance(w, ComponentWrite) for w in writes):
+                    raise FamilyError(f"a processor of {fam.name!r} returned a non-ComponentWrite")
+                out.extend(writes)
         return out
 
     # -- post-commit work ---------------------------------------------------------------
@@ -406,14 +421,23 @@ class Host:
         self.restage()
         receipts = []
         for world_id in self.staged_worlds():
-            if self.ledger.pending_post_commit(world_id) is None and self._closing(world_id):
-                continue
+            if self.ledger.close_state(world_id)[0] != "open":
+                continue  # reserved for close: the observation waits for a reopen
             receipts.append(self.commit_tick(world_id))
         return receipts
 
-    def _closing(self, world_id: str) -> bool:
-        state = getattr(self.ledger, "close_state", None)
-        return state is not None and state(world_id)[0] != "open"
+    def wait_settled(self, world_id: str, timeout_s: float) -> bool:
+        """Block until every admitted Activity of the world settled; False on timeout.
+
+        Needs the started loops (or another process) to make progress.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._catalog_mutex:
+                if not self.catalog.has_unsettled(world_id):
+                    return True
+            if time.monotonic() >= deadline or self._stop.wait(self.poll_interval_s):
+                return False
 
     # -- world lifecycle ----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import signal
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from types import FrameType
 from typing import cast
 
 from tether.activities import Catalog
+from tether.errors import TetherError
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
 from tether.runtime._errors import FamilyError
 from tether.runtime._family import Family
@@ -84,7 +86,13 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error("--workers must be >= 1")
-    families = load_factory(args.families)(args.data_dir)
+    try:
+        families = list(load_factory(args.families)(args.data_dir))
+        if not families or not all(isinstance(f, Family) for f in families):
+            raise FamilyError(f"{args.families} must return a non-empty list of Family")
+    except (ImportError, TetherError) as e:
+        print(f"tether worker: {e}", file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

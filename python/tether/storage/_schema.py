@@ -65,7 +65,7 @@ CREATE TABLE activities (
     claimable_from_ms INTEGER,
     version INTEGER NOT NULL,
     PRIMARY KEY (world_id, kind, activity_id)
-) STRICT
+) STRICT, WITHOUT ROWID
 """
 
 # (version, statements). Append only: a released migration never changes.
@@ -79,10 +79,6 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " WHERE claimable_from_ms IS NOT NULL",
             "CREATE INDEX activities_claimable_kind ON activities (kind, claimable_from_ms)"
             " WHERE claimable_from_ms IS NOT NULL",
-            "CREATE INDEX activities_claimable_world ON activities (world_id, claimable_from_ms)"
-            " WHERE claimable_from_ms IS NOT NULL",
-            "CREATE INDEX activities_claimable_world_kind ON activities"
-            " (world_id, kind, claimable_from_ms) WHERE claimable_from_ms IS NOT NULL",
             "CREATE UNIQUE INDEX activities_operation ON activities (operation_id)"
             " WHERE operation_id IS NOT NULL",
             "CREATE INDEX activities_pending_observation ON activities"

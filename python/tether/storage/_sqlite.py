@@ -32,24 +32,40 @@ _SELECT = f"SELECT {', '.join(COLUMNS)} FROM activities"
 _BY_KEY = f"{_SELECT} WHERE world_id = ? AND kind = ? AND activity_id = ?"
 _INSERT = f"INSERT INTO activities ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * _N)})"
 _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= ?"
-_CLAIM_ANY = f"{_SELECT} WHERE {_CLAIMABLE} ORDER BY claimable_from_ms LIMIT 1"
-_CLAIM_WORLD = f"{_SELECT} WHERE {_CLAIMABLE} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
-_CLAIM_KIND = f"{_SELECT} WHERE kind = ? AND {_CLAIMABLE} ORDER BY claimable_from_ms LIMIT 1"
-_CLAIM_KIND_WORLD = (
-    f"{_SELECT} WHERE kind = ? AND {_CLAIMABLE} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
+# Claims name their index: the planner would otherwise walk a world's primary-key range, whose
+# cost grows with that world's finished rows. Leased rows sit beyond `now` in these indexes and
+# finished rows are not in them at all, so a claim only ever touches claimable rows.
+_BY_FROM = f"{_SELECT} INDEXED BY activities_claimable WHERE {_CLAIMABLE}"
+_BY_KIND = f"{_SELECT} INDEXED BY activities_claimable_kind WHERE kind = ? AND {_CLAIMABLE}"
+_CLAIM_ANY = f"{_BY_FROM} ORDER BY claimable_from_ms LIMIT 1"
+_CLAIM_WORLD = f"{_BY_FROM} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
+_CLAIM_KIND = f"{_BY_KIND} ORDER BY claimable_from_ms LIMIT 1"
+_CLAIM_KIND_WORLD = f"{_BY_KIND} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
+_HAS_UNSETTLED = (
+    "SELECT 1 FROM activities INDEXED BY activities_unsettled"
+    " WHERE world_id = ? AND settled_tick IS NULL LIMIT 1"
 )
 _I_CLAIMABLE_FROM = COLUMNS.index("claimable_from_ms")
 
-# Per view: the filter (matching its partial index) and the keyset order.
-_VIEWS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "claimable": (_CLAIMABLE, ("claimable_from_ms", "world_id", "kind", "activity_id")),
+# Per view: its partial index, the filter matching that index, and the keyset order.
+_VIEWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "claimable": (
+        "activities_claimable",
+        _CLAIMABLE,
+        ("claimable_from_ms", "world_id", "kind", "activity_id"),
+    ),
     "pending_observation": (
+        "activities_pending_observation",
         "result_ref IS NOT NULL AND settled_tick IS NULL",
         ("world_id", "kind", "activity_id"),
     ),
-    "awaiting_decision": ("awaiting_decision = 1", ("world_id", "kind", "activity_id")),
+    "awaiting_decision": (
+        "activities_awaiting_decision",
+        "awaiting_decision = 1",
+        ("world_id", "kind", "activity_id"),
+    ),
 }
-_VIEW_INDEX = {name: tuple(COLUMNS.index(c) for c in order) for name, (_, order) in _VIEWS.items()}
+_VIEW_INDEX = {name: tuple(COLUMNS.index(c) for c in v[2]) for name, v in _VIEWS.items()}
 
 
 class SqliteCatalogStore:
@@ -207,7 +223,7 @@ class SqliteCatalogStore:
         after: tuple[Any, ...] | None,
         limit: int,
     ) -> list[Row]:
-        condition, order = _VIEWS[view]
+        index, condition, order = _VIEWS[view]
         where = [condition]
         params: list[Any] = [now_ms] if view == "claimable" else []
         if world_id is not None:
@@ -222,7 +238,10 @@ class SqliteCatalogStore:
         if after is not None:
             where.append(f"({', '.join(order)}) > ({', '.join('?' * len(order))})")
             params.extend(after)
-        sql = f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {', '.join(order)} LIMIT ?"
+        sql = (
+            f"{_SELECT} INDEXED BY {index} WHERE {' AND '.join(where)}"
+            f" ORDER BY {', '.join(order)} LIMIT ?"
+        )
         params.append(limit)
         with self._lock:
             try:
@@ -239,8 +258,7 @@ class SqliteCatalogStore:
                 row = (
                     self._db()
                     .execute(
-                        "SELECT 1 FROM activities WHERE world_id = ? AND settled_tick IS NULL"
-                        " LIMIT 1",
+                        _HAS_UNSETTLED,
                         (world_id,),
                     )
                     .fetchone()

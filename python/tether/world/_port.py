@@ -89,6 +89,10 @@ class WorldLedger(Protocol):
         """Undo a provisional (non-sticky) close reservation; sticky ones stay."""
         ...
 
+    def close_state(self, world_id: str) -> tuple[str, bool]:
+        """(state, sticky): state is `open`, `closing` or `destroyed`."""
+        ...
+
     def destroy(self, world_id: str) -> None:
         """Delete a world reserved for close; its receipts then fail closed."""
         ...

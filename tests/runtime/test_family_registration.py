@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,18 @@ def test_projection_must_not_reach_an_adapter_or_handle(tmp_path: Path) -> None:
     finally:
         handle.close()
     _family(projection_for(("k",)), tmp_path)  # closure over plain data is fine
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        component: str
+        kinds: tuple[str, ...]
+
+    config = Config("task.intent", ("k",))
+
+    def configured(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+        return [ActivityRequest("k", e, v) for e, v in snapshot.changed(config.component)]
+
+    _family(configured, tmp_path)  # a frozen dataclass of plain data is plain data too
 
 
 def test_registration_rejects_bad_kinds_and_adapters(tmp_path: Path) -> None:

@@ -1,0 +1,238 @@
+"""Random interleavings of several workers, an operator and a jumping clock against one catalog
+file, with the catalog invariants checked after every step."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from tether.activities import (
+    ActivityKey,
+    ActivityRecord,
+    Catalog,
+    Decision,
+    Evidence,
+    RetryGuard,
+    operation_id_for,
+    settlement_evidence_digest,
+)
+from tether.errors import CatalogRejection
+
+from tests.activities.support import ManualClock, admission, receipt, result
+
+# Equal activity ids across worlds and kinds: isolation is part of what is checked.
+KEYS = (
+    ActivityKey("w1", "sim.rollout", "a"),
+    ActivityKey("w2", "sim.rollout", "a"),
+    ActivityKey("w1", "robot.move", "a"),
+)
+WORKERS = ("worker-0", "worker-1", "worker-2")
+keys = st.sampled_from(KEYS)
+workers = st.sampled_from(WORKERS)
+leases = st.integers(1, 3_000)
+
+
+class CatalogMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="tether-catalog-sm-"))
+        self.clock = ManualClock()
+        self.catalog = Catalog.open(
+            f"sqlite://{self.dir / 'c.db'}", clock=self.clock, synchronous="NORMAL"
+        )
+        # What each worker believes it holds: key and fence of its latest claim.
+        self.held: dict[str, tuple[ActivityKey, int]] = {}
+        self.max_fence: dict[ActivityKey, int] = {}
+        self.results: dict[ActivityKey, object] = {}
+        self.settlements: dict[ActivityKey, object] = {}
+        # Unused execution permissions from confirmed absences (adapter or operator).
+        self.absences: dict[ActivityKey, int] = {}
+
+    def teardown(self) -> None:
+        self.catalog.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @initialize()
+    def admit_all(self) -> None:
+        for key in KEYS:
+            self.catalog.admit(admission(key))
+
+    def _get(self, key: ActivityKey) -> ActivityRecord | None:
+        return self.catalog.get(key)
+
+    def _live(self, rec: ActivityRecord | None, fence: int) -> bool:
+        return (
+            rec is not None
+            and rec.fence == fence
+            and rec.attempt is not None
+            and self.clock.now_ms < rec.attempt.lease_expires_ms
+        )
+
+    def _by_worker(self, worker: str, op: str, *args: object) -> None:
+        """Run a fenced operation as ``worker``; a stale fence must never change the record."""
+        if worker not in self.held:
+            return
+        key, fence = self.held[worker]
+        before = self._get(key)
+        live = self._live(before, fence)
+        try:
+            after = getattr(self.catalog, op)(key, fence, *args)
+        except CatalogRejection:
+            assert self._get(key) == before, f"rejected {op} changed the record"
+            return
+        if not live:
+            assert after == before, f"{op} under a stale fence changed the record"
+        event(f"{op} accepted")
+        self._observe(key, after)
+
+    def _observe(self, key: ActivityKey, rec: ActivityRecord) -> None:
+        if rec.result is not None and key not in self.results:
+            self.results[key] = rec.result
+        if rec.settlement is not None and key not in self.settlements:
+            self.settlements[key] = rec.settlement
+        if rec.retry_guard is not None and rec.retry_guard.authorizes_execution:
+            self.absences[key] = 1
+        self.max_fence[key] = max(self.max_fence.get(key, 0), rec.fence)
+
+    @rule(key=keys)
+    def admit(self, key: ActivityKey) -> None:
+        self.catalog.admit(admission(key))
+
+    @rule(ms=st.integers(-500, 5_000))
+    def clock_jumps(self, ms: int) -> None:
+        self.clock.advance(ms)
+
+    @rule(worker=workers, lease=leases, kinds=st.sampled_from([None, ["robot.move"]]))
+    def claim(self, worker: str, lease: int, kinds: list[str] | None) -> None:
+        befores = {k: self._get(k) for k in KEYS}
+        claim = self.catalog.claim(worker, lease, kinds=kinds)
+        if claim is None:
+            for k, rec in befores.items():
+                if kinds is None or k.kind in kinds:
+                    assert rec is None or not rec.claimable(self.clock.now_ms)
+            return
+        before = befores[claim.key]
+        assert kinds is None or claim.key.kind in kinds
+        assert before is not None and before.claimable(self.clock.now_ms)
+        assert claim.fence > self.max_fence.get(claim.key, 0), "fences strictly increase"
+        assert before.attempt is None or before.attempt.lease_expires_ms <= self.clock.now_ms
+        if claim.attempt.may_execute and before.operation_id is not None:
+            assert self.absences.get(claim.key, 0) == 1, "execute after bind without absence"
+            self.absences[claim.key] = 0
+            event("execute after confirmed absence")
+        event("claim may_execute" if claim.attempt.may_execute else "claim reconcile-only")
+        self.held[worker] = (claim.key, claim.fence)
+        self._observe(claim.key, claim.record)
+
+    @rule(worker=workers, lease=leases)
+    def claim_and_bind(self, worker: str, lease: int) -> None:
+        """The common worker path, so that reconciliation states are reached often."""
+        self.claim(worker, lease, None)
+        self.bind(worker)
+
+    @rule(worker=workers, lease=leases)
+    def renew(self, worker: str, lease: int) -> None:
+        self._by_worker(worker, "renew", lease)
+
+    @rule(worker=workers)
+    def release(self, worker: str) -> None:
+        self._by_worker(worker, "release")
+
+    @rule(worker=workers)
+    def bind(self, worker: str) -> None:
+        if worker in self.held:
+            self._by_worker(
+                worker, "bind_provider_operation", operation_id_for(self.held[worker][0])
+            )
+
+    @rule(worker=workers, name=st.sampled_from(["r1", "r2"]))
+    def record_result(self, worker: str, name: str) -> None:
+        self._by_worker(worker, "record_result", result(name))
+
+    @rule(worker=workers)
+    def confirm_absent(self, worker: str) -> None:
+        self._by_worker(worker, "confirm_absent", RetryGuard("provider://dedup", "sha256:g"))
+
+    @rule(worker=workers, backoff=st.integers(0, 2_000))
+    def record_unknown(self, worker: str, backoff: int) -> None:
+        self._by_worker(worker, "record_unknown", Evidence("ev://x", "sha256:e"), backoff)
+
+    @rule(
+        key=keys,
+        outcome=st.sampled_from(["recovered", "absent", "abandon"]),
+        stale=st.booleans(),
+    )
+    def resolve(self, key: ActivityKey, outcome: str, stale: bool) -> None:
+        before = self._get(key)
+        if before is None:
+            return
+        revision = before.evidence_revision - (1 if stale else 0)
+        if outcome == "recovered":
+            d = Decision.recovered(result("op"), evidence_revision=revision, operator="ops")
+        elif outcome == "absent":
+            guard = RetryGuard("provider://proof", "sha256:p")
+            d = Decision.absent(guard, evidence_revision=revision, operator="ops")
+        else:
+            d = Decision.abandon(evidence_revision=revision, operator="ops")
+        try:
+            after = self.catalog.resolve(key, d)
+        except CatalogRejection:
+            assert self._get(key) == before
+            return
+        assert before.awaiting_decision and not stale
+        assert after.fence > before.fence, "a decision raises the fence"
+        event(f"resolve {outcome}")
+        self._observe(key, after)
+
+    @rule(key=keys, good=st.booleans(), tick=st.integers(1, 6))
+    def settle(self, key: ActivityKey, good: bool, tick: int) -> None:
+        before = self._get(key)
+        if before is None:
+            return
+        digest = (
+            settlement_evidence_digest(key, before.result)
+            if good and before.result is not None
+            else "sha256:wrong"
+        )
+        try:
+            after = self.catalog.settle(key, receipt(tick, world=key.world_id), digest)
+        except CatalogRejection:
+            assert self._get(key) == before
+            return
+        event("settle accepted")
+        self._observe(key, after)
+
+    @invariant()
+    def catalog_invariants(self) -> None:
+        live_holders: dict[ActivityKey, int] = {}
+        for key, fence in self.held.values():
+            if self._live(self._get(key), fence):
+                live_holders[key] = live_holders.get(key, 0) + 1
+        assert all(n <= 1 for n in live_holders.values()), "at most one live attempt"
+        for key in KEYS:
+            rec = self._get(key)
+            if rec is None:
+                continue
+            assert rec.key == key
+            assert rec.fence >= self.max_fence.get(key, 0), "fences never decrease"
+            if key in self.results:
+                assert rec.result == self.results[key], "a recorded result never changes"
+            if key in self.settlements:
+                assert rec.settlement == self.settlements[key]
+            if rec.settlement is not None:
+                assert rec.result is not None
+                expected = settlement_evidence_digest(key, rec.result)
+                assert rec.settlement.evidence_digest == expected, "settled with a wrong digest"
+                assert rec.settlement.receipt.tick > rec.source.tick
+            assert (rec.claimable_from_ms is None) == (rec.result is not None)
+            if rec.attempt is not None:
+                assert rec.attempt.fence == rec.fence
+            self._observe(key, rec)
+
+
+TestCatalogStateMachine = CatalogMachine.TestCase
+TestCatalogStateMachine.settings = settings(stateful_step_count=60)

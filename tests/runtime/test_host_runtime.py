@@ -1,0 +1,346 @@
+"""The Host end to end, in-process and deterministic: projector, workers, staging, settlement.
+
+Workers are driven with `run_once` and the catalog with a manual clock, so every test picks
+the exact interleaving it is about. Real SQLite files and a real provider journal throughout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hosttools import Clock, akey, drain, make_host, same
+from journal_provider import (
+    BLIND_KIND,
+    KIND,
+    DedupAdapter,
+    Journal,
+    intents,
+    make_blind_family,
+    make_family,
+    projection_for,
+    stage_task,
+)
+from tether.activities import operation_id_for
+from tether.runtime import (
+    AttemptContext,
+    Family,
+    Host,
+    LeaseLost,
+    ProgressEvent,
+)
+from tether.world import ComponentWrite
+
+
+def test_non_durable_adapter_result_is_never_recorded(tmp_path: Path) -> None:
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+
+    class Liar(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            real = super().execute(ctx, request)
+            return dataclasses.replace(real, ref="artifact:sha256/" + "0" * 64)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Liar(journal), stage_task)
+    with make_host(tmp_path, fam, clock=clock) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        worker = host.new_worker()
+        assert worker.run_once()
+        rec = host.get(akey(0))
+        assert rec is not None and rec.result is None and rec.attempt is not None
+        clock.now += 120_000  # the lease runs out; the next attempt may only reconcile
+        assert worker.run_once()
+        worker.close()
+        rec = host.get(akey(0))
+        assert rec is not None and rec.result is not None
+        assert host.artifacts.is_durable(rec.result)
+        assert [m for _, m, _ in journal.calls()] == ["execute", "reconcile"]
+        assert journal.effects() == {operation_id_for(akey(0)): 1}
+
+
+def test_progress_reaches_the_host_listener(tmp_path: Path) -> None:
+    events: list[ProgressEvent] = []
+    with make_host(tmp_path, progress_listener=events.append) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        drain(host)
+    assert [e.content["phase"] for e in events] == ["executing"]
+    assert events[0].key == akey(0) and events[0].operation_id == operation_id_for(akey(0))
+
+
+def test_blind_provider_unknown_parks_and_reconcile_never_executes(tmp_path: Path) -> None:
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+    with make_host(tmp_path, make_blind_family(tmp_path), clock=clock, lease_ms=1000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1, kind=BLIND_KIND))
+        key = akey(0, kind=BLIND_KIND)
+        worker = host.new_worker()
+        claim = host.catalog.claim("ghost", 1000, kinds=[BLIND_KIND])  # a worker that dies bound
+        assert claim is not None
+        host.catalog.bind_provider_operation(key, claim.attempt.fence, operation_id_for(key))
+        journal.perform_blind(operation_id_for(key), {})
+        for _ in range(3):
+            clock.now += 120_000
+            assert worker.run_once()
+            rec = host.get(key)
+            assert rec is not None and rec.awaiting_decision and rec.result is None
+        worker.close()
+        assert [m for _, m, _ in journal.calls()] == ["reconcile"] * 3
+        assert journal.effects() == {operation_id_for(key): 1}
+
+
+def test_threaded_host_settles_and_shuts_down_cleanly(tmp_path: Path) -> None:
+    host = Host(tmp_path, [make_family(tmp_path)], workers=2, poll_interval_s=0.005)
+    host.create_world("w")
+    host.commit_tick("w", intents(6))
+    host.start()
+    try:
+        import time
+
+        for _ in range(2000):
+            if all((r := host.get(akey(i))) is not None and r.settlement for i in range(6)):
+                break
+            time.sleep(0.01)
+    finally:
+        host.close()
+    host.close()  # idempotent
+    again = make_host(tmp_path)
+    try:
+        assert all(again.get(akey(i)).settlement is not None for i in range(6))  # type: ignore[union-attr]
+    finally:
+        again.close()
+
+
+def test_shutdown_releases_only_unbound_claims(tmp_path: Path) -> None:
+    with make_host(tmp_path) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        worker = host.new_worker()
+        worker.stop.set()
+        assert worker.run_once()  # claimed, saw the stop, released: nothing was bound
+        worker.close()
+        rec = host.get(akey(0))
+        assert rec is not None and rec.attempt is None and rec.operation_id is None
+        assert Journal(tmp_path / "provider.db").calls() == []
+
+
+def test_operator_abandon_of_an_unknown_activity_is_observed_and_settled(
+    tmp_path: Path,
+) -> None:
+    from tether.activities import Decision
+
+    clock = Clock()
+    with make_host(tmp_path, make_blind_family(tmp_path), clock=clock, lease_ms=1000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1, kind=BLIND_KIND))
+        key = akey(0, kind=BLIND_KIND)
+        claim = host.catalog.claim("ghost", 1000, kinds=[BLIND_KIND])
+        assert claim is not None
+        host.catalog.bind_provider_operation(key, claim.attempt.fence, operation_id_for(key))
+        clock.now += 120_000
+        worker = host.new_worker()
+        assert worker.run_once()  # reconcile -> Unknown: parked awaiting a decision
+        worker.close()
+        rec = host.get(key)
+        assert rec is not None and rec.awaiting_decision
+        host.catalog.resolve(
+            key, Decision.abandon(evidence_revision=rec.evidence_revision, operator="op")
+        )
+        [receipt] = host.observe_once()
+        rec = host.get(key)
+        assert rec is not None and rec.result is not None and rec.result.failed
+        assert rec.settlement is not None and same(receipt, rec.settlement.receipt)
+        fact = host.snapshot("w").get("task-0000", f"task.observed.{BLIND_KIND}")
+        assert fact["failed"] is True
+
+
+def test_heartbeat_keeps_a_long_attempt_live_and_a_lost_lease_stops_it(tmp_path: Path) -> None:
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+    other_claims: list[object] = []
+
+    class Long(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            for _ in range(3):  # 3 x 20 s > the 30 s lease, renewed each time
+                clock.now += 20_000
+                ctx.heartbeat()
+                other_claims.append(host.catalog.claim("rival", 30_000, kinds=[KIND]))
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Long(journal), stage_task)
+    with make_host(tmp_path, fam, clock=clock, lease_ms=30_000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        assert drain(host) == 1
+        assert other_claims == [None, None, None]  # never reclaimable while renewed
+        rec = host.get(akey(0))
+        assert rec is not None and rec.result is not None and rec.fence == 1
+
+
+def test_heartbeat_raises_lease_lost_once_a_newer_claim_took_over(tmp_path: Path) -> None:
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+    raised: list[BaseException] = []
+
+    class Sleepy(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            clock.now += 60_000  # the lease lapses while the adapter is away
+            try:
+                ctx.heartbeat()
+            except LeaseLost as e:
+                raised.append(e)
+                raise
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Sleepy(journal), stage_task)
+    with make_host(tmp_path, fam, clock=clock, lease_ms=30_000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        worker = host.new_worker()
+        assert worker.run_once()
+        worker.close()
+        assert len(raised) == 1
+        rec = host.get(akey(0))
+        assert rec is not None and rec.result is None
+        assert journal.effects() == {}  # it stopped before the effect
+
+
+def test_background_heartbeat_renews_the_lease(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "provider.db")
+    renewed = threading.Event()
+
+    class Waits(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            first = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+            for _ in range(6000):  # until the heartbeat thread renews (about 0.1 s)
+                now = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+                if now > first:
+                    renewed.set()
+                    break
+                threading.Event().wait(0.005)
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Waits(journal), stage_task)
+    host = Host(tmp_path, [fam], workers=0, observe=False, lease_ms=300)
+    with host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        assert drain(host) == 1
+    assert renewed.is_set()
+
+
+def test_attempt_context_reports_worker_shutdown(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "provider.db")
+    seen: list[bool] = []
+
+    class Watch(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            seen.append(ctx.stopping)
+            worker.stop.set()
+            seen.append(ctx.stopping)
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Watch(journal), stage_task)
+    with make_host(tmp_path, fam) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        worker = host.new_worker()
+        assert worker.run_once()
+        worker.close()
+    assert seen == [False, True]
+
+
+def test_a_processor_decides_the_next_intent_and_the_projector_admits_it(tmp_path: Path) -> None:
+    from journal_provider import mark_done
+    from tether.runtime import Observation
+    from tether.world import WorldSnapshot
+
+    def next_step(snapshot: WorldSnapshot, observed: Sequence[Observation]) -> list[ComponentWrite]:
+        out = []
+        for o in observed:
+            n = int(o.key.activity_id.split("-")[1])
+            if n < 2:
+                intent = {"kind": KIND, "n": n + 1, "pad": 0}
+                out.append(ComponentWrite(f"task-{n + 1:04d}", "task.intent", intent))
+        return out
+
+    journal = Journal(tmp_path / "provider.db")
+    fam = Family(
+        "crashtest",
+        (KIND,),
+        projection_for((KIND,)),
+        DedupAdapter(journal),
+        stage_task,
+        processors=(mark_done, next_step),
+    )
+    with make_host(tmp_path, fam) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        for _ in range(3):
+            assert drain(host) == 1
+            host.observe_once()
+        assert drain(host) == 0
+        for i in range(3):
+            rec = host.get(akey(i))
+            assert rec is not None and rec.settlement is not None
+            if i > 0:  # admitted from the very tick that observed its predecessor
+                prev = host.get(akey(i - 1))
+                assert prev is not None and prev.settlement is not None
+                assert rec.source == prev.settlement.receipt
+        assert len(journal.effects()) == 3
+
+
+def test_a_second_host_on_the_same_data_fences_the_first_writer(tmp_path: Path) -> None:
+    from tether.world import StaleWriter
+
+    first = make_host(tmp_path)
+    try:
+        first.create_world("w")
+        r1 = first.commit_tick("w", intents(1))
+        with make_host(tmp_path) as second:
+            second.recover()  # a restarted process takes the world over at its head
+            with pytest.raises(StaleWriter):
+                first.commit_tick("w", [ComponentWrite("x", "y", 1)])
+            r2 = second.commit_tick("w", [ComponentWrite("x", "y", 2)])
+            assert (r2.run_id, r2.tick) == (r1.run_id, 2)  # same run, no fork of history
+    finally:
+        first.close()
+
+
+def test_bad_host_input_is_a_typed_error(tmp_path: Path) -> None:
+    from tether.runtime import FamilyError, HostClosed
+    from tether.world import InvalidWrite, WorldNotFound
+
+    fam = make_family(tmp_path)
+    with pytest.raises(FamilyError):
+        Host(tmp_path / "a", [fam, make_family(tmp_path, name="again")], workers=0)
+    with pytest.raises(FamilyError):
+        Host(tmp_path / "b", ["not a family"], workers=0)  # type: ignore[list-item]
+    host = make_host(tmp_path / "c", fam)
+    with pytest.raises(WorldNotFound):
+        host.commit_tick("nowhere", [])
+    with pytest.raises(InvalidWrite):
+        host.create_world("bad id with spaces")
+    host.create_world("w")
+    with pytest.raises(InvalidWrite):
+        host.commit_tick("w", [ComponentWrite("e", "c", {"x": float("nan")})])
+    host.close()
+    with pytest.raises(HostClosed):
+        host.commit_tick("w", [])
+
+
+def test_worker_command_rejects_bad_factories(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tether.runtime import worker_main
+
+    assert worker_main.main([str(tmp_path), "--families", "no_colon"]) == 2
+    assert worker_main.main([str(tmp_path), "--families", "no_such_module_x:f"]) == 2
+    assert worker_main.main([str(tmp_path), "--families", "journal_provider:KIND"]) == 2
+    assert "tether worker:" in capsys.readouterr().err
