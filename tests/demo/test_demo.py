@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from tether.activities import ActivityKey, Catalog, operation_id_for
 from tether.physical import ProcessIdentity, SimProvider
+from tether.physical.adapter import MAX_FAILED_STARTS
 from tether.physical.family import KIND, OBSERVATION
 from tether.physical.provider import CRASH_ENV
+from tether.runtime import CRASH_POINTS
 from tether.world import SqliteLedger
 
 SMALL = ["--targets", "2", "--episodes", "1", "--steps", "200", "--port", "0"]
@@ -163,3 +165,47 @@ def test_an_unknown_activity_is_parked_and_the_demo_exits_1(tmp_path: Path) -> N
     assert parked.returncode == 1, parked.stdout + parked.stderr
     assert "parked activities" in parked.stdout
     assert "reach-0000" in parked.stdout.split("parked activities")[1]
+
+
+ALL_POINTS = [
+    *(("TETHER_CRASH_AT", p) for p in CRASH_POINTS),
+    (CRASH_ENV, "sim.child_started"),
+    (CRASH_ENV, "sim.result_durable"),
+]
+SAMPLED = [("TETHER_CRASH_AT", "during_effect"), ("TETHER_CRASH_AT", "after_observation_tick")]
+
+
+def test_an_episode_process_that_always_dies_is_parked_not_retried_forever(
+    tmp_path: Path,
+) -> None:
+    parked = _run(tmp_path, *SMALL, **{CRASH_ENV: "sim.child_started@*"})
+    assert parked.returncode == 1, parked.stdout + parked.stderr
+    assert "reach-0000" in parked.stdout.split("parked activities")[1]
+    journal = _journal(tmp_path)
+    assert journal["reach-0000"]["results_on_disk"] == []
+    assert len(journal["reach-0000"]["markers"]) == MAX_FAILED_STARTS  # type: ignore[arg-type]
+
+
+def _crash_then_resume(data: Path, var: str, point: str) -> None:
+    first = _run(data, *SMALL, **{var: point})
+    assert first.returncode in (0, -signal.SIGKILL), first.stderr
+    resumed = _run(data, *SMALL)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    journal = _journal(data)
+    assert set(journal) == {"reach-0000", "reach-0001"}
+    _one_completed_episode_per_operation(journal)
+
+
+@pytest.mark.parametrize(("var", "point"), SAMPLED, ids=[p for _, p in SAMPLED])
+def test_sampled_crash_points_resume_to_one_result_per_operation(
+    tmp_path: Path, var: str, point: str
+) -> None:
+    _crash_then_resume(tmp_path, var, point)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("var", "point"), ALL_POINTS, ids=[p for _, p in ALL_POINTS])
+def test_every_crash_point_resumes_to_one_result_per_operation(
+    tmp_path: Path, var: str, point: str
+) -> None:
+    _crash_then_resume(tmp_path, var, point)

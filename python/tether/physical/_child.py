@@ -65,7 +65,7 @@ def run_attempt(op: OperationDir, attempt: int, job: dict[str, Any], emit: Emit)
     emit({"event": "started", "child": me.to_dict()})
     if op.result.exists():
         return EXIT_OK
-    crash_point("sim.child_started")
+    crash_point("sim.child_started", attempt)
 
     def progress(done: int, total: int, error: float) -> None:
         emit({"event": "progress", "done": done, "total": total, "error": error})

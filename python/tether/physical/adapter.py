@@ -28,12 +28,16 @@ from tether.runtime import (
     Recovered,
     StagedResult,
     Unknown,
+    crash_point,
 )
-from tether.world import ComponentWrite, WorldSnapshot
+from tether.world import ComponentWrite, WorldSnapshot, canonical_json
 
 FAMILY = "physical_ai"
 #: How long the runtime waits before reconciling an Unknown operation again.
 UNKNOWN_RETRY_MS = 1000
+#: Attempts whose episode process died without a result, after which absence no longer
+#: authorises another run: the operation is left Unknown for an operator instead of looping.
+MAX_FAILED_STARTS = 4
 
 
 class SimEpisodeAdapter:
@@ -50,6 +54,7 @@ class SimEpisodeAdapter:
         """Run (or reuse) the episodes of `ctx.operation_id`; the result is made durable."""
 
         def progress(done: int, total: int, error: float) -> None:
+            crash_point("during_effect")
             if ctx.lost:  # the heartbeat thread saw the fence go: stop the episode process
                 raise LeaseLost(f"attempt {ctx.attempt} of {ctx.key} lost its lease")
             ctx.progress(
@@ -71,6 +76,15 @@ class SimEpisodeAdapter:
         if isinstance(fact, ResultFound):
             return Recovered(ctx.artifacts.put_bytes(fact.outcome.data, RESULT_MEDIA_TYPE))
         if isinstance(fact, ProvenAbsent):
+            failed = len(fact.proof["children_gone"])
+            if failed >= MAX_FAILED_STARTS:
+                note = {
+                    "operation_id": ctx.operation_id,
+                    "reason": f"{failed} attempts started and died without a result",
+                    "proof": fact.proof,
+                }
+                evidence = ctx.artifacts.put_bytes(canonical_json(note), "application/json")
+                return Unknown(Evidence(ref=evidence.ref, digest=evidence.digest), UNKNOWN_RETRY_MS)
             proof = ctx.artifacts.put_bytes(fact.guard_path.read_bytes(), "application/json")
             return ConfirmedAbsent(RetryGuard(ref=proof.ref, digest=proof.digest))
         evidence = ctx.artifacts.put_bytes(fact.evidence_path.read_bytes(), "application/json")

@@ -144,6 +144,7 @@ class _Run:
     settled_before: set[str]
     started: float
     live: _Live
+    adapter: SimEpisodeAdapter
 
 
 def _keys(snapshot: WorldSnapshot) -> list[ActivityKey]:
@@ -223,6 +224,7 @@ def _open(args: argparse.Namespace, out: TextIO, live: _Live) -> tuple[_Run, Mis
         snap = host.snapshot(WORLD)
         if snap.get(MISSION_ENTITY, MISSION) != component:
             host.close()
+            adapter.close()
             print(
                 f"tether demo: {data_dir} holds a different mission; use another --data-dir",
                 file=sys.stderr,
@@ -237,7 +239,7 @@ def _open(args: argparse.Namespace, out: TextIO, live: _Live) -> tuple[_Run, Mis
             f"data directory {data_dir}: resuming ({len(settled)} activities already settled)",
             file=out,
         )
-    return _Run(host, out, board, settled, time.monotonic(), live), mission
+    return _Run(host, out, board, settled, time.monotonic(), live, adapter), mission
 
 
 def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
@@ -351,6 +353,7 @@ def main(argv: list[str]) -> int:
             return code
         finally:
             run.host.close()
+            run.adapter.close()
             if args.linger > 0:
                 time.sleep(args.linger)
     finally:

@@ -78,9 +78,17 @@ CRASH_ENV = "TETHER_SIM_CRASH_AT"
 _ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.start$")
 
 
-def crash_point(name: str) -> None:
-    """SIGKILL this process if `TETHER_SIM_CRASH_AT` names this point (crash tests)."""
-    if os.environ.get(CRASH_ENV) == name:
+def crash_point(name: str, attempt: int) -> None:
+    """SIGKILL this process at a named point, for crash tests.
+
+    `TETHER_SIM_CRASH_AT=name` fires in attempt 1 only, `name@k` in attempt k, `name@*` in
+    every attempt (a provider that always dies).
+    """
+    spec = os.environ.get(CRASH_ENV)
+    if not spec:
+        return
+    target, _, which = spec.partition("@")
+    if target == name and (which == "*" or int(which or "1") == attempt):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -324,7 +332,7 @@ class SimProvider:
         self._run_child(op, operation_id, attempt, req, progress, on_start)
         data = op.result.read_bytes()
         outcome = EpisodeOutcome(path=op.result, data=data, reused=False)
-        crash_point("sim.result_durable")
+        crash_point("sim.result_durable", attempt)
         return outcome
 
     def _run_child(
