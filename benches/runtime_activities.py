@@ -27,6 +27,7 @@ from tether.runtime import (
 from tether.world import ComponentWrite, WorldSnapshot, canonical_json
 
 N = 200
+ROUNDS = 3
 
 
 class Effects:
@@ -89,11 +90,14 @@ def bench_tether(root: Path) -> float:
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as d:
-        root = Path(d)
-        base = bench_baseline(root)
-        tether = bench_tether(root)
-    print(f"activities={N}")
+    # Alternate the two sides and keep each one's best round (shared machine, drifting fsync).
+    base, tether = float("inf"), float("inf")
+    for _ in range(ROUNDS):
+        with tempfile.TemporaryDirectory() as d:
+            base = min(base, bench_baseline(Path(d)))
+        with tempfile.TemporaryDirectory() as d:
+            tether = min(tether, bench_tether(Path(d)))
+    print(f"activities={N} best of {ROUNDS} alternating rounds")
     print(f"baseline (durable effect only):   {base / N * 1e3:8.3f} ms/activity")
     print(f"tether (admit..settle, durable):  {tether / N * 1e3:8.3f} ms/activity")
     print(f"ratio tether/baseline:            {tether / base:8.2f}x")

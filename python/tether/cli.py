@@ -22,12 +22,32 @@ COMMANDS["replay"] = (
 
 
 # --- emulators ---
+COMMANDS["emulate"] = (
+    "tether.emulators.cli",
+    "run a device emulator: tether emulate dynamixel --ids 1,2",
+)
 
 
 # --- operator ---
+COMMANDS["operator"] = (
+    "tether.operator.cli",
+    "list, show and resolve robot moves parked for an operator",
+)
 
 
 # --- host ---
+COMMANDS["host"] = (
+    "tether.adapters.dynamixel.hostcli",
+    "own the configured robots; hash-credential",
+)
+COMMANDS["move"] = (
+    "tether.adapters.dynamixel.worker",
+    "run one robot move to a conclusion (reconciles first)",
+)
+COMMANDS["stop"] = (
+    "tether.operator.stop",
+    "safe-stop every configured robot, also while a host owns it",
+)
 COMMANDS["worker"] = ("tether.runtime.worker_main", "run Activity worker threads on a data dir")
 
 

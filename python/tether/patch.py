@@ -85,7 +85,9 @@ def apply(doc: Any, patch: list[Any], *, mode: Mode = "strict", in_place: bool =
     By default ``doc`` is never mutated: the result has new dicts and lists and shares the
     (immutable) scalars, as ``copy.deepcopy`` would. With ``in_place=True`` ``doc`` itself is
     patched and returned (unless the patch replaced the whole document); a failure still
-    leaves it exactly as it was, rolled back through an undo journal.
+    leaves it exactly as it was, rolled back through an undo journal. In place, only the parts
+    of ``doc`` the patch walks, compares or copies are checked for non-JSON values; the copying
+    mode checks the whole document while copying it.
 
     Raises:
         InvalidPatch: the patch is malformed (``op_index`` and ``path`` locate the operation).

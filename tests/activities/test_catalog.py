@@ -52,6 +52,10 @@ def test_source_receipt_must_be_the_activity_world(catalog: Catalog) -> None:
 
 def test_field_bounds_are_enforced(catalog: Catalog) -> None:
     with pytest.raises(BoundsExceeded):
+        catalog.claim("", 1_000)  # refused even though nothing is claimable
+    with pytest.raises(BoundsExceeded):
+        catalog.claim("w", 8 * 24 * 3600 * 1000)
+    with pytest.raises(BoundsExceeded):
         catalog.admit(admission(key("a" * 513)))
     with pytest.raises(BoundsExceeded):
         catalog.admit(admission(key(kind="k" * 256)))
@@ -132,22 +136,21 @@ def test_execute_attempts_bind_before_recording(catalog: Catalog) -> None:
         catalog.confirm_absent(k, c.fence, RetryGuard("g", "d"))
 
 
-def test_operation_identity_is_stable_and_binds_one_activity(catalog: Catalog) -> None:
+def test_operation_identity_is_derived_stable_and_binds_one_activity(catalog: Catalog) -> None:
     k1, k2 = key("a1"), key("a2")
     catalog.admit(admission(k1))
     catalog.admit(admission(k2))
     c1 = catalog.claim("w", 10_000)
     c2 = catalog.claim("w", 10_000)
     assert c1 is not None and c2 is not None and c1.key == k1
-    catalog.bind_provider_operation(k1, c1.fence, "provider-op-1")
-    assert catalog.bind_provider_operation(k1, c1.fence, "provider-op-1").operation_id == (
-        "provider-op-1"
-    )
+    rec = catalog.bind_provider_operation(k1, c1.fence, operation_id_for(k1))
+    assert rec.operation_id == operation_id_for(k1) and rec.operation_bound_at_ms is not None
+    assert catalog.bind_provider_operation(k1, c1.fence, operation_id_for(k1)) == rec
     with pytest.raises(OperationConflict):
         catalog.bind_provider_operation(k1, c1.fence, "provider-op-2")
     before = catalog.get(k2)
     with pytest.raises(OperationConflict):
-        catalog.bind_provider_operation(k2, c2.fence, "provider-op-1")
+        catalog.bind_provider_operation(k2, c2.fence, operation_id_for(k1))
     assert catalog.get(k2) == before
 
 
@@ -228,3 +231,69 @@ def test_records_are_readable_after_reopening(db_url: str, clock: ManualClock) -
         before = cat.get(k)
     with Catalog.open(db_url, clock=clock) as cat:
         assert cat.get(k) == before
+
+
+def test_threads_sharing_one_catalog_claim_each_activity_once(db_url: str) -> None:
+    import threading
+
+    keys = [key(f"t{i:03d}") for i in range(60)]
+    with Catalog.open(db_url, synchronous="NORMAL") as cat:
+        for k in keys:
+            cat.admit(admission(k))
+        claimed: list[ActivityKey] = []
+        errors: list[BaseException] = []
+
+        def work(name: str) -> None:
+            try:
+                while (c := cat.claim(name, 60_000)) is not None:
+                    cat.bind_provider_operation(c.key, c.fence, operation_id_for(c.key))
+                    cat.record_result(c.key, c.fence, result(c.key.activity_id))
+                    claimed.append(c.key)
+            except BaseException as e:  # surfaced below: a thread must not fail silently
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(f"thread-{i}",)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors
+        assert sorted(claimed, key=lambda k: k.activity_id) == keys
+        assert [r.key for r in cat.iter_pending_observation()] == keys
+
+
+def test_open_passes_the_synchronous_mode_to_the_store(db_url: str) -> None:
+    from tether.storage import SqliteCatalogStore
+
+    with Catalog.open(db_url, synchronous="NORMAL") as cat:
+        assert isinstance(cat.store, SqliteCatalogStore) and cat.store.synchronous == "NORMAL"
+    with Catalog.open(db_url) as cat:
+        assert isinstance(cat.store, SqliteCatalogStore) and cat.store.synchronous == "FULL"
+
+
+def test_iter_claimable_merges_kinds_in_claimable_order_across_pages(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    keys = []
+    for step in range(12):
+        for kind in ("k-b", "k-a", "k-c")[: 1 + step % 3]:
+            k = key(f"x{step:02d}", kind=kind, world=f"w{step % 2}")
+            catalog.admit(admission(k))
+            keys.append(k)
+        if step % 4 != 0:  # several activities share one claimable_from_ms
+            clock.advance(1)
+    held = catalog.claim("holder", 60_000, kinds=["k-a"])
+    assert held is not None
+    records = [catalog.get(k) for k in keys]
+    expected = sorted(
+        (r for r in records if r is not None and r.claimable(clock.now_ms)),
+        key=lambda r: (r.claimable_from_ms, r.key.kind, r.key.world_id, r.key.activity_id),
+    )
+    for size in (1, 2, 5, 100):
+        assert [r.key for r in catalog.iter_claimable(page_size=size)] == [r.key for r in expected]
+    only = [r.key for r in catalog.iter_claimable(kinds=["k-c", "k-b"], world_id="w1", page_size=2)]
+    assert only == [
+        r.key for r in expected if r.key.kind in ("k-c", "k-b") and r.key.world_id == "w1"
+    ]
+    first = catalog.claim("w", 1_000)
+    assert first is not None and first.key == expected[0].key

@@ -213,10 +213,12 @@ class CatalogMachine(RuleBasedStateMachine):
             if self._live(self._get(key), fence):
                 live_holders[key] = live_holders.get(key, 0) + 1
         assert all(n <= 1 for n in live_holders.values()), "at most one live attempt"
+        unsettled: dict[str, bool] = {"w1": False, "w2": False}
         for key in KEYS:
             rec = self._get(key)
             if rec is None:
                 continue
+            unsettled[key.world_id] |= rec.settlement is None
             assert rec.key == key
             assert rec.fence >= self.max_fence.get(key, 0), "fences never decrease"
             if key in self.results:
@@ -232,6 +234,8 @@ class CatalogMachine(RuleBasedStateMachine):
             if rec.attempt is not None:
                 assert rec.attempt.fence == rec.fence
             self._observe(key, rec)
+        for world, expected in unsettled.items():
+            assert self.catalog.has_unsettled(world) == expected, "the lifecycle gate is exact"
 
 
 TestCatalogStateMachine = CatalogMachine.TestCase

@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from tether.activities import ActivityKey, Catalog, operation_id_for
 
 from tests.activities.support import admission
@@ -15,9 +16,9 @@ from tests.activities.support import admission
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_two_processes_execute_every_activity_exactly_once(tmp_path: Path) -> None:
+def run_workers(tmp_path: Path, activities: int, names: tuple[str, ...]) -> None:
     db, effects, go = tmp_path / "c.db", tmp_path / "effects.log", tmp_path / "go"
-    keys = [ActivityKey("w1", "sim.rollout", f"a{i:03d}") for i in range(120)]
+    keys = [ActivityKey("w1", "sim.rollout", f"a{i:04d}") for i in range(activities)]
     with Catalog.open(f"sqlite://{db}") as cat:
         for k in keys:
             cat.admit(admission(k))
@@ -31,14 +32,14 @@ def test_two_processes_execute_every_activity_exactly_once(tmp_path: Path) -> No
                 str(effects),
                 str(go),
                 name,
-                seed,
+                str(seed),
             ],
             cwd=REPO,
         )
-        for name, seed in (("proc-a", "1"), ("proc-b", "2"))
+        for seed, name in enumerate(names)
     ]
     deadline = time.monotonic() + 60
-    while not all(Path(f"{go}.{n}.ready").exists() for n in ("proc-a", "proc-b")):
+    while not all(Path(f"{go}.{n}.ready").exists() for n in names):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
         time.sleep(0.01)
     go.touch()  # both are imported and waiting: they start claiming together
@@ -52,4 +53,13 @@ def test_two_processes_execute_every_activity_exactly_once(tmp_path: Path) -> No
             rec = cat.get(k)
             assert rec is not None and rec.result is not None
             assert rec.result.ref == f"effect://{operation_id_for(k)}"
-    assert {who for _, who, _ in lines} == {"proc-a", "proc-b"}, "both processes did work"
+    assert {who for _, who, _ in lines} == set(names), "every process did work"
+
+
+def test_two_processes_execute_every_activity_exactly_once(tmp_path: Path) -> None:
+    run_workers(tmp_path, 120, ("proc-a", "proc-b"))
+
+
+@pytest.mark.slow
+def test_four_processes_execute_a_thousand_activities_exactly_once(tmp_path: Path) -> None:
+    run_workers(tmp_path, 1_000, ("proc-a", "proc-b", "proc-c", "proc-d"))

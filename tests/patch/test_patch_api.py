@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import copy
 import json
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -327,3 +328,13 @@ def test_diff_never_aliases_new() -> None:
     new = {"a": {"b": [1]}}
     ops = patch.diff({}, new)
     assert ops[0]["value"] == new["a"] and ops[0]["value"] is not new["a"]
+
+
+def test_mode_literal_matches_the_engine() -> None:
+    modes = typing.get_args(patch.Mode)
+    assert set(modes) == {"strict", "agui"}
+    for mode in modes:
+        assert patch.apply({}, [], mode=mode) == {}
+        assert patch.apply_json(b"{}", b"[]", mode=mode) == b"{}"
+    assert len(set(patch.ERROR_CODES)) == len(patch.ERROR_CODES)
+    assert patch.WARNING_CODES == ("unknown_op",)

@@ -18,7 +18,11 @@ def test_urls_name_an_absolute_sqlite_file(tmp_path: Path) -> None:
     store = open_store(f"sqlite://{tmp_path}/a.db")
     assert isinstance(store, SqliteCatalogStore) and store.path == f"{tmp_path}/a.db"
     store.close()
-    for bad in ("sqlite://relative.db", "sqlite://", "postgres://db/x", "a.db", "sqlite:/x"):
+    relaxed = open_store(f"SQLite://{tmp_path}/c.db", synchronous="normal")
+    assert isinstance(relaxed, SqliteCatalogStore) and relaxed.synchronous == "NORMAL"
+    relaxed.close()
+    bad_urls = ("sqlite://relative.db", "sqlite://", "postgres://db/x", "a.db", "sqlite:/x")
+    for bad in (*bad_urls, f"sqlite://{tmp_path}/", f"sqlite://{tmp_path}/a.db?mode=ro"):
         with pytest.raises(CatalogConfigError):
             open_store(bad)
     with pytest.raises(CatalogConfigError):
@@ -39,6 +43,8 @@ def test_pragmas(tmp_path: Path, mode: str, level: int) -> None:
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == level
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    fks = conn.execute("PRAGMA foreign_key_list(activities)").fetchall()
+    assert [(fk[2], fk[3], fk[4]) for fk in fks] == [("activity_kinds", "kind", "kind")]
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
     store.close()
     with pytest.raises(CatalogStorageError):
@@ -78,18 +84,18 @@ def test_claim_goes_straight_to_claimable_rows(tmp_path: Path) -> None:
     from tether.storage import _sqlite
 
     for sql, params in (
-        (_sqlite._CLAIM_ANY, (0,)),
-        (_sqlite._CLAIM_WORLD, (0, "w")),
         (_sqlite._CLAIM_KIND, ("k", 0)),
         (_sqlite._CLAIM_KIND_WORLD, ("k", 0, "w")),
     ):
         plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
         assert "activities_claimable" in plan, plan
         assert "SCAN activities" not in plan.replace("USING INDEX", "")
-    plan = " ".join(
-        r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {_sqlite._HAS_UNSETTLED}", ("w",))
-    )
-    assert "activities_unsettled" in plan
+    for sql, params, index in (
+        (_sqlite._HAS_PENDING, ("w",), "activities_pending_observation"),
+        (_sqlite._HAS_UNFINISHED, ("k", "w"), "activities_claimable"),
+    ):
+        plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+        assert index in plan, plan
     store.close()
 
 
@@ -137,4 +143,42 @@ def test_strict_tables_refuse_wrongly_typed_values(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     with pytest.raises(sqlite3.IntegrityError):
         conn.execute("UPDATE activities SET fence = 'x'")
+    conn.close()
+
+
+def test_forward_migrations_apply_once_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.storage import _schema
+
+    path = str(tmp_path / "m.db")
+    SqliteCatalogStore(path).close()  # version 1 on disk
+    v2 = (2, ("CREATE TABLE migration_probe (n INTEGER) STRICT",))
+    v3 = (3, ("INSERT INTO migration_probe VALUES (3)",))
+    monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, v2, v3))
+    monkeypatch.setattr(_schema, "LATEST", 3)
+    SqliteCatalogStore(path).close()
+    SqliteCatalogStore(path).close()  # reopening applies nothing twice
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 3
+    assert conn.execute("SELECT n FROM migration_probe").fetchall() == [(3,)]
+    conn.close()
+
+
+def test_a_failing_migration_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.storage import _schema
+
+    path = str(tmp_path / "f.db")
+    SqliteCatalogStore(path).close()
+    broken = (2, ("CREATE TABLE half_done (n INTEGER)", "THIS IS NOT SQL"))
+    monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, broken))
+    monkeypatch.setattr(_schema, "LATEST", 2)
+    with pytest.raises(CatalogStorageError):
+        SqliteCatalogStore(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 1
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "half_done" not in tables
     conn.close()

@@ -119,6 +119,7 @@ class Catalog:
         if not isinstance(owner, str) or not isinstance(lease_ms, int):
             raise TypeError("claim(owner: str, lease_ms: int)")
         now = self._clock()
+        _core.catalog_check_claim(owner, lease_ms, now)
         row = self._store.claim(
             now, lambda old: _core.catalog_claim(old, owner, lease_ms, now), _kinds(kinds), world_id
         )
@@ -129,32 +130,46 @@ class Catalog:
         return Claim(record, record.attempt)
 
     def renew(self, key: ActivityKey, fence: int, lease_ms: int) -> ActivityRecord:
+        """Extend the live attempt's lease to now + ``lease_ms`` (an expired lease cannot be
+        renewed: `LeaseExpired`)."""
         now = self._clock()
         return self._change(key, lambda row: _core.catalog_renew(row, fence, lease_ms, now))
 
     def release(self, key: ActivityKey, fence: int) -> ActivityRecord:
+        """Give back an execute attempt that bound nothing; it is claimable again at once."""
         now = self._clock()
         return self._change(key, lambda row: _core.catalog_release(row, fence, now))
 
     def bind_provider_operation(
         self, key: ActivityKey, fence: int, operation_id: str
     ) -> ActivityRecord:
+        """Durably bind the provider operation before any external effect. ``operation_id``
+        must be `operation_id_for(key)` (anything else is `OperationConflict`); rebinding it
+        is a no-op, and only an execute attempt may bind it first."""
         now = self._clock()
         return self._change(
             key, lambda row: _core.catalog_bind_provider_operation(row, fence, operation_id, now)
         )
 
     def record_result(self, key: ActivityKey, fence: int, result: ResultRef) -> ActivityRecord:
+        """Record the durable result under the live fence (an execute attempt must have bound
+        first). The attempt ends; the record is never claimable again. An exact repeat under
+        the same fence is a no-op, any other result a `ResultConflict`."""
         now = self._clock()
         return self._change(key, lambda row: _core.catalog_record_result(row, fence, result, now))
 
     def confirm_absent(self, key: ActivityKey, fence: int, guard: RetryGuard) -> ActivityRecord:
+        """A reconcile attempt proved the operation absent and the guard proves no stale
+        claimant can start it: the attempt ends and the next claim may execute, once."""
         now = self._clock()
         return self._change(key, lambda row: _core.catalog_confirm_absent(row, fence, guard, now))
 
     def record_unknown(
         self, key: ActivityKey, fence: int, evidence: Evidence, retry_after_ms: int
     ) -> ActivityRecord:
+        """A reconcile attempt could not tell: the evidence revision rises, the activity awaits
+        an operator decision (`iter_awaiting_decision`) and is claimable again, to reconcile
+        only, after ``retry_after_ms``."""
         now = self._clock()
         return self._change(
             key,

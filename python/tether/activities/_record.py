@@ -80,46 +80,47 @@ def record_from_row(row: Row) -> ActivityRecord:
     result = recorded = None
     if result_ref is not None:
         result = ResultRef(
-            result_ref, result_digest, result_media_type, result_size, bool(result_failed)
+            result_ref, result_digest, result_media_type, result_size, result_failed == 1
         )
         recorded = RecordedResult(result, result_attempt, result_fence, result_at_ms)
+    # Positional, in field order: this runs once per catalog call, keyword passing costs more.
     return ActivityRecord(
-        key=ActivityKey(world_id, kind, activity_id),
-        source=Receipt(world_id, source_run_id, source_tick, source_token),
-        input_ref=input_ref,
-        input_digest=input_digest,
-        admitted_at_ms=admitted_at_ms,
-        fence=fence,
-        attempt_count=attempt_count,
-        attempt=None
+        ActivityKey(world_id, kind, activity_id),
+        Receipt(world_id, source_run_id, source_tick, source_token),
+        input_ref,
+        input_digest,
+        admitted_at_ms,
+        fence,
+        attempt_count,
+        None
         if attempt_owner is None
-        else Attempt(attempt_count, fence, attempt_owner, lease_expires_ms, bool(may_execute)),
-        operation_id=operation_id,
-        operation_bound_at_ms=bound_at_ms,
-        retry_guard=None
+        else Attempt(attempt_count, fence, attempt_owner, lease_expires_ms, may_execute == 1),
+        operation_id,
+        bound_at_ms,
+        None
         if guard_ref is None
         else RecordedGuard(
-            RetryGuard(guard_ref, guard_digest), guard_fence, guard_at_ms, bool(retry_authorized)
+            RetryGuard(guard_ref, guard_digest), guard_fence, guard_at_ms, retry_authorized == 1
         ),
-        result=result,
-        recorded_result=recorded,
-        evidence=None
+        result,
+        recorded,
+        None
         if evidence_ref is None
         else RecordedEvidence(Evidence(evidence_ref, evidence_digest), evidence_at_ms),
-        evidence_revision=evidence_revision,
-        awaiting_decision=bool(awaiting_decision),
-        decision=None
+        evidence_revision,
+        awaiting_decision == 1,
+        None
         if decision_outcome is None
         else OperatorDecision(
             decision_outcome, decision_revision, decision_operator, decision_at_ms, decision_note
         ),
-        settlement=None
+        None
         if settled_run_id is None
         else Settlement(
             Receipt(world_id, settled_run_id, settled_tick, settled_token),
             settlement_evidence_digest,
             settled_at_ms,
         ),
-        claimable_from_ms=claimable_from_ms,
-        version=version,
+        claimable_from_ms,
+        version,
     )

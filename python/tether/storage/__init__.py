@@ -11,9 +11,10 @@ from tether.storage._sqlite import SYNCHRONOUS, SqliteCatalogStore
 
 def _open_sqlite(rest: str, synchronous: str) -> CatalogStore:
     # `sqlite:///abs/path.db`: everything after `sqlite://` is the absolute file path.
-    if not rest.startswith("/") or rest == "/":
+    if not rest.startswith("/") or rest.endswith("/") or "?" in rest or "#" in rest:
         raise CatalogConfigError(
-            f"sqlite catalog URLs name an absolute file: sqlite:///abs/path.db (got {rest!r})"
+            f"sqlite catalog URLs name an absolute file, without query or fragment:"
+            f" sqlite:///abs/path.db (got {rest!r})"
         )
     return SqliteCatalogStore(rest, synchronous=synchronous)
 
@@ -27,12 +28,14 @@ def open_store(url: str, *, synchronous: str = "FULL") -> CatalogStore:
     if not isinstance(url, str):
         raise CatalogConfigError(f"catalog URL must be a string, not {type(url).__name__}")
     scheme, sep, rest = url.partition("://")
-    opener = BACKENDS.get(scheme) if sep else None
+    opener = BACKENDS.get(scheme.lower()) if sep else None
     if opener is None:
         raise CatalogConfigError(
             f"unsupported catalog URL {url!r}; supported schemes: {sorted(BACKENDS)}"
         )
-    return opener(rest, synchronous)
+    if not isinstance(synchronous, str):
+        raise CatalogConfigError(f"synchronous must be a string, not {type(synchronous).__name__}")
+    return opener(rest, synchronous.upper())
 
 
 __all__ = [

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from itertools import compress
+from operator import ne
+from typing import Any, NoReturn
 
 from tether._core import (
     CatalogConfigError,
     CatalogStorageError,
-    OperationConflict,
     catalog_columns,
 )
 from tether.storage._port import ClaimTransition, KeyTuple, Row, Transition, View
@@ -25,34 +26,46 @@ from tether.storage._schema import migrate
 COLUMNS: tuple[str, ...] = tuple(catalog_columns())
 VERSION = COLUMNS.index("version")
 SYNCHRONOUS = ("FULL", "NORMAL")
+# A transition writes a few pages (row plus its partial indexes), mostly the same hot pages
+# again and again; checkpointing every 10,000 WAL frames instead of SQLite's 1,000 copies each
+# hot page back far less often, for a WAL of up to ~40 MB.
+WAL_AUTOCHECKPOINT_PAGES = 10_000
 BUSY_TIMEOUT_S = 30.0
 
 _N = len(COLUMNS)
+_POSITIONS = range(_N)
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM activities"
 _BY_KEY = f"{_SELECT} WHERE world_id = ? AND kind = ? AND activity_id = ?"
 _INSERT = f"INSERT INTO activities ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * _N)})"
 _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= ?"
-# Claims name their index: the planner would otherwise walk a world's primary-key range, whose
-# cost grows with that world's finished rows. Leased rows sit beyond `now` in these indexes and
-# finished rows are not in them at all, so a claim only ever touches claimable rows.
-_BY_FROM = f"{_SELECT} INDEXED BY activities_claimable WHERE {_CLAIMABLE}"
-_BY_KIND = f"{_SELECT} INDEXED BY activities_claimable_kind WHERE kind = ? AND {_CLAIMABLE}"
-_CLAIM_ANY = f"{_BY_FROM} ORDER BY claimable_from_ms LIMIT 1"
-_CLAIM_WORLD = f"{_BY_FROM} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
+# Claims and the claimable scan name their index: the planner would otherwise walk a world's
+# primary-key range, whose cost grows with that world's finished rows. Leased rows sit beyond
+# `now` in the index and finished rows are not in it, so a claim only touches claimable rows.
+_BY_KIND = f"{_SELECT} INDEXED BY activities_claimable WHERE kind = ? AND {_CLAIMABLE}"
 _CLAIM_KIND = f"{_BY_KIND} ORDER BY claimable_from_ms LIMIT 1"
 _CLAIM_KIND_WORLD = f"{_BY_KIND} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
-_HAS_UNSETTLED = (
-    "SELECT 1 FROM activities INDEXED BY activities_unsettled"
-    " WHERE world_id = ? AND settled_tick IS NULL LIMIT 1"
+_KINDS = "SELECT kind FROM activity_kinds"
+_ADD_KIND = "INSERT OR IGNORE INTO activity_kinds (kind) VALUES (?)"
+# Unsettled = no result yet (the row has a claimable_from_ms, per the core) or a result pending
+# observation; both are in partial indexes that hold no settled rows.
+_HAS_PENDING = (
+    "SELECT 1 FROM activities INDEXED BY activities_pending_observation"
+    " WHERE world_id = ? AND result_ref IS NOT NULL AND settled_tick IS NULL LIMIT 1"
 )
-_I_CLAIMABLE_FROM = COLUMNS.index("claimable_from_ms")
+_HAS_UNFINISHED = (
+    "SELECT 1 FROM activities INDEXED BY activities_claimable"
+    " WHERE kind = ? AND claimable_from_ms IS NOT NULL AND world_id = ? LIMIT 1"
+)
+_CLAIM_ORDER = tuple(
+    COLUMNS.index(c) for c in ("claimable_from_ms", "kind", "world_id", "activity_id")
+)
 
 # Per view: its partial index, the filter matching that index, and the keyset order.
 _VIEWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "claimable": (
         "activities_claimable",
         _CLAIMABLE,
-        ("claimable_from_ms", "world_id", "kind", "activity_id"),
+        ("claimable_from_ms", "kind", "world_id", "activity_id"),
     ),
     "pending_observation": (
         "activities_pending_observation",
@@ -66,6 +79,10 @@ _VIEWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
 }
 _VIEW_INDEX = {name: tuple(COLUMNS.index(c) for c in v[2]) for name, v in _VIEWS.items()}
+
+
+def _claim_order(row: Row) -> tuple[Any, ...]:
+    return tuple(row[i] for i in _CLAIM_ORDER)
 
 
 class SqliteCatalogStore:
@@ -95,6 +112,7 @@ class SqliteCatalogStore:
             if str(mode).lower() != "wal":
                 raise CatalogStorageError(f"catalog database {path!r} cannot use WAL ({mode})")
             conn.execute(f"PRAGMA synchronous={synchronous}")
+            conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
             conn.execute("PRAGMA foreign_keys=ON")
             migrate(conn)
         except sqlite3.Error as e:
@@ -110,8 +128,29 @@ class SqliteCatalogStore:
             raise CatalogStorageError("the catalog is closed")
         return self._conn
 
-    def _write(self, conn: sqlite3.Connection, old: Row, new: Row) -> None:
-        changed = tuple(i for i in range(_N) if old[i] != new[i])
+    def _begin(self) -> sqlite3.Cursor:
+        cur = self._db().cursor()
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise CatalogStorageError(f"cannot start a catalog transaction: {e}") from e
+        return cur
+
+    def _abort(self, error: BaseException) -> NoReturn:
+        """Roll back the open transaction and raise the typed form of ``error``."""
+        conn = self._db()
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error as e:
+                raise CatalogStorageError(f"catalog rollback failed: {e}") from error
+        if isinstance(error, sqlite3.Error):
+            raise CatalogStorageError(f"catalog transaction failed: {error}") from error
+        raise error
+
+    def _write(self, cur: sqlite3.Cursor, old: Row, new: Row) -> None:
+        """Compare-and-swap the changed columns of ``old`` to ``new`` on its version."""
+        changed = tuple(compress(_POSITIONS, map(ne, old, new)))
         sql = self._updates.get(changed)
         if sql is None:
             sets = ", ".join(f"{COLUMNS[i]} = ?" for i in changed)
@@ -122,49 +161,24 @@ class SqliteCatalogStore:
             self._updates[changed] = sql
         params = [new[i] for i in changed]
         params += (old[0], old[1], old[2], old[VERSION])
-        if conn.execute(sql, params).rowcount != 1:
+        if cur.execute(sql, params).rowcount != 1:
             raise CatalogStorageError("the activity changed under the transaction (version)")
 
-    def _transact(self, body: Callable[[sqlite3.Connection], Row | None]) -> Row | None:
-        with self._lock:
-            conn = self._db()
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as e:
-                raise CatalogStorageError(f"cannot start a catalog transaction: {e}") from e
-            try:
-                out = body(conn)
-                conn.execute("COMMIT")
-                return out
-            except sqlite3.IntegrityError as e:
-                conn.execute("ROLLBACK")
-                if "operation_id" in str(e):
-                    raise OperationConflict(
-                        "the provider operation id is bound to another activity"
-                    ) from e
-                raise CatalogStorageError(f"catalog write refused: {e}") from e
-            except sqlite3.Error as e:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise CatalogStorageError(f"catalog transaction failed: {e}") from e
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-
     def apply(self, key: KeyTuple, transition: Transition) -> Row:
-        def body(conn: sqlite3.Connection) -> Row:
-            old = conn.execute(_BY_KEY, key).fetchone()
-            new = transition(old)
-            if old is None:
-                conn.execute(_INSERT, new)
-            elif new[VERSION] != old[VERSION]:
-                self._write(conn, old, new)
+        with self._lock:
+            cur = self._begin()
+            try:
+                old = cur.execute(_BY_KEY, key).fetchone()
+                new = transition(old)
+                if old is None:
+                    cur.execute(_ADD_KIND, (new[1],))
+                    cur.execute(_INSERT, new)
+                elif new[VERSION] != old[VERSION]:
+                    self._write(cur, old, new)
+                cur.execute("COMMIT")
+            except BaseException as e:
+                self._abort(e)
             return new
-
-        out = self._transact(body)
-        assert out is not None
-        return out
 
     def claim(
         self,
@@ -173,38 +187,74 @@ class SqliteCatalogStore:
         kinds: Sequence[str] | None,
         world_id: str | None,
     ) -> Row | None:
-        def body(conn: sqlite3.Connection) -> Row | None:
-            old = self._next_claimable(conn, now_ms, kinds, world_id)
-            if old is None:
-                return None
-            new = transition(old)
-            self._write(conn, old, new)
+        with self._lock:
+            cur = self._begin()
+            try:
+                old = self._next_claimable(cur, now_ms, kinds, world_id)
+                new = None if old is None else transition(old)
+                if old is not None and new is not None:
+                    self._write(cur, old, new)
+                cur.execute("COMMIT")
+            except BaseException as e:
+                self._abort(e)
             return new
 
-        return self._transact(body)
-
     @staticmethod
-    def _next_claimable(
-        conn: sqlite3.Connection, now_ms: int, kinds: Sequence[str] | None, world_id: str | None
-    ) -> Row | None:
+    def _kinds(cur: sqlite3.Cursor, kinds: Sequence[str] | None) -> list[str]:
         if kinds is None:
-            if world_id is None:
-                row: Row | None = conn.execute(_CLAIM_ANY, (now_ms,)).fetchone()
-                return row
-            row = conn.execute(_CLAIM_WORLD, (now_ms, world_id)).fetchone()
-            return row
+            return [k for (k,) in cur.execute(_KINDS).fetchall()]
+        return list(dict.fromkeys(kinds))
+
+    def _next_claimable(
+        self, cur: sqlite3.Cursor, now_ms: int, kinds: Sequence[str] | None, world_id: str | None
+    ) -> Row | None:
         # One indexed probe per kind; the earliest claimable row among them wins.
         best: Row | None = None
-        for kind in dict.fromkeys(kinds):
+        for kind in self._kinds(cur, kinds):
             if world_id is None:
-                row = conn.execute(_CLAIM_KIND, (kind, now_ms)).fetchone()
+                row = cur.execute(_CLAIM_KIND, (kind, now_ms)).fetchone()
             else:
-                row = conn.execute(_CLAIM_KIND_WORLD, (kind, now_ms, world_id)).fetchone()
-            if row is not None and (
-                best is None or row[_I_CLAIMABLE_FROM] < best[_I_CLAIMABLE_FROM]
-            ):
+                row = cur.execute(_CLAIM_KIND_WORLD, (kind, now_ms, world_id)).fetchone()
+            if row is not None and (best is None or _claim_order(row) < _claim_order(best)):
                 best = row
         return best
+
+    def _page_claimable(
+        self,
+        cur: sqlite3.Cursor,
+        now_ms: int,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        after: tuple[Any, ...] | None,
+        limit: int,
+    ) -> list[Row]:
+        """Keyset page in (claimable_from_ms, kind, world_id, activity_id) order: one range
+        per kind starting just after the cursor, merged."""
+        rows: list[Row] = []
+        for kind in self._kinds(cur, kinds):
+            where = ["kind = ?", _CLAIMABLE]
+            params: list[Any] = [kind, now_ms]
+            if world_id is not None:
+                where.append("world_id = ?")
+                params.append(world_id)
+            if after is not None:
+                at, after_kind, after_world, after_id = after
+                if kind > after_kind:
+                    where.append("claimable_from_ms >= ?")
+                    params.append(at)
+                elif kind < after_kind:
+                    where.append("claimable_from_ms > ?")
+                    params.append(at)
+                else:
+                    where.append("(claimable_from_ms, world_id, activity_id) > (?, ?, ?)")
+                    params += (at, after_world, after_id)
+            sql = (
+                f"{_SELECT} INDEXED BY activities_claimable WHERE {' AND '.join(where)}"
+                " ORDER BY claimable_from_ms, world_id, activity_id LIMIT ?"
+            )
+            rows += cur.execute(sql, [*params, limit]).fetchall()
+        rows.sort(key=_claim_order)
+        return rows[:limit]
 
     def get(self, key: KeyTuple) -> Row | None:
         with self._lock:
@@ -223,9 +273,17 @@ class SqliteCatalogStore:
         after: tuple[Any, ...] | None,
         limit: int,
     ) -> list[Row]:
+        if view == "claimable":
+            with self._lock:
+                try:
+                    return self._page_claimable(
+                        self._db().cursor(), now_ms, kinds, world_id, after, limit
+                    )
+                except sqlite3.Error as e:
+                    raise CatalogStorageError(f"catalog scan failed: {e}") from e
         index, condition, order = _VIEWS[view]
         where = [condition]
-        params: list[Any] = [now_ms] if view == "claimable" else []
+        params: list[Any] = []
         if world_id is not None:
             where.append("world_id = ?")
             params.append(world_id)
@@ -254,18 +312,24 @@ class SqliteCatalogStore:
 
     def has_unsettled(self, world_id: str) -> bool:
         with self._lock:
+            conn = self._db()
             try:
-                row = (
-                    self._db()
-                    .execute(
-                        _HAS_UNSETTLED,
-                        (world_id,),
-                    )
-                    .fetchone()
-                )
+                # One read snapshot for both probes: a result recorded between them cannot
+                # make an activity vanish from both.
+                conn.execute("BEGIN")
+                try:
+                    found = conn.execute(_HAS_PENDING, (world_id,)).fetchone() is not None
+                    for (kind,) in conn.execute(_KINDS).fetchall():
+                        if found:
+                            break
+                        found = (
+                            conn.execute(_HAS_UNFINISHED, (kind, world_id)).fetchone() is not None
+                        )
+                finally:
+                    conn.execute("COMMIT")
             except sqlite3.Error as e:
                 raise CatalogStorageError(f"catalog read failed: {e}") from e
-            return row is not None
+            return found
 
     def close(self) -> None:
         with self._lock:

@@ -226,15 +226,36 @@ fn cells_from(row: &Bound<'_, PyTuple>) -> PyResult<Vec<Cell>> {
     Ok(cells)
 }
 
-fn record_from(row: &Bound<'_, PyTuple>) -> PyResult<ActivityRecord> {
-    ActivityRecord::from_cells(&cells_from(row)?).map_err(row_error)
+/// A stored row as read: the Python tuple, its cells and the decoded record.
+struct Loaded<'a, 'py> {
+    row: &'a Bound<'py, PyTuple>,
+    cells: Vec<Cell>,
+    record: ActivityRecord,
 }
 
-fn row_of<'py>(py: Python<'py>, rec: &ActivityRecord) -> PyResult<Bound<'py, PyTuple>> {
+fn load<'a, 'py>(row: &'a Bound<'py, PyTuple>) -> PyResult<Loaded<'a, 'py>> {
+    let cells = cells_from(row)?;
+    let record = ActivityRecord::from_cells(&cells).map_err(row_error)?;
+    Ok(Loaded { row, cells, record })
+}
+
+/// The record as a row tuple. Cells equal to the stored row's reuse its Python objects, so
+/// storage's changed-column comparison is mostly identity checks and few objects are created.
+fn row_of<'py>(
+    py: Python<'py>,
+    old: Option<&Loaded<'_, 'py>>,
+    rec: &ActivityRecord,
+) -> PyResult<Bound<'py, PyTuple>> {
     let items: Vec<Py<PyAny>> = rec
         .to_cells()
         .into_iter()
-        .map(|c| -> PyResult<Py<PyAny>> {
+        .enumerate()
+        .map(|(i, c)| -> PyResult<Py<PyAny>> {
+            if let Some(old) = old {
+                if old.cells.get(i) == Some(&c) {
+                    return Ok(old.row.get_item(i)?.unbind());
+                }
+            }
             Ok(match c {
                 Cell::Null => py.None(),
                 Cell::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
@@ -247,10 +268,11 @@ fn row_of<'py>(py: Python<'py>, rec: &ActivityRecord) -> PyResult<Bound<'py, PyT
 
 fn done<'py>(
     py: Python<'py>,
+    old: Option<&Loaded<'_, 'py>>,
     out: Result<ActivityRecord, Rejection>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     match out {
-        Ok(rec) => row_of(py, &rec),
+        Ok(rec) => row_of(py, old, &rec),
         Err(r) => Err(rejected(py, r)),
     }
 }
@@ -354,7 +376,7 @@ fn catalog_admit<'py>(
     admission: PyAdmission,
     now_ms: i64,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let existing = row.map(record_from).transpose()?;
+    let existing = row.map(load).transpose()?;
     let adm = Admission {
         key: Key {
             world_id: admission.key.world_id,
@@ -365,7 +387,16 @@ fn catalog_admit<'py>(
         input_ref: admission.input_ref,
         input_digest: admission.input_digest,
     };
-    done(py, catalog::admit(existing.as_ref(), &adm, now_ms))
+    let out = catalog::admit(existing.as_ref().map(|l| &l.record), &adm, now_ms);
+    done(py, existing.as_ref(), out)
+}
+
+/// Refuses bad claim arguments even when nothing is claimable.
+#[pyfunction]
+fn catalog_check_claim(py: Python<'_>, owner: &str, lease_ms: i64, now_ms: i64) -> PyResult<()> {
+    catalog::check_claim(owner, lease_ms, now_ms)
+        .map(|_| ())
+        .map_err(|r| rejected(py, r))
 }
 
 #[pyfunction]
@@ -376,9 +407,11 @@ fn catalog_claim<'py>(
     lease_ms: i64,
     now_ms: i64,
 ) -> PyResult<Bound<'py, PyTuple>> {
+    let old = load(row)?;
     done(
         py,
-        catalog::claim(&record_from(row)?, owner, lease_ms, now_ms),
+        Some(&old),
+        catalog::claim(&old.record, owner, lease_ms, now_ms),
     )
 }
 
@@ -390,9 +423,11 @@ fn catalog_renew<'py>(
     lease_ms: i64,
     now_ms: i64,
 ) -> PyResult<Bound<'py, PyTuple>> {
+    let old = load(row)?;
     done(
         py,
-        catalog::renew(&record_from(row)?, fence, lease_ms, now_ms),
+        Some(&old),
+        catalog::renew(&old.record, fence, lease_ms, now_ms),
     )
 }
 
@@ -403,7 +438,8 @@ fn catalog_release<'py>(
     fence: i64,
     now_ms: i64,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    done(py, catalog::release(&record_from(row)?, fence, now_ms))
+    let old = load(row)?;
+    done(py, Some(&old), catalog::release(&old.record, fence, now_ms))
 }
 
 #[pyfunction]
@@ -414,11 +450,9 @@ fn catalog_bind_provider_operation<'py>(
     operation_id: &str,
     now_ms: i64,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let rec = record_from(row)?;
-    done(
-        py,
-        catalog::bind_provider_operation(&rec, fence, operation_id, now_ms),
-    )
+    let old = load(row)?;
+    let out = catalog::bind_provider_operation(&old.record, fence, operation_id, now_ms);
+    done(py, Some(&old), out)
 }
 
 #[pyfunction]
@@ -429,10 +463,9 @@ fn catalog_record_result<'py>(
     result: PyResultRef,
     now_ms: i64,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    done(
-        py,
-        catalog::record_result(&record_from(row)?, fence, &result.into(), now_ms),
-    )
+    let old = load(row)?;
+    let out = catalog::record_result(&old.record, fence, &result.into(), now_ms);
+    done(py, Some(&old), out)
 }
 
 #[pyfunction]
@@ -443,11 +476,9 @@ fn catalog_confirm_absent<'py>(
     guard: PyRefDigest,
     now_ms: i64,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let rec = record_from(row)?;
-    done(
-        py,
-        catalog::confirm_absent(&rec, fence, &guard.reference, &guard.digest, now_ms),
-    )
+    let old = load(row)?;
+    let out = catalog::confirm_absent(&old.record, fence, &guard.reference, &guard.digest, now_ms);
+    done(py, Some(&old), out)
 }
 
 #[pyfunction]
@@ -459,16 +490,16 @@ fn catalog_record_unknown<'py>(
     retry_after_ms: i64,
     now_ms: i64,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let rec = record_from(row)?;
+    let old = load(row)?;
     let out = catalog::record_unknown(
-        &rec,
+        &old.record,
         fence,
         &evidence.reference,
         &evidence.digest,
         retry_after_ms,
         now_ms,
     );
-    done(py, out)
+    done(py, Some(&old), out)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -521,7 +552,12 @@ fn catalog_resolve<'py>(
         operator,
         note,
     };
-    done(py, catalog::resolve(&record_from(row)?, &decision, now_ms))
+    let old = load(row)?;
+    done(
+        py,
+        Some(&old),
+        catalog::resolve(&old.record, &decision, now_ms),
+    )
 }
 
 #[pyfunction]
@@ -534,11 +570,9 @@ fn catalog_settle<'py>(
     fence: Option<i64>,
     now_ms: i64,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let rec = record_from(row)?;
-    done(
-        py,
-        catalog::settle(&rec, &receipt.into(), evidence_digest, fence, now_ms),
-    )
+    let old = load(row)?;
+    let out = catalog::settle(&old.record, &receipt.into(), evidence_digest, fence, now_ms);
+    done(py, Some(&old), out)
 }
 
 /// Validates and normalises a stored row (used by scans that do not transition).
@@ -550,7 +584,8 @@ fn catalog_check_row<'py>(
     if row.len() != COLUMNS.len() {
         return Err(PyTypeError::new_err("row has the wrong number of columns"));
     }
-    row_of(py, &record_from(row)?)
+    // Decoding validates the row; re-encoding normalises it (e.g. booleans to 0/1).
+    row_of(py, None, &load(row)?.record)
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -574,6 +609,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(operation_id_for, m)?)?;
     m.add_function(wrap_pyfunction!(settlement_evidence_digest, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_admit, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_check_claim, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_claim, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_renew, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_release, m)?)?;

@@ -42,6 +42,14 @@ pub(crate) fn execution_authorized(rec: &ActivityRecord) -> bool {
             .is_some_and(|g| g.authorizes_execution)
 }
 
+/// Checks claim arguments on their own, so a claim with bad arguments is refused even when
+/// nothing is claimable; returns the lease expiry a claim at `now_ms` would get.
+pub fn check_claim(owner: &str, lease_ms: i64, now_ms: i64) -> Result<i64, Rejection> {
+    bounds::id("owner", owner)?;
+    bounds::duration("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
+    bounds::later("lease_ms", now_ms, lease_ms)
+}
+
 /// Issues a new attempt under the next fence.
 ///
 /// The attempt may execute only if no provider operation is bound, or if a confirmed absence
@@ -53,9 +61,7 @@ pub fn claim(
     lease_ms: i64,
     now_ms: i64,
 ) -> Result<ActivityRecord, Rejection> {
-    bounds::id("owner", owner)?;
-    bounds::duration("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
-    let lease_expires_ms = bounds::later("lease_ms", now_ms, lease_ms)?;
+    let lease_expires_ms = check_claim(owner, lease_ms, now_ms)?;
     match rec.claimable_from_ms {
         None => {
             return Err(Rejection::new(

@@ -12,7 +12,9 @@
 //!   live attempt (current fence, lease not expired) may change the record.
 //! - An attempt may execute only while no provider operation is bound, or once after a confirmed
 //!   absence whose retry guard authorises it. Otherwise it may only reconcile.
-//! - The provider operation identity is bound before any external effect and never changes.
+//! - The provider operation identity is bound before any external effect and never changes. It
+//!   is the derived `operation_id_for(kind, world_id, activity_id)`, so one identity names
+//!   exactly one activity without any cross-record check.
 //! - A recorded result never changes; settlement needs a later receipt of the same world and run
 //!   and completion evidence bound to the result.
 //! - There is no lifecycle-status enum: views such as "claimable" derive from the facts, and the
@@ -33,7 +35,7 @@ mod settlement;
 mod scenario_tests;
 
 pub use admission::admit;
-pub use attempt::{claim, release, renew};
+pub use attempt::{check_claim, claim, release, renew};
 pub use bounds::{
     MAX_DIGEST_BYTES, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES,
     MAX_OPERATION_ID_BYTES, MAX_REF_BYTES, MAX_RETRY_AFTER_MS,

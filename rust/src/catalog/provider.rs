@@ -3,11 +3,15 @@
 
 use super::attempt::live;
 use super::bounds::{self, MAX_RETRY_AFTER_MS};
+use super::identity::operation_id_for;
 use super::record::{ActivityRecord, Binding, EvidenceRecord, GuardRecord};
 use super::rejection::{Rejection, RejectionKind};
 
-/// Durably binds the provider operation identity before any external effect. Rebinding the same
-/// id is a no-op; a different id is a conflict, and a reconcile-only attempt binds nothing new.
+/// Durably binds the provider operation identity before any external effect. The identity is
+/// the activity's derived `operation_id_for(kind, world_id, activity_id)`: namespaced by kind and
+/// world, stable for the activity's life, and so bound to exactly one activity without any
+/// cross-record lookup. Any other id is an `operation_conflict`. Rebinding is a no-op, and a
+/// reconcile-only attempt binds nothing new.
 pub fn bind_provider_operation(
     rec: &ActivityRecord,
     fence: i64,
@@ -15,6 +19,15 @@ pub fn bind_provider_operation(
     now_ms: i64,
 ) -> Result<ActivityRecord, Rejection> {
     bounds::operation_id(operation_id)?;
+    let key = rec.key();
+    let derived = operation_id_for(&key.kind, &key.world_id, &key.activity_id);
+    if operation_id != derived {
+        return Err(Rejection::on(
+            RejectionKind::OperationConflict,
+            "operation_id",
+            format!("{operation_id} is not this activity's operation identity {derived}"),
+        ));
+    }
     let attempt = live(rec, fence, now_ms)?;
     if let Some(b) = rec.binding.as_ref() {
         if b.operation_id == operation_id {

@@ -301,7 +301,7 @@ impl Reader<'_> {
 fn group_err(column: &'static str) -> RowError {
     RowError {
         column: Some(column),
-        message: "columns of one group must be all set or all NULL".to_owned(),
+        message: "columns of one group must be all set (flags 0 or 1) or all NULL".to_owned(),
     }
 }
 
@@ -336,11 +336,11 @@ impl ActivityRecord {
         let fence = r.int()?;
         let attempt_count = r.int()?;
         let attempt = match (r.opt_text()?, r.opt_int()?, r.opt_int()?) {
-            (Some(owner), Some(lease_expires_ms), Some(may)) => Some(Attempt {
+            (Some(owner), Some(lease_expires_ms), Some(may @ (0 | 1))) => Some(Attempt {
                 number: attempt_count,
                 owner,
                 lease_expires_ms,
-                may_execute: may != 0,
+                may_execute: may == 1,
             }),
             (None, None, None) => None,
             _ => return Err(group_err("attempt_owner")),
@@ -384,7 +384,7 @@ impl ActivityRecord {
                 Some(digest),
                 Some(media_type),
                 Some(size),
-                Some(failed),
+                Some(failed @ (0 | 1)),
                 Some(attempt),
                 Some(fence),
                 Some(recorded_at_ms),
@@ -394,7 +394,7 @@ impl ActivityRecord {
                     digest,
                     media_type,
                     size,
-                    failed: failed != 0,
+                    failed: failed == 1,
                 },
                 attempt,
                 fence,

@@ -37,7 +37,7 @@ pub enum RejectionKind {
     SettlementConflict,
     /// Settlement before any result is recorded.
     NoResult,
-    /// A different provider operation is bound, or the operation id binds another activity.
+    /// The operation id is not this activity's derived identity (or another is bound).
     OperationConflict,
     /// Release of an execute attempt whose provider operation is already bound.
     OperationBound,

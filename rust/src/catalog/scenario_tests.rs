@@ -118,40 +118,72 @@ proptest! {
                 }
             };
             if let Ok(next) = out {
-                {
-                    // A stale fence never changes a record.
-                    if let Op::Renew(w, _) | Op::Release(w) | Op::Bind(w) | Op::Absent(w) | Op::Unknown(w, _) = &op {
-                        prop_assert_eq!(held[*w], Some(before.fence));
-                    }
-                    if let Op::Record(w, _) = &op {
-                        if next != before { prop_assert_eq!(held[*w], Some(before.fence)); }
-                    }
-                    if let Op::Claim(w, _) = &op {
-                        // At most one live attempt: every other worker's fence is now stale.
-                        held = [None; 3];
-                        held[*w] = Some(next.fence);
-                        let may = next.attempt.as_ref().unwrap().may_execute;
-                        if before.binding.is_some() && may {
-                            executions_after_bind += 1;
-                            prop_assert!(executions_after_bind <= absences, "execute after bind without absence");
-                        }
-                    }
-                    if matches!(op, Op::Absent(_)) { absences += 1; }
-                    if let (Op::Resolve(1, _), true) = (&op, next != before) { absences += 1; }
-                    // Fences never decrease; a recorded result never changes.
-                    prop_assert!(next.fence >= before.fence);
-                    if let Some(r) = before.result.as_ref() { prop_assert_eq!(next.result.as_ref(), Some(r)); }
-                    if before.settlement.is_some() { prop_assert_eq!(&next.settlement, &before.settlement); }
-                    if let (None, Some(_)) = (&before.settlement, &next.settlement) {
-                        prop_assert!(matches!(op, Op::Settle(1)));
-                    }
-                    // claimable_from is None exactly when a result exists.
-                    prop_assert_eq!(next.claimable_from_ms.is_none(), next.result.is_some());
-                    // The row layout round-trips every reachable record.
-                    prop_assert_eq!(ActivityRecord::from_cells(&next.to_cells()).unwrap(), next.clone());
-                    rec = next;
+                // A stale fence never changes a record.
+                if let Op::Renew(w, _) | Op::Release(w) | Op::Bind(w) | Op::Absent(w) | Op::Unknown(w, _) = &op {
+                    prop_assert_eq!(held[*w], Some(before.fence));
                 }
+                if let Op::Record(w, _) = &op {
+                    if next != before { prop_assert_eq!(held[*w], Some(before.fence)); }
+                }
+                if let Op::Claim(w, _) = &op {
+                    // At most one live attempt: every other worker's fence is now stale.
+                    held = [None; 3];
+                    held[*w] = Some(next.fence);
+                    let may = next.attempt.as_ref().unwrap().may_execute;
+                    if before.binding.is_some() && may {
+                        executions_after_bind += 1;
+                        prop_assert!(executions_after_bind <= absences, "execute after bind without absence");
+                    }
+                }
+                if matches!(op, Op::Absent(_)) { absences += 1; }
+                if let (Op::Resolve(1, _), true) = (&op, next != before) { absences += 1; }
+                // Fences never decrease; a recorded result never changes.
+                prop_assert!(next.fence >= before.fence);
+                if let Some(r) = before.result.as_ref() { prop_assert_eq!(next.result.as_ref(), Some(r)); }
+                if before.settlement.is_some() { prop_assert_eq!(&next.settlement, &before.settlement); }
+                if let (None, Some(_)) = (&before.settlement, &next.settlement) {
+                    prop_assert!(matches!(op, Op::Settle(1)));
+                }
+                // claimable_from is None exactly when a result exists.
+                prop_assert_eq!(next.claimable_from_ms.is_none(), next.result.is_some());
+                // The row layout round-trips every reachable record.
+                prop_assert_eq!(ActivityRecord::from_cells(&next.to_cells()).unwrap(), next.clone());
+                rec = next;
             }
+        }
+    }
+}
+
+fn cell() -> impl Strategy<Value = Cell> {
+    prop_oneof![
+        Just(Cell::Null),
+        (-3i64..3).prop_map(Cell::Int),
+        "[a-z]{0,3}".prop_map(Cell::Text),
+    ]
+}
+
+proptest! {
+    /// Any stored row decodes to a record or a typed row error, never a panic; and a decoded
+    /// record re-encodes to the same cells.
+    #[test]
+    fn arbitrary_rows_decode_or_fail_typed(
+        base in proptest::collection::vec(cell(), COLUMNS.len()),
+        extra in proptest::collection::vec(cell(), 0..3),
+        cut in 0usize..2,
+    ) {
+        let mut cells = base;
+        cells.extend(extra.iter().cloned());
+        cells.truncate(cells.len().saturating_sub(cut));
+        if let Ok(rec) = ActivityRecord::from_cells(&cells) {
+            prop_assert_eq!(rec.to_cells(), cells);
+        }
+        // A valid row with one cell replaced still decodes or fails typed.
+        let mut valid = admitted(&admission("w", "k", "a"), 0).to_cells();
+        for (i, c) in extra.into_iter().enumerate() {
+            valid[(i * 17) % COLUMNS.len()] = c;
+        }
+        if let Ok(rec) = ActivityRecord::from_cells(&valid) {
+            prop_assert_eq!(rec.to_cells(), valid);
         }
     }
 }

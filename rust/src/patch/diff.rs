@@ -17,6 +17,10 @@ pub trait DiffSink<N> {
     fn replace(&mut self, path: &Pointer, value: &N) -> Result<(), Self::Fault>;
 }
 
+/// Below this depth subtrees that differ are replaced whole instead of compared further, so
+/// the walk's recursion stays bounded whatever the documents.
+const MAX_WALK_DEPTH: usize = 256;
+
 /// Emit into `sink` a patch that turns `old` into `new`.
 pub fn diff<N: Node, S: DiffSink<N, Fault = N::Fault>>(
     old: &N,
@@ -24,7 +28,7 @@ pub fn diff<N: Node, S: DiffSink<N, Fault = N::Fault>>(
     sink: &mut S,
 ) -> Result<(), N::Fault> {
     let mut path = Pointer::root();
-    walk(&mut path, old, new, sink)
+    walk(&mut path, old, new, sink, 0)
 }
 
 fn walk<N: Node, S: DiffSink<N, Fault = N::Fault>>(
@@ -32,13 +36,20 @@ fn walk<N: Node, S: DiffSink<N, Fault = N::Fault>>(
     old: &N,
     new: &N,
     sink: &mut S,
+    depth: usize,
 ) -> Result<(), N::Fault> {
+    if depth >= MAX_WALK_DEPTH {
+        if !old.same(new)? {
+            sink.replace(path, new)?;
+        }
+        return Ok(());
+    }
     match (old.shape()?, new.shape()?) {
         (Shape::Object, Shape::Object) => {
             for (key, before) in old.entries()? {
                 path.push(key.as_str());
                 match new.member(&key)? {
-                    Some(after) => walk(path, &before, &after, sink)?,
+                    Some(after) => walk(path, &before, &after, sink, depth + 1)?,
                     None => sink.remove(path)?,
                 }
                 path.pop();
@@ -66,7 +77,7 @@ fn walk<N: Node, S: DiffSink<N, Fault = N::Fault>>(
             let (ma, mb) = (la - suffix - prefix, lb - suffix - prefix);
             for i in prefix..prefix + ma.min(mb) {
                 path.push(i.to_string());
-                walk(path, &a[i], &b[i], sink)?;
+                walk(path, &a[i], &b[i], sink, depth + 1)?;
                 path.pop();
             }
             for _ in mb..ma {

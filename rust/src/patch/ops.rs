@@ -167,7 +167,12 @@ pub fn parse_ops<S: OpSource>(
             None
         };
         let value = if kind.needs_value() {
-            match item.literal("value").map_err(fault)? {
+            let located = |fault| Failure::Fault {
+                fault,
+                op_index: Some(index),
+                path: Some(path_text.clone()),
+            };
+            match item.literal("value").map_err(located)? {
                 Some(v) => Some(v),
                 None => {
                     return Err(bad(

@@ -343,6 +343,22 @@ fn agui_mode_drops_unknown_ops_with_a_warning() {
 }
 
 #[test]
+fn diff_of_deep_documents_stays_bounded() {
+    let (mut old, mut new) = (json!(1), json!(2));
+    for _ in 0..400 {
+        old = json!([old]);
+        new = json!([new]);
+    }
+    let patch = diff_value(&old, &new);
+    let ops = patch.as_array().unwrap();
+    assert_eq!(ops.len(), 1);
+    assert_eq!(ops[0]["path"].as_str().unwrap().matches('/').count(), 256);
+    let mut out = old.clone();
+    apply_value(&mut out, &patch, Mode::Strict).unwrap();
+    assert_eq!(out, new);
+}
+
+#[test]
 fn root_operations() {
     let doc = json!({"a": 1});
     assert_eq!(
@@ -505,7 +521,63 @@ fn op_strategy() -> impl Strategy<Value = Value> {
         )
 }
 
+fn wild_op_strategy() -> impl Strategy<Value = Value> {
+    let text = prop_oneof![
+        "[-~/a0-9 ]{0,6}".prop_map(Value::String),
+        pointer_strategy().prop_map(Value::String),
+        Just(Value::Null),
+        any::<i64>().prop_map(|n| json!(n)),
+    ];
+    (
+        prop_oneof![
+            Just(json!("add")),
+            Just(json!("remove")),
+            Just(json!("replace")),
+            Just(json!("move")),
+            Just(json!("copy")),
+            Just(json!("test")),
+            Just(json!("nope")),
+            Just(json!(3)),
+        ],
+        text.clone(),
+        text,
+        json_strategy(),
+        0u8..8,
+    )
+        .prop_map(|(op, path, from, value, drop)| {
+            let mut m = serde_json::Map::new();
+            for (i, (k, v)) in [("op", op), ("path", path), ("from", from), ("value", value)]
+                .into_iter()
+                .enumerate()
+            {
+                if usize::from(drop) != i {
+                    m.insert(k.to_owned(), v);
+                }
+            }
+            Value::Object(m)
+        })
+}
+
 proptest! {
+    /// Any patch, however wrong, gives a result or a typed error: never a panic, and a refusal
+    /// leaves the document as it was (both modes).
+    #[test]
+    fn wild_patches_never_panic(
+        doc in json_strategy(),
+        patch in prop::collection::vec(wild_op_strategy(), 0..6),
+    ) {
+        for mode in [Mode::Strict, Mode::AgUi] {
+            let mut out = doc.clone();
+            match apply_value(&mut out, &Value::Array(patch.clone()), mode) {
+                Ok(_) => {}
+                Err(e) => {
+                    prop_assert!(ERROR_CODES.contains(&e.code));
+                    prop_assert_eq!(text(&out), text(&doc));
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_failed_patch_changes_nothing(
         doc in json_strategy(),

@@ -1,0 +1,521 @@
+"""The DYNAMIXEL serial driver: the only code that opens a port.
+
+Transport rules:
+- `serial.Serial` on a path or a pyserial URL (`serial_for_url`), opened exclusively, with a
+  bounded timeout on every read; no call waits longer than about twice `timeout_ms`.
+- Reads (PING, READ, SYNC_READ) may be retried: they change nothing on the device. A write is
+  sent once: a missing status raises `DxlWriteUnconfirmed` (it may or may not have applied),
+  never a silent resend. A status with an error number raises `DxlDeviceError` (not applied).
+- A device is identified by its USB serial number / VID:PID when the adapter has them, plus the
+  PING model number and id of every configured joint, never by tty index alone. One process
+  owns a port: an exclusive open plus a `flock` on a lock file keyed by that identity. The lock
+  file names the owner's control socket, so other processes can ask the owner instead.
+- At connect, every joint's Status Return Level must be 2 (status for all instructions):
+  a bus that would not answer writes could never confirm one, so it is refused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import serial  # type: ignore[import-untyped]
+from serial.tools import list_ports  # type: ignore[import-untyped]
+
+from tether import _core
+from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel.config import DynamixelPortConfig, RobotConfig
+from tether.errors import (
+    DxlDeviceError,
+    DxlFrameError,
+    DxlIdentityError,
+    DxlPortBusy,
+    DxlTimeoutError,
+    DxlTransportError,
+    DxlWriteUnconfirmed,
+)
+
+BROADCAST = 0xFE
+STATUS_CODES = _core.dxl_status_error_codes()
+
+#: Every `.code` the driver's errors carry: its own, plus a device's status error codes.
+ERROR_CODES: tuple[str, ...] = (
+    "adapter_ambiguous",
+    "adapter_moved",
+    "adapter_not_found",
+    "model_mismatch",
+    "no_status",
+    "open_failed",
+    "operator_required",
+    "port_busy",
+    "port_owned",
+    "read_failed",
+    "status_return_level",
+    "write_failed",
+    "write_short",
+    "write_unconfirmed",
+    *STATUS_CODES[1:],
+    "unknown",
+)
+
+
+def _coded(exc_type: type[Exception], code: str, message: str) -> Exception:
+    if code not in ERROR_CODES:
+        raise ValueError(f"unlisted driver error code {code!r}")
+    err = exc_type(f"{code}: {message}")
+    setattr(err, "code", code)  # noqa: B010 - the Rust-made classes declare no attributes
+    return err
+
+
+@dataclass(frozen=True)
+class PortIdentity:
+    """What a port is, independent of its tty index. `key` names the ownership lock."""
+
+    key: str
+    device: str
+    usb_serial: str | None = None
+    vid_pid: str | None = None
+
+
+def _usb_info(device: str) -> tuple[str | None, str | None]:
+    real = os.path.realpath(device)
+    for port in list_ports.comports():
+        if os.path.realpath(port.device) == real and port.vid is not None:
+            return port.serial_number, f"{port.vid:04x}:{port.pid:04x}"
+    return None, None
+
+
+def resolve_port(cfg: DynamixelPortConfig) -> PortIdentity:
+    """Find the configured adapter: by USB serial / VID:PID when given, else by path or URL."""
+    if cfg.usb_serial is not None or cfg.vid_pid is not None:
+        matches = []
+        for port in list_ports.comports():
+            vid_pid = f"{port.vid:04x}:{port.pid:04x}" if port.vid is not None else None
+            if cfg.usb_serial is not None and port.serial_number != cfg.usb_serial:
+                continue
+            if cfg.vid_pid is not None and vid_pid != cfg.vid_pid:
+                continue
+            matches.append((port, vid_pid))
+        if len(matches) != 1:
+            what = "no adapter" if not matches else f"{len(matches)} adapters"
+            raise _coded(
+                DxlIdentityError,
+                "adapter_not_found" if not matches else "adapter_ambiguous",
+                f"port {cfg.name}: {what} with usb_serial={cfg.usb_serial} vid_pid={cfg.vid_pid}",
+            )
+        port, vid_pid = matches[0]
+        if (
+            cfg.url is not None
+            and "://" not in cfg.url
+            and os.path.realpath(cfg.url) != os.path.realpath(port.device)
+        ):
+            raise _coded(
+                DxlIdentityError,
+                "adapter_moved",
+                f"port {cfg.name}: {cfg.url} is not {port.device}",
+            )
+        return PortIdentity(
+            f"usb:{vid_pid}:{port.serial_number}", port.device, port.serial_number, vid_pid
+        )
+    assert cfg.url is not None  # config validation guarantees one way to find the port
+    if "://" in cfg.url:
+        return PortIdentity(f"url:{cfg.url}", cfg.url)
+    usb_serial, vid_pid = _usb_info(cfg.url)
+    if usb_serial is not None or vid_pid is not None:
+        return PortIdentity(f"usb:{vid_pid}:{usb_serial}", cfg.url, usb_serial, vid_pid)
+    return PortIdentity(f"path:{os.path.realpath(cfg.url)}", cfg.url)
+
+
+def lock_path(lock_dir: Path, key: str) -> Path:
+    return lock_dir / f"dxl-{hashlib.sha256(key.encode()).hexdigest()[:20]}.lock"
+
+
+class IdentityLock:
+    """An exclusive `flock` keyed by device identity; the file records owner pid and socket."""
+
+    def __init__(self, lock_dir: Path, key: str) -> None:
+        self.path = lock_path(lock_dir, key)
+        self.key = key
+        self._fd: int | None = None
+
+    def acquire(self, socket_path: str | None = None) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            owner = read_owner(self.path)
+            raise _coded(
+                DxlPortBusy,
+                "port_owned",
+                f"{self.key} is owned by pid {owner.get('pid')} (socket {owner.get('socket')})",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(
+            fd, json.dumps({"pid": os.getpid(), "key": self.key, "socket": socket_path}).encode()
+        )
+        self._fd = fd
+
+    def set_socket(self, socket_path: str) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(
+                self._fd,
+                json.dumps({"pid": os.getpid(), "key": self.key, "socket": socket_path}).encode(),
+                0,
+            )
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+
+def read_owner(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def is_locked(path: Path) -> bool:
+    """True while some process holds the identity lock at `path`."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+@dataclass
+class TxRecord:
+    """Evidence of one sent frame: when, what, and its SHA-256."""
+
+    t_ms: int
+    instruction: str
+    ids: list[int]
+    digest: str
+
+
+@dataclass
+class Servo:
+    id: int
+    model: int
+    firmware: int
+
+
+@dataclass
+class BusStats:
+    frame_errors: int = 0
+    read_retries: int = 0
+    alerts: set[int] = field(default_factory=set)
+
+
+class DxlBus:
+    """One open DYNAMIXEL bus. Thread-safe (one transaction at a time); single owner process."""
+
+    def __init__(
+        self,
+        port: serial.SerialBase,
+        identity: PortIdentity,
+        timeout_ms: int,
+        read_retries: int,
+        lock: IdentityLock | None,
+    ) -> None:
+        self._port = port
+        self.identity = identity
+        self.timeout_s = timeout_ms / 1000.0
+        self.read_retries = read_retries
+        self._lock = lock
+        self._mutex = threading.RLock()
+        self._decoder = _core.DxlDecoder()
+        self.stats = BusStats()
+        self.sent: list[TxRecord] = []
+        self.last_status: dict[int, tuple[int, int]] = {}  # id -> (error byte, wall ms)
+        self.servos: dict[int, Servo] = {}
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        baudrate: int = 57600,
+        timeout_ms: int = 50,
+        read_retries: int = 2,
+        lock_dir: Path | None,
+        identity: PortIdentity | None = None,
+        socket_path: str | None = None,
+    ) -> DxlBus:
+        """Open `url` (a path or pyserial URL) exclusively; `lock_dir` adds the identity lock."""
+        identity = identity or PortIdentity(
+            f"path:{os.path.realpath(url)}" if "://" not in url else f"url:{url}", url
+        )
+        lock = None
+        if lock_dir is not None:
+            lock = IdentityLock(lock_dir, identity.key)
+            lock.acquire(socket_path)
+        try:
+            port = serial.serial_for_url(
+                url,
+                baudrate=baudrate,
+                timeout=timeout_ms / 1000.0,
+                write_timeout=1.0,
+                exclusive=True,
+            )
+        except serial.SerialException as exc:
+            if lock is not None:
+                lock.release()
+            busy = "lock" in str(exc).lower()
+            raise _coded(
+                DxlPortBusy if busy else DxlTransportError,
+                "port_busy" if busy else "open_failed",
+                f"{url}: {exc}",
+            ) from exc
+        return cls(port, identity, timeout_ms, read_retries, lock)
+
+    @classmethod
+    def open_config(
+        cls, cfg: DynamixelPortConfig, *, lock_dir: Path | None, socket_path: str | None = None
+    ) -> DxlBus:
+        identity = resolve_port(cfg)
+        return cls.open(
+            identity.device,
+            baudrate=cfg.baudrate,
+            timeout_ms=cfg.timeout_ms,
+            read_retries=cfg.read_retries,
+            lock_dir=lock_dir,
+            identity=identity,
+            socket_path=socket_path,
+        )
+
+    def set_control_socket(self, path: str) -> None:
+        if self._lock is not None:
+            self._lock.set_socket(path)
+
+    def close(self) -> None:
+        with self._mutex:
+            try:
+                self._port.close()
+            finally:
+                if self._lock is not None:
+                    self._lock.release()
+
+    def __enter__(self) -> DxlBus:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- one exchange on the wire ---
+
+    def _send(self, frame: bytes, instruction: str, ids: list[int]) -> None:
+        self._port.reset_input_buffer()
+        self._decoder.clear()
+        self.sent.append(
+            TxRecord(int(time.time() * 1000), instruction, ids, hashlib.sha256(frame).hexdigest())
+        )
+        del self.sent[:-256]
+        try:
+            written = self._port.write(frame)
+            self._port.flush()
+        except serial.SerialException as exc:
+            raise _coded(DxlTransportError, "write_failed", str(exc)) from exc
+        if written != len(frame):
+            raise _coded(DxlTransportError, "write_short", f"wrote {written} of {len(frame)} bytes")
+
+    def _receive(self, ids: list[int]) -> dict[int, _core.DxlPacket]:
+        """Status packets from `ids` (in any order) until all arrived or the deadline passed."""
+        got: dict[int, _core.DxlPacket] = {}
+        deadline = time.monotonic() + self.timeout_s * max(1, len(ids))
+        while len(got) < len(ids):
+            if time.monotonic() > deadline:
+                self._decoder.resync()
+                break
+            try:
+                chunk = self._port.read(max(1, self._port.in_waiting))
+            except serial.SerialException as exc:
+                raise _coded(DxlTransportError, "read_failed", str(exc)) from exc
+            if not chunk:
+                continue
+            self._decoder.feed(chunk)
+            while True:
+                try:
+                    packet = self._decoder.next_packet()
+                except DxlFrameError:
+                    self.stats.frame_errors += 1
+                    continue
+                if packet is None:
+                    break
+                if packet.is_status and packet.id in ids and packet.id not in got:
+                    got[packet.id] = packet
+                    self.last_status[packet.id] = (packet.error or 0, int(time.time() * 1000))
+                    if packet.alert:
+                        self.stats.alerts.add(packet.id)
+                    else:
+                        self.stats.alerts.discard(packet.id)
+        return got
+
+    @staticmethod
+    def _check(packet: _core.DxlPacket, what: str) -> None:
+        code = packet.error_code or "none"
+        if code != "none":
+            raise _coded(
+                DxlDeviceError,
+                code,
+                f"id {packet.id} refused {what} ({code}, alert={packet.alert})",
+            )
+
+    def _read_exchange(
+        self, frame: bytes, instruction: str, ids: list[int], length: int | None
+    ) -> dict[int, _core.DxlPacket]:
+        """A read-only exchange, retried on timeout or corruption."""
+        last: Exception | None = None
+        for attempt in range(self.read_retries + 1):
+            if attempt:
+                self.stats.read_retries += 1
+            self._send(frame, instruction, ids)
+            got = self._receive(ids)
+            bad = [
+                i
+                for i, p in got.items()
+                if length is not None and p.error_code == "none" and len(p.data) != length
+            ]
+            if len(got) == len(ids) and not bad:
+                return got
+            missing = sorted(set(ids) - set(got)) + bad
+            last = _coded(
+                DxlTimeoutError, "no_status", f"{instruction}: no valid status from ids {missing}"
+            )
+        assert last is not None
+        raise last
+
+    def _write_exchange(self, frame: bytes, instruction: str, dxl_id: int) -> _core.DxlPacket:
+        """A write: sent once; its status confirms it, its absence leaves it ambiguous."""
+        self._send(frame, instruction, [dxl_id])
+        got = self._receive([dxl_id])
+        if dxl_id not in got:
+            raise _coded(
+                DxlWriteUnconfirmed,
+                "write_unconfirmed",
+                f"{instruction} to id {dxl_id} sent, no status: it may or may not have applied",
+            )
+        self._check(got[dxl_id], instruction)
+        return got[dxl_id]
+
+    # --- instructions ---
+
+    def ping(self, dxl_id: int) -> Servo:
+        with self._mutex:
+            packet = self._read_exchange(_core.dxl_ping(dxl_id), "ping", [dxl_id], 3)[dxl_id]
+            self._check(packet, "ping")
+            servo = Servo(dxl_id, int.from_bytes(packet.data[:2], "little"), packet.data[2])
+            self.servos[dxl_id] = servo
+            return servo
+
+    def read(self, dxl_id: int, address: int, length: int) -> bytes:
+        with self._mutex:
+            packet = self._read_exchange(
+                _core.dxl_read(dxl_id, address, length), "read", [dxl_id], length
+            )[dxl_id]
+            self._check(packet, "read")
+            return packet.data
+
+    def read_field(self, dxl_id: int, f: tables.Field) -> int:
+        return tables.decode(f, self.read(dxl_id, f.address, f.size))
+
+    def sync_read(self, address: int, length: int, ids: list[int]) -> dict[int, bytes]:
+        with self._mutex:
+            got = self._read_exchange(
+                _core.dxl_sync_read(address, length, ids), "sync_read", list(ids), length
+            )
+            for packet in got.values():
+                self._check(packet, "sync_read")
+            return {i: got[i].data for i in ids}
+
+    def sync_read_field(self, f: tables.Field, ids: list[int]) -> dict[int, int]:
+        return {i: tables.decode(f, d) for i, d in self.sync_read(f.address, f.size, ids).items()}
+
+    def write(self, dxl_id: int, address: int, data: bytes) -> None:
+        with self._mutex:
+            self._write_exchange(_core.dxl_write(dxl_id, address, data), "write", dxl_id)
+
+    def write_field(self, dxl_id: int, f: tables.Field, value: int) -> None:
+        self.write(dxl_id, f.address, tables.encode(f, value))
+
+    def reg_write(self, dxl_id: int, address: int, data: bytes) -> None:
+        with self._mutex:
+            self._write_exchange(_core.dxl_reg_write(dxl_id, address, data), "reg_write", dxl_id)
+
+    def action(self) -> None:
+        """Broadcast ACTION: no device answers it, so nothing is awaited."""
+        with self._mutex:
+            self._send(_core.dxl_action(BROADCAST), "action", [BROADCAST])
+
+    def sync_write(self, address: int, length: int, entries: list[tuple[int, bytes]]) -> None:
+        """Broadcast SYNC_WRITE: no status comes back; confirm by reading back."""
+        with self._mutex:
+            self._send(
+                _core.dxl_sync_write(address, length, entries),
+                "sync_write",
+                [i for i, _ in entries],
+            )
+
+    def reboot(self, dxl_id: int, *, operator: str) -> None:
+        """REBOOT wipes RAM (torque off, staged writes lost); only ever on an operator's word."""
+        if not operator:
+            raise _coded(DxlIdentityError, "operator_required", "REBOOT needs a named operator")
+        with self._mutex:
+            self._write_exchange(_core.dxl_reboot(dxl_id), "reboot", dxl_id)
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """A connected robot: its port identity and the model/firmware each joint id answered."""
+
+    port: PortIdentity
+    servos: tuple[tuple[int, int, int], ...]  # (id, model, firmware)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "port_key": self.port.key,
+            "usb_serial": self.port.usb_serial,
+            "vid_pid": self.port.vid_pid,
+            "servos": [{"id": i, "model": m, "firmware": f} for i, m, f in self.servos],
+        }
+
+
+def check_robot(bus: DxlBus, robot: RobotConfig) -> DeviceIdentity:
+    """PING every joint (model must match when configured) and require Status Return Level 2."""
+    servos = []
+    for joint in robot.joints:
+        servo = bus.ping(joint.id)
+        if joint.model is not None and servo.model != joint.model:
+            raise _coded(
+                DxlIdentityError,
+                "model_mismatch",
+                f"id {joint.id} answered model {servo.model}, configured {joint.model}",
+            )
+        level = bus.read_field(joint.id, tables.STATUS_RETURN_LEVEL)
+        if level != tables.StatusReturnLevel.ALL.value:
+            raise _coded(
+                DxlIdentityError,
+                "status_return_level",
+                f"id {joint.id} has Status Return Level {level}: writes would never be confirmed",
+            )
+        servos.append((servo.id, servo.model, servo.firmware))
+    return DeviceIdentity(bus.identity, tuple(servos))

@@ -1,0 +1,409 @@
+"""The DYNAMIXEL adapter of `physical_ai.robot_move`: stage, commit, read back, reconcile.
+
+Execute (one attempt; the operation id is already bound, durably, before this runs):
+1. Goals are planned in ticks and checked against the configured limits before any byte.
+2. Profile Velocity is set (slow for a first motion after a reconnect or an operator
+   re-issue) and torque enabled; then the device state is read and stored as the attempt's
+   pre-image, durably.
+3. REG_WRITE of Goal Position on every joint, then one broadcast ACTION (no status exists
+   for it). Each effectful frame's digest is appended durably to `sent.jsonl` before it goes.
+4. Present Position / Moving are read back until the arm settles, as live progress.
+Any exception on the way runs the robot's safe-stop in a `finally` before it propagates.
+
+Reconcile (after a crash or a lost status) reads the device and decides:
+- Recovered: every Goal Position equals its target, nothing staged, and the arm settles there.
+- ConfirmedAbsent: nothing effectful was sent; or the move is absolute, the pre-image exists,
+  torque and hardware error are as before, and every joint either still has Registered
+  Instruction 1 (staged, ACTION never executed) or its Goal Position is unchanged. Staged
+  writes are first neutralised (REG_WRITE of the current Goal Position where Registered
+  Instruction is 1, ACTION, read back); the port lock and that read-back are the retry guard.
+- Unknown: anything else (REBOOT or power loss wiped the evidence, a hardware error, a relative
+  move that may have run, an arm that does not settle). It is parked for an operator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from tether import _core
+from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel.config import HostConfig, RobotConfig
+from tether.adapters.dynamixel.host import RobotHost, read_state
+from tether.adapters.dynamixel.safety import safe_stop
+from tether.errors import DxlDeviceError
+from tether.physical.robot_move import Conclusion, ConfirmedAbsent, MoveRequest, Recovered, Unknown
+from tether.physical.robot_move_store import Operation, now_ms
+
+#: Names a crash point at which the worker SIGKILLs itself (crash tests only).
+CRASH_ENV = "TETHER_DXL_CRASH_AT"
+CRASH_POINTS = ("after_preimage", "after_reg_write", "after_action", "after_readback")
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+def crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class MoveNotReached(DxlDeviceError):
+    """The arm settled away from its goals (blocked, or torque lost)."""
+
+
+def plan_absolute(robot: RobotConfig, request: MoveRequest) -> dict[int, int]:
+    """Goals in ticks, every one inside its joint's limits; raises before anything is sent."""
+    goals: dict[int, int] = {}
+    for name, radians in request.targets:
+        joint = robot.joint(name)
+        ticks = tables.radians_to_ticks(radians)
+        joint.check_ticks(ticks)
+        goals[joint.id] = ticks
+    return goals
+
+
+def plan_relative(
+    robot: RobotConfig, request: MoveRequest, present: dict[int, int]
+) -> dict[int, int]:
+    goals: dict[int, int] = {}
+    for name, delta in request.targets:
+        joint = robot.joint(name)
+        ticks = present[joint.id] + round(delta * tables.TICKS_PER_REV / (2 * 3.141592653589793))
+        joint.check_ticks(ticks)
+        goals[joint.id] = ticks
+    return goals
+
+
+def _joints(state: dict[str, Any]) -> dict[int, dict[str, int]]:
+    return {int(k): v for k, v in state["joints"].items()}
+
+
+class DynamixelMoveAdapter:
+    """Executes and reconciles robot moves on the robots a `RobotHost` has connected."""
+
+    def __init__(
+        self,
+        config: HostConfig,
+        host: RobotHost,
+        *,
+        progress: ProgressFn | None = None,
+        settle_timeout_s: float = 30.0,
+    ) -> None:
+        self.config = config
+        self.host = host
+        self.progress = progress or (lambda content: None)
+        self.settle_timeout_s = settle_timeout_s
+
+    # --- helpers ---
+
+    def _send_logged(
+        self,
+        op: Operation,
+        attempt: int,
+        instruction: str,
+        frame: bytes,
+        send: Callable[[], None],
+        **info: Any,
+    ) -> None:
+        op.log_sent(
+            {
+                "attempt": attempt,
+                "instruction": instruction,
+                "t_ms": now_ms(),
+                "digest": "sha256:" + hashlib.sha256(frame).hexdigest(),
+                **info,
+            }
+        )
+        send()
+
+    def _settle(self, robot: RobotConfig, goals: dict[int, int]) -> dict[str, Any]:
+        """Read back until every joint stopped; publish progress; return the last state."""
+        bus = self.host.bus_for(robot)
+        ids = sorted(goals)
+        deadline = time.monotonic() + self.settle_timeout_s
+        start = bus.sync_read_field(tables.PRESENT_POSITION, ids)
+        while True:
+            present = bus.sync_read_field(tables.PRESENT_POSITION, ids)
+            moving = bus.sync_read_field(tables.MOVING, ids)
+            total = sum(abs(goals[i] - start[i]) for i in ids) or 1
+            left = sum(abs(goals[i] - present[i]) for i in ids)
+            self.progress(
+                {
+                    "robot": robot.name,
+                    "fraction": round(max(0.0, 1 - left / total), 4),
+                    "joints": {
+                        str(i): {"present": present[i], "goal": goals[i], "moving": moving[i]}
+                        for i in ids
+                    },
+                }
+            )
+            if not any(moving.values()):
+                return read_state(bus, robot)
+            if time.monotonic() > deadline:
+                state = read_state(bus, robot)
+                state["timed_out"] = True
+                return state
+            time.sleep(0.02)
+
+    def _reached(self, robot: RobotConfig, goals: dict[int, int], state: dict[str, Any]) -> bool:
+        joints = _joints(state)
+        return not state.get("timed_out") and all(
+            joints[i]["moving"] == 0
+            and abs(joints[i]["present_position"] - g) <= robot.tolerance_ticks
+            for i, g in goals.items()
+        )
+
+    def _result(
+        self,
+        op: Operation,
+        attempt: int,
+        robot: RobotConfig,
+        goals: dict[int, int],
+        state: dict[str, Any],
+        how: str,
+    ) -> dict[str, Any]:
+        return {
+            "operation_id": op.id,
+            "attempt": attempt,
+            "robot": robot.name,
+            "outcome": how,
+            "goals": {str(i): g for i, g in sorted(goals.items())},
+            "final": {str(i): j["present_position"] for i, j in sorted(_joints(state).items())},
+            "read_at_ms": state["read_at_ms"],
+        }
+
+    def _port_ids(self, robot: RobotConfig) -> list[int]:
+        """Every configured joint id on `robot`'s bus (all robots sharing the port)."""
+        return sorted(
+            {j.id for r in self.config.robots.values() if r.port == robot.port for j in r.joints}
+        )
+
+    # --- execute ---
+
+    def plan(self, request: MoveRequest) -> tuple[RobotConfig, dict[int, int] | None]:
+        robot = self.config.robot(request.robot)
+        return robot, None if request.relative else plan_absolute(robot, request)
+
+    def execute(
+        self, op: Operation, attempt: int, request: MoveRequest, *, first_motion: bool
+    ) -> dict[str, Any]:
+        robot, goals = self.plan(request)
+        bus = self.host.bus_for(robot)
+        completed = False
+        try:
+            ids = robot.ids if goals is None else sorted(goals)
+            velocity = robot.first_motion_velocity if first_motion else robot.velocity
+            for dxl_id in ids:
+                bus.write_field(dxl_id, tables.PROFILE_VELOCITY, velocity)
+                bus.write_field(dxl_id, tables.TORQUE_ENABLE, 1)
+            state = read_state(bus, robot)  # measured present position, after torque is on
+            if goals is None:
+                goals = plan_relative(
+                    robot, request, {i: j["present_position"] for i, j in _joints(state).items()}
+                )
+            op.record_preimage(
+                attempt,
+                {
+                    "state": state,
+                    "goals": {str(i): g for i, g in goals.items()},
+                    "first_motion": first_motion,
+                    "profile_velocity": velocity,
+                },
+            )
+            crash_point("after_preimage")
+            # The broadcast ACTION below commits every staged write on the bus: a write left
+            # staged by an abandoned move (of this or another robot on the port) must not ride
+            # along, so it is replaced by the joint's current goal first.
+            others = [i for i in self._port_ids(robot) if i not in goals]
+            if others:
+                staged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others)
+                for dxl_id in [i for i in others if staged[i] == 1]:
+                    current = tables.encode(
+                        tables.GOAL_POSITION, bus.read_field(dxl_id, tables.GOAL_POSITION)
+                    )
+                    frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, current)
+                    self._send_logged(
+                        op,
+                        attempt,
+                        "neutralise_reg_write",
+                        frame,
+                        partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, current),
+                        id=dxl_id,
+                    )
+            for dxl_id, goal in sorted(goals.items()):
+                data = tables.encode(tables.GOAL_POSITION, goal)
+                frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, data)
+                self._send_logged(
+                    op,
+                    attempt,
+                    "reg_write",
+                    frame,
+                    partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, data),
+                    id=dxl_id,
+                    goal=goal,
+                )
+            crash_point("after_reg_write")
+            self._send_logged(op, attempt, "action", _core.dxl_action(), bus.action, id=0xFE)
+            crash_point("after_action")
+            final = self._settle(robot, goals)
+            crash_point("after_readback")
+            if not self._reached(robot, goals, final):
+                raise MoveNotReached(
+                    f"robot {robot.name} settled away from its goals: {final['joints']}"
+                )
+            completed = True
+            return self._result(op, attempt, robot, goals, final, "completed")
+        finally:
+            if not completed:
+                safe_stop(bus, robot)
+
+    # --- reconcile ---
+
+    def reconcile(self, op: Operation, request: MoveRequest) -> Conclusion:
+        robot = self.config.robot(request.robot)
+        bus = self.host.bus_for(robot)
+        attempts = op.attempts()
+        attempt = attempts[-1] if attempts else 0
+        pre = op.preimage(attempt)
+        sent = [s for s in op.sent() if s.get("attempt") == attempt]
+        state = read_state(bus, robot)
+        joints = _joints(state)
+        goals: dict[int, int] | None = None
+        if pre is not None:
+            goals = {int(k): int(v) for k, v in pre["goals"].items()}
+        elif not request.relative:
+            goals = plan_absolute(robot, request)
+        checks: dict[str, Any] = {
+            "attempt": attempt,
+            "preimage": pre is not None,
+            "sent": len(sent),
+        }
+        hardware_error = {
+            i: j["hardware_error_status"] for i, j in joints.items() if j["hardware_error_status"]
+        }
+        checks["hardware_error"] = hardware_error
+
+        if (
+            goals is not None
+            and not hardware_error
+            and all(
+                joints[i]["goal_position"] == g and joints[i]["registered_instruction"] == 0
+                for i, g in goals.items()
+            )
+        ):
+            final = self._settle(robot, goals)
+            if self._reached(robot, goals, final):
+                return Recovered(self._result(op, attempt, robot, goals, final, "recovered"))
+            checks["settled"] = False
+            return Unknown(
+                self._evidence(op, request, robot, goals, final, "not_settled", checks), 1000
+            )
+
+        effectful = [s for s in sent if s.get("instruction") in ("reg_write", "action")]
+        if not effectful and not hardware_error:
+            return ConfirmedAbsent(self._guard(bus, "nothing_sent", [], state))
+
+        if request.relative:
+            return Unknown(
+                self._evidence(op, request, robot, goals, state, "relative_move_ambiguous", checks)
+            )
+        if pre is None or goals is None:
+            return Unknown(self._evidence(op, request, robot, goals, state, "no_preimage", checks))
+        before = _joints(pre["state"])
+        checks["torque_as_before"] = all(
+            joints[i]["torque_enable"] == before[i]["torque_enable"] for i in goals
+        )
+        checks["staged_or_unchanged"] = all(
+            joints[i]["registered_instruction"] == 1
+            or joints[i]["goal_position"] == before[i]["goal_position"]
+            for i in goals
+        )
+        if hardware_error or not checks["torque_as_before"] or not checks["staged_or_unchanged"]:
+            reason = "hardware_error" if hardware_error else "device_state_lost_or_moved"
+            return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
+
+        staged = [i for i in sorted(goals) if joints[i]["registered_instruction"] == 1]
+        # Other joints on the bus are neutralised too: the ACTION below would commit them.
+        others = [i for i in self._port_ids(robot) if i not in goals]
+        flagged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others) if others else {}
+        current_goals = {i: j["goal_position"] for i, j in joints.items()}
+        for dxl_id in [i for i in others if flagged.get(i) == 1]:
+            current_goals[dxl_id] = bus.read_field(dxl_id, tables.GOAL_POSITION)
+            staged.append(dxl_id)
+        for dxl_id in staged:
+            current = tables.encode(tables.GOAL_POSITION, current_goals[dxl_id])
+            frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, current)
+            self._send_logged(
+                op,
+                attempt,
+                "neutralise_reg_write",
+                frame,
+                partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, current),
+                id=dxl_id,
+            )
+        if staged:
+            self._send_logged(
+                op, attempt, "neutralise_action", _core.dxl_action(), bus.action, id=0xFE
+            )
+        after = read_state(bus, robot)
+        after_joints = _joints(after)
+        if any(
+            after_joints[i]["registered_instruction"] != 0
+            or after_joints[i]["goal_position"] != joints[i]["goal_position"]
+            for i in goals
+        ):
+            checks["neutralised"] = False
+            return Unknown(
+                self._evidence(op, request, robot, goals, after, "neutralise_failed", checks)
+            )
+        return ConfirmedAbsent(self._guard(bus, "staged_not_actioned", staged, after))
+
+    def _guard(
+        self, bus: Any, reason: str, neutralised: list[int], state: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "reason": reason,
+            "port_lock": bus.identity.key,
+            "owner_pid": os.getpid(),
+            "neutralised_ids": neutralised,
+            "read_back": state,
+        }
+
+    def _evidence(
+        self,
+        op: Operation,
+        request: MoveRequest,
+        robot: RobotConfig,
+        goals: dict[int, int] | None,
+        state: dict[str, Any],
+        reason: str,
+        checks: dict[str, Any],
+    ) -> dict[str, Any]:
+        bus = self.host.bus_for(robot)
+        joints = _joints(state)
+        return {
+            "operation_id": op.id,
+            "reason": reason,
+            "command": request.as_dict(),
+            "retry_class": request.retry_class.value,
+            "targets": {str(i): g for i, g in sorted((goals or {}).items())},
+            "sent": op.sent(),
+            "last_status": {
+                str(i): {"error": e, "at_ms": t} for i, (e, t) in sorted(bus.last_status.items())
+            },
+            "reconcile": checks,
+            "device_state": state,
+            "commanded_vs_present": {
+                str(i): {
+                    "commanded": (goals or {}).get(i),
+                    "goal": j["goal_position"],
+                    "present": j["present_position"],
+                }
+                for i, j in sorted(joints.items())
+            },
+        }

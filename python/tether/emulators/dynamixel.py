@@ -1,0 +1,570 @@
+"""A DYNAMIXEL Protocol 2.0 bus emulator on a real pty: X-series servos that answer real packets.
+
+`tether emulate dynamixel --ids 1,2` opens a pty in raw mode, prints its path and serves one
+X-series control table per id. Present Position moves toward Goal Position over time at the
+Profile Velocity (or the Velocity Limit when it is 0). Rules it follows from the e-manual:
+
+- Status Return Level (68): 0 answers PING only, 1 PING and READ, 2 everything. Broadcast
+  instructions other than PING and SYNC_READ get no status.
+- REG_WRITE stages a write and sets Registered Instruction (69); ACTION applies it and clears 69;
+  ACTION with nothing staged is an Instruction Error.
+- REBOOT wipes RAM (torque off, goals reset to present, staged write dropped, hardware error
+  cleared); EEPROM stays. Writing EEPROM while torque is on is an Access Error.
+- A Hardware Error Status bit sets Alert (0x80) in every status and turns torque off.
+
+Fault injection (Python API or the control socket): `drop_status` (apply the next matching
+instruction but send no status), `corrupt_crc` (flip the CRC of the next status), `alert`
+(raise hardware error bits), `noise` (garbage bytes before the next status). Every executed
+instruction is appended to a journal (memory, and JSON lines when `--journal` is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import socket
+import sys
+import threading
+import time
+import tty
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether import _core
+from tether.adapters.dynamixel import tables
+from tether.errors import DxlFrameError
+
+BROADCAST = 0xFE
+
+# Status error numbers (e-manual "Error").
+ERR_INSTRUCTION = 2
+ERR_DATA_RANGE = 4
+ERR_DATA_LENGTH = 5
+ERR_DATA_LIMIT = 6
+ERR_ACCESS = 7
+
+FAULT_KINDS = ("drop_status", "corrupt_crc", "alert", "noise")
+
+
+@dataclass
+class Fault:
+    """One armed fault; `instruction` (a name such as "write") narrows what it applies to."""
+
+    kind: str
+    count: int = 1
+    instruction: str | None = None
+    id: int | None = None
+    value: int = 0
+
+
+class Servo:
+    """One emulated X-series device: a control table, a staged REG_WRITE, simple kinematics."""
+
+    def __init__(self, dxl_id: int, model: int = 1030) -> None:
+        self.table = bytearray(tables.TABLE_SIZE)
+        for f in tables.FIELDS:
+            self.table[f.address : f.end] = tables.encode(f, f.initial)
+        self.set(tables.BY_NAME["id"], dxl_id)
+        self.set(tables.MODEL_NUMBER, model)
+        self.staged: tuple[int, bytes] | None = None
+        self._position = float(tables.CENTER_TICK)
+
+    @property
+    def id(self) -> int:
+        return self.get(tables.BY_NAME["id"])
+
+    def get(self, f: tables.Field) -> int:
+        return tables.decode(f, bytes(self.table[f.address : f.end]))
+
+    def set(self, f: tables.Field, value: int) -> None:
+        self.table[f.address : f.end] = tables.encode(f, value)
+
+    def reboot(self) -> None:
+        """Wipe RAM to initial values; the shaft (present position) stays where it is."""
+        present = self.get(tables.PRESENT_POSITION)
+        for f in tables.FIELDS:
+            if not f.eeprom:
+                self.table[f.address : f.end] = tables.encode(f, f.initial)
+        self.set(tables.PRESENT_POSITION, present)
+        self.set(tables.GOAL_POSITION, present)
+        self.staged = None
+
+    def error_alert(self) -> int:
+        return 0x80 if self.get(tables.HARDWARE_ERROR_STATUS) else 0
+
+    def read(self, address: int, length: int) -> tuple[int, bytes]:
+        if length == 0 or address + length > len(self.table):
+            return ERR_ACCESS, b""
+        return 0, bytes(self.table[address : address + length])
+
+    def check_write(self, address: int, data: bytes) -> int:
+        """Error number a write would get (0 = accepted), without applying it."""
+        end = address + len(data)
+        covered = address
+        torque_on = self.get(tables.TORQUE_ENABLE) == 1
+        for f in tables.FIELDS:
+            if f.end <= address or f.address >= end:
+                continue
+            if f.address < address or f.end > end:
+                return ERR_DATA_LENGTH
+            if f.address != covered:
+                return ERR_ACCESS  # a gap: an undefined address
+            covered = f.end
+            if not f.writable or (f.eeprom and torque_on):
+                return ERR_ACCESS
+            value = tables.decode(f, data[f.address - address : f.end - address])
+            if f is tables.TORQUE_ENABLE and value not in (0, 1):
+                return ERR_DATA_RANGE
+            if f is tables.GOAL_POSITION and not (
+                self.get(tables.MIN_POSITION_LIMIT) <= value <= self.get(tables.MAX_POSITION_LIMIT)
+            ):
+                return ERR_DATA_LIMIT
+        return 0 if covered == end else ERR_ACCESS
+
+    def apply_write(self, address: int, data: bytes) -> None:
+        self.table[address : address + len(data)] = data
+        if self.get(tables.HARDWARE_ERROR_STATUS):
+            self.set(tables.TORQUE_ENABLE, 0)
+
+    def step(self, dt: float, speed_scale: float) -> None:
+        goal = self.get(tables.GOAL_POSITION)
+        if self.get(tables.TORQUE_ENABLE) != 1:
+            self.set(tables.MOVING, 0)
+            return
+        velocity = self.get(tables.PROFILE_VELOCITY) or self.get(tables.VELOCITY_LIMIT)
+        max_step = tables.ticks_per_second(velocity) * dt * speed_scale
+        delta = goal - self._position
+        if abs(delta) <= max_step:
+            self._position = float(goal)
+        else:
+            self._position += max_step if delta > 0 else -max_step
+        self.set(tables.PRESENT_POSITION, round(self._position))
+        self.set(tables.MOVING, 0 if round(self._position) == goal else 1)
+
+    def sync_position(self) -> None:
+        self._position = float(self.get(tables.PRESENT_POSITION))
+
+
+@dataclass
+class JournalEntry:
+    seq: int
+    t_ms: float
+    id: int
+    instruction: str
+    address: int | None = None
+    data: str = ""
+    ids: list[int] = field(default_factory=list)
+    executed: bool = True
+    status: str = "none"  # "sent", "dropped", "corrupted", "none"
+    error: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True)
+
+
+class DynamixelEmulator:
+    """A bus of emulated servos behind one pty. Single owner: drive it with `serve` (a thread)."""
+
+    def __init__(
+        self,
+        ids: Sequence[int],
+        *,
+        model: int = 1030,
+        journal_path: str | os.PathLike[str] | None = None,
+        speed_scale: float = 1.0,
+    ) -> None:
+        if not ids or len(set(ids)) != len(ids) or not all(0 <= i <= 252 for i in ids):
+            raise ValueError(f"ids must be distinct and in 0..252, got {list(ids)}")
+        self.servos = {i: Servo(i, model) for i in ids}
+        self.speed_scale = speed_scale
+        self.journal: list[JournalEntry] = []
+        self._journal_file = open(journal_path, "a", encoding="utf-8") if journal_path else None
+        self._faults: list[Fault] = []
+        self._lock = threading.RLock()
+        self._decoder = _core.DxlDecoder()
+        self._t0 = time.monotonic()
+        self._last_step = self._t0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.frame_errors = 0
+        master, slave = os.openpty()
+        tty.setraw(slave)
+        self._master, self._slave = master, slave
+        # The slave stays open here so the master never sees EIO between client sessions.
+        self.path = os.ttyname(slave)
+
+    # --- faults and state (thread-safe) ---
+
+    def inject(self, fault: Fault) -> None:
+        if fault.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault {fault.kind!r}; one of {FAULT_KINDS}")
+        with self._lock:
+            if fault.kind == "alert":
+                targets = [fault.id] if fault.id is not None else list(self.servos)
+                for i in targets:
+                    servo = self.servos[i]
+                    servo.set(tables.HARDWARE_ERROR_STATUS, fault.value or 0x04)
+                    servo.set(tables.TORQUE_ENABLE, 0)
+                return
+            self._faults.append(fault)
+
+    def snapshot(self, dxl_id: int) -> dict[str, int]:
+        with self._lock:
+            servo = self.servos[dxl_id]
+            return {f.name: servo.get(f) for f in tables.FIELDS}
+
+    def set_present(self, dxl_id: int, ticks: int) -> None:
+        """Move a shaft by hand (torque off), as a person or gravity would."""
+        with self._lock:
+            servo = self.servos[dxl_id]
+            servo.set(tables.PRESENT_POSITION, ticks)
+            servo.sync_position()
+
+    def power_cycle(self) -> None:
+        """Power loss: every servo reboots (RAM wiped) without any instruction."""
+        with self._lock:
+            for servo in self.servos.values():
+                servo.reboot()
+            self._record(BROADCAST, "power_cycle", status="none")
+
+    def _take_fault(self, kind: str, instruction: str, dxl_id: int) -> Fault | None:
+        for fault in self._faults:
+            if fault.kind != kind:
+                continue
+            if fault.instruction is not None and fault.instruction != instruction:
+                continue
+            if fault.id is not None and fault.id != dxl_id:
+                continue
+            fault.count -= 1
+            if fault.count <= 0:
+                self._faults.remove(fault)
+            return fault
+        return None
+
+    def _record(self, dxl_id: int, instruction: str, **kw: Any) -> JournalEntry:
+        entry = JournalEntry(
+            len(self.journal),
+            round((time.monotonic() - self._t0) * 1000, 3),
+            dxl_id,
+            instruction,
+            **kw,
+        )
+        self.journal.append(entry)
+        if self._journal_file is not None:
+            self._journal_file.write(entry.to_json() + "\n")
+            self._journal_file.flush()
+        return entry
+
+    # --- the wire ---
+
+    def handle_bytes(self, data: bytes) -> bytes:
+        """Feed received bytes; return everything to send back."""
+        out = bytearray()
+        with self._lock:
+            self._decoder.feed(data)
+            while True:
+                try:
+                    packet = self._decoder.next_packet()
+                except DxlFrameError:
+                    self.frame_errors += 1
+                    continue
+                if packet is None:
+                    break
+                if packet.is_status:
+                    continue  # another device's answer on a shared line
+                out += self._execute(packet)
+        return bytes(out)
+
+    def _status(
+        self, servo: Servo, error: int, data: bytes, entry: JournalEntry, instruction: str
+    ) -> bytes:
+        frame = _core.dxl_encode_status(servo.id, error | servo.error_alert(), data)
+        entry.error = error
+        if self._take_fault("drop_status", instruction, servo.id):
+            entry.status = "dropped"
+            return b""
+        if self._take_fault("corrupt_crc", instruction, servo.id):
+            entry.status = "corrupted"
+            frame = frame[:-1] + bytes([frame[-1] ^ 0xFF])
+        else:
+            entry.status = "sent"
+        noise = self._take_fault("noise", instruction, servo.id)
+        return (bytes([0xFF, 0x00, 0xFF, 0xFF, 0x13]) if noise else b"") + frame
+
+    def _answers(self, servo: Servo, instruction: str) -> bool:
+        level = servo.get(tables.STATUS_RETURN_LEVEL)
+        if instruction == "ping":
+            return True
+        if instruction in ("read", "sync_read"):
+            return level >= 1
+        return level >= 2
+
+    def _execute(self, packet: _core.DxlPacket) -> bytes:
+        try:
+            cmd = packet.command()
+        except DxlFrameError:
+            self.frame_errors += 1
+            return b""
+        name = cmd.name
+        if name == "sync_read" or name == "sync_write":
+            return self._execute_sync(packet.id, cmd)
+        targets = (
+            list(self.servos.values())
+            if packet.id == BROADCAST
+            else [self.servos[packet.id]]
+            if packet.id in self.servos
+            else []
+        )
+        out = bytearray()
+        for servo in targets:
+            entry = self._record(servo.id, name, address=cmd.address, data=cmd.data.hex())
+            # The level in force when the instruction arrived decides (a write may change it).
+            answers = self._answers(servo, name) and (packet.id != BROADCAST or name == "ping")
+            if name == "action" and servo.staged is not None:
+                # The journal shows what an ACTION applied, so duplicates can be told apart.
+                entry.address, entry.data = servo.staged[0], servo.staged[1].hex()
+            error, data = self._run(servo, cmd)
+            entry.executed = error == 0
+            if answers:
+                out += self._status(servo, error, data, entry, name)
+            else:
+                entry.error = error
+            if name == "reboot" and error == 0:
+                servo.reboot()
+        return bytes(out)
+
+    def _run(self, servo: Servo, cmd: _core.DxlCommand) -> tuple[int, bytes]:
+        name = cmd.name
+        if name == "ping":
+            return 0, tables.encode(tables.MODEL_NUMBER, servo.get(tables.MODEL_NUMBER)) + bytes(
+                [servo.get(tables.FIRMWARE_VERSION)]
+            )
+        if name == "read":
+            return servo.read(cmd.address or 0, cmd.length or 0)
+        if name in ("write", "reg_write"):
+            error = servo.check_write(cmd.address or 0, cmd.data)
+            if error:
+                return error, b""
+            if name == "write":
+                servo.apply_write(cmd.address or 0, cmd.data)
+            else:
+                servo.staged = (cmd.address or 0, cmd.data)
+                servo.set(tables.REGISTERED_INSTRUCTION, 1)
+            return 0, b""
+        if name == "action":
+            if servo.staged is None:
+                return ERR_INSTRUCTION, b""
+            address, data = servo.staged
+            servo.staged = None
+            servo.set(tables.REGISTERED_INSTRUCTION, 0)
+            servo.apply_write(address, data)
+            return 0, b""
+        if name == "reboot":
+            return 0, b""
+        return ERR_INSTRUCTION, b""
+
+    def _execute_sync(self, packet_id: int, cmd: _core.DxlCommand) -> bytes:
+        if packet_id != BROADCAST:
+            return b""
+        out = bytearray()
+        if cmd.name == "sync_read":
+            for dxl_id in cmd.ids:
+                servo = self.servos.get(dxl_id)
+                if servo is None:
+                    continue
+                entry = self._record(dxl_id, "sync_read", address=cmd.address, ids=list(cmd.ids))
+                error, data = servo.read(cmd.address or 0, cmd.length or 0)
+                entry.executed = error == 0
+                if self._answers(servo, "sync_read"):
+                    out += self._status(servo, error, data, entry, "sync_read")
+            return bytes(out)
+        for dxl_id, data in cmd.entries:
+            servo = self.servos.get(dxl_id)
+            if servo is None:
+                continue
+            entry = self._record(
+                dxl_id, "sync_write", address=cmd.address, data=data.hex(), ids=list(cmd.ids)
+            )
+            error = servo.check_write(cmd.address or 0, data)
+            entry.error, entry.executed = error, error == 0
+            if not error:
+                servo.apply_write(cmd.address or 0, data)
+        return b""
+
+    def step(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            dt, self._last_step = now - self._last_step, now
+            for servo in self.servos.values():
+                servo.step(dt, self.speed_scale)
+
+    # --- serving ---
+
+    def serve(self) -> None:
+        """Answer packets until `stop()`; moves the servos between packets."""
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self._master], [], [], 0.005)
+            self.step()
+            if not ready:
+                continue
+            try:
+                data = os.read(self._master, 4096)
+            except OSError:
+                time.sleep(0.005)
+                continue
+            reply = self.handle_bytes(data)
+            if reply:
+                os.write(self._master, reply)
+
+    def start(self) -> DynamixelEmulator:
+        self._thread = threading.Thread(target=self.serve, name="dxl-emulator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        for fd in (self._master, self._slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self._journal_file is not None:
+            self._journal_file.close()
+            self._journal_file = None
+
+    def __enter__(self) -> DynamixelEmulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ControlServer:
+    """Out-of-process control of an emulator: one JSON request per connection on a unix socket.
+
+    Requests: {"op": "fault", "kind": ..., "count", "instruction", "id", "value"},
+    {"op": "journal"}, {"op": "snapshot", "id": n}, {"op": "set_present", "id", "ticks"},
+    {"op": "power_cycle"}.
+    """
+
+    def __init__(self, emulator: DynamixelEmulator, path: str) -> None:
+        self.emulator = emulator
+        self.path = path
+        if os.path.exists(path):
+            os.unlink(path)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(path)
+        self._sock.listen(8)
+        self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "fault": lambda r: self.emulator.inject(
+                Fault(
+                    r["kind"],
+                    int(r.get("count", 1)),
+                    r.get("instruction"),
+                    r.get("id"),
+                    int(r.get("value", 0)),
+                )
+            ),
+            "journal": lambda r: [e.__dict__ for e in self.emulator.journal],
+            "snapshot": lambda r: self.emulator.snapshot(int(r["id"])),
+            "set_present": lambda r: self.emulator.set_present(int(r["id"]), int(r["ticks"])),
+            "power_cycle": lambda r: self.emulator.power_cycle(),
+        }
+        threading.Thread(target=self._serve, name="dxl-emulator-control", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    with conn.makefile("r") as reader:
+                        request = json.loads(reader.readline())
+                    result = self._handlers[request["op"]](request)
+                    reply = {"ok": True, "result": result}
+                except Exception as exc:
+                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                conn.sendall((json.dumps(reply) + "\n").encode())
+
+    def close(self) -> None:
+        self._sock.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def control_request(path: str, request: dict[str, Any], timeout: float = 5.0) -> Any:
+    """Send one request to an emulator's control socket and return its result."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall((json.dumps(request) + "\n").encode())
+        with sock.makefile("r") as reader:
+            reply = json.loads(reader.readline())
+    if not reply.get("ok"):
+        raise RuntimeError(reply.get("error", "emulator control request failed"))
+    return reply.get("result")
+
+
+def parse_ids(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--ids wants a comma list of integers, got {text!r}"
+        ) from None
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="tether emulate dynamixel", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--ids", type=parse_ids, default=[1], help="servo ids, e.g. 1,2")
+    parser.add_argument(
+        "--model", type=int, default=1030, help="PING model number (1030 = XM430-W210)"
+    )
+    parser.add_argument(
+        "--journal", help="append every executed instruction to this JSON-lines file"
+    )
+    parser.add_argument(
+        "--control", help="unix socket path for fault injection and journal queries"
+    )
+    parser.add_argument(
+        "--speed-scale", type=float, default=1.0, help="multiply every motion speed"
+    )
+    parser.add_argument("--link", help="also create a symlink to the pty at this path")
+    args = parser.parse_args(argv)
+    try:
+        emulator = DynamixelEmulator(
+            args.ids, model=args.model, journal_path=args.journal, speed_scale=args.speed_scale
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    control = ControlServer(emulator, args.control) if args.control else None
+    if args.link:
+        link = Path(args.link)
+        link.unlink(missing_ok=True)
+        link.symlink_to(emulator.path)
+    print(emulator.path, flush=True)
+    try:
+        emulator.serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if control is not None:
+            control.close()
+        emulator.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""Operator intervention: parked robot moves, their evidence, decisions, and `tether stop`."""

@@ -1,0 +1,249 @@
+"""`physical_ai.robot_move` as a runtime family (Contract C): components, projection, staging,
+and the adapter that drives the DYNAMIXEL move adapter under the worker's fenced attempts.
+
+Components (entity = the move's activity id):
+    physical_ai.robot_move.intent       {"kind", "robot", "targets"}: a committed move request
+    physical_ai.robot_move.observation  the factual outcome: result reference, digest, summary
+
+The projection asks for one Activity per intent without an observation. The adapter binds the
+catalog's provider operation id in its own operation store before the first byte (the store
+records the request digest under that id), and maps the device adapter's conclusions onto the
+runtime's: Recovered -> the durable result artifact, ConfirmedAbsent -> a retry-guard artifact
+(port lock + read-back), Unknown -> an evidence artifact and a long retry delay (an operator
+decides; reconciliation never executes).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from tether.activities import Evidence, ResultRef, RetryGuard
+from tether.adapters.dynamixel.config import HostConfig
+from tether.adapters.dynamixel.host import RobotHost
+from tether.adapters.dynamixel.move import DynamixelMoveAdapter
+from tether.errors import DxlTransportError
+from tether.physical.robot_move import (
+    FAMILY,
+    KINDS,
+    ConfirmedAbsent,
+    MoveRequest,
+    Recovered,
+    canonical_json,
+)
+from tether.physical.robot_move_store import MoveStore, Operation, StoreConflict
+from tether.runtime import (
+    ActivityRequest,
+    AttemptContext,
+    Family,
+    FamilyError,
+    StagedResult,
+)
+from tether.runtime import ConfirmedAbsent as RuntimeAbsent
+from tether.runtime import Recovered as RuntimeRecovered
+from tether.runtime import Unknown as RuntimeUnknown
+from tether.world import ComponentWrite, WorldSnapshot
+
+INTENT = "physical_ai.robot_move.intent"
+OBSERVATION = "physical_ai.robot_move.observation"
+RESULT_MEDIA_TYPE = "application/vnd.tether.robot-move.result+json"
+GUARD_MEDIA_TYPE = "application/vnd.tether.robot-move.guard+json"
+EVIDENCE_MEDIA_TYPE = "application/vnd.tether.robot-move.evidence+json"
+#: An Unknown that needs an operator is reconciled again only after this long.
+OPERATOR_RETRY_MS = 60_000
+
+
+def intent(activity_id: str, request: MoveRequest) -> ComponentWrite:
+    """The component write that asks for one move."""
+    return ComponentWrite(activity_id, INTENT, request.as_dict())
+
+
+def project(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+    """One Activity per intent not yet observed (pure: the snapshot only)."""
+    requests = []
+    for entity, value in snapshot.with_component(INTENT):
+        if snapshot.get(entity, OBSERVATION) is not None or not isinstance(value, dict):
+            continue
+        kind = value.get("kind")
+        if kind in KINDS:
+            requests.append(ActivityRequest(str(kind), entity, value))
+    return requests
+
+
+def stage(staged: StagedResult) -> list[ComponentWrite]:
+    """The observation fact of one durable result (pure, idempotent)."""
+    try:
+        doc = json.loads(staged.payload) if staged.payload else {}
+    except ValueError:
+        doc = {}
+    summary = {
+        k: doc.get(k) for k in ("outcome", "attempt", "goals", "final", "verdict") if k in doc
+    }
+    value = {
+        "result_ref": staged.result.ref,
+        "result_digest": staged.result.digest,
+        "failed": staged.result.failed,
+        "summary": summary,
+    }
+    return [ComponentWrite(staged.key.activity_id, OBSERVATION, value)]
+
+
+class RobotMoveAdapter:
+    """Contract C adapter. Owns one `RobotHost` (the ports) for the life of the worker process;
+    one move per robot at a time. `close()` safe-stops and releases the ports."""
+
+    def __init__(
+        self, config: HostConfig, store_root: str | Path, *, settle_timeout_s: float = 30.0
+    ) -> None:
+        self.config = config
+        self.store = MoveStore(store_root)
+        self.settle_timeout_s = settle_timeout_s
+        self._mutex = threading.Lock()
+        self._robot_locks: dict[str, threading.Lock] = {}
+        self._host: RobotHost | None = None
+        self._moved: set[str] = set()  # robots that moved since their last (re)connect
+        self._atexit = False
+
+    def _lock(self, robot: str) -> threading.Lock:
+        with self._mutex:
+            return self._robot_locks.setdefault(robot, threading.Lock())
+
+    def _connected(self, robot: str) -> RobotHost:
+        with self._mutex:
+            if self._host is None:
+                self._host = RobotHost(self.config)
+                if not self._atexit:
+                    # Shutdown of the worker process (e.g. `tether worker` on SIGTERM) safe-stops
+                    # the robots this adapter connected, even if nobody calls close().
+                    atexit.register(self.close)
+                    self._atexit = True
+            host = self._host
+        if robot not in host.identities:
+            host.connect(robot)
+            self._moved.discard(robot)
+        return host
+
+    def _drop_host(self) -> None:
+        """After a transport failure: safe-stop what can be reached, release, reconnect later."""
+        with self._mutex:
+            host, self._host = self._host, None
+        if host is not None:
+            host.close()
+        self._moved.clear()
+
+    def close(self) -> None:
+        self._drop_host()
+
+    def _device(self, ctx: AttemptContext, host: RobotHost) -> DynamixelMoveAdapter:
+        def progress(content: dict[str, Any]) -> None:
+            ctx.heartbeat()  # a lost lease stops the move (the safe-stop runs on the way out)
+            ctx.progress(content)
+
+        return DynamixelMoveAdapter(
+            self.config, host, progress=progress, settle_timeout_s=self.settle_timeout_s
+        )
+
+    @staticmethod
+    def _put(ctx: AttemptContext, doc: dict[str, Any], media_type: str) -> ResultRef:
+        return ctx.artifacts.put_bytes(canonical_json(doc), media_type)
+
+    def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
+        req = MoveRequest.from_dict(request)
+        with self._lock(req.robot):
+            op = self.store.bind(ctx.operation_id, req)
+            done = op.result()
+            if done is not None:
+                return self._put(ctx, done, RESULT_MEDIA_TYPE)
+            attempts = op.attempts()
+            number = (attempts[-1] if attempts else 0) + 1
+            guard = op.guard(number)
+            if number > 1 and guard is None:
+                raise FamilyError(
+                    f"{ctx.operation_id}: attempt {number} has no retry guard in the store"
+                )
+            try:
+                host = self._connected(req.robot)
+                first = (
+                    req.robot not in self._moved
+                    or (guard or {}).get("reason") == "operator_reissue"
+                )
+                op.start_attempt(number, {"fence": ctx.fence, "catalog_attempt": ctx.attempt})
+                result = self._device(ctx, host).execute(op, number, req, first_motion=first)
+            except DxlTransportError:
+                self._drop_host()
+                raise
+            self._moved.add(req.robot)
+            return self._put(ctx, op.record_result(result), RESULT_MEDIA_TYPE)
+
+    def reconcile(
+        self, ctx: AttemptContext, request: dict[str, Any]
+    ) -> RuntimeRecovered | RuntimeAbsent | RuntimeUnknown:
+        req = MoveRequest.from_dict(request)
+        with self._lock(req.robot):
+            op = self.store.bind(ctx.operation_id, req)
+            done = op.result()
+            if done is not None:
+                return RuntimeRecovered(self._put(ctx, done, RESULT_MEDIA_TYPE))
+            try:
+                conclusion = self._device(ctx, self._connected(req.robot)).reconcile(op, req)
+            except DxlTransportError:
+                self._drop_host()
+                raise
+            if isinstance(conclusion, Recovered):
+                return RuntimeRecovered(
+                    self._put(ctx, op.record_result(conclusion.result), RESULT_MEDIA_TYPE)
+                )
+            if isinstance(conclusion, ConfirmedAbsent):
+                guard = self._guard(op, conclusion.guard)
+                ref = self._put(ctx, guard, GUARD_MEDIA_TYPE)
+                return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
+            revision = op.record_evidence(conclusion.evidence)
+            evidence = op.evidence(revision) or conclusion.evidence
+            ref = self._put(ctx, evidence, EVIDENCE_MEDIA_TYPE)
+            retry = conclusion.retry_after_ms or OPERATOR_RETRY_MS
+            return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), retry)
+
+    @staticmethod
+    def _guard(op: Operation, guard: dict[str, Any]) -> dict[str, Any]:
+        attempts = op.attempts()
+        number = (attempts[-1] if attempts else 0) + 1
+        try:
+            return op.record_guard(number, guard)
+        except StoreConflict:
+            existing = op.guard(number)  # a reconcile repeated after a crash: same guard
+            assert existing is not None
+            return existing
+
+
+def robot_move_family(
+    config: HostConfig, store_root: str | Path, *, settle_timeout_s: float = 30.0
+) -> Family:
+    """The family to register with a runtime `Host` (its adapter owns the robots' ports)."""
+    return Family(
+        name=FAMILY,
+        kinds=KINDS,
+        project=project,
+        adapter=RobotMoveAdapter(config, store_root, settle_timeout_s=settle_timeout_s),
+        stage=stage,
+    )
+
+
+#: `tether worker DATA_DIR --families tether.physical.robot_move_family:families_from_env` reads
+#: the host configuration path from this variable.
+CONFIG_ENV = "TETHER_HOST_CONFIG"
+
+
+def families_from_env(data_dir: Path) -> list[Family]:
+    """Worker-process factory: the robot_move family over `$TETHER_HOST_CONFIG`, its operation
+    store in `<data_dir>/robot_move`."""
+    import os
+
+    from tether.adapters.dynamixel.config import load_config
+
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        raise FamilyError(f"set {CONFIG_ENV} to the host configuration file")
+    return [robot_move_family(load_config(path), Path(data_dir) / "robot_move")]

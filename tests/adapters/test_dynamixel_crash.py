@@ -1,0 +1,257 @@
+"""Crash tests: the worker is SIGKILLed at named points of a move against the emulator process,
+then a fresh worker process restarts it. The emulator journal shows no duplicate ACTION, and
+each case reaches its conclusion (Recovered; ConfirmedAbsent then one re-execution; Unknown
+then the operator)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _dxl_setup import (
+    CREDENTIAL,
+    GOALS,
+    emulator_process,
+    outcome,
+    run_worker,
+    target_actions,
+    write_config,
+)
+from tether.physical.robot_move import KIND_ABSOLUTE, operation_id
+from tether.physical.robot_move_store import MoveStore
+
+KILLED = -signal.SIGKILL
+OP_ID = operation_id(KIND_ABSOLUTE, "local", "move-1")
+
+
+def store_of(tmp_path: Path) -> MoveStore:
+    return MoveStore(tmp_path / "state" / "robot_move")
+
+
+def operator(
+    config: Path, *argv: str, credential: str | None = CREDENTIAL
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("TETHER_OPERATOR_CREDENTIAL", None)
+    if credential is not None:
+        env["TETHER_OPERATOR_CREDENTIAL"] = credential
+    return subprocess.run(
+        [sys.executable, "-m", "tether", "operator", "--config", str(config), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("crash_at", "conclusion", "attempts"),
+    [
+        ("after_preimage", "executed", 2),  # nothing effectful sent: absent, one re-execution
+        ("after_reg_write", "executed", 2),  # staged, no ACTION: neutralised, one re-execution
+        ("after_action", "recovered", 1),  # committed: read back, never re-sent
+        ("after_readback", "recovered", 1),  # done but unrecorded: read back, never re-sent
+    ],
+)
+def test_kill_and_restart_reaches_the_right_conclusion(
+    tmp_path: Path, crash_at: str, conclusion: str, attempts: int
+) -> None:
+    with emulator_process(tmp_path) as emu:
+        config = write_config(tmp_path, emu.path)
+        assert run_worker(config, crash_at=crash_at).returncode == KILLED
+        restarted = run_worker(config)
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        assert outcome(restarted)["conclusion"] == conclusion
+        journal = emu.journal()
+        assert target_actions(journal, GOALS) == {1: 1, 2: 1}
+        for dxl_id, goal in GOALS.items():
+            state = emu.request(op="snapshot", id=dxl_id)
+            assert state["goal_position"] == goal and abs(state["present_position"] - goal) <= 20
+    op = store_of(tmp_path).get(OP_ID)
+    assert op is not None and op.status() == "done"
+    assert op.attempts() == list(range(1, attempts + 1))
+    if attempts == 2:
+        guard = op.guard(2)
+        assert guard is not None
+        assert guard["reason"] == (
+            "nothing_sent" if crash_at == "after_preimage" else "staged_not_actioned"
+        )
+        assert guard["port_lock"].startswith("path:")
+    # A finished move is never run again.
+    again = run_worker(config)
+    assert outcome(again)["status"] == "done"
+
+
+def test_power_loss_after_staging_is_unknown_then_operator_reissues(tmp_path: Path) -> None:
+    with emulator_process(tmp_path) as emu:
+        config = write_config(tmp_path, emu.path)
+        assert run_worker(config, crash_at="after_reg_write").returncode == KILLED
+        emu.request(op="power_cycle")  # RAM wiped: the staged writes are gone, torque off
+        parked = run_worker(config)
+        assert parked.returncode == 3
+        result = outcome(parked)
+        assert (result["conclusion"], result["reason"]) == ("unknown", "device_state_lost_or_moved")
+        # Unknown never executes again by itself: another run sends nothing.
+        before = len(emu.journal())
+        assert outcome(run_worker(config))["status"] == "awaiting_decision"
+        assert len(emu.journal()) == before
+
+        listed = json.loads(operator(config, "list").stdout)
+        assert [o["operation_id"] for o in listed] == [OP_ID]
+        shown = json.loads(operator(config, "show", OP_ID).stdout)
+        evidence = shown["evidence"]
+        assert evidence["revision"] == 1 and evidence["command"]["targets"] == {"a": 0.5, "b": -0.3}
+        assert [s["instruction"] for s in evidence["sent"]] == ["reg_write", "reg_write"]
+        assert all(s["digest"].startswith("sha256:") for s in evidence["sent"])
+        assert evidence["commanded_vs_present"]["1"]["commanded"] == GOALS[1]
+        assert shown["device_state_age_ms"] >= 0
+
+        no_credential = operator(
+            config,
+            "resolve",
+            OP_ID,
+            "--decision",
+            "reissue",
+            "--revision",
+            "1",
+            "--operator",
+            "alice",
+            credential=None,
+        )
+        assert json.loads(no_credential.stdout)["code"] == "credential_refused"
+        wrong = operator(
+            config,
+            "resolve",
+            OP_ID,
+            "--decision",
+            "reissue",
+            "--revision",
+            "1",
+            "--operator",
+            "alice",
+            credential="guess",
+        )
+        assert json.loads(wrong.stdout)["code"] == "credential_refused"
+        stale = operator(
+            config,
+            "resolve",
+            OP_ID,
+            "--decision",
+            "reissue",
+            "--revision",
+            "0",
+            "--operator",
+            "alice",
+        )
+        assert json.loads(stale.stdout)["code"] == "stale_revision"
+        assert len(emu.journal()) == before  # refusals touched nothing
+
+        ok = operator(
+            config,
+            "resolve",
+            OP_ID,
+            "--decision",
+            "reissue",
+            "--revision",
+            "1",
+            "--operator",
+            "alice",
+            "--note",
+            "checked the arm",
+        )
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        again = operator(
+            config, "resolve", OP_ID, "--decision", "done", "--revision", "1", "--operator", "bob"
+        )
+        assert json.loads(again.stdout)["code"] == "already_decided"
+
+        executed = run_worker(config)
+        assert executed.returncode == 0, executed.stdout
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+    op = store_of(tmp_path).get(OP_ID)
+    assert op is not None
+    guard = op.guard(2)
+    assert (
+        guard is not None and guard["operator"] == "alice" and guard["reason"] == "operator_reissue"
+    )
+    decision = op.decision(1)
+    assert decision is not None and decision["note"] == "checked the arm"
+    preimage = op.preimage(2)
+    assert preimage is not None and preimage["first_motion"] is True
+
+
+def test_relative_move_in_doubt_goes_to_the_operator_and_is_never_reissued(tmp_path: Path) -> None:
+    with emulator_process(tmp_path) as emu:
+        config = write_config(tmp_path, emu.path)
+        args = ("--relative",)
+        assert (
+            run_worker(config, *args, crash_at="after_reg_write", joints={"a": 0.2}).returncode
+            == KILLED
+        )
+        parked = run_worker(config, *args, joints={"a": 0.2})
+        assert outcome(parked)["reason"] == "relative_move_ambiguous"
+        op_id = outcome(parked)["operation_id"]
+        refused = operator(
+            config, "resolve", op_id, "--decision", "reissue", "--revision", "1", "--operator", "al"
+        )
+        assert json.loads(refused.stdout)["code"] == "not_repeatable"
+        # The device changes under the operator's feet (an overheating alert): the decision is
+        # refused and a new evidence revision with the fresh state appears.
+        emu.request(op="fault", kind="alert", id=2, value=0x04)
+        changed = operator(
+            config, "resolve", op_id, "--decision", "abandon", "--revision", "1", "--operator", "al"
+        )
+        assert json.loads(changed.stdout)["code"] == "state_changed"
+        ok = operator(
+            config, "resolve", op_id, "--decision", "abandon", "--revision", "2", "--operator", "al"
+        )
+        assert ok.returncode == 0, ok.stdout
+        assert outcome(run_worker(config, *args, joints={"a": 0.2}))["status"] == "failed"
+        assert not any(e["instruction"] == "action" for e in emu.journal())
+
+
+def test_tether_stop_reaches_a_worker_that_owns_the_port_mid_move(tmp_path: Path) -> None:
+    with emulator_process(tmp_path, speed_scale=0.3) as emu:
+        config = write_config(tmp_path, emu.path)
+        env = {k: v for k, v in os.environ.items() if k != "TETHER_DXL_CRASH_AT"}
+        argv = [
+            "move",
+            "--config",
+            str(config),
+            "--robot",
+            "arm",
+            "--activity",
+            "move-1",
+            "--joint",
+            "a=0.5",
+            "--joint",
+            "b=-0.3",
+        ]
+        with subprocess.Popen(
+            [sys.executable, "-m", "tether", *argv], stdout=subprocess.PIPE, text=True, env=env
+        ) as mover:
+            assert mover.stdout is not None
+            for line in mover.stdout:  # wait for the first progress line: the arm is moving
+                if '"progress"' in line:
+                    break
+            stopped = subprocess.run(
+                [sys.executable, "-m", "tether", "stop", "--config", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+            assert json.loads(stopped.stdout)[0]["via"] == "owner"
+            rest = mover.stdout.read()
+            assert mover.wait(timeout=60) == 3  # parked for an operator, never re-run by itself
+        final = json.loads(rest.strip().splitlines()[-1])
+        assert final["status"] == "awaiting_decision"
+        for dxl_id, goal in GOALS.items():
+            state = emu.request(op="snapshot", id=dxl_id)
+            assert state["goal_position"] == state["present_position"] != goal
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}

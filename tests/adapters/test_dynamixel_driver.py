@@ -1,0 +1,199 @@
+"""The serial driver against the pty emulator: retries only for reads, unconfirmed writes,
+typed device errors, identity checks at connect and exclusive ownership."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel.config import HostConfig, parse_config
+from tether.adapters.dynamixel.driver import (
+    DxlBus,
+    check_robot,
+    is_locked,
+    lock_path,
+    read_owner,
+    resolve_port,
+)
+from tether.emulators.dynamixel import DynamixelEmulator, Fault
+from tether.errors import (
+    DxlDeviceError,
+    DxlIdentityError,
+    DxlPortBusy,
+    DxlTimeoutError,
+    DxlWriteUnconfirmed,
+)
+
+
+@pytest.fixture
+def emulator() -> Iterator[DynamixelEmulator]:
+    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
+        yield emu
+
+
+@pytest.fixture
+def bus(emulator: DynamixelEmulator, tmp_path: Path) -> Iterator[DxlBus]:
+    with DxlBus.open(emulator.path, timeout_ms=400, lock_dir=tmp_path / "locks") as b:
+        yield b
+
+
+def code(exc: pytest.ExceptionInfo[Exception]) -> str:
+    return str(getattr(exc.value, "code", ""))
+
+
+def robot_config(path: str, *, model: int = 1030) -> HostConfig:
+    text = f"""
+[ports.bus]
+url = "{path}"
+[robots.arm]
+port = "bus"
+[[robots.arm.joints]]
+name = "a"
+id = 1
+min = -1
+max = 1
+model = {model}
+[[robots.arm.joints]]
+name = "b"
+id = 2
+min = -1
+max = 1
+"""
+    return parse_config(text)
+
+
+def test_ping_read_write_round_trip(bus: DxlBus, emulator: DynamixelEmulator) -> None:
+    servo = bus.ping(2)
+    assert (servo.model, servo.firmware) == (1030, 45)
+    bus.write_field(1, tables.TORQUE_ENABLE, 1)
+    bus.write_field(1, tables.GOAL_POSITION, 3000)
+    assert bus.read_field(1, tables.GOAL_POSITION) == 3000
+    assert bus.sync_read_field(tables.TORQUE_ENABLE, [1, 2]) == {1: 1, 2: 0}
+    assert [r.instruction for r in bus.sent][:2] == ["ping", "write"]
+    assert len(bus.sent[0].digest) == 64
+
+
+def test_a_corrupt_read_is_retried(bus: DxlBus, emulator: DynamixelEmulator) -> None:
+    emulator.inject(Fault("corrupt_crc", instruction="read"))
+    assert bus.read_field(1, tables.PRESENT_POSITION) == 2048
+    assert bus.stats.read_retries == 1 and bus.stats.frame_errors == 1
+    assert [e.instruction for e in emulator.journal] == ["read", "read"]
+
+
+def test_reads_give_up_after_the_retry_budget(bus: DxlBus, emulator: DynamixelEmulator) -> None:
+    emulator.inject(Fault("drop_status", count=3, instruction="read"))
+    with pytest.raises(DxlTimeoutError):
+        bus.read_field(1, tables.PRESENT_POSITION)
+    assert len(emulator.journal) == 3  # 1 try + 2 retries, then a clear error
+
+
+def test_a_write_whose_status_is_lost_is_never_resent(
+    bus: DxlBus, emulator: DynamixelEmulator
+) -> None:
+    emulator.inject(Fault("drop_status", instruction="write"))
+    with pytest.raises(DxlWriteUnconfirmed) as info:
+        bus.write_field(2, tables.GOAL_POSITION, 1000)
+    assert code(info) == "write_unconfirmed"
+    writes = [e for e in emulator.journal if e.instruction == "write"]
+    assert len(writes) == 1 and writes[0].status == "dropped"
+    assert emulator.snapshot(2)["goal_position"] == 1000  # applied, though unconfirmed
+
+
+def test_a_corrupt_write_status_is_unconfirmed(bus: DxlBus, emulator: DynamixelEmulator) -> None:
+    emulator.inject(Fault("corrupt_crc", instruction="reg_write"))
+    with pytest.raises(DxlWriteUnconfirmed):
+        bus.reg_write(1, tables.GOAL_POSITION.address, tables.encode(tables.GOAL_POSITION, 1500))
+    assert bus.read_field(1, tables.REGISTERED_INSTRUCTION) == 1
+
+
+def test_noise_before_a_status_is_skipped(bus: DxlBus, emulator: DynamixelEmulator) -> None:
+    emulator.inject(Fault("noise", instruction="ping"))
+    assert bus.ping(1).model == 1030
+    assert bus.stats.read_retries == 0
+
+
+def test_device_errors_are_typed(bus: DxlBus) -> None:
+    with pytest.raises(DxlDeviceError) as info:
+        bus.write_field(1, tables.PRESENT_POSITION, 1)
+    assert code(info) == "access"
+    with pytest.raises(DxlDeviceError) as info:
+        bus.write_field(1, tables.GOAL_POSITION, 9999)
+    assert code(info) == "data_limit"
+
+
+def test_alert_bit_is_tracked(bus: DxlBus, emulator: DynamixelEmulator) -> None:
+    emulator.inject(Fault("alert", id=2, value=0x04))
+    assert bus.read_field(2, tables.HARDWARE_ERROR_STATUS) == 0x04
+    assert bus.stats.alerts == {2}
+    assert bus.last_status[2][0] == 0x80
+
+
+def test_reboot_needs_an_operator_and_wipes_ram(bus: DxlBus, emulator: DynamixelEmulator) -> None:
+    bus.write_field(1, tables.TORQUE_ENABLE, 1)
+    with pytest.raises(DxlIdentityError):
+        bus.reboot(1, operator="")
+    assert emulator.snapshot(1)["torque_enable"] == 1
+    bus.reboot(1, operator="alice")
+    assert bus.read_field(1, tables.TORQUE_ENABLE) == 0
+
+
+def test_check_robot_reads_identity_and_status_level(
+    bus: DxlBus, emulator: DynamixelEmulator
+) -> None:
+    arm = robot_config(emulator.path).robot("arm")
+    identity = check_robot(bus, arm)
+    assert identity.servos == ((1, 1030, 45), (2, 1030, 45))
+    assert identity.as_dict()["port_key"].startswith("path:/dev/pts/")
+    with pytest.raises(DxlIdentityError) as info:
+        check_robot(bus, robot_config(emulator.path, model=1060).robot("arm"))
+    assert code(info) == "model_mismatch"
+    bus.write_field(2, tables.STATUS_RETURN_LEVEL, 1)
+    with pytest.raises(DxlIdentityError) as info:
+        check_robot(bus, arm)
+    assert code(info) == "status_return_level"
+
+
+def test_one_process_owns_a_port(emulator: DynamixelEmulator, tmp_path: Path) -> None:
+    locks = tmp_path / "locks"
+    with DxlBus.open(emulator.path, lock_dir=locks, socket_path="/tmp/owner.sock") as first:
+        path = lock_path(locks, first.identity.key)
+        assert is_locked(path)
+        assert read_owner(path)["socket"] == "/tmp/owner.sock"
+        with pytest.raises(DxlPortBusy) as info:
+            DxlBus.open(emulator.path, lock_dir=locks)
+        assert code(info) == "port_owned"
+        # Without the identity lock, the exclusive open still refuses a second owner.
+        with pytest.raises(DxlPortBusy):
+            DxlBus.open(emulator.path, lock_dir=None)
+    assert not is_locked(path)
+    DxlBus.open(emulator.path, lock_dir=locks).close()
+
+
+def test_pyserial_urls_are_accepted(tmp_path: Path) -> None:
+    with DxlBus.open("loop://", timeout_ms=20, read_retries=0, lock_dir=tmp_path) as bus:
+        assert bus.identity.key == "url:loop://"
+        # A loopback echoes our own instruction packet: no status, so a bounded timeout.
+        with pytest.raises(DxlTimeoutError):
+            bus.ping(1)
+
+
+def test_usb_identity_must_match_exactly_one_adapter() -> None:
+    cfg = parse_config(
+        """
+[ports.bus]
+usb_serial = "NO-SUCH-SERIAL-123"
+vid_pid = "0403:6014"
+[robots.arm]
+port = "bus"
+[[robots.arm.joints]]
+name = "a"
+id = 1
+min = -1
+max = 1
+"""
+    ).ports["bus"]
+    with pytest.raises(DxlIdentityError) as info:
+        resolve_port(cfg)
+    assert code(info) == "adapter_not_found"

@@ -1,0 +1,157 @@
+"""The owning host, its control socket and `tether stop`, with real processes on the pty."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel.config import load_config
+from tether.adapters.dynamixel.driver import DxlBus, is_locked, lock_path, resolve_port
+from tether.adapters.dynamixel.host import RobotHost, owner_socket, send_request
+from tether.emulators.dynamixel import DynamixelEmulator
+from tether.errors import DxlPortBusy
+
+
+@pytest.fixture
+def emulator() -> Iterator[DynamixelEmulator]:
+    with DynamixelEmulator([1, 2], speed_scale=0.05) as emu:
+        yield emu
+
+
+def write_config(tmp_path: Path, url: str, policy: str = "hold") -> Path:
+    path = tmp_path / "host.toml"
+    path.write_text(
+        f"""
+[host]
+state_dir = "{tmp_path / "state"}"
+[ports.bus]
+url = "{url}"
+timeout_ms = 400
+[robots.arm]
+port = "bus"
+safe_stop = "{policy}"
+[[robots.arm.joints]]
+name = "a"
+id = 1
+min = -2
+max = 2
+[[robots.arm.joints]]
+name = "b"
+id = 2
+min = -2
+max = 2
+"""
+    )
+    return path
+
+
+def start_moving(emulator: DynamixelEmulator) -> None:
+    """Put both servos in a slow motion toward a far goal, as a running move would."""
+    for dxl_id in (1, 2):
+        servo = emulator.servos[dxl_id]
+        servo.set(tables.TORQUE_ENABLE, 1)
+        servo.set(tables.PROFILE_VELOCITY, 5)
+        servo.set(tables.GOAL_POSITION, 3000)
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *argv], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_stop_without_an_owner_opens_the_port_itself(
+    emulator: DynamixelEmulator, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, emulator.path, policy="torque_off")
+    start_moving(emulator)
+    done = run_cli("stop", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    reports = json.loads(done.stdout)
+    assert reports[0]["via"] == "direct" and reports[0]["joints"] == {
+        "1": "torque_off",
+        "2": "torque_off",
+    }
+    assert emulator.snapshot(1)["torque_enable"] == 0 and emulator.snapshot(2)["torque_enable"] == 0
+
+
+def test_stop_goes_through_the_owning_host(emulator: DynamixelEmulator, tmp_path: Path) -> None:
+    config_path = write_config(tmp_path, emulator.path)
+    config = load_config(config_path)
+    with subprocess.Popen(
+        [sys.executable, "-m", "tether", "host", "serve", "--config", str(config_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as host:
+        try:
+            assert host.stdout is not None
+            lines = [json.loads(host.stdout.readline()) for _ in range(2)]
+            assert lines[0]["identity"]["servos"][0] == {"id": 1, "model": 1030, "firmware": 45}
+            assert owner_socket(config, "bus") == lines[1]["socket"]
+            with pytest.raises(DxlPortBusy):
+                DxlBus.open_config(config.ports["bus"], lock_dir=config.state_dir)
+            start_moving(emulator)
+            time.sleep(0.05)
+            done = run_cli("stop", "--config", str(config_path))
+            assert done.returncode == 0, done.stderr
+            report = json.loads(done.stdout)[0]
+            assert report["via"] == "owner" and report["joints"] == {"1": "held", "2": "held"}
+            for dxl_id in (1, 2):
+                state = emulator.snapshot(dxl_id)
+                assert state["goal_position"] == state["present_position"] < 3000
+                assert state["torque_enable"] == 1
+            state = send_request(lines[1]["socket"], {"op": "state", "robot": "arm"})
+            assert state["joints"]["1"]["registered_instruction"] == 0
+        finally:
+            host.terminate()
+        out = host.communicate(timeout=30)[0]
+    assert host.returncode == 0
+    assert json.loads(out.splitlines()[-1])["safe_stop"]["ok"] is True
+    assert not is_locked(lock_path(config.state_dir, resolve_port(config.ports["bus"]).key))
+
+
+def test_host_close_always_safe_stops(emulator: DynamixelEmulator, tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, emulator.path, policy="torque_off"))
+    with pytest.raises(RuntimeError), RobotHost(config) as host:
+        host.connect("arm")
+        start_moving(emulator)
+        raise RuntimeError("worker crashed mid-move")
+    assert emulator.snapshot(1)["torque_enable"] == 0
+
+
+def test_stop_reports_a_missing_port(tmp_path: Path) -> None:
+    done = run_cli("stop", "--config", str(write_config(tmp_path, "/dev/does-not-exist")))
+    assert done.returncode == 1
+    assert json.loads(done.stdout)[0]["ok"] is False
+
+
+def test_hash_credential_reads_stdin() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "host", "hash-credential"],
+        input="s3cret\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("scrypt$")
+
+
+def test_a_deep_state_dir_still_gets_a_bindable_socket(
+    emulator: DynamixelEmulator, tmp_path: Path
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    config = load_config(write_config(tmp_path, emulator.path))
+    config = type(config)(
+        config.path, deep, config.ports, config.robots, config.operator_credential
+    )
+    with RobotHost(config) as host:
+        host.connect("arm")
+        assert len(host.socket_path) <= 100
+        assert owner_socket(config, "bus") == host.socket_path
+        assert send_request(host.socket_path, {"op": "identity"})["arm"]["servos"][1]["id"] == 2

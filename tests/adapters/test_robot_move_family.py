@@ -1,0 +1,225 @@
+"""`physical_ai.robot_move` through the runtime (Contract C): a committed intent is projected,
+a worker executes it on the emulator under a bound operation id, the result is observed and
+settled; an Unknown is parked in the catalog until an operator re-issues it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from _dxl_setup import CREDENTIAL, GOALS, TARGETS, target_actions, write_config
+from tether.activities import ActivityKey, operation_id_for
+from tether.adapters.dynamixel.config import HostConfig, load_config
+from tether.adapters.dynamixel.host import fresh_state
+from tether.emulators.dynamixel import DynamixelEmulator, Fault
+from tether.errors import OperatorRejection
+from tether.operator.decisions import resolve_activity
+from tether.physical.robot_move import KIND_ABSOLUTE, MoveRequest
+from tether.physical.robot_move_family import (
+    OBSERVATION,
+    RobotMoveAdapter,
+    intent,
+    robot_move_family,
+)
+from tether.physical.robot_move_store import MoveStore
+from tether.runtime import Family, Host, ProgressEvent
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def emulator() -> Iterator[DynamixelEmulator]:
+    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
+        yield emu
+
+
+@pytest.fixture
+def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
+    return load_config(write_config(tmp_path, emulator.path))
+
+
+@pytest.fixture
+def family(config: HostConfig, tmp_path: Path) -> Iterator[Family]:
+    fam = robot_move_family(config, tmp_path / "moves", settle_timeout_s=10)
+    try:
+        yield fam
+    finally:
+        assert isinstance(fam.adapter, RobotMoveAdapter)
+        fam.adapter.close()
+
+
+def drain(host: Host) -> int:
+    worker = host.new_worker()
+    n = 0
+    while worker.run_once():
+        n += 1
+    worker.close()
+    return n
+
+
+KEY = ActivityKey("w", KIND_ABSOLUTE, "move-1")
+REQUEST = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS})
+
+
+def test_a_committed_intent_moves_the_arm_and_settles(
+    emulator: DynamixelEmulator, family: Family, tmp_path: Path
+) -> None:
+    events: list[ProgressEvent] = []
+    with Host(
+        tmp_path / "data",
+        [family],
+        workers=0,
+        observe=False,
+        clock=Clock(),
+        progress_listener=events.append,
+    ) as host:
+        host.create_world("w")
+        host.commit_tick("w", [intent("move-1", REQUEST)])
+        assert drain(host) == 1
+        record = host.get(KEY)
+        assert record is not None and record.result is not None
+        assert record.operation_id == operation_id_for(KEY)
+        host.observe_once()
+        observed = host.snapshot("w").get("move-1", OBSERVATION)
+        assert isinstance(observed, dict) and observed["summary"]["outcome"] == "completed"
+        settled = host.get(KEY)
+        assert settled is not None and settled.settlement is not None
+        assert drain(host) == 0  # nothing more to do: the move never runs twice
+    assert events and events[-1].content["fraction"] == 1.0
+    assert {e.operation_id for e in events} == {operation_id_for(KEY)}
+    assert target_actions([asdict(e) for e in emulator.journal], GOALS) == {1: 1, 2: 1}
+
+
+def test_unknown_parks_in_the_catalog_until_an_operator_reissues(
+    emulator: DynamixelEmulator, family: Family, config: HostConfig, tmp_path: Path
+) -> None:
+    clock = Clock()
+    store = MoveStore(tmp_path / "moves")
+    with Host(
+        tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
+    ) as host:
+        host.create_world("w")
+        emulator.inject(Fault("alert", id=1, value=0x04))  # overheating: torque cannot stay on
+        host.commit_tick("w", [intent("move-1", REQUEST)])
+        assert drain(host) == 1  # execute fails (arm did not reach); safe-stop; lease left to lapse
+        clock.now += 10_000
+        assert drain(host) == 1  # reconcile-only: hardware error -> Unknown
+        record = host.get(KEY)
+        assert record is not None and record.awaiting_decision and record.evidence_revision == 1
+        before = len(emulator.journal)
+        assert drain(host) == 0  # parked: nothing runs, nothing is sent
+        assert len(emulator.journal) == before
+
+        def read(robot: str) -> dict[str, object]:
+            return fresh_state(config, robot)
+
+        assert isinstance(family.adapter, RobotMoveAdapter)
+        family.adapter.close()  # the worker process gives the port back; the operator reads it
+        args = dict(
+            decision="reissue", revision=1, operator="alice", note="cooled down", read_state=read
+        )
+        with pytest.raises(OperatorRejection) as info:
+            resolve_activity(
+                config, host.catalog, host.artifacts, store, KEY, credential=None, **args
+            )
+        assert getattr(info.value, "code", None) == "credential_refused"
+        emulator.power_cycle()  # the operator power-cycles the servo: hardware error cleared
+        with pytest.raises(OperatorRejection) as info:
+            resolve_activity(
+                config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
+            )
+        assert getattr(info.value, "code", None) == "state_changed"
+        out = resolve_activity(
+            config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
+        )
+        assert out["status"] == "resolved"
+        with pytest.raises(OperatorRejection) as info:
+            resolve_activity(
+                config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
+            )
+        assert getattr(info.value, "code", None) == "not_parked"  # single use
+        assert drain(host) == 1
+        done = host.get(KEY)
+        assert done is not None and done.result is not None and done.decision is not None
+        assert done.decision.operator == "alice"
+        host.observe_once()
+        settled = host.get(KEY)
+        assert settled is not None and settled.settlement is not None
+    op = store.get(operation_id_for(KEY))
+    assert op is not None and op.attempts() == [1, 2]
+    preimage = op.preimage(2)
+    assert preimage is not None and preimage["first_motion"] is True
+    state = emulator.snapshot(1)
+    assert abs(state["present_position"] - GOALS[1]) <= 20
+
+
+def test_operator_cli_reads_the_runtime_catalog(
+    emulator: DynamixelEmulator, family: Family, config: HostConfig, tmp_path: Path
+) -> None:
+    clock = Clock()
+    with Host(
+        tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
+    ) as host:
+        host.create_world("w")
+        emulator.inject(Fault("alert", id=2, value=0x20))
+        host.commit_tick("w", [intent("move-1", REQUEST)])
+        drain(host)
+        clock.now += 10_000
+        drain(host)
+        assert isinstance(family.adapter, RobotMoveAdapter)
+        family.adapter.close()
+        base = [
+            sys.executable,
+            "-m",
+            "tether",
+            "operator",
+            "--config",
+            str(tmp_path / "host.toml"),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--store",
+            str(tmp_path / "moves"),
+        ]
+        listed = json.loads(
+            subprocess.run([*base, "list"], capture_output=True, text=True, check=True).stdout
+        )
+        assert [(i["key"], i["revision"], i["reason"]) for i in listed] == [
+            ("w/physical_ai.robot_move.absolute/move-1", 1, "hardware_error")
+        ]
+        shown = json.loads(
+            subprocess.run(
+                [*base, "show", listed[0]["key"]], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        assert shown["evidence"]["reconcile"]["hardware_error"] == {"2": 32}
+        abandon = subprocess.run(
+            [
+                *base,
+                "resolve",
+                listed[0]["key"],
+                "--decision",
+                "abandon",
+                "--revision",
+                "1",
+                "--operator",
+                "bo",
+                "--credential-stdin",
+            ],
+            input=CREDENTIAL + "\n",
+            capture_output=True,
+            text=True,
+        )
+        assert abandon.returncode == 0, abandon.stdout + abandon.stderr
+        record = host.get(KEY)
+        assert record is not None and record.result is not None and record.result.failed

@@ -1,0 +1,232 @@
+"""The pty emulator driven by the official dynamixel-sdk (an independent client), plus its
+control-table rules and the `tether emulate dynamixel` process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from dynamixel_sdk import (
+    COMM_RX_TIMEOUT,
+    COMM_SUCCESS,
+    GroupSyncRead,
+    GroupSyncWrite,
+    PacketHandler,
+    PortHandler,
+    port_handler,
+)
+from tether.adapters.dynamixel import tables
+from tether.emulators.dynamixel import DynamixelEmulator, Fault, control_request
+
+
+@pytest.fixture
+def emulator(tmp_path: Path) -> Iterator[DynamixelEmulator]:
+    with DynamixelEmulator(
+        [1, 2], journal_path=tmp_path / "journal.jsonl", speed_scale=20.0
+    ) as emu:
+        yield emu
+
+
+@pytest.fixture(autouse=True)
+def patient_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK waits 2 x LATENCY_TIMER (16 ms, the FTDI default) for a status; on a busy shared
+    test machine that is too short for any emulator. Raise the knob the SDK exposes for it."""
+    monkeypatch.setattr(port_handler, "LATENCY_TIMER", 150)
+
+
+@pytest.fixture
+def sdk(emulator: DynamixelEmulator) -> Iterator[tuple[PortHandler, PacketHandler]]:
+    port = PortHandler(emulator.path)
+    assert port.openPort()
+    assert port.setBaudRate(57600)
+    try:
+        yield port, PacketHandler(2.0)
+    finally:
+        port.closePort()
+
+
+def eventually(check: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Poll until `check()` holds; the bound only stops a broken run, it asserts no speed."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition never became true")
+        time.sleep(0.01)
+
+
+def test_sdk_ping_reads_model_number(sdk: tuple[PortHandler, PacketHandler]) -> None:
+    port, handler = sdk
+    for dxl_id in (1, 2):
+        model, result, error = handler.ping(port, dxl_id)
+        assert (model, result, error) == (1030, COMM_SUCCESS, 0)
+    _, result, _ = handler.ping(port, 3)
+    assert result == COMM_RX_TIMEOUT
+
+
+def test_sdk_write_read_and_motion(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
+) -> None:
+    port, handler = sdk
+    assert handler.write1ByteTxRx(port, 1, 64, 1)[:2] == (COMM_SUCCESS, 0)
+    assert handler.write4ByteTxRx(port, 1, 116, 2500)[:2] == (COMM_SUCCESS, 0)
+    value, result, error = handler.read4ByteTxRx(port, 1, 116)
+    assert (value, result, error) == (2500, COMM_SUCCESS, 0)
+
+    def arrived() -> bool:
+        present, result, _ = handler.read4ByteTxRx(port, 1, 132)
+        moving, _, _ = handler.read1ByteTxRx(port, 1, 122)
+        return result == COMM_SUCCESS and present == 2500 and moving == 0
+
+    eventually(arrived)
+    names = [e.instruction for e in emulator.journal]
+    assert names[:3] == ["write", "write", "read"]
+
+
+def test_sdk_sync_write_and_sync_read(sdk: tuple[PortHandler, PacketHandler]) -> None:
+    port, handler = sdk
+    torque = GroupSyncWrite(port, handler, 64, 1)
+    goal = GroupSyncWrite(port, handler, 116, 4)
+    for dxl_id, target in ((1, 1000), (2, 3000)):
+        assert torque.addParam(dxl_id, [1])
+        assert goal.addParam(dxl_id, list(target.to_bytes(4, "little")))
+    assert torque.txPacket() == COMM_SUCCESS
+    assert goal.txPacket() == COMM_SUCCESS
+    reader = GroupSyncRead(port, handler, 132, 4)
+    assert reader.addParam(1) and reader.addParam(2)
+
+    def arrived() -> bool:
+        if reader.txRxPacket() != COMM_SUCCESS:
+            return False
+        return (reader.getData(1, 132, 4), reader.getData(2, 132, 4)) == (1000, 3000)
+
+    eventually(arrived)
+
+
+def test_sdk_sees_device_errors(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
+) -> None:
+    port, handler = sdk
+    # Present Position is read-only: Access Error (7).
+    assert handler.write4ByteTxRx(port, 1, 132, 5) == (COMM_SUCCESS, 7)
+    # Outside Min/Max Position Limit: Data Limit Error (6).
+    assert handler.write4ByteTxRx(port, 1, 116, 5000) == (COMM_SUCCESS, 6)
+    # Two bytes of a four-byte item: Data Length Error (5).
+    assert handler.write2ByteTxRx(port, 1, 116, 5) == (COMM_SUCCESS, 5)
+    # EEPROM while torque is on: Access Error.
+    assert handler.write1ByteTxRx(port, 1, 64, 1) == (COMM_SUCCESS, 0)
+    assert handler.write4ByteTxRx(port, 1, 48, 4000) == (COMM_SUCCESS, 7)
+    # ACTION with nothing registered: Instruction Error (2). The SDK never reads an ACTION's
+    # status, so the journal shows what the device answered.
+    assert handler.action(port, 1) == COMM_SUCCESS
+    eventually(lambda: emulator.journal[-1].instruction == "action")
+    assert (emulator.journal[-1].error, emulator.journal[-1].status) == (2, "sent")
+
+
+def test_reg_write_waits_for_action(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
+) -> None:
+    port, handler = sdk
+    assert handler.regWriteTxRx(port, 1, 116, 4, list((1500).to_bytes(4, "little")))[:2] == (
+        COMM_SUCCESS,
+        0,
+    )
+    assert handler.read1ByteTxRx(port, 1, 69)[0] == 1
+    assert handler.read4ByteTxRx(port, 1, 116)[0] == 2048
+    assert handler.action(port, 0xFE) == COMM_SUCCESS
+    eventually(lambda: emulator.snapshot(1)["goal_position"] == 1500)
+    assert emulator.snapshot(1)["registered_instruction"] == 0
+
+
+def test_reboot_wipes_ram_and_keeps_eeprom(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
+) -> None:
+    port, handler = sdk
+    assert handler.write4ByteTxRx(port, 1, 48, 3900) == (COMM_SUCCESS, 0)  # EEPROM, torque off
+    assert handler.write1ByteTxRx(port, 1, 64, 1) == (COMM_SUCCESS, 0)
+    handler.regWriteTxRx(port, 1, 116, 4, list((1800).to_bytes(4, "little")))
+    assert handler.reboot(port, 1) == (COMM_SUCCESS, 0)
+    state = emulator.snapshot(1)
+    assert (state["torque_enable"], state["registered_instruction"]) == (0, 0)
+    assert state["goal_position"] == state["present_position"]
+    assert state["max_position_limit"] == 3900
+
+
+def test_status_return_level_silences_writes(sdk: tuple[PortHandler, PacketHandler]) -> None:
+    port, handler = sdk
+    assert handler.write1ByteTxRx(port, 2, 68, 1) == (COMM_SUCCESS, 0)
+    assert handler.write1ByteTxRx(port, 2, 65, 1)[0] == COMM_RX_TIMEOUT  # applied, unanswered
+    assert handler.read1ByteTxRx(port, 2, 65) == (1, COMM_SUCCESS, 0)
+    assert handler.write1ByteTxRx(port, 2, 68, 0)[0] == COMM_RX_TIMEOUT
+    assert handler.read1ByteTxRx(port, 2, 65)[1] == COMM_RX_TIMEOUT
+    assert handler.ping(port, 2)[1] == COMM_SUCCESS
+
+
+def test_alert_bit_and_hardware_error(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
+) -> None:
+    port, handler = sdk
+    handler.write1ByteTxRx(port, 1, 64, 1)
+    emulator.inject(Fault("alert", id=1, value=0x20))
+    value, result, error = handler.read1ByteTxRx(port, 1, 70)
+    assert (value, result) == (0x20, COMM_SUCCESS)
+    assert error & 0x80
+    assert tables.hardware_errors(value) == ["overload"]
+    assert handler.read1ByteTxRx(port, 1, 64)[0] == 0  # shutdown turned torque off
+    assert handler.read1ByteTxRx(port, 2, 70)[2] == 0  # the other servo is fine
+
+
+def test_journal_file_lists_every_executed_instruction(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator, tmp_path: Path
+) -> None:
+    port, handler = sdk
+    handler.ping(port, 1)
+    handler.write1ByteTxRx(port, 2, 65, 1)
+    emulator.inject(Fault("drop_status", instruction="write"))
+    handler.write1ByteTxRx(port, 2, 65, 0)
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
+    assert len(lines) == len(emulator.journal) == 3
+    assert [e.status for e in emulator.journal] == ["sent", "sent", "dropped"]
+    assert emulator.snapshot(2)["led"] == 0  # the dropped-status write was applied
+
+
+def test_emulate_command_serves_a_pty_and_a_control_socket(tmp_path: Path) -> None:
+    control = str(tmp_path / "ctl.sock")
+    link = tmp_path / "ttyDXL"
+    argv = ["emulate", "dynamixel", "--ids", "1,2", "--control", control, "--link", str(link)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "tether", *argv], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            path = proc.stdout.readline().strip()
+            assert path.startswith("/dev/pts/")
+            eventually(lambda: Path(control).exists())
+            assert str(link.resolve()) == path  # a stable name for a host configuration
+            port = PortHandler(path)
+            assert port.openPort()
+            handler = PacketHandler(2.0)
+            assert handler.ping(port, 2)[:2] == (1030, COMM_SUCCESS)
+            control_request(control, {"op": "fault", "kind": "corrupt_crc", "instruction": "ping"})
+            assert handler.ping(port, 1)[1] != COMM_SUCCESS
+            port.closePort()
+            journal = control_request(control, {"op": "journal"})
+            assert [(e["id"], e["instruction"], e["status"]) for e in journal] == [
+                (2, "ping", "sent"),
+                (1, "ping", "corrupted"),
+            ]
+        finally:
+            proc.terminate()
+
+
+def test_emulate_rejects_bad_ids() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "emulate", "dynamixel", "--ids", "1,1"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "distinct" in done.stderr
