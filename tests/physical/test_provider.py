@@ -197,3 +197,13 @@ def test_a_dead_episode_host_is_replaced_and_close_stops_it(tmp_path: Path) -> N
     second = host._proc
     provider.close()
     assert second.poll() is not None
+
+
+def test_warming_starts_one_ready_host_that_later_attempts_reuse(tmp_path: Path) -> None:
+    with SimProvider(tmp_path) as provider:
+        provider.warm()
+        host = provider._host
+        assert host is not None and host._proc is not None and host._proc.poll() is None
+        pid = host._proc.pid
+        provider.execute("op", 1, REQ)
+        assert host._proc.pid == pid

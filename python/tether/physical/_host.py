@@ -55,6 +55,7 @@ def main(argv: list[str]) -> int:
     # Attempt processes are reaped by the kernel; their outcome travels on their event pipe.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     control = socket.socket(fileno=control_fd)
+    control.send(b"ready")  # imports are done: attempts now start with a fork, not a Python
     host_pid = os.getpid()
     while True:
         try:

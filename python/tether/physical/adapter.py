@@ -43,8 +43,10 @@ MAX_FAILED_STARTS = 4
 class SimEpisodeAdapter:
     """Runs `physical_ai.sim_episode` operations on a `SimProvider` (thread-safe)."""
 
-    def __init__(self, provider_root: Path | str) -> None:
+    def __init__(self, provider_root: Path | str, *, warm: bool = True) -> None:
         self.provider = SimProvider(provider_root)
+        if warm:  # the worker's episode host imports MuJoCo now, not in the first attempt
+            self.provider.warm()
 
     def close(self) -> None:
         """Stop the provider's episode host."""

@@ -382,6 +382,10 @@ class SimProvider:
                 self._host = _EpisodeHost(self.root / "episode-host.log")
             return self._host
 
+    def warm(self) -> None:
+        """Start the episode host ahead of the first attempt (it imports MuJoCo once)."""
+        self._episode_host().warm()
+
     def close(self) -> None:
         """Stop the episode host (a running attempt is killed with it)."""
         with self._host_lock:
@@ -448,6 +452,12 @@ class _EpisodeHost:
             raise
         finally:
             theirs.close()
+        try:
+            if ours.recv(16) != b"ready":  # the host died during its imports
+                raise EpisodeFailed(f"the episode host exited with {proc.wait()}")
+        except BaseException:
+            ours.close()
+            raise
         return proc, ours
 
     def _restart(self) -> socket.socket:
@@ -484,6 +494,12 @@ class _EpisodeHost:
         finally:
             os.close(write_fd)
         return open(read_fd, encoding="utf-8")
+
+    def warm(self) -> None:
+        """Start the host now (if it is not running) and wait until it is ready."""
+        with self._lock:
+            if self._control is None or self._proc is None or self._proc.poll() is not None:
+                self._restart()
 
     def close(self) -> None:
         """Close the control socket (the host exits) and stop the spawner thread."""
