@@ -78,3 +78,5 @@ def test_a_bad_mission_is_a_typed_error() -> None:
         Mission(targets=1, episodes=0, steps=10).to_component()
     with pytest.raises(InvalidEpisodeRequest):
         Mission(targets=1, episodes=1, steps=10, first_target=(2.0, 0.0)).to_component()
+    with pytest.raises(InvalidEpisodeRequest, match="targets"):
+        Mission(targets=0, episodes=1, steps=10).to_component()

@@ -324,7 +324,12 @@ def _summary(run: _Run) -> str:
 
 def main(argv: list[str]) -> int:
     """Run the demo; returns the process exit code."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.lease_ms < 100 or not 0 <= args.port <= 65535:
+        parser.error("--workers must be >= 1, --lease-ms >= 100 and --port in [0, 65535]")
+    if args.linger < 0 or args.wait_subscribers < 0:
+        parser.error("--linger and --wait-subscribers must not be negative")
     out = sys.stdout
     stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:

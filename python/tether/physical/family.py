@@ -24,6 +24,7 @@ from typing import Any
 
 from tether.physical._episode import MAX_REACH, MIN_REACH, ControllerParams, EpisodeRequest
 from tether.physical._model import DEFAULT_MODEL, load_model_file
+from tether.physical.errors import InvalidEpisodeRequest
 from tether.world import ComponentWrite, WorldSnapshot
 
 KIND = "physical_ai.sim_episode"
@@ -32,6 +33,7 @@ MISSION = "physical_ai.mission"
 DONE = "physical_ai.mission.done"
 INTENT = "physical_ai.sim_episode.intent"
 OBSERVATION = "physical_ai.sim_episode.observation"
+MAX_TARGETS = 10_000
 # Each next target turns this far (rad) around the shoulder from where the fingertip ended.
 _TURN = 0.7
 _NEAR, _FAR = 0.18, 0.3
@@ -51,6 +53,12 @@ class Mission:
 
     def to_component(self) -> dict[str, Any]:
         """The `physical_ai.mission` component value (validated by building reach 0)."""
+        if isinstance(self.targets, bool) or not isinstance(self.targets, int):
+            raise InvalidEpisodeRequest(f"targets must be an integer, got {self.targets!r}")
+        if not 1 <= self.targets <= MAX_TARGETS:
+            raise InvalidEpisodeRequest(
+                f"targets must be in [1, {MAX_TARGETS}], got {self.targets}"
+            )
         value = {
             "targets": self.targets,
             "episodes": self.episodes,
