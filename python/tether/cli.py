@@ -11,10 +11,9 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {}
 
 # --- demo ---
-# Until the simulation demo lands, `demo` replays the recorded AG-UI stream in examples/.
 COMMANDS["demo"] = (
-    "tether.agui.replay",
-    "replay the recorded AG-UI stream in examples/ and print its activity messages",
+    "tether.physical.demo",
+    "run the main job: a planner drives seeded MuJoCo reaches as durable activities",
 )
 COMMANDS["replay"] = (
     "tether.agui.replay",

@@ -52,12 +52,12 @@ def test_replay_gives_the_same_store_for_any_chunking(chunk_size: int) -> None:
 
 
 def test_demo_and_replay_are_registered() -> None:
-    assert COMMANDS["demo"][0] == "tether.agui.replay"
+    assert COMMANDS["demo"][0] == "tether.physical.demo"  # the simulation demo replaced it
     assert COMMANDS["replay"][0] == "tether.agui.replay"
 
 
 def test_demo_prints_the_activity_messages(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["demo"]) == 0
+    assert cli_main(["replay"]) == 0
     out = capsys.readouterr().out
     assert "activity act-plan [robot_plan]" in out
     assert "activity act-vision [object_search] (subagent vision-1)" in out
@@ -92,7 +92,7 @@ def test_missing_default_stream_says_what_to_do(
 ) -> None:
     # An installed package has no examples/ next to it: the error must say so, not crash.
     monkeypatch.setattr(replay_mod, "DEFAULT_STREAM", tmp_path / "examples" / "gone.sse")
-    assert cli_main(["demo"]) == 2
+    assert cli_main(["replay"]) == 2
     err = capsys.readouterr().err
     assert "gone.sse" in err and "pass a stream file" in err
     assert "Traceback" not in err
@@ -101,7 +101,7 @@ def test_missing_default_stream_says_what_to_do(
 def test_demo_runs_from_another_working_directory(tmp_path: Path) -> None:
     # `make demo` from a fresh clone: the default stream is found from the package, not the cwd.
     done = subprocess.run(
-        [sys.executable, "-m", "tether", "demo"],
+        [sys.executable, "-m", "tether", "replay"],  # `demo` is the simulation now
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -1,0 +1,96 @@
+"""One episode attempt, run in its own process: marker, fence check, episodes, durable result.
+
+`run_attempt` is the body; it runs in a process forked by the worker's episode host (see
+`_host.py`) or, stand-alone, as `python -m tether.physical._child <op-dir> <attempt>
+<parent-pid>` with the job on stdin and JSON lines on stdout. Either way the order is fixed:
+die-with-parent is armed first and the parent is checked after arming it (it may have died in
+between), then the start marker is created if absent, then the fence tombstone is checked, and
+only then does any episode run. The result is published by rename after fsync, so a kill at
+any moment leaves either no result or the complete one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tether.physical._durable import create_exclusive, write_durable
+from tether.physical._episode import EpisodeRequest, encode_result, run_episodes
+from tether.physical._proc import ProcessIdentity, set_parent_death_signal
+from tether.physical.errors import InvalidEpisodeRequest
+from tether.physical.provider import (
+    EXIT_ALREADY_STARTED,
+    EXIT_BAD_REQUEST,
+    EXIT_FENCED,
+    EXIT_OK,
+    EXIT_PARENT_GONE,
+    OperationDir,
+    crash_point,
+)
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def arm_parent_death(parent_pid: int) -> bool:
+    """Die with the parent; False if the parent is already gone (checked after arming)."""
+    set_parent_death_signal()
+    return os.getppid() == parent_pid
+
+
+def run_attempt(op: OperationDir, attempt: int, job: dict[str, Any], emit: Emit) -> int:
+    """Run one attempt's episodes and publish the result; returns the exit code."""
+    try:
+        request = EpisodeRequest.from_dict(job["request"])
+    except (InvalidEpisodeRequest, KeyError, TypeError) as exc:
+        print(f"invalid request: {exc}", file=sys.stderr)
+        return EXIT_BAD_REQUEST
+    me = ProcessIdentity.of(os.getpid())
+    marker = {
+        "operation_id": job["operation_id"],
+        "attempt": attempt,
+        "request_digest": request.digest(),
+        "child": me.to_dict(),
+        "parent_pid": os.getppid(),
+    }
+    if not create_exclusive(op.marker(attempt), json.dumps(marker, sort_keys=True).encode()):
+        print(f"attempt {attempt} already has a start marker", file=sys.stderr)
+        return EXIT_ALREADY_STARTED
+    if op.tombstone(attempt).exists():
+        print(f"attempt {attempt} was fenced off by a later attempt", file=sys.stderr)
+        return EXIT_FENCED
+    emit({"event": "started", "child": me.to_dict()})
+    if op.result.exists():
+        return EXIT_OK
+    crash_point("sim.child_started", attempt)
+
+    def progress(done: int, total: int, error: float) -> None:
+        emit({"event": "progress", "done": done, "total": total, "error": error})
+
+    every = max(200, request.steps // 50)
+    run = run_episodes(request, progress, progress_every=every)
+    run.summary["operation_id"] = job["operation_id"]
+    run.summary["attempt"] = attempt
+    write_durable(op.result, encode_result(run))
+    return EXIT_OK
+
+
+def main(argv: list[str]) -> int:
+    """Stand-alone entry: job on stdin, events on stdout; returns the exit code."""
+    op_path, attempt, parent_pid = Path(argv[0]), int(argv[1]), int(argv[2])
+    if not arm_parent_death(parent_pid):
+        return EXIT_PARENT_GONE
+    job = json.loads(sys.stdin.buffer.read())
+
+    def emit(event: dict[str, Any]) -> None:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+
+    return run_attempt(OperationDir(op_path), attempt, job, emit)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

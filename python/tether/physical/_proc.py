@@ -1,0 +1,95 @@
+"""Linux process facts used as proof: start time from /proc, boot id, and PR_SET_PDEATHSIG."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_PROC = Path("/proc")
+
+
+def boot_id() -> str:
+    """This boot's random id: a pid recorded under another boot id is certainly gone."""
+    return (_PROC / "sys/kernel/random/boot_id").read_text().strip()
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = (_PROC / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # Field 2 (comm) is parenthesised and may hold spaces or ')': split after the last ')'.
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def process_start_time(pid: int) -> int | None:
+    """Start time of `pid` in clock ticks since boot (field 22 of /proc/<pid>/stat), or None."""
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[19])
+
+
+def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send `sig` to this process when the thread that forked it exits."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(err)}")
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """A process named so that pid reuse cannot fool a liveness check."""
+
+    pid: int
+    start_time: int
+    boot_id: str
+    host: str
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessIdentity:
+        """Identity of a live local process; raises ProcessLookupError if it does not exist."""
+        start = process_start_time(pid)
+        if start is None:
+            raise ProcessLookupError(pid)
+        return cls(pid=pid, start_time=start, boot_id=boot_id(), host=socket.gethostname())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return {
+            "pid": self.pid,
+            "start_time": self.start_time,
+            "boot_id": self.boot_id,
+            "host": self.host,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ProcessIdentity:
+        """Inverse of `to_dict`; raises KeyError/TypeError/ValueError on a malformed record."""
+        return cls(
+            pid=int(raw["pid"]),
+            start_time=int(raw["start_time"]),
+            boot_id=str(raw["boot_id"]),
+            host=str(raw["host"]),
+        )
+
+    def observe(self) -> tuple[bool | None, str]:
+        """(alive?, what was observed). None means it cannot be decided from this machine."""
+        if self.host != socket.gethostname():
+            return None, f"recorded on host {self.host!r}, not this one"
+        if self.boot_id != boot_id():
+            return False, f"recorded under boot {self.boot_id}; the machine has rebooted since"
+        fields = _stat_fields(self.pid)
+        if fields is None:
+            return False, f"no process {self.pid} exists"
+        start = int(fields[19])
+        if start != self.start_time:
+            return False, f"pid {self.pid} now belongs to a process started at {start}"
+        if fields[0] in {"Z", "X"}:
+            return False, f"process {self.pid} has exited (state {fields[0]}) and cannot run"
+        return True, f"process {self.pid} started at {start} is still running"

@@ -1,0 +1,124 @@
+"""The `physical_ai.sim_episode` adapter and Family: the provider behind the Tether runtime.
+
+Provider identity and reconciliation (seed section 4, seeded simulation): the runtime's
+operation id is the provider operation id; the first durable result for it is reused, never
+recomputed; a started attempt without a result is Unknown while its episode process may live,
+and ConfirmedAbsent, with the provider's proof stored as the retry guard, once every earlier
+attempt is fenced off and its process is provably gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tether.activities import Evidence, ResultRef, RetryGuard
+from tether.physical._episode import RESULT_MEDIA_TYPE, read_summary
+from tether.physical.family import KIND, OBSERVATION, observation_write, pending, plan_with
+from tether.physical.provider import ProvenAbsent, ResultFound, SimProvider
+from tether.runtime import (
+    ActivityRequest,
+    AttemptContext,
+    ConfirmedAbsent,
+    Family,
+    LeaseLost,
+    Observation,
+    ReconcileOutcome,
+    Recovered,
+    StagedResult,
+    Unknown,
+    crash_point,
+)
+from tether.world import ComponentWrite, WorldSnapshot, canonical_json
+
+FAMILY = "physical_ai"
+#: How long the runtime waits before reconciling an Unknown operation again.
+UNKNOWN_RETRY_MS = 1000
+#: Attempts whose episode process died without a result, after which absence no longer
+#: authorises another run: the operation is left Unknown for an operator instead of looping.
+MAX_FAILED_STARTS = 4
+
+
+class SimEpisodeAdapter:
+    """Runs `physical_ai.sim_episode` operations on a `SimProvider` (thread-safe)."""
+
+    def __init__(self, provider_root: Path | str, *, warm: bool = True) -> None:
+        self.provider = SimProvider(provider_root)
+        if warm:  # the worker's episode host imports MuJoCo now, not in the first attempt
+            self.provider.warm()
+
+    def close(self) -> None:
+        """Stop the provider's episode host."""
+        self.provider.close()
+
+    def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
+        """Run (or reuse) the episodes of `ctx.operation_id`; the result is made durable."""
+
+        def progress(done: int, total: int, error: float) -> None:
+            crash_point("during_effect")
+            if ctx.lost:  # the heartbeat thread saw the fence go: stop the episode process
+                raise LeaseLost(f"attempt {ctx.attempt} of {ctx.key} lost its lease")
+            ctx.progress(
+                {
+                    "state": "running",
+                    "attempt": ctx.attempt,
+                    "steps": done,
+                    "total": total,
+                    "error": error,
+                }
+            )
+
+        outcome = self.provider.execute(ctx.operation_id, ctx.attempt, request, progress=progress)
+        return ctx.artifacts.put_bytes(outcome.data, RESULT_MEDIA_TYPE)
+
+    def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> ReconcileOutcome:
+        """Conclude Recovered, ConfirmedAbsent or Unknown from the provider's files alone."""
+        fact = self.provider.reconcile(ctx.operation_id, ctx.attempt)
+        if isinstance(fact, ResultFound):
+            return Recovered(ctx.artifacts.put_bytes(fact.outcome.data, RESULT_MEDIA_TYPE))
+        if isinstance(fact, ProvenAbsent):
+            failed = len(fact.proof["children_gone"])
+            if failed >= MAX_FAILED_STARTS:
+                note = {
+                    "operation_id": ctx.operation_id,
+                    "reason": f"{failed} attempts started and died without a result",
+                    "proof": fact.proof,
+                }
+                evidence = ctx.artifacts.put_bytes(canonical_json(note), "application/json")
+                return Unknown(Evidence(ref=evidence.ref, digest=evidence.digest), UNKNOWN_RETRY_MS)
+            proof = ctx.artifacts.put_bytes(fact.guard_path.read_bytes(), "application/json")
+            return ConfirmedAbsent(RetryGuard(ref=proof.ref, digest=proof.digest))
+        evidence = ctx.artifacts.put_bytes(fact.evidence_path.read_bytes(), "application/json")
+        return Unknown(Evidence(ref=evidence.ref, digest=evidence.digest), UNKNOWN_RETRY_MS)
+
+
+def project(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+    """Projection: one activity per committed reach intent without an observation."""
+    return [ActivityRequest(KIND, entity, request) for entity, request in pending(snapshot)]
+
+
+def stage(staged: StagedResult) -> list[ComponentWrite]:
+    """Staging: the reach's observation is the result summary (verified against its arrays)."""
+    summary = read_summary(staged.payload)  # the runtime checked the payload's digest
+    return [observation_write(staged.key.activity_id, staged.result.digest, summary)]
+
+
+def planner(snapshot: WorldSnapshot, observations: Sequence[Observation]) -> list[ComponentWrite]:
+    """The planner processor: next reach (or mission done) from the observations being committed."""
+    fresh = {
+        w.entity: w.value for obs in observations for w in obs.facts if w.component == OBSERVATION
+    }
+    return plan_with(snapshot, fresh)
+
+
+def sim_family(adapter: SimEpisodeAdapter) -> Family:
+    """The `physical_ai` family over `adapter`."""
+    return Family(
+        name=FAMILY,
+        kinds=(KIND,),
+        project=project,
+        adapter=adapter,
+        stage=stage,
+        processors=(planner,),
+    )

@@ -1,0 +1,370 @@
+"""`tether demo`: the main job — a planner drives seeded MuJoCo reaches through durable activities.
+
+One command creates (or reopens) a data directory with the SQLite world and Activity catalog,
+commits a reaching mission and its first target, and runs the runtime's projector, observer
+and workers until the planner declares the mission done. The terminal shows one progress bar
+per activity and ends with a summary table; a localhost HTTP server streams the run as AG-UI
+events over SSE. Killed at any moment (even `kill -9`), the same command resumes: settled
+activities are not run again, durable results are recovered rather than recomputed, and the
+summary says what was recovered. An activity that reconciles to Unknown is parked: the demo
+lists the parked activities and exits 1 instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from tether.activities import ActivityKey, ActivityRecord
+from tether.agui import ActivityPublisher
+from tether.physical.adapter import SimEpisodeAdapter, sim_family
+from tether.physical.console import ProgressBoard, SummaryRow, summary_table
+from tether.physical.errors import InvalidEpisodeRequest
+from tether.physical.family import (
+    INTENT,
+    KIND,
+    MISSION,
+    MISSION_ENTITY,
+    OBSERVATION,
+    Mission,
+    intent_write,
+    mission_done,
+)
+from tether.physical.stream import RunStream, StoreState, StreamServer
+from tether.runtime import Host, ProgressEvent
+from tether.world import ComponentWrite, WorldSnapshot
+
+WORLD = "demo"
+EXIT_OK, EXIT_PARKED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tether demo", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--data-dir", default="tether-data", help="data directory (default: %(default)s)"
+    )
+    p.add_argument("--targets", type=int, default=3, help="reach targets in the mission")
+    p.add_argument("--episodes", type=int, default=2, help="episodes per activity")
+    p.add_argument("--steps", type=int, default=3000, help="simulation steps per episode")
+    p.add_argument("--seed", type=int, default=0, help="mission seed (reach N uses seed+N)")
+    p.add_argument("--workers", type=int, default=1, help="worker threads")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (localhost)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port for the SSE stream; 0 = any")
+    p.add_argument("--lease-ms", type=int, default=3000, help="attempt lease (ms)")
+    p.add_argument("--linger", type=float, default=0.0, help="keep serving N s after the run")
+    p.add_argument(
+        "--wait-subscribers",
+        type=int,
+        default=0,
+        help="hold the mission until N stream clients are connected (at most 60 s)",
+    )
+    return p
+
+
+def message_id(key: ActivityKey) -> str:
+    """The AG-UI messageId of an activity: its control key, world/kind/id."""
+    return f"{key.world_id}/{key.kind}/{key.activity_id}"
+
+
+def final_content(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot) -> dict[str, Any]:
+    """An activity's final AG-UI content, derived only from world state and its catalog record."""
+    observation = snap.get(key.activity_id, OBSERVATION)
+    if observation is None or rec.result is None or rec.settlement is None:
+        raise ValueError(f"{key.activity_id} is not settled with an observation")
+    s = observation["summary"]
+    return {
+        "activity": key.activity_id,
+        "world": key.world_id,
+        "state": "settled",
+        "attempts": rec.attempt_count,
+        "steps": s["steps"],
+        "total": s["steps"],
+        "error": s["final_error"],
+        "success": s["success"],
+        "target": s["target"],
+        "final_tip": s["final_tip"],
+        "result_digest": rec.result.digest,
+        "result_attempt": s.get("attempt"),
+        "source_tick": rec.source.tick,
+        "settle_tick": rec.settlement.receipt.tick,
+    }
+
+
+class _Live:
+    """One AG-UI activity message per durable Activity, published on the run stream.
+
+    Thread-safe: the worker's progress listener and the watch loop both report here.
+    """
+
+    def __init__(self, stream: RunStream) -> None:
+        self.stream = stream
+        self._lock = threading.Lock()
+        self._pubs: dict[ActivityKey, ActivityPublisher] = {}
+        self._content: dict[ActivityKey, dict[str, Any]] = {}
+
+    def _publisher(self, key: ActivityKey) -> ActivityPublisher:
+        pub = self._pubs.get(key)
+        if pub is None:
+            pub = self._pubs[key] = ActivityPublisher(message_id(key), key.kind)
+        return pub
+
+    def update(self, key: ActivityKey, **changes: Any) -> None:
+        """Merge `changes` into the activity's live content and publish the difference."""
+        with self._lock:
+            content = self._content.setdefault(
+                key, {"activity": key.activity_id, "world": key.world_id}
+            )
+            if content.get("state") == "settled":
+                return
+            content.update(changes)
+            event = self._publisher(key).update(content)
+            if event is not None:
+                self.stream.publish(event)
+
+    def settle(self, key: ActivityKey, content: dict[str, Any]) -> None:
+        """Publish the final content of a settled activity as a snapshot."""
+        with self._lock:
+            self._content[key] = dict(content)
+            pub = self._publisher(key)
+            pub.update(content)  # the snapshot below carries it, replacing any content
+            self.stream.publish(pub.snapshot())
+
+
+@dataclass
+class _Run:
+    host: Host
+    out: TextIO
+    board: ProgressBoard
+    settled_before: set[str]
+    started: float
+    live: _Live
+    adapter: SimEpisodeAdapter
+
+
+def _keys(snapshot: WorldSnapshot) -> list[ActivityKey]:
+    return [ActivityKey(WORLD, KIND, entity) for entity, _ in snapshot.with_component(INTENT)]
+
+
+def _state(rec: ActivityRecord | None) -> str:
+    if rec is None:
+        return "intent"
+    if rec.settlement is not None:
+        return "settled"
+    if rec.result is not None:
+        return "observing"
+    if rec.evidence is not None or rec.awaiting_decision:
+        return "unknown"
+    if rec.attempt is not None:
+        return "running" if rec.attempt.may_execute else "reconciling"
+    return "admitted"
+
+
+def _parked(rec: ActivityRecord | None) -> bool:
+    return rec is not None and rec.result is None and _state(rec) == "unknown"
+
+
+def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, before: set[str]) -> str:
+    if key.activity_id in before:
+        return "settled before restart"
+    observation = snap.get(key.activity_id, OBSERVATION)
+    produced = observation["summary"].get("attempt") if observation else None
+    recorded = rec.recorded_result.attempt if rec.recorded_result else None
+    if produced is not None and recorded is not None and produced != recorded:
+        return f"result of attempt {produced} reused"
+    if rec.retry_guard is not None:
+        return "rerun after proof of absence"
+    return "-"
+
+
+def _open(args: argparse.Namespace, out: TextIO, live: _Live) -> tuple[_Run, Mission] | int:
+    mission = Mission(
+        targets=args.targets, episodes=args.episodes, steps=args.steps, seed=args.seed
+    )
+    try:
+        component = mission.to_component()
+    except InvalidEpisodeRequest as exc:
+        print(f"tether demo: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    data_dir = Path(args.data_dir).resolve()
+    board = ProgressBoard(out)
+
+    def on_progress(event: ProgressEvent) -> None:
+        c = event.content
+        board.update(
+            event.key.activity_id,
+            attempt=event.attempt,
+            done=int(c.get("steps", 0)),
+            total=int(c.get("total", 0)),
+            error=c.get("error"),
+            state="running",
+        )
+        live.update(event.key, **c)
+
+    adapter = SimEpisodeAdapter(data_dir / "sim")
+    host = Host(
+        data_dir,
+        [sim_family(adapter)],
+        workers=args.workers,
+        lease_ms=args.lease_ms,
+        progress_listener=on_progress,
+    )
+    settled: set[str] = set()
+    if WORLD not in host.ledger.worlds():
+        host.create_world(WORLD)
+        first = intent_write(component, 0, mission.first_target)
+        host.commit_tick(WORLD, [ComponentWrite(MISSION_ENTITY, MISSION, component), first])
+        print(f"data directory {data_dir}: new mission of {mission.targets} reaches", file=out)
+    else:
+        snap = host.snapshot(WORLD)
+        if snap.get(MISSION_ENTITY, MISSION) != component:
+            host.close()
+            adapter.close()
+            print(
+                f"tether demo: {data_dir} holds a different mission; use another --data-dir",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        settled = {
+            k.activity_id
+            for k in _keys(snap)
+            if (rec := host.get(k)) is not None and rec.settlement is not None
+        }
+        print(
+            f"data directory {data_dir}: resuming ({len(settled)} activities already settled)",
+            file=out,
+        )
+    return _Run(host, out, board, settled, time.monotonic(), live, adapter), mission
+
+
+def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
+    intent = snap.get(key.activity_id, INTENT)
+    return dict(intent["request"]) if intent else {}
+
+
+def _watch(run: _Run) -> int:
+    """Follow the catalog until the mission ends (0) or an activity is parked (1)."""
+    shown: dict[str, str] = {}
+    while True:
+        snap = run.host.snapshot(WORLD)
+        records = {k: run.host.get(k) for k in _keys(snap)}
+        for key, rec in records.items():
+            state = _state(rec)
+            if shown.get(key.activity_id) != state:
+                shown[key.activity_id] = state
+                attempt = rec.attempt.number if rec and rec.attempt else None
+                changes: dict[str, Any] = {"state": state}
+                if attempt is not None:
+                    changes["attempt"] = attempt
+                if state == "settled" and rec is not None:
+                    final = final_content(key, rec, snap)
+                    changes |= {"done": final["steps"], "total": final["total"]}
+                    changes |= {"error": final["error"], "attempt": rec.attempt_count}
+                    run.live.settle(key, final)
+                else:
+                    request = _request_of(snap, key)
+                    run.live.update(
+                        key,
+                        state=state,
+                        target=request.get("target"),
+                        **({"attempt": attempt} if attempt is not None else {}),
+                    )
+                run.board.update(key.activity_id, **changes)
+        parked = [k for k, rec in records.items() if _parked(rec)]
+        if parked:
+            run.board.message("parked activities (reconciliation is Unknown; an operator decides):")
+            for key in parked:
+                rec = records[key]
+                assert rec is not None and rec.evidence is not None
+                run.board.message(f"  {key.activity_id}  evidence {rec.evidence.evidence.ref}")
+            return EXIT_PARKED
+        if mission_done(snap) and all(r is not None and r.settlement for r in records.values()):
+            return EXIT_OK
+        time.sleep(0.05)
+
+
+def _summary(run: _Run) -> str:
+    snap = run.host.snapshot(WORLD)
+    rows = []
+    for key in _keys(snap):
+        rec = run.host.get(key)
+        if rec is None or rec.result is None:
+            continue
+        settled = rec.settlement
+        seconds = (
+            (settled.settled_at_ms if settled else rec.admitted_at_ms) - rec.admitted_at_ms
+        ) / 1000
+        rows.append(
+            SummaryRow(
+                activity=key.activity_id,
+                attempts=rec.attempt_count,
+                result_digest=rec.result.digest,
+                source_tick=rec.source.tick,
+                settle_tick=settled.receipt.tick if settled else None,
+                seconds=seconds,
+                recovered=_recovered(key, rec, snap, run.settled_before),
+            )
+        )
+    done = snap.get(MISSION_ENTITY, "physical_ai.mission.done") or {}
+    before = sum(1 for r in rows if r.recovered == "settled before restart")
+    reused = sum(1 for r in rows if r.recovered.endswith("reused"))
+    rerun = sum(1 for r in rows if r.recovered.startswith("rerun"))
+    tail = (
+        f"mission: {done.get('succeeded', 0)}/{done.get('targets', len(rows))} reaches within "
+        f"tolerance; recovered: {before} settled before this run (not rerun), {reused} durable "
+        f"results reused, {rerun} rerun after proof that the earlier attempt was gone"
+    )
+    return summary_table(rows) + "\n" + tail
+
+
+def main(argv: list[str]) -> int:
+    """Run the demo; returns the process exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.lease_ms < 100 or not 0 <= args.port <= 65535:
+        parser.error("--workers must be >= 1, --lease-ms >= 100 and --port in [0, 65535]")
+    if args.linger < 0 or args.wait_subscribers < 0:
+        parser.error("--linger and --wait-subscribers must not be negative")
+    out = sys.stdout
+    stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
+    try:
+        server = StreamServer(stream, args.host, args.port)
+    except OSError as exc:
+        print(f"tether demo: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        stream.start()
+        opened = _open(args, out, _Live(stream))
+        if isinstance(opened, int):
+            stream.finish(error="the demo could not start")
+            return opened
+        run, _ = opened
+        print(f"AG-UI stream (SSE): {server.url}", file=out, flush=True)
+        if args.wait_subscribers > 0:
+            server.wait_for_subscribers(args.wait_subscribers, timeout=60)
+        try:
+            run.host.start()
+            code = _watch(run)
+            if code == EXIT_OK:
+                print(_summary(run), file=out)
+                stream.finish()
+            else:
+                stream.finish(error="activities are parked: reconciliation is Unknown")
+            return code
+        finally:
+            run.host.close()
+            run.adapter.close()
+            if args.linger > 0:
+                time.sleep(args.linger)
+    finally:
+        stream.finish(error="the demo stopped")
+        server.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,54 @@
+"""Typed errors of the simulation family, all rooted at `tether.errors.TetherError`."""
+
+from __future__ import annotations
+
+from tether.errors import TetherError
+
+
+class SimError(TetherError):
+    """Base class for errors raised by the `physical_ai.sim_episode` family."""
+
+
+class InvalidEpisodeRequest(SimError, ValueError):
+    """The episode request is malformed: a missing field, a wrong type or an out-of-range value."""
+
+
+class UnknownModel(InvalidEpisodeRequest):
+    """The request names a model that is not shipped in `tether/physical/models/`."""
+
+
+class ModelDigestMismatch(InvalidEpisodeRequest):
+    """The request's model digest is not the digest of the shipped model file."""
+
+
+class AttemptAlreadyStarted(SimError):
+    """A start marker for this operation id and attempt already exists; it may not start twice."""
+
+
+class AttemptFenced(SimError):
+    """A later attempt fenced this one off (its retry guard exists), so it must not run."""
+
+
+class StaleAttemptAlive(SimError):
+    """An earlier attempt's episode child is still alive, so a fresh attempt may not start."""
+
+
+class EpisodeFailed(SimError):
+    """The episode child exited without a complete result (crashed, killed or rejected)."""
+
+
+class ResultCorrupt(SimError):
+    """A published result file does not verify (bad archive, summary or trajectory digest)."""
+
+
+__all__ = [
+    "AttemptAlreadyStarted",
+    "AttemptFenced",
+    "EpisodeFailed",
+    "InvalidEpisodeRequest",
+    "ModelDigestMismatch",
+    "ResultCorrupt",
+    "SimError",
+    "StaleAttemptAlive",
+    "UnknownModel",
+]

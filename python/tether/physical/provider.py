@@ -1,0 +1,518 @@
+"""The simulation provider: runs episodes in worker-owned processes, reconciles them from files.
+
+Each attempt runs in its own process, forked by the provider's episode host (`_host.py`, a
+pre-imported child of the worker); both die with their parent (PR_SET_PDEATHSIG), so killing
+the worker kills the attempt.
+
+Every provider operation id owns one directory under the provider root:
+
+    operation.json        the operation id and request digest (create-if-absent, then checked)
+    attempt-<n>.start     start marker: created by the episode child itself, atomically and only
+                          if absent, naming the child (pid, /proc start time, boot id, host)
+    attempt-<n>.fenced    tombstone: a later attempt fenced attempt n off; a child that finds it
+                          after creating its marker exits without running
+    result.zip            the complete result (arrays + summary), published by rename only after
+                          it was fsynced; a crashed child leaves at most a dot-temp file
+    guard-<n>.json        the retry guard: proof that every earlier attempt's child is gone
+    evidence-<n>.json     why attempt n's reconciliation could not decide (Unknown)
+
+Rules (seeded simulation, seed section 4): the first complete `result.zip` is reused and never
+recomputed; a start marker without a result is Unknown while its child may still run; once
+every earlier attempt is fenced and its recorded child is provably gone, the absence is confirmed
+and the guard file is the proof that lets exactly one fresh attempt start (its own marker is
+create-if-absent, so a second starter of the same attempt fails). Fencing and the marker are
+both write-then-check, so a stale child and a reconciler can never both miss each other.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether.physical._durable import create_exclusive, write_durable
+from tether.physical._episode import (
+    EpisodeRequest,
+    EpisodeRun,
+    ProgressFn,
+    decode_result,
+    read_summary,
+)
+from tether.physical._proc import ProcessIdentity
+from tether.physical.errors import (
+    AttemptAlreadyStarted,
+    AttemptFenced,
+    EpisodeFailed,
+    InvalidEpisodeRequest,
+    ResultCorrupt,
+    SimError,
+    StaleAttemptAlive,
+)
+
+# Child exit codes (the child is `python -m tether.physical._child`).
+EXIT_OK = 0
+EXIT_PARENT_GONE = 10
+EXIT_ALREADY_STARTED = 11
+EXIT_FENCED = 12
+EXIT_BAD_REQUEST = 13
+_EXIT_ERRORS: dict[int, type[SimError]] = {
+    EXIT_ALREADY_STARTED: AttemptAlreadyStarted,
+    EXIT_FENCED: AttemptFenced,
+    EXIT_BAD_REQUEST: InvalidEpisodeRequest,
+}
+#: Environment variable naming a crash point at which this process SIGKILLs itself (tests only).
+CRASH_ENV = "TETHER_SIM_CRASH_AT"
+_ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.start$")
+
+
+def crash_point(name: str, attempt: int) -> None:
+    """SIGKILL this process at a named point, for crash tests.
+
+    `TETHER_SIM_CRASH_AT=name` fires in attempt 1 only, `name@k` in attempt k, `name@*` in
+    every attempt (a provider that always dies).
+    """
+    spec = os.environ.get(CRASH_ENV)
+    if not spec:
+        return
+    target, _, which = spec.partition("@")
+    if target == name and (which == "*" or int(which or "1") == attempt):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class OperationDir:
+    """The files of one provider operation id (see the module docstring)."""
+
+    path: Path
+
+    def marker(self, attempt: int) -> Path:
+        """Start marker of `attempt`."""
+        return self.path / f"attempt-{attempt}.start"
+
+    def tombstone(self, attempt: int) -> Path:
+        """Fence tombstone of `attempt`."""
+        return self.path / f"attempt-{attempt}.fenced"
+
+    @property
+    def result(self) -> Path:
+        """The published result file."""
+        return self.path / "result.zip"
+
+    def guard(self, attempt: int) -> Path:
+        """Retry-guard proof written by `attempt`'s reconciliation."""
+        return self.path / f"guard-{attempt}.json"
+
+    def evidence(self, attempt: int) -> Path:
+        """Unknown-evidence written by `attempt`'s reconciliation."""
+        return self.path / f"evidence-{attempt}.json"
+
+    def stderr(self, attempt: int) -> Path:
+        """The episode child's stderr of `attempt` (diagnostics only)."""
+        return self.path / f"attempt-{attempt}.stderr"
+
+    def started_attempts(self) -> list[int]:
+        """Attempt numbers that have a start marker, ascending."""
+        found = (_ATTEMPT_FILE.match(p.name) for p in self.path.iterdir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def read_marker(self, attempt: int) -> dict[str, Any]:
+        """The parsed marker of `attempt`; raises `ResultCorrupt` if it is unreadable."""
+        try:
+            raw = json.loads(self.marker(attempt).read_bytes())
+            ProcessIdentity.from_dict(raw["child"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ResultCorrupt(f"start marker {self.marker(attempt)} is unreadable") from exc
+        if not isinstance(raw, dict):
+            raise ResultCorrupt(f"start marker {self.marker(attempt)} is not an object")
+        return raw
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """A complete result file of an operation (fresh, or reused and verified on reading).
+
+    The digest and the decoded arrays are computed on first use: a fresh result travels on as
+    bytes (the artifact store hashes them anyway) without another pass over the arrays.
+    """
+
+    path: Path
+    data: bytes = field(repr=False)
+    reused: bool
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """`sha256:` digest of the result file."""
+        return _sha256(self.data)
+
+    @functools.cached_property
+    def run(self) -> EpisodeRun:
+        """The verified arrays and summary."""
+        return decode_result(self.data)
+
+    @functools.cached_property
+    def summary(self) -> dict[str, Any]:
+        """The result summary: the observation."""
+        return read_summary(self.data)
+
+
+@dataclass(frozen=True)
+class ResultFound:
+    """Reconciliation found the first complete result: reuse it, never recompute."""
+
+    outcome: EpisodeOutcome
+
+
+@dataclass(frozen=True)
+class ProvenAbsent:
+    """No result, and every earlier attempt is fenced and its child provably gone."""
+
+    guard_path: Path
+    guard_digest: str
+    proof: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StillUnknown:
+    """An earlier attempt's child may still be running (or cannot be checked from here)."""
+
+    evidence_path: Path
+    evidence_digest: str
+    reason: str
+
+
+ReconcileFact = ResultFound | ProvenAbsent | StillUnknown
+
+
+class SimProvider:
+    """Runs and reconciles seeded simulation operations under one root directory."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+        (self.root / "ops").mkdir(parents=True, exist_ok=True)
+        self._host_lock = threading.Lock()
+        self._host: _EpisodeHost | None = None
+
+    def operation_dir(self, operation_id: str) -> OperationDir:
+        """The directory of `operation_id` (created on first use)."""
+        if not isinstance(operation_id, str) or not operation_id:
+            raise InvalidEpisodeRequest("operation_id must be a non-empty string")
+        name = hashlib.sha256(operation_id.encode()).hexdigest()[:40]
+        path = self.root / "ops" / name
+        path.mkdir(exist_ok=True)
+        return OperationDir(path)
+
+    def _bind(self, operation_id: str, request: EpisodeRequest) -> OperationDir:
+        op = self.operation_dir(operation_id)
+        record = _canonical({"operation_id": operation_id, "request_digest": request.digest()})
+        if not create_exclusive(op.path / "operation.json", record):
+            existing = (op.path / "operation.json").read_bytes()
+            if existing != record:
+                raise InvalidEpisodeRequest(
+                    f"operation {operation_id!r} is already bound to a different request"
+                )
+        return op
+
+    def find_result(self, operation_id: str) -> EpisodeOutcome | None:
+        """The complete result of `operation_id`, verified, or None if none was published."""
+        op = self.operation_dir(operation_id)
+        try:
+            data = op.result.read_bytes()
+        except FileNotFoundError:
+            return None
+        outcome = EpisodeOutcome(path=op.result, data=data, reused=True)
+        outcome.run  # noqa: B018 - verify a result at rest before anyone reuses it
+        return outcome
+
+    def _fence_earlier(self, op: OperationDir, attempt: int, by: str) -> list[dict[str, Any]]:
+        """Tombstone every attempt below `attempt`, then observe each earlier marker's child."""
+        record = _canonical({"fenced_by_attempt": attempt, "by": by})
+        for k in range(1, attempt):
+            create_exclusive(op.tombstone(k), record)
+        observations = []
+        for k in op.started_attempts():
+            if k == attempt:
+                continue
+            marker = op.read_marker(k)
+            child = ProcessIdentity.from_dict(marker["child"])
+            alive, seen = child.observe()
+            observations.append(
+                {"attempt": k, "child": child.to_dict(), "alive": alive, "observed": seen}
+            )
+        return observations
+
+    def reconcile(self, operation_id: str, attempt: int) -> ReconcileFact:
+        """Decide, from files and /proc only, what happened to earlier attempts of the operation.
+
+        Args:
+            operation_id: the stable provider operation id bound before any attempt ran.
+            attempt: the reconciling attempt number; every lower attempt is fenced off.
+        """
+        _check_attempt(attempt)
+        found = self.find_result(operation_id)
+        if found is not None:
+            return ResultFound(found)
+        op = self.operation_dir(operation_id)
+        observations = self._fence_earlier(op, attempt, "reconcile")
+        # A child may have published between the first look and the fence: look again.
+        found = self.find_result(operation_id)
+        if found is not None:
+            return ResultFound(found)
+        undecided = [o for o in observations if o["alive"] is not False]
+        if undecided:
+            evidence = _canonical(
+                {"operation_id": operation_id, "attempt": attempt, "children": undecided}
+            )
+            write_durable(op.evidence(attempt), evidence)
+            return StillUnknown(
+                evidence_path=op.evidence(attempt),
+                evidence_digest=_sha256(evidence),
+                reason="; ".join(o["observed"] for o in undecided),
+            )
+        proof = {
+            "operation_id": operation_id,
+            "attempt": attempt,
+            "fenced_attempts": list(range(1, attempt)),
+            "children_gone": observations,
+        }
+        guard = _canonical(proof)
+        write_durable(op.guard(attempt), guard)
+        return ProvenAbsent(guard_path=op.guard(attempt), guard_digest=_sha256(guard), proof=proof)
+
+    def execute(
+        self,
+        operation_id: str,
+        attempt: int,
+        request: Mapping[str, Any] | EpisodeRequest,
+        *,
+        progress: ProgressFn | None = None,
+        on_start: Callable[[ProcessIdentity], None] | None = None,
+    ) -> EpisodeOutcome:
+        """Run the operation's episodes in a child process, or reuse its published result.
+
+        The child dies with the calling thread (PR_SET_PDEATHSIG), so call this from a thread
+        that outlives the episode. If `progress` or `on_start` raises (say, the lease was lost),
+        the child is killed before the exception propagates. Raises `StaleAttemptAlive` if an
+        earlier attempt's child may still run, `EpisodeFailed` if the child ended without a
+        result, and the child's own typed errors (already started, fenced, bad request).
+        """
+        _check_attempt(attempt)
+        req = request if isinstance(request, EpisodeRequest) else EpisodeRequest.from_dict(request)
+        op = self._bind(operation_id, req)
+        found = self.find_result(operation_id)
+        if found is not None:
+            return found
+        observations = self._fence_earlier(op, attempt, "execute")
+        found = self.find_result(operation_id)
+        if found is not None:
+            return found
+        alive = [o for o in observations if o["alive"] is not False]
+        if alive:
+            raise StaleAttemptAlive("; ".join(o["observed"] for o in alive))
+        self._run_child(op, operation_id, attempt, req, progress, on_start)
+        data = op.result.read_bytes()
+        outcome = EpisodeOutcome(path=op.result, data=data, reused=False)
+        crash_point("sim.result_durable", attempt)
+        return outcome
+
+    def _run_child(
+        self,
+        op: OperationDir,
+        operation_id: str,
+        attempt: int,
+        req: EpisodeRequest,
+        progress: ProgressFn | None,
+        on_start: Callable[[ProcessIdentity], None] | None,
+    ) -> None:
+        job = {
+            "op_dir": str(op.path),
+            "attempt": attempt,
+            "operation_id": operation_id,
+            "request": req.to_dict(),
+        }
+        code: int | None = None
+        forked: ProcessIdentity | None = None
+        with self._episode_host().submit(job) as events:
+            try:
+                for line in events:
+                    event = json.loads(line)
+                    kind = event["event"]
+                    if kind == "forked":
+                        forked = _identity_or_none(int(event["pid"]))
+                    elif kind == "started" and on_start is not None:
+                        on_start(ProcessIdentity.from_dict(event["child"]))
+                    elif kind == "progress" and progress is not None:
+                        progress(int(event["done"]), int(event["total"]), float(event["error"]))
+                    elif kind == "exit":
+                        code = int(event["code"])
+            except BaseException:
+                if forked is not None and forked.observe()[0]:
+                    os.kill(forked.pid, signal.SIGKILL)
+                raise
+        if code == EXIT_OK and op.result.exists():
+            return
+        tail = op.stderr(attempt).read_text(errors="replace")[-2000:]
+        error = _EXIT_ERRORS.get(code or -1, EpisodeFailed)
+        what = "died without finishing" if code is None else f"exited with {code}"
+        raise error(f"episode process of attempt {attempt} {what}: {tail.strip()}")
+
+    def _episode_host(self) -> _EpisodeHost:
+        with self._host_lock:
+            if self._host is None:
+                self._host = _EpisodeHost(self.root / "episode-host.log")
+            return self._host
+
+    def warm(self) -> None:
+        """Start the episode host ahead of the first attempt (it imports MuJoCo once)."""
+        self._episode_host().warm()
+
+    def close(self) -> None:
+        """Stop the episode host (a running attempt is killed with it)."""
+        with self._host_lock:
+            host, self._host = self._host, None
+        if host is not None:
+            host.close()
+
+    def __enter__(self) -> SimProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _identity_or_none(pid: int) -> ProcessIdentity | None:
+    try:
+        return ProcessIdentity.of(pid)
+    except ProcessLookupError:
+        return None
+
+
+class _EpisodeHost:
+    """The worker's handle on its episode host process (see `_host.py`); thread-safe.
+
+    A dedicated thread spawns the host and then stays blocked: PR_SET_PDEATHSIG ties the host
+    to the *thread* that forked it, so that thread must live as long as the host should.
+    """
+
+    def __init__(self, log: Path) -> None:
+        self._log = log
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+        self._spawns: queue.Queue[queue.Queue[object] | None] = queue.Queue()
+        self._spawner = threading.Thread(
+            target=self._spawn_loop, name="tether-sim-host", daemon=True
+        )
+        self._spawner.start()
+
+    def _spawn_loop(self) -> None:
+        while (reply := self._spawns.get()) is not None:
+            try:
+                reply.put(self._spawn())
+            except BaseException as exc:
+                reply.put(exc)
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], socket.socket]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {**os.environ, "MUJOCO_GL": "disable", "OPENBLAS_NUM_THREADS": "1"}
+        argv = [sys.executable, "-m", "tether.physical._host", str(os.getpid())]
+        argv.append(str(theirs.fileno()))
+        try:
+            with open(self._log, "ab") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    pass_fds=[theirs.fileno()],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    env=env,
+                )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        try:
+            if ours.recv(16) != b"ready":  # the host died during its imports
+                raise EpisodeFailed(f"the episode host exited with {proc.wait()}")
+        except BaseException:
+            ours.close()
+            raise
+        return proc, ours
+
+    def _restart(self) -> socket.socket:
+        if self._control is not None:
+            self._control.close()
+        reply: queue.Queue[object] = queue.Queue()
+        self._spawns.put(reply)
+        got = reply.get()
+        if isinstance(got, BaseException):
+            raise EpisodeFailed(f"cannot start the episode host: {got}") from got
+        self._proc, self._control = got  # type: ignore[misc]
+        assert self._control is not None
+        return self._control
+
+    def submit(self, job: dict[str, Any]) -> io.TextIOWrapper:
+        """Send a job to the host; returns the read end of the attempt's event pipe."""
+        read_fd, write_fd = os.pipe()
+        try:
+            with self._lock:
+                for _ in range(2):
+                    control = self._control
+                    if control is None or self._proc is None or self._proc.poll() is not None:
+                        control = self._restart()
+                    try:
+                        socket.send_fds(control, [_canonical(job)], [write_fd])
+                        break
+                    except OSError:
+                        self._proc = None
+                else:
+                    raise EpisodeFailed("the episode host does not accept jobs")
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        return open(read_fd, encoding="utf-8")
+
+    def warm(self) -> None:
+        """Start the host now (if it is not running) and wait until it is ready."""
+        with self._lock:
+            if self._control is None or self._proc is None or self._proc.poll() is not None:
+                self._restart()
+
+    def close(self) -> None:
+        """Close the control socket (the host exits) and stop the spawner thread."""
+        with self._lock:
+            if self._control is not None:
+                self._control.close()
+                self._control = None
+            if self._proc is not None:
+                self._proc.wait()
+                self._proc = None
+        self._spawns.put(None)
+
+
+def _check_attempt(attempt: int) -> None:
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise InvalidEpisodeRequest(f"attempt must be an integer >= 1, got {attempt!r}")

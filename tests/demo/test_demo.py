@@ -1,0 +1,211 @@
+"""`tether demo` end to end: a small mission, kill -9 and resume, crash points, parked Unknown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether.physical import ProcessIdentity, SimProvider
+from tether.physical.adapter import MAX_FAILED_STARTS
+from tether.physical.family import KIND, OBSERVATION
+from tether.physical.provider import CRASH_ENV
+from tether.runtime import CRASH_POINTS
+from tether.world import SqliteLedger
+
+SMALL = ["--targets", "2", "--episodes", "1", "--steps", "200", "--port", "0"]
+
+
+def _cmd(data: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tether",
+        "demo",
+        "--data-dir",
+        str(data),
+        "--lease-ms",
+        "500",
+        *extra,
+    ]
+
+
+def _run(data: Path, *extra: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        _cmd(data, *extra),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=240,
+        env={**os.environ, **env},
+    )
+
+
+def _journal(data: Path) -> dict[str, dict[str, object]]:
+    """Per activity: attempts, settled?, recorded result digest, and provider result files."""
+    ledger = SqliteLedger.open(data / "world.db")
+    snap = ledger.read_at(ledger.head("demo"))
+    catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
+    provider = SimProvider(data / "sim")
+    out: dict[str, dict[str, object]] = {}
+    for entity, _ in snap.with_component("physical_ai.sim_episode.intent"):
+        key = ActivityKey("demo", KIND, entity)
+        rec = catalog.get(key)
+        assert rec is not None
+        op = provider.operation_dir(operation_id_for(key))
+        out[entity] = {
+            "attempts": rec.attempt_count,
+            "settled": rec.settlement is not None,
+            "result": rec.result.digest if rec.result else None,
+            "results_on_disk": sorted(p.name for p in op.path.glob("result*")),
+            "markers": op.started_attempts(),
+            "observed_attempt": (snap.get(entity, OBSERVATION) or {})
+            .get("summary", {})
+            .get("attempt"),
+        }
+    catalog.close()
+    ledger.close()
+    return out
+
+
+def _one_completed_episode_per_operation(journal: dict[str, dict[str, object]]) -> None:
+    for entry in journal.values():
+        assert entry["settled"] is True
+        assert entry["results_on_disk"] == ["result.zip"]
+        assert entry["observed_attempt"] in entry["markers"]  # type: ignore[operator]
+
+
+def test_a_small_mission_exits_0_and_a_rerun_runs_nothing_again(tmp_path: Path) -> None:
+    first = _run(tmp_path, *SMALL)
+    assert first.returncode == 0, first.stderr
+    assert "reach-0000" in first.stdout and "reach-0001" in first.stdout
+    assert "/2 reaches within tolerance" in first.stdout
+    journal = _journal(tmp_path)
+    assert set(journal) == {"reach-0000", "reach-0001"}
+    _one_completed_episode_per_operation(journal)
+    again = _run(tmp_path, *SMALL)
+    assert again.returncode == 0, again.stderr
+    assert "resuming (2 activities already settled)" in again.stdout
+    assert again.stdout.count("settled before restart") == 2
+    assert _journal(tmp_path) == journal
+
+
+def test_a_different_mission_in_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    assert _run(tmp_path, *SMALL).returncode == 0
+    other = _run(tmp_path, "--targets", "3", "--episodes", "1", "--steps", "200", "--port", "0")
+    assert other.returncode == 2 and "different mission" in other.stderr
+    bad = _run(tmp_path / "x", "--targets", "1", "--episodes", "0", "--port", "0")
+    assert bad.returncode == 2 and "episodes" in bad.stderr
+
+
+def test_kill_9_mid_episode_then_the_same_command_resumes(tmp_path: Path) -> None:
+    args = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0"]
+    with subprocess.Popen(_cmd(tmp_path, *args), stdout=subprocess.PIPE, text=True) as demo:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            if line.startswith("reach-0000") and "running" in line and " 0/" not in line:
+                break
+        else:
+            pytest.fail("the demo ended before reach-0000 made progress")
+        demo.send_signal(signal.SIGKILL)
+        demo.stdout.read()
+    killed = _journal(tmp_path)
+    assert killed["reach-0000"]["results_on_disk"] == []
+    resumed = _run(tmp_path, *args)
+    assert resumed.returncode == 0, resumed.stderr
+    journal = _journal(tmp_path)
+    _one_completed_episode_per_operation(journal)
+    assert journal["reach-0000"]["attempts"] >= 2  # type: ignore[operator]
+    assert journal["reach-0000"]["observed_attempt"] != 1
+    assert "rerun after proof" in resumed.stdout
+
+
+@pytest.mark.parametrize(
+    "crash",
+    [{"TETHER_CRASH_AT": "after_effect"}, {CRASH_ENV: "sim.result_durable"}],
+    ids=["runtime-after-effect", "provider-result-durable"],
+)
+def test_a_result_written_but_not_recorded_is_recovered_not_rerun(
+    tmp_path: Path, crash: dict[str, str]
+) -> None:
+    died = _run(tmp_path, *SMALL, **crash)
+    assert died.returncode == -signal.SIGKILL
+    assert _journal(tmp_path)["reach-0000"]["results_on_disk"] == ["result.zip"]
+    resumed = _run(tmp_path, *SMALL)
+    assert resumed.returncode == 0, resumed.stderr
+    journal = _journal(tmp_path)
+    _one_completed_episode_per_operation(journal)
+    assert journal["reach-0000"]["markers"] == [1]  # never executed again
+    assert journal["reach-0000"]["observed_attempt"] == 1
+    assert "result of attempt 1 reused" in resumed.stdout
+
+
+def test_an_unknown_activity_is_parked_and_the_demo_exits_1(tmp_path: Path) -> None:
+    died = _run(tmp_path, *SMALL, TETHER_CRASH_AT="after_bind")
+    assert died.returncode == -signal.SIGKILL
+    # A stale episode process of attempt 1, started elsewhere, is still alive.
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"]) as stale:
+        try:
+            key = ActivityKey("demo", KIND, "reach-0000")
+            op = SimProvider(tmp_path / "sim").operation_dir(operation_id_for(key))
+            marker = {
+                "operation_id": operation_id_for(key),
+                "attempt": 1,
+                "child": ProcessIdentity.of(stale.pid).to_dict(),
+            }
+            op.marker(1).write_text(json.dumps(marker))
+            parked = _run(tmp_path, *SMALL)
+        finally:
+            stale.kill()
+    assert parked.returncode == 1, parked.stdout + parked.stderr
+    assert "parked activities" in parked.stdout
+    assert "reach-0000" in parked.stdout.split("parked activities")[1]
+
+
+ALL_POINTS = [
+    *(("TETHER_CRASH_AT", p) for p in CRASH_POINTS),
+    (CRASH_ENV, "sim.child_started"),
+    (CRASH_ENV, "sim.result_durable"),
+]
+SAMPLED = [("TETHER_CRASH_AT", "during_effect"), ("TETHER_CRASH_AT", "after_observation_tick")]
+
+
+def test_an_episode_process_that_always_dies_is_parked_not_retried_forever(
+    tmp_path: Path,
+) -> None:
+    parked = _run(tmp_path, *SMALL, **{CRASH_ENV: "sim.child_started@*"})
+    assert parked.returncode == 1, parked.stdout + parked.stderr
+    assert "reach-0000" in parked.stdout.split("parked activities")[1]
+    journal = _journal(tmp_path)
+    assert journal["reach-0000"]["results_on_disk"] == []
+    assert len(journal["reach-0000"]["markers"]) == MAX_FAILED_STARTS  # type: ignore[arg-type]
+
+
+def _crash_then_resume(data: Path, var: str, point: str) -> None:
+    first = _run(data, *SMALL, **{var: point})
+    assert first.returncode in (0, -signal.SIGKILL), first.stderr
+    resumed = _run(data, *SMALL)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    journal = _journal(data)
+    assert set(journal) == {"reach-0000", "reach-0001"}
+    _one_completed_episode_per_operation(journal)
+
+
+@pytest.mark.parametrize(("var", "point"), SAMPLED, ids=[p for _, p in SAMPLED])
+def test_sampled_crash_points_resume_to_one_result_per_operation(
+    tmp_path: Path, var: str, point: str
+) -> None:
+    _crash_then_resume(tmp_path, var, point)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("var", "point"), ALL_POINTS, ids=[p for _, p in ALL_POINTS])
+def test_every_crash_point_resumes_to_one_result_per_operation(
+    tmp_path: Path, var: str, point: str
+) -> None:
+    _crash_then_resume(tmp_path, var, point)

@@ -1,0 +1,209 @@
+"""Start markers, fences and reconciliation facts of the simulation provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tether.physical import (
+    EpisodeRequest,
+    ProcessIdentity,
+    ProvenAbsent,
+    ResultFound,
+    SimProvider,
+    StillUnknown,
+)
+from tether.physical.errors import (
+    AttemptAlreadyStarted,
+    InvalidEpisodeRequest,
+    ResultCorrupt,
+    StaleAttemptAlive,
+)
+from tether.physical.provider import EXIT_FENCED, EXIT_PARENT_GONE, OperationDir
+
+REQ = EpisodeRequest.create((0.2, 0.15), seed=5, episodes=1, steps=400)
+
+
+def _fake_marker(op: OperationDir, attempt: int, child: ProcessIdentity) -> None:
+    record = {"operation_id": "x", "attempt": attempt, "child": child.to_dict()}
+    op.marker(attempt).write_text(json.dumps(record))
+
+
+def _dead_identity() -> ProcessIdentity:
+    me = ProcessIdentity.of(os.getpid())
+    # Same live pid, different start time: pid reuse must not pass for the recorded child.
+    return ProcessIdentity(me.pid, me.start_time + 1, me.boot_id, me.host)
+
+
+def test_execute_publishes_once_and_later_calls_reuse_it(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    first = provider.execute("op", 1, REQ.to_dict())
+    assert not first.reused and first.summary["attempt"] == 1
+    assert first.summary["operation_id"] == "op"
+    op = provider.operation_dir("op")
+    assert op.started_attempts() == [1]
+    marker = op.read_marker(1)
+    assert marker["child"]["pid"] != os.getpid()
+    again = provider.execute("op", 2, REQ)
+    assert again.reused and again.digest == first.digest
+    # Reuse never started a child: no marker for attempt 2.
+    assert op.started_attempts() == [1]
+    fact = provider.reconcile("op", 3)
+    assert isinstance(fact, ResultFound) and fact.outcome.digest == first.digest
+
+
+def test_progress_reports_steps_and_error(tmp_path: Path) -> None:
+    seen: list[tuple[int, int, float]] = []
+    SimProvider(tmp_path).execute("op", 1, REQ, progress=lambda d, t, e: seen.append((d, t, e)))
+    assert seen[-1][0] == seen[-1][1] == 400
+    assert all(e >= 0 for _, _, e in seen)
+
+
+def test_an_operation_id_cannot_be_rebound_to_another_request(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    provider.execute("op", 1, REQ)
+    other = EpisodeRequest.create((0.2, 0.15), seed=6, episodes=1, steps=400)
+    with pytest.raises(InvalidEpisodeRequest, match="different request"):
+        provider.execute("op", 2, other)
+
+
+def test_marker_whose_child_is_alive_is_unknown(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    op = provider.operation_dir("op")
+    _fake_marker(op, 1, ProcessIdentity.of(os.getpid()))
+    fact = provider.reconcile("op", 2)
+    assert isinstance(fact, StillUnknown)
+    assert "still running" in fact.reason
+    assert json.loads(fact.evidence_path.read_bytes())["children"][0]["alive"] is True
+    with pytest.raises(StaleAttemptAlive):
+        provider.execute("op", 2, REQ)
+    assert op.started_attempts() == [1]
+
+
+def test_marker_whose_child_is_provably_gone_is_confirmed_absent(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    op = provider.operation_dir("op")
+    _fake_marker(op, 1, _dead_identity())
+    fact = provider.reconcile("op", 2)
+    assert isinstance(fact, ProvenAbsent)
+    proof = json.loads(fact.guard_path.read_bytes())
+    assert proof == fact.proof
+    assert proof["fenced_attempts"] == [1]
+    assert "now belongs to" in proof["children_gone"][0]["observed"]
+    assert op.tombstone(1).exists()
+    # Reconciling again gives the same guard (same bytes, same digest).
+    again = provider.reconcile("op", 2)
+    assert isinstance(again, ProvenAbsent) and again.guard_digest == fact.guard_digest
+    # Exactly one fresh attempt may then run.
+    outcome = provider.execute("op", 2, REQ)
+    assert not outcome.reused and outcome.summary["attempt"] == 2
+
+
+def test_a_gone_child_of_another_boot_or_a_vanished_pid_is_also_absent(tmp_path: Path) -> None:
+    me = ProcessIdentity.of(os.getpid())
+    assert ProcessIdentity(me.pid, me.start_time, "other-boot", me.host).observe()[0] is False
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    gone = ProcessIdentity(int(done.stdout), 1, me.boot_id, me.host)
+    assert gone.observe()[0] is False
+    assert ProcessIdentity(me.pid, me.start_time, me.boot_id, "elsewhere").observe()[0] is None
+
+
+def test_no_marker_at_all_is_absent_and_fences_the_earlier_attempt(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    fact = provider.reconcile("op", 3)
+    assert isinstance(fact, ProvenAbsent)
+    op = provider.operation_dir("op")
+    assert op.tombstone(1).exists() and op.tombstone(2).exists()
+
+
+def test_the_same_attempt_cannot_start_twice(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    op = provider.operation_dir("op")
+    _fake_marker(op, 1, _dead_identity())
+    with pytest.raises(AttemptAlreadyStarted):
+        provider.execute("op", 1, REQ)
+    assert not op.result.exists()
+
+
+def _run_child(op: OperationDir, attempt: int, parent: int) -> int:
+    job = json.dumps({"operation_id": "op", "request": REQ.to_dict()}).encode()
+    argv = [sys.executable, "-m", "tether.physical._child", str(op.path), str(attempt), str(parent)]
+    return subprocess.run(argv, input=job, capture_output=True, check=False).returncode
+
+
+def test_a_fenced_attempt_child_never_runs(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    assert isinstance(provider.reconcile("op", 2), ProvenAbsent)
+    op = provider.operation_dir("op")
+    # A stale attempt-1 child arriving late creates its marker, sees the fence and stops.
+    assert _run_child(op, 1, os.getpid()) == EXIT_FENCED
+    assert op.started_attempts() == [1] and not op.result.exists()
+
+
+def test_a_child_whose_parent_is_not_the_expected_one_exits_before_any_marker(
+    tmp_path: Path,
+) -> None:
+    op = SimProvider(tmp_path).operation_dir("op")
+    assert _run_child(op, 1, 1) == EXIT_PARENT_GONE
+    assert op.started_attempts() == []
+
+
+def test_partial_files_are_never_published(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    op = provider.operation_dir("op")
+    (op.path / ".result.zip.tmp-123-abcd").write_bytes(b"PK\x03\x04 partial")
+    assert provider.find_result("op") is None
+    assert isinstance(provider.reconcile("op", 2), ProvenAbsent)
+
+
+def test_a_damaged_published_result_is_a_typed_error_not_a_reuse(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    outcome = provider.execute("op", 1, REQ)
+    outcome.path.write_bytes(outcome.data[:1000])
+    with pytest.raises(ResultCorrupt):
+        provider.reconcile("op", 2)
+
+
+def test_bad_attempt_and_operation_ids_are_typed_errors(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    with pytest.raises(InvalidEpisodeRequest):
+        provider.reconcile("op", 0)
+    with pytest.raises(InvalidEpisodeRequest):
+        provider.reconcile("", 1)
+    with pytest.raises(InvalidEpisodeRequest):
+        provider.execute("op", 1, {"seed": 1})
+
+
+def test_a_dead_episode_host_is_replaced_and_close_stops_it(tmp_path: Path) -> None:
+    provider = SimProvider(tmp_path)
+    provider.execute("op-a", 1, REQ)
+    host = provider._host
+    assert host is not None and host._proc is not None
+    first = host._proc
+    first.kill()
+    first.wait()
+    outcome = provider.execute("op-b", 1, REQ)
+    assert not outcome.reused
+    assert host._proc is not None and host._proc.pid != first.pid
+    second = host._proc
+    provider.close()
+    assert second.poll() is not None
+
+
+def test_warming_starts_one_ready_host_that_later_attempts_reuse(tmp_path: Path) -> None:
+    with SimProvider(tmp_path) as provider:
+        provider.warm()
+        host = provider._host
+        assert host is not None and host._proc is not None and host._proc.poll() is None
+        pid = host._proc.pid
+        provider.execute("op", 1, REQ)
+        assert host._proc.pid == pid
