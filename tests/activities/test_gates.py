@@ -17,9 +17,11 @@ from tether.errors import (
 from tests.activities.support import (
     ManualClock,
     admission,
+    bound_claim,
     evidence_for,
     key,
     receipt,
+    reconciling,
     result,
 )
 
@@ -52,14 +54,7 @@ def test_equal_activity_ids_of_two_kinds_in_one_world_are_isolated(catalog: Cata
 
 
 def _expired_and_reclaimed(catalog: Catalog, clock: ManualClock) -> tuple[int, int]:
-    k = key()
-    catalog.admit(admission(k))
-    first = catalog.claim("w-old", 1_000)
-    assert first is not None
-    catalog.bind_provider_operation(k, first.fence, operation_id_for(k))
-    clock.advance(1_000)
-    second = catalog.claim("w-new", 1_000)
-    assert second is not None
+    first, second = reconciling(catalog, clock, key())
     return first.fence, second.fence
 
 
@@ -89,10 +84,7 @@ def test_stale_fence_cannot_record_a_result(catalog: Catalog, clock: ManualClock
 
 def test_expired_lease_cannot_record_a_result(catalog: Catalog, clock: ManualClock) -> None:
     k = key()
-    catalog.admit(admission(k))
-    c = catalog.claim("w", 1_000)
-    assert c is not None
-    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    c = bound_claim(catalog, k, lease_ms=1_000)
     clock.advance(1_000)
     with pytest.raises(LeaseExpired):
         catalog.record_result(k, c.fence, result())
@@ -159,10 +151,7 @@ def test_exact_duplicate_result_is_a_no_op_and_a_different_result_conflicts(
     catalog: Catalog,
 ) -> None:
     k = key()
-    catalog.admit(admission(k))
-    c = catalog.claim("w", 10_000)
-    assert c is not None
-    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    c = bound_claim(catalog, k)
     first = catalog.record_result(k, c.fence, result("r1"))
     again = catalog.record_result(k, c.fence, result("r1"))
     assert again == first
@@ -175,10 +164,7 @@ def test_exact_duplicate_settlement_is_a_no_op_and_a_different_one_conflicts(
     catalog: Catalog,
 ) -> None:
     k = key()
-    catalog.admit(admission(k))
-    c = catalog.claim("w", 10_000)
-    assert c is not None
-    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    c = bound_claim(catalog, k)
     res = result()
     catalog.record_result(k, c.fence, res)
     settled = catalog.settle(k, receipt(7), evidence_for(k, res))
@@ -190,10 +176,7 @@ def test_exact_duplicate_settlement_is_a_no_op_and_a_different_one_conflicts(
 
 def test_settlement_needs_the_exact_later_receipt_and_matching_evidence(catalog: Catalog) -> None:
     k = key()
-    catalog.admit(admission(k, tick=3))
-    c = catalog.claim("w", 10_000)
-    assert c is not None
-    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    c = bound_claim(catalog, k)  # admitted at tick 3
     res = result()
     catalog.record_result(k, c.fence, res)
     good = evidence_for(k, res)
