@@ -252,6 +252,14 @@ mod tests {
             !c.attempt.as_ref().unwrap().may_execute,
             "awaiting a decision: reconcile only"
         );
+        // ... and that reconcile-only attempt cannot bind a new provider operation.
+        let op = crate::catalog::operation_id_for("k", "w", "a");
+        assert_eq!(
+            crate::catalog::bind_provider_operation(&c, c.fence, &op, 11)
+                .unwrap_err()
+                .kind,
+            RejectionKind::ReconcileOnly
+        );
     }
 
     #[test]
