@@ -148,7 +148,7 @@ def test_fresh_execution_only_after_confirmed_absence_with_guard(
 
 
 def test_exact_duplicate_result_is_a_no_op_and_a_different_result_conflicts(
-    catalog: Catalog,
+    catalog: Catalog, clock: ManualClock
 ) -> None:
     k = key()
     c = bound_claim(catalog, k)
@@ -158,6 +158,8 @@ def test_exact_duplicate_result_is_a_no_op_and_a_different_result_conflicts(
     with pytest.raises(ResultConflict):
         catalog.record_result(k, c.fence, result("r2"))
     assert catalog.get(k) == first
+    clock.advance(10**9)  # long after any lease: a recorded result is never claimed again
+    assert catalog.claim("late", 1_000) is None and list(catalog.iter_claimable()) == []
 
 
 def test_exact_duplicate_settlement_is_a_no_op_and_a_different_one_conflicts(
@@ -220,7 +222,7 @@ def test_scans_page_past_a_leased_prefix_of_10000(tmp_path: object, clock: Manua
         assert [r.key for r in cat.iter_claimable(page_size=7)] == [late]
         c = cat.claim("w", 1_000)
         assert c is not None and c.key == late
-        # Results pending observation: every one of 10,000 is found, page after page.
+        # Results pending observation: all 2,000 are found, page after page, in key order.
         for k in leased[:2_000]:
             rec = cat.get(k)
             assert rec is not None
@@ -229,3 +231,9 @@ def test_scans_page_past_a_leased_prefix_of_10000(tmp_path: object, clock: Manua
         pending = [r.key for r in cat.iter_pending_observation(page_size=33)]
         assert pending == leased[:2_000]
         assert [r.key for r in cat.iter_pending_observation(kinds=["other"])] == []
+        # A settled prefix of any length hides no unobserved result either.
+        for k in leased[:1_500]:
+            cat.settle(k, receipt(9), evidence_for(k, result(k.activity_id)))
+        pending = [r.key for r in cat.iter_pending_observation(world_id="w1", page_size=33)]
+        assert pending == leased[1_500:2_000]
+        assert cat.has_unsettled("w1")
