@@ -52,6 +52,11 @@ class AguiError(TetherError):
     Instances carry `code` (stable snake_case), `event_type`, `message_id` and `reason`.
     """
 
+    code: str | None
+    event_type: str | None
+    message_id: str | None
+    reason: str | None
+
 class AguiDecodeError(AguiError):
     """The bytes are not a JSON/NDJSON/SSE AG-UI event stream."""
 

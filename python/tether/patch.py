@@ -110,9 +110,10 @@ def apply_json_detailed(
 def apply_json(doc: bytes, patch: bytes, *, mode: Mode = "strict") -> bytes:
     """Apply a patch given as JSON text to a document given as JSON text.
 
-    Numbers keep their text (integers beyond 64 bits survive untouched) and object members
-    keep their order. Invalid document text raises ``InvalidDocument``; invalid patch text
-    raises ``InvalidPatch``.
+    Numbers keep their digits (integers beyond 64 bits and long decimals survive untouched;
+    only an exponent may be respelled, ``1E5`` as ``1e+5``) and object members keep their
+    order. Invalid document text raises ``InvalidDocument``; invalid patch text raises
+    ``InvalidPatch``.
     """
     out, _ = _core.patch_apply_json(doc, patch, mode=mode)
     return out

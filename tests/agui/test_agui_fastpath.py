@@ -70,7 +70,7 @@ def outcome(store: _core.ActivityStore, feed: Any, items: list[Any]) -> list[Any
         try:
             log.append([w.to_dict() for w in feed(item)])
         except _core.AguiError as e:
-            log.append((type(e).__name__, e.code))  # type: ignore[attr-defined]
+            log.append((type(e).__name__, e.code))
     return [*log, store.messages(), [w.to_dict() for w in store.warnings]]
 
 

@@ -84,6 +84,11 @@ def test_caller_mutation_does_not_leak_into_the_publisher() -> None:
         ("s", TypeError),
         ({"x": {1, 2}}, ValueError),
         ({"f": float("nan")}, ValueError),
+        ({"f": [float("inf")]}, ValueError),
+        ({1: "int key"}, ValueError),
+        ({"nested": {True: 1}}, ValueError),
+        ({"t": (1, 2)}, ValueError),
+        ({"b": b"bytes"}, ValueError),
     ],
 )
 def test_content_must_be_a_json_object(content: Any, error: type[Exception]) -> None:
@@ -105,6 +110,25 @@ def test_bad_arguments() -> None:
         ActivityPublisher("a", "t").update({}, now_ms=True)
     with pytest.raises(RuntimeError):
         ActivityPublisher("a", "t").snapshot()
+    for out_of_range in (2**53, -(2**53)):
+        with pytest.raises(ValueError, match="2\\^53"):
+            ActivityPublisher("a", "t").update({}, now_ms=out_of_range)
+    edge = ActivityPublisher("a", "t").update({}, now_ms=2**53 - 1)
+    assert edge is not None and edge["timestamp"] == 2**53 - 1
+    assert ActivityStore().handle_event(edge) == []
+
+
+def test_deep_or_cyclic_content_is_a_clear_error() -> None:
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    deep: Any = []
+    for _ in range(2000):
+        deep = [deep]
+    for content in (cyclic, {"deep": deep}):
+        pub = ActivityPublisher("a", "t")
+        with pytest.raises(ValueError, match="deeper"):
+            pub.update(content)
+        assert pub.content is None
 
 
 def test_events_are_ag_ui_models_and_sse_encodable() -> None:
@@ -152,9 +176,10 @@ def test_store_follows_the_publisher(sequence: list[dict[str, Any]]) -> None:
         for store in (by_bytes, by_dicts):
             held = store.get("act")
             assert held is not None and held["content"] == content
-            assert [type(v) for v in held["content"].values()] == [
-                type(v) for v in content.values()
-            ]
+            # Types member by member (True is not 1); a diff may leave members in another order.
+            assert {k: type(v) for k, v in held["content"].items()} == {
+                k: type(v) for k, v in content.items()
+            }
     validator.feed({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"})
     validator.finalize()
     report = validator.report()

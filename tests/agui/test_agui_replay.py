@@ -78,5 +78,34 @@ def test_replay_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     bad.write_bytes(b'{"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "content": 1}\n')
     assert cli_main(["replay", str(bad)]) == 1
     assert "AguiMalformedError" in capsys.readouterr().err
-    assert cli_main(["replay", str(tmp_path / "missing.sse")]) == 2
+    missing = tmp_path / "missing.sse"
+    assert cli_main(["replay", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot read {missing}: No such file or directory" in err
+    assert cli_main(["replay", str(tmp_path)]) == 2
+    assert "cannot read" in capsys.readouterr().err
     assert cli_main(["replay", str(STREAM), "--chunk-size", "0"]) == 2
+
+
+def test_missing_default_stream_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An installed package has no examples/ next to it: the error must say so, not crash.
+    monkeypatch.setattr(replay_mod, "DEFAULT_STREAM", tmp_path / "examples" / "gone.sse")
+    assert cli_main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert "gone.sse" in err and "pass a stream file" in err
+    assert "Traceback" not in err
+
+
+def test_demo_runs_from_another_working_directory(tmp_path: Path) -> None:
+    # `make demo` from a fresh clone: the default stream is found from the package, not the cwd.
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "demo"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "activity act-plan [robot_plan]" in done.stdout

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -54,6 +56,13 @@ def test_error_hierarchy() -> None:
     for cls in (AguiDecodeError, AguiMalformedError, AguiSequenceError):
         assert issubclass(cls, AguiError)
     assert issubclass(AguiAttributionError, AguiMalformedError)
+    # The attributes exist on the class (typed in the stub), and every raised error sets them.
+    assert (AguiError.code, AguiError.event_type, AguiError.message_id) == (None, None, None)
+    with pytest.raises(AguiMalformedError) as info:
+        ActivityStore().handle_event(snap("x", {}, replace=1))
+    err = info.value
+    assert (err.code, err.event_type, err.message_id) == ("wrong_type", "ACTIVITY_SNAPSHOT", "x")
+    assert err.reason is not None and "replace" in err.reason
 
 
 def test_rule1_snapshot_creates_at_arrival_replaces_and_replace_false_keeps() -> None:
@@ -86,8 +95,8 @@ def test_rule3_attribution() -> None:
     before = s.messages()
     with pytest.raises(AguiAttributionError) as info:
         s.handle_event(delta("a", [{"op": "replace", "path": "/n", "value": 1}], subagentRunId="x"))
-    assert info.value.code == "attribution_mismatch"  # type: ignore[attr-defined]
-    assert info.value.message_id == "a"  # type: ignore[attr-defined]
+    assert info.value.code == "attribution_mismatch"
+    assert info.value.message_id == "a"
     assert s.messages() == before
     s.handle_event(delta("a", [{"op": "replace", "path": "/n", "value": 1}]))  # untagged: fine
     s.handle_event(snap("a", {"n": 5}, replace=False, subagentRunId="sub-9"))  # owner stands
@@ -175,9 +184,82 @@ def test_rule5_malformed_known_values_are_fatal_and_change_nothing(
     before, warnings_before = s.to_json(), s.warnings
     with pytest.raises(AguiMalformedError) as info:
         s.handle_event(event)
-    assert info.value.code == code  # type: ignore[attr-defined]
+    assert info.value.code == code
     assert s.to_json() == before
     assert s.warnings == warnings_before
+
+
+CLEAN_DELTA = '"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "t"'
+CLEAN_SNAPSHOT = '"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t"'
+GOOD_PATCH = '"patch": [{"op": "replace", "path": "/n", "value": 1}]'
+
+# Each malformed known value of rule 5, as JSON text: (event members, expected code).
+FATAL_TEXT = [
+    (f'{CLEAN_SNAPSHOT}, "content": [1]', "wrong_type"),
+    (f'{CLEAN_SNAPSHOT}, "content": "text"', "wrong_type"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "replace": "false"', "wrong_type"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "replace": 0', "wrong_type"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "replace": null', "null_value"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "subagentRunId": null', "null_value"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "metadata": null', "null_value"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "timestamp": 1.5', "fractional_timestamp"),
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "subagentRunId": null', "null_value"),
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "metadata": null', "null_value"),
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "timestamp": 1.5', "fractional_timestamp"),
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "timestamp": -2.25', "fractional_timestamp"),
+    (f'{CLEAN_DELTA}, "patch": [{{"op": "add", "path": "n", "value": 1}}]', "malformed_patch"),
+    (f'{CLEAN_DELTA}, "patch": [{{"op": "add", "path": "/~2", "value": 1}}]', "malformed_patch"),
+    (f'{CLEAN_DELTA}, "patch": [{{"op": "copy", "from": "/a~", "path": "/b"}}]', "malformed_patch"),
+    (f'{CLEAN_DELTA}, "patch": [{{"op": "replace", "path": "/n"}}]', "malformed_patch"),
+    (f'{CLEAN_DELTA}, "patch": null', "null_value"),
+    (
+        '"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": null, ' + GOOD_PATCH,
+        "null_value",
+    ),
+]
+
+# Fractions an f64 would round to an integer: only JSON text can carry them exactly.
+FATAL_TEXT_ONLY = [
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "timestamp": 1700000000000.00001', "fractional_timestamp"),
+    (f'{CLEAN_DELTA}, {GOOD_PATCH}, "timestamp": 1e-400', "fractional_timestamp"),
+    (f'{CLEAN_SNAPSHOT}, "content": {{}}, "timestamp": 1e-400', "fractional_timestamp"),
+]
+
+
+def _seeded() -> ActivityStore:
+    return store_of(
+        snap("a", {"n": 0, "steps": [1]}, metadata={"m": 1}, subagentRunId="sub-1"),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m"},
+    )
+
+
+FATAL_CASES = [
+    *((how, m, c) for m, c in FATAL_TEXT for how in ("dict", "ndjson", "sse")),
+    *((how, m, c) for m, c in FATAL_TEXT_ONLY for how in ("ndjson", "sse")),
+]
+
+
+@pytest.mark.parametrize(("how", "members", "code"), FATAL_CASES)
+def test_rule5_fatal_values_leave_the_store_exactly_as_before(
+    how: str, members: str, code: str
+) -> None:
+    text = "{" + members + "}"
+    s = _seeded()
+    before, warnings_before, handled = s.to_json(), s.warnings, s.events_handled
+    with pytest.raises(AguiMalformedError) as info:
+        if how == "dict":
+            s.handle_event(json.loads(text))
+        elif how == "ndjson":
+            s.feed(text.encode() + b"\n")
+        else:
+            s.feed(b"data: " + text.encode() + b"\n\n")
+    assert info.value.code == code
+    assert s.to_json() == before
+    assert s.warnings == warnings_before and s.events_handled == handled
+    # The fatal event is consumed; the store goes on with the next one.
+    s.handle_event(delta("a", [{"op": "replace", "path": "/n", "value": 2}]))
+    got = s.get("a")
+    assert got is not None and got["content"]["n"] == 2
 
 
 def test_rule5_unknown_material_is_dropped_or_stripped_with_warnings() -> None:
@@ -235,6 +317,145 @@ def test_rule6_messages_snapshot() -> None:
     assert [m["id"] for m in s.messages()] == ["r1", "a2"]
 
 
+def test_rule6_reasoning_and_activity_are_kept_only_when_the_snapshot_carries_none() -> None:
+    s = ActivityStore()
+    s.handle_event(
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [
+                {"id": "u1", "role": "user", "content": "go"},
+                {"id": "r1", "role": "reasoning", "content": "first thought"},
+                {"id": "a1", "role": "activity", "activityType": "t", "content": {"n": 1}},
+            ],
+        }
+    )
+    s.handle_event(snap("a2", {"n": 2}))
+    # No reasoning and no activity message in this snapshot: both kinds survive, in place;
+    # the user message it omits goes.
+    s.handle_event(
+        {"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "u2", "role": "user", "content": "x"}]}
+    )
+    assert [m["id"] for m in s.messages()] == ["r1", "a1", "a2", "u2"]
+    # A reasoning message in the snapshot: held reasoning messages it omits go, activities stay.
+    s.handle_event(
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [
+                {"id": "u2", "role": "user", "content": "x"},
+                {"id": "r2", "role": "reasoning", "content": "second thought"},
+            ],
+        }
+    )
+    assert [m["id"] for m in s.messages()] == ["a1", "a2", "u2", "r2"]
+    # An activity in the snapshot replaces the held one by id, in place; other held
+    # activities it omits go.
+    s.handle_event(
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [
+                {"id": "r2", "role": "reasoning", "content": "second thought"},
+                {"id": "a2", "role": "activity", "activityType": "u", "content": {"n": 3}},
+                {"id": "u2", "role": "user", "content": "x"},
+            ],
+        }
+    )
+    assert [m["id"] for m in s.messages()] == ["a2", "u2", "r2"]
+    assert s.get("a2") == {"id": "a2", "role": "activity", "activityType": "u", "content": {"n": 3}}
+    # The replaced activity is a live activity again: deltas apply to it.
+    s.handle_event(delta("a2", [{"op": "replace", "path": "/n", "value": 4}], activityType="u"))
+    got = s.get("a2")
+    assert got is not None and got["content"] == {"n": 4}
+    assert s.run_input_messages() == [
+        {"id": "u2", "role": "user", "content": "x"},
+        {"id": "r2", "role": "reasoning", "content": "second thought"},
+    ]
+    assert s.warnings == []
+
+
+def test_rule6_unknown_roles_and_duplicates() -> None:
+    s = store_of(snap("a", {}))
+    w = s.handle_event(
+        {
+            "type": "MESSAGES_SNAPSHOT",
+            "messages": [
+                {"id": "f", "role": "future_role", "content": 1},
+                {"id": "u", "role": "user", "content": "x"},
+            ],
+        }
+    )
+    assert [(x.code, x.message_id) for x in w] == [("unknown_message_role", "f")]
+    assert [m["id"] for m in s.messages()] == ["a", "u"]
+    before = s.to_json()
+    with pytest.raises(AguiMalformedError) as info:
+        s.handle_event(
+            {
+                "type": "MESSAGES_SNAPSHOT",
+                "messages": [
+                    {"id": "u", "role": "user", "content": "x"},
+                    {"id": "u", "role": "user", "content": "y"},
+                ],
+            }
+        )
+    assert info.value.code == "duplicate_message_id"
+    assert s.to_json() == before
+
+
+def test_rule4_metadata_merges_when_the_result_is_not_an_object() -> None:
+    s = store_of(snap("a", {"n": 0}, metadata={"k": 1}))
+    w = s.handle_event(
+        delta(
+            "a", [{"op": "replace", "path": "", "value": [1]}], activityType="u", metadata={"j": 2}
+        )
+    )
+    assert [x.code for x in w] == ["patch_result_not_object"]
+    assert s.get("a") == {
+        "id": "a",
+        "role": "activity",
+        "activityType": "t",
+        "content": {"n": 0},
+        "metadata": {"k": 1, "j": 2},
+    }
+
+
+def test_rule1_replace_false_creates_an_unseen_activity_with_its_own_values() -> None:
+    s = store_of(snap("a", {"n": 1}, replace=False, subagentRunId="sub-1", metadata={"k": 1}))
+    assert s.get("a") == {
+        "id": "a",
+        "role": "activity",
+        "subagentRunId": "sub-1",
+        "activityType": "t",
+        "content": {"n": 1},
+        "metadata": {"k": 1},
+    }
+    # replace: false is not a merge: members the held content lacks are not added.
+    s.handle_event(snap("a", {"n": 1, "extra": True}, replace=False))
+    got = s.get("a")
+    assert got is not None and got["content"] == {"n": 1}
+
+
+def test_text_message_chunks() -> None:
+    s = ActivityStore()
+    w = s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "delta": "orphan"})
+    assert [x.code for x in w] == ["text_message_missing"]
+    s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "messageId": "c1", "delta": "Hel"})
+    s.handle_event(snap("a", {}))
+    s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "delta": "lo"})  # continues c1
+    s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "messageId": "c2", "role": "user", "delta": "A"})
+    s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "delta": "B"})  # continues c2
+    s.handle_event({"type": "TEXT_MESSAGE_END", "messageId": "c2"})
+    w = s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "delta": "late"})  # nothing open
+    assert [x.code for x in w] == ["text_message_missing"]
+    assert s.messages() == [
+        {"id": "c1", "role": "assistant", "content": "Hello"},
+        {"id": "a", "role": "activity", "activityType": "t", "content": {}},
+        {"id": "c2", "role": "user", "content": "AB"},
+    ]
+    # A text event naming an activity is skipped; the activity is untouched.
+    w = s.handle_event({"type": "TEXT_MESSAGE_CONTENT", "messageId": "a", "delta": "x"})
+    assert [x.code for x in w] == ["text_message_conflict"]
+    assert s.get("a") == {"id": "a", "role": "activity", "activityType": "t", "content": {}}
+
+
 def test_rule7_run_input_messages_strip_activity() -> None:
     s = store_of(
         {"type": "TEXT_MESSAGE_START", "messageId": "u", "role": "user"},
@@ -253,7 +474,7 @@ def test_run_lifecycle() -> None:
     )
     with pytest.raises(AguiSequenceError) as info:
         s.handle_event(snap("a", {}))
-    assert info.value.code == "event_after_run_finished"  # type: ignore[attr-defined]
+    assert info.value.code == "event_after_run_finished"
     s.handle_event({"type": "RUN_ERROR", "message": "late"})
     s.handle_event({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"})
     s.handle_event(snap("a", {}))
@@ -318,6 +539,9 @@ def test_non_json_python_values_are_type_errors() -> None:
     ):
         with pytest.raises(TypeError):
             s.handle_event(bad)
+    for bad in (snap("\ud800", {}), snap("a", {"\udc00": 1})):
+        with pytest.raises(TypeError, match="surrogate"):
+            s.handle_event(bad)
     loop: dict[str, Any] = {}
     loop["self"] = loop
     with pytest.raises(TypeError):
@@ -379,6 +603,28 @@ def test_random_multi_splits_give_the_same_history(data: st.DataObject) -> None:
     assert feed_chunks(raw, cuts).messages() == reference()
 
 
+def pretty(events: list[dict[str, Any]]) -> bytes:
+    # Multi-line values, with brackets and escapes inside strings to mislead a bracket scan.
+    tricky = snap("z", {"s": 'a}"]\\{[\n', "deep": [[{"k": ["}"]}]]})
+    return b"\n".join(json.dumps(e, indent=1).encode() for e in [tricky, *events])
+
+
+@given(st.data())
+def test_pretty_printed_events_split_anywhere_give_the_same_history(data: st.DataObject) -> None:
+    raw = pretty(EVENTS)
+    tricky = {"s": 'a}"]\\{[\n', "deep": [[{"k": ["}"]}]]}
+    want = [{"id": "z", "role": "activity", "activityType": "t", "content": tricky}, *reference()]
+    size = data.draw(st.integers(1, 64))
+    cuts = list(range(size, len(raw), size))
+    cuts += data.draw(st.lists(st.integers(0, len(raw)), max_size=6))
+    # Every event is handled as soon as its last byte arrives: no finish() needed.
+    s = ActivityStore()
+    bounds = [0, *sorted(set(cuts)), len(raw)]
+    for lo, hi in itertools.pairwise(bounds):
+        s.feed(raw[lo:hi])
+    assert s.messages() == want and s.pending_bytes == 0
+
+
 def test_single_json_event_and_pretty_printed() -> None:
     s = ActivityStore()
     s.feed(json.dumps(snap("a", {"n": 1}), indent=2).encode())
@@ -395,14 +641,14 @@ def test_garbage_bytes_are_decode_errors_and_the_stream_recovers() -> None:
     s = ActivityStore()
     with pytest.raises(AguiDecodeError) as info:
         s.feed(b'{"type": "RUN_STARTED", "threadId": "t", "runId": "r"}\n{not json}\n')
-    assert info.value.code == "invalid_json"  # type: ignore[attr-defined]
+    assert info.value.code == "invalid_json"
     s.feed(ndjson([snap("a", {})]))
     assert s.events_handled == 2 and len(s) == 1
     t = ActivityStore()
     t.feed(b'{"type": "RUN_STARTED", "thr')
     with pytest.raises(AguiDecodeError) as info:
         t.finish()
-    assert info.value.code == "truncated_stream"  # type: ignore[attr-defined]
+    assert info.value.code == "truncated_stream"
 
 
 def test_fatal_event_mid_feed_keeps_earlier_and_buffers_later() -> None:
@@ -480,3 +726,81 @@ def test_code_lists_match_the_rust_core() -> None:
 
     assert sorted(WARNING_CODES) == sorted(_core.agui_warning_codes())
     assert sorted(ERROR_CODES) == sorted(_core.agui_error_codes())
+
+
+def test_numbers_beyond_double_range_read_like_python_json() -> None:
+    text = '{"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": %s}'
+    content = '{"big": 1e400, "small": -1e400, "int": 123456789012345678901234567890}'
+    s = ActivityStore()
+    s.feed((text % content).encode() + b"\n")
+    got = s.get("a")
+    assert got is not None and got["content"] == json.loads(content)
+
+
+# Each delta nests the content one level deeper with operations of constant size.
+DEEPEN = (
+    b'{"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "t", "patch": ['
+    b'{"op": "add", "path": "/b", "value": {}}, {"op": "move", "from": "/a", "path": "/b/a"},'
+    b' {"op": "move", "from": "/b", "path": "/a"}]}\n'
+)
+DEEP_SNAPSHOT = (
+    b'{"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": {"a": {}}}\n'
+)
+
+
+def _depth(value: Any) -> int:
+    depth = 0
+    while isinstance(value, dict) and value:
+        value, depth = value["a"], depth + 1
+    return depth
+
+
+def test_content_never_nests_past_the_limit() -> None:
+    s = ActivityStore()
+    s.feed(DEEP_SNAPSHOT)
+    w = s.feed(DEEPEN * 2000)
+    assert {x.code for x in w} == {"content_too_deep"}
+    got = s.get("a")
+    assert got is not None
+    assert _depth(got["content"]) == 511  # 512 levels of objects, the innermost empty
+    assert json.loads(s.to_json())[0]["content"] == got["content"]
+    # The skipped deltas change nothing else, and a snapshot resets the activity.
+    s.handle_event(snap("a", {"a": {"fresh": True}}))
+    assert s.feed(DEEPEN) == []
+    got = s.get("a")
+    assert got is not None and got["content"] == {"a": {"a": {"fresh": True}}}
+
+
+@pytest.mark.slow
+def test_a_flood_of_deepening_deltas_does_not_crash_the_process() -> None:
+    # Without the depth bound, 200k such deltas (30 MB) overflow the native stack on drop.
+    code = (
+        "from tether import _core\n"
+        f"s = _core.ActivityStore(); s.feed({DEEP_SNAPSHOT!r})\n"
+        f"for _ in range(200): s.feed({DEEPEN!r} * 1000)\n"
+        "s.messages(); s.to_json(); del s\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _copy_bomb(mid: str, copies: int) -> dict[str, Any]:
+    return delta(mid, [{"op": "copy", "from": "", "path": f"/c{i}"} for i in range(copies)])
+
+
+@pytest.mark.parametrize("how", ["dict", "ndjson"])
+def test_copy_bombs_are_skipped_not_applied(how: str) -> None:
+    # 40 copies of the root would need 2^40 times the content; nothing is tried out.
+    s = store_of(snap("a", {"s": "x" * 100}))
+    bomb = _copy_bomb("a", 40)
+    missing = _copy_bomb("missing", 40)
+    for event in (bomb, missing):
+        w = s.handle_event(event) if how == "dict" else s.feed(json.dumps(event).encode() + b"\n")
+        assert len(w) == 1
+    assert [x.code for x in s.warnings] == ["content_too_large", "delta_target_missing"]
+    assert s.get("a") == {
+        "id": "a",
+        "role": "activity",
+        "activityType": "t",
+        "content": {"s": "x" * 100},
+    }

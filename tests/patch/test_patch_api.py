@@ -227,6 +227,12 @@ def test_apply_json_keeps_big_integers_and_order() -> None:
         patch.apply_json(doc, test_big)
 
 
+def test_apply_json_keeps_the_digits_of_every_number() -> None:
+    doc = b'{"a":0.1000,"b":-0,"c":1.5e-3,"d":123456789012345678901234567890.123456789012345678901}'
+    assert patch.apply_json(doc, b"[]") == doc
+    assert patch.apply_json(b'{"e":1E5}', b"[]") == b'{"e":1e+5}'
+
+
 def test_apply_json_rejects_bad_text() -> None:
     with pytest.raises(patch.InvalidDocument):
         patch.apply_json(b"{", b"[]")
@@ -338,3 +344,16 @@ def test_mode_literal_matches_the_engine() -> None:
         assert patch.apply_json(b"{}", b"[]", mode=mode) == b"{}"
     assert len(set(patch.ERROR_CODES)) == len(patch.ERROR_CODES)
     assert patch.WARNING_CODES == ("unknown_op",)
+
+
+def test_lone_surrogates_are_not_json_text() -> None:
+    with pytest.raises(patch.InvalidPatch) as info:
+        patch.apply({}, [{"op": "add", "path": "/\ud800", "value": 1}])
+    assert (info.value.code, info.value.op_index) == ("not_json", 0)
+    with pytest.raises(patch.InvalidDocument) as doc_info:
+        patch.diff({"\ud800": 1}, {})
+    assert doc_info.value.code == "not_json"
+    # A surrogate key elsewhere in the object does not stop removing another member.
+    doc = {"\udc00": 1, "a": 2, "z": 3}
+    out = patch.apply(doc, [{"op": "remove", "path": "/a"}], in_place=True)
+    assert list(out) == ["\udc00", "z"]

@@ -198,3 +198,39 @@ def test_subclasses_and_non_json_values_get_a_clear_error(bad: Any) -> None:
     with pytest.raises(patch.InvalidPatch, match=type(bad).__name__) as info:
         patch.apply({}, [{"op": "add", "path": "/k", "value": bad}])
     assert (info.value.op_index, info.value.path, info.value.code) == (0, "/k", "not_json")
+
+
+def test_nan_in_json_text_is_refused_not_compared() -> None:
+    # JSON text has no NaN: the third representation refuses it as invalid text.
+    with pytest.raises(patch.InvalidDocument) as doc_info:
+        patch.apply_json(b'{"v": NaN}', b'[{"op": "test", "path": "/v", "value": 1}]')
+    assert doc_info.value.code == "invalid_json"
+    with pytest.raises(patch.InvalidPatch) as patch_info:
+        patch.apply_json(b'{"v": 1}', b'[{"op": "test", "path": "/v", "value": NaN}]')
+    assert patch_info.value.code == "invalid_json"
+
+
+@pytest.mark.parametrize("bad", [Sub(), Seq(), (), {1}, 1j, b"", object()])
+def test_in_place_refuses_non_json_values_it_meets_and_changes_nothing(bad: Any) -> None:
+    doc = {"ok": [1], "k": bad}
+    ops = [
+        {"op": "add", "path": "/ok/-", "value": 2},
+        {"op": "add", "path": "/k/x", "value": 1},
+    ]
+    with pytest.raises(patch.InvalidDocument, match=type(bad).__name__) as info:
+        patch.apply(doc, ops, in_place=True)
+    assert (info.value.op_index, info.value.path, info.value.code) == (1, "/k/x", "not_json")
+    assert doc["ok"] == [1] and doc["k"] is bad
+    with pytest.raises(patch.InvalidDocument):
+        patch.apply(doc, [{"op": "test", "path": "/k", "value": 1}], in_place=True)
+    with pytest.raises(patch.InvalidDocument):
+        patch.apply(doc, [{"op": "copy", "from": "/k", "path": "/c"}], in_place=True)
+    assert list(doc) == ["ok", "k"]
+
+
+def test_a_subclass_root_is_refused_in_every_mode() -> None:
+    for root in (Sub(a=1), Seq([1])):
+        for in_place in (False, True):
+            with pytest.raises(patch.InvalidDocument, match="subclass"):
+                patch.apply(root, [{"op": "add", "path": "/0", "value": 0}], in_place=in_place)
+        assert root == (Sub(a=1) if isinstance(root, dict) else Seq([1]))

@@ -39,6 +39,9 @@ WARNING_CODES: dict[str, str] = {
     "patch_op_dropped": "an operation with an unknown `op` was dropped; the rest applied",
     "text_message_missing": "a text event named no started message; skipped",
     "text_message_conflict": "a text event named an activity message; skipped",
+    "content_too_deep": "a delta could nest content deeper than 512 levels; skipped",
+    "content_too_large": "a delta could make content heavier than 64 MiB (or twice its last "
+    "snapshot); skipped",
 }
 
 # Every code an `AguiError` can carry (`error.code`), with its meaning.

@@ -4,7 +4,8 @@ Rules the publisher keeps (AG-UI draft, activity and snapshot-delta pattern):
 - the first event for an activity is an ACTIVITY_SNAPSHOT; a delta never precedes it;
 - later changes are ACTIVITY_DELTA events whose patch is `tether.patch.diff(old, new)`, or a
   fresh snapshot when the patch would be larger than the content it describes;
-- `content` is always a JSON object, `timestamp` an integer of milliseconds, and attribution
+- `content` is always a JSON object (checked, never coerced: a non-str key or a tuple is an
+  error), `timestamp` an integer of milliseconds within +-(2^53 - 1), and attribution
   (`subagentRunId`) is left out for the parent agent, never sent as null;
 - every delta repeats the activity type (the field is required; a new type retypes).
 """
@@ -12,6 +13,7 @@ Rules the publisher keeps (AG-UI draft, activity and snapshot-delta pattern):
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -28,14 +30,48 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# The deepest content accepted; deeper (or cyclic) content is refused, not a RecursionError.
+_MAX_DEPTH = 500
+
+# The AG-UI schema bounds `timestamp` to the integers a JSON double holds exactly.
+_MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _check_json(value: Any, at: str, depth: int) -> None:
+    """Raise ValueError unless `value` is JSON as it stands (nothing coerced on the way)."""
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"{at}: nested deeper than {_MAX_DEPTH} levels (or cyclic)")
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{at}: {value!r} is not a JSON number")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                # json.dumps would silently turn 1 into "1" and True into "true".
+                raise ValueError(f"{at}: object keys must be str, got {type(key).__name__} {key!r}")
+            _check_json(item, f"{at}/{key.replace('~', '~0').replace('/', '~1')}", depth + 1)
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json(item, f"{at}/{i}", depth + 1)
+        return
+    # Tuples included: json.dumps would silently make them arrays.
+    raise ValueError(f"{at}: a value of type {type(value).__name__} is not JSON")
+
+
 def _json_copy(value: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """A deep copy through JSON text: proves the value is JSON and detaches it from the caller."""
+    """A checked deep copy: proves the value is a JSON object and detaches it from the caller."""
     if not isinstance(value, Mapping):
         raise TypeError(f"{what} must be a mapping (a JSON object), got {type(value).__name__}")
+    top = dict(value)
     try:
-        copied = json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{what} is not JSON: {e}") from e
+        _check_json(top, what, 0)
+    except ValueError as e:
+        raise ValueError(f"{what} is not JSON: {e}") from None
+    copied = json.loads(json.dumps(top, allow_nan=False))
     if not isinstance(copied, dict):  # pragma: no cover - a Mapping always dumps as an object
         raise TypeError(f"{what} must be a JSON object")
     return copied
@@ -134,6 +170,8 @@ class ActivityPublisher:
         value = self._clock() if now_ms is None else now_ms
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"timestamps are integer milliseconds, got {value!r}")
+        if abs(value) > _MAX_SAFE_INTEGER:
+            raise ValueError(f"timestamp {value} is outside +-(2^53 - 1), the AG-UI bound")
         return value
 
     def _envelope(

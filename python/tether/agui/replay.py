@@ -77,6 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         data = args.file.read_bytes()
     except OSError as e:
         print(f"tether replay: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
+        if args.file == DEFAULT_STREAM:
+            print(
+                "tether replay: the recorded example stream ships with the source checkout "
+                "(examples/activity_stream.sse), not with an installed package; "
+                "pass a stream file: tether replay FILE",
+                file=sys.stderr,
+            )
         return 2
     try:
         store = replay(data, chunk_size=args.chunk_size)

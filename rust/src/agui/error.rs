@@ -116,6 +116,8 @@ pub const WARNING_CODES: &[&str] = &[
     PATCH_OP_DROPPED,
     TEXT_MESSAGE_MISSING,
     TEXT_MESSAGE_CONFLICT,
+    CONTENT_TOO_DEEP,
+    CONTENT_TOO_LARGE,
 ];
 
 pub const UNKNOWN_EVENT_TYPE: &str = "unknown_event_type";
@@ -129,6 +131,8 @@ pub const PATCH_RESULT_NOT_OBJECT: &str = "patch_result_not_object";
 pub const PATCH_OP_DROPPED: &str = "patch_op_dropped";
 pub const TEXT_MESSAGE_MISSING: &str = "text_message_missing";
 pub const TEXT_MESSAGE_CONFLICT: &str = "text_message_conflict";
+pub const CONTENT_TOO_DEEP: &str = "content_too_deep";
+pub const CONTENT_TOO_LARGE: &str = "content_too_large";
 
 /// Every error code the store can raise.
 pub const ERROR_CODES: &[&str] = &[

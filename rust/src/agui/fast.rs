@@ -41,13 +41,13 @@ pub struct FastDelta<'a> {
 #[derive(Deserialize)]
 pub struct FastOp<'a> {
     #[serde(borrow)]
-    op: Cow<'a, str>,
+    pub op: Cow<'a, str>,
     #[serde(borrow)]
-    path: Cow<'a, str>,
+    pub path: Cow<'a, str>,
     #[serde(default, deserialize_with = "present", borrow)]
-    from: Option<Cow<'a, str>>,
+    pub from: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "present")]
-    value: Option<Value>,
+    pub value: Option<Value>,
 }
 
 impl<'p, 'a> OpSource for &'p FastOp<'a> {

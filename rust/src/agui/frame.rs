@@ -50,6 +50,59 @@ pub struct Framer {
     /// Where the last `Frame::Line` started, and whether to parse from there as a stream.
     line_start: usize,
     force_stream: bool,
+    /// A JSON value that started at `Wait::start` and was still incomplete when last parsed.
+    wait: Option<Wait>,
+}
+
+/// Keeps an incomplete JSON value from being parsed again from its start on every small chunk
+/// (which costs time quadratic in its size). A string-aware bracket scan over the new bytes
+/// says when the value may be complete; until then it is parsed again only once the pending
+/// bytes have doubled, which still finds a syntax error within a bounded delay.
+#[derive(Debug, Default)]
+struct Wait {
+    /// Absolute offset of the value's first byte in `buf` (kept valid across `push`'s drain).
+    start: usize,
+    /// Pending bytes when the parser last hit the end of the input.
+    tried: usize,
+    /// Bytes from `start` the scan has read, and its state there.
+    scanned: usize,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// False when the value is not an object or array: then it is parsed on every call.
+    scannable: bool,
+}
+
+impl Wait {
+    /// Scans `bytes` (the ones after `scanned`); true when the value's outer brackets closed.
+    fn scan(&mut self, bytes: &[u8]) -> bool {
+        for (i, &b) in bytes.iter().enumerate() {
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        self.scanned += i + 1;
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.scanned += bytes.len();
+        false
+    }
 }
 
 fn is_ws(b: u8) -> bool {
@@ -65,6 +118,12 @@ impl Framer {
     pub fn push(&mut self, data: &[u8]) {
         if self.pos > 0 && !self.force_stream {
             self.buf.drain(..self.pos);
+            match &mut self.wait {
+                // A value that started before `pos` was consumed (as a line) meanwhile.
+                Some(w) if w.start < self.pos => self.wait = None,
+                Some(w) => w.start -= self.pos,
+                None => {}
+            }
             self.pos = 0;
         }
         self.buf.extend_from_slice(data);
@@ -119,6 +178,7 @@ impl Framer {
         self.sse_has_data = false;
         self.skipping = false;
         self.force_stream = false;
+        self.wait = None;
         if leftover {
             return Err(AguiError::decode(
                 TRUNCATED_STREAM,
@@ -199,21 +259,54 @@ impl Framer {
             if self.buf[end - 1] == b'}' && self.buf[start] == b'{' && complete_line {
                 self.line_start = start;
                 self.pos = next;
+                self.wait = None;
                 return Ok(Some(Frame::Line(&self.buf[start..end])));
             }
             if !complete_line && self.buf[end - 1] != b'}' {
                 return Ok(None); // an object can only end with '}': wait for more
             }
         }
+        if !eof {
+            if let Some(w) = self.wait.as_mut().filter(|w| w.start == self.pos) {
+                let pending = self.buf.len() - self.pos;
+                let complete =
+                    !w.scannable || w.scan(&self.buf[self.pos + w.scanned.min(pending)..]);
+                if !complete && pending < w.tried.saturating_mul(2) {
+                    return Ok(None);
+                }
+            }
+        }
         let rest = &self.buf[self.pos..];
         let mut stream = serde_json::Deserializer::from_slice(rest).into_iter::<Value>();
-        match stream.next() {
+        let next = stream.next();
+        if !matches!(&next, Some(Err(e)) if e.is_eof() && !eof) {
+            self.wait = None;
+        }
+        match next {
             Some(Ok(v)) => {
                 self.pos += stream.byte_offset();
                 self.force_stream = false;
                 Ok(Some(Frame::Value(v)))
             }
-            Some(Err(e)) if e.is_eof() && !eof => Ok(None),
+            Some(Err(e)) if e.is_eof() && !eof => {
+                let (start, pending) = (self.pos, rest.len());
+                let w = match &mut self.wait {
+                    Some(w) if w.start == start => w,
+                    slot => {
+                        let mut w = Wait {
+                            start,
+                            scannable: matches!(rest.first(), Some(b'{' | b'[')),
+                            ..Wait::default()
+                        };
+                        if w.scannable {
+                            w.scan(rest);
+                        }
+                        slot.insert(w)
+                    }
+                };
+                w.tried = pending;
+                Ok(None)
+            }
             Some(Err(e)) if e.is_eof() => {
                 self.pos = self.buf.len();
                 self.force_stream = false;
@@ -395,6 +488,62 @@ mod tests {
         assert_eq!(f.next_value().unwrap(), Some(json!({"a":1})));
         assert_eq!(f.next_value().unwrap_err().code, INVALID_JSON);
         assert_eq!(f.next_value().unwrap(), Some(json!({"b":2})));
+    }
+
+    #[test]
+    fn a_big_pretty_value_in_small_chunks_is_parsed_a_bounded_number_of_times() {
+        let items: Vec<Value> = (0..20_000)
+            .map(|i| json!({"i": i, "s": "}{][\"\\", "n": [i, {"d": i}]}))
+            .collect();
+        let value = json!({"type": "X", "items": items});
+        let text = serde_json::to_vec_pretty(&value).unwrap();
+        let mut f = Framer::new();
+        let mut got = vec![];
+        let mut parses = 0;
+        for chunk in text.chunks(512) {
+            f.push(chunk);
+            let tried = f.wait.as_ref().map(|w| w.tried);
+            while let Some(v) = f.next_value().unwrap() {
+                got.push(v);
+            }
+            if f.wait.as_ref().map(|w| w.tried) != tried {
+                parses += 1;
+            }
+        }
+        assert_eq!(got, vec![value]);
+        // Doubling: about log2(len / 512) re-parses, not one per chunk.
+        assert!(
+            parses < 20,
+            "{parses} parses for {} chunks",
+            text.len() / 512
+        );
+    }
+
+    #[test]
+    fn waiting_never_delays_a_complete_value() {
+        // A line that ends in '}' before it is complete, then completed and consumed as a line:
+        // the next value must not inherit the first one's wait.
+        let mut f = Framer::new();
+        f.push(b"{\"a\": {\"b\": 1}");
+        assert_eq!(f.next_value().unwrap(), None);
+        f.push(b"}\n");
+        assert_eq!(f.next_value().unwrap(), Some(json!({"a": {"b": 1}})));
+        f.push(b"{\"c\":\n1}");
+        assert_eq!(f.next_value().unwrap(), Some(json!({"c": 1})));
+        // A broken value is still reported once enough input arrives.
+        let mut g = Framer::new();
+        g.push(b"{\"a\": [1,\n");
+        assert_eq!(g.next_value().unwrap(), None);
+        g.push(b"2, {\n");
+        assert_eq!(g.next_value().unwrap(), None);
+        g.push(b"oops}]}\n{\"ok\": true}\n");
+        assert_eq!(g.next_value().unwrap_err().code, INVALID_JSON);
+        // Resynchronised at a newline, the framer reads on to the good event.
+        let mut rest = vec![];
+        while let Some(v) = g.next_value().unwrap_or(Some(Value::Null)) {
+            rest.push(v);
+        }
+        assert_eq!(rest.last(), Some(&json!({"ok": true})));
     }
 
     #[test]

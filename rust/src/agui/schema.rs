@@ -155,7 +155,8 @@ pub const EVENTS: &[(&str, &[Field], bool)] = &[
             ("runId", Kind::Str, REQ),
             ("result", Kind::Any, OPT),
             ("outcome", Kind::Obj, OPT),
-            ("usage", Kind::Obj, OPT),
+            // A list of token usages, one per provider/model (ag-ui-protocol `TokenUsage`).
+            ("usage", Kind::Arr, OPT),
         ],
         false,
     ),
@@ -164,7 +165,8 @@ pub const EVENTS: &[(&str, &[Field], bool)] = &[
         &[
             ("message", Kind::Str, REQ),
             ("code", Kind::Str, OPT),
-            ("usage", Kind::Obj, OPT),
+            // A list of token usages, one per provider/model (ag-ui-protocol `TokenUsage`).
+            ("usage", Kind::Arr, OPT),
         ],
         false,
     ),
@@ -329,7 +331,59 @@ fn kind_name(kind: Kind) -> &'static str {
     }
 }
 
-const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
+const MAX_SAFE: u128 = 9_007_199_254_740_991;
+
+/// What the exact decimal value of a JSON number's text is, as an integer.
+#[derive(Debug, PartialEq, Eq)]
+enum Integral {
+    /// An integral value (written `3`, `3.0`, `0.3e1` or `300e-2` alike) of at most 30 digits.
+    Value(i128),
+    /// Not an integer.
+    Fractional,
+    /// An integer with more than 30 digits.
+    TooLarge,
+}
+
+/// Reads JSON number text (as `serde_json` validated it) exactly, without going through f64.
+fn exact_integer(text: &str) -> Integral {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exp_text) = match rest.find(['e', 'E']) {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, "0"),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits: String = int.chars().chain(frac.chars()).collect();
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Integral::Value(0);
+    }
+    let significant = digits.trim_end_matches('0');
+    let exp_text = exp_text.strip_prefix('+').unwrap_or(exp_text);
+    // An exponent too long for i64 is astronomically large or small: either way no timestamp.
+    let Ok(exp) = exp_text.parse::<i64>() else {
+        return if exp_text.starts_with('-') {
+            Integral::Fractional
+        } else {
+            Integral::TooLarge
+        };
+    };
+    // value = significant * 10^shift
+    let shift = i128::from(exp) - frac.len() as i128 + (digits.len() - significant.len()) as i128;
+    if shift < 0 {
+        return Integral::Fractional;
+    }
+    if significant.len() as i128 + shift > 30 {
+        return Integral::TooLarge;
+    }
+    let mut value: i128 = significant.parse().unwrap_or(0);
+    for _ in 0..shift {
+        value *= 10;
+    }
+    Integral::Value(if negative { -value } else { value })
+}
 
 fn check_value(name: &str, kind: Kind, v: &Value) -> Result<(), AguiError> {
     if v.is_null() && kind != Kind::Any {
@@ -353,25 +407,19 @@ fn check_value(name: &str, kind: Kind, v: &Value) -> Result<(), AguiError> {
                     format!("`{name}` must be an integer, got {}", type_name(v)),
                 ));
             };
-            if n.as_i64()
-                .is_some_and(|i| i.unsigned_abs() <= MAX_SAFE as u64)
-            {
-                return Ok(());
-            }
-            let f = n.as_f64().unwrap_or(f64::NAN);
-            if f.is_finite() && f.fract() != 0.0 {
-                return Err(AguiError::malformed(
+            // Decided on the number's exact decimal text: an f64 would round
+            // 1700000000000.00001 or 1e-400 to an integer.
+            return match exact_integer(n.as_str()) {
+                Integral::Fractional => Err(AguiError::malformed(
                     FRACTIONAL_TIMESTAMP,
                     format!("`{name}` is fractional ({n}); it must be an integer"),
-                ));
-            }
-            if f.is_finite() && f.abs() <= MAX_SAFE {
-                return Ok(()); // an integral value written with a fraction or exponent, such as 1e3
-            }
-            return Err(AguiError::malformed(
-                TIMESTAMP_OUT_OF_RANGE,
-                format!("`{name}` ({n}) is outside +-(2^53 - 1)"),
-            ));
+                )),
+                Integral::Value(i) if i.unsigned_abs() <= MAX_SAFE => Ok(()),
+                Integral::Value(_) | Integral::TooLarge => Err(AguiError::malformed(
+                    TIMESTAMP_OUT_OF_RANGE,
+                    format!("`{name}` ({n}) is outside +-(2^53 - 1)"),
+                )),
+            };
         }
     };
     if ok {
@@ -538,6 +586,38 @@ mod tests {
                 .code,
             TIMESTAMP_OUT_OF_RANGE
         );
+        for text in ["1700000000000.00001", "1e-400", "0.5e0", "15e-1", "-0.1"] {
+            let n: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(
+                check_value("timestamp", Kind::Int, &n).unwrap_err().code,
+                FRACTIONAL_TIMESTAMP,
+                "{text}"
+            );
+        }
+        for text in [
+            "1.0",
+            "0.3e1",
+            "300e-2",
+            "-0",
+            "0e999999999999999999999",
+            "9007199254740991",
+        ] {
+            let n: Value = serde_json::from_str(text).unwrap();
+            assert!(check_value("timestamp", Kind::Int, &n).is_ok(), "{text}");
+        }
+        for text in [
+            "9007199254740992",
+            "-9007199254740992",
+            "1e400",
+            "1e99999999999999999999",
+        ] {
+            let n: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(
+                check_value("timestamp", Kind::Int, &n).unwrap_err().code,
+                TIMESTAMP_OUT_OF_RANGE,
+                "{text}"
+            );
+        }
         assert_eq!(
             check_value("timestamp", Kind::Int, &json!("1"))
                 .unwrap_err()

@@ -11,7 +11,9 @@
 //! 4. ACTIVITY_DELTA patches content atomically (AG-UI patch mode) and its activityType
 //!    replaces the message's. A missing or non-activity target, a patch that does not apply,
 //!    or a result that is not an object: skipped with a warning, content and type kept, the
-//!    delta's metadata still merged (when there is a target).
+//!    delta's metadata still merged (when there is a target). So is a delta that could nest
+//!    content deeper than `MAX_CONTENT_DEPTH` or make it heavier than its weight limit
+//!    (resource bounds of Tether's, not AG-UI's: `copy` can double content per operation).
 //! 5. Malformed known values are fatal and leave the store exactly as it was; unknown event
 //!    types are dropped and unknown properties of closed objects stripped, with warnings.
 //! 6. MESSAGES_SNAPSHOT replaces held messages by id in place, appends unseen ones in snapshot
@@ -28,9 +30,9 @@ use serde_json::{Map, Value};
 use super::error::{self as codes, AguiError, ErrorKind, Warning};
 use super::fast;
 use super::frame::{self, Frame, Framer};
-use super::message::{merge_metadata, Activity, Message};
+use super::message::{growth, merge_metadata, patch_growth, Activity, Message, MAX_CONTENT_DEPTH};
 use super::schema::{self, ENVELOPE};
-use crate::patch::{apply_value, Mode, PatchErrorKind};
+use crate::patch::{apply_value, parse_ops, Mode, PatchErrorKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RunState {
@@ -229,9 +231,22 @@ impl Thread {
         if d.subagent_run_id.is_some() && d.subagent_run_id != a.subagent_run_id {
             return false;
         }
-        if !fast::apply(&mut a.content, &d.patch) {
+        let ops = d.patch.iter().map(|op| {
+            (
+                op.op.as_ref(),
+                op.path.as_ref(),
+                op.from.as_deref(),
+                op.value.as_ref(),
+            )
+        });
+        let (depth, weight) = growth(ops, a.depth, a.weight, None);
+        if depth > MAX_CONTENT_DEPTH
+            || weight > a.weight_limit
+            || !fast::apply(&mut a.content, &d.patch)
+        {
             return false;
         }
+        (a.depth, a.weight) = (depth, weight);
         if a.activity_type != d.activity_type {
             a.activity_type = d.activity_type.into_owned();
         }
@@ -333,16 +348,16 @@ impl Thread {
             .shift_remove("content")
             .unwrap_or_else(|| Value::Object(Map::new()));
         match self.index.get(&id).map(|i| &mut self.messages[*i]) {
-            None => self.push(Message::Activity(Activity {
+            None => self.push(Message::Activity(Activity::new(
                 id,
                 activity_type,
                 content,
                 metadata,
                 subagent_run_id,
-            })),
+            ))),
             Some(Message::Activity(a)) => {
                 if replace {
-                    a.content = content;
+                    a.set_content(content);
                     a.activity_type = activity_type;
                     a.subagent_run_id = subagent_run_id;
                 }
@@ -354,7 +369,7 @@ impl Thread {
                 "ACTIVITY_SNAPSHOT",
                 Some(&id),
                 format!(
-                    "skipped: message {id:?} is a {} message, not an activity",
+                    "skipped: message {id:?} has role {:?}, not activity",
                     other.role()
                 ),
             )),
@@ -379,16 +394,11 @@ impl Thread {
                     ),
                     Some(m) => (
                         codes::DELTA_TARGET_NOT_ACTIVITY,
-                        format!("it names a {} message", m.role()),
+                        format!("it names a message with role {:?}", m.role()),
                     ),
                 };
-                // A skipped delta still must be well formed: check the patch on a scratch object.
-                let mut scratch = Value::Object(Map::new());
-                if let Err(e) = apply_value(&mut scratch, &patch, Mode::AgUi) {
-                    if matches!(e.kind, PatchErrorKind::Malformed) {
-                        return Err(malformed_patch(e));
-                    }
-                }
+                // A skipped delta still must be well formed.
+                check_patch(&patch)?;
                 warnings.push(Warning::new(
                     code,
                     T,
@@ -414,6 +424,36 @@ impl Thread {
                 ));
             }
         }
+        let exceeds = |(depth, weight): (usize, usize), a: &Activity| {
+            depth > MAX_CONTENT_DEPTH || weight > a.weight_limit
+        };
+        let mut bounds = patch_growth(&patch, target.depth, target.weight, None);
+        if exceeds(bounds, target) {
+            // The bounds only grow between snapshots, and copies were taken to copy everything:
+            // measure the content and what the copies read before refusing.
+            target.remeasure();
+            let content = Some(&target.content);
+            bounds = patch_growth(&patch, target.depth, target.weight, content);
+        }
+        if exceeds(bounds, target) {
+            // Still fatal when malformed; otherwise skipped like a patch that does not apply.
+            check_patch(&patch)?;
+            let (code, why) = if bounds.0 > MAX_CONTENT_DEPTH {
+                let why = format!("nest content deeper than {MAX_CONTENT_DEPTH} levels");
+                (codes::CONTENT_TOO_DEEP, why)
+            } else {
+                let why = format!("make content heavier than {} units", target.weight_limit);
+                (codes::CONTENT_TOO_LARGE, why)
+            };
+            warnings.push(Warning::new(
+                code,
+                T,
+                Some(&id),
+                format!("skipped the delta: it could {why}"),
+            ));
+            merge_metadata(&mut target.metadata, take_obj(&mut ev, "metadata"));
+            return Ok(());
+        }
         let backup = if touches_root(&patch) {
             Some(target.content.clone())
         } else {
@@ -431,6 +471,7 @@ impl Thread {
                         format!("skipped the delta: its result is {got}, not an object"),
                     ));
                 } else {
+                    (target.depth, target.weight) = bounds;
                     target.activity_type = take_str(&mut ev, "activityType").unwrap_or_default();
                     for w in ws {
                         warnings.push(Warning::new(
@@ -593,6 +634,20 @@ impl Thread {
     }
 }
 
+/// The malformed-patch rules alone, without applying anything (applying even to a scratch
+/// object could be costly: each `copy` of the root doubles it).
+fn check_patch(patch: &Value) -> Result<(), AguiError> {
+    let Some(items) = patch.as_array() else {
+        return Err(AguiError::malformed(
+            codes::MALFORMED_PATCH,
+            "a patch must be a JSON array of operations",
+        ));
+    };
+    parse_ops(items.iter(), Mode::AgUi)
+        .map(|_| ())
+        .map_err(|f| malformed_patch(f.into_patch_error()))
+}
+
 fn malformed_patch(e: crate::patch::PatchError) -> AguiError {
     let at = match (e.op_index, &e.path) {
         (Some(i), Some(p)) => format!("operation {i} at {p:?}: "),
@@ -605,6 +660,7 @@ fn malformed_patch(e: crate::patch::PatchError) -> AguiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agui::message::{measure, MAX_CONTENT_WEIGHT};
     use serde_json::json;
 
     fn store(events: &[Value]) -> ActivityStore {
@@ -904,6 +960,140 @@ mod tests {
             wire(&s),
             json!([{"id": "c", "role": "assistant", "content": "abc", "metadata": {"k": 1}}])
         );
+    }
+
+    fn nested(levels: usize) -> Value {
+        let mut v = json!({});
+        for _ in 0..levels {
+            v = json!({ "a": v });
+        }
+        v
+    }
+
+    #[test]
+    fn deltas_never_nest_content_past_the_limit() {
+        let mut s = store(&[snap("a", json!({}))]);
+        let mut chain = 0;
+        for _ in 0..10 {
+            // Add 100 more levels at the deepest point of the chain of "a" members.
+            let path = "/a".repeat(chain + 1);
+            let before = s.get("a").unwrap().to_wire();
+            s.handle_value(delta(
+                "a",
+                json!([{"op": "add", "path": path, "value": nested(99)}]),
+            ))
+            .unwrap();
+            if s.warnings().is_empty() {
+                chain += 100;
+            } else {
+                assert_eq!(codes_of(&s), vec![codes::CONTENT_TOO_DEEP]);
+                assert_eq!(s.get("a").unwrap().to_wire(), before);
+                break;
+            }
+        }
+        let Some(Message::Activity(a)) = s.get("a") else {
+            panic!("no activity")
+        };
+        assert_eq!(codes_of(&s), vec![codes::CONTENT_TOO_DEEP]);
+        assert!(measure(&a.content).0 <= MAX_CONTENT_DEPTH);
+        assert_eq!(measure(&a.content).0, chain + 1);
+    }
+
+    #[test]
+    fn the_depth_bound_is_remeasured_before_refusing() {
+        // Each copy raises the conservative bound by one; the real depth stays at 3.
+        let mut s = store(&[snap("a", json!({"a": {"x": [1]}, "b": {}}))]);
+        for _ in 0..2 * MAX_CONTENT_DEPTH {
+            s.handle_value(delta(
+                "a",
+                json!([{"op": "copy", "from": "/a", "path": "/b/c"}]),
+            ))
+            .unwrap();
+        }
+        assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+        assert_eq!(
+            s.get("a").unwrap().to_wire()["content"],
+            json!({"a": {"x": [1]}, "b": {"c": {"x": [1]}}})
+        );
+    }
+
+    #[test]
+    fn copy_bombs_stop_at_the_weight_limit() {
+        let mut s = store(&[snap("a", json!({"s": "x".repeat(1000)}))]);
+        for i in 0..40 {
+            s.handle_value(delta(
+                "a",
+                json!([{"op": "copy", "from": "", "path": format!("/c{i}")}]),
+            ))
+            .unwrap();
+        }
+        let Some(Message::Activity(a)) = s.get("a") else {
+            panic!("no activity")
+        };
+        assert!(measure(&a.content).1 <= MAX_CONTENT_WEIGHT);
+        let skipped = codes_of(&s);
+        assert!(
+            !skipped.is_empty() && skipped.iter().all(|c| *c == codes::CONTENT_TOO_LARGE),
+            "{skipped:?}"
+        );
+        // Doubling stops near the limit, not long before it.
+        assert!(measure(&a.content).1 > MAX_CONTENT_WEIGHT / 4);
+        // One delta with many copies is refused before any of it is applied.
+        let mut t = store(&[snap("a", json!({"s": "x".repeat(1000)}))]);
+        let bomb: Vec<Value> = (0..40)
+            .map(|i| json!({"op": "copy", "from": "", "path": format!("/c{i}")}))
+            .collect();
+        t.handle_value(delta("a", Value::Array(bomb.clone())))
+            .unwrap();
+        assert_eq!(codes_of(&t), vec![codes::CONTENT_TOO_LARGE]);
+        // Nor is it tried out on a scratch document when the target is missing.
+        t.handle_value(delta("missing", Value::Array(bomb)))
+            .unwrap();
+        assert_eq!(
+            codes_of(&t),
+            vec![codes::CONTENT_TOO_LARGE, codes::DELTA_TARGET_MISSING]
+        );
+        assert_eq!(
+            t.get("a").unwrap().to_wire()["content"],
+            json!({"s": "x".repeat(1000)})
+        );
+    }
+
+    #[test]
+    fn a_big_snapshot_may_still_take_deltas() {
+        let big = "x".repeat(MAX_CONTENT_WEIGHT);
+        let mut s = store(&[snap(
+            "a",
+            json!({"log": [big], "n": 0, "small": {"k": [1, 2]}}),
+        )]);
+        // Small copies count what they copy once measured, not the whole document.
+        for i in 0..20 {
+            s.handle_value(delta(
+                "a",
+                json!([
+                    {"op": "replace", "path": "/n", "value": i},
+                    {"op": "add", "path": "/log/-", "value": "y"},
+                    {"op": "copy", "from": "/small", "path": format!("/c{i}")},
+                ]),
+            ))
+            .unwrap();
+        }
+        assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+        let content = s.get("a").unwrap().to_wire()["content"].clone();
+        assert_eq!(content["n"], json!(19));
+        assert_eq!(content["c19"], json!({"k": [1, 2]}));
+    }
+
+    #[test]
+    fn a_too_deep_delta_is_still_fatal_when_malformed() {
+        let mut s = store(&[snap("a", json!({}))]);
+        let err = s
+            .handle_value(delta(
+                "a",
+                json!([{"op": "add", "path": "/x", "value": nested(600)}, {"op": "add", "path": "bad"}]),
+            ))
+            .unwrap_err();
+        assert_eq!(err.code, codes::MALFORMED_PATCH);
     }
 
     #[test]

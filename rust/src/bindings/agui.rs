@@ -75,7 +75,7 @@ pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Valu
         return Ok(Value::Null);
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(Value::String(s.to_str()?.to_owned()));
+        return Ok(Value::String(utf8(s)?.to_owned()));
     }
     if let Ok(b) = obj.cast::<PyBool>() {
         return Ok(Value::Bool(b.is_true()));
@@ -107,7 +107,7 @@ pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Valu
                     k.get_type().name()?
                 )));
             };
-            m.insert(k.to_str()?.to_owned(), py_to_value(&v, depth + 1)?);
+            m.insert(utf8(k)?.to_owned(), py_to_value(&v, depth + 1)?);
         }
         return Ok(Value::Object(m));
     }
@@ -131,8 +131,18 @@ pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Valu
     )))
 }
 
+/// The UTF-8 text of a `str`; a lone surrogate, which no JSON text can carry, is a TypeError.
+fn utf8<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a str> {
+    s.to_str()
+        .map_err(|_| PyTypeError::new_err("a str with a lone surrogate is not JSON text"))
+}
+
 fn py_int_text(i: &Bound<'_, PyInt>) -> PyResult<String> {
-    let repr = i.py().get_type::<PyInt>().getattr("__repr__")?.call1((i,))?;
+    let repr = i
+        .py()
+        .get_type::<PyInt>()
+        .getattr("__repr__")?
+        .call1((i,))?;
     Ok(repr.cast::<PyString>()?.to_str()?.to_owned())
 }
 
@@ -151,7 +161,12 @@ pub(crate) fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py
                 if text.bytes().all(|b| b.is_ascii_digit() || b == b'-') {
                     py.get_type::<PyInt>().call1((text,))?
                 } else {
-                    PyFloat::new(py, n.as_f64().unwrap_or(f64::NAN)).into_any()
+                    // Rust's parser reads the exact text as Python's `json` does: 1e400 is
+                    // inf (`as_f64` would give up on it).
+                    let f = n.as_str().parse::<f64>().map_err(|e| {
+                        PyTypeError::new_err(format!("number {n} is not representable: {e}"))
+                    })?;
+                    PyFloat::new(py, f).into_any()
                 }
             }
         }
@@ -421,7 +436,12 @@ fn agui_error_codes() -> Vec<&'static str> {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    m.add("AguiError", py.get_type::<AguiError>())?;
+    let base = py.get_type::<AguiError>();
+    // Class-level defaults, so the attributes exist (and are typed in the stub) on the class.
+    for attr in ["code", "event_type", "message_id", "reason"] {
+        base.setattr(attr, py.None())?;
+    }
+    m.add("AguiError", base)?;
     m.add("AguiDecodeError", py.get_type::<AguiDecodeError>())?;
     m.add("AguiMalformedError", py.get_type::<AguiMalformedError>())?;
     m.add(

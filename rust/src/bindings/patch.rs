@@ -178,6 +178,25 @@ fn key_str<'py>(key: &Bound<'py, PyAny>, side: Side) -> PyResult<Bound<'py, PySt
     }
 }
 
+/// The UTF-8 text of a `str`; a lone surrogate (which no JSON text can carry) is not JSON.
+fn utf8<'a>(s: &'a Bound<'_, PyString>, side: Side) -> PyResult<&'a str> {
+    s.to_str().map_err(|_| {
+        let what = "a str with a lone surrogate is not JSON text";
+        match side {
+            Side::Document => coded(
+                s.py(),
+                InvalidDocument::new_err(format!("document: {what}")),
+                "not_json",
+            ),
+            Side::Patch => coded(
+                s.py(),
+                InvalidPatch::new_err(format!("patch value: {what}")),
+                "not_json",
+            ),
+        }
+    })
+}
+
 /// Deep copy of JSON: new dicts and lists, scalars shared (they are immutable), as
 /// `copy.deepcopy` does for JSON values. Validates as it goes.
 fn copy_json<'py>(
@@ -423,7 +442,7 @@ impl<'py> Node for PyNode<'py> {
         let dict = self.obj.cast_exact::<PyDict>()?;
         let mut out = Vec::with_capacity(dict.len());
         for (k, v) in dict.iter() {
-            let k = key_str(&k, Side::Document)?.to_str()?.to_owned();
+            let k = utf8(&key_str(&k, Side::Document)?, Side::Document)?.to_owned();
             out.push((k, self.child(v)?));
         }
         Ok(out)
@@ -522,7 +541,9 @@ impl<'py> Tree<Bound<'py, PyAny>> for PyDoc<'py> {
         };
         let mut position = 0;
         for k in d.keys().iter() {
-            if k.is_exact_instance_of::<PyString>() && k.cast_exact::<PyString>()?.to_str()? == key
+            // A key with a lone surrogate has no UTF-8 text, so it is never `key`.
+            if k.is_exact_instance_of::<PyString>()
+                && k.cast_exact::<PyString>()?.to_str().is_ok_and(|k| k == key)
             {
                 break;
             }
@@ -607,9 +628,11 @@ impl<'py> OpSource for PyOp<'py> {
     fn text(&self, name: &str) -> PyResult<Field<'_>> {
         Ok(match self.0.cast_exact::<PyDict>()?.get_item(name)? {
             None => Field::Absent,
-            Some(v) if v.is_exact_instance_of::<PyString>() => {
-                Field::Str(v.cast_exact::<PyString>()?.to_str()?.to_owned().into())
-            }
+            Some(v) if v.is_exact_instance_of::<PyString>() => Field::Str(
+                utf8(v.cast_exact::<PyString>()?, Side::Patch)?
+                    .to_owned()
+                    .into(),
+            ),
             Some(_) => Field::Other,
         })
     }
