@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from _dxl_setup import (
     emulator_process,
     outcome,
     run_worker,
+    settled,
     target_actions,
     write_config,
 )
@@ -252,6 +254,6 @@ def test_tether_stop_reaches_a_worker_that_owns_the_port_mid_move(tmp_path: Path
         final = json.loads(rest.strip().splitlines()[-1])
         assert final["status"] == "awaiting_decision"
         for dxl_id, goal in GOALS.items():
-            state = emu.request(op="snapshot", id=dxl_id)
+            state = settled(partial(emu.request, op="snapshot", id=dxl_id))
             assert state["goal_position"] == state["present_position"] != goal
         assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}

@@ -140,6 +140,14 @@ def test_unknown_parks_in_the_catalog_until_an_operator_reissues(
                 config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
             )
         assert getattr(info.value, "code", None) == "state_changed"
+        # The rejection recorded the fresh state as device revision 2: the same decision on
+        # revision 1 (what the operator saw before the change) is now stale.
+        with pytest.raises(OperatorRejection) as info:
+            resolve_activity(
+                config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
+            )
+        assert getattr(info.value, "code", None) == "stale_revision"
+        args["revision"] = 2
         out = resolve_activity(
             config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
         )

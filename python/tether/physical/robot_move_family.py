@@ -27,14 +27,16 @@ from tether.adapters.dynamixel.host import RobotHost
 from tether.adapters.dynamixel.move import DynamixelMoveAdapter
 from tether.errors import DxlTransportError
 from tether.physical.robot_move import (
+    EVIDENCE_MEDIA_TYPE,
     FAMILY,
+    GUARD_MEDIA_TYPE,
     KINDS,
-    ConfirmedAbsent,
+    RESULT_MEDIA_TYPE,
     MoveRequest,
-    Recovered,
+    Unknown,
     canonical_json,
 )
-from tether.physical.robot_move_store import MoveStore, Operation, StoreConflict
+from tether.physical.robot_move_store import MoveStore
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,
@@ -49,9 +51,6 @@ from tether.world import ComponentWrite, WorldSnapshot
 
 INTENT = "physical_ai.robot_move.intent"
 OBSERVATION = "physical_ai.robot_move.observation"
-RESULT_MEDIA_TYPE = "application/vnd.tether.robot-move.result+json"
-GUARD_MEDIA_TYPE = "application/vnd.tether.robot-move.guard+json"
-EVIDENCE_MEDIA_TYPE = "application/vnd.tether.robot-move.evidence+json"
 #: An Unknown that needs an operator is reconciled again only after this long.
 OPERATOR_RETRY_MS = 60_000
 
@@ -157,8 +156,7 @@ class RobotMoveAdapter:
             done = op.result()
             if done is not None:
                 return self._put(ctx, done, RESULT_MEDIA_TYPE)
-            attempts = op.attempts()
-            number = (attempts[-1] if attempts else 0) + 1
+            number = op.next_attempt()
             guard = op.guard(number)
             if number > 1 and guard is None:
                 raise FamilyError(
@@ -192,30 +190,17 @@ class RobotMoveAdapter:
             except DxlTransportError:
                 self._drop_host()
                 raise
-            if isinstance(conclusion, Recovered):
-                return RuntimeRecovered(
-                    self._put(ctx, op.record_result(conclusion.result), RESULT_MEDIA_TYPE)
-                )
-            if isinstance(conclusion, ConfirmedAbsent):
-                guard = self._guard(op, conclusion.guard)
-                ref = self._put(ctx, guard, GUARD_MEDIA_TYPE)
+            kind, doc = op.record_conclusion(conclusion)
+            if kind == "recovered":
+                return RuntimeRecovered(self._put(ctx, doc, RESULT_MEDIA_TYPE))
+            if kind == "confirmed_absent":
+                ref = self._put(ctx, doc, GUARD_MEDIA_TYPE)
                 return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
-            revision = op.record_evidence(conclusion.evidence)
-            evidence = op.evidence(revision) or conclusion.evidence
-            ref = self._put(ctx, evidence, EVIDENCE_MEDIA_TYPE)
-            retry = conclusion.retry_after_ms or OPERATOR_RETRY_MS
+            ref = self._put(ctx, doc, EVIDENCE_MEDIA_TYPE)
+            retry = (conclusion.retry_after_ms if isinstance(conclusion, Unknown) else 0) or (
+                OPERATOR_RETRY_MS
+            )
             return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), retry)
-
-    @staticmethod
-    def _guard(op: Operation, guard: dict[str, Any]) -> dict[str, Any]:
-        attempts = op.attempts()
-        number = (attempts[-1] if attempts else 0) + 1
-        try:
-            return op.record_guard(number, guard)
-        except StoreConflict:
-            existing = op.guard(number)  # a reconcile repeated after a crash: same guard
-            assert existing is not None
-            return existing
 
 
 def robot_move_family(
