@@ -73,7 +73,7 @@ def plan_relative(
     goals: dict[int, int] = {}
     for name, delta in request.targets:
         joint = robot.joint(name)
-        ticks = present[joint.id] + round(delta * tables.TICKS_PER_REV / (2 * 3.141592653589793))
+        ticks = present[joint.id] + tables.radians_to_tick_delta(delta)
         joint.check_ticks(ticks)
         goals[joint.id] = ticks
     return goals
@@ -183,6 +183,24 @@ class DynamixelMoveAdapter:
             {j.id for r in self.config.robots.values() if r.port == robot.port for j in r.joints}
         )
 
+    def _staged_others(self, bus: Any, robot: RobotConfig, goals: dict[int, int]) -> dict[int, int]:
+        """Joints on `robot`'s bus outside `goals` whose Registered Instruction is 1, mapped to
+        their current Goal Position (a broadcast ACTION would commit their staged writes)."""
+        others = [i for i in self._port_ids(robot) if i not in goals]
+        if not others:
+            return {}
+        flagged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others)
+        return {i: bus.read_field(i, tables.GOAL_POSITION) for i in others if flagged[i] == 1}
+
+    def _stage_goal(
+        self, op: Operation, attempt: int, bus: Any, dxl_id: int, goal: int, what: str
+    ) -> None:
+        """REG_WRITE one Goal Position, its digest logged durably before the frame goes out."""
+        data = tables.encode(tables.GOAL_POSITION, goal)
+        frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, data)
+        send = partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, data)
+        self._send_logged(op, attempt, what, frame, send, id=dxl_id, goal=goal)
+
     # --- execute ---
 
     def plan(self, request: MoveRequest) -> tuple[RobotConfig, dict[int, int] | None]:
@@ -219,34 +237,10 @@ class DynamixelMoveAdapter:
             # The broadcast ACTION below commits every staged write on the bus: a write left
             # staged by an abandoned move (of this or another robot on the port) must not ride
             # along, so it is replaced by the joint's current goal first.
-            others = [i for i in self._port_ids(robot) if i not in goals]
-            if others:
-                staged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others)
-                for dxl_id in [i for i in others if staged[i] == 1]:
-                    current = tables.encode(
-                        tables.GOAL_POSITION, bus.read_field(dxl_id, tables.GOAL_POSITION)
-                    )
-                    frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, current)
-                    self._send_logged(
-                        op,
-                        attempt,
-                        "neutralise_reg_write",
-                        frame,
-                        partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, current),
-                        id=dxl_id,
-                    )
+            for dxl_id, current in self._staged_others(bus, robot, goals).items():
+                self._stage_goal(op, attempt, bus, dxl_id, current, "neutralise_reg_write")
             for dxl_id, goal in sorted(goals.items()):
-                data = tables.encode(tables.GOAL_POSITION, goal)
-                frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, data)
-                self._send_logged(
-                    op,
-                    attempt,
-                    "reg_write",
-                    frame,
-                    partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, data),
-                    id=dxl_id,
-                    goal=goal,
-                )
+                self._stage_goal(op, attempt, bus, dxl_id, goal, "reg_write")
             crash_point("after_reg_write")
             self._send_logged(op, attempt, "action", _core.dxl_action(), bus.action, id=0xFE)
             crash_point("after_action")
@@ -327,25 +321,15 @@ class DynamixelMoveAdapter:
             reason = "hardware_error" if hardware_error else "device_state_lost_or_moved"
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
 
-        staged = [i for i in sorted(goals) if joints[i]["registered_instruction"] == 1]
+        staged = {
+            i: joints[i]["goal_position"]
+            for i in sorted(goals)
+            if joints[i]["registered_instruction"] == 1
+        }
         # Other joints on the bus are neutralised too: the ACTION below would commit them.
-        others = [i for i in self._port_ids(robot) if i not in goals]
-        flagged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others) if others else {}
-        current_goals = {i: j["goal_position"] for i, j in joints.items()}
-        for dxl_id in [i for i in others if flagged.get(i) == 1]:
-            current_goals[dxl_id] = bus.read_field(dxl_id, tables.GOAL_POSITION)
-            staged.append(dxl_id)
-        for dxl_id in staged:
-            current = tables.encode(tables.GOAL_POSITION, current_goals[dxl_id])
-            frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, current)
-            self._send_logged(
-                op,
-                attempt,
-                "neutralise_reg_write",
-                frame,
-                partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, current),
-                id=dxl_id,
-            )
+        staged.update(self._staged_others(bus, robot, goals))
+        for dxl_id, current in staged.items():
+            self._stage_goal(op, attempt, bus, dxl_id, current, "neutralise_reg_write")
         if staged:
             self._send_logged(
                 op, attempt, "neutralise_action", _core.dxl_action(), bus.action, id=0xFE
@@ -361,7 +345,7 @@ class DynamixelMoveAdapter:
             return Unknown(
                 self._evidence(op, request, robot, goals, after, "neutralise_failed", checks)
             )
-        return ConfirmedAbsent(self._guard(bus, "staged_not_actioned", staged, after))
+        return ConfirmedAbsent(self._guard(bus, "staged_not_actioned", list(staged), after))
 
     def _guard(
         self, bus: Any, reason: str, neutralised: list[int], state: dict[str, Any]
