@@ -19,7 +19,7 @@ from tether.adapters.dynamixel.host import fresh_state
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import OperatorRejection
 from tether.operator.decisions import resolve_activity
-from tether.physical.robot_move import KIND_ABSOLUTE, MoveRequest
+from tether.physical.robot_move import KIND_ABSOLUTE, KIND_RELATIVE, MoveRequest
 from tether.physical.robot_move_family import (
     OBSERVATION,
     RobotMoveAdapter,
@@ -231,3 +231,68 @@ def test_operator_cli_reads_the_runtime_catalog(
         assert abandon.returncode == 0, abandon.stdout + abandon.stderr
         record = host.get(KEY)
         assert record is not None and record.result is not None and record.result.failed
+
+
+def test_an_ambiguous_relative_move_goes_to_the_operator_and_is_never_reissued(
+    emulator: DynamixelEmulator, family: Family, config: HostConfig, tmp_path: Path
+) -> None:
+    """A relative move is non-repeatable: once a REG_WRITE status is lost it cannot be proved
+    either way, so the runtime parks it; re-issue is refused, `done` records the verdict, and
+    nothing is ever sent again for it."""
+    clock = Clock()
+    store = MoveStore(tmp_path / "moves")
+    key = ActivityKey("w", KIND_RELATIVE, "nudge")
+    nudge = MoveRequest.from_dict({"kind": KIND_RELATIVE, "robot": "arm", "targets": {"a": 0.2}})
+    with Host(
+        tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
+    ) as host:
+        host.create_world("w")
+        emulator.inject(Fault("drop_status", instruction="reg_write", id=1))
+        host.commit_tick("w", [intent("nudge", nudge)])
+        assert drain(host) == 1  # the write was applied, its status lost: in doubt
+        clock.now += 10_000
+        assert drain(host) == 1  # reconcile-only: relative -> Unknown, parked
+        record = host.get(key)
+        assert record is not None and record.awaiting_decision and record.result is None
+        before = len(emulator.journal)
+        clock.now += 10_000
+        assert drain(host) == 0  # doing nothing never moves the robot
+        assert len(emulator.journal) == before
+        assert isinstance(family.adapter, RobotMoveAdapter)
+        family.adapter.close()
+        op = store.get(record.operation_id or "")
+        assert op is not None
+        evidence = op.evidence()
+        assert evidence is not None and evidence["reason"] == "relative_move_ambiguous"
+        assert evidence["retry_class"] == "non_repeatable"
+
+        def decide(decision: str) -> dict[str, object]:
+            return resolve_activity(
+                config,
+                host.catalog,
+                host.artifacts,
+                store,
+                key,
+                decision=decision,
+                revision=1,
+                operator="carol",
+                credential=CREDENTIAL,
+                note="checked by eye",
+                read_state=lambda robot: fresh_state(config, robot),
+            )
+
+        with pytest.raises(OperatorRejection) as info:
+            decide("reissue")
+        assert getattr(info.value, "code", None) == "not_repeatable"
+        assert decide("wait")["status"] == "awaiting_decision"
+        assert decide("done")["status"] == "resolved"
+        done = host.get(key)
+        assert done is not None and done.result is not None and not done.result.failed
+        assert done.decision is not None and done.decision.operator == "carol"
+        assert drain(host) == 0
+        host.observe_once()
+        observed = host.snapshot("w").get("nudge", OBSERVATION)
+        assert isinstance(observed, dict) and observed["summary"]["outcome"] == "operator_done"
+        assert observed["summary"]["verdict"]["operator"] == "carol"
+    assert op.attempts() == [1]
+    assert not [e for e in emulator.journal[before:] if e.instruction == "action"]
