@@ -296,3 +296,32 @@ def test_an_ambiguous_relative_move_goes_to_the_operator_and_is_never_reissued(
         assert observed["summary"]["verdict"]["operator"] == "carol"
     assert op.attempts() == [1]
     assert not [e for e in emulator.journal[before:] if e.instruction == "action"]
+
+
+@pytest.mark.parametrize(
+    ("targets", "code"),
+    [({"a": 3.0, "b": 0.0}, "limit_violation"), ({"elbow": 0.1}, "unknown_joint")],
+)
+def test_a_move_that_can_never_run_fails_before_any_byte_is_sent(
+    emulator: DynamixelEmulator,
+    family: Family,
+    tmp_path: Path,
+    targets: dict[str, float],
+    code: str,
+) -> None:
+    bad = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": targets})
+    with Host(tmp_path / "data", [family], workers=0, observe=False, clock=Clock()) as host:
+        host.create_world("w")
+        host.commit_tick("w", [intent("move-1", bad)])
+        assert drain(host) == 1
+        record = host.get(KEY)
+        assert record is not None and record.result is not None and record.result.failed
+        host.observe_once()
+        observed = host.snapshot("w").get("move-1", OBSERVATION)
+        assert isinstance(observed, dict) and observed["failed"]
+        assert observed["summary"]["outcome"] == "refused"
+        assert drain(host) == 0
+    assert emulator.journal == []  # not even a PING: the port was never opened
+    assert MoveStore(tmp_path / "moves").all() == []
+    doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
+    assert doc["code"] == code

@@ -10,7 +10,9 @@ catalog's provider operation id in its own operation store before the first byte
 records the request digest under that id), and maps the device adapter's conclusions onto the
 runtime's: Recovered -> the durable result artifact, ConfirmedAbsent -> a retry-guard artifact
 (port lock + read-back), Unknown -> an evidence artifact and a long retry delay (an operator
-decides; reconciliation never executes).
+decides; reconciliation never executes). A request that can never run (malformed, unknown
+robot or joint, an absolute target outside the configured limits) gets a failed result before
+any byte is sent or the port is opened.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ from __future__ import annotations
 import atexit
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
-from tether.adapters.dynamixel.move import DynamixelMoveAdapter
-from tether.errors import DxlTransportError
+from tether.adapters.dynamixel.move import DynamixelMoveAdapter, plan_absolute
+from tether.errors import DxlTransportError, HostConfigError
 from tether.physical.robot_move import (
     EVIDENCE_MEDIA_TYPE,
     FAMILY,
@@ -33,6 +36,7 @@ from tether.physical.robot_move import (
     KINDS,
     RESULT_MEDIA_TYPE,
     MoveRequest,
+    MoveRequestError,
     Unknown,
     canonical_json,
 )
@@ -149,7 +153,29 @@ class RobotMoveAdapter:
     def _put(ctx: AttemptContext, doc: dict[str, Any], media_type: str) -> ResultRef:
         return ctx.artifacts.put_bytes(canonical_json(doc), media_type)
 
+    def _refused(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef | None:
+        """A failed result for a request that can never run (malformed, unknown robot or joint,
+        an absolute target outside the configured limits), decided before any byte is sent,
+        the port is opened or the operation is bound; None for a request that may run."""
+        try:
+            req = MoveRequest.from_dict(request)
+            robot = self.config.robot(req.robot)
+            if not req.relative:
+                plan_absolute(robot, req)
+        except (MoveRequestError, HostConfigError) as exc:
+            doc = {
+                "operation_id": ctx.operation_id,
+                "outcome": "refused",
+                "code": getattr(exc, "code", "bad_request"),
+                "error": str(exc),
+            }
+            return replace(self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True)
+        return None
+
     def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
+        refused = self._refused(ctx, request)
+        if refused is not None:
+            return refused
         req = MoveRequest.from_dict(request)
         with self._lock(req.robot):
             op = self.store.bind(ctx.operation_id, req)
@@ -179,6 +205,10 @@ class RobotMoveAdapter:
     def reconcile(
         self, ctx: AttemptContext, request: dict[str, Any]
     ) -> RuntimeRecovered | RuntimeAbsent | RuntimeUnknown:
+        if self.store.get(ctx.operation_id) is None:  # never bound: nothing was ever sent
+            refused = self._refused(ctx, request)
+            if refused is not None:
+                return RuntimeRecovered(refused)
         req = MoveRequest.from_dict(request)
         with self._lock(req.robot):
             op = self.store.bind(ctx.operation_id, req)
