@@ -63,6 +63,8 @@ def wait_for(check: object, seconds: float = 60.0) -> None:
 @pytest.mark.parametrize(
     ("crash_at", "attempts", "outcome"),
     [
+        # bound and read, nothing effectful sent: ConfirmedAbsent, then one re-execution
+        ("after_preimage", [1, 2], "completed"),
         # staged, no ACTION: ConfirmedAbsent (neutralised), then exactly one re-execution
         ("after_reg_write", [1, 2], "completed"),
         # committed: Recovered from the read-back, never re-sent
@@ -98,7 +100,10 @@ def test_worker_killed_mid_move_is_finished_by_the_next_worker(
     op = MoveStore(data / "robot_move").get(record.operation_id or "")
     assert op is not None and op.attempts() == attempts
     guard = op.guard(2)
-    if attempts == [1, 2]:
+    if crash_at == "after_preimage":
+        assert guard is not None and guard["reason"] == "nothing_sent"
+        assert guard["neutralised_ids"] == [] and record.retry_guard is not None
+    elif attempts == [1, 2]:
         assert guard is not None and guard["reason"] == "staged_not_actioned"
         assert guard["port_lock"].startswith("path:") and sorted(guard["neutralised_ids"]) == [1, 2]
         assert record.retry_guard is not None  # the catalog holds the same guard artifact
