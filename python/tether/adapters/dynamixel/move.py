@@ -11,7 +11,8 @@ Execute (one attempt; the operation id is already bound, durably, before this ru
 Any exception on the way runs the robot's safe-stop in a `finally` before it propagates.
 
 Reconcile (after a crash or a lost status) reads the device and decides:
-- Recovered: every Goal Position equals its target, nothing staged, and the arm settles there.
+- Recovered: every Goal Position equals its target, nothing staged, and the arm settles there
+  (for a relative move, only when some target differs from the goal the pre-image saw).
 - ConfirmedAbsent: nothing effectful was sent; or the move is absolute, the pre-image exists,
   torque and hardware error are as before, and every joint either still has Registered
   Instruction 1 (staged, ACTION never executed) or its Goal Position is unchanged. Staged
@@ -281,9 +282,18 @@ class DynamixelMoveAdapter:
             i: j["hardware_error_status"] for i, j in joints.items() if j["hardware_error_status"]
         }
         checks["hardware_error"] = hardware_error
+        # A relative move's goals only prove it ran when they differ from the goals the
+        # pre-image saw (a zero or cancelling delta leaves nothing to tell the runs apart).
+        attributable = not request.relative or (
+            pre is not None
+            and goals is not None
+            and any(_joints(pre["state"])[i]["goal_position"] != g for i, g in goals.items())
+        )
+        checks["attributable"] = attributable
 
         if (
             goals is not None
+            and attributable
             and not hardware_error
             and all(
                 joints[i]["goal_position"] == g and joints[i]["registered_instruction"] == 0
