@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from _dxl_setup import CREDENTIAL, GOALS, TARGETS, target_actions, write_config
 from tether.activities import ActivityKey
+from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import load_config
 from tether.emulators.dynamixel import DynamixelEmulator
 from tether.physical.robot_move import KIND_ABSOLUTE, MoveRequest
@@ -96,7 +97,16 @@ def test_worker_killed_mid_move_is_finished_by_the_next_worker(
         assert observed["summary"]["outcome"] == outcome
         record = host.get(KEY)
         assert record is not None and record.settlement is not None
-    assert target_actions([asdict(e) for e in emulator.journal], GOALS) == {1: 1, 2: 1}
+    journal = [asdict(e) for e in emulator.journal]
+    assert target_actions(journal, GOALS) == {1: 1, 2: 1}
+    # SIGTERM of the second worker ran the "hold" safe-stop on its way out (moves only ever
+    # REG_WRITE the goal; a plain WRITE of Goal Position is the hold).
+    holds = {
+        e["id"]
+        for e in journal
+        if e["instruction"] == "write" and e["address"] == tables.GOAL_POSITION.address
+    }
+    assert holds == {1, 2}
     op = MoveStore(data / "robot_move").get(record.operation_id or "")
     assert op is not None and op.attempts() == attempts
     guard = op.guard(2)
