@@ -325,3 +325,62 @@ def test_a_move_that_can_never_run_fails_before_any_byte_is_sent(
     assert MoveStore(tmp_path / "moves").all() == []
     doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
     assert doc["code"] == code
+
+
+def test_a_decision_cut_short_before_the_catalog_heard_of_it_is_finished_by_repeating_it(
+    emulator: DynamixelEmulator, family: Family, config: HostConfig, tmp_path: Path
+) -> None:
+    """The operator's decision is durable in the operation store first, then told to the
+    catalog. If the CLI dies in between, repeating the same decision finishes it; a different
+    decision on that revision is refused (single use)."""
+    from tether.operator.decisions import _decide
+
+    clock = Clock()
+    store = MoveStore(tmp_path / "moves")
+    with Host(
+        tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
+    ) as host:
+        host.create_world("w")
+        emulator.inject(Fault("alert", id=2, value=0x20))
+        host.commit_tick("w", [intent("move-1", REQUEST)])
+        drain(host)
+        clock.now += 10_000
+        drain(host)
+        assert isinstance(family.adapter, RobotMoveAdapter)
+        family.adapter.close()
+        record = host.get(KEY)
+        assert record is not None and record.awaiting_decision
+        op = store.get(record.operation_id or "")
+        assert op is not None
+
+        def read(robot: str) -> dict[str, object]:
+            return fresh_state(config, robot)
+
+        _decide(
+            config, op, decision="abandon", revision=1, operator="dee", note="", read_state=read
+        )  # ... and the CLI dies here: the catalog still awaits a decision
+        assert op.failed() is not None
+        still = host.get(KEY)
+        assert still is not None and still.awaiting_decision
+
+        def resolve(decision: str) -> dict[str, object]:
+            return resolve_activity(
+                config,
+                host.catalog,
+                host.artifacts,
+                store,
+                KEY,
+                decision=decision,
+                revision=1,
+                operator="dee",
+                credential=CREDENTIAL,
+                read_state=read,
+            )
+
+        with pytest.raises(OperatorRejection) as info:
+            resolve("done")
+        assert getattr(info.value, "code", None) == "already_decided"
+        assert resolve("abandon")["status"] == "resolved"
+        done = host.get(KEY)
+        assert done is not None and done.result is not None and done.result.failed
+        assert drain(host) == 0
