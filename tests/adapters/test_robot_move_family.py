@@ -299,22 +299,28 @@ def test_an_ambiguous_relative_move_goes_to_the_operator_and_is_never_reissued(
 
 
 @pytest.mark.parametrize(
-    ("targets", "code"),
-    [({"a": 3.0, "b": 0.0}, "limit_violation"), ({"elbow": 0.1}, "unknown_joint")],
+    ("kind", "targets", "code"),
+    [
+        (KIND_ABSOLUTE, {"a": 3.0, "b": 0.0}, "limit_violation"),
+        (KIND_ABSOLUTE, {"elbow": 0.1}, "unknown_joint"),
+        (KIND_RELATIVE, {"elbow": 0.1}, "unknown_joint"),
+    ],
 )
 def test_a_move_that_can_never_run_fails_before_any_byte_is_sent(
     emulator: DynamixelEmulator,
     family: Family,
     tmp_path: Path,
+    kind: str,
     targets: dict[str, float],
     code: str,
 ) -> None:
-    bad = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": targets})
+    bad = MoveRequest.from_dict({"kind": kind, "robot": "arm", "targets": targets})
+    key = ActivityKey("w", kind, "move-1")
     with Host(tmp_path / "data", [family], workers=0, observe=False, clock=Clock()) as host:
         host.create_world("w")
         host.commit_tick("w", [intent("move-1", bad)])
         assert drain(host) == 1
-        record = host.get(KEY)
+        record = host.get(key)
         assert record is not None and record.result is not None and record.result.failed
         host.observe_once()
         observed = host.snapshot("w").get("move-1", OBSERVATION)

@@ -27,7 +27,7 @@ from typing import Any
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
-from tether.adapters.dynamixel.move import DynamixelMoveAdapter, plan_absolute
+from tether.adapters.dynamixel.move import DynamixelMoveAdapter, check_request
 from tether.errors import DxlTransportError, HostConfigError
 from tether.physical.robot_move import (
     EVIDENCE_MEDIA_TYPE,
@@ -159,9 +159,7 @@ class RobotMoveAdapter:
         the port is opened or the operation is bound; None for a request that may run."""
         try:
             req = MoveRequest.from_dict(request)
-            robot = self.config.robot(req.robot)
-            if not req.relative:
-                plan_absolute(robot, req)
+            check_request(self.config.robot(req.robot), req)
         except (MoveRequestError, HostConfigError) as exc:
             doc = {
                 "operation_id": ctx.operation_id,

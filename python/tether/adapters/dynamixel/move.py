@@ -68,6 +68,17 @@ def plan_absolute(robot: RobotConfig, request: MoveRequest) -> dict[int, int]:
     return goals
 
 
+def check_request(robot: RobotConfig, request: MoveRequest) -> None:
+    """Everything about a request that can be refused before a byte is sent: every joint is
+    configured, and an absolute move's targets are inside the limits (a relative move's can
+    only be checked against the measured present position)."""
+    if request.relative:
+        for name, _ in request.targets:
+            robot.joint(name)
+    else:
+        plan_absolute(robot, request)
+
+
 def plan_relative(
     robot: RobotConfig, request: MoveRequest, present: dict[int, int]
 ) -> dict[int, int]:

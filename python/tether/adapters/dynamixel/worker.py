@@ -23,7 +23,7 @@ from typing import Any
 
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.host import RobotHost
-from tether.adapters.dynamixel.move import DynamixelMoveAdapter, plan_absolute
+from tether.adapters.dynamixel.move import DynamixelMoveAdapter, check_request
 from tether.errors import TetherError
 from tether.operator.decisions import apply_decision
 from tether.physical.robot_move import (
@@ -67,8 +67,7 @@ def run_move(
     settle_timeout_s: float = 30.0,
 ) -> dict[str, Any]:
     robot = config.robot(request.robot)
-    if not request.relative:
-        plan_absolute(robot, request)  # a limit violation is refused before anything is sent
+    check_request(robot, request)  # unknown joints and limit violations: before anything is sent
     op = store.bind(op_id, request)
     revisions = op.evidence_revisions()
     if revisions:
