@@ -72,6 +72,19 @@ KEY = ActivityKey("w", KIND_ABSOLUTE, "move-1")
 REQUEST = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS})
 
 
+def park_on_alert(host: Host, emulator: DynamixelEmulator, family: Family, clock: Clock) -> None:
+    """Commit REQUEST with an overload alert on joint 2: execute fails, the lease lapses, the
+    reconcile-only claim concludes Unknown (parked); the worker then gives the port back."""
+    host.create_world("w")
+    emulator.inject(Fault("alert", id=2, value=0x20))
+    host.commit_tick("w", [intent("move-1", REQUEST)])
+    assert drain(host) == 1
+    clock.now += 10_000
+    assert drain(host) == 1
+    assert isinstance(family.adapter, RobotMoveAdapter)
+    family.adapter.close()
+
+
 def test_a_committed_intent_moves_the_arm_and_settles(
     emulator: DynamixelEmulator, family: Family, tmp_path: Path
 ) -> None:
@@ -179,14 +192,7 @@ def test_operator_cli_reads_the_runtime_catalog(
     with Host(
         tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
     ) as host:
-        host.create_world("w")
-        emulator.inject(Fault("alert", id=2, value=0x20))
-        host.commit_tick("w", [intent("move-1", REQUEST)])
-        drain(host)
-        clock.now += 10_000
-        drain(host)
-        assert isinstance(family.adapter, RobotMoveAdapter)
-        family.adapter.close()
+        park_on_alert(host, emulator, family, clock)
         base = [
             sys.executable,
             "-m",
@@ -346,14 +352,7 @@ def test_a_decision_cut_short_before_the_catalog_heard_of_it_is_finished_by_repe
     with Host(
         tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
     ) as host:
-        host.create_world("w")
-        emulator.inject(Fault("alert", id=2, value=0x20))
-        host.commit_tick("w", [intent("move-1", REQUEST)])
-        drain(host)
-        clock.now += 10_000
-        drain(host)
-        assert isinstance(family.adapter, RobotMoveAdapter)
-        family.adapter.close()
+        park_on_alert(host, emulator, family, clock)
         record = host.get(KEY)
         assert record is not None and record.awaiting_decision
         op = store.get(record.operation_id or "")
