@@ -140,8 +140,10 @@ class DynamixelMoveAdapter:
         deadline = time.monotonic() + self.settle_timeout_s
         start = bus.sync_read_field(tables.PRESENT_POSITION, ids)
         while True:
-            present = bus.sync_read_field(tables.PRESENT_POSITION, ids)
+            # Moving first: once it reads 0 the Present Position read after it is the final one
+            # (the other order could publish a last fraction from just before arrival).
             moving = bus.sync_read_field(tables.MOVING, ids)
+            present = bus.sync_read_field(tables.PRESENT_POSITION, ids)
             total = sum(abs(goals[i] - start[i]) for i in ids) or 1
             left = sum(abs(goals[i] - present[i]) for i in ids)
             self.progress(
