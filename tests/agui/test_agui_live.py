@@ -107,3 +107,19 @@ def test_concurrent_reports_rebuild_every_activity_exactly() -> None:
     rebuilt = {m["id"]: m["content"] for m in store.activities()}
     assert rebuilt == {message_id(k): live.content(k) for k in keys}
     assert all(c["step"] == 59 for c in rebuilt.values())  # both threads' last report agrees
+
+
+def test_reset_starts_the_content_over() -> None:
+    stream, live = _live()
+    live.update(A, state="error", error="LeaseLost: gone", attempt=1)
+    live.reset(A, state="reconciling", attempt=2)
+    assert live.content(A) == {
+        "activity": "move-1",
+        "world": "w",
+        "state": "reconciling",
+        "attempt": 2,
+    }
+    store = ActivityStore()
+    for event in stream.events():
+        assert store.handle_event(event) == []
+    assert [m["content"] for m in store.activities()] == [live.content(A)]

@@ -68,14 +68,19 @@ class LiveActivities:
         """
         self.merge(key, changes)
 
-    def merge(self, key: ActivityKey, changes: Mapping[str, Any]) -> None:
-        """`update` with the changes as a mapping (any string keys)."""
+    def reset(self, key: ActivityKey, /, **content: Any) -> None:
+        """Replace the activity's live content (for example when a new attempt starts, so
+        nothing of the last attempt lingers) and publish the difference."""
+        self.merge(key, content, replace=True)
+
+    def merge(self, key: ActivityKey, changes: Mapping[str, Any], *, replace: bool = False) -> None:
+        """`update` with the changes as a mapping (any string keys); `replace` starts over
+        from the base content (activity and world) instead of the last content."""
         with self._lock:
             if key in self._settled:
                 return
-            content = dict(
-                self._content.get(key) or {"activity": key.activity_id, "world": key.world_id}
-            )
+            base = {"activity": key.activity_id, "world": key.world_id}
+            content = dict(base if replace else self._content.get(key) or base)
             content.update(changes)
             event = self._publisher(key).update(content)  # raises before anything is kept
             self._content[key] = content

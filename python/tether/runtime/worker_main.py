@@ -113,21 +113,23 @@ class LiveAdapter:
 
     Only what the attempt itself returns is reported (the catalog decides what is recorded);
     the wrapped adapter's behaviour, results and exceptions pass through unchanged.
+    A new attempt starts from fresh content: nothing of an earlier attempt lingers.
     """
 
     def __init__(self, inner: Adapter, live: LiveActivities) -> None:
         self.inner = inner
         self.live = live
 
-    def _report(self, ctx: AttemptContext, **changes: Any) -> None:
+    def _report(self, ctx: AttemptContext, *, fresh: bool = False, **changes: Any) -> None:
         try:
-            self.live.update(ctx.key, attempt=ctx.attempt, **changes)
+            report = self.live.reset if fresh else self.live.update
+            report(ctx.key, attempt=ctx.attempt, **changes)
         except Exception:  # the live stream must never fail an attempt
             log.exception("live report for %s failed", ctx.key)
 
     def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
         """Run the inner `execute`, reporting "executing" then "result" or "error"."""
-        self._report(ctx, state="executing")
+        self._report(ctx, fresh=True, state="executing")
         try:
             result = self.inner.execute(ctx, request)
         except BaseException as e:
@@ -139,7 +141,7 @@ class LiveAdapter:
 
     def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> ReconcileOutcome:
         """Run the inner `reconcile`, reporting "reconciling" then its conclusion."""
-        self._report(ctx, state="reconciling")
+        self._report(ctx, fresh=True, state="reconciling")
         try:
             outcome = self.inner.reconcile(ctx, request)
         except BaseException as e:
