@@ -15,13 +15,21 @@ from typing import Any
 
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.physical._episode import RESULT_MEDIA_TYPE, read_summary
-from tether.physical.family import KIND, OBSERVATION, observation_write, pending, plan_with
+from tether.physical.family import (
+    INTENT,
+    KIND,
+    OBSERVATION,
+    observation_write,
+    pending,
+    plan_with,
+)
 from tether.physical.provider import ProvenAbsent, ResultFound, SimProvider
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,
     ConfirmedAbsent,
     Family,
+    Host,
     LeaseLost,
     Observation,
     ReconcileOutcome,
@@ -122,3 +130,13 @@ def sim_family(adapter: SimEpisodeAdapter) -> Family:
         stage=stage,
         processors=(planner,),
     )
+
+
+def kick_planner(host: Host, world_id: str) -> None:
+    """Commit an empty tick if no reach intent exists yet: the planner then commits the first.
+
+    Processors run in every tick on the pre-tick state, so the tick that commits the mission
+    cannot plan from it; the next tick does (also after a crash between the two).
+    """
+    if not any(True for _ in host.snapshot(world_id).with_component(INTENT)):
+        host.commit_tick(world_id)

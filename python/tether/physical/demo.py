@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import ActivityPublisher
-from tether.physical.adapter import SimEpisodeAdapter, sim_family
+from tether.physical.adapter import SimEpisodeAdapter, kick_planner, sim_family
 from tether.physical.console import ProgressBoard, SummaryRow, summary_table
 from tether.physical.errors import InvalidEpisodeRequest
 from tether.physical.family import (
@@ -33,7 +33,6 @@ from tether.physical.family import (
     MISSION_ENTITY,
     OBSERVATION,
     Mission,
-    intent_write,
     mission_done,
 )
 from tether.physical.stream import RunStream, StoreState, StreamServer
@@ -217,8 +216,8 @@ def _open(args: argparse.Namespace, out: TextIO, live: _Live) -> tuple[_Run, Mis
     settled: set[str] = set()
     if WORLD not in host.ledger.worlds():
         host.create_world(WORLD)
-        first = intent_write(component, 0, mission.first_target)
-        host.commit_tick(WORLD, [ComponentWrite(MISSION_ENTITY, MISSION, component), first])
+        # Only the mission: the planner processor commits every reach intent, the first too.
+        host.commit_tick(WORLD, [ComponentWrite(MISSION_ENTITY, MISSION, component)])
         print(f"data directory {data_dir}: new mission of {mission.targets} reaches", file=out)
     else:
         snap = host.snapshot(WORLD)
@@ -254,14 +253,16 @@ def _watch(run: _Run) -> int:
         snap = run.host.snapshot(WORLD)
         records = {k: run.host.get(k) for k in _keys(snap)}
         for key, rec in records.items():
+            if rec is None:  # not admitted yet: no durable Activity to show
+                continue
             state = _state(rec)
             if shown.get(key.activity_id) != state:
                 shown[key.activity_id] = state
-                attempt = rec.attempt.number if rec and rec.attempt else None
+                attempt = rec.attempt.number if rec.attempt else None
                 changes: dict[str, Any] = {"state": state}
                 if attempt is not None:
                     changes["attempt"] = attempt
-                if state == "settled" and rec is not None:
+                if state == "settled":
                     final = final_content(key, rec, snap)
                     changes |= {"done": final["steps"], "total": final["total"]}
                     changes |= {"error": final["error"], "attempt": rec.attempt_count}
@@ -349,6 +350,7 @@ def main(argv: list[str]) -> int:
             server.wait_for_subscribers(args.wait_subscribers, timeout=60)
         try:
             run.host.start()
+            kick_planner(run.host, WORLD)
             code = _watch(run)
             if code == EXIT_OK:
                 print(_summary(run), file=out)
