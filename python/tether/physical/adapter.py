@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.activities import Evidence, ResultRef, RetryGuard
-from tether.physical._episode import RESULT_MEDIA_TYPE, read_summary
+from tether.physical._episode import read_summary
 from tether.physical.family import (
     INTENT,
     KIND,
@@ -77,14 +77,18 @@ class SimEpisodeAdapter:
                 }
             )
 
-        outcome = self.provider.execute(ctx.operation_id, ctx.attempt, request, progress=progress)
-        return ctx.artifacts.put_bytes(outcome.data, RESULT_MEDIA_TYPE)
+        # The episode process wrote the result file into the runtime's own artifact store: the
+        # reference is handed on as is (made durable once; the worker re-checks it).
+        outcome = self.provider.execute(
+            ctx.operation_id, ctx.attempt, request, artifacts=ctx.artifacts, progress=progress
+        )
+        return outcome.result
 
     def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> ReconcileOutcome:
         """Conclude Recovered, ConfirmedAbsent or Unknown from the provider's files alone."""
-        fact = self.provider.reconcile(ctx.operation_id, ctx.attempt)
+        fact = self.provider.reconcile(ctx.operation_id, ctx.attempt, artifacts=ctx.artifacts)
         if isinstance(fact, ResultFound):
-            return Recovered(ctx.artifacts.put_bytes(fact.outcome.data, RESULT_MEDIA_TYPE))
+            return Recovered(fact.outcome.result)
         if isinstance(fact, ProvenAbsent):
             failed = len(fact.proof["children_gone"])
             if failed >= MAX_FAILED_STARTS:
