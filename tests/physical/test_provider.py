@@ -255,3 +255,17 @@ def test_a_file_made_durable_but_never_published_is_no_result(
         assert not outcome.reused and outcome.summary["attempt"] == 2
         found = provider.find_result("op")
         assert found is not None and found.result == outcome.result
+
+
+def test_the_same_intent_gives_the_same_trajectory_in_two_episode_processes(
+    tmp_path: Path,
+) -> None:
+    outcomes = []
+    for name in ("a", "b"):
+        with SimProvider(tmp_path / name) as provider:
+            outcomes.append(provider.execute("op", 1, REQ))
+    a, b = (o.summary for o in outcomes)
+    assert a["trajectory_digest"] == b["trajectory_digest"]
+    assert a["trajectory_digest"] == decode_result(outcomes[0].data).summary["trajectory_digest"]
+    a.pop("wall_time_s"), b.pop("wall_time_s")
+    assert a == b  # the wall time is the only fact that may differ

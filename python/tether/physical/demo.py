@@ -144,6 +144,9 @@ class _Run:
     started: float
     live: _Live
     adapter: SimEpisodeAdapter
+    #: Attempt numbers held by a previous (killed) run when this one opened: shown as
+    #: interrupted until their lease runs out and a new attempt reconciles them.
+    interrupted: dict[str, int]
 
 
 def _keys(snapshot: WorldSnapshot) -> list[ActivityKey]:
@@ -214,6 +217,7 @@ def _open(args: argparse.Namespace, out: TextIO, live: _Live) -> tuple[_Run, Mis
         progress_listener=on_progress,
     )
     settled: set[str] = set()
+    interrupted: dict[str, int] = {}
     if WORLD not in host.ledger.worlds():
         host.create_world(WORLD)
         # Only the mission: the planner processor commits every reach intent, the first too.
@@ -229,16 +233,20 @@ def _open(args: argparse.Namespace, out: TextIO, live: _Live) -> tuple[_Run, Mis
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        settled = {
-            k.activity_id
-            for k in _keys(snap)
-            if (rec := host.get(k)) is not None and rec.settlement is not None
+        records = {k.activity_id: host.get(k) for k in _keys(snap)}
+        settled = {a for a, rec in records.items() if rec is not None and rec.settlement}
+        interrupted = {
+            a: rec.attempt.number
+            for a, rec in records.items()
+            if rec is not None and rec.settlement is None and rec.attempt is not None
         }
         print(
-            f"data directory {data_dir}: resuming ({len(settled)} activities already settled)",
+            f"data directory {data_dir}: resuming ({len(settled)} "
+            f"{'activity' if len(settled) == 1 else 'activities'} already settled)",
             file=out,
         )
-    return _Run(host, out, board, settled, time.monotonic(), live, adapter), mission
+    run = _Run(host, out, board, settled, time.monotonic(), live, adapter, interrupted)
+    return run, mission
 
 
 def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
@@ -256,6 +264,8 @@ def _watch(run: _Run) -> int:
             if rec is None:  # not admitted yet: no durable Activity to show
                 continue
             state = _state(rec)
+            if rec.attempt and run.interrupted.get(key.activity_id) == rec.attempt.number:
+                state = "interrupted" if state in ("running", "reconciling") else state
             if shown.get(key.activity_id) != state:
                 shown[key.activity_id] = state
                 attempt = rec.attempt.number if rec.attempt else None
