@@ -26,14 +26,13 @@ import numpy as np
 from tether.activities import ActivityKey
 from tether.physical import EpisodeRequest, SimProvider, load_model_file, trajectory_digest
 from tether.physical._episode import _Q0_HIGH, _Q0_LOW, inverse_kinematics
-from tether.physical.adapter import SimEpisodeAdapter, sim_family
+from tether.physical.adapter import SimEpisodeAdapter, kick_planner, sim_family
 from tether.physical.family import (
     INTENT,
     KIND,
     MISSION,
     MISSION_ENTITY,
     Mission,
-    intent_write,
     mission_done,
 )
 from tether.runtime import Host
@@ -82,15 +81,10 @@ def _through_tether(
     component = mission.to_component()
     with Host(root, [sim_family(adapter)], workers=1) as host:
         host.create_world("bench")
+        host.commit_tick("bench", [ComponentWrite(MISSION_ENTITY, MISSION, component)])
         host.start()
         t0 = time.perf_counter()
-        host.commit_tick(
-            "bench",
-            [
-                ComponentWrite(MISSION_ENTITY, MISSION, component),
-                intent_write(component, 0, mission.first_target),
-            ],
-        )
+        kick_planner(host, "bench")  # the planner processor commits the first intent
         while True:
             snap = host.snapshot("bench")
             keys = [ActivityKey("bench", KIND, e) for e, _ in snap.with_component(INTENT)]

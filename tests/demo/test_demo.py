@@ -76,7 +76,7 @@ def _journal(data: Path) -> dict[str, dict[str, object]]:
 def _one_completed_episode_per_operation(journal: dict[str, dict[str, object]]) -> None:
     for entry in journal.values():
         assert entry["settled"] is True
-        assert entry["results_on_disk"] == ["result.zip"]
+        assert entry["results_on_disk"] == ["result.json"]
         assert entry["observed_attempt"] in entry["markers"]  # type: ignore[operator]
 
 
@@ -135,7 +135,7 @@ def test_a_result_written_but_not_recorded_is_recovered_not_rerun(
 ) -> None:
     died = _run(tmp_path, *SMALL, **crash)
     assert died.returncode == -signal.SIGKILL
-    assert _journal(tmp_path)["reach-0000"]["results_on_disk"] == ["result.zip"]
+    assert _journal(tmp_path)["reach-0000"]["results_on_disk"] == ["result.json"]
     resumed = _run(tmp_path, *SMALL)
     assert resumed.returncode == 0, resumed.stderr
     journal = _journal(tmp_path)
@@ -170,6 +170,7 @@ def test_an_unknown_activity_is_parked_and_the_demo_exits_1(tmp_path: Path) -> N
 ALL_POINTS = [
     *(("TETHER_CRASH_AT", p) for p in CRASH_POINTS),
     (CRASH_ENV, "sim.child_started"),
+    (CRASH_ENV, "sim.artifact_durable"),
     (CRASH_ENV, "sim.result_durable"),
 ]
 SAMPLED = [("TETHER_CRASH_AT", "during_effect"), ("TETHER_CRASH_AT", "after_observation_tick")]

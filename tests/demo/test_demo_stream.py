@@ -1,4 +1,9 @@
-"""The demo's AG-UI stream: valid per ag-ui-validate; it rebuilds the final activities."""
+"""The demo's AG-UI stream passes ag-ui-validate (live URL and capture) and rebuilds the run.
+
+The validator's URL mode (it POSTs a RunAgentInput, needs httpx) also runs the transport rules
+that a capture skips; feeding the stream to ActivityStore gives exactly the final activity
+contents derived from the world state and the catalog.
+"""
 
 from __future__ import annotations
 
@@ -33,14 +38,19 @@ def _read_sse(url: str) -> bytes:
     return body
 
 
-def _validate(body: bytes, path: Path) -> None:
-    path.write_bytes(body)
+def _validate(target: str) -> dict[str, Any]:
+    """`ag-ui-validate --json` on a live URL (it POSTs a RunAgentInput) or a captured file."""
     done = subprocess.run(
-        [str(VALIDATOR), "--json", str(path)], capture_output=True, text=True, check=False
+        [str(VALIDATOR), "--json", "--timeout", "120000", target],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads(done.stdout)
-    assert report["summary"]["errors"] == 0 and report["summary"]["warnings"] == 0, report
+    report: dict[str, Any] = json.loads(done.stdout)
+    assert report["summary"]["errors"] == 0, report
+    return report
 
 
 def _expected(data: Path) -> list[dict[str, Any]]:
@@ -88,7 +98,7 @@ def test_the_demo_stream_validates_and_rebuilds_the_final_activities(tmp_path: P
         "--port",
         "0",
         "--wait-subscribers",
-        "1",
+        "2",
         "--linger",
         "60",
     ]
@@ -100,14 +110,20 @@ def test_the_demo_stream_validates_and_rebuilds_the_final_activities(tmp_path: P
                 url = line.split(": ", 1)[1].strip()
                 break
         assert url.startswith("http://127.0.0.1:")
+        # Two subscribers from the start: the validator on the live endpoint, and a capture.
         live: list[bytes] = []
+        reports: list[dict[str, Any]] = []
         reader = threading.Thread(target=lambda: live.append(_read_sse(url)))
+        validator = threading.Thread(target=lambda: reports.append(_validate(url)))
         reader.start()
+        validator.start()
         reader.join()
+        validator.join()
         for line in demo.stdout:
             if line.startswith("mission: "):
                 break
         late = _read_sse(url)  # the run has finished; the demo still serves (--linger)
+        late_report = _validate(url)
         demo.send_signal(signal.SIGTERM)
         demo.stdout.read()
 
@@ -117,8 +133,17 @@ def test_the_demo_stream_validates_and_rebuilds_the_final_activities(tmp_path: P
     assert types[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"] and types[-1] == "RUN_FINISHED"
     assert "ACTIVITY_DELTA" in types
     assert _types(late) == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    # The live endpoint passes every rule, transport ones included (content type, framing,
+    # chunking, keepalive), with no warning either.
+    transport = {"AGUI505", "AGUI506", "AGUI507", "AGUI508"}
+    for report, events in ((reports[0], len(types)), (late_report, 3)):
+        assert report["eventCount"] == events, report
+        assert not transport & {s["rule"] for s in report["skipped"]}, report
+        assert report["summary"]["warnings"] == 0, report
     for name, body in (("live", live[0]), ("late", late)):
-        _validate(body, tmp_path / f"{name}.sse")
+        (tmp_path / f"{name}.sse").write_bytes(body)
+        capture = _validate(str(tmp_path / f"{name}.sse"))
+        assert capture["summary"]["warnings"] == 0, capture
         store = ActivityStore()
         assert store.feed(body) == []
         store.finish()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import subprocess
 import sys
 from typing import Any
@@ -142,3 +144,11 @@ def test_result_file_round_trips_and_any_damage_is_detected() -> None:
     flipped = blob[:i] + bytes([blob[i] ^ 0xFF]) + blob[i + 1 :]
     with pytest.raises(ResultCorrupt):
         decode_result(flipped)
+
+
+def test_the_result_file_is_an_npz_that_numpy_reads_with_its_summary() -> None:
+    run = run_episodes(EpisodeRequest.from_dict(_request()))
+    with np.load(io.BytesIO(encode_result(run)), allow_pickle=False) as npz:
+        assert sorted(npz.files) == sorted([*run.arrays, "summary.json"])
+        assert all(np.array_equal(npz[k], v) for k, v in run.arrays.items())
+        assert json.loads(npz["summary.json"]) == run.summary

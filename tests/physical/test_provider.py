@@ -10,20 +10,24 @@ from pathlib import Path
 
 import pytest
 from tether.physical import (
+    RESULT_MEDIA_TYPE,
     EpisodeRequest,
     ProcessIdentity,
     ProvenAbsent,
     ResultFound,
     SimProvider,
     StillUnknown,
+    decode_result,
 )
 from tether.physical.errors import (
     AttemptAlreadyStarted,
+    EpisodeFailed,
     InvalidEpisodeRequest,
     ResultCorrupt,
     StaleAttemptAlive,
 )
-from tether.physical.provider import EXIT_FENCED, EXIT_PARENT_GONE, OperationDir
+from tether.physical.provider import CRASH_ENV, EXIT_FENCED, EXIT_PARENT_GONE, OperationDir
+from tether.runtime import ArtifactStore
 
 REQ = EpisodeRequest.create((0.2, 0.15), seed=5, episodes=1, steps=400)
 
@@ -160,7 +164,7 @@ def test_a_child_whose_parent_is_not_the_expected_one_exits_before_any_marker(
 def test_partial_files_are_never_published(tmp_path: Path) -> None:
     provider = SimProvider(tmp_path)
     op = provider.operation_dir("op")
-    (op.path / ".result.zip.tmp-123-abcd").write_bytes(b"PK\x03\x04 partial")
+    (op.path / ".result.json.tmp-123-abcd").write_bytes(b'{"ref": "artif')
     assert provider.find_result("op") is None
     assert isinstance(provider.reconcile("op", 2), ProvenAbsent)
 
@@ -168,7 +172,35 @@ def test_partial_files_are_never_published(tmp_path: Path) -> None:
 def test_a_damaged_published_result_is_a_typed_error_not_a_reuse(tmp_path: Path) -> None:
     provider = SimProvider(tmp_path)
     outcome = provider.execute("op", 1, REQ)
-    outcome.path.write_bytes(outcome.data[:1000])
+    hexdigest = outcome.digest.removeprefix("sha256:")
+    payload = tmp_path / "artifacts" / "sha256" / hexdigest[:2] / hexdigest
+    data = payload.read_bytes()
+    payload.write_bytes(data[:1000])  # the file in the artifact store is damaged
+    with pytest.raises(ResultCorrupt):
+        provider.reconcile("op", 2)
+    payload.unlink()  # or lost: still never mistaken for an absent result
+    with pytest.raises(ResultCorrupt):
+        provider.reconcile("op", 2)
+    payload.write_bytes(data)
+    outcome.path.write_bytes(b"{")  # a damaged pointer too
+    with pytest.raises(ResultCorrupt):
+        provider.reconcile("op", 2)
+    assert provider.operation_dir("op").started_attempts() == [1]
+
+
+def test_the_result_file_is_written_once_into_the_given_artifact_store(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path / "host-artifacts")
+    provider = SimProvider(tmp_path / "sim")
+    outcome = provider.execute("op", 1, REQ, artifacts=store)
+    assert store.is_durable(outcome.result) and outcome.result.media_type == RESULT_MEDIA_TYPE
+    assert store.get(outcome.result) == outcome.data
+    assert decode_result(outcome.data).summary == outcome.summary
+    # The provider's directory holds only the small pointer, never a second copy of the file.
+    sizes = [p.stat().st_size for p in (tmp_path / "sim").rglob("*") if p.is_file()]
+    assert max(sizes) < 4096 < outcome.result.size
+    fact = provider.reconcile("op", 2, artifacts=store)
+    assert isinstance(fact, ResultFound) and fact.outcome.result == outcome.result
+    # Looked up in a store that lacks the file, the published result is not "absent".
     with pytest.raises(ResultCorrupt):
         provider.reconcile("op", 2)
 
@@ -207,3 +239,33 @@ def test_warming_starts_one_ready_host_that_later_attempts_reuse(tmp_path: Path)
         pid = host._proc.pid
         provider.execute("op", 1, REQ)
         assert host._proc.pid == pid
+
+
+def test_a_file_made_durable_but_never_published_is_no_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CRASH_ENV, "sim.artifact_durable")  # the child dies in attempt 1 only
+    with SimProvider(tmp_path) as provider:
+        with pytest.raises(EpisodeFailed):
+            provider.execute("op", 1, REQ)
+        assert len(list((tmp_path / "artifacts" / "sha256").rglob("*"))) == 2  # dir + file
+        assert provider.find_result("op") is None
+        assert isinstance(provider.reconcile("op", 2), ProvenAbsent)
+        outcome = provider.execute("op", 2, REQ)
+        assert not outcome.reused and outcome.summary["attempt"] == 2
+        found = provider.find_result("op")
+        assert found is not None and found.result == outcome.result
+
+
+def test_the_same_intent_gives_the_same_trajectory_in_two_episode_processes(
+    tmp_path: Path,
+) -> None:
+    outcomes = []
+    for name in ("a", "b"):
+        with SimProvider(tmp_path / name) as provider:
+            outcomes.append(provider.execute("op", 1, REQ))
+    a, b = (o.summary for o in outcomes)
+    assert a["trajectory_digest"] == b["trajectory_digest"]
+    assert a["trajectory_digest"] == decode_result(outcomes[0].data).summary["trajectory_digest"]
+    a.pop("wall_time_s"), b.pop("wall_time_s")
+    assert a == b  # the wall time is the only fact that may differ

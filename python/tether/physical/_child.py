@@ -5,8 +5,9 @@
 <parent-pid>` with the job on stdin and JSON lines on stdout. Either way the order is fixed:
 die-with-parent is armed first and the parent is checked after arming it (it may have died in
 between), then the start marker is created if absent, then the fence tombstone is checked, and
-only then does any episode run. The result is published by rename after fsync, so a kill at
-any moment leaves either no result or the complete one.
+only then does any episode run. The result file is made durable in the artifact store, and only
+then is its reference published (fsync + rename of `result.json`), so a kill at any moment leaves
+either no result or the complete one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from tether.physical._durable import create_exclusive, write_durable
-from tether.physical._episode import EpisodeRequest, encode_result, run_episodes
+from tether.physical._episode import (
+    RESULT_MEDIA_TYPE,
+    EpisodeRequest,
+    encode_result,
+    run_episodes,
+)
 from tether.physical._proc import ProcessIdentity, set_parent_death_signal
 from tether.physical.errors import InvalidEpisodeRequest
 from tether.physical.provider import (
@@ -31,6 +37,7 @@ from tether.physical.provider import (
     OperationDir,
     crash_point,
 )
+from tether.runtime import ArtifactStore
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -74,8 +81,18 @@ def run_attempt(op: OperationDir, attempt: int, job: dict[str, Any], emit: Emit)
     run = run_episodes(request, progress, progress_every=every)
     run.summary["operation_id"] = job["operation_id"]
     run.summary["attempt"] = attempt
-    write_durable(op.result, encode_result(run))
+    # The provider names its store in the job; without one, its default (<root>/artifacts).
+    default = op.path.parent.parent / "artifacts"
+    store = ArtifactStore(job.get("artifacts", default), **_bound(job))
+    ref = store.put_bytes(encode_result(run), RESULT_MEDIA_TYPE)  # durable before published
+    crash_point("sim.artifact_durable", attempt)
+    pointer = {"ref": ref.ref, "digest": ref.digest, "media_type": ref.media_type, "size": ref.size}
+    write_durable(op.result, json.dumps(pointer, sort_keys=True).encode())
     return EXIT_OK
+
+
+def _bound(job: dict[str, Any]) -> dict[str, int]:
+    return {"inline_bound": int(job["inline_bound"])} if "inline_bound" in job else {}
 
 
 def main(argv: list[str]) -> int:

@@ -14,14 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from tether.activities import Evidence, ResultRef, RetryGuard
-from tether.physical._episode import RESULT_MEDIA_TYPE, read_summary
-from tether.physical.family import KIND, OBSERVATION, observation_write, pending, plan_with
+from tether.physical._episode import read_summary
+from tether.physical.family import (
+    INTENT,
+    KIND,
+    OBSERVATION,
+    observation_write,
+    pending,
+    plan_with,
+)
 from tether.physical.provider import ProvenAbsent, ResultFound, SimProvider
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,
     ConfirmedAbsent,
     Family,
+    Host,
     LeaseLost,
     Observation,
     ReconcileOutcome,
@@ -69,14 +77,18 @@ class SimEpisodeAdapter:
                 }
             )
 
-        outcome = self.provider.execute(ctx.operation_id, ctx.attempt, request, progress=progress)
-        return ctx.artifacts.put_bytes(outcome.data, RESULT_MEDIA_TYPE)
+        # The episode process wrote the result file into the runtime's own artifact store: the
+        # reference is handed on as is (made durable once; the worker re-checks it).
+        outcome = self.provider.execute(
+            ctx.operation_id, ctx.attempt, request, artifacts=ctx.artifacts, progress=progress
+        )
+        return outcome.result
 
     def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> ReconcileOutcome:
         """Conclude Recovered, ConfirmedAbsent or Unknown from the provider's files alone."""
-        fact = self.provider.reconcile(ctx.operation_id, ctx.attempt)
+        fact = self.provider.reconcile(ctx.operation_id, ctx.attempt, artifacts=ctx.artifacts)
         if isinstance(fact, ResultFound):
-            return Recovered(ctx.artifacts.put_bytes(fact.outcome.data, RESULT_MEDIA_TYPE))
+            return Recovered(fact.outcome.result)
         if isinstance(fact, ProvenAbsent):
             failed = len(fact.proof["children_gone"])
             if failed >= MAX_FAILED_STARTS:
@@ -122,3 +134,13 @@ def sim_family(adapter: SimEpisodeAdapter) -> Family:
         stage=stage,
         processors=(planner,),
     )
+
+
+def kick_planner(host: Host, world_id: str) -> None:
+    """Commit an empty tick if no reach intent exists yet: the planner then commits the first.
+
+    Processors run in every tick on the pre-tick state, so the tick that commits the mission
+    cannot plan from it; the next tick does (also after a crash between the two).
+    """
+    if not any(True for _ in host.snapshot(world_id).with_component(INTENT)):
+        host.commit_tick(world_id)

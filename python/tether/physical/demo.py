@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.agui import message_id as message_id  # re-exported: callers name it here
-from tether.physical.adapter import SimEpisodeAdapter, sim_family
+from tether.physical.adapter import SimEpisodeAdapter, kick_planner, sim_family
 from tether.physical.console import ProgressBoard, SummaryRow, summary_table
 from tether.physical.errors import InvalidEpisodeRequest
 from tether.physical.family import (
@@ -33,7 +33,6 @@ from tether.physical.family import (
     MISSION_ENTITY,
     OBSERVATION,
     Mission,
-    intent_write,
     mission_done,
 )
 from tether.runtime import Host, ProgressEvent
@@ -99,6 +98,9 @@ class _Run:
     started: float
     live: LiveActivities
     adapter: SimEpisodeAdapter
+    #: Attempt numbers held by a previous (killed) run when this one opened: shown as
+    #: interrupted until their lease runs out and a new attempt reconciles them.
+    interrupted: dict[str, int]
 
 
 def _keys(snapshot: WorldSnapshot) -> list[ActivityKey]:
@@ -171,10 +173,11 @@ def _open(
         progress_listener=on_progress,
     )
     settled: set[str] = set()
+    interrupted: dict[str, int] = {}
     if WORLD not in host.ledger.worlds():
         host.create_world(WORLD)
-        first = intent_write(component, 0, mission.first_target)
-        host.commit_tick(WORLD, [ComponentWrite(MISSION_ENTITY, MISSION, component), first])
+        # Only the mission: the planner processor commits every reach intent, the first too.
+        host.commit_tick(WORLD, [ComponentWrite(MISSION_ENTITY, MISSION, component)])
         print(f"data directory {data_dir}: new mission of {mission.targets} reaches", file=out)
     else:
         snap = host.snapshot(WORLD)
@@ -186,16 +189,20 @@ def _open(
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        settled = {
-            k.activity_id
-            for k in _keys(snap)
-            if (rec := host.get(k)) is not None and rec.settlement is not None
+        records = {k.activity_id: host.get(k) for k in _keys(snap)}
+        settled = {a for a, rec in records.items() if rec is not None and rec.settlement}
+        interrupted = {
+            a: rec.attempt.number
+            for a, rec in records.items()
+            if rec is not None and rec.settlement is None and rec.attempt is not None
         }
         print(
-            f"data directory {data_dir}: resuming ({len(settled)} activities already settled)",
+            f"data directory {data_dir}: resuming ({len(settled)} "
+            f"{'activity' if len(settled) == 1 else 'activities'} already settled)",
             file=out,
         )
-    return _Run(host, out, board, settled, time.monotonic(), live, adapter), mission
+    run = _Run(host, out, board, settled, time.monotonic(), live, adapter, interrupted)
+    return run, mission
 
 
 def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
@@ -210,14 +217,18 @@ def _watch(run: _Run) -> int:
         snap = run.host.snapshot(WORLD)
         records = {k: run.host.get(k) for k in _keys(snap)}
         for key, rec in records.items():
+            if rec is None:  # not admitted yet: no durable Activity to show
+                continue
             state = _state(rec)
+            if rec.attempt and run.interrupted.get(key.activity_id) == rec.attempt.number:
+                state = "interrupted" if state in ("running", "reconciling") else state
             if shown.get(key.activity_id) != state:
                 shown[key.activity_id] = state
-                attempt = rec.attempt.number if rec and rec.attempt else None
+                attempt = rec.attempt.number if rec.attempt else None
                 changes: dict[str, Any] = {"state": state}
                 if attempt is not None:
                     changes["attempt"] = attempt
-                if state == "settled" and rec is not None:
+                if state == "settled":
                     final = final_content(key, rec, snap)
                     changes |= {"done": final["steps"], "total": final["total"]}
                     changes |= {"error": final["error"], "attempt": rec.attempt_count}
@@ -305,6 +316,7 @@ def main(argv: list[str]) -> int:
             server.wait_for_subscribers(args.wait_subscribers, timeout=60)
         try:
             run.host.start()
+            kick_planner(run.host, WORLD)
             code = _watch(run)
             if code == EXIT_OK:
                 print(_summary(run), file=out)

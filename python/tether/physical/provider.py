@@ -11,12 +11,19 @@ Every provider operation id owns one directory under the provider root:
                           if absent, naming the child (pid, /proc start time, boot id, host)
     attempt-<n>.fenced    tombstone: a later attempt fenced attempt n off; a child that finds it
                           after creating its marker exits without running
-    result.zip            the complete result (arrays + summary), published by rename only after
-                          it was fsynced; a crashed child leaves at most a dot-temp file
+    result.json           the published result: a reference (ref, digest, media type, size) to
+                          the complete result file (arrays + summary) in the artifact store; the
+                          child makes the file durable there first, then writes this pointer by
+                          fsync + rename, so a crashed child leaves at most an unreferenced
+                          artifact or a dot-temp file, never a partial result
     guard-<n>.json        the retry guard: proof that every earlier attempt's child is gone
     evidence-<n>.json     why attempt n's reconciliation could not decide (Unknown)
 
-Rules (seeded simulation, seed section 4): the first complete `result.zip` is reused and never
+The result file is made durable once: the episode process writes it straight into the
+content-addressed artifact store the runtime records results from (the `artifacts` argument,
+the Host's store), and the adapter hands that reference on without copying the bytes.
+
+Rules (seeded simulation, seed section 4): the first published result is reused and never
 recomputed; a start marker without a result is Unknown while its child may still run; once
 every earlier attempt is fenced and its recorded child is provably gone, the absence is confirmed
 and the guard file is the proof that lets exactly one fresh attempt start (its own marker is
@@ -43,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tether.activities import ResultRef
 from tether.physical._durable import create_exclusive, write_durable
 from tether.physical._episode import (
     EpisodeRequest,
@@ -61,6 +69,7 @@ from tether.physical.errors import (
     SimError,
     StaleAttemptAlive,
 )
+from tether.runtime import ArtifactError, ArtifactStore
 
 # Child exit codes (the child is `python -m tether.physical._child`).
 EXIT_OK = 0
@@ -75,6 +84,7 @@ _EXIT_ERRORS: dict[int, type[SimError]] = {
 }
 #: Environment variable naming a crash point at which this process SIGKILLs itself (tests only).
 CRASH_ENV = "TETHER_SIM_CRASH_AT"
+_RUNTIME_CRASH_ENV = ("TETHER_CRASH_AT", "TETHER_CRASH_RANDOM")
 _ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.start$")
 
 
@@ -116,8 +126,8 @@ class OperationDir:
 
     @property
     def result(self) -> Path:
-        """The published result file."""
-        return self.path / "result.zip"
+        """The published result: a pointer to the result file in the artifact store."""
+        return self.path / "result.json"
 
     def guard(self, attempt: int) -> Path:
         """Retry-guard proof written by `attempt`'s reconciliation."""
@@ -150,20 +160,29 @@ class OperationDir:
 
 @dataclass(frozen=True)
 class EpisodeOutcome:
-    """A complete result file of an operation (fresh, or reused and verified on reading).
+    """The published result of an operation (fresh, or reused and verified on reading).
 
-    The digest and the decoded arrays are computed on first use: a fresh result travels on as
-    bytes (the artifact store hashes them anyway) without another pass over the arrays.
+    `result` is the durable artifact reference; the bytes are read from `store` on first use,
+    so a fresh result travels on as a reference without another pass over the file.
     """
 
     path: Path
-    data: bytes = field(repr=False)
+    result: ResultRef
     reused: bool
+    store: ArtifactStore = field(repr=False, compare=False)
 
-    @functools.cached_property
+    @property
     def digest(self) -> str:
         """`sha256:` digest of the result file."""
-        return _sha256(self.data)
+        return self.result.digest
+
+    @functools.cached_property
+    def data(self) -> bytes:
+        """The result file, checked against its digest and size."""
+        try:
+            return self.store.get(self.result)
+        except ArtifactError as exc:
+            raise ResultCorrupt(f"published result {self.path} is not readable: {exc}") from exc
 
     @functools.cached_property
     def run(self) -> EpisodeRun:
@@ -207,9 +226,12 @@ ReconcileFact = ResultFound | ProvenAbsent | StillUnknown
 class SimProvider:
     """Runs and reconciles seeded simulation operations under one root directory."""
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, *, artifacts: ArtifactStore | None = None) -> None:
         self.root = Path(root)
         (self.root / "ops").mkdir(parents=True, exist_ok=True)
+        #: Where results are written unless a call names another store (the adapter passes the
+        #: Host's, so the runtime records the very file the episode process made durable).
+        self.artifacts = artifacts or ArtifactStore(self.root / "artifacts")
         self._host_lock = threading.Lock()
         self._host: _EpisodeHost | None = None
 
@@ -233,15 +255,34 @@ class SimProvider:
                 )
         return op
 
-    def find_result(self, operation_id: str) -> EpisodeOutcome | None:
-        """The complete result of `operation_id`, verified, or None if none was published."""
-        op = self.operation_dir(operation_id)
+    def _published(
+        self, op: OperationDir, store: ArtifactStore | None, *, reused: bool
+    ) -> EpisodeOutcome | None:
         try:
-            data = op.result.read_bytes()
+            raw = json.loads(op.result.read_bytes())
+            ref = ResultRef(
+                ref=str(raw["ref"]),
+                digest=str(raw["digest"]),
+                media_type=str(raw["media_type"]),
+                size=int(raw["size"]),
+            )
         except FileNotFoundError:
             return None
-        outcome = EpisodeOutcome(path=op.result, data=data, reused=True)
-        outcome.run  # noqa: B018 - verify a result at rest before anyone reuses it
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ResultCorrupt(f"result pointer {op.result} is unreadable") from exc
+        return EpisodeOutcome(op.result, ref, reused, store or self.artifacts)
+
+    def find_result(
+        self, operation_id: str, *, artifacts: ArtifactStore | None = None
+    ) -> EpisodeOutcome | None:
+        """The published result of `operation_id`, verified, or None if none was published.
+
+        Raises `ResultCorrupt` if a result was published but its file is missing from
+        `artifacts` or does not verify: a lost result is never mistaken for an absent one.
+        """
+        outcome = self._published(self.operation_dir(operation_id), artifacts, reused=True)
+        if outcome is not None:
+            outcome.run  # noqa: B018 - verify a result at rest before anyone reuses it
         return outcome
 
     def _fence_earlier(self, op: OperationDir, attempt: int, by: str) -> list[dict[str, Any]]:
@@ -261,21 +302,24 @@ class SimProvider:
             )
         return observations
 
-    def reconcile(self, operation_id: str, attempt: int) -> ReconcileFact:
+    def reconcile(
+        self, operation_id: str, attempt: int, *, artifacts: ArtifactStore | None = None
+    ) -> ReconcileFact:
         """Decide, from files and /proc only, what happened to earlier attempts of the operation.
 
         Args:
             operation_id: the stable provider operation id bound before any attempt ran.
             attempt: the reconciling attempt number; every lower attempt is fenced off.
+            artifacts: the store results are published in (default: the provider's own).
         """
         _check_attempt(attempt)
-        found = self.find_result(operation_id)
+        found = self.find_result(operation_id, artifacts=artifacts)
         if found is not None:
             return ResultFound(found)
         op = self.operation_dir(operation_id)
         observations = self._fence_earlier(op, attempt, "reconcile")
         # A child may have published between the first look and the fence: look again.
-        found = self.find_result(operation_id)
+        found = self.find_result(operation_id, artifacts=artifacts)
         if found is not None:
             return ResultFound(found)
         undecided = [o for o in observations if o["alive"] is not False]
@@ -305,10 +349,14 @@ class SimProvider:
         attempt: int,
         request: Mapping[str, Any] | EpisodeRequest,
         *,
+        artifacts: ArtifactStore | None = None,
         progress: ProgressFn | None = None,
         on_start: Callable[[ProcessIdentity], None] | None = None,
     ) -> EpisodeOutcome:
         """Run the operation's episodes in a child process, or reuse its published result.
+
+        The child writes the result file into `artifacts` (default: the provider's own store)
+        and publishes its reference; the returned outcome carries that reference.
 
         The child dies with the calling thread (PR_SET_PDEATHSIG), so call this from a thread
         that outlives the episode. If `progress` or `on_start` raises (say, the lease was lost),
@@ -319,19 +367,21 @@ class SimProvider:
         _check_attempt(attempt)
         req = request if isinstance(request, EpisodeRequest) else EpisodeRequest.from_dict(request)
         op = self._bind(operation_id, req)
-        found = self.find_result(operation_id)
+        found = self.find_result(operation_id, artifacts=artifacts)
         if found is not None:
             return found
         observations = self._fence_earlier(op, attempt, "execute")
-        found = self.find_result(operation_id)
+        found = self.find_result(operation_id, artifacts=artifacts)
         if found is not None:
             return found
         alive = [o for o in observations if o["alive"] is not False]
         if alive:
             raise StaleAttemptAlive("; ".join(o["observed"] for o in alive))
-        self._run_child(op, operation_id, attempt, req, progress, on_start)
-        data = op.result.read_bytes()
-        outcome = EpisodeOutcome(path=op.result, data=data, reused=False)
+        store = artifacts or self.artifacts
+        self._run_child(op, operation_id, attempt, req, store, progress, on_start)
+        outcome = self._published(op, store, reused=False)
+        if outcome is None:  # pragma: no cover - _run_child returns only once it is published
+            raise EpisodeFailed(f"attempt {attempt} of {operation_id!r} published no result")
         crash_point("sim.result_durable", attempt)
         return outcome
 
@@ -341,6 +391,7 @@ class SimProvider:
         operation_id: str,
         attempt: int,
         req: EpisodeRequest,
+        store: ArtifactStore,
         progress: ProgressFn | None,
         on_start: Callable[[ProcessIdentity], None] | None,
     ) -> None:
@@ -349,6 +400,8 @@ class SimProvider:
             "attempt": attempt,
             "operation_id": operation_id,
             "request": req.to_dict(),
+            "artifacts": str(store.root),
+            "inline_bound": store.inline_bound,
         }
         code: int | None = None
         forked: ProcessIdentity | None = None
@@ -434,7 +487,10 @@ class _EpisodeHost:
 
     def _spawn(self) -> tuple[subprocess.Popen[bytes], socket.socket]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {**os.environ, "MUJOCO_GL": "disable", "OPENBLAS_NUM_THREADS": "1"}
+        # The runtime's crash points belong to the worker process: episode processes (which
+        # write results into the artifact store too) have their own, under CRASH_ENV.
+        env = {k: v for k, v in os.environ.items() if k not in _RUNTIME_CRASH_ENV}
+        env |= {"MUJOCO_GL": "disable", "OPENBLAS_NUM_THREADS": "1"}
         argv = [sys.executable, "-m", "tether.physical._host", str(os.getpid())]
         argv.append(str(theirs.fileno()))
         try:
