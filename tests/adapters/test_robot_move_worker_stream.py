@@ -33,7 +33,8 @@ VALIDATOR = Path(sys.executable).with_name("ag-ui-validate")
 
 @pytest.fixture
 def emulator() -> Iterator[DynamixelEmulator]:
-    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
+    # Slow enough (about a second per move) that the read-back sees the arm in motion.
+    with DynamixelEmulator([1, 2], speed_scale=2.0) as emu:
         yield emu
 
 
