@@ -76,18 +76,19 @@ def final_content(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot) ->
     observation = snap.get(key.activity_id, OBSERVATION)
     if observation is None or rec.result is None or rec.settlement is None:
         raise ValueError(f"{key.activity_id} is not settled with an observation")
-    s = observation["summary"]
+    s = observation["summary"]  # an abandoned reach's summary has no episode facts
+    intent = snap.get(key.activity_id, INTENT) or {}
     return {
         "activity": key.activity_id,
         "world": key.world_id,
-        "state": "settled",
+        "state": "failed" if s.get("failed") else "settled",
         "attempts": rec.attempt_count,
-        "steps": s["steps"],
-        "total": s["steps"],
-        "error": s["final_error"],
+        "steps": s.get("steps", 0),
+        "total": s.get("steps", 0),
+        "error": s.get("final_error"),
         "success": s["success"],
-        "target": s["target"],
-        "final_tip": s["final_tip"],
+        "target": s.get("target", intent.get("request", {}).get("target")),
+        "final_tip": s.get("final_tip"),
         "result_digest": rec.result.digest,
         "result_attempt": s.get("attempt"),
         "source_tick": rec.source.tick,
@@ -106,6 +107,7 @@ class _Live:
         self._lock = threading.Lock()
         self._pubs: dict[ActivityKey, ActivityPublisher] = {}
         self._content: dict[ActivityKey, dict[str, Any]] = {}
+        self._final: set[ActivityKey] = set()
 
     def _publisher(self, key: ActivityKey) -> ActivityPublisher:
         pub = self._pubs.get(key)
@@ -119,7 +121,7 @@ class _Live:
             content = self._content.setdefault(
                 key, {"activity": key.activity_id, "world": key.world_id}
             )
-            if content.get("state") == "settled":
+            if key in self._final:
                 return
             content.update(changes)
             event = self._publisher(key).update(content)
@@ -129,6 +131,7 @@ class _Live:
     def settle(self, key: ActivityKey, content: dict[str, Any]) -> None:
         """Publish the final content of a settled activity as a snapshot."""
         with self._lock:
+            self._final.add(key)
             self._content[key] = dict(content)
             pub = self._publisher(key)
             pub.update(content)  # the snapshot below carries it, replacing any content
@@ -174,6 +177,8 @@ def _parked(rec: ActivityRecord | None) -> bool:
 def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, before: set[str]) -> str:
     if key.activity_id in before:
         return "settled before restart"
+    if rec.result is not None and rec.result.failed:
+        return "abandoned by an operator"
     observation = snap.get(key.activity_id, OBSERVATION)
     produced = observation["summary"].get("attempt") if observation else None
     recorded = rec.recorded_result.attempt if rec.recorded_result else None
