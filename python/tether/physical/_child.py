@@ -6,8 +6,8 @@
 die-with-parent is armed first and the parent is checked after arming it (it may have died in
 between), then the start marker is created if absent, then the fence tombstone is checked, and
 only then does any episode run. The result file is made durable in the artifact store, and only
-then is its reference published (fsync + rename of `result.json`), so a kill at any moment leaves
-either no result or the complete one.
+then is its reference published (`result.json`, durable and create-if-absent), so a kill at any
+moment leaves either no result or the complete one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tether.physical._durable import create_exclusive, write_durable
+from tether.physical._durable import create_exclusive
 from tether.physical._episode import (
     RESULT_MEDIA_TYPE,
     EpisodeRequest,
@@ -87,7 +87,8 @@ def run_attempt(op: OperationDir, attempt: int, job: dict[str, Any], emit: Emit)
     ref = store.put_bytes(encode_result(run), RESULT_MEDIA_TYPE)  # durable before published
     crash_point("sim.artifact_durable", attempt)
     pointer = {"ref": ref.ref, "digest": ref.digest, "media_type": ref.media_type, "size": ref.size}
-    write_durable(op.result, json.dumps(pointer, sort_keys=True).encode())
+    # Create-if-absent: the first published result stays the result, whatever came later.
+    create_exclusive(op.result, json.dumps(pointer, sort_keys=True).encode())
     return EXIT_OK
 
 

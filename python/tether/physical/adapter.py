@@ -19,6 +19,7 @@ from tether.physical.family import (
     INTENT,
     KIND,
     OBSERVATION,
+    failed_summary,
     observation_write,
     pending,
     plan_with,
@@ -111,8 +112,15 @@ def project(snapshot: WorldSnapshot) -> list[ActivityRequest]:
 
 
 def stage(staged: StagedResult) -> list[ComponentWrite]:
-    """Staging: the reach's observation is the result summary (verified against its arrays)."""
-    summary = read_summary(staged.payload)  # the runtime checked the payload's digest
+    """Staging: the reach's observation is the result summary (the runtime checked the digest).
+
+    A failed result (an operator abandoned the reach) has no episodes: its observation is a
+    failure summary, so the world still observes it and the planner moves on.
+    """
+    if staged.result.failed:
+        summary = failed_summary(staged.result.media_type)
+    else:
+        summary = read_summary(staged.payload)
     return [observation_write(staged.key.activity_id, staged.result.digest, summary)]
 
 

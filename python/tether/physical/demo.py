@@ -70,18 +70,19 @@ def final_content(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot) ->
     observation = snap.get(key.activity_id, OBSERVATION)
     if observation is None or rec.result is None or rec.settlement is None:
         raise ValueError(f"{key.activity_id} is not settled with an observation")
-    s = observation["summary"]
+    s = observation["summary"]  # an abandoned reach's summary has no episode facts
+    intent = snap.get(key.activity_id, INTENT) or {}
     return {
         "activity": key.activity_id,
         "world": key.world_id,
-        "state": "settled",
+        "state": "failed" if s.get("failed") else "settled",
         "attempts": rec.attempt_count,
-        "steps": s["steps"],
-        "total": s["steps"],
-        "error": s["final_error"],
+        "steps": s.get("steps", 0),
+        "total": s.get("steps", 0),
+        "error": s.get("final_error"),
         "success": s["success"],
-        "target": s["target"],
-        "final_tip": s["final_tip"],
+        "target": s.get("target", intent.get("request", {}).get("target")),
+        "final_tip": s.get("final_tip"),
         "result_digest": rec.result.digest,
         "result_attempt": s.get("attempt"),
         "source_tick": rec.source.tick,
@@ -128,6 +129,8 @@ def _parked(rec: ActivityRecord | None) -> bool:
 def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, before: set[str]) -> str:
     if key.activity_id in before:
         return "settled before restart"
+    if rec.result is not None and rec.result.failed:
+        return "abandoned by an operator"
     observation = snap.get(key.activity_id, OBSERVATION)
     produced = observation["summary"].get("attempt") if observation else None
     recorded = rec.recorded_result.attempt if rec.recorded_result else None

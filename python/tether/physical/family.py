@@ -7,6 +7,7 @@ Components (entity -> component):
     mission  physical_ai.mission           the mission: how many targets, episodes, steps, seed
     reach-N  physical_ai.sim_episode.intent       the Nth reach: index and the episode request
     reach-N  physical_ai.sim_episode.observation  the factual result: summary, result ref, evidence
+                                                  (a failure summary if an operator abandoned it)
     mission  physical_ai.mission.done      written once every target was observed
 
 Rules: the planner commits reach N+1 in the tick that commits reach N's observation, choosing
@@ -131,7 +132,9 @@ def plan_with(snapshot: WorldSnapshot, fresh: Mapping[str, Any]) -> list[Compone
         return []
     index = int(last["index"]) + 1
     if index < int(mission["targets"]):
-        target = next_target(latest["summary"]["final_tip"], index)
+        # An abandoned reach has no final tip: the next target turns on from where it aimed.
+        tip = latest["summary"].get("final_tip") or last["request"]["target"]
+        target = next_target(tip, index)
         return [intent_write(mission, index, target)]
     observations = [observation(e) for e, _ in intents]
     if any(o is None for o in observations):
@@ -152,6 +155,11 @@ def pending(snapshot: WorldSnapshot) -> list[tuple[str, dict[str, Any]]]:
         for entity, intent in snapshot.with_component(INTENT)
         if snapshot.get(entity, OBSERVATION) is None
     ]
+
+
+def failed_summary(reason: str) -> dict[str, Any]:
+    """The summary observed for a reach that ended without episodes (an operator abandoned it)."""
+    return {"failed": True, "success": False, "reason": reason}
 
 
 def observation_write(

@@ -13,9 +13,10 @@ Every provider operation id owns one directory under the provider root:
                           after creating its marker exits without running
     result.json           the published result: a reference (ref, digest, media type, size) to
                           the complete result file (arrays + summary) in the artifact store; the
-                          child makes the file durable there first, then writes this pointer by
-                          fsync + rename, so a crashed child leaves at most an unreferenced
-                          artifact or a dot-temp file, never a partial result
+                          child makes the file durable there first, then creates this pointer
+                          (synced, create-if-absent: the first published result is never
+                          replaced), so a crashed child leaves at most an unreferenced artifact
+                          or a dot-temp file, never a partial result
     guard-<n>.json        the retry guard: proof that every earlier attempt's child is gone
     evidence-<n>.json     why attempt n's reconciliation could not decide (Unknown)
 
