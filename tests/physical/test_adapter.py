@@ -6,9 +6,9 @@ import json
 import os
 from pathlib import Path
 
-from tether.activities import ActivityKey, Decision, operation_id_for
+from tether.activities import ActivityKey, Decision, ResultRef, operation_id_for
 from tether.physical import ProcessIdentity
-from tether.physical.adapter import SimEpisodeAdapter, kick_planner, sim_family
+from tether.physical.adapter import SimEpisodeAdapter, kick_planner, sim_family, stage
 from tether.physical.demo import final_content
 from tether.physical.family import (
     INTENT,
@@ -19,7 +19,7 @@ from tether.physical.family import (
     Mission,
     next_target,
 )
-from tether.runtime import Host
+from tether.runtime import Host, StagedResult
 from tether.world import ComponentWrite
 
 
@@ -89,3 +89,13 @@ def test_an_abandoned_reach_is_observed_as_failed_and_the_planner_moves_on(
         assert tuple(nxt["request"]["target"]) == next_target(list(mission.first_target), 1)
         assert receipt.tick == host.head("w").tick
     adapter.close()
+
+
+def test_a_recorded_result_that_is_no_episode_file_is_observed_as_failed() -> None:
+    key = ActivityKey("w", KIND, "reach-0000")
+    result = ResultRef("inline:bm90IGEgemlw", "sha256:x", "application/json", 9)
+    [write] = stage(StagedResult(key, result, b"not a zip"))
+    assert write.entity == "reach-0000" and write.component == OBSERVATION
+    assert write.value["summary"]["failed"] is True
+    assert write.value["summary"]["reason"].startswith("unreadable result")
+    assert write.value["result_digest"] == "sha256:x"

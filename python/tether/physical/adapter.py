@@ -15,6 +15,7 @@ from typing import Any
 
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.physical._episode import read_summary
+from tether.physical.errors import ResultCorrupt
 from tether.physical.family import (
     INTENT,
     KIND,
@@ -115,12 +116,17 @@ def stage(staged: StagedResult) -> list[ComponentWrite]:
     """Staging: the reach's observation is the result summary (the runtime checked the digest).
 
     A failed result (an operator abandoned the reach) has no episodes: its observation is a
-    failure summary, so the world still observes it and the planner moves on.
+    failure summary, so the world still observes it and the planner moves on. So is a recorded
+    result that is not a readable episode file (say, an operator recovered it with another
+    file): the fact observed is that it failed, and why; raising would stall every observation.
     """
     if staged.result.failed:
         summary = failed_summary(staged.result.media_type)
     else:
-        summary = read_summary(staged.payload)
+        try:
+            summary = read_summary(staged.payload)
+        except ResultCorrupt as exc:
+            summary = failed_summary(f"unreadable result: {exc}")
     return [observation_write(staged.key.activity_id, staged.result.digest, summary)]
 
 
