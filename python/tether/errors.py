@@ -4,8 +4,6 @@ from tether._core import TetherError
 
 # --- patch ---
 # isort: split
-# `__all__` is only assigned at the end of this file, so this section re-exports explicitly
-# (`X as X`) instead of extending it; the names are importable from `tether.errors` either way.
 from tether._core import InvalidDocument as InvalidDocument
 from tether._core import InvalidPatch as InvalidPatch
 from tether._core import PatchDoesNotApply as PatchDoesNotApply
@@ -13,8 +11,6 @@ from tether._core import PatchError as PatchError
 
 # --- agui ---
 # isort: split
-# `__all__` is only assigned at the end of this file, so this section re-exports explicitly
-# (`X as X`) instead of extending it; the names are importable from `tether.errors` either way.
 from tether._core import AguiAttributionError as AguiAttributionError
 from tether._core import AguiDecodeError as AguiDecodeError
 from tether._core import AguiError as AguiError
@@ -84,8 +80,6 @@ from tether.runtime._errors import (
 
 # --- codec ---
 # isort: split
-# `__all__` is only assigned at the end of this file, so this section re-exports explicitly
-# (`X as X`) instead of extending it; the names are importable from `tether.errors` either way.
 from tether._core import DxlDeviceError as DxlDeviceError
 from tether._core import DxlError as DxlError
 from tether._core import DxlFrameError as DxlFrameError
@@ -98,4 +92,6 @@ from tether._core import DxlWriteUnconfirmed as DxlWriteUnconfirmed
 from tether._core import HostConfigError as HostConfigError
 from tether._core import OperatorRejection as OperatorRejection
 
-__all__ = ["TetherError"]  # each section above extends this list: __all__ += [...]
+# Sections re-export with `X as X` (which mypy and readers treat as public); `__all__` names the
+# root only, and a test checks every TetherError subclass in `tether._core` is importable here.
+__all__ = ["TetherError"]

@@ -5,8 +5,11 @@ from __future__ import annotations
 from tether.activities import (
     ActivityKey,
     Admission,
+    Catalog,
+    Claim,
     Receipt,
     ResultRef,
+    operation_id_for,
     settlement_evidence_digest,
 )
 
@@ -44,3 +47,24 @@ def result(name: str = "r1") -> ResultRef:
 
 def evidence_for(k: ActivityKey, res: ResultRef) -> str:
     return settlement_evidence_digest(k, res)
+
+
+def bound_claim(
+    catalog: Catalog, k: ActivityKey, *, owner: str = "w", lease_ms: int = 10_000
+) -> Claim:
+    """Admit ``k``, claim it to execute and bind its provider operation: the usual worker path."""
+    catalog.admit(admission(k))
+    c = catalog.claim(owner, lease_ms, kinds=[k.kind], world_id=k.world_id)
+    assert c is not None and c.key == k and c.attempt.may_execute
+    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    return c
+
+
+def reconciling(catalog: Catalog, clock: ManualClock, k: ActivityKey) -> tuple[Claim, Claim]:
+    """``k``'s bound execute attempt expired and a reconcile-only attempt replaced it: returns
+    (the expired attempt's claim, the reconcile claim)."""
+    first = bound_claim(catalog, k, owner="w-old", lease_ms=1_000)
+    clock.advance(1_000)
+    c = catalog.claim("w-rec", 1_000, kinds=[k.kind], world_id=k.world_id)
+    assert c is not None and c.key == k and not c.attempt.may_execute
+    return first, c

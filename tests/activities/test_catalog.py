@@ -27,7 +27,7 @@ from tether.errors import (
     UnknownActivity,
 )
 
-from tests.activities.support import ManualClock, admission, key, result
+from tests.activities.support import ManualClock, admission, bound_claim, key, result
 
 
 def test_admission_replay_is_a_no_op_and_a_different_replay_conflicts(catalog: Catalog) -> None:
@@ -112,10 +112,7 @@ def test_renew_after_expiry_is_refused(catalog: Catalog, clock: ManualClock) -> 
 
 def test_bound_and_reconcile_attempts_cannot_release(catalog: Catalog, clock: ManualClock) -> None:
     k = key()
-    catalog.admit(admission(k))
-    c = catalog.claim("w", 1_000)
-    assert c is not None
-    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    c = bound_claim(catalog, k, lease_ms=1_000)
     with pytest.raises(OperationBound):
         catalog.release(k, c.fence)
     clock.advance(1_000)
@@ -175,10 +172,7 @@ def test_claim_filters_by_kind_and_world_and_takes_the_earliest(
 
 def test_reconcile_outcomes_need_the_live_fence(catalog: Catalog, clock: ManualClock) -> None:
     k = key()
-    catalog.admit(admission(k))
-    c = catalog.claim("w", 1_000)
-    assert c is not None
-    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    c = bound_claim(catalog, k, lease_ms=1_000)
     clock.advance(1_000)
     r = catalog.claim("w2", 1_000)
     assert r is not None

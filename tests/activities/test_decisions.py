@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tether.activities import Catalog, Claim, Decision, Evidence, RetryGuard, operation_id_for
+from tether.activities import Catalog, Claim, Decision, Evidence, RetryGuard
 from tether.errors import (
     AwaitingDecision,
     InvalidDecision,
@@ -13,20 +13,20 @@ from tether.errors import (
     StaleFence,
 )
 
-from tests.activities.support import ManualClock, admission, evidence_for, key, receipt, result
+from tests.activities.support import (
+    ManualClock,
+    admission,
+    evidence_for,
+    key,
+    receipt,
+    reconciling,
+    result,
+)
 
 
 def _reconciling(catalog: Catalog, clock: ManualClock) -> Claim:
     """An activity whose bound execute attempt expired, now under a reconcile-only attempt."""
-    k = key()
-    catalog.admit(admission(k))
-    first = catalog.claim("w-old", 1_000)
-    assert first is not None
-    catalog.bind_provider_operation(k, first.fence, operation_id_for(k))
-    clock.advance(1_000)
-    c = catalog.claim("w-rec", 1_000)
-    assert c is not None and not c.attempt.may_execute
-    return c
+    return reconciling(catalog, clock, key())[1]
 
 
 def _unknown(catalog: Catalog, clock: ManualClock, backoff: int = 5_000) -> Claim:

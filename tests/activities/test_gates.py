@@ -17,9 +17,11 @@ from tether.errors import (
 from tests.activities.support import (
     ManualClock,
     admission,
+    bound_claim,
     evidence_for,
     key,
     receipt,
+    reconciling,
     result,
 )
 
@@ -52,14 +54,7 @@ def test_equal_activity_ids_of_two_kinds_in_one_world_are_isolated(catalog: Cata
 
 
 def _expired_and_reclaimed(catalog: Catalog, clock: ManualClock) -> tuple[int, int]:
-    k = key()
-    catalog.admit(admission(k))
-    first = catalog.claim("w-old", 1_000)
-    assert first is not None
-    catalog.bind_provider_operation(k, first.fence, operation_id_for(k))
-    clock.advance(1_000)
-    second = catalog.claim("w-new", 1_000)
-    assert second is not None
+    first, second = reconciling(catalog, clock, key())
     return first.fence, second.fence
 
 
@@ -89,10 +84,7 @@ def test_stale_fence_cannot_record_a_result(catalog: Catalog, clock: ManualClock
 
 def test_expired_lease_cannot_record_a_result(catalog: Catalog, clock: ManualClock) -> None:
     k = key()
-    catalog.admit(admission(k))
-    c = catalog.claim("w", 1_000)
-    assert c is not None
-    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    c = bound_claim(catalog, k, lease_ms=1_000)
     clock.advance(1_000)
     with pytest.raises(LeaseExpired):
         catalog.record_result(k, c.fence, result())
@@ -156,29 +148,25 @@ def test_fresh_execution_only_after_confirmed_absence_with_guard(
 
 
 def test_exact_duplicate_result_is_a_no_op_and_a_different_result_conflicts(
-    catalog: Catalog,
+    catalog: Catalog, clock: ManualClock
 ) -> None:
     k = key()
-    catalog.admit(admission(k))
-    c = catalog.claim("w", 10_000)
-    assert c is not None
-    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    c = bound_claim(catalog, k)
     first = catalog.record_result(k, c.fence, result("r1"))
     again = catalog.record_result(k, c.fence, result("r1"))
     assert again == first
     with pytest.raises(ResultConflict):
         catalog.record_result(k, c.fence, result("r2"))
     assert catalog.get(k) == first
+    clock.advance(10**9)  # long after any lease: a recorded result is never claimed again
+    assert catalog.claim("late", 1_000) is None and list(catalog.iter_claimable()) == []
 
 
 def test_exact_duplicate_settlement_is_a_no_op_and_a_different_one_conflicts(
     catalog: Catalog,
 ) -> None:
     k = key()
-    catalog.admit(admission(k))
-    c = catalog.claim("w", 10_000)
-    assert c is not None
-    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    c = bound_claim(catalog, k)
     res = result()
     catalog.record_result(k, c.fence, res)
     settled = catalog.settle(k, receipt(7), evidence_for(k, res))
@@ -190,10 +178,7 @@ def test_exact_duplicate_settlement_is_a_no_op_and_a_different_one_conflicts(
 
 def test_settlement_needs_the_exact_later_receipt_and_matching_evidence(catalog: Catalog) -> None:
     k = key()
-    catalog.admit(admission(k, tick=3))
-    c = catalog.claim("w", 10_000)
-    assert c is not None
-    catalog.bind_provider_operation(k, c.fence, operation_id_for(k))
+    c = bound_claim(catalog, k)  # admitted at tick 3
     res = result()
     catalog.record_result(k, c.fence, res)
     good = evidence_for(k, res)
@@ -237,7 +222,7 @@ def test_scans_page_past_a_leased_prefix_of_10000(tmp_path: object, clock: Manua
         assert [r.key for r in cat.iter_claimable(page_size=7)] == [late]
         c = cat.claim("w", 1_000)
         assert c is not None and c.key == late
-        # Results pending observation: every one of 10,000 is found, page after page.
+        # Results pending observation: all 2,000 are found, page after page, in key order.
         for k in leased[:2_000]:
             rec = cat.get(k)
             assert rec is not None
@@ -246,3 +231,9 @@ def test_scans_page_past_a_leased_prefix_of_10000(tmp_path: object, clock: Manua
         pending = [r.key for r in cat.iter_pending_observation(page_size=33)]
         assert pending == leased[:2_000]
         assert [r.key for r in cat.iter_pending_observation(kinds=["other"])] == []
+        # A settled prefix of any length hides no unobserved result either.
+        for k in leased[:1_500]:
+            cat.settle(k, receipt(9), evidence_for(k, result(k.activity_id)))
+        pending = [r.key for r in cat.iter_pending_observation(world_id="w1", page_size=33)]
+        assert pending == leased[1_500:2_000]
+        assert cat.has_unsettled("w1")

@@ -120,6 +120,8 @@ class CatalogMachine(RuleBasedStateMachine):
         assert before is not None and before.claimable(self.clock.now_ms)
         assert claim.fence > self.max_fence.get(claim.key, 0), "fences strictly increase"
         assert before.attempt is None or before.attempt.lease_expires_ms <= self.clock.now_ms
+        if claim.attempt.may_execute:
+            assert not before.awaiting_decision, "execute attempt while a decision is awaited"
         if claim.attempt.may_execute and before.operation_id is not None:
             assert self.absences.get(claim.key, 0) == 1, "execute after bind without absence"
             self.absences[claim.key] = 0
@@ -133,6 +135,12 @@ class CatalogMachine(RuleBasedStateMachine):
         """The common worker path, so that reconciliation states are reached often."""
         self.claim(worker, lease, None)
         self.bind(worker)
+
+    @rule(worker=workers, lease=leases, backoff=st.integers(0, 2_000))
+    def claim_and_record_unknown(self, worker: str, lease: int, backoff: int) -> None:
+        """A claim whose reconciliation cannot tell, so operator decisions are reached often."""
+        self.claim(worker, lease, None)
+        self.record_unknown(worker, backoff)
 
     @rule(worker=workers, lease=leases)
     def renew(self, worker: str, lease: int) -> None:
@@ -188,6 +196,15 @@ class CatalogMachine(RuleBasedStateMachine):
         event(f"resolve {outcome}")
         self._observe(key, after)
 
+    @rule(outcome=st.sampled_from(["recovered", "absent", "abandon"]))
+    def resolve_awaiting(self, outcome: str) -> None:
+        """The operator decides on the current revision of an activity that awaits a decision."""
+        for key in KEYS:
+            rec = self._get(key)
+            if rec is not None and rec.awaiting_decision:
+                self.resolve(key, outcome, False)
+                return
+
     @rule(key=keys, good=st.booleans(), tick=st.integers(1, 6))
     def settle(self, key: ActivityKey, good: bool, tick: int) -> None:
         before = self._get(key)
@@ -205,6 +222,16 @@ class CatalogMachine(RuleBasedStateMachine):
             return
         event("settle accepted")
         self._observe(key, after)
+
+    @rule(tick=st.integers(1, 6))
+    def settle_recorded(self, tick: int) -> None:
+        """The family observes a recorded result (or, at a tick not later than the source
+        tick, tries to and is refused)."""
+        for key in KEYS:
+            rec = self._get(key)
+            if rec is not None and rec.result is not None and rec.settlement is None:
+                self.settle(key, True, tick)
+                return
 
     @invariant()
     def catalog_invariants(self) -> None:

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,3 +141,15 @@ def target_actions(journal: list[dict[str, Any]], goals: dict[int, int]) -> dict
             ):
                 counts[entry["id"]] += 1
     return counts
+
+
+def settled(snapshot: Callable[[], dict[str, Any]], seconds: float = 30.0) -> dict[str, Any]:
+    """A servo's control table once it reports Moving 0. A hold writes Goal = the Present it
+    read; the shaft may still be a fraction of a tick short at that instant."""
+    deadline = time.monotonic() + seconds
+    state = snapshot()
+    while state["moving"]:
+        assert time.monotonic() < deadline, f"servo never settled: {state}"
+        time.sleep(0.01)
+        state = snapshot()
+    return state

@@ -128,3 +128,39 @@ def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(HostConfigError) as info:
         load_config(tmp_path / "missing.toml")
     assert getattr(info.value, "code", None) == "unreadable"
+
+
+def test_radians_become_ticks_in_one_place() -> None:
+    # Only tables.py knows the ticks-per-radian factor; limits, absolute and relative plans
+    # all go through radians_to_tick_delta.
+    root = Path(tables.__file__).parents[2]
+    ours = [
+        *root.glob("adapters/dynamixel/*.py"),
+        *root.glob("emulators/*.py"),
+        *root.glob("operator/*.py"),
+        *root.glob("physical/robot_move*.py"),
+    ]
+    users = sorted(
+        str(p.relative_to(root))
+        for p in ours
+        if "TICKS_PER_REV" in p.read_text() or "math.pi" in p.read_text()
+    )
+    assert users == ["adapters/dynamixel/tables.py"]
+    assert tables.radians_to_ticks(math.pi / 2) == tables.CENTER_TICK + 1024
+    assert tables.radians_to_tick_delta(-math.pi / 2) == -1024
+
+
+def test_a_relative_plan_adds_the_delta_in_ticks_and_checks_limits() -> None:
+    from tether.adapters.dynamixel.move import plan_relative
+    from tether.physical.robot_move import KIND_RELATIVE, MoveRequest
+
+    arm = parse_config(GOOD).robot("arm")
+    elbow = arm.joint("elbow")
+    request = MoveRequest.from_dict(
+        {"kind": KIND_RELATIVE, "robot": "arm", "targets": {"elbow": math.pi / 8}}
+    )
+    start = tables.CENTER_TICK
+    assert plan_relative(arm, request, {elbow.id: start}) == {elbow.id: start + 256}
+    with pytest.raises(HostConfigError) as info:
+        plan_relative(arm, request, {elbow.id: elbow.max_ticks})
+    assert getattr(info.value, "code", None) == "limit_violation"

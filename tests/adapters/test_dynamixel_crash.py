@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from _dxl_setup import (
     emulator_process,
     outcome,
     run_worker,
+    settled,
     target_actions,
     write_config,
 )
@@ -215,6 +217,29 @@ def test_relative_move_in_doubt_goes_to_the_operator_and_is_never_reissued(tmp_p
         assert not any(e["instruction"] == "action" for e in emu.journal())
 
 
+@pytest.mark.parametrize(
+    ("delta", "conclusion"),
+    [
+        (0.2, "recovered"),  # the goal moved by the delta: the ACTION provably ran
+        (0.0, "unknown"),  # the goal reads the same whether it ran or not: the operator decides
+    ],
+)
+def test_a_relative_move_is_recovered_only_when_its_goal_proves_it_ran(
+    tmp_path: Path, delta: float, conclusion: str
+) -> None:
+    with emulator_process(tmp_path) as emu:
+        config = write_config(tmp_path, emu.path)
+        args = ("--relative",)
+        killed = run_worker(config, *args, crash_at="after_action", joints={"a": delta})
+        assert killed.returncode == KILLED
+        restarted = outcome(run_worker(config, *args, joints={"a": delta}))
+        assert restarted["conclusion"] == conclusion
+        if conclusion == "unknown":
+            assert restarted["reason"] == "relative_move_ambiguous"
+        actions = [e for e in emu.journal() if e["instruction"] == "action" and e["executed"]]
+        assert len(actions) == 1  # never re-sent
+
+
 def test_tether_stop_reaches_a_worker_that_owns_the_port_mid_move(tmp_path: Path) -> None:
     with emulator_process(tmp_path, speed_scale=0.3) as emu:
         config = write_config(tmp_path, emu.path)
@@ -252,6 +277,6 @@ def test_tether_stop_reaches_a_worker_that_owns_the_port_mid_move(tmp_path: Path
         final = json.loads(rest.strip().splitlines()[-1])
         assert final["status"] == "awaiting_decision"
         for dxl_id, goal in GOALS.items():
-            state = emu.request(op="snapshot", id=dxl_id)
+            state = settled(partial(emu.request, op="snapshot", id=dxl_id))
             assert state["goal_position"] == state["present_position"] != goal
         assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}

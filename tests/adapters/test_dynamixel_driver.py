@@ -153,6 +153,10 @@ def test_check_robot_reads_identity_and_status_level(
     with pytest.raises(DxlIdentityError) as info:
         check_robot(bus, arm)
     assert code(info) == "status_return_level"
+    emulator.servos[2].set(tables.STATUS_RETURN_LEVEL, 0)  # PING only: READ goes unanswered
+    with pytest.raises(DxlIdentityError) as info:
+        check_robot(bus, arm)
+    assert code(info) == "status_return_level"
 
 
 def test_one_process_owns_a_port(emulator: DynamixelEmulator, tmp_path: Path) -> None:

@@ -7,9 +7,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
+from _dxl_setup import settled
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import load_config
 from tether.adapters.dynamixel.driver import DxlBus, is_locked, lock_path, resolve_port
@@ -103,7 +105,7 @@ def test_stop_goes_through_the_owning_host(emulator: DynamixelEmulator, tmp_path
             report = json.loads(done.stdout)[0]
             assert report["via"] == "owner" and report["joints"] == {"1": "held", "2": "held"}
             for dxl_id in (1, 2):
-                state = emulator.snapshot(dxl_id)
+                state = settled(partial(emulator.snapshot, dxl_id))
                 assert state["goal_position"] == state["present_position"] < 3000
                 assert state["torque_enable"] == 1
             state = send_request(lines[1]["socket"], {"op": "state", "robot": "arm"})

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _dxl_setup import GOALS, TARGETS, target_actions, write_config
+from _dxl_setup import GOALS, TARGETS, settled, target_actions, write_config
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.worker import run_move
@@ -106,7 +107,7 @@ def test_alert_mid_move_stops_safely_and_parks(
     out = run_move(config, store, "op-4", request(), progress=on_progress)
     assert (out["status"], out["reason"]) == ("awaiting_decision", "hardware_error")
     assert "MoveNotReached" in out["error"]
-    state = emulator.snapshot(2)
+    state = settled(lambda: emulator.snapshot(2))
     assert state["goal_position"] == state["present_position"]  # held where it was
     op = store.get("op-4")
     assert op is not None and op.parked
@@ -127,7 +128,7 @@ def test_an_exception_cannot_skip_the_safe_stop(
     with pytest.raises(RuntimeError):
         run_move(config, store, "op-5", request(), progress=boom)
     for dxl_id, goal in GOALS.items():
-        state = emulator.snapshot(dxl_id)
+        state = settled(partial(emulator.snapshot, dxl_id))
         assert state["goal_position"] == state["present_position"] != goal
 
 

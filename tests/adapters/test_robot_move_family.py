@@ -19,7 +19,7 @@ from tether.adapters.dynamixel.host import fresh_state
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import OperatorRejection
 from tether.operator.decisions import resolve_activity
-from tether.physical.robot_move import KIND_ABSOLUTE, MoveRequest
+from tether.physical.robot_move import KIND_ABSOLUTE, KIND_RELATIVE, MoveRequest
 from tether.physical.robot_move_family import (
     OBSERVATION,
     RobotMoveAdapter,
@@ -70,6 +70,19 @@ def drain(host: Host) -> int:
 
 KEY = ActivityKey("w", KIND_ABSOLUTE, "move-1")
 REQUEST = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS})
+
+
+def park_on_alert(host: Host, emulator: DynamixelEmulator, family: Family, clock: Clock) -> None:
+    """Commit REQUEST with an overload alert on joint 2: execute fails, the lease lapses, the
+    reconcile-only claim concludes Unknown (parked); the worker then gives the port back."""
+    host.create_world("w")
+    emulator.inject(Fault("alert", id=2, value=0x20))
+    host.commit_tick("w", [intent("move-1", REQUEST)])
+    assert drain(host) == 1
+    clock.now += 10_000
+    assert drain(host) == 1
+    assert isinstance(family.adapter, RobotMoveAdapter)
+    family.adapter.close()
 
 
 def test_a_committed_intent_moves_the_arm_and_settles(
@@ -140,6 +153,14 @@ def test_unknown_parks_in_the_catalog_until_an_operator_reissues(
                 config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
             )
         assert getattr(info.value, "code", None) == "state_changed"
+        # The rejection recorded the fresh state as device revision 2: the same decision on
+        # revision 1 (what the operator saw before the change) is now stale.
+        with pytest.raises(OperatorRejection) as info:
+            resolve_activity(
+                config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
+            )
+        assert getattr(info.value, "code", None) == "stale_revision"
+        args["revision"] = 2
         out = resolve_activity(
             config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
         )
@@ -171,14 +192,7 @@ def test_operator_cli_reads_the_runtime_catalog(
     with Host(
         tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
     ) as host:
-        host.create_world("w")
-        emulator.inject(Fault("alert", id=2, value=0x20))
-        host.commit_tick("w", [intent("move-1", REQUEST)])
-        drain(host)
-        clock.now += 10_000
-        drain(host)
-        assert isinstance(family.adapter, RobotMoveAdapter)
-        family.adapter.close()
+        park_on_alert(host, emulator, family, clock)
         base = [
             sys.executable,
             "-m",
@@ -223,3 +237,155 @@ def test_operator_cli_reads_the_runtime_catalog(
         assert abandon.returncode == 0, abandon.stdout + abandon.stderr
         record = host.get(KEY)
         assert record is not None and record.result is not None and record.result.failed
+
+
+def test_an_ambiguous_relative_move_goes_to_the_operator_and_is_never_reissued(
+    emulator: DynamixelEmulator, family: Family, config: HostConfig, tmp_path: Path
+) -> None:
+    """A relative move is non-repeatable: once a REG_WRITE status is lost it cannot be proved
+    either way, so the runtime parks it; re-issue is refused, `done` records the verdict, and
+    nothing is ever sent again for it."""
+    clock = Clock()
+    store = MoveStore(tmp_path / "moves")
+    key = ActivityKey("w", KIND_RELATIVE, "nudge")
+    nudge = MoveRequest.from_dict({"kind": KIND_RELATIVE, "robot": "arm", "targets": {"a": 0.2}})
+    with Host(
+        tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
+    ) as host:
+        host.create_world("w")
+        emulator.inject(Fault("drop_status", instruction="reg_write", id=1))
+        host.commit_tick("w", [intent("nudge", nudge)])
+        assert drain(host) == 1  # the write was applied, its status lost: in doubt
+        clock.now += 10_000
+        assert drain(host) == 1  # reconcile-only: relative -> Unknown, parked
+        record = host.get(key)
+        assert record is not None and record.awaiting_decision and record.result is None
+        before = len(emulator.journal)
+        clock.now += 10_000
+        assert drain(host) == 0  # doing nothing never moves the robot
+        assert len(emulator.journal) == before
+        assert isinstance(family.adapter, RobotMoveAdapter)
+        family.adapter.close()
+        op = store.get(record.operation_id or "")
+        assert op is not None
+        evidence = op.evidence()
+        assert evidence is not None and evidence["reason"] == "relative_move_ambiguous"
+        assert evidence["retry_class"] == "non_repeatable"
+
+        def decide(decision: str) -> dict[str, object]:
+            return resolve_activity(
+                config,
+                host.catalog,
+                host.artifacts,
+                store,
+                key,
+                decision=decision,
+                revision=1,
+                operator="carol",
+                credential=CREDENTIAL,
+                note="checked by eye",
+                read_state=lambda robot: fresh_state(config, robot),
+            )
+
+        with pytest.raises(OperatorRejection) as info:
+            decide("reissue")
+        assert getattr(info.value, "code", None) == "not_repeatable"
+        assert decide("wait")["status"] == "awaiting_decision"
+        assert decide("done")["status"] == "resolved"
+        done = host.get(key)
+        assert done is not None and done.result is not None and not done.result.failed
+        assert done.decision is not None and done.decision.operator == "carol"
+        assert drain(host) == 0
+        host.observe_once()
+        observed = host.snapshot("w").get("nudge", OBSERVATION)
+        assert isinstance(observed, dict) and observed["summary"]["outcome"] == "operator_done"
+        assert observed["summary"]["verdict"]["operator"] == "carol"
+    assert op.attempts() == [1]
+    assert not [e for e in emulator.journal[before:] if e.instruction == "action"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "targets", "code"),
+    [
+        (KIND_ABSOLUTE, {"a": 3.0, "b": 0.0}, "limit_violation"),
+        (KIND_ABSOLUTE, {"elbow": 0.1}, "unknown_joint"),
+        (KIND_RELATIVE, {"elbow": 0.1}, "unknown_joint"),
+    ],
+)
+def test_a_move_that_can_never_run_fails_before_any_byte_is_sent(
+    emulator: DynamixelEmulator,
+    family: Family,
+    tmp_path: Path,
+    kind: str,
+    targets: dict[str, float],
+    code: str,
+) -> None:
+    bad = MoveRequest.from_dict({"kind": kind, "robot": "arm", "targets": targets})
+    key = ActivityKey("w", kind, "move-1")
+    with Host(tmp_path / "data", [family], workers=0, observe=False, clock=Clock()) as host:
+        host.create_world("w")
+        host.commit_tick("w", [intent("move-1", bad)])
+        assert drain(host) == 1
+        record = host.get(key)
+        assert record is not None and record.result is not None and record.result.failed
+        host.observe_once()
+        observed = host.snapshot("w").get("move-1", OBSERVATION)
+        assert isinstance(observed, dict) and observed["failed"]
+        assert observed["summary"]["outcome"] == "refused"
+        assert drain(host) == 0
+    assert emulator.journal == []  # not even a PING: the port was never opened
+    assert MoveStore(tmp_path / "moves").all() == []
+    doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
+    assert doc["code"] == code
+
+
+def test_a_decision_cut_short_before_the_catalog_heard_of_it_is_finished_by_repeating_it(
+    emulator: DynamixelEmulator, family: Family, config: HostConfig, tmp_path: Path
+) -> None:
+    """The operator's decision is durable in the operation store first, then told to the
+    catalog. If the CLI dies in between, repeating the same decision finishes it; a different
+    decision on that revision is refused (single use)."""
+    from tether.operator.decisions import _decide
+
+    clock = Clock()
+    store = MoveStore(tmp_path / "moves")
+    with Host(
+        tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
+    ) as host:
+        park_on_alert(host, emulator, family, clock)
+        record = host.get(KEY)
+        assert record is not None and record.awaiting_decision
+        op = store.get(record.operation_id or "")
+        assert op is not None
+
+        def read(robot: str) -> dict[str, object]:
+            return fresh_state(config, robot)
+
+        _decide(
+            config, op, decision="abandon", revision=1, operator="dee", note="", read_state=read
+        )  # ... and the CLI dies here: the catalog still awaits a decision
+        assert op.failed() is not None
+        still = host.get(KEY)
+        assert still is not None and still.awaiting_decision
+
+        def resolve(decision: str) -> dict[str, object]:
+            return resolve_activity(
+                config,
+                host.catalog,
+                host.artifacts,
+                store,
+                KEY,
+                decision=decision,
+                revision=1,
+                operator="dee",
+                credential=CREDENTIAL,
+                read_state=read,
+            )
+
+        with pytest.raises(OperatorRejection) as info:
+            resolve("done")
+        assert getattr(info.value, "code", None) == "already_decided"
+        assert resolve("abandon")["status"] == "resolved"
+        done = host.get(KEY)
+        assert done is not None and done.result is not None and done.result.failed
+        assert drain(host) == 0

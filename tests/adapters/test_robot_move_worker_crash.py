@@ -4,6 +4,7 @@ lapses. The journal shows one target ACTION per joint and the activity reaches i
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,10 +13,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pytest
-from _dxl_setup import GOALS, TARGETS, target_actions, write_config
+from _dxl_setup import CREDENTIAL, GOALS, TARGETS, target_actions, write_config
 from tether.activities import ActivityKey
+from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import load_config
 from tether.emulators.dynamixel import DynamixelEmulator
 from tether.physical.robot_move import KIND_ABSOLUTE, MoveRequest
@@ -59,11 +62,19 @@ def wait_for(check: object, seconds: float = 60.0) -> None:
 
 
 @pytest.mark.parametrize(
-    ("crash_at", "attempts"),
-    [("after_reg_write", [1, 2]), ("after_action", [1]), ("after_readback", [1])],
+    ("crash_at", "attempts", "outcome"),
+    [
+        # bound and read, nothing effectful sent: ConfirmedAbsent, then one re-execution
+        ("after_preimage", [1, 2], "completed"),
+        # staged, no ACTION: ConfirmedAbsent (neutralised), then exactly one re-execution
+        ("after_reg_write", [1, 2], "completed"),
+        # committed: Recovered from the read-back, never re-sent
+        ("after_action", [1], "recovered"),
+        ("after_readback", [1], "recovered"),
+    ],
 )
 def test_worker_killed_mid_move_is_finished_by_the_next_worker(
-    emulator: DynamixelEmulator, tmp_path: Path, crash_at: str, attempts: list[int]
+    emulator: DynamixelEmulator, tmp_path: Path, crash_at: str, attempts: list[int], outcome: str
 ) -> None:
     config_path = write_config(tmp_path, emulator.path)
     data = tmp_path / "data"
@@ -83,8 +94,129 @@ def test_worker_killed_mid_move_is_finished_by_the_next_worker(
         host.observe_once()
         observed = host.snapshot("w").get("move-1", OBSERVATION)
         assert isinstance(observed, dict) and not observed["failed"]
+        assert observed["summary"]["outcome"] == outcome
         record = host.get(KEY)
         assert record is not None and record.settlement is not None
-    assert target_actions([asdict(e) for e in emulator.journal], GOALS) == {1: 1, 2: 1}
+    journal = [asdict(e) for e in emulator.journal]
+    assert target_actions(journal, GOALS) == {1: 1, 2: 1}
+    # SIGTERM of the second worker ran the "hold" safe-stop on its way out (moves only ever
+    # REG_WRITE the goal; a plain WRITE of Goal Position is the hold).
+    holds = {
+        e["id"]
+        for e in journal
+        if e["instruction"] == "write" and e["address"] == tables.GOAL_POSITION.address
+    }
+    assert holds == {1, 2}
     op = MoveStore(data / "robot_move").get(record.operation_id or "")
     assert op is not None and op.attempts() == attempts
+    guard = op.guard(2)
+    if crash_at == "after_preimage":
+        assert guard is not None and guard["reason"] == "nothing_sent"
+        assert guard["neutralised_ids"] == [] and record.retry_guard is not None
+    elif attempts == [1, 2]:
+        assert guard is not None and guard["reason"] == "staged_not_actioned"
+        assert guard["port_lock"].startswith("path:") and sorted(guard["neutralised_ids"]) == [1, 2]
+        assert record.retry_guard is not None  # the catalog holds the same guard artifact
+    else:
+        assert guard is None
+
+
+def operator_cli(config: Path, data: Path, *argv: str, credential: str | None = None) -> Any:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "operator",
+            "--config",
+            str(config),
+            "--data-dir",
+            str(data),
+            "--store",
+            str(data / "robot_move"),
+            *argv,
+            *(["--credential-stdin"] if credential is not None else []),
+        ],
+        input=(credential + "\n") if credential is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "TETHER_OPERATOR_CREDENTIAL"},
+    )
+    return json.loads(done.stdout)
+
+
+def test_power_loss_after_staging_parks_in_the_catalog_until_the_operator_reissues(
+    emulator: DynamixelEmulator, tmp_path: Path
+) -> None:
+    """Killed after the REG_WRITEs, then the servos lose power: the next worker cannot prove
+    either outcome (Unknown), parks the activity and sends nothing more. The operator reviews
+    the evidence and re-issues through the CLI while that worker still owns the port (the
+    fresh read-back goes through its socket); the worker then runs exactly one new attempt,
+    its first motion speed-limited."""
+    config_path = write_config(tmp_path, emulator.path)
+    data = tmp_path / "data"
+    config = load_config(config_path)
+    family = robot_move_family(config, data / "robot_move")
+    request = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS})
+    with Host(data, [family], workers=0, observe=False) as host:
+        host.create_world("w")
+        host.commit_tick("w", [intent("move-1", request)])
+        with worker(data, config_path, "after_reg_write") as first:
+            assert first.wait(timeout=60) == -signal.SIGKILL
+        emulator.power_cycle()  # RAM wiped: staged writes gone, torque off
+        with worker(data, config_path, None) as second:
+            try:
+                wait_for(lambda: (r := host.get(KEY)) is not None and r.awaiting_decision)
+                parked = host.get(KEY)
+                assert parked is not None and parked.result is None
+                listed = operator_cli(config_path, data, "list")
+                assert [(i["key"], i["revision"], i["reason"]) for i in listed] == [
+                    ("w/physical_ai.robot_move.absolute/move-1", 1, "device_state_lost_or_moved")
+                ]
+                shown = operator_cli(config_path, data, "show", listed[0]["key"])
+                evidence = shown["evidence"]
+                assert evidence["command"]["targets"] == TARGETS
+                assert evidence["targets"] == {str(i): g for i, g in GOALS.items()}
+                assert [s["instruction"] for s in evidence["sent"]] == ["reg_write", "reg_write"]
+                assert all(
+                    s["digest"].startswith("sha256:") and s["t_ms"] for s in evidence["sent"]
+                )
+                assert set(evidence["last_status"]) == {"1", "2"}
+                assert evidence["reconcile"]["torque_as_before"] is False
+                assert evidence["device_state"]["joints"]["1"]["torque_enable"] == 0
+                assert evidence["commanded_vs_present"]["2"]["commanded"] == GOALS[2]
+                assert shown["device_state_age_ms"] >= 0
+                resolve = ["resolve", listed[0]["key"], "--decision", "reissue", "--revision", "1"]
+                refused = operator_cli(config_path, data, *resolve, "--operator", "alice")
+                assert refused["code"] == "credential_refused"
+                assert host.get(KEY) == parked  # a refusal changes nothing
+                ok = operator_cli(
+                    config_path, data, *resolve, "--operator", "alice", credential=CREDENTIAL
+                )
+                assert ok["status"] == "resolved", ok
+                wait_for(lambda: (r := host.get(KEY)) is not None and r.result is not None)
+                # `tether stop` while the runtime worker owns the port: through its socket.
+                stopped = subprocess.run(
+                    [sys.executable, "-m", "tether", "stop", "--config", str(config_path)],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+                assert json.loads(stopped.stdout)[0]["via"] == "owner"
+            finally:
+                second.send_signal(signal.SIGTERM)
+            assert second.wait(timeout=60) == 0
+        done = host.get(KEY)
+        assert done is not None and done.decision is not None
+        assert done.decision.operator == "alice"
+    assert target_actions([asdict(e) for e in emulator.journal], GOALS) == {1: 1, 2: 1}
+    op = MoveStore(data / "robot_move").get(done.operation_id or "")
+    assert op is not None and op.attempts() == [1, 2]
+    guard = op.guard(2)
+    assert guard is not None and guard["reason"] == "operator_reissue"
+    assert guard["operator"] == "alice" and guard["read_back"]["joints"]["1"]["moving"] == 0
+    preimage = op.preimage(2)
+    assert preimage is not None and preimage["first_motion"] is True
+    assert preimage["profile_velocity"] == config.robot("arm").first_motion_velocity

@@ -160,3 +160,35 @@ def test_state_changed_uses_the_tolerance() -> None:
     assert state_changed(state(2048), state(2052), tolerance=5) == []
     assert state_changed(state(2048), state(2060), tolerance=5)
     assert state_changed(state(torque=1), state(torque=0), tolerance=5)
+
+
+def test_a_replayed_reissue_never_mints_a_guard_for_a_later_attempt(tmp_path: Path) -> None:
+    # Re-issue -> attempt 2 starts and its worker dies before a result. Replaying the decision
+    # (every `tether move` run does) must not let attempt 3 start without a reconciliation.
+    store = parked(tmp_path)
+    decide(store, "reissue")
+    op = store.get("op-1")
+    assert op is not None and op.guard(2) is not None
+    op.start_attempt(2, {})
+    assert apply_decision(op, 1) == op.guard(2)
+    assert op.guard(3) is None and op.next_attempt() == 3
+    with pytest.raises(StoreConflict):
+        op.start_attempt(3, {})
+
+
+def test_the_same_decision_again_finishes_it_and_a_different_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    store = parked(tmp_path)
+    op = store.get("op-1")
+    assert op is not None
+    with pytest.raises(OperatorRejection) as info:
+        decide(store, "wait", revision=1, credential=None)
+    assert code(info) == "credential_refused"  # even "keep waiting" needs the credential
+    decide(store, "abandon")
+    with pytest.raises(OperatorRejection) as info:
+        decide(store, "done")
+    assert code(info) == "already_final"
+    failed = op.failed()
+    assert failed is not None and failed["verdict"]["operator"] == "ann"
+    assert op.result() is None

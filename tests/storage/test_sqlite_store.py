@@ -182,3 +182,32 @@ def test_a_failing_migration_changes_nothing(
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "half_done" not in tables
     conn.close()
+
+
+def test_a_write_is_compare_and_swap_on_version(tmp_path: Path) -> None:
+    """If the stored version moved between the read and the write, nothing is written."""
+    from tether import _core
+
+    path = tmp_path / "cas.db"
+    clock = ManualClock()
+    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+        k = key()
+        cat.admit(admission(k))
+        store = cat.store
+        assert isinstance(store, SqliteCatalogStore)
+        before = cat.get(k)
+        assert before is not None
+
+        def racing_claim(row: tuple[object, ...] | None) -> tuple[object, ...]:
+            assert row is not None
+            new = _core.catalog_claim(row, "w", 1_000, clock.now_ms)
+            # Another writer's change lands between our read and our write (same transaction,
+            # so it is rolled back with ours).
+            store._db().execute("UPDATE activities SET version = version + 1")
+            return new
+
+        with pytest.raises(CatalogStorageError, match="version"):
+            store.apply((k.world_id, k.kind, k.activity_id), racing_claim)
+        assert cat.get(k) == before
+        claim = cat.claim("w", 1_000)
+        assert claim is not None and claim.record.version == before.version + 1

@@ -177,7 +177,12 @@ class Catalog:
         )
 
     def resolve(self, key: ActivityKey, decision: Decision) -> ActivityRecord:
-        """Apply an operator decision (see `Decision`) to an activity awaiting one."""
+        """Apply an operator decision (see `Decision`) to an activity awaiting one.
+
+        The decision raises the fence (every older attempt is stale) and is recorded with the
+        operator, the note, the evidence revision it names and, as its time, this catalog's
+        clock at the call: the operator does not supply a time.
+        """
         if not isinstance(decision, Decision):
             raise TypeError(f"expected a Decision, not {type(decision).__name__}")
         now = self._clock()

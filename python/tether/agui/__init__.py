@@ -25,6 +25,8 @@ from tether._core import (
     agui_warning_codes,
 )
 from tether.agui._publisher import ActivityPublisher, encode_sse, to_model
+from tether.agui.live import LiveActivities, message_id
+from tether.agui.stream import RunStream, StoreState, StreamServer, sse_frame
 
 # Every code an `AguiWarning` can carry, with its meaning (kept equal to the Rust list by a test).
 WARNING_CODES: dict[str, str] = {
@@ -67,8 +69,14 @@ __all__ = [
     "ActivityPublisher",
     "ActivityStore",
     "AguiWarning",
+    "LiveActivities",
+    "RunStream",
+    "StoreState",
+    "StreamServer",
     "agui_error_codes",
     "agui_warning_codes",
     "encode_sse",
+    "message_id",
+    "sse_frame",
     "to_model",
 ]

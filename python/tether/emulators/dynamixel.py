@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import select
-import socket
 import sys
 import threading
 import time
@@ -36,6 +35,7 @@ from typing import Any
 
 from tether import _core
 from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel.host import ControlServer, send_request
 from tether.errors import DxlFrameError
 
 BROADCAST = 0xFE
@@ -445,74 +445,35 @@ class DynamixelEmulator:
         self.stop()
 
 
-class ControlServer:
-    """Out-of-process control of an emulator: one JSON request per connection on a unix socket.
+def control_server(emulator: DynamixelEmulator, path: str) -> ControlServer:
+    """Out-of-process control of an emulator: one JSON request per connection on a unix socket
+    (the same server the owning host uses for its own control requests).
 
     Requests: {"op": "fault", "kind": ..., "count", "instruction", "id", "value"},
     {"op": "journal"}, {"op": "snapshot", "id": n}, {"op": "set_present", "id", "ticks"},
     {"op": "power_cycle"}.
     """
-
-    def __init__(self, emulator: DynamixelEmulator, path: str) -> None:
-        self.emulator = emulator
-        self.path = path
-        if os.path.exists(path):
-            os.unlink(path)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(path)
-        self._sock.listen(8)
-        self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
-            "fault": lambda r: self.emulator.inject(
-                Fault(
-                    r["kind"],
-                    int(r.get("count", 1)),
-                    r.get("instruction"),
-                    r.get("id"),
-                    int(r.get("value", 0)),
-                )
-            ),
-            "journal": lambda r: [e.__dict__ for e in self.emulator.journal],
-            "snapshot": lambda r: self.emulator.snapshot(int(r["id"])),
-            "set_present": lambda r: self.emulator.set_present(int(r["id"]), int(r["ticks"])),
-            "power_cycle": lambda r: self.emulator.power_cycle(),
-        }
-        threading.Thread(target=self._serve, name="dxl-emulator-control", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            with conn:
-                try:
-                    with conn.makefile("r") as reader:
-                        request = json.loads(reader.readline())
-                    result = self._handlers[request["op"]](request)
-                    reply = {"ok": True, "result": result}
-                except Exception as exc:
-                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-                conn.sendall((json.dumps(reply) + "\n").encode())
-
-    def close(self) -> None:
-        self._sock.close()
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+    handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+        "fault": lambda r: emulator.inject(
+            Fault(
+                r["kind"],
+                int(r.get("count", 1)),
+                r.get("instruction"),
+                r.get("id"),
+                int(r.get("value", 0)),
+            )
+        ),
+        "journal": lambda r: [e.__dict__ for e in emulator.journal],
+        "snapshot": lambda r: emulator.snapshot(int(r["id"])),
+        "set_present": lambda r: emulator.set_present(int(r["id"]), int(r["ticks"])),
+        "power_cycle": lambda r: emulator.power_cycle(),
+    }
+    return ControlServer(path, handlers)
 
 
 def control_request(path: str, request: dict[str, Any], timeout: float = 5.0) -> Any:
     """Send one request to an emulator's control socket and return its result."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        sock.sendall((json.dumps(request) + "\n").encode())
-        with sock.makefile("r") as reader:
-            reply = json.loads(reader.readline())
-    if not reply.get("ok"):
-        raise RuntimeError(reply.get("error", "emulator control request failed"))
-    return reply.get("result")
+    return send_request(path, request, timeout=timeout)
 
 
 def parse_ids(text: str) -> list[int]:
@@ -549,7 +510,7 @@ def main(argv: list[str]) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    control = ControlServer(emulator, args.control) if args.control else None
+    control = control_server(emulator, args.control) if args.control else None
     if args.link:
         link = Path(args.link)
         link.unlink(missing_ok=True)

@@ -76,11 +76,7 @@ def main(argv: list[str]) -> int:
     if args.cmd == "show":
         print(json.dumps(show(op, args.revision), indent=2))
         return 0
-    credential = (
-        sys.stdin.readline().rstrip("\n")
-        if args.credential_stdin
-        else os.environ.get(CREDENTIAL_ENV)
-    )
+    credential = _credential(args)
     try:
         outcome = resolve(
             config,
@@ -94,14 +90,22 @@ def main(argv: list[str]) -> int:
             read_state=lambda robot: fresh_state(config, robot),
         )
     except TetherError as exc:
-        print(
-            json.dumps(
-                {"status": "rejected", "code": getattr(exc, "code", None), "error": str(exc)}
-            )
-        )
-        return 1
+        return _rejected(exc)
     print(json.dumps(outcome, indent=2))
     return 0
+
+
+def _credential(args: argparse.Namespace) -> str | None:
+    """The operator credential: one line of stdin, or the environment variable."""
+    if args.credential_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    return os.environ.get(CREDENTIAL_ENV)
+
+
+def _rejected(exc: TetherError) -> int:
+    """A refused decision: one JSON line with its stable code, exit status 1."""
+    print(json.dumps({"status": "rejected", "code": getattr(exc, "code", None), "error": str(exc)}))
+    return 1
 
 
 def _runtime(args: argparse.Namespace, config: HostConfig, store: MoveStore) -> int:
@@ -116,8 +120,7 @@ def _runtime(args: argparse.Namespace, config: HostConfig, store: MoveStore) -> 
         if args.cmd == "show":
             print(json.dumps(runtime_show(catalog, artifacts, store, key), indent=2))
             return 0
-        stdin = args.credential_stdin
-        credential = sys.stdin.readline().rstrip("\n") if stdin else os.environ.get(CREDENTIAL_ENV)
+        credential = _credential(args)
         outcome = resolve_activity(
             config,
             catalog,
@@ -132,12 +135,7 @@ def _runtime(args: argparse.Namespace, config: HostConfig, store: MoveStore) -> 
             read_state=lambda robot: fresh_state(config, robot),
         )
     except TetherError as exc:
-        print(
-            json.dumps(
-                {"status": "rejected", "code": getattr(exc, "code", None), "error": str(exc)}
-            )
-        )
-        return 1
+        return _rejected(exc)
     finally:
         catalog.close()
     print(json.dumps(outcome, indent=2))

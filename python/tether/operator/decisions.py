@@ -25,8 +25,13 @@ from tether.activities import REJECTION_CODES as CATALOG_REJECTION_CODES
 from tether.activities import ActivityKey, Catalog, Decision, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
 from tether.errors import CatalogRejection, OperatorRejection
-from tether.physical.robot_move import KINDS, canonical_json
-from tether.physical.robot_move_store import MoveStore, Operation, now_ms
+from tether.physical.robot_move import (
+    GUARD_MEDIA_TYPE,
+    KINDS,
+    RESULT_MEDIA_TYPE,
+    canonical_json,
+)
+from tether.physical.robot_move_store import MoveStore, Operation, StoreConflict, now_ms
 from tether.runtime import ArtifactStore
 
 DECISIONS = ("done", "reissue", "abandon", "wait")
@@ -87,78 +92,86 @@ def state_changed(before: dict[str, Any], after: dict[str, Any], tolerance: int)
     return diffs
 
 
-def apply_decision(op: Operation, revision: int) -> None:
-    """Make a recorded decision's effect durable (idempotent; also run after a crash)."""
+def apply_decision(op: Operation, revision: int) -> dict[str, Any] | None:
+    """Make a recorded decision's effect durable (idempotent; also run after a crash).
+
+    Returns the durable document the effect produced: the result (`done`), the failed result
+    (`abandon`) or the retry guard of the next attempt (`reissue`); None for no decision."""
     decision = op.decision(revision)
-    if decision is None or op.terminal:
-        return
+    if decision is None:
+        return None
     verdict = {
         k: decision[k] for k in ("decision", "revision", "operator", "note", "decided_at_ms")
     }
     if decision["decision"] == "done":
-        op.record_result(
-            {
-                "operation_id": op.id,
-                "outcome": "operator_done",
-                "verdict": verdict,
-                "read_back": decision["read_back"],
-            }
-        )
-    elif decision["decision"] == "abandon":
-        op.record_failed({"operation_id": op.id, "outcome": "abandoned", "verdict": verdict})
-    elif decision["decision"] == "reissue":
-        attempts = op.attempts()
-        number = (attempts[-1] if attempts else 0) + 1
-        if op.guard(number) is None:
-            op.record_guard(
-                number,
+        if op.failed() is None:
+            return op.record_result(
                 {
-                    "reason": "operator_reissue",
-                    "operator": decision["operator"],
-                    "decision_revision": revision,
+                    "operation_id": op.id,
+                    "outcome": "operator_done",
+                    "verdict": verdict,
                     "read_back": decision["read_back"],
-                },
+                }
             )
+        return None
+    if decision["decision"] == "abandon":
+        if op.result() is None:
+            op.record_failed({"operation_id": op.id, "outcome": "abandoned", "verdict": verdict})
+        return op.failed()
+    # reissue: the guard of the attempt that was next when the decision was made, never of a
+    # later one (replaying the decision after that attempt crashed must not let a further
+    # attempt skip its reconciliation)
+    number = int(decision["for_attempt"])
+    existing = op.guard(number)
+    if existing is not None or op.terminal or number in op.attempts():
+        return existing
+    return op.record_guard(
+        number,
+        {
+            "reason": "operator_reissue",
+            "operator": decision["operator"],
+            "decision_revision": revision,
+            "read_back": decision["read_back"],
+        },
+    )
 
 
-def resolve(
-    config: HostConfig,
-    store: MoveStore,
-    op_id: str,
-    *,
-    decision: str,
-    revision: int,
-    operator: str,
-    credential: str | None,
-    note: str = "",
-    read_state: StateReader,
-) -> dict[str, Any]:
+def _check_caller(config: HostConfig, credential: str | None, operator: str, decision: str) -> None:
+    """Credential first, before any state is read or written; then the operator and decision."""
     if not config.verify_operator(credential):
         raise rejection("credential_refused", "a valid operator credential is required")
     if not operator.strip():
         raise rejection("operator_required", "name the operator making the decision")
     if decision not in DECISIONS:
         raise rejection("unknown_decision", f"decision must be one of {DECISIONS}")
-    op = store.get(op_id)
-    if op is None:
-        raise rejection("unknown_operation", f"no operation {op_id}")
-    if op.terminal:
-        raise rejection("already_final", f"operation {op_id} is {op.status()}")
+
+
+def _decide(
+    config: HostConfig,
+    op: Operation,
+    *,
+    decision: str,
+    revision: int,
+    operator: str,
+    note: str,
+    read_state: StateReader,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The decision rules both modes share, on the operation's device evidence revisions.
+
+    Returns (the decision record, the document its effect made durable; None for `wait`)."""
     revisions = op.evidence_revisions()
     if not revisions:
-        raise rejection("not_parked", f"operation {op_id} has no evidence to decide on")
+        raise rejection("not_parked", f"operation {op.id} has no evidence to decide on")
     if revision != revisions[-1]:
         raise rejection(
             "stale_revision", f"revision {revision} is not the latest ({revisions[-1]})"
         )
-    if op.decision(revision) is not None:
-        raise rejection("already_decided", f"revision {revision} was already decided")
     request = op.request
     if decision == "reissue" and request.relative:
         raise rejection(
             "not_repeatable", "a relative move cannot be re-issued; mark it done or abandon it"
         )
-    record = {
+    made = {
         "decision": decision,
         "revision": revision,
         "operator": operator,
@@ -166,10 +179,16 @@ def resolve(
         "decided_at_ms": now_ms(),
         "pid": os.getpid(),
     }
+    earlier = op.decision(revision)
+    if earlier is not None:
+        if earlier["decision"] != decision:
+            raise rejection("already_decided", f"revision {revision} was already decided")
+        # The same decision again: its effect may have been cut short by a crash; finish it.
+        return earlier, apply_decision(op, revision)
     if decision == "wait":
         with open(op.path / "waits.jsonl", "a", encoding="utf-8") as log:
-            log.write(json.dumps(record) + "\n")
-        return {**record, "status": op.status()}
+            log.write(json.dumps(made) + "\n")
+        return made, None
     evidence = op.evidence(revision) or {}
     fresh = read_state(request.robot)
     robot = config.robot(request.robot)
@@ -185,11 +204,43 @@ def resolve(
     if decision == "reissue" and any(j.get("moving") for j in fresh.get("joints", {}).values()):
         raise rejection("device_not_idle", "the arm is moving; re-issue needs it idle")
     try:
-        op.record_decision(revision, {**record, "read_back": fresh})
-    except Exception as exc:
+        op.record_decision(revision, {**made, "read_back": fresh, "for_attempt": op.next_attempt()})
+    except StoreConflict as exc:
         raise rejection("already_decided", str(exc)) from exc
-    apply_decision(op, revision)
-    return {**record, "status": op.status()}
+    return made, apply_decision(op, revision)
+
+
+def resolve(
+    config: HostConfig,
+    store: MoveStore,
+    op_id: str,
+    *,
+    decision: str,
+    revision: int,
+    operator: str,
+    credential: str | None,
+    note: str = "",
+    read_state: StateReader,
+) -> dict[str, Any]:
+    """Decide on a move parked by `tether move` (the operation store is the control record)."""
+    _check_caller(config, credential, operator, decision)
+    op = store.get(op_id)
+    if op is None:
+        raise rejection("unknown_operation", f"no operation {op_id}")
+    if op.terminal:
+        raise rejection("already_final", f"operation {op_id} is {op.status()}")
+    if op.decision(revision) is not None:
+        raise rejection("already_decided", f"revision {revision} was already decided")
+    made, _ = _decide(
+        config,
+        op,
+        decision=decision,
+        revision=revision,
+        operator=operator,
+        note=note,
+        read_state=read_state,
+    )
+    return {**made, "status": op.status()}
 
 
 def summary(op: Operation) -> dict[str, Any]:
@@ -244,100 +295,49 @@ def resolve_activity(
 ) -> dict[str, Any]:
     """Resolve a robot move the runtime parked (catalog `awaiting_decision`).
 
-    The catalog's evidence revision is the one a decision names, and the catalog makes the
-    decision single use; the operation store keeps the device-level evidence and guards.
-    """
-    if not config.verify_operator(credential):
-        raise rejection("credential_refused", "a valid operator credential is required")
-    if not operator.strip():
-        raise rejection("operator_required", "name the operator making the decision")
-    if decision not in DECISIONS:
-        raise rejection("unknown_decision", f"decision must be one of {DECISIONS}")
+    The same rules as `resolve` (one code path: `_decide`), on the operation's device evidence
+    revisions, which `list`/`show` print: a state change since the revision the operator saw
+    records a new revision and refuses the decision. The catalog is then told the outcome
+    (naming its own evidence revision) and makes the decision single use for the runtime."""
+    _check_caller(config, credential, operator, decision)
     record = catalog.get(key)
     if record is None or not record.awaiting_decision or record.operation_id is None:
         raise rejection("not_parked", f"{format_key(key)} awaits no decision")
-    if revision != record.evidence_revision:
-        raise rejection(
-            "stale_revision", f"revision {revision} is not the latest ({record.evidence_revision})"
-        )
     op = store.get(record.operation_id)
     if op is None:
         raise rejection("unknown_operation", f"no device record for {record.operation_id}")
-    request = op.request
-    if decision == "reissue" and request.relative:
-        raise rejection(
-            "not_repeatable", "a relative move cannot be re-issued; mark it done or abandon it"
-        )
-    made = {
-        "decision": decision,
-        "revision": revision,
-        "operator": operator,
-        "note": note,
-        "decided_at_ms": now_ms(),
-    }
-    if decision == "wait":
-        with open(op.path / "waits.jsonl", "a", encoding="utf-8") as log:
-            log.write(json.dumps(made) + "\n")
-        return {**made, "status": "awaiting_decision"}
-    evidence = op.evidence() or {}
-    fresh = read_state(request.robot)
-    diffs = state_changed(
-        evidence.get("device_state", {}), fresh, config.robot(request.robot).tolerance_ticks
+    made, doc = _decide(
+        config,
+        op,
+        decision=decision,
+        revision=revision,
+        operator=operator,
+        note=note,
+        read_state=read_state,
     )
-    if diffs:
-        op.record_evidence({**evidence, "device_state": fresh, "changes": diffs})
-        raise rejection(
-            "state_changed",
-            f"device changed since the evidence was taken ({'; '.join(diffs)}); "
-            "review it (tether operator show) and decide again",
-        )
-    if decision == "reissue" and any(j.get("moving") for j in fresh.get("joints", {}).values()):
-        raise rejection("device_not_idle", "the arm is moving; re-issue needs it idle")
+    if decision == "wait":
+        return {**made, "status": "awaiting_decision"}
+    seen = record.evidence_revision
     try:
         if decision == "done":
-            doc = op.record_result(
-                {
-                    "operation_id": op.id,
-                    "outcome": "operator_done",
-                    "verdict": made,
-                    "read_back": fresh,
-                }
-            )
-            ref = artifacts.put_bytes(
-                canonical_json(doc), "application/vnd.tether.robot-move.result+json"
-            )
+            if doc is None:
+                raise rejection("already_final", f"operation {op.id} is {op.status()}")
+            ref = artifacts.put_bytes(canonical_json(doc), RESULT_MEDIA_TYPE)
             catalog.resolve(
-                key,
-                Decision.recovered(ref, evidence_revision=revision, operator=operator, note=note),
+                key, Decision.recovered(ref, evidence_revision=seen, operator=operator, note=note)
             )
         elif decision == "abandon":
-            op.record_failed({"operation_id": op.id, "outcome": "abandoned", "verdict": made})
             catalog.resolve(
-                key, Decision.abandon(evidence_revision=revision, operator=operator, note=note)
+                key, Decision.abandon(evidence_revision=seen, operator=operator, note=note)
             )
         else:
-            attempts = op.attempts()
-            number = (attempts[-1] if attempts else 0) + 1
-            guard = op.guard(number) or op.record_guard(
-                number,
-                {
-                    "reason": "operator_reissue",
-                    "operator": operator,
-                    "read_back": fresh,
-                    "decision_revision": revision,
-                },
-            )
-            ref = artifacts.put_bytes(
-                canonical_json(guard), "application/vnd.tether.robot-move.guard+json"
-            )
+            if doc is None:
+                raise rejection("already_final", f"operation {op.id} is {op.status()}")
+            ref = artifacts.put_bytes(canonical_json(doc), GUARD_MEDIA_TYPE)
+            guard = RetryGuard(ref=ref.ref, digest=ref.digest)
             catalog.resolve(
                 key,
-                Decision.absent(
-                    RetryGuard(ref=ref.ref, digest=ref.digest),
-                    evidence_revision=revision,
-                    operator=operator,
-                    note=note,
-                ),
+                Decision.absent(guard, evidence_revision=seen, operator=operator, note=note),
             )
     except CatalogRejection as exc:
         raise rejection(str(getattr(exc, "code", "catalog_rejected")), str(exc)) from exc
@@ -353,7 +353,8 @@ def runtime_listing(catalog: Catalog, store: MoveStore) -> list[dict[str, Any]]:
             {
                 "key": format_key(record.key),
                 "operation_id": record.operation_id,
-                "revision": record.evidence_revision,
+                "revision": evidence.get("revision") if evidence else None,
+                "catalog_revision": record.evidence_revision,
                 "reason": evidence.get("reason") if evidence else None,
             }
         )
@@ -370,7 +371,8 @@ def runtime_show(
         "key": format_key(key),
         "operation_id": record.operation_id,
         "awaiting_decision": record.awaiting_decision,
-        "revision": record.evidence_revision,
+        "revision": None,
+        "catalog_revision": record.evidence_revision,
         "evidence": None,
     }
     if record.evidence is not None:
@@ -382,6 +384,7 @@ def runtime_show(
     if latest is not None and latest != doc["evidence"]:
         doc["latest_device_evidence"] = latest  # a fresher read-back (e.g. after state_changed)
     shown = doc.get("latest_device_evidence") or doc["evidence"] or {}
+    doc["revision"] = shown.get("revision")  # the revision a decision names
     read_at = shown.get("device_state", {}).get("read_at_ms")
     doc["device_state_age_ms"] = now_ms() - read_at if isinstance(read_at, int) else None
     return doc

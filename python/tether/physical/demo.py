@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,7 +21,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tether.activities import ActivityKey, ActivityRecord
-from tether.agui import ActivityPublisher
+from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
+from tether.agui import message_id as message_id  # re-exported: callers name it here
 from tether.physical.adapter import SimEpisodeAdapter, kick_planner, sim_family
 from tether.physical.console import ProgressBoard, SummaryRow, summary_table
 from tether.physical.errors import InvalidEpisodeRequest
@@ -35,7 +35,6 @@ from tether.physical.family import (
     Mission,
     mission_done,
 )
-from tether.physical.stream import RunStream, StoreState, StreamServer
 from tether.runtime import Host, ProgressEvent
 from tether.world import ComponentWrite, WorldSnapshot
 
@@ -66,11 +65,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def message_id(key: ActivityKey) -> str:
-    """The AG-UI messageId of an activity: its control key, world/kind/id."""
-    return f"{key.world_id}/{key.kind}/{key.activity_id}"
-
-
 def final_content(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot) -> dict[str, Any]:
     """An activity's final AG-UI content, derived only from world state and its catalog record."""
     observation = snap.get(key.activity_id, OBSERVATION)
@@ -96,48 +90,6 @@ def final_content(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot) ->
     }
 
 
-class _Live:
-    """One AG-UI activity message per durable Activity, published on the run stream.
-
-    Thread-safe: the worker's progress listener and the watch loop both report here.
-    """
-
-    def __init__(self, stream: RunStream) -> None:
-        self.stream = stream
-        self._lock = threading.Lock()
-        self._pubs: dict[ActivityKey, ActivityPublisher] = {}
-        self._content: dict[ActivityKey, dict[str, Any]] = {}
-        self._final: set[ActivityKey] = set()
-
-    def _publisher(self, key: ActivityKey) -> ActivityPublisher:
-        pub = self._pubs.get(key)
-        if pub is None:
-            pub = self._pubs[key] = ActivityPublisher(message_id(key), key.kind)
-        return pub
-
-    def update(self, key: ActivityKey, **changes: Any) -> None:
-        """Merge `changes` into the activity's live content and publish the difference."""
-        with self._lock:
-            content = self._content.setdefault(
-                key, {"activity": key.activity_id, "world": key.world_id}
-            )
-            if key in self._final:
-                return
-            content.update(changes)
-            event = self._publisher(key).update(content)
-            if event is not None:
-                self.stream.publish(event)
-
-    def settle(self, key: ActivityKey, content: dict[str, Any]) -> None:
-        """Publish the final content of a settled activity as a snapshot."""
-        with self._lock:
-            self._final.add(key)
-            self._content[key] = dict(content)
-            pub = self._publisher(key)
-            pub.update(content)  # the snapshot below carries it, replacing any content
-            self.stream.publish(pub.snapshot())
-
-
 @dataclass
 class _Run:
     host: Host
@@ -145,7 +97,7 @@ class _Run:
     board: ProgressBoard
     settled_before: set[str]
     started: float
-    live: _Live
+    live: LiveActivities
     adapter: SimEpisodeAdapter
     #: Attempt numbers held by a previous (killed) run when this one opened: shown as
     #: interrupted until their lease runs out and a new attempt reconciles them.
@@ -189,7 +141,9 @@ def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, befor
     return "-"
 
 
-def _open(args: argparse.Namespace, out: TextIO, live: _Live) -> tuple[_Run, Mission] | int:
+def _open(
+    args: argparse.Namespace, out: TextIO, live: LiveActivities
+) -> tuple[_Run, Mission] | int:
     mission = Mission(
         targets=args.targets, episodes=args.episodes, steps=args.steps, seed=args.seed
     )
@@ -357,7 +311,7 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
     try:
         stream.start()
-        opened = _open(args, out, _Live(stream))
+        opened = _open(args, out, LiveActivities(stream))
         if isinstance(opened, int):
             stream.finish(error="the demo could not start")
             return opened

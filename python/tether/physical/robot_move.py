@@ -28,6 +28,9 @@ FAMILY = "physical_ai.robot_move"
 KIND_ABSOLUTE = "physical_ai.robot_move.absolute"
 KIND_RELATIVE = "physical_ai.robot_move.relative"
 KINDS = (KIND_ABSOLUTE, KIND_RELATIVE)
+RESULT_MEDIA_TYPE = "application/vnd.tether.robot-move.result+json"
+GUARD_MEDIA_TYPE = "application/vnd.tether.robot-move.guard+json"
+EVIDENCE_MEDIA_TYPE = "application/vnd.tether.robot-move.evidence+json"
 
 
 class RetryClass(Enum):

@@ -10,7 +10,9 @@ catalog's provider operation id in its own operation store before the first byte
 records the request digest under that id), and maps the device adapter's conclusions onto the
 runtime's: Recovered -> the durable result artifact, ConfirmedAbsent -> a retry-guard artifact
 (port lock + read-back), Unknown -> an evidence artifact and a long retry delay (an operator
-decides; reconciliation never executes).
+decides; reconciliation never executes). A request that can never run (malformed, unknown
+robot or joint, an absolute target outside the configured limits) gets a failed result before
+any byte is sent or the port is opened.
 """
 
 from __future__ import annotations
@@ -18,23 +20,27 @@ from __future__ import annotations
 import atexit
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
-from tether.adapters.dynamixel.move import DynamixelMoveAdapter
-from tether.errors import DxlTransportError
+from tether.adapters.dynamixel.move import DynamixelMoveAdapter, check_request
+from tether.errors import DxlTransportError, HostConfigError
 from tether.physical.robot_move import (
+    EVIDENCE_MEDIA_TYPE,
     FAMILY,
+    GUARD_MEDIA_TYPE,
     KINDS,
-    ConfirmedAbsent,
+    RESULT_MEDIA_TYPE,
     MoveRequest,
-    Recovered,
+    MoveRequestError,
+    Unknown,
     canonical_json,
 )
-from tether.physical.robot_move_store import MoveStore, Operation, StoreConflict
+from tether.physical.robot_move_store import MoveStore
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,
@@ -49,9 +55,6 @@ from tether.world import ComponentWrite, WorldSnapshot
 
 INTENT = "physical_ai.robot_move.intent"
 OBSERVATION = "physical_ai.robot_move.observation"
-RESULT_MEDIA_TYPE = "application/vnd.tether.robot-move.result+json"
-GUARD_MEDIA_TYPE = "application/vnd.tether.robot-move.guard+json"
-EVIDENCE_MEDIA_TYPE = "application/vnd.tether.robot-move.evidence+json"
 #: An Unknown that needs an operator is reconciled again only after this long.
 OPERATOR_RETRY_MS = 60_000
 
@@ -150,15 +153,34 @@ class RobotMoveAdapter:
     def _put(ctx: AttemptContext, doc: dict[str, Any], media_type: str) -> ResultRef:
         return ctx.artifacts.put_bytes(canonical_json(doc), media_type)
 
+    def _refused(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef | None:
+        """A failed result for a request that can never run (malformed, unknown robot or joint,
+        an absolute target outside the configured limits), decided before any byte is sent,
+        the port is opened or the operation is bound; None for a request that may run."""
+        try:
+            req = MoveRequest.from_dict(request)
+            check_request(self.config.robot(req.robot), req)
+        except (MoveRequestError, HostConfigError) as exc:
+            doc = {
+                "operation_id": ctx.operation_id,
+                "outcome": "refused",
+                "code": getattr(exc, "code", "bad_request"),
+                "error": str(exc),
+            }
+            return replace(self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True)
+        return None
+
     def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
+        refused = self._refused(ctx, request)
+        if refused is not None:
+            return refused
         req = MoveRequest.from_dict(request)
         with self._lock(req.robot):
             op = self.store.bind(ctx.operation_id, req)
             done = op.result()
             if done is not None:
                 return self._put(ctx, done, RESULT_MEDIA_TYPE)
-            attempts = op.attempts()
-            number = (attempts[-1] if attempts else 0) + 1
+            number = op.next_attempt()
             guard = op.guard(number)
             if number > 1 and guard is None:
                 raise FamilyError(
@@ -181,6 +203,10 @@ class RobotMoveAdapter:
     def reconcile(
         self, ctx: AttemptContext, request: dict[str, Any]
     ) -> RuntimeRecovered | RuntimeAbsent | RuntimeUnknown:
+        if self.store.get(ctx.operation_id) is None:  # never bound: nothing was ever sent
+            refused = self._refused(ctx, request)
+            if refused is not None:
+                return RuntimeRecovered(refused)
         req = MoveRequest.from_dict(request)
         with self._lock(req.robot):
             op = self.store.bind(ctx.operation_id, req)
@@ -192,30 +218,17 @@ class RobotMoveAdapter:
             except DxlTransportError:
                 self._drop_host()
                 raise
-            if isinstance(conclusion, Recovered):
-                return RuntimeRecovered(
-                    self._put(ctx, op.record_result(conclusion.result), RESULT_MEDIA_TYPE)
-                )
-            if isinstance(conclusion, ConfirmedAbsent):
-                guard = self._guard(op, conclusion.guard)
-                ref = self._put(ctx, guard, GUARD_MEDIA_TYPE)
+            kind, doc = op.record_conclusion(conclusion)
+            if kind == "recovered":
+                return RuntimeRecovered(self._put(ctx, doc, RESULT_MEDIA_TYPE))
+            if kind == "confirmed_absent":
+                ref = self._put(ctx, doc, GUARD_MEDIA_TYPE)
                 return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
-            revision = op.record_evidence(conclusion.evidence)
-            evidence = op.evidence(revision) or conclusion.evidence
-            ref = self._put(ctx, evidence, EVIDENCE_MEDIA_TYPE)
-            retry = conclusion.retry_after_ms or OPERATOR_RETRY_MS
+            ref = self._put(ctx, doc, EVIDENCE_MEDIA_TYPE)
+            retry = (conclusion.retry_after_ms if isinstance(conclusion, Unknown) else 0) or (
+                OPERATOR_RETRY_MS
+            )
             return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), retry)
-
-    @staticmethod
-    def _guard(op: Operation, guard: dict[str, Any]) -> dict[str, Any]:
-        attempts = op.attempts()
-        number = (attempts[-1] if attempts else 0) + 1
-        try:
-            return op.record_guard(number, guard)
-        except StoreConflict:
-            existing = op.guard(number)  # a reconcile repeated after a crash: same guard
-            assert existing is not None
-            return existing
 
 
 def robot_move_family(

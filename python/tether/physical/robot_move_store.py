@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.physical.robot_move import MoveRequest, canonical_json, digest
+from tether.physical.robot_move import (
+    Conclusion,
+    ConfirmedAbsent,
+    MoveRequest,
+    Recovered,
+    canonical_json,
+    digest,
+)
 
 _ATTEMPT = re.compile(r"^attempt-(\d+)\.json$")
 _EVIDENCE = re.compile(r"^evidence-(\d+)\.json$")
@@ -98,6 +105,11 @@ class Operation:
         return sorted(
             int(m.group(1)) for p in self.path.iterdir() if (m := _EVIDENCE.match(p.name))
         )
+
+    def next_attempt(self) -> int:
+        """The number the next attempt would carry (1 when none started)."""
+        attempts = self.attempts()
+        return (attempts[-1] if attempts else 0) + 1
 
     def start_attempt(self, number: int, info: dict[str, Any]) -> None:
         if number > 1 and not (self.path / f"guard-{number}.json").exists():
@@ -176,6 +188,26 @@ class Operation:
                 raise StoreConflict("a different result is already recorded")
             return existing
         return doc
+
+    def record_conclusion(self, conclusion: Conclusion) -> tuple[str, dict[str, Any]]:
+        """Make a reconcile conclusion durable; the one place both the `tether move` worker and
+        the runtime family turn a conclusion into records. Returns (kind, durable document):
+        `recovered` -> the result; `confirmed_absent` -> the guard that lets the next attempt
+        start (a reconcile repeated after a crash finds the guard already there and reuses it);
+        `unknown` -> a new evidence revision, which parks the operation for an operator."""
+        if isinstance(conclusion, Recovered):
+            return "recovered", self.record_result(conclusion.result)
+        if isinstance(conclusion, ConfirmedAbsent):
+            number = self.next_attempt()
+            try:
+                return "confirmed_absent", self.record_guard(number, conclusion.guard)
+            except StoreConflict:
+                existing = self.guard(number)
+                if existing is None:  # pragma: no cover - write_new said it exists
+                    raise
+                return "confirmed_absent", existing
+        revision = self.record_evidence(conclusion.evidence)
+        return "unknown", self.evidence(revision) or {**conclusion.evidence, "revision": revision}
 
     def record_failed(self, failure: dict[str, Any]) -> None:
         write_new(self.path / "failed.json", {**failure, "digest": digest(failure)})

@@ -1,30 +1,53 @@
 """`tether worker`: run Activity worker threads in their own process over a data directory.
 
 Usage: tether worker DATA_DIR --families module:factory [--workers N] [--lease-ms MS]
+                     [--sse-host 127.0.0.1] [--sse-port N]
 `factory(data_dir: Path) -> Sequence[Family]` builds the families (and their adapters) in this
 process. Workers share the catalog and artifact store with the Host through the data
 directory; they never open the world ledger. SIGINT/SIGTERM stop them cleanly.
+
+With `--sse-port` (0 = any free port) the process serves its live progress as one AG-UI run
+over SSE at http://HOST:PORT/events (the address is printed on stdout): RUN_STARTED, one
+activity message per Activity these workers run (messageId `world/kind/id`, activityType the
+kind) with the adapters' progress as ACTIVITY_DELTA events and each attempt's conclusion
+(`state`: executing, reconciling, then result, error, recovered, confirmed_absent or unknown),
+and RUN_FINISHED when the workers stop. A late subscriber gets RUN_STARTED, a MESSAGES_SNAPSHOT
+of the messages so far, then the live events. The stream is live only: never durable.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import signal
 import sys
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import cast
+from typing import Any, cast
 
-from tether.activities import Catalog
+from tether.activities import Catalog, ResultRef
+from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.errors import TetherError
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
 from tether.runtime._errors import FamilyError
-from tether.runtime._family import Family
+from tether.runtime._family import (
+    Adapter,
+    AttemptContext,
+    ConfirmedAbsent,
+    Family,
+    ProgressEvent,
+    ReconcileOutcome,
+    Recovered,
+    Unknown,
+)
 from tether.runtime._worker import Worker
+
+log = logging.getLogger("tether.runtime.worker")
 
 FamiliesFactory = Callable[[Path], Sequence[Family]]
 
@@ -49,8 +72,12 @@ def run_workers(
     poll_interval_s: float = 0.02,
     inline_bound: int = DEFAULT_INLINE_BOUND,
     stop: threading.Event | None = None,
+    emit: Callable[[ProgressEvent], None] | None = None,
 ) -> None:
-    """Run `workers` worker threads until `stop` is set; return after they finish."""
+    """Run `workers` worker threads until `stop` is set; return after they finish.
+
+    `emit` receives every adapter's progress (from any worker thread).
+    """
     data_dir = data_dir.resolve()
     url = "sqlite:///" + str(data_dir / "catalog.db")
     artifacts = ArtifactStore(data_dir / "artifacts", inline_bound=inline_bound)
@@ -64,6 +91,7 @@ def run_workers(
             owner=f"proc-{instance}/w{i}",
             lease_ms=lease_ms,
             stop=stop,
+            emit=emit,
         )
         for i in range(workers)
     ]
@@ -76,6 +104,63 @@ def run_workers(
         w.close()
 
 
+def _result(result: ResultRef) -> dict[str, Any]:
+    return {"digest": result.digest, "media_type": result.media_type, "failed": result.failed}
+
+
+class LiveAdapter:
+    """An adapter that reports each attempt's start and conclusion as live activity content.
+
+    Only what the attempt itself returns is reported (the catalog decides what is recorded);
+    the wrapped adapter's behaviour, results and exceptions pass through unchanged.
+    A new attempt starts from fresh content: nothing of an earlier attempt lingers.
+    """
+
+    def __init__(self, inner: Adapter, live: LiveActivities) -> None:
+        self.inner = inner
+        self.live = live
+
+    def _report(self, ctx: AttemptContext, *, fresh: bool = False, **changes: Any) -> None:
+        try:
+            report = self.live.reset if fresh else self.live.update
+            report(ctx.key, attempt=ctx.attempt, **changes)
+        except Exception:  # the live stream must never fail an attempt
+            log.exception("live report for %s failed", ctx.key)
+
+    def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
+        """Run the inner `execute`, reporting "executing" then "result" or "error"."""
+        self._report(ctx, fresh=True, state="executing")
+        try:
+            result = self.inner.execute(ctx, request)
+        except BaseException as e:
+            self._report(ctx, state="error", error=f"{type(e).__name__}: {e}")
+            raise
+        if isinstance(result, ResultRef):
+            self._report(ctx, state="result", result=_result(result))
+        return result
+
+    def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> ReconcileOutcome:
+        """Run the inner `reconcile`, reporting "reconciling" then its conclusion."""
+        self._report(ctx, fresh=True, state="reconciling")
+        try:
+            outcome = self.inner.reconcile(ctx, request)
+        except BaseException as e:
+            self._report(ctx, state="error", error=f"{type(e).__name__}: {e}")
+            raise
+        if isinstance(outcome, Recovered):
+            self._report(ctx, state="recovered", result=_result(outcome.result))
+        elif isinstance(outcome, ConfirmedAbsent):
+            self._report(ctx, state="confirmed_absent")
+        elif isinstance(outcome, Unknown):
+            self._report(ctx, state="unknown", retry_after_ms=outcome.retry_after_ms)
+        return outcome
+
+
+def live_families(families: Sequence[Family], live: LiveActivities) -> list[Family]:
+    """The families with adapters that report attempts to `live` (see `LiveAdapter`)."""
+    return [replace(f, adapter=LiveAdapter(f.adapter, live)) for f in families]
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `tether worker`."""
     p = argparse.ArgumentParser(prog="tether worker", description=__doc__)
@@ -83,9 +168,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--families", required=True, help="module:function returning the families")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--lease-ms", type=int, default=30_000)
+    p.add_argument("--sse-host", default="127.0.0.1", help="bind address of the AG-UI stream")
+    p.add_argument(
+        "--sse-port", type=int, default=None, help="serve live progress as AG-UI SSE; 0 = any"
+    )
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error("--workers must be >= 1")
+    if args.sse_port is not None and not 0 <= args.sse_port <= 65535:
+        p.error("--sse-port must be in [0, 65535]")
     try:
         families = list(load_factory(args.families)(args.data_dir))
         if not families or not all(isinstance(f, Family) for f in families):
@@ -100,5 +191,33 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    run_workers(args.data_dir, families, workers=args.workers, lease_ms=args.lease_ms, stop=stop)
+    if args.sse_port is None:
+        run_workers(
+            args.data_dir, families, workers=args.workers, lease_ms=args.lease_ms, stop=stop
+        )
+        return 0
+    stream = RunStream("tether-worker", f"run-{uuid.uuid4().hex[:12]}", StoreState())
+    try:
+        server = StreamServer(stream, args.sse_host, args.sse_port)
+    except OSError as e:
+        print(
+            f"tether worker: cannot serve on {args.sse_host}:{args.sse_port}: {e}", file=sys.stderr
+        )
+        return 2
+    try:
+        stream.start()
+        live = LiveActivities(stream)
+        print(f"AG-UI stream (SSE): {server.url}", flush=True)
+        run_workers(
+            args.data_dir,
+            live_families(families, live),
+            workers=args.workers,
+            lease_ms=args.lease_ms,
+            stop=stop,
+            emit=live.progress,
+        )
+        stream.finish()
+    finally:
+        stream.finish(error="the worker stopped")
+        server.close()
     return 0

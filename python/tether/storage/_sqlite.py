@@ -4,6 +4,20 @@ Every write is one transaction that reads the row, hands it to the Rust core's t
 writes back only the columns that changed, guarded by the version it read. The store is shared
 safely by threads (it serialises them on one connection); separate processes coordinate through
 SQLite's write lock, taken up front by BEGIN IMMEDIATE so no two transitions interleave.
+
+SQL here never decides a rule. The one comparison it makes is the core's definition of
+claimable (`claimable_from_ms <= now`, a value only the core computes); the other filters name
+facts (`result_ref`, `settled_tick`, `awaiting_decision`) to pick rows for a partial index.
+
+What a read costs (leased rows sit beyond `now` in the claimable index, finished rows are not
+in it, so none of these grows with the number of leased or finished activities):
+- a claim probes the claimable index once per kind (every kind ever admitted when `kinds` is
+  None), so it grows with the number of kinds;
+- a claim filtered by `world_id` walks, per kind, that kind's rows claimable now in other
+  worlds until it meets one of this world (the index orders by kind and claimable time, not
+  world); a world-partitioned index would cost a page on every write;
+- `has_unsettled` walks, per kind, the rows of other worlds that have no result yet (claimable,
+  leased or awaiting a decision) when the world has none; it is a lifecycle gate, not a hot path.
 """
 
 from __future__ import annotations

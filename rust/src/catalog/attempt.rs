@@ -33,13 +33,15 @@ pub(crate) fn live(rec: &ActivityRecord, fence: i64, now_ms: i64) -> Result<&Att
     Ok(attempt)
 }
 
-/// Whether a claim now would be allowed to execute (rather than only reconcile).
+/// Whether a claim now would be allowed to execute (rather than only reconcile). An activity
+/// awaiting a decision is never claimed for execution, whatever else the record says.
 pub(crate) fn execution_authorized(rec: &ActivityRecord) -> bool {
-    rec.binding.is_none()
-        || rec
-            .retry_guard
-            .as_ref()
-            .is_some_and(|g| g.authorizes_execution)
+    !rec.awaiting_decision
+        && (rec.binding.is_none()
+            || rec
+                .retry_guard
+                .as_ref()
+                .is_some_and(|g| g.authorizes_execution))
 }
 
 /// Checks claim arguments on their own, so a claim with bad arguments is refused even when
@@ -62,6 +64,20 @@ pub fn claim(
     now_ms: i64,
 ) -> Result<ActivityRecord, Rejection> {
     let lease_expires_ms = check_claim(owner, lease_ms, now_ms)?;
+    // The two "never" rules are checked on the facts themselves, not only through the derived
+    // `claimable_from_ms`: a stored row that disagrees with itself fails closed.
+    if rec.result.is_some() {
+        return Err(Rejection::new(
+            RejectionKind::NotClaimable,
+            "a result is recorded; the activity is never claimed again",
+        ));
+    }
+    if rec.has_live_attempt(now_ms) {
+        return Err(Rejection::new(
+            RejectionKind::NotClaimable,
+            format!("fence {} holds a live lease", rec.fence),
+        ));
+    }
     match rec.claimable_from_ms {
         None => {
             return Err(Rejection::new(
@@ -70,12 +86,6 @@ pub fn claim(
             ))
         }
         Some(from) if from > now_ms => {
-            if rec.has_live_attempt(now_ms) {
-                return Err(Rejection::new(
-                    RejectionKind::NotClaimable,
-                    format!("fence {} holds a live lease until {from}", rec.fence),
-                ));
-            }
             if rec.awaiting_decision {
                 return Err(Rejection::new(
                     RejectionKind::AwaitingDecision,
@@ -209,6 +219,45 @@ mod tests {
         assert!(!again.attempt.as_ref().unwrap().may_execute);
         assert_eq!(
             release(&again, 2, 1001).unwrap_err().kind,
+            RejectionKind::ReconcileOnly
+        );
+    }
+
+    #[test]
+    fn a_row_that_disagrees_with_itself_is_never_claimed() {
+        // Hand-made inconsistent records: claimable_from_ms says "claimable", the facts say no.
+        let leased = claim(&admitted(&admission("w", "k", "a"), 0), "w1", 1_000, 0).unwrap();
+        let mut live = leased.clone();
+        live.claimable_from_ms = Some(0);
+        assert_eq!(
+            claim(&live, "w2", 100, 10).unwrap_err().kind,
+            RejectionKind::NotClaimable
+        );
+        let mut finished = crate::catalog::record_result(
+            &bound(0),
+            1,
+            &crate::catalog::scenario_tests::result_ref("r"),
+            5,
+        )
+        .unwrap();
+        finished.claimable_from_ms = Some(0);
+        assert_eq!(
+            claim(&finished, "w2", 100, 10).unwrap_err().kind,
+            RejectionKind::NotClaimable
+        );
+        let mut waiting = admitted(&admission("w", "k", "a"), 0);
+        waiting.awaiting_decision = true;
+        let c = claim(&waiting, "w2", 100, 10).unwrap();
+        assert!(
+            !c.attempt.as_ref().unwrap().may_execute,
+            "awaiting a decision: reconcile only"
+        );
+        // ... and that reconcile-only attempt cannot bind a new provider operation.
+        let op = crate::catalog::operation_id_for("k", "w", "a");
+        assert_eq!(
+            crate::catalog::bind_provider_operation(&c, c.fence, &op, 11)
+                .unwrap_err()
+                .kind,
             RejectionKind::ReconcileOnly
         );
     }

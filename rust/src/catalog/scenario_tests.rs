@@ -146,6 +146,16 @@ proptest! {
                 }
                 // claimable_from is None exactly when a result exists.
                 prop_assert_eq!(next.claimable_from_ms.is_none(), next.result.is_some());
+                // A claim and an accepted decision each raise the fence.
+                if matches!(op, Op::Claim(..)) || (matches!(op, Op::Resolve(..)) && next != before) {
+                    prop_assert!(next.fence > before.fence);
+                }
+                if let Some(a) = next.attempt.as_ref() {
+                    // Never claimable while the attempt's lease is live.
+                    prop_assert!(next.claimable_from_ms.is_some_and(|f| f >= a.lease_expires_ms));
+                    // Never an execute attempt while a decision is awaited.
+                    prop_assert!(!(next.awaiting_decision && a.may_execute));
+                }
                 // The row layout round-trips every reachable record.
                 prop_assert_eq!(ActivityRecord::from_cells(&next.to_cells()).unwrap(), next.clone());
                 rec = next;

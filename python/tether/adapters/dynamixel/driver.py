@@ -510,7 +510,16 @@ def check_robot(bus: DxlBus, robot: RobotConfig) -> DeviceIdentity:
                 "model_mismatch",
                 f"id {joint.id} answered model {servo.model}, configured {joint.model}",
             )
-        level = bus.read_field(joint.id, tables.STATUS_RETURN_LEVEL)
+        try:
+            level = bus.read_field(joint.id, tables.STATUS_RETURN_LEVEL)
+        except DxlTimeoutError as exc:
+            # It answered PING (always answered) but not READ: Status Return Level 0.
+            raise _coded(
+                DxlIdentityError,
+                "status_return_level",
+                f"id {joint.id} answers PING but not READ (Status Return Level 0): "
+                "writes would never be confirmed",
+            ) from exc
         if level != tables.StatusReturnLevel.ALL.value:
             raise _coded(
                 DxlIdentityError,

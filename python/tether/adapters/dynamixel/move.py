@@ -11,7 +11,8 @@ Execute (one attempt; the operation id is already bound, durably, before this ru
 Any exception on the way runs the robot's safe-stop in a `finally` before it propagates.
 
 Reconcile (after a crash or a lost status) reads the device and decides:
-- Recovered: every Goal Position equals its target, nothing staged, and the arm settles there.
+- Recovered: every Goal Position equals its target, nothing staged, and the arm settles there
+  (for a relative move, only when some target differs from the goal the pre-image saw).
 - ConfirmedAbsent: nothing effectful was sent; or the move is absolute, the pre-image exists,
   torque and hardware error are as before, and every joint either still has Registered
   Instruction 1 (staged, ACTION never executed) or its Goal Position is unchanged. Staged
@@ -67,13 +68,24 @@ def plan_absolute(robot: RobotConfig, request: MoveRequest) -> dict[int, int]:
     return goals
 
 
+def check_request(robot: RobotConfig, request: MoveRequest) -> None:
+    """Everything about a request that can be refused before a byte is sent: every joint is
+    configured, and an absolute move's targets are inside the limits (a relative move's can
+    only be checked against the measured present position)."""
+    if request.relative:
+        for name, _ in request.targets:
+            robot.joint(name)
+    else:
+        plan_absolute(robot, request)
+
+
 def plan_relative(
     robot: RobotConfig, request: MoveRequest, present: dict[int, int]
 ) -> dict[int, int]:
     goals: dict[int, int] = {}
     for name, delta in request.targets:
         joint = robot.joint(name)
-        ticks = present[joint.id] + round(delta * tables.TICKS_PER_REV / (2 * 3.141592653589793))
+        ticks = present[joint.id] + tables.radians_to_tick_delta(delta)
         joint.check_ticks(ticks)
         goals[joint.id] = ticks
     return goals
@@ -128,8 +140,10 @@ class DynamixelMoveAdapter:
         deadline = time.monotonic() + self.settle_timeout_s
         start = bus.sync_read_field(tables.PRESENT_POSITION, ids)
         while True:
-            present = bus.sync_read_field(tables.PRESENT_POSITION, ids)
+            # Moving first: once it reads 0 the Present Position read after it is the final one
+            # (the other order could publish a last fraction from just before arrival).
             moving = bus.sync_read_field(tables.MOVING, ids)
+            present = bus.sync_read_field(tables.PRESENT_POSITION, ids)
             total = sum(abs(goals[i] - start[i]) for i in ids) or 1
             left = sum(abs(goals[i] - present[i]) for i in ids)
             self.progress(
@@ -183,6 +197,24 @@ class DynamixelMoveAdapter:
             {j.id for r in self.config.robots.values() if r.port == robot.port for j in r.joints}
         )
 
+    def _staged_others(self, bus: Any, robot: RobotConfig, goals: dict[int, int]) -> dict[int, int]:
+        """Joints on `robot`'s bus outside `goals` whose Registered Instruction is 1, mapped to
+        their current Goal Position (a broadcast ACTION would commit their staged writes)."""
+        others = [i for i in self._port_ids(robot) if i not in goals]
+        if not others:
+            return {}
+        flagged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others)
+        return {i: bus.read_field(i, tables.GOAL_POSITION) for i in others if flagged[i] == 1}
+
+    def _stage_goal(
+        self, op: Operation, attempt: int, bus: Any, dxl_id: int, goal: int, what: str
+    ) -> None:
+        """REG_WRITE one Goal Position, its digest logged durably before the frame goes out."""
+        data = tables.encode(tables.GOAL_POSITION, goal)
+        frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, data)
+        send = partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, data)
+        self._send_logged(op, attempt, what, frame, send, id=dxl_id, goal=goal)
+
     # --- execute ---
 
     def plan(self, request: MoveRequest) -> tuple[RobotConfig, dict[int, int] | None]:
@@ -219,34 +251,10 @@ class DynamixelMoveAdapter:
             # The broadcast ACTION below commits every staged write on the bus: a write left
             # staged by an abandoned move (of this or another robot on the port) must not ride
             # along, so it is replaced by the joint's current goal first.
-            others = [i for i in self._port_ids(robot) if i not in goals]
-            if others:
-                staged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others)
-                for dxl_id in [i for i in others if staged[i] == 1]:
-                    current = tables.encode(
-                        tables.GOAL_POSITION, bus.read_field(dxl_id, tables.GOAL_POSITION)
-                    )
-                    frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, current)
-                    self._send_logged(
-                        op,
-                        attempt,
-                        "neutralise_reg_write",
-                        frame,
-                        partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, current),
-                        id=dxl_id,
-                    )
+            for dxl_id, current in self._staged_others(bus, robot, goals).items():
+                self._stage_goal(op, attempt, bus, dxl_id, current, "neutralise_reg_write")
             for dxl_id, goal in sorted(goals.items()):
-                data = tables.encode(tables.GOAL_POSITION, goal)
-                frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, data)
-                self._send_logged(
-                    op,
-                    attempt,
-                    "reg_write",
-                    frame,
-                    partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, data),
-                    id=dxl_id,
-                    goal=goal,
-                )
+                self._stage_goal(op, attempt, bus, dxl_id, goal, "reg_write")
             crash_point("after_reg_write")
             self._send_logged(op, attempt, "action", _core.dxl_action(), bus.action, id=0xFE)
             crash_point("after_action")
@@ -287,9 +295,18 @@ class DynamixelMoveAdapter:
             i: j["hardware_error_status"] for i, j in joints.items() if j["hardware_error_status"]
         }
         checks["hardware_error"] = hardware_error
+        # A relative move's goals only prove it ran when they differ from the goals the
+        # pre-image saw (a zero or cancelling delta leaves nothing to tell the runs apart).
+        attributable = not request.relative or (
+            pre is not None
+            and goals is not None
+            and any(_joints(pre["state"])[i]["goal_position"] != g for i, g in goals.items())
+        )
+        checks["attributable"] = attributable
 
         if (
             goals is not None
+            and attributable
             and not hardware_error
             and all(
                 joints[i]["goal_position"] == g and joints[i]["registered_instruction"] == 0
@@ -327,25 +344,15 @@ class DynamixelMoveAdapter:
             reason = "hardware_error" if hardware_error else "device_state_lost_or_moved"
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
 
-        staged = [i for i in sorted(goals) if joints[i]["registered_instruction"] == 1]
+        staged = {
+            i: joints[i]["goal_position"]
+            for i in sorted(goals)
+            if joints[i]["registered_instruction"] == 1
+        }
         # Other joints on the bus are neutralised too: the ACTION below would commit them.
-        others = [i for i in self._port_ids(robot) if i not in goals]
-        flagged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others) if others else {}
-        current_goals = {i: j["goal_position"] for i, j in joints.items()}
-        for dxl_id in [i for i in others if flagged.get(i) == 1]:
-            current_goals[dxl_id] = bus.read_field(dxl_id, tables.GOAL_POSITION)
-            staged.append(dxl_id)
-        for dxl_id in staged:
-            current = tables.encode(tables.GOAL_POSITION, current_goals[dxl_id])
-            frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, current)
-            self._send_logged(
-                op,
-                attempt,
-                "neutralise_reg_write",
-                frame,
-                partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, current),
-                id=dxl_id,
-            )
+        staged.update(self._staged_others(bus, robot, goals))
+        for dxl_id, current in staged.items():
+            self._stage_goal(op, attempt, bus, dxl_id, current, "neutralise_reg_write")
         if staged:
             self._send_logged(
                 op, attempt, "neutralise_action", _core.dxl_action(), bus.action, id=0xFE
@@ -361,7 +368,7 @@ class DynamixelMoveAdapter:
             return Unknown(
                 self._evidence(op, request, robot, goals, after, "neutralise_failed", checks)
             )
-        return ConfirmedAbsent(self._guard(bus, "staged_not_actioned", staged, after))
+        return ConfirmedAbsent(self._guard(bus, "staged_not_actioned", list(staged), after))
 
     def _guard(
         self, bus: Any, reason: str, neutralised: list[int], state: dict[str, Any]

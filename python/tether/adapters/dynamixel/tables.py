@@ -140,11 +140,16 @@ def hardware_errors(value: int) -> list[str]:
     return [name for bit, name in HARDWARE_ERROR_BITS.items() if value & (1 << bit)]
 
 
-def radians_to_ticks(radians: float) -> int:
-    """The one place radians become raw position ticks (0 rad = tick 2048)."""
+def radians_to_tick_delta(radians: float) -> int:
+    """The one place an angle in radians becomes a number of raw position ticks."""
     if not math.isfinite(radians):
         raise ValueError(f"position {radians!r} is not a finite number of radians")
-    return CENTER_TICK + round(radians * TICKS_PER_REV / (2 * math.pi))
+    return round(radians * TICKS_PER_REV / (2 * math.pi))
+
+
+def radians_to_ticks(radians: float) -> int:
+    """An absolute position in radians as raw ticks (0 rad = tick 2048)."""
+    return CENTER_TICK + radians_to_tick_delta(radians)
 
 
 def ticks_to_radians(ticks: int) -> float:

@@ -23,17 +23,15 @@ from typing import Any
 
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.host import RobotHost
-from tether.adapters.dynamixel.move import DynamixelMoveAdapter, plan_absolute
+from tether.adapters.dynamixel.move import DynamixelMoveAdapter, check_request
 from tether.errors import TetherError
 from tether.operator.decisions import apply_decision
 from tether.physical.robot_move import (
     KIND_ABSOLUTE,
     KIND_RELATIVE,
     Conclusion,
-    ConfirmedAbsent,
     MoveRequest,
     MoveRequestError,
-    Recovered,
     operation_id,
 )
 from tether.physical.robot_move_store import MoveStore, Operation, StoreConflict, now_ms
@@ -45,19 +43,17 @@ EXIT_PARKED = 3
 EXIT_RETRY = 4
 
 
-def _conclude(op: Operation, attempt: int, conclusion: Conclusion) -> dict[str, Any]:
-    if isinstance(conclusion, Recovered):
-        op.record_result(conclusion.result)
+def _conclude(op: Operation, conclusion: Conclusion) -> dict[str, Any]:
+    kind, doc = op.record_conclusion(conclusion)
+    if kind == "recovered":
         return {"status": "done", "conclusion": "recovered"}
-    if isinstance(conclusion, ConfirmedAbsent):
-        op.record_guard(attempt + 1, conclusion.guard)
-        return {"status": "pending", "conclusion": "confirmed_absent", "next_attempt": attempt + 1}
-    revision = op.record_evidence(conclusion.evidence)
+    if kind == "confirmed_absent":
+        return {"status": "pending", "conclusion": kind, "next_attempt": doc["for_attempt"]}
     return {
         "status": "awaiting_decision",
         "conclusion": "unknown",
-        "revision": revision,
-        "reason": conclusion.evidence.get("reason"),
+        "revision": doc["revision"],
+        "reason": doc.get("reason"),
     }
 
 
@@ -71,8 +67,7 @@ def run_move(
     settle_timeout_s: float = 30.0,
 ) -> dict[str, Any]:
     robot = config.robot(request.robot)
-    if not request.relative:
-        plan_absolute(robot, request)  # a limit violation is refused before anything is sent
+    check_request(robot, request)  # unknown joints and limit violations: before anything is sent
     op = store.bind(op_id, request)
     revisions = op.evidence_revisions()
     if revisions:
@@ -86,13 +81,11 @@ def run_move(
         adapter = DynamixelMoveAdapter(
             config, host, progress=progress, settle_timeout_s=settle_timeout_s
         )
-        attempts = op.attempts()
-        last = attempts[-1] if attempts else 0
-        if last and op.guard(last + 1) is None:
-            outcome = _conclude(op, last, adapter.reconcile(op, request))
+        number = op.next_attempt()
+        if number > 1 and op.guard(number) is None:
+            outcome = _conclude(op, adapter.reconcile(op, request))
             if outcome["status"] != "pending":
                 return outcome
-        number = last + 1
         op.start_attempt(
             number,
             {
@@ -105,7 +98,7 @@ def run_move(
             result = adapter.execute(op, number, request, first_motion=True)
         except TetherError as exc:
             # In doubt: the safe-stop already ran; decide from the device right away.
-            outcome = _conclude(op, number, adapter.reconcile(op, request))
+            outcome = _conclude(op, adapter.reconcile(op, request))
             return {**outcome, "error": f"{type(exc).__name__}: {exc}"}
         op.record_result(result)
         return {"status": "done", "conclusion": "executed", "attempt": number}
