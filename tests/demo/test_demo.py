@@ -18,21 +18,13 @@ from tether.physical.provider import CRASH_ENV
 from tether.runtime import CRASH_POINTS
 from tether.world import SqliteLedger
 
+from tests.demo._support import demo_argv
+
 SMALL = ["--targets", "2", "--episodes", "1", "--steps", "200", "--port", "0"]
 
 
 def _cmd(data: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tether",
-        "demo",
-        "--data-dir",
-        str(data),
-        "--lease-ms",
-        "500",
-        *extra,
-    ]
+    return demo_argv(data, "--lease-ms", "500", *extra)
 
 
 def _run(data: Path, *extra: str, **env: str) -> subprocess.CompletedProcess[str]:

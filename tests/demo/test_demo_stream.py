@@ -23,6 +23,8 @@ from tether.physical.demo import final_content, message_id
 from tether.physical.family import INTENT, KIND
 from tether.world import SqliteLedger
 
+from tests.demo._support import demo_argv
+
 VALIDATOR = Path(sys.executable).with_name("ag-ui-validate")
 
 
@@ -82,13 +84,8 @@ def _types(body: bytes) -> list[str]:
 
 def test_the_demo_stream_validates_and_rebuilds_the_final_activities(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    cmd = [
-        sys.executable,
-        "-m",
-        "tether",
-        "demo",
-        "--data-dir",
-        str(data),
+    cmd = demo_argv(
+        data,
         "--targets",
         "2",
         "--episodes",
@@ -101,7 +98,7 @@ def test_the_demo_stream_validates_and_rebuilds_the_final_activities(tmp_path: P
         "2",
         "--linger",
         "60",
-    ]
+    )
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as demo:
         assert demo.stdout is not None
         url = ""

@@ -216,9 +216,11 @@ def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
 def _watch(run: _Run) -> int:
     """Follow the catalog until the mission ends (0) or an activity is parked (1)."""
     shown: dict[str, str] = {}
+    done: dict[ActivityKey, ActivityRecord] = {}  # settled records never change: read once
     while True:
         snap = run.host.snapshot(WORLD)
-        records = {k: run.host.get(k) for k in _keys(snap)}
+        records = {k: done.get(k) or run.host.get(k) for k in _keys(snap)}
+        done |= {k: r for k, r in records.items() if r is not None and r.settlement is not None}
         for key, rec in records.items():
             if rec is None:  # not admitted yet: no durable Activity to show
                 continue
