@@ -25,7 +25,7 @@ from journal_provider import (
     projection_for,
     stage_task,
 )
-from tether.activities import operation_id_for
+from tether.activities import ActivityKey, operation_id_for
 from tether.runtime import (
     AttemptContext,
     Family,
@@ -474,3 +474,30 @@ def test_reconcile_that_raises_or_recovers_a_non_durable_result_concludes_unknow
         worker.close()
         assert revisions[0] < revisions[1]  # each conclusion recorded its own evidence
         assert journal.calls("execute") == [] and journal.effects() == {}
+
+
+def test_a_family_whose_staging_raises_never_stalls_other_observations(tmp_path: Path) -> None:
+    broken_kind = "crash.broken"
+
+    def broken_stage(staged: Any) -> list[ComponentWrite]:
+        raise RuntimeError("family bug in stage")
+
+    good = make_family(tmp_path)
+    broken = Family(
+        "brokentest",
+        (broken_kind,),
+        projection_for((broken_kind,)),
+        DedupAdapter(Journal(tmp_path / "provider.db")),
+        broken_stage,
+    )
+    with make_host(tmp_path, good, broken) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1) + intents(1, kind=broken_kind, prefix="bad"))
+        drain(host)
+        assert host.restage() == 1  # the good result; the broken family's stays pending
+        host.observe_once()
+        good_rec = host.get(akey(0))
+        bad_rec = host.get(ActivityKey("w", broken_kind, "bad-0000"))
+        assert good_rec is not None and good_rec.settlement is not None
+        assert bad_rec is not None and bad_rec.result is not None and bad_rec.settlement is None
+        assert host.restage() == 0  # still pending, retried each pass, never staged

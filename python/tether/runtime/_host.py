@@ -394,9 +394,10 @@ class Host:
     def restage(self) -> int:
         """Stage every completed but unobserved result (pages the pending set to exhaustion).
 
-        A result whose payload is missing or corrupt is not staged (and is logged); the others
-        still are. An operator's abandon decision records a failed result with no payload:
-        it is staged with an empty payload and `result.failed` set.
+        A result whose payload is missing or corrupt, or whose family's staging raises, is not
+        staged (and is logged); the others still are. An operator's abandon decision records a
+        failed result with no payload: it is staged with an empty payload and `result.failed`
+        set.
         """
         count = 0
         worlds = set(self.ledger.worlds())
@@ -415,7 +416,13 @@ class Host:
             except ArtifactError:
                 log.exception("result of %s is not durable; not staged", rec.key)
                 continue
-            obs = observation_for(family, StagedResult(rec.key, rec.result, payload))
+            try:
+                obs = observation_for(family, StagedResult(rec.key, rec.result, payload))
+            except Exception:
+                # One family's staging bug must not stall every other observation: this
+                # result stays pending (and is retried each pass); the rest are staged.
+                log.exception("family %r failed to stage %s; not staged", family.name, rec.key)
+                continue
             with self._staged_mutex:
                 self._staged[rec.key] = obs
             count += 1
