@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.physical._durable import create_exclusive
 from tether.physical.robot_move import (
     Conclusion,
     ConfirmedAbsent,
@@ -44,36 +45,9 @@ class StoreConflict(Exception):
     """A record that contradicts what is already durable (different request, used decision)."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _temp(path: Path, data: bytes) -> Path:
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return tmp
-
-
 def write_new(path: Path, doc: Any) -> bool:
     """Create `path` with `doc` only if absent (atomic, durable). True if this call created it."""
-    tmp = _temp(path, canonical_json(doc))
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-    return True
+    return create_exclusive(path, canonical_json(doc))
 
 
 def read_json(path: Path) -> Any:
