@@ -51,6 +51,20 @@ def operator(
     )
 
 
+def resolve(
+    config: Path,
+    op_id: str,
+    decision: str,
+    revision: int,
+    operator_name: str,
+    *extra: str,
+    credential: str | None = CREDENTIAL,
+) -> subprocess.CompletedProcess[str]:
+    """`tether operator resolve` with the usual flags; `extra` adds e.g. a note."""
+    argv = ["resolve", op_id, "--decision", decision, "--revision", str(revision)]
+    return operator(config, *argv, "--operator", operator_name, *extra, credential=credential)
+
+
 @pytest.mark.parametrize(
     ("crash_at", "conclusion", "attempts"),
     [
@@ -113,63 +127,17 @@ def test_power_loss_after_staging_is_unknown_then_operator_reissues(tmp_path: Pa
         assert evidence["commanded_vs_present"]["1"]["commanded"] == GOALS[1]
         assert shown["device_state_age_ms"] >= 0
 
-        no_credential = operator(
-            config,
-            "resolve",
-            OP_ID,
-            "--decision",
-            "reissue",
-            "--revision",
-            "1",
-            "--operator",
-            "alice",
-            credential=None,
-        )
+        no_credential = resolve(config, OP_ID, "reissue", 1, "alice", credential=None)
         assert json.loads(no_credential.stdout)["code"] == "credential_refused"
-        wrong = operator(
-            config,
-            "resolve",
-            OP_ID,
-            "--decision",
-            "reissue",
-            "--revision",
-            "1",
-            "--operator",
-            "alice",
-            credential="guess",
-        )
+        wrong = resolve(config, OP_ID, "reissue", 1, "alice", credential="guess")
         assert json.loads(wrong.stdout)["code"] == "credential_refused"
-        stale = operator(
-            config,
-            "resolve",
-            OP_ID,
-            "--decision",
-            "reissue",
-            "--revision",
-            "0",
-            "--operator",
-            "alice",
-        )
+        stale = resolve(config, OP_ID, "reissue", 0, "alice")
         assert json.loads(stale.stdout)["code"] == "stale_revision"
         assert len(emu.journal()) == before  # refusals touched nothing
 
-        ok = operator(
-            config,
-            "resolve",
-            OP_ID,
-            "--decision",
-            "reissue",
-            "--revision",
-            "1",
-            "--operator",
-            "alice",
-            "--note",
-            "checked the arm",
-        )
+        ok = resolve(config, OP_ID, "reissue", 1, "alice", "--note", "checked the arm")
         assert ok.returncode == 0, ok.stdout + ok.stderr
-        again = operator(
-            config, "resolve", OP_ID, "--decision", "done", "--revision", "1", "--operator", "bob"
-        )
+        again = resolve(config, OP_ID, "done", 1, "bob")
         assert json.loads(again.stdout)["code"] == "already_decided"
 
         executed = run_worker(config)
@@ -198,20 +166,14 @@ def test_relative_move_in_doubt_goes_to_the_operator_and_is_never_reissued(tmp_p
         parked = run_worker(config, *args, joints={"a": 0.2})
         assert outcome(parked)["reason"] == "relative_move_ambiguous"
         op_id = outcome(parked)["operation_id"]
-        refused = operator(
-            config, "resolve", op_id, "--decision", "reissue", "--revision", "1", "--operator", "al"
-        )
+        refused = resolve(config, op_id, "reissue", 1, "al")
         assert json.loads(refused.stdout)["code"] == "not_repeatable"
         # The device changes under the operator's feet (an overheating alert): the decision is
         # refused and a new evidence revision with the fresh state appears.
         emu.request(op="fault", kind="alert", id=2, value=0x04)
-        changed = operator(
-            config, "resolve", op_id, "--decision", "abandon", "--revision", "1", "--operator", "al"
-        )
+        changed = resolve(config, op_id, "abandon", 1, "al")
         assert json.loads(changed.stdout)["code"] == "state_changed"
-        ok = operator(
-            config, "resolve", op_id, "--decision", "abandon", "--revision", "2", "--operator", "al"
-        )
+        ok = resolve(config, op_id, "abandon", 2, "al")
         assert ok.returncode == 0, ok.stdout
         assert outcome(run_worker(config, *args, joints={"a": 0.2}))["status"] == "failed"
         assert not any(e["instruction"] == "action" for e in emu.journal())
