@@ -23,7 +23,8 @@ class InvalidPatch(PatchError):
     """The patch is malformed (structure, member types, pointer syntax, unknown op, non-JSON)."""
 
 class PatchDoesNotApply(PatchError):
-    """A well-formed patch does not apply: a missing path, an index out of range, a failed test."""
+    """A well-formed patch does not apply: a missing path, an index out of range, a failed test,
+    a move into the value's own child."""
 
 class InvalidDocument(PatchError):
     """The document is not JSON: a dict/list subclass, a non-str key, a non-JSON value."""

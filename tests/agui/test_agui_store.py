@@ -159,6 +159,22 @@ def test_rule4_deltas_patch_atomically_and_failures_warn() -> None:
     assert got is not None and got["content"] == {"resync": True}
 
 
+@pytest.mark.parametrize("how", ["dict", "ndjson"])
+def test_rule4_a_move_into_its_own_child_is_skipped_not_fatal(how: str) -> None:
+    # A well-formed patch that cannot apply: tolerated, even for a missing target.
+    s = store_of(snap("a", {"x": {"y": 1}}))
+    into_child = [{"op": "move", "from": "/x", "path": "/x/y/z"}]
+    for event in (delta("a", into_child), delta("missing", into_child)):
+        if how == "dict":
+            s.handle_event(event)
+        else:
+            s.feed(json.dumps(event).encode() + b"\n")
+    assert [x.code for x in s.warnings] == ["patch_not_applied", "delta_target_missing"]
+    assert "own child" in s.warnings[0].reason
+    got = s.get("a")
+    assert got is not None and got["content"] == {"x": {"y": 1}}
+
+
 @pytest.mark.parametrize(
     ("event", "code"),
     [

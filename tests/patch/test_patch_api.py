@@ -165,7 +165,6 @@ def test_error_codes(call: Callable[[], object], code: str) -> None:
         [{"op": "add", "path": "a", "value": 1}],
         [{"op": "add", "path": "/a~2", "value": 1}],
         [{"op": "add", "path": "/a~", "value": 1}],
-        [{"op": "move", "from": "/a", "path": "/a/b"}],
         [{"op": "increment", "path": "/a"}],
         ["not an object"],
         [["add", "/a", 1]],

@@ -114,9 +114,11 @@ def test_escapes_decode_in_order(run: Runner) -> None:
 @RUNNERS
 def test_move_into_own_child_is_refused_but_onto_itself_is_fine(run: Runner) -> None:
     doc = {"a": {"b": {}}, "ab": {}}
-    with pytest.raises(patch.InvalidPatch) as info:
+    # Well formed (RFC 6902 4.4 forbids the move, not the operation's shape): it does not apply.
+    with pytest.raises(patch.PatchDoesNotApply) as info:
         run(doc, [{"op": "move", "from": "/a", "path": "/a/b/c"}])
     assert info.value.code == "move_into_child"
+    assert (info.value.op_index, info.value.path) == (0, "/a/b/c")
     assert run(doc, [{"op": "move", "from": "/a", "path": "/a"}]) == doc
     # `/a` is not a token-prefix of `/ab/x`.
     assert run(doc, [{"op": "move", "from": "/a", "path": "/ab/x"}]) == {"ab": {"x": {"b": {}}}}

@@ -825,6 +825,25 @@ mod tests {
     }
 
     #[test]
+    fn a_move_into_its_own_child_is_skipped_with_a_warning() {
+        let mut s = store(&[snap("a", json!({"x": {"y": 1}}))]);
+        let into_child = json!([{"op": "move", "from": "/x", "path": "/x/y/z"}]);
+        s.handle_value(delta("a", into_child.clone())).unwrap();
+        s.handle_value(delta("missing", into_child.clone())).unwrap();
+        s.feed(format!("{}\n", delta("a", into_child)).as_bytes())
+            .unwrap();
+        assert_eq!(
+            codes_of(&s),
+            vec![
+                codes::PATCH_NOT_APPLIED,
+                codes::DELTA_TARGET_MISSING,
+                codes::PATCH_NOT_APPLIED
+            ]
+        );
+        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"x": {"y": 1}}));
+    }
+
+    #[test]
     fn unknown_op_is_dropped_with_a_warning_and_extra_members_kept() {
         let mut s = store(&[snap("a", json!({"n": 0}))]);
         s.handle_value(delta(

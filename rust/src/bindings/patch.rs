@@ -38,7 +38,7 @@ pyo3::create_exception!(
     PatchDoesNotApply,
     PatchError,
     "A well-formed patch does not apply to this document: a missing path, an index out of \
-     range, or a failed test."
+     range, a failed test, or a move into the value's own child."
 );
 pyo3::create_exception!(
     _core,

@@ -46,10 +46,10 @@ pub const WARNING_CODES: &[&str] = &["unknown_op"];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PatchErrorKind {
     /// Not a patch: not an array, an operation that is not an object, a missing or wrongly
-    /// typed member, bad pointer syntax, an unknown `op` (strict), `move` into its own child.
+    /// typed member, bad pointer syntax, an unknown `op` (strict).
     Malformed,
     /// A well-formed patch that does not apply to this document: a missing path, an index out
-    /// of range, a failed `test`.
+    /// of range, a failed `test`, a `move` into the value's own child.
     DoesNotApply,
 }
 
@@ -75,8 +75,8 @@ pub const ERROR_CODES: &[&str] = &[
     "member_not_string",
     "unknown_op",
     "bad_pointer",
-    "move_into_child",
     // Does not apply.
+    "move_into_child",
     "member_not_found",
     "index_out_of_range",
     "invalid_index",

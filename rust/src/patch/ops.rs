@@ -158,10 +158,8 @@ pub fn parse_ops<S: OpSource>(
             };
             let from = Pointer::parse(&text)
                 .map_err(|e| bad(p, "bad_pointer", format!("bad pointer in 'from': {e}")))?;
-            if kind == OpKind::Move && from.is_proper_prefix_of(&path) {
-                let msg = format!("cannot move {text:?} into its own child");
-                return Err(bad(p, "move_into_child", msg));
-            }
+            // A `move` into the value's own child is well formed; the engine refuses to apply
+            // it (`move_into_child`), as RFC 6902 4.4 and the AG-UI draft read it.
             Some(from)
         } else {
             None

@@ -129,11 +129,6 @@ fn malformed_versus_does_not_apply() {
     m(json!([{"op": "add", "path": "/a~", "value": 1}]));
     m(json!([{"op": "copy", "path": "/x", "from": "/~"}]));
     m(json!([{"op": "frobnicate", "path": "/a"}]));
-    let e = m(json!([{"op": "move", "from": "/a", "path": "/a/0"}]));
-    assert_eq!(
-        (e.path.as_deref(), e.code),
-        (Some("/a/0"), "move_into_child")
-    );
     let e = m(json!([{"op": "nope", "path": "/a"}]));
     assert_eq!((e.path.as_deref(), e.code), (Some("/a"), "unknown_op"));
     assert_eq!(
@@ -191,6 +186,16 @@ fn malformed_versus_does_not_apply() {
     d(json!([{"op": "move", "from": "/b", "path": "/b"}]));
     assert_eq!(d(json!([{"op": "remove", "path": ""}])).code, "remove_root");
     d(json!([{"op": "add", "path": "/a/0/x", "value": 1}]));
+    // A move into the value's own child is well formed; it cannot apply to any document.
+    let e = d(json!([{"op": "move", "from": "/a", "path": "/a/0"}]));
+    assert_eq!(
+        (e.op_index, e.path.as_deref(), e.code),
+        (Some(0), Some("/a/0"), "move_into_child")
+    );
+    let e = d(json!([{"op": "replace", "path": "/a/0", "value": 2}, {"op": "move", "from": "", "path": "/x"}]));
+    assert_eq!((e.op_index, e.code), (Some(1), "move_into_child"));
+    // Malformed still wins over it: every operation is parsed before any applies.
+    m(json!([{"op": "move", "from": "/a", "path": "/a/0"}, {"op": "add", "path": "x", "value": 1}]));
 }
 
 #[test]
