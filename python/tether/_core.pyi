@@ -13,11 +13,27 @@ class TetherError(Exception):
 import typing as _typing  # noqa: E402
 
 class PatchError(TetherError):
-    """A JSON Patch was refused; `op_index` and `path` locate the failing operation."""
+    """A JSON Patch was refused; `op_index` and `path` locate the failing operation.
+
+    `warnings` holds the operations AG-UI mode dropped before the failure, in order.
+    """
 
     op_index: int | None
     path: str | None
     code: str | None
+    warnings: tuple[PatchWarning, ...]
+
+@final
+class PatchWarning:
+    """An operation the AG-UI mode tolerated (dropped), with a stable snake_case `code`."""
+
+    @property
+    def op_index(self) -> int: ...
+    @property
+    def code(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    def __new__(cls, op_index: int, code: str, message: str) -> PatchWarning: ...
 
 class InvalidPatch(PatchError):
     """The patch is malformed (structure, member types, pointer syntax, unknown op, non-JSON)."""
@@ -34,12 +50,12 @@ PATCH_ERROR_CODES: list[str]
 
 def patch_apply(
     doc: _typing.Any, patch: _typing.Any, *, mode: str = "strict", in_place: bool = False
-) -> tuple[_typing.Any, list[tuple[int, str, str]]]:
+) -> tuple[_typing.Any, list[PatchWarning]]:
     """Apply a patch to Python objects; returns (document, warnings)."""
 
 def patch_apply_json(
     doc: bytes, patch: bytes, *, mode: str = "strict"
-) -> tuple[bytes, list[tuple[int, str, str]]]:
+) -> tuple[bytes, list[PatchWarning]]:
     """Apply a JSON-text patch to a JSON-text document; returns (json_bytes, warnings)."""
 
 def patch_diff(old: _typing.Any, new: _typing.Any) -> list[dict[str, _typing.Any]]:

@@ -11,17 +11,19 @@ Only plain JSON types are accepted: ``dict`` (``str`` keys), ``list``, ``str``, 
 ``float``, ``bool`` and ``None``; subclasses and other types raise ``InvalidDocument`` (in the
 document) or ``InvalidPatch`` (in the patch).
 
-Every ``PatchError`` carries ``op_index`` and ``path`` (the failing operation, when known) and
-``code``, a stable snake_case reason listed in `ERROR_CODES`.
+Every ``PatchError`` carries ``op_index`` and ``path`` (the failing operation, when known),
+``code``, a stable snake_case reason listed in `ERROR_CODES`, and ``warnings``: in AG-UI mode
+the operations dropped before the failure, in order (a drop stands whatever happens to the rest
+of the patch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from tether import _core
+from tether._core import PatchWarning
 from tether.errors import InvalidDocument, InvalidPatch, PatchDoesNotApply, PatchError
 
 __all__ = [
@@ -51,15 +53,6 @@ WARNING_CODES: tuple[str, ...] = tuple(_core.PATCH_WARNING_CODES)
 
 
 @dataclass(frozen=True, slots=True)
-class PatchWarning:
-    """An operation the AG-UI mode tolerated (dropped), with a stable snake_case ``code``."""
-
-    op_index: int
-    code: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
 class Applied:
     """A patched document together with the warnings of AG-UI mode."""
 
@@ -67,16 +60,16 @@ class Applied:
     warnings: tuple[PatchWarning, ...]
 
 
-def _warnings(raw: Sequence[tuple[int, str, str]]) -> tuple[PatchWarning, ...]:
-    return tuple(PatchWarning(i, code, message) for i, code, message in raw)
-
-
 def apply_detailed(
     doc: Any, patch: list[Any], *, mode: Mode = "strict", in_place: bool = False
 ) -> Applied:
-    """Like `apply`, also returning the warnings of AG-UI mode."""
-    out, raw = _core.patch_apply(doc, patch, mode=mode, in_place=in_place)
-    return Applied(out, _warnings(raw))
+    """Like `apply`, also returning the warnings of AG-UI mode.
+
+    When the patch fails, the raised ``PatchError`` carries the warnings of the operations
+    dropped before the failure in ``warnings``, in order.
+    """
+    out, warnings = _core.patch_apply(doc, patch, mode=mode, in_place=in_place)
+    return Applied(out, tuple(warnings))
 
 
 def apply(doc: Any, patch: list[Any], *, mode: Mode = "strict", in_place: bool = False) -> Any:
@@ -102,9 +95,10 @@ def apply(doc: Any, patch: list[Any], *, mode: Mode = "strict", in_place: bool =
 def apply_json_detailed(
     doc: bytes, patch: bytes, *, mode: Mode = "strict"
 ) -> tuple[bytes, tuple[PatchWarning, ...]]:
-    """Like `apply_json`, also returning the warnings of AG-UI mode."""
-    out, raw = _core.patch_apply_json(doc, patch, mode=mode)
-    return out, _warnings(raw)
+    """Like `apply_json`, also returning the warnings of AG-UI mode (carried by a raised
+    ``PatchError`` in ``warnings`` when the patch fails)."""
+    out, warnings = _core.patch_apply_json(doc, patch, mode=mode)
+    return out, tuple(warnings)
 
 
 def apply_json(doc: bytes, patch: bytes, *, mode: Mode = "strict") -> bytes:

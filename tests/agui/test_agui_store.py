@@ -44,6 +44,10 @@ def delta(mid: str, patch: list[Any], **extra: Any) -> dict[str, Any]:
     }
 
 
+def _copy_bomb(mid: str, copies: int) -> dict[str, Any]:
+    return delta(mid, [{"op": "copy", "from": "", "path": f"/c{i}"} for i in range(copies)])
+
+
 def store_of(*events: dict[str, Any]) -> ActivityStore:
     s = ActivityStore()
     for e in events:
@@ -157,6 +161,37 @@ def test_rule4_deltas_patch_atomically_and_failures_warn() -> None:
     s.handle_event(snap("a", {"resync": True}))
     got = s.get("a")
     assert got is not None and got["content"] == {"resync": True}
+
+
+DROP = {"op": "frobnicate", "path": "/n"}
+
+
+@pytest.mark.parametrize("how", ["dict", "ndjson", "sse"])
+@pytest.mark.parametrize(
+    ("event", "then"),
+    [
+        (delta("a", [DROP, {"op": "remove", "path": "/missing"}]), "patch_not_applied"),
+        (delta("a", [DROP, {"op": "move", "from": "", "path": "/n/x"}]), "patch_not_applied"),
+        (delta("a", [DROP, {"op": "replace", "path": "", "value": 1}]), "patch_result_not_object"),
+        (delta("missing", [DROP]), "delta_target_missing"),
+        (delta("a", [DROP, *_copy_bomb("a", 40)["patch"]]), "content_too_large"),
+    ],
+    ids=["does-not-apply", "move-into-child", "not-an-object", "missing", "too-large"],
+)
+def test_rule4_a_dropped_op_warns_first_whatever_happens_to_the_rest(
+    how: str, event: dict[str, Any], then: str
+) -> None:
+    s = store_of(snap("a", {"n": 0}))
+    if how == "dict":
+        w = s.handle_event(event)
+    elif how == "ndjson":
+        w = s.feed(json.dumps(event).encode() + b"\n")
+    else:
+        w = s.feed(b"data: " + json.dumps(event).encode() + b"\n\n")
+    assert [x.code for x in w] == ["patch_op_dropped", then]
+    assert "frobnicate" in w[0].reason
+    got = s.get("a")
+    assert got is not None and got["content"] == {"n": 0}
 
 
 @pytest.mark.parametrize("how", ["dict", "ndjson"])
@@ -798,10 +833,6 @@ def test_a_flood_of_deepening_deltas_does_not_crash_the_process() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-
-
-def _copy_bomb(mid: str, copies: int) -> dict[str, Any]:
-    return delta(mid, [{"op": "copy", "from": "", "path": f"/c{i}"} for i in range(copies)])
 
 
 @pytest.mark.parametrize("how", ["dict", "ndjson"])

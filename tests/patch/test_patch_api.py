@@ -210,6 +210,52 @@ def test_agui_mode_drops_unknown_ops_with_a_warning() -> None:
         patch.apply({}, [], mode="lenient")  # type: ignore[arg-type]
 
 
+DROPS_THEN_FAILS = [
+    {"op": "increment", "path": "/n"},
+    {"op": "replace", "path": "/n", "value": 2},
+    {"op": "decrement", "path": "/n"},
+    {"op": "remove", "path": "/missing"},
+]
+
+
+@pytest.mark.parametrize("form", ["copy", "in_place", "json"])
+def test_agui_errors_carry_the_drop_warnings_in_order(form: str) -> None:
+    def run(ops: list[Any]) -> None:
+        doc = {"n": 1}
+        if form == "json":
+            patch.apply_json_detailed(
+                json.dumps(doc).encode(), json.dumps(ops).encode(), mode="agui"
+            )
+        else:
+            patch.apply_detailed(doc, ops, mode="agui", in_place=form == "in_place")
+        raise AssertionError("the patch applied")
+
+    with pytest.raises(patch.PatchDoesNotApply) as miss:
+        run(DROPS_THEN_FAILS)
+    assert [(w.op_index, w.code) for w in miss.value.warnings] == [
+        (0, "unknown_op"),
+        (2, "unknown_op"),
+    ]
+    assert all(isinstance(w, patch.PatchWarning) for w in miss.value.warnings)
+    assert miss.value.op_index == 3 and miss.value.code == "member_not_found"
+    # A malformed operation after a drop: the drop is still reported.
+    with pytest.raises(patch.InvalidPatch) as bad:
+        run([DROPS_THEN_FAILS[0], {"op": "add", "path": "n", "value": 1}])
+    assert [w.op_index for w in bad.value.warnings] == [0]
+    # Nothing dropped (or strict mode): no warnings.
+    with pytest.raises(patch.PatchDoesNotApply) as plain:
+        run([{"op": "remove", "path": "/missing"}])
+    assert plain.value.warnings == ()
+
+
+def test_patch_warnings_are_values() -> None:
+    w = patch.PatchWarning(1, "unknown_op", "it's gone")
+    assert (w.op_index, w.code, w.message) == (1, "unknown_op", "it's gone")
+    assert w == patch.PatchWarning(1, "unknown_op", "it's gone") and len({w, w}) == 1
+    assert repr(w) == "PatchWarning(op_index=1, code='unknown_op', message='it\\'s gone')"
+    assert patch.PatchError.warnings == ()
+
+
 def test_apply_json_keeps_big_integers_and_order() -> None:
     doc = b'{"z": 1, "big": 123456789012345678901234567890123, "a": -98765432109876543210.5}'
     ops = (

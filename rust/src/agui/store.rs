@@ -32,7 +32,7 @@ use super::fast;
 use super::frame::{self, Frame, Framer};
 use super::message::{growth, merge_metadata, patch_growth, Activity, Message, MAX_CONTENT_DEPTH};
 use super::schema::{self, ENVELOPE};
-use crate::patch::{apply_value, parse_ops, Mode, PatchErrorKind};
+use crate::patch::{parse_ops, run, Mode, Op, ValueDoc};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RunState {
@@ -98,15 +98,6 @@ fn merge_into_wire(msg: &mut Map<String, Value>, from: Option<Map<String, Value>
             msg.insert("metadata".into(), Value::Object(from));
         }
     }
-}
-
-/// A patch op whose `path` is the root can make the content something other than an object;
-/// only then does a delta need a copy of the content to fall back to.
-fn touches_root(patch: &Value) -> bool {
-    patch.as_array().is_some_and(|ops| {
-        ops.iter()
-            .any(|op| op.get("path").and_then(Value::as_str) == Some(""))
-    })
 }
 
 impl ActivityStore {
@@ -384,6 +375,10 @@ impl Thread {
         const T: &str = "ACTIVITY_DELTA";
         let id = take_str(&mut ev, "messageId").unwrap_or_default();
         let patch = ev.shift_remove("patch").unwrap_or(Value::Array(Vec::new()));
+        // Enforcement before application: a malformed patch is fatal whatever the target, and
+        // an operation with an unknown `op` is dropped with its warning, which stands whatever
+        // happens to the rest of the patch (a later failure adds its own warning).
+        let ops = read_patch(&patch, &id, warnings)?;
         let target = match self.index.get(&id).map(|i| &mut self.messages[*i]) {
             Some(Message::Activity(a)) => a,
             found => {
@@ -397,8 +392,6 @@ impl Thread {
                         format!("it names a message with role {:?}", m.role()),
                     ),
                 };
-                // A skipped delta still must be well formed.
-                check_patch(&patch)?;
                 warnings.push(Warning::new(
                     code,
                     T,
@@ -436,8 +429,7 @@ impl Thread {
             bounds = patch_growth(&patch, target.depth, target.weight, content);
         }
         if exceeds(bounds, target) {
-            // Still fatal when malformed; otherwise skipped like a patch that does not apply.
-            check_patch(&patch)?;
+            // Skipped like a patch that does not apply (a malformed one was fatal above).
             let (code, why) = if bounds.0 > MAX_CONTENT_DEPTH {
                 let why = format!("nest content deeper than {MAX_CONTENT_DEPTH} levels");
                 (codes::CONTENT_TOO_DEEP, why)
@@ -454,49 +446,40 @@ impl Thread {
             merge_metadata(&mut target.metadata, take_obj(&mut ev, "metadata"));
             return Ok(());
         }
-        let backup = if touches_root(&patch) {
+        let backup = if ops.iter().any(|op| op.path.is_root()) {
             Some(target.content.clone())
         } else {
             None
         };
-        match apply_value(&mut target.content, &patch, Mode::AgUi) {
-            Ok(ws) => {
-                if !target.content.is_object() {
-                    let got = schema::type_name(&target.content);
-                    target.content = backup.unwrap_or_else(|| Value::Object(Map::new()));
-                    warnings.push(Warning::new(
-                        codes::PATCH_RESULT_NOT_OBJECT,
-                        T,
-                        Some(&id),
-                        format!("skipped the delta: its result is {got}, not an object"),
-                    ));
-                } else {
-                    (target.depth, target.weight) = bounds;
-                    target.activity_type = take_str(&mut ev, "activityType").unwrap_or_default();
-                    for w in ws {
-                        warnings.push(Warning::new(
-                            codes::PATCH_OP_DROPPED,
-                            T,
-                            Some(&id),
-                            format!("patch operation {}: {} ({})", w.op_index, w.message, w.code),
-                        ));
-                    }
-                }
+        match run(&mut ValueDoc::new(&mut target.content), &ops, true) {
+            Ok(()) if !target.content.is_object() => {
+                let got = schema::type_name(&target.content);
+                target.content = backup.unwrap_or_else(|| Value::Object(Map::new()));
+                warnings.push(Warning::new(
+                    codes::PATCH_RESULT_NOT_OBJECT,
+                    T,
+                    Some(&id),
+                    format!("skipped the delta: its result is {got}, not an object"),
+                ));
             }
-            Err(e) if matches!(e.kind, PatchErrorKind::Malformed) => {
-                return Err(malformed_patch(e))
+            Ok(()) => {
+                (target.depth, target.weight) = bounds;
+                target.activity_type = take_str(&mut ev, "activityType").unwrap_or_default();
             }
-            Err(e) => warnings.push(Warning::new(
-                codes::PATCH_NOT_APPLIED,
-                T,
-                Some(&id),
-                format!(
-                    "skipped the delta: operation {} at {:?} does not apply: {}",
-                    e.op_index.map_or("?".to_owned(), |i| i.to_string()),
-                    e.path.unwrap_or_default(),
-                    e.message
-                ),
-            )),
+            Err(f) => {
+                let e = f.into_patch_error();
+                warnings.push(Warning::new(
+                    codes::PATCH_NOT_APPLIED,
+                    T,
+                    Some(&id),
+                    format!(
+                        "skipped the delta: operation {} at {:?} does not apply: {}",
+                        e.op_index.map_or("?".to_owned(), |i| i.to_string()),
+                        e.path.unwrap_or_default(),
+                        e.message
+                    ),
+                ));
+            }
         }
         merge_metadata(&mut target.metadata, take_obj(&mut ev, "metadata"));
         Ok(())
@@ -634,18 +617,32 @@ impl Thread {
     }
 }
 
-/// The malformed-patch rules alone, without applying anything (applying even to a scratch
-/// object could be costly: each `copy` of the root doubles it).
-fn check_patch(patch: &Value) -> Result<(), AguiError> {
+/// Reads a delta's patch (every malformed-patch rule, nothing applied: applying even to a
+/// scratch object could be costly, as each `copy` of the root doubles it) and pushes the
+/// warning of every dropped operation, in patch order.
+fn read_patch<'p>(
+    patch: &'p Value,
+    id: &str,
+    warnings: &mut Vec<Warning>,
+) -> Result<Vec<Op<&'p Value>>, AguiError> {
     let Some(items) = patch.as_array() else {
         return Err(AguiError::malformed(
             codes::MALFORMED_PATCH,
             "a patch must be a JSON array of operations",
         ));
     };
-    parse_ops(items.iter(), Mode::AgUi)
-        .map(|_| ())
-        .map_err(|f| malformed_patch(f.into_patch_error()))
+    let mut dropped = Vec::new();
+    let ops = parse_ops(items.iter(), Mode::AgUi, &mut dropped)
+        .map_err(|f| malformed_patch(f.into_patch_error()))?;
+    warnings.extend(dropped.into_iter().map(|w| {
+        Warning::new(
+            codes::PATCH_OP_DROPPED,
+            "ACTIVITY_DELTA",
+            Some(id),
+            format!("patch operation {}: {} ({})", w.op_index, w.message, w.code),
+        )
+    }));
+    Ok(ops)
 }
 
 fn malformed_patch(e: crate::patch::PatchError) -> AguiError {
@@ -829,7 +826,8 @@ mod tests {
         let mut s = store(&[snap("a", json!({"x": {"y": 1}}))]);
         let into_child = json!([{"op": "move", "from": "/x", "path": "/x/y/z"}]);
         s.handle_value(delta("a", into_child.clone())).unwrap();
-        s.handle_value(delta("missing", into_child.clone())).unwrap();
+        s.handle_value(delta("missing", into_child.clone()))
+            .unwrap();
         s.feed(format!("{}\n", delta("a", into_child)).as_bytes())
             .unwrap();
         assert_eq!(
@@ -840,7 +838,10 @@ mod tests {
                 codes::PATCH_NOT_APPLIED
             ]
         );
-        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"x": {"y": 1}}));
+        assert_eq!(
+            s.get("a").unwrap().to_wire()["content"],
+            json!({"x": {"y": 1}})
+        );
     }
 
     #[test]
@@ -856,6 +857,40 @@ mod tests {
             json!({"n": 0, "o": {"x": 1}})
         );
         assert_eq!(codes_of(&s), vec![codes::PATCH_OP_DROPPED]);
+    }
+
+    #[test]
+    fn a_dropped_op_warns_first_whatever_happens_to_the_rest() {
+        let dropped = json!({"op": "frobnicate", "path": "/n"});
+        let cases = [
+            (
+                delta("a", json!([dropped, {"op": "remove", "path": "/missing"}])),
+                codes::PATCH_NOT_APPLIED,
+            ),
+            (
+                delta(
+                    "a",
+                    json!([dropped, {"op": "replace", "path": "", "value": 1}]),
+                ),
+                codes::PATCH_RESULT_NOT_OBJECT,
+            ),
+            (
+                delta("missing", json!([dropped])),
+                codes::DELTA_TARGET_MISSING,
+            ),
+        ];
+        for (event, then) in cases {
+            for bytes in [false, true] {
+                let mut s = store(&[snap("a", json!({"n": 0}))]);
+                if bytes {
+                    s.feed(format!("{event}\n").as_bytes()).unwrap();
+                } else {
+                    s.handle_value(event.clone()).unwrap();
+                }
+                assert_eq!(codes_of(&s), vec![codes::PATCH_OP_DROPPED, then], "{event}");
+                assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 0}));
+            }
+        }
     }
 
     #[test]

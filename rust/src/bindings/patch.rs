@@ -48,6 +48,66 @@ pyo3::create_exception!(
      non-JSON type (or invalid JSON text)."
 );
 
+/// An operation the AG-UI mode tolerated (dropped), with a stable snake_case `code`.
+#[pyclass(module = "tether._core", frozen, eq, hash, get_all)]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PatchWarning {
+    op_index: usize,
+    code: String,
+    message: String,
+}
+
+impl From<patch::PatchWarning> for PatchWarning {
+    fn from(w: patch::PatchWarning) -> Self {
+        PatchWarning {
+            op_index: w.op_index,
+            code: w.code.to_owned(),
+            message: w.message,
+        }
+    }
+}
+
+#[pymethods]
+impl PatchWarning {
+    #[new]
+    fn new(op_index: usize, code: String, message: String) -> Self {
+        PatchWarning {
+            op_index,
+            code,
+            message,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let q = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
+        format!(
+            "PatchWarning(op_index={}, code={}, message={})",
+            self.op_index,
+            q(&self.code),
+            q(&self.message)
+        )
+    }
+}
+
+fn warning_list(warnings: Vec<patch::PatchWarning>) -> Vec<PatchWarning> {
+    warnings.into_iter().map(PatchWarning::from).collect()
+}
+
+/// Attach the warnings of the operations dropped before a failure to its exception.
+fn with_warnings(py: Python<'_>, exc: PyErr, warnings: Vec<patch::PatchWarning>) -> PyErr {
+    if warnings.is_empty() {
+        return exc;
+    }
+    let value = exc.value(py);
+    if value.is_instance_of::<PatchError>() {
+        // Best effort, like `locate`: the exception is already the answer.
+        if let Ok(tuple) = PyTuple::new(py, warning_list(warnings)) {
+            let _ = value.setattr("warnings", tuple);
+        }
+    }
+    exc
+}
+
 /// Codes the Python representation adds to `patch::ERROR_CODES`.
 const BINDING_ERROR_CODES: [&str; 3] = ["not_json", "too_deep", "invalid_json"];
 
@@ -646,14 +706,15 @@ impl<'py> OpSource for PyOp<'py> {
     }
 }
 
-/// Convert a patch error once, attaching `op_index` and `path`.
+/// Convert a patch error once, attaching `op_index`, `path` and the drop warnings.
 fn patch_error(py: Python<'_>, err: patch::PatchError) -> PyErr {
     let exc = match err.kind {
         PatchErrorKind::Malformed => InvalidPatch::new_err(err.to_string()),
         PatchErrorKind::DoesNotApply => PatchDoesNotApply::new_err(err.to_string()),
     };
     let exc = coded(py, exc, err.code);
-    locate(py, exc, err.op_index, err.path)
+    let exc = locate(py, exc, err.op_index, err.path);
+    with_warnings(py, exc, err.warnings)
 }
 
 fn locate(py: Python<'_>, exc: PyErr, op_index: Option<usize>, path: Option<String>) -> PyErr {
@@ -687,9 +748,8 @@ fn parse_mode(mode: &str) -> PyResult<Mode> {
     }
 }
 
-type WarningTuple = (usize, &'static str, String);
-
-/// Apply a patch given as Python objects; returns `(document, warnings)`.
+/// Apply a patch given as Python objects; returns `(document, warnings)`. A raised
+/// `PatchError` carries the warnings of the operations dropped before it in `warnings`.
 #[pyfunction]
 #[pyo3(signature = (doc, patch, *, mode = "strict", in_place = false))]
 fn patch_apply<'py>(
@@ -698,7 +758,7 @@ fn patch_apply<'py>(
     patch: Bound<'py, PyAny>,
     mode: &str,
     in_place: bool,
-) -> PyResult<(Bound<'py, PyAny>, Vec<WarningTuple>)> {
+) -> PyResult<(Bound<'py, PyAny>, Vec<PatchWarning>)> {
     let mode = parse_mode(mode)?;
     if !patch.is_exact_instance_of::<PyList>() {
         let what = if patch.is_instance_of::<PyList>() {
@@ -712,20 +772,24 @@ fn patch_apply<'py>(
         return Err(coded(py, InvalidPatch::new_err(msg), "patch_not_array"));
     }
     let items: Vec<PyOp<'py>> = patch.cast_exact::<PyList>()?.iter().map(PyOp).collect();
-    let (ops, warnings) = parse_ops(items, mode).map_err(|f| failure(py, f))?;
-    let root = if in_place {
-        doc
-    } else {
-        copy_json(&doc, Side::Document, 0)?
-    };
-    let mut tree = PyDoc { root };
-    // The copying mode discards its private copy on failure, so it needs no journal.
-    run(&mut tree, &ops, in_place).map_err(|f| failure(py, f))?;
-    let warnings = warnings
-        .into_iter()
-        .map(|w| (w.op_index, w.code, w.message))
-        .collect();
-    Ok((tree.root, warnings))
+    let mut warnings = Vec::new();
+    let result = parse_ops(items, mode, &mut warnings)
+        .map_err(|f| failure(py, f))
+        .and_then(|ops| {
+            let root = if in_place {
+                doc
+            } else {
+                copy_json(&doc, Side::Document, 0)?
+            };
+            let mut tree = PyDoc { root };
+            // The copying mode discards its private copy on failure, so it needs no journal.
+            run(&mut tree, &ops, in_place).map_err(|f| failure(py, f))?;
+            Ok(tree.root)
+        });
+    match result {
+        Ok(root) => Ok((root, warning_list(warnings))),
+        Err(e) => Err(with_warnings(py, e, warnings)),
+    }
 }
 
 /// Which input a JSON text error belongs to.
@@ -743,7 +807,7 @@ fn patch_apply_json<'py>(
     doc: &[u8],
     patch: &[u8],
     mode: &str,
-) -> PyResult<(Bound<'py, PyBytes>, Vec<WarningTuple>)> {
+) -> PyResult<(Bound<'py, PyBytes>, Vec<PatchWarning>)> {
     let mode = parse_mode(mode)?;
     // Pure Rust on immutable `bytes`: parsing and serialising a large document shows in the
     // benchmark, so other threads may run meanwhile.
@@ -758,13 +822,7 @@ fn patch_apply_json<'py>(
         Ok((bytes, warnings))
     });
     match result {
-        Ok((bytes, warnings)) => Ok((
-            PyBytes::new(py, &bytes),
-            warnings
-                .into_iter()
-                .map(|w| (w.op_index, w.code, w.message))
-                .collect(),
-        )),
+        Ok((bytes, warnings)) => Ok((PyBytes::new(py, &bytes), warning_list(warnings))),
         Err(JsonFailure::Document(m)) => {
             Err(coded(py, InvalidDocument::new_err(m), "invalid_json"))
         }
@@ -832,7 +890,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     base.setattr("op_index", py.None())?;
     base.setattr("path", py.None())?;
     base.setattr("code", py.None())?;
+    base.setattr("warnings", PyTuple::empty(py))?;
     m.add("PatchError", base)?;
+    m.add_class::<PatchWarning>()?;
     m.add("InvalidPatch", py.get_type::<InvalidPatch>())?;
     m.add("PatchDoesNotApply", py.get_type::<PatchDoesNotApply>())?;
     m.add("InvalidDocument", py.get_type::<InvalidDocument>())?;

@@ -71,17 +71,18 @@ pub trait OpSource {
     fn literal(&self, name: &str) -> Result<Option<Self::Lit>, Self::Fault>;
 }
 
-/// Parsed operations and the warnings of dropped ones.
-pub type ParsedOps<L> = (Vec<Op<L>>, Vec<PatchWarning>);
-
 /// Parse every element before anything is applied, so a malformed patch is reported as such
 /// whatever the document.
+///
+/// The warnings of dropped operations (AG-UI mode) are pushed onto `warnings` as they are met,
+/// so the caller keeps them, in order, whatever happens next: a later malformed operation here,
+/// or a failure while applying.
 pub fn parse_ops<S: OpSource>(
     items: impl IntoIterator<Item = S>,
     mode: Mode,
-) -> Result<ParsedOps<S::Lit>, Failure<S::Fault>> {
+    warnings: &mut Vec<PatchWarning>,
+) -> Result<Vec<Op<S::Lit>>, Failure<S::Fault>> {
     let mut ops = Vec::new();
-    let mut warnings = Vec::new();
     for (index, item) in items.into_iter().enumerate() {
         let fault = |fault| Failure::Fault {
             fault,
@@ -192,5 +193,5 @@ pub fn parse_ops<S: OpSource>(
             value,
         });
     }
-    Ok((ops, warnings))
+    Ok(ops)
 }
