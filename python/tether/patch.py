@@ -8,8 +8,9 @@ Modes: ``"strict"`` (RFC 6902; an unknown ``op`` makes the patch malformed) and 
 (an operation with an unknown ``op`` is dropped with a warning; the rest applies).
 
 Only plain JSON types are accepted: ``dict`` (``str`` keys), ``list``, ``str``, ``int``,
-``float``, ``bool`` and ``None``; subclasses and other types raise ``InvalidDocument`` (in the
-document) or ``InvalidPatch`` (in the patch).
+finite ``float``, ``bool`` and ``None``; subclasses and other types raise ``InvalidDocument``
+(in the document) or ``InvalidPatch`` (in the patch), and so do NaN and the infinities, which
+JSON does not have (code ``non_finite_number``).
 
 Every ``PatchError`` carries ``op_index`` and ``path`` (the failing operation, when known),
 ``code``, a stable snake_case reason listed in `ERROR_CODES`, and ``warnings``: in AG-UI mode
@@ -85,7 +86,7 @@ def apply(doc: Any, patch: list[Any], *, mode: Mode = "strict", in_place: bool =
     Raises:
         InvalidPatch: the patch is malformed (``op_index`` and ``path`` locate the operation).
         PatchDoesNotApply: a well-formed patch does not apply to this document.
-        InvalidDocument: the document holds a non-JSON value.
+        InvalidDocument: the document holds a non-JSON value (NaN and +-Infinity included).
         ValueError: ``mode`` is not ``"strict"`` or ``"agui"``.
     """
     out, _ = _core.patch_apply(doc, patch, mode=mode, in_place=in_place)

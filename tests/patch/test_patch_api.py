@@ -333,6 +333,61 @@ def test_non_json_patch_values_are_refused(value: Any) -> None:
         assert info.value.op_index == 0
 
 
+NON_FINITE = [float("nan"), float("inf"), float("-inf")]
+
+
+@pytest.mark.parametrize("bad", NON_FINITE, ids=repr)
+@pytest.mark.parametrize(
+    "where",
+    [lambda v: v, lambda v: {"a": v}, lambda v: {"a": [1, {"b": v}]}, lambda v: [0.5, v]],
+    ids=["root", "member", "nested", "element"],
+)
+def test_nan_and_infinity_in_a_document_are_refused(bad: float, where: Any) -> None:
+    doc = where(bad)
+    for call in (
+        lambda: patch.apply(doc, []),
+        lambda: patch.apply_detailed(doc, [], mode="agui"),
+        lambda: patch.diff(doc, {}),
+        lambda: patch.diff({}, doc),
+    ):
+        with pytest.raises(patch.InvalidDocument, match="not a JSON number") as info:
+            call()
+        assert info.value.code == "non_finite_number"
+        assert "non_finite_number" in patch.ERROR_CODES
+
+
+@pytest.mark.parametrize("bad", NON_FINITE, ids=repr)
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("mode", ["strict", "agui"])
+def test_nan_and_infinity_in_a_patch_value_are_refused(
+    bad: float, in_place: bool, mode: patch.Mode
+) -> None:
+    for op in ("add", "replace", "test"):
+        for value in (bad, {"x": [bad]}):
+            doc = {"a": 1}
+            with pytest.raises(patch.InvalidPatch) as info:
+                patch.apply_detailed(
+                    doc, [{"op": op, "path": "/a", "value": value}], mode=mode, in_place=in_place
+                )
+            assert (info.value.op_index, info.value.path) == (0, "/a")
+            assert info.value.code == "non_finite_number"
+            assert doc == {"a": 1}
+
+
+@pytest.mark.parametrize("bad", NON_FINITE, ids=repr)
+def test_in_place_refuses_nan_where_it_compares_or_copies(bad: float) -> None:
+    doc = {"a": {"b": bad}, "n": 1}
+    for ops in (
+        [{"op": "test", "path": "/a/b", "value": 1}],
+        [{"op": "copy", "from": "/a", "path": "/c"}],
+        [{"op": "add", "path": "/a/b/x", "value": 1}],  # walks into the float
+    ):
+        with pytest.raises(patch.InvalidDocument) as info:
+            patch.apply(doc, ops, in_place=True)
+        assert info.value.code == "non_finite_number"
+        assert set(doc) == {"a", "n"}
+
+
 def test_in_place_touches_only_what_it_walks() -> None:
     # In place, unrelated non-JSON parts are not visited (no whole-document scan), but anything
     # the patch walks or copies is checked.

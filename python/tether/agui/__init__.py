@@ -61,6 +61,7 @@ ERROR_CODES: dict[str, str] = {
     "duplicate_message_id": "a MESSAGES_SNAPSHOT repeats a message id",
     "attribution_mismatch": "a delta's subagentRunId differs from the owner (AguiAttributionError)",
     "event_after_run_finished": "an event other than RUN_STARTED/RUN_ERROR after RUN_FINISHED",
+    "non_finite_number": "a float given in a dict is NaN or infinite (JSON has neither)",
 }
 
 __all__ = [

@@ -149,6 +149,7 @@ pub const ERROR_CODES: &[&str] = &[
     DUPLICATE_MESSAGE_ID,
     ATTRIBUTION_MISMATCH,
     EVENT_AFTER_RUN_FINISHED,
+    NON_FINITE_NUMBER,
 ];
 
 pub const INVALID_JSON: &str = "invalid_json";
@@ -164,3 +165,5 @@ pub const MALFORMED_PATCH: &str = "malformed_patch";
 pub const DUPLICATE_MESSAGE_ID: &str = "duplicate_message_id";
 pub const ATTRIBUTION_MISMATCH: &str = "attribution_mismatch";
 pub const EVENT_AFTER_RUN_FINISHED: &str = "event_after_run_finished";
+/// A number given as a Python float that is NaN or infinite (JSON text cannot carry one).
+pub const NON_FINITE_NUMBER: &str = "non_finite_number";

@@ -64,7 +64,8 @@ const MAX_DEPTH: usize = 256;
 
 /// A JSON value from Python objects: dict (str keys), list/tuple, str, int, float, bool, None,
 /// subclasses included (a `str` enum member such as `ag_ui.core.EventType` is its string).
-/// Anything else is a `TypeError`.
+/// A NaN or infinite float is an `AguiMalformedError` (`non_finite_number`); any other
+/// non-JSON value is a `TypeError`.
 pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if depth > MAX_DEPTH {
         return Err(PyTypeError::new_err(format!(
@@ -94,9 +95,15 @@ pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Valu
     }
     if let Ok(f) = obj.cast::<PyFloat>() {
         let v = f.value();
-        return Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| PyTypeError::new_err(format!("{v} is not a JSON number")));
+        // NaN and the infinities are Python floats but no JSON number: a malformed value, as
+        // the same event given as JSON text (where they cannot even be written) would be.
+        return Number::from_f64(v).map(Value::Number).ok_or_else(|| {
+            let why = format!("{v} is not a JSON number (JSON has no NaN or Infinity)");
+            to_pyerr(
+                obj.py(),
+                agui::AguiError::malformed(agui::error::NON_FINITE_NUMBER, why),
+            )
+        });
     }
     if let Ok(d) = obj.cast::<PyDict>() {
         let mut m = Map::with_capacity(d.len());

@@ -109,7 +109,7 @@ fn with_warnings(py: Python<'_>, exc: PyErr, warnings: Vec<patch::PatchWarning>)
 }
 
 /// Codes the Python representation adds to `patch::ERROR_CODES`.
-const BINDING_ERROR_CODES: [&str; 3] = ["not_json", "too_deep", "invalid_json"];
+const BINDING_ERROR_CODES: [&str; 4] = ["not_json", "non_finite_number", "too_deep", "invalid_json"];
 
 /// Deeper nesting than this is refused rather than risking the native stack.
 const MAX_DEPTH: usize = 1000;
@@ -185,9 +185,47 @@ unsafe fn raw_kind(ob: *mut ffi::PyObject) -> Option<Kind> {
     })
 }
 
+/// NaN and the infinities are floats but not JSON numbers (RFC 8259 has neither).
+fn non_finite(obj: &Bound<'_, PyAny>, side: Side) -> PyErr {
+    let text = obj
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "?".to_owned());
+    let what = format!("{text} is not a JSON number (JSON has no NaN or Infinity)");
+    match side {
+        Side::Document => coded(
+            obj.py(),
+            InvalidDocument::new_err(format!("document: {what}")),
+            "non_finite_number",
+        ),
+        Side::Patch => coded(
+            obj.py(),
+            InvalidPatch::new_err(format!("patch value: {what}")),
+            "non_finite_number",
+        ),
+    }
+}
+
+/// Refuses a non-finite float given as a raw pointer.
+///
+/// # Safety
+/// `ob` must point to a live exact `float` and the GIL must be held.
+unsafe fn check_finite_raw(py: Python<'_>, ob: *mut ffi::PyObject, side: Side) -> PyResult<()> {
+    if ffi::PyFloat_AsDouble(ob).is_finite() {
+        Ok(())
+    } else {
+        Err(non_finite(&Bound::from_borrowed_ptr(py, ob), side))
+    }
+}
+
 fn kind(obj: &Bound<'_, PyAny>, side: Side) -> PyResult<Kind> {
-    // SAFETY: `obj` is a live object and holding a `Bound` proves the GIL is held.
+    // SAFETY: `obj` is a live object and holding a `Bound` proves the GIL is held; a `Float`
+    // kind means it is an exact `float`.
     match unsafe { raw_kind(obj.as_ptr()) } {
+        Some(Kind::Float) => {
+            unsafe { check_finite_raw(obj.py(), obj.as_ptr(), side)? };
+            Ok(Kind::Float)
+        }
         Some(k) => Ok(k),
         None => Err(not_json(obj, side)),
     }
@@ -294,6 +332,7 @@ fn copy_json<'py>(
                         };
                         out.set_item(key, copy_json(&value, side, depth + 1)?)?;
                     }
+                    Some(Kind::Float) => unsafe { check_finite_raw(py, v, side)? },
                     Some(_) => {}
                     None => {
                         return Err(not_json(&unsafe { Bound::from_borrowed_ptr(py, v) }, side))
@@ -317,6 +356,7 @@ fn copy_json<'py>(
                         let value = unsafe { Bound::from_borrowed_ptr(py, v) };
                         out.set_item(i, copy_json(&value, side, depth + 1)?)?;
                     }
+                    Some(Kind::Float) => unsafe { check_finite_raw(py, v, side)? },
                     Some(_) => {}
                     None => {
                         return Err(not_json(&unsafe { Bound::from_borrowed_ptr(py, v) }, side))
@@ -360,8 +400,8 @@ fn json_equal(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, depth: usize) -> PyRes
     Ok(match (ka, kb) {
         (Kind::Null, Kind::Null) => true,
         (Kind::Bool, Kind::Bool) => a.is(b),
-        // Exact int/float comparison (CPython compares int and float exactly); NaN is unequal
-        // to everything, itself included, because this is `==`, not identity.
+        // Exact int/float comparison (CPython compares int and float exactly); `kind` has
+        // refused NaN and the infinities on both sides.
         (Kind::Int | Kind::Float, Kind::Int | Kind::Float) => a.eq(b)?,
         (Kind::Str, Kind::Str) => a.eq(b)?,
         (Kind::List, Kind::List) => {
