@@ -54,7 +54,7 @@ def patch_apply(
     """Apply a patch to Python objects; returns (document, warnings)."""
 
 def patch_apply_json(
-    doc: bytes, patch: bytes, *, mode: str = "strict"
+    doc: bytes | bytearray | str, patch: bytes | bytearray | str, *, mode: str = "strict"
 ) -> tuple[bytes, list[PatchWarning]]:
     """Apply a JSON-text patch to a JSON-text document; returns (json_bytes, warnings)."""
 

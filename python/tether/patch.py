@@ -21,7 +21,7 @@ of the patch).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from tether import _core
 from tether._core import PatchWarning
@@ -33,6 +33,7 @@ __all__ = [
     "Applied",
     "InvalidDocument",
     "InvalidPatch",
+    "JsonText",
     "Mode",
     "PatchDoesNotApply",
     "PatchError",
@@ -93,25 +94,43 @@ def apply(doc: Any, patch: list[Any], *, mode: Mode = "strict", in_place: bool =
     return out
 
 
+#: JSON text: ``bytes``, ``bytearray`` or ``str`` (its UTF-8 encoding).
+JsonText = bytes | bytearray | str
+
+
+@overload
 def apply_json_detailed(
-    doc: bytes, patch: bytes, *, mode: Mode = "strict"
-) -> tuple[bytes, tuple[PatchWarning, ...]]:
+    doc: bytes | bytearray, patch: JsonText, *, mode: Mode = "strict"
+) -> tuple[bytes, tuple[PatchWarning, ...]]: ...
+@overload
+def apply_json_detailed(
+    doc: str, patch: JsonText, *, mode: Mode = "strict"
+) -> tuple[str, tuple[PatchWarning, ...]]: ...
+def apply_json_detailed(
+    doc: JsonText, patch: JsonText, *, mode: Mode = "strict"
+) -> tuple[bytes | str, tuple[PatchWarning, ...]]:
     """Like `apply_json`, also returning the warnings of AG-UI mode (carried by a raised
     ``PatchError`` in ``warnings`` when the patch fails)."""
     out, warnings = _core.patch_apply_json(doc, patch, mode=mode)
-    return out, tuple(warnings)
+    return (out.decode() if isinstance(doc, str) else out), tuple(warnings)
 
 
-def apply_json(doc: bytes, patch: bytes, *, mode: Mode = "strict") -> bytes:
+@overload
+def apply_json(doc: bytes | bytearray, patch: JsonText, *, mode: Mode = "strict") -> bytes: ...
+@overload
+def apply_json(doc: str, patch: JsonText, *, mode: Mode = "strict") -> str: ...
+def apply_json(doc: JsonText, patch: JsonText, *, mode: Mode = "strict") -> bytes | str:
     """Apply a patch given as JSON text to a document given as JSON text.
 
-    Numbers keep their digits (integers beyond 64 bits and long decimals survive untouched;
-    only an exponent may be respelled, ``1E5`` as ``1e+5``) and object members keep their
-    order. Invalid document text raises ``InvalidDocument``; invalid patch text raises
-    ``InvalidPatch``.
+    Either text may be ``bytes``, ``bytearray`` or ``str``; the result is ``str`` when ``doc``
+    is, ``bytes`` otherwise. Numbers keep their digits (integers beyond 64 bits and long
+    decimals survive untouched; only an exponent may be respelled, ``1E5`` as ``1e+5``) and
+    object members keep their order. Invalid document text, or a document of another type,
+    raises ``InvalidDocument``; invalid patch text, or a patch of another type, raises
+    ``InvalidPatch`` (code ``invalid_json``).
     """
     out, _ = _core.patch_apply_json(doc, patch, mode=mode)
-    return out
+    return out.decode() if isinstance(doc, str) else out
 
 
 def diff(old: Any, new: Any) -> list[dict[str, Any]]:

@@ -287,6 +287,33 @@ def test_apply_json_rejects_bad_text() -> None:
         patch.apply_json(b"\xff", b"[]")
 
 
+def test_apply_json_takes_str_as_well_as_bytes() -> None:
+    ops = '[{"op": "add", "path": "/é", "value": "ünï"}]'
+    out = patch.apply_json('{"a": 1}', ops)
+    assert out == '{"a":1,"é":"ünï"}' and isinstance(out, str)
+    assert patch.apply_json(b'{"a": 1}', ops) == out.encode()
+    assert patch.apply_json(bytearray(b'{"a": 1}'), ops.encode()) == out.encode()
+    text, warnings = patch.apply_json_detailed(
+        '{"n": 1}', '[{"op": "x", "path": "/n"}]', mode="agui"
+    )
+    assert text == '{"n":1}' and [w.code for w in warnings] == ["unknown_op"]
+    with pytest.raises(patch.PatchDoesNotApply):
+        patch.apply_json("{}", '[{"op": "remove", "path": "/a"}]')
+    with pytest.raises(patch.InvalidDocument) as info:
+        patch.apply_json("{", "[]")
+    assert info.value.code == "invalid_json"
+
+
+@pytest.mark.parametrize("bad", [{"a": 1}, 7, None, memoryview(b"{}"), "\ud800"], ids=repr)
+def test_apply_json_refuses_other_types_with_a_typed_error(bad: Any) -> None:
+    with pytest.raises(patch.InvalidDocument) as doc_info:
+        patch.apply_json(bad, b"[]")
+    assert doc_info.value.code == "invalid_json"
+    with pytest.raises(patch.InvalidPatch) as patch_info:
+        patch.apply_json(b"{}", bad)
+    assert patch_info.value.code == "invalid_json"
+
+
 def test_python_big_integers_survive() -> None:
     big = 2**200 + 1
     out = patch.apply({"a": big}, [{"op": "copy", "from": "/a", "path": "/b"}])

@@ -11,7 +11,8 @@ use std::ptr;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::bindings::errors::TetherError;
 use crate::patch::{
@@ -839,16 +840,58 @@ enum JsonFailure {
     Apply(patch::PatchError),
 }
 
-/// Apply a patch to JSON text; returns `(json_bytes, warnings)`.
+/// JSON text given as `bytes`, `bytearray` (copied) or `str` (its UTF-8), held immutable so the
+/// GIL can be released while it is parsed.
+enum JsonText {
+    Bytes(PyBackedBytes),
+    Str(PyBackedStr),
+}
+
+impl JsonText {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            JsonText::Bytes(b) => b,
+            JsonText::Str(s) => s.as_bytes(),
+        }
+    }
+}
+
+fn json_text(obj: &Bound<'_, PyAny>, side: Side) -> PyResult<JsonText> {
+    let refuse = |what: String| {
+        let (who, err): (&str, fn(String) -> PyErr) = match side {
+            Side::Document => ("document", InvalidDocument::new_err),
+            Side::Patch => ("patch", InvalidPatch::new_err),
+        };
+        coded(obj.py(), err(format!("{who}: {what}")), "invalid_json")
+    };
+    if let Ok(s) = obj.cast::<PyString>() {
+        return PyBackedStr::try_from(s.clone())
+            .map(JsonText::Str)
+            .map_err(|_| refuse("a str with a lone surrogate is not JSON text".to_owned()));
+    }
+    if obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyByteArray>() {
+        return Ok(JsonText::Bytes(obj.extract::<PyBackedBytes>()?));
+    }
+    let name = obj
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned());
+    Err(refuse(format!("JSON text must be bytes or str, not {name}")))
+}
+
+/// Apply a patch to JSON text (`bytes`, `bytearray` or `str`); returns `(json_bytes, warnings)`.
 #[pyfunction]
 #[pyo3(signature = (doc, patch, *, mode = "strict"))]
 fn patch_apply_json<'py>(
     py: Python<'py>,
-    doc: &[u8],
-    patch: &[u8],
+    doc: &Bound<'py, PyAny>,
+    patch: &Bound<'py, PyAny>,
     mode: &str,
 ) -> PyResult<(Bound<'py, PyBytes>, Vec<PatchWarning>)> {
     let mode = parse_mode(mode)?;
+    let (doc, patch) = (json_text(doc, Side::Document)?, json_text(patch, Side::Patch)?);
+    let (doc, patch) = (doc.as_bytes(), patch.as_bytes());
     // Pure Rust on immutable `bytes`: parsing and serialising a large document shows in the
     // benchmark, so other threads may run meanwhile.
     let result = py.detach(|| {
