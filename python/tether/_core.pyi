@@ -63,6 +63,10 @@ def patch_diff(old: _typing.Any, new: _typing.Any) -> list[dict[str, _typing.Any
 
 # --- agui (rust/src/bindings/agui.rs) ---
 
+import datetime as _datetime  # noqa: E402
+
+from typing_extensions import disjoint_base as _disjoint_base  # noqa: E402
+
 class AguiError(TetherError):
     """An AG-UI event could not be consumed; the store is unchanged by it.
 
@@ -104,14 +108,19 @@ class AguiWarning:
     def to_dict(self) -> dict[str, str]:
         """The wire-style dict: `code`, `eventType`, `messageId`, `reason`."""
 
-@final
+@_disjoint_base
 class ActivityStore:
     """One AG-UI thread's ordered message history, built from events (dicts or bytes).
 
-    Single owner: not for concurrent use from several threads.
+    Single owner: not for concurrent use from several threads. Not final:
+    `tether.agui.ActivityStore` subclasses it to pass today's date.
     """
 
-    def __new__(cls) -> ActivityStore: ...
+    def __new__(cls, *, today: _datetime.date | None = None) -> _typing.Self:
+        """`today` judges deprecation windows (no clock is read); without it they are closed."""
+    @property
+    def today(self) -> _datetime.date | None:
+        """The date deprecation windows are judged by, or None."""
     def feed(self, data: bytes | bytearray) -> list[AguiWarning]:
         """Feeds raw bytes (one JSON event, NDJSON or SSE; any chunk split).
 
@@ -156,6 +165,8 @@ def agui_warning_codes() -> list[str]:
 
 def agui_error_codes() -> list[str]:
     """Every error code `ActivityStore` can raise."""
+
+AGUI_RAW_EVENT_NULL_EXPIRES: _datetime.date
 
 # --- catalog (rust/src/bindings/catalog.rs) ---
 # Rows are flat tuples in `catalog_columns()` order; inputs are tether.activities dataclasses,

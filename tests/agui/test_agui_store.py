@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from typing import Any
 
 import pytest
+import tether.agui
 from hypothesis import given
 from hypothesis import strategies as st
 from tether import _core
@@ -238,6 +240,69 @@ def test_rule5_malformed_known_values_are_fatal_and_change_nothing(
     assert info.value.code == code
     assert s.to_json() == before
     assert s.warnings == warnings_before
+
+
+BEFORE_EXPIRY = datetime.date(2027, 9, 7)
+ON_EXPIRY = datetime.date(2027, 9, 8)
+
+
+def test_raw_event_null_expires_on_2027_09_08() -> None:
+    assert tether.agui.RAW_EVENT_NULL_EXPIRES == ON_EXPIRY == _core.AGUI_RAW_EVENT_NULL_EXPIRES
+
+
+@pytest.mark.parametrize("how", ["dict", "ndjson", "sse"])
+def test_raw_event_null_is_absent_with_a_warning_per_occurrence_before_expiry(how: str) -> None:
+    s = ActivityStore(today=BEFORE_EXPIRY)
+    assert s.today == BEFORE_EXPIRY
+    events = [
+        snap("a", {"n": 0}, rawEvent=None),
+        delta("a", [{"op": "replace", "path": "/n", "value": 1}], rawEvent=None),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m", "rawEvent": None},
+        snap("b", {}, rawEvent={"vendor": "kept as any JSON"}),
+    ]
+    for event in events:
+        if how == "dict":
+            s.handle_event(event)
+        elif how == "ndjson":
+            s.feed(json.dumps(event).encode() + b"\n")
+        else:
+            s.feed(b"data: " + json.dumps(event).encode() + b"\n\n")
+    assert [(w.code, w.event_type) for w in s.warnings] == [
+        ("raw_event_null", "ACTIVITY_SNAPSHOT"),
+        ("raw_event_null", "ACTIVITY_DELTA"),
+        ("raw_event_null", "TEXT_MESSAGE_START"),
+    ]
+    assert "2027-09-08" in s.warnings[0].reason
+    got = s.get("a")
+    assert got is not None and got["content"] == {"n": 1}
+    assert len(s) == 3
+
+
+@pytest.mark.parametrize("today", [ON_EXPIRY, datetime.date(2030, 1, 1), None], ids=str)
+@pytest.mark.parametrize("how", ["dict", "ndjson"])
+def test_raw_event_null_is_fatal_on_and_after_expiry(today: datetime.date | None, how: str) -> None:
+    s = _core.ActivityStore(today=today)
+    for event in (
+        snap("a", {}, rawEvent=None),
+        delta("a", [], rawEvent=None),
+        {"type": "SOMETHING_NEW", "rawEvent": None},
+    ):
+        with pytest.raises(AguiMalformedError) as info:
+            if how == "dict":
+                s.handle_event(event)
+            else:
+                s.feed(json.dumps(event).encode() + b"\n")
+        assert info.value.code == "null_value" and "rawEvent" in (info.value.reason or "")
+    assert len(s) == 0 and s.warnings == []
+
+
+def test_python_stores_are_judged_by_the_local_date() -> None:
+    assert tether.agui.ActivityStore().today == datetime.date.today()
+    assert isinstance(tether.agui.ActivityStore(), _core.ActivityStore)
+    assert tether.agui.ActivityStore(today=ON_EXPIRY).today == ON_EXPIRY
+    assert _core.ActivityStore().today is None  # the core itself reads no clock
+    with pytest.raises(TypeError, match=r"datetime\.date"):
+        _core.ActivityStore(today="2027-09-08")  # type: ignore[arg-type]
 
 
 CLEAN_DELTA = '"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "t"'

@@ -19,12 +19,12 @@ A producer turns successive contents into events; a consumer's store rebuilds th
 """
 
 from tether._core import (
-    ActivityStore,
     AguiWarning,
     agui_error_codes,
     agui_warning_codes,
 )
 from tether.agui._publisher import ActivityPublisher, encode_sse, to_model
+from tether.agui._store import RAW_EVENT_NULL_EXPIRES, ActivityStore
 from tether.agui.live import LiveActivities, message_id
 from tether.agui.stream import RunStream, StoreState, StreamServer, sse_frame
 
@@ -44,6 +44,7 @@ WARNING_CODES: dict[str, str] = {
     "content_too_deep": "a delta could nest content deeper than 512 levels; skipped",
     "content_too_large": "a delta could make content heavier than 64 MiB (or twice its last "
     "snapshot); skipped",
+    "raw_event_null": "`rawEvent: null` was taken as absent (deprecated; fatal from 2027-09-08)",
 }
 
 # Every code an `AguiError` can carry (`error.code`), with its meaning.
@@ -66,6 +67,7 @@ ERROR_CODES: dict[str, str] = {
 
 __all__ = [
     "ERROR_CODES",
+    "RAW_EVENT_NULL_EXPIRES",
     "WARNING_CODES",
     "ActivityPublisher",
     "ActivityStore",

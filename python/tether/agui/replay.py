@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tether._core import ActivityStore
+from tether.agui._store import ActivityStore
 from tether.errors import AguiError
 
 __all__ = ["DEFAULT_STREAM", "main", "replay"]

@@ -20,7 +20,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from tether._core import ActivityStore
+from tether.agui._store import ActivityStore
 
 __all__ = ["MessageState", "RunStream", "StoreState", "StreamServer", "sse_frame"]
 

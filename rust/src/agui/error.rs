@@ -118,6 +118,7 @@ pub const WARNING_CODES: &[&str] = &[
     TEXT_MESSAGE_CONFLICT,
     CONTENT_TOO_DEEP,
     CONTENT_TOO_LARGE,
+    RAW_EVENT_NULL,
 ];
 
 pub const UNKNOWN_EVENT_TYPE: &str = "unknown_event_type";
@@ -133,6 +134,8 @@ pub const TEXT_MESSAGE_MISSING: &str = "text_message_missing";
 pub const TEXT_MESSAGE_CONFLICT: &str = "text_message_conflict";
 pub const CONTENT_TOO_DEEP: &str = "content_too_deep";
 pub const CONTENT_TOO_LARGE: &str = "content_too_large";
+/// `rawEvent: null` converted to absent (deprecated; fatal from 2027-09-08, see `deprecated`).
+pub const RAW_EVENT_NULL: &str = "raw_event_null";
 
 /// Every error code the store can raise.
 pub const ERROR_CODES: &[&str] = &[

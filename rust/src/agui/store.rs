@@ -20,6 +20,8 @@
 //!    order and drops held messages it omits, except activity and reasoning messages when the
 //!    snapshot carries no message of that role.
 //! 7. `run_input_messages` is the history without activity messages.
+//! 8. `rawEvent: null`, on any event, is taken as absent with a warning until 2027-09-08 and
+//!    is fatal (`null_value`) from that date, judged by `StoreOptions::today` (`deprecated`).
 //!
 //! After RUN_FINISHED (or RUN_ERROR) only RUN_STARTED or a late RUN_ERROR is accepted.
 
@@ -27,6 +29,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::deprecated::{self, Date};
 use super::error::{self as codes, AguiError, ErrorKind, Warning};
 use super::fast;
 use super::frame::{self, Frame, Framer};
@@ -40,6 +43,14 @@ enum RunState {
     Finished,
 }
 
+/// How a store reads its input; fixed when it is built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// The date deprecation windows are judged by (the core reads no clock). `None` counts
+    /// every window as closed: `rawEvent: null` is then fatal.
+    pub today: Option<Date>,
+}
+
 /// One thread's message history. Single owner: feed it from one place.
 #[derive(Debug, Default)]
 pub struct ActivityStore {
@@ -50,6 +61,7 @@ pub struct ActivityStore {
 /// The history and everything the rules need besides the byte framing.
 #[derive(Debug)]
 struct Thread {
+    options: StoreOptions,
     messages: Vec<Message>,
     index: HashMap<String, usize>,
     warnings: Vec<Warning>,
@@ -62,6 +74,7 @@ struct Thread {
 impl Default for Thread {
     fn default() -> Self {
         Thread {
+            options: StoreOptions::default(),
             messages: Vec::new(),
             index: HashMap::new(),
             warnings: Vec::new(),
@@ -101,8 +114,21 @@ fn merge_into_wire(msg: &mut Map<String, Value>, from: Option<Map<String, Value>
 }
 
 impl ActivityStore {
+    /// A store with the default options (no date: deprecation windows count as closed).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A store reading its input as `options` say.
+    pub fn with_options(options: StoreOptions) -> Self {
+        let mut store = Self::default();
+        store.thread.options = options;
+        store
+    }
+
+    /// The options the store was built with.
+    pub fn options(&self) -> StoreOptions {
+        self.thread.options
     }
 
     /// The history, in order.
@@ -276,6 +302,15 @@ impl Thread {
             .and_then(Value::as_str)
             .map(str::to_owned);
         let ctx = |e: AguiError| e.with_context(Some(&event_type), message_id.as_deref());
+        // Every event carries the envelope, known type or not.
+        deprecated::raw_event_null(
+            &mut ev,
+            &event_type,
+            message_id.as_deref(),
+            self.options.today,
+            warnings,
+        )
+        .map_err(ctx)?;
         let Some((fields, attributable)) = schema::event_fields(&event_type) else {
             warnings.push(Warning::new(
                 codes::UNKNOWN_EVENT_TYPE,
@@ -890,6 +925,60 @@ mod tests {
                 assert_eq!(codes_of(&s), vec![codes::PATCH_OP_DROPPED, then], "{event}");
                 assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 0}));
             }
+        }
+    }
+
+    fn on(year: i32, month: u32, day: u32) -> StoreOptions {
+        StoreOptions {
+            today: Date::new(year, month, day),
+        }
+    }
+
+    #[test]
+    fn raw_event_null_is_absent_with_a_warning_until_it_expires() {
+        let with_null = |mut ev: Value| {
+            ev["rawEvent"] = Value::Null;
+            ev
+        };
+        let events = [
+            with_null(snap("a", json!({"n": 0}))),
+            with_null(delta("a", json!([{"op": "replace", "path": "/n", "value": 1}]))),
+            with_null(json!({"type": "FUTURE_THING"})),
+        ];
+        let mut s = ActivityStore::with_options(on(2027, 9, 7));
+        for ev in &events {
+            s.handle_value(ev.clone()).unwrap();
+        }
+        // The delta as text too (the fast path declines it; the general path warns).
+        s.feed(format!("{}\n", events[1]).as_bytes()).unwrap();
+        assert_eq!(
+            codes_of(&s),
+            vec![
+                codes::RAW_EVENT_NULL,
+                codes::RAW_EVENT_NULL,
+                codes::RAW_EVENT_NULL,
+                codes::UNKNOWN_EVENT_TYPE,
+                codes::RAW_EVENT_NULL
+            ]
+        );
+        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 1}));
+        // A non-null rawEvent is any JSON value, as before, and never warns.
+        let mut raw = snap("b", json!({}));
+        raw["rawEvent"] = json!({"source": "vendor"});
+        s.handle_value(raw).unwrap();
+        assert_eq!(s.warnings().len(), 5);
+
+        // On the expiry date, after it, and without a date: fatal like any other null.
+        for options in [on(2027, 9, 8), on(2031, 1, 1), StoreOptions::default()] {
+            let mut s = ActivityStore::with_options(options);
+            for ev in &events {
+                let err = s.handle_value(ev.clone()).unwrap_err();
+                assert_eq!((err.kind, err.code), (ErrorKind::Malformed, codes::NULL_VALUE));
+                assert!(err.reason.contains("rawEvent"), "{err}");
+            }
+            let err = s.feed(format!("{}\n", events[0]).as_bytes()).unwrap_err();
+            assert_eq!(err.code, codes::NULL_VALUE);
+            assert!(s.messages().is_empty() && s.warnings().is_empty());
         }
     }
 

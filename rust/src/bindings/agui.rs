@@ -2,10 +2,10 @@
 //! `ParseOnlyStream`, and the `AguiError` exception family.
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDate, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
 use crate::agui::{self, ErrorKind, Message};
@@ -273,10 +273,28 @@ fn opt_repr(s: &Option<String>) -> String {
 
 /// One AG-UI thread's ordered message history, built from events (dicts or bytes).
 ///
-/// Single owner: not for concurrent use from several threads.
-#[pyclass(module = "tether._core", name = "ActivityStore")]
+/// Single owner: not for concurrent use from several threads. Subclassable:
+/// `tether.agui.ActivityStore` passes today's date.
+#[pyclass(module = "tether._core", name = "ActivityStore", subclass)]
 pub struct PyActivityStore {
     inner: agui::ActivityStore,
+}
+
+/// A `datetime.date` (or `datetime.datetime`, for its date) as the core's `Date`.
+fn py_date(obj: &Bound<'_, PyAny>) -> PyResult<agui::Date> {
+    if !obj.is_instance_of::<PyDate>() {
+        return Err(PyTypeError::new_err(format!(
+            "today must be a datetime.date, not {}",
+            obj.get_type().name()?
+        )));
+    }
+    let (year, month, day): (i32, u32, u32) = (
+        obj.getattr("year")?.extract()?,
+        obj.getattr("month")?.extract()?,
+        obj.getattr("day")?.extract()?,
+    );
+    agui::Date::new(year, month, day)
+        .ok_or_else(|| PyValueError::new_err(format!("{year}-{month}-{day} is not a date")))
 }
 
 impl PyActivityStore {
@@ -301,11 +319,25 @@ fn message_list<'py, 'a>(
 
 #[pymethods]
 impl PyActivityStore {
+    /// `today` is the date deprecation windows are judged by (the core reads no clock);
+    /// without one they count as closed, so `rawEvent: null` is fatal.
     #[new]
-    fn py_new() -> Self {
-        PyActivityStore {
-            inner: agui::ActivityStore::new(),
-        }
+    #[pyo3(signature = (*, today = None))]
+    fn py_new(today: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let today = today.map(py_date).transpose()?;
+        Ok(PyActivityStore {
+            inner: agui::ActivityStore::with_options(agui::StoreOptions { today }),
+        })
+    }
+
+    /// The date deprecation windows are judged by, or None.
+    #[getter]
+    fn today<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(d) = self.inner.options().today else {
+            return Ok(None);
+        };
+        let (y, m, day) = d.parts();
+        Ok(Some(PyDate::new(py, y, m, day)?.into_any()))
     }
 
     /// Feeds raw bytes and returns the warnings they caused.
@@ -461,5 +493,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ParseOnlyStream>()?;
     m.add_function(wrap_pyfunction!(agui_warning_codes, m)?)?;
     m.add_function(wrap_pyfunction!(agui_error_codes, m)?)?;
+    let expires = agui::RAW_EVENT_NULL_EXPIRES.parts();
+    m.add(
+        "AGUI_RAW_EVENT_NULL_EXPIRES",
+        PyDate::new(py, expires.0, expires.1, expires.2)?,
+    )?;
     Ok(())
 }
