@@ -116,11 +116,20 @@ class ActivityStore:
     `tether.agui.ActivityStore` subclasses it to pass today's date.
     """
 
-    def __new__(cls, *, today: _datetime.date | None = None) -> _typing.Self:
-        """`today` judges deprecation windows (no clock is read); without it they are closed."""
+    def __new__(
+        cls,
+        *,
+        today: _datetime.date | None = None,
+        lifecycle: _typing.Literal["strict", "partial"] = "strict",
+    ) -> _typing.Self:
+        """`today` judges deprecation windows (no clock is read; without it they are closed);
+        `lifecycle="partial"` lets a capture begin mid-run."""
     @property
     def today(self) -> _datetime.date | None:
         """The date deprecation windows are judged by, or None."""
+    @property
+    def lifecycle(self) -> _typing.Literal["strict", "partial"]:
+        """How the run lifecycle is enforced."""
     def feed(self, data: bytes | bytearray) -> list[AguiWarning]:
         """Feeds raw bytes (one JSON event, NDJSON or SSE; any chunk split).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any
+from typing import Any, Literal
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -79,13 +79,20 @@ def outcome(store: _core.ActivityStore, feed: Any, items: list[Any]) -> list[Any
 todays = st.sampled_from([datetime.date(2027, 9, 7), datetime.date(2027, 9, 8)])
 
 
-@given(events, todays)
-def test_bytes_and_dicts_agree(evs: list[dict[str, Any]], today: datetime.date) -> None:
-    by_dict = _core.ActivityStore(today=today)
+RUN_STARTED = {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}
+
+
+@given(events, todays, st.sampled_from(["strict", "partial"]))
+def test_bytes_and_dicts_agree(
+    evs: list[dict[str, Any]], today: datetime.date, lifecycle: Literal["strict", "partial"]
+) -> None:
+    if lifecycle == "strict":
+        evs = [RUN_STARTED, *evs]  # a partial capture may begin mid-run
+    by_dict = _core.ActivityStore(today=today, lifecycle=lifecycle)
     want = outcome(by_dict, by_dict.handle_event, evs)
-    by_line = _core.ActivityStore(today=today)
+    by_line = _core.ActivityStore(today=today, lifecycle=lifecycle)
     lines = [json.dumps(e).encode() + b"\n" for e in evs]
     assert outcome(by_line, by_line.feed, lines) == want
-    by_sse = _core.ActivityStore(today=today)
+    by_sse = _core.ActivityStore(today=today, lifecycle=lifecycle)
     frames = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in evs]
     assert outcome(by_sse, by_sse.feed, frames) == want

@@ -87,6 +87,30 @@ def test_replay_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert cli_main(["replay", str(STREAM), "--chunk-size", "0"]) == 2
 
 
+def test_replay_enforces_the_run_lifecycle_unless_partial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A capture cut from the middle of a run: everything after RUN_STARTED.
+    frames = STREAM.read_text(encoding="utf-8").split("\n\n")
+    first = next(i for i, f in enumerate(frames) if '"RUN_STARTED"' in f)
+    cut = tmp_path / "mid-run.sse"
+    cut.write_text("\n\n".join(frames[first + 1 :]), encoding="utf-8")
+    assert cli_main(["replay", str(cut)]) == 1
+    err = capsys.readouterr().err
+    assert "AguiSequenceError: run_not_started" in err and "--partial" in err
+    assert cli_main(["replay", str(cut), "--partial"]) == 0
+    out = capsys.readouterr().out
+    assert "activity act-plan [robot_plan]" in out and '  status: "idle"' in out
+    store = replay_mod.replay(cut.read_bytes(), partial=True)
+    assert store.lifecycle == "partial" and store.warnings == []
+    assert store.activities() == replay_mod.replay(STREAM.read_bytes()).activities()
+    # A second RUN_STARTED is refused in either mode.
+    doubled = tmp_path / "doubled.sse"
+    doubled.write_text("\n\n".join([frames[first], *frames]), encoding="utf-8")
+    assert cli_main(["replay", str(doubled), "--partial"]) == 1
+    assert "run_already_started" in capsys.readouterr().err
+
+
 def test_missing_default_stream_says_what_to_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

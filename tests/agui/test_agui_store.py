@@ -7,8 +7,10 @@ import itertools
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+import ag_ui_validate
 import pytest
 import tether.agui
 from hypothesis import given
@@ -50,8 +52,18 @@ def _copy_bomb(mid: str, copies: int) -> dict[str, Any]:
     return delta(mid, [{"op": "copy", "from": "", "path": f"/c{i}"} for i in range(copies)])
 
 
+RUN_STARTED = {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}
+
+
+def started(**options: Any) -> ActivityStore:
+    """A store inside a run: RUN_STARTED handled, as the run lifecycle requires."""
+    s = ActivityStore(**options)
+    assert s.handle_event(RUN_STARTED) == []
+    return s
+
+
 def store_of(*events: dict[str, Any]) -> ActivityStore:
-    s = ActivityStore()
+    s = started()
     for e in events:
         s.handle_event(e)
     return s
@@ -65,7 +77,7 @@ def test_error_hierarchy() -> None:
     # The attributes exist on the class (typed in the stub), and every raised error sets them.
     assert (AguiError.code, AguiError.event_type, AguiError.message_id) == (None, None, None)
     with pytest.raises(AguiMalformedError) as info:
-        ActivityStore().handle_event(snap("x", {}, replace=1))
+        started().handle_event(snap("x", {}, replace=1))
     err = info.value
     assert (err.code, err.event_type, err.message_id) == ("wrong_type", "ACTIVITY_SNAPSHOT", "x")
     assert err.reason is not None and "replace" in err.reason
@@ -252,7 +264,7 @@ def test_raw_event_null_expires_on_2027_09_08() -> None:
 
 @pytest.mark.parametrize("how", ["dict", "ndjson", "sse"])
 def test_raw_event_null_is_absent_with_a_warning_per_occurrence_before_expiry(how: str) -> None:
-    s = ActivityStore(today=BEFORE_EXPIRY)
+    s = started(today=BEFORE_EXPIRY)
     assert s.today == BEFORE_EXPIRY
     events = [
         snap("a", {"n": 0}, rawEvent=None),
@@ -282,6 +294,7 @@ def test_raw_event_null_is_absent_with_a_warning_per_occurrence_before_expiry(ho
 @pytest.mark.parametrize("how", ["dict", "ndjson"])
 def test_raw_event_null_is_fatal_on_and_after_expiry(today: datetime.date | None, how: str) -> None:
     s = _core.ActivityStore(today=today)
+    s.handle_event(RUN_STARTED)
     for event in (
         snap("a", {}, rawEvent=None),
         delta("a", [], rawEvent=None),
@@ -379,7 +392,7 @@ def test_rule5_fatal_values_leave_the_store_exactly_as_before(
 
 
 def test_rule5_unknown_material_is_dropped_or_stripped_with_warnings() -> None:
-    s = ActivityStore()
+    s = started()
     w = s.handle_event({"type": "SOMETHING_NEW", "payload": 1})
     assert [(x.code, x.event_type) for x in w] == [("unknown_event_type", "SOMETHING_NEW")]
     w = s.handle_event(
@@ -434,7 +447,7 @@ def test_rule6_messages_snapshot() -> None:
 
 
 def test_rule6_reasoning_and_activity_are_kept_only_when_the_snapshot_carries_none() -> None:
-    s = ActivityStore()
+    s = started()
     s.handle_event(
         {
             "type": "MESSAGES_SNAPSHOT",
@@ -550,7 +563,7 @@ def test_rule1_replace_false_creates_an_unseen_activity_with_its_own_values() ->
 
 
 def test_text_message_chunks() -> None:
-    s = ActivityStore()
+    s = started()
     w = s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "delta": "orphan"})
     assert [x.code for x in w] == ["text_message_missing"]
     s.handle_event({"type": "TEXT_MESSAGE_CHUNK", "messageId": "c1", "delta": "Hel"})
@@ -583,23 +596,132 @@ def test_rule7_run_input_messages_strip_activity() -> None:
     assert len(s.activities()) == 1 and len(s) == 2
 
 
-def test_run_lifecycle() -> None:
-    s = store_of(
-        {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
-        {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"},
-    )
+def finished(thread: str = "t", run: str = "r") -> dict[str, Any]:
+    return {"type": "RUN_FINISHED", "threadId": thread, "runId": run}
+
+
+def refused(s: ActivityStore, event: dict[str, Any], how: str = "dict") -> str | None:
+    """The code of the AguiSequenceError `event` raises; the store must be unchanged by it."""
+    before = (s.to_json(), s.warnings, s.events_handled)
     with pytest.raises(AguiSequenceError) as info:
-        s.handle_event(snap("a", {}))
-    assert info.value.code == "event_after_run_finished"
+        if how == "dict":
+            s.handle_event(event)
+        else:
+            s.feed(json.dumps(event).encode() + b"\n")
+    assert (s.to_json(), s.warnings, s.events_handled) == before
+    return info.value.code
+
+
+@pytest.mark.parametrize("how", ["dict", "ndjson"])
+@pytest.mark.parametrize(
+    "first",
+    [
+        snap("a", {}),
+        delta("a", []),
+        {"type": "TEXT_MESSAGE_START", "messageId": "m"},
+        {"type": "MESSAGES_SNAPSHOT", "messages": []},
+        {"type": "SOMETHING_NEW"},
+        finished(),
+    ],
+    ids=lambda e: e["type"],
+)
+def test_lifecycle_the_first_event_is_run_started_or_run_error(
+    first: dict[str, Any], how: str
+) -> None:
+    s = ActivityStore()
+    assert refused(s, first, how) == "run_not_started"
+    assert s.handle_event(RUN_STARTED) == []  # the refused event changed nothing
+    t = ActivityStore()
+    t.handle_event({"type": "RUN_ERROR", "message": "could not start"})
+    assert refused(t, snap("a", {})) == "event_after_run_finished"
+
+
+def test_lifecycle_no_second_run_started_while_a_run_is_open() -> None:
+    s = store_of(snap("a", {"n": 0}))
+    assert refused(s, RUN_STARTED) == "run_already_started"
+    assert refused(s, {**RUN_STARTED, "runId": "r2"}) == "run_already_started"
+    s.handle_event(delta("a", [{"op": "replace", "path": "/n", "value": 1}]))  # still open
+
+
+def test_lifecycle_run_finished_names_the_open_run() -> None:
+    s = store_of(snap("a", {}))
+    for thread, run in (("t", "r2"), ("t2", "r"), ("x", "y")):
+        assert refused(s, finished(thread, run)) == "run_id_mismatch"
+    s.handle_event(finished("t", "r"))
+    # RUN_ERROR carries no ids in the schema: it ends whichever run is open.
+    u = store_of()
+    u.handle_event({"type": "RUN_ERROR", "message": "boom"})
+    assert refused(u, finished()) == "event_after_run_finished"
+
+
+@pytest.mark.parametrize("how", ["dict", "ndjson"])
+def test_lifecycle_after_run_finished_only_a_new_run_or_a_late_error(how: str) -> None:
+    s = store_of(snap("a", {"n": 0}), finished())
+    for late in (
+        snap("a", {}),
+        delta("a", [{"op": "replace", "path": "/n", "value": 1}]),  # the fast path declines
+        {"type": "SOMETHING_NEW"},
+        finished(),
+    ):
+        assert refused(s, late, how) == "event_after_run_finished"
     s.handle_event({"type": "RUN_ERROR", "message": "late"})
-    s.handle_event({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"})
-    s.handle_event(snap("a", {}))
-    assert len(s) == 1
+    s.handle_event({**RUN_STARTED, "runId": "r2"})
+    s.handle_event(delta("a", [{"op": "replace", "path": "/n", "value": 2}]))
+    s.handle_event(finished("t", "r2"))
+    got = s.get("a")
+    assert got is not None and got["content"] == {"n": 2}
+    assert s.warnings == []
+
+
+def test_lifecycle_partial_captures_may_begin_mid_run() -> None:
+    s = ActivityStore(lifecycle="partial")
+    assert s.lifecycle == "partial" and ActivityStore().lifecycle == "strict"
+    s.feed(ndjson([snap("a", {"n": 0}), delta("a", [{"op": "replace", "path": "/n", "value": 1}])]))
+    s.handle_event(finished("unknown", "ids"))  # the capture's run: ids never seen
+    assert refused(s, snap("b", {})) == "event_after_run_finished"
+    s.handle_event(RUN_STARTED)
+    # From the first run event on, every rule applies.
+    assert refused(s, RUN_STARTED) == "run_already_started"
+    assert refused(s, finished("t", "other")) == "run_id_mismatch"
+    got = s.get("a")
+    assert got is not None and got["content"] == {"n": 1}
+    with pytest.raises(ValueError, match="lifecycle"):
+        ActivityStore(lifecycle="lax")  # type: ignore[arg-type]
+
+
+AGUI_VALIDATE_FIXTURES = Path(ag_ui_validate.__file__).parent / "spec" / "fixtures" / "invalid"
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    sorted(p.name for p in (AGUI_VALIDATE_FIXTURES.parent / "valid").glob("*.jsonl")),
+)
+def test_lifecycle_accepts_the_ag_ui_validate_valid_streams(fixture: str) -> None:
+    s = ActivityStore()
+    s.feed((AGUI_VALIDATE_FIXTURES.parent / "valid" / fixture).read_bytes())
+    s.finish()
+    assert s.warnings == [] and s.events_handled > 2
+
+
+@pytest.mark.parametrize(
+    ("fixture", "code"),
+    [
+        ("AGUI001-first-event-not-run-started", "run_not_started"),
+        ("AGUI002-duplicate-run-started", "run_already_started"),
+        ("AGUI004-event-after-terminal", "event_after_run_finished"),
+        ("AGUI008-unstable-run-ids", "run_id_mismatch"),
+    ],
+)
+def test_lifecycle_agrees_with_ag_ui_validate_fixtures(fixture: str, code: str) -> None:
+    # The independent validator's own invalid streams: each is refused with the typed error.
+    stream = (AGUI_VALIDATE_FIXTURES / fixture / "stream.jsonl").read_bytes()
+    with pytest.raises(AguiSequenceError) as info:
+        ActivityStore().feed(stream)
+    assert info.value.code == code
 
 
 def test_known_event_types_are_accepted_without_warnings() -> None:
     s = store_of(
-        {"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
         {"type": "STEP_STARTED", "stepName": "s"},
         {"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "f"},
         {"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{}"},
@@ -617,7 +739,7 @@ def test_known_event_types_are_accepted_without_warnings() -> None:
 
 
 def test_warnings_are_structured_values() -> None:
-    w = ActivityStore().handle_event(delta("nope", []))[0]
+    w = started().handle_event(delta("nope", []))[0]
     assert isinstance(w, _core.AguiWarning)
     assert w.to_dict() == {
         "code": "delta_target_missing",
@@ -664,7 +786,7 @@ def test_nan_and_infinity_from_python_floats_are_malformed(bad: float) -> None:
 
 
 def test_non_json_python_values_are_type_errors() -> None:
-    s = ActivityStore()
+    s = started()
     for bad in (
         snap("a", {"x": {1, 2}}),
         snap("a", {1: "int key"}),
@@ -694,7 +816,10 @@ EVENTS: list[dict[str, Any]] = [
 
 
 def reference() -> list[dict[str, Any]]:
-    return store_of(*EVENTS).messages()
+    s = ActivityStore()
+    for e in EVENTS:  # RUN_STARTED first
+        s.handle_event(e)
+    return s.messages()
 
 
 def ndjson(events: list[dict[str, Any]]) -> bytes:
@@ -738,7 +863,7 @@ def test_random_multi_splits_give_the_same_history(data: st.DataObject) -> None:
 def pretty(events: list[dict[str, Any]]) -> bytes:
     # Multi-line values, with brackets and escapes inside strings to mislead a bracket scan.
     tricky = snap("z", {"s": 'a}"]\\{[\n', "deep": [[{"k": ["}"]}]]})
-    return b"\n".join(json.dumps(e, indent=1).encode() for e in [tricky, *events])
+    return b"\n".join(json.dumps(e, indent=1).encode() for e in [events[0], tricky, *events[1:]])
 
 
 @given(st.data())
@@ -758,7 +883,7 @@ def test_pretty_printed_events_split_anywhere_give_the_same_history(data: st.Dat
 
 
 def test_single_json_event_and_pretty_printed() -> None:
-    s = ActivityStore()
+    s = started()
     s.feed(json.dumps(snap("a", {"n": 1}), indent=2).encode())
     assert s.get("a") is not None
     s.feed(bytearray(b'{"type": "ACTIVITY_DELTA", "messageId": "a", "activityType": "t",'))
@@ -784,7 +909,7 @@ def test_garbage_bytes_are_decode_errors_and_the_stream_recovers() -> None:
 
 
 def test_fatal_event_mid_feed_keeps_earlier_and_buffers_later() -> None:
-    s = ActivityStore()
+    s = started()
     data = ndjson([snap("a", {}), snap("b", {}, replace=None), snap("c", {})])
     with pytest.raises(AguiMalformedError):
         s.feed(data)
@@ -863,7 +988,7 @@ def test_code_lists_match_the_rust_core() -> None:
 def test_numbers_beyond_double_range_read_like_python_json() -> None:
     text = '{"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t", "content": %s}'
     content = '{"big": 1e400, "small": -1e400, "int": 123456789012345678901234567890}'
-    s = ActivityStore()
+    s = started()
     s.feed((text % content).encode() + b"\n")
     got = s.get("a")
     assert got is not None and got["content"] == json.loads(content)
@@ -888,7 +1013,7 @@ def _depth(value: Any) -> int:
 
 
 def test_content_never_nests_past_the_limit() -> None:
-    s = ActivityStore()
+    s = started()
     s.feed(DEEP_SNAPSHOT)
     w = s.feed(DEEPEN * 2000)
     assert {x.code for x in w} == {"content_too_deep"}
@@ -908,7 +1033,7 @@ def test_a_flood_of_deepening_deltas_does_not_crash_the_process() -> None:
     # Without the depth bound, 200k such deltas (30 MB) overflow the native stack on drop.
     code = (
         "from tether import _core\n"
-        f"s = _core.ActivityStore(); s.feed({DEEP_SNAPSHOT!r})\n"
+        f"s = _core.ActivityStore(); s.handle_event({RUN_STARTED!r}); s.feed({DEEP_SNAPSHOT!r})\n"
         f"for _ in range(200): s.feed({DEEPEN!r} * 1000)\n"
         "s.messages(); s.to_json(); del s\n"
     )

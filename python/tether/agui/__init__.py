@@ -5,6 +5,8 @@ A producer turns successive contents into events; a consumer's store rebuilds th
 >>> from tether.agui import ActivityPublisher, ActivityStore, encode_sse
 >>> pub = ActivityPublisher("act-1", "robot_task", clock=lambda: 1_764_489_600_000)
 >>> store = ActivityStore()
+>>> store.handle_event({"type": "RUN_STARTED", "threadId": "cell-7", "runId": "run-1"})
+[]
 >>> for content in ({"status": "moving", "steps": []}, {"status": "done", "steps": ["grasp"]}):
 ...     event = pub.update(content)
 ...     store.feed(encode_sse(event).encode())  # or store.handle_event(event)
@@ -24,7 +26,7 @@ from tether._core import (
     agui_warning_codes,
 )
 from tether.agui._publisher import ActivityPublisher, encode_sse, to_model
-from tether.agui._store import RAW_EVENT_NULL_EXPIRES, ActivityStore
+from tether.agui._store import RAW_EVENT_NULL_EXPIRES, ActivityStore, Lifecycle
 from tether.agui.live import LiveActivities, message_id
 from tether.agui.stream import RunStream, StoreState, StreamServer, sse_frame
 
@@ -61,7 +63,12 @@ ERROR_CODES: dict[str, str] = {
     "malformed_patch": "an ACTIVITY_DELTA patch is malformed (RFC 6902 / bad pointer)",
     "duplicate_message_id": "a MESSAGES_SNAPSHOT repeats a message id",
     "attribution_mismatch": "a delta's subagentRunId differs from the owner (AguiAttributionError)",
-    "event_after_run_finished": "an event other than RUN_STARTED/RUN_ERROR after RUN_FINISHED",
+    "run_not_started": "the first event is not RUN_STARTED or RUN_ERROR (AguiSequenceError)",
+    "run_already_started": "a second RUN_STARTED while a run is open (AguiSequenceError)",
+    "run_id_mismatch": "RUN_FINISHED names another thread or run than the open one "
+    "(AguiSequenceError)",
+    "event_after_run_finished": "an event other than RUN_STARTED/RUN_ERROR after RUN_FINISHED "
+    "or RUN_ERROR (AguiSequenceError)",
     "non_finite_number": "a float given in a dict is NaN or infinite (JSON has neither)",
 }
 
@@ -72,6 +79,7 @@ __all__ = [
     "ActivityPublisher",
     "ActivityStore",
     "AguiWarning",
+    "Lifecycle",
     "LiveActivities",
     "RunStream",
     "StoreState",

@@ -20,11 +20,15 @@ __all__ = ["DEFAULT_STREAM", "main", "replay"]
 DEFAULT_STREAM = Path(__file__).resolve().parents[3] / "examples" / "activity_stream.sse"
 
 
-def replay(data: bytes, *, chunk_size: int = 4096) -> ActivityStore:
-    """Feeds `data` to a fresh store in `chunk_size` pieces, as a network read would."""
+def replay(data: bytes, *, chunk_size: int = 4096, partial: bool = False) -> ActivityStore:
+    """Feeds `data` to a fresh store in `chunk_size` pieces, as a network read would.
+
+    The run lifecycle is enforced; with `partial` the capture may begin mid-run (before its
+    first RUN_STARTED or RUN_ERROR, events count as inside a run whose ids are unknown).
+    """
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-    store = ActivityStore()
+    store = ActivityStore(lifecycle="partial" if partial else "strict")
     for i in range(0, len(data), chunk_size):
         store.feed(data[i : i + chunk_size])
     store.finish()
@@ -64,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
         "--all", action="store_true", help="print every message, not only activity messages"
     )
     p.add_argument("--json", action="store_true", help="print one JSON array instead of text")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="the capture may begin mid-run (no RUN_STARTED first); default: the whole run "
+        "lifecycle is enforced from the first event",
+    )
     return p
 
 
@@ -86,9 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return 2
     try:
-        store = replay(data, chunk_size=args.chunk_size)
+        store = replay(data, chunk_size=args.chunk_size, partial=args.partial)
     except AguiError as e:
         print(f"tether replay: {args.file}: {type(e).__name__}: {e}", file=sys.stderr)
+        if e.code == "run_not_started":
+            print(
+                "tether replay: a capture that begins mid-run replays with --partial",
+                file=sys.stderr,
+            )
         return 1
     for w in store.warnings:
         print(

@@ -15,7 +15,7 @@ pub enum ErrorKind {
     Malformed,
     /// An ACTIVITY_DELTA tagged with a `subagentRunId` other than the activity's owner.
     Attribution,
-    /// The event is not allowed at this point of the run (after RUN_FINISHED).
+    /// The event is not allowed at this point of the run (the rules in `lifecycle`).
     Sequence,
 }
 
@@ -151,6 +151,9 @@ pub const ERROR_CODES: &[&str] = &[
     MALFORMED_PATCH,
     DUPLICATE_MESSAGE_ID,
     ATTRIBUTION_MISMATCH,
+    RUN_NOT_STARTED,
+    RUN_ALREADY_STARTED,
+    RUN_ID_MISMATCH,
     EVENT_AFTER_RUN_FINISHED,
     NON_FINITE_NUMBER,
 ];
@@ -167,6 +170,9 @@ pub const TIMESTAMP_OUT_OF_RANGE: &str = "timestamp_out_of_range";
 pub const MALFORMED_PATCH: &str = "malformed_patch";
 pub const DUPLICATE_MESSAGE_ID: &str = "duplicate_message_id";
 pub const ATTRIBUTION_MISMATCH: &str = "attribution_mismatch";
+pub const RUN_NOT_STARTED: &str = "run_not_started";
+pub const RUN_ALREADY_STARTED: &str = "run_already_started";
+pub const RUN_ID_MISMATCH: &str = "run_id_mismatch";
 pub const EVENT_AFTER_RUN_FINISHED: &str = "event_after_run_finished";
 /// A number given as a Python float that is NaN or infinite (JSON text cannot carry one).
 pub const NON_FINITE_NUMBER: &str = "non_finite_number";

@@ -22,8 +22,10 @@
 //! 7. `run_input_messages` is the history without activity messages.
 //! 8. `rawEvent: null`, on any event, is taken as absent with a warning until 2027-09-08 and
 //!    is fatal (`null_value`) from that date, judged by `StoreOptions::today` (`deprecated`).
-//!
-//! After RUN_FINISHED (or RUN_ERROR) only RUN_STARTED or a late RUN_ERROR is accepted.
+//! 9. The run lifecycle is enforced before anything else of an event applies (`lifecycle`):
+//!    the stream begins with RUN_STARTED or RUN_ERROR, a run is not started twice, RUN_FINISHED
+//!    names the open run, and after the end only RUN_STARTED or a late RUN_ERROR may follow.
+//!    `Lifecycle::Partial` lets a capture begin mid-run.
 
 use std::collections::HashMap;
 
@@ -33,15 +35,10 @@ use super::deprecated::{self, Date};
 use super::error::{self as codes, AguiError, ErrorKind, Warning};
 use super::fast;
 use super::frame::{self, Frame, Framer};
+use super::lifecycle::{self, Lifecycle, Run};
 use super::message::{growth, merge_metadata, patch_growth, Activity, Message, MAX_CONTENT_DEPTH};
 use super::schema::{self, ENVELOPE};
 use crate::patch::{parse_ops, run, Mode, Op, ValueDoc};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RunState {
-    Open,
-    Finished,
-}
 
 /// How a store reads its input; fixed when it is built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -49,6 +46,8 @@ pub struct StoreOptions {
     /// The date deprecation windows are judged by (the core reads no clock). `None` counts
     /// every window as closed: `rawEvent: null` is then fatal.
     pub today: Option<Date>,
+    /// How strictly the run lifecycle is enforced (strict by default).
+    pub lifecycle: Lifecycle,
 }
 
 /// One thread's message history. Single owner: feed it from one place.
@@ -65,7 +64,7 @@ struct Thread {
     messages: Vec<Message>,
     index: HashMap<String, usize>,
     warnings: Vec<Warning>,
-    run: RunState,
+    run: Run,
     /// The message a field-less TEXT_MESSAGE_CHUNK continues.
     open_chunk: Option<String>,
     events: u64,
@@ -78,7 +77,7 @@ impl Default for Thread {
             messages: Vec::new(),
             index: HashMap::new(),
             warnings: Vec::new(),
-            run: RunState::Open,
+            run: Run::initial(Lifecycle::Strict),
             open_chunk: None,
             events: 0,
         }
@@ -123,6 +122,7 @@ impl ActivityStore {
     pub fn with_options(options: StoreOptions) -> Self {
         let mut store = Self::default();
         store.thread.options = options;
+        store.thread.run = Run::initial(options.lifecycle);
         store
     }
 
@@ -235,7 +235,7 @@ impl Thread {
         let Some(d) = fast::parse(text) else {
             return false;
         };
-        if self.run == RunState::Finished {
+        if !self.run.is_open() {
             return false;
         }
         let Some(Message::Activity(a)) = self
@@ -312,6 +312,8 @@ impl Thread {
         )
         .map_err(ctx)?;
         let Some((fields, attributable)) = schema::event_fields(&event_type) else {
+            // An unknown type is still an event of the run: the lifecycle applies to it.
+            lifecycle::next(&self.run, &event_type, None).map_err(ctx)?;
             warnings.push(Warning::new(
                 codes::UNKNOWN_EVENT_TYPE,
                 &event_type,
@@ -332,21 +334,14 @@ impl Thread {
                 ev.shift_remove(name);
             }
         }
-        if self.run == RunState::Finished
-            && !matches!(event_type.as_str(), "RUN_STARTED" | "RUN_ERROR")
-        {
-            return Err(ctx(AguiError::new(
-                ErrorKind::Sequence,
-                codes::EVENT_AFTER_RUN_FINISHED,
-                "after RUN_FINISHED only RUN_STARTED or RUN_ERROR is accepted",
-            )));
-        }
+        let ids = match (ev.get("threadId"), ev.get("runId")) {
+            (Some(Value::String(t)), Some(Value::String(r))) => Some((t.as_str(), r.as_str())),
+            _ => None,
+        };
+        let run = lifecycle::next(&self.run, &event_type, ids).map_err(ctx)?;
         match event_type.as_str() {
-            "RUN_STARTED" => self.run = RunState::Open,
-            "RUN_FINISHED" | "RUN_ERROR" => {
-                self.run = RunState::Finished;
-                self.open_chunk = None;
-            }
+            "RUN_STARTED" => {}
+            "RUN_FINISHED" | "RUN_ERROR" => self.open_chunk = None,
             "ACTIVITY_SNAPSHOT" => self.activity_snapshot(ev, warnings),
             "ACTIVITY_DELTA" => self.activity_delta(ev, warnings).map_err(ctx)?,
             "MESSAGES_SNAPSHOT" => self.messages_snapshot(ev, warnings).map_err(ctx)?,
@@ -355,6 +350,9 @@ impl Thread {
             | "TEXT_MESSAGE_END"
             | "TEXT_MESSAGE_CHUNK" => self.text_message(&event_type, ev, warnings),
             _ => {}
+        }
+        if let Some(run) = run {
+            self.run = run;
         }
         Ok(())
     }
@@ -695,8 +693,14 @@ mod tests {
     use crate::agui::message::{measure, MAX_CONTENT_WEIGHT};
     use serde_json::json;
 
+    fn run_started() -> Value {
+        json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
+    }
+
+    /// A store inside a run (RUN_STARTED handled, as the lifecycle requires) that took `events`.
     fn store(events: &[Value]) -> ActivityStore {
         let mut s = ActivityStore::new();
+        s.handle_value(run_started()).unwrap();
         for e in events {
             s.handle_value(e.clone()).unwrap();
         }
@@ -931,6 +935,7 @@ mod tests {
     fn on(year: i32, month: u32, day: u32) -> StoreOptions {
         StoreOptions {
             today: Date::new(year, month, day),
+            ..StoreOptions::default()
         }
     }
 
@@ -942,10 +947,14 @@ mod tests {
         };
         let events = [
             with_null(snap("a", json!({"n": 0}))),
-            with_null(delta("a", json!([{"op": "replace", "path": "/n", "value": 1}]))),
+            with_null(delta(
+                "a",
+                json!([{"op": "replace", "path": "/n", "value": 1}]),
+            )),
             with_null(json!({"type": "FUTURE_THING"})),
         ];
         let mut s = ActivityStore::with_options(on(2027, 9, 7));
+        s.handle_value(run_started()).unwrap();
         for ev in &events {
             s.handle_value(ev.clone()).unwrap();
         }
@@ -971,9 +980,13 @@ mod tests {
         // On the expiry date, after it, and without a date: fatal like any other null.
         for options in [on(2027, 9, 8), on(2031, 1, 1), StoreOptions::default()] {
             let mut s = ActivityStore::with_options(options);
+            s.handle_value(run_started()).unwrap();
             for ev in &events {
                 let err = s.handle_value(ev.clone()).unwrap_err();
-                assert_eq!((err.kind, err.code), (ErrorKind::Malformed, codes::NULL_VALUE));
+                assert_eq!(
+                    (err.kind, err.code),
+                    (ErrorKind::Malformed, codes::NULL_VALUE)
+                );
                 assert!(err.reason.contains("rawEvent"), "{err}");
             }
             let err = s.feed(format!("{}\n", events[0]).as_bytes()).unwrap_err();
@@ -1043,7 +1056,7 @@ mod tests {
 
     #[test]
     fn unknown_types_and_properties_warn() {
-        let mut s = ActivityStore::new();
+        let mut s = store(&[]);
         s.handle_value(json!({"type": "FUTURE_THING", "x": 1}))
             .unwrap();
         s.handle_value(json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t",
@@ -1239,23 +1252,145 @@ mod tests {
         assert_eq!(err.code, codes::MALFORMED_PATCH);
     }
 
+    fn finished(thread: &str, run: &str) -> Value {
+        json!({"type": "RUN_FINISHED", "threadId": thread, "runId": run})
+    }
+
+    fn sequence_error(s: &mut ActivityStore, ev: Value) -> &'static str {
+        let before = (wire(s), s.warnings().len(), s.events_handled());
+        let err = s.handle_value(ev.clone()).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Sequence, "{ev}: {err}");
+        assert_eq!((wire(s), s.warnings().len(), s.events_handled()), before);
+        err.code
+    }
+
     #[test]
-    fn after_run_finished_only_run_started_or_error() {
-        let mut s = store(&[
-            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
-            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
-        ]);
-        let err = s.handle_value(snap("a", json!({}))).unwrap_err();
+    fn the_run_lifecycle_is_enforced() {
+        // The first event is RUN_STARTED or RUN_ERROR.
+        for first in [
+            snap("a", json!({})),
+            delta("a", json!([])),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m"}),
+            json!({"type": "FUTURE_THING"}),
+            finished("t", "r"),
+        ] {
+            let mut s = ActivityStore::new();
+            assert_eq!(
+                sequence_error(&mut s, first.clone()),
+                codes::RUN_NOT_STARTED
+            );
+            // The refused event changed nothing: the stream may still begin properly.
+            s.handle_value(run_started()).unwrap();
+        }
+        let mut s = ActivityStore::new();
+        s.handle_value(json!({"type": "RUN_ERROR", "message": "could not start"}))
+            .unwrap();
         assert_eq!(
-            (err.kind, err.code),
-            (ErrorKind::Sequence, codes::EVENT_AFTER_RUN_FINISHED)
+            sequence_error(&mut s, snap("a", json!({}))),
+            codes::EVENT_AFTER_RUN_FINISHED
         );
+
+        // No second RUN_STARTED while a run is open.
+        let mut s = store(&[snap("a", json!({"n": 0}))]);
+        let again = json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"});
+        assert_eq!(
+            sequence_error(&mut s, again.clone()),
+            codes::RUN_ALREADY_STARTED
+        );
+        assert_eq!(
+            sequence_error(&mut s, run_started()),
+            codes::RUN_ALREADY_STARTED
+        );
+
+        // RUN_FINISHED names the open run's thread and run.
+        assert_eq!(
+            sequence_error(&mut s, finished("t", "r2")),
+            codes::RUN_ID_MISMATCH
+        );
+        assert_eq!(
+            sequence_error(&mut s, finished("t2", "r")),
+            codes::RUN_ID_MISMATCH
+        );
+        s.handle_value(finished("t", "r")).unwrap();
+
+        // After RUN_FINISHED: only a new RUN_STARTED or a late RUN_ERROR.
+        for late in [
+            snap("a", json!({})),
+            delta("a", json!([])),
+            json!({"type": "FUTURE_THING"}),
+            finished("t", "r"),
+        ] {
+            assert_eq!(
+                sequence_error(&mut s, late),
+                codes::EVENT_AFTER_RUN_FINISHED
+            );
+        }
+        // The fast path declines after the end too.
+        let err = s
+            .feed(
+                format!(
+                    "{}\n",
+                    delta("a", json!([{"op": "replace", "path": "/n", "value": 1}]))
+                )
+                .as_bytes(),
+            )
+            .unwrap_err();
+        assert_eq!(err.code, codes::EVENT_AFTER_RUN_FINISHED);
         s.handle_value(json!({"type": "RUN_ERROR", "message": "late"}))
             .unwrap();
-        s.handle_value(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"}))
+        s.handle_value(again).unwrap();
+        s.handle_value(delta(
+            "a",
+            json!([{"op": "replace", "path": "/n", "value": 2}]),
+        ))
+        .unwrap();
+        s.handle_value(json!({"type": "RUN_ERROR", "message": "failed"}))
             .unwrap();
-        s.handle_value(snap("a", json!({}))).unwrap();
-        assert_eq!(s.messages().len(), 1);
+        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 2}));
+        assert!(s.warnings().is_empty());
+    }
+
+    #[test]
+    fn a_partial_capture_may_begin_mid_run() {
+        let partial = StoreOptions {
+            lifecycle: Lifecycle::Partial,
+            ..StoreOptions::default()
+        };
+        let mut s = ActivityStore::with_options(partial);
+        s.feed(format!("{}\n", snap("a", json!({"n": 0}))).as_bytes())
+            .unwrap();
+        s.feed(
+            format!(
+                "{}\n",
+                delta("a", json!([{"op": "replace", "path": "/n", "value": 1}]))
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        // The capture's run has unknown ids: its RUN_FINISHED is taken as it is.
+        s.handle_value(finished("some", "run")).unwrap();
+        assert_eq!(
+            sequence_error(&mut s, snap("b", json!({}))),
+            codes::EVENT_AFTER_RUN_FINISHED
+        );
+        s.handle_value(run_started()).unwrap();
+        // From the first run event on, every rule applies.
+        assert_eq!(
+            sequence_error(&mut s, run_started()),
+            codes::RUN_ALREADY_STARTED
+        );
+        assert_eq!(
+            sequence_error(&mut s, finished("t", "other")),
+            codes::RUN_ID_MISMATCH
+        );
+        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 1}));
+        // A partial capture that does start with RUN_STARTED is read strictly from there.
+        let mut s = ActivityStore::with_options(partial);
+        s.handle_value(run_started()).unwrap();
+        assert_eq!(
+            sequence_error(&mut s, run_started()),
+            codes::RUN_ALREADY_STARTED
+        );
     }
 
     #[test]
@@ -1267,7 +1402,7 @@ mod tests {
         ];
         let expected = wire(&store(&events));
         let mut sse = Vec::new();
-        for e in &events {
+        for e in std::iter::once(&run_started()).chain(&events) {
             sse.extend_from_slice(b"data: ");
             sse.extend_from_slice(&serde_json::to_vec(e).unwrap());
             sse.extend_from_slice(b"\n\n");
@@ -1283,7 +1418,7 @@ mod tests {
 
     #[test]
     fn fatal_event_in_a_feed_keeps_earlier_events_and_buffers_later_ones() {
-        let mut s = ActivityStore::new();
+        let mut s = store(&[]);
         let input = b"{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"a\",\"activityType\":\"t\",\"content\":{}}\n\
 {\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"b\",\"activityType\":\"t\",\"content\":1}\n\
 {\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"c\",\"activityType\":\"t\",\"content\":{}}\n";
@@ -1328,12 +1463,17 @@ mod fuzz {
         /// every activity keeps object content.
         #[test]
         fn any_bytes_any_split(data in prop_oneof![pieces(), prop::collection::vec(any::<u8>(), 0..200)],
-                               cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4)) {
+                               cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+                               partial in any::<bool>()) {
             let mut bounds: Vec<usize> = cuts.iter().map(|c| c.index(data.len() + 1)).collect();
             bounds.push(0);
             bounds.push(data.len());
             bounds.sort_unstable();
-            let mut s = ActivityStore::new();
+            let lifecycle = if partial { Lifecycle::Partial } else { Lifecycle::Strict };
+            let mut s = ActivityStore::with_options(StoreOptions { lifecycle, ..StoreOptions::default() });
+            if !partial {
+                s.feed(b"{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n").unwrap();
+            }
             for w in bounds.windows(2) {
                 let _ = s.feed(&data[w[0]..w[1]]);
             }

@@ -320,14 +320,33 @@ fn message_list<'py, 'a>(
 #[pymethods]
 impl PyActivityStore {
     /// `today` is the date deprecation windows are judged by (the core reads no clock);
-    /// without one they count as closed, so `rawEvent: null` is fatal.
+    /// without one they count as closed, so `rawEvent: null` is fatal. `lifecycle` is
+    /// `"strict"` or `"partial"` (a capture that may begin mid-run).
     #[new]
-    #[pyo3(signature = (*, today = None))]
-    fn py_new(today: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (*, today = None, lifecycle = "strict"))]
+    fn py_new(today: Option<&Bound<'_, PyAny>>, lifecycle: &str) -> PyResult<Self> {
         let today = today.map(py_date).transpose()?;
+        let lifecycle = match lifecycle {
+            "strict" => agui::Lifecycle::Strict,
+            "partial" => agui::Lifecycle::Partial,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "lifecycle must be 'strict' or 'partial', not {other:?}"
+                )))
+            }
+        };
         Ok(PyActivityStore {
-            inner: agui::ActivityStore::with_options(agui::StoreOptions { today }),
+            inner: agui::ActivityStore::with_options(agui::StoreOptions { today, lifecycle }),
         })
+    }
+
+    /// How the run lifecycle is enforced: `"strict"` or `"partial"`.
+    #[getter]
+    fn lifecycle(&self) -> &'static str {
+        match self.inner.options().lifecycle {
+            agui::Lifecycle::Strict => "strict",
+            agui::Lifecycle::Partial => "partial",
+        }
     }
 
     /// The date deprecation windows are judged by, or None.
