@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from tether.cli import COMMANDS
 from tether.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
-STREAM = ROOT / "examples" / "activity_stream.sse"
+STREAM = ROOT / "python" / "tether" / "agui" / "activity_stream.sse"
 
 
 def test_the_shipped_stream_is_what_the_recorder_writes(tmp_path: Path) -> None:
@@ -26,6 +27,13 @@ def test_the_shipped_stream_is_what_the_recorder_writes(tmp_path: Path) -> None:
         capture_output=True,
     )
     assert out.read_bytes() == STREAM.read_bytes()
+
+
+def test_the_default_stream_is_package_data_the_recorder_writes() -> None:
+    assert replay_mod.DEFAULT_STREAM.read_bytes() == STREAM.read_bytes()
+    assert Path(str(replay_mod.DEFAULT_STREAM)).resolve() == STREAM.resolve()
+    recorder = runpy.run_path(str(ROOT / "examples" / "record_activity_stream.py"))
+    assert recorder["OUT"] == STREAM.resolve()
 
 
 def test_the_shipped_stream_is_conformant() -> None:
@@ -114,7 +122,7 @@ def test_replay_enforces_the_run_lifecycle_unless_partial(
 def test_missing_default_stream_says_what_to_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # An installed package has no examples/ next to it: the error must say so, not crash.
+    # An install that lost its package data: the error must say so, not crash.
     monkeypatch.setattr(replay_mod, "DEFAULT_STREAM", tmp_path / "examples" / "gone.sse")
     assert cli_main(["replay"]) == 2
     err = capsys.readouterr().err

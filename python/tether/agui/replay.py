@@ -8,6 +8,8 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,9 @@ from tether.errors import AguiError
 
 __all__ = ["DEFAULT_STREAM", "main", "replay"]
 
-# The recorded stream shipped with the repository (examples/activity_stream.sse).
-DEFAULT_STREAM = Path(__file__).resolve().parents[3] / "examples" / "activity_stream.sse"
+# The recorded example capture, shipped as package data (written by
+# examples/record_activity_stream.py), so `tether replay` works from an installed wheel.
+DEFAULT_STREAM: Traversable = resources.files("tether.agui") / "activity_stream.sse"
 
 
 def replay(data: bytes, *, chunk_size: int = 4096, partial: bool = False) -> ActivityStore:
@@ -61,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         type=Path,
         default=DEFAULT_STREAM,
-        help="the recorded stream (default: examples/activity_stream.sse)",
+        help="the recorded stream (default: the example capture shipped with tether, "
+        "tether/agui/activity_stream.sse)",
     )
     p.add_argument("--chunk-size", type=int, default=4096, help="bytes per feed (default 4096)")
     p.add_argument(
@@ -89,9 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tether replay: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
         if args.file == DEFAULT_STREAM:
             print(
-                "tether replay: the recorded example stream ships with the source checkout "
-                "(examples/activity_stream.sse), not with an installed package; "
-                "pass a stream file: tether replay FILE",
+                "tether replay: the example capture ships inside the tether package "
+                "(tether/agui/activity_stream.sse) and is missing from this install; "
+                "reinstall tether, or pass a stream file: tether replay FILE",
                 file=sys.stderr,
             )
         return 2
