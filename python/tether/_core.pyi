@@ -137,7 +137,11 @@ class ActivityStore:
         the first fatal event; events before it stay applied, bytes after it stay buffered.
         """
     def handle_event(self, event: dict[str, Any]) -> list[AguiWarning]:
-        """Handles one event given as a dict and returns the warnings it caused."""
+        """Handles one event given as a dict and returns the warnings it caused.
+
+        A NaN or infinite float is `AguiMalformedError` (`non_finite_number`); another
+        non-JSON Python value is a `TypeError`.
+        """
     def finish(self) -> list[AguiWarning]:
         """End of the byte stream: handles a last unterminated event; leftovers are an error."""
     def messages(self) -> list[dict[str, Any]]:

@@ -40,7 +40,8 @@ WARNING_CODES: dict[str, str] = {
     "snapshot_target_not_activity": "an ACTIVITY_SNAPSHOT named a non-activity message; skipped",
     "patch_not_applied": "a well-formed patch did not apply; content and type kept",
     "patch_result_not_object": "a patch would leave non-object content; content and type kept",
-    "patch_op_dropped": "an operation with an unknown `op` was dropped; the rest applied",
+    "patch_op_dropped": "an operation with an unknown `op` was dropped (warned first, whatever "
+    "happens to the rest of the patch)",
     "text_message_missing": "a text event named no started message; skipped",
     "text_message_conflict": "a text event named an activity message; skipped",
     "content_too_deep": "a delta could nest content deeper than 512 levels; skipped",

@@ -14,6 +14,10 @@
 //!    delta's metadata still merged (when there is a target). So is a delta that could nest
 //!    content deeper than `MAX_CONTENT_DEPTH` or make it heavier than its weight limit
 //!    (resource bounds of Tether's, not AG-UI's: `copy` can double content per operation).
+//!    The patch is read before anything applies (a malformed one is fatal, whatever the
+//!    target; a `move` into its own child is well formed and just does not apply), and an
+//!    operation with an unknown `op` is dropped with its warning first, whatever then happens
+//!    to the rest of the patch.
 //! 5. Malformed known values are fatal and leave the store exactly as it was; unknown event
 //!    types are dropped and unknown properties of closed objects stripped, with warnings.
 //! 6. MESSAGES_SNAPSHOT replaces held messages by id in place, appends unseen ones in snapshot
