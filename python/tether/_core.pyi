@@ -13,17 +13,34 @@ class TetherError(Exception):
 import typing as _typing  # noqa: E402
 
 class PatchError(TetherError):
-    """A JSON Patch was refused; `op_index` and `path` locate the failing operation."""
+    """A JSON Patch was refused; `op_index` and `path` locate the failing operation.
+
+    `warnings` holds the operations AG-UI mode dropped before the failure, in order.
+    """
 
     op_index: int | None
     path: str | None
     code: str | None
+    warnings: tuple[PatchWarning, ...]
+
+@final
+class PatchWarning:
+    """An operation the AG-UI mode tolerated (dropped), with a stable snake_case `code`."""
+
+    @property
+    def op_index(self) -> int: ...
+    @property
+    def code(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    def __new__(cls, op_index: int, code: str, message: str) -> PatchWarning: ...
 
 class InvalidPatch(PatchError):
     """The patch is malformed (structure, member types, pointer syntax, unknown op, non-JSON)."""
 
 class PatchDoesNotApply(PatchError):
-    """A well-formed patch does not apply: a missing path, an index out of range, a failed test."""
+    """A well-formed patch does not apply: a missing path, an index out of range, a failed test,
+    a move into the value's own child."""
 
 class InvalidDocument(PatchError):
     """The document is not JSON: a dict/list subclass, a non-str key, a non-JSON value."""
@@ -33,18 +50,22 @@ PATCH_ERROR_CODES: list[str]
 
 def patch_apply(
     doc: _typing.Any, patch: _typing.Any, *, mode: str = "strict", in_place: bool = False
-) -> tuple[_typing.Any, list[tuple[int, str, str]]]:
+) -> tuple[_typing.Any, list[PatchWarning]]:
     """Apply a patch to Python objects; returns (document, warnings)."""
 
 def patch_apply_json(
-    doc: bytes, patch: bytes, *, mode: str = "strict"
-) -> tuple[bytes, list[tuple[int, str, str]]]:
+    doc: bytes | bytearray | str, patch: bytes | bytearray | str, *, mode: str = "strict"
+) -> tuple[bytes, list[PatchWarning]]:
     """Apply a JSON-text patch to a JSON-text document; returns (json_bytes, warnings)."""
 
 def patch_diff(old: _typing.Any, new: _typing.Any) -> list[dict[str, _typing.Any]]:
     """A patch (list of operation dicts) turning `old` into `new`."""
 
 # --- agui (rust/src/bindings/agui.rs) ---
+
+import datetime as _datetime  # noqa: E402
+
+from typing_extensions import disjoint_base as _disjoint_base  # noqa: E402
 
 class AguiError(TetherError):
     """An AG-UI event could not be consumed; the store is unchanged by it.
@@ -87,14 +108,28 @@ class AguiWarning:
     def to_dict(self) -> dict[str, str]:
         """The wire-style dict: `code`, `eventType`, `messageId`, `reason`."""
 
-@final
+@_disjoint_base
 class ActivityStore:
     """One AG-UI thread's ordered message history, built from events (dicts or bytes).
 
-    Single owner: not for concurrent use from several threads.
+    Single owner: not for concurrent use from several threads. Not final:
+    `tether.agui.ActivityStore` subclasses it to pass today's date.
     """
 
-    def __new__(cls) -> ActivityStore: ...
+    def __new__(
+        cls,
+        *,
+        today: _datetime.date | None = None,
+        lifecycle: _typing.Literal["strict", "partial"] = "strict",
+    ) -> _typing.Self:
+        """`today` judges deprecation windows (no clock is read; without it they are closed);
+        `lifecycle="partial"` lets a capture begin mid-run."""
+    @property
+    def today(self) -> _datetime.date | None:
+        """The date deprecation windows are judged by, or None."""
+    @property
+    def lifecycle(self) -> _typing.Literal["strict", "partial"]:
+        """How the run lifecycle is enforced."""
     def feed(self, data: bytes | bytearray) -> list[AguiWarning]:
         """Feeds raw bytes (one JSON event, NDJSON or SSE; any chunk split).
 
@@ -102,7 +137,11 @@ class ActivityStore:
         the first fatal event; events before it stay applied, bytes after it stay buffered.
         """
     def handle_event(self, event: dict[str, Any]) -> list[AguiWarning]:
-        """Handles one event given as a dict and returns the warnings it caused."""
+        """Handles one event given as a dict and returns the warnings it caused.
+
+        A NaN or infinite float is `AguiMalformedError` (`non_finite_number`); another
+        non-JSON Python value is a `TypeError`.
+        """
     def finish(self) -> list[AguiWarning]:
         """End of the byte stream: handles a last unterminated event; leftovers are an error."""
     def messages(self) -> list[dict[str, Any]]:
@@ -139,6 +178,8 @@ def agui_warning_codes() -> list[str]:
 
 def agui_error_codes() -> list[str]:
     """Every error code `ActivityStore` can raise."""
+
+AGUI_RAW_EVENT_NULL_EXPIRES: _datetime.date
 
 # --- catalog (rust/src/bindings/catalog.rs) ---
 # Rows are flat tuples in `catalog_columns()` order; inputs are tether.activities dataclasses,
