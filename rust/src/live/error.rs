@@ -51,6 +51,7 @@ pub enum Code {
     // --- usage ---
     InvalidConfig,
     SessionMismatch,
+    MessageConflict,
     SubscriberFailed,
 }
 
@@ -81,6 +82,7 @@ impl Code {
         Code::UnsafeInteger,
         Code::InvalidConfig,
         Code::SessionMismatch,
+        Code::MessageConflict,
         Code::SubscriberFailed,
     ];
 
@@ -111,15 +113,17 @@ impl Code {
             Code::UnsafeInteger => "unsafe_integer",
             Code::InvalidConfig => "invalid_config",
             Code::SessionMismatch => "session_mismatch",
+            Code::MessageConflict => "message_conflict",
             Code::SubscriberFailed => "subscriber_failed",
         }
     }
 
     pub fn kind(self) -> ErrorKind {
         match self {
-            Code::InvalidConfig | Code::SessionMismatch | Code::SubscriberFailed => {
-                ErrorKind::Usage
-            }
+            Code::InvalidConfig
+            | Code::SessionMismatch
+            | Code::MessageConflict
+            | Code::SubscriberFailed => ErrorKind::Usage,
             _ => ErrorKind::Invalid,
         }
     }

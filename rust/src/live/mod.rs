@@ -14,6 +14,8 @@
 
 pub mod error;
 pub mod event;
+pub mod frame;
+pub mod framer;
 pub mod json;
 pub mod validate;
 
