@@ -659,7 +659,7 @@ mod tests {
         #[test]
         fn chunks_cut_on_character_boundaries(s in "[a-zé€😀]{0,64}", max in 4usize..20) {
             let pieces = chunks(&s, max);
-            prop_assert_eq!(pieces.concat(), s);
+            prop_assert_eq!(pieces.concat(), s.clone());
             for p in pieces {
                 prop_assert!(!p.is_empty() && p.len() <= max);
             }
