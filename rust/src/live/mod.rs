@@ -17,6 +17,7 @@ pub mod event;
 pub mod frame;
 pub mod framer;
 pub mod json;
+pub mod overlay;
 pub mod validate;
 
 pub use error::{Code, ErrorKind, LiveError};
