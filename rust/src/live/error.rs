@@ -258,7 +258,11 @@ mod tests {
         sorted.dedup();
         assert_eq!(sorted.len(), all.len());
         for c in all {
-            assert!(c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'), "{c}");
+            assert!(
+                c.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{c}"
+            );
         }
     }
 

@@ -389,7 +389,10 @@ impl Turn {
     pub fn to_value(&self) -> Value {
         let mut m = Map::new();
         m.insert("turnId".into(), self.turn_id.clone().into());
-        m.insert("agentSessionId".into(), self.agent_session_id.clone().into());
+        m.insert(
+            "agentSessionId".into(),
+            self.agent_session_id.clone().into(),
+        );
         m.insert("phase".into(), self.phase.as_str().into());
         m.insert(
             "outcome".into(),
@@ -421,7 +424,10 @@ impl Interaction {
     pub fn to_value(&self) -> Value {
         let mut m = Map::new();
         m.insert("requestId".into(), self.request_id.clone().into());
-        m.insert("agentSessionId".into(), self.agent_session_id.clone().into());
+        m.insert(
+            "agentSessionId".into(),
+            self.agent_session_id.clone().into(),
+        );
         m.insert("turnId".into(), self.turn_id.clone().into());
         m.insert("kind".into(), self.kind.as_str().into());
         m.insert("status".into(), self.status.as_str().into());

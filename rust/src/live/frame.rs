@@ -7,7 +7,9 @@ use serde_json::{Map, Value};
 use crate::live::error::{Code, LiveError};
 use crate::live::event::{Identity, LiveEvent};
 use crate::live::json;
-use crate::live::validate::{at, closed, integer, non_empty, object, validate_value, wrong_type, R};
+use crate::live::validate::{
+    at, closed, integer, non_empty, object, validate_value, wrong_type, R,
+};
 
 /// What a reconcile key names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -42,7 +44,10 @@ impl ReconcileKey {
     pub fn to_value(&self) -> Value {
         let mut m = Map::new();
         m.insert("kind".into(), self.kind.as_str().into());
-        m.insert("workspaceId".into(), self.identity.workspace_id.clone().into());
+        m.insert(
+            "workspaceId".into(),
+            self.identity.workspace_id.clone().into(),
+        );
         m.insert(
             "agentSessionId".into(),
             self.identity.agent_session_id.clone().into(),
@@ -86,6 +91,8 @@ pub struct Discontinuity {
 }
 
 /// One delivery of a frame.
+// Nearly every delivery is an event; boxing it would add an allocation to each one.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Delivery {
     Event(LiveEvent),
@@ -263,9 +270,15 @@ mod tests {
         };
         assert_eq!(parse_frame(&f.to_json()).unwrap(), f);
         let bad = |s: &str| parse_frame(s.as_bytes()).unwrap_err();
-        assert_eq!(bad(r#"{"epoch":0,"seq":0,"deliveries":[]}"#).code, Code::BelowMinimum);
+        assert_eq!(
+            bad(r#"{"epoch":0,"seq":0,"deliveries":[]}"#).code,
+            Code::BelowMinimum
+        );
         let e = bad(r#"{"epoch":0,"seq":1,"deliveries":[{"kind":"x","payload":{}}]}"#);
-        assert_eq!((e.code, e.path.as_str()), (Code::NotInEnum, "/deliveries/0/kind"));
+        assert_eq!(
+            (e.code, e.path.as_str()),
+            (Code::NotInEnum, "/deliveries/0/kind")
+        );
         let e = bad(r#"{"epoch":0,"seq":1,"deliveries":[{"kind":"event","payload":{}}]}"#);
         assert_eq!(
             (e.code, e.path.as_str()),

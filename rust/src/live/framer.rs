@@ -23,7 +23,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::live::error::{Code, LiveError};
 use crate::live::event::{Identity, LiveEvent, MessageDelta, ToolOutput};
-use crate::live::frame::{Delivery, Discontinuity, DiscontinuityReason, Frame, KeyKind, ReconcileKey};
+use crate::live::frame::{
+    Delivery, Discontinuity, DiscontinuityReason, Frame, KeyKind, ReconcileKey,
+};
 
 /// The role and kind of every tool-call message Tether publishes.
 pub const TOOL_ROLE: &str = "tool";
@@ -118,8 +120,14 @@ pub fn coalesce_into(last: &mut Delivery, next: Delivery, max_chunk: usize) -> O
         return Some(next);
     }
     let (
-        Some(ToolOutput::AppendText { text: at, offset_bytes: ao }),
-        Some(ToolOutput::AppendText { text: bt, offset_bytes: bo }),
+        Some(ToolOutput::AppendText {
+            text: at,
+            offset_bytes: ao,
+        }),
+        Some(ToolOutput::AppendText {
+            text: bt,
+            offset_bytes: bo,
+        }),
     ) = (&mut a.tool_output, &b.tool_output)
     else {
         return Some(next);
@@ -337,13 +345,14 @@ impl Publisher {
     fn emit(&mut self, message_id: &str, turn_id: &str, text: &str, now_ms: u64) {
         let max_chunk = self.config.max_chunk_bytes;
         let mut pieces = chunks(text, max_chunk);
-        let trace = self
-            .traces
-            .get_mut(message_id)
-            .expect("trace() created it");
+        let trace = self.traces.get_mut(message_id).expect("trace() created it");
         let mut outputs = Vec::with_capacity(pieces.len() + 1);
         if !trace.anchored {
-            let first = if pieces.is_empty() { "" } else { pieces.remove(0) };
+            let first = if pieces.is_empty() {
+                ""
+            } else {
+                pieces.remove(0)
+            };
             trace.anchored = true;
             trace.emitted = first.len() as u64;
             outputs.push(ToolOutput::Set(first.to_owned()));
@@ -507,7 +516,10 @@ mod tests {
         for o in outs {
             match o {
                 ToolOutput::Set(t) => text = Some(t.clone()),
-                ToolOutput::AppendText { text: t, offset_bytes } => {
+                ToolOutput::AppendText {
+                    text: t,
+                    offset_bytes,
+                } => {
                     let cur = text.as_mut().expect("append after a set");
                     assert_eq!(*offset_bytes, cur.len() as u64);
                     cur.push_str(t);
@@ -590,9 +602,7 @@ mod tests {
     fn deltas_after_settle_become_discontinuities() {
         let mut p = publisher(1024, 1 << 20);
         p.tool_output("m", "t", "x", 1).unwrap();
-        let settled = format!(
-            r#"{{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","data":{{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","occurredAtUnixMs":2,"activeTurnId":null,"turn":{{"turnId":"t","agentSessionId":"world-1","phase":"settled","outcome":"completed","error":null,"startedAtUnixMs":1,"settledAtUnixMs":2,"updatedAtUnixMs":2}}}}}}"#
-        );
+        let settled = r#"{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","data":{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","occurredAtUnixMs":2,"activeTurnId":null,"turn":{"turnId":"t","agentSessionId":"world-1","phase":"settled","outcome":"completed","error":null,"startedAtUnixMs":1,"settledAtUnixMs":2,"updatedAtUnixMs":2}}}"#;
         p.publish(validate(settled.as_bytes()).unwrap()).unwrap();
         p.tool_output("m", "t", "late", 3).unwrap();
         p.tool_output("m", "t", "later", 4).unwrap();
@@ -620,7 +630,10 @@ mod tests {
             p.tool_output("m", "other", "x", 1).unwrap_err().code,
             Code::MessageConflict
         );
-        assert_eq!(p.tool_output("m", "t", "x", 0).unwrap_err().code, Code::InvalidConfig);
+        assert_eq!(
+            p.tool_output("m", "t", "x", 0).unwrap_err().code,
+            Code::InvalidConfig
+        );
         let bad = FramerConfig {
             max_chunk_bytes: 3,
             ..FramerConfig::default()

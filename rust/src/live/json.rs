@@ -59,11 +59,7 @@ impl<'a> Parser<'a> {
     }
 
     fn syntax(&self, what: &str) -> LiveError {
-        LiveError::new(
-            Code::InvalidJson,
-            "",
-            format!("{what} at byte {}", self.i),
-        )
+        LiveError::new(Code::InvalidJson, "", format!("{what} at byte {}", self.i))
     }
 
     fn value(&mut self, depth: usize) -> Result<Value, LiveError> {

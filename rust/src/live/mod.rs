@@ -18,6 +18,7 @@ pub mod frame;
 pub mod framer;
 pub mod json;
 pub mod overlay;
+pub mod subscriber;
 pub mod validate;
 
 pub use error::{Code, ErrorKind, LiveError};

@@ -200,11 +200,7 @@ impl Overlay {
     pub fn apply_delivery(&mut self, d: &Delivery) -> Vec<Applied> {
         match d {
             Delivery::Event(e) => vec![self.apply(e)],
-            Delivery::Discontinuity(disc) => disc
-                .keys
-                .iter()
-                .map(|k| self.mark_key(k))
-                .collect(),
+            Delivery::Discontinuity(disc) => disc.keys.iter().map(|k| self.mark_key(k)).collect(),
         }
     }
 
@@ -259,7 +255,11 @@ impl Overlay {
             }
             LiveEvent::InteractionSnapshot(s) => {
                 if foreign {
-                    return self.mark(KeyKind::Interaction, &s.root_turn_id, Reason::IdentityMismatch);
+                    return self.mark(
+                        KeyKind::Interaction,
+                        &s.root_turn_id,
+                        Reason::IdentityMismatch,
+                    );
                 }
                 let mut next: BTreeMap<String, Interaction> = BTreeMap::new();
                 let mut late = Vec::new();
@@ -311,7 +311,11 @@ impl Overlay {
                 if old == x {
                     Applied::Unchanged
                 } else {
-                    self.mark(KeyKind::Interaction, &x.request_id, Reason::LateAfterTerminal)
+                    self.mark(
+                        KeyKind::Interaction,
+                        &x.request_id,
+                        Reason::LateAfterTerminal,
+                    )
                 }
             }
             _ => {
@@ -489,11 +493,21 @@ pub fn record_value(identity: &Identity, s: &SessionState) -> Value {
     let coll = |it: Vec<(String, Value)>| Value::Object(it.into_iter().collect());
     m.insert(
         "turns".into(),
-        coll(s.turns.iter().map(|(k, v)| (k.clone(), v.to_value())).collect()),
+        coll(
+            s.turns
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_value()))
+                .collect(),
+        ),
     );
     m.insert(
         "messages".into(),
-        coll(s.messages.iter().map(|(k, v)| (k.clone(), v.to_value())).collect()),
+        coll(
+            s.messages
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_value()))
+                .collect(),
+        ),
     );
     m.insert(
         "interactions".into(),
@@ -506,7 +520,12 @@ pub fn record_value(identity: &Identity, s: &SessionState) -> Value {
     );
     m.insert(
         "audits".into(),
-        coll(s.audits.iter().map(|(k, v)| (k.clone(), v.to_value())).collect()),
+        coll(
+            s.audits
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_value()))
+                .collect(),
+        ),
     );
     Value::Object(m)
 }
@@ -697,7 +716,11 @@ mod tests {
     }
 
     fn text(o: &Overlay) -> Option<String> {
-        o.state().messages.get("m")?.output_text().map(str::to_owned)
+        o.state()
+            .messages
+            .get("m")?
+            .output_text()
+            .map(str::to_owned)
     }
 
     #[test]
@@ -780,7 +803,9 @@ mod tests {
         // The canonical record lags: the message still running there.
         let mut lagging = SessionState::default();
         let mut running = MessageState::new("t", "tool", "tool_call");
-        running.payload.insert("output".into(), serde_json::json!({"text": "ab"}));
+        running
+            .payload
+            .insert("output".into(), serde_json::json!({"text": "ab"}));
         lagging.messages.insert("m".into(), running.clone());
         let kept = o.reconcile(lagging);
         assert_eq!(kept, vec![(KeyKind::Message, "m".to_string())]);
@@ -801,7 +826,8 @@ mod tests {
         assert!(o.needs_reconciliation());
         let mut rec = SessionState::default();
         let mut m = MessageState::new("t", "tool", "tool_call");
-        m.payload.insert("output".into(), serde_json::json!({"text": "hello"}));
+        m.payload
+            .insert("output".into(), serde_json::json!({"text": "hello"}));
         rec.messages.insert("m".into(), m);
         o.reconcile(rec.clone());
         assert!(!o.needs_reconciliation());
@@ -834,6 +860,9 @@ mod tests {
         let out = text(&o).unwrap();
         assert!(out.len() <= 1 << 20);
         assert!(out.ends_with(crate::live::framer::DEFAULT_TRUNCATION_MARKER));
-        assert!(whole.starts_with(out.strip_suffix(crate::live::framer::DEFAULT_TRUNCATION_MARKER).unwrap()));
+        assert!(whole.starts_with(
+            out.strip_suffix(crate::live::framer::DEFAULT_TRUNCATION_MARKER)
+                .unwrap()
+        ));
     }
 }

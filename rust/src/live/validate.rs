@@ -252,7 +252,13 @@ fn runtime_update(v: &Value, t: &'static str) -> R<LiveEvent> {
     let m = object(v)?;
     closed(
         m,
-        &["workspaceId", "agentSessionId", "eventType", "state", "occurredAtUnixMs"],
+        &[
+            "workspaceId",
+            "agentSessionId",
+            "eventType",
+            "state",
+            "occurredAtUnixMs",
+        ],
         &[],
     )?;
     let identity = data_identity(m)?;
@@ -313,7 +319,10 @@ fn message_delta(v: &Value) -> R<LiveEvent> {
         return Err(LiveError::new(
             Code::NoChange,
             "",
-            format!("a message delta must carry one of {}", DELTA_CHANGES.join(", ")),
+            format!(
+                "a message delta must carry one of {}",
+                DELTA_CHANGES.join(", ")
+            ),
         ));
     }
     Ok(LiveEvent::MessageDelta(d))
@@ -482,7 +491,13 @@ fn interaction_update(v: &Value, t: &'static str) -> R<LiveEvent> {
     let m = object(v)?;
     closed(
         m,
-        &["workspaceId", "agentSessionId", "eventType", "occurredAtUnixMs", "interaction"],
+        &[
+            "workspaceId",
+            "agentSessionId",
+            "eventType",
+            "occurredAtUnixMs",
+            "interaction",
+        ],
         &[],
     )?;
     let identity = data_identity(m)?;
@@ -520,7 +535,11 @@ pub(crate) fn interaction(v: &Value) -> R<Interaction> {
         kind: at(
             m,
             "kind",
-            one_of(InteractionKind::parse, InteractionKind::ALL, InteractionKind::as_str),
+            one_of(
+                InteractionKind::parse,
+                InteractionKind::ALL,
+                InteractionKind::as_str,
+            ),
         )?,
         status: at(
             m,
@@ -574,7 +593,13 @@ fn session_audit(v: &Value, t: &'static str) -> R<LiveEvent> {
     let m = object(v)?;
     closed(
         m,
-        &["workspaceId", "agentSessionId", "eventType", "occurredAtUnixMs", "audit"],
+        &[
+            "workspaceId",
+            "agentSessionId",
+            "eventType",
+            "occurredAtUnixMs",
+            "audit",
+        ],
         &[],
     )?;
     let identity = data_identity(m)?;
@@ -634,8 +659,7 @@ fn tether_rules(event: &LiveEvent, envelope: &Identity) -> R<()> {
                     "the turn's agentSessionId differs from the envelope's",
                 ));
             }
-            turn_consistency(&u.turn)
-                .map_err(|e| e.under("turn").under("data"))?;
+            turn_consistency(&u.turn).map_err(|e| e.under("turn").under("data"))?;
             let expected = if u.turn.is_settled() {
                 None
             } else {
@@ -824,7 +848,11 @@ mod tests {
             (Code::WrongType, "/data/occurredAtUnixMs".into())
         );
         assert_eq!(
-            err(&with(d.clone(), "/data/toolOutput/operation", json!("patch"))),
+            err(&with(
+                d.clone(),
+                "/data/toolOutput/operation",
+                json!("patch")
+            )),
             (Code::UnknownOperation, "/data/toolOutput/operation".into())
         );
         assert_eq!(
@@ -882,7 +910,11 @@ mod tests {
             (Code::ToolOutputNotToolCall, "/data/toolOutput".into())
         );
         assert_eq!(
-            err(&with(d.clone(), "/data/occurredAtUnixMs", json!(1u64 << 60))),
+            err(&with(
+                d.clone(),
+                "/data/occurredAtUnixMs",
+                json!(1u64 << 60)
+            )),
             (Code::UnsafeInteger, "/data/occurredAtUnixMs".into())
         );
         let t = turn_event();
