@@ -544,9 +544,12 @@ class LiveOverlay:
     def apply_delivery(self, delivery: LiveDelivery) -> list[str]: ...
     def apply_outcome(self, outcome: FrameOutcome) -> list[str]:
         """Applies every delivery of a frame outcome, in order."""
-    def reconcile(self, record: dict[str, Any]) -> list[tuple[str, str]]:
-        """Replaces the optimistic state with the canonical record; returns the (kind, id) of
-        each terminal optimistic entry that stood."""
+    def reconcile(
+        self, record: dict[str, Any], *, replay: Sequence[LiveDelivery] = ()
+    ) -> list[tuple[str, str]]:
+        """Replaces the optimistic state with the canonical record, then applies `replay` (what
+        `LiveSubscriber.resync` returned); returns the (kind, id) of each terminal optimistic
+        entry that stood."""
     def snapshot(self) -> dict[str, Any]:
         """The overlay in the canonical record's form."""
     def message(self, message_id: str) -> dict[str, Any] | None: ...

@@ -444,12 +444,15 @@ impl PyLiveOverlay {
         out
     }
 
-    /// Replaces the optimistic state with the canonical record (the `snapshot()` form); returns
-    /// the (kind, id) of each terminal optimistic entry that stood.
+    /// Replaces the optimistic state with the canonical record (the `snapshot()` form), then
+    /// applies `replay` (what `LiveSubscriber.resync` returned); returns the (kind, id) of each
+    /// terminal optimistic entry that stood.
+    #[pyo3(signature = (record, *, replay = Vec::new()))]
     fn reconcile(
         &mut self,
         py: Python<'_>,
         record: &Bound<'_, PyAny>,
+        replay: Vec<Bound<'_, PyDelivery>>,
     ) -> PyResult<Vec<(&'static str, String)>> {
         let v = py_to_value(record, 0)?;
         let (identity, state) = parse_record(&v).map_err(|e| to_pyerr(py, e))?;
@@ -463,9 +466,10 @@ impl PyLiveOverlay {
                 ),
             ));
         }
+        let replay: Vec<Delivery> = replay.iter().map(|d| d.get().inner.clone()).collect();
         Ok(self
             .inner
-            .reconcile(state)
+            .reconcile(state, &replay)
             .into_iter()
             .map(|(k, id)| (k.as_str(), id))
             .collect())

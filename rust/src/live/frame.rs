@@ -76,11 +76,16 @@ impl ReconcileKey {
 pub enum DiscontinuityReason {
     /// Deltas arrived after their turn settled; they were not sent.
     DeltaAfterSettled,
+    /// Deltas arrived for a message already published as terminal; they were not sent.
+    DeltaAfterTerminal,
 }
 
 impl DiscontinuityReason {
     pub fn as_str(self) -> &'static str {
-        "delta_after_settled"
+        match self {
+            DiscontinuityReason::DeltaAfterSettled => "delta_after_settled",
+            DiscontinuityReason::DeltaAfterTerminal => "delta_after_terminal",
+        }
     }
 }
 
@@ -183,10 +188,11 @@ fn discontinuity(v: &Value) -> R<Discontinuity> {
     closed(m, &["reason", "reconcileKeys"], &[])?;
     let reason = at(m, "reason", |v| match v.as_str() {
         Some("delta_after_settled") => Ok(DiscontinuityReason::DeltaAfterSettled),
+        Some("delta_after_terminal") => Ok(DiscontinuityReason::DeltaAfterTerminal),
         _ => Err(LiveError::new(
             Code::NotInEnum,
             "",
-            "the reason must be \"delta_after_settled\"",
+            "the reason must be \"delta_after_settled\" or \"delta_after_terminal\"",
         )),
     })?;
     let keys = at(m, "reconcileKeys", |v| {

@@ -13,7 +13,9 @@
 //!   ends and the result still fits one chunk.
 //! - Structured state travels as `payloadSet`/`payloadUnset` on the same message.
 //! - Anything for a turn that has settled (a message delta, an interaction, another turn update)
-//!   is not sent: it becomes a discontinuity carrying the keys a subscriber must re-read.
+//!   is not sent: it becomes a discontinuity carrying the keys a subscriber must re-read. So
+//!   does a delta for a message this publisher already sent as terminal (completedAtUnixMs or
+//!   a terminal status).
 //! - Frames carry `epoch` and a `seq` that grows by one per frame, heartbeats included, so a
 //!   subscriber detects every lost frame.
 //!
@@ -177,6 +179,7 @@ pub struct Publisher {
     config: FramerConfig,
     traces: HashMap<String, Trace>,
     settled_turns: HashSet<String>,
+    terminal_messages: HashSet<String>,
     queue: Vec<Delivery>,
 }
 
@@ -197,6 +200,7 @@ impl Publisher {
             config,
             traces: HashMap::new(),
             settled_turns: HashSet::new(),
+            terminal_messages: HashSet::new(),
             queue: Vec::new(),
         })
     }
@@ -239,18 +243,31 @@ impl Publisher {
         }
     }
 
-    fn discontinuity(&mut self, key: ReconcileKey) {
-        // A run of late deltas for one key needs one re-read, not one per delta.
+    fn discontinuity(&mut self, reason: DiscontinuityReason, key: ReconcileKey) {
+        // A run of late deltas needs one re-read, not one per delta.
         if let Some(Delivery::Discontinuity(d)) = self.queue.last_mut() {
-            if !d.keys.contains(&key) {
-                d.keys.push(key);
+            if d.reason == reason {
+                if !d.keys.contains(&key) {
+                    d.keys.push(key);
+                }
+                return;
             }
-            return;
         }
         self.queue.push(Delivery::Discontinuity(Discontinuity {
-            reason: DiscontinuityReason::DeltaAfterSettled,
+            reason,
             keys: vec![key],
         }));
+    }
+
+    /// The discontinuity reason for a message delta, if it must not be sent.
+    fn late(&self, message_id: &str, turn_id: &str) -> Option<DiscontinuityReason> {
+        if self.settled_turns.contains(turn_id) {
+            Some(DiscontinuityReason::DeltaAfterSettled)
+        } else if self.terminal_messages.contains(message_id) {
+            Some(DiscontinuityReason::DeltaAfterTerminal)
+        } else {
+            None
+        }
     }
 
     fn trace(&mut self, message_id: &str, turn_id: &str) -> Result<&mut Trace, LiveError> {
@@ -312,10 +329,10 @@ impl Publisher {
                 "message and turn ids must not be empty",
             ));
         }
-        if self.settled_turns.contains(turn_id) {
+        if let Some(reason) = self.late(message_id, turn_id) {
             self.trace(message_id, turn_id)?;
             let key = self.key(KeyKind::Message, message_id, Some(turn_id));
-            self.discontinuity(key);
+            self.discontinuity(reason, key);
             return Ok(());
         }
         let max_out = self.config.max_output_bytes as u64;
@@ -388,10 +405,17 @@ impl Publisher {
         }
         match &event {
             LiveEvent::MessageDelta(d) => {
-                if self.settled_turns.contains(&d.turn_id) {
+                if let Some(reason) = self.late(&d.message_id, &d.turn_id) {
                     let key = self.key(KeyKind::Message, &d.message_id, Some(&d.turn_id));
-                    self.discontinuity(key);
+                    self.discontinuity(reason, key);
                     return Ok(());
+                }
+                let terminal = d.completed_at_unix_ms.is_some()
+                    || d.status
+                        .as_deref()
+                        .is_some_and(|s| crate::live::overlay::TERMINAL_STATUSES.contains(&s));
+                if terminal {
+                    self.terminal_messages.insert(d.message_id.clone());
                 }
                 if let Some(o) = &d.tool_output {
                     let (message_id, turn_id) = (d.message_id.clone(), d.turn_id.clone());
@@ -409,7 +433,7 @@ impl Publisher {
                 let id = u.turn.turn_id.clone();
                 if self.settled_turns.contains(&id) {
                     let key = self.key(KeyKind::Turn, &id, None);
-                    self.discontinuity(key);
+                    self.discontinuity(DiscontinuityReason::DeltaAfterSettled, key);
                     return Ok(());
                 }
                 if u.turn.is_settled() {
@@ -419,7 +443,7 @@ impl Publisher {
             LiveEvent::InteractionUpdate(u) => {
                 if self.settled_turns.contains(&u.interaction.turn_id) {
                     let key = self.key(KeyKind::Interaction, &u.interaction.request_id, None);
-                    self.discontinuity(key);
+                    self.discontinuity(DiscontinuityReason::DeltaAfterSettled, key);
                     return Ok(());
                 }
             }

@@ -16,7 +16,8 @@
 //!   superseded. Nothing changes a terminal entry except the canonical record.
 //! - An audit keeps its highest version; an interaction snapshot replaces the collection.
 //! - A discontinuity marks each key it names `late_after_terminal`.
-//! - `reconcile` replaces the optimistic state with the canonical record and clears the marks;
+//! - `reconcile` replaces the optimistic state with the canonical record and clears the marks,
+//!   then applies the deliveries of frames later than the record (the subscriber kept them);
 //!   the exception: an explicitly terminal optimistic entry stands (with its mark, if any) until
 //!   the canonical entry is terminal too.
 //!
@@ -405,36 +406,61 @@ impl Overlay {
         Applied::Applied
     }
 
-    /// Replaces the optimistic state with the canonical record (see the module rules) and
-    /// returns the keys whose terminal optimistic entry stood.
-    pub fn reconcile(&mut self, record: SessionState) -> Vec<(KeyKind, String)> {
+    /// Replaces the optimistic state with the canonical record, applies `replay` (the
+    /// deliveries of frames later than the record, `Subscriber::resync`'s answer) on top, then
+    /// lets each explicitly terminal optimistic entry stand where the result is not terminal.
+    /// Returns the keys of the entries that stood.
+    pub fn reconcile(
+        &mut self,
+        record: SessionState,
+        replay: &[Delivery],
+    ) -> Vec<(KeyKind, String)> {
+        let before = std::mem::replace(&mut self.state, record);
+        let old_marks = std::mem::take(&mut self.marks);
+        for d in replay {
+            self.apply_delivery(d);
+        }
         let mut kept = Vec::new();
-        let mut next = record;
-        for (id, m) in &self.state.messages {
-            if m.is_terminal() && !next.messages.get(id).is_some_and(MessageState::is_terminal) {
-                next.messages.insert(id.clone(), m.clone());
+        for (id, m) in before.messages {
+            if m.is_terminal()
+                && !self
+                    .state
+                    .messages
+                    .get(&id)
+                    .is_some_and(MessageState::is_terminal)
+            {
                 kept.push((KeyKind::Message, id.clone()));
+                self.state.messages.insert(id, m);
             }
         }
-        for (id, t) in &self.state.turns {
-            if t.is_settled() && !next.turns.get(id).is_some_and(Turn::is_settled) {
-                next.turns.insert(id.clone(), t.clone());
+        for (id, t) in before.turns {
+            if t.is_settled() && !self.state.turns.get(&id).is_some_and(Turn::is_settled) {
                 kept.push((KeyKind::Turn, id.clone()));
+                self.state.turns.insert(id, t);
             }
         }
-        for (id, x) in &self.state.interactions {
+        for (id, x) in before.interactions {
             if x.status.is_terminal()
-                && !next
+                && !self
+                    .state
                     .interactions
-                    .get(id)
+                    .get(&id)
                     .is_some_and(|c| c.status.is_terminal())
             {
-                next.interactions.insert(id.clone(), x.clone());
                 kept.push((KeyKind::Interaction, id.clone()));
+                self.state.interactions.insert(id, x);
             }
         }
-        self.state = next;
-        self.marks.retain(|k, _| kept.contains(k));
+        for k in &kept {
+            match old_marks.get(k) {
+                Some(r) => {
+                    self.marks.insert(k.clone(), *r);
+                }
+                None => {
+                    self.marks.remove(k);
+                }
+            }
+        }
         kept
     }
 
@@ -807,14 +833,14 @@ mod tests {
             .payload
             .insert("output".into(), serde_json::json!({"text": "ab"}));
         lagging.messages.insert("m".into(), running.clone());
-        let kept = o.reconcile(lagging);
+        let kept = o.reconcile(lagging, &[]);
         assert_eq!(kept, vec![(KeyKind::Message, "m".to_string())]);
         assert_eq!(text(&o).as_deref(), Some("abc"));
         // Once canonical is terminal, it wins.
         let mut caught_up = SessionState::default();
         running.completed_at_unix_ms = Some(10);
         caught_up.messages.insert("m".into(), running);
-        assert!(o.reconcile(caught_up).is_empty());
+        assert!(o.reconcile(caught_up, &[]).is_empty());
         assert_eq!(text(&o).as_deref(), Some("ab"));
         assert_eq!(o.state().messages["m"].completed_at_unix_ms, Some(10));
     }
@@ -829,7 +855,7 @@ mod tests {
         m.payload
             .insert("output".into(), serde_json::json!({"text": "hello"}));
         rec.messages.insert("m".into(), m);
-        o.reconcile(rec.clone());
+        o.reconcile(rec.clone(), &[]);
         assert!(!o.needs_reconciliation());
         assert_eq!(o.apply(&append("!", 5)), Applied::Applied);
         // The snapshot reads back as a record.

@@ -9,18 +9,19 @@
 //!   needed;
 //! - `seq < next`, seen before with the same bytes: `duplicate`, dropped, nothing lost;
 //!   with other bytes: `conflicting_duplicate`, dropped, a re-read is needed;
-//! - `seq < next`, one of the missing seqs (or unknown): `reorder`, dropped (its state comes
-//!   from the re-read), a re-read is needed;
+//! - `seq < next`, one of the missing seqs: `reorder`; not applied now but kept, a re-read is
+//!   needed (and `resync` replays it in seq order when the read is older than it); an unknown
+//!   older seq (beyond the window): `reorder`, dropped, a re-read is needed;
 //! - `seq` at or below the position of the last canonical read: `stale`, dropped, nothing lost;
 //! - a discontinuity delivery: a re-read is needed.
 //!
 //! While a re-read is pending the deliveries that pass are also kept; `resync(epoch, seq)`,
 //! called once the overlay holds the canonical record as of that position, returns the kept
-//! deliveries of later frames so they apply on top. The re-read stays needed while a seq above
+//! deliveries of later frames, in seq order, so they apply on top. The re-read stays needed while a seq above
 //! that position is still missing. A frame that is not valid puts the subscriber in its failed
 //! state (every later frame is refused) until `resync`. Sans-I/O, single owner.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use sha2::{Digest, Sha256};
 
@@ -85,7 +86,7 @@ pub struct Subscriber {
     seen_order: VecDeque<u64>,
     missing: BTreeSet<u64>,
     needs_reread: bool,
-    kept: VecDeque<(u64, Vec<Delivery>)>,
+    kept: BTreeMap<u64, Vec<Delivery>>,
     kept_lost_through: u64,
     window: usize,
     failed: Option<LiveError>,
@@ -110,7 +111,7 @@ impl Subscriber {
             seen_order: VecDeque::new(),
             missing: BTreeSet::new(),
             needs_reread: epoch.is_none(),
-            kept: VecDeque::new(),
+            kept: BTreeMap::new(),
             kept_lost_through: 0,
             window,
             failed: None,
@@ -146,9 +147,9 @@ impl Subscriber {
     }
 
     fn keep(&mut self, seq: u64, deliveries: &[Delivery]) {
-        self.kept.push_back((seq, deliveries.to_vec()));
+        self.kept.insert(seq, deliveries.to_vec());
         while self.kept.len() > self.window {
-            if let Some((s, _)) = self.kept.pop_front() {
+            if let Some((s, _)) = self.kept.pop_first() {
                 self.kept_lost_through = self.kept_lost_through.max(s);
             }
         }
@@ -205,8 +206,11 @@ impl Subscriber {
             out.fault = Some(Fault::Gap);
             true
         } else if self.missing.remove(&seq) {
+            // Too late to apply now; kept, so a re-read older than it still replays it in order.
             self.needs_reread = true;
             out.fault = Some(Fault::Reorder);
+            self.remember(seq, digest);
+            self.keep(seq, &frame.deliveries);
             false
         } else if let Some(d) = self.seen.get(&seq) {
             if *d == digest {
@@ -270,7 +274,7 @@ impl Subscriber {
         self.missing.retain(|&m| m > seq);
         let mut replay = Vec::new();
         let mut discontinuity = false;
-        for (s, ds) in self.kept.drain(..) {
+        for (s, ds) in std::mem::take(&mut self.kept) {
             if s > seq {
                 discontinuity |= ds.iter().any(|d| matches!(d, Delivery::Discontinuity(_)));
                 replay.extend(ds);
@@ -341,8 +345,14 @@ mod tests {
         let replay = s.resync(7, 2);
         assert_eq!(replay.len(), 1);
         assert!(!s.needs_reread());
-        let stale = s.handle_frame(&f[1]).unwrap();
+        let mut fresh = publisher();
+        let old = frames(&mut fresh, 1);
+        let mut t = Subscriber::new(Some(7), 5, 16).unwrap();
+        let stale = t.handle_frame(&old[0]).unwrap();
         assert_eq!((stale.fault, stale.reread), (Some(Fault::Stale), false));
+        // Frame 2 again: seen (kept when it arrived late), so a harmless duplicate.
+        let again = s.handle_frame(&f[1]).unwrap();
+        assert_eq!((again.fault, again.reread), (Some(Fault::Duplicate), false));
         // Same seq, other bytes.
         let mut other = publisher();
         let g = frames(&mut other, 5);
@@ -368,6 +378,34 @@ mod tests {
         let h = frames(&mut q, 1);
         let e = s.handle_frame(&h[0]).unwrap();
         assert_eq!((e.fault, e.reread), (Some(Fault::EpochChange), true));
+    }
+
+    #[test]
+    fn a_late_frame_newer_than_the_read_replays_in_order() {
+        let mut p = publisher();
+        let f = frames(&mut p, 4);
+        let mut s = Subscriber::new(Some(7), 0, 16).unwrap();
+        s.handle_frame(&f[0]).unwrap();
+        s.handle_frame(&f[2]).unwrap(); // 2 missing
+        s.handle_frame(&f[3]).unwrap();
+        let late = s.handle_frame(&f[1]).unwrap();
+        assert_eq!(late.fault, Some(Fault::Reorder));
+        assert!(late.deliveries.is_empty());
+        // A read as of seq 1 replays 2, 3, 4 in seq order.
+        let replay = s.resync(7, 1);
+        let seqs: Vec<u64> = replay
+            .iter()
+            .map(|d| match d {
+                Delivery::Event(crate::live::LiveEvent::MessageDelta(m)) => match &m.tool_output {
+                    Some(crate::live::ToolOutput::AppendText { offset_bytes, .. }) => *offset_bytes,
+                    _ => 0,
+                },
+                _ => u64::MAX,
+            })
+            .collect();
+        assert_eq!(seqs.len(), 3);
+        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+        assert!(!s.needs_reread());
     }
 
     #[test]
