@@ -323,6 +323,29 @@ def turn_update(
     )
 
 
+def runtime_state(records: Iterable[ActivityRecord]) -> str:
+    """``running`` while any Activity of the world is unsettled, else ``idle``."""
+    return "running" if any(r.settlement is None for r in records) else "idle"
+
+
+def runtime_update(
+    world_id: str, records: Iterable[ActivityRecord], *, workspace_id: str, now_ms: int
+) -> dict[str, Any]:
+    """The runtime_activity_update event of a world."""
+    return _envelope(
+        "runtime_activity_update",
+        workspace_id,
+        world_id,
+        {
+            "workspaceId": workspace_id,
+            "agentSessionId": agent_session_id_for(world_id),
+            "eventType": "runtime_activity_update",
+            "state": runtime_state(records),
+            "occurredAtUnixMs": now_ms,
+        },
+    )
+
+
 def session_record(
     workspace_id: str,
     world_id: str,
@@ -350,7 +373,7 @@ def session_record(
     return {
         "workspaceId": workspace_id,
         "agentSessionId": agent_session_id_for(world_id),
-        "runtime": {"state": "running" if any(r.settlement is None for r in recs) else "idle"},
+        "runtime": {"state": runtime_state(recs)},
         "turns": turns,
         "messages": messages,
         "interactions": interactions,
