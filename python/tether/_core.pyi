@@ -545,7 +545,7 @@ class LiveOverlay:
     def apply_outcome(self, outcome: FrameOutcome) -> list[str]:
         """Applies every delivery of a frame outcome, in order."""
     def reconcile(
-        self, record: dict[str, Any], *, replay: Sequence[LiveDelivery] = ()
+        self, record: dict[str, Any], *, replay: Sequence[LiveDelivery] = ...
     ) -> list[tuple[str, str]]:
         """Replaces the optimistic state with the canonical record, then applies `replay` (what
         `LiveSubscriber.resync` returned); returns the (kind, id) of each terminal optimistic
