@@ -435,3 +435,187 @@ def dxl_status_error_codes() -> list[str]:
 
 def dxl_instructions() -> list[tuple[str, int]]:
     """Instruction names and bytes."""
+
+# --- live (rust/src/bindings/live.rs) ---
+
+class LiveEventError(TetherError):
+    """A live event, frame or record was refused; `code`, `path` and `reason` say why and where.
+
+    `code` is a stable snake_case code (`live_error_codes()`), `path` an RFC 6901 pointer.
+    """
+
+    code: str | None
+    path: str | None
+    reason: str | None
+
+class LiveEventInvalid(LiveEventError):
+    """The peer sent an event, frame or canonical record that the live contract refuses."""
+
+class LiveUsageError(LiveEventError):
+    """The caller used a live object wrongly (bad configuration, another session's record)."""
+
+@final
+class LiveEvent:
+    """One validated live event (frozen)."""
+
+    @property
+    def event_type(self) -> str: ...
+    @property
+    def workspace_id(self) -> str: ...
+    @property
+    def agent_session_id(self) -> str: ...
+    @property
+    def message_id(self) -> str | None:
+        """The message id of a message delta, else None."""
+    @property
+    def turn_id(self) -> str | None:
+        """The turn a message delta or turn update concerns, else None."""
+    def to_dict(self) -> dict[str, Any]: ...
+    def to_json(self) -> bytes: ...
+
+def validate_live_event(data: bytes | bytearray | str | dict[str, Any] | LiveEvent) -> LiveEvent:
+    """Validates one live event; raises `LiveEventInvalid` naming the rule and the JSON path."""
+
+@final
+class LiveDelivery:
+    """One delivery of a frame: an event, or a discontinuity naming keys to re-read."""
+
+    @property
+    def kind(self) -> str:
+        """ "event" or "discontinuity"."""
+    @property
+    def event(self) -> LiveEvent | None: ...
+    @property
+    def reconcile_keys(self) -> list[tuple[str, str]]:
+        """A discontinuity's keys as (kind, id); empty for an event."""
+    def to_dict(self) -> dict[str, Any]: ...
+
+@final
+class LivePublisher:
+    """One session's publisher: tool-output traces and events framed into transport frames.
+
+    Single owner: not for concurrent use from several threads.
+    """
+
+    def __new__(
+        cls,
+        workspace_id: str,
+        agent_session_id: str,
+        *,
+        epoch: int,
+        max_chunk_bytes: int = 131072,
+        max_output_bytes: int = 1048576,
+        truncation_marker: str | None = None,
+        max_deliveries_per_frame: int = 64,
+    ) -> LivePublisher: ...
+    def tool_output(self, message_id: str, turn_id: str, text: str, *, now_ms: int) -> None:
+        """Appends text to a tool call's trace (role "tool", kind "tool_call")."""
+    def publish(self, event: bytes | bytearray | str | dict[str, Any] | LiveEvent) -> None:
+        """Queues an event, validated first; one for a settled turn becomes a discontinuity."""
+    def poll_frame(self) -> bytes | None:
+        """The next frame's JSON bytes, or None when nothing is queued."""
+    def heartbeat(self) -> bytes:
+        """The next frame, or an empty one that still advances `seq`."""
+    def emitted_bytes(self, message_id: str) -> int | None: ...
+    def dropped_bytes(self, message_id: str) -> int | None: ...
+    def is_turn_settled(self, turn_id: str) -> bool: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def seq(self) -> int:
+        """The seq of the last frame produced (0 before the first)."""
+    @property
+    def pending(self) -> int: ...
+
+@final
+class FrameOutcome:
+    """What one frame meant to the subscriber (frozen)."""
+
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def fault(self) -> str | None:
+        """None, or one of `live_fault_kinds()`."""
+    @property
+    def missing(self) -> list[int]:
+        """The seqs this frame revealed as missing."""
+    @property
+    def deliveries(self) -> list[LiveDelivery]:
+        """Deliveries to apply now (empty when the frame was dropped)."""
+    @property
+    def reread(self) -> bool:
+        """Whether the canonical state must be re-read."""
+
+@final
+class LiveSubscriber:
+    """Reads transport frames and says when the canonical state must be re-read.
+
+    Single owner: not for concurrent use from several threads.
+    """
+
+    def __new__(
+        cls, *, epoch: int | None = None, seq: int = 0, window: int = 1024
+    ) -> LiveSubscriber: ...
+    def handle_frame(self, data: bytes) -> FrameOutcome:
+        """Reads one frame; raises `LiveEventInvalid` for a frame the contract refuses."""
+    def resync(self, epoch: int, seq: int) -> list[LiveDelivery]:
+        """The overlay holds the canonical record as of (epoch, seq): returns the kept
+        deliveries of later frames, to apply on top."""
+    @property
+    def epoch(self) -> int | None: ...
+    @property
+    def last_seq(self) -> int: ...
+    @property
+    def needs_reread(self) -> bool: ...
+    @property
+    def missing(self) -> list[int]: ...
+
+@final
+class LiveOverlay:
+    """One session's optimistic overlay, reconciled with the canonical record.
+
+    Single owner: not for concurrent use from several threads.
+    """
+
+    def __new__(cls, workspace_id: str, agent_session_id: str) -> LiveOverlay: ...
+    def apply(self, event: bytes | bytearray | str | dict[str, Any] | LiveEvent) -> str:
+        """Applies one event: "applied", "unchanged" or the reason it needs reconciliation."""
+    def apply_delivery(self, delivery: LiveDelivery) -> list[str]: ...
+    def apply_outcome(self, outcome: FrameOutcome) -> list[str]:
+        """Applies every delivery of a frame outcome, in order."""
+    def reconcile(
+        self, record: dict[str, Any], *, replay: Sequence[LiveDelivery] = ...
+    ) -> list[tuple[str, str]]:
+        """Replaces the optimistic state with the canonical record, then applies `replay` (what
+        `LiveSubscriber.resync` returned); returns the (kind, id) of each terminal optimistic
+        entry that stood."""
+    def snapshot(self) -> dict[str, Any]:
+        """The overlay in the canonical record's form."""
+    def message(self, message_id: str) -> dict[str, Any] | None: ...
+    @property
+    def marks(self) -> list[tuple[str, str, str]]:
+        """Every entry that needs reconciliation: (kind, id, reason)."""
+    @property
+    def needs_reconciliation(self) -> bool: ...
+    @property
+    def events_applied(self) -> int: ...
+
+def live_error_codes() -> list[str]:
+    """Every code a live error can carry."""
+
+def live_schema_codes() -> list[str]:
+    """The codes of rules the live-event JSON Schema expresses."""
+
+def live_tether_only_codes() -> list[str]:
+    """The codes of contract rules only Tether enforces."""
+
+def live_mark_reasons() -> list[str]:
+    """Every reason the overlay gives for an entry that needs reconciliation."""
+
+def live_fault_kinds() -> list[str]:
+    """Every fault the subscriber reports."""
+
+def live_key_kinds() -> list[str]:
+    """Every reconcile-key kind."""
