@@ -126,6 +126,18 @@ def test_sdk_sees_device_errors(
     assert (emulator.journal[-1].error, emulator.journal[-1].status) == (2, "sent")
 
 
+def test_a_cut_header_does_not_make_the_emulator_deaf(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
+) -> None:
+    # A header for id 1 whose length field claims 4095 more bytes, then nothing: the next
+    # well-formed packet is answered, not swallowed into the bogus frame.
+    port, handler = sdk
+    port.writePort([0xFF, 0xFF, 0xFD, 0x00, 0x01, 0xFF, 0x0F])
+    assert handler.ping(port, 1)[:2] == (1030, COMM_SUCCESS)
+    assert handler.read4ByteTxRx(port, 2, 132) == (2048, COMM_SUCCESS, 0)
+    assert emulator.frame_errors == 1
+
+
 def test_reg_write_waits_for_action(
     sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
 ) -> None:
