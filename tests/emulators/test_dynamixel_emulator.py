@@ -3,10 +3,12 @@ control-table rules and the `tether emulate dynamixel` process."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from dynamixel_sdk import (
     PortHandler,
     port_handler,
 )
+from tether import _core
 from tether.adapters.dynamixel import tables
 from tether.emulators.dynamixel import DynamixelEmulator, Fault, control_request
 
@@ -203,6 +206,34 @@ def test_journal_file_lists_every_executed_instruction(
     assert len(lines) == len(emulator.journal) == 3
     assert [e.status for e in emulator.journal] == ["sent", "sent", "dropped"]
     assert emulator.snapshot(2)["led"] == 0  # the dropped-status write was applied
+
+
+def test_every_journal_line_is_a_complete_frame_record(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator, tmp_path: Path
+) -> None:
+    port, handler = sdk
+    goal = (1500).to_bytes(4, "little")
+    assert handler.regWriteTxRx(port, 1, 116, 4, list(goal))[:2] == (COMM_SUCCESS, 0)
+    assert handler.action(port, 0xFE) == COMM_SUCCESS  # commits id 1; id 2 has nothing staged
+    assert handler.read4ByteTxRx(port, 1, 116) == (1500, COMM_SUCCESS, 0)
+    lines = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    # The file says exactly what the in-memory journal says: no line was written half done.
+    assert lines == [asdict(e) for e in emulator.journal]
+    reg, action_1, action_2, read = lines
+    assert (reg["instruction"], reg["status"], reg["address"], reg["data"]) == (
+        "reg_write",
+        "sent",
+        116,
+        goal.hex(),
+    )
+    assert (action_1["id"], action_1["packet_id"], action_1["executed"]) == (1, 0xFE, True)
+    assert (action_1["address"], action_1["data"]) == (116, goal.hex())  # what it committed
+    assert (action_2["id"], action_2["executed"], action_2["error"]) == (2, False, 2)
+    assert (action_2["address"], action_2["data"]) == (None, "")  # nothing was registered
+    assert (read["address"], read["length"]) == (116, 4)
+    for line in lines:
+        packet = _core.dxl_decode_frame(bytes.fromhex(line["frame"]))
+        assert packet.id == line["packet_id"]
 
 
 def test_emulate_command_serves_a_pty_and_a_control_socket(tmp_path: Path) -> None:
