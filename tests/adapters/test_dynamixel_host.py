@@ -17,7 +17,7 @@ from tether.adapters.dynamixel.config import load_config
 from tether.adapters.dynamixel.driver import DxlBus, is_locked, lock_path, resolve_port
 from tether.adapters.dynamixel.host import RobotHost, owner_socket, send_request
 from tether.emulators.dynamixel import DynamixelEmulator
-from tether.errors import DxlPortBusy
+from tether.errors import PortBusy
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_stop_goes_through_the_owning_host(emulator: DynamixelEmulator, tmp_path
             lines = [json.loads(host.stdout.readline()) for _ in range(2)]
             assert lines[0]["identity"]["servos"][0] == {"id": 1, "model": 1030, "firmware": 45}
             assert owner_socket(config, "bus") == lines[1]["socket"]
-            with pytest.raises(DxlPortBusy):
+            with pytest.raises(PortBusy):
                 DxlBus.open_config(config.ports["bus"], lock_dir=config.state_dir)
             start_moving(emulator)
             time.sleep(0.05)

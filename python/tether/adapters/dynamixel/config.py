@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether._config import HostConfigError
 from tether.adapters.dynamixel import tables
-from tether.errors import HostConfigError
 
 SAFE_STOP_POLICIES = ("hold", "torque_off")
 
@@ -75,13 +75,11 @@ ERROR_CODES: tuple[str, ...] = (
 )
 
 
-def config_error(code: str, message: str) -> HostConfigError:
+def config_error(code: str, message: str, **details: Any) -> HostConfigError:
     """A HostConfigError carrying a stable snake_case `.code` (one of `ERROR_CODES`)."""
     if code not in ERROR_CODES:
         raise ValueError(f"unlisted config error code {code!r}")
-    err = HostConfigError(f"{code}: {message}")
-    setattr(err, "code", code)  # noqa: B010 - the Rust-made class has no declared attribute
-    return err
+    return HostConfigError(code, message, details=details)
 
 
 def _get(

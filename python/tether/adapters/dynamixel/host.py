@@ -29,6 +29,7 @@ from tether.adapters.dynamixel.config import HostConfig, RobotConfig
 from tether.adapters.dynamixel.driver import (
     DeviceIdentity,
     DxlBus,
+    _coded,
     check_robot,
     is_locked,
     lock_path,
@@ -36,7 +37,7 @@ from tether.adapters.dynamixel.driver import (
     resolve_port,
 )
 from tether.adapters.dynamixel.safety import SafeStopReport, safe_stop
-from tether.errors import DxlPortBusy, DxlTransportError
+from tether.transport import PortBusy, TransportError
 
 
 def read_state(bus: DxlBus, robot: RobotConfig) -> dict[str, Any]:
@@ -114,17 +115,36 @@ class ControlServer:
 
 
 def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.0) -> Any:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(socket_path)
-        sock.sendall((json.dumps(request) + "\n").encode())
-        with sock.makefile("r") as reader:
-            line = reader.readline()
+    """One request to an owner's control socket; its result, or a `TransportError`."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(socket_path)
+            sock.sendall((json.dumps(request) + "\n").encode())
+            with sock.makefile("r") as reader:
+                line = reader.readline()
+    except OSError as exc:
+        raise _coded(
+            TransportError,
+            "owner_no_answer",
+            f"control socket {socket_path}: {exc.__class__.__name__}: {exc}",
+            socket=socket_path,
+        ) from exc
     if not line:
-        raise DxlTransportError("owner closed the control socket without answering")
+        raise _coded(
+            TransportError,
+            "owner_no_answer",
+            f"control socket {socket_path}: closed without answering",
+            socket=socket_path,
+        )
     reply = json.loads(line)
     if not reply.get("ok"):
-        raise DxlTransportError(f"owner refused: {reply.get('error')}")
+        raise _coded(
+            TransportError,
+            "owner_refused",
+            f"the owner refused: {reply.get('error')}",
+            socket=socket_path,
+        )
     return reply.get("result")
 
 
@@ -136,7 +156,9 @@ def owner_socket(config: HostConfig, port_name: str) -> str | None:
         return None
     socket_path = read_owner(path).get("socket")
     if not isinstance(socket_path, str):
-        raise DxlPortBusy(f"{identity.key} is owned by a process without a control socket")
+        raise _coded(
+            PortBusy, "port_owned", f"{identity.key} is owned by a process without a control socket"
+        )
     return socket_path
 
 
