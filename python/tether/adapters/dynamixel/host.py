@@ -4,7 +4,8 @@ Exactly one process owns a port (see `driver`). While it does, other processes (
 CLI, `tether stop`) cannot open the port; they read the owner's control socket from the
 identity lock file and send one JSON request per connection:
 
-- `{"op": "stop", "robot": name | null}`: safe-stop (all robots on this host when null)
+- `{"op": "stop", "robot": name | null}`: safe-stop (all robots on this host when null); the
+  answer is each robot's `SafeStopReport`, read back from the device after the stop
 - `{"op": "state", "robot": name}`: a fresh read-back of every joint
 - `{"op": "identity"}`: the identity each connected robot answered at connect
 
@@ -214,7 +215,10 @@ class RobotHost:
                 try:
                     reports.append(self.stop(name))
                 except Exception as exc:
-                    reports.append(SafeStopReport(name, "unknown", {0: f"failed: {exc}"}, ok=False))
+                    policy = self.config.robot(name).safe_stop
+                    reports.append(
+                        SafeStopReport(name, policy, error=f"{type(exc).__name__}: {exc}")
+                    )
         finally:
             if self._server is not None:
                 self._server.close()
@@ -232,10 +236,17 @@ class RobotHost:
 
 
 def stop_everything(config: HostConfig, robots: list[str] | None = None) -> list[dict[str, Any]]:
-    """`tether stop`: safe-stop each robot through its owner, or directly when nobody owns it."""
+    """`tether stop`: safe-stop each robot through its owner, or directly when nobody owns it.
+
+    Every named robot must be configured (an unknown name raises before anything is sent); a
+    robot that cannot be reached gets a report with its `error`, and the others are still
+    stopped.
+    """
+    names = robots or sorted(config.robots)
+    chosen = [config.robot(name) for name in names]
     reports: list[dict[str, Any]] = []
-    for name in robots or sorted(config.robots):
-        robot = config.robot(name)
+    for robot in chosen:
+        name = robot.name
         try:
             socket_path = owner_socket(config, robot.port)
             if socket_path is not None:
@@ -245,7 +256,8 @@ def stop_everything(config: HostConfig, robots: list[str] | None = None) -> list
             with DxlBus.open_config(config.ports[robot.port], lock_dir=config.state_dir) as bus:
                 reports.append({**safe_stop(bus, robot).as_dict(), "via": "direct"})
         except Exception as exc:
-            reports.append({"robot": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            failed = SafeStopReport(name, robot.safe_stop, error=f"{type(exc).__name__}: {exc}")
+            reports.append({**failed.as_dict(), "via": None})
     return reports
 
 
