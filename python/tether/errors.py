@@ -64,11 +64,12 @@ from tether._core import DxlError as DxlError
 from tether._core import DxlFrameError as DxlFrameError
 from tether._core import DxlUsageError as DxlUsageError
 
-# --- born in Python: configuration, transport and devices, operator ---
+# --- born in Python: configuration, directories, transport and devices, operator ---
 # Each carries `code`, `message` and `details` (`tether._coded.CodedError`).
 # isort: split
 from tether._coded import CodedError as CodedError
 from tether._config import HostConfigError as HostConfigError
+from tether._dirs import DataDirError as DataDirError
 from tether.operator.errors import OperatorRejection as OperatorRejection
 from tether.transport import DeviceError as DeviceError
 from tether.transport import DeviceIdentityError as DeviceIdentityError

@@ -35,6 +35,7 @@ from serial.tools import list_ports  # type: ignore[import-untyped]
 
 from tether import _core
 from tether._coded import CodedError
+from tether._dirs import usable_dir
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import DynamixelPortConfig, RobotConfig
 from tether.errors import DxlFrameError
@@ -162,11 +163,11 @@ class IdentityLock:
         self._fd: int | None = None
 
     def acquire(self, socket_path: str | None = None) -> None:
+        usable_dir(self.path.parent, what="the host's state_dir")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
-            # e.g. the state dir is a file: the port cannot be owned, so it is not opened.
+            # The port cannot be owned, so it is not opened.
             raise _coded(
                 TransportError,
                 "lock_failed",
@@ -349,11 +350,16 @@ class DxlBus:
     # --- one exchange on the wire ---
 
     def _lost(self, code: str, exc: BaseException) -> PortLost:
-        what = f"{exc.__class__.__name__}: {exc}"
+        # termios.error and OSError carry (errno, strerror); pyserial's own errors a sentence.
+        args = exc.args
+        if len(args) >= 2 and isinstance(args[0], int):
+            what = f"{args[1]} (errno {args[0]})"
+        else:
+            what = str(exc)
         return _coded(
             PortLost,
             code,
-            f"{self.identity.device}: the adapter is gone or failing ({what})",
+            f"{self.identity.device}: the adapter is gone or failing: {what}",
             port=self.identity.device,
             port_key=self.identity.key,
         )

@@ -11,6 +11,7 @@ import threading
 from types import FrameType
 from typing import Any
 
+from tether._dirs import usable_dir
 from tether.adapters.dynamixel.config import hash_credential, load_config
 from tether.adapters.dynamixel.host import RobotHost, stop_everything
 from tether.errors import TetherError
@@ -69,6 +70,7 @@ def stop_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
+        usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
         reports = stop_everything(config, args.robot)
     except TetherError as exc:
         print(f"tether stop: {exc}", file=sys.stderr)
@@ -99,6 +101,7 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         config = load_config(args.config)
+        usable_dir(config.state_dir, what="host.state_dir")
     except TetherError as exc:
         print(f"tether host: {exc}", file=sys.stderr)
         return 2
