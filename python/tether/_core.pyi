@@ -322,30 +322,6 @@ class DxlUsageError(DxlError):
 class DxlFrameError(DxlError):
     """Received bytes that are not a valid DYNAMIXEL frame or command (the peer's fault)."""
 
-class DxlTransportError(DxlError):
-    """The serial line failed: no answer in time, or the port cannot be used."""
-
-class DxlTimeoutError(DxlTransportError):
-    """No valid status packet arrived before the deadline (after any allowed read retries)."""
-
-class DxlWriteUnconfirmed(DxlTransportError):
-    """A write went out but its status never came back: it may or may not have been applied."""
-
-class DxlPortBusy(DxlTransportError):
-    """Another process owns this device (exclusive open or identity lock held)."""
-
-class DxlDeviceError(DxlError):
-    """A device answered with an error number in its status packet (see `.code`)."""
-
-class DxlIdentityError(DxlError):
-    """The device on the port is not the configured one (identity, model, id or status level)."""
-
-class HostConfigError(TetherError):
-    """The host configuration file is invalid (see `.code`)."""
-
-class OperatorRejection(TetherError):
-    """An operator decision was refused (credential, stale revision, changed device state)."""
-
 def dxl_crc16(data: bytes) -> int:
     """CRC-16 (poly 0x8005) of `data`."""
 

@@ -1,10 +1,23 @@
-"""The `tether` command line: a thin dispatcher to one module per subcommand."""
+"""The `tether` command line: a thin dispatcher to one module per subcommand.
+
+Each subcommand reports its expected failures itself (one line, its own exit codes). What
+still escapes one is caught here: a Tether error or an OS error (a data dir that is a file, a
+full disk) prints one line naming it and exits `EXIT_FAILED`; the traceback is shown only with
+`TETHER_DEBUG=1`. Anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+
+from tether.errors import TetherError
+
+#: The exit code of a failure no subcommand handled (see the README's exit-code table).
+EXIT_FAILED = 1
+DEBUG_ENV = "TETHER_DEBUG"
 
 # Subcommand -> (module with `main(argv) -> int`, one-line help). Each module owns its own
 # argument parsing, so adding a command is one line here.
@@ -68,8 +81,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tether: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
-    code: int = module.main(rest)
+    try:
+        code: int = module.main(rest)
+    except (TetherError, OSError) as exc:
+        if os.environ.get(DEBUG_ENV) == "1":
+            raise
+        print(f"tether {name}: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
     return code
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{type(exc).__name__}: {exc.strerror}{where}"
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 if __name__ == "__main__":

@@ -1,4 +1,13 @@
-"""Tether's exception hierarchy, created in Rust (`tether._core`) and re-exported here."""
+"""Tether's exception hierarchy, rooted at `TetherError` and re-exported here.
+
+Errors the Rust core raises are created in Rust (`tether._core`); errors born in Python
+(configuration, transport, devices, operator, world, runtime) are Python classes with fields.
+Importing this module loads no runtime, world or storage module: their errors are re-exported
+lazily, on first use.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from tether._core import TetherError
 
@@ -49,48 +58,98 @@ from tether._core import (
 )
 # isort: on
 
-# --- runtime ---
-# World ledger and Activity runtime errors are Python subclasses of `TetherError`; `X as X`
-# re-exports them for the same reason as the sections above.
-# isort: off
-from tether.world._errors import (
-    HeadConflict as HeadConflict,
-    InvalidWrite as InvalidWrite,
-    PostCommitPending as PostCommitPending,
-    ReceiptRejected as ReceiptRejected,
-    StaleWriter as StaleWriter,
-    UnsettledActivities as UnsettledActivities,
-    WorldClosing as WorldClosing,
-    WorldError as WorldError,
-    WorldExists as WorldExists,
-    WorldNotFound as WorldNotFound,
-)
-from tether.runtime._errors import (
-    ActivityRuntimeError as ActivityRuntimeError,
-    ArtifactCorrupt as ArtifactCorrupt,
-    ArtifactError as ArtifactError,
-    ArtifactMissing as ArtifactMissing,
-    FamilyError as FamilyError,
-    HostClosed as HostClosed,
-    LeaseLost as LeaseLost,
-    ProjectionConflict as ProjectionConflict,
-    ProviderIOForbidden as ProviderIOForbidden,
-)
-# isort: on
-
 # --- codec ---
 # isort: split
-from tether._core import DxlDeviceError as DxlDeviceError
 from tether._core import DxlError as DxlError
 from tether._core import DxlFrameError as DxlFrameError
-from tether._core import DxlIdentityError as DxlIdentityError
-from tether._core import DxlPortBusy as DxlPortBusy
-from tether._core import DxlTimeoutError as DxlTimeoutError
-from tether._core import DxlTransportError as DxlTransportError
 from tether._core import DxlUsageError as DxlUsageError
-from tether._core import DxlWriteUnconfirmed as DxlWriteUnconfirmed
-from tether._core import HostConfigError as HostConfigError
-from tether._core import OperatorRejection as OperatorRejection
+
+# --- born in Python: configuration, directories, transport and devices, operator ---
+# Each carries `code`, `message` and `details` (`tether._coded.CodedError`).
+# isort: split
+from tether._coded import CodedError as CodedError
+from tether._config import HostConfigError as HostConfigError
+from tether._dirs import DataDirError as DataDirError
+from tether.operator.errors import OperatorRejection as OperatorRejection
+from tether.transport import DeviceError as DeviceError
+from tether.transport import DeviceIdentityError as DeviceIdentityError
+from tether.transport import PortBusy as PortBusy
+from tether.transport import PortLost as PortLost
+from tether.transport import TransportError as TransportError
+from tether.transport import TransportTimeout as TransportTimeout
+from tether.transport import WriteUnconfirmed as WriteUnconfirmed
+
+# --- runtime ---
+# World ledger and Activity runtime errors are Python subclasses of `TetherError`. They are
+# re-exported lazily (PEP 562 `__getattr__` below), so importing `tether.errors` never loads the
+# world, runtime or storage packages; the type checker reads them from these imports.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "HeadConflict",
+            "InvalidWrite",
+            "PostCommitPending",
+            "ReceiptRejected",
+            "StaleWriter",
+            "UnsettledActivities",
+            "WorldClosing",
+            "WorldError",
+            "WorldExists",
+            "WorldNotFound",
+        ),
+        "tether.world._errors",
+    ),
+    **dict.fromkeys(
+        (
+            "ActivityRuntimeError",
+            "ArtifactCorrupt",
+            "ArtifactError",
+            "ArtifactMissing",
+            "FamilyError",
+            "HostClosed",
+            "LeaseLost",
+            "ProjectionConflict",
+            "ProviderIOForbidden",
+        ),
+        "tether.runtime._errors",
+    ),
+}
+if TYPE_CHECKING:
+    # isort: off
+    from tether.world._errors import (
+        HeadConflict as HeadConflict,
+        InvalidWrite as InvalidWrite,
+        PostCommitPending as PostCommitPending,
+        ReceiptRejected as ReceiptRejected,
+        StaleWriter as StaleWriter,
+        UnsettledActivities as UnsettledActivities,
+        WorldClosing as WorldClosing,
+        WorldError as WorldError,
+        WorldExists as WorldExists,
+        WorldNotFound as WorldNotFound,
+    )
+    from tether.runtime._errors import (
+        ActivityRuntimeError as ActivityRuntimeError,
+        ArtifactCorrupt as ArtifactCorrupt,
+        ArtifactError as ArtifactError,
+        ArtifactMissing as ArtifactMissing,
+        FamilyError as FamilyError,
+        HostClosed as HostClosed,
+        LeaseLost as LeaseLost,
+        ProjectionConflict as ProjectionConflict,
+        ProviderIOForbidden as ProviderIOForbidden,
+    )
+    # isort: on
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 # --- live ---
 # isort: split

@@ -59,6 +59,13 @@ class EmulatorProcess:
     path: str
     control: str
     journal_path: Path
+    proc: subprocess.Popen[str] | None = None
+
+    def unplug(self) -> None:
+        """The adapter goes away: the emulator process dies and its pty with it."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=30)
 
     def journal(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = control_request(self.control, {"op": "journal"})
@@ -94,7 +101,7 @@ def emulator_process(directory: Path, speed_scale: float = 20.0) -> Iterator[Emu
             while not os.path.exists(control):
                 assert time.monotonic() < deadline, "emulator control socket never appeared"
                 time.sleep(0.01)
-            yield EmulatorProcess(path, control, journal)
+            yield EmulatorProcess(path, control, journal, proc)
         finally:
             proc.terminate()
 

@@ -33,6 +33,7 @@ def literals(node: ast.expr) -> set[str]:
     [
         ("adapters/dynamixel/config.py", "config_error", 0, config.ERROR_CODES),
         ("adapters/dynamixel/driver.py", "_coded", 1, driver.ERROR_CODES),
+        ("adapters/dynamixel/host.py", "_coded", 1, driver.ERROR_CODES),
         ("operator/decisions.py", "rejection", 0, decisions.REJECTION_CODES),
     ],
 )

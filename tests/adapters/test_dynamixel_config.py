@@ -164,3 +164,132 @@ def test_a_relative_plan_adds_the_delta_in_ticks_and_checks_limits() -> None:
     with pytest.raises(HostConfigError) as info:
         plan_relative(arm, request, {elbow.id: elbow.max_ticks})
     assert getattr(info.value, "code", None) == "limit_violation"
+
+
+TOLERANCE_IN_TICKS = ("speed = 2.0", "speed = 2.0\ntolerance_ticks = 20")
+
+
+@pytest.mark.parametrize(
+    ("edit", "table", "key", "meant"),
+    [
+        (("speed = 2.0", "sped = 0.1"), "robots.arm", "sped", "speed"),
+        (
+            ("first_motion_speed", "first_motion_sped"),
+            "robots.arm",
+            "first_motion_sped",
+            "first_motion_speed",
+        ),
+        (
+            ('safe_stop = "torque_off"', 'safe_stp = "torque_off"'),
+            "robots.arm",
+            "safe_stp",
+            "safe_stop",
+        ),
+        (("max = 2", "mxa = 2"), "robots.arm.joints[1]", "mxa", "max"),
+        (("min = -1.5", "minimum = -1.5"), "robots.arm.joints[0]", "minimum", "min"),
+        (("baudrate = 1000000", "baudrat = 1000000"), "ports.bus", "baudrat", "baudrate"),
+        (("state_dir =", "stat_dir ="), "host", "stat_dir", "state_dir"),
+        (("credential =", "credentials ="), "operator", "credentials", "credential"),
+        (("[robots.arm]\n", "[robot.arm]\n"), "the top level", "robot", "robots"),
+        (TOLERANCE_IN_TICKS, "robots.arm", "tolerance_ticks", "tolerance"),
+    ],
+)
+def test_an_unknown_or_misspelled_key_names_the_nearest_valid_one(
+    edit: tuple[str, str], table: str, key: str, meant: str
+) -> None:
+    assert edit[0] in GOOD
+    with pytest.raises(HostConfigError) as info:
+        parse_config(GOOD.replace(edit[0], edit[1], 1))
+    err = info.value
+    assert err.code == "unknown_key"
+    assert (err.details["table"], err.details["key"], err.details["suggestion"]) == (
+        table,
+        key,
+        meant,
+    )
+    assert f"{table}: unknown key `{key}`; did you mean `{meant}`?" in err.message
+    assert meant in err.details["valid"]
+
+
+def test_a_key_close_to_nothing_lists_the_valid_keys() -> None:
+    with pytest.raises(HostConfigError) as info:
+        parse_config(GOOD.replace("speed = 2.0", "speed = 2.0\nbanana = 1", 1))
+    assert info.value.code == "unknown_key" and info.value.details["suggestion"] is None
+    assert "did you mean" not in info.value.message
+    assert "(valid: first_motion_speed, joints, port, safe_stop, speed, tolerance)" in str(
+        info.value
+    )
+
+
+def test_configuration_is_in_si_units() -> None:
+    from tether.adapters.dynamixel import config
+
+    tables_keys = (
+        config.TOP_KEYS,
+        config.HOST_KEYS,
+        config.OPERATOR_KEYS,
+        config.PORT_KEYS,
+        config.ROBOT_KEYS,
+        config.JOINT_KEYS,
+    )
+    assert not [k for keys in tables_keys for k in keys if "tick" in k]
+    arm = parse_config(GOOD.replace("speed = 2.0", "speed = 2.0\ntolerance = 0.05", 1)).robot("arm")
+    assert (arm.tolerance_rad, arm.tolerance_ticks) == (0.05, tables.radians_to_tick_delta(0.05))
+    assert parse_config(GOOD).robot("arm").tolerance_ticks == 20  # the default, 0.03 rad
+    assert code_of(GOOD.replace("speed = 2.0", "speed = 2.0\ntolerance = 1.0", 1)) == (
+        "bad_tolerance"
+    )
+
+
+def test_the_strict_readers_codes_are_listed() -> None:
+    from tether import _config
+    from tether.adapters.dynamixel import config
+
+    assert set(_config.CODES) <= set(config.ERROR_CODES)
+
+
+def toml_blocks(text: str) -> list[str]:
+    return [block.split("```", 1)[0] for block in text.split("```toml\n")[1:]]
+
+
+def test_the_documented_examples_load() -> None:
+    from tether.adapters.dynamixel import config
+
+    readme = Path(__file__).parents[2] / "README.md"
+    examples = toml_blocks(readme.read_text()) + toml_blocks(config.__doc__ or "")
+    assert len(examples) >= 2
+    for example in examples:
+        assert parse_config(example).robots
+
+
+def test_a_misspelled_speed_refuses_the_move_before_any_byte(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tether.emulators.dynamixel import DynamixelEmulator
+
+    with DynamixelEmulator([1, 2]) as emulator:
+        text = GOOD.replace('usb_serial = "FT6Z5XYZ"\nvid_pid = "0403:6014"\n', "")
+        text = text.replace("[ports.bus]\n", f'[ports.bus]\nurl = "{emulator.path}"\n')
+        text = text.replace("/tmp/tether-test-state", str(tmp_path / "state"))
+        path = tmp_path / "host.toml"
+        path.write_text(text.replace("speed = 2.0", "sped = 0.1", 1))
+        argv = ["move", "--config", str(path), "--robot", "arm", "--activity", "m1"]
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", *argv, "--joint", "shoulder=0.2"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert "unknown key `sped`; did you mean `speed`?" in done.stdout
+        assert "Traceback" not in done.stderr
+        assert emulator.journal == []  # the port was never even pinged
+        stopped = subprocess.run(
+            [sys.executable, "-m", "tether", "stop", "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert stopped.returncode == 2
+        assert stopped.stderr.count("\n") == 1 and "did you mean `speed`?" in stopped.stderr

@@ -227,7 +227,7 @@ def test_tether_stop_reaches_a_worker_that_owns_the_port_mid_move(tmp_path: Path
                 if '"progress"' in line:
                     break
             stopped = subprocess.run(
-                [sys.executable, "-m", "tether", "stop", "--config", str(config)],
+                [sys.executable, "-m", "tether", "stop", "--json", "--config", str(config)],
                 capture_output=True,
                 text=True,
                 timeout=60,

@@ -19,11 +19,11 @@ from tether.adapters.dynamixel.driver import (
 )
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import (
-    DxlDeviceError,
-    DxlIdentityError,
-    DxlPortBusy,
-    DxlTimeoutError,
-    DxlWriteUnconfirmed,
+    DeviceError,
+    DeviceIdentityError,
+    PortBusy,
+    TransportTimeout,
+    WriteUnconfirmed,
 )
 
 
@@ -84,7 +84,7 @@ def test_a_corrupt_read_is_retried(bus: DxlBus, emulator: DynamixelEmulator) -> 
 
 def test_reads_give_up_after_the_retry_budget(bus: DxlBus, emulator: DynamixelEmulator) -> None:
     emulator.inject(Fault("drop_status", count=3, instruction="read"))
-    with pytest.raises(DxlTimeoutError):
+    with pytest.raises(TransportTimeout):
         bus.read_field(1, tables.PRESENT_POSITION)
     assert len(emulator.journal) == 3  # 1 try + 2 retries, then a clear error
 
@@ -93,7 +93,7 @@ def test_a_write_whose_status_is_lost_is_never_resent(
     bus: DxlBus, emulator: DynamixelEmulator
 ) -> None:
     emulator.inject(Fault("drop_status", instruction="write"))
-    with pytest.raises(DxlWriteUnconfirmed) as info:
+    with pytest.raises(WriteUnconfirmed) as info:
         bus.write_field(2, tables.GOAL_POSITION, 1000)
     assert code(info) == "write_unconfirmed"
     writes = [e for e in emulator.journal if e.instruction == "write"]
@@ -103,7 +103,7 @@ def test_a_write_whose_status_is_lost_is_never_resent(
 
 def test_a_corrupt_write_status_is_unconfirmed(bus: DxlBus, emulator: DynamixelEmulator) -> None:
     emulator.inject(Fault("corrupt_crc", instruction="reg_write"))
-    with pytest.raises(DxlWriteUnconfirmed):
+    with pytest.raises(WriteUnconfirmed):
         bus.reg_write(1, tables.GOAL_POSITION.address, tables.encode(tables.GOAL_POSITION, 1500))
     assert bus.read_field(1, tables.REGISTERED_INSTRUCTION) == 1
 
@@ -115,10 +115,10 @@ def test_noise_before_a_status_is_skipped(bus: DxlBus, emulator: DynamixelEmulat
 
 
 def test_device_errors_are_typed(bus: DxlBus) -> None:
-    with pytest.raises(DxlDeviceError) as info:
+    with pytest.raises(DeviceError) as info:
         bus.write_field(1, tables.PRESENT_POSITION, 1)
     assert code(info) == "access"
-    with pytest.raises(DxlDeviceError) as info:
+    with pytest.raises(DeviceError) as info:
         bus.write_field(1, tables.GOAL_POSITION, 9999)
     assert code(info) == "data_limit"
 
@@ -132,7 +132,7 @@ def test_alert_bit_is_tracked(bus: DxlBus, emulator: DynamixelEmulator) -> None:
 
 def test_reboot_needs_an_operator_and_wipes_ram(bus: DxlBus, emulator: DynamixelEmulator) -> None:
     bus.write_field(1, tables.TORQUE_ENABLE, 1)
-    with pytest.raises(DxlIdentityError):
+    with pytest.raises(DeviceIdentityError):
         bus.reboot(1, operator="")
     assert emulator.snapshot(1)["torque_enable"] == 1
     bus.reboot(1, operator="alice")
@@ -146,15 +146,15 @@ def test_check_robot_reads_identity_and_status_level(
     identity = check_robot(bus, arm)
     assert identity.servos == ((1, 1030, 45), (2, 1030, 45))
     assert identity.as_dict()["port_key"].startswith("path:/dev/pts/")
-    with pytest.raises(DxlIdentityError) as info:
+    with pytest.raises(DeviceIdentityError) as info:
         check_robot(bus, robot_config(emulator.path, model=1060).robot("arm"))
     assert code(info) == "model_mismatch"
     bus.write_field(2, tables.STATUS_RETURN_LEVEL, 1)
-    with pytest.raises(DxlIdentityError) as info:
+    with pytest.raises(DeviceIdentityError) as info:
         check_robot(bus, arm)
     assert code(info) == "status_return_level"
     emulator.servos[2].set(tables.STATUS_RETURN_LEVEL, 0)  # PING only: READ goes unanswered
-    with pytest.raises(DxlIdentityError) as info:
+    with pytest.raises(DeviceIdentityError) as info:
         check_robot(bus, arm)
     assert code(info) == "status_return_level"
 
@@ -165,11 +165,11 @@ def test_one_process_owns_a_port(emulator: DynamixelEmulator, tmp_path: Path) ->
         path = lock_path(locks, first.identity.key)
         assert is_locked(path)
         assert read_owner(path)["socket"] == "/tmp/owner.sock"
-        with pytest.raises(DxlPortBusy) as info:
+        with pytest.raises(PortBusy) as info:
             DxlBus.open(emulator.path, lock_dir=locks)
         assert code(info) == "port_owned"
         # Without the identity lock, the exclusive open still refuses a second owner.
-        with pytest.raises(DxlPortBusy):
+        with pytest.raises(PortBusy):
             DxlBus.open(emulator.path, lock_dir=None)
     assert not is_locked(path)
     DxlBus.open(emulator.path, lock_dir=locks).close()
@@ -179,7 +179,7 @@ def test_pyserial_urls_are_accepted(tmp_path: Path) -> None:
     with DxlBus.open("loop://", timeout_ms=20, read_retries=0, lock_dir=tmp_path) as bus:
         assert bus.identity.key == "url:loop://"
         # A loopback echoes our own instruction packet: no status, so a bounded timeout.
-        with pytest.raises(DxlTimeoutError):
+        with pytest.raises(TransportTimeout):
             bus.ping(1)
 
 
@@ -198,6 +198,6 @@ min = -1
 max = 1
 """
     ).ports["bus"]
-    with pytest.raises(DxlIdentityError) as info:
+    with pytest.raises(DeviceIdentityError) as info:
         resolve_port(cfg)
     assert code(info) == "adapter_not_found"

@@ -17,7 +17,7 @@ from tether.adapters.dynamixel.config import load_config
 from tether.adapters.dynamixel.driver import DxlBus, is_locked, lock_path, resolve_port
 from tether.adapters.dynamixel.host import RobotHost, owner_socket, send_request
 from tether.emulators.dynamixel import DynamixelEmulator
-from tether.errors import DxlPortBusy
+from tether.errors import PortBusy
 
 
 @pytest.fixture
@@ -73,13 +73,14 @@ def test_stop_without_an_owner_opens_the_port_itself(
 ) -> None:
     config = write_config(tmp_path, emulator.path, policy="torque_off")
     start_moving(emulator)
-    done = run_cli("stop", "--config", str(config))
+    done = run_cli("stop", "--json", "--config", str(config))
     assert done.returncode == 0, done.stderr
     reports = json.loads(done.stdout)
-    assert reports[0]["via"] == "direct" and reports[0]["joints"] == {
-        "1": "torque_off",
-        "2": "torque_off",
-    }
+    assert reports[0]["via"] == "direct" and reports[0]["ok"] is True
+    assert [(j["joint"], j["state"], j["torque"]) for j in reports[0]["joints"]] == [
+        ("a", "limp", False),
+        ("b", "limp", False),
+    ]
     assert emulator.snapshot(1)["torque_enable"] == 0 and emulator.snapshot(2)["torque_enable"] == 0
 
 
@@ -96,14 +97,15 @@ def test_stop_goes_through_the_owning_host(emulator: DynamixelEmulator, tmp_path
             lines = [json.loads(host.stdout.readline()) for _ in range(2)]
             assert lines[0]["identity"]["servos"][0] == {"id": 1, "model": 1030, "firmware": 45}
             assert owner_socket(config, "bus") == lines[1]["socket"]
-            with pytest.raises(DxlPortBusy):
+            with pytest.raises(PortBusy):
                 DxlBus.open_config(config.ports["bus"], lock_dir=config.state_dir)
             start_moving(emulator)
             time.sleep(0.05)
-            done = run_cli("stop", "--config", str(config_path))
+            done = run_cli("stop", "--json", "--config", str(config_path))
             assert done.returncode == 0, done.stderr
             report = json.loads(done.stdout)[0]
-            assert report["via"] == "owner" and report["joints"] == {"1": "held", "2": "held"}
+            assert report["via"] == "owner" and report["ok"] is True
+            assert [j["state"] for j in report["joints"]] == ["held", "held"]
             for dxl_id in (1, 2):
                 state = settled(partial(emulator.snapshot, dxl_id))
                 assert state["goal_position"] == state["present_position"] < 3000
@@ -128,9 +130,14 @@ def test_host_close_always_safe_stops(emulator: DynamixelEmulator, tmp_path: Pat
 
 
 def test_stop_reports_a_missing_port(tmp_path: Path) -> None:
-    done = run_cli("stop", "--config", str(write_config(tmp_path, "/dev/does-not-exist")))
+    config = write_config(tmp_path, "/dev/does-not-exist")
+    done = run_cli("stop", "--json", "--config", str(config))
     assert done.returncode == 1
-    assert json.loads(done.stdout)[0]["ok"] is False
+    report = json.loads(done.stdout)[0]
+    assert report["ok"] is False and report["error"].startswith("TransportError: open_failed:")
+    text = run_cli("stop", "--config", str(config))
+    assert text.returncode == 1 and "Traceback" not in text.stderr
+    assert text.stdout.splitlines()[0] == "arm (safe_stop hold): NOT in the state its policy asks"
 
 
 def test_hash_credential_reads_stdin() -> None:

@@ -80,7 +80,7 @@ def test_lost_reg_write_status_is_confirmed_absent_then_runs_once(
     emulator.inject(Fault("drop_status", instruction="reg_write", id=2))
     first = run_move(config, store, "op-2", request())
     assert (first["status"], first["conclusion"]) == ("pending", "confirmed_absent")
-    assert "DxlWriteUnconfirmed" in first["error"]
+    assert "WriteUnconfirmed" in first["error"]
     assert target_actions(journal(emulator), GOALS) == {1: 0, 2: 0}
     assert run_move(config, store, "op-2", request())["status"] == "done"
     assert target_actions(journal(emulator), GOALS) == {1: 1, 2: 1}

@@ -198,7 +198,15 @@ def test_power_loss_after_staging_parks_in_the_catalog_until_the_operator_reissu
                 wait_for(lambda: (r := host.get(KEY)) is not None and r.result is not None)
                 # `tether stop` while the runtime worker owns the port: through its socket.
                 stopped = subprocess.run(
-                    [sys.executable, "-m", "tether", "stop", "--config", str(config_path)],
+                    [
+                        sys.executable,
+                        "-m",
+                        "tether",
+                        "stop",
+                        "--json",
+                        "--config",
+                        str(config_path),
+                    ],
                     capture_output=True,
                     text=True,
                     timeout=60,

@@ -3,10 +3,12 @@ control-table rules and the `tether emulate dynamixel` process."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from dynamixel_sdk import (
     PortHandler,
     port_handler,
 )
+from tether import _core
 from tether.adapters.dynamixel import tables
 from tether.emulators.dynamixel import DynamixelEmulator, Fault, control_request
 
@@ -126,6 +129,18 @@ def test_sdk_sees_device_errors(
     assert (emulator.journal[-1].error, emulator.journal[-1].status) == (2, "sent")
 
 
+def test_a_cut_header_does_not_make_the_emulator_deaf(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
+) -> None:
+    # A header for id 1 whose length field claims 4095 more bytes, then nothing: the next
+    # well-formed packet is answered, not swallowed into the bogus frame.
+    port, handler = sdk
+    port.writePort([0xFF, 0xFF, 0xFD, 0x00, 0x01, 0xFF, 0x0F])
+    assert handler.ping(port, 1)[:2] == (1030, COMM_SUCCESS)
+    assert handler.read4ByteTxRx(port, 2, 132) == (2048, COMM_SUCCESS, 0)
+    assert emulator.frame_errors == 1
+
+
 def test_reg_write_waits_for_action(
     sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
 ) -> None:
@@ -191,6 +206,34 @@ def test_journal_file_lists_every_executed_instruction(
     assert len(lines) == len(emulator.journal) == 3
     assert [e.status for e in emulator.journal] == ["sent", "sent", "dropped"]
     assert emulator.snapshot(2)["led"] == 0  # the dropped-status write was applied
+
+
+def test_every_journal_line_is_a_complete_frame_record(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator, tmp_path: Path
+) -> None:
+    port, handler = sdk
+    goal = (1500).to_bytes(4, "little")
+    assert handler.regWriteTxRx(port, 1, 116, 4, list(goal))[:2] == (COMM_SUCCESS, 0)
+    assert handler.action(port, 0xFE) == COMM_SUCCESS  # commits id 1; id 2 has nothing staged
+    assert handler.read4ByteTxRx(port, 1, 116) == (1500, COMM_SUCCESS, 0)
+    lines = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    # The file says exactly what the in-memory journal says: no line was written half done.
+    assert lines == [asdict(e) for e in emulator.journal]
+    reg, action_1, action_2, read = lines
+    assert (reg["instruction"], reg["status"], reg["address"], reg["data"]) == (
+        "reg_write",
+        "sent",
+        116,
+        goal.hex(),
+    )
+    assert (action_1["id"], action_1["packet_id"], action_1["executed"]) == (1, 0xFE, True)
+    assert (action_1["address"], action_1["data"]) == (116, goal.hex())  # what it committed
+    assert (action_2["id"], action_2["executed"], action_2["error"]) == (2, False, 2)
+    assert (action_2["address"], action_2["data"]) == (None, "")  # nothing was registered
+    assert (read["address"], read["length"]) == (116, 4)
+    for line in lines:
+        packet = _core.dxl_decode_frame(bytes.fromhex(line["frame"]))
+        assert packet.id == line["packet_id"]
 
 
 def test_emulate_command_serves_a_pty_and_a_control_socket(tmp_path: Path) -> None:

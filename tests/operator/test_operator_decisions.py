@@ -22,7 +22,7 @@ credential = "{hash_credential(SECRET)}"
 url = "loop://"
 [robots.arm]
 port = "bus"
-tolerance_ticks = 5
+tolerance = 0.008
 [[robots.arm.joints]]
 name = "a"
 id = 1

@@ -14,8 +14,16 @@ Profile Velocity (or the Velocity Limit when it is 0). Rules it follows from the
 
 Fault injection (Python API or the control socket): `drop_status` (apply the next matching
 instruction but send no status), `corrupt_crc` (flip the CRC of the next status), `alert`
-(raise hardware error bits), `noise` (garbage bytes before the next status). Every executed
-instruction is appended to a journal (memory, and JSON lines when `--journal` is given).
+(raise hardware error bits), `noise` (garbage bytes before the next status).
+
+Journal: one entry per received frame and servo it addresses (memory, and JSON lines when
+`--journal` is given), published only once that servo has handled the frame, so every line is
+complete: `frame` (the whole instruction packet, hex), `packet_id` (the id it was sent to; 254 is
+broadcast), `instruction`, `address`/`length`/`data` as decoded, `executed`, `error` and `status`
+(`sent`, `dropped`, `corrupted`, `none`). An ACTION's `address`/`data` are the registered write it
+committed on that servo; they are null/empty only when nothing was registered, and then the
+ACTION is not `executed` (Instruction Error). A power cycle is an entry with `instruction`
+`power_cycle` and no frame.
 """
 
 from __future__ import annotations
@@ -161,6 +169,9 @@ class JournalEntry:
     executed: bool = True
     status: str = "none"  # "sent", "dropped", "corrupted", "none"
     error: int = 0
+    packet_id: int | None = None
+    length: int | None = None
+    frame: str = ""
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)
@@ -229,7 +240,7 @@ class DynamixelEmulator:
         with self._lock:
             for servo in self.servos.values():
                 servo.reboot()
-            self._record(BROADCAST, "power_cycle", status="none")
+            self._publish(self._record(BROADCAST, "power_cycle", status="none"))
 
     def _take_fault(self, kind: str, instruction: str, dxl_id: int) -> Fault | None:
         for fault in self._faults:
@@ -246,18 +257,22 @@ class DynamixelEmulator:
         return None
 
     def _record(self, dxl_id: int, instruction: str, **kw: Any) -> JournalEntry:
-        entry = JournalEntry(
-            len(self.journal),
+        """A new entry, stamped now; `_publish` it once the frame is handled."""
+        return JournalEntry(
+            -1,
             round((time.monotonic() - self._t0) * 1000, 3),
             dxl_id,
             instruction,
             **kw,
         )
+
+    def _publish(self, entry: JournalEntry) -> None:
+        """Append a complete entry: readers (and the file) never see one half filled in."""
+        entry.seq = len(self.journal)
         self.journal.append(entry)
         if self._journal_file is not None:
             self._journal_file.write(entry.to_json() + "\n")
             self._journal_file.flush()
-        return entry
 
     # --- the wire ---
 
@@ -310,8 +325,9 @@ class DynamixelEmulator:
             self.frame_errors += 1
             return b""
         name = cmd.name
+        frame = _core.dxl_encode(packet.id, packet.instruction, packet.params).hex()
         if name == "sync_read" or name == "sync_write":
-            return self._execute_sync(packet.id, cmd)
+            return self._execute_sync(packet.id, cmd, frame)
         targets = (
             list(self.servos.values())
             if packet.id == BROADCAST
@@ -321,7 +337,15 @@ class DynamixelEmulator:
         )
         out = bytearray()
         for servo in targets:
-            entry = self._record(servo.id, name, address=cmd.address, data=cmd.data.hex())
+            entry = self._record(
+                servo.id,
+                name,
+                address=cmd.address,
+                length=cmd.length,
+                data=cmd.data.hex(),
+                packet_id=packet.id,
+                frame=frame,
+            )
             # The level in force when the instruction arrived decides (a write may change it).
             answers = self._answers(servo, name) and (packet.id != BROADCAST or name == "ping")
             if name == "action" and servo.staged is not None:
@@ -335,6 +359,7 @@ class DynamixelEmulator:
                 entry.error = error
             if name == "reboot" and error == 0:
                 servo.reboot()
+            self._publish(entry)
         return bytes(out)
 
     def _run(self, servo: Servo, cmd: _core.DxlCommand) -> tuple[int, bytes]:
@@ -367,7 +392,7 @@ class DynamixelEmulator:
             return 0, b""
         return ERR_INSTRUCTION, b""
 
-    def _execute_sync(self, packet_id: int, cmd: _core.DxlCommand) -> bytes:
+    def _execute_sync(self, packet_id: int, cmd: _core.DxlCommand, frame: str) -> bytes:
         if packet_id != BROADCAST:
             return b""
         out = bytearray()
@@ -376,23 +401,42 @@ class DynamixelEmulator:
                 servo = self.servos.get(dxl_id)
                 if servo is None:
                     continue
-                entry = self._record(dxl_id, "sync_read", address=cmd.address, ids=list(cmd.ids))
+                entry = self._record(
+                    dxl_id,
+                    "sync_read",
+                    address=cmd.address,
+                    length=cmd.length,
+                    ids=list(cmd.ids),
+                    packet_id=packet_id,
+                    frame=frame,
+                )
                 error, data = servo.read(cmd.address or 0, cmd.length or 0)
                 entry.executed = error == 0
                 if self._answers(servo, "sync_read"):
                     out += self._status(servo, error, data, entry, "sync_read")
+                else:
+                    entry.error = error
+                self._publish(entry)
             return bytes(out)
         for dxl_id, data in cmd.entries:
             servo = self.servos.get(dxl_id)
             if servo is None:
                 continue
             entry = self._record(
-                dxl_id, "sync_write", address=cmd.address, data=data.hex(), ids=list(cmd.ids)
+                dxl_id,
+                "sync_write",
+                address=cmd.address,
+                length=cmd.length,
+                data=data.hex(),
+                ids=list(cmd.ids),
+                packet_id=packet_id,
+                frame=frame,
             )
             error = servo.check_write(cmd.address or 0, data)
             entry.error, entry.executed = error, error == 0
             if not error:
                 servo.apply_write(cmd.address or 0, data)
+            self._publish(entry)
         return b""
 
     def step(self) -> None:

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from tether._dirs import usable_dir
 from tether.activities import Catalog
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.host import fresh_state
@@ -59,10 +60,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
+        store_dir = usable_dir(args.store or config.state_dir / "robot_move", what="the store")
+        if args.data_dir:
+            usable_dir(args.data_dir, what="--data-dir", create=False)
     except TetherError as exc:
         print(f"tether operator: {exc}", file=sys.stderr)
         return 2
-    store = MoveStore(args.store or config.state_dir / "robot_move")
+    store = MoveStore(store_dir)
     if args.data_dir:
         return _runtime(args, config, store)
     if args.cmd == "list":

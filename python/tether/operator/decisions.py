@@ -61,9 +61,7 @@ REJECTION_CODES: tuple[str, ...] = (
 def rejection(code: str, message: str) -> OperatorRejection:
     if code not in REJECTION_CODES:
         raise ValueError(f"unlisted operator rejection code {code!r}")
-    err = OperatorRejection(f"{code}: {message}")
-    setattr(err, "code", code)  # noqa: B010 - the Rust-made class declares no attributes
-    return err
+    return OperatorRejection(code, message)
 
 
 def state_changed(before: dict[str, Any], after: dict[str, Any], tolerance: int) -> list[str]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from tether._dirs import DataDirError, usable_dir
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.agui import message_id as message_id  # re-exported: callers name it here
@@ -152,7 +153,11 @@ def _open(
     except InvalidEpisodeRequest as exc:
         print(f"tether demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    data_dir = Path(args.data_dir).resolve()
+    try:
+        data_dir = usable_dir(Path(args.data_dir).resolve(), what="--data-dir")
+    except DataDirError as exc:
+        print(f"tether demo: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     board = ProgressBoard(out)
 
     def on_progress(event: ProgressEvent) -> None:

@@ -28,7 +28,7 @@ from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
 from tether.adapters.dynamixel.move import DynamixelMoveAdapter, check_request
-from tether.errors import DxlTransportError, HostConfigError
+from tether.errors import HostConfigError, TransportError
 from tether.physical.robot_move import (
     EVIDENCE_MEDIA_TYPE,
     FAMILY,
@@ -194,7 +194,7 @@ class RobotMoveAdapter:
                 )
                 op.start_attempt(number, {"fence": ctx.fence, "catalog_attempt": ctx.attempt})
                 result = self._device(ctx, host).execute(op, number, req, first_motion=first)
-            except DxlTransportError:
+            except TransportError:
                 self._drop_host()
                 raise
             self._moved.add(req.robot)
@@ -215,7 +215,7 @@ class RobotMoveAdapter:
                 return RuntimeRecovered(self._put(ctx, done, RESULT_MEDIA_TYPE))
             try:
                 conclusion = self._device(ctx, self._connected(req.robot)).reconcile(op, req)
-            except DxlTransportError:
+            except TransportError:
                 self._drop_host()
                 raise
             kind, doc = op.record_conclusion(conclusion)

@@ -1,6 +1,8 @@
 //! Python bindings for `crate::codec` (DYNAMIXEL Protocol 2.0): bytes in, bytes out.
 //!
 //! Every call here is a few microseconds of pure work on small inputs, so none releases the GIL.
+//! Only the errors this codec raises live here; transport, device, configuration and operator
+//! errors are born in Python and defined there (`tether.transport`, `tether._config`, ...).
 
 use pyo3::create_exception;
 use pyo3::prelude::*;
@@ -29,56 +31,6 @@ create_exception!(
     DxlFrameError,
     DxlError,
     "Received bytes that are not a valid DYNAMIXEL frame or command (the peer's fault)."
-);
-
-create_exception!(
-    _core,
-    DxlTransportError,
-    DxlError,
-    "The serial line failed: no answer in time, or the port cannot be used."
-);
-create_exception!(
-    _core,
-    DxlTimeoutError,
-    DxlTransportError,
-    "No valid status packet arrived before the deadline (after any allowed read retries)."
-);
-create_exception!(
-    _core,
-    DxlWriteUnconfirmed,
-    DxlTransportError,
-    "A write went out but its status never came back: it may or may not have been applied."
-);
-create_exception!(
-    _core,
-    DxlPortBusy,
-    DxlTransportError,
-    "Another process owns this device (exclusive open or identity lock held)."
-);
-create_exception!(
-    _core,
-    DxlDeviceError,
-    DxlError,
-    "A device answered with an error number in its status packet (see `.code`)."
-);
-create_exception!(
-    _core,
-    DxlIdentityError,
-    DxlError,
-    "The device on the port is not the configured one (identity, model, id or status level)."
-);
-create_exception!(
-    _core,
-    HostConfigError,
-    TetherError,
-    "The host configuration file is invalid (see `.code`)."
-);
-
-create_exception!(
-    _core,
-    OperatorRejection,
-    TetherError,
-    "An operator decision was refused (credential, stale revision, changed device state; see `.code`)."
 );
 
 /// Converted once: usage errors and frame errors are different exceptions; both carry the
@@ -485,14 +437,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DxlError", py.get_type::<DxlError>())?;
     m.add("DxlUsageError", py.get_type::<DxlUsageError>())?;
     m.add("DxlFrameError", py.get_type::<DxlFrameError>())?;
-    m.add("DxlTransportError", py.get_type::<DxlTransportError>())?;
-    m.add("DxlTimeoutError", py.get_type::<DxlTimeoutError>())?;
-    m.add("DxlWriteUnconfirmed", py.get_type::<DxlWriteUnconfirmed>())?;
-    m.add("DxlPortBusy", py.get_type::<DxlPortBusy>())?;
-    m.add("DxlDeviceError", py.get_type::<DxlDeviceError>())?;
-    m.add("DxlIdentityError", py.get_type::<DxlIdentityError>())?;
-    m.add("HostConfigError", py.get_type::<HostConfigError>())?;
-    m.add("OperatorRejection", py.get_type::<OperatorRejection>())?;
     m.add_class::<PyDxlPacket>()?;
     m.add_class::<PyDxlCommand>()?;
     m.add_class::<PyDxlDecoder>()?;

@@ -6,6 +6,9 @@
 //! - A candidate frame whose id, length or CRC is wrong yields one typed error, and the decoder
 //!   skips just the first header byte and scans again, because the real frame may begin inside
 //!   the rejected one. A CRC-valid frame with bad stuffing is skipped whole.
+//! - An incomplete candidate that already holds a header after its length field is rejected
+//!   at once (`FrameBadStuffing`: stuffing keeps headers out of every valid payload), so a cut
+//!   header such as `FF FF FD 00 01 FF 0F` cannot make the decoder deaf to the frames after it.
 //! - `Ok(None)` means "need more data": a split read leaves the partial frame buffered.
 //! - No error is fatal: the decoder stays usable after every error (a serial line must resync).
 //!   `resync` abandons a partial frame, e.g. after a read timeout.
@@ -145,6 +148,20 @@ impl Decoder {
         }
         let total = PREFIX_LEN + length;
         if view.len() < total {
+            // Stuffing turns every `FF FF FD` of a payload into `FF FF FD FD`, so no valid
+            // frame holds a header from its instruction byte on. One there proves this
+            // candidate is garbage (a cut-off header whose length field would otherwise make
+            // the decoder wait for, and swallow, the frames that follow it).
+            if let Some(at) = find_header(&view[PREFIX_LEN..]) {
+                return self.reject(
+                    CodecErrorKind::FrameBadStuffing,
+                    format!(
+                        "frame for id {id} declares {length} bytes but a new header starts \
+                         {} bytes in",
+                        PREFIX_LEN + at
+                    ),
+                );
+            }
             return Ok(None);
         }
         let body_end = total - 2;
@@ -294,18 +311,44 @@ mod tests {
     }
 
     #[test]
-    fn a_frame_hidden_inside_a_bogus_length_is_found_after_resync() {
-        // A header with a huge (but allowed) length swallows a real frame; resync recovers it.
+    fn resync_abandons_a_partial_frame_after_a_timeout() {
+        // A header with a large (but allowed) length and a few bytes that hold no header: the
+        // decoder waits for the rest; after the caller's read timeout, resync drops it.
+        let mut d = Decoder::default();
+        d.feed(&[0xFF, 0xFF, 0xFD, 0x00, 0x01, 0x00, 0x01, 0x03, 0x10, 0x20]);
+        assert_eq!(d.next_packet(), Ok(None));
+        assert_eq!(d.buffered(), 10);
+        d.resync();
+        assert_eq!(d.next_packet(), Ok(None));
+        assert_eq!(d.buffered(), 0);
         let good = encode_status(3, 0, &[9]).unwrap();
-        let mut stream = vec![0xFF, 0xFF, 0xFD, 0x00, 0x01, 0x00, 0x01];
-        stream.extend(&good);
+        d.feed(&good);
+        assert_eq!(d.next_packet().unwrap().unwrap().id, 3);
+    }
+
+    #[test]
+    fn a_cut_header_with_a_huge_length_does_not_swallow_the_next_frame() {
+        // `FF FF FD 00 01 FF 0F`: a header for id 1 claiming 4095 more bytes, then a PING.
+        let ping = encode_instruction(1, 0x01, &[]).unwrap();
+        let mut stream = vec![0xFF, 0xFF, 0xFD, 0x00, 0x01, 0xFF, 0x0F];
+        stream.extend(&ping);
         let mut d = Decoder::default();
         d.feed(&stream);
-        assert_eq!(d.next_packet(), Ok(None));
-        d.resync();
-        let (packets, _errors) = drain(&mut d);
+        let (packets, errors) = drain(&mut d);
+        assert_eq!(errors, vec![CodecErrorKind::FrameBadStuffing]);
         assert_eq!(packets.len(), 1);
-        assert_eq!(packets[0].id, 3);
+        assert_eq!((packets[0].id, packets[0].instruction), (1, 0x01));
+        assert_eq!(d.buffered(), 0);
+        // The same bytes one at a time: need-more-data until the PING's header is complete.
+        let mut d = Decoder::default();
+        let mut found = Vec::new();
+        for b in &stream {
+            d.feed(&[*b]);
+            let (p, _) = drain(&mut d);
+            found.extend(p);
+        }
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].id, 1);
     }
 
     #[test]
@@ -372,6 +415,30 @@ mod tests {
             chunks in prop::collection::vec(prop::collection::vec(prop::sample::select(vec![0x00u8, 0x01, 0x03, 0x55, 0xFD, 0xFF]), 0..64), 0..8)
         ) {
             check_invariants(&chunks);
+        }
+
+        #[test]
+        fn a_cut_header_never_hides_the_frame_after_it(
+            id in 0u8..=252, len in 3u16..=4096, junk in prop::collection::vec(0u8..0xFD, 0..20),
+            params in prop::collection::vec(any::<u8>(), 1..40), cut in 0usize..120,
+        ) {
+            // A cut-off header whose length field reaches past everything that follows: only
+            // the header rule can end the wait (the bytes never complete the bogus frame).
+            let frame = encode_instruction(2, 0x03, &params).unwrap();
+            let mut stream = HEADER.to_vec();
+            stream.push(id);
+            stream.extend(len.to_le_bytes());
+            stream.extend(&junk);
+            prop_assume!(PREFIX_LEN + usize::from(len) > stream.len() + frame.len());
+            stream.extend(&frame);
+            let cut = cut.min(stream.len());
+            let mut d = Decoder::default();
+            d.feed(&stream[..cut]);
+            let (mut found, _) = drain(&mut d);
+            d.feed(&stream[cut..]);
+            found.extend(drain(&mut d).0);
+            let expected = Packet { id: 2, instruction: 0x03, params };
+            prop_assert_eq!(found, vec![expected]);
         }
 
         #[test]

@@ -1,8 +1,12 @@
 """Host configuration (TOML): ports by device identity, robots, joint ids and limits, safe-stop
 policy and the hashed operator credential.
 
-Limits are written in radians and converted to raw ticks here, once, through
-`tables.radians_to_ticks`; everything after loading works in ticks. Example:
+Every table is read strictly (`tether._config.Table`): an unknown or misspelled key is an
+`unknown_key` error naming the key and the nearest valid one, so no setting (a speed, a limit)
+is ever silently replaced by its default. Values are in SI units: radians, rad/s, and
+milliseconds for the serial timeout; protocol units (ticks) never appear here. Limits and the
+arrival tolerance are converted to ticks once, through `tables`; everything after loading works
+in ticks. Example:
 
 ```toml
 [host]
@@ -23,6 +27,7 @@ port = "arm_bus"
 safe_stop = "hold"                   # "hold" (torque on, goal := present) or "torque_off"
 speed = 1.5                          # rad/s, Profile Velocity of ordinary moves
 first_motion_speed = 0.3             # rad/s after a reconnect or an operator re-issue
+tolerance = 0.03                     # radians: how close to its goal a joint has arrived
 
 [[robots.arm.joints]]
 name = "shoulder"
@@ -41,14 +46,27 @@ import hmac
 import os
 import secrets
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether._config import HostConfigError, Table, nearest
 from tether.adapters.dynamixel import tables
-from tether.errors import HostConfigError
 
 SAFE_STOP_POLICIES = ("hold", "torque_off")
+
+#: The keys each table accepts (anything else is `unknown_key`).
+TOP_KEYS = ("host", "operator", "ports", "robots")
+HOST_KEYS = ("state_dir",)
+OPERATOR_KEYS = ("credential",)
+PORT_KEYS = ("type", "url", "usb_serial", "vid_pid", "baudrate", "timeout_ms", "read_retries")
+ROBOT_KEYS = ("port", "joints", "safe_stop", "speed", "first_motion_speed", "tolerance")
+JOINT_KEYS = ("name", "id", "min", "max", "model")
+
+#: Default arrival tolerance, radians (about 20 ticks of an X-series servo).
+DEFAULT_TOLERANCE = 0.03
+MAX_TOLERANCE = 0.3
 
 #: Every `.code` a HostConfigError can carry (stable; listed for callers and drift tests).
 ERROR_CODES: tuple[str, ...] = (
@@ -57,6 +75,7 @@ ERROR_CODES: tuple[str, ...] = (
     "bad_safe_stop",
     "bad_speed",
     "bad_toml",
+    "bad_tolerance",
     "bad_vid_pid",
     "duplicate_joint",
     "empty_credential",
@@ -67,6 +86,7 @@ ERROR_CODES: tuple[str, ...] = (
     "out_of_range",
     "plain_credential",
     "unknown_joint",
+    "unknown_key",
     "unknown_port",
     "unknown_port_type",
     "unknown_robot",
@@ -75,33 +95,11 @@ ERROR_CODES: tuple[str, ...] = (
 )
 
 
-def config_error(code: str, message: str) -> HostConfigError:
+def config_error(code: str, message: str, **details: Any) -> HostConfigError:
     """A HostConfigError carrying a stable snake_case `.code` (one of `ERROR_CODES`)."""
     if code not in ERROR_CODES:
         raise ValueError(f"unlisted config error code {code!r}")
-    err = HostConfigError(f"{code}: {message}")
-    setattr(err, "code", code)  # noqa: B010 - the Rust-made class has no declared attribute
-    return err
-
-
-def _get(
-    table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = ...
-) -> Any:
-    if key not in table:
-        if default is ...:
-            raise config_error("missing_key", f"{where}: `{key}` is required")
-        return default
-    value = table[key]
-    # bool is an int subclass: a `true` is never a number here.
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
-        raise config_error(
-            "wrong_type", f"{where}: `{key}` has the wrong type ({type(value).__name__})"
-        )
-    return value
-
-
-def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
+    return HostConfigError(code, message, details=details)
 
 
 @dataclass(frozen=True)
@@ -116,12 +114,14 @@ class DynamixelPortConfig:
     timeout_ms: int = 50
     read_retries: int = 2
 
+    KEYS = PORT_KEYS
+
     @classmethod
-    def from_table(cls, name: str, table: dict[str, Any]) -> DynamixelPortConfig:
-        where = f"ports.{name}"
-        url = _get(table, "url", str, where, None)
-        usb_serial = _get(table, "usb_serial", str, where, None)
-        vid_pid = _get(table, "vid_pid", str, where, None)
+    def from_table(cls, name: str, table: Table) -> DynamixelPortConfig:
+        where = table.where
+        url = table.optional_text("url")
+        usb_serial = table.optional_text("usb_serial")
+        vid_pid = table.optional_text("vid_pid")
         if url is None and usb_serial is None and vid_pid is None:
             raise config_error("no_identity", f"{where}: give usb_serial/vid_pid or url")
         if vid_pid is not None:
@@ -136,9 +136,9 @@ class DynamixelPortConfig:
                 raise config_error(
                     "bad_vid_pid", f"{where}: vid_pid {vid_pid!r} is not hex"
                 ) from None
-        baudrate = _get(table, "baudrate", int, where, 57600)
-        timeout_ms = _get(table, "timeout_ms", int, where, 50)
-        read_retries = _get(table, "read_retries", int, where, 2)
+        baudrate = table.integer("baudrate", 57600)
+        timeout_ms = table.integer("timeout_ms", 50)
+        read_retries = table.integer("read_retries", 2)
         if baudrate <= 0 or not 1 <= timeout_ms <= 10_000 or not 0 <= read_retries <= 10:
             raise config_error(
                 "out_of_range", f"{where}: baudrate/timeout_ms/read_retries out of range"
@@ -183,18 +183,27 @@ class RobotConfig:
     velocity: int
     first_motion_velocity: int
     tolerance_ticks: int
+    tolerance_rad: float = DEFAULT_TOLERANCE
 
     def joint_by_id(self, dxl_id: int) -> JointConfig:
         for joint in self.joints:
             if joint.id == dxl_id:
                 return joint
-        raise config_error("unknown_joint", f"robot {self.name} has no joint with id {dxl_id}")
+        raise config_error(
+            "unknown_joint", f"robot {self.name} has no joint with id {dxl_id}", id=dxl_id
+        )
 
     def joint(self, name: str) -> JointConfig:
         for joint in self.joints:
             if joint.name == name:
                 return joint
-        raise config_error("unknown_joint", f"robot {self.name} has no joint {name!r}")
+        names = [j.name for j in self.joints]
+        raise config_error(
+            "unknown_joint",
+            f"robot {self.name} has no joint {name!r}{_did_you_mean(name, names)}",
+            joint=name,
+            suggestion=nearest(name, names),
+        )
 
     @property
     def ids(self) -> list[int]:
@@ -213,7 +222,13 @@ class HostConfig:
         try:
             return self.robots[name]
         except KeyError:
-            raise config_error("unknown_robot", f"no robot {name!r} in {self.path}") from None
+            raise config_error(
+                "unknown_robot",
+                f"no robot {name!r} in {self.path}{_did_you_mean(name, self.robots)}",
+                robot=name,
+                suggestion=nearest(name, self.robots),
+                configured=sorted(self.robots),
+            ) from None
 
     def verify_operator(self, secret: str | None) -> bool:
         """True when `secret` matches the stored credential hash (never when none is set)."""
@@ -222,16 +237,23 @@ class HostConfig:
         return verify_credential(secret, self.operator_credential)
 
 
-def _joint(robot: str, index: int, table: Any) -> JointConfig:
-    where = f"robots.{robot}.joints[{index}]"
-    if not isinstance(table, dict):
-        raise config_error("wrong_type", f"{where} is not a table")
-    name = _get(table, "name", str, where)
-    dxl_id = _get(table, "id", int, where)
+def _did_you_mean(name: str, known: Iterable[str]) -> str:
+    known = sorted(known)
+    suggestion = nearest(name, known)
+    if suggestion is not None:
+        return f"; did you mean {suggestion!r}?"
+    return f" (configured: {', '.join(known) or 'none'})"
+
+
+def _joint(robot: str, index: int, raw: Any) -> JointConfig:
+    table = Table(raw, f"robots.{robot}.joints[{index}]", JOINT_KEYS)
+    where = table.where
+    name = table.text("name")
+    dxl_id = table.integer("id")
     if not 0 <= dxl_id <= 252:
         raise config_error("bad_id", f"{where}: id {dxl_id} is not 0..252")
-    lo = float(_get(table, "min", (int, float), where))
-    hi = float(_get(table, "max", (int, float), where))
+    lo = table.number("min")
+    hi = table.number("max")
     try:
         lo_t, hi_t = tables.radians_to_ticks(lo), tables.radians_to_ticks(hi)
     except ValueError as exc:
@@ -239,38 +261,43 @@ def _joint(robot: str, index: int, table: Any) -> JointConfig:
     if not lo < hi:
         raise config_error("bad_limit", f"{where}: min {lo} is not below max {hi}")
     if lo_t < 0 or hi_t > tables.MAX_TICK:
-        raise config_error("bad_limit", f"{where}: limits leave the 0..4095 tick range of one turn")
-    model = _get(table, "model", int, where, None)
+        raise config_error("bad_limit", f"{where}: limits leave the one-turn range of the servo")
+    model = table.optional_integer("model")
     return JointConfig(name, dxl_id, lo, hi, lo_t, hi_t, model)
 
 
-def _robot(name: str, table: Any, ports: dict[str, DynamixelPortConfig]) -> RobotConfig:
-    where = f"robots.{name}"
-    if not isinstance(table, dict):
-        raise config_error("wrong_type", f"{where} is not a table")
-    port = _get(table, "port", str, where)
+def _robot(name: str, raw: Any, ports: dict[str, DynamixelPortConfig]) -> RobotConfig:
+    table = Table(raw, f"robots.{name}", ROBOT_KEYS)
+    where = table.where
+    port = table.text("port")
     if port not in ports:
-        raise config_error("unknown_port", f"{where}: port {port!r} is not declared")
-    raw_joints = _get(table, "joints", list, where)
-    joints = tuple(_joint(name, i, t) for i, t in enumerate(raw_joints))
+        raise config_error(
+            "unknown_port",
+            f"{where}: port {port!r} is not declared{_did_you_mean(port, ports)}",
+            port=port,
+            suggestion=nearest(port, ports),
+        )
+    joints = tuple(_joint(name, i, t) for i, t in enumerate(table.array("joints")))
     if not joints:
         raise config_error("no_joints", f"{where}: at least one joint is required")
     ids = [j.id for j in joints]
     names = [j.name for j in joints]
     if len(set(ids)) != len(ids) or len(set(names)) != len(names):
         raise config_error("duplicate_joint", f"{where}: joint ids and names must be unique")
-    safe_stop = _get(table, "safe_stop", str, where, "hold")
+    safe_stop = table.text("safe_stop", "hold")
     if safe_stop not in SAFE_STOP_POLICIES:
         raise config_error(
             "bad_safe_stop", f"{where}: safe_stop {safe_stop!r} not in {SAFE_STOP_POLICIES}"
         )
-    speed = float(_get(table, "speed", (int, float), where, 1.5))
-    first = float(_get(table, "first_motion_speed", (int, float), where, 0.3))
+    speed = table.number("speed", 1.5)
+    first = table.number("first_motion_speed", 0.3)
     if not (0 < first <= speed < 50):
         raise config_error("bad_speed", f"{where}: need 0 < first_motion_speed <= speed < 50 rad/s")
-    tolerance = _get(table, "tolerance_ticks", int, where, 20)
-    if not 0 <= tolerance <= 200:
-        raise config_error("out_of_range", f"{where}: tolerance_ticks {tolerance} not 0..200")
+    tolerance = table.number("tolerance", DEFAULT_TOLERANCE)
+    if not 0 <= tolerance <= MAX_TOLERANCE:
+        raise config_error(
+            "bad_tolerance", f"{where}: tolerance {tolerance} rad is not 0..{MAX_TOLERANCE}"
+        )
     return RobotConfig(
         name,
         port,
@@ -278,6 +305,7 @@ def _robot(name: str, table: Any, ports: dict[str, DynamixelPortConfig]) -> Robo
         safe_stop,
         tables.profile_velocity_for(speed),
         tables.profile_velocity_for(first),
+        abs(tables.radians_to_tick_delta(tolerance)),
         tolerance,
     )
 
@@ -288,29 +316,33 @@ def default_state_dir() -> Path:
 
 
 def parse_config(text: str, path: Path = Path("<memory>")) -> HostConfig:
-    """Validate a TOML host configuration."""
+    """Validate a TOML host configuration; every table is read strictly."""
     try:
-        doc = tomllib.loads(text)
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise config_error("bad_toml", f"{path}: {exc}") from exc
-    host = _get(doc, "host", dict, "host", {})
-    state_dir = Path(_get(host, "state_dir", str, "host", str(default_state_dir())))
-    ports: dict[str, DynamixelPortConfig] = {}
-    for name, table in _get(doc, "ports", dict, "ports", {}).items():
-        if not isinstance(table, dict):
-            raise config_error("wrong_type", f"ports.{name} is not a table")
-        kind = _get(table, "type", str, f"ports.{name}", "dynamixel")
-        from tether.adapters import PORT_TYPES  # the registry imports this module
+    doc = Table(raw, "", TOP_KEYS)
+    host = doc.table("host", HOST_KEYS)
+    state_dir = Path(host.text("state_dir", str(default_state_dir())))
+    from tether.adapters import PORT_TYPES  # the registry imports this module
 
+    ports: dict[str, DynamixelPortConfig] = {}
+    for name, raw_port in doc.mapping("ports").items():
+        where = f"ports.{name}"
+        if not isinstance(raw_port, dict):
+            raise config_error("wrong_type", f"{where} is not a table")
+        kind = raw_port.get("type", "dynamixel")
+        if not isinstance(kind, str):
+            raise config_error("wrong_type", f"{where}: `type` must be a string", key="type")
         if kind not in PORT_TYPES:
             raise config_error(
                 "unknown_port_type",
-                f"ports.{name}: type {kind!r} is not one of {sorted(PORT_TYPES)}",
+                f"{where}: type {kind!r} is not one of {sorted(PORT_TYPES)}",
+                type=kind,
             )
-        ports[name] = PORT_TYPES[kind].from_table(name, table)
-    robots = {
-        name: _robot(name, t, ports) for name, t in _get(doc, "robots", dict, "robots", {}).items()
-    }
+        config_class = PORT_TYPES[kind]
+        ports[name] = config_class.from_table(name, Table(raw_port, where, config_class.KEYS))
+    robots = {name: _robot(name, t, ports) for name, t in doc.mapping("robots").items()}
     seen: dict[tuple[str, int], str] = {}
     for robot in robots.values():
         for joint in robot.joints:
@@ -320,8 +352,7 @@ def parse_config(text: str, path: Path = Path("<memory>")) -> HostConfig:
                     "duplicate_joint",
                     f"id {joint.id} on port {robot.port} used by {other} and {robot.name}",
                 )
-    operator = _get(doc, "operator", dict, "operator", {})
-    credential = _get(operator, "credential", str, "operator", None)
+    credential = doc.table("operator", OPERATOR_KEYS).optional_text("credential")
     if credential is not None and not credential.startswith("scrypt$"):
         raise config_error(
             "plain_credential", "operator.credential must be a hash (tether host hash-credential)"

@@ -4,8 +4,11 @@ Transport rules:
 - `serial.Serial` on a path or a pyserial URL (`serial_for_url`), opened exclusively, with a
   bounded timeout on every read; no call waits longer than about twice `timeout_ms`.
 - Reads (PING, READ, SYNC_READ) may be retried: they change nothing on the device. A write is
-  sent once: a missing status raises `DxlWriteUnconfirmed` (it may or may not have applied),
-  never a silent resend. A status with an error number raises `DxlDeviceError` (not applied).
+  sent once: a missing status raises `WriteUnconfirmed` (it may or may not have applied),
+  never a silent resend. A status with an error number raises `DeviceError` (not applied).
+- Every failure is one of the protocol-neutral classes of `tether.transport`, with a `.code`
+  from `ERROR_CODES`: an adapter unplugged under an open port (EIO, hang-up, a vanished tty) is
+  `PortLost`, whichever call noticed it, never a bare `termios` or `OSError`.
 - A device is identified by its USB serial number / VID:PID when the adapter has them, plus the
   PING model number and id of every configured joint, never by tty index alone. One process
   owns a port: an exclusive open plus a `flock` on a lock file keyed by that identity. The lock
@@ -20,26 +23,30 @@ import fcntl
 import hashlib
 import json
 import os
+import termios
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import serial  # type: ignore[import-untyped]
 from serial.tools import list_ports  # type: ignore[import-untyped]
 
 from tether import _core
+from tether._coded import CodedError
+from tether._dirs import usable_dir
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import DynamixelPortConfig, RobotConfig
-from tether.errors import (
-    DxlDeviceError,
-    DxlFrameError,
-    DxlIdentityError,
-    DxlPortBusy,
-    DxlTimeoutError,
-    DxlTransportError,
-    DxlWriteUnconfirmed,
+from tether.errors import DxlFrameError
+from tether.transport import (
+    DeviceError,
+    DeviceIdentityError,
+    PortBusy,
+    PortLost,
+    TransportError,
+    TransportTimeout,
+    WriteUnconfirmed,
 )
 
 BROADCAST = 0xFE
@@ -50,11 +57,15 @@ ERROR_CODES: tuple[str, ...] = (
     "adapter_ambiguous",
     "adapter_moved",
     "adapter_not_found",
+    "lock_failed",
     "model_mismatch",
     "no_status",
     "open_failed",
     "operator_required",
+    "owner_no_answer",
+    "owner_refused",
     "port_busy",
+    "port_lost",
     "port_owned",
     "read_failed",
     "status_return_level",
@@ -66,12 +77,18 @@ ERROR_CODES: tuple[str, ...] = (
 )
 
 
-def _coded(exc_type: type[Exception], code: str, message: str) -> Exception:
+#: What pyserial and the OS raise when the adapter goes away under an open port.
+_PORT_FAILURES = (serial.SerialException, OSError, termios.error)
+
+
+_E = TypeVar("_E", bound=CodedError)
+
+
+def _coded(exc_type: type[_E], code: str, message: str, **details: Any) -> _E:
+    """One of the driver's errors, with a listed `.code` (a programming error otherwise)."""
     if code not in ERROR_CODES:
         raise ValueError(f"unlisted driver error code {code!r}")
-    err = exc_type(f"{code}: {message}")
-    setattr(err, "code", code)  # noqa: B010 - the Rust-made classes declare no attributes
-    return err
+    return exc_type(code, message, details=details)
 
 
 @dataclass(frozen=True)
@@ -106,7 +123,7 @@ def resolve_port(cfg: DynamixelPortConfig) -> PortIdentity:
         if len(matches) != 1:
             what = "no adapter" if not matches else f"{len(matches)} adapters"
             raise _coded(
-                DxlIdentityError,
+                DeviceIdentityError,
                 "adapter_not_found" if not matches else "adapter_ambiguous",
                 f"port {cfg.name}: {what} with usb_serial={cfg.usb_serial} vid_pid={cfg.vid_pid}",
             )
@@ -117,7 +134,7 @@ def resolve_port(cfg: DynamixelPortConfig) -> PortIdentity:
             and os.path.realpath(cfg.url) != os.path.realpath(port.device)
         ):
             raise _coded(
-                DxlIdentityError,
+                DeviceIdentityError,
                 "adapter_moved",
                 f"port {cfg.name}: {cfg.url} is not {port.device}",
             )
@@ -146,17 +163,27 @@ class IdentityLock:
         self._fd: int | None = None
 
     def acquire(self, socket_path: str | None = None) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        usable_dir(self.path.parent, what="the host's state_dir")
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            # The port cannot be owned, so it is not opened.
+            raise _coded(
+                TransportError,
+                "lock_failed",
+                f"cannot create the ownership lock {self.path}: {exc.strerror}",
+                lock=str(self.path),
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             owner = read_owner(self.path)
             raise _coded(
-                DxlPortBusy,
+                PortBusy,
                 "port_owned",
                 f"{self.key} is owned by pid {owner.get('pid')} (socket {owner.get('socket')})",
+                owner=owner,
             ) from None
         os.ftruncate(fd, 0)
         os.write(
@@ -280,12 +307,9 @@ class DxlBus:
         except serial.SerialException as exc:
             if lock is not None:
                 lock.release()
-            busy = "lock" in str(exc).lower()
-            raise _coded(
-                DxlPortBusy if busy else DxlTransportError,
-                "port_busy" if busy else "open_failed",
-                f"{url}: {exc}",
-            ) from exc
+            if "lock" in str(exc).lower():
+                raise _coded(PortBusy, "port_busy", f"{url}: {exc}", port=url) from exc
+            raise _coded(TransportError, "open_failed", f"{url}: {exc}", port=url) from exc
         return cls(port, identity, timeout_ms, read_retries, lock)
 
     @classmethod
@@ -311,6 +335,8 @@ class DxlBus:
         with self._mutex:
             try:
                 self._port.close()
+            except _PORT_FAILURES:
+                pass  # the adapter is already gone: there is nothing left to close or flush
             finally:
                 if self._lock is not None:
                     self._lock.release()
@@ -323,8 +349,26 @@ class DxlBus:
 
     # --- one exchange on the wire ---
 
+    def _lost(self, code: str, exc: BaseException) -> PortLost:
+        # termios.error and OSError carry (errno, strerror); pyserial's own errors a sentence.
+        args = exc.args
+        if len(args) >= 2 and isinstance(args[0], int):
+            what = f"{args[1]} (errno {args[0]})"
+        else:
+            what = str(exc)
+        return _coded(
+            PortLost,
+            code,
+            f"{self.identity.device}: the adapter is gone or failing: {what}",
+            port=self.identity.device,
+            port_key=self.identity.key,
+        )
+
     def _send(self, frame: bytes, instruction: str, ids: list[int]) -> None:
-        self._port.reset_input_buffer()
+        try:
+            self._port.reset_input_buffer()
+        except _PORT_FAILURES as exc:
+            raise self._lost("port_lost", exc) from exc
         self._decoder.clear()
         self.sent.append(
             TxRecord(int(time.time() * 1000), instruction, ids, hashlib.sha256(frame).hexdigest())
@@ -333,10 +377,12 @@ class DxlBus:
         try:
             written = self._port.write(frame)
             self._port.flush()
-        except serial.SerialException as exc:
-            raise _coded(DxlTransportError, "write_failed", str(exc)) from exc
+        except serial.SerialTimeoutException as exc:
+            raise _coded(TransportError, "write_failed", f"{instruction}: {exc}") from exc
+        except _PORT_FAILURES as exc:
+            raise self._lost("write_failed", exc) from exc
         if written != len(frame):
-            raise _coded(DxlTransportError, "write_short", f"wrote {written} of {len(frame)} bytes")
+            raise _coded(TransportError, "write_short", f"wrote {written} of {len(frame)} bytes")
 
     def _receive(self, ids: list[int]) -> dict[int, _core.DxlPacket]:
         """Status packets from `ids` (in any order) until all arrived or the deadline passed."""
@@ -348,8 +394,8 @@ class DxlBus:
                 break
             try:
                 chunk = self._port.read(max(1, self._port.in_waiting))
-            except serial.SerialException as exc:
-                raise _coded(DxlTransportError, "read_failed", str(exc)) from exc
+            except _PORT_FAILURES as exc:
+                raise self._lost("read_failed", exc) from exc
             if not chunk:
                 continue
             self._decoder.feed(chunk)
@@ -375,9 +421,11 @@ class DxlBus:
         code = packet.error_code or "none"
         if code != "none":
             raise _coded(
-                DxlDeviceError,
+                DeviceError,
                 code,
                 f"id {packet.id} refused {what} ({code}, alert={packet.alert})",
+                id=packet.id,
+                alert=packet.alert,
             )
 
     def _read_exchange(
@@ -399,7 +447,10 @@ class DxlBus:
                 return got
             missing = sorted(set(ids) - set(got)) + bad
             last = _coded(
-                DxlTimeoutError, "no_status", f"{instruction}: no valid status from ids {missing}"
+                TransportTimeout,
+                "no_status",
+                f"{instruction}: no valid status from ids {missing}",
+                ids=missing,
             )
         assert last is not None
         raise last
@@ -410,9 +461,10 @@ class DxlBus:
         got = self._receive([dxl_id])
         if dxl_id not in got:
             raise _coded(
-                DxlWriteUnconfirmed,
+                WriteUnconfirmed,
                 "write_unconfirmed",
                 f"{instruction} to id {dxl_id} sent, no status: it may or may not have applied",
+                id=dxl_id,
             )
         self._check(got[dxl_id], instruction)
         return got[dxl_id]
@@ -478,7 +530,7 @@ class DxlBus:
     def reboot(self, dxl_id: int, *, operator: str) -> None:
         """REBOOT wipes RAM (torque off, staged writes lost); only ever on an operator's word."""
         if not operator:
-            raise _coded(DxlIdentityError, "operator_required", "REBOOT needs a named operator")
+            raise _coded(DeviceIdentityError, "operator_required", "REBOOT needs a named operator")
         with self._mutex:
             self._write_exchange(_core.dxl_reboot(dxl_id), "reboot", dxl_id)
 
@@ -506,23 +558,23 @@ def check_robot(bus: DxlBus, robot: RobotConfig) -> DeviceIdentity:
         servo = bus.ping(joint.id)
         if joint.model is not None and servo.model != joint.model:
             raise _coded(
-                DxlIdentityError,
+                DeviceIdentityError,
                 "model_mismatch",
                 f"id {joint.id} answered model {servo.model}, configured {joint.model}",
             )
         try:
             level = bus.read_field(joint.id, tables.STATUS_RETURN_LEVEL)
-        except DxlTimeoutError as exc:
+        except TransportTimeout as exc:
             # It answered PING (always answered) but not READ: Status Return Level 0.
             raise _coded(
-                DxlIdentityError,
+                DeviceIdentityError,
                 "status_return_level",
                 f"id {joint.id} answers PING but not READ (Status Return Level 0): "
                 "writes would never be confirmed",
             ) from exc
         if level != tables.StatusReturnLevel.ALL.value:
             raise _coded(
-                DxlIdentityError,
+                DeviceIdentityError,
                 "status_return_level",
                 f"id {joint.id} has Status Return Level {level}: writes would never be confirmed",
             )

@@ -4,7 +4,8 @@ Exactly one process owns a port (see `driver`). While it does, other processes (
 CLI, `tether stop`) cannot open the port; they read the owner's control socket from the
 identity lock file and send one JSON request per connection:
 
-- `{"op": "stop", "robot": name | null}`: safe-stop (all robots on this host when null)
+- `{"op": "stop", "robot": name | null}`: safe-stop (all robots on this host when null); the
+  answer is each robot's `SafeStopReport`, read back from the device after the stop
 - `{"op": "state", "robot": name}`: a fresh read-back of every joint
 - `{"op": "identity"}`: the identity each connected robot answered at connect
 
@@ -29,6 +30,7 @@ from tether.adapters.dynamixel.config import HostConfig, RobotConfig
 from tether.adapters.dynamixel.driver import (
     DeviceIdentity,
     DxlBus,
+    _coded,
     check_robot,
     is_locked,
     lock_path,
@@ -36,7 +38,7 @@ from tether.adapters.dynamixel.driver import (
     resolve_port,
 )
 from tether.adapters.dynamixel.safety import SafeStopReport, safe_stop
-from tether.errors import DxlPortBusy, DxlTransportError
+from tether.transport import PortBusy, TransportError
 
 
 def read_state(bus: DxlBus, robot: RobotConfig) -> dict[str, Any]:
@@ -114,17 +116,36 @@ class ControlServer:
 
 
 def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.0) -> Any:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(socket_path)
-        sock.sendall((json.dumps(request) + "\n").encode())
-        with sock.makefile("r") as reader:
-            line = reader.readline()
+    """One request to an owner's control socket; its result, or a `TransportError`."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(socket_path)
+            sock.sendall((json.dumps(request) + "\n").encode())
+            with sock.makefile("r") as reader:
+                line = reader.readline()
+    except OSError as exc:
+        raise _coded(
+            TransportError,
+            "owner_no_answer",
+            f"control socket {socket_path}: {exc.__class__.__name__}: {exc}",
+            socket=socket_path,
+        ) from exc
     if not line:
-        raise DxlTransportError("owner closed the control socket without answering")
+        raise _coded(
+            TransportError,
+            "owner_no_answer",
+            f"control socket {socket_path}: closed without answering",
+            socket=socket_path,
+        )
     reply = json.loads(line)
     if not reply.get("ok"):
-        raise DxlTransportError(f"owner refused: {reply.get('error')}")
+        raise _coded(
+            TransportError,
+            "owner_refused",
+            f"the owner refused: {reply.get('error')}",
+            socket=socket_path,
+        )
     return reply.get("result")
 
 
@@ -136,7 +157,9 @@ def owner_socket(config: HostConfig, port_name: str) -> str | None:
         return None
     socket_path = read_owner(path).get("socket")
     if not isinstance(socket_path, str):
-        raise DxlPortBusy(f"{identity.key} is owned by a process without a control socket")
+        raise _coded(
+            PortBusy, "port_owned", f"{identity.key} is owned by a process without a control socket"
+        )
     return socket_path
 
 
@@ -192,7 +215,10 @@ class RobotHost:
                 try:
                     reports.append(self.stop(name))
                 except Exception as exc:
-                    reports.append(SafeStopReport(name, "unknown", {0: f"failed: {exc}"}, ok=False))
+                    policy = self.config.robot(name).safe_stop
+                    reports.append(
+                        SafeStopReport(name, policy, error=f"{type(exc).__name__}: {exc}")
+                    )
         finally:
             if self._server is not None:
                 self._server.close()
@@ -210,10 +236,17 @@ class RobotHost:
 
 
 def stop_everything(config: HostConfig, robots: list[str] | None = None) -> list[dict[str, Any]]:
-    """`tether stop`: safe-stop each robot through its owner, or directly when nobody owns it."""
+    """`tether stop`: safe-stop each robot through its owner, or directly when nobody owns it.
+
+    Every named robot must be configured (an unknown name raises before anything is sent); a
+    robot that cannot be reached gets a report with its `error`, and the others are still
+    stopped.
+    """
+    names = robots or sorted(config.robots)
+    chosen = [config.robot(name) for name in names]
     reports: list[dict[str, Any]] = []
-    for name in robots or sorted(config.robots):
-        robot = config.robot(name)
+    for robot in chosen:
+        name = robot.name
         try:
             socket_path = owner_socket(config, robot.port)
             if socket_path is not None:
@@ -223,7 +256,8 @@ def stop_everything(config: HostConfig, robots: list[str] | None = None) -> list
             with DxlBus.open_config(config.ports[robot.port], lock_dir=config.state_dir) as bus:
                 reports.append({**safe_stop(bus, robot).as_dict(), "via": "direct"})
         except Exception as exc:
-            reports.append({"robot": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+            failed = SafeStopReport(name, robot.safe_stop, error=f"{type(exc).__name__}: {exc}")
+            reports.append({**failed.as_dict(), "via": None})
     return reports
 
 

@@ -37,9 +37,9 @@ from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, RobotConfig
 from tether.adapters.dynamixel.host import RobotHost, read_state
 from tether.adapters.dynamixel.safety import safe_stop
-from tether.errors import DxlDeviceError
 from tether.physical.robot_move import Conclusion, ConfirmedAbsent, MoveRequest, Recovered, Unknown
 from tether.physical.robot_move_store import Operation, now_ms
+from tether.transport import DeviceError
 
 #: Names a crash point at which the worker SIGKILLs itself (crash tests only).
 CRASH_ENV = "TETHER_DXL_CRASH_AT"
@@ -53,8 +53,8 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class MoveNotReached(DxlDeviceError):
-    """The arm settled away from its goals (blocked, or torque lost)."""
+class MoveNotReached(DeviceError):
+    """The arm settled away from its goals (blocked, or torque lost); code `not_reached`."""
 
 
 def plan_absolute(robot: RobotConfig, request: MoveRequest) -> dict[int, int]:
@@ -262,7 +262,9 @@ class DynamixelMoveAdapter:
             crash_point("after_readback")
             if not self._reached(robot, goals, final):
                 raise MoveNotReached(
-                    f"robot {robot.name} settled away from its goals: {final['joints']}"
+                    "not_reached",
+                    f"robot {robot.name} settled away from its goals: {final['joints']}",
+                    details={"robot": robot.name, "state": final},
                 )
             completed = True
             return self._result(op, attempt, robot, goals, final, "completed")

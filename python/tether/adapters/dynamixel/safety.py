@@ -1,12 +1,23 @@
 """Safe-stop and the speed limit of a first motion.
 
 Safe-stop, per robot policy from the host configuration:
-- `hold`: torque stays on and every joint's Goal Position is set to its Present Position, so
-  the arm stops where it is and keeps holding its load.
+- `hold`: torque is left as it is and every joint's Goal Position is set to the Present
+  Position just read, so the arm stops where it stands, even outside the configured limits
+  (those limits refuse moves before they are sent; a stop never moves the arm to obey them).
 - `torque_off`: Torque Enable is cleared on every joint (the arm goes limp).
 A REG_WRITE that is still staged is left staged: its Registered Instruction flag is evidence
 that reconciliation reads, and only Tether sends ACTION, after neutralising it. Every joint is
 tried even when another fails; failures are reported, never swallowed.
+
+After the policy, every joint is read back and reported as what the device is
+(`stopped_state`, a pure function of that read-back):
+- `held`: torque on, no hardware error, and its goal is where it stands (the hold was
+  confirmed, or Goal Position is within the arrival tolerance of Present Position);
+- `limp`: torque off, or a hardware error (listed by name; the servo drops torque);
+- `moving`: torque on, no hardware error, but its goal is elsewhere: the stop did not take;
+- `unknown`: the read-back failed (the error says why).
+A robot's stop is `ok` when every joint is in its policy's state (`held` for `hold`, `limp` for
+`torque_off`). Positions are reported in radians.
 
 First motion: after a (re)connect or an operator re-issue the first move runs at the robot's
 `first_motion_velocity` (Profile Velocity), measured against a fresh read of Present Position.
@@ -22,34 +33,129 @@ from tether.adapters.dynamixel.config import RobotConfig
 from tether.adapters.dynamixel.driver import DxlBus
 from tether.errors import TetherError
 
+#: What a joint is after a stop (see the module docstring).
+STOPPED_STATES = ("held", "limp", "moving", "unknown")
+#: The state each safe-stop policy asks for.
+POLICY_STATE = {"hold": "held", "torque_off": "limp"}
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """The registers a stop reads back from one joint (raw, as the device holds them)."""
+
+    torque_enable: int
+    hardware_error_status: int
+    present_position: int
+    goal_position: int
+
+
+def stopped_state(read_back: ReadBack | None, *, hold_confirmed: bool, tolerance_ticks: int) -> str:
+    """What a joint is after a stop, decided from its read-back alone (None: unreadable)."""
+    if read_back is None:
+        return "unknown"
+    if read_back.torque_enable != 1 or read_back.hardware_error_status:
+        return "limp"
+    at_goal = abs(read_back.goal_position - read_back.present_position) <= tolerance_ticks
+    return "held" if hold_confirmed or at_goal else "moving"
+
+
+@dataclass
+class JointStop:
+    """One joint after a stop: its state and the read-back behind it, in SI units."""
+
+    joint: str
+    id: int
+    state: str
+    torque: bool | None = None
+    hardware_error: list[str] = field(default_factory=list)
+    present: float | None = None  # radians
+    goal: float | None = None  # radians
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "joint": self.joint,
+            "id": self.id,
+            "state": self.state,
+            "torque": self.torque,
+            "hardware_error": self.hardware_error,
+            "present": self.present,
+            "goal": self.goal,
+            "error": self.error,
+        }
+
 
 @dataclass
 class SafeStopReport:
     robot: str
     policy: str
-    joints: dict[int, str] = field(default_factory=dict)  # id -> "held" / "torque_off" / error
-    ok: bool = True
+    joints: list[JointStop] = field(default_factory=list)
+    error: str | None = None  # the whole robot could not be reached
+
+    @property
+    def ok(self) -> bool:
+        wanted = POLICY_STATE.get(self.policy)
+        return self.error is None and all(j.state == wanted for j in self.joints)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"robot": self.robot, "policy": self.policy, "ok": self.ok, "joints": self.joints}
+        return {
+            "robot": self.robot,
+            "policy": self.policy,
+            "ok": self.ok,
+            "error": self.error,
+            "joints": [j.as_dict() for j in self.joints],
+        }
+
+
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _read_back(bus: DxlBus, dxl_id: int) -> ReadBack:
+    return ReadBack(
+        bus.read_field(dxl_id, tables.TORQUE_ENABLE),
+        bus.read_field(dxl_id, tables.HARDWARE_ERROR_STATUS),
+        bus.read_field(dxl_id, tables.PRESENT_POSITION),
+        bus.read_field(dxl_id, tables.GOAL_POSITION),
+    )
 
 
 def safe_stop(bus: DxlBus, robot: RobotConfig) -> SafeStopReport:
-    """Apply the robot's safe-stop policy to every joint; never raises for one joint's failure."""
+    """Apply the robot's safe-stop policy to every joint, then report what each joint is, read
+    back from the device; never raises for one joint's failure."""
     report = SafeStopReport(robot.name, robot.safe_stop)
     for joint in robot.joints:
+        errors: list[str] = []
+        hold_confirmed = False
         try:
             if robot.safe_stop == "torque_off":
                 bus.write_field(joint.id, tables.TORQUE_ENABLE, 0)
-                report.joints[joint.id] = "torque_off"
             else:
+                # The present position as it is, never clamped to the configured limits: an
+                # arm outside them stays where it is.
                 present = bus.read_field(joint.id, tables.PRESENT_POSITION)
-                held = min(max(present, joint.min_ticks), joint.max_ticks)
-                bus.write_field(joint.id, tables.GOAL_POSITION, held)
-                report.joints[joint.id] = "held"
+                bus.write_field(joint.id, tables.GOAL_POSITION, present)
+                hold_confirmed = True
         except (TetherError, OSError) as exc:
-            report.joints[joint.id] = f"failed: {exc}"
-            report.ok = False
+            errors.append(f"{robot.safe_stop} failed: {_failure(exc)}")
+        read_back: ReadBack | None = None
+        try:
+            read_back = _read_back(bus, joint.id)
+        except (TetherError, OSError) as exc:
+            errors.append(f"read-back failed: {_failure(exc)}")
+        state = stopped_state(
+            read_back, hold_confirmed=hold_confirmed, tolerance_ticks=robot.tolerance_ticks
+        )
+        stop = JointStop(joint.name, joint.id, state, error="; ".join(errors) or None)
+        if read_back is not None:
+            stop.torque = read_back.torque_enable == 1
+            bits = read_back.hardware_error_status
+            stop.hardware_error = tables.hardware_errors(bits) or (
+                [f"0x{bits:02x}"] if bits else []
+            )
+            stop.present = round(tables.ticks_to_radians(read_back.present_position), 4)
+            stop.goal = round(tables.ticks_to_radians(read_back.goal_position), 4)
+        report.joints.append(stop)
     return report
 
 

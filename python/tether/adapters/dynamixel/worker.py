@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from tether._dirs import usable_dir
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.host import RobotHost
 from tether.adapters.dynamixel.move import DynamixelMoveAdapter, check_request
@@ -140,10 +141,12 @@ def main(argv: list[str]) -> int:
         request = MoveRequest.from_dict(
             {"kind": kind, "robot": args.robot, "targets": parse_targets(args.joint)}
         )
-        store = MoveStore(args.store or config.state_dir / "robot_move")
+        store_dir = args.store or config.state_dir / "robot_move"
+        store = MoveStore(usable_dir(store_dir, what="the operation store"))
         op_id = operation_id(kind, args.world, args.activity)
     except (TetherError, MoveRequestError) as exc:
-        print(json.dumps({"status": "refused", "error": str(exc)}), flush=True)
+        refused = {"status": "refused", "code": getattr(exc, "code", None), "error": str(exc)}
+        print(json.dumps(refused), flush=True)
         return EXIT_USAGE
 
     def progress(content: dict[str, Any]) -> None:
@@ -158,7 +161,9 @@ def main(argv: list[str]) -> int:
         print(
             json.dumps(
                 {
+                    "operation_id": op_id,
                     "status": "refused" if code == "limit_violation" else "error",
+                    "code": code,
                     "error": f"{type(exc).__name__}: {exc}",
                 }
             ),

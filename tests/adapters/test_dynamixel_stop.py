@@ -1,0 +1,164 @@
+"""`tether stop` reports what each joint is, read back after the stop, and never moves the arm.
+
+The emulator runs as its own process (`tether emulate dynamixel`) on a real pty; the state under
+test is set up over the wire (a DxlBus) or through the emulator's control socket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+from _dxl_setup import EmulatorProcess, emulator_process, settled, write_config
+from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel.driver import DxlBus
+from tether.adapters.dynamixel.safety import ReadBack, stopped_state
+
+#: Configured limits are +-1.5 rad; this Present Position is about 2.07 rad, outside them.
+OUTSIDE = tables.radians_to_ticks(1.5) + 374
+
+
+@pytest.fixture
+def emu(tmp_path: Path) -> Iterator[EmulatorProcess]:
+    with emulator_process(tmp_path) as emu:
+        yield emu
+
+
+def powered(emu: EmulatorProcess, present: dict[int, int]) -> None:
+    """Place shafts by hand, then hold each where it is (Goal first, so nothing moves)."""
+    for dxl_id, ticks in present.items():
+        emu.request(op="set_present", id=dxl_id, ticks=ticks)
+    with DxlBus.open(emu.path, timeout_ms=400, lock_dir=None) as bus:
+        for dxl_id, ticks in present.items():
+            bus.write_field(dxl_id, tables.GOAL_POSITION, ticks)
+            bus.write_field(dxl_id, tables.TORQUE_ENABLE, 1)
+
+
+def stop(config: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether", "stop", "--config", str(config), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def stop_on_a_tty(config: Path, seconds: float = 120.0) -> tuple[int, str]:
+    """`tether stop` with its stdout and stderr on a real terminal; (exit code, what it showed)."""
+    master, slave = pty.openpty()
+    argv = [sys.executable, "-m", "tether", "stop", "--config", str(config)]
+    with subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave) as proc:
+        os.close(slave)
+        shown = bytearray()
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([master], [], [], 0.1)
+                if not ready:
+                    if proc.poll() is not None:
+                        break
+                    continue
+                try:
+                    data = os.read(master, 4096)
+                except OSError:  # EIO: the command exited and closed the terminal
+                    break
+                if not data:
+                    break
+                shown += data
+            code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            os.close(master)
+    return code, shown.decode().replace("\r\n", "\n")
+
+
+def joints(done: subprocess.CompletedProcess[str]) -> dict[str, dict[str, object]]:
+    reports = json.loads(done.stdout)
+    assert len(reports) == 1, reports
+    return {j["joint"]: j for j in reports[0]["joints"]}
+
+
+def test_stop_holds_an_arm_outside_its_limits_where_it_stands(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, emu.path)
+    powered(emu, {1: OUTSIDE, 2: tables.CENTER_TICK})
+    done = stop(config, "--json")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    a = joints(done)["a"]
+    assert (a["state"], a["torque"], a["hardware_error"]) == ("held", True, [])
+    assert a["present"] == a["goal"] == round(tables.ticks_to_radians(OUTSIDE), 4)
+    # The goal the stop wrote is where the shaft is, not the nearest configured limit.
+    state = settled(partial(emu.request, op="snapshot", id=1))
+    assert (state["goal_position"], state["present_position"]) == (OUTSIDE, OUTSIDE)
+    writes = [e for e in emu.journal() if e["instruction"] == "write" and e["id"] == 1]
+    assert writes[-1]["data"] == tables.encode(tables.GOAL_POSITION, OUTSIDE).hex()
+
+
+def test_a_torque_off_servo_reports_limp(emu: EmulatorProcess, tmp_path: Path) -> None:
+    config = write_config(tmp_path, emu.path)  # policy "hold"; both servos start torque off
+    powered(emu, {1: tables.CENTER_TICK})
+    done = stop(config, "--json")
+    assert done.returncode == 1  # "hold" asked for held; joint b is limp
+    report = joints(done)
+    assert (report["a"]["state"], report["b"]["state"]) == ("held", "limp")
+    assert (report["b"]["torque"], report["b"]["hardware_error"]) == (False, [])
+    assert emu.request(op="snapshot", id=2)["torque_enable"] == 0  # a stop never powers a joint
+
+
+def test_a_hardware_error_reports_limp_with_the_decoded_error(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, emu.path)
+    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK + 100})
+    emu.request(op="fault", kind="alert", id=2, value=0x20)  # overload: the servo drops torque
+    done = stop(config, "--json")
+    assert done.returncode == 1
+    b = joints(done)["b"]
+    assert (b["state"], b["torque"], b["hardware_error"]) == ("limp", False, ["overload"])
+    assert joints(done)["a"]["state"] == "held"
+    code, shown = stop_on_a_tty(config)
+    assert code == 1, shown
+    lines = shown.splitlines()
+    assert lines[0] == "arm (safe_stop hold, via direct): NOT in the state its policy asks"
+    line_a, line_b = (next(x for x in lines if x.startswith(f"  {n} ")) for n in "ab")
+    assert "held" in line_a and "torque on" in line_a and "+0.0000 rad" in line_a
+    assert "limp" in line_b and "torque off" in line_b and "hardware error: overload" in line_b
+    assert "{" not in shown and "Traceback" not in shown
+
+
+@pytest.mark.parametrize(("name", "hint"), [("UNKNOWN", "(configured: arm)"), ("amr", "'arm'?")])
+def test_stop_of_an_unknown_robot_is_one_line_and_sends_nothing(
+    emu: EmulatorProcess, tmp_path: Path, name: str, hint: str
+) -> None:
+    done = stop(write_config(tmp_path, emu.path), "--robot", name)
+    assert done.returncode == 2
+    assert done.stdout == "" and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"tether stop: unknown_robot: no robot {name!r} in ")
+    assert done.stderr.rstrip().endswith(hint)
+    assert emu.journal() == []
+
+
+@pytest.mark.parametrize(
+    ("policy", "read_back", "hold_confirmed", "state"),
+    [
+        ("any", None, False, "unknown"),
+        ("torque off", ReadBack(0, 0, 2048, 2048), False, "limp"),
+        ("hardware error", ReadBack(1, 0x20, 2048, 2048), True, "limp"),
+        ("hold confirmed", ReadBack(1, 0, 2100, 2048), True, "held"),
+        ("goal within tolerance", ReadBack(1, 0, 2060, 2048), False, "held"),
+        ("goal elsewhere", ReadBack(1, 0, 2500, 2048), False, "moving"),
+    ],
+)
+def test_stopped_state_is_decided_from_the_read_back(
+    policy: str, read_back: ReadBack | None, hold_confirmed: bool, state: str
+) -> None:
+    assert stopped_state(read_back, hold_confirmed=hold_confirmed, tolerance_ticks=20) == state

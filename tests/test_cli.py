@@ -1,0 +1,129 @@
+"""The `tether` command line on bad paths: one line naming the problem, a documented exit code,
+no traceback, nothing created where it should not be."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tether._dirs import DataDirError, usable_dir
+
+CONFIG = """
+[host]
+state_dir = "{state_dir}"
+[ports.bus]
+url = "/dev/does-not-exist"
+[robots.arm]
+port = "bus"
+[[robots.arm.joints]]
+name = "a"
+id = 1
+min = -1
+max = 1
+"""
+
+
+def tether(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def a_file(tmp_path: Path) -> Path:
+    path = tmp_path / "not-a-dir"
+    path.write_text("precious\n")
+    return path
+
+
+def config_with_state_dir(tmp_path: Path, state_dir: Path) -> Path:
+    path = tmp_path / "host.toml"
+    path.write_text(CONFIG.format(state_dir=state_dir))
+    return path
+
+
+def one_line(done: subprocess.CompletedProcess[str], prefix: str) -> str:
+    assert "Traceback" not in done.stderr + done.stdout
+    text = (done.stderr or done.stdout).strip()
+    assert "\n" not in text and text.startswith(prefix), text
+    return text
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "prefix"),
+    [
+        (["demo", "--port", "0", "--data-dir", "{file}"], 2, "tether demo: not_a_directory:"),
+        (["demo", "--port", "0", "--data-dir", "{file}/sub"], 2, "tether demo: not_a_directory:"),
+        (
+            ["operator", "--config", "{config}", "--data-dir", "{file}", "list"],
+            2,
+            "tether operator: not_a_directory:",
+        ),
+        (["stop", "--config", "{state_is_file}"], 2, "tether stop: not_a_directory:"),
+        (["host", "serve", "--config", "{state_is_file}"], 2, "tether host: not_a_directory:"),
+        (
+            [
+                "move",
+                "--config",
+                "{state_is_file}",
+                "--robot",
+                "arm",
+                "--activity",
+                "m",
+                "--joint",
+                "a=0.1",
+            ],
+            2,
+            '{"status": "refused", "code": "not_a_directory"',
+        ),
+    ],
+)
+def test_a_data_dir_that_is_a_file_is_one_line(
+    tmp_path: Path, a_file: Path, argv: list[str], code: int, prefix: str
+) -> None:
+    names = {
+        "file": str(a_file),
+        "config": str(config_with_state_dir(tmp_path, tmp_path / "state")),
+    }
+    state_is_file = tmp_path / "file-state.toml"
+    state_is_file.write_text(CONFIG.format(state_dir=a_file))
+    names["state_is_file"] = str(state_is_file)
+    done = tether(*(a.format(**names) for a in argv))
+    assert done.returncode == code, (done.stdout, done.stderr)
+    assert str(a_file) in one_line(done, prefix)
+    assert a_file.read_text() == "precious\n"  # nothing lost
+
+
+def test_a_worker_on_a_file_is_one_line_from_the_dispatcher(tmp_path: Path, a_file: Path) -> None:
+    config = config_with_state_dir(tmp_path, tmp_path / "state")
+    families = "tether.physical.robot_move_family:families_from_env"
+    done = tether(
+        "worker", str(a_file), "--families", families, env={"TETHER_HOST_CONFIG": str(config)}
+    )
+    assert done.returncode == 1
+    assert str(a_file) in one_line(done, "tether worker: NotADirectoryError: Not a directory")
+    assert a_file.read_text() == "precious\n"
+
+
+def test_usable_dir_creates_a_missing_directory_and_refuses_files(
+    tmp_path: Path, a_file: Path
+) -> None:
+    assert usable_dir(tmp_path / "a" / "b", what="x") == tmp_path / "a" / "b"
+    assert (tmp_path / "a" / "b").is_dir()
+    for path, code in (
+        (a_file, "not_a_directory"),
+        (a_file / "under", "not_a_directory"),
+    ):
+        with pytest.raises(DataDirError) as info:
+            usable_dir(path, what="--data-dir")
+        assert info.value.code == code and info.value.details["file"] == str(a_file)
+    with pytest.raises(DataDirError) as info:
+        usable_dir(tmp_path / "missing", what="--data-dir", create=False)
+    assert info.value.code == "no_such_directory" and not (tmp_path / "missing").exists()

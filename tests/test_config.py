@@ -1,0 +1,70 @@
+"""The generic strict table reader: declared keys only, typed values, the nearest valid key."""
+
+from __future__ import annotations
+
+import pytest
+from tether._config import HostConfigError, Table, nearest
+
+KEYS = ("speed", "first_motion_speed", "min", "max", "name", "joints")
+
+
+@pytest.mark.parametrize(
+    ("word", "meant"),
+    [
+        ("sped", "speed"),
+        ("Speed", "speed"),
+        ("speeed", "speed"),
+        ("first_motion_sped", "first_motion_speed"),
+        ("mx", "max"),
+        ("mxa", "max"),
+        ("maximum", "max"),
+        ("nmae", "name"),
+        ("banana", None),
+        ("torque", None),
+    ],
+)
+def test_nearest(word: str, meant: str | None) -> None:
+    assert nearest(word, KEYS) == meant
+
+
+def test_an_undeclared_key_is_refused_before_any_value_is_read() -> None:
+    with pytest.raises(HostConfigError) as info:
+        Table({"sped": 0.1, "name": 3}, "robots.arm", KEYS)  # `name` is also mistyped
+    assert info.value.code == "unknown_key"
+    assert info.value.details == {
+        "table": "robots.arm",
+        "key": "sped",
+        "suggestion": "speed",
+        "valid": sorted(KEYS),
+    }
+
+
+def test_values_are_typed_and_defaults_only_fill_absent_keys() -> None:
+    table = Table({"speed": 2, "name": "arm", "min": True}, "robots.arm", KEYS)
+    assert table.number("speed", 1.5) == 2.0 and table.number("max", 1.5) == 1.5
+    assert table.text("name") == "arm" and table.optional_text("joints") is None
+    with pytest.raises(HostConfigError) as info:
+        table.number("min")  # a bool is never a number
+    assert (info.value.code, info.value.details["key"]) == ("wrong_type", "min")
+    with pytest.raises(HostConfigError) as info:
+        table.text("first_motion_speed")
+    assert info.value.code == "missing_key"
+    assert str(info.value) == "missing_key: robots.arm: `first_motion_speed` is required"
+
+
+def test_sub_tables_are_strict_too() -> None:
+    top = Table({"host": {"stat_dir": "/x"}}, "", ("host",))
+    with pytest.raises(HostConfigError) as info:
+        top.table("host", ("state_dir",))
+    assert "host: unknown key `stat_dir`; did you mean `state_dir`?" in info.value.message
+    with pytest.raises(HostConfigError) as info:
+        Table({"robot": {}}, "", ("robots",))
+    assert info.value.message.startswith("the top level: unknown key `robot`")
+    with pytest.raises(HostConfigError) as info:
+        Table([1], "robots.arm.joints[0]", KEYS)
+    assert info.value.code == "wrong_type"
+
+
+def test_reading_an_undeclared_key_is_a_programming_error() -> None:
+    with pytest.raises(ValueError):
+        Table({}, "host", ("state_dir",)).text("stat_dir", "")
