@@ -26,6 +26,12 @@ from tether._core import AguiError as AguiError
 from tether._core import AguiMalformedError as AguiMalformedError
 from tether._core import AguiSequenceError as AguiSequenceError
 
+# --- live ---
+# isort: split
+from tether._core import LiveEventError as LiveEventError
+from tether._core import LiveEventInvalid as LiveEventInvalid
+from tether._core import LiveUsageError as LiveUsageError
+
 # --- catalog ---
 # `X as X` re-exports explicitly: `__all__` is assigned at the bottom of this file, so a
 # section's `__all__ += [...]` would run before it exists. isort would split the aliases.
@@ -150,12 +156,6 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
-
-# --- live ---
-# isort: split
-from tether._core import LiveEventError as LiveEventError
-from tether._core import LiveEventInvalid as LiveEventInvalid
-from tether._core import LiveUsageError as LiveUsageError
 
 # Sections re-export with `X as X` (which mypy and readers treat as public); `__all__` names the
 # root only, and a test checks every TetherError subclass in `tether._core` is importable here.
