@@ -122,6 +122,23 @@ def test_bound_and_reconcile_attempts_cannot_release(catalog: Catalog, clock: Ma
         catalog.release(k, r.fence)
 
 
+def test_a_reconcile_only_attempt_cannot_bind_even_the_bound_id(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    """A successful bind is an adapter's signal that it may execute: a reconcile-only attempt
+    never gets one, not even with the id an earlier attempt already bound."""
+    k = key()
+    bound_claim(catalog, k, lease_ms=1_000)
+    clock.advance(1_000)
+    r = catalog.claim("w2", 1_000)
+    assert r is not None and not r.attempt.may_execute
+    before = catalog.get(k)
+    with pytest.raises(ReconcileOnly) as info:
+        catalog.bind_provider_operation(k, r.fence, operation_id_for(k))
+    assert info.value.code == "reconcile_only"
+    assert catalog.get(k) == before
+
+
 def test_execute_attempts_bind_before_recording(catalog: Catalog) -> None:
     k = key()
     catalog.admit(admission(k))

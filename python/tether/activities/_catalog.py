@@ -144,8 +144,10 @@ class Catalog:
         self, key: ActivityKey, fence: int, operation_id: str
     ) -> ActivityRecord:
         """Durably bind the provider operation before any external effect. ``operation_id``
-        must be `operation_id_for(key)` (anything else is `OperationConflict`); rebinding it
-        is a no-op, and only an execute attempt may bind it first."""
+        must be `operation_id_for(key)` (anything else is `OperationConflict`). Only an execute
+        attempt binds: a successful bind is the signal that the adapter may execute, so a
+        reconcile-only attempt is refused (`ReconcileOnly`) even with the id already bound; an
+        execute attempt rebinding its own id is a no-op."""
         now = self._clock()
         return self._change(
             key, lambda row: _core.catalog_bind_provider_operation(row, fence, operation_id, now)

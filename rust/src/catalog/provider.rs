@@ -10,8 +10,11 @@ use super::rejection::{Rejection, RejectionKind};
 /// Durably binds the provider operation identity before any external effect. The identity is
 /// the activity's derived `operation_id_for(kind, world_id, activity_id)`: namespaced by kind and
 /// world, stable for the activity's life, and so bound to exactly one activity without any
-/// cross-record lookup. Any other id is an `operation_conflict`. Rebinding is a no-op, and a
-/// reconcile-only attempt binds nothing new.
+/// cross-record lookup. Any other id is an `operation_conflict`.
+///
+/// A successful bind is an adapter's signal that it may execute, so only an execute attempt
+/// gets one: a reconcile-only attempt is refused (`reconcile_only`) even with the id that is
+/// already bound. An execute attempt rebinding its own id is a no-op.
 pub fn bind_provider_operation(
     rec: &ActivityRecord,
     fence: i64,
@@ -29,6 +32,12 @@ pub fn bind_provider_operation(
         ));
     }
     let attempt = live(rec, fence, now_ms)?;
+    if !attempt.may_execute {
+        return Err(Rejection::new(
+            RejectionKind::ReconcileOnly,
+            "a reconcile-only attempt binds nothing: a bind would let it execute",
+        ));
+    }
     if let Some(b) = rec.binding.as_ref() {
         if b.operation_id == operation_id {
             return Ok(rec.clone());
@@ -40,12 +49,6 @@ pub fn bind_provider_operation(
                 "operation {} is already bound to this activity",
                 b.operation_id
             ),
-        ));
-    }
-    if !attempt.may_execute {
-        return Err(Rejection::new(
-            RejectionKind::ReconcileOnly,
-            "a reconcile-only attempt cannot bind a new provider operation",
         ));
     }
     let mut next = rec.next();
@@ -152,6 +155,14 @@ mod tests {
                 .unwrap_err()
                 .kind,
             RejectionKind::OperationConflict
+        );
+        // Not even the id already bound: a successful bind is the signal to execute.
+        let op = rec.binding.as_ref().unwrap().operation_id.clone();
+        assert_eq!(
+            bind_provider_operation(&rec, 2, &op, 1001)
+                .unwrap_err()
+                .kind,
+            RejectionKind::ReconcileOnly
         );
         let fresh = claim(&admitted(&admission("w", "k", "a"), 0), "w1", 100, 0).unwrap();
         assert_eq!(
