@@ -38,8 +38,33 @@ def test_admission_replay_is_a_no_op_and_a_different_replay_conflicts(catalog: C
     with pytest.raises(AdmissionConflict) as info:
         catalog.admit(admission(k, input_digest="sha256:changed"))
     assert info.value.field == "input_digest" and info.value.code == "admission_conflict"
-    with pytest.raises(AdmissionConflict):
-        catalog.admit(admission(k, tick=4))
+    with pytest.raises(AdmissionConflict) as info:
+        catalog.admit(admission(k, tick=2))  # not a later receipt of the run
+    assert info.value.field == "source.tick"
+    assert catalog.get(k) == first
+
+
+def test_the_same_request_from_a_later_receipt_is_the_admitted_activity(catalog: Catalog) -> None:
+    """The core decides that a re-request (same key and input, a later tick of the source run)
+    is the same Activity: a no-op that keeps the first source binding. A different input, or
+    a receipt of another run, is a conflict."""
+    k = key()
+    first = catalog.admit(admission(k, tick=3))
+    assert catalog.admit(admission(k, tick=4)) == first
+    assert catalog.admit(admission(k, tick=9)) == first
+    with pytest.raises(AdmissionConflict) as info:
+        catalog.admit(admission(k, tick=9, input_digest="sha256:changed"))
+    assert info.value.field == "input_digest"
+    other_run = admission(k, tick=9)
+    other_run = Admission(
+        k,
+        type(other_run.source)(k.world_id, "run-2", 9, "tok-9"),
+        other_run.input_ref,
+        other_run.input_digest,
+    )
+    with pytest.raises(AdmissionConflict) as info:
+        catalog.admit(other_run)
+    assert info.value.field == "source.run_id"
     assert catalog.get(k) == first
 
 

@@ -7,10 +7,10 @@ Tick protocol (seed section 2), all under the exact-world lock except staging an
    Every family's processors run in every tick on the pre-tick snapshot plus that family's
    observations being committed (possibly none); they alone decide semantic transitions.
 3. Post-commit work of the new head U: the receipt reader checks U; every family projection
-   runs on U's read-only snapshot and the projector admits its requests (idempotent per
-   receipt, a conflicting replay fails closed; a request for an Activity already admitted
-   from an earlier receipt is a no-op when identical and fails closed when it differs, so a
-   projection may ask for every unobserved intent in every tick); every completion evidence
+   runs on U's read-only snapshot and the projector hands its requests to the catalog's
+   `admit` (the core's rule: a replay, or the same input from a later tick, is a no-op that
+   keeps the first source binding, so a projection may ask for every unobserved intent in
+   every tick; any other difference fails closed); every completion evidence
    written in U that matches its recorded result settles the Activity against U's exact
    receipt; then the ledger records the work done, which unblocks tick U+1.
 Staging runs outside the lock, is idempotent, and is repeated after restart for every
@@ -337,19 +337,9 @@ class Host:
                 key = ActivityKey(
                     world_id=receipt.world_id, kind=req.kind, activity_id=req.activity_id
                 )
-                with self._catalog_mutex:
-                    existing = self.catalog.get(key)
-                if existing is not None and existing.source != receipt:
-                    # A projection that asks, in every tick, for each intent not yet observed
-                    # asks again for an Activity admitted from an earlier receipt: the same
-                    # request is that Activity (its source binding stays); a different one is
-                    # a conflict and fails closed.
-                    if (existing.input_ref, existing.input_digest) == (ref.ref, ref.digest):
-                        continue
-                    raise ProjectionConflict(
-                        f"{key} was admitted from {existing.source} with input"
-                        f" {existing.input_digest}; {receipt} asks for {ref.digest}"
-                    )
+                # Whether a request for an admitted key is that Activity (a replay, or the same
+                # input from a later tick: a no-op, its source binding stays) or a conflict is
+                # the core's rule, decided inside `admit`.
                 admission = Admission(
                     key=key, source=receipt, input_ref=ref.ref, input_digest=ref.digest
                 )
@@ -360,7 +350,10 @@ class Host:
                     with self._catalog_mutex:
                         self.catalog.admit(admission)
                 except AdmissionConflict as e:
-                    raise ProjectionConflict(f"conflicting replay for {key}: {e}") from e
+                    raise ProjectionConflict(
+                        f"{receipt} asks for {key} with input {ref.digest}, which conflicts"
+                        f" with its admission: {e}"
+                    ) from e
                 crash_point("after_admission")
 
     def _settle(self, snapshot: WorldSnapshot) -> None:

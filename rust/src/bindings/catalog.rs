@@ -387,7 +387,9 @@ fn catalog_admit<'py>(
         input_ref: admission.input_ref,
         input_digest: admission.input_digest,
     };
-    let out = catalog::admit(existing.as_ref().map(|l| &l.record), &adm, now_ms);
+    // A replay or re-request returns the stored record unchanged (same version): storage
+    // then writes nothing.
+    let out = catalog::admit(existing.as_ref().map(|l| &l.record), &adm, now_ms).map(|(r, _)| r);
     done(py, existing.as_ref(), out)
 }
 

@@ -39,40 +39,69 @@ fn check(admission: &Admission) -> Result<(), Rejection> {
     bounds::digest("input_digest", &admission.input_digest)
 }
 
-/// Admits `admission`. With an `existing` record for the same key, an identical admission is a
-/// no-op (the existing record comes back unchanged) and any difference is a conflict.
+/// How `admit` treated a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admitted {
+    /// No record existed: a new one is admitted.
+    New,
+    /// The identical admission again (same source receipt and input): a no-op.
+    Replay,
+    /// The same request (key and input) from a later tick of the source run: it is the same
+    /// Activity, so this is a no-op and the source binding stays the first receipt's. A
+    /// projection may therefore ask, in every tick, for every intent not yet observed.
+    Rerequest,
+}
+
+/// Admits `admission`. With an `existing` record for the same key, the identical admission is
+/// a replay and the same input from a later tick of the same run is a re-request; both return
+/// the existing record unchanged. Any other difference (input, run, or a tick that is not later
+/// with another token) is an `admission_conflict`.
 pub fn admit(
     existing: Option<&ActivityRecord>,
     admission: &Admission,
     now_ms: i64,
-) -> Result<ActivityRecord, Rejection> {
+) -> Result<(ActivityRecord, Admitted), Rejection> {
     check(admission)?;
-    if let Some(rec) = existing {
-        let old = &rec.admission;
-        let differs = [
-            ("key", old.key != admission.key),
-            (
-                "source.run_id",
-                old.source.run_id != admission.source.run_id,
-            ),
-            ("source.tick", old.source.tick != admission.source.tick),
-            (
-                "source.visibility_token",
-                old.source.visibility_token != admission.source.visibility_token,
-            ),
-            ("input_ref", old.input_ref != admission.input_ref),
-            ("input_digest", old.input_digest != admission.input_digest),
-        ];
-        return match differs.iter().find(|(_, d)| *d) {
-            None => Ok(rec.clone()),
-            Some((field, _)) => Err(Rejection::on(
-                RejectionKind::AdmissionConflict,
-                field,
-                "the activity was admitted with a different immutable value",
-            )),
-        };
+    let Some(rec) = existing else {
+        return Ok((new_record(admission, now_ms), Admitted::New));
+    };
+    let old = &rec.admission;
+    let conflict = |field: &'static str, why: &str| {
+        Err(Rejection::on(
+            RejectionKind::AdmissionConflict,
+            field,
+            format!("the activity was admitted with {why}"),
+        ))
+    };
+    if old.key != admission.key {
+        return conflict("key", "another key");
     }
-    Ok(ActivityRecord {
+    if old.input_ref != admission.input_ref {
+        return conflict("input_ref", "a different immutable input reference");
+    }
+    if old.input_digest != admission.input_digest {
+        return conflict("input_digest", "a different immutable input digest");
+    }
+    if old.source == admission.source {
+        return Ok((rec.clone(), Admitted::Replay));
+    }
+    if old.source.run_id != admission.source.run_id {
+        return conflict("source.run_id", "a source receipt of another run");
+    }
+    if admission.source.tick > old.source.tick {
+        return Ok((rec.clone(), Admitted::Rerequest));
+    }
+    if old.source.tick == admission.source.tick {
+        return conflict(
+            "source.visibility_token",
+            "another visibility token at the same source tick",
+        );
+    }
+    conflict("source.tick", "a source tick later than this request's")
+}
+
+fn new_record(admission: &Admission, now_ms: i64) -> ActivityRecord {
+    ActivityRecord {
         admission: admission.clone(),
         admitted_at_ms: now_ms,
         fence: 0,
@@ -88,7 +117,7 @@ pub fn admit(
         settlement: None,
         claimable_from_ms: Some(now_ms),
         version: 1,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -97,22 +126,43 @@ mod tests {
     use crate::catalog::scenario_tests::admission;
 
     #[test]
-    fn identical_replay_is_a_no_op_and_any_difference_conflicts() {
+    fn identical_replay_and_later_rerequest_are_no_ops_and_any_other_difference_conflicts() {
         let adm = admission("w", "k", "a");
-        let rec = admit(None, &adm, 10).unwrap();
+        let (rec, how) = admit(None, &adm, 10).unwrap();
+        assert_eq!(how, Admitted::New);
         assert_eq!(rec.claimable_from_ms, Some(10));
-        assert_eq!(admit(Some(&rec), &adm, 99).unwrap(), rec);
-        let mut other = adm.clone();
-        other.input_digest = "sha256:other".into();
-        let err = admit(Some(&rec), &other, 99).unwrap_err();
-        assert_eq!(err.kind, RejectionKind::AdmissionConflict);
-        assert_eq!(err.field, Some("input_digest"));
-        let mut other = adm.clone();
-        other.source.tick += 1;
         assert_eq!(
-            admit(Some(&rec), &other, 99).unwrap_err().kind,
-            RejectionKind::AdmissionConflict
+            admit(Some(&rec), &adm, 99).unwrap(),
+            (rec.clone(), Admitted::Replay)
         );
+        // The same request from a later tick of the run is the same Activity: source stays.
+        let mut later = adm.clone();
+        later.source.tick += 3;
+        later.source.visibility_token = "tok-8".into();
+        assert_eq!(
+            admit(Some(&rec), &later, 99).unwrap(),
+            (rec.clone(), Admitted::Rerequest)
+        );
+        let refused = |other: &Admission| {
+            let err = admit(Some(&rec), other, 99).unwrap_err();
+            assert_eq!(err.kind, RejectionKind::AdmissionConflict);
+            err.field.unwrap()
+        };
+        let mut other = later.clone();
+        other.input_digest = "sha256:other".into();
+        assert_eq!(refused(&other), "input_digest");
+        let mut other = later.clone();
+        other.input_ref = "input://2".into();
+        assert_eq!(refused(&other), "input_ref");
+        let mut other = later.clone();
+        other.source.run_id = "run-2".into();
+        assert_eq!(refused(&other), "source.run_id");
+        let mut other = adm.clone();
+        other.source.visibility_token = "tok-sibling".into();
+        assert_eq!(refused(&other), "source.visibility_token");
+        let mut other = adm.clone();
+        other.source.tick -= 1;
+        assert_eq!(refused(&other), "source.tick");
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //!
 //! Rules (seed "Activities", sections 2, 5 and 7):
 //! - A record is keyed by `(world_id, kind, activity_id)`; its admission (source receipt, input
-//!   reference and digest) is immutable. Replaying an identical admission is a no-op; any other
-//!   difference is an `admission_conflict`.
+//!   reference and digest) is immutable. Replaying an identical admission is a no-op, and so is
+//!   the same request from a later tick of the source run (it is the same Activity; its source
+//!   binding stays). Any other difference is an `admission_conflict`.
 //! - A claim issues a new attempt under a fence one higher than any fence issued before. Only the
 //!   live attempt (current fence, lease not expired) may change the record.
 //! - An attempt may execute only while no provider operation is bound, or once after a confirmed
@@ -34,7 +35,7 @@ mod settlement;
 #[cfg(test)]
 mod scenario_tests;
 
-pub use admission::admit;
+pub use admission::{admit, Admitted};
 pub use attempt::{check_claim, claim, release, renew};
 pub use bounds::{
     MAX_DIGEST_BYTES, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES,

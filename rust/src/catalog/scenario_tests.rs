@@ -23,7 +23,7 @@ pub(crate) fn admission(world: &str, kind: &str, id: &str) -> Admission {
 }
 
 pub(crate) fn admitted(adm: &Admission, now_ms: i64) -> ActivityRecord {
-    admit(None, adm, now_ms).unwrap()
+    admit(None, adm, now_ms).unwrap().0
 }
 
 pub(crate) fn result_ref(name: &str) -> ResultRef {
