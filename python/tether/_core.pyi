@@ -221,6 +221,9 @@ class BoundsExceeded(CatalogRejection):
 class UnknownActivity(CatalogRejection):
     """No activity with this key exists."""
 
+ABANDONED_MEDIA_TYPE: str
+"""Media type of the failed result an operator's "abandon" decision records (no payload)."""
+
 def catalog_columns() -> list[str]:
     """The flat column names, in the order rows cross and storage keeps them."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tether.activities import Catalog, Claim, Decision, Evidence, RetryGuard
+from tether.activities import ABANDONED_MEDIA_TYPE, Catalog, Claim, Decision, Evidence, RetryGuard
 from tether.errors import (
     AwaitingDecision,
     InvalidDecision,
@@ -112,6 +112,7 @@ def test_abandon_records_a_failed_result_that_settles(catalog: Catalog, clock: M
     c = _unknown(catalog, clock)
     rec = catalog.resolve(c.key, Decision.abandon(evidence_revision=1, operator="ops"))
     assert rec.result is not None and rec.result.failed
+    assert rec.result.media_type == ABANDONED_MEDIA_TYPE == "application/vnd.tether.abandoned"
     assert rec.recorded_result is not None and rec.recorded_result.attempt == 0
     assert [r.key for r in catalog.iter_pending_observation()] == [c.key]
     catalog.settle(c.key, receipt(9), evidence_for(c.key, rec.result))

@@ -31,7 +31,7 @@ One lifecycle, on a catalog file with a fixed clock (times are integer milliseco
     >>> catalog.close(); shutil.rmtree(directory)
 """
 
-from tether._core import catalog_rejection_codes
+from tether._core import ABANDONED_MEDIA_TYPE, catalog_rejection_codes
 from tether.activities._catalog import (
     Catalog,
     Clock,
@@ -61,6 +61,7 @@ from tether.activities._types import (
 REJECTION_CODES: tuple[str, ...] = tuple(catalog_rejection_codes())
 
 __all__ = [
+    "ABANDONED_MEDIA_TYPE",
     "REJECTION_CODES",
     "ActivityKey",
     "ActivityRecord",

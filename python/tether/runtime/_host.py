@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tether.activities import (
+    ABANDONED_MEDIA_TYPE,
     ActivityKey,
     ActivityRecord,
     Admission,
@@ -69,10 +70,6 @@ from tether.world import (
 )
 
 log = logging.getLogger("tether.runtime.host")
-
-#: Media type of the failed result an operator's "abandon" decision records (no payload).
-ABANDONED_MEDIA_TYPE = "application/vnd.tether.abandoned"
-
 
 class Host:
     """One process's Tether runtime over a data directory.

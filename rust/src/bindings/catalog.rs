@@ -606,6 +606,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ty.setattr("code", kind.code())?;
         m.add(ty.name()?, ty)?;
     }
+    m.add("ABANDONED_MEDIA_TYPE", catalog::ABANDONED_MEDIA_TYPE)?;
     m.add_function(wrap_pyfunction!(catalog_columns, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_rejection_codes, m)?)?;
     m.add_function(wrap_pyfunction!(operation_id_for, m)?)?;

@@ -41,7 +41,7 @@ pub use bounds::{
     MAX_DIGEST_BYTES, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES,
     MAX_OPERATION_ID_BYTES, MAX_REF_BYTES, MAX_RETRY_AFTER_MS,
 };
-pub use decision::{resolve, Decision, DecisionOutcome};
+pub use decision::{resolve, Decision, DecisionOutcome, ABANDONED_MEDIA_TYPE};
 pub use identity::{operation_id_for, settlement_evidence_digest};
 pub use provider::{bind_provider_operation, confirm_absent, record_unknown};
 pub use record::{
