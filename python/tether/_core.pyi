@@ -1,6 +1,6 @@
 """Type stubs for `tether._core`, the Rust extension (hand-written; checked by mypy.stubtest)."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 __version__: str
@@ -234,6 +234,21 @@ def operation_id_for(kind: str, world_id: str, activity_id: str) -> str: ...
 def settlement_evidence_digest(
     kind: str, world_id: str, activity_id: str, result_ref: str, result_digest: str
 ) -> str: ...
+def completion_evidence(key: Any, result: Any, facts: Sequence[tuple[str, str, str]]) -> str:
+    """The completion evidence of `result` for `key` and its complete fact set (entity,
+    component, canonical JSON value text), as canonical JSON text."""
+
+def verify_completion(
+    key: Any,
+    result: Any,
+    evidence: str | None,
+    *,
+    written_in_tick: bool,
+    state: Mapping[tuple[str, str], str],
+) -> tuple[str | None, str | None]:
+    """(settlement evidence digest, None) if `evidence` is complete completion evidence of
+    `result` for `key` in `state`, else (None, mismatch code)."""
+
 def catalog_admit(row: tuple[Any, ...] | None, admission: Any, now_ms: int) -> tuple[Any, ...]: ...
 def catalog_check_claim(owner: str, lease_ms: int, now_ms: int) -> None:
     """Refuses bad claim arguments even when nothing is claimable."""

@@ -71,6 +71,7 @@ from tether.world import (
 
 log = logging.getLogger("tether.runtime.host")
 
+
 class Host:
     """One process's Tether runtime over a data directory.
 

@@ -7,7 +7,7 @@
 //! `CatalogRejection`, with the stable code as the class attribute `code`.
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
@@ -284,6 +284,16 @@ struct PyKey {
     activity_id: String,
 }
 
+impl From<PyKey> for Key {
+    fn from(k: PyKey) -> Key {
+        Key {
+            world_id: k.world_id,
+            kind: k.kind,
+            activity_id: k.activity_id,
+        }
+    }
+}
+
 #[derive(FromPyObject)]
 struct PyReceipt {
     world_id: String,
@@ -341,6 +351,80 @@ struct PyRefDigest {
     digest: String,
 }
 
+/// Reads the `(entity, component, canonical value text)` triples of a fact list.
+fn facts_from(facts: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String, String)>> {
+    let mut out = Vec::new();
+    for item in facts.try_iter()? {
+        out.push(item?.extract::<(String, String, String)>()?);
+    }
+    Ok(out)
+}
+
+/// The completion evidence of `result` for `key` and its complete fact set, as canonical JSON.
+#[pyfunction]
+fn completion_evidence(
+    key: PyKey,
+    result: PyResultRef,
+    facts: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let owned = facts_from(facts)?;
+    let facts: Vec<catalog::Fact<'_>> = owned
+        .iter()
+        .map(|(e, c, v)| catalog::Fact {
+            entity: e,
+            component: c,
+            value: v,
+        })
+        .collect();
+    catalog::completion_evidence(&key.into(), &result.into(), &facts).map_err(|m| {
+        PyValueError::new_err(format!(
+            "completion evidence: {} (one component listed twice)",
+            m.code()
+        ))
+    })
+}
+
+/// The settlement evidence digest if `evidence` is complete completion evidence of `result`
+/// for `key` in the snapshot `state` (a mapping `(entity, component) -> canonical JSON text`),
+/// else the mismatch code as the second item.
+#[pyfunction]
+#[pyo3(signature = (key, result, evidence, *, written_in_tick, state))]
+fn verify_completion(
+    key: PyKey,
+    result: PyResultRef,
+    evidence: Option<&str>,
+    written_in_tick: bool,
+    state: &Bound<'_, PyAny>,
+) -> PyResult<(Option<String>, Option<&'static str>)> {
+    let mut failure: Option<PyErr> = None;
+    let lookup = |e: &str, c: &str| -> Option<String> {
+        let found = state
+            .call_method1("get", ((e, c),))
+            .and_then(|v| v.extract::<Option<String>>());
+        match found {
+            Ok(v) => v,
+            Err(err) => {
+                failure.get_or_insert(err);
+                None
+            }
+        }
+    };
+    let out = catalog::verify_completion(
+        &key.into(),
+        &result.into(),
+        evidence,
+        written_in_tick,
+        lookup,
+    );
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    Ok(match out {
+        Ok(binding) => (Some(binding), None),
+        Err(m) => (None, Some(m.code())),
+    })
+}
+
 /// The flat column names, in the order rows cross and storage keeps them.
 #[pyfunction]
 fn catalog_columns() -> Vec<&'static str> {
@@ -378,11 +462,7 @@ fn catalog_admit<'py>(
 ) -> PyResult<Bound<'py, PyTuple>> {
     let existing = row.map(load).transpose()?;
     let adm = Admission {
-        key: Key {
-            world_id: admission.key.world_id,
-            kind: admission.key.kind,
-            activity_id: admission.key.activity_id,
-        },
+        key: admission.key.into(),
         source: admission.source.into(),
         input_ref: admission.input_ref,
         input_digest: admission.input_digest,
@@ -611,6 +691,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(catalog_rejection_codes, m)?)?;
     m.add_function(wrap_pyfunction!(operation_id_for, m)?)?;
     m.add_function(wrap_pyfunction!(settlement_evidence_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(completion_evidence, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_completion, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_admit, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_check_claim, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_claim, m)?)?;

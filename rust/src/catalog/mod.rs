@@ -18,12 +18,15 @@
 //!   exactly one activity without any cross-record check.
 //! - A recorded result never changes; settlement needs a later receipt of the same world and run
 //!   and completion evidence bound to the result.
+//! - Completion evidence (built and verified in `completion`) binds kind, id and the exact
+//!   result to the complete fact set; `settle` requires its settlement digest.
 //! - There is no lifecycle-status enum: views such as "claimable" derive from the facts, and the
 //!   one derived value storage indexes, `claimable_from_ms`, is computed here, never by SQL.
 
 mod admission;
 mod attempt;
 mod bounds;
+mod completion;
 mod decision;
 mod identity;
 mod provider;
@@ -40,6 +43,9 @@ pub use attempt::{check_claim, claim, release, renew};
 pub use bounds::{
     MAX_DIGEST_BYTES, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES,
     MAX_OPERATION_ID_BYTES, MAX_REF_BYTES, MAX_RETRY_AFTER_MS,
+};
+pub use completion::{
+    completion_evidence, facts_digest, verify_completion, CompletionMismatch, Fact,
 };
 pub use decision::{resolve, Decision, DecisionOutcome, ABANDONED_MEDIA_TYPE};
 pub use identity::{operation_id_for, settlement_evidence_digest};
