@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from tether.activities import (
+    MAX_LEASE_MS,
+    MAX_RETRY_AFTER_MS,
     ActivityKey,
     Admission,
     Catalog,
@@ -17,6 +19,7 @@ from tether.errors import (
     CatalogRejection,
     LeaseExpired,
     NotBound,
+    NotClaimable,
     NotReconciling,
     OperationBound,
     OperationConflict,
@@ -322,7 +325,7 @@ def test_iter_claimable_merges_kinds_in_claimable_order_across_pages(
     assert held is not None
     records = [catalog.get(k) for k in keys]
     expected = sorted(
-        (r for r in records if r is not None and r.claimable(clock.now_ms)),
+        (r for r in records if r is not None and r.claimable(clock.now())),
         key=lambda r: (r.claimable_from_ms, r.key.kind, r.key.world_id, r.key.activity_id),
     )
     for size in (1, 2, 5, 100):
@@ -333,3 +336,44 @@ def test_iter_claimable_merges_kinds_in_claimable_order_across_pages(
     ]
     first = catalog.claim("w", 1_000)
     assert first is not None and first.key == expected[0].key
+
+
+def test_a_targeted_claim_takes_exactly_one_key_or_says_why_not(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    first, second = key("a1"), key("a2")
+    catalog.admit(admission(first))
+    catalog.admit(admission(second))
+    c = catalog.claim_key(second, "w", 1_000)  # not the earliest: the one asked for
+    assert c.key == second and c.fence == 1 and c.attempt.may_execute
+    assert c.attempt.lease_expires_ms == clock.now_ms + 1_000
+    with pytest.raises(NotClaimable):
+        catalog.claim_key(second, "rival", 1_000)  # its lease is live
+    with pytest.raises(UnknownActivity):
+        catalog.claim_key(key("nope"), "w", 1_000)
+    with pytest.raises(BoundsExceeded):
+        catalog.claim_key(first, "w", MAX_LEASE_MS + 1)
+    before = catalog.get(first)
+    with pytest.raises(TypeError):
+        catalog.claim_key(first, "w", "1000")  # type: ignore[arg-type]
+    assert catalog.get(first) == before
+    catalog.bind_provider_operation(second, c.fence, operation_id_for(second))
+    catalog.record_result(second, c.fence, result())
+    with pytest.raises(NotClaimable):
+        catalog.claim_key(second, "w", 1_000)  # a result is recorded
+    clock.advance(1_000)
+    assert catalog.claim("w", 1_000) is not None  # the other one is still claimable as usual
+
+
+def test_the_lease_and_backoff_caps_are_seven_days(catalog: Catalog) -> None:
+    week = 7 * 24 * 3600 * 1000
+    assert MAX_LEASE_MS == MAX_RETRY_AFTER_MS == week
+    k = key()
+    catalog.admit(admission(k))
+    with pytest.raises(BoundsExceeded):
+        catalog.claim("w", week + 1)
+    c = catalog.claim("w", week)
+    assert c is not None
+    with pytest.raises(BoundsExceeded):
+        catalog.renew(k, c.fence, week + 1)
+    assert catalog.renew(k, c.fence, week).attempt is not None

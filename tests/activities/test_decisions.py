@@ -130,13 +130,9 @@ def test_reconciliation_may_still_conclude_while_a_decision_is_pending(
     catalog: Catalog, clock: ManualClock
 ) -> None:
     c = _unknown(catalog, clock, backoff=100)
+    assert catalog.claim("w", 1_000) is None  # storage never offers it inside the backoff
     with pytest.raises(AwaitingDecision):
-        # The pure core refuses a claim inside the backoff; storage never offers one.
-        from tether import _core
-
-        row = catalog.store.get((c.key.world_id, c.key.kind, c.key.activity_id))
-        assert row is not None
-        _core.catalog_claim(row, "w", 1_000, clock.now_ms)
+        catalog.claim_key(c.key, "w", 1_000)  # and the core refuses it when asked by key
     clock.advance(100)
     again = catalog.claim("w", 1_000)
     assert again is not None

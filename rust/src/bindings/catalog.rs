@@ -13,7 +13,7 @@ use pyo3::types::{PyString, PyTuple};
 
 use crate::bindings::errors::TetherError;
 use crate::catalog::{
-    self, ActivityRecord, Admission, Cell, Decision, DecisionOutcome, Key, Receipt, Rejection,
+    self, ActivityRecord, Admission, Cell, Decision, DecisionOutcome, Key, Now, Receipt, Rejection,
     RejectionKind, ResultRef, RowError, COLUMNS,
 };
 
@@ -277,6 +277,25 @@ fn done<'py>(
     }
 }
 
+/// A clock reading (`tether.activities.Now`): the lease clock's boot and milliseconds, and the
+/// wall clock's.
+#[derive(FromPyObject)]
+struct PyNow {
+    boot_id: String,
+    boot_ms: i64,
+    wall_ms: i64,
+}
+
+impl From<PyNow> for Now {
+    fn from(n: PyNow) -> Now {
+        Now {
+            boot_id: n.boot_id,
+            boot_ms: n.boot_ms,
+            wall_ms: n.wall_ms,
+        }
+    }
+}
+
 #[derive(FromPyObject)]
 struct PyKey {
     world_id: String,
@@ -458,7 +477,7 @@ fn catalog_admit<'py>(
     py: Python<'py>,
     row: Option<&Bound<'py, PyTuple>>,
     admission: PyAdmission,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let existing = row.map(load).transpose()?;
     let adm = Admission {
@@ -469,14 +488,15 @@ fn catalog_admit<'py>(
     };
     // A replay or re-request returns the stored record unchanged (same version): storage
     // then writes nothing.
-    let out = catalog::admit(existing.as_ref().map(|l| &l.record), &adm, now_ms).map(|(r, _)| r);
+    let out =
+        catalog::admit(existing.as_ref().map(|l| &l.record), &adm, &now.into()).map(|(r, _)| r);
     done(py, existing.as_ref(), out)
 }
 
 /// Refuses bad claim arguments even when nothing is claimable.
 #[pyfunction]
-fn catalog_check_claim(py: Python<'_>, owner: &str, lease_ms: i64, now_ms: i64) -> PyResult<()> {
-    catalog::check_claim(owner, lease_ms, now_ms)
+fn catalog_check_claim(py: Python<'_>, owner: &str, lease_ms: i64, now: PyNow) -> PyResult<()> {
+    catalog::check_claim(owner, lease_ms, &now.into())
         .map(|_| ())
         .map_err(|r| rejected(py, r))
 }
@@ -487,13 +507,13 @@ fn catalog_claim<'py>(
     row: &Bound<'py, PyTuple>,
     owner: &str,
     lease_ms: i64,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
     done(
         py,
         Some(&old),
-        catalog::claim(&old.record, owner, lease_ms, now_ms),
+        catalog::claim(&old.record, owner, lease_ms, &now.into()),
     )
 }
 
@@ -503,13 +523,13 @@ fn catalog_renew<'py>(
     row: &Bound<'py, PyTuple>,
     fence: i64,
     lease_ms: i64,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
     done(
         py,
         Some(&old),
-        catalog::renew(&old.record, fence, lease_ms, now_ms),
+        catalog::renew(&old.record, fence, lease_ms, &now.into()),
     )
 }
 
@@ -518,10 +538,14 @@ fn catalog_release<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
     fence: i64,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
-    done(py, Some(&old), catalog::release(&old.record, fence, now_ms))
+    done(
+        py,
+        Some(&old),
+        catalog::release(&old.record, fence, &now.into()),
+    )
 }
 
 #[pyfunction]
@@ -530,10 +554,10 @@ fn catalog_bind_provider_operation<'py>(
     row: &Bound<'py, PyTuple>,
     fence: i64,
     operation_id: &str,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
-    let out = catalog::bind_provider_operation(&old.record, fence, operation_id, now_ms);
+    let out = catalog::bind_provider_operation(&old.record, fence, operation_id, &now.into());
     done(py, Some(&old), out)
 }
 
@@ -543,10 +567,10 @@ fn catalog_record_result<'py>(
     row: &Bound<'py, PyTuple>,
     fence: i64,
     result: PyResultRef,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
-    let out = catalog::record_result(&old.record, fence, &result.into(), now_ms);
+    let out = catalog::record_result(&old.record, fence, &result.into(), &now.into());
     done(py, Some(&old), out)
 }
 
@@ -556,10 +580,16 @@ fn catalog_confirm_absent<'py>(
     row: &Bound<'py, PyTuple>,
     fence: i64,
     guard: PyRefDigest,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
-    let out = catalog::confirm_absent(&old.record, fence, &guard.reference, &guard.digest, now_ms);
+    let out = catalog::confirm_absent(
+        &old.record,
+        fence,
+        &guard.reference,
+        &guard.digest,
+        &now.into(),
+    );
     done(py, Some(&old), out)
 }
 
@@ -570,7 +600,7 @@ fn catalog_record_unknown<'py>(
     fence: i64,
     evidence: PyRefDigest,
     retry_after_ms: i64,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
     let out = catalog::record_unknown(
@@ -579,14 +609,14 @@ fn catalog_record_unknown<'py>(
         &evidence.reference,
         &evidence.digest,
         retry_after_ms,
-        now_ms,
+        &now.into(),
     );
     done(py, Some(&old), out)
 }
 
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (row, outcome, evidence_revision, operator, note, result, guard, now_ms))]
+#[pyo3(signature = (row, outcome, evidence_revision, operator, note, result, guard, now))]
 fn catalog_resolve<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
@@ -596,7 +626,7 @@ fn catalog_resolve<'py>(
     note: String,
     result: Option<PyResultRef>,
     guard: Option<PyRefDigest>,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let invalid = |msg: &str| {
         rejected(
@@ -638,23 +668,59 @@ fn catalog_resolve<'py>(
     done(
         py,
         Some(&old),
-        catalog::resolve(&old.record, &decision, now_ms),
+        catalog::resolve(&old.record, &decision, &now.into()),
     )
 }
 
 #[pyfunction]
-#[pyo3(signature = (row, receipt, evidence_digest, fence, now_ms))]
+#[pyo3(signature = (row, receipt, evidence_digest, fence, now))]
 fn catalog_settle<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
     receipt: PyReceipt,
     evidence_digest: &str,
     fence: Option<i64>,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
-    let out = catalog::settle(&old.record, &receipt.into(), evidence_digest, fence, now_ms);
+    let out = catalog::settle(
+        &old.record,
+        &receipt.into(),
+        evidence_digest,
+        fence,
+        &now.into(),
+    );
     done(py, Some(&old), out)
+}
+
+/// Brings a row's lease-clock values onto `now`'s boot (unchanged when they already are).
+#[pyfunction]
+fn catalog_rebase<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    now: PyNow,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let old = load(row)?;
+    done(py, Some(&old), catalog::rebase(&old.record, &now.into()))
+}
+
+/// A stored row with its derived columns recomputed from its facts (the migration that adds
+/// them); the version is unchanged, since no transition happened.
+#[pyfunction]
+fn catalog_derive_row<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let cells = cells_from(row)?;
+    let record = ActivityRecord::from_cells_rederived(&cells).map_err(row_error)?;
+    let old = Loaded { row, cells, record };
+    row_of(py, Some(&old), &old.record)
+}
+
+/// Whether the lease-clock time `at_ms`, measured on boot `lease_boot_id`, is reached at `now`.
+#[pyfunction]
+fn catalog_lease_reached(lease_boot_id: &str, at_ms: i64, now: PyNow) -> bool {
+    catalog::lease_reached(lease_boot_id, at_ms, &now.into())
 }
 
 /// Validates and normalises a stored row (used by scans that do not transition).
@@ -687,6 +753,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add(ty.name()?, ty)?;
     }
     m.add("ABANDONED_MEDIA_TYPE", catalog::ABANDONED_MEDIA_TYPE)?;
+    m.add("MAX_LEASE_MS", catalog::MAX_LEASE_MS)?;
+    m.add("MAX_RETRY_AFTER_MS", catalog::MAX_RETRY_AFTER_MS)?;
     m.add_function(wrap_pyfunction!(catalog_columns, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_rejection_codes, m)?)?;
     m.add_function(wrap_pyfunction!(operation_id_for, m)?)?;
@@ -705,5 +773,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(catalog_resolve, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_settle, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_check_row, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_rebase, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_derive_row, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_lease_reached, m)?)?;
     Ok(())
 }

@@ -1,8 +1,13 @@
 //! `admit`: the required projector's idempotent admission of one logical activity.
 
 use super::bounds;
-use super::record::{ActivityRecord, Admission, Receipt};
+use super::record::{ActivityRecord, Admission, Now, Receipt};
 use super::rejection::{Rejection, RejectionKind};
+
+/// Validates a clock reading: a lease clock must name its boot.
+pub(crate) fn check_now(now: &Now) -> Result<(), Rejection> {
+    bounds::id("now.boot_id", &now.boot_id)
+}
 
 /// Validates a receipt that admits or settles work: bounded ids and a visibility token.
 pub(crate) fn check_receipt(receipt: &Receipt) -> Result<(), Rejection> {
@@ -59,11 +64,12 @@ pub enum Admitted {
 pub fn admit(
     existing: Option<&ActivityRecord>,
     admission: &Admission,
-    now_ms: i64,
+    now: &Now,
 ) -> Result<(ActivityRecord, Admitted), Rejection> {
+    check_now(now)?;
     check(admission)?;
     let Some(rec) = existing else {
-        return Ok((new_record(admission, now_ms), Admitted::New));
+        return Ok((new_record(admission, now), Admitted::New));
     };
     let old = &rec.admission;
     let conflict = |field: &'static str, why: &str| {
@@ -100,10 +106,10 @@ pub fn admit(
     conflict("source.tick", "a source tick later than this request's")
 }
 
-fn new_record(admission: &Admission, now_ms: i64) -> ActivityRecord {
+fn new_record(admission: &Admission, now: &Now) -> ActivityRecord {
     ActivityRecord {
         admission: admission.clone(),
-        admitted_at_ms: now_ms,
+        admitted_at_ms: now.wall_ms,
         fence: 0,
         attempt_count: 0,
         attempt: None,
@@ -115,7 +121,8 @@ fn new_record(admission: &Admission, now_ms: i64) -> ActivityRecord {
         awaiting_decision: false,
         decision: None,
         settlement: None,
-        claimable_from_ms: Some(now_ms),
+        claimable_from_ms: Some(now.boot_ms),
+        lease_boot_id: now.boot_id.clone(),
         version: 1,
     }
 }
@@ -123,16 +130,16 @@ fn new_record(admission: &Admission, now_ms: i64) -> ActivityRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::scenario_tests::admission;
+    use crate::catalog::scenario_tests::{admission, at};
 
     #[test]
     fn identical_replay_and_later_rerequest_are_no_ops_and_any_other_difference_conflicts() {
         let adm = admission("w", "k", "a");
-        let (rec, how) = admit(None, &adm, 10).unwrap();
+        let (rec, how) = admit(None, &adm, &at(10)).unwrap();
         assert_eq!(how, Admitted::New);
         assert_eq!(rec.claimable_from_ms, Some(10));
         assert_eq!(
-            admit(Some(&rec), &adm, 99).unwrap(),
+            admit(Some(&rec), &adm, &at(99)).unwrap(),
             (rec.clone(), Admitted::Replay)
         );
         // The same request from a later tick of the run is the same Activity: source stays.
@@ -140,11 +147,11 @@ mod tests {
         later.source.tick += 3;
         later.source.visibility_token = "tok-8".into();
         assert_eq!(
-            admit(Some(&rec), &later, 99).unwrap(),
+            admit(Some(&rec), &later, &at(99)).unwrap(),
             (rec.clone(), Admitted::Rerequest)
         );
         let refused = |other: &Admission| {
-            let err = admit(Some(&rec), other, 99).unwrap_err();
+            let err = admit(Some(&rec), other, &at(99)).unwrap_err();
             assert_eq!(err.kind, RejectionKind::AdmissionConflict);
             err.field.unwrap()
         };
@@ -170,19 +177,19 @@ mod tests {
         let mut adm = admission("w", "k", "a");
         adm.source.visibility_token.clear();
         assert_eq!(
-            admit(None, &adm, 0).unwrap_err().kind,
+            admit(None, &adm, &at(0)).unwrap_err().kind,
             RejectionKind::TokenlessReceipt
         );
         let mut adm = admission("w", "k", "a");
         adm.source.world_id = "w2".into();
         assert_eq!(
-            admit(None, &adm, 0).unwrap_err().kind,
+            admit(None, &adm, &at(0)).unwrap_err().kind,
             RejectionKind::ReceiptMismatch
         );
         let mut adm = admission("w", "k", "a");
         adm.key.kind = "k".repeat(256);
         assert_eq!(
-            admit(None, &adm, 0).unwrap_err().kind,
+            admit(None, &adm, &at(0)).unwrap_err().kind,
             RejectionKind::BoundsExceeded
         );
     }
