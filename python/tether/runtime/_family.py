@@ -74,7 +74,8 @@ class ConfirmedAbsent:
 
 @dataclass(frozen=True, slots=True)
 class Unknown:
-    """Reconcile could not decide; retry reconciliation after `retry_after_ms` (or an operator)."""
+    """Reconcile could not decide; retry reconciliation after `retry_after_ms` (0 ms to 7 days,
+    `MAX_RETRY_AFTER_MS`, on the lease clock), or an operator decides."""
 
     evidence: Evidence
     retry_after_ms: int = 1000

@@ -86,7 +86,7 @@ class Host:
         workers: number of in-process worker threads started by `start`.
         ledger: a world engine implementing `WorldLedger` (default: SQLite in `data_dir`);
             the caller keeps ownership of a ledger it passes (the Host does not close it).
-        lease_ms: attempt lease length.
+        lease_ms: attempt lease length (1 ms to 7 days, `MAX_LEASE_MS`), on the lease clock.
         poll_interval_s: idle sleep of worker and observer loops.
         progress_listener: receives every `ctx.progress(...)` of in-process workers.
         inline_bound: results up to this many bytes travel inside their reference.
@@ -292,7 +292,7 @@ class Host:
         for obs in staged:
             with self._catalog_mutex:
                 rec = self.catalog.get(obs.key)
-            if rec is not None and rec.settlement is None and rec.result == obs.result:
+            if rec is not None and rec.pending_observation and rec.result == obs.result:
                 live.append(obs)
             else:
                 with self._staged_mutex:
@@ -371,7 +371,7 @@ class Host:
             )
             with self._catalog_mutex:
                 rec = self.catalog.get(key)
-            if rec is None or rec.result is None or rec.settlement is not None:
+            if rec is None or rec.result is None or not rec.pending_observation:
                 continue
             digest = verify_completion(snapshot, key, rec.result)
             if digest is None:
