@@ -322,3 +322,32 @@ def test_a_version_1_row_the_core_cannot_decode_stops_the_migration_and_loses_no
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 1
     assert conn.execute("SELECT attempt_owner FROM activities").fetchall() == [("ghost",)]
     conn.close()
+
+
+def test_aligning_the_clock_rebases_other_boots_rows_once(tmp_path: Path) -> None:
+    """Once per boot, every row holding lease-clock values of another boot goes through the
+    core's rebase (the claimable index then compares values of one clock); finished rows hold
+    none and are left alone."""
+    from tether import _core
+
+    from tests.activities.support import bound_claim, result
+
+    old = ManualClock(boot_id="boot-old")
+    path = tmp_path / "a.db"
+    with Catalog.open(f"sqlite://{path}", clock=old) as cat:
+        leased, finished = key("leased"), key("finished")
+        bound_claim(cat, leased, lease_ms=3_600_000)
+        c = bound_claim(cat, finished)
+        cat.record_result(finished, c.fence, result())
+        cat.admit(admission(key("waiting")))
+        store = cat.store
+        new = ManualClock(now_ms=5, boot_id="boot-new")
+        now = new.now()
+        assert store.align_clock("boot-new", lambda row: _core.catalog_rebase(row, now)) == 2
+        assert store.align_clock("boot-new", lambda row: _core.catalog_rebase(row, now)) == 0
+        rebased = cat.get(leased)
+        assert rebased is not None and rebased.lease_boot_id == "boot-new"
+        assert rebased.claimable_from_ms == 5 and rebased.attempt is not None
+        assert rebased.attempt.lease_expires_ms == 5
+        done = cat.get(finished)
+        assert done is not None and done.lease_boot_id == "boot-old"

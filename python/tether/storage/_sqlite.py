@@ -218,6 +218,12 @@ class SqliteCatalogStore:
 
     def align_clock(self, boot_id: str, rebase: ClaimTransition) -> int:
         with self._lock:
+            try:
+                # The usual case, without the write lock: already on this boot.
+                if self._db().execute(_CLOCK_BOOT).fetchone()[0] == boot_id:
+                    return 0
+            except sqlite3.Error as e:
+                raise CatalogStorageError(f"catalog read failed: {e}") from e
             cur = self._begin()
             try:
                 rebased = 0
