@@ -254,6 +254,9 @@ def verify_completion(
     """(settlement evidence digest, None) if `evidence` is complete completion evidence of
     `result` for `key` in `state`, else (None, mismatch code)."""
 
+def completion_mismatch_codes() -> list[str]:
+    """Every completion mismatch code, in declaration order."""
+
 def catalog_admit(row: tuple[Any, ...] | None, admission: Any, now: Any) -> tuple[Any, ...]: ...
 def catalog_check_claim(owner: str, lease_ms: int, now: Any) -> None:
     """Refuses bad claim arguments even when nothing is claimable."""

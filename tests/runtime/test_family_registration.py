@@ -200,6 +200,18 @@ def test_the_fact_set_digest_is_the_core_s_and_keeps_its_format(tmp_path: Path) 
     assert completion_mismatch(ledger.read_at(r1), key, result) == "facts_digest_mismatch"
 
 
+def test_completion_mismatch_codes_are_listable_stable_snake_case() -> None:
+    import re
+
+    from tether.runtime import COMPLETION_MISMATCH_CODES
+
+    assert len(set(COMPLETION_MISMATCH_CODES)) == len(COMPLETION_MISMATCH_CODES) == 6
+    assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", c) for c in COMPLETION_MISMATCH_CODES)
+    assert {"not_written_in_tick", "wrong_binding", "fact_missing", "facts_digest_mismatch"} <= set(
+        COMPLETION_MISMATCH_CODES
+    )
+
+
 # Module globals a misbehaving family might reach from its projection.
 class _ModuleAdapter:
     """An adapter held in a module global (never called: registration must refuse first)."""

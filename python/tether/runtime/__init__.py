@@ -46,6 +46,7 @@ from tether.runtime._errors import (
 )
 from tether.runtime._family import (
     COMPLETION_COMPONENT,
+    COMPLETION_MISMATCH_CODES,
     ActivityRequest,
     Adapter,
     AttemptContext,
@@ -70,6 +71,7 @@ from tether.runtime._worker import Worker
 
 __all__ = [
     "COMPLETION_COMPONENT",
+    "COMPLETION_MISMATCH_CODES",
     "CRASH_POINTS",
     "DEFAULT_INLINE_BOUND",
     "ActivityRequest",

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 #: Component holding a family's completion evidence on the activity's evidence entity.
 COMPLETION_COMPONENT: Final = "tether.completion"
 
+#: Stable codes `completion_mismatch` returns (the Rust core's list).
+COMPLETION_MISMATCH_CODES: Final = tuple(_core.completion_mismatch_codes())
+
 
 @dataclass(frozen=True, slots=True)
 class ActivityRequest:

@@ -444,6 +444,15 @@ fn verify_completion(
     })
 }
 
+/// Every completion mismatch code, in declaration order.
+#[pyfunction]
+fn completion_mismatch_codes() -> Vec<&'static str> {
+    catalog::CompletionMismatch::ALL
+        .iter()
+        .map(|m| m.code())
+        .collect()
+}
+
 /// The flat column names, in the order rows cross and storage keeps them.
 #[pyfunction]
 fn catalog_columns() -> Vec<&'static str> {
@@ -761,6 +770,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settlement_evidence_digest, m)?)?;
     m.add_function(wrap_pyfunction!(completion_evidence, m)?)?;
     m.add_function(wrap_pyfunction!(verify_completion, m)?)?;
+    m.add_function(wrap_pyfunction!(completion_mismatch_codes, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_admit, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_check_claim, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_claim, m)?)?;

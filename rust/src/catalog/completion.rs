@@ -37,6 +37,15 @@ pub enum CompletionMismatch {
 }
 
 impl CompletionMismatch {
+    pub const ALL: [CompletionMismatch; 6] = [
+        CompletionMismatch::NotWrittenInTick,
+        CompletionMismatch::Malformed,
+        CompletionMismatch::WrongBinding,
+        CompletionMismatch::FactMissing,
+        CompletionMismatch::FactsDigestMismatch,
+        CompletionMismatch::DuplicateFact,
+    ];
+
     pub fn code(self) -> &'static str {
         match self {
             CompletionMismatch::NotWrittenInTick => "not_written_in_tick",
