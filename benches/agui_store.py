@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
 
     snapshots = [snapshot(i) for i in range(ACTIVITIES)]
     deltas = [delta(n) for n in range(args.events)]
-    snap_bytes = ndjson(snapshots)
+    # The stream opens the run first, as the store's run lifecycle requires.
+    run_started = {"type": "RUN_STARTED", "threadId": "bench", "runId": "run-1"}
+    snap_bytes = ndjson([run_started, *snapshots])
     delta_chunks = chunks(ndjson(deltas))
     parsed_deltas = json.loads("[" + ",".join(json.dumps(d) for d in deltas) + "]")
 

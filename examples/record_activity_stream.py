@@ -1,9 +1,10 @@
-"""Writes examples/activity_stream.sse: a recorded AG-UI run of one pick-and-place task.
+"""Writes the example capture `tether replay` replays by default: a recorded AG-UI run of one
+pick-and-place task, shipped as package data at python/tether/agui/activity_stream.sse.
 
 The activity events come from `tether.agui.ActivityPublisher` (snapshot first, then diffs);
 the rest of the run is built from `ag_ui.core` models; everything is SSE-encoded with
 `ag_ui.encoder.EventEncoder`. The clock is fixed, so the output is byte-for-byte repeatable:
-`python examples/record_activity_stream.py [OUT]`.
+`python examples/record_activity_stream.py [OUT]` (OUT defaults to the packaged file).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tether.agui import ActivityPublisher, encode_sse
 
 START_MS = 1_764_489_600_000  # 2025-11-30T08:00:00Z
 TICK_MS = 40
-OUT = Path(__file__).with_name("activity_stream.sse")
+OUT = Path(__file__).resolve().parents[1] / "python" / "tether" / "agui" / "activity_stream.sse"
 
 
 class Clock:

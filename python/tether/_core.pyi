@@ -13,17 +13,34 @@ class TetherError(Exception):
 import typing as _typing  # noqa: E402
 
 class PatchError(TetherError):
-    """A JSON Patch was refused; `op_index` and `path` locate the failing operation."""
+    """A JSON Patch was refused; `op_index` and `path` locate the failing operation.
+
+    `warnings` holds the operations AG-UI mode dropped before the failure, in order.
+    """
 
     op_index: int | None
     path: str | None
     code: str | None
+    warnings: tuple[PatchWarning, ...]
+
+@final
+class PatchWarning:
+    """An operation the AG-UI mode tolerated (dropped), with a stable snake_case `code`."""
+
+    @property
+    def op_index(self) -> int: ...
+    @property
+    def code(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    def __new__(cls, op_index: int, code: str, message: str) -> PatchWarning: ...
 
 class InvalidPatch(PatchError):
     """The patch is malformed (structure, member types, pointer syntax, unknown op, non-JSON)."""
 
 class PatchDoesNotApply(PatchError):
-    """A well-formed patch does not apply: a missing path, an index out of range, a failed test."""
+    """A well-formed patch does not apply: a missing path, an index out of range, a failed test,
+    a move into the value's own child."""
 
 class InvalidDocument(PatchError):
     """The document is not JSON: a dict/list subclass, a non-str key, a non-JSON value."""
@@ -33,18 +50,22 @@ PATCH_ERROR_CODES: list[str]
 
 def patch_apply(
     doc: _typing.Any, patch: _typing.Any, *, mode: str = "strict", in_place: bool = False
-) -> tuple[_typing.Any, list[tuple[int, str, str]]]:
+) -> tuple[_typing.Any, list[PatchWarning]]:
     """Apply a patch to Python objects; returns (document, warnings)."""
 
 def patch_apply_json(
-    doc: bytes, patch: bytes, *, mode: str = "strict"
-) -> tuple[bytes, list[tuple[int, str, str]]]:
+    doc: bytes | bytearray | str, patch: bytes | bytearray | str, *, mode: str = "strict"
+) -> tuple[bytes, list[PatchWarning]]:
     """Apply a JSON-text patch to a JSON-text document; returns (json_bytes, warnings)."""
 
 def patch_diff(old: _typing.Any, new: _typing.Any) -> list[dict[str, _typing.Any]]:
     """A patch (list of operation dicts) turning `old` into `new`."""
 
 # --- agui (rust/src/bindings/agui.rs) ---
+
+import datetime as _datetime  # noqa: E402
+
+from typing_extensions import disjoint_base as _disjoint_base  # noqa: E402
 
 class AguiError(TetherError):
     """An AG-UI event could not be consumed; the store is unchanged by it.
@@ -87,14 +108,28 @@ class AguiWarning:
     def to_dict(self) -> dict[str, str]:
         """The wire-style dict: `code`, `eventType`, `messageId`, `reason`."""
 
-@final
+@_disjoint_base
 class ActivityStore:
     """One AG-UI thread's ordered message history, built from events (dicts or bytes).
 
-    Single owner: not for concurrent use from several threads.
+    Single owner: not for concurrent use from several threads. Not final:
+    `tether.agui.ActivityStore` subclasses it to pass today's date.
     """
 
-    def __new__(cls) -> ActivityStore: ...
+    def __new__(
+        cls,
+        *,
+        today: _datetime.date | None = None,
+        lifecycle: _typing.Literal["strict", "partial"] = "strict",
+    ) -> _typing.Self:
+        """`today` judges deprecation windows (no clock is read; without it they are closed);
+        `lifecycle="partial"` lets a capture begin mid-run."""
+    @property
+    def today(self) -> _datetime.date | None:
+        """The date deprecation windows are judged by, or None."""
+    @property
+    def lifecycle(self) -> _typing.Literal["strict", "partial"]:
+        """How the run lifecycle is enforced."""
     def feed(self, data: bytes | bytearray) -> list[AguiWarning]:
         """Feeds raw bytes (one JSON event, NDJSON or SSE; any chunk split).
 
@@ -102,7 +137,11 @@ class ActivityStore:
         the first fatal event; events before it stay applied, bytes after it stay buffered.
         """
     def handle_event(self, event: dict[str, Any]) -> list[AguiWarning]:
-        """Handles one event given as a dict and returns the warnings it caused."""
+        """Handles one event given as a dict and returns the warnings it caused.
+
+        A NaN or infinite float is `AguiMalformedError` (`non_finite_number`); another
+        non-JSON Python value is a `TypeError`.
+        """
     def finish(self) -> list[AguiWarning]:
         """End of the byte stream: handles a last unterminated event; leftovers are an error."""
     def messages(self) -> list[dict[str, Any]]:
@@ -139,6 +178,8 @@ def agui_warning_codes() -> list[str]:
 
 def agui_error_codes() -> list[str]:
     """Every error code `ActivityStore` can raise."""
+
+AGUI_RAW_EVENT_NULL_EXPIRES: _datetime.date
 
 # --- catalog (rust/src/bindings/catalog.rs) ---
 # Rows are flat tuples in `catalog_columns()` order; inputs are tether.activities dataclasses,
@@ -427,3 +468,187 @@ def dxl_status_error_codes() -> list[str]:
 
 def dxl_instructions() -> list[tuple[str, int]]:
     """Instruction names and bytes."""
+
+# --- live (rust/src/bindings/live.rs) ---
+
+class LiveEventError(TetherError):
+    """A live event, frame or record was refused; `code`, `path` and `reason` say why and where.
+
+    `code` is a stable snake_case code (`live_error_codes()`), `path` an RFC 6901 pointer.
+    """
+
+    code: str | None
+    path: str | None
+    reason: str | None
+
+class LiveEventInvalid(LiveEventError):
+    """The peer sent an event, frame or canonical record that the live contract refuses."""
+
+class LiveUsageError(LiveEventError):
+    """The caller used a live object wrongly (bad configuration, another session's record)."""
+
+@final
+class LiveEvent:
+    """One validated live event (frozen)."""
+
+    @property
+    def event_type(self) -> str: ...
+    @property
+    def workspace_id(self) -> str: ...
+    @property
+    def agent_session_id(self) -> str: ...
+    @property
+    def message_id(self) -> str | None:
+        """The message id of a message delta, else None."""
+    @property
+    def turn_id(self) -> str | None:
+        """The turn a message delta or turn update concerns, else None."""
+    def to_dict(self) -> dict[str, Any]: ...
+    def to_json(self) -> bytes: ...
+
+def validate_live_event(data: bytes | bytearray | str | dict[str, Any] | LiveEvent) -> LiveEvent:
+    """Validates one live event; raises `LiveEventInvalid` naming the rule and the JSON path."""
+
+@final
+class LiveDelivery:
+    """One delivery of a frame: an event, or a discontinuity naming keys to re-read."""
+
+    @property
+    def kind(self) -> str:
+        """ "event" or "discontinuity"."""
+    @property
+    def event(self) -> LiveEvent | None: ...
+    @property
+    def reconcile_keys(self) -> list[tuple[str, str]]:
+        """A discontinuity's keys as (kind, id); empty for an event."""
+    def to_dict(self) -> dict[str, Any]: ...
+
+@final
+class LivePublisher:
+    """One session's publisher: tool-output traces and events framed into transport frames.
+
+    Single owner: not for concurrent use from several threads.
+    """
+
+    def __new__(
+        cls,
+        workspace_id: str,
+        agent_session_id: str,
+        *,
+        epoch: int,
+        max_chunk_bytes: int = 131072,
+        max_output_bytes: int = 1048576,
+        truncation_marker: str | None = None,
+        max_deliveries_per_frame: int = 64,
+    ) -> LivePublisher: ...
+    def tool_output(self, message_id: str, turn_id: str, text: str, *, now_ms: int) -> None:
+        """Appends text to a tool call's trace (role "tool", kind "tool_call")."""
+    def publish(self, event: bytes | bytearray | str | dict[str, Any] | LiveEvent) -> None:
+        """Queues an event, validated first; one for a settled turn becomes a discontinuity."""
+    def poll_frame(self) -> bytes | None:
+        """The next frame's JSON bytes, or None when nothing is queued."""
+    def heartbeat(self) -> bytes:
+        """The next frame, or an empty one that still advances `seq`."""
+    def emitted_bytes(self, message_id: str) -> int | None: ...
+    def dropped_bytes(self, message_id: str) -> int | None: ...
+    def is_turn_settled(self, turn_id: str) -> bool: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def seq(self) -> int:
+        """The seq of the last frame produced (0 before the first)."""
+    @property
+    def pending(self) -> int: ...
+
+@final
+class FrameOutcome:
+    """What one frame meant to the subscriber (frozen)."""
+
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def fault(self) -> str | None:
+        """None, or one of `live_fault_kinds()`."""
+    @property
+    def missing(self) -> list[int]:
+        """The seqs this frame revealed as missing."""
+    @property
+    def deliveries(self) -> list[LiveDelivery]:
+        """Deliveries to apply now (empty when the frame was dropped)."""
+    @property
+    def reread(self) -> bool:
+        """Whether the canonical state must be re-read."""
+
+@final
+class LiveSubscriber:
+    """Reads transport frames and says when the canonical state must be re-read.
+
+    Single owner: not for concurrent use from several threads.
+    """
+
+    def __new__(
+        cls, *, epoch: int | None = None, seq: int = 0, window: int = 1024
+    ) -> LiveSubscriber: ...
+    def handle_frame(self, data: bytes) -> FrameOutcome:
+        """Reads one frame; raises `LiveEventInvalid` for a frame the contract refuses."""
+    def resync(self, epoch: int, seq: int) -> list[LiveDelivery]:
+        """The overlay holds the canonical record as of (epoch, seq): returns the kept
+        deliveries of later frames, to apply on top."""
+    @property
+    def epoch(self) -> int | None: ...
+    @property
+    def last_seq(self) -> int: ...
+    @property
+    def needs_reread(self) -> bool: ...
+    @property
+    def missing(self) -> list[int]: ...
+
+@final
+class LiveOverlay:
+    """One session's optimistic overlay, reconciled with the canonical record.
+
+    Single owner: not for concurrent use from several threads.
+    """
+
+    def __new__(cls, workspace_id: str, agent_session_id: str) -> LiveOverlay: ...
+    def apply(self, event: bytes | bytearray | str | dict[str, Any] | LiveEvent) -> str:
+        """Applies one event: "applied", "unchanged" or the reason it needs reconciliation."""
+    def apply_delivery(self, delivery: LiveDelivery) -> list[str]: ...
+    def apply_outcome(self, outcome: FrameOutcome) -> list[str]:
+        """Applies every delivery of a frame outcome, in order."""
+    def reconcile(
+        self, record: dict[str, Any], *, replay: Sequence[LiveDelivery] = ...
+    ) -> list[tuple[str, str]]:
+        """Replaces the optimistic state with the canonical record, then applies `replay` (what
+        `LiveSubscriber.resync` returned); returns the (kind, id) of each terminal optimistic
+        entry that stood."""
+    def snapshot(self) -> dict[str, Any]:
+        """The overlay in the canonical record's form."""
+    def message(self, message_id: str) -> dict[str, Any] | None: ...
+    @property
+    def marks(self) -> list[tuple[str, str, str]]:
+        """Every entry that needs reconciliation: (kind, id, reason)."""
+    @property
+    def needs_reconciliation(self) -> bool: ...
+    @property
+    def events_applied(self) -> int: ...
+
+def live_error_codes() -> list[str]:
+    """Every code a live error can carry."""
+
+def live_schema_codes() -> list[str]:
+    """The codes of rules the live-event JSON Schema expresses."""
+
+def live_tether_only_codes() -> list[str]:
+    """The codes of contract rules only Tether enforces."""
+
+def live_mark_reasons() -> list[str]:
+    """Every reason the overlay gives for an entry that needs reconciliation."""
+
+def live_fault_kinds() -> list[str]:
+    """Every fault the subscriber reports."""
+
+def live_key_kinds() -> list[str]:
+    """Every reconcile-key kind."""

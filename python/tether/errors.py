@@ -92,6 +92,12 @@ from tether._core import DxlWriteUnconfirmed as DxlWriteUnconfirmed
 from tether._core import HostConfigError as HostConfigError
 from tether._core import OperatorRejection as OperatorRejection
 
+# --- live ---
+# isort: split
+from tether._core import LiveEventError as LiveEventError
+from tether._core import LiveEventInvalid as LiveEventInvalid
+from tether._core import LiveUsageError as LiveUsageError
+
 # Sections re-export with `X as X` (which mypy and readers treat as public); `__all__` names the
 # root only, and a test checks every TetherError subclass in `tether._core` is importable here.
 __all__ = ["TetherError"]

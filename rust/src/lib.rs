@@ -8,6 +8,7 @@
 pub mod agui;
 pub mod catalog;
 pub mod codec;
+pub mod live;
 pub mod patch;
 pub mod pointer;
 

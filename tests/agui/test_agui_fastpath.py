@@ -3,8 +3,9 @@ path (the general rules), on generated event sequences: same history, warnings a
 
 from __future__ import annotations
 
+import datetime
 import json
-from typing import Any
+from typing import Any, Literal
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -74,13 +75,24 @@ def outcome(store: _core.ActivityStore, feed: Any, items: list[Any]) -> list[Any
     return [*log, store.messages(), [w.to_dict() for w in store.warnings]]
 
 
-@given(events)
-def test_bytes_and_dicts_agree(evs: list[dict[str, Any]]) -> None:
-    by_dict = _core.ActivityStore()
+# Either side of the day `rawEvent: null` stops being tolerated.
+todays = st.sampled_from([datetime.date(2027, 9, 7), datetime.date(2027, 9, 8)])
+
+
+RUN_STARTED = {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}
+
+
+@given(events, todays, st.sampled_from(["strict", "partial"]))
+def test_bytes_and_dicts_agree(
+    evs: list[dict[str, Any]], today: datetime.date, lifecycle: Literal["strict", "partial"]
+) -> None:
+    if lifecycle == "strict":
+        evs = [RUN_STARTED, *evs]  # a partial capture may begin mid-run
+    by_dict = _core.ActivityStore(today=today, lifecycle=lifecycle)
     want = outcome(by_dict, by_dict.handle_event, evs)
-    by_line = _core.ActivityStore()
+    by_line = _core.ActivityStore(today=today, lifecycle=lifecycle)
     lines = [json.dumps(e).encode() + b"\n" for e in evs]
     assert outcome(by_line, by_line.feed, lines) == want
-    by_sse = _core.ActivityStore()
+    by_sse = _core.ActivityStore(today=today, lifecycle=lifecycle)
     frames = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in evs]
     assert outcome(by_sse, by_sse.feed, frames) == want

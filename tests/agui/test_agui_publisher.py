@@ -115,7 +115,9 @@ def test_bad_arguments() -> None:
             ActivityPublisher("a", "t").update({}, now_ms=out_of_range)
     edge = ActivityPublisher("a", "t").update({}, now_ms=2**53 - 1)
     assert edge is not None and edge["timestamp"] == 2**53 - 1
-    assert ActivityStore().handle_event(edge) == []
+    store = ActivityStore()
+    store.handle_event({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
+    assert store.handle_event(edge) == []
 
 
 def test_deep_or_cyclic_content_is_a_clear_error() -> None:
@@ -165,7 +167,10 @@ def test_store_follows_the_publisher(sequence: list[dict[str, Any]]) -> None:
     pub = ActivityPublisher("act", "t", clock=Clock())
     by_bytes, by_dicts = ActivityStore(), ActivityStore()
     validator = create_validator()
-    validator.feed({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
+    run_started = {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}
+    validator.feed(run_started)
+    by_bytes.handle_event(run_started)
+    by_dicts.handle_event(run_started)
     for content in sequence:
         event = pub.update(content)
         if event is None:

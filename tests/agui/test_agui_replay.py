@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from tether.cli import COMMANDS
 from tether.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
-STREAM = ROOT / "examples" / "activity_stream.sse"
+STREAM = ROOT / "python" / "tether" / "agui" / "activity_stream.sse"
 
 
 def test_the_shipped_stream_is_what_the_recorder_writes(tmp_path: Path) -> None:
@@ -26,6 +27,13 @@ def test_the_shipped_stream_is_what_the_recorder_writes(tmp_path: Path) -> None:
         capture_output=True,
     )
     assert out.read_bytes() == STREAM.read_bytes()
+
+
+def test_the_default_stream_is_package_data_the_recorder_writes() -> None:
+    assert replay_mod.DEFAULT_STREAM.read_bytes() == STREAM.read_bytes()
+    assert Path(str(replay_mod.DEFAULT_STREAM)).resolve() == STREAM.resolve()
+    recorder = runpy.run_path(str(ROOT / "examples" / "record_activity_stream.py"))
+    assert recorder["OUT"] == STREAM.resolve()
 
 
 def test_the_shipped_stream_is_conformant() -> None:
@@ -87,10 +95,34 @@ def test_replay_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert cli_main(["replay", str(STREAM), "--chunk-size", "0"]) == 2
 
 
+def test_replay_enforces_the_run_lifecycle_unless_partial(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A capture cut from the middle of a run: everything after RUN_STARTED.
+    frames = STREAM.read_text(encoding="utf-8").split("\n\n")
+    first = next(i for i, f in enumerate(frames) if '"RUN_STARTED"' in f)
+    cut = tmp_path / "mid-run.sse"
+    cut.write_text("\n\n".join(frames[first + 1 :]), encoding="utf-8")
+    assert cli_main(["replay", str(cut)]) == 1
+    err = capsys.readouterr().err
+    assert "AguiSequenceError: run_not_started" in err and "--partial" in err
+    assert cli_main(["replay", str(cut), "--partial"]) == 0
+    out = capsys.readouterr().out
+    assert "activity act-plan [robot_plan]" in out and '  status: "idle"' in out
+    store = replay_mod.replay(cut.read_bytes(), partial=True)
+    assert store.lifecycle == "partial" and store.warnings == []
+    assert store.activities() == replay_mod.replay(STREAM.read_bytes()).activities()
+    # A second RUN_STARTED is refused in either mode.
+    doubled = tmp_path / "doubled.sse"
+    doubled.write_text("\n\n".join([frames[first], *frames]), encoding="utf-8")
+    assert cli_main(["replay", str(doubled), "--partial"]) == 1
+    assert "run_already_started" in capsys.readouterr().err
+
+
 def test_missing_default_stream_says_what_to_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # An installed package has no examples/ next to it: the error must say so, not crash.
+    # An install that lost its package data: the error must say so, not crash.
     monkeypatch.setattr(replay_mod, "DEFAULT_STREAM", tmp_path / "examples" / "gone.sse")
     assert cli_main(["replay"]) == 2
     err = capsys.readouterr().err

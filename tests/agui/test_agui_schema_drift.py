@@ -210,6 +210,7 @@ def test_every_message_role_fully_populated_is_held_as_sent() -> None:
         assert set(wire) == {f.alias or n for n, f in model.model_fields.items()}, model
         wires.append(wire)
     store = _core.ActivityStore()
+    store.handle_event({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
     assert store.handle_event({"type": "MESSAGES_SNAPSHOT", "messages": wires}) == []
     assert store.messages() == wires
     assert store.run_input_messages() == [w for w in wires if w["role"] != "activity"]

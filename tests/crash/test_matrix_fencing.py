@@ -93,7 +93,7 @@ def test_duplicate_results_and_settlements_accept_copies_and_reject_conflicts(
         [r2] = host.observe_once()
         rec = host.get(akey(0))
         assert rec is not None and rec.settlement is not None
-        host._settle(host.ledger.read_at(r2))  # re-running settlement: exact copy, no-op
+        host.settler.settle(host.ledger.read_at(r2))  # re-running settlement: exact copy, no-op
         assert host.get(akey(0)) == rec
         host.commit_tick("w", [])
         later = host.head("w")
@@ -162,9 +162,9 @@ def test_fork_and_destroy_are_refused_while_unsettled(tmp_path: Path) -> None:
         drain(host)
         host.restage()
         # Commit the observation but "crash" before its post-commit work: fork must finish it.
-        obs = host._observations_for("w")
+        obs = host.stager.observations_for("w")
         writes = [w for o in obs for w in (*o.facts, o.evidence)]
-        host.ledger.commit(host._writer("w"), host.head("w"), writes)
+        host.ledger.commit(host.ticker.writer("w"), host.head("w"), writes)
         fork = host.fork_world("w", "w-fork")
         rec = host.get(akey(0))
         assert rec is not None and rec.settlement is not None
@@ -180,7 +180,7 @@ def test_destroy_reopens_when_the_required_projector_fails(tmp_path: Path) -> No
         host.create_world("w")
         writer = host.ledger.acquire_writer("w")
         r1 = host.ledger.commit(writer, host.head("w"), intents(1))
-        host._project(host.ledger.read_at(r1))
+        host.projector.project(host.ledger.read_at(r1))
 
     def different(snapshot: Any) -> list[Any]:
         from tether.runtime import ActivityRequest
@@ -200,9 +200,9 @@ def test_destroy_first_settles_from_the_retained_receipt_then_destroys(tmp_path:
         host.commit_tick("w", intents(1))
         drain(host)
         host.restage()
-        obs = host._observations_for("w")
+        obs = host.stager.observations_for("w")
         writes = [w for o in obs for w in (*o.facts, o.evidence)]
-        r2 = host.ledger.commit(host._writer("w"), host.head("w"), writes)  # then "crashed"
+        r2 = host.ledger.commit(host.ticker.writer("w"), host.head("w"), writes)  # then "crashed"
         assert host.catalog.has_unsettled("w")
         host.destroy_world("w")  # public destroy: settles from r2 under the lock, then destroys
         rec = host.get(akey(0))

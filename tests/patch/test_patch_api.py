@@ -165,7 +165,6 @@ def test_error_codes(call: Callable[[], object], code: str) -> None:
         [{"op": "add", "path": "a", "value": 1}],
         [{"op": "add", "path": "/a~2", "value": 1}],
         [{"op": "add", "path": "/a~", "value": 1}],
-        [{"op": "move", "from": "/a", "path": "/a/b"}],
         [{"op": "increment", "path": "/a"}],
         ["not an object"],
         [["add", "/a", 1]],
@@ -211,6 +210,52 @@ def test_agui_mode_drops_unknown_ops_with_a_warning() -> None:
         patch.apply({}, [], mode="lenient")  # type: ignore[arg-type]
 
 
+DROPS_THEN_FAILS = [
+    {"op": "increment", "path": "/n"},
+    {"op": "replace", "path": "/n", "value": 2},
+    {"op": "decrement", "path": "/n"},
+    {"op": "remove", "path": "/missing"},
+]
+
+
+@pytest.mark.parametrize("form", ["copy", "in_place", "json"])
+def test_agui_errors_carry_the_drop_warnings_in_order(form: str) -> None:
+    def run(ops: list[Any]) -> None:
+        doc = {"n": 1}
+        if form == "json":
+            patch.apply_json_detailed(
+                json.dumps(doc).encode(), json.dumps(ops).encode(), mode="agui"
+            )
+        else:
+            patch.apply_detailed(doc, ops, mode="agui", in_place=form == "in_place")
+        raise AssertionError("the patch applied")
+
+    with pytest.raises(patch.PatchDoesNotApply) as miss:
+        run(DROPS_THEN_FAILS)
+    assert [(w.op_index, w.code) for w in miss.value.warnings] == [
+        (0, "unknown_op"),
+        (2, "unknown_op"),
+    ]
+    assert all(isinstance(w, patch.PatchWarning) for w in miss.value.warnings)
+    assert miss.value.op_index == 3 and miss.value.code == "member_not_found"
+    # A malformed operation after a drop: the drop is still reported.
+    with pytest.raises(patch.InvalidPatch) as bad:
+        run([DROPS_THEN_FAILS[0], {"op": "add", "path": "n", "value": 1}])
+    assert [w.op_index for w in bad.value.warnings] == [0]
+    # Nothing dropped (or strict mode): no warnings.
+    with pytest.raises(patch.PatchDoesNotApply) as plain:
+        run([{"op": "remove", "path": "/missing"}])
+    assert plain.value.warnings == ()
+
+
+def test_patch_warnings_are_values() -> None:
+    w = patch.PatchWarning(1, "unknown_op", "it's gone")
+    assert (w.op_index, w.code, w.message) == (1, "unknown_op", "it's gone")
+    assert w == patch.PatchWarning(1, "unknown_op", "it's gone") and len({w, w}) == 1
+    assert repr(w) == "PatchWarning(op_index=1, code='unknown_op', message='it\\'s gone')"
+    assert patch.PatchError.warnings == ()
+
+
 def test_apply_json_keeps_big_integers_and_order() -> None:
     doc = b'{"z": 1, "big": 123456789012345678901234567890123, "a": -98765432109876543210.5}'
     ops = (
@@ -240,6 +285,33 @@ def test_apply_json_rejects_bad_text() -> None:
         patch.apply_json(b"{}", b"[{]")
     with pytest.raises(patch.InvalidDocument):
         patch.apply_json(b"\xff", b"[]")
+
+
+def test_apply_json_takes_str_as_well_as_bytes() -> None:
+    ops = '[{"op": "add", "path": "/é", "value": "ünï"}]'
+    out = patch.apply_json('{"a": 1}', ops)
+    assert out == '{"a":1,"é":"ünï"}' and isinstance(out, str)
+    assert patch.apply_json(b'{"a": 1}', ops) == out.encode()
+    assert patch.apply_json(bytearray(b'{"a": 1}'), ops.encode()) == out.encode()
+    text, warnings = patch.apply_json_detailed(
+        '{"n": 1}', '[{"op": "x", "path": "/n"}]', mode="agui"
+    )
+    assert text == '{"n":1}' and [w.code for w in warnings] == ["unknown_op"]
+    with pytest.raises(patch.PatchDoesNotApply):
+        patch.apply_json("{}", '[{"op": "remove", "path": "/a"}]')
+    with pytest.raises(patch.InvalidDocument) as info:
+        patch.apply_json("{", "[]")
+    assert info.value.code == "invalid_json"
+
+
+@pytest.mark.parametrize("bad", [{"a": 1}, 7, None, memoryview(b"{}"), "\ud800"], ids=repr)
+def test_apply_json_refuses_other_types_with_a_typed_error(bad: Any) -> None:
+    with pytest.raises(patch.InvalidDocument) as doc_info:
+        patch.apply_json(bad, b"[]")
+    assert doc_info.value.code == "invalid_json"
+    with pytest.raises(patch.InvalidPatch) as patch_info:
+        patch.apply_json(b"{}", bad)
+    assert patch_info.value.code == "invalid_json"
 
 
 def test_python_big_integers_survive() -> None:
@@ -286,6 +358,61 @@ def test_non_json_patch_values_are_refused(value: Any) -> None:
         with pytest.raises(patch.InvalidPatch) as info:
             patch.apply({"a": 1}, [{"op": op, "path": "/a", "value": value}])
         assert info.value.op_index == 0
+
+
+NON_FINITE = [float("nan"), float("inf"), float("-inf")]
+
+
+@pytest.mark.parametrize("bad", NON_FINITE, ids=repr)
+@pytest.mark.parametrize(
+    "where",
+    [lambda v: v, lambda v: {"a": v}, lambda v: {"a": [1, {"b": v}]}, lambda v: [0.5, v]],
+    ids=["root", "member", "nested", "element"],
+)
+def test_nan_and_infinity_in_a_document_are_refused(bad: float, where: Any) -> None:
+    doc = where(bad)
+    for call in (
+        lambda: patch.apply(doc, []),
+        lambda: patch.apply_detailed(doc, [], mode="agui"),
+        lambda: patch.diff(doc, {}),
+        lambda: patch.diff({}, doc),
+    ):
+        with pytest.raises(patch.InvalidDocument, match="not a JSON number") as info:
+            call()
+        assert info.value.code == "non_finite_number"
+        assert "non_finite_number" in patch.ERROR_CODES
+
+
+@pytest.mark.parametrize("bad", NON_FINITE, ids=repr)
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("mode", ["strict", "agui"])
+def test_nan_and_infinity_in_a_patch_value_are_refused(
+    bad: float, in_place: bool, mode: patch.Mode
+) -> None:
+    for op in ("add", "replace", "test"):
+        for value in (bad, {"x": [bad]}):
+            doc = {"a": 1}
+            with pytest.raises(patch.InvalidPatch) as info:
+                patch.apply_detailed(
+                    doc, [{"op": op, "path": "/a", "value": value}], mode=mode, in_place=in_place
+                )
+            assert (info.value.op_index, info.value.path) == (0, "/a")
+            assert info.value.code == "non_finite_number"
+            assert doc == {"a": 1}
+
+
+@pytest.mark.parametrize("bad", NON_FINITE, ids=repr)
+def test_in_place_refuses_nan_where_it_compares_or_copies(bad: float) -> None:
+    doc = {"a": {"b": bad}, "n": 1}
+    for ops in (
+        [{"op": "test", "path": "/a/b", "value": 1}],
+        [{"op": "copy", "from": "/a", "path": "/c"}],
+        [{"op": "add", "path": "/a/b/x", "value": 1}],  # walks into the float
+    ):
+        with pytest.raises(patch.InvalidDocument) as info:
+            patch.apply(doc, ops, in_place=True)
+        assert info.value.code == "non_finite_number"
+        assert set(doc) == {"a", "n"}
 
 
 def test_in_place_touches_only_what_it_walks() -> None:

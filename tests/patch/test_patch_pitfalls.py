@@ -114,9 +114,11 @@ def test_escapes_decode_in_order(run: Runner) -> None:
 @RUNNERS
 def test_move_into_own_child_is_refused_but_onto_itself_is_fine(run: Runner) -> None:
     doc = {"a": {"b": {}}, "ab": {}}
-    with pytest.raises(patch.InvalidPatch) as info:
+    # Well formed (RFC 6902 4.4 forbids the move, not the operation's shape): it does not apply.
+    with pytest.raises(patch.PatchDoesNotApply) as info:
         run(doc, [{"op": "move", "from": "/a", "path": "/a/b/c"}])
     assert info.value.code == "move_into_child"
+    assert (info.value.op_index, info.value.path) == (0, "/a/b/c")
     assert run(doc, [{"op": "move", "from": "/a", "path": "/a"}]) == doc
     # `/a` is not a token-prefix of `/ab/x`.
     assert run(doc, [{"op": "move", "from": "/a", "path": "/ab/x"}]) == {"ab": {"x": {"b": {}}}}
@@ -140,12 +142,17 @@ def test_numbers_compare_by_value(run: Runner) -> None:
     run({"v": {"x": 1, "y": [2.0]}}, [{"op": "test", "path": "/v", "value": {"y": [2], "x": 1.0}}])
 
 
-def test_nan_is_unequal_even_to_itself() -> None:
+def test_nan_is_refused_not_compared() -> None:
+    # JSON has no NaN: neither the document nor the patch value may carry one, so `test` never
+    # gets to compare NaN with itself.
     nan = float("nan")
-    doc = {"v": nan}
     for in_place in (False, True):
-        with pytest.raises(patch.PatchDoesNotApply):
-            patch.apply(doc, [{"op": "test", "path": "/v", "value": nan}], in_place=in_place)
+        with pytest.raises(patch.InvalidDocument) as doc_info:
+            patch.apply({"v": nan}, [{"op": "test", "path": "/v", "value": 1}], in_place=in_place)
+        assert doc_info.value.code == "non_finite_number"
+        with pytest.raises(patch.InvalidPatch) as patch_info:
+            patch.apply({"v": 1}, [{"op": "test", "path": "/v", "value": nan}], in_place=in_place)
+        assert patch_info.value.code == "non_finite_number"
 
 
 @RUNNERS

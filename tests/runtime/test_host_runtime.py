@@ -313,7 +313,7 @@ def test_a_second_host_on_the_same_data_fences_the_first_writer(tmp_path: Path) 
             assert (
                 first.observe_once() == []
             )  # fenced: it stops observing, without a loop of errors
-            assert "w" in first._fenced and first.head("w") == r2
+            assert "w" in first.observer.fenced and first.head("w") == r2
             [r3] = second.observe_once()
             rec = second.get(akey(0))
             assert rec is not None and rec.settlement is not None

@@ -32,7 +32,7 @@ def _sql(tmp_path: Path, sql: str, *args: object) -> None:
 
 def _later_head(host: Host, tmp_path: Path, r: CommittedTickReceipt) -> CommittedTickReceipt:
     host.ledger.complete_post_commit(r)  # someone marked it done, then a later tick landed
-    host.ledger.commit(host._writer("w"), r, [])
+    host.ledger.commit(host.ticker.writer("w"), r, [])
     return r
 
 
@@ -85,10 +85,10 @@ def test_bad_receipt_admits_nothing(case: str, tmp_path: Path) -> None:
     with make_host(tmp_path) as host:
         host.create_world("w")
         host.create_world("v")
-        r1 = host.ledger.commit(host._writer("w"), host.head("w"), intents(2))
+        r1 = host.ledger.commit(host.ticker.writer("w"), host.head("w"), intents(2))
         bad = breaker(host, tmp_path, r1)
         with pytest.raises(ReceiptRejected) as err:
-            host._post_commit(bad)
+            host.ticker.post_commit(bad)
         assert err.value.code in codes
         assert host.get(akey(0)) is None and host.get(akey(1)) is None
         assert host.get(akey(0, world="v")) is None
@@ -106,12 +106,12 @@ def test_bad_receipt_settles_nothing(case: str, tmp_path: Path) -> None:
         r1 = host.commit_tick("w", intents(2))
         assert drain(host) == 2
         assert host.restage() == 2
-        obs = host._observations_for("w")
+        obs = host.stager.observations_for("w")
         writes = [w for o in obs for w in (*o.facts, o.evidence)]
-        r2 = host.ledger.commit(host._writer("w"), r1, writes)  # evidence committed in r2
+        r2 = host.ledger.commit(host.ticker.writer("w"), r1, writes)  # evidence committed in r2
         bad = breaker(host, tmp_path, r2)
         with pytest.raises(ReceiptRejected) as err:
-            host._post_commit(bad)
+            host.ticker.post_commit(bad)
         assert err.value.code in codes
         for i in range(2):
             rec = host.get(akey(i))
@@ -122,16 +122,16 @@ def test_the_same_receipts_unbroken_admit_and_settle(tmp_path: Path) -> None:
     """The control: the exact head, untouched, admits and then settles."""
     with make_host(tmp_path) as host:
         host.create_world("w")
-        r1 = host.ledger.commit(host._writer("w"), host.head("w"), intents(2))
-        host._post_commit(r1)
+        r1 = host.ledger.commit(host.ticker.writer("w"), host.head("w"), intents(2))
+        host.ticker.post_commit(r1)
         assert host.get(akey(0)) is not None and host.get(akey(1)) is not None
         drain(host)
         host.restage()
-        obs = host._observations_for("w")
+        obs = host.stager.observations_for("w")
         r2 = host.ledger.commit(
-            host._writer("w"), r1, [w for o in obs for w in (*o.facts, o.evidence)]
+            host.ticker.writer("w"), r1, [w for o in obs for w in (*o.facts, o.evidence)]
         )
-        host._post_commit(r2)
+        host.ticker.post_commit(r2)
         for i in range(2):
             rec = host.get(akey(i))
             assert rec is not None and rec.settlement is not None

@@ -63,7 +63,7 @@ def test_gate_projection_is_exact_receipt_bound_deterministic_and_idempotent(
         r1 = host.commit_tick("w", intents(3))
         before = [host.get(akey(i)) for i in range(3)]
         snap = host.ledger.read_at(r1)
-        host._project(snap)  # a replay for the same receipt is a no-op
+        host.projector.project(snap)  # a replay for the same receipt is a no-op
         assert [host.get(akey(i)) for i in range(3)] == before
         r2 = host.commit_tick("w", [ComponentWrite("other", "x", 1)])
         assert r2.tick == 2 and host.get(akey(0)) == before[0]  # no reprojection of tick 1
@@ -75,7 +75,9 @@ def test_gate_a_conflicting_projection_replay_fails_closed(tmp_path: Path) -> No
         host.create_world("w")
         writer = host.ledger.acquire_writer("w")
         r1 = host.ledger.commit(writer, host.head("w"), intents(1))
-        host._project(host.ledger.read_at(r1))  # admitted, then "crashed" before completing
+        host.projector.project(
+            host.ledger.read_at(r1)
+        )  # admitted, then "crashed" before completing
 
     def different(snapshot: Any) -> list[Any]:
         from tether.runtime import ActivityRequest
@@ -109,7 +111,7 @@ def test_gate_tokenless_ambiguous_or_invisible_receipts_neither_admit_nor_settle
                 raw.commit()
                 raw.close()
             with pytest.raises(ReceiptRejected):
-                host._post_commit(bad)
+                host.ticker.post_commit(bad)
             assert host.get(akey(0)) is None  # nothing admitted
         raw = sqlite3.connect(tmp_path / "world.db")
         raw.execute("DELETE FROM tick_tokens WHERE token = 'vt_sibling'")
@@ -120,9 +122,8 @@ def test_gate_tokenless_ambiguous_or_invisible_receipts_neither_admit_nor_settle
         drain(host)
         host.restage()
         # The observation tick commits, then its head gains a sibling token: settlement refuses.
-        obs_writer = host.ledger.acquire_writer("w")
-        host._writers["w"] = obs_writer
-        obs = host._observations_for("w")
+        obs_writer = host.ticker.acquire("w")
+        obs = host.stager.observations_for("w")
         writes = [w for o in obs for w in (*o.facts, o.evidence)]
         r2 = host.ledger.commit(obs_writer, r1, writes)
         raw = sqlite3.connect(tmp_path / "world.db")
@@ -219,7 +220,7 @@ def test_gate_restart_restages_every_completed_unobserved_result(tmp_path: Path)
     for _ in range(2):  # restaging is repeatable until a tick commits the observation
         with make_host(tmp_path) as host:
             host.recover()
-            assert len(host._staged) == n
+            assert len(host.stager.staged()) == n
     with make_host(tmp_path) as host:
         [r2] = host.observe_once()
         assert r2.run_id == r1.run_id and r2.tick == 2  # resumed the same run at its head
@@ -252,7 +253,7 @@ def test_gate_later_head_wrong_world_or_run_receipts_neither_admit_nor_settle(
         }
         for what, receipt in bad.items():
             with pytest.raises(ReceiptRejected) as err:
-                host._post_commit(receipt)
+                host.ticker.post_commit(receipt)
             assert err.value.code == ("wrong_run" if what == "wrong_world" else what)
         assert host.get(akey(0)) is None  # none of them admitted anything
         host.recover()  # the exact head admits
@@ -264,5 +265,5 @@ def test_gate_later_head_wrong_world_or_run_receipts_neither_admit_nor_settle(
         [r2] = host.observe_once()
         host.commit_tick("w", [])
         with pytest.raises(ReceiptRejected) as err:
-            host._post_commit(r2)  # a later head exists: r2 can no longer settle anything
+            host.ticker.post_commit(r2)  # a later head exists: r2 can no longer settle anything
         assert err.value.code == "not_head"

@@ -149,7 +149,7 @@ def test_host_on_the_port_blocks_the_next_tick_until_post_commit_work_succeeds(
         tmp_path, [make_family(tmp_path)], workers=0, observe=False, ledger=ledger, clock=Clock()
     ) as host:
         host.create_world("w")
-        r1 = ledger.commit(host._writer("w"), ledger.head("w"), intents(1))  # "crashed" here
+        r1 = ledger.commit(host.ticker.writer("w"), ledger.head("w"), intents(1))  # "crashed" here
         assert host.get(akey(0)) is None
         r2 = host.commit_tick("w", [])  # finishes r1's projection from the retained receipt first
         rec = host.get(akey(0))

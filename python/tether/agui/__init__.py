@@ -5,6 +5,8 @@ A producer turns successive contents into events; a consumer's store rebuilds th
 >>> from tether.agui import ActivityPublisher, ActivityStore, encode_sse
 >>> pub = ActivityPublisher("act-1", "robot_task", clock=lambda: 1_764_489_600_000)
 >>> store = ActivityStore()
+>>> store.handle_event({"type": "RUN_STARTED", "threadId": "cell-7", "runId": "run-1"})
+[]
 >>> for content in ({"status": "moving", "steps": []}, {"status": "done", "steps": ["grasp"]}):
 ...     event = pub.update(content)
 ...     store.feed(encode_sse(event).encode())  # or store.handle_event(event)
@@ -19,12 +21,12 @@ A producer turns successive contents into events; a consumer's store rebuilds th
 """
 
 from tether._core import (
-    ActivityStore,
     AguiWarning,
     agui_error_codes,
     agui_warning_codes,
 )
 from tether.agui._publisher import ActivityPublisher, encode_sse, to_model
+from tether.agui._store import RAW_EVENT_NULL_EXPIRES, ActivityStore, Lifecycle
 from tether.agui.live import LiveActivities, message_id
 from tether.agui.stream import RunStream, StoreState, StreamServer, sse_frame
 
@@ -38,12 +40,14 @@ WARNING_CODES: dict[str, str] = {
     "snapshot_target_not_activity": "an ACTIVITY_SNAPSHOT named a non-activity message; skipped",
     "patch_not_applied": "a well-formed patch did not apply; content and type kept",
     "patch_result_not_object": "a patch would leave non-object content; content and type kept",
-    "patch_op_dropped": "an operation with an unknown `op` was dropped; the rest applied",
+    "patch_op_dropped": "an operation with an unknown `op` was dropped (warned first, whatever "
+    "happens to the rest of the patch)",
     "text_message_missing": "a text event named no started message; skipped",
     "text_message_conflict": "a text event named an activity message; skipped",
     "content_too_deep": "a delta could nest content deeper than 512 levels; skipped",
     "content_too_large": "a delta could make content heavier than 64 MiB (or twice its last "
     "snapshot); skipped",
+    "raw_event_null": "`rawEvent: null` was taken as absent (deprecated; fatal from 2027-09-08)",
 }
 
 # Every code an `AguiError` can carry (`error.code`), with its meaning.
@@ -60,15 +64,23 @@ ERROR_CODES: dict[str, str] = {
     "malformed_patch": "an ACTIVITY_DELTA patch is malformed (RFC 6902 / bad pointer)",
     "duplicate_message_id": "a MESSAGES_SNAPSHOT repeats a message id",
     "attribution_mismatch": "a delta's subagentRunId differs from the owner (AguiAttributionError)",
-    "event_after_run_finished": "an event other than RUN_STARTED/RUN_ERROR after RUN_FINISHED",
+    "run_not_started": "the first event is not RUN_STARTED or RUN_ERROR (AguiSequenceError)",
+    "run_already_started": "a second RUN_STARTED while a run is open (AguiSequenceError)",
+    "run_id_mismatch": "RUN_FINISHED names another thread or run than the open one "
+    "(AguiSequenceError)",
+    "event_after_run_finished": "an event other than RUN_STARTED/RUN_ERROR after RUN_FINISHED "
+    "or RUN_ERROR (AguiSequenceError)",
+    "non_finite_number": "a float given in a dict is NaN or infinite (JSON has neither)",
 }
 
 __all__ = [
     "ERROR_CODES",
+    "RAW_EVENT_NULL_EXPIRES",
     "WARNING_CODES",
     "ActivityPublisher",
     "ActivityStore",
     "AguiWarning",
+    "Lifecycle",
     "LiveActivities",
     "RunStream",
     "StoreState",

@@ -8,23 +8,30 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from tether._core import ActivityStore
+from tether.agui._store import ActivityStore
 from tether.errors import AguiError
 
 __all__ = ["DEFAULT_STREAM", "main", "replay"]
 
-# The recorded stream shipped with the repository (examples/activity_stream.sse).
-DEFAULT_STREAM = Path(__file__).resolve().parents[3] / "examples" / "activity_stream.sse"
+# The recorded example capture, shipped as package data (written by
+# examples/record_activity_stream.py), so `tether replay` works from an installed wheel.
+DEFAULT_STREAM: Traversable = resources.files("tether.agui") / "activity_stream.sse"
 
 
-def replay(data: bytes, *, chunk_size: int = 4096) -> ActivityStore:
-    """Feeds `data` to a fresh store in `chunk_size` pieces, as a network read would."""
+def replay(data: bytes, *, chunk_size: int = 4096, partial: bool = False) -> ActivityStore:
+    """Feeds `data` to a fresh store in `chunk_size` pieces, as a network read would.
+
+    The run lifecycle is enforced; with `partial` the capture may begin mid-run (before its
+    first RUN_STARTED or RUN_ERROR, events count as inside a run whose ids are unknown).
+    """
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
-    store = ActivityStore()
+    store = ActivityStore(lifecycle="partial" if partial else "strict")
     for i in range(0, len(data), chunk_size):
         store.feed(data[i : i + chunk_size])
     store.finish()
@@ -57,13 +64,20 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         type=Path,
         default=DEFAULT_STREAM,
-        help="the recorded stream (default: examples/activity_stream.sse)",
+        help="the recorded stream (default: the example capture shipped with tether, "
+        "tether/agui/activity_stream.sse)",
     )
     p.add_argument("--chunk-size", type=int, default=4096, help="bytes per feed (default 4096)")
     p.add_argument(
         "--all", action="store_true", help="print every message, not only activity messages"
     )
     p.add_argument("--json", action="store_true", help="print one JSON array instead of text")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="the capture may begin mid-run (no RUN_STARTED first); default: the whole run "
+        "lifecycle is enforced from the first event",
+    )
     return p
 
 
@@ -79,16 +93,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tether replay: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
         if args.file == DEFAULT_STREAM:
             print(
-                "tether replay: the recorded example stream ships with the source checkout "
-                "(examples/activity_stream.sse), not with an installed package; "
-                "pass a stream file: tether replay FILE",
+                "tether replay: the example capture ships inside the tether package "
+                "(tether/agui/activity_stream.sse) and is missing from this install; "
+                "reinstall tether, or pass a stream file: tether replay FILE",
                 file=sys.stderr,
             )
         return 2
     try:
-        store = replay(data, chunk_size=args.chunk_size)
+        store = replay(data, chunk_size=args.chunk_size, partial=args.partial)
     except AguiError as e:
         print(f"tether replay: {args.file}: {type(e).__name__}: {e}", file=sys.stderr)
+        if e.code == "run_not_started":
+            print(
+                "tether replay: a capture that begins mid-run replays with --partial",
+                file=sys.stderr,
+            )
         return 1
     for w in store.warnings:
         print(

@@ -4,8 +4,9 @@ A subscriber that connects at any time receives RUN_STARTED, then a MESSAGES_SNA
 activity messages as they stand at that moment, then every later event live, and the stream
 ends after RUN_FINISHED. Publishing and subscribing share one lock, so the snapshot a new
 subscriber receives and the live events it is queued for never overlap or leave a gap.
-The message state is the AG-UI activity store fed with every published event (the stream only
-transports; it never interprets an activity event itself). `tether demo` and `tether worker
+The message state is the AG-UI activity store fed with every event of the run, RUN_STARTED and
+RUN_FINISHED/RUN_ERROR included (the stream only transports; it never interprets an event
+itself, and the store enforces the run lifecycle). `tether demo` and `tether worker
 --sse-port` serve their runs through it; `LiveActivities` (tether.agui.live) feeds it.
 """
 
@@ -20,7 +21,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from tether._core import ActivityStore
+from tether.agui._store import ActivityStore
 
 __all__ = ["MessageState", "RunStream", "StoreState", "StreamServer", "sse_frame"]
 
@@ -32,7 +33,7 @@ class MessageState(Protocol):
     """What the stream needs from an activity store: take events, list messages so far."""
 
     def feed(self, event: dict[str, Any]) -> None:
-        """Apply one AG-UI event."""
+        """Apply one AG-UI event (run events included)."""
         ...
 
     def messages(self) -> list[dict[str, Any]]:
@@ -71,13 +72,15 @@ class RunStream:
         """Publish RUN_STARTED (once)."""
         with self._lock:
             if self._started is None:
-                self._started = {
+                started = {
                     "type": "RUN_STARTED",
                     "timestamp": self._clock(),
                     "threadId": self.thread_id,
                     "runId": self.run_id,
                 }
-                self._send(self._started)
+                self._state.feed(started)
+                self._started = started
+                self._send(started)
 
     def publish(self, event: dict[str, Any]) -> None:
         """Feed an activity event to the message state and send it to every subscriber."""
@@ -92,16 +95,19 @@ class RunStream:
         with self._lock:
             if self._started is None or self._finished is not None:
                 return
+            finished: dict[str, Any]
             if error is None:
-                self._finished = {
+                finished = {
                     "type": "RUN_FINISHED",
                     "timestamp": self._clock(),
                     "threadId": self.thread_id,
                     "runId": self.run_id,
                 }
             else:
-                self._finished = {"type": "RUN_ERROR", "timestamp": self._clock(), "message": error}
-            self._send(self._finished)
+                finished = {"type": "RUN_ERROR", "timestamp": self._clock(), "message": error}
+            self._state.feed(finished)
+            self._finished = finished
+            self._send(finished)
             for sub in self._subscribers:
                 sub.put(None)
             self._subscribers.clear()

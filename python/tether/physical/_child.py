@@ -79,6 +79,9 @@ def run_attempt(op: OperationDir, attempt: int, job: dict[str, Any], emit: Emit)
 
     every = max(200, request.steps // 50)
     run = run_episodes(request, progress, progress_every=every)
+    # The wall time goes to the attempt's log only: the result file (and so its digest) holds
+    # nothing that depends on the clock.
+    print(f"episodes ran in {run.wall_time_s:.3f} s", file=sys.stderr)
     run.summary["operation_id"] = job["operation_id"]
     run.summary["attempt"] = attempt
     # The provider names its store in the job; without one, its default (<root>/artifacts).

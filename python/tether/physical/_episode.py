@@ -5,7 +5,8 @@ fixed order (per episode: the initial joint angles, then the whole noise sequenc
 owns exactly one `MjData` per model, reset before every episode. The same request therefore gives
 byte-identical trajectory arrays, and so the same trajectory digest, in any process on the same
 build. The result file is a zip of `.npy` arrays plus `summary.json`, written with fixed zip
-timestamps so the trajectory part never varies; only the summary's wall time does.
+timestamps and holding no wall time (that is `EpisodeRun.wall_time_s`, never written), so the
+same request and attempt give the same result file byte for byte, and the same result digest.
 """
 
 from __future__ import annotations
@@ -217,10 +218,15 @@ def inverse_kinematics(target: tuple[float, float]) -> FloatArray:
 
 @dataclass
 class EpisodeRun:
-    """The recorded arrays of all episodes of one request, and the summary (the observation)."""
+    """The recorded arrays of all episodes of one request, and the summary (the observation).
+
+    `wall_time_s` is how long the episodes took here: measured, never part of the summary or
+    the result file, so nothing digested depends on the clock.
+    """
 
     arrays: dict[str, FloatArray]
     summary: dict[str, Any]
+    wall_time_s: float = 0.0
 
 
 # One MjData per process and model digest: episodes reset it rather than allocating a new one.
@@ -320,9 +326,8 @@ def run_episodes(
         "versions": versions(),
         "request_digest": request.digest(),
         "trajectory_digest": trajectory_digest(arrays),
-        "wall_time_s": time.perf_counter() - started,
     }
-    return EpisodeRun(arrays=arrays, summary=summary)
+    return EpisodeRun(arrays=arrays, summary=summary, wall_time_s=time.perf_counter() - started)
 
 
 def _npy_bytes(array: FloatArray) -> bytes:

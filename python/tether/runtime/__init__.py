@@ -2,7 +2,10 @@
 
 A family names its kinds, a pure projection from a committed snapshot to requests, an
 adapter that executes (under a bound provider operation id) or reconciles, and a pure
-staging of a durable result into facts. The Host runs the rest:
+staging of a durable result into facts. The Host runs the rest, one part per job: the
+`Projector`, the `Settler`, the `ObservationStager`, the `Ticker` (ticks and post-commit
+work), the `Observer`, the `WorkerPool` and the `WorldLifecycle`; `tether.testing` builds
+any of them alone over real storage in a temp dir with a fake clock.
 
 >>> import tempfile
 >>> from tether.runtime import ActivityRequest, ConfirmedAbsent, Family, Host
@@ -67,6 +70,14 @@ from tether.runtime._family import (
     verify_completion,
 )
 from tether.runtime._host import Host
+from tether.runtime._lifecycle import WorldLifecycle
+from tether.runtime._observer import Observer
+from tether.runtime._pool import WorkerPool
+from tether.runtime._projector import Projector
+from tether.runtime._settler import Settler
+from tether.runtime._stager import ObservationStager
+from tether.runtime._ticker import Ticker
+from tether.runtime._wakeup import Wakeup
 from tether.runtime._worker import Worker
 
 __all__ = [
@@ -89,17 +100,25 @@ __all__ = [
     "HostClosed",
     "LeaseLost",
     "Observation",
+    "ObservationStager",
+    "Observer",
     "Processor",
     "ProgressEvent",
     "Projection",
     "ProjectionConflict",
+    "Projector",
     "ProviderIOForbidden",
     "ReconcileOutcome",
     "Recovered",
+    "Settler",
     "StagedResult",
     "Stager",
+    "Ticker",
     "Unknown",
+    "Wakeup",
     "Worker",
+    "WorkerPool",
+    "WorldLifecycle",
     "completion_mismatch",
     "crash_point",
     "evidence_entity",

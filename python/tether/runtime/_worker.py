@@ -45,6 +45,7 @@ from tether.runtime._family import (
     Unknown,
     families_by_kind,
 )
+from tether.runtime._wakeup import Wakeup
 
 log = logging.getLogger("tether.runtime.worker")
 
@@ -63,6 +64,7 @@ class Worker:
         lease_ms: lease length (1 ms to 7 days, `MAX_LEASE_MS`); the heartbeat renews it
             every third of that.
         emit: receives adapters' progress events (exceptions from it are logged, not raised).
+        stop: set to finish; an unbound attempt claimed after it is set is released.
     """
 
     def __init__(
@@ -90,8 +92,12 @@ class Worker:
         """Close the worker's catalog connection."""
         self.catalog.close()
 
-    def run(self, poll_interval_s: float = 0.02) -> None:
-        """Claim and run attempts until `stop` is set."""
+    def run(self, poll_interval_s: float = 0.02, *, wakeup: Wakeup | None = None) -> None:
+        """Claim and run attempts until `stop` is set, waiting on `wakeup` while idle.
+
+        Without `wakeup`, the idle wait is `stop` for at most `poll_interval_s`.
+        """
+        wakeup = wakeup or Wakeup(self.stop, poll_interval_s)
         while not self.stop.is_set():
             try:
                 worked = self.run_once()
@@ -99,16 +105,21 @@ class Worker:
                 log.exception("worker %s: attempt failed", self.owner)
                 worked = False
             if not worked:
-                self.stop.wait(poll_interval_s)
+                wakeup.wait()
 
     def run_once(self) -> bool:
         """Claim one attempt and run it to its recorded conclusion; False if nothing was ready."""
-        claim = self.catalog.claim(self.owner, self.lease_ms, kinds=self.kinds)
+        return self.run_next() is not None
+
+    def run_next(self, *, world_id: str | None = None) -> ActivityKey | None:
+        """Claim one attempt (of `world_id` only, if given) and run it to its recorded
+        conclusion; return its key, or None if nothing was claimable."""
+        claim = self.catalog.claim(self.owner, self.lease_ms, kinds=self.kinds, world_id=world_id)
         if claim is None:
-            return False
+            return None
         crash_point("after_claim")
         self._run(claim)
-        return True
+        return claim.record.key
 
     def _emit_safely(self, event: ProgressEvent) -> None:
         if self._emit is None:

@@ -45,7 +45,8 @@ from tether.runtime._family import (
     Recovered,
     Unknown,
 )
-from tether.runtime._worker import Worker
+from tether.runtime._pool import WorkerPool
+from tether.runtime._wakeup import Wakeup
 
 log = logging.getLogger("tether.runtime.worker")
 
@@ -82,26 +83,20 @@ def run_workers(
     url = "sqlite:///" + str(data_dir / "catalog.db")
     artifacts = ArtifactStore(data_dir / "artifacts", inline_bound=inline_bound)
     stop = stop or threading.Event()
-    instance = uuid.uuid4().hex[:8]
-    pool = [
-        Worker(
-            open_catalog=lambda: Catalog.open(url),
-            artifacts=artifacts,
-            families=families,
-            owner=f"proc-{instance}/w{i}",
-            lease_ms=lease_ms,
-            stop=stop,
-            emit=emit,
-        )
-        for i in range(workers)
-    ]
-    threads = [threading.Thread(target=w.run, args=(poll_interval_s,)) for w in pool]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for w in pool:
-        w.close()
+    pool = WorkerPool(
+        lambda: Catalog.open(url),
+        artifacts,
+        families,
+        instance=f"proc-{uuid.uuid4().hex[:8]}",
+        lease_ms=lease_ms,
+        emit=emit,
+        wakeup=Wakeup(stop, poll_interval_s),
+    )
+    pool.start(workers)
+    try:
+        pool.join()
+    finally:
+        pool.close()
 
 
 def _result(result: ResultRef) -> dict[str, Any]:

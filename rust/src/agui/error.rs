@@ -15,7 +15,7 @@ pub enum ErrorKind {
     Malformed,
     /// An ACTIVITY_DELTA tagged with a `subagentRunId` other than the activity's owner.
     Attribution,
-    /// The event is not allowed at this point of the run (after RUN_FINISHED).
+    /// The event is not allowed at this point of the run (the rules in `lifecycle`).
     Sequence,
 }
 
@@ -118,6 +118,7 @@ pub const WARNING_CODES: &[&str] = &[
     TEXT_MESSAGE_CONFLICT,
     CONTENT_TOO_DEEP,
     CONTENT_TOO_LARGE,
+    RAW_EVENT_NULL,
 ];
 
 pub const UNKNOWN_EVENT_TYPE: &str = "unknown_event_type";
@@ -133,6 +134,8 @@ pub const TEXT_MESSAGE_MISSING: &str = "text_message_missing";
 pub const TEXT_MESSAGE_CONFLICT: &str = "text_message_conflict";
 pub const CONTENT_TOO_DEEP: &str = "content_too_deep";
 pub const CONTENT_TOO_LARGE: &str = "content_too_large";
+/// `rawEvent: null` converted to absent (deprecated; fatal from 2027-09-08, see `deprecated`).
+pub const RAW_EVENT_NULL: &str = "raw_event_null";
 
 /// Every error code the store can raise.
 pub const ERROR_CODES: &[&str] = &[
@@ -148,7 +151,11 @@ pub const ERROR_CODES: &[&str] = &[
     MALFORMED_PATCH,
     DUPLICATE_MESSAGE_ID,
     ATTRIBUTION_MISMATCH,
+    RUN_NOT_STARTED,
+    RUN_ALREADY_STARTED,
+    RUN_ID_MISMATCH,
     EVENT_AFTER_RUN_FINISHED,
+    NON_FINITE_NUMBER,
 ];
 
 pub const INVALID_JSON: &str = "invalid_json";
@@ -163,4 +170,9 @@ pub const TIMESTAMP_OUT_OF_RANGE: &str = "timestamp_out_of_range";
 pub const MALFORMED_PATCH: &str = "malformed_patch";
 pub const DUPLICATE_MESSAGE_ID: &str = "duplicate_message_id";
 pub const ATTRIBUTION_MISMATCH: &str = "attribution_mismatch";
+pub const RUN_NOT_STARTED: &str = "run_not_started";
+pub const RUN_ALREADY_STARTED: &str = "run_already_started";
+pub const RUN_ID_MISMATCH: &str = "run_id_mismatch";
 pub const EVENT_AFTER_RUN_FINISHED: &str = "event_after_run_finished";
+/// A number given as a Python float that is NaN or infinite (JSON text cannot carry one).
+pub const NON_FINITE_NUMBER: &str = "non_finite_number";

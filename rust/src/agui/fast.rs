@@ -97,7 +97,8 @@ pub fn parse(text: &[u8]) -> Option<FastDelta<'_>> {
 /// untouched) when the patch is malformed, drops an operation, does not apply, or would leave
 /// something other than an object.
 pub fn apply(content: &mut Value, ops: &[FastOp<'_>]) -> bool {
-    let Ok((parsed, warnings)) = parse_ops(ops.iter(), Mode::AgUi) else {
+    let mut warnings = Vec::new();
+    let Ok(parsed) = parse_ops(ops.iter(), Mode::AgUi, &mut warnings) else {
         return false;
     };
     if !warnings.is_empty() {

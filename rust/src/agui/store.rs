@@ -14,30 +14,44 @@
 //!    delta's metadata still merged (when there is a target). So is a delta that could nest
 //!    content deeper than `MAX_CONTENT_DEPTH` or make it heavier than its weight limit
 //!    (resource bounds of Tether's, not AG-UI's: `copy` can double content per operation).
+//!    The patch is read before anything applies (a malformed one is fatal, whatever the
+//!    target; a `move` into its own child is well formed and just does not apply), and an
+//!    operation with an unknown `op` is dropped with its warning first, whatever then happens
+//!    to the rest of the patch.
 //! 5. Malformed known values are fatal and leave the store exactly as it was; unknown event
 //!    types are dropped and unknown properties of closed objects stripped, with warnings.
 //! 6. MESSAGES_SNAPSHOT replaces held messages by id in place, appends unseen ones in snapshot
 //!    order and drops held messages it omits, except activity and reasoning messages when the
 //!    snapshot carries no message of that role.
 //! 7. `run_input_messages` is the history without activity messages.
-//!
-//! After RUN_FINISHED (or RUN_ERROR) only RUN_STARTED or a late RUN_ERROR is accepted.
+//! 8. `rawEvent: null`, on any event, is taken as absent with a warning until 2027-09-08 and
+//!    is fatal (`null_value`) from that date, judged by `StoreOptions::today` (`deprecated`).
+//! 9. The run lifecycle is enforced before anything else of an event applies (`lifecycle`):
+//!    the stream begins with RUN_STARTED or RUN_ERROR, a run is not started twice, RUN_FINISHED
+//!    names the open run, and after the end only RUN_STARTED or a late RUN_ERROR may follow.
+//!    `Lifecycle::Partial` lets a capture begin mid-run.
 
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::deprecated::{self, Date};
 use super::error::{self as codes, AguiError, ErrorKind, Warning};
 use super::fast;
 use super::frame::{self, Frame, Framer};
+use super::lifecycle::{self, Lifecycle, Run};
 use super::message::{growth, merge_metadata, patch_growth, Activity, Message, MAX_CONTENT_DEPTH};
 use super::schema::{self, ENVELOPE};
-use crate::patch::{apply_value, parse_ops, Mode, PatchErrorKind};
+use crate::patch::{parse_ops, run, Mode, Op, ValueDoc};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RunState {
-    Open,
-    Finished,
+/// How a store reads its input; fixed when it is built.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// The date deprecation windows are judged by (the core reads no clock). `None` counts
+    /// every window as closed: `rawEvent: null` is then fatal.
+    pub today: Option<Date>,
+    /// How strictly the run lifecycle is enforced (strict by default).
+    pub lifecycle: Lifecycle,
 }
 
 /// One thread's message history. Single owner: feed it from one place.
@@ -50,10 +64,11 @@ pub struct ActivityStore {
 /// The history and everything the rules need besides the byte framing.
 #[derive(Debug)]
 struct Thread {
+    options: StoreOptions,
     messages: Vec<Message>,
     index: HashMap<String, usize>,
     warnings: Vec<Warning>,
-    run: RunState,
+    run: Run,
     /// The message a field-less TEXT_MESSAGE_CHUNK continues.
     open_chunk: Option<String>,
     events: u64,
@@ -62,10 +77,11 @@ struct Thread {
 impl Default for Thread {
     fn default() -> Self {
         Thread {
+            options: StoreOptions::default(),
             messages: Vec::new(),
             index: HashMap::new(),
             warnings: Vec::new(),
-            run: RunState::Open,
+            run: Run::initial(Lifecycle::Strict),
             open_chunk: None,
             events: 0,
         }
@@ -100,18 +116,23 @@ fn merge_into_wire(msg: &mut Map<String, Value>, from: Option<Map<String, Value>
     }
 }
 
-/// A patch op whose `path` is the root can make the content something other than an object;
-/// only then does a delta need a copy of the content to fall back to.
-fn touches_root(patch: &Value) -> bool {
-    patch.as_array().is_some_and(|ops| {
-        ops.iter()
-            .any(|op| op.get("path").and_then(Value::as_str) == Some(""))
-    })
-}
-
 impl ActivityStore {
+    /// A store with the default options (no date: deprecation windows count as closed).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A store reading its input as `options` say.
+    pub fn with_options(options: StoreOptions) -> Self {
+        let mut store = Self::default();
+        store.thread.options = options;
+        store.thread.run = Run::initial(options.lifecycle);
+        store
+    }
+
+    /// The options the store was built with.
+    pub fn options(&self) -> StoreOptions {
+        self.thread.options
     }
 
     /// The history, in order.
@@ -218,7 +239,7 @@ impl Thread {
         let Some(d) = fast::parse(text) else {
             return false;
         };
-        if self.run == RunState::Finished {
+        if !self.run.is_open() {
             return false;
         }
         let Some(Message::Activity(a)) = self
@@ -285,7 +306,18 @@ impl Thread {
             .and_then(Value::as_str)
             .map(str::to_owned);
         let ctx = |e: AguiError| e.with_context(Some(&event_type), message_id.as_deref());
+        // Every event carries the envelope, known type or not.
+        deprecated::raw_event_null(
+            &mut ev,
+            &event_type,
+            message_id.as_deref(),
+            self.options.today,
+            warnings,
+        )
+        .map_err(ctx)?;
         let Some((fields, attributable)) = schema::event_fields(&event_type) else {
+            // An unknown type is still an event of the run: the lifecycle applies to it.
+            lifecycle::next(&self.run, &event_type, None).map_err(ctx)?;
             warnings.push(Warning::new(
                 codes::UNKNOWN_EVENT_TYPE,
                 &event_type,
@@ -306,21 +338,14 @@ impl Thread {
                 ev.shift_remove(name);
             }
         }
-        if self.run == RunState::Finished
-            && !matches!(event_type.as_str(), "RUN_STARTED" | "RUN_ERROR")
-        {
-            return Err(ctx(AguiError::new(
-                ErrorKind::Sequence,
-                codes::EVENT_AFTER_RUN_FINISHED,
-                "after RUN_FINISHED only RUN_STARTED or RUN_ERROR is accepted",
-            )));
-        }
+        let ids = match (ev.get("threadId"), ev.get("runId")) {
+            (Some(Value::String(t)), Some(Value::String(r))) => Some((t.as_str(), r.as_str())),
+            _ => None,
+        };
+        let run = lifecycle::next(&self.run, &event_type, ids).map_err(ctx)?;
         match event_type.as_str() {
-            "RUN_STARTED" => self.run = RunState::Open,
-            "RUN_FINISHED" | "RUN_ERROR" => {
-                self.run = RunState::Finished;
-                self.open_chunk = None;
-            }
+            "RUN_STARTED" => {}
+            "RUN_FINISHED" | "RUN_ERROR" => self.open_chunk = None,
             "ACTIVITY_SNAPSHOT" => self.activity_snapshot(ev, warnings),
             "ACTIVITY_DELTA" => self.activity_delta(ev, warnings).map_err(ctx)?,
             "MESSAGES_SNAPSHOT" => self.messages_snapshot(ev, warnings).map_err(ctx)?,
@@ -329,6 +354,9 @@ impl Thread {
             | "TEXT_MESSAGE_END"
             | "TEXT_MESSAGE_CHUNK" => self.text_message(&event_type, ev, warnings),
             _ => {}
+        }
+        if let Some(run) = run {
+            self.run = run;
         }
         Ok(())
     }
@@ -384,6 +412,10 @@ impl Thread {
         const T: &str = "ACTIVITY_DELTA";
         let id = take_str(&mut ev, "messageId").unwrap_or_default();
         let patch = ev.shift_remove("patch").unwrap_or(Value::Array(Vec::new()));
+        // Enforcement before application: a malformed patch is fatal whatever the target, and
+        // an operation with an unknown `op` is dropped with its warning, which stands whatever
+        // happens to the rest of the patch (a later failure adds its own warning).
+        let ops = read_patch(&patch, &id, warnings)?;
         let target = match self.index.get(&id).map(|i| &mut self.messages[*i]) {
             Some(Message::Activity(a)) => a,
             found => {
@@ -397,8 +429,6 @@ impl Thread {
                         format!("it names a message with role {:?}", m.role()),
                     ),
                 };
-                // A skipped delta still must be well formed.
-                check_patch(&patch)?;
                 warnings.push(Warning::new(
                     code,
                     T,
@@ -436,8 +466,7 @@ impl Thread {
             bounds = patch_growth(&patch, target.depth, target.weight, content);
         }
         if exceeds(bounds, target) {
-            // Still fatal when malformed; otherwise skipped like a patch that does not apply.
-            check_patch(&patch)?;
+            // Skipped like a patch that does not apply (a malformed one was fatal above).
             let (code, why) = if bounds.0 > MAX_CONTENT_DEPTH {
                 let why = format!("nest content deeper than {MAX_CONTENT_DEPTH} levels");
                 (codes::CONTENT_TOO_DEEP, why)
@@ -454,49 +483,40 @@ impl Thread {
             merge_metadata(&mut target.metadata, take_obj(&mut ev, "metadata"));
             return Ok(());
         }
-        let backup = if touches_root(&patch) {
+        let backup = if ops.iter().any(|op| op.path.is_root()) {
             Some(target.content.clone())
         } else {
             None
         };
-        match apply_value(&mut target.content, &patch, Mode::AgUi) {
-            Ok(ws) => {
-                if !target.content.is_object() {
-                    let got = schema::type_name(&target.content);
-                    target.content = backup.unwrap_or_else(|| Value::Object(Map::new()));
-                    warnings.push(Warning::new(
-                        codes::PATCH_RESULT_NOT_OBJECT,
-                        T,
-                        Some(&id),
-                        format!("skipped the delta: its result is {got}, not an object"),
-                    ));
-                } else {
-                    (target.depth, target.weight) = bounds;
-                    target.activity_type = take_str(&mut ev, "activityType").unwrap_or_default();
-                    for w in ws {
-                        warnings.push(Warning::new(
-                            codes::PATCH_OP_DROPPED,
-                            T,
-                            Some(&id),
-                            format!("patch operation {}: {} ({})", w.op_index, w.message, w.code),
-                        ));
-                    }
-                }
+        match run(&mut ValueDoc::new(&mut target.content), &ops, true) {
+            Ok(()) if !target.content.is_object() => {
+                let got = schema::type_name(&target.content);
+                target.content = backup.unwrap_or_else(|| Value::Object(Map::new()));
+                warnings.push(Warning::new(
+                    codes::PATCH_RESULT_NOT_OBJECT,
+                    T,
+                    Some(&id),
+                    format!("skipped the delta: its result is {got}, not an object"),
+                ));
             }
-            Err(e) if matches!(e.kind, PatchErrorKind::Malformed) => {
-                return Err(malformed_patch(e))
+            Ok(()) => {
+                (target.depth, target.weight) = bounds;
+                target.activity_type = take_str(&mut ev, "activityType").unwrap_or_default();
             }
-            Err(e) => warnings.push(Warning::new(
-                codes::PATCH_NOT_APPLIED,
-                T,
-                Some(&id),
-                format!(
-                    "skipped the delta: operation {} at {:?} does not apply: {}",
-                    e.op_index.map_or("?".to_owned(), |i| i.to_string()),
-                    e.path.unwrap_or_default(),
-                    e.message
-                ),
-            )),
+            Err(f) => {
+                let e = f.into_patch_error();
+                warnings.push(Warning::new(
+                    codes::PATCH_NOT_APPLIED,
+                    T,
+                    Some(&id),
+                    format!(
+                        "skipped the delta: operation {} at {:?} does not apply: {}",
+                        e.op_index.map_or("?".to_owned(), |i| i.to_string()),
+                        e.path.unwrap_or_default(),
+                        e.message
+                    ),
+                ));
+            }
         }
         merge_metadata(&mut target.metadata, take_obj(&mut ev, "metadata"));
         Ok(())
@@ -634,18 +654,32 @@ impl Thread {
     }
 }
 
-/// The malformed-patch rules alone, without applying anything (applying even to a scratch
-/// object could be costly: each `copy` of the root doubles it).
-fn check_patch(patch: &Value) -> Result<(), AguiError> {
+/// Reads a delta's patch (every malformed-patch rule, nothing applied: applying even to a
+/// scratch object could be costly, as each `copy` of the root doubles it) and pushes the
+/// warning of every dropped operation, in patch order.
+fn read_patch<'p>(
+    patch: &'p Value,
+    id: &str,
+    warnings: &mut Vec<Warning>,
+) -> Result<Vec<Op<&'p Value>>, AguiError> {
     let Some(items) = patch.as_array() else {
         return Err(AguiError::malformed(
             codes::MALFORMED_PATCH,
             "a patch must be a JSON array of operations",
         ));
     };
-    parse_ops(items.iter(), Mode::AgUi)
-        .map(|_| ())
-        .map_err(|f| malformed_patch(f.into_patch_error()))
+    let mut dropped = Vec::new();
+    let ops = parse_ops(items.iter(), Mode::AgUi, &mut dropped)
+        .map_err(|f| malformed_patch(f.into_patch_error()))?;
+    warnings.extend(dropped.into_iter().map(|w| {
+        Warning::new(
+            codes::PATCH_OP_DROPPED,
+            "ACTIVITY_DELTA",
+            Some(id),
+            format!("patch operation {}: {} ({})", w.op_index, w.message, w.code),
+        )
+    }));
+    Ok(ops)
 }
 
 fn malformed_patch(e: crate::patch::PatchError) -> AguiError {
@@ -663,8 +697,14 @@ mod tests {
     use crate::agui::message::{measure, MAX_CONTENT_WEIGHT};
     use serde_json::json;
 
+    fn run_started() -> Value {
+        json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"})
+    }
+
+    /// A store inside a run (RUN_STARTED handled, as the lifecycle requires) that took `events`.
     fn store(events: &[Value]) -> ActivityStore {
         let mut s = ActivityStore::new();
+        s.handle_value(run_started()).unwrap();
         for e in events {
             s.handle_value(e.clone()).unwrap();
         }
@@ -825,6 +865,29 @@ mod tests {
     }
 
     #[test]
+    fn a_move_into_its_own_child_is_skipped_with_a_warning() {
+        let mut s = store(&[snap("a", json!({"x": {"y": 1}}))]);
+        let into_child = json!([{"op": "move", "from": "/x", "path": "/x/y/z"}]);
+        s.handle_value(delta("a", into_child.clone())).unwrap();
+        s.handle_value(delta("missing", into_child.clone()))
+            .unwrap();
+        s.feed(format!("{}\n", delta("a", into_child)).as_bytes())
+            .unwrap();
+        assert_eq!(
+            codes_of(&s),
+            vec![
+                codes::PATCH_NOT_APPLIED,
+                codes::DELTA_TARGET_MISSING,
+                codes::PATCH_NOT_APPLIED
+            ]
+        );
+        assert_eq!(
+            s.get("a").unwrap().to_wire()["content"],
+            json!({"x": {"y": 1}})
+        );
+    }
+
+    #[test]
     fn unknown_op_is_dropped_with_a_warning_and_extra_members_kept() {
         let mut s = store(&[snap("a", json!({"n": 0}))]);
         s.handle_value(delta(
@@ -837,6 +900,103 @@ mod tests {
             json!({"n": 0, "o": {"x": 1}})
         );
         assert_eq!(codes_of(&s), vec![codes::PATCH_OP_DROPPED]);
+    }
+
+    #[test]
+    fn a_dropped_op_warns_first_whatever_happens_to_the_rest() {
+        let dropped = json!({"op": "frobnicate", "path": "/n"});
+        let cases = [
+            (
+                delta("a", json!([dropped, {"op": "remove", "path": "/missing"}])),
+                codes::PATCH_NOT_APPLIED,
+            ),
+            (
+                delta(
+                    "a",
+                    json!([dropped, {"op": "replace", "path": "", "value": 1}]),
+                ),
+                codes::PATCH_RESULT_NOT_OBJECT,
+            ),
+            (
+                delta("missing", json!([dropped])),
+                codes::DELTA_TARGET_MISSING,
+            ),
+        ];
+        for (event, then) in cases {
+            for bytes in [false, true] {
+                let mut s = store(&[snap("a", json!({"n": 0}))]);
+                if bytes {
+                    s.feed(format!("{event}\n").as_bytes()).unwrap();
+                } else {
+                    s.handle_value(event.clone()).unwrap();
+                }
+                assert_eq!(codes_of(&s), vec![codes::PATCH_OP_DROPPED, then], "{event}");
+                assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 0}));
+            }
+        }
+    }
+
+    fn on(year: i32, month: u32, day: u32) -> StoreOptions {
+        StoreOptions {
+            today: Date::new(year, month, day),
+            ..StoreOptions::default()
+        }
+    }
+
+    #[test]
+    fn raw_event_null_is_absent_with_a_warning_until_it_expires() {
+        let with_null = |mut ev: Value| {
+            ev["rawEvent"] = Value::Null;
+            ev
+        };
+        let events = [
+            with_null(snap("a", json!({"n": 0}))),
+            with_null(delta(
+                "a",
+                json!([{"op": "replace", "path": "/n", "value": 1}]),
+            )),
+            with_null(json!({"type": "FUTURE_THING"})),
+        ];
+        let mut s = ActivityStore::with_options(on(2027, 9, 7));
+        s.handle_value(run_started()).unwrap();
+        for ev in &events {
+            s.handle_value(ev.clone()).unwrap();
+        }
+        // The delta as text too (the fast path declines it; the general path warns).
+        s.feed(format!("{}\n", events[1]).as_bytes()).unwrap();
+        assert_eq!(
+            codes_of(&s),
+            vec![
+                codes::RAW_EVENT_NULL,
+                codes::RAW_EVENT_NULL,
+                codes::RAW_EVENT_NULL,
+                codes::UNKNOWN_EVENT_TYPE,
+                codes::RAW_EVENT_NULL
+            ]
+        );
+        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 1}));
+        // A non-null rawEvent is any JSON value, as before, and never warns.
+        let mut raw = snap("b", json!({}));
+        raw["rawEvent"] = json!({"source": "vendor"});
+        s.handle_value(raw).unwrap();
+        assert_eq!(s.warnings().len(), 5);
+
+        // On the expiry date, after it, and without a date: fatal like any other null.
+        for options in [on(2027, 9, 8), on(2031, 1, 1), StoreOptions::default()] {
+            let mut s = ActivityStore::with_options(options);
+            s.handle_value(run_started()).unwrap();
+            for ev in &events {
+                let err = s.handle_value(ev.clone()).unwrap_err();
+                assert_eq!(
+                    (err.kind, err.code),
+                    (ErrorKind::Malformed, codes::NULL_VALUE)
+                );
+                assert!(err.reason.contains("rawEvent"), "{err}");
+            }
+            let err = s.feed(format!("{}\n", events[0]).as_bytes()).unwrap_err();
+            assert_eq!(err.code, codes::NULL_VALUE);
+            assert!(s.messages().is_empty() && s.warnings().is_empty());
+        }
     }
 
     #[test]
@@ -900,7 +1060,7 @@ mod tests {
 
     #[test]
     fn unknown_types_and_properties_warn() {
-        let mut s = ActivityStore::new();
+        let mut s = store(&[]);
         s.handle_value(json!({"type": "FUTURE_THING", "x": 1}))
             .unwrap();
         s.handle_value(json!({"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "activityType": "t",
@@ -1096,23 +1256,145 @@ mod tests {
         assert_eq!(err.code, codes::MALFORMED_PATCH);
     }
 
+    fn finished(thread: &str, run: &str) -> Value {
+        json!({"type": "RUN_FINISHED", "threadId": thread, "runId": run})
+    }
+
+    fn sequence_error(s: &mut ActivityStore, ev: Value) -> &'static str {
+        let before = (wire(s), s.warnings().len(), s.events_handled());
+        let err = s.handle_value(ev.clone()).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Sequence, "{ev}: {err}");
+        assert_eq!((wire(s), s.warnings().len(), s.events_handled()), before);
+        err.code
+    }
+
     #[test]
-    fn after_run_finished_only_run_started_or_error() {
-        let mut s = store(&[
-            json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
-            json!({"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
-        ]);
-        let err = s.handle_value(snap("a", json!({}))).unwrap_err();
+    fn the_run_lifecycle_is_enforced() {
+        // The first event is RUN_STARTED or RUN_ERROR.
+        for first in [
+            snap("a", json!({})),
+            delta("a", json!([])),
+            json!({"type": "TEXT_MESSAGE_START", "messageId": "m"}),
+            json!({"type": "FUTURE_THING"}),
+            finished("t", "r"),
+        ] {
+            let mut s = ActivityStore::new();
+            assert_eq!(
+                sequence_error(&mut s, first.clone()),
+                codes::RUN_NOT_STARTED
+            );
+            // The refused event changed nothing: the stream may still begin properly.
+            s.handle_value(run_started()).unwrap();
+        }
+        let mut s = ActivityStore::new();
+        s.handle_value(json!({"type": "RUN_ERROR", "message": "could not start"}))
+            .unwrap();
         assert_eq!(
-            (err.kind, err.code),
-            (ErrorKind::Sequence, codes::EVENT_AFTER_RUN_FINISHED)
+            sequence_error(&mut s, snap("a", json!({}))),
+            codes::EVENT_AFTER_RUN_FINISHED
         );
+
+        // No second RUN_STARTED while a run is open.
+        let mut s = store(&[snap("a", json!({"n": 0}))]);
+        let again = json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"});
+        assert_eq!(
+            sequence_error(&mut s, again.clone()),
+            codes::RUN_ALREADY_STARTED
+        );
+        assert_eq!(
+            sequence_error(&mut s, run_started()),
+            codes::RUN_ALREADY_STARTED
+        );
+
+        // RUN_FINISHED names the open run's thread and run.
+        assert_eq!(
+            sequence_error(&mut s, finished("t", "r2")),
+            codes::RUN_ID_MISMATCH
+        );
+        assert_eq!(
+            sequence_error(&mut s, finished("t2", "r")),
+            codes::RUN_ID_MISMATCH
+        );
+        s.handle_value(finished("t", "r")).unwrap();
+
+        // After RUN_FINISHED: only a new RUN_STARTED or a late RUN_ERROR.
+        for late in [
+            snap("a", json!({})),
+            delta("a", json!([])),
+            json!({"type": "FUTURE_THING"}),
+            finished("t", "r"),
+        ] {
+            assert_eq!(
+                sequence_error(&mut s, late),
+                codes::EVENT_AFTER_RUN_FINISHED
+            );
+        }
+        // The fast path declines after the end too.
+        let err = s
+            .feed(
+                format!(
+                    "{}\n",
+                    delta("a", json!([{"op": "replace", "path": "/n", "value": 1}]))
+                )
+                .as_bytes(),
+            )
+            .unwrap_err();
+        assert_eq!(err.code, codes::EVENT_AFTER_RUN_FINISHED);
         s.handle_value(json!({"type": "RUN_ERROR", "message": "late"}))
             .unwrap();
-        s.handle_value(json!({"type": "RUN_STARTED", "threadId": "t", "runId": "r2"}))
+        s.handle_value(again).unwrap();
+        s.handle_value(delta(
+            "a",
+            json!([{"op": "replace", "path": "/n", "value": 2}]),
+        ))
+        .unwrap();
+        s.handle_value(json!({"type": "RUN_ERROR", "message": "failed"}))
             .unwrap();
-        s.handle_value(snap("a", json!({}))).unwrap();
-        assert_eq!(s.messages().len(), 1);
+        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 2}));
+        assert!(s.warnings().is_empty());
+    }
+
+    #[test]
+    fn a_partial_capture_may_begin_mid_run() {
+        let partial = StoreOptions {
+            lifecycle: Lifecycle::Partial,
+            ..StoreOptions::default()
+        };
+        let mut s = ActivityStore::with_options(partial);
+        s.feed(format!("{}\n", snap("a", json!({"n": 0}))).as_bytes())
+            .unwrap();
+        s.feed(
+            format!(
+                "{}\n",
+                delta("a", json!([{"op": "replace", "path": "/n", "value": 1}]))
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        // The capture's run has unknown ids: its RUN_FINISHED is taken as it is.
+        s.handle_value(finished("some", "run")).unwrap();
+        assert_eq!(
+            sequence_error(&mut s, snap("b", json!({}))),
+            codes::EVENT_AFTER_RUN_FINISHED
+        );
+        s.handle_value(run_started()).unwrap();
+        // From the first run event on, every rule applies.
+        assert_eq!(
+            sequence_error(&mut s, run_started()),
+            codes::RUN_ALREADY_STARTED
+        );
+        assert_eq!(
+            sequence_error(&mut s, finished("t", "other")),
+            codes::RUN_ID_MISMATCH
+        );
+        assert_eq!(s.get("a").unwrap().to_wire()["content"], json!({"n": 1}));
+        // A partial capture that does start with RUN_STARTED is read strictly from there.
+        let mut s = ActivityStore::with_options(partial);
+        s.handle_value(run_started()).unwrap();
+        assert_eq!(
+            sequence_error(&mut s, run_started()),
+            codes::RUN_ALREADY_STARTED
+        );
     }
 
     #[test]
@@ -1124,7 +1406,7 @@ mod tests {
         ];
         let expected = wire(&store(&events));
         let mut sse = Vec::new();
-        for e in &events {
+        for e in std::iter::once(&run_started()).chain(&events) {
             sse.extend_from_slice(b"data: ");
             sse.extend_from_slice(&serde_json::to_vec(e).unwrap());
             sse.extend_from_slice(b"\n\n");
@@ -1140,7 +1422,7 @@ mod tests {
 
     #[test]
     fn fatal_event_in_a_feed_keeps_earlier_events_and_buffers_later_ones() {
-        let mut s = ActivityStore::new();
+        let mut s = store(&[]);
         let input = b"{\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"a\",\"activityType\":\"t\",\"content\":{}}\n\
 {\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"b\",\"activityType\":\"t\",\"content\":1}\n\
 {\"type\":\"ACTIVITY_SNAPSHOT\",\"messageId\":\"c\",\"activityType\":\"t\",\"content\":{}}\n";
@@ -1185,12 +1467,17 @@ mod fuzz {
         /// every activity keeps object content.
         #[test]
         fn any_bytes_any_split(data in prop_oneof![pieces(), prop::collection::vec(any::<u8>(), 0..200)],
-                               cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4)) {
+                               cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4),
+                               partial in any::<bool>()) {
             let mut bounds: Vec<usize> = cuts.iter().map(|c| c.index(data.len() + 1)).collect();
             bounds.push(0);
             bounds.push(data.len());
             bounds.sort_unstable();
-            let mut s = ActivityStore::new();
+            let lifecycle = if partial { Lifecycle::Partial } else { Lifecycle::Strict };
+            let mut s = ActivityStore::with_options(StoreOptions { lifecycle, ..StoreOptions::default() });
+            if !partial {
+                s.feed(b"{\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n").unwrap();
+            }
             for w in bounds.windows(2) {
                 let _ = s.feed(&data[w[0]..w[1]]);
             }

@@ -2,10 +2,10 @@
 //! `ParseOnlyStream`, and the `AguiError` exception family.
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDate, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
 use crate::agui::{self, ErrorKind, Message};
@@ -64,7 +64,8 @@ const MAX_DEPTH: usize = 256;
 
 /// A JSON value from Python objects: dict (str keys), list/tuple, str, int, float, bool, None,
 /// subclasses included (a `str` enum member such as `ag_ui.core.EventType` is its string).
-/// Anything else is a `TypeError`.
+/// A NaN or infinite float is an `AguiMalformedError` (`non_finite_number`); any other
+/// non-JSON value is a `TypeError`.
 pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value> {
     if depth > MAX_DEPTH {
         return Err(PyTypeError::new_err(format!(
@@ -94,9 +95,15 @@ pub(crate) fn py_to_value(obj: &Bound<'_, PyAny>, depth: usize) -> PyResult<Valu
     }
     if let Ok(f) = obj.cast::<PyFloat>() {
         let v = f.value();
-        return Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| PyTypeError::new_err(format!("{v} is not a JSON number")));
+        // NaN and the infinities are Python floats but no JSON number: a malformed value, as
+        // the same event given as JSON text (where they cannot even be written) would be.
+        return Number::from_f64(v).map(Value::Number).ok_or_else(|| {
+            let why = format!("{v} is not a JSON number (JSON has no NaN or Infinity)");
+            to_pyerr(
+                obj.py(),
+                agui::AguiError::malformed(agui::error::NON_FINITE_NUMBER, why),
+            )
+        });
     }
     if let Ok(d) = obj.cast::<PyDict>() {
         let mut m = Map::with_capacity(d.len());
@@ -266,10 +273,28 @@ fn opt_repr(s: &Option<String>) -> String {
 
 /// One AG-UI thread's ordered message history, built from events (dicts or bytes).
 ///
-/// Single owner: not for concurrent use from several threads.
-#[pyclass(module = "tether._core", name = "ActivityStore")]
+/// Single owner: not for concurrent use from several threads. Subclassable:
+/// `tether.agui.ActivityStore` passes today's date.
+#[pyclass(module = "tether._core", name = "ActivityStore", subclass)]
 pub struct PyActivityStore {
     inner: agui::ActivityStore,
+}
+
+/// A `datetime.date` (or `datetime.datetime`, for its date) as the core's `Date`.
+fn py_date(obj: &Bound<'_, PyAny>) -> PyResult<agui::Date> {
+    if !obj.is_instance_of::<PyDate>() {
+        return Err(PyTypeError::new_err(format!(
+            "today must be a datetime.date, not {}",
+            obj.get_type().name()?
+        )));
+    }
+    let (year, month, day): (i32, u32, u32) = (
+        obj.getattr("year")?.extract()?,
+        obj.getattr("month")?.extract()?,
+        obj.getattr("day")?.extract()?,
+    );
+    agui::Date::new(year, month, day)
+        .ok_or_else(|| PyValueError::new_err(format!("{year}-{month}-{day} is not a date")))
 }
 
 impl PyActivityStore {
@@ -294,11 +319,44 @@ fn message_list<'py, 'a>(
 
 #[pymethods]
 impl PyActivityStore {
+    /// `today` is the date deprecation windows are judged by (the core reads no clock);
+    /// without one they count as closed, so `rawEvent: null` is fatal. `lifecycle` is
+    /// `"strict"` or `"partial"` (a capture that may begin mid-run).
     #[new]
-    fn py_new() -> Self {
-        PyActivityStore {
-            inner: agui::ActivityStore::new(),
+    #[pyo3(signature = (*, today = None, lifecycle = "strict"))]
+    fn py_new(today: Option<&Bound<'_, PyAny>>, lifecycle: &str) -> PyResult<Self> {
+        let today = today.map(py_date).transpose()?;
+        let lifecycle = match lifecycle {
+            "strict" => agui::Lifecycle::Strict,
+            "partial" => agui::Lifecycle::Partial,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "lifecycle must be 'strict' or 'partial', not {other:?}"
+                )))
+            }
+        };
+        Ok(PyActivityStore {
+            inner: agui::ActivityStore::with_options(agui::StoreOptions { today, lifecycle }),
+        })
+    }
+
+    /// How the run lifecycle is enforced: `"strict"` or `"partial"`.
+    #[getter]
+    fn lifecycle(&self) -> &'static str {
+        match self.inner.options().lifecycle {
+            agui::Lifecycle::Strict => "strict",
+            agui::Lifecycle::Partial => "partial",
         }
+    }
+
+    /// The date deprecation windows are judged by, or None.
+    #[getter]
+    fn today<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(d) = self.inner.options().today else {
+            return Ok(None);
+        };
+        let (y, m, day) = d.parts();
+        Ok(Some(PyDate::new(py, y, m, day)?.into_any()))
     }
 
     /// Feeds raw bytes and returns the warnings they caused.
@@ -454,5 +512,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ParseOnlyStream>()?;
     m.add_function(wrap_pyfunction!(agui_warning_codes, m)?)?;
     m.add_function(wrap_pyfunction!(agui_error_codes, m)?)?;
+    let expires = agui::RAW_EVENT_NULL_EXPIRES.parts();
+    m.add(
+        "AGUI_RAW_EVENT_NULL_EXPIRES",
+        PyDate::new(py, expires.0, expires.1, expires.2)?,
+    )?;
     Ok(())
 }

@@ -9,6 +9,7 @@ mod agui;
 mod catalog;
 mod codec;
 pub(crate) mod errors;
+mod live;
 mod patch;
 
 #[pymodule]
@@ -19,5 +20,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     agui::register(m)?;
     catalog::register(m)?;
     codec::register(m)?;
+    live::register(m)?;
     Ok(())
 }

@@ -11,7 +11,8 @@ use std::ptr;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::bindings::errors::TetherError;
 use crate::patch::{
@@ -38,7 +39,7 @@ pyo3::create_exception!(
     PatchDoesNotApply,
     PatchError,
     "A well-formed patch does not apply to this document: a missing path, an index out of \
-     range, or a failed test."
+     range, a failed test, or a move into the value's own child."
 );
 pyo3::create_exception!(
     _core,
@@ -48,8 +49,68 @@ pyo3::create_exception!(
      non-JSON type (or invalid JSON text)."
 );
 
+/// An operation the AG-UI mode tolerated (dropped), with a stable snake_case `code`.
+#[pyclass(module = "tether._core", frozen, eq, hash, get_all)]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PatchWarning {
+    op_index: usize,
+    code: String,
+    message: String,
+}
+
+impl From<patch::PatchWarning> for PatchWarning {
+    fn from(w: patch::PatchWarning) -> Self {
+        PatchWarning {
+            op_index: w.op_index,
+            code: w.code.to_owned(),
+            message: w.message,
+        }
+    }
+}
+
+#[pymethods]
+impl PatchWarning {
+    #[new]
+    fn new(op_index: usize, code: String, message: String) -> Self {
+        PatchWarning {
+            op_index,
+            code,
+            message,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let q = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
+        format!(
+            "PatchWarning(op_index={}, code={}, message={})",
+            self.op_index,
+            q(&self.code),
+            q(&self.message)
+        )
+    }
+}
+
+fn warning_list(warnings: Vec<patch::PatchWarning>) -> Vec<PatchWarning> {
+    warnings.into_iter().map(PatchWarning::from).collect()
+}
+
+/// Attach the warnings of the operations dropped before a failure to its exception.
+fn with_warnings(py: Python<'_>, exc: PyErr, warnings: Vec<patch::PatchWarning>) -> PyErr {
+    if warnings.is_empty() {
+        return exc;
+    }
+    let value = exc.value(py);
+    if value.is_instance_of::<PatchError>() {
+        // Best effort, like `locate`: the exception is already the answer.
+        if let Ok(tuple) = PyTuple::new(py, warning_list(warnings)) {
+            let _ = value.setattr("warnings", tuple);
+        }
+    }
+    exc
+}
+
 /// Codes the Python representation adds to `patch::ERROR_CODES`.
-const BINDING_ERROR_CODES: [&str; 3] = ["not_json", "too_deep", "invalid_json"];
+const BINDING_ERROR_CODES: [&str; 4] = ["not_json", "non_finite_number", "too_deep", "invalid_json"];
 
 /// Deeper nesting than this is refused rather than risking the native stack.
 const MAX_DEPTH: usize = 1000;
@@ -125,9 +186,47 @@ unsafe fn raw_kind(ob: *mut ffi::PyObject) -> Option<Kind> {
     })
 }
 
+/// NaN and the infinities are floats but not JSON numbers (RFC 8259 has neither).
+fn non_finite(obj: &Bound<'_, PyAny>, side: Side) -> PyErr {
+    let text = obj
+        .repr()
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| "?".to_owned());
+    let what = format!("{text} is not a JSON number (JSON has no NaN or Infinity)");
+    match side {
+        Side::Document => coded(
+            obj.py(),
+            InvalidDocument::new_err(format!("document: {what}")),
+            "non_finite_number",
+        ),
+        Side::Patch => coded(
+            obj.py(),
+            InvalidPatch::new_err(format!("patch value: {what}")),
+            "non_finite_number",
+        ),
+    }
+}
+
+/// Refuses a non-finite float given as a raw pointer.
+///
+/// # Safety
+/// `ob` must point to a live exact `float` and the GIL must be held.
+unsafe fn check_finite_raw(py: Python<'_>, ob: *mut ffi::PyObject, side: Side) -> PyResult<()> {
+    if ffi::PyFloat_AsDouble(ob).is_finite() {
+        Ok(())
+    } else {
+        Err(non_finite(&Bound::from_borrowed_ptr(py, ob), side))
+    }
+}
+
 fn kind(obj: &Bound<'_, PyAny>, side: Side) -> PyResult<Kind> {
-    // SAFETY: `obj` is a live object and holding a `Bound` proves the GIL is held.
+    // SAFETY: `obj` is a live object and holding a `Bound` proves the GIL is held; a `Float`
+    // kind means it is an exact `float`.
     match unsafe { raw_kind(obj.as_ptr()) } {
+        Some(Kind::Float) => {
+            unsafe { check_finite_raw(obj.py(), obj.as_ptr(), side)? };
+            Ok(Kind::Float)
+        }
         Some(k) => Ok(k),
         None => Err(not_json(obj, side)),
     }
@@ -234,6 +333,7 @@ fn copy_json<'py>(
                         };
                         out.set_item(key, copy_json(&value, side, depth + 1)?)?;
                     }
+                    Some(Kind::Float) => unsafe { check_finite_raw(py, v, side)? },
                     Some(_) => {}
                     None => {
                         return Err(not_json(&unsafe { Bound::from_borrowed_ptr(py, v) }, side))
@@ -257,6 +357,7 @@ fn copy_json<'py>(
                         let value = unsafe { Bound::from_borrowed_ptr(py, v) };
                         out.set_item(i, copy_json(&value, side, depth + 1)?)?;
                     }
+                    Some(Kind::Float) => unsafe { check_finite_raw(py, v, side)? },
                     Some(_) => {}
                     None => {
                         return Err(not_json(&unsafe { Bound::from_borrowed_ptr(py, v) }, side))
@@ -300,8 +401,8 @@ fn json_equal(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, depth: usize) -> PyRes
     Ok(match (ka, kb) {
         (Kind::Null, Kind::Null) => true,
         (Kind::Bool, Kind::Bool) => a.is(b),
-        // Exact int/float comparison (CPython compares int and float exactly); NaN is unequal
-        // to everything, itself included, because this is `==`, not identity.
+        // Exact int/float comparison (CPython compares int and float exactly); `kind` has
+        // refused NaN and the infinities on both sides.
         (Kind::Int | Kind::Float, Kind::Int | Kind::Float) => a.eq(b)?,
         (Kind::Str, Kind::Str) => a.eq(b)?,
         (Kind::List, Kind::List) => {
@@ -646,14 +747,15 @@ impl<'py> OpSource for PyOp<'py> {
     }
 }
 
-/// Convert a patch error once, attaching `op_index` and `path`.
+/// Convert a patch error once, attaching `op_index`, `path` and the drop warnings.
 fn patch_error(py: Python<'_>, err: patch::PatchError) -> PyErr {
     let exc = match err.kind {
         PatchErrorKind::Malformed => InvalidPatch::new_err(err.to_string()),
         PatchErrorKind::DoesNotApply => PatchDoesNotApply::new_err(err.to_string()),
     };
     let exc = coded(py, exc, err.code);
-    locate(py, exc, err.op_index, err.path)
+    let exc = locate(py, exc, err.op_index, err.path);
+    with_warnings(py, exc, err.warnings)
 }
 
 fn locate(py: Python<'_>, exc: PyErr, op_index: Option<usize>, path: Option<String>) -> PyErr {
@@ -687,9 +789,8 @@ fn parse_mode(mode: &str) -> PyResult<Mode> {
     }
 }
 
-type WarningTuple = (usize, &'static str, String);
-
-/// Apply a patch given as Python objects; returns `(document, warnings)`.
+/// Apply a patch given as Python objects; returns `(document, warnings)`. A raised
+/// `PatchError` carries the warnings of the operations dropped before it in `warnings`.
 #[pyfunction]
 #[pyo3(signature = (doc, patch, *, mode = "strict", in_place = false))]
 fn patch_apply<'py>(
@@ -698,7 +799,7 @@ fn patch_apply<'py>(
     patch: Bound<'py, PyAny>,
     mode: &str,
     in_place: bool,
-) -> PyResult<(Bound<'py, PyAny>, Vec<WarningTuple>)> {
+) -> PyResult<(Bound<'py, PyAny>, Vec<PatchWarning>)> {
     let mode = parse_mode(mode)?;
     if !patch.is_exact_instance_of::<PyList>() {
         let what = if patch.is_instance_of::<PyList>() {
@@ -712,20 +813,24 @@ fn patch_apply<'py>(
         return Err(coded(py, InvalidPatch::new_err(msg), "patch_not_array"));
     }
     let items: Vec<PyOp<'py>> = patch.cast_exact::<PyList>()?.iter().map(PyOp).collect();
-    let (ops, warnings) = parse_ops(items, mode).map_err(|f| failure(py, f))?;
-    let root = if in_place {
-        doc
-    } else {
-        copy_json(&doc, Side::Document, 0)?
-    };
-    let mut tree = PyDoc { root };
-    // The copying mode discards its private copy on failure, so it needs no journal.
-    run(&mut tree, &ops, in_place).map_err(|f| failure(py, f))?;
-    let warnings = warnings
-        .into_iter()
-        .map(|w| (w.op_index, w.code, w.message))
-        .collect();
-    Ok((tree.root, warnings))
+    let mut warnings = Vec::new();
+    let result = parse_ops(items, mode, &mut warnings)
+        .map_err(|f| failure(py, f))
+        .and_then(|ops| {
+            let root = if in_place {
+                doc
+            } else {
+                copy_json(&doc, Side::Document, 0)?
+            };
+            let mut tree = PyDoc { root };
+            // The copying mode discards its private copy on failure, so it needs no journal.
+            run(&mut tree, &ops, in_place).map_err(|f| failure(py, f))?;
+            Ok(tree.root)
+        });
+    match result {
+        Ok(root) => Ok((root, warning_list(warnings))),
+        Err(e) => Err(with_warnings(py, e, warnings)),
+    }
 }
 
 /// Which input a JSON text error belongs to.
@@ -735,16 +840,58 @@ enum JsonFailure {
     Apply(patch::PatchError),
 }
 
-/// Apply a patch to JSON text; returns `(json_bytes, warnings)`.
+/// JSON text given as `bytes`, `bytearray` (copied) or `str` (its UTF-8), held immutable so the
+/// GIL can be released while it is parsed.
+enum JsonText {
+    Bytes(PyBackedBytes),
+    Str(PyBackedStr),
+}
+
+impl JsonText {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            JsonText::Bytes(b) => b,
+            JsonText::Str(s) => s.as_bytes(),
+        }
+    }
+}
+
+fn json_text(obj: &Bound<'_, PyAny>, side: Side) -> PyResult<JsonText> {
+    let refuse = |what: String| {
+        let (who, err): (&str, fn(String) -> PyErr) = match side {
+            Side::Document => ("document", InvalidDocument::new_err),
+            Side::Patch => ("patch", InvalidPatch::new_err),
+        };
+        coded(obj.py(), err(format!("{who}: {what}")), "invalid_json")
+    };
+    if let Ok(s) = obj.cast::<PyString>() {
+        return PyBackedStr::try_from(s.clone())
+            .map(JsonText::Str)
+            .map_err(|_| refuse("a str with a lone surrogate is not JSON text".to_owned()));
+    }
+    if obj.is_instance_of::<PyBytes>() || obj.is_instance_of::<PyByteArray>() {
+        return Ok(JsonText::Bytes(obj.extract::<PyBackedBytes>()?));
+    }
+    let name = obj
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned());
+    Err(refuse(format!("JSON text must be bytes or str, not {name}")))
+}
+
+/// Apply a patch to JSON text (`bytes`, `bytearray` or `str`); returns `(json_bytes, warnings)`.
 #[pyfunction]
 #[pyo3(signature = (doc, patch, *, mode = "strict"))]
 fn patch_apply_json<'py>(
     py: Python<'py>,
-    doc: &[u8],
-    patch: &[u8],
+    doc: &Bound<'py, PyAny>,
+    patch: &Bound<'py, PyAny>,
     mode: &str,
-) -> PyResult<(Bound<'py, PyBytes>, Vec<WarningTuple>)> {
+) -> PyResult<(Bound<'py, PyBytes>, Vec<PatchWarning>)> {
     let mode = parse_mode(mode)?;
+    let (doc, patch) = (json_text(doc, Side::Document)?, json_text(patch, Side::Patch)?);
+    let (doc, patch) = (doc.as_bytes(), patch.as_bytes());
     // Pure Rust on immutable `bytes`: parsing and serialising a large document shows in the
     // benchmark, so other threads may run meanwhile.
     let result = py.detach(|| {
@@ -758,13 +905,7 @@ fn patch_apply_json<'py>(
         Ok((bytes, warnings))
     });
     match result {
-        Ok((bytes, warnings)) => Ok((
-            PyBytes::new(py, &bytes),
-            warnings
-                .into_iter()
-                .map(|w| (w.op_index, w.code, w.message))
-                .collect(),
-        )),
+        Ok((bytes, warnings)) => Ok((PyBytes::new(py, &bytes), warning_list(warnings))),
         Err(JsonFailure::Document(m)) => {
             Err(coded(py, InvalidDocument::new_err(m), "invalid_json"))
         }
@@ -832,7 +973,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     base.setattr("op_index", py.None())?;
     base.setattr("path", py.None())?;
     base.setattr("code", py.None())?;
+    base.setattr("warnings", PyTuple::empty(py))?;
     m.add("PatchError", base)?;
+    m.add_class::<PatchWarning>()?;
     m.add("InvalidPatch", py.get_type::<InvalidPatch>())?;
     m.add("PatchDoesNotApply", py.get_type::<PatchDoesNotApply>())?;
     m.add("InvalidDocument", py.get_type::<InvalidDocument>())?;

@@ -403,6 +403,12 @@ fn apply_op<'o, L, T: Tree<L>>(
         }
         OpKind::Move => {
             let from = source(op)?;
+            if from.is_proper_prefix_of(&op.path) {
+                return no(
+                    "move_into_child",
+                    format!("cannot move {:?} into its own child", from.to_string()),
+                );
+            }
             if *from == op.path {
                 // Moving a value onto itself changes nothing, but the value must exist.
                 resolve(tree.root(), from.tokens()).map_err(in_from)?;

@@ -16,7 +16,7 @@ use std::fmt;
 
 pub use diff::{diff, DiffSink};
 pub use engine::{run, Failure};
-pub use ops::{parse_ops, Field, Op, OpKind, OpSource, ParsedOps};
+pub use ops::{parse_ops, Field, Op, OpKind, OpSource};
 pub use tree::{Node, Shape, Tree};
 pub use value::{diff_value, json_equal, ValueDoc};
 
@@ -46,10 +46,10 @@ pub const WARNING_CODES: &[&str] = &["unknown_op"];
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PatchErrorKind {
     /// Not a patch: not an array, an operation that is not an object, a missing or wrongly
-    /// typed member, bad pointer syntax, an unknown `op` (strict), `move` into its own child.
+    /// typed member, bad pointer syntax, an unknown `op` (strict).
     Malformed,
     /// A well-formed patch that does not apply to this document: a missing path, an index out
-    /// of range, a failed `test`.
+    /// of range, a failed `test`, a `move` into the value's own child.
     DoesNotApply,
 }
 
@@ -64,6 +64,9 @@ pub struct PatchError {
     pub message: String,
     /// Stable snake_case reason; see [`ERROR_CODES`].
     pub code: &'static str,
+    /// The operations dropped (AG-UI mode) before the patch failed, in order: enforcement comes
+    /// before application, so their warnings stand whatever happened to the rest.
+    pub warnings: Vec<PatchWarning>,
 }
 
 /// Every [`PatchError::code`], malformed ones first.
@@ -75,8 +78,8 @@ pub const ERROR_CODES: &[&str] = &[
     "member_not_string",
     "unknown_op",
     "bad_pointer",
-    "move_into_child",
     // Does not apply.
+    "move_into_child",
     "member_not_found",
     "index_out_of_range",
     "invalid_index",
@@ -99,6 +102,7 @@ impl PatchError {
             path: path.map(str::to_owned),
             message,
             code,
+            warnings: Vec::new(),
         }
     }
 
@@ -114,6 +118,7 @@ impl PatchError {
             path: Some(path.to_owned()),
             message,
             code,
+            warnings: Vec::new(),
         }
     }
 }
@@ -132,7 +137,8 @@ impl std::error::Error for PatchError {}
 
 /// Apply `patch` to `doc` in place. Atomic: on `Err` the document is exactly as before.
 ///
-/// Returns the warnings of AG-UI mode (always empty in strict mode).
+/// Returns the warnings of AG-UI mode (always empty in strict mode); on `Err` the error
+/// carries the warnings of the operations dropped before the failure.
 pub fn apply_value(
     doc: &mut serde_json::Value,
     patch: &serde_json::Value,
@@ -146,10 +152,17 @@ pub fn apply_value(
             "a patch must be a JSON array of operations".to_owned(),
         ));
     };
-    let (ops, warnings) = parse_ops(items.iter(), mode).map_err(Failure::into_patch_error)?;
-    let mut tree = ValueDoc::new(doc);
-    run(&mut tree, &ops, true).map_err(Failure::into_patch_error)?;
-    Ok(warnings)
+    let mut warnings = Vec::new();
+    let result = parse_ops(items.iter(), mode, &mut warnings)
+        .and_then(|ops| run(&mut ValueDoc::new(doc), &ops, true));
+    match result {
+        Ok(()) => Ok(warnings),
+        Err(f) => {
+            let mut e = f.into_patch_error();
+            e.warnings = warnings;
+            Err(e)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -71,17 +71,18 @@ pub trait OpSource {
     fn literal(&self, name: &str) -> Result<Option<Self::Lit>, Self::Fault>;
 }
 
-/// Parsed operations and the warnings of dropped ones.
-pub type ParsedOps<L> = (Vec<Op<L>>, Vec<PatchWarning>);
-
 /// Parse every element before anything is applied, so a malformed patch is reported as such
 /// whatever the document.
+///
+/// The warnings of dropped operations (AG-UI mode) are pushed onto `warnings` as they are met,
+/// so the caller keeps them, in order, whatever happens next: a later malformed operation here,
+/// or a failure while applying.
 pub fn parse_ops<S: OpSource>(
     items: impl IntoIterator<Item = S>,
     mode: Mode,
-) -> Result<ParsedOps<S::Lit>, Failure<S::Fault>> {
+    warnings: &mut Vec<PatchWarning>,
+) -> Result<Vec<Op<S::Lit>>, Failure<S::Fault>> {
     let mut ops = Vec::new();
-    let mut warnings = Vec::new();
     for (index, item) in items.into_iter().enumerate() {
         let fault = |fault| Failure::Fault {
             fault,
@@ -158,10 +159,8 @@ pub fn parse_ops<S: OpSource>(
             };
             let from = Pointer::parse(&text)
                 .map_err(|e| bad(p, "bad_pointer", format!("bad pointer in 'from': {e}")))?;
-            if kind == OpKind::Move && from.is_proper_prefix_of(&path) {
-                let msg = format!("cannot move {text:?} into its own child");
-                return Err(bad(p, "move_into_child", msg));
-            }
+            // A `move` into the value's own child is well formed; the engine refuses to apply
+            // it (`move_into_child`), as RFC 6902 4.4 and the AG-UI draft read it.
             Some(from)
         } else {
             None
@@ -194,5 +193,5 @@ pub fn parse_ops<S: OpSource>(
             value,
         });
     }
-    Ok((ops, warnings))
+    Ok(ops)
 }

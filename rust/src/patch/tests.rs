@@ -129,11 +129,6 @@ fn malformed_versus_does_not_apply() {
     m(json!([{"op": "add", "path": "/a~", "value": 1}]));
     m(json!([{"op": "copy", "path": "/x", "from": "/~"}]));
     m(json!([{"op": "frobnicate", "path": "/a"}]));
-    let e = m(json!([{"op": "move", "from": "/a", "path": "/a/0"}]));
-    assert_eq!(
-        (e.path.as_deref(), e.code),
-        (Some("/a/0"), "move_into_child")
-    );
     let e = m(json!([{"op": "nope", "path": "/a"}]));
     assert_eq!((e.path.as_deref(), e.code), (Some("/a"), "unknown_op"));
     assert_eq!(
@@ -191,6 +186,20 @@ fn malformed_versus_does_not_apply() {
     d(json!([{"op": "move", "from": "/b", "path": "/b"}]));
     assert_eq!(d(json!([{"op": "remove", "path": ""}])).code, "remove_root");
     d(json!([{"op": "add", "path": "/a/0/x", "value": 1}]));
+    // A move into the value's own child is well formed; it cannot apply to any document.
+    let e = d(json!([{"op": "move", "from": "/a", "path": "/a/0"}]));
+    assert_eq!(
+        (e.op_index, e.path.as_deref(), e.code),
+        (Some(0), Some("/a/0"), "move_into_child")
+    );
+    let e = d(
+        json!([{"op": "replace", "path": "/a/0", "value": 2}, {"op": "move", "from": "", "path": "/x"}]),
+    );
+    assert_eq!((e.op_index, e.code), (Some(1), "move_into_child"));
+    // Malformed still wins over it: every operation is parsed before any applies.
+    m(
+        json!([{"op": "move", "from": "/a", "path": "/a/0"}, {"op": "add", "path": "x", "value": 1}]),
+    );
 }
 
 #[test]
@@ -598,4 +607,37 @@ proptest! {
         prop_assert_eq!(&out, &new);
         prop_assert!(diff_value(&new, &new).as_array().unwrap().is_empty());
     }
+}
+
+#[test]
+fn agui_errors_carry_the_drop_warnings_in_order() {
+    let drop = |name: &str| json!({"op": name, "path": "/n"});
+    let mut doc = json!({"n": 0});
+    let patch = json!([drop("a"), {"op": "replace", "path": "/n", "value": 1}, drop("b"),
+                       {"op": "remove", "path": "/missing"}]);
+    let e = apply_value(&mut doc, &patch, Mode::AgUi).unwrap_err();
+    assert_eq!(
+        (e.kind, e.op_index),
+        (PatchErrorKind::DoesNotApply, Some(3))
+    );
+    let dropped: Vec<_> = e.warnings.iter().map(|w| (w.op_index, w.code)).collect();
+    assert_eq!(dropped, [(0, "unknown_op"), (2, "unknown_op")]);
+    assert_eq!(doc, json!({"n": 0}));
+    // A malformed operation after a drop keeps the drop's warning too.
+    let e = apply_value(
+        &mut doc,
+        &json!([drop("a"), {"op": "add", "path": "n", "value": 1}]),
+        Mode::AgUi,
+    )
+    .unwrap_err();
+    assert_eq!(e.kind, PatchErrorKind::Malformed);
+    assert_eq!(e.warnings.len(), 1);
+    // Strict mode drops nothing.
+    let e = apply_value(
+        &mut doc,
+        &json!([{"op": "remove", "path": "/missing"}]),
+        Mode::Strict,
+    )
+    .unwrap_err();
+    assert!(e.warnings.is_empty());
 }

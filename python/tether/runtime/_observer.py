@@ -1,0 +1,92 @@
+"""`Observer`: stages results and commits one observation tick per world that has some.
+
+Rules (seed section 5 and the world port):
+- A world reserved for close is skipped: its observations wait for a reopen.
+- When a newer writer (another process) owns a world, this process stops observing it; that
+  writer restages and observes itself. `resume` takes the world back after a recovery.
+- The loop outlives a failed pass (logged) and sleeps on its `Wakeup` only when a pass
+  committed nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from tether.runtime._errors import ActivityRuntimeError
+from tether.runtime._ports import CloseStates
+from tether.runtime._stager import ObservationStager
+from tether.runtime._ticker import Ticker
+from tether.runtime._wakeup import Wakeup
+from tether.world import CommittedTickReceipt, StaleWriter
+
+log = logging.getLogger("tether.runtime.observer")
+
+
+class Observer:
+    """The observation loop of one process. Single owner: the Host (its thread runs `run`).
+
+    Args:
+        stager: the staged observations.
+        ledger: each world's close state.
+        ticker: commits the observation ticks.
+        wakeup: what the loop waits on while idle.
+    """
+
+    def __init__(
+        self, stager: ObservationStager, ledger: CloseStates, ticker: Ticker, *, wakeup: Wakeup
+    ) -> None:
+        self.stager = stager
+        self.ledger = ledger
+        self.ticker = ticker
+        self.wakeup = wakeup
+        self._fenced: set[str] = set()  # worlds whose writer a newer one superseded
+        self._thread: threading.Thread | None = None
+
+    @property
+    def fenced(self) -> frozenset[str]:
+        """Worlds this process stopped observing because a newer writer owns them."""
+        return frozenset(self._fenced)
+
+    def resume(self, world_id: str) -> None:
+        """Observe `world_id` again (this process became its writer again)."""
+        self._fenced.discard(world_id)
+
+    def observe_once(self) -> list[CommittedTickReceipt]:
+        """Restage, then commit one observation tick per world that has staged observations."""
+        self.stager.restage()
+        receipts = []
+        for world_id in self.stager.staged_worlds():
+            if self.ledger.close_state(world_id)[0] != "open":
+                continue  # reserved for close: the observation waits for a reopen
+            if world_id in self._fenced:
+                continue  # a newer writer owns the world; it restages and observes itself
+            try:
+                receipts.append(self.ticker.commit(world_id))
+            except StaleWriter:
+                log.warning("world %r has a newer writer; this Host stops observing it", world_id)
+                self._fenced.add(world_id)
+        return receipts
+
+    def run(self) -> None:
+        """Observe until the wakeup says stop."""
+        while not self.wakeup.stopping:
+            try:
+                committed = self.observe_once()
+            except Exception:  # keep observing; the failure is logged and retried
+                log.exception("observer step failed")
+                committed = []
+            if not committed:
+                self.wakeup.wait()
+
+    def start(self) -> None:
+        """Run the loop in its own thread (once)."""
+        if self._thread is not None:
+            raise ActivityRuntimeError("the observer is already started")
+        self._thread = threading.Thread(target=self.run, name="tether-observer")
+        self._thread.start()
+
+    def join(self) -> None:
+        """Wait for the loop's thread to finish (set the wakeup's stop event first)."""
+        if self._thread is not None:
+            self._thread.join()

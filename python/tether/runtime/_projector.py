@@ -1,0 +1,78 @@
+"""`Projector`: the required projector, admitting each family's requests from one exact receipt.
+
+Rules (seed section 2):
+- It reads only the committed snapshot it is given and runs every family's pure projection on
+  it; it performs no provider I/O (`Family.run_projection` refuses provider entry points).
+- Each request's input is made durable first; its reference and digest are what is admitted.
+- The receipt reader runs again before every catalog write: under this process's world lock
+  the head cannot move, but a newer writer in another process can.
+- Whether a request is the admitted Activity is the catalog core's rule, decided inside
+  `admit`: the identical admission (a replay) and the same input from a later tick of the
+  source run (a projection may ask for every unobserved intent in every tick) are no-ops that
+  keep the first source binding; any other difference fails closed (`ProjectionConflict`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tether.activities import ActivityKey, Admission
+from tether.errors import AdmissionConflict
+from tether.runtime._artifacts import ArtifactStore
+from tether.runtime._crash import crash_point
+from tether.runtime._errors import ProjectionConflict
+from tether.runtime._family import Family
+from tether.runtime._ports import AdmissionCatalog, ReceiptReader
+from tether.world import WorldSnapshot, canonical_json
+
+
+class Projector:
+    """Admits the Activities a committed tick's projections ask for. Shareable across threads.
+
+    Args:
+        families: the registered families, projected in this order.
+        catalog: where Activities are admitted.
+        artifacts: where each request's input is made durable before it is admitted.
+        ledger: the fail-closed receipt reader.
+    """
+
+    def __init__(
+        self,
+        families: Sequence[Family],
+        catalog: AdmissionCatalog,
+        artifacts: ArtifactStore,
+        ledger: ReceiptReader,
+    ) -> None:
+        self.families = tuple(families)
+        self.catalog = catalog
+        self.artifacts = artifacts
+        self.ledger = ledger
+
+    def project(self, snapshot: WorldSnapshot) -> None:
+        """Admit every request the families' projections ask for at `snapshot`'s receipt.
+
+        Raises:
+            ReceiptRejected: the receipt is not the world's exact committed head.
+            ProjectionConflict: a request differs from what its key was admitted with.
+        """
+        receipt = snapshot.receipt
+        for fam in self.families:
+            for req in fam.run_projection(snapshot):
+                ref = self.artifacts.put_bytes(canonical_json(req.input), "application/json")
+                key = ActivityKey(
+                    world_id=receipt.world_id, kind=req.kind, activity_id=req.activity_id
+                )
+                admission = Admission(
+                    key=key, source=receipt, input_ref=ref.ref, input_digest=ref.digest
+                )
+                # The reader runs again at each catalog write: under this process's lock the
+                # head cannot move, but a newer writer in another process can.
+                self.ledger.check_receipt(receipt)
+                try:
+                    self.catalog.admit(admission)
+                except AdmissionConflict as e:
+                    raise ProjectionConflict(
+                        f"{receipt} asks for {key} with input {ref.digest}, which conflicts"
+                        f" with its admission: {e}"
+                    ) from e
+                crash_point("after_admission")

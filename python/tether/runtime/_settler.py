@@ -1,0 +1,64 @@
+"""`Settler`: settles each Activity whose complete observation a committed tick wrote.
+
+Rules (seed sections 2 and 7):
+- Only completion evidence written in this exact tick counts (`snapshot.changes`), and only
+  when it binds the Activity's recorded result and every listed fact is present with the bound
+  digest (`verify_completion`); incomplete evidence settles nothing and is logged.
+- The receipt reader runs again before every settlement, which binds the exact receipt.
+- A record not pending observation (no result, or already settled: the core's column) is
+  left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tether.activities import ActivityKey
+from tether.runtime._crash import crash_point
+from tether.runtime._family import COMPLETION_COMPONENT, verify_completion
+from tether.runtime._ports import ReceiptReader, SettlementCatalog
+from tether.world import WorldSnapshot
+
+log = logging.getLogger("tether.runtime.settler")
+
+
+class Settler:
+    """Binds observed results to the receipt of the tick that committed them. Shareable.
+
+    Args:
+        catalog: where settlements are recorded (read a record, settle).
+        ledger: the fail-closed receipt reader.
+    """
+
+    def __init__(self, catalog: SettlementCatalog, ledger: ReceiptReader) -> None:
+        self.catalog = catalog
+        self.ledger = ledger
+
+    def settle(self, snapshot: WorldSnapshot) -> None:
+        """Settle every Activity whose complete evidence `snapshot`'s tick committed.
+
+        Raises:
+            ReceiptRejected: the receipt is not the world's exact committed head.
+        """
+        receipt = snapshot.receipt
+        for entity, component in sorted(snapshot.changes):
+            if component != COMPLETION_COMPONENT:
+                continue
+            ev = snapshot.get(entity, component)
+            if not isinstance(ev, dict):
+                continue
+            key = ActivityKey(
+                world_id=receipt.world_id,
+                kind=str(ev.get("kind")),
+                activity_id=str(ev.get("activity_id")),
+            )
+            rec = self.catalog.get(key)
+            if rec is None or rec.result is None or not rec.pending_observation:
+                continue
+            digest = verify_completion(snapshot, key, rec.result)
+            if digest is None:
+                log.warning("incomplete completion evidence for %s at %s", key, receipt)
+                continue
+            self.ledger.check_receipt(receipt)
+            self.catalog.settle(key, receipt, digest)
+            crash_point("after_settlement")

@@ -1,0 +1,126 @@
+"""The Activity mapping on a real SQLite catalog: ids round-trip, a parked Activity is a pending
+approval that becomes answered, the turn settles when every Activity it admitted settled, and
+the live events the mapping builds rebuild its canonical record in an overlay."""
+
+from __future__ import annotations
+
+import doctest
+from pathlib import Path
+
+import pytest
+import tether.live
+from tether.activities import ActivityKey, Catalog, Decision, Evidence, Receipt, operation_id_for
+from tether.live import (
+    LiveOverlay,
+    interaction_updates,
+    message_id_for,
+    parse_message_id,
+    parse_turn_id,
+    runtime_update,
+    session_record,
+    tool_call_delta,
+    turn_id_for,
+    turn_update,
+    validate_live_event,
+)
+
+from tests.activities.support import ManualClock, admission, evidence_for, key, receipt, result
+
+
+def test_ids_are_stable_and_round_trip() -> None:
+    r = Receipt("w/1", "run:a", 42, "tok%/x")
+    assert turn_id_for(r) == "receipt:w%2F1/run%3Aa/42/tok%25%2Fx"
+    assert parse_turn_id(turn_id_for(r)) == r
+    k = ActivityKey("w/1", "robot.move", "a:7")
+    assert message_id_for(k) == "toolcall:w%2F1/robot.move/a%3A7"
+    assert parse_message_id(message_id_for(k)) == k
+    # Same activity id in two kinds or two worlds: distinct messages.
+    assert message_id_for(ActivityKey("w", "a", "x")) != message_id_for(ActivityKey("w", "b", "x"))
+    for bad in ("toolcall:a/b", "receipt:w/r/x/t", "other:a/b/c", "toolcall:a//c"):
+        with pytest.raises(ValueError):
+            (parse_message_id if bad.startswith(("toolcall", "other")) else parse_turn_id)(bad)
+
+
+def test_a_session_through_the_catalog(tmp_path: Path) -> None:
+    clock = ManualClock()
+    ws = "ws"
+    with Catalog.open(f"sqlite://{tmp_path / 'c.db'}", clock=clock) as cat:
+        a, b = key("a1"), key("b1")
+        source = receipt(3)
+        view = LiveOverlay(ws, "w1")
+        seen = {}
+
+        def publish(k: ActivityKey) -> None:
+            rec = cat.get(k)
+            assert rec is not None
+            now = clock() + 1
+            recs = [x for x in (cat.get(a), cat.get(b)) if x is not None]
+            for ev in [
+                runtime_update("w1", recs, workspace_id=ws, now_ms=now),
+                tool_call_delta(rec, workspace_id=ws, now_ms=now, previous=seen.get(k)),
+                *interaction_updates(rec, workspace_id=ws, now_ms=now),
+                turn_update(
+                    source, [cat.get(x) for x in (a, b) if cat.get(x)], workspace_id=ws, now_ms=now
+                ),
+            ]:
+                assert view.apply(validate_live_event(ev)) in ("applied", "unchanged"), ev
+            seen[k] = rec
+
+        def canonical() -> dict:
+            recs = [r for r in (cat.get(a), cat.get(b)) if r is not None]
+            return session_record(ws, "w1", recs)
+
+        cat.admit(admission(a))
+        publish(a)
+        assert view.snapshot() == canonical()
+        assert view.snapshot()["turns"][turn_id_for(source)]["phase"] == "submitted"
+
+        # a: claimed, bound, its attempt expires; the reconciliation is unknown: parked.
+        claim = cat.claim("w-old", 1_000)
+        assert claim is not None and claim.key == a
+        cat.bind_provider_operation(a, claim.fence, operation_id_for(a))
+        clock.advance(2_000)
+        again = cat.claim("w-new", 1_000)
+        assert again is not None and again.key == a
+        parked = cat.record_unknown(a, again.fence, Evidence("ev://1", "sha256:e1"), 60_000)
+        assert parked.awaiting_decision
+        cat.admit(admission(b))  # the same tick admitted b; the projector is slower for it
+        publish(a)
+        publish(b)
+        snap = view.snapshot()
+        assert snap == canonical()
+        [pending] = snap["interactions"].values()
+        assert (pending["kind"], pending["status"]) == ("approval", "pending")
+        assert snap["messages"][message_id_for(a)]["status"] == "waiting"
+        assert snap["turns"][turn_id_for(source)]["phase"] == "waiting"
+
+        # The operator decides: the interaction is answered.
+        res_a = result("ra")
+        cat.resolve(a, Decision.recovered(res_a, evidence_revision=1, operator="op"))
+        publish(a)
+        [answered] = view.snapshot()["interactions"].values()
+        assert answered["status"] == "answered" and answered["output"]["outcome"] == "recovered"
+
+        # b runs to a result; the turn settles only once both settled.
+        cb = cat.claim("w", 1_000)
+        assert cb is not None and cb.key == b
+        cat.bind_provider_operation(b, cb.fence, operation_id_for(b))
+        res_b = result("rb")
+        cat.record_result(b, cb.fence, res_b)
+        publish(b)
+        later = receipt(4)
+        cat.settle(a, later, evidence_for(a, res_a))
+        publish(a)
+        assert view.snapshot()["turns"][turn_id_for(source)]["phase"] == "settling"
+        cat.settle(b, later, evidence_for(b, res_b))
+        publish(b)
+        snap = view.snapshot()
+        assert snap == canonical()
+        turn = snap["turns"][turn_id_for(source)]
+        assert (turn["phase"], turn["outcome"]) == ("settled", "completed")
+        assert {m["status"] for m in snap["messages"].values()} == {"completed"}
+        assert snap["runtime"] == {"state": "idle"}
+
+
+def test_the_package_docstrings_run() -> None:
+    assert doctest.testmod(tether.live, raise_on_error=True).attempted > 0

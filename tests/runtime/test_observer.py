@@ -1,0 +1,113 @@
+"""`Observer` alone: its staged results, the real ledger's close states and a Ticker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from journal_provider import KIND, intents, make_family
+from tether.activities import ActivityKey
+from tether.runtime import (
+    Observation,
+    ObservationStager,
+    Observer,
+    Projector,
+    Settler,
+    Ticker,
+    Wakeup,
+)
+from tether.testing import ActivityEnvironment
+from tether.world import ComponentWrite, WorldSnapshot
+
+
+def _key(i: int, world: str = "w") -> ActivityKey:
+    return ActivityKey(world, KIND, f"task-{i:04d}")
+
+
+def _observer(env: ActivityEnvironment, stop: threading.Event | None = None) -> Observer:
+    stager = ObservationStager(env.families, env.catalog, env.artifacts, env.ledger)
+    projector = Projector(env.families, env.catalog, env.artifacts, env.ledger)
+    ticker = Ticker(env.ledger, env.families, stager, projector, Settler(env.catalog, env.ledger))
+    return Observer(stager, env.ledger, ticker, wakeup=Wakeup(stop or threading.Event(), 0.01))
+
+
+def _settled(env: ActivityEnvironment, key: ActivityKey) -> bool:
+    rec = env.get(key)
+    return rec is not None and rec.settlement is not None
+
+
+def test_one_observation_tick_per_world_with_staged_results(tmp_path: Path) -> None:
+    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        for world in ("v", "w"):
+            env.create_world(world)
+            env.commit_tick(world, intents(2))
+        assert env.drain() == 4
+        observer = _observer(env)
+        receipts = observer.observe_once()
+        assert sorted((r.world_id, r.tick) for r in receipts) == [("v", 2), ("w", 2)]
+        for r in receipts:
+            assert all(env.get(_key(i, r.world_id)).settlement.receipt == r for i in range(2))  # type: ignore[union-attr]
+        assert observer.observe_once() == []
+
+
+def test_a_world_reserved_for_close_waits_for_its_reopen(tmp_path: Path) -> None:
+    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        env.create_world("w")
+        env.commit_tick("w", intents(1))
+        env.drain()
+        observer = _observer(env)
+        env.ledger.reserve_close("w", sticky=False)
+        assert observer.observe_once() == [] and not _settled(env, _key(0))
+        env.ledger.rollback_close("w")
+        [r] = observer.observe_once()
+        assert r.tick == 2 and _settled(env, _key(0))
+
+
+def test_a_world_with_a_newer_writer_is_left_to_it_until_resumed(tmp_path: Path) -> None:
+    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        env.create_world("w")
+        env.commit_tick("w", intents(1))
+        env.drain()
+        observer = _observer(env)
+        observer.ticker.acquire("w")
+        env.host.ticker.acquire("w")  # another writer takes the world over
+        assert observer.observe_once() == [] and observer.fenced == frozenset({"w"})
+        assert observer.observe_once() == []  # no retry loop against the newer writer
+        observer.resume("w")
+        observer.ticker.recover("w")
+        [r] = observer.observe_once()
+        assert _settled(env, _key(0)) and r.tick == 2 and observer.fenced == frozenset()
+
+
+def test_the_loop_observes_survives_a_failing_pass_and_stops_on_its_wakeup(
+    tmp_path: Path,
+) -> None:
+    failures = []
+
+    def fails_once(snapshot: WorldSnapshot, obs: Sequence[Observation]) -> list[ComponentWrite]:
+        if obs and not failures:
+            failures.append(1)
+            raise RuntimeError("a processor bug, once")
+        return []
+
+    family = make_family(tmp_path)
+    family = type(family)(
+        family.name, family.kinds, family.project, family.adapter, family.stage, (fails_once,)
+    )
+    with ActivityEnvironment([family], data_dir=tmp_path / "d") as env:
+        env.create_world("w")
+        env.commit_tick("w", intents(1))
+        env.drain()
+        stop = threading.Event()
+        observer = _observer(env, stop)
+        observer.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not _settled(env, _key(0)) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            stop.set()
+            observer.join()
+        assert failures == [1] and _settled(env, _key(0))

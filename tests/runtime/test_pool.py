@@ -1,0 +1,91 @@
+"""`WorkerPool` (and the `Wakeup` its idle workers wait on) alone, over `tether.testing`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from journal_provider import KIND, Journal, intents, make_family
+from tether.activities import ActivityKey
+from tether.runtime import ActivityRuntimeError, Wakeup, WorkerPool
+from tether.testing import ActivityEnvironment
+
+
+def _key(i: int) -> ActivityKey:
+    return ActivityKey("w", KIND, f"task-{i:04d}")
+
+
+def _pool(env: ActivityEnvironment, stop: threading.Event, interval_s: float) -> WorkerPool:
+    return WorkerPool(
+        env.open_catalog,
+        env.artifacts,
+        env.families,
+        instance="pool-test",
+        lease_ms=env.lease_ms,
+        emit=env.progress.append,
+        wakeup=Wakeup(stop, interval_s),
+    )
+
+
+def test_two_workers_run_each_activity_once_to_its_result(tmp_path: Path) -> None:
+    n = 12
+    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        env.create_world("w")
+        env.commit_tick("w", intents(n))
+        stop = threading.Event()
+        pool = _pool(env, stop, 0.005)
+        pool.start(2)
+        try:
+            assert pool.size == 2
+            deadline = time.monotonic() + 60
+            while len(env.pending_observation()) < n and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            pool.close()
+        assert stop.is_set()
+        records = [env.get(_key(i)) for i in range(n)]
+        assert all(r is not None and r.result is not None for r in records)
+        attempts = {r.recorded_result.attempt for r in records if r and r.recorded_result}
+        assert attempts == {1}  # every result came from the first attempt
+        journal = Journal(tmp_path / "provider.db")
+        assert sorted(journal.effects().values()) == [1] * n
+        assert len(journal.calls("execute")) == n and journal.calls("reconcile") == []
+        assert {e.key for e in env.progress} == {_key(i) for i in range(n)}
+
+
+def test_workers_claim_under_the_pools_instance_name(tmp_path: Path) -> None:
+    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        env.create_world("w")
+        env.commit_tick("w", intents(1))
+        worker = _pool(env, threading.Event(), 0.01).new_worker("solo")
+        try:
+            assert worker.owner == "pool-test/solo"
+            claim = worker.catalog.claim(worker.owner, 60_000, kinds=worker.kinds)
+            assert claim is not None and claim.attempt.owner == "pool-test/solo"
+        finally:
+            worker.close()
+
+
+def test_closing_wakes_idle_workers_at_once_and_a_pool_starts_once(tmp_path: Path) -> None:
+    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        pool = _pool(env, threading.Event(), 600.0)  # idle waits far longer than the test
+        pool.start(2)
+        with pytest.raises(ActivityRuntimeError):
+            pool.start(1)
+        time.sleep(0.05)  # let both go idle on the wakeup
+        started = time.monotonic()
+        pool.close()
+        assert time.monotonic() - started < 30  # woken by the stop event, not by the interval
+        pool.close()  # idempotent
+
+
+def test_wakeup_returns_on_stop_or_after_its_interval() -> None:
+    stop = threading.Event()
+    wakeup = Wakeup(stop, 0.0)
+    assert wakeup.wait() is False and not wakeup.stopping
+    stop.set()
+    assert Wakeup(stop, 600.0).wait() is True and wakeup.stopping
+    with pytest.raises(ActivityRuntimeError):
+        Wakeup(stop, -1.0)
