@@ -119,7 +119,8 @@ def paired(path: Path, synchronous: str, activities: int, chunk: int) -> tuple[f
     return 5 * activities / raw_s, activities / tether_s
 
 
-# Non-claimable filler: alternately leased far into the future and finished (result recorded).
+# Non-claimable filler: alternately leased far into the future and finished (result recorded),
+# on the catalog clock's boot, with the derived columns the core would compute for them.
 _FILL = """
 WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < :n)
 INSERT INTO activities (
@@ -127,7 +128,8 @@ INSERT INTO activities (
     input_digest, admitted_at_ms, fence, attempt_count, attempt_owner, lease_expires_ms,
     may_execute, retry_authorized, result_ref, result_digest, result_media_type, result_size,
     result_failed, result_attempt, result_fence, result_at_ms, evidence_revision,
-    awaiting_decision, claimable_from_ms, version)
+    awaiting_decision, claimable_from_ms, lease_boot_id, pending_observation, unsettled,
+    version)
 SELECT 'fill-world', 'bench.kind', printf('f%08d', i), 'run-1', 1, 'tok-1', 'input://f',
     'sha256:f', 0, 1, 1,
     CASE WHEN i % 2 = 0 THEN 'holder' END, CASE WHEN i % 2 = 0 THEN :far END,
@@ -136,7 +138,7 @@ SELECT 'fill-world', 'bench.kind', printf('f%08d', i), 'run-1', 1, 'tok-1', 'inp
     CASE WHEN i % 2 = 1 THEN 'application/json' END, CASE WHEN i % 2 = 1 THEN 1 END,
     CASE WHEN i % 2 = 1 THEN 0 END, CASE WHEN i % 2 = 1 THEN 1 END,
     CASE WHEN i % 2 = 1 THEN 1 END, CASE WHEN i % 2 = 1 THEN 0 END, 0, 0,
-    CASE WHEN i % 2 = 0 THEN :far END, 2
+    CASE WHEN i % 2 = 0 THEN :far END, :boot, i % 2, 1, 2
 FROM seq
 """
 
@@ -144,11 +146,12 @@ FROM seq
 def claim_latency_us(path: Path, filler: int, claims: int) -> float:
     """Median microseconds per claim with ``filler`` non-claimable rows present."""
     with Catalog.open(f"sqlite://{path}", synchronous="NORMAL") as cat:
+        assert cat.claim("bench-worker", 60_000) is None  # the store is on this boot's clock
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("INSERT OR IGNORE INTO activity_kinds (kind) VALUES ('bench.kind')")
-        conn.execute(_FILL, {"n": filler, "far": 2**62})
+        conn.execute(_FILL, {"n": filler, "far": 2**62, "boot": cat.now().boot_id})
         conn.execute("COMMIT")
         conn.close()
         source = Receipt("bench-world", "run-1", 1, "tok-1")

@@ -1,6 +1,6 @@
 """Type stubs for `tether._core`, the Rust extension (hand-written; checked by mypy.stubtest)."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, final
 
 __version__: str
@@ -183,7 +183,8 @@ AGUI_RAW_EVENT_NULL_EXPIRES: _datetime.date
 
 # --- catalog (rust/src/bindings/catalog.rs) ---
 # Rows are flat tuples in `catalog_columns()` order; inputs are tether.activities dataclasses,
-# read by attribute (typed Any: the bindings read attributes, not classes).
+# read by attribute (typed Any: the bindings read attributes, not classes). `now` is a
+# `tether.activities.Now` reading (boot_id, boot_ms, wall_ms).
 
 from typing import ClassVar  # noqa: E402
 
@@ -262,6 +263,13 @@ class BoundsExceeded(CatalogRejection):
 class UnknownActivity(CatalogRejection):
     """No activity with this key exists."""
 
+ABANDONED_MEDIA_TYPE: str
+"""Media type of the failed result an operator's "abandon" decision records (no payload)."""
+MAX_LEASE_MS: int
+"""The longest lease a claim or renewal may take: 7 days."""
+MAX_RETRY_AFTER_MS: int
+"""The longest reconciliation backoff `record_unknown` may set: 7 days."""
+
 def catalog_columns() -> list[str]:
     """The flat column names, in the order rows cross and storage keeps them."""
 
@@ -272,28 +280,42 @@ def operation_id_for(kind: str, world_id: str, activity_id: str) -> str: ...
 def settlement_evidence_digest(
     kind: str, world_id: str, activity_id: str, result_ref: str, result_digest: str
 ) -> str: ...
-def catalog_admit(row: tuple[Any, ...] | None, admission: Any, now_ms: int) -> tuple[Any, ...]: ...
-def catalog_check_claim(owner: str, lease_ms: int, now_ms: int) -> None:
+def completion_evidence(key: Any, result: Any, facts: Sequence[tuple[str, str, str]]) -> str:
+    """The completion evidence of `result` for `key` and its complete fact set (entity,
+    component, canonical JSON value text), as canonical JSON text."""
+
+def verify_completion(
+    key: Any,
+    result: Any,
+    evidence: str | None,
+    *,
+    written_in_tick: bool,
+    state: Mapping[tuple[str, str], str],
+) -> tuple[str | None, str | None]:
+    """(settlement evidence digest, None) if `evidence` is complete completion evidence of
+    `result` for `key` in `state`, else (None, mismatch code)."""
+
+def completion_mismatch_codes() -> list[str]:
+    """Every completion mismatch code, in declaration order."""
+
+def catalog_admit(row: tuple[Any, ...] | None, admission: Any, now: Any) -> tuple[Any, ...]: ...
+def catalog_check_claim(owner: str, lease_ms: int, now: Any) -> None:
     """Refuses bad claim arguments even when nothing is claimable."""
 
-def catalog_claim(
-    row: tuple[Any, ...], owner: str, lease_ms: int, now_ms: int
-) -> tuple[Any, ...]: ...
-def catalog_renew(
-    row: tuple[Any, ...], fence: int, lease_ms: int, now_ms: int
-) -> tuple[Any, ...]: ...
-def catalog_release(row: tuple[Any, ...], fence: int, now_ms: int) -> tuple[Any, ...]: ...
+def catalog_claim(row: tuple[Any, ...], owner: str, lease_ms: int, now: Any) -> tuple[Any, ...]: ...
+def catalog_renew(row: tuple[Any, ...], fence: int, lease_ms: int, now: Any) -> tuple[Any, ...]: ...
+def catalog_release(row: tuple[Any, ...], fence: int, now: Any) -> tuple[Any, ...]: ...
 def catalog_bind_provider_operation(
-    row: tuple[Any, ...], fence: int, operation_id: str, now_ms: int
+    row: tuple[Any, ...], fence: int, operation_id: str, now: Any
 ) -> tuple[Any, ...]: ...
 def catalog_record_result(
-    row: tuple[Any, ...], fence: int, result: Any, now_ms: int
+    row: tuple[Any, ...], fence: int, result: Any, now: Any
 ) -> tuple[Any, ...]: ...
 def catalog_confirm_absent(
-    row: tuple[Any, ...], fence: int, guard: Any, now_ms: int
+    row: tuple[Any, ...], fence: int, guard: Any, now: Any
 ) -> tuple[Any, ...]: ...
 def catalog_record_unknown(
-    row: tuple[Any, ...], fence: int, evidence: Any, retry_after_ms: int, now_ms: int
+    row: tuple[Any, ...], fence: int, evidence: Any, retry_after_ms: int, now: Any
 ) -> tuple[Any, ...]: ...
 def catalog_resolve(
     row: tuple[Any, ...],
@@ -303,13 +325,24 @@ def catalog_resolve(
     note: str,
     result: Any | None,
     guard: Any | None,
-    now_ms: int,
+    now: Any,
 ) -> tuple[Any, ...]: ...
 def catalog_settle(
-    row: tuple[Any, ...], receipt: Any, evidence_digest: str, fence: int | None, now_ms: int
+    row: tuple[Any, ...], receipt: Any, evidence_digest: str, fence: int | None, now: Any
 ) -> tuple[Any, ...]: ...
 def catalog_check_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """Validates and normalises a stored row (used by scans that do not transition)."""
+
+def catalog_rebase(row: tuple[Any, ...], now: Any) -> tuple[Any, ...]:
+    """Brings a row's lease-clock values onto `now`'s boot (unchanged when they already are)."""
+
+def catalog_derive_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A stored row with its derived columns recomputed from its facts (the migration that adds
+    them); the version is unchanged, since no transition happened."""
+
+def catalog_lease_reached(lease_boot_id: str, at_ms: int, now: Any) -> bool:
+    """Whether the lease-clock time `at_ms`, measured on boot `lease_boot_id`, is reached at
+    `now`."""
 
 # --- codec (rust/src/bindings/codec.rs) ---
 

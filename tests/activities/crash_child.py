@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
 
         def transition(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
             assert row is not None
-            new = _core.catalog_record_result(row, fence, result, cat.now_ms())
+            new = _core.catalog_record_result(row, fence, result, cat.now())
             if point == "in_transaction":
                 die()
             return new

@@ -7,6 +7,7 @@ from tether.activities import (
     Admission,
     Catalog,
     Claim,
+    Now,
     Receipt,
     ResultRef,
     operation_id_for,
@@ -15,13 +16,18 @@ from tether.activities import (
 
 
 class ManualClock:
-    """A clock the test sets: the catalog's injectable time source, advanced explicitly."""
+    """A clock the test sets: the catalog's injectable `CatalogClock`, advanced explicitly. Its
+    milliseconds are both the lease clock (on ``boot_id``) and the wall clock."""
 
-    def __init__(self, now_ms: int = 1_000_000) -> None:
+    def __init__(self, now_ms: int = 1_000_000, boot_id: str = "boot-test") -> None:
         self.now_ms = now_ms
+        self.boot_id = boot_id
 
     def __call__(self) -> int:
         return self.now_ms
+
+    def now(self) -> Now:
+        return Now(self.boot_id, self.now_ms, self.now_ms)
 
     def advance(self, ms: int) -> None:
         self.now_ms += ms

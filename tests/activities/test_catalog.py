@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from tether.activities import (
+    MAX_LEASE_MS,
+    MAX_RETRY_AFTER_MS,
     ActivityKey,
     Admission,
     Catalog,
@@ -17,6 +19,7 @@ from tether.errors import (
     CatalogRejection,
     LeaseExpired,
     NotBound,
+    NotClaimable,
     NotReconciling,
     OperationBound,
     OperationConflict,
@@ -38,8 +41,33 @@ def test_admission_replay_is_a_no_op_and_a_different_replay_conflicts(catalog: C
     with pytest.raises(AdmissionConflict) as info:
         catalog.admit(admission(k, input_digest="sha256:changed"))
     assert info.value.field == "input_digest" and info.value.code == "admission_conflict"
-    with pytest.raises(AdmissionConflict):
-        catalog.admit(admission(k, tick=4))
+    with pytest.raises(AdmissionConflict) as info:
+        catalog.admit(admission(k, tick=2))  # not a later receipt of the run
+    assert info.value.field == "source.tick"
+    assert catalog.get(k) == first
+
+
+def test_the_same_request_from_a_later_receipt_is_the_admitted_activity(catalog: Catalog) -> None:
+    """The core decides that a re-request (same key and input, a later tick of the source run)
+    is the same Activity: a no-op that keeps the first source binding. A different input, or
+    a receipt of another run, is a conflict."""
+    k = key()
+    first = catalog.admit(admission(k, tick=3))
+    assert catalog.admit(admission(k, tick=4)) == first
+    assert catalog.admit(admission(k, tick=9)) == first
+    with pytest.raises(AdmissionConflict) as info:
+        catalog.admit(admission(k, tick=9, input_digest="sha256:changed"))
+    assert info.value.field == "input_digest"
+    other_run = admission(k, tick=9)
+    other_run = Admission(
+        k,
+        type(other_run.source)(k.world_id, "run-2", 9, "tok-9"),
+        other_run.input_ref,
+        other_run.input_digest,
+    )
+    with pytest.raises(AdmissionConflict) as info:
+        catalog.admit(other_run)
+    assert info.value.field == "source.run_id"
     assert catalog.get(k) == first
 
 
@@ -120,6 +148,23 @@ def test_bound_and_reconcile_attempts_cannot_release(catalog: Catalog, clock: Ma
     assert r is not None
     with pytest.raises(ReconcileOnly):
         catalog.release(k, r.fence)
+
+
+def test_a_reconcile_only_attempt_cannot_bind_even_the_bound_id(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    """A successful bind is an adapter's signal that it may execute: a reconcile-only attempt
+    never gets one, not even with the id an earlier attempt already bound."""
+    k = key()
+    bound_claim(catalog, k, lease_ms=1_000)
+    clock.advance(1_000)
+    r = catalog.claim("w2", 1_000)
+    assert r is not None and not r.attempt.may_execute
+    before = catalog.get(k)
+    with pytest.raises(ReconcileOnly) as info:
+        catalog.bind_provider_operation(k, r.fence, operation_id_for(k))
+    assert info.value.code == "reconcile_only"
+    assert catalog.get(k) == before
 
 
 def test_execute_attempts_bind_before_recording(catalog: Catalog) -> None:
@@ -280,7 +325,7 @@ def test_iter_claimable_merges_kinds_in_claimable_order_across_pages(
     assert held is not None
     records = [catalog.get(k) for k in keys]
     expected = sorted(
-        (r for r in records if r is not None and r.claimable(clock.now_ms)),
+        (r for r in records if r is not None and r.claimable(clock.now())),
         key=lambda r: (r.claimable_from_ms, r.key.kind, r.key.world_id, r.key.activity_id),
     )
     for size in (1, 2, 5, 100):
@@ -291,3 +336,44 @@ def test_iter_claimable_merges_kinds_in_claimable_order_across_pages(
     ]
     first = catalog.claim("w", 1_000)
     assert first is not None and first.key == expected[0].key
+
+
+def test_a_targeted_claim_takes_exactly_one_key_or_says_why_not(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    first, second = key("a1"), key("a2")
+    catalog.admit(admission(first))
+    catalog.admit(admission(second))
+    c = catalog.claim_key(second, "w", 1_000)  # not the earliest: the one asked for
+    assert c.key == second and c.fence == 1 and c.attempt.may_execute
+    assert c.attempt.lease_expires_ms == clock.now_ms + 1_000
+    with pytest.raises(NotClaimable):
+        catalog.claim_key(second, "rival", 1_000)  # its lease is live
+    with pytest.raises(UnknownActivity):
+        catalog.claim_key(key("nope"), "w", 1_000)
+    with pytest.raises(BoundsExceeded):
+        catalog.claim_key(first, "w", MAX_LEASE_MS + 1)
+    before = catalog.get(first)
+    with pytest.raises(TypeError):
+        catalog.claim_key(first, "w", "1000")  # type: ignore[arg-type]
+    assert catalog.get(first) == before
+    catalog.bind_provider_operation(second, c.fence, operation_id_for(second))
+    catalog.record_result(second, c.fence, result())
+    with pytest.raises(NotClaimable):
+        catalog.claim_key(second, "w", 1_000)  # a result is recorded
+    clock.advance(1_000)
+    assert catalog.claim("w", 1_000) is not None  # the other one is still claimable as usual
+
+
+def test_the_lease_and_backoff_caps_are_seven_days(catalog: Catalog) -> None:
+    week = 7 * 24 * 3600 * 1000
+    assert MAX_LEASE_MS == MAX_RETRY_AFTER_MS == week
+    k = key()
+    catalog.admit(admission(k))
+    with pytest.raises(BoundsExceeded):
+        catalog.claim("w", week + 1)
+    c = catalog.claim("w", week)
+    assert c is not None
+    with pytest.raises(BoundsExceeded):
+        catalog.renew(k, c.fence, week + 1)
+    assert catalog.renew(k, c.fence, week).attempt is not None

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tether.activities import Catalog, operation_id_for
+from tether.activities import Catalog, FixedBootClock, operation_id_for
 
 from tests.activities.support import admission, key
 
@@ -46,7 +46,9 @@ def test_a_killed_writer_leaves_all_or_nothing(tmp_path: Path, point: str, commi
     )
     assert child.returncode == -signal.SIGKILL
     clock_ms = before.attempt.lease_expires_ms if before.attempt else 0
-    with Catalog.open(f"sqlite://{db}", clock=lambda: clock_ms) as cat:
+    # The lease clock of the same boot, at the lease's expiry.
+    at_expiry = FixedBootClock(lambda: clock_ms, boot_id=before.lease_boot_id)
+    with Catalog.open(f"sqlite://{db}", clock=at_expiry) as cat:
         after = cat.get(k)
         assert after is not None
         if committed:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tether.activities import Catalog, Claim, Decision, Evidence, RetryGuard
+from tether.activities import ABANDONED_MEDIA_TYPE, Catalog, Claim, Decision, Evidence, RetryGuard
 from tether.errors import (
     AwaitingDecision,
     InvalidDecision,
@@ -112,6 +112,7 @@ def test_abandon_records_a_failed_result_that_settles(catalog: Catalog, clock: M
     c = _unknown(catalog, clock)
     rec = catalog.resolve(c.key, Decision.abandon(evidence_revision=1, operator="ops"))
     assert rec.result is not None and rec.result.failed
+    assert rec.result.media_type == ABANDONED_MEDIA_TYPE == "application/vnd.tether.abandoned"
     assert rec.recorded_result is not None and rec.recorded_result.attempt == 0
     assert [r.key for r in catalog.iter_pending_observation()] == [c.key]
     catalog.settle(c.key, receipt(9), evidence_for(c.key, rec.result))
@@ -129,13 +130,9 @@ def test_reconciliation_may_still_conclude_while_a_decision_is_pending(
     catalog: Catalog, clock: ManualClock
 ) -> None:
     c = _unknown(catalog, clock, backoff=100)
+    assert catalog.claim("w", 1_000) is None  # storage never offers it inside the backoff
     with pytest.raises(AwaitingDecision):
-        # The pure core refuses a claim inside the backoff; storage never offers one.
-        from tether import _core
-
-        row = catalog.store.get((c.key.world_id, c.key.kind, c.key.activity_id))
-        assert row is not None
-        _core.catalog_claim(row, "w", 1_000, clock.now_ms)
+        catalog.claim_key(c.key, "w", 1_000)  # and the core refuses it when asked by key
     clock.advance(100)
     again = catalog.claim("w", 1_000)
     assert again is not None

@@ -1,5 +1,5 @@
-"""Random interleavings of several workers, an operator and a jumping clock against one catalog
-file, with the catalog invariants checked after every step."""
+"""Random interleavings of several workers, an operator, a jumping clock and reboots against one
+catalog file, with the catalog invariants checked after every step."""
 
 from __future__ import annotations
 
@@ -64,13 +64,16 @@ class CatalogMachine(RuleBasedStateMachine):
     def _get(self, key: ActivityKey) -> ActivityRecord | None:
         return self.catalog.get(key)
 
-    def _live(self, rec: ActivityRecord | None, fence: int) -> bool:
+    def _lease_live(self, rec: ActivityRecord) -> bool:
+        """The model's rule: a lease is live on its own boot until its expiry."""
         return (
-            rec is not None
-            and rec.fence == fence
-            and rec.attempt is not None
+            rec.attempt is not None
+            and rec.lease_boot_id == self.clock.boot_id
             and self.clock.now_ms < rec.attempt.lease_expires_ms
         )
+
+    def _live(self, rec: ActivityRecord | None, fence: int) -> bool:
+        return rec is not None and rec.fence == fence and self._lease_live(rec)
 
     def _by_worker(self, worker: str, op: str, *args: object) -> None:
         """Run a fenced operation as ``worker``; a stale fence must never change the record."""
@@ -106,6 +109,12 @@ class CatalogMachine(RuleBasedStateMachine):
     def clock_jumps(self, ms: int) -> None:
         self.clock.advance(ms)
 
+    @rule(boot_ms=st.integers(0, 2_000))
+    def reboot(self, boot_ms: int) -> None:
+        """A new boot: its lease clock starts again near zero; every older lease is gone."""
+        self.clock.boot_id = f"{self.clock.boot_id}+"
+        self.clock.now_ms = boot_ms
+
     @rule(worker=workers, lease=leases, kinds=st.sampled_from([None, ["robot.move"]]))
     def claim(self, worker: str, lease: int, kinds: list[str] | None) -> None:
         befores = {k: self._get(k) for k in KEYS}
@@ -113,13 +122,13 @@ class CatalogMachine(RuleBasedStateMachine):
         if claim is None:
             for k, rec in befores.items():
                 if kinds is None or k.kind in kinds:
-                    assert rec is None or not rec.claimable(self.clock.now_ms)
+                    assert rec is None or not rec.claimable(self.clock.now())
             return
         before = befores[claim.key]
         assert kinds is None or claim.key.kind in kinds
-        assert before is not None and before.claimable(self.clock.now_ms)
+        assert before is not None and before.claimable(self.clock.now())
         assert claim.fence > self.max_fence.get(claim.key, 0), "fences strictly increase"
-        assert before.attempt is None or before.attempt.lease_expires_ms <= self.clock.now_ms
+        assert not self._lease_live(before), "claimed over a live lease"
         if claim.attempt.may_execute:
             assert not before.awaiting_decision, "execute attempt while a decision is awaited"
         if claim.attempt.may_execute and before.operation_id is not None:
@@ -258,6 +267,8 @@ class CatalogMachine(RuleBasedStateMachine):
                 assert rec.settlement.evidence_digest == expected, "settled with a wrong digest"
                 assert rec.settlement.receipt.tick > rec.source.tick
             assert (rec.claimable_from_ms is None) == (rec.result is not None)
+            assert rec.pending_observation == (rec.result is not None and rec.settlement is None)
+            assert rec.unsettled == (rec.settlement is None)
             if rec.attempt is not None:
                 assert rec.attempt.fence == rec.fence
             self._observe(key, rec)

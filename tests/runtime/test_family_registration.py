@@ -18,11 +18,12 @@ from tether.runtime import (
     FamilyError,
     ProviderIOForbidden,
     StagedResult,
+    completion_mismatch,
     evidence_entity,
     observation_for,
     verify_completion,
 )
-from tether.world import ComponentWrite, SqliteLedger, WorldSnapshot
+from tether.world import ComponentWrite, SqliteLedger, WorldSnapshot, canonical_json, digest_of
 
 
 def _family(project: Any, tmp_path: Path) -> Family:
@@ -168,6 +169,47 @@ def test_completion_evidence_binds_result_and_complete_fact_set(tmp_path: Path) 
     )
     assert not verify_completion(ledger.read_at(r3), key, result)
     assert COMPLETION_COMPONENT == obs.evidence.component
+    assert [
+        completion_mismatch(ledger.read_at(r), k, res)
+        for r, k, res in ((r1, key, result), (r1, key, other), (r2, key, result), (r3, key, result))
+    ] == [None, "wrong_binding", "not_written_in_tick", "fact_missing"]
+
+
+def test_the_fact_set_digest_is_the_core_s_and_keeps_its_format(tmp_path: Path) -> None:
+    """The Rust core computes the fact-set digest; its format is the one evidence committed
+    before the move used (sorted [entity, component, value] triples, canonical JSON, SHA-256),
+    so evidence already in a world still verifies after an upgrade."""
+    fam = make_family(tmp_path)
+    store = ArtifactStore(tmp_path / "a")
+    key = ActivityKey(world_id="w", kind="crash.effect", activity_id="t1")
+    result = store.put_bytes(b'{"op":"o","value":2.5}', "application/json")
+    obs = observation_for(fam, StagedResult(key, result, store.get(result)))
+    triples = sorted([w.entity, w.component, w.value] for w in obs.facts)
+    assert obs.evidence.value["facts_digest"] == digest_of(canonical_json(triples))
+    assert obs.evidence.value["facts"] == sorted([w.entity, w.component] for w in obs.facts)
+    # Evidence whose listed facts were tampered with (same keys, another digest) is refused.
+    ledger = SqliteLedger.open(tmp_path / "w.db")
+    ledger.create_world("w")
+    writer = ledger.acquire_writer("w")
+    forged = dict(obs.evidence.value, facts_digest=digest_of(b"[]"))
+    r1 = ledger.commit(
+        writer,
+        ledger.head("w"),
+        [*obs.facts, ComponentWrite(obs.evidence.entity, obs.evidence.component, forged)],
+    )
+    assert completion_mismatch(ledger.read_at(r1), key, result) == "facts_digest_mismatch"
+
+
+def test_completion_mismatch_codes_are_listable_stable_snake_case() -> None:
+    import re
+
+    from tether.runtime import COMPLETION_MISMATCH_CODES
+
+    assert len(set(COMPLETION_MISMATCH_CODES)) == len(COMPLETION_MISMATCH_CODES) == 6
+    assert all(re.fullmatch(r"[a-z]+(_[a-z]+)*", c) for c in COMPLETION_MISMATCH_CODES)
+    assert {"not_written_in_tick", "wrong_binding", "fact_missing", "facts_digest_mismatch"} <= set(
+        COMPLETION_MISMATCH_CODES
+    )
 
 
 # Module globals a misbehaving family might reach from its projection.

@@ -501,3 +501,15 @@ def test_a_family_whose_staging_raises_never_stalls_other_observations(tmp_path:
         assert good_rec is not None and good_rec.settlement is not None
         assert bad_rec is not None and bad_rec.result is not None and bad_rec.settlement is None
         assert host.restage() == 0  # still pending, retried each pass, never staged
+
+
+@pytest.mark.parametrize("lease", ["0", str(7 * 24 * 3600 * 1000 + 1)])
+def test_worker_command_refuses_a_lease_outside_the_seven_day_cap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lease: str
+) -> None:
+    from tether.runtime import worker_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        worker_main.main([str(tmp_path), "--families", "journal_provider:x", "--lease-ms", lease])
+    assert exit_info.value.code == 2
+    assert "--lease-ms must be in [1, 604800000] (7 days)" in capsys.readouterr().err

@@ -15,9 +15,8 @@ from journal_provider import (
     make_blind_family,
     make_family,
 )
-from tether.activities import ActivityKey, Decision, ResultRef
+from tether.activities import ABANDONED_MEDIA_TYPE, ActivityKey, Decision, ResultRef
 from tether.runtime import AttemptContext, ObservationStager, StagedResult
-from tether.runtime._stager import ABANDONED_MEDIA_TYPE
 from tether.testing import ActivityEnvironment
 from tether.world import ComponentWrite
 

@@ -91,8 +91,8 @@ def test_claim_goes_straight_to_claimable_rows(tmp_path: Path) -> None:
         assert "activities_claimable" in plan, plan
         assert "SCAN activities" not in plan.replace("USING INDEX", "")
     for sql, params, index in (
-        (_sqlite._HAS_PENDING, ("w",), "activities_pending_observation"),
-        (_sqlite._HAS_UNFINISHED, ("k", "w"), "activities_claimable"),
+        (_sqlite._HAS_UNSETTLED, ("w",), "activities_unsettled"),
+        (_sqlite._OTHER_BOOT, ("k", "b"), "activities_claimable"),
     ):
         plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
         assert index in plan, plan
@@ -152,16 +152,17 @@ def test_forward_migrations_apply_once_in_order(
     from tether.storage import _schema
 
     path = str(tmp_path / "m.db")
-    SqliteCatalogStore(path).close()  # version 1 on disk
-    v2 = (2, ("CREATE TABLE migration_probe (n INTEGER) STRICT",))
-    v3 = (3, ("INSERT INTO migration_probe VALUES (3)",))
-    monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, v2, v3))
-    monkeypatch.setattr(_schema, "LATEST", 3)
+    SqliteCatalogStore(path).close()  # the latest version on disk
+    first, second = LATEST + 1, LATEST + 2
+    probe = (first, ("CREATE TABLE migration_probe (n INTEGER) STRICT",), False)
+    insert = (second, (f"INSERT INTO migration_probe VALUES ({second})",), False)
+    monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, probe, insert))
+    monkeypatch.setattr(_schema, "LATEST", second)
     SqliteCatalogStore(path).close()
     SqliteCatalogStore(path).close()  # reopening applies nothing twice
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 3
-    assert conn.execute("SELECT n FROM migration_probe").fetchall() == [(3,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == second
+    assert conn.execute("SELECT n FROM migration_probe").fetchall() == [(second,)]
     conn.close()
 
 
@@ -172,13 +173,13 @@ def test_a_failing_migration_changes_nothing(
 
     path = str(tmp_path / "f.db")
     SqliteCatalogStore(path).close()
-    broken = (2, ("CREATE TABLE half_done (n INTEGER)", "THIS IS NOT SQL"))
+    broken = (LATEST + 1, ("CREATE TABLE half_done (n INTEGER)", "THIS IS NOT SQL"), False)
     monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, broken))
-    monkeypatch.setattr(_schema, "LATEST", 2)
+    monkeypatch.setattr(_schema, "LATEST", LATEST + 1)
     with pytest.raises(CatalogStorageError):
         SqliteCatalogStore(path)
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 1
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "half_done" not in tables
     conn.close()
@@ -200,7 +201,7 @@ def test_a_write_is_compare_and_swap_on_version(tmp_path: Path) -> None:
 
         def racing_claim(row: tuple[object, ...] | None) -> tuple[object, ...]:
             assert row is not None
-            new = _core.catalog_claim(row, "w", 1_000, clock.now_ms)
+            new = _core.catalog_claim(row, "w", 1_000, clock.now())
             # Another writer's change lands between our read and our write (same transaction,
             # so it is rolled back with ours).
             store._db().execute("UPDATE activities SET version = version + 1")
@@ -211,3 +212,142 @@ def test_a_write_is_compare_and_swap_on_version(tmp_path: Path) -> None:
         assert cat.get(k) == before
         claim = cat.claim("w", 1_000)
         assert claim is not None and claim.record.version == before.version + 1
+
+
+def _v1_file(path: Path, rows: list[tuple[object, ...]]) -> None:
+    """A catalog file exactly as schema version 1 wrote it, holding ``rows`` (v1 columns)."""
+    from tether.storage import _schema
+
+    version, statements, _ = _schema.MIGRATIONS[0]
+    assert version == 1
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("BEGIN")
+    _schema.current_version(conn)
+    for statement in statements:
+        conn.execute(statement)
+    conn.execute("INSERT INTO schema_version (id, version) VALUES (1, 1)")
+    v1 = [r[1] for r in conn.execute("PRAGMA table_info(activities)")]
+    for row in rows:
+        conn.execute("INSERT OR IGNORE INTO activity_kinds (kind) VALUES (?)", (row[1],))
+        conn.execute(
+            f"INSERT INTO activities ({', '.join(v1)}) VALUES ({', '.join('?' * len(v1))})",
+            row,
+        )
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def test_a_version_1_catalog_migrates_its_rows_through_the_core(tmp_path: Path) -> None:
+    """Existing data dirs migrate forward: the derived columns come from the core, each view
+    and the lifecycle gate use them, and a v1 lease (a wall-clock time of no boot) has expired
+    once a clock reads the catalog."""
+    from tether import _core
+    from tether.activities._record import COLUMNS
+
+    from tests.activities.support import bound_claim, evidence_for, receipt, result
+
+    clock = ManualClock()
+    source = tmp_path / "source.db"
+    admitted, leased, done, settled = (key(n) for n in ("admitted", "leased", "done", "set"))
+    elsewhere = key("other", world="w2")
+    with Catalog.open(f"sqlite://{source}", clock=clock) as cat:
+        bound_claim(cat, leased, lease_ms=3_600_000)
+        for k, name in ((done, "done"), (settled, "set"), (elsewhere, "o")):
+            c = bound_claim(cat, k)
+            cat.record_result(k, c.fence, result(name))
+        cat.settle(settled, receipt(9), evidence_for(settled, result("set")))
+        cat.settle(elsewhere, receipt(9, world="w2"), evidence_for(elsewhere, result("o")))
+        cat.admit(admission(admitted))
+        records = {k: cat.get(k) for k in (admitted, leased, done, settled, elsewhere)}
+        new_columns = ("lease_boot_id", "pending_observation", "unsettled")
+        rows = []
+        for k in records:
+            row = cat.store.get((k.world_id, k.kind, k.activity_id))
+            assert row is not None
+            rows.append(tuple(v for c, v in zip(COLUMNS, row, strict=True) if c not in new_columns))
+    assert len(rows) == 5
+    path = tmp_path / "v1.db"
+    _v1_file(path, rows)
+
+    clock.advance(1)  # the v1 lease is still far in the future on the old clock
+    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+        conn = sqlite3.connect(path)
+        assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
+        for k, before in records.items():
+            rec = cat.get(k)
+            assert before is not None and rec is not None
+            assert (rec.pending_observation, rec.unsettled) == (
+                before.pending_observation,
+                before.unsettled,
+            )
+            assert rec.lease_boot_id == ""  # v1 leases were wall-clock times of no boot
+            assert rec.version == before.version  # a migration is no transition
+        assert [r.key for r in cat.iter_pending_observation()] == [done]
+        assert cat.has_unsettled("w1") and not cat.has_unsettled("w2")
+        # The derived columns are exactly what the core decodes as consistent.
+        for row in conn.execute(f"SELECT {', '.join(COLUMNS)} FROM activities"):
+            assert _core.catalog_check_row(row) == row
+        conn.close()
+        # The first claim puts the store on this boot's clock: the v1 lease has expired.
+        first = cat.claim("w", 1_000)
+        second = cat.claim("w", 1_000)
+        assert first is not None and second is not None
+        assert {first.key, second.key} == {admitted, leased}
+        assert not next(c for c in (first, second) if c.key == leased).attempt.may_execute
+        assert all(c.record.lease_boot_id == clock.boot_id for c in (first, second))
+
+
+def test_a_version_1_row_the_core_cannot_decode_stops_the_migration_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    from tether.activities._record import COLUMNS
+
+    clock = ManualClock()
+    with Catalog.open(f"sqlite://{tmp_path / 'source.db'}", clock=clock) as cat:
+        cat.admit(admission(key()))
+        row = cat.store.get(("w1", "sim.rollout", "a1"))
+    assert row is not None
+    v1 = [
+        v
+        for c, v in zip(COLUMNS, row, strict=True)
+        if c not in ("lease_boot_id", "pending_observation", "unsettled")
+    ]
+    v1[COLUMNS.index("attempt_owner")] = "ghost"  # half an attempt group
+    path = tmp_path / "v1.db"
+    _v1_file(path, [tuple(v1)])
+    with pytest.raises(CatalogStorageError, match="cannot migrate catalog row"):
+        SqliteCatalogStore(str(path))
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 1
+    assert conn.execute("SELECT attempt_owner FROM activities").fetchall() == [("ghost",)]
+    conn.close()
+
+
+def test_aligning_the_clock_rebases_other_boots_rows_once(tmp_path: Path) -> None:
+    """Once per boot, every row holding lease-clock values of another boot goes through the
+    core's rebase (the claimable index then compares values of one clock); finished rows hold
+    none and are left alone."""
+    from tether import _core
+
+    from tests.activities.support import bound_claim, result
+
+    old = ManualClock(boot_id="boot-old")
+    path = tmp_path / "a.db"
+    with Catalog.open(f"sqlite://{path}", clock=old) as cat:
+        leased, finished = key("leased"), key("finished")
+        bound_claim(cat, leased, lease_ms=3_600_000)
+        c = bound_claim(cat, finished)
+        cat.record_result(finished, c.fence, result())
+        cat.admit(admission(key("waiting")))
+        store = cat.store
+        new = ManualClock(now_ms=5, boot_id="boot-new")
+        now = new.now()
+        assert store.align_clock("boot-new", lambda row: _core.catalog_rebase(row, now)) == 2
+        assert store.align_clock("boot-new", lambda row: _core.catalog_rebase(row, now)) == 0
+        rebased = cat.get(leased)
+        assert rebased is not None and rebased.lease_boot_id == "boot-new"
+        assert rebased.claimable_from_ms == 5 and rebased.attempt is not None
+        assert rebased.attempt.lease_expires_ms == 5
+        done = cat.get(finished)
+        assert done is not None and done.lease_boot_id == "boot-old"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import tether.testing
-from tether.activities import ActivityKey, Evidence
+from tether.activities import ActivityKey, Evidence, Now
 from tether.runtime import (
     ActivityRequest,
     ActivityRuntimeError,
@@ -38,11 +38,14 @@ def test_the_readme_example_runs() -> None:
 
 def test_fake_clock_moves_only_when_told() -> None:
     clock = FakeClock()
-    assert clock() == clock.now_ms == START_MS
+    assert clock() == clock.now_ms == clock.boot_ms == START_MS
     clock.advance(1500)
-    assert clock() == START_MS + 1500
-    clock.step(-3_600_000)  # a wall-clock step back
+    assert clock() == clock.boot_ms == START_MS + 1500
+    clock.step(-3_600_000)  # a wall-clock step back: the lease clock does not move
     assert clock() == START_MS + 1500 - 3_600_000
+    assert clock.now() == Now("fake-boot-1", START_MS + 1500, START_MS + 1500 - 3_600_000)
+    clock.reboot(7)
+    assert clock.now().boot_id == "fake-boot-2" and clock.boot_ms == 7
     with pytest.raises(ActivityRuntimeError):
         clock.advance(-1)  # advance never goes back
     with pytest.raises(ActivityRuntimeError):
@@ -100,6 +103,28 @@ def test_leases_and_retry_delays_follow_the_fake_clock_only(tmp_path: Path) -> N
         assert [r.key for r in env.claimable()] == [key]
         rec = env.run_attempt()
         assert rec is not None and rec.attempt_count == 3 and adapter.executed == 1
+
+
+def test_wall_clock_steps_move_no_lease_and_a_reboot_expires_them(tmp_path: Path) -> None:
+    adapter = _Blind()
+    with ActivityEnvironment([_blind_family(adapter)], data_dir=tmp_path) as env:
+        env.create_world("w")
+        env.commit_tick("w", [ComponentWrite("a", "t.intent", {"n": 1})])
+        assert env.run_attempt() is not None
+        env.clock.step(env.lease_ms + 1_000)  # the wall clock jumps past the lease
+        assert env.run_attempt() is None  # no takeover of the live attempt
+        env.clock.step(-3_600_000)  # and an hour back
+        env.clock.advance(env.lease_ms)  # the lease runs out on the lease clock
+        rec = env.run_attempt()
+        assert rec is not None and rec.attempt_count == 2  # reclaimed on time
+        assert rec.awaiting_decision  # Unknown: retry in 60 s
+        env.commit_tick("w", [ComponentWrite("b", "t.intent", {"n": 2})])
+        assert env.run_attempt() is not None and env.run_attempt() is None  # b is leased
+        env.clock.reboot()  # b's lease and a's retry delay belonged to the old boot
+        again = [env.run_attempt(), env.run_attempt()]
+        assert {r.key.activity_id for r in again if r is not None} == {"a", "b"}
+        assert all(r is not None and r.lease_boot_id == "fake-boot-2" for r in again)
+        assert adapter.executed == 2  # one execution each; after the reboot both reconcile
 
 
 def test_commit_bare_leaves_the_post_commit_work_owed(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """A second, in-memory implementation of the `WorldLedger` port (a stand-in world engine).
 
-It shares no code with the SQLite ledger except the port's plain data types and the one
-fail-closed rule (`judge_receipt`), so a Host that runs on it runs on the port alone. Not
-durable: a restart test needs the SQLite ledger.
+It shares no storage code with the SQLite ledger: only the port's plain data types and the
+world rules (`tether.world.rules`), which it calls exactly as the SQLite ledger does, so a Host
+that runs on it runs on the port alone and neither engine has a rule of its own. Not durable: a
+restart test needs the SQLite ledger.
 """
 
 from __future__ import annotations
@@ -17,20 +18,13 @@ from dataclasses import dataclass, field
 from tether.world import (
     CommittedTickReceipt,
     ComponentWrite,
-    HeadConflict,
     HeadFacts,
-    InvalidWrite,
-    PostCommitPending,
     ReceiptRejected,
-    StaleWriter,
-    WorldClosing,
-    WorldError,
-    WorldExists,
+    WorldFacts,
     WorldNotFound,
     WorldSnapshot,
     Writer,
-    judge_receipt,
-    receipt_token,
+    rules,
 )
 
 
@@ -43,6 +37,17 @@ class _World:
     post_commit_tick: int = 0
     close_state: str = "open"
     sticky: bool = False
+
+    def facts(self) -> WorldFacts:
+        return WorldFacts(
+            run_id=self.run_id,
+            head_tick=self.head_tick,
+            head_token=self.head_token,
+            writer_epoch=self.epoch,
+            post_commit_tick=self.post_commit_tick,
+            close_state=self.close_state,
+            close_sticky=self.sticky,
+        )
 
 
 @dataclass
@@ -65,8 +70,8 @@ class MemoryLedger:
 
     def _live(self, world_id: str) -> _World:
         w = self._worlds.get(world_id)
-        if w is None or w.close_state == "destroyed":
-            raise WorldNotFound(f"world {world_id!r} does not exist")
+        rules.live_world(world_id, None if w is None else w.facts())
+        assert w is not None
         return w
 
     def _genesis(self, world_id: str, state: dict[tuple[str, str], str]) -> CommittedTickReceipt:
@@ -74,18 +79,15 @@ class MemoryLedger:
         self._ticks[(world_id, run_id, 0)] = _Tick({token}, dict(state))
         self._visible.setdefault(world_id, set()).add(token)
         w = self._worlds.get(world_id)
-        if w is None or w.close_state == "destroyed":
+        if w is None:
             self._worlds[world_id] = _World(run_id, 0, token)
         else:
             w.run_id, w.head_tick, w.head_token, w.post_commit_tick = run_id, 0, token, 0
         return CommittedTickReceipt(world_id, run_id, 0, token)
 
     def create_world(self, world_id: str) -> CommittedTickReceipt:
-        if not isinstance(world_id, str) or not world_id or " " in world_id:
-            raise InvalidWrite(f"bad world id {world_id!r}")
         with self._mutex:
-            if world_id in self._worlds:
-                raise WorldExists(world_id)
+            rules.check_new_world(world_id, world_id in self._worlds)
             return self._genesis(world_id, {})
 
     def worlds(self) -> list[str]:
@@ -94,49 +96,30 @@ class MemoryLedger:
 
     def start_run(self, writer: Writer) -> CommittedTickReceipt:
         with self._mutex:
-            self._check_writable(writer)
+            rules.check_writer(writer, self._live(writer.world_id).facts())
             return self._genesis(writer.world_id, {})
 
     def acquire_writer(self, world_id: str) -> Writer:
         with self._mutex:
             w = self._live(world_id)
-            w.epoch += 1
-            return Writer(world_id, w.epoch)
-
-    def _check_writable(self, writer: Writer) -> _World:
-        w = self._live(writer.world_id)
-        if w.close_state != "open":
-            raise WorldClosing(writer.world_id)
-        if writer.epoch != w.epoch:
-            raise StaleWriter(f"epoch {writer.epoch} superseded by {w.epoch}")
-        return w
+            writer = rules.next_writer(world_id, w.facts())
+            w.epoch = writer.epoch
+            return writer
 
     def commit(
         self, writer: Writer, parent: CommittedTickReceipt, writes: Sequence[ComponentWrite]
     ) -> CommittedTickReceipt:
-        encoded: dict[tuple[str, str], str | None] = {}
-        for wr in writes:
-            if not isinstance(wr, ComponentWrite) or (wr.entity, wr.component) in encoded:
-                raise InvalidWrite(f"bad or repeated write {wr!r}")
-            encoded[(wr.entity, wr.component)] = wr.encoded()
+        encoded = rules.encode_writes(writes)
         with self._mutex:  # everything below lands together: the head CAS is this block
-            w = self._check_writable(writer)
-            if (parent.world_id, parent.run_id, parent.tick, parent.visibility_token) != (
-                writer.world_id,
-                w.run_id,
-                w.head_tick,
-                w.head_token,
-            ):
-                raise HeadConflict(f"{parent} is not the head")
-            if w.post_commit_tick < w.head_tick:
-                raise PostCommitPending(f"tick {w.head_tick} of {writer.world_id!r}")
+            w = self._live(writer.world_id)
+            tick = rules.commit_tick(writer, parent, w.facts())
             state = dict(self._ticks[(writer.world_id, w.run_id, w.head_tick)].state)
             for key, text in encoded.items():
                 if text is None:
                     state.pop(key, None)
                 else:
                     state[key] = text
-            tick, token = w.head_tick + 1, "vt_" + secrets.token_hex(16)
+            token = "vt_" + secrets.token_hex(16)
             self._ticks[(writer.world_id, w.run_id, tick)] = _Tick(
                 {token}, state, frozenset(encoded)
             )
@@ -146,11 +129,10 @@ class MemoryLedger:
 
     def head(self, world_id: str) -> CommittedTickReceipt:
         with self._mutex:
-            w = self._live(world_id)
-            return CommittedTickReceipt(world_id, w.run_id, w.head_tick, w.head_token)
+            return rules.head_of(world_id, self._live(world_id).facts())
 
     def read_at(self, receipt: CommittedTickReceipt) -> WorldSnapshot:
-        token = receipt_token(receipt)
+        token = rules.receipt_token(receipt)
         with self._mutex:
             t = self._ticks.get((receipt.world_id, receipt.run_id, receipt.tick))
             if t is None or token not in t.tokens:
@@ -158,7 +140,7 @@ class MemoryLedger:
             return WorldSnapshot.of(receipt, t.state, t.changes)
 
     def check_receipt(self, receipt: CommittedTickReceipt) -> None:
-        token = receipt_token(receipt)
+        token = rules.receipt_token(receipt)
         with self._mutex:
             w = self._worlds.get(receipt.world_id)
             t = self._ticks.get((receipt.world_id, receipt.run_id, receipt.tick))
@@ -173,7 +155,7 @@ class MemoryLedger:
                     visible=token in self._visible.get(receipt.world_id, set()),
                 )
             )
-        judge_receipt(receipt, facts)
+        rules.judge_receipt(receipt, facts)
 
     def visibility_allowlist(self, world_id: str) -> frozenset[str]:
         with self._mutex:
@@ -205,58 +187,46 @@ class MemoryLedger:
 
     def pending_post_commit(self, world_id: str) -> CommittedTickReceipt | None:
         with self._mutex:
-            w = self._live(world_id)
-            if w.post_commit_tick >= w.head_tick:
-                return None
-            return CommittedTickReceipt(world_id, w.run_id, w.head_tick, w.head_token)
+            facts = self._live(world_id).facts()
+            return rules.head_of(world_id, facts) if rules.post_commit_pending(facts) else None
 
     def complete_post_commit(self, receipt: CommittedTickReceipt) -> None:
         with self._mutex:
             self.check_receipt(receipt)
             w = self._live(receipt.world_id)
-            w.post_commit_tick = max(w.post_commit_tick, receipt.tick)
-
-    def _check_settled_head(self, receipt: CommittedTickReceipt) -> None:
-        self.check_receipt(receipt)
-        w = self._live(receipt.world_id)
-        if w.post_commit_tick < w.head_tick:
-            raise PostCommitPending(f"tick {w.head_tick} of {receipt.world_id!r}")
+            w.post_commit_tick = rules.post_commit_mark(receipt, w.facts())
 
     def fork(self, source: CommittedTickReceipt, new_world_id: str) -> CommittedTickReceipt:
         with self._mutex:
-            self._check_settled_head(source)
-            if new_world_id in self._worlds:
-                raise WorldExists(new_world_id)
+            self.check_receipt(source)
+            rules.check_settled_head(source, self._live(source.world_id).facts())
+            rules.check_new_world(new_world_id, new_world_id in self._worlds)
             state = self._ticks[(source.world_id, source.run_id, source.tick)].state
             return self._genesis(new_world_id, state)
 
     def reserve_close(self, world_id: str, *, sticky: bool) -> None:
         with self._mutex:
             w = self._live(world_id)
-            w.close_state, w.sticky = "closing", w.sticky or sticky
+            w.close_state, w.sticky = rules.reserve_close(w.facts(), sticky=sticky)
 
     def rollback_close(self, world_id: str) -> None:
         with self._mutex:
             w = self._live(world_id)
-            if w.close_state == "closing" and not w.sticky:
-                w.close_state = "open"
+            w.close_state = rules.rollback_close(w.facts())
 
     def close_state(self, world_id: str) -> tuple[str, bool]:
         with self._mutex:
             w = self._worlds.get(world_id)
             if w is None:
-                raise WorldNotFound(world_id)
+                raise WorldNotFound(f"world {world_id!r} does not exist")
             return w.close_state, w.sticky
 
     def destroy(self, world_id: str, head: CommittedTickReceipt | None = None) -> None:
         with self._mutex:
             w = self._live(world_id)
-            if w.close_state != "closing":
-                raise WorldError(f"world {world_id!r} must be reserved for close first")
+            rules.check_destroyable(world_id, w.facts())
             if head is not None:
-                if head != self.head(world_id):
-                    raise HeadConflict(f"{head} is no longer the head")
-                self._check_settled_head(head)
+                rules.check_settled_head(head, w.facts())
             for key in [k for k in self._ticks if k[0] == world_id]:
                 del self._ticks[key]
             self._visible.pop(world_id, None)

@@ -1,10 +1,20 @@
 """The Activity catalog: durable, fenced coordination of work between committed ticks.
 
+Time: leases and reconciliation backoff run on a lease clock that wall-clock steps never move
+(by default `SystemClock`: CLOCK_BOOTTIME with the boot id; a lease from another boot has
+expired); record times (``*_at_ms``) are wall-clock. Leases are 1 ms to 7 days
+(`MAX_LEASE_MS`), backoff 0 to 7 days (`MAX_RETRY_AFTER_MS`).
+
 One lifecycle, on a catalog file with a fixed clock (times are integer milliseconds)::
 
     >>> import shutil, tempfile
     >>> directory = tempfile.mkdtemp()
-    >>> catalog = Catalog.open(f"sqlite://{directory}/catalog.db", clock=lambda: 1_000)
+    >>> clock = FixedBootClock(lambda: 1_000)  # both clocks at 1000 ms, one boot
+    >>> catalog = Catalog.open(f"sqlite://{directory}/catalog.db", clock=clock)
+    >>> catalog.now()
+    Now(boot_id='fixed', boot_ms=1000, wall_ms=1000)
+    >>> MAX_LEASE_MS == 7 * 24 * 3600 * 1000
+    True
     >>> key = ActivityKey("world-1", "sim.rollout", "episode-7")
     >>> source = Receipt("world-1", "run-1", 41, "vis-41")
     >>> catalog.admit(Admission(key, source, "artifact://in", "sha256:in")).claimable_from_ms
@@ -18,12 +28,19 @@ One lifecycle, on a catalog file with a fixed clock (times are integer milliseco
     True
     >>> [r.key.activity_id for r in catalog.iter_pending_observation(world_id="world-1")]
     ['episode-7']
+    >>> rec = catalog.get(key)
+    >>> rec.pending_observation, rec.unsettled, rec.lease_boot_id
+    (True, True, 'fixed')
     >>> later = Receipt("world-1", "run-1", 42, "vis-42")
     >>> evidence = settlement_evidence_digest(key, result)
     >>> catalog.settle(key, later, evidence).settlement.receipt.tick
     42
     >>> catalog.has_unsettled("world-1")
     False
+    >>> catalog.claim_key(key, "worker-b", 30_000)
+    Traceback (most recent call last):
+    ...
+    _core.NotClaimable: not_claimable: a result is recorded; the activity is never claimed again
     >>> catalog.record_result(key, 0, result)
     Traceback (most recent call last):
     ...
@@ -31,12 +48,26 @@ One lifecycle, on a catalog file with a fixed clock (times are integer milliseco
     >>> catalog.close(); shutil.rmtree(directory)
 """
 
-from tether._core import catalog_rejection_codes
+from tether._core import (
+    ABANDONED_MEDIA_TYPE,
+    MAX_LEASE_MS,
+    MAX_RETRY_AFTER_MS,
+    catalog_rejection_codes,
+)
 from tether.activities._catalog import (
     Catalog,
-    Clock,
     operation_id_for,
     settlement_evidence_digest,
+)
+from tether.activities._clock import (
+    BOOT_ID_PATH,
+    CatalogClock,
+    ClockLike,
+    FixedBootClock,
+    Now,
+    SystemClock,
+    as_clock,
+    read_boot_id,
     wall_clock_ms,
 )
 from tether.activities._types import (
@@ -61,17 +92,24 @@ from tether.activities._types import (
 REJECTION_CODES: tuple[str, ...] = tuple(catalog_rejection_codes())
 
 __all__ = [
+    "ABANDONED_MEDIA_TYPE",
+    "BOOT_ID_PATH",
+    "MAX_LEASE_MS",
+    "MAX_RETRY_AFTER_MS",
     "REJECTION_CODES",
     "ActivityKey",
     "ActivityRecord",
     "Admission",
     "Attempt",
     "Catalog",
+    "CatalogClock",
     "Claim",
-    "Clock",
+    "ClockLike",
     "Decision",
     "DecisionOutcome",
     "Evidence",
+    "FixedBootClock",
+    "Now",
     "OperatorDecision",
     "Receipt",
     "RecordedEvidence",
@@ -80,7 +118,10 @@ __all__ = [
     "ResultRef",
     "RetryGuard",
     "Settlement",
+    "SystemClock",
+    "as_clock",
     "operation_id_for",
+    "read_boot_id",
     "settlement_evidence_digest",
     "wall_clock_ms",
 ]

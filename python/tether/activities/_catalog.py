@@ -3,16 +3,20 @@
 Every method reads the clock once, runs one storage transaction in which the Rust core decides
 the transition, and returns the typed record. Rejections are `tether.errors.CatalogRejection`
 subclasses; storage failures are `CatalogStorageError`.
+
+Leases (1 ms to 7 days, `MAX_LEASE_MS`) and reconciliation backoff (0 to 7 days,
+`MAX_RETRY_AFTER_MS`) run on the clock's lease clock, which wall-clock steps never move; a
+lease of another boot has expired (see `tether.activities._clock`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tether import _core
 from tether._core import UnknownActivity
+from tether.activities._clock import CatalogClock, ClockLike, Now, as_clock
 from tether.activities._record import Row, record_from_row
 from tether.activities._types import (
     ActivityKey,
@@ -27,13 +31,7 @@ from tether.activities._types import (
 )
 from tether.storage import CatalogStore, KeyTuple, View, open_store
 
-Clock = Callable[[], int]
 PAGE_SIZE = 256
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch: the default clock, comparable across processes."""
-    return time.time_ns() // 1_000_000
 
 
 def operation_id_for(key: ActivityKey) -> str:
@@ -48,6 +46,11 @@ def settlement_evidence_digest(key: ActivityKey, result: ResultRef) -> str:
     return _core.settlement_evidence_digest(
         key.kind, key.world_id, key.activity_id, result.ref, result.digest
     )
+
+
+def _claim_of(record: ActivityRecord) -> Claim:
+    assert record.attempt is not None  # a claim always issues an attempt
+    return Claim(record, record.attempt)
 
 
 def _key(key: ActivityKey) -> KeyTuple:
@@ -67,27 +70,50 @@ def _kinds(kinds: Sequence[str] | None) -> Sequence[str] | None:
 class Catalog:
     """The durable Activity catalog.
 
-    One instance may be shared by threads; processes share the database file. Times are integer
-    milliseconds from ``clock`` (default: the wall clock, so leases compare across processes).
+    One instance may be shared by threads; processes on one host share the database file. Time
+    comes from ``clock`` (default `SystemClock`): leases and backoff on its lease clock
+    (CLOCK_BOOTTIME with the boot id, so every process on the host compares the same clock and
+    no wall-clock step moves a lease), record times on its wall clock. A plain callable of
+    integer milliseconds is taken as a `FixedBootClock` (both clocks, one fixed boot): tests.
     """
 
-    def __init__(self, store: CatalogStore, *, clock: Clock | None = None) -> None:
+    def __init__(self, store: CatalogStore, *, clock: ClockLike | None = None) -> None:
         self._store = store
-        self._clock: Clock = clock if clock is not None else wall_clock_ms
+        self._clock: CatalogClock = as_clock(clock)
+        # The boot whose lease clock the store's claimable index is known to be on.
+        self._aligned_boot: str | None = None
 
     @classmethod
-    def open(cls, url: str, *, clock: Clock | None = None, synchronous: str = "FULL") -> Catalog:
+    def open(
+        cls, url: str, *, clock: ClockLike | None = None, synchronous: str = "FULL"
+    ) -> Catalog:
         """Open the catalog at ``url`` (``sqlite:///abs/path.db``); ``synchronous`` is
         ``"FULL"`` (default: every commit is durable) or ``"NORMAL"`` (WAL commits may roll back
         on power loss, never corrupt)."""
-        return cls(open_store(url, synchronous=synchronous), clock=clock)
+        resolved = as_clock(clock)  # a bad clock fails before the store is opened
+        return cls(open_store(url, synchronous=synchronous), clock=resolved)
 
     @property
     def store(self) -> CatalogStore:
         return self._store
 
-    def now_ms(self) -> int:
-        return self._clock()
+    @property
+    def clock(self) -> CatalogClock:
+        return self._clock
+
+    def now(self) -> Now:
+        """One reading of the catalog's clock."""
+        return self._clock.now()
+
+    def _claim_now(self) -> Now:
+        """A reading for a claim or a claimable scan, after the store's lease-clock values are
+        on its boot: the first time a boot is seen, the core rebases every record holding
+        lease-clock values of another boot (their leases expired with that boot)."""
+        now = self._clock.now()
+        if now.boot_id != self._aligned_boot:
+            self._store.align_clock(now.boot_id, lambda row: _core.catalog_rebase(row, now))
+            self._aligned_boot = now.boot_id
+        return now
 
     def _change(self, key: ActivityKey, step: Callable[[Row], Row]) -> ActivityRecord:
         def transition(row: Row | None) -> Row:
@@ -98,10 +124,12 @@ class Catalog:
         return record_from_row(self._store.apply(_key(key), transition))
 
     def admit(self, admission: Admission) -> ActivityRecord:
-        """Admit an activity; an identical replay returns the stored record unchanged."""
+        """Admit an activity. The identical admission, or the same input from a later tick of
+        the source run (the same Activity asked for again), returns the stored record unchanged,
+        its source binding kept; any other difference is `AdmissionConflict`."""
         if not isinstance(admission, Admission):
             raise TypeError(f"expected an Admission, not {type(admission).__name__}")
-        now = self._clock()
+        now = self._clock.now()
         row = self._store.apply(
             _key(admission.key), lambda old: _core.catalog_admit(old, admission, now)
         )
@@ -115,38 +143,61 @@ class Catalog:
         kinds: Sequence[str] | None = None,
         world_id: str | None = None,
     ) -> Claim | None:
-        """Claim the claimable activity that became claimable first, or return None."""
+        """Claim the claimable activity that became claimable first, or return None.
+
+        The attempt holds a lease of ``lease_ms`` (1 ms to 7 days, `MAX_LEASE_MS`) on the lease
+        clock; renew it with `renew` (a worker's heartbeat) before it runs out.
+        """
         if not isinstance(owner, str) or not isinstance(lease_ms, int):
             raise TypeError("claim(owner: str, lease_ms: int)")
-        now = self._clock()
+        now = self._claim_now()
         _core.catalog_check_claim(owner, lease_ms, now)
         row = self._store.claim(
-            now, lambda old: _core.catalog_claim(old, owner, lease_ms, now), _kinds(kinds), world_id
+            now.boot_ms,
+            lambda old: _core.catalog_claim(old, owner, lease_ms, now),
+            _kinds(kinds),
+            world_id,
         )
         if row is None:
             return None
-        record = record_from_row(row)
-        assert record.attempt is not None
-        return Claim(record, record.attempt)
+        return _claim_of(record_from_row(row))
+
+    def claim_key(self, key: ActivityKey, owner: str, lease_ms: int) -> Claim:
+        """Claim exactly the activity ``key`` (tools, tests, an operator's reconcile-now).
+
+        Same rules and lease bounds as `claim`, but a key that cannot be claimed now raises
+        the core's rejection instead of returning None: `NotClaimable` (live lease, or a result
+        is recorded), `AwaitingDecision` (inside its reconciliation backoff) or
+        `UnknownActivity`.
+        """
+        if not isinstance(owner, str) or not isinstance(lease_ms, int):
+            raise TypeError("claim_key(key: ActivityKey, owner: str, lease_ms: int)")
+        now = self._claim_now()
+        _core.catalog_check_claim(owner, lease_ms, now)
+        return _claim_of(
+            self._change(key, lambda row: _core.catalog_claim(row, owner, lease_ms, now))
+        )
 
     def renew(self, key: ActivityKey, fence: int, lease_ms: int) -> ActivityRecord:
-        """Extend the live attempt's lease to now + ``lease_ms`` (an expired lease cannot be
-        renewed: `LeaseExpired`)."""
-        now = self._clock()
+        """Extend the live attempt's lease to now + ``lease_ms`` on the lease clock (at most 7
+        days, `MAX_LEASE_MS`; an expired lease cannot be renewed: `LeaseExpired`)."""
+        now = self._clock.now()
         return self._change(key, lambda row: _core.catalog_renew(row, fence, lease_ms, now))
 
     def release(self, key: ActivityKey, fence: int) -> ActivityRecord:
         """Give back an execute attempt that bound nothing; it is claimable again at once."""
-        now = self._clock()
+        now = self._clock.now()
         return self._change(key, lambda row: _core.catalog_release(row, fence, now))
 
     def bind_provider_operation(
         self, key: ActivityKey, fence: int, operation_id: str
     ) -> ActivityRecord:
         """Durably bind the provider operation before any external effect. ``operation_id``
-        must be `operation_id_for(key)` (anything else is `OperationConflict`); rebinding it
-        is a no-op, and only an execute attempt may bind it first."""
-        now = self._clock()
+        must be `operation_id_for(key)` (anything else is `OperationConflict`). Only an execute
+        attempt binds: a successful bind is the signal that the adapter may execute, so a
+        reconcile-only attempt is refused (`ReconcileOnly`) even with the id already bound; an
+        execute attempt rebinding its own id is a no-op."""
+        now = self._clock.now()
         return self._change(
             key, lambda row: _core.catalog_bind_provider_operation(row, fence, operation_id, now)
         )
@@ -155,13 +206,13 @@ class Catalog:
         """Record the durable result under the live fence (an execute attempt must have bound
         first). The attempt ends; the record is never claimable again. An exact repeat under
         the same fence is a no-op, any other result a `ResultConflict`."""
-        now = self._clock()
+        now = self._clock.now()
         return self._change(key, lambda row: _core.catalog_record_result(row, fence, result, now))
 
     def confirm_absent(self, key: ActivityKey, fence: int, guard: RetryGuard) -> ActivityRecord:
         """A reconcile attempt proved the operation absent and the guard proves no stale
         claimant can start it: the attempt ends and the next claim may execute, once."""
-        now = self._clock()
+        now = self._clock.now()
         return self._change(key, lambda row: _core.catalog_confirm_absent(row, fence, guard, now))
 
     def record_unknown(
@@ -169,8 +220,8 @@ class Catalog:
     ) -> ActivityRecord:
         """A reconcile attempt could not tell: the evidence revision rises, the activity awaits
         an operator decision (`iter_awaiting_decision`) and is claimable again, to reconcile
-        only, after ``retry_after_ms``."""
-        now = self._clock()
+        only, after ``retry_after_ms`` (0 to 7 days, `MAX_RETRY_AFTER_MS`) on the lease clock."""
+        now = self._clock.now()
         return self._change(
             key,
             lambda row: _core.catalog_record_unknown(row, fence, evidence, retry_after_ms, now),
@@ -185,7 +236,7 @@ class Catalog:
         """
         if not isinstance(decision, Decision):
             raise TypeError(f"expected a Decision, not {type(decision).__name__}")
-        now = self._clock()
+        now = self._clock.now()
         d = decision
         return self._change(
             key,
@@ -205,7 +256,7 @@ class Catalog:
         """Settle against the later receipt that committed the observation. ``evidence_digest``
         must be `settlement_evidence_digest(key, result)`; with ``fence``, the caller must also
         still hold the current fence."""
-        now = self._clock()
+        now = self._clock.now()
         return self._change(
             key, lambda row: _core.catalog_settle(row, receipt, evidence_digest, fence, now)
         )
@@ -224,10 +275,10 @@ class Catalog:
         if page_size < 1:
             raise ValueError("page_size must be positive")
         kinds = _kinds(kinds)
-        now = self._clock()
+        now = self._claim_now() if view == "claimable" else self._clock.now()
         after: tuple[Any, ...] | None = None
         while True:
-            rows = self._store.page(view, now, kinds, world_id, after, page_size)
+            rows = self._store.page(view, now.boot_ms, kinds, world_id, after, page_size)
             for row in rows:
                 yield record_from_row(_core.catalog_check_row(row))
             if len(rows) < page_size:
@@ -266,7 +317,8 @@ class Catalog:
 
     def has_unsettled(self, world_id: str) -> bool:
         """Whether the world has any admitted activity without a settlement (lifecycle gate:
-        fork and destroy are refused while this is true)."""
+        fork and destroy are refused while this is true). The core computes `unsettled` per
+        record; storage only finds one."""
         return self._store.has_unsettled(world_id)
 
     def close(self) -> None:

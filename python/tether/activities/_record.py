@@ -75,6 +75,9 @@ def record_from_row(row: Row) -> ActivityRecord:
         settlement_evidence_digest,
         settled_at_ms,
         claimable_from_ms,
+        lease_boot_id,
+        pending_observation,
+        unsettled,
         version,
     ) = row
     result = recorded = None
@@ -122,5 +125,8 @@ def record_from_row(row: Row) -> ActivityRecord:
             settled_at_ms,
         ),
         claimable_from_ms,
+        lease_boot_id,
+        pending_observation == 1,
+        unsettled == 1,
         version,
     )

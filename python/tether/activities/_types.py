@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+from tether._core import catalog_lease_reached
+
+if TYPE_CHECKING:
+    from tether.activities._clock import Now
 
 DecisionOutcome = Literal["recovered", "absent", "abandon"]
 
@@ -71,7 +76,8 @@ class Evidence:
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """The current attempt. ``may_execute`` False means reconcile-only."""
+    """The current attempt. ``may_execute`` False means reconcile-only. ``lease_expires_ms`` is
+    on the record's lease clock (`ActivityRecord.lease_boot_id`), not the wall clock."""
 
     number: int
     fence: int
@@ -168,6 +174,10 @@ class ActivityRecord:
 
     There is no status field: ``claimable_from_ms`` (None once a result exists), ``attempt``,
     ``result``, ``awaiting_decision`` and ``settlement`` are the facts views derive from.
+    ``claimable_from_ms`` and the attempt's lease are on the lease clock of boot
+    ``lease_boot_id``; ``pending_observation`` (a result not yet settled) and ``unsettled``
+    (no settlement yet) are derived by the Rust core and stored as columns. Times named
+    ``*_at_ms`` are wall-clock.
     """
 
     key: ActivityKey
@@ -189,20 +199,21 @@ class ActivityRecord:
     decision: OperatorDecision | None
     settlement: Settlement | None
     claimable_from_ms: int | None
+    lease_boot_id: str
+    pending_observation: bool
+    unsettled: bool
     version: int
 
     @property
     def admission(self) -> Admission:
         return Admission(self.key, self.source, self.input_ref, self.input_digest)
 
-    def claimable(self, now_ms: int) -> bool:
-        """Whether a claim at ``now_ms`` would succeed."""
-        return self.claimable_from_ms is not None and self.claimable_from_ms <= now_ms
-
-    @property
-    def pending_observation(self) -> bool:
-        """A result is recorded and no later receipt has settled it yet."""
-        return self.result is not None and self.settlement is None
+    def claimable(self, now: Now) -> bool:
+        """Whether ``claimable_from_ms`` is reached at ``now`` (the core's rule: on the same
+        boot when the lease clock got there, from another boot always)."""
+        return self.claimable_from_ms is not None and catalog_lease_reached(
+            self.lease_boot_id, self.claimable_from_ms, now
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -270,7 +270,7 @@ def turn_for(receipt: Receipt, records: Iterable[ActivityRecord]) -> dict[str, A
     for r in recs:
         if r.source != receipt:
             raise ValueError(f"{r.key} was not admitted by {receipt}")
-    settled = all(r.settlement is not None for r in recs)
+    settled = not any(r.unsettled for r in recs)
     failed = [message_id_for(r.key) for r in recs if r.result is not None and r.result.failed]
     if settled:
         phase = "settled"
@@ -325,7 +325,7 @@ def turn_update(
 
 def runtime_state(records: Iterable[ActivityRecord]) -> str:
     """``running`` while any Activity of the world is unsettled, else ``idle``."""
-    return "running" if any(r.settlement is None for r in records) else "idle"
+    return "running" if any(r.unsettled for r in records) else "idle"
 
 
 def runtime_update(

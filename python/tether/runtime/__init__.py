@@ -49,6 +49,7 @@ from tether.runtime._errors import (
 )
 from tether.runtime._family import (
     COMPLETION_COMPONENT,
+    COMPLETION_MISMATCH_CODES,
     ActivityRequest,
     Adapter,
     AttemptContext,
@@ -63,6 +64,7 @@ from tether.runtime._family import (
     StagedResult,
     Stager,
     Unknown,
+    completion_mismatch,
     evidence_entity,
     observation_for,
     verify_completion,
@@ -80,6 +82,7 @@ from tether.runtime._worker import Worker
 
 __all__ = [
     "COMPLETION_COMPONENT",
+    "COMPLETION_MISMATCH_CODES",
     "CRASH_POINTS",
     "DEFAULT_INLINE_BOUND",
     "ActivityRequest",
@@ -116,6 +119,7 @@ __all__ = [
     "Worker",
     "WorkerPool",
     "WorldLifecycle",
+    "completion_mismatch",
     "crash_point",
     "evidence_entity",
     "observation_for",

@@ -31,15 +31,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
+from tether import _core
 from tether.activities import (
     ActivityKey,
     Evidence,
     ResultRef,
     RetryGuard,
-    settlement_evidence_digest,
 )
 from tether.runtime._errors import FamilyError, LeaseLost, ProviderIOForbidden
-from tether.world import ComponentWrite, JSONValue, WorldSnapshot, canonical_json, digest_of
+from tether.world import ComponentWrite, JSONValue, WorldSnapshot, canonical_json
 from tether.world._types import check_name
 
 if TYPE_CHECKING:
@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 #: Component holding a family's completion evidence on the activity's evidence entity.
 COMPLETION_COMPONENT: Final = "tether.completion"
+
+#: Stable codes `completion_mismatch` returns (the Rust core's list).
+COMPLETION_MISMATCH_CODES: Final = tuple(_core.completion_mismatch_codes())
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,8 @@ class ConfirmedAbsent:
 
 @dataclass(frozen=True, slots=True)
 class Unknown:
-    """Reconcile could not decide; retry reconciliation after `retry_after_ms` (or an operator)."""
+    """Reconcile could not decide; retry reconciliation after `retry_after_ms` (0 ms to 7 days,
+    `MAX_RETRY_AFTER_MS`, on the lease clock), or an operator decides."""
 
     evidence: Evidence
     retry_after_ms: int = 1000
@@ -387,11 +391,6 @@ def evidence_entity(kind: str, activity_id: str) -> str:
     return f"tether.activity/{h}"
 
 
-def facts_digest(facts: Sequence[tuple[str, str, JSONValue]]) -> str:
-    """Digest of a complete fact set: sorted (entity, component, value) triples."""
-    return digest_of(canonical_json(sorted([e, c, v] for e, c, v in facts)))
-
-
 def observation_for(family: Family, staged: StagedResult) -> Observation:
     """Stage `staged` with its family and bind the facts to completion evidence.
 
@@ -399,30 +398,43 @@ def observation_for(family: Family, staged: StagedResult) -> Observation:
     list of fact keys and the digest of the complete fact set.
     """
     facts = tuple(family.stage(staged))
-    keys: list[list[str]] = []
-    triples: list[tuple[str, str, JSONValue]] = []
+    texts: list[tuple[str, str, str]] = []
     for w in facts:
         if not isinstance(w, ComponentWrite) or w.value is None:
             raise FamilyError(f"family {family.name!r} staged {w!r}: facts set a value")
-        w.encoded()
-        keys.append([w.entity, w.component])
-        triples.append((w.entity, w.component, w.value))
-    if len({tuple(k) for k in keys}) != len(keys):
+        text = w.encoded()
+        assert text is not None
+        texts.append((w.entity, w.component, text))
+    if len({(e, c) for e, c, _ in texts}) != len(texts):
         raise FamilyError(f"family {family.name!r} staged one component twice")
     key = staged.key
-    evidence = {
-        "binding": settlement_evidence_digest(key, staged.result),
-        "kind": key.kind,
-        "activity_id": key.activity_id,
-        "result_ref": staged.result.ref,
-        "result_digest": staged.result.digest,
-        "facts": sorted(keys),
-        "facts_digest": facts_digest(triples),
-    }
+    # The Rust core builds the evidence (and later verifies it): one implementation of the
+    # settlement binding and the fact-set digest.
+    evidence = json.loads(_core.completion_evidence(key, staged.result, texts))
     write = ComponentWrite(
         evidence_entity(key.kind, key.activity_id), COMPLETION_COMPONENT, evidence
     )
     return Observation(key, staged.result, facts, write)
+
+
+def completion_mismatch(snapshot: WorldSnapshot, key: ActivityKey, result: ResultRef) -> str | None:
+    """Why `snapshot`'s tick does not hold completion evidence of `result` for `key` (a stable
+    code such as ``not_written_in_tick`` or ``fact_missing``), or None when it does."""
+    return _verify(snapshot, key, result)[1]
+
+
+def _verify(
+    snapshot: WorldSnapshot, key: ActivityKey, result: ResultRef
+) -> tuple[str | None, str | None]:
+    entity = evidence_entity(key.kind, key.activity_id)
+    state = snapshot.encoded()
+    return _core.verify_completion(
+        key,
+        result,
+        state.get((entity, COMPLETION_COMPONENT)),
+        written_in_tick=(entity, COMPLETION_COMPONENT) in snapshot.changes,
+        state=state,
+    )
 
 
 def verify_completion(snapshot: WorldSnapshot, key: ActivityKey, result: ResultRef) -> str | None:
@@ -430,35 +442,7 @@ def verify_completion(snapshot: WorldSnapshot, key: ActivityKey, result: ResultR
 
     Returns None unless this exact tick wrote the evidence, it binds this kind, id, result
     reference and digest (and the catalog's settlement binding of them), and every listed fact
-    is present in the snapshot with the bound fact-set digest.
+    is present in the snapshot with the bound fact-set digest. The Rust core decides; see
+    `completion_mismatch` for the reason of a None.
     """
-    entity = evidence_entity(key.kind, key.activity_id)
-    if (entity, COMPLETION_COMPONENT) not in snapshot.changes:
-        return None
-    ev = snapshot.get(entity, COMPLETION_COMPONENT)
-    if not isinstance(ev, dict):
-        return None
-    binding = settlement_evidence_digest(key, result)
-    bound = (
-        ev.get("binding"),
-        ev.get("kind"),
-        ev.get("activity_id"),
-        ev.get("result_ref"),
-        ev.get("result_digest"),
-    )
-    if bound != (binding, key.kind, key.activity_id, result.ref, result.digest):
-        return None
-    triples: list[tuple[str, str, JSONValue]] = []
-    facts = ev.get("facts")
-    if not isinstance(facts, list):
-        return None
-    for pair in facts:
-        if not isinstance(pair, list) or len(pair) != 2:
-            return None
-        value = snapshot.get(str(pair[0]), str(pair[1]))
-        if value is None:
-            return None
-        triples.append((str(pair[0]), str(pair[1]), value))
-    if facts_digest(triples) != ev.get("facts_digest"):
-        return None
-    return binding
+    return _verify(snapshot, key, result)[0]

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from tether.activities import ActivityKey, ActivityRecord, Catalog
+from tether.activities import ActivityKey, ActivityRecord, Catalog, ClockLike, as_clock
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
 from tether.runtime._errors import ActivityRuntimeError, HostClosed
 from tether.runtime._family import Family, ProgressEvent, families_by_kind
@@ -61,11 +61,13 @@ class Host:
         workers: number of in-process worker threads started by `start`.
         ledger: a world engine implementing `WorldLedger` (default: SQLite in `data_dir`);
             the caller keeps ownership of a ledger it passes (the Host does not close it).
-        lease_ms: attempt lease length.
+        lease_ms: attempt lease length (1 ms to 7 days, `MAX_LEASE_MS`), on the lease clock.
         poll_interval_s: idle sleep of worker and observer loops.
         progress_listener: receives every `ctx.progress(...)` of in-process workers.
         inline_bound: results up to this many bytes travel inside their reference.
-        clock: millisecond clock for the catalog (tests pass a controllable one).
+        clock: the catalog's clock (default `SystemClock`: leases and backoff on
+            CLOCK_BOOTTIME with the boot id, record times on the wall clock); tests pass a
+            controllable one, or a plain millisecond callable (a `FixedBootClock`).
         observe: whether `start` runs the observer loop that stages and commits observations.
         page_size: page size of the catalog scans (they always page to exhaustion).
 
@@ -84,7 +86,7 @@ class Host:
         poll_interval_s: float = 0.02,
         progress_listener: Callable[[ProgressEvent], None] | None = None,
         inline_bound: int = DEFAULT_INLINE_BOUND,
-        clock: Callable[[], int] | None = None,
+        clock: ClockLike | None = None,
         observe: bool = True,
         page_size: int = 256,
     ) -> None:
@@ -93,7 +95,7 @@ class Host:
         self.families = tuple(families)
         families_by_kind(self.families)  # a bad registration fails before storage opens
         self.catalog_url = "sqlite:///" + str(self.data_dir / "catalog.db")
-        self._clock = clock
+        self._clock = as_clock(clock)
         self._owns_ledger = ledger is None
         self.ledger: WorldLedger = ledger or SqliteLedger.open(self.data_dir / "world.db")
         self.catalog = self._open_catalog()
@@ -130,8 +132,6 @@ class Host:
     # -- lifecycle ----------------------------------------------------------------------
 
     def _open_catalog(self) -> Catalog:
-        if self._clock is None:
-            return Catalog.open(self.catalog_url)
         return Catalog.open(self.catalog_url, clock=self._clock)
 
     def new_worker(self, name: str | None = None, *, stop: threading.Event | None = None) -> Worker:

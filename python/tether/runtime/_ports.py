@@ -33,9 +33,7 @@ class CloseStates(Protocol):
 
 
 class AdmissionCatalog(Protocol):
-    """What the projector does to the catalog: read a record, admit an Activity."""
-
-    def get(self, key: ActivityKey) -> ActivityRecord | None: ...
+    """What the projector does to the catalog: admit an Activity (the core decides replays)."""
 
     def admit(self, admission: Admission) -> ActivityRecord: ...
 

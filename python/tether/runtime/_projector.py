@@ -6,7 +6,10 @@ Rules (seed section 2):
 - Each request's input is made durable first; its reference and digest are what is admitted.
 - The receipt reader runs again before every catalog write: under this process's world lock
   the head cannot move, but a newer writer in another process can.
-- Admission is idempotent per receipt; a conflicting replay fails closed (`ProjectionConflict`).
+- Whether a request is the admitted Activity is the catalog core's rule, decided inside
+  `admit`: the identical admission (a replay) and the same input from a later tick of the
+  source run (a projection may ask for every unobserved intent in every tick) are no-ops that
+  keep the first source binding; any other difference fails closed (`ProjectionConflict`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ class Projector:
 
     Args:
         families: the registered families, projected in this order.
-        catalog: where Activities are admitted (read a record, admit).
+        catalog: where Activities are admitted.
         artifacts: where each request's input is made durable before it is admitted.
         ledger: the fail-closed receipt reader.
     """
@@ -59,18 +62,6 @@ class Projector:
                 key = ActivityKey(
                     world_id=receipt.world_id, kind=req.kind, activity_id=req.activity_id
                 )
-                existing = self.catalog.get(key)
-                if existing is not None and existing.source != receipt:
-                    # A projection that asks, in every tick, for each intent not yet observed
-                    # asks again for an Activity admitted from an earlier receipt: the same
-                    # request is that Activity (its source binding stays); a different one is
-                    # a conflict and fails closed.
-                    if (existing.input_ref, existing.input_digest) == (ref.ref, ref.digest):
-                        continue
-                    raise ProjectionConflict(
-                        f"{key} was admitted from {existing.source} with input"
-                        f" {existing.input_digest}; {receipt} asks for {ref.digest}"
-                    )
                 admission = Admission(
                     key=key, source=receipt, input_ref=ref.ref, input_digest=ref.digest
                 )
@@ -80,5 +71,8 @@ class Projector:
                 try:
                     self.catalog.admit(admission)
                 except AdmissionConflict as e:
-                    raise ProjectionConflict(f"conflicting replay for {key}: {e}") from e
+                    raise ProjectionConflict(
+                        f"{receipt} asks for {key} with input {ref.digest}, which conflicts"
+                        f" with its admission: {e}"
+                    ) from e
                 crash_point("after_admission")

@@ -5,7 +5,8 @@ Rules (seed sections 2 and 7):
   when it binds the Activity's recorded result and every listed fact is present with the bound
   digest (`verify_completion`); incomplete evidence settles nothing and is logged.
 - The receipt reader runs again before every settlement, which binds the exact receipt.
-- A record without a result, or already settled, is left alone.
+- A record not pending observation (no result, or already settled: the core's column) is
+  left alone.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Settler:
                 activity_id=str(ev.get("activity_id")),
             )
             rec = self.catalog.get(key)
-            if rec is None or rec.result is None or rec.settlement is not None:
+            if rec is None or rec.result is None or not rec.pending_observation:
                 continue
             digest = verify_completion(snapshot, key, rec.result)
             if digest is None:

@@ -7,8 +7,8 @@ Rules (seed sections 2 and 7):
 - A result is staged only once its payload is durable and matches its digest; a missing or
   corrupt payload, or a family whose staging raises, leaves that result pending (logged) while
   the others are still staged.
-- A staged observation is handed to a tick only while its record is unsettled and still holds
-  the same result; otherwise it is dropped.
+- A staged observation is handed to a tick only while its record is still pending observation
+  (the core's column) of the same result; otherwise it is dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 
-from tether.activities import ActivityKey, ActivityRecord, ResultRef
+from tether.activities import ABANDONED_MEDIA_TYPE, ActivityKey, ActivityRecord, ResultRef
 from tether.runtime._artifacts import ArtifactStore
 from tether.runtime._crash import crash_point
 from tether.runtime._errors import ArtifactError
@@ -31,9 +31,6 @@ from tether.runtime._family import (
 from tether.runtime._ports import ObservationCatalog, WorldIndex
 
 log = logging.getLogger("tether.runtime.stager")
-
-#: Media type of the failed result an operator's "abandon" decision records (no payload).
-ABANDONED_MEDIA_TYPE = "application/vnd.tether.abandoned"
 
 
 class ObservationStager:
@@ -129,7 +126,7 @@ class ObservationStager:
         live = []
         for obs in staged:
             rec = self.catalog.get(obs.key)
-            if rec is not None and rec.settlement is None and rec.result == obs.result:
+            if rec is not None and rec.pending_observation and rec.result == obs.result:
                 live.append(obs)
             else:
                 with self._staged_mutex:

@@ -61,7 +61,8 @@ class Worker:
         artifacts: the data directory's artifact store.
         families: the families whose kinds this worker claims.
         owner: the claim owner name (unique per worker).
-        lease_ms: lease length; the heartbeat renews it every third of that.
+        lease_ms: lease length (1 ms to 7 days, `MAX_LEASE_MS`); the heartbeat renews it
+            every third of that.
         emit: receives adapters' progress events (exceptions from it are logged, not raised).
         stop: set to finish; an unbound attempt claimed after it is set is released.
     """

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, cast
 
-from tether.activities import Catalog, ResultRef
+from tether.activities import MAX_LEASE_MS, Catalog, ResultRef
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.errors import TetherError
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
@@ -162,7 +162,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("data_dir", type=Path)
     p.add_argument("--families", required=True, help="module:function returning the families")
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--lease-ms", type=int, default=30_000)
+    p.add_argument(
+        "--lease-ms",
+        type=int,
+        default=30_000,
+        help=f"attempt lease in ms, 1 to {MAX_LEASE_MS} (7 days) (default: %(default)s)",
+    )
     p.add_argument("--sse-host", default="127.0.0.1", help="bind address of the AG-UI stream")
     p.add_argument(
         "--sse-port", type=int, default=None, help="serve live progress as AG-UI SSE; 0 = any"
@@ -170,6 +175,8 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error("--workers must be >= 1")
+    if not 1 <= args.lease_ms <= MAX_LEASE_MS:
+        p.error(f"--lease-ms must be in [1, {MAX_LEASE_MS}] (7 days)")
     if args.sse_port is not None and not 0 <= args.sse_port <= 65535:
         p.error("--sse-port must be in [0, 65535]")
     try:

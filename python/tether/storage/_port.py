@@ -29,7 +29,18 @@ class CatalogStore(Protocol):
         kinds: Sequence[str] | None,
         world_id: str | None,
     ) -> Row | None:
-        """Claim the claimable row with the earliest `claimable_from_ms`, if any."""
+        """Claim the claimable row with the earliest `claimable_from_ms` (compared with the
+        lease-clock time ``now_ms``), if any."""
+        ...
+
+    def align_clock(self, boot_id: str, rebase: ClaimTransition) -> int:
+        """Put the claimable index on boot ``boot_id``'s lease clock, once per boot.
+
+        Unless the store already is on ``boot_id``, hand every row that holds lease-clock
+        values (a `claimable_from_ms`) of another boot to ``rebase`` (the core's decision),
+        store what it returns and record ``boot_id``, in one transaction. Returns the number
+        of rows rebased.
+        """
         ...
 
     def get(self, key: KeyTuple) -> Row | None: ...
@@ -50,6 +61,8 @@ class CatalogStore(Protocol):
         """The keyset cursor of a row within a view."""
         ...
 
-    def has_unsettled(self, world_id: str) -> bool: ...
+    def has_unsettled(self, world_id: str) -> bool:
+        """Whether a row of the world has the core's `unsettled` flag set."""
+        ...
 
     def close(self) -> None: ...

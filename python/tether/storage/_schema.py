@@ -5,18 +5,30 @@ in `activity_kinds`, referenced by foreign key), plus partial indexes for exactl
 catalog scans: claimable (per kind, by `claimable_from_ms`, which the core computes), results
 pending observation, and activities awaiting a decision. Finished and leased rows are outside
 the claimable range or the partial indexes, so a claim costs the same however many of them
-exist. Every index costs a page per write, so there are no others: unsettled work is exactly
-the rows with a `claimable_from_ms` (no result yet) plus those pending observation, and the
-provider operation id is unique by derivation, checked by the core.
+exist. Every index costs a page per write, and only when a write changes one of its columns.
+
+Version 2 adds the columns the core derives instead of SQL: `pending_observation` and
+`unsettled` (each with its partial index, the world-scoped lifecycle gate's), and
+`lease_boot_id`, the boot whose lease clock a row's `claimable_from_ms` and lease are on, with
+`catalog_clock` recording the boot the claimable index is on. Existing rows get the derived
+columns from the core (`catalog_derive_row`), never from an SQL copy of the rule; their lease
+values were wall-clock times and are marked as of no boot (''), so the core treats their leases
+as expired and their backoff as elapsed once a clock reads the catalog (stop every Tether
+process before upgrading: their leases are gone with them).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from itertools import compress
+from operator import ne
 
-from tether._core import CatalogStorageError, catalog_columns
+from tether._core import CatalogStorageError, catalog_columns, catalog_derive_row
 
 COLUMNS: tuple[str, ...] = tuple(catalog_columns())
+_PK = ("world_id", "kind", "activity_id")
+_PK_AT = tuple(COLUMNS.index(c) for c in _PK)
+REDERIVE_PAGE = 1000
 
 _ACTIVITIES_V1 = """
 CREATE TABLE activities (
@@ -71,8 +83,45 @@ CREATE TABLE activities (
 ) STRICT, WITHOUT ROWID
 """
 
-# (version, statements). Append only: a released migration never changes.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+
+def rederive(conn: sqlite3.Connection) -> int:
+    """Recompute every row's derived columns through the core; return how many changed.
+
+    Pages by primary key, so rows are never read while the page being written is scanned.
+    """
+    select = (
+        f"SELECT {', '.join(COLUMNS)} FROM activities WHERE ({', '.join(_PK)}) > (?, ?, ?)"
+        f" ORDER BY {', '.join(_PK)} LIMIT {REDERIVE_PAGE}"
+    )
+    after: tuple[str, str, str] = ("", "", "")
+    changed = 0
+    while True:
+        rows = conn.execute(select, after).fetchall()
+        for row in rows:
+            try:
+                new = catalog_derive_row(row)
+            except CatalogStorageError as e:
+                key = tuple(row[i] for i in _PK_AT)
+                raise CatalogStorageError(f"cannot migrate catalog row {key}: {e}") from e
+            cols = [COLUMNS[i] for i in compress(range(len(COLUMNS)), map(ne, row, new))]
+            if cols:
+                conn.execute(
+                    f"UPDATE activities SET {', '.join(f'{c} = ?' for c in cols)}"
+                    " WHERE world_id = ? AND kind = ? AND activity_id = ?",
+                    [new[COLUMNS.index(c)] for c in cols] + [row[i] for i in _PK_AT],
+                )
+                changed += 1
+        if len(rows) < REDERIVE_PAGE:
+            return changed
+        last = rows[-1]
+        after = (last[_PK_AT[0]], last[_PK_AT[1]], last[_PK_AT[2]])
+
+
+# (version, statements, then-rederive). Append only: a released migration never changes. A
+# migration that adds derived columns asks for one `rederive` pass, run after every statement
+# of every pending version (the core decodes exactly the latest layout).
+Migration = tuple[int, tuple[str, ...], bool]
+MIGRATIONS: tuple[Migration, ...] = (
     (
         1,
         (
@@ -90,6 +139,24 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "CREATE INDEX activities_awaiting_decision ON activities"
             " (world_id, kind, activity_id) WHERE awaiting_decision = 1",
         ),
+        False,
+    ),
+    (
+        2,
+        (
+            "ALTER TABLE activities ADD COLUMN lease_boot_id TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE activities ADD COLUMN pending_observation INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE activities ADD COLUMN unsettled INTEGER NOT NULL DEFAULT 0",
+            "DROP INDEX activities_pending_observation",
+            "CREATE INDEX activities_pending_observation ON activities"
+            " (world_id, kind, activity_id) WHERE pending_observation = 1",
+            # The lifecycle gate: one probe per world, whatever the number of kinds.
+            "CREATE INDEX activities_unsettled ON activities (world_id) WHERE unsettled = 1",
+            "CREATE TABLE catalog_clock"
+            " (id INTEGER PRIMARY KEY CHECK (id = 1), boot_id TEXT NOT NULL) STRICT",
+            "INSERT INTO catalog_clock (id, boot_id) VALUES (1, '')",
+        ),
+        True,
     ),
 )
 
@@ -114,10 +181,12 @@ def migrate(conn: sqlite3.Connection) -> int:
             raise CatalogStorageError(
                 f"catalog schema version {found} is newer than this Tether supports ({LATEST})"
             )
-        for version, statements in MIGRATIONS:
+        needs_rederive = False
+        for version, statements, then_rederive in MIGRATIONS:
             if version > found:
                 for statement in statements:
                     conn.execute(statement)
+                needs_rederive = needs_rederive or then_rederive
         conn.execute(
             "INSERT INTO schema_version (id, version) VALUES (1, ?)"
             " ON CONFLICT (id) DO UPDATE SET version = excluded.version",
@@ -129,6 +198,8 @@ def migrate(conn: sqlite3.Connection) -> int:
             raise CatalogStorageError(
                 "the activities table does not match the core's column layout"
             )
+        if needs_rederive:
+            rederive(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -6,8 +6,9 @@ safely by threads (it serialises them on one connection); separate processes coo
 SQLite's write lock, taken up front by BEGIN IMMEDIATE so no two transitions interleave.
 
 SQL here never decides a rule. The one comparison it makes is the core's definition of
-claimable (`claimable_from_ms <= now`, a value only the core computes); the other filters name
-facts (`result_ref`, `settled_tick`, `awaiting_decision`) to pick rows for a partial index.
+claimable (`claimable_from_ms <= now` on the lease clock, a value only the core computes, all
+on one boot's clock once `align_clock` ran); the other filters select flags the core computed
+(`pending_observation`, `unsettled`, `awaiting_decision`) to pick rows of a partial index.
 
 What a read costs (leased rows sit beyond `now` in the claimable index, finished rows are not
 in it, so none of these grows with the number of leased or finished activities):
@@ -16,8 +17,9 @@ in it, so none of these grows with the number of leased or finished activities):
 - a claim filtered by `world_id` walks, per kind, that kind's rows claimable now in other
   worlds until it meets one of this world (the index orders by kind and claimable time, not
   world); a world-partitioned index would cost a page on every write;
-- `has_unsettled` walks, per kind, the rows of other worlds that have no result yet (claimable,
-  leased or awaiting a decision) when the world has none; it is a lifecycle gate, not a hot path.
+- `has_unsettled` is one probe of the world's entries in the unsettled index;
+- `align_clock` is one read of `catalog_clock` unless the boot changed; then it walks the
+  claimable index once (every row holding lease-clock values).
 """
 
 from __future__ import annotations
@@ -60,15 +62,16 @@ _CLAIM_KIND = f"{_BY_KIND} ORDER BY claimable_from_ms LIMIT 1"
 _CLAIM_KIND_WORLD = f"{_BY_KIND} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
 _KINDS = "SELECT kind FROM activity_kinds"
 _ADD_KIND = "INSERT OR IGNORE INTO activity_kinds (kind) VALUES (?)"
-# Unsettled = no result yet (the row has a claimable_from_ms, per the core) or a result pending
-# observation; both are in partial indexes that hold no settled rows.
-_HAS_PENDING = (
-    "SELECT 1 FROM activities INDEXED BY activities_pending_observation"
-    " WHERE world_id = ? AND result_ref IS NOT NULL AND settled_tick IS NULL LIMIT 1"
+_HAS_UNSETTLED = (
+    "SELECT 1 FROM activities INDEXED BY activities_unsettled"
+    " WHERE world_id = ? AND unsettled = 1 LIMIT 1"
 )
-_HAS_UNFINISHED = (
-    "SELECT 1 FROM activities INDEXED BY activities_claimable"
-    " WHERE kind = ? AND claimable_from_ms IS NOT NULL AND world_id = ? LIMIT 1"
+_CLOCK_BOOT = "SELECT boot_id FROM catalog_clock WHERE id = 1"
+_SET_CLOCK_BOOT = "UPDATE catalog_clock SET boot_id = ? WHERE id = 1"
+# Rows holding lease-clock values (a claimable_from_ms) of another boot, one kind at a time.
+_OTHER_BOOT = (
+    f"{_SELECT} INDEXED BY activities_claimable"
+    " WHERE kind = ? AND claimable_from_ms IS NOT NULL AND lease_boot_id != ?"
 )
 _CLAIM_ORDER = tuple(
     COLUMNS.index(c) for c in ("claimable_from_ms", "kind", "world_id", "activity_id")
@@ -83,7 +86,7 @@ _VIEWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "pending_observation": (
         "activities_pending_observation",
-        "result_ref IS NOT NULL AND settled_tick IS NULL",
+        "pending_observation = 1",
         ("world_id", "kind", "activity_id"),
     ),
     "awaiting_decision": (
@@ -213,6 +216,28 @@ class SqliteCatalogStore:
                 self._abort(e)
             return new
 
+    def align_clock(self, boot_id: str, rebase: ClaimTransition) -> int:
+        with self._lock:
+            try:
+                # The usual case, without the write lock: already on this boot.
+                if self._db().execute(_CLOCK_BOOT).fetchone()[0] == boot_id:
+                    return 0
+            except sqlite3.Error as e:
+                raise CatalogStorageError(f"catalog read failed: {e}") from e
+            cur = self._begin()
+            try:
+                rebased = 0
+                if cur.execute(_CLOCK_BOOT).fetchone()[0] != boot_id:
+                    for kind in self._kinds(cur, None):
+                        for old in cur.execute(_OTHER_BOOT, (kind, boot_id)).fetchall():
+                            self._write(cur, old, rebase(old))
+                            rebased += 1
+                    cur.execute(_SET_CLOCK_BOOT, (boot_id,))
+                cur.execute("COMMIT")
+            except BaseException as e:
+                self._abort(e)
+            return rebased
+
     @staticmethod
     def _kinds(cur: sqlite3.Cursor, kinds: Sequence[str] | None) -> list[str]:
         if kinds is None:
@@ -326,24 +351,10 @@ class SqliteCatalogStore:
 
     def has_unsettled(self, world_id: str) -> bool:
         with self._lock:
-            conn = self._db()
             try:
-                # One read snapshot for both probes: a result recorded between them cannot
-                # make an activity vanish from both.
-                conn.execute("BEGIN")
-                try:
-                    found = conn.execute(_HAS_PENDING, (world_id,)).fetchone() is not None
-                    for (kind,) in conn.execute(_KINDS).fetchall():
-                        if found:
-                            break
-                        found = (
-                            conn.execute(_HAS_UNFINISHED, (kind, world_id)).fetchone() is not None
-                        )
-                finally:
-                    conn.execute("COMMIT")
+                return self._db().execute(_HAS_UNSETTLED, (world_id,)).fetchone() is not None
             except sqlite3.Error as e:
                 raise CatalogStorageError(f"catalog read failed: {e}") from e
-            return found
 
     def close(self) -> None:
         with self._lock:

@@ -1,5 +1,10 @@
-"""The world ledger: worlds, runs, atomic ticks, committed receipts and the fail-closed reader."""
+"""The world ledger: worlds, runs, atomic ticks, committed receipts and the fail-closed reader.
 
+Every world rule (writer epoch, head CAS, post-commit mark, sticky close, the receipt reader)
+is in `tether.world.rules`; each ledger reports facts and persists what those rules decide.
+"""
+
+from tether.world import _rules as rules
 from tether.world._errors import (
     RECEIPT_REJECTION_CODES,
     HeadConflict,
@@ -14,7 +19,7 @@ from tether.world._errors import (
     WorldNotFound,
 )
 from tether.world._port import WorldLedger
-from tether.world._reader import HeadFacts, judge_receipt, receipt_token
+from tether.world._rules import HeadFacts, WorldFacts, judge_receipt, receipt_token
 from tether.world._sqlite import SqliteLedger
 from tether.world._types import (
     CommittedTickReceipt,
@@ -27,6 +32,7 @@ from tether.world._types import (
 )
 
 __all__ = [
+    "rules",
     "RECEIPT_REJECTION_CODES",
     "CommittedTickReceipt",
     "ComponentWrite",
@@ -42,6 +48,7 @@ __all__ = [
     "WorldClosing",
     "WorldError",
     "WorldExists",
+    "WorldFacts",
     "WorldLedger",
     "WorldNotFound",
     "WorldSnapshot",

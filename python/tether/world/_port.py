@@ -7,8 +7,11 @@ Rules every implementation keeps:
 - Tick T+1 is refused (`PostCommitPending`) until `complete_post_commit` was called for T.
 - `check_receipt` fails closed (`ReceiptRejected`) unless the receipt is the current committed
   head of its world and run, its token is the sole token at that head, and the token is in the
-  world's pinned visibility allowlist (the rule itself is `judge_receipt`; an engine only
-  reports the `HeadFacts`).
+  world's pinned visibility allowlist.
+
+The rules themselves live once, in `tether.world.rules` (`_rules.py`): an engine reports the
+`WorldFacts`/`HeadFacts` of a world in one consistent view, calls the rule, and stores what it
+decided in the same transaction. An engine never re-implements a rule.
 
 Lock scope: `lock` is the exact-world lock of one process (the Host's threads). Across
 processes single-writer safety does not rest on it but on the durable checks above: a newer

@@ -2,7 +2,9 @@
 
 One connection, serialised by a mutex, in autocommit mode; every mutation is one
 `BEGIN IMMEDIATE` transaction, so a tick's component writes, its visibility token and the
-head advance are durable together (WAL, `synchronous=FULL`) or not at all.
+head advance are durable together (WAL, `synchronous=FULL`) or not at all. Each transaction
+reads the world's facts, lets `tether.world._rules` decide, and writes what it decided: SQL
+here decides no rule.
 """
 
 from __future__ import annotations
@@ -15,27 +17,11 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
 
-from tether.world._errors import (
-    HeadConflict,
-    InvalidWrite,
-    PostCommitPending,
-    ReceiptRejected,
-    StaleWriter,
-    WorldClosing,
-    WorldError,
-    WorldExists,
-    WorldNotFound,
-)
-from tether.world._reader import HeadFacts, judge_receipt, receipt_token
-from tether.world._types import (
-    CommittedTickReceipt,
-    ComponentWrite,
-    WorldSnapshot,
-    Writer,
-    check_name,
-)
+from tether.world import _rules as rules
+from tether.world._errors import HeadConflict, ReceiptRejected, WorldError, WorldNotFound
+from tether.world._rules import HeadFacts, WorldFacts
+from tether.world._types import CommittedTickReceipt, ComponentWrite, WorldSnapshot, Writer
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS worlds (
@@ -147,15 +133,27 @@ class SqliteLedger:
             else:
                 self._db.execute("COMMIT")
 
-    def _world_row(self, db: sqlite3.Connection, world_id: str) -> tuple[Any, ...]:
+    @staticmethod
+    def _facts(db: sqlite3.Connection, world_id: str) -> WorldFacts | None:
         row = db.execute(
             "SELECT run_id, head_tick, head_token, writer_epoch, post_commit_tick, close_state,"
             " close_sticky FROM worlds WHERE world_id = ?",
             (world_id,),
         ).fetchone()
-        if row is None or row[5] == "destroyed":
-            raise WorldNotFound(f"world {world_id!r} does not exist")
-        return tuple(row)
+        if row is None:
+            return None
+        return WorldFacts(
+            run_id=row[0],
+            head_tick=int(row[1]),
+            head_token=row[2],
+            writer_epoch=int(row[3]),
+            post_commit_tick=int(row[4]),
+            close_state=str(row[5]),
+            close_sticky=bool(row[6]),
+        )
+
+    def _live(self, db: sqlite3.Connection, world_id: str) -> WorldFacts:
+        return rules.live_world(world_id, self._facts(db, world_id))
 
     def _insert_tick(
         self, db: sqlite3.Connection, world_id: str, run_id: str, tick: int, token: str
@@ -174,11 +172,10 @@ class SqliteLedger:
 
     def create_world(self, world_id: str) -> CommittedTickReceipt:
         """Create a world with a fresh run and an empty genesis tick 0; return its receipt."""
-        check_name("world id", world_id)
+        rules.check_new_world(world_id, False)
         run_id, token = "run_" + uuid.uuid4().hex, _new_token()
         with self._tx() as db:
-            if db.execute("SELECT 1 FROM worlds WHERE world_id = ?", (world_id,)).fetchone():
-                raise WorldExists(f"world {world_id!r} already exists (or was destroyed)")
+            rules.check_new_world(world_id, self._facts(db, world_id) is not None)
             db.execute(
                 "INSERT INTO worlds (world_id, run_id, head_tick, head_token, post_commit_tick)"
                 " VALUES (?, ?, 0, ?, 0)",
@@ -202,8 +199,7 @@ class SqliteLedger:
         """
         run_id, token = "run_" + uuid.uuid4().hex, _new_token()
         with self._tx() as db:
-            row = self._world_row(db, writer.world_id)
-            self._check_writable(writer, row)
+            rules.check_writer(writer, self._live(db, writer.world_id))
             db.execute(
                 "UPDATE worlds SET run_id = ?, head_tick = 0, head_token = ?, post_commit_tick = 0"
                 " WHERE world_id = ?",
@@ -215,19 +211,11 @@ class SqliteLedger:
     def acquire_writer(self, world_id: str) -> Writer:
         """Become the world's only writer; every earlier writer is fenced."""
         with self._tx() as db:
-            row = self._world_row(db, world_id)
-            epoch = int(row[3]) + 1
-            db.execute("UPDATE worlds SET writer_epoch = ? WHERE world_id = ?", (epoch, world_id))
-        return Writer(world_id, epoch)
-
-    @staticmethod
-    def _check_writable(writer: Writer, row: tuple[Any, ...]) -> None:
-        if row[5] != "open":
-            raise WorldClosing(f"world {writer.world_id!r} is reserved for close")
-        if writer.epoch != row[3]:
-            raise StaleWriter(
-                f"writer epoch {writer.epoch} of {writer.world_id!r} was superseded by {row[3]}"
+            writer = rules.next_writer(world_id, self._live(db, world_id))
+            db.execute(
+                "UPDATE worlds SET writer_epoch = ? WHERE world_id = ?", (writer.epoch, world_id)
             )
+        return writer
 
     # -- ticks --------------------------------------------------------------------------
 
@@ -240,33 +228,12 @@ class SqliteLedger:
             InvalidWrite: a write is malformed, or one (entity, component) is written twice.
             StaleWriter, WorldClosing, HeadConflict, PostCommitPending: see the port rules.
         """
-        if parent.world_id != writer.world_id:
-            raise InvalidWrite(f"parent receipt names world {parent.world_id!r}")
-        encoded: dict[tuple[str, str], str | None] = {}
-        for w in writes:
-            if not isinstance(w, ComponentWrite):
-                raise InvalidWrite(f"{w!r} is not a ComponentWrite")
-            key = (w.entity, w.component)
-            text = w.encoded()
-            if key in encoded:
-                raise InvalidWrite(f"component {key} is written twice in one tick")
-            encoded[key] = text
+        encoded = rules.encode_writes(writes)
         token = _new_token()
         with self._tx() as db:
-            row = self._world_row(db, writer.world_id)
-            self._check_writable(writer, row)
-            run_id, head_tick, head_token = row[0], int(row[1]), row[2]
-            if (parent.run_id, parent.tick, parent.visibility_token) != (
-                run_id,
-                head_tick,
-                head_token,
-            ):
-                raise HeadConflict(f"parent {parent} is not the head ({run_id}, tick {head_tick})")
-            if int(row[4]) < head_tick:
-                raise PostCommitPending(
-                    f"post-commit work of tick {head_tick} of {writer.world_id!r} has not succeeded"
-                )
-            tick = head_tick + 1
+            facts = self._live(db, writer.world_id)
+            tick = rules.commit_tick(writer, parent, facts)
+            run_id, head_tick = facts.run_id, facts.head_tick
             self._insert_tick(db, writer.world_id, run_id, tick, token)
             db.executemany(
                 "INSERT INTO components (world_id, run_id, entity, component, tick, value)"
@@ -278,6 +245,7 @@ class SqliteLedger:
                 " WHERE world_id = ? AND head_tick = ? AND writer_epoch = ?",
                 (tick, token, writer.world_id, head_tick, writer.epoch),
             )
+            # Compare-and-swap on the facts read (as the catalog swaps on its version).
             if cur.rowcount != 1:  # pragma: no cover - guarded by BEGIN IMMEDIATE above
                 raise HeadConflict(f"head of {writer.world_id!r} moved during commit")
         return CommittedTickReceipt(writer.world_id, run_id, tick, token)
@@ -285,25 +253,23 @@ class SqliteLedger:
     def head(self, world_id: str) -> CommittedTickReceipt:
         """The world's current committed head (in its current run)."""
         with self._mutex:
-            row = self._world_row(self._db, world_id)
-        return CommittedTickReceipt(world_id, row[0], int(row[1]), row[2])
+            facts = self._live(self._db, world_id)
+        return rules.head_of(world_id, facts)
 
     def pending_post_commit(self, world_id: str) -> CommittedTickReceipt | None:
         """The head receipt if its post-commit work has not yet succeeded, else None."""
         with self._mutex:
-            row = self._world_row(self._db, world_id)
-        if int(row[4]) >= int(row[1]):
-            return None
-        return CommittedTickReceipt(world_id, row[0], int(row[1]), row[2])
+            facts = self._live(self._db, world_id)
+        return rules.head_of(world_id, facts) if rules.post_commit_pending(facts) else None
 
     def complete_post_commit(self, receipt: CommittedTickReceipt) -> None:
         """Record that the post-commit work of the head `receipt` succeeded."""
         self.check_receipt(receipt)
         with self._tx() as db:
+            mark = rules.post_commit_mark(receipt, self._live(db, receipt.world_id))
             db.execute(
-                "UPDATE worlds SET post_commit_tick = MAX(post_commit_tick, ?)"
-                " WHERE world_id = ? AND run_id = ? AND head_tick = ?",
-                (receipt.tick, receipt.world_id, receipt.run_id, receipt.tick),
+                "UPDATE worlds SET post_commit_tick = ? WHERE world_id = ?",
+                (mark, receipt.world_id),
             )
 
     # -- reading ------------------------------------------------------------------------
@@ -314,7 +280,7 @@ class SqliteLedger:
         Raises:
             ReceiptRejected: with the code of the first rule the receipt breaks.
         """
-        token = receipt_token(receipt)
+        token = rules.receipt_token(receipt)
         with self._mutex:  # one consistent view: no commit lands between these reads
             row = self._db.execute(
                 "SELECT run_id, head_tick, close_state FROM worlds WHERE world_id = ?",
@@ -342,7 +308,7 @@ class SqliteLedger:
                 visible=visible is not None,
             )
         )
-        judge_receipt(receipt, facts)
+        rules.judge_receipt(receipt, facts)
 
     def visibility_allowlist(self, world_id: str) -> frozenset[str]:
         """The world's pinned visibility tokens."""
@@ -360,7 +326,7 @@ class SqliteLedger:
         Raises:
             ReceiptRejected: `tokenless` or `no_such_tick` when no such committed tick exists.
         """
-        token = receipt_token(receipt)
+        token = rules.receipt_token(receipt)
         key = (receipt.world_id, receipt.run_id, receipt.tick)
         with self._mutex:
             found = self._db.execute(
@@ -410,23 +376,6 @@ class SqliteLedger:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def _check_settled_head(
-        self, db: sqlite3.Connection, receipt: CommittedTickReceipt, row: tuple[Any, ...]
-    ) -> None:
-        # Inside the lifecycle transaction: another process's writer may have committed since
-        # the caller checked for unsettled work, so the checked head must still be the head
-        # and its post-commit work (admission, settlement) must have succeeded.
-        if (row[0], int(row[1]), row[2]) != (
-            receipt.run_id,
-            receipt.tick,
-            receipt.visibility_token,
-        ):
-            raise HeadConflict(f"{receipt} is no longer the head of {receipt.world_id!r}")
-        if int(row[4]) < int(row[1]):
-            raise PostCommitPending(
-                f"post-commit work of tick {row[1]} of {receipt.world_id!r} has not succeeded"
-            )
-
     def fork(self, source: CommittedTickReceipt, new_world_id: str) -> CommittedTickReceipt:
         """Create `new_world_id` whose genesis holds `source`'s state (no control records).
 
@@ -435,14 +384,15 @@ class SqliteLedger:
             HeadConflict: the head moved between the read and the fork's transaction.
             PostCommitPending: the head's post-commit work has not succeeded.
         """
-        check_name("world id", new_world_id)
+        rules.check_new_world(new_world_id, False)
         self.check_receipt(source)
         snapshot = self.read_at(source)
         run_id, token = "run_" + uuid.uuid4().hex, _new_token()
         with self._tx() as db:
-            self._check_settled_head(db, source, self._world_row(db, source.world_id))
-            if db.execute("SELECT 1 FROM worlds WHERE world_id = ?", (new_world_id,)).fetchone():
-                raise WorldExists(f"world {new_world_id!r} already exists (or was destroyed)")
+            # Another process's writer may have committed since the caller checked for
+            # unsettled work: the checked head must still be the settled head.
+            rules.check_settled_head(source, self._live(db, source.world_id))
+            rules.check_new_world(new_world_id, self._facts(db, new_world_id) is not None)
             db.execute(
                 "INSERT INTO worlds (world_id, run_id, head_tick, head_token, post_commit_tick,"
                 " forked_from, forked_at_tick) VALUES (?, ?, 0, ?, 0, ?, ?)",
@@ -462,31 +412,25 @@ class SqliteLedger:
     def reserve_close(self, world_id: str, *, sticky: bool) -> None:
         """Reserve the world for close; a sticky reservation survives `rollback_close`."""
         with self._tx() as db:
-            row = self._world_row(db, world_id)
+            state, keep = rules.reserve_close(self._live(db, world_id), sticky=sticky)
             db.execute(
-                "UPDATE worlds SET close_state = 'closing', close_sticky = ? WHERE world_id = ?",
-                (1 if (sticky or row[6]) else 0, world_id),
+                "UPDATE worlds SET close_state = ?, close_sticky = ? WHERE world_id = ?",
+                (state, int(keep), world_id),
             )
 
     def rollback_close(self, world_id: str) -> None:
         """Undo a provisional (non-sticky) close reservation; sticky ones stay."""
         with self._tx() as db:
-            self._world_row(db, world_id)
-            db.execute(
-                "UPDATE worlds SET close_state = 'open'"
-                " WHERE world_id = ? AND close_state = 'closing' AND close_sticky = 0",
-                (world_id,),
-            )
+            state = rules.rollback_close(self._live(db, world_id))
+            db.execute("UPDATE worlds SET close_state = ? WHERE world_id = ?", (state, world_id))
 
     def close_state(self, world_id: str) -> tuple[str, bool]:
         """(state, sticky) where state is `open`, `closing` or `destroyed`."""
         with self._mutex:
-            row = self._db.execute(
-                "SELECT close_state, close_sticky FROM worlds WHERE world_id = ?", (world_id,)
-            ).fetchone()
-        if row is None:
+            facts = self._facts(self._db, world_id)
+        if facts is None:
             raise WorldNotFound(f"world {world_id!r} does not exist")
-        return str(row[0]), bool(row[1])
+        return facts.close_state, facts.close_sticky
 
     def destroy(self, world_id: str, head: CommittedTickReceipt | None = None) -> None:
         """Delete a world reserved for close; its receipts then fail closed (`world_closed`).
@@ -496,11 +440,10 @@ class SqliteLedger:
         work done, checked in the same transaction.
         """
         with self._tx() as db:
-            row = self._world_row(db, world_id)
-            if row[5] != "closing":
-                raise WorldError(f"world {world_id!r} must be reserved for close before destroy")
+            facts = self._live(db, world_id)
+            rules.check_destroyable(world_id, facts)
             if head is not None:
-                self._check_settled_head(db, head, row)
+                rules.check_settled_head(head, facts)
             for table in ("ticks", "tick_tokens", "visibility", "components"):
                 db.execute(f"DELETE FROM {table} WHERE world_id = ?", (world_id,))
             db.execute(

@@ -129,6 +129,10 @@ class WorldSnapshot:
         text = self._encoded.get((entity, component))
         return None if text is None else json.loads(text)
 
+    def encoded(self) -> Mapping[tuple[str, str], str]:
+        """The stored canonical JSON texts by (entity, component), read-only."""
+        return self._encoded
+
     def __contains__(self, key: object) -> bool:
         return key in self._encoded
 

@@ -7,13 +7,13 @@
 //! `CatalogRejection`, with the stable code as the class attribute `code`.
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
 use crate::bindings::errors::TetherError;
 use crate::catalog::{
-    self, ActivityRecord, Admission, Cell, Decision, DecisionOutcome, Key, Receipt, Rejection,
+    self, ActivityRecord, Admission, Cell, Decision, DecisionOutcome, Key, Now, Receipt, Rejection,
     RejectionKind, ResultRef, RowError, COLUMNS,
 };
 
@@ -277,11 +277,40 @@ fn done<'py>(
     }
 }
 
+/// A clock reading (`tether.activities.Now`): the lease clock's boot and milliseconds, and the
+/// wall clock's.
+#[derive(FromPyObject)]
+struct PyNow {
+    boot_id: String,
+    boot_ms: i64,
+    wall_ms: i64,
+}
+
+impl From<PyNow> for Now {
+    fn from(n: PyNow) -> Now {
+        Now {
+            boot_id: n.boot_id,
+            boot_ms: n.boot_ms,
+            wall_ms: n.wall_ms,
+        }
+    }
+}
+
 #[derive(FromPyObject)]
 struct PyKey {
     world_id: String,
     kind: String,
     activity_id: String,
+}
+
+impl From<PyKey> for Key {
+    fn from(k: PyKey) -> Key {
+        Key {
+            world_id: k.world_id,
+            kind: k.kind,
+            activity_id: k.activity_id,
+        }
+    }
 }
 
 #[derive(FromPyObject)]
@@ -341,6 +370,89 @@ struct PyRefDigest {
     digest: String,
 }
 
+/// Reads the `(entity, component, canonical value text)` triples of a fact list.
+fn facts_from(facts: &Bound<'_, PyAny>) -> PyResult<Vec<(String, String, String)>> {
+    let mut out = Vec::new();
+    for item in facts.try_iter()? {
+        out.push(item?.extract::<(String, String, String)>()?);
+    }
+    Ok(out)
+}
+
+/// The completion evidence of `result` for `key` and its complete fact set, as canonical JSON.
+#[pyfunction]
+fn completion_evidence(
+    key: PyKey,
+    result: PyResultRef,
+    facts: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    let owned = facts_from(facts)?;
+    let facts: Vec<catalog::Fact<'_>> = owned
+        .iter()
+        .map(|(e, c, v)| catalog::Fact {
+            entity: e,
+            component: c,
+            value: v,
+        })
+        .collect();
+    catalog::completion_evidence(&key.into(), &result.into(), &facts).map_err(|m| {
+        PyValueError::new_err(format!(
+            "completion evidence: {} (one component listed twice)",
+            m.code()
+        ))
+    })
+}
+
+/// The settlement evidence digest if `evidence` is complete completion evidence of `result`
+/// for `key` in the snapshot `state` (a mapping `(entity, component) -> canonical JSON text`),
+/// else the mismatch code as the second item.
+#[pyfunction]
+#[pyo3(signature = (key, result, evidence, *, written_in_tick, state))]
+fn verify_completion(
+    key: PyKey,
+    result: PyResultRef,
+    evidence: Option<&str>,
+    written_in_tick: bool,
+    state: &Bound<'_, PyAny>,
+) -> PyResult<(Option<String>, Option<&'static str>)> {
+    let mut failure: Option<PyErr> = None;
+    let lookup = |e: &str, c: &str| -> Option<String> {
+        let found = state
+            .call_method1("get", ((e, c),))
+            .and_then(|v| v.extract::<Option<String>>());
+        match found {
+            Ok(v) => v,
+            Err(err) => {
+                failure.get_or_insert(err);
+                None
+            }
+        }
+    };
+    let out = catalog::verify_completion(
+        &key.into(),
+        &result.into(),
+        evidence,
+        written_in_tick,
+        lookup,
+    );
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    Ok(match out {
+        Ok(binding) => (Some(binding), None),
+        Err(m) => (None, Some(m.code())),
+    })
+}
+
+/// Every completion mismatch code, in declaration order.
+#[pyfunction]
+fn completion_mismatch_codes() -> Vec<&'static str> {
+    catalog::CompletionMismatch::ALL
+        .iter()
+        .map(|m| m.code())
+        .collect()
+}
+
 /// The flat column names, in the order rows cross and storage keeps them.
 #[pyfunction]
 fn catalog_columns() -> Vec<&'static str> {
@@ -374,27 +486,26 @@ fn catalog_admit<'py>(
     py: Python<'py>,
     row: Option<&Bound<'py, PyTuple>>,
     admission: PyAdmission,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let existing = row.map(load).transpose()?;
     let adm = Admission {
-        key: Key {
-            world_id: admission.key.world_id,
-            kind: admission.key.kind,
-            activity_id: admission.key.activity_id,
-        },
+        key: admission.key.into(),
         source: admission.source.into(),
         input_ref: admission.input_ref,
         input_digest: admission.input_digest,
     };
-    let out = catalog::admit(existing.as_ref().map(|l| &l.record), &adm, now_ms);
+    // A replay or re-request returns the stored record unchanged (same version): storage
+    // then writes nothing.
+    let out =
+        catalog::admit(existing.as_ref().map(|l| &l.record), &adm, &now.into()).map(|(r, _)| r);
     done(py, existing.as_ref(), out)
 }
 
 /// Refuses bad claim arguments even when nothing is claimable.
 #[pyfunction]
-fn catalog_check_claim(py: Python<'_>, owner: &str, lease_ms: i64, now_ms: i64) -> PyResult<()> {
-    catalog::check_claim(owner, lease_ms, now_ms)
+fn catalog_check_claim(py: Python<'_>, owner: &str, lease_ms: i64, now: PyNow) -> PyResult<()> {
+    catalog::check_claim(owner, lease_ms, &now.into())
         .map(|_| ())
         .map_err(|r| rejected(py, r))
 }
@@ -405,13 +516,13 @@ fn catalog_claim<'py>(
     row: &Bound<'py, PyTuple>,
     owner: &str,
     lease_ms: i64,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
     done(
         py,
         Some(&old),
-        catalog::claim(&old.record, owner, lease_ms, now_ms),
+        catalog::claim(&old.record, owner, lease_ms, &now.into()),
     )
 }
 
@@ -421,13 +532,13 @@ fn catalog_renew<'py>(
     row: &Bound<'py, PyTuple>,
     fence: i64,
     lease_ms: i64,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
     done(
         py,
         Some(&old),
-        catalog::renew(&old.record, fence, lease_ms, now_ms),
+        catalog::renew(&old.record, fence, lease_ms, &now.into()),
     )
 }
 
@@ -436,10 +547,14 @@ fn catalog_release<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
     fence: i64,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
-    done(py, Some(&old), catalog::release(&old.record, fence, now_ms))
+    done(
+        py,
+        Some(&old),
+        catalog::release(&old.record, fence, &now.into()),
+    )
 }
 
 #[pyfunction]
@@ -448,10 +563,10 @@ fn catalog_bind_provider_operation<'py>(
     row: &Bound<'py, PyTuple>,
     fence: i64,
     operation_id: &str,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
-    let out = catalog::bind_provider_operation(&old.record, fence, operation_id, now_ms);
+    let out = catalog::bind_provider_operation(&old.record, fence, operation_id, &now.into());
     done(py, Some(&old), out)
 }
 
@@ -461,10 +576,10 @@ fn catalog_record_result<'py>(
     row: &Bound<'py, PyTuple>,
     fence: i64,
     result: PyResultRef,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
-    let out = catalog::record_result(&old.record, fence, &result.into(), now_ms);
+    let out = catalog::record_result(&old.record, fence, &result.into(), &now.into());
     done(py, Some(&old), out)
 }
 
@@ -474,10 +589,16 @@ fn catalog_confirm_absent<'py>(
     row: &Bound<'py, PyTuple>,
     fence: i64,
     guard: PyRefDigest,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
-    let out = catalog::confirm_absent(&old.record, fence, &guard.reference, &guard.digest, now_ms);
+    let out = catalog::confirm_absent(
+        &old.record,
+        fence,
+        &guard.reference,
+        &guard.digest,
+        &now.into(),
+    );
     done(py, Some(&old), out)
 }
 
@@ -488,7 +609,7 @@ fn catalog_record_unknown<'py>(
     fence: i64,
     evidence: PyRefDigest,
     retry_after_ms: i64,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
     let out = catalog::record_unknown(
@@ -497,14 +618,14 @@ fn catalog_record_unknown<'py>(
         &evidence.reference,
         &evidence.digest,
         retry_after_ms,
-        now_ms,
+        &now.into(),
     );
     done(py, Some(&old), out)
 }
 
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (row, outcome, evidence_revision, operator, note, result, guard, now_ms))]
+#[pyo3(signature = (row, outcome, evidence_revision, operator, note, result, guard, now))]
 fn catalog_resolve<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
@@ -514,7 +635,7 @@ fn catalog_resolve<'py>(
     note: String,
     result: Option<PyResultRef>,
     guard: Option<PyRefDigest>,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let invalid = |msg: &str| {
         rejected(
@@ -556,23 +677,59 @@ fn catalog_resolve<'py>(
     done(
         py,
         Some(&old),
-        catalog::resolve(&old.record, &decision, now_ms),
+        catalog::resolve(&old.record, &decision, &now.into()),
     )
 }
 
 #[pyfunction]
-#[pyo3(signature = (row, receipt, evidence_digest, fence, now_ms))]
+#[pyo3(signature = (row, receipt, evidence_digest, fence, now))]
 fn catalog_settle<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
     receipt: PyReceipt,
     evidence_digest: &str,
     fence: Option<i64>,
-    now_ms: i64,
+    now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
-    let out = catalog::settle(&old.record, &receipt.into(), evidence_digest, fence, now_ms);
+    let out = catalog::settle(
+        &old.record,
+        &receipt.into(),
+        evidence_digest,
+        fence,
+        &now.into(),
+    );
     done(py, Some(&old), out)
+}
+
+/// Brings a row's lease-clock values onto `now`'s boot (unchanged when they already are).
+#[pyfunction]
+fn catalog_rebase<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    now: PyNow,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let old = load(row)?;
+    done(py, Some(&old), catalog::rebase(&old.record, &now.into()))
+}
+
+/// A stored row with its derived columns recomputed from its facts (the migration that adds
+/// them); the version is unchanged, since no transition happened.
+#[pyfunction]
+fn catalog_derive_row<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let cells = cells_from(row)?;
+    let record = ActivityRecord::from_cells_rederived(&cells).map_err(row_error)?;
+    let old = Loaded { row, cells, record };
+    row_of(py, Some(&old), &old.record)
+}
+
+/// Whether the lease-clock time `at_ms`, measured on boot `lease_boot_id`, is reached at `now`.
+#[pyfunction]
+fn catalog_lease_reached(lease_boot_id: &str, at_ms: i64, now: PyNow) -> bool {
+    catalog::lease_reached(lease_boot_id, at_ms, &now.into())
 }
 
 /// Validates and normalises a stored row (used by scans that do not transition).
@@ -604,10 +761,16 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ty.setattr("code", kind.code())?;
         m.add(ty.name()?, ty)?;
     }
+    m.add("ABANDONED_MEDIA_TYPE", catalog::ABANDONED_MEDIA_TYPE)?;
+    m.add("MAX_LEASE_MS", catalog::MAX_LEASE_MS)?;
+    m.add("MAX_RETRY_AFTER_MS", catalog::MAX_RETRY_AFTER_MS)?;
     m.add_function(wrap_pyfunction!(catalog_columns, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_rejection_codes, m)?)?;
     m.add_function(wrap_pyfunction!(operation_id_for, m)?)?;
     m.add_function(wrap_pyfunction!(settlement_evidence_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(completion_evidence, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_completion, m)?)?;
+    m.add_function(wrap_pyfunction!(completion_mismatch_codes, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_admit, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_check_claim, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_claim, m)?)?;
@@ -620,5 +783,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(catalog_resolve, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_settle, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_check_row, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_rebase, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_derive_row, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_lease_reached, m)?)?;
     Ok(())
 }

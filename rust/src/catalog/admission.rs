@@ -1,8 +1,13 @@
 //! `admit`: the required projector's idempotent admission of one logical activity.
 
 use super::bounds;
-use super::record::{ActivityRecord, Admission, Receipt};
+use super::record::{ActivityRecord, Admission, Now, Receipt};
 use super::rejection::{Rejection, RejectionKind};
+
+/// Validates a clock reading: a lease clock must name its boot.
+pub(crate) fn check_now(now: &Now) -> Result<(), Rejection> {
+    bounds::id("now.boot_id", &now.boot_id)
+}
 
 /// Validates a receipt that admits or settles work: bounded ids and a visibility token.
 pub(crate) fn check_receipt(receipt: &Receipt) -> Result<(), Rejection> {
@@ -39,42 +44,72 @@ fn check(admission: &Admission) -> Result<(), Rejection> {
     bounds::digest("input_digest", &admission.input_digest)
 }
 
-/// Admits `admission`. With an `existing` record for the same key, an identical admission is a
-/// no-op (the existing record comes back unchanged) and any difference is a conflict.
+/// How `admit` treated a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admitted {
+    /// No record existed: a new one is admitted.
+    New,
+    /// The identical admission again (same source receipt and input): a no-op.
+    Replay,
+    /// The same request (key and input) from a later tick of the source run: it is the same
+    /// Activity, so this is a no-op and the source binding stays the first receipt's. A
+    /// projection may therefore ask, in every tick, for every intent not yet observed.
+    Rerequest,
+}
+
+/// Admits `admission`. With an `existing` record for the same key, the identical admission is
+/// a replay and the same input from a later tick of the same run is a re-request; both return
+/// the existing record unchanged. Any other difference (input, run, or a tick that is not later
+/// with another token) is an `admission_conflict`.
 pub fn admit(
     existing: Option<&ActivityRecord>,
     admission: &Admission,
-    now_ms: i64,
-) -> Result<ActivityRecord, Rejection> {
+    now: &Now,
+) -> Result<(ActivityRecord, Admitted), Rejection> {
+    check_now(now)?;
     check(admission)?;
-    if let Some(rec) = existing {
-        let old = &rec.admission;
-        let differs = [
-            ("key", old.key != admission.key),
-            (
-                "source.run_id",
-                old.source.run_id != admission.source.run_id,
-            ),
-            ("source.tick", old.source.tick != admission.source.tick),
-            (
-                "source.visibility_token",
-                old.source.visibility_token != admission.source.visibility_token,
-            ),
-            ("input_ref", old.input_ref != admission.input_ref),
-            ("input_digest", old.input_digest != admission.input_digest),
-        ];
-        return match differs.iter().find(|(_, d)| *d) {
-            None => Ok(rec.clone()),
-            Some((field, _)) => Err(Rejection::on(
-                RejectionKind::AdmissionConflict,
-                field,
-                "the activity was admitted with a different immutable value",
-            )),
-        };
+    let Some(rec) = existing else {
+        return Ok((new_record(admission, now), Admitted::New));
+    };
+    let old = &rec.admission;
+    let conflict = |field: &'static str, why: &str| {
+        Err(Rejection::on(
+            RejectionKind::AdmissionConflict,
+            field,
+            format!("the activity was admitted with {why}"),
+        ))
+    };
+    if old.key != admission.key {
+        return conflict("key", "another key");
     }
-    Ok(ActivityRecord {
+    if old.input_ref != admission.input_ref {
+        return conflict("input_ref", "a different immutable input reference");
+    }
+    if old.input_digest != admission.input_digest {
+        return conflict("input_digest", "a different immutable input digest");
+    }
+    if old.source == admission.source {
+        return Ok((rec.clone(), Admitted::Replay));
+    }
+    if old.source.run_id != admission.source.run_id {
+        return conflict("source.run_id", "a source receipt of another run");
+    }
+    if admission.source.tick > old.source.tick {
+        return Ok((rec.clone(), Admitted::Rerequest));
+    }
+    if old.source.tick == admission.source.tick {
+        return conflict(
+            "source.visibility_token",
+            "another visibility token at the same source tick",
+        );
+    }
+    conflict("source.tick", "a source tick later than this request's")
+}
+
+fn new_record(admission: &Admission, now: &Now) -> ActivityRecord {
+    ActivityRecord {
         admission: admission.clone(),
-        admitted_at_ms: now_ms,
+        admitted_at_ms: now.wall_ms,
         fence: 0,
         attempt_count: 0,
         attempt: None,
@@ -86,33 +121,55 @@ pub fn admit(
         awaiting_decision: false,
         decision: None,
         settlement: None,
-        claimable_from_ms: Some(now_ms),
+        claimable_from_ms: Some(now.boot_ms),
+        lease_boot_id: now.boot_id.clone(),
         version: 1,
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::scenario_tests::admission;
+    use crate::catalog::scenario_tests::{admission, at};
 
     #[test]
-    fn identical_replay_is_a_no_op_and_any_difference_conflicts() {
+    fn identical_replay_and_later_rerequest_are_no_ops_and_any_other_difference_conflicts() {
         let adm = admission("w", "k", "a");
-        let rec = admit(None, &adm, 10).unwrap();
+        let (rec, how) = admit(None, &adm, &at(10)).unwrap();
+        assert_eq!(how, Admitted::New);
         assert_eq!(rec.claimable_from_ms, Some(10));
-        assert_eq!(admit(Some(&rec), &adm, 99).unwrap(), rec);
-        let mut other = adm.clone();
-        other.input_digest = "sha256:other".into();
-        let err = admit(Some(&rec), &other, 99).unwrap_err();
-        assert_eq!(err.kind, RejectionKind::AdmissionConflict);
-        assert_eq!(err.field, Some("input_digest"));
-        let mut other = adm.clone();
-        other.source.tick += 1;
         assert_eq!(
-            admit(Some(&rec), &other, 99).unwrap_err().kind,
-            RejectionKind::AdmissionConflict
+            admit(Some(&rec), &adm, &at(99)).unwrap(),
+            (rec.clone(), Admitted::Replay)
         );
+        // The same request from a later tick of the run is the same Activity: source stays.
+        let mut later = adm.clone();
+        later.source.tick += 3;
+        later.source.visibility_token = "tok-8".into();
+        assert_eq!(
+            admit(Some(&rec), &later, &at(99)).unwrap(),
+            (rec.clone(), Admitted::Rerequest)
+        );
+        let refused = |other: &Admission| {
+            let err = admit(Some(&rec), other, &at(99)).unwrap_err();
+            assert_eq!(err.kind, RejectionKind::AdmissionConflict);
+            err.field.unwrap()
+        };
+        let mut other = later.clone();
+        other.input_digest = "sha256:other".into();
+        assert_eq!(refused(&other), "input_digest");
+        let mut other = later.clone();
+        other.input_ref = "input://2".into();
+        assert_eq!(refused(&other), "input_ref");
+        let mut other = later.clone();
+        other.source.run_id = "run-2".into();
+        assert_eq!(refused(&other), "source.run_id");
+        let mut other = adm.clone();
+        other.source.visibility_token = "tok-sibling".into();
+        assert_eq!(refused(&other), "source.visibility_token");
+        let mut other = adm.clone();
+        other.source.tick -= 1;
+        assert_eq!(refused(&other), "source.tick");
     }
 
     #[test]
@@ -120,19 +177,19 @@ mod tests {
         let mut adm = admission("w", "k", "a");
         adm.source.visibility_token.clear();
         assert_eq!(
-            admit(None, &adm, 0).unwrap_err().kind,
+            admit(None, &adm, &at(0)).unwrap_err().kind,
             RejectionKind::TokenlessReceipt
         );
         let mut adm = admission("w", "k", "a");
         adm.source.world_id = "w2".into();
         assert_eq!(
-            admit(None, &adm, 0).unwrap_err().kind,
+            admit(None, &adm, &at(0)).unwrap_err().kind,
             RejectionKind::ReceiptMismatch
         );
         let mut adm = admission("w", "k", "a");
         adm.key.kind = "k".repeat(256);
         assert_eq!(
-            admit(None, &adm, 0).unwrap_err().kind,
+            admit(None, &adm, &at(0)).unwrap_err().kind,
             RejectionKind::BoundsExceeded
         );
     }

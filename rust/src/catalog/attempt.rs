@@ -1,11 +1,19 @@
-//! Attempts: `claim`, `renew`, `release`, and the live-fence check every other transition uses.
+//! Attempts: `claim`, `renew`, `release`, `rebase`, and the live-fence check every other
+//! transition uses.
 
+use super::admission::check_now;
 use super::bounds::{self, MAX_LEASE_MS};
-use super::record::{ActivityRecord, Attempt};
+use super::record::{ActivityRecord, Attempt, Now};
 use super::rejection::{Rejection, RejectionKind};
 
-/// The current attempt, if `fence` names it and its lease is live at `now_ms`.
-pub(crate) fn live(rec: &ActivityRecord, fence: i64, now_ms: i64) -> Result<&Attempt, Rejection> {
+/// The current attempt, if `fence` names it and its lease is live at `now` (a lease of another
+/// boot is not).
+pub(crate) fn live<'a>(
+    rec: &'a ActivityRecord,
+    fence: i64,
+    now: &Now,
+) -> Result<&'a Attempt, Rejection> {
+    check_now(now)?;
     if fence != rec.fence {
         return Err(Rejection::on(
             RejectionKind::StaleFence,
@@ -20,14 +28,16 @@ pub(crate) fn live(rec: &ActivityRecord, fence: i64, now_ms: i64) -> Result<&Att
             format!("the attempt under fence {fence} has ended"),
         ));
     };
-    if now_ms >= attempt.lease_expires_ms {
+    if rec.reached(attempt.lease_expires_ms, now) {
+        let when = if rec.lease_boot_id == now.boot_id {
+            format!("at {}", attempt.lease_expires_ms)
+        } else {
+            format!("with boot {:?}", rec.lease_boot_id)
+        };
         return Err(Rejection::on(
             RejectionKind::LeaseExpired,
             "fence",
-            format!(
-                "the lease of fence {fence} expired at {}",
-                attempt.lease_expires_ms
-            ),
+            format!("the lease of fence {fence} expired {when}"),
         ));
     }
     Ok(attempt)
@@ -45,25 +55,28 @@ pub(crate) fn execution_authorized(rec: &ActivityRecord) -> bool {
 }
 
 /// Checks claim arguments on their own, so a claim with bad arguments is refused even when
-/// nothing is claimable; returns the lease expiry a claim at `now_ms` would get.
-pub fn check_claim(owner: &str, lease_ms: i64, now_ms: i64) -> Result<i64, Rejection> {
+/// nothing is claimable; returns the lease expiry (lease clock) a claim at `now` would get.
+/// Leases are 1 ms to 7 days (`MAX_LEASE_MS`).
+pub fn check_claim(owner: &str, lease_ms: i64, now: &Now) -> Result<i64, Rejection> {
+    check_now(now)?;
     bounds::id("owner", owner)?;
     bounds::duration("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
-    bounds::later("lease_ms", now_ms, lease_ms)
+    bounds::later("lease_ms", now.boot_ms, lease_ms)
 }
 
 /// Issues a new attempt under the next fence.
 ///
 /// The attempt may execute only if no provider operation is bound, or if a confirmed absence
 /// with a retry guard authorises one fresh execution (the guard is then used up). Otherwise it is
-/// reconcile-only. A record is claimable exactly when `claimable_from_ms <= now_ms`.
+/// reconcile-only. A record is claimable exactly when `claimable_from_ms` is reached on the
+/// lease clock (a value of another boot is: that boot's leases are gone with it).
 pub fn claim(
     rec: &ActivityRecord,
     owner: &str,
     lease_ms: i64,
-    now_ms: i64,
+    now: &Now,
 ) -> Result<ActivityRecord, Rejection> {
-    let lease_expires_ms = check_claim(owner, lease_ms, now_ms)?;
+    let lease_expires_ms = check_claim(owner, lease_ms, now)?;
     // The two "never" rules are checked on the facts themselves, not only through the derived
     // `claimable_from_ms`: a stored row that disagrees with itself fails closed.
     if rec.result.is_some() {
@@ -72,7 +85,7 @@ pub fn claim(
             "a result is recorded; the activity is never claimed again",
         ));
     }
-    if rec.has_live_attempt(now_ms) {
+    if rec.has_live_attempt(now) {
         return Err(Rejection::new(
             RejectionKind::NotClaimable,
             format!("fence {} holds a live lease", rec.fence),
@@ -85,7 +98,7 @@ pub fn claim(
                 "a result is recorded; the activity is never claimed again",
             ))
         }
-        Some(from) if from > now_ms => {
+        Some(from) if !rec.reached(from, now) => {
             if rec.awaiting_decision {
                 return Err(Rejection::new(
                     RejectionKind::AwaitingDecision,
@@ -100,7 +113,7 @@ pub fn claim(
         Some(_) => {}
     }
     let may_execute = execution_authorized(rec);
-    let mut next = rec.next();
+    let mut next = rec.next(now);
     if may_execute && next.binding.is_some() {
         if let Some(guard) = next.retry_guard.as_mut() {
             guard.authorizes_execution = false;
@@ -118,17 +131,17 @@ pub fn claim(
     Ok(next)
 }
 
-/// Extends the live attempt's lease to `now_ms + lease_ms`.
+/// Extends the live attempt's lease to `now + lease_ms` on the lease clock (at most 7 days).
 pub fn renew(
     rec: &ActivityRecord,
     fence: i64,
     lease_ms: i64,
-    now_ms: i64,
+    now: &Now,
 ) -> Result<ActivityRecord, Rejection> {
     bounds::duration("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
-    let lease_expires_ms = bounds::later("lease_ms", now_ms, lease_ms)?;
-    live(rec, fence, now_ms)?;
-    let mut next = rec.next();
+    let lease_expires_ms = bounds::later("lease_ms", now.boot_ms, lease_ms)?;
+    live(rec, fence, now)?;
+    let mut next = rec.next(now);
     if let Some(attempt) = next.attempt.as_mut() {
         attempt.lease_expires_ms = lease_expires_ms;
     }
@@ -136,10 +149,22 @@ pub fn renew(
     Ok(next)
 }
 
+/// Brings a record's lease-clock values onto `now`'s boot, as every transition does through
+/// `next`: a lease of another boot expires now and a claimable record is claimable now. An
+/// up-to-date record comes back unchanged. Storage runs this once per boot over the records that
+/// hold lease-clock values, so its claimable index compares values of one clock.
+pub fn rebase(rec: &ActivityRecord, now: &Now) -> Result<ActivityRecord, Rejection> {
+    check_now(now)?;
+    if rec.lease_boot_id == now.boot_id {
+        return Ok(rec.clone());
+    }
+    Ok(rec.next(now))
+}
+
 /// Gives up the live attempt. Only an execute attempt that bound nothing may: once a provider
 /// operation is bound, an effect may exist and only reconciliation can say.
-pub fn release(rec: &ActivityRecord, fence: i64, now_ms: i64) -> Result<ActivityRecord, Rejection> {
-    let attempt = live(rec, fence, now_ms)?;
+pub fn release(rec: &ActivityRecord, fence: i64, now: &Now) -> Result<ActivityRecord, Rejection> {
+    let attempt = live(rec, fence, now)?;
     if !attempt.may_execute {
         return Err(Rejection::new(
             RejectionKind::ReconcileOnly,
@@ -155,29 +180,30 @@ pub fn release(rec: &ActivityRecord, fence: i64, now_ms: i64) -> Result<Activity
             ),
         ));
     }
-    let mut next = rec.next();
+    let mut next = rec.next(now);
     next.attempt = None;
-    next.claimable_from_ms = Some(now_ms);
+    next.claimable_from_ms = Some(now.boot_ms);
     Ok(next)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::scenario_tests::{admission, admitted, bound};
+    use crate::catalog::scenario_tests::{admission, admitted, at, bound, BOOT};
+    use crate::catalog::{admit, MAX_RETRY_AFTER_MS};
 
     #[test]
     fn claim_issues_increasing_fences_and_holds_a_lease() {
         let rec = admitted(&admission("w", "k", "a"), 0);
-        let c1 = claim(&rec, "w1", 100, 0).unwrap();
+        let c1 = claim(&rec, "w1", 100, &at(0)).unwrap();
         assert_eq!(c1.fence, 1);
         assert!(c1.attempt.as_ref().unwrap().may_execute);
         assert_eq!(c1.claimable_from_ms, Some(100));
         assert_eq!(
-            claim(&c1, "w2", 100, 50).unwrap_err().kind,
+            claim(&c1, "w2", 100, &at(50)).unwrap_err().kind,
             RejectionKind::NotClaimable
         );
-        let c2 = claim(&c1, "w2", 100, 100).unwrap();
+        let c2 = claim(&c1, "w2", 100, &at(100)).unwrap();
         assert_eq!(c2.fence, 2);
         assert_eq!(c2.attempt_count, 2);
         assert!(
@@ -188,22 +214,22 @@ mod tests {
 
     #[test]
     fn renew_and_release_need_the_live_fence() {
-        let rec = claim(&admitted(&admission("w", "k", "a"), 0), "w1", 100, 0).unwrap();
-        let renewed = renew(&rec, 1, 500, 50).unwrap();
+        let rec = claim(&admitted(&admission("w", "k", "a"), 0), "w1", 100, &at(0)).unwrap();
+        let renewed = renew(&rec, 1, 500, &at(50)).unwrap();
         assert_eq!(renewed.claimable_from_ms, Some(550));
         assert_eq!(
-            renew(&rec, 0, 500, 50).unwrap_err().kind,
+            renew(&rec, 0, 500, &at(50)).unwrap_err().kind,
             RejectionKind::StaleFence
         );
         assert_eq!(
-            renew(&rec, 1, 500, 100).unwrap_err().kind,
+            renew(&rec, 1, 500, &at(100)).unwrap_err().kind,
             RejectionKind::LeaseExpired
         );
-        let released = release(&rec, 1, 10).unwrap();
+        let released = release(&rec, 1, &at(10)).unwrap();
         assert!(released.attempt.is_none());
         assert_eq!(released.claimable_from_ms, Some(10));
         assert_eq!(
-            release(&released, 1, 10).unwrap_err().kind,
+            release(&released, 1, &at(10)).unwrap_err().kind,
             RejectionKind::StaleFence
         );
     }
@@ -212,13 +238,13 @@ mod tests {
     fn bound_attempts_cannot_release() {
         let rec = bound(0);
         assert_eq!(
-            release(&rec, 1, 1).unwrap_err().kind,
+            release(&rec, 1, &at(1)).unwrap_err().kind,
             RejectionKind::OperationBound
         );
-        let again = claim(&rec, "w2", 100, 1000).unwrap();
+        let again = claim(&rec, "w2", 100, &at(1000)).unwrap();
         assert!(!again.attempt.as_ref().unwrap().may_execute);
         assert_eq!(
-            release(&again, 2, 1001).unwrap_err().kind,
+            release(&again, 2, &at(1001)).unwrap_err().kind,
             RejectionKind::ReconcileOnly
         );
     }
@@ -226,28 +252,28 @@ mod tests {
     #[test]
     fn a_row_that_disagrees_with_itself_is_never_claimed() {
         // Hand-made inconsistent records: claimable_from_ms says "claimable", the facts say no.
-        let leased = claim(&admitted(&admission("w", "k", "a"), 0), "w1", 1_000, 0).unwrap();
+        let leased = claim(&admitted(&admission("w", "k", "a"), 0), "w1", 1_000, &at(0)).unwrap();
         let mut live = leased.clone();
         live.claimable_from_ms = Some(0);
         assert_eq!(
-            claim(&live, "w2", 100, 10).unwrap_err().kind,
+            claim(&live, "w2", 100, &at(10)).unwrap_err().kind,
             RejectionKind::NotClaimable
         );
         let mut finished = crate::catalog::record_result(
             &bound(0),
             1,
             &crate::catalog::scenario_tests::result_ref("r"),
-            5,
+            &at(5),
         )
         .unwrap();
         finished.claimable_from_ms = Some(0);
         assert_eq!(
-            claim(&finished, "w2", 100, 10).unwrap_err().kind,
+            claim(&finished, "w2", 100, &at(10)).unwrap_err().kind,
             RejectionKind::NotClaimable
         );
         let mut waiting = admitted(&admission("w", "k", "a"), 0);
         waiting.awaiting_decision = true;
-        let c = claim(&waiting, "w2", 100, 10).unwrap();
+        let c = claim(&waiting, "w2", 100, &at(10)).unwrap();
         assert!(
             !c.attempt.as_ref().unwrap().may_execute,
             "awaiting a decision: reconcile only"
@@ -255,7 +281,7 @@ mod tests {
         // ... and that reconcile-only attempt cannot bind a new provider operation.
         let op = crate::catalog::operation_id_for("k", "w", "a");
         assert_eq!(
-            crate::catalog::bind_provider_operation(&c, c.fence, &op, 11)
+            crate::catalog::bind_provider_operation(&c, c.fence, &op, &at(11))
                 .unwrap_err()
                 .kind,
             RejectionKind::ReconcileOnly
@@ -263,22 +289,97 @@ mod tests {
     }
 
     #[test]
+    fn leases_run_on_the_lease_clock_and_wall_steps_decide_nothing() {
+        let now = |boot_ms: i64, wall_ms: i64| Now {
+            boot_id: BOOT.into(),
+            boot_ms,
+            wall_ms,
+        };
+        let rec = admit(None, &admission("w", "k", "a"), &now(0, 1_000_000))
+            .unwrap()
+            .0;
+        assert_eq!(rec.admitted_at_ms, 1_000_000, "record times are wall-clock");
+        assert_eq!(
+            rec.claimable_from_ms,
+            Some(0),
+            "claimability is on the lease clock"
+        );
+        let rec = claim(&rec, "w1", 30_000, &now(0, 1_000_000)).unwrap();
+        // The wall clock jumps 31 s ahead, the lease clock moved 1 s: no takeover.
+        let ahead = now(1_000, 1_031_000);
+        assert_eq!(
+            claim(&rec, "w2", 30_000, &ahead).unwrap_err().kind,
+            RejectionKind::NotClaimable
+        );
+        assert!(renew(&rec, 1, 30_000, &ahead).is_ok());
+        // The wall clock jumps an hour back, the lease clock passed the expiry: reclaimable.
+        let behind = now(30_000, 1_000_000 - 3_600_000);
+        assert_eq!(claim(&rec, "w2", 100, &behind).unwrap().fence, 2);
+    }
+
+    #[test]
+    fn a_lease_of_another_boot_has_expired() {
+        let rec = claim(
+            &admitted(&admission("w", "k", "a"), 0),
+            "w1",
+            30_000,
+            &at(0),
+        )
+        .unwrap();
+        assert!(rec.has_live_attempt(&at(29_999)));
+        let reboot = Now::at("boot-2", 5);
+        assert!(!rec.has_live_attempt(&reboot));
+        assert!(rec.claimable_at(&reboot));
+        assert_eq!(
+            renew(&rec, 1, 100, &reboot).unwrap_err().kind,
+            RejectionKind::LeaseExpired
+        );
+        let again = claim(&rec, "w2", 100, &reboot).unwrap();
+        assert_eq!(again.lease_boot_id, "boot-2");
+        assert_eq!(again.attempt.as_ref().unwrap().lease_expires_ms, 105);
+        // `rebase` brings the values onto the new boot: expired now, claimable now.
+        let rebased = rebase(&rec, &reboot).unwrap();
+        assert_eq!(rebased.version, rec.version + 1);
+        assert_eq!(rebased.attempt.as_ref().unwrap().lease_expires_ms, 5);
+        assert_eq!(rebased.claimable_from_ms, Some(5));
+        assert!(!rebased.has_live_attempt(&reboot));
+        assert_eq!(rebase(&rebased, &reboot).unwrap(), rebased);
+        // A reconciliation backoff of another boot has passed as well.
+        let waiting = crate::catalog::record_unknown(
+            &claim(&bound(0), "w2", 100, &at(1_000)).unwrap(),
+            2,
+            "ev://1",
+            "sha256:e",
+            MAX_RETRY_AFTER_MS,
+            &at(1_010),
+        )
+        .unwrap();
+        assert!(!waiting.claimable_at(&at(1_011)));
+        assert!(claim(&waiting, "w3", 100, &Now::at("boot-2", 0)).is_ok());
+        // A clock reading must name its boot.
+        assert_eq!(
+            claim(&rec, "w2", 100, &Now::at("", 0)).unwrap_err().kind,
+            RejectionKind::BoundsExceeded
+        );
+    }
+
+    #[test]
     fn bounds_are_checked() {
         let rec = admitted(&admission("w", "k", "a"), 0);
         assert_eq!(
-            claim(&rec, "", 100, 0).unwrap_err().kind,
+            claim(&rec, "", 100, &at(0)).unwrap_err().kind,
             RejectionKind::BoundsExceeded
         );
         assert_eq!(
-            claim(&rec, "w", 0, 0).unwrap_err().kind,
+            claim(&rec, "w", 0, &at(0)).unwrap_err().kind,
             RejectionKind::BoundsExceeded
         );
         assert_eq!(
-            claim(&rec, "w", MAX_LEASE_MS + 1, 0).unwrap_err().kind,
+            claim(&rec, "w", MAX_LEASE_MS + 1, &at(0)).unwrap_err().kind,
             RejectionKind::BoundsExceeded
         );
         assert_eq!(
-            claim(&rec, "w", 10, i64::MAX).unwrap_err().kind,
+            claim(&rec, "w", 10, &at(i64::MAX)).unwrap_err().kind,
             RejectionKind::BoundsExceeded
         );
     }

@@ -11,8 +11,9 @@ pub const MAX_DIGEST_BYTES: usize = 255;
 pub const MAX_OPERATION_ID_BYTES: usize = 1024;
 /// Operator notes.
 pub const MAX_NOTE_BYTES: usize = 4096;
-/// Leases are at most a week; a longer lease would strand work behind a dead worker.
+/// Leases are at most 7 days; a longer lease would strand work behind a dead worker.
 pub const MAX_LEASE_MS: i64 = 7 * 24 * 3600 * 1000;
+/// A reconciliation backoff (`record_unknown`'s `retry_after_ms`) is at most 7 days too.
 pub const MAX_RETRY_AFTER_MS: i64 = 7 * 24 * 3600 * 1000;
 
 fn bounded(

@@ -5,9 +5,10 @@
 //! attempt is stale. "absent" needs a retry guard that references the adapter's proof that no
 //! stale claimant can still act: an operator's word alone does not authorise a fresh execution.
 
+use super::admission::check_now;
 use super::bounds;
 use super::identity::{canonical_json, sha256_hex};
-use super::record::{ActivityRecord, DecisionRecord, GuardRecord, ResultRecord, ResultRef};
+use super::record::{ActivityRecord, DecisionRecord, GuardRecord, Now, ResultRecord, ResultRef};
 use super::rejection::{Rejection, RejectionKind};
 use super::result::check_result;
 
@@ -45,10 +46,10 @@ pub struct Decision {
     pub note: String,
 }
 
-fn abandoned_result(rec: &ActivityRecord, decision: &Decision, now_ms: i64) -> ResultRef {
+fn abandoned_result(rec: &ActivityRecord, decision: &Decision, now: &Now) -> ResultRef {
     let key = rec.key();
     let revision = decision.evidence_revision.to_string();
-    let at = now_ms.to_string();
+    let at = now.wall_ms.to_string();
     let json = canonical_json(&[
         ("activity_id", &key.activity_id),
         ("decided_at_ms", &at),
@@ -72,8 +73,9 @@ fn abandoned_result(rec: &ActivityRecord, decision: &Decision, now_ms: i64) -> R
 pub fn resolve(
     rec: &ActivityRecord,
     decision: &Decision,
-    now_ms: i64,
+    now: &Now,
 ) -> Result<ActivityRecord, Rejection> {
+    check_now(now)?;
     bounds::id("operator", &decision.operator)?;
     bounds::note(&decision.note)?;
     match &decision.outcome {
@@ -103,7 +105,7 @@ pub fn resolve(
             ),
         ));
     }
-    let mut next = rec.next();
+    let mut next = rec.next(now);
     next.fence += 1;
     next.attempt = None;
     next.awaiting_decision = false;
@@ -111,14 +113,14 @@ pub fn resolve(
         outcome: decision.outcome.name().to_owned(),
         evidence_revision: decision.evidence_revision,
         operator: decision.operator.clone(),
-        decided_at_ms: now_ms,
+        decided_at_ms: now.wall_ms,
         note: decision.note.clone(),
     });
     let recorded = |result: ResultRef| ResultRecord {
         result,
         attempt: 0,
         fence: next.fence,
-        recorded_at_ms: now_ms,
+        recorded_at_ms: now.wall_ms,
     };
     match &decision.outcome {
         DecisionOutcome::Recovered(result) => {
@@ -126,7 +128,7 @@ pub fn resolve(
             next.claimable_from_ms = None;
         }
         DecisionOutcome::Abandon => {
-            next.result = Some(recorded(abandoned_result(rec, decision, now_ms)));
+            next.result = Some(recorded(abandoned_result(rec, decision, now)));
             next.claimable_from_ms = None;
         }
         DecisionOutcome::Absent {
@@ -137,10 +139,10 @@ pub fn resolve(
                 guard_ref: guard_ref.clone(),
                 digest: guard_digest.clone(),
                 fence: next.fence,
-                recorded_at_ms: now_ms,
+                recorded_at_ms: now.wall_ms,
                 authorizes_execution: true,
             });
-            next.claimable_from_ms = Some(now_ms);
+            next.claimable_from_ms = Some(now.boot_ms);
         }
     }
     Ok(next)
@@ -152,11 +154,11 @@ mod tests {
     use crate::catalog::attempt::claim;
     use crate::catalog::provider::record_unknown;
     use crate::catalog::result::record_result;
-    use crate::catalog::scenario_tests::{bound, result_ref};
+    use crate::catalog::scenario_tests::{at, bound, result_ref};
 
     fn unknown() -> ActivityRecord {
-        let rec = claim(&bound(0), "w2", 100, 1000).unwrap();
-        record_unknown(&rec, 2, "ev://1", "sha256:e", 10_000, 1010).unwrap()
+        let rec = claim(&bound(0), "w2", 100, &at(1000)).unwrap();
+        record_unknown(&rec, 2, "ev://1", "sha256:e", 10_000, &at(1010)).unwrap()
     }
 
     fn decide(outcome: DecisionOutcome, revision: i64) -> Decision {
@@ -173,15 +175,15 @@ mod tests {
         let rec = unknown();
         let stale = decide(DecisionOutcome::Abandon, 0);
         assert_eq!(
-            resolve(&rec, &stale, 2000).unwrap_err().kind,
+            resolve(&rec, &stale, &at(2000)).unwrap_err().kind,
             RejectionKind::StaleEvidenceRevision
         );
-        let ok = resolve(&rec, &decide(DecisionOutcome::Abandon, 1), 2000).unwrap();
+        let ok = resolve(&rec, &decide(DecisionOutcome::Abandon, 1), &at(2000)).unwrap();
         let res = ok.result.as_ref().unwrap();
         assert!(res.result.failed);
         assert_eq!(res.attempt, 0);
         assert_eq!(
-            resolve(&ok, &decide(DecisionOutcome::Abandon, 1), 2001)
+            resolve(&ok, &decide(DecisionOutcome::Abandon, 1), &at(2001))
                 .unwrap_err()
                 .kind,
             RejectionKind::NotAwaitingDecision
@@ -191,18 +193,18 @@ mod tests {
     #[test]
     fn a_decision_fences_out_older_attempts() {
         let rec = unknown();
-        let reconciling = claim(&rec, "w3", 100_000, 20_000).unwrap();
+        let reconciling = claim(&rec, "w3", 100_000, &at(20_000)).unwrap();
         assert_eq!(reconciling.fence, 3);
         let decided = resolve(
             &reconciling,
             &decide(DecisionOutcome::Recovered(result_ref("r")), 1),
-            20_001,
+            &at(20_001),
         )
         .unwrap();
         assert_eq!(decided.fence, 4);
         assert!(decided.attempt.is_none());
         assert_eq!(
-            record_result(&decided, 3, &result_ref("x"), 20_002)
+            record_result(&decided, 3, &result_ref("x"), &at(20_002))
                 .unwrap_err()
                 .kind,
             RejectionKind::StaleFence
@@ -216,9 +218,9 @@ mod tests {
             guard_ref: "guard://proof".into(),
             guard_digest: "sha256:g".into(),
         };
-        let decided = resolve(&rec, &decide(absent, 1), 2000).unwrap();
+        let decided = resolve(&rec, &decide(absent, 1), &at(2000)).unwrap();
         assert_eq!(decided.claimable_from_ms, Some(2000));
-        let exec = claim(&decided, "w3", 100, 2000).unwrap();
+        let exec = claim(&decided, "w3", 100, &at(2000)).unwrap();
         assert!(exec.attempt.as_ref().unwrap().may_execute);
     }
 }

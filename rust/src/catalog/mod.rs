@@ -1,15 +1,21 @@
 //! The Activity catalog's fencing state machine.
 //!
 //! Pure: this module never opens a file, reads a clock or talks to a database. Every transition
-//! takes the current [`ActivityRecord`] and `now_ms` and returns the next record or a typed
-//! [`Rejection`]; storage persists exactly what comes back (compare-and-swap on `version`).
+//! takes the current [`ActivityRecord`] and a clock reading [`Now`] and returns the next record
+//! or a typed [`Rejection`]; storage persists exactly what comes back (compare-and-swap on
+//! `version`).
 //!
 //! Rules (seed "Activities", sections 2, 5 and 7):
 //! - A record is keyed by `(world_id, kind, activity_id)`; its admission (source receipt, input
-//!   reference and digest) is immutable. Replaying an identical admission is a no-op; any other
-//!   difference is an `admission_conflict`.
+//!   reference and digest) is immutable. Replaying an identical admission is a no-op, and so is
+//!   the same request from a later tick of the source run (it is the same Activity; its source
+//!   binding stays). Any other difference is an `admission_conflict`.
 //! - A claim issues a new attempt under a fence one higher than any fence issued before. Only the
 //!   live attempt (current fence, lease not expired) may change the record.
+//! - Leases and backoff are measured on the lease clock (`Now::boot_ms` of `Now::boot_id`, which
+//!   wall-clock steps never move); a lease or backoff of another boot has passed. Leases are
+//!   1 ms to 7 days (`MAX_LEASE_MS`), reconciliation backoff 0 to 7 days (`MAX_RETRY_AFTER_MS`).
+//!   Record times (`*_at_ms`) are wall-clock, for people, and decide nothing.
 //! - An attempt may execute only while no provider operation is bound, or once after a confirmed
 //!   absence whose retry guard authorises it. Otherwise it may only reconcile.
 //! - The provider operation identity is bound before any external effect and never changes. It
@@ -17,12 +23,16 @@
 //!   exactly one activity without any cross-record check.
 //! - A recorded result never changes; settlement needs a later receipt of the same world and run
 //!   and completion evidence bound to the result.
-//! - There is no lifecycle-status enum: views such as "claimable" derive from the facts, and the
-//!   one derived value storage indexes, `claimable_from_ms`, is computed here, never by SQL.
+//! - Completion evidence (built and verified in `completion`) binds kind, id and the exact
+//!   result to the complete fact set; `settle` requires its settlement digest.
+//! - There is no lifecycle-status enum: views derive from the facts, and the derived values
+//!   storage indexes (`claimable_from_ms`, `pending_observation`, `unsettled`) are computed
+//!   here, never by SQL.
 
 mod admission;
 mod attempt;
 mod bounds;
+mod completion;
 mod decision;
 mod identity;
 mod provider;
@@ -34,18 +44,22 @@ mod settlement;
 #[cfg(test)]
 mod scenario_tests;
 
-pub use admission::admit;
-pub use attempt::{check_claim, claim, release, renew};
+pub use admission::{admit, Admitted};
+pub use attempt::{check_claim, claim, rebase, release, renew};
 pub use bounds::{
     MAX_DIGEST_BYTES, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES,
     MAX_OPERATION_ID_BYTES, MAX_REF_BYTES, MAX_RETRY_AFTER_MS,
 };
-pub use decision::{resolve, Decision, DecisionOutcome};
+pub use completion::{
+    completion_evidence, facts_digest, verify_completion, CompletionMismatch, Fact,
+};
+pub use decision::{resolve, Decision, DecisionOutcome, ABANDONED_MEDIA_TYPE};
 pub use identity::{operation_id_for, settlement_evidence_digest};
 pub use provider::{bind_provider_operation, confirm_absent, record_unknown};
 pub use record::{
-    ActivityRecord, Admission, Attempt, Binding, Cell, DecisionRecord, EvidenceRecord, GuardRecord,
-    Key, Receipt, ResultRecord, ResultRef, RowError, SettlementRecord, COLUMNS,
+    lease_reached, ActivityRecord, Admission, Attempt, Binding, Cell, DecisionRecord,
+    EvidenceRecord, GuardRecord, Key, Now, Receipt, ResultRecord, ResultRef, RowError,
+    SettlementRecord, COLUMNS,
 };
 pub use rejection::{Rejection, RejectionKind};
 pub use result::record_result;

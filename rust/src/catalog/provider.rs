@@ -4,19 +4,22 @@
 use super::attempt::live;
 use super::bounds::{self, MAX_RETRY_AFTER_MS};
 use super::identity::operation_id_for;
-use super::record::{ActivityRecord, Binding, EvidenceRecord, GuardRecord};
+use super::record::{ActivityRecord, Binding, EvidenceRecord, GuardRecord, Now};
 use super::rejection::{Rejection, RejectionKind};
 
 /// Durably binds the provider operation identity before any external effect. The identity is
 /// the activity's derived `operation_id_for(kind, world_id, activity_id)`: namespaced by kind and
 /// world, stable for the activity's life, and so bound to exactly one activity without any
-/// cross-record lookup. Any other id is an `operation_conflict`. Rebinding is a no-op, and a
-/// reconcile-only attempt binds nothing new.
+/// cross-record lookup. Any other id is an `operation_conflict`.
+///
+/// A successful bind is an adapter's signal that it may execute, so only an execute attempt
+/// gets one: a reconcile-only attempt is refused (`reconcile_only`) even with the id that is
+/// already bound. An execute attempt rebinding its own id is a no-op.
 pub fn bind_provider_operation(
     rec: &ActivityRecord,
     fence: i64,
     operation_id: &str,
-    now_ms: i64,
+    now: &Now,
 ) -> Result<ActivityRecord, Rejection> {
     bounds::operation_id(operation_id)?;
     let key = rec.key();
@@ -28,7 +31,13 @@ pub fn bind_provider_operation(
             format!("{operation_id} is not this activity's operation identity {derived}"),
         ));
     }
-    let attempt = live(rec, fence, now_ms)?;
+    let attempt = live(rec, fence, now)?;
+    if !attempt.may_execute {
+        return Err(Rejection::new(
+            RejectionKind::ReconcileOnly,
+            "a reconcile-only attempt binds nothing: a bind would let it execute",
+        ));
+    }
     if let Some(b) = rec.binding.as_ref() {
         if b.operation_id == operation_id {
             return Ok(rec.clone());
@@ -42,23 +51,17 @@ pub fn bind_provider_operation(
             ),
         ));
     }
-    if !attempt.may_execute {
-        return Err(Rejection::new(
-            RejectionKind::ReconcileOnly,
-            "a reconcile-only attempt cannot bind a new provider operation",
-        ));
-    }
-    let mut next = rec.next();
+    let mut next = rec.next(now);
     next.binding = Some(Binding {
         operation_id: operation_id.to_owned(),
         fence,
-        bound_at_ms: now_ms,
+        bound_at_ms: now.wall_ms,
     });
     Ok(next)
 }
 
-fn reconciling(rec: &ActivityRecord, fence: i64, now_ms: i64) -> Result<(), Rejection> {
-    if live(rec, fence, now_ms)?.may_execute {
+fn reconciling(rec: &ActivityRecord, fence: i64, now: &Now) -> Result<(), Rejection> {
+    if live(rec, fence, now)?.may_execute {
         return Err(Rejection::new(
             RejectionKind::NotReconciling,
             "only a reconcile attempt concludes absence or unknown",
@@ -74,45 +77,46 @@ pub fn confirm_absent(
     fence: i64,
     guard_ref: &str,
     guard_digest: &str,
-    now_ms: i64,
+    now: &Now,
 ) -> Result<ActivityRecord, Rejection> {
     bounds::reference("guard.ref", guard_ref)?;
     bounds::digest("guard.digest", guard_digest)?;
-    reconciling(rec, fence, now_ms)?;
-    let mut next = rec.next();
+    reconciling(rec, fence, now)?;
+    let mut next = rec.next(now);
     next.retry_guard = Some(GuardRecord {
         guard_ref: guard_ref.to_owned(),
         digest: guard_digest.to_owned(),
         fence,
-        recorded_at_ms: now_ms,
+        recorded_at_ms: now.wall_ms,
         authorizes_execution: true,
     });
     next.awaiting_decision = false;
     next.attempt = None;
-    next.claimable_from_ms = Some(now_ms);
+    next.claimable_from_ms = Some(now.boot_ms);
     Ok(next)
 }
 
 /// Records that reconciliation could not tell: the evidence revision rises, the activity awaits
-/// an operator decision, and it may be claimed again (to reconcile only) after `retry_after_ms`.
+/// an operator decision, and it may be claimed again (to reconcile only) after `retry_after_ms`
+/// (0 to 7 days, `MAX_RETRY_AFTER_MS`) on the lease clock.
 pub fn record_unknown(
     rec: &ActivityRecord,
     fence: i64,
     evidence_ref: &str,
     evidence_digest: &str,
     retry_after_ms: i64,
-    now_ms: i64,
+    now: &Now,
 ) -> Result<ActivityRecord, Rejection> {
     bounds::reference("evidence.ref", evidence_ref)?;
     bounds::digest("evidence.digest", evidence_digest)?;
     bounds::duration("retry_after_ms", retry_after_ms, 0, MAX_RETRY_AFTER_MS)?;
-    let resume_at = bounds::later("retry_after_ms", now_ms, retry_after_ms)?;
-    reconciling(rec, fence, now_ms)?;
-    let mut next = rec.next();
+    let resume_at = bounds::later("retry_after_ms", now.boot_ms, retry_after_ms)?;
+    reconciling(rec, fence, now)?;
+    let mut next = rec.next(now);
     next.evidence = Some(EvidenceRecord {
         evidence_ref: evidence_ref.to_owned(),
         digest: evidence_digest.to_owned(),
-        recorded_at_ms: now_ms,
+        recorded_at_ms: now.wall_ms,
     });
     next.evidence_revision += 1;
     next.awaiting_decision = true;
@@ -125,54 +129,68 @@ pub fn record_unknown(
 mod tests {
     use super::*;
     use crate::catalog::attempt::claim;
-    use crate::catalog::scenario_tests::{admission, admitted, bound};
+    use crate::catalog::scenario_tests::{admission, admitted, at, bound};
 
     #[test]
     fn bind_is_idempotent_and_stable() {
         let rec = bound(0);
         let op = rec.binding.as_ref().unwrap().operation_id.clone();
-        assert_eq!(bind_provider_operation(&rec, 1, &op, 1).unwrap(), rec);
+        assert_eq!(bind_provider_operation(&rec, 1, &op, &at(1)).unwrap(), rec);
         assert_eq!(
-            bind_provider_operation(&rec, 1, "other", 1)
+            bind_provider_operation(&rec, 1, "other", &at(1))
                 .unwrap_err()
                 .kind,
             RejectionKind::OperationConflict
         );
         assert_eq!(
-            bind_provider_operation(&rec, 0, &op, 1).unwrap_err().kind,
+            bind_provider_operation(&rec, 0, &op, &at(1))
+                .unwrap_err()
+                .kind,
             RejectionKind::StaleFence
         );
     }
 
     #[test]
     fn reconcile_only_attempts_cannot_bind_and_execute_attempts_cannot_conclude() {
-        let rec = claim(&bound(0), "w2", 100, 1000).unwrap();
+        let rec = claim(&bound(0), "w2", 100, &at(1000)).unwrap();
         assert_eq!(
-            bind_provider_operation(&rec, 2, "other", 1001)
+            bind_provider_operation(&rec, 2, "other", &at(1001))
                 .unwrap_err()
                 .kind,
             RejectionKind::OperationConflict
         );
-        let fresh = claim(&admitted(&admission("w", "k", "a"), 0), "w1", 100, 0).unwrap();
+        // Not even the id already bound: a successful bind is the signal to execute.
+        let op = rec.binding.as_ref().unwrap().operation_id.clone();
         assert_eq!(
-            confirm_absent(&fresh, 1, "g", "d", 1).unwrap_err().kind,
+            bind_provider_operation(&rec, 2, &op, &at(1001))
+                .unwrap_err()
+                .kind,
+            RejectionKind::ReconcileOnly
+        );
+        let fresh = claim(&admitted(&admission("w", "k", "a"), 0), "w1", 100, &at(0)).unwrap();
+        assert_eq!(
+            confirm_absent(&fresh, 1, "g", "d", &at(1))
+                .unwrap_err()
+                .kind,
             RejectionKind::NotReconciling
         );
         assert_eq!(
-            record_unknown(&fresh, 1, "e", "d", 0, 1).unwrap_err().kind,
+            record_unknown(&fresh, 1, "e", "d", 0, &at(1))
+                .unwrap_err()
+                .kind,
             RejectionKind::NotReconciling
         );
     }
 
     #[test]
     fn confirmed_absence_authorises_exactly_one_fresh_execution() {
-        let rec = claim(&bound(0), "w2", 100, 1000).unwrap();
-        let absent = confirm_absent(&rec, 2, "guard://1", "sha256:g", 1010).unwrap();
+        let rec = claim(&bound(0), "w2", 100, &at(1000)).unwrap();
+        let absent = confirm_absent(&rec, 2, "guard://1", "sha256:g", &at(1010)).unwrap();
         assert_eq!(absent.claimable_from_ms, Some(1010));
-        let exec = claim(&absent, "w3", 100, 1010).unwrap();
+        let exec = claim(&absent, "w3", 100, &at(1010)).unwrap();
         assert!(exec.attempt.as_ref().unwrap().may_execute);
         assert!(!exec.retry_guard.as_ref().unwrap().authorizes_execution);
-        let after = claim(&exec, "w4", 100, 2000).unwrap();
+        let after = claim(&exec, "w4", 100, &at(2000)).unwrap();
         assert!(
             !after.attempt.as_ref().unwrap().may_execute,
             "the guard was used up"
@@ -181,16 +199,16 @@ mod tests {
 
     #[test]
     fn unknown_raises_the_revision_and_backs_off() {
-        let rec = claim(&bound(0), "w2", 100, 1000).unwrap();
-        let unknown = record_unknown(&rec, 2, "ev://1", "sha256:e", 500, 1010).unwrap();
+        let rec = claim(&bound(0), "w2", 100, &at(1000)).unwrap();
+        let unknown = record_unknown(&rec, 2, "ev://1", "sha256:e", 500, &at(1010)).unwrap();
         assert_eq!(unknown.evidence_revision, 1);
         assert!(unknown.awaiting_decision);
         assert!(unknown.attempt.is_none());
         assert_eq!(
-            claim(&unknown, "w3", 100, 1200).unwrap_err().kind,
+            claim(&unknown, "w3", 100, &at(1200)).unwrap_err().kind,
             RejectionKind::AwaitingDecision
         );
-        let again = claim(&unknown, "w3", 100, 1510).unwrap();
+        let again = claim(&unknown, "w3", 100, &at(1510)).unwrap();
         assert!(!again.attempt.as_ref().unwrap().may_execute);
     }
 }

@@ -1,9 +1,44 @@
 //! The Activity record and its flat row layout: one row per activity, one column per fact.
 //!
-//! Storage keeps exactly these columns in this order (`COLUMNS`); the Python side never learns
-//! the meaning of a column beyond what it needs to index and page.
+//! Storage keeps exactly these columns (`COLUMNS`); the Python side never learns the meaning of
+//! a column beyond what it needs to index and page. Three columns are derived here, never by
+//! storage: `claimable_from_ms` (set by the transitions), `pending_observation` and
+//! `unsettled` (functions of the facts, written on every encode and checked on every decode).
+//!
+//! Two clocks: `now.wall_ms` stamps record times meant for people (`*_at_ms`); the lease clock
+//! (`now.boot_ms` on boot `now.boot_id`, which wall-clock steps do not move) measures every
+//! value that decides a lease or a backoff: `lease_expires_ms` and `claimable_from_ms`, both on
+//! the boot named by `lease_boot_id`. A lease-clock value of another boot has passed.
 
 use std::fmt;
+
+/// One reading of the catalog's clock, the time parameter of every transition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Now {
+    /// The lease clock's domain: the host's boot id (a server clock names its own epoch).
+    pub boot_id: String,
+    /// Lease-clock milliseconds (CLOCK_BOOTTIME on a host): leases and backoff.
+    pub boot_ms: i64,
+    /// Wall-clock milliseconds since the epoch: record times for people, never a lease.
+    pub wall_ms: i64,
+}
+
+impl Now {
+    /// Both clocks at `ms` on one boot: what tests and fixtures use.
+    pub fn at(boot_id: &str, ms: i64) -> Now {
+        Now {
+            boot_id: boot_id.to_owned(),
+            boot_ms: ms,
+            wall_ms: ms,
+        }
+    }
+}
+
+/// Whether the lease-clock time `at_ms`, measured on boot `lease_boot_id`, is reached at `now`:
+/// on the same boot when `now` got there, on another boot always (its leases died with it).
+pub fn lease_reached(lease_boot_id: &str, at_ms: i64, now: &Now) -> bool {
+    lease_boot_id != now.boot_id || at_ms <= now.boot_ms
+}
 
 /// The control key: activity ids are only family-local, so world and kind are part of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +71,7 @@ pub struct Admission {
 pub struct Attempt {
     pub number: i64,
     pub owner: String,
+    /// On the record's lease clock (`lease_boot_id`).
     pub lease_expires_ms: i64,
     /// False: the attempt may only reconcile the bound provider operation.
     pub may_execute: bool,
@@ -128,8 +164,11 @@ pub struct ActivityRecord {
     pub awaiting_decision: bool,
     pub decision: Option<DecisionRecord>,
     pub settlement: Option<SettlementRecord>,
-    /// When the activity can next be claimed; `None` once a result is recorded.
+    /// When the activity can next be claimed, on the lease clock; `None` once a result is
+    /// recorded.
     pub claimable_from_ms: Option<i64>,
+    /// The boot whose lease clock `claimable_from_ms` and the attempt's lease are measured on.
+    pub lease_boot_id: String,
     /// Bumped by every transition that changes the record; storage compares-and-swaps on it.
     pub version: i64,
 }
@@ -139,17 +178,50 @@ impl ActivityRecord {
         &self.admission.key
     }
 
-    /// Whether the current attempt holds a lease that has not expired at `now_ms`.
-    pub fn has_live_attempt(&self, now_ms: i64) -> bool {
-        self.attempt
-            .as_ref()
-            .is_some_and(|a| now_ms < a.lease_expires_ms)
+    /// Whether the lease-clock time `at_ms` of this record has been reached at `now`. A time
+    /// measured on another boot's clock has: the boot that issued it is gone.
+    pub fn reached(&self, at_ms: i64, now: &Now) -> bool {
+        lease_reached(&self.lease_boot_id, at_ms, now)
     }
 
-    /// A copy with `version` bumped, ready for the changes of one transition.
-    pub(crate) fn next(&self) -> ActivityRecord {
+    /// Whether the current attempt holds a lease that has not expired at `now`.
+    pub fn has_live_attempt(&self, now: &Now) -> bool {
+        self.attempt
+            .as_ref()
+            .is_some_and(|a| !self.reached(a.lease_expires_ms, now))
+    }
+
+    /// Whether `claimable_from_ms` has been reached at `now` (the claim's other checks aside).
+    pub fn claimable_at(&self, now: &Now) -> bool {
+        self.claimable_from_ms
+            .is_some_and(|from| self.reached(from, now))
+    }
+
+    /// A result is recorded and no later receipt has settled it yet: restage it.
+    pub fn pending_observation(&self) -> bool {
+        self.result.is_some() && self.settlement.is_none()
+    }
+
+    /// Admitted and not settled: the lifecycle gate refuses fork and destroy.
+    pub fn unsettled(&self) -> bool {
+        self.settlement.is_none()
+    }
+
+    /// A copy with `version` bumped, ready for the changes of one transition, with its
+    /// lease-clock values on `now`'s boot: values of another boot have passed, so the lease
+    /// expires now and a claimable record is claimable now.
+    pub(crate) fn next(&self, now: &Now) -> ActivityRecord {
         let mut next = self.clone();
         next.version += 1;
+        if next.lease_boot_id != now.boot_id {
+            if let Some(a) = next.attempt.as_mut() {
+                a.lease_expires_ms = now.boot_ms;
+            }
+            if next.claimable_from_ms.is_some() {
+                next.claimable_from_ms = Some(now.boot_ms);
+            }
+            next.lease_boot_id.clone_from(&now.boot_id);
+        }
         next
     }
 }
@@ -210,6 +282,9 @@ pub const COLUMNS: &[&str] = &[
     "settlement_evidence_digest",
     "settled_at_ms",
     "claimable_from_ms",
+    "lease_boot_id",
+    "pending_observation",
+    "unsettled",
     "version",
 ];
 
@@ -306,8 +381,19 @@ fn group_err(column: &'static str) -> RowError {
 }
 
 impl ActivityRecord {
-    /// Decodes a stored row (in `COLUMNS` order).
+    /// Decodes a stored row (in `COLUMNS` order). The derived columns must agree with the
+    /// facts: a row that disagrees with itself is a row error.
     pub fn from_cells(cells: &[Cell]) -> Result<ActivityRecord, RowError> {
+        Self::decode(cells, true)
+    }
+
+    /// Decodes a row ignoring its derived `pending_observation` and `unsettled` cells, which
+    /// `to_cells` then recomputes: the schema migration that adds them uses this.
+    pub fn from_cells_rederived(cells: &[Cell]) -> Result<ActivityRecord, RowError> {
+        Self::decode(cells, false)
+    }
+
+    fn decode(cells: &[Cell], check_derived: bool) -> Result<ActivityRecord, RowError> {
         if cells.len() != COLUMNS.len() {
             return Err(RowError {
                 column: None,
@@ -462,8 +548,11 @@ impl ActivityRecord {
             _ => return Err(group_err("settled_run_id")),
         };
         let claimable_from_ms = r.opt_int()?;
+        let lease_boot_id = r.text()?;
+        let pending_observation = r.flag()?;
+        let unsettled = r.flag()?;
         let version = r.int()?;
-        Ok(ActivityRecord {
+        let rec = ActivityRecord {
             admission,
             admitted_at_ms,
             fence,
@@ -478,8 +567,27 @@ impl ActivityRecord {
             decision,
             settlement,
             claimable_from_ms,
+            lease_boot_id,
             version,
-        })
+        };
+        if check_derived {
+            for (column, stored, derived) in [
+                (
+                    "pending_observation",
+                    pending_observation,
+                    rec.pending_observation(),
+                ),
+                ("unsettled", unsettled, rec.unsettled()),
+            ] {
+                if stored != derived {
+                    return Err(RowError {
+                        column: Some(column),
+                        message: "disagrees with the recorded result and settlement".to_owned(),
+                    });
+                }
+            }
+        }
+        Ok(rec)
     }
 
     /// Encodes the record as a row in `COLUMNS` order.
@@ -552,6 +660,9 @@ impl ActivityRecord {
             ot(s.map(|x| x.evidence_digest.as_str())),
             oi(s.map(|x| x.settled_at_ms)),
             oi(self.claimable_from_ms),
+            t(&self.lease_boot_id),
+            b(self.pending_observation()),
+            b(self.unsettled()),
             Cell::Int(self.version),
         ]);
         cells
@@ -561,7 +672,7 @@ impl ActivityRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::scenario_tests::{admission, admitted};
+    use crate::catalog::scenario_tests::{admission, admitted, BOOT};
 
     #[test]
     fn columns_are_unique() {
@@ -576,6 +687,27 @@ mod tests {
         let rec = admitted(&admission("w", "k", "a"), 5);
         assert_eq!(rec.to_cells().len(), COLUMNS.len());
         assert_eq!(ActivityRecord::from_cells(&rec.to_cells()).unwrap(), rec);
+    }
+
+    #[test]
+    fn derived_columns_follow_the_facts_and_a_row_that_disagrees_is_refused() {
+        let rec = admitted(&admission("w", "k", "a"), 5);
+        let at = |name: &str| COLUMNS.iter().position(|c| *c == name).unwrap();
+        let cells = rec.to_cells();
+        assert_eq!(cells[at("pending_observation")], Cell::Int(0));
+        assert_eq!(cells[at("unsettled")], Cell::Int(1));
+        assert_eq!(cells[at("lease_boot_id")], Cell::Text(BOOT.into()));
+        for (column, value) in [("pending_observation", 1), ("unsettled", 0)] {
+            let mut bad = cells.clone();
+            bad[at(column)] = Cell::Int(value);
+            assert_eq!(
+                ActivityRecord::from_cells(&bad).unwrap_err().column,
+                Some(COLUMNS[at(column)])
+            );
+            // The migration's decode ignores them; encoding writes what the facts say.
+            let fixed = ActivityRecord::from_cells_rederived(&bad).unwrap();
+            assert_eq!(fixed.to_cells(), cells);
+        }
     }
 
     #[test]

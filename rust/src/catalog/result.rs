@@ -2,7 +2,7 @@
 
 use super::attempt::live;
 use super::bounds;
-use super::record::{ActivityRecord, ResultRecord, ResultRef};
+use super::record::{ActivityRecord, Now, ResultRecord, ResultRef};
 use super::rejection::{Rejection, RejectionKind};
 
 pub(crate) fn check_result(result: &ResultRef) -> Result<(), Rejection> {
@@ -19,7 +19,7 @@ pub fn record_result(
     rec: &ActivityRecord,
     fence: i64,
     result: &ResultRef,
-    now_ms: i64,
+    now: &Now,
 ) -> Result<ActivityRecord, Rejection> {
     check_result(result)?;
     if let Some(existing) = rec.result.as_ref() {
@@ -41,7 +41,7 @@ pub fn record_result(
             ),
         ));
     }
-    let attempt = live(rec, fence, now_ms)?;
+    let attempt = live(rec, fence, now)?;
     if attempt.may_execute && rec.binding.is_none() {
         return Err(Rejection::new(
             RejectionKind::NotBound,
@@ -49,12 +49,12 @@ pub fn record_result(
         ));
     }
     let number = attempt.number;
-    let mut next = rec.next();
+    let mut next = rec.next(now);
     next.result = Some(ResultRecord {
         result: result.clone(),
         attempt: number,
         fence,
-        recorded_at_ms: now_ms,
+        recorded_at_ms: now.wall_ms,
     });
     next.attempt = None;
     next.awaiting_decision = false;
@@ -66,13 +66,13 @@ pub fn record_result(
 mod tests {
     use super::*;
     use crate::catalog::attempt::claim;
-    use crate::catalog::scenario_tests::{admission, admitted, bound, result_ref};
+    use crate::catalog::scenario_tests::{admission, admitted, at, bound, result_ref};
 
     #[test]
     fn execute_attempts_must_bind_first() {
-        let rec = claim(&admitted(&admission("w", "k", "a"), 0), "w1", 100, 0).unwrap();
+        let rec = claim(&admitted(&admission("w", "k", "a"), 0), "w1", 100, &at(0)).unwrap();
         assert_eq!(
-            record_result(&rec, 1, &result_ref("r"), 1)
+            record_result(&rec, 1, &result_ref("r"), &at(1))
                 .unwrap_err()
                 .kind,
             RejectionKind::NotBound
@@ -81,18 +81,21 @@ mod tests {
 
     #[test]
     fn exact_duplicate_is_a_no_op_and_a_different_result_conflicts() {
-        let rec = record_result(&bound(0), 1, &result_ref("r"), 5).unwrap();
+        let rec = record_result(&bound(0), 1, &result_ref("r"), &at(5)).unwrap();
         assert_eq!(rec.claimable_from_ms, None);
         assert!(rec.attempt.is_none());
-        assert_eq!(record_result(&rec, 1, &result_ref("r"), 6).unwrap(), rec);
         assert_eq!(
-            record_result(&rec, 1, &result_ref("other"), 6)
+            record_result(&rec, 1, &result_ref("r"), &at(6)).unwrap(),
+            rec
+        );
+        assert_eq!(
+            record_result(&rec, 1, &result_ref("other"), &at(6))
                 .unwrap_err()
                 .kind,
             RejectionKind::ResultConflict
         );
         assert_eq!(
-            record_result(&rec, 0, &result_ref("other"), 6)
+            record_result(&rec, 0, &result_ref("other"), &at(6))
                 .unwrap_err()
                 .kind,
             RejectionKind::StaleFence
@@ -103,26 +106,26 @@ mod tests {
     fn a_stale_or_expired_fence_records_nothing() {
         let rec = bound(0);
         assert_eq!(
-            record_result(&rec, 0, &result_ref("r"), 1)
+            record_result(&rec, 0, &result_ref("r"), &at(1))
                 .unwrap_err()
                 .kind,
             RejectionKind::StaleFence
         );
         assert_eq!(
-            record_result(&rec, 1, &result_ref("r"), 100)
+            record_result(&rec, 1, &result_ref("r"), &at(100))
                 .unwrap_err()
                 .kind,
             RejectionKind::LeaseExpired
         );
-        let newer = claim(&rec, "w2", 100, 100).unwrap();
+        let newer = claim(&rec, "w2", 100, &at(100)).unwrap();
         assert_eq!(
-            record_result(&newer, 1, &result_ref("r"), 101)
+            record_result(&newer, 1, &result_ref("r"), &at(101))
                 .unwrap_err()
                 .kind,
             RejectionKind::StaleFence
         );
         assert!(
-            record_result(&newer, 2, &result_ref("r"), 101).is_ok(),
+            record_result(&newer, 2, &result_ref("r"), &at(101)).is_ok(),
             "reconcile records"
         );
     }

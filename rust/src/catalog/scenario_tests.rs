@@ -1,8 +1,17 @@
-//! Shared fixtures and a property test driving several workers and a jumping clock through
-//! random interleavings of every transition, checking the catalog invariants after each step.
+//! Shared fixtures and a property test driving several workers, a lease clock that reboots and
+//! a wall clock that steps both ways through random interleavings of every transition, checking
+//! the catalog invariants after each step.
 
 use super::*;
 use proptest::prelude::*;
+
+/// The boot of the fixtures' lease clock.
+pub(crate) const BOOT: &str = "boot-1";
+
+/// Both clocks at `ms` on `BOOT`.
+pub(crate) fn at(ms: i64) -> Now {
+    Now::at(BOOT, ms)
+}
 
 pub(crate) fn admission(world: &str, kind: &str, id: &str) -> Admission {
     Admission {
@@ -23,7 +32,7 @@ pub(crate) fn admission(world: &str, kind: &str, id: &str) -> Admission {
 }
 
 pub(crate) fn admitted(adm: &Admission, now_ms: i64) -> ActivityRecord {
-    admit(None, adm, now_ms).unwrap()
+    admit(None, adm, &at(now_ms)).unwrap().0
 }
 
 pub(crate) fn result_ref(name: &str) -> ResultRef {
@@ -42,15 +51,19 @@ pub(crate) fn bound(now_ms: i64) -> ActivityRecord {
         &admitted(&admission("w", "k", "a"), now_ms),
         "w1",
         100,
-        now_ms,
+        &at(now_ms),
     )
     .unwrap();
-    bind_provider_operation(&rec, 1, &operation_id_for("k", "w", "a"), now_ms).unwrap()
+    bind_provider_operation(&rec, 1, &operation_id_for("k", "w", "a"), &at(now_ms)).unwrap()
 }
 
 #[derive(Clone, Debug)]
 enum Op {
     Tick(i64),
+    /// A new boot: its lease clock restarts at the given value.
+    Reboot(i64),
+    /// The wall clock steps (either way); no lease or backoff may notice.
+    WallStep(i64),
     Claim(usize, i64),
     Renew(usize, i64),
     Release(usize),
@@ -65,6 +78,8 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (1i64..300).prop_map(Op::Tick),
+        (0i64..50).prop_map(Op::Reboot),
+        (-3_600_000i64..3_600_000).prop_map(Op::WallStep),
         (0usize..3, 1i64..200).prop_map(|(w, l)| Op::Claim(w, l)),
         (0usize..3, 1i64..200).prop_map(|(w, l)| Op::Renew(w, l)),
         (0usize..3).prop_map(Op::Release),
@@ -81,7 +96,11 @@ proptest! {
     #[test]
     fn invariants_hold_under_random_interleavings(ops in proptest::collection::vec(op(), 1..80)) {
         let mut now = 0i64;
+        let mut boot = 1u32;
+        let mut wall = 1_700_000_000_000i64;
         let mut rec = admitted(&admission("w", "k", "a"), now);
+        // The lease the model believes was last granted: (boot, expiry on that boot's clock).
+        let mut granted: Option<(u32, i64)> = None;
         // The fence each worker believes it holds.
         let mut held: [Option<i64>; 3] = [None; 3];
         // Whether an execute attempt is permitted by an unused confirmed absence.
@@ -91,22 +110,25 @@ proptest! {
         for op in ops {
             let before = rec.clone();
             let fence_of = |w: usize| held[w].unwrap_or(0);
+            let t = Now { boot_id: format!("boot-{boot}"), boot_ms: now, wall_ms: wall };
             let out = match &op {
-                Op::Tick(d) => { now += d; Ok(rec.clone()) }
-                Op::Claim(_, l) => claim(&rec, "worker", *l, now),
-                Op::Renew(w, l) => renew(&rec, fence_of(*w), *l, now),
-                Op::Release(w) => release(&rec, fence_of(*w), now),
-                Op::Bind(w) => bind_provider_operation(&rec, fence_of(*w), &op_id, now),
-                Op::Record(w, r) => record_result(&rec, fence_of(*w), &result_ref(&format!("r{r}")), now),
-                Op::Absent(w) => confirm_absent(&rec, fence_of(*w), "guard://g", "sha256:g", now),
-                Op::Unknown(w, b) => record_unknown(&rec, fence_of(*w), "ev://e", "sha256:e", *b, now),
+                Op::Tick(d) => { now += d; wall += d; Ok(rec.clone()) }
+                Op::Reboot(ms) => { boot += 1; now = *ms; Ok(rec.clone()) }
+                Op::WallStep(d) => { wall += d; Ok(rec.clone()) }
+                Op::Claim(_, l) => claim(&rec, "worker", *l, &t),
+                Op::Renew(w, l) => renew(&rec, fence_of(*w), *l, &t),
+                Op::Release(w) => release(&rec, fence_of(*w), &t),
+                Op::Bind(w) => bind_provider_operation(&rec, fence_of(*w), &op_id, &t),
+                Op::Record(w, r) => record_result(&rec, fence_of(*w), &result_ref(&format!("r{r}")), &t),
+                Op::Absent(w) => confirm_absent(&rec, fence_of(*w), "guard://g", "sha256:g", &t),
+                Op::Unknown(w, b) => record_unknown(&rec, fence_of(*w), "ev://e", "sha256:e", *b, &t),
                 Op::Resolve(d, r) => {
                     let outcome = match d {
                         0 => DecisionOutcome::Recovered(result_ref("op")),
                         1 => DecisionOutcome::Absent { guard_ref: "guard://op".into(), guard_digest: "sha256:op".into() },
                         _ => DecisionOutcome::Abandon,
                     };
-                    resolve(&rec, &Decision { outcome, evidence_revision: *r, operator: "op".into(), note: String::new() }, now)
+                    resolve(&rec, &Decision { outcome, evidence_revision: *r, operator: "op".into(), note: String::new() }, &t)
                 }
                 Op::Settle(good) => {
                     let digest = match (&rec.result, good) {
@@ -114,7 +136,7 @@ proptest! {
                         _ => "sha256:wrong".to_owned(),
                     };
                     let receipt = Receipt { world_id: "w".into(), run_id: "run-1".into(), tick: 9, visibility_token: "t9".into() };
-                    settle(&rec, &receipt, &digest, None, now)
+                    settle(&rec, &receipt, &digest, None, &t)
                 }
             };
             if let Ok(next) = out {
@@ -126,6 +148,14 @@ proptest! {
                     if next != before { prop_assert_eq!(held[*w], Some(before.fence)); }
                 }
                 if let Op::Claim(w, _) = &op {
+                    // Never over a lease the model still holds live on this boot's clock, and
+                    // always on this boot's clock.
+                    if let Some((b, expires)) = granted {
+                        prop_assert!(b != boot || expires <= now, "claimed over a live lease");
+                    }
+                    let a = next.attempt.as_ref().unwrap();
+                    prop_assert_eq!(&next.lease_boot_id, &format!("boot-{boot}"));
+                    granted = Some((boot, a.lease_expires_ms));
                     // At most one live attempt: every other worker's fence is now stale.
                     held = [None; 3];
                     held[*w] = Some(next.fence);
@@ -134,6 +164,12 @@ proptest! {
                         executions_after_bind += 1;
                         prop_assert!(executions_after_bind <= absences, "execute after bind without absence");
                     }
+                }
+                if let Op::Renew(..) = &op {
+                    granted = Some((boot, next.attempt.as_ref().unwrap().lease_expires_ms));
+                }
+                if next.attempt.is_none() {
+                    granted = None; // the attempt ended (release, conclusion, decision)
                 }
                 if matches!(op, Op::Absent(_)) { absences += 1; }
                 if let (Op::Resolve(1, _), true) = (&op, next != before) { absences += 1; }
@@ -156,6 +192,9 @@ proptest! {
                     // Never an execute attempt while a decision is awaited.
                     prop_assert!(!(next.awaiting_decision && a.may_execute));
                 }
+                // The derived columns follow the facts.
+                prop_assert_eq!(next.pending_observation(), next.result.is_some() && next.settlement.is_none());
+                prop_assert_eq!(next.unsettled(), next.settlement.is_none());
                 // The row layout round-trips every reachable record.
                 prop_assert_eq!(ActivityRecord::from_cells(&next.to_cells()).unwrap(), next.clone());
                 rec = next;

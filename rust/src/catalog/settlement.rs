@@ -1,9 +1,10 @@
 //! `settle`: bind the recorded result to the later committed receipt that observed it.
 
+use super::admission::check_now;
 use super::admission::check_receipt;
 use super::bounds;
 use super::identity::settlement_evidence_digest;
-use super::record::{ActivityRecord, Receipt, SettlementRecord};
+use super::record::{ActivityRecord, Now, Receipt, SettlementRecord};
 use super::rejection::{Rejection, RejectionKind};
 
 /// Settles the activity against `receipt`, a later committed tick of the same world and run whose
@@ -15,8 +16,9 @@ pub fn settle(
     receipt: &Receipt,
     evidence_digest: &str,
     fence: Option<i64>,
-    now_ms: i64,
+    now: &Now,
 ) -> Result<ActivityRecord, Rejection> {
+    check_now(now)?;
     check_receipt(receipt)?;
     bounds::digest("evidence_digest", evidence_digest)?;
     if let Some(fence) = fence {
@@ -86,13 +88,13 @@ pub fn settle(
             ),
         ));
     }
-    let mut next = rec.next();
+    let mut next = rec.next(now);
     next.settlement = Some(SettlementRecord {
         run_id: receipt.run_id.clone(),
         tick: receipt.tick,
         visibility_token: receipt.visibility_token.clone(),
         evidence_digest: evidence_digest.to_owned(),
-        settled_at_ms: now_ms,
+        settled_at_ms: now.wall_ms,
     });
     Ok(next)
 }
@@ -101,7 +103,7 @@ pub fn settle(
 mod tests {
     use super::*;
     use crate::catalog::result::record_result;
-    use crate::catalog::scenario_tests::{bound, result_ref};
+    use crate::catalog::scenario_tests::{at, bound, result_ref};
 
     fn receipt(tick: i64, token: &str) -> Receipt {
         Receipt {
@@ -113,7 +115,7 @@ mod tests {
     }
 
     fn done() -> (ActivityRecord, String) {
-        let rec = record_result(&bound(0), 1, &result_ref("r"), 5).unwrap();
+        let rec = record_result(&bound(0), 1, &result_ref("r"), &at(5)).unwrap();
         let d = settlement_evidence_digest("k", "w", "a", "r", "sha256:r");
         (rec, d)
     }
@@ -121,13 +123,13 @@ mod tests {
     #[test]
     fn settles_once_against_a_later_receipt() {
         let (rec, d) = done();
-        let settled = settle(&rec, &receipt(8, "t8"), &d, None, 9).unwrap();
+        let settled = settle(&rec, &receipt(8, "t8"), &d, None, &at(9)).unwrap();
         assert_eq!(
-            settle(&settled, &receipt(8, "t8"), &d, None, 10).unwrap(),
+            settle(&settled, &receipt(8, "t8"), &d, None, &at(10)).unwrap(),
             settled
         );
         assert_eq!(
-            settle(&settled, &receipt(9, "t9"), &d, None, 10)
+            settle(&settled, &receipt(9, "t9"), &d, None, &at(10))
                 .unwrap_err()
                 .kind,
             RejectionKind::SettlementConflict
@@ -139,30 +141,30 @@ mod tests {
         let (rec, d) = done();
         let kind = |r: Result<ActivityRecord, Rejection>| r.unwrap_err().kind;
         assert_eq!(
-            kind(settle(&rec, &receipt(3, "t"), &d, None, 9)),
+            kind(settle(&rec, &receipt(3, "t"), &d, None, &at(9))),
             RejectionKind::ReceiptMismatch
         );
         assert_eq!(
-            kind(settle(&rec, &receipt(8, ""), &d, None, 9)),
+            kind(settle(&rec, &receipt(8, ""), &d, None, &at(9))),
             RejectionKind::TokenlessReceipt
         );
         let mut other_run = receipt(8, "t");
         other_run.run_id = "run-2".into();
         assert_eq!(
-            kind(settle(&rec, &other_run, &d, None, 9)),
+            kind(settle(&rec, &other_run, &d, None, &at(9))),
             RejectionKind::ReceiptMismatch
         );
         assert_eq!(
-            kind(settle(&rec, &receipt(8, "t"), "sha256:nope", None, 9)),
+            kind(settle(&rec, &receipt(8, "t"), "sha256:nope", None, &at(9))),
             RejectionKind::EvidenceMismatch
         );
         assert_eq!(
-            kind(settle(&rec, &receipt(8, "t"), &d, Some(0), 9)),
+            kind(settle(&rec, &receipt(8, "t"), &d, Some(0), &at(9))),
             RejectionKind::StaleFence
         );
-        assert!(settle(&rec, &receipt(8, "t"), &d, Some(1), 9).is_ok());
+        assert!(settle(&rec, &receipt(8, "t"), &d, Some(1), &at(9)).is_ok());
         assert_eq!(
-            kind(settle(&bound(0), &receipt(8, "t"), &d, None, 9)),
+            kind(settle(&bound(0), &receipt(8, "t"), &d, None, &at(9))),
             RejectionKind::NoResult
         );
     }
