@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.activities import ResultRef
-from tether.physical._durable import create_exclusive, write_durable
+from tether.operations._durable import create_exclusive, write_durable
 from tether.physical._episode import (
     EpisodeRequest,
     EpisodeRun,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.physical._durable import create_exclusive
+from tether.operations._durable import create_exclusive
 from tether.physical.robot_move import (
     Conclusion,
     ConfirmedAbsent,
