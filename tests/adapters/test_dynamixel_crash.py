@@ -205,7 +205,7 @@ def test_a_relative_move_is_recovered_only_when_its_goal_proves_it_ran(
 def test_tether_stop_reaches_a_worker_that_owns_the_port_mid_move(tmp_path: Path) -> None:
     with emulator_process(tmp_path, speed_scale=0.3) as emu:
         config = write_config(tmp_path, emu.path)
-        env = {k: v for k, v in os.environ.items() if k != "TETHER_DXL_CRASH_AT"}
+        env = {k: v for k, v in os.environ.items() if k != "TETHER_CRASH_AT"}
         argv = [
             "move",
             "--config",

@@ -48,7 +48,7 @@ def test_an_adapter_unplugged_mid_move_ends_in_one_typed_line(tmp_path: Path) ->
     with emulator_process(tmp_path, speed_scale=0.2) as emu:
         config = write_config(tmp_path, emu.path)
         argv = ["move", "--config", str(config), "--robot", "arm", "--activity", "unplug"]
-        env = {k: v for k, v in os.environ.items() if k != "TETHER_DXL_CRASH_AT"}
+        env = {k: v for k, v in os.environ.items() if k != "TETHER_CRASH_AT"}
         with subprocess.Popen(
             [sys.executable, "-m", "tether", *argv, "--joint", "a=1.0"],
             stdout=subprocess.PIPE,

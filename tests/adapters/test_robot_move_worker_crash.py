@@ -36,10 +36,10 @@ def emulator() -> Iterator[DynamixelEmulator]:
 
 
 def worker(data: Path, config: Path, crash_at: str | None) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "TETHER_DXL_CRASH_AT"}
+    env = {k: v for k, v in os.environ.items() if k != "TETHER_CRASH_AT"}
     env[CONFIG_ENV] = str(config)
     if crash_at:
-        env["TETHER_DXL_CRASH_AT"] = crash_at
+        env["TETHER_CRASH_AT"] = crash_at
     argv = [
         "worker",
         str(data),

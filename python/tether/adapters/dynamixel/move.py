@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from tether import _core
+from tether._crash import crash_point
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, RobotConfig
 from tether.adapters.dynamixel.host import RobotHost, read_state
@@ -41,20 +41,76 @@ from tether.physical.robot_move import Conclusion, ConfirmedAbsent, MoveRequest,
 from tether.physical.robot_move_store import Operation, now_ms
 from tether.transport import DeviceError
 
-#: Names a crash point at which the worker SIGKILLs itself (crash tests only).
-CRASH_ENV = "TETHER_DXL_CRASH_AT"
+#: The crash points of a move and of a re-issue proof (`TETHER_CRASH_AT=<name>`, the one
+#: crash-injection mechanism, `tether._crash`).
 CRASH_POINTS = ("after_preimage", "after_reg_write", "after_action", "after_readback")
+PROOF_CRASH_POINTS = ("proof.after_neutralise", "proof.after_fence_floor")
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
 
-def crash_point(name: str) -> None:
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 class MoveNotReached(DeviceError):
     """The arm settled away from its goals (blocked, or torque lost); code `not_reached`."""
+
+
+class ReissueRefused(DeviceError):
+    """The adapter cannot prove that no earlier attempt can still act, so a re-issue may not
+    run; code `hardware_error`, `device_not_idle`, `not_repeatable` or `neutralise_failed`."""
+
+
+class FencedOut(DeviceError):
+    """A command of an attempt under the move's fence floor; code `fenced_out` (the device owner
+    refuses commands from an older fence)."""
+
+
+def si_read_back(robot: RobotConfig, state: dict[str, Any]) -> dict[str, Any]:
+    """A read-back in SI units (rad; rad/s for the profile speed), per joint name, with its
+    read time and decoded hardware errors: what evidence shows an operator."""
+    joints: dict[str, Any] = {}
+    for dxl_id, j in sorted(_joints(state).items()):
+        name = robot.joint_by_id(dxl_id).name
+        joints[name] = {
+            "id": dxl_id,
+            "position_rad": round(tables.ticks_to_radians(j["present_position"]), 6),
+            "goal_rad": round(tables.ticks_to_radians(j["goal_position"]), 6),
+            "moving": bool(j["moving"]),
+            "torque_on": bool(j["torque_enable"]),
+            "staged_write": bool(j["registered_instruction"]),
+            "hardware_errors": tables.hardware_errors(j["hardware_error_status"]),
+        }
+    return {"read_at_ms": state.get("read_at_ms"), "joints": joints}
+
+
+def profile_speed_rad_s(profile_velocity: int) -> float:
+    """A raw Profile Velocity as rad/s."""
+    return round(tables.ticks_per_second(profile_velocity) * 2 * 3.141592653589793 / 4096, 6)
+
+
+def changed_since(before: dict[str, Any], after: dict[str, Any], tolerance: int) -> list[str]:
+    """The adapter's comparison of two read-backs: differences that matter (empty when the
+    device is as it was when the evidence was taken)."""
+    diffs: list[str] = []
+    for dxl_id, old in before.get("joints", {}).items():
+        new = after.get("joints", {}).get(dxl_id)
+        if new is None:
+            diffs.append(f"id {dxl_id} missing")
+            continue
+        for name in (
+            "goal_position",
+            "registered_instruction",
+            "torque_enable",
+            "hardware_error_status",
+            "moving",
+        ):
+            if old.get(name) != new.get(name):
+                diffs.append(f"id {dxl_id} {name} {old.get(name)} -> {new.get(name)}")
+        if (
+            abs(int(old.get("present_position", 0)) - int(new.get("present_position", 0)))
+            > tolerance
+        ):
+            moved = f"{old.get('present_position')} -> {new.get('present_position')}"
+            diffs.append(f"id {dxl_id} present_position {moved}")
+    return diffs
 
 
 def plan_absolute(robot: RobotConfig, request: MoveRequest) -> dict[int, int]:
@@ -105,11 +161,15 @@ class DynamixelMoveAdapter:
         *,
         progress: ProgressFn | None = None,
         settle_timeout_s: float = 30.0,
+        fence: int | None = None,
     ) -> None:
         self.config = config
         self.host = host
         self.progress = progress or (lambda content: None)
         self.settle_timeout_s = settle_timeout_s
+        #: The catalog fence of the attempt this adapter acts for (None: standalone use); a
+        #: command under the move's fence floor is refused before it is logged or sent.
+        self.fence = fence
 
     # --- helpers ---
 
@@ -122,6 +182,13 @@ class DynamixelMoveAdapter:
         send: Callable[[], None],
         **info: Any,
     ) -> None:
+        if self.fence is not None and self.fence < op.fence_floor():
+            raise FencedOut(
+                "fenced_out",
+                f"attempt with fence {self.fence} is under the floor {op.fence_floor()} of "
+                f"{op.id}: nothing sent",
+                details={"fence": self.fence, "floor": op.fence_floor()},
+            )
         op.log_sent(
             {
                 "attempt": attempt,
