@@ -117,7 +117,8 @@ def run_worker(
     env.pop("TETHER_CRASH_AT", None)
     if crash_at:
         env["TETHER_CRASH_AT"] = crash_at
-    argv = ["move", "--config", str(config), "--robot", "arm", "--activity", activity, *extra]
+    argv = ["move", "--config", str(config), "--robot", "arm", "--activity", activity]
+    argv += ["--lease-ms", "1500", *extra]
     for name, value in (joints or TARGETS).items():
         argv += ["--joint", f"{name}={value}"]
     return subprocess.run(

@@ -58,8 +58,15 @@ def test_a_store_of_the_old_layout_is_refused_with_what_to_do(tmp_path: Path) ->
     assert (old / "operation.json").read_text() == "{}"  # nothing touched
 
 
-@pytest.mark.parametrize("bad", ["..", ".", "../../etc"])
-def test_operator_show_refuses_an_id_that_would_name_a_path(tmp_path: Path, bad: str) -> None:
+@pytest.mark.parametrize(
+    ("bad", "code"),
+    [("..", "bad_operation_id"), (".", "bad_operation_id"), ("../../etc", "unknown_activity")],
+)
+def test_operator_show_refuses_an_id_that_would_name_a_path(
+    tmp_path: Path, bad: str, code: str
+) -> None:
+    """An operation id is validated before anything is looked up; a key-shaped id is only ever
+    a catalog key (never a path)."""
     config = tmp_path / "host.toml"
     config.write_text(
         f'[host]\nstate_dir = "{tmp_path / "state"}"\n[ports.bus]\nurl = "loop://"\n'
@@ -76,5 +83,5 @@ def test_operator_show_refuses_an_id_that_would_name_a_path(tmp_path: Path, bad:
     )
     assert done.returncode != 0
     assert "secret" not in done.stdout
-    assert "bad_operation_id" in done.stdout + done.stderr
+    assert json.loads(done.stdout)["code"] == code
     assert "Traceback" not in done.stderr

@@ -4,23 +4,21 @@ A robot move is one journal operation (bound request, start markers, preimages, 
 the result pointer with the result inline, retry-guard proofs); this module only names the
 robot-move records in it:
 
-    proof-guard-<n>     the retry guard that lets attempt n start (ConfirmedAbsent's proof, or
-                        the adapter's re-issue proof an operator's decision authorised)
+    proof-guard-<n>     the retry guard that lets attempt n start (ConfirmedAbsent's proof)
+    proof-reissue-<n>   the adapter's proof behind an operator's re-issue of attempt n
     proof-fence-floor   the fence below which the device owner refuses this move's commands
 
-Standalone `tether move` runs still keep their Unknown evidence and operator decisions in two
-files beside the journal records (`evidence-<r>.json`, `decision-<r>.json`): the runtime path
-keeps both in the Activity catalog instead.
+Unknown evidence, its revisions and the operator's decisions are not here: the Activity catalog
+holds them (the evidence document in the artifact store, by ref and digest).
 
-Rules: a parked move (latest evidence without a decision) never executes; attempt n > 1 starts
-only with its guard proof present; a published result is terminal.
+Rules: attempt n > 1 starts only with its guard or re-issue proof present (and only when the
+catalog let the attempt execute); a published result is terminal.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,15 +28,11 @@ from tether.operations import Journal, JournalError
 from tether.operations import Operation as JournalOperation
 from tether.operations._durable import create_exclusive
 from tether.physical.robot_move import (
-    Conclusion,
     ConfirmedAbsent,
     MoveRequest,
-    Recovered,
     canonical_json,
     digest,
 )
-
-_EVIDENCE = re.compile(r"^evidence-(\d+)\.json$")
 
 
 class StoreConflict(Exception):
@@ -79,17 +73,12 @@ class Operation:
     def attempts(self) -> list[int]:
         return self.entry.attempts()
 
-    def evidence_revisions(self) -> list[int]:
-        return sorted(
-            int(m.group(1)) for p in self.path.iterdir() if (m := _EVIDENCE.match(p.name))
-        )
-
     def next_attempt(self) -> int:
         """The number the next attempt would carry (1 when none started)."""
         return self.entry.next_attempt()
 
     def start_attempt(self, number: int, info: dict[str, Any]) -> None:
-        if number > 1 and self.guard(number) is None:
+        if number > 1 and self.guard(number) is None and self.reissue_proof(number) is None:
             raise StoreConflict(f"attempt {number} has no retry guard")
         try:
             self.entry.start(number, info)
@@ -125,6 +114,21 @@ class Operation:
             return None
         return {k: v for k, v in proof.items() if k not in ("proof", "digest")}
 
+    def reissue_proof(self, number: int) -> dict[str, Any] | None:
+        """The adapter's proof behind an operator's re-issue of attempt `number` (inert until a
+        catalog decision references it: only the catalog lets an attempt execute)."""
+        proof = self.entry.proof(f"reissue-{number}")
+        if proof is None:
+            return None
+        return {k: v for k, v in proof.items() if k not in ("proof", "digest")}
+
+    def record_reissue_proof(self, number: int, proof: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self.entry.record_proof(f"reissue-{number}", {**proof, "recorded_at_ms": now_ms()})
+        except JournalError:
+            pass  # a proof taken before a crash stands
+        return self.reissue_proof(number) or proof
+
     def fence_floor(self) -> int:
         """The fence below which this move's commands are refused (0: none set)."""
         proof = self.entry.proof("fence-floor")
@@ -139,30 +143,6 @@ class Operation:
             pass
         return self.fence_floor()
 
-    def record_evidence(self, evidence: dict[str, Any]) -> int:
-        revisions = self.evidence_revisions()
-        for revision in range((revisions[-1] if revisions else 0) + 1, 10_000):
-            doc = {**evidence, "revision": revision, "recorded_at_ms": now_ms()}
-            if write_new(self.path / f"evidence-{revision}.json", doc):
-                return revision
-        raise StoreConflict("too many evidence revisions")
-
-    def evidence(self, revision: int | None = None) -> dict[str, Any] | None:
-        revisions = self.evidence_revisions()
-        if not revisions:
-            return None
-        rev = revisions[-1] if revision is None else revision
-        p = self.path / f"evidence-{rev}.json"
-        return dict(read_json(p)) if p.exists() else None
-
-    def decision(self, revision: int) -> dict[str, Any] | None:
-        p = self.path / f"decision-{revision}.json"
-        return dict(read_json(p)) if p.exists() else None
-
-    def record_decision(self, revision: int, decision: dict[str, Any]) -> None:
-        if not write_new(self.path / f"decision-{revision}.json", decision):
-            raise StoreConflict(f"evidence revision {revision} was already decided")
-
     def record_result(self, result: dict[str, Any]) -> dict[str, Any]:
         """Terminal success (the result inline in the journal's result pointer); idempotent
         for the same document, a different one is a conflict."""
@@ -175,19 +155,6 @@ class Operation:
         except JournalError as exc:
             raise StoreConflict("a different result is already recorded") from exc
         return self.result() or doc
-
-    def record_conclusion(self, conclusion: Conclusion) -> tuple[str, dict[str, Any]]:
-        """Make a reconcile conclusion durable; the one place both the `tether move` worker and
-        the runtime family turn a conclusion into records. Returns (kind, durable document):
-        `recovered` -> the result; `confirmed_absent` -> the guard that lets the next attempt
-        start (a reconcile repeated after a crash finds the guard already there and reuses it);
-        `unknown` -> a new evidence revision, which parks the operation for an operator."""
-        if isinstance(conclusion, Recovered):
-            return "recovered", self.record_result(conclusion.result)
-        if isinstance(conclusion, ConfirmedAbsent):
-            return "confirmed_absent", self.record_absent(conclusion)
-        revision = self.record_evidence(conclusion.evidence)
-        return "unknown", self.evidence(revision) or {**conclusion.evidence, "revision": revision}
 
     def record_absent(self, conclusion: ConfirmedAbsent) -> dict[str, Any]:
         """The guard proof of the next attempt (a repeat after a crash reuses it)."""
@@ -223,12 +190,6 @@ class Operation:
         return doc
 
     @property
-    def parked(self) -> bool:
-        """Latest evidence is waiting for a decision (never executes by itself)."""
-        revisions = self.evidence_revisions()
-        return bool(revisions) and self.decision(revisions[-1]) is None and not self.terminal
-
-    @property
     def terminal(self) -> bool:
         return self.entry.result() is not None
 
@@ -237,8 +198,6 @@ class Operation:
             return "done"
         if self.failed() is not None:
             return "failed"
-        if self.parked:
-            return "awaiting_decision"
         return "pending" if not self.attempts() else "in_flight"
 
 

@@ -35,7 +35,7 @@ from tether import _core
 from tether._crash import crash_point
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, RobotConfig
-from tether.adapters.dynamixel.host import RobotHost, read_state
+from tether.adapters.dynamixel.host import RobotHost, last_operator_stop, read_state
 from tether.adapters.dynamixel.safety import safe_stop
 from tether.physical.robot_move import Conclusion, ConfirmedAbsent, MoveRequest, Recovered, Unknown
 from tether.physical.robot_move_store import Operation, now_ms
@@ -386,9 +386,9 @@ class DynamixelMoveAdapter:
             if self._reached(robot, goals, final):
                 return Recovered(self._result(op, attempt, robot, goals, final, "recovered"))
             checks["settled"] = False
-            return Unknown(
-                self._evidence(op, request, robot, goals, final, "not_settled", checks), 1000
-            )
+            reason = "settle_timeout" if final.get("timed_out") else "not_settled"
+            reason = self._stopped(robot, op, attempt) or reason
+            return Unknown(self._evidence(op, request, robot, goals, final, reason, checks), 1000)
 
         effectful = [s for s in sent if s.get("instruction") in ("reg_write", "action")]
         if not effectful and not hardware_error:
@@ -411,6 +411,8 @@ class DynamixelMoveAdapter:
         )
         if hardware_error or not checks["torque_as_before"] or not checks["staged_or_unchanged"]:
             reason = "hardware_error" if hardware_error else "device_state_lost_or_moved"
+            if not hardware_error:
+                reason = self._stopped(robot, op, attempt) or reason
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
 
         staged = {
@@ -439,6 +441,104 @@ class DynamixelMoveAdapter:
             )
         return ConfirmedAbsent(self._guard(bus, "staged_not_actioned", list(staged), after))
 
+    def _stopped(self, robot: RobotConfig, op: Operation, attempt: int) -> str | None:
+        """`stopped_by_operator` when an operator's stop of `robot` came after `attempt` began."""
+        marker = op.entry.marker(attempt) if attempt else None
+        began = int((marker or {}).get("started_at_ms", 0))
+        stopped = last_operator_stop(self.config, robot.name)
+        return "stopped_by_operator" if stopped is not None and stopped >= began else None
+
+    def prove_reissue(
+        self, op: Operation, request: MoveRequest, fence_floor: int
+    ) -> dict[str, Any]:
+        """The adapter's proof that no earlier attempt of `op` can still act, taken while this
+        host owns the port exclusively; recorded in the journal as the next attempt's re-issue
+        proof. Refused (`ReissueRefused`) for a relative move, a joint with a hardware error or
+        in motion, or staged writes that do not read back neutralised.
+
+        1. Every staged write on the bus is neutralised (REG_WRITE of the current goal, one
+           ACTION, each logged before it is sent) and read back with nothing staged.
+        2. The last ACTION is accounted for: never sent, or sent by an absolute move, whose
+           repetition ends in the same pose.
+        3. The fence floor is raised: this adapter refuses every command of an attempt under
+           it, so an older attempt cannot send anything after the proof.
+        """
+        robot = self.config.robot(request.robot)
+        if request.relative:
+            raise ReissueRefused(
+                "not_repeatable", "a relative move cannot be re-issued; mark it done or abandon it"
+            )
+        number = op.next_attempt()
+        existing = op.reissue_proof(number)
+        if existing is not None:
+            return existing  # a proof taken before a crash: the floor already stands
+        bus = self.host.bus_for(robot)
+        state = read_state(bus, robot)
+        joints = _joints(state)
+        errors = {
+            robot.joint_by_id(i).name: tables.hardware_errors(j["hardware_error_status"])
+            for i, j in joints.items()
+            if j["hardware_error_status"]
+        }
+        if errors:
+            raise ReissueRefused(
+                "hardware_error",
+                f"a re-issue is refused while a joint reports a hardware error: {errors}",
+                details={"hardware_errors": errors},
+            )
+        if any(j["moving"] for j in joints.values()):
+            raise ReissueRefused("device_not_idle", "the arm is moving; re-issue needs it idle")
+        # The floor first: from here on no older attempt sends anything, so what is read back
+        # below stays true.
+        floor = op.raise_fence_floor(fence_floor)
+        crash_point("proof.after_fence_floor")
+        staged = {i: j["goal_position"] for i, j in joints.items() if j["registered_instruction"]}
+        staged.update(self._staged_others(bus, robot, {i: 0 for i in joints}))
+        fence, self.fence = self.fence, None  # the proof's own frames are the host's
+        try:
+            for dxl_id, current in sorted(staged.items()):
+                self._stage_goal(op, number, bus, dxl_id, current, "neutralise_reg_write")
+            if staged:
+                self._send_logged(
+                    op, number, "neutralise_action", _core.dxl_action(), bus.action, id=0xFE
+                )
+        finally:
+            self.fence = fence
+        crash_point("proof.after_neutralise")
+        after = read_state(bus, robot)
+        others = self._staged_others(bus, robot, {i: 0 for i in _joints(after)})
+        if others or any(
+            j["registered_instruction"] or j["goal_position"] != joints[i]["goal_position"]
+            for i, j in _joints(after).items()
+        ):
+            raise ReissueRefused(
+                "neutralise_failed",
+                "staged writes did not read back neutralised; nothing re-issued",
+            )
+        last = op.attempts()[-1] if op.attempts() else 0
+        actions = [
+            s for s in op.sent() if s.get("attempt") == last and s.get("instruction") == "action"
+        ]
+        proof = {
+            "reason": "operator_reissue",
+            "for_attempt": number,
+            "port_lock": bus.identity.key,
+            "owner_pid": os.getpid(),
+            "neutralised_ids": sorted(staged),
+            "read_back": after,
+            "read_back_si": si_read_back(robot, after),
+            "last_action": {
+                "attempt": last,
+                "sent": bool(actions),
+                "t_ms": actions[-1].get("t_ms") if actions else None,
+                "accounted_by": "absolute_move_repeats_to_the_same_pose"
+                if actions
+                else "never_sent",
+            },
+            "fence_floor": floor,
+        }
+        return op.record_reissue_proof(number, proof)
+
     def _guard(
         self, bus: Any, reason: str, neutralised: list[int], state: dict[str, Any]
     ) -> dict[str, Any]:
@@ -462,9 +562,28 @@ class DynamixelMoveAdapter:
     ) -> dict[str, Any]:
         bus = self.host.bus_for(robot)
         joints = _joints(state)
+        attempts = op.attempts()
+        pre = op.preimage(attempts[-1]) if attempts else None
         return {
             "operation_id": op.id,
             "reason": reason,
+            "read_back": si_read_back(robot, state),
+            "staged": {
+                robot.joint_by_id(i).name: round(tables.ticks_to_radians(g), 6)
+                for i, g in sorted((goals or {}).items())
+            },
+            "preimage": None
+            if pre is None
+            else {
+                "read_back": si_read_back(robot, pre["state"]),
+                "profile_speed_rad_s": profile_speed_rad_s(int(pre["profile_velocity"])),
+                "first_motion": pre["first_motion"],
+            },
+            "hardware_errors": {
+                robot.joint_by_id(i).name: tables.hardware_errors(j["hardware_error_status"])
+                for i, j in sorted(joints.items())
+                if j["hardware_error_status"]
+            },
             "command": request.as_dict(),
             "retry_class": request.retry_class.value,
             "targets": {str(i): g for i, g in sorted((goals or {}).items())},
