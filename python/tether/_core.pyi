@@ -317,6 +317,11 @@ def catalog_confirm_absent(
 def catalog_record_unknown(
     row: tuple[Any, ...], fence: int, evidence: Any, retry_after_ms: int, now: Any
 ) -> tuple[Any, ...]: ...
+def catalog_refresh_evidence(
+    row: tuple[Any, ...], seen_revision: int, evidence: Any, now: Any
+) -> tuple[Any, ...]:
+    """A new evidence revision while a decision is awaited, on the revision compared against."""
+
 def catalog_resolve(
     row: tuple[Any, ...],
     outcome: str,

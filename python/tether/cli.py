@@ -44,7 +44,7 @@ COMMANDS["emulate"] = (
 # --- operator ---
 COMMANDS["operator"] = (
     "tether.operator.cli",
-    "list, show and resolve robot moves parked for an operator",
+    "list, show and resolve Activities parked for an operator",
 )
 
 

@@ -76,6 +76,7 @@ from tether._core import DxlUsageError as DxlUsageError
 from tether._coded import CodedError as CodedError
 from tether._config import HostConfigError as HostConfigError
 from tether._dirs import DataDirError as DataDirError
+from tether.operations._errors import JournalError as JournalError
 from tether.operator.errors import OperatorRejection as OperatorRejection
 from tether.transport import DeviceError as DeviceError
 from tether.transport import DeviceIdentityError as DeviceIdentityError

@@ -140,3 +140,32 @@ def test_reconciliation_may_still_conclude_while_a_decision_is_pending(
     assert not rec.awaiting_decision
     with pytest.raises(NotAwaitingDecision):
         catalog.resolve(c.key, Decision.abandon(evidence_revision=1, operator="ops"))
+
+
+def test_refresh_evidence_records_a_new_revision_and_refuses_the_old_decision(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    c = _unknown(catalog, clock)
+    before = catalog.get(c.key)
+    assert before is not None
+    fresh = catalog.refresh_evidence(c.key, 1, Evidence("ev://2", "sha256:e2"))
+    assert fresh.evidence_revision == 2 and fresh.awaiting_decision
+    assert fresh.evidence is not None
+    assert fresh.evidence.evidence == Evidence("ev://2", "sha256:e2")
+    assert fresh.fence == before.fence and fresh.claimable_from_ms == before.claimable_from_ms
+    old = Decision.abandon(evidence_revision=1, operator="ops", note="")
+    with pytest.raises(StaleEvidenceRevision):
+        catalog.resolve(c.key, old)
+    with pytest.raises(StaleEvidenceRevision):
+        catalog.refresh_evidence(c.key, 1, Evidence("ev://3", "sha256:e3"))
+    assert catalog.get(c.key) == fresh
+    catalog.resolve(c.key, Decision.abandon(evidence_revision=2, operator="ops", note=""))
+    with pytest.raises(NotAwaitingDecision):
+        catalog.refresh_evidence(c.key, 2, Evidence("ev://3", "sha256:e3"))
+
+
+def test_refresh_evidence_needs_a_decision_to_be_awaited(catalog: Catalog) -> None:
+    k = key()
+    catalog.admit(admission(k))
+    with pytest.raises(NotAwaitingDecision):
+        catalog.refresh_evidence(k, 0, Evidence("ev://1", "sha256:e1"))

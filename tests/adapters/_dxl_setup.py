@@ -114,10 +114,11 @@ def run_worker(
     joints: dict[str, float] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    env.pop("TETHER_DXL_CRASH_AT", None)
+    env.pop("TETHER_CRASH_AT", None)
     if crash_at:
-        env["TETHER_DXL_CRASH_AT"] = crash_at
-    argv = ["move", "--config", str(config), "--robot", "arm", "--activity", activity, *extra]
+        env["TETHER_CRASH_AT"] = crash_at
+    argv = ["move", "--config", str(config), "--robot", "arm", "--activity", activity]
+    argv += ["--lease-ms", "1500", *extra]
     for name, value in (joints or TARGETS).items():
         argv += ["--joint", f"{name}={value}"]
     return subprocess.run(

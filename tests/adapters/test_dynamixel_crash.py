@@ -17,6 +17,7 @@ import pytest
 from _dxl_setup import (
     CREDENTIAL,
     GOALS,
+    TARGETS,
     emulator_process,
     outcome,
     run_worker,
@@ -24,15 +25,24 @@ from _dxl_setup import (
     target_actions,
     write_config,
 )
-from tether.physical.robot_move import KIND_ABSOLUTE, operation_id
+from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether.physical.robot_move import KIND_ABSOLUTE
 from tether.physical.robot_move_store import MoveStore
 
 KILLED = -signal.SIGKILL
-OP_ID = operation_id(KIND_ABSOLUTE, "local", "move-1")
+KEY = ActivityKey("local", KIND_ABSOLUTE, "move-1")
+KEY_TEXT = "local/physical_ai.robot_move.absolute/move-1"
+OP_ID = operation_id_for(KEY)
 
 
 def store_of(tmp_path: Path) -> MoveStore:
-    return MoveStore(tmp_path / "state" / "robot_move")
+    """The operations journal of `tether move`'s Host (<state_dir>/moves)."""
+    return MoveStore(tmp_path / "state" / "moves" / "robot_move")
+
+
+def catalog_of(tmp_path: Path) -> Catalog:
+    """The Activity catalog of `tether move`'s Host: the one control record."""
+    return Catalog.open("sqlite:///" + str(tmp_path / "state" / "moves" / "catalog.db"))
 
 
 def operator(
@@ -118,39 +128,54 @@ def test_power_loss_after_staging_is_unknown_then_operator_reissues(tmp_path: Pa
         assert len(emu.journal()) == before
 
         listed = json.loads(operator(config, "list").stdout)
-        assert [o["operation_id"] for o in listed] == [OP_ID]
-        shown = json.loads(operator(config, "show", OP_ID).stdout)
+        assert [(o["key"], o["operation_id"]) for o in listed] == [(KEY_TEXT, OP_ID)]
+        shown = json.loads(operator(config, "show", KEY_TEXT).stdout)
         evidence = shown["evidence"]
-        assert evidence["revision"] == 1 and evidence["command"]["targets"] == {"a": 0.5, "b": -0.3}
+        assert shown["revision"] == 1 and evidence["command"]["targets"] == {"a": 0.5, "b": -0.3}
+        assert set(evidence["read_back"]["joints"]) == {"a", "b"}  # SI, by joint name
+        assert evidence["read_back"]["joints"]["a"]["torque_on"] is False
+        assert all(abs(evidence["staged"][k] - v) < 0.002 for k, v in TARGETS.items())
+        assert evidence["preimage"]["read_back"]["read_at_ms"] > 0
         assert [s["instruction"] for s in evidence["sent"]] == ["reg_write", "reg_write"]
         assert all(s["digest"].startswith("sha256:") for s in evidence["sent"])
         assert evidence["commanded_vs_present"]["1"]["commanded"] == GOALS[1]
         assert shown["device_state_age_ms"] >= 0
 
-        no_credential = resolve(config, OP_ID, "reissue", 1, "alice", credential=None)
+        no_credential = resolve(config, KEY_TEXT, "reissue", 1, "alice", credential=None)
         assert json.loads(no_credential.stdout)["code"] == "credential_refused"
-        wrong = resolve(config, OP_ID, "reissue", 1, "alice", credential="guess")
+        wrong = resolve(config, KEY_TEXT, "reissue", 1, "alice", credential="guess")
         assert json.loads(wrong.stdout)["code"] == "credential_refused"
-        stale = resolve(config, OP_ID, "reissue", 0, "alice")
+        stale = resolve(config, KEY_TEXT, "reissue", 0, "alice")
         assert json.loads(stale.stdout)["code"] == "stale_revision"
         assert len(emu.journal()) == before  # refusals touched nothing
 
-        ok = resolve(config, OP_ID, "reissue", 1, "alice", "--note", "checked the arm")
+        ok = resolve(config, KEY_TEXT, "reissue", 1, "alice", "--note", "checked the arm")
         assert ok.returncode == 0, ok.stdout + ok.stderr
-        again = resolve(config, OP_ID, "done", 1, "bob")
-        assert json.loads(again.stdout)["code"] == "already_decided"
+        again = resolve(config, KEY_TEXT, "done", 1, "bob")
+        assert json.loads(again.stdout)["code"] == "not_parked"  # single use
 
         executed = run_worker(config)
         assert executed.returncode == 0, executed.stdout
         assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
     op = store_of(tmp_path).get(OP_ID)
     assert op is not None
-    guard = op.guard(2)
-    assert (
-        guard is not None and guard["operator"] == "alice" and guard["reason"] == "operator_reissue"
-    )
-    decision = op.decision(1)
-    assert decision is not None and decision["note"] == "checked the arm"
+    proof = op.reissue_proof(2)  # the adapter's proof; the operator only authorised its use
+    assert proof is not None and proof["reason"] == "operator_reissue"
+    assert proof["last_action"] == {
+        "attempt": 1,
+        "sent": False,
+        "t_ms": None,
+        "accounted_by": "never_sent",
+    }
+    catalog = catalog_of(tmp_path)
+    try:
+        record = catalog.get(KEY)
+    finally:
+        catalog.close()
+    assert record is not None and record.decision is not None
+    assert (record.decision.operator, record.decision.note) == ("alice", "checked the arm")
+    assert record.decision.evidence_revision == 1 and record.retry_guard is not None
+    assert proof["fence_floor"] == record.fence - 1  # every attempt before the decision
     preimage = op.preimage(2)
     assert preimage is not None and preimage["first_motion"] is True
 
@@ -205,7 +230,7 @@ def test_a_relative_move_is_recovered_only_when_its_goal_proves_it_ran(
 def test_tether_stop_reaches_a_worker_that_owns_the_port_mid_move(tmp_path: Path) -> None:
     with emulator_process(tmp_path, speed_scale=0.3) as emu:
         config = write_config(tmp_path, emu.path)
-        env = {k: v for k, v in os.environ.items() if k != "TETHER_DXL_CRASH_AT"}
+        env = {k: v for k, v in os.environ.items() if k != "TETHER_CRASH_AT"}
         argv = [
             "move",
             "--config",
@@ -238,6 +263,7 @@ def test_tether_stop_reaches_a_worker_that_owns_the_port_mid_move(tmp_path: Path
             assert mover.wait(timeout=60) == 3  # parked for an operator, never re-run by itself
         final = json.loads(rest.strip().splitlines()[-1])
         assert final["status"] == "awaiting_decision"
+        assert final["reason"] == "stopped_by_operator"  # its own evidence reason
         for dxl_id, goal in GOALS.items():
             state = settled(partial(emu.request, op="snapshot", id=dxl_id))
             assert state["goal_position"] == state["present_position"] != goal

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 from _dxl_setup import emulator_process, write_config
+from tether.activities import ActivityKey, operation_id_for
 from tether.adapters.dynamixel.driver import DxlBus
 from tether.adapters.dynamixel.tables import PRESENT_POSITION
 from tether.emulators.dynamixel import DynamixelEmulator
-from tether.physical.robot_move import KIND_ABSOLUTE, operation_id
+from tether.physical.robot_move import KIND_ABSOLUTE
 from tether.physical.robot_move_store import MoveStore
 from tether.transport import PortLost, TransportError
 
@@ -48,7 +49,7 @@ def test_an_adapter_unplugged_mid_move_ends_in_one_typed_line(tmp_path: Path) ->
     with emulator_process(tmp_path, speed_scale=0.2) as emu:
         config = write_config(tmp_path, emu.path)
         argv = ["move", "--config", str(config), "--robot", "arm", "--activity", "unplug"]
-        env = {k: v for k, v in os.environ.items() if k != "TETHER_DXL_CRASH_AT"}
+        env = {k: v for k, v in os.environ.items() if k != "TETHER_CRASH_AT"}
         with subprocess.Popen(
             [sys.executable, "-m", "tether", *argv, "--joint", "a=1.0"],
             stdout=subprocess.PIPE,
@@ -61,16 +62,26 @@ def test_an_adapter_unplugged_mid_move_ends_in_one_typed_line(tmp_path: Path) ->
             assert "progress" in first, first  # the ACTION is out: the arm is moving
             emu.unplug()
             out, err = move.communicate(timeout=120)
-    lines = out.splitlines()
-    final = json.loads(lines[-1])
-    assert move.returncode == 1, (out, err)
-    assert final["status"] == "error" and final["code"] in PORT_LOST_CODES
-    assert final["error"].startswith("PortLost: ")
-    assert "Traceback" not in err and "termios" not in out + err
-    # Nothing lost: the bound request, the attempt and every frame sent are in the store, for
-    # the reconciliation of the next run.
-    op = MoveStore(tmp_path / "state" / "robot_move").get(
-        operation_id(KIND_ABSOLUTE, "local", "unplug")
+        lines = out.splitlines()
+        final = json.loads(lines[-1])
+        # The reconciliation cannot read the device (a dead bus after ACTION): parked for an
+        # operator, one typed line, exit 3, and listed by `tether operator list`.
+        assert move.returncode == 3, (out, err)
+        assert final["status"] == "awaiting_decision" and final["reason"] == "device_unreadable"
+        assert "Traceback" not in err and "termios" not in out + err
+        listed = subprocess.run(
+            [sys.executable, "-m", "tether", "operator", "--config", str(config), "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 0, listed.stderr
+        assert [(i["key"], i["reason"]) for i in json.loads(listed.stdout)] == [
+            ("local/physical_ai.robot_move.absolute/unplug", "device_unreadable")
+        ]
+    # Nothing lost: the bound request, the attempt and every frame sent are in the journal.
+    op = MoveStore(tmp_path / "state" / "moves" / "robot_move").get(
+        operation_id_for(ActivityKey("local", KIND_ABSOLUTE, "unplug"))
     )
     assert op is not None and op.attempts() == [1]
     assert [s["instruction"] for s in op.sent()][-1] == "action"

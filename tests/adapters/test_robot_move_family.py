@@ -15,10 +15,9 @@ import pytest
 from _dxl_setup import CREDENTIAL, GOALS, TARGETS, target_actions, write_config
 from tether.activities import ActivityKey, operation_id_for
 from tether.adapters.dynamixel.config import HostConfig, load_config
-from tether.adapters.dynamixel.host import fresh_state
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import OperatorRejection
-from tether.operator.decisions import resolve_activity
+from tether.operator.decisions import evidence_document, format_key, resolve
 from tether.physical.robot_move import KIND_ABSOLUTE, KIND_RELATIVE, MoveRequest
 from tether.physical.robot_move_family import (
     OBSERVATION,
@@ -26,8 +25,36 @@ from tether.physical.robot_move_family import (
     intent,
     robot_move_family,
 )
+from tether.physical.robot_move_operator import RobotMoveReview
 from tether.physical.robot_move_store import MoveStore
 from tether.runtime import Family, Host, ProgressEvent
+
+
+def resolve_activity(
+    config: HostConfig,
+    host: Host,
+    store: MoveStore,
+    key: ActivityKey,
+    *,
+    decision: str,
+    revision: int,
+    operator: str,
+    credential: str | None,
+    note: str = "",
+) -> dict[str, object]:
+    """One operator decision through `tether.operator.decisions.resolve`, as the CLI makes it."""
+    return resolve(
+        host.catalog,
+        host.artifacts,
+        format_key(key),
+        decision=decision,
+        revision=revision,
+        operator=operator,
+        credential=credential,
+        verify_credential=config.verify_operator,
+        note=note,
+        review=RobotMoveReview(config, store).for_record,
+    )
 
 
 class Clock:
@@ -134,40 +161,64 @@ def test_unknown_parks_in_the_catalog_until_an_operator_reissues(
         assert drain(host) == 0  # parked: nothing runs, nothing is sent
         assert len(emulator.journal) == before
 
-        def read(robot: str) -> dict[str, object]:
-            return fresh_state(config, robot)
-
         assert isinstance(family.adapter, RobotMoveAdapter)
         family.adapter.close()  # the worker process gives the port back; the operator reads it
-        args = dict(
-            decision="reissue", revision=1, operator="alice", note="cooled down", read_state=read
+        args: dict[str, object] = dict(
+            decision="reissue", revision=1, operator="alice", note="cooled down"
         )
         with pytest.raises(OperatorRejection) as info:
             resolve_activity(
-                config, host.catalog, host.artifacts, store, KEY, credential=None, **args
+                config,
+                host,
+                store,
+                KEY,
+                credential=None,
+                **args,  # type: ignore[arg-type]
             )
         assert getattr(info.value, "code", None) == "credential_refused"
         emulator.power_cycle()  # the operator power-cycles the servo: hardware error cleared
         with pytest.raises(OperatorRejection) as info:
             resolve_activity(
-                config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
+                config,
+                host,
+                store,
+                KEY,
+                credential=CREDENTIAL,
+                **args,  # type: ignore[arg-type]
             )
         assert getattr(info.value, "code", None) == "state_changed"
-        # The rejection recorded the fresh state as device revision 2: the same decision on
-        # revision 1 (what the operator saw before the change) is now stale.
+        # The rejection recorded the fresh state through the core as the catalog's revision 2:
+        # the same decision on revision 1 (what the operator saw before the change) is stale.
+        changed = host.get(KEY)
+        assert changed is not None and changed.evidence_revision == 2 and changed.awaiting_decision
         with pytest.raises(OperatorRejection) as info:
             resolve_activity(
-                config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
+                config,
+                host,
+                store,
+                KEY,
+                credential=CREDENTIAL,
+                **args,  # type: ignore[arg-type]
             )
         assert getattr(info.value, "code", None) == "stale_revision"
         args["revision"] = 2
         out = resolve_activity(
-            config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
+            config,
+            host,
+            store,
+            KEY,
+            credential=CREDENTIAL,
+            **args,  # type: ignore[arg-type]
         )
         assert out["status"] == "resolved"
         with pytest.raises(OperatorRejection) as info:
             resolve_activity(
-                config, host.catalog, host.artifacts, store, KEY, credential=CREDENTIAL, **args
+                config,
+                host,
+                store,
+                KEY,
+                credential=CREDENTIAL,
+                **args,  # type: ignore[arg-type]
             )
         assert getattr(info.value, "code", None) == "not_parked"  # single use
         assert drain(host) == 1
@@ -179,6 +230,13 @@ def test_unknown_parks_in_the_catalog_until_an_operator_reissues(
         assert settled is not None and settled.settlement is not None
     op = store.get(operation_id_for(KEY))
     assert op is not None and op.attempts() == [1, 2]
+    proof = op.reissue_proof(2)  # the adapter's proof the decision authorised, not the operator
+    assert proof is not None and proof["fence_floor"] == changed.fence + 1
+    assert proof["last_action"]["accounted_by"] in (
+        "never_sent",
+        "absolute_move_repeats_to_the_same_pose",
+    )
+    assert done.retry_guard is not None
     preimage = op.preimage(2)
     assert preimage is not None and preimage["first_motion"] is True
     state = emulator.snapshot(1)
@@ -268,15 +326,14 @@ def test_an_ambiguous_relative_move_goes_to_the_operator_and_is_never_reissued(
         family.adapter.close()
         op = store.get(record.operation_id or "")
         assert op is not None
-        evidence = op.evidence()
+        evidence = evidence_document(host.artifacts, record)
         assert evidence is not None and evidence["reason"] == "relative_move_ambiguous"
         assert evidence["retry_class"] == "non_repeatable"
 
         def decide(decision: str) -> dict[str, object]:
             return resolve_activity(
                 config,
-                host.catalog,
-                host.artifacts,
+                host,
                 store,
                 key,
                 decision=decision,
@@ -284,7 +341,6 @@ def test_an_ambiguous_relative_move_goes_to_the_operator_and_is_never_reissued(
                 operator="carol",
                 credential=CREDENTIAL,
                 note="checked by eye",
-                read_state=lambda robot: fresh_state(config, robot),
             )
 
         with pytest.raises(OperatorRejection) as info:
@@ -339,14 +395,11 @@ def test_a_move_that_can_never_run_fails_before_any_byte_is_sent(
     assert doc["code"] == code
 
 
-def test_a_decision_cut_short_before_the_catalog_heard_of_it_is_finished_by_repeating_it(
+def test_a_reissue_is_refused_while_a_joint_reports_a_hardware_error(
     emulator: DynamixelEmulator, family: Family, config: HostConfig, tmp_path: Path
 ) -> None:
-    """The operator's decision is durable in the operation store first, then told to the
-    catalog. If the CLI dies in between, repeating the same decision finishes it; a different
-    decision on that revision is refused (single use)."""
-    from tether.operator.decisions import _decide
-
+    """Parked with an overload alert that is still there: the fresh read-back equals the
+    evidence, but the adapter refuses to prove a re-issue, and nothing is recorded or sent."""
     clock = Clock()
     store = MoveStore(tmp_path / "moves")
     with Host(
@@ -355,37 +408,35 @@ def test_a_decision_cut_short_before_the_catalog_heard_of_it_is_finished_by_repe
         park_on_alert(host, emulator, family, clock)
         record = host.get(KEY)
         assert record is not None and record.awaiting_decision
-        op = store.get(record.operation_id or "")
-        assert op is not None
-
-        def read(robot: str) -> dict[str, object]:
-            return fresh_state(config, robot)
-
-        _decide(
-            config, op, decision="abandon", revision=1, operator="dee", note="", read_state=read
-        )  # ... and the CLI dies here: the catalog still awaits a decision
-        assert op.failed() is not None
-        still = host.get(KEY)
-        assert still is not None and still.awaiting_decision
-
-        def resolve(decision: str) -> dict[str, object]:
-            return resolve_activity(
+        sent = len(emulator.journal)
+        with pytest.raises(OperatorRejection) as info:
+            resolve_activity(
                 config,
-                host.catalog,
-                host.artifacts,
+                host,
                 store,
                 KEY,
-                decision=decision,
+                decision="reissue",
                 revision=1,
                 operator="dee",
                 credential=CREDENTIAL,
-                read_state=read,
             )
-
-        with pytest.raises(OperatorRejection) as info:
-            resolve("done")
-        assert getattr(info.value, "code", None) == "already_decided"
-        assert resolve("abandon")["status"] == "resolved"
-        done = host.get(KEY)
-        assert done is not None and done.result is not None and done.result.failed
+        assert getattr(info.value, "code", None) == "hardware_error"
+        assert host.get(KEY) == record  # nothing recorded
+        op = store.get(record.operation_id or "")
+        assert op is not None and op.reissue_proof(2) is None and op.fence_floor() == 0
+        effectful = {"write", "reg_write", "action"}
+        assert not [e for e in emulator.journal[sent:] if e.instruction in effectful]
+        assert (
+            resolve_activity(
+                config,
+                host,
+                store,
+                KEY,
+                decision="abandon",
+                revision=1,
+                operator="dee",
+                credential=CREDENTIAL,
+            )["status"]
+            == "resolved"
+        )
         assert drain(host) == 0

@@ -36,10 +36,10 @@ def emulator() -> Iterator[DynamixelEmulator]:
 
 
 def worker(data: Path, config: Path, crash_at: str | None) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "TETHER_DXL_CRASH_AT"}
+    env = {k: v for k, v in os.environ.items() if k != "TETHER_CRASH_AT"}
     env[CONFIG_ENV] = str(config)
     if crash_at:
-        env["TETHER_DXL_CRASH_AT"] = crash_at
+        env["TETHER_CRASH_AT"] = crash_at
     argv = [
         "worker",
         str(data),
@@ -222,9 +222,11 @@ def test_power_loss_after_staging_parks_in_the_catalog_until_the_operator_reissu
     assert target_actions([asdict(e) for e in emulator.journal], GOALS) == {1: 1, 2: 1}
     op = MoveStore(data / "robot_move").get(done.operation_id or "")
     assert op is not None and op.attempts() == [1, 2]
-    guard = op.guard(2)
-    assert guard is not None and guard["reason"] == "operator_reissue"
-    assert guard["operator"] == "alice" and guard["read_back"]["joints"]["1"]["moving"] == 0
+    assert op.guard(2) is None  # no reconcile proved it: the operator's re-issue did
+    proof = op.reissue_proof(2)  # taken by the worker that owned the port, through its socket
+    assert proof is not None and proof["reason"] == "operator_reissue"
+    assert proof["owner_pid"] != os.getpid() and proof["read_back"]["joints"]["1"]["moving"] == 0
+    assert proof["fence_floor"] == done.fence - 1 and done.retry_guard is not None
     preimage = op.preimage(2)
     assert preimage is not None and preimage["first_motion"] is True
     assert preimage["profile_velocity"] == config.robot("arm").first_motion_velocity

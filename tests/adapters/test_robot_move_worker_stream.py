@@ -107,7 +107,7 @@ def test_worker_streams_the_moves_read_back_as_agui_activity(
     data = tmp_path / "data"
     family = robot_move_family(load_config(config_path), data / "robot_move")
     request = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS})
-    env = {k: v for k, v in os.environ.items() if k != "TETHER_DXL_CRASH_AT"}
+    env = {k: v for k, v in os.environ.items() if k != "TETHER_CRASH_AT"}
     env[CONFIG_ENV] = str(config_path)
     argv = [
         "worker",

@@ -1,42 +1,31 @@
-"""Operator decisions on the standalone operation store: single use, revision checks,
-idempotent effects after a crash, and the state-change rule."""
+"""Operator decisions on the Activity catalog (the one control record): one `resolve` on the
+catalog's revision, documents durable first, a changed device recorded through the core, and
+families without a device review limited to abandon. The device side here is a recorded
+read-back (its real adapter runs against the emulator in tests/adapters)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tether.adapters.dynamixel.config import hash_credential, parse_config
+from tether.activities import ActivityRecord, Catalog, Evidence
+from tether.adapters.dynamixel.move import changed_since
 from tether.errors import OperatorRejection
-from tether.operator.decisions import apply_decision, resolve, state_changed
-from tether.physical.robot_move import KIND_ABSOLUTE, KIND_RELATIVE, MoveRequest
-from tether.physical.robot_move_store import MoveStore, StoreConflict
+from tether.operator.decisions import listing, resolve, show
+from tether.runtime import ArtifactStore
+
+from tests.activities.support import ManualClock, key, reconciling
 
 SECRET = "s3cret"
-CONFIG = parse_config(
-    f"""
-[operator]
-credential = "{hash_credential(SECRET)}"
-[ports.bus]
-url = "loop://"
-[robots.arm]
-port = "bus"
-tolerance = 0.008
-[[robots.arm.joints]]
-name = "a"
-id = 1
-min = -1
-max = 1
-"""
-)
 
 
-def state(present: int = 2048, moving: int = 0, torque: int = 1) -> dict[str, Any]:
+def state(present: int = 2048, torque: int = 1) -> dict[str, Any]:
     joint = {
         "present_position": present,
         "goal_position": 2048,
-        "moving": moving,
+        "moving": 0,
         "torque_enable": torque,
         "registered_instruction": 0,
         "hardware_error_status": 0,
@@ -44,33 +33,73 @@ def state(present: int = 2048, moving: int = 0, torque: int = 1) -> dict[str, An
     return {"robot": "arm", "read_at_ms": 1, "joints": {"1": joint}}
 
 
-def parked(tmp_path: Path, kind: str = KIND_ABSOLUTE) -> MoveStore:
-    store = MoveStore(tmp_path)
-    op = store.bind(
-        "op-1", MoveRequest.from_dict({"kind": kind, "robot": "arm", "targets": {"a": 0.1}})
-    )
-    op.start_attempt(1, {})
-    op.record_evidence({"reason": "device_state_lost_or_moved", "device_state": state()})
-    return store
+class RecordedDevice:
+    """A device review whose read-back is whatever the test set; it counts proofs."""
+
+    result_media_type = "application/json"
+    guard_media_type = "application/json"
+
+    def __init__(self) -> None:
+        self.now = state()
+        self.proofs = 0
+
+    def read(self, record: ActivityRecord, evidence: dict[str, Any]) -> dict[str, Any]:
+        return self.now
+
+    def changed_since(self, evidence: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
+        return changed_since(evidence.get("device_state") or {}, fresh, 5)
+
+    def refreshed(
+        self, evidence: dict[str, Any], fresh: dict[str, Any], changes: list[str]
+    ) -> dict[str, Any]:
+        return {**evidence, "device_state": fresh, "changes": changes}
+
+    def done_result(
+        self, record: ActivityRecord, fresh: dict[str, Any], verdict: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {"outcome": "operator_done", "verdict": verdict}
+
+    def prove(
+        self, record: ActivityRecord, evidence: dict[str, Any], fresh: dict[str, Any]
+    ) -> dict[str, Any]:
+        self.proofs += 1
+        return {"reason": "operator_reissue", "fence_floor": record.fence + 1}
+
+
+@pytest.fixture
+def parked(tmp_path: Path) -> tuple[Catalog, ArtifactStore, ActivityRecord]:
+    clock = ManualClock()
+    catalog = Catalog.open("sqlite:///" + str(tmp_path / "catalog.db"), clock=clock)
+    artifacts = ArtifactStore(tmp_path / "artifacts")
+    k = key("m1", kind="physical_ai.robot_move.absolute")
+    _, c = reconciling(catalog, clock, k)
+    doc = json.dumps({"reason": "device_state_lost_or_moved", "device_state": state()}).encode()
+    ref = artifacts.put_bytes(doc, "application/json")
+    record = catalog.record_unknown(k, c.fence, Evidence(ref.ref, ref.digest), 60_000)
+    yield catalog, artifacts, record
+    catalog.close()
 
 
 def decide(
-    store: MoveStore,
+    parked: tuple[Catalog, ArtifactStore, ActivityRecord],
     decision: str,
     revision: int = 1,
-    fresh: dict[str, Any] | None = None,
+    device: RecordedDevice | None = None,
     credential: str | None = SECRET,
 ) -> dict[str, Any]:
+    catalog, artifacts, record = parked
+    k = record.key
     return resolve(
-        CONFIG,
-        store,
-        "op-1",
+        catalog,
+        artifacts,
+        f"{k.world_id}/{k.kind}/{k.activity_id}",
         decision=decision,
         revision=revision,
         operator="ann",
         credential=credential,
+        verify_credential=lambda c: c == SECRET,
         note="n",
-        read_state=lambda robot: fresh or state(),
+        review=lambda rec: device,
     )
 
 
@@ -78,117 +107,78 @@ def code(info: pytest.ExceptionInfo[OperatorRejection]) -> str:
     return str(getattr(info.value, "code", ""))
 
 
-def test_reissue_records_a_guard_and_is_single_use(tmp_path: Path) -> None:
-    store = parked(tmp_path)
-    decide(store, "reissue")
-    op = store.get("op-1")
-    assert op is not None and not op.parked and op.status() == "in_flight"
-    guard = op.guard(2)
-    assert (
-        guard is not None
-        and guard["operator"] == "ann"
-        and guard["read_back"]["joints"]["1"]["moving"] == 0
-    )
-    op.start_attempt(2, {})  # the guard lets exactly one attempt start
-    with pytest.raises(StoreConflict):
-        op.start_attempt(2, {})
+def test_reissue_is_one_resolve_whose_guard_is_the_adapters_proof(parked: Any) -> None:
+    catalog, artifacts, record = parked
+    device = RecordedDevice()
+    assert decide(parked, "reissue", device=device)["status"] == "resolved"
+    done = catalog.get(record.key)
+    assert done is not None and done.retry_guard is not None and not done.awaiting_decision
+    assert done.fence == record.fence + 1 and done.evidence_revision == 1
+    guard = done.retry_guard.guard
+    proof = json.loads(artifacts.get_bytes(guard.ref, guard.digest))
+    assert proof == {"reason": "operator_reissue", "fence_floor": record.fence + 1}
+    assert device.proofs == 1
     with pytest.raises(OperatorRejection) as info:
-        decide(store, "done")
-    assert code(info) == "already_decided"
+        decide(parked, "reissue", device=device)
+    assert code(info) == "not_parked"  # single use, decided by the core's record
+    assert device.proofs == 1
 
 
-def test_revisions_credentials_and_idle_are_checked(tmp_path: Path) -> None:
-    store = parked(tmp_path)
-    for credential in (None, "nope"):
-        with pytest.raises(OperatorRejection) as info:
-            decide(store, "done", credential=credential)
-        assert code(info) == "credential_refused"
+def test_a_changed_device_is_a_new_revision_through_the_core(parked: Any) -> None:
+    catalog, artifacts, record = parked
+    device = RecordedDevice()
+    device.now = state(torque=0)
     with pytest.raises(OperatorRejection) as info:
-        decide(store, "done", revision=2)
-    assert code(info) == "stale_revision"
-    with pytest.raises(OperatorRejection) as info:
-        decide(store, "reissue", fresh=state(present=2300, moving=1))
+        decide(parked, "done", device=device)
     assert code(info) == "state_changed"
-    # The rejection recorded the fresh state as revision 2; deciding on 1 is now stale.
+    fresh = catalog.get(record.key)
+    assert fresh is not None and fresh.evidence_revision == 2 and fresh.awaiting_decision
+    assert fresh.decision is None and fresh.result is None
+    shown = show(catalog, artifacts, f"{record.key.world_id}/{record.key.kind}/m1")
+    assert shown["revision"] == 2 and shown["evidence"]["device_state"] == state(torque=0)
+    assert shown["evidence"]["changes"] and shown["evidence_age_ms"] >= 0
     with pytest.raises(OperatorRejection) as info:
-        decide(store, "done", revision=1)
+        decide(parked, "done", revision=1, device=device)
     assert code(info) == "stale_revision"
-    with pytest.raises(OperatorRejection) as info:
-        decide(store, "reissue", revision=2, fresh=state(present=2300, moving=1))
-    assert code(info) == "device_not_idle"
-    decide(store, "wait", revision=2)  # keeps waiting: nothing durable changes
-    op = store.get("op-1")
-    assert op is not None and op.parked
-    decide(store, "done", revision=2, fresh=state(present=2300, moving=1))
-    result = op.result()
-    assert result is not None and result["verdict"]["operator"] == "ann"
+    assert decide(parked, "done", revision=2, device=device)["status"] == "resolved"
+    done = catalog.get(record.key)
+    assert done is not None and done.result is not None and not done.result.failed
+    doc = json.loads(artifacts.get_bytes(done.result.ref, done.result.digest))
+    assert doc["verdict"]["operator"] == "ann" and doc["verdict"]["revision"] == 2
 
 
-def test_relative_moves_cannot_be_reissued(tmp_path: Path) -> None:
-    store = parked(tmp_path, KIND_RELATIVE)
-    with pytest.raises(OperatorRejection) as info:
-        decide(store, "reissue")
-    assert code(info) == "not_repeatable"
-    decide(store, "abandon")
-    op = store.get("op-1")
-    assert op is not None and op.status() == "failed"
+def test_credentials_are_checked_before_anything_is_read(parked: Any) -> None:
+    catalog, _, record = parked
+    for credential in (None, "", "wrong"):
+        with pytest.raises(OperatorRejection) as info:
+            decide(parked, "done", device=None, credential=credential)
+        assert code(info) == "credential_refused"
+    assert catalog.get(record.key) == record
 
 
-def test_a_decision_interrupted_before_its_effect_is_completed_later(tmp_path: Path) -> None:
-    store = parked(tmp_path)
-    op = store.get("op-1")
-    assert op is not None
-    op.record_decision(
-        1,
-        {
-            "decision": "done",
-            "revision": 1,
-            "operator": "ann",
-            "note": "",
-            "decided_at_ms": 5,
-            "read_back": state(),
-        },
-    )
-    assert op.result() is None  # crash here
-    apply_decision(op, 1)
-    apply_decision(op, 1)  # idempotent
-    result = op.result()
-    assert result is not None and result["outcome"] == "operator_done"
-
-
-def test_state_changed_uses_the_tolerance() -> None:
-    assert state_changed(state(2048), state(2052), tolerance=5) == []
-    assert state_changed(state(2048), state(2060), tolerance=5)
-    assert state_changed(state(torque=1), state(torque=0), tolerance=5)
-
-
-def test_a_replayed_reissue_never_mints_a_guard_for_a_later_attempt(tmp_path: Path) -> None:
-    # Re-issue -> attempt 2 starts and its worker dies before a result. Replaying the decision
-    # (every `tether move` run does) must not let attempt 3 start without a reconciliation.
-    store = parked(tmp_path)
-    decide(store, "reissue")
-    op = store.get("op-1")
-    assert op is not None and op.guard(2) is not None
-    op.start_attempt(2, {})
-    assert apply_decision(op, 1) == op.guard(2)
-    assert op.guard(3) is None and op.next_attempt() == 3
-    with pytest.raises(StoreConflict):
-        op.start_attempt(3, {})
-
-
-def test_the_same_decision_again_finishes_it_and_a_different_one_is_refused(
-    tmp_path: Path,
+def test_wait_records_nothing_and_a_family_without_a_review_can_only_abandon(
+    parked: Any,
 ) -> None:
-    store = parked(tmp_path)
-    op = store.get("op-1")
-    assert op is not None
-    with pytest.raises(OperatorRejection) as info:
-        decide(store, "wait", revision=1, credential=None)
-    assert code(info) == "credential_refused"  # even "keep waiting" needs the credential
-    decide(store, "abandon")
-    with pytest.raises(OperatorRejection) as info:
-        decide(store, "done")
-    assert code(info) == "already_final"
-    failed = op.failed()
-    assert failed is not None and failed["verdict"]["operator"] == "ann"
-    assert op.result() is None
+    catalog, _, record = parked
+    assert decide(parked, "wait")["status"] == "awaiting_decision"
+    assert catalog.get(record.key) == record
+    for decision in ("done", "reissue"):
+        with pytest.raises(OperatorRejection) as info:
+            decide(parked, decision)
+        assert code(info) == "not_supported"
+    assert decide(parked, "abandon")["status"] == "resolved"
+    done = catalog.get(record.key)
+    assert done is not None and done.result is not None and done.result.failed
+
+
+def test_listing_shows_every_family(parked: Any, tmp_path: Path) -> None:
+    catalog, artifacts, record = parked
+    [item] = listing(catalog, artifacts)
+    assert item["kind"] == record.key.kind and item["revision"] == 1
+    assert item["reason"] == "device_state_lost_or_moved"
+
+
+def test_the_adapters_comparison_uses_the_tolerance() -> None:
+    assert changed_since(state(2048), state(2052), tolerance=5) == []
+    assert changed_since(state(2048), state(2060), tolerance=5)
+    assert changed_since(state(torque=1), state(torque=0), tolerance=5)

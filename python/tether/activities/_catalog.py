@@ -227,6 +227,18 @@ class Catalog:
             lambda row: _core.catalog_record_unknown(row, fence, evidence, retry_after_ms, now),
         )
 
+    def refresh_evidence(
+        self, key: ActivityKey, seen_revision: int, evidence: Evidence
+    ) -> ActivityRecord:
+        """The device changed since the evidence of revision ``seen_revision`` (the adapter's
+        comparison): record ``evidence`` as the next revision, still awaiting a decision, so a
+        decision naming the old revision is refused. Refused (`NotAwaitingDecision`,
+        `StaleEvidenceRevision`) unless a decision is awaited on exactly that revision."""
+        now = self._clock.now()
+        return self._change(
+            key, lambda row: _core.catalog_refresh_evidence(row, seen_revision, evidence, now)
+        )
+
     def resolve(self, key: ActivityKey, decision: Decision) -> ActivityRecord:
         """Apply an operator decision (see `Decision`) to an activity awaiting one.
 

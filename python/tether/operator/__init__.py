@@ -1,1 +1,1 @@
-"""Operator intervention: parked robot moves, their evidence, decisions, and `tether stop`."""
+"""Operator intervention: every parked Activity, its evidence, decisions, `tether stop`."""

@@ -1,4 +1,5 @@
-"""`tether operator list | show ID | resolve ID --decision ...`: review and decide parked moves."""
+"""`tether operator list | show ID | resolve ID --decision ...`: every parked Activity of every
+family, in one Host data directory's Activity catalog (the control record)."""
 
 from __future__ import annotations
 
@@ -7,45 +8,40 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from tether._dirs import usable_dir
-from tether.activities import Catalog
-from tether.adapters.dynamixel.config import HostConfig, load_config
-from tether.adapters.dynamixel.host import fresh_state
+from tether.activities import ActivityRecord, Catalog
 from tether.errors import TetherError
-from tether.operator.decisions import (
-    DECISIONS,
-    parse_key,
-    resolve,
-    resolve_activity,
-    runtime_listing,
-    runtime_show,
-    show,
-    summary,
-)
-from tether.physical.robot_move_store import MoveStore
+from tether.operator.decisions import DECISIONS, DeviceReview, listing, resolve, show
 from tether.runtime import ArtifactStore
 
 CREDENTIAL_ENV = "TETHER_OPERATOR_CREDENTIAL"
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="tether operator")
-    parser.add_argument("--config", required=True, help="host configuration (TOML)")
-    parser.add_argument("--store", help="operation store (default: <state_dir>/robot_move)")
+    parser = argparse.ArgumentParser(
+        prog="tether operator",
+        description="Review and decide Activities parked for an operator (every family).",
+    )
+    parser.add_argument(
+        "--config", help="host configuration (TOML): the operator credential and the robots"
+    )
     parser.add_argument(
         "--data-dir",
-        help="a runtime Host's data directory: moves parked in its Activity catalog "
-        "(IDs are world_id/kind/activity_id)",
+        help="the Host data directory (default: <state_dir>/moves of --config, where "
+        "`tether move` runs)",
     )
+    parser.add_argument(
+        "--store", help="robot-move operations journal (default: <data-dir>/robot_move)"
+    )
+    parser.add_argument("--json", action="store_true", help="JSON output (default off a TTY)")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    lst = sub.add_parser("list", help="moves awaiting a decision (--all for every move)")
-    lst.add_argument("--all", action="store_true")
-    sh = sub.add_parser("show", help="the evidence document of one move")
-    sh.add_argument("id")
-    sh.add_argument("--revision", type=int)
-    res = sub.add_parser("resolve", help="decide on the latest evidence revision")
-    res.add_argument("id")
+    sub.add_parser("list", help="every Activity awaiting a decision")
+    sh = sub.add_parser("show", help="the evidence document of one Activity, revision and age")
+    sh.add_argument("id", help="world_id/kind/activity_id, or the provider operation id")
+    res = sub.add_parser("resolve", help="decide on the current evidence revision")
+    res.add_argument("id", help="world_id/kind/activity_id, or the provider operation id")
     res.add_argument("--decision", required=True, choices=DECISIONS)
     res.add_argument(
         "--revision", required=True, type=int, help="the evidence revision you reviewed"
@@ -58,45 +54,75 @@ def main(argv: list[str]) -> int:
         help=f"read the credential from stdin (default: ${CREDENTIAL_ENV})",
     )
     args = parser.parse_args(argv)
+    as_json = args.json or not sys.stdout.isatty()
     try:
-        config = load_config(args.config)
-        store_dir = usable_dir(args.store or config.state_dir / "robot_move", what="the store")
+        config = None
+        if args.config:
+            from tether.adapters.dynamixel.config import load_config
+
+            config = load_config(args.config)
         if args.data_dir:
-            usable_dir(args.data_dir, what="--data-dir", create=False)
+            data_dir = usable_dir(args.data_dir, what="--data-dir", create=False)
+        elif config is not None:
+            data_dir = usable_dir(config.state_dir / "moves", what="the moves data dir")
+        else:
+            raise _usage("give --data-dir or --config")
     except TetherError as exc:
         print(f"tether operator: {exc}", file=sys.stderr)
         return 2
-    store = MoveStore(store_dir)
-    if args.data_dir:
-        return _runtime(args, config, store)
-    if args.cmd == "list":
-        ops = [summary(op) for op in store.all() if args.all or op.parked]
-        print(json.dumps(ops, indent=2))
-        return 0
-    op = store.get(args.id)
-    if op is None:
-        print(f"tether operator: no operation {args.id}", file=sys.stderr)
-        return 1
-    if args.cmd == "show":
-        print(json.dumps(show(op, args.revision), indent=2))
-        return 0
-    credential = _credential(args)
+    data_dir = Path(data_dir).resolve()
+    catalog = Catalog.open("sqlite:///" + str(data_dir / "catalog.db"))
+    artifacts = ArtifactStore(data_dir / "artifacts")
     try:
+        if args.cmd == "list":
+            _print(listing(catalog, artifacts), as_json)
+            return 0
+        if args.cmd == "show":
+            _print(show(catalog, artifacts, args.id), as_json)
+            return 0
+        review = _review(config, Path(args.store) if args.store else data_dir / "robot_move")
         outcome = resolve(
-            config,
-            store,
+            catalog,
+            artifacts,
             args.id,
             decision=args.decision,
             revision=args.revision,
             operator=args.operator,
-            credential=credential,
+            credential=_credential(args),
+            verify_credential=(
+                config.verify_operator if config is not None else (lambda credential: False)
+            ),
             note=args.note,
-            read_state=lambda robot: fresh_state(config, robot),
+            review=review,
         )
     except TetherError as exc:
         return _rejected(exc)
-    print(json.dumps(outcome, indent=2))
+    finally:
+        catalog.close()
+    _print(outcome, as_json)
     return 0
+
+
+def _usage(message: str) -> TetherError:
+    from tether._dirs import DataDirError
+
+    return DataDirError("data_dir_missing", message)
+
+
+def _review(config: Any, store_dir: Path) -> Any:
+    """The device review of each family a parked Activity belongs to (robot moves: the host
+    configuration's robots); None for a family without one."""
+    if config is None:
+        return lambda record: None
+    from tether.physical.robot_move_operator import RobotMoveReview
+    from tether.physical.robot_move_store import MoveStore
+
+    robot_moves = RobotMoveReview(config, MoveStore(store_dir))
+
+    def review(record: ActivityRecord) -> DeviceReview | None:
+        return robot_moves.for_record(record)
+
+    return review
 
 
 def _credential(args: argparse.Namespace) -> str | None:
@@ -112,35 +138,50 @@ def _rejected(exc: TetherError) -> int:
     return 1
 
 
-def _runtime(args: argparse.Namespace, config: HostConfig, store: MoveStore) -> int:
-    data_dir = Path(args.data_dir).resolve()
-    catalog = Catalog.open("sqlite:///" + str(data_dir / "catalog.db"))
-    artifacts = ArtifactStore(data_dir / "artifacts")
-    try:
-        if args.cmd == "list":
-            print(json.dumps(runtime_listing(catalog, store), indent=2))
-            return 0
-        key = parse_key(args.id)
-        if args.cmd == "show":
-            print(json.dumps(runtime_show(catalog, artifacts, store, key), indent=2))
-            return 0
-        credential = _credential(args)
-        outcome = resolve_activity(
-            config,
-            catalog,
-            artifacts,
-            store,
-            key,
-            decision=args.decision,
-            revision=args.revision,
-            operator=args.operator,
-            credential=credential,
-            note=args.note,
-            read_state=lambda robot: fresh_state(config, robot),
+def _age(ms: object) -> str:
+    if not isinstance(ms, int):
+        return "-"
+    return f"{ms / 1000:.1f} s"
+
+
+def _print(doc: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(doc, indent=2))
+        return
+    if isinstance(doc, list):
+        if not doc:
+            print("nothing awaits a decision")
+        for item in doc:
+            print(
+                f"{item['key']}  revision {item['revision']}  {item['reason'] or '-'}  "
+                f"evidence {_age(item['evidence_age_ms'])} old"
+            )
+        return
+    if "evidence" in doc:
+        print(f"{doc['key']}  (operation {doc['operation_id']})")
+        print(
+            f"revision {doc['revision']}, evidence {_age(doc['evidence_age_ms'])} old, "
+            f"device read {_age(doc['device_state_age_ms'])} ago"
         )
-    except TetherError as exc:
-        return _rejected(exc)
-    finally:
-        catalog.close()
-    print(json.dumps(outcome, indent=2))
-    return 0
+        print(f"reason: {doc['reason'] or '-'}")
+        evidence = doc["evidence"] or {}
+        joints = (evidence.get("read_back") or {}).get("joints") or {}
+        for name, j in joints.items():
+            errors = ", ".join(j.get("hardware_errors") or []) or "none"
+            moving = "moving" if j["moving"] else "still"
+            torque = "on" if j["torque_on"] else "off"
+            staged = "yes" if j["staged_write"] else "no"
+            print(
+                f"  {name}: at {j['position_rad']:+.4f} rad, goal {j['goal_rad']:+.4f} rad, "
+                f"{moving}, torque {torque}, staged {staged}, hardware errors {errors}"
+            )
+        for name, rad in (evidence.get("staged") or {}).items():
+            print(f"  staged target {name}: {rad:+.4f} rad")
+        for s in evidence.get("sent") or []:
+            print(f"  sent {s.get('instruction')} id {s.get('id')} at {s.get('t_ms')} ms")
+        return
+    print(" ".join(f"{k}={v}" for k, v in doc.items()))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,61 +1,83 @@
-"""Operator decisions on parked robot moves.
+"""Operator decisions on parked Activities: the Activity catalog is the one control record.
 
 Rules:
-- Resolving needs the operator credential from the host configuration (checked first, before
-  any state is read or written) and a named operator.
-- A decision names the evidence revision it saw. It is refused when a newer revision exists,
-  when that revision was already decided (decisions are single use), or when a fresh read-back
-  shows the device changed since the evidence was taken; in that last case a new revision with
-  the fresh state is recorded for the operator to review.
-- `done` records a result carrying the operator's verdict; `reissue` (absolute moves only, and
-  only when every joint is idle) records a retry guard carrying the operator's identity and the
-  fresh read-back, so the next worker run executes one new attempt, first motion speed-limited;
-  `abandon` records a failed result; `wait` records nothing durable and leaves the move parked.
-- Doing nothing never moves the robot: a parked move has no path to execution but a decision.
+- Resolving needs a valid operator credential (checked first, before any state is read or
+  written) and a named operator.
+- A decision names the catalog's evidence revision, the one the operator reviewed. It is
+  exactly one catalog `resolve` on that revision; the core refuses a revision it no longer
+  holds and a second decision (decisions are single use). Nothing else keeps a revision or a
+  decision.
+- Before a decision on a family with a device review (robot moves), the adapter reads the
+  device again and compares (its `changed_since`): when it changed, a new evidence document is
+  made durable in the artifact store and recorded through the core (`refresh_evidence`, a new
+  revision), and the decision is refused (`state_changed`) for the operator to review it.
+- `done` records a result document carrying the operator's verdict; `reissue` (absolute moves)
+  records a retry guard referencing the adapter's proof that no earlier attempt can still act
+  (staged writes neutralised and read back, the last ACTION accounted for, the fence floor
+  raised), taken while the host owns the port: the decision authorises the use of that proof
+  and is never the proof; `abandon` records the core's failed result; `wait` records nothing.
+- No decision is durable without its guard or result document (the document is durable
+  before `resolve` names it), and no guard is used without its decision (the proof is inert
+  in the journal until a decision references it; only the catalog lets an attempt execute).
+- Families without a device review (the demo's sim reaches) can be listed, shown and
+  abandoned; `done` and `reissue` need the family's own review.
+- Doing nothing never moves the robot: a parked Activity has no path to execution but a
+  decision.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
+from tether._crash import crash_point
 from tether.activities import REJECTION_CODES as CATALOG_REJECTION_CODES
-from tether.activities import ActivityKey, Catalog, Decision, RetryGuard
-from tether.adapters.dynamixel.config import HostConfig
-from tether.errors import CatalogRejection, OperatorRejection
-from tether.physical.robot_move import (
-    GUARD_MEDIA_TYPE,
-    KINDS,
-    RESULT_MEDIA_TYPE,
-    canonical_json,
+from tether.activities import (
+    ActivityKey,
+    ActivityRecord,
+    Catalog,
+    Decision,
+    Evidence,
+    ResultRef,
+    RetryGuard,
 )
-from tether.physical.robot_move_store import MoveStore, Operation, StoreConflict, now_ms
+from tether.errors import CatalogRejection, OperatorRejection, TetherError
+from tether.operations import check_operation_id
 from tether.runtime import ArtifactStore
 
 DECISIONS = ("done", "reissue", "abandon", "wait")
-StateReader = Callable[[str], dict[str, Any]]
-
+#: The resolve path's crash points, in order (`TETHER_CRASH_AT`).
+RESOLVE_CRASH_POINTS = (
+    "resolve.after_read",
+    "resolve.after_evidence_document",
+    "resolve.after_proof",
+    "resolve.after_document",
+    "resolve.after_decision",
+)
+EVIDENCE_MEDIA_TYPE = "application/vnd.tether.evidence+json"
 
 #: Every `.code` an OperatorRejection carries: its own, plus the catalog's rejection codes.
 REJECTION_CODES: tuple[str, ...] = (
-    "already_decided",
-    "already_final",
     "bad_key",
     "credential_refused",
     "device_not_idle",
+    "hardware_error",
+    "neutralise_failed",
     "not_parked",
     "not_repeatable",
+    "not_supported",
     "operator_required",
     "stale_revision",
     "state_changed",
     "unknown_activity",
     "unknown_decision",
-    "unknown_operation",
     "catalog_rejected",
     *CATALOG_REJECTION_CODES,
 )
+#: Device refusals of a re-issue the operator sees under their own code.
+_DEVICE_CODES = ("hardware_error", "device_not_idle", "not_repeatable", "neutralise_failed")
 
 
 def rejection(code: str, message: str) -> OperatorRejection:
@@ -64,205 +86,39 @@ def rejection(code: str, message: str) -> OperatorRejection:
     return OperatorRejection(code, message)
 
 
-def state_changed(before: dict[str, Any], after: dict[str, Any], tolerance: int) -> list[str]:
-    """Differences that matter between two read-backs (empty when the device is as it was)."""
-    diffs: list[str] = []
-    for dxl_id, old in before.get("joints", {}).items():
-        new = after.get("joints", {}).get(dxl_id)
-        if new is None:
-            diffs.append(f"id {dxl_id} missing")
-            continue
-        for name in (
-            "goal_position",
-            "registered_instruction",
-            "torque_enable",
-            "hardware_error_status",
-            "moving",
-        ):
-            if old.get(name) != new.get(name):
-                diffs.append(f"id {dxl_id} {name} {old.get(name)} -> {new.get(name)}")
-        if (
-            abs(int(old.get("present_position", 0)) - int(new.get("present_position", 0)))
-            > tolerance
-        ):
-            moved = f"{old.get('present_position')} -> {new.get('present_position')}"
-            diffs.append(f"id {dxl_id} present_position {moved}")
-    return diffs
+class DeviceReview(Protocol):
+    """What a family brings to an operator decision on its parked Activities (the device side).
+    Every method may raise a `TetherError` (an unreachable device), which refuses the decision
+    with nothing recorded."""
 
+    result_media_type: str
+    guard_media_type: str
 
-def apply_decision(op: Operation, revision: int) -> dict[str, Any] | None:
-    """Make a recorded decision's effect durable (idempotent; also run after a crash).
+    def read(self, record: ActivityRecord, evidence: dict[str, Any]) -> dict[str, Any]:
+        """A fresh read of the device the evidence is about."""
+        ...
 
-    Returns the durable document the effect produced: the result (`done`), the failed result
-    (`abandon`) or the retry guard of the next attempt (`reissue`); None for no decision."""
-    decision = op.decision(revision)
-    if decision is None:
-        return None
-    verdict = {
-        k: decision[k] for k in ("decision", "revision", "operator", "note", "decided_at_ms")
-    }
-    if decision["decision"] == "done":
-        if op.failed() is None:
-            return op.record_result(
-                {
-                    "operation_id": op.id,
-                    "outcome": "operator_done",
-                    "verdict": verdict,
-                    "read_back": decision["read_back"],
-                }
-            )
-        return None
-    if decision["decision"] == "abandon":
-        if op.result() is None:
-            op.record_failed({"operation_id": op.id, "outcome": "abandoned", "verdict": verdict})
-        return op.failed()
-    # reissue: the guard of the attempt that was next when the decision was made, never of a
-    # later one (replaying the decision after that attempt crashed must not let a further
-    # attempt skip its reconciliation)
-    number = int(decision["for_attempt"])
-    existing = op.guard(number)
-    if existing is not None or op.terminal or number in op.attempts():
-        return existing
-    return op.record_guard(
-        number,
-        {
-            "reason": "operator_reissue",
-            "operator": decision["operator"],
-            "decision_revision": revision,
-            "read_back": decision["read_back"],
-        },
-    )
+    def changed_since(self, evidence: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
+        """What changed since the evidence was taken (empty: nothing that matters)."""
+        ...
 
+    def refreshed(
+        self, evidence: dict[str, Any], fresh: dict[str, Any], changes: list[str]
+    ) -> dict[str, Any]:
+        """The new evidence document for a changed device."""
+        ...
 
-def _check_caller(config: HostConfig, credential: str | None, operator: str, decision: str) -> None:
-    """Credential first, before any state is read or written; then the operator and decision."""
-    if not config.verify_operator(credential):
-        raise rejection("credential_refused", "a valid operator credential is required")
-    if not operator.strip():
-        raise rejection("operator_required", "name the operator making the decision")
-    if decision not in DECISIONS:
-        raise rejection("unknown_decision", f"decision must be one of {DECISIONS}")
+    def done_result(
+        self, record: ActivityRecord, fresh: dict[str, Any], verdict: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The result document of a `done` verdict."""
+        ...
 
-
-def _decide(
-    config: HostConfig,
-    op: Operation,
-    *,
-    decision: str,
-    revision: int,
-    operator: str,
-    note: str,
-    read_state: StateReader,
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The decision rules both modes share, on the operation's device evidence revisions.
-
-    Returns (the decision record, the document its effect made durable; None for `wait`)."""
-    revisions = op.evidence_revisions()
-    if not revisions:
-        raise rejection("not_parked", f"operation {op.id} has no evidence to decide on")
-    if revision != revisions[-1]:
-        raise rejection(
-            "stale_revision", f"revision {revision} is not the latest ({revisions[-1]})"
-        )
-    request = op.request
-    if decision == "reissue" and request.relative:
-        raise rejection(
-            "not_repeatable", "a relative move cannot be re-issued; mark it done or abandon it"
-        )
-    made = {
-        "decision": decision,
-        "revision": revision,
-        "operator": operator,
-        "note": note,
-        "decided_at_ms": now_ms(),
-        "pid": os.getpid(),
-    }
-    earlier = op.decision(revision)
-    if earlier is not None:
-        if earlier["decision"] != decision:
-            raise rejection("already_decided", f"revision {revision} was already decided")
-        # The same decision again: its effect may have been cut short by a crash; finish it.
-        return earlier, apply_decision(op, revision)
-    if decision == "wait":
-        with open(op.path / "waits.jsonl", "a", encoding="utf-8") as log:
-            log.write(json.dumps(made) + "\n")
-        return made, None
-    evidence = op.evidence(revision) or {}
-    fresh = read_state(request.robot)
-    robot = config.robot(request.robot)
-    diffs = state_changed(evidence.get("device_state", {}), fresh, robot.tolerance_ticks)
-    if diffs:
-        new = op.record_evidence(
-            {**evidence, "device_state": fresh, "supersedes": revision, "changes": diffs}
-        )
-        raise rejection(
-            "state_changed",
-            f"device changed since revision {revision} ({'; '.join(diffs)}); review revision {new}",
-        )
-    if decision == "reissue" and any(j.get("moving") for j in fresh.get("joints", {}).values()):
-        raise rejection("device_not_idle", "the arm is moving; re-issue needs it idle")
-    try:
-        op.record_decision(revision, {**made, "read_back": fresh, "for_attempt": op.next_attempt()})
-    except StoreConflict as exc:
-        raise rejection("already_decided", str(exc)) from exc
-    return made, apply_decision(op, revision)
-
-
-def resolve(
-    config: HostConfig,
-    store: MoveStore,
-    op_id: str,
-    *,
-    decision: str,
-    revision: int,
-    operator: str,
-    credential: str | None,
-    note: str = "",
-    read_state: StateReader,
-) -> dict[str, Any]:
-    """Decide on a move parked by `tether move` (the operation store is the control record)."""
-    _check_caller(config, credential, operator, decision)
-    op = store.get(op_id)
-    if op is None:
-        raise rejection("unknown_operation", f"no operation {op_id}")
-    if op.terminal:
-        raise rejection("already_final", f"operation {op_id} is {op.status()}")
-    if op.decision(revision) is not None:
-        raise rejection("already_decided", f"revision {revision} was already decided")
-    made, _ = _decide(
-        config,
-        op,
-        decision=decision,
-        revision=revision,
-        operator=operator,
-        note=note,
-        read_state=read_state,
-    )
-    return {**made, "status": op.status()}
-
-
-def summary(op: Operation) -> dict[str, Any]:
-    evidence = op.evidence()
-    return {
-        "operation_id": op.id,
-        "status": op.status(),
-        "robot": op.request.robot,
-        "kind": op.request.kind,
-        "revision": evidence.get("revision") if evidence else None,
-        "reason": evidence.get("reason") if evidence else None,
-    }
-
-
-def show(op: Operation, revision: int | None = None) -> dict[str, Any]:
-    evidence = op.evidence(revision)
-    doc: dict[str, Any] = {**summary(op), "evidence": evidence}
-    if evidence is not None:
-        read_at = evidence.get("device_state", {}).get("read_at_ms")
-        doc["device_state_age_ms"] = now_ms() - read_at if isinstance(read_at, int) else None
-    return doc
-
-
-# --- runtime mode: the Activity catalog holds the control record and the evidence revision ---
+    def prove(
+        self, record: ActivityRecord, evidence: dict[str, Any], fresh: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The adapter's proof that no earlier attempt can still act (a re-issue's guard)."""
+        ...
 
 
 def parse_key(text: str) -> ActivityKey:
@@ -277,112 +133,181 @@ def format_key(key: ActivityKey) -> str:
     return f"{key.world_id}/{key.kind}/{key.activity_id}"
 
 
-def resolve_activity(
-    config: HostConfig,
+def find(catalog: Catalog, text: str) -> ActivityRecord:
+    """The Activity named by a key (`world/kind/id`) or by its provider operation id."""
+    if text.count("/") >= 2:
+        record = catalog.get(parse_key(text))
+        if record is None:
+            raise rejection("unknown_activity", f"no activity {text}")
+        return record
+    check_operation_id(text)  # an id that is no operation id names nothing
+    for record in catalog.iter_awaiting_decision():
+        if record.operation_id == text:
+            return record
+    raise rejection("unknown_activity", f"no parked activity with operation id {text!r}")
+
+
+def evidence_document(artifacts: ArtifactStore, record: ActivityRecord) -> dict[str, Any] | None:
+    """The evidence document the catalog's current revision references (verified by digest)."""
+    if record.evidence is None:
+        return None
+    data = artifacts.get_bytes(record.evidence.evidence.ref, record.evidence.evidence.digest)
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return {"text": data.decode("utf-8", "replace")}
+    return doc if isinstance(doc, dict) else {"document": doc}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def summary(record: ActivityRecord, evidence: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One parked Activity as `tether operator list` shows it."""
+    recorded = record.evidence.recorded_at_ms if record.evidence else None
+    return {
+        "key": format_key(record.key),
+        "kind": record.key.kind,
+        "operation_id": record.operation_id,
+        "awaiting_decision": record.awaiting_decision,
+        "revision": record.evidence_revision,
+        "reason": (evidence or {}).get("reason"),
+        "evidence_age_ms": None if recorded is None else max(0, _now_ms() - recorded),
+    }
+
+
+def listing(
+    catalog: Catalog, artifacts: ArtifactStore, *, kinds: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Every Activity awaiting a decision, of every family (or of `kinds`)."""
+    out = []
+    for record in catalog.iter_awaiting_decision(kinds=kinds):
+        out.append(summary(record, _evidence_or_none(artifacts, record)))
+    return out
+
+
+def _evidence_or_none(artifacts: ArtifactStore, record: ActivityRecord) -> dict[str, Any] | None:
+    try:
+        return evidence_document(artifacts, record)
+    except TetherError:
+        return None
+
+
+def show(catalog: Catalog, artifacts: ArtifactStore, text: str) -> dict[str, Any]:
+    """The evidence document of one Activity, its revision and its age."""
+    record = find(catalog, text)
+    evidence = evidence_document(artifacts, record)
+    doc = {**summary(record, evidence), "evidence": evidence}
+    read_at = ((evidence or {}).get("read_back") or {}).get("read_at_ms")
+    if not isinstance(read_at, int):
+        read_at = ((evidence or {}).get("device_state") or {}).get("read_at_ms")
+    doc["device_state_age_ms"] = max(0, _now_ms() - read_at) if isinstance(read_at, int) else None
+    return doc
+
+
+def _put(artifacts: ArtifactStore, doc: Mapping[str, Any], media_type: str) -> ResultRef:
+    data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return artifacts.put_bytes(data, media_type)
+
+
+def resolve(
     catalog: Catalog,
     artifacts: ArtifactStore,
-    store: MoveStore,
-    key: ActivityKey,
+    text: str,
     *,
     decision: str,
     revision: int,
     operator: str,
     credential: str | None,
+    verify_credential: Callable[[str | None], bool],
     note: str = "",
-    read_state: StateReader,
+    review: Callable[[ActivityRecord], DeviceReview | None] = lambda record: None,
 ) -> dict[str, Any]:
-    """Resolve a robot move the runtime parked (catalog `awaiting_decision`).
-
-    The same rules as `resolve` (one code path: `_decide`), on the operation's device evidence
-    revisions, which `list`/`show` print: a state change since the revision the operator saw
-    records a new revision and refuses the decision. The catalog is then told the outcome
-    (naming its own evidence revision) and makes the decision single use for the runtime."""
-    _check_caller(config, credential, operator, decision)
-    record = catalog.get(key)
-    if record is None or not record.awaiting_decision or record.operation_id is None:
+    """Decide on a parked Activity: exactly one catalog `resolve` on the catalog's revision."""
+    if not verify_credential(credential):
+        raise rejection("credential_refused", "a valid operator credential is required")
+    if not operator.strip():
+        raise rejection("operator_required", "name the operator making the decision")
+    if decision not in DECISIONS:
+        raise rejection("unknown_decision", f"decision must be one of {DECISIONS}")
+    record = find(catalog, text)
+    key = record.key
+    if not record.awaiting_decision:
         raise rejection("not_parked", f"{format_key(key)} awaits no decision")
-    op = store.get(record.operation_id)
-    if op is None:
-        raise rejection("unknown_operation", f"no device record for {record.operation_id}")
-    made, doc = _decide(
-        config,
-        op,
-        decision=decision,
-        revision=revision,
-        operator=operator,
-        note=note,
-        read_state=read_state,
-    )
+    if revision != record.evidence_revision:
+        raise rejection(
+            "stale_revision",
+            f"revision {revision} is not the current one ({record.evidence_revision})",
+        )
+    made = {"decision": decision, "revision": revision, "operator": operator, "note": note}
     if decision == "wait":
-        return {**made, "status": "awaiting_decision"}
-    seen = record.evidence_revision
+        return {**made, "key": format_key(key), "status": "awaiting_decision"}
+    device = review(record)
+    if device is None and decision != "abandon":
+        raise rejection(
+            "not_supported", f"{key.kind} has no device review: only abandon (or wait) applies"
+        )
     try:
-        if decision == "done":
-            if doc is None:
-                raise rejection("already_final", f"operation {op.id} is {op.status()}")
-            ref = artifacts.put_bytes(canonical_json(doc), RESULT_MEDIA_TYPE)
-            catalog.resolve(
-                key, Decision.recovered(ref, evidence_revision=seen, operator=operator, note=note)
+        if device is not None:
+            evidence = evidence_document(artifacts, record) or {}
+            fresh = device.read(record, evidence)
+            crash_point("resolve.after_read")
+            changes = device.changed_since(evidence, fresh)
+            if changes:
+                new = _put(
+                    artifacts, device.refreshed(evidence, fresh, changes), EVIDENCE_MEDIA_TYPE
+                )
+                crash_point("resolve.after_evidence_document")
+                refreshed = catalog.refresh_evidence(
+                    key, revision, Evidence(ref=new.ref, digest=new.digest)
+                )
+                raise rejection(
+                    "state_changed",
+                    f"the device changed since revision {revision} ({'; '.join(changes)}); "
+                    f"review revision {refreshed.evidence_revision}",
+                )
+        if decision == "abandon":
+            done = catalog.resolve(
+                key, Decision.abandon(evidence_revision=revision, operator=operator, note=note)
             )
-        elif decision == "abandon":
-            catalog.resolve(
-                key, Decision.abandon(evidence_revision=seen, operator=operator, note=note)
+        elif decision == "done":
+            assert device is not None
+            verdict = {**made, "decided_at_ms": _now_ms()}
+            ref = _put(
+                artifacts, device.done_result(record, fresh, verdict), device.result_media_type
+            )
+            crash_point("resolve.after_document")
+            done = catalog.resolve(
+                key,
+                Decision.recovered(ref, evidence_revision=revision, operator=operator, note=note),
             )
         else:
-            if doc is None:
-                raise rejection("already_final", f"operation {op.id} is {op.status()}")
-            ref = artifacts.put_bytes(canonical_json(doc), GUARD_MEDIA_TYPE)
+            assert device is not None
+            proof = device.prove(record, evidence, fresh)
+            crash_point("resolve.after_proof")
+            ref = _put(artifacts, proof, device.guard_media_type)
+            crash_point("resolve.after_document")
             guard = RetryGuard(ref=ref.ref, digest=ref.digest)
-            catalog.resolve(
+            done = catalog.resolve(
                 key,
-                Decision.absent(guard, evidence_revision=seen, operator=operator, note=note),
+                Decision.absent(guard, evidence_revision=revision, operator=operator, note=note),
             )
+        crash_point("resolve.after_decision")
     except CatalogRejection as exc:
         raise rejection(str(getattr(exc, "code", "catalog_rejected")), str(exc)) from exc
-    return {**made, "status": "resolved"}
-
-
-def runtime_listing(catalog: Catalog, store: MoveStore) -> list[dict[str, Any]]:
-    out = []
-    for record in catalog.iter_awaiting_decision(kinds=list(KINDS)):
-        op = store.get(record.operation_id) if record.operation_id else None
-        evidence = op.evidence() if op is not None else None
-        out.append(
-            {
-                "key": format_key(record.key),
-                "operation_id": record.operation_id,
-                "revision": evidence.get("revision") if evidence else None,
-                "catalog_revision": record.evidence_revision,
-                "reason": evidence.get("reason") if evidence else None,
-            }
-        )
-    return out
-
-
-def runtime_show(
-    catalog: Catalog, artifacts: ArtifactStore, store: MoveStore, key: ActivityKey
-) -> dict[str, Any]:
-    record = catalog.get(key)
-    if record is None:
-        raise rejection("unknown_activity", f"no activity {format_key(key)}")
-    doc: dict[str, Any] = {
+    except OperatorRejection:
+        raise
+    except TetherError as exc:
+        code = getattr(exc, "code", None)
+        details = getattr(exc, "details", {}) or {}
+        code = details.get("device_code") or code
+        if code in _DEVICE_CODES:
+            raise rejection(str(code), getattr(exc, "message", str(exc))) from exc
+        raise
+    return {
+        **made,
         "key": format_key(key),
-        "operation_id": record.operation_id,
-        "awaiting_decision": record.awaiting_decision,
-        "revision": None,
-        "catalog_revision": record.evidence_revision,
-        "evidence": None,
+        "status": "resolved",
+        "decided_at_ms": done.decision.decided_at_ms if done.decision else None,
     }
-    if record.evidence is not None:
-        doc["evidence"] = json.loads(
-            artifacts.get_bytes(record.evidence.evidence.ref, record.evidence.evidence.digest)
-        )
-    op = store.get(record.operation_id) if record.operation_id else None
-    latest = op.evidence() if op is not None else None
-    if latest is not None and latest != doc["evidence"]:
-        doc["latest_device_evidence"] = latest  # a fresher read-back (e.g. after state_changed)
-    shown = doc.get("latest_device_evidence") or doc["evidence"] or {}
-    doc["revision"] = shown.get("revision")  # the revision a decision names
-    read_at = shown.get("device_state", {}).get("read_at_ms")
-    doc["device_state_age_ms"] = now_ms() - read_at if isinstance(read_at, int) else None
-    return doc

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tether.physical._durable import create_exclusive
+from tether.operations._durable import create_exclusive
 from tether.physical._episode import (
     RESULT_MEDIA_TYPE,
     EpisodeRequest,

@@ -51,8 +51,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tether._crash import CRASH_ENV as _CRASH_ENV
+from tether._crash import child_environment
+from tether._crash import crash_point as _crash_point
 from tether.activities import ResultRef
-from tether.physical._durable import create_exclusive, write_durable
+from tether.operations._durable import create_exclusive, write_durable
 from tether.physical._episode import (
     EpisodeRequest,
     EpisodeRun,
@@ -83,24 +86,15 @@ _EXIT_ERRORS: dict[int, type[SimError]] = {
     EXIT_FENCED: AttemptFenced,
     EXIT_BAD_REQUEST: InvalidEpisodeRequest,
 }
-#: Environment variable naming a crash point at which this process SIGKILLs itself (tests only).
-CRASH_ENV = "TETHER_SIM_CRASH_AT"
-_RUNTIME_CRASH_ENV = ("TETHER_CRASH_AT", "TETHER_CRASH_RANDOM")
+#: The crash-point variable (the one mechanism, `tether._crash`); the sim's points are named
+#: `sim.*` and count attempts (`sim.x` attempt 1, `sim.x@k` attempt k, `sim.x@*` every one).
+CRASH_ENV = _CRASH_ENV
 _ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.start$")
 
 
 def crash_point(name: str, attempt: int) -> None:
-    """SIGKILL this process at a named point, for crash tests.
-
-    `TETHER_SIM_CRASH_AT=name` fires in attempt 1 only, `name@k` in attempt k, `name@*` in
-    every attempt (a provider that always dies).
-    """
-    spec = os.environ.get(CRASH_ENV)
-    if not spec:
-        return
-    target, _, which = spec.partition("@")
-    if target == name and (which == "*" or int(which or "1") == attempt):
-        os.kill(os.getpid(), signal.SIGKILL)
+    """SIGKILL this process at a named point of `attempt`, for crash tests."""
+    _crash_point(name, attempt=attempt)
 
 
 def _canonical(obj: Any) -> bytes:
@@ -490,7 +484,7 @@ class _EpisodeHost:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # The runtime's crash points belong to the worker process: episode processes (which
         # write results into the artifact store too) have their own, under CRASH_ENV.
-        env = {k: v for k, v in os.environ.items() if k not in _RUNTIME_CRASH_ENV}
+        env = child_environment(dict(os.environ), "sim.")
         env |= {"MUJOCO_GL": "disable", "OPENBLAS_NUM_THREADS": "1"}
         argv = [sys.executable, "-m", "tether.physical._host", str(os.getpid())]
         argv.append(str(theirs.fileno()))

@@ -6,13 +6,16 @@ Components (entity = the move's activity id):
     physical_ai.robot_move.observation  the factual outcome: result reference, digest, summary
 
 The projection asks for one Activity per intent without an observation. The adapter binds the
-catalog's provider operation id in its own operation store before the first byte (the store
+catalog's provider operation id in the operations journal before the first byte (the journal
 records the request digest under that id), and maps the device adapter's conclusions onto the
 runtime's: Recovered -> the durable result artifact, ConfirmedAbsent -> a retry-guard artifact
-(port lock + read-back), Unknown -> an evidence artifact and a long retry delay (an operator
-decides; reconciliation never executes). A request that can never run (malformed, unknown
-robot or joint, an absolute target outside the configured limits) gets a failed result before
-any byte is sent or the port is opened.
+(port lock + read-back), Unknown -> the evidence document as an artifact (the catalog records it
+by ref and digest under its revision; nothing else keeps it) and a long retry delay (an operator
+decides; reconciliation never executes). A device that cannot be read is Unknown
+(`device_unreadable`). The adapter serves `prove_reissue` on its host's control socket: the
+adapter's proof behind an operator's re-issue, taken while this process owns the port.
+A request that can never run (malformed, unknown robot or joint, an absolute target outside the
+configured limits) gets a failed result before any byte is sent or the port is opened.
 """
 
 from __future__ import annotations
@@ -35,12 +38,14 @@ from tether.physical.robot_move import (
     GUARD_MEDIA_TYPE,
     KINDS,
     RESULT_MEDIA_TYPE,
+    ConfirmedAbsent,
     MoveRequest,
     MoveRequestError,
+    Recovered,
     Unknown,
     canonical_json,
 )
-from tether.physical.robot_move_store import MoveStore
+from tether.physical.robot_move_store import MoveStore, Operation, now_ms
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,
@@ -57,6 +62,22 @@ INTENT = "physical_ai.robot_move.intent"
 OBSERVATION = "physical_ai.robot_move.observation"
 #: An Unknown that needs an operator is reconciled again only after this long.
 OPERATOR_RETRY_MS = 60_000
+
+
+def unreadable_evidence(op: Operation, request: MoveRequest, error: Exception) -> dict[str, Any]:
+    """Evidence of a move whose reconciliation could not read the device."""
+    attempts = op.attempts()
+    return {
+        "operation_id": op.id,
+        "reason": "device_unreadable",
+        "error": str(error),
+        "command": request.as_dict(),
+        "retry_class": request.retry_class.value,
+        "sent": op.sent(),
+        "preimage": op.preimage(attempts[-1]) if attempts else None,
+        "read_back": None,
+        "hardware_errors": {},
+    }
 
 
 def intent(activity_id: str, request: MoveRequest) -> ComponentWrite:
@@ -126,8 +147,21 @@ class RobotMoveAdapter:
             host = self._host
         if robot not in host.identities:
             host.connect(robot)
+            host.add_handler("prove_reissue", self._on_prove)
             self._moved.discard(robot)
         return host
+
+    def _on_prove(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The owner's side of an operator's re-issue: the proof, taken under the move's lock
+        while this process owns the port."""
+        op = self.store.get(str(request.get("operation_id")))
+        if op is None:
+            raise FamilyError(f"no operation {request.get('operation_id')}")
+        req = op.request
+        with self._lock(req.robot):
+            host = self._connected(req.robot)
+            adapter = DynamixelMoveAdapter(self.config, host)
+            return adapter.prove_reissue(op, req, int(request["fence_floor"]))
 
     def _drop_host(self) -> None:
         """After a transport failure: safe-stop what can be reached, release, reconnect later."""
@@ -146,7 +180,11 @@ class RobotMoveAdapter:
             ctx.progress(content)
 
         return DynamixelMoveAdapter(
-            self.config, host, progress=progress, settle_timeout_s=self.settle_timeout_s
+            self.config,
+            host,
+            progress=progress,
+            settle_timeout_s=self.settle_timeout_s,
+            fence=ctx.fence,
         )
 
     @staticmethod
@@ -181,7 +219,7 @@ class RobotMoveAdapter:
             if done is not None:
                 return self._put(ctx, done, RESULT_MEDIA_TYPE)
             number = op.next_attempt()
-            guard = op.guard(number)
+            guard = op.guard(number) or op.reissue_proof(number)
             if number > 1 and guard is None:
                 raise FamilyError(
                     f"{ctx.operation_id}: attempt {number} has no retry guard in the store"
@@ -215,19 +253,21 @@ class RobotMoveAdapter:
                 return RuntimeRecovered(self._put(ctx, done, RESULT_MEDIA_TYPE))
             try:
                 conclusion = self._device(ctx, self._connected(req.robot)).reconcile(op, req)
-            except TransportError:
+            except TransportError as exc:
+                # The device cannot be read (a dead bus after ACTION): nothing can be proved,
+                # so the move is parked for an operator with what the journal knows.
                 self._drop_host()
-                raise
-            kind, doc = op.record_conclusion(conclusion)
-            if kind == "recovered":
+                conclusion = Unknown(unreadable_evidence(op, req, exc))
+            if isinstance(conclusion, Recovered):
+                doc = op.record_result(conclusion.result)
                 return RuntimeRecovered(self._put(ctx, doc, RESULT_MEDIA_TYPE))
-            if kind == "confirmed_absent":
-                ref = self._put(ctx, doc, GUARD_MEDIA_TYPE)
+            if isinstance(conclusion, ConfirmedAbsent):
+                ref = self._put(ctx, op.record_absent(conclusion), GUARD_MEDIA_TYPE)
                 return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
-            ref = self._put(ctx, doc, EVIDENCE_MEDIA_TYPE)
-            retry = (conclusion.retry_after_ms if isinstance(conclusion, Unknown) else 0) or (
-                OPERATOR_RETRY_MS
-            )
+            # The evidence document is made durable in the artifact store; the catalog records
+            # it by ref and digest under its own revision (no second record of it).
+            ref = self._put(ctx, {**conclusion.evidence, "at_ms": now_ms()}, EVIDENCE_MEDIA_TYPE)
+            retry = conclusion.retry_after_ms or OPERATOR_RETRY_MS
             return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), retry)
 
 

@@ -623,6 +623,25 @@ fn catalog_record_unknown<'py>(
     done(py, Some(&old), out)
 }
 
+#[pyfunction]
+fn catalog_refresh_evidence<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    seen_revision: i64,
+    evidence: PyRefDigest,
+    now: PyNow,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let old = load(row)?;
+    let out = catalog::refresh_evidence(
+        &old.record,
+        seen_revision,
+        &evidence.reference,
+        &evidence.digest,
+        &now.into(),
+    );
+    done(py, Some(&old), out)
+}
+
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
 #[pyo3(signature = (row, outcome, evidence_revision, operator, note, result, guard, now))]
@@ -781,6 +800,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(catalog_confirm_absent, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_record_unknown, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_resolve, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_refresh_evidence, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_settle, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_check_row, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_rebase, m)?)?;

@@ -4,11 +4,18 @@
 //! recorded newer evidence since. It is usable once, and it raises the fence so every older
 //! attempt is stale. "absent" needs a retry guard that references the adapter's proof that no
 //! stale claimant can still act: an operator's word alone does not authorise a fresh execution.
+//!
+//! `refresh_evidence` is the one other transition of a record awaiting a decision: the adapter
+//! found the device changed since the evidence the operator reviewed, so a new revision (the
+//! fresh evidence document) replaces it and any decision naming the old one is refused.
+//! The evidence revision is the catalog's; nothing else keeps a revision counter.
 
 use super::admission::check_now;
 use super::bounds;
 use super::identity::{canonical_json, sha256_hex};
-use super::record::{ActivityRecord, DecisionRecord, GuardRecord, Now, ResultRecord, ResultRef};
+use super::record::{
+    ActivityRecord, DecisionRecord, EvidenceRecord, GuardRecord, Now, ResultRecord, ResultRef,
+};
 use super::rejection::{Rejection, RejectionKind};
 use super::result::check_result;
 
@@ -67,6 +74,47 @@ fn abandoned_result(rec: &ActivityRecord, decision: &Decision, now: &Now) -> Res
         size: 0,
         failed: true,
     }
+}
+
+/// Records fresher evidence for an activity awaiting a decision, on the revision the caller
+/// compared against (`seen_revision`): the revision rises, the record keeps awaiting a decision
+/// and nothing else changes (no fence, attempt or backoff). Refused when no decision is awaited
+/// (`not_awaiting_decision`) or the revision is no longer the current one
+/// (`stale_evidence_revision`): then the caller compared against evidence already replaced.
+pub fn refresh_evidence(
+    rec: &ActivityRecord,
+    seen_revision: i64,
+    evidence_ref: &str,
+    evidence_digest: &str,
+    now: &Now,
+) -> Result<ActivityRecord, Rejection> {
+    check_now(now)?;
+    bounds::reference("evidence.ref", evidence_ref)?;
+    bounds::digest("evidence.digest", evidence_digest)?;
+    if !rec.awaiting_decision {
+        return Err(Rejection::new(
+            RejectionKind::NotAwaitingDecision,
+            "evidence is refreshed only while a decision is awaited",
+        ));
+    }
+    if seen_revision != rec.evidence_revision {
+        return Err(Rejection::on(
+            RejectionKind::StaleEvidenceRevision,
+            "evidence_revision",
+            format!(
+                "compared against evidence revision {seen_revision}, the current revision is {}",
+                rec.evidence_revision
+            ),
+        ));
+    }
+    let mut next = rec.next(now);
+    next.evidence = Some(EvidenceRecord {
+        evidence_ref: evidence_ref.to_owned(),
+        digest: evidence_digest.to_owned(),
+        recorded_at_ms: now.wall_ms,
+    });
+    next.evidence_revision += 1;
+    Ok(next)
 }
 
 /// Applies an operator decision to an activity awaiting one.
@@ -208,6 +256,48 @@ mod tests {
                 .unwrap_err()
                 .kind,
             RejectionKind::StaleFence
+        );
+    }
+
+    #[test]
+    fn refresh_raises_the_revision_and_the_old_one_can_no_longer_be_decided() {
+        let rec = unknown();
+        let fresh = refresh_evidence(&rec, 1, "ev://2", "sha256:f", &at(1500)).unwrap();
+        assert_eq!(fresh.evidence_revision, 2);
+        assert!(fresh.awaiting_decision);
+        assert_eq!(fresh.fence, rec.fence);
+        assert_eq!(fresh.claimable_from_ms, rec.claimable_from_ms);
+        assert_eq!(fresh.evidence.as_ref().unwrap().evidence_ref, "ev://2");
+        assert_eq!(
+            resolve(&fresh, &decide(DecisionOutcome::Abandon, 1), &at(1600))
+                .unwrap_err()
+                .kind,
+            RejectionKind::StaleEvidenceRevision
+        );
+        // a refresh compared against the replaced revision is refused too
+        assert_eq!(
+            refresh_evidence(&fresh, 1, "ev://3", "sha256:g", &at(1600))
+                .unwrap_err()
+                .kind,
+            RejectionKind::StaleEvidenceRevision
+        );
+        let decided = resolve(&fresh, &decide(DecisionOutcome::Abandon, 2), &at(1700)).unwrap();
+        assert_eq!(
+            refresh_evidence(&decided, 2, "ev://3", "sha256:g", &at(1800))
+                .unwrap_err()
+                .kind,
+            RejectionKind::NotAwaitingDecision
+        );
+    }
+
+    #[test]
+    fn refresh_is_refused_when_no_decision_is_awaited() {
+        let rec = claim(&bound(0), "w2", 100, &at(1000)).unwrap();
+        assert_eq!(
+            refresh_evidence(&rec, 0, "ev://1", "sha256:e", &at(1001))
+                .unwrap_err()
+                .kind,
+            RejectionKind::NotAwaitingDecision
         );
     }
 

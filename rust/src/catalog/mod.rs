@@ -53,7 +53,7 @@ pub use bounds::{
 pub use completion::{
     completion_evidence, facts_digest, verify_completion, CompletionMismatch, Fact,
 };
-pub use decision::{resolve, Decision, DecisionOutcome, ABANDONED_MEDIA_TYPE};
+pub use decision::{refresh_evidence, resolve, Decision, DecisionOutcome, ABANDONED_MEDIA_TYPE};
 pub use identity::{operation_id_for, settlement_evidence_digest};
 pub use provider::{bind_provider_operation, confirm_absent, record_unknown};
 pub use record::{

@@ -38,6 +38,7 @@ from tether.adapters.dynamixel.driver import (
     resolve_port,
 )
 from tether.adapters.dynamixel.safety import SafeStopReport, safe_stop
+from tether.operations._durable import write_durable
 from tether.transport import PortBusy, TransportError
 
 
@@ -101,7 +102,11 @@ class ControlServer:
                     handler = self._handlers[str(request.get("op"))]
                     reply = {"ok": True, "result": handler(request)}
                 except Exception as exc:
-                    reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                    reply = {
+                        "ok": False,
+                        "error": f"{type(exc).__name__}: {exc}",
+                        "code": getattr(exc, "code", None),
+                    }
                 try:
                     conn.sendall((json.dumps(reply) + "\n").encode())
                 except OSError:
@@ -145,8 +150,31 @@ def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.
             "owner_refused",
             f"the owner refused: {reply.get('error')}",
             socket=socket_path,
+            device_code=reply.get("code"),
         )
     return reply.get("result")
+
+
+def _stop_marker(config: HostConfig, robot_name: str) -> Path:
+    return config.state_dir / "stops" / f"{hashlib.sha256(robot_name.encode()).hexdigest()[:32]}"
+
+
+def record_operator_stop(config: HostConfig, robot_name: str) -> None:
+    """Note, durably, that an operator stopped `robot_name` now (evidence of later moves names
+    `stopped_by_operator`)."""
+    path = _stop_marker(config, robot_name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_durable(
+        path, json.dumps({"robot": robot_name, "at_ms": int(time.time() * 1000)}).encode()
+    )
+
+
+def last_operator_stop(config: HostConfig, robot_name: str) -> int | None:
+    """When an operator last stopped `robot_name` (wall ms), or None."""
+    try:
+        return int(json.loads(_stop_marker(config, robot_name).read_bytes())["at_ms"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def owner_socket(config: HostConfig, port_name: str) -> str | None:
@@ -172,6 +200,7 @@ class RobotHost:
         self.identities: dict[str, DeviceIdentity] = {}
         self.socket_path = socket_path_for(config.state_dir / f"host-{os.getpid()}.sock")
         self._server: ControlServer | None = None
+        self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {}
 
     def bus_for(self, robot: RobotConfig) -> DxlBus:
         return self.buses[robot.port]
@@ -187,14 +216,20 @@ class RobotHost:
         identity = check_robot(self.buses[robot.port], robot)
         self.identities[robot_name] = identity
         if self._server is None:
-            self._server = ControlServer(
-                self.socket_path,
-                {"stop": self._on_stop, "state": self._on_state, "identity": self._on_identity},
+            self._handlers.update(
+                {"stop": self._on_stop, "state": self._on_state, "identity": self._on_identity}
             )
+            self._server = ControlServer(self.socket_path, self._handlers)
         return identity
+
+    def add_handler(self, op: str, handler: Callable[[dict[str, Any]], Any]) -> None:
+        """Serve `op` on this host's control socket too (an adapter's own requests)."""
+        self._handlers[op] = handler
 
     def _on_stop(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         names = [request["robot"]] if request.get("robot") else list(self.identities)
+        for name in names:
+            record_operator_stop(self.config, name)
         return [self.stop(name).as_dict() for name in names]
 
     def _on_state(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -254,6 +289,7 @@ def stop_everything(config: HostConfig, robots: list[str] | None = None) -> list
                     reports.append({**report, "via": "owner"})
                 continue
             with DxlBus.open_config(config.ports[robot.port], lock_dir=config.state_dir) as bus:
+                record_operator_stop(config, name)
                 reports.append({**safe_stop(bus, robot).as_dict(), "via": "direct"})
         except Exception as exc:
             failed = SafeStopReport(name, robot.safe_stop, error=f"{type(exc).__name__}: {exc}")

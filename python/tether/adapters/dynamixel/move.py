@@ -26,35 +26,91 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from tether import _core
+from tether._crash import crash_point
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, RobotConfig
-from tether.adapters.dynamixel.host import RobotHost, read_state
+from tether.adapters.dynamixel.host import RobotHost, last_operator_stop, read_state
 from tether.adapters.dynamixel.safety import safe_stop
 from tether.physical.robot_move import Conclusion, ConfirmedAbsent, MoveRequest, Recovered, Unknown
 from tether.physical.robot_move_store import Operation, now_ms
 from tether.transport import DeviceError
 
-#: Names a crash point at which the worker SIGKILLs itself (crash tests only).
-CRASH_ENV = "TETHER_DXL_CRASH_AT"
+#: The crash points of a move and of a re-issue proof (`TETHER_CRASH_AT=<name>`, the one
+#: crash-injection mechanism, `tether._crash`).
 CRASH_POINTS = ("after_preimage", "after_reg_write", "after_action", "after_readback")
+PROOF_CRASH_POINTS = ("proof.after_neutralise", "proof.after_fence_floor")
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
 
-def crash_point(name: str) -> None:
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 class MoveNotReached(DeviceError):
     """The arm settled away from its goals (blocked, or torque lost); code `not_reached`."""
+
+
+class ReissueRefused(DeviceError):
+    """The adapter cannot prove that no earlier attempt can still act, so a re-issue may not
+    run; code `hardware_error`, `device_not_idle`, `not_repeatable` or `neutralise_failed`."""
+
+
+class FencedOut(DeviceError):
+    """A command of an attempt under the move's fence floor; code `fenced_out` (the device owner
+    refuses commands from an older fence)."""
+
+
+def si_read_back(robot: RobotConfig, state: dict[str, Any]) -> dict[str, Any]:
+    """A read-back in SI units (rad; rad/s for the profile speed), per joint name, with its
+    read time and decoded hardware errors: what evidence shows an operator."""
+    joints: dict[str, Any] = {}
+    for dxl_id, j in sorted(_joints(state).items()):
+        name = robot.joint_by_id(dxl_id).name
+        joints[name] = {
+            "id": dxl_id,
+            "position_rad": round(tables.ticks_to_radians(j["present_position"]), 6),
+            "goal_rad": round(tables.ticks_to_radians(j["goal_position"]), 6),
+            "moving": bool(j["moving"]),
+            "torque_on": bool(j["torque_enable"]),
+            "staged_write": bool(j["registered_instruction"]),
+            "hardware_errors": tables.hardware_errors(j["hardware_error_status"]),
+        }
+    return {"read_at_ms": state.get("read_at_ms"), "joints": joints}
+
+
+def profile_speed_rad_s(profile_velocity: int) -> float:
+    """A raw Profile Velocity as rad/s."""
+    return round(tables.ticks_per_second(profile_velocity) * 2 * 3.141592653589793 / 4096, 6)
+
+
+def changed_since(before: dict[str, Any], after: dict[str, Any], tolerance: int) -> list[str]:
+    """The adapter's comparison of two read-backs: differences that matter (empty when the
+    device is as it was when the evidence was taken)."""
+    diffs: list[str] = []
+    for dxl_id, old in before.get("joints", {}).items():
+        new = after.get("joints", {}).get(dxl_id)
+        if new is None:
+            diffs.append(f"id {dxl_id} missing")
+            continue
+        for name in (
+            "goal_position",
+            "registered_instruction",
+            "torque_enable",
+            "hardware_error_status",
+            "moving",
+        ):
+            if old.get(name) != new.get(name):
+                diffs.append(f"id {dxl_id} {name} {old.get(name)} -> {new.get(name)}")
+        if (
+            abs(int(old.get("present_position", 0)) - int(new.get("present_position", 0)))
+            > tolerance
+        ):
+            moved = f"{old.get('present_position')} -> {new.get('present_position')}"
+            diffs.append(f"id {dxl_id} present_position {moved}")
+    return diffs
 
 
 def plan_absolute(robot: RobotConfig, request: MoveRequest) -> dict[int, int]:
@@ -105,11 +161,15 @@ class DynamixelMoveAdapter:
         *,
         progress: ProgressFn | None = None,
         settle_timeout_s: float = 30.0,
+        fence: int | None = None,
     ) -> None:
         self.config = config
         self.host = host
         self.progress = progress or (lambda content: None)
         self.settle_timeout_s = settle_timeout_s
+        #: The catalog fence of the attempt this adapter acts for (None: standalone use); a
+        #: command under the move's fence floor is refused before it is logged or sent.
+        self.fence = fence
 
     # --- helpers ---
 
@@ -122,6 +182,13 @@ class DynamixelMoveAdapter:
         send: Callable[[], None],
         **info: Any,
     ) -> None:
+        if self.fence is not None and self.fence < op.fence_floor():
+            raise FencedOut(
+                "fenced_out",
+                f"attempt with fence {self.fence} is under the floor {op.fence_floor()} of "
+                f"{op.id}: nothing sent",
+                details={"fence": self.fence, "floor": op.fence_floor()},
+            )
         op.log_sent(
             {
                 "attempt": attempt,
@@ -319,9 +386,9 @@ class DynamixelMoveAdapter:
             if self._reached(robot, goals, final):
                 return Recovered(self._result(op, attempt, robot, goals, final, "recovered"))
             checks["settled"] = False
-            return Unknown(
-                self._evidence(op, request, robot, goals, final, "not_settled", checks), 1000
-            )
+            reason = "settle_timeout" if final.get("timed_out") else "not_settled"
+            reason = self._stopped(robot, op, attempt) or reason
+            return Unknown(self._evidence(op, request, robot, goals, final, reason, checks), 1000)
 
         effectful = [s for s in sent if s.get("instruction") in ("reg_write", "action")]
         if not effectful and not hardware_error:
@@ -344,6 +411,8 @@ class DynamixelMoveAdapter:
         )
         if hardware_error or not checks["torque_as_before"] or not checks["staged_or_unchanged"]:
             reason = "hardware_error" if hardware_error else "device_state_lost_or_moved"
+            if not hardware_error:
+                reason = self._stopped(robot, op, attempt) or reason
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
 
         staged = {
@@ -372,6 +441,104 @@ class DynamixelMoveAdapter:
             )
         return ConfirmedAbsent(self._guard(bus, "staged_not_actioned", list(staged), after))
 
+    def _stopped(self, robot: RobotConfig, op: Operation, attempt: int) -> str | None:
+        """`stopped_by_operator` when an operator's stop of `robot` came after `attempt` began."""
+        marker = op.entry.marker(attempt) if attempt else None
+        began = int((marker or {}).get("started_at_ms", 0))
+        stopped = last_operator_stop(self.config, robot.name)
+        return "stopped_by_operator" if stopped is not None and stopped >= began else None
+
+    def prove_reissue(
+        self, op: Operation, request: MoveRequest, fence_floor: int
+    ) -> dict[str, Any]:
+        """The adapter's proof that no earlier attempt of `op` can still act, taken while this
+        host owns the port exclusively; recorded in the journal as the next attempt's re-issue
+        proof. Refused (`ReissueRefused`) for a relative move, a joint with a hardware error or
+        in motion, or staged writes that do not read back neutralised.
+
+        1. Every staged write on the bus is neutralised (REG_WRITE of the current goal, one
+           ACTION, each logged before it is sent) and read back with nothing staged.
+        2. The last ACTION is accounted for: never sent, or sent by an absolute move, whose
+           repetition ends in the same pose.
+        3. The fence floor is raised: this adapter refuses every command of an attempt under
+           it, so an older attempt cannot send anything after the proof.
+        """
+        robot = self.config.robot(request.robot)
+        if request.relative:
+            raise ReissueRefused(
+                "not_repeatable", "a relative move cannot be re-issued; mark it done or abandon it"
+            )
+        number = op.next_attempt()
+        existing = op.reissue_proof(number)
+        if existing is not None:
+            return existing  # a proof taken before a crash: the floor already stands
+        bus = self.host.bus_for(robot)
+        state = read_state(bus, robot)
+        joints = _joints(state)
+        errors = {
+            robot.joint_by_id(i).name: tables.hardware_errors(j["hardware_error_status"])
+            for i, j in joints.items()
+            if j["hardware_error_status"]
+        }
+        if errors:
+            raise ReissueRefused(
+                "hardware_error",
+                f"a re-issue is refused while a joint reports a hardware error: {errors}",
+                details={"hardware_errors": errors},
+            )
+        if any(j["moving"] for j in joints.values()):
+            raise ReissueRefused("device_not_idle", "the arm is moving; re-issue needs it idle")
+        # The floor first: from here on no older attempt sends anything, so what is read back
+        # below stays true.
+        floor = op.raise_fence_floor(fence_floor)
+        crash_point("proof.after_fence_floor")
+        staged = {i: j["goal_position"] for i, j in joints.items() if j["registered_instruction"]}
+        staged.update(self._staged_others(bus, robot, {i: 0 for i in joints}))
+        fence, self.fence = self.fence, None  # the proof's own frames are the host's
+        try:
+            for dxl_id, current in sorted(staged.items()):
+                self._stage_goal(op, number, bus, dxl_id, current, "neutralise_reg_write")
+            if staged:
+                self._send_logged(
+                    op, number, "neutralise_action", _core.dxl_action(), bus.action, id=0xFE
+                )
+        finally:
+            self.fence = fence
+        crash_point("proof.after_neutralise")
+        after = read_state(bus, robot)
+        others = self._staged_others(bus, robot, {i: 0 for i in _joints(after)})
+        if others or any(
+            j["registered_instruction"] or j["goal_position"] != joints[i]["goal_position"]
+            for i, j in _joints(after).items()
+        ):
+            raise ReissueRefused(
+                "neutralise_failed",
+                "staged writes did not read back neutralised; nothing re-issued",
+            )
+        last = op.attempts()[-1] if op.attempts() else 0
+        actions = [
+            s for s in op.sent() if s.get("attempt") == last and s.get("instruction") == "action"
+        ]
+        proof = {
+            "reason": "operator_reissue",
+            "for_attempt": number,
+            "port_lock": bus.identity.key,
+            "owner_pid": os.getpid(),
+            "neutralised_ids": sorted(staged),
+            "read_back": after,
+            "read_back_si": si_read_back(robot, after),
+            "last_action": {
+                "attempt": last,
+                "sent": bool(actions),
+                "t_ms": actions[-1].get("t_ms") if actions else None,
+                "accounted_by": "absolute_move_repeats_to_the_same_pose"
+                if actions
+                else "never_sent",
+            },
+            "fence_floor": floor,
+        }
+        return op.record_reissue_proof(number, proof)
+
     def _guard(
         self, bus: Any, reason: str, neutralised: list[int], state: dict[str, Any]
     ) -> dict[str, Any]:
@@ -395,9 +562,28 @@ class DynamixelMoveAdapter:
     ) -> dict[str, Any]:
         bus = self.host.bus_for(robot)
         joints = _joints(state)
+        attempts = op.attempts()
+        pre = op.preimage(attempts[-1]) if attempts else None
         return {
             "operation_id": op.id,
             "reason": reason,
+            "read_back": si_read_back(robot, state),
+            "staged": {
+                robot.joint_by_id(i).name: round(tables.ticks_to_radians(g), 6)
+                for i, g in sorted((goals or {}).items())
+            },
+            "preimage": None
+            if pre is None
+            else {
+                "read_back": si_read_back(robot, pre["state"]),
+                "profile_speed_rad_s": profile_speed_rad_s(int(pre["profile_velocity"])),
+                "first_motion": pre["first_motion"],
+            },
+            "hardware_errors": {
+                robot.joint_by_id(i).name: tables.hardware_errors(j["hardware_error_status"])
+                for i, j in sorted(joints.items())
+                if j["hardware_error_status"]
+            },
             "command": request.as_dict(),
             "retry_class": request.retry_class.value,
             "targets": {str(i): g for i, g in sorted((goals or {}).items())},

@@ -1,41 +1,42 @@
-"""One robot-move operation, run to a conclusion by a worker process.
+"""`tether move`: one robot move, run to a conclusion as an Activity of a local Host.
 
-Order (each step durable before the next):
-1. Limits are checked (absolute moves) before anything is bound or sent.
-2. The operation id is bound to its request (`operation.json`).
-3. The host connects: identity lock on the port, PING/model/Status Return Level checks.
-4. If an earlier attempt is in doubt (started, no result, no guard for the next attempt), the
-   adapter reconciles: Recovered records the result; ConfirmedAbsent records the guard that
-   allows exactly one next attempt; Unknown parks the operation with evidence for an operator.
-5. A new attempt starts (create-if-absent marker) only under a guard, or as attempt 1, and
-   runs with its first motion speed-limited. A failure in doubt is reconciled at once.
-A parked operation is never executed by a worker; only an operator's decision moves it on.
+The move is an Activity of the `physical_ai.robot_move` family in the Host data directory
+`<state_dir>/moves` (world `--world`, activity `--activity`). The Activity catalog holds its
+control record (attempts, fences, evidence revisions, decisions) and the operations journal
+(`<state_dir>/moves/robot_move`) its provider facts; nothing else keeps either. A run:
+1. checks the request (joints, an absolute move's limits) before anything is bound or sent;
+2. commits the move's intent in a tick of the world, unless the world already holds it (another
+   request under the same activity id is refused);
+3. works the Activity with one in-process worker until it has a result, awaits an operator's
+   decision (exit 3) or the deadline passes (exit 4). An attempt of a killed run is waited out
+   (its lease) and then reconciled: Recovered, ConfirmedAbsent (one fresh attempt), or Unknown;
+4. commits the observation of a result, so the Activity settles.
+A parked move is never executed by a run; only an operator's decision (`tether operator`)
+moves it on.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import logging
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tether._dirs import usable_dir
+from tether.activities import ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
-from tether.adapters.dynamixel.host import RobotHost
-from tether.adapters.dynamixel.move import DynamixelMoveAdapter, check_request
+from tether.adapters.dynamixel.move import check_request
 from tether.errors import TetherError
-from tether.operator.decisions import apply_decision
 from tether.physical.robot_move import (
     KIND_ABSOLUTE,
     KIND_RELATIVE,
-    Conclusion,
     MoveRequest,
     MoveRequestError,
-    operation_id,
 )
-from tether.physical.robot_move_store import MoveStore, Operation, StoreConflict, now_ms
 
 EXIT_DONE = 0
 EXIT_ERROR = 1
@@ -43,66 +44,126 @@ EXIT_USAGE = 2
 EXIT_PARKED = 3
 EXIT_RETRY = 4
 
+_CONCLUSIONS = {"completed": "executed", "recovered": "recovered", "operator_done": "operator_done"}
 
-def _conclude(op: Operation, conclusion: Conclusion) -> dict[str, Any]:
-    kind, doc = op.record_conclusion(conclusion)
-    if kind == "recovered":
-        return {"status": "done", "conclusion": "recovered"}
-    if kind == "confirmed_absent":
-        return {"status": "pending", "conclusion": kind, "next_attempt": doc["for_attempt"]}
-    return {
-        "status": "awaiting_decision",
-        "conclusion": "unknown",
-        "revision": doc["revision"],
-        "reason": doc.get("reason"),
+
+def data_dir_of(config: HostConfig) -> Path:
+    """The Host data directory `tether move` and `tether operator` share."""
+    return config.state_dir / "moves"
+
+
+def _doc(host: Any, ref: str, digest: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(host.artifacts.get_bytes(ref, digest))
+    except (TetherError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _outcome(host: Any, record: ActivityRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "operation_id": record.operation_id,
+        "key": f"{record.key.world_id}/{record.key.kind}/{record.key.activity_id}",
+        "attempts": record.attempt_count,
     }
+    if record.result is not None:
+        doc = _doc(host, record.result.ref, record.result.digest)
+        if record.result.failed:
+            return {
+                **out,
+                "status": "failed",
+                "outcome": doc.get("outcome"),
+                "code": doc.get("code"),
+            }
+        return {
+            **out,
+            "status": "done",
+            "conclusion": _CONCLUSIONS.get(str(doc.get("outcome")), doc.get("outcome")),
+        }
+    if record.awaiting_decision:
+        evidence = (
+            _doc(host, record.evidence.evidence.ref, record.evidence.evidence.digest)
+            if record.evidence
+            else {}
+        )
+        return {
+            **out,
+            "status": "awaiting_decision",
+            "conclusion": "unknown",
+            "revision": record.evidence_revision,
+            "reason": evidence.get("reason"),
+        }
+    return {**out, "status": "pending"}
 
 
 def run_move(
     config: HostConfig,
-    store: MoveStore,
-    op_id: str,
     request: MoveRequest,
     *,
-    progress: Callable[[dict[str, Any]], None] | None = None,
+    world: str,
+    activity: str,
+    lease_ms: int = 5_000,
     settle_timeout_s: float = 30.0,
+    timeout_s: float | None = None,
+    store: Path | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    robot = config.robot(request.robot)
-    check_request(robot, request)  # unknown joints and limit violations: before anything is sent
-    op = store.bind(op_id, request)
-    revisions = op.evidence_revisions()
-    if revisions:
-        apply_decision(op, revisions[-1])  # finish a decision interrupted by a crash
-    if op.terminal:
-        return {"status": op.status()}
-    if op.parked:
-        return {"status": "awaiting_decision", "revision": op.evidence_revisions()[-1]}
-    with RobotHost(config) as host:
-        host.connect(robot.name)
-        adapter = DynamixelMoveAdapter(
-            config, host, progress=progress, settle_timeout_s=settle_timeout_s
-        )
-        number = op.next_attempt()
-        if number > 1 and op.guard(number) is None:
-            outcome = _conclude(op, adapter.reconcile(op, request))
-            if outcome["status"] != "pending":
-                return outcome
-        op.start_attempt(
-            number,
-            {
-                "pid": os.getpid(),
-                "started_at_ms": now_ms(),
-                "port_key": host.buses[robot.port].identity.key,
-            },
-        )
+    """Run one move to a conclusion (see the module docstring); the outcome document."""
+    from tether.physical.robot_move_family import INTENT, intent, robot_move_family
+    from tether.runtime import Host
+    from tether.world import WorldNotFound
+
+    check_request(config.robot(request.robot), request)  # before anything is bound or sent
+    data = usable_dir(data_dir_of(config), what="the moves data dir")
+    family = robot_move_family(
+        config, store or data / "robot_move", settle_timeout_s=settle_timeout_s
+    )
+
+    def listener(event: Any) -> None:
+        if progress is None:
+            print(json.dumps({"progress": event.content}), flush=True)
+        else:
+            progress(event.content)
+
+    key = ActivityKey(world, request.kind, activity)
+    deadline = time.monotonic() + (
+        timeout_s if timeout_s is not None else 2 * lease_ms / 1000 + 3 * settle_timeout_s + 30
+    )
+    with Host(
+        data, [family], workers=0, observe=False, lease_ms=lease_ms, progress_listener=listener
+    ) as host:
         try:
-            result = adapter.execute(op, number, request, first_motion=True)
-        except TetherError as exc:
-            # In doubt: the safe-stop already ran; decide from the device right away.
-            outcome = _conclude(op, adapter.reconcile(op, request))
-            return {**outcome, "error": f"{type(exc).__name__}: {exc}"}
-        op.record_result(result)
-        return {"status": "done", "conclusion": "executed", "attempt": number}
+            try:
+                host.head(world)
+            except WorldNotFound:
+                host.create_world(world)
+            held = host.snapshot(world).get(activity, INTENT)
+            if held is None:
+                host.commit_tick(world, [intent(activity, request)])
+            elif held != request.as_dict():
+                raise MoveRequestError(
+                    f"activity {activity} of world {world} is another move: {held}"
+                )
+            worker = host.new_worker(f"tether-move-{activity}")
+            while True:
+                record = host.get(key)
+                if record is None:  # pragma: no cover - the commit above admitted it
+                    raise MoveRequestError(f"activity {activity} was not admitted")
+                if record.result is not None:
+                    if record.settlement is None:
+                        host.observe_once()
+                    break
+                if record.awaiting_decision:
+                    break
+                if worker.run_next(world_id=world) is None:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+            return _outcome(host, host.get(key) or record)
+        finally:
+            close = getattr(family.adapter, "close", None)
+            if close is not None:
+                close()
 
 
 def parse_targets(items: list[str]) -> dict[str, float]:
@@ -118,62 +179,82 @@ def parse_targets(items: list[str]) -> dict[str, float]:
     return targets
 
 
+def _one_line_logs() -> None:
+    """The runtime's warnings as one line each on stderr (the exception, not its traceback)."""
+
+    def one_line(record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.getMessage()}: {record.exc_info[1]}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("tether move: %(message)s"))
+    handler.addFilter(one_line)
+    root = logging.getLogger("tether")
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    root.propagate = False
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="tether move", description="Run one robot move to a conclusion."
+        prog="tether move",
+        description="Run one robot move to a conclusion, as an Activity of the local Host "
+        "(<state_dir>/moves). Exit 0 done, 1 error, 2 refused, 3 parked for an operator, "
+        "4 not concluded before the deadline.",
     )
     parser.add_argument("--config", required=True, help="host configuration (TOML)")
     parser.add_argument(
-        "--store", help="operation store directory (default: <state_dir>/robot_move)"
+        "--store", help="operations journal of robot moves (default: <state_dir>/moves/robot_move)"
     )
     parser.add_argument("--robot", required=True)
     parser.add_argument("--joint", action="append", default=[], help="NAME=RADIANS (repeatable)")
     parser.add_argument(
         "--relative", action="store_true", help="targets are deltas (non-repeatable)"
     )
-    parser.add_argument("--world", default="local", help="world id (for the operation id)")
-    parser.add_argument("--activity", required=True, help="activity id (for the operation id)")
-    parser.add_argument("--settle-timeout", type=float, default=30.0)
+    parser.add_argument("--world", default="local", help="world id (default: local)")
+    parser.add_argument("--activity", required=True, help="activity id within the world")
+    parser.add_argument("--settle-timeout", type=float, default=30.0, help="seconds (default 30)")
+    parser.add_argument(
+        "--lease-ms", type=int, default=5_000, help="attempt lease in ms (default 5000)"
+    )
     args = parser.parse_args(argv)
+    _one_line_logs()
     try:
         config = load_config(args.config)
         kind = KIND_RELATIVE if args.relative else KIND_ABSOLUTE
         request = MoveRequest.from_dict(
             {"kind": kind, "robot": args.robot, "targets": parse_targets(args.joint)}
         )
-        store_dir = args.store or config.state_dir / "robot_move"
-        store = MoveStore(usable_dir(store_dir, what="the operation store"))
-        op_id = operation_id(kind, args.world, args.activity)
+        check_request(config.robot(request.robot), request)
+        usable_dir(data_dir_of(config), what="the moves data dir")  # checked before use
     except (TetherError, MoveRequestError) as exc:
         refused = {"status": "refused", "code": getattr(exc, "code", None), "error": str(exc)}
         print(json.dumps(refused), flush=True)
         return EXIT_USAGE
-
-    def progress(content: dict[str, Any]) -> None:
-        print(json.dumps({"progress": content}), flush=True)
-
     try:
         outcome = run_move(
-            config, store, op_id, request, progress=progress, settle_timeout_s=args.settle_timeout
+            config,
+            request,
+            world=args.world,
+            activity=args.activity,
+            lease_ms=args.lease_ms,
+            settle_timeout_s=args.settle_timeout,
+            store=Path(args.store) if args.store else None,
         )
-    except (TetherError, StoreConflict) as exc:
+    except (TetherError, MoveRequestError) as exc:
         code = getattr(exc, "code", None)
         print(
-            json.dumps(
-                {
-                    "operation_id": op_id,
-                    "status": "refused" if code == "limit_violation" else "error",
-                    "code": code,
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
-            ),
+            json.dumps({"status": "error", "code": code, "error": f"{type(exc).__name__}: {exc}"}),
             flush=True,
         )
-        return EXIT_USAGE if code == "limit_violation" else EXIT_ERROR
-    print(json.dumps({"operation_id": op_id, **outcome}), flush=True)
-    status = outcome["status"]
+        return EXIT_ERROR
+    print(json.dumps(outcome), flush=True)
     return {"done": EXIT_DONE, "awaiting_decision": EXIT_PARKED, "pending": EXIT_RETRY}.get(
-        status, EXIT_ERROR
+        outcome["status"], EXIT_ERROR
     )
 
 

@@ -1,4 +1,4 @@
-"""Durable file writes: temp file, fsync, rename (or link for create-if-absent), fsync the dir."""
+"""Durable file writes for the operations journal: temp file, fsync, rename or link, fsync dir."""
 
 from __future__ import annotations
 
