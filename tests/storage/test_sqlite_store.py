@@ -238,6 +238,16 @@ def _v1_file(path: Path, rows: list[tuple[object, ...]]) -> None:
     conn.close()
 
 
+# The columns later schema versions added (v2: lease clock and derived flags; v3: retention).
+AFTER_V1 = (
+    "lease_boot_id",
+    "pending_observation",
+    "unsettled",
+    "compacted_at_ms",
+    "compactable_from_ms",
+)
+
+
 def test_a_version_1_catalog_migrates_its_rows_through_the_core(tmp_path: Path) -> None:
     """Existing data dirs migrate forward: the derived columns come from the core, each view
     and the lifecycle gate use them, and a v1 lease (a wall-clock time of no boot) has expired
@@ -260,7 +270,7 @@ def test_a_version_1_catalog_migrates_its_rows_through_the_core(tmp_path: Path) 
         cat.settle(elsewhere, receipt(9, world="w2"), evidence_for(elsewhere, result("o")))
         cat.admit(admission(admitted))
         records = {k: cat.get(k) for k in (admitted, leased, done, settled, elsewhere)}
-        new_columns = ("lease_boot_id", "pending_observation", "unsettled")
+        new_columns = AFTER_V1
         rows = []
         for k in records:
             row = cat.store.get((k.world_id, k.kind, k.activity_id))
@@ -308,11 +318,7 @@ def test_a_version_1_row_the_core_cannot_decode_stops_the_migration_and_loses_no
         cat.admit(admission(key()))
         row = cat.store.get(("w1", "sim.rollout", "a1"))
     assert row is not None
-    v1 = [
-        v
-        for c, v in zip(COLUMNS, row, strict=True)
-        if c not in ("lease_boot_id", "pending_observation", "unsettled")
-    ]
+    v1 = [v for c, v in zip(COLUMNS, row, strict=True) if c not in AFTER_V1]
     v1[COLUMNS.index("attempt_owner")] = "ghost"  # half an attempt group
     path = tmp_path / "v1.db"
     _v1_file(path, [tuple(v1)])
