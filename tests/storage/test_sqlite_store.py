@@ -357,3 +357,55 @@ def test_aligning_the_clock_rebases_other_boots_rows_once(tmp_path: Path) -> Non
         assert rebased.attempt.lease_expires_ms == 5
         done = cat.get(finished)
         assert done is not None and done.lease_boot_id == "boot-old"
+
+
+def test_a_version_2_catalog_gains_the_compactable_column_from_the_core(tmp_path: Path) -> None:
+    """Schema 3 adds retention: existing settled rows become compactable from their settlement
+    time (computed by the core, not SQL), unsettled rows never, and compaction then works."""
+    from tether.activities._record import COLUMNS
+    from tether.storage import _schema
+
+    from tests.activities.support import bound_claim, evidence_for, receipt, result
+
+    clock = ManualClock()
+    settled, pending = key("settled"), key("pending")
+    with Catalog.open(f"sqlite://{tmp_path / 'source.db'}", clock=clock) as cat:
+        for k in (settled, pending):
+            c = bound_claim(cat, k)
+            cat.record_result(k, c.fence, result(k.activity_id))
+        cat.settle(settled, receipt(9), evidence_for(settled, result("settled")))
+        settled_at = cat.get(settled).settlement.settled_at_ms  # type: ignore[union-attr]
+        rows = [cat.store.get((k.world_id, k.kind, k.activity_id)) for k in (settled, pending)]
+    v3 = ("compacted_at_ms", "compactable_from_ms")
+    path = tmp_path / "v2.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("BEGIN")
+    _schema.current_version(conn)
+    for _version, statements, _ in _schema.MIGRATIONS[:2]:
+        for statement in statements:
+            conn.execute(statement)
+    conn.execute("INSERT INTO schema_version (id, version) VALUES (1, 2)")
+    names = [c for c in COLUMNS if c not in v3]
+    for row in rows:
+        assert row is not None
+        conn.execute("INSERT OR IGNORE INTO activity_kinds (kind) VALUES (?)", (row[1],))
+        values = [v for c, v in zip(COLUMNS, row, strict=True) if c not in v3]
+        conn.execute(
+            f"INSERT INTO activities ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+            values,
+        )
+    conn.execute("COMMIT")
+    conn.close()
+
+    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+        s, p = cat.get(settled), cat.get(pending)
+        assert s is not None and p is not None
+        assert (s.compactable_from_ms, s.compacted_at_ms) == (settled_at, None)
+        assert (p.compactable_from_ms, p.compacted_at_ms) == (None, None)
+        assert [r.key for r in cat.iter_compactable(0)] == [settled]
+        assert cat.compact_settled(0) == 1
+        assert cat.get(settled).compacted and not cat.get(pending).compacted  # type: ignore[union-attr]
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST == 3
+    conn.close()
