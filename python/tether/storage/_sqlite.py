@@ -420,15 +420,15 @@ class SqliteCatalogStore:
             "free_bytes": page * free,
         }
 
-    def checkpoint(self) -> None:
-        """Copy the WAL into the main file and truncate it (waits for readers to finish)."""
+    def checkpoint(self) -> bool:
+        """Copy the WAL into the main file and truncate it; False when another connection's
+        open read or write kept part of it (nothing is lost either way)."""
         with self._lock:
             try:
                 busy = self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             except sqlite3.Error as e:
                 raise CatalogStorageError(f"catalog checkpoint failed: {e}") from e
-        if busy:
-            raise CatalogStorageError("catalog checkpoint incomplete: another connection is busy")
+        return not busy
 
     def vacuum(self) -> None:
         """Rewrite the file without its free pages (holds the write lock while it runs)."""
