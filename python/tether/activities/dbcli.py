@@ -129,8 +129,9 @@ def _parser() -> _Parser:
     prune.add_argument(
         "--vacuum",
         action="store_true",
-        help="then rewrite catalog.db without its free pages; blocks writers while it runs "
-        "(default: off: free pages are reused by new records)",
+        help="then rewrite catalog.db without the space compaction freed; blocks writers while "
+        "it runs (default: off: new records reuse the freed pages, not the space freed inside "
+        "pages)",
     )
     prune.add_argument("--json", action="store_true", help="print one JSON object (default: off)")
     return p
@@ -267,8 +268,8 @@ def _render(report: dict[str, Any], older_than: str) -> str:
         size += " (vacuumed)"
     else:
         free = _si_bytes(a["free_bytes"])
-        size += f" ({free} in free pages; space freed inside pages too is reused by new records,"
-        size += " --vacuum returns both to the disk)"
+        size += f" ({free} in free pages, which new records reuse; --vacuum also returns the"
+        size += " space freed inside pages)"
     lines += [size, "artifact payloads are kept (see `tether db prune --help`)"]
     return "\n".join(lines)
 
