@@ -10,7 +10,8 @@ as with FULL (only when WAL frames are synced differs). Sizes are catalog.db plu
 `wal_checkpoint(TRUNCATE)`; per 1M they are extrapolated linearly from ``--activities`` (the
 empty catalog's fixed size is subtracted first and added back), which the B-tree layout makes
 close to exact. Then every record is compacted (`Catalog.compact_settled`, the path of
-`tether db prune`), measured again, vacuumed and measured again.
+`tether db prune`) and measured again; ``activities / 10`` more lifecycles show how much the
+unvacuumed file reuses; those are compacted too, the file is vacuumed and measured again.
 
 Baseline, in the same run: the smallest table that holds what compaction must keep (key, source
 receipt, input digest and settlement receipt with its evidence digest) for the same records,
@@ -131,36 +132,31 @@ def main(argv: list[str]) -> int:
             store = catalog.store
             assert isinstance(store, SqliteCatalogStore)
             free = store.space()["free_bytes"]
+            # Reuse without VACUUM: n/10 more lifecycles into the pruned file.
+            extra = max(1, n // 10)
+            for i in range(n, n + extra):
+                lifecycle(catalog, artifacts, i, run_id)
+            grew = space(catalog) - pruned
+            assert catalog.compact_settled(0) == extra  # all n + extra compacted now
             start = time.perf_counter()
             store.vacuum()
             vacuum_s = time.perf_counter() - start
             vacuumed = space(catalog)
             base = baseline(directory / "baseline.db", catalog)
-        # Reuse without VACUUM: a second catalog, pruned but not vacuumed, takes n/10 more.
-        extra = max(1, n // 10)
-        url2 = "sqlite:///" + str(directory / "reuse.db")
-        with Catalog.open(url2, synchronous="NORMAL") as catalog:
-            for i in range(n):
-                lifecycle(catalog, artifacts, i, run_id)
-            catalog.compact_settled(0)
-            before_more = space(catalog)
-            for i in range(n, n + extra):
-                lifecycle(catalog, artifacts, i, run_id)
-            grew = space(catalog) - before_more
 
-        def per_million(total: int) -> float:
-            return (total - empty) / n * MILLION + empty
+        def per_million(total: int, count: int) -> float:
+            return (total - empty) / count * MILLION + empty
 
         print(f"activities: {n:,} real lifecycles in {took:.1f} s ({n / took:,.0f}/s, NORMAL)")
         print(f"empty catalog:                  {empty:>14,} bytes")
-        for label, total in (
-            ("settled", settled),
-            ("after prune (no vacuum)", pruned),
-            ("after prune + VACUUM", vacuumed),
+        for label, total, count in (
+            ("settled", settled, n),
+            ("after prune (no vacuum)", pruned, n),
+            ("after prune + VACUUM", vacuumed, n + extra),
         ):
             print(
-                f"{label + ':':<32}{total:>14,} bytes  {(total - empty) / n:7.0f} B/activity"
-                f"  per 1M (linear): {per_million(total) / 1e6:8.1f} MB"
+                f"{label + ':':<32}{total:>14,} bytes  {(total - empty) / count:7.0f} B/activity"
+                f"  per 1M (linear): {per_million(total, count) / 1e6:8.1f} MB"
             )
         print(f"prune: {prune_s:.1f} s ({n / prune_s:,.0f} records/s); VACUUM: {vacuum_s:.1f} s")
         print(f"free pages after prune, before VACUUM: {free:,} bytes")
@@ -170,10 +166,13 @@ def main(argv: list[str]) -> int:
         )
         print(
             f"baseline (kept facts, bare table, vacuumed): {base:,} bytes"
-            f"  {base / n:7.0f} B/activity  per 1M: {base / n * MILLION / 1e6:8.1f} MB"
+            f"  {base / (n + extra):7.0f} B/activity"
+            f"  per 1M: {base / (n + extra) * MILLION / 1e6:8.1f} MB"
         )
         print(f"ratio compacted+vacuumed / baseline: {(vacuumed - empty) / base:.2f}x")
-        print(f"ratio settled / compacted+vacuumed:  {(settled - empty) / (vacuumed - empty):.2f}x")
+        per_settled = (settled - empty) / n
+        per_vacuumed = (vacuumed - empty) / (n + extra)
+        print(f"ratio settled / compacted+vacuumed:  {per_settled / per_vacuumed:.2f}x")
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return 0
