@@ -260,6 +260,12 @@ class NotClaimable(CatalogRejection):
 class BoundsExceeded(CatalogRejection):
     """A field is empty, too long or out of range."""
 
+class Compacted(CatalogRejection):
+    """The activity settled and was compacted."""
+
+class NotCompactable(CatalogRejection):
+    """The activity is unsettled or settled after the cutoff."""
+
 class UnknownActivity(CatalogRejection):
     """No activity with this key exists."""
 
@@ -344,6 +350,13 @@ def catalog_rebase(row: tuple[Any, ...], now: Any) -> tuple[Any, ...]:
 def catalog_derive_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """A stored row with its derived columns recomputed from its facts (the migration that adds
     them); the version is unchanged, since no transition happened."""
+
+def catalog_compact(row: tuple[Any, ...], cutoff_ms: int, now: Any) -> tuple[Any, ...]:
+    """The compacted form of a settled row whose settlement is at or before the wall-clock
+    `cutoff_ms` (`NotCompactable` otherwise; a compacted row comes back unchanged)."""
+
+def catalog_compactable(row: tuple[Any, ...], cutoff_ms: int) -> bool:
+    """Whether the core would compact this row at the wall-clock `cutoff_ms`."""
 
 def catalog_lease_reached(lease_boot_id: str, at_ms: int, now: Any) -> bool:
     """Whether the lease-clock time `at_ms`, measured on boot `lease_boot_id`, is reached at

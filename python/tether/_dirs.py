@@ -13,8 +13,8 @@ from typing import Final
 
 from tether._coded import CodedError
 
-#: The codes a DataDirError carries.
-CODES: Final = ("no_such_directory", "not_a_directory", "unusable_directory")
+#: The codes a DataDirError carries (`not_a_data_dir`: a directory without a Tether catalog).
+CODES: Final = ("no_such_directory", "not_a_directory", "unusable_directory", "not_a_data_dir")
 
 
 class DataDirError(CodedError):

@@ -63,6 +63,12 @@ COMMANDS["stop"] = (
 )
 COMMANDS["worker"] = ("tether.runtime.worker_main", "run Activity worker threads on a data dir")
 
+# --- catalog maintenance ---
+COMMANDS["db"] = (
+    "tether.activities.dbcli",
+    "maintain a data dir's catalog: prune (compact) settled Activities",
+)
+
 
 def _usage() -> str:
     lines = ["usage: tether <command> [args...]", "", "commands:"]

@@ -88,6 +88,34 @@ def test_a_small_mission_exits_0_and_a_rerun_runs_nothing_again(tmp_path: Path) 
     assert _journal(tmp_path) == journal
 
 
+def test_a_pruned_data_dir_resumes_without_running_anything_again(tmp_path: Path) -> None:
+    """`tether db prune` compacts the settled reaches; the same demo command then resumes,
+    shows them as settled before restart (their result references pruned) and runs nothing."""
+    first = _run(tmp_path, *SMALL)
+    assert first.returncode == 0, first.stderr
+    before = _journal(tmp_path)
+    argv = ["db", "prune", "--data-dir", str(tmp_path), "--older-than", "0s", "--json"]
+    prune = subprocess.run(
+        [sys.executable, "-m", "tether", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert prune.returncode == 0, prune.stderr
+    assert json.loads(prune.stdout)["compacted"] == 2
+    again = _run(tmp_path, *SMALL)
+    assert again.returncode == 0, again.stderr
+    assert "Traceback" not in again.stderr
+    assert "resuming (2 activities already settled)" in again.stdout
+    assert again.stdout.count("(pruned)") == 2
+    assert again.stdout.count("settled before restart") == 2
+    after = _journal(tmp_path)
+    for entity, entry in after.items():
+        assert entry["result"] is None  # the reference went with the compaction
+        assert {**entry, "result": before[entity]["result"]} == before[entity]
+
+
 def _table_digests(stdout: str) -> dict[str, str]:
     """The summary table's `result digest` column, by activity."""
     rows = re.findall(r"^(reach-\d+)\s+\d+\s+([0-9a-f]{16})\s", stdout, re.MULTILINE)

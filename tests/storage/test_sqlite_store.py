@@ -238,6 +238,16 @@ def _v1_file(path: Path, rows: list[tuple[object, ...]]) -> None:
     conn.close()
 
 
+# The columns later schema versions added (v2: lease clock and derived flags; v3: retention).
+AFTER_V1 = (
+    "lease_boot_id",
+    "pending_observation",
+    "unsettled",
+    "compacted_at_ms",
+    "compactable_from_ms",
+)
+
+
 def test_a_version_1_catalog_migrates_its_rows_through_the_core(tmp_path: Path) -> None:
     """Existing data dirs migrate forward: the derived columns come from the core, each view
     and the lifecycle gate use them, and a v1 lease (a wall-clock time of no boot) has expired
@@ -260,7 +270,7 @@ def test_a_version_1_catalog_migrates_its_rows_through_the_core(tmp_path: Path) 
         cat.settle(elsewhere, receipt(9, world="w2"), evidence_for(elsewhere, result("o")))
         cat.admit(admission(admitted))
         records = {k: cat.get(k) for k in (admitted, leased, done, settled, elsewhere)}
-        new_columns = ("lease_boot_id", "pending_observation", "unsettled")
+        new_columns = AFTER_V1
         rows = []
         for k in records:
             row = cat.store.get((k.world_id, k.kind, k.activity_id))
@@ -308,11 +318,7 @@ def test_a_version_1_row_the_core_cannot_decode_stops_the_migration_and_loses_no
         cat.admit(admission(key()))
         row = cat.store.get(("w1", "sim.rollout", "a1"))
     assert row is not None
-    v1 = [
-        v
-        for c, v in zip(COLUMNS, row, strict=True)
-        if c not in ("lease_boot_id", "pending_observation", "unsettled")
-    ]
+    v1 = [v for c, v in zip(COLUMNS, row, strict=True) if c not in AFTER_V1]
     v1[COLUMNS.index("attempt_owner")] = "ghost"  # half an attempt group
     path = tmp_path / "v1.db"
     _v1_file(path, [tuple(v1)])
@@ -351,3 +357,55 @@ def test_aligning_the_clock_rebases_other_boots_rows_once(tmp_path: Path) -> Non
         assert rebased.attempt.lease_expires_ms == 5
         done = cat.get(finished)
         assert done is not None and done.lease_boot_id == "boot-old"
+
+
+def test_a_version_2_catalog_gains_the_compactable_column_from_the_core(tmp_path: Path) -> None:
+    """Schema 3 adds retention: existing settled rows become compactable from their settlement
+    time (computed by the core, not SQL), unsettled rows never, and compaction then works."""
+    from tether.activities._record import COLUMNS
+    from tether.storage import _schema
+
+    from tests.activities.support import bound_claim, evidence_for, receipt, result
+
+    clock = ManualClock()
+    settled, pending = key("settled"), key("pending")
+    with Catalog.open(f"sqlite://{tmp_path / 'source.db'}", clock=clock) as cat:
+        for k in (settled, pending):
+            c = bound_claim(cat, k)
+            cat.record_result(k, c.fence, result(k.activity_id))
+        cat.settle(settled, receipt(9), evidence_for(settled, result("settled")))
+        settled_at = cat.get(settled).settlement.settled_at_ms  # type: ignore[union-attr]
+        rows = [cat.store.get((k.world_id, k.kind, k.activity_id)) for k in (settled, pending)]
+    v3 = ("compacted_at_ms", "compactable_from_ms")
+    path = tmp_path / "v2.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("BEGIN")
+    _schema.current_version(conn)
+    for _version, statements, _ in _schema.MIGRATIONS[:2]:
+        for statement in statements:
+            conn.execute(statement)
+    conn.execute("INSERT INTO schema_version (id, version) VALUES (1, 2)")
+    names = [c for c in COLUMNS if c not in v3]
+    for row in rows:
+        assert row is not None
+        conn.execute("INSERT OR IGNORE INTO activity_kinds (kind) VALUES (?)", (row[1],))
+        values = [v for c, v in zip(COLUMNS, row, strict=True) if c not in v3]
+        conn.execute(
+            f"INSERT INTO activities ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+            values,
+        )
+    conn.execute("COMMIT")
+    conn.close()
+
+    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+        s, p = cat.get(settled), cat.get(pending)
+        assert s is not None and p is not None
+        assert (s.compactable_from_ms, s.compacted_at_ms) == (settled_at, None)
+        assert (p.compactable_from_ms, p.compacted_at_ms) == (None, None)
+        assert [r.key for r in cat.iter_compactable(0)] == [settled]
+        assert cat.compact_settled(0) == 1
+        assert cat.get(settled).compacted and not cat.get(pending).compacted  # type: ignore[union-attr]
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST == 3
+    conn.close()

@@ -45,6 +45,11 @@ One lifecycle, on a catalog file with a fixed clock (times are integer milliseco
     Traceback (most recent call last):
     ...
     _core.StaleFence: stale_fence (fence): fence 0 is not the current fence 1
+    >>> catalog.compact_settled(0)  # retention: settled at least 0 ms ago; see compact_settled
+    1
+    >>> rec = catalog.admit(Admission(key, later, "inline:e30=", "sha256:in"))  # asked again
+    >>> rec.compacted, rec.input_ref, rec.result, rec.settlement.receipt.tick
+    (True, '', None, 42)
     >>> catalog.close(); shutil.rmtree(directory)
 """
 

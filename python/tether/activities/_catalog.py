@@ -327,6 +327,69 @@ class Catalog:
         """Every activity whose reconciliation came back unknown and awaits an operator."""
         return self._iter("awaiting_decision", kinds, world_id, page_size)
 
+    def _cutoff(self, older_than_ms: int) -> tuple[Now, int]:
+        if not isinstance(older_than_ms, int) or isinstance(older_than_ms, bool):
+            raise TypeError("older_than_ms must be an int")
+        if older_than_ms < 0:
+            raise ValueError("older_than_ms must be >= 0")
+        now = self._clock.now()
+        return now, now.wall_ms - older_than_ms
+
+    def iter_compactable(
+        self, older_than_ms: int, *, page_size: int = PAGE_SIZE
+    ) -> Iterator[ActivityRecord]:
+        """Every record `compact_settled(older_than_ms)` would compact now (a dry run), oldest
+        settlement first, paged to exhaustion; the core decides each one."""
+        if page_size < 1:
+            raise ValueError("page_size must be positive")
+        _now, cutoff = self._cutoff(older_than_ms)
+        after: tuple[Any, ...] | None = None
+        while True:
+            rows = self._store.page("compactable", cutoff, None, None, after, page_size)
+            for row in rows:
+                if _core.catalog_compactable(row, cutoff):
+                    yield record_from_row(_core.catalog_check_row(row))
+            if len(rows) < page_size:
+                return
+            after = self._store.cursor("compactable", rows[-1])
+
+    def compact_settled(
+        self,
+        older_than_ms: int,
+        *,
+        batch: int = PAGE_SIZE,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Compact every record settled at least ``older_than_ms`` ago (wall clock); return
+        how many were compacted.
+
+        The core decides each record (`compacted` form: key, source receipt, input digest,
+        fence and settlement stay; input and result references, attempts, binding, guard,
+        evidence and decision go) and never compacts an unsettled one. A compacted key is never
+        admitted again: the same input digest is a no-op, another is `AdmissionConflict`. Runs
+        in transactions of ``batch`` records, so workers interleave; ``progress`` receives the
+        running count after each. Result payloads in an artifact store are not touched.
+        """
+        if not isinstance(batch, int) or batch < 1:
+            raise ValueError("batch must be a positive int")
+        now, cutoff = self._cutoff(older_than_ms)
+
+        def transition(row: Row) -> Row | None:
+            try:
+                return _core.catalog_compact(row, cutoff, now)
+            except _core.NotCompactable:
+                return None  # the core keeps it; the cursor moves past it
+
+        total = 0
+        after: tuple[Any, ...] | None = None
+        while True:
+            changed, after = self._store.compact(cutoff, transition, after, batch)
+            total += len(changed)
+            if progress is not None:
+                progress(total)
+            if after is None:
+                return total
+
     def has_unsettled(self, world_id: str) -> bool:
         """Whether the world has any admitted activity without a settlement (lifecycle gate:
         fork and destroy are refused while this is true). The core computes `unsettled` per

@@ -79,6 +79,8 @@ def record_from_row(row: Row) -> ActivityRecord:
         pending_observation,
         unsettled,
         version,
+        compacted_at_ms,
+        compactable_from_ms,
     ) = row
     result = recorded = None
     if result_ref is not None:
@@ -129,4 +131,6 @@ def record_from_row(row: Row) -> ActivityRecord:
         pending_observation == 1,
         unsettled == 1,
         version,
+        compacted_at_ms,
+        compactable_from_ms,
     )

@@ -178,6 +178,13 @@ class ActivityRecord:
     ``lease_boot_id``; ``pending_observation`` (a result not yet settled) and ``unsettled``
     (no settlement yet) are derived by the Rust core and stored as columns. Times named
     ``*_at_ms`` are wall-clock.
+
+    A compacted record (``compacted_at_ms`` set, by `Catalog.compact_settled`) keeps its key,
+    source receipt, ``input_digest``, fence, attempt count, evidence revision and
+    ``settlement``; ``input_ref`` is empty, ``lease_boot_id`` too, and ``operation_id``,
+    ``retry_guard``, ``result``, ``recorded_result``, ``evidence`` and ``decision`` are None.
+    ``compactable_from_ms`` (the core's column) is the settlement time of a settled record not
+    yet compacted, else None.
     """
 
     key: ActivityKey
@@ -203,10 +210,17 @@ class ActivityRecord:
     pending_observation: bool
     unsettled: bool
     version: int
+    compacted_at_ms: int | None = None
+    compactable_from_ms: int | None = None
 
     @property
     def admission(self) -> Admission:
         return Admission(self.key, self.source, self.input_ref, self.input_digest)
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the record was compacted (only key, input digest and settlement remain)."""
+        return self.compacted_at_ms is not None
 
     def claimable(self, now: Now) -> bool:
         """Whether ``claimable_from_ms`` is reached at ``now`` (the core's rule: on the same

@@ -67,9 +67,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def final_content(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot) -> dict[str, Any]:
-    """An activity's final AG-UI content, derived only from world state and its catalog record."""
+    """An activity's final AG-UI content, derived only from world state and its catalog record.
+
+    A record compacted by `tether db prune` kept its settlement but not its result reference:
+    its ``result_digest`` is None."""
     observation = snap.get(key.activity_id, OBSERVATION)
-    if observation is None or rec.result is None or rec.settlement is None:
+    if observation is None or (rec.result is None and not rec.compacted) or rec.settlement is None:
         raise ValueError(f"{key.activity_id} is not settled with an observation")
     s = observation["summary"]  # an abandoned reach's summary has no episode facts
     intent = snap.get(key.activity_id, INTENT) or {}
@@ -84,7 +87,7 @@ def final_content(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot) ->
         "success": s["success"],
         "target": s.get("target", intent.get("request", {}).get("target")),
         "final_tip": s.get("final_tip"),
-        "result_digest": rec.result.digest,
+        "result_digest": rec.result.digest if rec.result else None,
         "result_attempt": s.get("attempt"),
         "source_tick": rec.source.tick,
         "settle_tick": rec.settlement.receipt.tick,
@@ -270,7 +273,7 @@ def _summary(run: _Run) -> str:
     rows = []
     for key in _keys(snap):
         rec = run.host.get(key)
-        if rec is None or rec.result is None:
+        if rec is None or (rec.result is None and not rec.compacted):
             continue
         settled = rec.settlement
         seconds = (
@@ -280,7 +283,7 @@ def _summary(run: _Run) -> str:
             SummaryRow(
                 activity=key.activity_id,
                 attempts=rec.attempt_count,
-                result_digest=rec.result.digest,
+                result_digest=rec.result.digest if rec.result else "(pruned)",
                 source_tick=rec.source.tick,
                 settle_tick=settled.receipt.tick if settled else None,
                 seconds=seconds,

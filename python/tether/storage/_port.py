@@ -7,12 +7,14 @@ from typing import Any, Literal, Protocol
 
 Row = tuple[Any, ...]
 KeyTuple = tuple[str, str, str]
-View = Literal["claimable", "pending_observation", "awaiting_decision"]
+View = Literal["claimable", "pending_observation", "awaiting_decision", "compactable"]
 
 # A transition reads the stored row (None: no such activity) and returns the row to store, or
 # raises a CatalogRejection. It is the Rust core's decision; storage only persists it.
 Transition = Callable[[Row | None], Row]
 ClaimTransition = Callable[[Row], Row]
+# The core's compaction of one row, or None where the core keeps the row as it is.
+CompactTransition = Callable[[Row], Row | None]
 
 
 class CatalogStore(Protocol):
@@ -54,7 +56,23 @@ class CatalogStore(Protocol):
         after: tuple[Any, ...] | None,
         limit: int,
     ) -> list[Row]:
-        """One keyset page of a view, strictly after the cursor `after` (see `cursor`)."""
+        """One keyset page of a view, strictly after the cursor `after` (see `cursor`).
+
+        ``now_ms`` is the lease-clock time for the claimable view and the wall-clock cutoff
+        for the compactable one; the other views take no time."""
+        ...
+
+    def compact(
+        self,
+        cutoff_ms: int,
+        transition: CompactTransition,
+        after: tuple[Any, ...] | None,
+        limit: int,
+    ) -> tuple[list[tuple[Row, Row]], tuple[Any, ...] | None]:
+        """In one transaction, hand up to ``limit`` rows of the compactable view at the
+        wall-clock ``cutoff_ms`` (strictly after the cursor ``after``) to ``transition`` (the
+        core's decision) and compare-and-swap what it returns. Returns the (old, new) rows it
+        changed and the cursor to continue from, or None once the view is exhausted."""
         ...
 
     def cursor(self, view: View, row: Row) -> tuple[Any, ...]:

@@ -15,6 +15,11 @@ columns from the core (`catalog_derive_row`), never from an SQL copy of the rule
 values were wall-clock times and are marked as of no boot (''), so the core treats their leases
 as expired and their backoff as elapsed once a clock reads the catalog (stop every Tether
 process before upgrading: their leases are gone with them).
+
+Version 3 adds retention: `compacted_at_ms` (a fact: when the core compacted the record) and
+`compactable_from_ms` (derived by the core: a settled, whole record's settlement time), with a
+partial index over the settled records not yet compacted, which `tether db prune` walks in
+`compactable_from_ms` order. Compacted and unsettled records are not in it.
 """
 
 from __future__ import annotations
@@ -155,6 +160,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE TABLE catalog_clock"
             " (id INTEGER PRIMARY KEY CHECK (id = 1), boot_id TEXT NOT NULL) STRICT",
             "INSERT INTO catalog_clock (id, boot_id) VALUES (1, '')",
+        ),
+        True,
+    ),
+    (
+        3,
+        (
+            "ALTER TABLE activities ADD COLUMN compacted_at_ms INTEGER",
+            "ALTER TABLE activities ADD COLUMN compactable_from_ms INTEGER",
+            "CREATE INDEX activities_compactable ON activities (compactable_from_ms)"
+            " WHERE compactable_from_ms IS NOT NULL",
         ),
         True,
     ),

@@ -9,6 +9,8 @@ SQL here never decides a rule. The one comparison it makes is the core's definit
 claimable (`claimable_from_ms <= now` on the lease clock, a value only the core computes, all
 on one boot's clock once `align_clock` ran); the other filters select flags the core computed
 (`pending_observation`, `unsettled`, `awaiting_decision`) to pick rows of a partial index.
+Compaction (retention) walks the core's `compactable_from_ms` column up to a cutoff, the same
+kind of comparison; the core decides each row it is handed (`compact`).
 
 What a read costs (leased rows sit beyond `now` in the claimable index, finished rows are not
 in it, so none of these grows with the number of leased or finished activities):
@@ -29,6 +31,7 @@ import threading
 from collections.abc import Sequence
 from itertools import compress
 from operator import ne
+from pathlib import Path
 from typing import Any, NoReturn
 
 from tether._core import (
@@ -36,7 +39,14 @@ from tether._core import (
     CatalogStorageError,
     catalog_columns,
 )
-from tether.storage._port import ClaimTransition, KeyTuple, Row, Transition, View
+from tether.storage._port import (
+    ClaimTransition,
+    CompactTransition,
+    KeyTuple,
+    Row,
+    Transition,
+    View,
+)
 from tether.storage._schema import migrate
 
 COLUMNS: tuple[str, ...] = tuple(catalog_columns())
@@ -77,7 +87,11 @@ _CLAIM_ORDER = tuple(
     COLUMNS.index(c) for c in ("claimable_from_ms", "kind", "world_id", "activity_id")
 )
 
-# Per view: its partial index, the filter matching that index, and the keyset order.
+_COMPACTABLE = "compactable_from_ms IS NOT NULL AND compactable_from_ms <= ?"
+
+# Per view: its partial index, the filter matching that index (a `?` takes the view's time:
+# the lease-clock `now` for claimable, the wall-clock cutoff for compactable), and the keyset
+# order.
 _VIEWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "claimable": (
         "activities_claimable",
@@ -93,6 +107,11 @@ _VIEWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "activities_awaiting_decision",
         "awaiting_decision = 1",
         ("world_id", "kind", "activity_id"),
+    ),
+    "compactable": (
+        "activities_compactable",
+        _COMPACTABLE,
+        ("compactable_from_ms", "world_id", "kind", "activity_id"),
     ),
 }
 _VIEW_INDEX = {name: tuple(COLUMNS.index(c) for c in v[2]) for name, v in _VIEWS.items()}
@@ -322,7 +341,7 @@ class SqliteCatalogStore:
                     raise CatalogStorageError(f"catalog scan failed: {e}") from e
         index, condition, order = _VIEWS[view]
         where = [condition]
-        params: list[Any] = []
+        params: list[Any] = [now_ms] if "?" in condition else []
         if world_id is not None:
             where.append("world_id = ?")
             params.append(world_id)
@@ -345,6 +364,79 @@ class SqliteCatalogStore:
                 return self._db().execute(sql, params).fetchall()
             except sqlite3.Error as e:
                 raise CatalogStorageError(f"catalog scan failed: {e}") from e
+
+    def compact(
+        self,
+        cutoff_ms: int,
+        transition: CompactTransition,
+        after: tuple[Any, ...] | None,
+        limit: int,
+    ) -> tuple[list[tuple[Row, Row]], tuple[Any, ...] | None]:
+        with self._lock:
+            cur = self._begin()
+            try:
+                rows = self._page_compactable(cur, cutoff_ms, after, limit)
+                changed: list[tuple[Row, Row]] = []
+                for old in rows:
+                    new = transition(old)
+                    if new is not None and new[VERSION] != old[VERSION]:
+                        self._write(cur, old, new)
+                        changed.append((old, new))
+                cur.execute("COMMIT")
+            except BaseException as e:
+                self._abort(e)
+        more = len(rows) == limit
+        return changed, self.cursor("compactable", rows[-1]) if more else None
+
+    @staticmethod
+    def _page_compactable(
+        cur: sqlite3.Cursor, cutoff_ms: int, after: tuple[Any, ...] | None, limit: int
+    ) -> list[Row]:
+        _index, condition, order = _VIEWS["compactable"]
+        where, params = [condition], [cutoff_ms]
+        if after is not None:
+            where.append(f"({', '.join(order)}) > (?, ?, ?, ?)")
+            params.extend(after)
+        sql = (
+            f"{_SELECT} INDEXED BY activities_compactable WHERE {' AND '.join(where)}"
+            f" ORDER BY {', '.join(order)} LIMIT ?"
+        )
+        rows: list[Row] = cur.execute(sql, [*params, limit]).fetchall()
+        return rows
+
+    def space(self) -> dict[str, int]:
+        """The catalog file's bytes (main file, WAL) and the bytes of its free pages."""
+        with self._lock:
+            try:
+                conn = self._db()
+                page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+                free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+            except sqlite3.Error as e:
+                raise CatalogStorageError(f"catalog read failed: {e}") from e
+        wal = Path(f"{self.path}-wal")
+        return {
+            "file_bytes": Path(self.path).stat().st_size,
+            "wal_bytes": wal.stat().st_size if wal.exists() else 0,
+            "free_bytes": page * free,
+        }
+
+    def checkpoint(self) -> bool:
+        """Copy the WAL into the main file and truncate it; False when another connection's
+        open read or write kept part of it (nothing is lost either way)."""
+        with self._lock:
+            try:
+                busy = self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error as e:
+                raise CatalogStorageError(f"catalog checkpoint failed: {e}") from e
+        return not busy
+
+    def vacuum(self) -> None:
+        """Rewrite the file without its free pages (holds the write lock while it runs)."""
+        with self._lock:
+            try:
+                self._db().execute("VACUUM")
+            except sqlite3.Error as e:
+                raise CatalogStorageError(f"catalog vacuum failed: {e}") from e
 
     def cursor(self, view: View, row: Row) -> tuple[Any, ...]:
         return tuple(row[i] for i in _VIEW_INDEX[view])

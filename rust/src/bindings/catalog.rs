@@ -156,6 +156,18 @@ create_exception!(
     CatalogRejection,
     "A field is empty, too long or out of range."
 );
+create_exception!(
+    _core,
+    Compacted,
+    CatalogRejection,
+    "The activity settled and was compacted."
+);
+create_exception!(
+    _core,
+    NotCompactable,
+    CatalogRejection,
+    "The activity is unsettled or settled after the cutoff."
+);
 // Not a rule of the pure core (which only sees one record): storage found no record to change.
 create_exception!(
     _core,
@@ -186,6 +198,8 @@ fn rejection_type(py: Python<'_>, kind: RejectionKind) -> Bound<'_, pyo3::types:
         RejectionKind::OperationBound => py.get_type::<OperationBound>(),
         RejectionKind::NotClaimable => py.get_type::<NotClaimable>(),
         RejectionKind::BoundsExceeded => py.get_type::<BoundsExceeded>(),
+        RejectionKind::Compacted => py.get_type::<Compacted>(),
+        RejectionKind::NotCompactable => py.get_type::<NotCompactable>(),
     }
 }
 
@@ -745,6 +759,29 @@ fn catalog_derive_row<'py>(
     row_of(py, Some(&old), &old.record)
 }
 
+/// The compacted form of a settled row whose settlement is at or before the wall-clock
+/// `cutoff_ms` (`NotCompactable` otherwise; a compacted row comes back unchanged).
+#[pyfunction]
+fn catalog_compact<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    cutoff_ms: i64,
+    now: PyNow,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let old = load(row)?;
+    done(
+        py,
+        Some(&old),
+        catalog::compact(&old.record, cutoff_ms, &now.into()),
+    )
+}
+
+/// Whether the core would compact this row at the wall-clock `cutoff_ms`.
+#[pyfunction]
+fn catalog_compactable(row: &Bound<'_, PyTuple>, cutoff_ms: i64) -> PyResult<bool> {
+    Ok(catalog::compactable(&load(row)?.record, cutoff_ms))
+}
+
 /// Whether the lease-clock time `at_ms`, measured on boot `lease_boot_id`, is reached at `now`.
 #[pyfunction]
 fn catalog_lease_reached(lease_boot_id: &str, at_ms: i64, now: PyNow) -> bool {
@@ -806,5 +843,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(catalog_rebase, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_derive_row, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_lease_reached, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_compact, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_compactable, m)?)?;
     Ok(())
 }

@@ -60,7 +60,8 @@ pub enum Admitted {
 /// Admits `admission`. With an `existing` record for the same key, the identical admission is
 /// a replay and the same input from a later tick of the same run is a re-request; both return
 /// the existing record unchanged. Any other difference (input, run, or a tick that is not later
-/// with another token) is an `admission_conflict`.
+/// with another token) is an `admission_conflict`. A compacted record (see `compaction`) is
+/// never admitted afresh: the same rules hold with the input digest alone naming the input.
 pub fn admit(
     existing: Option<&ActivityRecord>,
     admission: &Admission,
@@ -82,7 +83,8 @@ pub fn admit(
     if old.key != admission.key {
         return conflict("key", "another key");
     }
-    if old.input_ref != admission.input_ref {
+    // A compacted record dropped its input reference; its digest still names the input.
+    if !rec.compacted() && old.input_ref != admission.input_ref {
         return conflict("input_ref", "a different immutable input reference");
     }
     if old.input_digest != admission.input_digest {
@@ -124,6 +126,7 @@ fn new_record(admission: &Admission, now: &Now) -> ActivityRecord {
         claimable_from_ms: Some(now.boot_ms),
         lease_boot_id: now.boot_id.clone(),
         version: 1,
+        compacted_at_ms: None,
     }
 }
 

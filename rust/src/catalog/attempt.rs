@@ -3,17 +3,19 @@
 
 use super::admission::check_now;
 use super::bounds::{self, MAX_LEASE_MS};
+use super::compaction::refuse_compacted;
 use super::record::{ActivityRecord, Attempt, Now};
 use super::rejection::{Rejection, RejectionKind};
 
 /// The current attempt, if `fence` names it and its lease is live at `now` (a lease of another
-/// boot is not).
+/// boot is not). A compacted record has none: `compacted`.
 pub(crate) fn live<'a>(
     rec: &'a ActivityRecord,
     fence: i64,
     now: &Now,
 ) -> Result<&'a Attempt, Rejection> {
     check_now(now)?;
+    refuse_compacted(rec)?;
     if fence != rec.fence {
         return Err(Rejection::on(
             RejectionKind::StaleFence,
@@ -77,6 +79,7 @@ pub fn claim(
     now: &Now,
 ) -> Result<ActivityRecord, Rejection> {
     let lease_expires_ms = check_claim(owner, lease_ms, now)?;
+    refuse_compacted(rec)?;
     // The two "never" rules are checked on the facts themselves, not only through the derived
     // `claimable_from_ms`: a stored row that disagrees with itself fails closed.
     if rec.result.is_some() {
@@ -152,10 +155,11 @@ pub fn renew(
 /// Brings a record's lease-clock values onto `now`'s boot, as every transition does through
 /// `next`: a lease of another boot expires now and a claimable record is claimable now. An
 /// up-to-date record comes back unchanged. Storage runs this once per boot over the records that
-/// hold lease-clock values, so its claimable index compares values of one clock.
+/// hold lease-clock values, so its claimable index compares values of one clock. A compacted
+/// record holds none and comes back unchanged.
 pub fn rebase(rec: &ActivityRecord, now: &Now) -> Result<ActivityRecord, Rejection> {
     check_now(now)?;
-    if rec.lease_boot_id == now.boot_id {
+    if rec.lease_boot_id == now.boot_id || rec.compacted() {
         return Ok(rec.clone());
     }
     Ok(rec.next(now))

@@ -12,6 +12,7 @@
 
 use super::admission::check_now;
 use super::bounds;
+use super::compaction::refuse_compacted;
 use super::identity::{canonical_json, sha256_hex};
 use super::record::{
     ActivityRecord, DecisionRecord, EvidenceRecord, GuardRecord, Now, ResultRecord, ResultRef,
@@ -137,6 +138,7 @@ pub fn resolve(
         }
         DecisionOutcome::Abandon => {}
     }
+    refuse_compacted(rec)?;
     if !rec.awaiting_decision {
         return Err(Rejection::new(
             RejectionKind::NotAwaitingDecision,

@@ -26,12 +26,17 @@
 //! - Completion evidence (built and verified in `completion`) binds kind, id and the exact
 //!   result to the complete fact set; `settle` requires its settlement digest.
 //! - There is no lifecycle-status enum: views derive from the facts, and the derived values
-//!   storage indexes (`claimable_from_ms`, `pending_observation`, `unsettled`) are computed
-//!   here, never by SQL.
+//!   storage indexes (`claimable_from_ms`, `pending_observation`, `unsettled`,
+//!   `compactable_from_ms`) are computed here, never by SQL.
+//! - Retention (`compaction`): a settled record may be compacted to its key, source receipt,
+//!   input digest and settlement; an unsettled one never is. A compacted key is never admitted
+//!   afresh (same digest: no-op; anything else: `admission_conflict`), its exact settlement is
+//!   a no-op and every other transition is refused (`compacted`).
 
 mod admission;
 mod attempt;
 mod bounds;
+mod compaction;
 mod completion;
 mod decision;
 mod identity;
@@ -50,6 +55,7 @@ pub use bounds::{
     MAX_DIGEST_BYTES, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES,
     MAX_OPERATION_ID_BYTES, MAX_REF_BYTES, MAX_RETRY_AFTER_MS,
 };
+pub use compaction::{compact, compactable};
 pub use completion::{
     completion_evidence, facts_digest, verify_completion, CompletionMismatch, Fact,
 };

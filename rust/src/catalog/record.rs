@@ -1,9 +1,15 @@
 //! The Activity record and its flat row layout: one row per activity, one column per fact.
 //!
 //! Storage keeps exactly these columns (`COLUMNS`); the Python side never learns the meaning of
-//! a column beyond what it needs to index and page. Three columns are derived here, never by
-//! storage: `claimable_from_ms` (set by the transitions), `pending_observation` and
-//! `unsettled` (functions of the facts, written on every encode and checked on every decode).
+//! a column beyond what it needs to index and page. Four columns are derived here, never by
+//! storage: `claimable_from_ms` (set by the transitions), `pending_observation`, `unsettled`
+//! and `compactable_from_ms` (functions of the facts, written on every encode and checked on
+//! every decode).
+//!
+//! A compacted record (`compacted_at_ms` set, see `compaction`) keeps its key, source receipt,
+//! input digest, fence and attempt count, evidence revision and settlement; every other group
+//! is NULL and its input reference is empty. A row that claims compaction but keeps any other
+//! fact is a row error.
 //!
 //! Two clocks: `now.wall_ms` stamps record times meant for people (`*_at_ms`); the lease clock
 //! (`now.boot_ms` on boot `now.boot_id`, which wall-clock steps do not move) measures every
@@ -171,6 +177,8 @@ pub struct ActivityRecord {
     pub lease_boot_id: String,
     /// Bumped by every transition that changes the record; storage compares-and-swaps on it.
     pub version: i64,
+    /// Wall-clock time the record was compacted (`compaction::compact`); `None` while whole.
+    pub compacted_at_ms: Option<i64>,
 }
 
 impl ActivityRecord {
@@ -207,6 +215,21 @@ impl ActivityRecord {
         self.settlement.is_none()
     }
 
+    /// Whether the record was compacted: only its key, input digest and settlement remain.
+    pub fn compacted(&self) -> bool {
+        self.compacted_at_ms.is_some()
+    }
+
+    /// From which wall-clock time the record may be compacted: its settlement time once it is
+    /// settled and still whole, else `None` (an unsettled record is never compacted). Storage
+    /// indexes this value; `compaction::compactable` decides.
+    pub fn compactable_from_ms(&self) -> Option<i64> {
+        match (&self.settlement, self.compacted_at_ms) {
+            (Some(s), None) => Some(s.settled_at_ms),
+            _ => None,
+        }
+    }
+
     /// A copy with `version` bumped, ready for the changes of one transition, with its
     /// lease-clock values on `now`'s boot: values of another boot have passed, so the lease
     /// expires now and a claimable record is claimable now.
@@ -223,6 +246,22 @@ impl ActivityRecord {
             next.lease_boot_id.clone_from(&now.boot_id);
         }
         next
+    }
+}
+
+impl ActivityRecord {
+    /// A compacted record holds its settlement and nothing the compaction drops.
+    fn holds_only_what_compaction_keeps(&self) -> bool {
+        self.settlement.is_some()
+            && self.admission.input_ref.is_empty()
+            && self.attempt.is_none()
+            && self.binding.is_none()
+            && self.retry_guard.is_none()
+            && self.result.is_none()
+            && self.evidence.is_none()
+            && !self.awaiting_decision
+            && self.decision.is_none()
+            && self.claimable_from_ms.is_none()
     }
 }
 
@@ -286,6 +325,8 @@ pub const COLUMNS: &[&str] = &[
     "pending_observation",
     "unsettled",
     "version",
+    "compacted_at_ms",
+    "compactable_from_ms",
 ];
 
 /// A stored row that does not decode into a record (wrong arity, type, or a half-set group).
@@ -552,6 +593,8 @@ impl ActivityRecord {
         let pending_observation = r.flag()?;
         let unsettled = r.flag()?;
         let version = r.int()?;
+        let compacted_at_ms = r.opt_int()?;
+        let compactable_from_ms = r.opt_int()?;
         let rec = ActivityRecord {
             admission,
             admitted_at_ms,
@@ -569,7 +612,21 @@ impl ActivityRecord {
             claimable_from_ms,
             lease_boot_id,
             version,
+            compacted_at_ms,
         };
+        if rec.compacted() && !rec.holds_only_what_compaction_keeps() {
+            return Err(RowError {
+                column: Some("compacted_at_ms"),
+                message: "a compacted row keeps only its key, input digest and settlement"
+                    .to_owned(),
+            });
+        }
+        if check_derived && compactable_from_ms != rec.compactable_from_ms() {
+            return Err(RowError {
+                column: Some("compactable_from_ms"),
+                message: "disagrees with the recorded settlement and compaction".to_owned(),
+            });
+        }
         if check_derived {
             for (column, stored, derived) in [
                 (
@@ -664,6 +721,8 @@ impl ActivityRecord {
             b(self.pending_observation()),
             b(self.unsettled()),
             Cell::Int(self.version),
+            oi(self.compacted_at_ms),
+            oi(self.compactable_from_ms()),
         ]);
         cells
     }

@@ -45,10 +45,14 @@ pub enum RejectionKind {
     NotClaimable,
     /// A field is empty, too long, or a number is out of range.
     BoundsExceeded,
+    /// The record was compacted: only admission (as a no-op) and its exact settlement apply.
+    Compacted,
+    /// Compaction refused: the record is unsettled, or settled after the cutoff.
+    NotCompactable,
 }
 
 impl RejectionKind {
-    pub const ALL: [RejectionKind; 20] = [
+    pub const ALL: [RejectionKind; 22] = [
         RejectionKind::StaleFence,
         RejectionKind::LeaseExpired,
         RejectionKind::AdmissionConflict,
@@ -69,6 +73,8 @@ impl RejectionKind {
         RejectionKind::OperationBound,
         RejectionKind::NotClaimable,
         RejectionKind::BoundsExceeded,
+        RejectionKind::Compacted,
+        RejectionKind::NotCompactable,
     ];
 
     pub fn code(self) -> &'static str {
@@ -93,6 +99,8 @@ impl RejectionKind {
             RejectionKind::OperationBound => "operation_bound",
             RejectionKind::NotClaimable => "not_claimable",
             RejectionKind::BoundsExceeded => "bounds_exceeded",
+            RejectionKind::Compacted => "compacted",
+            RejectionKind::NotCompactable => "not_compactable",
         }
     }
 }

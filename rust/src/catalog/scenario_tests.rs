@@ -73,6 +73,10 @@ enum Op {
     Unknown(usize, i64),
     Resolve(u8, i64),
     Settle(u8),
+    /// Compaction with a wall-clock cutoff this far from the current wall time.
+    Compact(i64),
+    /// A projection asks for the key again (0: same input, 1: another input).
+    Readmit(u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -89,6 +93,8 @@ fn op() -> impl Strategy<Value = Op> {
         (0usize..3, 0i64..100).prop_map(|(w, b)| Op::Unknown(w, b)),
         (0u8..3, 0i64..3).prop_map(|(d, r)| Op::Resolve(d, r)),
         (0u8..2).prop_map(Op::Settle),
+        (-100i64..100).prop_map(Op::Compact),
+        (0u8..2).prop_map(Op::Readmit),
     ]
 }
 
@@ -138,7 +144,29 @@ proptest! {
                     let receipt = Receipt { world_id: "w".into(), run_id: "run-1".into(), tick: 9, visibility_token: "t9".into() };
                     settle(&rec, &receipt, &digest, None, &t)
                 }
+                Op::Compact(d) => compact(&rec, wall + d, &t),
+                Op::Readmit(other) => {
+                    let mut again = admission("w", "k", "a");
+                    again.source.tick = 7;
+                    again.source.visibility_token = "tok-7".into();
+                    if *other == 1 { again.input_digest = "sha256:other".into(); }
+                    admit(Some(&rec), &again, &t).map(|(r, how)| {
+                        assert_ne!(how, Admitted::New);
+                        r
+                    })
+                }
             };
+            if let Err(e) = &out {
+                // A compacted record refuses every transition but its no-op admission and
+                // its exact settlement; compaction refuses exactly the unsettled and the late.
+                if before.compacted() && !matches!(op, Op::Readmit(_) | Op::Settle(_)) {
+                    prop_assert_eq!(e.kind, RejectionKind::Compacted);
+                }
+                if let Op::Compact(d) = &op {
+                    prop_assert_eq!(e.kind, RejectionKind::NotCompactable);
+                    prop_assert!(before.settlement.as_ref().is_none_or(|s| s.settled_at_ms > wall + d));
+                }
+            }
             if let Ok(next) = out {
                 // A stale fence never changes a record.
                 if let Op::Renew(w, _) | Op::Release(w) | Op::Bind(w) | Op::Absent(w) | Op::Unknown(w, _) = &op {
@@ -173,15 +201,27 @@ proptest! {
                 }
                 if matches!(op, Op::Absent(_)) { absences += 1; }
                 if let (Op::Resolve(1, _), true) = (&op, next != before) { absences += 1; }
-                // Fences never decrease; a recorded result never changes.
+                // Fences never decrease; a recorded result never changes (compaction drops it).
                 prop_assert!(next.fence >= before.fence);
-                if let Some(r) = before.result.as_ref() { prop_assert_eq!(next.result.as_ref(), Some(r)); }
+                if let (Some(r), false) = (before.result.as_ref(), next.compacted()) {
+                    prop_assert_eq!(next.result.as_ref(), Some(r));
+                }
+                // Compaction happens only to a settled record, and a compacted one never changes.
+                if next.compacted() {
+                    prop_assert!(next.settlement.is_some());
+                    prop_assert_eq!(&next.admission.input_digest, &before.admission.input_digest);
+                    if before.compacted() { prop_assert_eq!(&next, &before); }
+                }
+                if matches!(op, Op::Readmit(_)) { prop_assert_eq!(&next, &before); }
                 if before.settlement.is_some() { prop_assert_eq!(&next.settlement, &before.settlement); }
                 if let (None, Some(_)) = (&before.settlement, &next.settlement) {
                     prop_assert!(matches!(op, Op::Settle(1)));
                 }
-                // claimable_from is None exactly when a result exists.
-                prop_assert_eq!(next.claimable_from_ms.is_none(), next.result.is_some());
+                // claimable_from is None exactly when a result exists (or existed: compacted).
+                prop_assert_eq!(
+                    next.claimable_from_ms.is_none(),
+                    next.result.is_some() || next.compacted()
+                );
                 // A claim and an accepted decision each raise the fence.
                 if matches!(op, Op::Claim(..)) || (matches!(op, Op::Resolve(..)) && next != before) {
                     prop_assert!(next.fence > before.fence);
@@ -195,9 +235,81 @@ proptest! {
                 // The derived columns follow the facts.
                 prop_assert_eq!(next.pending_observation(), next.result.is_some() && next.settlement.is_none());
                 prop_assert_eq!(next.unsettled(), next.settlement.is_none());
+                prop_assert_eq!(
+                    next.compactable_from_ms(),
+                    next.settlement.as_ref().filter(|_| !next.compacted()).map(|s| s.settled_at_ms)
+                );
                 // The row layout round-trips every reachable record.
                 prop_assert_eq!(ActivityRecord::from_cells(&next.to_cells()).unwrap(), next.clone());
                 rec = next;
+            }
+        }
+    }
+}
+
+/// A settled record (claimed, bound, result, settled by tick 9 at wall time 40), compacted.
+fn compacted_fixture() -> ActivityRecord {
+    let rec = record_result(&bound(0), 1, &result_ref("r0"), &at(20)).unwrap();
+    let digest = settlement_evidence_digest("k", "w", "a", "r0", "sha256:r0");
+    let receipt = Receipt {
+        world_id: "w".into(),
+        run_id: "run-1".into(),
+        tick: 9,
+        visibility_token: "t9".into(),
+    };
+    let rec = settle(&rec, &receipt, &digest, None, &at(40)).unwrap();
+    compact(&rec, 40, &at(50)).unwrap()
+}
+
+proptest! {
+    /// Once compacted, a record never changes: every transition, at any time on any boot with
+    /// any fence, is refused or is a no-op, and admission never admits afresh.
+    #[test]
+    fn a_compacted_record_never_changes(
+        ops in proptest::collection::vec((op(), -5i64..5, 0u32..3, 0i64..1_000_000), 1..40),
+    ) {
+        let rec = compacted_fixture();
+        for (op, fence_delta, boot, ms) in ops {
+            let t = Now { boot_id: format!("boot-{boot}"), boot_ms: ms, wall_ms: ms };
+            let f = rec.fence + fence_delta;
+            let out = match &op {
+                Op::Tick(_) | Op::Reboot(_) | Op::WallStep(_) => rebase(&rec, &t),
+                Op::Claim(_, l) => claim(&rec, "worker", *l, &t),
+                Op::Renew(_, l) => renew(&rec, f, *l, &t),
+                Op::Release(_) => release(&rec, f, &t),
+                Op::Bind(_) => bind_provider_operation(&rec, f, &operation_id_for("k", "w", "a"), &t),
+                Op::Record(_, r) => record_result(&rec, f, &result_ref(&format!("r{r}")), &t),
+                Op::Absent(_) => confirm_absent(&rec, f, "guard://g", "sha256:g", &t),
+                Op::Unknown(_, b) => record_unknown(&rec, f, "ev://e", "sha256:e", *b, &t),
+                Op::Resolve(_, r) => resolve(&rec, &Decision { outcome: DecisionOutcome::Abandon, evidence_revision: *r, operator: "op".into(), note: String::new() }, &t),
+                Op::Settle(good) => {
+                    let digest = if *good == 1 { settlement_evidence_digest("k", "w", "a", "r0", "sha256:r0") } else { "sha256:wrong".into() };
+                    let receipt = Receipt { world_id: "w".into(), run_id: "run-1".into(), tick: 9, visibility_token: "t9".into() };
+                    settle(&rec, &receipt, &digest, None, &t)
+                }
+                Op::Compact(d) => compact(&rec, ms + d, &t),
+                Op::Readmit(other) => {
+                    let mut again = admission("w", "k", "a");
+                    again.source.tick = 5 + i64::from(boot);
+                    again.source.visibility_token = format!("tok-{}", again.source.tick);
+                    if *other == 1 { again.input_digest = "sha256:other".into(); }
+                    admit(Some(&rec), &again, &t).map(|(r, how)| {
+                        assert_ne!(how, Admitted::New);
+                        r
+                    })
+                }
+            };
+            match out {
+                Ok(next) => prop_assert_eq!(next, rec.clone()),
+                Err(e) => prop_assert!(
+                    matches!(
+                        (&op, e.kind),
+                        (Op::Readmit(1), RejectionKind::AdmissionConflict)
+                            | (Op::Settle(0), RejectionKind::SettlementConflict)
+                            | (_, RejectionKind::Compacted)
+                    ),
+                    "{:?} -> {:?}", op, e
+                ),
             }
         }
     }

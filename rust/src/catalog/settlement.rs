@@ -10,7 +10,8 @@ use super::rejection::{Rejection, RejectionKind};
 /// Settles the activity against `receipt`, a later committed tick of the same world and run whose
 /// completion evidence digest binds this activity's kind and id to the recorded result reference
 /// and digest (see `settlement_evidence_digest`). With `fence`, a caller also proves it still
-/// holds the current fence. An exact duplicate is a no-op; a different settlement conflicts.
+/// holds the current fence. An exact duplicate is a no-op; a different settlement conflicts
+/// (also on a compacted record, which keeps its settlement but not its result).
 pub fn settle(
     rec: &ActivityRecord,
     receipt: &Receipt,
@@ -29,6 +30,16 @@ pub fn settle(
                 format!("fence {fence} is not the current fence {}", rec.fence),
             ));
         }
+    }
+    if rec.compacted() {
+        // The result reference is gone; the recorded settlement still binds it.
+        return match rec.settlement.as_ref() {
+            Some(s) if same_settlement(s, receipt, evidence_digest) => Ok(rec.clone()),
+            _ => Err(Rejection::new(
+                RejectionKind::SettlementConflict,
+                "the activity was settled by another receipt and compacted",
+            )),
+        };
     }
     let Some(result) = rec.result.as_ref() else {
         return Err(Rejection::new(
@@ -73,11 +84,7 @@ pub fn settle(
         ));
     }
     if let Some(s) = rec.settlement.as_ref() {
-        if s.run_id == receipt.run_id
-            && s.tick == receipt.tick
-            && s.visibility_token == receipt.visibility_token
-            && s.evidence_digest == evidence_digest
-        {
+        if same_settlement(s, receipt, evidence_digest) {
             return Ok(rec.clone());
         }
         return Err(Rejection::new(
@@ -97,6 +104,13 @@ pub fn settle(
         settled_at_ms: now.wall_ms,
     });
     Ok(next)
+}
+
+fn same_settlement(s: &SettlementRecord, receipt: &Receipt, evidence_digest: &str) -> bool {
+    s.run_id == receipt.run_id
+        && s.tick == receipt.tick
+        && s.visibility_token == receipt.visibility_token
+        && s.evidence_digest == evidence_digest
 }
 
 #[cfg(test)]

@@ -1,0 +1,334 @@
+"""`tether db`: maintenance of a data directory's Activity catalog (`tether db prune`).
+
+`tether db prune --data-dir D --older-than 30d [--dry-run] [--json] [--batch N] [--vacuum]`
+compacts every Activity settled at least that long ago (wall clock) to its key, source
+receipt, input digest and settlement (the Rust core decides which records qualify and what
+their compacted form is; see `Catalog.compact_settled`). A compacted key is never admitted
+again: a later projection asking for it with the same input is a no-op, with another input a
+conflict. Unsettled records are never touched. It is safe while a Host and workers run: it
+works in short transactions they interleave with.
+
+Artifact payloads in `D/artifacts/` are never removed: the artifact store is content-addressed
+and shared (an input, a result, a provider's journal and committed world state may name the
+same payload), and the catalog cannot see every reference, so deleting what it no longer names
+could lose a payload something else still needs.
+
+Exit codes: 0 done (also a dry run), 1 failed (a storage error, a catalog newer than this
+Tether, or a dry run on a catalog that must be migrated first), 2 usage (a bad flag or
+duration, or a data directory that is missing, not a directory or holds no Tether catalog).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sqlite3
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from tether._coded import CodedError
+from tether._dirs import DataDirError, usable_dir
+from tether.activities._catalog import Catalog
+from tether.errors import TetherError
+from tether.storage import SqliteCatalogStore
+from tether.storage._schema import LATEST
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_BATCH = 256
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+#: The longest --older-than accepted (100 years): any longer keeps everything anyway.
+MAX_OLDER_THAN_MS = 100 * 365 * _UNITS_MS["d"]
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class UsageError(Exception):
+    """A bad command line (exit 2), with a stable code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class PruneFailed(CodedError):
+    """Prune could not run on this catalog (exit 1): `catalog_newer` (a newer Tether's schema)
+    or `migration_needed` (a dry run on a catalog of an older schema)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one typed line (exit 2), never the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError("usage", f"{message} (see `{self.prog} --help`)")
+
+
+def parse_duration(text: str) -> int:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``500ms`` or ``2w`` in milliseconds."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise UsageError(
+            "bad_duration",
+            f"--older-than {text!r} is not a duration: a whole number and a unit, one of "
+            f"{', '.join(_UNITS_MS)} (e.g. 30d)",
+        )
+    ms = int(m.group(1)) * _UNITS_MS[m.group(2)]
+    if ms > MAX_OLDER_THAN_MS:
+        raise UsageError("bad_duration", f"--older-than {text!r} is longer than 100 years")
+    return ms
+
+
+def _parser() -> _Parser:
+    p = _Parser(
+        prog="tether db",
+        description="Maintain a data directory's Activity catalog.",
+        epilog="Exit codes: 0 done, 1 failed, 2 usage (see the README's exit-code table).",
+    )
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    prune = sub.add_parser(
+        "prune",
+        help="compact settled Activities older than a limit",
+        description=(
+            "Compact every Activity settled at least --older-than ago to its key, source "
+            "receipt, input digest and settlement. A compacted key is never admitted again; "
+            "unsettled Activities are never touched; artifact payloads are kept. Safe while a "
+            "Host and workers run."
+        ),
+        epilog="Exit codes: 0 done (also --dry-run), 1 failed, 2 usage.",
+    )
+    prune.add_argument(
+        "--data-dir",
+        required=True,
+        type=Path,
+        help="the Tether data directory holding catalog.db (required; never created)",
+    )
+    prune.add_argument(
+        "--older-than",
+        required=True,
+        metavar="DURATION",
+        help="settled at least this long ago, on the wall clock: 500ms, 45s, 90m, 12h, 30d, "
+        "2w (required)",
+    )
+    prune.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count what would be compacted, change nothing (default: off)",
+    )
+    prune.add_argument(
+        "--batch",
+        type=int,
+        default=DEFAULT_BATCH,
+        help="records compacted per transaction; workers interleave between them "
+        "(default: %(default)s)",
+    )
+    prune.add_argument(
+        "--vacuum",
+        action="store_true",
+        help="then rewrite catalog.db without the space compaction freed; blocks writers while "
+        "it runs (default: off: new records reuse the freed pages, not the space freed inside "
+        "pages)",
+    )
+    prune.add_argument("--json", action="store_true", help="print one JSON object (default: off)")
+    return p
+
+
+def _catalog_path(data_dir: Path) -> Path:
+    """The data dir's catalog file, checked without creating or changing anything."""
+    d = usable_dir(data_dir, what="--data-dir", create=False)
+    path = d / "catalog.db"
+
+    def not_ours(why: str) -> DataDirError:
+        return DataDirError(
+            "not_a_data_dir",
+            f"--data-dir {d} is not a Tether data directory: {why}",
+            details={"path": str(d), "what": "--data-dir"},
+        )
+
+    if not path.is_file():
+        raise not_ours("it holds no catalog.db")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise not_ours(f"catalog.db cannot be read ({e.strerror})") from e
+    if magic != _SQLITE_MAGIC:
+        raise not_ours("catalog.db is not a SQLite database")
+    return path
+
+
+def _schema_version(path: Path) -> int:
+    """The catalog's schema version, read only (0: not a Tether catalog)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not {"activities", "schema_version"} <= tables:
+            return 0
+        row = conn.execute("SELECT version FROM schema_version WHERE id = 1").fetchone()
+        return 0 if row is None else int(row[0])
+    finally:
+        conn.close()
+
+
+def _space(store: SqliteCatalogStore) -> dict[str, int]:
+    store.checkpoint()  # best effort: a busy reader keeps part of the WAL, which is counted
+    return store.space()
+
+
+def _si_bytes(n: int) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n} B"
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def prune(
+    data_dir: Path,
+    older_than_ms: int,
+    *,
+    dry_run: bool = False,
+    batch: int = DEFAULT_BATCH,
+    vacuum: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Prune the data dir's catalog; return the report `tether db prune --json` prints."""
+    path = _catalog_path(data_dir)
+    try:
+        found = _schema_version(path)
+    except sqlite3.Error as e:
+        raise DataDirError(
+            "not_a_data_dir",
+            f"--data-dir {path.parent} is not a Tether data directory: catalog.db: {e}",
+            details={"path": str(path.parent), "what": "--data-dir"},
+        ) from e
+    if found == 0:
+        raise DataDirError(
+            "not_a_data_dir",
+            f"--data-dir {path.parent} is not a Tether data directory: catalog.db holds no "
+            "Activity catalog",
+            details={"path": str(path.parent), "what": "--data-dir"},
+        )
+    if found > LATEST:
+        raise PruneFailed(
+            "catalog_newer",
+            f"catalog.db has schema version {found}, newer than this Tether's {LATEST}; "
+            "upgrade Tether to prune it",
+        )
+    if dry_run and found < LATEST:
+        raise PruneFailed(
+            "migration_needed",
+            f"catalog.db has schema version {found}, this Tether uses {LATEST}; a dry run "
+            "changes nothing, so run without --dry-run (it migrates first) or start the Host",
+        )
+    with Catalog.open("sqlite:///" + str(path)) as catalog:
+        store = catalog.store
+        assert isinstance(store, SqliteCatalogStore)  # a data dir's catalog is SQLite
+        before = _space(store)
+        cutoff_ms = catalog.now().wall_ms - older_than_ms
+        if dry_run:
+            count = sum(1 for _ in catalog.iter_compactable(older_than_ms))
+        else:
+            count = catalog.compact_settled(older_than_ms, batch=batch, progress=progress)
+            if vacuum:
+                store.vacuum()
+        after = _space(store)
+    return {
+        "data_dir": str(path.parent),
+        "older_than_ms": older_than_ms,
+        "settled_before_ms": cutoff_ms,
+        "dry_run": dry_run,
+        "compactable" if dry_run else "compacted": count,
+        "vacuumed": vacuum and not dry_run,
+        "catalog_before": before,
+        "catalog_after": after,
+        "artifacts": "kept",
+    }
+
+
+def _render(report: dict[str, Any], older_than: str) -> str:
+    when = _utc(report["settled_before_ms"])
+    b, a = report["catalog_before"], report["catalog_after"]
+    if report["dry_run"]:
+        n = report["compactable"]
+        head = f"dry run: {n:,} settled Activities older than {older_than} (settled before {when})"
+        return head + " would be compacted; nothing changed"
+    n = report["compacted"]
+    lines = [f"compacted {n:,} settled Activities older than {older_than} (settled before {when})"]
+    size = f"catalog.db: {_si_bytes(b['file_bytes'] + b['wal_bytes'])} before, "
+    size += f"{_si_bytes(a['file_bytes'] + a['wal_bytes'])} after"
+    if report["vacuumed"]:
+        size += " (vacuumed)"
+    else:
+        free = _si_bytes(a["free_bytes"])
+        size += f" ({free} in free pages, which new records reuse; --vacuum also returns the"
+        size += " space freed inside pages)"
+    lines += [size, "artifact payloads are kept (see `tether db prune --help`)"]
+    return "\n".join(lines)
+
+
+class _Progress:
+    """A one-line running count on a terminal's stderr."""
+
+    def __init__(self) -> None:
+        self.shown = False
+
+    def __call__(self, done: int) -> None:
+        print(f"\rcompacting: {done:,} records", end="", file=sys.stderr, flush=True)
+        self.shown = True
+
+    def end(self) -> None:
+        if self.shown:
+            print(file=sys.stderr)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of `tether db`."""
+    as_json = "--json" in argv
+
+    def fail(code: int, error: str, err_code: str, message: str) -> int:
+        if as_json:
+            print(json.dumps({"error": error, "code": err_code, "message": message}))
+        else:
+            print(f"tether db: {err_code}: {message}", file=sys.stderr)
+        return code
+
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.cmd is None:
+            raise UsageError("usage", "name a command: prune (see `tether db --help`)")
+        older_than_ms = parse_duration(args.older_than)
+        if args.batch < 1:
+            raise UsageError("usage", "--batch must be >= 1")
+    except UsageError as e:
+        return fail(EXIT_USAGE, "UsageError", e.code, e.message)
+    progress = _Progress() if not args.json and not args.dry_run and sys.stderr.isatty() else None
+    try:
+        report = prune(
+            args.data_dir,
+            older_than_ms,
+            dry_run=args.dry_run,
+            batch=args.batch,
+            vacuum=args.vacuum,
+            progress=progress,
+        )
+    except DataDirError as e:
+        return fail(EXIT_USAGE, type(e).__name__, e.code, e.message)
+    except PruneFailed as e:
+        return fail(EXIT_FAILED, type(e).__name__, e.code, e.message)
+    except (TetherError, OSError, sqlite3.Error) as e:
+        message = f"{type(e).__name__}: {e}".splitlines()[0]
+        return fail(EXIT_FAILED, type(e).__name__, "failed", message)
+    finally:
+        if progress is not None:
+            progress.end()
+    print(json.dumps(report) if args.json else _render(report, args.older_than))
+    return EXIT_OK
