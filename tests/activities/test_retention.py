@@ -294,3 +294,22 @@ def test_compaction_never_touches_unsettled_records_under_a_concurrent_worker(
         assert all(cat.get(k).compacted for k in old)  # type: ignore[union-attr]
     ran = [line.split()[0] for line in effects.read_text().splitlines()]
     assert sorted(ran) == sorted(operation_id_for(k) for k in work)
+
+
+def test_how_it_ended_survives_compaction(catalog: Catalog) -> None:
+    """A failed result's flag is kept (views show a pruned failure as failed, not completed)."""
+    from tether.activities import ResultRef
+    from tether.live import tool_call_status
+
+    ok, bad = key("ok"), key("bad")
+    settle_one(catalog, ok)
+    c = bound_claim(catalog, bad)
+    failed = ResultRef("artifact://bad", "sha256:bad", "application/json", 1, failed=True)
+    catalog.record_result(bad, c.fence, failed)
+    catalog.settle(bad, receipt(9), evidence_for(bad, failed))
+    assert catalog.compact_settled(0) == 2
+    pruned_ok, pruned_bad = catalog.get(ok), catalog.get(bad)
+    assert pruned_ok is not None and pruned_bad is not None
+    assert pruned_bad.result is None and pruned_bad.result_failed
+    assert not pruned_ok.result_failed
+    assert (tool_call_status(pruned_ok), tool_call_status(pruned_bad)) == ("completed", "failed")

@@ -133,4 +133,5 @@ def record_from_row(row: Row) -> ActivityRecord:
         version,
         compacted_at_ms,
         compactable_from_ms,
+        result_ref is None and result_failed == 1,
     )

@@ -182,7 +182,8 @@ class ActivityRecord:
     A compacted record (``compacted_at_ms`` set, by `Catalog.compact_settled`) keeps its key,
     source receipt, ``input_digest``, fence, attempt count, evidence revision and
     ``settlement``; ``input_ref`` is empty, ``lease_boot_id`` too, and ``operation_id``,
-    ``retry_guard``, ``result``, ``recorded_result``, ``evidence`` and ``decision`` are None.
+    ``retry_guard``, ``result``, ``recorded_result``, ``evidence`` and ``decision`` are None;
+    ``compacted_result_failed`` keeps whether the dropped result failed (see `result_failed`).
     ``compactable_from_ms`` (the core's column) is the settlement time of a settled record not
     yet compacted, else None.
     """
@@ -212,10 +213,16 @@ class ActivityRecord:
     version: int
     compacted_at_ms: int | None = None
     compactable_from_ms: int | None = None
+    compacted_result_failed: bool = False
 
     @property
     def admission(self) -> Admission:
         return Admission(self.key, self.source, self.input_ref, self.input_digest)
+
+    @property
+    def result_failed(self) -> bool:
+        """Whether the recorded result is a failed one, also once compaction dropped it."""
+        return self.result.failed if self.result is not None else self.compacted_result_failed
 
     @property
     def compacted(self) -> bool:

@@ -92,7 +92,7 @@ def request_id_for(key: ActivityKey, evidence_revision: int) -> str:
 def tool_call_status(record: ActivityRecord) -> str:
     """The message status of an Activity (see the module docstring)."""
     if record.settlement is not None:
-        return "failed" if record.result is not None and record.result.failed else "completed"
+        return "failed" if record.result_failed else "completed"
     if record.result is not None:
         return "settling"
     if record.awaiting_decision:
@@ -271,7 +271,7 @@ def turn_for(receipt: Receipt, records: Iterable[ActivityRecord]) -> dict[str, A
         if r.source != receipt:
             raise ValueError(f"{r.key} was not admitted by {receipt}")
     settled = not any(r.unsettled for r in recs)
-    failed = [message_id_for(r.key) for r in recs if r.result is not None and r.result.failed]
+    failed = [message_id_for(r.key) for r in recs if r.result_failed]
     if settled:
         phase = "settled"
     elif any(r.awaiting_decision for r in recs):

@@ -127,6 +127,7 @@ fn new_record(admission: &Admission, now: &Now) -> ActivityRecord {
         lease_boot_id: now.boot_id.clone(),
         version: 1,
         compacted_at_ms: None,
+        compacted_result_failed: false,
     }
 }
 

@@ -10,8 +10,8 @@
 //!   whole settlement (receipt, completion evidence digest, time);
 //! - dropped: the input reference (emptied; the digest names the input), the attempt and its
 //!   lease, the provider operation id (derivable from the key: `operation_id_for`), the retry
-//!   guard, the result reference, digest, media type and size (the settlement's evidence digest
-//!   binds them), the unknown-evidence reference and the operator decision; `lease_boot_id` is
+//!   guard, the result reference, digest, media type, size, attempt and time (the settlement's
+//!   evidence digest binds reference and digest), the unknown-evidence reference and the operator decision; `lease_boot_id` is
 //!   emptied (no lease-clock value is left).
 //!
 //! Rules:
@@ -68,6 +68,7 @@ pub fn compact(
     }
     let mut next = rec.clone();
     next.version += 1;
+    next.compacted_result_failed = rec.result.as_ref().is_some_and(|r| r.result.failed);
     next.admission.input_ref.clear();
     next.attempt = None;
     next.binding = None;
@@ -171,6 +172,18 @@ mod tests {
         assert!(done.binding.is_none() && done.result.is_none() && done.attempt.is_none());
         assert!(done.retry_guard.is_none() && done.evidence.is_none() && done.decision.is_none());
         assert_eq!(done.lease_boot_id, "");
+        assert!(!done.compacted_result_failed);
+        // How it ended stays: a failed result's flag survives, in its row too.
+        let mut failed = result_ref("r");
+        failed.failed = true;
+        let rec_failed = record_result(&bound(0), 1, &failed, &at(5)).unwrap();
+        let rec_failed = settle(&rec_failed, &receipt(8, "t8"), &evidence(), None, &at(9)).unwrap();
+        let done_failed = compact(&rec_failed, 9, &at(100)).unwrap();
+        assert!(done_failed.compacted_result_failed);
+        assert_eq!(
+            ActivityRecord::from_cells(&done_failed.to_cells()).unwrap(),
+            done_failed
+        );
         // It round-trips through the row layout, and a row that claims compaction but keeps a
         // dropped fact is refused.
         assert_eq!(ActivityRecord::from_cells(&done.to_cells()).unwrap(), done);
@@ -180,6 +193,12 @@ mod tests {
         assert_eq!(
             ActivityRecord::from_cells(&bad).unwrap_err().column,
             Some("compacted_at_ms")
+        );
+        let mut no_flag = done.to_cells();
+        no_flag[at_col("result_failed")] = crate::catalog::Cell::Null;
+        assert_eq!(
+            ActivityRecord::from_cells(&no_flag).unwrap_err().column,
+            Some("result_ref")
         );
         let mut whole_but_marked = rec.to_cells();
         whole_but_marked[at_col("compacted_at_ms")] = crate::catalog::Cell::Int(1);

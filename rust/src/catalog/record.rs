@@ -7,8 +7,9 @@
 //! every decode).
 //!
 //! A compacted record (`compacted_at_ms` set, see `compaction`) keeps its key, source receipt,
-//! input digest, fence and attempt count, evidence revision and settlement; every other group
-//! is NULL and its input reference is empty. A row that claims compaction but keeps any other
+//! input digest, fence and attempt count, evidence revision, settlement and, in `result_failed`
+//! alone of its result group, whether the result failed; every other group is NULL and its
+//! input reference is empty. A row that claims compaction but keeps any other
 //! fact is a row error.
 //!
 //! Two clocks: `now.wall_ms` stamps record times meant for people (`*_at_ms`); the lease clock
@@ -179,6 +180,9 @@ pub struct ActivityRecord {
     pub version: i64,
     /// Wall-clock time the record was compacted (`compaction::compact`); `None` while whole.
     pub compacted_at_ms: Option<i64>,
+    /// Whether the result a compacted record dropped was a failed one (false while whole: the
+    /// result says it). Stored in the `result_failed` column, the one result fact kept.
+    pub compacted_result_failed: bool,
 }
 
 impl ActivityRecord {
@@ -496,6 +500,7 @@ impl ActivityRecord {
             (None, None, None, None) if !retry_authorized => None,
             _ => return Err(group_err("guard_ref")),
         };
+        let mut compacted_failed: Option<bool> = None;
         let result = match (
             r.opt_text()?,
             r.opt_text()?,
@@ -528,6 +533,11 @@ impl ActivityRecord {
                 recorded_at_ms,
             }),
             (None, None, None, None, None, None, None, None) => None,
+            // A compacted record keeps only whether its result failed (checked below).
+            (None, None, None, None, Some(failed @ (0 | 1)), None, None, None) => {
+                compacted_failed = Some(failed == 1);
+                None
+            }
             _ => return Err(group_err("result_ref")),
         };
         let evidence = (r.opt_text()?, r.opt_text()?);
@@ -595,6 +605,9 @@ impl ActivityRecord {
         let version = r.int()?;
         let compacted_at_ms = r.opt_int()?;
         let compactable_from_ms = r.opt_int()?;
+        if compacted_failed.is_some() != compacted_at_ms.is_some() {
+            return Err(group_err("result_ref"));
+        }
         let rec = ActivityRecord {
             admission,
             admitted_at_ms,
@@ -613,6 +626,7 @@ impl ActivityRecord {
             lease_boot_id,
             version,
             compacted_at_ms,
+            compacted_result_failed: compacted_failed.unwrap_or(false),
         };
         if rec.compacted() && !rec.holds_only_what_compaction_keeps() {
             return Err(RowError {
@@ -697,7 +711,10 @@ impl ActivityRecord {
             ot(res.map(|x| x.result.digest.as_str())),
             ot(res.map(|x| x.result.media_type.as_str())),
             oi(res.map(|x| x.result.size)),
-            oi(res.map(|x| i64::from(x.result.failed))),
+            oi(res
+                .map(|x| x.result.failed)
+                .or(self.compacted().then_some(self.compacted_result_failed))
+                .map(i64::from)),
             oi(res.map(|x| x.attempt)),
             oi(res.map(|x| x.fence)),
             oi(res.map(|x| x.recorded_at_ms)),
