@@ -92,6 +92,7 @@ pub fn refresh_evidence(
     check_now(now)?;
     bounds::reference("evidence.ref", evidence_ref)?;
     bounds::digest("evidence.digest", evidence_digest)?;
+    refuse_compacted(rec)?;
     if !rec.awaiting_decision {
         return Err(Rejection::new(
             RejectionKind::NotAwaitingDecision,
