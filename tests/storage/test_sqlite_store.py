@@ -21,7 +21,7 @@ def test_urls_name_an_absolute_sqlite_file(tmp_path: Path) -> None:
     relaxed = open_store(f"SQLite://{tmp_path}/c.db", synchronous="normal")
     assert isinstance(relaxed, SqliteCatalogStore) and relaxed.synchronous == "NORMAL"
     relaxed.close()
-    bad_urls = ("sqlite://relative.db", "sqlite://", "postgres://db/x", "a.db", "sqlite:/x")
+    bad_urls = ("sqlite://relative.db", "sqlite://", "mysql://db/x", "a.db", "sqlite:/x")
     for bad in (*bad_urls, f"sqlite://{tmp_path}/", f"sqlite://{tmp_path}/a.db?mode=ro"):
         with pytest.raises(CatalogConfigError):
             open_store(bad)
