@@ -3,6 +3,7 @@ backends (SQLite files, a real PostgreSQL with a schema per test)."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
 from collections.abc import Iterator
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 from tether.testing._postgres import find_server, schema_url
+
+from tests import backends
+from tests.backends import BACKENDS
 
 settings.register_profile("fast", max_examples=100, deadline=None)
 settings.register_profile(
@@ -30,8 +34,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # --- PostgreSQL: the server at 127.0.0.1:5432, else a throwaway cluster; a schema per test ---
-
-BACKENDS = ("sqlite", "postgres")
 
 
 @pytest.fixture(scope="session")
@@ -56,18 +58,73 @@ def pg_base() -> Iterator[str]:
 @pytest.fixture
 def pg_url(pg_base: str) -> Iterator[str]:
     """A URL whose search path is a fresh schema of its own, dropped after the test."""
-    import psycopg
+    with _Schemas(pg_base) as schemas:
+        yield schemas.new()
 
-    schema = "t_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(pg_base, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield schema_url(pg_base, schema)
-    finally:
-        with psycopg.connect(pg_base, autocommit=True) as conn:
+
+class _Schemas:
+    """Fresh PostgreSQL schemas for one test, dropped at its end."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.names: list[str] = []
+
+    def new(self) -> str:
+        import psycopg
+
+        schema = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(self.base, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        self.names.append(schema)
+        return schema_url(self.base, schema)
+
+    def __enter__(self) -> _Schemas:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import psycopg
+
+        with psycopg.connect(self.base, autocommit=True) as conn:
             # A session a test left open holds no lock past its idle timeout.
             conn.execute("SET lock_timeout = '30s'")
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+            for schema in self.names:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests that build Hosts with `hosttools.make_host` run on both backends."""
+    try:
+        source = inspect.getsource(metafunc.function)
+    except (OSError, TypeError):
+        return
+    if "make_host(" in source:
+        metafunc.parametrize("host_backend", BACKENDS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def host_backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The backend of `make_host` Hosts (SQLite unless the test is parametrised): while a
+    `postgres` test runs, each data dir's stores live in a PostgreSQL schema of its own (the
+    same dir, the same schema: a restarted Host finds its data)."""
+    backend = getattr(request, "param", "sqlite")
+    if backend != "postgres":
+        yield backend
+        return
+    base = str(request.getfixturevalue("pg_base"))
+    by_dir: dict[Path, str] = {}
+    with _Schemas(base) as schemas:
+
+        def schema_for(data_dir: Path) -> str:
+            key = Path(data_dir).resolve()
+            if key not in by_dir:
+                by_dir[key] = schemas.new()
+            return by_dir[key]
+
+        backends.schema_for_dir = schema_for
+        try:
+            yield backend
+        finally:
+            backends.schema_for_dir = None
 
 
 @pytest.fixture(params=BACKENDS)
@@ -78,18 +135,8 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    """A catalog/ledger base URL on the test's backend: a SQLite directory URL prefix or a
-    PostgreSQL schema. Use `catalog_url_for` / `world_url_for` to get each store's URL."""
+    """A base URL of the test's stores on its backend: a SQLite directory or a PostgreSQL
+    schema (`tests.backends.catalog_url_for` / `world_url_for` give each store's URL)."""
     if backend == "postgres":
         return str(request.getfixturevalue("pg_url"))
     return f"sqlite://{tmp_path}"
-
-
-def catalog_url_for(store_url: str) -> str:
-    """The catalog URL of a `store_url` (SQLite: `catalog.db` in the directory)."""
-    return f"{store_url}/catalog.db" if store_url.startswith("sqlite://") else store_url
-
-
-def world_url_for(store_url: str) -> str:
-    """The world ledger URL of a `store_url` (SQLite: `world.db` in the directory)."""
-    return f"{store_url}/world.db" if store_url.startswith("sqlite://") else store_url

@@ -62,6 +62,7 @@ COMMANDS["stop"] = (
     "safe-stop every configured robot, also while a host owns it",
 )
 COMMANDS["worker"] = ("tether.runtime.worker_main", "run Activity worker threads on a data dir")
+COMMANDS["db"] = ("tether.storage.dbcli", "status and upgrade of the catalog and ledger schemas")
 
 
 def _usage() -> str:

@@ -9,7 +9,7 @@ import pytest
 from tether.activities import Catalog
 
 from tests.activities.support import ManualClock
-from tests.conftest import catalog_url_for
+from tests.backends import catalog_url_for
 
 
 @pytest.fixture

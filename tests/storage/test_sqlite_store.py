@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tether.activities import Catalog
 from tether.errors import CatalogConfigError, CatalogStorageError
-from tether.storage import SqliteCatalogStore, View, open_store
+from tether.storage import SchemaOutdated, SqliteCatalogStore, View, open_store
 from tether.storage._schema import LATEST
 
 from tests.activities.support import ManualClock, admission, key
@@ -158,7 +158,9 @@ def test_forward_migrations_apply_once_in_order(
     insert = (second, (f"INSERT INTO migration_probe VALUES ({second})",), False)
     monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, probe, insert))
     monkeypatch.setattr(_schema, "LATEST", second)
-    SqliteCatalogStore(path).close()
+    with pytest.raises(SchemaOutdated, match="tether db upgrade"):
+        SqliteCatalogStore(path)  # an older schema refuses to open
+    SqliteCatalogStore(path, upgrade=True).close()
     SqliteCatalogStore(path).close()  # reopening applies nothing twice
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == second
@@ -177,7 +179,7 @@ def test_a_failing_migration_changes_nothing(
     monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, broken))
     monkeypatch.setattr(_schema, "LATEST", LATEST + 1)
     with pytest.raises(CatalogStorageError):
-        SqliteCatalogStore(path)
+        SqliteCatalogStore(path, upgrade=True)
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -271,6 +273,9 @@ def test_a_version_1_catalog_migrates_its_rows_through_the_core(tmp_path: Path) 
     _v1_file(path, rows)
 
     clock.advance(1)  # the v1 lease is still far in the future on the old clock
+    with pytest.raises(SchemaOutdated, match="version 1, this Tether needs 2"):
+        Catalog.open(f"sqlite://{path}", clock=clock)
+    SqliteCatalogStore(str(path), upgrade=True).close()  # `tether db upgrade`
     with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
         conn = sqlite3.connect(path)
         assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
@@ -317,7 +322,7 @@ def test_a_version_1_row_the_core_cannot_decode_stops_the_migration_and_loses_no
     path = tmp_path / "v1.db"
     _v1_file(path, [tuple(v1)])
     with pytest.raises(CatalogStorageError, match="cannot migrate catalog row"):
-        SqliteCatalogStore(str(path))
+        SqliteCatalogStore(str(path), upgrade=True)
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 1
     assert conn.execute("SELECT attempt_owner FROM activities").fetchall() == [("ghost",)]

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from tether._core import CatalogConfigError
 from tether.storage._errors import CommitUnknown, SchemaOutdated
-from tether.storage._pg import check_url, redact
 from tether.storage._port import CatalogStore, KeyTuple, Row, View
 from tether.storage._sqlite import SYNCHRONOUS, SqliteCatalogStore
+from tether.storage._urls import redact
 
 
 def _open_sqlite(rest: str, synchronous: str) -> CatalogStore:
@@ -24,7 +24,13 @@ def _open_sqlite(rest: str, synchronous: str) -> CatalogStore:
 
 def _open_postgres(rest: str, synchronous: str) -> CatalogStore:
     # Imported here: psycopg is needed only by PostgreSQL catalogs.
-    from tether.storage._postgres import PostgresCatalogStore
+    try:
+        from tether.storage._pg import check_url
+        from tether.storage._postgres import PostgresCatalogStore
+    except ImportError as e:
+        raise CatalogConfigError(
+            f"PostgreSQL catalogs need psycopg: pip install 'tether[postgres]' ({e})"
+        ) from None
 
     if synchronous != "FULL":
         raise CatalogConfigError(

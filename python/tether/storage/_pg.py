@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import conninfo as _conninfo
 
+from tether.storage._urls import redact as redact
+
 #: Session settings every Tether connection runs with (milliseconds).
 STATEMENT_TIMEOUT_MS = 30_000
 LOCK_TIMEOUT_MS = 10_000
@@ -53,18 +55,6 @@ def one_line(error: BaseException) -> str:
         if line:
             return line.removeprefix("connection failed: ")
     return type(error).__name__
-
-
-def redact(url: str) -> str:
-    """A URL with any password replaced by ``***`` (for messages that must show a URL)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    auth, at, host = rest.rpartition("@")
-    if not at:
-        return url
-    user = auth.partition(":")[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in auth else url
 
 
 def check_url(conninfo: str, error: Callable[[str], E]) -> None:
@@ -175,12 +165,13 @@ class Session:
         return None if c is None or c.closed else c.info.backend_pid
 
     @contextmanager
-    def transaction(self, what: str) -> Iterator[psycopg.Cursor[Any]]:
+    def transaction(self, what: str, *, snapshot: bool = False) -> Iterator[psycopg.Cursor[Any]]:
         """BEGIN ... COMMIT. A failure before COMMIT rolls back (nothing was written); a COMMIT
-        whose reply never came is raised as the ``unknown`` error: it may have landed."""
+        whose reply never came is raised as the ``unknown`` error: it may have landed.
+        ``snapshot``: a read-only REPEATABLE READ transaction (one consistent view)."""
         conn = self.conn()
         try:
-            conn.execute("BEGIN")
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if snapshot else "BEGIN")
         except psycopg.Error as e:
             raise self._error(
                 f"cannot start a {what} transaction at {self.where}: {one_line(e)}"
