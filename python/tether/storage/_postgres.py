@@ -31,6 +31,7 @@ from tether._core import CatalogStorageError, catalog_columns
 from tether.activities._clock import Now
 from tether.storage._errors import CommitUnknown
 from tether.storage._pg import Session
+from tether.storage._pg_doorbell import PostgresDoorbell, channel_for
 from tether.storage._pg_schema import ensure
 from tether.storage._port import ClaimTransition, KeyTuple, Row, Transition, View
 
@@ -48,9 +49,7 @@ _INSERT = (
 _CLAIM_ORDER = ("claimable_from_ms", "kind", "world_id", "activity_id")
 _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= %s"
 
-#: The NOTIFY channel of catalog wakeups; the payload is the topic bits (see `_notifier`).
-CHANNEL = "tether_catalog"
-#: Topic bits, the same as the data-dir doorbell's.
+#: Topic bits of the NOTIFY payload, the same as the data-dir doorbell's.
 CLAIMABLE, RESULT, SETTLED = 1, 2, 4
 
 _VIEWS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -147,9 +146,12 @@ class PostgresCatalogStore:
         try:
             with self._session.transaction("catalog schema") as cur:
                 self.schema_found = ensure(cur, "catalog", self.where, upgrade=upgrade)
+            #: The wake channel (`PostgresDoorbell`): one per schema.
+            self.channel = channel_for(self._session.conn())
         except BaseException:
             self._session.close()
             raise
+        self.conninfo = conninfo
         self._clock: PostgresClock | None = None
 
     # -- clock --------------------------------------------------------------------------
@@ -198,11 +200,14 @@ class PostgresCatalogStore:
         if cur.rowcount != 1:
             raise CatalogStorageError("the activity changed under the transaction (version)")
 
-    @staticmethod
-    def _notify(cur: Any, old: Row | None, new: Row) -> None:
+    def _notify(self, cur: Any, old: Row | None, new: Row) -> None:
         topics = wake_topics(old, new)
-        if topics:
-            cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(topics)))
+        if topics:  # delivered at COMMIT, and only if it lands
+            cur.execute("SELECT pg_notify(%s, %s)", (self.channel, str(topics)))
+
+    def doorbell(self) -> PostgresDoorbell:
+        """This process's doorbell of this catalog (LISTEN/NOTIFY on `channel`)."""
+        return PostgresDoorbell.for_url(self.conninfo)
 
     def _unknown(self, e: CommitUnknown, key: KeyTuple, new: Row | None) -> CommitUnknown:
         return CommitUnknown(str(e), key, new)
