@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import psycopg
 from psycopg import sql
@@ -56,7 +56,9 @@ class PostgresDoorbell:
     Counters `received` and `reconnects` are there for tests and benchmarks.
     """
 
-    _registry: weakref.WeakValueDictionary[str, PostgresDoorbell] = weakref.WeakValueDictionary()
+    _registry: ClassVar[weakref.WeakValueDictionary[str, PostgresDoorbell]] = (
+        weakref.WeakValueDictionary()
+    )
     _registry_lock = threading.Lock()
 
     def __init__(self, conninfo: str) -> None:
