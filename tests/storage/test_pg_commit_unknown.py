@@ -127,3 +127,31 @@ def test_the_worker_starts_no_effect_on_a_bind_it_cannot_prove(
         else:
             assert rec.operation_id is None and rec.result is None
             assert effects == {}
+
+
+@pytest.mark.parametrize(("mode", "landed"), [("drop_commit", False), ("drop_reply", True)])
+def test_a_lost_tick_commit_is_unknown_and_the_head_tells(
+    cutter: CommitCutter, mode: str, landed: bool
+) -> None:
+    """The ledger raises `LedgerCommitUnknown`; re-reading the head tells whether the tick
+    landed, and the head compare-and-swap refuses a second commit on the same parent."""
+    from tether.errors import HeadConflict, LedgerCommitUnknown
+    from tether.world import ComponentWrite, open_ledger
+
+    ledger = open_ledger(cutter.url)
+    try:
+        genesis = ledger.create_world("w")
+        writer = ledger.acquire_writer("w")
+        cutter.arm(mode)
+        with pytest.raises(LedgerCommitUnknown):
+            ledger.commit(writer, genesis, [ComponentWrite("e", "c", 1)])
+        head = ledger.head("w")  # a new session
+        assert head.tick == (1 if landed else 0)
+        if landed:
+            assert ledger.read_at(head).get("e", "c") == 1
+            with pytest.raises(HeadConflict):
+                ledger.commit(writer, genesis, [ComponentWrite("e", "c", 1)])
+        else:
+            assert ledger.commit(writer, genesis, [ComponentWrite("e", "c", 1)]).tick == 1
+    finally:
+        ledger.close()
