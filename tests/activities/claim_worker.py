@@ -1,4 +1,5 @@
-"""A worker process for the two-process test: claims from a shared catalog (file or server) and executes
+"""A worker process for the two-process test: claims from a shared catalog (file or server)
+and executes
 each activity's effect by appending to an effect log, the way a provider would run it.
 
 Some attempts stall past their lease after binding (a zombie): they still execute, and their
