@@ -1,6 +1,5 @@
 """A worker process for the two-process test: claims from a shared catalog (file or server)
-and executes
-each activity's effect by appending to an effect log, the way a provider would run it.
+and executes each activity's effect by appending to an effect log, as a provider would.
 
 Some attempts stall past their lease after binding (a zombie): they still execute, and their
 late result is refused. A replacement claimant is reconcile-only and never executes: it looks
