@@ -27,7 +27,12 @@ SCENARIO = HERE / "scenario.py"
 
 
 def run_scenario(
-    data: Path, n: int, *extra: str, crash: str | None = None, random_crash: str | None = None
+    data: Path,
+    n: int,
+    *extra: str,
+    crash: str | None = None,
+    random_crash: str | None = None,
+    url: str | None = None,
 ) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
     if crash:
@@ -35,7 +40,8 @@ def run_scenario(
     if random_crash:
         env["TETHER_CRASH_RANDOM"] = random_crash
     proc = subprocess.run(
-        [sys.executable, str(SCENARIO), str(data), str(n), *extra],
+        [sys.executable, str(SCENARIO), str(data), str(n), *extra]
+        + ([] if url is None else ["--store-url", url]),
         env=env,
         cwd=HERE,
         capture_output=True,
@@ -106,9 +112,9 @@ KILLED = {
 }
 
 
-def killed_state(data: Path) -> Killed:
-    ledger = SqliteLedger.open(data / "world.db")
-    catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
+def killed_state(data: Path, url: str | None = None) -> Killed:
+    ledger = open_ledger(url) if url else SqliteLedger.open(data / "world.db")
+    catalog = Catalog.open(url or "sqlite:///" + str(data / "catalog.db"))
     try:
         head = ledger.head("w")
         pending = ledger.pending_post_commit("w") is not None
@@ -177,16 +183,20 @@ def _changed_at(data: Path, tick: int, url: str | None = None) -> set[tuple[str,
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
-def test_sigkill_at_window_then_restart_settles_exactly_once(window: str, tmp_path: Path) -> None:
-    assert run_scenario(tmp_path, 1, crash=window) == -signal.SIGKILL
-    assert killed_state(tmp_path) == KILLED[window]
-    assert run_scenario(tmp_path, 1) == 0
-    check_settled(tmp_path, 1)
+def test_sigkill_at_window_then_restart_settles_exactly_once(
+    window: str, tmp_path: Path, store_url: str
+) -> None:
+    """On each backend: SIGKILL the Host process at the window, restart, exactly once."""
+    url = None if store_url.startswith("sqlite:") else store_url
+    assert run_scenario(tmp_path, 1, crash=window, url=url) == -signal.SIGKILL
+    assert killed_state(tmp_path, url) == KILLED[window]
+    assert run_scenario(tmp_path, 1, url=url) == 0
+    check_settled(tmp_path, 1, url=url)
     journal = Journal(tmp_path / "provider.db")
     expect = WINDOWS[window]
     assert len(journal.calls("execute")) == expect.executes
     assert len(journal.calls("reconcile")) == expect.reconciles
-    catalog = Catalog.open("sqlite:///" + str(tmp_path / "catalog.db"))
+    catalog = Catalog.open(url or "sqlite:///" + str(tmp_path / "catalog.db"))
     try:
         rec = catalog.get(ActivityKey(world_id="w", kind=KIND, activity_id="task-0000"))
         assert rec is not None and rec.attempt_count == expect.attempts
