@@ -1,11 +1,20 @@
-"""Shared pytest configuration: Hypothesis profiles and the slow-test switch."""
+"""Shared pytest configuration: Hypothesis profiles, the slow-test switch and the storage
+backends (SQLite files, a real PostgreSQL with a schema per test)."""
 
 from __future__ import annotations
 
+import inspect
 import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from tether.testing._postgres import find_server, schema_url
+
+from tests import backends
+from tests.backends import BACKENDS
 
 settings.register_profile("fast", max_examples=100, deadline=None)
 settings.register_profile(
@@ -22,3 +31,112 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# --- PostgreSQL: the server at 127.0.0.1:5432, else a throwaway cluster; a schema per test ---
+
+
+@pytest.fixture(scope="session")
+def pg_base() -> Iterator[str]:
+    """The PostgreSQL test database's URL (see `tether.testing._postgres.find_server`).
+
+    Skips loudly when there is none; under CI=true that is a failure instead.
+    """
+    url, cluster, reason = find_server()
+    if url is None:
+        message = f"PostgreSQL tests cannot run: {reason}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    try:
+        yield url
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_base: str) -> Iterator[str]:
+    """A URL whose search path is a fresh schema of its own, dropped after the test."""
+    with _Schemas(pg_base) as schemas:
+        yield schemas.new()
+
+
+class _Schemas:
+    """Fresh PostgreSQL schemas for one test, dropped at its end."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.names: list[str] = []
+
+    def new(self) -> str:
+        import psycopg
+
+        schema = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(self.base, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        self.names.append(schema)
+        return schema_url(self.base, schema)
+
+    def __enter__(self) -> _Schemas:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import psycopg
+
+        with psycopg.connect(self.base, autocommit=True) as conn:
+            # A session a test left open holds no lock past its idle timeout.
+            conn.execute("SET lock_timeout = '30s'")
+            for schema in self.names:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests that build Hosts with `hosttools.make_host` run on both backends."""
+    try:
+        source = inspect.getsource(metafunc.function)
+    except (OSError, TypeError):
+        return
+    if "make_host(" in source:
+        metafunc.parametrize("host_backend", BACKENDS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def host_backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The backend of `make_host` Hosts (SQLite unless the test is parametrised): while a
+    `postgres` test runs, each data dir's stores live in a PostgreSQL schema of its own (the
+    same dir, the same schema: a restarted Host finds its data)."""
+    backend = getattr(request, "param", "sqlite")
+    if backend != "postgres":
+        yield backend
+        return
+    base = str(request.getfixturevalue("pg_base"))
+    by_dir: dict[Path, str] = {}
+    with _Schemas(base) as schemas:
+
+        def schema_for(data_dir: Path) -> str:
+            key = Path(data_dir).resolve()
+            if key not in by_dir:
+                by_dir[key] = schemas.new()
+            return by_dir[key]
+
+        backends.schema_for_dir = schema_for
+        try:
+            yield backend
+        finally:
+            backends.schema_for_dir = None
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The storage backend a parametrised test runs on."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A base URL of the test's stores on its backend: a SQLite directory or a PostgreSQL
+    schema (`tests.backends.catalog_url_for` / `world_url_for` give each store's URL)."""
+    if backend == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return f"sqlite://{tmp_path}"

@@ -63,10 +63,10 @@ COMMANDS["stop"] = (
 )
 COMMANDS["worker"] = ("tether.runtime.worker_main", "run Activity worker threads on a data dir")
 
-# --- catalog maintenance ---
+# --- store maintenance ---
 COMMANDS["db"] = (
     "tether.activities.dbcli",
-    "maintain a data dir's catalog: prune (compact) settled Activities",
+    "maintain the stores: prune settled Activities; schema status and upgrade",
 )
 
 

@@ -97,6 +97,7 @@ _LAZY: dict[str, str] = {
         (
             "HeadConflict",
             "InvalidWrite",
+            "LedgerCommitUnknown",
             "PostCommitPending",
             "ReceiptRejected",
             "StaleWriter",
@@ -122,12 +123,14 @@ _LAZY: dict[str, str] = {
         ),
         "tether.runtime._errors",
     ),
+    **dict.fromkeys(("CommitUnknown", "SchemaOutdated"), "tether.storage._errors"),
 }
 if TYPE_CHECKING:
     # isort: off
     from tether.world._errors import (
         HeadConflict as HeadConflict,
         InvalidWrite as InvalidWrite,
+        LedgerCommitUnknown as LedgerCommitUnknown,
         PostCommitPending as PostCommitPending,
         ReceiptRejected as ReceiptRejected,
         StaleWriter as StaleWriter,
@@ -137,6 +140,8 @@ if TYPE_CHECKING:
         WorldExists as WorldExists,
         WorldNotFound as WorldNotFound,
     )
+    from tether.storage._errors import CommitUnknown as CommitUnknown
+    from tether.storage._errors import SchemaOutdated as SchemaOutdated
     from tether.runtime._errors import (
         ActivityRuntimeError as ActivityRuntimeError,
         ArtifactCorrupt as ArtifactCorrupt,

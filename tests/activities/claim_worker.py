@@ -1,5 +1,5 @@
-"""A worker process for the two-process test: claims from a shared catalog file and executes
-each activity's effect by appending to an effect log, the way a provider would run it.
+"""A worker process for the two-process test: claims from a shared catalog (file or server)
+and executes each activity's effect by appending to an effect log, as a provider would.
 
 Some attempts stall past their lease after binding (a zombie): they still execute, and their
 late result is refused. A replacement claimant is reconcile-only and never executes: it looks
@@ -37,7 +37,11 @@ def main(argv: list[str]) -> int:
     Path(f"{go}.{name}.ready").touch()
     while not Path(go).exists():
         time.sleep(0.001)
-    with Catalog.open(f"sqlite://{db}", synchronous="NORMAL") as cat:
+    if db.startswith("sqlite://"):
+        cat_cm = Catalog.open(db, synchronous="NORMAL")
+    else:
+        cat_cm = Catalog.open(db)  # PostgreSQL: leases on the server's clock
+    with cat_cm as cat:
         idle_since = time.monotonic()
         while time.monotonic() - idle_since < 1.5:
             claim = cat.claim(name, LEASE_MS)

@@ -1,14 +1,15 @@
-"""Fixtures for catalog tests: a real SQLite file per test and a settable clock."""
+"""Fixtures for catalog tests: a real catalog per test on each backend (a SQLite file, a
+PostgreSQL schema) and a settable clock."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from tether.activities import Catalog
 
 from tests.activities.support import ManualClock
+from tests.backends import catalog_url_for
 
 
 @pytest.fixture
@@ -17,8 +18,9 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite://{tmp_path / 'catalog.db'}"
+def db_url(store_url: str) -> str:
+    """The catalog URL on the test's backend (every catalog test runs on both)."""
+    return catalog_url_for(store_url)
 
 
 @pytest.fixture

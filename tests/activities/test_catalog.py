@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tether.activities import (
     MAX_LEASE_MS,
@@ -16,6 +18,7 @@ from tether.activities import (
 from tether.errors import (
     AdmissionConflict,
     BoundsExceeded,
+    CatalogConfigError,
     CatalogRejection,
     LeaseExpired,
     NotBound,
@@ -276,7 +279,8 @@ def test_threads_sharing_one_catalog_claim_each_activity_once(db_url: str) -> No
     import threading
 
     keys = [key(f"t{i:03d}") for i in range(60)]
-    with Catalog.open(db_url, synchronous="NORMAL") as cat:
+    sync = "NORMAL" if db_url.startswith("sqlite:") else "FULL"  # PostgreSQL: always FULL
+    with Catalog.open(db_url, synchronous=sync) as cat:
         for k in keys:
             cat.admit(admission(k))
         claimed: list[ActivityKey] = []
@@ -301,13 +305,19 @@ def test_threads_sharing_one_catalog_claim_each_activity_once(db_url: str) -> No
         assert [r.key for r in cat.iter_pending_observation()] == keys
 
 
-def test_open_passes_the_synchronous_mode_to_the_store(db_url: str) -> None:
+def test_open_passes_the_synchronous_mode_to_the_store(tmp_path: Path) -> None:
     from tether.storage import SqliteCatalogStore
 
+    db_url = f"sqlite://{tmp_path / 'catalog.db'}"
     with Catalog.open(db_url, synchronous="NORMAL") as cat:
         assert isinstance(cat.store, SqliteCatalogStore) and cat.store.synchronous == "NORMAL"
     with Catalog.open(db_url) as cat:
         assert isinstance(cat.store, SqliteCatalogStore) and cat.store.synchronous == "FULL"
+
+
+def test_a_postgres_catalog_refuses_a_lax_synchronous_mode(pg_url: str) -> None:
+    with pytest.raises(CatalogConfigError, match="synchronous_commit = on"):
+        Catalog.open(pg_url, synchronous="NORMAL")
 
 
 def test_iter_claimable_merges_kinds_in_claimable_order_across_pages(

@@ -166,6 +166,8 @@ def test_vacuum_returns_the_free_pages(tmp_path: Path) -> None:
         ("ok", ["--older-than", "1d", "--bogus"], 2, "tether db: usage: unrecognized"),
         ("newer", ["--older-than", "1d"], 1, "tether db: catalog_newer:"),
         ("v2", ["--older-than", "1d", "--dry-run"], 1, "tether db: migration_needed:"),
+        # One migration policy: prune never migrates, it names `tether db upgrade`.
+        ("v2", ["--older-than", "1d"], 1, "tether db: migration_needed:"),
     ],
 )
 def test_bad_input_is_one_line_with_its_exit_code_and_changes_nothing(
@@ -221,6 +223,31 @@ def test_bad_input_is_one_line_with_its_exit_code_and_changes_nothing(
 def test_db_without_a_command_is_a_usage_error_and_help_is_not() -> None:
     done = tether("db")
     assert done.returncode == 2
-    one_line(done, "tether db: usage: name a command: prune")
-    assert tether("db", "--help").returncode == 0
+    one_line(done, "tether db: usage: name a command: prune, status or upgrade")
+    helped = tether("db", "--help")
+    assert helped.returncode == 0
+    assert all(c in helped.stdout for c in ("prune", "status", "upgrade"))
     assert "prune" in tether("--help").stdout and "db" in tether("--help").stdout
+
+
+def test_status_and_upgrade_share_prunes_error_shape_and_exit_codes(tmp_path: Path) -> None:
+    """One dispatcher: a usage error of `status`/`upgrade` is the same one typed line (exit 2)
+    or JSON object as prune's; a store that needs an upgrade is exit 1 and the upgrade 0."""
+    missing = tether("db", "status")
+    assert missing.returncode == 2
+    one_line(missing, "tether db: usage: the following arguments are required: URL")
+    bad = tether("db", "upgrade", "mysql://h/x", "--json")
+    assert bad.returncode == 2 and bad.stderr == ""
+    assert json.loads(bad.stdout)["code"] == "usage"
+    d = data_dir(tmp_path)
+    conn = sqlite3.connect(d / "catalog.db")
+    conn.execute("UPDATE schema_version SET version = ?", (LATEST + 1,))
+    conn.commit()
+    conn.close()
+    url = f"sqlite://{d / 'catalog.db'}"
+    newer = tether("db", "status", url, "--json")
+    assert newer.returncode == 1
+    assert json.loads(newer.stdout)["stores"][0]["state"] == "newer than this Tether"
+    failed = tether("db", "upgrade", url)
+    assert failed.returncode == 1
+    one_line(failed, "tether db: failed:")

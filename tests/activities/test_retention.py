@@ -35,6 +35,7 @@ from tests.activities.support import (
     reconciling,
     result,
 )
+from tests.backends import catalog_url_for
 
 REPO = Path(__file__).resolve().parents[2]
 DAY_MS = 24 * 3600 * 1000
@@ -234,15 +235,16 @@ def test_bad_limits_and_batches_are_refused(catalog: Catalog) -> None:
 
 
 def test_compaction_never_touches_unsettled_records_under_a_concurrent_worker(
-    tmp_path: Path,
+    tmp_path: Path, store_url: str
 ) -> None:
     """A worker process claims, binds, executes and records results for 80 activities while
     this process settles some of them and compacts in small batches: only settled records are
-    ever compacted, every result the worker recorded stays, and each effect ran once."""
-    db, effects, go = tmp_path / "c.db", tmp_path / "effects.log", tmp_path / "go"
+    ever compacted, every result the worker recorded stays, and each effect ran once (on each
+    backend: a SQLite file, a PostgreSQL schema)."""
+    db, effects, go = catalog_url_for(store_url), tmp_path / "effects.log", tmp_path / "go"
     work = [key(f"work-{i:03d}") for i in range(80)]
     old = [key(f"old-{i:03d}", kind="sim.old") for i in range(40)]
-    with Catalog.open(f"sqlite://{db}") as cat:
+    with Catalog.open(db) as cat:
         for k in old:  # settled before the worker starts; the worker claims none of them
             settle_one(cat, k)
         for k in work:
@@ -252,7 +254,7 @@ def test_compaction_never_touches_unsettled_records_under_a_concurrent_worker(
             sys.executable,
             "-m",
             "tests.activities.claim_worker",
-            str(db),
+            db,
             str(effects),
             str(go),
             "proc-a",
@@ -262,7 +264,7 @@ def test_compaction_never_touches_unsettled_records_under_a_concurrent_worker(
     )
     settled: set[ActivityKey] = set(old)
     compacted = 0
-    with Catalog.open(f"sqlite://{db}") as cat:
+    with Catalog.open(db) as cat:
         deadline = time.monotonic() + 60
         while not Path(f"{go}.proc-a.ready").exists():
             assert time.monotonic() < deadline and proc.poll() is None

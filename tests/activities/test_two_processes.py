@@ -1,4 +1,5 @@
-"""Two OS processes claiming from one catalog file: every activity is executed exactly once."""
+"""Two OS processes claiming from one catalog (a SQLite file, a PostgreSQL schema with leases
+on the server's clock): every activity is executed exactly once."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from tests.activities.support import admission
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_workers(tmp_path: Path, activities: int, names: tuple[str, ...]) -> None:
-    db, effects, go = tmp_path / "c.db", tmp_path / "effects.log", tmp_path / "go"
+def run_workers(tmp_path: Path, activities: int, names: tuple[str, ...], db: str) -> None:
+    effects, go = tmp_path / "effects.log", tmp_path / "go"
     keys = [ActivityKey("w1", "sim.rollout", f"a{i:04d}") for i in range(activities)]
-    with Catalog.open(f"sqlite://{db}") as cat:
+    with Catalog.open(db) as cat:
         for k in keys:
             cat.admit(admission(k))
     procs = [
@@ -48,7 +49,7 @@ def run_workers(tmp_path: Path, activities: int, names: tuple[str, ...]) -> None
     lines = [line.split() for line in effects.read_text().splitlines()]
     per_operation = Counter(op for op, _, _ in lines)
     assert per_operation == Counter({operation_id_for(k): 1 for k in keys})
-    with Catalog.open(f"sqlite://{db}") as cat:
+    with Catalog.open(db) as cat:
         for k in keys:
             rec = cat.get(k)
             assert rec is not None and rec.result is not None
@@ -56,10 +57,12 @@ def run_workers(tmp_path: Path, activities: int, names: tuple[str, ...]) -> None
     assert {who for _, who, _ in lines} == set(names), "every process did work"
 
 
-def test_two_processes_execute_every_activity_exactly_once(tmp_path: Path) -> None:
-    run_workers(tmp_path, 120, ("proc-a", "proc-b"))
+def test_two_processes_execute_every_activity_exactly_once(tmp_path: Path, db_url: str) -> None:
+    run_workers(tmp_path, 120, ("proc-a", "proc-b"), db_url)
 
 
 @pytest.mark.slow
-def test_four_processes_execute_a_thousand_activities_exactly_once(tmp_path: Path) -> None:
-    run_workers(tmp_path, 1_000, ("proc-a", "proc-b", "proc-c", "proc-d"))
+def test_four_processes_execute_a_thousand_activities_exactly_once(
+    tmp_path: Path, db_url: str
+) -> None:
+    run_workers(tmp_path, 1_000, ("proc-a", "proc-b", "proc-c", "proc-d"), db_url)

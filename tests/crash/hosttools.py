@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,8 @@ from journal_provider import KIND, make_family
 from tether.activities import ActivityKey
 from tether.runtime import Family, Host
 from tether.world import CommittedTickReceipt
+
+from tests import backends
 
 
 class Clock:
@@ -22,8 +25,55 @@ class Clock:
 
 
 def make_host(tmp_path: Path, *families: Family, clock: Clock | None = None, **kw: Any) -> Host:
+    """A Host over `tmp_path` with no threads, its catalog and ledger on the test's backend
+    (`tests/conftest.py` runs every test that calls this on SQLite and on PostgreSQL)."""
     fams = families or (make_family(tmp_path),)
+    if "ledger" not in kw:
+        kw = {**store_kw(tmp_path), **kw}
     return Host(tmp_path, fams, workers=0, observe=False, clock=clock or Clock(), **kw)
+
+
+def store_kw(data_dir: Path) -> dict[str, str]:
+    """The Host arguments that put `data_dir`'s catalog and ledger on the test's backend."""
+    if backends.schema_for_dir is None:
+        return {}
+    url = backends.schema_for_dir(data_dir)
+    return {"catalog_url": url, "world_url": url}
+
+
+def world_sql(data_dir: Path, sql: str, *args: object) -> None:
+    """Run one raw statement (``?`` placeholders) on `data_dir`'s world ledger, as a test that
+    tampers with the stored ledger does, on whichever backend the test runs."""
+    _raw(data_dir, "world.db", sql, args)
+
+
+def catalog_dump(data_dir: Path) -> str:
+    """Every stored catalog value of `data_dir`, as text (to prove what never entered it)."""
+    if backends.schema_for_dir is None:
+        raw = sqlite3.connect(data_dir / "catalog.db")
+        try:
+            return "\n".join(raw.iterdump())
+        finally:
+            raw.close()
+    import psycopg
+
+    with psycopg.connect(backends.schema_for_dir(data_dir), autocommit=True) as conn:
+        return "\n".join(r[0] for r in conn.execute("SELECT activities::text FROM activities"))
+
+
+def _raw(data_dir: Path, file: str, sql: str, args: tuple[object, ...]) -> None:
+    if backends.schema_for_dir is None:
+        raw = sqlite3.connect(data_dir / file)
+        try:
+            raw.execute(sql, args)
+            raw.commit()
+        finally:
+            raw.close()
+        return
+    import psycopg
+
+    with psycopg.connect(backends.schema_for_dir(data_dir), autocommit=True) as conn:
+        conn.execute(sql.replace("?", "%s"), args)  # type: ignore[arg-type]
 
 
 def akey(i: int, world: str = "w", kind: str = KIND) -> ActivityKey:

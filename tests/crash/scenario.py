@@ -1,6 +1,6 @@
 """One crash-matrix process: run a Host on a data directory until every task settles.
 
-Usage: scenario.py DATA_DIR N [--blind] [--workers K] [--pad BYTES] [--no-threads]
+Usage: scenario.py DATA_DIR N [--blind] [--workers K] [--pad BYTES] [--store-url URL]
 The first run creates world `w` and commits N intents; later runs on the same directory
 resume at the head. `TETHER_CRASH_AT` picks the injection point that SIGKILLs this process.
 Exit 0 once every Activity is settled (or, with --blind, parked awaiting a decision).
@@ -28,11 +28,19 @@ def main(argv: list[str]) -> int:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--pad", type=int, default=0)
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--store-url", default=None, help="PostgreSQL URL of the catalog and ledger")
     args = p.parse_args(argv)
     data = Path(args.data_dir)
     kind = BLIND_KIND if args.blind else KIND
     family = make_blind_family(data) if args.blind else make_family(data)
-    host = Host(data, [family], workers=args.workers, lease_ms=LEASE_MS, poll_interval_s=0.01)
+    stores = (
+        {}
+        if args.store_url is None
+        else {"catalog_url": args.store_url, "world_url": args.store_url}
+    )
+    host = Host(
+        data, [family], workers=args.workers, lease_ms=LEASE_MS, poll_interval_s=0.01, **stores
+    )
     try:
         if "w" not in host.ledger.worlds():
             host.create_world("w")

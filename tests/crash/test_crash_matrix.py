@@ -20,14 +20,19 @@ import pytest
 from journal_provider import BLIND_KIND, KIND, Journal
 from tether.activities import ActivityKey, Catalog, operation_id_for
 from tether.runtime import ArtifactStore, evidence_entity
-from tether.world import SqliteLedger
+from tether.world import SqliteLedger, open_ledger
 
 HERE = Path(__file__).resolve().parent
 SCENARIO = HERE / "scenario.py"
 
 
 def run_scenario(
-    data: Path, n: int, *extra: str, crash: str | None = None, random_crash: str | None = None
+    data: Path,
+    n: int,
+    *extra: str,
+    crash: str | None = None,
+    random_crash: str | None = None,
+    url: str | None = None,
 ) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
     if crash:
@@ -35,7 +40,8 @@ def run_scenario(
     if random_crash:
         env["TETHER_CRASH_RANDOM"] = random_crash
     proc = subprocess.run(
-        [sys.executable, str(SCENARIO), str(data), str(n), *extra],
+        [sys.executable, str(SCENARIO), str(data), str(n), *extra]
+        + ([] if url is None else ["--store-url", url]),
         env=env,
         cwd=HERE,
         capture_output=True,
@@ -106,9 +112,9 @@ KILLED = {
 }
 
 
-def killed_state(data: Path) -> Killed:
-    ledger = SqliteLedger.open(data / "world.db")
-    catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
+def killed_state(data: Path, url: str | None = None) -> Killed:
+    ledger = open_ledger(url) if url else SqliteLedger.open(data / "world.db")
+    catalog = Catalog.open(url or "sqlite:///" + str(data / "catalog.db"))
     try:
         head = ledger.head("w")
         pending = ledger.pending_post_commit("w") is not None
@@ -128,12 +134,13 @@ def killed_state(data: Path) -> Killed:
     )
 
 
-def check_settled(data: Path, n: int, kind: str = KIND) -> None:
-    """Zero duplicate effects, no lost result, and each settlement names its observing tick."""
+def check_settled(data: Path, n: int, kind: str = KIND, url: str | None = None) -> None:
+    """Zero duplicate effects, no lost result, and each settlement names its observing tick
+    (the stores in `data`, or at the PostgreSQL `url`)."""
     journal = Journal(data / "provider.db")
     effects = journal.effects()
-    catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
-    ledger = SqliteLedger.open(data / "world.db")
+    catalog = Catalog.open(url or "sqlite:///" + str(data / "catalog.db"))
+    ledger = open_ledger(url) if url else SqliteLedger.open(data / "world.db")
     store = ArtifactStore(data / "artifacts")
     try:
         head = ledger.head("w")
@@ -149,7 +156,7 @@ def check_settled(data: Path, n: int, kind: str = KIND) -> None:
             assert s.run_id == head.run_id and s.tick <= head.tick
             assert s.tick > rec.source.tick
             # The settlement tick is the one that committed the completion evidence.
-            tick_changes = _changed_at(data, s.tick)
+            tick_changes = _changed_at(data, s.tick, url)
             assert (evidence_entity(kind, key.activity_id), "tether.completion") in tick_changes
             assert (key.activity_id, f"task.status.{kind}") in tick_changes
         assert len(effects) == n
@@ -158,7 +165,13 @@ def check_settled(data: Path, n: int, kind: str = KIND) -> None:
         ledger.close()
 
 
-def _changed_at(data: Path, tick: int) -> set[tuple[str, str]]:
+def _changed_at(data: Path, tick: int, url: str | None = None) -> set[tuple[str, str]]:
+    sql = "SELECT entity, component FROM components WHERE world_id = 'w' AND tick = ?"
+    if url is not None:
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            return {(r[0], r[1]) for r in conn.execute(sql.replace("?", "%s"), (tick,))}
     db = sqlite3.connect(data / "world.db")
     try:
         rows = db.execute(
@@ -170,16 +183,20 @@ def _changed_at(data: Path, tick: int) -> set[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
-def test_sigkill_at_window_then_restart_settles_exactly_once(window: str, tmp_path: Path) -> None:
-    assert run_scenario(tmp_path, 1, crash=window) == -signal.SIGKILL
-    assert killed_state(tmp_path) == KILLED[window]
-    assert run_scenario(tmp_path, 1) == 0
-    check_settled(tmp_path, 1)
+def test_sigkill_at_window_then_restart_settles_exactly_once(
+    window: str, tmp_path: Path, store_url: str
+) -> None:
+    """On each backend: SIGKILL the Host process at the window, restart, exactly once."""
+    url = None if store_url.startswith("sqlite:") else store_url
+    assert run_scenario(tmp_path, 1, crash=window, url=url) == -signal.SIGKILL
+    assert killed_state(tmp_path, url) == KILLED[window]
+    assert run_scenario(tmp_path, 1, url=url) == 0
+    check_settled(tmp_path, 1, url=url)
     journal = Journal(tmp_path / "provider.db")
     expect = WINDOWS[window]
     assert len(journal.calls("execute")) == expect.executes
     assert len(journal.calls("reconcile")) == expect.reconciles
-    catalog = Catalog.open("sqlite:///" + str(tmp_path / "catalog.db"))
+    catalog = Catalog.open(url or "sqlite:///" + str(tmp_path / "catalog.db"))
     try:
         rec = catalog.get(ActivityKey(world_id="w", kind=KIND, activity_id="task-0000"))
         assert rec is not None and rec.attempt_count == expect.attempts
@@ -255,7 +272,9 @@ def test_random_kill_sweep_200_activities_3_workers(tmp_path: Path) -> None:
     assert kills >= 3
 
 
-def _spawn_worker(data: Path, workers: int, crash: str | None = None) -> subprocess.Popen[str]:
+def _spawn_worker(
+    data: Path, workers: int, crash: str | None = None, catalog_url: str | None = None
+) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
     if crash:
@@ -263,6 +282,8 @@ def _spawn_worker(data: Path, workers: int, crash: str | None = None) -> subproc
     argv = [sys.executable, "-m", "tether", "worker", str(data)]
     argv += ["--families", "journal_provider:families", "--workers", str(workers)]
     argv += ["--lease-ms", "400"]
+    if catalog_url is not None:
+        argv += ["--catalog", catalog_url, "--world", catalog_url]
     return subprocess.Popen(argv, env=env, cwd=HERE, text=True, stderr=subprocess.PIPE)
 
 
@@ -271,20 +292,25 @@ WORKER_WINDOWS = ("after_claim", "after_bind", "during_effect", "after_effect", 
 
 
 @pytest.mark.parametrize("window", WORKER_WINDOWS)
-def test_separate_worker_process_killed_at_window_is_recovered(window: str, tmp_path: Path) -> None:
+def test_separate_worker_process_killed_at_window_is_recovered(
+    window: str, tmp_path: Path, store_url: str
+) -> None:
+    """On each backend: a worker process SIGKILLed at the window, a fresh one recovers."""
     from journal_provider import intents, make_family
     from tether.runtime import Host
 
     n = 3
-    host = Host(tmp_path, [make_family(tmp_path)], workers=0, poll_interval_s=0.01)
+    url = None if store_url.startswith("sqlite:") else store_url
+    stores = {} if url is None else {"catalog_url": url, "world_url": url}
+    host = Host(tmp_path, [make_family(tmp_path)], workers=0, poll_interval_s=0.01, **stores)
     host.create_world("w")
     host.commit_tick("w", intents(n))
     host.start()  # observer only: staging and observation ticks in this process
     try:
-        doomed = _spawn_worker(tmp_path, 1, crash=window)
+        doomed = _spawn_worker(tmp_path, 1, crash=window, catalog_url=url)
         doomed.communicate(timeout=120)
         assert doomed.returncode == -signal.SIGKILL
-        fresh = _spawn_worker(tmp_path, 2)
+        fresh = _spawn_worker(tmp_path, 2, catalog_url=url)
         keys = [ActivityKey(world_id="w", kind=KIND, activity_id=f"task-{i:04d}") for i in range(n)]
         try:
             for _ in range(12_000):
@@ -297,7 +323,7 @@ def test_separate_worker_process_killed_at_window_is_recovered(window: str, tmp_
         assert fresh.returncode == 0, err
     finally:
         host.close()
-    check_settled(tmp_path, n)
+    check_settled(tmp_path, n, url=url)
     journal = Journal(tmp_path / "provider.db")
     expect = WINDOWS[window]  # the killed activity's exact outcome; the others ran once each
     assert len(journal.calls("execute")) == n - 1 + expect.executes

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hosttools import Clock, akey, drain, make_host
+from hosttools import Clock, akey, drain, make_host, world_sql
 from journal_provider import (
     KIND,
     DedupAdapter,
@@ -158,7 +158,7 @@ def test_fork_and_destroy_are_refused_while_unsettled(tmp_path: Path) -> None:
         assert host.ledger.close_state("w") == ("closing", True)  # cleanup lease stays sticky
         with pytest.raises(WorldClosing):
             host.commit_tick("w", [])
-        host.ledger._db.execute("UPDATE worlds SET close_state='open', close_sticky=0")
+        world_sql(tmp_path, "UPDATE worlds SET close_state = 'open', close_sticky = false")
         drain(host)
         host.restage()
         # Commit the observation but "crash" before its post-commit work: fork must finish it.

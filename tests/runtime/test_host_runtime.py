@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hosttools import Clock, akey, drain, make_host, same
+from hosttools import Clock, akey, drain, make_host, same, store_kw
 from journal_provider import (
     BLIND_KIND,
     KIND,
@@ -96,7 +96,9 @@ def test_blind_provider_unknown_parks_and_reconcile_never_executes(tmp_path: Pat
 
 
 def test_threaded_host_settles_and_shuts_down_cleanly(tmp_path: Path) -> None:
-    host = Host(tmp_path, [make_family(tmp_path)], workers=2, poll_interval_s=0.005)
+    host = Host(
+        tmp_path, [make_family(tmp_path)], workers=2, poll_interval_s=0.005, **store_kw(tmp_path)
+    )
     host.create_world("w")
     host.commit_tick("w", intents(6))
     host.start()

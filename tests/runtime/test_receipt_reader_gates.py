@@ -8,12 +8,11 @@ work on it: nothing is admitted or settled, and the retained head stays blocked.
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hosttools import akey, drain, make_host
+from hosttools import akey, drain, make_host, world_sql
 from journal_provider import intents
 from tether.runtime import Host
 from tether.world import CommittedTickReceipt, ReceiptRejected
@@ -22,12 +21,7 @@ Breaker = Callable[[Host, Path, CommittedTickReceipt], CommittedTickReceipt]
 
 
 def _sql(tmp_path: Path, sql: str, *args: object) -> None:
-    raw = sqlite3.connect(tmp_path / "world.db")
-    try:
-        raw.execute(sql, args)
-        raw.commit()
-    finally:
-        raw.close()
+    world_sql(tmp_path, sql, *args)
 
 
 def _later_head(host: Host, tmp_path: Path, r: CommittedTickReceipt) -> CommittedTickReceipt:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hosttools import akey, drain, make_host, same
+from hosttools import akey, catalog_dump, drain, make_host, same, world_sql
 from journal_provider import (
     KIND,
     DedupAdapter,
@@ -104,19 +103,13 @@ def test_gate_tokenless_ambiguous_or_invisible_receipts_neither_admit_nor_settle
         r1 = host.ledger.commit(writer, host.head("w"), intents(1))
         for bad in (dataclasses.replace(r1, visibility_token=""), host.ledger.head("w")):
             if bad.visibility_token:
-                raw = sqlite3.connect(tmp_path / "world.db")
-                raw.execute(
-                    "INSERT INTO tick_tokens VALUES ('w', ?, 1, 'vt_sibling')", (r1.run_id,)
+                world_sql(
+                    tmp_path, "INSERT INTO tick_tokens VALUES ('w', ?, 1, 'vt_sibling')", r1.run_id
                 )
-                raw.commit()
-                raw.close()
             with pytest.raises(ReceiptRejected):
                 host.ticker.post_commit(bad)
             assert host.get(akey(0)) is None  # nothing admitted
-        raw = sqlite3.connect(tmp_path / "world.db")
-        raw.execute("DELETE FROM tick_tokens WHERE token = 'vt_sibling'")
-        raw.commit()
-        raw.close()
+        world_sql(tmp_path, "DELETE FROM tick_tokens WHERE token = 'vt_sibling'")
         host.recover()
         assert host.get(akey(0)) is not None
         drain(host)
@@ -126,18 +119,12 @@ def test_gate_tokenless_ambiguous_or_invisible_receipts_neither_admit_nor_settle
         obs = host.stager.observations_for("w")
         writes = [w for o in obs for w in (*o.facts, o.evidence)]
         r2 = host.ledger.commit(obs_writer, r1, writes)
-        raw = sqlite3.connect(tmp_path / "world.db")
-        raw.execute("DELETE FROM visibility WHERE token = ?", (r2.visibility_token,))
-        raw.commit()
-        raw.close()
+        world_sql(tmp_path, "DELETE FROM visibility WHERE token = ?", r2.visibility_token)
         with pytest.raises(ReceiptRejected):
             host.recover()
         rec = host.get(akey(0))
         assert rec is not None and rec.settlement is None
-        raw = sqlite3.connect(tmp_path / "world.db")
-        raw.execute("INSERT INTO visibility VALUES ('w', ?)", (r2.visibility_token,))
-        raw.commit()
-        raw.close()
+        world_sql(tmp_path, "INSERT INTO visibility VALUES ('w', ?)", r2.visibility_token)
         host.recover()  # the retained receipt's work is retried and now settles
         rec = host.get(akey(0))
         assert rec is not None and rec.settlement is not None and same(r2, rec.settlement.receipt)
@@ -203,11 +190,8 @@ def test_gate_large_outputs_reach_the_catalog_only_by_bounded_reference(tmp_path
         assert rec is not None and rec.result is not None and rec.result.size > pad
         assert rec.result.ref.startswith("artifact:sha256/") and len(rec.result.ref) < 100
         assert len(host.artifacts.get(rec.result)) == rec.result.size
-    raw = sqlite3.connect(tmp_path / "catalog.db")
-    try:
-        dump = "\n".join(raw.iterdump())
-    finally:
-        raw.close()
+    dump = catalog_dump(tmp_path)
+    assert rec.result.digest in dump  # the dump holds the catalog's rows
     assert "x" * 1000 not in dump  # the payload never entered the catalog
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tether.activities import Catalog
 from tether.errors import CatalogConfigError, CatalogStorageError
-from tether.storage import SqliteCatalogStore, View, open_store
+from tether.storage import SchemaOutdated, SqliteCatalogStore, View, open_store
 from tether.storage._schema import LATEST
 
 from tests.activities.support import ManualClock, admission, key
@@ -21,7 +21,7 @@ def test_urls_name_an_absolute_sqlite_file(tmp_path: Path) -> None:
     relaxed = open_store(f"SQLite://{tmp_path}/c.db", synchronous="normal")
     assert isinstance(relaxed, SqliteCatalogStore) and relaxed.synchronous == "NORMAL"
     relaxed.close()
-    bad_urls = ("sqlite://relative.db", "sqlite://", "postgres://db/x", "a.db", "sqlite:/x")
+    bad_urls = ("sqlite://relative.db", "sqlite://", "mysql://db/x", "a.db", "sqlite:/x")
     for bad in (*bad_urls, f"sqlite://{tmp_path}/", f"sqlite://{tmp_path}/a.db?mode=ro"):
         with pytest.raises(CatalogConfigError):
             open_store(bad)
@@ -158,7 +158,9 @@ def test_forward_migrations_apply_once_in_order(
     insert = (second, (f"INSERT INTO migration_probe VALUES ({second})",), False)
     monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, probe, insert))
     monkeypatch.setattr(_schema, "LATEST", second)
-    SqliteCatalogStore(path).close()
+    with pytest.raises(SchemaOutdated, match="tether db upgrade"):
+        SqliteCatalogStore(path)  # an older schema refuses to open
+    SqliteCatalogStore(path, upgrade=True).close()
     SqliteCatalogStore(path).close()  # reopening applies nothing twice
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == second
@@ -177,7 +179,7 @@ def test_a_failing_migration_changes_nothing(
     monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, broken))
     monkeypatch.setattr(_schema, "LATEST", LATEST + 1)
     with pytest.raises(CatalogStorageError):
-        SqliteCatalogStore(path)
+        SqliteCatalogStore(path, upgrade=True)
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -281,6 +283,9 @@ def test_a_version_1_catalog_migrates_its_rows_through_the_core(tmp_path: Path) 
     _v1_file(path, rows)
 
     clock.advance(1)  # the v1 lease is still far in the future on the old clock
+    with pytest.raises(SchemaOutdated, match=f"version 1, this Tether needs {LATEST}"):
+        Catalog.open(f"sqlite://{path}", clock=clock)
+    SqliteCatalogStore(str(path), upgrade=True).close()  # `tether db upgrade`
     with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
         conn = sqlite3.connect(path)
         assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
@@ -323,7 +328,7 @@ def test_a_version_1_row_the_core_cannot_decode_stops_the_migration_and_loses_no
     path = tmp_path / "v1.db"
     _v1_file(path, [tuple(v1)])
     with pytest.raises(CatalogStorageError, match="cannot migrate catalog row"):
-        SqliteCatalogStore(str(path))
+        SqliteCatalogStore(str(path), upgrade=True)
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 1
     assert conn.execute("SELECT attempt_owner FROM activities").fetchall() == [("ghost",)]
@@ -398,7 +403,18 @@ def test_a_version_2_catalog_gains_the_compactable_column_from_the_core(tmp_path
     conn.execute("COMMIT")
     conn.close()
 
-    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+    # One migration policy for every backend: the v2 file refuses to open, naming the command,
+    # and `tether db upgrade` migrates it.
+    url = f"sqlite://{path}"
+    with pytest.raises(SchemaOutdated, match=r"version 2, this Tether needs 3.*tether db upgrade"):
+        Catalog.open(url, clock=clock)
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 2
+    conn.close()
+    from tether.cli import main as tether
+
+    assert tether(["db", "upgrade", url]) == 0
+    with Catalog.open(url, clock=clock) as cat:
         s, p = cat.get(settled), cat.get(pending)
         assert s is not None and p is not None
         assert (s.compactable_from_ms, s.compacted_at_ms) == (settled_at, None)

@@ -27,14 +27,19 @@ from tether.world import (
     UnsettledActivities,
     WorldClosing,
     WorldLedger,
+    open_ledger,
 )
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "postgres", "memory"])
 def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WorldLedger]:
-    impl: WorldLedger = (
-        SqliteLedger.open(tmp_path / "world.db") if request.param == "sqlite" else MemoryLedger()
-    )
+    impl: WorldLedger
+    if request.param == "sqlite":
+        impl = SqliteLedger.open(tmp_path / "world.db")
+    elif request.param == "postgres":
+        impl = open_ledger(request.getfixturevalue("pg_url"))
+    else:
+        impl = MemoryLedger()
     assert isinstance(impl, WorldLedger)
     yield impl
     impl.close()

@@ -1,9 +1,11 @@
-"""The SQLite world ledger: atomic ticks, writer fencing, post-commit gating, the receipt reader."""
+"""The world ledger on SQLite and PostgreSQL: atomic ticks, writer fencing, post-commit gating,
+the receipt reader (tests that tamper with the file are SQLite only)."""
 
 from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +27,25 @@ from tether.world import (
     WorldExists,
     WorldLedger,
     WorldNotFound,
+    open_ledger,
 )
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WorldLedger]:
+    """The ledger on each backend: these rules hold for the PostgreSQL ledger too (tests that
+    tamper with the SQLite file take `sqlite_ledger`)."""
+    impl: WorldLedger
+    if request.param == "postgres":
+        impl = open_ledger(request.getfixturevalue("pg_url"))
+    else:
+        impl = SqliteLedger.open(tmp_path / "world.db")
+    yield impl
+    impl.close()
+
+
 @pytest.fixture
-def ledger(tmp_path: Path) -> SqliteLedger:
+def sqlite_ledger(tmp_path: Path) -> SqliteLedger:
     return SqliteLedger.open(tmp_path / "world.db")
 
 
@@ -64,7 +80,8 @@ def test_commit_is_atomic_with_fresh_token_and_head(ledger: SqliteLedger) -> Non
     assert ledger.read_at(r2).get("e2", "c") == 7
 
 
-def test_a_failing_commit_changes_nothing(ledger: SqliteLedger, tmp_path: Path) -> None:
+def test_a_failing_commit_changes_nothing(sqlite_ledger: SqliteLedger, tmp_path: Path) -> None:
+    ledger = sqlite_ledger
     genesis = ledger.create_world("w")
     before = _commit(ledger, "w", ComponentWrite("a", "c", 1))
     # A real storage fault in the middle of the transaction: the database refuses one row.
@@ -200,8 +217,9 @@ def test_receipt_reader_accepts_only_the_exact_head(ledger: SqliteLedger) -> Non
 
 
 def test_receipt_reader_rejects_multi_token_heads_and_missing_visibility(
-    ledger: SqliteLedger, tmp_path: Path
+    sqlite_ledger: SqliteLedger, tmp_path: Path
 ) -> None:
+    ledger = sqlite_ledger
     ledger.create_world("w")
     r1 = _commit(ledger, "w")
     raw = sqlite3.connect(tmp_path / "world.db")

@@ -29,7 +29,8 @@ from tether.activities._types import (
     ResultRef,
     RetryGuard,
 )
-from tether.storage import CatalogStore, KeyTuple, View, open_store
+from tether.storage import CatalogStore, CommitUnknown, KeyTuple, View, open_store
+from tether.storage._port import ServerClocked
 
 PAGE_SIZE = 256
 
@@ -87,11 +88,16 @@ class Catalog:
     def open(
         cls, url: str, *, clock: ClockLike | None = None, synchronous: str = "FULL"
     ) -> Catalog:
-        """Open the catalog at ``url`` (``sqlite:///abs/path.db``); ``synchronous`` is
-        ``"FULL"`` (default: every commit is durable) or ``"NORMAL"`` (WAL commits may roll back
-        on power loss, never corrupt)."""
-        resolved = as_clock(clock)  # a bad clock fails before the store is opened
-        return cls(open_store(url, synchronous=synchronous), clock=resolved)
+        """Open the catalog at ``url`` (``sqlite:///abs/path.db`` or ``postgresql://host/db``);
+        ``synchronous`` (SQLite only) is ``"FULL"`` (default: every commit is durable) or
+        ``"NORMAL"`` (WAL commits may roll back on power loss, never corrupt). Without
+        ``clock``, a PostgreSQL catalog measures leases on its server (`PostgresClock`), a
+        SQLite one on this host (`SystemClock`)."""
+        resolved = None if clock is None else as_clock(clock)  # a bad clock fails first
+        store = open_store(url, synchronous=synchronous)
+        if resolved is None and isinstance(store, ServerClocked):
+            resolved = store.server_clock()  # PostgreSQL: leases on the server's clock
+        return cls(store, clock=resolved)
 
     @property
     def store(self) -> CatalogStore:
@@ -272,6 +278,22 @@ class Catalog:
         return self._change(
             key, lambda row: _core.catalog_settle(row, receipt, evidence_digest, fence, now)
         )
+
+    def committed(self, error: CommitUnknown) -> ActivityRecord | None:
+        """Re-read the record a `CommitUnknown` transaction wrote: the record if that commit
+        landed (the stored row is exactly the row it wrote), None if it did not (the stored
+        row is anything else, or there is none). Nothing may act on a lost commit before this.
+
+        Raises:
+            CommitUnknown: the error names no row (the claim found none before it broke).
+            CatalogStorageError: the re-read itself failed; the outcome is still unknown.
+        """
+        if error.key is None or error.intended is None:
+            raise error
+        row = self._store.get(error.key)
+        if row is None or tuple(row) != tuple(error.intended):
+            return None
+        return record_from_row(_core.catalog_check_row(row))
 
     def get(self, key: ActivityKey) -> ActivityRecord | None:
         row = self._store.get(_key(key))

@@ -1,4 +1,9 @@
-"""`tether db`: maintenance of a data directory's Activity catalog (`tether db prune`).
+"""`tether db`: the one dispatcher for Tether's stores: `prune` (compact settled Activities of a
+data directory's catalog), `status` and `upgrade` (schema versions, `tether.storage.dbcli`).
+
+`tether db status URL [--json]` shows every store at URL with its schema version;
+`tether db upgrade URL [--store catalog|world] [--json]` applies pending migrations (an older
+store refuses to open, naming this command; stop every Tether process using it first).
 
 `tether db prune --data-dir D --older-than 30d [--dry-run] [--json] [--batch N] [--vacuum]`
 compacts every Activity settled at least that long ago (wall clock) to its key, source
@@ -13,9 +18,12 @@ and shared (an input, a result, a provider's journal and committed world state m
 same payload), and the catalog cannot see every reference, so deleting what it no longer names
 could lose a payload something else still needs.
 
-Exit codes: 0 done (also a dry run), 1 failed (a storage error, a catalog newer than this
-Tether, or a dry run on a catalog that must be migrated first), 2 usage (a bad flag or
-duration, or a data directory that is missing, not a directory or holds no Tether catalog).
+Exit codes (every subcommand): 0 done (`prune`: also a dry run; `status`: every store is
+current), 1 failed (`status`: a store needs `upgrade`; `upgrade`: it failed; `prune`: a storage
+error, a catalog newer than this Tether or one to `tether db upgrade` first), 2 usage (a bad
+flag, duration or URL, a data directory that is missing, not a directory or holds no Tether
+catalog, or a server that cannot be reached). Errors are one line on stderr,
+`tether db: CODE: message`, or with --json one object `{"error", "code", "message"}` on stdout.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from tether._dirs import DataDirError, usable_dir
 from tether.activities._catalog import Catalog
 from tether.errors import TetherError
 from tether.storage import SqliteCatalogStore
+from tether.storage import dbcli as schema_cli
 from tether.storage._schema import LATEST
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -58,7 +67,7 @@ class UsageError(Exception):
 
 class PruneFailed(CodedError):
     """Prune could not run on this catalog (exit 1): `catalog_newer` (a newer Tether's schema)
-    or `migration_needed` (a dry run on a catalog of an older schema)."""
+    or `migration_needed` (a catalog of an older schema: `tether db upgrade` it first)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,8 +95,10 @@ def parse_duration(text: str) -> int:
 def _parser() -> _Parser:
     p = _Parser(
         prog="tether db",
-        description="Maintain a data directory's Activity catalog.",
-        epilog="Exit codes: 0 done, 1 failed, 2 usage (see the README's exit-code table).",
+        description="Maintain Tether's stores: prune a data dir's catalog, show and upgrade the "
+        "schema versions of a catalog or world ledger (SQLite file or PostgreSQL).",
+        epilog="Exit codes: 0 done, 1 failed (status: a store needs upgrade), 2 usage or a "
+        "store that cannot be opened (see the README's exit-code table).",
     )
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     prune = sub.add_parser(
@@ -134,6 +145,35 @@ def _parser() -> _Parser:
         "pages)",
     )
     prune.add_argument("--json", action="store_true", help="print one JSON object (default: off)")
+    url_help = (
+        "sqlite:///abs/path.db or postgresql://host/db (credentials from PGPASSWORD or "
+        "PGPASSFILE, never the URL)"
+    )
+    status = sub.add_parser(
+        "status",
+        help="show the schema version of every store at URL",
+        description="Show every Tether store at URL with its schema version and this Tether's.",
+        epilog="Exit codes: 0 every store is current, 1 a store needs `tether db upgrade` (or "
+        "is newer than this Tether), 2 usage or a URL that cannot be opened.",
+    )
+    status.add_argument("url", metavar="URL", help=url_help)
+    status.add_argument("--json", action="store_true", help="print one JSON object (default: off)")
+    upgrade = sub.add_parser(
+        "upgrade",
+        help="apply pending schema migrations to the stores at URL",
+        description="Apply pending migrations in one transaction per store. Stop every Tether "
+        "process using the store first: leases recorded before an upgrade count as expired.",
+        epilog="Exit codes: 0 done, 1 the upgrade failed, 2 usage or a URL that cannot be opened.",
+    )
+    upgrade.add_argument("url", metavar="URL", help=url_help)
+    upgrade.add_argument(
+        "--store",
+        choices=schema_cli.STORES,
+        default=None,
+        help="only this store, created if absent (default: every store found; PostgreSQL: "
+        "both when none is found)",
+    )
+    upgrade.add_argument("--json", action="store_true", help="print one JSON object (default: off)")
     return p
 
 
@@ -222,11 +262,11 @@ def prune(
             f"catalog.db has schema version {found}, newer than this Tether's {LATEST}; "
             "upgrade Tether to prune it",
         )
-    if dry_run and found < LATEST:
+    if found < LATEST:
         raise PruneFailed(
             "migration_needed",
-            f"catalog.db has schema version {found}, this Tether uses {LATEST}; a dry run "
-            "changes nothing, so run without --dry-run (it migrates first) or start the Host",
+            f"catalog.db has schema version {found}, this Tether uses {LATEST}: stop every "
+            f"Tether process using it, then run `tether db upgrade sqlite://{path}`",
         )
     with Catalog.open("sqlite:///" + str(path)) as catalog:
         store = catalog.store
@@ -289,6 +329,17 @@ class _Progress:
             print(file=sys.stderr)
 
 
+def _schema_command(args: argparse.Namespace) -> int:
+    """`tether db status|upgrade`: print the stores' versions; the exit code of the table."""
+    if args.cmd == "status":
+        rows = schema_cli.status(args.url)
+        print(schema_cli.render(args.url, rows, args.json))
+        return EXIT_OK if all(r.state == "current" for r in rows) else EXIT_FAILED
+    rows = schema_cli.upgrade(args.url, args.store)
+    print(schema_cli.render(args.url, rows, args.json))
+    return EXIT_OK
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `tether db`."""
     as_json = "--json" in argv
@@ -304,12 +355,25 @@ def main(argv: list[str]) -> int:
     try:
         args = parser.parse_args(argv)
         if args.cmd is None:
-            raise UsageError("usage", "name a command: prune (see `tether db --help`)")
-        older_than_ms = parse_duration(args.older_than)
-        if args.batch < 1:
-            raise UsageError("usage", "--batch must be >= 1")
+            raise UsageError(
+                "usage", "name a command: prune, status or upgrade (see `tether db --help`)"
+            )
+        if args.cmd == "prune":
+            older_than_ms = parse_duration(args.older_than)
+            if args.batch < 1:
+                raise UsageError("usage", "--batch must be >= 1")
     except UsageError as e:
         return fail(EXIT_USAGE, "UsageError", e.code, e.message)
+    if args.cmd != "prune":
+        try:
+            return _schema_command(args)
+        except schema_cli.UrlError as e:
+            return fail(EXIT_USAGE, "UsageError", "usage", str(e))
+        except schema_cli.Unreachable as e:
+            return fail(EXIT_USAGE, type(e).__name__, "unreachable", str(e).splitlines()[0])
+        except (TetherError, OSError, sqlite3.Error) as e:
+            message = f"{type(e).__name__}: {e}".splitlines()[0]
+            return fail(EXIT_FAILED, type(e).__name__, "failed", message)
     progress = _Progress() if not args.json and not args.dry_run and sys.stderr.isatty() else None
     try:
         report = prune(

@@ -46,6 +46,7 @@ from tether.world import (
     SqliteLedger,
     WorldLedger,
     WorldSnapshot,
+    open_ledger,
 )
 
 
@@ -70,6 +71,11 @@ class Host:
             controllable one, or a plain millisecond callable (a `FixedBootClock`).
         observe: whether `start` runs the observer loop that stages and commits observations.
         page_size: page size of the catalog scans (they always page to exhaustion).
+        catalog_url: the catalog (default `catalog.db` in `data_dir`); a ``postgresql://``
+            URL shares it with other hosts (pair it with a PostgreSQL `ledger`,
+            `world_url`).
+        world_url: the world ledger the Host opens and owns when no `ledger` is given
+            (`tether.world.open_ledger`; default `world.db` in `data_dir`).
 
     Attributes:
         projector, settler, stager, ticker, observer, pool, lifecycle: the parts.
@@ -89,15 +95,20 @@ class Host:
         clock: ClockLike | None = None,
         observe: bool = True,
         page_size: int = 256,
+        catalog_url: str | None = None,
+        world_url: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.families = tuple(families)
         families_by_kind(self.families)  # a bad registration fails before storage opens
-        self.catalog_url = "sqlite:///" + str(self.data_dir / "catalog.db")
-        self._clock = as_clock(clock)
+        self.catalog_url = catalog_url or "sqlite:///" + str(self.data_dir / "catalog.db")
+        # None: the catalog's own default (this host's clock; a PostgreSQL server's clock).
+        self._clock = None if clock is None else as_clock(clock)
         self._owns_ledger = ledger is None
-        self.ledger: WorldLedger = ledger or SqliteLedger.open(self.data_dir / "world.db")
+        self.ledger: WorldLedger = ledger or (
+            open_ledger(world_url) if world_url else SqliteLedger.open(self.data_dir / "world.db")
+        )
         self.catalog = self._open_catalog()
         self.artifacts = ArtifactStore(self.data_dir / "artifacts", inline_bound=inline_bound)
         self.lease_ms = lease_ms

@@ -12,6 +12,9 @@ Rules kept here (seed section 2):
 - An attempt is released on shutdown only while it is still unbound (no provider work began).
 - If `execute` raises or returns a result that is not durable, nothing is recorded: the
   lease runs out and the next attempt reconciles (an execute attempt cannot conclude unknown).
+- A commit whose reply was lost (`CommitUnknown`, PostgreSQL) is re-read before anything
+  else: a claim or a bind that did not land starts no effect; a result that did not land is
+  recorded again once.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from tether.runtime._family import (
     families_by_kind,
 )
 from tether.runtime._wakeup import Wakeup
+from tether.storage import CommitUnknown
 
 log = logging.getLogger("tether.runtime.worker")
 
@@ -114,12 +118,35 @@ class Worker:
     def run_next(self, *, world_id: str | None = None) -> ActivityKey | None:
         """Claim one attempt (of `world_id` only, if given) and run it to its recorded
         conclusion; return its key, or None if nothing was claimable."""
-        claim = self.catalog.claim(self.owner, self.lease_ms, kinds=self.kinds, world_id=world_id)
+        try:
+            claim = self.catalog.claim(
+                self.owner, self.lease_ms, kinds=self.kinds, world_id=world_id
+            )
+        except CommitUnknown as e:
+            claim = self._claim_after_unknown(e)
         if claim is None:
             return None
         crash_point("after_claim")
         self._run(claim)
         return claim.record.key
+
+    def _reread(self, error: CommitUnknown) -> ActivityRecord | None:
+        """The record a lost commit wrote if it landed, else None (re-read before acting)."""
+        record = self.catalog.committed(error)
+        log.warning(
+            "worker %s: a commit reply was lost; re-read shows it %s",
+            self.owner,
+            "landed" if record is not None else "did not land",
+        )
+        return record
+
+    def _claim_after_unknown(self, error: CommitUnknown) -> Claim | None:
+        if error.key is None:  # it broke before any row was chosen: nothing was claimed
+            return None
+        record = self._reread(error)
+        if record is None or record.attempt is None:
+            return None
+        return Claim(record, record.attempt)
 
     def _emit_safely(self, event: ProgressEvent) -> None:
         if self._emit is None:
@@ -173,7 +200,14 @@ class Worker:
     ) -> None:
         key = ctx.key
         if record.operation_id is None:
-            self.catalog.bind_provider_operation(key, ctx.fence, ctx.operation_id)
+            try:
+                self.catalog.bind_provider_operation(key, ctx.fence, ctx.operation_id)
+            except CommitUnknown as e:
+                if self._reread(e) is None:
+                    # The bind did not land: no effect may start. The lease runs out and the
+                    # next claim starts over (still unbound, so it may execute).
+                    log.warning("worker %s: bind of %s was lost; not executing", self.owner, key)
+                    return
         elif record.operation_id != ctx.operation_id:
             raise FamilyError(
                 f"{key} is bound to {record.operation_id!r}, not {ctx.operation_id!r}"
@@ -197,7 +231,7 @@ class Worker:
             return
         crash_point("after_effect")
         self._check_live(ctx)
-        self.catalog.record_result(key, ctx.fence, result)
+        self._record_result(ctx, result)
         crash_point("after_result")
 
     def _reconcile(self, family: Family, ctx: AttemptContext, request: dict[str, Any]) -> None:
@@ -214,7 +248,7 @@ class Worker:
             if not self.artifacts.is_durable(outcome.result):
                 self._record_unknown(ctx, FamilyError("recovered result is not durable"))
                 return
-            self.catalog.record_result(key, ctx.fence, outcome.result)
+            self._record_result(ctx, outcome.result)
             crash_point("after_result")
         elif isinstance(outcome, ConfirmedAbsent):
             self.catalog.confirm_absent(key, ctx.fence, outcome.guard)
@@ -222,6 +256,16 @@ class Worker:
             self.catalog.record_unknown(key, ctx.fence, outcome.evidence, outcome.retry_after_ms)
         else:
             self._record_unknown(ctx, FamilyError(f"reconcile returned {outcome!r}"))
+
+    def _record_result(self, ctx: AttemptContext, result: ResultRef) -> None:
+        """Record the result; after a lost commit, re-read and repeat it once if it did not land
+        (an exact repeat under the same fence is a no-op in the core). If that fails too, the
+        lease runs out and the next attempt reconciles the durable result."""
+        try:
+            self.catalog.record_result(ctx.key, ctx.fence, result)
+        except CommitUnknown as e:
+            if self._reread(e) is None:
+                self.catalog.record_result(ctx.key, ctx.fence, result)
 
     def _check_live(self, ctx: AttemptContext) -> None:
         if ctx.lost:

@@ -1,10 +1,12 @@
 """`tether worker`: run Activity worker threads in their own process over a data directory.
 
 Usage: tether worker DATA_DIR --families module:factory [--workers N] [--lease-ms MS]
-                     [--sse-host 127.0.0.1] [--sse-port N]
+                     [--catalog URL] [--world URL] [--sse-host 127.0.0.1] [--sse-port N]
 `factory(data_dir: Path) -> Sequence[Family]` builds the families (and their adapters) in this
-process. Workers share the catalog and artifact store with the Host through the data
-directory; they never open the world ledger. SIGINT/SIGTERM stop them cleanly.
+process. Workers share the catalog (`--catalog URL`, default the data directory's
+`catalog.db`; a PostgreSQL catalog is shared by hosts) and the artifact store with the Host;
+they never write the world ledger (`--world URL` is only checked at start). SIGINT/SIGTERM
+stop them cleanly.
 
 With `--sse-port` (0 = any free port) the process serves its live progress as one AG-UI run
 over SSE at http://HOST:PORT/events (the address is printed on stdout): RUN_STARTED, one
@@ -74,13 +76,15 @@ def run_workers(
     inline_bound: int = DEFAULT_INLINE_BOUND,
     stop: threading.Event | None = None,
     emit: Callable[[ProgressEvent], None] | None = None,
+    catalog_url: str | None = None,
 ) -> None:
     """Run `workers` worker threads until `stop` is set; return after they finish.
 
-    `emit` receives every adapter's progress (from any worker thread).
+    `emit` receives every adapter's progress (from any worker thread). `catalog_url` defaults
+    to `catalog.db` in `data_dir`.
     """
     data_dir = data_dir.resolve()
-    url = "sqlite:///" + str(data_dir / "catalog.db")
+    url = catalog_url or "sqlite:///" + str(data_dir / "catalog.db")
     artifacts = ArtifactStore(data_dir / "artifacts", inline_bound=inline_bound)
     stop = stop or threading.Event()
     pool = WorkerPool(
@@ -156,6 +160,17 @@ def live_families(families: Sequence[Family], live: LiveActivities) -> list[Fami
     return [replace(f, adapter=LiveAdapter(f.adapter, live)) for f in families]
 
 
+def _check_stores(catalog_url: str | None, world_url: str | None) -> None:
+    """Open and close the configured stores once, so a bad URL, an unreachable server, a wrong
+    password or an outdated schema is one line before any thread starts."""
+    if catalog_url is not None:
+        Catalog.open(catalog_url).close()
+    if world_url is not None:
+        from tether.world import open_ledger
+
+        open_ledger(world_url).close()
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `tether worker`."""
     p = argparse.ArgumentParser(prog="tether worker", description=__doc__)
@@ -167,6 +182,21 @@ def main(argv: list[str]) -> int:
         type=int,
         default=30_000,
         help=f"attempt lease in ms, 1 to {MAX_LEASE_MS} (7 days) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--catalog",
+        metavar="URL",
+        default=None,
+        help="the Activity catalog (default: sqlite:///DATA_DIR/catalog.db); postgresql://host/db"
+        " shares it with other hosts. Passwords come from PGPASSWORD or a password file"
+        " (PGPASSFILE), never the URL; they are never printed",
+    )
+    p.add_argument(
+        "--world",
+        metavar="URL",
+        default=None,
+        help="the world ledger the Host uses (checked at start: reachable, schema current;"
+        " workers never write it)",
     )
     p.add_argument("--sse-host", default="127.0.0.1", help="bind address of the AG-UI stream")
     p.add_argument(
@@ -186,6 +216,11 @@ def main(argv: list[str]) -> int:
     except (ImportError, TetherError) as e:
         print(f"tether worker: {e}", file=sys.stderr)
         return 2
+    try:
+        _check_stores(args.catalog, args.world)
+    except TetherError as e:
+        print(f"tether worker: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -195,7 +230,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     if args.sse_port is None:
         run_workers(
-            args.data_dir, families, workers=args.workers, lease_ms=args.lease_ms, stop=stop
+            args.data_dir,
+            families,
+            workers=args.workers,
+            lease_ms=args.lease_ms,
+            stop=stop,
+            catalog_url=args.catalog,
         )
         return 0
     stream = RunStream("tether-worker", f"run-{uuid.uuid4().hex[:12]}", StoreState())
@@ -217,6 +257,7 @@ def main(argv: list[str]) -> int:
             lease_ms=args.lease_ms,
             stop=stop,
             emit=live.progress,
+            catalog_url=args.catalog,
         )
         stream.finish()
     finally:

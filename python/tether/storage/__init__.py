@@ -1,12 +1,15 @@
-"""Catalog storage: a small port and its backends, chosen by URL scheme (`sqlite:///abs/path`)."""
+"""Catalog storage: a small port and its backends, chosen by URL scheme (`sqlite:///abs/path`,
+`postgresql://host/db`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from tether._core import CatalogConfigError
+from tether.storage._errors import CommitUnknown, SchemaOutdated
 from tether.storage._port import CatalogStore, KeyTuple, Row, View
 from tether.storage._sqlite import SYNCHRONOUS, SqliteCatalogStore
+from tether.storage._urls import redact
 
 
 def _open_sqlite(rest: str, synchronous: str) -> CatalogStore:
@@ -19,8 +22,32 @@ def _open_sqlite(rest: str, synchronous: str) -> CatalogStore:
     return SqliteCatalogStore(rest, synchronous=synchronous)
 
 
-# Scheme -> opener. PostgreSQL can register here later without touching callers.
-BACKENDS: dict[str, Callable[[str, str], CatalogStore]] = {"sqlite": _open_sqlite}
+def _open_postgres(rest: str, synchronous: str) -> CatalogStore:
+    # Imported here: psycopg is needed only by PostgreSQL catalogs.
+    try:
+        from tether.storage._pg import check_url
+        from tether.storage._postgres import PostgresCatalogStore
+    except ImportError as e:
+        raise CatalogConfigError(
+            f"PostgreSQL catalogs need psycopg: pip install 'tether[postgres]' ({e})"
+        ) from None
+
+    if synchronous != "FULL":
+        raise CatalogConfigError(
+            "a PostgreSQL catalog always commits durably (synchronous_commit = on);"
+            f" synchronous={synchronous!r} is for SQLite only"
+        )
+    url = "postgresql://" + rest
+    check_url(url, CatalogConfigError)
+    return PostgresCatalogStore(url)
+
+
+# Scheme -> opener.
+BACKENDS: dict[str, Callable[[str, str], CatalogStore]] = {
+    "sqlite": _open_sqlite,
+    "postgresql": _open_postgres,
+    "postgres": _open_postgres,
+}
 
 
 def open_store(url: str, *, synchronous: str = "FULL") -> CatalogStore:
@@ -31,7 +58,7 @@ def open_store(url: str, *, synchronous: str = "FULL") -> CatalogStore:
     opener = BACKENDS.get(scheme.lower()) if sep else None
     if opener is None:
         raise CatalogConfigError(
-            f"unsupported catalog URL {url!r}; supported schemes: {sorted(BACKENDS)}"
+            f"unsupported catalog URL {redact(url)!r}; supported schemes: {sorted(BACKENDS)}"
         )
     if not isinstance(synchronous, str):
         raise CatalogConfigError(f"synchronous must be a string, not {type(synchronous).__name__}")
@@ -42,6 +69,8 @@ __all__ = [
     "BACKENDS",
     "SYNCHRONOUS",
     "CatalogStore",
+    "CommitUnknown",
+    "SchemaOutdated",
     "KeyTuple",
     "Row",
     "SqliteCatalogStore",

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from tether.activities._clock import CatalogClock
 
 Row = tuple[Any, ...]
 KeyTuple = tuple[str, str, str]
@@ -84,3 +87,11 @@ class CatalogStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ServerClocked(Protocol):
+    """A store whose server keeps the catalog's time (PostgreSQL): `Catalog.open` uses its
+    clock unless given one, so every host measures leases on the same clock."""
+
+    def server_clock(self) -> CatalogClock: ...

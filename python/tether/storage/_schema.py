@@ -29,6 +29,7 @@ from itertools import compress
 from operator import ne
 
 from tether._core import CatalogStorageError, catalog_columns, catalog_derive_row
+from tether.storage._errors import SchemaOutdated
 
 COLUMNS: tuple[str, ...] = tuple(catalog_columns())
 _PK = ("world_id", "kind", "activity_id")
@@ -187,14 +188,27 @@ def current_version(conn: sqlite3.Connection) -> int:
     return 0 if row is None else int(row[0])
 
 
-def migrate(conn: sqlite3.Connection) -> int:
-    """Bring the schema forward to `LATEST` in one transaction; return the version found."""
+def migrate(conn: sqlite3.Connection, *, upgrade: bool = True, where: str = "") -> int:
+    """Bring the schema forward to `LATEST` in one transaction; return the version found.
+
+    Without ``upgrade``, only a fresh file (version 0) is brought forward: an older schema is
+    refused (`SchemaOutdated`, naming `tether db upgrade URL`).
+    """
     conn.execute("BEGIN IMMEDIATE")
     try:
         found = current_version(conn)
         if found > LATEST:
             raise CatalogStorageError(
                 f"catalog schema version {found} is newer than this Tether supports ({LATEST})"
+            )
+        if 0 < found < LATEST and not upgrade:
+            raise SchemaOutdated(
+                f"the catalog schema at {where} is version {found}, this Tether needs"
+                f" {LATEST}: stop every Tether process using it, then run"
+                " `tether db upgrade URL`",
+                "catalog",
+                found,
+                LATEST,
             )
         needs_rederive = False
         for version, statements, then_rederive in MIGRATIONS:

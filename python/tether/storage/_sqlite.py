@@ -124,7 +124,7 @@ def _claim_order(row: Row) -> tuple[Any, ...]:
 class SqliteCatalogStore:
     """The local SQLite implementation of `CatalogStore` (thread-safe, one connection)."""
 
-    def __init__(self, path: str, *, synchronous: str = "FULL") -> None:
+    def __init__(self, path: str, *, synchronous: str = "FULL", upgrade: bool = False) -> None:
         if synchronous not in SYNCHRONOUS:
             raise CatalogConfigError(
                 f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}"
@@ -150,7 +150,7 @@ class SqliteCatalogStore:
             conn.execute(f"PRAGMA synchronous={synchronous}")
             conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
             conn.execute("PRAGMA foreign_keys=ON")
-            migrate(conn)
+            migrate(conn, upgrade=upgrade, where=f"sqlite://{path}")
         except sqlite3.Error as e:
             conn.close()
             raise CatalogStorageError(f"cannot prepare catalog database {path!r}: {e}") from e

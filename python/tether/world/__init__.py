@@ -9,6 +9,7 @@ from tether.world._errors import (
     RECEIPT_REJECTION_CODES,
     HeadConflict,
     InvalidWrite,
+    LedgerCommitUnknown,
     PostCommitPending,
     ReceiptRejected,
     StaleWriter,
@@ -18,6 +19,7 @@ from tether.world._errors import (
     WorldExists,
     WorldNotFound,
 )
+from tether.world._open import open_ledger
 from tether.world._port import WorldLedger
 from tether.world._rules import HeadFacts, WorldFacts, judge_receipt, receipt_token
 from tether.world._sqlite import SqliteLedger
@@ -40,6 +42,7 @@ __all__ = [
     "HeadFacts",
     "InvalidWrite",
     "JSONValue",
+    "LedgerCommitUnknown",
     "PostCommitPending",
     "ReceiptRejected",
     "SqliteLedger",
@@ -56,5 +59,6 @@ __all__ = [
     "canonical_json",
     "digest_of",
     "judge_receipt",
+    "open_ledger",
     "receipt_token",
 ]

@@ -66,3 +66,9 @@ class ReceiptRejected(WorldError):
 
 class UnsettledActivities(WorldError):
     """Fork or destroy was refused: the world still has admitted, unsettled Activities."""
+
+
+class LedgerCommitUnknown(WorldError):
+    """A ledger COMMIT got no reply (the connection to the server broke): the tick or change
+    may or may not have landed. Re-read the head (`head`, `pending_post_commit`) before acting;
+    the head compare-and-swap refuses a second commit on the same parent."""

@@ -23,6 +23,9 @@ from tether.world._errors import HeadConflict, ReceiptRejected, WorldError, Worl
 from tether.world._rules import HeadFacts, WorldFacts
 from tether.world._types import CommittedTickReceipt, ComponentWrite, WorldSnapshot, Writer
 
+#: The world ledger's schema version (its `schema_version` table).
+SCHEMA_VERSION = 1
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS worlds (
     world_id         TEXT PRIMARY KEY,
@@ -111,8 +114,28 @@ class SqliteLedger:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            self._check_version()
         except sqlite3.Error as e:
             raise WorldError(f"cannot open world ledger at {self._path}: {e}") from e
+
+    def _check_version(self) -> None:
+        """Record the schema version (1: the tables above; a file without a version table
+        holds them too); refuse a newer one. A later change appends a migration here and
+        refuses an older file with `SchemaOutdated`, as the catalog does."""
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version"
+            " (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL)"
+        )
+        self._db.execute(
+            "INSERT OR IGNORE INTO schema_version (id, version) VALUES (1, ?)", (SCHEMA_VERSION,)
+        )
+        (found,) = self._db.execute("SELECT version FROM schema_version").fetchone()
+        if found > SCHEMA_VERSION:
+            self._db.close()
+            raise WorldError(
+                f"world ledger schema version {found} at {self._path} is newer than this"
+                f" Tether supports ({SCHEMA_VERSION})"
+            )
 
     @classmethod
     def open(cls, path: str | Path, *, clock: Callable[[], int] | None = None) -> SqliteLedger:

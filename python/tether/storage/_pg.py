@@ -1,0 +1,212 @@
+"""PostgreSQL plumbing shared by the catalog store and the world ledger: connect, session
+settings, typed errors, and the transaction that tells a lost COMMIT from a failed one.
+
+Every connection this module opens:
+- runs with `synchronous_commit = on`, forced per session and checked after (a role or a URL
+  asking for `off` does not get it: an acknowledged commit is flushed on the server);
+- has `statement_timeout`, `lock_timeout` and `idle_in_transaction_session_timeout` set, so a
+  client that vanishes mid-transaction (a cut cable, a SIGSTOP) holds no row lock for longer
+  than the idle timeout, and a statement never waits for a lock for ever;
+- uses TCP keepalives on both ends, so a dead peer is noticed in seconds, not hours.
+
+Credentials never travel in messages: errors name the host, port and database and libpq's
+cause, never the URL. Put the password in the environment (`PGPASSWORD`) or a libpq password
+file (`PGPASSFILE`, or `passfile=` in the URL), not in the URL itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import conninfo as _conninfo
+
+from tether.storage._urls import redact as redact
+
+#: Session settings every Tether connection runs with (milliseconds).
+STATEMENT_TIMEOUT_MS = 30_000
+LOCK_TIMEOUT_MS = 10_000
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 15_000
+CONNECT_TIMEOUT_S = 10
+#: synchronous_commit values that flush the commit on this server before acknowledging it.
+DURABLE_COMMIT = frozenset({"on", "remote_write", "remote_apply"})
+
+E = TypeVar("E", bound=Exception)
+
+
+def where(conninfo: str) -> str:
+    """``host:port/dbname`` of a connection string, without user or password."""
+    try:
+        params = _conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "an unparsable PostgreSQL URL"
+    host = str(params.get("host") or params.get("hostaddr") or "localhost (socket)")
+    port = str(params.get("port") or "5432")
+    db = str(params.get("dbname") or params.get("user") or "")
+    return f"{host}:{port}/{db}"
+
+
+def one_line(error: BaseException) -> str:
+    """The first non-empty line of a driver error, without libpq's prefixes."""
+    for line in str(error).splitlines():
+        line = line.strip()
+        if line:
+            return line.removeprefix("connection failed: ")
+    return type(error).__name__
+
+
+def check_url(conninfo: str, error: Callable[[str], E]) -> None:
+    """Raise ``error`` (one line, no credentials) unless libpq can parse ``conninfo``."""
+    try:
+        _conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as e:
+        raise error(f"invalid PostgreSQL URL: {one_line(e)}") from None
+
+
+def connect(
+    conninfo: str, error: Callable[[str], E], *, application: str
+) -> psycopg.Connection[Any]:
+    """Open one autocommit connection with Tether's session settings.
+
+    Raises:
+        E (from ``error``): a bad URL, an unreachable server, a refused login, or a server that
+            cannot keep `synchronous_commit` on. One line naming the host and the cause.
+    """
+    at = where(conninfo)
+    try:
+        params = _conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as e:
+        raise error(f"invalid PostgreSQL URL: {one_line(e)}") from None
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+    params.setdefault("application_name", application)
+    params.setdefault("keepalives", 1)
+    params.setdefault("keepalives_idle", 10)
+    params.setdefault("keepalives_interval", 5)
+    params.setdefault("keepalives_count", 3)
+    try:
+        conn = psycopg.connect(_conninfo.make_conninfo("", **params), autocommit=True)
+    except psycopg.Error as e:
+        # libpq's message names the cause (refused, timeout, password authentication failed,
+        # database does not exist); `from None`: the chained error could carry the URL.
+        raise error(f"cannot connect to PostgreSQL at {at}: {one_line(e)}") from None
+    try:
+        conn.execute(
+            "SELECT set_config('statement_timeout', %s, false),"
+            " set_config('lock_timeout', %s, false),"
+            " set_config('idle_in_transaction_session_timeout', %s, false),"
+            " set_config('tcp_keepalives_idle', '10', false),"
+            " set_config('tcp_keepalives_interval', '5', false),"
+            " set_config('tcp_keepalives_count', '3', false)",
+            (
+                f"{STATEMENT_TIMEOUT_MS}ms",
+                f"{LOCK_TIMEOUT_MS}ms",
+                f"{IDLE_IN_TRANSACTION_TIMEOUT_MS}ms",
+            ),
+        )
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+        if row is None or row[0] not in DURABLE_COMMIT:
+            conn.execute("SET synchronous_commit = on")
+            row = conn.execute("SHOW synchronous_commit").fetchone()
+        if row is None or row[0] not in DURABLE_COMMIT:
+            raise error(f"PostgreSQL at {at} will not keep synchronous_commit on ({row})")
+    except psycopg.Error as e:
+        conn.close()
+        raise error(f"cannot prepare the PostgreSQL session at {at}: {one_line(e)}") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class Session:
+    """One connection, reopened after it breaks. Single owner: callers serialise on a lock.
+
+    Args:
+        conninfo: the libpq connection string or URL.
+        error: builds the backend's storage error from a message.
+        unknown: builds the backend's commit-outcome-unknown error from a message.
+        application: the `application_name` the server shows.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        error: Callable[[str], Exception],
+        unknown: Callable[[str], Exception],
+        *,
+        application: str,
+    ) -> None:
+        self.conninfo = conninfo
+        self.where = where(conninfo)
+        self._error = error
+        self._unknown = unknown
+        self._application = application
+        self._conn: psycopg.Connection[Any] | None = connect(
+            conninfo, error, application=application
+        )
+
+    def conn(self) -> psycopg.Connection[Any]:
+        """The live connection, reconnecting if the last one broke."""
+        c = self._conn
+        if c is None or c.closed or c.broken:
+            if c is not None:
+                c.close()
+            self._conn = None
+            c = connect(self.conninfo, self._error, application=self._application)
+            self._conn = c
+        return c
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process id of the current connection (tests terminate it)."""
+        c = self._conn
+        return None if c is None or c.closed else c.info.backend_pid
+
+    @contextmanager
+    def transaction(self, what: str, *, snapshot: bool = False) -> Iterator[psycopg.Cursor[Any]]:
+        """BEGIN ... COMMIT. A failure before COMMIT rolls back (nothing was written); a COMMIT
+        whose reply never came is raised as the ``unknown`` error: it may have landed.
+        ``snapshot``: a read-only REPEATABLE READ transaction (one consistent view)."""
+        conn = self.conn()
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if snapshot else "BEGIN")
+        except psycopg.Error as e:
+            raise self._error(
+                f"cannot start a {what} transaction at {self.where}: {one_line(e)}"
+            ) from e
+        cur = conn.cursor()
+        try:
+            yield cur
+        except BaseException as e:
+            if not conn.broken and not conn.closed:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    conn.close()
+            if isinstance(e, psycopg.Error):
+                raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
+            raise
+        try:
+            conn.execute("COMMIT")
+        except psycopg.Error as e:
+            if conn.broken or conn.closed:
+                conn.close()
+                raise self._unknown(
+                    f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
+                    " it may or may not have landed; re-read before any effect"
+                ) from e
+            raise self._error(f"{what} COMMIT failed at {self.where}: {one_line(e)}") from e
+
+    def read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """One autocommit read."""
+        try:
+            return self.conn().execute(sql, params).fetchall()
+        except psycopg.Error as e:
+            raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

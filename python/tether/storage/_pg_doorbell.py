@@ -1,0 +1,209 @@
+"""`PostgresDoorbell`: wakes idle loops on every host when a PostgreSQL catalog commit changes
+what they wait for, through LISTEN/NOTIFY.
+
+The same shape as the data-dir doorbell of SQLite catalogs (`mark`, `wait`, `poke`, `ring`,
+`listen`, `unlisten`; topics `CLAIMABLE`, `RESULT`, `SETTLED`), so a runtime loop waits on
+either without knowing the backend. The difference is who rings: the PostgreSQL store sends
+`pg_notify(channel, topics)` inside the very transaction that changes the core's columns, so a
+wake is delivered exactly when the commit lands, to every listening process on every host,
+and a commit that rolled back wakes nobody. `ring` exists for callers that ring after a
+commit themselves; it also wakes this process at once.
+
+The channel is per schema (`tether_catalog:<schema>`), so catalogs in different schemas of
+one database do not wake each other. A listener holds one connection of its own. If that
+connection breaks, it reconnects (every `RECONNECT_S`) and then wakes every topic, because a
+notification sent while it was away is lost. Waiters keep a fallback poll of at least 1 s
+(`MIN_FALLBACK_S`) for what no notification announces: a lease or a backoff running out.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import Any, ClassVar, Final
+
+import psycopg
+from psycopg import sql
+
+from tether._core import CatalogStorageError
+from tether.storage._pg import connect
+
+log = logging.getLogger("tether.storage.pg_doorbell")
+
+CLAIMABLE: Final = 1
+RESULT: Final = 2
+SETTLED: Final = 4
+TOPICS: Final = (CLAIMABLE, RESULT, SETTLED)
+_ALL: Final = CLAIMABLE | RESULT | SETTLED
+#: The shortest fallback poll a waiter should use alongside the doorbell.
+MIN_FALLBACK_S: Final = 1.0
+RECONNECT_S: Final = 1.0
+CHANNEL_PREFIX: Final = "tether_catalog:"
+
+
+def channel_for(conn: psycopg.Connection[Any]) -> str:
+    """The wake channel of the catalog in ``conn``'s current schema."""
+    row = conn.execute("SELECT current_schema()").fetchone()
+    return CHANNEL_PREFIX + str(row[0] if row and row[0] else "public")
+
+
+class PostgresDoorbell:
+    """The wakeups of one PostgreSQL catalog (URL + schema) in this process. Shareable across
+    threads; get it with `for_url` (one per catalog per process).
+
+    Counters `received` and `reconnects` are there for tests and benchmarks.
+    """
+
+    _registry: ClassVar[weakref.WeakValueDictionary[str, PostgresDoorbell]] = (
+        weakref.WeakValueDictionary()
+    )
+    _registry_lock = threading.Lock()
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self._lock = threading.Lock()
+        self._conds = {t: threading.Condition(self._lock) for t in TOPICS}
+        self._counts = dict.fromkeys(TOPICS, 0)
+        self._listeners = 0
+        self._listen_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._sender: psycopg.Connection[Any] | None = None
+        self.channel: str | None = None
+        self.received = 0
+        self.reconnects = 0
+
+    @classmethod
+    def for_url(cls, conninfo: str) -> PostgresDoorbell:
+        """This process's doorbell of the catalog at ``conninfo``."""
+        with cls._registry_lock:
+            bell = cls._registry.get(conninfo)
+            if bell is None:
+                bell = cls(conninfo)
+                cls._registry[conninfo] = bell
+            return bell
+
+    # -- waiting (the same contract as the data-dir doorbell) ---------------------------
+
+    def mark(self, topic: int) -> int:
+        """The topic's counter now: read it before scanning, then `wait` with it."""
+        with self._lock:
+            return self._counts[topic]
+
+    def wait(
+        self, topic: int, mark: int, timeout_s: float, stop: threading.Event | None = None
+    ) -> bool:
+        """Wait until the topic rang since ``mark``, ``stop`` is set (see `poke`) or
+        ``timeout_s`` passed; True if it rang."""
+        deadline = time.monotonic() + timeout_s
+        cond = self._conds[topic]
+        with cond:
+            while self._counts[topic] == mark:
+                if stop is not None and stop.is_set():
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                cond.wait(remaining)
+            return True
+
+    def poke(self) -> None:
+        """Wake every waiter of this process so it re-checks its stop event."""
+        with self._lock:
+            for cond in self._conds.values():
+                cond.notify_all()
+
+    def _raise(self, topics: int) -> None:
+        with self._lock:
+            for t in TOPICS:
+                if topics & t:
+                    self._counts[t] += 1
+                    self._conds[t].notify_all()
+
+    # -- ringing ------------------------------------------------------------------------
+
+    def ring(self, topics: int) -> None:
+        """Wake this process's waiters of ``topics`` now, and every listener by NOTIFY (the
+        store already notifies in its transactions; this is for rings after a commit)."""
+        topics &= _ALL
+        if not topics:
+            return
+        self._raise(topics)
+        try:
+            with self._listen_lock:
+                if self._sender is None or self._sender.closed or self._sender.broken:
+                    self._sender = connect(
+                        self.conninfo, CatalogStorageError, application="tether-doorbell"
+                    )
+                    self.channel = self.channel or channel_for(self._sender)
+                self._sender.execute("SELECT pg_notify(%s, %s)", (self.channel, str(topics)))
+        except (psycopg.Error, CatalogStorageError) as e:  # a ring never fails the caller
+            log.debug("doorbell ring failed: %s", e)
+
+    # -- listening ----------------------------------------------------------------------
+
+    @property
+    def listening(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def listen(self) -> None:
+        """Receive every process's rings (counted: `unlisten` once per call)."""
+        ready: threading.Event | None = None
+        with self._listen_lock:
+            self._listeners += 1
+            if self._thread is None:
+                self._stop.clear()
+                ready = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._receive, args=(ready,), name="tether-pg-doorbell", daemon=True
+                )
+                self._thread.start()
+        if ready is not None:  # LISTEN is in place before the caller's first scan
+            ready.wait(10)
+
+    def unlisten(self) -> None:
+        """Stop receiving once every `listen` was matched."""
+        with self._listen_lock:
+            self._listeners = max(0, self._listeners - 1)
+            if self._listeners:
+                return
+            thread, self._thread = self._thread, None
+            self._stop.set()
+            if self._sender is not None:
+                self._sender.close()
+                self._sender = None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    def _receive(self, ready: threading.Event) -> None:
+        first = True
+        while not self._stop.is_set():
+            try:
+                conn = connect(self.conninfo, CatalogStorageError, application="tether-doorbell")
+            except CatalogStorageError as e:
+                log.warning("doorbell cannot listen (%s); waiters fall back to their poll", e)
+                ready.set()
+                self._stop.wait(RECONNECT_S)
+                continue
+            try:
+                channel = self.channel = self.channel or channel_for(conn)
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                ready.set()
+                if not first:
+                    self.reconnects += 1
+                    self._raise(_ALL)  # what was sent while away is lost: everyone re-checks
+                first = False
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=0.5):
+                        self.received += 1
+                        try:
+                            self._raise(int(note.payload) & _ALL)
+                        except ValueError:
+                            self._raise(_ALL)
+            except psycopg.Error as e:
+                log.info("doorbell connection lost (%s); reconnecting", e)
+                self._stop.wait(RECONNECT_S)
+            finally:
+                conn.close()

@@ -1,0 +1,306 @@
+"""PostgreSQL schemas of the catalog and the world ledger, and their forward-only migrations.
+
+Both stores keep their version in one table, `tether_schema_version (store, version)`, so a
+catalog and a world ledger may share a database (or a schema, `options=-csearch_path=...`).
+A fresh database is created at the latest version when a store opens it; a database holding an
+older version refuses to open (`SchemaOutdated`, naming `tether db upgrade URL`); a newer one
+is refused too. Migrations run in one transaction under an advisory lock, so two processes
+upgrading at once apply each step once.
+
+The catalog's table has the Rust core's columns (`catalog_columns()`), all integers BIGINT,
+and one partial index per view the catalog scans, over columns only the core computes:
+- `activities_claimable (claimable_from_ms, kind, world_id, activity_id)` where it is not
+  null: claims (`FOR UPDATE SKIP LOCKED`) and the claimable scan walk it in claim order; leased
+  rows sit beyond now, finished rows are not in it;
+- `activities_pending_observation`, `activities_awaiting_decision` (world, kind, id) and
+  `activities_unsettled` (world) where their flag is 1;
+- (catalog version 2, retention, as the SQLite catalog's version 3) `compacted_at_ms` and the
+  core-derived `compactable_from_ms`, with `activities_compactable (compactable_from_ms,
+  world_id, kind, activity_id)` where it is not null, which compaction walks up to a cutoff.
+  Existing rows get the derived column from the core (`catalog_derive_row`), never from SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import compress
+from operator import ne
+from typing import Any
+
+import psycopg
+
+from tether._core import CatalogStorageError, catalog_columns, catalog_derive_row
+from tether.storage._errors import SchemaOutdated
+
+VERSION_TABLE = (
+    "CREATE TABLE IF NOT EXISTS tether_schema_version"
+    " (store TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+)
+# One advisory lock key per store for migrations (any constant; 'tether' in ASCII plus 1/2).
+_LOCK_KEYS = {"catalog": 0x746574686572_01, "world": 0x746574686572_02}
+
+_TEXT = {
+    "world_id",
+    "kind",
+    "activity_id",
+    "source_run_id",
+    "source_token",
+    "input_ref",
+    "input_digest",
+    "attempt_owner",
+    "operation_id",
+    "guard_ref",
+    "guard_digest",
+    "result_ref",
+    "result_digest",
+    "result_media_type",
+    "evidence_ref",
+    "evidence_digest",
+    "decision_outcome",
+    "decision_operator",
+    "decision_note",
+    "settled_run_id",
+    "settled_token",
+    "settlement_evidence_digest",
+    "lease_boot_id",
+}
+_NOT_NULL = {
+    "world_id",
+    "kind",
+    "activity_id",
+    "source_run_id",
+    "source_tick",
+    "source_token",
+    "input_ref",
+    "input_digest",
+    "admitted_at_ms",
+    "fence",
+    "attempt_count",
+    "retry_authorized",
+    "evidence_revision",
+    "awaiting_decision",
+    "lease_boot_id",
+    "pending_observation",
+    "unsettled",
+    "version",
+}
+
+
+#: Columns the retention migration (catalog version 2) adds; version 1 is frozen without them.
+_RETENTION_COLUMNS = ("compacted_at_ms", "compactable_from_ms")
+COLUMNS: tuple[str, ...] = tuple(catalog_columns())
+_PK = ("world_id", "kind", "activity_id")
+_PK_AT = tuple(COLUMNS.index(c) for c in _PK)
+REDERIVE_PAGE = 1000
+
+
+def _activities_v1() -> str:
+    cols = []
+    for c in COLUMNS:
+        if c in _RETENTION_COLUMNS:
+            continue
+        kind = "TEXT" if c in _TEXT else "BIGINT"
+        cols.append(f"{c} {kind}{' NOT NULL' if c in _NOT_NULL else ''}")
+    return (
+        "CREATE TABLE activities (\n  "
+        + ",\n  ".join(cols)
+        + ",\n  PRIMARY KEY (world_id, kind, activity_id)\n)"
+    )
+
+
+def rederive(cur: psycopg.Cursor[Any]) -> int:
+    """Recompute every row's derived columns through the core; return how many changed."""
+    select = (
+        f"SELECT {', '.join(COLUMNS)} FROM activities WHERE ({', '.join(_PK)}) > (%s, %s, %s)"
+        f" ORDER BY {', '.join(_PK)} LIMIT {REDERIVE_PAGE}"
+    )
+    after: tuple[Any, ...] = ("", "", "")
+    changed = 0
+    while True:
+        rows = cur.execute(select, after).fetchall()
+        for row in rows:
+            try:
+                new = catalog_derive_row(tuple(row))
+            except CatalogStorageError as e:
+                key = tuple(row[i] for i in _PK_AT)
+                raise CatalogStorageError(f"cannot migrate catalog row {key}: {e}") from e
+            cols = [COLUMNS[i] for i in compress(range(len(COLUMNS)), map(ne, row, new))]
+            if cols:
+                cur.execute(
+                    f"UPDATE activities SET {', '.join(f'{c} = %s' for c in cols)}"
+                    " WHERE world_id = %s AND kind = %s AND activity_id = %s",
+                    [new[COLUMNS.index(c)] for c in cols] + [row[i] for i in _PK_AT],
+                )
+                changed += 1
+        if len(rows) < REDERIVE_PAGE:
+            return changed
+        last = rows[-1]
+        after = tuple(last[i] for i in _PK_AT)
+
+
+# (version, statements). Append only: a released migration never changes.
+Migration = tuple[int, tuple[str, ...]]
+
+CATALOG_MIGRATIONS: tuple[Migration, ...] = (
+    (
+        1,
+        (
+            _activities_v1(),
+            "CREATE INDEX activities_claimable ON activities"
+            " (claimable_from_ms, kind, world_id, activity_id)"
+            " WHERE claimable_from_ms IS NOT NULL",
+            "CREATE INDEX activities_pending_observation ON activities"
+            " (world_id, kind, activity_id) WHERE pending_observation = 1",
+            "CREATE INDEX activities_awaiting_decision ON activities"
+            " (world_id, kind, activity_id) WHERE awaiting_decision = 1",
+            "CREATE INDEX activities_unsettled ON activities (world_id) WHERE unsettled = 1",
+            "CREATE TABLE catalog_clock"
+            " (id INTEGER PRIMARY KEY CHECK (id = 1), boot_id TEXT NOT NULL)",
+            "INSERT INTO catalog_clock (id, boot_id) VALUES (1, '')",
+        ),
+    ),
+    (
+        2,
+        (
+            "ALTER TABLE activities ADD COLUMN compacted_at_ms BIGINT",
+            "ALTER TABLE activities ADD COLUMN compactable_from_ms BIGINT",
+            "CREATE INDEX activities_compactable ON activities"
+            " (compactable_from_ms, world_id, kind, activity_id)"
+            " WHERE compactable_from_ms IS NOT NULL",
+        ),
+    ),
+)
+#: Versions after whose statements every row's derived columns are recomputed by the core
+#: (once, after every pending statement: the core decodes exactly the latest layout).
+REDERIVE: dict[str, frozenset[int]] = {"catalog": frozenset({2}), "world": frozenset()}
+_REDERIVERS: dict[str, Callable[[psycopg.Cursor[Any]], int]] = {"catalog": rederive}
+
+WORLD_MIGRATIONS: tuple[Migration, ...] = (
+    (
+        1,
+        (
+            """CREATE TABLE worlds (
+    world_id         TEXT PRIMARY KEY,
+    run_id           TEXT NOT NULL,
+    head_tick        BIGINT NOT NULL,
+    head_token       TEXT NOT NULL,
+    writer_epoch     BIGINT NOT NULL DEFAULT 0,
+    post_commit_tick BIGINT NOT NULL,
+    close_state      TEXT NOT NULL DEFAULT 'open',
+    close_sticky     BOOLEAN NOT NULL DEFAULT false,
+    forked_from      TEXT,
+    forked_at_tick   BIGINT
+)""",
+            """CREATE TABLE ticks (
+    world_id     TEXT NOT NULL,
+    run_id       TEXT NOT NULL,
+    tick         BIGINT NOT NULL,
+    committed_ms BIGINT NOT NULL,
+    PRIMARY KEY (world_id, run_id, tick)
+)""",
+            """CREATE TABLE tick_tokens (
+    world_id TEXT NOT NULL,
+    run_id   TEXT NOT NULL,
+    tick     BIGINT NOT NULL,
+    token    TEXT NOT NULL,
+    PRIMARY KEY (world_id, run_id, tick, token)
+)""",
+            """CREATE TABLE visibility (
+    world_id TEXT NOT NULL,
+    token    TEXT NOT NULL,
+    PRIMARY KEY (world_id, token)
+)""",
+            """CREATE TABLE components (
+    world_id  TEXT NOT NULL,
+    run_id    TEXT NOT NULL,
+    entity    TEXT NOT NULL,
+    component TEXT NOT NULL,
+    tick      BIGINT NOT NULL,
+    value     TEXT,
+    PRIMARY KEY (world_id, run_id, entity, component, tick)
+)""",
+            "CREATE INDEX components_by_tick ON components (world_id, run_id, tick)",
+        ),
+    ),
+)
+
+MIGRATIONS: dict[str, tuple[Migration, ...]] = {
+    "catalog": CATALOG_MIGRATIONS,
+    "world": WORLD_MIGRATIONS,
+}
+
+
+def latest(store: str) -> int:
+    return MIGRATIONS[store][-1][0]
+
+
+def _has_version_table(cur: psycopg.Cursor[Any]) -> bool:
+    row = cur.execute("SELECT to_regclass('tether_schema_version') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def version_of(cur: psycopg.Cursor[Any], store: str) -> int:
+    """The store's schema version in the current search path (0: none yet)."""
+    if not _has_version_table(cur):
+        return 0
+    row = cur.execute(
+        "SELECT version FROM tether_schema_version WHERE store = %s", (store,)
+    ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def outdated(store: str, found: int, url_hint: str) -> SchemaOutdated:
+    new = latest(store)
+    return SchemaOutdated(
+        f"the {store} schema at {url_hint} is version {found}, this Tether needs {new}:"
+        f" stop every Tether process using it, then run `tether db upgrade URL`",
+        store,
+        found,
+        new,
+    )
+
+
+def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -> int:
+    """Inside a transaction: create a fresh store at the latest version, or (``upgrade``)
+    apply pending migrations; refuse an older version otherwise and a newer one always.
+    Returns the version found."""
+    new = latest(store)
+    found = version_of(cur, store)
+    if found == new:
+        return found
+    cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEYS[store],))
+    cur.execute(VERSION_TABLE)
+    found = version_of(cur, store)  # another process may have migrated while we waited
+    if found > new:
+        raise SchemaOutdated(
+            f"the {store} schema at {where} is version {found}, newer than this Tether"
+            f" supports ({new}); upgrade Tether",
+            store,
+            found,
+            new,
+        )
+    if 0 < found < new and not upgrade:
+        raise outdated(store, found, where)
+    needs_rederive = False
+    for version, statements in MIGRATIONS[store]:
+        if version > found:
+            for statement in statements:
+                cur.execute(statement)
+            needs_rederive = needs_rederive or (found > 0 and version in REDERIVE[store])
+    if store == "catalog":
+        cur.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_name = 'activities' AND table_schema = current_schema()"
+        )
+        if {r[0] for r in cur.fetchall()} != set(COLUMNS):
+            raise CatalogStorageError(
+                "the activities table does not match the core's column layout"
+            )
+    if needs_rederive:
+        _REDERIVERS[store](cur)
+    cur.execute(
+        "INSERT INTO tether_schema_version (store, version) VALUES (%s, %s)"
+        " ON CONFLICT (store) DO UPDATE SET version = excluded.version",
+        (store, new),
+    )
+    return found

@@ -1,0 +1,181 @@
+"""The schema versions of Tether's stores: `status` and `upgrade`, which `tether db status URL`
+and `tether db upgrade URL` run (the command line is `tether.activities.dbcli`, the one
+`tether db` dispatcher, with `prune`).
+
+Usage:
+  tether db status URL [--json]     every Tether store at URL, its version and the latest
+  tether db upgrade URL [--store catalog|world] [--json]
+                                    apply pending migrations (stop every Tether process
+                                    using the store first: their leases go with them)
+
+URL is ``sqlite:///abs/path.db`` (one file holds one store: a catalog or a world ledger) or
+``postgresql://host/db`` (a database, or a schema with ``options=-csearch_path%3DNAME``, may
+hold both). Credentials come from the environment (PGPASSWORD) or a password file
+(PGPASSFILE), never the URL, and are never printed.
+
+A store whose schema is older than this Tether refuses to open and names `tether db upgrade`;
+`upgrade` on a location holding no store creates the store named by ``--store`` (PostgreSQL:
+both, unless ``--store``).
+
+Exit codes: 0 done (status: every store is current), 1 a store needs `upgrade` (status) or
+the upgrade failed, 2 usage, or a URL that cannot be opened (one line naming the host and the
+cause).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tether.errors import TetherError
+
+STORES = ("catalog", "world")
+
+
+@dataclass(frozen=True)
+class StoreStatus:
+    """One store's schema: the version found (0: none) and the version this Tether needs."""
+
+    store: str
+    version: int
+    latest: int
+
+    @property
+    def state(self) -> str:
+        if self.version == 0:
+            return "absent"
+        if self.version < self.latest:
+            return "needs upgrade"
+        return "newer than this Tether" if self.version > self.latest else "current"
+
+
+def _latest(store: str, backend: str) -> int:
+    if backend == "sqlite":
+        if store == "catalog":
+            from tether.storage._schema import LATEST
+
+            return LATEST
+        from tether.world._sqlite import SCHEMA_VERSION
+
+        return SCHEMA_VERSION
+    from tether.storage._pg_schema import latest
+
+    return latest(store)
+
+
+def _sqlite_path(url: str) -> str:
+    rest = url.partition("://")[2]
+    if not rest.startswith("/") or rest.endswith("/") or "?" in rest:
+        raise UrlError(f"sqlite URLs name an absolute file: sqlite:///abs/path.db (got {url!r})")
+    return rest
+
+
+def _sqlite_status(path: str) -> list[StoreStatus]:
+    import os
+
+    if not os.path.exists(path):
+        return []
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        version = 0
+        if "schema_version" in tables:
+            row = conn.execute("SELECT version FROM schema_version").fetchone()
+            version = 0 if row is None else int(row[0])
+    finally:
+        conn.close()
+    if "activities" in tables:
+        return [StoreStatus("catalog", version, _latest("catalog", "sqlite"))]
+    if "worlds" in tables:  # a ledger from before its version table holds version 1
+        return [StoreStatus("world", max(version, 1), _latest("world", "sqlite"))]
+    return []
+
+
+def _pg_status(url: str) -> list[StoreStatus]:
+    from tether.storage._pg import Session
+    from tether.storage._pg_schema import version_of
+
+    session = Session(url, Unreachable, Unreachable, application="tether-db")
+    try:
+        with session.transaction("schema status", snapshot=True) as cur:
+            found = {s: version_of(cur, s) for s in STORES}
+    finally:
+        session.close()
+    return [StoreStatus(s, v, _latest(s, "postgres")) for s, v in found.items() if v]
+
+
+def status(url: str) -> list[StoreStatus]:
+    """Every Tether store at ``url`` with its schema version."""
+    if _scheme(url) == "sqlite":
+        return _sqlite_status(_sqlite_path(url))
+    return _pg_status(url)
+
+
+def upgrade(url: str, store: str | None = None) -> list[StoreStatus]:
+    """Apply pending migrations to the stores at ``url`` (creating ``store`` if absent)."""
+    found = {s.store for s in status(url)}
+    targets = (
+        [store]
+        if store
+        else sorted(found) or (["catalog", "world"] if _scheme(url) != "sqlite" else [])
+    )
+    if not targets:
+        raise UrlError(f"{url} holds no Tether store: name one with --store catalog|world")
+    if _scheme(url) == "sqlite":
+        path = _sqlite_path(url)
+        for s in targets:
+            if s == "catalog":
+                from tether.storage._sqlite import SqliteCatalogStore
+
+                SqliteCatalogStore(path, upgrade=True).close()
+            else:
+                from tether.world._sqlite import SqliteLedger
+
+                SqliteLedger.open(path).close()
+    else:
+        for s in targets:
+            if s == "catalog":
+                from tether.storage._postgres import PostgresCatalogStore
+
+                PostgresCatalogStore(url, upgrade=True).close()
+            else:
+                from tether.world._postgres import PostgresLedger
+
+                PostgresLedger(url, upgrade=True).close()
+    return status(url)
+
+
+class UrlError(Exception):
+    """A URL that names no store Tether can use (a usage error)."""
+
+
+class Unreachable(TetherError):
+    """The server at a URL cannot be reached or refuses the session."""
+
+
+def _scheme(url: str) -> str:
+    scheme, sep, _ = url.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in ("sqlite", "postgresql", "postgres"):
+        from tether.storage._urls import redact
+
+        raise UrlError(
+            f"unsupported URL {redact(url)!r}; use sqlite:///abs/path.db or postgresql://host/db"
+        )
+    return "sqlite" if scheme == "sqlite" else "postgres"
+
+
+def render(url: str, rows: list[StoreStatus], as_json: bool) -> str:
+    """What `tether db status|upgrade` prints: one JSON object, or one line per store."""
+    from tether.storage._urls import redact
+
+    if as_json:
+        out: list[dict[str, Any]] = [{**asdict(r), "state": r.state} for r in rows]
+        return json.dumps({"url": redact(url), "stores": out})
+    if not rows:
+        return f"{redact(url)}: no Tether store"
+    return "\n".join(
+        f"{r.store:<8} version {r.version} (this Tether: {r.latest})  {r.state}" for r in rows
+    )

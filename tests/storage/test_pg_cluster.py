@@ -1,0 +1,118 @@
+"""The throwaway PostgreSQL cluster (started even though the system server is up), password
+credentials from the environment or a password file, and one-line connection errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tether.activities import Catalog
+from tether.errors import CatalogStorageError, WorldError
+from tether.testing._postgres import ThrowawayCluster, pg_bin_dir
+from tether.world import open_ledger
+
+from tests.activities.support import ManualClock, admission, key
+
+PASSWORD = "Tether-throwaway-7f3a"
+CRASH = Path(__file__).resolve().parents[1] / "crash"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ThrowawayCluster]:
+    if pg_bin_dir() is None and os.geteuid() != 0:
+        pytest.skip("no PostgreSQL binaries and not root to install them")
+    with ThrowawayCluster(password=PASSWORD) as c:
+        yield c
+
+
+@pytest.fixture
+def no_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "none"))
+
+
+def _passfile(tmp_path: Path, cluster: ThrowawayCluster, password: str) -> Path:
+    path = tmp_path / "pgpass"
+    path.write_text(f"127.0.0.1:{cluster.port}:*:postgres:{password}\n")
+    path.chmod(0o600)  # libpq ignores a password file others can read
+    return path
+
+
+def test_the_throwaway_cluster_runs_beside_the_system_server(cluster: ThrowawayCluster) -> None:
+    assert cluster.port != 5432 and cluster.dir is not None
+    assert (cluster.dir / "data" / "PG_VERSION").exists()
+
+
+def test_a_password_from_a_file_opens_both_stores(
+    cluster: ThrowawayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_credentials: None
+) -> None:
+    monkeypatch.setenv("PGPASSFILE", str(_passfile(tmp_path, cluster, PASSWORD)))
+    with Catalog.open(cluster.url, clock=ManualClock()) as cat:
+        cat.admit(admission(key()))
+        assert cat.get(key()) is not None
+    ledger = open_ledger(cluster.url)
+    try:
+        assert ledger.create_world(f"w-{time.monotonic_ns()}").tick == 0
+    finally:
+        ledger.close()
+
+
+def test_a_wrong_password_is_one_line_naming_the_host_and_the_cause(
+    cluster: ThrowawayCluster, monkeypatch: pytest.MonkeyPatch, no_credentials: None
+) -> None:
+    monkeypatch.setenv("PGPASSWORD", "wrong-password-9")
+    with pytest.raises(CatalogStorageError) as info:
+        Catalog.open(cluster.url)
+    text = str(info.value)
+    assert f"127.0.0.1:{cluster.port}/test" in text and "password authentication failed" in text
+    assert "\n" not in text and "wrong-password-9" not in text
+    with pytest.raises(WorldError, match="password authentication failed"):
+        open_ledger(cluster.url)
+    # A password in the URL is used, but never shown either.
+    url = cluster.url.replace("postgres@", "postgres:url-secret-3@")
+    with pytest.raises(CatalogStorageError) as info:
+        Catalog.open(url)
+    assert "url-secret-3" not in str(info.value)
+
+
+def _worker(data: Path, url: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": os.pathsep.join([str(CRASH), os.environ.get("PYTHONPATH", "")]),
+    }
+    argv = [sys.executable, "-m", "tether", "worker", str(data), "--families"]
+    argv += ["journal_provider:families", "--catalog", url, "--world", url]
+    return subprocess.Popen(
+        argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def test_tether_worker_on_a_password_server(cluster: ThrowawayCluster, tmp_path: Path) -> None:
+    bad = _worker(
+        tmp_path, cluster.url, {"PGPASSWORD": "nope-nope-1", "PGPASSFILE": "/nonexistent"}
+    )
+    out, err = bad.communicate(timeout=60)
+    assert bad.returncode == 2, err
+    assert err.count("\n") == 1 and f"127.0.0.1:{cluster.port}" in err
+    assert "password authentication failed" in err and "nope-nope-1" not in err + out
+    unreachable = _worker(tmp_path, "postgresql://127.0.0.1:1/test", {})
+    _, err = unreachable.communicate(timeout=60)
+    assert unreachable.returncode == 2 and "127.0.0.1:1/test" in err and "refused" in err
+    good = _worker(
+        tmp_path, cluster.url, {"PGPASSFILE": str(_passfile(tmp_path, cluster, PASSWORD))}
+    )
+    try:
+        time.sleep(2.0)
+        assert good.poll() is None, good.stderr.read() if good.stderr else ""
+    finally:
+        good.send_signal(signal.SIGTERM)
+        out, err = good.communicate(timeout=60)
+    assert good.returncode == 0, err
+    assert PASSWORD not in out + err

@@ -1,0 +1,154 @@
+"""The PostgreSQL catalog store itself: concurrent claimants on separate connections, the
+claim plan, the server clock and the session settings."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether.storage._postgres import PostgresCatalogStore, PostgresClock
+
+from tests.activities.support import ManualClock, admission, key, result
+
+
+def test_claimants_on_separate_connections_skip_each_others_rows(pg_url: str) -> None:
+    clock = ManualClock()
+    keys = [key(f"p{i:03d}") for i in range(80)]
+    with Catalog.open(pg_url, clock=clock) as cat:
+        for k in keys:
+            cat.admit(admission(k))
+    claimed: list[ActivityKey] = []
+    errors: list[BaseException] = []
+
+    def work(name: str) -> None:
+        try:
+            with Catalog.open(pg_url, clock=clock) as mine:  # its own server session
+                while (c := mine.claim(name, 60_000)) is not None:
+                    mine.bind_provider_operation(c.key, c.fence, operation_id_for(c.key))
+                    mine.record_result(c.key, c.fence, result(c.key.activity_id))
+                    claimed.append(c.key)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(f"host-{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    assert sorted(claimed, key=lambda k: k.activity_id) == keys  # each exactly once
+
+
+def test_the_claim_walks_the_claimable_index(pg_url: str) -> None:
+    """With 50,000 finished rows (no `claimable_from_ms`) the claim's plan is the partial
+    claimable index: finished and leased rows are never read."""
+    store = PostgresCatalogStore(pg_url)
+    store.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO activities (world_id, kind, activity_id, source_run_id, source_tick,"
+            " source_token, input_ref, input_digest, admitted_at_ms, fence, attempt_count,"
+            " retry_authorized, evidence_revision, awaiting_decision, lease_boot_id,"
+            " pending_observation, unsettled, version)"
+            " SELECT 'w', 'k', 'done-' || i, 'r', 1, 't', 'in', 'd', 0, 1, 1, 0, 0, 0, '', 0,"
+            " 0, 3 FROM generate_series(1, 50000) AS i"
+        )
+        conn.execute("ANALYZE activities")
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN SELECT * FROM activities WHERE claimable_from_ms IS NOT NULL"
+                " AND claimable_from_ms <= 5 AND kind = ANY(%s) ORDER BY claimable_from_ms,"
+                " kind, world_id, activity_id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                (["k"],),
+            )
+        )
+    assert "activities_claimable" in plan and "Seq Scan" not in plan, plan
+
+
+def test_the_server_clock_and_the_session_settings(pg_url: str) -> None:
+    store = PostgresCatalogStore(pg_url)
+    try:
+        clock = store.server_clock()
+        a, b = clock.now(), clock.now()
+        assert a.boot_id == b.boot_id and a.boot_id.startswith(("pg-kernel:", "pg:"))
+        assert b.boot_ms >= a.boot_ms
+        wall = PostgresClock(store, mode="wall")
+        w = wall.now()
+        assert w.boot_id.startswith("pg:") and w.boot_ms >= 0
+        settings = dict(
+            store._session.read(
+                "settings",
+                "SELECT name, setting FROM pg_settings WHERE name IN ('synchronous_commit',"
+                " 'statement_timeout', 'idle_in_transaction_session_timeout', 'lock_timeout')",
+            )
+        )
+        assert settings["synchronous_commit"] == "on"
+        assert int(settings["statement_timeout"]) > 0 and int(settings["lock_timeout"]) > 0
+        assert int(settings["idle_in_transaction_session_timeout"]) > 0
+    finally:
+        store.close()
+
+
+def test_synchronous_commit_off_in_the_url_is_overridden(pg_url: str) -> None:
+    url = pg_url.replace("options=", "options=-csynchronous_commit%3Doff%20")
+    store = PostgresCatalogStore(url)
+    try:
+        assert store._session.read("s", "SHOW synchronous_commit") == [("on",)]
+    finally:
+        store.close()
+
+
+def test_a_catalog_on_the_server_clock_by_default(pg_url: str) -> None:
+    with Catalog.open(pg_url) as cat:
+        assert isinstance(cat.clock, PostgresClock)
+        rec = cat.admit(admission(key()))
+        assert rec.lease_boot_id == cat.now().boot_id
+
+
+def test_a_version_1_postgres_catalog_gains_retention_through_upgrade(pg_url: str) -> None:
+    """Catalog version 2 on PostgreSQL adds retention: a version-1 catalog (issue 14's layout)
+    refuses to open naming `tether db upgrade`; the upgrade adds the columns and the index, and
+    existing settled rows become compactable from their settlement time (the core computes it,
+    not SQL); unsettled rows never. Compaction then works."""
+    from tether.cli import main as tether
+    from tether.errors import SchemaOutdated
+    from tether.storage import _pg_schema
+
+    from tests.activities.support import bound_claim, evidence_for, receipt
+
+    clock = ManualClock()
+    settled, pending = key("settled"), key("pending")
+    with Catalog.open(pg_url, clock=clock) as cat:
+        for k in (settled, pending):
+            c = bound_claim(cat, k)
+            cat.record_result(k, c.fence, result(k.activity_id))
+        cat.settle(settled, receipt(9), evidence_for(settled, result("settled")))
+        settled_at = cat.get(settled).settlement.settled_at_ms  # type: ignore[union-attr]
+    assert _pg_schema.latest("catalog") == 2
+    # Back to version 1: the table as issue 14 created it, without the retention columns.
+    conninfo = pg_url
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("DROP INDEX activities_compactable")
+        conn.execute("ALTER TABLE activities DROP COLUMN compacted_at_ms")
+        conn.execute("ALTER TABLE activities DROP COLUMN compactable_from_ms")
+        conn.execute("UPDATE tether_schema_version SET version = 1 WHERE store = 'catalog'")
+    with pytest.raises(SchemaOutdated, match=r"version 1, this Tether needs 2.*tether db upgrade"):
+        Catalog.open(pg_url, clock=clock)
+    assert tether(["db", "upgrade", pg_url, "--store", "catalog"]) == 0
+    with psycopg.connect(conninfo) as conn:
+        row = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'activities_compactable'"
+            " AND schemaname = current_schema()"
+        ).fetchone()
+    assert row is not None and "WHERE (compactable_from_ms IS NOT NULL)" in row[0]
+    with Catalog.open(pg_url, clock=clock) as cat:
+        s, p = cat.get(settled), cat.get(pending)
+        assert s is not None and p is not None
+        assert (s.compactable_from_ms, s.compacted_at_ms) == (settled_at, None)
+        assert (p.compactable_from_ms, p.compacted_at_ms) == (None, None)
+        assert [r.key for r in cat.iter_compactable(0)] == [settled]
+        assert cat.compact_settled(0) == 1
+        assert cat.get(settled).compacted and not cat.get(pending).compacted  # type: ignore[union-attr]
