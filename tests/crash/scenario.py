@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     data = Path(args.data_dir)
     kind = BLIND_KIND if args.blind else KIND
     family = make_blind_family(data) if args.blind else make_family(data)
-    host = Host(data, [family], workers=args.workers, lease_ms=LEASE_MS, poll_interval_s=0.01)
+    host = Host(data, [family], workers=args.workers, lease_ms=LEASE_MS)
     try:
         if "w" not in host.ledger.worlds():
             host.create_world("w")

@@ -276,7 +276,7 @@ def test_separate_worker_process_killed_at_window_is_recovered(window: str, tmp_
     from tether.runtime import Host
 
     n = 3
-    host = Host(tmp_path, [make_family(tmp_path)], workers=0, poll_interval_s=0.01)
+    host = Host(tmp_path, [make_family(tmp_path)], workers=0)
     host.create_world("w")
     host.commit_tick("w", intents(n))
     host.start()  # observer only: staging and observation ticks in this process

@@ -96,7 +96,7 @@ def test_blind_provider_unknown_parks_and_reconcile_never_executes(tmp_path: Pat
 
 
 def test_threaded_host_settles_and_shuts_down_cleanly(tmp_path: Path) -> None:
-    host = Host(tmp_path, [make_family(tmp_path)], workers=2, poll_interval_s=0.005)
+    host = Host(tmp_path, [make_family(tmp_path)], workers=2)
     host.create_world("w")
     host.commit_tick("w", intents(6))
     host.start()

@@ -38,7 +38,14 @@ from tether.runtime._projector import Projector
 from tether.runtime._settler import Settler
 from tether.runtime._stager import ObservationStager
 from tether.runtime._ticker import Ticker
-from tether.runtime._wakeup import Wakeup
+from tether.runtime._wakeup import (
+    CLAIMABLE,
+    DEFAULT_FALLBACK_S,
+    MIN_FALLBACK_S,
+    RESULT,
+    SETTLED,
+    Wakeup,
+)
 from tether.runtime._worker import Worker
 from tether.world import (
     CommittedTickReceipt,
@@ -62,7 +69,9 @@ class Host:
         ledger: a world engine implementing `WorldLedger` (default: SQLite in `data_dir`);
             the caller keeps ownership of a ledger it passes (the Host does not close it).
         lease_ms: attempt lease length (1 ms to 7 days, `MAX_LEASE_MS`), on the lease clock.
-        poll_interval_s: idle sleep of worker and observer loops.
+        fallback_poll_s: the longest idle sleep of the worker and observer loops and of
+            `wait_settled` without a wakeup (at least 1 s, `MIN_FALLBACK_S`); they wake on the
+            catalog's doorbell (see `Wakeup`), so this only bounds a lost ring.
         progress_listener: receives every `ctx.progress(...)` of in-process workers.
         inline_bound: results up to this many bytes travel inside their reference.
         clock: the catalog's clock (default `SystemClock`: leases and backoff on
@@ -83,13 +92,17 @@ class Host:
         workers: int = 1,
         ledger: WorldLedger | None = None,
         lease_ms: int = 30_000,
-        poll_interval_s: float = 0.02,
+        fallback_poll_s: float = DEFAULT_FALLBACK_S,
         progress_listener: Callable[[ProgressEvent], None] | None = None,
         inline_bound: int = DEFAULT_INLINE_BOUND,
         clock: ClockLike | None = None,
         observe: bool = True,
         page_size: int = 256,
     ) -> None:
+        if not fallback_poll_s >= MIN_FALLBACK_S:  # before any storage is opened
+            raise ActivityRuntimeError(
+                f"fallback_poll_s must be at least {MIN_FALLBACK_S} s, not {fallback_poll_s!r}"
+            )
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.families = tuple(families)
@@ -101,12 +114,17 @@ class Host:
         self.catalog = self._open_catalog()
         self.artifacts = ArtifactStore(self.data_dir / "artifacts", inline_bound=inline_bound)
         self.lease_ms = lease_ms
-        self.poll_interval_s = poll_interval_s
+        self.fallback_poll_s = fallback_poll_s
         self.progress_listener = progress_listener
         self._n_workers = workers
         self._observe = observe
         self.page_size = page_size
         self._stop = threading.Event()
+        bell = self.catalog.doorbell
+        self._wakeups = {
+            topic: Wakeup(self._stop, fallback_poll_s, doorbell=bell, topic=topic)
+            for topic in (CLAIMABLE, RESULT, SETTLED)
+        }
         self._started = False
         self._closed = False
         self.projector = Projector(self.families, self.catalog, self.artifacts, self.ledger)
@@ -116,7 +134,7 @@ class Host:
         )
         self.ticker = Ticker(self.ledger, self.families, self.stager, self.projector, self.settler)
         self.observer = Observer(
-            self.stager, self.ledger, self.ticker, wakeup=Wakeup(self._stop, poll_interval_s)
+            self.stager, self.ledger, self.ticker, wakeup=self._wakeups[RESULT]
         )
         self.lifecycle = WorldLifecycle(self.ledger, self.catalog, self.ticker)
         self.pool = WorkerPool(
@@ -126,7 +144,7 @@ class Host:
             instance=f"{os.getpid()}-{uuid.uuid4().hex[:8]}",
             lease_ms=lease_ms,
             emit=progress_listener,
-            wakeup=Wakeup(self._stop, poll_interval_s),
+            wakeup=self._wakeups[CLAIMABLE],
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -161,9 +179,12 @@ class Host:
         """Stop loops (attempts in flight finish first), then close storage. Idempotent."""
         if self._closed:
             return
-        self._stop.set()
+        for wakeup in self._wakeups.values():
+            wakeup.stop_all()
         self.pool.close()
         self.observer.join()
+        for wakeup in self._wakeups.values():
+            wakeup.close()
         self._closed = True
         self.catalog.close()
         if self._owns_ledger:
@@ -231,13 +252,17 @@ class Host:
     def wait_settled(self, world_id: str, timeout_s: float) -> bool:
         """Block until every admitted Activity of the world settled; False on timeout.
 
-        Needs the started loops (or another process) to make progress.
+        Needs the started loops (or another process) to make progress. Event-driven: it
+        wakes when a settlement commits, here or in another process on the data directory.
         """
+        wakeup = self._wakeups[SETTLED]
         deadline = time.monotonic() + timeout_s
         while True:
+            mark = wakeup.mark()  # before the check: a settlement after it is never lost
             if not self.catalog.has_unsettled(world_id):
                 return True
-            if time.monotonic() >= deadline or self._stop.wait(self.poll_interval_s):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or wakeup.wait(mark, delay_s=remaining):
                 return False
 
     # -- world lifecycle ----------------------------------------------------------------

@@ -45,7 +45,7 @@ from tether.runtime._family import (
     Unknown,
     families_by_kind,
 )
-from tether.runtime._wakeup import Wakeup
+from tether.runtime._wakeup import CLAIMABLE, Wakeup
 
 log = logging.getLogger("tether.runtime.worker")
 
@@ -92,20 +92,36 @@ class Worker:
         """Close the worker's catalog connection."""
         self.catalog.close()
 
-    def run(self, poll_interval_s: float = 0.02, *, wakeup: Wakeup | None = None) -> None:
+    def run(self, *, wakeup: Wakeup | None = None) -> None:
         """Claim and run attempts until `stop` is set, waiting on `wakeup` while idle.
 
-        Without `wakeup`, the idle wait is `stop` for at most `poll_interval_s`.
+        Idle, the worker sleeps until an Activity of its kinds becomes claimable: a ring on
+        the catalog's doorbell, or the earliest claimable time the core computed (a lease
+        running out, a backoff ending), whichever comes first; never a fixed poll. Without
+        `wakeup`, it waits on its own over the catalog's doorbell (default fallback poll).
         """
-        wakeup = wakeup or Wakeup(self.stop, poll_interval_s)
-        while not self.stop.is_set():
-            try:
-                worked = self.run_once()
-            except Exception:  # a worker loop must outlive one bad attempt
-                log.exception("worker %s: attempt failed", self.owner)
-                worked = False
-            if not worked:
-                wakeup.wait()
+        own = wakeup is None
+        wakeup = wakeup or Wakeup(self.stop, doorbell=self.catalog.doorbell, topic=CLAIMABLE)
+        try:
+            while not self.stop.is_set():
+                mark = wakeup.mark()  # before the claim: a ring after it is never lost
+                try:
+                    if self.run_once():
+                        continue
+                    delay_s = self.idle_delay_s()
+                except Exception:  # a worker loop must outlive one bad attempt
+                    log.exception("worker %s: attempt failed", self.owner)
+                    delay_s = None  # the fallback poll: never spin on a repeating failure
+                wakeup.wait(mark, delay_s=delay_s)
+        finally:
+            if own:
+                wakeup.close()
+
+    def idle_delay_s(self) -> float | None:
+        """Seconds until an Activity of this worker's kinds becomes claimable (0: now), on the
+        lease clock; None if none will without another commit (which rings the doorbell)."""
+        ms = self.catalog.claimable_in_ms(kinds=self.kinds)
+        return None if ms is None else ms / 1000
 
     def run_once(self) -> bool:
         """Claim one attempt and run it to its recorded conclusion; False if nothing was ready."""

@@ -5,6 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tether._core import CatalogConfigError
+from tether.storage._doorbell import (
+    CLAIMABLE,
+    RESULT,
+    SETTLED,
+    Doorbell,
+    changed_topics,
+    wakeup_dir_for,
+)
 from tether.storage._port import CatalogStore, KeyTuple, Row, View
 from tether.storage._sqlite import SYNCHRONOUS, SqliteCatalogStore
 
@@ -40,11 +48,17 @@ def open_store(url: str, *, synchronous: str = "FULL") -> CatalogStore:
 
 __all__ = [
     "BACKENDS",
+    "CLAIMABLE",
+    "RESULT",
+    "SETTLED",
     "SYNCHRONOUS",
     "CatalogStore",
+    "Doorbell",
     "KeyTuple",
     "Row",
     "SqliteCatalogStore",
     "View",
+    "changed_topics",
     "open_store",
+    "wakeup_dir_for",
 ]

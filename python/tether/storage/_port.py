@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
+from tether.storage._doorbell import Doorbell
+
 Row = tuple[Any, ...]
 KeyTuple = tuple[str, str, str]
 View = Literal["claimable", "pending_observation", "awaiting_decision"]
@@ -16,7 +18,13 @@ ClaimTransition = Callable[[Row], Row]
 
 
 class CatalogStore(Protocol):
-    """A catalog backend. Each method is one transaction; rows follow `catalog_columns()`."""
+    """A catalog backend. Each method is one transaction; rows follow `catalog_columns()`.
+
+    After each committed change a backend rings its `doorbell` with `changed_topics(old,
+    new)`, so waiting loops wake (SQLite: `Doorbell`, sockets beside the file).
+    """
+
+    doorbell: Doorbell
 
     def apply(self, key: KeyTuple, transition: Transition) -> Row:
         """Read the row, run the transition, compare-and-swap the result on `version`."""
@@ -41,6 +49,11 @@ class CatalogStore(Protocol):
         store what it returns and record ``boot_id``, in one transaction. Returns the number
         of rows rebased.
         """
+        ...
+
+    def next_claimable(self, kinds: Sequence[str] | None, world_id: str | None) -> int | None:
+        """The smallest `claimable_from_ms` (lease clock) of the rows of ``kinds`` (every kind
+        for None), of ``world_id`` if given; None if no row will become claimable."""
         ...
 
     def get(self, key: KeyTuple) -> Row | None: ...

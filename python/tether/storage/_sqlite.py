@@ -10,6 +10,10 @@ claimable (`claimable_from_ms <= now` on the lease clock, a value only the core 
 on one boot's clock once `align_clock` ran); the other filters select flags the core computed
 (`pending_observation`, `unsettled`, `awaiting_decision`) to pick rows of a partial index.
 
+After a commit, outside the lock, the store rings its `Doorbell` with the topics that row's
+core-computed columns changed (`changed_topics`): that is how idle workers, the observer and
+`wait_settled`, in this process and in others, learn of it without polling.
+
 What a read costs (leased rows sit beyond `now` in the claimable index, finished rows are not
 in it, so none of these grows with the number of leased or finished activities):
 - a claim probes the claimable index once per kind (every kind ever admitted when `kinds` is
@@ -17,6 +21,8 @@ in it, so none of these grows with the number of leased or finished activities):
 - a claim filtered by `world_id` walks, per kind, that kind's rows claimable now in other
   worlds until it meets one of this world (the index orders by kind and claimable time, not
   world); a world-partitioned index would cost a page on every write;
+- `next_claimable` is one step into the claimable index per kind (a walk of the kind's
+  entries when filtered by `world_id`);
 - `has_unsettled` is one probe of the world's entries in the unsettled index;
 - `align_clock` is one read of `catalog_clock` unless the boot changed; then it walks the
   claimable index once (every row holding lease-clock values).
@@ -36,6 +42,7 @@ from tether._core import (
     CatalogStorageError,
     catalog_columns,
 )
+from tether.storage._doorbell import Doorbell, changed_topics
 from tether.storage._port import ClaimTransition, KeyTuple, Row, Transition, View
 from tether.storage._schema import migrate
 
@@ -60,6 +67,12 @@ _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= ?"
 _BY_KIND = f"{_SELECT} INDEXED BY activities_claimable WHERE kind = ? AND {_CLAIMABLE}"
 _CLAIM_KIND = f"{_BY_KIND} ORDER BY claimable_from_ms LIMIT 1"
 _CLAIM_KIND_WORLD = f"{_BY_KIND} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
+# The earliest claimable time of a kind: one step into the claimable index.
+_NEXT_KIND = (
+    "SELECT MIN(claimable_from_ms) FROM activities INDEXED BY activities_claimable"
+    " WHERE kind = ? AND claimable_from_ms IS NOT NULL"
+)
+_NEXT_KIND_WORLD = f"{_NEXT_KIND} AND world_id = ?"
 _KINDS = "SELECT kind FROM activity_kinds"
 _ADD_KIND = "INSERT OR IGNORE INTO activity_kinds (kind) VALUES (?)"
 _HAS_UNSETTLED = (
@@ -112,6 +125,10 @@ class SqliteCatalogStore:
             )
         self.path = path
         self.synchronous = synchronous
+        #: This process's doorbell of the file: commits ring it (see `changed_topics`).
+        self.doorbell = Doorbell.for_catalog(path)
+        #: Write transactions this store committed (each one WAL sync when FULL).
+        self.commits = 0
         self._lock = threading.Lock()
         self._updates: dict[tuple[int, ...], str] = {}
         try:
@@ -195,7 +212,11 @@ class SqliteCatalogStore:
                 cur.execute("COMMIT")
             except BaseException as e:
                 self._abort(e)
-            return new
+            wrote = old is None or new[VERSION] != old[VERSION]
+            self.commits += wrote
+        if wrote:
+            self._ring(old, new)
+        return new
 
     def claim(
         self,
@@ -214,7 +235,32 @@ class SqliteCatalogStore:
                 cur.execute("COMMIT")
             except BaseException as e:
                 self._abort(e)
-            return new
+            self.commits += new is not None
+        if new is not None:
+            self._ring(old, new)
+        return new
+
+    def _ring(self, old: Row | None, new: Row) -> None:
+        # After the commit and outside the lock: a waiter woken now finds the change.
+        topics = changed_topics(old, new)
+        if topics:
+            self.doorbell.ring(topics)
+
+    def next_claimable(self, kinds: Sequence[str] | None, world_id: str | None) -> int | None:
+        with self._lock:
+            try:
+                cur = self._db().cursor()
+                times = []
+                for kind in self._kinds(cur, kinds):
+                    if world_id is None:
+                        row = cur.execute(_NEXT_KIND, (kind,)).fetchone()
+                    else:
+                        row = cur.execute(_NEXT_KIND_WORLD, (kind, world_id)).fetchone()
+                    if row is not None and row[0] is not None:
+                        times.append(int(row[0]))
+            except sqlite3.Error as e:
+                raise CatalogStorageError(f"catalog read failed: {e}") from e
+        return min(times, default=None)
 
     def align_clock(self, boot_id: str, rebase: ClaimTransition) -> int:
         with self._lock:
