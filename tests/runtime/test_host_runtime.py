@@ -211,9 +211,11 @@ def test_heartbeat_raises_lease_lost_once_a_newer_claim_took_over(tmp_path: Path
         assert journal.effects() == {}  # it stopped before the effect
 
 
-def test_background_heartbeat_renews_the_lease(tmp_path: Path) -> None:
+def test_background_heartbeat_renews_the_lease_of_each_attempt_of_a_worker(
+    tmp_path: Path,
+) -> None:
     journal = Journal(tmp_path / "provider.db")
-    renewed = threading.Event()
+    renewed: set[str] = set()
 
     class Waits(DedupAdapter):
         def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
@@ -221,7 +223,7 @@ def test_background_heartbeat_renews_the_lease(tmp_path: Path) -> None:
             for _ in range(6000):  # until the heartbeat thread renews (about 0.1 s)
                 now = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
                 if now > first:
-                    renewed.set()
+                    renewed.add(ctx.key.activity_id)
                     break
                 threading.Event().wait(0.005)
             return super().execute(ctx, request)
@@ -230,9 +232,12 @@ def test_background_heartbeat_renews_the_lease(tmp_path: Path) -> None:
     host = Host(tmp_path, [fam], workers=0, observe=False, lease_ms=300)
     with host:
         host.create_world("w")
-        host.commit_tick("w", intents(1))
-        assert drain(host) == 1
-    assert renewed.is_set()
+        host.commit_tick("w", intents(2))
+        assert drain(host) == 2  # one worker, one heartbeat thread, two attempts
+        for i in range(2):
+            rec = host.get(akey(i))
+            assert rec is not None and rec.result is not None and rec.attempt_count == 1
+    assert renewed == {"task-0000", "task-0001"}
 
 
 def test_attempt_context_reports_worker_shutdown(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """`WorkerPool`: this process's Activity workers, each claiming fenced attempts in its thread.
 
 Workers claim outside every world lock and never open the world ledger; each has its own
-catalog connection (plus one per attempt for heartbeats, opened at its first renewal). Idle
+catalog connection (plus one for heartbeats, opened at its first renewal). Idle
 workers wait on the pool's `Wakeup` until an Activity becomes claimable (see `Worker.run`).
 Closing the pool sets its stop event, wakes the idle workers and lets attempts in flight
 finish first (an unbound attempt claimed after the stop is released, see `Worker`).
