@@ -13,7 +13,9 @@ lands between its scan and its wait is never lost.
 Across processes the doorbell is a directory beside the catalog file, `<catalog>-wakeup/`
 (mode 0700). Each listening process binds one Unix datagram socket in it (`<pid>-<nonce>.sock`,
 mode 0600) and runs a thread that turns datagrams into counter raises; a ring sends one byte
-(the topic bits) to every other socket there, without blocking:
+(the topic bits) to every other socket there, without blocking (the directory is listed at
+most every `LISTING_TTL_S`; a new listener waits that long after binding, so every ring
+after its `listen` returns reaches it):
 - a full socket queue drops the byte: that process has unread wakeups, so it wakes anyway;
 - a socket nobody is bound to (ECONNREFUSED: its process died) is stale and is removed;
 - a listener whose socket file disappeared binds a new one when its loop next times out
@@ -52,6 +54,9 @@ _ALL: Final = CLAIMABLE | RESULT | SETTLED
 #: The byte a listener sends to probe whether a socket is stale: raises no counter.
 _PROBE: Final = b"\x00"
 _SUFFIX: Final = ".sock"
+#: How long a ring reuses its listing of the directory (s). A new listener waits this long
+#: after binding (`listen`), so every ring after it returns reaches it.
+LISTING_TTL_S: Final = 0.02
 # AF_UNIX paths hold at most 107 bytes; a longer one is reached through a directory fd.
 _MAX_PATH: Final = 100
 
@@ -122,6 +127,9 @@ class Doorbell:
         self._lock = threading.Lock()
         self._conds = {t: threading.Condition(self._lock) for t in TOPICS}
         self._counts = dict.fromkeys(TOPICS, 0)
+        self._waiting = dict.fromkeys(TOPICS, 0)
+        self._names: list[str] = []
+        self._listed_at = -LISTING_TTL_S
         self._listeners = 0
         self._listen_lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -162,14 +170,18 @@ class Doorbell:
         deadline = time.monotonic() + timeout_s
         cond = self._conds[topic]
         with cond:
-            while self._counts[topic] == mark:
-                if stop is not None and stop.is_set():
-                    return False
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                cond.wait(remaining)
-            return True
+            self._waiting[topic] += 1
+            try:
+                while self._counts[topic] == mark:
+                    if stop is not None and stop.is_set():
+                        return False
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    cond.wait(remaining)
+                return True
+            finally:
+                self._waiting[topic] -= 1
 
     def poke(self) -> None:
         """Wake every waiter of this process so it re-checks its stop event."""
@@ -182,7 +194,8 @@ class Doorbell:
             for t in TOPICS:
                 if topics & t:
                     self._counts[t] += 1
-                    self._conds[t].notify_all()
+                    if self._waiting[t]:
+                        self._conds[t].notify_all()
 
     # -- ringing ------------------------------------------------------------------------
 
@@ -196,15 +209,17 @@ class Doorbell:
         self._send(bytes((topics,)))
 
     def _send(self, payload: bytes) -> None:
-        try:
-            names = os.listdir(self.directory)
-        except OSError:  # no directory: no process listens (or it cannot be read)
-            return
+        now = time.monotonic()
+        if now - self._listed_at >= LISTING_TTL_S:
+            try:
+                self._names = [n for n in os.listdir(self.directory) if n.endswith(_SUFFIX)]
+            except OSError:  # no directory: no process listens (or it cannot be read)
+                self._names = []
+            self._listed_at = now
         own = self._name
-        for name in names:
-            if name == own or not name.endswith(_SUFFIX):
-                continue
-            self._send_to(name, payload)
+        for name in self._names:
+            if name != own:
+                self._send_to(name, payload)
 
     def _send_to(self, name: str, payload: bytes) -> None:
         try:
@@ -227,6 +242,8 @@ class Doorbell:
     def _remove_stale(self, name: str) -> None:
         # Nobody is bound to it: the process that bound it is gone. A live listener unlinks
         # its own socket before closing it, so this never removes a live one.
+        if name in self._names:
+            self._names = [n for n in self._names if n != name]
         try:
             os.unlink(self.directory / name)
             self.stale_removed += 1
@@ -255,8 +272,8 @@ class Doorbell:
         """
         with self._listen_lock:
             self._listeners += 1
-            if self._sock is None:
-                self._bind()
+            if self._sock is None and self._bind():
+                time.sleep(LISTING_TTL_S)  # until every sender's listing includes this socket
 
     def unlisten(self) -> None:
         """Stop receiving once every `listen` was matched."""
@@ -278,8 +295,10 @@ class Doorbell:
             if alive and self._sock is not None:
                 return False
             self._close_socket()
-            self._bind()
-            return self._sock is not None
+            if not self._bind():
+                return False
+            time.sleep(LISTING_TTL_S)  # see `listen`
+            return True
 
     def _prepare_directory(self) -> None:
         try:
@@ -298,7 +317,7 @@ class Doorbell:
             if name.endswith(_SUFFIX) and name != self._name:
                 self._send_to(name, _PROBE)
 
-    def _bind(self) -> None:
+    def _bind(self) -> bool:
         sock: socket.socket | None = None
         try:
             self._prepare_directory()
@@ -318,13 +337,14 @@ class Doorbell:
                 self.directory,
                 e,
             )
-            return
+            return False
         self._sock, self._name = sock, name
         thread = threading.Thread(
             target=self._receive, args=(sock,), name="tether-doorbell", daemon=True
         )
         self._thread = thread
         thread.start()
+        return True
 
     def _receive(self, sock: socket.socket) -> None:
         while True:

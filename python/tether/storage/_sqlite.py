@@ -1,9 +1,14 @@
 """SQLite catalog store: one file, WAL, BEGIN IMMEDIATE, compare-and-swap on `version`.
 
 Every write is one transaction that reads the row, hands it to the Rust core's transition and
-writes back only the columns that changed, guarded by the version it read. The store is shared
-safely by threads (it serialises them on one connection); separate processes coordinate through
-SQLite's write lock, taken up front by BEGIN IMMEDIATE so no two transitions interleave.
+writes back only the columns that changed, guarded by the version it read. The core raises
+the version on every change, so a store that already holds the row's last version (it read or
+wrote it last) skips the read: the version guard proves the row is unchanged, and when it
+does not match, the same transaction reads the stored row and decides again
+(`_apply_known`). Anything that rewrites a row outside the core must raise its version too.
+The store is shared safely by threads (it serialises them on one connection); separate
+processes coordinate through SQLite's write lock, taken up front by BEGIN IMMEDIATE so no two
+transitions interleave.
 
 SQL here never decides a rule. The one comparison it makes is the core's definition of
 claimable (`claimable_from_ms <= now` on the lease clock, a value only the core computes, all
@@ -54,6 +59,8 @@ SYNCHRONOUS = ("FULL", "NORMAL")
 # hot page back far less often, for a WAL of up to ~40 MB.
 WAL_AUTOCHECKPOINT_PAGES = 10_000
 BUSY_TIMEOUT_S = 30.0
+# How many rows a store remembers (see `_apply_known`); then it forgets them all.
+KNOWN_ROWS = 4096
 
 _N = len(COLUMNS)
 _POSITIONS = range(_N)
@@ -131,6 +138,8 @@ class SqliteCatalogStore:
         self.commits = 0
         self._lock = threading.Lock()
         self._updates: dict[tuple[int, ...], str] = {}
+        self._kinds_seen: set[str] = set()  # committed to `activity_kinds` (never removed)
+        self._known: dict[KeyTuple, Row] = {}  # the last row read or written, per key
         try:
             conn = sqlite3.connect(
                 path,
@@ -184,6 +193,11 @@ class SqliteCatalogStore:
 
     def _write(self, cur: sqlite3.Cursor, old: Row, new: Row) -> None:
         """Compare-and-swap the changed columns of ``old`` to ``new`` on its version."""
+        if not self._swap(cur, old, new):
+            raise CatalogStorageError("the activity changed under the transaction (version)")
+
+    def _swap(self, cur: sqlite3.Cursor, old: Row, new: Row) -> bool:
+        """Write the changed columns of ``old`` to ``new`` if the stored version is old's."""
         changed = tuple(compress(_POSITIONS, map(ne, old, new)))
         sql = self._updates.get(changed)
         if sql is None:
@@ -195,28 +209,59 @@ class SqliteCatalogStore:
             self._updates[changed] = sql
         params = [new[i] for i in changed]
         params += (old[0], old[1], old[2], old[VERSION])
-        if cur.execute(sql, params).rowcount != 1:
-            raise CatalogStorageError("the activity changed under the transaction (version)")
+        return bool(cur.execute(sql, params).rowcount == 1)
 
     def apply(self, key: KeyTuple, transition: Transition) -> Row:
         with self._lock:
             cur = self._begin()
             try:
-                old = cur.execute(_BY_KEY, key).fetchone()
-                new = transition(old)
-                if old is None:
-                    cur.execute(_ADD_KIND, (new[1],))
-                    cur.execute(_INSERT, new)
-                elif new[VERSION] != old[VERSION]:
-                    self._write(cur, old, new)
+                old, new = self._apply_known(cur, key, transition)
+                if new is None:
+                    old = cur.execute(_BY_KEY, key).fetchone()
+                    new = transition(old)
+                    if old is None:
+                        if new[1] not in self._kinds_seen:  # kinds are only ever added
+                            cur.execute(_ADD_KIND, (new[1],))
+                        cur.execute(_INSERT, new)
+                    elif new[VERSION] != old[VERSION]:
+                        self._write(cur, old, new)
                 cur.execute("COMMIT")
             except BaseException as e:
+                self._known.pop(key, None)
                 self._abort(e)
+            if old is None:
+                self._kinds_seen.add(new[1])
+            self._remember(key, new)
             wrote = old is None or new[VERSION] != old[VERSION]
             self.commits += wrote
         if wrote:
             self._ring(old, new)
         return new
+
+    def _apply_known(
+        self, cur: sqlite3.Cursor, key: KeyTuple, transition: Transition
+    ) -> tuple[Row | None, Row | None]:
+        """Run the transition on the row this store last read or wrote and swap the result in
+        on that row's version: one statement instead of two while nobody else changed the row.
+        Every write raises the version (the core's rule), so a swap that matches proves the
+        known row was the stored one. (None, None) when it cannot tell: no known row, a
+        rejection or a no-op (both may come from a stale row), or a version that moved; the
+        caller then decides on the stored row, in the same transaction."""
+        old = self._known.get(key)
+        if old is None:
+            return None, None
+        try:
+            new = transition(old)
+        except Exception:
+            return None, None
+        if new[VERSION] == old[VERSION] or not self._swap(cur, old, new):
+            return None, None
+        return old, new
+
+    def _remember(self, key: KeyTuple, row: Row) -> None:
+        if len(self._known) >= KNOWN_ROWS and key not in self._known:
+            self._known.clear()
+        self._known[key] = row
 
     def claim(
         self,
@@ -234,7 +279,10 @@ class SqliteCatalogStore:
                     self._write(cur, old, new)
                 cur.execute("COMMIT")
             except BaseException as e:
+                self._known.clear()
                 self._abort(e)
+            if new is not None:
+                self._remember((new[0], new[1], new[2]), new)
             self.commits += new is not None
         if new is not None:
             self._ring(old, new)
@@ -280,6 +328,7 @@ class SqliteCatalogStore:
                             rebased += 1
                     cur.execute(_SET_CLOCK_BOOT, (boot_id,))
                 cur.execute("COMMIT")
+                self._known.clear()
             except BaseException as e:
                 self._abort(e)
             return rebased
@@ -347,6 +396,8 @@ class SqliteCatalogStore:
                 row: Row | None = self._db().execute(_BY_KEY, key).fetchone()
             except sqlite3.Error as e:
                 raise CatalogStorageError(f"catalog read failed: {e}") from e
+            if row is not None:
+                self._remember(key, row)
             return row
 
     def page(
