@@ -518,3 +518,16 @@ def test_worker_command_refuses_a_lease_outside_the_seven_day_cap(
         worker_main.main([str(tmp_path), "--families", "journal_provider:x", "--lease-ms", lease])
     assert exit_info.value.code == 2
     assert "--lease-ms must be in [1, 604800000] (7 days)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fallback", ["0.02", "0", "-1", "nan"])
+def test_worker_command_refuses_a_fallback_poll_under_a_second(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fallback: str
+) -> None:
+    from tether.runtime import worker_main
+
+    argv = [str(tmp_path), "--families", "journal_provider:x", "--fallback-poll-s", fallback]
+    with pytest.raises(SystemExit) as exit_info:
+        worker_main.main(argv)
+    assert exit_info.value.code == 2
+    assert "--fallback-poll-s must be at least 1" in capsys.readouterr().err
