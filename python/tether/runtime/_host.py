@@ -11,6 +11,11 @@ The parts, each built only from the ports it uses (see each module for its rules
 - `WorkerPool` runs the worker threads (a catalog opener, artifacts, families);
 - `WorldLifecycle` creates, forks and destroys worlds (ledger, unsettled oracle, ticker).
 
+Idle loops never poll: each waits on a `Wakeup` over the catalog's doorbell (workers: an
+Activity became claimable, or the earliest claimable time is reached; the observer: a result
+was recorded; `wait_settled`: a settlement), with a fallback poll of at least 1 s for a ring
+that never came.
+
 The Host opens the storage, wires the parts and keeps the public API. It adds no lock: the
 catalog is thread-safe (its store serialises every transaction) and ticks of one world
 serialise on the ledger's exact-world lock. Staging runs outside that lock, is idempotent and
@@ -60,7 +65,8 @@ class Host:
     """One process's Tether runtime over a data directory.
 
     The data directory holds `world.db` (the SQLite ledger, unless `ledger` is given),
-    `catalog.db` (the Activity catalog) and `artifacts/`.
+    `catalog.db` (the Activity catalog), `catalog.db-wakeup/` (the doorbell's sockets, one per
+    listening process: how loops in other processes learn of a commit) and `artifacts/`.
 
     Args:
         data_dir: the data directory (created if missing).
