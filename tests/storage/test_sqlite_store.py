@@ -398,3 +398,24 @@ def test_a_known_row_skips_the_read_and_a_stale_one_is_decided_on_the_stored_row
             a.record_result(k1, c1.fence, result())
         stored = b.get(k1)
         assert stored is not None and stored.result is None and stored.fence == later.fence
+
+
+def test_an_admission_is_inserted_without_a_read_and_an_existing_key_still_decides(
+    tmp_path: Path,
+) -> None:
+    from tether.errors import AdmissionConflict
+
+    url = f"sqlite://{tmp_path}/insert.db"
+    clock = ManualClock()
+    with Catalog.open(url, clock=clock) as a, Catalog.open(url, clock=clock) as b:
+        k = key()
+        statements: list[str] = []
+        a.store._db().set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        first = a.admit(admission(k))
+        a.store._db().set_trace_callback(None)  # type: ignore[attr-defined]
+        assert not any(s.startswith("SELECT") for s in statements)  # a new key: no read
+        again = b.admit(admission(k))  # b does not know k: the insert finds it, b decides
+        assert again == first and b.get(k) == first
+        with Catalog.open(url, clock=clock) as c, pytest.raises(AdmissionConflict):
+            c.admit(admission(k, input_digest="sha256:other"))
+        assert a.get(k) == first

@@ -67,6 +67,7 @@ _POSITIONS = range(_N)
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM activities"
 _BY_KEY = f"{_SELECT} WHERE world_id = ? AND kind = ? AND activity_id = ?"
 _INSERT = f"INSERT INTO activities ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * _N)})"
+_INSERT_NEW = f"{_INSERT} ON CONFLICT DO NOTHING"
 _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= ?"
 # Claims and the claimable scan name their index: the planner would otherwise walk a world's
 # primary-key range, whose cost grows with that world's finished rows. Leased rows sit beyond
@@ -216,6 +217,8 @@ class SqliteCatalogStore:
             cur = self._begin()
             try:
                 old, new = self._apply_known(cur, key, transition)
+                if new is None and key not in self._known:
+                    new = self._insert_new(cur, transition)
                 if new is None:
                     old = cur.execute(_BY_KEY, key).fetchone()
                     new = transition(old)
@@ -257,6 +260,20 @@ class SqliteCatalogStore:
         if new[VERSION] == old[VERSION] or not self._swap(cur, old, new):
             return None, None
         return old, new
+
+    def _insert_new(self, cur: sqlite3.Cursor, transition: Transition) -> Row | None:
+        """For a key this store does not know: if the transition creates a row from nothing
+        (an admission), insert it unless a row exists; the row created, or None (the key
+        exists, or the transition needs a stored row: the caller reads it and decides)."""
+        try:
+            new = transition(None)
+        except Exception:
+            return None
+        if new[1] not in self._kinds_seen:  # kinds are only ever added
+            cur.execute(_ADD_KIND, (new[1],))
+        if cur.execute(_INSERT_NEW, new).rowcount != 1:
+            return None
+        return new
 
     def _remember(self, key: KeyTuple, row: Row) -> None:
         if len(self._known) >= KNOWN_ROWS and key not in self._known:
