@@ -200,13 +200,16 @@ class Doorbell:
     # -- ringing ------------------------------------------------------------------------
 
     def ring(self, topics: int) -> None:
-        """Wake this process's waiters of ``topics``, then every other listening process."""
+        """Wake every other listening process, then this process's waiters of ``topics``."""
         topics &= _ALL
         if not topics:
             return
         self.rings += 1
-        self._raise(topics)
+        # Other processes first: sending may release the GIL, and a thread of this process
+        # woken before that could run ahead of the ringing thread's next statement (a crash
+        # point right after the commit, in the crash matrix, must come first).
         self._send(bytes((topics,)))
+        self._raise(topics)
 
     def _send(self, payload: bytes) -> None:
         now = time.monotonic()
