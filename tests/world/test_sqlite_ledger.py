@@ -413,7 +413,8 @@ def test_the_post_commit_mark_does_not_sync_but_a_later_commit_carries_it(
     synced, commits = ledger.synced_commits, ledger.commits
     ledger.complete_post_commit(r1)
     assert (ledger.synced_commits, ledger.commits) == (synced, commits + 1)
-    assert ledger._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+    assert ledger._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # ticks: FULL
+    assert ledger._unsynced.execute("PRAGMA synchronous").fetchone()[0] == 1  # the mark
     again = SqliteLedger.open(tmp_path / "world.db")  # another connection sees it at once
     try:
         assert again.pending_post_commit("w") is None

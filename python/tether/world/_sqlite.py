@@ -83,12 +83,14 @@ CREATE INDEX IF NOT EXISTS components_by_tick ON components (world_id, run_id, t
 
 
 # What the receipt reader needs, in one statement: the world's head, every token recorded at
-# the receipt's (run, tick), and whether the receipt's token is in the visibility allowlist.
+# the receipt's (run, tick), and whether the receipt's token is in the visibility allowlist;
+# then the rest of the world's facts (the post-commit mark reads both).
 _RECEIPT_FACTS = """
 SELECT w.run_id, w.head_tick, w.close_state,
     (SELECT json_group_array(t.token) FROM tick_tokens t
         WHERE t.world_id = w.world_id AND t.run_id = ?1 AND t.tick = ?2),
-    EXISTS (SELECT 1 FROM visibility v WHERE v.world_id = w.world_id AND v.token = ?3)
+    EXISTS (SELECT 1 FROM visibility v WHERE v.world_id = w.world_id AND v.token = ?3),
+    w.head_token, w.writer_epoch, w.post_commit_tick, w.close_sticky
 FROM worlds w WHERE w.world_id = ?4
 """
 
@@ -150,6 +152,10 @@ class SqliteLedger:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            self._unsynced = sqlite3.connect(
+                str(self._path), isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+            self._unsynced.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as e:
             raise WorldError(f"cannot open world ledger at {self._path}: {e}") from e
 
@@ -162,23 +168,20 @@ class SqliteLedger:
 
     @contextmanager
     def _tx(self, *, sync: bool = True) -> Iterator[sqlite3.Connection]:
+        # Unsynced (only the post-commit mark, see the module docstring): the second
+        # connection, opened with synchronous=NORMAL; both are used under the one mutex.
+        db = self._db if sync else self._unsynced
         with self._mutex:
-            if not sync:  # see the module docstring: only the post-commit mark
-                self._db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._db
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                else:
-                    self._db.execute("COMMIT")
-                    self.commits += 1
-                    self.synced_commits += sync
-            finally:
-                if not sync:
-                    self._db.execute("PRAGMA synchronous=FULL")
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            else:
+                db.execute("COMMIT")
+                self.commits += 1
+                self.synced_commits += sync
 
     @staticmethod
     def _facts(db: sqlite3.Connection, world_id: str) -> WorldFacts | None:
@@ -333,10 +336,16 @@ class SqliteLedger:
         return rules.head_of(world_id, facts) if rules.post_commit_pending(facts) else None
 
     def complete_post_commit(self, receipt: CommittedTickReceipt) -> None:
-        """Record that the post-commit work of the head `receipt` succeeded."""
-        self.check_receipt(receipt)
+        """Record that the post-commit work of the head `receipt` succeeded.
+
+        Raises:
+            ReceiptRejected: `receipt` is not the world's exact committed head (the reader).
+        """
+        token = rules.receipt_token(receipt)
         with self._tx(sync=False) as db:  # durable with the next FULL commit (see above)
-            mark = rules.post_commit_mark(receipt, self._live(db, receipt.world_id))
+            head, world = self._receipt_facts(db, receipt, token)
+            rules.judge_receipt(receipt, head)
+            mark = rules.post_commit_mark(receipt, rules.live_world(receipt.world_id, world))
             db.execute(
                 "UPDATE worlds SET post_commit_tick = ? WHERE world_id = ?",
                 (mark, receipt.world_id),
@@ -352,21 +361,36 @@ class SqliteLedger:
         """
         token = rules.receipt_token(receipt)
         with self._mutex:  # one statement: one consistent view, no commit lands in between
-            row = self._db.execute(
-                _RECEIPT_FACTS, (receipt.run_id, receipt.tick, token, receipt.world_id)
-            ).fetchone()
-        facts = (
-            None
-            if row is None
-            else HeadFacts(
-                run_id=row[0],
-                head_tick=int(row[1]),
-                destroyed=row[2] == "destroyed",
-                tokens_at_tick=frozenset(json.loads(row[3])),
-                visible=bool(row[4]),
-            )
-        )
+            facts, _ = self._receipt_facts(self._db, receipt, token)
         rules.judge_receipt(receipt, facts)
+
+    @staticmethod
+    def _receipt_facts(
+        db: sqlite3.Connection, receipt: CommittedTickReceipt, token: str
+    ) -> tuple[HeadFacts | None, WorldFacts | None]:
+        """The receipt reader's facts and the world's facts, in one statement."""
+        row = db.execute(
+            _RECEIPT_FACTS, (receipt.run_id, receipt.tick, token, receipt.world_id)
+        ).fetchone()
+        if row is None:
+            return None, None
+        head = HeadFacts(
+            run_id=row[0],
+            head_tick=int(row[1]),
+            destroyed=row[2] == "destroyed",
+            tokens_at_tick=frozenset(json.loads(row[3])),
+            visible=bool(row[4]),
+        )
+        world = WorldFacts(
+            run_id=row[0],
+            head_tick=int(row[1]),
+            head_token=row[5],
+            writer_epoch=int(row[6]),
+            post_commit_tick=int(row[7]),
+            close_state=str(row[2]),
+            close_sticky=bool(row[8]),
+        )
+        return head, world
 
     def visibility_allowlist(self, world_id: str) -> frozenset[str]:
         """The world's pinned visibility tokens."""
@@ -525,6 +549,7 @@ class SqliteLedger:
             self._latest.pop(world_id, None)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connections."""
         with self._mutex:
+            self._unsynced.close()
             self._db.close()
