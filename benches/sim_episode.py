@@ -85,13 +85,16 @@ def _through_tether(
         host.start()
         t0 = time.perf_counter()
         kick_planner(host, "bench")  # the planner processor commits the first intent
-        while True:
-            snap = host.snapshot("bench")
-            keys = [ActivityKey("bench", KIND, e) for e, _ in snap.with_component(INTENT)]
-            records = [host.get(k) for k in keys]
-            if mission_done(snap) and all(r is not None and r.settlement for r in records):
-                break
-            time.sleep(0.02)
+        # The planner's next intent is admitted in the tick that observes the last result, so
+        # the world has an unsettled Activity until the mission is done; the wait wakes on the
+        # settlement itself (no polling).
+        if not host.wait_settled("bench", timeout_s=3600):
+            raise SystemExit("the mission did not finish within an hour")
+        snap = host.snapshot("bench")
+        keys = [ActivityKey("bench", KIND, e) for e, _ in snap.with_component(INTENT)]
+        records = [host.get(k) for k in keys]
+        if not (mission_done(snap) and all(r is not None and r.settlement for r in records)):
+            raise SystemExit("every activity settled but the mission is not done")
         elapsed = time.perf_counter() - t0
         requests = [intent["request"] for _, intent in snap.with_component(INTENT)]
         spans = [

@@ -38,9 +38,7 @@ def main(argv: list[str]) -> int:
         if args.store_url is None
         else {"catalog_url": args.store_url, "world_url": args.store_url}
     )
-    host = Host(
-        data, [family], workers=args.workers, lease_ms=LEASE_MS, poll_interval_s=0.01, **stores
-    )
+    host = Host(data, [family], workers=args.workers, lease_ms=LEASE_MS, **stores)
     try:
         if "w" not in host.ledger.worlds():
             host.create_world("w")

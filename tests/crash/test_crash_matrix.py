@@ -302,7 +302,7 @@ def test_separate_worker_process_killed_at_window_is_recovered(
     n = 3
     url = None if store_url.startswith("sqlite:") else store_url
     stores = {} if url is None else {"catalog_url": url, "world_url": url}
-    host = Host(tmp_path, [make_family(tmp_path)], workers=0, poll_interval_s=0.01, **stores)
+    host = Host(tmp_path, [make_family(tmp_path)], workers=0, **stores)
     host.create_world("w")
     host.commit_tick("w", intents(n))
     host.start()  # observer only: staging and observation ticks in this process

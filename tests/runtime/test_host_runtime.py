@@ -96,9 +96,7 @@ def test_blind_provider_unknown_parks_and_reconcile_never_executes(tmp_path: Pat
 
 
 def test_threaded_host_settles_and_shuts_down_cleanly(tmp_path: Path) -> None:
-    host = Host(
-        tmp_path, [make_family(tmp_path)], workers=2, poll_interval_s=0.005, **store_kw(tmp_path)
-    )
+    host = Host(tmp_path, [make_family(tmp_path)], workers=2, **store_kw(tmp_path))
     host.create_world("w")
     host.commit_tick("w", intents(6))
     host.start()
@@ -213,9 +211,11 @@ def test_heartbeat_raises_lease_lost_once_a_newer_claim_took_over(tmp_path: Path
         assert journal.effects() == {}  # it stopped before the effect
 
 
-def test_background_heartbeat_renews_the_lease(tmp_path: Path) -> None:
+def test_background_heartbeat_renews_the_lease_of_each_attempt_of_a_worker(
+    tmp_path: Path,
+) -> None:
     journal = Journal(tmp_path / "provider.db")
-    renewed = threading.Event()
+    renewed: set[str] = set()
 
     class Waits(DedupAdapter):
         def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
@@ -223,7 +223,7 @@ def test_background_heartbeat_renews_the_lease(tmp_path: Path) -> None:
             for _ in range(6000):  # until the heartbeat thread renews (about 0.1 s)
                 now = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
                 if now > first:
-                    renewed.set()
+                    renewed.add(ctx.key.activity_id)
                     break
                 threading.Event().wait(0.005)
             return super().execute(ctx, request)
@@ -232,9 +232,12 @@ def test_background_heartbeat_renews_the_lease(tmp_path: Path) -> None:
     host = Host(tmp_path, [fam], workers=0, observe=False, lease_ms=300)
     with host:
         host.create_world("w")
-        host.commit_tick("w", intents(1))
-        assert drain(host) == 1
-    assert renewed.is_set()
+        host.commit_tick("w", intents(2))
+        assert drain(host) == 2  # one worker, one heartbeat thread, two attempts
+        for i in range(2):
+            rec = host.get(akey(i))
+            assert rec is not None and rec.result is not None and rec.attempt_count == 1
+    assert renewed == {"task-0000", "task-0001"}
 
 
 def test_attempt_context_reports_worker_shutdown(tmp_path: Path) -> None:
@@ -515,3 +518,16 @@ def test_worker_command_refuses_a_lease_outside_the_seven_day_cap(
         worker_main.main([str(tmp_path), "--families", "journal_provider:x", "--lease-ms", lease])
     assert exit_info.value.code == 2
     assert "--lease-ms must be in [1, 604800000] (7 days)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fallback", ["0.02", "0", "-1", "nan"])
+def test_worker_command_refuses_a_fallback_poll_under_a_second(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fallback: str
+) -> None:
+    from tether.runtime import worker_main
+
+    argv = [str(tmp_path), "--families", "journal_provider:x", "--fallback-poll-s", fallback]
+    with pytest.raises(SystemExit) as exit_info:
+        worker_main.main(argv)
+    assert exit_info.value.code == 2
+    assert "--fallback-poll-s must be at least 1" in capsys.readouterr().err

@@ -10,6 +10,8 @@ from pathlib import Path
 from journal_provider import KIND, intents, make_family
 from tether.activities import ActivityKey
 from tether.runtime import (
+    MIN_FALLBACK_S,
+    RESULT,
     Observation,
     ObservationStager,
     Observer,
@@ -30,7 +32,10 @@ def _observer(env: ActivityEnvironment, stop: threading.Event | None = None) -> 
     stager = ObservationStager(env.families, env.catalog, env.artifacts, env.ledger)
     projector = Projector(env.families, env.catalog, env.artifacts, env.ledger)
     ticker = Ticker(env.ledger, env.families, stager, projector, Settler(env.catalog, env.ledger))
-    return Observer(stager, env.ledger, ticker, wakeup=Wakeup(stop or threading.Event(), 0.01))
+    wakeup = Wakeup(
+        stop or threading.Event(), MIN_FALLBACK_S, doorbell=env.catalog.doorbell, topic=RESULT
+    )
+    return Observer(stager, env.ledger, ticker, wakeup=wakeup)
 
 
 def _settled(env: ActivityEnvironment, key: ActivityKey) -> bool:
@@ -108,6 +113,7 @@ def test_the_loop_observes_survives_a_failing_pass_and_stops_on_its_wakeup(
             while not _settled(env, _key(0)) and time.monotonic() < deadline:
                 time.sleep(0.01)
         finally:
-            stop.set()
+            observer.wakeup.stop_all()
             observer.join()
+            observer.wakeup.close()
         assert failures == [1] and _settled(env, _key(0))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from journal_provider import KIND, Journal, intents, make_family
 from tether.activities import ActivityKey
-from tether.runtime import ActivityRuntimeError, Wakeup, WorkerPool
+from tether.runtime import MIN_FALLBACK_S, ActivityRuntimeError, Wakeup, WorkerPool
 from tether.testing import ActivityEnvironment
 
 
@@ -17,7 +17,7 @@ def _key(i: int) -> ActivityKey:
     return ActivityKey("w", KIND, f"task-{i:04d}")
 
 
-def _pool(env: ActivityEnvironment, stop: threading.Event, interval_s: float) -> WorkerPool:
+def _pool(env: ActivityEnvironment, stop: threading.Event, fallback_s: float) -> WorkerPool:
     return WorkerPool(
         env.open_catalog,
         env.artifacts,
@@ -25,7 +25,7 @@ def _pool(env: ActivityEnvironment, stop: threading.Event, interval_s: float) ->
         instance="pool-test",
         lease_ms=env.lease_ms,
         emit=env.progress.append,
-        wakeup=Wakeup(stop, interval_s),
+        wakeup=Wakeup(stop, fallback_s, doorbell=env.catalog.doorbell),
     )
 
 
@@ -35,7 +35,7 @@ def test_two_workers_run_each_activity_once_to_its_result(tmp_path: Path) -> Non
         env.create_world("w")
         env.commit_tick("w", intents(n))
         stop = threading.Event()
-        pool = _pool(env, stop, 0.005)
+        pool = _pool(env, stop, MIN_FALLBACK_S)
         pool.start(2)
         try:
             assert pool.size == 2
@@ -59,7 +59,7 @@ def test_workers_claim_under_the_pools_instance_name(tmp_path: Path) -> None:
     with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         env.create_world("w")
         env.commit_tick("w", intents(1))
-        worker = _pool(env, threading.Event(), 0.01).new_worker("solo")
+        worker = _pool(env, threading.Event(), MIN_FALLBACK_S).new_worker("solo")
         try:
             assert worker.owner == "pool-test/solo"
             claim = worker.catalog.claim(worker.owner, 60_000, kinds=worker.kinds)
@@ -74,18 +74,25 @@ def test_closing_wakes_idle_workers_at_once_and_a_pool_starts_once(tmp_path: Pat
         pool.start(2)
         with pytest.raises(ActivityRuntimeError):
             pool.start(1)
-        time.sleep(0.05)  # let both go idle on the wakeup
+        deadline = time.monotonic() + 30
+        while pool.wakeup.waits < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # let both go idle on the wakeup
+        assert pool.wakeup.waits == 2
         started = time.monotonic()
         pool.close()
-        assert time.monotonic() - started < 30  # woken by the stop event, not by the interval
+        assert time.monotonic() - started < 30  # woken by the stop, not by the fallback poll
+        assert pool.wakeup.timeouts == 0 and pool.wakeup.rung == 0
         pool.close()  # idempotent
+        pool.wakeup.close()
 
 
-def test_wakeup_returns_on_stop_or_after_its_interval() -> None:
+def test_wakeup_returns_on_stop_after_its_delay_or_fallback_and_refuses_a_fast_poll() -> None:
     stop = threading.Event()
-    wakeup = Wakeup(stop, 0.0)
-    assert wakeup.wait() is False and not wakeup.stopping
+    wakeup = Wakeup(stop, MIN_FALLBACK_S)  # no doorbell: the timers and the stop event only
+    assert wakeup.wait(delay_s=0.0) is False and not wakeup.stopping
+    assert wakeup.timeouts == 1
     stop.set()
     assert Wakeup(stop, 600.0).wait() is True and wakeup.stopping
-    with pytest.raises(ActivityRuntimeError):
-        Wakeup(stop, -1.0)
+    for fast in (-1.0, 0.0, 0.02, 0.999):
+        with pytest.raises(ActivityRuntimeError):
+            Wakeup(stop, fast)

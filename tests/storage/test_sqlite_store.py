@@ -425,3 +425,71 @@ def test_a_version_2_catalog_gains_the_compactable_column_from_the_core(tmp_path
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST == 3
     conn.close()
+
+
+def test_a_known_row_skips_the_read_and_a_stale_one_is_decided_on_the_stored_row(
+    tmp_path: Path,
+) -> None:
+    from tether.activities import operation_id_for
+    from tether.errors import StaleFence
+
+    from tests.activities.support import result
+
+    clock = ManualClock()
+    url = f"sqlite://{tmp_path}/known.db"
+    with Catalog.open(url, clock=clock) as a, Catalog.open(url, clock=clock) as b:
+        k1, k2, k3 = key("k1"), key("k2"), key("k3")
+        # a claimed k1 and knows its row: the bind is swapped in without reading it.
+        a.admit(admission(k1))
+        c1 = a.claim("a", 1_000, world_id=k1.world_id)
+        assert c1 is not None and c1.key == k1
+        statements: list[str] = []
+        a.store._db().set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        a.bind_provider_operation(k1, c1.fence, operation_id_for(k1))
+        assert statements and not any(s.startswith("SELECT") for s in statements)
+        a.store._db().set_trace_callback(None)  # type: ignore[attr-defined]
+        # b changed k2 after a last saw it (a renewal of a's own fence): a's swap misses, the
+        # stored row decides, and b's longer lease is kept.
+        a.admit(admission(k2))
+        c2 = a.claim("a", 1_000, world_id=k2.world_id)
+        assert c2 is not None and c2.key == k2
+        renewed = b.renew(k2, c2.fence, 50_000)
+        bound = a.bind_provider_operation(k2, c2.fence, operation_id_for(k2))
+        assert bound.operation_id == operation_id_for(k2) and bound.attempt is not None
+        assert bound.attempt.lease_expires_ms == renewed.attempt.lease_expires_ms  # type: ignore[union-attr]
+        # a knows k3 as admitted (fence 0); b claims it: on a's row fence 1 is unknown, on the
+        # stored row it is live, so the bind succeeds.
+        a.admit(admission(k3))
+        c3 = b.claim("b", 1_000, world_id=k3.world_id)
+        assert c3 is not None and c3.key == k3
+        assert a.bind_provider_operation(k3, c3.fence, operation_id_for(k3)).fence == c3.fence
+        # a still knows k1 at fence 1; b reclaims it after the lease: the old fence looks
+        # current on a's row but is stale on the stored one.
+        clock.advance(1_000)
+        later = b.claim("b", 1_000, world_id=k1.world_id)
+        assert later is not None and later.key == k1 and later.fence == c1.fence + 1
+        with pytest.raises(StaleFence):
+            a.record_result(k1, c1.fence, result())
+        stored = b.get(k1)
+        assert stored is not None and stored.result is None and stored.fence == later.fence
+
+
+def test_an_admission_is_inserted_without_a_read_and_an_existing_key_still_decides(
+    tmp_path: Path,
+) -> None:
+    from tether.errors import AdmissionConflict
+
+    url = f"sqlite://{tmp_path}/insert.db"
+    clock = ManualClock()
+    with Catalog.open(url, clock=clock) as a, Catalog.open(url, clock=clock) as b:
+        k = key()
+        statements: list[str] = []
+        a.store._db().set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        first = a.admit(admission(k))
+        a.store._db().set_trace_callback(None)  # type: ignore[attr-defined]
+        assert not any(s.startswith("SELECT") for s in statements)  # a new key: no read
+        again = b.admit(admission(k))  # b does not know k: the insert finds it, b decides
+        assert again == first and b.get(k) == first
+        with Catalog.open(url, clock=clock) as c, pytest.raises(AdmissionConflict):
+            c.admit(admission(k, input_digest="sha256:other"))
+        assert a.get(k) == first

@@ -120,7 +120,7 @@ def test_port_lifecycle(ledger: WorldLedger) -> None:
 
 def test_host_runs_on_the_port_alone(tmp_path: Path) -> None:
     ledger = MemoryLedger()
-    host = Host(tmp_path, [make_family(tmp_path)], workers=2, ledger=ledger, poll_interval_s=0.005)
+    host = Host(tmp_path, [make_family(tmp_path)], workers=2, ledger=ledger)
     try:
         host.create_world("w")
         r1 = host.commit_tick("w", intents(4))

@@ -377,3 +377,68 @@ def test_destroy_with_a_checked_head_refuses_a_moved_or_unfinished_head(
     ledger.complete_post_commit(r2)
     ledger.destroy("w", r2)
     assert ledger.worlds() == []
+
+
+@given(st.lists(_writes, min_size=1, max_size=6))
+def test_a_kept_snapshot_is_the_same_as_one_read_afresh(
+    ticks: list[list[tuple[str, str, object]]],
+) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        ledger = SqliteLedger.open(Path(d) / "world.db")
+        ledger.create_world("w")
+        kept = []
+        for tick in ticks:
+            r = _commit(ledger, "w", *(ComponentWrite(e, c, v) for e, c, v in tick))
+            kept.append(ledger.read_at(r))  # built from the parent's and the writes
+        fresh = SqliteLedger.open(Path(d) / "world.db")
+        for snap in kept:
+            again = fresh.read_at(snap.receipt)  # read from SQL
+            assert snap.changes == again.changes
+            assert dict(snap.encoded()) == dict(again.encoded())
+        fresh.close()
+        ledger.close()
+
+
+def test_the_head_read_after_a_commit_reads_no_components(sqlite_ledger: SqliteLedger) -> None:
+    ledger = sqlite_ledger  # statements are traced on the SQLite connection
+    ledger.create_world("w")
+    r1 = _commit(ledger, "w", ComponentWrite("e", "c", 1))
+    ledger.read_at(r1)  # what post-commit work does with every head: now it is kept
+    r2 = _commit(ledger, "w", ComponentWrite("e", "c", None), ComponentWrite("f", "c", 2))
+    statements: list[str] = []
+    ledger._db.set_trace_callback(statements.append)
+    snap = ledger.read_at(r2)
+    ledger._db.set_trace_callback(None)
+    assert {k: snap.get(*k) for k in snap.keys()} == {("f", "c"): 2}
+    assert snap.changes == {("e", "c"), ("f", "c")}
+    assert not any("FROM components" in s for s in statements)
+    assert any("FROM tick_tokens" in s for s in statements)  # the tick is still checked
+    assert ledger.read_at(r1).get("e", "c") == 1  # a historical read comes from SQL
+    statements.clear()
+    ledger._db.set_trace_callback(statements.append)
+    ledger.read_at(r2)  # and left the later snapshot kept
+    ledger._db.set_trace_callback(None)
+    assert not any("FROM components" in s for s in statements)
+
+
+def test_the_post_commit_mark_does_not_sync_but_a_later_commit_carries_it(
+    sqlite_ledger: SqliteLedger, tmp_path: Path
+) -> None:
+    ledger = sqlite_ledger  # WAL syncs are a SQLite matter
+    ledger.create_world("w")
+    writer = ledger.acquire_writer("w")
+    r1 = ledger.commit(writer, ledger.head("w"), [ComponentWrite("e", "c", 1)])
+    synced, commits = ledger.synced_commits, ledger.commits
+    ledger.complete_post_commit(r1)
+    assert (ledger.synced_commits, ledger.commits) == (synced, commits + 1)
+    assert ledger._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # ticks: FULL
+    assert ledger._unsynced.execute("PRAGMA synchronous").fetchone()[0] == 1  # the mark
+    again = SqliteLedger.open(tmp_path / "world.db")  # another connection sees it at once
+    try:
+        assert again.pending_post_commit("w") is None
+    finally:
+        again.close()
+    r2 = ledger.commit(writer, r1, [ComponentWrite("e", "c", 2)])
+    assert ledger.synced_commits == synced + 1 and r2.tick == 2

@@ -29,7 +29,7 @@ from tether.activities._types import (
     ResultRef,
     RetryGuard,
 )
-from tether.storage import CatalogStore, CommitUnknown, KeyTuple, View, open_store
+from tether.storage import CatalogStore, CommitUnknown, KeyTuple, View, WakeBell, open_store
 from tether.storage._port import ServerClocked
 
 PAGE_SIZE = 256
@@ -106,6 +106,13 @@ class Catalog:
     @property
     def clock(self) -> CatalogClock:
         return self._clock
+
+    @property
+    def doorbell(self) -> WakeBell:
+        """What the store rings after each commit that changes what a loop waits for: wait on
+        it instead of polling (see `tether.runtime.Wakeup`). The data directory's `Doorbell`
+        for a SQLite catalog, LISTEN/NOTIFY (`PostgresDoorbell`) for a PostgreSQL one."""
+        return self._store.doorbell()
 
     def now(self) -> Now:
         """One reading of the catalog's clock."""
@@ -294,6 +301,17 @@ class Catalog:
         if row is None or tuple(row) != tuple(error.intended):
             return None
         return record_from_row(_core.catalog_check_row(row))
+
+    def claimable_in_ms(
+        self, *, kinds: Sequence[str] | None = None, world_id: str | None = None
+    ) -> int | None:
+        """Milliseconds on the lease clock until the earliest activity (of ``kinds``, of
+        ``world_id``) becomes claimable: 0 if one is claimable now, None if none will be
+        without another change (which rings `doorbell`). Lease expiry and reconciliation
+        backoff are both this time, computed by the core."""
+        now = self._claim_now()
+        at = self._store.next_claimable(_kinds(kinds), world_id)
+        return None if at is None else max(0, at - now.boot_ms)
 
     def get(self, key: ActivityKey) -> ActivityRecord | None:
         row = self._store.get(_key(key))

@@ -77,13 +77,22 @@ from tether.runtime._projector import Projector
 from tether.runtime._settler import Settler
 from tether.runtime._stager import ObservationStager
 from tether.runtime._ticker import Ticker
-from tether.runtime._wakeup import Wakeup
+from tether.runtime._wakeup import (
+    CLAIMABLE,
+    DEFAULT_FALLBACK_S,
+    MIN_FALLBACK_S,
+    RESULT,
+    SETTLED,
+    Wakeup,
+)
 from tether.runtime._worker import Worker
 
 __all__ = [
+    "CLAIMABLE",
     "COMPLETION_COMPONENT",
     "COMPLETION_MISMATCH_CODES",
     "CRASH_POINTS",
+    "DEFAULT_FALLBACK_S",
     "DEFAULT_INLINE_BOUND",
     "ActivityRequest",
     "ActivityRuntimeError",
@@ -99,6 +108,7 @@ __all__ = [
     "Host",
     "HostClosed",
     "LeaseLost",
+    "MIN_FALLBACK_S",
     "Observation",
     "ObservationStager",
     "Observer",
@@ -108,8 +118,10 @@ __all__ = [
     "ProjectionConflict",
     "Projector",
     "ProviderIOForbidden",
+    "RESULT",
     "ReconcileOutcome",
     "Recovered",
+    "SETTLED",
     "Settler",
     "StagedResult",
     "Stager",

@@ -43,12 +43,13 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_dir(path: Path) -> int:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+    return 1
 
 
 class ArtifactStore:
@@ -59,6 +60,8 @@ class ArtifactStore:
             raise ArtifactError("inline_bound must be >= 0")
         self.root = Path(root)
         self.inline_bound = inline_bound
+        #: fsyncs this store issued (payloads and directories; inline results issue none).
+        self.fsyncs = 0
         (self.root / "tmp").mkdir(parents=True, exist_ok=True)
         (self.root / "sha256").mkdir(parents=True, exist_ok=True)
         self.removed_temps = self.clean_stale_temps()
@@ -105,8 +108,7 @@ class ArtifactStore:
         if final.exists() and self._matches(final, hexdigest, len(data)):
             # Another writer renamed it in; its directory entry may not be durable yet if that
             # writer died before its directory fsync, so make it durable before referencing.
-            _fsync_dir(final.parent)
-            _fsync_dir(final.parent.parent)
+            self.fsyncs += _fsync_dir(final.parent) + _fsync_dir(final.parent.parent)
         else:
             final.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.root / "tmp" / f"{hexdigest}.{os.getpid()}.{uuid.uuid4().hex}"
@@ -116,8 +118,7 @@ class ArtifactStore:
                 os.fsync(f.fileno())
             crash_point("artifact_temp_written")
             os.replace(tmp, final)
-            _fsync_dir(final.parent)
-            _fsync_dir(final.parent.parent)
+            self.fsyncs += 1 + _fsync_dir(final.parent) + _fsync_dir(final.parent.parent)
         return ResultRef(
             ref=_STORED + hexdigest, digest=digest, media_type=media_type, size=len(data)
         )

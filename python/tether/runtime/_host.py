@@ -11,6 +11,11 @@ The parts, each built only from the ports it uses (see each module for its rules
 - `WorkerPool` runs the worker threads (a catalog opener, artifacts, families);
 - `WorldLifecycle` creates, forks and destroys worlds (ledger, unsettled oracle, ticker).
 
+Idle loops never poll: each waits on a `Wakeup` over the catalog's doorbell (workers: an
+Activity became claimable, or the earliest claimable time is reached; the observer: a result
+was recorded; `wait_settled`: a settlement), with a fallback poll of at least 1 s for a ring
+that never came.
+
 The Host opens the storage, wires the parts and keeps the public API. It adds no lock: the
 catalog is thread-safe (its store serialises every transaction) and ticks of one world
 serialise on the ledger's exact-world lock. Staging runs outside that lock, is idempotent and
@@ -38,7 +43,14 @@ from tether.runtime._projector import Projector
 from tether.runtime._settler import Settler
 from tether.runtime._stager import ObservationStager
 from tether.runtime._ticker import Ticker
-from tether.runtime._wakeup import Wakeup
+from tether.runtime._wakeup import (
+    CLAIMABLE,
+    DEFAULT_FALLBACK_S,
+    MIN_FALLBACK_S,
+    RESULT,
+    SETTLED,
+    Wakeup,
+)
 from tether.runtime._worker import Worker
 from tether.world import (
     CommittedTickReceipt,
@@ -54,7 +66,8 @@ class Host:
     """One process's Tether runtime over a data directory.
 
     The data directory holds `world.db` (the SQLite ledger, unless `ledger` is given),
-    `catalog.db` (the Activity catalog) and `artifacts/`.
+    `catalog.db` (the Activity catalog), `catalog.db-wakeup/` (the doorbell's sockets, one per
+    listening process: how loops in other processes learn of a commit) and `artifacts/`.
 
     Args:
         data_dir: the data directory (created if missing).
@@ -63,7 +76,9 @@ class Host:
         ledger: a world engine implementing `WorldLedger` (default: SQLite in `data_dir`);
             the caller keeps ownership of a ledger it passes (the Host does not close it).
         lease_ms: attempt lease length (1 ms to 7 days, `MAX_LEASE_MS`), on the lease clock.
-        poll_interval_s: idle sleep of worker and observer loops.
+        fallback_poll_s: the longest idle sleep of the worker and observer loops and of
+            `wait_settled` without a wakeup (at least 1 s, `MIN_FALLBACK_S`); they wake on the
+            catalog's doorbell (see `Wakeup`), so this only bounds a lost ring.
         progress_listener: receives every `ctx.progress(...)` of in-process workers.
         inline_bound: results up to this many bytes travel inside their reference.
         clock: the catalog's clock (default `SystemClock`: leases and backoff on
@@ -89,7 +104,7 @@ class Host:
         workers: int = 1,
         ledger: WorldLedger | None = None,
         lease_ms: int = 30_000,
-        poll_interval_s: float = 0.02,
+        fallback_poll_s: float = DEFAULT_FALLBACK_S,
         progress_listener: Callable[[ProgressEvent], None] | None = None,
         inline_bound: int = DEFAULT_INLINE_BOUND,
         clock: ClockLike | None = None,
@@ -98,6 +113,10 @@ class Host:
         catalog_url: str | None = None,
         world_url: str | None = None,
     ) -> None:
+        if not fallback_poll_s >= MIN_FALLBACK_S:  # before any storage is opened
+            raise ActivityRuntimeError(
+                f"fallback_poll_s must be at least {MIN_FALLBACK_S} s, not {fallback_poll_s!r}"
+            )
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.families = tuple(families)
@@ -112,12 +131,17 @@ class Host:
         self.catalog = self._open_catalog()
         self.artifacts = ArtifactStore(self.data_dir / "artifacts", inline_bound=inline_bound)
         self.lease_ms = lease_ms
-        self.poll_interval_s = poll_interval_s
+        self.fallback_poll_s = fallback_poll_s
         self.progress_listener = progress_listener
         self._n_workers = workers
         self._observe = observe
         self.page_size = page_size
         self._stop = threading.Event()
+        bell = self.catalog.doorbell
+        self._wakeups = {
+            topic: Wakeup(self._stop, fallback_poll_s, doorbell=bell, topic=topic)
+            for topic in (CLAIMABLE, RESULT, SETTLED)
+        }
         self._started = False
         self._closed = False
         self.projector = Projector(self.families, self.catalog, self.artifacts, self.ledger)
@@ -127,7 +151,7 @@ class Host:
         )
         self.ticker = Ticker(self.ledger, self.families, self.stager, self.projector, self.settler)
         self.observer = Observer(
-            self.stager, self.ledger, self.ticker, wakeup=Wakeup(self._stop, poll_interval_s)
+            self.stager, self.ledger, self.ticker, wakeup=self._wakeups[RESULT]
         )
         self.lifecycle = WorldLifecycle(self.ledger, self.catalog, self.ticker)
         self.pool = WorkerPool(
@@ -137,7 +161,7 @@ class Host:
             instance=f"{os.getpid()}-{uuid.uuid4().hex[:8]}",
             lease_ms=lease_ms,
             emit=progress_listener,
-            wakeup=Wakeup(self._stop, poll_interval_s),
+            wakeup=self._wakeups[CLAIMABLE],
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -172,9 +196,12 @@ class Host:
         """Stop loops (attempts in flight finish first), then close storage. Idempotent."""
         if self._closed:
             return
-        self._stop.set()
+        for wakeup in self._wakeups.values():
+            wakeup.stop_all()
         self.pool.close()
         self.observer.join()
+        for wakeup in self._wakeups.values():
+            wakeup.close()
         self._closed = True
         self.catalog.close()
         if self._owns_ledger:
@@ -242,13 +269,17 @@ class Host:
     def wait_settled(self, world_id: str, timeout_s: float) -> bool:
         """Block until every admitted Activity of the world settled; False on timeout.
 
-        Needs the started loops (or another process) to make progress.
+        Needs the started loops (or another process) to make progress. Event-driven: it
+        wakes when a settlement commits, here or in another process on the data directory.
         """
+        wakeup = self._wakeups[SETTLED]
         deadline = time.monotonic() + timeout_s
         while True:
+            mark = wakeup.mark()  # before the check: a settlement after it is never lost
             if not self.catalog.has_unsettled(world_id):
                 return True
-            if time.monotonic() >= deadline or self._stop.wait(self.poll_interval_s):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or wakeup.wait(mark, delay_s=remaining):
                 return False
 
     # -- world lifecycle ----------------------------------------------------------------

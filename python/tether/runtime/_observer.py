@@ -5,7 +5,8 @@ Rules (seed section 5 and the world port):
 - When a newer writer (another process) owns a world, this process stops observing it; that
   writer restages and observes itself. `resume` takes the world back after a recovery.
 - The loop outlives a failed pass (logged) and sleeps on its `Wakeup` only when a pass
-  committed nothing.
+  committed nothing, until a result is recorded (the doorbell's `RESULT` ring, from any
+  process) or the fallback poll passes.
 """
 
 from __future__ import annotations
@@ -69,15 +70,16 @@ class Observer:
         return receipts
 
     def run(self) -> None:
-        """Observe until the wakeup says stop."""
+        """Observe until the wakeup says stop; idle, wait for a result to be recorded."""
         while not self.wakeup.stopping:
+            mark = self.wakeup.mark()  # before the pass: a ring after it is never lost
             try:
                 committed = self.observe_once()
             except Exception:  # keep observing; the failure is logged and retried
                 log.exception("observer step failed")
                 committed = []
             if not committed:
-                self.wakeup.wait()
+                self.wakeup.wait(mark)
 
     def start(self) -> None:
         """Run the loop in its own thread (once)."""

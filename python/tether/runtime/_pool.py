@@ -1,9 +1,10 @@
 """`WorkerPool`: this process's Activity workers, each claiming fenced attempts in its thread.
 
 Workers claim outside every world lock and never open the world ledger; each has its own
-catalog connection (plus one per attempt for heartbeats). Idle workers wait on the pool's
-`Wakeup`. Closing the pool sets its stop event and lets attempts in flight finish first (an
-unbound attempt claimed after the stop is released, see `Worker`).
+catalog connection (plus one for heartbeats, opened at its first renewal). Idle
+workers wait on the pool's `Wakeup` until an Activity becomes claimable (see `Worker.run`).
+Closing the pool sets its stop event, wakes the idle workers and lets attempts in flight
+finish first (an unbound attempt claimed after the stop is released, see `Worker`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class WorkerPool:
         instance: prefix of every claim owner name (`instance/name`), unique per process.
         lease_ms: attempt lease length.
         emit: receives every adapter's progress (from any worker thread).
-        wakeup: what idle workers wait on; its stop event stops them.
+        wakeup: what idle workers wait on (topic `CLAIMABLE`); its stop event stops them. The
+            pool does not close it: its creator does.
     """
 
     def __init__(
@@ -94,7 +96,7 @@ class WorkerPool:
 
     def close(self) -> None:
         """Stop the workers, wait for attempts in flight, close their connections. Idempotent."""
-        self.wakeup.stop.set()
+        self.wakeup.stop_all()
         self.join()
         for w in self._workers:
             w.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,7 +49,7 @@ from tether.runtime._family import (
     Unknown,
     families_by_kind,
 )
-from tether.runtime._wakeup import Wakeup
+from tether.runtime._wakeup import CLAIMABLE, Wakeup
 from tether.storage import CommitUnknown
 
 log = logging.getLogger("tether.runtime.worker")
@@ -91,25 +92,43 @@ class Worker:
         self.stop = stop or threading.Event()
         self._by_kind = families_by_kind(families)
         self.kinds = sorted(self._by_kind)
+        self._heartbeat = _Heartbeat(open_catalog, lease_ms, f"heartbeat-{owner}")
 
     def close(self) -> None:
-        """Close the worker's catalog connection."""
+        """Stop the heartbeat thread and close the worker's catalog connections."""
+        self._heartbeat.close()
         self.catalog.close()
 
-    def run(self, poll_interval_s: float = 0.02, *, wakeup: Wakeup | None = None) -> None:
+    def run(self, *, wakeup: Wakeup | None = None) -> None:
         """Claim and run attempts until `stop` is set, waiting on `wakeup` while idle.
 
-        Without `wakeup`, the idle wait is `stop` for at most `poll_interval_s`.
+        Idle, the worker sleeps until an Activity of its kinds becomes claimable: a ring on
+        the catalog's doorbell, or the earliest claimable time the core computed (a lease
+        running out, a backoff ending), whichever comes first; never a fixed poll. Without
+        `wakeup`, it waits on its own over the catalog's doorbell (default fallback poll).
         """
-        wakeup = wakeup or Wakeup(self.stop, poll_interval_s)
-        while not self.stop.is_set():
-            try:
-                worked = self.run_once()
-            except Exception:  # a worker loop must outlive one bad attempt
-                log.exception("worker %s: attempt failed", self.owner)
-                worked = False
-            if not worked:
-                wakeup.wait()
+        own = wakeup is None
+        wakeup = wakeup or Wakeup(self.stop, doorbell=self.catalog.doorbell, topic=CLAIMABLE)
+        try:
+            while not self.stop.is_set():
+                mark = wakeup.mark()  # before the claim: a ring after it is never lost
+                try:
+                    if self.run_once():
+                        continue
+                    delay_s = self.idle_delay_s()
+                except Exception:  # a worker loop must outlive one bad attempt
+                    log.exception("worker %s: attempt failed", self.owner)
+                    delay_s = None  # the fallback poll: never spin on a repeating failure
+                wakeup.wait(mark, delay_s=delay_s)
+        finally:
+            if own:
+                wakeup.close()
+
+    def idle_delay_s(self) -> float | None:
+        """Seconds until an Activity of this worker's kinds becomes claimable (0: now), on the
+        lease clock; None if none will without another commit (which rings the doorbell)."""
+        ms = self.catalog.claimable_in_ms(kinds=self.kinds)
+        return None if ms is None else ms / 1000
 
     def run_once(self) -> bool:
         """Claim one attempt and run it to its recorded conclusion; False if nothing was ready."""
@@ -164,7 +183,7 @@ class Worker:
         if self.stop.is_set() and record.operation_id is None:
             self.catalog.release(key, fence)  # unbound: nothing started, reclaim is safe
             return
-        renewer = _Renewer(self._open_catalog, key, fence, self.lease_ms)
+        beat = _Beat(self._heartbeat, key, fence)
         ctx = AttemptContext(
             key=key,
             operation_id=op_id,
@@ -172,11 +191,11 @@ class Worker:
             attempt=attempt.number,
             may_execute=attempt.may_execute,
             artifacts=self.artifacts,
-            renew=renewer.renew_now,
+            renew=beat.renew_now,
             emit=self._emit_safely,
             stopping=self.stop,
         )
-        renewer.start(ctx)
+        self._heartbeat.begin(beat, ctx)
         try:
             request = self._request(record)
             if attempt.may_execute:
@@ -186,7 +205,7 @@ class Worker:
         except (LeaseLost, CatalogRejection) as e:
             log.warning("worker %s lost %s (fence %d): %s", self.owner, key, fence, e)
         finally:
-            renewer.stop()
+            self._heartbeat.end(beat)
 
     def _request(self, record: ActivityRecord) -> dict[str, Any]:
         data = self.artifacts.get_bytes(record.input_ref, record.input_digest)
@@ -280,47 +299,105 @@ class Worker:
         )
 
 
-class _Renewer:
-    """Renews one attempt's lease from a heartbeat thread with its own catalog connection."""
+class _Heartbeat:
+    """Renews the lease of its worker's current attempt every third of the lease, from one
+    thread started at the worker's first attempt and kept until `close` (a thread per attempt
+    would cost more than a zero-work attempt), over its own catalog connection (opened at the
+    first renewal). Beginning and ending an attempt wake nobody: the thread sleeps until the
+    current attempt's renewal is due, or a third of the lease while there is none. Once an
+    attempt ends no renewal of it runs any more."""
 
-    def __init__(
-        self, open_catalog: Callable[[], Catalog], key: ActivityKey, fence: int, lease_ms: int
-    ) -> None:
+    def __init__(self, open_catalog: Callable[[], Catalog], lease_ms: int, name: str) -> None:
         self._open_catalog = open_catalog
-        self._key, self._fence, self._lease_ms = key, fence, lease_ms
-        self._done = threading.Event()
-        self._mutex = threading.Lock()
+        self._lease_ms = lease_ms
+        self._interval_s = lease_ms / 3000
+        self._name = name
+        self._cond = threading.Condition()
+        self._current: _Beat | None = None
+        self._closed = False
+        self._mutex = threading.Lock()  # one renewal at a time; `end` waits for it
         self._catalog: Catalog | None = None
         self._thread: threading.Thread | None = None
 
-    def renew_now(self) -> None:
+    def begin(self, beat: _Beat, ctx: AttemptContext) -> None:
+        """Start renewing the attempt's lease, first a third of the lease from now; a rejected
+        renewal marks ``ctx`` lost."""
+        beat.ctx = ctx
+        beat.due = time.monotonic() + self._interval_s
+        with self._cond:
+            self._current = beat
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+
+    def end(self, beat: _Beat) -> None:
+        """Stop renewing ``beat``; returns once no renewal of it is in flight."""
+        with self._cond:
+            if self._current is beat:
+                self._current = None
         with self._mutex:
+            beat.ended = True
+
+    def renew(self, beat: _Beat) -> None:
+        with self._mutex:
+            if beat.ended:
+                return
             if self._catalog is None:
                 self._catalog = self._open_catalog()
             try:
-                self._catalog.renew(self._key, self._fence, self._lease_ms)
+                self._catalog.renew(beat.key, beat.fence, self._lease_ms)
             except CatalogRejection as e:
-                raise LeaseLost(f"renewal of {self._key} fence {self._fence} rejected: {e}") from e
+                raise LeaseLost(f"renewal of {beat.key} fence {beat.fence} rejected: {e}") from e
 
-    def start(self, ctx: AttemptContext) -> None:
-        def beat() -> None:
-            while not self._done.wait(self._lease_ms / 3000):
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                beat = self._current
+                if beat is None:
+                    self._cond.wait(self._interval_s)
+                    continue
+                wait_s = beat.due - time.monotonic()
+                if wait_s > 0:
+                    self._cond.wait(wait_s)
+                    continue  # re-read: it may have ended, or another attempt begun
+                beat.due += self._interval_s
+                self._cond.release()
                 try:
-                    self.renew_now()
+                    self.renew(beat)
                 except LeaseLost:
-                    ctx.mark_lost()
-                    return
+                    if beat.ctx is not None:
+                        beat.ctx.mark_lost()
+                    with self._cond:
+                        if self._current is beat:
+                            self._current = None
                 except Exception:
-                    log.exception("heartbeat of %s failed", self._key)
+                    log.exception("heartbeat of %s failed", beat.key)
+                finally:
+                    self._cond.acquire()
 
-        self._thread = threading.Thread(target=beat, name=f"heartbeat-{self._fence}", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._done.set()
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._current = None
+            self._cond.notify_all()
         if self._thread is not None:
             self._thread.join()
         with self._mutex:
             if self._catalog is not None:
                 self._catalog.close()
                 self._catalog = None
+
+
+class _Beat:
+    """One attempt under a `_Heartbeat`: its key, fence and (once begun) context."""
+
+    def __init__(self, heartbeat: _Heartbeat, key: ActivityKey, fence: int) -> None:
+        self.heartbeat = heartbeat
+        self.key, self.fence = key, fence
+        self.ctx: AttemptContext | None = None
+        self.due = 0.0  # time.monotonic() of its next renewal
+        self.ended = False
+
+    def renew_now(self) -> None:
+        """Renew now (an adapter's `ctx.renew()`); `LeaseLost` once the lease is gone."""
+        self.heartbeat.renew(self)

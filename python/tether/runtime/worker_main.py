@@ -1,7 +1,8 @@
 """`tether worker`: run Activity worker threads in their own process over a data directory.
 
 Usage: tether worker DATA_DIR --families module:factory [--workers N] [--lease-ms MS]
-                     [--catalog URL] [--world URL] [--sse-host 127.0.0.1] [--sse-port N]
+                     [--catalog URL] [--world URL] [--fallback-poll-s S]
+                     [--sse-host 127.0.0.1] [--sse-port N]
 `factory(data_dir: Path) -> Sequence[Family]` builds the families (and their adapters) in this
 process. Workers share the catalog (`--catalog URL`, default the data directory's
 `catalog.db`; a PostgreSQL catalog is shared by hosts) and the artifact store with the Host;
@@ -48,7 +49,7 @@ from tether.runtime._family import (
     Unknown,
 )
 from tether.runtime._pool import WorkerPool
-from tether.runtime._wakeup import Wakeup
+from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
 
 log = logging.getLogger("tether.runtime.worker")
 
@@ -72,7 +73,7 @@ def run_workers(
     *,
     workers: int = 1,
     lease_ms: int = 30_000,
-    poll_interval_s: float = 0.02,
+    fallback_poll_s: float = DEFAULT_FALLBACK_S,
     inline_bound: int = DEFAULT_INLINE_BOUND,
     stop: threading.Event | None = None,
     emit: Callable[[ProgressEvent], None] | None = None,
@@ -80,13 +81,18 @@ def run_workers(
 ) -> None:
     """Run `workers` worker threads until `stop` is set; return after they finish.
 
-    `emit` receives every adapter's progress (from any worker thread). `catalog_url` defaults
-    to `catalog.db` in `data_dir`.
+    Idle workers wake when an Activity becomes claimable: a commit in any process sharing the
+    catalog rings its doorbell (the data directory's, or LISTEN/NOTIFY on PostgreSQL), and
+    lease expiry and backoff run on timers; `fallback_poll_s` (>= 1 s) only bounds a lost
+    ring. `emit` receives every adapter's progress (from any worker thread). `catalog_url`
+    defaults to `catalog.db` in `data_dir`.
     """
     data_dir = data_dir.resolve()
     url = catalog_url or "sqlite:///" + str(data_dir / "catalog.db")
     artifacts = ArtifactStore(data_dir / "artifacts", inline_bound=inline_bound)
     stop = stop or threading.Event()
+    catalog = Catalog.open(url)  # the doorbell's owner while the workers run
+    wakeup = Wakeup(stop, fallback_poll_s, doorbell=catalog.doorbell, topic=CLAIMABLE)
     pool = WorkerPool(
         lambda: Catalog.open(url),
         artifacts,
@@ -94,13 +100,16 @@ def run_workers(
         instance=f"proc-{uuid.uuid4().hex[:8]}",
         lease_ms=lease_ms,
         emit=emit,
-        wakeup=Wakeup(stop, poll_interval_s),
+        wakeup=wakeup,
     )
     pool.start(workers)
     try:
-        pool.join()
+        while not stop.wait():  # a signal handler sets it; then every idle worker is woken
+            pass
     finally:
         pool.close()
+        wakeup.close()
+        catalog.close()
 
 
 def _result(result: ResultRef) -> dict[str, Any]:
@@ -198,6 +207,15 @@ def main(argv: list[str]) -> int:
         help="the world ledger the Host uses (checked at start: reachable, schema current;"
         " workers never write it)",
     )
+    p.add_argument(
+        "--fallback-poll-s",
+        type=float,
+        default=DEFAULT_FALLBACK_S,
+        help="longest idle sleep without a wakeup, in s, at least"
+        f" {MIN_FALLBACK_S:g}; idle workers wake on the catalog's doorbell (the data"
+        " directory's, or LISTEN/NOTIFY on PostgreSQL) and on lease and backoff timers, so"
+        " this only bounds a lost wakeup (default: %(default)s)",
+    )
     p.add_argument("--sse-host", default="127.0.0.1", help="bind address of the AG-UI stream")
     p.add_argument(
         "--sse-port", type=int, default=None, help="serve live progress as AG-UI SSE; 0 = any"
@@ -207,6 +225,8 @@ def main(argv: list[str]) -> int:
         p.error("--workers must be >= 1")
     if not 1 <= args.lease_ms <= MAX_LEASE_MS:
         p.error(f"--lease-ms must be in [1, {MAX_LEASE_MS}] (7 days)")
+    if not args.fallback_poll_s >= MIN_FALLBACK_S:
+        p.error(f"--fallback-poll-s must be at least {MIN_FALLBACK_S:g}")
     if args.sse_port is not None and not 0 <= args.sse_port <= 65535:
         p.error("--sse-port must be in [0, 65535]")
     try:
@@ -234,6 +254,7 @@ def main(argv: list[str]) -> int:
             families,
             workers=args.workers,
             lease_ms=args.lease_ms,
+            fallback_poll_s=args.fallback_poll_s,
             stop=stop,
             catalog_url=args.catalog,
         )
@@ -255,6 +276,7 @@ def main(argv: list[str]) -> int:
             live_families(families, live),
             workers=args.workers,
             lease_ms=args.lease_ms,
+            fallback_poll_s=args.fallback_poll_s,
             stop=stop,
             emit=live.progress,
             catalog_url=args.catalog,

@@ -6,6 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tether._core import CatalogConfigError
+from tether.storage._doorbell import (
+    CLAIMABLE,
+    RESULT,
+    SETTLED,
+    Doorbell,
+    WakeBell,
+    changed_topics,
+    wakeup_dir_for,
+)
 from tether.storage._errors import CommitUnknown, SchemaOutdated
 from tether.storage._port import CatalogStore, KeyTuple, Row, View
 from tether.storage._sqlite import SYNCHRONOUS, SqliteCatalogStore
@@ -67,13 +76,20 @@ def open_store(url: str, *, synchronous: str = "FULL") -> CatalogStore:
 
 __all__ = [
     "BACKENDS",
+    "CLAIMABLE",
+    "RESULT",
+    "SETTLED",
     "SYNCHRONOUS",
     "CatalogStore",
     "CommitUnknown",
     "SchemaOutdated",
+    "Doorbell",
     "KeyTuple",
     "Row",
     "SqliteCatalogStore",
     "View",
+    "WakeBell",
+    "changed_topics",
     "open_store",
+    "wakeup_dir_for",
 ]

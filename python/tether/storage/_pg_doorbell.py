@@ -177,6 +177,11 @@ class PostgresDoorbell:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
 
+    def repair(self) -> bool:
+        """Nothing to repair: a lost LISTEN connection reconnects on its own (and then wakes
+        every topic). Always False."""
+        return False
+
     def _receive(self, ready: threading.Event) -> None:
         first = True
         while not self._stop.is_set():

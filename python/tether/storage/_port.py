@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from tether.activities._clock import CatalogClock
 
+from tether.storage._doorbell import WakeBell
+
 Row = tuple[Any, ...]
 KeyTuple = tuple[str, str, str]
 View = Literal["claimable", "pending_observation", "awaiting_decision", "compactable"]
@@ -21,7 +23,17 @@ CompactTransition = Callable[[Row], Row | None]
 
 
 class CatalogStore(Protocol):
-    """A catalog backend. Each method is one transaction; rows follow `catalog_columns()`."""
+    """A catalog backend. Each method is one transaction; rows follow `catalog_columns()`.
+
+    After each committed change that a waiting loop cares about, a backend wakes its
+    `doorbell()` (topics from the core's columns, `changed_topics(old, new)`): SQLite rings a
+    `Doorbell` of sockets beside the file after the commit; PostgreSQL sends NOTIFY inside the
+    committing transaction, heard by its `PostgresDoorbell`.
+    """
+
+    def doorbell(self) -> WakeBell:
+        """This process's doorbell of this catalog: what idle loops wait on."""
+        ...
 
     def apply(self, key: KeyTuple, transition: Transition) -> Row:
         """Read the row, run the transition, compare-and-swap the result on `version`."""
@@ -46,6 +58,11 @@ class CatalogStore(Protocol):
         store what it returns and record ``boot_id``, in one transaction. Returns the number
         of rows rebased.
         """
+        ...
+
+    def next_claimable(self, kinds: Sequence[str] | None, world_id: str | None) -> int | None:
+        """The smallest `claimable_from_ms` (lease clock) of the rows of ``kinds`` (every kind
+        for None), of ``world_id`` if given; None if no row will become claimable."""
         ...
 
     def get(self, key: KeyTuple) -> Row | None: ...

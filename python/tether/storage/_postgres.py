@@ -285,6 +285,24 @@ class PostgresCatalogStore:
                 raise CommitUnknown(str(e), key, new) from e
             return new
 
+    def next_claimable(self, kinds: Sequence[str] | None, world_id: str | None) -> int | None:
+        # The smallest core-computed time, read off the claimable index; no rule here.
+        where = ["claimable_from_ms IS NOT NULL"]
+        params: list[Any] = []
+        if kinds is not None:
+            kinds = list(dict.fromkeys(kinds))
+            if not kinds:
+                return None
+            where.append("kind = ANY(%s)")
+            params.append(kinds)
+        if world_id is not None:
+            where.append("world_id = %s")
+            params.append(world_id)
+        sql = f"SELECT min(claimable_from_ms) FROM activities WHERE {' AND '.join(where)}"
+        with self._lock:
+            rows = self._session.read("catalog read", sql, params)
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
+
     def align_clock(self, boot_id: str, rebase: ClaimTransition) -> int:
         with self._lock:
             rows = self._session.read("catalog read", "SELECT boot_id FROM catalog_clock")

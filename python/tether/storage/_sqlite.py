@@ -1,9 +1,14 @@
 """SQLite catalog store: one file, WAL, BEGIN IMMEDIATE, compare-and-swap on `version`.
 
 Every write is one transaction that reads the row, hands it to the Rust core's transition and
-writes back only the columns that changed, guarded by the version it read. The store is shared
-safely by threads (it serialises them on one connection); separate processes coordinate through
-SQLite's write lock, taken up front by BEGIN IMMEDIATE so no two transitions interleave.
+writes back only the columns that changed, guarded by the version it read. The core raises
+the version on every change, so a store that already holds the row's last version (it read or
+wrote it last) skips the read: the version guard proves the row is unchanged, and when it
+does not match, the same transaction reads the stored row and decides again
+(`_apply_known`). Anything that rewrites a row outside the core must raise its version too.
+The store is shared safely by threads (it serialises them on one connection); separate
+processes coordinate through SQLite's write lock, taken up front by BEGIN IMMEDIATE so no two
+transitions interleave.
 
 SQL here never decides a rule. The one comparison it makes is the core's definition of
 claimable (`claimable_from_ms <= now` on the lease clock, a value only the core computes, all
@@ -12,6 +17,10 @@ on one boot's clock once `align_clock` ran); the other filters select flags the 
 Compaction (retention) walks the core's `compactable_from_ms` column up to a cutoff, the same
 kind of comparison; the core decides each row it is handed (`compact`).
 
+After a commit, outside the lock, the store rings its `Doorbell` with the topics that row's
+core-computed columns changed (`changed_topics`): that is how idle workers, the observer and
+`wait_settled`, in this process and in others, learn of it without polling.
+
 What a read costs (leased rows sit beyond `now` in the claimable index, finished rows are not
 in it, so none of these grows with the number of leased or finished activities):
 - a claim probes the claimable index once per kind (every kind ever admitted when `kinds` is
@@ -19,6 +28,8 @@ in it, so none of these grows with the number of leased or finished activities):
 - a claim filtered by `world_id` walks, per kind, that kind's rows claimable now in other
   worlds until it meets one of this world (the index orders by kind and claimable time, not
   world); a world-partitioned index would cost a page on every write;
+- `next_claimable` is one step into the claimable index per kind (a walk of the kind's
+  entries when filtered by `world_id`);
 - `has_unsettled` is one probe of the world's entries in the unsettled index;
 - `align_clock` is one read of `catalog_clock` unless the boot changed; then it walks the
   claimable index once (every row holding lease-clock values).
@@ -39,6 +50,7 @@ from tether._core import (
     CatalogStorageError,
     catalog_columns,
 )
+from tether.storage._doorbell import Doorbell, changed_topics
 from tether.storage._port import (
     ClaimTransition,
     CompactTransition,
@@ -57,12 +69,15 @@ SYNCHRONOUS = ("FULL", "NORMAL")
 # hot page back far less often, for a WAL of up to ~40 MB.
 WAL_AUTOCHECKPOINT_PAGES = 10_000
 BUSY_TIMEOUT_S = 30.0
+# How many rows a store remembers (see `_apply_known`); then it forgets them all.
+KNOWN_ROWS = 4096
 
 _N = len(COLUMNS)
 _POSITIONS = range(_N)
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM activities"
 _BY_KEY = f"{_SELECT} WHERE world_id = ? AND kind = ? AND activity_id = ?"
 _INSERT = f"INSERT INTO activities ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * _N)})"
+_INSERT_NEW = f"{_INSERT} ON CONFLICT DO NOTHING"
 _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= ?"
 # Claims and the claimable scan name their index: the planner would otherwise walk a world's
 # primary-key range, whose cost grows with that world's finished rows. Leased rows sit beyond
@@ -70,6 +85,12 @@ _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= ?"
 _BY_KIND = f"{_SELECT} INDEXED BY activities_claimable WHERE kind = ? AND {_CLAIMABLE}"
 _CLAIM_KIND = f"{_BY_KIND} ORDER BY claimable_from_ms LIMIT 1"
 _CLAIM_KIND_WORLD = f"{_BY_KIND} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
+# The earliest claimable time of a kind: one step into the claimable index.
+_NEXT_KIND = (
+    "SELECT MIN(claimable_from_ms) FROM activities INDEXED BY activities_claimable"
+    " WHERE kind = ? AND claimable_from_ms IS NOT NULL"
+)
+_NEXT_KIND_WORLD = f"{_NEXT_KIND} AND world_id = ?"
 _KINDS = "SELECT kind FROM activity_kinds"
 _ADD_KIND = "INSERT OR IGNORE INTO activity_kinds (kind) VALUES (?)"
 _HAS_UNSETTLED = (
@@ -131,8 +152,14 @@ class SqliteCatalogStore:
             )
         self.path = path
         self.synchronous = synchronous
+        #: This process's doorbell of the file: commits ring it (see `changed_topics`).
+        self._doorbell = Doorbell.for_catalog(path)
+        #: Write transactions this store committed (each one WAL sync when FULL).
+        self.commits = 0
         self._lock = threading.Lock()
         self._updates: dict[tuple[int, ...], str] = {}
+        self._kinds_seen: set[str] = set()  # committed to `activity_kinds` (never removed)
+        self._known: dict[KeyTuple, Row] = {}  # the last row read or written, per key
         try:
             conn = sqlite3.connect(
                 path,
@@ -186,6 +213,11 @@ class SqliteCatalogStore:
 
     def _write(self, cur: sqlite3.Cursor, old: Row, new: Row) -> None:
         """Compare-and-swap the changed columns of ``old`` to ``new`` on its version."""
+        if not self._swap(cur, old, new):
+            raise CatalogStorageError("the activity changed under the transaction (version)")
+
+    def _swap(self, cur: sqlite3.Cursor, old: Row, new: Row) -> bool:
+        """Write the changed columns of ``old`` to ``new`` if the stored version is old's."""
         changed = tuple(compress(_POSITIONS, map(ne, old, new)))
         sql = self._updates.get(changed)
         if sql is None:
@@ -197,24 +229,75 @@ class SqliteCatalogStore:
             self._updates[changed] = sql
         params = [new[i] for i in changed]
         params += (old[0], old[1], old[2], old[VERSION])
-        if cur.execute(sql, params).rowcount != 1:
-            raise CatalogStorageError("the activity changed under the transaction (version)")
+        return bool(cur.execute(sql, params).rowcount == 1)
 
     def apply(self, key: KeyTuple, transition: Transition) -> Row:
         with self._lock:
             cur = self._begin()
             try:
-                old = cur.execute(_BY_KEY, key).fetchone()
-                new = transition(old)
-                if old is None:
-                    cur.execute(_ADD_KIND, (new[1],))
-                    cur.execute(_INSERT, new)
-                elif new[VERSION] != old[VERSION]:
-                    self._write(cur, old, new)
+                old, new = self._apply_known(cur, key, transition)
+                if new is None and key not in self._known:
+                    new = self._insert_new(cur, transition)
+                if new is None:
+                    old = cur.execute(_BY_KEY, key).fetchone()
+                    new = transition(old)
+                    if old is None:
+                        if new[1] not in self._kinds_seen:  # kinds are only ever added
+                            cur.execute(_ADD_KIND, (new[1],))
+                        cur.execute(_INSERT, new)
+                    elif new[VERSION] != old[VERSION]:
+                        self._write(cur, old, new)
                 cur.execute("COMMIT")
             except BaseException as e:
+                self._known.pop(key, None)
                 self._abort(e)
-            return new
+            if old is None:
+                self._kinds_seen.add(new[1])
+            self._remember(key, new)
+            wrote = old is None or new[VERSION] != old[VERSION]
+            self.commits += wrote
+        if wrote:
+            self._ring(old, new)
+        return new
+
+    def _apply_known(
+        self, cur: sqlite3.Cursor, key: KeyTuple, transition: Transition
+    ) -> tuple[Row | None, Row | None]:
+        """Run the transition on the row this store last read or wrote and swap the result in
+        on that row's version: one statement instead of two while nobody else changed the row.
+        Every write raises the version (the core's rule), so a swap that matches proves the
+        known row was the stored one. (None, None) when it cannot tell: no known row, a
+        rejection or a no-op (both may come from a stale row), or a version that moved; the
+        caller then decides on the stored row, in the same transaction."""
+        old = self._known.get(key)
+        if old is None:
+            return None, None
+        try:
+            new = transition(old)
+        except Exception:
+            return None, None
+        if new[VERSION] == old[VERSION] or not self._swap(cur, old, new):
+            return None, None
+        return old, new
+
+    def _insert_new(self, cur: sqlite3.Cursor, transition: Transition) -> Row | None:
+        """For a key this store does not know: if the transition creates a row from nothing
+        (an admission), insert it unless a row exists; the row created, or None (the key
+        exists, or the transition needs a stored row: the caller reads it and decides)."""
+        try:
+            new = transition(None)
+        except Exception:
+            return None
+        if new[1] not in self._kinds_seen:  # kinds are only ever added
+            cur.execute(_ADD_KIND, (new[1],))
+        if cur.execute(_INSERT_NEW, new).rowcount != 1:
+            return None
+        return new
+
+    def _remember(self, key: KeyTuple, row: Row) -> None:
+        if len(self._known) >= KNOWN_ROWS and key not in self._known:
+            self._known.clear()
+        self._known[key] = row
 
     def claim(
         self,
@@ -232,8 +315,40 @@ class SqliteCatalogStore:
                     self._write(cur, old, new)
                 cur.execute("COMMIT")
             except BaseException as e:
+                self._known.clear()
                 self._abort(e)
-            return new
+            if new is not None:
+                self._remember((new[0], new[1], new[2]), new)
+            self.commits += new is not None
+        if new is not None:
+            self._ring(old, new)
+        return new
+
+    def _ring(self, old: Row | None, new: Row) -> None:
+        # After the commit and outside the lock: a waiter woken now finds the change.
+        topics = changed_topics(old, new)
+        if topics:
+            self._doorbell.ring(topics)
+
+    def doorbell(self) -> Doorbell:
+        """This process's doorbell of the file (datagram sockets beside it)."""
+        return self._doorbell
+
+    def next_claimable(self, kinds: Sequence[str] | None, world_id: str | None) -> int | None:
+        with self._lock:
+            try:
+                cur = self._db().cursor()
+                times = []
+                for kind in self._kinds(cur, kinds):
+                    if world_id is None:
+                        row = cur.execute(_NEXT_KIND, (kind,)).fetchone()
+                    else:
+                        row = cur.execute(_NEXT_KIND_WORLD, (kind, world_id)).fetchone()
+                    if row is not None and row[0] is not None:
+                        times.append(int(row[0]))
+            except sqlite3.Error as e:
+                raise CatalogStorageError(f"catalog read failed: {e}") from e
+        return min(times, default=None)
 
     def align_clock(self, boot_id: str, rebase: ClaimTransition) -> int:
         with self._lock:
@@ -253,6 +368,7 @@ class SqliteCatalogStore:
                             rebased += 1
                     cur.execute(_SET_CLOCK_BOOT, (boot_id,))
                 cur.execute("COMMIT")
+                self._known.clear()
             except BaseException as e:
                 self._abort(e)
             return rebased
@@ -320,6 +436,8 @@ class SqliteCatalogStore:
                 row: Row | None = self._db().execute(_BY_KEY, key).fetchone()
             except sqlite3.Error as e:
                 raise CatalogStorageError(f"catalog read failed: {e}") from e
+            if row is not None:
+                self._remember(key, row)
             return row
 
     def page(

@@ -5,10 +5,23 @@ One connection, serialised by a mutex, in autocommit mode; every mutation is one
 head advance are durable together (WAL, `synchronous=FULL`) or not at all. Each transaction
 reads the world's facts, lets `tether.world._rules` decide, and writes what it decided: SQL
 here decides no rule.
+
+Two costs a tick does not pay:
+- The post-commit mark is committed without a sync of its own (`synchronous=NORMAL` for that
+  one transaction): it survives a process crash at once and a power loss with the next
+  durable commit, because the WAL is one ordered log and a FULL commit syncs every frame
+  before its own. The only steps that read the mark, the next tick and a fork or destroy,
+  are such commits, so a tick T+1 that is durable proves T's mark is; a mark lost with the
+  power only makes a restart repeat T's post-commit work, which is idempotent.
+- `read_at` of a tick this ledger committed (or read last) does not re-read the world: each
+  world's latest snapshot is kept, and a commit on it builds the next one from the writes.
+  Committed ticks never change, so the kept state is exact; the tick's existence is still
+  checked in SQL on every read (a destroyed world's receipts fail closed).
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import sqlite3
 import threading
@@ -17,6 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from types import MappingProxyType
 
 from tether.world import _rules as rules
 from tether.world._errors import HeadConflict, ReceiptRejected, WorldError, WorldNotFound
@@ -71,6 +85,19 @@ CREATE INDEX IF NOT EXISTS components_by_tick ON components (world_id, run_id, t
 """
 
 
+# What the receipt reader needs, in one statement: the world's head, every token recorded at
+# the receipt's (run, tick), and whether the receipt's token is in the visibility allowlist;
+# then the rest of the world's facts (the post-commit mark reads both).
+_RECEIPT_FACTS = """
+SELECT w.run_id, w.head_tick, w.close_state,
+    (SELECT json_group_array(t.token) FROM tick_tokens t
+        WHERE t.world_id = w.world_id AND t.run_id = ?1 AND t.tick = ?2),
+    EXISTS (SELECT 1 FROM visibility v WHERE v.world_id = w.world_id AND v.token = ?3),
+    w.head_token, w.writer_epoch, w.post_commit_tick, w.close_sticky
+FROM worlds w WHERE w.world_id = ?4
+"""
+
+
 class _WorldLock:
     """A re-entrant per-world lock that can tell whether the calling thread holds it."""
 
@@ -94,6 +121,15 @@ class _WorldLock:
         return self._owner == threading.get_ident()
 
 
+def _same(a: CommittedTickReceipt, b: CommittedTickReceipt) -> bool:
+    return (a.world_id, a.run_id, a.tick, a.visibility_token) == (
+        b.world_id,
+        b.run_id,
+        b.tick,
+        b.visibility_token,
+    )
+
+
 def _new_token() -> str:
     return "vt_" + secrets.token_hex(16)
 
@@ -107,6 +143,11 @@ class SqliteLedger:
         self._mutex = threading.Lock()
         self._locks: dict[str, _WorldLock] = {}
         self._locks_guard = threading.Lock()
+        # Per world, the latest snapshot read or committed here (committed ticks never change).
+        self._latest: dict[str, tuple[WorldSnapshot, dict[tuple[str, str], str]]] = {}
+        #: Write transactions committed, and how many of them synced the WAL (FULL).
+        self.commits = 0
+        self.synced_commits = 0
         try:
             self._db = sqlite3.connect(
                 str(self._path), isolation_level=None, check_same_thread=False, timeout=30.0
@@ -115,6 +156,10 @@ class SqliteLedger:
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
             self._check_version()
+            self._unsynced = sqlite3.connect(
+                str(self._path), isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+            self._unsynced.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as e:
             raise WorldError(f"cannot open world ledger at {self._path}: {e}") from e
 
@@ -145,16 +190,21 @@ class SqliteLedger:
     # -- transactions -------------------------------------------------------------------
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self, *, sync: bool = True) -> Iterator[sqlite3.Connection]:
+        # Unsynced (only the post-commit mark, see the module docstring): the second
+        # connection, opened with synchronous=NORMAL; both are used under the one mutex.
+        db = self._db if sync else self._unsynced
         with self._mutex:
-            self._db.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
+                yield db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                db.execute("ROLLBACK")
                 raise
             else:
-                self._db.execute("COMMIT")
+                db.execute("COMMIT")
+                self.commits += 1
+                self.synced_commits += sync
 
     @staticmethod
     def _facts(db: sqlite3.Connection, world_id: str) -> WorldFacts | None:
@@ -271,7 +321,30 @@ class SqliteLedger:
             # Compare-and-swap on the facts read (as the catalog swaps on its version).
             if cur.rowcount != 1:  # pragma: no cover - guarded by BEGIN IMMEDIATE above
                 raise HeadConflict(f"head of {writer.world_id!r} moved during commit")
-        return CommittedTickReceipt(writer.world_id, run_id, tick, token)
+        receipt = CommittedTickReceipt(writer.world_id, run_id, tick, token)
+        self._keep_next(parent, receipt, encoded)
+        return receipt
+
+    def _keep_next(
+        self,
+        parent: CommittedTickReceipt,
+        receipt: CommittedTickReceipt,
+        encoded: dict[tuple[str, str], str | None],
+    ) -> None:
+        """Keep the committed tick's snapshot, built from the kept parent's and the writes."""
+        with self._mutex:
+            kept = self._latest.get(parent.world_id)
+            if kept is None or not _same(kept[0].receipt, parent):
+                self._latest.pop(parent.world_id, None)
+                return
+            state = kept[1].copy()  # a new dict: the parent's snapshot stays as it was
+            for key, text in encoded.items():
+                if text is None:
+                    state.pop(key, None)
+                else:
+                    state[key] = text
+            snapshot = WorldSnapshot(receipt, MappingProxyType(state), frozenset(encoded))
+            self._latest[parent.world_id] = (snapshot, state)
 
     def head(self, world_id: str) -> CommittedTickReceipt:
         """The world's current committed head (in its current run)."""
@@ -286,10 +359,16 @@ class SqliteLedger:
         return rules.head_of(world_id, facts) if rules.post_commit_pending(facts) else None
 
     def complete_post_commit(self, receipt: CommittedTickReceipt) -> None:
-        """Record that the post-commit work of the head `receipt` succeeded."""
-        self.check_receipt(receipt)
-        with self._tx() as db:
-            mark = rules.post_commit_mark(receipt, self._live(db, receipt.world_id))
+        """Record that the post-commit work of the head `receipt` succeeded.
+
+        Raises:
+            ReceiptRejected: `receipt` is not the world's exact committed head (the reader).
+        """
+        token = rules.receipt_token(receipt)
+        with self._tx(sync=False) as db:  # durable with the next FULL commit (see above)
+            head, world = self._receipt_facts(db, receipt, token)
+            rules.judge_receipt(receipt, head)
+            mark = rules.post_commit_mark(receipt, rules.live_world(receipt.world_id, world))
             db.execute(
                 "UPDATE worlds SET post_commit_tick = ? WHERE world_id = ?",
                 (mark, receipt.world_id),
@@ -304,34 +383,37 @@ class SqliteLedger:
             ReceiptRejected: with the code of the first rule the receipt breaks.
         """
         token = rules.receipt_token(receipt)
-        with self._mutex:  # one consistent view: no commit lands between these reads
-            row = self._db.execute(
-                "SELECT run_id, head_tick, close_state FROM worlds WHERE world_id = ?",
-                (receipt.world_id,),
-            ).fetchone()
-            tokens = frozenset(
-                r[0]
-                for r in self._db.execute(
-                    "SELECT token FROM tick_tokens WHERE world_id = ? AND run_id = ? AND tick = ?",
-                    (receipt.world_id, receipt.run_id, receipt.tick),
-                )
-            )
-            visible = self._db.execute(
-                "SELECT 1 FROM visibility WHERE world_id = ? AND token = ?",
-                (receipt.world_id, token),
-            ).fetchone()
-        facts = (
-            None
-            if row is None
-            else HeadFacts(
-                run_id=row[0],
-                head_tick=int(row[1]),
-                destroyed=row[2] == "destroyed",
-                tokens_at_tick=tokens,
-                visible=visible is not None,
-            )
-        )
+        with self._mutex:  # one statement: one consistent view, no commit lands in between
+            facts, _ = self._receipt_facts(self._db, receipt, token)
         rules.judge_receipt(receipt, facts)
+
+    @staticmethod
+    def _receipt_facts(
+        db: sqlite3.Connection, receipt: CommittedTickReceipt, token: str
+    ) -> tuple[HeadFacts | None, WorldFacts | None]:
+        """The receipt reader's facts and the world's facts, in one statement."""
+        row = db.execute(
+            _RECEIPT_FACTS, (receipt.run_id, receipt.tick, token, receipt.world_id)
+        ).fetchone()
+        if row is None:
+            return None, None
+        head = HeadFacts(
+            run_id=row[0],
+            head_tick=int(row[1]),
+            destroyed=row[2] == "destroyed",
+            tokens_at_tick=frozenset(json.loads(row[3])),
+            visible=bool(row[4]),
+        )
+        world = WorldFacts(
+            run_id=row[0],
+            head_tick=int(row[1]),
+            head_token=row[5],
+            writer_epoch=int(row[6]),
+            post_commit_tick=int(row[7]),
+            close_state=str(row[2]),
+            close_sticky=bool(row[8]),
+        )
+        return head, world
 
     def visibility_allowlist(self, world_id: str) -> frozenset[str]:
         """The world's pinned visibility tokens."""
@@ -359,6 +441,9 @@ class SqliteLedger:
             ).fetchone()
             if found is None:
                 raise ReceiptRejected("no_such_tick", f"no committed tick matches {receipt!r}")
+            kept = self._latest.get(receipt.world_id)
+            if kept is not None and _same(kept[0].receipt, receipt):
+                return kept[0]
             rows = self._db.execute(
                 "SELECT entity, component, value, MAX(tick) FROM components"
                 " WHERE world_id = ? AND run_id = ? AND tick <= ? GROUP BY entity, component",
@@ -370,7 +455,19 @@ class SqliteLedger:
                 key,
             ).fetchall()
         state = {(r[0], r[1]): r[2] for r in rows if r[2] is not None}
-        return WorldSnapshot.of(receipt, state, frozenset((r[0], r[1]) for r in changed))
+        snapshot = WorldSnapshot(
+            receipt, MappingProxyType(state), frozenset((r[0], r[1]) for r in changed)
+        )
+        with self._mutex:
+            kept = self._latest.get(receipt.world_id)
+            later_kept = (
+                kept is not None
+                and kept[0].receipt.run_id == receipt.run_id
+                and kept[0].receipt.tick > receipt.tick
+            )
+            if not later_kept:  # a historical read leaves the later snapshot kept
+                self._latest[receipt.world_id] = (snapshot, state)
+        return snapshot
 
     # -- locking ------------------------------------------------------------------------
 
@@ -472,8 +569,10 @@ class SqliteLedger:
             db.execute(
                 "UPDATE worlds SET close_state = 'destroyed' WHERE world_id = ?", (world_id,)
             )
+            self._latest.pop(world_id, None)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connections."""
         with self._mutex:
+            self._unsynced.close()
             self._db.close()
