@@ -32,8 +32,8 @@ from tether.world._errors import (
     WorldError,
     WorldNotFound,
 )
+from tether.world._locks import WorldLocks
 from tether.world._rules import HeadFacts, WorldFacts
-from tether.world._sqlite import _WorldLock
 from tether.world._types import CommittedTickReceipt, ComponentWrite, WorldSnapshot, Writer
 
 _FACTS = (
@@ -75,8 +75,7 @@ class PostgresLedger:
     ) -> None:
         self._clock = clock
         self._mutex = threading.Lock()
-        self._locks: dict[str, _WorldLock] = {}
-        self._locks_guard = threading.Lock()
+        self._world_locks = WorldLocks()
         self._session = Session(
             conninfo, WorldError, LedgerCommitUnknown, application="tether-world"
         )
@@ -306,28 +305,13 @@ class PostgresLedger:
 
     # -- locking ------------------------------------------------------------------------
 
-    def _world_lock(self, world_id: str) -> _WorldLock:
-        with self._locks_guard:
-            return self._locks.setdefault(world_id, _WorldLock())
-
-    @contextmanager
-    def _locked(self, world_id: str) -> Iterator[None]:
-        lock = self._world_lock(world_id)
-        lock.acquire()
-        try:
-            yield
-        finally:
-            lock.release()
-
     def lock(self, world_id: str) -> AbstractContextManager[None]:
         """The exact-world lock of this process (re-entrant for its holder)."""
-        return self._locked(world_id)
+        return self._world_locks.lock(world_id)
 
     def holds_lock(self, world_id: str | None = None) -> bool:
         """Whether the calling thread holds the lock of `world_id` (or of any world)."""
-        with self._locks_guard:
-            locks = list(self._locks.items())
-        return any(lk.held_by_me() for w, lk in locks if world_id is None or w == world_id)
+        return self._world_locks.holds(world_id)
 
     # -- lifecycle ----------------------------------------------------------------------
 

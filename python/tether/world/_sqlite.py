@@ -34,6 +34,7 @@ from types import MappingProxyType
 
 from tether.world import _rules as rules
 from tether.world._errors import HeadConflict, ReceiptRejected, WorldError, WorldNotFound
+from tether.world._locks import WorldLocks
 from tether.world._rules import HeadFacts, WorldFacts
 from tether.world._types import CommittedTickReceipt, ComponentWrite, WorldSnapshot, Writer
 
@@ -98,29 +99,6 @@ FROM worlds w WHERE w.world_id = ?4
 """
 
 
-class _WorldLock:
-    """A re-entrant per-world lock that can tell whether the calling thread holds it."""
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._owner: int | None = None
-        self._depth = 0
-
-    def acquire(self) -> None:
-        self._lock.acquire()
-        self._owner = threading.get_ident()
-        self._depth += 1
-
-    def release(self) -> None:
-        self._depth -= 1
-        if self._depth == 0:
-            self._owner = None
-        self._lock.release()
-
-    def held_by_me(self) -> bool:
-        return self._owner == threading.get_ident()
-
-
 def _same(a: CommittedTickReceipt, b: CommittedTickReceipt) -> bool:
     return (a.world_id, a.run_id, a.tick, a.visibility_token) == (
         b.world_id,
@@ -141,8 +119,7 @@ class SqliteLedger:
         self._path = Path(path)
         self._clock = clock or (lambda: int(time.time() * 1000))
         self._mutex = threading.Lock()
-        self._locks: dict[str, _WorldLock] = {}
-        self._locks_guard = threading.Lock()
+        self._world_locks = WorldLocks()
         # Per world, the latest snapshot read or committed here (committed ticks never change).
         self._latest: dict[str, tuple[WorldSnapshot, dict[tuple[str, str], str]]] = {}
         #: Write transactions committed, and how many of them synced the WAL (FULL).
@@ -471,28 +448,13 @@ class SqliteLedger:
 
     # -- locking ------------------------------------------------------------------------
 
-    def _world_lock(self, world_id: str) -> _WorldLock:
-        with self._locks_guard:
-            return self._locks.setdefault(world_id, _WorldLock())
-
-    @contextmanager
-    def _locked(self, world_id: str) -> Iterator[None]:
-        lock = self._world_lock(world_id)
-        lock.acquire()
-        try:
-            yield
-        finally:
-            lock.release()
-
     def lock(self, world_id: str) -> AbstractContextManager[None]:
         """The exact-world lock (re-entrant for its holder), as a context manager."""
-        return self._locked(world_id)
+        return self._world_locks.lock(world_id)
 
     def holds_lock(self, world_id: str | None = None) -> bool:
         """Whether the calling thread holds the lock of `world_id` (or of any world)."""
-        with self._locks_guard:
-            locks = list(self._locks.items())
-        return any(lk.held_by_me() for w, lk in locks if world_id is None or w == world_id)
+        return self._world_locks.holds(world_id)
 
     # -- lifecycle ----------------------------------------------------------------------
 
