@@ -29,9 +29,9 @@ build: venv
 	$(BIN)/maturin develop -q --release --extras dev
 
 rust-test: venv
-	cd rust && cargo test -q
-	cd rust && cargo clippy -q --all-targets -- -D warnings
-	cd rust && cargo clippy -q --all-targets --features python -- -D warnings
+	cargo test -q --workspace
+	cargo clippy -q --workspace --all-targets -- -D warnings
+	cargo clippy -q --workspace --all-targets --features python -- -D warnings
 
 lint: build
 	$(BIN)/ruff check python tests benches examples
@@ -57,4 +57,4 @@ bench: build
 	for b in benches/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) rust/target
+	rm -rf $(VENV) target rust/target

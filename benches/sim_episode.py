@@ -24,10 +24,10 @@ from typing import Any
 import mujoco  # type: ignore[import-untyped]
 import numpy as np
 from tether.activities import ActivityKey
-from tether.physical import EpisodeRequest, SimProvider, load_model_file, trajectory_digest
-from tether.physical._episode import _Q0_HIGH, _Q0_LOW, inverse_kinematics
-from tether.physical.adapter import SimEpisodeAdapter, kick_planner, sim_family
-from tether.physical.family import (
+from tether.families.sim import EpisodeRequest, SimProvider, load_model_file, trajectory_digest
+from tether.families.sim._episode import _Q0_HIGH, _Q0_LOW, inverse_kinematics
+from tether.families.sim.adapter import SimEpisodeAdapter, kick_planner, sim_family
+from tether.families.sim.family import (
     INTENT,
     KIND,
     MISSION,

@@ -103,7 +103,7 @@ def test_a_data_dir_that_is_a_file_is_one_line(
 
 def test_a_worker_on_a_file_is_one_line_from_the_dispatcher(tmp_path: Path, a_file: Path) -> None:
     config = config_with_state_dir(tmp_path, tmp_path / "state")
-    families = "tether.physical.robot_move_family:families_from_env"
+    families = "tether.families.robot_move.family:families_from_env"
     done = tether(
         "worker", str(a_file), "--families", families, env={"TETHER_HOST_CONFIG": str(config)}
     )

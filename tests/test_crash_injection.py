@@ -14,7 +14,7 @@ _PROBE = """
 import sys
 from tether._crash import crash_point
 from tether.adapters.dynamixel.move import CRASH_POINTS
-from tether.physical.provider import CRASH_ENV as SIM_ENV
+from tether.families.sim.provider import CRASH_ENV as SIM_ENV
 from tether.runtime import CRASH_POINTS as RUNTIME_POINTS
 assert SIM_ENV == "TETHER_CRASH_AT"
 for attempt in (1, 2, 3):

@@ -25,7 +25,7 @@ def test_importing_patch_loads_no_runtime_world_or_storage_module() -> None:
         if line.startswith("import time:") and "|" in line
     }
     assert {"tether.patch", "tether.errors", "tether._core"} <= modules
-    heavy = ("runtime", "world", "storage", "activities", "physical", "adapters")
+    heavy = ("runtime", "world", "storage", "activities", "families", "apps", "devices", "adapters")
     loaded = sorted(
         m
         for m in modules

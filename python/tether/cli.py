@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {}
 
 # --- demo ---
 COMMANDS["demo"] = (
-    "tether.physical.demo",
+    "tether.apps.demo.main",
     "run the main job: a planner drives seeded MuJoCo reaches as durable activities",
 )
 COMMANDS["replay"] = (

@@ -138,7 +138,7 @@ def test_radians_become_ticks_in_one_place() -> None:
         *root.glob("adapters/dynamixel/*.py"),
         *root.glob("emulators/*.py"),
         *root.glob("operator/*.py"),
-        *root.glob("physical/robot_move*.py"),
+        *root.glob("families/robot_move/*.py"),
     ]
     users = sorted(
         str(p.relative_to(root))
@@ -152,7 +152,7 @@ def test_radians_become_ticks_in_one_place() -> None:
 
 def test_a_relative_plan_adds_the_delta_in_ticks_and_checks_limits() -> None:
     from tether.adapters.dynamixel.move import plan_relative
-    from tether.physical.robot_move import KIND_RELATIVE, MoveRequest
+    from tether.families.robot_move.request import KIND_RELATIVE, MoveRequest
 
     arm = parse_config(GOOD).robot("arm")
     elbow = arm.joint("elbow")

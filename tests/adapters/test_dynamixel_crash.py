@@ -26,8 +26,8 @@ from _dxl_setup import (
     write_config,
 )
 from tether.activities import ActivityKey, Catalog, operation_id_for
-from tether.physical.robot_move import KIND_ABSOLUTE
-from tether.physical.robot_move_store import MoveStore
+from tether.families.robot_move.journal import MoveStore
+from tether.families.robot_move.request import KIND_ABSOLUTE
 
 KILLED = -signal.SIGKILL
 KEY = ActivityKey("local", KIND_ABSOLUTE, "move-1")

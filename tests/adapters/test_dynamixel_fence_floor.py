@@ -12,8 +12,8 @@ from tether.adapters.dynamixel.config import load_config
 from tether.adapters.dynamixel.host import RobotHost
 from tether.adapters.dynamixel.move import DynamixelMoveAdapter, FencedOut
 from tether.emulators.dynamixel import DynamixelEmulator
-from tether.physical.robot_move import KIND_ABSOLUTE, MoveRequest
-from tether.physical.robot_move_store import MoveStore
+from tether.families.robot_move.journal import MoveStore
+from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 
 REQUEST = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS})
 

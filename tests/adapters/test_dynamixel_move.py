@@ -19,9 +19,9 @@ from tether.adapters.dynamixel.move import DynamixelMoveAdapter
 from tether.adapters.dynamixel.worker import run_move
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import HostConfigError, OperatorRejection
+from tether.families.robot_move.journal import MoveStore
+from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest, RetryClass, operation_id
 from tether.operator.decisions import resolve
-from tether.physical.robot_move import KIND_ABSOLUTE, MoveRequest, RetryClass, operation_id
-from tether.physical.robot_move_store import MoveStore
 from tether.runtime import ArtifactStore
 
 

@@ -15,8 +15,8 @@ from tether.activities import ActivityKey, operation_id_for
 from tether.adapters.dynamixel.driver import DxlBus
 from tether.adapters.dynamixel.tables import PRESENT_POSITION
 from tether.emulators.dynamixel import DynamixelEmulator
-from tether.physical.robot_move import KIND_ABSOLUTE
-from tether.physical.robot_move_store import MoveStore
+from tether.families.robot_move.journal import MoveStore
+from tether.families.robot_move.request import KIND_ABSOLUTE
 from tether.transport import PortLost, TransportError
 
 PORT_LOST_CODES = {"port_lost", "read_failed", "write_failed"}

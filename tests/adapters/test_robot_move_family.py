@@ -17,16 +17,16 @@ from tether.activities import ActivityKey, operation_id_for
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import OperatorRejection
-from tether.operator.decisions import evidence_document, format_key, resolve
-from tether.physical.robot_move import KIND_ABSOLUTE, KIND_RELATIVE, MoveRequest
-from tether.physical.robot_move_family import (
+from tether.families.robot_move.family import (
     OBSERVATION,
     RobotMoveAdapter,
     intent,
     robot_move_family,
 )
-from tether.physical.robot_move_operator import RobotMoveReview
-from tether.physical.robot_move_store import MoveStore
+from tether.families.robot_move.journal import MoveStore
+from tether.families.robot_move.operator import RobotMoveReview
+from tether.families.robot_move.request import KIND_ABSOLUTE, KIND_RELATIVE, MoveRequest
+from tether.operator.decisions import evidence_document, format_key, resolve
 from tether.runtime import Family, Host, ProgressEvent
 
 

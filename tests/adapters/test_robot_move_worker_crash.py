@@ -21,9 +21,9 @@ from tether.activities import ActivityKey
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import load_config
 from tether.emulators.dynamixel import DynamixelEmulator
-from tether.physical.robot_move import KIND_ABSOLUTE, MoveRequest
-from tether.physical.robot_move_family import CONFIG_ENV, OBSERVATION, intent, robot_move_family
-from tether.physical.robot_move_store import MoveStore
+from tether.families.robot_move.family import CONFIG_ENV, OBSERVATION, intent, robot_move_family
+from tether.families.robot_move.journal import MoveStore
+from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 from tether.runtime import Host
 
 KEY = ActivityKey("w", KIND_ABSOLUTE, "move-1")
@@ -44,7 +44,7 @@ def worker(data: Path, config: Path, crash_at: str | None) -> subprocess.Popen[b
         "worker",
         str(data),
         "--families",
-        "tether.physical.robot_move_family:families_from_env",
+        "tether.families.robot_move.family:families_from_env",
         "--lease-ms",
         "1500",
     ]

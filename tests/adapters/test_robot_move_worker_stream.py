@@ -23,8 +23,8 @@ from tether.activities import ActivityKey
 from tether.adapters.dynamixel.config import load_config
 from tether.agui import message_id
 from tether.emulators.dynamixel import DynamixelEmulator
-from tether.physical.robot_move import KIND_ABSOLUTE, MoveRequest
-from tether.physical.robot_move_family import CONFIG_ENV, intent, robot_move_family
+from tether.families.robot_move.family import CONFIG_ENV, intent, robot_move_family
+from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 from tether.runtime import Host
 
 KEY = ActivityKey("w", KIND_ABSOLUTE, "move-1")
@@ -113,7 +113,7 @@ def test_worker_streams_the_moves_read_back_as_agui_activity(
         "worker",
         str(data),
         "--families",
-        "tether.physical.robot_move_family:families_from_env",
+        "tether.families.robot_move.family:families_from_env",
     ]
     argv += ["--lease-ms", "3000", "--sse-port", "0"]
     with Host(data, [family], workers=0, observe=False) as host:
@@ -204,7 +204,7 @@ def test_worker_refuses_a_bad_sse_port(tmp_path: Path) -> None:
             "worker",
             str(tmp_path),
             "--families",
-            "tether.physical.robot_move_family:families_from_env",
+            "tether.families.robot_move.family:families_from_env",
             "--sse-port",
             "70000",
         ],

@@ -60,7 +60,7 @@ def test_replay_gives_the_same_store_for_any_chunking(chunk_size: int) -> None:
 
 
 def test_demo_and_replay_are_registered() -> None:
-    assert COMMANDS["demo"][0] == "tether.physical.demo"  # the simulation demo replaced it
+    assert COMMANDS["demo"][0] == "tether.apps.demo.main"  # the simulation demo replaced it
     assert COMMANDS["replay"][0] == "tether.agui.replay"
 
 

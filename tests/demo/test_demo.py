@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from tether.activities import ActivityKey, Catalog, operation_id_for
-from tether.physical import ProcessIdentity, SimProvider
-from tether.physical.adapter import MAX_FAILED_STARTS
-from tether.physical.family import KIND, OBSERVATION
-from tether.physical.provider import CRASH_ENV
+from tether.families.sim import ProcessIdentity, SimProvider
+from tether.families.sim.adapter import MAX_FAILED_STARTS
+from tether.families.sim.family import KIND, OBSERVATION
+from tether.families.sim.provider import CRASH_ENV
 from tether.runtime import CRASH_POINTS
 from tether.world import SqliteLedger
 

@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 
 from tether._core import ActivityStore
 from tether.activities import ActivityKey, Catalog
-from tether.physical.demo import final_content, message_id
-from tether.physical.family import INTENT, KIND
+from tether.apps.demo.main import final_content, message_id
+from tether.families.sim.family import INTENT, KIND
 from tether.world import SqliteLedger
 
 from tests.demo._support import demo_argv

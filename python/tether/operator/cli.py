@@ -114,8 +114,8 @@ def _review(config: Any, store_dir: Path) -> Any:
     configuration's robots); None for a family without one."""
     if config is None:
         return lambda record: None
-    from tether.physical.robot_move_operator import RobotMoveReview
-    from tether.physical.robot_move_store import MoveStore
+    from tether.families.robot_move.journal import MoveStore
+    from tether.families.robot_move.operator import RobotMoveReview
 
     robot_moves = RobotMoveReview(config, MoveStore(store_dir))
 

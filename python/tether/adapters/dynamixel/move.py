@@ -37,8 +37,14 @@ from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, RobotConfig
 from tether.adapters.dynamixel.host import RobotHost, last_operator_stop, read_state
 from tether.adapters.dynamixel.safety import safe_stop
-from tether.physical.robot_move import Conclusion, ConfirmedAbsent, MoveRequest, Recovered, Unknown
-from tether.physical.robot_move_store import Operation, now_ms
+from tether.families.robot_move.journal import Operation, now_ms
+from tether.families.robot_move.request import (
+    Conclusion,
+    ConfirmedAbsent,
+    MoveRequest,
+    Recovered,
+    Unknown,
+)
 from tether.transport import DeviceError
 
 #: The crash points of a move and of a re-issue proof (`TETHER_CRASH_AT=<name>`, the one

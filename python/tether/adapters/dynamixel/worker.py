@@ -31,7 +31,7 @@ from tether.activities import ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.move import check_request
 from tether.errors import TetherError
-from tether.physical.robot_move import (
+from tether.families.robot_move.request import (
     KIND_ABSOLUTE,
     KIND_RELATIVE,
     MoveRequest,
@@ -109,7 +109,7 @@ def run_move(
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run one move to a conclusion (see the module docstring); the outcome document."""
-    from tether.physical.robot_move_family import INTENT, intent, robot_move_family
+    from tether.families.robot_move.family import INTENT, intent, robot_move_family
     from tether.runtime import Host
     from tether.world import WorldNotFound
 

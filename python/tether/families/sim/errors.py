@@ -14,7 +14,7 @@ class InvalidEpisodeRequest(SimError, ValueError):
 
 
 class UnknownModel(InvalidEpisodeRequest):
-    """The request names a model that is not shipped in `tether/physical/models/`."""
+    """The request names a model that is not shipped in `tether/families/sim/models/`."""
 
 
 class ModelDigestMismatch(InvalidEpisodeRequest):

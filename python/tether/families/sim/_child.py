@@ -1,7 +1,7 @@
 """One episode attempt, run in its own process: marker, fence check, episodes, durable result.
 
 `run_attempt` is the body; it runs in a process forked by the worker's episode host (see
-`_host.py`) or, stand-alone, as `python -m tether.physical._child <op-dir> <attempt>
+`_host.py`) or, stand-alone, as `python -m tether.families.sim._child <op-dir> <attempt>
 <parent-pid>` with the job on stdin and JSON lines on stdout. Either way the order is fixed:
 die-with-parent is armed first and the parent is checked after arming it (it may have died in
 between), then the start marker is created if absent, then the fence tombstone is checked, and
@@ -19,16 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tether.operations._durable import create_exclusive
-from tether.physical._episode import (
+from tether._proc import ProcessIdentity, set_parent_death_signal
+from tether.families.sim._episode import (
     RESULT_MEDIA_TYPE,
     EpisodeRequest,
     encode_result,
     run_episodes,
 )
-from tether.physical._proc import ProcessIdentity, set_parent_death_signal
-from tether.physical.errors import InvalidEpisodeRequest
-from tether.physical.provider import (
+from tether.families.sim.errors import InvalidEpisodeRequest
+from tether.families.sim.provider import (
     EXIT_ALREADY_STARTED,
     EXIT_BAD_REQUEST,
     EXIT_FENCED,
@@ -37,6 +36,7 @@ from tether.physical.provider import (
     OperationDir,
     crash_point,
 )
+from tether.operations._durable import create_exclusive
 from tether.runtime import ArtifactStore
 
 Emit = Callable[[dict[str, Any]], None]

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from tether._core import ActivityStore
-from tether.physical.stream import RunStream, StoreState, StreamServer
+from tether.agui.stream import RunStream, StoreState, StreamServer
 
 KIND = "physical_ai.sim_episode"
 VALIDATOR = Path(sys.executable).with_name("ag-ui-validate")

@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.operations import Journal, JournalError
-from tether.operations import Operation as JournalOperation
-from tether.operations._durable import create_exclusive
-from tether.physical.robot_move import (
+from tether.families.robot_move.request import (
     ConfirmedAbsent,
     MoveRequest,
     canonical_json,
     digest,
 )
+from tether.operations import Journal, JournalError
+from tether.operations import Operation as JournalOperation
+from tether.operations._durable import create_exclusive
 
 
 class StoreConflict(Exception):

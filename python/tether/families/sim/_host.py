@@ -1,6 +1,6 @@
 """The worker's episode host: a pre-imported process that forks one process per attempt.
 
-`python -m tether.physical._host <worker-pid> <control-fd>`. Started once per provider, it
+`python -m tether.families.sim._host <worker-pid> <control-fd>`. Started once per provider, it
 imports numpy, MuJoCo and the runner up front (the costly part of a fresh interpreter), arms
 die-with-parent and checks the worker is still its parent. Then, for each job received on the
 SOCK_SEQPACKET control socket (JSON plus the write end of a fresh event pipe, passed with
@@ -20,8 +20,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from tether.physical._child import arm_parent_death, run_attempt
-from tether.physical.provider import EXIT_PARENT_GONE, OperationDir
+from tether.families.sim._child import arm_parent_death, run_attempt
+from tether.families.sim.provider import EXIT_PARENT_GONE, OperationDir
 
 _MAX_JOB = 1 << 20
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from tether.activities import Evidence, ResultRef, RetryGuard
-from tether.physical._episode import read_summary
-from tether.physical.errors import ResultCorrupt
-from tether.physical.family import (
+from tether.families.sim._episode import read_summary
+from tether.families.sim.errors import ResultCorrupt
+from tether.families.sim.family import (
     INTENT,
     KIND,
     OBSERVATION,
@@ -25,7 +25,7 @@ from tether.physical.family import (
     pending,
     plan_with,
 )
-from tether.physical.provider import ProvenAbsent, ResultFound, SimProvider
+from tether.families.sim.provider import ProvenAbsent, ResultFound, SimProvider
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,

@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 
 from tether.activities import ActivityKey, Decision, ResultRef, operation_id_for
-from tether.physical import ProcessIdentity
-from tether.physical.adapter import SimEpisodeAdapter, kick_planner, sim_family, stage
-from tether.physical.demo import final_content
-from tether.physical.family import (
+from tether.apps.demo.main import final_content
+from tether.families.sim import ProcessIdentity
+from tether.families.sim.adapter import SimEpisodeAdapter, kick_planner, sim_family, stage
+from tether.families.sim.family import (
     INTENT,
     KIND,
     MISSION,

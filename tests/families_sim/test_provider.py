@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tether.physical import (
+from tether.families.sim import (
     RESULT_MEDIA_TYPE,
     EpisodeRequest,
     ProcessIdentity,
@@ -19,14 +19,14 @@ from tether.physical import (
     StillUnknown,
     decode_result,
 )
-from tether.physical.errors import (
+from tether.families.sim.errors import (
     AttemptAlreadyStarted,
     EpisodeFailed,
     InvalidEpisodeRequest,
     ResultCorrupt,
     StaleAttemptAlive,
 )
-from tether.physical.provider import CRASH_ENV, EXIT_FENCED, EXIT_PARENT_GONE, OperationDir
+from tether.families.sim.provider import CRASH_ENV, EXIT_FENCED, EXIT_PARENT_GONE, OperationDir
 from tether.runtime import ArtifactStore
 
 REQ = EpisodeRequest.create((0.2, 0.15), seed=5, episodes=1, steps=400)
@@ -140,7 +140,14 @@ def test_the_same_attempt_cannot_start_twice(tmp_path: Path) -> None:
 
 def _run_child(op: OperationDir, attempt: int, parent: int) -> int:
     job = json.dumps({"operation_id": "op", "request": REQ.to_dict()}).encode()
-    argv = [sys.executable, "-m", "tether.physical._child", str(op.path), str(attempt), str(parent)]
+    argv = [
+        sys.executable,
+        "-m",
+        "tether.families.sim._child",
+        str(op.path),
+        str(attempt),
+        str(parent),
+    ]
     return subprocess.run(argv, input=job, capture_output=True, check=False).returncode
 
 

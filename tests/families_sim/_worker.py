@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tether.physical import EpisodeRequest, SimProvider
+from tether.families.sim import EpisodeRequest, SimProvider
 
 
 def main() -> int:

@@ -12,7 +12,7 @@ import mujoco
 import numpy as np
 import pytest
 from tether.errors import TetherError
-from tether.physical import (
+from tether.families.sim import (
     EpisodeRequest,
     available_models,
     decode_result,
@@ -20,7 +20,7 @@ from tether.physical import (
     load_model_file,
     run_episodes,
 )
-from tether.physical.errors import (
+from tether.families.sim.errors import (
     InvalidEpisodeRequest,
     ModelDigestMismatch,
     ResultCorrupt,
@@ -107,7 +107,7 @@ def test_same_seed_same_arrays_other_seed_other_arrays() -> None:
 
 
 _DIGEST_SCRIPT = """
-from tether.physical import EpisodeRequest, run_episodes
+from tether.families.sim import EpisodeRequest, run_episodes
 req = EpisodeRequest.create((0.15, -0.2), seed=99, episodes=3, steps=700)
 print(run_episodes(req).summary["trajectory_digest"])
 """

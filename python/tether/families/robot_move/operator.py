@@ -12,8 +12,8 @@ from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost, fresh_state, owner_socket, send_request
 from tether.adapters.dynamixel.move import DynamixelMoveAdapter, changed_since, si_read_back
 from tether.errors import OperatorRejection
-from tether.physical.robot_move import GUARD_MEDIA_TYPE, KINDS, RESULT_MEDIA_TYPE
-from tether.physical.robot_move_store import MoveStore
+from tether.families.robot_move.journal import MoveStore
+from tether.families.robot_move.request import GUARD_MEDIA_TYPE, KINDS, RESULT_MEDIA_TYPE
 
 
 class RobotMoveReview:

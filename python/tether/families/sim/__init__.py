@@ -1,6 +1,7 @@
-"""Physical AI: seeded MuJoCo reaching episodes run as durable, reconcilable activities."""
+"""`physical_ai.sim_episode`: seeded MuJoCo reaches as durable, reconcilable Activities."""
 
-from tether.physical._episode import (
+from tether._proc import ProcessIdentity
+from tether.families.sim._episode import (
     RESULT_MEDIA_TYPE,
     ControllerParams,
     EpisodeRequest,
@@ -10,9 +11,8 @@ from tether.physical._episode import (
     run_episodes,
     trajectory_digest,
 )
-from tether.physical._model import DEFAULT_MODEL, available_models, load_model_file
-from tether.physical._proc import ProcessIdentity
-from tether.physical.provider import (
+from tether.families.sim._model import DEFAULT_MODEL, available_models, load_model_file
+from tether.families.sim.provider import (
     EpisodeOutcome,
     ProvenAbsent,
     ResultFound,

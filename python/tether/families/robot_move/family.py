@@ -32,7 +32,8 @@ from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
 from tether.adapters.dynamixel.move import DynamixelMoveAdapter, check_request
 from tether.errors import HostConfigError, TransportError
-from tether.physical.robot_move import (
+from tether.families.robot_move.journal import MoveStore, Operation, now_ms
+from tether.families.robot_move.request import (
     EVIDENCE_MEDIA_TYPE,
     FAMILY,
     GUARD_MEDIA_TYPE,
@@ -45,7 +46,6 @@ from tether.physical.robot_move import (
     Unknown,
     canonical_json,
 )
-from tether.physical.robot_move_store import MoveStore, Operation, now_ms
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,
@@ -284,7 +284,7 @@ def robot_move_family(
     )
 
 
-#: `tether worker DATA_DIR --families tether.physical.robot_move_family:families_from_env` reads
+#: `tether worker DATA_DIR --families tether.families.robot_move.family:families_from_env` reads
 #: the host configuration path from this variable.
 CONFIG_ENV = "TETHER_HOST_CONFIG"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tether.physical import SimProvider
-from tether.physical.errors import InvalidEpisodeRequest
-from tether.physical.family import (
+from tether.families.sim import SimProvider
+from tether.families.sim.errors import InvalidEpisodeRequest
+from tether.families.sim.family import (
     INTENT,
     OBSERVATION,
     Mission,

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tether.physical import ProcessIdentity, ProvenAbsent, ResultFound, SimProvider
-from tether.physical.provider import CRASH_ENV
+from tether.families.sim import ProcessIdentity, ProvenAbsent, ResultFound, SimProvider
+from tether.families.sim.provider import CRASH_ENV
 
 WORKER = Path(__file__).with_name("_worker.py")
 

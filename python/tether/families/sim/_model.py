@@ -9,7 +9,7 @@ from importlib import resources
 
 import mujoco  # type: ignore[import-untyped]
 
-from tether.physical.errors import ModelDigestMismatch, UnknownModel
+from tether.families.sim.errors import ModelDigestMismatch, UnknownModel
 
 _NAME = re.compile(r"^[a-z0-9_]{1,64}$")
 
@@ -32,7 +32,7 @@ class ModelFile:
 
 def available_models() -> list[str]:
     """Names of the models shipped in the package, sorted."""
-    root = resources.files("tether.physical").joinpath("models")
+    root = resources.files("tether.families.sim").joinpath("models")
     return sorted(p.name[:-4] for p in root.iterdir() if p.name.endswith(".xml"))
 
 
@@ -40,7 +40,7 @@ def load_model_file(name: str, *, digest: str | None = None) -> ModelFile:
     """Read a shipped model by name; if `digest` is given it must match the file's digest."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise UnknownModel(f"model name must match {_NAME.pattern}, got {name!r}")
-    path = resources.files("tether.physical").joinpath("models").joinpath(f"{name}.xml")
+    path = resources.files("tether.families.sim").joinpath("models").joinpath(f"{name}.xml")
     if not path.is_file():
         raise UnknownModel(f"no shipped model {name!r}; available: {available_models()}")
     xml = path.read_bytes()

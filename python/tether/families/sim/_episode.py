@@ -26,14 +26,14 @@ import mujoco  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
-from tether.physical._model import DEFAULT_MODEL, ModelFile, load_model_file
-from tether.physical.errors import InvalidEpisodeRequest, ResultCorrupt
+from tether.families.sim._model import DEFAULT_MODEL, ModelFile, load_model_file
+from tether.families.sim.errors import InvalidEpisodeRequest, ResultCorrupt
 
 FloatArray = npt.NDArray[np.float64]
 #: Progress callback: (steps done over all episodes, total steps, current fingertip error in m).
 ProgressFn = Callable[[int, int, float], None]
 
-SUMMARY_SCHEMA = "tether.physical.sim_episode.summary/1"
+SUMMARY_SCHEMA = "tether.families.sim.sim_episode.summary/1"
 RESULT_MEDIA_TYPE = "application/x-tether-sim-episode+zip"
 ARRAY_NAMES = ("ctrl", "error", "initial_qpos", "qpos", "qvel", "tip")
 MAX_EPISODES = 1000

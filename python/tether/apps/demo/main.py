@@ -24,10 +24,10 @@ from tether._dirs import DataDirError, usable_dir
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.agui import message_id as message_id  # re-exported: callers name it here
-from tether.physical.adapter import SimEpisodeAdapter, kick_planner, sim_family
-from tether.physical.console import ProgressBoard, SummaryRow, summary_table
-from tether.physical.errors import InvalidEpisodeRequest
-from tether.physical.family import (
+from tether.apps.demo.console import ProgressBoard, SummaryRow, summary_table
+from tether.families.sim.adapter import SimEpisodeAdapter, kick_planner, sim_family
+from tether.families.sim.errors import InvalidEpisodeRequest
+from tether.families.sim.family import (
     INTENT,
     KIND,
     MISSION,

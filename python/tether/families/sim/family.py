@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.physical._episode import MAX_REACH, MIN_REACH, ControllerParams, EpisodeRequest
-from tether.physical._model import DEFAULT_MODEL, load_model_file
-from tether.physical.errors import InvalidEpisodeRequest
+from tether.families.sim._episode import MAX_REACH, MIN_REACH, ControllerParams, EpisodeRequest
+from tether.families.sim._model import DEFAULT_MODEL, load_model_file
+from tether.families.sim.errors import InvalidEpisodeRequest
 from tether.world import ComponentWrite, WorldSnapshot
 
 KIND = "physical_ai.sim_episode"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from tether.errors import JournalError
+from tether.families.robot_move.journal import MoveStore, StoreConflict
+from tether.families.robot_move.request import KIND_ABSOLUTE, ConfirmedAbsent, MoveRequest
 from tether.operations import Journal
-from tether.physical.robot_move import KIND_ABSOLUTE, ConfirmedAbsent, MoveRequest
-from tether.physical.robot_move_store import MoveStore, StoreConflict
 
 REQUEST = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": {"a": 0.1}})
 

@@ -54,17 +54,16 @@ from typing import Any
 from tether._crash import CRASH_ENV as _CRASH_ENV
 from tether._crash import child_environment
 from tether._crash import crash_point as _crash_point
+from tether._proc import ProcessIdentity
 from tether.activities import ResultRef
-from tether.operations._durable import create_exclusive, write_durable
-from tether.physical._episode import (
+from tether.families.sim._episode import (
     EpisodeRequest,
     EpisodeRun,
     ProgressFn,
     decode_result,
     read_summary,
 )
-from tether.physical._proc import ProcessIdentity
-from tether.physical.errors import (
+from tether.families.sim.errors import (
     AttemptAlreadyStarted,
     AttemptFenced,
     EpisodeFailed,
@@ -73,9 +72,10 @@ from tether.physical.errors import (
     SimError,
     StaleAttemptAlive,
 )
+from tether.operations._durable import create_exclusive, write_durable
 from tether.runtime import ArtifactError, ArtifactStore
 
-# Child exit codes (the child is `python -m tether.physical._child`).
+# Child exit codes (the child is `python -m tether.families.sim._child`).
 EXIT_OK = 0
 EXIT_PARENT_GONE = 10
 EXIT_ALREADY_STARTED = 11
@@ -486,7 +486,7 @@ class _EpisodeHost:
         # write results into the artifact store too) have their own, under CRASH_ENV.
         env = child_environment(dict(os.environ), "sim.")
         env |= {"MUJOCO_GL": "disable", "OPENBLAS_NUM_THREADS": "1"}
-        argv = [sys.executable, "-m", "tether.physical._host", str(os.getpid())]
+        argv = [sys.executable, "-m", "tether.families.sim._host", str(os.getpid())]
         argv.append(str(theirs.fileno()))
         try:
             with open(self._log, "ab") as log:

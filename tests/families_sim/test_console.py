@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from tether.physical.console import (
+from tether.apps.demo.console import (
     ActivityRow,
     ProgressBoard,
     SummaryRow,

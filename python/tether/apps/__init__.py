@@ -1,0 +1,1 @@
+"""Applications built on Tether's runtime: `demo` is the main job (`tether demo`)."""

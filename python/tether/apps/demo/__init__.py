@@ -1,0 +1,1 @@
+"""`tether demo`: the main job on embedded defaults (SQLite, MuJoCo simulation)."""
