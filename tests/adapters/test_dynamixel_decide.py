@@ -173,6 +173,11 @@ def test_the_attempts_own_stop_after_its_settle_timeout_names_the_reason() -> No
     got = decide.reconcile(preimage(), sent + stops, held, move=move())
     assert isinstance(got, decide.Unknown) and got.reason == "settle_timeout"
     assert got.details["stopped_after"] == "settle_timeout"
+    # A torque-off stop leaves the goals at the target: the same reason, from the log.
+    limp = ReadBack({n: replace(j, torque_on=False) for n, j in read_back.joints.items()}, 2)
+    offs = [Sent("stop_torque_off", n, "settle_timeout") for n in START]
+    got = decide.reconcile(preimage(), sent + offs, limp, move=move())
+    assert got == decide.Unknown("settle_timeout", {"torque_off": ["a", "b"]})
     blocked = [Sent("stop_hold", n, "not_reached") for n in START]
     got = decide.reconcile(preimage(), sent + blocked, held, move=move())
     assert isinstance(got, decide.Unknown) and got.reason == "device_state_lost_or_moved"
@@ -244,9 +249,9 @@ def test_changed_since(fresh: Joint, changed: list[str]) -> None:
     evidence = ReadBack({"a": joint()}, 1)
     got = decide.changed_since(evidence, ReadBack({"a": fresh}, 2), tolerance=TOL, resolution=RES)
     assert got == changed
-    assert decide.changed_since(
-        evidence, ReadBack({}, 2), tolerance=TOL, resolution=RES
-    ) == ["a missing"]
+    assert decide.changed_since(evidence, ReadBack({}, 2), tolerance=TOL, resolution=RES) == [
+        "a missing"
+    ]
 
 
 LIMITS = {"a": (-1.0, 1.0), "b": (-0.5, 0.5)}

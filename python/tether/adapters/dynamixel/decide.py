@@ -22,7 +22,8 @@ and the tests table them (`tests/adapters/test_dynamixel_decide.py`).
 The rules, in order (each is a test row's expectation, `test_dynamixel_decide.py`):
 1. a hardware error on any joint: Unknown `hardware_error` (a re-issue is refused too);
 2. the attempt logged its REG_WRITEs and its ACTION, the goals are known and attributable,
-   every goal reads as the target and nothing is staged: torque off on a joint (a power cycle or a torque-off stop) is Unknown (`device_state_lost_or_moved`); still
+   every goal reads as the target and nothing is staged: torque off on a joint (a power cycle,
+   a torque-off stop) is Unknown (`device_state_lost_or_moved`); still
    moving after the settle wait is `settle_timeout`; settled away from it `not_settled`;
    otherwise Recovered;
 3. nothing effectful (REG_WRITE, ACTION) sent by the attempt: Neutralise (`nothing_sent`);
@@ -31,7 +32,9 @@ The rules, in order (each is a test row's expectation, `test_dynamixel_decide.py
 6. torque as in the pre-image and every goal staged or unchanged: Neutralise
    (`staged_not_actioned`); otherwise Unknown `device_state_lost_or_moved`, or
    `settle_timeout` when the attempt's own stop came after its settle timeout.
-In 2 and 6 an operator's stop after the attempt began names the reason `stopped_by_operator`.
+In 2 and 6 an operator's stop after the attempt began names the reason `stopped_by_operator`,
+and the attempt's own logged stop after its settle timeout (a hold rewrites the goals, a
+torque-off leaves them) names `settle_timeout`.
 """
 
 from __future__ import annotations
@@ -190,9 +193,9 @@ def plan(
             goal = value
         low, high = limits[name]
         if not low <= goal <= high:
-            start = (
-                f" (at {present[name]:+.4f} rad {value:+.4f} rad)" if relative and present else ""
-            )
+            start = ""
+            if relative and present is not None:
+                start = f" (from {present[name]:+.4f} rad by {value:+.4f} rad)"
             raise MoveRefused(
                 "limit_violation",
                 f"joint {name}: goal {goal:+.4f} rad{start} is outside its limits "
@@ -204,6 +207,12 @@ def plan(
             )
         goals[name] = goal
     return goals
+
+
+def _own_stop(sent: Sequence[Sent]) -> str | None:
+    """`settle_timeout` when the attempt stopped itself because its settle timeout ran out."""
+    causes = {s.cause for s in sent if s.instruction in STOPS}
+    return "settle_timeout" if "settle_timeout" in causes else None
 
 
 def hardware_errors(read_back: ReadBack) -> dict[str, list[str]]:
@@ -251,7 +260,11 @@ def reconcile(
     ):
         torque_off = sorted(n for n in goals if not joints[n].torque_on)
         if torque_off:
-            return Unknown(operator or "device_state_lost_or_moved", {"torque_off": torque_off})
+            # A torque-off stop leaves the goals as they were: its cause names the reason.
+            return Unknown(
+                operator or _own_stop(sent) or "device_state_lost_or_moved",
+                {"torque_off": torque_off},
+            )
         moving = sorted(n for n in goals if joints[n].moving)
         if moving:
             return Unknown(operator or "settle_timeout", {"moving": moving})
@@ -279,9 +292,7 @@ def reconcile(
     )
     if torque_changed or moved:
         causes = [s.cause for s in sent if s.instruction in STOPS and s.cause]
-        reason = operator or (
-            "settle_timeout" if "settle_timeout" in causes else "device_state_lost_or_moved"
-        )
+        reason = operator or _own_stop(sent) or "device_state_lost_or_moved"
         details: dict[str, Any] = {"torque_changed": torque_changed, "goal_changed": moved}
         if causes:
             details["stopped_after"] = causes[-1]

@@ -134,7 +134,7 @@ def run_move(
     deadline = time.monotonic() + (
         timeout_s if timeout_s is not None else 2 * lease_ms / 1000 + 3 * settle_timeout_s + 30
     )
-    completed = False
+    normal_end = False
     with Host(
         data, [family], workers=0, observe=False, lease_ms=lease_ms, progress_listener=listener
     ) as host:
@@ -166,15 +166,16 @@ def run_move(
                         break
                     time.sleep(0.05)
             outcome = _outcome(host, host.get(key) or record)
-            completed = outcome["status"] == "done"
+            normal_end = outcome["status"] == "done" or outcome.get("outcome") == "refused"
             return outcome
         finally:
-            # A completed move is a normal end: the port is released with the arm holding its
-            # goal (torque on) under either stop policy. Anything else (parked, not concluded,
-            # an error, an interrupt) applies the robot's stop policy.
+            # A completed move, or one refused before any byte, is a normal end: the port is
+            # released with the arm as it stands (torque on, holding its goal) under either
+            # stop policy. Anything else (parked, not concluded, an error, an interrupt)
+            # applies the robot's stop policy on the way out.
             close = getattr(family.adapter, "close", None)
             if close is not None:
-                close(safe_stop=not completed)
+                close(safe_stop=not normal_end)
 
 
 def parse_targets(items: list[str]) -> dict[str, float]:
