@@ -26,6 +26,7 @@ from _dxl_setup import (
     write_config,
 )
 from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether.adapters.dynamixel.move import CRASH_POINTS
 from tether.families.robot_move.journal import MoveStore
 from tether.families.robot_move.request import KIND_ABSOLUTE
 
@@ -75,15 +76,20 @@ def resolve(
     return operator(config, *argv, "--operator", operator_name, *extra, credential=credential)
 
 
-@pytest.mark.parametrize(
-    ("crash_at", "conclusion", "attempts"),
-    [
-        ("after_preimage", "executed", 2),  # nothing effectful sent: absent, one re-execution
-        ("after_reg_write", "executed", 2),  # staged, no ACTION: neutralised, one re-execution
-        ("after_action", "recovered", 1),  # committed: read back, never re-sent
-        ("after_readback", "recovered", 1),  # done but unrecorded: read back, never re-sent
-    ],
-)
+#: Every crash point of a move (`move.CRASH_POINTS`), by name, with its conclusion.
+MOVE_CASES = [
+    ("after_preimage", "executed", 2),  # nothing effectful sent: absent, one re-execution
+    ("after_reg_write", "executed", 2),  # staged, no ACTION: neutralised, one re-execution
+    ("after_action", "recovered", 1),  # committed: read back, never re-sent
+    ("after_readback", "recovered", 1),  # done but unrecorded: read back, never re-sent
+]
+
+
+def test_every_crash_point_of_a_move_is_killed_at() -> None:
+    assert [case[0] for case in MOVE_CASES] == list(CRASH_POINTS)
+
+
+@pytest.mark.parametrize(("crash_at", "conclusion", "attempts"), MOVE_CASES)
 def test_kill_and_restart_reaches_the_right_conclusion(
     tmp_path: Path, crash_at: str, conclusion: str, attempts: int
 ) -> None:

@@ -16,7 +16,12 @@ from tether.activities import ActivityKey, Catalog, operation_id_for
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.host import RobotHost, stop_everything
-from tether.adapters.dynamixel.move import DynamixelMoveAdapter, read_joints, si_read_back
+from tether.adapters.dynamixel.move import (
+    DynamixelMoveAdapter,
+    ReissueRefused,
+    read_joints,
+    si_read_back,
+)
 from tether.adapters.dynamixel.worker import run_move
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import HostConfigError, OperatorRejection
@@ -405,3 +410,26 @@ def test_the_read_back_measures_velocity_in_rad_per_s(
         assert abs(moving["velocity_rad_s"] - 2.0) < 0.1  # the configured speed, 2 rad/s
         still = si_read_back(arm, read_joints(bus, arm))["joints"]["b"]
         assert still["velocity_rad_s"] == 0.0
+
+
+def test_a_reissue_proof_is_refused_while_any_joint_reports_a_hardware_error(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """Also a proof taken before a crash is not used again once a joint reports an error."""
+    op = store.bind("op-re", request())
+    op.start_attempt(1, {})
+    with RobotHost(config) as host:
+        host.connect("arm")
+        adapter = DynamixelMoveAdapter(config, host)
+        emulator.inject(Fault("alert", id=2, value=0x20))
+        with pytest.raises(ReissueRefused) as info:
+            adapter.prove_reissue(op, request(), 5)
+        assert info.value.code == "hardware_error"
+        assert op.reissue_proof(2) is None and op.fence_floor() == 0
+        emulator.power_cycle()  # error cleared: the proof is taken
+        proof = adapter.prove_reissue(op, request(), 5)
+        assert proof["fence_floor"] == 5 and proof["read_back"]["joints"]["b"]["torque_on"] is False
+        emulator.inject(Fault("alert", id=1, value=0x04))  # and the error comes back
+        with pytest.raises(ReissueRefused) as info:
+            adapter.prove_reissue(op, request(), 5)
+        assert info.value.code == "hardware_error"
