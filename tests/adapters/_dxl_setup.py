@@ -61,11 +61,16 @@ class EmulatorProcess:
     journal_path: Path
     proc: subprocess.Popen[str] | None = None
 
-    def unplug(self) -> None:
-        """The adapter goes away: the emulator process dies and its pty with it."""
+    def unplug(self, *, remove_node: bool = True) -> None:
+        """The adapter goes away: the emulator process dies and its device node with it (as a
+        USB adapter's node vanishes). The test's port is a link of its own to the pty: the
+        pty's number (/dev/pts/N) is reused by the next pty any process opens (another test
+        suite's emulator on this machine), which a reconnect must never reach."""
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait(timeout=30)
+        if remove_node:
+            Path(self.path).unlink(missing_ok=True)
 
     def journal(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = control_request(self.control, {"op": "journal"})
@@ -79,6 +84,7 @@ class EmulatorProcess:
 def emulator_process(directory: Path, speed_scale: float = 20.0) -> Iterator[EmulatorProcess]:
     control = str(directory / "emu.sock")
     journal = directory / "journal.jsonl"
+    link = directory / "emu.tty"
     argv = [
         "emulate",
         "dynamixel",
@@ -90,13 +96,16 @@ def emulator_process(directory: Path, speed_scale: float = 20.0) -> Iterator[Emu
         str(journal),
         "--speed-scale",
         str(speed_scale),
+        "--link",
+        str(link),
     ]
     with subprocess.Popen(
         [sys.executable, "-m", "tether", *argv], stdout=subprocess.PIPE, text=True
     ) as proc:
         try:
             assert proc.stdout is not None
-            path = proc.stdout.readline().strip()
+            assert proc.stdout.readline().strip()  # the pty; the tests use their link
+            path = str(link)
             deadline = time.monotonic() + 30
             while not os.path.exists(control):
                 assert time.monotonic() < deadline, "emulator control socket never appeared"

@@ -26,6 +26,7 @@ from _dxl_setup import (
     write_config,
 )
 from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether.adapters.dynamixel.move import CRASH_POINTS
 from tether.families.robot_move.journal import MoveStore
 from tether.families.robot_move.request import KIND_ABSOLUTE
 
@@ -75,15 +76,20 @@ def resolve(
     return operator(config, *argv, "--operator", operator_name, *extra, credential=credential)
 
 
-@pytest.mark.parametrize(
-    ("crash_at", "conclusion", "attempts"),
-    [
-        ("after_preimage", "executed", 2),  # nothing effectful sent: absent, one re-execution
-        ("after_reg_write", "executed", 2),  # staged, no ACTION: neutralised, one re-execution
-        ("after_action", "recovered", 1),  # committed: read back, never re-sent
-        ("after_readback", "recovered", 1),  # done but unrecorded: read back, never re-sent
-    ],
-)
+#: Every crash point of a move (`move.CRASH_POINTS`), by name, with its conclusion.
+MOVE_CASES = [
+    ("after_preimage", "executed", 2),  # nothing effectful sent: absent, one re-execution
+    ("after_reg_write", "executed", 2),  # staged, no ACTION: neutralised, one re-execution
+    ("after_action", "recovered", 1),  # committed: read back, never re-sent
+    ("after_readback", "recovered", 1),  # done but unrecorded: read back, never re-sent
+]
+
+
+def test_every_crash_point_of_a_move_is_killed_at() -> None:
+    assert [case[0] for case in MOVE_CASES] == list(CRASH_POINTS)
+
+
+@pytest.mark.parametrize(("crash_at", "conclusion", "attempts"), MOVE_CASES)
 def test_kill_and_restart_reaches_the_right_conclusion(
     tmp_path: Path, crash_at: str, conclusion: str, attempts: int
 ) -> None:
@@ -138,7 +144,7 @@ def test_power_loss_after_staging_is_unknown_then_operator_reissues(tmp_path: Pa
         assert evidence["preimage"]["read_back"]["read_at_ms"] > 0
         assert [s["instruction"] for s in evidence["sent"]] == ["reg_write", "reg_write"]
         assert all(s["digest"].startswith("sha256:") for s in evidence["sent"])
-        assert evidence["commanded_vs_present"]["1"]["commanded"] == GOALS[1]
+        assert abs(evidence["commanded_vs_present"]["a"]["commanded_rad"] - TARGETS["a"]) < 0.002
         assert shown["device_state_age_ms"] >= 0
 
         no_credential = resolve(config, KEY_TEXT, "reissue", 1, "alice", credential=None)

@@ -3,6 +3,7 @@ its expected outcome; limits and credentials are refused before anything is sent
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from functools import partial
@@ -14,13 +15,26 @@ from _dxl_setup import GOALS, TARGETS, settled, target_actions, write_config
 from tether.activities import ActivityKey, Catalog, operation_id_for
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, load_config
-from tether.adapters.dynamixel.host import RobotHost
-from tether.adapters.dynamixel.move import DynamixelMoveAdapter
+from tether.adapters.dynamixel.host import RobotHost, stop_everything
+from tether.adapters.dynamixel.move import (
+    DynamixelMoveAdapter,
+    ReissueRefused,
+    read_joints,
+    si_read_back,
+)
 from tether.adapters.dynamixel.worker import run_move
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import HostConfigError, OperatorRejection
 from tether.families.robot_move.journal import MoveStore
-from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest, RetryClass, operation_id
+from tether.families.robot_move.request import (
+    KIND_ABSOLUTE,
+    KIND_RELATIVE,
+    MoveRequest,
+    Recovered,
+    RetryClass,
+    Unknown,
+    operation_id,
+)
 from tether.operator.decisions import resolve
 from tether.runtime import ArtifactStore
 
@@ -221,3 +235,201 @@ def test_a_stale_staged_write_never_rides_along_with_the_action(
     state = emulator.snapshot(2)
     assert state["goal_position"] == tables.CENTER_TICK and state["registered_instruction"] == 0
     assert emulator.snapshot(1)["goal_position"] == tables.radians_to_ticks(0.2)
+
+
+EFFECTFUL = {"write", "reg_write", "action", "sync_write", "reboot"}
+
+
+def relative(targets: dict[str, float]) -> MoveRequest:
+    return MoveRequest.from_dict({"kind": KIND_RELATIVE, "robot": "arm", "targets": targets})
+
+
+def test_a_relative_move_past_a_limit_is_a_recorded_failure_with_no_byte_sent(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    # The arm stands at +1.0 rad (moved by hand, torque off); +0.8 rad more is past +1.5.
+    emulator.set_present(1, tables.radians_to_ticks(1.0))
+    key = ActivityKey("local", KIND_RELATIVE, "nudge")
+    for _ in range(2):  # a second run finds the recorded failure: nothing runs again
+        out = run_move(
+            config,
+            relative({"a": 0.8}),
+            world="local",
+            activity="nudge",
+            lease_ms=300,
+            settle_timeout_s=10,
+            timeout_s=60,
+            progress=lambda content: None,
+        )
+        assert (out["status"], out["outcome"], out["code"]) == (
+            "failed",
+            "refused",
+            "limit_violation",
+        )
+        assert "goal +1.80" in out["error"] and "tick" not in out["error"]
+        assert out["attempts"] == 1
+    assert not [e for e in emulator.journal if e.instruction in EFFECTFUL]
+    op = store.get(operation_id_for(key))
+    assert op is not None and op.attempts() == [1] and op.sent() == []
+    failed = op.failed()
+    assert failed is not None and failed["code"] == "limit_violation"
+    assert emulator.snapshot(1)["torque_enable"] == 0  # never touched
+
+
+def test_a_relative_move_inside_the_limits_runs_from_the_measured_pose(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    emulator.set_present(1, tables.radians_to_ticks(1.0))
+    out = run_move(
+        config,
+        relative({"a": 0.3}),
+        world="local",
+        activity="nudge-ok",
+        lease_ms=300,
+        settle_timeout_s=10,
+        timeout_s=60,
+        progress=lambda content: None,
+    )
+    assert (out["status"], out["conclusion"], out["attempts"]) == ("done", "executed", 1)
+    assert emulator.snapshot(1)["goal_position"] == tables.radians_to_ticks(1.0) + (
+        tables.radians_to_tick_delta(0.3)
+    )
+
+
+def torque_off_config(tmp_path: Path, emulator: DynamixelEmulator) -> HostConfig:
+    path = write_config(tmp_path, emulator.path)
+    path.write_text(path.read_text().replace('safe_stop = "hold"', 'safe_stop = "torque_off"'))
+    return load_config(path)
+
+
+def test_torque_off_applies_to_stops_and_faults_not_to_a_completed_move(
+    emulator: DynamixelEmulator, tmp_path: Path
+) -> None:
+    config = torque_off_config(tmp_path, emulator)
+    assert move(config, "op-t")["status"] == "done"
+    for dxl_id, goal in GOALS.items():
+        state = emulator.snapshot(dxl_id)
+        assert state["torque_enable"] == 1 and state["goal_position"] == goal  # not limp
+    assert not [
+        e
+        for e in emulator.journal
+        if e.instruction == "write" and e.address == 64 and e.data == "00"
+    ]
+    # A stop applies the policy.
+    [report] = stop_everything(config, ["arm"])
+    assert report["ok"] and {j["state"] for j in report["joints"]} == {"limp"}
+    # So does a shutdown of a port owner (its close) ...
+    assert move(config, "op-t2", {"a": 0.0, "b": 0.0})["status"] == "done"
+    assert emulator.snapshot(1)["torque_enable"] == 1
+    with RobotHost(config) as host:
+        host.connect("arm")
+    assert emulator.snapshot(1)["torque_enable"] == 0
+    # ... and a fault: an arm that cannot arrive in time goes limp and is parked.
+    emulator.speed_scale = 0.02
+    out = run_move(
+        config,
+        request(),
+        world="local",
+        activity="op-t3",
+        lease_ms=300,
+        settle_timeout_s=0.3,
+        timeout_s=60,
+        progress=lambda content: None,
+    )
+    assert (out["status"], out["reason"]) == ("awaiting_decision", "settle_timeout")
+    assert {emulator.snapshot(i)["torque_enable"] for i in GOALS} == {0}
+
+
+def test_an_arm_that_does_not_arrive_in_time_parks_with_settle_timeout(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    emulator.speed_scale = 0.02  # a crawl: 0.5 rad takes far longer than the 0.3 s allowed
+    out = run_move(
+        config,
+        request(),
+        world="local",
+        activity="slow",
+        lease_ms=300,
+        settle_timeout_s=0.3,
+        timeout_s=60,
+        progress=lambda content: None,
+    )
+    assert (out["status"], out["reason"], out["attempts"]) == (
+        "awaiting_decision",
+        "settle_timeout",
+        2,  # the execute attempt, then the reconcile that parked it
+    )
+    for dxl_id, goal in GOALS.items():  # held where it stood (the hold policy), short of goal
+        state = settled(partial(emulator.snapshot, dxl_id))
+        assert state["goal_position"] == state["present_position"] != goal
+    op = op_of(store, "slow")
+    assert op is not None and op.attempts() == [1]
+    stops = [s for s in op.sent() if s["instruction"] == "stop_hold"]
+    assert {s["joint"] for s in stops} == {"a", "b"}
+    assert {s["cause"] for s in stops} == {"settle_timeout"}
+    assert target_actions(journal(emulator), GOALS) == {1: 1, 2: 1}
+
+
+def test_recovered_needs_torque_a_power_cycled_arm_at_its_goal_is_unknown(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """The move ran and the arm arrived, then the servos lost power before the result was
+    recorded: at the goal but limp, which is not the move's outcome."""
+    op = store.bind("op-pc", request())
+    op.start_attempt(1, {})
+    with RobotHost(config) as host:
+        host.connect("arm")
+        adapter = DynamixelMoveAdapter(config, host, settle_timeout_s=10)
+        adapter.execute(op, 1, request(), first_motion=True)  # completed; result not recorded
+        emulator.power_cycle()  # goal = present = the target, torque off
+        assert emulator.snapshot(1)["goal_position"] == GOALS[1]
+        conclusion = adapter.reconcile(op, request())
+        assert isinstance(conclusion, Unknown)
+        assert conclusion.evidence["reason"] == "device_state_lost_or_moved"
+        assert conclusion.evidence["reconcile"]["torque_off"] == ["a", "b"]
+        # With torque back on (the operator's reboot and enable), the same read-back recovers.
+        for dxl_id in GOALS:
+            emulator.servos[dxl_id].set(tables.TORQUE_ENABLE, 1)
+        assert isinstance(adapter.reconcile(op, request()), Recovered)
+
+
+def test_the_read_back_measures_velocity_in_rad_per_s(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    emulator.speed_scale = 1.0
+    arm = config.robot("arm")
+    with RobotHost(config) as host:
+        host.connect("arm")
+        bus = host.bus_for(arm)
+        bus.write_field(1, tables.PROFILE_VELOCITY, arm.velocity)
+        bus.write_field(1, tables.TORQUE_ENABLE, 1)
+        bus.write_field(1, tables.GOAL_POSITION, tables.radians_to_ticks(1.4))
+        time.sleep(0.2)
+        moving = si_read_back(arm, read_joints(bus, arm))["joints"]["a"]
+        assert moving["moving"] is True
+        assert abs(moving["velocity_rad_s"] - 2.0) < 0.1  # the configured speed, 2 rad/s
+        still = si_read_back(arm, read_joints(bus, arm))["joints"]["b"]
+        assert still["velocity_rad_s"] == 0.0
+
+
+def test_a_reissue_proof_is_refused_while_any_joint_reports_a_hardware_error(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """Also a proof taken before a crash is not used again once a joint reports an error."""
+    op = store.bind("op-re", request())
+    op.start_attempt(1, {})
+    with RobotHost(config) as host:
+        host.connect("arm")
+        adapter = DynamixelMoveAdapter(config, host)
+        emulator.inject(Fault("alert", id=2, value=0x20))
+        with pytest.raises(ReissueRefused) as info:
+            adapter.prove_reissue(op, request(), 5)
+        assert info.value.code == "hardware_error"
+        assert op.reissue_proof(2) is None and op.fence_floor() == 0
+        emulator.power_cycle()  # error cleared: the proof is taken
+        proof = adapter.prove_reissue(op, request(), 5)
+        assert proof["fence_floor"] == 5 and proof["read_back"]["joints"]["b"]["torque_on"] is False
+        emulator.inject(Fault("alert", id=1, value=0x04))  # and the error comes back
+        with pytest.raises(ReissueRefused) as info:
+            adapter.prove_reissue(op, request(), 5)
+        assert info.value.code == "hardware_error"

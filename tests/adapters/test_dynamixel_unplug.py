@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -100,7 +101,9 @@ def test_a_stop_through_an_owner_whose_adapter_was_unplugged(tmp_path: Path) -> 
                 assert host.stdout is not None
                 ready = [json.loads(host.stdout.readline()) for _ in range(2)]
                 assert "socket" in ready[1], ready
-                emu.unplug()
+                # The node stays: `tether stop` finds the owner by the lock of the resolved path
+                # (a vanished node resolves to nothing the owner's lock names).
+                emu.unplug(remove_node=False)
                 done = subprocess.run(
                     [sys.executable, "-m", "tether", "stop", "--json", "--config", str(config)],
                     capture_output=True,
@@ -132,3 +135,35 @@ def test_a_missing_adapter_is_a_protocol_neutral_transport_error() -> None:
         DxlBus.open("/dev/does-not-exist", lock_dir=None)
     assert info.value.code == "open_failed"
     assert info.value.details["port"] == "/dev/does-not-exist"
+
+
+def test_a_reconnect_after_an_unplug_never_reaches_the_next_pty_opened(tmp_path: Path) -> None:
+    """The flake this suite once showed under load: the dead emulator's /dev/pts/N is handed to
+    the next pty any process opens (here an emulator started right after the unplug, as another
+    test suite's would be). The port of the test is a link of its own, gone with the adapter,
+    so the reconciliation finds no device (device_unreadable) and sends the other bus nothing."""
+    with emulator_process(tmp_path, speed_scale=0.2) as emu:
+        config = write_config(tmp_path, emu.path)
+        pty = os.path.realpath(emu.path)
+        argv = ["move", "--config", str(config), "--robot", "arm", "--activity", "reuse"]
+        env = {k: v for k, v in os.environ.items() if k != "TETHER_CRASH_AT"}
+        with subprocess.Popen(
+            [sys.executable, "-m", "tether", *argv, "--joint", "a=1.0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        ) as move:
+            assert move.stdout is not None
+            assert "progress" in json.loads(move.stdout.readline())
+            emu.unplug()
+            time.sleep(1.5)  # the move has let go of the dead pty: its number is free
+            with DynamixelEmulator([1, 2]) as other:
+                out, err = move.communicate(timeout=120)
+                effectful = [
+                    e for e in other.journal if e.instruction in ("write", "reg_write", "action")
+                ]
+                reused = other.path == pty
+    assert move.returncode == 3, (out, err)
+    assert json.loads(out.splitlines()[-1])["reason"] == "device_unreadable"
+    assert effectful == [], (reused, effectful)

@@ -274,7 +274,7 @@ def test_operator_cli_reads_the_runtime_catalog(
                 [*base, "show", listed[0]["key"]], capture_output=True, text=True, check=True
             ).stdout
         )
-        assert shown["evidence"]["reconcile"]["hardware_error"] == {"2": 32}
+        assert shown["evidence"]["reconcile"]["hardware_error"] == {"b": ["overload"]}
         abandon = subprocess.run(
             [
                 *base,

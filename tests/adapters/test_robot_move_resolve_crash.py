@@ -23,8 +23,10 @@ from _dxl_setup import (
     write_config,
 )
 from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether.adapters.dynamixel.move import PROOF_CRASH_POINTS
 from tether.families.robot_move.journal import MoveStore
 from tether.families.robot_move.request import KIND_ABSOLUTE
+from tether.operator.decisions import RESOLVE_CRASH_POINTS
 from tether.runtime import ArtifactStore
 
 KEY = ActivityKey("local", KIND_ABSOLUTE, "move-1")
@@ -40,6 +42,12 @@ REISSUE_POINTS = (
 )
 #: The crash point of a decision on a device that changed since its evidence.
 CHANGED_POINTS = ("resolve.after_evidence_document",)
+
+
+def test_every_crash_point_of_the_resolve_path_is_killed_at() -> None:
+    assert set(REISSUE_POINTS) | set(CHANGED_POINTS) == set(RESOLVE_CRASH_POINTS) | set(
+        PROOF_CRASH_POINTS
+    )
 
 
 def resolve(

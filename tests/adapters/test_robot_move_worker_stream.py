@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from _dxl_setup import GOALS, TARGETS, write_config
+from _dxl_setup import TARGETS, write_config
 from tether._core import ActivityStore
 from tether.activities import ActivityKey
 from tether.adapters.dynamixel.config import load_config
@@ -161,7 +161,7 @@ def test_worker_streams_the_moves_read_back_as_agui_activity(
         for op in e["patch"]
         if op["path"].startswith("/joints/")
     ]
-    assert any(op["path"].endswith("/present") for op in joint_ops), joint_ops
+    assert any(op["path"].endswith("/present_rad") for op in joint_ops), joint_ops
     assert any(op["path"].endswith("/moving") for op in joint_ops), joint_ops
     validate(body, tmp_path / "live.sse")
     final = final_message(body)["content"]
@@ -172,10 +172,10 @@ def test_worker_streams_the_moves_read_back_as_agui_activity(
         "failed": False,
     }
     assert final["robot"] == "arm" and final["activity"] == "move-1" and final["world"] == "w"
-    for servo, goal in GOALS.items():
-        joint = final["joints"][str(servo)]
-        assert joint["goal"] == goal and joint["moving"] == 0
-        assert abs(joint["present"] - goal) <= 2, joint
+    for name, target in TARGETS.items():  # in radians, by joint name
+        joint = final["joints"][name]
+        assert abs(joint["goal_rad"] - target) < 0.002 and joint["moving"] is False
+        assert abs(joint["present_rad"] - target) <= 0.004, joint
     # A late subscriber: RUN_STARTED, the messages as they stood, then the end of the run.
     late_body = late.join()
     assert [e["type"] for e in late.events] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]

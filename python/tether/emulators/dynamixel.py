@@ -10,6 +10,7 @@ Profile Velocity (or the Velocity Limit when it is 0). Rules it follows from the
   ACTION with nothing staged is an Instruction Error.
 - REBOOT wipes RAM (torque off, goals reset to present, staged write dropped, hardware error
   cleared); EEPROM stays. Writing EEPROM while torque is on is an Access Error.
+- Present Velocity (128) is the shaft's speed over the last motion step (0 when still).
 - A Hardware Error Status bit sets Alert (0x80) in every status and turns torque off.
 
 Fault injection (Python API or the control socket): `drop_status` (apply the next matching
@@ -47,6 +48,7 @@ from tether.adapters.dynamixel.host import ControlServer, send_request
 from tether.errors import DxlFrameError
 
 BROADCAST = 0xFE
+PRESENT_VELOCITY = tables.BY_NAME["present_velocity"]
 
 # Status error numbers (e-manual "Error").
 ERR_INSTRUCTION = 2
@@ -142,16 +144,21 @@ class Servo:
         goal = self.get(tables.GOAL_POSITION)
         if self.get(tables.TORQUE_ENABLE) != 1:
             self.set(tables.MOVING, 0)
+            self.set(PRESENT_VELOCITY, 0)
             return
         velocity = self.get(tables.PROFILE_VELOCITY) or self.get(tables.VELOCITY_LIMIT)
         max_step = tables.ticks_per_second(velocity) * dt * speed_scale
         delta = goal - self._position
+        before = self._position
         if abs(delta) <= max_step:
             self._position = float(goal)
         else:
             self._position += max_step if delta > 0 else -max_step
         self.set(tables.PRESENT_POSITION, round(self._position))
         self.set(tables.MOVING, 0 if round(self._position) == goal else 1)
+        # Present Velocity: the shaft's measured speed over this step, in the register's unit.
+        speed = (self._position - before) / dt if dt > 0 else 0.0
+        self.set(PRESENT_VELOCITY, round(speed / tables.ticks_per_second(1)))
 
     def sync_position(self) -> None:
         self._position = float(self.get(tables.PRESENT_POSITION))

@@ -1,25 +1,27 @@
-"""The DYNAMIXEL adapter of `physical_ai.robot_move`: stage, commit, read back, reconcile.
+"""The DYNAMIXEL adapter of `physical_ai.robot_move`: read, plan, stage, commit, reconcile.
+
+The decisions are pure functions of decoded SI records (`decide`); this module does the bus
+reads and writes around them and converts ticks to radians at the edge (`tables`).
 
 Execute (one attempt; the operation id is already bound, durably, before this runs):
-1. Goals are planned in ticks and checked against the configured limits before any byte.
+1. A fresh read-back of every joint, then the goals are planned from it and checked against
+   the configured limits (a relative move adds its deltas to the measured positions): a move
+   that can never run raises `MoveRefused` before any byte is written.
 2. Profile Velocity is set (slow for a first motion after a reconnect or an operator
    re-issue) and torque enabled; then the device state is read and stored as the attempt's
    pre-image, durably.
 3. REG_WRITE of Goal Position on every joint, then one broadcast ACTION (no status exists
-   for it). Each effectful frame's digest is appended durably to `sent.jsonl` before it goes.
-4. Present Position / Moving are read back until the arm settles, as live progress.
-Any exception on the way runs the robot's safe-stop in a `finally` before it propagates.
+   for it). Each effectful frame's digest is appended durably to the sent log before it goes.
+4. Present Position / Moving are read back until the arm settles (or the settle timeout), as
+   live progress in radians.
+Any failure after step 1 runs the robot's safe-stop in a `finally`, its writes logged with the
+cause (`settle_timeout`, `not_reached`, `error`) before they are sent; a completed move ends
+without a stop (the arm holds its goal, torque on, whatever the stop policy).
 
-Reconcile (after a crash or a lost status) reads the device and decides:
-- Recovered: every Goal Position equals its target, nothing staged, and the arm settles there
-  (for a relative move, only when some target differs from the goal the pre-image saw).
-- ConfirmedAbsent: nothing effectful was sent; or the move is absolute, the pre-image exists,
-  torque and hardware error are as before, and every joint either still has Registered
-  Instruction 1 (staged, ACTION never executed) or its Goal Position is unchanged. Staged
-  writes are first neutralised (REG_WRITE of the current Goal Position where Registered
-  Instruction is 1, ACTION, read back); the port lock and that read-back are the retry guard.
-- Unknown: anything else (REBOOT or power loss wiped the evidence, a hardware error, a relative
-  move that may have run, an arm that does not settle). It is parked for an operator.
+Reconcile (after a crash or a lost status) reads the device, waits for it to stand still (at
+most the settle timeout), and applies `decide.reconcile`: Recovered, Unknown, or Neutralise;
+after the neutralising writes (journaled, then read back) `decide.confirm` gives
+ConfirmedAbsent (the port lock and that read-back are the retry guard) or Unknown.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from typing import Any
 
 from tether import _core
 from tether._crash import crash_point
-from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel import decide, tables
 from tether.adapters.dynamixel.config import HostConfig, RobotConfig
 from tether.adapters.dynamixel.host import RobotHost, last_operator_stop, read_state
 from tether.adapters.dynamixel.safety import safe_stop
+from tether.errors import HostConfigError
 from tether.families.robot_move.journal import Operation, now_ms
 from tether.families.robot_move.request import (
     Conclusion,
@@ -54,9 +57,21 @@ PROOF_CRASH_POINTS = ("proof.after_neutralise", "proof.after_fence_floor")
 
 ProgressFn = Callable[[dict[str, Any]], None]
 
+PRESENT_VELOCITY = tables.BY_NAME["present_velocity"]
+#: One position step of an X-series servo, in radians (goal equality is within half of it).
+RESOLUTION_RAD = tables.ticks_to_radians(tables.CENTER_TICK + 1)
+#: Unknown-conclusions of a move still settling are reconciled again after this long.
+SETTLE_RETRY_MS = 1000
+
 
 class MoveNotReached(DeviceError):
-    """The arm settled away from its goals (blocked, or torque lost); code `not_reached`."""
+    """The arm did not arrive at its goals: code `settle_timeout` (still moving when the settle
+    timeout ran out) or `not_reached` (settled elsewhere: blocked, or torque lost)."""
+
+
+class MoveRefused(HostConfigError):
+    """A move that can never run (`limit_violation`, `unknown_joint`), refused before any byte
+    is sent; it ends as a failed result and is never retried."""
 
 
 class ReissueRefused(DeviceError):
@@ -69,71 +84,159 @@ class FencedOut(DeviceError):
     refuses commands from an older fence)."""
 
 
-def si_read_back(robot: RobotConfig, state: dict[str, Any]) -> dict[str, Any]:
-    """A read-back in SI units (rad; rad/s for the profile speed), per joint name, with its
-    read time and decoded hardware errors: what evidence shows an operator."""
-    joints: dict[str, Any] = {}
-    for dxl_id, j in sorted(_joints(state).items()):
-        name = robot.joint_by_id(dxl_id).name
-        joints[name] = {
-            "id": dxl_id,
-            "position_rad": round(tables.ticks_to_radians(j["present_position"]), 6),
-            "goal_rad": round(tables.ticks_to_radians(j["goal_position"]), 6),
-            "moving": bool(j["moving"]),
-            "torque_on": bool(j["torque_enable"]),
-            "staged_write": bool(j["registered_instruction"]),
-            "hardware_errors": tables.hardware_errors(j["hardware_error_status"]),
-        }
-    return {"read_at_ms": state.get("read_at_ms"), "joints": joints}
+# --- the edge: raw registers to SI records ---
+
+
+def velocity_rad_s(raw: int) -> float:
+    """A Present Velocity / Profile Velocity raw value as rad/s (signed)."""
+    return tables.ticks_per_second(raw) * RESOLUTION_RAD
 
 
 def profile_speed_rad_s(profile_velocity: int) -> float:
     """A raw Profile Velocity as rad/s."""
-    return round(tables.ticks_per_second(profile_velocity) * 2 * 3.141592653589793 / 4096, 6)
+    return round(velocity_rad_s(profile_velocity), 6)
+
+
+def decoded_errors(bits: int) -> tuple[str, ...]:
+    """Hardware Error Status as names; a bit without a name is still an error."""
+    named = tables.hardware_errors(bits)
+    known = {b for b, n in tables.HARDWARE_ERROR_BITS.items() if n in named}
+    extra = [f"bit_{b}" for b in range(8) if bits & (1 << b) and b not in known]
+    return (*named, *extra)
+
+
+def read_joints(bus: Any, robot: RobotConfig) -> dict[str, Any]:
+    """A fresh read-back of every joint (raw registers, Present Velocity included)."""
+    state = read_state(bus, robot)
+    for dxl_id, value in bus.sync_read_field(PRESENT_VELOCITY, robot.ids).items():
+        state["joints"][str(dxl_id)]["present_velocity"] = value
+    return state
+
+
+def _joint_record(j: dict[str, Any]) -> decide.Joint:
+    velocity = j.get("present_velocity")
+    return decide.Joint(
+        position=tables.ticks_to_radians(int(j["present_position"])),
+        goal=tables.ticks_to_radians(int(j["goal_position"])),
+        moving=bool(j["moving"]),
+        torque_on=bool(j["torque_enable"]),
+        staged=bool(j["registered_instruction"]),
+        errors=decoded_errors(int(j["hardware_error_status"])),
+        velocity=None if velocity is None else velocity_rad_s(int(velocity)),
+    )
+
+
+def decode(robot: RobotConfig, state: dict[str, Any]) -> decide.ReadBack:
+    """A raw read-back as the decoded record the decisions take (joints by name, SI units)."""
+    joints = {
+        robot.joint_by_id(dxl_id).name: _joint_record(j)
+        for dxl_id, j in sorted(_joints(state).items())
+    }
+    return decide.ReadBack(joints, state.get("read_at_ms"))
+
+
+def si_document(robot: RobotConfig, read_back: decide.ReadBack) -> dict[str, Any]:
+    """A decoded read-back as the SI document evidence and guards hold (`ReadBack.from_si`)."""
+    joints: dict[str, Any] = {}
+    for name, j in read_back.joints.items():
+        joints[name] = {
+            "id": robot.joint(name).id,
+            "position_rad": round(j.position, 6),
+            "goal_rad": round(j.goal, 6),
+            "velocity_rad_s": None if j.velocity is None else round(j.velocity, 6),
+            "moving": j.moving,
+            "torque_on": j.torque_on,
+            "staged_write": j.staged,
+            "hardware_errors": list(j.errors),
+        }
+    return {"robot": robot.name, "read_at_ms": read_back.read_at_ms, "joints": joints}
+
+
+def si_read_back(robot: RobotConfig, state: dict[str, Any]) -> dict[str, Any]:
+    """A raw read-back in SI units (rad, rad/s), per joint name, with its read time and decoded
+    hardware errors: what evidence shows an operator."""
+    return si_document(robot, decode(robot, state))
 
 
 def changed_since(before: dict[str, Any], after: dict[str, Any], tolerance: int) -> list[str]:
-    """The adapter's comparison of two read-backs: differences that matter (empty when the
-    device is as it was when the evidence was taken)."""
-    diffs: list[str] = []
-    for dxl_id, old in before.get("joints", {}).items():
-        new = after.get("joints", {}).get(dxl_id)
-        if new is None:
-            diffs.append(f"id {dxl_id} missing")
-            continue
-        for name in (
-            "goal_position",
-            "registered_instruction",
-            "torque_enable",
-            "hardware_error_status",
-            "moving",
-        ):
-            if old.get(name) != new.get(name):
-                diffs.append(f"id {dxl_id} {name} {old.get(name)} -> {new.get(name)}")
-        if (
-            abs(int(old.get("present_position", 0)) - int(new.get("present_position", 0)))
-            > tolerance
-        ):
-            moved = f"{old.get('present_position')} -> {new.get('present_position')}"
-            diffs.append(f"id {dxl_id} present_position {moved}")
-    return diffs
+    """`decide.changed_since` over two raw read-backs (joints named by id; `tolerance` in
+    ticks, converted here)."""
+
+    def record(state: dict[str, Any]) -> decide.ReadBack:
+        joints = {str(k): _joint_record(v) for k, v in (state.get("joints") or {}).items()}
+        return decide.ReadBack(joints, state.get("read_at_ms"))
+
+    return decide.changed_since(
+        record(before),
+        record(after),
+        tolerance=tolerance * RESOLUTION_RAD,
+        resolution=RESOLUTION_RAD,
+    )
+
+
+# --- planning ---
+
+
+def _limits(robot: RobotConfig) -> dict[str, tuple[float, float]]:
+    return {j.name: (j.min_rad, j.max_rad) for j in robot.joints}
+
+
+def _refused(exc: decide.MoveRefused) -> MoveRefused:
+    return MoveRefused(exc.code, exc.message, details=exc.details)
+
+
+def plan_goals(
+    robot: RobotConfig, request: MoveRequest, state: dict[str, Any] | None
+) -> dict[int, int]:
+    """Goals in ticks by id, planned in radians by `decide.plan` from a fresh read-back
+    (`state`; None only for an absolute move); raises `MoveRefused` before anything is sent."""
+    for name, _ in request.targets:
+        try:
+            robot.joint(name)  # an unknown joint is refused with the nearest configured name
+        except HostConfigError as exc:
+            raise MoveRefused(exc.code, exc.message, details=exc.details) from None
+    present = None
+    if state is not None:
+        present = {name: j.position for name, j in decode(robot, state).joints.items()}
+    try:
+        goals = decide.plan(
+            dict(request.targets),
+            relative=request.relative,
+            limits=_limits(robot),
+            present=present,
+        )
+    except decide.MoveRefused as exc:
+        raise _refused(exc) from None
+    return {robot.joint(name).id: tables.radians_to_ticks(rad) for name, rad in goals.items()}
 
 
 def plan_absolute(robot: RobotConfig, request: MoveRequest) -> dict[int, int]:
-    """Goals in ticks, every one inside its joint's limits; raises before anything is sent."""
-    goals: dict[int, int] = {}
-    for name, radians in request.targets:
-        joint = robot.joint(name)
-        ticks = tables.radians_to_ticks(radians)
-        joint.check_ticks(ticks)
-        goals[joint.id] = ticks
-    return goals
+    """An absolute move's goals in ticks, every one inside its joint's limits."""
+    return plan_goals(robot, request, None)
+
+
+def plan_relative(
+    robot: RobotConfig, request: MoveRequest, present: dict[int, int]
+) -> dict[int, int]:
+    """A relative move's goals in ticks from measured present positions (ticks by id)."""
+    joints = {
+        str(i): {
+            "present_position": p,
+            "goal_position": p,
+            "moving": 0,
+            "torque_enable": 0,
+            "registered_instruction": 0,
+            "hardware_error_status": 0,
+        }
+        for i, p in present.items()
+    }
+    return plan_goals(robot, request, {"robot": robot.name, "joints": joints})
 
 
 def check_request(robot: RobotConfig, request: MoveRequest) -> None:
-    """Everything about a request that can be refused before a byte is sent: every joint is
-    configured, and an absolute move's targets are inside the limits (a relative move's can
-    only be checked against the measured present position)."""
+    """Everything about a request that can be refused without the device: every joint is
+    configured, and an absolute move's targets are inside the limits (a relative move's are
+    checked from a fresh read-back before any byte is sent, in `execute`)."""
     if request.relative:
         for name, _ in request.targets:
             robot.joint(name)
@@ -141,20 +244,15 @@ def check_request(robot: RobotConfig, request: MoveRequest) -> None:
         plan_absolute(robot, request)
 
 
-def plan_relative(
-    robot: RobotConfig, request: MoveRequest, present: dict[int, int]
-) -> dict[int, int]:
-    goals: dict[int, int] = {}
-    for name, delta in request.targets:
-        joint = robot.joint(name)
-        ticks = present[joint.id] + tables.radians_to_tick_delta(delta)
-        joint.check_ticks(ticks)
-        goals[joint.id] = ticks
-    return goals
-
-
 def _joints(state: dict[str, Any]) -> dict[int, dict[str, int]]:
     return {int(k): v for k, v in state["joints"].items()}
+
+
+def _by_name(robot: RobotConfig, ticks: dict[int, int]) -> dict[str, float]:
+    return {
+        robot.joint_by_id(i).name: round(tables.ticks_to_radians(t), 6)
+        for i, t in sorted(ticks.items())
+    }
 
 
 class DynamixelMoveAdapter:
@@ -206,33 +304,55 @@ class DynamixelMoveAdapter:
         )
         send()
 
-    def _settle(self, robot: RobotConfig, goals: dict[int, int]) -> dict[str, Any]:
-        """Read back until every joint stopped; publish progress; return the last state."""
+    def _check_fence(self, op: Operation) -> None:
+        """Refuse an attempt under the move's fence floor before it sends anything."""
+        if self.fence is not None and self.fence < op.fence_floor():
+            raise FencedOut(
+                "fenced_out",
+                f"attempt with fence {self.fence} is under the floor {op.fence_floor()} of "
+                f"{op.id}: nothing sent",
+                details={"fence": self.fence, "floor": op.fence_floor()},
+            )
+
+    def _log_stop(self, op: Operation, attempt: int, cause: str, entry: dict[str, Any]) -> None:
+        """One write of the attempt's own safe-stop, logged with its cause before it is sent
+        (never refused: a stop always goes out)."""
+        op.log_sent({"attempt": attempt, "t_ms": now_ms(), "cause": cause, **entry})
+
+    def _settle(self, robot: RobotConfig, goals: dict[int, int] | None) -> dict[str, Any]:
+        """Read back until every joint stopped or the settle timeout ran out; publish progress
+        (in radians) while goals are known; return the last read-back (`timed_out` set when
+        the timeout ran out)."""
         bus = self.host.bus_for(robot)
-        ids = sorted(goals)
+        ids = sorted(goals) if goals else robot.ids
         deadline = time.monotonic() + self.settle_timeout_s
         start = bus.sync_read_field(tables.PRESENT_POSITION, ids)
         while True:
             # Moving first: once it reads 0 the Present Position read after it is the final one
             # (the other order could publish a last fraction from just before arrival).
             moving = bus.sync_read_field(tables.MOVING, ids)
-            present = bus.sync_read_field(tables.PRESENT_POSITION, ids)
-            total = sum(abs(goals[i] - start[i]) for i in ids) or 1
-            left = sum(abs(goals[i] - present[i]) for i in ids)
-            self.progress(
-                {
-                    "robot": robot.name,
-                    "fraction": round(max(0.0, 1 - left / total), 4),
-                    "joints": {
-                        str(i): {"present": present[i], "goal": goals[i], "moving": moving[i]}
-                        for i in ids
-                    },
-                }
-            )
+            if goals:
+                present = bus.sync_read_field(tables.PRESENT_POSITION, ids)
+                total = sum(abs(goals[i] - start[i]) for i in ids) or 1
+                left = sum(abs(goals[i] - present[i]) for i in ids)
+                self.progress(
+                    {
+                        "robot": robot.name,
+                        "fraction": round(max(0.0, 1 - left / total), 4),
+                        "joints": {
+                            robot.joint_by_id(i).name: {
+                                "present_rad": round(tables.ticks_to_radians(present[i]), 4),
+                                "goal_rad": round(tables.ticks_to_radians(goals[i]), 4),
+                                "moving": bool(moving[i]),
+                            }
+                            for i in ids
+                        },
+                    }
+                )
             if not any(moving.values()):
-                return read_state(bus, robot)
+                return read_joints(bus, robot)
             if time.monotonic() > deadline:
-                state = read_state(bus, robot)
+                state = read_joints(bus, robot)
                 state["timed_out"] = True
                 return state
             time.sleep(0.02)
@@ -241,6 +361,7 @@ class DynamixelMoveAdapter:
         joints = _joints(state)
         return not state.get("timed_out") and all(
             joints[i]["moving"] == 0
+            and joints[i]["torque_enable"] == 1
             and abs(joints[i]["present_position"] - g) <= robot.tolerance_ticks
             for i, g in goals.items()
         )
@@ -254,13 +375,15 @@ class DynamixelMoveAdapter:
         state: dict[str, Any],
         how: str,
     ) -> dict[str, Any]:
+        read_back = si_read_back(robot, state)
         return {
             "operation_id": op.id,
             "attempt": attempt,
             "robot": robot.name,
             "outcome": how,
-            "goals": {str(i): g for i, g in sorted(goals.items())},
-            "final": {str(i): j["present_position"] for i, j in sorted(_joints(state).items())},
+            "goals": _by_name(robot, goals),
+            "final": {n: j["position_rad"] for n, j in read_back["joints"].items()},
+            "read_back": read_back,
             "read_at_ms": state["read_at_ms"],
         }
 
@@ -279,14 +402,51 @@ class DynamixelMoveAdapter:
         flagged = bus.sync_read_field(tables.REGISTERED_INSTRUCTION, others)
         return {i: bus.read_field(i, tables.GOAL_POSITION) for i in others if flagged[i] == 1}
 
+    def _joint_name(self, robot: RobotConfig, dxl_id: int) -> str:
+        """The joint's name, also of another robot on the same bus."""
+        for r in [robot, *self.config.robots.values()]:
+            if r.port == robot.port:
+                for j in r.joints:
+                    if j.id == dxl_id:
+                        return j.name
+        return str(dxl_id)
+
     def _stage_goal(
-        self, op: Operation, attempt: int, bus: Any, dxl_id: int, goal: int, what: str
+        self,
+        op: Operation,
+        attempt: int,
+        bus: Any,
+        robot: RobotConfig,
+        dxl_id: int,
+        goal: int,
+        what: str,
     ) -> None:
         """REG_WRITE one Goal Position, its digest logged durably before the frame goes out."""
         data = tables.encode(tables.GOAL_POSITION, goal)
         frame = _core.dxl_reg_write(dxl_id, tables.GOAL_POSITION.address, data)
         send = partial(bus.reg_write, dxl_id, tables.GOAL_POSITION.address, data)
-        self._send_logged(op, attempt, what, frame, send, id=dxl_id, goal=goal)
+        self._send_logged(
+            op,
+            attempt,
+            what,
+            frame,
+            send,
+            id=dxl_id,
+            joint=self._joint_name(robot, dxl_id),
+            goal_rad=round(tables.ticks_to_radians(goal), 6),
+        )
+
+    def _neutralise(
+        self, op: Operation, attempt: int, bus: Any, robot: RobotConfig, staged: dict[int, int]
+    ) -> None:
+        """Replace each staged write by its joint's current goal, then one ACTION (each frame
+        logged before it is sent); nothing is sent when nothing is staged."""
+        for dxl_id, current in sorted(staged.items()):
+            self._stage_goal(op, attempt, bus, robot, dxl_id, current, "neutralise_reg_write")
+        if staged:
+            self._send_logged(
+                op, attempt, "neutralise_action", _core.dxl_action(), bus.action, id=0xFE
+            )
 
     # --- execute ---
 
@@ -297,20 +457,20 @@ class DynamixelMoveAdapter:
     def execute(
         self, op: Operation, attempt: int, request: MoveRequest, *, first_motion: bool
     ) -> dict[str, Any]:
-        robot, goals = self.plan(request)
+        robot = self.config.robot(request.robot)
         bus = self.host.bus_for(robot)
-        completed = False
+        # Before any byte: a fresh read-back, and every goal planned from it inside the limits.
+        goals = plan_goals(robot, request, read_joints(bus, robot))
+        self._check_fence(op)
+        stop = True  # the stop policy applies unless the move completes
+        cause = "error"
         try:
-            ids = robot.ids if goals is None else sorted(goals)
+            ids = sorted(goals)
             velocity = robot.first_motion_velocity if first_motion else robot.velocity
             for dxl_id in ids:
                 bus.write_field(dxl_id, tables.PROFILE_VELOCITY, velocity)
                 bus.write_field(dxl_id, tables.TORQUE_ENABLE, 1)
-            state = read_state(bus, robot)  # measured present position, after torque is on
-            if goals is None:
-                goals = plan_relative(
-                    robot, request, {i: j["present_position"] for i, j in _joints(state).items()}
-                )
+            state = read_joints(bus, robot)  # the pre-image, after torque is on
             op.record_preimage(
                 attempt,
                 {
@@ -325,27 +485,42 @@ class DynamixelMoveAdapter:
             # staged by an abandoned move (of this or another robot on the port) must not ride
             # along, so it is replaced by the joint's current goal first.
             for dxl_id, current in self._staged_others(bus, robot, goals).items():
-                self._stage_goal(op, attempt, bus, dxl_id, current, "neutralise_reg_write")
+                self._stage_goal(op, attempt, bus, robot, dxl_id, current, "neutralise_reg_write")
             for dxl_id, goal in sorted(goals.items()):
-                self._stage_goal(op, attempt, bus, dxl_id, goal, "reg_write")
+                self._stage_goal(op, attempt, bus, robot, dxl_id, goal, "reg_write")
             crash_point("after_reg_write")
             self._send_logged(op, attempt, "action", _core.dxl_action(), bus.action, id=0xFE)
             crash_point("after_action")
             final = self._settle(robot, goals)
             crash_point("after_readback")
             if not self._reached(robot, goals, final):
+                cause = "settle_timeout" if final.get("timed_out") else "not_reached"
+                where = si_read_back(robot, final)["joints"]
                 raise MoveNotReached(
-                    "not_reached",
-                    f"robot {robot.name} settled away from its goals: {final['joints']}",
-                    details={"robot": robot.name, "state": final},
+                    cause,
+                    f"robot {robot.name} did not arrive at its goals"
+                    + (f" within {self.settle_timeout_s} s" if final.get("timed_out") else "")
+                    + f": {where}",
+                    details={"robot": robot.name, "read_back": where},
                 )
-            completed = True
+            stop = False
             return self._result(op, attempt, robot, goals, final, "completed")
+        except FencedOut:
+            # A newer attempt governs the device now: this one neither sends nor stops it.
+            stop = False
+            raise
         finally:
-            if not completed:
-                safe_stop(bus, robot)
+            if stop:
+                safe_stop(bus, robot, log=partial(self._log_stop, op, attempt, cause))
 
     # --- reconcile ---
+
+    def _stopped(self, robot: RobotConfig, op: Operation, attempt: int) -> bool:
+        """Whether an operator's stop of `robot` came after `attempt` began."""
+        marker = op.entry.marker(attempt) if attempt else None
+        began = int((marker or {}).get("started_at_ms", 0))
+        stopped = last_operator_stop(self.config, robot.name)
+        return stopped is not None and stopped >= began
 
     def reconcile(self, op: Operation, request: MoveRequest) -> Conclusion:
         robot = self.config.robot(request.robot)
@@ -354,105 +529,63 @@ class DynamixelMoveAdapter:
         attempt = attempts[-1] if attempts else 0
         pre = op.preimage(attempt)
         sent = [s for s in op.sent() if s.get("attempt") == attempt]
-        state = read_state(bus, robot)
-        joints = _joints(state)
         goals: dict[int, int] | None = None
         if pre is not None:
             goals = {int(k): int(v) for k, v in pre["goals"].items()}
         elif not request.relative:
             goals = plan_absolute(robot, request)
+        state = read_joints(bus, robot)
+        if any(j["moving"] for j in _joints(state).values()):
+            state = self._settle(robot, goals)  # decided on a device standing still
+        preimage = None
+        if pre is not None and goals is not None:
+            preimage = decide.Preimage(decode(robot, pre["state"]), _by_name(robot, goals))
+        move = decide.Move(
+            relative=request.relative,
+            targets=None if request.relative or goals is None else _by_name(robot, goals),
+            tolerance=robot.tolerance_rad,
+            resolution=RESOLUTION_RAD,
+            stopped_by_operator=self._stopped(robot, op, attempt),
+        )
+        records = [
+            decide.Sent(str(s.get("instruction")), s.get("joint"), s.get("cause")) for s in sent
+        ]
+        before = decode(robot, state)
         checks: dict[str, Any] = {
             "attempt": attempt,
             "preimage": pre is not None,
             "sent": len(sent),
+            "hardware_error": decide.hardware_errors(before),
         }
-        hardware_error = {
-            i: j["hardware_error_status"] for i, j in joints.items() if j["hardware_error_status"]
-        }
-        checks["hardware_error"] = hardware_error
-        # A relative move's goals only prove it ran when they differ from the goals the
-        # pre-image saw (a zero or cancelling delta leaves nothing to tell the runs apart).
-        attributable = not request.relative or (
-            pre is not None
-            and goals is not None
-            and any(_joints(pre["state"])[i]["goal_position"] != g for i, g in goals.items())
-        )
-        checks["attributable"] = attributable
-
-        if (
-            goals is not None
-            and attributable
-            and not hardware_error
-            and all(
-                joints[i]["goal_position"] == g and joints[i]["registered_instruction"] == 0
-                for i, g in goals.items()
+        conclusion = decide.reconcile(preimage, records, before, move=move)
+        if isinstance(conclusion, decide.Recovered):
+            assert goals is not None
+            return Recovered(self._result(op, attempt, robot, goals, state, "recovered"))
+        if isinstance(conclusion, decide.Unknown):
+            checks.update(conclusion.details)
+            settling = conclusion.reason in ("settle_timeout", "not_settled") and not sent_stop(
+                records
             )
-        ):
-            final = self._settle(robot, goals)
-            if self._reached(robot, goals, final):
-                return Recovered(self._result(op, attempt, robot, goals, final, "recovered"))
-            checks["settled"] = False
-            reason = "settle_timeout" if final.get("timed_out") else "not_settled"
-            reason = self._stopped(robot, op, attempt) or reason
-            return Unknown(self._evidence(op, request, robot, goals, final, reason, checks), 1000)
-
-        effectful = [s for s in sent if s.get("instruction") in ("reg_write", "action")]
-        if not effectful and not hardware_error:
-            return ConfirmedAbsent(self._guard(bus, "nothing_sent", [], state))
-
-        if request.relative:
             return Unknown(
-                self._evidence(op, request, robot, goals, state, "relative_move_ambiguous", checks)
+                self._evidence(op, request, robot, goals, state, conclusion.reason, checks),
+                SETTLE_RETRY_MS if settling else 0,
             )
-        if pre is None or goals is None:
-            return Unknown(self._evidence(op, request, robot, goals, state, "no_preimage", checks))
-        before = _joints(pre["state"])
-        checks["torque_as_before"] = all(
-            joints[i]["torque_enable"] == before[i]["torque_enable"] for i in goals
-        )
-        checks["staged_or_unchanged"] = all(
-            joints[i]["registered_instruction"] == 1
-            or joints[i]["goal_position"] == before[i]["goal_position"]
-            for i in goals
-        )
-        if hardware_error or not checks["torque_as_before"] or not checks["staged_or_unchanged"]:
-            reason = "hardware_error" if hardware_error else "device_state_lost_or_moved"
-            if not hardware_error:
-                reason = self._stopped(robot, op, attempt) or reason
-            return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
-
+        joints = _joints(state)
         staged = {
-            i: joints[i]["goal_position"]
-            for i in sorted(goals)
-            if joints[i]["registered_instruction"] == 1
+            robot.joint(n).id: joints[robot.joint(n).id]["goal_position"] for n in conclusion.staged
         }
         # Other joints on the bus are neutralised too: the ACTION below would commit them.
-        staged.update(self._staged_others(bus, robot, goals))
-        for dxl_id, current in staged.items():
-            self._stage_goal(op, attempt, bus, dxl_id, current, "neutralise_reg_write")
-        if staged:
-            self._send_logged(
-                op, attempt, "neutralise_action", _core.dxl_action(), bus.action, id=0xFE
-            )
-        after = read_state(bus, robot)
-        after_joints = _joints(after)
-        if any(
-            after_joints[i]["registered_instruction"] != 0
-            or after_joints[i]["goal_position"] != joints[i]["goal_position"]
-            for i in goals
-        ):
+        staged.update(self._staged_others(bus, robot, dict.fromkeys(robot.ids, 0)))
+        self._neutralise(op, attempt, bus, robot, staged)
+        after = read_joints(bus, robot)
+        confirmed = decide.confirm(before, decode(robot, after), resolution=RESOLUTION_RAD)
+        if isinstance(confirmed, decide.Unknown):
+            checks.update(confirmed.details)
             checks["neutralised"] = False
             return Unknown(
-                self._evidence(op, request, robot, goals, after, "neutralise_failed", checks)
+                self._evidence(op, request, robot, goals, after, confirmed.reason, checks)
             )
-        return ConfirmedAbsent(self._guard(bus, "staged_not_actioned", list(staged), after))
-
-    def _stopped(self, robot: RobotConfig, op: Operation, attempt: int) -> str | None:
-        """`stopped_by_operator` when an operator's stop of `robot` came after `attempt` began."""
-        marker = op.entry.marker(attempt) if attempt else None
-        began = int((marker or {}).get("started_at_ms", 0))
-        stopped = last_operator_stop(self.config, robot.name)
-        return "stopped_by_operator" if stopped is not None and stopped >= began else None
+        return ConfirmedAbsent(self._guard(bus, robot, conclusion.reason, sorted(staged), after))
 
     def prove_reissue(
         self, op: Operation, request: MoveRequest, fence_floor: int
@@ -468,55 +601,47 @@ class DynamixelMoveAdapter:
            repetition ends in the same pose.
         3. The fence floor is raised: this adapter refuses every command of an attempt under
            it, so an older attempt cannot send anything after the proof.
+        A proof taken before a crash is used again only when the device still reports no
+        hardware error and stands still.
         """
         robot = self.config.robot(request.robot)
         if request.relative:
             raise ReissueRefused(
                 "not_repeatable", "a relative move cannot be re-issued; mark it done or abandon it"
             )
-        number = op.next_attempt()
-        existing = op.reissue_proof(number)
-        if existing is not None:
-            return existing  # a proof taken before a crash: the floor already stands
         bus = self.host.bus_for(robot)
-        state = read_state(bus, robot)
-        joints = _joints(state)
-        errors = {
-            robot.joint_by_id(i).name: tables.hardware_errors(j["hardware_error_status"])
-            for i, j in joints.items()
-            if j["hardware_error_status"]
-        }
+        state = read_joints(bus, robot)
+        before = decode(robot, state)
+        errors = decide.hardware_errors(before)
         if errors:
             raise ReissueRefused(
                 "hardware_error",
                 f"a re-issue is refused while a joint reports a hardware error: {errors}",
                 details={"hardware_errors": errors},
             )
-        if any(j["moving"] for j in joints.values()):
+        if any(j.moving for j in before.joints.values()):
             raise ReissueRefused("device_not_idle", "the arm is moving; re-issue needs it idle")
+        number = op.next_attempt()
+        existing = op.reissue_proof(number)
+        if existing is not None:
+            return existing  # a proof taken before a crash: the floor already stands
         # The floor first: from here on no older attempt sends anything, so what is read back
         # below stays true.
         floor = op.raise_fence_floor(fence_floor)
         crash_point("proof.after_fence_floor")
+        joints = _joints(state)
         staged = {i: j["goal_position"] for i, j in joints.items() if j["registered_instruction"]}
-        staged.update(self._staged_others(bus, robot, {i: 0 for i in joints}))
+        staged.update(self._staged_others(bus, robot, dict.fromkeys(joints, 0)))
         fence, self.fence = self.fence, None  # the proof's own frames are the host's
         try:
-            for dxl_id, current in sorted(staged.items()):
-                self._stage_goal(op, number, bus, dxl_id, current, "neutralise_reg_write")
-            if staged:
-                self._send_logged(
-                    op, number, "neutralise_action", _core.dxl_action(), bus.action, id=0xFE
-                )
+            self._neutralise(op, number, bus, robot, staged)
         finally:
             self.fence = fence
         crash_point("proof.after_neutralise")
-        after = read_state(bus, robot)
-        others = self._staged_others(bus, robot, {i: 0 for i in _joints(after)})
-        if others or any(
-            j["registered_instruction"] or j["goal_position"] != joints[i]["goal_position"]
-            for i, j in _joints(after).items()
-        ):
+        after = read_joints(bus, robot)
+        others = self._staged_others(bus, robot, dict.fromkeys(_joints(after), 0))
+        confirmed = decide.confirm(before, decode(robot, after), resolution=RESOLUTION_RAD)
+        if others or isinstance(confirmed, decide.Unknown):
             raise ReissueRefused(
                 "neutralise_failed",
                 "staged writes did not read back neutralised; nothing re-issued",
@@ -531,8 +656,7 @@ class DynamixelMoveAdapter:
             "port_lock": bus.identity.key,
             "owner_pid": os.getpid(),
             "neutralised_ids": sorted(staged),
-            "read_back": after,
-            "read_back_si": si_read_back(robot, after),
+            "read_back": si_read_back(robot, after),
             "last_action": {
                 "attempt": last,
                 "sent": bool(actions),
@@ -546,14 +670,19 @@ class DynamixelMoveAdapter:
         return op.record_reissue_proof(number, proof)
 
     def _guard(
-        self, bus: Any, reason: str, neutralised: list[int], state: dict[str, Any]
+        self,
+        bus: Any,
+        robot: RobotConfig,
+        reason: str,
+        neutralised: list[int],
+        state: dict[str, Any],
     ) -> dict[str, Any]:
         return {
             "reason": reason,
             "port_lock": bus.identity.key,
             "owner_pid": os.getpid(),
             "neutralised_ids": neutralised,
-            "read_back": state,
+            "read_back": si_read_back(robot, state),
         }
 
     def _evidence(
@@ -567,44 +696,48 @@ class DynamixelMoveAdapter:
         checks: dict[str, Any],
     ) -> dict[str, Any]:
         bus = self.host.bus_for(robot)
-        joints = _joints(state)
+        read_back = si_read_back(robot, state)
         attempts = op.attempts()
         pre = op.preimage(attempts[-1]) if attempts else None
+        commanded = _by_name(robot, goals or {})
         return {
             "operation_id": op.id,
             "reason": reason,
-            "read_back": si_read_back(robot, state),
-            "staged": {
-                robot.joint_by_id(i).name: round(tables.ticks_to_radians(g), 6)
-                for i, g in sorted((goals or {}).items())
-            },
+            "read_back": read_back,
+            "staged": commanded,
             "preimage": None
             if pre is None
             else {
                 "read_back": si_read_back(robot, pre["state"]),
+                "goals_rad": _by_name(
+                    robot, {int(k): int(v) for k, v in (pre.get("goals") or {}).items()}
+                ),
                 "profile_speed_rad_s": profile_speed_rad_s(int(pre["profile_velocity"])),
                 "first_motion": pre["first_motion"],
             },
             "hardware_errors": {
-                robot.joint_by_id(i).name: tables.hardware_errors(j["hardware_error_status"])
-                for i, j in sorted(joints.items())
-                if j["hardware_error_status"]
+                n: j["hardware_errors"]
+                for n, j in read_back["joints"].items()
+                if j["hardware_errors"]
             },
             "command": request.as_dict(),
             "retry_class": request.retry_class.value,
-            "targets": {str(i): g for i, g in sorted((goals or {}).items())},
             "sent": op.sent(),
             "last_status": {
                 str(i): {"error": e, "at_ms": t} for i, (e, t) in sorted(bus.last_status.items())
             },
             "reconcile": checks,
-            "device_state": state,
             "commanded_vs_present": {
-                str(i): {
-                    "commanded": (goals or {}).get(i),
-                    "goal": j["goal_position"],
-                    "present": j["present_position"],
+                n: {
+                    "commanded_rad": commanded.get(n),
+                    "goal_rad": j["goal_rad"],
+                    "present_rad": j["position_rad"],
                 }
-                for i, j in sorted(joints.items())
+                for n, j in read_back["joints"].items()
             },
         }
+
+
+def sent_stop(records: list[decide.Sent]) -> bool:
+    """Whether the attempt stopped itself (its safe-stop is in the sent log)."""
+    return any(r.instruction in decide.STOPS for r in records)

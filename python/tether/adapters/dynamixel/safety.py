@@ -5,9 +5,12 @@ Safe-stop, per robot policy from the host configuration:
   Position just read, so the arm stops where it stands, even outside the configured limits
   (those limits refuse moves before they are sent; a stop never moves the arm to obey them).
 - `torque_off`: Torque Enable is cleared on every joint (the arm goes limp).
-A REG_WRITE that is still staged is left staged: its Registered Instruction flag is evidence
-that reconciliation reads, and only Tether sends ACTION, after neutralising it. Every joint is
-tried even when another fails; failures are reported, never swallowed.
+A caller that journals its commands passes `log`: it is called with each stop write (what,
+joint, id, goal, frame digest) before the write is sent, and a failure to log never blocks the
+stop (the read-back then shows a change the log does not explain, which reconciliation treats
+as unexplained). A REG_WRITE that is still staged is left staged: its Registered Instruction
+flag is evidence that reconciliation reads, and only Tether sends ACTION, after neutralising
+it. Every joint is tried even when another fails; failures are reported, never swallowed.
 
 After the policy, every joint is read back and reported as what the device is
 (`stopped_state`, a pure function of that read-back):
@@ -25,9 +28,13 @@ First motion: after a (re)connect or an operator re-issue the first move runs at
 
 from __future__ import annotations
 
+import hashlib
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether import _core
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import RobotConfig
 from tether.adapters.dynamixel.driver import DxlBus
@@ -120,7 +127,23 @@ def _read_back(bus: DxlBus, dxl_id: int) -> ReadBack:
     )
 
 
-def safe_stop(bus: DxlBus, robot: RobotConfig) -> SafeStopReport:
+StopLog = Callable[[dict[str, Any]], None]
+
+
+def _digest(frame: bytes) -> str:
+    return "sha256:" + hashlib.sha256(frame).hexdigest()
+
+
+def _log_stop(log: StopLog | None, entry: dict[str, Any]) -> None:
+    if log is None:
+        return
+    try:
+        log(entry)
+    except Exception:  # a stop is never blocked by its journal (see the module docstring)
+        pass
+
+
+def safe_stop(bus: DxlBus, robot: RobotConfig, *, log: StopLog | None = None) -> SafeStopReport:
     """Apply the robot's safe-stop policy to every joint, then report what each joint is, read
     back from the device; never raises for one joint's failure."""
     report = SafeStopReport(robot.name, robot.safe_stop)
@@ -129,11 +152,39 @@ def safe_stop(bus: DxlBus, robot: RobotConfig) -> SafeStopReport:
         hold_confirmed = False
         try:
             if robot.safe_stop == "torque_off":
+                entry = {
+                    "instruction": "stop_torque_off",
+                    "joint": joint.name,
+                    "id": joint.id,
+                    "digest": _digest(
+                        _core.dxl_write(
+                            joint.id,
+                            tables.TORQUE_ENABLE.address,
+                            tables.encode(tables.TORQUE_ENABLE, 0),
+                        )
+                    ),
+                }
+                _log_stop(log, entry)
                 bus.write_field(joint.id, tables.TORQUE_ENABLE, 0)
             else:
                 # The present position as it is, never clamped to the configured limits: an
                 # arm outside them stays where it is.
                 present = bus.read_field(joint.id, tables.PRESENT_POSITION)
+                goal_rad = tables.ticks_to_radians(present)
+                entry = {
+                    "instruction": "stop_hold",
+                    "joint": joint.name,
+                    "id": joint.id,
+                    "goal_rad": round(goal_rad, 6) if math.isfinite(goal_rad) else None,
+                    "digest": _digest(
+                        _core.dxl_write(
+                            joint.id,
+                            tables.GOAL_POSITION.address,
+                            tables.encode(tables.GOAL_POSITION, present),
+                        )
+                    ),
+                }
+                _log_stop(log, entry)
                 bus.write_field(joint.id, tables.GOAL_POSITION, present)
                 hold_confirmed = True
         except (TetherError, OSError) as exc:

@@ -8,11 +8,15 @@ control record (attempts, fences, evidence revisions, decisions) and the operati
 2. commits the move's intent in a tick of the world, unless the world already holds it (another
    request under the same activity id is refused);
 3. works the Activity with one in-process worker until it has a result, awaits an operator's
-   decision (exit 3) or the deadline passes (exit 4). An attempt of a killed run is waited out
+   decision (exit 3) or the deadline passes (exit 4). A move refused from the fresh read-back
+   before any byte (a relative move past a limit) ends as a failed result (exit 2), never
+   retried. An attempt of a killed run is waited out
    (its lease) and then reconciled: Recovered, ConfirmedAbsent (one fresh attempt), or Unknown;
 4. commits the observation of a result, so the Activity settles.
 A parked move is never executed by a run; only an operator's decision (`tether operator`)
-moves it on.
+moves it on. Output is JSON lines in SI units (radians): progress, then the outcome. After a
+completed move the port is released without a stop (the arm holds its goal, torque on);
+otherwise the robot's stop policy applies on the way out.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ def _outcome(host: Any, record: ActivityRecord) -> dict[str, Any]:
                 "status": "failed",
                 "outcome": doc.get("outcome"),
                 "code": doc.get("code"),
+                "error": doc.get("error"),
             }
         return {
             **out,
@@ -129,6 +134,7 @@ def run_move(
     deadline = time.monotonic() + (
         timeout_s if timeout_s is not None else 2 * lease_ms / 1000 + 3 * settle_timeout_s + 30
     )
+    normal_end = False
     with Host(
         data, [family], workers=0, observe=False, lease_ms=lease_ms, progress_listener=listener
     ) as host:
@@ -159,11 +165,17 @@ def run_move(
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.05)
-            return _outcome(host, host.get(key) or record)
+            outcome = _outcome(host, host.get(key) or record)
+            normal_end = outcome["status"] == "done" or outcome.get("outcome") == "refused"
+            return outcome
         finally:
+            # A completed move, or one refused before any byte, is a normal end: the port is
+            # released with the arm as it stands (torque on, holding its goal) under either
+            # stop policy. Anything else (parked, not concluded, an error, an interrupt)
+            # applies the robot's stop policy on the way out.
             close = getattr(family.adapter, "close", None)
             if close is not None:
-                close()
+                close(safe_stop=not normal_end)
 
 
 def parse_targets(items: list[str]) -> dict[str, float]:
@@ -221,6 +233,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--lease-ms", type=int, default=5_000, help="attempt lease in ms (default 5000)"
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="JSON lines on stdout (progress, then the outcome; also the default), in SI units",
+    )
     args = parser.parse_args(argv)
     _one_line_logs()
     try:
@@ -253,6 +270,8 @@ def main(argv: list[str]) -> int:
         )
         return EXIT_ERROR
     print(json.dumps(outcome), flush=True)
+    if outcome["status"] == "failed" and outcome.get("outcome") == "refused":
+        return EXIT_USAGE  # refused before any byte: a limit (e.g. of a relative move)
     return {"done": EXIT_DONE, "awaiting_decision": EXIT_PARKED, "pending": EXIT_RETRY}.get(
         outcome["status"], EXIT_ERROR
     )

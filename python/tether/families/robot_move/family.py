@@ -15,7 +15,14 @@ decides; reconciliation never executes). A device that cannot be read is Unknown
 (`device_unreadable`). The adapter serves `prove_reissue` on its host's control socket: the
 adapter's proof behind an operator's re-issue, taken while this process owns the port.
 A request that can never run (malformed, unknown robot or joint, an absolute target outside the
-configured limits) gets a failed result before any byte is sent or the port is opened.
+configured limits) gets a failed result before any byte is sent or the port is opened; a
+relative move whose goals, planned from a fresh read-back, fall outside the limits gets one
+before any byte is written (`MoveRefused`). A failed result is terminal: never retried.
+
+Ports: the adapter keeps its `RobotHost` between moves. A normal end of the worker's use of a
+port (`close(safe_stop=False)`, what `tether move` does after a completed move) releases it with
+the arm as the move left it; a shutdown (`close()`, also at interpreter exit on SIGTERM), a
+transport fault or a move that did not complete applies the robot's stop policy.
 """
 
 from __future__ import annotations
@@ -30,7 +37,13 @@ from typing import Any
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
-from tether.adapters.dynamixel.move import DynamixelMoveAdapter, check_request
+from tether.adapters.dynamixel.move import (
+    DynamixelMoveAdapter,
+    MoveRefused,
+    check_request,
+    read_joints,
+    si_read_back,
+)
 from tether.errors import HostConfigError, TransportError
 from tether.families.robot_move.journal import MoveStore, Operation, now_ms
 from tether.families.robot_move.request import (
@@ -104,7 +117,9 @@ def stage(staged: StagedResult) -> list[ComponentWrite]:
     except ValueError:
         doc = {}
     summary = {
-        k: doc.get(k) for k in ("outcome", "attempt", "goals", "final", "verdict") if k in doc
+        k: doc.get(k)
+        for k in ("outcome", "attempt", "goals", "final", "verdict", "code")
+        if k in doc
     }
     value = {
         "result_ref": staged.result.ref,
@@ -148,8 +163,17 @@ class RobotMoveAdapter:
         if robot not in host.identities:
             host.connect(robot)
             host.add_handler("prove_reissue", self._on_prove)
+            host.add_handler("read_back", self._on_read_back)
             self._moved.discard(robot)
         return host
+
+    def _on_read_back(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A fresh read-back in SI units (Present Velocity included) for an operator."""
+        host = self._host
+        if host is None:
+            raise FamilyError("no robot is connected")
+        robot = self.config.robot(str(request.get("robot")))
+        return si_read_back(robot, read_joints(host.bus_for(robot), robot))
 
     def _on_prove(self, request: dict[str, Any]) -> dict[str, Any]:
         """The owner's side of an operator's re-issue: the proof, taken under the move's lock
@@ -163,16 +187,22 @@ class RobotMoveAdapter:
             adapter = DynamixelMoveAdapter(self.config, host)
             return adapter.prove_reissue(op, req, int(request["fence_floor"]))
 
-    def _drop_host(self) -> None:
-        """After a transport failure: safe-stop what can be reached, release, reconnect later."""
+    def _drop_host(self, *, safe_stop: bool = True) -> None:
+        """Release the ports (reconnect later): after a transport failure or at shutdown with
+        the robots' stop policy applied; at a normal end without it (`safe_stop=False`)."""
         with self._mutex:
             host, self._host = self._host, None
         if host is not None:
+            if not safe_stop:
+                # `RobotHost.close` safe-stops the robots it lists as connected: a normal end
+                # lists none, so the arm keeps its goal and torque.
+                host.identities.clear()
             host.close()
         self._moved.clear()
 
-    def close(self) -> None:
-        self._drop_host()
+    def close(self, *, safe_stop: bool = True) -> None:
+        """Release the ports; the stop policy applies unless this is a normal end."""
+        self._drop_host(safe_stop=safe_stop)
 
     def _device(self, ctx: AttemptContext, host: RobotHost) -> DynamixelMoveAdapter:
         def progress(content: dict[str, Any]) -> None:
@@ -208,6 +238,30 @@ class RobotMoveAdapter:
             return replace(self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True)
         return None
 
+    def _failed(self, ctx: AttemptContext, op: Operation, exc: MoveRefused) -> ResultRef:
+        """The terminal failed result of a move refused before any byte (journal first)."""
+        doc = {
+            "operation_id": ctx.operation_id,
+            "outcome": "refused",
+            "code": exc.code,
+            "error": str(exc),
+            "details": exc.details,
+        }
+        op.record_failed(doc)
+        return self._published(ctx, op) or replace(
+            self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True
+        )
+
+    def _published(self, ctx: AttemptContext, op: Operation) -> ResultRef | None:
+        """The result the journal already holds (a success, or a terminal failure)."""
+        done = op.result()
+        if done is not None:
+            return self._put(ctx, done, RESULT_MEDIA_TYPE)
+        failed = op.failed()
+        if failed is not None:
+            return replace(self._put(ctx, failed, RESULT_MEDIA_TYPE), failed=True)
+        return None
+
     def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
         refused = self._refused(ctx, request)
         if refused is not None:
@@ -215,9 +269,9 @@ class RobotMoveAdapter:
         req = MoveRequest.from_dict(request)
         with self._lock(req.robot):
             op = self.store.bind(ctx.operation_id, req)
-            done = op.result()
-            if done is not None:
-                return self._put(ctx, done, RESULT_MEDIA_TYPE)
+            published = self._published(ctx, op)
+            if published is not None:
+                return published
             number = op.next_attempt()
             guard = op.guard(number) or op.reissue_proof(number)
             if number > 1 and guard is None:
@@ -232,6 +286,8 @@ class RobotMoveAdapter:
                 )
                 op.start_attempt(number, {"fence": ctx.fence, "catalog_attempt": ctx.attempt})
                 result = self._device(ctx, host).execute(op, number, req, first_motion=first)
+            except MoveRefused as exc:  # refused from the fresh read-back: nothing was sent
+                return self._failed(ctx, op, exc)
             except TransportError:
                 self._drop_host()
                 raise
@@ -248,11 +304,13 @@ class RobotMoveAdapter:
         req = MoveRequest.from_dict(request)
         with self._lock(req.robot):
             op = self.store.bind(ctx.operation_id, req)
-            done = op.result()
-            if done is not None:
-                return RuntimeRecovered(self._put(ctx, done, RESULT_MEDIA_TYPE))
+            published = self._published(ctx, op)
+            if published is not None:
+                return RuntimeRecovered(published)
             try:
                 conclusion = self._device(ctx, self._connected(req.robot)).reconcile(op, req)
+            except MoveRefused as exc:  # no pre-image: nothing was sent, and it can never run
+                return RuntimeRecovered(self._failed(ctx, op, exc))
             except TransportError as exc:
                 # The device cannot be read (a dead bus after ACTION): nothing can be proved,
                 # so the move is parked for an operator with what the journal knows.

@@ -1,16 +1,23 @@
 """The robot-move family's side of an operator decision (`tether.operator.decisions`'s
-`DeviceReview`): a fresh read-back, the adapter's comparison, and the re-issue proof, taken
-through the process that owns the port, or directly under the port's exclusive lock."""
+`DeviceReview`): a fresh read-back in SI units, the adapter's comparison
+(`decide.changed_since`), and the re-issue proof, taken through the process that owns the port,
+or directly under the port's exclusive lock."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tether.activities import ActivityRecord
-from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel import decide
 from tether.adapters.dynamixel.config import HostConfig
-from tether.adapters.dynamixel.host import RobotHost, fresh_state, owner_socket, send_request
-from tether.adapters.dynamixel.move import DynamixelMoveAdapter, changed_since, si_read_back
+from tether.adapters.dynamixel.driver import DxlBus
+from tether.adapters.dynamixel.host import RobotHost, owner_socket, send_request
+from tether.adapters.dynamixel.move import (
+    RESOLUTION_RAD,
+    DynamixelMoveAdapter,
+    read_joints,
+    si_read_back,
+)
 from tether.errors import OperatorRejection
 from tether.families.robot_move.journal import MoveStore
 from tether.families.robot_move.request import GUARD_MEDIA_TYPE, KINDS, RESULT_MEDIA_TYPE
@@ -38,22 +45,38 @@ class RobotMoveReview:
         return op
 
     def read(self, record: ActivityRecord, evidence: dict[str, Any]) -> dict[str, Any]:
-        return fresh_state(self.config, self._op(record).request.robot)
+        """A fresh read-back in SI units: through the owner of the port when one holds it (its
+        `read_back` request, with Present Velocity; a plain `state` otherwise), else directly."""
+        robot = self.config.robot(self._op(record).request.robot)
+        socket_path = owner_socket(self.config, robot.port)
+        if socket_path is None:
+            with DxlBus.open_config(
+                self.config.ports[robot.port], lock_dir=self.config.state_dir
+            ) as bus:
+                return si_read_back(robot, read_joints(bus, robot))
+        try:
+            fresh: dict[str, Any] = send_request(
+                socket_path, {"op": "read_back", "robot": robot.name}
+            )
+            return fresh
+        except Exception:
+            state = send_request(socket_path, {"op": "state", "robot": robot.name})
+            return si_read_back(robot, state)
 
     def changed_since(self, evidence: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
         robot = self.config.robot(str(fresh.get("robot")))
-        return changed_since(evidence.get("device_state") or {}, fresh, robot.tolerance_ticks)
+        return decide.changed_since(
+            decide.ReadBack.from_si(evidence.get("read_back") or {}),
+            decide.ReadBack.from_si(fresh),
+            tolerance=robot.tolerance_rad,
+            resolution=RESOLUTION_RAD,
+        )
 
     def refreshed(
         self, evidence: dict[str, Any], fresh: dict[str, Any], changes: list[str]
     ) -> dict[str, Any]:
-        robot = self.config.robot(str(fresh.get("robot")))
-        return {
-            **evidence,
-            "device_state": fresh,
-            "read_back": si_read_back(robot, fresh),
-            "changes": changes,
-        }
+        errors = decide.hardware_errors(decide.ReadBack.from_si(fresh))
+        return {**evidence, "read_back": fresh, "hardware_errors": errors, "changes": changes}
 
     def done_result(
         self, record: ActivityRecord, fresh: dict[str, Any], verdict: dict[str, Any]
@@ -72,11 +95,8 @@ class RobotMoveReview:
         request = op.request
         # What the fresh read-back already refuses is refused before the port is opened (the
         # proof checks again on its own read-back).
-        errors = {
-            dxl_id: tables.hardware_errors(int(j.get("hardware_error_status", 0)))
-            for dxl_id, j in (fresh.get("joints") or {}).items()
-            if j.get("hardware_error_status")
-        }
+        now = decide.ReadBack.from_si(fresh)
+        errors = decide.hardware_errors(now)
         if request.relative:
             raise OperatorRejection(
                 "not_repeatable", "a relative move cannot be re-issued; mark it done or abandon it"
@@ -86,7 +106,7 @@ class RobotMoveReview:
                 "hardware_error",
                 f"a re-issue is refused while a joint reports a hardware error: {errors}",
             )
-        if any(j.get("moving") for j in (fresh.get("joints") or {}).values()):
+        if any(j.moving for j in now.joints.values()):
             raise OperatorRejection("device_not_idle", "the arm is moving; re-issue needs it idle")
         # The decision raises the fence by one; every attempt until then is under the floor.
         floor = record.fence + 1

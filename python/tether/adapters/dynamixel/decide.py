@@ -1,0 +1,351 @@
+"""Pure decisions of a DYNAMIXEL robot move: no I/O, no clock, no protocol units.
+
+Every function here takes decoded records in SI units (radians, rad/s, decoded hardware error
+names) and returns a value; the adapter (`move.py`) does the bus reads and writes around them
+and the tests table them (`tests/adapters/test_dynamixel_decide.py`).
+
+- `plan(targets, ...)`: the goals of a move, every one checked against its joint's limits, from
+  a fresh read-back (a relative move adds its deltas to the measured positions). Raises
+  `MoveRefused` for a move that can never run; the adapter then sends nothing.
+- `reconcile(preimage, sent, read_back, move=...)`: after a crash or a lost status, one of
+  - `Recovered`: every goal is the target, nothing is staged, torque is on and the arm has
+    arrived (a relative move only when its goals differ from the ones the pre-image saw);
+  - `Neutralise(staged, reason)`: nothing this attempt sent can have acted yet: the writes still
+    staged (REG_WRITE waiting for an ACTION) are to be replaced by each joint's current goal,
+    then `confirm` decides on the read-back after them;
+  - `Unknown(reason, details)`: neither can be proved; an operator decides.
+- `confirm(before, after)`: after the journaled neutralising writes, `ConfirmedAbsent` when the
+  read-back shows nothing staged and every goal, torque and error as before, else `Unknown`.
+- `changed_since(evidence, read_back)`: the differences that matter to an operator's decision
+  between the read-back an evidence document holds and a fresh one (empty: unchanged).
+
+The rules, in order (each is a test row's expectation, `test_dynamixel_decide.py`):
+1. a hardware error on any joint: Unknown `hardware_error` (a re-issue is refused too);
+2. the attempt logged its REG_WRITEs and its ACTION, the goals are known and attributable,
+   every goal reads as the target and nothing is staged: torque off on a joint (a power cycle,
+   a torque-off stop) is Unknown (`device_state_lost_or_moved`); still
+   moving after the settle wait is `settle_timeout`; settled away from it `not_settled`;
+   otherwise Recovered;
+3. nothing effectful (REG_WRITE, ACTION) sent by the attempt: Neutralise (`nothing_sent`);
+4. a relative move: Unknown `relative_move_ambiguous` (a second run would add its delta again);
+5. no pre-image: Unknown `no_preimage`;
+6. torque as in the pre-image and every goal staged or unchanged: Neutralise
+   (`staged_not_actioned`); otherwise Unknown `device_state_lost_or_moved`, or
+   `settle_timeout` when the attempt's own stop came after its settle timeout.
+In 2 and 6 an operator's stop after the attempt began names the reason `stopped_by_operator`,
+and the attempt's own logged stop after its settle timeout (a hold rewrites the goals, a
+torque-off leaves them) names `settle_timeout`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Effectful instructions of a move attempt (the log of every command, durable before sending).
+EFFECTFUL = ("reg_write", "action")
+#: Instructions of the attempt's own safe-stop (logged before they are sent).
+STOPS = ("stop_hold", "stop_torque_off")
+
+REASONS = (
+    "hardware_error",
+    "device_state_lost_or_moved",
+    "settle_timeout",
+    "not_settled",
+    "stopped_by_operator",
+    "relative_move_ambiguous",
+    "no_preimage",
+    "neutralise_failed",
+)
+
+
+@dataclass(frozen=True)
+class Joint:
+    """One joint as read back, decoded: positions in rad, velocity in rad/s (None: not read)."""
+
+    position: float
+    goal: float
+    moving: bool
+    torque_on: bool
+    staged: bool  # Registered Instruction: a REG_WRITE waits for an ACTION
+    errors: tuple[str, ...] = ()
+    velocity: float | None = None
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """Every joint of a robot by name, with the wall time it was read."""
+
+    joints: Mapping[str, Joint]
+    read_at_ms: int | None = None
+
+    @classmethod
+    def from_si(cls, doc: Mapping[str, Any]) -> ReadBack:
+        """The SI document `move.si_read_back` writes (evidence, guards) as a record."""
+        joints: dict[str, Joint] = {}
+        for name, j in (doc.get("joints") or {}).items():
+            velocity = j.get("velocity_rad_s")
+            joints[str(name)] = Joint(
+                position=float(j["position_rad"]),
+                goal=float(j["goal_rad"]),
+                moving=bool(j["moving"]),
+                torque_on=bool(j["torque_on"]),
+                staged=bool(j["staged_write"]),
+                errors=tuple(j.get("hardware_errors") or ()),
+                velocity=None if velocity is None else float(velocity),
+            )
+        read_at = doc.get("read_at_ms")
+        return cls(joints, int(read_at) if isinstance(read_at, int) else None)
+
+
+@dataclass(frozen=True)
+class Preimage:
+    """The read-back an attempt recorded before its first effectful command, and its goals."""
+
+    read_back: ReadBack
+    goals: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One logged effectful command of the attempt (`cause`: why the attempt stopped itself)."""
+
+    instruction: str
+    joint: str | None = None
+    cause: str | None = None
+
+
+@dataclass(frozen=True)
+class Move:
+    """What reconciliation needs to know about the move besides the device."""
+
+    relative: bool
+    #: Absolute targets in rad (None for a relative move: its goals are in the pre-image).
+    targets: Mapping[str, float] | None
+    #: How close to its goal a joint has arrived (rad).
+    tolerance: float
+    #: One position step of the device (rad): two goals closer than half of it are equal.
+    resolution: float
+    #: An operator stopped the robot after the attempt began.
+    stopped_by_operator: bool = False
+
+
+@dataclass(frozen=True)
+class Recovered:
+    read_back: ReadBack
+
+
+@dataclass(frozen=True)
+class Unknown:
+    reason: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Neutralise:
+    """Replace each staged write by its joint's current goal (rad), then `confirm`."""
+
+    staged: Mapping[str, float]
+    reason: str  # the guard's reason once confirmed: nothing_sent | staged_not_actioned
+
+
+@dataclass(frozen=True)
+class ConfirmedAbsent:
+    neutralised: tuple[str, ...]
+
+
+class MoveRefused(ValueError):
+    """A move that can never run (`code`: `limit_violation`, `unknown_joint`)."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+def _same(a: float, b: float, resolution: float) -> bool:
+    return abs(a - b) <= resolution / 2
+
+
+def plan(
+    targets: Mapping[str, float],
+    *,
+    relative: bool,
+    limits: Mapping[str, tuple[float, float]],
+    present: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """Goals in rad by joint: the targets, or the measured positions plus the deltas; every one
+    inside `[min, max]` of its joint. Raises `MoveRefused` (nothing may be sent)."""
+    goals: dict[str, float] = {}
+    for name, value in sorted(targets.items()):
+        if name not in limits:
+            raise MoveRefused("unknown_joint", f"no joint {name!r}", joint=name)
+        if not math.isfinite(value):
+            raise MoveRefused("limit_violation", f"joint {name}: {value!r} is not finite")
+        if relative:
+            if present is None or name not in present:
+                raise MoveRefused("unknown_joint", f"joint {name!r} was not read", joint=name)
+            goal = present[name] + value
+        else:
+            goal = value
+        low, high = limits[name]
+        if not low <= goal <= high:
+            start = ""
+            if relative and present is not None:
+                start = f" (from {present[name]:+.4f} rad by {value:+.4f} rad)"
+            raise MoveRefused(
+                "limit_violation",
+                f"joint {name}: goal {goal:+.4f} rad{start} is outside its limits "
+                f"[{low:+.4f}, {high:+.4f}] rad",
+                joint=name,
+                goal_rad=round(goal, 6),
+                min_rad=low,
+                max_rad=high,
+            )
+        goals[name] = goal
+    return goals
+
+
+def _own_stop(sent: Sequence[Sent]) -> str | None:
+    """`settle_timeout` when the attempt stopped itself because its settle timeout ran out."""
+    causes = {s.cause for s in sent if s.instruction in STOPS}
+    return "settle_timeout" if "settle_timeout" in causes else None
+
+
+def hardware_errors(read_back: ReadBack) -> dict[str, list[str]]:
+    """Joints reporting a hardware error, with the decoded errors."""
+    return {name: list(j.errors) for name, j in sorted(read_back.joints.items()) if j.errors}
+
+
+def reconcile(
+    preimage: Preimage | None,
+    sent: Sequence[Sent],
+    read_back: ReadBack,
+    *,
+    move: Move,
+) -> Recovered | Unknown | Neutralise:
+    """The conclusion of a bound attempt from what it recorded and a settled read-back (the
+    rules in the module docstring)."""
+    joints = read_back.joints
+    errors = hardware_errors(read_back)
+    if errors:
+        return Unknown("hardware_error", {"hardware_errors": errors})
+    goals: Mapping[str, float] | None = preimage.goals if preimage is not None else move.targets
+    if goals is not None and any(name not in joints for name in goals):
+        missing = sorted(set(goals) - set(joints))
+        return Unknown("device_state_lost_or_moved", {"missing": missing})
+    attributable = not move.relative or (
+        preimage is not None
+        and goals is not None
+        and any(
+            not _same(preimage.read_back.joints[n].goal, g, move.resolution)
+            for n, g in goals.items()
+            if n in preimage.read_back.joints
+        )
+    )
+    operator = "stopped_by_operator" if move.stopped_by_operator else None
+    instructions = {s.instruction for s in sent}
+    committed = {"reg_write", "action"} <= instructions  # our goals were staged, then ACTION
+    if (
+        committed
+        and goals is not None
+        and attributable
+        and all(
+            _same(joints[n].goal, g, move.resolution) and not joints[n].staged
+            for n, g in goals.items()
+        )
+    ):
+        torque_off = sorted(n for n in goals if not joints[n].torque_on)
+        if torque_off:
+            # A torque-off stop leaves the goals as they were: its cause names the reason.
+            return Unknown(
+                operator or _own_stop(sent) or "device_state_lost_or_moved",
+                {"torque_off": torque_off},
+            )
+        moving = sorted(n for n in goals if joints[n].moving)
+        if moving:
+            return Unknown(operator or "settle_timeout", {"moving": moving})
+        away = sorted(n for n, g in goals.items() if abs(joints[n].position - g) > move.tolerance)
+        if away:
+            return Unknown(operator or "not_settled", {"away": away})
+        return Recovered(read_back)
+
+    staged = {n: j.goal for n, j in sorted(joints.items()) if j.staged}
+    if not any(s.instruction in EFFECTFUL for s in sent):
+        return Neutralise(staged, "nothing_sent")
+    if move.relative:
+        return Unknown("relative_move_ambiguous", {"attributable": attributable})
+    if preimage is None or goals is None:
+        return Unknown("no_preimage")
+    before = preimage.read_back.joints
+    torque_changed = sorted(
+        n for n in goals if n in before and joints[n].torque_on != before[n].torque_on
+    )
+    moved = sorted(
+        n
+        for n in goals
+        if not joints[n].staged
+        and (n not in before or not _same(joints[n].goal, before[n].goal, move.resolution))
+    )
+    if torque_changed or moved:
+        causes = [s.cause for s in sent if s.instruction in STOPS and s.cause]
+        reason = operator or _own_stop(sent) or "device_state_lost_or_moved"
+        details: dict[str, Any] = {"torque_changed": torque_changed, "goal_changed": moved}
+        if causes:
+            details["stopped_after"] = causes[-1]
+        return Unknown(reason, details)
+    return Neutralise(staged, "staged_not_actioned")
+
+
+def confirm(before: ReadBack, after: ReadBack, *, resolution: float) -> ConfirmedAbsent | Unknown:
+    """After the neutralising writes: absent when nothing is staged and every goal, torque and
+    error reads as `before` (the read-back `reconcile` decided on)."""
+    errors = hardware_errors(after)
+    if errors:
+        return Unknown("hardware_error", {"hardware_errors": errors})
+    problems: dict[str, str] = {}
+    for name, old in sorted(before.joints.items()):
+        new = after.joints.get(name)
+        if new is None:
+            problems[name] = "missing"
+        elif new.staged:
+            problems[name] = "still staged"
+        elif not _same(new.goal, old.goal, resolution):
+            problems[name] = f"goal {old.goal:+.4f} -> {new.goal:+.4f} rad"
+        elif new.torque_on != old.torque_on:
+            problems[name] = f"torque {'on' if old.torque_on else 'off'} -> " + (
+                "on" if new.torque_on else "off"
+            )
+    if problems:
+        return Unknown("neutralise_failed", {"joints": problems})
+    return ConfirmedAbsent(tuple(n for n, j in sorted(before.joints.items()) if j.staged))
+
+
+def changed_since(
+    evidence: ReadBack, read_back: ReadBack, *, tolerance: float, resolution: float
+) -> list[str]:
+    """Differences that matter between an evidence read-back and a fresh one (empty: the
+    device is as it was). Positions count beyond `tolerance`; velocity never does."""
+    diffs: list[str] = []
+    for name, old in sorted(evidence.joints.items()):
+        new = read_back.joints.get(name)
+        if new is None:
+            diffs.append(f"{name} missing")
+            continue
+        if not _same(old.goal, new.goal, resolution):
+            diffs.append(f"{name} goal {old.goal:+.4f} -> {new.goal:+.4f} rad")
+        for what, a, b in (
+            ("staged write", old.staged, new.staged),
+            ("torque", old.torque_on, new.torque_on),
+            ("moving", old.moving, new.moving),
+        ):
+            if a != b:
+                diffs.append(f"{name} {what} {a} -> {b}")
+        if tuple(old.errors) != tuple(new.errors):
+            diffs.append(f"{name} hardware errors {list(old.errors)} -> {list(new.errors)}")
+        if abs(old.position - new.position) > tolerance:
+            diffs.append(f"{name} position {old.position:+.4f} -> {new.position:+.4f} rad")
+    return diffs
