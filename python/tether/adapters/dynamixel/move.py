@@ -195,6 +195,7 @@ class DynamixelMoveAdapter:
                 f"{op.id}: nothing sent",
                 details={"fence": self.fence, "floor": op.fence_floor()},
             )
+        self.host.check_motion(op.request.robot)  # the stop latch (tether.devices.latch)
         op.log_sent(
             {
                 "attempt": attempt,
