@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -140,15 +141,18 @@ def test_stop_reports_a_missing_port(tmp_path: Path) -> None:
     assert text.stdout.splitlines()[0] == "arm (safe_stop hold): NOT in the state its policy asks"
 
 
-def test_hash_credential_reads_stdin() -> None:
+def test_operator_hash_reads_stdin_and_prints_the_operators_table() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tether", "host", "hash-credential"],
+        [sys.executable, "-m", "tether", "operator", "hash", "--name", "ann"],
         input="s3cret\n",
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0 and done.stdout.startswith("scrypt$")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[operators.ann]" and lines[1].startswith('credential = "$argon2id$')
+    assert "s3cret" not in done.stdout + done.stderr
 
 
 def test_a_deep_state_dir_still_gets_a_bindable_socket(
@@ -156,9 +160,7 @@ def test_a_deep_state_dir_still_gets_a_bindable_socket(
 ) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     config = load_config(write_config(tmp_path, emulator.path))
-    config = type(config)(
-        config.path, deep, config.ports, config.robots, config.operator_credential
-    )
+    config = dataclasses.replace(config, state_dir=deep)
     with RobotHost(config) as host:
         host.connect("arm")
         assert len(host.socket_path) <= 100

@@ -62,7 +62,6 @@ RATE_WINDOW_S: Final = 60.0
 #: Every `.code` a CredentialError carries.
 CODES: Final = (
     "credential_ambiguous",
-    "credential_missing",
     "credential_rate_limited",
     "excessive_credential_cost",
     "credential_refused",
@@ -220,7 +219,7 @@ def authenticate(
     if limiter is not None:
         limiter.check()
     if not secret:
-        raise _error("credential_missing", "a valid operator credential is required")
+        raise _error("credential_refused", "a valid operator credential is required")
     matched = [p for p in principals.values() if p.matches(secret)]
     if not matched:
         if limiter is not None:

@@ -9,8 +9,8 @@ The host is the one owner of its ports (exclusive open and an identity lock,
   lock with its safe-stop, every effectful frame on the robot's bus passes the latch under the
   same lock, and only an operator's `resume` clears it (it survives a restart);
 - safe-stop on exit: `close()` applies each connected robot's policy before releasing its port
-  (a latched robot was stopped already and nothing was sent since, so it is left as it is);
-  `serve_until_signal()` closes on SIGTERM and SIGINT;
+  (a latched robot's policy again: a stop never moves the arm); `serve_until_signal()` returns
+  on SIGTERM and SIGINT so the caller's `close()` runs;
 - the first-motion speed limit (`tether.devices.motion`): a connect, resume or reboot makes the
   next move a first motion.
 """
@@ -112,11 +112,13 @@ class DeviceHost:
         return self.buses[self.config.spec(robot_name).port]
 
     def bus_for(self, robot: Any) -> Any:
-        """The bus of a connected robot, for a move: refused (`MotionStopped`) while the robot
-        is latched by an operator's stop, so neither a move nor its reconciliation starts on
-        a stopped robot."""
-        self.latch.check([robot.name])
+        """The bus of a connected robot. Reads always pass; every effectful frame on it passes
+        the stop latch first (see `check_motion`)."""
         return self._bus(robot.name)
+
+    def latched(self, robot_name: str) -> bool:
+        """True while an operator's stop holds the robot (until `resume`)."""
+        return self.latch.latched(robot_name)
 
     def check_motion(self, robot_name: str) -> None:
         """The move path's check before every effectful frame (under the stop's lock):
@@ -212,8 +214,6 @@ class DeviceHost:
         reports: list[StopReport] = []
         try:
             for name in list(self.identities):
-                if self.latch.latched(name):
-                    continue  # stopped by an operator; nothing was sent to it since
                 try:
                     reports.append(self.stop(name))
                 except Exception as exc:

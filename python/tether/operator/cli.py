@@ -130,7 +130,7 @@ def main(argv: list[str]) -> int:
     as_json = args.json or not sys.stdout.isatty()
     try:
         if args.cmd == "hash":
-            return _hash(args, as_json)
+            return _hash(args, args.json)
         config = load_config(args.config) if args.config else None
         if args.cmd in ("resume", "reboot"):
             if config is None:
@@ -189,12 +189,13 @@ def _authenticator(config: HostConfig[Any] | None) -> Any:
     return authenticate
 
 
-def _secret(args: argparse.Namespace) -> str:
+def _secret(args: argparse.Namespace) -> str | None:
+    """The credential from its one source; None (refused as missing) when none was given."""
     if args.credential_file:
         return credentials.read_secret(file=args.credential_file)
     if args.credential_stdin or sys.stdin.isatty():
         return credentials.read_secret()
-    raise _usage("give the credential with --credential-stdin or --credential-file (or a TTY)")
+    return None
 
 
 def _hash(args: argparse.Namespace, as_json: bool) -> int:

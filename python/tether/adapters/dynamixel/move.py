@@ -398,6 +398,9 @@ class DynamixelMoveAdapter:
             return Unknown(self._evidence(op, request, robot, goals, final, reason, checks), 1000)
 
         effectful = [s for s in sent if s.get("instruction") in ("reg_write", "action")]
+        if self.host.latched(robot.name):  # stopped by an operator: nothing runs until resumed
+            stop = "stopped_by_operator"
+            return Unknown(self._evidence(op, request, robot, goals, state, stop, checks))
         if not effectful and not hardware_error:
             return ConfirmedAbsent(self._guard(bus, "nothing_sent", [], state))
 
