@@ -9,8 +9,8 @@ The host is the one owner of its ports (exclusive open and an identity lock,
   lock with its safe-stop, every effectful frame on the robot's bus passes the latch under the
   same lock, and only an operator's `resume` clears it (it survives a restart);
 - safe-stop on exit: `close()` applies each connected robot's policy before releasing its port
-  (a latched robot's policy again: a stop never moves the arm); `serve_until_signal()` returns
-  on SIGTERM and SIGINT so the caller's `close()` runs;
+  (a latched robot was stopped and nothing was sent to it since: it is only read back);
+  `serve_until_signal()` returns on SIGTERM and SIGINT so the caller's `close()` runs;
 - the first-motion speed limit (`tether.devices.motion`): a connect, resume or reboot makes the
   next move a first motion.
 """
@@ -215,6 +215,12 @@ class DeviceHost:
         try:
             for name in list(self.identities):
                 try:
+                    if self.latch.latched(name):
+                        # Stopped by an operator and nothing sent since: read back, send nothing.
+                        dtype = self.device_type(name)
+                        robot = self.config.robot(name)
+                        reports.append(dtype.stopped_report(self._bus(name), robot))
+                        continue
                     reports.append(self.stop(name))
                 except Exception as exc:
                     reports.append(

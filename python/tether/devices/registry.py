@@ -79,6 +79,10 @@ class DeviceType(Protocol):
         """Apply the robot's safe-stop policy and report what each joint is afterwards."""
         ...
 
+    def stopped_report(self, bus: Any, robot: Any) -> StopReport:
+        """What each joint is, from a read-back only (a latched robot at shutdown)."""
+        ...
+
     def reboot(self, bus: Any, robot: Any, joint_ids: list[int], *, operator: str) -> None:
         """Reboot these joints (torque drops; the operator confirmed the arm is supported)."""
         ...

@@ -245,6 +245,44 @@ class DynamixelDeviceType:
 
         return safe_stop(bus, robot)
 
+    def stopped_report(self, bus: Any, robot: RobotConfig) -> Any:
+        """What each joint is, read back only (no frame that changes anything is sent)."""
+        from tether.adapters.dynamixel.safety import (
+            JointStop,
+            ReadBack,
+            SafeStopReport,
+            stopped_state,
+        )
+
+        report = SafeStopReport(robot.name, robot.safe_stop)
+        for joint in robot.joints:
+            try:
+                back = ReadBack(
+                    bus.read_field(joint.id, tables.TORQUE_ENABLE),
+                    bus.read_field(joint.id, tables.HARDWARE_ERROR_STATUS),
+                    bus.read_field(joint.id, tables.PRESENT_POSITION),
+                    bus.read_field(joint.id, tables.GOAL_POSITION),
+                )
+            except Exception as exc:
+                failed = f"read-back failed: {type(exc).__name__}: {exc}"
+                report.joints.append(JointStop(joint.name, joint.id, "unknown", error=failed))
+                continue
+            state = stopped_state(back, hold_confirmed=False, tolerance_ticks=robot.tolerance_ticks)
+            bits = back.hardware_error_status
+            report.joints.append(
+                JointStop(
+                    joint.name,
+                    joint.id,
+                    state,
+                    torque=back.torque_enable == 1,
+                    hardware_error=tables.hardware_errors(bits)
+                    or ([f"0x{bits:02x}"] if bits else []),
+                    present=round(tables.ticks_to_radians(back.present_position), 4),
+                    goal=round(tables.ticks_to_radians(back.goal_position), 4),
+                )
+            )
+        return report
+
     def stop_failure(self, robot: RobotConfig, error: str) -> Any:
         from tether.adapters.dynamixel.safety import SafeStopReport
 
