@@ -30,7 +30,7 @@ id = 1
 min = -1.5                             # rad
 max = 1.5
 ```
-"""
+"""  # noqa: E501 (the example hash is one TOML string)
 
 from __future__ import annotations
 
