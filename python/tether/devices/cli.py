@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from tether._dirs import usable_dir
-from tether.devices.config import load_config
+from tether.devices.config import HostConfig, load_config
 from tether.devices.host import DeviceHost, stop_everything
 from tether.errors import TetherError
 
@@ -67,7 +67,7 @@ def stop_main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.config)
+        config: HostConfig[Any] = load_config(args.config)
         usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
         reports = stop_everything(config, args.robot)
     except TetherError as exc:
@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
     serve.add_argument("--robot", action="append", help="only this robot (repeatable)")
     args = parser.parse_args(argv)
     try:
-        config = load_config(args.config)
+        config: HostConfig[Any] = load_config(args.config)
         usable_dir(config.state_dir, what="host.state_dir")
     except TetherError as exc:
         print(f"tether host: {exc}", file=sys.stderr)

@@ -239,8 +239,8 @@ def resolve(
     try:
         who = verify_credential(credential)
     except CodedError as exc:
-        code = exc.code if exc.code in REJECTION_CODES else "credential_refused"
-        raise rejection(code, exc.message) from None
+        reason = exc.code if exc.code in REJECTION_CODES else "credential_refused"
+        raise rejection(reason, exc.message) from None
     if not isinstance(who, str) or not who.strip():
         raise rejection("credential_refused", "a valid operator credential is required")
     if operator is not None and operator != who:
