@@ -166,3 +166,20 @@ def test_a_deep_state_dir_still_gets_a_bindable_socket(
         assert len(host.socket_path) <= 100
         assert owner_socket(config, "bus") == host.socket_path
         assert send_request(host.socket_path, {"op": "identity"})["arm"]["servos"][1]["id"] == 2
+
+
+def test_an_idle_client_does_not_delay_a_stop(emulator: DynamixelEmulator, tmp_path: Path) -> None:
+    import socket
+
+    config = load_config(write_config(tmp_path, emulator.path))
+    with RobotHost(config) as host:
+        host.connect("arm")
+        idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        idle.connect(host.socket_path)  # connected, never sends a request
+        try:
+            started = time.monotonic()
+            reports = send_request(host.socket_path, {"op": "stop", "robot": "arm"}, timeout=5)
+            assert time.monotonic() - started < 2.0
+            assert reports[0]["ok"] is True
+        finally:
+            idle.close()
