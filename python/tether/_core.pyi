@@ -364,14 +364,7 @@ def catalog_lease_reached(lease_boot_id: str, at_ms: int, now: Any) -> bool:
 
 # --- codec (rust/src/bindings/codec.rs) ---
 
-class DxlError(TetherError):
-    """Root of DYNAMIXEL codec errors."""
-
-class DxlUsageError(DxlError):
-    """A DYNAMIXEL codec argument the caller can fix (bad id, empty read, oversize packet)."""
-
-class DxlFrameError(DxlError):
-    """Received bytes that are not a valid DYNAMIXEL frame or command (the peer's fault)."""
+# Codec failures raise `tether._codec_errors.DxlUsageError` / `DxlFrameError` (born in Python).
 
 def dxl_crc16(data: bytes) -> int:
     """CRC-16 (poly 0x8005) of `data`."""

@@ -44,14 +44,14 @@ COMMANDS["emulate"] = (
 # --- operator ---
 COMMANDS["operator"] = (
     "tether.operator.cli",
-    "list, show and resolve Activities parked for an operator",
+    "list, show, resolve parked Activities; resume, reboot robots; hash a credential",
 )
 
 
 # --- host ---
 COMMANDS["host"] = (
-    "tether.adapters.dynamixel.hostcli",
-    "own the configured robots; hash-credential",
+    "tether.devices.cli",
+    "own the configured robots until SIGTERM (safe-stops on exit)",
 )
 COMMANDS["move"] = (
     "tether.adapters.dynamixel.worker",

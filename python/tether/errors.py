@@ -66,15 +66,14 @@ from tether._core import (
 )
 # isort: on
 
-# --- codec ---
-# isort: split
-from tether._core import DxlError as DxlError
-from tether._core import DxlFrameError as DxlFrameError
-from tether._core import DxlUsageError as DxlUsageError
 
-# --- born in Python: configuration, directories, transport and devices, operator ---
+# --- born in Python: the DYNAMIXEL codec's errors, configuration, directories, transport and
+# devices, operator ---
 # Each carries `code`, `message` and `details` (`tether._coded.CodedError`).
 # isort: split
+from tether._codec_errors import DxlError as DxlError
+from tether._codec_errors import DxlFrameError as DxlFrameError
+from tether._codec_errors import DxlUsageError as DxlUsageError
 from tether._coded import CodedError as CodedError
 from tether._config import HostConfigError as HostConfigError
 from tether._dirs import DataDirError as DataDirError

@@ -29,7 +29,7 @@ def write_config(directory: Path, url: str) -> Path:
         f"""
 [host]
 state_dir = "{directory / "state"}"
-[operator]
+[operators.alice]
 credential = "{_HASH}"
 [ports.bus]
 url = "{url}"

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import tether
 from tether.adapters.dynamixel import config, driver
+from tether.devices import config as devices_config
+from tether.devices import control, credentials, ports
 from tether.operator import decisions
 
 ROOT = Path(tether.__file__).parent
@@ -33,7 +35,12 @@ def literals(node: ast.expr) -> set[str]:
     [
         ("adapters/dynamixel/config.py", "config_error", 0, config.ERROR_CODES),
         ("adapters/dynamixel/driver.py", "_coded", 1, driver.ERROR_CODES),
-        ("adapters/dynamixel/host.py", "_coded", 1, driver.ERROR_CODES),
+        ("devices/config.py", "config_error", 0, devices_config.ERROR_CODES),
+        ("devices/credentials.py", "_error", 0, credentials.CODES),
+        ("devices/ports.py", "PortBusy", 0, ports.CODES),
+        ("devices/ports.py", "DeviceIdentityError", 0, ports.CODES),
+        ("devices/ports.py", "TransportError", 0, ports.CODES),
+        ("devices/control.py", "TransportError", 0, control.CODES),
         ("operator/decisions.py", "rejection", 0, decisions.REJECTION_CODES),
     ],
 )

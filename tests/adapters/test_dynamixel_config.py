@@ -7,12 +7,7 @@ from pathlib import Path
 
 import pytest
 from tether.adapters.dynamixel import tables
-from tether.adapters.dynamixel.config import (
-    hash_credential,
-    load_config,
-    parse_config,
-    verify_credential,
-)
+from tether.adapters.dynamixel.config import hash_credential, load_config, parse_config
 from tether.errors import HostConfigError
 
 CREDENTIAL = hash_credential("open sesame")
@@ -21,7 +16,7 @@ GOOD = f"""
 [host]
 state_dir = "/tmp/tether-test-state"
 
-[operator]
+[operators.ann]
 credential = "{CREDENTIAL}"
 
 [ports.bus]
@@ -59,7 +54,7 @@ def code_of(text: str) -> str:
 
 def test_a_good_configuration_loads(tmp_path: Path) -> None:
     path = tmp_path / "host.toml"
-    path.write_text(GOOD)
+    path.write_text(GOOD.replace("/tmp/tether-test-state", str(tmp_path / "state")))
     cfg = load_config(path)
     port = cfg.ports["bus"]
     assert (port.usb_serial, port.vid_pid, port.baudrate, port.url) == (
@@ -75,8 +70,8 @@ def test_a_good_configuration_loads(tmp_path: Path) -> None:
     assert shoulder.max_ticks == 2048 + 978
     assert arm.first_motion_velocity < arm.velocity
     assert tables.ticks_per_second(arm.first_motion_velocity) <= 0.25 / (2 * math.pi) * 4096
-    assert cfg.verify_operator("open sesame") and not cfg.verify_operator("guess")
-    assert not cfg.verify_operator(None)
+    assert cfg.verify_operator("open sesame") == "ann"
+    assert cfg.verify_operator("guess") is None and cfg.verify_operator(None) is None
 
 
 def test_limits_are_checked_in_ticks() -> None:
@@ -114,13 +109,12 @@ def test_a_port_needs_some_identity() -> None:
     assert code_of(text) == "no_identity"
 
 
-def test_credentials_are_salted_hashes() -> None:
+def test_credentials_are_salted_argon2id_hashes() -> None:
+    from tether.devices.credentials import CredentialError
+
     a, b = hash_credential("x"), hash_credential("x")
-    assert a != b and a.startswith("scrypt$")
-    assert verify_credential("x", a) and verify_credential("x", b)
-    assert not verify_credential("y", a)
-    assert not verify_credential("x", "scrypt$garbage")
-    with pytest.raises(HostConfigError):
+    assert a != b and a.startswith("$argon2id$") and b.startswith("$argon2id$")
+    with pytest.raises(CredentialError):
         hash_credential("")
 
 
@@ -189,7 +183,7 @@ TOLERANCE_IN_TICKS = ("speed = 2.0", "speed = 2.0\ntolerance_ticks = 20")
         (("min = -1.5", "minimum = -1.5"), "robots.arm.joints[0]", "minimum", "min"),
         (("baudrate = 1000000", "baudrat = 1000000"), "ports.bus", "baudrat", "baudrate"),
         (("state_dir =", "stat_dir ="), "host", "stat_dir", "state_dir"),
-        (("credential =", "credentials ="), "operator", "credentials", "credential"),
+        (("credential =", "credentials ="), "operators.ann", "credentials", "credential"),
         (("[robots.arm]\n", "[robot.arm]\n"), "the top level", "robot", "robots"),
         (TOLERANCE_IN_TICKS, "robots.arm", "tolerance_ticks", "tolerance"),
     ],

@@ -49,15 +49,21 @@ def catalog_of(tmp_path: Path) -> Catalog:
 def operator(
     config: Path, *argv: str, credential: str | None = CREDENTIAL
 ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("TETHER_OPERATOR_CREDENTIAL", None)
-    if credential is not None:
-        env["TETHER_OPERATOR_CREDENTIAL"] = credential
+    decides = argv[0] in ("resolve", "resume", "reboot") and credential is not None
     return subprocess.run(
-        [sys.executable, "-m", "tether", "operator", "--config", str(config), *argv],
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "operator",
+            "--config",
+            str(config),
+            *argv,
+            *(["--credential-stdin"] if decides else []),
+        ],
+        input=(f"{credential}\n" if decides else ""),
         capture_output=True,
         text=True,
-        env=env,
         timeout=120,
     )
 
@@ -157,7 +163,7 @@ def test_power_loss_after_staging_is_unknown_then_operator_reissues(tmp_path: Pa
 
         ok = resolve(config, KEY_TEXT, "reissue", 1, "alice", "--note", "checked the arm")
         assert ok.returncode == 0, ok.stdout + ok.stderr
-        again = resolve(config, KEY_TEXT, "done", 1, "bob")
+        again = resolve(config, KEY_TEXT, "done", 1, "alice")
         assert json.loads(again.stdout)["code"] == "not_parked"  # single use
 
         executed = run_worker(config)
@@ -197,14 +203,14 @@ def test_relative_move_in_doubt_goes_to_the_operator_and_is_never_reissued(tmp_p
         parked = run_worker(config, *args, joints={"a": 0.2})
         assert outcome(parked)["reason"] == "relative_move_ambiguous"
         op_id = outcome(parked)["operation_id"]
-        refused = resolve(config, op_id, "reissue", 1, "al")
+        refused = resolve(config, op_id, "reissue", 1, "alice")
         assert json.loads(refused.stdout)["code"] == "not_repeatable"
         # The device changes under the operator's feet (an overheating alert): the decision is
         # refused and a new evidence revision with the fresh state appears.
         emu.request(op="fault", kind="alert", id=2, value=0x04)
-        changed = resolve(config, op_id, "abandon", 1, "al")
+        changed = resolve(config, op_id, "abandon", 1, "alice")
         assert json.loads(changed.stdout)["code"] == "state_changed"
-        ok = resolve(config, op_id, "abandon", 2, "al")
+        ok = resolve(config, op_id, "abandon", 2, "alice")
         assert ok.returncode == 0, ok.stdout
         assert outcome(run_worker(config, *args, joints={"a": 0.2}))["status"] == "failed"
         assert not any(e["instruction"] == "action" for e in emu.journal())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -140,15 +141,18 @@ def test_stop_reports_a_missing_port(tmp_path: Path) -> None:
     assert text.stdout.splitlines()[0] == "arm (safe_stop hold): NOT in the state its policy asks"
 
 
-def test_hash_credential_reads_stdin() -> None:
+def test_operator_hash_reads_stdin_and_prints_the_operators_table() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tether", "host", "hash-credential"],
+        [sys.executable, "-m", "tether", "operator", "hash", "--name", "ann"],
         input="s3cret\n",
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0 and done.stdout.startswith("scrypt$")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[operators.ann]" and lines[1].startswith('credential = "$argon2id$')
+    assert "s3cret" not in done.stdout + done.stderr
 
 
 def test_a_deep_state_dir_still_gets_a_bindable_socket(
@@ -156,11 +160,26 @@ def test_a_deep_state_dir_still_gets_a_bindable_socket(
 ) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     config = load_config(write_config(tmp_path, emulator.path))
-    config = type(config)(
-        config.path, deep, config.ports, config.robots, config.operator_credential
-    )
+    config = dataclasses.replace(config, state_dir=deep)
     with RobotHost(config) as host:
         host.connect("arm")
         assert len(host.socket_path) <= 100
         assert owner_socket(config, "bus") == host.socket_path
         assert send_request(host.socket_path, {"op": "identity"})["arm"]["servos"][1]["id"] == 2
+
+
+def test_an_idle_client_does_not_delay_a_stop(emulator: DynamixelEmulator, tmp_path: Path) -> None:
+    import socket
+
+    config = load_config(write_config(tmp_path, emulator.path))
+    with RobotHost(config) as host:
+        host.connect("arm")
+        idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        idle.connect(host.socket_path)  # connected, never sends a request
+        try:
+            started = time.monotonic()
+            reports = send_request(host.socket_path, {"op": "stop", "robot": "arm"}, timeout=5)
+            assert time.monotonic() - started < 2.0
+            assert [j["state"] for j in reports[0]["joints"]] == ["limp", "limp"]  # torque was off
+        finally:
+            idle.close()

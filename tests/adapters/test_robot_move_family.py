@@ -78,7 +78,7 @@ def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
 
 @pytest.fixture
 def family(config: HostConfig, tmp_path: Path) -> Iterator[Family]:
-    fam = robot_move_family(config, tmp_path / "moves", settle_timeout_s=10)
+    fam = robot_move_family(config, tmp_path / "data" / "robot_move", settle_timeout_s=10)
     try:
         yield fam
     finally:
@@ -145,7 +145,7 @@ def test_unknown_parks_in_the_catalog_until_an_operator_reissues(
     emulator: DynamixelEmulator, family: Family, config: HostConfig, tmp_path: Path
 ) -> None:
     clock = Clock()
-    store = MoveStore(tmp_path / "moves")
+    store = MoveStore(tmp_path / "data" / "robot_move")
     with Host(
         tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
     ) as host:
@@ -260,8 +260,6 @@ def test_operator_cli_reads_the_runtime_catalog(
             str(tmp_path / "host.toml"),
             "--data-dir",
             str(tmp_path / "data"),
-            "--store",
-            str(tmp_path / "moves"),
         ]
         listed = json.loads(
             subprocess.run([*base, "list"], capture_output=True, text=True, check=True).stdout
@@ -285,7 +283,7 @@ def test_operator_cli_reads_the_runtime_catalog(
                 "--revision",
                 "1",
                 "--operator",
-                "bo",
+                "alice",
                 "--credential-stdin",
             ],
             input=CREDENTIAL + "\n",
@@ -304,7 +302,7 @@ def test_an_ambiguous_relative_move_goes_to_the_operator_and_is_never_reissued(
     either way, so the runtime parks it; re-issue is refused, `done` records the verdict, and
     nothing is ever sent again for it."""
     clock = Clock()
-    store = MoveStore(tmp_path / "moves")
+    store = MoveStore(tmp_path / "data" / "robot_move")
     key = ActivityKey("w", KIND_RELATIVE, "nudge")
     nudge = MoveRequest.from_dict({"kind": KIND_RELATIVE, "robot": "arm", "targets": {"a": 0.2}})
     with Host(
@@ -338,7 +336,7 @@ def test_an_ambiguous_relative_move_goes_to_the_operator_and_is_never_reissued(
                 key,
                 decision=decision,
                 revision=1,
-                operator="carol",
+                operator="alice",
                 credential=CREDENTIAL,
                 note="checked by eye",
             )
@@ -350,12 +348,12 @@ def test_an_ambiguous_relative_move_goes_to_the_operator_and_is_never_reissued(
         assert decide("done")["status"] == "resolved"
         done = host.get(key)
         assert done is not None and done.result is not None and not done.result.failed
-        assert done.decision is not None and done.decision.operator == "carol"
+        assert done.decision is not None and done.decision.operator == "alice"
         assert drain(host) == 0
         host.observe_once()
         observed = host.snapshot("w").get("nudge", OBSERVATION)
         assert isinstance(observed, dict) and observed["summary"]["outcome"] == "operator_done"
-        assert observed["summary"]["verdict"]["operator"] == "carol"
+        assert observed["summary"]["verdict"]["operator"] == "alice"
     assert op.attempts() == [1]
     assert not [e for e in emulator.journal[before:] if e.instruction == "action"]
 
@@ -390,7 +388,7 @@ def test_a_move_that_can_never_run_fails_before_any_byte_is_sent(
         assert observed["summary"]["outcome"] == "refused"
         assert drain(host) == 0
     assert emulator.journal == []  # not even a PING: the port was never opened
-    assert MoveStore(tmp_path / "moves").all() == []
+    assert MoveStore(tmp_path / "data" / "robot_move").all() == []
     doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
     assert doc["code"] == code
 
@@ -401,7 +399,7 @@ def test_a_reissue_is_refused_while_a_joint_reports_a_hardware_error(
     """Parked with an overload alert that is still there: the fresh read-back equals the
     evidence, but the adapter refuses to prove a re-issue, and nothing is recorded or sent."""
     clock = Clock()
-    store = MoveStore(tmp_path / "moves")
+    store = MoveStore(tmp_path / "data" / "robot_move")
     with Host(
         tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
     ) as host:
@@ -417,7 +415,7 @@ def test_a_reissue_is_refused_while_a_joint_reports_a_hardware_error(
                 KEY,
                 decision="reissue",
                 revision=1,
-                operator="dee",
+                operator="alice",
                 credential=CREDENTIAL,
             )
         assert getattr(info.value, "code", None) == "hardware_error"
@@ -434,7 +432,7 @@ def test_a_reissue_is_refused_while_a_joint_reports_a_hardware_error(
                 KEY,
                 decision="abandon",
                 revision=1,
-                operator="dee",
+                operator="alice",
                 credential=CREDENTIAL,
             )["status"]
             == "resolved"

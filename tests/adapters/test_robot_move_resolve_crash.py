@@ -54,13 +54,13 @@ def resolve(
     config: Path, decision: str, revision: int, crash_at: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
-    env["TETHER_OPERATOR_CREDENTIAL"] = CREDENTIAL
     if crash_at:
         env["TETHER_CRASH_AT"] = crash_at
     argv = ["operator", "--config", str(config), "resolve", KEY_TEXT]
     argv += ["--decision", decision, "--revision", str(revision), "--operator", "alice"]
     return subprocess.run(
-        [sys.executable, "-m", "tether", *argv],
+        [sys.executable, "-m", "tether", *argv, "--credential-stdin"],
+        input=f"{CREDENTIAL}\n",
         capture_output=True,
         text=True,
         env=env,

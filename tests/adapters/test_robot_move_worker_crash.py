@@ -132,8 +132,6 @@ def operator_cli(config: Path, data: Path, *argv: str, credential: str | None = 
             str(config),
             "--data-dir",
             str(data),
-            "--store",
-            str(data / "robot_move"),
             *argv,
             *(["--credential-stdin"] if credential is not None else []),
         ],

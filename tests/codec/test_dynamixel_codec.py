@@ -185,3 +185,26 @@ def test_resyncs_after_garbage_and_split_reads(garbage: bytes, split: int) -> No
     assert [p.id for p in first + rest] == [1, 2]
     assert errors == []
     assert decoder.discarded == 2 * len(garbage)
+
+
+def test_codec_errors_are_born_in_python_with_fields() -> None:
+    from tether._codec_errors import DxlError as PythonDxlError
+    from tether.errors import CodedError
+
+    assert DxlError is PythonDxlError and issubclass(DxlError, CodedError)
+    assert not hasattr(_core, "DxlFrameError") and not hasattr(_core, "DxlUsageError")
+    with pytest.raises(DxlUsageError) as usage:
+        _core.dxl_ping(253)
+    err = usage.value
+    assert (err.code, err.details) == ("bad_id", {"kind": "usage"})
+    assert str(err) == f"bad_id: {err.message}" and "253" in err.message
+    decoder = _core.DxlDecoder()
+    bad = bytearray(_core.dxl_ping(1))
+    bad[-1] ^= 0xFF
+    decoder.feed(bytes(bad))
+    with pytest.raises(DxlFrameError) as frame:
+        decoder.next_packet()
+    assert frame.value.as_dict()["code"] == "crc_mismatch"
+    decoder.feed(_core.dxl_ping(1))
+    packet = decoder.next_packet()
+    assert packet is not None and packet.id == 1  # the decoder stays usable

@@ -97,7 +97,7 @@ def decide(
         revision=revision,
         operator="ann",
         credential=credential,
-        verify_credential=lambda c: c == SECRET,
+        verify_credential=lambda c: "ann" if c == SECRET else None,
         note="n",
         review=lambda rec: device,
     )

@@ -15,7 +15,8 @@ Profile Velocity (or the Velocity Limit when it is 0). Rules it follows from the
 
 Fault injection (Python API or the control socket): `drop_status` (apply the next matching
 instruction but send no status), `corrupt_crc` (flip the CRC of the next status), `alert`
-(raise hardware error bits), `noise` (garbage bytes before the next status).
+(raise hardware error bits), `noise` (garbage bytes before the next status), `delay` (a slow
+device: the next matching instruction is answered `value` ms late, the bus busy meanwhile).
 
 Journal: one entry per received frame and servo it addresses (memory, and JSON lines when
 `--journal` is given), published only once that servo has handled the frame, so every line is
@@ -57,7 +58,7 @@ ERR_DATA_LENGTH = 5
 ERR_DATA_LIMIT = 6
 ERR_ACCESS = 7
 
-FAULT_KINDS = ("drop_status", "corrupt_crc", "alert", "noise")
+FAULT_KINDS = ("drop_status", "corrupt_crc", "alert", "noise", "delay")
 
 
 @dataclass
@@ -332,6 +333,9 @@ class DynamixelEmulator:
             self.frame_errors += 1
             return b""
         name = cmd.name
+        delay = self._take_fault("delay", name, packet.id)
+        if delay is not None:
+            time.sleep(delay.value / 1000)
         frame = _core.dxl_encode(packet.id, packet.instruction, packet.params).hex()
         if name == "sync_read" or name == "sync_write":
             return self._execute_sync(packet.id, cmd, frame)

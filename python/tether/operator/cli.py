@@ -1,86 +1,155 @@
-"""`tether operator list | show ID | resolve ID --decision ...`: every parked Activity of every
-family, in one Host data directory's Activity catalog (the control record)."""
+"""`tether operator`: every parked Activity of every family in one Host data directory's Activity
+catalog (the control record), and the operator's acts on robots.
+
+    tether operator [--config host.toml] [--data-dir D] [--json] list
+    tether operator ... show ID
+    tether operator ... resolve ID --decision done|reissue|abandon|wait --revision N
+    tether operator --config host.toml resume ROBOT
+    tether operator --config host.toml reboot ROBOT [--joint J ...] [--arm-supported]
+    tether operator hash --name NAME [--role operator|observer]
+
+Decisions, resume and reboot need an operator credential: one line from stdin
+(`--credential-stdin`), a 0600 file (`--credential-file`), or a prompt on a terminal; never
+argv or the environment. The operator recorded is the one whose hash the credential matches.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
 from tether._dirs import usable_dir
 from tether.activities import ActivityRecord, Catalog
+from tether.devices import credentials
+from tether.devices.config import HostConfig, load_config
+from tether.devices.host import reboot_robot, resume_robot
 from tether.errors import TetherError
-from tether.operator.decisions import DECISIONS, DeviceReview, listing, resolve, show
+from tether.operator.decisions import (
+    DECISIONS,
+    DeviceReview,
+    listing,
+    refresh_for_robot,
+    resolve,
+    show,
+)
 from tether.runtime import ArtifactStore
 
-CREDENTIAL_ENV = "TETHER_OPERATOR_CREDENTIAL"
+#: Each family's device review, by dotted path (loaded on first use: the operator imports no
+#: family or protocol package): kind prefix -> (review class, its journal class, the journal's
+#: directory in the data dir). The review is built as `Review(config, Journal(dir))`.
+REVIEWS: dict[str, tuple[str, str, str]] = {
+    "physical_ai.robot_move": (
+        "tether.families.robot_move.operator:RobotMoveReview",
+        "tether.families.robot_move.journal:MoveStore",
+        "robot_move",
+    ),
+}
 
 
-def main(argv: list[str]) -> int:
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(import_module(module), attr)
+
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tether operator",
-        description="Review and decide Activities parked for an operator (every family).",
+        description="Review and decide Activities parked for an operator (every family); "
+        "resume or reboot a robot; hash a credential. Exit 0 done, 1 refused, 2 usage.",
     )
     parser.add_argument(
-        "--config", help="host configuration (TOML): the operator credential and the robots"
+        "--config",
+        help="host configuration (TOML): the operators and the robots (default: none)",
     )
     parser.add_argument(
         "--data-dir",
         help="the Host data directory (default: <state_dir>/moves of --config, where "
         "`tether move` runs)",
     )
-    parser.add_argument(
-        "--store", help="robot-move operations journal (default: <data-dir>/robot_move)"
-    )
     parser.add_argument("--json", action="store_true", help="JSON output (default off a TTY)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="every Activity awaiting a decision")
     sh = sub.add_parser("show", help="the evidence document of one Activity, revision and age")
     sh.add_argument("id", help="world_id/kind/activity_id, or the provider operation id")
+
+    def credential_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--credential-stdin",
+            action="store_true",
+            help="read the credential from one line of stdin (default: prompt on a TTY)",
+        )
+        p.add_argument(
+            "--credential-file", help="read the credential from this 0600 file (default: none)"
+        )
+
     res = sub.add_parser("resolve", help="decide on the current evidence revision")
     res.add_argument("id", help="world_id/kind/activity_id, or the provider operation id")
     res.add_argument("--decision", required=True, choices=DECISIONS)
     res.add_argument(
         "--revision", required=True, type=int, help="the evidence revision you reviewed"
     )
-    res.add_argument("--operator", required=True, help="your name (recorded)")
-    res.add_argument("--note", default="")
     res.add_argument(
-        "--credential-stdin",
-        action="store_true",
-        help=f"read the credential from stdin (default: ${CREDENTIAL_ENV})",
+        "--operator",
+        help="optional check: refused unless the credential is this operator's (default: none)",
     )
-    args = parser.parse_args(argv)
+    res.add_argument("--note", default="", help="recorded with the decision (default: empty)")
+    credential_flags(res)
+    rsm = sub.add_parser("resume", help="clear a robot's stop latch (recorded with your name)")
+    rsm.add_argument("robot")
+    credential_flags(rsm)
+    rbt = sub.add_parser("reboot", help="REBOOT a robot's servos: torque drops; gives a fresh read")
+    rbt.add_argument("robot")
+    rbt.add_argument(
+        "--joint", action="append", default=[], help="only this joint (repeatable; default all)"
+    )
+    rbt.add_argument(
+        "--arm-supported",
+        action="store_true",
+        help="confirm the arm is supported (torque drops); without it a TTY asks, else refused",
+    )
+    credential_flags(rbt)
+    hsh = sub.add_parser("hash", help="hash a credential read from stdin or a prompt")
+    hsh.add_argument("--name", required=True, help="the operator's name")
+    hsh.add_argument(
+        "--role", default="operator", choices=credentials.ROLES, help="default: operator"
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     as_json = args.json or not sys.stdout.isatty()
     try:
-        config = None
-        if args.config:
-            from tether.adapters.dynamixel.config import load_config
-
-            config = load_config(args.config)
-        if args.data_dir:
-            data_dir = usable_dir(args.data_dir, what="--data-dir", create=False)
-        elif config is not None:
-            data_dir = usable_dir(config.state_dir / "moves", what="the moves data dir")
-        else:
-            raise _usage("give --data-dir or --config")
+        if args.cmd == "hash":
+            return _hash(args, args.json)
+        config = load_config(args.config) if args.config else None
+        if args.cmd in ("resume", "reboot"):
+            if config is None:
+                raise _usage(f"{args.cmd} needs --config")
+            return _robot_act(args, config, as_json)
+        data_dir = _data_dir(args, config)
     except TetherError as exc:
         print(f"tether operator: {exc}", file=sys.stderr)
-        return 2
-    data_dir = Path(data_dir).resolve()
+        return EXIT_USAGE
     catalog = Catalog.open("sqlite:///" + str(data_dir / "catalog.db"))
     artifacts = ArtifactStore(data_dir / "artifacts")
     try:
         if args.cmd == "list":
             _print(listing(catalog, artifacts), as_json)
-            return 0
+            return EXIT_OK
         if args.cmd == "show":
             _print(show(catalog, artifacts, args.id), as_json)
-            return 0
-        review = _review(config, Path(args.store) if args.store else data_dir / "robot_move")
+            return EXIT_OK
+        secret = _secret(args)
         outcome = resolve(
             catalog,
             artifacts,
@@ -88,19 +157,103 @@ def main(argv: list[str]) -> int:
             decision=args.decision,
             revision=args.revision,
             operator=args.operator,
-            credential=_credential(args),
-            verify_credential=(
-                config.verify_operator if config is not None else (lambda credential: False)
-            ),
+            credential=secret,
+            verify_credential=_authenticator(config),
             note=args.note,
-            review=review,
+            review=_review(config, data_dir),
         )
     except TetherError as exc:
         return _rejected(exc)
     finally:
         catalog.close()
     _print(outcome, as_json)
-    return 0
+    return EXIT_OK
+
+
+def _data_dir(args: argparse.Namespace, config: HostConfig[Any] | None) -> Path:
+    if args.data_dir:
+        return Path(usable_dir(args.data_dir, what="--data-dir", create=False)).resolve()
+    if config is not None:
+        return Path(usable_dir(config.state_dir / "moves", what="the moves data dir")).resolve()
+    raise _usage("give --data-dir or --config")
+
+
+def _authenticator(config: HostConfig[Any] | None) -> Any:
+    def authenticate(secret: str | None) -> str:
+        if config is None:
+            raise credentials.CredentialError(
+                "credential_refused", "no operators without --config host.toml"
+            )
+        return config.authenticate(secret)
+
+    return authenticate
+
+
+def _secret(args: argparse.Namespace) -> str | None:
+    """The credential from its one source; None (refused as missing) when none was given."""
+    if args.credential_file:
+        return credentials.read_secret(file=args.credential_file)
+    if args.credential_stdin or sys.stdin.isatty():
+        return credentials.read_secret()
+    return None
+
+
+def _hash(args: argparse.Namespace, as_json: bool) -> int:
+    secret = credentials.read_secret(prompt=f"credential for {args.name}: ")
+    hashed = credentials.hash_secret(secret)
+    if as_json:
+        print(json.dumps({"name": args.name, "role": args.role, "credential": hashed}))
+    else:
+        print(f'[operators.{args.name}]\ncredential = "{hashed}"\nrole = "{args.role}"')
+    return EXIT_OK
+
+
+def _confirm_supported(args: argparse.Namespace) -> bool:
+    if args.arm_supported:
+        return True
+    if not sys.stdin.isatty() or args.credential_stdin:
+        return False
+    answer = input(f"A reboot drops torque on {args.robot}. Is the arm supported? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _robot_act(args: argparse.Namespace, config: HostConfig[Any], as_json: bool) -> int:
+    config.robot(args.robot)  # an unknown robot is a usage error, before any credential
+    try:
+        supported = _confirm_supported(args) if args.cmd == "reboot" else True
+        operator = config.authenticate(_secret(args))
+        if args.cmd == "resume":
+            _print(resume_robot(config, args.robot, operator=operator), as_json)
+            return EXIT_OK
+        rebooted = reboot_robot(
+            config, args.robot, args.joint, operator=operator, arm_supported=supported
+        )
+        refreshed = _refresh_parked(config, args, rebooted)
+        _print({**rebooted, "refreshed": refreshed}, as_json)
+        return EXIT_OK
+    except TetherError as exc:
+        return _rejected(exc)
+
+
+def _refresh_parked(
+    config: HostConfig[Any], args: argparse.Namespace, rebooted: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A new evidence revision for each parked Activity on the rebooted robot."""
+    data_dir = config.state_dir / "moves" if not args.data_dir else Path(args.data_dir)
+    if not (data_dir / "catalog.db").exists():
+        return []
+    catalog = Catalog.open("sqlite:///" + str(data_dir.resolve() / "catalog.db"))
+    try:
+        return refresh_for_robot(
+            catalog,
+            ArtifactStore(data_dir / "artifacts"),
+            args.robot,
+            rebooted["state"],
+            f"rebooted by {rebooted['operator']} (ids {rebooted['rebooted_ids']})",
+            review=_review(config, data_dir),
+        )
+    finally:
+        catalog.close()
 
 
 def _usage(message: str) -> TetherError:
@@ -109,33 +262,31 @@ def _usage(message: str) -> TetherError:
     return DataDirError("data_dir_missing", message)
 
 
-def _review(config: Any, store_dir: Path) -> Any:
-    """The device review of each family a parked Activity belongs to (robot moves: the host
-    configuration's robots); None for a family without one."""
-    if config is None:
-        return lambda record: None
-    from tether.families.robot_move.journal import MoveStore
-    from tether.families.robot_move.operator import RobotMoveReview
-
-    robot_moves = RobotMoveReview(config, MoveStore(store_dir))
+def _review(config: HostConfig[Any] | None, data_dir: Path) -> Any:
+    """The device review of each family a parked Activity belongs to; None for a family
+    without one (or without a host configuration)."""
+    loaded: dict[str, Any] = {}
 
     def review(record: ActivityRecord) -> DeviceReview | None:
-        return robot_moves.for_record(record)
+        if config is None:
+            return None
+        family = next((f for f in REVIEWS if record.key.kind.startswith(f)), None)
+        if family is None:
+            return None
+        if family not in loaded:
+            review_class, journal_class, journal_dir = REVIEWS[family]
+            journal = _load(journal_class)(data_dir / journal_dir)
+            loaded[family] = _load(review_class)(config, journal)
+        found: DeviceReview | None = loaded[family].for_record(record)
+        return found
 
     return review
 
 
-def _credential(args: argparse.Namespace) -> str | None:
-    """The operator credential: one line of stdin, or the environment variable."""
-    if args.credential_stdin:
-        return sys.stdin.readline().rstrip("\n")
-    return os.environ.get(CREDENTIAL_ENV)
-
-
 def _rejected(exc: TetherError) -> int:
-    """A refused decision: one JSON line with its stable code, exit status 1."""
+    """A refused request: one JSON line with its stable code, exit status 1."""
     print(json.dumps({"status": "rejected", "code": getattr(exc, "code", None), "error": str(exc)}))
-    return 1
+    return EXIT_REFUSED
 
 
 def _age(ms: object) -> str:

@@ -2,7 +2,8 @@
 
 Rules:
 - Resolving needs a valid operator credential (checked first, before any state is read or
-  written) and a named operator.
+  written; failures are rate-limited). The operator recorded is the one the credential
+  belongs to; a name given beside it is only checked against it.
 - A decision names the catalog's evidence revision, the one the operator reviewed. It is
   exactly one catalog `resolve` on that revision; the core refuses a revision it no longer
   holds and a second decision (decisions are single use). Nothing else keeps a revision or a
@@ -32,6 +33,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from tether._coded import CodedError
 from tether._crash import crash_point
 from tether.activities import REJECTION_CODES as CATALOG_REJECTION_CODES
 from tether.activities import (
@@ -61,7 +63,12 @@ EVIDENCE_MEDIA_TYPE = "application/vnd.tether.evidence+json"
 #: Every `.code` an OperatorRejection carries: its own, plus the catalog's rejection codes.
 REJECTION_CODES: tuple[str, ...] = (
     "bad_key",
+    "credential_ambiguous",
+    "credential_missing",
+    "credential_rate_limited",
     "credential_refused",
+    "operator_mismatch",
+    "role_refused",
     "device_not_idle",
     "hardware_error",
     "neutralise_failed",
@@ -218,17 +225,29 @@ def resolve(
     *,
     decision: str,
     revision: int,
-    operator: str,
+    operator: str | None = None,
     credential: str | None,
-    verify_credential: Callable[[str | None], bool],
+    verify_credential: Callable[[str | None], str | None],
     note: str = "",
     review: Callable[[ActivityRecord], DeviceReview | None] = lambda record: None,
 ) -> dict[str, Any]:
-    """Decide on a parked Activity: exactly one catalog `resolve` on the catalog's revision."""
-    if not verify_credential(credential):
+    """Decide on a parked Activity: exactly one catalog `resolve` on the catalog's revision.
+
+    `verify_credential` returns the name of the operator the credential belongs to (None, or a
+    `CodedError`, refuses it); that name is the one recorded. `operator`, when given, must be
+    that name."""
+    try:
+        who = verify_credential(credential)
+    except CodedError as exc:
+        reason = exc.code if exc.code in REJECTION_CODES else "credential_refused"
+        raise rejection(reason, exc.message) from None
+    if not isinstance(who, str) or not who.strip():
         raise rejection("credential_refused", "a valid operator credential is required")
-    if not operator.strip():
-        raise rejection("operator_required", "name the operator making the decision")
+    if operator is not None and operator != who:
+        raise rejection(
+            "operator_mismatch", f"the credential is not {operator!r}'s: nothing was decided"
+        )
+    operator = who
     if decision not in DECISIONS:
         raise rejection("unknown_decision", f"decision must be one of {DECISIONS}")
     record = find(catalog, text)
@@ -311,3 +330,37 @@ def resolve(
         "status": "resolved",
         "decided_at_ms": done.decision.decided_at_ms if done.decision else None,
     }
+
+
+def refresh_for_robot(
+    catalog: Catalog,
+    artifacts: ArtifactStore,
+    robot: str,
+    fresh: dict[str, Any],
+    change: str,
+    *,
+    review: Callable[[ActivityRecord], DeviceReview | None],
+) -> list[dict[str, Any]]:
+    """After an operator's act on a device (a reboot): a new evidence revision, through the
+    core's `refresh_evidence`, for every parked Activity whose evidence is about `robot`."""
+    out: list[dict[str, Any]] = []
+    for record in catalog.iter_awaiting_decision():
+        device = review(record)
+        if device is None:
+            continue
+        evidence = evidence_document(artifacts, record) or {}
+        if ((evidence.get("command") or {}).get("robot") or evidence.get("robot")) != robot:
+            continue
+        changes = [change, *device.changed_since(evidence, fresh)]
+        new = _put(artifacts, device.refreshed(evidence, fresh, changes), EVIDENCE_MEDIA_TYPE)
+        refreshed = catalog.refresh_evidence(
+            record.key, record.evidence_revision, Evidence(ref=new.ref, digest=new.digest)
+        )
+        out.append(
+            {
+                "key": format_key(record.key),
+                "revision": refreshed.evidence_revision,
+                "changes": changes,
+            }
+        )
+    return out

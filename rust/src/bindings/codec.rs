@@ -1,53 +1,32 @@
 //! Python bindings for `crate::codec` (DYNAMIXEL Protocol 2.0): bytes in, bytes out.
 //!
 //! Every call here is a few microseconds of pure work on small inputs, so none releases the GIL.
-//! Only the errors this codec raises live here; transport, device, configuration and operator
-//! errors are born in Python and defined there (`tether.transport`, `tether._config`, ...).
+//! The codec's errors are born in Python (`tether._codec_errors`: `DxlUsageError`,
+//! `DxlFrameError`, with `code`, `message` and `details`): the core decides the failure (a
+//! `CodecError`, kind and message) and `to_py` hands it, as `(code, message, usage)`, to that
+//! module's `from_codec`, which returns the exception to raise.
 
-use pyo3::create_exception;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use crate::bindings::errors::TetherError;
 use crate::codec::packet::{encode_instruction, encode_status, Instruction, Packet, BROADCAST_ID};
 use crate::codec::{
     crc16, CodecError, CodecErrorKind, Command, Decoder, DecoderConfig, StatusErrorCode,
 };
 
-create_exception!(
-    _core,
-    DxlError,
-    TetherError,
-    "Root of DYNAMIXEL codec errors."
-);
-create_exception!(
-    _core,
-    DxlUsageError,
-    DxlError,
-    "A DYNAMIXEL codec argument the caller can fix (bad id, empty read, oversize packet)."
-);
-create_exception!(
-    _core,
-    DxlFrameError,
-    DxlError,
-    "Received bytes that are not a valid DYNAMIXEL frame or command (the peer's fault)."
-);
-
-/// Converted once: usage errors and frame errors are different exceptions; both carry the
-/// stable code as `.code` and in the message prefix.
+/// Converted once: the core's failure, as `(code, message, usage)`, becomes the Python-born
+/// exception `tether._codec_errors.from_codec` returns (a usage error or a frame error).
 fn to_py(err: CodecError) -> PyErr {
-    let message = err.to_string();
-    let py_err = if err.kind.is_usage() {
-        PyErr::new::<DxlUsageError, _>(message)
-    } else {
-        PyErr::new::<DxlFrameError, _>(message)
-    };
     Python::attach(|py| {
-        // Setting an attribute on a fresh exception instance cannot fail in practice; if it did,
-        // the message still carries the code.
-        let _ = py_err.value(py).setattr("code", err.kind.code());
-    });
-    py_err
+        let made = py
+            .import("tether._codec_errors")
+            .and_then(|m| m.getattr("from_codec"))
+            .and_then(|f| f.call1((err.kind.code(), err.message.as_str(), err.kind.is_usage())));
+        match made {
+            Ok(exc) => PyErr::from_value(exc),
+            Err(import_failed) => import_failed,
+        }
+    })
 }
 
 fn device_id(id: i64) -> PyResult<u8> {
@@ -433,10 +412,6 @@ fn dxl_instructions() -> Vec<(&'static str, u8)> {
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
-    m.add("DxlError", py.get_type::<DxlError>())?;
-    m.add("DxlUsageError", py.get_type::<DxlUsageError>())?;
-    m.add("DxlFrameError", py.get_type::<DxlFrameError>())?;
     m.add_class::<PyDxlPacket>()?;
     m.add_class::<PyDxlCommand>()?;
     m.add_class::<PyDxlDecoder>()?;

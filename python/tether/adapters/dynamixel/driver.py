@@ -19,25 +19,31 @@ Transport rules:
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
 import os
 import termios
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import serial  # type: ignore[import-untyped]
-from serial.tools import list_ports  # type: ignore[import-untyped]
 
 from tether import _core
 from tether._coded import CodedError
-from tether._dirs import usable_dir
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import DynamixelPortConfig, RobotConfig
+from tether.devices.ports import (
+    IdentityLock,
+    PortIdentity,
+    is_locked,
+    lock_path,
+    read_owner,
+    resolve_port,
+)
 from tether.errors import DxlFrameError
 from tether.transport import (
     DeviceError,
@@ -91,142 +97,8 @@ def _coded(exc_type: type[_E], code: str, message: str, **details: Any) -> _E:
     return exc_type(code, message, details=details)
 
 
-@dataclass(frozen=True)
-class PortIdentity:
-    """What a port is, independent of its tty index. `key` names the ownership lock."""
-
-    key: str
-    device: str
-    usb_serial: str | None = None
-    vid_pid: str | None = None
-
-
-def _usb_info(device: str) -> tuple[str | None, str | None]:
-    real = os.path.realpath(device)
-    for port in list_ports.comports():
-        if os.path.realpath(port.device) == real and port.vid is not None:
-            return port.serial_number, f"{port.vid:04x}:{port.pid:04x}"
-    return None, None
-
-
-def resolve_port(cfg: DynamixelPortConfig) -> PortIdentity:
-    """Find the configured adapter: by USB serial / VID:PID when given, else by path or URL."""
-    if cfg.usb_serial is not None or cfg.vid_pid is not None:
-        matches = []
-        for port in list_ports.comports():
-            vid_pid = f"{port.vid:04x}:{port.pid:04x}" if port.vid is not None else None
-            if cfg.usb_serial is not None and port.serial_number != cfg.usb_serial:
-                continue
-            if cfg.vid_pid is not None and vid_pid != cfg.vid_pid:
-                continue
-            matches.append((port, vid_pid))
-        if len(matches) != 1:
-            what = "no adapter" if not matches else f"{len(matches)} adapters"
-            raise _coded(
-                DeviceIdentityError,
-                "adapter_not_found" if not matches else "adapter_ambiguous",
-                f"port {cfg.name}: {what} with usb_serial={cfg.usb_serial} vid_pid={cfg.vid_pid}",
-            )
-        port, vid_pid = matches[0]
-        if (
-            cfg.url is not None
-            and "://" not in cfg.url
-            and os.path.realpath(cfg.url) != os.path.realpath(port.device)
-        ):
-            raise _coded(
-                DeviceIdentityError,
-                "adapter_moved",
-                f"port {cfg.name}: {cfg.url} is not {port.device}",
-            )
-        return PortIdentity(
-            f"usb:{vid_pid}:{port.serial_number}", port.device, port.serial_number, vid_pid
-        )
-    assert cfg.url is not None  # config validation guarantees one way to find the port
-    if "://" in cfg.url:
-        return PortIdentity(f"url:{cfg.url}", cfg.url)
-    usb_serial, vid_pid = _usb_info(cfg.url)
-    if usb_serial is not None or vid_pid is not None:
-        return PortIdentity(f"usb:{vid_pid}:{usb_serial}", cfg.url, usb_serial, vid_pid)
-    return PortIdentity(f"path:{os.path.realpath(cfg.url)}", cfg.url)
-
-
-def lock_path(lock_dir: Path, key: str) -> Path:
-    return lock_dir / f"dxl-{hashlib.sha256(key.encode()).hexdigest()[:20]}.lock"
-
-
-class IdentityLock:
-    """An exclusive `flock` keyed by device identity; the file records owner pid and socket."""
-
-    def __init__(self, lock_dir: Path, key: str) -> None:
-        self.path = lock_path(lock_dir, key)
-        self.key = key
-        self._fd: int | None = None
-
-    def acquire(self, socket_path: str | None = None) -> None:
-        usable_dir(self.path.parent, what="the host's state_dir")
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            # The port cannot be owned, so it is not opened.
-            raise _coded(
-                TransportError,
-                "lock_failed",
-                f"cannot create the ownership lock {self.path}: {exc.strerror}",
-                lock=str(self.path),
-            ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            owner = read_owner(self.path)
-            raise _coded(
-                PortBusy,
-                "port_owned",
-                f"{self.key} is owned by pid {owner.get('pid')} (socket {owner.get('socket')})",
-                owner=owner,
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(
-            fd, json.dumps({"pid": os.getpid(), "key": self.key, "socket": socket_path}).encode()
-        )
-        self._fd = fd
-
-    def set_socket(self, socket_path: str) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            os.pwrite(
-                self._fd,
-                json.dumps({"pid": os.getpid(), "key": self.key, "socket": socket_path}).encode(),
-                0,
-            )
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock
-            self._fd = None
-
-
-def read_owner(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text() or "{}")
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def is_locked(path: Path) -> bool:
-    """True while some process holds the identity lock at `path`."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+def _open_gate(ids: list[int]) -> AbstractContextManager[Any]:
+    return nullcontext()
 
 
 @dataclass
@@ -275,6 +147,8 @@ class DxlBus:
         self.sent: list[TxRecord] = []
         self.last_status: dict[int, tuple[int, int]] = {}  # id -> (error byte, wall ms)
         self.servos: dict[int, Servo] = {}
+        #: Every effectful frame is sent inside `gate(ids)` (the generic host's stop latch).
+        self.gate: Callable[[list[int]], AbstractContextManager[Any]] = _open_gate
 
     @classmethod
     def open(
@@ -503,24 +377,24 @@ class DxlBus:
         return {i: tables.decode(f, d) for i, d in self.sync_read(f.address, f.size, ids).items()}
 
     def write(self, dxl_id: int, address: int, data: bytes) -> None:
-        with self._mutex:
+        with self.gate([dxl_id]), self._mutex:
             self._write_exchange(_core.dxl_write(dxl_id, address, data), "write", dxl_id)
 
     def write_field(self, dxl_id: int, f: tables.Field, value: int) -> None:
         self.write(dxl_id, f.address, tables.encode(f, value))
 
     def reg_write(self, dxl_id: int, address: int, data: bytes) -> None:
-        with self._mutex:
+        with self.gate([dxl_id]), self._mutex:
             self._write_exchange(_core.dxl_reg_write(dxl_id, address, data), "reg_write", dxl_id)
 
     def action(self) -> None:
         """Broadcast ACTION: no device answers it, so nothing is awaited."""
-        with self._mutex:
+        with self.gate([BROADCAST]), self._mutex:
             self._send(_core.dxl_action(BROADCAST), "action", [BROADCAST])
 
     def sync_write(self, address: int, length: int, entries: list[tuple[int, bytes]]) -> None:
         """Broadcast SYNC_WRITE: no status comes back; confirm by reading back."""
-        with self._mutex:
+        with self.gate([i for i, _ in entries]), self._mutex:
             self._send(
                 _core.dxl_sync_write(address, length, entries),
                 "sync_write",
@@ -531,7 +405,7 @@ class DxlBus:
         """REBOOT wipes RAM (torque off, staged writes lost); only ever on an operator's word."""
         if not operator:
             raise _coded(DeviceIdentityError, "operator_required", "REBOOT needs a named operator")
-        with self._mutex:
+        with self.gate([dxl_id]), self._mutex:
             self._write_exchange(_core.dxl_reboot(dxl_id), "reboot", dxl_id)
 
 
@@ -580,3 +454,19 @@ def check_robot(bus: DxlBus, robot: RobotConfig) -> DeviceIdentity:
             )
         servos.append((servo.id, servo.model, servo.firmware))
     return DeviceIdentity(bus.identity, tuple(servos))
+
+
+__all__ = [
+    "BROADCAST",
+    "ERROR_CODES",
+    "DeviceIdentity",
+    "DxlBus",
+    "IdentityLock",
+    "PortIdentity",
+    "Servo",
+    "check_robot",
+    "is_locked",
+    "lock_path",
+    "read_owner",
+    "resolve_port",
+]

@@ -293,6 +293,7 @@ class DynamixelMoveAdapter:
                 f"{op.id}: nothing sent",
                 details={"fence": self.fence, "floor": op.fence_floor()},
             )
+        self.host.check_motion(op.request.robot)  # the stop latch (tether.devices.latch)
         op.log_sent(
             {
                 "attempt": attempt,
@@ -570,6 +571,11 @@ class DynamixelMoveAdapter:
                 self._evidence(op, request, robot, goals, state, conclusion.reason, checks),
                 SETTLE_RETRY_MS if settling else 0,
             )
+        if self.host.latched(robot.name):
+            # Stopped by an operator: nothing is sent (the latch refuses it) and the move is
+            # parked, never confirmed absent and retried, until an operator resumes the robot.
+            reason = "stopped_by_operator"
+            return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
         joints = _joints(state)
         staged = {
             robot.joint(n).id: joints[robot.joint(n).id]["goal_position"] for n in conclusion.staged

@@ -1,0 +1,106 @@
+"""`tether host serve` (own the configured robots) and `tether stop` (safe-stop and latch them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tether._dirs import usable_dir
+from tether.devices.config import HostConfig, load_config
+from tether.devices.host import DeviceHost, stop_everything
+from tether.errors import TetherError
+
+#: `tether stop` exit codes (the README's exit-code table lists every command's).
+EXIT_STOPPED = 0  # every joint of every robot is in its policy's state (held / limp)
+EXIT_NOT_STOPPED = 1  # a joint is not (limp under `hold`, moving, unknown) or a robot unreachable
+EXIT_USAGE = 2  # bad arguments, an invalid configuration or an unknown robot: nothing was sent
+
+_STOP_EPILOG = """\
+Each joint is reported as read back from the device after the stop: held (torque on, no
+hardware error, holding where it stands), limp (torque off or a hardware error, named),
+moving (torque on but driving elsewhere) or unknown (unreadable). Positions are in radians.
+A stop is latched: a move in progress sends nothing more, and nothing moves on the robot until
+an operator runs `tether operator resume ROBOT`.
+exit codes: 0 every joint is in its policy's state; 1 some joint is not, or a robot could not
+be reached; 2 usage or configuration error (nothing was sent)."""
+
+
+def _joint_line(joint: dict[str, Any], width: int) -> str:
+    parts = [f"  {joint['joint']:<{width}}  id {joint['id']:<3}  {joint['state']:<7}"]
+    if joint.get("torque") is not None:
+        parts.append("torque on " if joint["torque"] else "torque off")
+    if joint.get("present") is not None:
+        parts.append(f"at {joint['present']:+.4f} rad  goal {joint['goal']:+.4f} rad")
+    if joint.get("hardware_error"):
+        parts.append("hardware error: " + ", ".join(joint["hardware_error"]))
+    if joint.get("error"):
+        parts.append(str(joint["error"]))
+    return "  ".join(parts)
+
+
+def render_stop(reports: list[dict[str, Any]]) -> str:
+    """`tether stop` for a person: one line per robot, then one per joint."""
+    lines: list[str] = []
+    for report in reports:
+        via = f", via {report['via']}" if report.get("via") else ""
+        verdict = "stopped" if report.get("ok") else "NOT in the state its policy asks"
+        lines.append(f"{report['robot']} (safe_stop {report['policy']}{via}): {verdict}")
+        if report.get("error"):
+            lines.append(f"  {report['error']}")
+        joints = report.get("joints", [])
+        width = max((len(str(j["joint"])) for j in joints), default=0)
+        lines += [_joint_line(j, width) for j in joints]
+    return "\n".join(lines)
+
+
+def stop_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="tether stop",
+        description="Safe-stop every configured robot (through its owning host when one runs).",
+        epilog=_STOP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", required=True, help="host configuration (TOML)")
+    parser.add_argument("--robot", action="append", help="only this robot (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the reports as JSON")
+    args = parser.parse_args(argv)
+    try:
+        config: HostConfig[Any] = load_config(args.config)
+        usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
+        reports = stop_everything(config, args.robot)
+    except TetherError as exc:
+        print(f"tether stop: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(reports, indent=2) if args.json else render_stop(reports))
+    return EXIT_STOPPED if all(r.get("ok") for r in reports) else EXIT_NOT_STOPPED
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tether host")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    serve = sub.add_parser("serve", help="own the configured robots until SIGTERM/SIGINT")
+    serve.add_argument("--config", required=True, help="host configuration (TOML)")
+    serve.add_argument("--robot", action="append", help="only this robot (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        config: HostConfig[Any] = load_config(args.config)
+        usable_dir(config.state_dir, what="host.state_dir")
+    except TetherError as exc:
+        print(f"tether host: {exc}", file=sys.stderr)
+        return 2
+    host = DeviceHost(config)
+    try:
+        for name in args.robot or sorted(config.robots):
+            identity = host.connect(name)
+            print(json.dumps({"robot": name, "identity": identity.as_dict()}), flush=True)
+        print(json.dumps({"socket": host.socket_path}), flush=True)
+        host.serve_until_signal()
+    except TetherError as exc:
+        print(f"tether host: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for report in host.close():
+            print(json.dumps({"safe_stop": report.as_dict()}), flush=True)
+    return 0

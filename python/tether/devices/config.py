@@ -1,0 +1,361 @@
+"""The host configuration's generic part: host, operators, ports by identity, robots, joints.
+
+Read strictly (`tether._config.Table`): an unknown or misspelled key is `unknown_key`, naming
+the key and the nearest valid one. Values are SI units (radians, rad/s); protocol units never
+appear. Each port names its device `type` (`tether.devices.registry`); the device type adds
+and validates its own port and joint keys and builds the robot configuration its adapter uses.
+
+```toml
+[host]
+state_dir = "/run/tether"              # identity locks, control sockets, stop latches
+
+[operators.alice]                      # `tether operator hash --name alice` prints this table
+credential = "$argon2id$v=19$m=65536,t=3,p=4$LyzAADDajCkQAo1ryr085g$wKvlE51/7tBJ08o6kaCwtktilmssZKMiIYr11PHdg24"
+role = "operator"                      # or "observer" (reads only)
+
+[ports.arm_bus]
+type = "dynamixel"
+usb_serial = "FT6Z5XYZ"                # or vid_pid = "0403:6014", or url = "/dev/ttyUSB0"
+
+[robots.arm]
+port = "arm_bus"
+safe_stop = "hold"                     # or "torque_off"
+speed = 1.5                            # rad/s
+first_motion_speed = 0.3               # rad/s: first move after a (re)connect, re-issue, resume
+tolerance = 0.03                       # rad
+
+[[robots.arm.joints]]
+name = "shoulder"
+id = 1
+min = -1.5                             # rad
+max = 1.5
+```
+"""  # noqa: E501 (the example hash is one TOML string)
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Generic, TypeVar
+
+from tether._config import HostConfigError, Table, nearest
+from tether.devices import credentials
+from tether.devices.registry import DeviceType, device_type
+
+SAFE_STOP_POLICIES: Final = ("hold", "torque_off")
+TOP_KEYS: Final = ("host", "operators", "ports", "robots")
+HOST_KEYS: Final = ("state_dir",)
+OPERATOR_KEYS: Final = ("credential", "role")
+PORT_KEYS: Final = ("type", "url", "usb_serial", "vid_pid")
+ROBOT_KEYS: Final = ("port", "joints", "safe_stop", "speed", "first_motion_speed", "tolerance")
+JOINT_KEYS: Final = ("name", "id", "min", "max")
+DEFAULT_TYPE: Final = "dynamixel"
+DEFAULT_TOLERANCE: Final = 0.03
+MAX_TOLERANCE: Final = 0.3
+
+#: Every `.code` this module's HostConfigErrors carry (device types list their own).
+ERROR_CODES: Final = (
+    "bad_id",
+    "bad_limit",
+    "bad_role",
+    "bad_safe_stop",
+    "bad_speed",
+    "bad_toml",
+    "bad_tolerance",
+    "bad_vid_pid",
+    "duplicate_joint",
+    "missing_key",
+    "no_identity",
+    "no_joints",
+    "old_credential_format",
+    "plain_credential",
+    "unknown_joint",
+    "unknown_key",
+    "unknown_port",
+    "unknown_port_type",
+    "unknown_robot",
+    "unreadable",
+    "weak_credential",
+    "excessive_credential_cost",
+    "wrong_type",
+)
+
+
+def config_error(code: str, message: str, **details: Any) -> HostConfigError:
+    """A HostConfigError with a listed `.code`."""
+    if code not in ERROR_CODES:
+        raise ValueError(f"unlisted config error code {code!r}")
+    return HostConfigError(code, message, details=details)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    known = sorted(known)
+    suggestion = nearest(name, known)
+    if suggestion is not None:
+        return f"; did you mean {suggestion!r}?"
+    return f" (configured: {', '.join(known) or 'none'})"
+
+
+@dataclass(frozen=True)
+class JointSpec:
+    """A joint as configured, in SI units."""
+
+    name: str
+    id: int
+    min_rad: float
+    max_rad: float
+
+
+@dataclass(frozen=True)
+class RobotSpec:
+    """The generic part of a robot: its port, joints and SI limits and speeds, stop policy."""
+
+    name: str
+    port: str
+    type: str
+    joints: tuple[JointSpec, ...]
+    safe_stop: str
+    speed: float
+    first_motion_speed: float
+    tolerance: float
+
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class HostConfig(Generic[R]):
+    """A validated host configuration. `robots` hold each device type's robot configuration;
+    `specs` their generic part."""
+
+    path: Path
+    state_dir: Path
+    ports: dict[str, Any]
+    robots: dict[str, R]
+    operators: dict[str, credentials.Principal] = field(default_factory=dict)
+    specs: dict[str, RobotSpec] = field(default_factory=dict)
+
+    def robot(self, name: str) -> R:
+        try:
+            return self.robots[name]
+        except KeyError:
+            raise config_error(
+                "unknown_robot",
+                f"no robot {name!r} in {self.path}{did_you_mean(name, self.robots)}",
+                robot=name,
+                suggestion=nearest(name, self.robots),
+                configured=sorted(self.robots),
+            ) from None
+
+    def spec(self, name: str) -> RobotSpec:
+        self.robot(name)
+        return self.specs[name]
+
+    def device_type(self, robot_name: str) -> DeviceType:
+        return device_type(self.spec(robot_name).type)
+
+    def limiter(self) -> credentials.RateLimiter:
+        return credentials.RateLimiter(self.state_dir / "auth" / "failures.json")
+
+    def authenticate(self, secret: str | None, *, role: str = "operator") -> str:
+        """The name of the operator `secret` belongs to (rate-limited; `CredentialError`)."""
+        return credentials.authenticate(
+            self.operators, secret, limiter=self.limiter(), role=role
+        ).name
+
+    def verify_operator(self, secret: str | None) -> str | None:
+        """The operator's name when `secret` is a valid credential, else None."""
+        try:
+            return self.authenticate(secret)
+        except credentials.CredentialError:
+            return None
+
+
+def default_state_dir() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "tether" if runtime else Path(f"/tmp/tether-{os.getuid()}")
+
+
+def _operators(doc: Table) -> dict[str, credentials.Principal]:
+    out: dict[str, credentials.Principal] = {}
+    for name, raw in doc.mapping("operators").items():
+        table = Table(raw, f"operators.{name}", OPERATOR_KEYS)
+        stored = table.text("credential")
+        role = table.text("role", "operator")
+        if role not in credentials.ROLES:
+            raise config_error(
+                "bad_role",
+                f"{table.where}: role {role!r} is not one of {credentials.ROLES}",
+                role=role,
+            )
+        if not stored.startswith("$") and not stored.startswith("scrypt$"):
+            raise config_error(
+                "plain_credential",
+                f"{table.where}: credential must be a hash (`tether operator hash --name {name}`)",
+            )
+        try:
+            cost = credentials.stored_cost(stored, where=f"{table.where}.credential")
+        except credentials.CredentialError as exc:
+            raise config_error(exc.code, exc.message, operator=name) from None
+        out[name] = credentials.Principal(name, role, stored, cost)
+    return out
+
+
+def _ports(doc: Table) -> dict[str, Any]:
+    ports: dict[str, Any] = {}
+    for name, raw in doc.mapping("ports").items():
+        where = f"ports.{name}"
+        if not isinstance(raw, dict):
+            raise config_error("wrong_type", f"{where} is not a table")
+        kind = raw.get("type", DEFAULT_TYPE)
+        if not isinstance(kind, str):
+            raise config_error("wrong_type", f"{where}: `type` must be a string", key="type")
+        dtype = device_type(kind, where=where)
+        table = Table(raw, where, (*PORT_KEYS, *dtype.port_keys))
+        url = table.optional_text("url")
+        usb_serial = table.optional_text("usb_serial")
+        vid_pid = table.optional_text("vid_pid")
+        if url is None and usb_serial is None and vid_pid is None:
+            raise config_error("no_identity", f"{where}: give usb_serial/vid_pid or url")
+        if vid_pid is not None:
+            parts = vid_pid.split(":")
+            if len(parts) != 2 or not all(len(p) == 4 for p in parts):
+                raise config_error(
+                    "bad_vid_pid", f"{where}: vid_pid {vid_pid!r} is not 'vvvv:pppp'"
+                )
+            try:
+                int(parts[0], 16), int(parts[1], 16)
+            except ValueError:
+                raise config_error(
+                    "bad_vid_pid", f"{where}: vid_pid {vid_pid!r} is not hex"
+                ) from None
+            vid_pid = vid_pid.lower()
+        ports[name] = (kind, dtype.port_config(name, table, url, usb_serial, vid_pid))
+    return ports
+
+
+def _joint(robot: str, index: int, raw: Any, extra: tuple[str, ...]) -> tuple[JointSpec, Table]:
+    table = Table(raw, f"robots.{robot}.joints[{index}]", (*JOINT_KEYS, *extra))
+    where = table.where
+    joint_id = table.integer("id")
+    if joint_id < 0:
+        raise config_error("bad_id", f"{where}: id {joint_id} is negative")
+    lo, hi = table.number("min"), table.number("max")
+    if not lo < hi:
+        raise config_error("bad_limit", f"{where}: min {lo} is not below max {hi}")
+    return JointSpec(table.text("name"), joint_id, lo, hi), table
+
+
+def _robot(name: str, raw: Any, ports: dict[str, Any]) -> tuple[RobotSpec, list[Table]]:
+    table = Table(raw, f"robots.{name}", ROBOT_KEYS)
+    where = table.where
+    port = table.text("port")
+    if port not in ports:
+        raise config_error(
+            "unknown_port",
+            f"{where}: port {port!r} is not declared{did_you_mean(port, ports)}",
+            port=port,
+            suggestion=nearest(port, ports),
+        )
+    kind = ports[port][0]
+    extra = device_type(kind).joint_keys
+    read = [_joint(name, i, t, extra) for i, t in enumerate(table.array("joints"))]
+    joints = tuple(j for j, _ in read)
+    if not joints:
+        raise config_error("no_joints", f"{where}: at least one joint is required")
+    ids = [j.id for j in joints]
+    names = [j.name for j in joints]
+    if len(set(ids)) != len(ids) or len(set(names)) != len(names):
+        raise config_error("duplicate_joint", f"{where}: joint ids and names must be unique")
+    safe_stop = table.text("safe_stop", "hold")
+    if safe_stop not in SAFE_STOP_POLICIES:
+        raise config_error(
+            "bad_safe_stop", f"{where}: safe_stop {safe_stop!r} not in {SAFE_STOP_POLICIES}"
+        )
+    speed = table.number("speed", 1.5)
+    first = table.number("first_motion_speed", 0.3)
+    if not (0 < first <= speed < 50):
+        raise config_error("bad_speed", f"{where}: need 0 < first_motion_speed <= speed < 50 rad/s")
+    tolerance = table.number("tolerance", DEFAULT_TOLERANCE)
+    if not 0 <= tolerance <= MAX_TOLERANCE:
+        raise config_error(
+            "bad_tolerance", f"{where}: tolerance {tolerance} rad is not 0..{MAX_TOLERANCE}"
+        )
+    spec = RobotSpec(name, port, kind, joints, safe_stop, speed, first, tolerance)
+    return spec, [t for _, t in read]
+
+
+C = TypeVar("C", bound=HostConfig[Any])
+
+
+def parse_config(
+    text: str,
+    path: Path = Path("<memory>"),
+    *,
+    factory: type[C] = HostConfig,  # type: ignore[assignment]
+) -> C:
+    """Validate a TOML host configuration; every table is read strictly. `factory` is the
+    configuration class to build (a device type's own subclass)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise config_error("bad_toml", f"{path}: {exc}") from exc
+    if isinstance(raw.get("operator"), dict):
+        raise config_error(
+            "old_credential_format",
+            f"{path}: [operator] credential is the old single-credential format; run "
+            "`tether operator hash --name NAME` and put the [operators.NAME] table it prints "
+            "in its place",
+        )
+    doc = Table(raw, "", TOP_KEYS)
+    host = doc.table("host", HOST_KEYS)
+    state_dir = Path(host.text("state_dir", str(default_state_dir())))
+    operators = _operators(doc)
+    typed_ports = _ports(doc)
+    specs: dict[str, RobotSpec] = {}
+    robots: dict[str, Any] = {}
+    for name, raw_robot in doc.mapping("robots").items():
+        spec, joint_tables = _robot(name, raw_robot, typed_ports)
+        specs[name] = spec
+        robots[name] = device_type(spec.type).robot_config(spec, joint_tables)
+    seen: dict[tuple[str, int], str] = {}
+    for spec in specs.values():
+        for joint in spec.joints:
+            other = seen.setdefault((spec.port, joint.id), spec.name)
+            if other != spec.name:
+                raise config_error(
+                    "duplicate_joint",
+                    f"id {joint.id} on port {spec.port} used by {other} and {spec.name}",
+                )
+    ports = {name: cfg for name, (_, cfg) in typed_ports.items()}
+    return factory(path, state_dir, ports, robots, operators, specs)
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    factory: type[C] = HostConfig,  # type: ignore[assignment]
+) -> C:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise config_error("unreadable", f"{p}: {exc.strerror}") from exc
+    return parse_config(text, p, factory=factory)
+
+
+__all__ = [
+    "ERROR_CODES",
+    "SAFE_STOP_POLICIES",
+    "HostConfig",
+    "JointSpec",
+    "RobotSpec",
+    "config_error",
+    "default_state_dir",
+    "did_you_mean",
+    "load_config",
+    "parse_config",
+]

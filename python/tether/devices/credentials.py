@@ -1,0 +1,282 @@
+"""Operator credentials: named principals with an argon2id hash and a role.
+
+Rules:
+- A credential is stored only as an argon2id hash (`argon2-cffi`), made by
+  `tether operator hash`. The cost parameters of a stored hash are checked against
+  `MINIMUM` (and against `MAXIMUM`, so a hostile config cannot make a check cost minutes)
+  before the hash is ever used: a weaker or non-argon2id hash is refused at load
+  (`weak_credential`), never verified with the parameters it happens to name.
+- The old `scrypt$N$r$p$...` format is refused with what to do (`old_credential_format`).
+- A secret identifies its operator: the decision records the name of the operator whose hash
+  the secret matches, never a name given on the command line.
+- Failed attempts are rate-limited per state dir (`RATE_LIMIT` failures in `RATE_WINDOW_S`
+  lock further attempts out until the window passes: `credential_rate_limited`), across
+  processes (a file under the state dir, updated under `flock`).
+- Secrets come from stdin, a prompt or a 0600 file (`read_secret`), never argv or the
+  environment by default; they are never logged or printed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import json
+import os
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+import argon2
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+from tether._coded import CodedError
+
+#: Roles a principal may hold. `operator` decides, resumes and reboots; `observer` only reads.
+ROLES: Final = ("operator", "observer")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """argon2id cost parameters (memory in KiB)."""
+
+    time_cost: int
+    memory_cost: int
+    parallelism: int
+    hash_len: int
+    salt_len: int
+
+
+#: The weakest parameters a stored hash may have (OWASP's argon2id floor: 19 MiB, t=2, p=1).
+MINIMUM: Final = Cost(time_cost=2, memory_cost=19_456, parallelism=1, hash_len=32, salt_len=16)
+#: The strongest a stored hash may name (a larger one would make every check a denial of service).
+MAXIMUM: Final = Cost(time_cost=16, memory_cost=1_048_576, parallelism=16, hash_len=64, salt_len=64)
+#: What `tether operator hash` uses (RFC 9106's second recommendation, low memory).
+DEFAULT: Final = Cost(time_cost=3, memory_cost=65_536, parallelism=4, hash_len=32, salt_len=16)
+
+RATE_LIMIT: Final = 5
+RATE_WINDOW_S: Final = 60.0
+
+#: Every `.code` a CredentialError carries.
+CODES: Final = (
+    "credential_ambiguous",
+    "credential_rate_limited",
+    "excessive_credential_cost",
+    "credential_refused",
+    "empty_credential",
+    "insecure_secret_file",
+    "old_credential_format",
+    "role_refused",
+    "weak_credential",
+)
+
+
+class CredentialError(CodedError):
+    """A credential was refused, or a stored hash is unusable; `code` is one of `CODES`."""
+
+
+def _error(code: str, message: str, **details: Any) -> CredentialError:
+    if code not in CODES:
+        raise ValueError(f"unlisted credential code {code!r}")
+    return CredentialError(code, message, details=details)
+
+
+def _hasher(cost: Cost) -> PasswordHasher:
+    return PasswordHasher(
+        time_cost=cost.time_cost,
+        memory_cost=cost.memory_cost,
+        parallelism=cost.parallelism,
+        hash_len=cost.hash_len,
+        salt_len=cost.salt_len,
+        type=argon2.Type.ID,
+    )
+
+
+def hash_secret(secret: str, cost: Cost = DEFAULT) -> str:
+    """The argon2id hash to store in `[operators.NAME] credential` instead of the secret."""
+    if not secret:
+        raise _error("empty_credential", "the credential must not be empty")
+    check_cost(cost, where="the requested parameters")
+    return _hasher(cost).hash(secret)
+
+
+def check_cost(cost: Cost, *, where: str) -> None:
+    """Refuse parameters below `MINIMUM` or above `MAXIMUM`."""
+    for name in ("time_cost", "memory_cost", "parallelism", "hash_len", "salt_len"):
+        value, low, high = getattr(cost, name), getattr(MINIMUM, name), getattr(MAXIMUM, name)
+        if not low <= value <= high:
+            raise _error(
+                "weak_credential" if value < low else "excessive_credential_cost",
+                f"{where}: argon2id {name}={value} is outside {low}..{high}; "
+                "make a new one with `tether operator hash`",
+                parameter=name,
+                value=value,
+            )
+
+
+def stored_cost(stored: str, *, where: str) -> Cost:
+    """The parameters of a stored hash, checked (never trusted) before the hash is used."""
+    if stored.startswith("scrypt$"):
+        raise _error(
+            "old_credential_format",
+            f"{where}: the scrypt credential format is no longer accepted; run "
+            "`tether operator hash --name NAME` and replace it with the [operators.NAME] table "
+            "it prints",
+        )
+    if not stored.startswith("$argon2id$"):
+        raise _error(
+            "weak_credential",
+            f"{where}: not an argon2id hash (make one with `tether operator hash`)",
+        )
+    try:
+        params = argon2.extract_parameters(stored)
+    except InvalidHashError:
+        raise _error("weak_credential", f"{where}: malformed argon2id hash") from None
+    if params.type is not argon2.Type.ID or params.version != argon2.low_level.ARGON2_VERSION:
+        raise _error("weak_credential", f"{where}: not an argon2id v19 hash")
+    cost = Cost(
+        params.time_cost, params.memory_cost, params.parallelism, params.hash_len, params.salt_len
+    )
+    check_cost(cost, where=where)
+    return cost
+
+
+@dataclass(frozen=True)
+class Principal:
+    """A named operator from the host configuration: its role and its checked hash."""
+
+    name: str
+    role: str
+    credential: str
+    cost: Cost
+
+    def matches(self, secret: str) -> bool:
+        try:
+            return bool(_hasher(self.cost).verify(self.credential, secret))
+        except (VerifyMismatchError, VerificationError, InvalidHashError):
+            return False
+
+
+class RateLimiter:
+    """Failed credential attempts per state dir, shared by every process (flock on a 0600 file)."""
+
+    def __init__(self, path: Path, *, limit: int = RATE_LIMIT, window_s: float = RATE_WINDOW_S):
+        self.path = path
+        self.limit = limit
+        self.window_s = window_s
+
+    def _update(self, change: Any) -> list[float]:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with os.fdopen(os.dup(fd), "r+") as handle:
+                try:
+                    failures = [float(t) for t in json.loads(handle.read() or "[]")]
+                except (ValueError, TypeError):
+                    failures = []
+                now = time.time()
+                failures = [t for t in failures if now - t < self.window_s]
+                failures = change(failures, now)
+                handle.seek(0)
+                handle.truncate()
+                handle.write(json.dumps(failures))
+                handle.flush()
+                os.fsync(handle.fileno())
+            return list(failures)
+        finally:
+            os.close(fd)
+
+    def check(self) -> None:
+        """Refuse an attempt while too many failed recently (before the secret is tried)."""
+        failures = self._update(lambda f, now: f)
+        if len(failures) >= self.limit:
+            wait = max(0.0, self.window_s - (time.time() - min(failures)))
+            raise _error(
+                "credential_rate_limited",
+                f"{len(failures)} failed credential attempts in {self.window_s:.0f} s: "
+                f"try again in {wait:.0f} s",
+                retry_after_s=round(wait, 1),
+            )
+
+    def failed(self) -> None:
+        self._update(lambda f, now: [*f, now])
+
+    def succeeded(self) -> None:
+        self._update(lambda f, now: [])
+
+
+def authenticate(
+    principals: dict[str, Principal],
+    secret: str | None,
+    *,
+    limiter: RateLimiter | None,
+    role: str = "operator",
+) -> Principal:
+    """The principal `secret` belongs to, holding `role`; refused (rate-limited) otherwise."""
+    if limiter is not None:
+        limiter.check()
+    if not secret:
+        raise _error("credential_refused", "a valid operator credential is required")
+    matched = [p for p in principals.values() if p.matches(secret)]
+    if not matched:
+        if limiter is not None:
+            limiter.failed()
+        raise _error("credential_refused", "a valid operator credential is required")
+    if len(matched) > 1:
+        raise _error(
+            "credential_ambiguous",
+            "this credential matches more than one operator; give each its own",
+            operators=sorted(p.name for p in matched),
+        )
+    if limiter is not None:
+        limiter.succeeded()
+    principal = matched[0]
+    if role != "observer" and principal.role != role:
+        raise _error(
+            "role_refused",
+            f"operator {principal.name} has role {principal.role}, this needs {role}",
+            operator=principal.name,
+        )
+    return principal
+
+
+def read_secret(
+    *, file: str | None = None, stdin: IO[str] | None = None, prompt: str = "credential: "
+) -> str:
+    """A secret from a 0600 file, else one line of stdin when it is not a terminal, else a
+    prompt that does not echo. Never from argv or the environment."""
+    if file is not None:
+        path = Path(file)
+        info = path.stat()
+        if stat.S_IMODE(info.st_mode) & 0o077 or info.st_uid != os.getuid():
+            raise _error(
+                "insecure_secret_file",
+                f"{path} must be owned by you and mode 0600 (chmod 600 {path})",
+                path=str(path),
+            )
+        return path.read_text(encoding="utf-8").splitlines()[0] if info.st_size else ""
+    stream = stdin if stdin is not None else sys.stdin
+    if stream.isatty():
+        return getpass.getpass(prompt)
+    return stream.readline().rstrip("\n")
+
+
+__all__ = [
+    "CODES",
+    "DEFAULT",
+    "MAXIMUM",
+    "MINIMUM",
+    "ROLES",
+    "Cost",
+    "CredentialError",
+    "Principal",
+    "RateLimiter",
+    "authenticate",
+    "check_cost",
+    "hash_secret",
+    "read_secret",
+    "stored_cost",
+]

@@ -1,0 +1,127 @@
+"""The stop latch: a stop cancels a move in progress, and nothing moves until an operator resumes.
+
+Rules:
+- `stop(robot)` latches the robot, durably (a file under the host's state dir, fsynced) and
+  in one lock with the safe-stop that follows, so no effectful frame can slip between them.
+- Every effectful frame of a move is sent inside `permit(robot)`: under the same lock, it
+  raises `MotionStopped` (code `stopped_by_operator`) while the robot is latched, so a move
+  that had not sent its ACTION when the stop came never sends it.
+- The latch is read from its file on every check, so it survives a restart of the host and is
+  honoured by every process on the state dir.
+- Only `resume(robot, operator)` clears it, recording who and when; the safe-stop itself runs
+  inside `stopping()`, the one context a latched robot's frames may be sent from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tether.operations._durable import write_durable
+from tether.transport import DeviceError
+
+
+class MotionStopped(DeviceError):
+    """An operator stopped this robot: nothing is sent to it until an operator resumes it
+    (`tether operator resume ROBOT`); code `stopped_by_operator`."""
+
+
+class StopLatch:
+    """The latch of every robot under one state dir (thread-safe; one lock per host)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir / "latches"
+        self.lock = threading.RLock()
+        self._local = threading.local()
+
+    def _path(self, robot: str) -> Path:
+        return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}.json"
+
+    def state(self, robot: str) -> dict[str, Any]:
+        """The robot's latch record (`latched` false when it was never stopped)."""
+        try:
+            doc = json.loads(self._path(robot).read_bytes())
+        except FileNotFoundError:
+            return {"robot": robot, "latched": False}
+        except (OSError, ValueError):
+            # An unreadable latch is a latch: a torn record never lets a robot move.
+            return {"robot": robot, "latched": True, "unreadable": True}
+        return doc if isinstance(doc, dict) else {"robot": robot, "latched": True}
+
+    def latched(self, robot: str) -> bool:
+        return bool(self.state(robot).get("latched"))
+
+    def _write(self, robot: str, doc: dict[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_durable(self._path(robot), json.dumps(doc, sort_keys=True).encode())
+
+    def latch(self, robot: str, *, by: str = "tether stop") -> dict[str, Any]:
+        """Latch `robot` now (call inside `stopping()`, before the safe-stop's frames)."""
+        with self.lock:
+            doc = {"robot": robot, "latched": True, "stopped_at_ms": _now_ms(), "by": by}
+            self._write(robot, doc)
+            return doc
+
+    def resume(self, robot: str, *, operator: str) -> dict[str, Any]:
+        """Clear the latch, recording the operator who resumed it."""
+        with self.lock:
+            before = self.state(robot)
+            doc = {
+                "robot": robot,
+                "latched": False,
+                "stopped_at_ms": before.get("stopped_at_ms"),
+                "resumed_at_ms": _now_ms(),
+                "resumed_by": operator,
+            }
+            self._write(robot, doc)
+            return doc
+
+    def last_stop_ms(self, robot: str) -> int | None:
+        """When an operator last stopped `robot` (wall ms), or None."""
+        at = self.state(robot).get("stopped_at_ms")
+        return at if isinstance(at, int) else None
+
+    @contextmanager
+    def stopping(self) -> Iterator[None]:
+        """Hold the lock for a stop; frames sent inside pass the latch (they are the stop)."""
+        with self.lock:
+            depth = getattr(self._local, "stopping", 0)
+            self._local.stopping = depth + 1
+            try:
+                yield
+            finally:
+                self._local.stopping = depth
+
+    def check(self, robots: list[str]) -> None:
+        """Raise `MotionStopped` when any of `robots` is latched (call under `lock`)."""
+        if getattr(self._local, "stopping", 0):
+            return
+        for robot in robots:
+            if self.latched(robot):
+                raise MotionStopped(
+                    "stopped_by_operator",
+                    f"robot {robot} was stopped by an operator: nothing is sent to it until "
+                    f"an operator resumes it (tether operator resume {robot})",
+                    details={"robot": robot},
+                )
+
+    @contextmanager
+    def permit(self, robots: list[str]) -> Iterator[None]:
+        """Send one effectful frame inside this: refused while a robot is latched, and no stop
+        can land between the check and the frame."""
+        with self.lock:
+            self.check(robots)
+            yield
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+__all__ = ["MotionStopped", "StopLatch"]

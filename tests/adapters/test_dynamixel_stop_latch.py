@@ -1,0 +1,154 @@
+"""A stop is latched: it cancels a move in progress, nothing moves until an operator resumes.
+
+The move runs as `tether move` does (`run_move`: one Activity of a local Host that owns the
+port) against the emulator thread; the stop goes through the owner's control socket, as
+`tether stop` sends it. The emulator's journal is the independent record of every frame.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _dxl_setup import CREDENTIAL, TARGETS, write_config
+from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel.config import HostConfig, load_config
+from tether.adapters.dynamixel.host import RobotHost
+from tether.adapters.dynamixel.worker import run_move
+from tether.devices.host import stop_everything
+from tether.devices.latch import MotionStopped, StopLatch
+from tether.emulators.dynamixel import DynamixelEmulator, Fault
+from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
+
+#: Instructions that change a device (everything but PING, READ and SYNC_READ).
+EFFECTFUL = ("write", "reg_write", "action", "sync_write", "reboot", "factory_reset")
+
+
+@pytest.fixture
+def emulator() -> Iterator[DynamixelEmulator]:
+    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
+        yield emu
+
+
+@pytest.fixture
+def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
+    return load_config(write_config(tmp_path, emulator.path))
+
+
+def move(config: HostConfig, activity: str) -> dict[str, Any]:
+    request = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS})
+    return run_move(
+        config,
+        request,
+        world="local",
+        activity=activity,
+        lease_ms=300,
+        settle_timeout_s=10,
+        timeout_s=30,
+        progress=lambda content: None,
+    )
+
+
+def torque_writes(emulator: DynamixelEmulator) -> int:
+    return sum(
+        1
+        for e in list(emulator.journal)
+        if e.instruction == "write" and e.address == tables.TORQUE_ENABLE.address
+    )
+
+
+def operator(config: Path, *argv: str, secret: str | None = CREDENTIAL) -> Any:
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "operator", "--config", str(config), *argv]
+        + (["--credential-stdin"] if secret is not None else []),
+        input=f"{secret}\n" if secret is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done
+
+
+def test_a_stop_while_the_move_reads_its_preimage_cancels_it_and_latches(
+    emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
+) -> None:
+    # The preimage is the first SYNC_READ of the move (after Torque Enable); the emulator
+    # answers it 500 ms late, and the stop arrives while the move waits for it.
+    emulator.inject(Fault("delay", instruction="sync_read", value=500))
+    outcome: dict[str, Any] = {}
+    mover = threading.Thread(target=lambda: outcome.update(move(config, "m1")))
+    mover.start()
+    deadline = time.monotonic() + 30
+    while torque_writes(emulator) < 2:
+        assert time.monotonic() < deadline and mover.is_alive(), "the move never enabled torque"
+        time.sleep(0.002)
+    reports = stop_everything(config)
+    mover.join(timeout=60)
+    assert not mover.is_alive()
+
+    assert [r["via"] for r in reports] == ["owner"] and reports[0]["ok"] is True
+    journal = list(emulator.journal)
+    stop_writes = [
+        i
+        for i, e in enumerate(journal)
+        if e.instruction == "write" and e.address == tables.GOAL_POSITION.address
+    ]
+    assert len(stop_writes) == 2  # the hold: Goal := Present on each joint, nothing else
+    after = [e for e in journal[stop_writes[-1] + 1 :] if e.instruction in EFFECTFUL]
+    assert after == []  # no REG_WRITE, no ACTION, not even a second stop, after the stop
+    assert not any(e.instruction in ("reg_write", "action") for e in journal)
+    assert outcome["status"] == "awaiting_decision"  # parked, never `ok`
+    assert outcome["reason"] == "stopped_by_operator"
+    for dxl_id in (1, 2):
+        snap = emulator.snapshot(dxl_id)
+        assert snap["registered_instruction"] == 0
+        assert abs(snap["present_position"] - tables.CENTER_TICK) <= 2  # it never moved
+
+    # The latch is durable: a new host (a restart) on the same state dir refuses to move it.
+    assert StopLatch(config.state_dir).latched("arm")
+    with RobotHost(config) as host:
+        host.connect("arm")
+        with pytest.raises(MotionStopped) as info:
+            host.bus_for(config.robot("arm")).write_field(1, tables.GOAL_POSITION, 3000)
+        assert info.value.code == "stopped_by_operator"
+        with pytest.raises(MotionStopped):
+            host.check_motion("arm")
+    second = move(config, "m2")  # another move on the latched robot parks without a frame
+    assert second["status"] == "awaiting_decision" and second["reason"] == "stopped_by_operator"
+    assert not any(e.instruction in ("reg_write", "action") for e in emulator.journal)
+
+
+def test_resume_needs_an_operator_credential_and_is_recorded(
+    emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
+) -> None:
+    stop_everything(config)  # direct: nobody owns the port
+    latch = StopLatch(config.state_dir)
+    assert latch.latched("arm")
+    path = tmp_path / "host.toml"
+    refused = operator(path, "resume", "arm", secret="guess")
+    assert refused.returncode == 1 and json.loads(refused.stdout)["code"] == "credential_refused"
+    assert latch.latched("arm")
+    unknown = operator(path, "resume", "amr")
+    assert unknown.returncode == 2 and "did you mean 'arm'?" in unknown.stderr
+    done = operator(path, "resume", "arm")
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = json.loads(done.stdout)
+    assert record["latched"] is False and record["resumed_by"] == "alice"
+    assert CREDENTIAL not in done.stdout + done.stderr
+    assert not latch.latched("arm")
+    ok = move(config, "m3")
+    assert (ok["status"], ok["conclusion"]) == ("done", "executed")
+
+
+def test_an_unreadable_latch_record_holds_the_robot(config: HostConfig) -> None:
+    latch = StopLatch(config.state_dir)
+    latch.latch("arm")
+    latch._path("arm").write_bytes(b"{torn")
+    assert latch.latched("arm")
