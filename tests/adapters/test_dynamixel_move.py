@@ -23,6 +23,7 @@ from tether.adapters.dynamixel.move import (
     si_read_back,
 )
 from tether.adapters.dynamixel.worker import run_move
+from tether.devices.host import resume_robot
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import HostConfigError, OperatorRejection
 from tether.families.robot_move.journal import MoveStore
@@ -318,6 +319,7 @@ def test_torque_off_applies_to_stops_and_faults_not_to_a_completed_move(
     # A stop applies the policy.
     [report] = stop_everything(config, ["arm"])
     assert report["ok"] and {j["state"] for j in report["joints"]} == {"limp"}
+    resume_robot(config, "arm", operator="alice")  # the stop latched the robot
     # So does a shutdown of a port owner (its close) ...
     assert move(config, "op-t2", {"a": 0.0, "b": 0.0})["status"] == "done"
     assert emulator.snapshot(1)["torque_enable"] == 1

@@ -229,7 +229,8 @@ def _robot_act(args: argparse.Namespace, config: HostConfig[Any], as_json: bool)
             config, args.robot, args.joint, operator=operator, arm_supported=supported
         )
         refreshed = _refresh_parked(config, args, rebooted)
-        _print({**rebooted, "refreshed": refreshed}, as_json)
+        shown = {k: v for k, v in rebooted.items() if k != "state"}  # SI only, never ticks
+        _print({**shown, "refreshed": refreshed}, as_json)
         return EXIT_OK
     except TetherError as exc:
         return _rejected(exc)
@@ -248,7 +249,7 @@ def _refresh_parked(
             catalog,
             ArtifactStore(data_dir / "artifacts"),
             args.robot,
-            rebooted["state"],
+            rebooted["read_back"],
             f"rebooted by {rebooted['operator']} (ids {rebooted['rebooted_ids']})",
             review=_review(config, data_dir),
         )

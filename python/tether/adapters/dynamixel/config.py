@@ -226,19 +226,10 @@ class DynamixelDeviceType:
         return read_state(bus, robot)
 
     def si_state(self, robot: RobotConfig, state: dict[str, Any]) -> dict[str, Any]:
-        joints: dict[str, Any] = {}
-        for key, j in sorted(state.get("joints", {}).items(), key=lambda kv: int(kv[0])):
-            name = robot.joint_by_id(int(key)).name
-            joints[name] = {
-                "id": int(key),
-                "position_rad": round(tables.ticks_to_radians(j["present_position"]), 6),
-                "goal_rad": round(tables.ticks_to_radians(j["goal_position"]), 6),
-                "moving": bool(j["moving"]),
-                "torque_on": bool(j["torque_enable"]),
-                "staged_write": bool(j["registered_instruction"]),
-                "hardware_errors": tables.hardware_errors(j["hardware_error_status"]),
-            }
-        return {"robot": robot.name, "read_at_ms": state.get("read_at_ms"), "joints": joints}
+        """A raw read-back in SI units, by joint name (the one conversion: `move.si_read_back`)."""
+        from tether.adapters.dynamixel.move import si_read_back
+
+        return si_read_back(robot, state)
 
     def safe_stop(self, bus: Any, robot: RobotConfig) -> Any:
         from tether.adapters.dynamixel.safety import safe_stop
