@@ -66,7 +66,7 @@ class RawTransactions:
         self.conn = sqlite3.connect(path, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute(f"PRAGMA synchronous={synchronous}")
-        self.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+        self.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES[synchronous]}")
         self.conn.execute(
             "CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, n INTEGER)"
         )

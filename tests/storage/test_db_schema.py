@@ -11,7 +11,8 @@ from tether.activities import Catalog
 from tether.cli import main as tether
 from tether.errors import SchemaOutdated
 from tether.storage import _pg_schema
-from tether.world import open_ledger
+from tether.world import ComponentWrite, SqliteLedger, open_ledger
+from tether.world._sqlite import SCHEMA_VERSION
 
 
 def _status(url: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
@@ -69,7 +70,93 @@ def test_sqlite_status_and_upgrade(tmp_path: Path, capsys: pytest.CaptureFixture
     assert _status(url, capsys)[0] == 1  # newer than this Tether: not current
     world = f"sqlite://{tmp_path / 'world.db'}"
     open_ledger(world).close()
-    assert _status(world, capsys) == (0, {"world": (1, "current")})
+    assert _status(world, capsys) == (0, {"world": (SCHEMA_VERSION, "current")})
+
+
+# The version 1 layout of the SQLite world ledger (released: it never changes): the same
+# columns as now, in rowid tables.
+_WORLD_V1_ROWID_TABLES = {
+    "ticks": "CREATE TABLE ticks (world_id TEXT NOT NULL, run_id TEXT NOT NULL,"
+    " tick INTEGER NOT NULL, committed_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (world_id, run_id, tick))",
+    "tick_tokens": "CREATE TABLE tick_tokens (world_id TEXT NOT NULL, run_id TEXT NOT NULL,"
+    " tick INTEGER NOT NULL, token TEXT NOT NULL, PRIMARY KEY (world_id, run_id, tick, token))",
+    "visibility": "CREATE TABLE visibility (world_id TEXT NOT NULL, token TEXT NOT NULL,"
+    " PRIMARY KEY (world_id, token))",
+    "components": "CREATE TABLE components (world_id TEXT NOT NULL, run_id TEXT NOT NULL,"
+    " entity TEXT NOT NULL, component TEXT NOT NULL, tick INTEGER NOT NULL, value TEXT,"
+    " PRIMARY KEY (world_id, run_id, entity, component, tick))",
+}
+
+
+def _as_world_v1(path: Path, *, version_table: bool) -> None:
+    """Rewrite a ledger file into the version 1 layout, keeping every row (with or without the
+    version table: the first ledgers had none)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    for table, ddl in _WORLD_V1_ROWID_TABLES.items():
+        conn.execute(f"ALTER TABLE {table} RENAME TO {table}_new")
+        conn.execute(ddl)
+        conn.execute(f"INSERT INTO {table} SELECT * FROM {table}_new")
+        conn.execute(f"DROP TABLE {table}_new")
+    conn.execute("CREATE INDEX components_by_tick ON components (world_id, run_id, tick)")
+    if version_table:
+        conn.execute("UPDATE schema_version SET version = 1")
+    else:
+        conn.execute("DROP TABLE schema_version")
+    conn.execute("COMMIT")
+    conn.close()
+
+
+@pytest.mark.parametrize("version_table", [True, False])
+def test_a_version_1_sqlite_ledger_refuses_to_open_until_upgraded_with_its_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], version_table: bool
+) -> None:
+    path = tmp_path / "world.db"
+    url = f"sqlite://{path}"
+    ledger = SqliteLedger.open(path)
+    ledger.create_world("w")
+    writer = ledger.acquire_writer("w")
+    first = ledger.commit(writer, ledger.head("w"), [ComponentWrite("e1", "pose", {"x": 1.0})])
+    ledger.complete_post_commit(first)
+    head = ledger.commit(writer, first, [ComponentWrite("e2", "pose", {"x": 2.0})])
+    ledger.complete_post_commit(head)
+    ledger.close()
+    _as_world_v1(path, version_table=version_table)
+
+    with pytest.raises(SchemaOutdated, match=r"tether db upgrade URL") as info:
+        SqliteLedger.open(path)
+    assert (info.value.store, info.value.found, info.value.latest) == ("world", 1, 2)
+    assert _status(url, capsys) == (1, {"world": (1, "needs upgrade")})
+    assert tether(["db", "upgrade", url]) == 0
+    assert _status(url, capsys) == (0, {"world": (SCHEMA_VERSION, "current")})
+    assert tether(["db", "upgrade", url]) == 0  # idempotent
+
+    conn = sqlite3.connect(path)
+    ddl = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+    indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    conn.close()
+    for table in _WORLD_V1_ROWID_TABLES:
+        assert ddl[table].endswith("WITHOUT ROWID"), table
+    assert "components_by_tick" in indexes
+    assert not any(name.endswith("_v1") for name in ddl)
+
+    ledger = SqliteLedger.open(path)
+    try:
+        assert ledger.head("w") == head  # every row kept: the same head, token and state
+        ledger.check_receipt(head)
+        state = ledger.read_at(head)
+        assert {k: state.get(*k) for k in state.keys()} == {
+            ("e1", "pose"): {"x": 1.0},
+            ("e2", "pose"): {"x": 2.0},
+        }
+        assert ledger.read_at(first).changes == frozenset({("e1", "pose")})
+        assert ledger.visibility_allowlist("w") >= {first.visibility_token}
+        writer = ledger.acquire_writer("w")
+        later = ledger.commit(writer, head, [ComponentWrite("e1", "pose", {"x": 3.0})])
+        assert ledger.read_at(later).get("e1", "pose") == {"x": 3.0}
+    finally:
+        ledger.close()
 
 
 def test_db_errors_are_one_line_and_never_show_a_password(

@@ -133,7 +133,7 @@ def upgrade(url: str, store: str | None = None) -> list[StoreStatus]:
             else:
                 from tether.world._sqlite import SqliteLedger
 
-                SqliteLedger.open(path).close()
+                SqliteLedger.open(path, upgrade=True).close()
     else:
         for s in targets:
             if s == "catalog":
