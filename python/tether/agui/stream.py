@@ -10,14 +10,15 @@ Rules the stream keeps (everything that decides what a subscriber receives lives
   a MESSAGES_SNAPSHOT of the activity messages as they stand (its ``id`` is the last event it
   covers), then every later event live; after the end, the snapshot and RUN_FINISHED/RUN_ERROR.
 - A **resuming subscriber** (``Last-Event-ID`` of this run) receives the events after that id
-  when all of them are still in the window and fit its queue; otherwise a **resync**: a
+  when all of them are still in the window; otherwise a **resync**: a
   MESSAGES_SNAPSHOT of the messages as they stand (no second RUN_STARTED: the run is the same
   one), then live. A resume at the run's last event after the end has nothing left
   (`Subscription.ended`; the HTTP server answers 204, which stops an EventSource reconnecting).
 - Snapshot and live events never overlap or leave a gap: publishing, subscribing and resuming
   share one lock, so a subscriber is queued exactly the events after the state it was given.
-- Each subscriber's queue is bounded (`queue_frames`, `queue_bytes`; the opening RUN_STARTED
-  and snapshot are bounded by the message state instead). Publishing never waits: a subscriber
+- Each subscriber's queue of live frames is bounded (`queue_frames`, `queue_bytes`); the frames
+  it opens with (RUN_STARTED and the snapshot, or the replay) are not counted, being bounded by
+  the message state and the window already. Publishing never waits: a subscriber
   whose queue would overflow is **dropped**: its queued frames are released, it gets no more,
   and its connection ends with the comment ``: resync ...``. Reconnecting with the last id it
   received resumes from the window or resyncs. A connection whose writes make no progress for
@@ -172,9 +173,6 @@ class Subscription:
             self._cond.notify_all()
             return True
 
-    def _fits(self, frames: int, size: int) -> bool:
-        return frames <= self._limits.queue_frames and size <= self._limits.queue_bytes
-
     def _close(self) -> None:
         with self._cond:
             self._closed = True
@@ -313,6 +311,12 @@ class RunStream:
         with self._lock:
             return len(self._subscribers)
 
+    def backlog(self) -> list[tuple[int, int]]:
+        """(frames, bytes) waiting for each live subscriber, in subscription order."""
+        with self._lock:
+            subs = list(self._subscribers)
+        return [sub.pending for sub in subs]
+
     def window(self) -> tuple[int, int]:
         """(events, bytes) held in the replay window."""
         with self._lock:
@@ -385,9 +389,9 @@ class RunStream:
                     if resume + 1 < first
                     else list(islice(self._window, len(self._window) - missed, None))
                 )
-                if len(replay) == missed and sub._fits(missed, sum(len(f) for f in replay)):
+                if len(replay) == missed:
                     for frame in replay:
-                        sub._put(frame)
+                        sub._open(frame)
                 else:
                     sub._open(self._snapshot_frame())
                     if self._finished is not None:
