@@ -190,16 +190,32 @@ class Subscription:
         Raises:
             queue.Empty: nothing arrived within `timeout` seconds.
         """
+        return self.take(timeout, max_bytes=1)
+
+    def take(self, timeout: float | None = None, *, max_bytes: int = 256 * 1024) -> bytes | None:
+        """The frames waiting, joined (at least one, then up to `max_bytes`); None at the end.
+
+        A writer takes them in one call so it makes one write per batch, not one per frame
+        (each write gives up the GIL, and getting it back can take a switch interval).
+
+        Raises:
+            queue.Empty: nothing arrived within `timeout` seconds.
+        """
         with self._cond:
             if not self._cond.wait_for(lambda: self._frames or self._closed, timeout):
                 raise queue.Empty
             if not self._frames:
                 return None
-            frame, counted = self._frames.popleft()
-            if counted:
-                self._counted -= 1
-                self._bytes -= len(frame)
-            return frame
+            out: list[bytes] = []
+            size = 0
+            while self._frames and (not out or size + len(self._frames[0][0]) <= max_bytes):
+                frame, counted = self._frames.popleft()
+                if counted:
+                    self._counted -= 1
+                    self._bytes -= len(frame)
+                out.append(frame)
+                size += len(frame)
+            return out[0] if len(out) == 1 else b"".join(out)
 
     def __iter__(self) -> Iterator[bytes]:
         """The frames until the end (blocking)."""
@@ -449,7 +465,7 @@ def _handler(stream: RunStream, on_subscribe: Callable[[], None]) -> type[BaseHT
             try:
                 while True:
                     try:
-                        frame = sub.get(timeout=KEEPALIVE_S)
+                        frame = sub.take(timeout=KEEPALIVE_S)
                     except queue.Empty:
                         frame = b": keepalive\n\n"
                     if frame is None:
