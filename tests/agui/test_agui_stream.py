@@ -240,6 +240,23 @@ def test_a_subscriber_that_does_not_read_is_dropped_and_others_are_not() -> None
     assert stream.dropped == 1 and stream.subscribers == 1
 
 
+def test_take_gives_the_waiting_frames_in_one_batch() -> None:
+    stream = _stream()
+    sub = stream.subscribe()
+    stream.publish(_snapshot("a", {"steps": 0}))
+    stream.publish(_delta("a", 1))
+    stream.publish(_delta("a", 2))
+    first = sub.take(timeout=1, max_bytes=1)  # at least one frame, even over the cap
+    rest = sub.take(timeout=1)
+    assert first is not None and rest is not None
+    assert [f[1]["type"] for f in _parse(first)] == ["RUN_STARTED"]
+    assert [_seq(f[0]) for f in _parse(rest)] == [1, 2, 3, 4]  # the snapshot (id 1), 3 events
+    with pytest.raises(queue.Empty):
+        sub.take(timeout=0)
+    stream.finish()
+    assert sub.take(timeout=1) is not None and sub.take(timeout=1) is None
+
+
 def test_snapshot_and_live_never_overlap_or_leave_a_gap_under_load() -> None:
     stream = _stream(window_events=64)
     mids = [f"a-{i}" for i in range(5)]
