@@ -215,7 +215,7 @@ def test_resume_after_the_end_and_ids_of_another_run() -> None:
     assert done.ended and done.get(timeout=1) is None
     one_short = _parse(_drain(stream.subscribe("run-1:2")))
     assert [f[1]["type"] for f in one_short] == ["RUN_FINISHED"] and done.ended
-    for stale in ("run-0:2", "garbage", "run-1:x", ""):
+    for stale in ("run-0:2", "garbage", "run-1:x", "", "run-1:²", "run-1:" + "9" * 5000):
         fresh = _parse(_drain(stream.subscribe(stale)))
         assert [f[1]["type"] for f in fresh] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
     future = _parse(_drain(stream.subscribe("run-1:99")))

@@ -365,8 +365,8 @@ class RunStream:
         if last_event_id is None:
             return None
         run, sep, seq = last_event_id.strip().rpartition(":")
-        if not sep or run != self.run_id or not seq.isdigit():
-            return None
+        if not sep or run != self.run_id or not (seq.isascii() and seq.isdigit()) or len(seq) > 18:
+            return None  # not an id this stream gave (a header is the peer's input: never raise)
         return int(seq)
 
     def _snapshot_frame(self) -> bytes:
