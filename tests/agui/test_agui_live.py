@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 
 import pytest
@@ -123,3 +124,43 @@ def test_reset_starts_the_content_over() -> None:
     for event in stream.events():
         assert store.handle_event(event) == []
     assert [m["content"] for m in store.activities()] == [live.content(A)]
+
+
+def test_only_the_most_recent_settled_activities_stay_in_snapshots() -> None:
+    stream = RunStream("thread", "run", StoreState(), clock=lambda: 1_764_489_600_000)
+    stream.start()
+    live = LiveActivities(stream, retain_settled=2, remember_settled=2)
+    keys = [ActivityKey("w", "k", f"a{i}") for i in range(6)]
+    running = ActivityKey("w", "k", "still-running")
+    live.update(running, state="running")
+    for key in keys:
+        live.update(key, state="running")
+        live.settle(key, {"activity": key.activity_id, "state": "settled"})
+    # Held: the unsettled one and the last two settled; the rest left snapshots and memory.
+    assert live.keys() == [running, keys[4], keys[5]]
+    assert live.content(keys[0]) is None and live.content(keys[5]) is not None
+    sub, late = stream.subscribe(), b""
+    with pytest.raises(queue.Empty):  # the opening frames, then nothing live yet
+        while True:
+            late += sub.get(timeout=0) or b""
+    store = ActivityStore(lifecycle="partial")
+    assert store.feed(late) == []
+    assert [m["id"] for m in store.activities()] == [message_id(k) for k in (running, *keys[4:])]
+    # A straggler for a remembered settled key is ignored; an older one starts a new message.
+    before = stream.last_event_id
+    live.progress(_progress(keys[3], 0.9, 1))
+    live.settle(keys[2], {"state": "settled"})
+    assert stream.last_event_id == before
+    live.update(keys[0], state="running")
+    assert stream.last_event_id != before and live.content(keys[0]) == {
+        "activity": "a0",
+        "world": "w",
+        "state": "running",
+    }
+
+
+@pytest.mark.parametrize("bad", [{"retain_settled": -1}, {"remember_settled": 1.0}])
+def test_retention_bounds_must_be_counts(bad: dict[str, object]) -> None:
+    stream, _ = _live()
+    with pytest.raises(ValueError, match="must be an int"):
+        LiveActivities(stream, **bad)  # type: ignore[arg-type]

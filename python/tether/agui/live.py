@@ -6,11 +6,19 @@ message's content and only the difference is published (an `ActivityPublisher` p
 first event is a snapshot, later ones deltas). A settled Activity gets its final content as a
 snapshot and ignores later reports. Thread-safe: worker threads' progress and a watcher may
 report at once; events reach the stream in the order the content changed.
+
+Retention (memory stays bounded over a long run): every unsettled Activity is held, and the
+`retain_settled` most recently settled ones. Settling one more forgets the oldest settled
+Activity: its content and publisher go, and the stream leaves its message out of later
+snapshots (`RunStream.forget`; a subscriber holding it keeps it until a resync). The keys of the
+last `remember_settled` forgotten Activities are still known as settled, so a straggling report
+for one is ignored; a report for an Activity forgotten longer ago than that starts a new message.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -34,14 +42,28 @@ class LiveActivities:
 
     Args:
         stream: the started run stream that receives the events.
+        retain_settled: how many settled Activities keep their message (module docstring).
+        remember_settled: how many forgotten settled keys still ignore straggling reports.
     """
 
-    def __init__(self, stream: RunStream) -> None:
+    def __init__(
+        self, stream: RunStream, *, retain_settled: int = 256, remember_settled: int = 4096
+    ) -> None:
+        for name, value in (
+            ("retain_settled", retain_settled),
+            ("remember_settled", remember_settled),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
         self.stream = stream
+        self._retain = retain_settled
+        self._remember = remember_settled
         self._lock = threading.Lock()
         self._pubs: dict[ActivityKey, ActivityPublisher] = {}
         self._content: dict[ActivityKey, dict[str, Any]] = {}
-        self._settled: set[ActivityKey] = set()
+        # Settled keys, oldest settlement first: those held, then those only remembered.
+        self._settled: OrderedDict[ActivityKey, None] = OrderedDict()
+        self._forgotten: OrderedDict[ActivityKey, None] = OrderedDict()
 
     def _publisher(self, key: ActivityKey) -> ActivityPublisher:
         pub = self._pubs.get(key)
@@ -77,7 +99,7 @@ class LiveActivities:
         """`update` with the changes as a mapping (any string keys); `replace` starts over
         from the base content (activity and world) instead of the last content."""
         with self._lock:
-            if key in self._settled:
+            if key in self._settled or key in self._forgotten:
                 return
             base = {"activity": key.activity_id, "world": key.world_id}
             content = dict(base if replace else self._content.get(key) or base)
@@ -95,8 +117,18 @@ class LiveActivities:
         """Publish the final content of a settled activity as a snapshot; later reports are
         ignored."""
         with self._lock:
+            if key in self._forgotten:
+                return
             pub = self._publisher(key)
             pub.update(content)  # the snapshot below carries it, replacing any content
             self._content[key] = dict(content)
-            self._settled.add(key)
+            self._settled[key] = None
+            self._settled.move_to_end(key)
             self.stream.publish(pub.snapshot())
+            while len(self._settled) > self._retain:
+                old, _ = self._settled.popitem(last=False)
+                del self._pubs[old], self._content[old]
+                self.stream.forget(message_id(old))
+                self._forgotten[old] = None
+                while len(self._forgotten) > self._remember:
+                    self._forgotten.popitem(last=False)
