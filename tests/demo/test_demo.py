@@ -44,19 +44,19 @@ def _journal(data: Path) -> dict[str, dict[str, object]]:
     ledger = SqliteLedger.open(data / "world.db")
     snap = ledger.read_at(ledger.head("demo"))
     catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
-    provider = SimProvider(data / "sim")
+    provider = SimProvider(data)
     out: dict[str, dict[str, object]] = {}
     for entity, _ in snap.with_component("physical_ai.sim_episode.intent"):
         key = ActivityKey("demo", KIND, entity)
         rec = catalog.get(key)
         assert rec is not None
-        op = provider.operation_dir(operation_id_for(key))
+        op = provider.entry(operation_id_for(key))
         out[entity] = {
             "attempts": rec.attempt_count,
             "settled": rec.settlement is not None,
             "result": rec.result.digest if rec.result else None,
             "results_on_disk": sorted(p.name for p in op.path.glob("result*")),
-            "markers": op.started_attempts(),
+            "markers": op.attempts(),
             "observed_attempt": (snap.get(entity, OBSERVATION) or {})
             .get("summary", {})
             .get("attempt"),
@@ -193,13 +193,13 @@ def test_an_unknown_activity_is_parked_and_the_demo_exits_1(tmp_path: Path) -> N
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"]) as stale:
         try:
             key = ActivityKey("demo", KIND, "reach-0000")
-            op = SimProvider(tmp_path / "sim").operation_dir(operation_id_for(key))
+            op = SimProvider(tmp_path).entry(operation_id_for(key))
             marker = {
                 "operation_id": operation_id_for(key),
                 "attempt": 1,
                 "child": ProcessIdentity.of(stale.pid).to_dict(),
             }
-            op.marker(1).write_text(json.dumps(marker))
+            op.start(1, marker)
             parked = _run(tmp_path, *SMALL)
         finally:
             stale.kill()

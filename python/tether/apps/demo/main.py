@@ -25,8 +25,9 @@ from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.agui import message_id as message_id  # re-exported: callers name it here
 from tether.apps.demo.console import ProgressBoard, SummaryRow, summary_table
+from tether.families.sim._episode import EpisodeRequest
 from tether.families.sim.adapter import SimEpisodeAdapter, kick_planner, sim_family
-from tether.families.sim.errors import InvalidEpisodeRequest
+from tether.families.sim.errors import InvalidEpisodeRequest, RequestTooLarge
 from tether.families.sim.family import (
     INTENT,
     KIND,
@@ -34,8 +35,10 @@ from tether.families.sim.family import (
     MISSION_ENTITY,
     OBSERVATION,
     Mission,
+    intent_write,
     mission_done,
 )
+from tether.families.sim.provider import DEFAULT_MEMORY_CAP_BYTES, check_memory
 from tether.runtime import Host, ProgressEvent
 from tether.world import ComponentWrite, WorldSnapshot
 
@@ -52,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=2, help="episodes per activity")
     p.add_argument("--steps", type=int, default=3000, help="simulation steps per episode")
     p.add_argument("--seed", type=int, default=0, help="mission seed (reach N uses seed+N)")
+    p.add_argument(
+        "--memory-cap-mb",
+        type=int,
+        default=DEFAULT_MEMORY_CAP_BYTES >> 20,
+        help="memory one reach may preallocate (episodes x steps), in MiB; a larger reach is "
+        "refused (default: %(default)s)",
+    )
     p.add_argument("--workers", type=int, default=1, help="worker threads")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (localhost)")
     p.add_argument("--port", type=int, default=8765, help="HTTP port for the SSE stream; 0 = any")
@@ -151,8 +161,14 @@ def _open(
     mission = Mission(
         targets=args.targets, episodes=args.episodes, steps=args.steps, seed=args.seed
     )
+    cap = args.memory_cap_mb << 20
     try:
         component = mission.to_component()
+        # Refused at admission: a reach that could never run is never committed.
+        check_memory(EpisodeRequest.from_dict(_first_request(component)), cap)
+    except RequestTooLarge as exc:
+        print(f"tether demo: {exc} (--memory-cap-mb)", file=sys.stderr)
+        return EXIT_USAGE
     except InvalidEpisodeRequest as exc:
         print(f"tether demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -175,7 +191,7 @@ def _open(
         )
         live.update(event.key, **c)
 
-    adapter = SimEpisodeAdapter(data_dir / "sim")
+    adapter = SimEpisodeAdapter(data_dir, memory_cap_bytes=cap)
     host = Host(
         data_dir,
         [sim_family(adapter)],
@@ -214,6 +230,12 @@ def _open(
         )
     run = _Run(host, out, board, settled, time.monotonic(), live, adapter, interrupted)
     return run, mission
+
+
+def _first_request(component: dict[str, Any]) -> dict[str, Any]:
+    """The mission's reach 0 request (every reach has its episodes and steps)."""
+    value = intent_write(component, 0, tuple(component["first_target"])).value
+    return dict(value["request"])
 
 
 def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
@@ -310,6 +332,8 @@ def main(argv: list[str]) -> int:
         parser.error("--workers must be >= 1, --lease-ms >= 100 and --port in [0, 65535]")
     if args.linger < 0 or args.wait_subscribers < 0:
         parser.error("--linger and --wait-subscribers must not be negative")
+    if not 64 <= args.memory_cap_mb <= 1 << 30:
+        parser.error("--memory-cap-mb must be at least 64")
     out = sys.stdout
     stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:
