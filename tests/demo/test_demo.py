@@ -168,15 +168,22 @@ def test_kill_9_mid_episode_then_the_same_command_resumes(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     "crash",
-    [{"TETHER_CRASH_AT": "after_effect"}, {CRASH_ENV: "sim.result_durable"}],
-    ids=["runtime-after-effect", "provider-result-durable"],
+    [
+        {"TETHER_CRASH_AT": "after_effect"},
+        {CRASH_ENV: "sim.result_durable"},
+        {CRASH_ENV: "sim.result_staged"},
+    ],
+    ids=["runtime-after-effect", "provider-result-durable", "provider-result-staged"],
 )
 def test_a_result_written_but_not_recorded_is_recovered_not_rerun(
     tmp_path: Path, crash: dict[str, str]
 ) -> None:
     died = _run(tmp_path, *SMALL, **crash)
     assert died.returncode == -signal.SIGKILL
-    assert _journal(tmp_path)["reach-0000"]["results_on_disk"] == ["result.json"]
+    # Published, or (killed between making it durable and publishing it) staged.
+    staged = crash.get(CRASH_ENV) == "sim.result_staged"
+    on_disk = ["result-1.pending"] if staged else ["result.json"]
+    assert _journal(tmp_path)["reach-0000"]["results_on_disk"] == on_disk
     resumed = _run(tmp_path, *SMALL)
     assert resumed.returncode == 0, resumed.stderr
     journal = _journal(tmp_path)
@@ -212,6 +219,7 @@ ALL_POINTS = [
     *(("TETHER_CRASH_AT", p) for p in CRASH_POINTS),
     (CRASH_ENV, "sim.child_started"),
     (CRASH_ENV, "sim.artifact_durable"),
+    (CRASH_ENV, "sim.result_staged"),
     (CRASH_ENV, "sim.result_durable"),
 ]
 SAMPLED = [("TETHER_CRASH_AT", "during_effect"), ("TETHER_CRASH_AT", "after_observation_tick")]

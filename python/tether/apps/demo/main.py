@@ -39,11 +39,12 @@ from tether.families.sim.family import (
     mission_done,
 )
 from tether.families.sim.provider import DEFAULT_MEMORY_CAP_BYTES, check_memory
+from tether.operations import JournalError
 from tether.runtime import Host, ProgressEvent
 from tether.world import ComponentWrite, WorldSnapshot
 
 WORLD = "demo"
-EXIT_OK, EXIT_PARKED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_PARKED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -191,14 +192,22 @@ def _open(
         )
         live.update(event.key, **c)
 
-    adapter = SimEpisodeAdapter(data_dir, memory_cap_bytes=cap)
-    host = Host(
-        data_dir,
-        [sim_family(adapter)],
-        workers=args.workers,
-        lease_ms=args.lease_ms,
-        progress_listener=on_progress,
-    )
+    try:
+        adapter = SimEpisodeAdapter(data_dir, memory_cap_bytes=cap)
+    except JournalError as exc:  # an older layout that cannot be migrated now, or damage
+        print(f"tether demo: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    try:
+        host = Host(
+            data_dir,
+            [sim_family(adapter)],
+            workers=args.workers,
+            lease_ms=args.lease_ms,
+            progress_listener=on_progress,
+        )
+    except BaseException:
+        adapter.close()
+        raise
     settled: set[str] = set()
     interrupted: dict[str, int] = {}
     if WORLD not in host.ledger.worlds():

@@ -253,7 +253,8 @@ class ResultFound:
 @dataclass(frozen=True)
 class ProvenAbsent:
     """No result, and every earlier attempt is fenced and its process provably gone. `proof`
-    is the journal's `proof-guard-<n>` record; `data` its canonical bytes (digest `guard_digest`)."""
+    is the journal's `proof-guard-<n>` record; `data` its canonical bytes (digest
+    `guard_digest`)."""
 
     proof: dict[str, Any]
     guard_digest: str
