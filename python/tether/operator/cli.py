@@ -80,7 +80,9 @@ def main(argv: list[str]) -> int:
         if args.cmd == "show":
             _print(show(catalog, artifacts, args.id), as_json)
             return 0
-        review = _review(config, Path(args.store) if args.store else data_dir / "robot_move")
+        review = _review(
+            config, Path(args.store) if args.store else data_dir / "robot_move", data_dir
+        )
         outcome = resolve(
             catalog,
             artifacts,
@@ -109,18 +111,27 @@ def _usage(message: str) -> TetherError:
     return DataDirError("data_dir_missing", message)
 
 
-def _review(config: Any, store_dir: Path) -> Any:
+def _review(config: Any, store_dir: Path, data_dir: Path | None = None) -> Any:
     """The device review of each family a parked Activity belongs to (robot moves: the host
-    configuration's robots); None for a family without one."""
-    if config is None:
-        return lambda record: None
-    from tether.families.robot_move.journal import MoveStore
-    from tether.families.robot_move.operator import RobotMoveReview
+    configuration's robots; sim reaches: the data directory's operations journal); None for a
+    family without one."""
+    robot_moves: Any = None
+    if config is not None:
+        from tether.families.robot_move.journal import MoveStore
+        from tether.families.robot_move.operator import RobotMoveReview
 
-    robot_moves = RobotMoveReview(config, MoveStore(store_dir))
+        robot_moves = RobotMoveReview(config, MoveStore(store_dir))
+    sims: list[Any] = []  # opened on the first sim reach (it imports the simulator)
 
     def review(record: ActivityRecord) -> DeviceReview | None:
-        return robot_moves.for_record(record)
+        if record.key.kind == "physical_ai.sim_episode" and data_dir is not None:
+            if not sims:
+                from tether.families.sim.operator import SimReview
+
+                sims.append(SimReview(data_dir))
+            found: DeviceReview | None = sims[0].for_record(record)
+            return found
+        return None if robot_moves is None else robot_moves.for_record(record)
 
     return review
 

@@ -130,7 +130,7 @@ def _state(rec: ActivityRecord | None) -> str:
         return "settled"
     if rec.result is not None:
         return "observing"
-    if rec.evidence is not None or rec.awaiting_decision:
+    if rec.awaiting_decision:  # Unknown, until a decision (its evidence stays on the record)
         return "unknown"
     if rec.attempt is not None:
         return "running" if rec.attempt.may_execute else "reconciling"
