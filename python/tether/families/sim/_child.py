@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tether._proc import ProcessIdentity, set_parent_death_signal
+from tether._sqlite_files import storage_failure
 from tether.families.sim._episode import (
     RESULT_MEDIA_TYPE,
     EpisodeRequest,
@@ -35,11 +36,12 @@ from tether.families.sim.provider import (
     EXIT_FENCED,
     EXIT_OK,
     EXIT_PARENT_GONE,
+    EXIT_STORAGE,
     crash_point,
     result_pointer,
 )
 from tether.operations import JournalError, Operation
-from tether.runtime import ArtifactStore
+from tether.runtime import ArtifactError, ArtifactStore
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -87,11 +89,21 @@ def run_attempt(op: Operation, attempt: int, job: dict[str, Any], emit: Emit) ->
     # The provider names its store in the job; without one, its default (<root>/artifacts).
     default = op.path.parent.parent.parent / "artifacts"
     store = ArtifactStore(job.get("artifacts", default), **_bound(job))
-    ref = store.put_bytes(encode_result(run), RESULT_MEDIA_TYPE)  # durable before staged
-    crash_point("sim.artifact_durable", attempt)
-    # Staged, not published: the worker verifies the digest first, and a fenced-out attempt's
-    # staged result is removed, never published.
-    op.stage_result(attempt, result_pointer(ref))
+    try:
+        ref = store.put_bytes(encode_result(run), RESULT_MEDIA_TYPE)  # durable before staged
+        crash_point("sim.artifact_durable", attempt)
+        # Staged, not published: the worker verifies the digest first, and a fenced-out
+        # attempt's staged result is removed, never published.
+        op.stage_result(attempt, result_pointer(ref))
+    except (OSError, ArtifactError) as exc:
+        code = EXIT_STORAGE.get(storage_failure(exc) or "")
+        if code is None:
+            raise
+        try:  # the log is on the same disk: it may not take this line either
+            print(f"the result could not be made durable: {exc}", file=sys.stderr)
+        except OSError:
+            pass
+        return code
     return EXIT_OK
 
 

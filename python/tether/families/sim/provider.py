@@ -48,6 +48,7 @@ refused (`old_layout`) with what to do.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import io
@@ -96,6 +97,12 @@ EXIT_PARENT_GONE = 10
 EXIT_ALREADY_STARTED = 11
 EXIT_FENCED = 12
 EXIT_BAD_REQUEST = 13
+#: The episode process could not make its result durable: the disk is full (ENOSPC, EDQUOT)
+#: or a file reached the file-size limit (EFBIG). Nothing was staged.
+EXIT_NO_SPACE = 14
+EXIT_FILE_TOO_LARGE = 15
+EXIT_STORAGE: Final = {"disk_full": EXIT_NO_SPACE, "file_too_large": EXIT_FILE_TOO_LARGE}
+_EXIT_ERRNO: Final = {EXIT_NO_SPACE: errno.ENOSPC, EXIT_FILE_TOO_LARGE: errno.EFBIG}
 _EXIT_ERRORS: dict[int, type[SimError]] = {
     EXIT_ALREADY_STARTED: AttemptAlreadyStarted,
     EXIT_FENCED: AttemptFenced,
@@ -600,6 +607,11 @@ class SimProvider:
             tail = ""
         error = _EXIT_ERRORS.get(code or -1, EpisodeFailed)
         what = "died without finishing" if code is None else f"exited with {code}"
+        if code in _EXIT_ERRNO:  # the disk, not the episode: say so with its errno
+            cause = OSError(_EXIT_ERRNO[code], os.strerror(_EXIT_ERRNO[code]))
+            raise EpisodeFailed(
+                f"episode process of attempt {attempt} could not make its result durable: {cause}"
+            ) from cause
         raise error(f"episode process of attempt {attempt} {what}: {tail.strip()}")
 
     def _episode_host(self) -> _EpisodeHost:
