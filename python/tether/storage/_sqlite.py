@@ -45,12 +45,12 @@ from operator import ne
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tether._sqlite_files import prepare_sqlite_file
 from tether._core import (
     CatalogConfigError,
     CatalogStorageError,
     catalog_columns,
 )
+from tether._sqlite_files import prepare_sqlite_file
 from tether.storage._doorbell import Doorbell, changed_topics
 from tether.storage._port import (
     ClaimTransition,
