@@ -107,6 +107,8 @@ def prepare_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
     if p.exists():
         check_sqlite_file(p, what=what)
         return
+    if not p.parent.is_dir():
+        return  # the store's own open names the missing directory
     tmp = p.with_name(f".{p.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         try:
@@ -116,7 +118,10 @@ def prepare_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
             finally:
                 conn.close()
         except sqlite3.Error as exc:
-            raise _failed(exc, p, what) from exc
+            failed = _failed(exc, p, what)
+            if failed is None:
+                return  # not the disk: the store's own open reports it, typed
+            raise failed from exc
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -136,13 +141,13 @@ def prepare_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def _failed(exc: BaseException, path: Path, what: str) -> BaseException:
+def _failed(exc: BaseException, path: Path, what: str) -> StoreFileError | None:
     kind = storage_failure(exc)
     if kind in ("disk_full", "file_too_large"):
         return StoreFileError(
             kind, f"cannot create {what} {path}: {describe(kind)}", details={"path": str(path)}
         )
-    return exc
+    return None
 
 
 def storage_failure(exc: BaseException | None) -> str | None:
