@@ -76,7 +76,7 @@ def _through_tether(
 ) -> tuple[float, list[dict[str, Any]], list[float]]:
     """Run a mission through the Host; (seconds intent->last settlement, requests, per-activity
     admission->settlement seconds)."""
-    adapter = SimEpisodeAdapter(root / "sim")
+    adapter = SimEpisodeAdapter(root)
     mission = Mission(targets=targets, episodes=episodes, steps=steps, seed=seed)
     component = mission.to_component()
     with Host(root, [sim_family(adapter)], workers=1) as host:

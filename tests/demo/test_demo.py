@@ -44,19 +44,19 @@ def _journal(data: Path) -> dict[str, dict[str, object]]:
     ledger = SqliteLedger.open(data / "world.db")
     snap = ledger.read_at(ledger.head("demo"))
     catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
-    provider = SimProvider(data / "sim")
+    provider = SimProvider(data)
     out: dict[str, dict[str, object]] = {}
     for entity, _ in snap.with_component("physical_ai.sim_episode.intent"):
         key = ActivityKey("demo", KIND, entity)
         rec = catalog.get(key)
         assert rec is not None
-        op = provider.operation_dir(operation_id_for(key))
+        op = provider.entry(operation_id_for(key))
         out[entity] = {
             "attempts": rec.attempt_count,
             "settled": rec.settlement is not None,
             "result": rec.result.digest if rec.result else None,
             "results_on_disk": sorted(p.name for p in op.path.glob("result*")),
-            "markers": op.started_attempts(),
+            "markers": op.attempts(),
             "observed_attempt": (snap.get(entity, OBSERVATION) or {})
             .get("summary", {})
             .get("attempt"),
@@ -168,15 +168,22 @@ def test_kill_9_mid_episode_then_the_same_command_resumes(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     "crash",
-    [{"TETHER_CRASH_AT": "after_effect"}, {CRASH_ENV: "sim.result_durable"}],
-    ids=["runtime-after-effect", "provider-result-durable"],
+    [
+        {"TETHER_CRASH_AT": "after_effect"},
+        {CRASH_ENV: "sim.result_durable"},
+        {CRASH_ENV: "sim.result_staged"},
+    ],
+    ids=["runtime-after-effect", "provider-result-durable", "provider-result-staged"],
 )
 def test_a_result_written_but_not_recorded_is_recovered_not_rerun(
     tmp_path: Path, crash: dict[str, str]
 ) -> None:
     died = _run(tmp_path, *SMALL, **crash)
     assert died.returncode == -signal.SIGKILL
-    assert _journal(tmp_path)["reach-0000"]["results_on_disk"] == ["result.json"]
+    # Published, or (killed between making it durable and publishing it) staged.
+    staged = crash.get(CRASH_ENV) == "sim.result_staged"
+    on_disk = ["result-1.pending"] if staged else ["result.json"]
+    assert _journal(tmp_path)["reach-0000"]["results_on_disk"] == on_disk
     resumed = _run(tmp_path, *SMALL)
     assert resumed.returncode == 0, resumed.stderr
     journal = _journal(tmp_path)
@@ -193,13 +200,13 @@ def test_an_unknown_activity_is_parked_and_the_demo_exits_1(tmp_path: Path) -> N
     with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"]) as stale:
         try:
             key = ActivityKey("demo", KIND, "reach-0000")
-            op = SimProvider(tmp_path / "sim").operation_dir(operation_id_for(key))
+            op = SimProvider(tmp_path).entry(operation_id_for(key))
             marker = {
                 "operation_id": operation_id_for(key),
                 "attempt": 1,
                 "child": ProcessIdentity.of(stale.pid).to_dict(),
             }
-            op.marker(1).write_text(json.dumps(marker))
+            op.start(1, marker)
             parked = _run(tmp_path, *SMALL)
         finally:
             stale.kill()
@@ -212,6 +219,7 @@ ALL_POINTS = [
     *(("TETHER_CRASH_AT", p) for p in CRASH_POINTS),
     (CRASH_ENV, "sim.child_started"),
     (CRASH_ENV, "sim.artifact_durable"),
+    (CRASH_ENV, "sim.result_staged"),
     (CRASH_ENV, "sim.result_durable"),
 ]
 SAMPLED = [("TETHER_CRASH_AT", "during_effect"), ("TETHER_CRASH_AT", "after_observation_tick")]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from tether.world import ComponentWrite
 
 
 def test_the_first_intent_is_committed_by_the_planner_not_by_the_caller(tmp_path: Path) -> None:
-    adapter = SimEpisodeAdapter(tmp_path / "sim", warm=False)
+    adapter = SimEpisodeAdapter(tmp_path, warm=False)
     mission = Mission(targets=2, episodes=1, steps=10)
     with Host(tmp_path, [sim_family(adapter)]) as host:
         host.create_world("w")
@@ -55,7 +54,7 @@ def test_an_abandoned_reach_is_observed_as_failed_and_the_planner_moves_on(
     tmp_path: Path,
 ) -> None:
     clock = _Clock()
-    adapter = SimEpisodeAdapter(tmp_path / "sim", warm=False)
+    adapter = SimEpisodeAdapter(tmp_path, warm=False)
     mission = Mission(targets=2, episodes=1, steps=10)
     key = ActivityKey("w", KIND, "reach-0000")
     with Host(tmp_path, [sim_family(adapter)], clock=clock, lease_ms=1000) as host:
@@ -66,9 +65,9 @@ def test_an_abandoned_reach_is_observed_as_failed_and_the_planner_moves_on(
         claim = host.catalog.claim("ghost", 1000, kinds=[KIND])
         assert claim is not None
         host.catalog.bind_provider_operation(key, claim.attempt.fence, operation_id_for(key))
-        op = adapter.provider.operation_dir(operation_id_for(key))
+        op = adapter.provider.entry(operation_id_for(key))
         marker = {"child": ProcessIdentity.of(os.getpid()).to_dict()}
-        op.marker(1).write_text(json.dumps(marker))
+        op.start(1, marker)
         clock.now += 60_000
         worker = host.new_worker()
         assert worker.run_once()

@@ -81,4 +81,4 @@ def test_worker_killed_after_the_result_is_durable_is_recovered_not_rerun(
     with _start_worker(tmp_path, 2, 300) as again:
         assert _events_until(again, "done")["reused"] is True
     assert again.returncode == 0
-    assert provider.operation_dir("op").started_attempts() == [1]
+    assert provider.entry("op").attempts() == [1]

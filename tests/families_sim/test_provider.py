@@ -26,15 +26,20 @@ from tether.families.sim.errors import (
     ResultCorrupt,
     StaleAttemptAlive,
 )
-from tether.families.sim.provider import CRASH_ENV, EXIT_FENCED, EXIT_PARENT_GONE, OperationDir
+from tether.families.sim.provider import (
+    CRASH_ENV,
+    EXIT_FENCED,
+    EXIT_PARENT_GONE,
+    read_marker,
+)
+from tether.operations import Operation
 from tether.runtime import ArtifactStore
 
 REQ = EpisodeRequest.create((0.2, 0.15), seed=5, episodes=1, steps=400)
 
 
-def _fake_marker(op: OperationDir, attempt: int, child: ProcessIdentity) -> None:
-    record = {"operation_id": "x", "attempt": attempt, "child": child.to_dict()}
-    op.marker(attempt).write_text(json.dumps(record))
+def _fake_marker(op: Operation, attempt: int, child: ProcessIdentity) -> None:
+    op.start(attempt, {"operation_id": "x", "child": child.to_dict()})
 
 
 def _dead_identity() -> ProcessIdentity:
@@ -48,14 +53,14 @@ def test_execute_publishes_once_and_later_calls_reuse_it(tmp_path: Path) -> None
     first = provider.execute("op", 1, REQ.to_dict())
     assert not first.reused and first.summary["attempt"] == 1
     assert first.summary["operation_id"] == "op"
-    op = provider.operation_dir("op")
-    assert op.started_attempts() == [1]
-    marker = op.read_marker(1)
+    op = provider.entry("op")
+    assert op.attempts() == [1]
+    marker = read_marker(op, 1)
     assert marker["child"]["pid"] != os.getpid()
     again = provider.execute("op", 2, REQ)
     assert again.reused and again.digest == first.digest
     # Reuse never started a child: no marker for attempt 2.
-    assert op.started_attempts() == [1]
+    assert op.attempts() == [1]
     fact = provider.reconcile("op", 3)
     assert isinstance(fact, ResultFound) and fact.outcome.digest == first.digest
 
@@ -77,28 +82,30 @@ def test_an_operation_id_cannot_be_rebound_to_another_request(tmp_path: Path) ->
 
 def test_marker_whose_child_is_alive_is_unknown(tmp_path: Path) -> None:
     provider = SimProvider(tmp_path)
-    op = provider.operation_dir("op")
+    op = provider.entry("op")
     _fake_marker(op, 1, ProcessIdentity.of(os.getpid()))
     fact = provider.reconcile("op", 2)
     assert isinstance(fact, StillUnknown)
     assert "still running" in fact.reason
-    assert json.loads(fact.evidence_path.read_bytes())["children"][0]["alive"] is True
+    assert fact.evidence["children"][0]["alive"] is True
+    assert fact.evidence["reason"] == "episode_process_may_run"
     with pytest.raises(StaleAttemptAlive):
         provider.execute("op", 2, REQ)
-    assert op.started_attempts() == [1]
+    assert op.attempts() == [1]
 
 
 def test_marker_whose_child_is_provably_gone_is_confirmed_absent(tmp_path: Path) -> None:
     provider = SimProvider(tmp_path)
-    op = provider.operation_dir("op")
+    op = provider.entry("op")
     _fake_marker(op, 1, _dead_identity())
     fact = provider.reconcile("op", 2)
     assert isinstance(fact, ProvenAbsent)
-    proof = json.loads(fact.guard_path.read_bytes())
+    proof = json.loads(fact.data)
     assert proof == fact.proof
+    assert op.proof("guard-2") == {**fact.proof, "digest": fact.guard_digest}
     assert proof["fenced_attempts"] == [1]
     assert "now belongs to" in proof["children_gone"][0]["observed"]
-    assert op.tombstone(1).exists()
+    assert op.fenced(1)
     # Reconciling again gives the same guard (same bytes, same digest).
     again = provider.reconcile("op", 2)
     assert isinstance(again, ProvenAbsent) and again.guard_digest == fact.guard_digest
@@ -125,20 +132,20 @@ def test_no_marker_at_all_is_absent_and_fences_the_earlier_attempt(tmp_path: Pat
     provider = SimProvider(tmp_path)
     fact = provider.reconcile("op", 3)
     assert isinstance(fact, ProvenAbsent)
-    op = provider.operation_dir("op")
-    assert op.tombstone(1).exists() and op.tombstone(2).exists()
+    op = provider.entry("op")
+    assert op.fenced(1) and op.fenced(2)
 
 
 def test_the_same_attempt_cannot_start_twice(tmp_path: Path) -> None:
     provider = SimProvider(tmp_path)
-    op = provider.operation_dir("op")
+    op = provider.entry("op")
     _fake_marker(op, 1, _dead_identity())
     with pytest.raises(AttemptAlreadyStarted):
         provider.execute("op", 1, REQ)
-    assert not op.result.exists()
+    assert op.result() is None
 
 
-def _run_child(op: OperationDir, attempt: int, parent: int) -> int:
+def _run_child(op: Operation, attempt: int, parent: int) -> int:
     job = json.dumps({"operation_id": "op", "request": REQ.to_dict()}).encode()
     argv = [
         sys.executable,
@@ -154,23 +161,23 @@ def _run_child(op: OperationDir, attempt: int, parent: int) -> int:
 def test_a_fenced_attempt_child_never_runs(tmp_path: Path) -> None:
     provider = SimProvider(tmp_path)
     assert isinstance(provider.reconcile("op", 2), ProvenAbsent)
-    op = provider.operation_dir("op")
-    # A stale attempt-1 child arriving late creates its marker, sees the fence and stops.
+    op = provider.entry("op")
+    # A stale attempt-1 child arriving late is refused its marker by the fence and stops.
     assert _run_child(op, 1, os.getpid()) == EXIT_FENCED
-    assert op.started_attempts() == [1] and not op.result.exists()
+    assert op.attempts() == [] and op.result() is None and op.pending() == {}
 
 
 def test_a_child_whose_parent_is_not_the_expected_one_exits_before_any_marker(
     tmp_path: Path,
 ) -> None:
-    op = SimProvider(tmp_path).operation_dir("op")
+    op = SimProvider(tmp_path).entry("op")
     assert _run_child(op, 1, 1) == EXIT_PARENT_GONE
-    assert op.started_attempts() == []
+    assert op.attempts() == []
 
 
 def test_partial_files_are_never_published(tmp_path: Path) -> None:
     provider = SimProvider(tmp_path)
-    op = provider.operation_dir("op")
+    op = provider.entry("op")
     (op.path / ".result.json.tmp-123-abcd").write_bytes(b'{"ref": "artif')
     assert provider.find_result("op") is None
     assert isinstance(provider.reconcile("op", 2), ProvenAbsent)
@@ -192,7 +199,7 @@ def test_a_damaged_published_result_is_a_typed_error_not_a_reuse(tmp_path: Path)
     outcome.path.write_bytes(b"{")  # a damaged pointer too
     with pytest.raises(ResultCorrupt):
         provider.reconcile("op", 2)
-    assert provider.operation_dir("op").started_attempts() == [1]
+    assert provider.entry("op").attempts() == [1]
 
 
 def test_the_result_file_is_written_once_into_the_given_artifact_store(tmp_path: Path) -> None:

@@ -192,3 +192,21 @@ def test_error_codes_are_listed() -> None:
     with pytest.raises(ValueError):
         JournalError("no_such_code", "x")
     assert len(set(JOURNAL_ERROR_CODES)) == len(JOURNAL_ERROR_CODES)
+
+
+def test_an_entry_before_any_binding_holds_fences_and_is_adopted_by_the_binding(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path)
+    with pytest.raises(JournalError) as err:
+        journal.entry("..")
+    assert err.value.code == "bad_operation_id"
+    early = journal.entry("op-1")  # a reconciler fences attempts no one bound yet
+    assert early.fence(1, {"by": "reconcile"}) and early.fenced(1)
+    assert journal.get("op-1") is None and list(journal.operations()) == []
+    op = journal.bind("op-1", {"a": 1})
+    assert op.path == early.path and op.fenced(1)
+    with pytest.raises(JournalError) as refused:
+        op.start(1, {})
+    assert refused.value.code == "attempt_fenced"
+    assert [s["operation_id"] for s in journal.query()] == ["op-1"]

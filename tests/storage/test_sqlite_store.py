@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from tether._sqlite_files import StoreFileError
 from tether.activities import Catalog
 from tether.errors import CatalogConfigError, CatalogStorageError
 from tether.storage import SchemaOutdated, SqliteCatalogStore, View, open_store
@@ -60,11 +61,19 @@ def test_a_newer_schema_is_refused_and_an_older_one_migrated(tmp_path: Path) -> 
     conn.close()
     with pytest.raises(CatalogStorageError, match="newer"):
         SqliteCatalogStore(path)
-    # An empty file (version 0) is migrated forward; reopening is idempotent.
+    # An empty database (version 0) is migrated forward; reopening is idempotent.
     fresh = str(tmp_path / "fresh.db")
-    sqlite3.connect(fresh).close()
+    conn = sqlite3.connect(fresh)
+    conn.execute("PRAGMA journal_mode=WAL")  # writes its first page: a database, no tables
+    conn.close()
     SqliteCatalogStore(fresh).close()
     SqliteCatalogStore(fresh).close()
+    # A 0-byte file is no empty database but one cut short: refused, never given a new schema.
+    cut = tmp_path / "cut.db"
+    cut.write_bytes(b"")
+    with pytest.raises(StoreFileError, match="store_truncated"):
+        SqliteCatalogStore(str(cut))
+    assert cut.read_bytes() == b""
 
 
 def test_a_drifted_table_is_refused(tmp_path: Path) -> None:

@@ -393,6 +393,14 @@ class Journal:
                 )
         return Operation(path)
 
+    def entry(self, operation_id: str) -> Operation:
+        """The directory of `operation_id`, bound or not (created): for the facts a provider
+        records before any binding, such as the fence tombstones a reconciler writes for an id
+        no attempt bound yet. An unbound entry is not listed and `get` returns None for it."""
+        path = self._path(operation_id)
+        path.mkdir(parents=True, exist_ok=True)
+        return Operation(path)
+
     def get(self, operation_id: str) -> Operation | None:
         """The bound operation, or None (an unsafe id is refused before any path is named)."""
         path = self._path(operation_id)

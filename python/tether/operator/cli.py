@@ -41,12 +41,10 @@ from tether.runtime import ArtifactStore
 #: Each family's device review, by dotted path (loaded on first use: the operator imports no
 #: family or protocol package): kind prefix -> (review class, its journal class, the journal's
 #: directory in the data dir). The review is built as `Review(config, Journal(dir))`.
-REVIEWS: dict[str, tuple[str, str, str]] = {
-    "physical_ai.robot_move": (
-        "tether.families.robot_move.operator:RobotMoveReview",
-        "tether.families.robot_move.journal:MoveStore",
-        "robot_move",
-    ),
+#: Each family's operator review factory, `factory(config, data_dir) -> review | None`.
+REVIEWS: dict[str, str] = {
+    "physical_ai.robot_move": "tether.families.robot_move.operator:review_factory",
+    "physical_ai.sim_episode": "tether.families.sim.operator:review_factory",
 }
 
 
@@ -264,20 +262,20 @@ def _usage(message: str) -> TetherError:
 
 
 def _review(config: HostConfig[Any] | None, data_dir: Path) -> Any:
-    """The device review of each family a parked Activity belongs to; None for a family
-    without one (or without a host configuration)."""
+    """The device review of each family a parked Activity belongs to, built on first use by
+    the family's own factory (`REVIEWS`, dotted paths: this module imports no family and no
+    protocol); None for a family without one, or whose review needs a host configuration
+    that was not given."""
     loaded: dict[str, Any] = {}
 
     def review(record: ActivityRecord) -> DeviceReview | None:
-        if config is None:
-            return None
         family = next((f for f in REVIEWS if record.key.kind.startswith(f)), None)
         if family is None:
             return None
         if family not in loaded:
-            review_class, journal_class, journal_dir = REVIEWS[family]
-            journal = _load(journal_class)(data_dir / journal_dir)
-            loaded[family] = _load(review_class)(config, journal)
+            loaded[family] = _load(REVIEWS[family])(config, data_dir)
+        if loaded[family] is None:
+            return None
         found: DeviceReview | None = loaded[family].for_record(record)
         return found
 

@@ -50,6 +50,7 @@ from tether._core import (
     CatalogStorageError,
     catalog_columns,
 )
+from tether._sqlite_files import prepare_sqlite_file
 from tether.storage._doorbell import Doorbell, changed_topics
 from tether.storage._port import (
     ClaimTransition,
@@ -167,6 +168,9 @@ class SqliteCatalogStore:
         self._updates: dict[tuple[int, ...], str] = {}
         self._kinds_seen: set[str] = set()  # committed to `activity_kinds` (never removed)
         self._known: dict[KeyTuple, Row] = {}  # the last row read or written, per key
+        # A file cut short or not a database is refused before SQLite could take it for an
+        # empty one; a new file is created complete (never a 0-byte store).
+        prepare_sqlite_file(path, what="the Activity catalog")
         try:
             conn = sqlite3.connect(
                 path,

@@ -77,6 +77,9 @@ def _sqlite_status(path: str) -> list[StoreStatus]:
 
     if not os.path.exists(path):
         return []
+    from tether._sqlite_files import check_sqlite_file
+
+    check_sqlite_file(path, what="the store")  # a file cut short is refused before reading it
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}

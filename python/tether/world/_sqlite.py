@@ -38,6 +38,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import MappingProxyType
 
+from tether._sqlite_files import prepare_sqlite_file
 from tether.storage._errors import SchemaOutdated
 from tether.world import _rules as rules
 from tether.world._errors import HeadConflict, ReceiptRejected, WorldError, WorldNotFound
@@ -203,6 +204,7 @@ class SqliteLedger:
         #: Write transactions committed, and how many of them synced the WAL (FULL).
         self.commits = 0
         self.synced_commits = 0
+        prepare_sqlite_file(self._path, what="the world ledger")  # see tether._sqlite_files
         try:
             self._db = sqlite3.connect(
                 str(self._path), isolation_level=None, check_same_thread=False, timeout=30.0

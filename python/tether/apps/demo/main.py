@@ -13,6 +13,8 @@ lists the parked activities and exits 1 instead of waiting forever.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import time
 import uuid
@@ -21,12 +23,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tether._dirs import DataDirError, usable_dir
+from tether._sqlite_files import StoreFileError, describe, storage_failure
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.agui import message_id as message_id  # re-exported: callers name it here
 from tether.apps.demo.console import ProgressBoard, SummaryRow, summary_table
+from tether.errors import TetherError
+from tether.families.sim._episode import EpisodeRequest
 from tether.families.sim.adapter import SimEpisodeAdapter, kick_planner, sim_family
-from tether.families.sim.errors import InvalidEpisodeRequest
+from tether.families.sim.errors import InvalidEpisodeRequest, RequestTooLarge
 from tether.families.sim.family import (
     INTENT,
     KIND,
@@ -34,13 +39,58 @@ from tether.families.sim.family import (
     MISSION_ENTITY,
     OBSERVATION,
     Mission,
+    intent_write,
     mission_done,
 )
+from tether.families.sim.provider import DEFAULT_MEMORY_CAP_BYTES, check_memory
+from tether.operations import JournalError
 from tether.runtime import Host, ProgressEvent
 from tether.world import ComponentWrite, WorldSnapshot
 
 WORLD = "demo"
-EXIT_OK, EXIT_PARKED, EXIT_USAGE = 0, 1, 2
+DEBUG_ENV = "TETHER_DEBUG"
+EXIT_OK, EXIT_PARKED, EXIT_USAGE, EXIT_STORE, EXIT_DISK = 0, 1, 2, 3, 4
+
+
+class _LogLines(logging.Handler):
+    """The runtime threads' log while the demo runs: a failed write of the disk (full, over a
+    file-size limit, an I/O error) is kept for the main loop, which ends the run with one line;
+    anything else is one line (deduplicated; the traceback with TETHER_DEBUG=1)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.storage: tuple[str, str] | None = None
+        self._said: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        kind = storage_failure(exc)
+        if kind is not None:
+            if self.storage is None:
+                self.storage = (kind, _one_line(exc))
+            return
+        if os.environ.get(DEBUG_ENV) == "1":
+            sys.stderr.write(logging.Formatter().format(record) + "\n")
+            return
+        line = record.getMessage() + (f": {_one_line(exc)}" if exc is not None else "")
+        if line not in self._said:
+            self._said.add(line)
+            print(f"tether demo: {line}", file=sys.stderr)
+
+
+def _one_line(exc: BaseException | None) -> str:
+    if exc is None:
+        return ""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
+def _storage_line(kind: str, detail: str, data_dir: object) -> str:
+    return (
+        f"tether demo: {kind}: {describe(kind)} under {data_dir} ({detail}); nothing was lost: "
+        "free space (or raise the limit), then run the same command again"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=2, help="episodes per activity")
     p.add_argument("--steps", type=int, default=3000, help="simulation steps per episode")
     p.add_argument("--seed", type=int, default=0, help="mission seed (reach N uses seed+N)")
+    p.add_argument(
+        "--memory-cap-mb",
+        type=int,
+        default=DEFAULT_MEMORY_CAP_BYTES >> 20,
+        help="memory one reach may preallocate (episodes x steps), in MiB; a larger reach is "
+        "refused (default: %(default)s)",
+    )
     p.add_argument("--workers", type=int, default=1, help="worker threads")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (localhost)")
     p.add_argument("--port", type=int, default=8765, help="HTTP port for the SSE stream; 0 = any")
@@ -106,6 +163,7 @@ class _Run:
     #: Attempt numbers held by a previous (killed) run when this one opened: shown as
     #: interrupted until their lease runs out and a new attempt reconciles them.
     interrupted: dict[str, int]
+    log: _LogLines
 
 
 def _keys(snapshot: WorldSnapshot) -> list[ActivityKey]:
@@ -119,7 +177,7 @@ def _state(rec: ActivityRecord | None) -> str:
         return "settled"
     if rec.result is not None:
         return "observing"
-    if rec.evidence is not None or rec.awaiting_decision:
+    if rec.awaiting_decision:  # Unknown, until a decision (its evidence stays on the record)
         return "unknown"
     if rec.attempt is not None:
         return "running" if rec.attempt.may_execute else "reconciling"
@@ -146,13 +204,19 @@ def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, befor
 
 
 def _open(
-    args: argparse.Namespace, out: TextIO, live: LiveActivities
+    args: argparse.Namespace, out: TextIO, live: LiveActivities, log: _LogLines
 ) -> tuple[_Run, Mission] | int:
     mission = Mission(
         targets=args.targets, episodes=args.episodes, steps=args.steps, seed=args.seed
     )
+    cap = args.memory_cap_mb << 20
     try:
         component = mission.to_component()
+        # Refused at admission: a reach that could never run is never committed.
+        check_memory(EpisodeRequest.from_dict(_first_request(component)), cap)
+    except RequestTooLarge as exc:
+        print(f"tether demo: {exc} (--memory-cap-mb)", file=sys.stderr)
+        return EXIT_USAGE
     except InvalidEpisodeRequest as exc:
         print(f"tether demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -175,14 +239,29 @@ def _open(
         )
         live.update(event.key, **c)
 
-    adapter = SimEpisodeAdapter(data_dir / "sim")
-    host = Host(
-        data_dir,
-        [sim_family(adapter)],
-        workers=args.workers,
-        lease_ms=args.lease_ms,
-        progress_listener=on_progress,
-    )
+    try:
+        adapter = SimEpisodeAdapter(data_dir, memory_cap_bytes=cap)
+    except JournalError as exc:  # an older layout that cannot be migrated now, or damage
+        print(f"tether demo: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    try:
+        host = Host(
+            data_dir,
+            [sim_family(adapter)],
+            workers=args.workers,
+            lease_ms=args.lease_ms,
+            progress_listener=on_progress,
+        )
+    except StoreFileError as exc:  # a store cut short: refused before anything was written
+        adapter.close()
+        if exc.code in ("disk_full", "file_too_large"):
+            print(_storage_line(exc.code, exc.message, data_dir), file=sys.stderr)
+            return EXIT_DISK
+        print(f"tether demo: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    except BaseException:
+        adapter.close()
+        raise
     settled: set[str] = set()
     interrupted: dict[str, int] = {}
     if WORLD not in host.ledger.worlds():
@@ -212,8 +291,14 @@ def _open(
             f"{'activity' if len(settled) == 1 else 'activities'} already settled)",
             file=out,
         )
-    run = _Run(host, out, board, settled, time.monotonic(), live, adapter, interrupted)
+    run = _Run(host, out, board, settled, time.monotonic(), live, adapter, interrupted, log)
     return run, mission
+
+
+def _first_request(component: dict[str, Any]) -> dict[str, Any]:
+    """The mission's reach 0 request (every reach has its episodes and steps)."""
+    value = intent_write(component, 0, tuple(component["first_target"])).value
+    return dict(value["request"])
 
 
 def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
@@ -226,6 +311,10 @@ def _watch(run: _Run) -> int:
     shown: dict[str, str] = {}
     done: dict[ActivityKey, ActivityRecord] = {}  # settled records never change: read once
     while True:
+        if run.log.storage is not None:  # a runtime thread could not write: stop, say it once
+            kind, detail = run.log.storage
+            print(_storage_line(kind, detail, run.host.data_dir), file=sys.stderr)
+            return EXIT_DISK
         snap = run.host.snapshot(WORLD)
         records = {k: done.get(k) or run.host.get(k) for k in _keys(snap)}
         done |= {k: r for k, r in records.items() if r is not None and r.settlement is not None}
@@ -310,6 +399,8 @@ def main(argv: list[str]) -> int:
         parser.error("--workers must be >= 1, --lease-ms >= 100 and --port in [0, 65535]")
     if args.linger < 0 or args.wait_subscribers < 0:
         parser.error("--linger and --wait-subscribers must not be negative")
+    if not 64 <= args.memory_cap_mb <= 1 << 30:
+        parser.error("--memory-cap-mb must be at least 64")
     out = sys.stdout
     stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:
@@ -317,34 +408,64 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"tether demo: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    log = _LogLines()
+    tether_log = logging.getLogger("tether")
+    tether_log.addHandler(log)
+    data_dir = Path(args.data_dir).resolve()
     try:
         stream.start()
-        opened = _open(args, out, LiveActivities(stream))
-        if isinstance(opened, int):
-            stream.finish(error="the demo could not start")
-            return opened
-        run, _ = opened
-        print(f"AG-UI stream (SSE): {server.url}", file=out, flush=True)
-        if args.wait_subscribers > 0:
-            server.wait_for_subscribers(args.wait_subscribers, timeout=60)
-        try:
-            run.host.start()
-            kick_planner(run.host, WORLD)
-            code = _watch(run)
-            if code == EXIT_OK:
-                print(_summary(run), file=out)
-                stream.finish()
-            else:
-                stream.finish(error="activities are parked: reconciliation is Unknown")
-            return code
-        finally:
-            run.host.close()
-            run.adapter.close()
-            if args.linger > 0:
-                time.sleep(args.linger)
+        return _run(args, out, stream, server, log)
+    except (TetherError, OSError) as exc:  # a write the disk refused, anywhere in the run
+        kind = storage_failure(exc)
+        if kind is None:
+            raise
+        stream.finish(error=describe(kind))
+        print(_storage_line(kind, _one_line(exc), data_dir), file=sys.stderr)
+        return EXIT_DISK
     finally:
+        tether_log.removeHandler(log)
         stream.finish(error="the demo stopped")
         server.close()
+
+
+def _run(
+    args: argparse.Namespace, out: TextIO, stream: RunStream, server: StreamServer, log: _LogLines
+) -> int:
+    opened = _open(args, out, LiveActivities(stream), log)
+    if isinstance(opened, int):
+        stream.finish(error="the demo could not start")
+        return opened
+    run, _ = opened
+    print(f"AG-UI stream (SSE): {server.url}", file=out, flush=True)
+    if args.wait_subscribers > 0:
+        server.wait_for_subscribers(args.wait_subscribers, timeout=60)
+    try:
+        run.host.start()
+        kick_planner(run.host, WORLD)
+        code = _watch(run)
+        if code == EXIT_OK:
+            print(_summary(run), file=out)
+            stream.finish()
+        elif code == EXIT_PARKED:
+            stream.finish(error="activities are parked: reconciliation is Unknown")
+        else:
+            stream.finish(error="the data directory's disk refused a write")
+        return code
+    finally:
+        _close_quietly(run, log)
+        if args.linger > 0:
+            time.sleep(args.linger)
+
+
+def _close_quietly(run: _Run, log: _LogLines) -> None:
+    """Close the Host and the adapter; on a failed disk, a close that cannot checkpoint is no
+    second error (what is committed stays in the write-ahead log)."""
+    for close in (run.host.close, run.adapter.close):
+        try:
+            close()
+        except (TetherError, OSError) as exc:
+            if storage_failure(exc) is None:
+                raise
 
 
 if __name__ == "__main__":

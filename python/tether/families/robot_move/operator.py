@@ -5,6 +5,7 @@ or directly under the port's exclusive lock."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tether.activities import ActivityRecord
@@ -122,3 +123,11 @@ class RobotMoveReview:
         with RobotHost(self.config) as host:
             host.connect(robot.name)
             return DynamixelMoveAdapter(self.config, host).prove_reissue(op, request, floor)
+
+
+def review_factory(config: HostConfig | None, data_dir: Path) -> RobotMoveReview | None:
+    """`tether operator`'s review of robot moves in `data_dir` (its journal is
+    `data_dir/robot_move`); None without a host configuration (no robots to read back)."""
+    if config is None:
+        return None
+    return RobotMoveReview(config, MoveStore(data_dir / "robot_move"))

@@ -4,10 +4,12 @@
 `_host.py`) or, stand-alone, as `python -m tether.families.sim._child <op-dir> <attempt>
 <parent-pid>` with the job on stdin and JSON lines on stdout. Either way the order is fixed:
 die-with-parent is armed first and the parent is checked after arming it (it may have died in
-between), then the start marker is created if absent, then the fence tombstone is checked, and
-only then does any episode run. The result file is made durable in the artifact store, and only
-then is its reference published (`result.json`, durable and create-if-absent), so a kill at any
-moment leaves either no result or the complete one.
+between), then the journal's start marker is created (create-if-absent, refused once the
+attempt is fenced out, checked again after the marker exists), and only then does any episode
+run. The result file is made durable in the artifact store, and only then is its reference
+staged in the journal (`result-<n>.pending`); the worker verifies its digest and publishes it.
+A kill at any moment leaves no result, a durable file no record names, or a staged result the
+next reconciliation publishes or removes: never a partial result.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tether._proc import ProcessIdentity, set_parent_death_signal
+from tether._sqlite_files import storage_failure
 from tether.families.sim._episode import (
     RESULT_MEDIA_TYPE,
     EpisodeRequest,
@@ -33,11 +36,12 @@ from tether.families.sim.provider import (
     EXIT_FENCED,
     EXIT_OK,
     EXIT_PARENT_GONE,
-    OperationDir,
+    EXIT_STORAGE,
     crash_point,
+    result_pointer,
 )
-from tether.operations._durable import create_exclusive
-from tether.runtime import ArtifactStore
+from tether.operations import JournalError, Operation
+from tether.runtime import ArtifactError, ArtifactStore
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -48,8 +52,8 @@ def arm_parent_death(parent_pid: int) -> bool:
     return os.getppid() == parent_pid
 
 
-def run_attempt(op: OperationDir, attempt: int, job: dict[str, Any], emit: Emit) -> int:
-    """Run one attempt's episodes and publish the result; returns the exit code."""
+def run_attempt(op: Operation, attempt: int, job: dict[str, Any], emit: Emit) -> int:
+    """Run one attempt's episodes and stage the result; returns the exit code."""
     try:
         request = EpisodeRequest.from_dict(job["request"])
     except (InvalidEpisodeRequest, KeyError, TypeError) as exc:
@@ -58,19 +62,17 @@ def run_attempt(op: OperationDir, attempt: int, job: dict[str, Any], emit: Emit)
     me = ProcessIdentity.of(os.getpid())
     marker = {
         "operation_id": job["operation_id"],
-        "attempt": attempt,
         "request_digest": request.digest(),
         "child": me.to_dict(),
         "parent_pid": os.getppid(),
     }
-    if not create_exclusive(op.marker(attempt), json.dumps(marker, sort_keys=True).encode()):
-        print(f"attempt {attempt} already has a start marker", file=sys.stderr)
-        return EXIT_ALREADY_STARTED
-    if op.tombstone(attempt).exists():
-        print(f"attempt {attempt} was fenced off by a later attempt", file=sys.stderr)
-        return EXIT_FENCED
+    try:
+        op.start(attempt, marker)
+    except JournalError as exc:
+        print(f"attempt {attempt} does not start: {exc}", file=sys.stderr)
+        return EXIT_ALREADY_STARTED if exc.code == "attempt_already_started" else EXIT_FENCED
     emit({"event": "started", "child": me.to_dict()})
-    if op.result.exists():
+    if op.result() is not None:
         return EXIT_OK
     crash_point("sim.child_started", attempt)
 
@@ -85,13 +87,23 @@ def run_attempt(op: OperationDir, attempt: int, job: dict[str, Any], emit: Emit)
     run.summary["operation_id"] = job["operation_id"]
     run.summary["attempt"] = attempt
     # The provider names its store in the job; without one, its default (<root>/artifacts).
-    default = op.path.parent.parent / "artifacts"
+    default = op.path.parent.parent.parent / "artifacts"
     store = ArtifactStore(job.get("artifacts", default), **_bound(job))
-    ref = store.put_bytes(encode_result(run), RESULT_MEDIA_TYPE)  # durable before published
-    crash_point("sim.artifact_durable", attempt)
-    pointer = {"ref": ref.ref, "digest": ref.digest, "media_type": ref.media_type, "size": ref.size}
-    # Create-if-absent: the first published result stays the result, whatever came later.
-    create_exclusive(op.result, json.dumps(pointer, sort_keys=True).encode())
+    try:
+        ref = store.put_bytes(encode_result(run), RESULT_MEDIA_TYPE)  # durable before staged
+        crash_point("sim.artifact_durable", attempt)
+        # Staged, not published: the worker verifies the digest first, and a fenced-out
+        # attempt's staged result is removed, never published.
+        op.stage_result(attempt, result_pointer(ref))
+    except (OSError, ArtifactError) as exc:
+        code = EXIT_STORAGE.get(storage_failure(exc) or "")
+        if code is None:
+            raise
+        try:  # the log is on the same disk: it may not take this line either
+            print(f"the result could not be made durable: {exc}", file=sys.stderr)
+        except OSError:
+            pass
+        return code
     return EXIT_OK
 
 
@@ -110,7 +122,7 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(json.dumps(event) + "\n")
         sys.stdout.flush()
 
-    return run_attempt(OperationDir(op_path), attempt, job, emit)
+    return run_attempt(Operation(op_path), attempt, job, emit)
 
 
 if __name__ == "__main__":

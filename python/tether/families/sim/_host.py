@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from tether.families.sim._child import arm_parent_death, run_attempt
-from tether.families.sim.provider import EXIT_PARENT_GONE, OperationDir
+from tether.families.sim.provider import EXIT_PARENT_GONE, stderr_path
+from tether.operations import Operation
 
 _MAX_JOB = 1 << 20
 
@@ -37,9 +38,9 @@ def _attempt(job: dict[str, Any], out_fd: int, host_pid: int) -> int:
     if not arm_parent_death(host_pid):
         emit({"event": "exit", "code": EXIT_PARENT_GONE})
         return EXIT_PARENT_GONE
-    op = OperationDir(Path(job["op_dir"]))
+    op = Operation(Path(job["op_dir"]))
     attempt = int(job["attempt"])
-    err = os.open(op.stderr(attempt), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    err = os.open(stderr_path(op, attempt), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(err, 2)
     os.close(err)
     code = run_attempt(op, attempt, job, emit)

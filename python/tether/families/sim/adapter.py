@@ -9,23 +9,32 @@ attempt is fenced off and its process is provably gone.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.families.sim._episode import read_summary
-from tether.families.sim.errors import ResultCorrupt
+from tether.families.sim.errors import RequestTooLarge, ResultCorrupt
 from tether.families.sim.family import (
     INTENT,
     KIND,
     OBSERVATION,
+    OPERATOR_DONE_MEDIA_TYPE,
+    REFUSED_MEDIA_TYPE,
     failed_summary,
     observation_write,
     pending,
     plan_with,
 )
-from tether.families.sim.provider import ProvenAbsent, ResultFound, SimProvider
+from tether.families.sim.provider import (
+    DEFAULT_MEMORY_CAP_BYTES,
+    ProvenAbsent,
+    ResultFound,
+    SimProvider,
+)
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,
@@ -51,10 +60,21 @@ MAX_FAILED_STARTS = 4
 
 
 class SimEpisodeAdapter:
-    """Runs `physical_ai.sim_episode` operations on a `SimProvider` (thread-safe)."""
+    """Runs `physical_ai.sim_episode` operations on a `SimProvider` (thread-safe).
 
-    def __init__(self, provider_root: Path | str, *, warm: bool = True) -> None:
-        self.provider = SimProvider(provider_root)
+    `data_dir` is the Host's data directory: the provider's journal is its `operations/`.
+    A request over `memory_cap_bytes` ends as a recorded failure with its reason, at its first
+    attempt and before anything is bound or started: it is never retried.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        warm: bool = True,
+        memory_cap_bytes: int = DEFAULT_MEMORY_CAP_BYTES,
+    ) -> None:
+        self.provider = SimProvider(data_dir, memory_cap_bytes=memory_cap_bytes)
         if warm:  # the worker's episode host imports MuJoCo now, not in the first attempt
             self.provider.warm()
 
@@ -64,6 +84,12 @@ class SimEpisodeAdapter:
 
     def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
         """Run (or reuse) the episodes of `ctx.operation_id`; the result is made durable."""
+        try:
+            self.provider.check_request(request)
+        except RequestTooLarge as exc:
+            refusal = {"code": exc.code, "reason": exc.message, **exc.details}
+            ref = ctx.artifacts.put_bytes(canonical_json(refusal), REFUSED_MEDIA_TYPE)
+            return dataclasses.replace(ref, failed=True)
 
         def progress(done: int, total: int, error: float) -> None:
             crash_point("during_effect")
@@ -96,14 +122,16 @@ class SimEpisodeAdapter:
             if failed >= MAX_FAILED_STARTS:
                 note = {
                     "operation_id": ctx.operation_id,
-                    "reason": f"{failed} attempts started and died without a result",
+                    "reason": "episode_process_keeps_dying",
+                    "detail": f"{failed} attempts started and died without a result",
                     "proof": fact.proof,
+                    "provider_state": self.provider.state(ctx.operation_id),
                 }
                 evidence = ctx.artifacts.put_bytes(canonical_json(note), "application/json")
                 return Unknown(Evidence(ref=evidence.ref, digest=evidence.digest), UNKNOWN_RETRY_MS)
-            proof = ctx.artifacts.put_bytes(fact.guard_path.read_bytes(), "application/json")
+            proof = ctx.artifacts.put_bytes(fact.data, "application/json")
             return ConfirmedAbsent(RetryGuard(ref=proof.ref, digest=proof.digest))
-        evidence = ctx.artifacts.put_bytes(fact.evidence_path.read_bytes(), "application/json")
+        evidence = ctx.artifacts.put_bytes(fact.data, "application/json")
         return Unknown(Evidence(ref=evidence.ref, digest=evidence.digest), UNKNOWN_RETRY_MS)
 
 
@@ -121,13 +149,28 @@ def stage(staged: StagedResult) -> list[ComponentWrite]:
     file): the fact observed is that it failed, and why; raising would stall every observation.
     """
     if staged.result.failed:
-        summary = failed_summary(staged.result.media_type)
+        summary = failed_summary(_failure_reason(staged))
+    elif staged.result.media_type == OPERATOR_DONE_MEDIA_TYPE:
+        try:
+            summary = dict(json.loads(staged.payload)["summary"])
+        except (ValueError, KeyError, TypeError) as exc:
+            summary = failed_summary(f"unreadable operator result: {exc}")
     else:
         try:
             summary = read_summary(staged.payload)
         except ResultCorrupt as exc:
             summary = failed_summary(f"unreadable result: {exc}")
     return [observation_write(staged.key.activity_id, staged.result.digest, summary)]
+
+
+def _failure_reason(staged: StagedResult) -> str:
+    """Why a failed result failed: its recorded reason (a refused request), else its type."""
+    if staged.result.media_type == REFUSED_MEDIA_TYPE:
+        try:
+            return str(json.loads(staged.payload)["reason"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    return staged.result.media_type
 
 
 def planner(snapshot: WorldSnapshot, observations: Sequence[Observation]) -> list[ComponentWrite]:

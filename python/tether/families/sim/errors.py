@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tether._coded import CodedError
 from tether.errors import TetherError
 
 
@@ -37,6 +38,12 @@ class EpisodeFailed(SimError):
     """The episode child exited without a complete result (crashed, killed or rejected)."""
 
 
+class RequestTooLarge(CodedError, SimError):
+    """The request's preallocated arrays (episodes x steps) would exceed the provider's memory
+    cap (`code` ``request_too_large``; `details`: episodes, steps, estimated and cap bytes).
+    It can never run, so it is refused before anything starts and never retried."""
+
+
 class ResultCorrupt(SimError):
     """A published result file does not verify (bad archive, summary or trajectory digest)."""
 
@@ -47,6 +54,7 @@ __all__ = [
     "EpisodeFailed",
     "InvalidEpisodeRequest",
     "ModelDigestMismatch",
+    "RequestTooLarge",
     "ResultCorrupt",
     "SimError",
     "StaleAttemptAlive",

@@ -35,6 +35,12 @@ DONE = "physical_ai.mission.done"
 INTENT = "physical_ai.sim_episode.intent"
 OBSERVATION = "physical_ai.sim_episode.observation"
 MAX_TARGETS = 10_000
+#: A failed result the adapter records for a request that can never run (over the memory cap).
+REFUSED_MEDIA_TYPE = "application/vnd.tether.sim-episode.refused+json"
+#: The result an operator's `done` records: the verified episode result's reference and summary.
+OPERATOR_DONE_MEDIA_TYPE = "application/vnd.tether.sim-episode.operator-done+json"
+#: The retry guard an operator's `reissue` records: the provider's proof of absence.
+REISSUE_GUARD_MEDIA_TYPE = "application/vnd.tether.sim-episode.reissue-proof+json"
 # Each next target turns this far (rad) around the shoulder from where the fingertip ended.
 _TURN = 0.7
 _NEAR, _FAR = 0.18, 0.3

@@ -1,46 +1,60 @@
-"""The simulation provider: runs episodes in worker-owned processes, reconciles them from files.
+"""The simulation provider: runs episodes in worker-owned processes, reconciles them from the
+provider operations journal (`tether.operations`).
 
 Each attempt runs in its own process, forked by the provider's episode host (`_host.py`, a
 pre-imported child of the worker); both die with their parent (PR_SET_PDEATHSIG), so killing
 the worker kills the attempt.
 
-Every provider operation id owns one directory under the provider root:
+A data directory holds one journal, `<data_dir>/operations/`, and each provider operation id is
+one journal operation (`tether.operations.Operation`); the sim records in it:
 
-    operation.json        the operation id and request digest (create-if-absent, then checked)
-    attempt-<n>.start     start marker: created by the episode child itself, atomically and only
-                          if absent, naming the child (pid, /proc start time, boot id, host)
-    attempt-<n>.fenced    tombstone: a later attempt fenced attempt n off; a child that finds it
-                          after creating its marker exits without running
+    bound.json            the operation id, the episode request and its digest (bound before
+                          any attempt starts; another request under the id is a conflict)
+    attempt-<n>.start     start marker: created by the episode process itself (create-if-absent,
+                          refused once the attempt is fenced out), naming the process (pid,
+                          /proc start time, boot id, host)
+    attempt-<n>.fenced    tombstone: a later attempt fenced attempt n out
+    result-<n>.pending    the result attempt n's process made durable (the complete result file
+                          is in the artifact store first), not yet published
     result.json           the published result: a reference (ref, digest, media type, size) to
-                          the complete result file (arrays + summary) in the artifact store; the
-                          child makes the file durable there first, then creates this pointer
-                          (synced, create-if-absent: the first published result is never
-                          replaced), so a crashed child leaves at most an unreferenced artifact
-                          or a dot-temp file, never a partial result
-    guard-<n>.json        the retry guard: proof that every earlier attempt's child is gone
-    evidence-<n>.json     why attempt n's reconciliation could not decide (Unknown)
+                          the result file; create-if-absent, so the first published result is
+                          never replaced
+    proof-guard-<n>.json  the retry guard's proof behind attempt n: every earlier attempt is
+                          fenced and its process provably gone
+    attempt-<n>.stderr    the episode process's stderr (diagnostics only, beside the entry)
 
-The result file is made durable once: the episode process writes it straight into the
-content-addressed artifact store the runtime records results from (the `artifacts` argument,
-the Host's store), and the adapter hands that reference on without copying the bytes.
+Unknown evidence is not a provider fact: the adapter makes it durable in the artifact store and
+the Activity catalog references it.
 
 Rules (seeded simulation, seed section 4): the first published result is reused and never
-recomputed; a start marker without a result is Unknown while its child may still run; once
-every earlier attempt is fenced and its recorded child is provably gone, the absence is confirmed
-and the guard file is the proof that lets exactly one fresh attempt start (its own marker is
-create-if-absent, so a second starter of the same attempt fails). Fencing and the marker are
-both write-then-check, so a stale child and a reconciler can never both miss each other.
+recomputed; a durable but unpublished result is published once its process is gone and its
+digest verifies (`publish_pending`), or removed once its attempt is fenced out
+(`discard_pending`), never left behind; a start marker without a result is Unknown while its
+process may still run; once every earlier attempt is fenced and its recorded process is
+provably gone, the absence is confirmed and the guard proof lets exactly one fresh attempt
+start (its marker is create-if-absent, so a second starter of the same attempt fails). Fencing
+and the marker are both write-then-check, so a stale process and a reconciler can never both
+miss each other.
+
+A request whose preallocated arrays (episodes x steps) would exceed the provider's memory cap
+(`memory_cap_bytes`, default `DEFAULT_MEMORY_CAP_BYTES`) is refused before anything is bound or
+started (`RequestTooLarge`).
+
+An older data directory, whose sim records are in `<data_dir>/sim/ops/` (the layout before the
+journal: `operation.json`, `guard-<n>.json`, `evidence-<n>.json`), is migrated into the journal
+when the provider opens it; while an episode process of that older layout may still run it is
+refused (`old_layout`) with what to do.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import functools
-import hashlib
 import io
 import json
 import os
 import queue
-import re
 import signal
 import socket
 import subprocess
@@ -49,7 +63,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from tether._crash import CRASH_ENV as _CRASH_ENV
 from tether._crash import child_environment
@@ -68,11 +82,13 @@ from tether.families.sim.errors import (
     AttemptFenced,
     EpisodeFailed,
     InvalidEpisodeRequest,
+    RequestTooLarge,
     ResultCorrupt,
     SimError,
     StaleAttemptAlive,
 )
-from tether.operations._durable import create_exclusive, write_durable
+from tether.operations import Journal, JournalError, Operation, canonical_json, digest_of
+from tether.operations._durable import fsync_dir
 from tether.runtime import ArtifactError, ArtifactStore
 
 # Child exit codes (the child is `python -m tether.families.sim._child`).
@@ -81,6 +97,12 @@ EXIT_PARENT_GONE = 10
 EXIT_ALREADY_STARTED = 11
 EXIT_FENCED = 12
 EXIT_BAD_REQUEST = 13
+#: The episode process could not make its result durable: the disk is full (ENOSPC, EDQUOT)
+#: or a file reached the file-size limit (EFBIG). Nothing was staged.
+EXIT_NO_SPACE = 14
+EXIT_FILE_TOO_LARGE = 15
+EXIT_STORAGE: Final = {"disk_full": EXIT_NO_SPACE, "file_too_large": EXIT_FILE_TOO_LARGE}
+_EXIT_ERRNO: Final = {EXIT_NO_SPACE: errno.ENOSPC, EXIT_FILE_TOO_LARGE: errno.EFBIG}
 _EXIT_ERRORS: dict[int, type[SimError]] = {
     EXIT_ALREADY_STARTED: AttemptAlreadyStarted,
     EXIT_FENCED: AttemptFenced,
@@ -89,7 +111,26 @@ _EXIT_ERRORS: dict[int, type[SimError]] = {
 #: The crash-point variable (the one mechanism, `tether._crash`); the sim's points are named
 #: `sim.*` and count attempts (`sim.x` attempt 1, `sim.x@k` attempt k, `sim.x@*` every one).
 CRASH_ENV = _CRASH_ENV
-_ATTEMPT_FILE = re.compile(r"^attempt-(\d+)\.start$")
+#: The sim's crash points, in the order an attempt passes them (the first three in the episode
+#: process, the last two in the worker).
+CRASH_POINTS: Final = (
+    "sim.child_started",
+    "sim.artifact_durable",
+    "sim.result_staged",
+    "sim.result_durable",
+)
+#: The journal directory under a data directory, and the older layout's operations.
+JOURNAL_DIR: Final = "operations"
+OLD_LAYOUT_DIR: Final = "sim"
+#: Bytes an episode step costs while it runs and while its result file is encoded: the
+#: preallocated arrays (qpos, qvel, ctrl, tip: 2 float64 each; error: 1), the noise drawn per
+#: episode, and the encoded result held in memory (the arrays again, twice: the `.npy` bytes
+#: and the zip buffer).
+BYTES_PER_STEP: Final = 3 * (4 * 2 + 1) * 8 + 2 * 8
+#: Fixed cost of one request beyond its steps (the interpreter, MuJoCo's model and data).
+BYTES_PER_REQUEST: Final = 64 << 20
+#: The default memory cap of one attempt (1 GiB): 3.3 million steps over all episodes.
+DEFAULT_MEMORY_CAP_BYTES: Final = 1 << 30
 
 
 def crash_point(name: str, attempt: int) -> None:
@@ -97,60 +138,79 @@ def crash_point(name: str, attempt: int) -> None:
     _crash_point(name, attempt=attempt)
 
 
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+def estimated_memory_bytes(request: EpisodeRequest) -> int:
+    """What running `request` and encoding its result file costs in memory, at most."""
+    return BYTES_PER_REQUEST + request.episodes * request.steps * BYTES_PER_STEP
 
 
-def _sha256(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+def check_memory(request: EpisodeRequest, cap_bytes: int) -> None:
+    """Refuse `request` (`RequestTooLarge`) if it would need more than `cap_bytes`."""
+    need = estimated_memory_bytes(request)
+    if need > cap_bytes:
+        raise RequestTooLarge(
+            "request_too_large",
+            f"{request.episodes} episodes x {request.steps} steps need about "
+            f"{_mib(need)} MiB of memory, over the cap of {_mib(cap_bytes)} MiB; "
+            "run fewer episodes or steps per reach, or raise the cap",
+            details={
+                "episodes": request.episodes,
+                "steps": request.steps,
+                "estimated_bytes": need,
+                "cap_bytes": cap_bytes,
+            },
+        )
 
 
-@dataclass(frozen=True)
-class OperationDir:
-    """The files of one provider operation id (see the module docstring)."""
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f}"
 
-    path: Path
 
-    def marker(self, attempt: int) -> Path:
-        """Start marker of `attempt`."""
-        return self.path / f"attempt-{attempt}.start"
+def stderr_path(op: Operation, attempt: int) -> Path:
+    """The episode process's stderr of `attempt` (diagnostics only, beside the journal entry)."""
+    return op.path / f"attempt-{attempt}.stderr"
 
-    def tombstone(self, attempt: int) -> Path:
-        """Fence tombstone of `attempt`."""
-        return self.path / f"attempt-{attempt}.fenced"
 
-    @property
-    def result(self) -> Path:
-        """The published result: a pointer to the result file in the artifact store."""
-        return self.path / "result.json"
+def result_pointer(ref: ResultRef) -> dict[str, Any]:
+    """The journal's pointer to a result file in the artifact store."""
+    return {"ref": ref.ref, "digest": ref.digest, "media_type": ref.media_type, "size": ref.size}
 
-    def guard(self, attempt: int) -> Path:
-        """Retry-guard proof written by `attempt`'s reconciliation."""
-        return self.path / f"guard-{attempt}.json"
 
-    def evidence(self, attempt: int) -> Path:
-        """Unknown-evidence written by `attempt`'s reconciliation."""
-        return self.path / f"evidence-{attempt}.json"
+def _ref_of(pointer: Mapping[str, Any], where: Path) -> ResultRef:
+    try:
+        return ResultRef(
+            ref=str(pointer["ref"]),
+            digest=str(pointer["digest"]),
+            media_type=str(pointer["media_type"]),
+            size=int(pointer["size"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ResultCorrupt(f"result pointer {where} is unreadable") from exc
 
-    def stderr(self, attempt: int) -> Path:
-        """The episode child's stderr of `attempt` (diagnostics only)."""
-        return self.path / f"attempt-{attempt}.stderr"
 
-    def started_attempts(self) -> list[int]:
-        """Attempt numbers that have a start marker, ascending."""
-        found = (_ATTEMPT_FILE.match(p.name) for p in self.path.iterdir())
-        return sorted(int(m.group(1)) for m in found if m)
+def read_marker(op: Operation, attempt: int) -> dict[str, Any]:
+    """The start marker of `attempt` with its child; raises `ResultCorrupt` if it is unreadable."""
+    try:
+        raw = op.marker(attempt)
+        if raw is None:
+            raise KeyError(attempt)
+        ProcessIdentity.from_dict(raw["child"])
+    except (JournalError, KeyError, TypeError, ValueError) as exc:
+        raise ResultCorrupt(
+            f"start marker of attempt {attempt} in {op.path} is unreadable"
+        ) from exc
+    return raw
 
-    def read_marker(self, attempt: int) -> dict[str, Any]:
-        """The parsed marker of `attempt`; raises `ResultCorrupt` if it is unreadable."""
-        try:
-            raw = json.loads(self.marker(attempt).read_bytes())
-            ProcessIdentity.from_dict(raw["child"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ResultCorrupt(f"start marker {self.marker(attempt)} is unreadable") from exc
-        if not isinstance(raw, dict):
-            raise ResultCorrupt(f"start marker {self.marker(attempt)} is not an object")
-        return raw
+
+def observe_children(op: Operation, *, exclude: int | None = None) -> list[dict[str, Any]]:
+    """Each started attempt's recorded process (but `exclude`'s): alive, gone or undecidable."""
+    out = []
+    for k in op.attempts():
+        if k == exclude:
+            continue
+        child = ProcessIdentity.from_dict(read_marker(op, k)["child"])
+        alive, seen = child.observe()
+        out.append({"attempt": k, "child": child.to_dict(), "alive": alive, "observed": seen})
+    return out
 
 
 @dataclass(frozen=True)
@@ -199,73 +259,136 @@ class ResultFound:
 
 @dataclass(frozen=True)
 class ProvenAbsent:
-    """No result, and every earlier attempt is fenced and its child provably gone."""
+    """No result, and every earlier attempt is fenced and its process provably gone. `proof`
+    is the journal's `proof-guard-<n>` record; `data` its canonical bytes (digest
+    `guard_digest`)."""
 
-    guard_path: Path
-    guard_digest: str
     proof: dict[str, Any]
+    guard_digest: str
+
+    @property
+    def data(self) -> bytes:
+        return canonical_json(self.proof)
 
 
 @dataclass(frozen=True)
 class StillUnknown:
-    """An earlier attempt's child may still be running (or cannot be checked from here)."""
+    """An earlier attempt's process may still be running (or cannot be checked from here).
+    `evidence` is the document the adapter makes durable for the catalog."""
 
-    evidence_path: Path
-    evidence_digest: str
+    evidence: dict[str, Any]
     reason: str
+
+    @property
+    def data(self) -> bytes:
+        return canonical_json(self.evidence)
+
+    @property
+    def evidence_digest(self) -> str:
+        return digest_of(self.evidence)
 
 
 ReconcileFact = ResultFound | ProvenAbsent | StillUnknown
 
 
-class SimProvider:
-    """Runs and reconciles seeded simulation operations under one root directory."""
+def verified(
+    store: ArtifactStore, operation_id: str, attempt: int
+) -> Callable[[dict[str, Any]], bool]:
+    """The digest check a pending result of `attempt` must pass before it is published: the
+    file is in `store` with its digest and size, decodes with its trajectory digest, and is
+    the result of this operation and attempt."""
 
-    def __init__(self, root: Path | str, *, artifacts: ArtifactStore | None = None) -> None:
+    def check(pointer: dict[str, Any]) -> bool:
+        try:
+            ref = _ref_of(pointer, Path("pending"))
+            summary = decode_result(store.get(ref)).summary
+        except (ArtifactError, ResultCorrupt):
+            return False
+        return summary.get("operation_id") == operation_id and summary.get("attempt") == attempt
+
+    return check
+
+
+class SimProvider:
+    """Runs and reconciles seeded simulation operations of one data directory.
+
+    `root` is the data directory: the journal is `<root>/operations/` (or `journal`), results
+    go to `<root>/artifacts/` unless a call names another store (the adapter passes the Host's,
+    so the runtime records the very file the episode process made durable).
+    """
+
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        artifacts: ArtifactStore | None = None,
+        journal: Journal | None = None,
+        memory_cap_bytes: int = DEFAULT_MEMORY_CAP_BYTES,
+    ) -> None:
+        if isinstance(memory_cap_bytes, bool) or not isinstance(memory_cap_bytes, int):
+            raise InvalidEpisodeRequest("memory_cap_bytes must be an integer number of bytes")
+        if memory_cap_bytes < BYTES_PER_REQUEST:
+            raise InvalidEpisodeRequest(
+                f"memory_cap_bytes must be at least {BYTES_PER_REQUEST} ({_mib(BYTES_PER_REQUEST)} "
+                f"MiB), got {memory_cap_bytes}"
+            )
         self.root = Path(root)
-        (self.root / "ops").mkdir(parents=True, exist_ok=True)
-        #: Where results are written unless a call names another store (the adapter passes the
-        #: Host's, so the runtime records the very file the episode process made durable).
+        self.journal = journal or Journal(self.root / JOURNAL_DIR)
+        self.memory_cap_bytes = memory_cap_bytes
+        self.journal.root.mkdir(parents=True, exist_ok=True)
+        migrate_old_layout(self.root, self.journal)
         self.artifacts = artifacts or ArtifactStore(self.root / "artifacts")
         self._host_lock = threading.Lock()
         self._host: _EpisodeHost | None = None
 
-    def operation_dir(self, operation_id: str) -> OperationDir:
-        """The directory of `operation_id` (created on first use)."""
-        if not isinstance(operation_id, str) or not operation_id:
-            raise InvalidEpisodeRequest("operation_id must be a non-empty string")
-        name = hashlib.sha256(operation_id.encode()).hexdigest()[:40]
-        path = self.root / "ops" / name
-        path.mkdir(exist_ok=True)
-        return OperationDir(path)
+    def operation(self, operation_id: str) -> Operation | None:
+        """The journal operation of `operation_id`, or None if it was never bound."""
+        return self.journal.get(self._check_id(operation_id))
 
-    def _bind(self, operation_id: str, request: EpisodeRequest) -> OperationDir:
-        op = self.operation_dir(operation_id)
-        record = _canonical({"operation_id": operation_id, "request_digest": request.digest()})
-        if not create_exclusive(op.path / "operation.json", record):
-            existing = (op.path / "operation.json").read_bytes()
-            if existing != record:
+    def state(self, operation_id: str) -> dict[str, Any]:
+        """`provider_state` of the operation (an unbound one has no attempts and no result)."""
+        return provider_state(self.entry(operation_id))
+
+    def entry(self, operation_id: str) -> Operation:
+        """The operation's journal entry, bound or not (fence tombstones may come first)."""
+        return self.journal.entry(self._check_id(operation_id))
+
+    @staticmethod
+    def _check_id(operation_id: str) -> str:
+        try:
+            from tether.operations import check_operation_id
+
+            return check_operation_id(operation_id)
+        except JournalError as exc:
+            raise InvalidEpisodeRequest(f"operation_id: {exc.message}") from exc
+
+    def _bind(self, operation_id: str, request: EpisodeRequest) -> Operation:
+        try:
+            return self.journal.bind(self._check_id(operation_id), request.to_dict())
+        except JournalError as exc:
+            if exc.code == "request_conflict":
                 raise InvalidEpisodeRequest(
                     f"operation {operation_id!r} is already bound to a different request"
-                )
-        return op
+                ) from exc
+            raise
 
     def _published(
-        self, op: OperationDir, store: ArtifactStore | None, *, reused: bool
+        self, op: Operation, store: ArtifactStore | None, *, reused: bool
     ) -> EpisodeOutcome | None:
         try:
-            raw = json.loads(op.result.read_bytes())
-            ref = ResultRef(
-                ref=str(raw["ref"]),
-                digest=str(raw["digest"]),
-                media_type=str(raw["media_type"]),
-                size=int(raw["size"]),
-            )
-        except FileNotFoundError:
+            pointer = op.result()
+        except JournalError as exc:
+            raise ResultCorrupt(f"result pointer in {op.path} is unreadable") from exc
+        if pointer is None:
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ResultCorrupt(f"result pointer {op.result} is unreadable") from exc
-        return EpisodeOutcome(op.result, ref, reused, store or self.artifacts)
+        where = op.path / "result.json"
+        return EpisodeOutcome(where, _ref_of(pointer, where), reused, store or self.artifacts)
+
+    def _found(self, op: Operation, store: ArtifactStore | None) -> EpisodeOutcome | None:
+        outcome = self._published(op, store, reused=True)
+        if outcome is not None:
+            outcome.run  # noqa: B018 - verify a result at rest before anyone reuses it
+        return outcome
 
     def find_result(
         self, operation_id: str, *, artifacts: ArtifactStore | None = None
@@ -275,68 +398,106 @@ class SimProvider:
         Raises `ResultCorrupt` if a result was published but its file is missing from
         `artifacts` or does not verify: a lost result is never mistaken for an absent one.
         """
-        outcome = self._published(self.operation_dir(operation_id), artifacts, reused=True)
-        if outcome is not None:
-            outcome.run  # noqa: B018 - verify a result at rest before anyone reuses it
-        return outcome
+        op = self.operation(operation_id)
+        return None if op is None else self._found(op, artifacts)
 
-    def _fence_earlier(self, op: OperationDir, attempt: int, by: str) -> list[dict[str, Any]]:
-        """Tombstone every attempt below `attempt`, then observe each earlier marker's child."""
-        record = _canonical({"fenced_by_attempt": attempt, "by": by})
+    def _settle_earlier(
+        self, op: Operation, attempt: int, store: ArtifactStore, by: str
+    ) -> EpisodeOutcome | tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Before `attempt` concludes anything: reuse an earlier attempt's durable result,
+        fence every earlier attempt, and remove what a fenced-out attempt left pending.
+
+        Returns the reused or published outcome, or (the earlier processes observed after the
+        fence, the pending results removed)."""
+        if op.pending():
+            gone = {
+                o["attempt"] for o in observe_children(op, exclude=attempt) if o["alive"] is False
+            }
+            for k in sorted(op.pending()):
+                if k == attempt or k not in gone:
+                    continue
+                try:
+                    published = op.publish_pending(k, verified(store, op.id, k))
+                except JournalError as exc:
+                    if exc.code != "result_conflict":
+                        raise
+                    published = None  # another result stands; this one is removed below
+                if published is not None:
+                    return self._require(op, store, reused=True)
         for k in range(1, attempt):
-            create_exclusive(op.tombstone(k), record)
-        observations = []
-        for k in op.started_attempts():
-            if k == attempt:
-                continue
-            marker = op.read_marker(k)
-            child = ProcessIdentity.from_dict(marker["child"])
-            alive, seen = child.observe()
-            observations.append(
-                {"attempt": k, "child": child.to_dict(), "alive": alive, "observed": seen}
-            )
-        return observations
+            op.fence(k, {"fenced_by_attempt": attempt, "by": by})
+        found = self._found(op, store)  # a process may have published before the fence landed
+        if found is not None:
+            return found
+        observations = observe_children(op, exclude=attempt)
+        gone = {o["attempt"] for o in observations if o["alive"] is False}
+        discarded = []
+        for k, pointer in sorted(op.pending().items()):
+            if k != attempt and op.fenced(k) and (k in gone or op.marker(k) is None):
+                op.discard_pending(k)
+                discarded.append({"attempt": k, "digest": pointer.get("digest")})
+        return observations, discarded
+
+    def _require(self, op: Operation, store: ArtifactStore, *, reused: bool) -> EpisodeOutcome:
+        outcome = self._published(op, store, reused=reused)
+        if outcome is None:  # pragma: no cover - called only once a result was published
+            raise EpisodeFailed(f"{op.path} published no result")
+        return outcome
 
     def reconcile(
         self, operation_id: str, attempt: int, *, artifacts: ArtifactStore | None = None
     ) -> ReconcileFact:
-        """Decide, from files and /proc only, what happened to earlier attempts of the operation.
+        """Decide, from the journal and /proc only, what happened to earlier attempts.
 
         Args:
             operation_id: the stable provider operation id bound before any attempt ran.
-            attempt: the reconciling attempt number; every lower attempt is fenced off.
+            attempt: the reconciling attempt number; every lower attempt is fenced out.
             artifacts: the store results are published in (default: the provider's own).
         """
         _check_attempt(attempt)
-        found = self.find_result(operation_id, artifacts=artifacts)
-        if found is not None:
-            return ResultFound(found)
-        op = self.operation_dir(operation_id)
-        observations = self._fence_earlier(op, attempt, "reconcile")
-        # A child may have published between the first look and the fence: look again.
-        found = self.find_result(operation_id, artifacts=artifacts)
-        if found is not None:
-            return ResultFound(found)
+        store = artifacts or self.artifacts
+        op = self.entry(operation_id)
+        if op.path.joinpath("bound.json").exists():
+            found = self._found(op, store)
+            if found is not None:
+                return ResultFound(found)
+        settled = self._settle_earlier(op, attempt, store, "reconcile")
+        if isinstance(settled, EpisodeOutcome):
+            return ResultFound(settled)
+        observations, discarded = settled
         undecided = [o for o in observations if o["alive"] is not False]
         if undecided:
-            evidence = _canonical(
-                {"operation_id": operation_id, "attempt": attempt, "children": undecided}
-            )
-            write_durable(op.evidence(attempt), evidence)
-            return StillUnknown(
-                evidence_path=op.evidence(attempt),
-                evidence_digest=_sha256(evidence),
-                reason="; ".join(o["observed"] for o in undecided),
-            )
+            reason = "; ".join(o["observed"] for o in undecided)
+            evidence = {
+                "operation_id": operation_id,
+                "attempt": attempt,
+                "reason": "episode_process_may_run",
+                "detail": reason,
+                "children": undecided,
+                "provider_state": provider_state(op),
+            }
+            return StillUnknown(evidence=evidence, reason=reason)
+        name = f"guard-{attempt}"
+        existing = op.proof(name)  # the first proof stands: gone processes stay gone
+        if existing is not None:
+            doc = {k: v for k, v in existing.items() if k != "digest"}
+            return ProvenAbsent(proof=doc, guard_digest=str(existing["digest"]))
         proof = {
             "operation_id": operation_id,
             "attempt": attempt,
             "fenced_attempts": list(range(1, attempt)),
             "children_gone": observations,
+            "discarded_pending": discarded,
         }
-        guard = _canonical(proof)
-        write_durable(op.guard(attempt), guard)
-        return ProvenAbsent(guard_path=op.guard(attempt), guard_digest=_sha256(guard), proof=proof)
+        recorded = op.record_proof(name, proof)
+        doc = {k: v for k, v in recorded.items() if k != "digest"}
+        return ProvenAbsent(proof=doc, guard_digest=str(recorded["digest"]))
+
+    def check_request(self, request: Mapping[str, Any] | EpisodeRequest) -> EpisodeRequest:
+        """The validated request, refused (`RequestTooLarge`) past the memory cap."""
+        req = request if isinstance(request, EpisodeRequest) else EpisodeRequest.from_dict(request)
+        check_memory(req, self.memory_cap_bytes)
+        return req
 
     def execute(
         self,
@@ -351,38 +512,59 @@ class SimProvider:
         """Run the operation's episodes in a child process, or reuse its published result.
 
         The child writes the result file into `artifacts` (default: the provider's own store)
-        and publishes its reference; the returned outcome carries that reference.
+        and stages its reference; this process verifies its digest and publishes it; the
+        returned outcome carries that reference.
 
         The child dies with the calling thread (PR_SET_PDEATHSIG), so call this from a thread
         that outlives the episode. If `progress` or `on_start` raises (say, the lease was lost),
-        the child is killed before the exception propagates. Raises `StaleAttemptAlive` if an
-        earlier attempt's child may still run, `EpisodeFailed` if the child ended without a
-        result, and the child's own typed errors (already started, fenced, bad request).
+        the child is killed before the exception propagates. Raises `RequestTooLarge` (nothing
+        bound) past the memory cap, `StaleAttemptAlive` if an earlier attempt's child may still
+        run, `EpisodeFailed` if the child ended without a result, and the child's own typed
+        errors (already started, fenced, bad request).
         """
         _check_attempt(attempt)
-        req = request if isinstance(request, EpisodeRequest) else EpisodeRequest.from_dict(request)
+        req = self.check_request(request)
+        store = artifacts or self.artifacts
         op = self._bind(operation_id, req)
-        found = self.find_result(operation_id, artifacts=artifacts)
+        found = self._found(op, store)
         if found is not None:
             return found
-        observations = self._fence_earlier(op, attempt, "execute")
-        found = self.find_result(operation_id, artifacts=artifacts)
-        if found is not None:
-            return found
-        alive = [o for o in observations if o["alive"] is not False]
+        settled = self._settle_earlier(op, attempt, store, "execute")
+        if isinstance(settled, EpisodeOutcome):
+            return settled
+        alive = [o for o in settled[0] if o["alive"] is not False]
         if alive:
             raise StaleAttemptAlive("; ".join(o["observed"] for o in alive))
-        store = artifacts or self.artifacts
         self._run_child(op, operation_id, attempt, req, store, progress, on_start)
-        outcome = self._published(op, store, reused=False)
-        if outcome is None:  # pragma: no cover - _run_child returns only once it is published
-            raise EpisodeFailed(f"attempt {attempt} of {operation_id!r} published no result")
+        found = self._published(op, store, reused=True)
+        if found is not None and attempt not in op.pending():
+            return found  # the child found a published result and ran nothing
+        crash_point("sim.result_staged", attempt)
+        outcome = self._publish_own(op, attempt, store)
         crash_point("sim.result_durable", attempt)
         return outcome
 
+    def _publish_own(self, op: Operation, attempt: int, store: ArtifactStore) -> EpisodeOutcome:
+        try:
+            published = op.publish_pending(attempt, verified(store, op.id, attempt))
+        except JournalError as exc:
+            if exc.code != "result_conflict":
+                raise
+            op.discard_pending(attempt)  # another attempt's result stands: reuse it
+            return self._require(op, store, reused=True)
+        if published is not None:
+            return self._require(op, store, reused=False)
+        fenced = op.fenced(attempt)
+        op.discard_pending(attempt)
+        if fenced:
+            raise AttemptFenced(
+                f"attempt {attempt} was fenced out before it published; its result was removed"
+            )
+        raise ResultCorrupt(f"the result attempt {attempt} made durable does not verify")
+
     def _run_child(
         self,
-        op: OperationDir,
+        op: Operation,
         operation_id: str,
         attempt: int,
         req: EpisodeRequest,
@@ -417,17 +599,25 @@ class SimProvider:
                 if forked is not None and forked.observe()[0]:
                     os.kill(forked.pid, signal.SIGKILL)
                 raise
-        if code == EXIT_OK and op.result.exists():
+        if code == EXIT_OK and (attempt in op.pending() or op.result() is not None):
             return
-        tail = op.stderr(attempt).read_text(errors="replace")[-2000:]
+        try:
+            tail = stderr_path(op, attempt).read_text(errors="replace")[-2000:]
+        except FileNotFoundError:
+            tail = ""
         error = _EXIT_ERRORS.get(code or -1, EpisodeFailed)
         what = "died without finishing" if code is None else f"exited with {code}"
+        if code in _EXIT_ERRNO:  # the disk, not the episode: say so with its errno
+            cause = OSError(_EXIT_ERRNO[code], os.strerror(_EXIT_ERRNO[code]))
+            raise EpisodeFailed(
+                f"episode process of attempt {attempt} could not make its result durable: {cause}"
+            ) from cause
         raise error(f"episode process of attempt {attempt} {what}: {tail.strip()}")
 
     def _episode_host(self) -> _EpisodeHost:
         with self._host_lock:
             if self._host is None:
-                self._host = _EpisodeHost(self.root / "episode-host.log")
+                self._host = _EpisodeHost(self.journal.root / "sim-episode-host.log")
             return self._host
 
     def warm(self) -> None:
@@ -448,11 +638,140 @@ class SimProvider:
         self.close()
 
 
+def provider_state(op: Operation) -> dict[str, Any]:
+    """What the journal and /proc say about an operation now (the operator compares these):
+    per started attempt whether its process is alive (True, False, or None: undecidable) and
+    whether it was fenced out, the published result's digest and the pending attempts."""
+    try:
+        result = op.result()
+    except JournalError:
+        result = {"digest": "unreadable"}
+    attempts = {}
+    for o in observe_children(op):
+        attempts[str(o["attempt"])] = {
+            "alive": o["alive"],
+            "observed": o["observed"],
+            "fenced": op.fenced(o["attempt"]),
+            "pid": o["child"]["pid"],
+        }
+    return {
+        "attempts": attempts,
+        "result_digest": None if result is None else result.get("digest"),
+        "pending": sorted(op.pending()),
+    }
+
+
 def _identity_or_none(pid: int) -> ProcessIdentity | None:
     try:
         return ProcessIdentity.of(pid)
     except ProcessLookupError:
         return None
+
+
+# --- the older layout -------------------------------------------------------------------------
+
+
+def _old_roots(root: Path) -> list[Path]:
+    """Where an older Tether kept sim operations: `<data_dir>/sim/ops/` (the demo and the
+    adapter) and `<root>/ops/` (a provider opened on its own root)."""
+    return [p for p in (root / OLD_LAYOUT_DIR / "ops", root / "ops") if p.is_dir()]
+
+
+def migrate_old_layout(root: Path, journal: Journal) -> list[str]:
+    """Move the older layout's operations into `journal` (idempotent; a crash midway resumes
+    on the next open). Refused (`old_layout`) while an episode process it recorded may still
+    run. Returns the directory names moved."""
+    olds = _old_roots(root)
+    if not olds:
+        return []
+    moved: list[str] = []
+    lock_path = journal.root / ".migrate.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one migrating process at a time
+        for old in olds:
+            entries = sorted(p for p in old.iterdir() if p.is_dir())
+            for entry in entries:
+                _refuse_if_running(entry, root)
+            for entry in entries:
+                _migrate_entry(entry, journal)
+                moved.append(entry.name)
+            try:
+                old.rmdir()
+                fsync_dir(old.parent)
+            except OSError:
+                pass  # something else is left there: it stays where it is
+    return moved
+
+
+def _refuse_if_running(entry: Path, root: Path) -> None:
+    if (entry / "result.json").exists():
+        return
+    op = Operation(entry)
+    for k in op.attempts():
+        try:
+            child = ProcessIdentity.from_dict(read_marker(op, k)["child"])
+        except ResultCorrupt:
+            continue
+        alive, seen = child.observe()
+        if alive is not False:
+            raise JournalError(
+                "old_layout",
+                f"{entry.parent} holds simulation operations of an older Tether and {seen}: "
+                f"stop that Tether (its worker or `tether demo`), then open {root} again "
+                "(it is migrated into the operations journal on open)",
+                path=str(entry),
+                pid=child.pid,
+            )
+
+
+def _migrate_entry(entry: Path, journal: Journal) -> None:
+    op = Operation(entry)
+    bound = entry / "bound.json"
+    legacy = entry / "operation.json"
+    if not bound.exists() and legacy.exists():
+        try:
+            old = json.loads(legacy.read_bytes())
+            doc = {
+                "operation_id": str(old["operation_id"]),
+                "device": None,
+                # The older layout kept the request's digest only (the Activity catalog holds
+                # the request); a later bind checks its digest against this one.
+                "request": None,
+                "request_digest": str(old["request_digest"]),
+                "bound_at_ms": int(legacy.stat().st_mtime * 1000),
+                "migrated_from": "sim/ops",
+            }
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise JournalError(
+                "journal_corrupt", f"{legacy} is unreadable: {exc}", path=str(legacy)
+            ) from exc
+        from tether.operations._durable import create_exclusive
+
+        create_exclusive(bound, canonical_json(doc))
+    for guard in sorted(entry.glob("guard-*.json")):
+        number = guard.name.removeprefix("guard-").removesuffix(".json")
+        try:
+            proof = json.loads(guard.read_bytes())
+        except (OSError, ValueError) as exc:
+            raise JournalError(
+                "journal_corrupt", f"{guard} is unreadable: {exc}", path=str(guard)
+            ) from exc
+        if op.proof(f"guard-{number}") is None:
+            op.record_proof(f"guard-{number}", proof if isinstance(proof, dict) else {"doc": proof})
+        guard.unlink()
+    legacy.unlink(missing_ok=True)
+    target = journal.root / "ops" / entry.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        raise JournalError(
+            "old_layout",
+            f"{entry} and {target} both hold operation {entry.name}: move one aside, then "
+            "open the data directory again",
+            path=str(entry),
+        )
+    os.rename(entry, target)
+    fsync_dir(target.parent)
+    fsync_dir(entry.parent)
 
 
 class _EpisodeHost:
@@ -533,7 +852,7 @@ class _EpisodeHost:
                     if control is None or self._proc is None or self._proc.poll() is not None:
                         control = self._restart()
                     try:
-                        socket.send_fds(control, [_canonical(job)], [write_fd])
+                        socket.send_fds(control, [canonical_json(job)], [write_fd])
                         break
                     except OSError:
                         self._proc = None

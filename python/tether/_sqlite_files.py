@@ -1,0 +1,199 @@
+"""SQLite store files checked before they are opened, and storage failures named in one line.
+
+A catalog or world file that exists is checked before SQLite opens it: a file cut short (to 0
+bytes, to half, anywhere inside a page or below the page count its header records) or one that
+is not a SQLite database is refused with `StoreFileError` (`store_truncated`,
+`not_a_database`), naming the file and what to do, before anything reads or writes it: SQLite
+would take a 0-byte file for an empty database and create a fresh schema in it, so a data
+directory whose world names Activities would wait forever for a catalog that forgot them.
+
+A new file is created complete: under a temporary name, with its first page (WAL mode)
+written and synced, then linked into place, so a crash never leaves a 0-byte store behind and
+a 0-byte store is always damage.
+
+`storage_failure(exc)` names a failed write of the disk under a store or a provider:
+`disk_full` (ENOSPC, EDQUOT, SQLite's "database or disk is full"), `file_too_large` (EFBIG: a
+file-size limit) or `storage_io_error` (SQLite's "disk I/O error"), looking through the
+exception's causes; None for anything else.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import struct
+from pathlib import Path
+from typing import Final
+
+from tether._coded import CodedError
+
+#: The codes a StoreFileError carries.
+CODES: Final = ("store_truncated", "not_a_database", "disk_full", "file_too_large")
+_MAGIC: Final = b"SQLite format 3\x00"
+_HEADER: Final = 100
+# SQLite's primary result codes for a full disk and an I/O error.
+_SQLITE_FULL: Final = 13
+_SQLITE_IOERR: Final = 10
+
+
+class StoreFileError(CodedError):
+    """A store file that cannot be used as it is (`code` in `CODES`); nothing was written to
+    it. `details`: the path and what the file is."""
+
+
+def check_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
+    """Refuse an existing `path` that is cut short or is no SQLite database (a missing file is
+    fine: it is created when opened)."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            header = f.read(_HEADER)
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        raise _error("not_a_database", p, what, "is a directory, not a database file") from None
+    if size == 0:
+        raise _error("store_truncated", p, what, "is empty (0 bytes): it was cut short")
+    if len(header) < _HEADER:
+        raise _error("store_truncated", p, what, f"is {size} bytes, shorter than its header")
+    if header[:16] != _MAGIC:
+        raise _error("not_a_database", p, what, "is not a SQLite database")
+    (page_size,) = struct.unpack(">H", header[16:18])
+    page_size = 65536 if page_size == 1 else page_size
+    (changes,) = struct.unpack(">I", header[24:28])
+    (pages,) = struct.unpack(">I", header[28:32])
+    (valid_for,) = struct.unpack(">I", header[92:96])
+    if page_size < 512 or page_size & (page_size - 1):
+        raise _error("not_a_database", p, what, f"has no valid page size ({page_size})")
+    if size % page_size:
+        raise _error("store_truncated", p, what, f"is {size} bytes, not a whole number of pages")
+    missing = pages * page_size - size if pages and changes == valid_for else 0
+    if missing > 0 and _wal_frames(p, page_size) * page_size < missing:
+        # (An interrupted checkpoint leaves the main file short of its header's page count,
+        # with the missing pages still in the write-ahead log: that is no damage.)
+        raise _error(
+            "store_truncated",
+            p,
+            what,
+            f"is {size} bytes but its header records {pages} pages of {page_size}",
+        )
+
+
+def _wal_frames(path: Path, page_size: int) -> int:
+    """How many frames the write-ahead log beside `path` can hold (0 without one)."""
+    try:
+        wal = Path(f"{path}-wal").stat().st_size
+    except FileNotFoundError:
+        return 0
+    return max(0, wal - 32) // (24 + page_size)
+
+
+def _error(code: str, path: Path, what: str, problem: str) -> StoreFileError:
+    path = Path("/" + str(path).lstrip("/")) if path.is_absolute() else path
+    return StoreFileError(
+        code,
+        f"{what} {path} {problem}; nothing was written to it: restore it from a backup (or "
+        "move it aside to start that store over, losing what it held), then run the command "
+        "again",
+        details={"path": str(path), "what": what},
+    )
+
+
+def prepare_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
+    """Check an existing store file (`check_sqlite_file`), or create a new one complete."""
+    p = Path(path)
+    if p.exists():
+        check_sqlite_file(p, what=what)
+        return
+    if not p.parent.is_dir():
+        return  # the store's own open names the missing directory
+    tmp = p.with_name(f".{p.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        try:
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")  # writes the first page
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            failed = _failed(exc, p, what)
+            if failed is None:
+                return  # not the disk: the store's own open reports it, typed
+            raise failed from exc
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, p)  # a concurrent creator's file stands
+        except FileExistsError:
+            pass
+        fd = os.open(p.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def _failed(exc: BaseException, path: Path, what: str) -> StoreFileError | None:
+    kind = storage_failure(exc)
+    if kind in ("disk_full", "file_too_large"):
+        return StoreFileError(
+            kind, f"cannot create {what} {path}: {describe(kind)}", details={"path": str(path)}
+        )
+    return None
+
+
+def storage_failure(exc: BaseException | None) -> str | None:
+    """`disk_full`, `file_too_large`, `storage_io_error` or None (see the module docstring)."""
+    seen = 0
+    while exc is not None and seen < 20:
+        seen += 1
+        if isinstance(exc, StoreFileError) and exc.code in ("disk_full", "file_too_large"):
+            return exc.code
+        if isinstance(exc, OSError):
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                return "disk_full"
+            if exc.errno == errno.EFBIG:
+                return "file_too_large"
+        if isinstance(exc, sqlite3.Error):
+            code = getattr(exc, "sqlite_errorcode", None)
+            primary = None if code is None else code & 0xFF
+            if primary == _SQLITE_FULL or "database or disk is full" in str(exc):
+                return "disk_full"
+            if primary == _SQLITE_IOERR or "disk I/O error" in str(exc):
+                return "storage_io_error"
+        text = str(exc)
+        if "No space left on device" in text or "database or disk is full" in text:
+            return "disk_full"
+        if "File too large" in text:
+            return "file_too_large"
+        if "disk I/O error" in text:
+            return "storage_io_error"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def describe(kind: str) -> str:
+    """One phrase for a `storage_failure` kind."""
+    return {
+        "disk_full": "no space left on the disk",
+        "file_too_large": "a file reached the file-size limit",
+        "storage_io_error": "the disk failed a write (an I/O error)",
+    }.get(kind, kind)
+
+
+__all__ = [
+    "CODES",
+    "StoreFileError",
+    "check_sqlite_file",
+    "describe",
+    "prepare_sqlite_file",
+    "storage_failure",
+]

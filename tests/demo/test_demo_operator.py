@@ -1,0 +1,189 @@
+"""`tether operator` on the demo's parked sim reaches: list, show, and resolve them done (on a
+verified durable result), reissue (on the provider's proof) or abandon; the demo then resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether.adapters.dynamixel.config import hash_credential
+from tether.families.sim import ProcessIdentity, SimProvider
+from tether.families.sim.adapter import MAX_FAILED_STARTS
+from tether.families.sim.family import KIND, OBSERVATION
+from tether.families.sim.provider import CRASH_ENV
+from tether.runtime import ArtifactStore
+from tether.world import SqliteLedger
+
+from tests.demo._support import demo_argv
+
+SMALL = ["--targets", "2", "--episodes", "1", "--steps", "200", "--port", "0", "--lease-ms", "500"]
+SECRET = "correct horse"
+KEY = ActivityKey("demo", KIND, "reach-0000")
+
+
+def _demo(data: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
+    return subprocess.run(
+        demo_argv(data, *SMALL),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**clean, **env},
+    )
+
+
+def _config(tmp: Path) -> Path:
+    path = tmp / "host.toml"
+    credential = hash_credential(SECRET)
+    text = f'[host]\nstate_dir = "{tmp / "state"}"\n[operator]\ncredential = "{credential}"\n'
+    path.write_text(text)
+    return path
+
+
+def _operator(
+    data: Path, *args: str, config: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "tether", "operator", "--data-dir", str(data), "--json"]
+    if config is not None:
+        argv += ["--config", str(config)]
+    env = {**os.environ, "TETHER_OPERATOR_CREDENTIAL": SECRET}
+    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def _listed(data: Path) -> list[dict[str, Any]]:
+    done = _operator(data, "list")
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
+def _resolve(
+    data: Path, config: Path, decision: str, revision: int
+) -> subprocess.CompletedProcess[str]:
+    key = f"demo/{KIND}/reach-0000"
+    return _operator(
+        data,
+        "resolve",
+        key,
+        "--decision",
+        decision,
+        "--revision",
+        str(revision),
+        "--operator",
+        "ada",
+        config=config,
+    )
+
+
+def _park_dying(data: Path) -> dict[str, Any]:
+    """Park reach-0000 for real: its episode process dies at every attempt."""
+    parked = _demo(data, **{CRASH_ENV: "sim.child_started@*"})
+    assert parked.returncode == 1, parked.stdout + parked.stderr
+    [item] = _listed(data)
+    assert item["key"] == f"demo/{KIND}/reach-0000" and item["awaiting_decision"]
+    assert item["reason"] == "episode_process_keeps_dying"
+    return item
+
+
+def _record(data: Path) -> Any:
+    catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
+    try:
+        return catalog.get(KEY)
+    finally:
+        catalog.close()
+
+
+def _observed(data: Path) -> dict[str, Any]:
+    ledger = SqliteLedger.open(data / "world.db")
+    try:
+        return dict(ledger.read_at(ledger.head("demo")).get("reach-0000", OBSERVATION))
+    finally:
+        ledger.close()
+
+
+def test_a_parked_sim_reach_is_shown_and_reissued_on_the_providers_proof(tmp_path: Path) -> None:
+    data, config = tmp_path / "data", _config(tmp_path)
+    item = _park_dying(data)
+    shown = _operator(data, "show", item["key"])
+    assert shown.returncode == 0, shown.stderr
+    evidence = json.loads(shown.stdout)["evidence"]
+    assert len(evidence["provider_state"]["attempts"]) == MAX_FAILED_STARTS
+    # `done` needs a verified durable result, and there is none: refused, nothing recorded.
+    refused = _resolve(data, config, "done", item["revision"])
+    assert refused.returncode == 1 and json.loads(refused.stdout)["code"] == "not_supported"
+    reissued = _resolve(data, config, "reissue", item["revision"])
+    assert reissued.returncode == 0, reissued.stdout + reissued.stderr
+    assert json.loads(reissued.stdout)["status"] == "resolved"
+    record = _record(data)
+    assert record.retry_guard is not None and not record.awaiting_decision
+    # The guard is the provider's proof in the journal: every handed-out attempt fenced, every
+    # process gone.
+    next_attempt = record.attempt_count + 1
+    op = SimProvider(data).operation(operation_id_for(KEY))
+    assert op is not None
+    proof = op.proof(f"reissue-{next_attempt}")
+    assert proof is not None and all(c["alive"] is False for c in proof["children_gone"])
+    assert all(op.fenced(k) for k in range(1, next_attempt))
+    stored = ArtifactStore(data / "artifacts").get_bytes(
+        record.retry_guard.guard.ref, record.retry_guard.guard.digest
+    )
+    assert json.loads(stored)["digest"] == proof["digest"]
+    # The decision authorised exactly one fresh attempt: the demo finishes the mission.
+    resumed = _demo(data)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert _observed(data)["summary"]["attempt"] == next_attempt
+    # The dead episode processes, then the one the decision authorised.
+    assert len(op.attempts()) == MAX_FAILED_STARTS + 1 and op.attempts()[-1] == next_attempt
+    assert _listed(data) == []
+
+
+def test_a_parked_sim_reach_is_abandoned_and_the_mission_moves_on(tmp_path: Path) -> None:
+    data, config = tmp_path / "data", _config(tmp_path)
+    item = _park_dying(data)
+    abandoned = _resolve(data, config, "abandon", item["revision"])
+    assert abandoned.returncode == 0, abandoned.stdout + abandoned.stderr
+    resumed = _demo(data)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "abandoned by an operator" in resumed.stdout
+    assert _observed(data)["summary"]["failed"] is True
+
+
+def test_a_parked_sim_reach_is_marked_done_on_a_verified_durable_result(tmp_path: Path) -> None:
+    data, config = tmp_path / "data", _config(tmp_path)
+    died = _demo(data, TETHER_CRASH_AT="after_bind")
+    assert died.returncode < 0
+    # Attempt 1's episode process (elsewhere) still runs: the reach parks Unknown.
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"]) as stale:
+        try:
+            provider = SimProvider(data)
+            marker = {"child": ProcessIdentity.of(stale.pid).to_dict()}
+            provider.entry(operation_id_for(KEY)).start(1, marker)
+            parked = _demo(data)
+        finally:
+            stale.kill()
+    assert parked.returncode == 1, parked.stdout + parked.stderr
+    [item] = _listed(data)
+    assert item["reason"] == "episode_process_may_run"
+    # Now the process is gone and the operation's episodes have run to a durable result.
+    record = _record(data)
+    request = json.loads(
+        ArtifactStore(data / "artifacts").get_bytes(record.input_ref, record.input_digest)
+    )
+    with SimProvider(data, artifacts=ArtifactStore(data / "artifacts")) as provider:
+        result = provider.execute(operation_id_for(KEY), record.attempt_count, request)
+    # The provider state changed since the evidence: a new revision, the decision refused.
+    stale_decision = _resolve(data, config, "done", item["revision"])
+    assert stale_decision.returncode == 1
+    assert json.loads(stale_decision.stdout)["code"] == "state_changed"
+    [item] = _listed(data)
+    done = _resolve(data, config, "done", item["revision"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    resumed = _demo(data)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    observed = _observed(data)
+    assert observed["summary"]["trajectory_digest"] == result.summary["trajectory_digest"]
+    assert observed["summary"]["success"] in (True, False) and "failed" not in observed["summary"]
