@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.activities import ActivityKey, Catalog, operation_id_for
-from tether.adapters.dynamixel.config import hash_credential
+from tether.devices.credentials import hash_secret
 from tether.families.sim import ProcessIdentity, SimProvider
 from tether.families.sim.adapter import MAX_FAILED_STARTS
 from tether.families.sim.family import KIND, OBSERVATION
@@ -39,8 +39,11 @@ def _demo(data: Path, **env: str) -> subprocess.CompletedProcess[str]:
 
 def _config(tmp: Path) -> Path:
     path = tmp / "host.toml"
-    credential = hash_credential(SECRET)
-    text = f'[host]\nstate_dir = "{tmp / "state"}"\n[operator]\ncredential = "{credential}"\n'
+    credential = hash_secret(SECRET)
+    text = (
+        f'[host]\nstate_dir = "{tmp / "state"}"\n'
+        f'[operators.ada]\ncredential = "{credential}"\nrole = "operator"\n'
+    )
     path.write_text(text)
     return path
 
@@ -51,8 +54,9 @@ def _operator(
     argv = [sys.executable, "-m", "tether", "operator", "--data-dir", str(data), "--json"]
     if config is not None:
         argv += ["--config", str(config)]
-    env = {**os.environ, "TETHER_OPERATOR_CREDENTIAL": SECRET}
-    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=120, env=env)
+        if args and args[0] == "resolve":
+            args = (*args, "--credential-stdin")  # the secret on stdin, never argv or env
+    return subprocess.run([*argv, *args], input=SECRET, capture_output=True, text=True, timeout=120)
 
 
 def _listed(data: Path) -> list[dict[str, Any]]:
