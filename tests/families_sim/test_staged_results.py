@@ -3,59 +3,29 @@ its digest is verified, or removed once its attempt was fenced out: never left b
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from tether.families.sim import ProcessIdentity, ProvenAbsent, ResultFound, SimProvider
 from tether.families.sim.provider import CRASH_ENV, CRASH_POINTS, StillUnknown
 
-WORKER = Path(__file__).with_name("_worker.py")
+from tests.families_sim.support import events_until, start_worker, wait_gone
+
 STAGED = {CRASH_ENV: "sim.result_staged"}
 
 
-def _worker(root: Path, attempt: int, steps: int, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), str(root), "op", str(attempt), str(steps)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **env},
-    )
-
-
-def _until(proc: subprocess.Popen[str], kind: str) -> dict[str, Any]:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        event = json.loads(line)
-        if event["event"] == kind:
-            return dict(event)
-    raise AssertionError(f"worker ended before a {kind!r} event")
-
-
 def _killed_in_the_window(root: Path, steps: int = 300) -> None:
-    with _worker(root, 1, steps, **STAGED) as worker:
-        child = _identity(_until(worker, "child"))
+    with start_worker(root, 1, steps, **STAGED) as worker:
+        child = _identity(events_until(worker, "child"))
         assert worker.stdout is not None
         worker.stdout.read()
     assert worker.returncode == -signal.SIGKILL
-    _wait_gone(child)
+    wait_gone(child)
 
 
 def _identity(event: dict[str, Any]) -> ProcessIdentity:
     return ProcessIdentity.from_dict({k: v for k, v in event.items() if k != "event"})
-
-
-def _wait_gone(child: ProcessIdentity) -> None:
-    # A hang guard, not a timing assertion: the episode process exits right after its event.
-    deadline = time.monotonic() + 60
-    while child.observe()[0] is not False:
-        assert time.monotonic() < deadline, "episode process outlived its worker"
-        time.sleep(0.02)
 
 
 def test_the_window_is_a_named_crash_point() -> None:
@@ -100,16 +70,16 @@ def test_a_staged_result_of_a_fenced_out_attempt_is_removed_and_one_attempt_reru
 ) -> None:
     # Attempt 1 runs long; a reconciler fences it while its process lives (Unknown). The process
     # still finishes and stages its result, and its worker is killed before publishing.
-    with _worker(tmp_path, 1, 200_000, **STAGED) as worker:
-        child = _identity(_until(worker, "child"))
-        _until(worker, "progress")
+    with start_worker(tmp_path, 1, 200_000, **STAGED) as worker:
+        child = _identity(events_until(worker, "child"))
+        events_until(worker, "progress")
         provider = SimProvider(tmp_path)
         unknown = provider.reconcile("op", 2)
         assert isinstance(unknown, StillUnknown) and unknown.evidence["children"][0]["alive"]
         assert worker.stdout is not None
         worker.stdout.read()
     assert worker.returncode == -signal.SIGKILL
-    _wait_gone(child)
+    wait_gone(child)
     op = provider.entry("op")
     assert op.fenced(1) and list(op.pending()) == [1] and op.result() is None
     # The fenced-out attempt's result is never published: it is removed, and absence holds.

@@ -84,11 +84,18 @@ ERROR_CODES: Final = (
 )
 
 
-def config_error(code: str, message: str, **details: Any) -> HostConfigError:
-    """A HostConfigError with a listed `.code`."""
-    if code not in ERROR_CODES:
+def listed_config_error(
+    codes: Iterable[str], code: str, message: str, **details: Any
+) -> HostConfigError:
+    """A HostConfigError whose `.code` is one of `codes` (a device type lists its own)."""
+    if code not in codes:
         raise ValueError(f"unlisted config error code {code!r}")
     return HostConfigError(code, message, details=details)
+
+
+def config_error(code: str, message: str, **details: Any) -> HostConfigError:
+    """A HostConfigError with a listed `.code` (one of `ERROR_CODES`)."""
+    return listed_config_error(ERROR_CODES, code, message, **details)
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

@@ -72,9 +72,7 @@ __all__ = [
 
 def config_error(code: str, message: str, **details: Any) -> HostConfigError:
     """A HostConfigError carrying a stable snake_case `.code` (one of `ERROR_CODES`)."""
-    if code not in ERROR_CODES:
-        raise ValueError(f"unlisted config error code {code!r}")
-    return HostConfigError(code, message, details=details)
+    return generic.listed_config_error(ERROR_CODES, code, message, **details)
 
 
 @dataclass(frozen=True)
