@@ -148,7 +148,8 @@ def test_power_loss_after_staging_is_unknown_then_operator_reissues(tmp_path: Pa
         assert evidence["read_back"]["joints"]["a"]["torque_on"] is False
         assert all(abs(evidence["staged"][k] - v) < 0.002 for k, v in TARGETS.items())
         assert evidence["preimage"]["read_back"]["read_at_ms"] > 0
-        assert [s["instruction"] for s in evidence["sent"]] == ["reg_write", "reg_write"]
+        setup = ["profile_velocity", "torque_enable"] * 2  # journaled too, before the pre-image
+        assert [s["instruction"] for s in evidence["sent"]] == [*setup, "reg_write", "reg_write"]
         assert all(s["digest"].startswith("sha256:") for s in evidence["sent"])
         assert abs(evidence["commanded_vs_present"]["a"]["commanded_rad"] - TARGETS["a"]) < 0.002
         assert shown["device_state_age_ms"] >= 0

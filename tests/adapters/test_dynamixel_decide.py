@@ -30,10 +30,16 @@ def preimage() -> Preimage:
     return Preimage(ReadBack(joints, 1), dict(TARGET))
 
 
+def setup_writes() -> list[Sent]:
+    return [Sent(what, n) for n in START for what in decide.SETUP]
+
+
 def scenario(facts: dict[str, bool]) -> tuple[list[Sent], ReadBack]:
     """The sent log and the read-back a servo pair shows after these facts, in this order:
-    REG_WRITEs (staged), the ACTION (committed), motion, a power cycle, a hardware error."""
-    sent: list[Sent] = []
+    REG_WRITEs (staged), the ACTION (committed), motion, a power cycle, a hardware error. The
+    log opens with the attempt's setup WRITEs (Profile Velocity, Torque Enable on each joint),
+    journaled before its pre-image like every effectful frame."""
+    sent: list[Sent] = setup_writes()
     if facts["staged"]:
         sent += [Sent("reg_write", "a"), Sent("reg_write", "b")]
     if facts["committed"]:
@@ -192,6 +198,41 @@ def test_no_preimage_after_effectful_frames_is_unknown() -> None:
     assert decide.reconcile(None, nothing, idle, move=move()) == decide.Neutralise(
         {}, "nothing_sent"
     )
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row_id(r) for r in ROWS])
+def test_setup_and_neutralising_writes_never_count_as_a_sent_move(
+    row: tuple[dict[str, bool], bool],
+) -> None:
+    """The same conclusion with the setup WRITEs in the log or not, and with a neutralising
+    REG_WRITE/ACTION pair of an earlier reconcile appended: neither stages nor commits a goal,
+    so neither is mistaken for a committed move."""
+    facts, relative = row
+    sent, read_back = scenario(facts)
+    m = Move(
+        relative=relative,
+        targets=None if relative else dict(TARGET),
+        tolerance=TOL,
+        resolution=RES,
+    )
+    assert sent[: len(setup_writes())] == setup_writes()
+    bare = sent[len(setup_writes()) :]
+    with_neutralise = [*sent, Sent("neutralise_reg_write", "a"), Sent("neutralise_action")]
+    got = decide.reconcile(preimage(), sent, read_back, move=m)
+    assert decide.reconcile(preimage(), bare, read_back, move=m) == got
+    assert decide.reconcile(preimage(), with_neutralise, read_back, move=m) == got
+
+
+def test_a_crash_after_the_setup_writes_is_nothing_sent() -> None:
+    """Profile Velocity and Torque Enable went out, then the attempt died before its pre-image:
+    nothing can have moved toward the target, the move is neutralised (nothing staged) and
+    confirmed absent, never taken for a committed or ambiguous move."""
+    _, idle = scenario(dict.fromkeys(FACTS, False))
+    got = decide.reconcile(None, setup_writes(), idle, move=move())
+    assert got == decide.Neutralise({}, "nothing_sent")
+    relative = Move(relative=True, targets=None, tolerance=TOL, resolution=RES)
+    assert decide.reconcile(None, setup_writes(), idle, move=relative) == got
+    assert isinstance(decide.confirm(idle, idle, resolution=RES), decide.ConfirmedAbsent)
 
 
 def joint(**kw: Any) -> Joint:

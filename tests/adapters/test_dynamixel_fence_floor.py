@@ -35,12 +35,12 @@ def test_an_attempt_under_the_fence_floor_sends_nothing(
         host.connect("arm")
         stale = DynamixelMoveAdapter(config, host, fence=3)
         with pytest.raises(FencedOut) as info:
-            stale.execute(op, 1, REQUEST, first_motion=True)
+            stale.execute(op, 1, REQUEST)
         assert info.value.code == "fenced_out"
         assert op.sent() == []  # nothing logged, so nothing sent
         effectful = [e for e in emulator.journal if e.instruction in ("reg_write", "action")]
         assert effectful == []
         live = DynamixelMoveAdapter(config, host, fence=6)
-        result = live.execute(op, 1, REQUEST, first_motion=True)
+        result = live.execute(op, 1, REQUEST)
         assert result["outcome"] == "completed"
         assert [s["instruction"] for s in op.sent()][-1] == "action"

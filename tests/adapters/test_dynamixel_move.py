@@ -175,7 +175,7 @@ def test_an_exception_cannot_skip_the_safe_stop(
         host.connect("arm")
         adapter = DynamixelMoveAdapter(config, host, progress=boom)
         with pytest.raises(RuntimeError):
-            adapter.execute(op, 1, request(), first_motion=True)
+            adapter.execute(op, 1, request())
         for dxl_id, goal in GOALS.items():
             state = settled(partial(emulator.snapshot, dxl_id))
             assert state["goal_position"] == state["present_position"] != goal
@@ -382,7 +382,7 @@ def test_recovered_needs_torque_a_power_cycled_arm_at_its_goal_is_unknown(
     with RobotHost(config) as host:
         host.connect("arm")
         adapter = DynamixelMoveAdapter(config, host, settle_timeout_s=10)
-        adapter.execute(op, 1, request(), first_motion=True)  # completed; result not recorded
+        adapter.execute(op, 1, request())  # completed; result not recorded
         emulator.power_cycle()  # goal = present = the target, torque off
         assert emulator.snapshot(1)["goal_position"] == GOALS[1]
         conclusion = adapter.reconcile(op, request())

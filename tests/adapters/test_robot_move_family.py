@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from _dxl_setup import CREDENTIAL, GOALS, TARGETS, target_actions, write_config
 from tether.activities import ActivityKey, operation_id_for
+from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import OperatorRejection
@@ -438,3 +439,30 @@ def test_a_reissue_is_refused_while_a_joint_reports_a_hardware_error(
             == "resolved"
         )
         assert drain(host) == 0
+
+
+def test_the_family_takes_its_speed_limit_from_the_hosts_first_motion_policy(
+    emulator: DynamixelEmulator, family: Family, config: HostConfig, tmp_path: Path
+) -> None:
+    """The family keeps no record of what moved: the worker's device host decides. Its first
+    move is capped, the next is not, and a resume through the host caps the next one again."""
+    from tether.devices.host import resume_robot
+
+    spec = config.spec("arm")
+    slow, fast = (tables.profile_velocity_for(s) for s in (spec.first_motion_speed, spec.speed))
+    store = MoveStore(tmp_path / "data" / "robot_move")
+    with Host(tmp_path / "data", [family], workers=0, observe=False, clock=Clock()) as host:
+        host.create_world("w")
+        seen = []
+        for n, pose in enumerate((0.4, -0.4, 0.4, -0.4)):
+            if n == 2:
+                resume_robot(config, "arm", operator="alice")  # the worker's host owns the port
+            request = {"kind": KIND_ABSOLUTE, "robot": "arm", "targets": {"a": pose, "b": pose}}
+            host.commit_tick("w", [intent(f"move-{n}", MoveRequest.from_dict(request))])
+            assert drain(host) == 1
+            op = store.get(operation_id_for(ActivityKey("w", KIND_ABSOLUTE, f"move-{n}")))
+            assert op is not None
+            preimage = op.preimage(1)
+            assert preimage is not None
+            seen.append((emulator.snapshot(1)["profile_velocity"], preimage["first_motion"]))
+    assert seen == [(slow, True), (fast, False), (slow, True), (fast, False)]

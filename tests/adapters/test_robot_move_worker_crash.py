@@ -176,7 +176,9 @@ def test_power_loss_after_staging_parks_in_the_catalog_until_the_operator_reissu
                 evidence = shown["evidence"]
                 assert evidence["command"]["targets"] == TARGETS
                 assert evidence["staged"] == pytest.approx(TARGETS, abs=0.002)
-                assert [s["instruction"] for s in evidence["sent"]] == ["reg_write", "reg_write"]
+                setup = ["profile_velocity", "torque_enable"] * 2  # before the pre-image
+                sent = [s["instruction"] for s in evidence["sent"]]
+                assert sent == [*setup, "reg_write", "reg_write"]
                 assert all(
                     s["digest"].startswith("sha256:") and s["t_ms"] for s in evidence["sent"]
                 )

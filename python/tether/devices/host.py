@@ -12,7 +12,8 @@ The host is the one owner of its ports (exclusive open and an identity lock,
   (a latched robot was stopped and nothing was sent to it since: it is only read back);
   `serve_until_signal()` returns on SIGTERM and SIGINT so the caller's `close()` runs;
 - the first-motion speed limit (`tether.devices.motion`): a connect, resume or reboot makes the
-  next move a first motion.
+  next move a first motion; the move path asks `motion_limit` before each move (SI, rad/s; the
+  device type converts it) and reports a completed one with `motion_done`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tether._coded import CodedError
 from tether.devices.config import HostConfig
 from tether.devices.control import ControlServer, send_request, socket_path_for
 from tether.devices.latch import MotionStopped, StopLatch  # noqa: F401
-from tether.devices.motion import FirstMotion
+from tether.devices.motion import FirstMotion, MotionLimit
 from tether.devices.ports import owner_socket_of
 from tether.devices.registry import DeviceType, StopReport
 
@@ -90,7 +91,7 @@ class DeviceHost:
             self.buses[spec.port] = bus
         identity = dtype.connect(self.buses[spec.port], robot)
         self.identities[robot_name] = identity
-        self.first_motion.reset(robot_name)
+        self.first_motion.reset(robot_name, reason="connect")
         if self._server is None:
             self._handlers.update(
                 {
@@ -126,6 +127,19 @@ class DeviceHost:
         again under the same lock on the bus, so a stop cannot land between check and send."""
         with self.latch.lock:
             self.latch.check([robot_name])
+
+    def motion_limit(self, robot_name: str, *, reissue: bool = False) -> MotionLimit:
+        """The speed limit of the robot's coming move (the one first-motion policy,
+        `tether.devices.motion`): capped after a connect, resume, reboot or for a re-issue."""
+        return self.first_motion.limit(self.config.spec(robot_name), reissue=reissue)
+
+    def motion_done(self, robot_name: str) -> None:
+        """A move of the robot completed: its next move is no longer a first motion."""
+        self.first_motion.moved(robot_name)
+
+    def reissue_proven(self, robot_name: str) -> None:
+        """An operator's re-issue was proved on this host: the next move is a first motion."""
+        self.first_motion.reset(robot_name, reason="reissue")
 
     # --- control requests ---
 
@@ -167,7 +181,7 @@ class DeviceHost:
         self.config.robot(robot_name)
         with self.latch.lock:
             doc = self.latch.resume(robot_name, operator=operator)
-            self.first_motion.reset(robot_name)
+            self.first_motion.reset(robot_name, reason="resume")
         return doc
 
     def reboot(
@@ -199,7 +213,7 @@ class DeviceHost:
         bus = self._bus(robot_name)
         with self.latch.stopping():
             dtype.reboot(bus, robot, ids, operator=operator)
-            self.first_motion.reset(robot_name)
+            self.first_motion.reset(robot_name, reason="reboot")
         state = dtype.read_state(bus, robot)
         return {
             "robot": robot_name,

@@ -26,7 +26,9 @@ The rules, in order (each is a test row's expectation, `test_dynamixel_decide.py
    a torque-off stop) is Unknown (`device_state_lost_or_moved`); still
    moving after the settle wait is `settle_timeout`; settled away from it `not_settled`;
    otherwise Recovered;
-3. nothing effectful (REG_WRITE, ACTION) sent by the attempt: Neutralise (`nothing_sent`);
+3. nothing effectful (REG_WRITE, ACTION) sent by the attempt: Neutralise (`nothing_sent`); the
+   attempt's setup WRITEs (`SETUP`: Profile Velocity, Torque Enable) and neutralising writes
+   (`NEUTRALISING`) are logged but do not count: they commit no goal;
 4. a relative move: Unknown `relative_move_ambiguous` (a second run would add its delta again);
 5. no pre-image: Unknown `no_preimage`;
 6. torque as in the pre-image and every goal staged or unchanged: Neutralise
@@ -44,8 +46,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Effectful instructions of a move attempt (the log of every command, durable before sending).
+#: Instructions that can commit a move's goals (the log holds every command, durable before
+#: sending; only these count as "the attempt sent its move").
 EFFECTFUL = ("reg_write", "action")
+#: The WRITEs an attempt sends before its pre-image (speed limit, torque on). They are in the
+#: sent log like every effectful frame, but they stage and commit no goal: repeating them is
+#: harmless, so they never make a move "sent" or "committed" (rules 2, 3).
+SETUP = ("profile_velocity", "torque_enable")
+#: The neutralising writes of a reconcile or a re-issue proof (each joint's current goal).
+NEUTRALISING = ("neutralise_reg_write", "neutralise_action")
 #: Instructions of the attempt's own safe-stop (logged before they are sent).
 STOPS = ("stop_hold", "stop_torque_off")
 

@@ -7,11 +7,16 @@ Execute (one attempt; the operation id is already bound, durably, before this ru
 1. A fresh read-back of every joint, then the goals are planned from it and checked against
    the configured limits (a relative move adds its deltas to the measured positions): a move
    that can never run raises `MoveRefused` before any byte is written.
-2. Profile Velocity is set (slow for a first motion after a reconnect or an operator
-   re-issue) and torque enabled; then the device state is read and stored as the attempt's
-   pre-image, durably.
+2. Profile Velocity is set to the speed limit the generic host's first-motion policy gives
+   (`DeviceHost.motion_limit`: slow after a connect, resume, reboot or for an operator's
+   re-issue; converted here from rad/s) and torque enabled; then the device state is read and
+   stored as the attempt's pre-image, durably.
 3. REG_WRITE of Goal Position on every joint, then one broadcast ACTION (no status exists
-   for it). Each effectful frame's digest is appended durably to the sent log before it goes.
+   for it).
+Every effectful frame of a move (the WRITEs of step 2, every REG_WRITE and ACTION, the
+neutralising ones of a reconcile or a re-issue proof) goes through one path,
+`_send_logged`: the fence floor and the stop latch are checked, the frame's digest is appended
+durably to the operation's sent log, then the frame is sent.
 4. Present Position / Moving are read back until the arm settles (or the settle timeout), as
    live progress in radians.
 Any failure after step 1 runs the robot's safe-stop in a `finally`, its writes logged with the
@@ -90,6 +95,11 @@ class FencedOut(DeviceError):
 def velocity_rad_s(raw: int) -> float:
     """A Present Velocity / Profile Velocity raw value as rad/s (signed)."""
     return tables.ticks_per_second(raw) * RESOLUTION_RAD
+
+
+def profile_velocity(speed_rad_s: float) -> int:
+    """A speed limit in rad/s (the generic host's `MotionLimit`) as Profile Velocity."""
+    return tables.profile_velocity_for(speed_rad_s)
 
 
 def profile_speed_rad_s(profile_velocity: int) -> float:
@@ -286,13 +296,10 @@ class DynamixelMoveAdapter:
         send: Callable[[], None],
         **info: Any,
     ) -> None:
-        if self.fence is not None and self.fence < op.fence_floor():
-            raise FencedOut(
-                "fenced_out",
-                f"attempt with fence {self.fence} is under the floor {op.fence_floor()} of "
-                f"{op.id}: nothing sent",
-                details={"fence": self.fence, "floor": op.fence_floor()},
-            )
+        """The one path of a move's effectful frames (every WRITE, REG_WRITE and ACTION it
+        sends, its own safe-stop aside): the fence floor and the stop latch are checked, then
+        the frame's digest is appended durably to the operation's sent log, then it is sent."""
+        self._check_fence(op)
         self.host.check_motion(op.request.robot)  # the stop latch (tether.devices.latch)
         op.log_sent(
             {
@@ -304,6 +311,34 @@ class DynamixelMoveAdapter:
             }
         )
         send()
+
+    def _write_logged(
+        self,
+        op: Operation,
+        attempt: int,
+        bus: Any,
+        robot: RobotConfig,
+        dxl_id: int,
+        field: tables.Field,
+        value: int,
+        instruction: str,
+        **info: Any,
+    ) -> None:
+        """WRITE one register through the journaled path (`instruction` names it in the sent
+        log: `profile_velocity`, `torque_enable`; never a move's commit, `decide.SETUP`)."""
+        data = tables.encode(field, value)
+        frame = _core.dxl_write(dxl_id, field.address, data)
+        send = partial(bus.write_field, dxl_id, field, value)
+        self._send_logged(
+            op,
+            attempt,
+            instruction,
+            frame,
+            send,
+            id=dxl_id,
+            joint=self._joint_name(robot, dxl_id),
+            **info,
+        )
 
     def _check_fence(self, op: Operation) -> None:
         """Refuse an attempt under the move's fence floor before it sends anything."""
@@ -456,28 +491,48 @@ class DynamixelMoveAdapter:
         return robot, None if request.relative else plan_absolute(robot, request)
 
     def execute(
-        self, op: Operation, attempt: int, request: MoveRequest, *, first_motion: bool
+        self, op: Operation, attempt: int, request: MoveRequest, *, reissue: bool = False
     ) -> dict[str, Any]:
+        """Run one attempt (see the module docstring); `reissue`: an operator's re-issue, a
+        first motion whatever the host's policy says otherwise."""
         robot = self.config.robot(request.robot)
         bus = self.host.bus_for(robot)
         # Before any byte: a fresh read-back, and every goal planned from it inside the limits.
         goals = plan_goals(robot, request, read_joints(bus, robot))
         self._check_fence(op)
+        # The generic host decides the speed limit (a first motion after a connect, resume,
+        # reboot or re-issue); this device type only converts it to its Profile Velocity.
+        limit = self.host.motion_limit(robot.name, reissue=reissue)
+        velocity = profile_velocity(limit.speed_rad_s)
         stop = True  # the stop policy applies unless the move completes
         cause = "error"
         try:
             ids = sorted(goals)
-            velocity = robot.first_motion_velocity if first_motion else robot.velocity
             for dxl_id in ids:
-                bus.write_field(dxl_id, tables.PROFILE_VELOCITY, velocity)
-                bus.write_field(dxl_id, tables.TORQUE_ENABLE, 1)
+                self._write_logged(
+                    op,
+                    attempt,
+                    bus,
+                    robot,
+                    dxl_id,
+                    tables.PROFILE_VELOCITY,
+                    velocity,
+                    "profile_velocity",
+                    speed_rad_s=limit.speed_rad_s,
+                    first_motion=limit.first,
+                )
+                self._write_logged(
+                    op, attempt, bus, robot, dxl_id, tables.TORQUE_ENABLE, 1, "torque_enable"
+                )
             state = read_joints(bus, robot)  # the pre-image, after torque is on
             op.record_preimage(
                 attempt,
                 {
                     "state": state,
                     "goals": {str(i): g for i, g in goals.items()},
-                    "first_motion": first_motion,
+                    "first_motion": limit.first,
+                    "first_motion_reason": limit.reason,
+                    "speed_rad_s": limit.speed_rad_s,
                     "profile_velocity": velocity,
                 },
             )
@@ -505,6 +560,7 @@ class DynamixelMoveAdapter:
                     details={"robot": robot.name, "read_back": where},
                 )
             stop = False
+            self.host.motion_done(robot.name)
             return self._result(op, attempt, robot, goals, final, "completed")
         except FencedOut:
             # A newer attempt governs the device now: this one neither sends nor stops it.
@@ -644,6 +700,7 @@ class DynamixelMoveAdapter:
         finally:
             self.fence = fence
         crash_point("proof.after_neutralise")
+        self.host.reissue_proven(robot.name)  # the re-issued move is a first motion
         after = read_joints(bus, robot)
         others = self._staged_others(bus, robot, dict.fromkeys(_joints(after), 0))
         confirmed = decide.confirm(before, decode(robot, after), resolution=RESOLUTION_RAD)

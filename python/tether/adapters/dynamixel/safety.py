@@ -1,4 +1,4 @@
-"""Safe-stop and the speed limit of a first motion.
+"""Safe-stop.
 
 Safe-stop, per robot policy from the host configuration:
 - `hold`: torque is left as it is and every joint's Goal Position is set to the Present
@@ -22,8 +22,9 @@ After the policy, every joint is read back and reported as what the device is
 A robot's stop is `ok` when every joint is in its policy's state (`held` for `hold`, `limp` for
 `torque_off`). Positions are reported in radians.
 
-First motion: after a (re)connect or an operator re-issue the first move runs at the robot's
-`first_motion_velocity` (Profile Velocity), measured against a fresh read of Present Position.
+The speed limit of a first motion is not here: the generic host decides it
+(`tether.devices.motion`, `DeviceHost.motion_limit`) and the move path converts it to Profile
+Velocity (`move.profile_velocity`), writing it through the move's journaled path.
 """
 
 from __future__ import annotations
@@ -208,18 +209,3 @@ def safe_stop(bus: DxlBus, robot: RobotConfig, *, log: StopLog | None = None) ->
             stop.goal = round(tables.ticks_to_radians(read_back.goal_position), 4)
         report.joints.append(stop)
     return report
-
-
-def limit_first_motion(
-    bus: DxlBus, robot: RobotConfig, ids: list[int], *, first: bool
-) -> dict[int, int]:
-    """Set Profile Velocity for the coming move (slow when `first`); returns present positions.
-
-    Present Position is read fresh here so the caller measures the first motion from where the
-    arm really is, not from where it was last commanded.
-    """
-    velocity = robot.first_motion_velocity if first else robot.velocity
-    present = bus.sync_read_field(tables.PRESENT_POSITION, ids)
-    for dxl_id in ids:
-        bus.write_field(dxl_id, tables.PROFILE_VELOCITY, velocity)
-    return present

@@ -143,7 +143,6 @@ class RobotMoveAdapter:
         self._mutex = threading.Lock()
         self._robot_locks: dict[str, threading.Lock] = {}
         self._host: RobotHost | None = None
-        self._moved: set[str] = set()  # robots that moved since their last (re)connect
         self._atexit = False
 
     def _lock(self, robot: str) -> threading.Lock:
@@ -164,7 +163,6 @@ class RobotMoveAdapter:
             host.connect(robot)
             host.add_handler("prove_reissue", self._on_prove)
             host.add_handler("read_back", self._on_read_back)
-            self._moved.discard(robot)
         return host
 
     def _on_read_back(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -198,7 +196,6 @@ class RobotMoveAdapter:
                 # lists none, so the arm keeps its goal and torque.
                 host.identities.clear()
             host.close()
-        self._moved.clear()
 
     def close(self, *, safe_stop: bool = True) -> None:
         """Release the ports; the stop policy applies unless this is a normal end."""
@@ -280,18 +277,16 @@ class RobotMoveAdapter:
                 )
             try:
                 host = self._connected(req.robot)
-                first = (
-                    req.robot not in self._moved
-                    or (guard or {}).get("reason") == "operator_reissue"
-                )
+                # The speed limit is the generic host's first-motion policy; a re-issue is a
+                # first motion whatever moved since its proof.
+                reissue = (guard or {}).get("reason") == "operator_reissue"
                 op.start_attempt(number, {"fence": ctx.fence, "catalog_attempt": ctx.attempt})
-                result = self._device(ctx, host).execute(op, number, req, first_motion=first)
+                result = self._device(ctx, host).execute(op, number, req, reissue=reissue)
             except MoveRefused as exc:  # refused from the fresh read-back: nothing was sent
                 return self._failed(ctx, op, exc)
             except TransportError:
                 self._drop_host()
                 raise
-            self._moved.add(req.robot)
             return self._put(ctx, op.record_result(result), RESULT_MEDIA_TYPE)
 
     def reconcile(
