@@ -129,3 +129,42 @@ def test_a_move_that_did_not_complete_leaves_the_next_one_capped(
         emulator.speed_scale = 20.0
         assert moves.run(host) == moves.slow
         assert moves.run(host) == moves.fast
+
+
+def test_a_limp_joint_moved_by_hand_is_not_driven_back_when_torque_turns_on(
+    emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
+) -> None:
+    moves = Moves(config, emulator, tmp_path / "ops")
+    with RobotHost(config) as host:
+        host.connect("arm")
+        moves.run(host)
+    # The close left joint 1 under its stop policy; make it limp, then move it by hand.
+    emulator.servos[1].set(tables.TORQUE_ENABLE, 0)
+    old_goal = emulator.snapshot(1)["goal_position"]
+    by_hand = old_goal + 300
+    emulator.set_present(1, by_hand)
+    before = len(emulator.journal)
+    with RobotHost(config) as host:
+        host.connect("arm")
+        moves.run(host)
+    frames = [
+        (e.instruction, e.address, e.data)
+        for e in emulator.journal[before:]
+        if e.id == 1 and e.instruction == "write"
+    ]
+    hold = (
+        "write",
+        tables.GOAL_POSITION.address,
+        tables.encode(tables.GOAL_POSITION, by_hand).hex(),
+    )
+    torque_on = ("write", tables.TORQUE_ENABLE.address, "01")
+    assert hold in frames and torque_on in frames
+    assert frames.index(hold) < frames.index(torque_on)  # its goal is where it stands first
+    # and the operations journal holds that write before the bytes went out.
+    op = moves.store.get(f"op-{moves.n}")
+    assert op is not None
+    assert [s["instruction"] for s in op.sent() if s.get("id") == 1][:3] == [
+        "profile_velocity",
+        "hold_goal",
+        "torque_enable",
+    ]

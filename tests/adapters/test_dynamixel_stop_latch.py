@@ -21,6 +21,7 @@ from _dxl_setup import CREDENTIAL, TARGETS, write_config
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.host import RobotHost
+from tether.adapters.dynamixel.move import read_joints
 from tether.adapters.dynamixel.worker import run_move
 from tether.devices.host import stop_everything
 from tether.devices.latch import MotionStopped, StopLatch
@@ -56,6 +57,18 @@ def move(config: HostConfig, activity: str) -> dict[str, Any]:
     )
 
 
+def sync_reads_of_one_read_back(emulator: DynamixelEmulator, config: HostConfig) -> int:
+    """How many SYNC_READ packets one full read-back (`read_joints`) sends, counted in the
+    emulator's journal (one entry per addressed servo: counted for servo 1)."""
+    with RobotHost(config) as host:
+        host.connect("arm")
+        before = len(emulator.journal)
+        read_joints(host.bus_for(config.robot("arm")), config.robot("arm"))
+        return sum(
+            1 for e in emulator.journal[before:] if e.instruction == "sync_read" and e.id == 1
+        )
+
+
 def torque_writes(emulator: DynamixelEmulator) -> int:
     return sum(
         1
@@ -79,9 +92,13 @@ def operator(config: Path, *argv: str, secret: str | None = CREDENTIAL) -> Any:
 def test_a_stop_while_the_move_reads_its_preimage_cancels_it_and_latches(
     emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
 ) -> None:
-    # The preimage is the first SYNC_READ of the move (after Torque Enable); the emulator
-    # answers it 500 ms late, and the stop arrives while the move waits for it.
-    emulator.inject(Fault("delay", instruction="sync_read", value=500))
+    # A move reads every joint before any byte (seven SYNC_READs, one per register), writes
+    # Profile Velocity and Torque Enable, then reads its preimage. The emulator answers each of
+    # the first eight SYNC_READs 400 ms late: the eighth is the preimage's first, and the stop
+    # arrives while the move waits for it (the torque writes below come just before it).
+    plan_reads = sync_reads_of_one_read_back(emulator, config)
+    start = len(emulator.journal)  # (that read's host wrote its own safe-stop at its close)
+    emulator.inject(Fault("delay", count=plan_reads + 1, instruction="sync_read", value=400))
     outcome: dict[str, Any] = {}
     mover = threading.Thread(target=lambda: outcome.update(move(config, "m1")))
     mover.start()
@@ -94,7 +111,7 @@ def test_a_stop_while_the_move_reads_its_preimage_cancels_it_and_latches(
     assert not mover.is_alive()
 
     assert [r["via"] for r in reports] == ["owner"] and reports[0]["ok"] is True
-    journal = list(emulator.journal)
+    journal = list(emulator.journal)[start:]
     stop_writes = [
         i
         for i, e in enumerate(journal)

@@ -27,7 +27,8 @@ The rules, in order (each is a test row's expectation, `test_dynamixel_decide.py
    moving after the settle wait is `settle_timeout`; settled away from it `not_settled`;
    otherwise Recovered;
 3. nothing effectful (REG_WRITE, ACTION) sent by the attempt: Neutralise (`nothing_sent`); the
-   attempt's setup WRITEs (`SETUP`: Profile Velocity, Torque Enable) and neutralising writes
+   attempt's setup WRITEs (`SETUP`: Profile Velocity, a limp joint's goal set to where it
+   stands, Torque Enable) and neutralising writes
    (`NEUTRALISING`) are logged but do not count: they commit no goal;
 4. a relative move: Unknown `relative_move_ambiguous` (a second run would add its delta again);
 5. no pre-image: Unknown `no_preimage`;
@@ -52,7 +53,7 @@ EFFECTFUL = ("reg_write", "action")
 #: The WRITEs an attempt sends before its pre-image (speed limit, torque on). They are in the
 #: sent log like every effectful frame, but they stage and commit no goal: repeating them is
 #: harmless, so they never make a move "sent" or "committed" (rules 2, 3).
-SETUP = ("profile_velocity", "torque_enable")
+SETUP = ("profile_velocity", "hold_goal", "torque_enable")
 #: The neutralising writes of a reconcile or a re-issue proof (each joint's current goal).
 NEUTRALISING = ("neutralise_reg_write", "neutralise_action")
 #: Instructions of the attempt's own safe-stop (logged before they are sent).

@@ -325,7 +325,8 @@ class DynamixelMoveAdapter:
         **info: Any,
     ) -> None:
         """WRITE one register through the journaled path (`instruction` names it in the sent
-        log: `profile_velocity`, `torque_enable`; never a move's commit, `decide.SETUP`)."""
+        log: `profile_velocity`, `hold_goal`, `torque_enable`; never a move's commit,
+        `decide.SETUP`)."""
         data = tables.encode(field, value)
         frame = _core.dxl_write(dxl_id, field.address, data)
         send = partial(bus.write_field, dxl_id, field, value)
@@ -498,7 +499,8 @@ class DynamixelMoveAdapter:
         robot = self.config.robot(request.robot)
         bus = self.host.bus_for(robot)
         # Before any byte: a fresh read-back, and every goal planned from it inside the limits.
-        goals = plan_goals(robot, request, read_joints(bus, robot))
+        fresh = read_joints(bus, robot)
+        goals = plan_goals(robot, request, fresh)
         self._check_fence(op)
         # The generic host decides the speed limit (a first motion after a connect, resume,
         # reboot or re-issue); this device type only converts it to its Profile Velocity.
@@ -521,6 +523,18 @@ class DynamixelMoveAdapter:
                     speed_rad_s=limit.speed_rad_s,
                     first_motion=limit.first,
                 )
+                joint = _joints(fresh)[dxl_id]
+                if (
+                    not joint["torque_enable"]
+                    and joint["goal_position"] != joint["present_position"]
+                ):
+                    # A limp joint moved by hand since its last goal: Torque Enable would drive
+                    # it back to that old goal before this move is even staged. Its goal
+                    # becomes where it stands first, so turning torque on moves nothing.
+                    present = int(joint["present_position"])
+                    self._write_logged(
+                        op, attempt, bus, robot, dxl_id, tables.GOAL_POSITION, present, "hold_goal"
+                    )
                 self._write_logged(
                     op, attempt, bus, robot, dxl_id, tables.TORQUE_ENABLE, 1, "torque_enable"
                 )
