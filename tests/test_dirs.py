@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tether._dirs import DataDirError, default_state_dir, usable_dir
 from tether.activities import Catalog
 from tether.devices.credentials import RateLimiter

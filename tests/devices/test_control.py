@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tether._coded import CodedError
 from tether.devices.control import ControlServer, send_request
 from tether.transport import TransportError
@@ -187,7 +186,8 @@ except socket.timeout:
     sys.exit(0)
 conn.settimeout(2)
 data = conn.recv(4096)
-conn.sendall(json.dumps({"ok": True, "result": [{"robot": "arm", "ok": True, "held": True}]}).encode() + b"\\n")
+held = [{"robot": "arm", "ok": True, "held": True}]
+conn.sendall(json.dumps({"ok": True, "result": held}).encode() + b"\\n")
 print("received " + data.decode(), flush=True)
 """
 
