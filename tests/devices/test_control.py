@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from tether._coded import CodedError
-from tether.devices.control import ControlServer, send_request
+from tether.devices.control import ControlServer, send_request, socket_path_for
 from tether.transport import TransportError
 
 NOBODY = 65534
@@ -105,6 +105,19 @@ def test_socket_is_0600_in_a_0700_dir(tmp_path: Path) -> None:
     finally:
         server.close()
     assert not path.exists()
+
+
+def test_a_path_too_long_to_bind_gets_a_private_stand_in(tmp_path: Path) -> None:
+    long = tmp_path / ("d" * 120) / "host.sock"
+    path = socket_path_for(long)
+    assert len(path.encode()) <= 108 and path != str(long)
+    server = ControlServer(path, Calls().handlers())
+    try:
+        assert os.stat(Path(path).parent).st_uid == os.geteuid()
+        assert os.stat(Path(path).parent).st_mode & 0o777 == 0o700
+        assert timed_stop(path) < 5
+    finally:
+        server.close()
 
 
 def test_replies_and_refusals_carry_codes(tmp_path: Path) -> None:
@@ -250,7 +263,7 @@ def test_idle_and_half_sent_clients_do_not_delay_a_stop(tmp_path: Path) -> None:
         loaded = [timed_stop(path) for _ in range(20)]
         # A sanity bound only (the numbers are benches/stop_latency.py's): before this design
         # one idle client held every stop for the full 10 s client timeout.
-        assert max(loaded) < max(0.5, 50 * statistics.median(quiet)), (quiet, loaded)
+        assert max(loaded) < max(2.0, 50 * statistics.median(quiet)), (quiet, loaded)
         for sock in clients:  # and the idle clients were not cut off to make room
             sock.setblocking(False)
             with pytest.raises(BlockingIOError):
