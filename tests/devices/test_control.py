@@ -144,7 +144,10 @@ import json, socket, sys
 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
     s.settimeout(10)
     s.connect(sys.argv[1])
-    s.sendall(json.dumps({"op": "stop", "robot": "arm"}).encode() + b"\\n")
+    try:
+        s.sendall(json.dumps({"op": "stop", "robot": "arm"}).encode() + b"\\n")
+    except BrokenPipeError:
+        pass  # refused at accept, before a byte was read: the refusal is there to read
     print(s.makefile("r").readline().strip())
 """
 

@@ -26,6 +26,7 @@ Rules:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -152,15 +153,20 @@ class ControlServer:
                     first = next(iter(self._pending.values())).deadline
                     timeout = max(0.0, first - time.monotonic())
                 for key, _ in self._sel.select(timeout):
-                    if key.data == "listen":
-                        self._accept_all()
-                    elif key.data == "wake":
-                        try:
+                    try:
+                        if key.data == "listen":
+                            self._accept_all()
+                        elif key.data == "wake":
                             os.read(self._wake_r, 512)
-                        except BlockingIOError:
-                            pass
-                    else:
-                        self._read(key.fileobj)  # type: ignore[arg-type]
+                        else:
+                            self._read(key.fileobj)  # type: ignore[arg-type]
+                    except BlockingIOError:
+                        pass
+                    except Exception:
+                        if self._closed:
+                            return
+                        # One connection's failure must never take the stop channel down.
+                        _log.exception("control client failed", extra={"socket": self.path})
                 self._expire()
         except Exception:
             if not self._closed:
@@ -176,10 +182,20 @@ class ControlServer:
                 conn, _ = self._sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:
+            except OSError as exc:
                 if self._closed:
                     return
-                raise
+                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    raise
+                # Out of descriptors: the oldest pending client makes room, as a new one would.
+                _log.warning("control socket: %s", exc.strerror, extra={"socket": self.path})
+                if self._pending:
+                    oldest = next(iter(self._pending))
+                    self._unregister(oldest)
+                    self._answer_now(oldest, "owner_busy", "out of descriptors; this was oldest")
+                else:
+                    time.sleep(0.05)
+                return
             conn.setblocking(False)
             try:
                 pid, uid, _gid = peer_credentials(conn)
@@ -373,7 +389,10 @@ def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.
                 raise _untrusted(
                     socket_path, f"answered by uid {peer_uid}, not by you", owner_uid=peer_uid
                 )
-            sock.sendall((json.dumps(request) + "\n").encode())
+            try:
+                sock.sendall((json.dumps(request) + "\n").encode())
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the owner answered (a refusal) and closed before reading: read it
             with sock.makefile("r") as reader:
                 line = reader.readline()
     except OSError as exc:
