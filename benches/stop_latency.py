@@ -49,6 +49,9 @@ max = 1.5
 """
 
 
+ROUNDS = 4
+
+
 def stops(socket_path: str, n: int) -> list[float]:
     out = []
     for _ in range(n):
@@ -74,20 +77,23 @@ def main() -> None:
         with RobotHost(load_config(path)) as host:
             host.connect("arm")
             sock_path = host.socket_path
-            stops(sock_path, 10)  # warm up
-            quiet = stops(sock_path, args.stops)
-            clients = []
-            for i in range(2 * args.idle):
-                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                c.connect(sock_path)
-                if i % 2:
-                    c.sendall(b'{"op": "state", "rob')
-                clients.append(c)
-            try:
-                loaded = stops(sock_path, args.stops)
-            finally:
-                for c in clients:
-                    c.close()
+            stops(sock_path, args.stops)  # warm up (the first stops after a connect are slower)
+            quiet: list[float] = []
+            loaded: list[float] = []
+            for _ in range(ROUNDS):  # interleaved, so drift on a shared machine hits both cases
+                quiet += stops(sock_path, args.stops // ROUNDS)
+                clients = []
+                for i in range(2 * args.idle):
+                    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    c.connect(sock_path)
+                    if i % 2:
+                        c.sendall(b'{"op": "state", "rob')
+                    clients.append(c)
+                try:
+                    loaded += stops(sock_path, args.stops // ROUNDS)
+                finally:
+                    for c in clients:
+                        c.close()
     print(f"stop latency over the control socket, {args.stops} stops per case (ms)")
     print(f"{'case':<34} {'p50':>8} {'p99':>8} {'max':>8}")
     for name, values in (
