@@ -3,29 +3,163 @@
 A path that is a file, or under a file, or that cannot be created is refused with one
 `DataDirError` naming the path and what it is for, before anything is opened or written under
 it, instead of failing later inside SQLite, the artifact store or a lock with a traceback.
+
+Rules (every directory `usable_dir` returns is private to the caller's uid):
+- A directory Tether creates is 0700, and the process umask is tightened to 077 first
+  (`private_umask`), so every file created under it afterwards (SQLite catalogs and their
+  `-wal`/`-shm`, journals, locks, latches, sockets) is 0600 at most, whatever mode the
+  creating call names.
+- An existing directory is refused when the path itself is a symlink
+  (`symlinked_directory`), when it is owned by another uid (`foreign_directory`), or when
+  group or others may write to it (`insecure_directory`): someone else could have planted or
+  could swap its files. One of ours that others may only read or traverse is tightened to 0700.
+- Every ancestor must be owned by root or the caller, and not writable by others unless it is
+  sticky (like `/tmp`): otherwise its owner could rename the directory away and put another in
+  its place (`insecure_directory`, the ancestor named).
+- The default state dir (`default_state_dir`) is never a guessable shared `/tmp` path:
+  `$XDG_RUNTIME_DIR/tether` when that is a private directory of the caller, else
+  `$XDG_STATE_HOME/tether` (default `~/.local/state/tether`).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
+import stat
 from pathlib import Path
 from typing import Final
 
 from tether._coded import CodedError
 
 #: The codes a DataDirError carries (`not_a_data_dir`: a directory without a Tether catalog).
-CODES: Final = ("no_such_directory", "not_a_directory", "unusable_directory", "not_a_data_dir")
+CODES: Final = (
+    "no_such_directory",
+    "not_a_directory",
+    "unusable_directory",
+    "not_a_data_dir",
+    "foreign_directory",
+    "insecure_directory",
+    "symlinked_directory",
+)
+#: The umask bits every Tether process sets before it creates a file: nothing for group/others.
+PRIVATE_UMASK: Final = 0o077
 
 
 class DataDirError(CodedError):
-    """A data or state directory cannot be used (it is a file, or cannot be created)."""
+    """A data or state directory cannot be used (a file, not creatable, or not private)."""
+
+
+def private_umask() -> None:
+    """Add group and other bits to the process umask (idempotent; never loosens it)."""
+    old = os.umask(PRIVATE_UMASK)
+    os.umask(old | PRIVATE_UMASK)
+
+
+def _home() -> Path:
+    home = os.environ.get("HOME")
+    if home and os.path.isabs(home):
+        return Path(home)
+    return Path(pwd.getpwuid(os.geteuid()).pw_dir)
+
+
+def _is_private_dir(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.geteuid()
+        and not stat.S_IMODE(info.st_mode) & 0o077
+    )
+
+
+def default_state_dir() -> Path:
+    """Where a host keeps its locks, control sockets and latches when `host.state_dir` is unset.
+
+    `$XDG_RUNTIME_DIR/tether` only when `XDG_RUNTIME_DIR` is an absolute path to a 0700
+    directory of the caller (as the XDG spec requires of it), else under the caller's home:
+    `$XDG_STATE_HOME/tether`, default `~/.local/state/tether`. Never a shared `/tmp` name
+    another local user could create first."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime) and _is_private_dir(runtime):
+        return Path(runtime) / "tether"
+    state_home = os.environ.get("XDG_STATE_HOME")
+    if state_home and os.path.isabs(state_home):
+        return Path(state_home) / "tether"
+    return _home() / ".local" / "state" / "tether"
+
+
+def _refuse(code: str, message: str, path: Path, what: str, **details: object) -> DataDirError:
+    return DataDirError(code, message, details={"path": str(path), "what": what, **details})
+
+
+def check_private_dir(path: str | os.PathLike[str], *, what: str) -> Path:
+    """Refuse an existing directory another uid could control (see the module rules); tighten
+    one of ours that others may read to 0700."""
+    p = Path(path)
+    info = os.lstat(p)
+    if stat.S_ISLNK(info.st_mode):
+        raise _refuse(
+            "symlinked_directory",
+            f"{what} {p} is a symlink to {os.path.realpath(p)}: give the real directory",
+            p,
+            what,
+        )
+    uid = os.geteuid()
+    if info.st_uid != uid:
+        raise _refuse(
+            "foreign_directory",
+            f"{what} {p} is owned by uid {info.st_uid}, not by you (uid {uid}): "
+            "remove it or choose another directory",
+            p,
+            what,
+            owner_uid=info.st_uid,
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o022:
+        raise _refuse(
+            "insecure_directory",
+            f"{what} {p} is writable by group or others (mode {mode:04o}): check its contents, "
+            f"then `chmod 700 {p}`",
+            p,
+            what,
+            mode=f"{mode:04o}",
+        )
+    if mode & 0o077:
+        os.chmod(p, mode & 0o700)
+    for parent in Path(os.path.abspath(p)).parents:
+        try:
+            up = os.stat(parent)
+        except OSError:
+            continue
+        upmode = stat.S_IMODE(up.st_mode)
+        loose = upmode & 0o002 and not upmode & stat.S_ISVTX
+        if up.st_uid not in (0, uid) or loose:
+            raise _refuse(
+                "insecure_directory",
+                f"{what} {p} is under {parent}, which "
+                + (
+                    f"is owned by uid {up.st_uid}"
+                    if up.st_uid not in (0, uid)
+                    else f"anyone may write to (mode {upmode:04o})"
+                )
+                + ": it could be swapped; choose a directory under one only you or root control",
+                p,
+                what,
+                ancestor=str(parent),
+            )
+    return p
 
 
 def usable_dir(path: str | os.PathLike[str], *, what: str, create: bool = True) -> Path:
-    """`path` as a directory, created when missing (`create`, else refused); `what` names it
-    in the error."""
+    """`path` as a private directory, created 0700 when missing (`create`, else refused); `what`
+    names it in the error. Tightens the process umask first (`private_umask`)."""
+    private_umask()
     p = Path(path)
     for parent in (p, *p.parents):
+        if parent.is_symlink() and parent == p:
+            break  # refused below, with what it points to
         if parent.exists():
             if not parent.is_dir():
                 where = "is" if parent == p else f"is under {parent}, which is"
@@ -41,15 +175,24 @@ def usable_dir(path: str | os.PathLike[str], *, what: str, create: bool = True) 
             f"{what} {p} does not exist",
             details={"path": str(p), "what": what},
         )
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DataDirError(
-            "unusable_directory",
-            f"{what} {p} cannot be created: {exc.strerror}",
-            details={"path": str(p), "what": what},
-        ) from exc
-    return p
+    if not os.path.lexists(p):
+        try:
+            p.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise DataDirError(
+                "unusable_directory",
+                f"{what} {p} cannot be created: {exc.strerror}",
+                details={"path": str(p), "what": what},
+            ) from exc
+    return check_private_dir(p, what=what)
 
 
-__all__ = ["CODES", "DataDirError", "usable_dir"]
+__all__ = [
+    "CODES",
+    "PRIVATE_UMASK",
+    "DataDirError",
+    "check_private_dir",
+    "default_state_dir",
+    "private_umask",
+    "usable_dir",
+]

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
+from tether import _dirs
 from tether._config import HostConfigError, Table, nearest
 from tether.devices import credentials
 from tether.devices.registry import DeviceType, device_type
@@ -182,8 +183,8 @@ class HostConfig(Generic[R]):
 
 
 def default_state_dir() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "tether" if runtime else Path(f"/tmp/tether-{os.getuid()}")
+    """`tether._dirs.default_state_dir`: never a guessable shared `/tmp` path."""
+    return _dirs.default_state_dir()
 
 
 def _operators(doc: Table) -> dict[str, credentials.Principal]:

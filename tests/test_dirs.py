@@ -1,0 +1,167 @@
+"""Private state and data dirs: created 0700, files 0600, foreign/loose/symlinked ones refused."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tether._dirs import DataDirError, default_state_dir, usable_dir
+from tether.activities import Catalog
+from tether.devices.credentials import RateLimiter
+from tether.devices.latch import StopLatch
+from tether.devices.ports import IdentityLock
+from tether.operations._durable import write_durable
+
+NOBODY = 65534
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_a_new_dir_is_0700_and_files_created_under_it_are_0600(tmp_path: Path) -> None:
+    state = usable_dir(tmp_path / "a" / "state", what="host.state_dir")
+    assert mode(state) == 0o700
+    assert mode(tmp_path / "a") == 0o700  # parents Tether creates are private too
+    StopLatch(state).latch("arm")
+    RateLimiter(state / "auth" / "failures.json").failed()
+    lock = IdentityLock(state, "url:loop://")
+    lock.acquire("/nowhere.sock")
+    lock.release()
+    write_durable(state / "journal.json", b"{}")  # names 0o644 itself: the umask wins
+    data = usable_dir(tmp_path / "data", what="--data-dir")
+    catalog = Catalog.open(f"sqlite:///{data / 'catalog.db'}")
+    catalog.close()
+    created = [p for p in [*state.rglob("*"), *data.rglob("*")]]
+    assert {p.name for p in created} >= {"latches", "auth", "failures.json", "journal.json"}
+    assert any(p.name == "catalog.db" for p in created)
+    for p in created:
+        assert mode(p) == (0o700 if p.is_dir() else 0o600), p
+
+
+@pytest.mark.parametrize("loose", [0o777, 0o770, 0o722, 0o1777])
+def test_a_pre_created_dir_others_may_write_is_refused(tmp_path: Path, loose: int) -> None:
+    d = tmp_path / "state"
+    d.mkdir()
+    os.chmod(d, loose)
+    with pytest.raises(DataDirError) as info:
+        usable_dir(d, what="host.state_dir")
+    assert info.value.code == "insecure_directory"
+    assert str(d) in info.value.message and f"chmod 700 {d}" in info.value.message
+    assert mode(d) == loose  # refused, not silently changed
+
+
+def test_one_of_ours_others_may_only_read_is_tightened(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    d.mkdir(mode=0o755)
+    os.chmod(d, 0o755)
+    assert usable_dir(d, what="--data-dir") == d
+    assert mode(d) == 0o700
+
+
+def test_a_dir_owned_by_another_uid_is_refused(tmp_path: Path) -> None:
+    assert os.geteuid() == 0, "this test needs root to give a directory away"
+    d = tmp_path / "state"
+    d.mkdir(mode=0o700)
+    os.chown(d, NOBODY, NOBODY)
+    with pytest.raises(DataDirError) as info:
+        usable_dir(d, what="host.state_dir")
+    assert info.value.code == "foreign_directory"
+    assert info.value.details["owner_uid"] == NOBODY
+    assert str(d) in info.value.message
+
+
+def test_a_dir_under_a_parent_of_another_uid_is_refused(tmp_path: Path) -> None:
+    parent = tmp_path / "theirs"
+    parent.mkdir(mode=0o755)
+    os.chown(parent, NOBODY, NOBODY)
+    with pytest.raises(DataDirError) as info:
+        usable_dir(parent / "state", what="host.state_dir")
+    assert info.value.code == "insecure_directory"
+    assert info.value.details["ancestor"] == str(parent)
+
+
+def test_a_dir_under_a_world_writable_non_sticky_parent_is_refused(tmp_path: Path) -> None:
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    os.chmod(parent, 0o777)
+    with pytest.raises(DataDirError) as info:
+        usable_dir(parent / "state", what="host.state_dir")
+    assert info.value.code == "insecure_directory"
+    os.chmod(parent, 0o1777)  # sticky, like /tmp: nobody can rename our directory away
+    assert mode(usable_dir(parent / "state", what="host.state_dir")) == 0o700
+
+
+@pytest.mark.parametrize("target_kind", ["own_dir", "foreign_dir", "dangling"])
+def test_a_symlinked_state_dir_is_refused(tmp_path: Path, target_kind: str) -> None:
+    target = tmp_path / "elsewhere"
+    if target_kind != "dangling":
+        target.mkdir(mode=0o700)
+    if target_kind == "foreign_dir":
+        os.chown(target, NOBODY, NOBODY)
+    link = tmp_path / "state"
+    link.symlink_to(target)
+    with pytest.raises(DataDirError) as info:
+        usable_dir(link, what="host.state_dir")
+    assert info.value.code == "symlinked_directory"
+    assert str(link) in info.value.message
+    assert not (target / "latches").exists()
+
+
+def test_the_pre_created_tmp_path_of_the_old_default_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    default = default_state_dir()
+    assert default == tmp_path / "home" / ".local" / "state" / "tether"
+    assert not str(default).startswith("/tmp/tether-")
+    assert mode(usable_dir(default, what="host.state_dir")) == 0o700
+
+
+def test_xdg_runtime_dir_is_used_only_when_it_is_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    assert default_state_dir() == runtime / "tether"
+    os.chown(runtime, NOBODY, NOBODY)  # pre-created by someone else: not ours to use
+    assert default_state_dir() == tmp_path / "home" / ".local" / "state" / "tether"
+    os.chown(runtime, 0, 0)
+    os.chmod(runtime, 0o777)
+    assert default_state_dir() == tmp_path / "home" / ".local" / "state" / "tether"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "relative/run")
+    assert default_state_dir() == tmp_path / "home" / ".local" / "state" / "tether"
+
+
+def test_tether_stop_refuses_a_state_dir_another_user_pre_created(tmp_path: Path) -> None:
+    """The attack of issue 12: another local user pre-creates the state dir and would answer
+    `tether stop` from it. The CLI refuses in one line, exit 2, naming the path."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    os.chown(state, NOBODY, NOBODY)
+    config = tmp_path / "host.toml"
+    config.write_text(
+        f'[host]\nstate_dir = "{state}"\n[ports.bus]\nurl = "loop://"\n'
+        '[robots.arm]\nport = "bus"\n[[robots.arm.joints]]\nname = "j"\nid = 1\n'
+        "min = -1.0\nmax = 1.0\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "tether", "stop", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr
+    assert str(state) in lines[0] and "owned by uid 65534" in lines[0]
+    assert not (state / "latches").exists()
