@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 from tether._coded import CodedError
+from tether._dirs import usable_dir
 from tether.devices.config import HostConfig
 from tether.devices.control import ControlServer, send_request, socket_path_for
 from tether.devices.latch import MotionStopped, StopLatch  # noqa: F401
@@ -43,6 +44,7 @@ class DeviceHost:
     """Owns the buses of the robots it connects. Single owner; close() always safe-stops."""
 
     def __init__(self, config: HostConfig[Any]) -> None:
+        usable_dir(config.state_dir, what="host.state_dir")  # private, before anything in it
         self.config = config
         self.buses: dict[str, Any] = {}
         self.identities: dict[str, Any] = {}

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tether._dirs import usable_dir
 from tether.operations._durable import write_durable
 from tether.transport import DeviceError
 
@@ -58,7 +59,7 @@ class StopLatch:
         return bool(self.state(robot).get("latched"))
 
     def _write(self, robot: str, doc: dict[str, Any]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        usable_dir(self.dir, what="the stop latch dir")  # private, never a foreign one
         write_durable(self._path(robot), json.dumps(doc, sort_keys=True).encode())
 
     def latch(self, robot: str, *, by: str = "tether stop") -> dict[str, Any]:

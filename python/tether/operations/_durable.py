@@ -17,7 +17,7 @@ def fsync_dir(path: Path) -> None:
 
 def _write_temp(directory: Path, stem: str, data: bytes) -> Path:
     tmp = directory / f".{stem}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         view = memoryview(data)
         while view:

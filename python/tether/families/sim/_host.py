@@ -40,7 +40,7 @@ def _attempt(job: dict[str, Any], out_fd: int, host_pid: int) -> int:
         return EXIT_PARENT_GONE
     op = Operation(Path(job["op_dir"]))
     attempt = int(job["attempt"])
-    err = os.open(stderr_path(op, attempt), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    err = os.open(stderr_path(op, attempt), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(err, 2)
     os.close(err)
     code = run_attempt(op, attempt, job, emit)
