@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
 
 import tether.errors as errors
 from tether import _core
-from tether.activities import REJECTION_CODES
+from tether.activities import (
+    REJECTION_CODES,
+    ActivityKey,
+    ActivityRecord,
+    Catalog,
+    Decision,
+    Evidence,
+    RetryGuard,
+)
 from tether.activities._record import COLUMNS, record_from_row
 
 
@@ -33,3 +44,79 @@ def test_the_record_view_unpacks_the_core_row_layout() -> None:
     lines = unpacked.group(1).splitlines()
     names = [n.strip().rstrip(",").lstrip("_") for n in lines if n.strip()]
     assert tuple(names) == COLUMNS == tuple(_core.catalog_columns())
+
+
+def test_record_view_is_the_dataclass(tmp_path: Path) -> None:
+    """`record_from_row` stores every field through the slots: the record equals the one the
+    dataclass's `__init__` builds from the same values, at every stage of a lifecycle (with an
+    attempt, a guard, evidence, a decision, a result, a settlement, compacted)."""
+    from tests.activities.support import (
+        ManualClock,
+        bound_claim,
+        evidence_for,
+        key,
+        receipt,
+        reconciling,
+        result,
+    )
+
+    clock = ManualClock()
+    rows: list[tuple[Any, ...]] = []
+    with Catalog.open(f"sqlite://{tmp_path / 'c.db'}", clock=clock) as cat:
+
+        def keep(k: ActivityKey) -> None:
+            row = cat.store.get((k.world_id, k.kind, k.activity_id))
+            assert row is not None
+            rows.append(row)
+
+        done, unknown = key("done"), key("unknown")
+        c = bound_claim(cat, done)
+        keep(done)
+        cat.record_result(done, c.fence, result("r"))
+        keep(done)
+        cat.settle(done, receipt(9), evidence_for(done, result("r")))
+        keep(done)
+        clock.advance(10)
+        assert cat.compact_settled(0) == 1
+        keep(done)
+        _, rec = reconciling(cat, clock, unknown)
+        keep(unknown)
+        cat.record_unknown(unknown, rec.fence, Evidence("evidence://e", "sha256:e"), 0)
+        keep(unknown)
+        awaiting = cat.get(unknown)
+        assert awaiting is not None
+        cat.resolve(
+            unknown,
+            Decision.absent(
+                RetryGuard("guard://g", "sha256:g"),
+                evidence_revision=awaiting.evidence_revision,
+                operator="op",
+            ),
+        )
+        keep(unknown)
+    seen: set[str] = set()
+    at = {c: i for i, c in enumerate(COLUMNS)}
+    for row in rows:
+        record = record_from_row(row)
+        names = [f.name for f in fields(ActivityRecord)]
+        values = [getattr(record, n) for n in names]  # every slot is set
+        assert record == ActivityRecord(*values)
+        # Each field holds its own column (a slot set from the wrong one would differ).
+        for name, value in zip(names, values, strict=True):
+            if name in at:
+                assert value == row[at[name]], name
+        assert record.key == ActivityKey(row[0], row[1], row[2])
+        assert record.source.run_id == row[at["source_run_id"]]
+        assert record.operation_bound_at_ms == row[at["bound_at_ms"]]
+        assert (record.attempt is None) == (row[at["attempt_owner"]] is None)
+        assert (record.result and record.result.ref) == row[at["result_ref"]]
+        assert (record.recorded_result and record.recorded_result.recorded_at_ms) == row[
+            at["result_at_ms"]
+        ]
+        assert (record.retry_guard and record.retry_guard.guard.ref) == row[at["guard_ref"]]
+        assert (record.evidence and record.evidence.evidence.ref) == row[at["evidence_ref"]]
+        assert (record.decision and record.decision.outcome) == row[at["decision_outcome"]]
+        assert (record.settlement and record.settlement.receipt.run_id) == row[at["settled_run_id"]]
+        seen.update(n for n, v in zip(names, values, strict=True) if v not in (None, ""))
+    assert seen >= {"attempt", "retry_guard", "result", "evidence", "decision", "settlement"}
+    assert "compacted_at_ms" in seen

@@ -122,7 +122,10 @@ def test_scans_walk_their_partial_index(tmp_path: Path, view: View, world_id: st
     conn.set_trace_callback(None)
     sql = traced[-1]
     plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
-    assert f"activities_{view}" in plan, plan
+    # Results pending observation are the first range of the unsettled index (version 4).
+    index = "activities_unsettled" if view == "pending_observation" else f"activities_{view}"
+    assert index in plan, plan
+    assert "SCAN" not in plan, plan  # a range of the index, never a walk of all of it
     store.close()
 
 
@@ -415,7 +418,9 @@ def test_a_version_2_catalog_gains_the_compactable_column_from_the_core(tmp_path
     # One migration policy for every backend: the v2 file refuses to open, naming the command,
     # and `tether db upgrade` migrates it.
     url = f"sqlite://{path}"
-    with pytest.raises(SchemaOutdated, match=r"version 2, this Tether needs 3.*tether db upgrade"):
+    with pytest.raises(
+        SchemaOutdated, match=rf"version 2, this Tether needs {LATEST}.*tether db upgrade"
+    ):
         Catalog.open(url, clock=clock)
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 2
@@ -432,7 +437,7 @@ def test_a_version_2_catalog_gains_the_compactable_column_from_the_core(tmp_path
         assert cat.compact_settled(0) == 1
         assert cat.get(settled).compacted and not cat.get(pending).compacted  # type: ignore[union-attr]
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST == 3
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
     conn.close()
 
 
@@ -502,3 +507,56 @@ def test_an_admission_is_inserted_without_a_read_and_an_existing_key_still_decid
         with Catalog.open(url, clock=clock) as c, pytest.raises(AdmissionConflict):
             c.admit(admission(k, input_digest="sha256:other"))
         assert a.get(k) == first
+
+
+def test_a_version_3_catalog_is_refused_until_upgraded_and_keeps_its_rows(tmp_path: Path) -> None:
+    """Version 4 folds the pending-observation index into the unsettled one: a version 3 file
+    (its two indexes) refuses to open, `tether db upgrade` swaps the indexes, and every row,
+    view and the lifecycle gate are as before."""
+    from tether.storage import _schema
+
+    from tests.activities.support import bound_claim, evidence_for, receipt, result
+
+    clock = ManualClock()
+    path = tmp_path / "v3.db"
+    admitted, leased, done, settled = (key(n) for n in ("admitted", "leased", "done", "set"))
+    elsewhere = key("other", world="w2")
+    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+        bound_claim(cat, leased, lease_ms=3_600_000)
+        for k, name in ((done, "done"), (settled, "set"), (elsewhere, "o")):
+            c = bound_claim(cat, k)
+            cat.record_result(k, c.fence, result(name))
+        cat.settle(settled, receipt(9), evidence_for(settled, result("set")))
+        cat.settle(elsewhere, receipt(9, world="w2"), evidence_for(elsewhere, result("o")))
+        cat.admit(admission(admitted))
+        before = {k: cat.get(k) for k in (admitted, leased, done, settled, elsewhere)}
+    # The file as version 3 left it: version 4's index swapped back for version 2's two.
+    v2_indexes = [s for s in _schema.MIGRATIONS[1][1] if s.startswith("CREATE INDEX")]
+    assert len(v2_indexes) == 2 and _schema.MIGRATIONS[3][0] == 4 == LATEST
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    conn.execute("DROP INDEX activities_unsettled")
+    for statement in v2_indexes:
+        conn.execute(statement)
+    conn.execute("UPDATE schema_version SET version = 3")
+    conn.execute("COMMIT")
+    conn.close()
+
+    with pytest.raises(SchemaOutdated, match=f"version 3, this Tether needs {LATEST}"):
+        Catalog.open(f"sqlite://{path}", clock=clock)
+    from tether.cli import main as tether
+
+    assert tether(["db", "upgrade", f"sqlite://{path}"]) == 0
+    conn = sqlite3.connect(path)
+    indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'index'")}
+    assert "activities_pending_observation" not in indexes and "activities_unsettled" in indexes
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 4
+    conn.close()
+    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+        assert {k: cat.get(k) for k in before} == before
+        assert [r.key for r in cat.iter_pending_observation()] == [done]
+        assert [r.key for r in cat.iter_pending_observation(world_id="w2")] == []
+        assert cat.has_unsettled("w1") and not cat.has_unsettled("w2")
+        cat.settle(done, receipt(9), evidence_for(done, result("done")))
+        assert list(cat.iter_pending_observation()) == []
+        assert cat.has_unsettled("w1")  # admitted and leased are still unsettled

@@ -20,6 +20,15 @@ Version 3 adds retention: `compacted_at_ms` (a fact: when the core compacted the
 `compactable_from_ms` (derived by the core: a settled, whole record's settlement time), with a
 partial index over the settled records not yet compacted, which `tether db prune` walks in
 `compactable_from_ms` order. Compacted and unsettled records are not in it.
+
+Version 4 replaces the pending-observation index and the unsettled index by one index of the
+unsettled records ordered by (`pending_observation`, `world_id`, `kind`, `activity_id`): the
+results pending observation are its `pending_observation = 1` range (the core's pending
+observation is a recorded result not yet settled, so it is always unsettled), and the
+lifecycle gate probes a world in both ranges. A result moves the record within that one index
+and a settlement removes it once, where they wrote two indexes before: one page fewer per
+lifecycle (a page per index a commit touches is what a transition costs in WAL frames). The
+upgrade only swaps the indexes; no row changes.
 """
 
 from __future__ import annotations
@@ -173,6 +182,19 @@ MIGRATIONS: tuple[Migration, ...] = (
             " WHERE compactable_from_ms IS NOT NULL",
         ),
         True,
+    ),
+    (
+        4,
+        (
+            # One index of the unsettled records, pending observation ones first in their own
+            # range: a result and a settlement each touch one index page fewer than with a
+            # separate pending-observation index (the core's pending implies unsettled).
+            "DROP INDEX activities_pending_observation",
+            "DROP INDEX activities_unsettled",
+            "CREATE INDEX activities_unsettled ON activities"
+            " (pending_observation, world_id, kind, activity_id) WHERE unsettled = 1",
+        ),
+        False,
     ),
 )
 

@@ -13,7 +13,8 @@ transitions interleave.
 SQL here never decides a rule. The one comparison it makes is the core's definition of
 claimable (`claimable_from_ms <= now` on the lease clock, a value only the core computes, all
 on one boot's clock once `align_clock` ran); the other filters select flags the core computed
-(`pending_observation`, `unsettled`, `awaiting_decision`) to pick rows of a partial index.
+(`pending_observation`, `unsettled`, `awaiting_decision`) to pick rows of a partial index
+(results pending observation are the `pending_observation = 1` range of the unsettled index).
 Compaction (retention) walks the core's `compactable_from_ms` column up to a cutoff, the same
 kind of comparison; the core decides each row it is handed (`compact`).
 
@@ -30,7 +31,9 @@ in it, so none of these grows with the number of leased or finished activities):
   world); a world-partitioned index would cost a page on every write;
 - `next_claimable` is one step into the claimable index per kind (a walk of the kind's
   entries when filtered by `world_id`);
-- `has_unsettled` is one probe of the world's entries in the unsettled index;
+- `has_unsettled` is one probe of the world's entries in each range of the unsettled index
+  (not pending observation, pending observation); a pending-observation scan is the second
+  range, so neither grows with the number of claimable or leased activities;
 - `align_clock` is one read of `catalog_clock` unless the boot changed; then it walks the
   claimable index once (every row holding lease-clock values).
 """
@@ -103,7 +106,7 @@ _KINDS = "SELECT kind FROM activity_kinds"
 _ADD_KIND = "INSERT OR IGNORE INTO activity_kinds (kind) VALUES (?)"
 _HAS_UNSETTLED = (
     "SELECT 1 FROM activities INDEXED BY activities_unsettled"
-    " WHERE world_id = ? AND unsettled = 1 LIMIT 1"
+    " WHERE unsettled = 1 AND pending_observation IN (0, 1) AND world_id = ? LIMIT 1"
 )
 _CLOCK_BOOT = "SELECT boot_id FROM catalog_clock WHERE id = 1"
 _SET_CLOCK_BOOT = "UPDATE catalog_clock SET boot_id = ? WHERE id = 1"
@@ -128,9 +131,9 @@ _VIEWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("claimable_from_ms", "kind", "world_id", "activity_id"),
     ),
     "pending_observation": (
-        "activities_pending_observation",
-        "pending_observation = 1",
-        ("world_id", "kind", "activity_id"),
+        "activities_unsettled",
+        "unsettled = 1 AND pending_observation = 1",
+        ("pending_observation", "world_id", "kind", "activity_id"),
     ),
     "awaiting_decision": (
         "activities_awaiting_decision",
