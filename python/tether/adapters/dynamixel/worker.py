@@ -21,7 +21,6 @@ otherwise the robot's stop policy applies on the way out.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -30,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tether import _exit
+from tether._args import Parser
 from tether._dirs import usable_dir
 from tether.activities import ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
@@ -42,11 +43,22 @@ from tether.families.robot_move.request import (
     MoveRequestError,
 )
 
-EXIT_DONE = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_PARKED = 3
-EXIT_RETRY = 4
+EXIT_DONE = _exit.OK
+EXIT_ERROR = _exit.FAILED
+EXIT_USAGE = _exit.USAGE
+EXIT_PARKED = _exit.PARKED
+EXIT_RETRY = _exit.TIMEOUT
+#: The codes `tether move` documents (a test checks them against `tether._exit`).
+EXIT_CODES = (
+    _exit.OK,
+    _exit.FAILED,
+    _exit.USAGE,
+    _exit.PARKED,
+    _exit.TIMEOUT,
+    _exit.STORE_UNUSABLE,
+    _exit.STORAGE_IO,
+    _exit.UNAVAILABLE,
+)
 
 _CONCLUSIONS = {"completed": "executed", "recovered": "recovered", "operator_done": "operator_done"}
 
@@ -212,21 +224,24 @@ def _one_line_logs() -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tether move",
         description="Run one robot move to a conclusion, as an Activity of the local Host "
-        "(<state_dir>/moves). Exit 0 done, 1 error, 2 refused, 3 parked for an operator, "
-        "4 not concluded before the deadline.",
+        "(<state_dir>/moves).",
+        epilog="exit codes: 0 done; 1 error; 2 refused (usage, configuration, a limit); 3 parked "
+        "for an operator; 4 not concluded before the deadline; 5 a store that cannot be used; "
+        "6 the disk refused a write; 7 the port is owned by another process (see `tether "
+        "--help`).",
     )
     parser.add_argument("--config", required=True, help="host configuration (TOML)")
     parser.add_argument(
         "--store", help="operations journal of robot moves (default: <state_dir>/moves/robot_move)"
     )
-    parser.add_argument("--robot", required=True)
-    parser.add_argument("--joint", action="append", default=[], help="NAME=RADIANS (repeatable)")
+    parser.add_argument("--robot", required=True, help="the robot's name in host.toml")
     parser.add_argument(
-        "--relative", action="store_true", help="targets are deltas (non-repeatable)"
+        "--joint", action="append", default=[], help="NAME=RADIANS (repeatable; default: none)"
     )
+    parser.add_argument("--relative", action="store_true", help="targets are deltas")
     parser.add_argument("--world", default="local", help="world id (default: local)")
     parser.add_argument("--activity", required=True, help="activity id within the world")
     parser.add_argument("--settle-timeout", type=float, default=30.0, help="seconds (default 30)")
@@ -251,7 +266,7 @@ def main(argv: list[str]) -> int:
     except (TetherError, MoveRequestError) as exc:
         refused = {"status": "refused", "code": getattr(exc, "code", None), "error": str(exc)}
         print(json.dumps(refused), flush=True)
-        return EXIT_USAGE
+        return _exit.for_error(exc, default=EXIT_USAGE)
     try:
         outcome = run_move(
             config,
@@ -268,7 +283,7 @@ def main(argv: list[str]) -> int:
             json.dumps({"status": "error", "code": code, "error": f"{type(exc).__name__}: {exc}"}),
             flush=True,
         )
-        return EXIT_ERROR
+        return _exit.for_error(exc, default=EXIT_ERROR)
     print(json.dumps(outcome), flush=True)
     if outcome["status"] == "failed" and outcome.get("outcome") == "refused":
         return EXIT_USAGE  # refused before any byte: a limit (e.g. of a relative move)

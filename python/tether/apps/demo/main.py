@@ -7,7 +7,7 @@ per activity and ends with a summary table; a localhost HTTP server streams the 
 events over SSE. Killed at any moment (even `kill -9`), the same command resumes: settled
 activities are not run again, durable results are recovered rather than recomputed, and the
 summary says what was recovered. An activity that reconciles to Unknown is parked: the demo
-lists the parked activities and exits 1 instead of waiting forever.
+lists the parked activities and exits 3 (`tether._exit.PARKED`) instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from tether import _exit
+from tether._args import Parser
 from tether._dirs import DataDirError, usable_dir
 from tether._sqlite_files import StoreFileError, describe, storage_failure
 from tether.activities import ActivityKey, ActivityRecord
@@ -49,7 +51,16 @@ from tether.world import ComponentWrite, WorldSnapshot
 
 WORLD = "demo"
 DEBUG_ENV = "TETHER_DEBUG"
-EXIT_OK, EXIT_PARKED, EXIT_USAGE, EXIT_STORE, EXIT_DISK = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_USAGE, EXIT_PARKED = _exit.OK, _exit.USAGE, _exit.PARKED
+EXIT_STORE, EXIT_DISK = _exit.STORE_UNUSABLE, _exit.STORAGE_IO
+#: The codes `tether demo` documents (a test checks them against `tether._exit`).
+EXIT_CODES = (EXIT_OK, EXIT_USAGE, EXIT_PARKED, EXIT_STORE, EXIT_DISK)
+_EPILOG = (
+    "exit codes: 0 done; 2 usage (also `request_too_large`, a data dir that is a file, "
+    "another mission in the data dir); 3 Activities parked for an operator (`tether operator`); "
+    "5 a store that cannot be used (`store_truncated`, `not_a_database`, `old_layout`); 6 the "
+    "disk refused a write (nothing lost; run it again). See `tether --help`."
+)
 
 
 class _LogLines(logging.Handler):
@@ -94,7 +105,7 @@ def _storage_line(kind: str, detail: str, data_dir: object) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tether demo", description=__doc__.splitlines()[0])
+    p = Parser(prog="tether demo", description=__doc__.splitlines()[0], epilog=_EPILOG)
     p.add_argument(
         "--data-dir", default="tether-data", help="data directory (default: %(default)s)"
     )
@@ -110,10 +121,12 @@ def _parser() -> argparse.ArgumentParser:
         "refused (default: %(default)s)",
     )
     p.add_argument("--workers", type=int, default=1, help="worker threads")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (localhost)")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address of the SSE stream")
     p.add_argument("--port", type=int, default=8765, help="HTTP port for the SSE stream; 0 = any")
     p.add_argument("--lease-ms", type=int, default=3000, help="attempt lease (ms)")
-    p.add_argument("--linger", type=float, default=0.0, help="keep serving N s after the run")
+    p.add_argument(
+        "--linger", type=float, default=0.0, help="keep serving the stream N s after the run"
+    )
     p.add_argument(
         "--wait-subscribers",
         type=int,
@@ -307,7 +320,8 @@ def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
 
 
 def _watch(run: _Run) -> int:
-    """Follow the catalog until the mission ends (0) or an activity is parked (1)."""
+    """Follow the catalog until the mission ends (EXIT_OK) or an activity is parked
+    (EXIT_PARKED)."""
     shown: dict[str, str] = {}
     done: dict[ActivityKey, ActivityRecord] = {}  # settled records never change: read once
     while True:
