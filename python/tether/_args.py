@@ -10,9 +10,11 @@ test can walk every command and sub-command and check each flag.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import textwrap
+import traceback
 import weakref
 from typing import Any, NoReturn
 
@@ -94,4 +96,18 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(_exit.USAGE)
 
 
-__all__ = ["PARSERS", "HelpFormatter", "Parser", "describes_default"]
+def debug() -> bool:
+    """Whether tracebacks are wanted: `tether --debug ...` or `TETHER_DEBUG=1`."""
+    return os.environ.get("TETHER_DEBUG") == "1"
+
+
+def error_line(prog: str, exc: BaseException, suffix: str = "") -> None:
+    """An expected error as one line on stderr, `PROG: code: message`; with `--debug` (or
+    `TETHER_DEBUG=1`) its traceback first."""
+    if debug():
+        traceback.print_exception(exc)
+    text = (str(exc).splitlines() or [type(exc).__name__])[0]
+    print(f"{prog}: {text}{suffix}", file=sys.stderr)
+
+
+__all__ = ["PARSERS", "HelpFormatter", "Parser", "debug", "describes_default", "error_line"]

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser
+from tether._args import Parser, error_line
 from tether._dirs import usable_dir
 from tether.devices.config import HostConfig, load_config
 from tether.devices.host import DeviceHost, stop_everything
@@ -78,7 +77,7 @@ def stop_main(argv: list[str]) -> int:
         usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
         reports = stop_everything(config, args.robot)
     except TetherError as exc:
-        print(f"tether stop: {exc}", file=sys.stderr)
+        error_line("tether stop", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)
     print(json.dumps(reports, indent=2) if args.json else render_stop(reports))
     return EXIT_STOPPED if all(r.get("ok") for r in reports) else EXIT_NOT_STOPPED
@@ -106,7 +105,7 @@ def main(argv: list[str]) -> int:
         config: HostConfig[Any] = load_config(args.config)
         usable_dir(config.state_dir, what="host.state_dir")
     except TetherError as exc:
-        print(f"tether host: {exc}", file=sys.stderr)
+        error_line("tether host", exc)
         return _exit.for_error(exc, default=_exit.USAGE)
     host = DeviceHost(config)
     try:
@@ -116,7 +115,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"socket": host.socket_path}), flush=True)
         host.serve_until_signal()
     except TetherError as exc:
-        print(f"tether host: {exc}", file=sys.stderr)
+        error_line("tether host", exc)
         return _exit.for_error(exc)
     finally:
         for report in host.close():

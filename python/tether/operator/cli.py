@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser
+from tether._args import Parser, error_line
 from tether._dirs import usable_dir
 from tether.activities import ActivityRecord, Catalog
 from tether.devices import credentials
@@ -103,9 +103,7 @@ def _parser() -> argparse.ArgumentParser:
             "--credential-file", help="read the credential from this 0600 file (default: none)"
         )
 
-    res = sub.add_parser(
-        "resolve", help="decide on the current evidence revision", epilog=_EPILOG
-    )
+    res = sub.add_parser("resolve", help="decide on the current evidence revision", epilog=_EPILOG)
     res.add_argument("id", help="world_id/kind/activity_id, or the provider operation id")
     res.add_argument("--decision", required=True, choices=DECISIONS, help="the decision")
     res.add_argument(
@@ -158,7 +156,7 @@ def main(argv: list[str]) -> int:
             return _robot_act(args, config, as_json)
         data_dir = _data_dir(args, config)
     except TetherError as exc:
-        print(f"tether operator: {exc}", file=sys.stderr)
+        error_line("tether operator", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)
     catalog = Catalog.open("sqlite:///" + str(data_dir / "catalog.db"))
     artifacts = ArtifactStore(data_dir / "artifacts")

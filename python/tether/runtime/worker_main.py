@@ -33,7 +33,7 @@ from types import FrameType
 from typing import Any, cast
 
 from tether import _exit
-from tether._args import Parser
+from tether._args import Parser, error_line
 from tether.activities import MAX_LEASE_MS, Catalog, ResultRef
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.errors import TetherError
@@ -253,12 +253,12 @@ def main(argv: list[str]) -> int:
         if not families or not all(isinstance(f, Family) for f in families):
             raise FamilyError(f"{args.families} must return a non-empty list of Family")
     except (ImportError, TetherError) as e:
-        print(f"tether worker: {e}", file=sys.stderr)
+        error_line("tether worker", e)
         return _exit.for_error(e, default=_exit.USAGE)
     try:
         _check_stores(args.catalog, args.world)
     except TetherError as e:
-        print(f"tether worker: {str(e).splitlines()[0]}", file=sys.stderr)
+        error_line("tether worker", e)
         return _store_exit(e)
     stop = threading.Event()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tether import _exit
-from tether._args import Parser
+from tether._args import Parser, error_line
 from tether._dirs import DataDirError, usable_dir
 from tether._sqlite_files import StoreFileError, describe, storage_failure
 from tether.activities import ActivityKey, ActivityRecord
@@ -228,15 +228,15 @@ def _open(
         # Refused at admission: a reach that could never run is never committed.
         check_memory(EpisodeRequest.from_dict(_first_request(component)), cap)
     except RequestTooLarge as exc:
-        print(f"tether demo: {exc} (--memory-cap-mb)", file=sys.stderr)
+        error_line("tether demo", exc, " (--memory-cap-mb)")
         return EXIT_USAGE
     except InvalidEpisodeRequest as exc:
-        print(f"tether demo: {exc}", file=sys.stderr)
+        error_line("tether demo", exc)
         return EXIT_USAGE
     try:
         data_dir = usable_dir(Path(args.data_dir).resolve(), what="--data-dir")
     except DataDirError as exc:
-        print(f"tether demo: {exc}", file=sys.stderr)
+        error_line("tether demo", exc)
         return EXIT_USAGE
     board = ProgressBoard(out)
 
@@ -255,7 +255,7 @@ def _open(
     try:
         adapter = SimEpisodeAdapter(data_dir, memory_cap_bytes=cap)
     except JournalError as exc:  # an older layout that cannot be migrated now, or damage
-        print(f"tether demo: {exc}", file=sys.stderr)
+        error_line("tether demo", exc)
         return EXIT_STORE
     try:
         host = Host(
@@ -270,7 +270,7 @@ def _open(
         if exc.code in ("disk_full", "file_too_large"):
             print(_storage_line(exc.code, exc.message, data_dir), file=sys.stderr)
             return EXIT_DISK
-        print(f"tether demo: {exc}", file=sys.stderr)
+        error_line("tether demo", exc)
         return EXIT_STORE
     except BaseException:
         adapter.close()
