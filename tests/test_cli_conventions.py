@@ -121,9 +121,10 @@ def test_help_names_every_flags_default(
 
 def test_every_command_line_module_uses_the_one_parser_and_the_one_table() -> None:
     """No module builds a bare argparse parser or writes an exit code as a literal."""
-    cli_modules = {
-        importlib.import_module(m).__file__ for m, _ in DOCUMENTED.values() if m
-    } | {str(PACKAGE / "emulators" / "dynamixel.py"), str(PACKAGE / "cli.py")}
+    cli_modules = {importlib.import_module(m).__file__ for m, _ in DOCUMENTED.values() if m} | {
+        str(PACKAGE / "emulators" / "dynamixel.py"),
+        str(PACKAGE / "cli.py"),
+    }
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
         if path.name != "_args.py":
