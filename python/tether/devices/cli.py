@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from tether import _exit
@@ -60,6 +61,17 @@ def render_stop(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _identity_line(robot: str, identity: dict[str, Any]) -> str:
+    """A connected robot's identity for a person."""
+    servos = ", ".join(
+        f"id {s.get('id')} model {s.get('model')} firmware {s.get('firmware')}"
+        for s in identity.get("servos") or []
+        if isinstance(s, dict)
+    )
+    where = identity.get("port_key") or "-"
+    return f"{robot}: connected on {where}" + (f" ({servos})" if servos else "")
+
+
 def stop_main(argv: list[str]) -> int:
     parser = Parser(
         prog="tether stop",
@@ -100,7 +112,13 @@ def main(argv: list[str]) -> int:
     serve.add_argument(
         "--robot", action="append", help="only this robot (repeatable; default: every robot)"
     )
+    serve.add_argument(
+        "--json",
+        action="store_true",
+        help="JSON lines on stdout (default: on off a TTY; on a TTY, lines in words)",
+    )
     args = parser.parse_args(argv)
+    as_json = args.json or not sys.stdout.isatty()
     try:
         config: HostConfig[Any] = load_config(args.config)
         usable_dir(config.state_dir, what="host.state_dir")
@@ -111,13 +129,22 @@ def main(argv: list[str]) -> int:
     try:
         for name in args.robot or sorted(config.robots):
             identity = host.connect(name)
-            print(json.dumps({"robot": name, "identity": identity.as_dict()}), flush=True)
-        print(json.dumps({"socket": host.socket_path}), flush=True)
+            if as_json:
+                print(json.dumps({"robot": name, "identity": identity.as_dict()}), flush=True)
+            else:
+                print(_identity_line(name, identity.as_dict()), flush=True)
+        if as_json:
+            print(json.dumps({"socket": host.socket_path}), flush=True)
+        else:
+            print(f"control socket {host.socket_path}; serving until SIGTERM or Ctrl-C", flush=True)
         host.serve_until_signal()
     except TetherError as exc:
         error_line("tether host", exc)
         return _exit.for_error(exc)
     finally:
         for report in host.close():
-            print(json.dumps({"safe_stop": report.as_dict()}), flush=True)
+            if as_json:
+                print(json.dumps({"safe_stop": report.as_dict()}), flush=True)
+            else:
+                print("safe stop: " + render_stop([report.as_dict()]), flush=True)
     return _exit.OK

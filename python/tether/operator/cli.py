@@ -181,7 +181,7 @@ def main(argv: list[str]) -> int:
             review=_review(config, data_dir),
         )
     except TetherError as exc:
-        return _rejected(exc)
+        return _rejected(exc, as_json)
     finally:
         catalog.close()
     _print(outcome, as_json)
@@ -251,7 +251,7 @@ def _robot_act(args: argparse.Namespace, config: HostConfig[Any], as_json: bool)
         _print({**shown, "refreshed": refreshed}, as_json)
         return EXIT_OK
     except TetherError as exc:
-        return _rejected(exc)
+        return _rejected(exc, as_json)
 
 
 def _refresh_parked(
@@ -302,10 +302,14 @@ def _review(config: HostConfig[Any] | None, data_dir: Path) -> Any:
     return review
 
 
-def _rejected(exc: TetherError) -> int:
+def _rejected(exc: TetherError, as_json: bool = True) -> int:
     """A refused request: one JSON line with its stable code, exit status 1 (or the code of a
     store that cannot be used, or of a write the disk refused)."""
-    print(json.dumps({"status": "rejected", "code": getattr(exc, "code", None), "error": str(exc)}))
+    if as_json:
+        doc = {"status": "rejected", "code": getattr(exc, "code", None), "error": str(exc)}
+        print(json.dumps(doc))
+    else:
+        error_line("tether operator", exc)
     code = _exit.for_error(exc)
     return code if code in (_exit.STORE_UNUSABLE, _exit.STORAGE_IO) else EXIT_REFUSED
 
@@ -314,6 +318,15 @@ def _age(ms: object) -> str:
     if not isinstance(ms, int):
         return "-"
     return f"{ms / 1000:.1f} s"
+
+
+def _when(ms: object) -> str:
+    """A wall-clock time in ms as UTC, to the millisecond."""
+    if not isinstance(ms, int):
+        return "-"
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d} UTC"
 
 
 def _print(doc: Any, as_json: bool) -> None:
@@ -350,7 +363,7 @@ def _print(doc: Any, as_json: bool) -> None:
         for name, rad in (evidence.get("staged") or {}).items():
             print(f"  staged target {name}: {rad:+.4f} rad")
         for s in evidence.get("sent") or []:
-            print(f"  sent {s.get('instruction')} id {s.get('id')} at {s.get('t_ms')} ms")
+            print(f"  sent {s.get('instruction')} id {s.get('id')} at {_when(s.get('t_ms'))}")
         return
     print(" ".join(f"{k}={v}" for k, v in doc.items()))
 

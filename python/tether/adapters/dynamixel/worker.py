@@ -223,6 +223,70 @@ def _one_line_logs() -> None:
     root.propagate = False
 
 
+def _say_json(doc: dict[str, Any]) -> None:
+    print(json.dumps(doc), flush=True)
+
+
+def _say_text(doc: dict[str, Any]) -> None:
+    """The outcome for a person on a terminal (radians; an error on stderr, one line)."""
+    status = doc.get("status")
+    if status in ("refused", "error"):
+        print(f"tether move: {doc.get('error')}", file=sys.stderr, flush=True)
+        return
+    key = doc.get("key", "")
+    attempts = doc.get("attempts")
+    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    if status == "done":
+        print(f"{key}: done ({doc.get('conclusion')}) after {tries}", flush=True)
+    elif status == "awaiting_decision":
+        print(
+            f"{key}: parked for an operator (reason {doc.get('reason') or '-'}, evidence "
+            f"revision {doc.get('revision')}); see `tether operator show {key}`",
+            flush=True,
+        )
+    elif status == "failed":
+        print(
+            f"{key}: failed ({doc.get('outcome')}): {doc.get('code')}: {doc.get('error')}",
+            flush=True,
+        )
+    else:
+        print(f"{key}: not concluded before the deadline; run the same command again", flush=True)
+
+
+class _ProgressLine:
+    """A move's progress on a terminal: one line redrawn in place, positions in radians."""
+
+    WIDTH = 20
+
+    def __init__(self) -> None:
+        self.drawn = False
+
+    def __call__(self, content: dict[str, Any]) -> None:
+        fraction = content.get("fraction")
+        joints = content.get("joints") or {}
+        parts = []
+        if isinstance(fraction, int | float):
+            done = max(0, min(self.WIDTH, round(fraction * self.WIDTH)))
+            parts.append(f"[{'#' * done}{'.' * (self.WIDTH - done)}] {fraction:4.0%}")
+        for name, j in joints.items():
+            if not isinstance(j, dict) or j.get("present_rad") is None:
+                continue
+            arrow = "moving" if j.get("moving") else "still"
+            parts.append(
+                f"{name} {j['present_rad']:+.3f} rad -> {j.get('goal_rad', 0.0):+.3f} ({arrow})"
+            )
+        if parts:
+            sys.stdout.write("\r\x1b[K" + "  ".join(parts))
+            sys.stdout.flush()
+            self.drawn = True
+
+    def end(self) -> None:
+        if self.drawn:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.drawn = False
+
+
 def main(argv: list[str]) -> int:
     parser = Parser(
         prog="tether move",
@@ -251,10 +315,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="JSON lines on stdout (progress, then the outcome; also the default), in SI units",
+        help="JSON lines on stdout: progress, then the outcome, in SI units (default: on off a "
+        "TTY; on a TTY a progress line and the outcome in words)",
     )
     args = parser.parse_args(argv)
     _one_line_logs()
+    as_json = args.json or not sys.stdout.isatty()
+    say = _say_json if as_json else _say_text
     try:
         config = load_config(args.config)
         kind = KIND_RELATIVE if args.relative else KIND_ABSOLUTE
@@ -265,8 +332,9 @@ def main(argv: list[str]) -> int:
         usable_dir(data_dir_of(config), what="the moves data dir")  # checked before use
     except (TetherError, MoveRequestError) as exc:
         refused = {"status": "refused", "code": getattr(exc, "code", None), "error": str(exc)}
-        print(json.dumps(refused), flush=True)
+        say(refused)
         return _exit.for_error(exc, default=EXIT_USAGE)
+    line = None if as_json else _ProgressLine()
     try:
         outcome = run_move(
             config,
@@ -276,15 +344,17 @@ def main(argv: list[str]) -> int:
             lease_ms=args.lease_ms,
             settle_timeout_s=args.settle_timeout,
             store=Path(args.store) if args.store else None,
+            progress=line,
         )
     except (TetherError, MoveRequestError) as exc:
+        if line is not None:
+            line.end()
         code = getattr(exc, "code", None)
-        print(
-            json.dumps({"status": "error", "code": code, "error": f"{type(exc).__name__}: {exc}"}),
-            flush=True,
-        )
+        say({"status": "error", "code": code, "error": f"{type(exc).__name__}: {exc}"})
         return _exit.for_error(exc, default=EXIT_ERROR)
-    print(json.dumps(outcome), flush=True)
+    if line is not None:
+        line.end()
+    say(outcome)
     if outcome["status"] == "failed" and outcome.get("outcome") == "refused":
         return EXIT_USAGE  # refused before any byte: a limit (e.g. of a relative move)
     return {"done": EXIT_DONE, "awaiting_decision": EXIT_PARKED, "pending": EXIT_RETRY}.get(
