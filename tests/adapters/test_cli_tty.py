@@ -88,8 +88,19 @@ def test_move_stop_and_operator_on_a_tty_read_in_radians(tmp_path: Path) -> None
         assert "rad" in out and ticks_in(out) == []
         # The same move through a pipe is JSON lines.
         piped = subprocess.run(
-            [sys.executable, "-m", "tether", "move", "--config", config, "--robot", "arm"]
-            + ["--activity", "m1", *joints],
+            [
+                sys.executable,
+                "-m",
+                "tether",
+                "move",
+                "--config",
+                config,
+                "--robot",
+                "arm",
+                "--activity",
+                "m1",
+                *joints,
+            ],
             capture_output=True,
             text=True,
             timeout=120,
