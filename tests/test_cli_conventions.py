@@ -281,3 +281,16 @@ def test_an_unknown_command_suggests_the_nearest(tmp_path: Path) -> None:
     )
     assert tether_run().returncode == _exit.USAGE
     assert tether_run("--json").returncode == _exit.USAGE
+
+
+def test_demo_json_is_one_object_on_stdout_with_progress_on_stderr(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    done = tether_run(
+        "demo", "--data-dir", str(data), "--targets", "1", "--episodes", "1", "--steps", "100",
+        "--port", "0", "--json",
+    )  # fmt: skip
+    assert done.returncode == _exit.OK, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["status"], report["exit_code"], report["parked"]) == ("done", 0, [])
+    assert [a["activity"] for a in report["activities"]] == ["reach-0000"]
+    assert "reach-0000" in done.stderr and "mission:" in done.stderr

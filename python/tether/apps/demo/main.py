@@ -128,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
         "--linger", type=float, default=0.0, help="keep serving the stream N s after the run"
     )
     p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object on stdout at the end; progress goes to stderr",
+    )
+    p.add_argument(
         "--wait-subscribers",
         type=int,
         default=0,
@@ -372,6 +377,11 @@ def _watch(run: _Run) -> int:
 
 
 def _summary(run: _Run) -> str:
+    rows, tail = _summary_rows(run)
+    return summary_table(rows) + "\n" + tail
+
+
+def _summary_rows(run: _Run) -> tuple[list[SummaryRow], str]:
     snap = run.host.snapshot(WORLD)
     rows = []
     for key in _keys(snap):
@@ -402,7 +412,28 @@ def _summary(run: _Run) -> str:
         f"tolerance; recovered: {before} settled before this run (not rerun), {reused} durable "
         f"results reused, {rerun} rerun after proof that the earlier attempt was gone"
     )
-    return summary_table(rows) + "\n" + tail
+    return rows, tail
+
+
+def _summary_json(run: _Run, code: int) -> str:
+    """`tether demo --json`: one object on stdout at the end (the progress went to stderr)."""
+    import dataclasses
+    import json
+
+    rows, tail = _summary_rows(run)
+    snap = run.host.snapshot(WORLD)
+    parked = [k.activity_id for k in _keys(snap) if _parked(run.host.get(k))]
+    status = {EXIT_OK: "done", EXIT_PARKED: "parked"}.get(code, "storage_failed")
+    return json.dumps(
+        {
+            "status": status,
+            "exit_code": code,
+            "data_dir": str(run.host.data_dir),
+            "activities": [dataclasses.asdict(r) for r in rows],
+            "parked": parked,
+            "mission": tail,
+        }
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -415,7 +446,7 @@ def main(argv: list[str]) -> int:
         parser.error("--linger and --wait-subscribers must not be negative")
     if not 64 <= args.memory_cap_mb <= 1 << 30:
         parser.error("--memory-cap-mb must be at least 64")
-    out = sys.stdout
+    out = sys.stderr if args.json else sys.stdout
     stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:
         server = StreamServer(stream, args.host, args.port)
@@ -457,6 +488,8 @@ def _run(
         run.host.start()
         kick_planner(run.host, WORLD)
         code = _watch(run)
+        if args.json:
+            print(_summary_json(run, code), flush=True)
         if code == EXIT_OK:
             print(_summary(run), file=out)
             stream.finish()
