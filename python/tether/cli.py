@@ -1,22 +1,29 @@
 """The `tether` command line: a thin dispatcher to one module per subcommand.
 
-Each subcommand reports its expected failures itself (one line, its own exit codes). What
-still escapes one is caught here: a Tether error or an OS error (a data dir that is a file, a
-full disk) prints one line naming it and exits `EXIT_FAILED`; the traceback is shown only with
-`TETHER_DEBUG=1`. Anything else is a bug and keeps its traceback.
+    tether [--debug] [--version [--json]] <command> [args...]
+
+Each subcommand reports its expected failures itself (one line, the codes of `tether._exit`).
+What still escapes one is caught here: a Tether error or an OS error (a data dir that is a
+file, a full disk) prints one line naming it and exits with the code `tether._exit.for_error`
+gives it (the README's exit-code table); Ctrl-C is one line and `INTERRUPTED`. The traceback is
+shown only with `--debug` (or `TETHER_DEBUG=1`, which `--debug` sets for the subcommand too).
+Anything else is a bug: its traceback is printed and the exit code is `INTERNAL`.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
+from tether import _exit
 from tether.errors import TetherError
 
-#: The exit code of a failure no subcommand handled (see the README's exit-code table).
-EXIT_FAILED = 1
+#: The exit code of a failure no subcommand handled and that names no more precise code.
+EXIT_FAILED = _exit.FAILED
 DEBUG_ENV = "TETHER_DEBUG"
 
 # Subcommand -> (module with `main(argv) -> int`, one-line help). Each module owns its own
@@ -71,30 +78,97 @@ COMMANDS["db"] = (
 
 
 def _usage() -> str:
-    lines = ["usage: tether <command> [args...]", "", "commands:"]
+    lines = [
+        "usage: tether [--debug] [--version [--json]] <command> [args...]",
+        "",
+        "options:",
+        "  -h, --help     show this message and exit",
+        "  --version      print the package version and exit (--json: one JSON object)",
+        "  --debug        show the traceback of an expected error (also TETHER_DEBUG=1)",
+        "",
+        "commands (each has --help):",
+    ]
     lines += [f"  {name:<10} {help_}" for name, (_, help_) in sorted(COMMANDS.items())]
+    lines += ["", "Exit codes (the same for every command):"]
+    lines += [f"  {c.value:<3} {c.name.lower():<14} {c.meaning}" for c in _exit.CODES]
     return "\n".join(lines)
+
+
+def version() -> str:
+    """The installed package's version."""
+    from tether import __version__
+
+    return str(__version__)
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV) == "1"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `tether` subcommand and return its exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    flags: set[str] = set()
+    while args and args[0] in {"--debug", "--version", "--json"}:
+        flags.add(args.pop(0))
+    if "--debug" in flags:
+        os.environ[DEBUG_ENV] = "1"  # the subcommands' own handlers read it too
+    if "--version" in flags:
+        if "--json" in flags:
+            print(json.dumps({"name": "tether", "version": version()}))
+        else:
+            print(f"tether {version()}")
+        return _exit.OK
+    if "--json" in flags:
+        print("tether: usage: --json goes with --version or after a command", file=sys.stderr)
+        return _exit.USAGE
+    try:
+        return _dispatch(args)
+    except BrokenPipeError:  # the reader went away (`tether ... | head`): not a failure
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _exit.OK
+
+
+def _dispatch(args: list[str]) -> int:
     if not args or args[0] in {"-h", "--help", "help"}:
         print(_usage())
-        return 0 if args else 2
+        return _exit.OK if args else _exit.USAGE
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"tether: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
-    module = importlib.import_module(COMMANDS[name][0])
+        near = _nearest(name)
+        hint = f"; did you mean {near!r}?" if near else ""
+        print(
+            f"tether: usage: unknown command {name!r}{hint} (see `tether --help`)",
+            file=sys.stderr,
+        )
+        return _exit.USAGE
     try:
+        module = importlib.import_module(COMMANDS[name][0])
         code: int = module.main(rest)
+    except BrokenPipeError:
+        raise
+    except KeyboardInterrupt:
+        if _debug():
+            traceback.print_exc()
+        print(f"tether {name}: interrupted", file=sys.stderr)
+        return _exit.INTERRUPTED
     except (TetherError, OSError) as exc:
-        if os.environ.get(DEBUG_ENV) == "1":
-            raise
+        if _debug():
+            traceback.print_exc()
         print(f"tether {name}: {_one_line(exc)}", file=sys.stderr)
-        return EXIT_FAILED
+        return _exit.for_error(exc)
+    except Exception:  # a bug: keep its traceback, and a code no expected failure uses
+        traceback.print_exc()
+        print(f"tether {name}: internal error (a bug in Tether; please report it)", file=sys.stderr)
+        return _exit.INTERNAL
     return code
+
+
+def _nearest(name: str) -> str | None:
+    import difflib
+
+    found = difflib.get_close_matches(name, list(COMMANDS), n=1)
+    return found[0] if found else None
 
 
 def _one_line(exc: BaseException) -> str:

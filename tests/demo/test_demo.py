@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tether import _exit
 from tether.activities import ActivityKey, Catalog, operation_id_for
 from tether.families.sim import ProcessIdentity, SimProvider
 from tether.families.sim.adapter import MAX_FAILED_STARTS
@@ -210,7 +211,7 @@ def test_an_unknown_activity_is_parked_and_the_demo_exits_1(tmp_path: Path) -> N
             parked = _run(tmp_path, *SMALL)
         finally:
             stale.kill()
-    assert parked.returncode == 1, parked.stdout + parked.stderr
+    assert parked.returncode == _exit.PARKED, parked.stdout + parked.stderr
     assert "parked activities" in parked.stdout
     assert "reach-0000" in parked.stdout.split("parked activities")[1]
 
@@ -229,7 +230,7 @@ def test_an_episode_process_that_always_dies_is_parked_not_retried_forever(
     tmp_path: Path,
 ) -> None:
     parked = _run(tmp_path, *SMALL, **{CRASH_ENV: "sim.child_started@*"})
-    assert parked.returncode == 1, parked.stdout + parked.stderr
+    assert parked.returncode == _exit.PARKED, parked.stdout + parked.stderr
     assert "reach-0000" in parked.stdout.split("parked activities")[1]
     journal = _journal(tmp_path)
     assert journal["reach-0000"]["results_on_disk"] == []

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tether import _exit
 from tether.activities import ActivityKey, Catalog, operation_id_for
 from tether.devices.credentials import hash_secret
 from tether.families.sim import ProcessIdentity, SimProvider
@@ -86,7 +87,7 @@ def _resolve(
 def _park_dying(data: Path) -> dict[str, Any]:
     """Park reach-0000 for real: its episode process dies at every attempt."""
     parked = _demo(data, **{CRASH_ENV: "sim.child_started@*"})
-    assert parked.returncode == 1, parked.stdout + parked.stderr
+    assert parked.returncode == _exit.PARKED, parked.stdout + parked.stderr
     [item] = _listed(data)
     assert item["key"] == f"demo/{KIND}/reach-0000" and item["awaiting_decision"]
     assert item["reason"] == "episode_process_keeps_dying"
@@ -169,7 +170,7 @@ def test_a_parked_sim_reach_is_marked_done_on_a_verified_durable_result(tmp_path
             parked = _demo(data)
         finally:
             stale.kill()
-    assert parked.returncode == 1, parked.stdout + parked.stderr
+    assert parked.returncode == _exit.PARKED, parked.stdout + parked.stderr
     [item] = _listed(data)
     assert item["reason"] == "episode_process_may_run"
     # Now the process is gone and the operation's episodes have run to a durable result.

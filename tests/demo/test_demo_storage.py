@@ -15,13 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tether import _exit
 from tether._sqlite_files import StoreFileError, check_sqlite_file, prepare_sqlite_file
 
 from tests.demo._support import demo_argv
 
 SMALL = ["--targets", "2", "--episodes", "1", "--steps", "200", "--port", "0"]
 BIG = ["--targets", "2", "--episodes", "2", "--steps", "20000", "--port", "0"]
-EXIT_STORE, EXIT_DISK = 3, 4
+EXIT_STORE, EXIT_DISK = _exit.STORE_UNUSABLE, _exit.STORAGE_IO
 
 
 def _demo(data: Path, *args: str, limit: int | None = None) -> subprocess.CompletedProcess[str]:
@@ -79,7 +80,7 @@ def test_a_store_cut_short_is_one_line_exit_3_and_nothing_is_lost(
         text=True,
         timeout=120,
     )
-    assert status.returncode == 1 and "store_truncated" in _one_line(status)
+    assert status.returncode == EXIT_STORE and "store_truncated" in _one_line(status)
     if store == "catalog.db":
         listed = subprocess.run(
             [sys.executable, "-m", "tether", "operator", "--data-dir", str(data), "list"],
@@ -87,7 +88,7 @@ def test_a_store_cut_short_is_one_line_exit_3_and_nothing_is_lost(
             text=True,
             timeout=120,
         )
-        assert listed.returncode == 1 and "store_truncated" in _one_line(listed)
+        assert listed.returncode == EXIT_STORE and "store_truncated" in _one_line(listed)
     # Nothing lost: with the file restored the same command resumes and runs nothing again.
     (data / store).write_bytes(original)
     resumed = _demo(data, *SMALL)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tether import _exit
 from tether.families.sim import EpisodeRequest, ProcessIdentity, ProvenAbsent, SimProvider
 from tether.families.sim.errors import InvalidEpisodeRequest
 from tether.operations import JournalError
@@ -128,7 +129,7 @@ def test_an_older_layout_whose_episode_process_may_run_is_refused(tmp_path: Path
             )
         finally:
             running.kill()
-    assert demo.returncode == 3, demo.stdout + demo.stderr
+    assert demo.returncode == _exit.STORE_UNUSABLE, demo.stdout + demo.stderr
     [line] = demo.stderr.strip().splitlines()
     assert line.startswith("tether demo: old_layout: ") and "Traceback" not in demo.stderr
     # Once the process is gone, the same open migrates it.

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from tether import _exit
 from tether.activities import Catalog
 from tether.cli import main as tether
 from tether.errors import SchemaOutdated
@@ -162,10 +163,11 @@ def test_a_version_1_sqlite_ledger_refuses_to_open_until_upgraded_with_its_rows(
 def test_db_errors_are_one_line_and_never_show_a_password(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert tether(["db", "status", "postgresql://ann:s3cret@127.0.0.1:1/x"]) == 2
+    unreachable = tether(["db", "status", "postgresql://ann:s3cret@127.0.0.1:1/x"])
+    assert unreachable == _exit.UNAVAILABLE
     err = capsys.readouterr().err
     assert "s3cret" not in err and err.count("\n") == 1
     assert "127.0.0.1:1/x" in err and "refused" in err
-    assert tether(["db", "status", "mysql://ann:s3cret@h/x"]) == 2
+    assert tether(["db", "status", "mysql://ann:s3cret@h/x"]) == _exit.USAGE
     err = capsys.readouterr().err
     assert "s3cret" not in err and "unsupported URL" in err

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tether import _exit
 from tether.activities import Catalog
 from tether.errors import CatalogStorageError, WorldError
 from tether.testing._postgres import ThrowawayCluster, pg_bin_dir
@@ -99,12 +100,16 @@ def test_tether_worker_on_a_password_server(cluster: ThrowawayCluster, tmp_path:
         tmp_path, cluster.url, {"PGPASSWORD": "nope-nope-1", "PGPASSFILE": "/nonexistent"}
     )
     out, err = bad.communicate(timeout=60)
-    assert bad.returncode == 2, err
+    assert bad.returncode == _exit.UNAVAILABLE, err  # a refused login
     assert err.count("\n") == 1 and f"127.0.0.1:{cluster.port}" in err
     assert "password authentication failed" in err and "nope-nope-1" not in err + out
     unreachable = _worker(tmp_path, "postgresql://127.0.0.1:1/test", {})
     _, err = unreachable.communicate(timeout=60)
-    assert unreachable.returncode == 2 and "127.0.0.1:1/test" in err and "refused" in err
+    assert (
+        unreachable.returncode == _exit.UNAVAILABLE
+        and "127.0.0.1:1/test" in err
+        and "refused" in err
+    )
     good = _worker(
         tmp_path, cluster.url, {"PGPASSFILE": str(_passfile(tmp_path, cluster, PASSWORD))}
     )

@@ -18,11 +18,13 @@ and shared (an input, a result, a provider's journal and committed world state m
 same payload), and the catalog cannot see every reference, so deleting what it no longer names
 could lose a payload something else still needs.
 
-Exit codes (every subcommand): 0 done (`prune`: also a dry run; `status`: every store is
-current), 1 failed (`status`: a store needs `upgrade`; `upgrade`: it failed; `prune`: a storage
-error, a catalog newer than this Tether or one to `tether db upgrade` first), 2 usage (a bad
-flag, duration or URL, a data directory that is missing, not a directory or holds no Tether
-catalog, or a server that cannot be reached). Errors are one line on stderr,
+Exit codes (every subcommand, `tether._exit`): 0 done (`prune`: also a dry run; `status`: every
+store is current), 1 failed (`status`: a store needs `upgrade` or is newer; `upgrade`: it
+failed; `prune`: a storage error), 2 usage (a bad flag, duration or URL, a data directory that
+is missing, not a directory or holds no Tether catalog), 5 a store that cannot be used (cut
+short, not a database; `prune`: a catalog newer than this Tether or one to `tether db upgrade`
+first), 6 the disk refused a write, 7 a server that cannot be reached or refuses the session.
+Errors are one line on stderr,
 `tether db: CODE: message`, or with --json one object `{"error", "code", "message"}` on stdout.
 """
 
@@ -38,6 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from tether import _exit
+from tether._args import Parser
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether.activities._catalog import Catalog
@@ -46,7 +50,15 @@ from tether.storage import SqliteCatalogStore
 from tether.storage import dbcli as schema_cli
 from tether.storage._schema import LATEST
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = _exit.OK, _exit.FAILED, _exit.USAGE
+EXIT_STORE, EXIT_UNAVAILABLE = _exit.STORE_UNUSABLE, _exit.UNAVAILABLE
+#: The codes `tether db` documents (a test checks them against `tether._exit`).
+EXIT_CODES = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STORE, _exit.STORAGE_IO, EXIT_UNAVAILABLE)
+_EPILOG = (
+    "exit codes: 0 done; 1 failed (status: a store needs upgrade or is newer); 2 usage; 5 a "
+    "store that cannot be used; 6 the disk refused a write; 7 a server that cannot be reached "
+    "(see `tether --help`)."
+)
 DEFAULT_BATCH = 256
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
@@ -66,11 +78,11 @@ class UsageError(Exception):
 
 
 class PruneFailed(CodedError):
-    """Prune could not run on this catalog (exit 1): `catalog_newer` (a newer Tether's schema)
+    """Prune could not run on this catalog (exit 5): `catalog_newer` (a newer Tether's schema)
     or `migration_needed` (a catalog of an older schema: `tether db upgrade` it first)."""
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(Parser):
     """argparse, but a usage error is one typed line (exit 2), never the usage block."""
 
     def error(self, message: str) -> NoReturn:
@@ -97,8 +109,7 @@ def _parser() -> _Parser:
         prog="tether db",
         description="Maintain Tether's stores: prune a data dir's catalog, show and upgrade the "
         "schema versions of a catalog or world ledger (SQLite file or PostgreSQL).",
-        epilog="Exit codes: 0 done, 1 failed (status: a store needs upgrade), 2 usage or a "
-        "store that cannot be opened (see the README's exit-code table).",
+        epilog=_EPILOG,
     )
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     prune = sub.add_parser(
@@ -110,7 +121,7 @@ def _parser() -> _Parser:
             "unsettled Activities are never touched; artifact payloads are kept. Safe while a "
             "Host and workers run."
         ),
-        epilog="Exit codes: 0 done (also --dry-run), 1 failed, 2 usage.",
+        epilog=_EPILOG,
     )
     prune.add_argument(
         "--data-dir",
@@ -153,8 +164,7 @@ def _parser() -> _Parser:
         "status",
         help="show the schema version of every store at URL",
         description="Show every Tether store at URL with its schema version and this Tether's.",
-        epilog="Exit codes: 0 every store is current, 1 a store needs `tether db upgrade` (or "
-        "is newer than this Tether), 2 usage or a URL that cannot be opened.",
+        epilog=_EPILOG,
     )
     status.add_argument("url", metavar="URL", help=url_help)
     status.add_argument("--json", action="store_true", help="print one JSON object (default: off)")
@@ -163,7 +173,7 @@ def _parser() -> _Parser:
         help="apply pending schema migrations to the stores at URL",
         description="Apply pending migrations in one transaction per store. Stop every Tether "
         "process using the store first: leases recorded before an upgrade count as expired.",
-        epilog="Exit codes: 0 done, 1 the upgrade failed, 2 usage or a URL that cannot be opened.",
+        epilog=_EPILOG,
     )
     upgrade.add_argument("url", metavar="URL", help=url_help)
     upgrade.add_argument(
@@ -340,6 +350,20 @@ def _schema_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _failed(e: BaseException, fail: Callable[[int, str, str, str], int]) -> int:
+    """A failure of a store: its own code (a store cut short, a full disk) or `failed`."""
+    code = getattr(e, "code", None)
+    exit_code = _exit.for_error(e)
+    if exit_code == _exit.STORAGE_IO:
+        from tether._sqlite_files import storage_failure
+
+        code = storage_failure(e)
+    message = f"{type(e).__name__}: {e}".splitlines()[0]
+    if exit_code in (_exit.STORE_UNUSABLE, _exit.STORAGE_IO) and isinstance(code, str):
+        return fail(exit_code, type(e).__name__, code, message)
+    return fail(EXIT_FAILED, type(e).__name__, "failed", message)
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `tether db`."""
     as_json = "--json" in argv
@@ -370,10 +394,9 @@ def main(argv: list[str]) -> int:
         except schema_cli.UrlError as e:
             return fail(EXIT_USAGE, "UsageError", "usage", str(e))
         except schema_cli.Unreachable as e:
-            return fail(EXIT_USAGE, type(e).__name__, "unreachable", str(e).splitlines()[0])
+            return fail(EXIT_UNAVAILABLE, type(e).__name__, "unreachable", str(e).splitlines()[0])
         except (TetherError, OSError, sqlite3.Error) as e:
-            message = f"{type(e).__name__}: {e}".splitlines()[0]
-            return fail(EXIT_FAILED, type(e).__name__, "failed", message)
+            return _failed(e, fail)
     progress = _Progress() if not args.json and not args.dry_run and sys.stderr.isatty() else None
     try:
         report = prune(
@@ -387,10 +410,9 @@ def main(argv: list[str]) -> int:
     except DataDirError as e:
         return fail(EXIT_USAGE, type(e).__name__, e.code, e.message)
     except PruneFailed as e:
-        return fail(EXIT_FAILED, type(e).__name__, e.code, e.message)
+        return fail(EXIT_STORE, type(e).__name__, e.code, e.message)
     except (TetherError, OSError, sqlite3.Error) as e:
-        message = f"{type(e).__name__}: {e}".splitlines()[0]
-        return fail(EXIT_FAILED, type(e).__name__, "failed", message)
+        return _failed(e, fail)
     finally:
         if progress is not None:
             progress.end()

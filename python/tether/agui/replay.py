@@ -13,6 +13,8 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from tether import _exit
+from tether._args import Parser
 from tether.agui._store import ActivityStore
 from tether.errors import AguiError
 
@@ -53,11 +55,17 @@ def _describe(message: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: The codes `tether replay` documents (a test checks them against `tether._exit`).
+EXIT_CODES = (_exit.OK, _exit.FAILED, _exit.USAGE)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="tether replay",
         description="Replay a recorded AG-UI stream (SSE, NDJSON or one JSON event) through "
         "Tether's activity store and print the activity messages it ends with.",
+        epilog="exit codes: 0 replayed; 1 a fatal stream error; 2 usage or a file that cannot be "
+        "read (see `tether --help`).",
     )
     p.add_argument(
         "file",
@@ -67,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the recorded stream (default: the example capture shipped with tether, "
         "tether/agui/activity_stream.sse)",
     )
-    p.add_argument("--chunk-size", type=int, default=4096, help="bytes per feed (default 4096)")
+    p.add_argument("--chunk-size", type=int, default=4096, help="bytes per feed")
     p.add_argument(
         "--all", action="store_true", help="print every message, not only activity messages"
     )
@@ -85,30 +93,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the replay; exit status 0 on success, 1 on a fatal stream error, 2 on bad usage."""
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.chunk_size <= 0:
-        print("tether replay: --chunk-size must be positive", file=sys.stderr)
-        return 2
+        print("tether replay: usage: --chunk-size must be positive", file=sys.stderr)
+        return _exit.USAGE
     try:
         data = args.file.read_bytes()
     except OSError as e:
-        print(f"tether replay: cannot read {args.file}: {e.strerror or e}", file=sys.stderr)
-        if args.file == DEFAULT_STREAM:
-            print(
-                "tether replay: the example capture ships inside the tether package "
-                "(tether/agui/activity_stream.sse) and is missing from this install; "
-                "reinstall tether, or pass a stream file: tether replay FILE",
-                file=sys.stderr,
-            )
-        return 2
+        hint = (
+            "; the example capture ships inside the tether package "
+            "(tether/agui/activity_stream.sse) and is missing from this install: reinstall "
+            "tether, or pass a stream file: tether replay FILE"
+            if args.file == DEFAULT_STREAM
+            else ""
+        )
+        print(f"tether replay: cannot read {args.file}: {e.strerror or e}{hint}", file=sys.stderr)
+        return _exit.USAGE
     try:
         store = replay(data, chunk_size=args.chunk_size, partial=args.partial)
     except AguiError as e:
-        print(f"tether replay: {args.file}: {type(e).__name__}: {e}", file=sys.stderr)
-        if e.code == "run_not_started":
-            print(
-                "tether replay: a capture that begins mid-run replays with --partial",
-                file=sys.stderr,
-            )
-        return 1
+        hint = (
+            "; a capture that begins mid-run replays with --partial"
+            if e.code == "run_not_started"
+            else ""
+        )
+        first = str(e).splitlines()[0] if str(e) else ""
+        print(f"tether replay: {args.file}: {type(e).__name__}: {first}{hint}", file=sys.stderr)
+        return _exit.FAILED
     for w in store.warnings:
         print(
             f"warning: {w.code} {w.event_type} {w.message_id or '-'}: {w.reason}", file=sys.stderr
@@ -118,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader went away (`tether demo | head`): not a failure of the replay.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+    return _exit.OK
 
 
 def _print(store: ActivityStore, name: str, *, all_messages: bool, as_json: bool) -> None:

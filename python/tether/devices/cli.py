@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any
 
+from tether import _exit
+from tether._args import Parser, error_line
 from tether._dirs import usable_dir
 from tether.devices.config import HostConfig, load_config
 from tether.devices.host import DeviceHost, stop_everything
 from tether.errors import TetherError
 
-#: `tether stop` exit codes (the README's exit-code table lists every command's).
-EXIT_STOPPED = 0  # every joint of every robot is in its policy's state (held / limp)
-EXIT_NOT_STOPPED = 1  # a joint is not (limp under `hold`, moving, unknown) or a robot unreachable
-EXIT_USAGE = 2  # bad arguments, an invalid configuration or an unknown robot: nothing was sent
+#: `tether stop` exit codes (`tether._exit`, the README's exit-code table).
+EXIT_STOPPED = _exit.OK  # every joint of every robot is in its policy's state (held / limp)
+EXIT_NOT_STOPPED = _exit.FAILED  # a joint is not (limp under `hold`, moving, unknown) or a
+# robot could not be reached
+EXIT_USAGE = _exit.USAGE  # bad arguments, an invalid configuration, an unknown robot: nothing sent
+#: The codes each command here documents (a test checks them against `tether._exit`).
+STOP_EXIT_CODES = (_exit.OK, _exit.FAILED, _exit.USAGE)
+HOST_EXIT_CODES = (_exit.OK, _exit.FAILED, _exit.USAGE, _exit.UNAVAILABLE)
 
 _STOP_EPILOG = """\
 Each joint is reported as read back from the device after the stop: held (torque on, no
@@ -23,8 +28,9 @@ hardware error, holding where it stands), limp (torque off or a hardware error, 
 moving (torque on but driving elsewhere) or unknown (unreadable). Positions are in radians.
 A stop is latched: a move in progress sends nothing more, and nothing moves on the robot until
 an operator runs `tether operator resume ROBOT`.
+
 exit codes: 0 every joint is in its policy's state; 1 some joint is not, or a robot could not
-be reached; 2 usage or configuration error (nothing was sent)."""
+be reached; 2 usage or configuration error (nothing was sent). See `tether --help`."""
 
 
 def _joint_line(joint: dict[str, Any], width: int) -> str:
@@ -55,15 +61,27 @@ def render_stop(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _identity_line(robot: str, identity: dict[str, Any]) -> str:
+    """A connected robot's identity for a person."""
+    servos = ", ".join(
+        f"id {s.get('id')} model {s.get('model')} firmware {s.get('firmware')}"
+        for s in identity.get("servos") or []
+        if isinstance(s, dict)
+    )
+    where = identity.get("port_key") or "-"
+    return f"{robot}: connected on {where}" + (f" ({servos})" if servos else "")
+
+
 def stop_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tether stop",
         description="Safe-stop every configured robot (through its owning host when one runs).",
         epilog=_STOP_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", required=True, help="host configuration (TOML)")
-    parser.add_argument("--robot", action="append", help="only this robot (repeatable)")
+    parser.add_argument(
+        "--robot", action="append", help="only this robot (repeatable; default: every robot)"
+    )
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")
     args = parser.parse_args(argv)
     try:
@@ -71,36 +89,62 @@ def stop_main(argv: list[str]) -> int:
         usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
         reports = stop_everything(config, args.robot)
     except TetherError as exc:
-        print(f"tether stop: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        error_line("tether stop", exc)
+        return _exit.for_error(exc, default=EXIT_USAGE)
     print(json.dumps(reports, indent=2) if args.json else render_stop(reports))
     return EXIT_STOPPED if all(r.get("ok") for r in reports) else EXIT_NOT_STOPPED
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="tether host")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    serve = sub.add_parser("serve", help="own the configured robots until SIGTERM/SIGINT")
+    parser = Parser(
+        prog="tether host",
+        description="Own the configured robots (exclusive, locked) until SIGTERM or SIGINT; "
+        "safe-stop them on the way out. Prints one JSON line per robot connected, then the "
+        "control socket.",
+        epilog="exit codes: 0 stopped on a signal; 1 a device error at connect; 2 usage or "
+        "configuration; 7 a port is owned by another process (see `tether --help`).",
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    serve = sub.add_parser(
+        "serve", help="own the configured robots until SIGTERM/SIGINT", epilog=parser.epilog
+    )
     serve.add_argument("--config", required=True, help="host configuration (TOML)")
-    serve.add_argument("--robot", action="append", help="only this robot (repeatable)")
+    serve.add_argument(
+        "--robot", action="append", help="only this robot (repeatable; default: every robot)"
+    )
+    serve.add_argument(
+        "--json",
+        action="store_true",
+        help="JSON lines on stdout (default: on off a TTY; on a TTY, lines in words)",
+    )
     args = parser.parse_args(argv)
+    as_json = args.json or not sys.stdout.isatty()
     try:
         config: HostConfig[Any] = load_config(args.config)
         usable_dir(config.state_dir, what="host.state_dir")
     except TetherError as exc:
-        print(f"tether host: {exc}", file=sys.stderr)
-        return 2
+        error_line("tether host", exc)
+        return _exit.for_error(exc, default=_exit.USAGE)
     host = DeviceHost(config)
     try:
         for name in args.robot or sorted(config.robots):
             identity = host.connect(name)
-            print(json.dumps({"robot": name, "identity": identity.as_dict()}), flush=True)
-        print(json.dumps({"socket": host.socket_path}), flush=True)
+            if as_json:
+                print(json.dumps({"robot": name, "identity": identity.as_dict()}), flush=True)
+            else:
+                print(_identity_line(name, identity.as_dict()), flush=True)
+        if as_json:
+            print(json.dumps({"socket": host.socket_path}), flush=True)
+        else:
+            print(f"control socket {host.socket_path}; serving until SIGTERM or Ctrl-C", flush=True)
         host.serve_until_signal()
     except TetherError as exc:
-        print(f"tether host: {exc}", file=sys.stderr)
-        return 1
+        error_line("tether host", exc)
+        return _exit.for_error(exc)
     finally:
         for report in host.close():
-            print(json.dumps({"safe_stop": report.as_dict()}), flush=True)
-    return 0
+            if as_json:
+                print(json.dumps({"safe_stop": report.as_dict()}), flush=True)
+            else:
+                print("safe stop: " + render_stop([report.as_dict()]), flush=True)
+    return _exit.OK

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether import _core
+from tether import _core, _exit
+from tether._args import Parser
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.host import ControlServer, send_request
 from tether.errors import DxlFrameError
@@ -541,23 +542,29 @@ def parse_ids(text: str) -> list[int]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="tether emulate dynamixel", description=__doc__.splitlines()[0]
+    parser = Parser(
+        prog="tether emulate dynamixel",
+        description=__doc__.splitlines()[0] + " Prints the pty's path, then serves until Ctrl-C.",
+        epilog="exit codes: 0 stopped (Ctrl-C); 2 usage (see `tether --help`).",
     )
     parser.add_argument("--ids", type=parse_ids, default=[1], help="servo ids, e.g. 1,2")
     parser.add_argument(
         "--model", type=int, default=1030, help="PING model number (1030 = XM430-W210)"
     )
     parser.add_argument(
-        "--journal", help="append every executed instruction to this JSON-lines file"
+        "--journal",
+        help="append every executed instruction to this JSON-lines file (default: none)",
     )
     parser.add_argument(
-        "--control", help="unix socket path for fault injection and journal queries"
+        "--control",
+        help="unix socket path for fault injection and journal queries (default: none)",
     )
     parser.add_argument(
         "--speed-scale", type=float, default=1.0, help="multiply every motion speed"
     )
-    parser.add_argument("--link", help="also create a symlink to the pty at this path")
+    parser.add_argument(
+        "--link", help="also create a symlink to the pty at this path (default: none)"
+    )
     args = parser.parse_args(argv)
     try:
         emulator = DynamixelEmulator(
@@ -579,7 +586,7 @@ def main(argv: list[str]) -> int:
         if control is not None:
             control.close()
         emulator.stop()
-    return 0
+    return _exit.OK
 
 
 if __name__ == "__main__":

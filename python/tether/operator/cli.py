@@ -22,6 +22,8 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+from tether import _exit
+from tether._args import Parser, error_line
 from tether._dirs import usable_dir
 from tether.activities import ActivityRecord, Catalog
 from tether.devices import credentials
@@ -53,16 +55,24 @@ def _load(path: str) -> Any:
     return getattr(import_module(module), attr)
 
 
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
+EXIT_OK = _exit.OK
+EXIT_REFUSED = _exit.FAILED
+EXIT_USAGE = _exit.USAGE
+#: The codes `tether operator` documents (a test checks them against `tether._exit`).
+EXIT_CODES = (_exit.OK, _exit.FAILED, _exit.USAGE, _exit.STORE_UNUSABLE, _exit.STORAGE_IO)
+_EPILOG = (
+    "exit codes: 0 done; 1 refused (a credential, the rate limit, a role, a stale revision, "
+    "`reboot_unconfirmed`, no such Activity); 2 usage or configuration; 5 a store that cannot "
+    "be used; 6 the disk refused a write (see `tether --help`)."
+)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tether operator",
         description="Review and decide Activities parked for an operator (every family); "
-        "resume or reboot a robot; hash a credential. Exit 0 done, 1 refused, 2 usage.",
+        "resume or reboot a robot; hash a credential.",
+        epilog=_EPILOG,
     )
     parser.add_argument(
         "--config",
@@ -73,10 +83,14 @@ def _parser() -> argparse.ArgumentParser:
         help="the Host data directory (default: <state_dir>/moves of --config, where "
         "`tether move` runs)",
     )
-    parser.add_argument("--json", action="store_true", help="JSON output (default off a TTY)")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("list", help="every Activity awaiting a decision")
-    sh = sub.add_parser("show", help="the evidence document of one Activity, revision and age")
+    parser.add_argument(
+        "--json", action="store_true", help="JSON output (default: on off a TTY, off on one)"
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    sub.add_parser("list", help="every Activity awaiting a decision", epilog=_EPILOG)
+    sh = sub.add_parser(
+        "show", help="the evidence document of one Activity, revision and age", epilog=_EPILOG
+    )
     sh.add_argument("id", help="world_id/kind/activity_id, or the provider operation id")
 
     def credential_flags(p: argparse.ArgumentParser) -> None:
@@ -89,9 +103,9 @@ def _parser() -> argparse.ArgumentParser:
             "--credential-file", help="read the credential from this 0600 file (default: none)"
         )
 
-    res = sub.add_parser("resolve", help="decide on the current evidence revision")
+    res = sub.add_parser("resolve", help="decide on the current evidence revision", epilog=_EPILOG)
     res.add_argument("id", help="world_id/kind/activity_id, or the provider operation id")
-    res.add_argument("--decision", required=True, choices=DECISIONS)
+    res.add_argument("--decision", required=True, choices=DECISIONS, help="the decision")
     res.add_argument(
         "--revision", required=True, type=int, help="the evidence revision you reviewed"
     )
@@ -101,11 +115,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     res.add_argument("--note", default="", help="recorded with the decision (default: empty)")
     credential_flags(res)
-    rsm = sub.add_parser("resume", help="clear a robot's stop latch (recorded with your name)")
-    rsm.add_argument("robot")
+    rsm = sub.add_parser(
+        "resume", help="clear a robot's stop latch (recorded with your name)", epilog=_EPILOG
+    )
+    rsm.add_argument("robot", help="the robot's name in host.toml")
     credential_flags(rsm)
-    rbt = sub.add_parser("reboot", help="REBOOT a robot's servos: torque drops; gives a fresh read")
-    rbt.add_argument("robot")
+    rbt = sub.add_parser(
+        "reboot", help="REBOOT a robot's servos: torque drops; gives a fresh read", epilog=_EPILOG
+    )
+    rbt.add_argument("robot", help="the robot's name in host.toml")
     rbt.add_argument(
         "--joint", action="append", default=[], help="only this joint (repeatable; default all)"
     )
@@ -115,10 +133,12 @@ def _parser() -> argparse.ArgumentParser:
         help="confirm the arm is supported (torque drops); without it a TTY asks, else refused",
     )
     credential_flags(rbt)
-    hsh = sub.add_parser("hash", help="hash a credential read from stdin or a prompt")
+    hsh = sub.add_parser(
+        "hash", help="hash a credential read from stdin or a prompt", epilog=_EPILOG
+    )
     hsh.add_argument("--name", required=True, help="the operator's name")
     hsh.add_argument(
-        "--role", default="operator", choices=credentials.ROLES, help="default: operator"
+        "--role", default="operator", choices=credentials.ROLES, help="the role (default: operator)"
     )
     return parser
 
@@ -136,8 +156,8 @@ def main(argv: list[str]) -> int:
             return _robot_act(args, config, as_json)
         data_dir = _data_dir(args, config)
     except TetherError as exc:
-        print(f"tether operator: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        error_line("tether operator", exc)
+        return _exit.for_error(exc, default=EXIT_USAGE)
     catalog = Catalog.open("sqlite:///" + str(data_dir / "catalog.db"))
     artifacts = ArtifactStore(data_dir / "artifacts")
     try:
@@ -161,7 +181,7 @@ def main(argv: list[str]) -> int:
             review=_review(config, data_dir),
         )
     except TetherError as exc:
-        return _rejected(exc)
+        return _rejected(exc, as_json)
     finally:
         catalog.close()
     _print(outcome, as_json)
@@ -231,7 +251,7 @@ def _robot_act(args: argparse.Namespace, config: HostConfig[Any], as_json: bool)
         _print({**shown, "refreshed": refreshed}, as_json)
         return EXIT_OK
     except TetherError as exc:
-        return _rejected(exc)
+        return _rejected(exc, as_json)
 
 
 def _refresh_parked(
@@ -282,16 +302,31 @@ def _review(config: HostConfig[Any] | None, data_dir: Path) -> Any:
     return review
 
 
-def _rejected(exc: TetherError) -> int:
-    """A refused request: one JSON line with its stable code, exit status 1."""
-    print(json.dumps({"status": "rejected", "code": getattr(exc, "code", None), "error": str(exc)}))
-    return EXIT_REFUSED
+def _rejected(exc: TetherError, as_json: bool = True) -> int:
+    """A refused request: one JSON line with its stable code, exit status 1 (or the code of a
+    store that cannot be used, or of a write the disk refused)."""
+    if as_json:
+        doc = {"status": "rejected", "code": getattr(exc, "code", None), "error": str(exc)}
+        print(json.dumps(doc))
+    else:
+        error_line("tether operator", exc)
+    code = _exit.for_error(exc)
+    return code if code in (_exit.STORE_UNUSABLE, _exit.STORAGE_IO) else EXIT_REFUSED
 
 
 def _age(ms: object) -> str:
     if not isinstance(ms, int):
         return "-"
     return f"{ms / 1000:.1f} s"
+
+
+def _when(ms: object) -> str:
+    """A wall-clock time in ms as UTC, to the millisecond."""
+    if not isinstance(ms, int):
+        return "-"
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d} UTC"
 
 
 def _print(doc: Any, as_json: bool) -> None:
@@ -328,7 +363,7 @@ def _print(doc: Any, as_json: bool) -> None:
         for name, rad in (evidence.get("staged") or {}).items():
             print(f"  staged target {name}: {rad:+.4f} rad")
         for s in evidence.get("sent") or []:
-            print(f"  sent {s.get('instruction')} id {s.get('id')} at {s.get('t_ms')} ms")
+            print(f"  sent {s.get('instruction')} id {s.get('id')} at {_when(s.get('t_ms'))}")
         return
     print(" ".join(f"{k}={v}" for k, v in doc.items()))
 

@@ -20,7 +20,6 @@ of the messages so far, then the live events. The stream is live only: never dur
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import signal
@@ -33,6 +32,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, cast
 
+from tether import _exit
+from tether._args import Parser, error_line
 from tether.activities import MAX_LEASE_MS, Catalog, ResultRef
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.errors import TetherError
@@ -54,6 +55,13 @@ from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S
 log = logging.getLogger("tether.runtime.worker")
 
 FamiliesFactory = Callable[[Path], Sequence[Family]]
+#: The codes `tether worker` documents (a test checks them against `tether._exit`).
+EXIT_CODES = (_exit.OK, _exit.USAGE, _exit.STORE_UNUSABLE, _exit.UNAVAILABLE)
+_EPILOG = (
+    "exit codes: 0 stopped on a signal; 2 usage, the families, a bad store URL; 5 a store that "
+    "cannot be used (an older schema: `tether db upgrade`); 7 a server that cannot be reached "
+    "or refuses the session (see `tether --help`)."
+)
 
 
 def load_factory(spec: str) -> FamiliesFactory:
@@ -180,12 +188,20 @@ def _check_stores(catalog_url: str | None, world_url: str | None) -> None:
         open_ledger(world_url).close()
 
 
+def _store_exit(e: TetherError) -> int:
+    """A store that could not be opened at start: an older schema or a damaged file (5), a
+    server that cannot be reached or refuses the login (7), else a bad URL (2)."""
+    if str(e).startswith("cannot connect to PostgreSQL"):  # `tether.storage._pg.connect`
+        return _exit.UNAVAILABLE
+    return _exit.for_error(e, default=_exit.USAGE)
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `tether worker`."""
-    p = argparse.ArgumentParser(prog="tether worker", description=__doc__)
-    p.add_argument("data_dir", type=Path)
+    p = Parser(prog="tether worker", description=__doc__, epilog=_EPILOG)
+    p.add_argument("data_dir", type=Path, help="the Host data directory")
     p.add_argument("--families", required=True, help="module:function returning the families")
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=1, help="worker threads")
     p.add_argument(
         "--lease-ms",
         type=int,
@@ -218,7 +234,10 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--sse-host", default="127.0.0.1", help="bind address of the AG-UI stream")
     p.add_argument(
-        "--sse-port", type=int, default=None, help="serve live progress as AG-UI SSE; 0 = any"
+        "--sse-port",
+        type=int,
+        default=None,
+        help="serve live progress as AG-UI SSE; 0 = any (default: none, no stream)",
     )
     args = p.parse_args(argv)
     if args.workers < 1:
@@ -234,13 +253,13 @@ def main(argv: list[str]) -> int:
         if not families or not all(isinstance(f, Family) for f in families):
             raise FamilyError(f"{args.families} must return a non-empty list of Family")
     except (ImportError, TetherError) as e:
-        print(f"tether worker: {e}", file=sys.stderr)
-        return 2
+        error_line("tether worker", e)
+        return _exit.for_error(e, default=_exit.USAGE)
     try:
         _check_stores(args.catalog, args.world)
     except TetherError as e:
-        print(f"tether worker: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
+        error_line("tether worker", e)
+        return _store_exit(e)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -258,7 +277,7 @@ def main(argv: list[str]) -> int:
             stop=stop,
             catalog_url=args.catalog,
         )
-        return 0
+        return _exit.OK
     stream = RunStream("tether-worker", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:
         server = StreamServer(stream, args.sse_host, args.sse_port)
@@ -266,7 +285,7 @@ def main(argv: list[str]) -> int:
         print(
             f"tether worker: cannot serve on {args.sse_host}:{args.sse_port}: {e}", file=sys.stderr
         )
-        return 2
+        return _exit.USAGE
     try:
         stream.start()
         live = LiveActivities(stream)
@@ -285,4 +304,4 @@ def main(argv: list[str]) -> int:
     finally:
         stream.finish(error="the worker stopped")
         server.close()
-    return 0
+    return _exit.OK

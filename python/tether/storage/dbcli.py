@@ -17,9 +17,9 @@ A store whose schema is older than this Tether refuses to open and names `tether
 `upgrade` on a location holding no store creates the store named by ``--store`` (PostgreSQL:
 both, unless ``--store``).
 
-Exit codes: 0 done (status: every store is current), 1 a store needs `upgrade` (status) or
-the upgrade failed, 2 usage, or a URL that cannot be opened (one line naming the host and the
-cause).
+Exit codes (`tether._exit`): 0 done (status: every store is current), 1 a store needs
+`upgrade` (status) or the upgrade failed, 2 usage, 5 a store that cannot be used, 7 a server
+that cannot be reached (one line naming the host and the cause).
 """
 
 from __future__ import annotations

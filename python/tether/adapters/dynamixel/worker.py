@@ -21,7 +21,6 @@ otherwise the robot's stop policy applies on the way out.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -30,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tether import _exit
+from tether._args import Parser
 from tether._dirs import usable_dir
 from tether.activities import ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
@@ -42,11 +43,22 @@ from tether.families.robot_move.request import (
     MoveRequestError,
 )
 
-EXIT_DONE = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_PARKED = 3
-EXIT_RETRY = 4
+EXIT_DONE = _exit.OK
+EXIT_ERROR = _exit.FAILED
+EXIT_USAGE = _exit.USAGE
+EXIT_PARKED = _exit.PARKED
+EXIT_RETRY = _exit.TIMEOUT
+#: The codes `tether move` documents (a test checks them against `tether._exit`).
+EXIT_CODES = (
+    _exit.OK,
+    _exit.FAILED,
+    _exit.USAGE,
+    _exit.PARKED,
+    _exit.TIMEOUT,
+    _exit.STORE_UNUSABLE,
+    _exit.STORAGE_IO,
+    _exit.UNAVAILABLE,
+)
 
 _CONCLUSIONS = {"completed": "executed", "recovered": "recovered", "operator_done": "operator_done"}
 
@@ -211,22 +223,89 @@ def _one_line_logs() -> None:
     root.propagate = False
 
 
+def _say_json(doc: dict[str, Any]) -> None:
+    print(json.dumps(doc), flush=True)
+
+
+def _say_text(doc: dict[str, Any]) -> None:
+    """The outcome for a person on a terminal (radians; an error on stderr, one line)."""
+    status = doc.get("status")
+    if status in ("refused", "error"):
+        print(f"tether move: {doc.get('error')}", file=sys.stderr, flush=True)
+        return
+    key = doc.get("key", "")
+    attempts = doc.get("attempts")
+    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    if status == "done":
+        print(f"{key}: done ({doc.get('conclusion')}) after {tries}", flush=True)
+    elif status == "awaiting_decision":
+        print(
+            f"{key}: parked for an operator (reason {doc.get('reason') or '-'}, evidence "
+            f"revision {doc.get('revision')}); see `tether operator show {key}`",
+            flush=True,
+        )
+    elif status == "failed":
+        print(
+            f"{key}: failed ({doc.get('outcome')}): {doc.get('code')}: {doc.get('error')}",
+            flush=True,
+        )
+    else:
+        print(f"{key}: not concluded before the deadline; run the same command again", flush=True)
+
+
+class _ProgressLine:
+    """A move's progress on a terminal: one line redrawn in place, positions in radians."""
+
+    WIDTH = 20
+
+    def __init__(self) -> None:
+        self.drawn = False
+
+    def __call__(self, content: dict[str, Any]) -> None:
+        fraction = content.get("fraction")
+        joints = content.get("joints") or {}
+        parts = []
+        if isinstance(fraction, int | float):
+            done = max(0, min(self.WIDTH, round(fraction * self.WIDTH)))
+            parts.append(f"[{'#' * done}{'.' * (self.WIDTH - done)}] {fraction:4.0%}")
+        for name, j in joints.items():
+            if not isinstance(j, dict) or j.get("present_rad") is None:
+                continue
+            arrow = "moving" if j.get("moving") else "still"
+            parts.append(
+                f"{name} {j['present_rad']:+.3f} rad -> {j.get('goal_rad', 0.0):+.3f} ({arrow})"
+            )
+        if parts:
+            sys.stdout.write("\r\x1b[K" + "  ".join(parts))
+            sys.stdout.flush()
+            self.drawn = True
+
+    def end(self) -> None:
+        if self.drawn:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.drawn = False
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tether move",
         description="Run one robot move to a conclusion, as an Activity of the local Host "
-        "(<state_dir>/moves). Exit 0 done, 1 error, 2 refused, 3 parked for an operator, "
-        "4 not concluded before the deadline.",
+        "(<state_dir>/moves).",
+        epilog="exit codes: 0 done; 1 error; 2 refused (usage, configuration, a limit); 3 parked "
+        "for an operator; 4 not concluded before the deadline; 5 a store that cannot be used; "
+        "6 the disk refused a write; 7 the port is owned by another process (see `tether "
+        "--help`).",
     )
     parser.add_argument("--config", required=True, help="host configuration (TOML)")
     parser.add_argument(
         "--store", help="operations journal of robot moves (default: <state_dir>/moves/robot_move)"
     )
-    parser.add_argument("--robot", required=True)
-    parser.add_argument("--joint", action="append", default=[], help="NAME=RADIANS (repeatable)")
+    parser.add_argument("--robot", required=True, help="the robot's name in host.toml")
     parser.add_argument(
-        "--relative", action="store_true", help="targets are deltas (non-repeatable)"
+        "--joint", action="append", default=[], help="NAME=RADIANS (repeatable; default: none)"
     )
+    parser.add_argument("--relative", action="store_true", help="targets are deltas")
     parser.add_argument("--world", default="local", help="world id (default: local)")
     parser.add_argument("--activity", required=True, help="activity id within the world")
     parser.add_argument("--settle-timeout", type=float, default=30.0, help="seconds (default 30)")
@@ -236,10 +315,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="JSON lines on stdout (progress, then the outcome; also the default), in SI units",
+        help="JSON lines on stdout: progress, then the outcome, in SI units (default: on off a "
+        "TTY; on a TTY a progress line and the outcome in words)",
     )
     args = parser.parse_args(argv)
     _one_line_logs()
+    as_json = args.json or not sys.stdout.isatty()
+    say = _say_json if as_json else _say_text
     try:
         config = load_config(args.config)
         kind = KIND_RELATIVE if args.relative else KIND_ABSOLUTE
@@ -250,8 +332,9 @@ def main(argv: list[str]) -> int:
         usable_dir(data_dir_of(config), what="the moves data dir")  # checked before use
     except (TetherError, MoveRequestError) as exc:
         refused = {"status": "refused", "code": getattr(exc, "code", None), "error": str(exc)}
-        print(json.dumps(refused), flush=True)
-        return EXIT_USAGE
+        say(refused)
+        return _exit.for_error(exc, default=EXIT_USAGE)
+    line = None if as_json else _ProgressLine()
     try:
         outcome = run_move(
             config,
@@ -261,15 +344,17 @@ def main(argv: list[str]) -> int:
             lease_ms=args.lease_ms,
             settle_timeout_s=args.settle_timeout,
             store=Path(args.store) if args.store else None,
+            progress=line,
         )
     except (TetherError, MoveRequestError) as exc:
+        if line is not None:
+            line.end()
         code = getattr(exc, "code", None)
-        print(
-            json.dumps({"status": "error", "code": code, "error": f"{type(exc).__name__}: {exc}"}),
-            flush=True,
-        )
-        return EXIT_ERROR
-    print(json.dumps(outcome), flush=True)
+        say({"status": "error", "code": code, "error": f"{type(exc).__name__}: {exc}"})
+        return _exit.for_error(exc, default=EXIT_ERROR)
+    if line is not None:
+        line.end()
+    say(outcome)
     if outcome["status"] == "failed" and outcome.get("outcome") == "refused":
         return EXIT_USAGE  # refused before any byte: a limit (e.g. of a relative move)
     return {"done": EXIT_DONE, "awaiting_decision": EXIT_PARKED, "pending": EXIT_RETRY}.get(

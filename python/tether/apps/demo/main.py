@@ -7,7 +7,7 @@ per activity and ends with a summary table; a localhost HTTP server streams the 
 events over SSE. Killed at any moment (even `kill -9`), the same command resumes: settled
 activities are not run again, durable results are recovered rather than recomputed, and the
 summary says what was recovered. An activity that reconciles to Unknown is parked: the demo
-lists the parked activities and exits 1 instead of waiting forever.
+lists the parked activities and exits 3 (`tether._exit.PARKED`) instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from tether import _exit
+from tether._args import Parser, error_line
 from tether._dirs import DataDirError, usable_dir
 from tether._sqlite_files import StoreFileError, describe, storage_failure
 from tether.activities import ActivityKey, ActivityRecord
@@ -49,7 +51,16 @@ from tether.world import ComponentWrite, WorldSnapshot
 
 WORLD = "demo"
 DEBUG_ENV = "TETHER_DEBUG"
-EXIT_OK, EXIT_PARKED, EXIT_USAGE, EXIT_STORE, EXIT_DISK = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_USAGE, EXIT_PARKED = _exit.OK, _exit.USAGE, _exit.PARKED
+EXIT_STORE, EXIT_DISK = _exit.STORE_UNUSABLE, _exit.STORAGE_IO
+#: The codes `tether demo` documents (a test checks them against `tether._exit`).
+EXIT_CODES = (EXIT_OK, EXIT_USAGE, EXIT_PARKED, EXIT_STORE, EXIT_DISK)
+_EPILOG = (
+    "exit codes: 0 done; 2 usage (also `request_too_large`, a data dir that is a file, "
+    "another mission in the data dir); 3 Activities parked for an operator (`tether operator`); "
+    "5 a store that cannot be used (`store_truncated`, `not_a_database`, `old_layout`); 6 the "
+    "disk refused a write (nothing lost; run it again). See `tether --help`."
+)
 
 
 class _LogLines(logging.Handler):
@@ -94,7 +105,7 @@ def _storage_line(kind: str, detail: str, data_dir: object) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tether demo", description=__doc__.splitlines()[0])
+    p = Parser(prog="tether demo", description=__doc__.splitlines()[0], epilog=_EPILOG)
     p.add_argument(
         "--data-dir", default="tether-data", help="data directory (default: %(default)s)"
     )
@@ -110,10 +121,17 @@ def _parser() -> argparse.ArgumentParser:
         "refused (default: %(default)s)",
     )
     p.add_argument("--workers", type=int, default=1, help="worker threads")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (localhost)")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address of the SSE stream")
     p.add_argument("--port", type=int, default=8765, help="HTTP port for the SSE stream; 0 = any")
     p.add_argument("--lease-ms", type=int, default=3000, help="attempt lease (ms)")
-    p.add_argument("--linger", type=float, default=0.0, help="keep serving N s after the run")
+    p.add_argument(
+        "--linger", type=float, default=0.0, help="keep serving the stream N s after the run"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object on stdout at the end; progress goes to stderr",
+    )
     p.add_argument(
         "--wait-subscribers",
         type=int,
@@ -215,15 +233,15 @@ def _open(
         # Refused at admission: a reach that could never run is never committed.
         check_memory(EpisodeRequest.from_dict(_first_request(component)), cap)
     except RequestTooLarge as exc:
-        print(f"tether demo: {exc} (--memory-cap-mb)", file=sys.stderr)
+        error_line("tether demo", exc, " (--memory-cap-mb)")
         return EXIT_USAGE
     except InvalidEpisodeRequest as exc:
-        print(f"tether demo: {exc}", file=sys.stderr)
+        error_line("tether demo", exc)
         return EXIT_USAGE
     try:
         data_dir = usable_dir(Path(args.data_dir).resolve(), what="--data-dir")
     except DataDirError as exc:
-        print(f"tether demo: {exc}", file=sys.stderr)
+        error_line("tether demo", exc)
         return EXIT_USAGE
     board = ProgressBoard(out)
 
@@ -242,7 +260,7 @@ def _open(
     try:
         adapter = SimEpisodeAdapter(data_dir, memory_cap_bytes=cap)
     except JournalError as exc:  # an older layout that cannot be migrated now, or damage
-        print(f"tether demo: {exc}", file=sys.stderr)
+        error_line("tether demo", exc)
         return EXIT_STORE
     try:
         host = Host(
@@ -257,7 +275,7 @@ def _open(
         if exc.code in ("disk_full", "file_too_large"):
             print(_storage_line(exc.code, exc.message, data_dir), file=sys.stderr)
             return EXIT_DISK
-        print(f"tether demo: {exc}", file=sys.stderr)
+        error_line("tether demo", exc)
         return EXIT_STORE
     except BaseException:
         adapter.close()
@@ -307,7 +325,8 @@ def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
 
 
 def _watch(run: _Run) -> int:
-    """Follow the catalog until the mission ends (0) or an activity is parked (1)."""
+    """Follow the catalog until the mission ends (EXIT_OK) or an activity is parked
+    (EXIT_PARKED)."""
     shown: dict[str, str] = {}
     done: dict[ActivityKey, ActivityRecord] = {}  # settled records never change: read once
     while True:
@@ -358,6 +377,11 @@ def _watch(run: _Run) -> int:
 
 
 def _summary(run: _Run) -> str:
+    rows, tail = _summary_rows(run)
+    return summary_table(rows) + "\n" + tail
+
+
+def _summary_rows(run: _Run) -> tuple[list[SummaryRow], str]:
     snap = run.host.snapshot(WORLD)
     rows = []
     for key in _keys(snap):
@@ -388,7 +412,28 @@ def _summary(run: _Run) -> str:
         f"tolerance; recovered: {before} settled before this run (not rerun), {reused} durable "
         f"results reused, {rerun} rerun after proof that the earlier attempt was gone"
     )
-    return summary_table(rows) + "\n" + tail
+    return rows, tail
+
+
+def _summary_json(run: _Run, code: int) -> str:
+    """`tether demo --json`: one object on stdout at the end (the progress went to stderr)."""
+    import dataclasses
+    import json
+
+    rows, tail = _summary_rows(run)
+    snap = run.host.snapshot(WORLD)
+    parked = [k.activity_id for k in _keys(snap) if _parked(run.host.get(k))]
+    status = {EXIT_OK: "done", EXIT_PARKED: "parked"}.get(code, "storage_failed")
+    return json.dumps(
+        {
+            "status": status,
+            "exit_code": code,
+            "data_dir": str(run.host.data_dir),
+            "activities": [dataclasses.asdict(r) for r in rows],
+            "parked": parked,
+            "mission": tail,
+        }
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -401,7 +446,7 @@ def main(argv: list[str]) -> int:
         parser.error("--linger and --wait-subscribers must not be negative")
     if not 64 <= args.memory_cap_mb <= 1 << 30:
         parser.error("--memory-cap-mb must be at least 64")
-    out = sys.stdout
+    out = sys.stderr if args.json else sys.stdout
     stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:
         server = StreamServer(stream, args.host, args.port)
@@ -443,6 +488,8 @@ def _run(
         run.host.start()
         kick_planner(run.host, WORLD)
         code = _watch(run)
+        if args.json:
+            print(_summary_json(run, code), flush=True)
         if code == EXIT_OK:
             print(_summary(run), file=out)
             stream.finish()
