@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Sequence
 
 from tether import _exit
+from tether._dirs import private_umask
 from tether.errors import TetherError
 
 #: The exit code of a failure no subcommand handled and that names no more precise code.
@@ -107,6 +108,7 @@ def _debug() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `tether` subcommand and return its exit code."""
+    private_umask()  # files any command creates are 0600, directories 0700
     args = list(sys.argv[1:] if argv is None else argv)
     flags: set[str] = set()
     while args and args[0] in {"--debug", "--version", "--json"}:

@@ -237,6 +237,7 @@ def _confirm_supported(args: argparse.Namespace) -> bool:
 
 def _robot_act(args: argparse.Namespace, config: HostConfig[Any], as_json: bool) -> int:
     config.robot(args.robot)  # an unknown robot is a usage error, before any credential
+    usable_dir(config.state_dir, what="host.state_dir")  # private, before the latch is touched
     try:
         supported = _confirm_supported(args) if args.cmd == "reboot" else True
         operator = config.authenticate(_secret(args))
@@ -259,6 +260,9 @@ def _refresh_parked(
 ) -> list[dict[str, Any]]:
     """A new evidence revision for each parked Activity on the rebooted robot."""
     data_dir = config.state_dir / "moves" if not args.data_dir else Path(args.data_dir)
+    if not data_dir.exists():
+        return []
+    data_dir = usable_dir(data_dir, what="the moves data dir", create=False)
     if not (data_dir / "catalog.db").exists():
         return []
     catalog = Catalog.open("sqlite:///" + str(data_dir.resolve() / "catalog.db"))
