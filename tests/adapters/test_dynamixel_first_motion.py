@@ -4,30 +4,17 @@ Observed in the emulator: the Profile Velocity each move wrote to the servos."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _dxl_setup import write_config
 from tether.adapters.dynamixel import tables
-from tether.adapters.dynamixel.config import HostConfig, load_config
+from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost, stop_everything
 from tether.adapters.dynamixel.move import DynamixelMoveAdapter
 from tether.devices.host import reboot_robot, resume_robot
 from tether.emulators.dynamixel import DynamixelEmulator
 from tether.families.robot_move.journal import MoveStore
 from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
-
-
-@pytest.fixture
-def emulator() -> Iterator[DynamixelEmulator]:
-    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
-        yield emu
-
-
-@pytest.fixture
-def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
-    return load_config(write_config(tmp_path, emulator.path))
 
 
 class Moves:

@@ -4,7 +4,6 @@ its expected outcome; limits and credentials are refused before anything is sent
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -38,17 +37,6 @@ from tether.families.robot_move.request import (
 )
 from tether.operator.decisions import resolve
 from tether.runtime import ArtifactStore
-
-
-@pytest.fixture
-def emulator() -> Iterator[DynamixelEmulator]:
-    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
-        yield emu
-
-
-@pytest.fixture
-def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
-    return load_config(write_config(tmp_path, emulator.path))
 
 
 @pytest.fixture

@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from _dxl_setup import CREDENTIAL, TARGETS, write_config
+from _dxl_setup import CREDENTIAL, TARGETS
 from tether.activities import ActivityKey, Catalog
 from tether.adapters.dynamixel import tables
-from tether.adapters.dynamixel.config import HostConfig, load_config
+from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.driver import DxlBus
 from tether.adapters.dynamixel.worker import run_move
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
@@ -24,17 +22,6 @@ from tether.operator.decisions import evidence_document
 from tether.runtime import ArtifactStore
 
 KEY = ActivityKey("local", KIND_ABSOLUTE, "m1")
-
-
-@pytest.fixture
-def emulator() -> Iterator[DynamixelEmulator]:
-    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
-        yield emu
-
-
-@pytest.fixture
-def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
-    return load_config(write_config(tmp_path, emulator.path))
 
 
 def test_the_emulator_reboots_as_a_servo_does(emulator: DynamixelEmulator) -> None:

@@ -12,14 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _dxl_setup import CREDENTIAL, TARGETS, write_config
+from _dxl_setup import CREDENTIAL, TARGETS
 from tether.adapters.dynamixel import tables
-from tether.adapters.dynamixel.config import HostConfig, load_config
+from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
 from tether.adapters.dynamixel.move import read_joints
 from tether.adapters.dynamixel.worker import run_move
@@ -30,17 +29,6 @@ from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 
 #: Instructions that change a device (everything but PING, READ and SYNC_READ).
 EFFECTFUL = ("write", "reg_write", "action", "sync_write", "reboot", "factory_reset")
-
-
-@pytest.fixture
-def emulator() -> Iterator[DynamixelEmulator]:
-    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
-        yield emu
-
-
-@pytest.fixture
-def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
-    return load_config(write_config(tmp_path, emulator.path))
 
 
 def move(config: HostConfig, activity: str) -> dict[str, Any]:

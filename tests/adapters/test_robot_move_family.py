@@ -12,10 +12,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from _dxl_setup import CREDENTIAL, GOALS, TARGETS, target_actions, write_config
+from _dxl_setup import CREDENTIAL, GOALS, TARGETS, target_actions
 from tether.activities import ActivityKey, operation_id_for
 from tether.adapters.dynamixel import tables
-from tether.adapters.dynamixel.config import HostConfig, load_config
+from tether.adapters.dynamixel.config import HostConfig
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import OperatorRejection
 from tether.families.robot_move.family import (
@@ -64,17 +64,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now
-
-
-@pytest.fixture
-def emulator() -> Iterator[DynamixelEmulator]:
-    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
-        yield emu
-
-
-@pytest.fixture
-def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
-    return load_config(write_config(tmp_path, emulator.path))
 
 
 @pytest.fixture

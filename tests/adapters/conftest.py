@@ -1,0 +1,24 @@
+"""Fixtures the DYNAMIXEL tests share: a two-servo emulator on a real pty (shafts moving 20x
+faster than real time) and a host configuration naming it. A test file that needs another bus
+defines its own `emulator` fixture, which takes precedence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _dxl_setup import write_config
+from tether.adapters.dynamixel.config import HostConfig, load_config
+from tether.emulators.dynamixel import DynamixelEmulator
+
+
+@pytest.fixture
+def emulator() -> Iterator[DynamixelEmulator]:
+    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
+        yield emu
+
+
+@pytest.fixture
+def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
+    return load_config(write_config(tmp_path, emulator.path))
