@@ -8,7 +8,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(BIN)):$(PATH)
 export PYO3_PYTHON := $(abspath $(BIN))/python
 
-.PHONY: demo test build venv rust-test lint typecheck pytest pytest-pg-throwaway bench clean
+.PHONY: demo test build venv rust-test lint typecheck pytest pytest-pg-throwaway bench proto clean
 
 demo: build
 	$(BIN)/tether demo $(ARGS)
@@ -52,6 +52,10 @@ pytest: build
 pytest-pg-throwaway: build
 	CI=true TETHER_PG_URL=postgresql://127.0.0.1:1/test $(BIN)/python -m pytest -q tests/storage \
 	  tests/activities/test_catalog.py
+
+# The gRPC stubs in python/tether/_gen/, generated from proto/ (tests fail on drift).
+proto: build
+	$(BIN)/python -m tether.protogen
 
 bench: build
 	for b in benches/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
