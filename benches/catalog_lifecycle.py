@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _raw import RawTransactions
 from tether.activities import (
     ActivityKey,
     Admission,
@@ -34,7 +35,6 @@ from tether.activities import (
     operation_id_for,
     settlement_evidence_digest,
 )
-from tether.storage._sqlite import WAL_AUTOCHECKPOINT_PAGES
 
 
 def filesystem_type(path: Path) -> str:
@@ -56,34 +56,6 @@ def fresh(directory: Path, name: str) -> Path:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     return path
-
-
-class RawTransactions:
-    """Empty BEGIN IMMEDIATE; UPDATE; COMMIT transactions on the catalog's own file, on a
-    connection configured like the store's (WAL, same synchronous and checkpoint settings)."""
-
-    def __init__(self, path: Path, synchronous: str) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute(f"PRAGMA synchronous={synchronous}")
-        self.conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES[synchronous]}")
-        self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, n INTEGER)"
-        )
-        self.conn.execute("INSERT OR IGNORE INTO bench_raw VALUES (1, 0)")
-
-    def run(self, transactions: int) -> float:
-        """Seconds taken by ``transactions`` empty write transactions."""
-        execute = self.conn.execute
-        start = time.perf_counter()
-        for _ in range(transactions):
-            execute("BEGIN IMMEDIATE")
-            execute("UPDATE bench_raw SET n = n + 1 WHERE id = 1")
-            execute("COMMIT")
-        return time.perf_counter() - start
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 def lifecycles(cat: Catalog, start: int, count: int) -> float:

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _raw import RawTransactions
 from tether.activities import ActivityKey, ActivityRecord, Admission, ResultRef
 from tether.runtime import (
     ActivityRequest,
@@ -92,30 +93,6 @@ def intent(i: int) -> ComponentWrite:
 # -- the raw commit ---------------------------------------------------------------------
 
 
-class RawCommits:
-    """One-row FULL commits on a fresh WAL file of its own."""
-
-    def __init__(self, path: Path) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
-        self.conn.execute("CREATE TABLE raw (id INTEGER PRIMARY KEY, n INTEGER)")
-        self.conn.execute("INSERT INTO raw VALUES (1, 0)")
-
-    def run(self, commits: int) -> float:
-        """Seconds taken by ``commits`` durable commits."""
-        execute = self.conn.execute
-        start = time.perf_counter()
-        for _ in range(commits):
-            execute("BEGIN IMMEDIATE")
-            execute("UPDATE raw SET n = n + 1 WHERE id = 1")
-            execute("COMMIT")
-        return time.perf_counter() - start
-
-    def close(self) -> None:
-        self.conn.close()
-
-
 # -- cost, one Activity per tick ----------------------------------------------------------
 
 
@@ -141,7 +118,7 @@ def counted_commits(host: Host, worker: Worker) -> tuple[int, int, int]:
 
 def bench_cost(root: Path, activities: int, chunk: int) -> dict[str, float]:
     """Per-Activity cost and raw commit time, in alternating chunks; plus counted fsyncs."""
-    raw = RawCommits(root / "raw-cost.db")
+    raw = RawTransactions(root / "raw-cost.db")
     with Host(root / "cost", families(root), workers=0, observe=False) as host:
         host.create_world("w")
         worker = host.new_worker("bench")
@@ -206,7 +183,7 @@ def spawn_worker(data: Path) -> subprocess.Popen[str]:
 def bench_latency(root: Path, name: str, samples: int, *, two_processes: bool) -> dict[str, float]:
     """Median admission -> settlement latency over ``samples`` sequential Activities, with the
     raw commit time measured between samples (7 commits after each)."""
-    raw = RawCommits(root / f"raw-{name}.db")
+    raw = RawTransactions(root / f"raw-{name}.db")
     data = root / name
     host = Host(
         data,
