@@ -130,53 +130,16 @@ class WakeBell(Protocol):
     def repair(self) -> bool: ...
 
 
-class Doorbell:
-    """The wakeups of one catalog file in this process. Shareable across threads.
+class TopicWaits:
+    """This process's side of a doorbell: one counter per topic and the threads waiting on it.
+    A ring from anywhere (`_raise`) bumps the counters; `mark` then `wait` never misses one.
+    Both the data-dir doorbell and the PostgreSQL one are built on it."""
 
-    Get it with `Doorbell.for_catalog` (one per file per process). Counters (`rings`,
-    `sent`, `received`, `stale_removed`) are there for tests and benchmarks.
-
-    Args:
-        directory: the doorbell directory (`wakeup_dir_for(catalog_path)`).
-    """
-
-    _registry: ClassVar[weakref.WeakValueDictionary[str, Doorbell]] = weakref.WeakValueDictionary()
-    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._conds = {t: threading.Condition(self._lock) for t in TOPICS}
         self._counts = dict.fromkeys(TOPICS, 0)
         self._waiting = dict.fromkeys(TOPICS, 0)
-        self._names: list[str] = []
-        self._listed_at = -LISTING_TTL_S
-        self._listeners = 0
-        self._listen_lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._name: str | None = None
-        self._inode: int | None = None
-        self._thread: threading.Thread | None = None
-        self._sender: socket.socket | None = None
-        self._address = _Address(directory)
-        self.rings = 0
-        self.sent = 0
-        self.received = 0
-        self.stale_removed = 0
-
-    @classmethod
-    def for_catalog(cls, catalog_path: str | Path) -> Doorbell:
-        """This process's doorbell of the catalog file at ``catalog_path``."""
-        directory = wakeup_dir_for(catalog_path)
-        key = f"{os.getpid()}:{directory}"  # a forked child gets doorbells of its own
-        with cls._registry_lock:
-            bell = cls._registry.get(key)
-            if bell is None:
-                bell = cls(directory)
-                cls._registry[key] = bell
-            return bell
-
-    # -- waiting ------------------------------------------------------------------------
 
     def mark(self, topic: int) -> int:
         """The topic's counter now: read it before scanning, then `wait` with it."""
@@ -217,6 +180,50 @@ class Doorbell:
                     self._counts[t] += 1
                     if self._waiting[t]:
                         self._conds[t].notify_all()
+
+
+class Doorbell(TopicWaits):
+    """The wakeups of one catalog file in this process. Shareable across threads.
+
+    Get it with `Doorbell.for_catalog` (one per file per process). Counters (`rings`,
+    `sent`, `received`, `stale_removed`) are there for tests and benchmarks.
+
+    Args:
+        directory: the doorbell directory (`wakeup_dir_for(catalog_path)`).
+    """
+
+    _registry: ClassVar[weakref.WeakValueDictionary[str, Doorbell]] = weakref.WeakValueDictionary()
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__()
+        self.directory = directory
+        self._names: list[str] = []
+        self._listed_at = -LISTING_TTL_S
+        self._listeners = 0
+        self._listen_lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._name: str | None = None
+        self._inode: int | None = None
+        self._thread: threading.Thread | None = None
+        self._sender: socket.socket | None = None
+        self._address = _Address(directory)
+        self.rings = 0
+        self.sent = 0
+        self.received = 0
+        self.stale_removed = 0
+
+    @classmethod
+    def for_catalog(cls, catalog_path: str | Path) -> Doorbell:
+        """This process's doorbell of the catalog file at ``catalog_path``."""
+        directory = wakeup_dir_for(catalog_path)
+        key = f"{os.getpid()}:{directory}"  # a forked child gets doorbells of its own
+        with cls._registry_lock:
+            bell = cls._registry.get(key)
+            if bell is None:
+                bell = cls(directory)
+                cls._registry[key] = bell
+            return bell
 
     # -- ringing ------------------------------------------------------------------------
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import weakref
 from typing import Any, ClassVar, Final
 
@@ -28,15 +27,11 @@ import psycopg
 from psycopg import sql
 
 from tether._core import CatalogStorageError
+from tether.storage._doorbell import _ALL, CLAIMABLE, RESULT, SETTLED, TopicWaits
 from tether.storage._pg import connect
 
 log = logging.getLogger("tether.storage.pg_doorbell")
 
-CLAIMABLE: Final = 1
-RESULT: Final = 2
-SETTLED: Final = 4
-TOPICS: Final = (CLAIMABLE, RESULT, SETTLED)
-_ALL: Final = CLAIMABLE | RESULT | SETTLED
 #: The shortest fallback poll a waiter should use alongside the doorbell.
 MIN_FALLBACK_S: Final = 1.0
 RECONNECT_S: Final = 1.0
@@ -49,7 +44,7 @@ def channel_for(conn: psycopg.Connection[Any]) -> str:
     return CHANNEL_PREFIX + str(row[0] if row and row[0] else "public")
 
 
-class PostgresDoorbell:
+class PostgresDoorbell(TopicWaits):
     """The wakeups of one PostgreSQL catalog (URL + schema) in this process. Shareable across
     threads; get it with `for_url` (one per catalog per process).
 
@@ -62,10 +57,8 @@ class PostgresDoorbell:
     _registry_lock = threading.Lock()
 
     def __init__(self, conninfo: str) -> None:
+        super().__init__()
         self.conninfo = conninfo
-        self._lock = threading.Lock()
-        self._conds = {t: threading.Condition(self._lock) for t in TOPICS}
-        self._counts = dict.fromkeys(TOPICS, 0)
         self._listeners = 0
         self._listen_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -84,45 +77,6 @@ class PostgresDoorbell:
                 bell = cls(conninfo)
                 cls._registry[conninfo] = bell
             return bell
-
-    # -- waiting (the same contract as the data-dir doorbell) ---------------------------
-
-    def mark(self, topic: int) -> int:
-        """The topic's counter now: read it before scanning, then `wait` with it."""
-        with self._lock:
-            return self._counts[topic]
-
-    def wait(
-        self, topic: int, mark: int, timeout_s: float, stop: threading.Event | None = None
-    ) -> bool:
-        """Wait until the topic rang since ``mark``, ``stop`` is set (see `poke`) or
-        ``timeout_s`` passed; True if it rang."""
-        deadline = time.monotonic() + timeout_s
-        cond = self._conds[topic]
-        with cond:
-            while self._counts[topic] == mark:
-                if stop is not None and stop.is_set():
-                    return False
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                cond.wait(remaining)
-            return True
-
-    def poke(self) -> None:
-        """Wake every waiter of this process so it re-checks its stop event."""
-        with self._lock:
-            for cond in self._conds.values():
-                cond.notify_all()
-
-    def _raise(self, topics: int) -> None:
-        with self._lock:
-            for t in TOPICS:
-                if topics & t:
-                    self._counts[t] += 1
-                    self._conds[t].notify_all()
-
-    # -- ringing ------------------------------------------------------------------------
 
     def ring(self, topics: int) -> None:
         """Wake this process's waiters of ``topics`` now, and every listener by NOTIFY (the
@@ -212,3 +166,13 @@ class PostgresDoorbell:
                 self._stop.wait(RECONNECT_S)
             finally:
                 conn.close()
+
+
+__all__ = [
+    "CLAIMABLE",
+    "MIN_FALLBACK_S",
+    "RESULT",
+    "SETTLED",
+    "PostgresDoorbell",
+    "channel_for",
+]
