@@ -58,9 +58,14 @@ def generate(out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    out = Path(args[0]) if args else DEFAULT_OUT
-    for path in generate(out):
+    from tether._args import Parser
+
+    parser = Parser(prog="python -m tether.protogen", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "out", nargs="?", type=Path, default=DEFAULT_OUT, help="the generated package's directory"
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    for path in generate(args.out):
         print(path)
     return _exit.OK
 
