@@ -311,6 +311,21 @@ def test_the_demo_shows_an_oversized_mission_refused_at_admission(tmp_path: Path
     ]
     assert "mission: 0/3 reaches within tolerance" in done.stdout
     assert Journal(tmp_path / "operations").query() == []  # nothing was bound or started
+    # Not parked, so `tether operator list` lists nothing; `show` names the refusal.
+    operator = [sys.executable, "-m", "tether", "operator", "--data-dir", str(tmp_path)]
+    listed = subprocess.run([*operator, "list"], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+    shown = subprocess.run(
+        [*operator, "show", "demo/physical_ai.sim_episode/reach-0001"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["reason"].startswith("refused at admission: request_too_large: 1000 episodes")
+    assert doc["refusal"]["details"]["cap_bytes"] == DEFAULT_MEMORY_CAP_BYTES
+    assert doc["operation_id"] is None and doc["awaiting_decision"] is False
     capped = demo_argv(
         tmp_path / "b", "--steps", "400", "--memory-cap-mb", "64", "--port", "0", "--json"
     )
