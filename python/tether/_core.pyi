@@ -266,6 +266,9 @@ class Compacted(CatalogRejection):
 class NotCompactable(CatalogRejection):
     """The activity is unsettled or settled after the cutoff."""
 
+class InvalidRefusal(CatalogRejection):
+    """A refused admission's refusal is not a failed refusal document."""
+
 class UnknownActivity(CatalogRejection):
     """No activity with this key exists."""
 
@@ -305,6 +308,11 @@ def completion_mismatch_codes() -> list[str]:
     """Every completion mismatch code, in declaration order."""
 
 def catalog_admit(row: tuple[Any, ...] | None, admission: Any, now: Any) -> tuple[Any, ...]: ...
+def catalog_admit_refused(
+    row: tuple[Any, ...] | None, admission: Any, refusal: Any, now: Any
+) -> tuple[Any, ...]:
+    """`admit_refused`: the admission its family refused, holding `refusal` as its failed result."""
+
 def catalog_check_claim(owner: str, lease_ms: int, now: Any) -> None:
     """Refuses bad claim arguments even when nothing is claimable."""
 

@@ -46,6 +46,7 @@ from tether._core import (
     Compacted as Compacted,
     EvidenceMismatch as EvidenceMismatch,
     InvalidDecision as InvalidDecision,
+    InvalidRefusal as InvalidRefusal,
     LeaseExpired as LeaseExpired,
     NoResult as NoResult,
     NotAwaitingDecision as NotAwaitingDecision,

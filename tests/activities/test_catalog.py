@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 from tether.activities import (
+    ABANDONED_MEDIA_TYPE,
     MAX_LEASE_MS,
     MAX_RETRY_AFTER_MS,
     ActivityKey,
     Admission,
     Catalog,
     Evidence,
+    ResultRef,
     RetryGuard,
     operation_id_for,
 )
@@ -20,6 +22,7 @@ from tether.errors import (
     BoundsExceeded,
     CatalogConfigError,
     CatalogRejection,
+    InvalidRefusal,
     LeaseExpired,
     NotBound,
     NotClaimable,
@@ -33,7 +36,15 @@ from tether.errors import (
     UnknownActivity,
 )
 
-from tests.activities.support import ManualClock, admission, bound_claim, key, result
+from tests.activities.support import (
+    ManualClock,
+    admission,
+    bound_claim,
+    evidence_for,
+    key,
+    receipt,
+    result,
+)
 
 
 def test_admission_replay_is_a_no_op_and_a_different_replay_conflicts(catalog: Catalog) -> None:
@@ -387,3 +398,90 @@ def test_the_lease_and_backoff_caps_are_seven_days(catalog: Catalog) -> None:
     with pytest.raises(BoundsExceeded):
         catalog.renew(k, c.fence, week + 1)
     assert catalog.renew(k, c.fence, week).attempt is not None
+
+
+def _refusal(name: str = "too-large") -> ResultRef:
+    return ResultRef(
+        f"inline:{name}", f"sha256:{name}", "application/vnd.tether.refusal+json", 9, True
+    )
+
+
+def test_a_refused_admission_holds_its_failed_result_and_is_never_claimed(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    """`admit_refused` persists (on each backend) a record that already holds its failed
+    refusal result: no attempt, no operation, never claimable, pending observation; it
+    settles against a later receipt like any failed result."""
+    k = key()
+    rec = catalog.admit_refused(admission(k), _refusal())
+    assert rec.refused_at_admission and rec.result == _refusal()
+    assert rec.recorded_result is not None
+    assert (rec.recorded_result.attempt, rec.recorded_result.fence) == (0, 0)
+    assert (rec.attempt_count, rec.fence, rec.attempt, rec.operation_id) == (0, 0, None, None)
+    assert rec.claimable_from_ms is None and rec.pending_observation and rec.unsettled
+    assert catalog.get(k) == rec
+    clock.advance(10_000)
+    assert catalog.claim("w", 1000) is None
+    assert list(catalog.iter_claimable()) == []
+    assert catalog.claimable_in_ms() is None
+    with pytest.raises(NotClaimable):
+        catalog.claim_key(k, "w", 1000)
+    for fence in (0, 1):
+        with pytest.raises(CatalogRejection):
+            catalog.bind_provider_operation(k, fence, operation_id_for(k))
+        with pytest.raises(CatalogRejection):
+            catalog.record_result(k, fence, result())
+    assert [r.key for r in catalog.iter_pending_observation()] == [k]
+    assert catalog.has_unsettled(k.world_id)
+    settled = catalog.settle(k, receipt(4, world=k.world_id), evidence_for(k, _refusal()))
+    assert settled.settlement is not None and settled.refused_at_admission
+    assert not catalog.has_unsettled(k.world_id)
+    assert catalog.compact_settled(0) == 1
+    compacted = catalog.get(k)
+    assert compacted is not None and compacted.compacted and compacted.refused_at_admission
+
+
+def test_a_refused_admission_replays_like_admit_and_never_rewrites_a_record(
+    catalog: Catalog,
+) -> None:
+    k = key()
+    first = catalog.admit_refused(admission(k), _refusal())
+    # Identical replay, a later re-request, another refusal, a plain admission: no-ops.
+    assert catalog.admit_refused(admission(k), _refusal()) == first
+    assert catalog.admit_refused(admission(k, tick=7), _refusal()) == first
+    assert catalog.admit_refused(admission(k), _refusal("other")) == first
+    assert catalog.admit(admission(k)) == first
+    with pytest.raises(AdmissionConflict) as info:
+        catalog.admit_refused(admission(k, input_digest="sha256:changed"), _refusal())
+    assert info.value.field == "input_digest"
+    # A normally admitted Activity under the key stays as it is (claimable).
+    plain_key = key("a2")
+    plain = catalog.admit(admission(plain_key))
+    assert catalog.admit_refused(admission(plain_key), _refusal()) == plain
+    assert catalog.get(plain_key) == plain and not plain.refused_at_admission
+    assert catalog.get(k) == first
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (ResultRef("inline:x", "sha256:x", "application/json", 1, False), "refusal.failed"),
+        (
+            ResultRef("tether:abandoned/1", "sha256:x", ABANDONED_MEDIA_TYPE, 0, True),
+            "refusal.media_type",
+        ),
+        (ResultRef("", "sha256:x", "application/json", 1, True), "result.ref"),
+    ],
+)
+def test_a_refusal_that_is_not_a_failed_document_is_refused(
+    catalog: Catalog, bad: ResultRef, field: str
+) -> None:
+    k = key()
+    with pytest.raises(CatalogRejection) as info:
+        catalog.admit_refused(admission(k), bad)
+    assert info.value.field == field
+    if field.startswith("refusal."):
+        assert isinstance(info.value, InvalidRefusal) and info.value.code == "invalid_refusal"
+    assert catalog.get(k) is None  # nothing was written
+    with pytest.raises(TypeError):
+        catalog.admit_refused(admission(k), "inline:x")  # type: ignore[arg-type]

@@ -148,6 +148,28 @@ class Catalog:
         )
         return record_from_row(row)
 
+    def admit_refused(self, admission: Admission, refusal: ResultRef) -> ActivityRecord:
+        """Admit an activity its family refused before any work: its request can never run.
+
+        ``refusal`` references the durable refusal document (put in the artifact store
+        first) and must be a failed result (`InvalidRefusal` otherwise). A new record already
+        holds it as its result: no attempt, no fence, no provider operation, never claimable,
+        pending observation, so the family observes and settles it through a later tick like
+        any other failed result. Under an existing key the rules are `admit`'s (a different
+        input is `AdmissionConflict`) and the stored record comes back unchanged, whatever it
+        holds: the first admission decides, so a replay never rewrites a record.
+        """
+        if not isinstance(admission, Admission):
+            raise TypeError(f"expected an Admission, not {type(admission).__name__}")
+        if not isinstance(refusal, ResultRef):
+            raise TypeError(f"expected a ResultRef, not {type(refusal).__name__}")
+        now = self._clock.now()
+        row = self._store.apply(
+            _key(admission.key),
+            lambda old: _core.catalog_admit_refused(old, admission, refusal, now),
+        )
+        return record_from_row(row)
+
     def claim(
         self,
         owner: str,

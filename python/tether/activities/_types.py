@@ -88,7 +88,8 @@ class Attempt:
 
 @dataclass(frozen=True, slots=True)
 class RecordedResult:
-    """Who recorded the result: attempt number (0 for an operator decision) and fence."""
+    """Who recorded the result: attempt number (0 for an operator decision or a refusal at
+    admission) and fence."""
 
     result: ResultRef
     attempt: int
@@ -223,6 +224,14 @@ class ActivityRecord:
     def result_failed(self) -> bool:
         """Whether the recorded result is a failed one, also once compaction dropped it."""
         return self.result.failed if self.result is not None else self.compacted_result_failed
+
+    @property
+    def refused_at_admission(self) -> bool:
+        """Whether its family refused the request at admission (`Catalog.admit_refused`): a
+        failed result and never an attempt (every other failed result follows one)."""
+        if self.attempt_count != 0 or not self.result_failed:
+            return False
+        return self.recorded_result is None or self.recorded_result.attempt == 0
 
     @property
     def compacted(self) -> bool:

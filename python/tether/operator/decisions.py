@@ -47,7 +47,7 @@ from tether.activities import (
 )
 from tether.errors import CatalogRejection, OperatorRejection, TetherError
 from tether.operations import check_operation_id
-from tether.runtime import ArtifactStore
+from tether.runtime import ArtifactStore, Refusal
 
 DECISIONS = ("done", "reissue", "abandon", "wait")
 #: The resolve path's crash points, in order (`TETHER_CRASH_AT`).
@@ -206,11 +206,28 @@ def show(catalog: Catalog, artifacts: ArtifactStore, text: str) -> dict[str, Any
     record = find(catalog, text)
     evidence = evidence_document(artifacts, record)
     doc = {**summary(record, evidence), "evidence": evidence}
+    refusal = _refusal_or_none(artifacts, record)
+    if refusal is not None:  # refused at admission: never parked, never run; say why
+        doc["refusal"] = {
+            "code": refusal.code,
+            "reason": refusal.reason,
+            "details": refusal.details,
+        }
+        doc["reason"] = f"refused at admission: {refusal.code}: {refusal.reason}"
     read_at = ((evidence or {}).get("read_back") or {}).get("read_at_ms")
     if not isinstance(read_at, int):
         read_at = ((evidence or {}).get("device_state") or {}).get("read_at_ms")
     doc["device_state_age_ms"] = max(0, _now_ms() - read_at) if isinstance(read_at, int) else None
     return doc
+
+
+def _refusal_or_none(artifacts: ArtifactStore, record: ActivityRecord) -> Refusal | None:
+    if not record.refused_at_admission or record.result is None:
+        return None
+    try:
+        return Refusal.from_document(artifacts.get(record.result))
+    except TetherError:
+        return None
 
 
 def _put(artifacts: ArtifactStore, doc: Mapping[str, Any], media_type: str) -> ResultRef:

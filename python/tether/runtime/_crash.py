@@ -10,6 +10,7 @@ from tether._crash import crash_point
 #: Every injection point the runtime exposes, in protocol order.
 CRASH_POINTS: Final = (
     "after_intent_tick",
+    "after_refusal_document",
     "after_admission",
     "after_claim",
     "after_bind",

@@ -6,6 +6,11 @@ Rules (seed sections 2 and 4):
   bytes, None, tuples/frozensets, enums, frozen dataclasses of those, and other such pure
   functions), so no adapter, client, file or network handle is reachable from it through its
   own references; provider entry points also refuse to run while a projection runs.
+- `admission_check` (optional) is pure by the same rules (a limit from configuration is plain
+  data it closes over): the projector runs it on each request before admitting it, and a
+  request it refuses (it can never run: say, past a memory cap) is admitted already failed,
+  with its `Refusal` as a durable refusal document, so no worker ever claims it and the
+  family observes the refusal like any other failed result (`Catalog.admit_refused`).
 - The adapter runs only in a worker, outside the world lock, under a provider operation id the
   worker bound in the catalog first. `reconcile` concludes Recovered, ConfirmedAbsent (with a
   provider retry guard) or Unknown (with evidence); it never executes.
@@ -22,6 +27,7 @@ import enum
 import hashlib
 import io
 import json
+import re
 import socket
 import sqlite3
 import subprocess
@@ -40,6 +46,7 @@ from tether.activities import (
 )
 from tether.runtime._errors import FamilyError, LeaseLost, ProviderIOForbidden
 from tether.world import ComponentWrite, JSONValue, WorldSnapshot, canonical_json
+from tether.world._errors import InvalidWrite
 from tether.world._types import check_name
 
 if TYPE_CHECKING:
@@ -59,6 +66,59 @@ class ActivityRequest:
     kind: str
     activity_id: str
     input: JSONValue
+
+
+#: Media type of the durable refusal document of a request refused at admission.
+REFUSAL_MEDIA_TYPE: Final = "application/vnd.tether.refusal+json"
+_CODE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a family's admission check refuses a request: it can never run.
+
+    Attributes:
+        code: a stable snake_case code (``request_too_large``).
+        reason: one line for people, naming the problem and what to do.
+        details: JSON-shaped numbers and names behind the reason.
+    """
+
+    code: str
+    reason: str
+    details: dict[str, JSONValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.code, str) or not _CODE.fullmatch(self.code):
+            raise FamilyError(f"a refusal code is snake_case, got {self.code!r}")
+        if not isinstance(self.reason, str) or not self.reason.strip() or "\n" in self.reason:
+            raise FamilyError(f"a refusal reason is one non-empty line, got {self.reason!r}")
+        if not isinstance(self.details, dict):
+            raise FamilyError(f"refusal details are an object, got {self.details!r}")
+        try:
+            canonical_json(self.details)
+        except InvalidWrite as exc:
+            raise FamilyError(f"refusal details are not JSON: {exc}") from exc
+
+    def document(self) -> bytes:
+        """The durable refusal document: canonical JSON of code, reason and details (a
+        function of the refusal alone, so a replay puts the same bytes)."""
+        return canonical_json({"code": self.code, "reason": self.reason, "details": self.details})
+
+    @classmethod
+    def from_document(cls, payload: bytes) -> Refusal:
+        """The refusal a refusal document holds (`FamilyError` if it is not one)."""
+        try:
+            doc = json.loads(payload)
+            return cls(str(doc["code"]), str(doc["reason"]), dict(doc["details"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise FamilyError(f"not a refusal document: {exc}") from exc
+
+
+def refusal_of(staged: StagedResult) -> Refusal | None:
+    """The refusal behind a staged result refused at admission, else None (for `stage`)."""
+    if not staged.result.failed or staged.result.media_type != REFUSAL_MEDIA_TYPE:
+        return None
+    return Refusal.from_document(staged.payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +284,7 @@ class Observation:
 
 
 Projection = Callable[[WorldSnapshot], Sequence[ActivityRequest]]
+AdmissionCheck = Callable[[ActivityRequest], "Refusal | None"]
 Stager = Callable[[StagedResult], Sequence[ComponentWrite]]
 Processor = Callable[[WorldSnapshot, Sequence[Observation]], Sequence[ComponentWrite]]
 
@@ -327,6 +388,8 @@ class Family:
         adapter: the provider adapter (runs only in workers).
         stage: pure, idempotent map from a durable result to the complete fact set.
         processors: the family's semantic transition authority, run in observation ticks.
+        admission_check: pure check of one projected request before it is admitted: a
+            `Refusal` when the request can never run (it is then admitted refused), else None.
     """
 
     name: str
@@ -335,6 +398,7 @@ class Family:
     adapter: Adapter
     stage: Stager
     processors: tuple[Processor, ...] = field(default=())
+    admission_check: AdmissionCheck | None = None
 
     def __post_init__(self) -> None:
         check_name("family name", self.name)
@@ -345,6 +409,10 @@ class Family:
         why = _pure_function(self.project)
         if why is not None:
             raise FamilyError(f"projection of family {self.name!r} must be pure: {why}")
+        if self.admission_check is not None:
+            why = _pure_function(self.admission_check)
+            if why is not None:
+                raise FamilyError(f"admission check of family {self.name!r} must be pure: {why}")
         if not isinstance(self.adapter, Adapter):
             raise FamilyError(f"adapter of family {self.name!r} lacks execute/reconcile")
         if not callable(self.stage) or not all(callable(p) for p in self.processors):
@@ -370,6 +438,22 @@ class Family:
             seen.add((req.kind, req.activity_id))
             canonical_json(req.input)
         return requests
+
+    def run_admission_check(self, request: ActivityRequest) -> Refusal | None:
+        """Run the admission check on one projected request, with provider entry points
+        disabled as in a projection: its `Refusal`, or None (admit it; also without a check)."""
+        if self.admission_check is None:
+            return None
+        _guard.projecting = True
+        try:
+            refusal = self.admission_check(request)
+        finally:
+            _guard.projecting = False
+        if refusal is not None and not isinstance(refusal, Refusal):
+            raise FamilyError(
+                f"admission check of family {self.name!r} returned {refusal!r}, not a Refusal"
+            )
+        return refusal
 
 
 def families_by_kind(families: Sequence[Family]) -> dict[str, Family]:

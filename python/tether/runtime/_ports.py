@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from tether.activities import ActivityKey, ActivityRecord, Admission
+from tether.activities import ActivityKey, ActivityRecord, Admission, ResultRef
 from tether.world import CommittedTickReceipt
 
 
@@ -33,9 +33,12 @@ class CloseStates(Protocol):
 
 
 class AdmissionCatalog(Protocol):
-    """What the projector does to the catalog: admit an Activity (the core decides replays)."""
+    """What the projector does to the catalog: admit an Activity, or admit one its family
+    refused with its failed refusal result (the core decides replays)."""
 
     def admit(self, admission: Admission) -> ActivityRecord: ...
+
+    def admit_refused(self, admission: Admission, refusal: ResultRef) -> ActivityRecord: ...
 
 
 class SettlementCatalog(Protocol):

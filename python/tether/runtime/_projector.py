@@ -4,6 +4,13 @@ Rules (seed section 2):
 - It reads only the committed snapshot it is given and runs every family's pure projection on
   it; it performs no provider I/O (`Family.run_projection` refuses provider entry points).
 - Each request's input is made durable first; its reference and digest are what is admitted.
+- The family's pure admission check runs on each request first. A request it refuses (it can
+  never run) has its refusal document made durable next (`after_refusal_document`) and is
+  admitted already failed (`Catalog.admit_refused`): no worker claims it, no provider
+  operation is bound, and the stager and observer settle it through a later tick like any
+  other failed result. A replay puts the same document (a function of the refusal) and is a
+  no-op; a crash between the document and the admission leaves only an unreferenced,
+  content-addressed payload that the replay reuses.
 - The receipt reader runs again before every catalog write: under this process's world lock
   the head cannot move, but a newer writer in another process can.
 - Whether a request is the admitted Activity is the catalog core's rule, decided inside
@@ -14,6 +21,7 @@ Rules (seed section 2):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from tether.activities import ActivityKey, Admission
@@ -21,7 +29,7 @@ from tether.errors import AdmissionConflict
 from tether.runtime._artifacts import ArtifactStore
 from tether.runtime._crash import crash_point
 from tether.runtime._errors import ProjectionConflict
-from tether.runtime._family import Family
+from tether.runtime._family import REFUSAL_MEDIA_TYPE, Family
 from tether.runtime._ports import AdmissionCatalog, ReceiptReader
 from tether.world import WorldSnapshot, canonical_json
 
@@ -58,6 +66,7 @@ class Projector:
         receipt = snapshot.receipt
         for fam in self.families:
             for req in fam.run_projection(snapshot):
+                refusal = fam.run_admission_check(req)
                 ref = self.artifacts.put_bytes(canonical_json(req.input), "application/json")
                 key = ActivityKey(
                     world_id=receipt.world_id, kind=req.kind, activity_id=req.activity_id
@@ -65,11 +74,19 @@ class Projector:
                 admission = Admission(
                     key=key, source=receipt, input_ref=ref.ref, input_digest=ref.digest
                 )
+                document = None
+                if refusal is not None:
+                    put = self.artifacts.put_bytes(refusal.document(), REFUSAL_MEDIA_TYPE)
+                    document = dataclasses.replace(put, failed=True)
+                    crash_point("after_refusal_document")
                 # The reader runs again at each catalog write: under this process's lock the
                 # head cannot move, but a newer writer in another process can.
                 self.ledger.check_receipt(receipt)
                 try:
-                    self.catalog.admit(admission)
+                    if document is None:
+                        self.catalog.admit(admission)
+                    else:
+                        self.catalog.admit_refused(admission, document)
                 except AdmissionConflict as e:
                     raise ProjectionConflict(
                         f"{receipt} asks for {key} with input {ref.digest}, which conflicts"

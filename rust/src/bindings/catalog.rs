@@ -168,6 +168,12 @@ create_exception!(
     CatalogRejection,
     "The activity is unsettled or settled after the cutoff."
 );
+create_exception!(
+    _core,
+    InvalidRefusal,
+    CatalogRejection,
+    "A refused admission's refusal is not a failed refusal document."
+);
 // Not a rule of the pure core (which only sees one record): storage found no record to change.
 create_exception!(
     _core,
@@ -200,6 +206,7 @@ fn rejection_type(py: Python<'_>, kind: RejectionKind) -> Bound<'_, pyo3::types:
         RejectionKind::BoundsExceeded => py.get_type::<BoundsExceeded>(),
         RejectionKind::Compacted => py.get_type::<Compacted>(),
         RejectionKind::NotCompactable => py.get_type::<NotCompactable>(),
+        RejectionKind::InvalidRefusal => py.get_type::<InvalidRefusal>(),
     }
 }
 
@@ -516,6 +523,33 @@ fn catalog_admit<'py>(
     done(py, existing.as_ref(), out)
 }
 
+/// `admit_refused`: the admission its family refused, holding `refusal` as its failed result.
+#[pyfunction]
+fn catalog_admit_refused<'py>(
+    py: Python<'py>,
+    row: Option<&Bound<'py, PyTuple>>,
+    admission: PyAdmission,
+    refusal: PyResultRef,
+    now: PyNow,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let existing = row.map(load).transpose()?;
+    let adm = Admission {
+        key: admission.key.into(),
+        source: admission.source.into(),
+        input_ref: admission.input_ref,
+        input_digest: admission.input_digest,
+    };
+    // As with `admit`, an existing record comes back unchanged: storage then writes nothing.
+    let out = catalog::admit_refused(
+        existing.as_ref().map(|l| &l.record),
+        &adm,
+        &refusal.into(),
+        &now.into(),
+    )
+    .map(|(r, _)| r);
+    done(py, existing.as_ref(), out)
+}
+
 /// Refuses bad claim arguments even when nothing is claimable.
 #[pyfunction]
 fn catalog_check_claim(py: Python<'_>, owner: &str, lease_ms: i64, now: PyNow) -> PyResult<()> {
@@ -828,6 +862,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verify_completion, m)?)?;
     m.add_function(wrap_pyfunction!(completion_mismatch_codes, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_admit, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_admit_refused, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_check_claim, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_claim, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_renew, m)?)?;

@@ -1,8 +1,12 @@
-//! `admit`: the required projector's idempotent admission of one logical activity.
+//! `admit`: the required projector's idempotent admission of one logical activity, and
+//! `admit_refused`: the admission of one its family refused before any work (a request that
+//! can never run), already holding its failed result.
 
 use super::bounds;
-use super::record::{ActivityRecord, Admission, Now, Receipt};
+use super::decision::ABANDONED_MEDIA_TYPE;
+use super::record::{ActivityRecord, Admission, Now, Receipt, ResultRecord, ResultRef};
 use super::rejection::{Rejection, RejectionKind};
+use super::result::check_result;
 
 /// Validates a clock reading: a lease clock must name its boot.
 pub(crate) fn check_now(now: &Now) -> Result<(), Rejection> {
@@ -108,6 +112,69 @@ pub fn admit(
     conflict("source.tick", "a source tick later than this request's")
 }
 
+/// Validates a refusal: a bounded result reference that is a failed result and not an
+/// operator's abandon (whose reference names a decision, not a durable document).
+fn check_refusal(refusal: &ResultRef) -> Result<(), Rejection> {
+    check_result(refusal)?;
+    if !refusal.failed {
+        return Err(Rejection::on(
+            RejectionKind::InvalidRefusal,
+            "refusal.failed",
+            "a refusal is a failed result",
+        ));
+    }
+    if refusal.media_type == ABANDONED_MEDIA_TYPE {
+        return Err(Rejection::on(
+            RejectionKind::InvalidRefusal,
+            "refusal.media_type",
+            "a refusal is a durable refusal document, not an operator's abandon",
+        ));
+    }
+    Ok(())
+}
+
+/// Admits `admission` refused: its family's admission check found that the request can never
+/// run, and `refusal` references the durable refusal document (made durable first), a failed
+/// result.
+///
+/// Without an `existing` record, the new record already holds `refusal` as its result
+/// (attempt 0, fence 0): it never had an attempt and is never claimable, so no provider
+/// operation is ever bound; it is pending observation, and the family observes and settles
+/// it through a later tick like any other failed result.
+///
+/// With an `existing` record the rules are `admit`'s: a different input or source under the
+/// key is an `admission_conflict`, and the identical admission or a later re-request is a
+/// no-op that returns the stored record unchanged, whatever it holds. The first admission
+/// decides: an Activity admitted normally before (say, under a larger cap) stays claimable,
+/// and a refused one keeps its first refusal even if a replay computes another (say, under
+/// another cap), so a replay never rewrites a recorded result.
+pub fn admit_refused(
+    existing: Option<&ActivityRecord>,
+    admission: &Admission,
+    refusal: &ResultRef,
+    now: &Now,
+) -> Result<(ActivityRecord, Admitted), Rejection> {
+    check_now(now)?;
+    check(admission)?;
+    check_refusal(refusal)?;
+    match existing {
+        None => Ok((refused_record(admission, refusal, now), Admitted::New)),
+        Some(_) => admit(existing, admission, now),
+    }
+}
+
+fn refused_record(admission: &Admission, refusal: &ResultRef, now: &Now) -> ActivityRecord {
+    let mut rec = new_record(admission, now);
+    rec.result = Some(ResultRecord {
+        result: refusal.clone(),
+        attempt: 0,
+        fence: 0,
+        recorded_at_ms: now.wall_ms,
+    });
+    rec.claimable_from_ms = None;
+    rec
+}
+
 fn new_record(admission: &Admission, now: &Now) -> ActivityRecord {
     ActivityRecord {
         admission: admission.clone(),
@@ -134,7 +201,11 @@ fn new_record(admission: &Admission, now: &Now) -> ActivityRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::scenario_tests::{admission, at};
+    use crate::catalog::scenario_tests::{admission, at, result_ref};
+    use crate::catalog::{
+        bind_provider_operation, claim, compact, operation_id_for, record_result, settle,
+        settlement_evidence_digest,
+    };
 
     #[test]
     fn identical_replay_and_later_rerequest_are_no_ops_and_any_other_difference_conflicts() {
@@ -174,6 +245,162 @@ mod tests {
         let mut other = adm.clone();
         other.source.tick -= 1;
         assert_eq!(refused(&other), "source.tick");
+    }
+
+    fn refusal(name: &str) -> ResultRef {
+        ResultRef {
+            result_ref: format!("inline:{name}"),
+            digest: format!("sha256:{name}"),
+            media_type: "application/vnd.tether.refusal+json".into(),
+            size: 42,
+            failed: true,
+        }
+    }
+
+    #[test]
+    fn a_refused_admission_holds_its_failed_result_and_is_never_claimed_or_bound() {
+        let adm = admission("w", "k", "a");
+        let (rec, how) = admit_refused(None, &adm, &refusal("r"), &at(10)).unwrap();
+        assert_eq!(how, Admitted::New);
+        assert!(rec.refused_at_admission());
+        let result = rec.result.as_ref().unwrap();
+        assert_eq!(
+            (result.attempt, result.fence, result.recorded_at_ms),
+            (0, 0, 10)
+        );
+        assert_eq!(result.result, refusal("r"));
+        assert_eq!((rec.fence, rec.attempt_count), (0, 0));
+        assert!(rec.attempt.is_none() && rec.binding.is_none());
+        assert_eq!(rec.claimable_from_ms, None);
+        assert!(rec.pending_observation() && rec.unsettled());
+        assert_eq!(ActivityRecord::from_cells(&rec.to_cells()).unwrap(), rec);
+        // No worker can ever claim it, nor bind or record anything under any fence.
+        assert_eq!(
+            claim(&rec, "w1", 100, &at(11)).unwrap_err().kind,
+            RejectionKind::NotClaimable
+        );
+        for fence in 0..2 {
+            let op = operation_id_for("k", "w", "a");
+            assert!(bind_provider_operation(&rec, fence, &op, &at(11)).is_err());
+            assert!(record_result(&rec, fence, &result_ref("x"), &at(11)).is_err());
+        }
+        // It settles against a later receipt bound to the refusal, like any failed result.
+        let digest = settlement_evidence_digest("k", "w", "a", "inline:r", "sha256:r");
+        let mut later = adm.source.clone();
+        later.tick += 1;
+        later.visibility_token = "tok-6".into();
+        let settled = settle(&rec, &later, &digest, None, &at(12)).unwrap();
+        assert!(settled.settlement.is_some() && !settled.pending_observation());
+        assert!(settled.refused_at_admission());
+        let compacted = compact(&settled, 12, &at(13)).unwrap();
+        assert!(compacted.refused_at_admission() && compacted.compacted_result_failed);
+    }
+
+    #[test]
+    fn a_refused_admission_replays_like_admit_and_never_rewrites_a_record() {
+        let adm = admission("w", "k", "a");
+        let (rec, _) = admit_refused(None, &adm, &refusal("r"), &at(10)).unwrap();
+        // The identical refused admission, and a re-request from a later tick: no-ops.
+        assert_eq!(
+            admit_refused(Some(&rec), &adm, &refusal("r"), &at(20)).unwrap(),
+            (rec.clone(), Admitted::Replay)
+        );
+        let mut later = adm.clone();
+        later.source.tick += 2;
+        later.source.visibility_token = "tok-7".into();
+        assert_eq!(
+            admit_refused(Some(&rec), &later, &refusal("r"), &at(20)).unwrap(),
+            (rec.clone(), Admitted::Rerequest)
+        );
+        // Another refusal of the same admission (another cap) keeps the first one; so does a
+        // plain admission (the check now passes): a recorded result is never rewritten.
+        assert_eq!(
+            admit_refused(Some(&rec), &adm, &refusal("other"), &at(20)).unwrap(),
+            (rec.clone(), Admitted::Replay)
+        );
+        assert_eq!(
+            admit(Some(&rec), &adm, &at(20)).unwrap(),
+            (rec.clone(), Admitted::Replay)
+        );
+        // A normally admitted Activity under the same key and input stays as it is.
+        let (plain, _) = admit(None, &adm, &at(10)).unwrap();
+        let (kept, how) = admit_refused(Some(&plain), &adm, &refusal("r"), &at(20)).unwrap();
+        assert_eq!((kept, how), (plain.clone(), Admitted::Replay));
+        // A different input under the key is a conflict, refused or not.
+        let mut other = adm.clone();
+        other.input_digest = "sha256:other".into();
+        for existing in [&rec, &plain] {
+            let err = admit_refused(Some(existing), &other, &refusal("r"), &at(20)).unwrap_err();
+            assert_eq!(
+                (err.kind, err.field),
+                (RejectionKind::AdmissionConflict, Some("input_digest"))
+            );
+        }
+        let mut sibling = adm.clone();
+        sibling.source.visibility_token = "tok-sibling".into();
+        assert_eq!(
+            admit_refused(Some(&rec), &sibling, &refusal("r"), &at(20))
+                .unwrap_err()
+                .kind,
+            RejectionKind::AdmissionConflict
+        );
+        // A compacted refused record is never admitted afresh either.
+        let digest = settlement_evidence_digest("k", "w", "a", "inline:r", "sha256:r");
+        let mut at6 = adm.source.clone();
+        at6.tick = 6;
+        at6.visibility_token = "tok-6".into();
+        let settled = settle(&rec, &at6, &digest, None, &at(30)).unwrap();
+        let compacted = compact(&settled, 30, &at(31)).unwrap();
+        assert_eq!(
+            admit_refused(Some(&compacted), &adm, &refusal("r"), &at(40)).unwrap(),
+            (compacted.clone(), Admitted::Replay)
+        );
+    }
+
+    #[test]
+    fn a_refusal_must_be_a_bounded_failed_document_and_the_admission_is_checked_first() {
+        let adm = admission("w", "k", "a");
+        let refused = |r: ResultRef| admit_refused(None, &adm, &r, &at(0)).unwrap_err();
+        let mut ok_flag = refusal("r");
+        ok_flag.failed = false;
+        let err = refused(ok_flag);
+        assert_eq!(
+            (err.kind, err.field),
+            (RejectionKind::InvalidRefusal, Some("refusal.failed"))
+        );
+        let mut abandon = refusal("r");
+        abandon.media_type = ABANDONED_MEDIA_TYPE.into();
+        assert_eq!(refused(abandon).field, Some("refusal.media_type"));
+        let mut empty = refusal("r");
+        empty.result_ref.clear();
+        assert_eq!(refused(empty).kind, RejectionKind::BoundsExceeded);
+        let mut negative = refusal("r");
+        negative.size = -1;
+        assert_eq!(refused(negative).kind, RejectionKind::BoundsExceeded);
+        // A tokenless or foreign receipt refuses a refused admission as it refuses `admit`.
+        let mut tokenless = adm.clone();
+        tokenless.source.visibility_token.clear();
+        assert_eq!(
+            admit_refused(None, &tokenless, &refusal("r"), &at(0))
+                .unwrap_err()
+                .kind,
+            RejectionKind::TokenlessReceipt
+        );
+        let mut foreign = adm.clone();
+        foreign.source.world_id = "w2".into();
+        assert_eq!(
+            admit_refused(None, &foreign, &refusal("r"), &at(0))
+                .unwrap_err()
+                .kind,
+            RejectionKind::ReceiptMismatch
+        );
+        let bad_now = Now::at("", 0);
+        assert_eq!(
+            admit_refused(None, &adm, &refusal("r"), &bad_now)
+                .unwrap_err()
+                .kind,
+            RejectionKind::BoundsExceeded
+        );
     }
 
     #[test]

@@ -32,6 +32,11 @@
 //!   input digest and settlement; an unsettled one never is. A compacted key is never admitted
 //!   afresh (same digest: no-op; anything else: `admission_conflict`), its exact settlement is
 //!   a no-op and every other transition is refused (`compacted`).
+//! - A request its family's admission check refuses (it can never run) is admitted by
+//!   `admit_refused`, already holding the failed result that references the durable refusal
+//!   document: no attempt, no fence, no provider operation, never claimable; it is observed
+//!   and settled like any other failed result. Its replay rules are `admit`'s, and a replay
+//!   never changes a record that exists (`refused_at_admission` tells such a record).
 
 mod admission;
 mod attempt;
@@ -49,7 +54,7 @@ mod settlement;
 #[cfg(test)]
 mod scenario_tests;
 
-pub use admission::{admit, Admitted};
+pub use admission::{admit, admit_refused, Admitted};
 pub use attempt::{check_claim, claim, rebase, release, renew};
 pub use bounds::{
     MAX_DIGEST_BYTES, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES,

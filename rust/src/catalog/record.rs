@@ -219,6 +219,17 @@ impl ActivityRecord {
         self.settlement.is_none()
     }
 
+    /// Whether the activity was refused at admission (`admission::admit_refused`): it holds a
+    /// failed result (or, compacted, held one) and never had an attempt. Every other failed
+    /// result needs an attempt first, an abandon included (a decision awaits a reconciliation).
+    pub fn refused_at_admission(&self) -> bool {
+        let failed = match self.result.as_ref() {
+            Some(r) => r.result.failed && r.attempt == 0,
+            None => self.compacted() && self.compacted_result_failed,
+        };
+        failed && self.attempt_count == 0
+    }
+
     /// Whether the record was compacted: only its key, input digest and settlement remain.
     pub fn compacted(&self) -> bool {
         self.compacted_at_ms.is_some()

@@ -49,10 +49,12 @@ pub enum RejectionKind {
     Compacted,
     /// Compaction refused: the record is unsettled, or settled after the cutoff.
     NotCompactable,
+    /// `admit_refused` with a refusal that is not a failed result (or poses as an abandon).
+    InvalidRefusal,
 }
 
 impl RejectionKind {
-    pub const ALL: [RejectionKind; 22] = [
+    pub const ALL: [RejectionKind; 23] = [
         RejectionKind::StaleFence,
         RejectionKind::LeaseExpired,
         RejectionKind::AdmissionConflict,
@@ -75,6 +77,7 @@ impl RejectionKind {
         RejectionKind::BoundsExceeded,
         RejectionKind::Compacted,
         RejectionKind::NotCompactable,
+        RejectionKind::InvalidRefusal,
     ];
 
     pub fn code(self) -> &'static str {
@@ -101,6 +104,7 @@ impl RejectionKind {
             RejectionKind::BoundsExceeded => "bounds_exceeded",
             RejectionKind::Compacted => "compacted",
             RejectionKind::NotCompactable => "not_compactable",
+            RejectionKind::InvalidRefusal => "invalid_refusal",
         }
     }
 }

@@ -348,3 +348,72 @@ proptest! {
         }
     }
 }
+
+/// An activity refused at admission (`admit_refused`), admitted at 0 on `BOOT`.
+fn refused_fixture() -> ActivityRecord {
+    let refusal = ResultRef {
+        result_ref: "inline:refusal".into(),
+        digest: "sha256:refusal".into(),
+        media_type: "application/vnd.tether.refusal+json".into(),
+        size: 10,
+        failed: true,
+    };
+    admit_refused(None, &admission("w", "k", "a"), &refusal, &at(0))
+        .unwrap()
+        .0
+}
+
+proptest! {
+    /// A refused activity is never claimed, bound, given a result or a decision: every
+    /// transition with any fence, at any time on any boot, is refused or a no-op, except its
+    /// settlement by a later receipt bound to the refusal and, once settled, its compaction.
+    #[test]
+    fn a_refused_record_only_settles(
+        ops in proptest::collection::vec((op(), -2i64..3, 0u32..3, 0i64..1_000_000), 1..40),
+    ) {
+        let mut rec = refused_fixture();
+        for (op, f, boot, ms) in ops {
+            let t = Now { boot_id: format!("boot-{boot}"), boot_ms: ms, wall_ms: ms };
+            let before = rec.clone();
+            let out = match &op {
+                Op::Tick(_) | Op::Reboot(_) | Op::WallStep(_) => rebase(&rec, &t),
+                Op::Claim(_, l) => claim(&rec, "worker", *l, &t),
+                Op::Renew(_, l) => renew(&rec, f, *l, &t),
+                Op::Release(_) => release(&rec, f, &t),
+                Op::Bind(_) => bind_provider_operation(&rec, f, &operation_id_for("k", "w", "a"), &t),
+                Op::Record(_, r) => record_result(&rec, f, &result_ref(&format!("r{r}")), &t),
+                Op::Absent(_) => confirm_absent(&rec, f, "guard://g", "sha256:g", &t),
+                Op::Unknown(_, b) => record_unknown(&rec, f, "ev://e", "sha256:e", *b, &t),
+                Op::Resolve(_, r) => resolve(&rec, &Decision { outcome: DecisionOutcome::Abandon, evidence_revision: *r, operator: "op".into(), note: String::new() }, &t),
+                Op::Settle(good) => {
+                    let digest = if *good == 1 { settlement_evidence_digest("k", "w", "a", "inline:refusal", "sha256:refusal") } else { "sha256:wrong".into() };
+                    let receipt = Receipt { world_id: "w".into(), run_id: "run-1".into(), tick: 9, visibility_token: "t9".into() };
+                    settle(&rec, &receipt, &digest, None, &t)
+                }
+                Op::Compact(d) => compact(&rec, ms + d, &t),
+                Op::Readmit(other) => {
+                    let mut again = admission("w", "k", "a");
+                    if *other == 1 { again.input_digest = "sha256:other".into(); }
+                    admit(Some(&rec), &again, &t).map(|(r, how)| {
+                        assert_eq!(how, Admitted::Replay);
+                        r
+                    })
+                }
+            };
+            if let Ok(next) = out {
+                let changed = next != before;
+                if changed {
+                    // Only a settlement, a compaction or a rebase onto another boot (which a
+                    // refused record, holding no lease-clock value, only re-stamps).
+                    prop_assert!(matches!(op, Op::Settle(1) | Op::Compact(_) | Op::Tick(_) | Op::Reboot(_) | Op::WallStep(_)), "{:?} changed it", op);
+                }
+                prop_assert!(next.refused_at_admission());
+                prop_assert_eq!((next.fence, next.attempt_count), (0, 0));
+                prop_assert!(next.attempt.is_none() && next.binding.is_none() && next.decision.is_none());
+                prop_assert!(next.claimable_from_ms.is_none());
+                prop_assert_eq!(ActivityRecord::from_cells(&next.to_cells()).unwrap(), next.clone());
+                rec = next;
+            }
+        }
+    }
+}

@@ -8,6 +8,10 @@ events over SSE. Killed at any moment (even `kill -9`), the same command resumes
 activities are not run again, durable results are recovered rather than recomputed, and the
 summary says what was recovered. An activity that reconciles to Unknown is parked: the demo
 lists the parked activities and exits 3 (`tether._exit.PARKED`) instead of waiting forever.
+A reach too large to run (episodes x steps past `--memory-cap-mb`) is refused at admission by
+the family: it is never run, the world observes it as a failed reach with its reason, the
+mission runs to its end, and the demo prints the summary and one line naming the refusal and
+exits 2 (`tether._exit.USAGE`, `request_too_large`).
 """
 
 from __future__ import annotations
@@ -31,9 +35,9 @@ from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.agui import message_id as message_id  # re-exported: callers name it here
 from tether.apps.demo.console import ProgressBoard, SummaryRow, summary_table
 from tether.errors import TetherError
-from tether.families.sim._episode import EpisodeRequest
+from tether.families.sim._memory import DEFAULT_MEMORY_CAP_BYTES
 from tether.families.sim.adapter import SimEpisodeAdapter, kick_planner, sim_family
-from tether.families.sim.errors import InvalidEpisodeRequest, RequestTooLarge
+from tether.families.sim.errors import InvalidEpisodeRequest
 from tether.families.sim.family import (
     INTENT,
     KIND,
@@ -41,10 +45,8 @@ from tether.families.sim.family import (
     MISSION_ENTITY,
     OBSERVATION,
     Mission,
-    intent_write,
     mission_done,
 )
-from tether.families.sim.provider import DEFAULT_MEMORY_CAP_BYTES, check_memory
 from tether.operations import JournalError
 from tether.runtime import Host, ProgressEvent
 from tether.world import ComponentWrite, WorldSnapshot
@@ -56,8 +58,9 @@ EXIT_STORE, EXIT_DISK = _exit.STORE_UNUSABLE, _exit.STORAGE_IO
 #: The codes `tether demo` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (EXIT_OK, EXIT_USAGE, EXIT_PARKED, EXIT_STORE, EXIT_DISK)
 _EPILOG = (
-    "exit codes: 0 done; 2 usage (also `request_too_large`, a data dir that is a file, "
-    "another mission in the data dir); 3 Activities parked for an operator (`tether operator`); "
+    "exit codes: 0 done; 2 usage (also reaches refused at admission, `request_too_large`, a "
+    "data dir that is a file, another mission in the data dir); 3 Activities parked for an "
+    "operator (`tether operator`); "
     "5 a store that cannot be used (`store_truncated`, `not_a_database`, `old_layout`); 6 the "
     "disk refused a write (nothing lost; run it again). See `tether --help`."
 )
@@ -118,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_MEMORY_CAP_BYTES >> 20,
         help="memory one reach may preallocate (episodes x steps), in MiB; a larger reach is "
-        "refused (default: %(default)s)",
+        "refused at admission and never run (default: %(default)s)",
     )
     p.add_argument("--workers", type=int, default=1, help="worker threads")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address of the SSE stream")
@@ -193,6 +196,8 @@ def _state(rec: ActivityRecord | None) -> str:
         return "intent"
     if rec.settlement is not None:
         return "settled"
+    if rec.refused_at_admission:  # never run: observed as a failed reach next
+        return "refused"
     if rec.result is not None:
         return "observing"
     if rec.awaiting_decision:  # Unknown, until a decision (its evidence stays on the record)
@@ -207,6 +212,9 @@ def _parked(rec: ActivityRecord | None) -> bool:
 
 
 def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, before: set[str]) -> str:
+    if rec.refused_at_admission:
+        observation = snap.get(key.activity_id, OBSERVATION) or {}
+        return f"refused: {observation.get('summary', {}).get('code', 'at admission')}"
     if key.activity_id in before:
         return "settled before restart"
     if rec.result is not None and rec.result.failed:
@@ -230,11 +238,6 @@ def _open(
     cap = args.memory_cap_mb << 20
     try:
         component = mission.to_component()
-        # Refused at admission: a reach that could never run is never committed.
-        check_memory(EpisodeRequest.from_dict(_first_request(component)), cap)
-    except RequestTooLarge as exc:
-        error_line("tether demo", exc, " (--memory-cap-mb)")
-        return EXIT_USAGE
     except InvalidEpisodeRequest as exc:
         error_line("tether demo", exc)
         return EXIT_USAGE
@@ -265,7 +268,9 @@ def _open(
     try:
         host = Host(
             data_dir,
-            [sim_family(adapter)],
+            # The family refuses a reach past the cap at admission; the adapter's own cap is
+            # the same (its second line, for a reach admitted under a larger one).
+            [sim_family(adapter, memory_cap_bytes=cap)],
             workers=args.workers,
             lease_ms=args.lease_ms,
             progress_listener=on_progress,
@@ -313,10 +318,29 @@ def _open(
     return run, mission
 
 
-def _first_request(component: dict[str, Any]) -> dict[str, Any]:
-    """The mission's reach 0 request (every reach has its episodes and steps)."""
-    value = intent_write(component, 0, tuple(component["first_target"])).value
-    return dict(value["request"])
+def _refusals(run: _Run) -> list[tuple[str, str, str]]:
+    """(activity, code, reason) of every reach refused at admission, from the observed facts."""
+    snap = run.host.snapshot(WORLD)
+    out = []
+    for key in _keys(snap):
+        rec = run.host.get(key)
+        if rec is None or not rec.refused_at_admission:
+            continue
+        summary = (snap.get(key.activity_id, OBSERVATION) or {}).get("summary", {})
+        out.append((key.activity_id, str(summary.get("code")), str(summary.get("reason"))))
+    return out
+
+
+def _refusal_lines(refusals: list[tuple[str, str, str]]) -> list[str]:
+    """One line per distinct refusal: its code, reason and the reaches it refused."""
+    by_reason: dict[tuple[str, str], list[str]] = {}
+    for activity, code, reason in refusals:
+        by_reason.setdefault((code, reason), []).append(activity)
+    return [
+        f"{code}: {reason} (--memory-cap-mb); refused at admission, never run: "
+        f"{', '.join(activities)}"
+        for (code, reason), activities in by_reason.items()
+    ]
 
 
 def _request_of(snap: WorldSnapshot, key: ActivityKey) -> dict[str, Any]:
@@ -346,7 +370,10 @@ def _watch(run: _Run) -> int:
             if shown.get(key.activity_id) != state:
                 shown[key.activity_id] = state
                 attempt = rec.attempt.number if rec.attempt else None
-                changes: dict[str, Any] = {"state": state}
+                # A refused reach stays "refused" on the board once observed: it never ran.
+                changes: dict[str, Any] = {
+                    "state": "refused" if rec.refused_at_admission else state
+                }
                 if attempt is not None:
                     changes["attempt"] = attempt
                 if state == "settled":
@@ -423,7 +450,10 @@ def _summary_json(run: _Run, code: int) -> str:
     rows, tail = _summary_rows(run)
     snap = run.host.snapshot(WORLD)
     parked = [k.activity_id for k in _keys(snap) if _parked(run.host.get(k))]
-    status = {EXIT_OK: "done", EXIT_PARKED: "parked"}.get(code, "storage_failed")
+    refused = [{"activity": a, "code": c, "reason": r} for a, c, r in _refusals(run)]
+    status = {EXIT_OK: "done", EXIT_PARKED: "parked", EXIT_USAGE: "refused"}.get(
+        code, "storage_failed"
+    )
     return json.dumps(
         {
             "status": status,
@@ -431,6 +461,7 @@ def _summary_json(run: _Run, code: int) -> str:
             "data_dir": str(run.host.data_dir),
             "activities": [dataclasses.asdict(r) for r in rows],
             "parked": parked,
+            "refused": refused,
             "mission": tail,
         }
     )
@@ -488,10 +519,15 @@ def _run(
         run.host.start()
         kick_planner(run.host, WORLD)
         code = _watch(run)
+        refused = _refusals(run) if code == EXIT_OK else []
+        if refused:  # the mission ran to its end, but these reaches could never run
+            code = EXIT_USAGE
         if args.json:
             print(_summary_json(run, code), flush=True)
-        if code == EXIT_OK:
+        if code in (EXIT_OK, EXIT_USAGE):
             print(_summary(run), file=out)
+            for line in _refusal_lines(refused):
+                print(f"tether demo: {line}", file=sys.stderr)
             stream.finish()
         elif code == EXIT_PARKED:
             stream.finish(error="activities are parked: reconciliation is Unknown")

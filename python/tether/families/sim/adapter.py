@@ -24,6 +24,7 @@ from tether.families.sim.family import (
     OBSERVATION,
     OPERATOR_DONE_MEDIA_TYPE,
     REFUSED_MEDIA_TYPE,
+    admission_check,
     failed_summary,
     observation_write,
     pending,
@@ -36,18 +37,22 @@ from tether.families.sim.provider import (
     SimProvider,
 )
 from tether.runtime import (
+    REFUSAL_MEDIA_TYPE,
     ActivityRequest,
     AttemptContext,
     ConfirmedAbsent,
     Family,
+    FamilyError,
     Host,
     LeaseLost,
     Observation,
     ReconcileOutcome,
     Recovered,
+    Refusal,
     StagedResult,
     Unknown,
     crash_point,
+    refusal_of,
 )
 from tether.world import ComponentWrite, WorldSnapshot, canonical_json
 
@@ -63,8 +68,11 @@ class SimEpisodeAdapter:
     """Runs `physical_ai.sim_episode` operations on a `SimProvider` (thread-safe).
 
     `data_dir` is the Host's data directory: the provider's journal is its `operations/`.
-    A request over `memory_cap_bytes` ends as a recorded failure with its reason, at its first
-    attempt and before anything is bound or started: it is never retried.
+    A request over `memory_cap_bytes` is refused at admission by the family (`sim_family`
+    takes this cap by default), so no attempt ever gets one. This adapter's own check is the
+    second line, for a request admitted under a larger cap: it ends as a recorded failure with
+    its reason (the same refusal document), at its first attempt and before anything is bound
+    or started, and is never retried.
     """
 
     def __init__(
@@ -87,8 +95,8 @@ class SimEpisodeAdapter:
         try:
             self.provider.check_request(request)
         except RequestTooLarge as exc:
-            refusal = {"code": exc.code, "reason": exc.message, **exc.details}
-            ref = ctx.artifacts.put_bytes(canonical_json(refusal), REFUSED_MEDIA_TYPE)
+            refusal = Refusal(exc.code, exc.message, dict(exc.details))
+            ref = ctx.artifacts.put_bytes(refusal.document(), REFUSAL_MEDIA_TYPE)
             return dataclasses.replace(ref, failed=True)
 
         def progress(done: int, total: int, error: float) -> None:
@@ -143,12 +151,16 @@ def project(snapshot: WorldSnapshot) -> list[ActivityRequest]:
 def stage(staged: StagedResult) -> list[ComponentWrite]:
     """Staging: the reach's observation is the result summary (the runtime checked the digest).
 
-    A failed result (an operator abandoned the reach) has no episodes: its observation is a
-    failure summary, so the world still observes it and the planner moves on. So is a recorded
+    A failed result (refused at admission, or abandoned by an operator) has no episodes: its
+    observation is a failure summary with the refusal's reason and code, so the world still
+    observes it and the planner moves on. So is a recorded
     result that is not a readable episode file (say, an operator recovered it with another
     file): the fact observed is that it failed, and why; raising would stall every observation.
     """
-    if staged.result.failed:
+    refusal = _refusal(staged)
+    if refusal is not None:
+        summary = failed_summary(refusal.reason, refusal.code)
+    elif staged.result.failed:
         summary = failed_summary(_failure_reason(staged))
     elif staged.result.media_type == OPERATOR_DONE_MEDIA_TYPE:
         try:
@@ -163,8 +175,17 @@ def stage(staged: StagedResult) -> list[ComponentWrite]:
     return [observation_write(staged.key.activity_id, staged.result.digest, summary)]
 
 
+def _refusal(staged: StagedResult) -> Refusal | None:
+    """The refusal of a request refused at admission (or by the adapter's second line)."""
+    try:
+        return refusal_of(staged)
+    except FamilyError:
+        return None  # not a readable refusal document: observed as failed, by its type
+
+
 def _failure_reason(staged: StagedResult) -> str:
-    """Why a failed result failed: its recorded reason (a refused request), else its type."""
+    """Why a failed result failed: the reason an older data dir's refused result recorded,
+    else its type."""
     if staged.result.media_type == REFUSED_MEDIA_TYPE:
         try:
             return str(json.loads(staged.payload)["reason"])
@@ -181,8 +202,11 @@ def planner(snapshot: WorldSnapshot, observations: Sequence[Observation]) -> lis
     return plan_with(snapshot, fresh)
 
 
-def sim_family(adapter: SimEpisodeAdapter) -> Family:
-    """The `physical_ai` family over `adapter`."""
+def sim_family(adapter: SimEpisodeAdapter, *, memory_cap_bytes: int | None = None) -> Family:
+    """The `physical_ai` family over `adapter`. Its admission check refuses a request past
+    `memory_cap_bytes` (default: the adapter's provider's cap, so both lines agree) or one that
+    does not validate: it is admitted already failed, never claimed."""
+    cap = adapter.provider.memory_cap_bytes if memory_cap_bytes is None else memory_cap_bytes
     return Family(
         name=FAMILY,
         kinds=(KIND,),
@@ -190,6 +214,7 @@ def sim_family(adapter: SimEpisodeAdapter) -> Family:
         adapter=adapter,
         stage=stage,
         processors=(planner,),
+        admission_check=admission_check(cap),
     )
 
 

@@ -14,6 +14,13 @@ Rules: the planner commits reach N+1 in the tick that commits reach N's observat
 its target from that observation (the fingertip's final position); projection asks for one
 activity per intent without an observation; the observation is the result summary plus the
 result digest (the runtime adds the completion evidence that settlement checks).
+
+Admission: a request that can never run is refused at admission (`admission_check`, run by the
+required projector before it admits): one whose preallocated arrays (episodes x steps x
+`BYTES_PER_STEP`, plus the fixed cost) exceed the memory cap the family was built with
+(`request_too_large`, the numbers in its details), or one that does not validate
+(`invalid_episode_request`). It is admitted already failed and observed as a failed reach
+with the refusal's reason; the planner moves on as after any failed reach.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.families.sim._episode import MAX_REACH, MIN_REACH, ControllerParams, EpisodeRequest
+from tether.families.sim._memory import check_cap, check_memory
 from tether.families.sim._model import DEFAULT_MODEL, load_model_file
-from tether.families.sim.errors import InvalidEpisodeRequest
+from tether.families.sim.errors import InvalidEpisodeRequest, RequestTooLarge
+from tether.runtime import ActivityRequest, AdmissionCheck, Refusal
 from tether.world import ComponentWrite, WorldSnapshot
 
 KIND = "physical_ai.sim_episode"
@@ -35,7 +44,8 @@ DONE = "physical_ai.mission.done"
 INTENT = "physical_ai.sim_episode.intent"
 OBSERVATION = "physical_ai.sim_episode.observation"
 MAX_TARGETS = 10_000
-#: A failed result the adapter records for a request that can never run (over the memory cap).
+#: The failed result the adapter recorded, before refusal at admission, for a request over the
+#: memory cap (`{code, reason, **details}`): still staged from an older data directory.
 REFUSED_MEDIA_TYPE = "application/vnd.tether.sim-episode.refused+json"
 #: The result an operator's `done` records: the verified episode result's reference and summary.
 OPERATOR_DONE_MEDIA_TYPE = "application/vnd.tether.sim-episode.operator-done+json"
@@ -163,9 +173,36 @@ def pending(snapshot: WorldSnapshot) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-def failed_summary(reason: str) -> dict[str, Any]:
-    """The summary observed for a reach that ended without episodes (an operator abandoned it)."""
-    return {"failed": True, "success": False, "reason": reason}
+def refusal_for(request: Any, cap_bytes: int) -> Refusal | None:
+    """Why the episode request `request` can never run under the memory cap `cap_bytes`, or
+    None: past the cap (`request_too_large`), or not a valid request."""
+    try:
+        check_memory(EpisodeRequest.from_dict(request), cap_bytes)
+    except RequestTooLarge as exc:
+        return Refusal(exc.code, exc.message, dict(exc.details))
+    except InvalidEpisodeRequest as exc:
+        return Refusal("invalid_episode_request", str(exc).splitlines()[0] or "invalid request")
+    return None
+
+
+def admission_check(memory_cap_bytes: int) -> AdmissionCheck:
+    """The family's pure admission check under `memory_cap_bytes` (validated here): it closes
+    over the cap alone, plain data from configuration."""
+    cap = check_cap(memory_cap_bytes)
+
+    def check(request: ActivityRequest) -> Refusal | None:
+        return refusal_for(request.input, cap)
+
+    return check
+
+
+def failed_summary(reason: str, code: str | None = None) -> dict[str, Any]:
+    """The summary observed for a reach that ended without episodes: refused at admission
+    (with the refusal's `code`), or abandoned by an operator."""
+    summary: dict[str, Any] = {"failed": True, "success": False, "reason": reason}
+    if code is not None:
+        summary["code"] = code
+    return summary
 
 
 def observation_write(

@@ -38,7 +38,8 @@ miss each other.
 
 A request whose preallocated arrays (episodes x steps) would exceed the provider's memory cap
 (`memory_cap_bytes`, default `DEFAULT_MEMORY_CAP_BYTES`) is refused before anything is bound or
-started (`RequestTooLarge`).
+started (`RequestTooLarge`). Through the runtime the family refuses it at admission already
+(`family.admission_check`); this check is the second line, for a cap lowered after admission.
 
 An older data directory, whose sim records are in `<data_dir>/sim/ops/` (the layout before the
 journal: `operation.json`, `guard-<n>.json`, `evidence-<n>.json`), is migrated into the journal
@@ -77,12 +78,19 @@ from tether.families.sim._episode import (
     decode_result,
     read_summary,
 )
+
+# The estimate lives in the pure `_memory` (the family's admission check uses it too); it is
+# named here as well, where the provider's cap is.
+from tether.families.sim._memory import BYTES_PER_REQUEST as BYTES_PER_REQUEST
+from tether.families.sim._memory import BYTES_PER_STEP as BYTES_PER_STEP
+from tether.families.sim._memory import DEFAULT_MEMORY_CAP_BYTES as DEFAULT_MEMORY_CAP_BYTES
+from tether.families.sim._memory import check_cap, check_memory
+from tether.families.sim._memory import estimated_memory_bytes as estimated_memory_bytes
 from tether.families.sim.errors import (
     AttemptAlreadyStarted,
     AttemptFenced,
     EpisodeFailed,
     InvalidEpisodeRequest,
-    RequestTooLarge,
     ResultCorrupt,
     SimError,
     StaleAttemptAlive,
@@ -122,47 +130,11 @@ CRASH_POINTS: Final = (
 #: The journal directory under a data directory, and the older layout's operations.
 JOURNAL_DIR: Final = "operations"
 OLD_LAYOUT_DIR: Final = "sim"
-#: Bytes an episode step costs while it runs and while its result file is encoded: the
-#: preallocated arrays (qpos, qvel, ctrl, tip: 2 float64 each; error: 1), the noise drawn per
-#: episode, and the encoded result held in memory (the arrays again, twice: the `.npy` bytes
-#: and the zip buffer).
-BYTES_PER_STEP: Final = 3 * (4 * 2 + 1) * 8 + 2 * 8
-#: Fixed cost of one request beyond its steps (the interpreter, MuJoCo's model and data).
-BYTES_PER_REQUEST: Final = 64 << 20
-#: The default memory cap of one attempt (1 GiB): 3.3 million steps over all episodes.
-DEFAULT_MEMORY_CAP_BYTES: Final = 1 << 30
 
 
 def crash_point(name: str, attempt: int) -> None:
     """SIGKILL this process at a named point of `attempt`, for crash tests."""
     _crash_point(name, attempt=attempt)
-
-
-def estimated_memory_bytes(request: EpisodeRequest) -> int:
-    """What running `request` and encoding its result file costs in memory, at most."""
-    return BYTES_PER_REQUEST + request.episodes * request.steps * BYTES_PER_STEP
-
-
-def check_memory(request: EpisodeRequest, cap_bytes: int) -> None:
-    """Refuse `request` (`RequestTooLarge`) if it would need more than `cap_bytes`."""
-    need = estimated_memory_bytes(request)
-    if need > cap_bytes:
-        raise RequestTooLarge(
-            "request_too_large",
-            f"{request.episodes} episodes x {request.steps} steps need about "
-            f"{_mib(need)} MiB of memory, over the cap of {_mib(cap_bytes)} MiB; "
-            "run fewer episodes or steps per reach, or raise the cap",
-            details={
-                "episodes": request.episodes,
-                "steps": request.steps,
-                "estimated_bytes": need,
-                "cap_bytes": cap_bytes,
-            },
-        )
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.0f}"
 
 
 def stderr_path(op: Operation, attempt: int) -> Path:
@@ -325,13 +297,7 @@ class SimProvider:
         journal: Journal | None = None,
         memory_cap_bytes: int = DEFAULT_MEMORY_CAP_BYTES,
     ) -> None:
-        if isinstance(memory_cap_bytes, bool) or not isinstance(memory_cap_bytes, int):
-            raise InvalidEpisodeRequest("memory_cap_bytes must be an integer number of bytes")
-        if memory_cap_bytes < BYTES_PER_REQUEST:
-            raise InvalidEpisodeRequest(
-                f"memory_cap_bytes must be at least {BYTES_PER_REQUEST} ({_mib(BYTES_PER_REQUEST)} "
-                f"MiB), got {memory_cap_bytes}"
-            )
+        check_cap(memory_cap_bytes)
         self.root = Path(root)
         self.journal = journal or Journal(self.root / JOURNAL_DIR)
         self.memory_cap_bytes = memory_cap_bytes
