@@ -202,7 +202,11 @@ def log_target(target: str) -> str:
 
 
 def _header(headers: Mapping[str, str] | Any, name: str) -> str | None:
+    """A header by its case-insensitive name (a `Message` is already; a dict is searched)."""
     value = headers.get(name)
+    if value is None and isinstance(headers, Mapping):
+        wanted = name.lower()
+        value = next((v for k, v in headers.items() if str(k).lower() == wanted), None)
     return None if value is None else str(value)
 
 
