@@ -181,3 +181,14 @@ def test_the_table_of_an_odd_name_is_still_toml() -> None:
     assert tomllib.loads(text)["planners"]["ci bot"] == {"token": PLANNER_HASH, "role": "planner"}
     text = credentials.principal_table("eve", "observer", OBSERVER_HASH)
     assert tomllib.loads(text)["operators"]["eve"]["role"] == "observer"
+
+
+def test_the_readme_role_table_is_the_permissions_table() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("### Principals and listeners", 1)[1].split("\n- **Verified", 1)[0]
+    rows = [line for line in section.splitlines() if line.strip().startswith("| `")]
+    documented = {row.split("`")[1]: row.split("|")[2] for row in rows}
+    assert sorted(documented) == sorted(credentials.ROLES)
+    for role, may in credentials.PERMISSIONS.items():
+        for action in may:
+            assert action in documented[role], (role, action)

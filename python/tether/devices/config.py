@@ -14,8 +14,8 @@ credential = "$argon2id$v=19$m=65536,t=3,p=4$LyzAADDajCkQAo1ryr085g$wKvlE51/7tBJ
 role = "operator"                      # or "observer" (reads only)
 
 [planners.ci]                          # `tether operator hash --name ci --role planner`
-token = "$argon2id$v=19$m=65536,t=3,p=4$..."  # hashed like a credential; never the token
-role = "planner"                       # submits, watches, stops; or "observer"
+token = "$argon2id$v=19$m=65536,t=3,p=4$aoC3srP1VuoUtRTjLL6jkw$ou8oC+QZQ3rEkFC8H5s3iPNKtUvIVnqI0X+lQz0tY+g"
+role = "planner"                       # submits, watches, stops, reads; or "observer"
 
 [tls]                                  # network listeners off loopback need it
 cert = "tls/host.pem"                  # relative paths are relative to this file
