@@ -133,10 +133,14 @@ def test_a_secret_in_the_url_is_refused_on_every_listener(target: str) -> None:
 
 def test_the_tls_key_must_be_0600_and_the_daemons(tmp_path: Path, cert: TlsConfig) -> None:
     assert cert.context().minimum_version == ssl.TLSVersion.TLSv1_2
+    key, chain = cert.pem()
+    assert b"PRIVATE KEY" in key and b"BEGIN CERTIFICATE" in chain
     cert.key.chmod(0o640)
     with pytest.raises(ListenerError) as info:
         ListenerPolicy(("127.0.0.1", 0), cert)
     assert info.value.code == "insecure_tls_key" and "0640" in info.value.message
+    with pytest.raises(ListenerError):
+        cert.pem()  # a listener that takes the pair itself gets the same check
     cert.key.chmod(0o600)
     if os.getuid() == 0:  # only root can give a file away
         os.chown(cert.key, 65534, -1)

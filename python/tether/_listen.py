@@ -12,7 +12,8 @@ Rules:
 - With TLS (`TlsConfig`: a certificate chain and its key, the host.toml `[tls]` table) the
   listener serves TLS 1.2 or later only. The key file must be owned by the daemon's uid and
   mode 0600 (no group or other bit), else `insecure_tls_key`; a certificate or key that cannot
-  be loaded is `tls_unusable`. Both are checked when the policy is built.
+  be loaded is `tls_unusable`. Both are checked when the policy is built (a listener that
+  takes the PEM pair itself, such as gRPC's, gets it from `TlsConfig.pem()`, checked alike).
 - A listener that is not on loopback requires a principal on every request:
   ``Authorization: Bearer <token>``, verified by the daemon's `Authenticator` (a listener off
   loopback without one is refused at construction: `no_authenticator`). No header is 401
@@ -129,11 +130,11 @@ class TlsConfig:
     cert: Path
     key: Path
 
-    def context(self) -> ssl.SSLContext:
-        """A server context for TLS 1.2 or later, the key's file checked first.
+    def check_key(self) -> None:
+        """Refuse a key file that is not the daemon's own, mode 0600.
 
         Raises:
-            ListenerError: `insecure_tls_key` or `tls_unusable`.
+            ListenerError: `insecure_tls_key`, or `tls_unusable` when it cannot be read.
         """
         try:
             info = self.key.stat()
@@ -151,6 +152,25 @@ class TlsConfig:
                 uid=info.st_uid,
                 mode=f"{stat.S_IMODE(info.st_mode):04o}",
             )
+
+    def pem(self) -> tuple[bytes, bytes]:
+        """(key, certificate chain) as PEM bytes, the key's file checked first: what a
+        listener that takes the pair itself needs (gRPC's `ssl_server_credentials`).
+
+        Raises:
+            ListenerError: `insecure_tls_key` or `tls_unusable`.
+        """
+        self.check_key()
+        self.context()  # the pair must load (and match) here too
+        return self.key.read_bytes(), self.cert.read_bytes()
+
+    def context(self) -> ssl.SSLContext:
+        """A server context for TLS 1.2 or later, the key's file checked first.
+
+        Raises:
+            ListenerError: `insecure_tls_key` or `tls_unusable`.
+        """
+        self.check_key()
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
@@ -235,11 +255,11 @@ class ListenerPolicy:
         host, port = address
         self.address = (host, port)
         self.loopback = is_loopback(host)
-        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        shown = f"[{host}]:{port}" if ":" in host else f"{host or '*'}:{port}"
         if not self.loopback and tls is None:
             raise ListenerError(
                 "insecure_listener",
-                f"{shown or 'every interface'} is not a loopback address: a network listener "
+                f"{shown} is not a loopback address: a network listener "
                 "binds to loopback (127.0.0.1, ::1) unless [tls] is configured",
                 address=shown,
             )
