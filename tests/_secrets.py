@@ -7,7 +7,9 @@ configured secret". The secrets searched for are
   take their secrets from this module), and
 - every secret the suite's own process hashes into a credential (argon2's
   `PasswordHasher.hash`, however it is reached), at least `MIN_LEN` characters long (a
-  shorter one, such as the ``"x"`` a hashing test uses, would match unrelated text).
+  shorter one, such as the ``"x"`` a hashing test uses, would match unrelated text), and
+- the first line a test writes to a child's stdin when the child reads a credential there
+  (`--credential-stdin`, `tether operator hash`).
 
 What is searched (`RECORDER`, installed by tests/conftest.py for the whole session):
 

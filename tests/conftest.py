@@ -65,6 +65,12 @@ def pytest_configure(config: pytest.Config) -> None:
         return hash_(self, password, **kw)
 
     def recording_communicate(self: subprocess.Popen[Any], *args: Any, **kw: Any) -> Any:
+        given = args[0] if args else kw.get("input")
+        argv = [str(a) for a in self.args] if isinstance(self.args, list | tuple) else []
+        if given and ("--credential-stdin" in argv or {"operator", "hash"} <= set(argv)):
+            # A child that reads a credential from stdin: its first line is a secret.
+            line = given.decode("utf-8", "replace") if isinstance(given, bytes) else str(given)
+            RECORDER.secret(line.splitlines()[0] if line.splitlines() else line)
         out, err = communicate(self, *args, **kw)
         where = f"{_current_test()}: child {self.args!r}"
         RECORDER.record(f"{where} stdout", out)
