@@ -244,7 +244,9 @@ def _operators(doc: Table) -> dict[str, credentials.Principal]:
     return _principals(doc, "operators")
 
 
-def _planners(doc: Table, operators: dict[str, credentials.Principal]) -> dict[str, Any]:
+def _planners(
+    doc: Table, operators: dict[str, credentials.Principal]
+) -> dict[str, credentials.Principal]:
     planners = _principals(doc, "planners")
     for name in sorted(set(planners) & set(operators)):
         raise config_error(
