@@ -1,19 +1,25 @@
-"""Shared pytest configuration: Hypothesis profiles, the slow-test switch and the storage
-backends (SQLite files, a real PostgreSQL with a schema per test)."""
+"""Shared pytest configuration: Hypothesis profiles, the slow-test switch, the storage
+backends (SQLite files, a real PostgreSQL with a schema per test) and the recorder of every
+output the suite's runs write, which the last test searches for secrets (tests/_secrets.py)."""
 
 from __future__ import annotations
 
 import inspect
+import logging
 import os
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
+import argon2
 import pytest
 from hypothesis import HealthCheck, settings
 from tether.testing._postgres import find_server, schema_url
 
 from tests import backends
+from tests._secrets import RECORDER, LogRecorder
 from tests.backends import BACKENDS
 
 settings.register_profile("fast", max_examples=100, deadline=None)
@@ -23,14 +29,66 @@ settings.register_profile(
 settings.load_profile("slow" if os.environ.get("TETHER_SLOW") else "fast")
 
 
+#: The secret scan runs after every other test (it searches what they wrote).
+SCAN_LAST = "tests/test_zz_secret_scan.py"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `slow` run only when TETHER_SLOW=1; each has a sampled fast sibling."""
+    """The secret scan goes last. Tests marked `slow` run only when TETHER_SLOW=1; each has a
+    sampled fast sibling."""
+    items.sort(key=lambda item: item.nodeid.startswith(SCAN_LAST))  # stable: order kept
     if os.environ.get("TETHER_SLOW"):
         return
     skip = pytest.mark.skip(reason="slow sweep: set TETHER_SLOW=1 to run it")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# --- The secret recorder: hashed secrets, child outputs, log records, captured sections ---
+
+
+def _current_test() -> str:
+    return os.environ.get("PYTEST_CURRENT_TEST", "collection").rsplit(" ", 1)[0]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before collection (test modules hash their secrets at import): every secret hashed in
+    this process, every child's collected output and every log record go to `RECORDER`."""
+    hash_ = argon2.PasswordHasher.hash
+    communicate = subprocess.Popen.communicate
+
+    def recording_hash(self: argon2.PasswordHasher, password: str | bytes, **kw: Any) -> str:
+        RECORDER.secret(
+            password if isinstance(password, str) else password.decode("utf-8", "replace")
+        )
+        return hash_(self, password, **kw)
+
+    def recording_communicate(self: subprocess.Popen[Any], *args: Any, **kw: Any) -> Any:
+        given = args[0] if args else kw.get("input")
+        argv = [str(a) for a in self.args] if isinstance(self.args, list | tuple) else []
+        if given and ("--credential-stdin" in argv or {"operator", "hash"} <= set(argv)):
+            # A child that reads a credential from stdin: its first line is a secret.
+            line = given.decode("utf-8", "replace") if isinstance(given, bytes) else str(given)
+            RECORDER.secret(line.splitlines()[0] if line.splitlines() else line)
+        out, err = communicate(self, *args, **kw)
+        where = f"{_current_test()}: child {self.args!r}"
+        RECORDER.record(f"{where} stdout", out)
+        RECORDER.record(f"{where} stderr", err)
+        return out, err
+
+    argon2.PasswordHasher.hash = recording_hash  # type: ignore[method-assign]
+    subprocess.Popen.communicate = recording_communicate  # type: ignore[method-assign]
+    logging.getLogger().addHandler(LogRecorder(RECORDER))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None]:
+    """pytest's captured stdout, stderr and log of each test phase are recorded too."""
+    outcome = yield
+    report = outcome.get_result()
+    for title, content in report.sections:
+        RECORDER.record(f"{item.nodeid}: {title}", content)
 
 
 # --- PostgreSQL: the server at 127.0.0.1:5432, else a throwaway cluster; a schema per test ---

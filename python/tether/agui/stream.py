@@ -32,12 +32,19 @@ Rules the stream keeps (everything that decides what a subscriber receives lives
 
 `tether demo` and `tether worker --sse-port` serve their runs through it; `LiveActivities`
 (tether.agui.live) feeds it.
+
+`StreamServer` serves it under the listener policy every network listener shares
+(`tether._listen.ListenerPolicy`): loopback unless TLS is configured, HTTPS (TLS 1.2 or later)
+with it, and off loopback a principal on every request (``Authorization: Bearer <token>``,
+any role: every role reads the stream); a credential in the URL is refused on every bind.
 """
 
 from __future__ import annotations
 
 import json
 import queue
+import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -48,6 +55,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import islice
 from typing import Any, Protocol
 
+from tether._listen import Authenticates, ListenerPolicy, Refusal, TlsConfig
 from tether.agui._store import ActivityStore
 
 __all__ = [
@@ -61,6 +69,8 @@ __all__ = [
 ]
 
 KEEPALIVE_S = 10.0
+#: A TLS client that has not finished its handshake by then is dropped (it holds one thread).
+HANDSHAKE_TIMEOUT_S = 10.0
 EVENT_PATHS = ("/", "/events")
 # The last frame a dropped subscriber's connection carries (an SSE comment: parsers skip it).
 RESYNC_COMMENT = (
@@ -428,27 +438,49 @@ class RunStream:
             sub._close()
 
 
-def _handler(stream: RunStream, on_subscribe: Callable[[], None]) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    stream: RunStream, on_subscribe: Callable[[], None], policy: ListenerPolicy
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         # A socket timeout bounds every read and write: a peer that stops reading is closed
         # after it instead of holding this thread (and its frame) forever.
         timeout = stream.limits.write_timeout_s
 
         def log_message(self, format: str, *args: Any) -> None:
-            """Keep the terminal for the caller's own output."""
+            """Keep the terminal for the caller's own output (and a request line, which may
+            carry a refused secret in its query, out of every log)."""
 
         def do_GET(self) -> None:
             self._events()
 
         def do_POST(self) -> None:
-            # AG-UI clients POST a RunAgentInput; this stream serves one fixed run, so the body
-            # is read and ignored.
-            length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
-            self._events()
+            self._events(body=True)
 
-        def _events(self) -> None:
+        def _refuse(self, refusal: Refusal) -> None:
+            body = json.dumps({"code": refusal.code, "message": refusal.message}).encode()
+            self.close_connection = True
+            self.send_response(refusal.status)
+            for name, value in refusal.headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _events(self, *, body: bool = False) -> None:
+            # Who asks is settled before anything else is read or answered.
+            try:
+                policy.authorize(self.headers, action="read", target=self.path)
+            except Refusal as refusal:
+                self._refuse(refusal)
+                return
+            if body:
+                # AG-UI clients POST a RunAgentInput; this stream serves one fixed run, so the
+                # body is read and ignored.
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
             if self.path.split("?")[0] not in EVENT_PATHS:
                 self.send_error(HTTPStatus.NOT_FOUND, "the event stream is at /events")
                 return
@@ -475,12 +507,44 @@ def _handler(stream: RunStream, on_subscribe: Callable[[], None]) -> type[BaseHT
                         break
                     self.wfile.write(frame)
                     self.wfile.flush()
-            except (TimeoutError, BrokenPipeError, ConnectionResetError):
+            except (TimeoutError, BrokenPipeError, ConnectionResetError, ssl.SSLError):
                 self.close_connection = True
             finally:
                 stream.unsubscribe(sub)
 
     return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    """One thread per client; with TLS, the handshake runs in the client's thread (under a
+    timeout), so a client that never finishes it cannot stall the accept loop."""
+
+    daemon_threads = True
+
+    def __init__(self, policy: ListenerPolicy, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.policy = policy
+        host = policy.address[0]
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host.strip("[]"), policy.address[1]), handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        context = self.policy.ssl_context
+        if context is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            wrapped = context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # a failed handshake: nothing was served (and nothing is logged)
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client's broken connection is not the server's error (nor printed)."""
 
 
 class StoreState:
@@ -507,13 +571,40 @@ class StoreState:
 
 
 class StreamServer:
-    """A localhost HTTP server (stdlib, one thread per client) serving one `RunStream`."""
+    """An HTTP(S) server (stdlib, one thread per client) serving one `RunStream` under the
+    listener policy (`tether._listen`).
 
-    def __init__(self, stream: RunStream, host: str = "127.0.0.1", port: int = 0) -> None:
+    Args:
+        stream: the run served.
+        host: the bind address: loopback unless `tls` is given.
+        port: the port (0: any free one; `url` tells which).
+        tls: the `[tls]` table (`HostConfig.tls`): serve HTTPS, and allow a non-loopback bind.
+        authenticator: the daemon's `HostConfig.authenticator()`; off loopback every request
+            must carry ``Authorization: Bearer <token>`` of a principal it knows.
+        require_principal: ask for a principal even on loopback (default: off loopback only).
+
+    Raises:
+        ListenerError: the policy refused the listener (an `OSError`, like a bind failure):
+            `insecure_listener`, `no_authenticator`, `insecure_tls_key`, `tls_unusable`.
+        OSError: the address could not be bound.
+    """
+
+    def __init__(
+        self,
+        stream: RunStream,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        tls: TlsConfig | None = None,
+        authenticator: Authenticates | None = None,
+        require_principal: bool | None = None,
+    ) -> None:
+        self.policy = ListenerPolicy(
+            (host, port), tls, authenticator, require_principal=require_principal
+        )
         self._subscribers = 0
         self._changed = threading.Condition()
-        self._httpd = ThreadingHTTPServer((host, port), _handler(stream, self._count))
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(self.policy, _handler(stream, self._count, self.policy))
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="tether-sse", daemon=True
         )
@@ -533,7 +624,9 @@ class StreamServer:
     def url(self) -> str:
         """The event stream's URL."""
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/events"
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        shown = f"[{name}]" if ":" in name else name
+        return f"{self.policy.scheme}://{shown}:{port}/events"
 
     def close(self) -> None:
         """Stop serving and release the port."""

@@ -13,6 +13,14 @@ state_dir = "/run/tether"              # identity locks, control sockets, stop l
 credential = "$argon2id$v=19$m=65536,t=3,p=4$LyzAADDajCkQAo1ryr085g$wKvlE51/7tBJ08o6kaCwtktilmssZKMiIYr11PHdg24"
 role = "operator"                      # or "observer" (reads only)
 
+[planners.ci]                          # `tether operator hash --name ci --role planner`
+token = "$argon2id$v=19$m=65536,t=3,p=4$aoC3srP1VuoUtRTjLL6jkw$ou8oC+QZQ3rEkFC8H5s3iPNKtUvIVnqI0X+lQz0tY+g"
+role = "planner"                       # submits, watches, stops, reads; or "observer"
+
+[tls]                                  # network listeners off loopback need it
+cert = "tls/host.pem"                  # relative paths are relative to this file
+key = "tls/host.key"                   # owned by the daemon's uid, mode 0600
+
 [ports.arm_bus]
 type = "dynamixel"
 usb_serial = "FT6Z5XYZ"                # or vid_pid = "0403:6014", or url = "/dev/ttyUSB0"
@@ -41,15 +49,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
-from tether import _dirs
+from tether import _dirs, _listen
 from tether._config import HostConfigError, Table, nearest
 from tether.devices import credentials
 from tether.devices.registry import DeviceType, device_type
 
 SAFE_STOP_POLICIES: Final = ("hold", "torque_off")
-TOP_KEYS: Final = ("host", "operators", "ports", "robots")
+#: The principals' and listeners' tables (`_planners`, `_tls`).
+AUTH_KEYS: Final = ("planners", "tls")
+TOP_KEYS: Final = ("host", "operators", "ports", "robots", *AUTH_KEYS)
 HOST_KEYS: Final = ("state_dir",)
 OPERATOR_KEYS: Final = ("credential", "role")
+PLANNER_KEYS: Final = ("token", "role")
+TLS_KEYS: Final = ("cert", "key")
 PORT_KEYS: Final = ("type", "url", "usb_serial", "vid_pid")
 ROBOT_KEYS: Final = ("port", "joints", "safe_stop", "speed", "first_motion_speed", "tolerance")
 JOINT_KEYS: Final = ("name", "id", "min", "max")
@@ -68,6 +80,7 @@ ERROR_CODES: Final = (
     "bad_tolerance",
     "bad_vid_pid",
     "duplicate_joint",
+    "duplicate_principal",
     "missing_key",
     "no_identity",
     "no_joints",
@@ -145,6 +158,8 @@ class HostConfig(Generic[R]):
     robots: dict[str, R]
     operators: dict[str, credentials.Principal] = field(default_factory=dict)
     specs: dict[str, RobotSpec] = field(default_factory=dict)
+    planners: dict[str, credentials.Principal] = field(default_factory=dict)
+    tls: _listen.TlsConfig | None = None
 
     def robot(self, name: str) -> R:
         try:
@@ -168,11 +183,21 @@ class HostConfig(Generic[R]):
     def limiter(self) -> credentials.RateLimiter:
         return credentials.RateLimiter(self.state_dir / "auth" / "failures.json")
 
+    @property
+    def principals(self) -> dict[str, credentials.Principal]:
+        """Every principal: the operators and the planners (their names never collide)."""
+        return {**self.operators, **self.planners}
+
+    def authenticator(self) -> credentials.Authenticator:
+        """The one lookup over every principal, rate-limited in this state dir. Only the
+        daemon calls it, on its own configuration; a CLI never verifies a credential."""
+        return credentials.Authenticator(self.principals, self.limiter())
+
     def authenticate(self, secret: str | None, *, role: str = "operator") -> str:
-        """The name of the operator `secret` belongs to (rate-limited; `CredentialError`)."""
-        return credentials.authenticate(
-            self.operators, secret, limiter=self.limiter(), role=role
-        ).name
+        """The name of the principal `secret` belongs to, holding `role` (`observer`: any
+        role, since every role reads); rate-limited; `CredentialError`."""
+        roles = credentials.roles_for("read") if role == "observer" else (role,)
+        return self.authenticator().authenticate(secret, roles=roles).name
 
     def verify_operator(self, secret: str | None) -> str | None:
         """The operator's name when `secret` is a valid credential, else None."""
@@ -187,29 +212,61 @@ def default_state_dir() -> Path:
     return _dirs.default_state_dir()
 
 
-def _operators(doc: Table) -> dict[str, credentials.Principal]:
+def _principals(doc: Table, table_name: str) -> dict[str, credentials.Principal]:
+    """`[operators.NAME]` or `[planners.NAME]`: a hashed credential or token and a role."""
+    hash_key, allowed = credentials.TABLES[table_name]
+    keys = OPERATOR_KEYS if table_name == "operators" else PLANNER_KEYS
     out: dict[str, credentials.Principal] = {}
-    for name, raw in doc.mapping("operators").items():
-        table = Table(raw, f"operators.{name}", OPERATOR_KEYS)
-        stored = table.text("credential")
-        role = table.text("role", "operator")
-        if role not in credentials.ROLES:
+    for name, raw in doc.mapping(table_name).items():
+        table = Table(raw, f"{table_name}.{name}", keys)
+        stored = table.text(hash_key)
+        role = table.text("role", allowed[0])
+        if role not in allowed:
             raise config_error(
                 "bad_role",
-                f"{table.where}: role {role!r} is not one of {credentials.ROLES}",
+                f"{table.where}: role {role!r} is not one of {allowed}",
                 role=role,
             )
+        hint = f"`tether operator hash --name {name} --role {role}`"
         if not stored.startswith("$") and not stored.startswith("scrypt$"):
             raise config_error(
-                "plain_credential",
-                f"{table.where}: credential must be a hash (`tether operator hash --name {name}`)",
+                "plain_credential", f"{table.where}: {hash_key} must be a hash ({hint})"
             )
         try:
-            cost = credentials.stored_cost(stored, where=f"{table.where}.credential")
+            cost = credentials.stored_cost(stored, where=f"{table.where}.{hash_key}")
         except credentials.CredentialError as exc:
-            raise config_error(exc.code, exc.message, operator=name) from None
-        out[name] = credentials.Principal(name, role, stored, cost)
+            raise config_error(exc.code, exc.message, principal=name) from None
+        out[name] = credentials.Principal(name, role, stored, cost, table_name)
     return out
+
+
+def _operators(doc: Table) -> dict[str, credentials.Principal]:
+    return _principals(doc, "operators")
+
+
+def _planners(
+    doc: Table, operators: dict[str, credentials.Principal]
+) -> dict[str, credentials.Principal]:
+    planners = _principals(doc, "planners")
+    for name in sorted(set(planners) & set(operators)):
+        raise config_error(
+            "duplicate_principal",
+            f"{name!r} is both [operators.{name}] and [planners.{name}]: a decision records "
+            "the principal's name, so each name is one principal",
+            principal=name,
+        )
+    return planners
+
+
+def _tls(doc: Table, path: Path) -> _listen.TlsConfig | None:
+    """The `[tls]` table: file paths only (the listener checks the key's owner and mode, and
+    loads both, when it starts)."""
+    if "tls" not in doc:
+        return None
+    table = doc.table("tls", TLS_KEYS)
+    base = path.parent if path.name != "<memory>" else Path.cwd()
+    cert, key = (Path(table.text(k)).expanduser() for k in TLS_KEYS)
+    return _listen.TlsConfig(cert=base / cert, key=base / key)
 
 
 def _ports(doc: Table) -> dict[str, Any]:
@@ -322,6 +379,8 @@ def parse_config(
     host = doc.table("host", HOST_KEYS)
     state_dir = Path(host.text("state_dir", str(default_state_dir())))
     operators = _operators(doc)
+    planners = _planners(doc, operators)
+    tls = _tls(doc, path)
     typed_ports = _ports(doc)
     specs: dict[str, RobotSpec] = {}
     robots: dict[str, Any] = {}
@@ -339,7 +398,7 @@ def parse_config(
                     f"id {joint.id} on port {spec.port} used by {other} and {spec.name}",
                 )
     ports = {name: cfg for name, (_, cfg) in typed_ports.items()}
-    return factory(path, state_dir, ports, robots, operators, specs)
+    return factory(path, state_dir, ports, robots, operators, specs, planners=planners, tls=tls)
 
 
 def load_config(

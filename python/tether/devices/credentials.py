@@ -1,14 +1,20 @@
-"""Operator credentials: named principals with an argon2id hash and a role.
+"""Principals: named operators and planner tokens, each with an argon2id hash and a role.
 
 Rules:
-- A credential is stored only as an argon2id hash (`argon2-cffi`), made by
+- A principal is `[operators.NAME] credential` or `[planners.NAME] token` in `host.toml`,
+  with a `role`. What each role may do (`PERMISSIONS`, one table for every listener):
+  `operator` decides, resumes and reboots, and reads; `planner` submits, watches and stops
+  work, and reads the stream; `observer` only reads.
+- A credential or token is stored only as an argon2id hash (`argon2-cffi`), made by
   `tether operator hash`. The cost parameters of a stored hash are checked against
   `MINIMUM` (and against `MAXIMUM`, so a hostile config cannot make a check cost minutes)
   before the hash is ever used: a weaker or non-argon2id hash is refused at load
   (`weak_credential`), never verified with the parameters it happens to name.
 - The old `scrypt$N$r$p$...` format is refused with what to do (`old_credential_format`).
-- A secret identifies its operator: the decision records the name of the operator whose hash
-  the secret matches, never a name given on the command line.
+- A secret identifies its principal: the decision records the name of the principal whose
+  hash the secret matches, never a name given on the command line. One lookup
+  (`Authenticator.authenticate(secret, roles=...)`) covers every principal; only the daemon
+  calls it, against its own `host.toml`.
 - Failed attempts are rate-limited per state dir (`RATE_LIMIT` failures in `RATE_WINDOW_S`
   lock further attempts out until the window passes: `credential_rate_limited`), across
   processes (a file under the state dir, updated under `flock`).
@@ -25,7 +31,8 @@ import os
 import stat
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -34,8 +41,31 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from tether._coded import CodedError
 
-#: Roles a principal may hold. `operator` decides, resumes and reboots; `observer` only reads.
-ROLES: Final = ("operator", "observer")
+#: Roles a principal may hold (see `PERMISSIONS`).
+ROLES: Final = ("operator", "observer", "planner")
+
+#: What each role may do. A listener asks `roles_for(action)` which roles it accepts.
+PERMISSIONS: Final[dict[str, frozenset[str]]] = {
+    "operator": frozenset({"decide", "resume", "reboot", "read"}),
+    "planner": frozenset({"submit", "watch", "stop", "read"}),
+    "observer": frozenset({"read"}),
+}
+#: Every action some role may take (`read` covers the SSE stream, status, list and show).
+ACTIONS: Final = tuple(sorted(set().union(*PERMISSIONS.values())))
+
+#: The host.toml table of each role's principals, the key holding its hash, and the roles a
+#: principal of that table may hold.
+TABLES: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    "operators": ("credential", ("operator", "observer")),
+    "planners": ("token", ("planner", "observer")),
+}
+
+
+def roles_for(action: str) -> tuple[str, ...]:
+    """The roles allowed to take `action` (one of `ACTIONS`), in `ROLES` order."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r} (known: {', '.join(ACTIONS)})")
+    return tuple(r for r in ROLES if action in PERMISSIONS[r])
 
 
 @dataclass(frozen=True)
@@ -95,7 +125,8 @@ def _hasher(cost: Cost) -> PasswordHasher:
 
 
 def hash_secret(secret: str, cost: Cost = DEFAULT) -> str:
-    """The argon2id hash to store in `[operators.NAME] credential` instead of the secret."""
+    """The argon2id hash to store in `[operators.NAME] credential` or `[planners.NAME] token`
+    instead of the secret."""
     if not secret:
         raise _error("empty_credential", "the credential must not be empty")
     check_cost(cost, where="the requested parameters")
@@ -145,12 +176,25 @@ def stored_cost(stored: str, *, where: str) -> Cost:
 
 @dataclass(frozen=True)
 class Principal:
-    """A named operator from the host configuration: its role and its checked hash."""
+    """A named principal from the host configuration: its role and its checked hash.
+
+    `table` is where it is configured (`operators` or `planners`); `credential` is its hash.
+    """
 
     name: str
     role: str
-    credential: str
-    cost: Cost
+    credential: str = field(repr=False)
+    cost: Cost = field(repr=False)
+    table: str = "operators"
+
+    @property
+    def where(self) -> str:
+        """How messages name it: ``operators.ann``, ``planners.ci``."""
+        return f"{self.table}.{self.name}"
+
+    def may(self, action: str) -> bool:
+        """Whether this principal's role allows `action`."""
+        return self.role in roles_for(action)
 
     def matches(self, secret: str) -> bool:
         try:
@@ -209,38 +253,88 @@ class RateLimiter:
 
 
 def authenticate(
-    principals: dict[str, Principal],
+    principals: Mapping[str, Principal],
     secret: str | None,
     *,
     limiter: RateLimiter | None,
-    role: str = "operator",
+    roles: Iterable[str] = ("operator",),
 ) -> Principal:
-    """The principal `secret` belongs to, holding `role`; refused (rate-limited) otherwise."""
+    """The principal `secret` belongs to, holding one of `roles`; refused (rate-limited)
+    otherwise. The rate limit is checked before the secret is tried; a wrong secret counts as a
+    failure, a right one clears them (also when its role is then refused)."""
+    wanted = tuple(roles)
+    unknown = [r for r in wanted if r not in ROLES]
+    if unknown or not wanted:
+        raise ValueError(f"roles must be some of {ROLES}, got {wanted!r}")  # a code bug
     if limiter is not None:
         limiter.check()
     if not secret:
-        raise _error("credential_refused", "a valid operator credential is required")
+        raise _error("credential_refused", "a valid credential is required")
     matched = [p for p in principals.values() if p.matches(secret)]
     if not matched:
         if limiter is not None:
             limiter.failed()
-        raise _error("credential_refused", "a valid operator credential is required")
+        raise _error("credential_refused", "a valid credential is required")
     if len(matched) > 1:
         raise _error(
             "credential_ambiguous",
-            "this credential matches more than one operator; give each its own",
-            operators=sorted(p.name for p in matched),
+            "this credential matches more than one principal; give each its own",
+            principals=sorted(p.where for p in matched),
         )
     if limiter is not None:
         limiter.succeeded()
     principal = matched[0]
-    if role != "observer" and principal.role != role:
+    if principal.role not in wanted:
         raise _error(
             "role_refused",
-            f"operator {principal.name} has role {principal.role}, this needs {role}",
-            operator=principal.name,
+            f"{principal.where} has role {principal.role}, this needs {' or '.join(wanted)}",
+            principal=principal.name,
+            role=principal.role,
+            needs=list(wanted),
         )
     return principal
+
+
+class Authenticator:
+    """The one lookup over every principal of a host (operators and planners), rate-limited
+    per state dir. A daemon builds it from its own `host.toml` (`HostConfig.authenticator()`);
+    a CLI never verifies a credential itself."""
+
+    def __init__(self, principals: Mapping[str, Principal], limiter: RateLimiter | None) -> None:
+        self._principals = dict(principals)
+        self.limiter = limiter
+
+    @property
+    def principals(self) -> dict[str, Principal]:
+        """Every principal, keyed by name."""
+        return dict(self._principals)
+
+    def authenticate(self, secret: str | None, *, roles: Iterable[str]) -> Principal:
+        """The principal `secret` belongs to, holding one of `roles` (`roles_for(action)`).
+
+        Raises:
+            CredentialError: `credential_refused` (no secret, or none matches),
+                `credential_rate_limited` (too many failures: `details["retry_after_s"]`),
+                `role_refused`, `credential_ambiguous`.
+        """
+        return authenticate(self._principals, secret, limiter=self.limiter, roles=roles)
+
+
+def _toml_key(name: str) -> str:
+    if name and all(c.isascii() and (c.isalnum() or c in "_-") for c in name):
+        return name
+    return json.dumps(name)  # a TOML basic string: JSON's escapes are TOML's
+
+
+def principal_table(name: str, role: str, hashed: str) -> str:
+    """The host.toml table `tether operator hash` prints: ``[operators.NAME]`` with
+    ``credential`` for an operator or observer, ``[planners.NAME]`` with ``token`` for a
+    planner."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} is not one of {ROLES}")
+    table = "planners" if role == "planner" else "operators"
+    key = TABLES[table][0]
+    return f'[{table}.{_toml_key(name)}]\n{key} = "{hashed}"\nrole = "{role}"'
 
 
 def read_secret(
@@ -265,11 +359,15 @@ def read_secret(
 
 
 __all__ = [
+    "ACTIONS",
     "CODES",
     "DEFAULT",
     "MAXIMUM",
     "MINIMUM",
+    "PERMISSIONS",
     "ROLES",
+    "TABLES",
+    "Authenticator",
     "Cost",
     "CredentialError",
     "Principal",
@@ -277,6 +375,8 @@ __all__ = [
     "authenticate",
     "check_cost",
     "hash_secret",
+    "principal_table",
     "read_secret",
+    "roles_for",
     "stored_cost",
 ]

@@ -222,7 +222,7 @@ def _hash(args: argparse.Namespace, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"name": args.name, "role": args.role, "credential": hashed}))
     else:
-        print(f'[operators.{args.name}]\ncredential = "{hashed}"\nrole = "{args.role}"')
+        print(credentials.principal_table(args.name, args.role, hashed))
     return EXIT_OK
 
 

@@ -1,0 +1,355 @@
+"""The one policy every network listener applies: where it may bind, TLS, and who may connect.
+
+The SSE stream uses it today; the gRPC, HTTP and WebSocket listeners of later issues build the
+same `ListenerPolicy` and call the same checks. The local control socket is not a network
+listener: it is guarded by its 0600 mode, its 0700 state dir and the peer's uid (SO_PEERCRED,
+`tether.devices.control`).
+
+Rules:
+- A listener binds to loopback unless TLS is configured: a non-loopback address (a routable
+  address, ``0.0.0.0``, ``::``, a host name that is not only loopback) without TLS is refused
+  at construction, before a socket is opened (`insecure_listener`, naming the address).
+- With TLS (`TlsConfig`: a certificate chain and its key, the host.toml `[tls]` table) the
+  listener serves TLS 1.2 or later only. The key file must be owned by the daemon's uid and
+  mode 0600 (no group or other bit), else `insecure_tls_key`; a certificate or key that cannot
+  be loaded is `tls_unusable`. Both are checked when the policy is built (a listener that
+  takes the PEM pair itself, such as gRPC's, gets it from `TlsConfig.pem()`, checked alike).
+- A listener that is not on loopback requires a principal on every request:
+  ``Authorization: Bearer <token>``, verified by the daemon's `Authenticator` (a listener off
+  loopback without one is refused at construction: `no_authenticator`). No header is 401
+  (`principal_required`), a wrong token 401 (`credential_refused`), a principal whose role may
+  not do this 403 (`role_refused`), too many failures 429 (`credential_rate_limited`, with
+  ``Retry-After``).
+- On loopback no principal is needed (`require_principal=True` asks for one anyway): every
+  local user can already reach the host's devices through the CLI's own checks. To keep a web
+  page from reaching a loopback listener through DNS rebinding, a request whose ``Host``
+  header names something other than a loopback address or ``localhost`` is refused there
+  (403, `host_not_loopback`).
+- A secret never goes in a URL: a request whose query string carries a credential-like
+  parameter (`SECRET_PARAMS`) is refused 400 (`secret_in_url`) on every listener, before
+  anything else is looked at. `log_target` gives the request target without its query, the
+  only form a listener may log.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import ssl
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any, Final, Protocol
+from urllib.parse import parse_qsl, urlsplit
+
+from tether._coded import CodedError
+from tether.devices.credentials import CredentialError, Principal, roles_for
+
+#: Query parameters that name a secret: their presence refuses the request (`secret_in_url`).
+SECRET_PARAMS: Final = frozenset(
+    {
+        "access_token",
+        "api_key",
+        "apikey",
+        "auth",
+        "authorization",
+        "bearer",
+        "credential",
+        "key",
+        "password",
+        "secret",
+        "token",
+    }
+)
+
+#: Every `.code` a ListenerError carries (building a policy).
+CODES: Final = ("insecure_listener", "insecure_tls_key", "no_authenticator", "tls_unusable")
+#: Every `.code` a Refusal carries, with its HTTP status.
+REFUSALS: Final[dict[str, HTTPStatus]] = {
+    "secret_in_url": HTTPStatus.BAD_REQUEST,
+    "principal_required": HTTPStatus.UNAUTHORIZED,
+    "credential_refused": HTTPStatus.UNAUTHORIZED,
+    "credential_ambiguous": HTTPStatus.UNAUTHORIZED,
+    "role_refused": HTTPStatus.FORBIDDEN,
+    "host_not_loopback": HTTPStatus.FORBIDDEN,
+    "credential_rate_limited": HTTPStatus.TOO_MANY_REQUESTS,
+}
+
+
+class ListenerError(CodedError, OSError):
+    """A listener that may not be opened as configured; `code` is one of `CODES`.
+
+    An `OSError` too, so a caller that reports a bind failure reports this one the same way.
+    """
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        if code not in CODES:
+            raise ValueError(f"unlisted listener code {code!r}")
+        super().__init__(code, message, details=details)
+        self.errno = None  # not a system call's failure: no errno to branch on
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class Refusal(CodedError):
+    """A request refused by the policy: `code` is a key of `REFUSALS`, `status` its HTTP status,
+    `headers` what the answer carries (``WWW-Authenticate``, ``Retry-After``)."""
+
+    status: HTTPStatus
+    headers: dict[str, str]
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        if code not in REFUSALS:
+            raise ValueError(f"unlisted refusal code {code!r}")
+        super().__init__(code, message, details=details)
+        self.status = REFUSALS[code]
+        self.headers = {}
+        if self.status == HTTPStatus.UNAUTHORIZED:
+            self.headers["WWW-Authenticate"] = 'Bearer realm="tether"'
+        retry = details.get("retry_after_s")
+        if isinstance(retry, int | float):
+            self.headers["Retry-After"] = str(max(1, int(retry + 0.999)))
+
+
+class Authenticates(Protocol):
+    """What a listener needs of the daemon's authenticator (`credentials.Authenticator`)."""
+
+    def authenticate(self, secret: str | None, *, roles: Iterable[str]) -> Principal:
+        """The principal `secret` belongs to, holding one of `roles` (`CredentialError`)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """The `[tls]` table: the certificate chain (PEM) and its private key (PEM, 0600)."""
+
+    cert: Path
+    key: Path
+
+    def check_key(self) -> None:
+        """Refuse a key file that is not the daemon's own, mode 0600.
+
+        Raises:
+            ListenerError: `insecure_tls_key`, or `tls_unusable` when it cannot be read.
+        """
+        try:
+            info = self.key.stat()
+        except OSError as exc:
+            raise ListenerError(
+                "tls_unusable", f"TLS key {self.key}: {exc.strerror}", path=str(self.key)
+            ) from None
+        if info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077:
+            raise ListenerError(
+                "insecure_tls_key",
+                f"TLS key {self.key} must be owned by uid {os.getuid()} and mode 0600 "
+                f"(it is uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):04o}): "
+                f"chown and chmod 600 {self.key}",
+                path=str(self.key),
+                uid=info.st_uid,
+                mode=f"{stat.S_IMODE(info.st_mode):04o}",
+            )
+
+    def pem(self) -> tuple[bytes, bytes]:
+        """(key, certificate chain) as PEM bytes, the key's file checked first: what a
+        listener that takes the pair itself needs (gRPC's `ssl_server_credentials`).
+
+        Raises:
+            ListenerError: `insecure_tls_key` or `tls_unusable`.
+        """
+        self.check_key()
+        self.context()  # the pair must load (and match) here too
+        return self.key.read_bytes(), self.cert.read_bytes()
+
+    def context(self) -> ssl.SSLContext:
+        """A server context for TLS 1.2 or later, the key's file checked first.
+
+        Raises:
+            ListenerError: `insecure_tls_key` or `tls_unusable`.
+        """
+        self.check_key()
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(self.cert, self.key)
+        except (ssl.SSLError, OSError) as exc:
+            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            raise ListenerError(
+                "tls_unusable",
+                f"TLS certificate {self.cert} with key {self.key} cannot be used: {reason}",
+                cert=str(self.cert),
+                key=str(self.key),
+            ) from None
+        return context
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` listens on loopback only (a name counts when every address it
+    resolves to is loopback; ``""``, ``0.0.0.0`` and ``::`` are every interface)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    if not host:
+        return False
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(a[4][0]).is_loopback for a in found)
+
+
+def _host_is_loopback_name(value: str) -> bool:
+    host = value.strip()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else host[1:]
+    elif host.count(":") == 1:
+        host = host.rsplit(":", 1)[0]
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def log_target(target: str) -> str:
+    """A request target as it may be logged: without its query string (nor fragment)."""
+    return target.split("?", 1)[0].split("#", 1)[0]
+
+
+def _header(headers: Mapping[str, str] | Any, name: str) -> str | None:
+    """A header by its case-insensitive name (a `Message` is already; a dict is searched)."""
+    value = headers.get(name)
+    if value is None and isinstance(headers, Mapping):
+        wanted = name.lower()
+        value = next((v for k, v in headers.items() if str(k).lower() == wanted), None)
+    return None if value is None else str(value)
+
+
+class ListenerPolicy:
+    """Where a listener binds, its TLS, and who may use it (see the module rules).
+
+    Args:
+        address: (host, port) the listener binds.
+        tls: the `[tls]` table, or None for plain (loopback only).
+        authenticator: the daemon's `credentials.Authenticator`; required off loopback.
+        require_principal: ask for a principal even on loopback (default: only off loopback).
+
+    Raises:
+        ListenerError: the address is not loopback and there is no TLS (`insecure_listener`)
+            or no authenticator (`no_authenticator`); the TLS key or certificate is unusable.
+    """
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        tls: TlsConfig | None = None,
+        authenticator: Authenticates | None = None,
+        *,
+        require_principal: bool | None = None,
+    ) -> None:
+        host, port = address
+        self.address = (host, port)
+        self.loopback = is_loopback(host)
+        shown = f"[{host}]:{port}" if ":" in host else f"{host or '*'}:{port}"
+        if not self.loopback and tls is None:
+            raise ListenerError(
+                "insecure_listener",
+                f"{shown} is not a loopback address: a network listener "
+                "binds to loopback (127.0.0.1, ::1) unless [tls] is configured",
+                address=shown,
+            )
+        self.require_principal = (
+            (not self.loopback) if require_principal is None else bool(require_principal)
+        )
+        if self.require_principal and authenticator is None:
+            raise ListenerError(
+                "no_authenticator",
+                f"{shown} requires a principal on every request, and no authenticator "
+                "was given to verify one",
+                address=shown,
+            )
+        self.tls = tls
+        self.authenticator = authenticator
+        self.ssl_context: ssl.SSLContext | None = None if tls is None else tls.context()
+
+    @property
+    def scheme(self) -> str:
+        """``https`` with TLS, else ``http``."""
+        return "http" if self.ssl_context is None else "https"
+
+    def check_target(self, target: str) -> None:
+        """Refuse a request target whose query carries a secret (`secret_in_url`)."""
+        query = urlsplit(target).query
+        if not query:
+            return
+        names = {name.strip().lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
+        found = sorted(names & SECRET_PARAMS)
+        if found:
+            raise Refusal(
+                "secret_in_url",
+                "a credential never goes in a URL: send it as `Authorization: Bearer <token>`",
+                parameters=found,
+            )
+
+    def authorize(
+        self,
+        headers: Mapping[str, str] | Any,
+        *,
+        action: str = "read",
+        target: str | None = None,
+    ) -> Principal | None:
+        """The principal of one request, or None where none is needed (on loopback).
+
+        Args:
+            headers: the request's headers (a mapping or an `email.message.Message`).
+            action: what the request does (`credentials.ACTIONS`): the roles allowed it.
+            target: the request target (path and query), checked by `check_target`.
+
+        Raises:
+            Refusal: with the status to answer (see the module rules).
+        """
+        if target is not None:
+            self.check_target(target)
+        if not self.require_principal:
+            host = _header(headers, "Host")
+            if host is not None and not _host_is_loopback_name(host):
+                raise Refusal(
+                    "host_not_loopback",
+                    "this listener is on loopback and answers only a loopback Host",
+                )
+            return None
+        value = _header(headers, "Authorization")
+        if value is None or not value.strip():
+            raise Refusal(
+                "principal_required",
+                "this listener requires a principal: send `Authorization: Bearer <token>`",
+            )
+        scheme, _, token = value.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Refusal("principal_required", "the Authorization header must be `Bearer <token>`")
+        assert self.authenticator is not None  # checked at construction
+        try:
+            return self.authenticator.authenticate(token.strip(), roles=roles_for(action))
+        except CredentialError as exc:
+            code = exc.code if exc.code in REFUSALS else "credential_refused"
+            details = {k: v for k, v in exc.details.items() if k == "retry_after_s"}
+            raise Refusal(code, exc.message, **details) from None
+
+
+__all__ = [
+    "CODES",
+    "REFUSALS",
+    "SECRET_PARAMS",
+    "Authenticates",
+    "ListenerError",
+    "ListenerPolicy",
+    "Refusal",
+    "TlsConfig",
+    "is_loopback",
+    "log_target",
+]
