@@ -47,7 +47,7 @@ from tether.devices import credentials
 from tether.devices.registry import DeviceType, device_type
 
 SAFE_STOP_POLICIES: Final = ("hold", "torque_off")
-TOP_KEYS: Final = ("host", "operators", "ports", "robots")
+TOP_KEYS: Final = ("host", "operators", "ports", "robots", "serve")  # [serve]: tether.serve
 HOST_KEYS: Final = ("state_dir",)
 OPERATOR_KEYS: Final = ("credential", "role")
 PORT_KEYS: Final = ("type", "url", "usb_serial", "vid_pid")
