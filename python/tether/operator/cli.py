@@ -11,6 +11,11 @@ catalog (the control record), and the operator's acts on robots.
 Decisions, resume and reboot need an operator credential: one line from stdin
 (`--credential-stdin`), a 0600 file (`--credential-file`), or a prompt on a terminal; never
 argv or the environment. The operator recorded is the one whose hash the credential matches.
+
+While `tether serve` runs for the config's state dir (or holds `--data-dir`), every command
+goes through its control socket: the daemon reads its catalog and devices, and verifies the
+credential against its own host.toml (this process verifies nothing). With no daemon, list and
+show read the data dir; resolve, resume and reboot run standalone against `--config`.
 """
 
 from __future__ import annotations

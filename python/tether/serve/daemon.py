@@ -64,7 +64,7 @@ PROGRESS_KEYS = 4096
 
 class ServeRefusal(CodedError):
     """The daemon refused a request (`admission_conflict`, `bad_request`, `not_submittable`,
-    `unknown_activity`, `sse_unavailable`, `robot_unavailable`)."""
+    `unknown_activity`, `sse_unavailable`, `daemon_starting`)."""
 
 
 #: Every `.code` a daemon refusal carries besides the catalog's, the operator's and the
@@ -73,8 +73,8 @@ CODES = (
     "admission_conflict",
     "bad_request",
     "daemon_running",
+    "daemon_starting",
     "not_submittable",
-    "robot_unavailable",
     "sse_unavailable",
     "unknown_activity",
 )
@@ -303,7 +303,7 @@ class Daemon:
 
     def _runtime(self) -> Host:
         if self.runtime is None:
-            raise ServeRefusal("robot_unavailable", "the daemon is still starting; ask again")
+            raise ServeRefusal("daemon_starting", "the daemon is still starting; ask again")
         return self.runtime
 
     def _on_ping(self, request: dict[str, Any]) -> dict[str, Any]:

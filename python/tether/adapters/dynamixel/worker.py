@@ -1,4 +1,10 @@
-"""`tether move`: one robot move, run to a conclusion as an Activity of a local Host.
+"""`tether move`: one robot move, run to a conclusion as an Activity.
+
+While `tether serve` runs for the config's state dir (its lock is held), the move is submitted
+through the daemon (`tether.client`: idempotent per activity id, another request under it is
+`admission_conflict`), which owns the port and runs it; this command shows its progress until
+it settles, is parked (exit 3) or the deadline passes (exit 4), with the same output. With no
+daemon it runs standalone, as follows (safe: it takes the port exclusively).
 
 The move is an Activity of the `physical_ai.robot_move` family in the Host data directory
 `<state_dir>/moves` (world `--world`, activity `--activity`). The Activity catalog holds its
