@@ -346,3 +346,40 @@ def test_sigterm_safe_stops_every_device_and_exits_0(tmp_path: Path) -> None:
         for dxl_id in (1, 2):
             assert emu.request(op="snapshot", id=dxl_id)["torque_enable"] == 0
         assert client.running() is None and not os.path.exists(client.socket_path)
+
+
+def test_a_stop_waits_on_no_storage_lock_even_mid_move(tmp_path: Path) -> None:
+    """The stop path writes only the robot's latch file: with the catalog and the world ledger
+    locked for writing by another process, a stop mid-move is still answered at once."""
+    import sqlite3
+
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = serve_config(tmp_path, emu.path)
+        with daemon(config):
+            client = Client(config=config)
+            view = client.submit(
+                "local", "locked", "physical_ai.robot_move.absolute",
+                {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}},
+            )  # fmt: skip
+            _watch_until(client, view["key"], ("moving",), 60)
+            data = tmp_path / "state" / "moves"
+            locks = []
+            for name in ("catalog.db", "world.db"):
+                conn = sqlite3.connect(data / name, timeout=0.1, isolation_level=None)
+                conn.execute("BEGIN IMMEDIATE")  # holds the write lock until rollback
+                locks.append(conn)
+            try:
+                start = time.monotonic()
+                stop = tether("stop", "--config", str(config), "--json")
+                elapsed = time.monotonic() - start
+            finally:
+                for conn in locks:
+                    conn.rollback()
+                    conn.close()
+            assert stop.returncode == 0, stop.stdout + stop.stderr
+            assert json.loads(stop.stdout)[0]["via"] == "owner"
+            assert elapsed < 10.0  # a blocked stop would wait out the catalog's busy timeout
+            stopped_at = len(emu.journal())
+            parked = _watch_until(client, view["key"], ("awaiting_decision",), 60)
+            assert parked["reason"] == "stopped_by_operator"
+            assert effectful(emu.journal()[stopped_at:]) == []
