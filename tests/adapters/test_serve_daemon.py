@@ -130,8 +130,10 @@ try:
 except AdmissionConflict as exc:
     conflict = exc.code
 views = list(client.watch(first["key"], timeout=60))
+status = client.status()
+stopped = client.stop()
 print(json.dumps({"first": first, "second": second, "conflict": conflict, "last": views[-1],
-                  "states": [v["state"] for v in views], "status": client.status()}))
+                  "states": [v["state"] for v in views], "status": status, "stop": stopped}))
 """
 
 
@@ -159,6 +161,9 @@ def test_submit_from_another_process_is_idempotent_and_a_conflict_is_refused(
     assert (last["state"], last["settled"], last["final"]) == ("done", True, True)
     assert last["result"]["outcome"] == "completed"
     assert doc["status"]["activities"]["settled"] == 1
+    (stopped,) = doc["stop"]
+    assert (stopped["robot"], stopped["ok"]) == ("arm", True)
+    assert [j["state"] for j in stopped["joints"]] == ["held", "held"]
     assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
 
 
@@ -383,3 +388,58 @@ def test_a_stop_waits_on_no_storage_lock_even_mid_move(tmp_path: Path) -> None:
             parked = _watch_until(client, view["key"], ("awaiting_decision",), 60)
             assert parked["reason"] == "stopped_by_operator"
             assert effectful(emu.journal()[stopped_at:]) == []
+
+
+GHOST = """
+[ports.ghost_bus]
+url = "{url}"
+timeout_ms = 100
+[robots.ghost]
+port = "ghost_bus"
+[[robots.ghost.joints]]
+name = "g"
+id = 7
+min = -1.0
+max = 1.0
+"""
+
+
+def test_a_robot_that_cannot_be_connected_is_reported_and_the_others_are_served(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = serve_config(tmp_path, emu.path, extra=GHOST.format(url=tmp_path / "no-tty") + SERVE)
+    with daemon(config) as (proc, ready):
+        assert set(ready["unavailable"]) == {"ghost"}
+        doc = json.loads(tether("status", "--config", str(config), "--json").stdout)
+        by_name = {d["robot"]: d for d in doc["devices"]}
+        assert by_name["arm"]["available"] is True and by_name["arm"]["owner_pid"] == proc.pid
+        assert by_name["ghost"]["available"] is False and by_name["ghost"]["owner_pid"] is None
+        assert "no-tty" in by_name["ghost"]["error"]
+        text = tether("status", "--config", str(config)).stdout
+        assert "ghost: unavailable" in text
+        done = run_worker(config)
+        assert done.returncode == 0 and outcome(done)["status"] == "done"
+
+
+def test_an_operator_reboot_goes_through_the_daemon_and_needs_its_credential(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = serve_config(tmp_path, emu.path)
+    with daemon(config):
+        refused = tether(
+            "operator", "--config", str(config), "--json", "reboot", "arm", "--arm-supported",
+            "--credential-stdin", stdin="not the credential\n",
+        )  # fmt: skip
+        assert (
+            refused.returncode == 1 and json.loads(refused.stdout)["code"] == "credential_refused"
+        )
+        assert not [e for e in emu.journal() if e["instruction"] == "reboot"]
+        done = tether(
+            "operator", "--config", str(config), "--json", "reboot", "arm", "--arm-supported",
+            "--credential-stdin", stdin=f"{CREDENTIAL}\n",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        doc = json.loads(done.stdout)
+        assert doc["operator"] == "alice" and doc["rebooted_ids"] == [1, 2]
+        assert "state" not in doc and set(doc["read_back"]["joints"]) == {"a", "b"}
+        assert len([e for e in emu.journal() if e["instruction"] == "reboot"]) == 2
