@@ -36,6 +36,8 @@ DOCUMENTED: dict[str, tuple[str, str]] = {
     "stop": ("tether.devices.cli", "STOP_EXIT_CODES"),
     "worker": ("tether.runtime.worker_main", "EXIT_CODES"),
     "db": ("tether.activities.dbcli", "EXIT_CODES"),
+    "serve": ("tether.serve.cli", "EXIT_CODES"),
+    "status": ("tether.serve.status", "EXIT_CODES"),
 }
 
 #: Every `--help` a user can ask for: each command, each command's commands.

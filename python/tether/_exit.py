@@ -69,7 +69,8 @@ CODES: Final[tuple[ExitCode, ...]] = (
         UNAVAILABLE,
         "UNAVAILABLE",
         "a server or device could not be reached (`unreachable`, a port owned by another "
-        "process: `port_busy`)",
+        "process: `port_busy`), no `tether serve` runs where one must (`daemon_not_running`), "
+        "or another one already does (`daemon_running`)",
     ),
     ExitCode(INTERNAL, "INTERNAL", "a bug in Tether: the traceback is printed; please report it"),
     ExitCode(INTERRUPTED, "INTERRUPTED", "interrupted (SIGINT, Ctrl-C) before it concluded"),
@@ -104,7 +105,10 @@ ERROR_CODES: Final[dict[str, int]] = {
         STORE_UNUSABLE,
     ),
     **dict.fromkeys(("disk_full", "file_too_large", "storage_io_error"), STORAGE_IO),
-    **dict.fromkeys(("unreachable", "port_busy"), UNAVAILABLE),
+    **dict.fromkeys(
+        ("unreachable", "port_busy", "daemon_running", "daemon_not_running", "sse_unavailable"),
+        UNAVAILABLE,
+    ),
 }
 
 

@@ -69,6 +69,14 @@ COMMANDS["stop"] = (
     "tether.operator.stop",
     "safe-stop every configured robot, also while a host owns it",
 )
+COMMANDS["serve"] = (
+    "tether.serve.cli",
+    "run the robot-host daemon: devices, Activities, AG-UI stream, control socket",
+)
+COMMANDS["status"] = (
+    "tether.serve.status",
+    "the daemon's devices, Activities by state and parked decisions",
+)
 COMMANDS["worker"] = ("tether.runtime.worker_main", "run Activity worker threads on a data dir")
 
 # --- store maintenance ---

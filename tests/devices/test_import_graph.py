@@ -11,7 +11,16 @@ from pathlib import Path
 import tether
 
 ROOT = Path(tether.__file__).parent
-GENERIC = ("devices", "operator", "runtime", "storage", "world", "activities", "families/sim")
+GENERIC = (
+    "devices",
+    "operator",
+    "runtime",
+    "storage",
+    "world",
+    "activities",
+    "families/sim",
+    "serve",
+)
 PROTOCOL = ("tether.adapters", "tether.emulators")
 
 

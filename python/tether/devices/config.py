@@ -57,7 +57,7 @@ from tether.devices.registry import DeviceType, device_type
 SAFE_STOP_POLICIES: Final = ("hold", "torque_off")
 #: The principals' and listeners' tables (`_planners`, `_tls`).
 AUTH_KEYS: Final = ("planners", "tls")
-TOP_KEYS: Final = ("host", "operators", "ports", "robots", *AUTH_KEYS)
+TOP_KEYS: Final = ("host", "operators", "ports", "robots", "serve", *AUTH_KEYS)  # [serve]: tether.serve
 HOST_KEYS: Final = ("state_dir",)
 OPERATOR_KEYS: Final = ("credential", "role")
 PLANNER_KEYS: Final = ("token", "role")

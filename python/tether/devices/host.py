@@ -43,16 +43,21 @@ class HostRefusal(CodedError):
 class DeviceHost:
     """Owns the buses of the robots it connects. Single owner; close() always safe-stops."""
 
-    def __init__(self, config: HostConfig[Any]) -> None:
+    def __init__(self, config: HostConfig[Any], *, socket_path: str | None = None) -> None:
+        """`socket_path`: the control socket (default `<state_dir>/host-<pid>.sock`; the
+        daemon's is `<state_dir>/serve.sock`). Every port lock this host takes names it."""
         usable_dir(config.state_dir, what="host.state_dir")  # private, before anything in it
         self.config = config
         self.buses: dict[str, Any] = {}
         self.identities: dict[str, Any] = {}
-        self.socket_path = socket_path_for(config.state_dir / f"host-{os.getpid()}.sock")
+        self.socket_path = socket_path or socket_path_for(
+            config.state_dir / f"host-{os.getpid()}.sock"
+        )
         self.latch = StopLatch(config.state_dir)
         self.first_motion = FirstMotion()
         self._server: ControlServer | None = None
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {}
+        self._overrides: dict[str, Callable[[dict[str, Any]], Any]] = {}
 
     # --- ownership ---
 
@@ -94,6 +99,11 @@ class DeviceHost:
         identity = dtype.connect(self.buses[spec.port], robot)
         self.identities[robot_name] = identity
         self.first_motion.reset(robot_name, reason="connect")
+        self.serve_control()
+        return identity
+
+    def serve_control(self) -> None:
+        """Serve the control channel now (a connect does it too; once)."""
         if self._server is None:
             self._handlers.update(
                 {
@@ -104,12 +114,15 @@ class DeviceHost:
                     "reboot": self._on_reboot,
                 }
             )
+            for op, handler in self._overrides.items():
+                self._handlers[op] = handler
             self._server = ControlServer(self.socket_path, self._handlers)
-        return identity
 
     def add_handler(self, op: str, handler: Callable[[dict[str, Any]], Any]) -> None:
-        """Serve `op` on this host's control socket too (an adapter's own requests)."""
+        """Serve `op` on this host's control socket too (an adapter's own requests, or the
+        daemon's: one given before the channel starts replaces a built-in op)."""
         self._handlers[op] = handler
+        self._overrides[op] = handler
 
     def _bus(self, robot_name: str) -> Any:
         return self.buses[self.config.spec(robot_name).port]

@@ -11,6 +11,11 @@ catalog (the control record), and the operator's acts on robots.
 Decisions, resume and reboot need an operator credential: one line from stdin
 (`--credential-stdin`), a 0600 file (`--credential-file`), or a prompt on a terminal; never
 argv or the environment. The operator recorded is the one whose hash the credential matches.
+
+While `tether serve` runs for the config's state dir (or holds `--data-dir`), every command
+goes through its control socket: the daemon reads its catalog and devices, and verifies the
+credential against its own host.toml (this process verifies nothing). With no daemon, list and
+show read the data dir; resolve, resume and reboot run standalone against `--config`.
 """
 
 from __future__ import annotations
@@ -59,11 +64,21 @@ EXIT_OK = _exit.OK
 EXIT_REFUSED = _exit.FAILED
 EXIT_USAGE = _exit.USAGE
 #: The codes `tether operator` documents (a test checks them against `tether._exit`).
-EXIT_CODES = (_exit.OK, _exit.FAILED, _exit.USAGE, _exit.STORE_UNUSABLE, _exit.STORAGE_IO)
+EXIT_CODES = (
+    _exit.OK,
+    _exit.FAILED,
+    _exit.USAGE,
+    _exit.STORE_UNUSABLE,
+    _exit.STORAGE_IO,
+    _exit.UNAVAILABLE,
+)
 _EPILOG = (
-    "exit codes: 0 done; 1 refused (a credential, the rate limit, a role, a stale revision, "
-    "`reboot_unconfirmed`, no such Activity); 2 usage or configuration; 5 a store that cannot "
-    "be used; 6 the disk refused a write (see `tether --help`)."
+    "While `tether serve` runs for the config's state dir (or holds --data-dir), every "
+    "command goes through it and the daemon verifies the credential against its own "
+    "host.toml. exit codes: 0 done; 1 refused (a credential, the rate limit, a role, a stale "
+    "revision, `reboot_unconfirmed`, no such Activity); 2 usage or configuration; 5 a store "
+    "that cannot be used; 6 the disk refused a write; 7 the daemon did not answer (see "
+    "`tether --help`)."
 )
 
 
@@ -150,6 +165,9 @@ def main(argv: list[str]) -> int:
         if args.cmd == "hash":
             return _hash(args, args.json)
         config = load_config(args.config) if args.config else None
+        client = _daemon(args, config)
+        if client is not None:
+            return _through_daemon(args, client, as_json)
         if args.cmd in ("resume", "reboot"):
             if config is None:
                 raise _usage(f"{args.cmd} needs --config")
@@ -188,11 +206,76 @@ def main(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def _daemon(args: argparse.Namespace, config: HostConfig[Any] | None) -> Any:
+    """The client of the `tether serve` running for the config's state dir (or holding
+    `--data-dir`), or None when none runs."""
+    from tether.client import Client, daemon_record
+
+    if config is not None and daemon_record(config.state_dir) is not None:
+        return Client(config.state_dir)
+    if args.data_dir:
+        from tether.serve.locks import running
+
+        record = running(Path(args.data_dir) / "serve.lock")
+        if record is not None and isinstance(record.get("state_dir"), str):
+            return Client(record["state_dir"])
+    return None
+
+
+def _through_daemon(args: argparse.Namespace, client: Any, as_json: bool) -> int:
+    """Every operator command through the running daemon: it reads the catalog and the
+    devices it owns, and verifies the credential (read here from stdin, a 0600 file or a
+    prompt) against its own host.toml. This process verifies nothing."""
+    from tether.client import ClientError
+
+    try:
+        if args.cmd == "list":
+            _print(client.request({"op": "operator_list"}), as_json)
+            return EXIT_OK
+        if args.cmd == "show":
+            _print(client.request({"op": "operator_show", "id": args.id}), as_json)
+            return EXIT_OK
+        supported = _confirm_supported(args) if args.cmd == "reboot" else True
+        request: dict[str, Any] = {"credential": _secret(args)}
+        if args.cmd == "resolve":
+            request.update(
+                op="operator_resolve",
+                id=args.id,
+                decision=args.decision,
+                revision=args.revision,
+                operator=args.operator,
+                note=args.note,
+            )
+        elif args.cmd == "resume":
+            request.update(op="operator_resume", robot=args.robot)
+        else:
+            request.update(
+                op="operator_reboot",
+                robot=args.robot,
+                joints=args.joint,
+                arm_supported=supported,
+            )
+        _print(client.request(request, timeout=120.0), as_json)
+        return EXIT_OK
+    except ClientError as exc:
+        if exc.code in ("daemon_not_running", "owner_no_answer", "owner_untrusted"):
+            error_line("tether operator", exc)
+            return _exit.UNAVAILABLE
+        if exc.code in _exit.ERROR_CODES and _exit.ERROR_CODES[exc.code] == _exit.USAGE:
+            error_line("tether operator", exc)
+            return EXIT_USAGE
+        return _rejected(exc, as_json)
+    except TetherError as exc:
+        return _rejected(exc, as_json)
+
+
 def _data_dir(args: argparse.Namespace, config: HostConfig[Any] | None) -> Path:
     if args.data_dir:
         return Path(usable_dir(args.data_dir, what="--data-dir", create=False)).resolve()
     if config is not None:
-        return Path(usable_dir(config.state_dir / "moves", what="the moves data dir")).resolve()
+        from tether.serve.config import data_dir_for
+
+        return Path(usable_dir(data_dir_for(config), what="the moves data dir")).resolve()
     raise _usage("give --data-dir or --config")
 
 
@@ -259,7 +342,9 @@ def _refresh_parked(
     config: HostConfig[Any], args: argparse.Namespace, rebooted: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """A new evidence revision for each parked Activity on the rebooted robot."""
-    data_dir = config.state_dir / "moves" if not args.data_dir else Path(args.data_dir)
+    from tether.serve.config import data_dir_for
+
+    data_dir = data_dir_for(config) if not args.data_dir else Path(args.data_dir)
     if not data_dir.exists():
         return []
     data_dir = usable_dir(data_dir, what="the moves data dir", create=False)
@@ -285,7 +370,7 @@ def _usage(message: str) -> TetherError:
     return DataDirError("data_dir_missing", message)
 
 
-def _review(config: HostConfig[Any] | None, data_dir: Path) -> Any:
+def review_for(config: HostConfig[Any] | None, data_dir: Path) -> Any:
     """The device review of each family a parked Activity belongs to, built on first use by
     the family's own factory (`REVIEWS`, dotted paths: this module imports no family and no
     protocol); None for a family without one, or whose review needs a host configuration
@@ -304,6 +389,9 @@ def _review(config: HostConfig[Any] | None, data_dir: Path) -> Any:
         return found
 
     return review
+
+
+_review = review_for
 
 
 def _rejected(exc: TetherError, as_json: bool = True) -> int:

@@ -1,4 +1,10 @@
-"""`tether move`: one robot move, run to a conclusion as an Activity of a local Host.
+"""`tether move`: one robot move, run to a conclusion as an Activity.
+
+While `tether serve` runs for the config's state dir (its lock is held), the move is submitted
+through the daemon (`tether.client`: idempotent per activity id, another request under it is
+`admission_conflict`), which owns the port and runs it; this command shows its progress until
+it settles, is parked (exit 3) or the deadline passes (exit 4), with the same output. With no
+daemon it runs standalone, as follows (safe: it takes the port exclusively).
 
 The move is an Activity of the `physical_ai.robot_move` family in the Host data directory
 `<state_dir>/moves` (world `--world`, activity `--activity`). The Activity catalog holds its
@@ -64,8 +70,74 @@ _CONCLUSIONS = {"completed": "executed", "recovered": "recovered", "operator_don
 
 
 def data_dir_of(config: HostConfig) -> Path:
-    """The Host data directory `tether move` and `tether operator` share."""
-    return config.state_dir / "moves"
+    """The Host data directory `tether move`, `tether operator` and `tether serve` share:
+    `[serve] data_dir`, else `<state_dir>/moves`."""
+    from tether.serve.config import data_dir_for
+
+    return data_dir_for(config)
+
+
+def outcome_of_view(view: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's view of a move (`tether.client`) as the outcome document a standalone run
+    prints (the same keys, plus `via`)."""
+    out: dict[str, Any] = {
+        "operation_id": view.get("operation_id"),
+        "key": view.get("key"),
+        "attempts": view.get("attempts"),
+        "via": "daemon",
+    }
+    result = view.get("result") or {}
+    state = view.get("state")
+    if state == "done":
+        outcome = result.get("outcome")
+        return {**out, "status": "done", "conclusion": _CONCLUSIONS.get(str(outcome), outcome)}
+    if state == "failed":
+        return {
+            **out,
+            "status": "failed",
+            "outcome": result.get("outcome"),
+            "code": result.get("code"),
+            "error": result.get("error"),
+        }
+    if state == "awaiting_decision":
+        return {
+            **out,
+            "status": "awaiting_decision",
+            "conclusion": "unknown",
+            "revision": view.get("revision"),
+            "reason": view.get("reason"),
+        }
+    return {**out, "status": "pending"}
+
+
+def submit_move(
+    config: HostConfig,
+    request: MoveRequest,
+    *,
+    world: str,
+    activity: str,
+    timeout_s: float,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """`tether move` while `tether serve` runs: submit the move through the daemon (which
+    owns the port and runs it) and follow it until it settles, is parked or the deadline
+    passes; the outcome document."""
+    from tether.client import Client
+
+    client = Client(config.state_dir)
+    body = {"robot": request.robot, "targets": dict(request.targets)}
+    view = client.submit(world, activity, request.kind, body)
+    shown = 0
+    last = view
+    for last in client.watch(str(view["key"]), timeout=timeout_s):
+        seq = last.get("seq") or 0
+        if last.get("progress") is not None and seq > shown:
+            shown = seq
+            if progress is None:
+                print(json.dumps({"progress": last["progress"]}), flush=True)
+            else:
+                progress(last["progress"])
+    return outcome_of_view(last)
 
 
 def _doc(host: Any, ref: str, digest: str) -> dict[str, Any]:
@@ -335,6 +407,32 @@ def main(argv: list[str]) -> int:
         say(refused)
         return _exit.for_error(exc, default=EXIT_USAGE)
     line = None if as_json else _ProgressLine()
+    from tether.client import ClientError, daemon_record
+
+    if daemon_record(config.state_dir) is not None:
+        if args.store:
+            say({"status": "refused", "code": "usage", "error": "--store: tether serve runs"})
+            return EXIT_USAGE
+        try:
+            outcome = submit_move(
+                config,
+                request,
+                world=args.world,
+                activity=args.activity,
+                timeout_s=2 * args.lease_ms / 1000 + 3 * args.settle_timeout + 30,
+                progress=line,
+            )
+        except ClientError as exc:
+            if line is not None:
+                line.end()
+            say({"status": "error", "code": exc.code, "error": str(exc)})
+            if exc.code in ("daemon_not_running", "owner_no_answer", "owner_untrusted"):
+                return _exit.UNAVAILABLE
+            return _exit.for_error(exc, default=EXIT_ERROR)
+        if line is not None:
+            line.end()
+        say(outcome)
+        return _move_exit(outcome)
     try:
         outcome = run_move(
             config,
@@ -355,6 +453,10 @@ def main(argv: list[str]) -> int:
     if line is not None:
         line.end()
     say(outcome)
+    return _move_exit(outcome)
+
+
+def _move_exit(outcome: dict[str, Any]) -> int:
     if outcome["status"] == "failed" and outcome.get("outcome") == "refused":
         return EXIT_USAGE  # refused before any byte: a limit (e.g. of a relative move)
     return {"done": EXIT_DONE, "awaiting_decision": EXIT_PARKED, "pending": EXIT_RETRY}.get(

@@ -19,7 +19,11 @@ configured limits) gets a failed result before any byte is sent or the port is o
 relative move whose goals, planned from a fresh read-back, fall outside the limits gets one
 before any byte is written (`MoveRefused`). A failed result is terminal: never retried.
 
-Ports: the adapter keeps its `RobotHost` between moves. A normal end of the worker's use of a
+Ports: given a `host` (the daemon's device host, `tether serve`), the adapter uses that one
+owner of the ports and never opens, drops or closes one itself (a robot the host has not
+connected yet is connected on first use; the daemon's shutdown applies the stop policy).
+Without one (a worker process, `tether move` standalone), the adapter keeps its own
+`RobotHost` between moves. A normal end of the worker's use of a
 port (`close(safe_stop=False)`, what `tether move` does after a completed move) releases it with
 the arm as the move left it; a shutdown (`close()`, also at interpreter exit on SIGTERM), a
 transport fault or a move that did not complete applies the robot's stop policy.
@@ -32,7 +36,7 @@ import json
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
@@ -70,6 +74,9 @@ from tether.runtime import ConfirmedAbsent as RuntimeAbsent
 from tether.runtime import Recovered as RuntimeRecovered
 from tether.runtime import Unknown as RuntimeUnknown
 from tether.world import ComponentWrite, WorldSnapshot
+
+if TYPE_CHECKING:
+    from tether.devices.host import DeviceHost
 
 INTENT = "physical_ai.robot_move.intent"
 OBSERVATION = "physical_ai.robot_move.observation"
@@ -135,15 +142,25 @@ class RobotMoveAdapter:
     one move per robot at a time. `close()` safe-stops and releases the ports."""
 
     def __init__(
-        self, config: HostConfig, store_root: str | Path, *, settle_timeout_s: float = 30.0
+        self,
+        config: HostConfig,
+        store_root: str | Path,
+        *,
+        settle_timeout_s: float = 30.0,
+        host: DeviceHost | None = None,
     ) -> None:
         self.config = config
         self.store = MoveStore(store_root)
         self.settle_timeout_s = settle_timeout_s
         self._mutex = threading.Lock()
         self._robot_locks: dict[str, threading.Lock] = {}
-        self._host: RobotHost | None = None
+        # A host given by the caller (the daemon) is shared: this adapter never closes it.
+        self._shared = host is not None
+        self._host: RobotHost | None = cast("RobotHost | None", host)
         self._atexit = False
+        if host is not None:
+            host.add_handler("prove_reissue", self._on_prove)
+            host.add_handler("read_back", self._on_read_back)
 
     def _lock(self, robot: str) -> threading.Lock:
         with self._mutex:
@@ -152,6 +169,8 @@ class RobotMoveAdapter:
     def _connected(self, robot: str) -> RobotHost:
         with self._mutex:
             if self._host is None:
+                if self._shared:  # pragma: no cover - a shared host is never dropped
+                    raise FamilyError("the shared device host is closed")
                 self._host = RobotHost(self.config)
                 if not self._atexit:
                     # Shutdown of the worker process (e.g. `tether worker` on SIGTERM) safe-stops
@@ -188,6 +207,8 @@ class RobotMoveAdapter:
     def _drop_host(self, *, safe_stop: bool = True) -> None:
         """Release the ports (reconnect later): after a transport failure or at shutdown with
         the robots' stop policy applied; at a normal end without it (`safe_stop=False`)."""
+        if self._shared:
+            return  # the daemon owns the ports: it alone stops and releases them
         with self._mutex:
             host, self._host = self._host, None
         if host is not None:
@@ -325,16 +346,47 @@ class RobotMoveAdapter:
 
 
 def robot_move_family(
-    config: HostConfig, store_root: str | Path, *, settle_timeout_s: float = 30.0
+    config: HostConfig,
+    store_root: str | Path,
+    *,
+    settle_timeout_s: float = 30.0,
+    host: DeviceHost | None = None,
 ) -> Family:
-    """The family to register with a runtime `Host` (its adapter owns the robots' ports)."""
+    """The family to register with a runtime `Host`. Its adapter owns the robots' ports, or
+    uses `host`'s (the daemon's device host) when one is given."""
     return Family(
         name=FAMILY,
         kinds=KINDS,
         project=project,
-        adapter=RobotMoveAdapter(config, store_root, settle_timeout_s=settle_timeout_s),
+        adapter=RobotMoveAdapter(config, store_root, settle_timeout_s=settle_timeout_s, host=host),
         stage=stage,
     )
+
+
+def submit_intent(config: HostConfig) -> Any:
+    """`tether serve`'s admission of a submitted move: the request checked (kind, robot,
+    joints, an absolute move's limits) before anything is committed, then its intent write."""
+
+    def build(activity_id: str, kind: str, request: dict[str, Any]) -> ComponentWrite:
+        req = MoveRequest.from_dict({**request, "kind": kind})
+        check_request(config.robot(req.robot), req)
+        return intent(activity_id, req)
+
+    return build
+
+
+def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
+    """`tether serve`'s factory (`tether.serve.families`): the robot_move family over the
+    daemon's own device host, its operations journal in `<data_dir>/robot_move`, each with its
+    submit admission."""
+    config = cast(HostConfig, ctx.config)
+    family = robot_move_family(
+        config,
+        Path(ctx.data_dir) / "robot_move",
+        settle_timeout_s=ctx.settle_timeout_s,
+        host=ctx.device_host,
+    )
+    return [(family, submit_intent(config))]
 
 
 #: `tether worker DATA_DIR --families tether.families.robot_move.family:families_from_env` reads

@@ -1,0 +1,101 @@
+"""`tether serve --config host.toml`: run the robot-host daemon until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+from tether import _exit, _log
+from tether._args import Parser, error_line
+from tether.errors import TetherError
+from tether.serve.daemon import Daemon
+
+#: The codes `tether serve` documents (a test checks them against `tether._exit`).
+EXIT_CODES = (
+    _exit.OK,
+    _exit.FAILED,
+    _exit.USAGE,
+    _exit.STORE_UNUSABLE,
+    _exit.STORAGE_IO,
+    _exit.UNAVAILABLE,
+)
+_EPILOG = """\
+Owns the configured devices, runs the families' projector, observer and workers on the data
+dir, serves the AG-UI stream (loopback) and the control socket <state_dir>/serve.sock, which
+`tether move`, `tether stop`, `tether operator`, `tether status` and tether.client use. On
+SIGTERM or SIGINT every robot gets its safe-stop policy, then it exits 0. Prints one line when
+ready (JSON off a TTY); logs go to stderr.
+
+exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first); 2 usage or
+configuration (an unknown [serve] key, a non-loopback sse address); 5 a store that cannot be
+used; 6 the disk refused a write; 7 another tether serve holds the state dir, data dir or SSE
+port (`daemon_running`, `sse_unavailable`), or a port is owned by another process (see
+`tether --help`)."""
+
+log = logging.getLogger("tether.serve")
+
+
+def main(argv: list[str]) -> int:
+    parser = Parser(
+        prog="tether serve",
+        description="Run the robot-host daemon: devices, Activities, AG-UI stream, control socket.",
+        epilog=_EPILOG,
+    )
+    parser.add_argument("--config", required=True, help="host configuration (TOML)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="the ready line as JSON (default: on off a TTY; on a TTY, words)",
+    )
+    _log.add_arguments(parser)
+    args = parser.parse_args(argv)
+    _log.setup(args.log_format, level=args.log_level)
+    as_json = args.json or not sys.stdout.isatty()
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        daemon = Daemon.from_path(args.config)
+    except TetherError as exc:
+        error_line("tether serve", exc)
+        return _exit.for_error(exc, default=_exit.USAGE)
+    atexit.register(daemon.close)  # a fatal error or interpreter exit still safe-stops
+    try:
+        daemon.start()
+        ready = {
+            "ready": True,
+            "pid": daemon._on_ping({})["pid"],
+            "socket": daemon.socket_path,
+            "sse": daemon.sse_url,
+            "data_dir": str(daemon.data_dir),
+            "unavailable": daemon.unavailable,
+        }
+        if as_json:
+            print(json.dumps(ready), flush=True)
+        else:
+            print(
+                f"tether serve: pid {ready['pid']}, control socket {daemon.socket_path}, "
+                f"AG-UI stream {daemon.sse_url or 'off'}; serving until SIGTERM or Ctrl-C",
+                flush=True,
+            )
+        done.wait()
+        log.info("stopping on a signal")
+    except TetherError as exc:
+        error_line("tether serve", exc)
+        code = _exit.for_error(exc, default=_exit.FAILED)
+        return _exit.UNAVAILABLE if getattr(exc, "code", None) == "sse_unavailable" else code
+    except Exception:
+        log.exception("fatal error: safe-stopping every device")
+        raise
+    finally:
+        daemon.close()
+    return _exit.OK

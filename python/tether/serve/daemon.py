@@ -1,0 +1,528 @@
+"""`tether serve`: the one long-running process of a robot host.
+
+It owns the configured devices (one `DeviceHost`, every robot connected at start), runs the
+runtime `Host` (projector, observer, workers) of the configured families on the data dir,
+serves the AG-UI stream (bounded `RunStream`, loopback only) and one control socket,
+`<state_dir>/serve.sock`.
+
+Rules:
+- Single instance: `<state_dir>/serve.lock` then `<data_dir>/serve.lock` (`tether.serve.locks`)
+  are taken before anything else; a second daemon is `daemon_running`, naming the pid. The
+  control socket is bound only under the state dir's lock, replacing one a dead daemon left.
+- Every port lock the device host takes names `serve.sock`, so `tether stop` (which asks each
+  port's owner) reaches the daemon. The socket serves from before the robots are connected: a
+  stop during start-up latches the robot.
+- A robot that cannot be connected at start is logged and listed by `status` as unavailable
+  with its error; the others are served. A move for it connects it on first use (or fails as
+  the standalone move would) and a stop for it latches it.
+- The stop path (`stop`, a priority lane of the control channel) writes the robot's durable
+  latch file and sends the stop frames; it touches no catalog, world or artifact store and
+  waits on no lock of theirs.
+- Credentials sent with `operator_resolve`, `operator_resume`, `operator_reboot` are verified
+  here, against this daemon's own host.toml (rate-limited); the clients never verify one.
+- Shutdown (SIGTERM, SIGINT, a fatal error, interpreter exit): under the stop latch's lock, so
+  no move frame can slip in between, every connected robot gets its stop policy (a latched one
+  is only read back) and the ports are released; then the workers, the stream and the stores
+  close, then the locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from tether._coded import CodedError
+from tether._dirs import usable_dir
+from tether.activities import ActivityKey, ActivityRecord
+from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
+from tether.devices.config import HostConfig, load_config
+from tether.devices.control import socket_path_for
+from tether.devices.host import DeviceHost
+from tether.errors import TetherError
+from tether.operator import decisions
+from tether.runtime import Family, Host, ProgressEvent
+from tether.runtime.worker_main import live_families
+from tether.serve import views
+from tether.serve.config import ServeConfig, load_serve
+from tether.serve.families import ServeContext, Served, load
+from tether.serve.locks import InstanceLock
+from tether.world import WorldNotFound
+
+log = logging.getLogger("tether.serve")
+
+#: How long one `watch` request waits at most (the client asks again).
+MAX_WATCH_S = 20.0
+#: Latest progress kept for this many Activities (oldest forgotten first).
+PROGRESS_KEYS = 4096
+
+
+class ServeRefusal(CodedError):
+    """The daemon refused a request (`admission_conflict`, `bad_request`, `not_submittable`,
+    `unknown_activity`, `sse_unavailable`, `daemon_starting`)."""
+
+
+#: Every `.code` a daemon refusal carries besides the catalog's, the operator's and the
+#: configuration's.
+CODES = (
+    "admission_conflict",
+    "bad_request",
+    "daemon_running",
+    "daemon_starting",
+    "not_submittable",
+    "sse_unavailable",
+    "unknown_activity",
+)
+
+
+def state_lock_path(state_dir: Path) -> Path:
+    return state_dir / "serve.lock"
+
+
+def data_lock_path(data_dir: Path) -> Path:
+    return data_dir / "serve.lock"
+
+
+def serve_socket(state_dir: Path) -> str:
+    """The daemon's control socket for `state_dir` (a short stand-in for a long path)."""
+    return socket_path_for(state_dir.resolve() / "serve.sock")
+
+
+def _text(request: dict[str, Any], name: str) -> str:
+    value = request.get(name)
+    if not isinstance(value, str) or not value:
+        raise ServeRefusal("bad_request", f"`{name}` must be a non-empty string")
+    return value
+
+
+def _key(request: dict[str, Any]) -> ActivityKey:
+    text = _text(request, "key")
+    parts = text.split("/", 2)
+    if len(parts) != 3 or not all(parts):
+        raise ServeRefusal("bad_request", f"{text!r} is not world/kind/activity")
+    return ActivityKey(*parts)
+
+
+class Daemon:
+    """One `tether serve` (see the module rules). `start()`, then `close()` (always)."""
+
+    def __init__(
+        self, config: HostConfig[Any], serve: ServeConfig, *, robots: list[str] | None = None
+    ) -> None:
+        self.config = config
+        self.serve = serve
+        self.robots = robots if robots is not None else sorted(config.robots)
+        self.state_dir = config.state_dir
+        self.data_dir = serve.data_dir
+        self.socket_path = serve_socket(self.state_dir)
+        self.unavailable: dict[str, str] = {}
+        self.started_at_ms = int(time.time() * 1000)
+        self.devices: DeviceHost | None = None
+        self.runtime: Host | None = None
+        self.stream: RunStream | None = None
+        self.server: StreamServer | None = None
+        self.sse_url: str | None = None
+        self._locks: list[InstanceLock] = []
+        self._served: dict[str, Served] = {}
+        self._closers: list[Any] = []
+        self._submit_lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._seq = 0
+        self._progress: OrderedDict[ActivityKey, tuple[int, dict[str, Any]]] = OrderedDict()
+        self._closed = False
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str]) -> Daemon:
+        config: HostConfig[Any] = load_config(path)
+        serve = load_serve(path, state_dir=config.state_dir, robots=len(config.robots))
+        return cls(config, serve)
+
+    # --- start ---
+
+    def _record(self) -> dict[str, Any]:
+        return {
+            "socket": self.socket_path,
+            "state_dir": str(self.state_dir),
+            "data_dir": str(self.data_dir),
+            "sse": self.sse_url,
+            "config": str(self.config.path),
+            "started_at_ms": self.started_at_ms,
+        }
+
+    def start(self) -> Daemon:
+        usable_dir(self.state_dir, what="host.state_dir")
+        usable_dir(self.data_dir, what="serve.data_dir")
+        for path, what in (
+            (state_lock_path(self.state_dir), "state dir"),
+            (data_lock_path(self.data_dir), "data dir"),
+        ):
+            lock = InstanceLock(path, what)
+            lock.acquire(self._record())
+            self._locks.append(lock)
+        self.devices = DeviceHost(self.config, socket_path=self.socket_path)
+        for op, handler in self._handlers().items():
+            self.devices.add_handler(op, handler)
+        self.devices.serve_control()  # a stop is answered from now on
+        log.info("control socket", extra={"socket": self.socket_path, "pid": os.getpid()})
+        for name in self.robots:
+            try:
+                identity = self.devices.connect(name)
+            except (TetherError, OSError) as exc:
+                self.unavailable[name] = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "robot unavailable", extra={"robot": name, "error": self.unavailable[name]}
+                )
+                continue
+            log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
+        if self.serve.sse is not None:
+            host, port = self.serve.sse
+            self.stream = RunStream("tether-serve", f"run-{uuid.uuid4().hex[:12]}", StoreState())
+            try:
+                self.server = StreamServer(self.stream, host, port)
+            except OSError as exc:
+                raise ServeRefusal(
+                    "sse_unavailable",
+                    f"cannot serve the AG-UI stream on {host}:{port}: {exc.strerror or exc}",
+                    details={"address": f"{host}:{port}"},
+                ) from None
+            self.stream.start()
+            self.sse_url = self.server.url
+        ctx = ServeContext(
+            self.config, self.devices, self.data_dir, self.serve.settle_timeout_s, self._closers
+        )
+        served: list[Served] = []
+        for spec in self.serve.families:
+            served += load(spec, ctx)
+        families: list[Family] = [s.family for s in served]
+        for s in served:
+            for kind in s.family.kinds:
+                self._served[kind] = s
+        self._live = LiveActivities(self.stream) if self.stream is not None else None
+        if self._live is not None:
+            families = live_families(families, self._live)
+        self.runtime = Host(
+            self.data_dir,
+            families,
+            workers=self.serve.workers,
+            lease_ms=self.serve.lease_ms,
+            progress_listener=self._on_progress,
+        )
+        self.runtime.start()
+        for lock in self._locks:
+            lock.write(self._record())
+        log.info(
+            "serving",
+            extra={
+                "data_dir": str(self.data_dir),
+                "sse": self.sse_url,
+                "families": [f.name for f in families],
+                "workers": self.serve.workers,
+                "unavailable": sorted(self.unavailable),
+            },
+        )
+        return self
+
+    def close(self) -> list[dict[str, Any]]:
+        """Safe-stop every device, then stop the workers, the stream and the stores; release
+        the locks. Idempotent; returns the stop reports."""
+        if self._closed:
+            return []
+        self._closed = True
+        reports: list[dict[str, Any]] = []
+        try:
+            if self.devices is not None:
+                # Under the latch's lock: no move frame between a robot's stop and its port's
+                # release (a move's next frame then fails on the closed bus).
+                with self.devices.latch.lock:
+                    reports = [r.as_dict() for r in self.devices.close()]
+                for report in reports:
+                    log.info("safe stop", extra={"report": report})
+        finally:
+            try:
+                if self.runtime is not None:
+                    self.runtime.close()
+                for close in reversed(self._closers):
+                    try:
+                        close()
+                    except Exception:
+                        log.exception("a family's close failed")
+                if self.stream is not None:
+                    self.stream.finish()
+                if self.server is not None:
+                    self.server.close()
+            finally:
+                for lock in reversed(self._locks):
+                    lock.release()
+                self._locks.clear()
+        return reports
+
+    # --- progress ---
+
+    def _on_progress(self, event: ProgressEvent) -> None:
+        if self._live is not None:
+            try:
+                self._live.progress(event)
+            except Exception:  # the live stream never fails an attempt
+                log.exception("live progress failed")
+        with self._changed:
+            self._seq += 1
+            self._progress[event.key] = (self._seq, dict(event.content))
+            self._progress.move_to_end(event.key)
+            while len(self._progress) > PROGRESS_KEYS:
+                self._progress.popitem(last=False)
+            self._changed.notify_all()
+
+    def _latest(self, key: ActivityKey) -> tuple[int, dict[str, Any] | None]:
+        with self._changed:
+            seq, content = self._progress.get(key, (0, None))
+            return seq, content
+
+    # --- control requests ---
+
+    def _handlers(self) -> dict[str, Any]:
+        return {
+            "stop": self._on_stop,
+            "resume": self._on_resume,
+            "reboot": self._on_reboot,
+            "ping": self._on_ping,
+            "submit": self._on_submit,
+            "get": self._on_get,
+            "watch": self._on_watch,
+            "status": self._on_status,
+            "operator_list": self._on_operator_list,
+            "operator_show": self._on_operator_show,
+            "operator_resolve": self._on_operator_resolve,
+            "operator_resume": self._on_resume,
+            "operator_reboot": self._on_reboot,
+        }
+
+    def _runtime(self) -> Host:
+        if self.runtime is None:
+            raise ServeRefusal("daemon_starting", "the daemon is still starting; ask again")
+        return self.runtime
+
+    def _on_ping(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"pid": os.getpid(), **self._record()}
+
+    def _on_stop(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        """Latch and safe-stop (no storage but the robot's own latch file): the named robots,
+        or every configured one; connected robots first."""
+        assert self.devices is not None
+        devices = self.devices
+        named = request.get("robots") or ([request["robot"]] if request.get("robot") else None)
+        names = [str(n) for n in named] if named else sorted(self.config.robots)
+        for name in names:
+            self.config.robot(name)  # an unknown robot: nothing is sent
+        reports: list[dict[str, Any]] = []
+        later = []
+        for name in names:
+            if name in devices.identities:
+                try:
+                    reports.append(devices.stop(name, latch=True).as_dict())
+                except Exception as exc:
+                    failed = devices.device_type(name).stop_failure(
+                        self.config.robot(name), f"{type(exc).__name__}: {exc}"
+                    )
+                    reports.append(failed.as_dict())
+            else:
+                later.append(name)
+        for name in later:
+            with devices.latch.stopping():
+                devices.latch.latch(name)  # latched before its port is opened
+                try:
+                    devices.connect(name)
+                    self.unavailable.pop(name, None)
+                    reports.append(devices.stop(name).as_dict())
+                except Exception as exc:
+                    failed = devices.device_type(name).stop_failure(
+                        self.config.robot(name), f"{type(exc).__name__}: {exc}"
+                    )
+                    reports.append(failed.as_dict())
+        return reports
+
+    def _operator(self, request: dict[str, Any]) -> str:
+        """The operator a request's credential belongs to, verified against this daemon's own
+        host.toml (rate-limited); never the name a client claims."""
+        secret = request.get("credential")
+        return self.config.authenticate(secret if isinstance(secret, str) else None)
+
+    def _on_resume(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.devices is not None
+        robot = _text(request, "robot")
+        self.config.robot(robot)
+        operator = self._operator(request)
+        return self.devices.resume(robot, operator=operator)
+
+    def _on_reboot(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.devices is not None
+        robot = _text(request, "robot")
+        self.config.robot(robot)
+        operator = self._operator(request)
+        if robot not in self.devices.identities:
+            self.devices.connect(robot)
+        done = self.devices.reboot(
+            robot,
+            [str(j) for j in request.get("joints") or []],
+            operator=operator,
+            arm_supported=bool(request.get("arm_supported")),
+        )
+        runtime = self._runtime()
+        refreshed = decisions.refresh_for_robot(
+            runtime.catalog,
+            runtime.artifacts,
+            robot,
+            done["read_back"],
+            f"rebooted by {operator} (ids {done['rebooted_ids']})",
+            review=self._review(),
+        )
+        shown = {k: v for k, v in done.items() if k != "state"}  # SI only, never ticks
+        return {**shown, "refreshed": refreshed}
+
+    def _review(self) -> Any:
+        from tether.operator.cli import review_for
+
+        return review_for(self.config, self.data_dir)
+
+    def _on_operator_list(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        runtime = self._runtime()
+        return decisions.listing(runtime.catalog, runtime.artifacts)
+
+    def _on_operator_show(self, request: dict[str, Any]) -> dict[str, Any]:
+        runtime = self._runtime()
+        return decisions.show(runtime.catalog, runtime.artifacts, _text(request, "id"))
+
+    def _on_operator_resolve(self, request: dict[str, Any]) -> dict[str, Any]:
+        runtime = self._runtime()
+        revision = request.get("revision")
+        if not isinstance(revision, int) or isinstance(revision, bool):
+            raise ServeRefusal("bad_request", "`revision` must be an integer")
+        operator = request.get("operator")
+        secret = request.get("credential")
+        return decisions.resolve(
+            runtime.catalog,
+            runtime.artifacts,
+            _text(request, "id"),
+            decision=_text(request, "decision"),
+            revision=revision,
+            operator=operator if isinstance(operator, str) else None,
+            credential=secret if isinstance(secret, str) else None,
+            verify_credential=self.config.authenticate,
+            note=str(request.get("note") or ""),
+            review=self._review(),
+        )
+
+    def _view(self, key: ActivityKey, record: ActivityRecord | None = None) -> dict[str, Any]:
+        runtime = self._runtime()
+        record = record if record is not None else runtime.get(key)
+        seq, content = self._latest(key)
+        return {**views.view(key, record, runtime.artifacts, content), "seq": seq}
+
+    def _on_submit(self, request: dict[str, Any]) -> dict[str, Any]:
+        runtime = self._runtime()
+        world = _text(request, "world")
+        activity = _text(request, "activity")
+        kind = _text(request, "kind")
+        body = request.get("request")
+        if not isinstance(body, dict):
+            raise ServeRefusal("bad_request", "`request` must be a JSON object")
+        served = self._served.get(kind)
+        if served is None:
+            raise ServeRefusal(
+                "not_submittable",
+                f"no served family has kind {kind!r} (served: {', '.join(sorted(self._served))})",
+            )
+        if served.submit is None:
+            raise ServeRefusal("not_submittable", f"{kind} takes no submitted request")
+        write = served.submit(activity, kind, body)  # checked before anything is committed
+        key = ActivityKey(world, kind, activity)
+        with self._submit_lock:
+            try:
+                runtime.head(world)
+            except WorldNotFound:
+                runtime.create_world(world)
+            held = runtime.snapshot(world).get(write.entity, write.component)
+            if held is None:
+                runtime.commit_tick(world, [write])
+                created = True
+            elif held != write.value:
+                raise ServeRefusal(
+                    "admission_conflict",
+                    f"activity {activity} of world {world} is another request: {held}",
+                    details={"key": views.key_text(key)},
+                )
+            else:
+                created = False
+        log.info("submitted", extra={"key": views.key_text(key), "new": created})
+        return {**self._view(key), "created": created}
+
+    def _on_get(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self._view(_key(request))
+
+    def _on_watch(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The record's view once it differs from what the client saw (`seq`, `state`,
+        `attempts`), or after `timeout_s` (at most 20 s) unchanged."""
+        key = _key(request)
+        seen = (request.get("seq"), request.get("state"), request.get("attempts"))
+        timeout = request.get("timeout_s", MAX_WATCH_S)
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+            raise ServeRefusal("bad_request", "`timeout_s` must be a number")
+        deadline = time.monotonic() + max(0.0, min(float(timeout), MAX_WATCH_S))
+        while True:
+            doc = self._view(key)
+            if (doc["seq"], doc["state"], doc["attempts"]) != seen or doc["final"]:
+                return doc
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return doc
+            with self._changed:
+                # Progress wakes it at once; a state change is seen within 0.1 s.
+                if self._seq == doc["seq"]:
+                    self._changed.wait(min(remaining, 0.1))
+
+    def _on_status(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.devices is not None
+        runtime = self._runtime()
+        devices = []
+        for name in sorted(self.config.robots):
+            devices.append(self._device_status(name))
+        return {
+            "daemon": {"pid": os.getpid(), **self._record()},
+            "devices": devices,
+            "activities": views.counts(runtime, [s.family for s in self._served.values()]),
+            "parked": decisions.listing(runtime.catalog, runtime.artifacts),
+        }
+
+    def _device_status(self, name: str) -> dict[str, Any]:
+        assert self.devices is not None
+        devices = self.devices
+        doc: dict[str, Any] = {
+            "robot": name,
+            "owner_pid": os.getpid(),
+            "latched": devices.latched(name),
+            "safe_stop": self.config.spec(name).safe_stop,
+        }
+        if name not in devices.identities:
+            return {
+                **doc,
+                "available": False,
+                "owner_pid": None,
+                "error": self.unavailable.get(name, "not connected"),
+            }
+        doc["available"] = True
+        doc["identity"] = devices.identities[name].as_dict()
+        robot = self.config.robot(name)
+        try:
+            state = devices.device_type(name).read_state(devices._bus(name), robot)
+            doc["read_back"] = devices.device_type(name).si_state(robot, state)
+        except Exception as exc:
+            doc["read_back"] = None
+            doc["error"] = f"{type(exc).__name__}: {exc}"
+        return doc
+
+
+__all__ = ["CODES", "Daemon", "ServeRefusal", "data_lock_path", "serve_socket", "state_lock_path"]

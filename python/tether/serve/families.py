@@ -1,0 +1,82 @@
+"""The families `tether serve` runs: factories named by dotted path in `[serve] families`.
+
+A factory is `module:function` taking a `ServeContext` and returning a list whose items are a
+`Family`, or a `(Family, submit)` pair where `submit(activity_id, kind, request)` checks a
+submitted request and returns the intent `ComponentWrite` that asks for it (what `submit` on
+the control socket commits). A family without one runs (its own processors commit intents)
+but cannot be submitted to (`not_submittable`). Factories are loaded on first use, so this
+package imports no family and no protocol.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tether.runtime import Family, FamilyError
+from tether.world import ComponentWrite
+
+Submit = Callable[[str, str, dict[str, Any]], ComponentWrite]
+
+
+@dataclass(frozen=True)
+class ServeContext:
+    """What a family factory gets: the host configuration, the daemon's device host (the one
+    owner of the ports), the data dir and the `[serve]` settings."""
+
+    config: Any
+    device_host: Any
+    data_dir: Path
+    settle_timeout_s: float
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def on_close(self, close: Callable[[], None]) -> None:
+        """Run `close` when the daemon stops (after its workers, before its storage closes)."""
+        self.closers.append(close)
+
+
+@dataclass(frozen=True)
+class Served:
+    """One family as the daemon serves it."""
+
+    family: Family
+    submit: Submit | None = None
+
+
+def load(spec: str, ctx: ServeContext) -> list[Served]:
+    """Import and call the factory `module:function`; its families."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise FamilyError(f"serve.families: {spec!r} is not module:function")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr, None)
+    except ImportError as exc:
+        raise FamilyError(f"serve.families: cannot import {module_name}: {exc}") from None
+    if not callable(factory):
+        raise FamilyError(f"serve.families: {spec!r} is not a callable")
+    out: list[Served] = []
+    items: Sequence[Any] = factory(ctx)
+    for item in items:
+        if isinstance(item, Family):
+            out.append(Served(item))
+        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Family):
+            out.append(Served(item[0], item[1]))
+        else:
+            raise FamilyError(f"serve.families: {spec} returned {type(item).__name__}")
+    return out
+
+
+def sim_families(ctx: ServeContext) -> list[Any]:
+    """The demo's seeded MuJoCo reaches (`physical_ai.sim_episode`): its planner commits the
+    intents, so it takes no submit."""
+    from tether.families.sim.adapter import SimEpisodeAdapter, sim_family
+
+    adapter = SimEpisodeAdapter(ctx.data_dir)
+    ctx.on_close(adapter.close)
+    return [sim_family(adapter)]
+
+
+__all__ = ["ServeContext", "Served", "Submit", "load", "sim_families"]

@@ -1,0 +1,99 @@
+"""`tether status --config host.toml [--json]`: what the running daemon owns and does.
+
+Each device with its identity, owner pid, latch and a fresh read-back (radians, rad/s, decoded
+hardware errors), the Activities by state, and the parked decisions with their age. It asks
+the daemon only: with no `tether serve` running it says so in one line and exits 7 (the
+catalog alone cannot say who owns a device or what it reads now)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from tether import _exit
+from tether._args import Parser, error_line
+from tether.client import Client, ClientError
+from tether.devices.config import load_config
+from tether.errors import TetherError
+
+#: The codes `tether status` documents (a test checks them against `tether._exit`).
+EXIT_CODES = (_exit.OK, _exit.USAGE, _exit.UNAVAILABLE)
+_EPILOG = (
+    "exit codes: 0 the daemon answered; 2 usage or configuration; 7 no `tether serve` runs "
+    "for the state dir, or it did not answer (see `tether --help`)."
+)
+
+
+def _age(ms: object) -> str:
+    return f"{ms / 1000:.1f} s" if isinstance(ms, int) else "-"
+
+
+def _joint(name: str, j: dict[str, Any]) -> str:
+    errors = ", ".join(j.get("hardware_errors") or []) or "none"
+    return (
+        f"    {name}: at {j.get('position_rad', 0.0):+.4f} rad, goal "
+        f"{j.get('goal_rad', 0.0):+.4f} rad, {'moving' if j.get('moving') else 'still'}, "
+        f"torque {'on' if j.get('torque_on') else 'off'}, hardware errors {errors}"
+    )
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The status for a person (SI units, decoded errors)."""
+    daemon = doc.get("daemon") or {}
+    lines = [
+        f"tether serve pid {daemon.get('pid')}: data dir {daemon.get('data_dir')}, "
+        f"AG-UI stream {daemon.get('sse') or 'off'}"
+    ]
+    for dev in doc.get("devices") or []:
+        latched = ", LATCHED (tether operator resume)" if dev.get("latched") else ""
+        if not dev.get("available"):
+            lines.append(f"{dev['robot']}: unavailable{latched}: {dev.get('error')}")
+            continue
+        ident = dev.get("identity") or {}
+        servos = ", ".join(
+            f"id {s.get('id')} model {s.get('model')}" for s in ident.get("servos") or []
+        )
+        lines.append(
+            f"{dev['robot']}: owned by pid {dev.get('owner_pid')} on "
+            f"{ident.get('port_key') or '-'} ({servos}), safe_stop {dev.get('safe_stop')}"
+            f"{latched}"
+        )
+        back = dev.get("read_back") or {}
+        if dev.get("error"):
+            lines.append(f"    read-back failed: {dev['error']}")
+        for name, j in (back.get("joints") or {}).items():
+            lines.append(_joint(name, j))
+    counts = doc.get("activities") or {}
+    lines.append("activities: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    parked = doc.get("parked") or []
+    if not parked:
+        lines.append("nothing awaits a decision")
+    for item in parked:
+        lines.append(
+            f"parked: {item['key']}  revision {item['revision']}  {item.get('reason') or '-'}  "
+            f"evidence {_age(item.get('evidence_age_ms'))} old"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = Parser(prog="tether status", description=__doc__.splitlines()[0], epilog=_EPILOG)
+    parser.add_argument("--config", required=True, help="host configuration (TOML)")
+    parser.add_argument("--json", action="store_true", help="one JSON document (default: words)")
+    args = parser.parse_args(argv)
+    try:
+        config: Any = load_config(args.config)
+        doc = Client(config.state_dir).status()
+    except ClientError as exc:
+        error_line("tether status", exc)
+        return _exit.UNAVAILABLE
+    except TetherError as exc:
+        error_line("tether status", exc)
+        return _exit.for_error(exc, default=_exit.USAGE)
+    print(json.dumps(doc, indent=2) if args.json else render(doc))
+    return _exit.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,104 @@
+"""What the daemon answers about an Activity: its record's state in words, read from the catalog
+(the one control record) and the documents it references.
+
+States: `pending` (admitted, no live attempt), `running` (an attempt holds a lease),
+`awaiting_decision` (parked for an operator), `done` (a result), `failed` (a failed result:
+refused or abandoned); `settled` says whether a later tick observed it. A view is `final` once
+settled or parked: a watch ends there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from tether.activities import ActivityKey, ActivityRecord
+from tether.errors import TetherError
+from tether.runtime import ArtifactStore, Family, Host
+
+STATES = ("pending", "running", "awaiting_decision", "done", "failed")
+
+
+def key_text(key: ActivityKey) -> str:
+    return f"{key.world_id}/{key.kind}/{key.activity_id}"
+
+
+def _doc(artifacts: ArtifactStore, ref: str, digest: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(artifacts.get_bytes(ref, digest))
+    except (TetherError, ValueError, OSError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def state_of(record: ActivityRecord) -> str:
+    if record.result is not None:
+        return "failed" if record.result.failed else "done"
+    if record.awaiting_decision:
+        return "awaiting_decision"
+    if record.attempt is not None:
+        return "running"
+    return "pending"
+
+
+def view(
+    key: ActivityKey,
+    record: ActivityRecord | None,
+    artifacts: ArtifactStore,
+    progress: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """One Activity's record in words (see the module doc), with its latest progress."""
+    doc: dict[str, Any] = {
+        "key": key_text(key),
+        "world": key.world_id,
+        "kind": key.kind,
+        "activity": key.activity_id,
+    }
+    if record is None:
+        return {**doc, "state": "unknown", "attempts": 0, "settled": False, "final": False}
+    state = state_of(record)
+    settled = record.settlement is not None
+    doc.update(
+        state=state,
+        settled=settled,
+        final=settled or state == "awaiting_decision",
+        attempts=record.attempt_count,
+        operation_id=record.operation_id,
+        revision=record.evidence_revision,
+        progress=progress,
+    )
+    if record.result is not None:
+        result = _doc(artifacts, record.result.ref, record.result.digest)
+        doc["result"] = {k: result.get(k) for k in ("outcome", "code", "error") if k in result}
+    if record.awaiting_decision and record.evidence is not None:
+        evidence = _doc(artifacts, record.evidence.evidence.ref, record.evidence.evidence.digest)
+        doc["reason"] = evidence.get("reason")
+    return doc
+
+
+def counts(host: Host, families: Sequence[Family]) -> dict[str, int]:
+    """Activities by state: the unsettled ones from each world's unobserved intents (each
+    family's projection), the settled ones from the catalog."""
+    out = dict.fromkeys((*STATES, "settled"), 0)
+    seen: set[ActivityKey] = set()
+    for world in host.ledger.worlds():
+        try:
+            snapshot = host.snapshot(world)
+        except TetherError:
+            continue
+        for family in families:
+            for request in family.project(snapshot):
+                key = ActivityKey(world, request.kind, request.activity_id)
+                if key in seen:
+                    continue
+                seen.add(key)
+                record = host.get(key)
+                if record is not None and record.settlement is None:
+                    out[state_of(record)] += 1
+    for _record in host.catalog.iter_compactable(0):
+        out["settled"] += 1
+    return out
+
+
+__all__ = ["STATES", "counts", "key_text", "state_of", "view"]

@@ -1,0 +1,445 @@
+"""`tether serve` as a subprocess over an emulated DYNAMIXEL arm (a separate process on a real
+pty): it owns the port, runs the moves `tether move` and `tether.client` submit, answers
+`tether stop`, `tether status` and `tether operator`, and is single-instance. The emulator's
+journal is the independent record of every frame."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _dxl_setup import (
+    CREDENTIAL,
+    GOALS,
+    EmulatorProcess,
+    emulator_process,
+    outcome,
+    run_worker,
+    target_actions,
+    write_config,
+)
+from tether.adapters.dynamixel.config import hash_credential
+from tether.client import Client
+
+EFFECTFUL = ("write", "reg_write", "action", "sync_write", "reboot", "factory_reset")
+SERVE = '\n[serve]\nlease_ms = 1500\nsettle_timeout_s = 20\nsse = "127.0.0.1:0"\n'
+
+
+def tether(*argv: str, stdin: str = "", timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def serve_config(tmp: Path, url: str, *, extra: str = SERVE, policy: str = "hold") -> Path:
+    path = write_config(tmp, url)
+    text = path.read_text().replace('safe_stop = "hold"', f'safe_stop = "{policy}"')
+    path.write_text(text + extra)
+    return path
+
+
+@contextmanager
+def daemon(config: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
+    """`tether serve` until the block ends (then SIGTERM); its ready line."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "serve", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else ""
+        yield proc, json.loads(line)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def effectful(journal: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in journal if e["instruction"] in EFFECTFUL]
+
+
+@pytest.fixture
+def emu(tmp_path: Path) -> Iterator[EmulatorProcess]:
+    with emulator_process(tmp_path) as emulator:
+        yield emulator
+
+
+def test_a_move_through_the_daemon_settles_with_one_action_and_the_port_is_owned(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = serve_config(tmp_path, emu.path)
+    with daemon(config) as (proc, ready):
+        assert ready["ready"] is True and ready["sse"].startswith("http://127.0.0.1:")
+        done = run_worker(config)
+        result = outcome(done)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (result["status"], result["conclusion"], result["via"]) == (
+            "done",
+            "executed",
+            "daemon",
+        )
+        assert any(json.loads(line).get("progress") for line in done.stdout.splitlines())
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+        # The same move again is the same Activity: nothing more is sent.
+        again = run_worker(config)
+        assert again.returncode == 0 and outcome(again)["status"] == "done"
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+        # Another owner of the port is refused: the daemon owns it.
+        other = tether("host", "serve", "--config", str(config))
+        assert other.returncode == 7 and "port_owned" in other.stderr
+        assert str(proc.pid) in other.stderr
+        assert proc.poll() is None
+
+
+CLIENT_SCRIPT = """
+import json, sys
+from tether.client import AdmissionConflict, Client
+
+client = Client(config=sys.argv[1])
+kind = "physical_ai.robot_move.absolute"
+request = {"robot": "arm", "targets": {"a": 0.5, "b": -0.3}}
+first = client.submit("local", "job-1", kind, request)
+second = client.submit("local", "job-1", kind, request)
+try:
+    client.submit("local", "job-1", kind, {"robot": "arm", "targets": {"a": 0.2, "b": -0.3}})
+    conflict = None
+except AdmissionConflict as exc:
+    conflict = exc.code
+views = list(client.watch(first["key"], timeout=60))
+status = client.status()
+stopped = client.stop()
+print(json.dumps({"first": first, "second": second, "conflict": conflict, "last": views[-1],
+                  "states": [v["state"] for v in views], "status": status, "stop": stopped}))
+"""
+
+
+def test_submit_from_another_process_is_idempotent_and_a_conflict_is_refused(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = serve_config(tmp_path, emu.path)
+    script = tmp_path / "planner.py"
+    script.write_text(CLIENT_SCRIPT)
+    with daemon(config):
+        done = subprocess.run(
+            [sys.executable, str(script), str(config)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        doc = json.loads(done.stdout)
+    assert doc["first"]["created"] is True and doc["second"]["created"] is False
+    assert (
+        doc["first"]["key"] == doc["second"]["key"] == "local/physical_ai.robot_move.absolute/job-1"
+    )
+    assert doc["conflict"] == "admission_conflict"
+    last = doc["last"]
+    assert (last["state"], last["settled"], last["final"]) == ("done", True, True)
+    assert last["result"]["outcome"] == "completed"
+    assert doc["status"]["activities"]["settled"] == 1
+    (stopped,) = doc["stop"]
+    assert (stopped["robot"], stopped["ok"]) == ("arm", True)
+    assert [j["state"] for j in stopped["joints"]] == ["held", "held"]
+    assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_status_shows_devices_activities_and_says_when_no_daemon_runs(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = serve_config(tmp_path, emu.path)
+    none = tether("status", "--config", str(config))
+    assert none.returncode == 7 and "daemon_not_running" in none.stderr
+    assert len(none.stderr.strip().splitlines()) == 1
+    with daemon(config) as (proc, _):
+        text = tether("status", "--config", str(config))
+        assert text.returncode == 0, text.stderr
+        assert f"arm: owned by pid {proc.pid}" in text.stdout
+        assert "a: at +0.0000 rad" in text.stdout or " rad, goal " in text.stdout
+        assert "hardware errors none" in text.stdout and "tick" not in text.stdout
+        as_json = tether("status", "--config", str(config), "--json")
+        doc = json.loads(as_json.stdout)
+    (device,) = doc["devices"]
+    assert device["owner_pid"] == proc.pid and device["available"] is True
+    assert [s["id"] for s in device["identity"]["servos"]] == [1, 2]
+    assert set(device["read_back"]["joints"]) == {"a", "b"}
+    assert device["read_back"]["joints"]["a"]["torque_on"] in (True, False)
+    assert set(doc["activities"]) >= {"pending", "running", "awaiting_decision", "done"}
+    assert doc["parked"] == [] and doc["daemon"]["pid"] == proc.pid
+
+
+def test_a_second_daemon_is_refused_by_state_dir_data_dir_and_sse_port(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = serve_config(tmp_path, emu.path)
+    with daemon(config) as (proc, ready):
+        second = tether("serve", "--config", str(config), timeout=60)
+        assert second.returncode == 7
+        assert "daemon_running" in second.stderr and f"pid {proc.pid}" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+        # Another state dir on the same data dir.
+        other = tmp_path / "other"
+        other.mkdir()
+        data_dir = tmp_path / "state" / "moves"
+        same_data = serve_config(
+            other,
+            "/dev/null-unused",
+            extra=SERVE.replace("[serve]", f'[serve]\ndata_dir = "{data_dir}"'),
+        )
+        refused = tether("serve", "--config", str(same_data), timeout=60)
+        assert refused.returncode == 7 and "data dir" in refused.stderr
+        assert f"pid {proc.pid}" in refused.stderr
+        # Another state dir and data dir, the same stream port.
+        third = tmp_path / "third"
+        third.mkdir()
+        port = ready["sse"].split(":")[2].split("/")[0]
+        same_port = serve_config(
+            third, "/dev/null-unused", extra=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+        )
+        busy = tether("serve", "--config", str(same_port), timeout=60)
+        assert busy.returncode == 7 and "sse_unavailable" in busy.stderr
+        assert proc.poll() is None
+
+
+def test_bad_serve_settings_are_one_line_usage_errors(tmp_path: Path) -> None:
+    config = serve_config(tmp_path, "/dev/null-unused", extra="\n[serve]\nworker = 2\n")
+    done = tether("serve", "--config", str(config), timeout=60)
+    assert done.returncode == 2
+    assert "unknown_key" in done.stderr and "did you mean `workers`?" in done.stderr
+    assert "Traceback" not in done.stderr
+    config.write_text(config.read_text().replace("worker = 2", 'sse = "0.0.0.0:8765"'))
+    open_sse = tether("serve", "--config", str(config), timeout=60)
+    assert open_sse.returncode == 2 and "sse_not_loopback" in open_sse.stderr
+
+
+def _watch_until(
+    client: Client, key: str, states: tuple[str, ...], timeout: float
+) -> dict[str, Any]:
+    """The view once in one of `states`; "moving" is a running move that reported progress
+    (its ACTION was sent)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view = client.get(key)
+        moving = view["state"] == "running" and view.get("progress") and "moving" in states
+        if view["state"] in states or moving:
+            return view
+        assert time.monotonic() < deadline, view
+        time.sleep(0.02)
+
+
+def test_a_stop_mid_move_is_answered_by_the_daemon_latches_and_the_operator_acts_through_it(
+    tmp_path: Path,
+) -> None:
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:  # real-time shafts: a long move
+        config = serve_config(tmp_path, emu.path)
+        with daemon(config):
+            client = Client(config=config)
+            kind = "physical_ai.robot_move.absolute"
+            view = client.submit(
+                "local", "long", kind, {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}}
+            )
+            _watch_until(client, view["key"], ("moving",), 60)  # progress: ACTION is sent
+            stop = tether("stop", "--config", str(config), "--json")
+            assert stop.returncode == 0, stop.stdout + stop.stderr
+            reports = json.loads(stop.stdout)
+            assert [r["via"] for r in reports] == ["owner"] and reports[0]["ok"] is True
+            stopped_at = len(emu.journal())
+            parked = _watch_until(client, view["key"], ("awaiting_decision",), 60)
+            assert parked["reason"] == "stopped_by_operator"
+            time.sleep(0.5)
+            assert effectful(emu.journal()[stopped_at:]) == []  # nothing moved after the stop
+            # The operator's commands go through the daemon, which verifies the credential
+            # against its own host.toml: a copy with the caller's own hash is refused.
+            copy = tmp_path / "copy.toml"
+            mine = hash_credential("mallory's own secret")
+            text = config.read_text()
+            start = text.index('credential = "') + len('credential = "')
+            copy.write_text(text[:start] + mine + text[text.index('"', start) :])
+            listed = tether("operator", "--config", str(copy), "--json", "list")
+            assert listed.returncode == 0 and json.loads(listed.stdout)[0]["key"] == view["key"]
+            forged = tether(
+                "operator", "--config", str(copy), "--json", "resolve", view["key"],
+                "--decision", "abandon", "--revision", str(parked["revision"]),
+                "--credential-stdin", stdin="mallory's own secret\n",
+            )  # fmt: skip
+            assert forged.returncode == 1, forged.stdout + forged.stderr
+            assert json.loads(forged.stdout)["code"] == "credential_refused"
+            assert client.get(view["key"])["state"] == "awaiting_decision"
+            resumed = tether(
+                "operator", "--config", str(copy), "--json", "resume", "arm",
+                "--credential-stdin", stdin=f"{CREDENTIAL}\n",
+            )  # fmt: skip
+            assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+            assert json.loads(resumed.stdout)["resumed_by"] == "alice"
+            decided = tether(
+                "operator", "--config", str(copy), "--json", "resolve", view["key"],
+                "--decision", "abandon", "--revision", str(parked["revision"]),
+                "--credential-stdin", stdin=f"{CREDENTIAL}\n",
+            )  # fmt: skip
+            assert decided.returncode == 0, decided.stdout + decided.stderr
+            assert json.loads(decided.stdout)["operator"] == "alice"
+            final = list(client.watch(view["key"], timeout=60))[-1]
+            assert (final["state"], final["settled"]) == ("failed", True)
+            for done in (stop, listed, forged, resumed, decided):
+                assert CREDENTIAL not in done.stdout + done.stderr
+
+
+def test_sigkill_then_restart_reclaims_the_socket_and_reconciles_without_a_second_action(
+    tmp_path: Path,
+) -> None:
+    with emulator_process(tmp_path, speed_scale=2.0) as emu:
+        config = serve_config(tmp_path, emu.path)
+        client = Client(config=config)
+        with daemon(config) as (proc, _):
+            view = client.submit(
+                "local", "killed", "physical_ai.robot_move.absolute",
+                {"robot": "arm", "targets": {"a": 0.5, "b": -0.3}},
+            )  # fmt: skip
+            _watch_until(client, view["key"], ("moving",), 60)
+            proc.kill()
+            proc.wait()
+        sock = Path(client.socket_path)
+        assert sock.exists()  # left behind by the killed daemon
+        assert tether("status", "--config", str(config)).returncode == 7
+        with daemon(config) as (again, ready):
+            assert ready["socket"] == str(sock) and again.pid != proc.pid
+            final = list(client.watch(view["key"], timeout=90))[-1]
+            assert (final["state"], final["settled"]) == ("done", True), final
+            assert final["result"]["outcome"] in ("completed", "recovered")
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_sigterm_safe_stops_every_device_and_exits_0(tmp_path: Path) -> None:
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = serve_config(tmp_path, emu.path, policy="torque_off")
+        client = Client(config=config)
+        with daemon(config) as (proc, _):
+            view = client.submit(
+                "local", "cut", "physical_ai.robot_move.absolute",
+                {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}},
+            )  # fmt: skip
+            _watch_until(client, view["key"], ("moving",), 60)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+            assert proc.stderr is not None
+            logs = [json.loads(line) for line in proc.stderr.read().splitlines() if line]
+        stops = [entry["report"] for entry in logs if entry["msg"] == "safe stop"]
+        assert [s["robot"] for s in stops] == ["arm"] and stops[0]["ok"] is True
+        for dxl_id in (1, 2):
+            assert emu.request(op="snapshot", id=dxl_id)["torque_enable"] == 0
+        assert client.running() is None and not os.path.exists(client.socket_path)
+
+
+def test_a_stop_waits_on_no_storage_lock_even_mid_move(tmp_path: Path) -> None:
+    """The stop path writes only the robot's latch file: with the catalog and the world ledger
+    locked for writing by another process, a stop mid-move is still answered at once."""
+    import sqlite3
+
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = serve_config(tmp_path, emu.path)
+        with daemon(config):
+            client = Client(config=config)
+            view = client.submit(
+                "local", "locked", "physical_ai.robot_move.absolute",
+                {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}},
+            )  # fmt: skip
+            _watch_until(client, view["key"], ("moving",), 60)
+            data = tmp_path / "state" / "moves"
+            locks = []
+            for name in ("catalog.db", "world.db"):
+                conn = sqlite3.connect(data / name, timeout=0.1, isolation_level=None)
+                conn.execute("BEGIN IMMEDIATE")  # holds the write lock until rollback
+                locks.append(conn)
+            try:
+                start = time.monotonic()
+                stop = tether("stop", "--config", str(config), "--json")
+                elapsed = time.monotonic() - start
+            finally:
+                for conn in locks:
+                    conn.rollback()
+                    conn.close()
+            assert stop.returncode == 0, stop.stdout + stop.stderr
+            assert json.loads(stop.stdout)[0]["via"] == "owner"
+            assert elapsed < 10.0  # a blocked stop would wait out the catalog's busy timeout
+            stopped_at = len(emu.journal())
+            parked = _watch_until(client, view["key"], ("awaiting_decision",), 60)
+            assert parked["reason"] == "stopped_by_operator"
+            assert effectful(emu.journal()[stopped_at:]) == []
+
+
+GHOST = """
+[ports.ghost_bus]
+url = "{url}"
+timeout_ms = 100
+[robots.ghost]
+port = "ghost_bus"
+[[robots.ghost.joints]]
+name = "g"
+id = 7
+min = -1.0
+max = 1.0
+"""
+
+
+def test_a_robot_that_cannot_be_connected_is_reported_and_the_others_are_served(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = serve_config(tmp_path, emu.path, extra=GHOST.format(url=tmp_path / "no-tty") + SERVE)
+    with daemon(config) as (proc, ready):
+        assert set(ready["unavailable"]) == {"ghost"}
+        doc = json.loads(tether("status", "--config", str(config), "--json").stdout)
+        by_name = {d["robot"]: d for d in doc["devices"]}
+        assert by_name["arm"]["available"] is True and by_name["arm"]["owner_pid"] == proc.pid
+        assert by_name["ghost"]["available"] is False and by_name["ghost"]["owner_pid"] is None
+        assert "no-tty" in by_name["ghost"]["error"]
+        text = tether("status", "--config", str(config)).stdout
+        assert "ghost: unavailable" in text
+        done = run_worker(config)
+        assert done.returncode == 0 and outcome(done)["status"] == "done"
+
+
+def test_an_operator_reboot_goes_through_the_daemon_and_needs_its_credential(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = serve_config(tmp_path, emu.path)
+    with daemon(config):
+        refused = tether(
+            "operator", "--config", str(config), "--json", "reboot", "arm", "--arm-supported",
+            "--credential-stdin", stdin="not the credential\n",
+        )  # fmt: skip
+        assert (
+            refused.returncode == 1 and json.loads(refused.stdout)["code"] == "credential_refused"
+        )
+        assert not [e for e in emu.journal() if e["instruction"] == "reboot"]
+        done = tether(
+            "operator", "--config", str(config), "--json", "reboot", "arm", "--arm-supported",
+            "--credential-stdin", stdin=f"{CREDENTIAL}\n",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        doc = json.loads(done.stdout)
+        assert doc["operator"] == "alice" and doc["rebooted_ids"] == [1, 2]
+        assert "state" not in doc and set(doc["read_back"]["joints"]) == {"a", "b"}
+        assert len([e for e in emu.journal() if e["instruction"] == "reboot"]) == 2

@@ -1,0 +1,81 @@
+"""The `[serve]` table: strict keys, documented defaults, loopback-only stream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from tether._config import HostConfigError
+from tether.serve.config import DEFAULT_SSE, ROBOT_MOVE, SIM, data_dir_for, parse_serve, parse_sse
+
+STATE = Path("/srv/tether-state")
+
+
+def test_defaults_serve_robot_moves_on_the_data_dir_tether_move_uses() -> None:
+    serve = parse_serve(None, state_dir=STATE, robots=3)
+    assert serve.data_dir == STATE / "moves"
+    assert serve.workers == 3 and serve.lease_ms == 30_000 and serve.settle_timeout_s == 30.0
+    assert serve.families == (ROBOT_MOVE,)
+    assert serve.sse == ("127.0.0.1", 0) and DEFAULT_SSE == "127.0.0.1:0"
+    assert parse_serve({}, state_dir=STATE, robots=1).workers == 2
+
+
+def test_every_key_is_read() -> None:
+    raw = {
+        "data_dir": "/d",
+        "workers": 4,
+        "sse": "off",
+        "families": [ROBOT_MOVE, SIM],
+        "lease_ms": 500,
+        "settle_timeout_s": 2,
+    }
+    serve = parse_serve(raw, state_dir=STATE, robots=1)
+    assert (serve.data_dir, serve.workers, serve.sse) == (Path("/d"), 4, None)
+    assert serve.families == (ROBOT_MOVE, SIM) and serve.lease_ms == 500
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        ({"worker": 2}, "unknown_key"),
+        ({"sse": "0.0.0.0:8765"}, "sse_not_loopback"),
+        ({"sse": "10.1.2.3:80"}, "sse_not_loopback"),
+        ({"sse": "127.0.0.1"}, "bad_sse"),
+        ({"sse": "127.0.0.1:99999"}, "bad_sse"),
+        ({"workers": 0}, "bad_workers"),
+        ({"workers": True}, "wrong_type"),
+        ({"families": ["no-colon"]}, "bad_families"),
+        ({"lease_ms": 0}, "bad_lease"),
+    ],
+)
+def test_a_bad_setting_is_a_coded_error(raw: dict[str, object], code: str) -> None:
+    with pytest.raises(HostConfigError) as info:
+        parse_serve(raw, state_dir=STATE, robots=1)
+    assert info.value.code == code
+    if code == "unknown_key":
+        assert info.value.details["suggestion"] == "workers"
+
+
+def test_no_robot_and_no_family_is_refused() -> None:
+    with pytest.raises(HostConfigError) as info:
+        parse_serve({}, state_dir=STATE, robots=0)
+    assert info.value.code == "bad_families"
+    assert parse_serve({"families": [SIM]}, state_dir=STATE, robots=0).families == (SIM,)
+
+
+def test_loopback_forms() -> None:
+    assert parse_sse("localhost:8765") == ("localhost", 8765)
+    assert parse_sse("[::1]:8765") == ("::1", 8765)
+
+
+def test_the_standalone_commands_use_the_daemons_data_dir(tmp_path: Path) -> None:
+    path = tmp_path / "host.toml"
+    path.write_text('[serve]\ndata_dir = "/var/lib/tether/moves"\n')
+    config = SimpleNamespace(path=path, state_dir=tmp_path / "state")
+    assert data_dir_for(config) == Path("/var/lib/tether/moves")
+    path.write_text("")
+    assert data_dir_for(config) == tmp_path / "state" / "moves"
+    path.write_text("[serve]\ndata_dri = 1\n")
+    with pytest.raises(HostConfigError):
+        data_dir_for(config)
