@@ -232,7 +232,9 @@ def test_bad_serve_settings_are_one_line_usage_errors(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     config.write_text(config.read_text().replace("worker = 2", 'sse = "0.0.0.0:8765"'))
     open_sse = tether("serve", "--config", str(config), timeout=60)
-    assert open_sse.returncode == 2 and "sse_not_loopback" in open_sse.stderr
+    # Off loopback with no [tls] table: the listener policy refuses it before a socket opens.
+    assert open_sse.returncode == 2 and "insecure_listener" in open_sse.stderr
+    assert "Traceback" not in open_sse.stderr
 
 
 def _watch_until(
@@ -443,3 +445,40 @@ def test_an_operator_reboot_goes_through_the_daemon_and_needs_its_credential(
         assert doc["operator"] == "alice" and doc["rebooted_ids"] == [1, 2]
         assert "state" not in doc and set(doc["read_back"]["joints"]) == {"a", "b"}
         assert len([e for e in emu.journal() if e["instruction"] == "reboot"]) == 2
+
+
+def test_the_stream_off_loopback_needs_tls_and_a_principal(tmp_path: Path) -> None:
+    """`[serve] sse` off loopback is served over TLS only, and every request carries a
+    principal's bearer token: none is 401, a planner's opens the stream."""
+    import ssl
+
+    import httpx
+    from tether.devices.credentials import hash_secret
+
+    from tests._listeners import make_cert, require_non_loopback_address
+    from tests._secrets import PLANNER
+
+    address = require_non_loopback_address()
+    cert = make_cert(tmp_path / "tls", ips=(address,))
+    extra = (
+        f'\n[serve]\nlease_ms = 1500\nsse = "{address}:0"\n'
+        f'\n[tls]\ncert = "{cert.cert}"\nkey = "{cert.key}"\n'
+        f'\n[planners.ci]\ntoken = "{hash_secret(PLANNER)}"\nrole = "planner"\n'
+    )
+    config = serve_config(tmp_path, "/dev/null-unused", extra=extra)
+    with daemon(config) as (_, ready):
+        url = str(ready["sse"])
+        assert url.startswith(f"https://{address}:")
+        trust = ssl.create_default_context(cafile=str(cert.cert))
+        with httpx.Client(verify=trust, timeout=10) as http:
+            assert http.get(url).status_code == 401
+            headers = {"Authorization": f"Bearer {PLANNER}"}
+            with http.stream("GET", url, headers=headers) as events:
+                assert events.status_code == 200
+                first = next(line for line in events.iter_lines() if line.startswith("data:"))
+                assert json.loads(first[5:])["type"] == "RUN_STARTED"
+    # The same address without [tls] is refused before a socket opens.
+    (tmp_path / "plain").mkdir()
+    plain = serve_config(tmp_path / "plain", "/dev/null-unused", extra=extra.split("\n[tls]")[0])
+    refused = tether("serve", "--config", str(plain), timeout=60)
+    assert refused.returncode == 2 and "insecure_listener" in refused.stderr

@@ -16,8 +16,9 @@ lease_ms = 30000                     # attempt lease (default 30000)
 settle_timeout_s = 30.0              # a move's settle timeout (default 30)
 ```
 
-The stream binds to loopback only: a non-loopback address is `sse_not_loopback` until the
-stream can require a principal over TLS.
+The stream follows the listener policy (`tether._listen`): on loopback it needs no principal;
+any other address needs the `[tls]` table (else `insecure_listener`, exit 2) and every request
+then carries a principal's bearer token (`[planners.NAME]` or `[operators.NAME]`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
 SIM: Final = "tether.serve.families:sim_families"
 DEFAULT_SSE: Final = "127.0.0.1:0"
 #: Every `.code` raised here (and the strict table's own).
-CODES: Final = ("bad_sse", "sse_not_loopback", "bad_workers", "bad_lease", "bad_families")
+CODES: Final = ("bad_sse", "bad_workers", "bad_lease", "bad_families")
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ def _error(code: str, message: str, **details: Any) -> HostConfigError:
 
 
 def parse_sse(text: str, where: str = "serve.sse") -> tuple[str, int] | None:
-    """`HOST:PORT` on loopback (port 0: any free port), or None for "off"."""
+    """`HOST:PORT` (port 0: any free port), or None for "off". Whether the address may be
+    bound (loopback, or TLS with principals) is `tether._listen`'s rule, applied at start."""
     if text == "off":
         return None
     host, sep, port_text = text.rpartition(":")
@@ -73,13 +75,7 @@ def parse_sse(text: str, where: str = "serve.sse") -> tuple[str, int] | None:
         raise _error(
             "bad_sse", f"{where}: {text!r} is not HOST:PORT (for example 127.0.0.1:8765) or off"
         ) from None
-    if not address.is_loopback:
-        raise _error(
-            "sse_not_loopback",
-            f"{where}: {host} is not a loopback address; the stream carries device state and "
-            "is served on loopback only until TLS with principals is configured",
-            address=host,
-        )
+    del address  # parsed to check it; whether it may be bound is the listener policy's
     return host, port
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from tether._coded import CodedError
 from tether._dirs import usable_dir
+from tether._listen import ListenerError
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.devices.config import HostConfig, load_config
@@ -183,7 +184,15 @@ class Daemon:
             host, port = self.serve.sse
             self.stream = RunStream("tether-serve", f"run-{uuid.uuid4().hex[:12]}", StoreState())
             try:
-                self.server = StreamServer(self.stream, host, port)
+                self.server = StreamServer(
+                    self.stream,
+                    host,
+                    port,
+                    tls=self.config.tls,
+                    authenticator=self.config.authenticator(),
+                )
+            except ListenerError:
+                raise  # the policy refused it (insecure_listener, a TLS key, ...): usage
             except OSError as exc:
                 raise ServeRefusal(
                     "sse_unavailable",
