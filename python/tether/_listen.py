@@ -118,8 +118,11 @@ class Refusal(CodedError):
 class Authenticates(Protocol):
     """What a listener needs of the daemon's authenticator (`credentials.Authenticator`)."""
 
-    def authenticate(self, secret: str | None, *, roles: Iterable[str]) -> Principal:
-        """The principal `secret` belongs to, holding one of `roles` (`CredentialError`)."""
+    def authenticate(
+        self, secret: str | None, *, roles: Iterable[str], source: str = "local"
+    ) -> Principal:
+        """The principal `secret` belongs to, holding one of `roles` (`CredentialError`);
+        failures rate-limited per `source`."""
         ...
 
 
@@ -302,6 +305,7 @@ class ListenerPolicy:
         *,
         action: str = "read",
         target: str | None = None,
+        peer: str | None = None,
     ) -> Principal | None:
         """The principal of one request, or None where none is needed (on loopback).
 
@@ -309,6 +313,8 @@ class ListenerPolicy:
             headers: the request's headers (a mapping or an `email.message.Message`).
             action: what the request does (`credentials.ACTIONS`): the roles allowed it.
             target: the request target (path and query), checked by `check_target`.
+            peer: the client's address: failed attempts are rate-limited per address, so a
+                network client guessing tokens never locks out the local operator.
 
         Raises:
             Refusal: with the status to answer (see the module rules).
@@ -334,7 +340,9 @@ class ListenerPolicy:
             raise Refusal("principal_required", "the Authorization header must be `Bearer <token>`")
         assert self.authenticator is not None  # checked at construction
         try:
-            return self.authenticator.authenticate(token.strip(), roles=roles_for(action))
+            return self.authenticator.authenticate(
+                token.strip(), roles=roles_for(action), source=f"net:{peer or 'unknown'}"
+            )
         except CredentialError as exc:
             code = exc.code if exc.code in REFUSALS else "credential_refused"
             details = {k: v for k, v in exc.details.items() if k == "retry_after_s"}

@@ -142,6 +142,34 @@ def test_failed_attempts_at_any_principal_share_one_rate_limit(tmp_path: Path) -
         assert info.value.details["retry_after_s"] > 0
 
 
+def test_a_network_peer_guessing_tokens_locks_out_its_own_address_only(tmp_path: Path) -> None:
+    cfg = parse_config(host_toml(tmp_path, planners=planner("ci", PLANNER_HASH)))
+    auth = cfg.authenticator()
+    for _ in range(credentials.RATE_LIMIT):
+        with pytest.raises(CredentialError):
+            auth.authenticate("guess", roles=roles_for("read"), source="net:192.0.2.9")
+    with pytest.raises(CredentialError) as info:  # that address, even with the right token
+        auth.authenticate(PLANNER, roles=roles_for("read"), source="net:192.0.2.9")
+    assert info.value.code == "credential_rate_limited"
+    # Another address, and the local operator, are not locked out by it.
+    assert auth.authenticate(PLANNER, roles=roles_for("read"), source="net:192.0.2.10").name == "ci"
+    assert cfg.authenticator().authenticate(OPERATOR, roles=roles_for("decide")).name == "ann"
+
+
+def test_the_rate_limit_file_of_an_earlier_version_is_read_as_local(tmp_path: Path) -> None:
+    import json as _json
+    import time as _time
+
+    cfg = parse_config(host_toml(tmp_path, planners=planner("ci", PLANNER_HASH)))
+    limiter = cfg.authenticator().limiter
+    assert limiter is not None
+    limiter.path.parent.mkdir(parents=True, exist_ok=True)
+    limiter.path.write_text(_json.dumps([_time.time()] * credentials.RATE_LIMIT))
+    with pytest.raises(CredentialError) as info:
+        cfg.authenticator().authenticate(OPERATOR, roles=roles_for("decide"))
+    assert info.value.code == "credential_rate_limited"
+
+
 def test_no_secret_is_refused_without_counting_a_failure(tmp_path: Path) -> None:
     cfg = parse_config(host_toml(tmp_path, planners=planner("ci", PLANNER_HASH)))
     for _ in range(credentials.RATE_LIMIT + 1):

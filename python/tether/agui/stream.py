@@ -471,7 +471,12 @@ def _handler(
         def _events(self, *, body: bool = False) -> None:
             # Who asks is settled before anything else is read or answered.
             try:
-                policy.authorize(self.headers, action="read", target=self.path)
+                policy.authorize(
+                    self.headers,
+                    action="read",
+                    target=self.path,
+                    peer=str(self.client_address[0]),
+                )
             except Refusal as refusal:
                 self._refuse(refusal)
                 return

@@ -204,38 +204,64 @@ class Principal:
 
 
 class RateLimiter:
-    """Failed credential attempts per state dir, shared by every process (flock on a 0600 file)."""
+    """Failed credential attempts per state dir and per source, shared by every process (flock
+    on a 0600 file).
+
+    A source names where attempts come from: ``local`` (the control socket's same-uid peers,
+    the CLI) or ``net:<address>`` (a network listener's peer), so a network client guessing
+    tokens locks out its own address, never the local operator. At most `MAX_SOURCES` sources
+    are kept (the stalest are forgotten first).
+    """
+
+    MAX_SOURCES: Final = 1024
 
     def __init__(self, path: Path, *, limit: int = RATE_LIMIT, window_s: float = RATE_WINDOW_S):
         self.path = path
         self.limit = limit
         self.window_s = window_s
 
-    def _update(self, change: Any) -> list[float]:
+    def _update(self, source: str, change: Any) -> list[float]:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             with os.fdopen(os.dup(fd), "r+") as handle:
                 try:
-                    failures = [float(t) for t in json.loads(handle.read() or "[]")]
-                except (ValueError, TypeError):
-                    failures = []
+                    raw = json.loads(handle.read() or "{}")
+                except ValueError:
+                    raw = {}
+                if isinstance(raw, list):  # the one-bucket format of earlier versions
+                    raw = {"local": raw}
                 now = time.time()
-                failures = [t for t in failures if now - t < self.window_s]
-                failures = change(failures, now)
+                table: dict[str, list[float]] = {}
+                for key, times in raw.items() if isinstance(raw, dict) else ():
+                    try:
+                        kept = [float(t) for t in times if now - float(t) < self.window_s]
+                    except (ValueError, TypeError):
+                        continue
+                    if kept:
+                        table[str(key)] = kept
+                failures = change(table.get(source, []), now)
+                if failures:
+                    table[source] = failures
+                else:
+                    table.pop(source, None)
+                if len(table) > self.MAX_SOURCES:
+                    for stale in sorted(table, key=lambda k: max(table[k]))[: -self.MAX_SOURCES]:
+                        del table[stale]
                 handle.seek(0)
                 handle.truncate()
-                handle.write(json.dumps(failures))
+                handle.write(json.dumps(table))
                 handle.flush()
                 os.fsync(handle.fileno())
             return list(failures)
         finally:
             os.close(fd)
 
-    def check(self) -> None:
-        """Refuse an attempt while too many failed recently (before the secret is tried)."""
-        failures = self._update(lambda f, now: f)
+    def check(self, source: str = "local") -> None:
+        """Refuse an attempt from `source` while too many of its attempts failed recently
+        (before the secret is tried)."""
+        failures = self._update(source, lambda f, now: f)
         if len(failures) >= self.limit:
             wait = max(0.0, self.window_s - (time.time() - min(failures)))
             raise _error(
@@ -245,11 +271,11 @@ class RateLimiter:
                 retry_after_s=round(wait, 1),
             )
 
-    def failed(self) -> None:
-        self._update(lambda f, now: [*f, now])
+    def failed(self, source: str = "local") -> None:
+        self._update(source, lambda f, now: [*f, now])
 
-    def succeeded(self) -> None:
-        self._update(lambda f, now: [])
+    def succeeded(self, source: str = "local") -> None:
+        self._update(source, lambda f, now: [])
 
 
 def authenticate(
@@ -258,22 +284,24 @@ def authenticate(
     *,
     limiter: RateLimiter | None,
     roles: Iterable[str] = ("operator",),
+    source: str = "local",
 ) -> Principal:
     """The principal `secret` belongs to, holding one of `roles`; refused (rate-limited)
     otherwise. The rate limit is checked before the secret is tried; a wrong secret counts as a
-    failure, a right one clears them (also when its role is then refused)."""
+    failure, a right one clears them (also when its role is then refused); both count for
+    `source` only (`RateLimiter`)."""
     wanted = tuple(roles)
     unknown = [r for r in wanted if r not in ROLES]
     if unknown or not wanted:
         raise ValueError(f"roles must be some of {ROLES}, got {wanted!r}")  # a code bug
     if limiter is not None:
-        limiter.check()
+        limiter.check(source)
     if not secret:
         raise _error("credential_refused", "a valid credential is required")
     matched = [p for p in principals.values() if p.matches(secret)]
     if not matched:
         if limiter is not None:
-            limiter.failed()
+            limiter.failed(source)
         raise _error("credential_refused", "a valid credential is required")
     if len(matched) > 1:
         raise _error(
@@ -282,7 +310,7 @@ def authenticate(
             principals=sorted(p.where for p in matched),
         )
     if limiter is not None:
-        limiter.succeeded()
+        limiter.succeeded(source)
     principal = matched[0]
     if principal.role not in wanted:
         raise _error(
@@ -309,15 +337,20 @@ class Authenticator:
         """Every principal, keyed by name."""
         return dict(self._principals)
 
-    def authenticate(self, secret: str | None, *, roles: Iterable[str]) -> Principal:
-        """The principal `secret` belongs to, holding one of `roles` (`roles_for(action)`).
+    def authenticate(
+        self, secret: str | None, *, roles: Iterable[str], source: str = "local"
+    ) -> Principal:
+        """The principal `secret` belongs to, holding one of `roles` (`roles_for(action)`);
+        failures are rate-limited per `source` (``local``, or ``net:<address>``).
 
         Raises:
             CredentialError: `credential_refused` (no secret, or none matches),
                 `credential_rate_limited` (too many failures: `details["retry_after_s"]`),
                 `role_refused`, `credential_ambiguous`.
         """
-        return authenticate(self._principals, secret, limiter=self.limiter, roles=roles)
+        return authenticate(
+            self._principals, secret, limiter=self.limiter, roles=roles, source=source
+        )
 
 
 def _toml_key(name: str) -> str:
