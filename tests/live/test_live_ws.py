@@ -82,7 +82,7 @@ def server(rec: Recorder) -> Iterator[LiveServer]:
         authorize=authorize,
         allowed_origins=[ORIGIN, None],
         window=8,
-        buffer=4,
+        buffer_bytes=256 * 1024,
         heartbeat_s=None,
     ) as srv:
         yield srv
@@ -251,7 +251,6 @@ def test_a_consumer_too_slow_for_its_buffer_is_closed_with_1013(
             except ConnectionClosed as exc:
                 return (None if exc.rcvd is None else exc.rcvd.code), received
 
-
     code, received = asyncio.run(main())
     assert server.dropped == 1
     assert code == CLOSE_TOO_SLOW
@@ -315,7 +314,7 @@ def test_heartbeats_let_a_subscriber_see_a_trailing_loss(rec: Recorder) -> None:
 
 
 def test_server_options_are_checked(rec: Recorder) -> None:
-    for bad in ({"window": 0}, {"buffer": -1}, {"heartbeat_s": 0}, {"path": "live"}):
+    for bad in ({"window": 0}, {"buffer_bytes": -1}, {"heartbeat_s": 0}, {"path": "live"}):
         with pytest.raises(ValueError):
             LiveServer(rec.source, authorize=authorize, allowed_origins=[None], **bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError):

@@ -15,9 +15,11 @@ Rules, all here:
   re-reads the canonical state (which gives its position) and reconnects from there. Without
   ``epoch``/``seq`` a subscriber starts live with the next frame (its first frame is an epoch
   change to it: it re-reads).
-- **Slow consumers.** Each subscriber has a bounded queue of `buffer` frames waiting to be
-  written. Publishing never waits: a subscriber whose queue is full is closed with **1013**
-  (try again later) and gets no more frames; it reconnects with its last seq (resume).
+- **Slow consumers.** A frame is written to every subscriber at once (one encoding, no task
+  per subscriber); what a subscriber has not taken yet waits in its connection's buffer,
+  bounded by `buffer_bytes`. Publishing never waits: a subscriber over the bound is closed
+  with **1013** (try again later) and gets no more frames; it reconnects with its last seq
+  (resume).
 - **Auth.** A token in the ``Authorization: Bearer <token>`` header or in a subprotocol
   ``tether.bearer.<token>`` (a browser cannot set headers; the server selects ``tether.live.v1``,
   never echoing the token), or the console's session cookie: `authorize` gets the
@@ -36,14 +38,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
 from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
 from websockets.datastructures import Headers
-from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
@@ -104,10 +105,7 @@ class LiveCredentials:
 @dataclass(eq=False)
 class _Subscriber:
     conn: ServerConnection
-    queue: deque[bytes] = field(default_factory=deque)
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
     dropped: bool = False
-    task: asyncio.Future[None] | None = None
 
 
 def _refuse(conn: ServerConnection, status: http.HTTPStatus, text: str) -> Response:
@@ -184,7 +182,8 @@ class LiveServer:
         authorize: the principal for a client's credentials, or None to refuse it.
         allowed_origins: the ``Origin`` values accepted (None admits a request without one).
         window: how many recent frames are kept for resuming subscribers.
-        buffer: how many frames may wait for one subscriber before it is closed with 1013.
+        buffer_bytes: how many bytes may wait to be sent to one subscriber (beyond what the
+            kernel's socket buffers hold) before it is closed with 1013.
         path: the endpoint's path.
         heartbeat_s: an idle source gets a heartbeat frame this often (None: never).
         sync_s: the source is synced this often from the server's pump thread (None: the
@@ -200,12 +199,12 @@ class LiveServer:
         authorize: Callable[[LiveCredentials], str | None],
         allowed_origins: Sequence[str | None],
         window: int = 4096,
-        buffer: int = 1024,
+        buffer_bytes: int = 4 * 1024 * 1024,
         path: str = "/live",
         heartbeat_s: float | None = 1.0,
         sync_s: float | None = None,
     ) -> None:
-        for name, value in (("window", window), ("buffer", buffer)):
+        for name, value in (("window", window), ("buffer_bytes", buffer_bytes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         for name, t in (("heartbeat_s", heartbeat_s), ("sync_s", sync_s)):
@@ -216,7 +215,8 @@ class LiveServer:
         self.source = source
         self.epoch = int(source.epoch)
         self.window = window
-        self.buffer = buffer
+        self.buffer_bytes = buffer_bytes
+        self._closing: set[asyncio.Future[None]] = set()
         self.path = path
         self._authorize = authorize
         self._origins = list(allowed_origins)
@@ -228,7 +228,7 @@ class LiveServer:
         self.dropped = 0
         """How many subscribers were closed with 1013 so far."""
         self.sent = 0
-        """How many frames were handed to subscribers' queues so far."""
+        """How many frame writes (frames times subscribers) were made so far."""
         self._stop = threading.Event()
         self._attached = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -323,45 +323,32 @@ class LiveServer:
                     CLOSE_RESUME_UNAVAILABLE, "resume unavailable: re-read the canonical state"
                 )
                 return
-            sub.queue.extend(f for s, f in self._frames if s > seq)
-            if sub.queue:
-                sub.ready.set()
-        self._subs.add(sub)
-        sub.task = asyncio.ensure_future(self._write(sub))
+            # No await from here until it is subscribed: no frame can fall in between.
+            for s, frame in self._frames:
+                if s > seq:
+                    broadcast([conn], frame, text=True)
+            self._check(sub)
+        if not sub.dropped:
+            self._subs.add(sub)
         try:
-            await sub.task
-        except asyncio.CancelledError:
-            me = asyncio.current_task()
-            if not sub.dropped or (me is not None and me.cancelling()):
-                raise
+            await conn.wait_closed()
         finally:
             self._subs.discard(sub)
-        if sub.dropped:
-            # The writer may be stuck on a peer that stopped reading: it was cancelled, and
-            # the close frame goes after what is already buffered.
-            await conn.close(CLOSE_TOO_SLOW, "subscriber fell behind: resume from the last seq")
 
-    async def _write(self, sub: _Subscriber) -> None:
-        conn = sub.conn
-        closed = asyncio.ensure_future(conn.wait_closed())
-        try:
-            while True:
-                if not sub.queue:
-                    sub.ready.clear()
-                    ready = asyncio.ensure_future(sub.ready.wait())
-                    await asyncio.wait({ready, closed}, return_when=asyncio.FIRST_COMPLETED)
-                    ready.cancel()
-                    if closed.done():
-                        return
-                    continue
-                frames = list(sub.queue)
-                sub.queue.clear()
-                for frame in frames:
-                    await conn.send(frame, text=True)
-        except ConnectionClosed:
-            return
-        finally:
-            closed.cancel()
+    def _check(self, sub: _Subscriber) -> None:
+        """Close a subscriber whose unsent bytes went over the bound (1013)."""
+        transport = sub.conn.transport
+        if transport is not None and transport.get_write_buffer_size() > self.buffer_bytes:
+            sub.dropped = True
+            self._subs.discard(sub)
+            self.dropped += 1
+            # The close frame goes after what is buffered; a peer that never reads is cut off
+            # after the close timeout.
+            task = asyncio.ensure_future(
+                sub.conn.close(CLOSE_TOO_SLOW, "subscriber fell behind: resume from the last seq")
+            )
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def _attach(self) -> None:
         # On the loop: the source's position and its later frames, with nothing in between.
@@ -372,19 +359,11 @@ class LiveServer:
     def _fanout(self, frame: bytes, seq: int) -> None:
         self._frames.append((seq, frame))
         self._last_seq = seq
-        for sub in self._subs:
-            if sub.dropped:
-                continue
-            if len(sub.queue) >= self.buffer:
-                sub.dropped = True
-                sub.queue.clear()
-                self.dropped += 1
-                if sub.task is not None:
-                    sub.task.cancel()
-                continue
-            sub.queue.append(frame)
-            self.sent += 1
-            sub.ready.set()
+        subs = list(self._subs)
+        broadcast([s.conn for s in subs], frame, text=True)
+        self.sent += len(subs)
+        for sub in subs:
+            self._check(sub)
 
     # --- any thread ---
 
