@@ -155,6 +155,11 @@ def test_a_real_move_traces_its_commands_in_order_and_round_trips(
     assert turn["phase"] == "settled" and turn["outcome"] == "completed"
 
 
+def status(c: LiveClient) -> str | None:
+    m = c.overlay.message(message_id_for(KEY))
+    return None if m is None else m.get("status")
+
+
 def test_a_parked_move_and_the_operator_decision_reach_a_websocket_client(
     emulator: DynamixelEmulator, family: Family, tmp_path: Path
 ) -> None:
@@ -170,9 +175,12 @@ def test_a_parked_move_and_the_operator_decision_reach_a_websocket_client(
     ) as host:
         feed = feed_for(host, tmp_path)
         with LiveServer(
-            feed, authorize=lambda c: "t" if c.token == "tok" else None,
-            allowed_origins=[None], heartbeat_s=None,
-        ) as srv:  # fmt: skip
+            feed,
+            authorize=lambda c: "t" if c.token == "tok" else None,
+            allowed_origins=[None],
+            heartbeat_s=0.5,
+            sync_s=0.02,
+        ) as srv:  # fmt: skip  (the server's pump syncs the feed from the catalog)
 
             async def main() -> LiveClient:
                 c = LiveClient(
@@ -189,8 +197,7 @@ def test_a_parked_move_and_the_operator_decision_reach_a_websocket_client(
                 await asyncio.to_thread(drain, host)
                 clock.now += 10_000
                 await asyncio.to_thread(drain, host)  # reconcile-only: Unknown, parked
-                await asyncio.to_thread(feed.sync)
-                while c.needs_reread or c.frames == 0 or c.subscriber.last_seq < feed.seq:
+                while c.needs_reread or status(c) != "waiting":
                     await c.receive(5)
                 parked = host.get(KEY)
                 assert parked is not None and parked.awaiting_decision
@@ -200,8 +207,7 @@ def test_a_parked_move_and_the_operator_decision_reach_a_websocket_client(
                         evidence_revision=parked.evidence_revision, operator="alice", note="hw"
                     ),
                 )
-                await asyncio.to_thread(feed.sync)
-                while c.subscriber.last_seq < feed.seq:
+                while c.needs_reread or status(c) != "settling":  # a failed result, not observed
                     await c.receive(5)
                 await c.close()
                 return c

@@ -319,3 +319,32 @@ def test_server_options_are_checked(rec: Recorder) -> None:
             LiveServer(rec.source, authorize=authorize, allowed_origins=[None], **bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         LiveClient("ws://x/live?token=1", rec.canonical, workspace_id=WS, agent_session_id=SESSION)
+
+
+def test_a_client_closed_with_1013_resumes_and_ends_equal_to_the_record(
+    server: LiveServer, rec: Recorder
+) -> None:
+    async def main() -> LiveClient:
+        c = client(server.url, rec)
+        c.apply_canonical(rec.canonical())
+        await c.connect()
+        await wait_subscribers(server, 1)
+        big = "y" * 100_000
+        for i in range(400):  # this loop does not yield: the client reads nothing meanwhile
+            rec.say(big, mid=f"toolcall:world-1/sim/c{i}")
+            if server.dropped:
+                break
+        rec.say("after\n")
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(c.run(stop))
+        for _ in range(1000):
+            if c.position == (rec.source.epoch, rec.source.seq) and not c.needs_reread:
+                break
+            await asyncio.sleep(0.01)
+        stop.set()
+        await task
+        return c
+
+    c = asyncio.run(main())
+    assert server.dropped == 1 and c.closes[CLOSE_TOO_SLOW] == 1
+    assert c.snapshot() == rec.canonical().record
