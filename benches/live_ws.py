@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -137,7 +136,7 @@ def run(args: argparse.Namespace) -> bool:
         subprocess.Popen(
             [
                 sys.executable,
-                *os.environ.get("LIVE_WS_CLIENT", __file__).split(),
+                __file__,
                 "--client",
                 server.url,
                 "--epoch",
@@ -248,7 +247,6 @@ def main() -> None:
     if args.client:
         asyncio.run(clients_main(args.client, args.epoch, args.n))
         return
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     sys.exit(0 if run(args) else 1)
 
 
