@@ -48,6 +48,8 @@ from tether._core import (
     live_tether_only_codes,
     validate_live_event,
 )
+from tether.live._client import LiveClient
+from tether.live._feed import Canonical, LiveFeed, PublisherSource, new_epoch
 from tether.live._mapping import (
     TOOL_CALL_KIND,
     TOOL_ROLE,
@@ -80,6 +82,7 @@ from tether.live._schema import (
     schema_bytes,
     schema_registry,
 )
+from tether.live._trace import Fact, TraceLine, TraceLog, Wording, trace_lines
 
 #: Rules the JSON Schema expresses: `jsonschema` must agree with Tether on each.
 SCHEMA_CODES: frozenset[str] = frozenset(live_schema_codes())
@@ -94,6 +97,14 @@ __all__ = [
     "TETHER_ONLY_CODES",
     "TOOL_CALL_KIND",
     "TOOL_ROLE",
+    "Canonical",
+    "Fact",
+    "LiveClient",
+    "LiveFeed",
+    "PublisherSource",
+    "TraceLine",
+    "TraceLog",
+    "Wording",
     "FrameOutcome",
     "LiveDelivery",
     "LiveEvent",
@@ -114,6 +125,7 @@ __all__ = [
     "live_fault_kinds",
     "live_mark_reasons",
     "message_id_for",
+    "new_epoch",
     "parse_message_id",
     "parse_turn_id",
     "request_id_for",
@@ -126,6 +138,7 @@ __all__ = [
     "tool_call_message",
     "tool_call_payload",
     "tool_call_status",
+    "trace_lines",
     "turn_for",
     "turn_id_for",
     "turn_update",

@@ -273,6 +273,11 @@ impl PyLivePublisher {
     fn dropped_bytes(&self, message_id: &str) -> Option<u64> {
         self.inner.dropped_bytes(message_id)
     }
+    /// The text a subscriber holds once the whole trace `text` went through `tool_output`
+    /// (in any pieces): the output cap and its marker applied.
+    fn capped_output(&self, text: &str) -> String {
+        self.inner.config().capped_output(text)
+    }
     fn is_turn_settled(&self, turn_id: &str) -> bool {
         self.inner.is_turn_settled(turn_id)
     }

@@ -79,6 +79,21 @@ impl FramerConfig {
     }
 }
 
+impl FramerConfig {
+    /// The text a subscriber holds once the whole trace `text` went through
+    /// `Publisher::tool_output`, in any number of pieces: the cap and its marker applied the
+    /// way `tool_output` applies them piece by piece (what a canonical record's output is).
+    pub fn capped_output(&self, text: &str) -> String {
+        let room = self.max_output_bytes - self.truncation_marker.len();
+        if text.len() <= room {
+            return text.to_owned();
+        }
+        let mut out = text[..floor_boundary(text, room)].to_owned();
+        out.push_str(&self.truncation_marker);
+        out
+    }
+}
+
 /// The largest character boundary of `s` at or below `i`.
 pub fn floor_boundary(s: &str, i: usize) -> usize {
     if i >= s.len() {
@@ -713,6 +728,7 @@ mod tests {
             }
             let text = replay(&outputs(&drain(&mut p)));
             let whole: String = parts.concat();
+            prop_assert_eq!(&text, &p.config().capped_output(&whole));
             prop_assert!(text.len() <= cap);
             if whole.len() + 5 <= cap {
                 prop_assert_eq!(text, whole);

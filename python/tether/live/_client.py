@@ -1,0 +1,205 @@
+"""The consumer side of the live transport: a WebSocket client that applies frames to the Rust
+overlay and re-reads the canonical state whenever the subscriber says so.
+
+`LiveClient` keeps one `LiveSubscriber` (sequence, gap, duplicate, reorder and epoch checks)
+and one `LiveOverlay` (the optimistic view) across reconnections:
+
+- every frame goes through the subscriber, its deliveries into the overlay;
+- when the subscriber (a gap, an epoch change, a discontinuity) or the overlay (an entry marked
+  for reconciliation) needs it, ``reread()`` gives the canonical record with its position
+  (`Canonical`: epoch, seq), the overlay reconciles with it and the frames kept after that
+  position are applied on top (`LiveSubscriber.resync`);
+- a close with 4001 (resume unavailable) re-reads and reconnects from the read's position; a
+  close with 1013 (too slow) or a lost connection reconnects from the last seq (the server's
+  window replays what was missed, or answers 4001).
+
+``reread`` is the daemon's canonical ``get`` (over its control socket); any callable returning
+a `Canonical` will do (a test passes `LiveFeed.canonical`). It runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+from websockets.typing import Subprotocol
+
+from tether._core import FrameOutcome, LiveOverlay, LiveSubscriber
+from tether.live._feed import Canonical
+from tether.live.ws import (
+    CLOSE_RESUME_UNAVAILABLE,
+    CLOSE_TOO_SLOW,
+    LIVE_SUBPROTOCOL,
+    TOKEN_SUBPROTOCOL_PREFIX,
+)
+
+__all__ = ["LiveClient"]
+
+
+class LiveClient:
+    """One session's live view over WebSocket (see the module docstring).
+
+    Args:
+        url: the server's ``ws://`` endpoint (no query: the client adds its resume position).
+        reread: the canonical record and its position.
+        workspace_id, agent_session_id: the session the overlay holds.
+        token: a bearer token, sent as ``token_via`` (``header`` or ``subprotocol``).
+        origin: the ``Origin`` header to send (None: none).
+        headers: more request headers (a ``Cookie`` for the console's session, say).
+        window: the subscriber's window of remembered seqs.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        reread: Callable[[], Canonical],
+        *,
+        workspace_id: str,
+        agent_session_id: str,
+        token: str | None = None,
+        token_via: str = "header",
+        origin: str | None = None,
+        headers: dict[str, str] | None = None,
+        window: int = 1024,
+    ) -> None:
+        if token_via not in ("header", "subprotocol"):
+            raise ValueError(f"token_via must be 'header' or 'subprotocol', got {token_via!r}")
+        if "?" in url:
+            raise ValueError("the URL carries no query: the client adds epoch and seq itself")
+        self.url = url
+        self.reread = reread
+        """The canonical read (replaceable: a reconnect to another daemon)."""
+        self._token = token
+        self._token_via = token_via
+        self._origin = origin
+        self._headers = dict(headers or {})
+        self._window = window
+        self.overlay = LiveOverlay(workspace_id, agent_session_id)
+        self.subscriber = LiveSubscriber(window=window)
+        self.conn: ClientConnection | None = None
+        self.faults: Counter[str] = Counter()
+        """Every fault the subscriber reported, by kind."""
+        self.closes: Counter[int] = Counter()
+        """Every close code the server sent, by code."""
+        self.rereads = 0
+        self.frames = 0
+        self._position: tuple[int, int] | None = None
+
+    @property
+    def position(self) -> tuple[int, int] | None:
+        """(epoch, seq) the overlay holds everything up to, None before the first read."""
+        return self._position
+
+    def _resume_url(self) -> str:
+        if self._position is None:
+            return self.url
+        epoch, seq = self._position
+        return f"{self.url}?epoch={epoch}&seq={seq}"
+
+    async def connect(self) -> None:
+        """Open the connection, resuming from the position held (a refusal raises
+        `websockets.exceptions.InvalidStatus` with the server's HTTP status)."""
+        headers = dict(self._headers)
+        subprotocols: list[Subprotocol] = [Subprotocol(LIVE_SUBPROTOCOL)]
+        if self._token is not None:
+            if self._token_via == "header":
+                headers["Authorization"] = f"Bearer {self._token}"
+            else:
+                subprotocols.append(Subprotocol(TOKEN_SUBPROTOCOL_PREFIX + self._token))
+        self.conn = await connect(
+            self._resume_url(),
+            origin=None if self._origin is None else self._origin,  # type: ignore[arg-type]
+            subprotocols=subprotocols,
+            additional_headers=headers,
+            compression=None,
+            max_size=4 * 1024 * 1024,
+            proxy=None,
+        )
+
+    async def reconcile(self) -> None:
+        """Re-read the canonical state and reconcile the overlay with it."""
+        canon = await asyncio.to_thread(self.reread)
+        self.apply_canonical(canon)
+
+    def apply_canonical(self, canon: Canonical) -> None:
+        """Reconcile the overlay with a canonical record read at (epoch, seq)."""
+        self.rereads += 1
+        sub = self.subscriber
+        if sub.epoch is not None and sub.epoch != canon.epoch:
+            # The stream and the read are of different publisher runs: start over at the read.
+            self.subscriber = sub = LiveSubscriber(epoch=None, window=self._window)
+        replay = sub.resync(canon.epoch, canon.seq)
+        self.overlay.reconcile(canon.record, replay=replay)
+        self._position = (canon.epoch, max(canon.seq, sub.last_seq))
+
+    def handle(self, frame: bytes) -> FrameOutcome:
+        """Apply one frame (no re-read: see `receive`)."""
+        outcome = self.subscriber.handle_frame(frame)
+        self.frames += 1
+        if outcome.fault is not None:
+            self.faults[outcome.fault] += 1
+        self.overlay.apply_outcome(outcome)
+        sub = self.subscriber
+        if not sub.needs_reread and sub.epoch is not None:
+            self._position = (sub.epoch, sub.last_seq)
+        return outcome
+
+    @property
+    def needs_reread(self) -> bool:
+        return self.subscriber.needs_reread or self.overlay.needs_reconciliation
+
+    async def receive(self, timeout: float | None = None) -> FrameOutcome:
+        """Receive and apply one frame, re-reading when needed.
+
+        Raises:
+            ConnectionClosed: the connection ended (its code is counted in `closes`).
+            TimeoutError: no frame within `timeout` seconds.
+        """
+        assert self.conn is not None, "connect() first"
+        try:
+            data = await asyncio.wait_for(self.conn.recv(decode=False), timeout)
+        except ConnectionClosed as exc:
+            if exc.rcvd is not None:
+                self.closes[exc.rcvd.code] += 1
+            raise
+        outcome = self.handle(data if isinstance(data, bytes) else data.encode())
+        if self.needs_reread:
+            await self.reconcile()
+        return outcome
+
+    async def run(self, stop: asyncio.Event, *, retry_s: float = 0.05) -> None:
+        """Receive until `stop` is set, reconnecting (and re-reading) as the rules say."""
+        while not stop.is_set():
+            if self.conn is None:
+                await self.connect()
+            try:
+                recv = asyncio.ensure_future(self.receive())
+                halt = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({recv, halt}, return_when=asyncio.FIRST_COMPLETED)
+                if not recv.done():
+                    recv.cancel()
+                    halt.cancel()
+                    break
+                halt.cancel()
+                recv.result()
+            except ConnectionClosed as exc:
+                self.conn = None
+                code = exc.rcvd.code if exc.rcvd is not None else None
+                if code == CLOSE_RESUME_UNAVAILABLE:
+                    await self.reconcile()
+                elif code != CLOSE_TOO_SLOW:
+                    await asyncio.sleep(retry_s)
+        await self.close()
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+            self.conn = None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The overlay in the canonical record's form."""
+        return self.overlay.snapshot()

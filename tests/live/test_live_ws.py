@@ -1,0 +1,350 @@
+"""The live WebSocket transport on loopback, with a real client library (`websockets`): frame
+shape, resume inside and past the replay window, epoch change, a slow consumer closed with 1013,
+and auth (header, subprotocol, cookie; missing or wrong token, a token in the URL, a bad Origin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import pytest
+from tether._core import LivePublisher
+from tether.live import Canonical, LiveClient, PublisherSource, frame_schema, schema_registry
+from tether.live.ws import (
+    CLOSE_RESUME_UNAVAILABLE,
+    CLOSE_TOO_SLOW,
+    LIVE_SUBPROTOCOL,
+    LiveCredentials,
+    LiveServer,
+)
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+WS, SESSION, TURN = "ws", "world-1", "receipt:world-1/run/1/tok"
+MSG = "toolcall:world-1/sim/a1"
+TOKEN, ORIGIN = "s3cret-token", "http://console.local"
+
+
+def authorize(creds: LiveCredentials) -> str | None:
+    if creds.token == TOKEN or creds.cookies.get("tether_session") == "sess-1":
+        return "alice"
+    return None
+
+
+class Recorder:
+    """A source whose canonical record is the overlay-form record of everything published (the
+    test's own model: the trace text per message, as sent before the cap)."""
+
+    def __init__(self, epoch: int = 7, **options: Any) -> None:
+        self.source = PublisherSource(LivePublisher(WS, SESSION, epoch=epoch, **options))
+        self.text: dict[str, str] = {}
+
+    def say(self, text: str, mid: str = MSG, now: int = 5) -> None:
+        self.source.tool_output(mid, TURN, text, now_ms=now)
+        self.text[mid] = self.text.get(mid, "") + text
+        self.source.flush()
+
+    def canonical(self) -> Canonical:
+        messages = {
+            mid: {
+                "turnId": TURN,
+                "role": "tool",
+                "kind": "tool_call",
+                "payload": {"output": {"text": self.source.publisher.capped_output(t)}},
+            }
+            for mid, t in self.text.items()
+        }
+        record = {
+            "workspaceId": WS,
+            "agentSessionId": SESSION,
+            "runtime": None,
+            "turns": {},
+            "messages": messages,
+            "interactions": {},
+            "audits": {},
+        }
+        return Canonical(self.source.epoch, self.source.seq, record)
+
+
+@pytest.fixture
+def rec() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def server(rec: Recorder) -> Iterator[LiveServer]:
+    with LiveServer(
+        rec.source,
+        authorize=authorize,
+        allowed_origins=[ORIGIN, None],
+        window=8,
+        buffer_bytes=256 * 1024,
+        heartbeat_s=None,
+    ) as srv:
+        yield srv
+
+
+def client(url: str, rec: Recorder, **kw: Any) -> LiveClient:
+    kw.setdefault("token", TOKEN)
+    return LiveClient(url, rec.canonical, workspace_id=WS, agent_session_id=SESSION, **kw)
+
+
+def output(c: LiveClient) -> str | None:
+    m = c.overlay.message(MSG)
+    return None if m is None else m["payload"]["output"]["text"]
+
+
+async def wait_subscribers(server: LiveServer, n: int) -> None:
+    for _ in range(500):
+        if server.subscribers >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{server.subscribers} subscribers, expected {n}")
+
+
+def test_frames_carry_epoch_seq_and_deliveries(server: LiveServer, rec: Recorder) -> None:
+    validator = jsonschema.Draft202012Validator(frame_schema(), registry=schema_registry())
+
+    async def main() -> list[dict[str, Any]]:
+        async with connect(
+            server.url,
+            additional_headers={"Authorization": f"Bearer {TOKEN}"},
+            subprotocols=[LIVE_SUBPROTOCOL],  # type: ignore[list-item]
+        ) as ws:
+            assert ws.subprotocol == LIVE_SUBPROTOCOL
+            await wait_subscribers(server, 1)
+            rec.say("héllo ")
+            rec.say("wörld\n")
+            return [json.loads(await asyncio.wait_for(ws.recv(), 5)) for _ in range(2)]
+
+    frames = asyncio.run(main())
+    for f in frames:
+        validator.validate(f)
+        assert set(f) == {"epoch", "seq", "deliveries"} and f["epoch"] == 7
+        assert all(set(d) == {"kind", "payload"} and d["kind"] == "event" for d in f["deliveries"])
+    assert [f["seq"] for f in frames] == [1, 2]
+    first, second = (f["deliveries"][0]["payload"]["data"]["toolOutput"] for f in frames)
+    assert first == {"operation": "set", "text": "héllo "}
+    assert second == {
+        "operation": "append_text",
+        "text": "wörld\n",
+        "offsetBytes": len("héllo ".encode()),
+    }
+
+
+def test_a_client_applies_frames_and_resumes_inside_the_window(
+    server: LiveServer, rec: Recorder
+) -> None:
+    async def main() -> LiveClient:
+        c = client(server.url, rec)
+        await c.connect()
+        await wait_subscribers(server, 1)
+        rec.say("one\n")
+        await c.receive(5)  # the first frame is an epoch change to it: one re-read
+        rec.say("two\n")
+        await c.receive(5)
+        assert c.rereads == 1 and c.position == (7, 2)
+        await c.close()
+        rec.say("three\n")
+        rec.say("four\n")
+        await c.connect()  # resumes from seq 2: frames 3 and 4 come from the window
+        for _ in range(2):
+            await c.receive(5)
+        await c.close()
+        return c
+
+    c = asyncio.run(main())
+    assert c.rereads == 1 and dict(c.faults) == {"epoch_change": 1}
+    assert output(c) == "one\ntwo\nthree\nfour\n"
+    assert c.snapshot() == rec.canonical().record
+
+
+def test_a_resume_past_the_window_is_told_to_reread(server: LiveServer, rec: Recorder) -> None:
+    async def main() -> LiveClient:
+        c = client(server.url, rec)
+        rec.say("a\n")
+        c.apply_canonical(rec.canonical())  # holds seq 1
+        for i in range(12):  # the window keeps 8
+            rec.say(f"{i}\n")
+        # run() connects from seq 1, is closed with 4001, re-reads, reconnects from the read.
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(c.run(stop))
+        for _ in range(500):
+            if c.rereads >= 2 and server.subscribers == 1:
+                break
+            await asyncio.sleep(0.01)
+        rec.say("tail\n")
+        for _ in range(500):
+            if output(c) and output(c).endswith("tail\n"):  # type: ignore[union-attr]
+                break
+            await asyncio.sleep(0.01)
+        stop.set()
+        await task
+        return c
+
+    c = asyncio.run(main())
+    assert dict(c.closes) == {CLOSE_RESUME_UNAVAILABLE: 1} and c.rereads == 2
+    assert c.snapshot() == rec.canonical().record
+    assert output(c) == "a\n" + "".join(f"{i}\n" for i in range(12)) + "tail\n"
+
+
+def test_an_epoch_change_makes_the_client_reread(rec: Recorder) -> None:
+    async def main() -> tuple[LiveClient, Recorder]:
+        kw: dict[str, Any] = {"authorize": authorize, "allowed_origins": [None]}
+        first = LiveServer(rec.source, heartbeat_s=None, **kw)
+        c = client(first.url, rec)
+        await c.connect()
+        await wait_subscribers(first, 1)
+        rec.say("before restart\n")
+        await c.receive(5)
+        assert c.rereads == 1
+        await asyncio.to_thread(first.close)  # (this loop must keep running: the client closes)
+        # The daemon restarts: a new publisher, a new epoch, its state re-read from the records.
+        again = Recorder(epoch=8)
+        again.say("before restart\n")  # the new feed's first sync rebuilds the whole trace
+        with LiveServer(again.source, heartbeat_s=None, **kw) as second:
+            c.url, c.reread = second.url, again.canonical
+            c.conn = None
+            with pytest.raises(ConnectionClosed):  # the old position is of another epoch
+                await c.connect()
+                await c.receive(5)
+            await c.reconcile()
+            assert c.position == (8, 1)
+            await c.connect()
+            await wait_subscribers(second, 1)
+            again.say("after restart\n")
+            await c.receive(5)
+            await c.close()
+        return c, again
+
+    c, again = asyncio.run(main())
+    assert c.closes[CLOSE_RESUME_UNAVAILABLE] == 1 and c.rereads == 2
+    assert c.snapshot() == again.canonical().record
+    assert output(c) == "before restart\nafter restart\n"
+
+
+def test_a_consumer_too_slow_for_its_buffer_is_closed_with_1013(
+    server: LiveServer, rec: Recorder
+) -> None:
+    async def main() -> tuple[int | None, int]:
+        async with connect(
+            server.url,
+            additional_headers={"Authorization": f"Bearer {TOKEN}"},
+            max_queue=1,
+            compression=None,
+        ) as ws:
+            await wait_subscribers(server, 1)
+            big = "x" * 100_000
+            for i in range(400):  # 40 MB the client does not read (one trace each: no cap)
+                rec.say(big, mid=f"toolcall:world-1/sim/b{i}")
+                if server.dropped:
+                    break
+            received = 0
+            try:
+                while True:
+                    await asyncio.wait_for(ws.recv(), 30)
+                    received += 1
+            except ConnectionClosed as exc:
+                return (None if exc.rcvd is None else exc.rcvd.code), received
+
+    code, received = asyncio.run(main())
+    assert server.dropped == 1
+    assert code == CLOSE_TOO_SLOW
+    assert received < 400
+
+
+def handshake(server: LiveServer, url: str | None = None, **kw: Any) -> int:
+    """The HTTP status of a connection attempt (101 when it opened)."""
+
+    async def main() -> int:
+        try:
+            async with connect(url or server.url, **kw):
+                return 101
+        except InvalidStatus as exc:
+            return int(exc.response.status_code)
+
+    return asyncio.run(main())
+
+
+def test_auth_by_header_subprotocol_or_cookie_and_every_refusal(server: LiveServer) -> None:
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert handshake(server, additional_headers=bearer, origin=ORIGIN) == 101
+    assert handshake(server, subprotocols=[LIVE_SUBPROTOCOL, f"tether.bearer.{TOKEN}"]) == 101
+    assert handshake(server, additional_headers={"Cookie": "tether_session=sess-1"}) == 101
+    # Refused: no credentials, a wrong token, a token in the URL (even with a good header),
+    # another parameter, a bad Origin.
+    assert handshake(server) == 401
+    assert handshake(server, additional_headers={"Authorization": "Bearer nope"}) == 401
+    assert handshake(server, additional_headers={"Authorization": f"Basic {TOKEN}"}) == 400
+    assert handshake(server, subprotocols=["tether.bearer.nope"]) == 401
+    assert handshake(server, server.url + f"?token={TOKEN}", additional_headers=bearer) == 400
+    assert handshake(server, server.url + f"?access_token={TOKEN}") == 400
+    assert handshake(server, server.url + "?epoch=1", additional_headers=bearer) == 400
+    assert handshake(server, additional_headers=bearer, origin="http://evil.example") == 403
+
+
+def test_a_request_without_origin_is_refused_unless_allowed(rec: Recorder) -> None:
+    with LiveServer(
+        rec.source, authorize=authorize, allowed_origins=[ORIGIN], heartbeat_s=None
+    ) as srv:
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        assert handshake(srv, additional_headers=bearer) == 403
+        assert handshake(srv, additional_headers=bearer, origin=ORIGIN) == 101
+
+
+def test_heartbeats_let_a_subscriber_see_a_trailing_loss(rec: Recorder) -> None:
+    async def main() -> LiveClient:
+        with LiveServer(
+            rec.source, authorize=authorize, allowed_origins=[None], heartbeat_s=0.05
+        ) as srv:
+            c = client(srv.url, rec)
+            await c.connect()
+            for _ in range(3):
+                await c.receive(5)
+            await c.close()
+        return c
+
+    c = asyncio.run(main())
+    assert c.frames == 3 and c.rereads == 1  # the first heartbeat is its epoch change
+    assert c.subscriber.last_seq >= 3
+
+
+def test_server_options_are_checked(rec: Recorder) -> None:
+    for bad in ({"window": 0}, {"buffer_bytes": -1}, {"heartbeat_s": 0}, {"path": "live"}):
+        with pytest.raises(ValueError):
+            LiveServer(rec.source, authorize=authorize, allowed_origins=[None], **bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        LiveClient("ws://x/live?token=1", rec.canonical, workspace_id=WS, agent_session_id=SESSION)
+
+
+def test_a_client_closed_with_1013_resumes_and_ends_equal_to_the_record(
+    server: LiveServer, rec: Recorder
+) -> None:
+    async def main() -> LiveClient:
+        c = client(server.url, rec)
+        c.apply_canonical(rec.canonical())
+        await c.connect()
+        await wait_subscribers(server, 1)
+        big = "y" * 100_000
+        for i in range(400):  # this loop does not yield: the client reads nothing meanwhile
+            rec.say(big, mid=f"toolcall:world-1/sim/c{i}")
+            if server.dropped:
+                break
+        rec.say("after\n")
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(c.run(stop))
+        for _ in range(1000):
+            if c.position == (rec.source.epoch, rec.source.seq) and not c.needs_reread:
+                break
+            await asyncio.sleep(0.01)
+        stop.set()
+        await task
+        return c
+
+    c = asyncio.run(main())
+    assert server.dropped == 1 and c.closes[CLOSE_TOO_SLOW] == 1
+    assert c.snapshot() == rec.canonical().record
