@@ -191,16 +191,16 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         metavar="N",
-        help="the emulated arm loses power right after the ACTION of move N (0-based; -1: "
-        "never) (default: %(default)s)",
+        help="the emulated arm loses power right after the ACTION of move N (counted from 0; "
+        "negative: never) (default: %(default)s)",
     )
     p.add_argument(
         "--operator",
         choices=OPERATOR_MODES,
         default=None,
-        help="who decides a parked move: ask (on a terminal), auto-reissue or auto-abandon "
-        "(unattended; refused unless every port is the demo's emulator) (default: ask on a "
-        "terminal; without one, required)",
+        help="who decides a parked move: ask on a terminal, or decide unattended as the "
+        "choice names (refused unless every port is the demo's emulator) (default: ask on "
+        "a terminal; required without one)",
     )
     p.add_argument(
         "--config",
@@ -791,7 +791,7 @@ def _power_loss_line(run: _Run) -> str:
     if run.arm.emulator is None:
         return "power loss: none (a configured robot is never power-cycled by the demo)"
     if loss["move"] is None:
-        return "power loss: none (--power-loss -1)"
+        return "power loss: none (--power-loss is negative or past the last move)"
     if loss["injected"]:
         return (
             f"power loss: the arm lost power right after the ACTION of {loss['move']}; the "
