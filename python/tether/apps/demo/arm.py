@@ -96,6 +96,7 @@ class DemoArm(DynamixelEmulator):
 
     def __init__(self, journal_path: Path, power_loss_goals: dict[int, int] | None) -> None:
         super().__init__(sorted(JOINTS.values()), journal_path=journal_path, speed_scale=1.0)
+        self.journal_path = journal_path
         self.power_loss = PowerLoss(self, power_loss_goals)
 
     def _publish(self, entry: JournalEntry) -> None:
@@ -108,18 +109,30 @@ class DemoArm(DynamixelEmulator):
             return super().handle_bytes(data)
 
     def actions(self, target: dict[str, float]) -> int:
-        """How many ACTIONs applied this move's goals (the most over its joints)."""
+        """How many ACTIONs applied this move's goals (the most over its joints), from the
+        journal file, which keeps the frames of earlier runs on this data dir too (an emulator
+        killed with its demo)."""
         goals = goals_ticks(target)
         counts = dict.fromkeys(goals, 0)
         with self._lock:
-            entries = list(self.journal)
-        for e in entries:
-            if e.instruction != "action" or not e.executed or e.id not in goals:
+            if self._journal_file is not None:
+                self._journal_file.flush()
+        try:
+            text = Path(self.journal_path).read_text(encoding="utf-8")
+        except OSError:
+            return 0
+        for line in text.splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:  # a line cut short by a kill
                 continue
-            if e.address != tables.GOAL_POSITION.address:
+            if e.get("instruction") != "action" or not e.get("executed"):
                 continue
-            if e.data == tables.encode(tables.GOAL_POSITION, goals[e.id]).hex():
-                counts[e.id] += 1
+            dxl_id = e.get("id")
+            if dxl_id not in goals or e.get("address") != tables.GOAL_POSITION.address:
+                continue
+            if e.get("data") == tables.encode(tables.GOAL_POSITION, goals[dxl_id]).hex():
+                counts[dxl_id] += 1
         return max(counts.values())
 
 
