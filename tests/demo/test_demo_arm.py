@@ -15,10 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tether import _exit
 from tether.activities import ActivityKey, Catalog
 from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel.move import CRASH_POINTS as MOVE_CRASH_POINTS
+from tether.adapters.dynamixel.move import PROOF_CRASH_POINTS
 from tether.apps.demo.arm import ARM_WORLD, JOINTS, MOVE_KIND, TARGETS
+from tether.operator.decisions import RESOLVE_CRASH_POINTS
 
 from tests._secrets import OPERATOR, RECORDER
 from tests.demo._support import demo_argv
@@ -183,10 +187,11 @@ class Terminal:
         os.close(slave)
         self.master = master
         self.text = ""
+        self.pos = 0  # just after the last match: output read beyond it is matched next
 
     def expect(self, needle: str, timeout: float = 120.0) -> str:
         """Everything read until `needle` appears (after what was matched before)."""
-        start = len(self.text)
+        start = self.pos
         deadline = time.monotonic() + timeout
         while needle not in self.text[start:]:
             left = deadline - time.monotonic()
@@ -203,6 +208,7 @@ class Terminal:
                     )
                 self.text += chunk.decode("utf-8", "replace")
         at = self.text.index(needle, start) + len(needle)
+        self.pos = at
         return self.text[start:at]
 
     def send(self, line: str) -> None:
@@ -295,3 +301,59 @@ def test_kill_9_mid_move_is_a_power_loss_and_the_same_command_resumes_it(tmp_pat
     expected = {"move-0000": 2, "move-0001": 2, "move-0002": 1}  # each re-issued once
     assert actions_per_move(journal(tmp_path)) == expected
     assert {m: moves[m]["actions"] for m in MOVES} == expected
+
+
+#: Every crash point of a move and of a resolve the demo's daemon reaches, by name.
+ARM_POINTS = (*MOVE_CRASH_POINTS, *RESOLVE_CRASH_POINTS, *PROOF_CRASH_POINTS)
+SAMPLED_ARM = ("after_action", "resolve.after_proof")
+
+
+def _killed_then_resumed(data: Path, point: str) -> None:
+    """SIGKILLed at `point` (or run to its end when the run never reaches it), then the same
+    command: every move done, and the emulator's journal shows at most one ACTION per move
+    unless an operator re-issued it (the catalog's decision says so)."""
+    env = {**os.environ, "TETHER_CRASH_AT": point}
+    first = subprocess.run(
+        demo_argv(data, *REACHES, "--operator", "auto-reissue", arm=True),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    assert first.returncode in (0, -signal.SIGKILL), first.stdout + first.stderr
+    resumed = _demo(data, "--operator", "auto-reissue", "--json")
+    assert resumed.returncode == _exit.OK, resumed.stdout + resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert [m["state"] for m in report["moves"]] == ["done", "done", "done"]
+    counts = actions_per_move(journal(data))
+    for move in MOVES:
+        rec = record(data, move)
+        reissued = rec.decision is not None and rec.decision.outcome == "absent"
+        assert 1 <= counts[move] <= 1 + int(reissued), (point, move, counts, rec.decision)
+    assert record(data, "move-0001").decision is not None  # the power loss parked it
+
+
+def test_every_arm_crash_point_is_listed() -> None:
+    assert set(ARM_POINTS) == {
+        "after_preimage", "after_reg_write", "after_action", "after_readback",
+        "resolve.after_read", "resolve.after_evidence_document", "resolve.after_proof",
+        "resolve.after_document", "resolve.after_decision",
+        "proof.after_fence_floor", "proof.after_neutralise",
+    }  # fmt: skip
+    assert set(SAMPLED_ARM) <= set(ARM_POINTS)
+
+
+@pytest.mark.parametrize("point", SAMPLED_ARM)
+def test_sampled_arm_crash_points_resume_with_at_most_one_action_per_move(
+    tmp_path: Path, point: str
+) -> None:
+    _killed_then_resumed(tmp_path, point)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ARM_POINTS)
+def test_every_arm_crash_point_resumes_with_at_most_one_action_per_move(
+    tmp_path: Path, point: str
+) -> None:
+    _killed_then_resumed(tmp_path, point)

@@ -739,8 +739,33 @@ def _summary(run: _Run) -> str:
     rows, tail = _summary_rows(run)
     text = summary_table(rows) + "\n" + tail
     if run.arm.moves:
+        _decisions(run)
         text += "\n\n" + _moves_table(run)
     return text
+
+
+#: A catalog decision's outcome, as the operator named it.
+_DECIDED = {"absent": "reissue", "abandon": "abandon", "recovered": "done"}
+
+
+def _decisions(run: _Run) -> None:
+    """Each move's decision from the catalog (the one control record: also a decision made
+    by an earlier, killed run or by `tether operator`); `wait` records nothing there, so the
+    planner's word is kept for it."""
+    for move in run.arm.moves:
+        key = ActivityKey(arm_mod.ARM_WORLD, arm_mod.MOVE_KIND, move.activity)
+        rec = run.host.get(key)
+        made = rec.decision if rec is not None else None
+        if made is None:
+            continue
+        here = move.decision or {}
+        move.decision = {
+            "decision": _DECIDED.get(made.outcome, made.outcome),
+            "operator": made.operator,
+            "revision": made.evidence_revision,
+            "decided_at_ms": made.decided_at_ms,
+            "mode": here.get("mode") if here.get("decided_at_ms") == made.decided_at_ms else None,
+        }
 
 
 def _decision_text(decision: dict[str, Any] | None) -> str:
@@ -843,6 +868,7 @@ def _summary_json(run: _Run, code: int) -> str:
     parked = [k.activity_id for k in _keys(snap) if _parked(run.host.get(k))]
     parked += [m.key for m in run.arm.moves if m.state == "awaiting_decision"]
     operator = run.arm.operator
+    _decisions(run)
     refused = [{"activity": a, "code": c, "reason": r} for a, c, r in _refusals(run)]
     status = {EXIT_OK: "done", EXIT_PARKED: "parked", EXIT_USAGE: "refused"}.get(
         code, "storage_failed"
@@ -933,13 +959,14 @@ def _run(
             code = EXIT_USAGE
         if args.json:
             print(_summary_json(run, code), flush=True)
-        if code in (EXIT_OK, EXIT_USAGE):
+        if code in (EXIT_OK, EXIT_USAGE, EXIT_PARKED):
             print(_summary(run), file=out)
             for line in _refusal_lines(refused):
                 print(f"tether demo: {line}", file=sys.stderr)
-            stream.finish()
-        elif code == EXIT_PARKED:
+        if code == EXIT_PARKED:
             stream.finish(error="activities are parked: reconciliation is Unknown")
+        elif code in (EXIT_OK, EXIT_USAGE):
+            stream.finish()
         else:
             stream.finish(error="the data directory's disk refused a write")
         return code
