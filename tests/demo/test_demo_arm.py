@@ -357,3 +357,59 @@ def test_every_arm_crash_point_resumes_with_at_most_one_action_per_move(
     tmp_path: Path, point: str
 ) -> None:
     _killed_then_resumed(tmp_path, point)
+
+
+def test_a_second_demo_on_the_same_data_dir_is_refused_naming_the_first(tmp_path: Path) -> None:
+    long = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0"]
+    with subprocess.Popen(
+        demo_argv(tmp_path, *long), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+    ) as first:
+        try:
+            assert first.stdout is not None
+            for line in first.stdout:
+                if line.startswith("reach-0000") and "running" in line:
+                    break
+            second = subprocess.run(
+                demo_argv(tmp_path, *long),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            first.kill()
+            first.wait()
+            assert first.stdout is not None
+            first.stdout.read()
+    assert second.returncode == _exit.UNAVAILABLE, second.stdout + second.stderr
+    (line,) = second.stderr.strip().splitlines()
+    assert "daemon_running" in line and f"pid {first.pid}" in line
+
+
+def test_wait_leaves_the_move_parked_exit_3_and_the_same_command_resumes_it(
+    tmp_path: Path,
+) -> None:
+    term = Terminal(demo_argv(tmp_path, *REACHES, arm=True))
+    try:
+        term.expect("choose a passphrase for demo operator ")
+        term.send(OPERATOR)
+        term.expect("the same passphrase again:")
+        term.send(OPERATOR)
+        term.expect("decision [reissue/abandon/wait]:")
+        term.send("wait")
+        code = term.finish()
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    assert code == _exit.PARKED, term.text[-3000:]
+    assert "tether operator --config" in term.text and "resolve demo-arm/" in term.text
+    rec = record(tmp_path, "move-0001")
+    assert rec.awaiting_decision and rec.decision is None  # `wait` records nothing
+    assert record(tmp_path, "move-0002") is None  # not submitted while the arm is in doubt
+    assert actions_per_move(journal(tmp_path)) == {"move-0000": 1, "move-0001": 1, "move-0002": 0}
+    resumed = _demo(tmp_path, "--operator", "auto-reissue", "--json")
+    assert resumed.returncode == _exit.OK, resumed.stdout + resumed.stderr
+    moves = json.loads(resumed.stdout)["moves"]
+    assert [m["state"] for m in moves] == ["done", "done", "done"]
+    assert moves[1]["decision"]["operator"] == "demo-auto-reissue"
+    assert actions_per_move(journal(tmp_path)) == {"move-0000": 1, "move-0001": 2, "move-0002": 1}
