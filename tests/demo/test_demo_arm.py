@@ -11,6 +11,7 @@ import select
 import signal
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -413,3 +414,50 @@ def test_wait_leaves_the_move_parked_exit_3_and_the_same_command_resumes_it(
     assert [m["state"] for m in moves] == ["done", "done", "done"]
     assert moves[1]["decision"]["operator"] == "demo-auto-reissue"
     assert actions_per_move(journal(tmp_path)) == {"move-0000": 1, "move-0001": 2, "move-0002": 1}
+
+
+def test_with_config_the_moves_run_on_its_robot_and_the_operator_is_asked(tmp_path: Path) -> None:
+    """`--config`: the moves run on the configured robot's port (here an emulator in a process
+    of its own, which the demo cannot tell from hardware: no power loss is injected, and the
+    operator is the config's own); each move sends one ACTION."""
+    from tether.devices.credentials import hash_secret
+
+    control, link = tmp_path / "emu.sock", tmp_path / "emu.tty"
+    frames = tmp_path / "emu-journal.jsonl"
+    argv = ["emulate", "dynamixel", "--ids", "1,2", "--control", str(control)]
+    argv += ["--journal", str(frames), "--speed-scale", "20", "--link", str(link)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "tether", *argv], stdout=subprocess.PIPE, text=True
+    ) as emulator:
+        try:
+            assert emulator.stdout is not None and emulator.stdout.readline().strip()
+            config = tmp_path / "host.toml"
+            config.write_text(
+                f'[host]\nstate_dir = "{tmp_path / "state"}"\n'
+                f'[operators.alice]\ncredential = "{hash_secret(OPERATOR)}"\n'
+                f'[ports.bus]\nurl = "{link}"\ntimeout_ms = 400\n'
+                '[robots.arm]\nport = "bus"\nspeed = 2.0\nfirst_motion_speed = 0.5\n'
+                '[[robots.arm.joints]]\nname = "a"\nid = 1\nmin = -1.5\nmax = 1.5\n'
+                '[[robots.arm.joints]]\nname = "b"\nid = 2\nmin = -1.5\nmax = 1.5\n'
+            )
+            term = Terminal(
+                demo_argv(tmp_path / "data", *REACHES, "--config", str(config), arm=True)
+            )
+            try:
+                code = term.finish(timeout=180)
+            finally:
+                if term.proc.poll() is None:
+                    term.proc.kill()
+        finally:
+            emulator.terminate()
+    assert code == _exit.OK, term.text[-3000:]
+    assert "power loss: none" in term.text and "choose a passphrase" not in term.text
+    entries = [json.loads(line) for line in frames.read_text().splitlines() if line]
+    for rad in (0.6, -0.6, 0.3):
+        data = tables.encode(tables.GOAL_POSITION, tables.radians_to_ticks(rad)).hex()
+        applied = [
+            e["id"]
+            for e in entries
+            if e["instruction"] == "action" and e["executed"] and e["data"] == data
+        ]
+        assert sorted(applied) == [1, 2], (rad, applied)

@@ -429,7 +429,11 @@ def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm 
         operator: Operator | None = None
         if robot:
             operator = Prompt(
-                f"of {Path(args.config).name}", out, _read_line(out), _secret_reader()
+                "(the credential's)",
+                out,
+                _read_line(out),
+                _secret_reader(),
+                who=f"an operator of {args.config}",
             )
         moves = _moves(targets, arm_mod.ARM_WORLD, arm_mod.MOVE_KIND)
         return _Arm(config, serve, robot, moves, operator, None, None, Path(args.config))

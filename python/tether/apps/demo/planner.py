@@ -149,8 +149,11 @@ class Prompt:
         out: TextIO,
         read_line: Callable[[str], str],
         read_secret: Callable[[str], str],
+        *,
+        who: str | None = None,
     ) -> None:
         self.name = name
+        self._who = who or f"operator {name}"
         self._out = out
         self._read_line = read_line
         self._read_secret = read_secret
@@ -173,7 +176,7 @@ class Prompt:
         if answer == "wait":
             return None
         self.tries += 1
-        return answer, self._read_secret(f"credential of operator {self.name}: ")
+        return answer, self._read_secret(f"credential of {self._who}: ")
 
     def refused(self, code: str, message: str) -> bool:
         print(f"  refused by the daemon: {code}: {message}", file=self._out, flush=True)
