@@ -915,6 +915,10 @@ def main(argv: list[str]) -> int:
         parser.error("--linger and --wait-subscribers must not be negative")
     if not 64 <= args.memory_cap_mb <= 1 << 30:
         parser.error("--memory-cap-mb must be at least 64")
+    if not 0 <= args.moves <= len(arm_mod.TARGETS):
+        parser.error(
+            f"--moves must be in [0, {len(arm_mod.TARGETS)}] (each move has its own target)"
+        )
     out = sys.stderr if args.json else sys.stdout
     stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:
