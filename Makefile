@@ -10,8 +10,11 @@ export PYO3_PYTHON := $(abspath $(BIN))/python
 
 .PHONY: demo test build venv rust-test lint typecheck pytest pytest-pg-throwaway bench proto clean
 
+# On a terminal the demo asks the operator; without one (CI, a pipe) it decides unattended
+# (its arm is emulated, so --operator auto-reissue is allowed).
 demo: build
-	$(BIN)/tether demo $(ARGS)
+	@if [ -t 0 ]; then $(BIN)/tether demo $(ARGS); \
+	else $(BIN)/tether demo --operator auto-reissue $(ARGS); fi
 
 test: build rust-test lint typecheck pytest pytest-pg-throwaway
 

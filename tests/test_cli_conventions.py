@@ -289,7 +289,7 @@ def test_demo_json_is_one_object_on_stdout_with_progress_on_stderr(tmp_path: Pat
     data = tmp_path / "data"
     done = tether_run(
         "demo", "--data-dir", str(data), "--targets", "1", "--episodes", "1", "--steps", "100",
-        "--port", "0", "--json",
+        "--port", "0", "--json", "--moves", "0",
     )  # fmt: skip
     assert done.returncode == _exit.OK, done.stderr
     report = json.loads(done.stdout)

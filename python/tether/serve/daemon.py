@@ -34,6 +34,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ from tether.runtime import Family, Host, ProgressEvent
 from tether.runtime.worker_main import live_families
 from tether.serve import views
 from tether.serve.config import ServeConfig, load_serve
-from tether.serve.families import ServeContext, Served, load
+from tether.serve.families import ServeContext, Served, load, load_items
 from tether.serve.locks import InstanceLock
 from tether.world import WorldNotFound
 
@@ -113,9 +114,20 @@ class Daemon:
     """One `tether serve` (see the module rules). `start()`, then `close()` (always)."""
 
     def __init__(
-        self, config: HostConfig[Any], serve: ServeConfig, *, robots: list[str] | None = None
+        self,
+        config: HostConfig[Any],
+        serve: ServeConfig,
+        *,
+        robots: list[str] | None = None,
+        factories: Sequence[Callable[[ServeContext], Sequence[Any]]] = (),
+        progress_listener: Callable[[ProgressEvent], None] | None = None,
     ) -> None:
+        """`factories`: in-process family factories served beside `serve.families` (an app
+        that embeds the daemon, e.g. `tether demo`); `progress_listener`: also told every
+        progress event (after the daemon's own bookkeeping)."""
         self.config = config
+        self._factories = tuple(factories)
+        self._progress_listener = progress_listener
         self.serve = serve
         self.robots = robots if robots is not None else sorted(config.robots)
         self.state_dir = config.state_dir
@@ -207,6 +219,8 @@ class Daemon:
         served: list[Served] = []
         for spec in self.serve.families:
             served += load(spec, ctx)
+        for factory in self._factories:
+            served += load_items(factory(ctx), repr(factory))
         families: list[Family] = [s.family for s in served]
         for s in served:
             for kind in s.family.kinds:
@@ -285,6 +299,8 @@ class Daemon:
             while len(self._progress) > PROGRESS_KEYS:
                 self._progress.popitem(last=False)
             self._changed.notify_all()
+        if self._progress_listener is not None:
+            self._progress_listener(event)
 
     def _latest(self, key: ActivityKey) -> tuple[int, dict[str, Any] | None]:
         with self._changed:

@@ -57,8 +57,12 @@ def load(spec: str, ctx: ServeContext) -> list[Served]:
         raise FamilyError(f"serve.families: cannot import {module_name}: {exc}") from None
     if not callable(factory):
         raise FamilyError(f"serve.families: {spec!r} is not a callable")
+    return load_items(factory(ctx), spec)
+
+
+def load_items(items: Sequence[Any], spec: str) -> list[Served]:
+    """What a factory returned, as served families (`spec` names the factory in errors)."""
     out: list[Served] = []
-    items: Sequence[Any] = factory(ctx)
     for item in items:
         if isinstance(item, Family):
             out.append(Served(item))
@@ -79,4 +83,4 @@ def sim_families(ctx: ServeContext) -> list[Any]:
     return [sim_family(adapter)]
 
 
-__all__ = ["ServeContext", "Served", "Submit", "load", "sim_families"]
+__all__ = ["ServeContext", "Served", "Submit", "load", "load_items", "sim_families"]

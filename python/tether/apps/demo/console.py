@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -82,6 +84,25 @@ class ProgressBoard:
         self._drawn = 0
         self._milestone: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._paused = False
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No drawing while the block runs (an operator prompt owns the terminal); updates are
+        kept, and the board is drawn again after it. Never blocks the threads that report."""
+        with self._lock:
+            if self._tty and self._drawn:
+                self._out.write(f"\x1b[{self._drawn}F\x1b[J")
+                self._out.flush()
+            self._drawn = 0
+            self._paused = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paused = False
+                if self._tty:
+                    self._redraw()
 
     def update(self, activity: str, **changes: object) -> None:
         """Change fields of an activity's row (creating it) and show the result."""
@@ -89,6 +110,8 @@ class ProgressBoard:
             row = self._rows.setdefault(activity, ActivityRow(activity))
             for name, value in changes.items():
                 setattr(row, name, value)
+            if self._paused:
+                return
             if self._tty:
                 self._redraw()
             else:
@@ -101,7 +124,7 @@ class ProgressBoard:
                 self._out.write(f"\x1b[{self._drawn}F\x1b[J")
                 self._drawn = 0
             self._out.write(text + "\n")
-            if self._tty:
+            if self._tty and not self._paused:
                 self._redraw()
             self._out.flush()
 

@@ -1,4 +1,5 @@
-"""`tether demo`: the main job — a planner drives seeded MuJoCo reaches through durable activities.
+"""`tether demo`: the main job — seeded MuJoCo reaches and an emulated DYNAMIXEL arm, run by the
+robot-host daemon's machinery, with one power loss that walks the operator path.
 
 One command creates (or reopens) a data directory with the SQLite world and Activity catalog,
 commits a reaching mission and its first target, and runs the runtime's projector, observer
@@ -12,28 +13,60 @@ A reach too large to run (episodes x steps past `--memory-cap-mb`) is refused at
 the family: it is never run, the world observes it as a failed reach with its reason, the
 mission runs to its end, and the demo prints the summary and one line naming the refusal and
 exits 2 (`tether._exit.USAGE`, `request_too_large`).
+
+The arm (`--moves`, default 3): the demo starts an emulated arm (`DynamixelEmulator`, two
+servos on a real pty, served by a thread of the demo), writes `<data_dir>/host.toml` (the arm,
+the demo's operator with an argon2id hash of its credential, `[serve]` on the data dir) and
+runs a `tether.serve.Daemon` in this process on it: its device host owns the port, its runtime
+runs both families (sim reaches and robot moves), its control socket serves the demo's arm
+planner (`tether.client`: `submit`, `watch`, `operator_show`, `operator_resolve`) and any other
+`tether` command on that host.toml while the demo runs (`tether status --config
+<data_dir>/host.toml`). Right after the ACTION of move `--power-loss` the arm loses power; the
+move reconciles to Unknown and parks with its evidence. The operator decides:
+
+- on a terminal (`--operator ask`, the default there) the demo asks you to choose the demo
+  operator's passphrase at start (hashed into host.toml, never printed or logged), shows the
+  evidence and asks for the decision and the passphrase; the daemon verifies it;
+- `--operator auto-reissue|auto-abandon` decides unattended with a credential generated in
+  memory. It is refused (exit 2) unless every port is an emulator: the demo's own ports are,
+  because the demo created them; a port of a `--config` host.toml always counts as real;
+- without a terminal and without `--operator`, the demo refuses to start (exit 2) and says
+  which flag to pass.
+
+A re-issue runs on the adapter's proof (taken by the daemon, which owns the port). A move left
+parked (`wait`, or no valid credential) ends the run with exit 3.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import getpass
 import logging
 import os
+import secrets
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from tether import _exit
 from tether._args import Parser, error_line
+from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._sqlite_files import StoreFileError, describe, storage_failure
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.agui import message_id as message_id  # re-exported: callers name it here
+from tether.apps.demo import arm as arm_mod
 from tether.apps.demo.console import ProgressBoard, SummaryRow, summary_table
+from tether.apps.demo.planner import ArmPlanner, Auto, MoveOutcome, Operator, Prompt, wait_done
+from tether.client import Client
+from tether.devices.credentials import hash_secret, read_secret
 from tether.errors import TetherError
 from tether.families.sim._memory import DEFAULT_MEMORY_CAP_BYTES
 from tether.families.sim.adapter import SimEpisodeAdapter, kick_planner, sim_family
@@ -49,20 +82,27 @@ from tether.families.sim.family import (
 )
 from tether.operations import JournalError
 from tether.runtime import Host, ProgressEvent
+from tether.serve.config import ROBOT_MOVE, SIM, ServeConfig, load_serve
+from tether.serve.daemon import Daemon
+from tether.serve.families import ServeContext
 from tether.world import ComponentWrite, WorldSnapshot
 
 WORLD = "demo"
 DEBUG_ENV = "TETHER_DEBUG"
 EXIT_OK, EXIT_USAGE, EXIT_PARKED = _exit.OK, _exit.USAGE, _exit.PARKED
 EXIT_STORE, EXIT_DISK = _exit.STORE_UNUSABLE, _exit.STORAGE_IO
+EXIT_UNAVAILABLE = _exit.UNAVAILABLE
 #: The codes `tether demo` documents (a test checks them against `tether._exit`).
-EXIT_CODES = (EXIT_OK, EXIT_USAGE, EXIT_PARKED, EXIT_STORE, EXIT_DISK)
+EXIT_CODES = (EXIT_OK, EXIT_USAGE, EXIT_PARKED, EXIT_STORE, EXIT_DISK, EXIT_UNAVAILABLE)
+OPERATOR_MODES = ("ask", "auto-reissue", "auto-abandon")
 _EPILOG = (
     "exit codes: 0 done; 2 usage (also reaches refused at admission, `request_too_large`, a "
-    "data dir that is a file, another mission in the data dir); 3 Activities parked for an "
-    "operator (`tether operator`); "
+    "data dir that is a file, another mission in the data dir, --operator auto-* with a port "
+    "that is not the demo's emulator, no terminal and no --operator); 3 Activities parked for "
+    "an operator (`tether operator`); "
     "5 a store that cannot be used (`store_truncated`, `not_a_database`, `old_layout`); 6 the "
-    "disk refused a write (nothing lost; run it again). See `tether --help`."
+    "disk refused a write (nothing lost; run it again); 7 another demo or daemon runs on the "
+    "data dir or state dir. See `tether --help`."
 )
 
 
@@ -83,6 +123,10 @@ class _LogLines(logging.Handler):
             if self.storage is None:
                 self.storage = (kind, _one_line(exc))
             return
+        if record.name.startswith("tether.runtime") and "leaving it to reconcile" in str(
+            record.msg
+        ):
+            return  # the runtime reconciles it; the board and the summary show the outcome
         if os.environ.get(DEBUG_ENV) == "1":
             sys.stderr.write(logging.Formatter().format(record) + "\n")
             return
@@ -136,6 +180,35 @@ def _parser() -> argparse.ArgumentParser:
         help="print one JSON object on stdout at the end; progress goes to stderr",
     )
     p.add_argument(
+        "--moves",
+        type=int,
+        default=3,
+        help="arm moves the demo submits to the daemon; 0 runs the reaches only "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--power-loss",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the emulated arm loses power right after the ACTION of move N (counted from 0; "
+        "negative: never) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--operator",
+        choices=OPERATOR_MODES,
+        default=None,
+        help="who decides a parked move: ask on a terminal, or decide unattended as the "
+        "choice names (refused unless every port is the demo's emulator) (default: ask on "
+        "a terminal; required without one)",
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        help="a host.toml whose first robot runs the moves instead of the emulated arm; its "
+        "ports count as real hardware (default: the demo's emulated arm)",
+    )
+    p.add_argument(
         "--wait-subscribers",
         type=int,
         default=0,
@@ -170,21 +243,6 @@ def final_content(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot) ->
         "source_tick": rec.source.tick,
         "settle_tick": rec.settlement.receipt.tick,
     }
-
-
-@dataclass
-class _Run:
-    host: Host
-    out: TextIO
-    board: ProgressBoard
-    settled_before: set[str]
-    started: float
-    live: LiveActivities
-    adapter: SimEpisodeAdapter
-    #: Attempt numbers held by a previous (killed) run when this one opened: shown as
-    #: interrupted until their lease runs out and a new attempt reconciles them.
-    interrupted: dict[str, int]
-    log: _LogLines
 
 
 def _keys(snapshot: WorldSnapshot) -> list[ActivityKey]:
@@ -229,6 +287,221 @@ def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, befor
     return "-"
 
 
+@dataclass
+class _Arm:
+    """The arm side of a run: the daemon's host configuration, the moves, who decides."""
+
+    config: Any
+    serve: ServeConfig
+    robot: str | None
+    moves: list[MoveOutcome]
+    operator: Operator | None
+    #: The demo's emulated arm (None with --config or --moves 0).
+    emulator: arm_mod.DemoArm | None
+    #: The power loss's move (None: none injected).
+    power_loss: str | None
+    config_path: Path
+
+
+@dataclass
+class _Run:
+    host: Host
+    out: TextIO
+    board: ProgressBoard
+    settled_before: set[str]
+    started: float
+    live: LiveActivities
+    daemon: Daemon
+    #: Attempt numbers held by a previous (killed) run when this one opened: shown as
+    #: interrupted until their lease runs out and a new attempt reconciles them.
+    interrupted: dict[str, int]
+    log: _LogLines
+    arm: _Arm
+    planner: ArmPlanner | None = None
+    resumed_moves: set[str] = field(default_factory=set)
+
+
+def _sim_factory(cap: int) -> Any:
+    """The sim reaches served by the daemon, refused at admission past `cap` bytes."""
+
+    def factory(ctx: ServeContext) -> list[Any]:
+        adapter = SimEpisodeAdapter(ctx.data_dir, memory_cap_bytes=cap)
+        ctx.on_close(adapter.close)
+        # The family refuses a reach past the cap at admission; the adapter's own cap is the
+        # same (its second line, for a reach admitted under a larger one).
+        return [sim_family(adapter, memory_cap_bytes=cap)]
+
+    return factory
+
+
+def _usage(message: str) -> int:
+    print(f"tether demo: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _operator_name() -> str:
+    try:
+        name = getpass.getuser()
+    except Exception:  # no login name (a container without a passwd entry)
+        name = ""
+    name = "".join(c for c in name if c.isascii() and (c.isalnum() or c in "_-"))
+    return name or "operator"
+
+
+def _read_line(out: TextIO) -> Any:
+    def read(prompt: str) -> str:
+        out.write(prompt)
+        out.flush()
+        line = sys.stdin.readline()
+        return line if line else "wait"  # end of input: decide nothing
+
+    return read
+
+
+def _choose_passphrase(name: str, out: TextIO) -> str | None:
+    """The demo operator's passphrase, chosen on the terminal (asked twice, never echoed)."""
+    for _ in range(3):
+        first = read_secret(prompt=f"choose a passphrase for demo operator {name} (8+ chars): ")
+        if len(first) < 8:
+            print("  at least 8 characters, please", file=out, flush=True)
+            continue
+        if read_secret(prompt="the same passphrase again: ") == first:
+            return first
+        print("  the two did not match", file=out, flush=True)
+    return None
+
+
+def _config_targets(robot: Any, count: int) -> list[dict[str, float]]:
+    """Moves for a configured robot: each joint a distinct fraction of its range from its
+    middle (inside the limits by construction)."""
+    fractions = (0.2, -0.2, 0.1, -0.1, 0.15, 0.0)
+    return [
+        {
+            j.name: round((j.min_rad + j.max_rad) / 2 + f * (j.max_rad - j.min_rad), 4)
+            for j in robot.joints
+        }
+        for f in fractions[:count]
+    ]
+
+
+def _moves(targets: list[dict[str, float]], world: str, kind: str) -> list[MoveOutcome]:
+    return [
+        MoveOutcome(arm_mod.move_id(i), f"{world}/{kind}/{arm_mod.move_id(i)}", t)
+        for i, t in enumerate(targets)
+    ]
+
+
+def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm | int:
+    """The daemon's configuration (generated, or `--config`), the moves and the operator."""
+    from tether.devices.config import load_config
+
+    wants_arm = args.moves > 0
+    tty = sys.stdin.isatty()
+    mode = args.operator
+    workers = max(2, args.workers) if wants_arm else args.workers
+    config: Any
+    if args.config is not None:
+        try:
+            config = load_config(args.config)
+        except (TetherError, OSError) as exc:
+            error_line("tether demo", exc)
+            return _exit.for_error(exc, EXIT_USAGE)
+        ports = arm_mod.config_ports(config)
+        if mode is not None and mode != "ask":
+            return _usage(
+                f"operator_refused: --operator {mode} decides unattended and is refused unless "
+                f"every port is the demo's emulator; port(s) {', '.join(ports) or '-'} of "
+                f"{args.config} count as real hardware (decide on a terminal)"
+            )
+        robots = sorted(config.robots)
+        if wants_arm and not robots:
+            return _usage(f"no_robot: {args.config} configures no robot (or pass --moves 0)")
+        if wants_arm and not tty:
+            return _usage(
+                "operator_required: no terminal to ask the operator on, and --operator "
+                "auto-* is refused for real hardware; run it on a terminal or pass --moves 0"
+            )
+        robot = robots[0] if wants_arm else None
+        targets = _config_targets(config.robot(robot), args.moves) if robot else []
+        serve = ServeConfig(
+            data_dir, workers, None, (ROBOT_MOVE,) if robot else (), args.lease_ms, 20.0
+        )
+        operator: Operator | None = None
+        if robot:
+            operator = Prompt(
+                "(the credential's)",
+                out,
+                _read_line(out),
+                _secret_reader(),
+                who=f"an operator of {args.config}",
+            )
+        moves = _moves(targets, arm_mod.ARM_WORLD, arm_mod.MOVE_KIND)
+        return _Arm(config, serve, robot, moves, operator, None, None, Path(args.config))
+    if wants_arm and mode is None:
+        if not tty:
+            return _usage(
+                "operator_required: no terminal to ask the operator on; pass --operator "
+                "auto-reissue or --operator auto-abandon (the demo's arm is emulated), or "
+                "--moves 0 for the reaches only"
+            )
+        mode = "ask"
+    if mode == "ask" and not tty and wants_arm:
+        return _usage("operator_required: --operator ask needs a terminal")
+    targets = list(arm_mod.TARGETS[: args.moves])
+    operator = None
+    credential_hash = None
+    name = _operator_name() if mode == "ask" else f"demo-{mode}"
+    if wants_arm:
+        if mode == "ask":
+            secret = _choose_passphrase(name, out)
+            if secret is None:
+                return _usage("no passphrase chosen; nothing was started")
+            operator = Prompt(name, out, _read_line(out), _secret_reader())
+        else:
+            secret = secrets.token_urlsafe(24)  # in memory only; never shown
+            operator = Auto(name, str(mode), secret)
+        credential_hash = hash_secret(secret)
+        del secret
+    loss = args.power_loss if wants_arm and 0 <= args.power_loss < len(targets) else None
+    emulator = None
+    if wants_arm:
+        goals = arm_mod.goals_ticks(targets[loss]) if loss is not None else None
+        emulator = arm_mod.DemoArm(data_dir / "arm-journal.jsonl", goals)
+        emulator.start()
+    try:
+        generated = arm_mod.write_host_toml(
+            data_dir,
+            pty=emulator.path if emulator is not None else None,
+            operator=name if credential_hash else None,
+            credential_hash=credential_hash,
+            workers=workers,
+            lease_ms=args.lease_ms,
+        )
+        config = load_config(generated.path)
+        serve = load_serve(generated.path, state_dir=config.state_dir, robots=len(config.robots))
+    except BaseException:
+        if emulator is not None:
+            emulator.stop()
+        raise
+    # The reaches come from the demo's own factory (its --memory-cap-mb).
+    serve = dataclasses.replace(serve, families=tuple(f for f in serve.families if f != SIM))
+    moves = _moves(targets, arm_mod.ARM_WORLD, arm_mod.MOVE_KIND)
+    return _Arm(
+        config,
+        serve,
+        arm_mod.ROBOT if wants_arm else None,
+        moves,
+        operator,
+        emulator,
+        arm_mod.move_id(loss) if loss is not None else None,
+        generated.path,
+    )
+
+
+def _secret_reader() -> Any:
+    return lambda prompt: read_secret(prompt=prompt)
+
+
 def _open(
     args: argparse.Namespace, out: TextIO, live: LiveActivities, log: _LogLines
 ) -> tuple[_Run, Mission] | int:
@@ -250,6 +523,15 @@ def _open(
 
     def on_progress(event: ProgressEvent) -> None:
         c = event.content
+        if event.key.kind != KIND:  # an arm move: its fraction of the way
+            board.update(
+                event.key.activity_id,
+                attempt=event.attempt,
+                done=round(100 * float(c.get("fraction", 0.0))),
+                total=100,
+                state="moving",
+            )
+            return
         board.update(
             event.key.activity_id,
             attempt=event.attempt,
@@ -260,31 +542,41 @@ def _open(
         )
         live.update(event.key, **c)
 
+    prepared = _prepare_arm(args, data_dir, out)
+    if isinstance(prepared, int):
+        return prepared
+    arm = prepared
+    daemon = Daemon(
+        arm.config,
+        arm.serve,
+        robots=[arm.robot] if arm.robot else [],
+        factories=[_sim_factory(cap)],
+        progress_listener=on_progress,
+    )
     try:
-        adapter = SimEpisodeAdapter(data_dir, memory_cap_bytes=cap)
-    except JournalError as exc:  # an older layout that cannot be migrated now, or damage
-        error_line("tether demo", exc)
-        return EXIT_STORE
-    try:
-        host = Host(
-            data_dir,
-            # The family refuses a reach past the cap at admission; the adapter's own cap is
-            # the same (its second line, for a reach admitted under a larger one).
-            [sim_family(adapter, memory_cap_bytes=cap)],
-            workers=args.workers,
-            lease_ms=args.lease_ms,
-            progress_listener=on_progress,
-        )
+        daemon.start()
     except StoreFileError as exc:  # a store cut short: refused before anything was written
-        adapter.close()
+        _stop_all(daemon, arm)
         if exc.code in ("disk_full", "file_too_large"):
             print(_storage_line(exc.code, exc.message, data_dir), file=sys.stderr)
             return EXIT_DISK
         error_line("tether demo", exc)
         return EXIT_STORE
+    except JournalError as exc:  # an older layout that cannot be migrated now, or damage
+        _stop_all(daemon, arm)
+        error_line("tether demo", exc)
+        return EXIT_STORE
+    except CodedError as exc:  # another daemon or demo on the data dir or state dir
+        _stop_all(daemon, arm)
+        if storage_failure(exc) is not None:
+            raise
+        error_line("tether demo", exc)
+        return _exit.for_error(exc, EXIT_UNAVAILABLE)
     except BaseException:
-        adapter.close()
+        _stop_all(daemon, arm)
         raise
+    assert daemon.runtime is not None
+    host = daemon.runtime
     settled: set[str] = set()
     interrupted: dict[str, int] = {}
     if WORLD not in host.ledger.worlds():
@@ -295,8 +587,7 @@ def _open(
     else:
         snap = host.snapshot(WORLD)
         if snap.get(MISSION_ENTITY, MISSION) != component:
-            host.close()
-            adapter.close()
+            _stop_all(daemon, arm)
             print(
                 f"tether demo: {data_dir} holds a different mission; use another --data-dir",
                 file=sys.stderr,
@@ -314,8 +605,28 @@ def _open(
             f"{'activity' if len(settled) == 1 else 'activities'} already settled)",
             file=out,
         )
-    run = _Run(host, out, board, settled, time.monotonic(), live, adapter, interrupted, log)
+    if arm.robot is not None:
+        where = "emulated DYNAMIXEL arm on " + arm.emulator.path if arm.emulator else arm.robot
+        print(
+            f"arm: {where}; daemon control socket {daemon.socket_path} "
+            f"(`tether status --config {arm.config_path}`)",
+            file=out,
+        )
+    run = _Run(host, out, board, settled, time.monotonic(), live, daemon, interrupted, log, arm)
     return run, mission
+
+
+def _stop_all(daemon: Daemon, arm: _Arm) -> None:
+    """Close the daemon (safe-stop, stores, locks), then the emulated arm; on a failed disk a
+    close that cannot checkpoint is no second error."""
+    try:
+        daemon.close()
+    except (TetherError, OSError) as exc:
+        if storage_failure(exc) is None:
+            raise
+    finally:
+        if arm.emulator is not None:
+            arm.emulator.stop()
 
 
 def _refusals(run: _Run) -> list[tuple[str, str, str]]:
@@ -390,6 +701,10 @@ def _watch(run: _Run) -> int:
                         **({"attempt": attempt} if attempt is not None else {}),
                     )
                 run.board.update(key.activity_id, **changes)
+        for move in run.arm.moves:
+            if move.state != "not submitted" and shown.get(move.activity) != move.state:
+                shown[move.activity] = move.state
+                run.board.update(move.activity, state=move.state, attempt=move.attempts)
         parked = [k for k, rec in records.items() if _parked(rec)]
         if parked:
             run.board.message("parked activities (reconciliation is Unknown; an operator decides):")
@@ -398,14 +713,120 @@ def _watch(run: _Run) -> int:
                 assert rec is not None and rec.evidence is not None
                 run.board.message(f"  {key.activity_id}  evidence {rec.evidence.evidence.ref}")
             return EXIT_PARKED
-        if mission_done(snap) and all(r is not None and r.settlement for r in records.values()):
-            return EXIT_OK
+        arm_done = run.planner is None or run.planner.done.is_set()
+        if (
+            arm_done
+            and mission_done(snap)
+            and all(r is not None and r.settlement for r in records.values())
+        ):
+            return _arm_code(run)
         time.sleep(0.05)
+
+
+def _arm_code(run: _Run) -> int:
+    """EXIT_OK, or EXIT_PARKED when a move is left awaiting a decision (its lines said)."""
+    if run.planner is not None and run.planner.error is not None:
+        run.board.message(f"tether demo: the arm planner stopped: {run.planner.error}")
+    left = [m for m in run.arm.moves if m.state == "awaiting_decision"]
+    if left:
+        run.board.message("parked moves (an operator decides; the daemon stopped with the demo):")
+        for move in left:
+            run.board.message(
+                f"  {move.key}  {move.reason}; decide later: tether operator --config "
+                f"{run.arm.config_path} resolve {move.key}, or run the same demo command again"
+            )
+        return EXIT_PARKED
+    return EXIT_OK
 
 
 def _summary(run: _Run) -> str:
     rows, tail = _summary_rows(run)
-    return summary_table(rows) + "\n" + tail
+    text = summary_table(rows) + "\n" + tail
+    if run.arm.moves:
+        _decisions(run)
+        text += "\n\n" + _moves_table(run)
+    return text
+
+
+#: A catalog decision's outcome, as the operator named it.
+_DECIDED = {"absent": "reissue", "abandon": "abandon", "recovered": "done"}
+
+
+def _decisions(run: _Run) -> None:
+    """Each move's decision from the catalog (the one control record: also a decision made
+    by an earlier, killed run or by `tether operator`); `wait` records nothing there, so the
+    planner's word is kept for it."""
+    for move in run.arm.moves:
+        key = ActivityKey(arm_mod.ARM_WORLD, arm_mod.MOVE_KIND, move.activity)
+        rec = run.host.get(key)
+        made = rec.decision if rec is not None else None
+        if made is None:
+            continue
+        here = move.decision or {}
+        move.decision = {
+            "decision": _DECIDED.get(made.outcome, made.outcome),
+            "operator": made.operator,
+            "revision": made.evidence_revision,
+            "decided_at_ms": made.decided_at_ms,
+            "mode": here.get("mode") if here.get("decided_at_ms") == made.decided_at_ms else None,
+        }
+
+
+def _decision_text(decision: dict[str, Any] | None) -> str:
+    if not decision:
+        return "-"
+    if decision.get("decision") is None:
+        return f"refused: {decision.get('refused')}"
+    if decision["decision"] == "wait":
+        return f"wait ({decision.get('operator')}): left parked"
+    return f"{decision['decision']} by {decision['operator']} on revision {decision['revision']}"
+
+
+def _moves_table(run: _Run) -> str:
+    """The arm's moves: target, final state and outcome, attempts, the ACTIONs the arm
+    applied, what the operator decided; then the power loss."""
+    head = ("arm move", "target rad", "state", "outcome", "attempts", "ACTIONs", "operator")
+    body = [
+        (
+            m.activity,
+            " ".join(f"{n} {v:+.2f}" for n, v in sorted(m.target.items())),
+            m.state,
+            m.outcome or (m.reason or "-"),
+            str(m.attempts),
+            str(m.actions) if run.arm.emulator is not None else "-",
+            _decision_text(m.decision),
+        )
+        for m in run.arm.moves
+    ]
+    widths = [max(len(c[i]) for c in [head, *body]) for i in range(len(head))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) for cells in [head, *body]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append(_power_loss_line(run))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _power_loss(run: _Run) -> dict[str, Any]:
+    emulator = run.arm.emulator
+    return {
+        "move": run.arm.power_loss,
+        "injected": bool(emulator is not None and emulator.power_loss.fired.is_set()),
+    }
+
+
+def _power_loss_line(run: _Run) -> str:
+    loss = _power_loss(run)
+    if run.arm.emulator is None:
+        return "power loss: none (a configured robot is never power-cycled by the demo)"
+    if loss["move"] is None:
+        return "power loss: none (--power-loss is negative or past the last move)"
+    if loss["injected"]:
+        return (
+            f"power loss: the arm lost power right after the ACTION of {loss['move']}; the "
+            "operator decided"
+        )
+    return f"power loss: not injected this run ({loss['move']} had run before)"
 
 
 def _summary_rows(run: _Run) -> tuple[list[SummaryRow], str]:
@@ -444,12 +865,14 @@ def _summary_rows(run: _Run) -> tuple[list[SummaryRow], str]:
 
 def _summary_json(run: _Run, code: int) -> str:
     """`tether demo --json`: one object on stdout at the end (the progress went to stderr)."""
-    import dataclasses
     import json
 
     rows, tail = _summary_rows(run)
     snap = run.host.snapshot(WORLD)
     parked = [k.activity_id for k in _keys(snap) if _parked(run.host.get(k))]
+    parked += [m.key for m in run.arm.moves if m.state == "awaiting_decision"]
+    operator = run.arm.operator
+    _decisions(run)
     refused = [{"activity": a, "code": c, "reason": r} for a, c, r in _refusals(run)]
     status = {EXIT_OK: "done", EXIT_PARKED: "parked", EXIT_USAGE: "refused"}.get(
         code, "storage_failed"
@@ -463,6 +886,21 @@ def _summary_json(run: _Run, code: int) -> str:
             "parked": parked,
             "refused": refused,
             "mission": tail,
+            "moves": [m.as_dict() for m in run.arm.moves],
+            "operator": None
+            if operator is None
+            else {"mode": operator.mode, "name": operator.name},
+            "arm": None
+            if run.arm.robot is None
+            else {
+                "robot": run.arm.robot,
+                "emulated": run.arm.emulator is not None,
+                "config": str(run.arm.config_path),
+                "journal": str(run.host.data_dir / "arm-journal.jsonl")
+                if run.arm.emulator is not None
+                else None,
+                "power_loss": _power_loss(run),
+            },
         }
     )
 
@@ -477,6 +915,10 @@ def main(argv: list[str]) -> int:
         parser.error("--linger and --wait-subscribers must not be negative")
     if not 64 <= args.memory_cap_mb <= 1 << 30:
         parser.error("--memory-cap-mb must be at least 64")
+    if not 0 <= args.moves <= len(arm_mod.TARGETS):
+        parser.error(
+            f"--moves must be in [0, {len(arm_mod.TARGETS)}] (each move has its own target)"
+        )
     out = sys.stderr if args.json else sys.stdout
     stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:
@@ -507,30 +949,32 @@ def main(argv: list[str]) -> int:
 def _run(
     args: argparse.Namespace, out: TextIO, stream: RunStream, server: StreamServer, log: _LogLines
 ) -> int:
+    print(f"AG-UI stream (SSE): {server.url}", file=out, flush=True)
+    if args.wait_subscribers > 0:
+        server.wait_for_subscribers(args.wait_subscribers, timeout=60)
     opened = _open(args, out, LiveActivities(stream), log)
     if isinstance(opened, int):
         stream.finish(error="the demo could not start")
         return opened
     run, _ = opened
-    print(f"AG-UI stream (SSE): {server.url}", file=out, flush=True)
-    if args.wait_subscribers > 0:
-        server.wait_for_subscribers(args.wait_subscribers, timeout=60)
     try:
-        run.host.start()
         kick_planner(run.host, WORLD)
+        if run.arm.robot is not None and run.arm.operator is not None:
+            run.planner = _planner(run).start()
         code = _watch(run)
         refused = _refusals(run) if code == EXIT_OK else []
         if refused:  # the mission ran to its end, but these reaches could never run
             code = EXIT_USAGE
         if args.json:
             print(_summary_json(run, code), flush=True)
-        if code in (EXIT_OK, EXIT_USAGE):
+        if code in (EXIT_OK, EXIT_USAGE, EXIT_PARKED):
             print(_summary(run), file=out)
             for line in _refusal_lines(refused):
                 print(f"tether demo: {line}", file=sys.stderr)
-            stream.finish()
-        elif code == EXIT_PARKED:
+        if code == EXIT_PARKED:
             stream.finish(error="activities are parked: reconciliation is Unknown")
+        elif code in (EXIT_OK, EXIT_USAGE):
+            stream.finish()
         else:
             stream.finish(error="the data directory's disk refused a write")
         return code
@@ -540,15 +984,42 @@ def _run(
             time.sleep(args.linger)
 
 
+def _planner(run: _Run) -> ArmPlanner:
+    assert run.arm.robot is not None and run.arm.operator is not None
+    emulator = run.arm.emulator
+
+    def on_existing(activity: str) -> None:
+        run.resumed_moves.add(activity)
+        if emulator is not None and activity == run.arm.power_loss:
+            emulator.power_loss.disarm()  # one power loss per move, not one per run
+
+    @contextmanager
+    def pause() -> Iterator[None]:
+        with run.board.paused():
+            yield
+
+    return ArmPlanner(
+        Client(state_dir=run.daemon.state_dir),
+        run.arm.moves,
+        run.arm.operator,
+        world=arm_mod.ARM_WORLD,
+        kind=arm_mod.MOVE_KIND,
+        robot=run.arm.robot,
+        actions=emulator.actions if emulator is not None else (lambda target: 0),
+        on_existing=on_existing,
+        pause=pause,
+        say=run.board.message,
+    )
+
+
 def _close_quietly(run: _Run, log: _LogLines) -> None:
-    """Close the Host and the adapter; on a failed disk, a close that cannot checkpoint is no
-    second error (what is committed stays in the write-ahead log)."""
-    for close in (run.host.close, run.adapter.close):
-        try:
-            close()
-        except (TetherError, OSError) as exc:
-            if storage_failure(exc) is None:
-                raise
+    """Stop the arm planner, then close the daemon (safe-stop, workers, stores, locks) and the
+    emulated arm; on a failed disk, a close that cannot checkpoint is no second error (what is
+    committed stays in the write-ahead log)."""
+    if run.planner is not None:
+        run.planner.stop.set()
+        wait_done(run.planner, 15.0)
+    _stop_all(run.daemon, run.arm)
 
 
 if __name__ == "__main__":
