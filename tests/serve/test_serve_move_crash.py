@@ -14,7 +14,7 @@ import pytest
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.move import CRASH_POINTS as MOVE_POINTS
 from tether.adapters.dynamixel.move import PROOF_CRASH_POINTS
-from tether.client import Client, ClientError
+from tether.client import AdmissionConflict, Client, ClientError
 from tether.families.sim.provider import CRASH_POINTS as SIM_POINTS
 from tether.operator.decisions import RESOLVE_CRASH_POINTS
 from tether.runtime import CRASH_POINTS as RUNTIME_POINTS
@@ -106,6 +106,10 @@ def test_serve_killed_at_each_point_of_a_move(tmp_path: Path, crash_at: str) -> 
             view = client.submit("local", "move-1", KIND, REQUEST)
             assert view["created"] is False
             assert view["key"] == "local/physical_ai.robot_move.absolute/move-1"
+            if crash_at in LOST_REPLY:  # another request under the id is still a conflict
+                other = {"robot": "arm", "targets": {"a": 0.2, "b": -0.3}}
+                with pytest.raises(AdmissionConflict):
+                    client.submit("local", "move-1", KIND, other)
             if first is not None:
                 assert view["key"] == first["key"]
             done = final(client, view["key"])
