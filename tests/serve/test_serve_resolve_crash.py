@@ -46,7 +46,7 @@ REISSUE_POINTS = (
 )
 #: The crash point of a decision on a device that changed since its evidence.
 CHANGED_POINTS = ("resolve.after_evidence_document",)
-SAMPLED = ("proof.after_neutralise", "resolve.after_decision")
+SAMPLED = ("proof.after_neutralise", "resolve.after_decision", "resolve.after_evidence_document")
 
 
 def test_every_crash_point_of_the_resolve_path_is_killed_at() -> None:
