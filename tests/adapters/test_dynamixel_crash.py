@@ -30,6 +30,8 @@ from tether.adapters.dynamixel.move import CRASH_POINTS
 from tether.families.robot_move.journal import MoveStore
 from tether.families.robot_move.request import KIND_ABSOLUTE
 
+from tests._serve import add_serve, daemon, effectful
+
 KILLED = -signal.SIGKILL
 KEY = ActivityKey("local", KIND_ABSOLUTE, "move-1")
 KEY_TEXT = "local/physical_ai.robot_move.absolute/move-1"
@@ -154,22 +156,24 @@ def test_power_loss_after_staging_is_unknown_then_operator_reissues(tmp_path: Pa
         assert abs(evidence["commanded_vs_present"]["a"]["commanded_rad"] - TARGETS["a"]) < 0.002
         assert shown["device_state_age_ms"] >= 0
 
-        no_credential = resolve(config, KEY_TEXT, "reissue", 1, "alice", credential=None)
-        assert json.loads(no_credential.stdout)["code"] == "credential_refused"
-        wrong = resolve(config, KEY_TEXT, "reissue", 1, "alice", credential="guess")
-        assert json.loads(wrong.stdout)["code"] == "credential_refused"
-        stale = resolve(config, KEY_TEXT, "reissue", 0, "alice")
-        assert json.loads(stale.stdout)["code"] == "stale_revision"
-        assert len(emu.journal()) == before  # refusals touched nothing
+        with daemon(add_serve(config)):  # decisions run through `tether serve`
+            sent = effectful(emu.journal())
+            no_credential = resolve(config, KEY_TEXT, "reissue", 1, "alice", credential=None)
+            assert json.loads(no_credential.stdout)["code"] == "credential_refused"
+            wrong = resolve(config, KEY_TEXT, "reissue", 1, "alice", credential="guess")
+            assert json.loads(wrong.stdout)["code"] == "credential_refused"
+            stale = resolve(config, KEY_TEXT, "reissue", 0, "alice")
+            assert json.loads(stale.stdout)["code"] == "stale_revision"
+            assert effectful(emu.journal()) == sent  # refusals sent nothing
 
-        ok = resolve(config, KEY_TEXT, "reissue", 1, "alice", "--note", "checked the arm")
-        assert ok.returncode == 0, ok.stdout + ok.stderr
-        again = resolve(config, KEY_TEXT, "done", 1, "alice")
-        assert json.loads(again.stdout)["code"] == "not_parked"  # single use
+            ok = resolve(config, KEY_TEXT, "reissue", 1, "alice", "--note", "checked the arm")
+            assert ok.returncode == 0, ok.stdout + ok.stderr
+            again = resolve(config, KEY_TEXT, "done", 1, "alice")
+            assert json.loads(again.stdout)["code"] == "not_parked"  # single use
 
-        executed = run_worker(config)
-        assert executed.returncode == 0, executed.stdout
-        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+            executed = run_worker(config)
+            assert executed.returncode == 0, executed.stdout
+            assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
     op = store_of(tmp_path).get(OP_ID)
     assert op is not None
     proof = op.reissue_proof(2)  # the adapter's proof; the operator only authorised its use
@@ -204,17 +208,18 @@ def test_relative_move_in_doubt_goes_to_the_operator_and_is_never_reissued(tmp_p
         parked = run_worker(config, *args, joints={"a": 0.2})
         assert outcome(parked)["reason"] == "relative_move_ambiguous"
         op_id = outcome(parked)["operation_id"]
-        refused = resolve(config, op_id, "reissue", 1, "alice")
-        assert json.loads(refused.stdout)["code"] == "not_repeatable"
-        # The device changes under the operator's feet (an overheating alert): the decision is
-        # refused and a new evidence revision with the fresh state appears.
-        emu.request(op="fault", kind="alert", id=2, value=0x04)
-        changed = resolve(config, op_id, "abandon", 1, "alice")
-        assert json.loads(changed.stdout)["code"] == "state_changed"
-        ok = resolve(config, op_id, "abandon", 2, "alice")
-        assert ok.returncode == 0, ok.stdout
-        assert outcome(run_worker(config, *args, joints={"a": 0.2}))["status"] == "failed"
-        assert not any(e["instruction"] == "action" for e in emu.journal())
+        with daemon(add_serve(config)):  # decisions run through `tether serve`
+            refused = resolve(config, op_id, "reissue", 1, "alice")
+            assert json.loads(refused.stdout)["code"] == "not_repeatable"
+            # The device changes under the operator's feet (an overheating alert): the decision is
+            # refused and a new evidence revision with the fresh state appears.
+            emu.request(op="fault", kind="alert", id=2, value=0x04)
+            changed = resolve(config, op_id, "abandon", 1, "alice")
+            assert json.loads(changed.stdout)["code"] == "state_changed"
+            ok = resolve(config, op_id, "abandon", 2, "alice")
+            assert ok.returncode == 0, ok.stdout
+            assert outcome(run_worker(config, *args, joints={"a": 0.2}))["status"] == "failed"
+            assert not any(e["instruction"] == "action" for e in emu.journal())
 
 
 @pytest.mark.parametrize(

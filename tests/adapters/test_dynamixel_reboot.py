@@ -1,6 +1,7 @@
-"""REBOOT: the emulator does what a servo does, and `tether operator reboot` needs the
-operator's word that the arm is supported, reads the device fresh and gives every parked move
-on that robot a new evidence revision through the core (`refresh_evidence`)."""
+"""REBOOT: the emulator does what a servo does, and `tether operator reboot` (through
+`tether serve`, which verifies the credential) needs the operator's word that the arm is
+supported, reads the device fresh and gives every parked move on that robot a new evidence
+revision through the core (`refresh_evidence`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 from tether.operator.decisions import evidence_document
 from tether.runtime import ArtifactStore
+
+from tests._serve import add_serve, daemon
 
 KEY = ActivityKey("local", KIND_ABSOLUTE, "m1")
 
@@ -66,26 +69,27 @@ def test_operator_reboot_clears_the_error_and_refreshes_the_parked_move(
     present = emulator.snapshot(2)["present_position"]
     path = tmp_path / "host.toml"
 
-    unconfirmed = operator(path, "reboot", "arm", "--joint", "b", "--credential-stdin")
-    assert unconfirmed.returncode == 1
-    assert json.loads(unconfirmed.stdout)["code"] == "reboot_unconfirmed"
-    assert not [e for e in emulator.journal if e.instruction == "reboot"]  # nothing sent
-    wrong = operator(path, "reboot", "arm", "--arm-supported", "--credential-stdin", secret="x")
-    assert json.loads(wrong.stdout)["code"] == "credential_refused"
-    assert not [e for e in emulator.journal if e.instruction == "reboot"]
+    with daemon(add_serve(path)):  # only `tether serve` verifies the credential
+        unconfirmed = operator(path, "reboot", "arm", "--joint", "b", "--credential-stdin")
+        assert unconfirmed.returncode == 1
+        assert json.loads(unconfirmed.stdout)["code"] == "reboot_unconfirmed"
+        assert not [e for e in emulator.journal if e.instruction == "reboot"]  # nothing sent
+        wrong = operator(path, "reboot", "arm", "--arm-supported", "--credential-stdin", secret="x")
+        assert json.loads(wrong.stdout)["code"] == "credential_refused"
+        assert not [e for e in emulator.journal if e.instruction == "reboot"]
 
-    argv = ("reboot", "arm", "--joint", "b", "--arm-supported", "--credential-stdin")
-    done = operator(path, *argv)
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = json.loads(done.stdout)
-    assert out["operator"] == "alice" and out["rebooted_ids"] == [2]
-    b = out["read_back"]["joints"]["b"]
-    assert b["hardware_errors"] == [] and b["torque_on"] is False  # SI read-back, by name
-    assert CREDENTIAL not in done.stdout + done.stderr
-    assert [e.id for e in emulator.journal if e.instruction == "reboot"] == [2]
-    snap = emulator.snapshot(2)
-    assert (snap["hardware_error_status"], snap["torque_enable"]) == (0, 0)
-    assert snap["present_position"] == present
+        argv = ("reboot", "arm", "--joint", "b", "--arm-supported", "--credential-stdin")
+        done = operator(path, *argv)
+        assert done.returncode == 0, done.stdout + done.stderr
+        out = json.loads(done.stdout)
+        assert out["operator"] == "alice" and out["rebooted_ids"] == [2]
+        b = out["read_back"]["joints"]["b"]
+        assert b["hardware_errors"] == [] and b["torque_on"] is False  # SI read-back, by name
+        assert CREDENTIAL not in done.stdout + done.stderr
+        assert [e.id for e in emulator.journal if e.instruction == "reboot"] == [2]
+        snap = emulator.snapshot(2)
+        assert (snap["hardware_error_status"], snap["torque_enable"]) == (0, 0)
+        assert snap["present_position"] == present
 
     assert [(r["key"], r["revision"]) for r in out["refreshed"]] == [
         ("local/physical_ai.robot_move.absolute/m1", 2)

@@ -27,6 +27,8 @@ from tether.devices.latch import MotionStopped, StopLatch
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 
+from tests._serve import add_serve, daemon
+
 #: Instructions that change a device (everything but PING, READ and SYNC_READ).
 EFFECTFUL = ("write", "reg_write", "action", "sync_write", "reboot", "factory_reset")
 
@@ -137,16 +139,18 @@ def test_resume_needs_an_operator_credential_and_is_recorded(
     latch = StopLatch(config.state_dir)
     assert latch.latched("arm")
     path = tmp_path / "host.toml"
-    refused = operator(path, "resume", "arm", secret="guess")
-    assert refused.returncode == 1 and json.loads(refused.stdout)["code"] == "credential_refused"
-    assert latch.latched("arm")
-    unknown = operator(path, "resume", "amr")
-    assert unknown.returncode == 2 and "did you mean 'arm'?" in unknown.stderr
-    done = operator(path, "resume", "arm")
-    assert done.returncode == 0, done.stdout + done.stderr
-    record = json.loads(done.stdout)
-    assert record["latched"] is False and record["resumed_by"] == "alice"
-    assert CREDENTIAL not in done.stdout + done.stderr
+    with daemon(add_serve(path)):  # only `tether serve` verifies the credential
+        refused = operator(path, "resume", "arm", secret="guess")
+        assert refused.returncode == 1
+        assert json.loads(refused.stdout)["code"] == "credential_refused"
+        assert latch.latched("arm")
+        unknown = operator(path, "resume", "amr")
+        assert unknown.returncode == 2 and "did you mean 'arm'?" in unknown.stderr
+        done = operator(path, "resume", "arm")
+        assert done.returncode == 0, done.stdout + done.stderr
+        record = json.loads(done.stdout)
+        assert record["latched"] is False and record["resumed_by"] == "alice"
+        assert CREDENTIAL not in done.stdout + done.stderr
     assert not latch.latched("arm")
     ok = move(config, "m3")
     assert (ok["status"], ok["conclusion"]) == ("done", "executed")

@@ -30,6 +30,8 @@ from tether.families.robot_move.request import KIND_ABSOLUTE, KIND_RELATIVE, Mov
 from tether.operator.decisions import evidence_document, format_key, resolve
 from tether.runtime import Family, Host, ProgressEvent
 
+from tests._serve import decider
+
 
 def resolve_activity(
     config: HostConfig,
@@ -263,23 +265,24 @@ def test_operator_cli_reads_the_runtime_catalog(
             ).stdout
         )
         assert shown["evidence"]["reconcile"]["hardware_error"] == {"b": ["overload"]}
-        abandon = subprocess.run(
-            [
-                *base,
-                "resolve",
-                listed[0]["key"],
-                "--decision",
-                "abandon",
-                "--revision",
-                "1",
-                "--operator",
-                "alice",
-                "--credential-stdin",
-            ],
-            input=CREDENTIAL + "\n",
-            capture_output=True,
-            text=True,
-        )
+        with decider(tmp_path / "host.toml", tmp_path / "data"):  # the daemon decides
+            abandon = subprocess.run(
+                [
+                    *base,
+                    "resolve",
+                    listed[0]["key"],
+                    "--decision",
+                    "abandon",
+                    "--revision",
+                    "1",
+                    "--operator",
+                    "alice",
+                    "--credential-stdin",
+                ],
+                input=CREDENTIAL + "\n",
+                capture_output=True,
+                text=True,
+            )
         assert abandon.returncode == 0, abandon.stdout + abandon.stderr
         record = host.get(KEY)
         assert record is not None and record.result is not None and record.result.failed

@@ -26,6 +26,8 @@ from tether.families.robot_move.journal import MoveStore
 from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 from tether.runtime import Host
 
+from tests._serve import decider
+
 KEY = ActivityKey("w", KIND_ABSOLUTE, "move-1")
 
 
@@ -150,8 +152,9 @@ def test_power_loss_after_staging_parks_in_the_catalog_until_the_operator_reissu
     """Killed after the REG_WRITEs, then the servos lose power: the next worker cannot prove
     either outcome (Unknown), parks the activity and sends nothing more. The operator reviews
     the evidence and re-issues through the CLI while that worker still owns the port (the
-    fresh read-back goes through its socket); the worker then runs exactly one new attempt,
-    its first motion speed-limited."""
+    fresh read-back goes through its socket; the decision itself runs in `tether serve`, which
+    verifies the credential); the worker then runs exactly one new attempt, its first motion
+    speed-limited."""
     config_path = write_config(tmp_path, emulator.path)
     data = tmp_path / "data"
     config = load_config(config_path)
@@ -190,14 +193,15 @@ def test_power_loss_after_staging_parks_in_the_catalog_until_the_operator_reissu
                 )
                 assert shown["device_state_age_ms"] >= 0
                 resolve = ["resolve", listed[0]["key"], "--decision", "reissue", "--revision", "1"]
-                refused = operator_cli(config_path, data, *resolve, "--operator", "alice")
-                assert refused["code"] == "credential_refused"
-                assert host.get(KEY) == parked  # a refusal changes nothing
-                ok = operator_cli(
-                    config_path, data, *resolve, "--operator", "alice", credential=CREDENTIAL
-                )
-                assert ok["status"] == "resolved", ok
-                wait_for(lambda: (r := host.get(KEY)) is not None and r.result is not None)
+                with decider(config_path, data):  # `tether serve` decides
+                    refused = operator_cli(config_path, data, *resolve, "--operator", "alice")
+                    assert refused["code"] == "credential_refused"
+                    assert host.get(KEY) == parked  # a refusal changes nothing
+                    ok = operator_cli(
+                        config_path, data, *resolve, "--operator", "alice", credential=CREDENTIAL
+                    )
+                    assert ok["status"] == "resolved", ok
+                    wait_for(lambda: (r := host.get(KEY)) is not None and r.result is not None)
                 # `tether stop` while the runtime worker owns the port: through its socket.
                 stopped = subprocess.run(
                     [

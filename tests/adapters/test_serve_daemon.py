@@ -12,9 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from _dxl_setup import (
@@ -25,61 +23,11 @@ from _dxl_setup import (
     outcome,
     run_worker,
     target_actions,
-    write_config,
 )
 from tether.adapters.dynamixel.config import hash_credential
 from tether.client import Client
 
-EFFECTFUL = ("write", "reg_write", "action", "sync_write", "reboot", "factory_reset")
-SERVE = '\n[serve]\nlease_ms = 1500\nsettle_timeout_s = 20\nsse = "127.0.0.1:0"\n'
-
-
-def tether(*argv: str, stdin: str = "", timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tether", *argv],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def serve_config(tmp: Path, url: str, *, extra: str = SERVE, policy: str = "hold") -> Path:
-    path = write_config(tmp, url)
-    text = path.read_text().replace('safe_stop = "hold"', f'safe_stop = "{policy}"')
-    path.write_text(text + extra)
-    return path
-
-
-@contextmanager
-def daemon(config: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
-    """`tether serve` until the block ends (then SIGTERM); its ready line."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tether", "serve", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read() if proc.stderr else ""
-        yield proc, json.loads(line)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-
-
-def effectful(journal: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e for e in journal if e["instruction"] in EFFECTFUL]
+from tests._serve import SERVE, daemon, effectful, serve_config, tether, watch_until
 
 
 @pytest.fixture
@@ -237,21 +185,6 @@ def test_bad_serve_settings_are_one_line_usage_errors(tmp_path: Path) -> None:
     assert "Traceback" not in open_sse.stderr
 
 
-def _watch_until(
-    client: Client, key: str, states: tuple[str, ...], timeout: float
-) -> dict[str, Any]:
-    """The view once in one of `states`; "moving" is a running move that reported progress
-    (its ACTION was sent)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        view = client.get(key)
-        moving = view["state"] == "running" and view.get("progress") and "moving" in states
-        if view["state"] in states or moving:
-            return view
-        assert time.monotonic() < deadline, view
-        time.sleep(0.02)
-
-
 def test_a_stop_mid_move_is_answered_by_the_daemon_latches_and_the_operator_acts_through_it(
     tmp_path: Path,
 ) -> None:
@@ -263,13 +196,13 @@ def test_a_stop_mid_move_is_answered_by_the_daemon_latches_and_the_operator_acts
             view = client.submit(
                 "local", "long", kind, {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}}
             )
-            _watch_until(client, view["key"], ("moving",), 60)  # progress: ACTION is sent
+            watch_until(client, view["key"], ("moving",), 60)  # progress: ACTION is sent
             stop = tether("stop", "--config", str(config), "--json")
             assert stop.returncode == 0, stop.stdout + stop.stderr
             reports = json.loads(stop.stdout)
             assert [r["via"] for r in reports] == ["owner"] and reports[0]["ok"] is True
             stopped_at = len(emu.journal())
-            parked = _watch_until(client, view["key"], ("awaiting_decision",), 60)
+            parked = watch_until(client, view["key"], ("awaiting_decision",), 60)
             assert parked["reason"] == "stopped_by_operator"
             time.sleep(0.5)
             assert effectful(emu.journal()[stopped_at:]) == []  # nothing moved after the stop
@@ -320,7 +253,7 @@ def test_sigkill_then_restart_reclaims_the_socket_and_reconciles_without_a_secon
                 "local", "killed", "physical_ai.robot_move.absolute",
                 {"robot": "arm", "targets": {"a": 0.5, "b": -0.3}},
             )  # fmt: skip
-            _watch_until(client, view["key"], ("moving",), 60)
+            watch_until(client, view["key"], ("moving",), 60)
             proc.kill()
             proc.wait()
         sock = Path(client.socket_path)
@@ -343,7 +276,7 @@ def test_sigterm_safe_stops_every_device_and_exits_0(tmp_path: Path) -> None:
                 "local", "cut", "physical_ai.robot_move.absolute",
                 {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}},
             )  # fmt: skip
-            _watch_until(client, view["key"], ("moving",), 60)
+            watch_until(client, view["key"], ("moving",), 60)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0
             assert proc.stderr is not None
@@ -368,7 +301,7 @@ def test_a_stop_waits_on_no_storage_lock_even_mid_move(tmp_path: Path) -> None:
                 "local", "locked", "physical_ai.robot_move.absolute",
                 {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}},
             )  # fmt: skip
-            _watch_until(client, view["key"], ("moving",), 60)
+            watch_until(client, view["key"], ("moving",), 60)
             data = tmp_path / "state" / "moves"
             locks = []
             for name in ("catalog.db", "world.db"):
@@ -387,7 +320,7 @@ def test_a_stop_waits_on_no_storage_lock_even_mid_move(tmp_path: Path) -> None:
             assert json.loads(stop.stdout)[0]["via"] == "owner"
             assert elapsed < 10.0  # a blocked stop would wait out the catalog's busy timeout
             stopped_at = len(emu.journal())
-            parked = _watch_until(client, view["key"], ("awaiting_decision",), 60)
+            parked = watch_until(client, view["key"], ("awaiting_decision",), 60)
             assert parked["reason"] == "stopped_by_operator"
             assert effectful(emu.journal()[stopped_at:]) == []
 

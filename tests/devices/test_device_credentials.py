@@ -17,6 +17,8 @@ from tether.devices.config import parse_config
 from tether.devices.credentials import CredentialError, RateLimiter
 from tether.errors import HostConfigError
 
+from tests._serve import add_serve, daemon
+
 SECRET = "correct horse battery staple"
 HASH = credentials.hash_secret(SECRET)
 
@@ -156,21 +158,27 @@ def test_the_cli_takes_no_secret_from_the_environment_and_prints_none(tmp_path: 
         + '[ports.p]\nurl = "/dev/null"\n[robots.arm]\nport = "p"\n'
         + '[[robots.arm.joints]]\nname = "a"\nid = 1\nmin = -1\nmax = 1\n'
     )
-    refused = subprocess.run(
-        [*argv, "resume", "arm"], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL
-    )
-    assert refused.returncode == 1
-    assert json.loads(refused.stdout)["code"] == "credential_refused"  # the env is not read
-    secret_file = tmp_path / "secret"
-    secret_file.write_text(SECRET)
-    secret_file.chmod(0o600)
-    ok = subprocess.run(
-        [*argv, "resume", "arm", "--credential-file", str(secret_file)],
-        capture_output=True,
-        text=True,
-    )
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert json.loads(ok.stdout)["resumed_by"] == "ann"
+    add_serve(path, '\n[serve]\nsse = "off"\n')
+    with daemon(path):  # only `tether serve` verifies a credential
+        refused = subprocess.run(
+            [*argv, "resume", "arm"],
+            capture_output=True,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+        assert refused.returncode == 1
+        assert json.loads(refused.stdout)["code"] == "credential_refused"  # the env is not read
+        secret_file = tmp_path / "secret"
+        secret_file.write_text(SECRET)
+        secret_file.chmod(0o600)
+        ok = subprocess.run(
+            [*argv, "resume", "arm", "--credential-file", str(secret_file)],
+            capture_output=True,
+            text=True,
+        )
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert json.loads(ok.stdout)["resumed_by"] == "ann"
     hashed = subprocess.run(
         [*argv, "hash", "--name", "cy"], input=SECRET + "\n", capture_output=True, text=True
     )

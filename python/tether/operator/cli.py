@@ -14,8 +14,9 @@ argv or the environment. The operator recorded is the one whose hash the credent
 
 While `tether serve` runs for the config's state dir (or holds `--data-dir`), every command
 goes through its control socket: the daemon reads its catalog and devices, and verifies the
-credential against its own host.toml (this process verifies nothing). With no daemon, list and
-show read the data dir; resolve, resume and reboot run standalone against `--config`.
+credential against its own host.toml. This process never verifies a credential: with no
+daemon, list and show read the data dir (read-only), and resolve, resume and reboot say in one
+line that `tether serve` must run (`daemon_not_running`, exit 7) and change nothing.
 """
 
 from __future__ import annotations
@@ -33,16 +34,8 @@ from tether._dirs import usable_dir
 from tether.activities import ActivityRecord, Catalog
 from tether.devices import credentials
 from tether.devices.config import HostConfig, load_config
-from tether.devices.host import reboot_robot, resume_robot
 from tether.errors import TetherError
-from tether.operator.decisions import (
-    DECISIONS,
-    DeviceReview,
-    listing,
-    refresh_for_robot,
-    resolve,
-    show,
-)
+from tether.operator.decisions import DECISIONS, DeviceReview, listing, show
 from tether.runtime import ArtifactStore
 
 #: Each family's device review, by dotted path (loaded on first use: the operator imports no
@@ -63,6 +56,8 @@ def _load(path: str) -> Any:
 EXIT_OK = _exit.OK
 EXIT_REFUSED = _exit.FAILED
 EXIT_USAGE = _exit.USAGE
+#: The commands only a running daemon does (it verifies the credential).
+DAEMON_ONLY = ("resolve", "resume", "reboot")
 #: The codes `tether operator` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (
     _exit.OK,
@@ -75,10 +70,12 @@ EXIT_CODES = (
 _EPILOG = (
     "While `tether serve` runs for the config's state dir (or holds --data-dir), every "
     "command goes through it and the daemon verifies the credential against its own "
-    "host.toml. exit codes: 0 done; 1 refused (a credential, the rate limit, a role, a stale "
-    "revision, `reboot_unconfirmed`, no such Activity); 2 usage or configuration; 5 a store "
-    "that cannot be used; 6 the disk refused a write; 7 the daemon did not answer (see "
-    "`tether --help`)."
+    "host.toml; with none, list and show read the data dir and resolve, resume and reboot "
+    "are refused (nothing changes). exit codes: 0 done; 1 refused (a credential, the rate "
+    "limit, a role, a stale revision, `reboot_unconfirmed`, no such Activity); 2 usage or "
+    "configuration; 5 a store that cannot be used; 6 the disk refused a write; 7 no "
+    "`tether serve` runs for resolve, resume or reboot (`daemon_not_running`), or it did not "
+    "answer (see `tether --help`)."
 )
 
 
@@ -168,10 +165,8 @@ def main(argv: list[str]) -> int:
         client = _daemon(args, config)
         if client is not None:
             return _through_daemon(args, client, as_json)
-        if args.cmd in ("resume", "reboot"):
-            if config is None:
-                raise _usage(f"{args.cmd} needs --config")
-            return _robot_act(args, config, as_json)
+        if args.cmd in DAEMON_ONLY:
+            return _no_daemon(args, config)
         data_dir = _data_dir(args, config)
     except TetherError as exc:
         error_line("tether operator", exc)
@@ -181,29 +176,38 @@ def main(argv: list[str]) -> int:
     try:
         if args.cmd == "list":
             _print(listing(catalog, artifacts), as_json)
-            return EXIT_OK
-        if args.cmd == "show":
+        else:
             _print(show(catalog, artifacts, args.id), as_json)
-            return EXIT_OK
-        secret = _secret(args)
-        outcome = resolve(
-            catalog,
-            artifacts,
-            args.id,
-            decision=args.decision,
-            revision=args.revision,
-            operator=args.operator,
-            credential=secret,
-            verify_credential=_authenticator(config),
-            note=args.note,
-            review=_review(config, data_dir),
-        )
     except TetherError as exc:
         return _rejected(exc, as_json)
     finally:
         catalog.close()
-    _print(outcome, as_json)
     return EXIT_OK
+
+
+def _no_daemon(args: argparse.Namespace, config: HostConfig[Any] | None) -> int:
+    """A decision, resume or reboot with no `tether serve` running: one line naming where one
+    must run (exit 7), after the usage checks; nothing is read, verified or written."""
+    from tether.client import DaemonNotRunning
+
+    if args.cmd in ("resume", "reboot"):
+        if config is None:
+            raise _usage(f"{args.cmd} needs --config")
+        config.robot(args.robot)  # an unknown robot is a usage error
+    if config is not None:
+        where = f"state dir {config.state_dir}"
+    elif args.data_dir:
+        where = f"data dir {args.data_dir}"
+    else:
+        raise _usage("give --config (or --data-dir)")
+    exc = DaemonNotRunning(
+        "daemon_not_running",
+        f"`tether operator {args.cmd}` needs `tether serve` running for the {where}: "
+        "only the daemon verifies a credential; nothing was changed",
+        details={"where": where},
+    )
+    error_line("tether operator", exc)
+    return _exit.UNAVAILABLE
 
 
 def _daemon(args: argparse.Namespace, config: HostConfig[Any] | None) -> Any:
@@ -279,17 +283,6 @@ def _data_dir(args: argparse.Namespace, config: HostConfig[Any] | None) -> Path:
     raise _usage("give --data-dir or --config")
 
 
-def _authenticator(config: HostConfig[Any] | None) -> Any:
-    def authenticate(secret: str | None) -> str:
-        if config is None:
-            raise credentials.CredentialError(
-                "credential_refused", "no operators without --config host.toml"
-            )
-        return config.authenticate(secret)
-
-    return authenticate
-
-
 def _secret(args: argparse.Namespace) -> str | None:
     """The credential from its one source; None (refused as missing) when none was given."""
     if args.credential_file:
@@ -316,52 +309,6 @@ def _confirm_supported(args: argparse.Namespace) -> bool:
         return False
     answer = input(f"A reboot drops torque on {args.robot}. Is the arm supported? [y/N] ")
     return answer.strip().lower() in ("y", "yes")
-
-
-def _robot_act(args: argparse.Namespace, config: HostConfig[Any], as_json: bool) -> int:
-    config.robot(args.robot)  # an unknown robot is a usage error, before any credential
-    usable_dir(config.state_dir, what="host.state_dir")  # private, before the latch is touched
-    try:
-        supported = _confirm_supported(args) if args.cmd == "reboot" else True
-        operator = config.authenticate(_secret(args))
-        if args.cmd == "resume":
-            _print(resume_robot(config, args.robot, operator=operator), as_json)
-            return EXIT_OK
-        rebooted = reboot_robot(
-            config, args.robot, args.joint, operator=operator, arm_supported=supported
-        )
-        refreshed = _refresh_parked(config, args, rebooted)
-        shown = {k: v for k, v in rebooted.items() if k != "state"}  # SI only, never ticks
-        _print({**shown, "refreshed": refreshed}, as_json)
-        return EXIT_OK
-    except TetherError as exc:
-        return _rejected(exc, as_json)
-
-
-def _refresh_parked(
-    config: HostConfig[Any], args: argparse.Namespace, rebooted: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """A new evidence revision for each parked Activity on the rebooted robot."""
-    from tether.serve.config import data_dir_for
-
-    data_dir = data_dir_for(config) if not args.data_dir else Path(args.data_dir)
-    if not data_dir.exists():
-        return []
-    data_dir = usable_dir(data_dir, what="the moves data dir", create=False)
-    if not (data_dir / "catalog.db").exists():
-        return []
-    catalog = Catalog.open("sqlite:///" + str(data_dir.resolve() / "catalog.db"))
-    try:
-        return refresh_for_robot(
-            catalog,
-            ArtifactStore(data_dir / "artifacts"),
-            args.robot,
-            rebooted["read_back"],
-            f"rebooted by {rebooted['operator']} (ids {rebooted['rebooted_ids']})",
-            review=_review(config, data_dir),
-        )
-    finally:
-        catalog.close()
 
 
 def _usage(message: str) -> TetherError:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from tether._coded import CodedError
+from tether._crash import crash_point
 from tether._dirs import usable_dir
 from tether._listen import ListenerError
 from tether.activities import ActivityKey, ActivityRecord
@@ -62,6 +63,11 @@ log = logging.getLogger("tether.serve")
 MAX_WATCH_S = 20.0
 #: Latest progress kept for this many Activities (oldest forgotten first).
 PROGRESS_KEYS = 4096
+#: The daemon's own crash points (`TETHER_CRASH_AT`): `serve.after_submit` is after a submit's
+#: intent tick is committed and before the client has its answer (a lost reply: the client
+#: sends the identical submit again and gets the same Activity). The runtime's, the
+#: adapters' and the resolve path's points fire inside the daemon too.
+CRASH_POINTS = ("serve.after_submit",)
 
 
 class ServeRefusal(CodedError):
@@ -483,7 +489,9 @@ class Daemon:
             else:
                 created = False
         log.info("submitted", extra={"key": views.key_text(key), "new": created})
-        return {**self._view(key), "created": created}
+        view = {**self._view(key), "created": created}
+        crash_point("serve.after_submit")
+        return view
 
     def _on_get(self, request: dict[str, Any]) -> dict[str, Any]:
         return self._view(_key(request))
@@ -550,4 +558,12 @@ class Daemon:
         return doc
 
 
-__all__ = ["CODES", "Daemon", "ServeRefusal", "data_lock_path", "serve_socket", "state_lock_path"]
+__all__ = [
+    "CODES",
+    "CRASH_POINTS",
+    "Daemon",
+    "ServeRefusal",
+    "data_lock_path",
+    "serve_socket",
+    "state_lock_path",
+]

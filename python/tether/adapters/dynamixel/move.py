@@ -598,7 +598,9 @@ class DynamixelMoveAdapter:
         bus = self.host.bus_for(robot)
         attempts = op.attempts()
         attempt = attempts[-1] if attempts else 0
-        pre = op.preimage(attempt)
+        # No attempt began (killed between the bind and the first marker): nothing was read
+        # or sent under this operation.
+        pre = op.preimage(attempt) if attempt else None
         sent = [s for s in op.sent() if s.get("attempt") == attempt]
         goals: dict[int, int] | None = None
         if pre is not None:
