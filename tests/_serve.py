@@ -144,11 +144,11 @@ def final(client: Client, key: str, timeout: float = 90) -> dict[str, Any]:
 @contextmanager
 def decider(config: Path, data_dir: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
     """`tether serve` on the config's state dir and `data_dir` serving no robot-move family
-    (only the sim's, whose worker claims no move): it answers `tether operator`, verifying the
+    (only the sim's, and no worker: it claims nothing): it answers `tether operator`, verifying the
     credential against its own host.toml, while the test's own Host or worker runs the moves."""
     add_serve(
         config,
-        f'\n[serve]\ndata_dir = "{data_dir}"\nworkers = 1\nsse = "off"\n'
+        f'\n[serve]\ndata_dir = "{data_dir}"\nworkers = 0\nsse = "off"\n'
         'families = ["tether.serve.families:sim_families"]\n',
     )
     with daemon(config) as running:

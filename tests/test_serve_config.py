@@ -41,7 +41,7 @@ def test_every_key_is_read() -> None:
         ({"worker": 2}, "unknown_key"),
         ({"sse": "127.0.0.1"}, "bad_sse"),
         ({"sse": "127.0.0.1:99999"}, "bad_sse"),
-        ({"workers": 0}, "bad_workers"),
+        ({"workers": -1}, "bad_workers"),
         ({"workers": True}, "wrong_type"),
         ({"families": ["no-colon"]}, "bad_families"),
         ({"lease_ms": 0}, "bad_lease"),

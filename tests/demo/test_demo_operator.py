@@ -1,5 +1,9 @@
 """`tether operator` on the demo's parked sim reaches: list, show, and resolve them done (on a
-verified durable result), reissue (on the provider's proof) or abandon; the demo then resumes."""
+verified durable result), reissue (on the provider's proof) or abandon; the demo then resumes.
+
+Decisions go through a `tether serve` on the demo's data dir (`tests._serve.decider`: no worker,
+so it claims nothing), which verifies the credential against its own host.toml; the demo runs
+again once it is gone (one daemon per data dir)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from tether.families.sim.provider import CRASH_ENV
 from tether.runtime import ArtifactStore
 from tether.world import SqliteLedger
 
+from tests._serve import decider
 from tests.demo._support import demo_argv
 
 SMALL = ["--targets", "2", "--episodes", "1", "--steps", "200", "--port", "0", "--lease-ms", "500"]
@@ -118,9 +123,10 @@ def test_a_parked_sim_reach_is_shown_and_reissued_on_the_providers_proof(tmp_pat
     evidence = json.loads(shown.stdout)["evidence"]
     assert len(evidence["provider_state"]["attempts"]) == MAX_FAILED_STARTS
     # `done` needs a verified durable result, and there is none: refused, nothing recorded.
-    refused = _resolve(data, config, "done", item["revision"])
+    with decider(config, data):
+        refused = _resolve(data, config, "done", item["revision"])
+        reissued = _resolve(data, config, "reissue", item["revision"])
     assert refused.returncode == 1 and json.loads(refused.stdout)["code"] == "not_supported"
-    reissued = _resolve(data, config, "reissue", item["revision"])
     assert reissued.returncode == 0, reissued.stdout + reissued.stderr
     assert json.loads(reissued.stdout)["status"] == "resolved"
     record = _record(data)
@@ -149,7 +155,8 @@ def test_a_parked_sim_reach_is_shown_and_reissued_on_the_providers_proof(tmp_pat
 def test_a_parked_sim_reach_is_abandoned_and_the_mission_moves_on(tmp_path: Path) -> None:
     data, config = tmp_path / "data", _config(tmp_path)
     item = _park_dying(data)
-    abandoned = _resolve(data, config, "abandon", item["revision"])
+    with decider(config, data):
+        abandoned = _resolve(data, config, "abandon", item["revision"])
     assert abandoned.returncode == 0, abandoned.stdout + abandoned.stderr
     resumed = _demo(data)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -181,11 +188,12 @@ def test_a_parked_sim_reach_is_marked_done_on_a_verified_durable_result(tmp_path
     with SimProvider(data, artifacts=ArtifactStore(data / "artifacts")) as provider:
         result = provider.execute(operation_id_for(KEY), record.attempt_count, request)
     # The provider state changed since the evidence: a new revision, the decision refused.
-    stale_decision = _resolve(data, config, "done", item["revision"])
-    assert stale_decision.returncode == 1
-    assert json.loads(stale_decision.stdout)["code"] == "state_changed"
-    [item] = _listed(data)
-    done = _resolve(data, config, "done", item["revision"])
+    with decider(config, data):
+        stale_decision = _resolve(data, config, "done", item["revision"])
+        assert stale_decision.returncode == 1
+        assert json.loads(stale_decision.stdout)["code"] == "state_changed"
+        [item] = _listed(data)
+        done = _resolve(data, config, "done", item["revision"])
     assert done.returncode == 0, done.stdout + done.stderr
     resumed = _demo(data)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

@@ -7,7 +7,8 @@ the nearest valid one; every value has a documented default.
 [serve]
 data_dir = "/var/lib/tether/moves"   # default: <state_dir>/moves (where `tether move` and
                                      # `tether operator` look without a daemon)
-workers = 2                          # worker threads (default: one per robot, at least 2)
+workers = 2                          # worker threads (default: one per robot, at least 2;
+                                     # 0: no claims, the daemon only answers and decides)
 sse = "127.0.0.1:8765"               # the AG-UI stream; "127.0.0.1:0" (the default) is any free
                                      # port, shown by `tether status`; "off" serves none
 families = ["tether.families.robot_move.family:serve_families"]
@@ -84,8 +85,8 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     table = Table(raw if raw is not None else {}, "serve", SERVE_KEYS)
     data_dir = Path(table.text("data_dir", str(state_dir / "moves")))
     workers = table.integer("workers", max(2, robots))
-    if not 1 <= workers <= 64:
-        raise _error("bad_workers", f"serve.workers {workers} is not 1..64")
+    if not 0 <= workers <= 64:
+        raise _error("bad_workers", f"serve.workers {workers} is not 0..64")
     sse = parse_sse(table.text("sse", DEFAULT_SSE))
     if "families" in table:
         families = table.array("families")

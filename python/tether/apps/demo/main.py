@@ -273,10 +273,13 @@ def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, befor
     if rec.refused_at_admission:
         observation = snap.get(key.activity_id, OBSERVATION) or {}
         return f"refused: {observation.get('summary', {}).get('code', 'at admission')}"
+    if rec.result is not None and rec.result.failed:
+        # An operator's abandon, whichever process settled it (this run, or before it).
+        if key.activity_id in before:
+            return "abandoned by an operator, settled before restart"
+        return "abandoned by an operator"
     if key.activity_id in before:
         return "settled before restart"
-    if rec.result is not None and rec.result.failed:
-        return "abandoned by an operator"
     observation = snap.get(key.activity_id, OBSERVATION)
     produced = observation["summary"].get("attempt") if observation else None
     recorded = rec.recorded_result.attempt if rec.recorded_result else None
@@ -852,7 +855,7 @@ def _summary_rows(run: _Run) -> tuple[list[SummaryRow], str]:
             )
         )
     done = snap.get(MISSION_ENTITY, "physical_ai.mission.done") or {}
-    before = sum(1 for r in rows if r.recovered == "settled before restart")
+    before = sum(1 for r in rows if r.recovered.endswith("settled before restart"))
     reused = sum(1 for r in rows if r.recovered.endswith("reused"))
     rerun = sum(1 for r in rows if r.recovered.startswith("rerun"))
     tail = (
