@@ -177,40 +177,49 @@ class Catalog:
         *,
         kinds: Sequence[str] | None = None,
         world_id: str | None = None,
+        host: str | None = None,
     ) -> Claim | None:
         """Claim the claimable activity that became claimable first, or return None.
 
         The attempt holds a lease of ``lease_ms`` (1 ms to 7 days, `MAX_LEASE_MS`) on the lease
-        clock; renew it with `renew` (a worker's heartbeat) before it runs out.
+        clock; renew it with `renew` (a worker's heartbeat) before it runs out. ``host`` is the
+        claiming worker's host: an activity bound to a host (`Admission.bound_host`, its
+        device's host) is claimed only there, unbound ones anywhere; a claim naming no host
+        takes only unbound work.
         """
         if not isinstance(owner, str) or not isinstance(lease_ms, int):
             raise TypeError("claim(owner: str, lease_ms: int)")
+        if host is not None and not isinstance(host, str):
+            raise TypeError("claim(host=) must be a str or None")
         now = self._claim_now()
-        _core.catalog_check_claim(owner, lease_ms, now)
+        _core.catalog_check_claim(owner, lease_ms, now, host)
         row = self._store.claim(
             now.boot_ms,
-            lambda old: _core.catalog_claim(old, owner, lease_ms, now),
+            lambda old: _core.catalog_claim(old, owner, lease_ms, now, host),
             _kinds(kinds),
             world_id,
+            host=host,
         )
         if row is None:
             return None
         return _claim_of(record_from_row(row))
 
-    def claim_key(self, key: ActivityKey, owner: str, lease_ms: int) -> Claim:
+    def claim_key(
+        self, key: ActivityKey, owner: str, lease_ms: int, *, host: str | None = None
+    ) -> Claim:
         """Claim exactly the activity ``key`` (tools, tests, an operator's reconcile-now).
 
         Same rules and lease bounds as `claim`, but a key that cannot be claimed now raises
         the core's rejection instead of returning None: `NotClaimable` (live lease, or a result
-        is recorded), `AwaitingDecision` (inside its reconciliation backoff) or
-        `UnknownActivity`.
+        is recorded), `AwaitingDecision` (inside its reconciliation backoff), `WrongHost` (its
+        device is bound to another host than ``host``) or `UnknownActivity`.
         """
         if not isinstance(owner, str) or not isinstance(lease_ms, int):
             raise TypeError("claim_key(key: ActivityKey, owner: str, lease_ms: int)")
         now = self._claim_now()
-        _core.catalog_check_claim(owner, lease_ms, now)
+        _core.catalog_check_claim(owner, lease_ms, now, host)
         return _claim_of(
-            self._change(key, lambda row: _core.catalog_claim(row, owner, lease_ms, now))
+            self._change(key, lambda row: _core.catalog_claim(row, owner, lease_ms, now, host))
         )
 
     def renew(self, key: ActivityKey, fence: int, lease_ms: int) -> ActivityRecord:
@@ -325,14 +334,18 @@ class Catalog:
         return record_from_row(_core.catalog_check_row(row))
 
     def claimable_in_ms(
-        self, *, kinds: Sequence[str] | None = None, world_id: str | None = None
+        self,
+        *,
+        kinds: Sequence[str] | None = None,
+        world_id: str | None = None,
+        host: str | None = None,
     ) -> int | None:
         """Milliseconds on the lease clock until the earliest activity (of ``kinds``, of
-        ``world_id``) becomes claimable: 0 if one is claimable now, None if none will be
-        without another change (which rings `doorbell`). Lease expiry and reconciliation
-        backoff are both this time, computed by the core."""
+        ``world_id``, that a claim on ``host`` may take) becomes claimable: 0 if one is
+        claimable now, None if none will be without another change (which rings `doorbell`).
+        Lease expiry and reconciliation backoff are both this time, computed by the core."""
         now = self._claim_now()
-        at = self._store.next_claimable(_kinds(kinds), world_id)
+        at = self._store.next_claimable(_kinds(kinds), world_id, host=host)
         return None if at is None else max(0, at - now.boot_ms)
 
     def get(self, key: ActivityKey) -> ActivityRecord | None:

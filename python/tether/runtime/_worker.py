@@ -70,6 +70,8 @@ class Worker:
             every third of that.
         emit: receives adapters' progress events (exceptions from it are logged, not raised).
         stop: set to finish; an unbound attempt claimed after it is set is released.
+        host: the host this worker runs on: it claims Activities bound to this host's devices
+            and unbound ones (None: unbound ones only).
     """
 
     def __init__(
@@ -82,8 +84,10 @@ class Worker:
         lease_ms: int = 30_000,
         emit: Callable[[ProgressEvent], None] | None = None,
         stop: threading.Event | None = None,
+        host: str | None = None,
     ) -> None:
         self._open_catalog = open_catalog
+        self.host = host
         self.catalog = open_catalog()
         self.artifacts = artifacts
         self.owner = owner
@@ -127,7 +131,7 @@ class Worker:
     def idle_delay_s(self) -> float | None:
         """Seconds until an Activity of this worker's kinds becomes claimable (0: now), on the
         lease clock; None if none will without another commit (which rings the doorbell)."""
-        ms = self.catalog.claimable_in_ms(kinds=self.kinds)
+        ms = self.catalog.claimable_in_ms(kinds=self.kinds, host=self.host)
         return None if ms is None else ms / 1000
 
     def run_once(self) -> bool:
@@ -139,7 +143,7 @@ class Worker:
         conclusion; return its key, or None if nothing was claimable."""
         try:
             claim = self.catalog.claim(
-                self.owner, self.lease_ms, kinds=self.kinds, world_id=world_id
+                self.owner, self.lease_ms, kinds=self.kinds, world_id=world_id, host=self.host
             )
         except CommitUnknown as e:
             claim = self._claim_after_unknown(e)

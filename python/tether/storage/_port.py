@@ -45,9 +45,13 @@ class CatalogStore(Protocol):
         transition: ClaimTransition,
         kinds: Sequence[str] | None,
         world_id: str | None,
+        *,
+        host: str | None = None,
     ) -> Row | None:
         """Claim the claimable row with the earliest `claimable_from_ms` (compared with the
-        lease-clock time ``now_ms``), if any."""
+        lease-clock time ``now_ms``), if any, among the rows a claim on ``host`` may take:
+        `bound_host` empty or ``host`` (empty only, for None). The core's claim decides; this
+        filter only keeps a host from picking rows the core would refuse it."""
         ...
 
     def align_clock(self, boot_id: str, rebase: ClaimTransition) -> int:
@@ -60,9 +64,12 @@ class CatalogStore(Protocol):
         """
         ...
 
-    def next_claimable(self, kinds: Sequence[str] | None, world_id: str | None) -> int | None:
+    def next_claimable(
+        self, kinds: Sequence[str] | None, world_id: str | None, *, host: str | None = None
+    ) -> int | None:
         """The smallest `claimable_from_ms` (lease clock) of the rows of ``kinds`` (every kind
-        for None), of ``world_id`` if given; None if no row will become claimable."""
+        for None), of ``world_id`` if given, that a claim on ``host`` may take (as `claim`);
+        None if no such row will become claimable."""
         ...
 
     def get(self, key: KeyTuple) -> Row | None: ...
