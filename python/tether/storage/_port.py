@@ -54,6 +54,27 @@ class CatalogStore(Protocol):
         filter only keeps a host from picking rows the core would refuse it."""
         ...
 
+    def apply_many(self, items: Sequence[tuple[KeyTuple, Transition]]) -> list[Row | Exception]:
+        """`apply` for each item, in one transaction where the backend can (PostgreSQL; SQLite
+        runs one per item). A transition that raises (the core's rejection, an unknown key)
+        leaves its row unchanged and its exception takes the item's place; the others are
+        written. A lost COMMIT raises `CommitUnknown` without a key: re-read every item."""
+        ...
+
+    def claim_many(
+        self,
+        now_ms: int,
+        transition: ClaimTransition,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None = None,
+    ) -> list[Row]:
+        """`claim` up to ``limit`` rows, in claim order, in one transaction where the backend
+        can; a row whose transition raises is left unchanged and skipped."""
+        ...
+
     def align_clock(self, boot_id: str, rebase: ClaimTransition) -> int:
         """Put the claimable index on boot ``boot_id``'s lease clock, once per boot.
 

@@ -349,6 +349,36 @@ class SqliteCatalogStore:
             self._ring(old, new)
         return new
 
+    def apply_many(self, items: Sequence[tuple[KeyTuple, Transition]]) -> list[Row | Exception]:
+        # One transaction per item: a SQLite commit is local, batching buys little here.
+        out: list[Row | Exception] = []
+        for key, transition in items:
+            try:
+                out.append(self.apply(key, transition))
+            except CatalogStorageError:
+                raise
+            except Exception as e:  # the core's rejection of this item
+                out.append(e)
+        return out
+
+    def claim_many(
+        self,
+        now_ms: int,
+        transition: ClaimTransition,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None = None,
+    ) -> list[Row]:
+        out: list[Row] = []
+        for _ in range(limit):
+            row = self.claim(now_ms, transition, kinds, world_id, host=host)
+            if row is None:
+                break
+            out.append(row)
+        return out
+
     def _ring(self, old: Row | None, new: Row) -> None:
         # After the commit and outside the lock: a waiter woken now finds the change.
         topics = changed_topics(old, new)
