@@ -38,6 +38,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -392,12 +393,12 @@ def main(argv: list[str]) -> int:
         for w in args.workers:
             print(f"\n== {args.jobs:,} jobs, {w} worker(s)")
             url = server.schema(f"tether_{w}")
-            line, rate = measured(server, lambda: tether_run(url, args.jobs, w), args.jobs)
+            line, rate = measured(server, partial(tether_run, url, args.jobs, w), args.jobs)
             rates[("tether", w)] = rate
             print(f"tether   (admit, claim, bind, result, settle): {line}")
             url = server.schema(f"tether_b_{w}")
             line, rate = measured(
-                server, lambda: tether_run(url, args.jobs, w, args.batch), args.jobs
+                server, partial(tether_run, url, args.jobs, w, args.batch), args.jobs
             )
             rates[("tether", w)] = rate
             print(f"tether   batched ({args.batch} per transaction):   {line}")
@@ -405,7 +406,7 @@ def main(argv: list[str]) -> int:
             server.schema(pgq)
             pgqueuer_install(server.url, pgq)
             line, rate = measured(
-                server, lambda: pgqueuer_run(server.url, pgq, args.jobs, w), args.jobs
+                server, partial(pgqueuer_run, server.url, pgq, args.jobs, w), args.jobs
             )
             rates[("pgqueuer", w)] = rate
             print(f"pgqueuer (enqueue, dequeue, complete):        {line}")
