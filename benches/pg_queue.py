@@ -267,13 +267,13 @@ INSERT INTO activities (
     version, bound_host)
 SELECT 'fill-world', %(kind)s, 'f' || lpad(i::text, 8, '0'), 'run-1', 1, 'tok-1', 'input://f',
     'sha256:f', 0, 1, 1,
-    CASE WHEN i % 2 = 0 THEN 'holder' END, CASE WHEN i % 2 = 0 THEN %(far)s END,
-    CASE WHEN i % 2 = 0 THEN 1 END, 0,
-    CASE WHEN i % 2 = 1 THEN 'artifact://f' END, CASE WHEN i % 2 = 1 THEN 'sha256:f' END,
-    CASE WHEN i % 2 = 1 THEN 'application/json' END, CASE WHEN i % 2 = 1 THEN 1 END,
-    CASE WHEN i % 2 = 1 THEN 0 END, CASE WHEN i % 2 = 1 THEN 1 END,
-    CASE WHEN i % 2 = 1 THEN 1 END, CASE WHEN i % 2 = 1 THEN 0 END, 0, 0,
-    CASE WHEN i % 2 = 0 THEN %(far)s END, %(boot)s, i % 2, 1, 2, ''
+    CASE WHEN i %% 2 = 0 THEN 'holder' END, CASE WHEN i %% 2 = 0 THEN %(far)s END,
+    CASE WHEN i %% 2 = 0 THEN 1 END, 0,
+    CASE WHEN i %% 2 = 1 THEN 'artifact://f' END, CASE WHEN i %% 2 = 1 THEN 'sha256:f' END,
+    CASE WHEN i %% 2 = 1 THEN 'application/json' END, CASE WHEN i %% 2 = 1 THEN 1 END,
+    CASE WHEN i %% 2 = 1 THEN 0 END, CASE WHEN i %% 2 = 1 THEN 1 END,
+    CASE WHEN i %% 2 = 1 THEN 1 END, CASE WHEN i %% 2 = 1 THEN 0 END, 0, 0,
+    CASE WHEN i %% 2 = 0 THEN %(far)s END, %(boot)s, i %% 2, 1, 2, ''
 FROM generate_series(0, %(n)s - 1) AS i
 """
 
@@ -375,7 +375,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--url", default="postgresql://127.0.0.1:5432/test")
     p.add_argument("--jobs", type=int, default=2000)
-    p.add_argument("--workers", type=int, nargs="+", default=[1, 4, 8])
+    p.add_argument("--workers", type=int, nargs="*", default=[1, 4, 8], help="none: skip")
     p.add_argument("--batch", type=int, default=10, help="Tether's batch (pgqueuer uses 10)")
     p.add_argument("--big-rows", type=int, default=1_000_000)
     p.add_argument("--small-rows", type=int, default=1_000)

@@ -6,7 +6,8 @@ data directory's catalog), `status` and `upgrade` (schema versions, `tether.stor
 store refuses to open, naming this command; stop every Tether process using it first).
 
 `tether db prune --data-dir D --older-than 30d [--dry-run] [--json] [--batch N] [--vacuum]`
-(or `--catalog URL` instead of `--data-dir`: a PostgreSQL catalog shared by hosts) compacts every Activity settled at least that long ago (wall clock) to its key, source
+(or `--catalog URL` instead of `--data-dir`: a PostgreSQL catalog shared by hosts) compacts
+every Activity settled at least that long ago (wall clock) to its key, source
 receipt, input digest and settlement (the Rust core decides which records qualify and what
 their compacted form is; see `Catalog.compact_settled`). A compacted key is never admitted
 again: a later projection asking for it with the same input is a no-op, with another input a
