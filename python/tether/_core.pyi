@@ -269,6 +269,9 @@ class NotCompactable(CatalogRejection):
 class InvalidRefusal(CatalogRejection):
     """A refused admission's refusal is not a failed refusal document."""
 
+class WrongHost(CatalogRejection):
+    """The activity's device is bound to another host."""
+
 class UnknownActivity(CatalogRejection):
     """No activity with this key exists."""
 
@@ -313,10 +316,13 @@ def catalog_admit_refused(
 ) -> tuple[Any, ...]:
     """`admit_refused`: the admission its family refused, holding `refusal` as its failed result."""
 
-def catalog_check_claim(owner: str, lease_ms: int, now: Any) -> None:
-    """Refuses bad claim arguments even when nothing is claimable."""
+def catalog_check_claim(owner: str, lease_ms: int, now: Any, host: str | None = None) -> None:
+    """Refuses bad claim arguments even when nothing is claimable. `host` is the claiming
+    worker's host (None: a claim that names none, which never takes device-bound work)."""
 
-def catalog_claim(row: tuple[Any, ...], owner: str, lease_ms: int, now: Any) -> tuple[Any, ...]: ...
+def catalog_claim(
+    row: tuple[Any, ...], owner: str, lease_ms: int, now: Any, host: str | None = None
+) -> tuple[Any, ...]: ...
 def catalog_renew(row: tuple[Any, ...], fence: int, lease_ms: int, now: Any) -> tuple[Any, ...]: ...
 def catalog_release(row: tuple[Any, ...], fence: int, now: Any) -> tuple[Any, ...]: ...
 def catalog_bind_provider_operation(

@@ -64,6 +64,7 @@ from tether._core import (
     StaleFence as StaleFence,
     TokenlessReceipt as TokenlessReceipt,
     UnknownActivity as UnknownActivity,
+    WrongHost as WrongHost,
 )
 # isort: on
 

@@ -3,7 +3,9 @@
 Points: ``in_transaction`` (the row was read and the core decided, nothing written yet),
 ``before_commit`` (the UPDATE ran, COMMIT is about to start) and ``after_commit``.
 
-Usage: python -m tests.activities.crash_child DB WORLD KIND ACTIVITY FENCE POINT
+Usage: python -m tests.activities.crash_child URL WORLD KIND ACTIVITY FENCE POINT
+(URL: ``sqlite:///path.db`` or ``postgresql://...``: a PostgreSQL COMMIT is intercepted on the
+session's connection).
 """
 
 from __future__ import annotations
@@ -23,18 +25,30 @@ def die() -> None:
 
 
 def main(argv: list[str]) -> int:
-    db, world, kind, activity, fence_text, point = argv
+    url, world, kind, activity, fence_text, point = argv
     fence = int(fence_text)
     result = ResultRef("artifact://crash", "sha256:crash", "application/json", 1)
-    with Catalog.open(f"sqlite://{db}") as cat:
+    with Catalog.open(url) as cat:
         store = cat.store
-        assert isinstance(store, SqliteCatalogStore)
         if point == "before_commit":
-            store._db().set_trace_callback(lambda sql: die() if sql == "COMMIT" else None)
+            if isinstance(store, SqliteCatalogStore):
+                store._db().set_trace_callback(lambda sql: die() if sql == "COMMIT" else None)
+            else:
+                conn = store._session.conn()  # type: ignore[attr-defined]
+                execute = conn.execute
+
+                def dying_execute(query: Any, *args: Any, **kwargs: Any) -> Any:
+                    if query == "COMMIT":
+                        die()
+                    return execute(query, *args, **kwargs)
+
+                conn.execute = dying_execute
+
+        now = cat.now()  # before the write: a server clock reads on the store's connection
 
         def transition(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
             assert row is not None
-            new = _core.catalog_record_result(row, fence, result, cat.now())
+            new = _core.catalog_record_result(row, fence, result, now)
             if point == "in_transaction":
                 die()
             return new

@@ -20,11 +20,12 @@ REPO = Path(__file__).resolve().parents[2]
     ("point", "committed"),
     [("in_transaction", False), ("before_commit", False), ("after_commit", True)],
 )
-def test_a_killed_writer_leaves_all_or_nothing(tmp_path: Path, point: str, committed: bool) -> None:
-    db = tmp_path / "c.db"
+def test_a_killed_writer_leaves_all_or_nothing(db_url: str, point: str, committed: bool) -> None:
+    """On both backends (a killed PostgreSQL session's transaction is rolled back by the
+    server, its row lock released)."""
     k = key()
     lease_ms = 2_000
-    with Catalog.open(f"sqlite://{db}") as cat:
+    with Catalog.open(db_url) as cat:
         cat.admit(admission(k))
         claim = cat.claim("victim", lease_ms)
         assert claim is not None
@@ -34,7 +35,7 @@ def test_a_killed_writer_leaves_all_or_nothing(tmp_path: Path, point: str, commi
             sys.executable,
             "-m",
             "tests.activities.crash_child",
-            str(db),
+            db_url,
             k.world_id,
             k.kind,
             k.activity_id,
@@ -48,7 +49,7 @@ def test_a_killed_writer_leaves_all_or_nothing(tmp_path: Path, point: str, commi
     clock_ms = before.attempt.lease_expires_ms if before.attempt else 0
     # The lease clock of the same boot, at the lease's expiry.
     at_expiry = FixedBootClock(lambda: clock_ms, boot_id=before.lease_boot_id)
-    with Catalog.open(f"sqlite://{db}", clock=at_expiry) as cat:
+    with Catalog.open(db_url, clock=at_expiry) as cat:
         after = cat.get(k)
         assert after is not None
         if committed:

@@ -70,6 +70,7 @@ def test_help_lists_every_flag_with_its_default_or_required() -> None:
     flags = [a for a in prune._actions if a.option_strings and a.dest != "help"]
     assert {a.dest for a in flags} == {
         "data_dir",
+        "catalog",
         "older_than",
         "dry_run",
         "batch",

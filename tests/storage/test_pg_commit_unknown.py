@@ -155,3 +155,41 @@ def test_a_lost_tick_commit_is_unknown_and_the_head_tells(
             assert ledger.commit(writer, genesis, [ComponentWrite("e", "c", 1)]).tick == 1
     finally:
         ledger.close()
+
+
+@pytest.mark.parametrize(("mode", "landed"), [("drop_commit", False), ("drop_reply", True)])
+def test_a_lost_confirmed_absence_is_reread_and_never_authorises_a_guess(
+    tmp_path: Path, pg_url: str, cutter: CommitCutter, mode: str, landed: bool
+) -> None:
+    """A reconcile attempt concludes absent and its COMMIT (or reply) is lost: the worker
+    re-reads instead of failing the loop; only an absence that landed lets the next claim
+    execute, one that did not leaves the next claim reconcile-only."""
+    clock = ManualClock()
+    with Host(
+        tmp_path,
+        [make_family(tmp_path)],
+        workers=0,
+        observe=False,
+        clock=clock,
+        catalog_url=cutter.url,
+        world_url=pg_url,
+    ) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        first = host.catalog.claim_key(akey(0), "gone", 1_000)
+        host.catalog.bind_provider_operation(akey(0), first.fence, operation_id_for(akey(0)))
+        clock.advance(1_001)  # the binder died before its effect: its lease ran out
+        worker = host.new_worker("w0")
+        try:
+            cutter.arm(mode, skip=1)  # the reconcile claim's COMMIT passes, the absence's is cut
+            assert worker.run_next() == akey(0)
+        finally:
+            worker.close()
+        assert cutter.cuts == 1
+        rec = host.get(akey(0))
+        assert rec is not None and rec.result is None
+        assert (rec.retry_guard is not None) == landed
+        assert Journal(tmp_path / "provider.db").effects() == {}
+        clock.advance(60_000)
+        again = host.catalog.claim_key(akey(0), "next", 1_000)
+        assert again.attempt.may_execute == landed

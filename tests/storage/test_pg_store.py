@@ -3,7 +3,9 @@ claim plan, the server clock and the session settings."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from typing import Any
 
 import psycopg
 import pytest
@@ -108,6 +110,53 @@ def test_a_catalog_on_the_server_clock_by_default(pg_url: str) -> None:
         assert rec.lease_boot_id == cat.now().boot_id
 
 
+def _back_to_version_2(conn: psycopg.Connection[Any]) -> None:
+    """Undo catalog version 3 (the bound host) on a fresh catalog: version 2's layout."""
+    conn.execute("DROP INDEX activities_claimable")
+    conn.execute("ALTER TABLE activities DROP COLUMN bound_host")
+    conn.execute(
+        "CREATE INDEX activities_claimable ON activities"
+        " (claimable_from_ms, kind, world_id, activity_id) WHERE claimable_from_ms IS NOT NULL"
+    )
+    conn.execute("UPDATE tether_schema_version SET version = 2 WHERE store = 'catalog'")
+
+
+def test_a_version_2_postgres_catalog_gains_bound_hosts_through_upgrade(pg_url: str) -> None:
+    """Catalog version 3 adds `bound_host`: a version-2 catalog refuses to open naming `tether
+    db upgrade`; the upgrade keeps every row (bound to no host) and rebuilds the claimable
+    index with the bound host, so device-bound work is claimed on its host only."""
+    from tether.cli import main as tether
+    from tether.errors import SchemaOutdated, WrongHost
+
+    clock = ManualClock()
+    old = key("old")
+    with Catalog.open(pg_url, clock=clock) as cat:
+        cat.admit(admission(old))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        _back_to_version_2(conn)
+    with pytest.raises(SchemaOutdated, match=r"version 2, this Tether needs 3.*tether db upgrade"):
+        Catalog.open(pg_url, clock=clock)
+    assert tether(["db", "upgrade", pg_url, "--store", "catalog"]) == 0
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'activities_claimable'"
+            " AND schemaname = current_schema()"
+        ).fetchone()
+    assert row is not None and "bound_host" in row[0]
+    with Catalog.open(pg_url, clock=clock) as cat:
+        rec = cat.get(old)
+        assert rec is not None and rec.bound_host == ""
+        bound = key("bound")
+        cat.admit(dataclasses.replace(admission(bound), bound_host="arm-host"))
+        with pytest.raises(WrongHost):
+            cat.claim_key(bound, "w", 1000, host="other-host")
+        c = cat.claim("w", 1000, host="other-host")
+        assert c is not None and c.key == old
+        assert cat.claim("w", 1000, host="other-host") is None
+        c = cat.claim("w", 1000, host="arm-host")
+        assert c is not None and c.key == bound and c.record.bound_host == "arm-host"
+
+
 def test_a_version_1_postgres_catalog_gains_retention_through_upgrade(pg_url: str) -> None:
     """Catalog version 2 on PostgreSQL adds retention: a version-1 catalog (issue 14's layout)
     refuses to open naming `tether db upgrade`; the upgrade adds the columns and the index, and
@@ -127,15 +176,17 @@ def test_a_version_1_postgres_catalog_gains_retention_through_upgrade(pg_url: st
             cat.record_result(k, c.fence, result(k.activity_id))
         cat.settle(settled, receipt(9), evidence_for(settled, result("settled")))
         settled_at = cat.get(settled).settlement.settled_at_ms  # type: ignore[union-attr]
-    assert _pg_schema.latest("catalog") == 2
-    # Back to version 1: the table as issue 14 created it, without the retention columns.
+    assert _pg_schema.latest("catalog") == 3
+    # Back to version 1: the table as issue 14 created it, without the retention columns
+    # (nor version 3's bound host and its claimable index).
     conninfo = pg_url
     with psycopg.connect(conninfo, autocommit=True) as conn:
+        _back_to_version_2(conn)
         conn.execute("DROP INDEX activities_compactable")
         conn.execute("ALTER TABLE activities DROP COLUMN compacted_at_ms")
         conn.execute("ALTER TABLE activities DROP COLUMN compactable_from_ms")
         conn.execute("UPDATE tether_schema_version SET version = 1 WHERE store = 'catalog'")
-    with pytest.raises(SchemaOutdated, match=r"version 1, this Tether needs 2.*tether db upgrade"):
+    with pytest.raises(SchemaOutdated, match=r"version 1, this Tether needs 3.*tether db upgrade"):
         Catalog.open(pg_url, clock=clock)
     assert tether(["db", "upgrade", pg_url, "--store", "catalog"]) == 0
     with psycopg.connect(conninfo) as conn:

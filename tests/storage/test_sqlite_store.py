@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from pathlib import Path
 
@@ -93,8 +94,9 @@ def test_claim_goes_straight_to_claimable_rows(tmp_path: Path) -> None:
     from tether.storage import _sqlite
 
     for sql, params in (
-        (_sqlite._CLAIM_KIND, ("k", 0)),
-        (_sqlite._CLAIM_KIND_WORLD, ("k", 0, "w")),
+        (_sqlite._CLAIM_KIND, ("k", 0, "", "")),
+        (_sqlite._CLAIM_KIND_WORLD, ("k", 0, "", "h", "w")),
+        (_sqlite._NEXT_KIND, ("k", "", "h")),
     ):
         plan = " ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
         assert "activities_claimable" in plan, plan
@@ -259,7 +261,66 @@ AFTER_V1 = (
     "unsettled",
     "compacted_at_ms",
     "compactable_from_ms",
+    "bound_host",
 )
+
+
+def _undo_version_5(conn: sqlite3.Connection) -> None:
+    """Inside a transaction: back to version 4's layout (no bound host, its claimable index)."""
+    conn.execute("DROP INDEX activities_claimable")
+    conn.execute("ALTER TABLE activities DROP COLUMN bound_host")
+    conn.execute(next(s for s in _v1_statements() if "activities_claimable" in s))
+    conn.execute("UPDATE schema_version SET version = 4")
+
+
+def _v1_statements() -> tuple[str, ...]:
+    from tether.storage import _schema
+
+    return _schema.MIGRATIONS[0][1]
+
+
+def test_a_version_4_catalog_gains_bound_hosts_through_upgrade(tmp_path: Path) -> None:
+    """Version 5 adds `bound_host`: a version-4 file refuses to open naming `tether db
+    upgrade`; the upgrade keeps every row unchanged (bound to no host) and rebuilds the
+    claimable index with the bound host; then device-bound work is claimed on its host only."""
+    from tether.cli import main as tether
+    from tether.errors import WrongHost
+
+    clock = ManualClock()
+    path = tmp_path / "v4.db"
+    old, leased = key("old"), key("leased")
+    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+        cat.admit(admission(old))
+        cat.admit(admission(leased))
+        assert cat.claim_key(leased, "w", 3_600_000) is not None
+        before = {k: cat.get(k) for k in (old, leased)}
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    _undo_version_5(conn)
+    conn.execute("COMMIT")
+    conn.close()
+    with pytest.raises(SchemaOutdated, match=f"version 4, this Tether needs {LATEST}"):
+        Catalog.open(f"sqlite://{path}", clock=clock)
+    assert tether(["db", "upgrade", f"sqlite://{path}"]) == 0
+    conn = sqlite3.connect(path)
+    (sql,) = conn.execute(
+        "SELECT sql FROM sqlite_schema WHERE name = 'activities_claimable'"
+    ).fetchone()
+    assert "bound_host" in sql
+    conn.close()
+    with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
+        assert {k: cat.get(k) for k in before} == before
+        bound = key("bound")
+        cat.admit(dataclasses.replace(admission(bound), bound_host="arm-host"))
+        with pytest.raises(WrongHost):
+            cat.claim_key(bound, "w", 1000, host="other-host")
+        c = cat.claim("w", 1000, host="other-host")
+        assert c is not None and c.key == old
+        assert cat.claim("w", 1000, host="other-host") is None
+        assert cat.claimable_in_ms(host="other-host") is not None  # the leased one, later
+        assert cat.claimable_in_ms(host="arm-host") == 0
+        c = cat.claim("w", 1000, host="arm-host")
+        assert c is not None and c.key == bound and c.record.bound_host == "arm-host"
 
 
 def test_a_version_1_catalog_migrates_its_rows_through_the_core(tmp_path: Path) -> None:
@@ -393,7 +454,7 @@ def test_a_version_2_catalog_gains_the_compactable_column_from_the_core(tmp_path
         cat.settle(settled, receipt(9), evidence_for(settled, result("settled")))
         settled_at = cat.get(settled).settlement.settled_at_ms  # type: ignore[union-attr]
         rows = [cat.store.get((k.world_id, k.kind, k.activity_id)) for k in (settled, pending)]
-    v3 = ("compacted_at_ms", "compactable_from_ms")
+    v3 = ("compacted_at_ms", "compactable_from_ms", "bound_host")
     path = tmp_path / "v2.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -530,11 +591,13 @@ def test_a_version_3_catalog_is_refused_until_upgraded_and_keeps_its_rows(tmp_pa
         cat.settle(elsewhere, receipt(9, world="w2"), evidence_for(elsewhere, result("o")))
         cat.admit(admission(admitted))
         before = {k: cat.get(k) for k in (admitted, leased, done, settled, elsewhere)}
-    # The file as version 3 left it: version 4's index swapped back for version 2's two.
+    # The file as version 3 left it: version 5 undone, version 4's index swapped back for
+    # version 2's two.
     v2_indexes = [s for s in _schema.MIGRATIONS[1][1] if s.startswith("CREATE INDEX")]
-    assert len(v2_indexes) == 2 and _schema.MIGRATIONS[3][0] == 4 == LATEST
+    assert len(v2_indexes) == 2 and _schema.MIGRATIONS[3][0] == 4
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN")
+    _undo_version_5(conn)
     conn.execute("DROP INDEX activities_unsettled")
     for statement in v2_indexes:
         conn.execute(statement)
@@ -550,7 +613,7 @@ def test_a_version_3_catalog_is_refused_until_upgraded_and_keeps_its_rows(tmp_pa
     conn = sqlite3.connect(path)
     indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'index'")}
     assert "activities_pending_observation" not in indexes and "activities_unsettled" in indexes
-    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 4
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == LATEST
     conn.close()
     with Catalog.open(f"sqlite://{path}", clock=clock) as cat:
         assert {k: cat.get(k) for k in before} == before

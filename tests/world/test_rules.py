@@ -140,7 +140,7 @@ DECISIONS = (
 )
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "postgres", "memory"])
 def counted(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[WorldLedger, Counter[str]]]:
@@ -155,9 +155,15 @@ def counted(
 
     for name in DECISIONS:
         monkeypatch.setattr(rules, name, counting(name, getattr(rules, name)))
-    ledger: WorldLedger = (
-        SqliteLedger.open(tmp_path / "world.db") if request.param == "sqlite" else MemoryLedger()
-    )
+    ledger: WorldLedger
+    if request.param == "sqlite":
+        ledger = SqliteLedger.open(tmp_path / "world.db")
+    elif request.param == "postgres":
+        from tether.world import open_ledger
+
+        ledger = open_ledger(str(request.getfixturevalue("pg_url")))
+    else:
+        ledger = MemoryLedger()
     yield ledger, calls
     ledger.close()
 

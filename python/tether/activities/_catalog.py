@@ -29,6 +29,7 @@ from tether.activities._types import (
     ResultRef,
     RetryGuard,
 )
+from tether.errors import CatalogRejection
 from tether.storage import CatalogStore, CommitUnknown, KeyTuple, View, WakeBell, open_store
 from tether.storage._port import ServerClocked
 
@@ -47,6 +48,28 @@ def settlement_evidence_digest(key: ActivityKey, result: ResultRef) -> str:
     return _core.settlement_evidence_digest(
         key.kind, key.world_id, key.activity_id, result.ref, result.digest
     )
+
+
+def _as_record(row: Row | Exception) -> ActivityRecord:
+    if isinstance(row, Exception):
+        raise row  # not the core's rejection: a storage or programming error
+    return record_from_row(row)
+
+
+def _admit_step(adm: Admission, now: Now) -> Callable[[Row | None], Row]:
+    return lambda old: _core.catalog_admit(old, adm, now)
+
+
+def _bind_step(fence: int, op: str, now: Now) -> Callable[[Row], Row]:
+    return lambda row: _core.catalog_bind_provider_operation(row, fence, op, now)
+
+
+def _result_step(fence: int, result: ResultRef, now: Now) -> Callable[[Row], Row]:
+    return lambda row: _core.catalog_record_result(row, fence, result, now)
+
+
+def _settle_step(receipt: Receipt, digest: str, now: Now) -> Callable[[Row], Row]:
+    return lambda row: _core.catalog_settle(row, receipt, digest, None, now)
 
 
 def _claim_of(record: ActivityRecord) -> Claim:
@@ -177,41 +200,133 @@ class Catalog:
         *,
         kinds: Sequence[str] | None = None,
         world_id: str | None = None,
+        host: str | None = None,
     ) -> Claim | None:
         """Claim the claimable activity that became claimable first, or return None.
 
         The attempt holds a lease of ``lease_ms`` (1 ms to 7 days, `MAX_LEASE_MS`) on the lease
-        clock; renew it with `renew` (a worker's heartbeat) before it runs out.
+        clock; renew it with `renew` (a worker's heartbeat) before it runs out. ``host`` is the
+        claiming worker's host: an activity bound to a host (`Admission.bound_host`, its
+        device's host) is claimed only there, unbound ones anywhere; a claim naming no host
+        takes only unbound work.
         """
         if not isinstance(owner, str) or not isinstance(lease_ms, int):
             raise TypeError("claim(owner: str, lease_ms: int)")
+        if host is not None and not isinstance(host, str):
+            raise TypeError("claim(host=) must be a str or None")
         now = self._claim_now()
-        _core.catalog_check_claim(owner, lease_ms, now)
+        _core.catalog_check_claim(owner, lease_ms, now, host)
         row = self._store.claim(
             now.boot_ms,
-            lambda old: _core.catalog_claim(old, owner, lease_ms, now),
+            lambda old: _core.catalog_claim(old, owner, lease_ms, now, host),
             _kinds(kinds),
             world_id,
+            host=host,
         )
         if row is None:
             return None
         return _claim_of(record_from_row(row))
 
-    def claim_key(self, key: ActivityKey, owner: str, lease_ms: int) -> Claim:
+    def claim_key(
+        self, key: ActivityKey, owner: str, lease_ms: int, *, host: str | None = None
+    ) -> Claim:
         """Claim exactly the activity ``key`` (tools, tests, an operator's reconcile-now).
 
         Same rules and lease bounds as `claim`, but a key that cannot be claimed now raises
         the core's rejection instead of returning None: `NotClaimable` (live lease, or a result
-        is recorded), `AwaitingDecision` (inside its reconciliation backoff) or
-        `UnknownActivity`.
+        is recorded), `AwaitingDecision` (inside its reconciliation backoff), `WrongHost` (its
+        device is bound to another host than ``host``) or `UnknownActivity`.
         """
         if not isinstance(owner, str) or not isinstance(lease_ms, int):
             raise TypeError("claim_key(key: ActivityKey, owner: str, lease_ms: int)")
         now = self._claim_now()
-        _core.catalog_check_claim(owner, lease_ms, now)
+        _core.catalog_check_claim(owner, lease_ms, now, host)
         return _claim_of(
-            self._change(key, lambda row: _core.catalog_claim(row, owner, lease_ms, now))
+            self._change(key, lambda row: _core.catalog_claim(row, owner, lease_ms, now, host))
         )
+
+    # -- batches: one transaction for many Activities (PostgreSQL), each decided by the core
+
+    def _change_many(
+        self, items: Sequence[tuple[ActivityKey, Callable[[Row], Row]]]
+    ) -> list[ActivityRecord | CatalogRejection]:
+        def transition(key: ActivityKey, step: Callable[[Row], Row]) -> Callable[[Row | None], Row]:
+            def run(row: Row | None) -> Row:
+                if row is None:
+                    raise UnknownActivity(
+                        f"no activity {key.world_id}/{key.kind}/{key.activity_id}"
+                    )
+                return step(row)
+
+            return run
+
+        out = self._store.apply_many([(_key(k), transition(k, s)) for k, s in items])
+        return [r if isinstance(r, CatalogRejection) else _as_record(r) for r in out]
+
+    def admit_many(
+        self, admissions: Sequence[Admission]
+    ) -> list[ActivityRecord | CatalogRejection]:
+        """`admit` each admission, in one transaction on PostgreSQL (one per admission on
+        SQLite). Each is decided by the core on its own; a refused one (its rejection in its
+        place) leaves the others admitted. A lost COMMIT is `CommitUnknown` naming no key:
+        re-read each (`get`) before acting on any."""
+        now = self._clock.now()
+        items = []
+        for adm in admissions:
+            if not isinstance(adm, Admission):
+                raise TypeError(f"expected an Admission, not {type(adm).__name__}")
+            items.append((adm.key, _admit_step(adm, now)))
+        out = self._store.apply_many([(_key(k), step) for k, step in items])
+        return [r if isinstance(r, CatalogRejection) else _as_record(r) for r in out]
+
+    def claim_many(
+        self,
+        owner: str,
+        lease_ms: int,
+        limit: int,
+        *,
+        kinds: Sequence[str] | None = None,
+        world_id: str | None = None,
+        host: str | None = None,
+    ) -> list[Claim]:
+        """Up to ``limit`` claims as `claim` would make them one by one (each row decided by
+        the core: its own fence and lease), in one transaction on PostgreSQL."""
+        if not isinstance(limit, int) or limit < 1:
+            raise TypeError("claim_many(limit=) must be a positive int")
+        now = self._claim_now()
+        _core.catalog_check_claim(owner, lease_ms, now, host)
+        rows = self._store.claim_many(
+            now.boot_ms,
+            lambda old: _core.catalog_claim(old, owner, lease_ms, now, host),
+            _kinds(kinds),
+            world_id,
+            limit,
+            host=host,
+        )
+        return [_claim_of(record_from_row(r)) for r in rows]
+
+    def bind_many(
+        self, items: Sequence[tuple[ActivityKey, int]]
+    ) -> list[ActivityRecord | CatalogRejection]:
+        """`bind_provider_operation` of each (key, fence) to `operation_id_for(key)`, in one
+        transaction on PostgreSQL; a refused item keeps its rejection in its place (it must
+        not execute)."""
+        now = self._clock.now()
+        return self._change_many([(k, _bind_step(f, operation_id_for(k), now)) for k, f in items])
+
+    def record_results(
+        self, items: Sequence[tuple[ActivityKey, int, ResultRef]]
+    ) -> list[ActivityRecord | CatalogRejection]:
+        """`record_result` of each (key, fence, result), in one transaction on PostgreSQL."""
+        now = self._clock.now()
+        return self._change_many([(k, _result_step(f, r, now)) for k, f, r in items])
+
+    def settle_many(
+        self, items: Sequence[tuple[ActivityKey, Receipt, str]]
+    ) -> list[ActivityRecord | CatalogRejection]:
+        """`settle` each (key, receipt, evidence digest), in one transaction on PostgreSQL."""
+        now = self._clock.now()
+        return self._change_many([(k, _settle_step(rc, e, now)) for k, rc, e in items])
 
     def renew(self, key: ActivityKey, fence: int, lease_ms: int) -> ActivityRecord:
         """Extend the live attempt's lease to now + ``lease_ms`` on the lease clock (at most 7
@@ -325,14 +440,18 @@ class Catalog:
         return record_from_row(_core.catalog_check_row(row))
 
     def claimable_in_ms(
-        self, *, kinds: Sequence[str] | None = None, world_id: str | None = None
+        self,
+        *,
+        kinds: Sequence[str] | None = None,
+        world_id: str | None = None,
+        host: str | None = None,
     ) -> int | None:
         """Milliseconds on the lease clock until the earliest activity (of ``kinds``, of
-        ``world_id``) becomes claimable: 0 if one is claimable now, None if none will be
-        without another change (which rings `doorbell`). Lease expiry and reconciliation
-        backoff are both this time, computed by the core."""
+        ``world_id``, that a claim on ``host`` may take) becomes claimable: 0 if one is
+        claimable now, None if none will be without another change (which rings `doorbell`).
+        Lease expiry and reconciliation backoff are both this time, computed by the core."""
         now = self._claim_now()
-        at = self._store.next_claimable(_kinds(kinds), world_id)
+        at = self._store.next_claimable(_kinds(kinds), world_id, host=host)
         return None if at is None else max(0, at - now.boot_ms)
 
     def get(self, key: ActivityKey) -> ActivityRecord | None:

@@ -59,6 +59,7 @@ _new = object.__new__
     _compacted_at_ms,
     _compactable_from_ms,
     _compacted_result_failed,
+    _bound_host,
 ) = (getattr(ActivityRecord, f.name).__set__ for f in fields(ActivityRecord))
 
 
@@ -117,6 +118,7 @@ def record_from_row(row: Row) -> ActivityRecord:
         version,
         compacted_at_ms,
         compactable_from_ms,
+        bound_host,
     ) = row
     result = recorded = None
     if result_ref is not None:
@@ -184,4 +186,5 @@ def record_from_row(row: Row) -> ActivityRecord:
     _compacted_at_ms(rec, compacted_at_ms)
     _compactable_from_ms(rec, compactable_from_ms)
     _compacted_result_failed(rec, result_ref is None and result_failed == 1)
+    _bound_host(rec, bound_host)
     return rec

@@ -34,12 +34,19 @@ class Receipt:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """What the required projector admits: key, source receipt and immutable input reference."""
+    """What the required projector admits: key, source receipt and immutable input reference.
+
+    ``bound_host`` names the host that owns the device the work drives: only a claim on that
+    host takes it (others get `WrongHost`). Empty (the default): any host may claim it
+    (simulation, remote gRPC work). Immutable like the rest: another value under the same key
+    is `AdmissionConflict`.
+    """
 
     key: ActivityKey
     source: Receipt
     input_ref: str
     input_digest: str
+    bound_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +222,12 @@ class ActivityRecord:
     compacted_at_ms: int | None = None
     compactable_from_ms: int | None = None
     compacted_result_failed: bool = False
+    #: The host the activity's device is bound to ('' for any host; see `Admission`).
+    bound_host: str = ""
 
     @property
     def admission(self) -> Admission:
-        return Admission(self.key, self.source, self.input_ref, self.input_digest)
+        return Admission(self.key, self.source, self.input_ref, self.input_digest, self.bound_host)
 
     @property
     def result_failed(self) -> bool:

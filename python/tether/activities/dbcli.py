@@ -6,7 +6,8 @@ data directory's catalog), `status` and `upgrade` (schema versions, `tether.stor
 store refuses to open, naming this command; stop every Tether process using it first).
 
 `tether db prune --data-dir D --older-than 30d [--dry-run] [--json] [--batch N] [--vacuum]`
-compacts every Activity settled at least that long ago (wall clock) to its key, source
+(or `--catalog URL` instead of `--data-dir`: a PostgreSQL catalog shared by hosts) compacts
+every Activity settled at least that long ago (wall clock) to its key, source
 receipt, input digest and settlement (the Rust core decides which records qualify and what
 their compacted form is; see `Catalog.compact_settled`). A compacted key is never admitted
 again: a later projection asking for it with the same input is a no-op, with another input a
@@ -49,6 +50,7 @@ from tether.errors import TetherError
 from tether.storage import SqliteCatalogStore
 from tether.storage import dbcli as schema_cli
 from tether.storage._schema import LATEST
+from tether.storage._urls import redact
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = _exit.OK, _exit.FAILED, _exit.USAGE
 EXIT_STORE, EXIT_UNAVAILABLE = _exit.STORE_UNUSABLE, _exit.UNAVAILABLE
@@ -125,9 +127,17 @@ def _parser() -> _Parser:
     )
     prune.add_argument(
         "--data-dir",
-        required=True,
         type=Path,
-        help="the Tether data directory holding catalog.db (required; never created)",
+        default=None,
+        help="the Tether data directory holding catalog.db, never created (default: none; this"
+        " or --catalog is required)",
+    )
+    prune.add_argument(
+        "--catalog",
+        metavar="URL",
+        default=None,
+        help="a catalog by URL instead: postgresql://host/db (credentials from PGPASSWORD or"
+        " a password file, never printed) or sqlite:///abs/path.db (default: none)",
     )
     prune.add_argument(
         "--older-than",
@@ -303,15 +313,46 @@ def prune(
     }
 
 
+def prune_url(
+    url: str,
+    older_than_ms: int,
+    *,
+    dry_run: bool = False,
+    batch: int = DEFAULT_BATCH,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Prune the catalog at ``url`` (a PostgreSQL catalog shared by hosts, or a SQLite file);
+    the report `tether db prune --catalog URL --json` prints. An older schema refuses to open
+    (`SchemaOutdated`, naming `tether db upgrade`)."""
+    schema_cli._scheme(url)  # a bad URL is a usage error before anything opens
+    with Catalog.open(url) as catalog:
+        cutoff_ms = catalog.now().wall_ms - older_than_ms
+        if dry_run:
+            count = sum(1 for _ in catalog.iter_compactable(older_than_ms))
+        else:
+            count = catalog.compact_settled(older_than_ms, batch=batch, progress=progress)
+    return {
+        "catalog": redact(url),
+        "older_than_ms": older_than_ms,
+        "settled_before_ms": cutoff_ms,
+        "dry_run": dry_run,
+        "compactable" if dry_run else "compacted": count,
+        "vacuumed": False,
+        "artifacts": "kept",
+    }
+
+
 def _render(report: dict[str, Any], older_than: str) -> str:
     when = _utc(report["settled_before_ms"])
-    b, a = report["catalog_before"], report["catalog_after"]
     if report["dry_run"]:
         n = report["compactable"]
         head = f"dry run: {n:,} settled Activities older than {older_than} (settled before {when})"
         return head + " would be compacted; nothing changed"
     n = report["compacted"]
     lines = [f"compacted {n:,} settled Activities older than {older_than} (settled before {when})"]
+    if "catalog_before" not in report:  # a catalog by URL: the server keeps its own space
+        return "\n".join([*lines, "artifact payloads are kept (see `tether db prune --help`)"])
+    b, a = report["catalog_before"], report["catalog_after"]
     size = f"catalog.db: {_si_bytes(b['file_bytes'] + b['wal_bytes'])} before, "
     size += f"{_si_bytes(a['file_bytes'] + a['wal_bytes'])} after"
     if report["vacuumed"]:
@@ -386,6 +427,10 @@ def main(argv: list[str]) -> int:
             older_than_ms = parse_duration(args.older_than)
             if args.batch < 1:
                 raise UsageError("usage", "--batch must be >= 1")
+            if (args.data_dir is None) == (args.catalog is None):
+                raise UsageError("usage", "name exactly one of --data-dir and --catalog URL")
+            if args.catalog is not None and args.vacuum:
+                raise UsageError("usage", "--vacuum applies to a data directory's catalog.db")
     except UsageError as e:
         return fail(EXIT_USAGE, "UsageError", e.code, e.message)
     if args.cmd != "prune":
@@ -399,6 +444,16 @@ def main(argv: list[str]) -> int:
             return _failed(e, fail)
     progress = _Progress() if not args.json and not args.dry_run and sys.stderr.isatty() else None
     try:
+        if args.catalog is not None:
+            report = prune_url(
+                args.catalog,
+                older_than_ms,
+                dry_run=args.dry_run,
+                batch=args.batch,
+                progress=progress,
+            )
+            print(json.dumps(report) if args.json else _render(report, args.older_than))
+            return EXIT_OK
         report = prune(
             args.data_dir,
             older_than_ms,
@@ -407,6 +462,8 @@ def main(argv: list[str]) -> int:
             vacuum=args.vacuum,
             progress=progress,
         )
+    except schema_cli.UrlError as e:
+        return fail(EXIT_USAGE, "UsageError", "usage", str(e))
     except DataDirError as e:
         return fail(EXIT_USAGE, type(e).__name__, e.code, e.message)
     except PruneFailed as e:

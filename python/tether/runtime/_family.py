@@ -61,11 +61,17 @@ COMPLETION_MISMATCH_CODES: Final = tuple(_core.completion_mismatch_codes())
 
 @dataclass(frozen=True, slots=True)
 class ActivityRequest:
-    """One logical Activity a projection asks for: kind, family-local id and its input."""
+    """One logical Activity a projection asks for: kind, family-local id and its input.
+
+    ``host`` names the host that owns the device the request drives (from the family's
+    configuration of its devices): the Activity is admitted bound to it and only a worker on
+    that host claims it. Empty (the default): any host may (simulation, remote gRPC work).
+    """
 
     kind: str
     activity_id: str
     input: JSONValue
+    host: str = ""
 
 
 #: Media type of the durable refusal document of a request refused at admission.

@@ -112,6 +112,7 @@ class Host:
         page_size: int = 256,
         catalog_url: str | None = None,
         world_url: str | None = None,
+        host_name: str | None = None,
     ) -> None:
         if not fallback_poll_s >= MIN_FALLBACK_S:  # before any storage is opened
             raise ActivityRuntimeError(
@@ -162,6 +163,7 @@ class Host:
             lease_ms=lease_ms,
             emit=progress_listener,
             wakeup=self._wakeups[CLAIMABLE],
+            host=host_name,
         )
 
     # -- lifecycle ----------------------------------------------------------------------

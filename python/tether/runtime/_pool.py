@@ -31,6 +31,7 @@ class WorkerPool:
         instance: prefix of every claim owner name (`instance/name`), unique per process.
         lease_ms: attempt lease length.
         emit: receives every adapter's progress (from any worker thread).
+        host: the host the workers run on (see `Worker`; None: unbound work only).
         wakeup: what idle workers wait on (topic `CLAIMABLE`); its stop event stops them. The
             pool does not close it: its creator does.
     """
@@ -45,7 +46,9 @@ class WorkerPool:
         lease_ms: int = 30_000,
         emit: Callable[[ProgressEvent], None] | None = None,
         wakeup: Wakeup,
+        host: str | None = None,
     ) -> None:
+        self.host = host
         self.open_catalog = open_catalog
         self.artifacts = artifacts
         self.families = tuple(families)
@@ -69,6 +72,7 @@ class WorkerPool:
             lease_ms=self.lease_ms,
             emit=self.emit,
             stop=stop,
+            host=self.host,
         )
 
     @property

@@ -72,7 +72,11 @@ class Projector:
                     world_id=receipt.world_id, kind=req.kind, activity_id=req.activity_id
                 )
                 admission = Admission(
-                    key=key, source=receipt, input_ref=ref.ref, input_digest=ref.digest
+                    key=key,
+                    source=receipt,
+                    input_ref=ref.ref,
+                    input_digest=ref.digest,
+                    bound_host=req.host,
                 )
                 document = None
                 if refusal is not None:

@@ -14,7 +14,10 @@ Rules kept here (seed section 2):
   lease runs out and the next attempt reconciles (an execute attempt cannot conclude unknown).
 - A commit whose reply was lost (`CommitUnknown`, PostgreSQL) is re-read before anything
   else: a claim or a bind that did not land starts no effect; a result that did not land is
-  recorded again once.
+  recorded again once; a reconcile conclusion (absence, unknown) is re-read and logged, and
+  one that did not land is reconciled again by the next claim. A lost renewal is retried by
+  the next heartbeat (a renewal that never landed lets the lease run out: the attempt is lost,
+  never extended by a guess).
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ class Worker:
             every third of that.
         emit: receives adapters' progress events (exceptions from it are logged, not raised).
         stop: set to finish; an unbound attempt claimed after it is set is released.
+        host: the host this worker runs on: it claims Activities bound to this host's devices
+            and unbound ones (None: unbound ones only).
     """
 
     def __init__(
@@ -82,8 +87,10 @@ class Worker:
         lease_ms: int = 30_000,
         emit: Callable[[ProgressEvent], None] | None = None,
         stop: threading.Event | None = None,
+        host: str | None = None,
     ) -> None:
         self._open_catalog = open_catalog
+        self.host = host
         self.catalog = open_catalog()
         self.artifacts = artifacts
         self.owner = owner
@@ -127,7 +134,7 @@ class Worker:
     def idle_delay_s(self) -> float | None:
         """Seconds until an Activity of this worker's kinds becomes claimable (0: now), on the
         lease clock; None if none will without another commit (which rings the doorbell)."""
-        ms = self.catalog.claimable_in_ms(kinds=self.kinds)
+        ms = self.catalog.claimable_in_ms(kinds=self.kinds, host=self.host)
         return None if ms is None else ms / 1000
 
     def run_once(self) -> bool:
@@ -139,7 +146,7 @@ class Worker:
         conclusion; return its key, or None if nothing was claimable."""
         try:
             claim = self.catalog.claim(
-                self.owner, self.lease_ms, kinds=self.kinds, world_id=world_id
+                self.owner, self.lease_ms, kinds=self.kinds, world_id=world_id, host=self.host
             )
         except CommitUnknown as e:
             claim = self._claim_after_unknown(e)
@@ -270,9 +277,13 @@ class Worker:
             self._record_result(ctx, outcome.result)
             crash_point("after_result")
         elif isinstance(outcome, ConfirmedAbsent):
-            self.catalog.confirm_absent(key, ctx.fence, outcome.guard)
+            self._concluding(lambda: self.catalog.confirm_absent(key, ctx.fence, outcome.guard))
         elif isinstance(outcome, Unknown):
-            self.catalog.record_unknown(key, ctx.fence, outcome.evidence, outcome.retry_after_ms)
+            self._concluding(
+                lambda: self.catalog.record_unknown(
+                    key, ctx.fence, outcome.evidence, outcome.retry_after_ms
+                )
+            )
         else:
             self._record_unknown(ctx, FamilyError(f"reconcile returned {outcome!r}"))
 
@@ -286,6 +297,16 @@ class Worker:
             if self._reread(e) is None:
                 self.catalog.record_result(ctx.key, ctx.fence, result)
 
+    def _concluding(self, write: Callable[[], ActivityRecord]) -> None:
+        """A reconcile conclusion (absence or unknown evidence). After a lost commit it is
+        re-read, never assumed: landed, the attempt has ended; not landed, the lease runs out
+        and the next claim reconciles again. Nothing follows it in this attempt, so neither
+        outcome can start an effect."""
+        try:
+            write()
+        except CommitUnknown as e:
+            self._reread(e)
+
     def _check_live(self, ctx: AttemptContext) -> None:
         if ctx.lost:
             raise LeaseLost(f"attempt {ctx.attempt} of {ctx.key} lost its lease")
@@ -294,8 +315,11 @@ class Worker:
         text = "".join(traceback.format_exception_only(error)).encode("utf-8", "replace")
         ref = self.artifacts.put_bytes(text[:4096], "text/plain")
         log.warning("worker %s: %s concluded unknown: %s", self.owner, ctx.key, error)
-        self.catalog.record_unknown(
-            ctx.key, ctx.fence, Evidence(ref=ref.ref, digest=ref.digest), ADAPTER_ERROR_RETRY_MS
+        evidence = Evidence(ref=ref.ref, digest=ref.digest)
+        self._concluding(
+            lambda: self.catalog.record_unknown(
+                ctx.key, ctx.fence, evidence, ADAPTER_ERROR_RETRY_MS
+            )
         )
 
 

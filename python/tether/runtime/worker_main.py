@@ -1,7 +1,7 @@
 """`tether worker`: run Activity worker threads in their own process over a data directory.
 
 Usage: tether worker DATA_DIR --families module:factory [--workers N] [--lease-ms MS]
-                     [--catalog URL] [--world URL] [--fallback-poll-s S]
+                     [--catalog URL] [--world URL] [--host NAME] [--fallback-poll-s S]
                      [--sse-host 127.0.0.1] [--sse-port N]
 `factory(data_dir: Path) -> Sequence[Family]` builds the families (and their adapters) in this
 process. Workers share the catalog (`--catalog URL`, default the data directory's
@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import logging
 import signal
+import socket
 import sys
 import threading
 import uuid
@@ -86,6 +87,7 @@ def run_workers(
     stop: threading.Event | None = None,
     emit: Callable[[ProgressEvent], None] | None = None,
     catalog_url: str | None = None,
+    host: str | None = None,
 ) -> None:
     """Run `workers` worker threads until `stop` is set; return after they finish.
 
@@ -93,7 +95,8 @@ def run_workers(
     catalog rings its doorbell (the data directory's, or LISTEN/NOTIFY on PostgreSQL), and
     lease expiry and backoff run on timers; `fallback_poll_s` (>= 1 s) only bounds a lost
     ring. `emit` receives every adapter's progress (from any worker thread). `catalog_url`
-    defaults to `catalog.db` in `data_dir`.
+    defaults to `catalog.db` in `data_dir`. `host` names this host: its workers claim the
+    Activities bound to its devices and unbound ones (None: unbound ones only).
     """
     data_dir = data_dir.resolve()
     url = catalog_url or "sqlite:///" + str(data_dir / "catalog.db")
@@ -109,6 +112,7 @@ def run_workers(
         lease_ms=lease_ms,
         emit=emit,
         wakeup=wakeup,
+        host=host,
     )
     pool.start(workers)
     try:
@@ -232,6 +236,13 @@ def main(argv: list[str]) -> int:
         " directory's, or LISTEN/NOTIFY on PostgreSQL) and on lease and backoff timers, so"
         " this only bounds a lost wakeup (default: %(default)s)",
     )
+    p.add_argument(
+        "--host",
+        metavar="NAME",
+        default=socket.gethostname(),
+        help="this host's name: workers claim the Activities bound to its devices (admitted"
+        " with this name as their host) and unbound ones (default: the hostname, %(default)s)",
+    )
     p.add_argument("--sse-host", default="127.0.0.1", help="bind address of the AG-UI stream")
     p.add_argument(
         "--sse-port",
@@ -242,6 +253,8 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error("--workers must be >= 1")
+    if not args.host or len(args.host.encode()) > 512 or "\0" in args.host:
+        p.error("--host must be a non-empty name of at most 512 bytes")
     if not 1 <= args.lease_ms <= MAX_LEASE_MS:
         p.error(f"--lease-ms must be in [1, {MAX_LEASE_MS}] (7 days)")
     if not args.fallback_poll_s >= MIN_FALLBACK_S:
@@ -276,6 +289,7 @@ def main(argv: list[str]) -> int:
             fallback_poll_s=args.fallback_poll_s,
             stop=stop,
             catalog_url=args.catalog,
+            host=args.host,
         )
         return _exit.OK
     stream = RunStream("tether-worker", f"run-{uuid.uuid4().hex[:12]}", StoreState())
@@ -299,6 +313,7 @@ def main(argv: list[str]) -> int:
             stop=stop,
             emit=live.progress,
             catalog_url=args.catalog,
+            host=args.host,
         )
         stream.finish()
     finally:

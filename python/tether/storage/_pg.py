@@ -7,7 +7,8 @@ Every connection this module opens:
 - has `statement_timeout`, `lock_timeout` and `idle_in_transaction_session_timeout` set, so a
   client that vanishes mid-transaction (a cut cable, a SIGSTOP) holds no row lock for longer
   than the idle timeout, and a statement never waits for a lock for ever;
-- uses TCP keepalives on both ends, so a dead peer is noticed in seconds, not hours.
+- uses TCP keepalives on both ends, so a dead peer is noticed in seconds, not hours, and a
+  TCP user timeout, so a request sent into a cut link fails within `TCP_USER_TIMEOUT_MS`.
 
 Credentials never travel in messages: errors name the host, port and database and libpq's
 cause, never the URL. Put the password in the environment (`PGPASSWORD`) or a libpq password
@@ -30,6 +31,8 @@ STATEMENT_TIMEOUT_MS = 30_000
 LOCK_TIMEOUT_MS = 10_000
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 15_000
 CONNECT_TIMEOUT_S = 10
+#: How long sent data may stay unacknowledged before the connection is declared dead (ms).
+TCP_USER_TIMEOUT_MS = 30_000
 #: synchronous_commit values that flush the commit on this server before acknowledging it.
 DURABLE_COMMIT = frozenset({"on", "remote_write", "remote_apply"})
 
@@ -85,6 +88,9 @@ def connect(
     params.setdefault("keepalives_idle", 10)
     params.setdefault("keepalives_interval", 5)
     params.setdefault("keepalives_count", 3)
+    # Keepalives probe an idle connection only; data sent into a cut link would otherwise be
+    # retransmitted for ~15 minutes before the call fails. This bounds that wait.
+    params.setdefault("tcp_user_timeout", TCP_USER_TIMEOUT_MS)
     try:
         conn = psycopg.connect(_conninfo.make_conninfo("", **params), autocommit=True)
     except psycopg.Error as e:

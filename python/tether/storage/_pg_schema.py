@@ -18,6 +18,11 @@ and one partial index per view the catalog scans, over columns only the core com
   core-derived `compactable_from_ms`, with `activities_compactable (compactable_from_ms,
   world_id, kind, activity_id)` where it is not null, which compaction walks up to a cutoff.
   Existing rows get the derived column from the core (`catalog_derive_row`), never from SQL.
+- (catalog version 3, as the SQLite catalog's version 5) `bound_host`, the host that owns the
+  device an Activity drives (a fact of its immutable admission; '' for work any host may
+  claim), and the claimable index rebuilt as (claimable_from_ms, kind, world_id, activity_id,
+  bound_host): a claim on a host filters unbound rows and its own off the index entries.
+  Existing rows were admitted before any binding: '' (any host).
 """
 
 from __future__ import annotations
@@ -86,8 +91,9 @@ _NOT_NULL = {
 }
 
 
-#: Columns the retention migration (catalog version 2) adds; version 1 is frozen without them.
-_RETENTION_COLUMNS = ("compacted_at_ms", "compactable_from_ms")
+#: Columns later migrations add (retention: catalog version 2; the bound host: version 3);
+#: version 1 is frozen without them.
+_RETENTION_COLUMNS = ("compacted_at_ms", "compactable_from_ms", "bound_host")
 COLUMNS: tuple[str, ...] = tuple(catalog_columns())
 _PK = ("world_id", "kind", "activity_id")
 _PK_AT = tuple(COLUMNS.index(c) for c in _PK)
@@ -167,6 +173,16 @@ CATALOG_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX activities_compactable ON activities"
             " (compactable_from_ms, world_id, kind, activity_id)"
             " WHERE compactable_from_ms IS NOT NULL",
+        ),
+    ),
+    (
+        3,
+        (
+            "ALTER TABLE activities ADD COLUMN bound_host TEXT NOT NULL DEFAULT ''",
+            "DROP INDEX activities_claimable",
+            "CREATE INDEX activities_claimable ON activities"
+            " (claimable_from_ms, kind, world_id, activity_id, bound_host)"
+            " WHERE claimable_from_ms IS NOT NULL",
         ),
     ),
 )

@@ -45,9 +45,34 @@ class CatalogStore(Protocol):
         transition: ClaimTransition,
         kinds: Sequence[str] | None,
         world_id: str | None,
+        *,
+        host: str | None = None,
     ) -> Row | None:
         """Claim the claimable row with the earliest `claimable_from_ms` (compared with the
-        lease-clock time ``now_ms``), if any."""
+        lease-clock time ``now_ms``), if any, among the rows a claim on ``host`` may take:
+        `bound_host` empty or ``host`` (empty only, for None). The core's claim decides; this
+        filter only keeps a host from picking rows the core would refuse it."""
+        ...
+
+    def apply_many(self, items: Sequence[tuple[KeyTuple, Transition]]) -> list[Row | Exception]:
+        """`apply` for each item, in one transaction where the backend can (PostgreSQL; SQLite
+        runs one per item). A transition that raises (the core's rejection, an unknown key)
+        leaves its row unchanged and its exception takes the item's place; the others are
+        written. A lost COMMIT raises `CommitUnknown` without a key: re-read every item."""
+        ...
+
+    def claim_many(
+        self,
+        now_ms: int,
+        transition: ClaimTransition,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None = None,
+    ) -> list[Row]:
+        """`claim` up to ``limit`` rows, in claim order, in one transaction where the backend
+        can; a row whose transition raises is left unchanged and skipped."""
         ...
 
     def align_clock(self, boot_id: str, rebase: ClaimTransition) -> int:
@@ -60,9 +85,12 @@ class CatalogStore(Protocol):
         """
         ...
 
-    def next_claimable(self, kinds: Sequence[str] | None, world_id: str | None) -> int | None:
+    def next_claimable(
+        self, kinds: Sequence[str] | None, world_id: str | None, *, host: str | None = None
+    ) -> int | None:
         """The smallest `claimable_from_ms` (lease clock) of the rows of ``kinds`` (every kind
-        for None), of ``world_id`` if given; None if no row will become claimable."""
+        for None), of ``world_id`` if given, that a claim on ``host`` may take (as `claim`);
+        None if no such row will become claimable."""
         ...
 
     def get(self, key: KeyTuple) -> Row | None: ...

@@ -15,9 +15,10 @@ A COMMIT whose reply is lost raises `CommitUnknown` with the row the transaction
 caller re-reads (`Catalog.committed`) before any effect. Any other failure rolls back.
 
 What a read costs: a claim walks the claimable index from its start, skipping rows locked by
-other claimants and claimable rows of kinds or worlds it does not serve (a claim filtered to a
-few kinds among many claimable ones walks past the others); leased and finished rows are never
-visited. `has_unsettled` is one probe of the unsettled index. Scans page by keyset.
+other claimants and claimable rows of kinds, worlds or hosts it does not serve (a claim
+filtered to a few kinds among many claimable ones walks past the others; `bound_host` is in the
+index, so rows bound to other hosts are skipped off the index entries); leased and finished
+rows are never visited. `has_unsettled` is one probe of the unsettled index. Scans page by keyset.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ _INSERT = (
 )
 _CLAIM_ORDER = ("claimable_from_ms", "kind", "world_id", "activity_id")
 _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= %s"
+_ON_HOST = "bound_host IN (%s, %s)"
 _COMPACTABLE = "compactable_from_ms IS NOT NULL AND compactable_from_ms <= %s"
 _COMPACT_ORDER = ("compactable_from_ms", "world_id", "kind", "activity_id")
 
@@ -253,9 +255,12 @@ class PostgresCatalogStore:
         transition: ClaimTransition,
         kinds: Sequence[str] | None,
         world_id: str | None,
+        *,
+        host: str | None = None,
     ) -> Row | None:
-        where = [_CLAIMABLE]
-        params: list[Any] = [now_ms]
+        # The rows a claim on `host` may take: unbound or bound to it (the core decides).
+        where = [_CLAIMABLE, _ON_HOST]
+        params: list[Any] = [now_ms, "", host or ""]
         if kinds is not None:
             kinds = list(dict.fromkeys(kinds))
             if not kinds:
@@ -285,10 +290,93 @@ class PostgresCatalogStore:
                 raise CommitUnknown(str(e), key, new) from e
             return new
 
-    def next_claimable(self, kinds: Sequence[str] | None, world_id: str | None) -> int | None:
+    def apply_many(self, items: Sequence[tuple[KeyTuple, Transition]]) -> list[Row | Exception]:
+        # Rows are locked in key order, so two batches never deadlock on each other.
+        order = sorted(range(len(items)), key=lambda i: items[i][0])
+        out: list[Row | Exception | None] = [None] * len(items)
+        with self._lock:
+            try:
+                with self._session.transaction("catalog batch write") as cur:
+                    for i in order:
+                        key, transition = items[i]
+                        old = cur.execute(_BY_KEY + " FOR UPDATE", key).fetchone()
+                        try:
+                            new = transition(old)
+                        except CatalogStorageError:
+                            raise
+                        except Exception as e:  # the core's rejection of this item
+                            out[i] = e
+                            continue
+                        if old is None:
+                            cur.execute(_INSERT, new)
+                            if cur.rowcount != 1:
+                                raise CatalogStorageError(
+                                    "the activity was inserted concurrently; retry the batch"
+                                )
+                        elif new[VERSION] != old[VERSION]:
+                            self._write(cur, old, new)
+                        else:
+                            out[i] = new
+                            continue
+                        self._notify(cur, old, new)
+                        out[i] = new
+            except CommitUnknown as e:
+                raise CommitUnknown(str(e)) from e
+        return [r for r in out if r is not None]
+
+    def claim_many(
+        self,
+        now_ms: int,
+        transition: ClaimTransition,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None = None,
+    ) -> list[Row]:
+        where = [_CLAIMABLE, _ON_HOST]
+        params: list[Any] = [now_ms, "", host or ""]
+        if kinds is not None:
+            kinds = list(dict.fromkeys(kinds))
+            if not kinds:
+                return []
+            where.append("kind = ANY(%s)")
+            params.append(kinds)
+        if world_id is not None:
+            where.append("world_id = %s")
+            params.append(world_id)
+        sql = (
+            f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {', '.join(_CLAIM_ORDER)}"
+            " LIMIT %s FOR UPDATE SKIP LOCKED"
+        )
+        out: list[Row] = []
+        with self._lock:
+            try:
+                with self._session.transaction("catalog batch claim") as cur:
+                    rows = cur.execute(sql, [*params, limit]).fetchall()
+                    notify = 0
+                    for old in rows:
+                        try:
+                            new = transition(old)
+                        except CatalogStorageError:
+                            raise
+                        except Exception:  # the core refused this row: leave it
+                            continue
+                        self._write(cur, old, new)
+                        notify |= wake_topics(old, new)
+                        out.append(new)
+                    if notify:
+                        cur.execute("SELECT pg_notify(%s, %s)", (self.channel, str(notify)))
+            except CommitUnknown as e:
+                raise CommitUnknown(str(e)) from e
+        return out
+
+    def next_claimable(
+        self, kinds: Sequence[str] | None, world_id: str | None, *, host: str | None = None
+    ) -> int | None:
         # The smallest core-computed time, read off the claimable index; no rule here.
-        where = ["claimable_from_ms IS NOT NULL"]
-        params: list[Any] = []
+        where = ["claimable_from_ms IS NOT NULL", _ON_HOST]
+        params: list[Any] = ["", host or ""]
         if kinds is not None:
             kinds = list(dict.fromkeys(kinds))
             if not kinds:

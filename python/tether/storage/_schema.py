@@ -29,6 +29,11 @@ lifecycle gate probes a world in both ranges. A result moves the record within t
 and a settlement removes it once, where they wrote two indexes before: one page fewer per
 lifecycle (a page per index a commit touches is what a transition costs in WAL frames). The
 upgrade only swaps the indexes; no row changes.
+
+Version 5 adds `bound_host`, the host that owns the device an Activity drives (a fact of its
+immutable admission; '' for work any host may claim), and rebuilds the claimable index as
+(`kind`, `claimable_from_ms`, `bound_host`): a claim on a host selects the rows bound to no host
+or to it off the index entries. Existing rows were admitted before any binding: '' (any host).
 """
 
 from __future__ import annotations
@@ -193,6 +198,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             "DROP INDEX activities_unsettled",
             "CREATE INDEX activities_unsettled ON activities"
             " (pending_observation, world_id, kind, activity_id) WHERE unsettled = 1",
+        ),
+        False,
+    ),
+    (
+        5,
+        (
+            "ALTER TABLE activities ADD COLUMN bound_host TEXT NOT NULL DEFAULT ''",
+            "DROP INDEX activities_claimable",
+            "CREATE INDEX activities_claimable ON activities"
+            " (kind, claimable_from_ms, bound_host) WHERE claimable_from_ms IS NOT NULL",
         ),
         False,
     ),

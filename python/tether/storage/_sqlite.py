@@ -25,7 +25,8 @@ core-computed columns changed (`changed_topics`): that is how idle workers, the 
 What a read costs (leased rows sit beyond `now` in the claimable index, finished rows are not
 in it, so none of these grows with the number of leased or finished activities):
 - a claim probes the claimable index once per kind (every kind ever admitted when `kinds` is
-  None), so it grows with the number of kinds;
+  None), so it grows with the number of kinds; within a kind it steps over the rows claimable
+  now that are bound to other hosts (`bound_host` is in the index, so their rows are not read);
 - a claim filtered by `world_id` walks, per kind, that kind's rows claimable now in other
   worlds until it meets one of this world (the index orders by kind and claimable time, not
   world); a world-partitioned index would cost a page on every write;
@@ -94,12 +95,15 @@ _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= ?"
 # primary-key range, whose cost grows with that world's finished rows. Leased rows sit beyond
 # `now` in the index and finished rows are not in it, so a claim only touches claimable rows.
 _BY_KIND = f"{_SELECT} INDEXED BY activities_claimable WHERE kind = ? AND {_CLAIMABLE}"
-_CLAIM_KIND = f"{_BY_KIND} ORDER BY claimable_from_ms LIMIT 1"
-_CLAIM_KIND_WORLD = f"{_BY_KIND} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
+# The rows a claim on a host may take: unbound, or bound to that host (`_scope`). The index
+# holds `bound_host`, so rows bound to other hosts are skipped without reading them.
+_ON_HOST = "bound_host IN (?, ?)"
+_CLAIM_KIND = f"{_BY_KIND} AND {_ON_HOST} ORDER BY claimable_from_ms LIMIT 1"
+_CLAIM_KIND_WORLD = f"{_BY_KIND} AND {_ON_HOST} AND world_id = ? ORDER BY claimable_from_ms LIMIT 1"
 # The earliest claimable time of a kind: one step into the claimable index.
 _NEXT_KIND = (
     "SELECT MIN(claimable_from_ms) FROM activities INDEXED BY activities_claimable"
-    " WHERE kind = ? AND claimable_from_ms IS NOT NULL"
+    f" WHERE kind = ? AND claimable_from_ms IS NOT NULL AND {_ON_HOST}"
 )
 _NEXT_KIND_WORLD = f"{_NEXT_KIND} AND world_id = ?"
 _KINDS = "SELECT kind FROM activity_kinds"
@@ -147,6 +151,11 @@ _VIEWS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
 }
 _VIEW_INDEX = {name: tuple(COLUMNS.index(c) for c in v[2]) for name, v in _VIEWS.items()}
+
+
+def _scope(host: str | None) -> tuple[str, str]:
+    """The `bound_host` values a claim on ``host`` may take (None: unbound rows only)."""
+    return ("", host or "")
 
 
 def _claim_order(row: Row) -> tuple[Any, ...]:
@@ -319,11 +328,13 @@ class SqliteCatalogStore:
         transition: ClaimTransition,
         kinds: Sequence[str] | None,
         world_id: str | None,
+        *,
+        host: str | None = None,
     ) -> Row | None:
         with self._lock:
             cur = self._begin()
             try:
-                old = self._next_claimable(cur, now_ms, kinds, world_id)
+                old = self._next_claimable(cur, now_ms, kinds, world_id, host)
                 new = None if old is None else transition(old)
                 if old is not None and new is not None:
                     self._write(cur, old, new)
@@ -338,6 +349,36 @@ class SqliteCatalogStore:
             self._ring(old, new)
         return new
 
+    def apply_many(self, items: Sequence[tuple[KeyTuple, Transition]]) -> list[Row | Exception]:
+        # One transaction per item: a SQLite commit is local, batching buys little here.
+        out: list[Row | Exception] = []
+        for key, transition in items:
+            try:
+                out.append(self.apply(key, transition))
+            except CatalogStorageError:
+                raise
+            except Exception as e:  # the core's rejection of this item
+                out.append(e)
+        return out
+
+    def claim_many(
+        self,
+        now_ms: int,
+        transition: ClaimTransition,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None = None,
+    ) -> list[Row]:
+        out: list[Row] = []
+        for _ in range(limit):
+            row = self.claim(now_ms, transition, kinds, world_id, host=host)
+            if row is None:
+                break
+            out.append(row)
+        return out
+
     def _ring(self, old: Row | None, new: Row) -> None:
         # After the commit and outside the lock: a waiter woken now finds the change.
         topics = changed_topics(old, new)
@@ -348,16 +389,19 @@ class SqliteCatalogStore:
         """This process's doorbell of the file (datagram sockets beside it)."""
         return self._doorbell
 
-    def next_claimable(self, kinds: Sequence[str] | None, world_id: str | None) -> int | None:
+    def next_claimable(
+        self, kinds: Sequence[str] | None, world_id: str | None, *, host: str | None = None
+    ) -> int | None:
+        scope = _scope(host)
         with self._lock:
             try:
                 cur = self._db().cursor()
                 times = []
                 for kind in self._kinds(cur, kinds):
                     if world_id is None:
-                        row = cur.execute(_NEXT_KIND, (kind,)).fetchone()
+                        row = cur.execute(_NEXT_KIND, (kind, *scope)).fetchone()
                     else:
-                        row = cur.execute(_NEXT_KIND_WORLD, (kind, world_id)).fetchone()
+                        row = cur.execute(_NEXT_KIND_WORLD, (kind, *scope, world_id)).fetchone()
                     if row is not None and row[0] is not None:
                         times.append(int(row[0]))
             except sqlite3.Error as e:
@@ -394,15 +438,21 @@ class SqliteCatalogStore:
         return list(dict.fromkeys(kinds))
 
     def _next_claimable(
-        self, cur: sqlite3.Cursor, now_ms: int, kinds: Sequence[str] | None, world_id: str | None
+        self,
+        cur: sqlite3.Cursor,
+        now_ms: int,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        host: str | None,
     ) -> Row | None:
         # One indexed probe per kind; the earliest claimable row among them wins.
         best: Row | None = None
+        scope = _scope(host)
         for kind in self._kinds(cur, kinds):
             if world_id is None:
-                row = cur.execute(_CLAIM_KIND, (kind, now_ms)).fetchone()
+                row = cur.execute(_CLAIM_KIND, (kind, now_ms, *scope)).fetchone()
             else:
-                row = cur.execute(_CLAIM_KIND_WORLD, (kind, now_ms, world_id)).fetchone()
+                row = cur.execute(_CLAIM_KIND_WORLD, (kind, now_ms, *scope, world_id)).fetchone()
             if row is not None and (best is None or _claim_order(row) < _claim_order(best)):
                 best = row
         return best

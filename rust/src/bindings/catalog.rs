@@ -170,6 +170,12 @@ create_exception!(
 );
 create_exception!(
     _core,
+    WrongHost,
+    CatalogRejection,
+    "The activity's device is bound to another host."
+);
+create_exception!(
+    _core,
     InvalidRefusal,
     CatalogRejection,
     "A refused admission's refusal is not a failed refusal document."
@@ -207,6 +213,7 @@ fn rejection_type(py: Python<'_>, kind: RejectionKind) -> Bound<'_, pyo3::types:
         RejectionKind::Compacted => py.get_type::<Compacted>(),
         RejectionKind::NotCompactable => py.get_type::<NotCompactable>(),
         RejectionKind::InvalidRefusal => py.get_type::<InvalidRefusal>(),
+        RejectionKind::WrongHost => py.get_type::<WrongHost>(),
     }
 }
 
@@ -359,6 +366,19 @@ struct PyAdmission {
     source: PyReceipt,
     input_ref: String,
     input_digest: String,
+    bound_host: String,
+}
+
+impl From<PyAdmission> for Admission {
+    fn from(a: PyAdmission) -> Admission {
+        Admission {
+            key: a.key.into(),
+            source: a.source.into(),
+            input_ref: a.input_ref,
+            input_digest: a.input_digest,
+            bound_host: a.bound_host,
+        }
+    }
 }
 
 #[derive(FromPyObject)]
@@ -510,12 +530,7 @@ fn catalog_admit<'py>(
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let existing = row.map(load).transpose()?;
-    let adm = Admission {
-        key: admission.key.into(),
-        source: admission.source.into(),
-        input_ref: admission.input_ref,
-        input_digest: admission.input_digest,
-    };
+    let adm: Admission = admission.into();
     // A replay or re-request returns the stored record unchanged (same version): storage
     // then writes nothing.
     let out =
@@ -533,12 +548,7 @@ fn catalog_admit_refused<'py>(
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let existing = row.map(load).transpose()?;
-    let adm = Admission {
-        key: admission.key.into(),
-        source: admission.source.into(),
-        input_ref: admission.input_ref,
-        input_digest: admission.input_digest,
-    };
+    let adm: Admission = admission.into();
     // As with `admit`, an existing record comes back unchanged: storage then writes nothing.
     let out = catalog::admit_refused(
         existing.as_ref().map(|l| &l.record),
@@ -550,27 +560,37 @@ fn catalog_admit_refused<'py>(
     done(py, existing.as_ref(), out)
 }
 
-/// Refuses bad claim arguments even when nothing is claimable.
+/// Refuses bad claim arguments even when nothing is claimable. `host` is the claiming
+/// worker's host (None: a claim that names none, which never takes device-bound work).
 #[pyfunction]
-fn catalog_check_claim(py: Python<'_>, owner: &str, lease_ms: i64, now: PyNow) -> PyResult<()> {
-    catalog::check_claim(owner, lease_ms, &now.into())
+#[pyo3(signature = (owner, lease_ms, now, host=None))]
+fn catalog_check_claim(
+    py: Python<'_>,
+    owner: &str,
+    lease_ms: i64,
+    now: PyNow,
+    host: Option<&str>,
+) -> PyResult<()> {
+    catalog::check_claim_on(owner, host, lease_ms, &now.into())
         .map(|_| ())
         .map_err(|r| rejected(py, r))
 }
 
 #[pyfunction]
+#[pyo3(signature = (row, owner, lease_ms, now, host=None))]
 fn catalog_claim<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
     owner: &str,
     lease_ms: i64,
     now: PyNow,
+    host: Option<&str>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let old = load(row)?;
     done(
         py,
         Some(&old),
-        catalog::claim(&old.record, owner, lease_ms, &now.into()),
+        catalog::claim_on(&old.record, owner, host, lease_ms, &now.into()),
     )
 }
 

@@ -45,7 +45,8 @@ fn check(admission: &Admission) -> Result<(), Rejection> {
         ));
     }
     bounds::reference("input_ref", &admission.input_ref)?;
-    bounds::digest("input_digest", &admission.input_digest)
+    bounds::digest("input_digest", &admission.input_digest)?;
+    bounds::optional_id("bound_host", &admission.bound_host)
 }
 
 /// How `admit` treated a request.
@@ -93,6 +94,9 @@ pub fn admit(
     }
     if old.input_digest != admission.input_digest {
         return conflict("input_digest", "a different immutable input digest");
+    }
+    if old.bound_host != admission.bound_host {
+        return conflict("bound_host", "another bound host");
     }
     if old.source == admission.source {
         return Ok((rec.clone(), Admitted::Replay));

@@ -60,26 +60,65 @@ pub(crate) fn execution_authorized(rec: &ActivityRecord) -> bool {
 /// nothing is claimable; returns the lease expiry (lease clock) a claim at `now` would get.
 /// Leases are 1 ms to 7 days (`MAX_LEASE_MS`).
 pub fn check_claim(owner: &str, lease_ms: i64, now: &Now) -> Result<i64, Rejection> {
+    check_claim_on(owner, None, lease_ms, now)
+}
+
+/// `check_claim` for a claim on `host` (None: a claim that names no host).
+pub fn check_claim_on(
+    owner: &str,
+    host: Option<&str>,
+    lease_ms: i64,
+    now: &Now,
+) -> Result<i64, Rejection> {
     check_now(now)?;
     bounds::id("owner", owner)?;
+    if let Some(h) = host {
+        bounds::id("host", h)?;
+    }
     bounds::duration("lease_ms", lease_ms, 1, MAX_LEASE_MS)?;
     bounds::later("lease_ms", now.boot_ms, lease_ms)
 }
 
-/// Issues a new attempt under the next fence.
-///
-/// The attempt may execute only if no provider operation is bound, or if a confirmed absence
-/// with a retry guard authorises one fresh execution (the guard is then used up). Otherwise it is
-/// reconcile-only. A record is claimable exactly when `claimable_from_ms` is reached on the
-/// lease clock (a value of another boot is: that boot's leases are gone with it).
+/// A claim that names no host: `claim_on` with `None`, so it never takes device-bound work.
 pub fn claim(
     rec: &ActivityRecord,
     owner: &str,
     lease_ms: i64,
     now: &Now,
 ) -> Result<ActivityRecord, Rejection> {
-    let lease_expires_ms = check_claim(owner, lease_ms, now)?;
+    claim_on(rec, owner, None, lease_ms, now)
+}
+
+/// Issues a new attempt under the next fence, for a worker on `host`.
+///
+/// An activity bound to a host (its admission's `bound_host`, the host that owns the device
+/// the work drives) is claimed only on that host: any other host, or a claim naming none, is
+/// `wrong_host`. An unbound activity (simulation, remote work) is claimed on any host.
+///
+/// The attempt may execute only if no provider operation is bound, or if a confirmed absence
+/// with a retry guard authorises one fresh execution (the guard is then used up). Otherwise it is
+/// reconcile-only. A record is claimable exactly when `claimable_from_ms` is reached on the
+/// lease clock (a value of another boot is: that boot's leases are gone with it).
+pub fn claim_on(
+    rec: &ActivityRecord,
+    owner: &str,
+    host: Option<&str>,
+    lease_ms: i64,
+    now: &Now,
+) -> Result<ActivityRecord, Rejection> {
+    let lease_expires_ms = check_claim_on(owner, host, lease_ms, now)?;
     refuse_compacted(rec)?;
+    let bound = rec.admission.bound_host.as_str();
+    if !bound.is_empty() && host != Some(bound) {
+        let here = host.map_or("a claim naming no host".to_owned(), |h| {
+            format!("host {h:?}")
+        });
+        return Err(Rejection::on(
+            RejectionKind::WrongHost,
+            "host",
+            format!("the activity's device is on host {bound:?}, not {here}"),
+        ));
+    }
     // The two "never" rules are checked on the facts themselves, not only through the derived
     // `claimable_from_ms`: a stored row that disagrees with itself fails closed.
     if rec.result.is_some() {
@@ -363,6 +402,54 @@ mod tests {
         // A clock reading must name its boot.
         assert_eq!(
             claim(&rec, "w2", 100, &Now::at("", 0)).unwrap_err().kind,
+            RejectionKind::BoundsExceeded
+        );
+    }
+
+    #[test]
+    fn device_bound_work_is_claimed_only_on_its_host() {
+        let mut adm = admission("w", "k", "a");
+        adm.bound_host = "arm-host".into();
+        let rec = admit(None, &adm, &at(0)).unwrap().0;
+        for host in [None, Some("other-host")] {
+            let err = claim_on(&rec, "w1", host, 100, &at(0)).unwrap_err();
+            assert_eq!(err.kind, RejectionKind::WrongHost);
+            assert_eq!(err.field, Some("host"));
+        }
+        assert_eq!(
+            claim(&rec, "w1", 100, &at(0)).unwrap_err().kind,
+            RejectionKind::WrongHost
+        );
+        let c = claim_on(&rec, "w1", Some("arm-host"), 100, &at(0)).unwrap();
+        assert_eq!(c.fence, 1);
+        // A takeover after the lease runs out is bound to the same host.
+        assert_eq!(
+            claim_on(&c, "w2", Some("other-host"), 100, &at(200))
+                .unwrap_err()
+                .kind,
+            RejectionKind::WrongHost
+        );
+        assert_eq!(
+            claim_on(&c, "w2", Some("arm-host"), 100, &at(200))
+                .unwrap()
+                .fence,
+            2
+        );
+        // Unbound work (simulation, remote) is claimed on any host, or by a claim naming none.
+        let free = admitted(&admission("w", "k", "b"), 0);
+        assert!(claim_on(&free, "w1", Some("other-host"), 100, &at(0)).is_ok());
+        assert!(claim(&free, "w1", 100, &at(0)).is_ok());
+        // The binding is immutable and survives the row layout.
+        assert_eq!(ActivityRecord::from_cells(&c.to_cells()).unwrap(), c);
+        let mut moved = adm.clone();
+        moved.bound_host = "other-host".into();
+        let err = admit(Some(&c), &moved, &at(300)).unwrap_err();
+        assert_eq!(err.kind, RejectionKind::AdmissionConflict);
+        assert_eq!(err.field, Some("bound_host"));
+        assert_eq!(
+            claim_on(&free, "w1", Some(""), 100, &at(0))
+                .unwrap_err()
+                .kind,
             RejectionKind::BoundsExceeded
         );
     }

@@ -50,6 +50,11 @@ pub(crate) fn id(field: &'static str, value: &str) -> Result<(), Rejection> {
     bounded(field, value, MAX_ID_BYTES, false)
 }
 
+/// An id that may be empty (meaning "none"): a bound host.
+pub(crate) fn optional_id(field: &'static str, value: &str) -> Result<(), Rejection> {
+    bounded(field, value, MAX_ID_BYTES, true)
+}
+
 pub(crate) fn kind(field: &'static str, value: &str) -> Result<(), Rejection> {
     bounded(field, value, MAX_KIND_BYTES, false)
 }

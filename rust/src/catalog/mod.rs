@@ -10,6 +10,8 @@
 //!   reference and digest) is immutable. Replaying an identical admission is a no-op, and so is
 //!   the same request from a later tick of the source run (it is the same Activity; its source
 //!   binding stays). Any other difference is an `admission_conflict`.
+//! - Work bound to a device is claimed only on the host that owns it: the admission's
+//!   `bound_host` (immutable; empty for simulation and remote work, which any host claims).
 //! - A claim issues a new attempt under a fence one higher than any fence issued before. Only the
 //!   live attempt (current fence, lease not expired) may change the record.
 //! - Leases and backoff are measured on the lease clock (`Now::boot_ms` of `Now::boot_id`, which
@@ -55,7 +57,7 @@ mod settlement;
 mod scenario_tests;
 
 pub use admission::{admit, admit_refused, Admitted};
-pub use attempt::{check_claim, claim, rebase, release, renew};
+pub use attempt::{check_claim, check_claim_on, claim, claim_on, rebase, release, renew};
 pub use bounds::{
     MAX_DIGEST_BYTES, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES,
     MAX_OPERATION_ID_BYTES, MAX_REF_BYTES, MAX_RETRY_AFTER_MS,

@@ -71,6 +71,9 @@ pub struct Admission {
     pub source: Receipt,
     pub input_ref: String,
     pub input_digest: String,
+    /// The host that owns the device this work drives: only a claim on that host may take it
+    /// (`attempt::claim_on`). Empty: any host (simulation, remote work). Immutable.
+    pub bound_host: String,
 }
 
 /// The current attempt. Its fence is the record's `fence`.
@@ -342,6 +345,7 @@ pub const COLUMNS: &[&str] = &[
     "version",
     "compacted_at_ms",
     "compactable_from_ms",
+    "bound_host",
 ];
 
 /// A stored row that does not decode into a record (wrong arity, type, or a half-set group).
@@ -468,11 +472,12 @@ impl ActivityRecord {
             tick: r.int()?,
             visibility_token: r.text()?,
         };
-        let admission = Admission {
+        let mut admission = Admission {
             key,
             source,
             input_ref: r.text()?,
             input_digest: r.text()?,
+            bound_host: String::new(),
         };
         let admitted_at_ms = r.int()?;
         let fence = r.int()?;
@@ -616,6 +621,7 @@ impl ActivityRecord {
         let version = r.int()?;
         let compacted_at_ms = r.opt_int()?;
         let compactable_from_ms = r.opt_int()?;
+        admission.bound_host = r.text()?;
         if compacted_failed.is_some() != compacted_at_ms.is_some() {
             return Err(group_err("result_ref"));
         }
@@ -751,6 +757,7 @@ impl ActivityRecord {
             Cell::Int(self.version),
             oi(self.compacted_at_ms),
             oi(self.compactable_from_ms()),
+            t(&a.bound_host),
         ]);
         cells
     }

@@ -51,10 +51,12 @@ pub enum RejectionKind {
     NotCompactable,
     /// `admit_refused` with a refusal that is not a failed result (or poses as an abandon).
     InvalidRefusal,
+    /// A claim on a host other than the one the activity's device is bound to.
+    WrongHost,
 }
 
 impl RejectionKind {
-    pub const ALL: [RejectionKind; 23] = [
+    pub const ALL: [RejectionKind; 24] = [
         RejectionKind::StaleFence,
         RejectionKind::LeaseExpired,
         RejectionKind::AdmissionConflict,
@@ -78,6 +80,7 @@ impl RejectionKind {
         RejectionKind::Compacted,
         RejectionKind::NotCompactable,
         RejectionKind::InvalidRefusal,
+        RejectionKind::WrongHost,
     ];
 
     pub fn code(self) -> &'static str {
@@ -105,6 +108,7 @@ impl RejectionKind {
             RejectionKind::Compacted => "compacted",
             RejectionKind::NotCompactable => "not_compactable",
             RejectionKind::InvalidRefusal => "invalid_refusal",
+            RejectionKind::WrongHost => "wrong_host",
         }
     }
 }

@@ -28,6 +28,7 @@ pub(crate) fn admission(world: &str, kind: &str, id: &str) -> Admission {
         },
         input_ref: "input://1".into(),
         input_digest: "sha256:in".into(),
+        bound_host: String::new(),
     }
 }
 

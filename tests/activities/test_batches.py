@@ -1,0 +1,46 @@
+"""Batched catalog calls on both backends: one transaction for many Activities on PostgreSQL,
+every rule still decided by the core per Activity (a refused item keeps its rejection in its
+place and changes nothing; the others go through)."""
+
+from __future__ import annotations
+
+from tether.activities import Catalog
+from tether.errors import AdmissionConflict, NotBound, StaleFence, UnknownActivity
+
+from tests.activities.support import ManualClock, admission, evidence_for, key, receipt, result
+
+
+def test_a_batch_lifecycle_checks_every_rule_per_activity(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    keys = [key(f"b{i}") for i in range(5)]
+    catalog.admit(admission(keys[0]))
+    out = catalog.admit_many(
+        [admission(k) for k in keys] + [admission(keys[1], input_digest="sha256:other")]
+    )
+    assert [getattr(r, "key", None) for r in out[:5]] == keys  # keys[0] a replay
+    assert isinstance(out[5], AdmissionConflict)
+    assert catalog.get(keys[1]).input_digest == "sha256:in"  # type: ignore[union-attr]
+
+    claims = catalog.claim_many("w", 10_000, 3)
+    assert len(claims) == 3 and all(c.attempt.fence == 1 for c in claims)
+    rest = catalog.claim_many("w", 10_000, 10)
+    assert len(rest) == 2 and catalog.claim_many("w", 10_000, 10) == []
+    claims += rest
+    ghost = key("ghost")
+    stale = (claims[0].key, 0)
+    bound = catalog.bind_many([(c.key, c.attempt.fence) for c in claims[1:]] + [stale, (ghost, 1)])
+    assert [b.operation_id is not None for b in bound[:4]] == [True] * 4  # type: ignore[union-attr]
+    assert isinstance(bound[4], StaleFence) and isinstance(bound[5], UnknownActivity)
+    assert catalog.get(claims[0].key).operation_id is None  # type: ignore[union-attr]
+
+    recorded = catalog.record_results(
+        [(c.key, c.attempt.fence, result(c.key.activity_id)) for c in claims]
+    )
+    assert isinstance(recorded[0], NotBound)  # never bound: no result may be recorded
+    assert all(r.result is not None for r in recorded[1:])  # type: ignore[union-attr]
+    settled = catalog.settle_many(
+        [(c.key, receipt(9), evidence_for(c.key, result(c.key.activity_id))) for c in claims[1:]]
+    )
+    assert all(s.settlement is not None for s in settled)  # type: ignore[union-attr]
+    assert [k for k in keys if catalog.get(k).settlement] == keys[1:]  # type: ignore[union-attr]
