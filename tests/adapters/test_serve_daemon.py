@@ -415,3 +415,45 @@ def test_the_stream_off_loopback_needs_tls_and_a_principal(tmp_path: Path) -> No
     plain = serve_config(tmp_path / "plain", "/dev/null-unused", extra=extra.split("\n[tls]")[0])
     refused = tether("serve", "--config", str(plain), timeout=60)
     assert refused.returncode == 2 and "insecure_listener" in refused.stderr
+
+
+def test_serve_on_postgresql_binds_a_move_to_its_host(
+    tmp_path: Path, emu: EmulatorProcess, pg_url: str
+) -> None:
+    """`tether serve --catalog URL --world URL` keeps the catalog and the world ledger on
+    PostgreSQL; a move it admits is bound to `[serve] host_name`, so only this host claims it."""
+    from tether.activities import ActivityKey, Catalog
+
+    extra = SERVE + 'host_name = "arm-host-1"\n'
+    config = serve_config(tmp_path, emu.path, extra=extra)
+    argv = [sys.executable, "-m", "tether", "serve", "--config", str(config)]
+    proc = subprocess.Popen(
+        [*argv, "--catalog", pg_url, "--world", pg_url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else ""
+        done = run_worker(config)
+        assert done.returncode == 0, done.stdout + done.stderr
+        key = outcome(done)["key"]
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert pg_url not in err  # a store URL is never logged
+    world, kind, activity = key.split("/", 2)
+    catalog = Catalog.open(pg_url)
+    try:
+        record = catalog.get(ActivityKey(world, kind, activity))
+    finally:
+        catalog.close()
+    assert record is not None and record.settlement is not None
+    assert record.bound_host == "arm-host-1"
+    # Nothing of it in the data dir's SQLite files: the daemon used the URLs.
+    data_dir = config.parent / "state" / "moves"
+    assert not (data_dir / "catalog.db").exists() and not (data_dir / "world.db").exists()

@@ -48,6 +48,17 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--config", required=True, help="host configuration (TOML)")
     parser.add_argument(
+        "--catalog",
+        metavar="URL",
+        help="the Activity catalog (default: [serve] catalog, else sqlite:///DATA_DIR/catalog.db);"
+        " postgresql://host/db is shared with other hosts (password from PGPASSWORD/PGPASSFILE)",
+    )
+    parser.add_argument(
+        "--world",
+        metavar="URL",
+        help="the world ledger (default: [serve] world, else DATA_DIR/world.db); postgresql://...",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="the ready line as JSON (default: on off a TTY; on a TTY, words)",
@@ -64,7 +75,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        daemon = Daemon.from_path(args.config)
+        daemon = Daemon.from_path(args.config, catalog_url=args.catalog, world_url=args.world)
     except TetherError as exc:
         error_line("tether serve", exc)
         return _exit.for_error(exc, default=_exit.USAGE)

@@ -15,6 +15,9 @@ families = ["tether.families.robot_move.family:serve_families"]
                                      # default: robot_move when robots are configured
 lease_ms = 30000                     # attempt lease (default 30000)
 settle_timeout_s = 30.0              # a move's settle timeout (default 30)
+catalog = "postgresql://db.lab/tether"  # default: catalog.db in data_dir (also --catalog URL)
+world = "postgresql://db.lab/tether"    # default: world.db in data_dir (also --world URL)
+host_name = "arm-host-1"             # default: the hostname; device work is bound to it
 ```
 
 The stream follows the listener policy (`tether._listen`): on loopback it needs no principal;
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,14 +38,24 @@ from typing import Any, Final
 from tether._config import HostConfigError, Table
 from tether.activities import MAX_LEASE_MS
 
-SERVE_KEYS: Final = ("data_dir", "workers", "sse", "families", "lease_ms", "settle_timeout_s")
+SERVE_KEYS: Final = (
+    "data_dir",
+    "workers",
+    "sse",
+    "families",
+    "lease_ms",
+    "settle_timeout_s",
+    "catalog",
+    "world",
+    "host_name",
+)
 #: The default family factory when robots are configured.
 ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
 #: The sim reaches' factory (the demo's family), for `families = [...]`.
 SIM: Final = "tether.serve.families:sim_families"
 DEFAULT_SSE: Final = "127.0.0.1:0"
 #: Every `.code` raised here (and the strict table's own).
-CODES: Final = ("bad_sse", "bad_workers", "bad_lease", "bad_families")
+CODES: Final = ("bad_sse", "bad_workers", "bad_lease", "bad_families", "bad_host_name")
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,13 @@ class ServeConfig:
     families: tuple[str, ...]
     lease_ms: int
     settle_timeout_s: float
+    #: The Activity catalog and the world ledger (None: SQLite files in `data_dir`); a
+    #: ``postgresql://`` URL shares them with other hosts (its password from PGPASSWORD or
+    #: PGPASSFILE, never the URL in a log).
+    catalog_url: str | None = None
+    world_url: str | None = None
+    #: This host's name: device work admitted here is bound to it (claimed only here).
+    host_name: str = ""
 
 
 def _error(code: str, message: str, **details: Any) -> HostConfigError:
@@ -106,7 +127,16 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     settle = table.number("settle_timeout_s", 30.0)
     if not 0 < settle <= 3600:
         raise _error("bad_lease", f"serve.settle_timeout_s {settle} is not in (0, 3600]")
-    return ServeConfig(data_dir, workers, sse, tuple(families), lease_ms, settle)
+    catalog = table.text("catalog", "") or None
+    world = table.text("world", "") or None
+    host_name = table.text("host_name", socket.gethostname())
+    if not host_name or len(host_name.encode()) > 512:
+        raise _error(
+            "bad_host_name", "serve.host_name must be a non-empty name of at most 512 bytes"
+        )
+    return ServeConfig(
+        data_dir, workers, sse, tuple(families), lease_ms, settle, catalog, world, host_name
+    )
 
 
 def load_serve(path: str | os.PathLike[str], *, state_dir: Path, robots: int) -> ServeConfig:

@@ -28,6 +28,7 @@ Rules:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -156,9 +157,22 @@ class Daemon:
         self._closed = False
 
     @classmethod
-    def from_path(cls, path: str | os.PathLike[str]) -> Daemon:
+    def from_path(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        catalog_url: str | None = None,
+        world_url: str | None = None,
+    ) -> Daemon:
+        """The daemon of a host.toml; `catalog_url`/`world_url` (the `--catalog`/`--world`
+        flags) override its `[serve]` keys."""
         config: HostConfig[Any] = load_config(path)
         serve = load_serve(path, state_dir=config.state_dir, robots=len(config.robots))
+        serve = dataclasses.replace(
+            serve,
+            catalog_url=catalog_url or serve.catalog_url,
+            world_url=world_url or serve.world_url,
+        )
         return cls(config, serve)
 
     # --- start ---
@@ -220,7 +234,12 @@ class Daemon:
             self.stream.start()
             self.sse_url = self.server.url
         ctx = ServeContext(
-            self.config, self.devices, self.data_dir, self.serve.settle_timeout_s, self._closers
+            self.config,
+            self.devices,
+            self.data_dir,
+            self.serve.settle_timeout_s,
+            self._closers,
+            host_name=self.serve.host_name,
         )
         served: list[Served] = []
         for spec in self.serve.families:
@@ -240,6 +259,9 @@ class Daemon:
             workers=self.serve.workers,
             lease_ms=self.serve.lease_ms,
             progress_listener=self._on_progress,
+            catalog_url=self.serve.catalog_url,
+            world_url=self.serve.world_url,
+            host_name=self.serve.host_name,
         )
         self.runtime.start()
         for lock in self._locks:

@@ -32,6 +32,8 @@ class ServeContext:
     data_dir: Path
     settle_timeout_s: float
     closers: list[Callable[[], None]] = field(default_factory=list)
+    #: This host's name (`[serve] host_name`): device work is admitted bound to it.
+    host_name: str = ""
 
     def on_close(self, close: Callable[[], None]) -> None:
         """Run `close` when the daemon stops (after its workers, before its storage closes)."""

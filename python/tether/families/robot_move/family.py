@@ -34,6 +34,7 @@ from __future__ import annotations
 import atexit
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -115,6 +116,19 @@ def project(snapshot: WorldSnapshot) -> list[ActivityRequest]:
         if kind in KINDS:
             requests.append(ActivityRequest(str(kind), entity, value))
     return requests
+
+
+def project_on(host_name: str) -> Callable[[WorldSnapshot], list[ActivityRequest]]:
+    """`project`, each move admitted bound to `host_name` (the host owning the robots): only a
+    worker of that host claims it (pure: a closure over a name)."""
+
+    def project_bound(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+        return [
+            ActivityRequest(r.kind, r.activity_id, r.input, host=host_name)
+            for r in project(snapshot)
+        ]
+
+    return project_bound
 
 
 def stage(staged: StagedResult) -> list[ComponentWrite]:
@@ -351,13 +365,15 @@ def robot_move_family(
     *,
     settle_timeout_s: float = 30.0,
     host: DeviceHost | None = None,
+    host_name: str = "",
 ) -> Family:
     """The family to register with a runtime `Host`. Its adapter owns the robots' ports, or
-    uses `host`'s (the daemon's device host) when one is given."""
+    uses `host`'s (the daemon's device host) when one is given. With `host_name`, each move is
+    admitted bound to that host (device-bound claims)."""
     return Family(
         name=FAMILY,
         kinds=KINDS,
-        project=project,
+        project=project_on(host_name) if host_name else project,
         adapter=RobotMoveAdapter(config, store_root, settle_timeout_s=settle_timeout_s, host=host),
         stage=stage,
     )
@@ -385,6 +401,7 @@ def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
         Path(ctx.data_dir) / "robot_move",
         settle_timeout_s=ctx.settle_timeout_s,
         host=ctx.device_host,
+        host_name=str(getattr(ctx, "host_name", "")),
     )
     return [(family, submit_intent(config))]
 
