@@ -14,6 +14,8 @@ families = ["tether.families.robot_move.family:serve_families"]
                                      # default: robot_move when robots are configured
 lease_ms = 30000                     # attempt lease (default 30000)
 settle_timeout_s = 30.0              # a move's settle timeout (default 30)
+console = "127.0.0.1:8766"           # the operator console; "off" (the default): none
+                                     # (its other keys: tether.console.config)
 ```
 
 The stream follows the listener policy (`tether._listen`): on loopback it needs no principal;
@@ -26,14 +28,23 @@ from __future__ import annotations
 import ipaddress
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from tether._config import HostConfigError, Table
 from tether.activities import MAX_LEASE_MS
+from tether.console.config import CONSOLE_KEYS, ConsoleConfig, parse_console
 
-SERVE_KEYS: Final = ("data_dir", "workers", "sse", "families", "lease_ms", "settle_timeout_s")
+SERVE_KEYS: Final = (
+    "data_dir",
+    "workers",
+    "sse",
+    "families",
+    "lease_ms",
+    "settle_timeout_s",
+    *CONSOLE_KEYS,  # the operator console's (tether.console.config)
+)
 #: The default family factory when robots are configured.
 ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
 #: The sim reaches' factory (the demo's family), for `families = [...]`.
@@ -53,6 +64,7 @@ class ServeConfig:
     families: tuple[str, ...]
     lease_ms: int
     settle_timeout_s: float
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)  # off by default
 
 
 def _error(code: str, message: str, **details: Any) -> HostConfigError:
@@ -105,7 +117,8 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     settle = table.number("settle_timeout_s", 30.0)
     if not 0 < settle <= 3600:
         raise _error("bad_lease", f"serve.settle_timeout_s {settle} is not in (0, 3600]")
-    return ServeConfig(data_dir, workers, sse, tuple(families), lease_ms, settle)
+    console = parse_console(table)
+    return ServeConfig(data_dir, workers, sse, tuple(families), lease_ms, settle, console)
 
 
 def load_serve(path: str | os.PathLike[str], *, state_dir: Path, robots: int) -> ServeConfig:
