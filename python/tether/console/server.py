@@ -508,6 +508,9 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                 headers["Retry-After"] = str(max(1, int(retry + 0.999)))
                 doc["retry_after_s"] = retry
             status = status_of(exc.code)
+            # A refused request's body may be unread: the connection cannot carry another.
+            self.close_connection = True
+            headers["Connection"] = "close"
             if status == HTTPStatus.UNAUTHORIZED:
                 headers.setdefault("WWW-Authenticate", 'Bearer realm="tether-console"')
             self._json(status, doc, headers)
@@ -567,13 +570,7 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
 
         def _body(self) -> dict[str, Any]:
             ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                raise ConsoleError("bad_request", "a bad Content-Length") from None
-            if length > MAX_BODY:
-                raise ConsoleError("body_too_large", f"a request body is at most {MAX_BODY} bytes")
-            data = self.rfile.read(length) if length > 0 else b""
+            data = self._read_body()
             if ctype != "application/json":
                 raise ConsoleError(
                     "not_json", "a request body is JSON (Content-Type: application/json)"
@@ -585,6 +582,24 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
             if not isinstance(doc, dict):
                 raise ConsoleError("bad_request", "the body must be a JSON object")
             return doc
+
+        def _read_body(self) -> bytes:
+            """The request body, read once before anything is answered: a refusal that left
+            it unread would close a connection with data pending, and the peer could lose the
+            answer to the reset that follows."""
+            if self._raw is None:
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    raise ConsoleError("bad_request", "a bad Content-Length") from None
+                if length > MAX_BODY:
+                    if length <= 16 * MAX_BODY:  # drained, so the refusal arrives
+                        self.rfile.read(length)
+                    raise ConsoleError(
+                        "body_too_large", f"a request body is at most {MAX_BODY} bytes"
+                    )
+                self._raw = self.rfile.read(length) if length > 0 else b""
+            return self._raw
 
         def _common(self) -> None:
             """Who may ask at all: no secret in the URL, a loopback Host on loopback."""
@@ -608,8 +623,11 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
 
         def _dispatch(self, method: str) -> None:
             path = urlsplit(self.path).path
+            self._raw: bytes | None = None
             try:
                 try:
+                    if method != "GET":
+                        self._read_body()
                     self._common()
                     if method == "GET":
                         self._get(path)
@@ -734,7 +752,7 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                         raise ConsoleError("stop_refused", "this is not a stop token")
                 else:
                     self._require_session(csrf=True)
-            body = self._body() if int(self.headers.get("Content-Length") or 0) else {}
+            body = self._body() if self._read_body() else {}
             t0 = time.monotonic()
             reports = console.stop(body)
             log.info(
