@@ -42,6 +42,39 @@ def card(driver: Any, key: str) -> Any:
     return driver.find_element(By.CSS_SELECTOR, f'div.decision[data-key="{key}"]')
 
 
+def shown(driver: Any, key: str) -> dict[str, str] | None:
+    """One decision card as it stands (read in one script: the page re-renders cards)."""
+    found: dict[str, str] | None = driver.execute_script(
+        "const c = [...document.querySelectorAll('div.decision')]"
+        "  .find((n) => n.dataset.key === arguments[0]);"
+        "if (!c) return null;"
+        "const q = (s) => (c.querySelector(s) || {}).textContent || '';"
+        "return {text: c.innerText, revision: c.dataset.revision,"
+        " since: q('div.result table'), present_a: q('tr[data-joint=\"a\"] td.present'),"
+        " button_revision: c.querySelector('button.decide.reissue').dataset.revision};",
+        key,
+    )
+    return found
+
+
+def text(driver: Any, element_id: str) -> str:
+    return str(
+        driver.execute_script("return document.getElementById(arguments[0]).innerText", element_id)
+    )
+
+
+def click(driver: Any, selector: str) -> None:
+    """Click the element `selector` names once it is there (re-found if re-rendered)."""
+    wait_for(
+        lambda: driver.execute_script(
+            "const b = document.querySelector(arguments[0]); if (!b) return false;"
+            " b.click(); return true;",
+            selector,
+        ),
+        what=selector,
+    )
+
+
 def test_a_wrong_credential_is_refused_and_the_operator_logs_in(page: Any) -> None:
     stop = page.find_element(By.ID, "stop-all")
     assert (
@@ -93,24 +126,29 @@ def test_reissue_on_a_stale_revision_is_refused_then_the_fresh_one_runs_one_acti
     assert parked["revision"] == 1
     host.emu.request(op="set_present", id=1, ticks=tables.radians_to_ticks(0.4))  # by hand
     before = host.emu.journal()
-    card(page, key).find_element(By.CSS_SELECTOR, "button.decide.reissue").click()
+    click(page, f'div.decision[data-key="{key}"] button.decide.reissue')
     refused = wait_for(
-        lambda: "REFUSED" in card(page, key).text and card(page, key), what="the refusal"
+        lambda: (c := shown(page, key)) and "REFUSED" in c["text"] and c, what="the refusal"
     )
-    assert "state_changed" in refused.text
-    assert refused.get_attribute("data-revision") == "2"
-    assert "changed since revision 1" in refused.text  # the difference is shown
-    since = refused.find_element(By.CSS_SELECTOR, "div.result table")
+    assert "state_changed" in refused["text"]
+    assert refused["revision"] == "2"
+    assert "changed since revision 1" in refused["text"]  # the difference is shown
     by_hand = tables.ticks_to_radians(tables.radians_to_ticks(0.4))
-    assert "position_rad" in since.text and f"{math.degrees(by_hand):.2f}\u00b0" in since.text
-    present = refused.find_element(By.CSS_SELECTOR, 'tr[data-joint="a"] td.present')
-    assert f"{by_hand:.4f} rad" in present.text
+    assert "position_rad" in refused["since"]
+    assert f"{math.degrees(by_hand):.2f}\u00b0" in refused["since"]
+    assert f"{by_hand:.4f} rad" in refused["present_a"]
     assert target_actions(host.emu.journal(), GOALS) == target_actions(before, GOALS)
     screenshot(page, "03-stale-refused")
-    fresh = card(page, key).find_element(By.CSS_SELECTOR, "button.decide.reissue")
-    assert fresh.get_attribute("data-revision") == "2"
-    fresh.click()
-    wait_for(lambda: "reissue recorded by alice" in card(page, key).text, what="the decision")
+    assert shown(page, key)["button_revision"] == "2"  # bound to the revision shown
+    click(page, f'div.decision[data-key="{key}"] button.decide.reissue')
+    logged = wait_for(
+        lambda: (
+            "reissue recorded by alice on revision 2" in text(page, "decision-log")
+            and text(page, "decision-log")
+        ),
+        what="the decision",
+    )
+    assert key in logged
     done = host.wait(key, ("done",), timeout=90)
     assert done["state"] == "done"
     after = target_actions(host.emu.journal(), GOALS)
@@ -145,13 +183,16 @@ def test_stop_while_a_move_runs_stops_the_motion_and_shows_the_latch(host: Host,
     assert all(s["torque_enable"] == 1 for s in held)
     assert all(abs(s["goal_position"] - s["present_position"]) <= 2 for s in held)
     assert all(abs(s["present_position"] - tables.radians_to_ticks(-1.4)) > 50 for s in held[:1])
-    device = wait_for(
-        lambda: page.find_element(By.CSS_SELECTOR, 'div.device[data-robot="arm"] .latched'),
+    latched = wait_for(
+        lambda: page.execute_script(
+            "const c = document.querySelector('div.device[data-robot=\"arm\"]');"
+            "const b = c && c.querySelector('.latched');"
+            "const a = c && c.querySelector('tr[data-joint=\"a\"] td.after-stop');"
+            "return b && a && [b.textContent, a.textContent];"
+        ),
         what="the latch badge",
     )
-    assert "LATCHED" in device.text
-    row = page.find_element(By.CSS_SELECTOR, 'div.device[data-robot="arm"] tr[data-joint="a"]')
-    assert row.find_element(By.CSS_SELECTOR, "td.after-stop").text == "held"
+    assert "LATCHED" in latched[0] and latched[1] == "held"
     parked = host.wait(key, ("awaiting_decision",))
     assert parked["reason"] == "stopped_by_operator"
     time.sleep(0.5)

@@ -470,6 +470,7 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         timeout = 30.0
         protocol_version = "HTTP/1.1"
+        _raw: bytes | None = None  # the request body, once read
 
         def log_message(self, format: str, *args: Any) -> None:
             """Nothing goes to stderr: the request line may carry a refused secret."""
@@ -623,7 +624,7 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
 
         def _dispatch(self, method: str) -> None:
             path = urlsplit(self.path).path
-            self._raw: bytes | None = None
+            self._raw = None
             try:
                 try:
                     if method != "GET":
@@ -786,7 +787,7 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
             parked_sig: Any = None
             devices_doc: Any = None
             next_parked = next_devices = 0.0
-            last_write = time.monotonic()
+            last_write = last_flush = time.monotonic()
 
             def feed(data: bytes) -> tuple[set[str], bool]:
                 nonlocal last_id
@@ -892,8 +893,10 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                             more, was_reset = feed(data)
                             changed |= more
                             reset = reset or was_reset
-                            if flush_at is None:
-                                flush_at = time.monotonic() + COALESCE_S
+                            if flush_at is None:  # at once after a quiet spell, else batched
+                                flush_at = max(time.monotonic(), last_flush + COALESCE_S)
+                            if time.monotonic() >= flush_at:
+                                break
                         if reset:
                             write(
                                 _sse(
@@ -905,6 +908,8 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                                 m for m in (store.get(i) for i in sorted(changed)) if m is not None
                             ]
                             write(_sse("activities", {"upsert": upsert}))
+                        if reset or changed:
+                            last_flush = time.monotonic()
                         changed, reset = set(), False
                     if time.monotonic() - last_write > KEEPALIVE_S:
                         write(b": keepalive\n\n")

@@ -244,7 +244,9 @@ function renderDecisions() {
 async function decide(d, decision) {
   const { ok, doc } = await api("POST", "/api/resolve", { key: d.key, decision, revision: d.revision });
   if (ok) {
-    state.notes.set(d.key, { text: `${doc.decision} recorded by ${doc.operator} on revision ${doc.revision} (${doc.status})` });
+    const line = `${clock(serverNow())}: ${doc.decision} recorded by ${doc.operator} on revision ${doc.revision} for ${doc.key} (${doc.status})`;
+    state.notes.set(d.key, { text: line });
+    $("decision-log").prepend(el("li", {}, line));
   } else if (doc.current) {
     state.decisions.set(d.key, doc.current);
     state.notes.set(d.key, { bad: true, text: `REFUSED: ${doc.code}: ${doc.message}. Review revision ${doc.current.revision} below.`, diff: doc.current.since_previous });
