@@ -8,7 +8,7 @@ export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(abspath $(BIN)):$(PATH)
 export PYO3_PYTHON := $(abspath $(BIN))/python
 
-.PHONY: demo test build venv rust-test lint typecheck pytest pytest-pg-throwaway bench proto clean
+.PHONY: demo test build venv browser rust-test lint typecheck pytest pytest-pg-throwaway bench proto clean
 
 # On a terminal the demo asks the operator; without one (CI, a pipe) it decides unattended
 # (its arm is emulated, so --operator auto-reissue is allowed).
@@ -44,8 +44,16 @@ typecheck: build
 	$(BIN)/mypy --strict python/tether
 	$(BIN)/python -m mypy.stubtest tether._core --allowlist stubtest-allowlist.txt
 
+# The console's browser tests and benches drive Debian's Chromium and its driver (Selenium
+# from PyPI); installed here when missing. Nothing is downloaded by the browser tooling.
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  echo "installing chromium and chromium-driver (Debian packages)"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	fi
+
 # pytest's exit code 5 (nothing collected) must fail the run, not pass it.
-pytest: build
+pytest: build browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
@@ -60,7 +68,7 @@ pytest-pg-throwaway: build
 proto: build
 	$(BIN)/python -m tether.protogen
 
-bench: build
+bench: build browser
 	for b in benches/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

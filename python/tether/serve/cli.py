@@ -87,6 +87,7 @@ def main(argv: list[str]) -> int:
             "pid": daemon._on_ping({})["pid"],
             "socket": daemon.socket_path,
             "sse": daemon.sse_url,
+            "console": None if daemon.console is None else daemon.console.url,
             "data_dir": str(daemon.data_dir),
             "unavailable": daemon.unavailable,
         }
@@ -103,7 +104,8 @@ def main(argv: list[str]) -> int:
     except TetherError as exc:
         error_line("tether serve", exc)
         code = _exit.for_error(exc, default=_exit.FAILED)
-        return _exit.UNAVAILABLE if getattr(exc, "code", None) == "sse_unavailable" else code
+        unavailable = ("sse_unavailable", "console_unavailable")
+        return _exit.UNAVAILABLE if getattr(exc, "code", None) in unavailable else code
     except Exception:
         log.exception("fatal error: safe-stopping every device")
         raise

@@ -18,6 +18,8 @@ settle_timeout_s = 30.0              # a move's settle timeout (default 30)
 catalog = "postgresql://db.lab/tether"  # default: catalog.db in data_dir (also --catalog URL)
 world = "postgresql://db.lab/tether"    # default: world.db in data_dir (also --world URL)
 host_name = "arm-host-1"             # default: the hostname; device work is bound to it
+console = "127.0.0.1:8766"           # the operator console; "off" (the default): none
+                                     # (its other keys: tether.console.config)
 ```
 
 The stream follows the listener policy (`tether._listen`): on loopback it needs no principal;
@@ -31,12 +33,13 @@ import ipaddress
 import os
 import socket
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from tether._config import HostConfigError, Table
 from tether.activities import MAX_LEASE_MS
+from tether.console.config import CONSOLE_KEYS, ConsoleConfig, parse_console
 
 SERVE_KEYS: Final = (
     "data_dir",
@@ -48,6 +51,7 @@ SERVE_KEYS: Final = (
     "catalog",
     "world",
     "host_name",
+    *CONSOLE_KEYS,  # the operator console's (tether.console.config)
 )
 #: The default family factory when robots are configured.
 ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
@@ -75,6 +79,7 @@ class ServeConfig:
     world_url: str | None = None
     #: This host's name: device work admitted here is bound to it (claimed only here).
     host_name: str = ""
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)  # off by default
 
 
 def _error(code: str, message: str, **details: Any) -> HostConfigError:
@@ -127,6 +132,7 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     settle = table.number("settle_timeout_s", 30.0)
     if not 0 < settle <= 3600:
         raise _error("bad_lease", f"serve.settle_timeout_s {settle} is not in (0, 3600]")
+    console = parse_console(table)
     catalog = table.text("catalog", "") or None
     world = table.text("world", "") or None
     host_name = table.text("host_name", socket.gethostname())
@@ -135,7 +141,16 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
             "bad_host_name", "serve.host_name must be a non-empty name of at most 512 bytes"
         )
     return ServeConfig(
-        data_dir, workers, sse, tuple(families), lease_ms, settle, catalog, world, host_name
+        data_dir,
+        workers,
+        sse,
+        tuple(families),
+        lease_ms,
+        settle,
+        catalog,
+        world,
+        host_name,
+        console
     )
 
 

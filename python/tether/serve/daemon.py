@@ -81,6 +81,7 @@ class ServeRefusal(CodedError):
 CODES = (
     "admission_conflict",
     "bad_request",
+    "console_unavailable",
     "daemon_running",
     "daemon_starting",
     "not_submittable",
@@ -147,6 +148,7 @@ class Daemon:
         self.stream: RunStream | None = None
         self.server: StreamServer | None = None
         self.sse_url: str | None = None
+        self.console: Any = None  # the operator console (tether.console), when configured
         self._locks: list[InstanceLock] = []
         self._served: dict[str, Served] = {}
         self._closers: list[Any] = []
@@ -183,6 +185,7 @@ class Daemon:
             "state_dir": str(self.state_dir),
             "data_dir": str(self.data_dir),
             "sse": self.sse_url,
+            "console": None if self.console is None else self.console.url,
             "config": str(self.config.path),
             "started_at_ms": self.started_at_ms,
         }
@@ -233,6 +236,8 @@ class Daemon:
                 ) from None
             self.stream.start()
             self.sse_url = self.server.url
+        if self.serve.console.address is not None:
+            self._mount_console()
         ctx = ServeContext(
             self.config,
             self.devices,
@@ -302,6 +307,8 @@ class Daemon:
                         close()
                     except Exception:
                         log.exception("a family's close failed")
+                if self.console is not None:
+                    self.console.close()
                 if self.stream is not None:
                     self.stream.finish()
                 if self.server is not None:
@@ -311,6 +318,27 @@ class Daemon:
                     lock.release()
                 self._locks.clear()
         return reports
+
+    def _mount_console(self) -> None:
+        """The operator console (`[serve] console`): its page shows the AG-UI run, so the run
+        stream exists with it even when `sse` is off."""
+        from tether.console.server import Console
+
+        if self.stream is None:
+            self.stream = RunStream("tether-serve", f"run-{uuid.uuid4().hex[:12]}", StoreState())
+            self.stream.start()
+        try:
+            self.console = Console(self, self.serve.console, tls=self.config.tls)
+        except ListenerError:
+            raise
+        except OSError as exc:
+            host, port = self.serve.console.address or ("", 0)
+            raise ServeRefusal(
+                "console_unavailable",
+                f"cannot serve the operator console on {host}:{port}: {exc.strerror or exc}",
+                details={"address": f"{host}:{port}"},
+            ) from None
+        log.info("operator console", extra={"url": self.console.url})
 
     # --- progress ---
 

@@ -1,0 +1,325 @@
+"""The console's HTTP API on a real `tether serve` over the DYNAMIXEL emulator: cookie flags,
+CSP, CSRF and origin refusals, stable error codes that change nothing, aged and stale evidence
+refused, one resolve path shared with `tether operator`, and the stop rules (no session from
+loopback, never rate-limited)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _console_setup import Host, as_json, console_host, login, tether
+from _dxl_setup import CREDENTIAL
+
+MAX_AGE_S = 4.0
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
+    with console_host(tmp_path_factory.mktemp("console-api"), max_age_s=MAX_AGE_S) as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def parked(host: Host) -> str:
+    return host.park("api-move")
+
+
+def test_every_answer_carries_the_csp_and_the_cookie_is_httponly_strict_and_expires(
+    host: Host,
+) -> None:
+    with host.http() as http:
+        page = http.get("/")
+        assert page.status_code == 200 and "STOP all robots" in page.text
+        csp = page.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in csp and "default-src 'self'" in csp
+        assert "'unsafe-inline'" not in csp and "'unsafe-eval'" not in csp
+        assert page.headers["x-frame-options"] == "DENY"
+        assert page.headers["x-content-type-options"] == "nosniff"
+        for path in ("/console.js", "/api/session", "/api/nothing-here"):
+            assert "frame-ancestors 'none'" in http.get(path).headers["content-security-policy"]
+        assert http.get("/api/session").json()["logged_in"] is False
+        answer = http.post("/api/login", json={"credential": CREDENTIAL})
+        assert answer.status_code == 200 and answer.json()["operator"] == "alice"
+        flags = [f.strip() for f in answer.headers["set-cookie"].split(";")]
+        assert flags[0].startswith("tether_session=") and len(flags[0]) > 40
+        assert {"HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=1800"} <= set(flags)
+        assert "Secure" not in flags  # plain HTTP on loopback; with TLS it is set (below)
+        assert CREDENTIAL not in answer.text
+        session = http.get("/api/session").json()
+        assert session["logged_in"] and session["csrf"] == answer.json()["csrf"]
+        out = http.post("/api/logout", json={}, headers={"X-CSRF-Token": session["csrf"]})
+        assert out.status_code == 200 and "Max-Age=0" in out.headers["set-cookie"]
+        assert http.get("/api/session").json()["logged_in"] is False
+
+
+def test_a_wrong_credential_is_refused_and_a_planner_is_not_an_operator(host: Host) -> None:
+    with host.http() as http:
+        wrong = http.post("/api/login", json={"credential": "not it"})
+        assert (wrong.status_code, wrong.json()["code"]) == (401, "credential_refused")
+        assert "tether_session" not in wrong.headers.get("set-cookie", "")
+        assert http.post("/api/login", json={}).json()["code"] == "bad_request"
+        named = http.post("/api/login", json={"credential": CREDENTIAL, "operator": "bob"})
+        assert named.json()["code"] == "credential_refused"
+
+
+def test_state_changing_requests_need_the_session_csrf_json_and_this_origin(
+    host: Host, parked: str
+) -> None:
+    before = host.effectful()
+    body = {"key": parked, "decision": "abandon", "revision": 1}
+    with host.http() as http:
+        assert http.post("/api/resolve", json=body).json()["code"] == "session_required"
+        csrf = login(http)
+        refusals = {
+            "no token": http.post("/api/resolve", json=body),
+            "wrong token": http.post("/api/resolve", json=body, headers={"X-CSRF-Token": "x" * 43}),
+            "other origin": http.post(
+                "/api/resolve",
+                json=body,
+                headers={"X-CSRF-Token": csrf, "Origin": "http://evil.example"},
+            ),
+            "a form": http.post(
+                "/api/resolve",
+                content=b"key=x&decision=abandon&revision=1",
+                headers={
+                    "X-CSRF-Token": csrf,
+                    "Content-Type": "application/x-www-form-urlencoded",
+                },
+            ),
+            "rebinding": http.post(
+                "/api/resolve", json=body, headers={"X-CSRF-Token": csrf, "Host": "evil.example"}
+            ),
+            "secret in url": http.post(
+                "/api/resolve?token=abc", json=body, headers={"X-CSRF-Token": csrf}
+            ),
+        }
+        codes = {k: (r.status_code, r.json()["code"]) for k, r in refusals.items()}
+        assert codes == {
+            "no token": (403, "csrf_refused"),
+            "wrong token": (403, "csrf_refused"),
+            "other origin": (403, "origin_refused"),
+            "a form": (415, "not_json"),
+            "rebinding": (403, "host_not_loopback"),
+            "secret in url": (400, "secret_in_url"),
+        }
+        for answer in refusals.values():
+            assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+    view = host.view(parked)
+    assert (view["state"], view["revision"]) == ("awaiting_decision", 1)  # nothing changed
+    assert host.effectful() == before
+
+
+def test_bad_requests_get_a_stable_code_and_change_nothing(host: Host, parked: str) -> None:
+    before = host.effectful()
+    with host.http() as http:
+        headers = {"X-CSRF-Token": login(http)}
+
+        def post(path: str, body: object) -> tuple[int, str]:
+            answer = http.post(path, json=body, headers=headers)
+            return answer.status_code, answer.json()["code"]
+
+        revision = host.view(parked)["revision"]
+        assert post("/api/resolve", {"decision": "abandon", "revision": revision}) == (
+            400,
+            "bad_request",
+        )
+        assert post("/api/resolve", {"key": parked, "decision": "abandon", "revision": "1"}) == (
+            400,
+            "bad_request",
+        )
+        assert post("/api/resolve", {"key": parked, "decision": "maybe", "revision": 1}) == (
+            400,
+            "bad_request",
+        )
+        assert post("/api/resolve", [1, 2]) == (400, "bad_request")
+        assert post(
+            "/api/resolve", {"key": "local/no.such/kind", "decision": "abandon", "revision": 1}
+        ) == (404, "unknown_activity")
+        assert post("/api/device", {"robot": "arm", "action": "explode"}) == (400, "bad_request")
+        assert post("/api/device", {"robot": "ghost", "action": "reread"}) == (
+            404,
+            "unknown_robot",
+        )
+        assert post("/api/device", {"robot": "arm", "action": "reboot"}) == (
+            409,
+            "reboot_unconfirmed",
+        )
+        assert post("/api/device", {"robot": "arm", "action": "reboot", "arm_supported": True,
+                                    "joints": ["elbow"]}) == (400, "unknown_joint")  # fmt: skip
+        assert post("/api/nowhere", {}) == (404, "not_found")
+        big = http.post(
+            "/api/resolve",
+            content=b"{" + b" " * (70 * 1024) + b"}",
+            headers={**headers, "Content-Type": "application/json"},
+        )
+        assert (big.status_code, big.json()["code"]) == (413, "body_too_large")
+        assert http.put("/api/resolve", json={}).json()["code"] == "method_not_allowed"
+        assert http.get("/api/decision").json()["code"] == "bad_request"
+    view = host.view(parked)
+    assert view["state"] == "awaiting_decision" and view["revision"] == revision
+    assert host.effectful() == before  # no reboot, nothing sent
+
+
+def test_aged_evidence_is_refused_then_a_reread_gives_a_fresh_revision_and_a_stale_one_is_refused(
+    host: Host, parked: str
+) -> None:
+    with host.http() as http:
+        headers = {"X-CSRF-Token": login(http)}
+        shown = http.get("/api/decision", params={"id": parked}).json()
+        revision = shown["revision"]
+        age = shown["read_back_age_ms"]
+        time.sleep(max(0.0, MAX_AGE_S + 0.5 - age / 1000))
+        old = http.post(
+            "/api/resolve",
+            json={"key": parked, "decision": "abandon", "revision": revision},
+            headers=headers,
+        )
+        assert (old.status_code, old.json()["code"]) == (409, "evidence_too_old")
+        assert old.json()["current"]["revision"] == revision
+        assert host.view(parked)["state"] == "awaiting_decision"
+        reread = http.post(
+            "/api/device", json={"robot": "arm", "action": "reread"}, headers=headers
+        )
+        assert reread.status_code == 200, reread.text
+        (refreshed,) = reread.json()["refreshed"]
+        assert refreshed["key"] == parked and refreshed["revision"] == revision + 1
+        assert "re-read by alice" in refreshed["changes"][0]
+        stale = http.post(
+            "/api/resolve",
+            json={"key": parked, "decision": "abandon", "revision": revision},
+            headers=headers,
+        )
+        doc = stale.json()
+        assert (stale.status_code, doc["code"]) == (409, "stale_revision")
+        assert doc["current"]["revision"] == revision + 1
+        assert doc["current"]["since_previous"]["revision"] == revision
+        assert host.view(parked)["state"] == "awaiting_decision"
+
+
+def test_the_console_resolves_through_the_same_catalog_path_as_tether_operator(
+    host: Host, parked: str
+) -> None:
+    with host.http() as http:
+        headers = {"X-CSRF-Token": login(http)}
+        fresh = http.post("/api/device", json={"robot": "arm", "action": "reread"}, headers=headers)
+        revision = fresh.json()["refreshed"][0]["revision"]
+        listed = as_json(tether("operator", "--config", str(host.config), "--json", "list"))
+        assert [(p["key"], p["revision"]) for p in listed] == [(parked, revision)]
+        done = http.post(
+            "/api/resolve",
+            json={"key": parked, "decision": "abandon", "revision": revision, "note": "web"},
+            headers=headers,
+        )
+        assert done.status_code == 200, done.text
+        assert (done.json()["operator"], done.json()["status"]) == ("alice", "resolved")
+        again = tether(
+            "operator", "--config", str(host.config), "--json", "resolve", parked,
+            "--decision", "abandon", "--revision", str(revision), "--credential-stdin",
+            stdin=f"{CREDENTIAL}\n",
+        )  # fmt: skip
+        assert again.returncode == 1 and as_json(again)["code"] == "not_parked"
+        assert as_json(tether("operator", "--config", str(host.config), "--json", "list")) == []
+        assert http.get("/api/decisions").json()["decisions"] == []
+    final = host.wait(parked, ("failed",))
+    assert final["state"] == "failed"
+
+
+def test_stop_needs_no_session_from_loopback_its_header_always_and_is_never_rate_limited(
+    host: Host,
+) -> None:
+    done = host.wait(host.submit("warm", {"a": 0.2, "b": -0.2}), ("done",))
+    assert done["state"] == "done"  # torque on: a hold is `held`
+    with host.http() as http:
+        no_header = http.post("/api/stop", json={})
+        assert (no_header.status_code, no_header.json()["code"]) == (403, "stop_header_required")
+        cross = http.post(
+            "/api/stop", json={}, headers={"X-Tether-Stop": "1", "Origin": "http://evil.example"}
+        )
+        assert cross.json()["code"] == "origin_refused"
+        # Exhaust the login rate limit of this peer: logins are refused, Stop is not.
+        for _ in range(6):
+            http.post("/api/login", json={"credential": "guess"})
+        limited = http.post("/api/login", json={"credential": CREDENTIAL})
+        assert (limited.status_code, limited.json()["code"]) == (429, "credential_rate_limited")
+        assert int(limited.headers["retry-after"]) >= 1
+        for _ in range(3):
+            stop = http.post("/api/stop", json={"robot": "arm"}, headers={"X-Tether-Stop": "1"})
+            assert stop.status_code == 200, stop.text
+            (report,) = stop.json()["stopped"]
+            assert report["robot"] == "arm" and report["ok"] is True, report["joints"]
+            assert [j["state"] for j in report["joints"]] == ["held", "held"]
+            assert (
+                stop.json()["latched"] is True and "not an emergency stop" in stop.json()["notice"]
+            )
+        status = http.get("/api/status").json()
+        assert status["devices"][0]["latched"] is True
+    # The CLI's own bucket (local) was never touched: the operator can still resume.
+    resumed = tether(
+        "operator", "--config", str(host.config), "--json", "resume", "arm", "--credential-stdin",
+        stdin=f"{CREDENTIAL}\n",
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+
+def test_off_loopback_the_console_needs_tls_a_session_for_reads_and_a_stop_token(
+    tmp_path: Path,
+) -> None:
+    import ssl
+
+    import httpx
+    from tether.devices.credentials import hash_secret
+
+    from tests._listeners import make_cert, require_non_loopback_address
+    from tests._secrets import PLANNER
+
+    address = require_non_loopback_address()
+    cert = make_cert(tmp_path / "tls", ips=(address,))
+    stop_token = "stop-token-for-the-console-tests"
+    extra = (
+        f'\n[serve]\nlease_ms = 1500\nsse = "off"\nconsole = "{address}:0"\n'
+        f'console_stop_token = "{hash_secret(stop_token)}"\n'
+        f'\n[tls]\ncert = "{cert.cert}"\nkey = "{cert.key}"\n'
+        f'\n[planners.ci]\ntoken = "{hash_secret(PLANNER)}"\nrole = "planner"\n'
+    )
+    from _dxl_setup import emulator_process
+    from test_serve_daemon import daemon, serve_config
+
+    with emulator_process(tmp_path) as emu:
+        config = serve_config(tmp_path, emu.path, extra=extra)
+        with daemon(config) as (_, ready):
+            url = str(ready["console"])
+            assert url.startswith(f"https://{address}:")
+            trust = ssl.create_default_context(cafile=str(cert.cert))
+            with httpx.Client(base_url=url, verify=trust, timeout=30) as http:
+                for path in ("/api/decisions", "/api/status", "/api/live", "/api/activities"):
+                    answer = http.get(path)
+                    assert (answer.status_code, answer.json()["code"]) == (401, "session_required")
+                stop = {"X-Tether-Stop": "1"}
+                assert http.post("/api/stop", json={}, headers=stop).json()["code"] == (
+                    "session_required"
+                )
+                wrong = http.post(
+                    "/api/stop", json={}, headers={**stop, "Authorization": "Bearer wrong"}
+                )
+                assert (wrong.status_code, wrong.json()["code"]) == (401, "stop_refused")
+                for token in (stop_token, PLANNER):
+                    ok = http.post(
+                        "/api/stop", json={}, headers={**stop, "Authorization": f"Bearer {token}"}
+                    )
+                    assert ok.status_code == 200, ok.text
+                    assert ok.json()["stopped"][0]["robot"] == "arm"
+                answer = http.post("/api/login", json={"credential": CREDENTIAL})
+                assert "Secure" in [f.strip() for f in answer.headers["set-cookie"].split(";")]
+                csrf = answer.json()["csrf"]
+                assert http.get("/api/decisions").status_code == 200
+                assert http.get("/api/status").json()["devices"][0]["latched"] is True
+                by_session = http.post("/api/stop", json={}, headers={**stop, "X-CSRF-Token": csrf})
+                assert by_session.status_code == 200
+    # The same address without [tls] is refused before a socket opens (exit 2).
+    (tmp_path / "plain").mkdir()
+    plain = serve_config(tmp_path / "plain", "/dev/null-unused", extra=extra.split("\n[tls]")[0])
+    refused = tether("serve", "--config", str(plain))
+    assert refused.returncode == 2 and "insecure_listener" in refused.stderr
