@@ -150,7 +150,7 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
         catalog,
         world,
         host_name,
-        console
+        console,
     )
 
 
