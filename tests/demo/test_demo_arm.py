@@ -277,6 +277,45 @@ def test_on_a_terminal_the_operator_chooses_a_passphrase_reviews_and_decides(
     assert actions_per_move(journal(tmp_path)) == {"move-0000": 1, "move-0001": 2, "move-0002": 1}
 
 
+def test_the_demo_prints_the_console_and_its_parked_move_is_resolved_from_the_page(
+    tmp_path: Path,
+) -> None:
+    """With the arm, the demo prints the operator console's URL; while it asks on the terminal,
+    the parked move is decided through the console (logged in with the same passphrase), and
+    the prompt sees it and goes on."""
+    import re
+
+    import httpx
+
+    term = Terminal(demo_argv(tmp_path, *REACHES, arm=True))
+    try:
+        term.expect("choose a passphrase for demo operator ")
+        term.send(OPERATOR)
+        term.expect("the same passphrase again:")
+        term.send(OPERATOR)
+        started = term.expect("decision [reissue/abandon/wait]:")
+        found = re.search(r"operator console: (http://127\.0\.0\.1:\d+/)", term.text)
+        assert found, started[-2000:]
+        with httpx.Client(base_url=found.group(1), timeout=60) as http:
+            answer = http.post("/api/login", json={"credential": OPERATOR})
+            assert answer.status_code == 200, answer.text
+            csrf = answer.json()["csrf"]
+            key = "demo-arm/physical_ai.robot_move.absolute/move-0001"
+            body = {"key": key, "decision": "reissue", "revision": 1}
+            made = http.post("/api/resolve", json=body, headers={"X-CSRF-Token": csrf})
+            assert made.status_code == 200, made.text
+        term.expect("decided elsewhere (the operator console")
+        code = term.finish()
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    assert code == _exit.OK, term.text[-3000:]
+    rec = record(tmp_path, "move-0001")
+    assert rec.decision is not None and rec.decision.outcome == "absent"
+    assert f"reissue by {rec.decision.operator} on revision 1" in term.text
+    assert actions_per_move(journal(tmp_path)) == {"move-0000": 1, "move-0001": 2, "move-0002": 1}
+
+
 def test_kill_9_mid_move_is_a_power_loss_and_the_same_command_resumes_it(tmp_path: Path) -> None:
     """The emulated arm dies with the demo: the move in flight parks on the next run, the
     operator re-issues it on the adapter's proof; every other move sends one ACTION."""

@@ -202,6 +202,8 @@ def write_host_toml(
         f"lease_ms = {lease_ms}",
         "settle_timeout_s = 20.0",
     ]
+    if pty:  # the arm's parked move can be decided from the operator console's page too
+        lines.append('console = "127.0.0.1:0"')
     path = data_dir / "host.toml"
     tmp = path.with_name("host.toml.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -45,6 +45,7 @@ import getpass
 import logging
 import os
 import secrets
+import select
 import sys
 import time
 import uuid
@@ -64,7 +65,15 @@ from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.agui import message_id as message_id  # re-exported: callers name it here
 from tether.apps.demo import arm as arm_mod
 from tether.apps.demo.console import ProgressBoard, SummaryRow, summary_table
-from tether.apps.demo.planner import ArmPlanner, Auto, MoveOutcome, Operator, Prompt, wait_done
+from tether.apps.demo.planner import (
+    ELSEWHERE,
+    ArmPlanner,
+    Auto,
+    MoveOutcome,
+    Operator,
+    Prompt,
+    wait_done,
+)
 from tether.client import Client
 from tether.devices.credentials import hash_secret, read_secret
 from tether.errors import TetherError
@@ -352,9 +361,17 @@ def _operator_name() -> str:
 
 
 def _read_line(out: TextIO) -> Any:
-    def read(prompt: str) -> str:
+    def read(prompt: str, elsewhere: Any = None) -> str:
+        """One line from the terminal; `ELSEWHERE` as soon as `elsewhere()` says the move was
+        decided another way (the operator console's page, `tether operator`)."""
         out.write(prompt)
         out.flush()
+        while elsewhere is not None:
+            ready, _, _ = select.select([sys.stdin], [], [], 0.5)
+            if ready:
+                break
+            if elsewhere():
+                return ELSEWHERE
         line = sys.stdin.readline()
         return line if line else "wait"  # end of input: decide nothing
 
@@ -579,6 +596,8 @@ def _open(
         _stop_all(daemon, arm)
         raise
     assert daemon.runtime is not None
+    if daemon.console is not None:
+        print(f"operator console: {daemon.console.url}", file=out)
     host = daemon.runtime
     settled: set[str] = set()
     interrupted: dict[str, int] = {}

@@ -61,7 +61,13 @@ class Operator(Protocol):
     name: str
     mode: str
 
-    def decide(self, view: dict[str, Any], shown: dict[str, Any]) -> tuple[str, str] | None: ...
+    def decide(
+        self,
+        view: dict[str, Any],
+        shown: dict[str, Any],
+        *,
+        parked: Callable[[], bool] | None = None,
+    ) -> tuple[str, str] | str | None: ...
 
     def refused(self, code: str, message: str) -> bool:
         """Whether to try again after the daemon refused the decision."""
@@ -78,7 +84,13 @@ class Auto:
     secret: str = field(repr=False)
     tries: int = 0
 
-    def decide(self, view: dict[str, Any], shown: dict[str, Any]) -> tuple[str, str] | None:
+    def decide(
+        self,
+        view: dict[str, Any],
+        shown: dict[str, Any],
+        *,
+        parked: Callable[[], bool] | None = None,
+    ) -> tuple[str, str] | str | None:
         self.tries += 1
         return self.mode.removeprefix("auto-"), self.secret
 
@@ -138,6 +150,10 @@ def evidence_lines(shown: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: What a prompt answers when the move was decided elsewhere while it asked.
+ELSEWHERE = "\x00elsewhere"
+
+
 class Prompt:
     """On a terminal: shows the evidence, asks for the decision and the credential."""
 
@@ -147,7 +163,7 @@ class Prompt:
         self,
         name: str,
         out: TextIO,
-        read_line: Callable[[str], str],
+        read_line: Callable[[str, Callable[[], bool]], str],
         read_secret: Callable[[str], str],
         *,
         who: str | None = None,
@@ -159,7 +175,13 @@ class Prompt:
         self._read_secret = read_secret
         self.tries = 0
 
-    def decide(self, view: dict[str, Any], shown: dict[str, Any]) -> tuple[str, str] | None:
+    def decide(
+        self,
+        view: dict[str, Any],
+        shown: dict[str, Any],
+        *,
+        parked: Callable[[], bool] | None = None,
+    ) -> tuple[str, str] | str | None:
         for line in evidence_lines(shown):
             print(line, file=self._out)
         print(
@@ -168,8 +190,20 @@ class Prompt:
             file=self._out,
             flush=True,
         )
+
+        def elsewhere() -> bool:
+            return parked is not None and not parked()
+
         while True:
-            answer = self._read_line(f"decision [{'/'.join(CHOICES)}]: ").strip().lower()
+            answer = self._read_line(f"decision [{'/'.join(CHOICES)}]: ", elsewhere)
+            if answer == ELSEWHERE:
+                print(
+                    "\n  decided elsewhere (the operator console or `tether operator`)",
+                    file=self._out,
+                    flush=True,
+                )
+                return ELSEWHERE
+            answer = answer.strip().lower()
             if answer in CHOICES:
                 break
             print(f"  answer one of {', '.join(CHOICES)}", file=self._out, flush=True)
@@ -261,15 +295,24 @@ class ArmPlanner:
             view = self._follow(move.key)
             self._record(move, view)
 
+    def _parked(self, move: MoveOutcome) -> bool:
+        try:
+            return self.client.get(move.key).get("state") == "awaiting_decision"
+        except ClientError:
+            return True  # cannot tell: keep asking
+
     def _decide(self, move: MoveOutcome, view: dict[str, Any]) -> dict[str, Any] | None:
         """One decision through the daemon (None: left parked)."""
         with self._pause():
             while True:
                 shown = self.client.request({"op": "operator_show", "id": move.key})
-                chosen = self.operator.decide(view, shown)
+                chosen = self.operator.decide(view, shown, parked=lambda: self._parked(move))
+                if chosen == ELSEWHERE:  # the console's page (or the CLI) decided it
+                    return {"decision": "elsewhere", "mode": "console"}
                 if chosen is None:
                     move.decision = {"decision": "wait", "operator": self.operator.name}
                     return None
+                assert isinstance(chosen, tuple)
                 decision, secret = chosen
                 try:
                     made = self.client.request(
