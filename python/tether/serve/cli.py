@@ -76,6 +76,7 @@ def main(argv: list[str]) -> int:
             "pid": daemon._on_ping({})["pid"],
             "socket": daemon.socket_path,
             "sse": daemon.sse_url,
+            "grpc": daemon.grpc_url,
             "data_dir": str(daemon.data_dir),
             "unavailable": daemon.unavailable,
         }

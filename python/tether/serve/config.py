@@ -14,6 +14,9 @@ families = ["tether.families.robot_move.family:serve_families"]
                                      # default: robot_move when robots are configured
 lease_ms = 30000                     # attempt lease (default 30000)
 settle_timeout_s = 30.0              # a move's settle timeout (default 30)
+grpc = "127.0.0.1:50051"             # the RobotControl gRPC service (tether.serve.grpc_server);
+                                     # "off" (the default) serves none; port 0: any free port;
+                                     # an address off loopback needs [tls]
 ```
 
 The stream binds to loopback only: a non-loopback address is `sse_not_loopback` until the
@@ -32,14 +35,29 @@ from typing import Any, Final
 from tether._config import HostConfigError, Table
 from tether.activities import MAX_LEASE_MS
 
-SERVE_KEYS: Final = ("data_dir", "workers", "sse", "families", "lease_ms", "settle_timeout_s")
+SERVE_KEYS: Final = (
+    "data_dir",
+    "workers",
+    "sse",
+    "families",
+    "lease_ms",
+    "settle_timeout_s",
+    "grpc",
+)
 #: The default family factory when robots are configured.
 ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
 #: The sim reaches' factory (the demo's family), for `families = [...]`.
 SIM: Final = "tether.serve.families:sim_families"
 DEFAULT_SSE: Final = "127.0.0.1:0"
 #: Every `.code` raised here (and the strict table's own).
-CODES: Final = ("bad_sse", "sse_not_loopback", "bad_workers", "bad_lease", "bad_families")
+CODES: Final = (
+    "bad_sse",
+    "sse_not_loopback",
+    "bad_workers",
+    "bad_lease",
+    "bad_families",
+    "bad_grpc",
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +70,8 @@ class ServeConfig:
     families: tuple[str, ...]
     lease_ms: int
     settle_timeout_s: float
+    #: The gRPC listener (host, port), or None ("off", the default).
+    grpc: tuple[str, int] | None = None
 
 
 def _error(code: str, message: str, **details: Any) -> HostConfigError:
@@ -83,6 +103,24 @@ def parse_sse(text: str, where: str = "serve.sse") -> tuple[str, int] | None:
     return host, port
 
 
+def parse_grpc(text: str, where: str = "serve.grpc") -> tuple[str, int] | None:
+    """`HOST:PORT` (port 0: any free port), or None for "off". Whether the host may be off
+    loopback is the listener policy's decision (it needs [tls]), made when the server starts."""
+    if text == "off":
+        return None
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+        if not sep or not host or not 0 <= port <= 65535:
+            raise ValueError(text)
+    except ValueError:
+        raise _error(
+            "bad_grpc", f"{where}: {text!r} is not HOST:PORT (for example 127.0.0.1:50051) or off"
+        ) from None
+    return host, port
+
+
 def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     """The `[serve]` table (`raw`, absent: every default) of a config with `robots` robots."""
     table = Table(raw if raw is not None else {}, "serve", SERVE_KEYS)
@@ -109,7 +147,8 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     settle = table.number("settle_timeout_s", 30.0)
     if not 0 < settle <= 3600:
         raise _error("bad_lease", f"serve.settle_timeout_s {settle} is not in (0, 3600]")
-    return ServeConfig(data_dir, workers, sse, tuple(families), lease_ms, settle)
+    grpc = parse_grpc(table.text("grpc", "off"))
+    return ServeConfig(data_dir, workers, sse, tuple(families), lease_ms, settle, grpc)
 
 
 def load_serve(path: str | os.PathLike[str], *, state_dir: Path, robots: int) -> ServeConfig:
@@ -137,5 +176,6 @@ __all__ = [
     "ServeConfig",
     "data_dir_for",
     "load_serve",
+    "parse_grpc",
     "parse_serve",
 ]

@@ -74,6 +74,7 @@ CODES = (
     "bad_request",
     "daemon_running",
     "daemon_starting",
+    "grpc_unavailable",
     "not_submittable",
     "sse_unavailable",
     "unknown_activity",
@@ -135,6 +136,8 @@ class Daemon:
         self._seq = 0
         self._progress: OrderedDict[ActivityKey, tuple[int, dict[str, Any]]] = OrderedDict()
         self._closed = False
+        self.grpc: Any = None  # the RobotControl server (`[serve] grpc`, tether.serve.grpc_server)
+        self.grpc_url: str | None = None
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str]) -> Daemon:
@@ -150,6 +153,7 @@ class Daemon:
             "state_dir": str(self.state_dir),
             "data_dir": str(self.data_dir),
             "sse": self.sse_url,
+            "grpc": self.grpc_url,
             "config": str(self.config.path),
             "started_at_ms": self.started_at_ms,
         }
@@ -213,6 +217,11 @@ class Daemon:
             progress_listener=self._on_progress,
         )
         self.runtime.start()
+        if self.serve.grpc is not None:
+            from tether.serve.grpc_server import mount
+
+            self.grpc = mount(self, self.serve.grpc)
+            self.grpc_url = self.grpc.url
         for lock in self._locks:
             lock.write(self._record())
         log.info(
@@ -235,6 +244,8 @@ class Daemon:
         self._closed = True
         reports: list[dict[str, Any]] = []
         try:
+            if self.grpc is not None:
+                self.grpc.close()
             if self.devices is not None:
                 # Under the latch's lock: no move frame between a robot's stop and its port's
                 # release (a move's next frame then fails on the closed bus).
@@ -423,13 +434,22 @@ class Daemon:
         return {**views.view(key, record, runtime.artifacts, content), "seq": seq}
 
     def _on_submit(self, request: dict[str, Any]) -> dict[str, Any]:
-        runtime = self._runtime()
         world = _text(request, "world")
         activity = _text(request, "activity")
         kind = _text(request, "kind")
         body = request.get("request")
         if not isinstance(body, dict):
             raise ServeRefusal("bad_request", "`request` must be a JSON object")
+        key, created = self.submit(world, activity, kind, body)
+        return {**self._view(key), "created": created}
+
+    def submit(
+        self, world: str, activity: str, kind: str, body: dict[str, Any]
+    ) -> tuple[ActivityKey, bool]:
+        """Commit one request as intent (idempotent per activity id of `world`; another request
+        under the id is `admission_conflict`): the one path of the control socket's `submit`
+        and gRPC's `Execute`. Returns the key and whether this call committed it."""
+        runtime = self._runtime()
         served = self._served.get(kind)
         if served is None:
             raise ServeRefusal(
@@ -458,7 +478,7 @@ class Daemon:
             else:
                 created = False
         log.info("submitted", extra={"key": views.key_text(key), "new": created})
-        return {**self._view(key), "created": created}
+        return key, created
 
     def _on_get(self, request: dict[str, Any]) -> dict[str, Any]:
         return self._view(_key(request))
