@@ -6,3 +6,4 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

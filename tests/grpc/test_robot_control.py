@@ -351,3 +351,72 @@ def test_cancel_before_the_start_never_moves_and_after_the_end_changes_nothing(
 
         second = {1: tables.radians_to_ticks(0.2), 2: tables.radians_to_ticks(0.2)}
         assert target_actions(emu.journal(), second) == {1: 0, 2: 0}
+
+
+def test_reflection_lists_the_services_and_health_names_the_server(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel = grpc.insecure_channel(ready["grpc"])
+        reflect = reflection_pb2_grpc.ServerReflectionStub(channel)
+        answers = reflect.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+        )
+        names = {s.name for a in answers for s in a.list_services_response.service}
+        assert {"tether.robot.v1.RobotControl", "grpc.health.v1.Health"} <= names
+        health = health_pb2_grpc.HealthStub(channel)
+        server = health_pb2.HealthCheckRequest(service="tether.robot.v1.RobotControl")
+        assert health.Check(server).status == health_pb2.HealthCheckResponse.SERVING
+        channel.close()
+
+
+def test_tls_serves_an_authenticated_planner_and_a_plain_client_gets_nothing(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    from _listeners import make_cert
+
+    cert = make_cert(tmp_path / "tls")
+    config = grpc_config(tmp_path, emu.path)
+    text = config.read_text().replace(
+        "[ports.bus]", f'[tls]\ncert = "{cert.cert}"\nkey = "{cert.key}"\n[ports.bus]', 1
+    )
+    config.write_text(text)
+    with daemon(config) as (_, ready):
+        port = ready["grpc"].rsplit(":", 1)[1]
+        creds = grpc.ssl_channel_credentials(root_certificates=cert.cert.read_bytes())
+        channel = grpc.secure_channel(f"localhost:{port}", creds)
+        from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+
+        control = rpc.RobotControlStub(channel)
+        listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer(), timeout=10)
+        assert list(listed.operations) == []
+        plain, plain_control = stub(f"127.0.0.1:{port}")
+        assert (
+            _code(
+                lambda: plain_control.ListOperations(
+                    pb.ListOperationsRequest(), metadata=bearer(), timeout=5
+                )
+            )
+            == grpc.StatusCode.UNAVAILABLE
+        )
+        plain.close()
+        channel.close()
+
+
+def test_a_grpc_address_off_loopback_without_tls_and_a_bad_one_are_usage_errors(
+    tmp_path: Path,
+) -> None:
+    for value, code in (("0.0.0.0:0", "insecure_listener"), ("127.0.0.1", "bad_grpc")):
+        config = grpc_config(tmp_path, "/dev/null-unused", serve=f'\n[serve]\ngrpc = "{value}"\n')
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", "serve", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, (value, done.stderr)
+        assert code in done.stderr and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -159,6 +159,10 @@ class Daemon:
         }
 
     def start(self) -> Daemon:
+        if self.serve.grpc is not None:  # refused before anything is opened
+            from tether.serve.grpc_server import listener_policy
+
+            listener_policy(self.config, self.serve.grpc)
         usable_dir(self.state_dir, what="host.state_dir")
         usable_dir(self.data_dir, what="serve.data_dir")
         for path, what in (

@@ -574,17 +574,24 @@ def _device_stop(daemon: Any, report: dict[str, Any]) -> pb.DeviceStop:
     return out
 
 
+def listener_policy(config: Any, address: tuple[str, int]) -> ListenerPolicy:
+    """The gRPC listener's policy: loopback unless [tls], a principal on every call.
+
+    Raises:
+        HostConfigError: `insecure_listener`, `insecure_tls_key`, `tls_unusable`.
+    """
+    try:
+        return ListenerPolicy(address, config.tls, config.authenticator(), require_principal=True)
+    except ListenerError as exc:
+        raise HostConfigError(exc.code, f"serve.grpc: {exc.message}") from None
+
+
 class GrpcServer:
     """The mounted server: RobotControl, health, reflection. `close()` stops it."""
 
     def __init__(self, daemon: Any, address: tuple[str, int]) -> None:
         config = daemon.config
-        try:
-            policy = ListenerPolicy(
-                address, config.tls, config.authenticator(), require_principal=True
-            )
-        except ListenerError as exc:
-            raise HostConfigError(exc.code, f"serve.grpc: {exc.message}") from None
+        policy = listener_policy(config, address)
         self.closing = threading.Event()
         options = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -683,6 +690,7 @@ __all__ = [
     "WORLD_PREFIX",
     "GrpcServer",
     "RobotControl",
+    "listener_policy",
     "mount",
     "request_digest",
     "world_for",
