@@ -181,6 +181,24 @@ class RobotControl(rpc.RobotControlServicer):
         self.daemon = daemon
         self.auth = auth
         self.closing = closing
+        #: Bumped (under the daemon's `_changed`) when the catalog's doorbell rings a result.
+        self.rings = 0
+
+    def ring_loop(self) -> None:
+        """Wake every watch when a result is recorded (the catalog's doorbell), so a watch
+        answers a terminal state without waiting out its poll."""
+        from tether.runtime._wakeup import Wakeup
+        from tether.storage import RESULT
+
+        wakeup = Wakeup(
+            self.closing, 1.0, doorbell=self.daemon._runtime().catalog.doorbell, topic=RESULT
+        )
+        while not self.closing.is_set():
+            mark = wakeup.mark()
+            wakeup.wait(mark, delay_s=1.0)
+            with self.daemon._changed:
+                self.rings += 1
+                self.daemon._changed.notify_all()
 
     # --- lookups and views ---
 
@@ -421,7 +439,7 @@ class RobotControl(rpc.RobotControlServicer):
         changed = self.daemon._changed
         while context.is_active() and not self.closing.is_set():
             with changed:
-                seq = self.daemon._seq
+                seen = (self.daemon._seq, self.rings)
             op = self._operation(key, intent)
             view = pb.Operation()
             view.CopyFrom(op)
@@ -435,7 +453,7 @@ class RobotControl(rpc.RobotControlServicer):
             if op.state in TERMINAL:
                 return
             with changed:
-                if self.daemon._seq == seq:
+                if (self.daemon._seq, self.rings) == seen:
                     changed.wait(WATCH_POLL_S)
 
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
@@ -641,6 +659,10 @@ class GrpcServer:
         self.server.start()
         self._poller = threading.Thread(target=self._poll, name="grpc-health", daemon=True)
         self._poller.start()
+        self._ringer = threading.Thread(
+            target=self.servicer.ring_loop, name="grpc-rings", daemon=True
+        )
+        self._ringer.start()
         log.info("grpc serving", extra={"address": self.url, "tls": policy.tls is not None})
 
     def _health_set(self, *names: str, serving: bool) -> None:
