@@ -36,7 +36,6 @@ from typing import Any
 import grpc
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
-from tether.activities import ActivityKey
 from tether.devices.credentials import hash_secret
 from tether.emulators.dynamixel import DynamixelEmulator
 from tether.serve.daemon import Daemon
@@ -80,18 +79,22 @@ import sys, threading, time
 import grpc
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
-address, token, watches, rate, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+address, token = sys.argv[1], sys.argv[2]
+watches, rate, seconds = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 meta = (("authorization", "Bearer " + token),)
 channel = grpc.insecure_channel(address)
 control = rpc.RobotControlStub(channel)
 far = int(time.time() * 1000) + 3_600_000
 def request(i):
-    return pb.ExecuteRequest(operation_id=f"flood-{i}", device="arm", not_after_ms=far,
-        joint_move=pb.JointMove(kind=pb.JointMove.ABSOLUTE, targets_rad={"a": 0.1 * (i % 5), "b": 0.0}))
+    move = pb.JointMove(kind=pb.JointMove.ABSOLUTE, targets_rad={"a": 0.1 * (i % 5), "b": 0.0})
+    return pb.ExecuteRequest(
+        operation_id=f"flood-{i}", device="arm", not_after_ms=far, joint_move=move
+    )
 streams = []
 for i in range(watches):
     control.Execute(request(i), metadata=meta)
-    streams.append(control.WatchOperation(pb.WatchOperationRequest(operation_id=f"flood-{i}"), metadata=meta))
+    watch = pb.WatchOperationRequest(operation_id=f"flood-{i}")
+    streams.append(control.WatchOperation(watch, metadata=meta))
 def drain(s):
     try:
         for _ in s:
@@ -162,10 +165,9 @@ def through_grpc(control: Any, i: int) -> float:
     )
     start = time.perf_counter()
     op = control.Execute(request, metadata=META, timeout=30)
-    for op in control.WatchOperation(
-        pb.WatchOperationRequest(operation_id=op.id), metadata=META, timeout=60
-    ):
-        pass
+    watch = pb.WatchOperationRequest(operation_id=op.id)
+    for view in control.WatchOperation(watch, metadata=META, timeout=60):
+        op = view
     assert op.state == pb.SUCCEEDED, op
     return time.perf_counter() - start
 
