@@ -1,6 +1,6 @@
 """Benchmark: RobotControl over gRPC vs the same Activity pipeline in process, and Stop under load.
 
-Device: the DYNAMIXEL emulator (2 servos on a real pty, in this process, shafts 50x faster
+Device: the DYNAMIXEL emulator (2 servos on a real pty, its own process, shafts 20x faster
 than real time), under a real `tether serve` daemon (SQLite catalog and world ledger, its
 workers, the robot_move family).
 
@@ -30,6 +30,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,6 @@ import grpc
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.devices.credentials import hash_secret
-from tether.emulators.dynamixel import DynamixelEmulator
 from tether.serve.daemon import Daemon
 
 TOKEN = "bench-planner-token-9d1c"
@@ -129,6 +130,27 @@ print(f"sent {sent} done {done} in {elapsed:.1f}s; open watches {open_streams}",
 """
 
 
+@contextmanager
+def emulator(directory: Path) -> Iterator[str]:
+    """`tether emulate dynamixel` in its own process; the path of its pty link."""
+    directory.mkdir(parents=True, exist_ok=True)
+    link, control = directory / "emu.tty", directory / "emu.sock"
+    argv = ["emulate", "dynamixel", "--ids", "1,2", "--control", str(control)]
+    argv += ["--speed-scale", "20", "--link", str(link)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "tether", *argv], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip()
+            deadline = time.monotonic() + 30
+            while not control.exists():
+                assert time.monotonic() < deadline, "the emulator never started"
+                time.sleep(0.01)
+            yield str(link)
+        finally:
+            proc.terminate()
+
+
 def p(values: list[float], q: float) -> float:
     return sorted(values)[min(len(values) - 1, int(q * len(values)))] * 1000
 
@@ -147,7 +169,9 @@ def in_process(daemon: Daemon, i: int) -> float:
     body = {"robot": "arm", "targets": pose(i), "not_after_ms": not_after}
     start = time.perf_counter()
     key, _ = daemon.submit("bench-local", f"local-{i}", KIND, body)
+    deadline = time.monotonic() + 60
     while True:
+        assert time.monotonic() < deadline, f"move {key} never reached a result"
         mark = wakeup.mark()
         record = runtime.get(key)
         if record is not None and record.result is not None:
@@ -251,10 +275,10 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        with DynamixelEmulator([1, 2], speed_scale=50.0).start() as emu:
-            one = part1(tmp, emu.path, args.rounds)
-        with DynamixelEmulator([1, 2], speed_scale=50.0).start() as emu:
-            two = part2(tmp, emu.path, args.stops, args.watches, args.rate)
+        with emulator(tmp / "e1") as url:
+            one = part1(tmp, url, args.rounds)
+        with emulator(tmp / "e2") as url:
+            two = part2(tmp, url, args.stops, args.watches, args.rate)
     print(f"Execute-to-terminal, {args.rounds} moves per path, emulated DYNAMIXEL arm (ms)")
     print(f"{'path':<14} {'p50':>8} {'p99':>8} {'ops/s':>8}")
     for label, values in (("in process", one["in_process"]), ("gRPC", one["grpc"])):
