@@ -89,8 +89,13 @@ WORLD_PREFIX: Final = "grpc-"
 MAX_MESSAGE_BYTES: Final = 1 << 20
 #: RPC threads: each open WatchOperation holds one.
 THREADS: Final = 320
-#: How often a watch re-reads its record when nothing woke it.
-WATCH_POLL_S: Final = 0.05
+#: How often a watch re-reads its record when nothing woke it (its own progress and every
+#: recorded result wake it at once; a claim is seen by its first progress or by this poll).
+WATCH_POLL_S: Final = 0.5
+#: RPCs that read or write storage run at most this many at a time (the work lane); `Stop`
+#: never waits for it, so a flood of Executes and watches cannot crowd a stop out of the
+#: interpreter (a waiting RPC thread is blocked, not runnable).
+WORK_LANE: Final = 4
 #: How often device health is checked.
 HEALTH_POLL_S: Final = 0.25
 LIST_PAGE_MAX: Final = 500
@@ -183,6 +188,7 @@ class RobotControl(rpc.RobotControlServicer):
         self.closing = closing
         #: Bumped (under the daemon's `_changed`) when the catalog's doorbell rings a result.
         self.rings = 0
+        self.work = threading.BoundedSemaphore(WORK_LANE)
 
     def ring_loop(self) -> None:
         """Wake every watch when a result is recorded (the catalog's doorbell), so a watch
@@ -237,9 +243,12 @@ class RobotControl(rpc.RobotControlServicer):
     def _doc(self, ref: str, digest: str) -> tuple[dict[str, Any], bytes]:
         try:
             data = self.daemon._runtime().artifacts.get_bytes(ref, digest)
-            doc = json.loads(data)
         except (TetherError, ValueError, OSError):
             return {}, b""
+        try:
+            doc = json.loads(data)
+        except ValueError:  # e.g. an adapter error's text: shown as is
+            return {"reason": "adapter_error"}, bytes(data)
         return (doc if isinstance(doc, dict) else {}), bytes(data)
 
     def _operation(self, key: ActivityKey, intent: Any) -> pb.Operation:
@@ -321,7 +330,7 @@ class RobotControl(rpc.RobotControlServicer):
 
     # --- RPCs ---
 
-    def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.Operation:
+    def _Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.Operation:
         principal = self.auth.principal(context, "submit")
         op_id = request.operation_id
         bad = grpc.StatusCode.INVALID_ARGUMENT
@@ -386,14 +395,14 @@ class RobotControl(rpc.RobotControlServicer):
         found = self._find(key.world_id, op_id)
         return self._operation(key, found[1] if found else {"kind": kind, **body})
 
-    def GetOperation(
+    def _GetOperation(
         self, request: pb.GetOperationRequest, context: grpc.ServicerContext
     ) -> pb.Operation:
         principal = self.auth.principal(context, "watch")
         key, intent = self._get(context, principal, request.operation_id)
         return self._operation(key, intent)
 
-    def ListOperations(
+    def _ListOperations(
         self, request: pb.ListOperationsRequest, context: grpc.ServicerContext
     ) -> pb.ListOperationsResponse:
         principal = self.auth.principal(context, "watch")
@@ -428,19 +437,52 @@ class RobotControl(rpc.RobotControlServicer):
             out.append(op)
         return pb.ListOperationsResponse(operations=out, next_page_token=next_token)
 
+    def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.Operation:
+        with self.work:
+            return self._Execute(request, context)
+
+    def GetOperation(
+        self, request: pb.GetOperationRequest, context: grpc.ServicerContext
+    ) -> pb.Operation:
+        with self.work:
+            return self._GetOperation(request, context)
+
+    def ListOperations(
+        self, request: pb.ListOperationsRequest, context: grpc.ServicerContext
+    ) -> pb.ListOperationsResponse:
+        with self.work:
+            return self._ListOperations(request, context)
+
+    def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelResponse:
+        with self.work:
+            return self._Cancel(request, context)
+
+    def Reconcile(
+        self, request: pb.ReconcileRequest, context: grpc.ServicerContext
+    ) -> pb.Operation:
+        with self.work:
+            return self._Reconcile(request, context)
+
+    def Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Operation:
+        with self.work:
+            return self._Resolve(request, context)
+
     def WatchOperation(
         self, request: pb.WatchOperationRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.Operation]:
         principal = self.auth.principal(context, "watch")
-        key, intent = self._get(context, principal, request.operation_id)
+        with self.work:
+            key, intent = self._get(context, principal, request.operation_id)
         floor = request.from_revision
         last = b""
         sent = False
         changed = self.daemon._changed
         while context.is_active() and not self.closing.is_set():
             with changed:
-                seen = (self.daemon._seq, self.rings)
-            op = self._operation(key, intent)
+                rings = self.rings
+            seq = self.daemon._latest(key)[0]
+            with self.work:
+                op = self._operation(key, intent)
             view = pb.Operation()
             view.CopyFrom(op)
             view.ClearField("updated_ms")
@@ -452,9 +494,20 @@ class RobotControl(rpc.RobotControlServicer):
                 sent, last = True, data
             if op.state in TERMINAL:
                 return
+            # Sleep until this operation's own progress moves, a result is recorded anywhere,
+            # or the poll passes: other operations' progress wakes the condition but costs no
+            # read here.
+            deadline = time.monotonic() + WATCH_POLL_S
             with changed:
-                if (self.daemon._seq, self.rings) == seen:
-                    changed.wait(WATCH_POLL_S)
+                while (
+                    self.rings == rings
+                    and self.daemon._progress.get(key, (0, None))[0] == seq
+                    and not self.closing.is_set()
+                ):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    changed.wait(remaining)
 
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
         self.auth.principal(context, "stop")
@@ -468,7 +521,9 @@ class RobotControl(rpc.RobotControlServicer):
         reports = self.daemon._on_stop({"robot": request.device} if request.device else {})
         return pb.StopResponse(devices=[_device_stop(self.daemon, r) for r in reports])
 
-    def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelResponse:
+    def _Cancel(
+        self, request: pb.CancelRequest, context: grpc.ServicerContext
+    ) -> pb.CancelResponse:
         principal = self.auth.principal(context, "submit")
         key, intent = self._get(context, principal, request.operation_id)
         op = self._operation(key, intent)
@@ -489,7 +544,7 @@ class RobotControl(rpc.RobotControlServicer):
             outcome = pb.CancelResponse.CANCELLED_BEFORE_START
         return pb.CancelResponse(outcome=outcome, operation=self._operation(key, intent))
 
-    def Reconcile(
+    def _Reconcile(
         self, request: pb.ReconcileRequest, context: grpc.ServicerContext
     ) -> pb.Operation:
         principal = self.auth.principal(context, "watch")
@@ -514,7 +569,7 @@ class RobotControl(rpc.RobotControlServicer):
                 _abort(context, grpc.StatusCode.UNAVAILABLE, f"device read-back failed: {exc}")
         return self._operation(key, intent)
 
-    def Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Operation:
+    def _Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Operation:
         operator = self.auth.principal(context, "decide")
         target = request.operation_id
         owner, sep, op_id = target.rpartition("/")

@@ -598,7 +598,7 @@ class DynamixelMoveAdapter:
         bus = self.host.bus_for(robot)
         attempts = op.attempts()
         attempt = attempts[-1] if attempts else 0
-        pre = op.preimage(attempt)
+        pre = op.preimage(attempt) if attempt else None  # bound, never started: none
         sent = [s for s in op.sent() if s.get("attempt") == attempt]
         goals: dict[int, int] | None = None
         if pre is not None:
