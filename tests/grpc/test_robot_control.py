@@ -24,6 +24,8 @@ from _grpc_setup import (
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether.families.robot_move.family import CRASH_POINTS as MOVE_POINTS
+from tether.serve.grpc_server import CRASH_POINTS
 
 from tests._secrets import OBSERVER, OPERATOR, PLANNER
 
@@ -185,17 +187,26 @@ def test_past_not_after_it_ends_expired_and_never_starts(
     assert effectful(emu) == []
 
 
-def test_a_response_lost_to_a_server_kill_after_the_commit_is_retried_to_one_motion(
-    tmp_path: Path, emu: EmulatorProcess
+#: Every point where `tether serve` is SIGKILLed around an Execute: its own two (before the
+#: commit; after it, before the reply: a lost response) and the robot move's (journal bound,
+#: no attempt started).
+KILL_POINTS = (*CRASH_POINTS, *MOVE_POINTS)
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_a_server_killed_around_an_execute_is_retried_to_one_motion(
+    tmp_path: Path, emu: EmulatorProcess, point: str
 ) -> None:
     config = grpc_config(tmp_path, emu.path)
     request = move("lost-1")
-    with daemon(config, crash_at="grpc.execute.after_commit") as (proc, ready):
+    with daemon(config, crash_at=point) as (proc, ready):
         channel, control = stub(ready["grpc"])
-        with pytest.raises(grpc.RpcError) as info:
+        try:
             control.Execute(request, metadata=bearer(), timeout=30)
-        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert proc.wait(timeout=30) == -9
+            assert point in MOVE_POINTS  # answered: the kill comes with the attempt
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE
+        assert proc.wait(timeout=60) == -9
         channel.close()
     with daemon(config) as (_, ready):
         channel, control = stub(ready["grpc"])

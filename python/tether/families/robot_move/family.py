@@ -42,6 +42,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from tether._crash import crash_point
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
@@ -83,6 +84,9 @@ from tether.world import ComponentWrite, WorldSnapshot
 if TYPE_CHECKING:
     from tether.devices.host import DeviceHost
 
+#: The adapter's own crash point (`TETHER_CRASH_AT`): the journal operation is bound, no
+#: attempt has started (the window a reconcile must read as "never started").
+CRASH_POINTS = ("robot_move.after_journal_bind",)
 INTENT = "physical_ai.robot_move.intent"
 OBSERVATION = "physical_ai.robot_move.observation"
 #: An Unknown that needs an operator is reconciled again only after this long.
@@ -327,6 +331,7 @@ class RobotMoveAdapter:
         req = MoveRequest.from_dict(request)
         with self._lock(req.robot):
             op = self.store.bind(ctx.operation_id, req)
+            crash_point("robot_move.after_journal_bind")
             published = self._published(ctx, op)
             if published is not None:
                 return published
