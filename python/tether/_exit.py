@@ -70,7 +70,8 @@ CODES: Final[tuple[ExitCode, ...]] = (
         "UNAVAILABLE",
         "a server or device could not be reached (`unreachable`, a port owned by another "
         "process: `port_busy`), no `tether serve` runs where one must (`daemon_not_running`), "
-        "or another one already does (`daemon_running`)",
+        "or another one already does (`daemon_running`), or a listener's address is taken "
+        "(`sse_unavailable`, `grpc_unavailable`)",
     ),
     ExitCode(INTERNAL, "INTERNAL", "a bug in Tether: the traceback is printed; please report it"),
     ExitCode(INTERRUPTED, "INTERRUPTED", "interrupted (SIGINT, Ctrl-C) before it concluded"),
@@ -117,6 +118,7 @@ ERROR_CODES: Final[dict[str, int]] = {
             "daemon_not_running",
             "sse_unavailable",
             "console_unavailable",
+            "grpc_unavailable",
         ),
         UNAVAILABLE,
     ),

@@ -32,10 +32,11 @@ SIGTERM or SIGINT every robot gets its safe-stop policy, then it exits 0. Prints
 ready (JSON off a TTY); logs go to stderr.
 
 exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first); 2 usage or
-configuration (an unknown [serve] key, a non-loopback sse address); 5 a store that cannot be
-used; 6 the disk refused a write; 7 another tether serve holds the state dir, data dir or SSE
-port (`daemon_running`, `sse_unavailable`), or a port is owned by another process (see
-`tether --help`)."""
+configuration (an unknown [serve] key, a non-loopback sse address, a gRPC address off
+loopback without [tls]: `insecure_listener`); 5 a store that cannot be used; 6 the disk
+refused a write; 7 another tether serve holds the state dir, data dir, SSE port or gRPC
+address (`daemon_running`, `sse_unavailable`, `grpc_unavailable`), or a port is owned by
+another process (see `tether --help`)."""
 
 log = logging.getLogger("tether.serve")
 
@@ -88,6 +89,7 @@ def main(argv: list[str]) -> int:
             "socket": daemon.socket_path,
             "sse": daemon.sse_url,
             "console": None if daemon.console is None else daemon.console.url,
+            "grpc": daemon.grpc_url,
             "data_dir": str(daemon.data_dir),
             "unavailable": daemon.unavailable,
         }
@@ -104,7 +106,7 @@ def main(argv: list[str]) -> int:
     except TetherError as exc:
         error_line("tether serve", exc)
         code = _exit.for_error(exc, default=_exit.FAILED)
-        unavailable = ("sse_unavailable", "console_unavailable")
+        unavailable = ("sse_unavailable", "console_unavailable", "grpc_unavailable")
         return _exit.UNAVAILABLE if getattr(exc, "code", None) in unavailable else code
     except Exception:
         log.exception("fatal error: safe-stopping every device")

@@ -20,6 +20,9 @@ world = "postgresql://db.lab/tether"    # default: world.db in data_dir (also --
 host_name = "arm-host-1"             # default: the hostname; device work is bound to it
 console = "127.0.0.1:8766"           # the operator console; "off" (the default): none
                                      # (its other keys: tether.console.config)
+grpc = "127.0.0.1:50051"             # the RobotControl gRPC service (tether.serve.grpc_server);
+                                     # "off" (the default) serves none; port 0: any free port;
+                                     # an address off loopback needs [tls]
 ```
 
 The stream follows the listener policy (`tether._listen`): on loopback it needs no principal;
@@ -52,6 +55,7 @@ SERVE_KEYS: Final = (
     "world",
     "host_name",
     *CONSOLE_KEYS,  # the operator console's (tether.console.config)
+    "grpc",
 )
 #: The default family factory when robots are configured.
 ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
@@ -59,7 +63,14 @@ ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
 SIM: Final = "tether.serve.families:sim_families"
 DEFAULT_SSE: Final = "127.0.0.1:0"
 #: Every `.code` raised here (and the strict table's own).
-CODES: Final = ("bad_sse", "bad_workers", "bad_lease", "bad_families", "bad_host_name")
+CODES: Final = (
+    "bad_sse",
+    "bad_workers",
+    "bad_lease",
+    "bad_families",
+    "bad_host_name",
+    "bad_grpc",
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,8 @@ class ServeConfig:
     #: This host's name: device work admitted here is bound to it (claimed only here).
     host_name: str = ""
     console: ConsoleConfig = field(default_factory=ConsoleConfig)  # off by default
+    #: The gRPC listener (host, port), or None ("off", the default).
+    grpc: tuple[str, int] | None = None
 
 
 def _error(code: str, message: str, **details: Any) -> HostConfigError:
@@ -103,6 +116,24 @@ def parse_sse(text: str, where: str = "serve.sse") -> tuple[str, int] | None:
             "bad_sse", f"{where}: {text!r} is not HOST:PORT (for example 127.0.0.1:8765) or off"
         ) from None
     del address  # parsed to check it; whether it may be bound is the listener policy's
+    return host, port
+
+
+def parse_grpc(text: str, where: str = "serve.grpc") -> tuple[str, int] | None:
+    """`HOST:PORT` (port 0: any free port), or None for "off". Whether the host may be off
+    loopback is the listener policy's decision (it needs [tls]), made when the server starts."""
+    if text == "off":
+        return None
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+        if not sep or not host or not 0 <= port <= 65535:
+            raise ValueError(text)
+    except ValueError:
+        raise _error(
+            "bad_grpc", f"{where}: {text!r} is not HOST:PORT (for example 127.0.0.1:50051) or off"
+        ) from None
     return host, port
 
 
@@ -133,6 +164,7 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     if not 0 < settle <= 3600:
         raise _error("bad_lease", f"serve.settle_timeout_s {settle} is not in (0, 3600]")
     console = parse_console(table)
+    grpc = parse_grpc(table.text("grpc", "off"))
     catalog = table.text("catalog", "") or None
     world = table.text("world", "") or None
     host_name = table.text("host_name", socket.gethostname())
@@ -151,6 +183,7 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
         world,
         host_name,
         console,
+        grpc,
     )
 
 
@@ -179,5 +212,6 @@ __all__ = [
     "ServeConfig",
     "data_dir_for",
     "load_serve",
+    "parse_grpc",
     "parse_serve",
 ]

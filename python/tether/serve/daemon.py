@@ -84,6 +84,7 @@ CODES = (
     "console_unavailable",
     "daemon_running",
     "daemon_starting",
+    "grpc_unavailable",
     "not_submittable",
     "sse_unavailable",
     "unknown_activity",
@@ -157,6 +158,8 @@ class Daemon:
         self._seq = 0
         self._progress: OrderedDict[ActivityKey, tuple[int, dict[str, Any]]] = OrderedDict()
         self._closed = False
+        self.grpc: Any = None  # the RobotControl server (`[serve] grpc`, tether.serve.grpc_server)
+        self.grpc_url: str | None = None
 
     @classmethod
     def from_path(
@@ -186,11 +189,16 @@ class Daemon:
             "data_dir": str(self.data_dir),
             "sse": self.sse_url,
             "console": None if self.console is None else self.console.url,
+            "grpc": self.grpc_url,
             "config": str(self.config.path),
             "started_at_ms": self.started_at_ms,
         }
 
     def start(self) -> Daemon:
+        if self.serve.grpc is not None:  # refused before anything is opened
+            from tether.serve.grpc_server import listener_policy
+
+            listener_policy(self.config, self.serve.grpc)
         usable_dir(self.state_dir, what="host.state_dir")
         usable_dir(self.data_dir, what="serve.data_dir")
         for path, what in (
@@ -269,6 +277,11 @@ class Daemon:
             host_name=self.serve.host_name,
         )
         self.runtime.start()
+        if self.serve.grpc is not None:
+            from tether.serve.grpc_server import mount
+
+            self.grpc = mount(self, self.serve.grpc)
+            self.grpc_url = self.grpc.url
         for lock in self._locks:
             lock.write(self._record())
         log.info(
@@ -291,6 +304,8 @@ class Daemon:
         self._closed = True
         reports: list[dict[str, Any]] = []
         try:
+            if self.grpc is not None:
+                self.grpc.close()
             if self.devices is not None:
                 # Under the latch's lock: no move frame between a robot's stop and its port's
                 # release (a move's next frame then fails on the closed bus).
@@ -504,13 +519,24 @@ class Daemon:
         return {**views.view(key, record, runtime.artifacts, content), "seq": seq}
 
     def _on_submit(self, request: dict[str, Any]) -> dict[str, Any]:
-        runtime = self._runtime()
         world = _text(request, "world")
         activity = _text(request, "activity")
         kind = _text(request, "kind")
         body = request.get("request")
         if not isinstance(body, dict):
             raise ServeRefusal("bad_request", "`request` must be a JSON object")
+        key, created = self.submit(world, activity, kind, body)
+        view = {**self._view(key), "created": created}
+        crash_point("serve.after_submit")  # committed, not answered: a retry gets the same
+        return view
+
+    def submit(
+        self, world: str, activity: str, kind: str, body: dict[str, Any]
+    ) -> tuple[ActivityKey, bool]:
+        """Commit one request as intent (idempotent per activity id of `world`; another request
+        under the id is `admission_conflict`): the one path of the control socket's `submit`
+        and gRPC's `Execute`. Returns the key and whether this call committed it."""
+        runtime = self._runtime()
         served = self._served.get(kind)
         if served is None:
             raise ServeRefusal(
@@ -539,9 +565,7 @@ class Daemon:
             else:
                 created = False
         log.info("submitted", extra={"key": views.key_text(key), "new": created})
-        view = {**self._view(key), "created": created}
-        crash_point("serve.after_submit")
-        return view
+        return key, created
 
     def _on_get(self, request: dict[str, Any]) -> dict[str, Any]:
         return self._view(_key(request))

@@ -18,6 +18,10 @@ A request that can never run (malformed, unknown robot or joint, an absolute tar
 configured limits) gets a failed result before any byte is sent or the port is opened; a
 relative move whose goals, planned from a fresh read-back, fall outside the limits gets one
 before any byte is written (`MoveRefused`). A failed result is terminal: never retried.
+A request with `not_after_ms` whose time has passed on this host's clock gets a failed
+`expired` result in place of its start marker (no attempt starts, no byte is sent). A move the
+gRPC service cancelled (a `cancel` proof in its journal operation) gets a failed `cancelled`
+result, checked before and again after the start marker, before any byte.
 
 Ports: given a `host` (the daemon's device host, `tether serve`), the adapter uses that one
 owner of the ports and never opens, drops or closes one itself (a robot the host has not
@@ -39,6 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from tether._crash import crash_point
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
@@ -64,6 +69,7 @@ from tether.families.robot_move.request import (
     Unknown,
     canonical_json,
 )
+from tether.operations import JournalError
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,
@@ -79,6 +85,9 @@ from tether.world import ComponentWrite, WorldSnapshot
 if TYPE_CHECKING:
     from tether.devices.host import DeviceHost
 
+#: The adapter's own crash point (`TETHER_CRASH_AT`): the journal operation is bound, no
+#: attempt has started (the window a reconcile must read as "never started").
+CRASH_POINTS = ("robot_move.after_journal_bind",)
 INTENT = "physical_ai.robot_move.intent"
 OBSERVATION = "physical_ai.robot_move.observation"
 #: An Unknown that needs an operator is reconciled again only after this long.
@@ -175,6 +184,20 @@ class RobotMoveAdapter:
         if host is not None:
             host.add_handler("prove_reissue", self._on_prove)
             host.add_handler("read_back", self._on_read_back)
+            host.add_handler("cancel", self._on_cancel)
+
+    def _on_cancel(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Cancel a move (the gRPC service's `Cancel`): a `cancel` proof in its journal
+        operation (bound here if the worker has not yet), then whether an attempt had started.
+        The attempt checks the proof before and after its start marker, so a move reported
+        not started never sends a byte."""
+        req = MoveRequest.from_dict(request.get("request"))
+        op = self.store.bind(str(request.get("operation_id")), req)
+        try:
+            op.entry.record_proof("cancel", {"cancelled_at_ms": now_ms()})
+        except JournalError:  # a cancel recorded before stands
+            pass
+        return {"started": bool(op.attempts()) and not op.terminal}
 
     def _lock(self, robot: str) -> threading.Lock:
         with self._mutex:
@@ -294,6 +317,27 @@ class RobotMoveAdapter:
             return replace(self._put(ctx, failed, RESULT_MEDIA_TYPE), failed=True)
         return None
 
+    def _not_startable(
+        self, ctx: AttemptContext, op: Operation, req: MoveRequest
+    ) -> ResultRef | None:
+        """The terminal failed result of a move that may not start: past its `not_after_ms`
+        (`expired`) or cancelled (`cancelled`); None for one that may."""
+        if op.entry.proof("cancel") is not None:
+            doc = {"operation_id": ctx.operation_id, "outcome": "cancelled", "code": "cancelled"}
+        elif req.expired(now_ms()):
+            doc = {
+                "operation_id": ctx.operation_id,
+                "outcome": "expired",
+                "code": "expired",
+                "error": f"not started: the host's clock passed not_after_ms {req.not_after_ms}",
+            }
+        else:
+            return None
+        op.record_failed(doc)
+        return self._published(ctx, op) or replace(
+            self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True
+        )
+
     def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
         refused = self._refused(ctx, request)
         if refused is not None:
@@ -301,6 +345,7 @@ class RobotMoveAdapter:
         req = MoveRequest.from_dict(request)
         with self._lock(req.robot):
             op = self.store.bind(ctx.operation_id, req)
+            crash_point("robot_move.after_journal_bind")
             published = self._published(ctx, op)
             if published is not None:
                 return published
@@ -310,12 +355,19 @@ class RobotMoveAdapter:
                 raise FamilyError(
                     f"{ctx.operation_id}: attempt {number} has no retry guard in the store"
                 )
+            stopped = self._not_startable(ctx, op, req)
+            if stopped is not None:
+                return stopped
             try:
                 host = self._connected(req.robot)
                 # The speed limit is the generic host's first-motion policy; a re-issue is a
                 # first motion whatever moved since its proof.
                 reissue = (guard or {}).get("reason") == "operator_reissue"
                 op.start_attempt(number, {"fence": ctx.fence, "catalog_attempt": ctx.attempt})
+                if op.entry.proof("cancel") is not None:  # a cancel raced the start marker
+                    cancelled = self._not_startable(ctx, op, req)
+                    assert cancelled is not None
+                    return cancelled
                 result = self._device(ctx, host).execute(op, number, req, reissue=reissue)
             except MoveRefused as exc:  # refused from the fresh read-back: nothing was sent
                 return self._failed(ctx, op, exc)

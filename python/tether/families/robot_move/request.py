@@ -13,6 +13,11 @@ bounded JSON documents that the operation store makes durable:
 - `Unknown(evidence, retry_after_ms)`: neither can be proved; the move is parked for an
   operator and never executes again by itself.
 When the runtime's Contract C types are available these map one to one onto them.
+
+`not_after_ms` (optional, wall-clock ms since the epoch, set by the gRPC service): the move
+starts only while the host's clock is before it; past it the adapter records an `expired`
+failure instead of a start marker. It is part of the request (and its digest) only when set,
+so a move without one keeps the digest it always had.
 """
 
 from __future__ import annotations
@@ -63,6 +68,7 @@ class MoveRequest:
     kind: str
     robot: str
     targets: tuple[tuple[str, float], ...]  # (joint name, radians or delta radians), sorted
+    not_after_ms: int | None = None
 
     @property
     def relative(self) -> bool:
@@ -73,7 +79,18 @@ class MoveRequest:
         return RetryClass.NON_REPEATABLE if self.relative else RetryClass.ABSOLUTE_IDEMPOTENT
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "robot": self.robot, "targets": dict(self.targets)}
+        doc: dict[str, Any] = {
+            "kind": self.kind,
+            "robot": self.robot,
+            "targets": dict(self.targets),
+        }
+        if self.not_after_ms is not None:
+            doc["not_after_ms"] = self.not_after_ms
+        return doc
+
+    def expired(self, now_ms: int) -> bool:
+        """Whether the move may no longer start at `now_ms` (never without a `not_after_ms`)."""
+        return self.not_after_ms is not None and now_ms >= self.not_after_ms
 
     @property
     def digest(self) -> str:
@@ -99,7 +116,12 @@ class MoveRequest:
             ):
                 raise MoveRequestError(f"target of joint {name!r} is not a finite number")
             pairs.append((str(name), float(value)))
-        return cls(kind, robot, tuple(sorted(pairs)))
+        not_after = data.get("not_after_ms")
+        if not_after is not None and (
+            isinstance(not_after, bool) or not isinstance(not_after, int) or not_after <= 0
+        ):
+            raise MoveRequestError("not_after_ms must be a positive integer (ms since the epoch)")
+        return cls(kind, robot, tuple(sorted(pairs)), not_after)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,319 @@
+"""Benchmark: RobotControl over gRPC vs the same Activity pipeline in process, and Stop under load.
+
+Device: the DYNAMIXEL emulator (2 servos on a real pty, its own process, shafts 20x faster
+than real time), under a real `tether serve` daemon (SQLite catalog and world ledger, its
+workers, the robot_move family).
+
+Part 1, one process: a `Daemon` started in this process with `[serve] grpc` on loopback.
+Moves alternate between two poses, interleaved:
+- in process: `Daemon.submit` (the control socket's submit path) then the record is read
+  until it holds a result (woken by the catalog's doorbell, as the gRPC watch is);
+- gRPC: `Execute` then `WatchOperation` until a terminal state, from a grpcio client.
+Prints Execute-to-terminal p50/p99 and ops/s (sequential) of each and the ratio.
+Target: gRPC p50 <= 1.5x in-process p50.
+
+Part 2: `tether serve` as a subprocess. Stop p99 while another process holds 200 open
+WatchOperation streams (on moves the stops' latch keeps from running) and offers 500
+Execute/s (unique ids, each already past its `not_after_ms`: committed, admitted, claimed and
+recorded `expired` by the workers without a frame on the bus, so the flood loads the server,
+the catalog and the world ledger, not the serial line the stop itself needs), vs the idle
+Stop p99. The achieved Execute rate is printed.
+Target: loaded p99 <= 3x idle p99.
+
+Run: `.venv/bin/python benches/grpc_control.py [--rounds N] [--stops N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+from tether.devices.credentials import hash_secret
+from tether.serve.daemon import Daemon
+
+TOKEN = "bench-planner-token-9d1c"
+KIND = "physical_ai.robot_move.absolute"
+CONFIG = """
+[host]
+state_dir = "{state}"
+[planners.bench]
+token = "{hash}"
+role = "planner"
+[ports.bus]
+url = "{url}"
+timeout_ms = 400
+[robots.arm]
+port = "bus"
+safe_stop = "hold"
+speed = 2.0
+first_motion_speed = 2.0
+[[robots.arm.joints]]
+name = "a"
+id = 1
+min = -1.5
+max = 1.5
+[[robots.arm.joints]]
+name = "b"
+id = 2
+min = -1.5
+max = 1.5
+[serve]
+sse = "off"
+lease_ms = 5000
+settle_timeout_s = 60
+grpc = "127.0.0.1:0"
+"""
+META = (("authorization", f"Bearer {TOKEN}"),)
+
+FLOOD = """
+import sys, threading, time
+import grpc
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+address, token = sys.argv[1], sys.argv[2]
+watches, rate, seconds = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+meta = (("authorization", "Bearer " + token),)
+channel = grpc.insecure_channel(address)
+control = rpc.RobotControlStub(channel)
+far = int(time.time() * 1000) + 3_600_000
+def request(i, not_after=None):
+    move = pb.JointMove(kind=pb.JointMove.ABSOLUTE, targets_rad={"a": 0.1 * (i % 5), "b": 0.0})
+    return pb.ExecuteRequest(
+        operation_id=f"flood-{i}", device="arm", not_after_ms=not_after or far, joint_move=move
+    )
+streams = []
+for i in range(watches):
+    control.Execute(request(i), metadata=meta)
+    watch = pb.WatchOperationRequest(operation_id=f"flood-{i}")
+    streams.append(control.WatchOperation(watch, metadata=meta))
+def drain(s):
+    try:
+        for _ in s:
+            pass
+    except grpc.RpcError:
+        pass
+for s in streams:
+    threading.Thread(target=drain, args=(s,), daemon=True).start()
+print("ready", flush=True)
+sent = done = 0
+inflight = threading.Semaphore(48)
+def finished(f):
+    global done
+    done += 1
+    inflight.release()
+start = time.monotonic()
+i = watches
+while time.monotonic() - start < seconds:
+    due = start + (i - watches) / rate
+    now = time.monotonic()
+    if due > now:
+        time.sleep(due - now)
+    if not inflight.acquire(timeout=1.0):
+        continue
+    # Past its not_after: committed, then recorded expired without touching the bus.
+    f = control.Execute.future(request(i, int(time.time() * 1000) - 1), metadata=meta)
+    f.add_done_callback(finished)
+    i += 1
+    sent += 1
+elapsed = time.monotonic() - start
+open_streams = sum(1 for s in streams if s.is_active())
+print(f"sent {sent} done {done} in {elapsed:.1f}s; open watches {open_streams}", flush=True)
+"""
+
+
+@contextmanager
+def emulator(directory: Path) -> Iterator[str]:
+    """`tether emulate dynamixel` in its own process; the path of its pty link."""
+    directory.mkdir(parents=True, exist_ok=True)
+    link, control = directory / "emu.tty", directory / "emu.sock"
+    argv = ["emulate", "dynamixel", "--ids", "1,2", "--control", str(control)]
+    argv += ["--speed-scale", "20", "--link", str(link)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "tether", *argv], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip()
+            deadline = time.monotonic() + 30
+            while not control.exists():
+                assert time.monotonic() < deadline, "the emulator never started"
+                time.sleep(0.01)
+            yield str(link)
+        finally:
+            proc.terminate()
+
+
+def p(values: list[float], q: float) -> float:
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))] * 1000
+
+
+def pose(i: int) -> dict[str, float]:
+    return {"a": 0.3, "b": -0.3} if i % 2 == 0 else {"a": -0.3, "b": 0.3}
+
+
+def in_process(daemon: Daemon, i: int) -> float:
+    from tether.runtime._wakeup import Wakeup
+    from tether.storage import RESULT
+
+    runtime = daemon._runtime()
+    wakeup = Wakeup(threading.Event(), 1.0, doorbell=runtime.catalog.doorbell, topic=RESULT)
+    not_after = int(time.time() * 1000) + 120_000
+    body = {"robot": "arm", "targets": pose(i), "not_after_ms": not_after}
+    start = time.perf_counter()
+    key, _ = daemon.submit("bench-local", f"local-{i}", KIND, body)
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, f"move {key} never reached a result"
+        mark = wakeup.mark()
+        record = runtime.get(key)
+        if record is not None and record.result is not None:
+            assert not record.result.failed, record
+            return time.perf_counter() - start
+        wakeup.wait(mark, delay_s=0.05)
+
+
+def through_grpc(control: Any, i: int) -> float:
+    request = pb.ExecuteRequest(
+        operation_id=f"remote-{i}",
+        device="arm",
+        joint_move=pb.JointMove(kind=pb.JointMove.ABSOLUTE, targets_rad=pose(i)),
+        not_after_ms=int(time.time() * 1000) + 120_000,
+    )
+    start = time.perf_counter()
+    op = control.Execute(request, metadata=META, timeout=30)
+    watch = pb.WatchOperationRequest(operation_id=op.id)
+    for view in control.WatchOperation(watch, metadata=META, timeout=60):
+        op = view
+    assert op.state == pb.SUCCEEDED, op
+    return time.perf_counter() - start
+
+
+def part1(tmp: Path, url: str, rounds: int) -> dict[str, Any]:
+    path = tmp / "p1.toml"
+    path.write_text(CONFIG.format(state=tmp / "s1", url=url, hash=hash_secret(TOKEN)))
+    daemon = Daemon.from_path(path).start()
+    try:
+        channel = grpc.insecure_channel(daemon.grpc_url)
+        control = rpc.RobotControlStub(channel)
+        local: list[float] = []
+        remote: list[float] = []
+        in_process(daemon, -2)
+        through_grpc(control, -1)  # warm up (first motion, channel)
+        for i in range(rounds):
+            local.append(in_process(daemon, 2 * i))
+            remote.append(through_grpc(control, 2 * i + 1))
+        channel.close()
+    finally:
+        daemon.close()
+    return {"in_process": local, "grpc": remote}
+
+
+def timed_stop(control: Any) -> float:
+    start = time.perf_counter()
+    answer = control.Stop(pb.StopRequest(device="arm"), metadata=META, timeout=10)
+    elapsed = time.perf_counter() - start
+    assert answer.devices[0].device == "arm", answer
+    return elapsed
+
+
+def part2(tmp: Path, url: str, stops: int, watches: int, rate: float) -> dict[str, Any]:
+    path = tmp / "p2.toml"
+    path.write_text(CONFIG.format(state=tmp / "s2", url=url, hash=hash_secret(TOKEN)))
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "tether", "serve", "--config", str(path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert serve.stdout is not None
+        ready = json.loads(serve.stdout.readline())
+        channel = grpc.insecure_channel(ready["grpc"])
+        control = rpc.RobotControlStub(channel)
+        timed_stop(control)
+        idle = []
+        for _ in range(stops):
+            idle.append(timed_stop(control))
+            time.sleep(0.01)
+        seconds = max(5.0, stops * 0.03 + 3.0)
+        flood = subprocess.Popen(
+            [sys.executable, "-c", FLOOD, ready["grpc"], TOKEN, str(watches), str(rate),
+             str(seconds)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert flood.stdout is not None
+        assert flood.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        loaded = []
+        for _ in range(stops):
+            loaded.append(timed_stop(control))
+            time.sleep(0.01)
+        summary = flood.stdout.readline().strip()
+        flood.wait(timeout=120)
+        channel.close()
+    finally:
+        serve.terminate()
+        serve.wait(timeout=60)
+    return {"idle": idle, "loaded": loaded, "flood": summary}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30, help="moves timed per path (part 1)")
+    parser.add_argument("--stops", type=int, default=200, help="stops timed per case (part 2)")
+    parser.add_argument("--watches", type=int, default=200, help="open watch streams (part 2)")
+    parser.add_argument("--rate", type=float, default=500.0, help="offered Execute/s (part 2)")
+    parser.add_argument("--part", type=int, choices=(0, 1, 2), default=0, help="0: both")
+    args = parser.parse_args()
+    one: dict[str, Any] = {}
+    two: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        if args.part in (0, 1):
+            with emulator(tmp / "e1") as url:
+                one = part1(tmp, url, args.rounds)
+        if args.part in (0, 2):
+            with emulator(tmp / "e2") as url:
+                two = part2(tmp, url, args.stops, args.watches, args.rate)
+    if one:
+        report_one(args, one)
+    if two:
+        report_two(args, two)
+
+
+def report_one(args: Any, one: dict[str, Any]) -> None:
+    print(f"Execute-to-terminal, {args.rounds} moves per path, emulated DYNAMIXEL arm (ms)")
+    print(f"{'path':<14} {'p50':>8} {'p99':>8} {'ops/s':>8}")
+    for label, values in (("in process", one["in_process"]), ("gRPC", one["grpc"])):
+        rate = len(values) / sum(values)
+        print(f"{label:<14} {p(values, 0.5):8.2f} {p(values, 0.99):8.2f} {rate:8.2f}")
+    ratio = statistics.median(one["grpc"]) / statistics.median(one["in_process"])
+    print(f"gRPC/in-process p50: {ratio:.2f}x (target <= 1.5x)")
+
+
+def report_two(args: Any, two: dict[str, Any]) -> None:
+    print(
+        f"\nStop latency, {args.stops} stops per case (ms); load: {args.watches} watch streams "
+        f"and {args.rate:.0f} Execute/s offered from another process ({two['flood']})"
+    )
+    print(f"{'case':<14} {'p50':>8} {'p99':>8} {'max':>8}")
+    for label, values in (("idle", two["idle"]), ("loaded", two["loaded"])):
+        print(f"{label:<14} {p(values, 0.5):8.2f} {p(values, 0.99):8.2f} {max(values) * 1000:8.2f}")
+    print(f"loaded/idle p99: {p(two['loaded'], 0.99) / p(two['idle'], 0.99):.2f}x (target <= 3x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+"""`physical_ai.remote_move`: joint moves of a robot on another host, through its RobotControl
+gRPC service (`tether serve` with `[serve] grpc`), as a runtime family (Contract C).
+
+Components (entity = the move's activity id):
+    physical_ai.remote_move.intent       {"kind", "device", "targets", "not_after_ms"}
+    physical_ai.remote_move.observation  the factual outcome: result reference, digest, summary
+
+Rules:
+- The client `operation_id` is the Activity's bound provider operation id (`ctx.operation_id`,
+  bound in the catalog before any effect). `not_after_ms` is part of the Activity's input, so
+  every attempt sends the byte-identical `ExecuteRequest`: a retry re-sends the identical
+  request, and the server's create-if-absent per (principal, operation_id) is the guard.
+- `execute`: `Execute`, then `WatchOperation` until a terminal state; each view's progress goes
+  to `ctx.progress` (the AG-UI stream). `UNAVAILABLE`, `DEADLINE_EXCEEDED` or a broken stream
+  raises `RemoteUnreachable`: the attempt stays bound and the next one reconciles (never a new
+  id). `INVALID_ARGUMENT` (the remote refused the request, nothing recorded there) and
+  `ALREADY_EXISTS` (the id is bound to another request there) are failed results.
+- The remote result is made durable in the local artifact store and read back against the
+  digest the remote reported (and the digest of its bytes) before it is returned for
+  `record_result`; a mismatch is `RemoteResultMismatch` (nothing recorded).
+- `reconcile` asks `GetOperation`: succeeded -> Recovered (the result as above); failed,
+  cancelled or expired -> Recovered with a failed result (a recorded failure: the remote has
+  settled it, it never runs again); unknown-awaiting-operator -> Unknown with the remote
+  evidence document; pending or running -> watched to its end; NOT_FOUND -> ConfirmedAbsent
+  whose guard names the server's create-if-absent by operation id (the next attempt re-sends
+  the identical Execute); unreachable -> Unknown, retried shortly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import grpc  # type: ignore[import-untyped]
+
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+from tether.activities import Evidence, ResultRef, RetryGuard
+from tether.runtime import (
+    ActivityRequest,
+    AttemptContext,
+    Family,
+    FamilyError,
+    StagedResult,
+)
+from tether.runtime import ConfirmedAbsent as RuntimeAbsent
+from tether.runtime import Recovered as RuntimeRecovered
+from tether.runtime import Unknown as RuntimeUnknown
+from tether.world import ComponentWrite, WorldSnapshot
+
+FAMILY: Final = "physical_ai.remote_move"
+KIND_ABSOLUTE: Final = "physical_ai.remote_move.absolute"
+KIND_RELATIVE: Final = "physical_ai.remote_move.relative"
+KINDS: Final = (KIND_ABSOLUTE, KIND_RELATIVE)
+INTENT: Final = "physical_ai.remote_move.intent"
+OBSERVATION: Final = "physical_ai.remote_move.observation"
+RESULT_MEDIA_TYPE: Final = "application/vnd.tether.remote-move.result+json"
+EVIDENCE_MEDIA_TYPE: Final = "application/vnd.tether.remote-move.evidence+json"
+GUARD_MEDIA_TYPE: Final = "application/vnd.tether.remote-move.guard+json"
+#: A remote operation awaiting its operator is reconciled again after this long.
+OPERATOR_RETRY_MS: Final = 60_000
+UNREACHABLE_RETRY_MS: Final = 1_000
+TERMINAL: Final = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED, pb.EXPIRED})
+
+
+class RemoteUnreachable(FamilyError):
+    """The remote host did not answer (UNAVAILABLE, DEADLINE_EXCEEDED, a broken stream): the
+    attempt stays bound and is reconciled."""
+
+
+class RemoteResultMismatch(FamilyError):
+    """The remote result's bytes do not match the digest it reported."""
+
+
+def canonical(doc: Any) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def intent(activity_id: str, request: dict[str, Any]) -> ComponentWrite:
+    """The component write that asks for one remote move (`request`: kind, device, targets,
+    not_after_ms)."""
+    return ComponentWrite(activity_id, INTENT, request)
+
+
+def project(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+    """One Activity per intent not yet observed (pure)."""
+    out = []
+    for entity, value in snapshot.with_component(INTENT):
+        if snapshot.get(entity, OBSERVATION) is not None or not isinstance(value, dict):
+            continue
+        kind = value.get("kind")
+        if kind in KINDS:
+            out.append(ActivityRequest(str(kind), entity, value))
+    return out
+
+
+def stage(staged: StagedResult) -> list[ComponentWrite]:
+    """The observation fact of one durable result (pure, idempotent)."""
+    try:
+        doc = json.loads(staged.payload) if staged.payload else {}
+    except ValueError:
+        doc = {}
+    summary = {k: doc.get(k) for k in ("outcome", "state", "code", "remote_revision") if k in doc}
+    value = {
+        "result_ref": staged.result.ref,
+        "result_digest": staged.result.digest,
+        "failed": staged.result.failed,
+        "summary": summary,
+    }
+    return [ComponentWrite(staged.key.activity_id, OBSERVATION, value)]
+
+
+def execute_request(operation_id: str, request: dict[str, Any]) -> pb.ExecuteRequest:
+    """The one ExecuteRequest of an Activity: every attempt sends exactly these bytes."""
+    kind = request.get("kind")
+    if kind not in KINDS:
+        raise FamilyError(f"kind must be one of {KINDS}")
+    targets = request.get("targets")
+    if not isinstance(targets, dict) or not targets:
+        raise FamilyError("targets must map joint names to radians")
+    not_after = request.get("not_after_ms")
+    if isinstance(not_after, bool) or not isinstance(not_after, int) or not_after <= 0:
+        raise FamilyError("not_after_ms (ms since the epoch) is part of the request")
+    return pb.ExecuteRequest(
+        operation_id=operation_id,
+        device=str(request.get("device") or ""),
+        joint_move=pb.JointMove(
+            kind=pb.JointMove.RELATIVE if kind == KIND_RELATIVE else pb.JointMove.ABSOLUTE,
+            targets_rad={str(k): float(v) for k, v in targets.items()},
+        ),
+        not_after_ms=not_after,
+    )
+
+
+@dataclass(frozen=True)
+class RemoteHost:
+    """Where the robot host is and how to reach it: `address` (HOST:PORT), the planner token
+    (a secret: read it with `credentials.read_secret`, never from argv), an optional PEM
+    trust anchor for TLS, and the per-call deadline."""
+
+    address: str
+    token: str
+    root_certificates: bytes | None = None
+    timeout_s: float = 10.0
+
+    def __repr__(self) -> str:  # the token never appears in a repr or a log
+        return f"RemoteHost({self.address!r}, tls={self.root_certificates is not None})"
+
+
+class RemoteMoveAdapter:
+    """Contract C adapter over one remote host's RobotControl."""
+
+    def __init__(self, remote: RemoteHost) -> None:
+        self.remote = remote
+        if remote.root_certificates is not None:
+            creds = grpc.ssl_channel_credentials(root_certificates=remote.root_certificates)
+            self._channel = grpc.secure_channel(remote.address, creds)
+        else:
+            self._channel = grpc.insecure_channel(remote.address)
+        self._stub = rpc.RobotControlStub(self._channel)  # type: ignore[no-untyped-call]
+        self._metadata = (("authorization", f"Bearer {remote.token}"),)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    # --- results ---
+
+    def _put(self, ctx: AttemptContext, doc: dict[str, Any], media: str) -> ResultRef:
+        ref = ctx.artifacts.put_bytes(canonical(doc), media)
+        ctx.artifacts.get_bytes(ref.ref, ref.digest)  # durable and readable before it counts
+        return ref
+
+    def _result(self, ctx: AttemptContext, op: pb.Operation) -> ResultRef:
+        """The local durable result of a terminal remote operation, digest-checked."""
+        remote_doc: Any = None
+        if op.result.document:
+            actual = "sha256:" + hashlib.sha256(op.result.document).hexdigest()
+            if op.result.digest and actual != op.result.digest:
+                raise RemoteResultMismatch(
+                    f"{op.id}: the remote result hashes to {actual}, not {op.result.digest}"
+                )
+            remote_doc = json.loads(op.result.document)
+        state = pb.OperationState.Name(op.state).lower()
+        doc = {
+            "operation_id": op.id,
+            "state": state,
+            "outcome": "completed" if op.state == pb.SUCCEEDED else state,
+            "remote_revision": op.revision,
+            "remote_digest": op.result.digest,
+            "result": remote_doc,
+        }
+        if op.state != pb.SUCCEEDED:
+            doc["code"] = op.error.code or state
+            doc["error"] = op.error.message
+        ref = self._put(ctx, doc, RESULT_MEDIA_TYPE)
+        return ref if op.state == pb.SUCCEEDED else replace(ref, failed=True)
+
+    def _refused(self, ctx: AttemptContext, code: str, message: str) -> ResultRef:
+        doc = {"operation_id": ctx.operation_id, "outcome": "refused", "code": code}
+        doc["error"] = message
+        return replace(self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True)
+
+    # --- calls ---
+
+    def _watch(self, ctx: AttemptContext, op_id: str, revision: int) -> pb.Operation:
+        """Follow the remote operation to a terminal or awaiting-operator view."""
+        last: pb.Operation | None = None
+        try:
+            views = self._stub.WatchOperation(
+                pb.WatchOperationRequest(operation_id=op_id, from_revision=0),
+                metadata=self._metadata,
+            )
+            for view in views:
+                last = view
+                ctx.heartbeat()
+                ctx.progress(
+                    {
+                        "remote_state": pb.OperationState.Name(view.state).lower(),
+                        "fraction": view.progress.fraction,
+                        "phase": view.progress.phase,
+                        "remote_revision": view.revision,
+                    }
+                )
+                if view.state in TERMINAL or view.state == pb.UNKNOWN_AWAITING_OPERATOR:
+                    views.cancel()
+                    done: pb.Operation = view
+                    return done
+        except grpc.RpcError as exc:
+            raise RemoteUnreachable(f"{op_id}: watch ended: {exc.code().name}") from None
+        raise RemoteUnreachable(f"{op_id}: watch ended at {last.state if last else 'nothing'}")
+
+    def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
+        try:
+            message = execute_request(ctx.operation_id, request)
+        except FamilyError as exc:
+            return self._refused(ctx, "bad_request", str(exc))
+        try:
+            op = self._stub.Execute(message, metadata=self._metadata, timeout=self.remote.timeout_s)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.INVALID_ARGUMENT:
+                return self._refused(ctx, "remote_invalid_argument", exc.details() or "")
+            if code == grpc.StatusCode.ALREADY_EXISTS:
+                return self._refused(ctx, "remote_conflict", exc.details() or "")
+            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                return self._refused(ctx, "remote_refused_principal", exc.details() or "")
+            raise RemoteUnreachable(f"{ctx.operation_id}: Execute: {code.name}") from None
+        if op.state not in TERMINAL:
+            op = self._watch(ctx, op.id, op.revision)
+        if op.state == pb.UNKNOWN_AWAITING_OPERATOR:
+            raise RemoteUnreachable(f"{op.id}: awaits the remote operator (reconciled)")
+        return self._result(ctx, op)
+
+    def reconcile(
+        self, ctx: AttemptContext, request: dict[str, Any]
+    ) -> RuntimeRecovered | RuntimeAbsent | RuntimeUnknown:
+        op_id = ctx.operation_id
+        try:
+            op = self._stub.GetOperation(
+                pb.GetOperationRequest(operation_id=op_id),
+                metadata=self._metadata,
+                timeout=self.remote.timeout_s,
+            )
+            if op.state not in TERMINAL and op.state != pb.UNKNOWN_AWAITING_OPERATOR:
+                op = self._watch(ctx, op_id, op.revision)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                guard = {
+                    "operation_id": op_id,
+                    "reason": "remote_not_found",
+                    "guard": "remote create-if-absent per (principal, operation_id)",
+                    "request_digest": "sha256:"
+                    + hashlib.sha256(
+                        execute_request(op_id, request).SerializeToString(deterministic=True)
+                    ).hexdigest(),
+                    "remote": self.remote.address,
+                }
+                ref = self._put(ctx, guard, GUARD_MEDIA_TYPE)
+                return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
+            return self._unreachable(ctx, f"GetOperation: {exc.code().name}")
+        except RemoteUnreachable as exc:
+            return self._unreachable(ctx, str(exc))
+        if op.state in TERMINAL:
+            return RuntimeRecovered(self._result(ctx, op))
+        evidence = {
+            "operation_id": op_id,
+            "reason": op.evidence.reason or "remote_awaiting_operator",
+            "remote": self.remote.address,
+            "remote_revision": op.revision,
+            "remote_evidence_revision": op.evidence.revision,
+            "remote_evidence_digest": op.evidence.digest,
+            "remote_evidence": json.loads(op.evidence.document) if op.evidence.document else None,
+        }
+        ref = self._put(ctx, evidence, EVIDENCE_MEDIA_TYPE)
+        return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), OPERATOR_RETRY_MS)
+
+    def _unreachable(self, ctx: AttemptContext, why: str) -> RuntimeUnknown:
+        doc = {"operation_id": ctx.operation_id, "reason": "remote_unreachable", "error": why}
+        ref = self._put(ctx, doc, EVIDENCE_MEDIA_TYPE)
+        return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), UNREACHABLE_RETRY_MS)
+
+
+def remote_move_family(remote: RemoteHost) -> Family:
+    """The family to register with a runtime `Host` on the bridge side."""
+    return Family(
+        name=FAMILY,
+        kinds=KINDS,
+        project=project,
+        adapter=RemoteMoveAdapter(remote),
+        stage=stage,
+    )
+
+
+__all__ = [
+    "FAMILY",
+    "INTENT",
+    "KINDS",
+    "KIND_ABSOLUTE",
+    "KIND_RELATIVE",
+    "OBSERVATION",
+    "RemoteHost",
+    "RemoteMoveAdapter",
+    "RemoteResultMismatch",
+    "RemoteUnreachable",
+    "execute_request",
+    "intent",
+    "project",
+    "remote_move_family",
+    "stage",
+]

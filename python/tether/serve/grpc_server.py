@@ -1,0 +1,774 @@
+"""The RobotControl gRPC service (`proto/tether/robot/v1/robot_control.proto`) on `tether serve`.
+
+`[serve] grpc = "127.0.0.1:50051"` mounts it in the daemon (default "off"). There is no second
+state machine here: every RPC reads or writes through the daemon's own paths.
+
+Key mapping (documented contract): a request of principal P under `operation_id` X is the
+Activity `(world "grpc-P", kind, activity X)`, where the kind is the family's (for a joint move
+`physical_ai.robot_move.absolute` or `.relative`). The intent component is keyed by X alone in
+that world, so the same X with another kind is another request under the same id. Two
+principals' equal ids are two worlds, never one Activity.
+
+Rules:
+- `Execute` checks the request (operation id, device, command, `not_after_ms`, the family's
+  own limits) before anything is committed (`INVALID_ARGUMENT` naming the field's path, nothing
+  recorded), then commits it through `Daemon.submit`, the control socket's `submit` path:
+  the same id and request return the existing operation; another request is `ALREADY_EXISTS`.
+  It answers once the intent is committed. The request digest covers operation id, device,
+  command and `not_after_ms` (`request_digest`).
+- `not_after_ms` is required; the server's clock decides it: the family records an `expired`
+  failure in place of the start marker once now >= not_after_ms.
+- An `Operation` is a view of the Activity's catalog record (state, `revision` = the record's
+  version, attempts, result and evidence documents from the artifact store) and the daemon's
+  latest progress. States: pending (committed, no attempt), running, succeeded, failed,
+  cancelled, expired (a failed result whose outcome says so), unknown-awaiting-operator.
+- `WatchOperation` sends the current view first (or only changes after `from_revision`), then
+  every change, and ends at a terminal state (a recorded result; an awaiting-operator view is
+  not terminal: the stream stays until it is decided).
+- `Stop` is the daemon's stop path (latch file and stop frames; no catalog, world or artifact
+  store). Its credential check uses the in-memory cache of verified tokens (below), so it
+  waits on no storage either once the token has been seen.
+- `Resolve` needs an operator's credential on the call (`decide`); it goes through
+  `tether.operator.decisions.resolve`, the daemon's `operator_resolve`.
+- `Cancel` asks the family to cancel (`cancel` on the device host's handlers): before the start
+  marker the move never starts (`CANCELLED_BEFORE_START`); once started the device is stopped
+  and latched (`STOPPED_WHILE_RUNNING`, reconciled as the daemon's stop is).
+- `Reconcile` reads the device back (`read_back`) and refreshes a parked operation's evidence;
+  it never sends motion.
+- Auth: every call carries `authorization: Bearer <secret>`, verified by the daemon's
+  `Authenticator` (argon2id hashes from host.toml, rate-limited); missing or wrong is
+  `UNAUTHENTICATED`, a role that may not do the call `PERMISSION_DENIED`. A verified secret is
+  remembered only as an HMAC-SHA256 under a random per-process key (never the secret, never
+  logged). Without `[tls]` the server binds loopback only (`ListenerPolicy`); with it, TLS
+  from `TlsConfig.pem()`. Messages over `MAX_MESSAGE_BYTES` get grpcio's `RESOURCE_EXHAUSTED`.
+- `grpc.health.v1`: "" and `tether.robot.v1.RobotControl` for the server, and
+  `tether.robot.v1.RobotControl/<device>` per device, NOT_SERVING while the device is not
+  connected or its port's device node is gone. Server reflection is on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any, Final, NoReturn
+
+import grpc  # type: ignore[import-untyped]
+from grpc_health.v1 import (  # type: ignore[import-untyped]
+    health,
+    health_pb2,
+    health_pb2_grpc,
+)
+from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
+
+from tether._coded import CodedError
+from tether._config import HostConfigError
+from tether._crash import crash_point
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+from tether._listen import ListenerError, ListenerPolicy
+from tether.activities import ActivityKey, ActivityRecord
+from tether.devices.credentials import ROLES, CredentialError, Principal, roles_for
+from tether.errors import TetherError
+
+log = logging.getLogger("tether.serve.grpc")
+
+SERVICE: Final = "tether.robot.v1.RobotControl"
+#: The world of a principal's operations.
+WORLD_PREFIX: Final = "grpc-"
+#: The largest message either side accepts (grpcio answers RESOURCE_EXHAUSTED above it).
+MAX_MESSAGE_BYTES: Final = 1 << 20
+#: RPC threads: each open WatchOperation holds one.
+THREADS: Final = 320
+#: How often a watch re-reads its record when nothing woke it (its own progress and every
+#: recorded result wake it at once; a claim is seen by its first progress or by this poll).
+WATCH_POLL_S: Final = 0.5
+#: RPCs that read or write storage run at most this many at a time (the work lane); `Stop`
+#: never waits for it, so a flood of Executes and watches cannot crowd a stop out of the
+#: interpreter (a waiting RPC thread is blocked, not runnable).
+WORK_LANE: Final = 4
+#: How often device health is checked.
+HEALTH_POLL_S: Final = 0.25
+LIST_PAGE_MAX: Final = 500
+OPERATION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+@-]{0,255}")
+#: Joint-move kinds (the family's; named here as the wire contract's mapping, not imported).
+KINDS: Final = {
+    pb.JointMove.ABSOLUTE: "physical_ai.robot_move.absolute",
+    pb.JointMove.RELATIVE: "physical_ai.robot_move.relative",
+}
+#: Terminal operation states.
+TERMINAL: Final = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED, pb.EXPIRED})
+#: Execute's crash points (`TETHER_CRASH_AT`), in order: before the intent is committed, and
+#: after it is committed but before the answer is sent (a lost response).
+CRASH_POINTS: Final = ("grpc.execute.before_commit", "grpc.execute.after_commit")
+
+
+def world_for(principal: str) -> str:
+    """The world of a principal's operations (see the module's key mapping)."""
+    return f"{WORLD_PREFIX}{principal}"
+
+
+def canonical(doc: Any) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+def request_digest(operation_id: str, intent: Any) -> str:
+    """The digest every retry must match: operation id, device, command and not_after (all of
+    which the committed intent holds)."""
+    return "sha256:" + hashlib.sha256(canonical([operation_id, intent])).hexdigest()
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)
+    raise AssertionError("unreachable")  # pragma: no cover - abort raises
+
+
+class _Auth:
+    """Bearer secrets verified by the daemon's Authenticator; verified ones cached as HMACs."""
+
+    def __init__(self, authenticator: Any) -> None:
+        self._authenticator = authenticator
+        self._key = secrets.token_bytes(32)
+        self._known: OrderedDict[bytes, Principal] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def principal(self, context: grpc.ServicerContext, action: str) -> Principal:
+        secret = None
+        for name, value in context.invocation_metadata():
+            if name == "authorization":
+                scheme, _, token = str(value).strip().partition(" ")
+                if scheme.lower() == "bearer" and token.strip():
+                    secret = token.strip()
+        if secret is None:
+            _abort(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                "principal_required: send `authorization: Bearer <token>` metadata",
+            )
+        mac = hmac.new(self._key, secret.encode(), hashlib.sha256).digest()
+        with self._lock:
+            known = self._known.get(mac)
+        if known is None:
+            try:
+                known = self._authenticator.authenticate(secret, roles=ROLES)
+            except CredentialError as exc:
+                if exc.code == "credential_rate_limited":
+                    _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc}")
+                _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"{exc.code}: {exc.message}")
+            with self._lock:
+                self._known[mac] = known
+                while len(self._known) > 1024:
+                    self._known.popitem(last=False)
+        allowed = roles_for(action)
+        if known.role not in allowed:
+            _abort(
+                context,
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"role_refused: {known.where} has role {known.role}; {action} needs "
+                f"{' or '.join(allowed)}",
+            )
+        return known
+
+
+class RobotControl(rpc.RobotControlServicer):
+    """The servicer over one `Daemon` (see the module rules)."""
+
+    def __init__(self, daemon: Any, auth: _Auth, closing: threading.Event) -> None:
+        self.daemon = daemon
+        self.auth = auth
+        self.closing = closing
+        #: Bumped (under the daemon's `_changed`) when the catalog's doorbell rings a result.
+        self.rings = 0
+        self.work = threading.BoundedSemaphore(WORK_LANE)
+
+    def ring_loop(self) -> None:
+        """Wake every watch when a result is recorded (the catalog's doorbell), so a watch
+        answers a terminal state without waiting out its poll."""
+        from tether.runtime._wakeup import Wakeup
+        from tether.storage import RESULT
+
+        wakeup = Wakeup(
+            self.closing, 1.0, doorbell=self.daemon._runtime().catalog.doorbell, topic=RESULT
+        )
+        while not self.closing.is_set():
+            mark = wakeup.mark()
+            wakeup.wait(mark, delay_s=1.0)
+            with self.daemon._changed:
+                self.rings += 1
+                self.daemon._changed.notify_all()
+
+    # --- lookups and views ---
+
+    def _kinds(self) -> list[str]:
+        return sorted(self.daemon._served)
+
+    def _find(self, world: str, activity: str) -> tuple[ActivityKey, Any] | None:
+        """The key and intent of `activity` in `world`: from the catalog once admitted, else
+        from the world's committed intents (the projection's view)."""
+        runtime = self.daemon._runtime()
+        for kind in self._kinds():
+            key = ActivityKey(world, kind, activity)
+            record = runtime.get(key)
+            if record is not None:
+                return key, self._input(record)
+        try:
+            snapshot = runtime.snapshot(world)
+        except TetherError:
+            return None
+        for served in self.daemon._served.values():
+            for request in served.family.project(snapshot):
+                if request.activity_id == activity:
+                    return ActivityKey(world, request.kind, activity), request.input
+        return None
+
+    def _input(self, record: ActivityRecord) -> Any:
+        if not record.input_ref:
+            return None
+        try:
+            return json.loads(
+                self.daemon._runtime().artifacts.get_bytes(record.input_ref, record.input_digest)
+            )
+        except (TetherError, ValueError, OSError):
+            return None
+
+    def _doc(self, ref: str, digest: str) -> tuple[dict[str, Any], bytes]:
+        try:
+            data = self.daemon._runtime().artifacts.get_bytes(ref, digest)
+        except (TetherError, ValueError, OSError):
+            return {}, b""
+        try:
+            doc = json.loads(data)
+        except ValueError:  # e.g. an adapter error's text: shown as is
+            return {"reason": "adapter_error"}, bytes(data)
+        return (doc if isinstance(doc, dict) else {}), bytes(data)
+
+    def _operation(self, key: ActivityKey, intent: Any) -> pb.Operation:
+        runtime = self.daemon._runtime()
+        record = runtime.get(key)
+        value = intent if isinstance(intent, dict) else {}
+        op = pb.Operation(
+            id=key.activity_id,
+            device=str(value.get("robot") or value.get("device") or ""),
+            request_digest=request_digest(key.activity_id, intent),
+            not_after_ms=int(value.get("not_after_ms") or 0),
+            non_repeatable=key.kind.endswith(".relative"),
+        )
+        _, progress = self.daemon._latest(key)
+        if progress:
+            fraction = progress.get("fraction")
+            op.progress.fraction = float(fraction) if isinstance(fraction, int | float) else 0.0
+            op.progress.phase = str(progress.get("phase") or progress.get("stage") or "")
+        if record is None:
+            op.state = pb.PENDING
+            return op
+        op.revision = record.version
+        op.attempt = record.attempt_count
+        op.created_ms = record.admitted_at_ms
+        op.updated_ms = int(time.time() * 1000)
+        if record.result is not None:
+            doc, data = self._doc(record.result.ref, record.result.digest)
+            op.result.document = data
+            op.result.digest = record.result.digest
+            op.result.media_type = str(getattr(record.result, "media_type", "") or "")
+            if record.result.failed:
+                outcome = doc.get("outcome")
+                op.state = {"expired": pb.EXPIRED, "cancelled": pb.CANCELLED}.get(
+                    str(outcome), pb.FAILED
+                )
+                op.error.code = str(doc.get("code") or outcome or "failed")
+                op.error.message = str(doc.get("error") or doc.get("note") or "")
+            else:
+                op.state = pb.SUCCEEDED
+        elif record.compacted_at_ms is not None:
+            op.state = pb.FAILED if record.result_failed else pb.SUCCEEDED
+        elif record.awaiting_decision:
+            op.state = pb.UNKNOWN_AWAITING_OPERATOR
+        elif record.attempt is not None or record.attempt_count > 0:
+            op.state = pb.RUNNING
+        else:
+            op.state = pb.PENDING
+        if record.evidence is not None:
+            ev, data = self._doc(record.evidence.evidence.ref, record.evidence.evidence.digest)
+            op.evidence.revision = record.evidence_revision
+            op.evidence.reason = str(ev.get("reason") or "")
+            op.evidence.document = data
+            op.evidence.digest = record.evidence.evidence.digest
+            read_back = ev.get("read_back") or {}
+            if isinstance(read_back, dict):
+                op.evidence.read_at_ms = int(read_back.get("read_at_ms") or 0)
+                for name, j in sorted((read_back.get("joints") or {}).items()):
+                    if isinstance(j, dict):
+                        op.evidence.read_back.append(
+                            pb.JointReading(
+                                joint=str(name),
+                                position_rad=float(j.get("position_rad") or 0.0),
+                                velocity_rad_s=float(j.get("velocity_rad_s") or 0.0),
+                                torque_on=bool(j.get("torque_on")),
+                                hardware_errors=[str(e) for e in j.get("hardware_errors") or []],
+                            )
+                        )
+        return op
+
+    def _get(
+        self, context: grpc.ServicerContext, principal: Principal, op_id: str
+    ) -> tuple[ActivityKey, Any]:
+        if not op_id:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
+        found = self._find(world_for(principal.name), op_id)
+        if found is None:
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {op_id!r} is not known")
+        return found
+
+    # --- RPCs ---
+
+    def _Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.Operation:
+        principal = self.auth.principal(context, "submit")
+        op_id = request.operation_id
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        if not op_id:
+            _abort(context, bad, "operation_id: required")
+        if not OPERATION_ID.fullmatch(op_id):
+            _abort(context, bad, "operation_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric")
+        config = self.daemon.config
+        if request.device not in config.robots:
+            _abort(
+                context,
+                bad,
+                f"device: unknown device {request.device!r} "
+                f"(configured: {', '.join(sorted(config.robots)) or 'none'})",
+            )
+        if request.WhichOneof("command") != "joint_move":
+            _abort(context, bad, f"command: device {request.device} takes a joint_move")
+        move = request.joint_move
+        kind = KINDS.get(move.kind)
+        if kind is None:
+            _abort(context, bad, "joint_move.kind: ABSOLUTE or RELATIVE")
+        if not move.targets_rad:
+            _abort(context, bad, "joint_move.targets_rad: at least one joint")
+        if request.not_after_ms <= 0:
+            _abort(context, bad, "not_after_ms: required (ms since the epoch, server clock)")
+        if request.session_id:
+            _abort(context, bad, "session_id: sessions are not served by this host")
+        served = self.daemon._served.get(kind)
+        if served is None or served.submit is None:
+            _abort(context, bad, f"device: {request.device} is not served for joint moves")
+        targets = {str(k): float(v) for k, v in sorted(move.targets_rad.items())}
+        for joint, value in targets.items():  # the family's own checks, one field at a time
+            try:
+                served.submit(op_id, kind, {"robot": request.device, "targets": {joint: value}})
+            except (ValueError, TetherError, CodedError) as exc:
+                _abort(context, bad, f'joint_move.targets_rad["{joint}"]: {exc}')
+        body = {
+            "robot": request.device,
+            "targets": targets,
+            "not_after_ms": int(request.not_after_ms),
+        }
+        crash_point("grpc.execute.before_commit")
+        try:
+            key, created = self.daemon.submit(world_for(principal.name), op_id, kind, body)
+        except CodedError as exc:
+            if exc.code == "admission_conflict":
+                _abort(
+                    context,
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"operation {op_id!r} exists with another request",
+                )
+            if exc.code == "daemon_starting":
+                _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+            _abort(context, bad, f"{exc.code}: {exc}")
+        except (ValueError, TetherError) as exc:
+            _abort(context, bad, str(exc))
+        crash_point("grpc.execute.after_commit")
+        log.info(
+            "grpc execute",
+            extra={"principal": principal.name, "operation_id": op_id, "new": created},
+        )
+        found = self._find(key.world_id, op_id)
+        return self._operation(key, found[1] if found else {"kind": kind, **body})
+
+    def _GetOperation(
+        self, request: pb.GetOperationRequest, context: grpc.ServicerContext
+    ) -> pb.Operation:
+        principal = self.auth.principal(context, "watch")
+        key, intent = self._get(context, principal, request.operation_id)
+        return self._operation(key, intent)
+
+    def _ListOperations(
+        self, request: pb.ListOperationsRequest, context: grpc.ServicerContext
+    ) -> pb.ListOperationsResponse:
+        principal = self.auth.principal(context, "watch")
+        world = world_for(principal.name)
+        size = request.page_size or 50
+        if size > LIST_PAGE_MAX:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"page_size: at most {LIST_PAGE_MAX}")
+        runtime = self.daemon._runtime()
+        try:
+            ids = sorted({entity for entity, _ in runtime.snapshot(world).keys()})
+        except TetherError:
+            ids = []
+        # Paged by operation id (a stable order across calls); the token is the last id sent.
+        after = request.page_token
+        states = set(request.states)
+        out: list[pb.Operation] = []
+        next_token = ""
+        for op_id in ids:
+            if after and op_id <= after:
+                continue
+            found = self._find(world, op_id)
+            if found is None:
+                continue
+            op = self._operation(*found)
+            if states and op.state not in states:
+                continue
+            if request.device and op.device != request.device:
+                continue
+            if len(out) == size:
+                next_token = out[-1].id
+                break
+            out.append(op)
+        return pb.ListOperationsResponse(operations=out, next_page_token=next_token)
+
+    def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.Operation:
+        with self.work:
+            return self._Execute(request, context)
+
+    def GetOperation(
+        self, request: pb.GetOperationRequest, context: grpc.ServicerContext
+    ) -> pb.Operation:
+        with self.work:
+            return self._GetOperation(request, context)
+
+    def ListOperations(
+        self, request: pb.ListOperationsRequest, context: grpc.ServicerContext
+    ) -> pb.ListOperationsResponse:
+        with self.work:
+            return self._ListOperations(request, context)
+
+    def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelResponse:
+        with self.work:
+            return self._Cancel(request, context)
+
+    def Reconcile(
+        self, request: pb.ReconcileRequest, context: grpc.ServicerContext
+    ) -> pb.Operation:
+        with self.work:
+            return self._Reconcile(request, context)
+
+    def Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Operation:
+        with self.work:
+            return self._Resolve(request, context)
+
+    def WatchOperation(
+        self, request: pb.WatchOperationRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.Operation]:
+        principal = self.auth.principal(context, "watch")
+        with self.work:
+            key, intent = self._get(context, principal, request.operation_id)
+        floor = request.from_revision
+        last = b""
+        sent = False
+        changed = self.daemon._changed
+        while context.is_active() and not self.closing.is_set():
+            with changed:
+                rings = self.rings
+            seq = self.daemon._latest(key)[0]
+            with self.work:
+                op = self._operation(key, intent)
+            view = pb.Operation()
+            view.CopyFrom(op)
+            view.ClearField("updated_ms")
+            data = view.SerializeToString(deterministic=True)
+            # First the current view (from_revision 0) or the first one past from_revision;
+            # from then on every change.
+            if data != last and (sent or floor == 0 or op.revision > floor):
+                yield op
+                sent, last = True, data
+            if op.state in TERMINAL:
+                return
+            # Sleep until this operation's own progress moves, a result is recorded anywhere,
+            # or the poll passes: other operations' progress wakes the condition but costs no
+            # read here.
+            deadline = time.monotonic() + WATCH_POLL_S
+            with changed:
+                while (
+                    self.rings == rings
+                    and self.daemon._progress.get(key, (0, None))[0] == seq
+                    and not self.closing.is_set()
+                ):
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    changed.wait(remaining)
+
+    def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
+        self.auth.principal(context, "stop")
+        config = self.daemon.config
+        if request.device and request.device not in config.robots:
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"device: unknown device {request.device!r}",
+            )
+        reports = self.daemon._on_stop({"robot": request.device} if request.device else {})
+        return pb.StopResponse(devices=[_device_stop(self.daemon, r) for r in reports])
+
+    def _Cancel(
+        self, request: pb.CancelRequest, context: grpc.ServicerContext
+    ) -> pb.CancelResponse:
+        principal = self.auth.principal(context, "submit")
+        key, intent = self._get(context, principal, request.operation_id)
+        op = self._operation(key, intent)
+        if op.state in TERMINAL:
+            return pb.CancelResponse(outcome=pb.CancelResponse.ALREADY_TERMINAL, operation=op)
+        handler = self.daemon.devices._handlers.get("cancel") if self.daemon.devices else None
+        if handler is None:
+            _abort(context, grpc.StatusCode.UNIMPLEMENTED, f"{key.kind} cannot be cancelled")
+        from tether.activities import operation_id_for
+
+        answer = handler(
+            {"operation_id": operation_id_for(key), "request": {**intent, "kind": key.kind}}
+        )
+        if answer.get("started"):
+            self.daemon._on_stop({"robot": op.device})
+            outcome = pb.CancelResponse.STOPPED_WHILE_RUNNING
+        else:
+            outcome = pb.CancelResponse.CANCELLED_BEFORE_START
+        return pb.CancelResponse(outcome=outcome, operation=self._operation(key, intent))
+
+    def _Reconcile(
+        self, request: pb.ReconcileRequest, context: grpc.ServicerContext
+    ) -> pb.Operation:
+        principal = self.auth.principal(context, "watch")
+        key, intent = self._get(context, principal, request.operation_id)
+        op = self._operation(key, intent)
+        read = self.daemon.devices._handlers.get("read_back") if self.daemon.devices else None
+        if op.state == pb.UNKNOWN_AWAITING_OPERATOR and read is not None:
+            from tether.operator import decisions
+
+            runtime = self.daemon._runtime()
+            try:
+                fresh = read({"robot": op.device})
+                decisions.refresh_for_robot(
+                    runtime.catalog,
+                    runtime.artifacts,
+                    op.device,
+                    fresh,
+                    f"reconciled over gRPC by {principal.name}",
+                    review=self.daemon._review(),
+                )
+            except (TetherError, CodedError, OSError) as exc:
+                _abort(context, grpc.StatusCode.UNAVAILABLE, f"device read-back failed: {exc}")
+        return self._operation(key, intent)
+
+    def _Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Operation:
+        operator = self.auth.principal(context, "decide")
+        target = request.operation_id
+        owner, sep, op_id = target.rpartition("/")
+        worlds = (
+            [world_for(owner)]
+            if sep
+            else [w for w in self.daemon._runtime().ledger.worlds() if w.startswith(WORLD_PREFIX)]
+        )
+        hits = [f for w in worlds if (f := self._find(w, op_id)) is not None]
+        if not op_id:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
+        if not hits:
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {target!r} is not known")
+        if len(hits) > 1:
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"operation_id: {op_id!r} names operations of several principals: "
+                "send PRINCIPAL/OPERATION_ID",
+            )
+        key, intent = hits[0]
+        decision = {
+            pb.ResolveRequest.DONE: "done",
+            pb.ResolveRequest.REISSUE: "reissue",
+            pb.ResolveRequest.ABANDON: "abandon",
+        }.get(request.decision)
+        if decision is None:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "decision: DONE, REISSUE or ABANDON")
+        from tether.operator import decisions
+
+        runtime = self.daemon._runtime()
+        try:
+            decisions.resolve(
+                runtime.catalog,
+                runtime.artifacts,
+                f"{key.world_id}/{key.kind}/{key.activity_id}",
+                decision=decision,
+                revision=int(request.evidence_revision),
+                credential="verified",
+                verify_credential=lambda _secret: operator.name,
+                note=request.note,
+                review=self.daemon._review(),
+            )
+        except CodedError as exc:
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"{exc.code}: {exc}")
+        return self._operation(key, intent)
+
+    def Heartbeat(
+        self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
+    ) -> pb.HeartbeatResponse:
+        self.auth.principal(context, "submit")
+        _abort(context, grpc.StatusCode.UNIMPLEMENTED, "sessions are not served by this host")
+
+
+def _device_stop(daemon: Any, report: dict[str, Any]) -> pb.DeviceStop:
+    name = str(report.get("robot") or report.get("device") or "")
+    out = pb.DeviceStop(device=name, ok=bool(report.get("ok")))
+    for j in report.get("joints") or []:
+        if isinstance(j, dict):
+            out.joints.append(
+                pb.JointStop(
+                    joint=str(j.get("joint") or j.get("name") or ""),
+                    state=str(j.get("state") or ""),
+                    position_rad=float(j.get("position_rad") or 0.0),
+                    hardware_errors=[str(e) for e in j.get("hardware_errors") or []],
+                )
+            )
+    if report.get("error"):
+        out.error.code = "device_unreachable"
+        out.error.message = str(report["error"])
+    try:
+        out.latched = bool(daemon.devices.latched(name))
+    except Exception:
+        out.latched = False
+    return out
+
+
+def listener_policy(config: Any, address: tuple[str, int]) -> ListenerPolicy:
+    """The gRPC listener's policy: loopback unless [tls], a principal on every call.
+
+    Raises:
+        HostConfigError: `insecure_listener`, `insecure_tls_key`, `tls_unusable`.
+    """
+    try:
+        return ListenerPolicy(address, config.tls, config.authenticator(), require_principal=True)
+    except ListenerError as exc:
+        raise HostConfigError(exc.code, f"serve.grpc: {exc.message}") from None
+
+
+class GrpcServer:
+    """The mounted server: RobotControl, health, reflection. `close()` stops it."""
+
+    def __init__(self, daemon: Any, address: tuple[str, int]) -> None:
+        config = daemon.config
+        policy = listener_policy(config, address)
+        self.closing = threading.Event()
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", 4 * MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ]
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="grpc"),
+            options=options,
+        )
+        self.servicer = RobotControl(daemon, _Auth(config.authenticator()), self.closing)
+        rpc.add_RobotControlServicer_to_server(self.servicer, self.server)  # type: ignore[no-untyped-call]
+        self.health = health.HealthServicer(experimental_non_blocking=True)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = (
+            SERVICE,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, self.server)
+        host, port = address
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            if policy.tls is not None:
+                key, cert = policy.tls.pem()
+                bound = self.server.add_secure_port(
+                    target, grpc.ssl_server_credentials([(key, cert)])
+                )
+            else:
+                bound = self.server.add_insecure_port(target)
+        except RuntimeError as exc:
+            bound, error = 0, str(exc)
+        else:
+            error = "address in use or unusable"
+        if not bound:
+            from tether.serve.daemon import ServeRefusal
+
+            raise ServeRefusal(
+                "grpc_unavailable",
+                f"cannot serve gRPC on {target}: {error}",
+                details={"address": target},
+            )
+        self.url = f"{host}:{bound}"
+        self.daemon = daemon
+        self._health_set("", SERVICE, serving=True)
+        self._check_devices()
+        self.server.start()
+        self._poller = threading.Thread(target=self._poll, name="grpc-health", daemon=True)
+        self._poller.start()
+        self._ringer = threading.Thread(
+            target=self.servicer.ring_loop, name="grpc-rings", daemon=True
+        )
+        self._ringer.start()
+        log.info("grpc serving", extra={"address": self.url, "tls": policy.tls is not None})
+
+    def _health_set(self, *names: str, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in names:
+            self.health.set(name, status)
+
+    def _check_devices(self) -> None:
+        devices = self.daemon.devices
+        config = self.daemon.config
+        for name in sorted(config.robots):
+            ok = devices is not None and name in devices.identities
+            if ok:
+                url = getattr(config.ports.get(config.spec(name).port), "url", None)
+                ok = not (isinstance(url, str) and url.startswith("/") and not os.path.exists(url))
+            self._health_set(f"{SERVICE}/{name}", serving=ok)
+
+    def _poll(self) -> None:
+        while not self.closing.wait(HEALTH_POLL_S):
+            try:
+                self._check_devices()
+            except Exception:  # health never takes the server down
+                log.exception("device health check failed")
+
+    def close(self) -> None:
+        if self.closing.is_set():
+            return
+        self.closing.set()
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace=1.0).wait(5.0)
+
+
+def mount(daemon: Any, address: tuple[str, int]) -> GrpcServer:
+    """Serve RobotControl for `daemon` on `address` (its `[serve] grpc`)."""
+    return GrpcServer(daemon, address)
+
+
+__all__ = [
+    "CRASH_POINTS",
+    "KINDS",
+    "MAX_MESSAGE_BYTES",
+    "SERVICE",
+    "WORLD_PREFIX",
+    "GrpcServer",
+    "RobotControl",
+    "listener_policy",
+    "mount",
+    "request_digest",
+    "world_for",
+]

@@ -1,0 +1,139 @@
+"""`tether serve` with `[serve] grpc` over an emulated DYNAMIXEL arm (a real pty), and real
+grpcio clients on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+from _dxl_setup import write_config
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+from tether.devices.credentials import hash_secret
+
+from tests._secrets import OBSERVER, OPERATOR, PLANNER
+
+PLANNER_HASH = hash_secret(PLANNER)
+OPERATOR_HASH = hash_secret(OPERATOR)
+OBSERVER_HASH = hash_secret(OBSERVER)
+SERVE = '\n[serve]\nlease_ms = 1500\nsettle_timeout_s = 20\nsse = "off"\ngrpc = "127.0.0.1:0"\n'
+PRINCIPALS = f"""
+[planners.ci]
+token = "{PLANNER_HASH}"
+role = "planner"
+[operators.olga]
+credential = "{OPERATOR_HASH}"
+role = "operator"
+[operators.watcher]
+credential = "{OBSERVER_HASH}"
+role = "observer"
+"""
+
+
+def grpc_config(tmp: Path, url: str, *, serve: str = SERVE) -> Path:
+    path = write_config(tmp, url)
+    text = path.read_text()
+    text = text.replace("[ports.bus]", PRINCIPALS + "[ports.bus]", 1)
+    path.write_text(text + serve)
+    return path
+
+
+@contextmanager
+def daemon(
+    config: Path, *, crash_at: str | None = None
+) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
+    """`tether serve` until the block ends (then SIGTERM); its ready line."""
+    env = dict(os.environ)
+    env.pop("TETHER_CRASH_AT", None)
+    if crash_at:
+        env["TETHER_CRASH_AT"] = crash_at
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "serve", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read() if proc.stderr else ""
+        ready = json.loads(line)
+        assert ready["grpc"], ready
+        yield proc, ready
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def stub(address: str) -> tuple[grpc.Channel, rpc.RobotControlStub]:
+    channel = grpc.insecure_channel(address)
+    return channel, rpc.RobotControlStub(channel)
+
+
+def bearer(secret: str = PLANNER) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {secret}"),)
+
+
+def move(
+    op_id: str,
+    targets: dict[str, float] | None = None,
+    *,
+    relative: bool = False,
+    not_after_ms: int | None = None,
+    device: str = "arm",
+) -> pb.ExecuteRequest:
+    kind = pb.JointMove.RELATIVE if relative else pb.JointMove.ABSOLUTE
+    return pb.ExecuteRequest(
+        operation_id=op_id,
+        device=device,
+        joint_move=pb.JointMove(kind=kind, targets_rad=targets or {"a": 0.5, "b": -0.3}),
+        not_after_ms=not_after_ms or int(time.time() * 1000) + 120_000,
+    )
+
+
+def until_terminal(
+    control: rpc.RobotControlStub, op_id: str, *, from_revision: int = 0, timeout: float = 90
+) -> list[pb.Operation]:
+    """Every view WatchOperation sends until it ends."""
+    return list(
+        control.WatchOperation(
+            pb.WatchOperationRequest(operation_id=op_id, from_revision=from_revision),
+            metadata=bearer(),
+            timeout=timeout,
+        )
+    )
+
+
+def wait_for(
+    control: rpc.RobotControlStub, op_id: str, check: Any, timeout: float = 60
+) -> pb.Operation:
+    deadline = time.monotonic() + timeout
+    while True:
+        op = control.GetOperation(pb.GetOperationRequest(operation_id=op_id), metadata=bearer())
+        if check(op):
+            return op
+        assert time.monotonic() < deadline, op
+        time.sleep(0.02)
+
+
+def actions(journal: list[dict[str, Any]]) -> int:
+    """ACTION frames the emulator executed (each move sends one per bus)."""
+    return len([e for e in journal if e["instruction"] == "action" and e["executed"]])

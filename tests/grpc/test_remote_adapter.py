@@ -1,0 +1,141 @@
+"""The bridge side: a runtime `Host` in this process runs `physical_ai.remote_move`, whose
+adapter drives a remote `tether serve` over gRPC on loopback (the emulator underneath). The
+client operation id is the Activity's bound provider operation id; a remote killed mid-move is
+reconciled through GetOperation after its restart, with one motion."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _dxl_setup import GOALS, emulator_process, target_actions
+from _grpc_setup import SERVE, bearer, daemon, grpc_config, stub
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether.activities import ActivityKey
+from tether.adapters.grpc.remote import KIND_ABSOLUTE, RemoteHost, intent, remote_move_family
+from tether.runtime import Host
+
+from tests._secrets import PLANNER
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def request(**extra: object) -> dict[str, object]:
+    return {
+        "kind": KIND_ABSOLUTE,
+        "device": "arm",
+        "targets": {"a": 0.5, "b": -0.3},
+        "not_after_ms": int(time.time() * 1000) + 120_000,
+        **extra,
+    }
+
+
+@pytest.fixture
+def bridge(tmp_path: Path) -> Iterator[tuple[Host, int]]:
+    port = free_port()
+    remote = RemoteHost(f"127.0.0.1:{port}", PLANNER, timeout_s=5.0)
+    family = remote_move_family(remote)
+    host = Host(tmp_path / "bridge", [family], workers=1, lease_ms=1500)
+    host.start()
+    try:
+        yield host, port
+    finally:
+        host.close()
+        family.adapter.close()  # type: ignore[attr-defined]
+
+
+def _record(host: Host, activity: str) -> object:
+    return host.get(ActivityKey("bridge", KIND_ABSOLUTE, activity))
+
+
+def test_a_remote_move_settles_with_the_remote_result_and_one_motion(
+    tmp_path: Path, bridge: tuple[Host, int]
+) -> None:
+    host, port = bridge
+    with emulator_process(tmp_path) as emu:
+        config = grpc_config(
+            tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+        )
+        with daemon(config) as (_, ready):
+            host.create_world("bridge")
+            host.commit_tick("bridge", [intent("m1", request())])
+            assert host.wait_settled("bridge", 90)
+            record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "m1"))
+            assert record is not None and record.result is not None
+            assert not record.result.failed
+            doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
+            assert doc["state"] == "succeeded" and doc["result"]["outcome"] == "completed"
+            # The remote knows it under the bound provider operation id.
+            channel, control = stub(ready["grpc"])
+            remote = control.GetOperation(
+                pb.GetOperationRequest(operation_id=record.operation_id), metadata=bearer()
+            )
+            assert remote.state == pb.SUCCEEDED and remote.result.digest == doc["remote_digest"]
+            channel.close()
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_a_remote_refusal_is_a_recorded_failure_and_nothing_moves(
+    tmp_path: Path, bridge: tuple[Host, int]
+) -> None:
+    host, port = bridge
+    with emulator_process(tmp_path) as emu:
+        config = grpc_config(
+            tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+        )
+        with daemon(config):
+            host.create_world("bridge")
+            host.commit_tick("bridge", [intent("far", request(targets={"a": 3.0}))])
+            assert host.wait_settled("bridge", 90)
+            record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "far"))
+            assert record is not None and record.result is not None and record.result.failed
+            doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
+            assert doc["code"] == "remote_invalid_argument"
+        assert [e for e in emu.journal() if e["instruction"] == "action"] == []
+
+
+def test_the_remote_killed_mid_move_is_reconciled_after_its_restart_with_one_motion(
+    tmp_path: Path, bridge: tuple[Host, int]
+) -> None:
+    host, port = bridge
+    with emulator_process(tmp_path, speed_scale=2.0) as emu:
+        config = grpc_config(
+            tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+        )
+        with daemon(config) as (proc, ready):
+            host.create_world("bridge")
+            host.commit_tick("bridge", [intent("cut", request())])
+            channel, control = stub(ready["grpc"])
+            deadline = time.monotonic() + 60
+            while True:
+                record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "cut"))
+                op_id = record.operation_id if record is not None else None
+                if op_id:
+                    try:
+                        op = control.GetOperation(
+                            pb.GetOperationRequest(operation_id=op_id), metadata=bearer()
+                        )
+                        if op.state == pb.RUNNING and op.progress.fraction > 0:
+                            break
+                    except Exception:
+                        pass
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            channel.close()
+            proc.kill()
+            proc.wait()
+        time.sleep(2.0)  # the bridge's attempt fails over to reconciliation meanwhile
+        with daemon(config):
+            assert host.wait_settled("bridge", 120)
+        record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "cut"))
+        assert record is not None and record.result is not None and not record.result.failed
+        assert record.operation_id == op_id  # never a new id
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}

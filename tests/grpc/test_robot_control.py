@@ -1,0 +1,433 @@
+"""RobotControl over gRPC on loopback: `tether serve` (a subprocess) with `[serve] grpc` over the
+DYNAMIXEL emulator (its own process, a real pty), real grpcio clients. The emulator's journal
+is the independent record of every frame sent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from _dxl_setup import GOALS, EmulatorProcess, emulator_process, target_actions
+from _grpc_setup import (
+    bearer,
+    daemon,
+    grpc_config,
+    move,
+    stub,
+    until_terminal,
+    wait_for,
+)
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether.families.robot_move.family import CRASH_POINTS as MOVE_POINTS
+from tether.serve.grpc_server import CRASH_POINTS
+
+from tests._secrets import OBSERVER, OPERATOR, PLANNER
+
+
+def effectful(emu: EmulatorProcess) -> list[dict[str, object]]:
+    """Motion the emulator saw: ACTIONs and staged goals (the daemon's start and its safe stop
+    on exit write torque and hold frames, which are not motion)."""
+    return [e for e in emu.journal() if e["instruction"] in ("action", "reg_write")]
+
+
+@pytest.fixture
+def emu(tmp_path: Path) -> Iterator[EmulatorProcess]:
+    with emulator_process(tmp_path) as emulator:
+        yield emulator
+
+
+def _code(call: object) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as info:
+        call()  # type: ignore[operator]
+    return info.value.code()  # type: ignore[no-any-return]
+
+
+def test_a_duplicate_execute_executes_once_and_another_request_under_the_id_is_already_exists(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        request = move("job-1")
+        first = control.Execute(request, metadata=bearer(), timeout=30)
+        second = control.Execute(request, metadata=bearer(), timeout=30)
+        assert first.id == second.id == "job-1"
+        assert first.request_digest == second.request_digest != ""
+        assert first.device == "arm" and not first.non_repeatable
+        other = move("job-1", {"a": 0.2, "b": -0.3})
+        other.not_after_ms = request.not_after_ms
+        with pytest.raises(grpc.RpcError) as conflict:
+            control.Execute(other, metadata=bearer(), timeout=30)
+        assert conflict.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        relative = move("job-1", relative=True, not_after_ms=request.not_after_ms)
+        assert (
+            _code(lambda: control.Execute(relative, metadata=bearer(), timeout=30))
+            == grpc.StatusCode.ALREADY_EXISTS
+        )
+        views = until_terminal(control, "job-1")
+        revisions = [v.revision for v in views]
+        assert revisions == sorted(revisions)
+        final = views[-1]
+        assert final.state == pb.SUCCEEDED, final
+        assert final.result.digest.startswith("sha256:") and b"completed" in final.result.document
+        # Once more after the end: the same operation, nothing sent.
+        again = control.Execute(request, metadata=bearer(), timeout=30)
+        assert again.state == pb.SUCCEEDED and again.request_digest == first.request_digest
+        listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer())
+        assert [o.id for o in listed.operations] == ["job-1"]
+        none = control.ListOperations(
+            pb.ListOperationsRequest(states=[pb.FAILED]), metadata=bearer()
+        )
+        assert list(none.operations) == []
+        channel.close()
+    assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_missing_and_wrong_credentials_and_roles_are_refused(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        request = move("auth-1")
+        assert _code(lambda: control.Execute(request)) == grpc.StatusCode.UNAUTHENTICATED
+        wrong = (("authorization", "Bearer not-the-token-of-anyone"),)
+        assert (
+            _code(lambda: control.Execute(request, metadata=wrong))
+            == grpc.StatusCode.UNAUTHENTICATED
+        )
+        observer = bearer(OBSERVER)
+        assert (
+            _code(lambda: control.Execute(request, metadata=observer))
+            == grpc.StatusCode.PERMISSION_DENIED
+        )
+        assert (
+            _code(lambda: control.Stop(pb.StopRequest(), metadata=observer))
+            == grpc.StatusCode.PERMISSION_DENIED
+        )
+        # A planner token never approves: Resolve needs an operator.
+        resolve = pb.ResolveRequest(operation_id="auth-1", decision=pb.ResolveRequest.ABANDON)
+        assert (
+            _code(lambda: control.Resolve(resolve, metadata=bearer(PLANNER)))
+            == grpc.StatusCode.PERMISSION_DENIED
+        )
+        # An operator is not a planner: it may not execute.
+        assert (
+            _code(lambda: control.Execute(request, metadata=bearer(OPERATOR)))
+            == grpc.StatusCode.PERMISSION_DENIED
+        )
+        assert (
+            _code(lambda: control.GetOperation(pb.GetOperationRequest(operation_id="auth-1")))
+            == grpc.StatusCode.UNAUTHENTICATED
+        )
+        channel.close()
+    assert effectful(emu) == []
+
+
+def test_bad_requests_are_invalid_argument_with_the_field_path_and_nothing_is_recorded(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        cases = {
+            "operation_id": move(""),
+            "device": move("bad-1", device="ghost"),
+            'joint_move.targets_rad["a"]': move("bad-2", {"a": 3.0, "b": 0.0}),
+            'joint_move.targets_rad["zz"]': move("bad-3", {"zz": 0.1}),
+            "not_after_ms": pb.ExecuteRequest(
+                operation_id="bad-4",
+                device="arm",
+                joint_move=pb.JointMove(kind=pb.JointMove.ABSOLUTE, targets_rad={"a": 0.1}),
+            ),
+        }
+        for field, request in cases.items():
+            with pytest.raises(grpc.RpcError) as info:
+                control.Execute(request, metadata=bearer(), timeout=30)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+            assert info.value.details().startswith(field + ":"), info.value.details()
+        huge = move("big", {"a": 0.1})
+        huge.joint_move.targets_rad.update({f"j{i:07d}" + "x" * 64: 0.0 for i in range(20_000)})
+        assert (
+            _code(lambda: control.Execute(huge, metadata=bearer(), timeout=30))
+            == grpc.StatusCode.RESOURCE_EXHAUSTED
+        )
+        listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer())
+        assert list(listed.operations) == []
+        assert (
+            _code(
+                lambda: control.GetOperation(
+                    pb.GetOperationRequest(operation_id="bad-2"), metadata=bearer()
+                )
+            )
+            == grpc.StatusCode.NOT_FOUND
+        )
+        channel.close()
+    assert effectful(emu) == []
+
+
+def test_past_not_after_it_ends_expired_and_never_starts(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        late = move("late-1", not_after_ms=int(time.time() * 1000) - 1)
+        committed = control.Execute(late, metadata=bearer(), timeout=30)
+        assert committed.state in (pb.PENDING, pb.RUNNING, pb.EXPIRED)
+        final = until_terminal(control, "late-1")[-1]
+        assert final.state == pb.EXPIRED and final.error.code == "expired", final
+        channel.close()
+    assert effectful(emu) == []
+
+
+#: Every point where `tether serve` is SIGKILLed around an Execute: its own two (before the
+#: commit; after it, before the reply: a lost response) and the robot move's (journal bound,
+#: no attempt started).
+KILL_POINTS = (*CRASH_POINTS, *MOVE_POINTS)
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_a_server_killed_around_an_execute_is_retried_to_one_motion(
+    tmp_path: Path, emu: EmulatorProcess, point: str
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    request = move("lost-1")
+    with daemon(config, crash_at=point) as (proc, ready):
+        channel, control = stub(ready["grpc"])
+        try:
+            control.Execute(request, metadata=bearer(), timeout=30)
+            assert point in MOVE_POINTS  # answered: the kill comes with the attempt
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE
+        assert proc.wait(timeout=60) == -9
+        channel.close()
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        retried = control.Execute(request, metadata=bearer(), timeout=30)
+        assert retried.id == "lost-1"
+        final = until_terminal(control, "lost-1")[-1]
+        assert final.state == pb.SUCCEEDED, final
+        channel.close()
+    assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+CLIENT_KILLED = """
+import os, sys, time
+sys.path[:0] = sys.argv[3:]
+from _grpc_setup import bearer, move, stub
+channel, control = stub(sys.argv[1])
+future = control.Execute.future(move("sent-1", not_after_ms=int(sys.argv[2])), metadata=bearer())
+time.sleep(0.05)
+os._exit(0)  # gone before reading the answer
+"""
+
+
+def test_a_client_killed_after_sending_retries_to_the_same_operation_and_one_motion(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    script = tmp_path / "killed.py"
+    script.write_text(CLIENT_KILLED)
+    not_after = int(time.time() * 1000) + 120_000
+    here = Path(__file__).resolve().parent
+    with daemon(config) as (_, ready):
+        done = subprocess.run(
+            [
+                sys.executable, str(script), ready["grpc"], str(not_after),
+                str(here), str(here.parent / "adapters"), str(here.parents[1]),
+            ],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        channel, control = stub(ready["grpc"])
+        retried = control.Execute(
+            move("sent-1", not_after_ms=not_after), metadata=bearer(), timeout=30
+        )
+        assert retried.id == "sent-1"
+        final = until_terminal(control, "sent-1")[-1]
+        assert final.state == pb.SUCCEEDED, final
+        channel.close()
+    assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_a_watch_across_a_server_restart_resumes_from_its_revision(tmp_path: Path) -> None:
+    with emulator_process(tmp_path, speed_scale=2.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (proc, ready):
+            channel, control = stub(ready["grpc"])
+            control.Execute(move("watched"), metadata=bearer(), timeout=30)
+            seen: list[pb.Operation] = []
+            stream = control.WatchOperation(
+                pb.WatchOperationRequest(operation_id="watched"), metadata=bearer(), timeout=60
+            )
+            for op in stream:
+                seen.append(op)
+                if op.state == pb.RUNNING and op.progress.fraction > 0:
+                    break
+            stream.cancel()
+            proc.kill()
+            proc.wait()
+            channel.close()
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            rest = until_terminal(control, "watched", from_revision=seen[-1].revision)
+            channel.close()
+        assert rest, "the resumed watch sent nothing"
+        revisions = [o.revision for o in seen + rest]
+        assert revisions == sorted(revisions) and rest[0].revision > seen[-1].revision
+        assert rest[-1].state == pb.SUCCEEDED, rest[-1]
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goes(
+    tmp_path: Path,
+) -> None:
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            health = health_pb2_grpc.HealthStub(channel)
+            service = "tether.robot.v1.RobotControl/arm"
+            check = health_pb2.HealthCheckRequest(service=service)
+            assert health.Check(check).status == health_pb2.HealthCheckResponse.SERVING
+            assert (
+                health.Check(health_pb2.HealthCheckRequest(service="")).status
+                == health_pb2.HealthCheckResponse.SERVING
+            )
+            control.Execute(move("long", {"a": 1.4, "b": -1.4}), metadata=bearer(), timeout=30)
+            wait_for(control, "long", lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
+            start = time.monotonic()
+            stopped = control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=5)
+            elapsed = time.monotonic() - start
+            (device,) = stopped.devices
+            assert (device.device, device.ok, device.latched) == ("arm", True, True)
+            assert [j.state for j in device.joints] == ["held", "held"]
+            assert elapsed < 5.0
+            again = control.Stop(pb.StopRequest(), metadata=bearer(), timeout=5)
+            assert [d.latched for d in again.devices] == [True]
+            stopped_at = len(emu.journal())
+            parked = wait_for(control, "long", lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
+            assert parked.evidence.reason == "stopped_by_operator"
+            assert {r.joint for r in parked.evidence.read_back} == {"a", "b"}
+            assert [e for e in emu.journal()[stopped_at:] if e["instruction"] == "action"] == []
+            # The operator abandons it over gRPC, naming the evidence revision.
+            decided = control.Resolve(
+                pb.ResolveRequest(
+                    operation_id="long",
+                    decision=pb.ResolveRequest.ABANDON,
+                    evidence_revision=parked.evidence.revision,
+                ),
+                metadata=bearer(OPERATOR),
+                timeout=30,
+            )
+            assert decided.id == "long"
+            final = until_terminal(control, "long")[-1]
+            assert final.state == pb.FAILED, final
+            emu.unplug()
+            deadline = time.monotonic() + 10
+            while health.Check(check).status == health_pb2.HealthCheckResponse.SERVING:
+                assert time.monotonic() < deadline, "health never flipped"
+                time.sleep(0.05)
+            channel.close()
+
+
+def test_cancel_before_the_start_never_moves_and_after_the_end_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    with emulator_process(tmp_path, speed_scale=2.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            control.Execute(move("first", {"a": 1.0, "b": -1.0}), metadata=bearer(), timeout=30)
+            wait_for(control, "first", lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
+            # One move per robot at a time: "second" waits for the arm, not yet started.
+            control.Execute(move("second", {"a": 0.2, "b": 0.2}), metadata=bearer(), timeout=30)
+            cancelled = control.Cancel(pb.CancelRequest(operation_id="second"), metadata=bearer())
+            assert cancelled.outcome == pb.CancelResponse.CANCELLED_BEFORE_START
+            assert until_terminal(control, "first")[-1].state == pb.SUCCEEDED
+            final = until_terminal(control, "second")[-1]
+            assert final.state == pb.CANCELLED, final
+            late = control.Cancel(pb.CancelRequest(operation_id="first"), metadata=bearer())
+            assert late.outcome == pb.CancelResponse.ALREADY_TERMINAL
+            assert late.operation.state == pb.SUCCEEDED
+            channel.close()
+        from tether.adapters.dynamixel import tables
+
+        second = {1: tables.radians_to_ticks(0.2), 2: tables.radians_to_ticks(0.2)}
+        assert target_actions(emu.journal(), second) == {1: 0, 2: 0}
+
+
+def test_reflection_lists_the_services_and_health_names_the_server(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel = grpc.insecure_channel(ready["grpc"])
+        reflect = reflection_pb2_grpc.ServerReflectionStub(channel)
+        answers = reflect.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+        )
+        names = {s.name for a in answers for s in a.list_services_response.service}
+        assert {"tether.robot.v1.RobotControl", "grpc.health.v1.Health"} <= names
+        health = health_pb2_grpc.HealthStub(channel)
+        server = health_pb2.HealthCheckRequest(service="tether.robot.v1.RobotControl")
+        assert health.Check(server).status == health_pb2.HealthCheckResponse.SERVING
+        channel.close()
+
+
+def test_tls_serves_an_authenticated_planner_and_a_plain_client_gets_nothing(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    from _listeners import make_cert
+
+    cert = make_cert(tmp_path / "tls")
+    config = grpc_config(tmp_path, emu.path)
+    text = config.read_text().replace(
+        "[ports.bus]", f'[tls]\ncert = "{cert.cert}"\nkey = "{cert.key}"\n[ports.bus]', 1
+    )
+    config.write_text(text)
+    with daemon(config) as (_, ready):
+        port = ready["grpc"].rsplit(":", 1)[1]
+        creds = grpc.ssl_channel_credentials(root_certificates=cert.cert.read_bytes())
+        channel = grpc.secure_channel(f"localhost:{port}", creds)
+        from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+
+        control = rpc.RobotControlStub(channel)
+        listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer(), timeout=10)
+        assert list(listed.operations) == []
+        plain, plain_control = stub(f"127.0.0.1:{port}")
+        assert (
+            _code(
+                lambda: plain_control.ListOperations(
+                    pb.ListOperationsRequest(), metadata=bearer(), timeout=5
+                )
+            )
+            == grpc.StatusCode.UNAVAILABLE
+        )
+        plain.close()
+        channel.close()
+
+
+def test_a_grpc_address_off_loopback_without_tls_and_a_bad_one_are_usage_errors(
+    tmp_path: Path,
+) -> None:
+    for value, code in (("0.0.0.0:0", "insecure_listener"), ("127.0.0.1", "bad_grpc")):
+        config = grpc_config(tmp_path, "/dev/null-unused", serve=f'\n[serve]\ngrpc = "{value}"\n')
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", "serve", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, (value, done.stderr)
+        assert code in done.stderr and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
