@@ -193,19 +193,18 @@ def mutated_events(draw: st.DrawFn) -> dict[str, Any]:
         path = draw(st.sampled_from(paths))
         kind = draw(st.sampled_from(["replace", "delete", "add", "copy_identity", "strip"]))
         if not path and kind != "add":
-            event = draw(breaking)
+            event = copy.deepcopy(draw(breaking))  # a strategy may hand out one object twice
             return event  # type: ignore[no-any-return]
         parent = _get(event, path[:-1]) if path else None
         if kind == "replace" and parent is not None:
-            parent[path[-1]] = draw(breaking | json_values)
+            parent[path[-1]] = copy.deepcopy(draw(breaking | json_values))  # never a cycle
         elif kind == "delete" and parent is not None:
             del parent[path[-1]]
         elif kind == "add":
             target = _get(event, path)
             if isinstance(target, dict):
-                target[draw(st.sampled_from(["extra", "toolOutput", "status", "x"]))] = draw(
-                    json_values
-                )
+                key = draw(st.sampled_from(["extra", "toolOutput", "status", "x"]))
+                target[key] = copy.deepcopy(draw(json_values))
         elif kind == "copy_identity" and isinstance(event, dict):
             data = event.get("data")
             if isinstance(data, dict):

@@ -252,7 +252,7 @@ class Daemon:
             self.data_dir,
             self.serve.settle_timeout_s,
             self._closers,
-            host_name=self.serve.host_name,
+            host_name=self.serve.host_name or None,  # none: unbound work only
         )
         served: list[Served] = []
         for spec in self.serve.families:
@@ -274,7 +274,7 @@ class Daemon:
             progress_listener=self._on_progress,
             catalog_url=self.serve.catalog_url,
             world_url=self.serve.world_url,
-            host_name=self.serve.host_name,
+            host_name=self.serve.host_name or None,  # none: unbound work only
         )
         self.runtime.start()
         if self.serve.grpc is not None:
