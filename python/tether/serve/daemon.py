@@ -252,7 +252,7 @@ class Daemon:
             self.data_dir,
             self.serve.settle_timeout_s,
             self._closers,
-            host_name=self.serve.host_name or None,  # none: unbound work only
+            host_name=self.serve.host_name,
         )
         served: list[Served] = []
         for spec in self.serve.families:
