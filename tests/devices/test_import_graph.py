@@ -20,6 +20,8 @@ GENERIC = (
     "activities",
     "families/sim",
     "serve",
+    "console",
+    "live",
 )
 PROTOCOL = ("tether.adapters", "tether.emulators")
 
