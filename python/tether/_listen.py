@@ -41,6 +41,7 @@ import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl, urlsplit
@@ -349,7 +350,48 @@ class ListenerPolicy:
             raise Refusal(code, exc.message, **details) from None
 
 
+#: How long a client may take over its TLS handshake (then its connection is dropped).
+HANDSHAKE_TIMEOUT_S: Final = 10.0
+
+
+class PolicyHTTPServer(ThreadingHTTPServer):
+    """The stdlib HTTP server of a listener under `policy` (the SSE stream, the console): one
+    thread per client; with TLS the handshake runs in the client's own thread under
+    `HANDSHAKE_TIMEOUT_S`, so a client that never finishes it cannot stall the accept loop. A
+    client's broken connection is not the server's error, and nothing of it is printed."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, policy: ListenerPolicy, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.policy = policy
+        host = policy.address[0]
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host.strip("[]"), policy.address[1]), handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        context = self.policy.ssl_context
+        if context is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            wrapped = context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # a failed handshake: nothing was served (and nothing is logged)
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client's broken connection is not the server's error (nor printed)."""
+
+
 __all__ = [
+    "HANDSHAKE_TIMEOUT_S",
+    "PolicyHTTPServer",
     "CODES",
     "REFUSALS",
     "SECRET_PARAMS",

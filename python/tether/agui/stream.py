@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import json
 import queue
-import socket
 import ssl
 import threading
 import time
@@ -51,11 +50,17 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from itertools import islice
 from typing import Any, Protocol
 
-from tether._listen import Authenticates, ListenerPolicy, Refusal, TlsConfig
+from tether._listen import (
+    Authenticates,
+    ListenerPolicy,
+    PolicyHTTPServer,
+    Refusal,
+    TlsConfig,
+)
 from tether.agui._store import ActivityStore
 
 __all__ = [
@@ -70,7 +75,6 @@ __all__ = [
 
 KEEPALIVE_S = 10.0
 #: A TLS client that has not finished its handshake by then is dropped (it holds one thread).
-HANDSHAKE_TIMEOUT_S = 10.0
 EVENT_PATHS = ("/", "/events")
 # The last frame a dropped subscriber's connection carries (an SSE comment: parsers skip it).
 RESYNC_COMMENT = (
@@ -520,38 +524,6 @@ def _handler(
     return Handler
 
 
-class _Server(ThreadingHTTPServer):
-    """One thread per client; with TLS, the handshake runs in the client's thread (under a
-    timeout), so a client that never finishes it cannot stall the accept loop."""
-
-    daemon_threads = True
-
-    def __init__(self, policy: ListenerPolicy, handler: type[BaseHTTPRequestHandler]) -> None:
-        self.policy = policy
-        host = policy.address[0]
-        if ":" in host:
-            self.address_family = socket.AF_INET6
-        super().__init__((host.strip("[]"), policy.address[1]), handler)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        context = self.policy.ssl_context
-        if context is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(HANDSHAKE_TIMEOUT_S)
-        try:
-            wrapped = context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError):
-            return  # a failed handshake: nothing was served (and nothing is logged)
-        try:
-            super().finish_request(wrapped, client_address)
-        finally:
-            wrapped.close()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client's broken connection is not the server's error (nor printed)."""
-
-
 class StoreState:
     """`MessageState` over the AG-UI `ActivityStore` (the stream's lock makes it single-owner)."""
 
@@ -609,7 +581,7 @@ class StreamServer:
         )
         self._subscribers = 0
         self._changed = threading.Condition()
-        self._httpd = _Server(self.policy, _handler(stream, self._count, self.policy))
+        self._httpd = PolicyHTTPServer(self.policy, _handler(stream, self._count, self.policy))
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="tether-sse", daemon=True
         )

@@ -58,19 +58,24 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import socket
 import ssl
 import threading
 import time
 from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs, urlsplit
 
 from tether._coded import CodedError
-from tether._listen import ListenerPolicy, Refusal, TlsConfig, log_target
+from tether._listen import (
+    ListenerPolicy,
+    PolicyHTTPServer,
+    Refusal,
+    TlsConfig,
+    log_target,
+)
 from tether.agui import ActivityStore
 from tether.console import evidence as ev
 from tether.console.config import ConsoleConfig
@@ -89,7 +94,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("tether.console")
 
 MAX_BODY: Final = 64 * 1024
-HANDSHAKE_TIMEOUT_S: Final = 10.0
 #: A live connection ends after this long (the page reconnects: a fresh snapshot).
 LIVE_MAX_S: Final = 300.0
 #: How often a live connection looks at the parked decisions and at the devices.
@@ -210,7 +214,7 @@ class Console:
                 table="serve",
             )
         )
-        self._httpd = _Server(self.policy, _handler(self))
+        self._httpd = PolicyHTTPServer(self.policy, _handler(self))
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="tether-console", daemon=True
         )
@@ -920,39 +924,6 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                     stream.unsubscribe(sub)
 
     return Handler
-
-
-class _Server(ThreadingHTTPServer):
-    """One thread per client; with TLS the handshake runs in the client's thread, under a
-    timeout, so a client that never finishes it cannot stall the accept loop."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, policy: ListenerPolicy, handler: type[BaseHTTPRequestHandler]) -> None:
-        self.policy = policy
-        host = policy.address[0]
-        if ":" in host:
-            self.address_family = socket.AF_INET6
-        super().__init__((host.strip("[]"), policy.address[1]), handler)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        context = self.policy.ssl_context
-        if context is None:
-            super().finish_request(request, client_address)
-            return
-        request.settimeout(HANDSHAKE_TIMEOUT_S)
-        try:
-            wrapped = context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError):
-            return
-        try:
-            super().finish_request(wrapped, client_address)
-        finally:
-            wrapped.close()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client's broken connection is not the server's error (nor printed)."""
 
 
 __all__ = ["CODES", "CSP", "NOTICE", "Console", "ConsoleError", "parse_frames", "status_of"]
