@@ -47,6 +47,7 @@ from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from tether._coded import CodedError
+from tether._config import HostConfigError
 from tether.devices.credentials import CredentialError, Principal, roles_for
 
 #: Query parameters that name a secret: their presence refuses the request (`secret_in_url`).
@@ -350,6 +351,32 @@ class ListenerPolicy:
             raise Refusal(code, exc.message, **details) from None
 
 
+def parse_address(text: str, *, where: str, code: str, example: str) -> tuple[str, int] | None:
+    """A listener's configured address: `HOST:PORT` (an IP address or ``localhost``; port 0:
+    any free one), or None for "off". Whether it may be bound (loopback, or TLS) is the
+    `ListenerPolicy`'s rule, applied when the listener starts.
+
+    Raises:
+        HostConfigError: `code`, naming `where` and an `example` of the form.
+    """
+    if text == "off":
+        return None
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+        if not sep or not host or not 0 <= port <= 65535:
+            raise ValueError(text)
+        ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
+    except ValueError:
+        raise HostConfigError(
+            code,
+            f"{where}: {text!r} is not HOST:PORT (for example {example}) or off",
+            details={"value": text},
+        ) from None
+    return host, port
+
+
 #: How long a client may take over its TLS handshake (then its connection is dropped).
 HANDSHAKE_TIMEOUT_S: Final = 10.0
 
@@ -390,6 +417,7 @@ class PolicyHTTPServer(ThreadingHTTPServer):
 
 
 __all__ = [
+    "parse_address",
     "HANDSHAKE_TIMEOUT_S",
     "PolicyHTTPServer",
     "CODES",

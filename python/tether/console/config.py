@@ -15,11 +15,11 @@ configured (else `insecure_listener`, exit 2).
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Final
 
 from tether._config import HostConfigError, Table
+from tether._listen import parse_address as listen_address
 from tether.devices.credentials import CredentialError, stored_cost
 
 #: The `[serve]` keys this package reads.
@@ -50,22 +50,8 @@ def _bad(message: str, **details: object) -> HostConfigError:
 
 
 def parse_address(text: str) -> tuple[str, int] | None:
-    """`HOST:PORT` (port 0: any free port) or None for "off"."""
-    if text == "off":
-        return None
-    host, sep, port_text = text.rpartition(":")
-    host = host.strip("[]")
-    try:
-        port = int(port_text)
-        if not sep or not host or not 0 <= port <= 65535:
-            raise ValueError(text)
-        ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
-    except ValueError:
-        raise _bad(
-            f"serve.console: {text!r} is not HOST:PORT (for example 127.0.0.1:8766) or off",
-            value=text,
-        ) from None
-    return host, port
+    """`HOST:PORT` (port 0: any free port) or None for "off" (`tether._listen.parse_address`)."""
+    return listen_address(text, where="serve.console", code="bad_console", example="127.0.0.1:8766")
 
 
 def parse_console(table: Table) -> ConsoleConfig:

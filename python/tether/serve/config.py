@@ -32,7 +32,6 @@ then carries a principal's bearer token (`[planners.NAME]` or `[operators.NAME]`
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import tomllib
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tether._config import HostConfigError, Table
+from tether._listen import parse_address
 from tether.activities import MAX_LEASE_MS
 from tether.console.config import CONSOLE_KEYS, ConsoleConfig, parse_console
 
@@ -100,41 +100,13 @@ def _error(code: str, message: str, **details: Any) -> HostConfigError:
 
 
 def parse_sse(text: str, where: str = "serve.sse") -> tuple[str, int] | None:
-    """`HOST:PORT` (port 0: any free port), or None for "off". Whether the address may be
-    bound (loopback, or TLS with principals) is `tether._listen`'s rule, applied at start."""
-    if text == "off":
-        return None
-    host, sep, port_text = text.rpartition(":")
-    host = host.strip("[]")
-    try:
-        port = int(port_text)
-        if not sep or not host or not 0 <= port <= 65535:
-            raise ValueError(text)
-        address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host)
-    except ValueError:
-        raise _error(
-            "bad_sse", f"{where}: {text!r} is not HOST:PORT (for example 127.0.0.1:8765) or off"
-        ) from None
-    del address  # parsed to check it; whether it may be bound is the listener policy's
-    return host, port
+    """`HOST:PORT` (port 0: any free port), or None for "off" (`tether._listen.parse_address`)."""
+    return parse_address(text, where=where, code="bad_sse", example="127.0.0.1:8765")
 
 
 def parse_grpc(text: str, where: str = "serve.grpc") -> tuple[str, int] | None:
-    """`HOST:PORT` (port 0: any free port), or None for "off". Whether the host may be off
-    loopback is the listener policy's decision (it needs [tls]), made when the server starts."""
-    if text == "off":
-        return None
-    host, sep, port_text = text.rpartition(":")
-    host = host.strip("[]")
-    try:
-        port = int(port_text)
-        if not sep or not host or not 0 <= port <= 65535:
-            raise ValueError(text)
-    except ValueError:
-        raise _error(
-            "bad_grpc", f"{where}: {text!r} is not HOST:PORT (for example 127.0.0.1:50051) or off"
-        ) from None
-    return host, port
+    """`HOST:PORT` (port 0: any free port), or None for "off" (`tether._listen.parse_address`)."""
+    return parse_address(text, where=where, code="bad_grpc", example="127.0.0.1:50051")
 
 
 def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
