@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from _arm import arm_config
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.devices.credentials import hash_secret
@@ -46,37 +47,14 @@ from tether.serve.daemon import Daemon
 
 TOKEN = "bench-planner-token-9d1c"
 KIND = "physical_ai.robot_move.absolute"
-CONFIG = """
-[host]
-state_dir = "{state}"
-[planners.bench]
-token = "{hash}"
-role = "planner"
-[ports.bus]
-url = "{url}"
-timeout_ms = 400
-[robots.arm]
-port = "bus"
-safe_stop = "hold"
-speed = 2.0
-first_motion_speed = 2.0
-[[robots.arm.joints]]
-name = "a"
-id = 1
-min = -1.5
-max = 1.5
-[[robots.arm.joints]]
-name = "b"
-id = 2
-min = -1.5
-max = 1.5
-[serve]
-sse = "off"
-lease_ms = 5000
-settle_timeout_s = 60
-grpc = "127.0.0.1:0"
-"""
 META = (("authorization", f"Bearer {TOKEN}"),)
+
+
+def _config(state: Path, url: str) -> str:
+    planner = f'[planners.bench]\ntoken = "{hash_secret(TOKEN)}"\nrole = "planner"\n'
+    serve = '[serve]\nsse = "off"\nlease_ms = 5000\nsettle_timeout_s = 60\ngrpc = "127.0.0.1:0"\n'
+    return arm_config(state, url, speed=2.0, principals=planner, serve=serve)
+
 
 FLOOD = """
 import sys, threading, time
@@ -202,7 +180,7 @@ def through_grpc(control: Any, i: int) -> float:
 
 def part1(tmp: Path, url: str, rounds: int) -> dict[str, Any]:
     path = tmp / "p1.toml"
-    path.write_text(CONFIG.format(state=tmp / "s1", url=url, hash=hash_secret(TOKEN)))
+    path.write_text(_config(tmp / "s1", url))
     daemon = Daemon.from_path(path).start()
     try:
         channel = grpc.insecure_channel(daemon.grpc_url)
@@ -230,7 +208,7 @@ def timed_stop(control: Any) -> float:
 
 def part2(tmp: Path, url: str, stops: int, watches: int, rate: float) -> dict[str, Any]:
     path = tmp / "p2.toml"
-    path.write_text(CONFIG.format(state=tmp / "s2", url=url, hash=hash_secret(TOKEN)))
+    path.write_text(_config(tmp / "s2", url))
     serve = subprocess.Popen(
         [sys.executable, "-m", "tether", "serve", "--config", str(path), "--json"],
         stdout=subprocess.PIPE,

@@ -26,40 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from _arm import arm_config
 from tether.adapters.dynamixel.config import hash_credential
 from tether.client import Client
 from tether.devices.control import send_request
 from tether.emulators.dynamixel import DynamixelEmulator
 
 SECRET = "bench operator secret"
-CONFIG = """
-[host]
-state_dir = "{state}"
-[operators.bench]
-credential = "{hash}"
-[ports.bus]
-url = "{url}"
-timeout_ms = 400
-[robots.arm]
-port = "bus"
-safe_stop = "hold"
-speed = 0.5
-first_motion_speed = 0.5
-[[robots.arm.joints]]
-name = "a"
-id = 1
-min = -1.5
-max = 1.5
-[[robots.arm.joints]]
-name = "b"
-id = 2
-min = -1.5
-max = 1.5
-[serve]
-sse = "off"
-lease_ms = 5000
-settle_timeout_s = 60
-"""
+SERVE = '[serve]\nsse = "off"\nlease_ms = 5000\nsettle_timeout_s = 60\n'
 KIND = "physical_ai.robot_move.absolute"
 
 
@@ -82,7 +56,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, DynamixelEmulator([1, 2]).start() as emu:
         path = Path(tmp) / "host.toml"
         path.write_text(
-            CONFIG.format(state=Path(tmp) / "state", url=emu.path, hash=hash_credential(SECRET))
+            arm_config(
+                Path(tmp) / "state",
+                emu.path,
+                speed=0.5,
+                principals=f'[operators.bench]\ncredential = "{hash_credential(SECRET)}"\n',
+                serve=SERVE,
+            )
         )
         daemon = subprocess.Popen(
             [sys.executable, "-m", "tether", "serve", "--config", str(path), "--json"],

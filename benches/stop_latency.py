@@ -22,32 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from _arm import arm_config
 from tether.adapters.dynamixel.config import load_config
 from tether.adapters.dynamixel.host import RobotHost
 from tether.devices.control import send_request
 from tether.emulators.dynamixel import DynamixelEmulator
-
-CONFIG = """
-[host]
-state_dir = "{state}"
-[ports.bus]
-url = "{url}"
-timeout_ms = 400
-[robots.arm]
-port = "bus"
-safe_stop = "torque_off"
-[[robots.arm.joints]]
-name = "a"
-id = 1
-min = -1.5
-max = 1.5
-[[robots.arm.joints]]
-name = "b"
-id = 2
-min = -1.5
-max = 1.5
-"""
-
 
 ROUNDS = 4
 
@@ -73,7 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, DynamixelEmulator([1, 2]).start() as emu:
         path = Path(tmp) / "host.toml"
-        path.write_text(CONFIG.format(state=Path(tmp) / "state", url=emu.path))
+        path.write_text(arm_config(Path(tmp) / "state", emu.path, safe_stop="torque_off"))
         with RobotHost(load_config(path)) as host:
             host.connect("arm")
             sock_path = host.socket_path
