@@ -15,10 +15,12 @@ from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.move import CRASH_POINTS as MOVE_POINTS
 from tether.adapters.dynamixel.move import PROOF_CRASH_POINTS
 from tether.client import AdmissionConflict, Client, ClientError
+from tether.families.robot_move.family import CRASH_POINTS as FAMILY_POINTS
 from tether.families.sim.provider import CRASH_POINTS as SIM_POINTS
 from tether.operator.decisions import RESOLVE_CRASH_POINTS
 from tether.runtime import CRASH_POINTS as RUNTIME_POINTS
 from tether.serve.daemon import CRASH_POINTS as SERVE_POINTS
+from tether.serve.grpc_server import CRASH_POINTS as GRPC_POINTS
 
 from tests._serve import daemon, final, killed, serve_config
 from tests.adapters._dxl_setup import GOALS, TARGETS, emulator_process, target_actions
@@ -39,6 +41,7 @@ MOVE_SWEEP = (
     "after_admission",
     "after_claim",
     "after_bind",
+    "robot_move.after_journal_bind",
     "after_preimage",
     "after_reg_write",
     "after_action",
@@ -56,7 +59,12 @@ ROOT = Path(__file__).resolve().parents[2] / "python" / "tether"
 
 
 def test_the_sweep_lists_every_crash_point_of_a_move() -> None:
-    defined = set(RUNTIME_POINTS) - set(NOT_ON_A_MOVE) | set(MOVE_POINTS) | set(SERVE_POINTS)
+    defined = (
+        set(RUNTIME_POINTS) - set(NOT_ON_A_MOVE)
+        | set(MOVE_POINTS)
+        | set(FAMILY_POINTS)
+        | set(SERVE_POINTS)
+    )
     assert set(MOVE_SWEEP) == defined and len(MOVE_SWEEP) == len(defined)
     assert set(NOT_ON_A_MOVE) <= set(RUNTIME_POINTS)
 
@@ -74,6 +82,8 @@ def test_every_crash_point_in_the_code_is_registered() -> None:
         | set(RESOLVE_CRASH_POINTS)
         | set(SERVE_POINTS)
         | set(SIM_POINTS)
+        | set(FAMILY_POINTS)
+        | set(GRPC_POINTS)  # swept by tests/grpc (a SIGKILL of tether serve at each)
     )
     assert named and named <= registered, named - registered
 
