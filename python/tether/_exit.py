@@ -110,7 +110,14 @@ ERROR_CODES: Final[dict[str, int]] = {
     ),
     **dict.fromkeys(("disk_full", "file_too_large", "storage_io_error"), STORAGE_IO),
     **dict.fromkeys(
-        ("unreachable", "port_busy", "daemon_running", "daemon_not_running", "sse_unavailable"),
+        (
+            "unreachable",
+            "port_busy",
+            "daemon_running",
+            "daemon_not_running",
+            "sse_unavailable",
+            "live_unavailable",
+        ),
         UNAVAILABLE,
     ),
 }

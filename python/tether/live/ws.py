@@ -532,21 +532,14 @@ class LiveServer:
                 if channel is not None:
                     channel.last_used = time.monotonic()
                     return channel
+                self._room()  # refused before anything is opened
             source = self.sources.open(name)  # a slow open holds no lock the frames need
             evicted: list[_Channel] = []
             try:
                 with self._channels_lock:
-                    if len(self._channels) >= self.max_channels:
-                        idle = [c for c in self._channels.values() if self._idle(c)]
-                        if not idle:
-                            raise LiveRefused(
-                                http.HTTPStatus.SERVICE_UNAVAILABLE,
-                                f"{len(self._channels)} live channels are open, each with a "
-                                "subscriber: try again later",
-                                {"Retry-After": "5"},
-                                code="live_busy",
-                            )
-                        evicted.append(self._remove(min(idle, key=lambda c: c.last_used)))
+                    oldest = self._room()
+                    if oldest is not None:
+                        evicted.append(self._remove(oldest))
                     channel = _Channel(self, name, source)
                     channel.attach()
                     self._channels[name] = channel
@@ -558,6 +551,25 @@ class LiveServer:
             finally:
                 for c in evicted:
                     self._release(c)
+
+    def _room(self) -> _Channel | None:
+        """Under the channel lock: the channel to close for one more (None: there is room).
+
+        Raises:
+            LiveRefused: 503 (`live_busy`), every open channel has a subscriber.
+        """
+        if len(self._channels) < self.max_channels:
+            return None
+        idle = [c for c in self._channels.values() if self._idle(c)]
+        if not idle:
+            raise LiveRefused(
+                http.HTTPStatus.SERVICE_UNAVAILABLE,
+                f"{len(self._channels)} live channels are open, each with a subscriber: "
+                "try again later",
+                {"Retry-After": "5"},
+                code="live_busy",
+            )
+        return min(idle, key=lambda c: c.last_used)
 
     def _idle(self, channel: _Channel) -> bool:
         return channel is not self._single and not channel.subs

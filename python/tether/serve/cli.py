@@ -26,16 +26,17 @@ EXIT_CODES = (
 )
 _EPILOG = """\
 Owns the configured devices, runs the families' projector, observer and workers on the data
-dir, serves the AG-UI stream (loopback) and the control socket <state_dir>/serve.sock, which
+dir, serves the AG-UI stream and the live-event WebSocket (<live>/<world>; loopback unless
+[tls]) and the control socket <state_dir>/serve.sock, which
 `tether move`, `tether stop`, `tether operator`, `tether status` and tether.client use. On
 SIGTERM or SIGINT every robot gets its safe-stop policy, then it exits 0. Prints one line when
 ready (JSON off a TTY); logs go to stderr.
 
 exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first); 2 usage or
-configuration (an unknown [serve] key, a non-loopback sse address); 5 a store that cannot be
-used; 6 the disk refused a write; 7 another tether serve holds the state dir, data dir or SSE
-port (`daemon_running`, `sse_unavailable`), or a port is owned by another process (see
-`tether --help`)."""
+configuration (an unknown [serve] key, a non-loopback sse or live address without [tls]); 5 a
+store that cannot be used; 6 the disk refused a write; 7 another tether serve holds the state
+dir, data dir, SSE or live port (`daemon_running`, `sse_unavailable`, `live_unavailable`), or
+a port is owned by another process (see `tether --help`)."""
 
 log = logging.getLogger("tether.serve")
 
@@ -76,6 +77,7 @@ def main(argv: list[str]) -> int:
             "pid": daemon._on_ping({})["pid"],
             "socket": daemon.socket_path,
             "sse": daemon.sse_url,
+            "live": None if daemon.live is None else daemon.live.url,
             "data_dir": str(daemon.data_dir),
             "unavailable": daemon.unavailable,
         }
@@ -84,7 +86,9 @@ def main(argv: list[str]) -> int:
         else:
             print(
                 f"tether serve: pid {ready['pid']}, control socket {daemon.socket_path}, "
-                f"AG-UI stream {daemon.sse_url or 'off'}; serving until SIGTERM or Ctrl-C",
+                f"AG-UI stream {daemon.sse_url or 'off'}, live events "
+                f"{ready['live'] + '/<world>' if ready['live'] else 'off'}; "
+                "serving until SIGTERM or Ctrl-C",
                 flush=True,
             )
         done.wait()
@@ -92,7 +96,8 @@ def main(argv: list[str]) -> int:
     except TetherError as exc:
         error_line("tether serve", exc)
         code = _exit.for_error(exc, default=_exit.FAILED)
-        return _exit.UNAVAILABLE if getattr(exc, "code", None) == "sse_unavailable" else code
+        unavailable = ("sse_unavailable", "live_unavailable")
+        return _exit.UNAVAILABLE if getattr(exc, "code", None) in unavailable else code
     except Exception:
         log.exception("fatal error: safe-stopping every device")
         raise

@@ -14,11 +14,16 @@ families = ["tether.families.robot_move.family:serve_families"]
                                      # default: robot_move when robots are configured
 lease_ms = 30000                     # attempt lease (default 30000)
 settle_timeout_s = 30.0              # a move's settle timeout (default 30)
+live = "127.0.0.1:0"                 # the live-event WebSocket, /live/<world> (default: any
+                                     # free loopback port, shown by `tether status`); "off"
+live_origins = ["https://gui.example"]  # browser Origins it accepts (default: none, so only
+                                     # clients that send no Origin: not a browser page)
 ```
 
 The stream follows the listener policy (`tether._listen`): on loopback it needs no principal;
 any other address needs the `[tls]` table (else `insecure_listener`, exit 2) and every request
-then carries a principal's bearer token (`[planners.NAME]` or `[operators.NAME]`).
+then carries a principal's bearer token (`[planners.NAME]` or `[operators.NAME]`). The live
+endpoint follows the same policy and always needs a principal (`tether.serve.live_mount`).
 """
 
 from __future__ import annotations
@@ -32,15 +37,24 @@ from typing import Any, Final
 
 from tether._config import HostConfigError, Table
 from tether.activities import MAX_LEASE_MS
+from tether.serve.live_mount import DEFAULT_LIVE, LIVE_CODES, LIVE_KEYS, parse_live
 
-SERVE_KEYS: Final = ("data_dir", "workers", "sse", "families", "lease_ms", "settle_timeout_s")
+SERVE_KEYS: Final = (
+    "data_dir",
+    "workers",
+    "sse",
+    "families",
+    "lease_ms",
+    "settle_timeout_s",
+    *LIVE_KEYS,
+)
 #: The default family factory when robots are configured.
 ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
 #: The sim reaches' factory (the demo's family), for `families = [...]`.
 SIM: Final = "tether.serve.families:sim_families"
 DEFAULT_SSE: Final = "127.0.0.1:0"
 #: Every `.code` raised here (and the strict table's own).
-CODES: Final = ("bad_sse", "bad_workers", "bad_lease", "bad_families")
+CODES: Final = ("bad_sse", "bad_workers", "bad_lease", "bad_families", *LIVE_CODES)
 
 
 @dataclass(frozen=True)
@@ -53,6 +67,8 @@ class ServeConfig:
     families: tuple[str, ...]
     lease_ms: int
     settle_timeout_s: float
+    live: tuple[str, int] | None = ("127.0.0.1", 0)
+    live_origins: tuple[str, ...] = ()
 
 
 def _error(code: str, message: str, **details: Any) -> HostConfigError:
@@ -105,7 +121,10 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     settle = table.number("settle_timeout_s", 30.0)
     if not 0 < settle <= 3600:
         raise _error("bad_lease", f"serve.settle_timeout_s {settle} is not in (0, 3600]")
-    return ServeConfig(data_dir, workers, sse, tuple(families), lease_ms, settle)
+    live, live_origins = parse_live(table)
+    return ServeConfig(
+        data_dir, workers, sse, tuple(families), lease_ms, settle, live, live_origins
+    )
 
 
 def load_serve(path: str | os.PathLike[str], *, state_dir: Path, robots: int) -> ServeConfig:
@@ -128,6 +147,7 @@ def data_dir_for(config: Any) -> Path:
 
 __all__ = [
     "CODES",
+    "DEFAULT_LIVE",
     "DEFAULT_SSE",
     "SERVE_KEYS",
     "ServeConfig",

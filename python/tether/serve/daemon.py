@@ -52,6 +52,7 @@ from tether.runtime.worker_main import live_families
 from tether.serve import views
 from tether.serve.config import ServeConfig, load_serve
 from tether.serve.families import ServeContext, Served, load
+from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.world import WorldNotFound
 
@@ -75,6 +76,7 @@ CODES = (
     "bad_request",
     "daemon_running",
     "daemon_starting",
+    "live_off",
     "not_submittable",
     "sse_unavailable",
     "unknown_activity",
@@ -128,6 +130,7 @@ class Daemon:
         self.stream: RunStream | None = None
         self.server: StreamServer | None = None
         self.sse_url: str | None = None
+        self.live: LiveMount | None = None  # the live-event WebSocket (`live_mount`)
         self._locks: list[InstanceLock] = []
         self._served: dict[str, Served] = {}
         self._closers: list[Any] = []
@@ -151,6 +154,7 @@ class Daemon:
             "state_dir": str(self.state_dir),
             "data_dir": str(self.data_dir),
             "sse": self.sse_url,
+            "live": None if self.live is None else self.live.url,
             "config": str(self.config.path),
             "started_at_ms": self.started_at_ms,
         }
@@ -201,6 +205,15 @@ class Daemon:
                 ) from None
             self.stream.start()
             self.sse_url = self.server.url
+        if self.serve.live is not None:  # the listener policy first: insecure_listener, exit 2
+            self.live = LiveMount(
+                self.config,
+                self.serve.live,
+                self.serve.live_origins,
+                self.data_dir,
+                lambda: self.runtime,
+                lambda: list({id(s.family): s.family for s in self._served.values()}.values()),
+            )
         ctx = ServeContext(
             self.config, self.devices, self.data_dir, self.serve.settle_timeout_s, self._closers
         )
@@ -253,6 +266,8 @@ class Daemon:
                     log.info("safe stop", extra={"report": report})
         finally:
             try:
+                if self.live is not None:
+                    self.live.shutdown()
                 if self.runtime is not None:
                     self.runtime.close()
                 for close in reversed(self._closers):
@@ -308,6 +323,7 @@ class Daemon:
             "operator_resolve": self._on_operator_resolve,
             "operator_resume": self._on_resume,
             "operator_reboot": self._on_reboot,
+            "live_canonical": self._on_live_canonical,
         }
 
     def _runtime(self) -> Host:
@@ -492,6 +508,14 @@ class Daemon:
                 # Progress wakes it at once; a state change is seen within 0.1 s.
                 if self._seq == doc["seq"]:
                     self._changed.wait(min(remaining, 0.1))
+
+    def _on_live_canonical(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.live is None:
+            raise ServeRefusal(
+                "live_off", 'this daemon serves no live endpoint ([serve] live = "off")'
+            )
+        self._runtime()
+        return self.live.canonical(request)
 
     def _on_status(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.devices is not None
