@@ -13,8 +13,11 @@ and one `LiveOverlay` (the optimistic view) across reconnections:
   close with 1013 (too slow) or a lost connection reconnects from the last seq (the server's
   window replays what was missed, or answers 4001).
 
-``reread`` is the daemon's canonical ``get`` (over its control socket); any callable returning
-a `Canonical` will do (a test passes `LiveFeed.canonical`). It runs in a worker thread.
+``reread`` is the daemon's canonical read (``live_canonical`` over its control socket:
+`LiveClient.for_daemon` builds a client of a running `tether serve` that way); any callable
+returning a `Canonical` will do (a test passes `LiveFeed.canonical`). It runs in a worker
+thread. `run` retries what `transient` accepts (the server away, or restarting) with a
+backoff, and raises any other failure (a refused credential).
 """
 
 from __future__ import annotations

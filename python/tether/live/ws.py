@@ -1,5 +1,6 @@
-"""The live-event transport: a WebSocket server of one session's frames (`websockets`, asyncio,
-in its own thread), for `tether serve` to mount.
+"""The live-event transport: a WebSocket server of live sessions' frames, one source or one per
+channel (`websockets`, asyncio, in its own thread); `tether serve` mounts it
+(`tether.serve.live_mount`).
 
 Rules, all here:
 
@@ -27,6 +28,7 @@ Rules, all here:
   must be in `allowed_origins` (None in the list admits a request without one: a non-browser
   client) or the request is refused (403). Nothing but ``epoch`` and ``seq`` may be in the
   URL: a token there (or any other parameter) is refused (400), the token never being read.
+  With `ssl` (a server TLS context: the listener policy's) it is ``wss://``.
   `authorize` may also raise `LiveRefused` to answer another status (403 for a role, 429 with
   ``Retry-After`` while rate-limited); it runs in a worker thread (a slow hash never stalls the
   frames of the others).
@@ -333,6 +335,13 @@ class LiveServer:
         self._stop = threading.Event()
         self._loop = asyncio.new_event_loop()
         self._server: Server | None = None
+        self._single: _Channel | None = None
+        if source is not None:
+            # Before the loop runs: its position, then every later frame queued to the loop in
+            # order, nothing between.
+            self._single = _Channel(self, "", source)
+            self._single.attach()
+            self._channels[""] = self._single
         started = threading.Event()
         failure: list[BaseException] = []
         self._thread = threading.Thread(
@@ -345,21 +354,9 @@ class LiveServer:
         started.wait()
         if failure:
             self._thread.join()
+            if self._single is not None:
+                self._single.source.detach(self._single.publish)
             raise failure[0]
-        self._single: _Channel | None = None
-        if source is not None:
-            single = _Channel(self, "", source)
-            attached = threading.Event()
-
-            def attach() -> None:
-                # On the loop: the source's position and its later frames, nothing between.
-                single.attach()
-                attached.set()
-
-            self._loop.call_soon_threadsafe(attach)
-            attached.wait()
-            self._single = single
-            self._channels[""] = single
         self._pump: threading.Thread | None = None
         if heartbeat_s is not None or sync_s is not None or sources is not None:
             self._pump = threading.Thread(
