@@ -125,12 +125,27 @@ def say(**doc):
     print(json.dumps(doc), flush=True)
 
 
-async def until(check, seconds=60.0):
+TASK = []
+
+
+async def until(check, seconds=90.0):
     deadline = time.monotonic() + seconds
     while not check():
+        if TASK and TASK[0].done():
+            TASK[0].result()  # the client's run ended: its error, if any
+            raise SystemExit(f"the client stopped before {check.__name__}")
         if time.monotonic() > deadline:
-            raise SystemExit(f"timed out: {check.__name__}")
+            m = message(CLIENT[0]) if CLIENT else None
+            raise SystemExit(
+                f"timed out: {check.__name__}: message {m and m.get('status')}, position "
+                f"{CLIENT and CLIENT[0].position}, faults {CLIENT and dict(CLIENT[0].faults)}, "
+                f"rereads {CLIENT and CLIENT[0].rereads}, frames {CLIENT and CLIENT[0].frames}, "
+                f"turns {CLIENT and CLIENT[0].snapshot()['turns']}"
+            )
         await asyncio.sleep(0.02)
+
+
+CLIENT = []
 
 
 async def converged(c, client):
@@ -164,6 +179,8 @@ async def main():
     c = LiveClient.for_daemon(client, world, token=token, token_via=token_via)
     stop = asyncio.Event()
     task = asyncio.create_task(c.run(stop))
+    TASK.append(task)
+    CLIENT.append(c)
 
     def connected():
         return c.conn is not None and c.position is not None
@@ -209,7 +226,9 @@ def read_phase(proc: subprocess.Popen[str], timeout: float = 90.0) -> dict[str, 
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     assert ready, "the subscriber said nothing"
     line = proc.stdout.readline()
-    assert line, f"the subscriber ended: {proc.wait()}"
+    if not line:
+        err = Path(str(proc.args[1])).with_name("subscriber.stderr")  # type: ignore[index]
+        raise AssertionError(f"the subscriber ended ({proc.wait()}): {err.read_text()[-3000:]}")
     doc: dict[str, Any] = json.loads(line)
     assert doc.get("phase") != "diverged", doc
     return doc

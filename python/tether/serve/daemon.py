@@ -288,6 +288,8 @@ class Daemon:
     # --- progress ---
 
     def _on_progress(self, event: ProgressEvent) -> None:
+        if self.live is not None:
+            self.live.note(event.key)
         if self._live is not None:
             try:
                 self._live.progress(event)
@@ -482,6 +484,8 @@ class Daemon:
                 )
             else:
                 created = False
+        if self.live is not None:
+            self.live.note(key)
         log.info("submitted", extra={"key": views.key_text(key), "new": created})
         return {**self._view(key), "created": created}
 

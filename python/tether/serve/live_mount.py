@@ -14,9 +14,13 @@ Rules:
   HTTP 503 on the socket, `live_busy` on the control socket). A new feed has a new epoch, so a
   restarted daemon (or a reopened feed) is an epoch change: the subscriber re-reads.
 - **Records.** A feed reads the world's Activities from the daemon's catalog: the ones the
-  served families project from the world's head (re-projected when the head moves), every one
-  it has seen since, and when it opens the world's latest `SETTLED_SEED` settled ones still
-  in the catalog (a scan of the catalog's settled records, once per feed). A settled record is
+  served families project from the world's head (re-projected when the head moves), the ones
+  the daemon notes (`note`: each one submitted through it, or reporting progress, so one that
+  settles between two syncs is not missed), every one it has seen since, and when it opens
+  the world's latest `SETTLED_SEED` settled ones still in the catalog (a scan of the
+  catalog's settled records, once per feed). An Activity a family's processor commits that
+  reports no progress and settles between two syncs (0.1 s) shows only in a feed opened
+  later. A settled record is
   read once (it changes no more). Each record's trace comes from its family's operations
   journal (`JOURNALS`: the robot move's in ``<data_dir>/robot_move``, the sim's in
   ``<data_dir>/operations``). The server's pump syncs every open feed each `SYNC_S` and sends
@@ -153,6 +157,13 @@ class _WorldRecords:
         self._settled: dict[ActivityKey, ActivityRecord] = {}
         self._head: Any = None
         self._seeded = False
+        self._noted: deque[ActivityKey] = deque()
+
+    def note(self, key: ActivityKey) -> None:
+        """An Activity of this world the daemon knows of (submitted, or reporting progress):
+        shown even if it settled between two syncs, before any projection saw it (any
+        thread)."""
+        self._noted.append(key)
 
     def _seed(self, host: Host) -> None:
         latest: deque[ActivityRecord] = deque(maxlen=SETTLED_SEED)
@@ -187,6 +198,8 @@ class _WorldRecords:
             self._seed(host)
             self._seeded = True
         self._project(host)
+        while self._noted:
+            self._keys.setdefault(self._noted.popleft(), None)
         out = []
         for key in self._keys:
             record = self._settled.get(key)
@@ -274,6 +287,7 @@ class LiveMount:
         self._runtime = runtime
         self._families = families
         self._journals = _Journals(data_dir)
+        self._records: dict[str, _WorldRecords] = {}
         host, port = address
         try:
             self.server: LiveServer = LiveServer(
@@ -314,17 +328,23 @@ class LiveMount:
             raise LiveRefused(404, exc.message, code="bad_request") from None
         if self._runtime() is None:
             raise LiveRefused(503, "the daemon is still starting", {"Retry-After": "1"})
-        feed = LiveFeed(
-            WORKSPACE,
-            world,
-            _WorldRecords(world, self._runtime, self._families),
-            self._journals.operation,
-        )
+        records = _WorldRecords(world, self._runtime, self._families)
+        feed = LiveFeed(WORKSPACE, world, records, self._journals.operation)
+        self._records[world] = records
         log.info("live feed opened", extra={"world": world, "epoch": feed.epoch})
         return feed
 
     def close(self, name: str, source: Any) -> None:
+        self._records.pop(name, None)
         log.info("live feed closed", extra={"world": name})
+
+    def note(self, key: ActivityKey) -> None:
+        """The daemon knows of Activity `key` (it submitted it, or it reports progress): its
+        world's open feed shows it even when it settles between two syncs (a projection sees
+        only the Activities whose intents are unobserved at the head it reads)."""
+        records = self._records.get(key.world_id)
+        if records is not None:
+            records.note(key)
 
     # --- auth ---
 
