@@ -119,6 +119,7 @@ ERROR_CODES: Final[dict[str, int]] = {
             "sse_unavailable",
             "console_unavailable",
             "grpc_unavailable",
+            "live_unavailable",
         ),
         UNAVAILABLE,
     ),

@@ -178,6 +178,13 @@ class Client:
             if deadline is not None and time.monotonic() >= deadline:
                 return
 
+    def live_canonical(self, world: str) -> dict[str, Any]:
+        """The canonical record of `world`'s live session and its position in the live frames
+        (``{epoch, seq, record, workspace_id, world}``): what a `tether.live.LiveClient` of
+        ``<live>/<world>`` reconciles with (`LiveClient.for_daemon` builds one)."""
+        doc: dict[str, Any] = self.request({"op": "live_canonical", "world": world})
+        return doc
+
     # --- devices and the host ---
 
     def status(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -230,9 +231,17 @@ def test_an_epoch_change_makes_the_client_reread(rec: Recorder) -> None:
 def test_a_consumer_too_slow_for_its_buffer_is_closed_with_1013(
     server: LiveServer, rec: Recorder
 ) -> None:
+    # A small receive buffer of its own: the kernel's autotuning (up to tcp_rmem's maximum,
+    # 32 MiB here) could otherwise hold nearly every byte sent and no buffer would fill.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.connect(("127.0.0.1", server.port))
+    sock.setblocking(False)
+
     async def main() -> tuple[int | None, int]:
         async with connect(
             server.url,
+            sock=sock,
             additional_headers={"Authorization": f"Bearer {TOKEN}"},
             max_queue=1,
             compression=None,

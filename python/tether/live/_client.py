@@ -13,19 +13,24 @@ and one `LiveOverlay` (the optimistic view) across reconnections:
   close with 1013 (too slow) or a lost connection reconnects from the last seq (the server's
   window replays what was missed, or answers 4001).
 
-``reread`` is the daemon's canonical ``get`` (over its control socket); any callable returning
-a `Canonical` will do (a test passes `LiveFeed.canonical`). It runs in a worker thread.
+``reread`` is the daemon's canonical read (``live_canonical`` over its control socket:
+`LiveClient.for_daemon` builds a client of a running `tether serve` that way); any callable
+returning a `Canonical` will do (a test passes `LiveFeed.canonical`). It runs in a worker
+thread. `run` retries what `transient` accepts (the server away, or restarting) with a
+backoff, and raises any other failure (a refused credential).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl as _ssl
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.typing import Subprotocol
 
 from tether._core import FrameOutcome, LiveOverlay, LiveSubscriber
@@ -37,7 +42,23 @@ from tether.live.ws import (
     TOKEN_SUBPROTOCOL_PREFIX,
 )
 
-__all__ = ["LiveClient"]
+if TYPE_CHECKING:
+    from tether.client import Client
+
+#: A daemon's answers (`ClientError` codes) while it restarts: `for_daemon`'s `run` retries.
+DAEMON_AWAY = frozenset(
+    {"daemon_not_running", "owner_no_answer", "daemon_starting", "live_busy", "live_unavailable"}
+)
+
+__all__ = ["LiveClient", "transient_failure"]
+
+
+def transient_failure(exc: BaseException) -> bool:
+    """Whether a failure of a connection attempt is worth retrying: the server is away (a
+    refused or lost connection, a timeout, a handshake cut short) or answered 503."""
+    if isinstance(exc, InvalidStatus):
+        return exc.response.status_code == 503
+    return isinstance(exc, OSError | TimeoutError | InvalidHandshake)
 
 
 class LiveClient:
@@ -51,6 +72,8 @@ class LiveClient:
         origin: the ``Origin`` header to send (None: none).
         headers: more request headers (a ``Cookie`` for the console's session, say).
         window: the subscriber's window of remembered seqs.
+        ssl: the client TLS context for a ``wss://`` URL (None: the system's defaults).
+        transient: which failures `run` retries (default `transient_failure`).
     """
 
     def __init__(
@@ -65,6 +88,8 @@ class LiveClient:
         origin: str | None = None,
         headers: dict[str, str] | None = None,
         window: int = 1024,
+        ssl: _ssl.SSLContext | None = None,
+        transient: Callable[[BaseException], bool] | None = None,
     ) -> None:
         if token_via not in ("header", "subprotocol"):
             raise ValueError(f"token_via must be 'header' or 'subprotocol', got {token_via!r}")
@@ -78,6 +103,10 @@ class LiveClient:
         self._origin = origin
         self._headers = dict(headers or {})
         self._window = window
+        self._ssl = ssl
+        self._transient = transient or transient_failure
+        self.retries: Counter[str] = Counter()
+        """Every failure `run` retried, by exception class."""
         self.overlay = LiveOverlay(workspace_id, agent_session_id)
         self.subscriber = LiveSubscriber(window=window)
         self.conn: ClientConnection | None = None
@@ -88,6 +117,58 @@ class LiveClient:
         self.rereads = 0
         self.frames = 0
         self._position: tuple[int, int] | None = None
+
+    @classmethod
+    def for_daemon(
+        cls,
+        client: Client,
+        world: str,
+        *,
+        token: str | None = None,
+        token_via: str = "header",
+        origin: str | None = None,
+        ssl: _ssl.SSLContext | None = None,
+        window: int = 1024,
+    ) -> LiveClient:
+        """A client of `world` on the running daemon `client` reaches: the URL from its lock
+        record (``<live>/<world>``), the canonical re-read through its control socket
+        (`Client.live_canonical`).
+
+        Raises:
+            ClientError: no daemon runs (`daemon_not_running`), or it serves no live endpoint
+                (`live_off`).
+        """
+        from tether.client import ClientError
+
+        record = client.wait_ready(timeout=client.timeout)
+        base = record.get("live")
+        if not isinstance(base, str):
+            raise ClientError(
+                "live_off", 'the daemon serves no live endpoint ([serve] live = "off")'
+            )
+
+        def reread() -> Canonical:
+            doc = client.live_canonical(world)
+            return Canonical(int(doc["epoch"]), int(doc["seq"]), doc["record"])
+
+        def transient(exc: BaseException) -> bool:
+            if isinstance(exc, ClientError):
+                return exc.code in DAEMON_AWAY
+            return transient_failure(exc)
+
+        first = client.live_canonical(world)  # the session's identity (opens the feed)
+        return cls(
+            f"{base}/{quote(world, safe=':@+')}",  # as `LiveServer.url_for` quotes it
+            reread,
+            workspace_id=str(first["workspace_id"]),
+            agent_session_id=str(first["record"]["agentSessionId"]),
+            token=token,
+            token_via=token_via,
+            origin=origin,
+            window=window,
+            ssl=ssl,
+            transient=transient,
+        )
 
     @property
     def position(self) -> tuple[int, int] | None:
@@ -110,6 +191,7 @@ class LiveClient:
                 headers["Authorization"] = f"Bearer {self._token}"
             else:
                 subprotocols.append(Subprotocol(TOKEN_SUBPROTOCOL_PREFIX + self._token))
+        extra: dict[str, Any] = {} if self._ssl is None else {"ssl": self._ssl}
         self.conn = await connect(
             self._resume_url(),
             origin=None if self._origin is None else self._origin,  # type: ignore[arg-type]
@@ -118,6 +200,7 @@ class LiveClient:
             compression=None,
             max_size=4 * 1024 * 1024,
             proxy=None,
+            **extra,
         )
 
     async def reconcile(self) -> None:
@@ -171,12 +254,22 @@ class LiveClient:
             await self.reconcile()
         return outcome
 
-    async def run(self, stop: asyncio.Event, *, retry_s: float = 0.05) -> None:
-        """Receive until `stop` is set, reconnecting (and re-reading) as the rules say."""
+    async def run(
+        self, stop: asyncio.Event, *, retry_s: float = 0.05, max_retry_s: float = 2.0
+    ) -> None:
+        """Receive until `stop` is set, reconnecting (and re-reading) as the rules say. A
+        failure `transient` accepts (the server away: the connection refused, a 503, a lost
+        handshake; for `for_daemon` also a daemon that is restarting) is retried after a
+        backoff from `retry_s` to `max_retry_s`; any other one is raised."""
+        delay = retry_s
+        reread_due = False
         while not stop.is_set():
-            if self.conn is None:
-                await self.connect()
             try:
+                if reread_due or self.needs_reread:
+                    await self.reconcile()
+                    reread_due = False
+                if self.conn is None:
+                    await self.connect()
                 recv = asyncio.ensure_future(self.receive())
                 halt = asyncio.ensure_future(stop.wait())
                 await asyncio.wait({recv, halt}, return_when=asyncio.FIRST_COMPLETED)
@@ -186,14 +279,28 @@ class LiveClient:
                     break
                 halt.cancel()
                 recv.result()
+                delay = retry_s
             except ConnectionClosed as exc:
                 self.conn = None
                 code = exc.rcvd.code if exc.rcvd is not None else None
                 if code == CLOSE_RESUME_UNAVAILABLE:
-                    await self.reconcile()
+                    reread_due = True
                 elif code != CLOSE_TOO_SLOW:
-                    await asyncio.sleep(retry_s)
+                    await self._pause(stop, retry_s)
+            except Exception as exc:
+                if not self._transient(exc):
+                    raise
+                self.retries[type(exc).__name__] += 1
+                await self._pause(stop, delay)
+                delay = min(max_retry_s, delay * 2)
         await self.close()
+
+    @staticmethod
+    async def _pause(stop: asyncio.Event, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(stop.wait(), seconds)
+        except TimeoutError:
+            pass
 
     async def close(self) -> None:
         if self.conn is not None:

@@ -80,10 +80,11 @@ class PublisherSource:
         with self._lock:
             return int(self.publisher.seq)
 
-    def attach(self, sink: FrameSink) -> None:
-        """Send every later frame to `sink` too."""
+    def attach(self, sink: FrameSink) -> int:
+        """Send every later frame to `sink` too; the seq of the last frame before it."""
         with self._lock:
             self._sinks.append(sink)
+            return int(self.publisher.seq)
 
     def detach(self, sink: FrameSink) -> None:
         with self._lock:

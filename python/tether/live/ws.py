@@ -1,5 +1,6 @@
-"""The live-event transport: a WebSocket server of one session's frames (`websockets`, asyncio,
-in its own thread), for `tether serve` to mount.
+"""The live-event transport: a WebSocket server of live sessions' frames, one source or one per
+channel (`websockets`, asyncio, in its own thread); `tether serve` mounts it
+(`tether.serve.live_mount`).
 
 Rules, all here:
 
@@ -27,6 +28,19 @@ Rules, all here:
   must be in `allowed_origins` (None in the list admits a request without one: a non-browser
   client) or the request is refused (403). Nothing but ``epoch`` and ``seq`` may be in the
   URL: a token there (or any other parameter) is refused (400), the token never being read.
+  With `ssl` (a server TLS context: the listener policy's) it is ``wss://``.
+  `authorize` may also raise `LiveRefused` to answer another status (403 for a role, 429 with
+  ``Retry-After`` while rate-limited); it runs in a worker thread (a slow hash never stalls the
+  frames of the others).
+- **Routing.** Given one `source`, the server serves it at `path`. Given `sources` (a
+  `LiveSources`) instead, it serves one channel per name at ``<path>/<name>`` (the name
+  percent-decoded; every ``/`` after the prefix is part of it): a channel's source is opened
+  on its first use (a subscription, or `channel` for a canonical read beside the stream), its
+  frames, window, epoch and subscribers are its own. At most `max_channels` are open; one with
+  no subscriber for `idle_s` is closed (detached, then `LiveSources.close`), and opening one
+  more than the bound closes the longest idle one first, or is refused (503) when every open
+  channel has subscribers. A reopened channel is a new source with a new epoch: its
+  subscribers see an epoch change and re-read.
 """
 
 from __future__ import annotations
@@ -40,8 +54,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
+from ssl import SSLContext
 from typing import Any, Final, Protocol
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
 from websockets.datastructures import Headers
@@ -56,8 +71,10 @@ __all__ = [
     "LIVE_SUBPROTOCOL",
     "TOKEN_SUBPROTOCOL_PREFIX",
     "LiveCredentials",
+    "LiveRefused",
     "LiveServer",
     "LiveSourceLike",
+    "LiveSources",
 ]
 
 #: Close code of a resume the window cannot serve: re-read the canonical state, reconnect.
@@ -80,7 +97,9 @@ class LiveSourceLike(Protocol):
     @property
     def seq(self) -> int: ...
 
-    def attach(self, sink: FrameSink) -> None: ...
+    def attach(self, sink: FrameSink) -> int | None:
+        """Send every later frame to `sink`; the seq as of attaching (None: read `seq`)."""
+        ...
 
     def detach(self, sink: FrameSink) -> None: ...
 
@@ -102,14 +121,77 @@ class LiveCredentials:
     peer: Any
 
 
+class LiveSources(Protocol):
+    """The sources of a routed server, one per channel name."""
+
+    def open(self, name: str) -> LiveSourceLike:
+        """The source of channel `name` (raise `LiveRefused` for a name there is none of)."""
+        ...
+
+    def close(self, name: str, source: LiveSourceLike) -> None:
+        """The channel was closed (idle, or the server stops): release what `open` made."""
+        ...
+
+
+class LiveRefused(Exception):
+    """A request refused with an HTTP status, a one-line reason and response headers (raised
+    by `authorize`, by `LiveSources.open`, or by the server itself)."""
+
+    def __init__(
+        self, status: int, text: str, headers: dict[str, str] | None = None, code: str = ""
+    ) -> None:
+        super().__init__(text)
+        self.status = http.HTTPStatus(status)
+        self.text = text
+        self.headers = dict(headers or {})
+        self.code = code
+
+
 @dataclass(eq=False)
 class _Subscriber:
     conn: ServerConnection
     dropped: bool = False
 
 
-def _refuse(conn: ServerConnection, status: http.HTTPStatus, text: str) -> Response:
-    return conn.respond(status, text + "\n")
+class _Channel:
+    """One source's frames, window and subscribers (mutated on the server's loop only, but
+    `last_used` and `closed`, which are under the server's channel lock)."""
+
+    def __init__(self, server: LiveServer, name: str, source: LiveSourceLike) -> None:
+        self.server = server
+        self.name = name
+        self.source = source
+        self.epoch = int(source.epoch)
+        self.frames: deque[tuple[int, bytes]] = deque(maxlen=server.window)
+        self.subs: set[_Subscriber] = set()
+        self.last_seq = 0
+        self.last_frame = time.monotonic()
+        self.last_used = time.monotonic()
+        self.closed = False
+
+    def attach(self) -> None:
+        at = self.source.attach(self.publish)
+        self.last_seq = int(self.source.seq if at is None else at)
+
+    def publish(self, frame: bytes, seq: int) -> None:
+        """The source's sink: thread-safe, never waits."""
+        self.last_frame = time.monotonic()
+        try:
+            self.server._loop.call_soon_threadsafe(self.server._fanout, self, frame, seq)
+        except RuntimeError:  # the loop is closed: the server is shutting down
+            pass
+
+
+def _refuse(
+    conn: ServerConnection,
+    status: http.HTTPStatus,
+    text: str,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    response = conn.respond(status, text + "\n")
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
 
 
 def _credentials(conn: ServerConnection, headers: Headers) -> LiveCredentials | str:
@@ -174,25 +256,31 @@ def _resume(path: str) -> tuple[int, int] | str | None:
 
 
 class LiveServer:
-    """One session's frames over WebSocket (see the module rules).
+    """Live frames over WebSocket: one source, or one channel per name (see the module rules).
 
     Args:
-        source: where the frames come from; the server attaches itself as a sink.
+        source: where the frames come from (served at `path`); the server attaches itself
+            as a sink. Give either this or `sources`.
         host, port: where to listen (port 0: any free one; see `url`).
-        authorize: the principal for a client's credentials, or None to refuse it.
+        authorize: the principal for a client's credentials, or None to refuse it (401); it
+            may raise `LiveRefused` for another status.
         allowed_origins: the ``Origin`` values accepted (None admits a request without one).
-        window: how many recent frames are kept for resuming subscribers.
+        window: how many recent frames each channel keeps for resuming subscribers.
         buffer_bytes: how many bytes may wait to be sent to one subscriber (beyond what the
             kernel's socket buffers hold) before it is closed with 1013.
-        path: the endpoint's path.
+        path: the endpoint's path (with `sources`: the prefix of ``<path>/<name>``).
         heartbeat_s: an idle source gets a heartbeat frame this often (None: never).
-        sync_s: the source is synced this often from the server's pump thread (None: the
-            caller syncs it).
+        sync_s: every open source is synced this often from the server's pump thread (None:
+            the caller syncs it).
+        sources: the sources of a routed server, opened per channel name on first use.
+        max_channels: how many channels a routed server keeps open at most.
+        idle_s: a routed channel without a subscriber this long is closed.
+        ssl: a server TLS context (`wss://`); None serves plain ``ws://``.
     """
 
     def __init__(
         self,
-        source: LiveSourceLike,
+        source: LiveSourceLike | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         *,
@@ -203,36 +291,57 @@ class LiveServer:
         path: str = "/live",
         heartbeat_s: float | None = 1.0,
         sync_s: float | None = None,
+        sources: LiveSources | None = None,
+        max_channels: int = 64,
+        idle_s: float = 60.0,
+        ssl: SSLContext | None = None,
     ) -> None:
-        for name, value in (("window", window), ("buffer_bytes", buffer_bytes)):
+        if (source is None) == (sources is None):
+            raise ValueError("give exactly one of source or sources")
+        for name, value in (
+            ("window", window),
+            ("buffer_bytes", buffer_bytes),
+            ("max_channels", max_channels),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name, t in (("heartbeat_s", heartbeat_s), ("sync_s", sync_s)):
+        for name, t in (("heartbeat_s", heartbeat_s), ("sync_s", sync_s), ("idle_s", idle_s)):
             if t is not None and (isinstance(t, bool) or not 0 < t < float("inf")):
                 raise ValueError(f"{name} must be > 0 seconds or None, got {t!r}")
-        if not path.startswith("/"):
-            raise ValueError(f"path must start with '/', got {path!r}")
+        if not path.startswith("/") or (sources is not None and path.endswith("/")):
+            raise ValueError(f"path must start with '/' (and not end with one), got {path!r}")
         self.source = source
-        self.epoch = int(source.epoch)
+        self.sources = sources
         self.window = window
         self.buffer_bytes = buffer_bytes
+        self.max_channels = max_channels
+        self.idle_s = idle_s
         self._closing: set[asyncio.Future[None]] = set()
         self.path = path
         self._authorize = authorize
         self._origins = list(allowed_origins)
         self._heartbeat_s = heartbeat_s
         self._sync_s = sync_s
-        self._frames: deque[tuple[int, bytes]] = deque(maxlen=window)
-        self._subs: set[_Subscriber] = set()
-        self._last_frame = time.monotonic()
+        self._ssl = ssl
+        self._channels: dict[str, _Channel] = {}
+        self._channels_lock = threading.Lock()
+        self._open_lock = threading.Lock()
         self.dropped = 0
         """How many subscribers were closed with 1013 so far."""
         self.sent = 0
         """How many frame writes (frames times subscribers) were made so far."""
+        self.opened = 0
+        """How many channels were opened so far."""
         self._stop = threading.Event()
-        self._attached = threading.Event()
         self._loop = asyncio.new_event_loop()
         self._server: Server | None = None
+        self._single: _Channel | None = None
+        if source is not None:
+            # Before the loop runs: its position, then every later frame queued to the loop in
+            # order, nothing between.
+            self._single = _Channel(self, "", source)
+            self._single.attach()
+            self._channels[""] = self._single
         started = threading.Event()
         failure: list[BaseException] = []
         self._thread = threading.Thread(
@@ -245,12 +354,11 @@ class LiveServer:
         started.wait()
         if failure:
             self._thread.join()
+            if self._single is not None:
+                self._single.source.detach(self._single.publish)
             raise failure[0]
-        self._last_seq = 0
-        self._loop.call_soon_threadsafe(self._attach)
-        self._attached.wait()
         self._pump: threading.Thread | None = None
-        if heartbeat_s is not None or sync_s is not None:
+        if heartbeat_s is not None or sync_s is not None or sources is not None:
             self._pump = threading.Thread(
                 target=self._pump_loop, name="tether-live-pump", daemon=True
             )
@@ -286,11 +394,26 @@ class LiveServer:
             max_size=64 * 1024,
             max_queue=4,
             logger=log,
+            ssl=self._ssl,
         )
 
-    def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
-        if urlsplit(request.path).path != self.path:
-            return _refuse(conn, http.HTTPStatus.NOT_FOUND, f"the live endpoint is {self.path}")
+    def _route(self, path: str) -> str | None:
+        """The channel a request path names ("" for the single source), or None."""
+        if self._single is not None:
+            return "" if path == self.path else None
+        prefix = self.path + "/"
+        if not path.startswith(prefix) or len(path) == len(prefix):
+            return None
+        return unquote(path[len(prefix) :], errors="strict")
+
+    async def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
+        try:
+            name = self._route(urlsplit(request.path).path)
+        except UnicodeDecodeError:
+            name = None
+        if name is None:
+            where = self.path if self._single is not None else f"{self.path}/<name>"
+            return _refuse(conn, http.HTTPStatus.NOT_FOUND, f"the live endpoint is {where}")
         resume = _resume(request.path)
         if isinstance(resume, str):
             return _refuse(conn, http.HTTPStatus.BAD_REQUEST, resume)
@@ -301,9 +424,21 @@ class LiveServer:
         creds = _credentials(conn, request.headers)
         if isinstance(creds, str):
             return _refuse(conn, http.HTTPStatus.BAD_REQUEST, creds)
-        if self._authorize(creds) is None:
-            return _refuse(conn, http.HTTPStatus.UNAUTHORIZED, "not authorized")
+        try:
+            # In a worker thread: verifying a hash, or opening a source, never stalls frames.
+            await asyncio.to_thread(self._admit, creds, name)
+        except LiveRefused as exc:
+            return _refuse(conn, exc.status, exc.text, exc.headers)
         return None
+
+    def _admit(self, creds: LiveCredentials, name: str) -> None:
+        if self._authorize(creds) is None:
+            raise LiveRefused(
+                http.HTTPStatus.UNAUTHORIZED,
+                "not authorized",
+                {"WWW-Authenticate": 'Bearer realm="tether"'},
+            )
+        self._open(name)  # opened (or touched: not idle) before the handshake completes
 
     def _select_subprotocol(
         self, conn: ServerConnection, subprotocols: Sequence[Subprotocol]
@@ -312,35 +447,46 @@ class LiveServer:
 
     async def _handle(self, conn: ServerConnection) -> None:
         assert conn.request is not None
+        name = self._route(urlsplit(conn.request.path).path)
+        with self._channels_lock:
+            channel = None if name is None else self._channels.get(name)
         resume = _resume(conn.request.path)
         sub = _Subscriber(conn)
+        if channel is None:
+            # Closed (idle, or evicted) since its admission: a new one is a new epoch.
+            await conn.close(
+                CLOSE_RESUME_UNAVAILABLE, "the live channel was closed: re-read, reconnect"
+            )
+            return
         if isinstance(resume, tuple):
             epoch, seq = resume
-            last = self._last_seq
-            first = self._frames[0][0] if self._frames else last + 1
-            if epoch != self.epoch or seq > last or seq + 1 < first:
+            last = channel.last_seq
+            first = channel.frames[0][0] if channel.frames else last + 1
+            if epoch != channel.epoch or seq > last or seq + 1 < first:
                 await conn.close(
                     CLOSE_RESUME_UNAVAILABLE, "resume unavailable: re-read the canonical state"
                 )
                 return
             # No await from here until it is subscribed: no frame can fall in between.
-            for s, frame in self._frames:
+            for s, frame in channel.frames:
                 if s > seq:
                     broadcast([conn], frame, text=True)
-            self._check(sub)
+            self._check(channel, sub)
         if not sub.dropped:
-            self._subs.add(sub)
+            channel.subs.add(sub)
         try:
             await conn.wait_closed()
         finally:
-            self._subs.discard(sub)
+            channel.subs.discard(sub)
+            with self._channels_lock:
+                channel.last_used = time.monotonic()
 
-    def _check(self, sub: _Subscriber) -> None:
+    def _check(self, channel: _Channel, sub: _Subscriber) -> None:
         """Close a subscriber whose unsent bytes went over the bound (1013)."""
         transport = sub.conn.transport
         if transport is not None and transport.get_write_buffer_size() > self.buffer_bytes:
             sub.dropped = True
-            self._subs.discard(sub)
+            channel.subs.discard(sub)
             self.dropped += 1
             # The close frame goes after what is buffered; a peer that never reads is cut off
             # after the close timeout.
@@ -350,44 +496,161 @@ class LiveServer:
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
-    def _attach(self) -> None:
-        # On the loop: the source's position and its later frames, with nothing in between.
-        self.source.attach(self.publish)
-        self._last_seq = int(self.source.seq)
-        self._attached.set()
-
-    def _fanout(self, frame: bytes, seq: int) -> None:
-        self._frames.append((seq, frame))
-        self._last_seq = seq
-        subs = list(self._subs)
+    def _fanout(self, channel: _Channel, frame: bytes, seq: int) -> None:
+        channel.frames.append((seq, frame))
+        channel.last_seq = seq
+        subs = list(channel.subs)
         broadcast([s.conn for s in subs], frame, text=True)
         self.sent += len(subs)
         for sub in subs:
-            self._check(sub)
+            self._check(channel, sub)
+
+    def _drop_channel(self, channel: _Channel) -> None:
+        """On the loop: close what is still subscribed to a closed channel (1001)."""
+        for sub in list(channel.subs):
+            channel.subs.discard(sub)
+            task = asyncio.ensure_future(sub.conn.close(1001, "the live channel was closed"))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    # --- channels (any thread) ---
+
+    def _open(self, name: str) -> _Channel:
+        with self._channels_lock:
+            channel = self._channels.get(name)
+            if channel is not None:
+                channel.last_used = time.monotonic()
+                return channel
+        if self._stop.is_set() or self.sources is None:
+            raise LiveRefused(http.HTTPStatus.SERVICE_UNAVAILABLE, "the live server is closing")
+        with self._open_lock:  # one opener at a time: one source per name, never two
+            with self._channels_lock:
+                channel = self._channels.get(name)
+                if channel is not None:
+                    channel.last_used = time.monotonic()
+                    return channel
+                self._room()  # refused before anything is opened
+            source = self.sources.open(name)  # a slow open holds no lock the frames need
+            evicted: list[_Channel] = []
+            try:
+                with self._channels_lock:
+                    oldest = self._room()
+                    if oldest is not None:
+                        evicted.append(self._remove(oldest))
+                    channel = _Channel(self, name, source)
+                    channel.attach()
+                    self._channels[name] = channel
+                    self.opened += 1
+                    return channel
+            except LiveRefused:
+                self.sources.close(name, source)
+                raise
+            finally:
+                for c in evicted:
+                    self._release(c)
+
+    def _room(self) -> _Channel | None:
+        """Under the channel lock: the channel to close for one more (None: there is room).
+
+        Raises:
+            LiveRefused: 503 (`live_busy`), every open channel has a subscriber.
+        """
+        if len(self._channels) < self.max_channels:
+            return None
+        idle = [c for c in self._channels.values() if self._idle(c)]
+        if not idle:
+            raise LiveRefused(
+                http.HTTPStatus.SERVICE_UNAVAILABLE,
+                f"{len(self._channels)} live channels are open, each with a subscriber: "
+                "try again later",
+                {"Retry-After": "5"},
+                code="live_busy",
+            )
+        return min(idle, key=lambda c: c.last_used)
+
+    def _idle(self, channel: _Channel) -> bool:
+        return channel is not self._single and not channel.subs
+
+    def _remove(self, channel: _Channel) -> _Channel:
+        """Under the channel lock: forget a channel (then `_release` it, outside the lock)."""
+        del self._channels[channel.name]
+        channel.closed = True
+        return channel
+
+    def _release(self, channel: _Channel) -> None:
+        channel.source.detach(channel.publish)
+        if self.sources is not None and channel is not self._single:
+            try:
+                self.sources.close(channel.name, channel.source)
+            except Exception:
+                log.exception("closing a live source failed")
+        try:
+            self._loop.call_soon_threadsafe(self._drop_channel, channel)
+        except RuntimeError:
+            pass
+
+    def channel(self, name: str) -> LiveSourceLike:
+        """The source of channel `name`, opened if it is not (what a canonical read beside
+        the stream reads, so that it gives a position in the frames subscribers get).
+
+        Raises:
+            LiveRefused: no such channel (the sources' refusal), or too many open (503).
+        """
+        if self._single is not None:
+            if name != "":
+                raise LiveRefused(http.HTTPStatus.NOT_FOUND, "this server has one source")
+            return self._single.source
+        return self._open(name).source
+
+    @property
+    def channels(self) -> list[str]:
+        """The names of the open channels."""
+        with self._channels_lock:
+            return sorted(self._channels)
+
+    def _pump_loop(self) -> None:
+        periods = [t for t in (self._heartbeat_s, self._sync_s) if t is not None]
+        period = min([*periods, self.idle_s / 4, 1.0]) if self.sources is not None else min(periods)
+        while not self._stop.wait(period):
+            with self._channels_lock:
+                channels = list(self._channels.values())
+            now = time.monotonic()
+            for channel in channels:
+                try:
+                    if self._sync_s is not None:
+                        channel.source.sync()
+                    if (
+                        self._heartbeat_s is not None
+                        and now - channel.last_frame >= self._heartbeat_s
+                    ):
+                        channel.source.heartbeat()
+                except Exception:  # a failed read is retried on the next period
+                    log.exception("live source sync failed", extra={"channel": channel.name})
+            if self.sources is not None:
+                self._sweep(time.monotonic())
+
+    def _sweep(self, now: float) -> None:
+        """Close the channels idle for `idle_s`."""
+        evicted = []
+        with self._channels_lock:
+            for channel in list(self._channels.values()):
+                if self._idle(channel) and now - channel.last_used >= self.idle_s:
+                    evicted.append(self._remove(channel))
+        for channel in evicted:
+            self._release(channel)
 
     # --- any thread ---
 
-    def publish(self, frame: bytes, seq: int) -> None:
-        """Send one frame (the source's sink; thread-safe, never waits)."""
-        self._last_frame = time.monotonic()
-        try:
-            self._loop.call_soon_threadsafe(self._fanout, frame, seq)
-        except RuntimeError:  # the loop is closed: the server is shutting down
-            pass
+    @property
+    def epoch(self) -> int:
+        """The single source's epoch."""
+        assert self._single is not None, "a routed server has an epoch per channel"
+        return self._single.epoch
 
-    def _pump_loop(self) -> None:
-        period = min(t for t in (self._heartbeat_s, self._sync_s) if t is not None)
-        while not self._stop.wait(period):
-            try:
-                if self._sync_s is not None:
-                    self.source.sync()
-                if (
-                    self._heartbeat_s is not None
-                    and time.monotonic() - self._last_frame >= self._heartbeat_s
-                ):
-                    self.source.heartbeat()
-            except Exception:  # a failed read is retried on the next period
-                log.exception("live source sync failed")
+    def publish(self, frame: bytes, seq: int) -> None:
+        """Send one frame of the single source (thread-safe, never waits)."""
+        assert self._single is not None, "a routed server's frames come from its sources"
+        self._single.publish(frame, seq)
 
     @property
     def port(self) -> int:
@@ -397,24 +660,40 @@ class LiveServer:
 
     @property
     def url(self) -> str:
-        """The endpoint's ``ws://`` URL."""
+        """The endpoint's ``ws://`` (``wss://`` with TLS) URL; a routed server's channels are
+        at `url_for`."""
         assert self._server is not None
         host = next(iter(self._server.sockets)).getsockname()[0]
-        return f"ws://{host}:{self.port}{self.path}"
+        shown = f"[{host}]" if ":" in host else host
+        return f"{'wss' if self._ssl is not None else 'ws'}://{shown}:{self.port}{self.path}"
+
+    def url_for(self, name: str) -> str:
+        """The URL of channel `name` of a routed server."""
+        return f"{self.url}/{quote(name, safe=':@+')}"
 
     @property
     def subscribers(self) -> int:
-        """How many subscribers are connected."""
-        return len(self._subs)
+        """How many subscribers are connected (every channel)."""
+        with self._channels_lock:
+            return sum(len(c.subs) for c in self._channels.values())
 
     def close(self) -> None:
-        """Stop serving: close every connection (1001), release the port, stop the threads."""
+        """Stop serving: close every connection (1001), release the port and every channel,
+        stop the threads."""
         if self._stop.is_set():
             return
         self._stop.set()
-        self.source.detach(self.publish)
         if self._pump is not None:
             self._pump.join()
+        with self._channels_lock:
+            channels = [self._remove(c) for c in list(self._channels.values())]
+        for channel in channels:
+            channel.source.detach(channel.publish)
+            if self.sources is not None:
+                try:
+                    self.sources.close(channel.name, channel.source)
+                except Exception:
+                    log.exception("closing a live source failed")
 
         async def shutdown() -> None:
             assert self._server is not None

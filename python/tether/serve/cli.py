@@ -26,17 +26,18 @@ EXIT_CODES = (
 )
 _EPILOG = """\
 Owns the configured devices, runs the families' projector, observer and workers on the data
-dir, serves the AG-UI stream (loopback) and the control socket <state_dir>/serve.sock, which
+dir, serves the AG-UI stream and the live-event WebSocket (<live>/<world>; loopback unless
+[tls]) and the control socket <state_dir>/serve.sock, which
 `tether move`, `tether stop`, `tether operator`, `tether status` and tether.client use. On
 SIGTERM or SIGINT every robot gets its safe-stop policy, then it exits 0. Prints one line when
 ready (JSON off a TTY); logs go to stderr.
 
 exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first); 2 usage or
-configuration (an unknown [serve] key, a non-loopback sse address, a gRPC address off
-loopback without [tls]: `insecure_listener`); 5 a store that cannot be used; 6 the disk
-refused a write; 7 another tether serve holds the state dir, data dir, SSE port or gRPC
-address (`daemon_running`, `sse_unavailable`, `grpc_unavailable`), or a port is owned by
-another process (see `tether --help`)."""
+configuration (an unknown [serve] key; a stream, console, gRPC or live address off loopback
+without [tls]: `insecure_listener`); 5 a store that cannot be used; 6 the disk refused a write;
+7 another tether serve holds the state dir, data dir, SSE, console, gRPC or live port
+(`daemon_running`, `sse_unavailable`, `console_unavailable`, `grpc_unavailable`,
+`live_unavailable`), or a port is owned by another process (see `tether --help`)."""
 
 log = logging.getLogger("tether.serve")
 
@@ -90,6 +91,7 @@ def main(argv: list[str]) -> int:
             "sse": daemon.sse_url,
             "console": None if daemon.console is None else daemon.console.url,
             "grpc": daemon.grpc_url,
+            "live": None if daemon.live is None else daemon.live.url,
             "data_dir": str(daemon.data_dir),
             "unavailable": daemon.unavailable,
         }
@@ -98,7 +100,9 @@ def main(argv: list[str]) -> int:
         else:
             print(
                 f"tether serve: pid {ready['pid']}, control socket {daemon.socket_path}, "
-                f"AG-UI stream {daemon.sse_url or 'off'}; serving until SIGTERM or Ctrl-C",
+                f"AG-UI stream {daemon.sse_url or 'off'}, live events "
+                f"{ready['live'] + '/<world>' if ready['live'] else 'off'}; "
+                "serving until SIGTERM or Ctrl-C",
                 flush=True,
             )
         done.wait()
@@ -106,7 +110,12 @@ def main(argv: list[str]) -> int:
     except TetherError as exc:
         error_line("tether serve", exc)
         code = _exit.for_error(exc, default=_exit.FAILED)
-        unavailable = ("sse_unavailable", "console_unavailable", "grpc_unavailable")
+        unavailable = (
+            "sse_unavailable",
+            "console_unavailable",
+            "grpc_unavailable",
+            "live_unavailable",
+        )
         return _exit.UNAVAILABLE if getattr(exc, "code", None) in unavailable else code
     except Exception:
         log.exception("fatal error: safe-stopping every device")

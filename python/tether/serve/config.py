@@ -23,11 +23,16 @@ console = "127.0.0.1:8766"           # the operator console; "off" (the default)
 grpc = "127.0.0.1:50051"             # the RobotControl gRPC service (tether.serve.grpc_server);
                                      # "off" (the default) serves none; port 0: any free port;
                                      # an address off loopback needs [tls]
+live = "127.0.0.1:0"                 # the live-event WebSocket, /live/<world> (default: any
+                                     # free loopback port, shown by `tether status`); "off"
+live_origins = ["https://gui.example"]  # browser Origins it accepts (default: none, so only
+                                     # clients that send no Origin: not a browser page)
 ```
 
 The stream follows the listener policy (`tether._listen`): on loopback it needs no principal;
 any other address needs the `[tls]` table (else `insecure_listener`, exit 2) and every request
-then carries a principal's bearer token (`[planners.NAME]` or `[operators.NAME]`).
+then carries a principal's bearer token (`[planners.NAME]` or `[operators.NAME]`). The live
+endpoint follows the same policy and always needs a principal (`tether.serve.live_mount`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from tether._config import HostConfigError, Table
 from tether._listen import parse_address
 from tether.activities import MAX_LEASE_MS
 from tether.console.config import CONSOLE_KEYS, ConsoleConfig, parse_console
+from tether.serve.live_mount import DEFAULT_LIVE, LIVE_CODES, LIVE_KEYS, parse_live
 
 SERVE_KEYS: Final = (
     "data_dir",
@@ -56,6 +62,7 @@ SERVE_KEYS: Final = (
     "host_name",
     *CONSOLE_KEYS,  # the operator console's (tether.console.config)
     "grpc",
+    *LIVE_KEYS,
 )
 #: The default family factory when robots are configured.
 ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
@@ -70,6 +77,7 @@ CODES: Final = (
     "bad_families",
     "bad_host_name",
     "bad_grpc",
+    *LIVE_CODES,
 )
 
 
@@ -93,6 +101,8 @@ class ServeConfig:
     console: ConsoleConfig = field(default_factory=ConsoleConfig)  # off by default
     #: The gRPC listener (host, port), or None ("off", the default).
     grpc: tuple[str, int] | None = None
+    live: tuple[str, int] | None = ("127.0.0.1", 0)
+    live_origins: tuple[str, ...] = ()
 
 
 def _error(code: str, message: str, **details: Any) -> HostConfigError:
@@ -136,6 +146,7 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     if not 0 < settle <= 3600:
         raise _error("bad_lease", f"serve.settle_timeout_s {settle} is not in (0, 3600]")
     console = parse_console(table)
+    live, live_origins = parse_live(table)
     grpc = parse_grpc(table.text("grpc", "off"))
     catalog = table.text("catalog", "") or None
     world = table.text("world", "") or None
@@ -156,6 +167,8 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
         host_name,
         console,
         grpc,
+        live,
+        live_origins,
     )
 
 
@@ -179,6 +192,7 @@ def data_dir_for(config: Any) -> Path:
 
 __all__ = [
     "CODES",
+    "DEFAULT_LIVE",
     "DEFAULT_SSE",
     "SERVE_KEYS",
     "ServeConfig",

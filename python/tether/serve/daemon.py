@@ -55,6 +55,7 @@ from tether.runtime.worker_main import live_families
 from tether.serve import views
 from tether.serve.config import ServeConfig, load_serve
 from tether.serve.families import ServeContext, Served, load, load_items
+from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.world import WorldNotFound
 
@@ -85,6 +86,7 @@ CODES = (
     "daemon_running",
     "daemon_starting",
     "grpc_unavailable",
+    "live_off",
     "not_submittable",
     "sse_unavailable",
     "unknown_activity",
@@ -150,6 +152,7 @@ class Daemon:
         self.server: StreamServer | None = None
         self.sse_url: str | None = None
         self.console: Any = None  # the operator console (tether.console), when configured
+        self.live: LiveMount | None = None  # the live-event WebSocket (`live_mount`)
         self._locks: list[InstanceLock] = []
         self._served: dict[str, Served] = {}
         self._closers: list[Any] = []
@@ -190,6 +193,7 @@ class Daemon:
             "sse": self.sse_url,
             "console": None if self.console is None else self.console.url,
             "grpc": self.grpc_url,
+            "live": None if self.live is None else self.live.url,
             "config": str(self.config.path),
             "started_at_ms": self.started_at_ms,
         }
@@ -246,6 +250,17 @@ class Daemon:
             self.sse_url = self.server.url
         if self.serve.console.address is not None:
             self._mount_console()
+        if self.serve.live is not None:  # the listener policy first: insecure_listener, exit 2
+            self.live = LiveMount(
+                self.config,
+                self.serve.live,
+                self.serve.live_origins,
+                self.data_dir,
+                lambda: self.runtime,
+                lambda: list({id(s.family): s.family for s in self._served.values()}.values()),
+            )
+            if self.console is not None:  # a console login is a credential there too
+                self.live.session_check = self._console_session
         ctx = ServeContext(
             self.config,
             self.devices,
@@ -315,6 +330,8 @@ class Daemon:
                     log.info("safe stop", extra={"report": report})
         finally:
             try:
+                if self.live is not None:
+                    self.live.shutdown()
                 if self.runtime is not None:
                     self.runtime.close()
                 for close in reversed(self._closers):
@@ -355,9 +372,20 @@ class Daemon:
             ) from None
         log.info("operator console", extra={"url": self.console.url})
 
+    def _console_session(self, cookies: Any) -> str | None:
+        """The operator of a live console session named by `cookies` (None: none)."""
+        from tether.console.sessions import COOKIE
+
+        if self.console is None:
+            return None
+        session = self.console.sessions.get(cookies.get(COOKIE))
+        return None if session is None else str(session.operator)
+
     # --- progress ---
 
     def _on_progress(self, event: ProgressEvent) -> None:
+        if self.live is not None:
+            self.live.note(event.key)
         if self._live is not None:
             try:
                 self._live.progress(event)
@@ -395,6 +423,7 @@ class Daemon:
             "operator_resolve": self._on_operator_resolve,
             "operator_resume": self._on_resume,
             "operator_reboot": self._on_reboot,
+            "live_canonical": self._on_live_canonical,
         }
 
     def _runtime(self) -> Host:
@@ -564,6 +593,8 @@ class Daemon:
                 )
             else:
                 created = False
+        if self.live is not None:
+            self.live.note(key)
         log.info("submitted", extra={"key": views.key_text(key), "new": created})
         return key, created
 
@@ -590,6 +621,14 @@ class Daemon:
                 # Progress wakes it at once; a state change is seen within 0.1 s.
                 if self._seq == doc["seq"]:
                     self._changed.wait(min(remaining, 0.1))
+
+    def _on_live_canonical(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.live is None:
+            raise ServeRefusal(
+                "live_off", 'this daemon serves no live endpoint ([serve] live = "off")'
+            )
+        self._runtime()
+        return self.live.canonical(request)
 
     def _on_status(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.devices is not None

@@ -43,7 +43,8 @@ def render(doc: dict[str, Any]) -> str:
     daemon = doc.get("daemon") or {}
     lines = [
         f"tether serve pid {daemon.get('pid')}: data dir {daemon.get('data_dir')}, "
-        f"AG-UI stream {daemon.get('sse') or 'off'}"
+        f"AG-UI stream {daemon.get('sse') or 'off'}, "
+        f"live events {daemon['live'] + '/<world>' if daemon.get('live') else 'off'}"
     ]
     for dev in doc.get("devices") or []:
         latched = ", LATCHED (tether operator resume)" if dev.get("latched") else ""
