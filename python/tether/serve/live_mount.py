@@ -29,12 +29,13 @@ Rules:
   `[tls]` is configured (`insecure_listener`, exit 2, before any socket opens), served with the
   listener policy's TLS context (``wss://``); a principal is required on every connection,
   loopback too: a bearer token in ``Authorization: Bearer`` or the subprotocol
-  ``tether.bearer.<token>``, verified by the daemon's authenticator with the roles of `read` (every role)
-  and rate-limited per peer address (``net:<address>``): none or a wrong one is 401, a role
-  that may not read 403, too many failures 429 with ``Retry-After``. A cookie is accepted
-  only through `LiveMount.session_check`: the daemon sets it when the console runs, so a
-  logged-in operator's session cookie opens the stream (no console: cookies are ignored). The ``Origin`` must be one of `live_origins` (or
-  absent). A token in the URL is refused (400), never read.
+  ``tether.bearer.<token>``, verified by the daemon's authenticator with the roles of `read`
+  (every role) and rate-limited per peer address (``net:<address>``): none or a wrong one is
+  401, too many failures 429 with ``Retry-After``. A cookie is accepted only through
+  `LiveMount.session_check`: the daemon sets it when the console runs, so a logged-in
+  operator's session cookie opens the stream (no console: cookies are ignored). The
+  ``Origin`` must be one of `live_origins` (or absent). A token in the URL is refused (400),
+  never read.
 - **Canonical read.** The control op ``live_canonical {world}`` gives the feed's
   ``{epoch, seq, record, workspace_id, world}``: the record the frames describe as of that
   seq, read from the same feed the subscriber's frames come from (`Client.live_canonical`,
