@@ -71,6 +71,7 @@ from tether.runtime._family import (
     evidence_entity,
     observation_for,
     refusal_of,
+    unobserved_intents,
     verify_completion,
 )
 from tether.runtime._host import Host
@@ -131,6 +132,7 @@ __all__ = [
     "SETTLED",
     "Settler",
     "StagedResult",
+    "unobserved_intents",
     "Stager",
     "Ticker",
     "Unknown",

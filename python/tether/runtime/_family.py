@@ -74,6 +74,22 @@ class ActivityRequest:
     host: str = ""
 
 
+def unobserved_intents(
+    snapshot: WorldSnapshot, intent: str, observation: str, kinds: Sequence[str]
+) -> list[ActivityRequest]:
+    """The requests a family whose intents name their kind asks for: one per entity holding an
+    `intent` component (a JSON object whose ``kind`` is one of `kinds`) and no `observation`
+    yet (pure: the snapshot only)."""
+    requests = []
+    for entity, value in snapshot.with_component(intent):
+        if snapshot.get(entity, observation) is not None or not isinstance(value, dict):
+            continue
+        kind = value.get("kind")
+        if kind in kinds:
+            requests.append(ActivityRequest(str(kind), entity, value))
+    return requests
+
+
 #: Media type of the durable refusal document of a request refused at admission.
 REFUSAL_MEDIA_TYPE: Final = "application/vnd.tether.refusal+json"
 _CODE = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")

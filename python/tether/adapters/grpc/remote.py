@@ -44,6 +44,7 @@ from tether.runtime import (
     Family,
     FamilyError,
     StagedResult,
+    unobserved_intents,
 )
 from tether.runtime import ConfirmedAbsent as RuntimeAbsent
 from tether.runtime import Recovered as RuntimeRecovered
@@ -86,14 +87,7 @@ def intent(activity_id: str, request: dict[str, Any]) -> ComponentWrite:
 
 def project(snapshot: WorldSnapshot) -> list[ActivityRequest]:
     """One Activity per intent not yet observed (pure)."""
-    out = []
-    for entity, value in snapshot.with_component(INTENT):
-        if snapshot.get(entity, OBSERVATION) is not None or not isinstance(value, dict):
-            continue
-        kind = value.get("kind")
-        if kind in KINDS:
-            out.append(ActivityRequest(str(kind), entity, value))
-    return out
+    return unobserved_intents(snapshot, INTENT, OBSERVATION, KINDS)
 
 
 def stage(staged: StagedResult) -> list[ComponentWrite]:

@@ -76,6 +76,7 @@ from tether.runtime import (
     Family,
     FamilyError,
     StagedResult,
+    unobserved_intents,
 )
 from tether.runtime import ConfirmedAbsent as RuntimeAbsent
 from tether.runtime import Recovered as RuntimeRecovered
@@ -117,14 +118,7 @@ def intent(activity_id: str, request: MoveRequest) -> ComponentWrite:
 
 def project(snapshot: WorldSnapshot) -> list[ActivityRequest]:
     """One Activity per intent not yet observed (pure: the snapshot only)."""
-    requests = []
-    for entity, value in snapshot.with_component(INTENT):
-        if snapshot.get(entity, OBSERVATION) is not None or not isinstance(value, dict):
-            continue
-        kind = value.get("kind")
-        if kind in KINDS:
-            requests.append(ActivityRequest(str(kind), entity, value))
-    return requests
+    return unobserved_intents(snapshot, INTENT, OBSERVATION, KINDS)
 
 
 def project_on(host_name: str) -> Callable[[WorldSnapshot], list[ActivityRequest]]:
