@@ -77,3 +77,21 @@ def test_the_standalone_commands_use_the_daemons_data_dir(tmp_path: Path) -> Non
     path.write_text("[serve]\ndata_dri = 1\n")
     with pytest.raises(HostConfigError):
         data_dir_for(config)
+
+
+def test_status_reads_the_config_as_strictly_as_the_daemon(tmp_path: Path) -> None:
+    """`tether status` refuses a misspelled `[serve]` key (exit 2) before asking any daemon."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "host.toml"
+    config.write_text(f'[host]\nstate_dir = "{tmp_path / "state"}"\n[serve]\nworkerz = 2\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "status", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "unknown_key" in done.stderr and "did you mean `workers`?" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -16,6 +16,7 @@ from tether._args import Parser, error_line
 from tether.client import Client, ClientError
 from tether.devices.config import load_config
 from tether.errors import TetherError
+from tether.serve.config import load_serve
 
 #: The codes `tether status` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (_exit.OK, _exit.USAGE, _exit.UNAVAILABLE)
@@ -85,6 +86,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         config: Any = load_config(args.config)
+        # The whole file as the daemon reads it: a misspelled [serve] key is refused here too.
+        load_serve(args.config, state_dir=config.state_dir, robots=len(config.robots))
         doc = Client(config.state_dir).status()
     except ClientError as exc:
         error_line("tether status", exc)
