@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -337,12 +338,25 @@ def test_a_client_closed_with_1013_resumes_and_ends_equal_to_the_record(
         c = client(server.url, rec)
         c.apply_canonical(rec.canonical())
         await c.connect()
+        # A small, fixed receive buffer (no autotuning, which on this kernel may reach tens of
+        # MiB): what the kernel absorbs is bounded, so the server's own bound decides.
+        assert c.conn is not None
+        sock = c.conn.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
         await wait_subscribers(server, 1)
         big = "y" * 100_000
-        for i in range(400):  # this loop does not yield: the client reads nothing meanwhile
-            rec.say(big, mid=f"toolcall:world-1/sim/c{i}")
+        n = 0
+        for _ in range(2000):  # this loop never awaits: the client reads nothing meanwhile
+            rec.say(big, mid=f"toolcall:world-1/sim/c{n}")
+            n += 1
             if server.dropped:
                 break
+            time.sleep(0.002)  # the server's loop thread fans the frame out meanwhile
+        assert server.dropped == 1, "the server never dropped the slow subscriber"
+        # More than the replay window after the drop: its resume is unavailable, so it re-reads.
+        for _ in range(server.window + 2):
+            rec.say(big, mid=f"toolcall:world-1/sim/c{n}")
+            n += 1
         rec.say("after\n")
         stop = asyncio.Event()
         task = asyncio.ensure_future(c.run(stop))
