@@ -356,8 +356,9 @@ class RobotControl(rpc.RobotControlServicer):
             _abort(context, bad, "joint_move.targets_rad: at least one joint")
         if request.not_after_ms <= 0:
             _abort(context, bad, "not_after_ms: required (ms since the epoch, server clock)")
-        if request.session_id:
-            _abort(context, bad, "session_id: sessions are not served by this host")
+        session = request.session_id
+        if session and not OPERATION_ID.fullmatch(session):
+            _abort(context, bad, "session_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric")
         served = self.daemon._served.get(kind)
         if served is None or served.submit is None:
             _abort(context, bad, f"device: {request.device} is not served for joint moves")
@@ -372,6 +373,22 @@ class RobotControl(rpc.RobotControlServicer):
             "targets": targets,
             "not_after_ms": int(request.not_after_ms),
         }
+        if session:
+            body["session_id"] = session
+            world = world_for(principal.name)
+            if not self.daemon.sessions.bind(world, session, op_id):
+                # A retry of a request committed before stays a read of it; anything else
+                # needs the session live (nothing is recorded).
+                found = self._find(world, op_id)
+                wanted = served.submit(op_id, kind, body).value
+                if found is not None and canonical(found[1]) == canonical(wanted):
+                    return self._operation(*found)
+                _abort(
+                    context,
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"session_id: session {session!r} is not live for {principal.name} "
+                    "(send Heartbeat first; a lapsed session's id starts a new session)",
+                )
         crash_point("grpc.execute.before_commit")
         try:
             key, created = self.daemon.submit(world_for(principal.name), op_id, kind, body)
@@ -620,8 +637,23 @@ class RobotControl(rpc.RobotControlServicer):
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
-        self.auth.principal(context, "submit")
-        _abort(context, grpc.StatusCode.UNIMPLEMENTED, "sessions are not served by this host")
+        principal = self.auth.principal(context, "submit")
+        from tether.serve.sessions import MAX_TTL_MS, MIN_TTL_MS, SessionRefused
+
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        if not request.session_id:
+            _abort(context, bad, "session_id: required")
+        if not OPERATION_ID.fullmatch(request.session_id):
+            _abort(context, bad, "session_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric")
+        if not MIN_TTL_MS <= request.ttl_ms <= MAX_TTL_MS:
+            _abort(context, bad, f"ttl_ms: {MIN_TTL_MS}..{MAX_TTL_MS} ms, got {request.ttl_ms}")
+        try:
+            expires = self.daemon.sessions.heartbeat(
+                world_for(principal.name), request.session_id, int(request.ttl_ms)
+            )
+        except SessionRefused as exc:
+            _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc}")
+        return pb.HeartbeatResponse(expires_ms=expires)
 
 
 def _device_stop(daemon: Any, report: dict[str, Any]) -> pb.DeviceStop:
