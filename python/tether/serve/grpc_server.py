@@ -722,9 +722,11 @@ class GrpcServer:
         try:
             if policy.tls is not None:
                 key, cert = policy.tls.pem()
-                bound = self.server.add_secure_port(
-                    target, grpc.ssl_server_credentials([(key, cert)])
+                roots = policy.tls.client_roots()  # [tls] client_ca: mutual TLS
+                credentials = grpc.ssl_server_credentials(
+                    [(key, cert)], root_certificates=roots, require_client_auth=roots is not None
                 )
+                bound = self.server.add_secure_port(target, credentials)
             else:
                 bound = self.server.add_insecure_port(target)
         except RuntimeError as exc:
@@ -750,7 +752,11 @@ class GrpcServer:
             target=self.servicer.ring_loop, name="grpc-rings", daemon=True
         )
         self._ringer.start()
-        log.info("grpc serving", extra={"address": self.url, "tls": policy.tls is not None})
+        mutual = policy.tls is not None and policy.tls.client_ca is not None
+        log.info(
+            "grpc serving",
+            extra={"address": self.url, "tls": policy.tls is not None, "mtls": mutual},
+        )
 
     def _health_set(self, *names: str, serving: bool) -> None:
         status = (
