@@ -18,6 +18,21 @@ Rules:
   command and `not_after_ms` (`request_digest`).
 - `not_after_ms` is required; the server's clock decides it: the family records an `expired`
   failure in place of the start marker once now >= not_after_ms.
+- Sessions (`tether.serve.sessions`, the daemon's `sessions`): `Heartbeat(session_id, ttl_ms)`
+  creates or extends the session (world of the principal, session_id) until the server's now
+  + ttl_ms (`MIN_TTL_MS`..`MAX_TTL_MS`, else `INVALID_ARGUMENT` on `ttl_ms:`) and answers
+  `expires_ms` (server clock); it waits on no storage and not on the work lane. `Execute`
+  with `session_id` binds the request to the live session of its principal before the intent
+  is committed (`FAILED_PRECONDITION` on `session_id:` when there is none, nothing recorded;
+  the identical retry of an already committed request is answered with it). The session id
+  is part of the intent, hence of the digest: a retry must re-send it. The family starts the
+  move only through the sessions' gate (`begin`, under the robot's lock, before the start
+  marker): a lapsed, unknown or other incarnation's session records `session_lapsed` and
+  sends nothing. A lapse mid-motion: the watchdog stops each robot running a move of that
+  session through `Daemon._on_stop` (the path `Stop` uses: held and latched), so the move is
+  reconciled as after a Stop (awaiting an operator, or failed), never succeeded. In memory
+  only: after a daemon restart every session is unknown, so a pending move of one never
+  starts unless its client re-sends the identical Execute under a live session.
 - An `Operation` is a view of the Activity's catalog record (state, `revision` = the record's
   version, attempts, result and evidence documents from the artifact store) and the daemon's
   latest progress. States: pending (committed, no attempt), running, succeeded, failed,
@@ -40,7 +55,9 @@ Rules:
   `UNAUTHENTICATED`, a role that may not do the call `PERMISSION_DENIED`. A verified secret is
   remembered only as an HMAC-SHA256 under a random per-process key (never the secret, never
   logged). Without `[tls]` the server binds loopback only (`ListenerPolicy`); with it, TLS
-  from `TlsConfig.pem()`. Messages over `MAX_MESSAGE_BYTES` get grpcio's `RESOURCE_EXHAUSTED`.
+  from `TlsConfig.pem()`, and with `[tls] client_ca` mutual TLS (`require_client_auth` with
+  `TlsConfig.client_roots()`: no certificate of those roots, no handshake; the bearer token
+  still names the principal). Messages over `MAX_MESSAGE_BYTES` get grpcio's `RESOURCE_EXHAUSTED`.
 - `grpc.health.v1`: "" and `tether.robot.v1.RobotControl` for the server, and
   `tether.robot.v1.RobotControl/<device>` per device, NOT_SERVING while the device is not
   connected or its port's device node is gone. Server reflection is on.
