@@ -231,3 +231,28 @@ def test_a_move_of_a_lapsed_session_never_starts(tmp_path: Path) -> None:
         # One broadcast ACTION (journaled once per servo): busy's; none for "queued".
         assert target_actions(journal, busy) == {1: 1, 2: 1}
         assert actions(journal) == 2
+
+
+def test_a_daemon_restart_forgets_sessions_so_a_pending_move_of_one_never_starts(
+    tmp_path: Path,
+) -> None:
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = two_planners(tmp_path, emu.path)
+        with daemon(config) as (proc, ready):
+            channel, control = stub(ready["grpc"])
+            control.Execute(move("busy", {"a": 1.4, "b": -1.4}), metadata=bearer(), timeout=30)
+            wait_for(control, "busy", lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
+            heartbeat(control, "kept", 60_000)  # it would not lapse for a minute
+            queued = under(move("queued", {"a": 0.2, "b": 0.2}), "kept")
+            control.Execute(queued, metadata=bearer(), timeout=30)
+            channel.close()
+            proc.kill()
+            proc.wait()
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            heartbeat(control, "kept", 60_000)  # the same id after the restart: a new session
+            final = until_terminal(control, "queued")[-1]
+            assert final.state == pb.FAILED and final.error.code == "session_lapsed", final
+            channel.close()
+        second = {1: tables.radians_to_ticks(0.2), 2: tables.radians_to_ticks(0.2)}
+        assert target_actions(emu.journal(), second) == {1: 0, 2: 0}
