@@ -397,7 +397,10 @@ class RobotControl(rpc.RobotControlServicer):
                 # A retry of a request committed before stays a read of it; anything else
                 # needs the session live (nothing is recorded).
                 found = self._find(world, op_id)
-                wanted = served.submit(op_id, kind, body).value
+                try:
+                    wanted = served.submit(op_id, kind, body).value
+                except (ValueError, TetherError, CodedError) as exc:
+                    _abort(context, bad, f"{exc}")
                 if found is not None and canonical(found[1]) == canonical(wanted):
                     return self._operation(*found)
                 _abort(

@@ -99,11 +99,6 @@ class Sessions:
         finally:
             self._stop_all(robots)
 
-    def live(self, world: str, session_id: str) -> bool:
-        with self._cond:
-            session = self._sessions.get((world, session_id))
-            return session is not None and session.deadline > time.monotonic()
-
     def bind(self, world: str, session_id: str, activity_id: str) -> bool:
         """Record `activity_id` as submitted under the live session; False when it is not."""
         with self._cond:
