@@ -40,7 +40,9 @@ def mtls_config(tmp_path: Path, url: str, server: Cert, client_ca: str, **kw: st
     return config
 
 
-def control(port: str, ca: Authority, client: Cert | None) -> tuple[grpc.Channel, object]:
+def control(
+    port: str, ca: Authority, client: Cert | None
+) -> tuple[grpc.Channel, rpc.RobotControlStub]:
     creds = grpc.ssl_channel_credentials(
         root_certificates=ca.cert.read_bytes(),
         private_key=None if client is None else client.key.read_bytes(),
@@ -68,18 +70,16 @@ def test_a_client_certificate_of_the_ca_connects_and_others_fail_the_handshake(
     with daemon(config) as (_, ready):
         port = ready["grpc"].rsplit(":", 1)[1]
         channel, stub = control(port, ca, ours)
-        listed = stub.ListOperations(  # type: ignore[attr-defined]
-            pb.ListOperationsRequest(), metadata=bearer(), timeout=10
-        )
+        listed = stub.ListOperations(pb.ListOperationsRequest(), metadata=bearer(), timeout=10)
         assert list(listed.operations) == []
         # The certificate admits the connection; the bearer token still names the principal.
         assert (
-            _code(lambda: stub.ListOperations(pb.ListOperationsRequest(), timeout=10))  # type: ignore[attr-defined]
+            _code(lambda: stub.ListOperations(pb.ListOperationsRequest(), timeout=10))
             == grpc.StatusCode.UNAUTHENTICATED
         )
         wrong = (("authorization", "Bearer not-the-token-of-anyone"),)
         assert (
-            _code(lambda: stub.ListOperations(pb.ListOperationsRequest(), metadata=wrong))  # type: ignore[attr-defined]
+            _code(lambda: stub.ListOperations(pb.ListOperationsRequest(), metadata=wrong))
             == grpc.StatusCode.UNAUTHENTICATED
         )
         channel.close()
@@ -88,7 +88,7 @@ def test_a_client_certificate_of_the_ca_connects_and_others_fail_the_handshake(
             channel, stub = control(port, ca, client)
             assert (
                 _code(
-                    lambda s=stub: s.ListOperations(  # type: ignore[attr-defined]
+                    lambda s=stub: s.ListOperations(
                         pb.ListOperationsRequest(), metadata=bearer(), timeout=5
                     )
                 )
@@ -97,9 +97,7 @@ def test_a_client_certificate_of_the_ca_connects_and_others_fail_the_handshake(
             channel.close()
         # The server still serves the good client after the failed handshakes.
         channel, stub = control(port, ca, ours)
-        again = stub.ListOperations(  # type: ignore[attr-defined]
-            pb.ListOperationsRequest(), metadata=bearer(), timeout=10
-        )
+        again = stub.ListOperations(pb.ListOperationsRequest(), metadata=bearer(), timeout=10)
         assert list(again.operations) == []
         channel.close()
     assert [e for e in emu.journal() if e["instruction"] in ("action", "reg_write")] == []

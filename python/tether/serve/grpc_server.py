@@ -57,7 +57,8 @@ Rules:
   logged). Without `[tls]` the server binds loopback only (`ListenerPolicy`); with it, TLS
   from `TlsConfig.pem()`, and with `[tls] client_ca` mutual TLS (`require_client_auth` with
   `TlsConfig.client_roots()`: no certificate of those roots, no handshake; the bearer token
-  still names the principal). Messages over `MAX_MESSAGE_BYTES` get grpcio's `RESOURCE_EXHAUSTED`.
+  still names the principal). Messages over `MAX_MESSAGE_BYTES` get grpcio's
+  `RESOURCE_EXHAUSTED`.
 - `grpc.health.v1`: "" and `tether.robot.v1.RobotControl` for the server, and
   `tether.robot.v1.RobotControl/<device>` per device, NOT_SERVING while the device is not
   connected or its port's device node is gone. Server reflection is on.
