@@ -77,3 +77,56 @@ def require_non_loopback_address() -> str:
             "in `ip -4 addr`), so a listener off loopback cannot be exercised here"
         )
     return address
+
+
+@dataclass(frozen=True)
+class Authority:
+    """A test certificate authority (made with `openssl`) that issues leaf certificates."""
+
+    cert: Path
+    key: Path
+    directory: Path
+
+    def issue(self, name: str, *, server: bool, ips: tuple[str, ...] = ("127.0.0.1",)) -> Cert:
+        """A P-256 leaf for `name` signed by this CA: a server's (``localhost`` and `ips`) or a
+        client's (clientAuth), valid for a day; its key 0600."""
+        openssl = shutil.which("openssl")
+        assert openssl is not None
+        cert, key = self.directory / f"{name}.pem", self.directory / f"{name}.key"
+        csr, ext = self.directory / f"{name}.csr", self.directory / f"{name}.ext"
+        if server:
+            names = ",".join(["DNS:localhost", *(f"IP:{ip}" for ip in ips)])
+            ext.write_text(f"subjectAltName={names}\nextendedKeyUsage=serverAuth\n")
+        else:
+            ext.write_text(f"subjectAltName=DNS:{name}\nextendedKeyUsage=clientAuth\n")
+        subprocess.run(
+            [openssl, "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+             "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        subprocess.run(
+            [openssl, "x509", "-req", "-in", str(csr), "-CA", str(self.cert),
+             "-CAkey", str(self.key), "-CAcreateserial", "-out", str(cert), "-days", "1",
+             "-extfile", str(ext)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        key.chmod(0o600)
+        return Cert(cert, key)
+
+
+def make_authority(directory: Path, name: str = "test-ca") -> Authority:
+    """A self-signed P-256 CA certificate (CA:TRUE), valid for a day."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no `openssl` on PATH to make a test certificate authority")
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", f"/CN={name}",
+         "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    key.chmod(0o600)
+    return Authority(cert, key, directory)

@@ -166,8 +166,14 @@ def test_the_tls_table_is_strict_and_relative_to_the_config(tmp_path: Path) -> N
     cfg = parse_config(config(tmp_path, '[tls]\ncert = "tls/a.pem"\nkey = "/k/a.key"\n'), path)
     assert cfg.tls == TlsConfig(tmp_path / "etc" / "tls" / "a.pem", Path("/k/a.key"))
     assert parse_config(config(tmp_path)).tls is None
+    mutual = parse_config(
+        config(tmp_path, '[tls]\ncert = "a.pem"\nkey = "a.key"\nclient_ca = "ca/roots.pem"\n'),
+        path,
+    )
+    assert mutual.tls is not None and mutual.tls.client_ca == tmp_path / "etc" / "ca" / "roots.pem"
     for table, code in (
-        ('[tls]\ncert = "a.pem"\nkey = "a.key"\nclient_ca = "ca.pem"\n', "unknown_key"),
+        ('[tls]\ncert = "a.pem"\nkey = "a.key"\nclient_cas = "ca.pem"\n', "unknown_key"),
+        ('[tls]\ncert = "a.pem"\nkey = "a.key"\nclient_ca = 1\n', "wrong_type"),
         ('[tls]\ncert = "a.pem"\nkye = "a.key"\n', "unknown_key"),
         ('[tls]\ncert = "a.pem"\n', "missing_key"),
         ('[tls]\ncert = 1\nkey = "a.key"\n', "wrong_type"),

@@ -14,6 +14,12 @@ Rules:
   mode 0600 (no group or other bit), else `insecure_tls_key`; a certificate or key that cannot
   be loaded is `tls_unusable`. Both are checked when the policy is built (a listener that
   takes the PEM pair itself, such as gRPC's, gets it from `TlsConfig.pem()`, checked alike).
+- With `[tls] client_ca` (PEM roots) the TLS listener is mutual: every client must present a
+  certificate that chains to those roots, or its handshake fails (nothing is served); gRPC
+  takes the roots from `TlsConfig.client_roots()`, the HTTP listeners from the context. A
+  client_ca that cannot be read or holds no certificate is `tls_unusable` naming
+  `tls.client_ca`. A client certificate is transport admission only: the principal of a
+  request is still its bearer token.
 - A listener that is not on loopback requires a principal on every request:
   ``Authorization: Bearer <token>``, verified by the daemon's `Authenticator` (a listener off
   loopback without one is refused at construction: `no_authenticator`). No header is 401
@@ -130,10 +136,46 @@ class Authenticates(Protocol):
 
 @dataclass(frozen=True)
 class TlsConfig:
-    """The `[tls]` table: the certificate chain (PEM) and its private key (PEM, 0600)."""
+    """The `[tls]` table: the certificate chain (PEM) and its private key (PEM, 0600); with
+    `client_ca`, the PEM roots a client's certificate must chain to (mutual TLS)."""
 
     cert: Path
     key: Path
+    client_ca: Path | None = None
+
+    def client_roots(self) -> bytes | None:
+        """The `client_ca` roots as PEM bytes (None without mutual TLS), checked to hold at
+        least one certificate.
+
+        Raises:
+            ListenerError: `tls_unusable`, naming `tls.client_ca`.
+        """
+        if self.client_ca is None:
+            return None
+        where = f"tls.client_ca {self.client_ca}"
+        try:
+            data = self.client_ca.read_bytes()
+        except OSError as exc:
+            raise ListenerError(
+                "tls_unusable", f"{where}: {exc.strerror or exc}", path=str(self.client_ca)
+            ) from None
+        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            probe.load_verify_locations(cadata=data.decode("ascii"))
+        except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            raise ListenerError(
+                "tls_unusable",
+                f"{where} holds no usable PEM certificate ({reason})",
+                path=str(self.client_ca),
+            ) from None
+        if not probe.get_ca_certs():
+            raise ListenerError(
+                "tls_unusable",
+                f"{where} holds no CA certificate",
+                path=str(self.client_ca),
+            )
+        return data
 
     def check_key(self) -> None:
         """Refuse a key file that is not the daemon's own, mode 0600.
@@ -188,6 +230,10 @@ class TlsConfig:
                 cert=str(self.cert),
                 key=str(self.key),
             ) from None
+        roots = self.client_roots()
+        if roots is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cadata=roots.decode("ascii"))
         return context
 
 

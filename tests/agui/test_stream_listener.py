@@ -19,7 +19,7 @@ from tether.agui.stream import RunStream, StoreState, StreamServer
 from tether.devices import credentials
 from tether.devices.config import HostConfig, parse_config
 
-from tests._listeners import Cert, make_cert, require_non_loopback_address
+from tests._listeners import Cert, make_authority, make_cert, require_non_loopback_address
 from tests._secrets import OBSERVER, OPERATOR, PLANNER
 
 FAST = credentials.MINIMUM
@@ -114,6 +114,28 @@ def test_tls_serves_https_on_loopback_to_a_verifying_client(
             assert tls.version() in ("TLSv1.2", "TLSv1.3")
     # The server still serves after the failed handshakes.
     assert get(server, client_context(cert))[0] == 200
+
+
+def test_with_a_client_ca_the_stream_serves_only_clients_with_a_certificate_of_it(
+    tmp_path: Path, finished_stream: RunStream, serving: list[StreamServer]
+) -> None:
+    ca = make_authority(tmp_path / "ca")
+    other = make_authority(tmp_path / "other", "other-ca")
+    cert = ca.issue("server", server=True)
+    server = StreamServer(finished_stream, tls=TlsConfig(cert.cert, cert.key, ca.cert))
+    serving.append(server)
+
+    def context(client: Cert | None) -> ssl.SSLContext:
+        made = ssl.create_default_context(cafile=str(ca.cert))
+        if client is not None:
+            made.load_cert_chain(client.cert, client.key)
+        return made
+
+    status, _, body = get(server, context(ca.issue("viewer", server=False)))
+    assert status == 200 and "RUN_FINISHED" in events(body)
+    for client in (None, other.issue("stranger", server=False)):
+        with pytest.raises((ssl.SSLError, ConnectionError, OSError, http.client.HTTPException)):
+            get(server, context(client))
 
 
 def test_a_stalled_handshake_does_not_block_other_clients(

@@ -61,7 +61,7 @@ TOP_KEYS: Final = ("host", "operators", "ports", "robots", "serve", *AUTH_KEYS)
 HOST_KEYS: Final = ("state_dir",)
 OPERATOR_KEYS: Final = ("credential", "role")
 PLANNER_KEYS: Final = ("token", "role")
-TLS_KEYS: Final = ("cert", "key")
+TLS_KEYS: Final = ("cert", "key", "client_ca")
 PORT_KEYS: Final = ("type", "url", "usb_serial", "vid_pid")
 ROBOT_KEYS: Final = ("port", "joints", "safe_stop", "speed", "first_motion_speed", "tolerance")
 JOINT_KEYS: Final = ("name", "id", "min", "max")
@@ -260,13 +260,16 @@ def _planners(
 
 def _tls(doc: Table, path: Path) -> _listen.TlsConfig | None:
     """The `[tls]` table: file paths only (the listener checks the key's owner and mode, and
-    loads both, when it starts)."""
+    loads them, when it starts). `client_ca` (optional): the PEM roots every client must
+    present a certificate of (mutual TLS)."""
     if "tls" not in doc:
         return None
     table = doc.table("tls", TLS_KEYS)
     base = path.parent if path.name != "<memory>" else Path.cwd()
-    cert, key = (Path(table.text(k)).expanduser() for k in TLS_KEYS)
-    return _listen.TlsConfig(cert=base / cert, key=base / key)
+    cert, key = (Path(table.text(k)).expanduser() for k in ("cert", "key"))
+    ca = table.optional_text("client_ca")
+    client_ca = None if ca is None else base / Path(ca).expanduser()
+    return _listen.TlsConfig(cert=base / cert, key=base / key, client_ca=client_ca)
 
 
 def _ports(doc: Table) -> dict[str, Any]:

@@ -20,6 +20,9 @@ Rules:
   waits on no lock of theirs.
 - Credentials sent with `operator_resolve`, `operator_resume`, `operator_reboot` are verified
   here, against this daemon's own host.toml (rate-limited); the clients never verify one.
+- Session heartbeats (`tether.serve.sessions`, the gRPC `Heartbeat`) live in memory: the
+  families get them through `ServeContext.sessions`, and their watchdog stops a lapsed
+  session's moving robots through `_on_stop` (the stop path above). A restart forgets them.
 - Shutdown (SIGTERM, SIGINT, a fatal error, interpreter exit): under the stop latch's lock, so
   no move frame can slip in between, every connected robot gets its stop policy (a latched one
   is only read back) and the ports are released; then the workers, the stream and the stores
@@ -57,6 +60,7 @@ from tether.serve.config import ServeConfig, load_serve
 from tether.serve.families import ServeContext, Served, load, load_items
 from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
+from tether.serve.sessions import Sessions
 from tether.world import WorldNotFound
 
 log = logging.getLogger("tether.serve")
@@ -162,6 +166,8 @@ class Daemon:
         self._progress: OrderedDict[ActivityKey, tuple[int, dict[str, Any]]] = OrderedDict()
         self._closed = False
         self.grpc: Any = None  # the RobotControl server (`[serve] grpc`, tether.serve.grpc_server)
+        #: Session heartbeats (`tether.serve.sessions`), in memory; watched from `start()`.
+        self.sessions = Sessions(lambda robot: self._on_stop({"robot": robot}))
         self.grpc_url: str | None = None
 
     @classmethod
@@ -268,6 +274,7 @@ class Daemon:
             self.serve.settle_timeout_s,
             self._closers,
             host_name=self.serve.host_name,
+            sessions=self.sessions.start(),
         )
         served: list[Served] = []
         for spec in self.serve.families:
@@ -321,6 +328,7 @@ class Daemon:
         try:
             if self.grpc is not None:
                 self.grpc.close()
+            self.sessions.close()  # no lapse stop races the shutdown's own
             if self.devices is not None:
                 # Under the latch's lock: no move frame between a robot's stop and its port's
                 # release (a move's next frame then fails on the closed bus).

@@ -34,6 +34,9 @@ class ServeContext:
     closers: list[Callable[[], None]] = field(default_factory=list)
     #: This host's name (`[serve] host_name`): device work is admitted bound to it.
     host_name: str = ""
+    #: The daemon's session heartbeats (`tether.serve.sessions.Sessions`, in memory): the gate
+    #: a family starts a move submitted under a `session_id` through (`begin`/`end`).
+    sessions: Any = None
 
     def on_close(self, close: Callable[[], None]) -> None:
         """Run `close` when the daemon stops (after its workers, before its storage closes)."""

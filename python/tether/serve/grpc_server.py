@@ -18,6 +18,21 @@ Rules:
   command and `not_after_ms` (`request_digest`).
 - `not_after_ms` is required; the server's clock decides it: the family records an `expired`
   failure in place of the start marker once now >= not_after_ms.
+- Sessions (`tether.serve.sessions`, the daemon's `sessions`): `Heartbeat(session_id, ttl_ms)`
+  creates or extends the session (world of the principal, session_id) until the server's now
+  + ttl_ms (`MIN_TTL_MS`..`MAX_TTL_MS`, else `INVALID_ARGUMENT` on `ttl_ms:`) and answers
+  `expires_ms` (server clock); it waits on no storage and not on the work lane. `Execute`
+  with `session_id` binds the request to the live session of its principal before the intent
+  is committed (`FAILED_PRECONDITION` on `session_id:` when there is none, nothing recorded;
+  the identical retry of an already committed request is answered with it). The session id
+  is part of the intent, hence of the digest: a retry must re-send it. The family starts the
+  move only through the sessions' gate (`begin`, under the robot's lock, before the start
+  marker): a lapsed, unknown or other incarnation's session records `session_lapsed` and
+  sends nothing. A lapse mid-motion: the watchdog stops each robot running a move of that
+  session through `Daemon._on_stop` (the path `Stop` uses: held and latched), so the move is
+  reconciled as after a Stop (awaiting an operator, or failed), never succeeded. In memory
+  only: after a daemon restart every session is unknown, so a pending move of one never
+  starts unless its client re-sends the identical Execute under a live session.
 - An `Operation` is a view of the Activity's catalog record (state, `revision` = the record's
   version, attempts, result and evidence documents from the artifact store) and the daemon's
   latest progress. States: pending (committed, no attempt), running, succeeded, failed,
@@ -40,7 +55,10 @@ Rules:
   `UNAUTHENTICATED`, a role that may not do the call `PERMISSION_DENIED`. A verified secret is
   remembered only as an HMAC-SHA256 under a random per-process key (never the secret, never
   logged). Without `[tls]` the server binds loopback only (`ListenerPolicy`); with it, TLS
-  from `TlsConfig.pem()`. Messages over `MAX_MESSAGE_BYTES` get grpcio's `RESOURCE_EXHAUSTED`.
+  from `TlsConfig.pem()`, and with `[tls] client_ca` mutual TLS (`require_client_auth` with
+  `TlsConfig.client_roots()`: no certificate of those roots, no handshake; the bearer token
+  still names the principal). Messages over `MAX_MESSAGE_BYTES` get grpcio's
+  `RESOURCE_EXHAUSTED`.
 - `grpc.health.v1`: "" and `tether.robot.v1.RobotControl` for the server, and
   `tether.robot.v1.RobotControl/<device>` per device, NOT_SERVING while the device is not
   connected or its port's device node is gone. Server reflection is on.
@@ -356,8 +374,9 @@ class RobotControl(rpc.RobotControlServicer):
             _abort(context, bad, "joint_move.targets_rad: at least one joint")
         if request.not_after_ms <= 0:
             _abort(context, bad, "not_after_ms: required (ms since the epoch, server clock)")
-        if request.session_id:
-            _abort(context, bad, "session_id: sessions are not served by this host")
+        session = request.session_id
+        if session and not OPERATION_ID.fullmatch(session):
+            _abort(context, bad, "session_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric")
         served = self.daemon._served.get(kind)
         if served is None or served.submit is None:
             _abort(context, bad, f"device: {request.device} is not served for joint moves")
@@ -372,6 +391,25 @@ class RobotControl(rpc.RobotControlServicer):
             "targets": targets,
             "not_after_ms": int(request.not_after_ms),
         }
+        if session:
+            body["session_id"] = session
+            world = world_for(principal.name)
+            if not self.daemon.sessions.bind(world, session, op_id):
+                # A retry of a request committed before stays a read of it; anything else
+                # needs the session live (nothing is recorded).
+                found = self._find(world, op_id)
+                try:
+                    wanted = served.submit(op_id, kind, body).value
+                except (ValueError, TetherError, CodedError) as exc:
+                    _abort(context, bad, f"{exc}")
+                if found is not None and canonical(found[1]) == canonical(wanted):
+                    return self._operation(*found)
+                _abort(
+                    context,
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"session_id: session {session!r} is not live for {principal.name} "
+                    "(send Heartbeat first; a lapsed session's id starts a new session)",
+                )
         crash_point("grpc.execute.before_commit")
         try:
             key, created = self.daemon.submit(world_for(principal.name), op_id, kind, body)
@@ -620,8 +658,23 @@ class RobotControl(rpc.RobotControlServicer):
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
-        self.auth.principal(context, "submit")
-        _abort(context, grpc.StatusCode.UNIMPLEMENTED, "sessions are not served by this host")
+        principal = self.auth.principal(context, "submit")
+        from tether.serve.sessions import MAX_TTL_MS, MIN_TTL_MS, SessionRefused
+
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        if not request.session_id:
+            _abort(context, bad, "session_id: required")
+        if not OPERATION_ID.fullmatch(request.session_id):
+            _abort(context, bad, "session_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric")
+        if not MIN_TTL_MS <= request.ttl_ms <= MAX_TTL_MS:
+            _abort(context, bad, f"ttl_ms: {MIN_TTL_MS}..{MAX_TTL_MS} ms, got {request.ttl_ms}")
+        try:
+            expires = self.daemon.sessions.heartbeat(
+                world_for(principal.name), request.session_id, int(request.ttl_ms)
+            )
+        except SessionRefused as exc:
+            _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc}")
+        return pb.HeartbeatResponse(expires_ms=expires)
 
 
 def _device_stop(daemon: Any, report: dict[str, Any]) -> pb.DeviceStop:
@@ -690,9 +743,11 @@ class GrpcServer:
         try:
             if policy.tls is not None:
                 key, cert = policy.tls.pem()
-                bound = self.server.add_secure_port(
-                    target, grpc.ssl_server_credentials([(key, cert)])
+                roots = policy.tls.client_roots()  # [tls] client_ca: mutual TLS
+                credentials = grpc.ssl_server_credentials(
+                    [(key, cert)], root_certificates=roots, require_client_auth=roots is not None
                 )
+                bound = self.server.add_secure_port(target, credentials)
             else:
                 bound = self.server.add_insecure_port(target)
         except RuntimeError as exc:
@@ -718,7 +773,11 @@ class GrpcServer:
             target=self.servicer.ring_loop, name="grpc-rings", daemon=True
         )
         self._ringer.start()
-        log.info("grpc serving", extra={"address": self.url, "tls": policy.tls is not None})
+        mutual = policy.tls is not None and policy.tls.client_ca is not None
+        log.info(
+            "grpc serving",
+            extra={"address": self.url, "tls": policy.tls is not None, "mtls": mutual},
+        )
 
     def _health_set(self, *names: str, serving: bool) -> None:
         status = (

@@ -132,15 +132,43 @@ def execute_request(operation_id: str, request: dict[str, Any]) -> pb.ExecuteReq
 class RemoteHost:
     """Where the robot host is and how to reach it: `address` (HOST:PORT), the planner token
     (a secret: read it with `credentials.read_secret`, never from argv), an optional PEM
-    trust anchor for TLS, and the per-call deadline."""
+    trust anchor for TLS (the server's CA), and the per-call deadline. For a host whose
+    `[tls]` has `client_ca` (mutual TLS): `certificate_chain` and `private_key`, the PEM
+    client certificate and its key (both or neither; a secret like the token). Either a trust
+    anchor or a client certificate means TLS (without an anchor, the system's roots); the
+    bearer token is sent on every call either way."""
 
     address: str
     token: str
     root_certificates: bytes | None = None
     timeout_s: float = 10.0
+    certificate_chain: bytes | None = None
+    private_key: bytes | None = None
 
-    def __repr__(self) -> str:  # the token never appears in a repr or a log
-        return f"RemoteHost({self.address!r}, tls={self.root_certificates is not None})"
+    def __post_init__(self) -> None:
+        if (self.certificate_chain is None) != (self.private_key is None):
+            raise FamilyError(
+                "RemoteHost: a client certificate needs both certificate_chain and private_key"
+            )
+
+    @property
+    def tls(self) -> bool:
+        return self.root_certificates is not None or self.certificate_chain is not None
+
+    def channel(self) -> grpc.Channel:
+        """A channel to the host: TLS (mutual with a client certificate) or plain."""
+        if not self.tls:
+            return grpc.insecure_channel(self.address)
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.root_certificates,
+            private_key=self.private_key,
+            certificate_chain=self.certificate_chain,
+        )
+        return grpc.secure_channel(self.address, creds)
+
+    def __repr__(self) -> str:  # the token and the key never appear in a repr or a log
+        mtls = self.certificate_chain is not None
+        return f"RemoteHost({self.address!r}, tls={self.tls}, client_cert={mtls})"
 
 
 class RemoteMoveAdapter:
@@ -148,11 +176,7 @@ class RemoteMoveAdapter:
 
     def __init__(self, remote: RemoteHost) -> None:
         self.remote = remote
-        if remote.root_certificates is not None:
-            creds = grpc.ssl_channel_credentials(root_certificates=remote.root_certificates)
-            self._channel = grpc.secure_channel(remote.address, creds)
-        else:
-            self._channel = grpc.insecure_channel(remote.address)
+        self._channel = remote.channel()
         self._stub = rpc.RobotControlStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata = (("authorization", f"Bearer {remote.token}"),)
 

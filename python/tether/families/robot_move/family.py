@@ -22,6 +22,14 @@ A request with `not_after_ms` whose time has passed on this host's clock gets a 
 `expired` result in place of its start marker (no attempt starts, no byte is sent). A move the
 gRPC service cancelled (a `cancel` proof in its journal operation) gets a failed `cancelled`
 result, checked before and again after the start marker, before any byte.
+A request with `session_id` (the gRPC service's session heartbeat) starts only through the
+family's `SessionGate` (given by `tether serve` through its `ServeContext`; this package never
+imports serve): `begin` says, atomically with registering the running move, whether the
+session is live and the move was submitted under it. A move that may not start gets a failed
+`session_lapsed` result in place of its start marker (no attempt starts, no byte is sent); a
+lapse later is the gate's owner's business (it stops the robot through the daemon's stop path,
+so the attempt ends as after a Stop). Without a gate (a worker process, `tether move`) no
+session is live, so such a move never starts. `end` runs when the attempt ends, however.
 
 Ports: given a `host` (the daemon's device host, `tether serve`), the adapter uses that one
 owner of the ports and never opens, drops or closes one itself (a robot the host has not
@@ -41,7 +49,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tether._crash import crash_point
 from tether.activities import Evidence, ResultRef, RetryGuard
@@ -93,6 +101,19 @@ INTENT = "physical_ai.robot_move.intent"
 OBSERVATION = "physical_ai.robot_move.observation"
 #: An Unknown that needs an operator is reconciled again only after this long.
 OPERATOR_RETRY_MS = 60_000
+
+
+class SessionGate(Protocol):
+    """What the family needs of the host's sessions (`tether.serve.sessions.Sessions`)."""
+
+    def begin(self, world: str, session_id: str, activity_id: str, robot: str) -> bool:
+        """Whether the move may start now (its session live, the move submitted under it);
+        True registers it as running on `robot` until `end`."""
+        ...
+
+    def end(self, world: str, session_id: str, activity_id: str) -> None:
+        """The attempt that `begin` let start has ended."""
+        ...
 
 
 def unreadable_evidence(op: Operation, request: MoveRequest, error: Exception) -> dict[str, Any]:
@@ -165,9 +186,11 @@ class RobotMoveAdapter:
         *,
         settle_timeout_s: float = 30.0,
         host: DeviceHost | None = None,
+        sessions: SessionGate | None = None,
     ) -> None:
         self.config = config
         self.store = MoveStore(store_root)
+        self.sessions = sessions
         self.settle_timeout_s = settle_timeout_s
         self._mutex = threading.Lock()
         self._robot_locks: dict[str, threading.Lock] = {}
@@ -332,6 +355,21 @@ class RobotMoveAdapter:
             self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True
         )
 
+    def _session_lapsed(self, ctx: AttemptContext, op: Operation, req: MoveRequest) -> ResultRef:
+        """The terminal failed result of a move whose session is not live (`session_lapsed`)."""
+        where = "no session gate on this host" if self.sessions is None else "not live"
+        doc = {
+            "operation_id": ctx.operation_id,
+            "outcome": "session_lapsed",
+            "code": "session_lapsed",
+            "error": f"not started: session {req.session_id!r} is {where} (its heartbeat "
+            "lapsed, or the host restarted since it was submitted)",
+        }
+        op.record_failed(doc)
+        return self._published(ctx, op) or replace(
+            self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True
+        )
+
     def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
         refused = self._refused(ctx, request)
         if refused is not None:
@@ -352,23 +390,45 @@ class RobotMoveAdapter:
             stopped = self._not_startable(ctx, op, req)
             if stopped is not None:
                 return stopped
+            session = req.session_id
+            world, activity = ctx.key.world_id, ctx.key.activity_id
+            if session is not None and (
+                self.sessions is None
+                or not self.sessions.begin(world, session, activity, req.robot)
+            ):
+                return self._session_lapsed(ctx, op, req)
             try:
-                host = self._connected(req.robot)
-                # The speed limit is the generic host's first-motion policy; a re-issue is a
-                # first motion whatever moved since its proof.
-                reissue = (guard or {}).get("reason") == "operator_reissue"
-                op.start_attempt(number, {"fence": ctx.fence, "catalog_attempt": ctx.attempt})
-                if op.entry.proof("cancel") is not None:  # a cancel raced the start marker
-                    cancelled = self._not_startable(ctx, op, req)
-                    assert cancelled is not None
-                    return cancelled
-                result = self._device(ctx, host).execute(op, number, req, reissue=reissue)
-            except MoveRefused as exc:  # refused from the fresh read-back: nothing was sent
-                return self._failed(ctx, op, exc)
-            except TransportError:
-                self._drop_host()
-                raise
-            return self._put(ctx, op.record_result(result), RESULT_MEDIA_TYPE)
+                return self._started(ctx, op, req, number, guard)
+            finally:
+                if session is not None and self.sessions is not None:
+                    self.sessions.end(world, session, activity)
+
+    def _started(
+        self,
+        ctx: AttemptContext,
+        op: Operation,
+        req: MoveRequest,
+        number: int,
+        guard: dict[str, Any] | None,
+    ) -> ResultRef:
+        """The attempt from its start marker on (the robot's lock held, every check passed)."""
+        try:
+            host = self._connected(req.robot)
+            # The speed limit is the generic host's first-motion policy; a re-issue is a
+            # first motion whatever moved since its proof.
+            reissue = (guard or {}).get("reason") == "operator_reissue"
+            op.start_attempt(number, {"fence": ctx.fence, "catalog_attempt": ctx.attempt})
+            if op.entry.proof("cancel") is not None:  # a cancel raced the start marker
+                cancelled = self._not_startable(ctx, op, req)
+                assert cancelled is not None
+                return cancelled
+            result = self._device(ctx, host).execute(op, number, req, reissue=reissue)
+        except MoveRefused as exc:  # refused from the fresh read-back: nothing was sent
+            return self._failed(ctx, op, exc)
+        except TransportError:
+            self._drop_host()
+            raise
+        return self._put(ctx, op.record_result(result), RESULT_MEDIA_TYPE)
 
     def reconcile(
         self, ctx: AttemptContext, request: dict[str, Any]
@@ -412,15 +472,20 @@ def robot_move_family(
     settle_timeout_s: float = 30.0,
     host: DeviceHost | None = None,
     host_name: str = "",
+    sessions: SessionGate | None = None,
 ) -> Family:
     """The family to register with a runtime `Host`. Its adapter owns the robots' ports, or
     uses `host`'s (the daemon's device host) when one is given. With `host_name`, each move is
-    admitted bound to that host (device-bound claims)."""
+    admitted bound to that host (device-bound claims). `sessions`: the gate a move with a
+    `session_id` starts through (none: such a move never starts)."""
+    adapter = RobotMoveAdapter(
+        config, store_root, settle_timeout_s=settle_timeout_s, host=host, sessions=sessions
+    )
     return Family(
         name=FAMILY,
         kinds=KINDS,
         project=project_on(host_name) if host_name else project,
-        adapter=RobotMoveAdapter(config, store_root, settle_timeout_s=settle_timeout_s, host=host),
+        adapter=adapter,
         stage=stage,
     )
 
@@ -440,7 +505,7 @@ def submit_intent(config: HostConfig) -> Any:
 def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
     """`tether serve`'s factory (`tether.serve.families`): the robot_move family over the
     daemon's own device host, its operations journal in `<data_dir>/robot_move`, each with its
-    submit admission."""
+    submit admission; moves with a `session_id` start through the daemon's sessions."""
     config = cast(HostConfig, ctx.config)
     family = robot_move_family(
         config,
@@ -448,6 +513,7 @@ def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
         settle_timeout_s=ctx.settle_timeout_s,
         host=ctx.device_host,
         host_name=str(getattr(ctx, "host_name", "")),
+        sessions=getattr(ctx, "sessions", None),
     )
     return [(family, submit_intent(config))]
 

@@ -18,6 +18,11 @@ When the runtime's Contract C types are available these map one to one onto them
 starts only while the host's clock is before it; past it the adapter records an `expired`
 failure instead of a start marker. It is part of the request (and its digest) only when set,
 so a move without one keeps the digest it always had.
+
+`session_id` (optional, set by the gRPC service): the move depends on that session's heartbeat
+on the host that runs it (the family's session gate, `SessionGate`): it starts only while the
+session is live, and a lapse stops the arm mid-motion. Like `not_after_ms` it is part of the
+request and its digest only when set.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class MoveRequest:
     robot: str
     targets: tuple[tuple[str, float], ...]  # (joint name, radians or delta radians), sorted
     not_after_ms: int | None = None
+    session_id: str | None = None
 
     @property
     def relative(self) -> bool:
@@ -86,6 +92,8 @@ class MoveRequest:
         }
         if self.not_after_ms is not None:
             doc["not_after_ms"] = self.not_after_ms
+        if self.session_id is not None:
+            doc["session_id"] = self.session_id
         return doc
 
     def expired(self, now_ms: int) -> bool:
@@ -121,7 +129,10 @@ class MoveRequest:
             isinstance(not_after, bool) or not isinstance(not_after, int) or not_after <= 0
         ):
             raise MoveRequestError("not_after_ms must be a positive integer (ms since the epoch)")
-        return cls(kind, robot, tuple(sorted(pairs)), not_after)
+        session = data.get("session_id")
+        if session is not None and (not isinstance(session, str) or not 0 < len(session) <= 256):
+            raise MoveRequestError("session_id must be a string of 1..256 characters")
+        return cls(kind, robot, tuple(sorted(pairs)), not_after, session)
 
 
 @dataclass(frozen=True)

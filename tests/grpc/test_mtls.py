@@ -1,0 +1,176 @@
+"""Mutual TLS on RobotControl (`[tls] client_ca`): `tether serve` (a subprocess) over the
+DYNAMIXEL emulator, real grpcio clients on loopback, and the bridge side's `RemoteHost`
+presenting a client certificate. The CA, server and client certificates are made in the test
+with the `openssl` CLI."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from _dxl_setup import GOALS, EmulatorProcess, emulator_process, target_actions
+from _grpc_setup import SERVE, bearer, daemon, grpc_config
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+from tether.activities import ActivityKey
+from tether.adapters.grpc.remote import KIND_ABSOLUTE, RemoteHost, intent, remote_move_family
+from tether.runtime import FamilyError, Host
+
+from tests._listeners import Authority, Cert, make_authority
+from tests._secrets import PLANNER
+
+
+@pytest.fixture
+def emu(tmp_path: Path) -> Iterator[EmulatorProcess]:
+    with emulator_process(tmp_path) as emulator:
+        yield emulator
+
+
+def mtls_config(tmp_path: Path, url: str, server: Cert, client_ca: str, **kw: str) -> Path:
+    config = grpc_config(tmp_path, url, **kw)
+    table = f'[tls]\ncert = "{server.cert}"\nkey = "{server.key}"\nclient_ca = "{client_ca}"\n'
+    config.write_text(config.read_text().replace("[ports.bus]", table + "[ports.bus]", 1))
+    return config
+
+
+def control(
+    port: str, ca: Authority, client: Cert | None
+) -> tuple[grpc.Channel, rpc.RobotControlStub]:
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=ca.cert.read_bytes(),
+        private_key=None if client is None else client.key.read_bytes(),
+        certificate_chain=None if client is None else client.cert.read_bytes(),
+    )
+    channel = grpc.secure_channel(f"localhost:{port}", creds)
+    return channel, rpc.RobotControlStub(channel)
+
+
+def _code(call: object) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as info:
+        call()  # type: ignore[operator]
+    return info.value.code()  # type: ignore[no-any-return]
+
+
+def test_a_client_certificate_of_the_ca_connects_and_others_fail_the_handshake(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    ca = make_authority(tmp_path / "ca")
+    other = make_authority(tmp_path / "other", "other-ca")
+    server = ca.issue("server", server=True)
+    ours = ca.issue("planner-box", server=False)
+    stranger = other.issue("stranger", server=False)
+    config = mtls_config(tmp_path, emu.path, server, str(ca.cert))
+    with daemon(config) as (_, ready):
+        port = ready["grpc"].rsplit(":", 1)[1]
+        channel, stub = control(port, ca, ours)
+        listed = stub.ListOperations(pb.ListOperationsRequest(), metadata=bearer(), timeout=10)
+        assert list(listed.operations) == []
+        # The certificate admits the connection; the bearer token still names the principal.
+        assert (
+            _code(lambda: stub.ListOperations(pb.ListOperationsRequest(), timeout=10))
+            == grpc.StatusCode.UNAUTHENTICATED
+        )
+        wrong = (("authorization", "Bearer not-the-token-of-anyone"),)
+        assert (
+            _code(lambda: stub.ListOperations(pb.ListOperationsRequest(), metadata=wrong))
+            == grpc.StatusCode.UNAUTHENTICATED
+        )
+        channel.close()
+        # Without a client certificate, or with one of another CA: no handshake, nothing served.
+        for client in (None, stranger):
+            channel, stub = control(port, ca, client)
+            assert (
+                _code(
+                    lambda s=stub: s.ListOperations(
+                        pb.ListOperationsRequest(), metadata=bearer(), timeout=5
+                    )
+                )
+                == grpc.StatusCode.UNAVAILABLE
+            ), client
+            channel.close()
+        # The server still serves the good client after the failed handshakes.
+        channel, stub = control(port, ca, ours)
+        again = stub.ListOperations(pb.ListOperationsRequest(), metadata=bearer(), timeout=10)
+        assert list(again.operations) == []
+        channel.close()
+    assert [e for e in emu.journal() if e["instruction"] in ("action", "reg_write")] == []
+
+
+def test_the_bridge_side_remote_host_presents_its_client_certificate(tmp_path: Path) -> None:
+    ca = make_authority(tmp_path / "ca")
+    server = ca.issue("server", server=True)
+    client = ca.issue("bridge", server=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    remote = RemoteHost(
+        f"localhost:{port}",
+        PLANNER,
+        root_certificates=ca.cert.read_bytes(),
+        timeout_s=10.0,
+        certificate_chain=client.cert.read_bytes(),
+        private_key=client.key.read_bytes(),
+    )
+    text = repr(remote)
+    assert "client_cert=True" in text and PLANNER not in text and "PRIVATE" not in text
+    with pytest.raises(FamilyError):
+        RemoteHost("localhost:1", PLANNER, certificate_chain=client.cert.read_bytes())
+    family = remote_move_family(remote)
+    host = Host(tmp_path / "bridge", [family], workers=1, lease_ms=1500)
+    host.start()
+    try:
+        with emulator_process(tmp_path) as emu:
+            serve = SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+            config = mtls_config(tmp_path, emu.path, server, str(ca.cert), serve=serve)
+            with daemon(config):
+                host.create_world("bridge")
+                request = {
+                    "kind": KIND_ABSOLUTE,
+                    "device": "arm",
+                    "targets": {"a": 0.5, "b": -0.3},
+                    "not_after_ms": int(time.time() * 1000) + 120_000,
+                }
+                host.commit_tick("bridge", [intent("m1", request)])
+                assert host.wait_settled("bridge", 90)
+                record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "m1"))
+                assert record is not None and record.result is not None
+                assert not record.result.failed
+                doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
+                assert doc["state"] == "succeeded", doc
+            assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+    finally:
+        host.close()
+        family.adapter.close()  # type: ignore[attr-defined]
+
+
+def test_a_misspelled_or_unreadable_client_ca_is_a_one_line_usage_error(
+    tmp_path: Path,
+) -> None:
+    ca = make_authority(tmp_path / "ca")
+    server = ca.issue("server", server=True)
+    cases = (
+        ("client_cas", str(ca.cert), "unknown_key", "client_cas"),
+        ("client_ca", str(tmp_path / "missing.pem"), "tls_unusable", "tls.client_ca"),
+        ("client_ca", str(server.key), "tls_unusable", "tls.client_ca"),  # no certificate
+    )
+    for key, value, code, named in cases:
+        config = grpc_config(tmp_path, "/dev/null-unused")
+        table = f'[tls]\ncert = "{server.cert}"\nkey = "{server.key}"\n{key} = "{value}"\n'
+        config.write_text(config.read_text().replace("[ports.bus]", table + "[ports.bus]", 1))
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", "serve", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, (key, value, done.stderr)
+        assert code in done.stderr and named in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
