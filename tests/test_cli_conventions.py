@@ -296,3 +296,53 @@ def test_demo_json_is_one_object_on_stdout_with_progress_on_stderr(tmp_path: Pat
     assert (report["status"], report["exit_code"], report["parked"]) == ("done", 0, [])
     assert [a["activity"] for a in report["activities"]] == ["reach-0000"]
     assert "reach-0000" in done.stderr and "mission:" in done.stderr
+
+
+#: The commands that take `--json`, and where their `--json` goes.
+JSON_BAD = [
+    (["status", "--config", "{missing}", "--json"]),
+    (["status", "--json", "--no-such-flag"]),
+    (["operator", "--json", "--config", "{missing}", "list"]),
+    (["operator", "--json", "--data-dir", "{file}", "list"]),
+    (["operator", "--json", "lis"]),
+    (["db", "status", "--json", "mysql://h/x"]),
+    (["db", "prune", "--json", "--data-dir", "{missing}", "--older-than", "1d"]),
+    (["replay", "--json", "{missing}"]),
+    (["replay", "--json", "--chunk-size", "0"]),
+    (["stop", "--json", "--config", "{missing}"]),
+    (["stop", "--json", "--config", "{config}", "--robot", "amr"]),
+    (["host", "serve", "--json", "--config", "{missing}"]),
+    (["serve", "--json", "--config", "{missing}"]),
+    (["demo", "--json", "--port", "-1"]),
+    (["demo", "--json", "--port", "0", "--data-dir", "{file}"]),
+]
+
+
+@pytest.mark.parametrize("argv", JSON_BAD, ids=lambda a: " ".join(a))
+def test_a_refusal_with_json_is_one_document_on_stdout_and_one_line_on_stderr(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    names = _names(tmp_path)
+    done = tether_run(
+        *(a.format(**names) for a in argv), env={"TETHER_HOST_CONFIG": names["config"]}
+    )
+    assert done.returncode == _exit.USAGE, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    doc = json.loads(lines[0])
+    assert doc["status"] == "refused", doc
+    assert isinstance(doc["code"], str) and re.fullmatch(r"[a-z][a-z0-9_]*", doc["code"]), doc
+    assert doc["message"] and "\n" not in doc["message"] and isinstance(doc["details"], dict)
+    said = done.stderr.strip().splitlines()[-1]  # after the demo's progress lines, if any
+    assert said.startswith("tether"), said
+    assert doc["message"] in said or doc["code"] in said, (doc, said)
+    assert Path(names["file"]).read_text() == "precious\n"
+
+
+def test_without_json_a_refusal_leaves_stdout_empty(tmp_path: Path) -> None:
+    names = _names(tmp_path)
+    for argv in (["status", "--config", names["missing"]], ["replay", names["missing"]]):
+        done = tether_run(*argv)
+        assert done.returncode == _exit.USAGE and done.stdout == "", done.stdout
+        assert done.stderr.startswith("tether ")

@@ -5,11 +5,24 @@ usage error is one line on stderr with exit code `USAGE`, never argparse's usage
 their line breaks; each option's help ends with `(default: ...)` unless it already names its
 default, or with `(required)`). Every parser made is remembered in `PARSERS` (weakly), so a
 test can walk every command and sub-command and check each flag.
+
+A refusal (`refuse`, `error_line`, a usage error) is always one line on stderr. When the
+command line asked for JSON (`--json` among the arguments a `Parser` parsed), the same refusal
+is also one JSON document on stdout, so a script reading stdout never gets nothing:
+
+    {"status": "refused", "error": "UsageError", "code": "usage", "message": "...",
+     "details": {...}}
+
+`code` is the error's stable code (`usage` for a usage error, the errno's name for an OS
+error); `message` is the one line without the code; `details` the error's facts (never a
+secret: errors carry none).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import json
 import os
 import re
 import sys
@@ -22,6 +35,19 @@ from tether import _exit
 
 #: Every `Parser` made in this process (a test walks them).
 PARSERS: weakref.WeakSet[Parser] = weakref.WeakSet()
+#: Whether the arguments being parsed (or last parsed) asked for JSON.
+_json_wanted = False
+
+
+def json_wanted() -> bool:
+    """Whether this command line asked for JSON (`--json` among a `Parser`'s arguments)."""
+    return _json_wanted
+
+
+def want_json(on: bool = True) -> None:
+    """Mark this command line as JSON (a command whose JSON is its default off a terminal)."""
+    global _json_wanted
+    _json_wanted = on
 
 
 def _shown(default: Any) -> str:
@@ -90,9 +116,17 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         PARSERS.add(self)
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = list(sys.argv[1:] if args is None else args)
+        if "--json" in given:
+            want_json()
+        return super().parse_known_args(given, namespace)
+
     def error(self, message: str) -> NoReturn:
-        """A usage error: one line on stderr, exit `USAGE`."""
-        print(f"{self.prog}: usage: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        """A usage error: one line on stderr (and its JSON document), exit `USAGE`."""
+        refuse(self.prog, "usage", f"{message} (see `{self.prog} --help`)", error="UsageError")
         raise SystemExit(_exit.USAGE)
 
 
@@ -101,13 +135,78 @@ def debug() -> bool:
     return os.environ.get("TETHER_DEBUG") == "1"
 
 
+def refuse(
+    prog: str,
+    code: str,
+    message: str,
+    *,
+    error: str = "Refused",
+    details: dict[str, Any] | None = None,
+    line: str | None = None,
+) -> None:
+    """A refusal: `PROG: code: message` (or `PROG: line`) on stderr and, when JSON was asked
+    for, its document on stdout (see the module's docstring)."""
+    print(f"{prog}: {line if line is not None else f'{code}: {message}'}", file=sys.stderr)
+    sys.stderr.flush()
+    if _json_wanted:
+        doc = {
+            "status": "refused",
+            "error": error,
+            "code": code,
+            "message": message,
+            "details": details or {},
+        }
+        print(json.dumps(doc, default=str), flush=True)
+
+
+def error_fields(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
+    """An error's (code, one-line message, details): its stable code and message when it has
+    them, an OS error's errno name and strerror, else the class name and its text."""
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    code = getattr(exc, "code", None)
+    message = getattr(exc, "message", None)
+    details = getattr(exc, "details", None)
+    if isinstance(exc, OSError) and not isinstance(code, str):
+        name = errno.errorcode.get(exc.errno or 0, "os_error").lower()
+        where = f": {exc.filename}" if exc.filename else ""
+        return name, f"{exc.strerror or first}{where}", {}
+    if not isinstance(code, str) or not code:
+        return type(exc).__name__, first, {}
+    if not isinstance(message, str) or not message:
+        message = first.removeprefix(f"{code}: ")
+    return (
+        code,
+        message.splitlines()[0] if message else code,
+        (dict(details) if isinstance(details, dict) else {}),
+    )
+
+
 def error_line(prog: str, exc: BaseException, suffix: str = "") -> None:
-    """An expected error as one line on stderr, `PROG: code: message`; with `--debug` (or
-    `TETHER_DEBUG=1`) its traceback first."""
+    """An expected error as one line on stderr, `PROG: code: message` (and its JSON document
+    when JSON was asked for); with `--debug` (or `TETHER_DEBUG=1`) its traceback first."""
     if debug():
         traceback.print_exception(exc)
+    code, message, details = error_fields(exc)
     text = (str(exc).splitlines() or [type(exc).__name__])[0]
-    print(f"{prog}: {text}{suffix}", file=sys.stderr)
+    refuse(
+        prog,
+        code,
+        message + suffix,
+        error=type(exc).__name__,
+        details=details,
+        line=text + suffix,
+    )
 
 
-__all__ = ["PARSERS", "HelpFormatter", "Parser", "debug", "describes_default", "error_line"]
+__all__ = [
+    "PARSERS",
+    "HelpFormatter",
+    "Parser",
+    "debug",
+    "describes_default",
+    "error_fields",
+    "error_line",
+    "json_wanted",
+    "refuse",
+    "want_json",
+]

@@ -19,7 +19,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from tether import _exit
+from tether import _args, _exit
 from tether._dirs import private_umask
 from tether.errors import TetherError
 
@@ -144,6 +144,8 @@ def _dispatch(args: list[str]) -> int:
         print(_usage())
         return _exit.OK if args else _exit.USAGE
     name, rest = args[0], args[1:]
+    if "--json" in rest:
+        _args.want_json()  # a refusal escaping the command is also a JSON document
     if name not in COMMANDS:
         near = _nearest(name)
         hint = f"; did you mean {near!r}?" if near else ""
@@ -165,11 +167,25 @@ def _dispatch(args: list[str]) -> int:
     except (TetherError, OSError) as exc:
         if _debug():
             traceback.print_exc()
-        print(f"tether {name}: {_one_line(exc)}", file=sys.stderr)
+        err_code, message, details = _args.error_fields(exc)
+        _args.refuse(
+            f"tether {name}",
+            err_code,
+            message,
+            error=type(exc).__name__,
+            details=details,
+            line=_one_line(exc),
+        )
         return _exit.for_error(exc)
     except Exception:  # a bug: keep its traceback, and a code no expected failure uses
         traceback.print_exc()
-        print(f"tether {name}: internal error (a bug in Tether; please report it)", file=sys.stderr)
+        _args.refuse(
+            f"tether {name}",
+            "internal",
+            "internal error (a bug in Tether; please report it)",
+            error="InternalError",
+            line="internal error (a bug in Tether; please report it)",
+        )
         return _exit.INTERNAL
     return code
 

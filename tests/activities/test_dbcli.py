@@ -215,8 +215,10 @@ def test_bad_input_is_one_line_with_its_exit_code_and_changes_nothing(
     if setup in ("newer", "v2"):
         assert rows(d) == versions  # neither migrated nor compacted
     as_json = tether("db", "prune", "--data-dir", str(d), *argv, "--json")
-    assert as_json.returncode == code and as_json.stderr == ""
+    # With --json the refusal is one document on stdout, and still the same line on stderr.
+    assert as_json.returncode == code and as_json.stderr == done.stderr
     error = json.loads(as_json.stdout)
+    assert error["status"] == "refused"
     assert prefix.split(": ")[1].rstrip(":") == error["code"]
     assert error["message"] and error["error"]
 
@@ -238,7 +240,7 @@ def test_status_and_upgrade_share_prunes_error_shape_and_exit_codes(tmp_path: Pa
     assert missing.returncode == 2
     one_line(missing, "tether db: usage: the following arguments are required: URL")
     bad = tether("db", "upgrade", "mysql://h/x", "--json")
-    assert bad.returncode == 2 and bad.stderr == ""
+    assert bad.returncode == 2 and bad.stderr.startswith("tether db: usage:")
     assert json.loads(bad.stdout)["code"] == "usage"
     d = data_dir(tmp_path)
     conn = sqlite3.connect(d / "catalog.db")

@@ -77,7 +77,10 @@ def refused_without_a_daemon(done: subprocess.CompletedProcess[str], where: str)
     assert done.returncode == 7, done.stdout + done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert "daemon_not_running" in line and "tether serve" in line and where in line
-    assert done.stdout == "" and SECRET not in done.stderr
+    # Off a terminal `tether operator` speaks JSON: the refusal is also its one document.
+    (doc,) = [json.loads(x) for x in done.stdout.splitlines()]
+    assert (doc["status"], doc["code"]) == ("refused", "daemon_not_running"), doc
+    assert SECRET not in done.stderr + done.stdout
 
 
 @pytest.mark.parametrize("decision", ["abandon", "reissue", "done"])

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tether import _exit
-from tether._args import Parser
+from tether._args import Parser, refuse, want_json
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether.activities._catalog import Catalog
@@ -407,13 +407,10 @@ def _failed(e: BaseException, fail: Callable[[int, str, str, str], int]) -> int:
 
 def main(argv: list[str]) -> int:
     """Entry point of `tether db`."""
-    as_json = "--json" in argv
+    want_json("--json" in argv)  # a refusal is then also its JSON document
 
     def fail(code: int, error: str, err_code: str, message: str) -> int:
-        if as_json:
-            print(json.dumps({"error": error, "code": err_code, "message": message}))
-        else:
-            print(f"tether db: {err_code}: {message}", file=sys.stderr)
+        refuse("tether db", err_code, message, error=error)  # and JSON with --json
         return code
 
     parser = _parser()

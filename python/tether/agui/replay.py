@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser
+from tether._args import Parser, error_fields, refuse
 from tether.agui._store import ActivityStore
 from tether.errors import AguiError
 
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the replay; exit status 0 on success, 1 on a fatal stream error, 2 on bad usage."""
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.chunk_size <= 0:
-        print("tether replay: usage: --chunk-size must be positive", file=sys.stderr)
+        refuse("tether replay", "usage", "--chunk-size must be positive", error="UsageError")
         return _exit.USAGE
     try:
         data = args.file.read_bytes()
@@ -105,7 +105,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.file == DEFAULT_STREAM
             else ""
         )
-        print(f"tether replay: cannot read {args.file}: {e.strerror or e}{hint}", file=sys.stderr)
+        refuse(
+            "tether replay",
+            "unreadable",
+            f"cannot read {args.file}: {e.strerror or e}{hint}",
+            error=type(e).__name__,
+            line=f"cannot read {args.file}: {e.strerror or e}{hint}",
+        )
         return _exit.USAGE
     try:
         store = replay(data, chunk_size=args.chunk_size, partial=args.partial)
@@ -116,7 +122,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             else ""
         )
         first = str(e).splitlines()[0] if str(e) else ""
-        print(f"tether replay: {args.file}: {type(e).__name__}: {first}{hint}", file=sys.stderr)
+        code, message, details = error_fields(e)
+        refuse(
+            "tether replay",
+            code,
+            f"{args.file}: {message}{hint}",
+            error=type(e).__name__,
+            details=details,
+            line=f"{args.file}: {type(e).__name__}: {first}{hint}",
+        )
         return _exit.FAILED
     for w in store.warnings:
         print(

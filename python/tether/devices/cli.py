@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, error_line
+from tether._args import Parser, error_line, want_json
 from tether._dirs import usable_dir
 from tether.devices.config import HostConfig, load_config
 from tether.devices.host import DeviceHost, stop_everything
@@ -119,6 +119,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     as_json = args.json or not sys.stdout.isatty()
+    want_json(as_json)  # its refusals are JSON documents too
     try:
         config: HostConfig[Any] = load_config(args.config)
         usable_dir(config.state_dir, what="host.state_dir")

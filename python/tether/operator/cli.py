@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, error_line
+from tether._args import Parser, error_line, want_json
 from tether._dirs import usable_dir
 from tether.activities import ActivityRecord, Catalog
 from tether.devices import credentials
@@ -158,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     as_json = args.json or not sys.stdout.isatty()
+    want_json(as_json)  # its refusals are JSON documents too
     try:
         if args.cmd == "hash":
             return _hash(args, args.json)
@@ -344,11 +345,8 @@ _review = review_for
 def _rejected(exc: TetherError, as_json: bool = True) -> int:
     """A refused request: one JSON line with its stable code, exit status 1 (or the code of a
     store that cannot be used, or of a write the disk refused)."""
-    if as_json:
-        doc = {"status": "rejected", "code": getattr(exc, "code", None), "error": str(exc)}
-        print(json.dumps(doc))
-    else:
-        error_line("tether operator", exc)
+    want_json(as_json)
+    error_line("tether operator", exc)
     code = _exit.for_error(exc)
     return code if code in (_exit.STORE_UNUSABLE, _exit.STORAGE_IO) else EXIT_REFUSED
 

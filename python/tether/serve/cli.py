@@ -11,7 +11,7 @@ import threading
 from types import FrameType
 
 from tether import _exit, _log
-from tether._args import Parser, error_line
+from tether._args import Parser, error_line, want_json
 from tether.errors import TetherError
 from tether.serve.daemon import Daemon
 
@@ -69,6 +69,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     _log.setup(args.log_format, level=args.log_level)
     as_json = args.json or not sys.stdout.isatty()
+    want_json(as_json)  # its refusals are JSON documents too
     done = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

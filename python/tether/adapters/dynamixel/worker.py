@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser
+from tether._args import Parser, want_json
 from tether._dirs import usable_dir
 from tether.activities import ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
@@ -393,6 +393,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     _one_line_logs()
     as_json = args.json or not sys.stdout.isatty()
+    want_json(as_json)  # its refusals are JSON documents too
     say = _say_json if as_json else _say_text
     try:
         config = load_config(args.config)

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tether import _exit
-from tether._args import Parser, error_line
+from tether._args import Parser, error_line, refuse
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._sqlite_files import StoreFileError, describe, storage_failure
@@ -153,10 +153,14 @@ def _one_line(exc: BaseException | None) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
-def _storage_line(kind: str, detail: str, data_dir: object) -> str:
-    return (
-        f"tether demo: {kind}: {describe(kind)} under {data_dir} ({detail}); nothing was lost: "
-        "free space (or raise the limit), then run the same command again"
+def _storage_refusal(kind: str, detail: str, data_dir: object) -> None:
+    refuse(
+        "tether demo",
+        kind,
+        f"{describe(kind)} under {data_dir} ({detail}); nothing was lost: "
+        "free space (or raise the limit), then run the same command again",
+        error="StorageError",
+        details={"data_dir": str(data_dir)},
     )
 
 
@@ -347,7 +351,10 @@ def _sim_factory(cap: int) -> Any:
 
 
 def _usage(message: str) -> int:
-    print(f"tether demo: {message}", file=sys.stderr)
+    code, sep, rest = message.partition(": ")
+    if not sep or " " in code:
+        code, rest = "usage", message
+    refuse("tether demo", code, rest, error="UsageError", line=message)
     return EXIT_USAGE
 
 
@@ -578,7 +585,7 @@ def _open(
     except StoreFileError as exc:  # a store cut short: refused before anything was written
         _stop_all(daemon, arm)
         if exc.code in ("disk_full", "file_too_large"):
-            print(_storage_line(exc.code, exc.message, data_dir), file=sys.stderr)
+            _storage_refusal(exc.code, exc.message, data_dir)
             return EXIT_DISK
         error_line("tether demo", exc)
         return EXIT_STORE
@@ -610,9 +617,12 @@ def _open(
         snap = host.snapshot(WORLD)
         if snap.get(MISSION_ENTITY, MISSION) != component:
             _stop_all(daemon, arm)
-            print(
-                f"tether demo: {data_dir} holds a different mission; use another --data-dir",
-                file=sys.stderr,
+            refuse(
+                "tether demo",
+                "other_mission",
+                f"{data_dir} holds a different mission; use another --data-dir",
+                error="UsageError",
+                line=f"{data_dir} holds a different mission; use another --data-dir",
             )
             return EXIT_USAGE
         records = {k.activity_id: host.get(k) for k in _keys(snap)}
@@ -689,7 +699,7 @@ def _watch(run: _Run) -> int:
     while True:
         if run.log.storage is not None:  # a runtime thread could not write: stop, say it once
             kind, detail = run.log.storage
-            print(_storage_line(kind, detail, run.host.data_dir), file=sys.stderr)
+            _storage_refusal(kind, detail, run.host.data_dir)
             return EXIT_DISK
         snap = run.host.snapshot(WORLD)
         records = {k: done.get(k) or run.host.get(k) for k in _keys(snap)}
@@ -946,7 +956,8 @@ def main(argv: list[str]) -> int:
     try:
         server = StreamServer(stream, args.host, args.port)
     except OSError as exc:
-        print(f"tether demo: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        line = f"cannot serve on {args.host}:{args.port}: {exc}"
+        refuse("tether demo", "sse_unavailable", line, error=type(exc).__name__, line=line)
         return EXIT_USAGE
     log = _LogLines()
     tether_log = logging.getLogger("tether")
@@ -960,7 +971,7 @@ def main(argv: list[str]) -> int:
         if kind is None:
             raise
         stream.finish(error=describe(kind))
-        print(_storage_line(kind, _one_line(exc), data_dir), file=sys.stderr)
+        _storage_refusal(kind, _one_line(exc), data_dir)
         return EXIT_DISK
     finally:
         tether_log.removeHandler(log)
