@@ -236,7 +236,7 @@ def journal_lines(op: Operation, wording: Wording | None = None) -> list[TraceLi
             ),
         )
     ]
-    sent_by: dict[int, list[TraceLine]] = {}
+    sent_by: dict[int, list[tuple[int, TraceLine]]] = {}
     for i, rec in enumerate(op.sent()):
         attempt = _int(rec.get("attempt")) or 0
         cause = rec.get("cause")
@@ -248,7 +248,7 @@ def journal_lines(op: Operation, wording: Wording | None = None) -> list[TraceLi
         line = TraceLine(
             f"sent:{i}", _int(rec.get("t_ms")), word(Fact("sent", attempt, rec), generic)
         )
-        sent_by.setdefault(attempt, []).append(line)
+        sent_by.setdefault(attempt, []).append((i, line))
     for n in op.attempts():
         marker = op.marker(n) or {}
         out.append(
@@ -265,6 +265,11 @@ def journal_lines(op: Operation, wording: Wording | None = None) -> list[TraceLi
             )
         )
         pre = op.preimage(n)
+        sends = sent_by.pop(n, [])
+        # The pre-image goes where it was read among the attempt's commands (a journal that
+        # does not say where: before them).
+        at = op.preimage_position(n) if pre is not None else None
+        out.extend(line for i, line in sends if at is not None and i < at)
         if pre is not None:
             out.append(
                 TraceLine(
@@ -276,7 +281,7 @@ def journal_lines(op: Operation, wording: Wording | None = None) -> list[TraceLi
                     ),
                 )
             )
-        out.extend(sent_by.pop(n, []))
+        out.extend(line for i, line in sends if at is None or i >= at)
         if op.fenced(n):
             out.append(
                 TraceLine(
@@ -284,7 +289,7 @@ def journal_lines(op: Operation, wording: Wording | None = None) -> list[TraceLi
                 )
             )
     for lines in sent_by.values():  # commands of an attempt without a start marker (a proof's)
-        out.extend(lines)
+        out.extend(line for _, line in lines)
     for name in op.proofs():
         try:
             proof = op.proof(name)

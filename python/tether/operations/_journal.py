@@ -75,6 +75,10 @@ def check_operation_id(operation_id: object) -> str:
     return operation_id
 
 
+#: The key of a pre-image file that holds its place in the sent log (not part of the state).
+_PREIMAGE_POSITION = "journal_sent_before"
+
+
 def _read(path: Path) -> Any:
     try:
         return json.loads(path.read_bytes())
@@ -177,14 +181,34 @@ class Operation:
         return (self.path / f"attempt-{_attempt(attempt)}.fenced").exists()
 
     def record_preimage(self, attempt: int, state: Mapping[str, Any]) -> dict[str, Any]:
-        """The state read before `attempt` did anything; the first one recorded stands."""
+        """The state read before `attempt` did anything; the first one recorded stands. The
+        file also keeps how many commands the sent log held when it was read (its place among
+        them: `preimage_position`)."""
+        if _PREIMAGE_POSITION in state:
+            raise ValueError(f"{_PREIMAGE_POSITION!r} is the journal's own key")
         path = self.path / f"preimage-{_attempt(attempt)}.json"
-        create_exclusive(path, canonical_json(dict(state)))
-        return dict(_read(path))
+        doc = {**dict(state), _PREIMAGE_POSITION: len(self.sent())}
+        create_exclusive(path, canonical_json(doc))
+        return self._preimage(path) or {}
 
     def preimage(self, attempt: int) -> dict[str, Any] | None:
+        return self._preimage(self.path / f"preimage-{_attempt(attempt)}.json")
+
+    def preimage_position(self, attempt: int) -> int | None:
+        """How many commands (of every attempt) were in the sent log when `attempt`'s
+        pre-image was recorded (None: none recorded, or recorded before this was kept)."""
         doc = _read(self.path / f"preimage-{_attempt(attempt)}.json")
-        return None if doc is None else dict(doc)
+        pos = None if doc is None else doc.get(_PREIMAGE_POSITION)
+        return pos if isinstance(pos, int) and not isinstance(pos, bool) else None
+
+    @staticmethod
+    def _preimage(path: Path) -> dict[str, Any] | None:
+        doc = _read(path)
+        if doc is None:
+            return None
+        out = dict(doc)
+        out.pop(_PREIMAGE_POSITION, None)
+        return out
 
     # --- the sent log ---
 
