@@ -34,12 +34,18 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from tether._coded import CodedError
 from tether._config import HostConfigError, Table
 from tether._listen import is_loopback
-from tether.adapters.grpc.remote import KINDS, RemoteHost, execute_request, intent
+from tether.adapters.grpc.remote import (
+    KINDS,
+    RemoteHost,
+    RemoteMoveAdapter,
+    execute_request,
+    intent,
+)
 from tether.adapters.grpc.remote import remote_move_family as _family
 from tether.devices.credentials import CredentialError, read_secret
 from tether.runtime import Family, FamilyError
@@ -152,9 +158,8 @@ def submit(activity_id: str, kind: str, request: dict[str, Any]) -> ComponentWri
 def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
     """`tether serve`'s factory (`[serve] families`): the remote_move family over the
     `[remote]` host, with its submit; its channel closes with the daemon."""
-    remote = load_remote(ctx.config.path)
-    family = _family(remote)
-    ctx.on_close(family.adapter.close)
+    family = _family(load_remote(ctx.config.path))
+    ctx.on_close(cast(RemoteMoveAdapter, family.adapter).close)
     return [(family, submit)]
 
 
