@@ -33,11 +33,12 @@ from _dxl_setup import GOALS, TARGETS, emulator_process, target_actions
 from _grpc_setup import SERVE, bearer, grpc_config, stub
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether.activities import ActivityKey, Catalog
+from tether.adapters.grpc.bridge import load_remote
 from tether.adapters.grpc.bridge import submit as bridge_submit
 from tether.adapters.grpc.remote import CRASH_POINTS as BRIDGE_POINTS
 from tether.adapters.grpc.remote import KIND_ABSOLUTE
 from tether.client import Client, ClientError
-from tether.errors import TetherError
+from tether.errors import HostConfigError, TetherError
 from tether.runtime import CRASH_POINTS as RUNTIME_POINTS
 from tether.runtime import ArtifactStore
 from tether.serve.daemon import CRASH_POINTS as SERVE_POINTS
@@ -231,33 +232,58 @@ def _serve_bridge(config: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_a_bad_remote_table_stops_tether_serve_with_a_usage_error(tmp_path: Path) -> None:
+    config = bridge_config(tmp_path, 50051)
+    config.write_text(config.read_text().replace("timeout_s = 30", "timeout_sec = 30"))
+    done = _serve_bridge(config)
+    assert done.returncode == 2, done.stderr
+    assert "unknown_key" in done.stderr and "remote: unknown key `timeout_sec`" in done.stderr
+    assert "did you mean `timeout_s`?" in done.stderr
+    assert PLANNER not in done.stderr + done.stdout
+
+
 @pytest.mark.parametrize(
     ("change", "code"),
     [
-        (("timeout_s = 30", "timeout_sec = 30"), "unknown_key"),
         (('address = "127.0.0.1:', 'address = "192.0.2.7:'), "insecure_remote"),
         (('address = "127.0.0.1:', 'address = "127.0.0.1:x'), "bad_remote"),
+        (("timeout_s = 30", "timeout_s = 0"), "bad_remote"),
         (('token_file = "planner.token"', 'token_file = "absent.token"'), "bad_remote_token"),
+        (("timeout_s = 30", 'timeout_s = 30\nca = "planner.token"'), "bad_remote"),
+        (('token_file = "planner.token"\n', ""), "missing_key"),
     ],
-    ids=["misspelled-key", "plaintext-off-loopback", "bad-address", "missing-token-file"],
+    ids=[
+        "plaintext-off-loopback",
+        "bad-address",
+        "zero-deadline",
+        "missing-token-file",
+        "ca-no-pem",
+        "no-token-file",
+    ],
 )
-def test_a_bad_remote_table_is_a_usage_error_naming_it(
+def test_a_bad_remote_table_is_refused_naming_it(
     tmp_path: Path, change: tuple[str, str], code: str
 ) -> None:
     config = bridge_config(tmp_path, 50051)
     config.write_text(config.read_text().replace(*change))
-    done = _serve_bridge(config)
-    assert done.returncode == 2, done.stderr
-    assert code in done.stderr and "remote" in done.stderr
-    assert PLANNER not in done.stderr + done.stdout
+    with pytest.raises(HostConfigError) as info:
+        load_remote(config)
+    assert info.value.code == code and "remote" in info.value.message
+    assert PLANNER not in str(info.value)
 
 
 def test_a_token_file_readable_by_others_is_refused(tmp_path: Path) -> None:
     config = bridge_config(tmp_path, 50051)
     (config.parent / "planner.token").chmod(0o644)
-    done = _serve_bridge(config)
-    assert done.returncode == 2, done.stderr
-    assert "bad_remote_token" in done.stderr and "0600" in done.stderr
+    with pytest.raises(HostConfigError) as info:
+        load_remote(config)
+    assert info.value.code == "bad_remote_token" and "0600" in info.value.message
+
+
+def test_the_token_is_read_from_its_file_and_never_shown(tmp_path: Path) -> None:
+    remote = load_remote(bridge_config(tmp_path, 50051))
+    assert (remote.address, remote.token, remote.timeout_s) == ("127.0.0.1:50051", PLANNER, 30)
+    assert PLANNER not in repr(remote) and PLANNER not in str(remote)
 
 
 def test_a_bad_submitted_remote_move_is_refused_before_anything_is_committed() -> None:
