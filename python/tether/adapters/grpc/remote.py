@@ -27,9 +27,9 @@ Rules:
 
 Crash points (`tether._crash.crash_point`, `CRASH_POINTS`), where a death of the bridge worker
 matters; tests/grpc/test_bridge_crash.py SIGKILLs the bridge at each and at the runtime's:
-    remote.execute_sent          the Execute is sent, its reply not read (the remote may or
-                                 may not have it: the next attempt reconciles, and NOT_FOUND
-                                 re-sends the identical request)
+    remote.execute_sent          the Execute handed to grpcio, its reply not read (whether
+                                 it left the process is a race, mostly not: the next attempt
+                                 reconciles, and NOT_FOUND re-sends the identical request)
     remote.after_execute         the Execute answered (the intent is committed remotely), the
                                  reply not used: the next attempt finds it by GetOperation
     remote.mid_watch             a not yet terminal view of the watch reported as progress
