@@ -14,6 +14,7 @@ import pytest
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.move import CRASH_POINTS as MOVE_POINTS
 from tether.adapters.dynamixel.move import PROOF_CRASH_POINTS
+from tether.adapters.grpc.remote import CRASH_POINTS as BRIDGE_POINTS
 from tether.client import AdmissionConflict, Client, ClientError
 from tether.families.robot_move.family import CRASH_POINTS as FAMILY_POINTS
 from tether.families.sim.provider import CRASH_POINTS as SIM_POINTS
@@ -84,6 +85,7 @@ def test_every_crash_point_in_the_code_is_registered() -> None:
         | set(SIM_POINTS)
         | set(FAMILY_POINTS)
         | set(GRPC_POINTS)  # swept by tests/grpc (a SIGKILL of tether serve at each)
+        | set(BRIDGE_POINTS)  # tests/grpc/test_bridge_crash.py (a SIGKILL of the bridge)
     )
     assert named and named <= registered, named - registered
 

@@ -55,9 +55,10 @@ from tether.devices import credentials
 from tether.devices.registry import DeviceType, device_type
 
 SAFE_STOP_POLICIES: Final = ("hold", "torque_off")
-#: The principals' and listeners' tables (`_planners`, `_tls`); [serve] is tether.serve's.
+#: The principals' and listeners' tables (`_planners`, `_tls`); [serve] is tether.serve's,
+#: [remote] the bridge's (`tether.adapters.grpc.bridge`, read when its family loads).
 AUTH_KEYS: Final = ("planners", "tls")
-TOP_KEYS: Final = ("host", "operators", "ports", "robots", "serve", *AUTH_KEYS)
+TOP_KEYS: Final = ("host", "operators", "ports", "robots", "serve", "remote", *AUTH_KEYS)
 HOST_KEYS: Final = ("state_dir",)
 OPERATOR_KEYS: Final = ("credential", "role")
 PLANNER_KEYS: Final = ("token", "role")

@@ -24,6 +24,18 @@ Rules:
   evidence document; pending or running -> watched to its end; NOT_FOUND -> ConfirmedAbsent
   whose guard names the server's create-if-absent by operation id (the next attempt re-sends
   the identical Execute); unreachable -> Unknown, retried shortly.
+
+Crash points (`tether._crash.crash_point`, `CRASH_POINTS`), where a death of the bridge worker
+matters; tests/grpc/test_bridge_crash.py SIGKILLs the bridge at each and at the runtime's:
+    remote.execute_sent          the Execute handed to grpcio, its reply not read (whether
+                                 it left the process is a race, mostly not: the next attempt
+                                 reconciles, and NOT_FOUND re-sends the identical request)
+    remote.after_execute         the Execute answered (the intent is committed remotely), the
+                                 reply not used: the next attempt finds it by GetOperation
+    remote.mid_watch             a not yet terminal view of the watch reported as progress
+    remote.reconcile.after_get   GetOperation answered, nothing concluded from it yet
+    remote.after_result_stored   the remote result durable in the local artifact store, not
+                                 yet returned for `record_result`
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from typing import Any, Final
 
 import grpc  # type: ignore[import-untyped]
 
+from tether._crash import crash_point
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.activities import Evidence, ResultRef, RetryGuard
@@ -64,6 +77,14 @@ GUARD_MEDIA_TYPE: Final = "application/vnd.tether.remote-move.guard+json"
 OPERATOR_RETRY_MS: Final = 60_000
 UNREACHABLE_RETRY_MS: Final = 1_000
 TERMINAL: Final = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED, pb.EXPIRED})
+#: The adapter's crash points (see the module doc), in the order an attempt can reach them.
+CRASH_POINTS: Final = (
+    "remote.execute_sent",
+    "remote.after_execute",
+    "remote.mid_watch",
+    "remote.reconcile.after_get",
+    "remote.after_result_stored",
+)
 
 
 class RemoteUnreachable(FamilyError):
@@ -213,6 +234,7 @@ class RemoteMoveAdapter:
             doc["code"] = op.error.code or state
             doc["error"] = op.error.message
         ref = self._put(ctx, doc, RESULT_MEDIA_TYPE)
+        crash_point("remote.after_result_stored")
         return ref if op.state == pb.SUCCEEDED else replace(ref, failed=True)
 
     def _refused(self, ctx: AttemptContext, code: str, message: str) -> ResultRef:
@@ -245,6 +267,7 @@ class RemoteMoveAdapter:
                     views.cancel()
                     done: pb.Operation = view
                     return done
+                crash_point("remote.mid_watch")
         except grpc.RpcError as exc:
             raise RemoteUnreachable(f"{op_id}: watch ended: {exc.code().name}") from None
         raise RemoteUnreachable(f"{op_id}: watch ended at {last.state if last else 'nothing'}")
@@ -255,7 +278,12 @@ class RemoteMoveAdapter:
         except FamilyError as exc:
             return self._refused(ctx, "bad_request", str(exc))
         try:
-            op = self._stub.Execute(message, metadata=self._metadata, timeout=self.remote.timeout_s)
+            call = self._stub.Execute.future(
+                message, metadata=self._metadata, timeout=self.remote.timeout_s
+            )
+            crash_point("remote.execute_sent")
+            op = call.result()
+            crash_point("remote.after_execute")
         except grpc.RpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -281,6 +309,7 @@ class RemoteMoveAdapter:
                 metadata=self._metadata,
                 timeout=self.remote.timeout_s,
             )
+            crash_point("remote.reconcile.after_get")
             if op.state not in TERMINAL and op.state != pb.UNKNOWN_AWAITING_OPERATOR:
                 op = self._watch(ctx, op_id, op.revision)
         except grpc.RpcError as exc:
@@ -332,6 +361,7 @@ def remote_move_family(remote: RemoteHost) -> Family:
 
 
 __all__ = [
+    "CRASH_POINTS",
     "FAMILY",
     "INTENT",
     "KINDS",

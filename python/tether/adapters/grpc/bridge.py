@@ -1,0 +1,175 @@
+"""The bridge worker as a process of its own: `tether serve` running `physical_ai.remote_move`
+(`tether.adapters.grpc.remote`) against the remote robot host named in host.toml's `[remote]`.
+
+```toml
+[serve]
+families = ["tether.adapters.grpc.bridge:serve_families"]
+
+[remote]
+address = "127.0.0.1:50051"          # the robot host's RobotControl (its `[serve] grpc`)
+token_file = "secrets/planner.token" # the planner token: one line of a file owned by the
+                                     # daemon's uid, mode 0600; relative to this file
+ca = "tls/robot-host-ca.pem"         # optional: TLS with this trust anchor (PEM); without
+                                     # it the address must be loopback (`insecure_remote`)
+timeout_s = 10.0                     # the per-call deadline (default 10)
+```
+
+Rules:
+- The table is read strictly (`tether._config.Table`): an unknown or misspelled key is
+  `unknown_key`; a bad address or deadline is `bad_remote`; a token file that is missing,
+  empty, not 0600 or not owned by this uid is `bad_remote_token`. All exit `tether serve` 2.
+- The token is read from the file only (never argv, the environment, a log or a repr:
+  `RemoteHost.__repr__` hides it).
+- A plaintext channel is refused off loopback (the bearer token would cross the network in
+  clear): `insecure_remote`.
+- The daemon's `submit` (control socket) takes `{"device", "targets", "not_after_ms"}` under a
+  remote_move kind and commits the intent; the request is checked as the `ExecuteRequest` it
+  becomes before anything is committed (`bad_request`).
+- Crash points: the runtime's (`tether.runtime.CRASH_POINTS`), the daemon's
+  (`serve.after_submit`) and the adapter's (`tether.adapters.grpc.remote.CRASH_POINTS`);
+  tests/grpc/test_bridge_crash.py SIGKILLs this process at each of them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Final, cast
+
+from tether._coded import CodedError
+from tether._config import HostConfigError, Table
+from tether._listen import is_loopback
+from tether.adapters.grpc.remote import (
+    KINDS,
+    RemoteHost,
+    RemoteMoveAdapter,
+    execute_request,
+    intent,
+)
+from tether.adapters.grpc.remote import remote_move_family as _family
+from tether.devices.credentials import CredentialError, read_secret
+from tether.runtime import Family, FamilyError
+from tether.world import ComponentWrite
+
+REMOTE_KEYS: Final = ("address", "token_file", "ca", "timeout_s")
+#: What a submitted remote move carries (its kind is the submit's).
+SUBMIT_KEYS: Final = ("device", "targets", "not_after_ms")
+#: Every `.code` raised here (the strict table's own besides).
+CODES: Final = ("bad_remote", "bad_remote_token", "insecure_remote", "bad_request")
+
+
+class BridgeRequestError(CodedError):
+    """A submitted remote move that is not a valid request (`bad_request`): nothing is
+    committed."""
+
+
+def _error(code: str, message: str, **details: Any) -> HostConfigError:
+    return HostConfigError(code, message, details=details)
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port_text = text.rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = 0
+    if not sep or not host.strip("[]") or not 1 <= port <= 65535 or any(c.isspace() for c in text):
+        raise _error(
+            "bad_remote",
+            f"remote.address: {text!r} is not HOST:PORT (for example 127.0.0.1:50051)",
+            value=text,
+        )
+    return host.strip("[]"), port
+
+
+def parse_remote(raw: Any, base: Path) -> RemoteHost:
+    """The `[remote]` table (`raw`) of the host configuration whose directory is `base`."""
+    if raw is None:
+        raise _error("bad_remote", "the remote_move family needs a [remote] table (address, ...)")
+    table = Table(raw, "remote", REMOTE_KEYS)
+    address = table.text("address")
+    host, _ = _address(address)
+    timeout = table.number("timeout_s", 10.0)
+    if not 0 < timeout <= 3600:
+        raise _error("bad_remote", f"remote.timeout_s {timeout} is not in (0, 3600]")
+    ca_text = table.optional_text("ca")
+    root: bytes | None = None
+    if ca_text is not None:
+        ca = base / ca_text
+        try:
+            root = ca.read_bytes()
+        except OSError as exc:
+            raise _error("bad_remote", f"remote.ca: {ca}: {exc.strerror}", path=str(ca)) from None
+        if b"-----BEGIN CERTIFICATE-----" not in root:
+            raise _error("bad_remote", f"remote.ca: {ca} holds no PEM certificate", path=str(ca))
+    elif not is_loopback(host):
+        raise _error(
+            "insecure_remote",
+            f"remote.address {address!r} is off loopback: set remote.ca (TLS), so the planner"
+            " token never crosses the network in clear",
+            value=address,
+        )
+    token_path = base / table.text("token_file")
+    try:
+        token = read_secret(file=str(token_path)).strip()
+    except CredentialError as exc:
+        raise _error("bad_remote_token", f"remote.token_file: {exc.message}") from None
+    except OSError as exc:
+        raise _error(
+            "bad_remote_token",
+            f"remote.token_file: {token_path}: {exc.strerror}",
+            path=str(token_path),
+        ) from None
+    if not token:
+        raise _error(
+            "bad_remote_token", f"remote.token_file: {token_path} is empty", path=str(token_path)
+        )
+    return RemoteHost(address, token, root_certificates=root, timeout_s=timeout)
+
+
+def load_remote(config_path: str | Path) -> RemoteHost:
+    """The `[remote]` table of the host configuration at `config_path`."""
+    path = Path(config_path)
+    raw = tomllib.loads(path.read_text(encoding="utf-8")).get("remote")
+    return parse_remote(raw, path.resolve().parent)
+
+
+def submit(activity_id: str, kind: str, request: dict[str, Any]) -> ComponentWrite:
+    """The daemon's admission of a submitted remote move: checked as the ExecuteRequest it
+    becomes (under a placeholder id: the real one is the bound provider operation id), then
+    its intent write."""
+    unknown = sorted(set(request) - set(SUBMIT_KEYS))
+    if unknown:
+        raise BridgeRequestError(
+            "bad_request",
+            f"unknown key {unknown[0]!r} in a remote move (valid: {', '.join(SUBMIT_KEYS)})",
+            details={"key": unknown[0]},
+        )
+    if kind not in KINDS:
+        raise BridgeRequestError("bad_request", f"kind must be one of {KINDS}, not {kind!r}")
+    value = {**request, "kind": kind}
+    try:
+        execute_request(activity_id, value)
+    except FamilyError as exc:
+        raise BridgeRequestError("bad_request", str(exc)) from None
+    return intent(activity_id, value)
+
+
+def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
+    """`tether serve`'s factory (`[serve] families`): the remote_move family over the
+    `[remote]` host, with its submit; its channel closes with the daemon."""
+    family = _family(load_remote(ctx.config.path))
+    ctx.on_close(cast(RemoteMoveAdapter, family.adapter).close)
+    return [(family, submit)]
+
+
+__all__ = [
+    "CODES",
+    "REMOTE_KEYS",
+    "SUBMIT_KEYS",
+    "BridgeRequestError",
+    "load_remote",
+    "parse_remote",
+    "serve_families",
+    "submit",
+]
