@@ -235,3 +235,23 @@ def test_trace_log_appends_only_new_facts_and_units_are_si() -> None:
          "t_ms": 99, "state": {"joints": {"1": {"goal_position": 2100}}}, "note": "a\nb"}
     )  # fmt: skip
     assert fields == "speed=0.5 rad/s goal=1.25 rad id=3 ok=true note=a b"
+
+
+def test_a_pre_image_read_after_some_commands_is_traced_where_it_was_read(
+    tmp_path: Path,
+) -> None:
+    """The robot move turns torque on, then reads its pre-image: a rebuilt trace puts that
+    read between those commands and the staged goal, as a live poll saw them happen."""
+    from tether.live._trace import journal_lines
+
+    op = Journal(tmp_path / "j").bind("op-1", {"robot": "arm"})
+    op.start(1, {"started_at_ms": 1})
+    op.log_sent({"attempt": 1, "instruction": "profile_velocity", "t_ms": 2})
+    op.log_sent({"attempt": 1, "instruction": "torque_enable", "t_ms": 2})
+    assert op.record_preimage(1, {"state": {"a": 1}}) == {"state": {"a": 1}}
+    op.log_sent({"attempt": 1, "instruction": "reg_write", "t_ms": 2})
+    keys = [line.key for line in journal_lines(op)]
+    assert keys == ["bound", "start:1", "sent:0", "sent:1", "preimage:1", "sent:2"]
+    assert op.preimage(1) == {"state": {"a": 1}} and op.preimage_position(1) == 2
+    with pytest.raises(ValueError):
+        op.record_preimage(2, {"journal_sent_before": 0})
