@@ -53,3 +53,20 @@ def test_summary_table_aligns_columns_and_shortens_digests() -> None:
     assert set(table[1]) <= {"-", " "}
     assert "abababababababab" in table[2] and "ab" * 17 not in table[2]
     assert table[3].split()[4] == "-" and table[3].endswith("result reused")
+
+
+def test_an_arm_moves_line_shows_radians_to_go() -> None:
+    from tether.apps.demo.main import _radians_to_go
+
+    progress = {
+        "fraction": 0.5,
+        "joints": {
+            "a": {"present_rad": 0.25, "goal_rad": 0.5, "moving": True},
+            "b": {"present_rad": -0.1, "goal_rad": -0.3, "moving": True},
+        },
+    }
+    err = _radians_to_go(progress)
+    assert err is not None and abs(err - 0.25) < 1e-9
+    assert _radians_to_go({"fraction": 1.0}) is None
+    line = progress_line(ActivityRow("move-0001", 1, 50, 100, err, unit="rad", state="moving"))
+    assert "err 0.2500 rad" in line and " m " not in line

@@ -21,6 +21,9 @@ class ActivityRow:
     done: int = 0
     total: int = 0
     error: float | None = None
+    #: The unit of `error`: metres for a reach (distance to the target), radians for an arm
+    #: move (the largest joint's distance to its goal).
+    unit: str = "m"
     state: str = "admitted"
 
 
@@ -38,13 +41,14 @@ class SummaryRow:
 
 
 def progress_line(row: ActivityRow) -> str:
-    """`reach-0001 [######------] 1200/2000 err 0.0123 m attempt 1 running`."""
+    """`reach-0001 [######------] 1200/2000 err 0.0123 m attempt 1 running` (an arm move:
+    `err 0.2100 rad`)."""
     frac = row.done / row.total if row.total else (1.0 if row.state == "settled" else 0.0)
     filled = round(_BAR * min(max(frac, 0.0), 1.0))
     err = "   -    " if row.error is None else f"{row.error:.4f}"
     return (
         f"{row.activity:<12} [{'#' * filled}{'-' * (_BAR - filled)}] "
-        f"{row.done:>8}/{row.total:<8} err {err} m  attempt {row.attempt}  {row.state}"
+        f"{row.done:>8}/{row.total:<8} err {err} {row.unit:<3} attempt {row.attempt}  {row.state}"
     )
 
 

@@ -350,6 +350,21 @@ def _sim_factory(cap: int) -> Any:
     return factory
 
 
+def _radians_to_go(progress: dict[str, Any]) -> float | None:
+    """The largest joint's distance to its goal in a move's progress (None: not reported)."""
+    joints = progress.get("joints")
+    if not isinstance(joints, dict):
+        return None
+    left = [
+        abs(float(j["goal_rad"]) - float(j["present_rad"]))
+        for j in joints.values()
+        if isinstance(j, dict)
+        and isinstance(j.get("goal_rad"), int | float)
+        and isinstance(j.get("present_rad"), int | float)
+    ]
+    return max(left) if left else None
+
+
 def _usage(message: str) -> int:
     code, sep, rest = message.partition(": ")
     if not sep or " " in code:
@@ -550,12 +565,14 @@ def _open(
 
     def on_progress(event: ProgressEvent) -> None:
         c = event.content
-        if event.key.kind != KIND:  # an arm move: its fraction of the way
+        if event.key.kind != KIND:  # an arm move: its fraction of the way, radians to go
             board.update(
                 event.key.activity_id,
                 attempt=event.attempt,
                 done=round(100 * float(c.get("fraction", 0.0))),
                 total=100,
+                error=_radians_to_go(c),
+                unit="rad",
                 state="moving",
             )
             return
@@ -736,7 +753,7 @@ def _watch(run: _Run) -> int:
         for move in run.arm.moves:
             if move.state != "not submitted" and shown.get(move.activity) != move.state:
                 shown[move.activity] = move.state
-                run.board.update(move.activity, state=move.state, attempt=move.attempts)
+                run.board.update(move.activity, state=move.state, attempt=move.attempts, unit="rad")
         parked = [k for k, rec in records.items() if _parked(rec)]
         if parked:
             run.board.message("parked activities (reconciliation is Unknown; an operator decides):")
