@@ -245,7 +245,7 @@ class Catalog:
             self._change(key, lambda row: _core.catalog_claim(row, owner, lease_ms, now, host))
         )
 
-    # -- batches: one transaction for many Activities (PostgreSQL), each decided by the core
+    # -- batches: one transaction for many Activities, each decided by the core
 
     def _change_many(
         self, items: Sequence[tuple[ActivityKey, Callable[[Row], Row]]]
@@ -266,10 +266,10 @@ class Catalog:
     def admit_many(
         self, admissions: Sequence[Admission]
     ) -> list[ActivityRecord | CatalogRejection]:
-        """`admit` each admission, in one transaction on PostgreSQL (one per admission on
-        SQLite). Each is decided by the core on its own; a refused one (its rejection in its
-        place) leaves the others admitted. A lost COMMIT is `CommitUnknown` naming no key:
-        re-read each (`get`) before acting on any."""
+        """`admit` each admission, in one transaction (one sync). Each is decided by the core
+        on its own; a refused one (its rejection in its place) leaves the others admitted. A
+        lost COMMIT is `CommitUnknown` naming no key: re-read each (`get`) before acting on
+        any."""
         now = self._clock.now()
         items = []
         for adm in admissions:

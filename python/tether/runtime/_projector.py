@@ -12,7 +12,9 @@ Rules (seed section 2):
   no-op; a crash between the document and the admission leaves only an unreferenced,
   content-addressed payload that the replay reuses.
 - The receipt reader runs again before every catalog write: under this process's world lock
-  the head cannot move, but a newer writer in another process can.
+  the head cannot move, but a newer writer in another process can. The admissions of one tick
+  that no check refused are one catalog write (`Catalog.admit_many`: one transaction, one
+  sync, every admission still decided by the core on its own), after one check.
 - Whether a request is the admitted Activity is the catalog core's rule, decided inside
   `admit`: the identical admission (a replay) and the same input from a later tick of the
   source run (a projection may ask for every unobserved intent in every tick) are no-ops that
@@ -31,7 +33,7 @@ from tether.runtime._crash import crash_point
 from tether.runtime._errors import ProjectionConflict
 from tether.runtime._family import REFUSAL_MEDIA_TYPE, Family
 from tether.runtime._ports import AdmissionCatalog, ReceiptReader
-from tether.world import WorldSnapshot, canonical_json
+from tether.world import CommittedTickReceipt, WorldSnapshot, canonical_json
 
 
 class Projector:
@@ -64,6 +66,7 @@ class Projector:
             ProjectionConflict: a request differs from what its key was admitted with.
         """
         receipt = snapshot.receipt
+        batch: list[tuple[Admission, str]] = []  # the admissions of this tick, with digests
         for fam in self.families:
             for req in fam.run_projection(snapshot):
                 refusal = fam.run_admission_check(req)
@@ -78,22 +81,38 @@ class Projector:
                     input_digest=ref.digest,
                     bound_host=req.host,
                 )
-                document = None
-                if refusal is not None:
-                    put = self.artifacts.put_bytes(refusal.document(), REFUSAL_MEDIA_TYPE)
-                    document = dataclasses.replace(put, failed=True)
-                    crash_point("after_refusal_document")
+                if refusal is None:
+                    batch.append((admission, ref.digest))
+                    continue
+                put = self.artifacts.put_bytes(refusal.document(), REFUSAL_MEDIA_TYPE)
+                document = dataclasses.replace(put, failed=True)
+                crash_point("after_refusal_document")
                 # The reader runs again at each catalog write: under this process's lock the
                 # head cannot move, but a newer writer in another process can.
                 self.ledger.check_receipt(receipt)
                 try:
-                    if document is None:
-                        self.catalog.admit(admission)
-                    else:
-                        self.catalog.admit_refused(admission, document)
+                    self.catalog.admit_refused(admission, document)
                 except AdmissionConflict as e:
-                    raise ProjectionConflict(
-                        f"{receipt} asks for {key} with input {ref.digest}, which conflicts"
-                        f" with its admission: {e}"
-                    ) from e
+                    raise self._conflict(receipt, key, ref.digest, e) from e
                 crash_point("after_admission")
+        if not batch:
+            return
+        # Every other admission of the tick in one catalog transaction (one sync), each
+        # decided by the core on its own, after the reader's check.
+        self.ledger.check_receipt(receipt)
+        done = self.catalog.admit_many([admission for admission, _ in batch])
+        for (admission, digest), outcome in zip(batch, done, strict=True):
+            if isinstance(outcome, AdmissionConflict):
+                raise self._conflict(receipt, admission.key, digest, outcome) from outcome
+            if isinstance(outcome, Exception):
+                raise outcome
+        crash_point("after_admission")
+
+    @staticmethod
+    def _conflict(
+        receipt: CommittedTickReceipt, key: ActivityKey, digest: str, error: AdmissionConflict
+    ) -> ProjectionConflict:
+        return ProjectionConflict(
+            f"{receipt} asks for {key} with input {digest}, which conflicts"
+            f" with its admission: {error}"
+        )
