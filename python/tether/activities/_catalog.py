@@ -309,7 +309,7 @@ class Catalog:
         self, items: Sequence[tuple[ActivityKey, int]]
     ) -> list[ActivityRecord | CatalogRejection]:
         """`bind_provider_operation` of each (key, fence) to `operation_id_for(key)`, in one
-        transaction on PostgreSQL; a refused item keeps its rejection in its place (it must
+        transaction; a refused item keeps its rejection in its place (it must
         not execute)."""
         now = self._clock.now()
         return self._change_many([(k, _bind_step(f, operation_id_for(k), now)) for k, f in items])
@@ -317,14 +317,14 @@ class Catalog:
     def record_results(
         self, items: Sequence[tuple[ActivityKey, int, ResultRef]]
     ) -> list[ActivityRecord | CatalogRejection]:
-        """`record_result` of each (key, fence, result), in one transaction on PostgreSQL."""
+        """`record_result` of each (key, fence, result), in one transaction."""
         now = self._clock.now()
         return self._change_many([(k, _result_step(f, r, now)) for k, f, r in items])
 
     def settle_many(
         self, items: Sequence[tuple[ActivityKey, Receipt, str]]
     ) -> list[ActivityRecord | CatalogRejection]:
-        """`settle` each (key, receipt, evidence digest), in one transaction on PostgreSQL."""
+        """`settle` each (key, receipt, evidence digest), in one transaction."""
         now = self._clock.now()
         return self._change_many([(k, _settle_step(rc, e, now)) for k, rc, e in items])
 

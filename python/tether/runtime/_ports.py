@@ -47,13 +47,18 @@ class AdmissionCatalog(Protocol):
 
 
 class SettlementCatalog(Protocol):
-    """What the settler does to the catalog: read a record, settle it against a receipt."""
+    """What the settler does to the catalog: read a record, settle records against a receipt
+    (many in one transaction)."""
 
     def get(self, key: ActivityKey) -> ActivityRecord | None: ...
 
     def settle(
         self, key: ActivityKey, receipt: CommittedTickReceipt, evidence_digest: str
     ) -> ActivityRecord: ...
+
+    def settle_many(
+        self, items: Sequence[tuple[ActivityKey, CommittedTickReceipt, str]]
+    ) -> list[ActivityRecord | CatalogRejection]: ...
 
 
 class ObservationCatalog(Protocol):

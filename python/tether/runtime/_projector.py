@@ -15,6 +15,10 @@ Rules (seed section 2):
   the head cannot move, but a newer writer in another process can. The admissions of one tick
   that no check refused are one catalog write (`Catalog.admit_many`: one transaction, one
   sync, every admission still decided by the core on its own), after one check.
+- A projection may ask for the same request in every tick. Once the catalog admitted a
+  request, the projector does not ask it again for the same key, input and host in the same
+  run (the core's answer to that replay is fixed: the stored record, unchanged); a restart, a
+  new run or anything different asks the catalog again.
 - Whether a request is the admitted Activity is the catalog core's rule, decided inside
   `admit`: the identical admission (a replay) and the same input from a later tick of the
   source run (a projection may ask for every unobserved intent in every tick) are no-ops that
@@ -24,6 +28,7 @@ Rules (seed section 2):
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 
 from tether.activities import ActivityKey, Admission
@@ -31,9 +36,12 @@ from tether.errors import AdmissionConflict
 from tether.runtime._artifacts import ArtifactStore
 from tether.runtime._crash import crash_point
 from tether.runtime._errors import ProjectionConflict
-from tether.runtime._family import REFUSAL_MEDIA_TYPE, Family
+from tether.runtime._family import REFUSAL_MEDIA_TYPE, ActivityRequest, Family
 from tether.runtime._ports import AdmissionCatalog, ReceiptReader
-from tether.world import CommittedTickReceipt, WorldSnapshot, canonical_json
+from tether.world import CommittedTickReceipt, JSONValue, WorldSnapshot, canonical_json
+
+#: Admissions the projector remembers (then it forgets them all and asks the catalog again).
+ADMITTED_MEMO = 65_536
 
 
 class Projector:
@@ -57,6 +65,9 @@ class Projector:
         self.catalog = catalog
         self.artifacts = artifacts
         self.ledger = ledger
+        # What the catalog admitted, per key, in this process: (source run, input, host).
+        self._admitted: dict[ActivityKey, tuple[str, JSONValue, str]] = {}
+        self._mutex = threading.Lock()
 
     def project(self, snapshot: WorldSnapshot) -> None:
         """Admit every request the families' projections ask for at `snapshot`'s receipt.
@@ -66,14 +77,18 @@ class Projector:
             ProjectionConflict: a request differs from what its key was admitted with.
         """
         receipt = snapshot.receipt
-        batch: list[tuple[Admission, str]] = []  # the admissions of this tick, with digests
+        batch: list[tuple[Admission, str, ActivityRequest]] = []  # this tick's admissions
         for fam in self.families:
             for req in fam.run_projection(snapshot):
-                refusal = fam.run_admission_check(req)
-                ref = self.artifacts.put_bytes(canonical_json(req.input), "application/json")
                 key = ActivityKey(
                     world_id=receipt.world_id, kind=req.kind, activity_id=req.activity_id
                 )
+                with self._mutex:
+                    asked = self._admitted.get(key)
+                if asked is not None and asked == (receipt.run_id, req.input, req.host):
+                    continue  # the core admitted this very request in this run already
+                refusal = fam.run_admission_check(req)
+                ref = self.artifacts.put_bytes(canonical_json(req.input), "application/json")
                 admission = Admission(
                     key=key,
                     source=receipt,
@@ -82,7 +97,7 @@ class Projector:
                     bound_host=req.host,
                 )
                 if refusal is None:
-                    batch.append((admission, ref.digest))
+                    batch.append((admission, ref.digest, req))
                     continue
                 put = self.artifacts.put_bytes(refusal.document(), REFUSAL_MEDIA_TYPE)
                 document = dataclasses.replace(put, failed=True)
@@ -100,12 +115,17 @@ class Projector:
         # Every other admission of the tick in one catalog transaction (one sync), each
         # decided by the core on its own, after the reader's check.
         self.ledger.check_receipt(receipt)
-        done = self.catalog.admit_many([admission for admission, _ in batch])
-        for (admission, digest), outcome in zip(batch, done, strict=True):
+        done = self.catalog.admit_many([admission for admission, _, _ in batch])
+        for (admission, digest, _), outcome in zip(batch, done, strict=True):
             if isinstance(outcome, AdmissionConflict):
                 raise self._conflict(receipt, admission.key, digest, outcome) from outcome
             if isinstance(outcome, Exception):
                 raise outcome
+        with self._mutex:
+            if len(self._admitted) + len(batch) > ADMITTED_MEMO:
+                self._admitted.clear()
+            for admission, _, req in batch:
+                self._admitted[admission.key] = (receipt.run_id, req.input, req.host)
         crash_point("after_admission")
 
     @staticmethod

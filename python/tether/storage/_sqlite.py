@@ -392,11 +392,12 @@ class SqliteCatalogStore:
             last = {key: new for key, _, new in done}
             changed = [(first[k], n) for k, n in last.items() if self._committed(k, first[k], n)]
             self.commits += bool(changed)
-        topics = 0
+        rung: set[int] = set()  # one ring per distinct set of topics, not one per row
         for old, new in changed:
-            topics |= changed_topics(old, new)
-        if topics:
-            self._doorbell.ring(topics)
+            topics = changed_topics(old, new)
+            if topics not in rung:
+                rung.add(topics)
+                self._ring(old, new)
         return out
 
     def claim_many(
