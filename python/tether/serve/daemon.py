@@ -588,7 +588,8 @@ class Daemon:
     ) -> tuple[ActivityKey, bool]:
         """Commit one request as intent (idempotent per activity id of `world`; another request
         under the id is `admission_conflict`): the one path of the control socket's `submit`
-        and gRPC's `Execute`. Returns the key and whether this call committed it."""
+        and gRPC's `Execute`. Returns the key and whether this call committed it, only once
+        the intent is durable; concurrent submits of one world share a tick (`_group_commit`)."""
         runtime = self._runtime()
         served = self._served.get(kind)
         if served is None:
