@@ -16,9 +16,13 @@ Part 2: `tether serve` as a subprocess. Stop p99 while another process holds 200
 WatchOperation streams (on moves the stops' latch keeps from running) and offers 500
 Execute/s (unique ids, each already past its `not_after_ms`: committed, admitted, claimed and
 recorded `expired` by the workers without a frame on the bus, so the flood loads the server,
-the catalog and the world ledger, not the serial line the stop itself needs), vs the idle
-Stop p99. The achieved Execute rate is printed.
-Target: loaded p99 <= 3x idle p99.
+the catalog and the world ledger, not the serial line the stop itself needs; at most
+`in_flight(watches)` in flight: the daemon's group-commit bound, or fewer so the RPC threads
+are never all taken), vs the idle Stop p99. The achieved
+Execute rate (answered per second of the flood window) and the flood world's tick count are
+printed.
+Targets: achieved >= 95% of the offered rate with no failed Execute; loaded p99 <= 3x idle
+p99. Each is printed PASS or FAIL, with the machine's load average.
 
 Run: `.venv/bin/python benches/grpc_control.py [--rounds N] [--stops N]`.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -43,8 +48,14 @@ from _arm import arm_config
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.devices.credentials import hash_secret
-from tether.serve.daemon import Daemon
+from tether.serve.daemon import SUBMIT_BATCH, Daemon
+from tether.serve.grpc_server import THREADS, world_for
+from tether.world import SqliteLedger
 
+#: The achieved Execute rate must reach this share of the offered rate (part 2).
+RATE_SHARE = 0.95
+#: RPC threads of the server the flood leaves free for the stops (see `in_flight`).
+STOP_ROOM = 24
 TOKEN = "bench-planner-token-9d1c"
 KIND = "physical_ai.robot_move.absolute"
 META = (("authorization", f"Bearer {TOKEN}"),)
@@ -57,7 +68,7 @@ def _config(state: Path, url: str) -> str:
 
 
 FLOOD = """
-import sys, threading, time
+import json, sys, threading, time
 import grpc
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
@@ -86,11 +97,14 @@ def drain(s):
 for s in streams:
     threading.Thread(target=drain, args=(s,), daemon=True).start()
 print("ready", flush=True)
-sent = done = 0
-inflight = threading.Semaphore(48)
+sent = done = failed = 0
+inflight = threading.Semaphore(int(sys.argv[6]))
 def finished(f):
-    global done
-    done += 1
+    global done, failed
+    if f.exception() is None:
+        done += 1
+    else:
+        failed += 1
     inflight.release()
 start = time.monotonic()
 i = watches
@@ -107,8 +121,10 @@ while time.monotonic() - start < seconds:
     i += 1
     sent += 1
 elapsed = time.monotonic() - start
+answered, errors = done, failed  # by the end of the window
 open_streams = sum(1 for s in streams if s.is_active())
-print(f"sent {sent} done {done} in {elapsed:.1f}s; open watches {open_streams}", flush=True)
+print(json.dumps({"sent": sent, "answered": answered, "failed": errors, "seconds": elapsed,
+                  "open_watches": open_streams}), flush=True)
 """
 
 
@@ -198,6 +214,14 @@ def part1(tmp: Path, url: str, rounds: int) -> dict[str, Any]:
     return {"in_process": local, "grpc": remote}
 
 
+def in_flight(watches: int) -> int:
+    """The flood's bound on Executes in flight: the daemon's group-commit batch, but below the
+    RPC threads the watches leave free (`THREADS`, one per RPC in flight), keeping `STOP_ROOM`
+    of them for the stops: past that grpcio queues every new RPC, a Stop too, until a thread
+    frees (a limit of the server, not of the submit path measured here)."""
+    return max(1, min(SUBMIT_BATCH, THREADS - watches - STOP_ROOM))
+
+
 def timed_stop(control: Any) -> float:
     start = time.perf_counter()
     answer = control.Stop(pb.StopRequest(device="arm"), metadata=META, timeout=10)
@@ -228,7 +252,7 @@ def part2(tmp: Path, url: str, stops: int, watches: int, rate: float) -> dict[st
         seconds = max(5.0, stops * 0.03 + 3.0)
         flood = subprocess.Popen(
             [sys.executable, "-c", FLOOD, ready["grpc"], TOKEN, str(watches), str(rate),
-             str(seconds)],
+             str(seconds), str(in_flight(watches))],
             stdout=subprocess.PIPE,
             text=True,
         )  # fmt: skip
@@ -239,12 +263,17 @@ def part2(tmp: Path, url: str, stops: int, watches: int, rate: float) -> dict[st
         for _ in range(stops):
             loaded.append(timed_stop(control))
             time.sleep(0.01)
-        summary = flood.stdout.readline().strip()
+        summary = json.loads(flood.stdout.readline())
         flood.wait(timeout=120)
         channel.close()
     finally:
         serve.terminate()
         serve.wait(timeout=60)
+    ledger = SqliteLedger.open(tmp / "s2" / "moves" / "world.db")
+    try:  # the flood's world: how many ticks its intents took (group commit)
+        summary["ticks"] = ledger.head(world_for("bench")).tick
+    finally:
+        ledger.close()
     return {"idle": idle, "loaded": loaded, "flood": summary}
 
 
@@ -283,14 +312,33 @@ def report_one(args: Any, one: dict[str, Any]) -> None:
 
 
 def report_two(args: Any, two: dict[str, Any]) -> None:
+    flood = two["flood"]
+    achieved = flood["answered"] / flood["seconds"]
     print(
         f"\nStop latency, {args.stops} stops per case (ms); load: {args.watches} watch streams "
-        f"and {args.rate:.0f} Execute/s offered from another process ({two['flood']})"
+        f"(open at the end: {flood['open_watches']}) and {args.rate:.0f} Execute/s offered from "
+        "another process"
+    )
+    print(
+        f"Execute flood: at most {in_flight(args.watches)} in flight, {flood['sent']} sent, "
+        f"{flood['answered']} answered, {flood['failed']} "
+        f"failed in {flood['seconds']:.1f} s: achieved {achieved:.0f} Execute/s; the world took "
+        f"{flood['ticks']} ticks (group commit; observation ticks included)"
     )
     print(f"{'case':<14} {'p50':>8} {'p99':>8} {'max':>8}")
     for label, values in (("idle", two["idle"]), ("loaded", two["loaded"])):
         print(f"{label:<14} {p(values, 0.5):8.2f} {p(values, 0.99):8.2f} {max(values) * 1000:8.2f}")
-    print(f"loaded/idle p99: {p(two['loaded'], 0.99) / p(two['idle'], 0.99):.2f}x (target <= 3x)")
+    ratio = p(two["loaded"], 0.99) / p(two["idle"], 0.99)
+    rate_ok = achieved >= RATE_SHARE * args.rate and flood["failed"] == 0
+    stop_ok = ratio <= 3.0
+    print(
+        f"achieved rate: {achieved:.0f}/s of {args.rate:.0f}/s offered (target >= "
+        f"{RATE_SHARE:.0%} of it, no failed Execute): {'PASS' if rate_ok else 'FAIL'}"
+    )
+    print(f"loaded/idle p99: {ratio:.2f}x (target <= 3x): {'PASS' if stop_ok else 'FAIL'}")
+    one, five, fifteen = os.getloadavg()
+    cpus = os.cpu_count()
+    print(f"machine load average at the end: {one:.2f} {five:.2f} {fifteen:.2f} ({cpus} CPUs)")
 
 
 if __name__ == "__main__":

@@ -116,3 +116,30 @@ def test_admission_shares_the_catalog_with_other_threads_without_a_lock(tmp_path
             t.join()
         assert errors == []
         assert sorted(k.activity_id for k in claimed) == [_key(i).activity_id for i in range(n)]
+
+
+def test_a_ticks_admissions_are_one_catalog_transaction(
+    tmp_path: Path,
+) -> None:
+    """50 requests of one tick: one write transaction of the SQLite catalog (one sync), each
+    admitted on its own by the core; the same requests at the next tick of the run change
+    nothing (no write), and a changed one still fails closed."""
+    with _env(tmp_path) as env:
+        env.create_world("w")
+        store = env.catalog.store
+        projector = _projector(env)
+        r1 = env.commit_bare("w", intents(50))
+        before = store.commits
+        projector.project(env.snapshot("w", r1))
+        assert store.commits == before + 1
+        assert all(env.get(_key(i)) is not None for i in range(50))
+        env.ledger.complete_post_commit(r1)
+        r2 = env.commit_bare("w", [])
+        projector.project(env.snapshot("w", r2))
+        assert store.commits == before + 1
+        env.ledger.complete_post_commit(r2)
+        changed = ComponentWrite("task-0007", "task.intent", {"kind": KIND, "n": 99, "pad": 0})
+        r3 = env.commit_bare("w", [changed])
+        with pytest.raises(ProjectionConflict):
+            projector.project(env.snapshot("w", r3))
+        assert store.commits == before + 1

@@ -245,7 +245,7 @@ class Catalog:
             self._change(key, lambda row: _core.catalog_claim(row, owner, lease_ms, now, host))
         )
 
-    # -- batches: one transaction for many Activities (PostgreSQL), each decided by the core
+    # -- batches: one transaction for many Activities, each decided by the core
 
     def _change_many(
         self, items: Sequence[tuple[ActivityKey, Callable[[Row], Row]]]
@@ -266,10 +266,10 @@ class Catalog:
     def admit_many(
         self, admissions: Sequence[Admission]
     ) -> list[ActivityRecord | CatalogRejection]:
-        """`admit` each admission, in one transaction on PostgreSQL (one per admission on
-        SQLite). Each is decided by the core on its own; a refused one (its rejection in its
-        place) leaves the others admitted. A lost COMMIT is `CommitUnknown` naming no key:
-        re-read each (`get`) before acting on any."""
+        """`admit` each admission, in one transaction (one sync). Each is decided by the core
+        on its own; a refused one (its rejection in its place) leaves the others admitted. A
+        lost COMMIT is `CommitUnknown` naming no key: re-read each (`get`) before acting on
+        any."""
         now = self._clock.now()
         items = []
         for adm in admissions:
@@ -309,7 +309,7 @@ class Catalog:
         self, items: Sequence[tuple[ActivityKey, int]]
     ) -> list[ActivityRecord | CatalogRejection]:
         """`bind_provider_operation` of each (key, fence) to `operation_id_for(key)`, in one
-        transaction on PostgreSQL; a refused item keeps its rejection in its place (it must
+        transaction; a refused item keeps its rejection in its place (it must
         not execute)."""
         now = self._clock.now()
         return self._change_many([(k, _bind_step(f, operation_id_for(k), now)) for k, f in items])
@@ -317,14 +317,14 @@ class Catalog:
     def record_results(
         self, items: Sequence[tuple[ActivityKey, int, ResultRef]]
     ) -> list[ActivityRecord | CatalogRejection]:
-        """`record_result` of each (key, fence, result), in one transaction on PostgreSQL."""
+        """`record_result` of each (key, fence, result), in one transaction."""
         now = self._clock.now()
         return self._change_many([(k, _result_step(f, r, now)) for k, f, r in items])
 
     def settle_many(
         self, items: Sequence[tuple[ActivityKey, Receipt, str]]
     ) -> list[ActivityRecord | CatalogRejection]:
-        """`settle` each (key, receipt, evidence digest), in one transaction on PostgreSQL."""
+        """`settle` each (key, receipt, evidence digest), in one transaction."""
         now = self._clock.now()
         return self._change_many([(k, _settle_step(rc, e, now)) for k, rc, e in items])
 

@@ -7,10 +7,11 @@ implements the full catalog or ledger; these ports add no rule and no state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from tether.activities import ActivityKey, ActivityRecord, Admission, ResultRef
+from tether.errors import CatalogRejection
 from tether.world import CommittedTickReceipt
 
 
@@ -33,22 +34,31 @@ class CloseStates(Protocol):
 
 
 class AdmissionCatalog(Protocol):
-    """What the projector does to the catalog: admit an Activity, or admit one its family
-    refused with its failed refusal result (the core decides replays)."""
+    """What the projector does to the catalog: admit Activities (many in one transaction), or
+    admit one its family refused with its failed refusal result (the core decides replays)."""
 
     def admit(self, admission: Admission) -> ActivityRecord: ...
 
     def admit_refused(self, admission: Admission, refusal: ResultRef) -> ActivityRecord: ...
 
+    def admit_many(
+        self, admissions: Sequence[Admission]
+    ) -> list[ActivityRecord | CatalogRejection]: ...
+
 
 class SettlementCatalog(Protocol):
-    """What the settler does to the catalog: read a record, settle it against a receipt."""
+    """What the settler does to the catalog: read a record, settle records against a receipt
+    (many in one transaction)."""
 
     def get(self, key: ActivityKey) -> ActivityRecord | None: ...
 
     def settle(
         self, key: ActivityKey, receipt: CommittedTickReceipt, evidence_digest: str
     ) -> ActivityRecord: ...
+
+    def settle_many(
+        self, items: Sequence[tuple[ActivityKey, CommittedTickReceipt, str]]
+    ) -> list[ActivityRecord | CatalogRejection]: ...
 
 
 class ObservationCatalog(Protocol):

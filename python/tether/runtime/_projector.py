@@ -12,7 +12,13 @@ Rules (seed section 2):
   no-op; a crash between the document and the admission leaves only an unreferenced,
   content-addressed payload that the replay reuses.
 - The receipt reader runs again before every catalog write: under this process's world lock
-  the head cannot move, but a newer writer in another process can.
+  the head cannot move, but a newer writer in another process can. The admissions of one tick
+  that no check refused are one catalog write (`Catalog.admit_many`: one transaction, one
+  sync, every admission still decided by the core on its own), after one check.
+- A projection may ask for the same request in every tick. Once the catalog admitted a
+  request, the projector does not ask it again for the same key, input and host in the same
+  run (the core's answer to that replay is fixed: the stored record, unchanged); a restart, a
+  new run or anything different asks the catalog again.
 - Whether a request is the admitted Activity is the catalog core's rule, decided inside
   `admit`: the identical admission (a replay) and the same input from a later tick of the
   source run (a projection may ask for every unobserved intent in every tick) are no-ops that
@@ -22,6 +28,7 @@ Rules (seed section 2):
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 
 from tether.activities import ActivityKey, Admission
@@ -29,9 +36,12 @@ from tether.errors import AdmissionConflict
 from tether.runtime._artifacts import ArtifactStore
 from tether.runtime._crash import crash_point
 from tether.runtime._errors import ProjectionConflict
-from tether.runtime._family import REFUSAL_MEDIA_TYPE, Family
+from tether.runtime._family import REFUSAL_MEDIA_TYPE, ActivityRequest, Family
 from tether.runtime._ports import AdmissionCatalog, ReceiptReader
-from tether.world import WorldSnapshot, canonical_json
+from tether.world import CommittedTickReceipt, JSONValue, WorldSnapshot, canonical_json
+
+#: Admissions the projector remembers (then it forgets them all and asks the catalog again).
+ADMITTED_MEMO = 65_536
 
 
 class Projector:
@@ -55,6 +65,9 @@ class Projector:
         self.catalog = catalog
         self.artifacts = artifacts
         self.ledger = ledger
+        # What the catalog admitted, per key, in this process: (source run, input, host).
+        self._admitted: dict[ActivityKey, tuple[str, JSONValue, str]] = {}
+        self._mutex = threading.Lock()
 
     def project(self, snapshot: WorldSnapshot) -> None:
         """Admit every request the families' projections ask for at `snapshot`'s receipt.
@@ -64,13 +77,18 @@ class Projector:
             ProjectionConflict: a request differs from what its key was admitted with.
         """
         receipt = snapshot.receipt
+        batch: list[tuple[Admission, str, ActivityRequest]] = []  # this tick's admissions
         for fam in self.families:
             for req in fam.run_projection(snapshot):
-                refusal = fam.run_admission_check(req)
-                ref = self.artifacts.put_bytes(canonical_json(req.input), "application/json")
                 key = ActivityKey(
                     world_id=receipt.world_id, kind=req.kind, activity_id=req.activity_id
                 )
+                with self._mutex:
+                    asked = self._admitted.get(key)
+                if asked is not None and asked == (receipt.run_id, req.input, req.host):
+                    continue  # the core admitted this very request in this run already
+                refusal = fam.run_admission_check(req)
+                ref = self.artifacts.put_bytes(canonical_json(req.input), "application/json")
                 admission = Admission(
                     key=key,
                     source=receipt,
@@ -78,22 +96,43 @@ class Projector:
                     input_digest=ref.digest,
                     bound_host=req.host,
                 )
-                document = None
-                if refusal is not None:
-                    put = self.artifacts.put_bytes(refusal.document(), REFUSAL_MEDIA_TYPE)
-                    document = dataclasses.replace(put, failed=True)
-                    crash_point("after_refusal_document")
+                if refusal is None:
+                    batch.append((admission, ref.digest, req))
+                    continue
+                put = self.artifacts.put_bytes(refusal.document(), REFUSAL_MEDIA_TYPE)
+                document = dataclasses.replace(put, failed=True)
+                crash_point("after_refusal_document")
                 # The reader runs again at each catalog write: under this process's lock the
                 # head cannot move, but a newer writer in another process can.
                 self.ledger.check_receipt(receipt)
                 try:
-                    if document is None:
-                        self.catalog.admit(admission)
-                    else:
-                        self.catalog.admit_refused(admission, document)
+                    self.catalog.admit_refused(admission, document)
                 except AdmissionConflict as e:
-                    raise ProjectionConflict(
-                        f"{receipt} asks for {key} with input {ref.digest}, which conflicts"
-                        f" with its admission: {e}"
-                    ) from e
+                    raise self._conflict(receipt, key, ref.digest, e) from e
                 crash_point("after_admission")
+        if not batch:
+            return
+        # Every other admission of the tick in one catalog transaction (one sync), each
+        # decided by the core on its own, after the reader's check.
+        self.ledger.check_receipt(receipt)
+        done = self.catalog.admit_many([admission for admission, _, _ in batch])
+        for (admission, digest, _), outcome in zip(batch, done, strict=True):
+            if isinstance(outcome, AdmissionConflict):
+                raise self._conflict(receipt, admission.key, digest, outcome) from outcome
+            if isinstance(outcome, Exception):
+                raise outcome
+        with self._mutex:
+            if len(self._admitted) + len(batch) > ADMITTED_MEMO:
+                self._admitted.clear()
+            for admission, _, req in batch:
+                self._admitted[admission.key] = (receipt.run_id, req.input, req.host)
+        crash_point("after_admission")
+
+    @staticmethod
+    def _conflict(
+        receipt: CommittedTickReceipt, key: ActivityKey, digest: str, error: AdmissionConflict
+    ) -> ProjectionConflict:
+        return ProjectionConflict(
+            f"{receipt} asks for {key} with input {digest}, which conflicts"
+            f" with its admission: {error}"
+        )

@@ -4,7 +4,8 @@ Rules (seed sections 2 and 7):
 - Only completion evidence written in this exact tick counts (`snapshot.changes`), and only
   when it binds the Activity's recorded result and every listed fact is present with the bound
   digest (`verify_completion`); incomplete evidence settles nothing and is logged.
-- The receipt reader runs again before every settlement, which binds the exact receipt.
+- The receipt reader runs again before every settlement write, which binds the exact receipt;
+  a tick's settlements are one catalog write (`Catalog.settle_many`, one transaction).
 - A record not pending observation (no result, or already settled: the core's column) is
   left alone.
 """
@@ -17,7 +18,7 @@ from tether.activities import ActivityKey
 from tether.runtime._crash import crash_point
 from tether.runtime._family import COMPLETION_COMPONENT, verify_completion
 from tether.runtime._ports import ReceiptReader, SettlementCatalog
-from tether.world import WorldSnapshot
+from tether.world import CommittedTickReceipt, WorldSnapshot
 
 log = logging.getLogger("tether.runtime.settler")
 
@@ -41,6 +42,7 @@ class Settler:
             ReceiptRejected: the receipt is not the world's exact committed head.
         """
         receipt = snapshot.receipt
+        batch: list[tuple[ActivityKey, CommittedTickReceipt, str]] = []
         for entity, component in sorted(snapshot.changes):
             if component != COMPLETION_COMPONENT:
                 continue
@@ -59,6 +61,13 @@ class Settler:
             if digest is None:
                 log.warning("incomplete completion evidence for %s at %s", key, receipt)
                 continue
-            self.ledger.check_receipt(receipt)
-            self.catalog.settle(key, receipt, digest)
-            crash_point("after_settlement")
+            batch.append((key, receipt, digest))
+        if not batch:
+            return
+        # One catalog write for the tick's settlements (one transaction, one sync), each
+        # decided by the core on its own, after the reader's check.
+        self.ledger.check_receipt(receipt)
+        for outcome in self.catalog.settle_many(batch):
+            if isinstance(outcome, Exception):
+                raise outcome
+        crash_point("after_settlement")

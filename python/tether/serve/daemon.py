@@ -61,7 +61,7 @@ from tether.serve.families import ServeContext, Served, load, load_items
 from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.serve.sessions import Sessions
-from tether.world import WorldNotFound
+from tether.world import ComponentWrite, WorldNotFound
 
 log = logging.getLogger("tether.serve")
 
@@ -73,12 +73,34 @@ PROGRESS_KEYS = 4096
 #: intent tick is committed and before the client has its answer (a lost reply: the client
 #: sends the identical submit again and gets the same Activity). The runtime's, the
 #: adapters' and the resolve path's points fire inside the daemon too.
-CRASH_POINTS = ("serve.after_submit",)
+#: `serve.before_submit_tick` is inside a group commit, after its batch is collected and
+#: decided and before its tick is committed (nobody of the batch has an answer).
+CRASH_POINTS = ("serve.before_submit_tick", "serve.after_submit")
+#: At most this many submits of one world are committed in one tick (`Daemon.submit`).
+SUBMIT_BATCH = 256
 
 
 class ServeRefusal(CodedError):
     """The daemon refused a request (`admission_conflict`, `bad_request`, `not_submittable`,
     `unknown_activity`, `sse_unavailable`, `daemon_starting`)."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Submit:
+    """One caller's submit waiting in its world's group commit: set `done` (with `created` or
+    `error`) only after its batch's tick is committed or has failed."""
+
+    key: ActivityKey
+    write: ComponentWrite
+    wake: threading.Event = dataclasses.field(default_factory=threading.Event)
+    done: bool = False
+    created: bool = False
+    error: BaseException | None = None
+
+    def answer(self) -> bool:
+        if self.error is not None:
+            raise self.error
+        return self.created
 
 
 #: Every `.code` a daemon refusal carries besides the catalog's, the operator's and the
@@ -160,7 +182,9 @@ class Daemon:
         self._locks: list[InstanceLock] = []
         self._served: dict[str, Served] = {}
         self._closers: list[Any] = []
-        self._submit_lock = threading.Lock()
+        self._submit_lock = threading.Lock()  # guards the group commit's queues
+        self._pending: dict[str, list[_Submit]] = {}  # per world: submits not yet taken
+        self._committing: set[str] = set()  # worlds whose batch a caller is committing
         self._changed = threading.Condition()
         self._seq = 0
         self._progress: OrderedDict[ActivityKey, tuple[int, dict[str, Any]]] = OrderedDict()
@@ -572,7 +596,8 @@ class Daemon:
     ) -> tuple[ActivityKey, bool]:
         """Commit one request as intent (idempotent per activity id of `world`; another request
         under the id is `admission_conflict`): the one path of the control socket's `submit`
-        and gRPC's `Execute`. Returns the key and whether this call committed it."""
+        and gRPC's `Execute`. Returns the key and whether this call committed it, only once
+        the intent is durable; concurrent submits of one world share a tick (`_group_commit`)."""
         runtime = self._runtime()
         served = self._served.get(kind)
         if served is None:
@@ -584,27 +609,84 @@ class Daemon:
             raise ServeRefusal("not_submittable", f"{kind} takes no submitted request")
         write = served.submit(activity, kind, body)  # checked before anything is committed
         key = ActivityKey(world, kind, activity)
-        with self._submit_lock:
-            try:
-                runtime.head(world)
-            except WorldNotFound:
-                runtime.create_world(world)
-            held = runtime.snapshot(world).get(write.entity, write.component)
-            if held is None:
-                runtime.commit_tick(world, [write])
-                created = True
-            elif held != write.value:
-                raise ServeRefusal(
-                    "admission_conflict",
-                    f"activity {activity} of world {world} is another request: {held}",
-                    details={"key": views.key_text(key)},
-                )
-            else:
-                created = False
+        created = self._group_commit(runtime, world, _Submit(key, write))
         if self.live is not None:
             self.live.note(key)
         log.info("submitted", extra={"key": views.key_text(key), "new": created})
         return key, created
+
+    def _group_commit(self, runtime: Host, world: str, mine: _Submit) -> bool:
+        """Queue `mine` for its world and return once its batch is committed (whether it
+        created the intent), or raise its refusal or the batch's failure.
+
+        Group commit: one caller per world at a time is the committer. It takes every queued
+        submit of the world (at most `SUBMIT_BATCH`, in arrival order: what queued while the
+        previous commit ran; a lone submit never waits for company), commits them as one tick
+        (`_commit_batch`), answers them, and hands the role to the oldest submit still
+        queued."""
+        with self._submit_lock:
+            queue = self._pending.setdefault(world, [])
+            queue.append(mine)
+            lead = world not in self._committing
+            if lead:
+                self._committing.add(world)
+        if not lead:
+            mine.wake.wait()  # answered, or handed the committer's role
+        if mine.done:
+            return mine.answer()
+        with self._submit_lock:
+            batch = queue[:SUBMIT_BATCH]
+            del queue[:SUBMIT_BATCH]
+        try:
+            self._commit_batch(runtime, world, batch)
+        except BaseException as exc:  # nothing half-answered: the whole batch failed
+            for item in batch:
+                item.error, item.created = exc, False
+        finally:
+            with self._submit_lock:
+                following = queue[0] if queue else None
+                if following is None:
+                    self._committing.discard(world)
+                    self._pending.pop(world, None)
+            for item in batch:
+                item.done = True
+                item.wake.set()
+            if following is not None:
+                following.wake.set()  # it commits the next batch
+        return mine.answer()
+
+    def _commit_batch(self, runtime: Host, world: str, batch: list[_Submit]) -> None:
+        """Decide each submit of `batch` on one snapshot and commit the new intents in one
+        tick. Per request: new: written (`created`); equal to what the world holds: the
+        existing one; another request under the id: `admission_conflict`. Inside the batch the
+        first request under an id wins: an equal one later is answered with it (not created),
+        a different one is `admission_conflict`."""
+        try:
+            runtime.head(world)
+        except WorldNotFound:
+            runtime.create_world(world)
+        snapshot = runtime.snapshot(world)
+        chosen: dict[tuple[str, str], Any] = {}
+        writes: list[ComponentWrite] = []
+        for item in batch:
+            write = item.write
+            slot = (write.entity, write.component)
+            held = snapshot.get(*slot)
+            if held is None and slot in chosen:
+                held = chosen[slot]
+            if held is None:
+                chosen[slot] = write.value
+                writes.append(write)
+                item.created = True
+            elif held != write.value:
+                item.error = ServeRefusal(
+                    "admission_conflict",
+                    f"activity {item.key.activity_id} of world {world} is another request: {held}",
+                    details={"key": views.key_text(item.key)},
+                )
+        crash_point("serve.before_submit_tick")  # collected, not committed: nobody answered
+        if writes:
+            runtime.commit_tick(world, writes)
 
     def _on_get(self, request: dict[str, Any]) -> dict[str, Any]:
         return self._view(_key(request))

@@ -55,10 +55,10 @@ class CatalogStore(Protocol):
         ...
 
     def apply_many(self, items: Sequence[tuple[KeyTuple, Transition]]) -> list[Row | Exception]:
-        """`apply` for each item, in one transaction where the backend can (PostgreSQL; SQLite
-        runs one per item). A transition that raises (the core's rejection, an unknown key)
-        leaves its row unchanged and its exception takes the item's place; the others are
-        written. A lost COMMIT raises `CommitUnknown` without a key: re-read every item."""
+        """`apply` for each item, in one transaction (PostgreSQL and SQLite). A transition that
+        raises (the core's rejection, an unknown key) leaves its row unchanged and its exception
+        takes the item's place; the others are written. A lost COMMIT raises `CommitUnknown`
+        without a key: re-read every item."""
         ...
 
     def claim_many(

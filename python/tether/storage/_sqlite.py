@@ -258,30 +258,42 @@ class SqliteCatalogStore:
         with self._lock:
             cur = self._begin()
             try:
-                old, new = self._apply_known(cur, key, transition)
-                if new is None and key not in self._known:
-                    new = self._insert_new(cur, transition)
-                if new is None:
-                    old = cur.execute(_BY_KEY, key).fetchone()
-                    new = transition(old)
-                    if old is None:
-                        if new[1] not in self._kinds_seen:  # kinds are only ever added
-                            cur.execute(_ADD_KIND, (new[1],))
-                        cur.execute(_INSERT, new)
-                    elif new[VERSION] != old[VERSION]:
-                        self._write(cur, old, new)
+                old, new = self._decide(cur, key, transition)
                 cur.execute("COMMIT")
             except BaseException as e:
                 self._known.pop(key, None)
                 self._abort(e)
-            if old is None:
-                self._kinds_seen.add(new[1])
-            self._remember(key, new)
-            wrote = old is None or new[VERSION] != old[VERSION]
+            wrote = self._committed(key, old, new)
             self.commits += wrote
         if wrote:
             self._ring(old, new)
         return new
+
+    def _decide(
+        self, cur: sqlite3.Cursor, key: KeyTuple, transition: Transition
+    ) -> tuple[Row | None, Row]:
+        """Run `transition` on the stored row of `key` inside the open transaction and write
+        what it changed; (the row before, the row after)."""
+        old, new = self._apply_known(cur, key, transition)
+        if new is None and key not in self._known:
+            new = self._insert_new(cur, transition)
+        if new is None:
+            old = cur.execute(_BY_KEY, key).fetchone()
+            new = transition(old)
+            if old is None:
+                if new[1] not in self._kinds_seen:  # kinds are only ever added
+                    cur.execute(_ADD_KIND, (new[1],))
+                cur.execute(_INSERT, new)
+            elif new[VERSION] != old[VERSION]:
+                self._write(cur, old, new)
+        return old, new
+
+    def _committed(self, key: KeyTuple, old: Row | None, new: Row) -> bool:
+        """Remember a committed row; whether the transaction changed it."""
+        if old is None:
+            self._kinds_seen.add(new[1])
+        self._remember(key, new)
+        return old is None or new[VERSION] != old[VERSION]
 
     def _apply_known(
         self, cur: sqlite3.Cursor, key: KeyTuple, transition: Transition
@@ -350,15 +362,42 @@ class SqliteCatalogStore:
         return new
 
     def apply_many(self, items: Sequence[tuple[KeyTuple, Transition]]) -> list[Row | Exception]:
-        # One transaction per item: a SQLite commit is local, batching buys little here.
+        """`apply` of each item in one transaction (one WAL sync when FULL): each decided by
+        the core on the row as the transaction sees it (an earlier item's write included); a
+        rejection takes its item's place and writes nothing; a storage error rolls back all."""
         out: list[Row | Exception] = []
-        for key, transition in items:
+        done: list[tuple[KeyTuple, Row | None, Row]] = []
+        with self._lock:
+            cur = self._begin()
             try:
-                out.append(self.apply(key, transition))
-            except CatalogStorageError:
-                raise
-            except Exception as e:  # the core's rejection of this item
-                out.append(e)
+                for key, transition in items:
+                    try:
+                        old, new = self._decide(cur, key, transition)
+                    except (CatalogStorageError, sqlite3.Error):
+                        raise
+                    except Exception as e:  # the core's rejection of this item
+                        out.append(e)
+                        continue
+                    # Later items of this key see this write (the version guard holds it).
+                    self._known[key] = new
+                    done.append((key, old, new))
+                    out.append(new)
+                cur.execute("COMMIT")
+            except BaseException as e:
+                self._known.clear()  # rolled back: what this transaction wrote never was
+                self._abort(e)
+            first: dict[KeyTuple, Row | None] = {}
+            for key, old, _ in done:
+                first.setdefault(key, old)
+            last = {key: new for key, _, new in done}
+            changed = [(first[k], n) for k, n in last.items() if self._committed(k, first[k], n)]
+            self.commits += bool(changed)
+        rung: set[int] = set()  # one ring per distinct set of topics, not one per row
+        for old, new in changed:
+            topics = changed_topics(old, new)
+            if topics not in rung:
+                rung.add(topics)
+                self._ring(old, new)
         return out
 
     def claim_many(
