@@ -465,8 +465,15 @@ class RobotControl(rpc.RobotControlServicer):
         bad = grpc.StatusCode.INVALID_ARGUMENT
         op_id = request.operation_id
         served = self.daemon._served.get(SIM_KIND)
+        if request.device != SIM_DEVICE and request.device in self.daemon.config.robots:
+            _abort(context, bad, f"command: device {request.device} takes a joint_move")
         if request.device != SIM_DEVICE:
-            _abort(context, bad, f"command: device {request.device!r} takes a joint_move")
+            _abort(
+                context,
+                bad,
+                f"device: unknown device {request.device!r} "
+                f"(configured: {', '.join(self._devices()) or 'none'})",
+            )
         if served is None or served.submit is None or SIM_DEVICE in self.daemon.config.robots:
             _abort(
                 context,
