@@ -318,11 +318,11 @@ class RobotControl(rpc.RobotControlServicer):
         op.created_ms = record.admitted_at_ms
         op.updated_ms = int(time.time() * 1000)
         if record.result is not None:
-            if sim and not record.result.failed:
+            reference = self._sim_reference(record.result) if sim else None
+            if reference is not None:
                 doc: dict[str, Any] = {}
-                data = self._sim_reference(record.result)
-                op.result.document = data
-                op.result.digest = "sha256:" + hashlib.sha256(data).hexdigest() if data else ""
+                op.result.document = reference
+                op.result.digest = "sha256:" + hashlib.sha256(reference).hexdigest()
                 op.result.media_type = SIM_REFERENCE_MEDIA_TYPE
             else:
                 doc, data = self._doc(record.result.ref, record.result.digest)
@@ -370,14 +370,20 @@ class RobotControl(rpc.RobotControlServicer):
                         )
         return op
 
-    def _sim_reference(self, result: Any) -> bytes:
-        """The reference document of a sim reach's result file (canonical JSON; empty if the
-        file cannot be read): its ref, digest, media type, size and summary, read once."""
+    def _sim_reference(self, result: Any) -> bytes | None:
+        """The reference document of a sim reach's episode result file (canonical JSON): its
+        ref, digest, media type, size and summary, read once. None for any other result (a
+        failure, an operator's `done` document: shown as they are) or one that cannot be read
+        (shown as `_doc` shows it)."""
+        from tether.families.sim._episode import RESULT_MEDIA_TYPE, read_summary
+
+        media = str(getattr(result, "media_type", "") or "")
+        if result.failed or media != RESULT_MEDIA_TYPE:
+            return None
         with self._references_lock:
             known = self._references.get(result.digest)
         if known is not None:
             return known
-        from tether.families.sim._episode import read_summary
         from tether.families.sim.errors import ResultCorrupt
         from tether.families.sim.family import result_reference
 
@@ -385,8 +391,7 @@ class RobotControl(rpc.RobotControlServicer):
             payload = self.daemon._runtime().artifacts.get_bytes(result.ref, result.digest)
             summary = read_summary(payload)
         except (TetherError, ResultCorrupt, ValueError, OSError):
-            return b""
-        media = str(getattr(result, "media_type", "") or "")
+            return None
         size = int(getattr(result, "size", 0) or len(payload))
         data = canonical(result_reference(result.ref, result.digest, media, size, summary))
         with self._references_lock:
@@ -506,13 +511,30 @@ class RobotControl(rpc.RobotControlServicer):
 
     def _submit(self, world: str, op_id: str, kind: str, body: Any) -> tuple[ActivityKey, bool]:
         """`Daemon.submit`, refused (`admission_conflict`) when the id already names another
-        kind's operation in `world` (another family's intent is another component)."""
+        kind's operation in `world`: another family's intent is another component, which the
+        daemon's own compare would not see. Its catalog record, or (not yet admitted) a
+        component of another family on the id's entity, is the other operation."""
         from tether.serve.daemon import ServeRefusal
 
+        runtime = self.daemon._runtime()
+        served = self.daemon._served[kind]
+        assert served.submit is not None  # checked by the caller
+        component = served.submit(op_id, kind, body).component
         with self._ids:
-            found = self._find(world, op_id)
-            if found is not None and found[0].kind != kind:
-                raise ServeRefusal("admission_conflict", f"{op_id} is a {found[0].kind} operation")
+            other = [
+                k for k in self._kinds() if k != kind and runtime.get(ActivityKey(world, k, op_id))
+            ]
+            if not other and runtime.get(ActivityKey(world, kind, op_id)) is None:
+                try:
+                    snapshot = runtime.snapshot(world)
+                except TetherError:  # no such world yet: nothing can hold the id
+                    snapshot = None
+                if snapshot is not None:
+                    other = [c for e, c in snapshot.keys() if e == op_id and c != component]
+            if other:
+                raise ServeRefusal(
+                    "admission_conflict", f"{op_id} names another operation ({other[0]})"
+                )
             return self.daemon.submit(world, op_id, kind, body)  # type: ignore[no-any-return]
 
     def _commit(
