@@ -31,7 +31,7 @@ from tether.adapters.grpc.remote import (
 from tether.families.sim import decode_result
 from tether.families.sim.family import REFERENCE_MEDIA_TYPE
 from tether.runtime import ArtifactStore, Host
-from tether.serve.grpc_server import SIM_REFERENCE_MEDIA_TYPE
+from tether.serve.grpc_server import CRASH_POINTS, SIM_REFERENCE_MEDIA_TYPE
 
 from tests._secrets import PLANNER
 
@@ -244,6 +244,20 @@ def test_the_same_seed_and_request_give_the_same_trajectory_under_two_ids(sim: S
     assert len(sim.episodes_started(41)) == 2
 
 
+def test_a_committed_sim_reach_is_not_cancelled_and_runs_to_its_end(sim: Served) -> None:
+    sim.execute(reach("long-sim", seed=81, episodes=1, steps=100_000))
+    code, details = _code(
+        lambda: sim.control.Cancel(pb.CancelRequest(operation_id="long-sim"), metadata=bearer())
+    )
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+    views = until_terminal(sim.control, "long-sim")
+    assert views[-1].state == pb.SUCCEEDED, views[-1]
+    fractions = [v.progress.fraction for v in views if v.state == pb.RUNNING]
+    assert fractions == sorted(fractions) and all(0.0 <= f <= 1.0 for f in fractions)
+    assert any(f > 0 for f in fractions), fractions  # progress from the episode steps
+    assert len(sim.episodes_started(81)) == 1
+
+
 def test_a_reach_past_the_memory_cap_is_a_recorded_failure(sim: Served) -> None:
     sim.execute(reach("huge-sim", seed=51, episodes=1000, steps=10_000_000))
     final = sim.final("huge-sim")
@@ -351,3 +365,37 @@ def test_a_bridge_drives_a_remote_arm_and_a_remote_seeded_simulation_the_same_wa
     finally:
         host.close()
         family.adapter.close()  # type: ignore[attr-defined]
+
+
+#: Where `tether serve` is SIGKILLed around a sim Execute: its own two points (before the
+#: commit; after it, before the reply: a lost response) and the sim provider's two in the
+#: daemon (the episode process's result staged, then published, before it is recorded).
+SIM_KILL_POINTS = (*CRASH_POINTS, "sim.result_staged", "sim.result_durable")
+
+
+@pytest.mark.parametrize("point", SIM_KILL_POINTS)
+def test_a_sim_host_killed_around_an_execute_is_retried_to_one_run(
+    tmp_path: Path, point: str
+) -> None:
+    config = sim_config(tmp_path)
+    data_dir = tmp_path / "state" / "moves"
+    request = reach("cut-1", seed=71)
+    with daemon(config, crash_at=point) as (proc, ready):
+        channel, control = stub(ready["grpc"])
+        try:
+            control.Execute(request, metadata=bearer(), timeout=30)
+            assert point.startswith("sim.")  # answered: the kill comes with the attempt
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE
+        assert proc.wait(timeout=60) == -9
+        channel.close()
+    with daemon(config) as (_, ready):
+        served = Served(ready["grpc"], data_dir)
+        retried = served.execute(request)
+        assert retried.id == "cut-1"
+        final = served.final("cut-1")
+        assert final.state == pb.SUCCEEDED, final
+        assert reference(final)["summary"]["seed"] == 71
+        assert len(served.bound(71)) == 1
+        assert len(served.episodes_started(71)) == 1  # the episodes ran once
+        served.channel.close()
