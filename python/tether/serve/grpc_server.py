@@ -7,10 +7,11 @@ Key mapping (documented contract): a request of principal P under `operation_id`
 Activity `(world "grpc-P", kind, activity X)`, where the kind is the family's: for a joint move
 `physical_ai.robot_move.absolute` or `.relative` (device: a robot of host.toml's `[robots]`),
 for a sim reach `physical_ai.sim_episode` (device "sim", `SIM_DEVICE`: the simulated arm,
-there while `[serve] families` serves `tether.serve.families:sim_families`; a robot may not
-also be named "sim"). The intent is keyed by X alone in that world, so the same X with another
-command or kind is another request under the same id (`ALREADY_EXISTS`). Two principals'
-equal ids are two worlds, never one Activity.
+there while `[serve] families` serves `tether.serve.families:sim_families`; a robot named
+"sim" in `[robots]` is that robot, and the simulated arm is then not served over gRPC). The
+intent is keyed by X alone in that world, so the same X with another command or kind is
+another request under the same id (`ALREADY_EXISTS`; across families `_submit` checks it).
+Two principals' equal ids are two worlds, never one Activity.
 
 A sim reach (`_execute_sim`): `SimReach{seed, target_x, target_y, episodes, steps}` and
 `not_after_ms` are the family's submitted reach (`tether.families.sim.family.submit_intent`:
@@ -420,9 +421,11 @@ class RobotControl(rpc.RobotControlServicer):
             _abort(context, bad, "operation_id: required")
         if not OPERATION_ID.fullmatch(op_id):
             _abort(context, bad, "operation_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric")
-        if request.WhichOneof("command") == "sim_reach" or request.device == SIM_DEVICE:
-            return self._execute_sim(principal, request, context)
         config = self.daemon.config
+        if request.WhichOneof("command") == "sim_reach" or (
+            request.device == SIM_DEVICE and SIM_DEVICE not in config.robots
+        ):
+            return self._execute_sim(principal, request, context)
         if request.device not in config.robots:
             _abort(
                 context,
@@ -460,7 +463,8 @@ class RobotControl(rpc.RobotControlServicer):
 
     def _devices(self) -> list[str]:
         """The devices this host serves: its robots, and the simulated arm while served."""
-        sim = [SIM_DEVICE] if SIM_KIND in self.daemon._served else []
+        served = SIM_KIND in self.daemon._served and SIM_DEVICE not in self.daemon.config.robots
+        sim = [SIM_DEVICE] if served else []
         return sorted({*self.daemon.config.robots, *sim})
 
     def _execute_sim(
@@ -470,7 +474,7 @@ class RobotControl(rpc.RobotControlServicer):
         bad = grpc.StatusCode.INVALID_ARGUMENT
         op_id = request.operation_id
         served = self.daemon._served.get(SIM_KIND)
-        if request.device != SIM_DEVICE and request.device in self.daemon.config.robots:
+        if request.device in self.daemon.config.robots:  # a robot, even one named "sim"
             _abort(context, bad, f"command: device {request.device} takes a joint_move")
         if request.device != SIM_DEVICE:
             _abort(
@@ -479,7 +483,7 @@ class RobotControl(rpc.RobotControlServicer):
                 f"device: unknown device {request.device!r} "
                 f"(configured: {', '.join(self._devices()) or 'none'})",
             )
-        if served is None or served.submit is None or SIM_DEVICE in self.daemon.config.robots:
+        if served is None or served.submit is None:
             _abort(
                 context,
                 bad,
