@@ -92,6 +92,9 @@ class _Submit:
 
     key: ActivityKey
     write: ComponentWrite
+    #: Components that must not be on the write's entity (another family's intent there is
+    #: another operation under the same id).
+    exclusive: frozenset[str] = frozenset()
     wake: threading.Event = dataclasses.field(default_factory=threading.Event)
     done: bool = False
     created: bool = False
@@ -592,12 +595,20 @@ class Daemon:
         return view
 
     def submit(
-        self, world: str, activity: str, kind: str, body: dict[str, Any]
+        self,
+        world: str,
+        activity: str,
+        kind: str,
+        body: dict[str, Any],
+        *,
+        exclusive: frozenset[str] = frozenset(),
     ) -> tuple[ActivityKey, bool]:
         """Commit one request as intent (idempotent per activity id of `world`; another request
         under the id is `admission_conflict`): the one path of the control socket's `submit`
         and gRPC's `Execute`. Returns the key and whether this call committed it, only once
-        the intent is durable; concurrent submits of one world share a tick (`_group_commit`)."""
+        the intent is durable; concurrent submits of one world share a tick (`_group_commit`).
+        `exclusive` names components that must not be on the intent's entity (gRPC: one
+        operation id names one operation across families), also `admission_conflict`."""
         runtime = self._runtime()
         served = self._served.get(kind)
         if served is None:
@@ -609,7 +620,7 @@ class Daemon:
             raise ServeRefusal("not_submittable", f"{kind} takes no submitted request")
         write = served.submit(activity, kind, body)  # checked before anything is committed
         key = ActivityKey(world, kind, activity)
-        created = self._group_commit(runtime, world, _Submit(key, write))
+        created = self._group_commit(runtime, world, _Submit(key, write, exclusive))
         if self.live is not None:
             self.live.note(key)
         log.info("submitted", extra={"key": views.key_text(key), "new": created})
@@ -660,7 +671,8 @@ class Daemon:
         tick. Per request: new: written (`created`); equal to what the world holds: the
         existing one; another request under the id: `admission_conflict`. Inside the batch the
         first request under an id wins: an equal one later is answered with it (not created),
-        a different one is `admission_conflict`."""
+        a different one is `admission_conflict`, as is one whose entity holds (or is given in
+        the batch) one of its `exclusive` components."""
         try:
             runtime.head(world)
         except WorldNotFound:
@@ -671,6 +683,21 @@ class Daemon:
         for item in batch:
             write = item.write
             slot = (write.entity, write.component)
+            clash = next(
+                (
+                    c
+                    for c in sorted(item.exclusive)
+                    if snapshot.get(write.entity, c) is not None or (write.entity, c) in chosen
+                ),
+                None,
+            )
+            if clash is not None:
+                item.error = ServeRefusal(
+                    "admission_conflict",
+                    f"{item.key.activity_id} of world {world} names another operation ({clash})",
+                    details={"key": views.key_text(item.key), "component": clash},
+                )
+                continue
             held = snapshot.get(*slot)
             if held is None and slot in chosen:
                 held = chosen[slot]

@@ -79,13 +79,16 @@ def load_items(items: Sequence[Any], spec: str) -> list[Served]:
 
 
 def sim_families(ctx: ServeContext) -> list[Any]:
-    """The demo's seeded MuJoCo reaches (`physical_ai.sim_episode`): its planner commits the
-    intents, so it takes no submit."""
+    """Seeded MuJoCo reaches (`physical_ai.sim_episode`, the demo's family) with their submit
+    (`tether.families.sim.family.submit_intent`): a mission's planner commits its own intents,
+    and a submitted reach (the control socket's `submit`, gRPC's `Execute` on the simulated
+    arm "sim") commits one intent of the same shape."""
     from tether.families.sim.adapter import SimEpisodeAdapter, sim_family
+    from tether.families.sim.family import submit_intent
 
     adapter = SimEpisodeAdapter(ctx.data_dir)
     ctx.on_close(adapter.close)
-    return [sim_family(adapter)]
+    return [(sim_family(adapter), submit_intent())]
 
 
 __all__ = ["ServeContext", "Served", "Submit", "load", "load_items", "sim_families"]

@@ -4,10 +4,26 @@
 state machine here: every RPC reads or writes through the daemon's own paths.
 
 Key mapping (documented contract): a request of principal P under `operation_id` X is the
-Activity `(world "grpc-P", kind, activity X)`, where the kind is the family's (for a joint move
-`physical_ai.robot_move.absolute` or `.relative`). The intent component is keyed by X alone in
-that world, so the same X with another kind is another request under the same id. Two
-principals' equal ids are two worlds, never one Activity.
+Activity `(world "grpc-P", kind, activity X)`, where the kind is the family's: for a joint move
+`physical_ai.robot_move.absolute` or `.relative` (device: a robot of host.toml's `[robots]`),
+for a sim reach `physical_ai.sim_episode` (device "sim", `SIM_DEVICE`: the simulated arm,
+there while `[serve] families` serves `tether.serve.families:sim_families`; a robot named
+"sim" in `[robots]` is that robot, and the simulated arm is then not served over gRPC). The
+intent is keyed by X alone in that world, so the same X with another command or kind is
+another request under the same id (`ALREADY_EXISTS`; across families `_submit` checks it).
+Two principals' equal ids are two worlds, never one Activity.
+
+A sim reach (`_execute_sim`): `SimReach{seed, target_x, target_y, episodes, steps}` and
+`not_after_ms` are the family's submitted reach (`tether.families.sim.family.submit_intent`:
+seed 0..2^63-1, target in the arm's reachable ring, episodes 1..1000, steps >= 1, each refused
+as `INVALID_ARGUMENT` naming `sim_reach.<field>`, nothing recorded). Its memory cap is the
+family's admission check: a request past it is committed and ends as a recorded failure
+(`request_too_large`). The same seed and request give the same trajectory digest. Its
+`Operation`: device "sim", progress from the episode steps (`steps / total`), the result a
+reference document (`application/vnd.tether.sim-episode.reference+json`: the episode result
+file's ref, digest, media type, size and summary, the trajectory digest among it) whose digest
+is its own, evidence the family's Unknown document (an episode process that may still run).
+A sim reach takes no session, cannot be cancelled once committed and has nothing to read back.
 
 Rules:
 - `Execute` checks the request (operation id, device, command, `not_after_ms`, the family's
@@ -61,7 +77,8 @@ Rules:
   `RESOURCE_EXHAUSTED`.
 - `grpc.health.v1`: "" and `tether.robot.v1.RobotControl` for the server, and
   `tether.robot.v1.RobotControl/<device>` per device, NOT_SERVING while the device is not
-  connected or its port's device node is gone. Server reflection is on.
+  connected or its port's device node is gone; `.../sim` is SERVING while the sim family is
+  served. Server reflection is on.
 """
 
 from __future__ import annotations
@@ -123,6 +140,28 @@ KINDS: Final = {
     pb.JointMove.ABSOLUTE: "physical_ai.robot_move.absolute",
     pb.JointMove.RELATIVE: "physical_ai.robot_move.relative",
 }
+#: The simulated arm: its device name and the sim family's kind (the wire contract's mapping).
+SIM_DEVICE: Final = "sim"
+SIM_KIND: Final = "physical_ai.sim_episode"
+#: The intent component of each kind served over gRPC (one operation id names one of them).
+INTENTS: Final = {
+    "physical_ai.robot_move.absolute": "physical_ai.robot_move.intent",
+    "physical_ai.robot_move.relative": "physical_ai.robot_move.intent",
+    SIM_KIND: "physical_ai.sim_episode.intent",
+}
+SIM_REFERENCE_MEDIA_TYPE: Final = "application/vnd.tether.sim-episode.reference+json"
+#: The gRPC path of each field a submitted reach may be refused for (the family's names).
+SIM_FIELDS: Final = {
+    "seed": "sim_reach.seed",
+    "target": "sim_reach.target_x/target_y",
+    "target[0]": "sim_reach.target_x",
+    "target[1]": "sim_reach.target_y",
+    "episodes": "sim_reach.episodes",
+    "steps": "sim_reach.steps",
+    "not_after_ms": "not_after_ms",
+}
+#: The sim result file's summary, answered as a reference document, is read once per result.
+SIM_REFERENCES_KEPT: Final = 256
 #: Terminal operation states.
 TERMINAL: Final = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED, pb.EXPIRED})
 #: Execute's crash points (`TETHER_CRASH_AT`), in order: before the intent is committed, and
@@ -207,6 +246,8 @@ class RobotControl(rpc.RobotControlServicer):
         #: Bumped (under the daemon's `_changed`) when the catalog's doorbell rings a result.
         self.rings = 0
         self.work = threading.BoundedSemaphore(WORK_LANE)
+        self._references: OrderedDict[str, bytes] = OrderedDict()
+        self._references_lock = threading.Lock()
 
     def ring_loop(self) -> None:
         """Wake every watch when a result is recorded (the catalog's doorbell), so a watch
@@ -273,9 +314,10 @@ class RobotControl(rpc.RobotControlServicer):
         runtime = self.daemon._runtime()
         record = runtime.get(key)
         value = intent if isinstance(intent, dict) else {}
+        sim = key.kind == SIM_KIND
         op = pb.Operation(
             id=key.activity_id,
-            device=str(value.get("robot") or value.get("device") or ""),
+            device=SIM_DEVICE if sim else str(value.get("robot") or value.get("device") or ""),
             request_digest=request_digest(key.activity_id, intent),
             not_after_ms=int(value.get("not_after_ms") or 0),
             non_repeatable=key.kind.endswith(".relative"),
@@ -283,8 +325,14 @@ class RobotControl(rpc.RobotControlServicer):
         _, progress = self.daemon._latest(key)
         if progress:
             fraction = progress.get("fraction")
+            done, total = progress.get("steps"), progress.get("total")
+            if not isinstance(fraction, int | float) and isinstance(done, int | float):
+                # A sim attempt reports its episode steps: done over all of them.
+                fraction = done / total if isinstance(total, int | float) and total > 0 else 0.0
             op.progress.fraction = float(fraction) if isinstance(fraction, int | float) else 0.0
-            op.progress.phase = str(progress.get("phase") or progress.get("stage") or "")
+            op.progress.phase = str(
+                progress.get("phase") or progress.get("stage") or progress.get("state") or ""
+            )
         if record is None:
             op.state = pb.PENDING
             return op
@@ -293,17 +341,26 @@ class RobotControl(rpc.RobotControlServicer):
         op.created_ms = record.admitted_at_ms
         op.updated_ms = int(time.time() * 1000)
         if record.result is not None:
-            doc, data = self._doc(record.result.ref, record.result.digest)
-            op.result.document = data
-            op.result.digest = record.result.digest
-            op.result.media_type = str(getattr(record.result, "media_type", "") or "")
+            reference = self._sim_reference(record.result) if sim else None
+            if reference is not None:
+                doc: dict[str, Any] = {}
+                op.result.document = reference
+                op.result.digest = "sha256:" + hashlib.sha256(reference).hexdigest()
+                op.result.media_type = SIM_REFERENCE_MEDIA_TYPE
+            else:
+                doc, data = self._doc(record.result.ref, record.result.digest)
+                op.result.document = data
+                op.result.digest = record.result.digest
+                op.result.media_type = str(getattr(record.result, "media_type", "") or "")
             if record.result.failed:
                 outcome = doc.get("outcome")
                 op.state = {"expired": pb.EXPIRED, "cancelled": pb.CANCELLED}.get(
                     str(outcome), pb.FAILED
                 )
                 op.error.code = str(doc.get("code") or outcome or "failed")
-                op.error.message = str(doc.get("error") or doc.get("note") or "")
+                op.error.message = str(
+                    doc.get("error") or doc.get("note") or doc.get("reason") or ""
+                )
             else:
                 op.state = pb.SUCCEEDED
         elif record.compacted_at_ms is not None:
@@ -336,6 +393,36 @@ class RobotControl(rpc.RobotControlServicer):
                         )
         return op
 
+    def _sim_reference(self, result: Any) -> bytes | None:
+        """The reference document of a sim reach's episode result file (canonical JSON): its
+        ref, digest, media type, size and summary, read once. None for any other result (a
+        failure, an operator's `done` document: shown as they are) or one that cannot be read
+        (shown as `_doc` shows it)."""
+        from tether.families.sim._episode import RESULT_MEDIA_TYPE, read_summary
+
+        media = str(getattr(result, "media_type", "") or "")
+        if result.failed or media != RESULT_MEDIA_TYPE:
+            return None
+        with self._references_lock:
+            known = self._references.get(result.digest)
+        if known is not None:
+            return known
+        from tether.families.sim.errors import ResultCorrupt
+        from tether.families.sim.family import result_reference
+
+        try:
+            payload = self.daemon._runtime().artifacts.get_bytes(result.ref, result.digest)
+            summary = read_summary(payload)
+        except (TetherError, ResultCorrupt, ValueError, OSError):
+            return None
+        size = int(getattr(result, "size", 0) or len(payload))
+        data = canonical(result_reference(result.ref, result.digest, media, size, summary))
+        with self._references_lock:
+            self._references[result.digest] = data
+            while len(self._references) > SIM_REFERENCES_KEPT:
+                self._references.popitem(last=False)
+        return data
+
     def _get(
         self, context: grpc.ServicerContext, principal: Principal, op_id: str
     ) -> tuple[ActivityKey, Any]:
@@ -357,12 +444,16 @@ class RobotControl(rpc.RobotControlServicer):
         if not OPERATION_ID.fullmatch(op_id):
             _abort(context, bad, "operation_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric")
         config = self.daemon.config
+        if request.WhichOneof("command") == "sim_reach" or (
+            request.device == SIM_DEVICE and SIM_DEVICE not in config.robots
+        ):
+            return self._execute_sim(principal, request, context)
         if request.device not in config.robots:
             _abort(
                 context,
                 bad,
                 f"device: unknown device {request.device!r} "
-                f"(configured: {', '.join(sorted(config.robots)) or 'none'})",
+                f"(configured: {', '.join(self._devices()) or 'none'})",
             )
         if request.WhichOneof("command") != "joint_move":
             _abort(context, bad, f"command: device {request.device} takes a joint_move")
@@ -410,9 +501,95 @@ class RobotControl(rpc.RobotControlServicer):
                     f"session_id: session {session!r} is not live for {principal.name} "
                     "(send Heartbeat first; a lapsed session's id starts a new session)",
                 )
+        return self._commit(context, principal, op_id, kind, body)
+
+    def _devices(self) -> list[str]:
+        """The devices this host serves: its robots, and the simulated arm while served."""
+        served = SIM_KIND in self.daemon._served and SIM_DEVICE not in self.daemon.config.robots
+        sim = [SIM_DEVICE] if served else []
+        return sorted({*self.daemon.config.robots, *sim})
+
+    def _execute_sim(
+        self, principal: Principal, request: pb.ExecuteRequest, context: grpc.ServicerContext
+    ) -> pb.Operation:
+        """Execute on the simulated arm: a seeded MuJoCo reach (see the module's mapping)."""
+        bad = grpc.StatusCode.INVALID_ARGUMENT
+        op_id = request.operation_id
+        served = self.daemon._served.get(SIM_KIND)
+        if request.device in self.daemon.config.robots:  # a robot, even one named "sim"
+            _abort(context, bad, f"command: device {request.device} takes a joint_move")
+        if request.device != SIM_DEVICE:
+            _abort(
+                context,
+                bad,
+                f"device: unknown device {request.device!r} "
+                f"(configured: {', '.join(self._devices()) or 'none'})",
+            )
+        if served is None or served.submit is None:
+            _abort(
+                context,
+                bad,
+                f"device: {SIM_DEVICE} is not served here (configured: "
+                f"{', '.join(self._devices()) or 'none'}; serve it with [serve] families = "
+                '[..., "tether.serve.families:sim_families"])',
+            )
+        if request.WhichOneof("command") != "sim_reach":
+            _abort(context, bad, f"command: device {SIM_DEVICE} takes a sim_reach")
+        if request.not_after_ms <= 0:
+            _abort(context, bad, "not_after_ms: required (ms since the epoch, server clock)")
+        if request.session_id:
+            _abort(context, bad, "session_id: a simulated reach takes no session")
+        reach = request.sim_reach
+        body = {
+            "seed": int(reach.seed),
+            "target": [float(reach.target_x), float(reach.target_y)],
+            "episodes": int(reach.episodes),
+            "steps": int(reach.steps),
+            "not_after_ms": int(request.not_after_ms),
+        }
+        try:
+            served.submit(op_id, SIM_KIND, body)  # the family's own checks, nothing committed
+        except (ValueError, TetherError) as exc:
+            field = str(getattr(exc, "field", ""))
+            reason = str(getattr(exc, "reason", "") or exc)
+            _abort(context, bad, f"{SIM_FIELDS.get(field, 'sim_reach')}: {reason}")
+        return self._commit(context, principal, op_id, SIM_KIND, body)
+
+    def _submit(self, world: str, op_id: str, kind: str, body: Any) -> tuple[ActivityKey, bool]:
+        """`Daemon.submit`, refused (`admission_conflict`) when the id already names another
+        kind's operation in `world`: its catalog record, or (not yet admitted, or in the same
+        group commit) another family's intent on the id's entity, which the daemon checks on
+        the snapshot its batch is decided on (`exclusive`), so no lock here serializes
+        submits."""
+        from tether.serve.daemon import ServeRefusal
+
+        runtime = self.daemon._runtime()
+        other = [
+            k for k in self._kinds() if k != kind and runtime.get(ActivityKey(world, k, op_id))
+        ]
+        if other:
+            raise ServeRefusal(
+                "admission_conflict", f"{op_id} names another operation ({other[0]})"
+            )
+        mine = INTENTS.get(kind)
+        exclusive = frozenset(c for k, c in INTENTS.items() if c != mine and k in self._kinds())
+        return self.daemon.submit(  # type: ignore[no-any-return]
+            world, op_id, kind, body, exclusive=exclusive
+        )
+
+    def _commit(
+        self,
+        context: grpc.ServicerContext,
+        principal: Principal,
+        op_id: str,
+        kind: str,
+        body: dict[str, Any],
+    ) -> pb.Operation:
+        """Commit a checked request as intent and answer its operation (see the rules)."""
+        bad = grpc.StatusCode.INVALID_ARGUMENT
         crash_point("grpc.execute.before_commit")
         try:
-            key, created = self.daemon.submit(world_for(principal.name), op_id, kind, body)
+            key, created = self._submit(world_for(principal.name), op_id, kind, body)
         except CodedError as exc:
             if exc.code == "admission_conflict":
                 _abort(
@@ -567,6 +744,8 @@ class RobotControl(rpc.RobotControlServicer):
         op = self._operation(key, intent)
         if op.state in TERMINAL:
             return pb.CancelResponse(outcome=pb.CancelResponse.ALREADY_TERMINAL, operation=op)
+        if key.kind == SIM_KIND:
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "a sim reach cannot be cancelled")
         handler = self.daemon.devices._handlers.get("cancel") if self.daemon.devices else None
         if handler is None:
             _abort(context, grpc.StatusCode.UNIMPLEMENTED, f"{key.kind} cannot be cancelled")
@@ -589,7 +768,7 @@ class RobotControl(rpc.RobotControlServicer):
         key, intent = self._get(context, principal, request.operation_id)
         op = self._operation(key, intent)
         read = self.daemon.devices._handlers.get("read_back") if self.daemon.devices else None
-        if op.state == pb.UNKNOWN_AWAITING_OPERATOR and read is not None:
+        if op.state == pb.UNKNOWN_AWAITING_OPERATOR and read is not None and key.kind != SIM_KIND:
             from tether.operator import decisions
 
             runtime = self.daemon._runtime()
@@ -797,6 +976,8 @@ class GrpcServer:
                 url = getattr(config.ports.get(config.spec(name).port), "url", None)
                 ok = not (isinstance(url, str) and url.startswith("/") and not os.path.exists(url))
             self._health_set(f"{SERVICE}/{name}", serving=ok)
+        if SIM_KIND in self.daemon._served and SIM_DEVICE not in config.robots:
+            self._health_set(f"{SERVICE}/{SIM_DEVICE}", serving=True)
 
     def _poll(self) -> None:
         while not self.closing.wait(HEALTH_POLL_S):
@@ -823,6 +1004,8 @@ __all__ = [
     "KINDS",
     "MAX_MESSAGE_BYTES",
     "SERVICE",
+    "SIM_DEVICE",
+    "SIM_KIND",
     "WORLD_PREFIX",
     "GrpcServer",
     "RobotControl",

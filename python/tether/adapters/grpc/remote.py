@@ -2,8 +2,15 @@
 gRPC service (`tether serve` with `[serve] grpc`), as a runtime family (Contract C).
 
 Components (entity = the move's activity id):
-    physical_ai.remote_move.intent       {"kind", "device", "targets", "not_after_ms"}
+    physical_ai.remote_move.intent       {"kind", "device", "targets", "not_after_ms"} (a joint
+                                         move), or {"kind": KIND_SIM_REACH, "device", "sim_reach":
+                                         {"seed", "target_x", "target_y", "episodes", "steps"},
+                                         "not_after_ms"} (a seeded simulation on the remote's
+                                         simulated arm, device "sim")
     physical_ai.remote_move.observation  the factual outcome: result reference, digest, summary
+
+A remote planner launches seeded simulations and drives real arms the same way: one family,
+one adapter, one ExecuteRequest per Activity (`execute_request`); only the command differs.
 
 Rules:
 - The client `operation_id` is the Activity's bound provider operation id (`ctx.operation_id`,
@@ -67,7 +74,11 @@ from tether.world import ComponentWrite, WorldSnapshot
 FAMILY: Final = "physical_ai.remote_move"
 KIND_ABSOLUTE: Final = "physical_ai.remote_move.absolute"
 KIND_RELATIVE: Final = "physical_ai.remote_move.relative"
-KINDS: Final = (KIND_ABSOLUTE, KIND_RELATIVE)
+#: A seeded MuJoCo reach on the remote's simulated arm (`SimReach`).
+KIND_SIM_REACH: Final = "physical_ai.remote_move.sim_reach"
+KINDS: Final = (KIND_ABSOLUTE, KIND_RELATIVE, KIND_SIM_REACH)
+#: The `sim_reach` fields of a sim intent (the wire's `SimReach`).
+SIM_REACH_FIELDS: Final = ("seed", "target_x", "target_y", "episodes", "steps")
 INTENT: Final = "physical_ai.remote_move.intent"
 OBSERVATION: Final = "physical_ai.remote_move.observation"
 RESULT_MEDIA_TYPE: Final = "application/vnd.tether.remote-move.result+json"
@@ -102,6 +113,7 @@ def canonical(doc: Any) -> bytes:
 
 def intent(activity_id: str, request: dict[str, Any]) -> ComponentWrite:
     """The component write that asks for one remote move (`request`: kind, device, targets,
+    not_after_ms) or one remote sim reach (kind `KIND_SIM_REACH`, device, sim_reach,
     not_after_ms)."""
     return ComponentWrite(activity_id, INTENT, request)
 
@@ -127,17 +139,46 @@ def stage(staged: StagedResult) -> list[ComponentWrite]:
     return [ComponentWrite(staged.key.activity_id, OBSERVATION, value)]
 
 
+def _sim_reach(reach: Any) -> pb.SimReach:
+    """The `SimReach` of a sim intent; only what the wire cannot carry is refused here (the
+    remote checks the bounds, and its refusal is a recorded failure)."""
+    if not isinstance(reach, dict) or sorted(reach) != sorted(SIM_REACH_FIELDS):
+        raise FamilyError(f"sim_reach must be an object of exactly {', '.join(SIM_REACH_FIELDS)}")
+    for name, bits in (("seed", 64), ("episodes", 32), ("steps", 32)):
+        value = reach[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << bits:
+            raise FamilyError(f"sim_reach.{name} must be an unsigned {bits}-bit integer")
+    for name in ("target_x", "target_y"):
+        value = reach[name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FamilyError(f"sim_reach.{name} must be a number of metres")
+    return pb.SimReach(
+        seed=reach["seed"],
+        target_x=float(reach["target_x"]),
+        target_y=float(reach["target_y"]),
+        episodes=reach["episodes"],
+        steps=reach["steps"],
+    )
+
+
 def execute_request(operation_id: str, request: dict[str, Any]) -> pb.ExecuteRequest:
     """The one ExecuteRequest of an Activity: every attempt sends exactly these bytes."""
     kind = request.get("kind")
     if kind not in KINDS:
         raise FamilyError(f"kind must be one of {KINDS}")
-    targets = request.get("targets")
-    if not isinstance(targets, dict) or not targets:
-        raise FamilyError("targets must map joint names to radians")
     not_after = request.get("not_after_ms")
     if isinstance(not_after, bool) or not isinstance(not_after, int) or not_after <= 0:
         raise FamilyError("not_after_ms (ms since the epoch) is part of the request")
+    if kind == KIND_SIM_REACH:
+        return pb.ExecuteRequest(
+            operation_id=operation_id,
+            device=str(request.get("device") or ""),
+            sim_reach=_sim_reach(request.get("sim_reach")),
+            not_after_ms=not_after,
+        )
+    targets = request.get("targets")
+    if not isinstance(targets, dict) or not targets:
+        raise FamilyError("targets must map joint names to radians")
     return pb.ExecuteRequest(
         operation_id=operation_id,
         device=str(request.get("device") or ""),
@@ -367,6 +408,7 @@ __all__ = [
     "KINDS",
     "KIND_ABSOLUTE",
     "KIND_RELATIVE",
+    "KIND_SIM_REACH",
     "OBSERVATION",
     "RemoteHost",
     "RemoteMoveAdapter",

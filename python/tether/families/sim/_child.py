@@ -4,7 +4,8 @@
 `_host.py`) or, stand-alone, as `python -m tether.families.sim._child <op-dir> <attempt>
 <parent-pid>` with the job on stdin and JSON lines on stdout. Either way the order is fixed:
 die-with-parent is armed first and the parent is checked after arming it (it may have died in
-between), then the journal's start marker is created (create-if-absent, refused once the
+between), then the request's `not_after_ms` is checked against the clock (past it: exit, no marker),
+then the journal's start marker is created (create-if-absent, refused once the
 attempt is fenced out, checked again after the marker exists), and only then does any episode
 run. The result file is made durable in the artifact store, and only then is its reference
 staged in the journal (`result-<n>.pending`); the worker verifies its digest and publishes it.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from tether.families.sim.errors import InvalidEpisodeRequest
 from tether.families.sim.provider import (
     EXIT_ALREADY_STARTED,
     EXIT_BAD_REQUEST,
+    EXIT_EXPIRED,
     EXIT_FENCED,
     EXIT_OK,
     EXIT_PARENT_GONE,
@@ -66,6 +69,9 @@ def run_attempt(op: Operation, attempt: int, job: dict[str, Any], emit: Emit) ->
         "child": me.to_dict(),
         "parent_pid": os.getppid(),
     }
+    if request.expired(int(time.time() * 1000)):  # checked last before the marker
+        print(f"attempt {attempt} does not start: not_after_ms passed", file=sys.stderr)
+        return EXIT_EXPIRED
     try:
         op.start(attempt, marker)
     except JournalError as exc:

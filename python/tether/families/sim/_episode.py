@@ -7,6 +7,11 @@ byte-identical trajectory arrays, and so the same trajectory digest, in any proc
 build. The result file is a zip of `.npy` arrays plus `summary.json`, written with fixed zip
 timestamps and holding no wall time (that is `EpisodeRun.wall_time_s`, never written), so the
 same request and attempt give the same result file byte for byte, and the same result digest.
+
+A request may carry `not_after_ms` (ms since the epoch, the host's clock; set by a submitted
+reach, e.g. over gRPC): its episodes start only while the clock is before it. It is part of the
+request (and so of its digest) but never of the trajectory: the arrays, and the trajectory
+digest, depend on the model, seed, target, controller, episodes and steps alone.
 """
 
 from __future__ import annotations
@@ -81,6 +86,12 @@ class EpisodeRequest:
     controller: ControllerParams = field(default_factory=ControllerParams)
     model: str = DEFAULT_MODEL
     model_digest: str = ""
+    #: The episodes start only while the host's clock (ms since the epoch) is before this.
+    not_after_ms: int | None = None
+
+    def expired(self, now_ms: int) -> bool:
+        """Whether the episodes may no longer start at `now_ms` (never without `not_after_ms`)."""
+        return self.not_after_ms is not None and now_ms >= self.not_after_ms
 
     @classmethod
     def create(
@@ -112,7 +123,16 @@ class EpisodeRequest:
         """Validate a JSON-shaped request; raises `InvalidEpisodeRequest` naming the bad field."""
         if not isinstance(raw, Mapping):
             raise InvalidEpisodeRequest(f"request must be an object, got {type(raw).__name__}")
-        known = {"model", "model_digest", "seed", "episodes", "steps", "target", "controller"}
+        known = {
+            "model",
+            "model_digest",
+            "seed",
+            "episodes",
+            "steps",
+            "target",
+            "controller",
+            "not_after_ms",
+        }
         extra = sorted(set(raw) - known)
         if extra:
             raise InvalidEpisodeRequest(f"unknown request fields {extra}")
@@ -145,6 +165,9 @@ class EpisodeRequest:
             noise_std=_bounded(c, "noise_std", 0.0, 10.0),
             tolerance=_bounded(c, "tolerance", 1e-6, 1.0),
         )
+        not_after = raw.get("not_after_ms")
+        if not_after is not None:
+            not_after = _int(raw, "not_after_ms", 1, 2**63 - 1)
         return cls(
             target=(x, y),
             seed=seed,
@@ -153,11 +176,13 @@ class EpisodeRequest:
             controller=params,
             model=model,
             model_digest=digest,
+            not_after_ms=not_after,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form (the inverse of `from_dict`)."""
-        return {
+        """Plain-JSON form (the inverse of `from_dict`; `not_after_ms` only when set, so a
+        request without one keeps the digest it always had)."""
+        doc: dict[str, Any] = {
             "model": self.model,
             "model_digest": self.model_digest,
             "seed": self.seed,
@@ -166,6 +191,9 @@ class EpisodeRequest:
             "target": [self.target[0], self.target[1]],
             "controller": self.controller.to_dict(),
         }
+        if self.not_after_ms is not None:
+            doc["not_after_ms"] = self.not_after_ms
+        return doc
 
     def canonical_json(self) -> bytes:
         """Canonical JSON bytes (sorted keys, no spaces): the input the digest is taken over."""

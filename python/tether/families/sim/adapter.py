@@ -17,8 +17,9 @@ from typing import Any
 
 from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.families.sim._episode import read_summary
-from tether.families.sim.errors import RequestTooLarge, ResultCorrupt
+from tether.families.sim.errors import AttemptExpired, RequestTooLarge, ResultCorrupt
 from tether.families.sim.family import (
+    EXPIRED_MEDIA_TYPE,
     INTENT,
     KIND,
     OBSERVATION,
@@ -115,9 +116,20 @@ class SimEpisodeAdapter:
 
         # The episode process wrote the result file into the runtime's own artifact store: the
         # reference is handed on as is (made durable once; the worker re-checks it).
-        outcome = self.provider.execute(
-            ctx.operation_id, ctx.attempt, request, artifacts=ctx.artifacts, progress=progress
-        )
+        try:
+            outcome = self.provider.execute(
+                ctx.operation_id, ctx.attempt, request, artifacts=ctx.artifacts, progress=progress
+            )
+        except AttemptExpired as exc:  # nothing started: a recorded failure, never retried
+            doc = {
+                "operation_id": ctx.operation_id,
+                "outcome": "expired",
+                "code": "expired",
+                "error": str(exc),
+                **{k: v for k, v in exc.proof.items() if k in ("not_after_ms", "decided_at_ms")},
+            }
+            ref = ctx.artifacts.put_bytes(canonical_json(doc), EXPIRED_MEDIA_TYPE)
+            return dataclasses.replace(ref, failed=True)
         return outcome.result
 
     def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> ReconcileOutcome:
@@ -161,7 +173,8 @@ def stage(staged: StagedResult) -> list[ComponentWrite]:
     if refusal is not None:
         summary = failed_summary(refusal.reason, refusal.code)
     elif staged.result.failed:
-        summary = failed_summary(_failure_reason(staged))
+        code = "expired" if staged.result.media_type == EXPIRED_MEDIA_TYPE else None
+        summary = failed_summary(_failure_reason(staged), code)
     elif staged.result.media_type == OPERATOR_DONE_MEDIA_TYPE:
         try:
             summary = dict(json.loads(staged.payload)["summary"])
@@ -184,8 +197,13 @@ def _refusal(staged: StagedResult) -> Refusal | None:
 
 
 def _failure_reason(staged: StagedResult) -> str:
-    """Why a failed result failed: the reason an older data dir's refused result recorded,
-    else its type."""
+    """Why a failed result failed: the reason an expired reach or an older data dir's refused
+    result recorded, else its type."""
+    if staged.result.media_type == EXPIRED_MEDIA_TYPE:
+        try:
+            return str(json.loads(staged.payload)["error"])
+        except (ValueError, KeyError, TypeError):
+            pass
     if staged.result.media_type == REFUSED_MEDIA_TYPE:
         try:
             return str(json.loads(staged.payload)["reason"])

@@ -34,6 +34,26 @@ class StaleAttemptAlive(SimError):
     """An earlier attempt's episode child is still alive, so a fresh attempt may not start."""
 
 
+class AttemptExpired(SimError):
+    """The request's `not_after_ms` passed on the host's clock before the attempt started: it
+    never starts (no start marker is written). `proof` is the journal's `expired` record."""
+
+    def __init__(self, message: str, proof: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.proof = dict(proof or {})
+
+
+class SimReachRefused(CodedError, InvalidEpisodeRequest):
+    """A submitted reach (`family.submit_intent`) is refused before anything is committed
+    (`code` ``invalid_sim_reach``); `field` names the request field at fault (`seed`,
+    `target`, `target[0]`, `target[1]`, `episodes`, `steps`, `not_after_ms`, ...)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__("invalid_sim_reach", f"{field}: {message}", details={"field": field})
+        self.field = field
+        self.reason = message
+
+
 class EpisodeFailed(SimError):
     """The episode child exited without a complete result (crashed, killed or rejected)."""
 
@@ -50,6 +70,7 @@ class ResultCorrupt(SimError):
 
 __all__ = [
     "AttemptAlreadyStarted",
+    "AttemptExpired",
     "AttemptFenced",
     "EpisodeFailed",
     "InvalidEpisodeRequest",
@@ -57,6 +78,7 @@ __all__ = [
     "RequestTooLarge",
     "ResultCorrupt",
     "SimError",
+    "SimReachRefused",
     "StaleAttemptAlive",
     "UnknownModel",
 ]

@@ -21,6 +21,15 @@ required projector before it admits): one whose preallocated arrays (episodes x 
 (`request_too_large`, the numbers in its details), or one that does not validate
 (`invalid_episode_request`). It is admitted already failed and observed as a failed reach
 with the refusal's reason; the planner moves on as after any failed reach.
+
+Submitted reaches (`submit_intent`, what `tether serve` commits for a served sim: its control
+socket's `submit` and gRPC's `Execute` on the simulated arm): one reach named by its activity
+id, checked field by field before anything is committed (`SimReachRefused` naming the field:
+seed, target, episodes, steps, not_after_ms, controller, model), committed as the same intent
+the planner writes (`{"index": 0, "request": ...}` on the activity's entity), so the projection,
+the admission check (its memory cap: a request past it is admitted already failed, a recorded
+failure) and staging are the mission's. Its `not_after_ms` is part of the episode request: the
+adapter records an `expired` failure in place of the start once the host's clock passes it.
 """
 
 from __future__ import annotations
@@ -30,10 +39,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.families.sim._episode import MAX_REACH, MIN_REACH, ControllerParams, EpisodeRequest
+from tether.families.sim._episode import (
+    MAX_EPISODES,
+    MAX_REACH,
+    MAX_STEPS,
+    MIN_REACH,
+    ControllerParams,
+    EpisodeRequest,
+)
 from tether.families.sim._memory import check_cap, check_memory
 from tether.families.sim._model import DEFAULT_MODEL, load_model_file
-from tether.families.sim.errors import InvalidEpisodeRequest, RequestTooLarge
+from tether.families.sim.errors import InvalidEpisodeRequest, RequestTooLarge, SimReachRefused
 from tether.runtime import ActivityRequest, AdmissionCheck, Refusal
 from tether.world import ComponentWrite, WorldSnapshot
 
@@ -51,6 +67,15 @@ REFUSED_MEDIA_TYPE = "application/vnd.tether.sim-episode.refused+json"
 OPERATOR_DONE_MEDIA_TYPE = "application/vnd.tether.sim-episode.operator-done+json"
 #: The retry guard an operator's `reissue` records: the provider's proof of absence.
 REISSUE_GUARD_MEDIA_TYPE = "application/vnd.tether.sim-episode.reissue-proof+json"
+#: The failed result of a reach whose `not_after_ms` passed before it started.
+EXPIRED_MEDIA_TYPE = "application/vnd.tether.sim-episode.expired+json"
+#: A reference to an episode result file with its summary (`result_reference`): what a remote
+#: client is answered in place of the (large) file itself.
+REFERENCE_MEDIA_TYPE = "application/vnd.tether.sim-episode.reference+json"
+REFERENCE_SCHEMA = "tether.families.sim.sim_episode.reference/1"
+#: The fields of a submitted reach (`submit_intent`); the first four are required.
+SUBMIT_FIELDS = ("seed", "target", "episodes", "steps", "not_after_ms", "controller", "model")
+MAX_SEED = 2**63 - 1
 # Each next target turns this far (rad) around the shoulder from where the fingertip ended.
 _TURN = 0.7
 _NEAR, _FAR = 0.18, 0.3
@@ -212,3 +237,91 @@ def observation_write(
     return ComponentWrite(
         activity_id, OBSERVATION, {"summary": summary, "result_digest": result_digest}
     )
+
+
+def _integer(body: Mapping[str, Any], name: str, lo: int, hi: int) -> int:
+    value = body.get(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SimReachRefused(name, f"must be an integer in [{lo}, {hi}], got {value!r}")
+    if not lo <= value <= hi:
+        raise SimReachRefused(name, f"must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def reach_request(body: Any) -> dict[str, Any]:
+    """The episode request of a submitted reach `body` (seed, target [x, y], episodes, steps;
+    optional not_after_ms, controller, model), checked field by field: `SimReachRefused` names
+    the first field at fault. Pure; the memory cap is the admission check's (not refused here:
+    a request past it is a recorded failure)."""
+    if not isinstance(body, Mapping):
+        raise SimReachRefused("request", f"must be an object, got {type(body).__name__}")
+    for name in sorted(body):
+        if name not in SUBMIT_FIELDS:
+            raise SimReachRefused(str(name), f"unknown field (known: {', '.join(SUBMIT_FIELDS)})")
+    for name in SUBMIT_FIELDS[:4]:
+        if name not in body:
+            raise SimReachRefused(name, "required")
+    seed = _integer(body, "seed", 0, MAX_SEED)
+    episodes = _integer(body, "episodes", 1, MAX_EPISODES)
+    steps = _integer(body, "steps", 1, MAX_STEPS)
+    target = body["target"]
+    if not isinstance(target, list | tuple) or len(target) != 2:
+        raise SimReachRefused("target", "must be two numbers [x, y] in metres")
+    for i, v in enumerate(target):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise SimReachRefused(f"target[{i}]", f"must be a finite number of metres, got {v!r}")
+    x, y = float(target[0]), float(target[1])
+    reach = math.hypot(x, y)
+    if not MIN_REACH <= reach <= MAX_REACH:
+        raise SimReachRefused(
+            "target",
+            f"({x}, {y}) is {reach:.3f} m from the shoulder; the reachable ring is "
+            f"[{MIN_REACH}, {MAX_REACH}] m",
+        )
+    raw: dict[str, Any] = {
+        "seed": seed,
+        "episodes": episodes,
+        "steps": steps,
+        "target": [x, y],
+        "controller": ControllerParams().to_dict(),
+    }
+    if body.get("not_after_ms") is not None:
+        raw["not_after_ms"] = _integer(body, "not_after_ms", 1, 2**63 - 1)
+    if body.get("controller") is not None:
+        raw["controller"] = body["controller"]
+    model = body.get("model", DEFAULT_MODEL)
+    if not isinstance(model, str):
+        raise SimReachRefused("model", f"must be a shipped model's name, got {model!r}")
+    try:
+        raw["model"], raw["model_digest"] = model, load_model_file(model).digest
+    except InvalidEpisodeRequest as exc:
+        raise SimReachRefused("model", str(exc).splitlines()[0]) from None
+    try:
+        return EpisodeRequest.from_dict(raw).to_dict()
+    except InvalidEpisodeRequest as exc:  # only the controller is left unchecked above
+        raise SimReachRefused("controller", str(exc).splitlines()[0]) from None
+
+
+def submit_intent() -> Any:
+    """`tether serve`'s admission of a submitted reach (`(activity_id, kind, body)` -> the
+    intent write): `reach_request`'s checks before anything is committed, then the intent the
+    projection reads, on the activity's own entity."""
+
+    def build(activity_id: str, kind: str, body: dict[str, Any]) -> ComponentWrite:
+        if kind != KIND:
+            raise SimReachRefused("kind", f"must be {KIND}, got {kind!r}")
+        return ComponentWrite(activity_id, INTENT, {"index": 0, "request": reach_request(body)})
+
+    return build
+
+
+def result_reference(
+    ref: str, digest: str, media_type: str, size: int, summary: dict[str, Any]
+) -> dict[str, Any]:
+    """The reference document of an episode result file (`REFERENCE_MEDIA_TYPE`): where it is,
+    its digest and its summary (the trajectory digest among it), without the arrays."""
+    return {
+        "schema": REFERENCE_SCHEMA,
+        "result": {"ref": ref, "digest": digest, "media_type": media_type, "size": size},
+        "summary": summary,
+    }

@@ -21,6 +21,8 @@ one journal operation (`tether.operations.Operation`); the sim records in it:
                           never replaced
     proof-guard-<n>.json  the retry guard's proof behind attempt n: every earlier attempt is
                           fenced and its process provably gone
+    proof-expired.json    the request's `not_after_ms` passed before an attempt started: it
+                          never starts (the first decision stands)
     attempt-<n>.stderr    the episode process's stderr (diagnostics only, beside the entry)
 
 Unknown evidence is not a provider fact: the adapter makes it durable in the artifact store and
@@ -35,6 +37,12 @@ provably gone, the absence is confirmed and the guard proof lets exactly one fre
 start (its marker is create-if-absent, so a second starter of the same attempt fails). Fencing
 and the marker are both write-then-check, so a stale process and a reconciler can never both
 miss each other.
+
+A request with `not_after_ms` starts only while the host's clock is before it: past it (or
+once an `expired` proof is recorded) no attempt starts and `execute` raises `AttemptExpired`
+with the proof, in place of the start marker. The episode process checks the clock again just
+before it creates its marker, so a marker is only ever written while now < `not_after_ms`.
+A published result is still reused first: a reach that ran is never declared expired.
 
 A request whose preallocated arrays (episodes x steps) would exceed the provider's memory cap
 (`memory_cap_bytes`, default `DEFAULT_MEMORY_CAP_BYTES`) is refused before anything is bound or
@@ -61,6 +69,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +97,7 @@ from tether.families.sim._memory import check_cap, check_memory
 from tether.families.sim._memory import estimated_memory_bytes as estimated_memory_bytes
 from tether.families.sim.errors import (
     AttemptAlreadyStarted,
+    AttemptExpired,
     AttemptFenced,
     EpisodeFailed,
     InvalidEpisodeRequest,
@@ -109,12 +119,15 @@ EXIT_BAD_REQUEST = 13
 #: or a file reached the file-size limit (EFBIG). Nothing was staged.
 EXIT_NO_SPACE = 14
 EXIT_FILE_TOO_LARGE = 15
+#: The request's `not_after_ms` passed before the start marker: nothing was written.
+EXIT_EXPIRED = 16
 EXIT_STORAGE: Final = {"disk_full": EXIT_NO_SPACE, "file_too_large": EXIT_FILE_TOO_LARGE}
 _EXIT_ERRNO: Final = {EXIT_NO_SPACE: errno.ENOSPC, EXIT_FILE_TOO_LARGE: errno.EFBIG}
 _EXIT_ERRORS: dict[int, type[SimError]] = {
     EXIT_ALREADY_STARTED: AttemptAlreadyStarted,
     EXIT_FENCED: AttemptFenced,
     EXIT_BAD_REQUEST: InvalidEpisodeRequest,
+    EXIT_EXPIRED: AttemptExpired,
 }
 #: The crash-point variable (the one mechanism, `tether._crash`); the sim's points are named
 #: `sim.*` and count attempts (`sim.x` attempt 1, `sim.x@k` attempt k, `sim.x@*` every one).
@@ -485,8 +498,9 @@ class SimProvider:
         that outlives the episode. If `progress` or `on_start` raises (say, the lease was lost),
         the child is killed before the exception propagates. Raises `RequestTooLarge` (nothing
         bound) past the memory cap, `StaleAttemptAlive` if an earlier attempt's child may still
-        run, `EpisodeFailed` if the child ended without a result, and the child's own typed
-        errors (already started, fenced, bad request).
+        run, `AttemptExpired` (nothing started) past the request's `not_after_ms`,
+        `EpisodeFailed` if the child ended without a result, and the child's own typed errors
+        (already started, fenced, bad request).
         """
         _check_attempt(attempt)
         req = self.check_request(request)
@@ -501,7 +515,12 @@ class SimProvider:
         alive = [o for o in settled[0] if o["alive"] is not False]
         if alive:
             raise StaleAttemptAlive("; ".join(o["observed"] for o in alive))
-        self._run_child(op, operation_id, attempt, req, store, progress, on_start)
+        self._refuse_expired(op, req)
+        try:
+            self._run_child(op, operation_id, attempt, req, store, progress, on_start)
+        except AttemptExpired:  # the episode process saw the clock pass: no marker written
+            self._refuse_expired(op, req, decided=True)
+            raise
         found = self._published(op, store, reused=True)
         if found is not None and attempt not in op.pending():
             return found  # the child found a published result and ran nothing
@@ -509,6 +528,31 @@ class SimProvider:
         outcome = self._publish_own(op, attempt, store)
         crash_point("sim.result_durable", attempt)
         return outcome
+
+    def _refuse_expired(self, op: Operation, req: EpisodeRequest, *, decided: bool = False) -> None:
+        """Raise `AttemptExpired` (its proof recorded, the first decision standing) once the
+        request may no longer start: an `expired` proof exists, or the clock passed its
+        `not_after_ms` (`decided`: the episode process already saw it pass)."""
+        proof = op.proof("expired")
+        now = int(time.time() * 1000)
+        if proof is None and not (decided or req.expired(now)):
+            return
+        if proof is None:
+            doc = {
+                "operation_id": op.id,
+                "not_after_ms": req.not_after_ms,
+                "decided_at_ms": now,
+            }
+            try:
+                proof = op.record_proof("expired", doc)
+            except JournalError as exc:  # a concurrent decision landed first: it stands
+                if exc.code != "proof_conflict":
+                    raise
+                proof = op.proof("expired") or doc
+        raise AttemptExpired(
+            f"not started: the host's clock passed not_after_ms {proof.get('not_after_ms')}",
+            {k: v for k, v in proof.items() if k != "digest"},
+        )
 
     def _publish_own(self, op: Operation, attempt: int, store: ArtifactStore) -> EpisodeOutcome:
         try:
