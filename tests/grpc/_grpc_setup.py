@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from _dxl_setup import write_config
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
@@ -86,6 +87,13 @@ def daemon(
 def stub(address: str) -> tuple[grpc.Channel, rpc.RobotControlStub]:
     channel = grpc.insecure_channel(address)
     return channel, rpc.RobotControlStub(channel)
+
+
+def status_code(call: object) -> grpc.StatusCode:
+    """The status code a call (a no-argument callable) fails with."""
+    with pytest.raises(grpc.RpcError) as info:
+        call()  # type: ignore[operator]
+    return info.value.code()  # type: ignore[no-any-return]
 
 
 def bearer(secret: str = PLANNER) -> tuple[tuple[str, str], ...]:

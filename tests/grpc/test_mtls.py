@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 from _dxl_setup import GOALS, EmulatorProcess, emulator_process, target_actions
-from _grpc_setup import SERVE, bearer, daemon, grpc_config
+from _grpc_setup import SERVE, bearer, daemon, grpc_config, status_code
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.activities import ActivityKey
@@ -52,12 +52,6 @@ def control(
     return channel, rpc.RobotControlStub(channel)
 
 
-def _code(call: object) -> grpc.StatusCode:
-    with pytest.raises(grpc.RpcError) as info:
-        call()  # type: ignore[operator]
-    return info.value.code()  # type: ignore[no-any-return]
-
-
 def test_a_client_certificate_of_the_ca_connects_and_others_fail_the_handshake(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
@@ -74,12 +68,12 @@ def test_a_client_certificate_of_the_ca_connects_and_others_fail_the_handshake(
         assert list(listed.operations) == []
         # The certificate admits the connection; the bearer token still names the principal.
         assert (
-            _code(lambda: stub.ListOperations(pb.ListOperationsRequest(), timeout=10))
+            status_code(lambda: stub.ListOperations(pb.ListOperationsRequest(), timeout=10))
             == grpc.StatusCode.UNAUTHENTICATED
         )
         wrong = (("authorization", "Bearer not-the-token-of-anyone"),)
         assert (
-            _code(lambda: stub.ListOperations(pb.ListOperationsRequest(), metadata=wrong))
+            status_code(lambda: stub.ListOperations(pb.ListOperationsRequest(), metadata=wrong))
             == grpc.StatusCode.UNAUTHENTICATED
         )
         channel.close()
@@ -87,7 +81,7 @@ def test_a_client_certificate_of_the_ca_connects_and_others_fail_the_handshake(
         for client in (None, stranger):
             channel, stub = control(port, ca, client)
             assert (
-                _code(
+                status_code(
                     lambda s=stub: s.ListOperations(
                         pb.ListOperationsRequest(), metadata=bearer(), timeout=5
                     )

@@ -18,6 +18,7 @@ from _grpc_setup import (
     daemon,
     grpc_config,
     move,
+    status_code,
     stub,
     until_terminal,
     wait_for,
@@ -42,12 +43,6 @@ def emu(tmp_path: Path) -> Iterator[EmulatorProcess]:
         yield emulator
 
 
-def _code(call: object) -> grpc.StatusCode:
-    with pytest.raises(grpc.RpcError) as info:
-        call()  # type: ignore[operator]
-    return info.value.code()  # type: ignore[no-any-return]
-
-
 def test_a_duplicate_execute_executes_once_and_another_request_under_the_id_is_already_exists(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
@@ -67,7 +62,7 @@ def test_a_duplicate_execute_executes_once_and_another_request_under_the_id_is_a
         assert conflict.value.code() == grpc.StatusCode.ALREADY_EXISTS
         relative = move("job-1", relative=True, not_after_ms=request.not_after_ms)
         assert (
-            _code(lambda: control.Execute(relative, metadata=bearer(), timeout=30))
+            status_code(lambda: control.Execute(relative, metadata=bearer(), timeout=30))
             == grpc.StatusCode.ALREADY_EXISTS
         )
         views = until_terminal(control, "job-1")
@@ -96,34 +91,34 @@ def test_missing_and_wrong_credentials_and_roles_are_refused(
     with daemon(config) as (_, ready):
         channel, control = stub(ready["grpc"])
         request = move("auth-1")
-        assert _code(lambda: control.Execute(request)) == grpc.StatusCode.UNAUTHENTICATED
+        assert status_code(lambda: control.Execute(request)) == grpc.StatusCode.UNAUTHENTICATED
         wrong = (("authorization", "Bearer not-the-token-of-anyone"),)
         assert (
-            _code(lambda: control.Execute(request, metadata=wrong))
+            status_code(lambda: control.Execute(request, metadata=wrong))
             == grpc.StatusCode.UNAUTHENTICATED
         )
         observer = bearer(OBSERVER)
         assert (
-            _code(lambda: control.Execute(request, metadata=observer))
+            status_code(lambda: control.Execute(request, metadata=observer))
             == grpc.StatusCode.PERMISSION_DENIED
         )
         assert (
-            _code(lambda: control.Stop(pb.StopRequest(), metadata=observer))
+            status_code(lambda: control.Stop(pb.StopRequest(), metadata=observer))
             == grpc.StatusCode.PERMISSION_DENIED
         )
         # A planner token never approves: Resolve needs an operator.
         resolve = pb.ResolveRequest(operation_id="auth-1", decision=pb.ResolveRequest.ABANDON)
         assert (
-            _code(lambda: control.Resolve(resolve, metadata=bearer(PLANNER)))
+            status_code(lambda: control.Resolve(resolve, metadata=bearer(PLANNER)))
             == grpc.StatusCode.PERMISSION_DENIED
         )
         # An operator is not a planner: it may not execute.
         assert (
-            _code(lambda: control.Execute(request, metadata=bearer(OPERATOR)))
+            status_code(lambda: control.Execute(request, metadata=bearer(OPERATOR)))
             == grpc.StatusCode.PERMISSION_DENIED
         )
         assert (
-            _code(lambda: control.GetOperation(pb.GetOperationRequest(operation_id="auth-1")))
+            status_code(lambda: control.GetOperation(pb.GetOperationRequest(operation_id="auth-1")))
             == grpc.StatusCode.UNAUTHENTICATED
         )
         channel.close()
@@ -155,13 +150,13 @@ def test_bad_requests_are_invalid_argument_with_the_field_path_and_nothing_is_re
         huge = move("big", {"a": 0.1})
         huge.joint_move.targets_rad.update({f"j{i:07d}" + "x" * 64: 0.0 for i in range(20_000)})
         assert (
-            _code(lambda: control.Execute(huge, metadata=bearer(), timeout=30))
+            status_code(lambda: control.Execute(huge, metadata=bearer(), timeout=30))
             == grpc.StatusCode.RESOURCE_EXHAUSTED
         )
         listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer())
         assert list(listed.operations) == []
         assert (
-            _code(
+            status_code(
                 lambda: control.GetOperation(
                     pb.GetOperationRequest(operation_id="bad-2"), metadata=bearer()
                 )
@@ -406,7 +401,7 @@ def test_tls_serves_an_authenticated_planner_and_a_plain_client_gets_nothing(
         assert list(listed.operations) == []
         plain, plain_control = stub(f"127.0.0.1:{port}")
         assert (
-            _code(
+            status_code(
                 lambda: plain_control.ListOperations(
                     pb.ListOperationsRequest(), metadata=bearer(), timeout=5
                 )
