@@ -17,7 +17,7 @@ file (`PGPASSFILE`, or `passfile=` in the URL), not in the URL itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -37,6 +37,8 @@ TCP_USER_TIMEOUT_MS = 30_000
 DURABLE_COMMIT = frozenset({"on", "remote_write", "remote_apply"})
 
 E = TypeVar("E", bound=Exception)
+T = TypeVar("T")
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 def where(conninfo: str) -> str:
@@ -204,6 +206,63 @@ class Session:
                     " it may or may not have landed; re-read before any effect"
                 ) from e
             raise self._error(f"{what} COMMIT failed at {self.where}: {one_line(e)}") from e
+
+    def exchange(
+        self,
+        what: str,
+        reads: Sequence[tuple[str, Any]],
+        decide: Callable[[list[list[tuple[Any, ...]]]], tuple[Sequence[tuple[str, Any]], T]],
+    ) -> T:
+        """One read-decide-write transaction in two round trips (libpq pipeline mode).
+
+        The first round trip sends BEGIN and every statement of ``reads`` (row locks, the
+        server clock) and returns their rows; ``decide`` (the core's decisions) turns them
+        into the writes and the value to return; the second round trip sends the writes and
+        COMMIT. The writes must fail on the server (an error, never a silent no-op) if what
+        they guard does not hold: a statement's error aborts the transaction, so the COMMIT
+        queued behind it is not executed and nothing was written. No writes: the transaction
+        is rolled back (nothing to keep) and ``decide``'s value returned. ``decide`` raising
+        rolls back. A COMMIT whose reply never came is the ``unknown`` error; any other
+        failure raises the ``error`` one, chained to the driver's (its SQLSTATE class tells a
+        caller to retry, e.g. a unique violation from a concurrent insert).
+        """
+        conn = self.conn()
+        committing = False
+        try:
+            with conn.pipeline() as pipe:
+                conn.execute("BEGIN")
+                cursors = []
+                for sql, params in reads:
+                    cur = conn.cursor()
+                    cur.execute(sql, params)
+                    cursors.append(cur)
+                pipe.sync()
+                writes, value = decide([cur.fetchall() for cur in cursors])
+                if not writes:
+                    conn.execute("ROLLBACK")
+                    return value
+                for sql, params in writes:
+                    conn.cursor().execute(sql, params)
+                committing = True  # from here on, a lost reply is an unknown outcome
+                conn.execute("COMMIT")
+            return value
+        except BaseException as e:
+            broken = conn.broken or conn.closed
+            if not broken and conn.info.transaction_status != _IDLE:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    conn.close()
+            if isinstance(e, psycopg.Error):
+                if broken:
+                    conn.close()
+                    if committing:
+                        raise self._unknown(
+                            f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
+                            " it may or may not have landed; re-read before any effect"
+                        ) from e
+                raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
+            raise
 
     def read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         """One autocommit read."""
