@@ -154,6 +154,8 @@ class Session:
         self._conn: psycopg.Connection[Any] | None = connect(
             conninfo, error, application=application
         )
+        #: Transactions this session sent COMMIT for (benchmarks count them per job).
+        self.commits = 0
 
     def conn(self) -> psycopg.Connection[Any]:
         """The live connection, reconnecting if the last one broke."""
@@ -197,6 +199,7 @@ class Session:
                 raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
             raise
         try:
+            self.commits += 1
             conn.execute("COMMIT")
         except psycopg.Error as e:
             if conn.broken or conn.closed:
@@ -244,6 +247,7 @@ class Session:
                 for sql, params in writes:
                     conn.cursor().execute(sql, params)
                 committing = True  # from here on, a lost reply is an unknown outcome
+                self.commits += 1
                 conn.execute("COMMIT")
             return value
         except BaseException as e:

@@ -23,6 +23,7 @@ rows are never visited. `has_unsettled` is one probe of the unsettled index. Sca
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Sequence
 from itertools import compress
@@ -58,10 +59,26 @@ _SELECT = f"SELECT {', '.join(COLUMNS)} FROM activities"
 _BY_KEY = f"{_SELECT} WHERE world_id = %s AND kind = %s AND activity_id = %s"
 _TYPES = tuple("text" if c in TEXT_COLUMNS else "bigint" for c in COLUMNS)
 _LOCK_ONE = _BY_KEY + " FOR UPDATE"
+
+
+def _rows_of(columns: Sequence[tuple[str, str]]) -> str:
+    """A FROM item of a batch passed as one JSON array of row arrays (one parameter, which
+    `json.dumps` builds in C; arrays per column would cost a Python loop per value): the
+    j-th element of each row as the j-th (name, type) of ``columns``."""
+    cols = ", ".join(
+        f"r->>{j} AS {name}" if kind == "text" else f"(r->>{j})::{kind} AS {name}"
+        for j, (name, kind) in enumerate(columns)
+    )
+    return f"(SELECT {cols} FROM jsonb_array_elements(%s::jsonb) AS r)"
+
+
+def _typed(positions: Sequence[int]) -> list[tuple[str, str]]:
+    return [(COLUMNS[i], _TYPES[i]) for i in positions]
+
+
 # Rows are locked in key order (LockRows above the sort), so two batches never deadlock.
 _LOCK_MANY = (
-    f"SELECT {', '.join('a.' + c for c in COLUMNS)}"
-    " FROM unnest(%s::text[], %s::text[], %s::text[]) AS k (world_id, kind, activity_id)"
+    f"SELECT {', '.join('a.' + c for c in COLUMNS)} FROM {_rows_of(_typed((0, 1, 2)))} AS k"
     " JOIN activities AS a ON a.world_id = k.world_id AND a.kind = k.kind"
     " AND a.activity_id = k.activity_id"
     " ORDER BY a.world_id, a.kind, a.activity_id FOR UPDATE OF a"
@@ -71,7 +88,7 @@ _LOCK_MANY = (
 _INSERT_ONE = f"INSERT INTO activities ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * _N)})"
 _INSERT_MANY = (
     f"INSERT INTO activities ({', '.join(COLUMNS)})"
-    f" SELECT * FROM unnest({', '.join(f'%s::{t}[]' for t in _TYPES)})"
+    f" SELECT * FROM {_rows_of(_typed(_POSITIONS))} AS v"
 )
 # Never rewritten by an UPDATE's SET list: the key, and the version (its own guarded SET).
 _FIXED = frozenset({0, 1, 2, VERSION})
@@ -219,6 +236,12 @@ class PostgresCatalogStore:
         return rows[0]
 
     @property
+    def commits(self) -> int:
+        """Transactions this store sent COMMIT for (a benchmark's count of write transactions;
+        claims that found nothing and no-op writes roll back and are not counted)."""
+        return self._session.commits
+
+    @property
     def backend_pid(self) -> int | None:
         """The server process of this store's connection (for tests that cut it)."""
         return self._session.backend_pid
@@ -260,15 +283,14 @@ class PostgresCatalogStore:
         COMMIT queued behind it, writes nothing."""
         sql = self._updates.get(changed)
         if sql is None:
-            names = [COLUMNS[i] for i in changed]
-            sets = "".join(f"{c} = v.{c}, " for c in names)
-            arrays = "".join(f", %s::{_TYPES[i]}[]" for i in changed)
-            aliases = "".join(f", {c}" for c in names)
+            sets = "".join(f"{COLUMNS[i]} = v.{COLUMNS[i]}, " for i in changed)
+            rows = _rows_of(
+                [*_typed((0, 1, 2)), ("read_version", "bigint"), *_typed((VERSION, *changed))]
+            )
             sql = (
                 f"UPDATE activities AS a SET {sets}"
-                "version = CASE WHEN a.version = v.old_version THEN v.version END"
-                f" FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[]"
-                f"{arrays}) AS v(world_id, kind, activity_id, old_version, version{aliases})"
+                "version = CASE WHEN a.version = v.read_version THEN v.version END"
+                f" FROM {rows} AS v"
                 " WHERE a.world_id = v.world_id AND a.kind = v.kind"
                 " AND a.activity_id = v.activity_id"
             )
@@ -282,21 +304,16 @@ class PostgresCatalogStore:
         if len(inserts) == 1:
             out.append((_INSERT_ONE, inserts[0]))
         elif inserts:
-            out.append((_INSERT_MANY, [list(c) for c in zip(*inserts, strict=True)]))
+            out.append((_INSERT_MANY, (_json(inserts),)))
         if updates:
             changed: set[int] = set()
             for old, new in updates:
                 changed.update(compress(_POSITIONS, map(ne, old, new)))
             cols = tuple(sorted(changed - _FIXED))
-            params: list[list[Any]] = [
-                [o[0] for o, _ in updates],
-                [o[1] for o, _ in updates],
-                [o[2] for o, _ in updates],
-                [o[VERSION] for o, _ in updates],
-                [n[VERSION] for _, n in updates],
-            ]
-            params += [[n[i] for _, n in updates] for i in cols]
-            out.append((self._update_sql(cols), params))
+            # Per row: the key, the version read (the guard), the version to write, then
+            # the written columns.
+            rows = [(*o[:3], o[VERSION], n[VERSION], *(n[i] for i in cols)) for o, n in updates]
+            out.append((self._update_sql(cols), (_json(rows),)))
         if topics:
             out.append(("SELECT pg_notify(%s, %s)", (self.channel, str(topics))))
         return out
@@ -314,11 +331,7 @@ class PostgresCatalogStore:
         if not items:
             return []
         keys = sorted({k for k, _ in items})
-        reads: _Sql = [
-            (_LOCK_ONE, keys[0])
-            if len(keys) == 1
-            else (_LOCK_MANY, [list(c) for c in zip(*keys, strict=True)])
-        ]
+        reads: _Sql = [(_LOCK_ONE, keys[0]) if len(keys) == 1 else (_LOCK_MANY, (_json(keys),))]
         clock = self.server_clock() if timed else None
         if clock is not None:
             reads.append(("SELECT " + clock.columns, None))
@@ -661,6 +674,13 @@ _Sql = list[tuple[str, Any]]
 # clock reading (None where the caller read its clock before the transaction).
 _Step = Callable[[Row | None, Now | None], Row]
 _Claim = Callable[[Row, Now | None], Row]
+
+
+def _json(rows: Sequence[Sequence[Any]]) -> str:
+    """A batch of rows as one JSON array: text and integers exactly, NULL as null (the
+    statement casts each position back to its column's type, so a value of another type
+    fails the statement instead of being stored)."""
+    return json.dumps(rows, separators=(",", ":"), allow_nan=False)
 
 
 def _untimed(transition: Transition) -> _Step:
