@@ -109,6 +109,8 @@ class Probe:
         self.server = server
         self.client_s = 0.0
         self.server_s: float | None = None
+        #: The clients' round trips to the server (set by the run).
+        self.round_trips = 0
         self._tick = os.sysconf("SC_CLK_TCK")
 
     def _backends(self) -> dict[int, float]:
@@ -242,6 +244,7 @@ def tether_run(
     time.sleep(0.3)  # workers idle on the doorbell
     probe.start()
     commits0 = sum(_commits(c) for c in [admitting, *cats])
+    trips0 = sum(_trips(c) for c in [admitting, *cats])
     start = time.perf_counter()
     if batch == 1:
         for k in keys:
@@ -256,6 +259,7 @@ def tether_run(
     elapsed = time.perf_counter() - start
     probe.stop()
     commits = sum(_commits(c) for c in [admitting, *cats]) - commits0
+    probe.round_trips = sum(_trips(c) for c in [admitting, *cats]) - trips0
     stop.set()
     wakeup.stop_all()
     for t in threads:
@@ -270,6 +274,10 @@ def tether_run(
 
 def _commits(cat: Catalog) -> int:
     return int(getattr(cat.store, "commits", 0))
+
+
+def _trips(cat: Catalog) -> int:
+    return int(getattr(cat.store, "round_trips", 0))
 
 
 def tether_enqueue_to_claim(
@@ -385,6 +393,7 @@ def pgqueuer_run(
         latencies: list[float] = []
         remaining = [jobs]
         statements = [0]
+        polls = [0]  # dequeues that found nothing (a round trip, no write)
         entry = {"bench": EntrypointExecutionParameter(concurrency_limit=0)}
 
         async def work(conn: Any) -> None:
@@ -393,6 +402,7 @@ def pgqueuer_run(
             while remaining[0] > 0:
                 got = await q.dequeue(batch, entry, qm, None, timedelta(seconds=60))  # type: ignore[arg-type]
                 if not got:
+                    polls[0] += 1
                     await asyncio.sleep(0.001)
                     continue
                 t0 = time.perf_counter()
@@ -412,6 +422,7 @@ def pgqueuer_run(
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - start
         probe.stop()
+        probe.round_trips = statements[0] + polls[0]
         for c in conns:
             await c.close()
         return elapsed, latencies, statements[0]
@@ -452,7 +463,8 @@ def measured(
     line = (
         f"{jobs / elapsed:7,.0f} jobs/s  claim-to-complete p50 {pct(lat, 0.5) * 1e3:6.2f} ms"
         f"  p99 {pct(lat, 0.99) * 1e3:6.2f} ms\n{'':10}write transactions/job {txns / jobs:.2f}"
-        f"  server commits/job {(after - before) / jobs:.2f}  {cpu}"
+        f"  server commits/job {(after - before) / jobs:.2f}"
+        f"  round trips/job {probe.round_trips / jobs:.2f}\n{'':10}{cpu}"
     )
     return line, jobs / elapsed
 

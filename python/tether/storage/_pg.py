@@ -154,8 +154,10 @@ class Session:
         self._conn: psycopg.Connection[Any] | None = connect(
             conninfo, error, application=application
         )
-        #: Transactions this session sent COMMIT for (benchmarks count them per job).
+        #: Transactions this session sent COMMIT for, and the round trips of its `exchange`
+        #: and `read` calls (benchmarks count both per job).
         self.commits = 0
+        self.round_trips = 0
 
     def conn(self) -> psycopg.Connection[Any]:
         """The live connection, reconnecting if the last one broke."""
@@ -240,6 +242,7 @@ class Session:
                     cur.execute(sql, params)
                     cursors.append(cur)
                 pipe.sync()
+                self.round_trips += 2  # this one, and the writes' (or the rollback's)
                 writes, value = decide([cur.fetchall() for cur in cursors])
                 if not writes:
                     conn.execute("ROLLBACK")
@@ -270,6 +273,7 @@ class Session:
 
     def read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         """One autocommit read."""
+        self.round_trips += 1
         try:
             return self.conn().execute(sql, params).fetchall()
         except psycopg.Error as e:

@@ -242,6 +242,11 @@ class PostgresCatalogStore:
         return self._session.commits
 
     @property
+    def round_trips(self) -> int:
+        """Round trips of this store's transactions and reads (for benchmarks)."""
+        return self._session.round_trips
+
+    @property
     def backend_pid(self) -> int | None:
         """The server process of this store's connection (for tests that cut it)."""
         return self._session.backend_pid
@@ -314,8 +319,14 @@ class PostgresCatalogStore:
             # the written columns.
             rows = [(*o[:3], o[VERSION], n[VERSION], *(n[i] for i in cols)) for o, n in updates]
             out.append((self._update_sql(cols), (_json(rows),)))
-        if topics:
-            out.append(("SELECT pg_notify(%s, %s)", (self.channel, str(topics))))
+        if topics:  # one statement with the last write: a CTE's write runs to completion
+            sql, params = out.pop()
+            out.append(
+                (
+                    f"WITH w AS ({sql}) SELECT pg_notify(%s, %s)",
+                    (*params, self.channel, str(topics)),
+                )
+            )
         return out
 
     def _transact(
@@ -331,15 +342,19 @@ class PostgresCatalogStore:
         if not items:
             return []
         keys = sorted({k for k, _ in items})
-        reads: _Sql = [(_LOCK_ONE, keys[0]) if len(keys) == 1 else (_LOCK_MANY, (_json(keys),))]
+        lock, params = (_LOCK_ONE, keys[0]) if len(keys) == 1 else (_LOCK_MANY, (_json(keys),))
         clock = self.server_clock() if timed else None
-        if clock is not None:
-            reads.append(("SELECT " + clock.columns, None))
+        if clock is not None:  # the reading in the lock statement (taken as it starts)
+            lock = _with_clock(clock, lock)
         intended: list[Row] = []
 
         def decide(results: list[list[Row]]) -> tuple[_Sql, list[Row | Exception]]:
-            now = None if clock is None else clock.reading(*results[1][0])
-            stored = {(r[0], r[1], r[2]): r for r in results[0]}
+            rows = results[0]
+            now = None
+            if clock is not None:
+                now = clock.reading(*rows[0][:3])
+                rows = [r[3:] for r in rows if r[3] is not None]
+            stored = {(r[0], r[1], r[2]): r for r in rows}
             current: dict[KeyTuple, Row] = {}
             out: list[Row | Exception] = []
             for key, transition in items:
@@ -372,7 +387,7 @@ class PostgresCatalogStore:
         for attempt in range(2):
             try:
                 with self._lock:
-                    return self._session.exchange(what, reads, decide)
+                    return self._session.exchange(what, [(lock, params)], decide)
             except CommitUnknown as e:
                 if single and len(intended) == 1:
                     raise CommitUnknown(str(e), items[0][0], intended[0]) from e
@@ -420,10 +435,7 @@ class PostgresCatalogStore:
         )
         clock = None if now_ms is not None else self.server_clock()
         if clock is not None:
-            sql = (
-                f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock.columns})"
-                f" SELECT clock.*, a.* FROM clock LEFT JOIN LATERAL ({sql}) AS a ON true"
-            )
+            sql = _with_clock(clock, sql)
         intended: list[Row] = []
 
         def decide(results: list[list[Row]]) -> tuple[_Sql, list[Row]]:
@@ -674,6 +686,16 @@ _Sql = list[tuple[str, Any]]
 # clock reading (None where the caller read its clock before the transaction).
 _Step = Callable[[Row | None, Now | None], Row]
 _Claim = Callable[[Row, Now | None], Row]
+
+
+def _with_clock(clock: PostgresClock, select: str) -> str:
+    """``select`` with the clock reading (`clock.columns`, as c_boot, c_ms, c_wall) first in
+    each row, taken once for the statement: one row of the reading and NULLs where
+    ``select`` returns nothing. ``select`` may compare with ``clock.c_ms``."""
+    return (
+        f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock.columns})"
+        f" SELECT clock.*, a.* FROM clock LEFT JOIN LATERAL ({select}) AS a ON true"
+    )
 
 
 def _json(rows: Sequence[Sequence[Any]]) -> str:
