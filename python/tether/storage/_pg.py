@@ -235,23 +235,24 @@ class Session:
         committing = False
         try:
             with conn.pipeline() as pipe:
-                conn.execute("BEGIN")
-                cursors = []
-                for sql, params in reads:
-                    cur = conn.cursor()
+                # One cursor for the statements whose results nobody reads, and for the
+                # last read (a cursor's results are its last statement's).
+                ctl = conn.cursor()
+                ctl.execute("BEGIN")
+                cursors = [conn.cursor() for _ in reads[1:]] + [ctl]
+                for cur, (sql, params) in zip(cursors, reads, strict=False):
                     cur.execute(sql, params)
-                    cursors.append(cur)
                 pipe.sync()
                 self.round_trips += 2  # this one, and the writes' (or the rollback's)
-                writes, value = decide([cur.fetchall() for cur in cursors])
+                writes, value = decide([cur.fetchall() for cur in cursors[: len(reads)]])
                 if not writes:
-                    conn.execute("ROLLBACK")
+                    ctl.execute("ROLLBACK")
                     return value
                 for sql, params in writes:
-                    conn.cursor().execute(sql, params)
+                    ctl.execute(sql, params)
                 committing = True  # from here on, a lost reply is an unknown outcome
                 self.commits += 1
-                conn.execute("COMMIT")
+                conn.execute("COMMIT")  # on the connection, where crash tests intercept it
             return value
         except BaseException as e:
             broken = conn.broken or conn.closed
