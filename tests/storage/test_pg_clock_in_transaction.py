@@ -207,3 +207,31 @@ def test_a_lost_reply_of_a_claim_on_the_server_clock_is_unknown_and_reread(
         assert cat.committed(info.value) is None
         assert cat.get(k).operation_id is None  # type: ignore[union-attr]
         assert cat.bind_provider_operation(k, landed.fence, operation_id_for(k)).operation_id
+
+
+def test_a_batch_probes_the_primary_key_whatever_the_table_holds(pg_url: str) -> None:
+    """The batch lock and the batch UPDATE, planned on the store's own session, find their
+    rows through the primary key, never by scanning the table (which would grow each
+    statement's cost with the table)."""
+    from tether.storage._postgres import _LOCK_MANY, _json
+
+    store = PostgresCatalogStore(pg_url)
+    try:
+        with Catalog(store, clock=lambda: 1_000) as cat:
+            keys = [key(f"k{i:04d}") for i in range(2_000)]
+            for i in range(0, len(keys), 500):
+                cat.admit_many([admission(k) for k in keys[i : i + 500]])
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("ANALYZE activities")  # the planner knows the table's 2,000 rows
+        rows = [store.get((k.world_id, k.kind, k.activity_id)) for k in keys[:10]]
+        assert all(r is not None for r in rows)
+        v, owner = COLUMNS.index("version"), COLUMNS.index("attempt_owner")
+        update = store._update_sql((owner,))
+        batch = _json([(*r[:3], r[v], r[v] + 1, "x") for r in rows])  # type: ignore[index]
+        for sql, param in ((_LOCK_MANY, _json([r[:3] for r in rows])), (update, batch)):  # type: ignore[index]
+            plan = "\n".join(
+                str(r[0]) for r in store._session.read("plan", "EXPLAIN " + sql, (param,))
+            )
+            assert "activities_pkey" in plan and "Seq Scan" not in plan, plan
+    finally:
+        store.close()

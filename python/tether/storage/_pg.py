@@ -136,6 +136,7 @@ class Session:
         error: builds the backend's storage error from a message.
         unknown: builds the backend's commit-outcome-unknown error from a message.
         application: the `application_name` the server shows.
+        settings: more session settings (name to value) for each connection it opens.
     """
 
     def __init__(
@@ -145,15 +146,15 @@ class Session:
         unknown: Callable[[str], Exception],
         *,
         application: str,
+        settings: dict[str, str] | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.where = where(conninfo)
         self._error = error
         self._unknown = unknown
         self._application = application
-        self._conn: psycopg.Connection[Any] | None = connect(
-            conninfo, error, application=application
-        )
+        self._settings = dict(settings or {})
+        self._conn: psycopg.Connection[Any] | None = self._connect()
         #: Transactions this session sent COMMIT for, and the round trips of its `exchange`
         #: and `read` calls (benchmarks count both per job).
         self.commits = 0
@@ -166,9 +167,19 @@ class Session:
             if c is not None:
                 c.close()
             self._conn = None
-            c = connect(self.conninfo, self._error, application=self._application)
+            c = self._connect()
             self._conn = c
         return c
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = connect(self.conninfo, self._error, application=self._application)
+        try:
+            for name, value in self._settings.items():
+                conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        except psycopg.Error as e:
+            conn.close()
+            raise self._error(f"cannot prepare the session at {self.where}: {one_line(e)}") from e
+        return conn
 
     @property
     def backend_pid(self) -> int | None:

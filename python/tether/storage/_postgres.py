@@ -100,6 +100,12 @@ _ON_HOST = "bound_host IN (%s, %s)"
 _COMPACTABLE = "compactable_from_ms IS NOT NULL AND compactable_from_ms <= %s"
 _COMPACT_ORDER = ("compactable_from_ms", "world_id", "kind", "activity_id")
 
+#: The catalog session's planner settings. Its only joins are a batch's rows (a JSON array,
+#: which the planner guesses at 100 rows) with `activities` by primary key: with hash and
+#: merge joins allowed it scans the whole table for a batch of ten, so each statement cost
+#: grew with the table; nested loops probe the primary key once per row.
+PLANNER = {"enable_hashjoin": "off", "enable_mergejoin": "off"}
+
 #: Topic bits of the NOTIFY payload, the same as the data-dir doorbell's.
 CLAIMABLE, RESULT, SETTLED = 1, 2, 4
 
@@ -198,7 +204,11 @@ class PostgresCatalogStore:
         self._lock = threading.Lock()
         self._updates: dict[tuple[int, ...], str] = {}
         self._session = Session(
-            conninfo, CatalogStorageError, CommitUnknown, application="tether-catalog"
+            conninfo,
+            CatalogStorageError,
+            CommitUnknown,
+            application="tether-catalog",
+            settings=PLANNER,
         )
         self.where = self._session.where
         try:
