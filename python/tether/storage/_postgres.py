@@ -85,7 +85,6 @@ _LOCK_MANY = (
 )
 # No ON CONFLICT: a row inserted concurrently fails the statement (a unique violation), so
 # the transaction writes nothing and the store decides again on the row now stored.
-_INSERT_ONE = f"INSERT INTO activities ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * _N)})"
 _INSERT_MANY = (
     f"INSERT INTO activities ({', '.join(COLUMNS)})"
     f" SELECT * FROM {_rows_of(_typed(_POSITIONS))} AS v"
@@ -316,9 +315,7 @@ class PostgresCatalogStore:
         """The statements that store a transaction's decisions, and its NOTIFY (delivered at
         COMMIT, and only if it lands)."""
         out: _Sql = []
-        if len(inserts) == 1:
-            out.append((_INSERT_ONE, inserts[0]))
-        elif inserts:
+        if inserts:  # one parameter: a row's 53 would exceed the driver's query cache
             out.append((_INSERT_MANY, (_json(inserts),)))
         if updates:
             changed: set[int] = set()
