@@ -310,9 +310,13 @@ class RobotControl(rpc.RobotControlServicer):
             return {"reason": "adapter_error"}, bytes(data)
         return (doc if isinstance(doc, dict) else {}), bytes(data)
 
-    def _operation(self, key: ActivityKey, intent: Any) -> pb.Operation:
+    def _operation(
+        self, key: ActivityKey, intent: Any, record: ActivityRecord | None = None
+    ) -> pb.Operation:
+        """The view of `key` (its catalog record read now, unless given)."""
         runtime = self.daemon._runtime()
-        record = runtime.get(key)
+        if record is None:
+            record = runtime.get(key)
         value = intent if isinstance(intent, dict) else {}
         sim = key.kind == SIM_KIND
         op = pb.Operation(
@@ -699,23 +703,32 @@ class RobotControl(rpc.RobotControlServicer):
         last = b""
         sent = False
         changed = self.daemon._changed
+        runtime = self.daemon._runtime()
+        #: (record version, progress seq) of the last view built: a view is a function of
+        #: the two, so a wake-up that changed neither (another operation's result rang the
+        #: doorbell) costs one record read, not a view.
+        stamp: tuple[int | None, int] | None = None
         while context.is_active() and not self.closing.is_set():
             with changed:
                 rings = self.rings
             seq = self.daemon._latest(key)[0]
             with self.work:
-                op = self._operation(key, intent)
-            view = pb.Operation()
-            view.CopyFrom(op)
-            view.ClearField("updated_ms")
-            data = view.SerializeToString(deterministic=True)
-            # First the current view (from_revision 0) or the first one past from_revision;
-            # from then on every change.
-            if data != last and (sent or floor == 0 or op.revision > floor):
-                yield op
-                sent, last = True, data
-            if op.state in TERMINAL:
-                return
+                record = runtime.get(key)
+                now = (None if record is None else record.version, seq)
+                op = None if now == stamp else self._operation(key, intent, record)
+            if op is not None:
+                stamp = now
+                view = pb.Operation()
+                view.CopyFrom(op)
+                view.ClearField("updated_ms")
+                data = view.SerializeToString(deterministic=True)
+                # First the current view (from_revision 0) or the first one past
+                # from_revision; from then on every change.
+                if data != last and (sent or floor == 0 or op.revision > floor):
+                    yield op
+                    sent, last = True, data
+                if op.state in TERMINAL:
+                    return
             # Sleep until this operation's own progress moves, a result is recorded anywhere,
             # or the poll passes: other operations' progress wakes the condition but costs no
             # read here.
