@@ -11,7 +11,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import psycopg
 import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
@@ -35,6 +34,7 @@ from tether.activities import (
 from tether.errors import CatalogRejection
 
 from tests.activities.support import ManualClock, admission, receipt, result
+from tests.backends import empty_catalog
 
 # Equal activity ids across worlds and kinds: isolation is part of what is checked.
 KEYS = (
@@ -53,16 +53,6 @@ PG_EXAMPLES = 5
 STEPS = 60
 
 
-def _empty_pg_catalog(url: str) -> None:
-    """Empty the catalog tables of the schema at ``url`` (if the first example made them), so
-    each example starts from a fresh catalog as on a fresh SQLite file."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        made = conn.execute("SELECT to_regclass('activities') IS NOT NULL").fetchone()
-        if made is not None and made[0]:
-            conn.execute("TRUNCATE activities")
-            conn.execute("UPDATE catalog_clock SET boot_id = ''")
-
-
 class CatalogMachine(RuleBasedStateMachine):
     #: The PostgreSQL schema the machine runs on (None: a fresh SQLite file per example).
     pg_url: str | None = None
@@ -76,7 +66,7 @@ class CatalogMachine(RuleBasedStateMachine):
                 f"sqlite://{self.dir / 'c.db'}", clock=self.clock, synchronous="NORMAL"
             )
         else:
-            _empty_pg_catalog(self.pg_url)
+            empty_catalog(self.pg_url)
             self.catalog = Catalog.open(self.pg_url, clock=self.clock)
         # What each worker believes it holds: key and fence of its latest claim.
         self.held: dict[str, tuple[ActivityKey, int]] = {}
