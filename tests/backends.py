@@ -40,6 +40,23 @@ def empty_catalog(url: str) -> None:
             conn.execute("UPDATE catalog_clock SET boot_id = ''")
 
 
+#: The world ledger's tables on PostgreSQL (emptied by `empty_stores`).
+WORLD_TABLES = ("components", "visibility", "tick_tokens", "ticks", "worlds")
+
+
+def empty_stores(url: str) -> None:
+    """Empty the catalog's and the world ledger's tables of the PostgreSQL schema at ``url``
+    (the ones that exist), as if both stores were new."""
+    import psycopg
+
+    empty_catalog(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in WORLD_TABLES:
+            made = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
+            if made is not None and made[0]:
+                conn.execute(f"DELETE FROM {table}")
+
+
 def fresh_catalog_url(store_url: str, name: str) -> str:
     """The URL of an empty catalog named ``name`` on the test's backend: a new SQLite file
     ``name.db`` in the directory, or the test's PostgreSQL schema, emptied."""
