@@ -11,7 +11,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 BACKENDS = ("sqlite", "postgres")
+
+#: For a test that takes `backend` (or `store_url`) whose PostgreSQL run is a slow sweep: it runs
+#: on SQLite by default and on both with TETHER_SLOW=1 (`tests/conftest.py` skips `slow`).
+SLOW_ON_POSTGRES = pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.slow)]
+)
 
 #: Set by the `host_backend` fixture while a PostgreSQL-parametrised test runs: a data dir ->
 #: the URL of a PostgreSQL schema of its own (the same dir gives the same schema). None: SQLite.
