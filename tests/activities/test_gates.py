@@ -24,6 +24,7 @@ from tests.activities.support import (
     reconciling,
     result,
 )
+from tests.backends import SLOW_ON_POSTGRES, fresh_catalog_url
 
 
 def test_equal_activity_ids_in_two_worlds_are_isolated(catalog: Catalog) -> None:
@@ -208,9 +209,13 @@ def test_tokenless_receipts_cannot_admit(catalog: Catalog) -> None:
     assert catalog.get(k) is None
 
 
-def test_scans_page_past_a_leased_prefix_of_10000(tmp_path: object, clock: ManualClock) -> None:
-    url = f"sqlite://{tmp_path}/prefix.db"
-    with Catalog.open(url, clock=clock, synchronous="NORMAL") as cat:
+@SLOW_ON_POSTGRES  # ~25,000 transactions; tests/storage/test_pg_store.py pages 50k rows fast
+def test_scans_page_past_a_leased_prefix_of_10000(
+    backend: str, store_url: str, clock: ManualClock
+) -> None:
+    url = fresh_catalog_url(store_url, "prefix")
+    sync = "NORMAL" if backend == "sqlite" else "FULL"  # PostgreSQL commits are always durable
+    with Catalog.open(url, clock=clock, synchronous=sync) as cat:
         leased = [key(f"a{i:05d}") for i in range(10_000)]
         for k in leased:
             cat.admit(admission(k))
