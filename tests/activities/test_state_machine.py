@@ -49,7 +49,7 @@ leases = st.integers(1, 3_000)
 
 
 #: Examples on PostgreSQL in the default run (the profile's count with TETHER_SLOW=1).
-PG_EXAMPLES = 5
+PG_EXAMPLES = 3
 STEPS = 60
 
 

@@ -164,7 +164,7 @@ class RuntimeMachine(RuleBasedStateMachine):
 
 slow = bool(os.environ.get("TETHER_SLOW"))
 #: Examples per backend in the default run (TETHER_SLOW=1: 200 on each).
-EXAMPLES = {"sqlite": 12, "postgres": 3}
+EXAMPLES = {"sqlite": 12, "postgres": 2}
 
 
 def test_runtime_state_machine(backend: str, request: pytest.FixtureRequest) -> None:
