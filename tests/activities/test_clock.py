@@ -27,6 +27,7 @@ from tether.activities import (
 from tether.errors import CatalogConfigError, LeaseExpired, NotClaimable, StaleFence
 
 from tests.activities.support import admission, key
+from tests.backends import SLOW_ON_POSTGRES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -94,6 +95,7 @@ def test_a_wall_step_ahead_never_takes_over_another_process_s_live_lease(
         assert stepped == (backend == "sqlite")
 
 
+@SLOW_ON_POSTGRES  # a child process and a real lease on the server: the step ahead is sampled
 def test_a_wall_step_back_never_blocks_reclaiming_a_dead_worker_s_lease(
     db_url: str, wall: WallClock
 ) -> None:

@@ -225,6 +225,7 @@ def test_large_results_survive_a_crash_by_reference(tmp_path: Path, store_url: s
     assert any(f.is_file() and f.stat().st_size > 5000 for f in files)
 
 
+@SLOW_ON_POSTGRES  # three Host processes; the windows above already kill on PostgreSQL
 def test_blind_provider_parks_unknown_and_is_never_executed_again(
     tmp_path: Path, store_url: str
 ) -> None:

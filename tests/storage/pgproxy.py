@@ -7,8 +7,9 @@ instead of forwarding the server's reply (the commit landed, the client never he
 client sees the same broken connection either way: an unknown outcome.
 
 The proxy reads the client's side as protocol messages, so it sees a COMMIT however psycopg
-sends it: a simple query, or an extended-protocol Parse, or (once psycopg has prepared the
-statement, after a few executions) only a Bind naming that prepared statement.
+sends it: a simple query, or an extended-protocol Bind of a statement parsed as COMMIT (once
+psycopg has prepared it, after a few executions, only the Bind is sent). Each COMMIT counts
+once, at its Query or Bind, however the client's writes are split into reads here.
 """
 
 from __future__ import annotations
@@ -159,8 +160,7 @@ class _ClientMessages:
             elif kind == b"P":  # Parse: statement name, query text, parameter types
                 name, _, rest = body.partition(b"\x00")
                 query = rest.partition(b"\x00")[0]
-                if _is_commit(query):
-                    commit = True
+                if _is_commit(query):  # not run yet: its Bind (maybe in a later read) runs it
                     self._commit_statements.add(name)
                 else:
                     self._commit_statements.discard(name)

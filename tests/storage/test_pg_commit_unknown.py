@@ -208,7 +208,7 @@ def _ticks(pg_url: str, world: str) -> int:
 
 
 #: Cuts per sweep in the default run (TETHER_SLOW=1 cuts every COMMIT of the step).
-SAMPLED_CUTS = 3
+SAMPLED_CUTS = 2
 
 
 def _sweep(cutter: CommitCutter, mode: str, step: Callable[[int, Callable[[], None]], None]) -> int:
