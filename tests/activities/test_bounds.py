@@ -230,7 +230,7 @@ def test_every_field_is_bounded(
     backend: str, bounds_url: str, clock: ManualClock, i: int, field: str, bound: int, case: Case
 ) -> None:
     if backend == "postgres" and i % PG_STRIDE and not os.environ.get("TETHER_SLOW"):
-        pytest.skip("slow sweep: set TETHER_SLOW=1 to run it (PostgreSQL samples every fourth field)")
+        pytest.skip("slow sweep: set TETHER_SLOW=1 to run it (PostgreSQL: every 4th field)")
     with Catalog.open(fresh_catalog_url(bounds_url, "over"), clock=clock) as cat:
         call = case(cat, clock, bound + 1)
         before = cat.get(K)
