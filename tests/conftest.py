@@ -121,20 +121,32 @@ def pg_url(pg_base: str) -> Iterator[str]:
 
 
 class _Schemas:
-    """Fresh PostgreSQL schemas for one test, dropped at its end."""
+    """Fresh PostgreSQL schemas for one test, dropped at its end.
 
-    def __init__(self, base: str) -> None:
+    With a ``pool`` (the session's emptied schemas), a schema comes from the pool when there is
+    one and, after a test that passed, goes back to it emptied (`backends.empty_stores`)
+    instead of being dropped: creating the stores' tables costs far more than emptying them.
+    """
+
+    def __init__(self, base: str, pool: list[str] | None = None) -> None:
         self.base = base
         self.names: list[str] = []
+        self.pool = pool
+        self.keep = False  # set by the owner: the test passed, its schemas may be reused
+        self._urls: dict[str, str] = {}
 
     def new(self) -> str:
         import psycopg
 
-        schema = "t_" + uuid.uuid4().hex[:12]
-        with psycopg.connect(self.base, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
+        if self.pool:
+            schema = self.pool.pop()
+        else:
+            schema = "t_" + uuid.uuid4().hex[:12]
+            with psycopg.connect(self.base, autocommit=True) as conn:
+                conn.execute(f"CREATE SCHEMA {schema}")
         self.names.append(schema)
-        return schema_url(self.base, schema)
+        self._urls[schema] = schema_url(self.base, schema)
+        return self._urls[schema]
 
     def __enter__(self) -> _Schemas:
         return self
@@ -142,6 +154,11 @@ class _Schemas:
     def __exit__(self, *exc: object) -> None:
         import psycopg
 
+        if self.pool is not None and self.keep and exc[0] is None:
+            for schema in self.names:
+                backends.empty_stores(self._urls[schema])
+                self.pool.append(schema)
+            return
         with psycopg.connect(self.base, autocommit=True) as conn:
             # A session a test left open holds no lock past its idle timeout.
             conn.execute("SET lock_timeout = '30s'")
@@ -149,13 +166,35 @@ class _Schemas:
                 conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+@pytest.fixture(scope="session")
+def pg_schema_pool(pg_base: str) -> Iterator[list[str]]:
+    """Emptied schemas that in-process `make_env` tests reuse (dropped at the session's end)."""
+    pool: list[str] = []
+    with _Schemas(pg_base) as schemas:
+        yield pool
+        schemas.names.extend(pool)
+
+
+def _poolable(function: Any) -> bool:
+    """An in-process test of `make_env` environments only: nothing outlives it that could
+    still write to its schema (no Host of `make_host`, no child process)."""
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        return False
+    return "make_env(" in source and not any(
+        word in source for word in ("make_host(", "subprocess", "Popen", "multiprocessing")
+    )
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Tests that build Hosts with `hosttools.make_host` run on both backends."""
+    """Tests that build Hosts with `hosttools.make_host` (or environments with
+    `hosttools.make_env`) run on both backends."""
     try:
         source = inspect.getsource(metafunc.function)
     except (OSError, TypeError):
         return
-    if "make_host(" in source:
+    if "make_host(" in source or "make_env(" in source:
         metafunc.parametrize("host_backend", BACKENDS, indirect=True)
 
 
@@ -163,14 +202,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def host_backend(request: pytest.FixtureRequest) -> Iterator[str]:
     """The backend of `make_host` Hosts (SQLite unless the test is parametrised): while a
     `postgres` test runs, each data dir's stores live in a PostgreSQL schema of its own (the
-    same dir, the same schema: a restarted Host finds its data)."""
+    same dir, the same schema: a restarted Host finds its data). In-process `make_env` tests
+    get their schemas from `pg_schema_pool`: emptied, never shared by two tests at once."""
     backend = getattr(request, "param", "sqlite")
     if backend != "postgres":
         yield backend
         return
     base = str(request.getfixturevalue("pg_base"))
     by_dir: dict[Path, str] = {}
-    with _Schemas(base) as schemas:
+    pooled = _poolable(request.function)
+    pool = request.getfixturevalue("pg_schema_pool") if pooled else None
+    failed_before = request.session.testsfailed
+    with _Schemas(base, pool) as schemas:
 
         def schema_for(data_dir: Path) -> str:
             key = Path(data_dir).resolve()
@@ -183,6 +226,8 @@ def host_backend(request: pytest.FixtureRequest) -> Iterator[str]:
             yield backend
         finally:
             backends.schema_for_dir = None
+        # The call phase's report is in by now: a failed test's schemas are dropped, not reused.
+        schemas.keep = request.session.testsfailed == failed_before
 
 
 @pytest.fixture(params=BACKENDS)

@@ -317,6 +317,8 @@ def test_threads_sharing_one_catalog_claim_each_activity_once(db_url: str) -> No
 
 
 def test_open_passes_the_synchronous_mode_to_the_store(tmp_path: Path) -> None:
+    # SQLite only: `synchronous` is SQLite's PRAGMA; a PostgreSQL catalog refuses any mode but
+    # FULL (synchronous_commit stays on), see tests/storage/test_pg_store.py.
     from tether.storage import SqliteCatalogStore
 
     db_url = f"sqlite://{tmp_path / 'catalog.db'}"

@@ -1,8 +1,10 @@
-"""Leases survive clock steps: leases and backoff run on CLOCK_BOOTTIME with the boot id.
+"""Leases survive clock steps: leases and backoff run on CLOCK_BOOTTIME with the boot id (a
+SQLite catalog: this host's; a PostgreSQL one: the server's, never a host's).
 
 The wall clock is stepped by replacing `time.time_ns` in this process (what NTP, an operator
 or a VM resume does to it); the other catalog user is a separate OS process with the true
-wall clock, or a second `Catalog` on the same file.
+wall clock, or a second `Catalog` on the same store. Every test that opens a catalog runs on
+both backends; the two that only read this host's clock files have no store.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tether.activities import (
 from tether.errors import CatalogConfigError, LeaseExpired, NotClaimable, StaleFence
 
 from tests.activities.support import admission, key
+from tests.backends import SLOW_ON_POSTGRES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,16 +35,16 @@ REPO = Path(__file__).resolve().parents[2]
 _CHILD = """
 import sys
 from tether.activities import Catalog
-with Catalog.open("sqlite://" + sys.argv[1]) as cat:
+with Catalog.open(sys.argv[1]) as cat:
     claim = cat.claim(sys.argv[2], int(sys.argv[3]))
     assert claim is not None
     print(claim.fence)
 """
 
 
-def claim_in_another_process(db: Path, owner: str, lease_ms: int) -> int:
+def claim_in_another_process(url: str, owner: str, lease_ms: int) -> int:
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(db), owner, str(lease_ms)],
+        [sys.executable, "-c", _CHILD, url, owner, str(lease_ms)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -70,44 +73,48 @@ def wall(monkeypatch: pytest.MonkeyPatch) -> Iterator[WallClock]:
 
 
 def test_a_wall_step_ahead_never_takes_over_another_process_s_live_lease(
-    tmp_path: Path, wall: WallClock
+    db_url: str, backend: str, wall: WallClock
 ) -> None:
-    db = tmp_path / "c.db"
     k = key()
-    with Catalog.open(f"sqlite://{db}") as cat:
+    with Catalog.open(db_url) as cat:
         cat.admit(admission(k))
-    assert claim_in_another_process(db, "worker-a", 30_000) == 1
+    assert claim_in_another_process(db_url, "worker-a", 30_000) == 1
     wall.step(31_000)  # this process's wall clock jumps past the 30 s lease
-    with Catalog.open(f"sqlite://{db}") as cat:
+    with Catalog.open(db_url) as cat:
         assert cat.claim("worker-b", 30_000) is None, "took over a live attempt"
         with pytest.raises(NotClaimable):
             cat.claim_key(k, "worker-b", 30_000)
         rec = cat.get(k)
         assert rec is not None and rec.attempt is not None and rec.attempt.owner == "worker-a"
-        # Record times are wall-clock and show the step; they decide nothing.
+        # Record times are wall-clock; they decide nothing. On SQLite they are this host's
+        # and show the step; on PostgreSQL they are the server's, which no host's step moves.
         cat.admit(admission(key("a2")))
         later = cat.get(key("a2"))
-        assert later is not None and later.admitted_at_ms >= rec.admitted_at_ms + 31_000
+        assert later is not None
+        stepped = later.admitted_at_ms >= rec.admitted_at_ms + 31_000
+        assert stepped == (backend == "sqlite")
 
 
+@SLOW_ON_POSTGRES  # a child process and a real lease on the server: the step ahead is sampled
 def test_a_wall_step_back_never_blocks_reclaiming_a_dead_worker_s_lease(
-    tmp_path: Path, wall: WallClock
+    db_url: str, wall: WallClock
 ) -> None:
-    db = tmp_path / "c.db"
-    with Catalog.open(f"sqlite://{db}") as cat:
+    with Catalog.open(db_url) as cat:
         cat.admit(admission(key()))
-    assert claim_in_another_process(db, "worker-a", 300) == 1  # then the worker is gone
+    assert claim_in_another_process(db_url, "worker-a", 300) == 1  # then the worker is gone
     wall.step(-3_600_000)  # this process's wall clock jumps an hour back
     time.sleep(0.4)  # the 300 ms lease runs out in real time
-    with Catalog.open(f"sqlite://{db}") as cat:
+    with Catalog.open(db_url) as cat:
         claim = cat.claim("worker-b", 30_000)
         assert claim is not None and claim.fence == 2, "the dead worker's lease blocked reclaim"
 
 
-def test_two_catalogs_on_one_file_with_stepped_wall_clocks_agree_on_leases(
-    tmp_path: Path,
+def test_two_catalogs_on_one_store_with_stepped_wall_clocks_agree_on_leases(
+    db_url: str,
 ) -> None:
-    url = f"sqlite://{tmp_path / 'c.db'}"
+    """Hosts whose wall clocks disagree, each on its own `SystemClock` (on PostgreSQL too: an
+    explicit host clock is used as given, and the leases still agree)."""
+    url = db_url
     real = SystemClock()
     ahead = SystemClock(wall_ms=lambda: real.now().wall_ms + 31_000)
     behind = SystemClock(wall_ms=lambda: real.now().wall_ms - 3_600_000)
@@ -125,8 +132,8 @@ def test_two_catalogs_on_one_file_with_stepped_wall_clocks_agree_on_leases(
         assert a.renew(live.key, live.fence, 30_000).attempt is not None
 
 
-def test_a_lease_from_another_boot_has_expired(tmp_path: Path) -> None:
-    url = f"sqlite://{tmp_path / 'c.db'}"
+def test_a_lease_from_another_boot_has_expired(db_url: str) -> None:
+    url = db_url
     before = SystemClock(boot_id="boot-before")
     after = SystemClock(boot_id="boot-after")
     with Catalog.open(url, clock=before) as old:
@@ -151,11 +158,11 @@ def test_a_lease_from_another_boot_has_expired(tmp_path: Path) -> None:
 
 
 def test_a_record_of_another_boot_is_expired_even_before_the_catalog_rebases(
-    tmp_path: Path,
+    db_url: str,
 ) -> None:
     """The rule is the core's, per record: a renewal under a new boot's clock finds the lease
     expired, without any claim having rebased the store first."""
-    url = f"sqlite://{tmp_path / 'c.db'}"
+    url = db_url
     ms = [10_000]
     with Catalog.open(url, clock=FixedBootClock(lambda: ms[0], boot_id="one")) as cat:
         cat.admit(admission(key()))
@@ -185,9 +192,9 @@ def test_a_host_without_a_boot_id_is_a_config_error(tmp_path: Path) -> None:
         read_boot_id(str(tmp_path / "empty"))
 
 
-def test_a_millisecond_callable_is_a_fixed_boot_clock(tmp_path: Path) -> None:
+def test_a_millisecond_callable_is_a_fixed_boot_clock(db_url: str) -> None:
     source: Callable[[], int] = lambda: 5_000  # noqa: E731
-    with Catalog.open(f"sqlite://{tmp_path / 'c.db'}", clock=source) as cat:
-        assert cat.now() == Now("fixed", 5_000, 5_000)
+    with Catalog.open(db_url, clock=source) as cat:
+        assert cat.now() == Now("fixed", 5_000, 5_000)  # on PostgreSQL too: a given clock
     with pytest.raises(TypeError):
-        Catalog.open(f"sqlite://{tmp_path / 'c.db'}", clock=42)  # type: ignore[arg-type]
+        Catalog.open(db_url, clock=42)  # type: ignore[arg-type]

@@ -1,5 +1,8 @@
 """`tether db prune` as a user runs it: help with every default, JSON, one-line typed errors with
-the documented exit codes (0 ok, 1 failed, 2 usage), nothing created or changed by mistake."""
+the documented exit codes (0 ok, 1 failed, 2 usage), nothing created or changed by mistake.
+
+On a data directory, whose catalog is a SQLite file (`--vacuum` is SQLite's); pruning a catalog
+URL runs on both backends in test_prune_url.py."""
 
 from __future__ import annotations
 

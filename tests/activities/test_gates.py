@@ -24,6 +24,7 @@ from tests.activities.support import (
     reconciling,
     result,
 )
+from tests.backends import SLOW_ON_POSTGRES, fresh_catalog_url
 
 
 def test_equal_activity_ids_in_two_worlds_are_isolated(catalog: Catalog) -> None:
@@ -208,10 +209,20 @@ def test_tokenless_receipts_cannot_admit(catalog: Catalog) -> None:
     assert catalog.get(k) is None
 
 
-def test_scans_page_past_a_leased_prefix_of_10000(tmp_path: object, clock: ManualClock) -> None:
-    url = f"sqlite://{tmp_path}/prefix.db"
-    with Catalog.open(url, clock=clock, synchronous="NORMAL") as cat:
-        leased = [key(f"a{i:05d}") for i in range(10_000)]
+#: The leased prefix: 10,000 on SQLite; on PostgreSQL (TETHER_SLOW=1) 2,000, since every step is
+#: a durable server transaction (tests/storage/test_pg_store.py pages 50k rows in bulk).
+PREFIX = {"sqlite": 10_000, "postgres": 2_000}
+
+
+@SLOW_ON_POSTGRES
+def test_scans_page_past_a_long_leased_prefix(
+    backend: str, store_url: str, clock: ManualClock
+) -> None:
+    url = fresh_catalog_url(store_url, "prefix")
+    sync = "NORMAL" if backend == "sqlite" else "FULL"  # PostgreSQL commits are always durable
+    with Catalog.open(url, clock=clock, synchronous=sync) as cat:
+        n = PREFIX[backend]
+        leased = [key(f"a{i:05d}") for i in range(n)]
         for k in leased:
             cat.admit(admission(k))
         clock.advance(1)
@@ -222,18 +233,18 @@ def test_scans_page_past_a_leased_prefix_of_10000(tmp_path: object, clock: Manua
         assert [r.key for r in cat.iter_claimable(page_size=7)] == [late]
         c = cat.claim("w", 1_000)
         assert c is not None and c.key == late
-        # Results pending observation: all 2,000 are found, page after page, in key order.
-        for k in leased[:2_000]:
+        # Results pending observation: all n/5 are found, page after page, in key order.
+        for k in leased[: n // 5]:
             rec = cat.get(k)
             assert rec is not None
             cat.bind_provider_operation(k, rec.fence, operation_id_for(k))
             cat.record_result(k, rec.fence, result(k.activity_id))
         pending = [r.key for r in cat.iter_pending_observation(page_size=33)]
-        assert pending == leased[:2_000]
+        assert pending == leased[: n // 5]
         assert [r.key for r in cat.iter_pending_observation(kinds=["other"])] == []
         # A settled prefix of any length hides no unobserved result either.
-        for k in leased[:1_500]:
+        for k in leased[: n * 3 // 20]:
             cat.settle(k, receipt(9), evidence_for(k, result(k.activity_id)))
         pending = [r.key for r in cat.iter_pending_observation(world_id="w1", page_size=33)]
-        assert pending == leased[1_500:2_000]
+        assert pending == leased[n * 3 // 20 : n // 5]
         assert cat.has_unsettled("w1")

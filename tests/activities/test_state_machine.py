@@ -1,15 +1,27 @@
 """Random interleavings of several workers, an operator, a jumping clock and reboots against one
-catalog file, with the catalog invariants checked after every step."""
+catalog, with the catalog invariants checked after every step, on both backends: a fresh
+SQLite file per example, and one PostgreSQL schema per test whose tables are emptied between
+examples (fewer examples there by default: every step is a few server round trips;
+`TETHER_SLOW=1` runs the slow profile's count on SQLite and `PG_SLOW_EXAMPLES` on PostgreSQL,
+where the profile's 2,000 would take well over an hour)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 from tether.activities import (
     ActivityKey,
     ActivityRecord,
@@ -23,6 +35,7 @@ from tether.activities import (
 from tether.errors import CatalogRejection
 
 from tests.activities.support import ManualClock, admission, receipt, result
+from tests.backends import empty_catalog
 
 # Equal activity ids across worlds and kinds: isolation is part of what is checked.
 KEYS = (
@@ -36,14 +49,27 @@ workers = st.sampled_from(WORKERS)
 leases = st.integers(1, 3_000)
 
 
+#: Examples on PostgreSQL in the default run, and with TETHER_SLOW=1.
+PG_EXAMPLES = 3
+PG_SLOW_EXAMPLES = 200
+STEPS = 60
+
+
 class CatalogMachine(RuleBasedStateMachine):
+    #: The PostgreSQL schema the machine runs on (None: a fresh SQLite file per example).
+    pg_url: str | None = None
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="tether-catalog-sm-"))
         self.clock = ManualClock()
-        self.catalog = Catalog.open(
-            f"sqlite://{self.dir / 'c.db'}", clock=self.clock, synchronous="NORMAL"
-        )
+        if self.pg_url is None:
+            self.catalog = Catalog.open(
+                f"sqlite://{self.dir / 'c.db'}", clock=self.clock, synchronous="NORMAL"
+            )
+        else:
+            empty_catalog(self.pg_url)
+            self.catalog = Catalog.open(self.pg_url, clock=self.clock)
         # What each worker believes it holds: key and fence of its latest claim.
         self.held: dict[str, tuple[ActivityKey, int]] = {}
         self.max_fence: dict[ActivityKey, int] = {}
@@ -276,5 +302,15 @@ class CatalogMachine(RuleBasedStateMachine):
             assert self.catalog.has_unsettled(world) == expected, "the lifecycle gate is exact"
 
 
-TestCatalogStateMachine = CatalogMachine.TestCase
-TestCatalogStateMachine.settings = settings(stateful_step_count=60)
+def test_catalog_state_machine(backend: str, request: pytest.FixtureRequest) -> None:
+    if backend == "sqlite":
+        run_state_machine_as_test(CatalogMachine, settings=settings(stateful_step_count=STEPS))
+        return
+
+    class PgCatalogMachine(CatalogMachine):
+        pg_url = str(request.getfixturevalue("pg_url"))
+
+    examples = PG_SLOW_EXAMPLES if os.environ.get("TETHER_SLOW") else PG_EXAMPLES
+    run_state_machine_as_test(
+        PgCatalogMachine, settings=settings(stateful_step_count=STEPS, max_examples=examples)
+    )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from journal_provider import KIND, make_family
 from tether.activities import ActivityKey
 from tether.runtime import Family, Host
+from tether.testing import ActivityEnvironment
 from tether.world import CommittedTickReceipt
 
 from tests import backends
@@ -31,6 +33,14 @@ def make_host(tmp_path: Path, *families: Family, clock: Clock | None = None, **k
     if "ledger" not in kw:
         kw = {**store_kw(tmp_path), **kw}
     return Host(tmp_path, fams, workers=0, observe=False, clock=clock or Clock(), **kw)
+
+
+def make_env(families: Sequence[Family] = (), *, data_dir: Path, **kw: Any) -> ActivityEnvironment:
+    """An `ActivityEnvironment` over `data_dir`, its catalog and ledger on the test's backend
+    (`tests/conftest.py` runs every test that calls this on SQLite and on PostgreSQL)."""
+    if "ledger" not in kw:
+        kw = {**store_kw(data_dir), **kw}
+    return ActivityEnvironment(families, data_dir=data_dir, **kw)
 
 
 def store_kw(data_dir: Path) -> dict[str, str]:

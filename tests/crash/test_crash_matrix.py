@@ -22,6 +22,8 @@ from tether.activities import ActivityKey, Catalog, operation_id_for
 from tether.runtime import ArtifactStore, evidence_entity
 from tether.world import SqliteLedger, open_ledger
 
+from tests.backends import SLOW_ON_POSTGRES
+
 HERE = Path(__file__).resolve().parent
 SCENARIO = HERE / "scenario.py"
 
@@ -207,24 +209,37 @@ def test_sigkill_at_window_then_restart_settles_exactly_once(
     assert fences == sorted(fences)
 
 
-def test_large_results_survive_a_crash_by_reference(tmp_path: Path) -> None:
-    assert run_scenario(tmp_path, 2, "--pad", "5000", crash="after_result") == -signal.SIGKILL
-    assert run_scenario(tmp_path, 2, "--pad", "5000") == 0
-    check_settled(tmp_path, 2)
+def _pg(store_url: str) -> str | None:
+    """The PostgreSQL URL of both stores, or None for SQLite files in the data dir."""
+    return None if store_url.startswith("sqlite:") else store_url
+
+
+@SLOW_ON_POSTGRES  # artifacts are files on both backends; the catalog only names the reference
+def test_large_results_survive_a_crash_by_reference(tmp_path: Path, store_url: str) -> None:
+    url = _pg(store_url)
+    rc = run_scenario(tmp_path, 2, "--pad", "5000", crash="after_result", url=url)
+    assert rc == -signal.SIGKILL
+    assert run_scenario(tmp_path, 2, "--pad", "5000", url=url) == 0
+    check_settled(tmp_path, 2, url=url)
     files = list((tmp_path / "artifacts" / "sha256").rglob("*"))
     assert any(f.is_file() and f.stat().st_size > 5000 for f in files)
 
 
-def test_blind_provider_parks_unknown_and_is_never_executed_again(tmp_path: Path) -> None:
-    assert run_scenario(tmp_path, 1, "--blind", crash="after_blind_effect") == -signal.SIGKILL
-    assert run_scenario(tmp_path, 1, "--blind") == 0
-    assert run_scenario(tmp_path, 1, "--blind") == 0  # a second restart changes nothing
+@SLOW_ON_POSTGRES  # three Host processes; the windows above already kill on PostgreSQL
+def test_blind_provider_parks_unknown_and_is_never_executed_again(
+    tmp_path: Path, store_url: str
+) -> None:
+    url = _pg(store_url)
+    rc = run_scenario(tmp_path, 1, "--blind", crash="after_blind_effect", url=url)
+    assert rc == -signal.SIGKILL
+    assert run_scenario(tmp_path, 1, "--blind", url=url) == 0
+    assert run_scenario(tmp_path, 1, "--blind", url=url) == 0  # a second restart: no change
     journal = Journal(tmp_path / "provider.db")
     key = ActivityKey(world_id="w", kind=BLIND_KIND, activity_id="task-0000")
     op = operation_id_for(key)
     assert journal.effects() == {op: 1}
     assert [m for _, m, _ in journal.calls()] == ["execute", "reconcile"]
-    catalog = Catalog.open("sqlite:///" + str(tmp_path / "catalog.db"))
+    catalog = Catalog.open(url or "sqlite:///" + str(tmp_path / "catalog.db"))
     try:
         rec = catalog.get(key)
         assert rec is not None and rec.awaiting_decision and rec.result is None
@@ -234,7 +249,15 @@ def test_blind_provider_parks_unknown_and_is_never_executed_again(tmp_path: Path
         catalog.close()
 
 
-def _sweep(tmp_path: Path, n: int, workers: int, seed: int, prob: float, max_runs: int) -> int:
+def _sweep(
+    tmp_path: Path,
+    n: int,
+    workers: int,
+    seed: int,
+    prob: float,
+    max_runs: int,
+    url: str | None = None,
+) -> int:
     rnd = random.Random(seed)
     kills = 0
     for _ in range(max_runs):
@@ -246,13 +269,14 @@ def _sweep(tmp_path: Path, n: int, workers: int, seed: int, prob: float, max_run
             "--pad",
             str(rnd.choice([0, 600])),
             random_crash=f"{rnd.randrange(1 << 30)}:{prob}",
+            url=url,
         )
         if rc == 0:
             break
         kills += 1
     else:
-        assert run_scenario(tmp_path, n, "--workers", str(workers)) == 0
-    check_settled(tmp_path, n)
+        assert run_scenario(tmp_path, n, "--workers", str(workers), url=url) == 0
+    check_settled(tmp_path, n, url=url)
     journal = Journal(tmp_path / "provider.db")
     executes: dict[str, int] = {}
     for op, method, _ in journal.calls():
@@ -261,14 +285,16 @@ def _sweep(tmp_path: Path, n: int, workers: int, seed: int, prob: float, max_run
     return kills
 
 
-def test_random_kill_sweep_sampled(tmp_path: Path) -> None:
-    kills = _sweep(tmp_path, n=12, workers=3, seed=7, prob=0.05, max_runs=8)
+@SLOW_ON_POSTGRES  # every window is killed on PostgreSQL by default; random kills take longer
+def test_random_kill_sweep_sampled(tmp_path: Path, store_url: str) -> None:
+    kills = _sweep(tmp_path, n=12, workers=3, seed=7, prob=0.05, max_runs=8, url=_pg(store_url))
     assert kills >= 1
 
 
 @pytest.mark.slow
-def test_random_kill_sweep_200_activities_3_workers(tmp_path: Path) -> None:
-    kills = _sweep(tmp_path, n=200, workers=3, seed=2026, prob=0.002, max_runs=40)
+def test_random_kill_sweep_200_activities_3_workers(tmp_path: Path, store_url: str) -> None:
+    url = _pg(store_url)
+    kills = _sweep(tmp_path, n=200, workers=3, seed=2026, prob=0.002, max_runs=40, url=url)
     assert kills >= 3
 
 

@@ -4,6 +4,10 @@ lease expiry, observation ticks and Host restarts, in any order Hypothesis picks
 Invariants after every step: no execute call ever happens for an operation whose effect
 already exists (no blind replay), every settlement names the tick that committed its
 evidence for the recorded result, and at the end everything settles with one effect each.
+
+It runs on both backends: SQLite files in a fresh directory per example, and one PostgreSQL
+schema per test (catalog and world ledger) emptied between examples, with fewer examples
+there by default (`TETHER_SLOW=1`: the full count on both).
 """
 
 from __future__ import annotations
@@ -14,13 +18,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hosttools import Clock
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 from journal_provider import KIND, DedupAdapter, Journal, intents, projection_for, stage_task
 from tether.activities import ActivityKey, operation_id_for
 from tether.runtime import AttemptContext, Family, Host, evidence_entity
+
+from tests.backends import empty_stores
 
 LEASE_MS = 10_000
 
@@ -49,9 +62,14 @@ class Dying(DedupAdapter):
 
 
 class RuntimeMachine(RuleBasedStateMachine):
+    #: The PostgreSQL schema of both stores (None: SQLite files in the example's directory).
+    pg_url: str | None = None
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="tether-sm-"))
+        if self.pg_url is not None:
+            empty_stores(self.pg_url)
         self.clock = Clock()
         self.adapter = Dying(Journal(self.dir / "provider.db"))
         self.family = Family("sm", (KIND,), projection_for((KIND,)), self.adapter, stage_task)
@@ -60,8 +78,17 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.n = 0
 
     def _open(self) -> Host:
+        stores = (
+            {} if self.pg_url is None else {"catalog_url": self.pg_url, "world_url": self.pg_url}
+        )
         return Host(
-            self.dir, [self.family], workers=0, observe=False, clock=self.clock, lease_ms=LEASE_MS
+            self.dir,
+            [self.family],
+            workers=0,
+            observe=False,
+            clock=self.clock,
+            lease_ms=LEASE_MS,
+            **stores,
         )
 
     def keys(self) -> list[ActivityKey]:
@@ -136,7 +163,23 @@ class RuntimeMachine(RuleBasedStateMachine):
 
 
 slow = bool(os.environ.get("TETHER_SLOW"))
-RuntimeMachine.TestCase.settings = settings(
-    max_examples=200 if slow else 12, stateful_step_count=30 if slow else 12, deadline=None
-)
-TestRuntimeMachine = RuntimeMachine.TestCase
+#: Examples per backend in the default run (TETHER_SLOW=1: 200 on each).
+EXAMPLES = {"sqlite": 12, "postgres": 2}
+
+
+def test_runtime_state_machine(backend: str, request: pytest.FixtureRequest) -> None:
+    machine = RuntimeMachine
+    if backend == "postgres":
+
+        class PgRuntimeMachine(RuntimeMachine):
+            pg_url = str(request.getfixturevalue("pg_url"))
+
+        machine = PgRuntimeMachine
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=200 if slow else EXAMPLES[backend],
+            stateful_step_count=30 if slow else 12,
+            deadline=None,
+        ),
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hosttools import make_env
 from journal_provider import KIND, intents, make_family
 from tether.activities import ActivityKey
 from tether.runtime import ObservationStager, Projector, Settler, Ticker, WorldLifecycle
@@ -29,7 +30,7 @@ def _settle_all(env: ActivityEnvironment, life: WorldLifecycle, world: str) -> N
 def test_fork_is_refused_while_unsettled_and_then_inherits_no_control_record(
     tmp_path: Path,
 ) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         life = _lifecycle(env)
         life.create("w")
         life.ticker.commit("w", intents(1))
@@ -47,7 +48,7 @@ def test_fork_is_refused_while_unsettled_and_then_inherits_no_control_record(
 
 
 def test_fork_first_finishes_the_retained_heads_admissions(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         life = _lifecycle(env)
         life.create("w")
         env.ledger.commit(life.ticker.writer("w"), env.head("w"), intents(1))  # "crashed"
@@ -58,7 +59,7 @@ def test_fork_first_finishes_the_retained_heads_admissions(tmp_path: Path) -> No
 
 
 def test_a_refused_public_destroy_rolls_back_only_its_provisional_close(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         life = _lifecycle(env)
         life.create("w")
         life.ticker.commit("w", intents(1))
@@ -71,7 +72,7 @@ def test_a_refused_public_destroy_rolls_back_only_its_provisional_close(tmp_path
 
 
 def test_destroy_once_settled_removes_the_world_and_its_writer(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         life = _lifecycle(env)
         life.create("w")
         life.ticker.commit("w", intents(1))

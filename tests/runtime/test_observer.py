@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from hosttools import make_env
 from journal_provider import KIND, intents, make_family
 from tether.activities import ActivityKey
 from tether.runtime import (
@@ -44,7 +45,7 @@ def _settled(env: ActivityEnvironment, key: ActivityKey) -> bool:
 
 
 def test_one_observation_tick_per_world_with_staged_results(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         for world in ("v", "w"):
             env.create_world(world)
             env.commit_tick(world, intents(2))
@@ -58,7 +59,7 @@ def test_one_observation_tick_per_world_with_staged_results(tmp_path: Path) -> N
 
 
 def test_a_world_reserved_for_close_waits_for_its_reopen(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         env.create_world("w")
         env.commit_tick("w", intents(1))
         env.drain()
@@ -71,7 +72,7 @@ def test_a_world_reserved_for_close_waits_for_its_reopen(tmp_path: Path) -> None
 
 
 def test_a_world_with_a_newer_writer_is_left_to_it_until_resumed(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         env.create_world("w")
         env.commit_tick("w", intents(1))
         env.drain()
@@ -101,7 +102,7 @@ def test_the_loop_observes_survives_a_failing_pass_and_stops_on_its_wakeup(
     family = type(family)(
         family.name, family.kinds, family.project, family.adapter, family.stage, (fails_once,)
     )
-    with ActivityEnvironment([family], data_dir=tmp_path / "d") as env:
+    with make_env([family], data_dir=tmp_path / "d") as env:
         env.create_world("w")
         env.commit_tick("w", intents(1))
         env.drain()

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hosttools import make_env
 from journal_provider import KIND, Journal, intents, make_family
 from tether.activities import ActivityKey
 from tether.runtime import MIN_FALLBACK_S, ActivityRuntimeError, Wakeup, WorkerPool
@@ -31,7 +32,7 @@ def _pool(env: ActivityEnvironment, stop: threading.Event, fallback_s: float) ->
 
 def test_two_workers_run_each_activity_once_to_its_result(tmp_path: Path) -> None:
     n = 12
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         env.create_world("w")
         env.commit_tick("w", intents(n))
         stop = threading.Event()
@@ -56,7 +57,7 @@ def test_two_workers_run_each_activity_once_to_its_result(tmp_path: Path) -> Non
 
 
 def test_workers_claim_under_the_pools_instance_name(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         env.create_world("w")
         env.commit_tick("w", intents(1))
         worker = _pool(env, threading.Event(), MIN_FALLBACK_S).new_worker("solo")
@@ -69,7 +70,7 @@ def test_workers_claim_under_the_pools_instance_name(tmp_path: Path) -> None:
 
 
 def test_closing_wakes_idle_workers_at_once_and_a_pool_starts_once(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         pool = _pool(env, threading.Event(), 600.0)  # idle waits far longer than the test
         pool.start(2)
         with pytest.raises(ActivityRuntimeError):

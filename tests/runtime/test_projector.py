@@ -6,15 +6,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from hosttools import make_env
 from journal_provider import KIND, intents, make_family
 from tether.activities import ActivityKey
 from tether.runtime import ProjectionConflict, Projector
 from tether.testing import ActivityEnvironment
 from tether.world import ComponentWrite, ReceiptRejected, canonical_json
-
-
-def _env(tmp_path: Path) -> ActivityEnvironment:
-    return ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "data")
 
 
 def _projector(env: ActivityEnvironment) -> Projector:
@@ -28,7 +25,7 @@ def _key(i: int) -> ActivityKey:
 def test_admits_each_request_from_the_exact_receipt_with_its_durable_input(
     tmp_path: Path,
 ) -> None:
-    with _env(tmp_path) as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "data") as env:
         env.create_world("w")
         r1 = env.commit_bare("w", intents(3))
         assert [env.get(_key(i)) for i in range(3)] == [None] * 3
@@ -41,7 +38,7 @@ def test_admits_each_request_from_the_exact_receipt_with_its_durable_input(
 
 
 def test_a_replay_for_the_same_receipt_changes_nothing(tmp_path: Path) -> None:
-    with _env(tmp_path) as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "data") as env:
         env.create_world("w")
         r1 = env.commit_bare("w", intents(2))
         projector = _projector(env)
@@ -54,7 +51,7 @@ def test_a_replay_for_the_same_receipt_changes_nothing(tmp_path: Path) -> None:
 def test_a_later_receipt_asking_again_is_that_activity_and_a_different_ask_fails_closed(
     tmp_path: Path,
 ) -> None:
-    with _env(tmp_path) as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "data") as env:
         env.create_world("w")
         projector = _projector(env)
         r1 = env.commit_bare("w", intents(1))
@@ -73,7 +70,7 @@ def test_a_later_receipt_asking_again_is_that_activity_and_a_different_ask_fails
 
 
 def test_a_receipt_that_is_no_longer_the_head_admits_nothing(tmp_path: Path) -> None:
-    with _env(tmp_path) as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "data") as env:
         env.create_world("w")
         r1 = env.commit_bare("w", intents(2))
         env.ledger.complete_post_commit(r1)
@@ -88,7 +85,7 @@ def test_admission_shares_the_catalog_with_other_threads_without_a_lock(tmp_path
     """The Host adds no lock around the catalog: admissions on one thread and claims on
     another go through the same `Catalog` object, and each Activity is claimed exactly once."""
     n = 40
-    with _env(tmp_path) as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "data") as env:
         env.create_world("w")
         r1 = env.commit_bare("w", intents(n))
         claimed: list[ActivityKey] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hosttools import make_env
 from journal_provider import KIND, intents, make_family
 from tether.activities import ActivityKey
 from tether.runtime import Observation, Settler
@@ -30,7 +31,7 @@ def _writes(obs: list[Observation]) -> list[ComponentWrite]:
 
 
 def test_settles_exactly_what_this_tick_committed_complete_evidence_for(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         obs = _observed(env, 2)
         r2 = env.commit_bare("w", _writes(obs[:1]))
         Settler(env.catalog, env.ledger).settle(env.snapshot("w", r2))
@@ -41,7 +42,7 @@ def test_settles_exactly_what_this_tick_committed_complete_evidence_for(tmp_path
 
 
 def test_a_repeat_is_a_no_op(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         obs = _observed(env, 1)
         r2 = env.commit_bare("w", _writes(obs))
         settler = Settler(env.catalog, env.ledger)
@@ -52,7 +53,7 @@ def test_a_repeat_is_a_no_op(tmp_path: Path) -> None:
 
 
 def test_incomplete_evidence_settles_nothing(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         [obs] = _observed(env, 1)
         r2 = env.commit_bare("w", [obs.evidence])  # the evidence without its facts
         Settler(env.catalog, env.ledger).settle(env.snapshot("w", r2))
@@ -61,7 +62,7 @@ def test_incomplete_evidence_settles_nothing(tmp_path: Path) -> None:
 
 
 def test_evidence_of_an_earlier_tick_is_not_settled_by_a_later_one(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         obs = _observed(env, 1)
         r2 = env.commit_bare("w", _writes(obs))
         env.ledger.complete_post_commit(r2)  # its settlement was "lost"
@@ -72,7 +73,7 @@ def test_evidence_of_an_earlier_tick_is_not_settled_by_a_later_one(tmp_path: Pat
 
 
 def test_a_receipt_that_is_no_longer_the_head_settles_nothing(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         obs = _observed(env, 1)
         r2 = env.commit_bare("w", _writes(obs))
         env.ledger.complete_post_commit(r2)

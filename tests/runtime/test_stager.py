@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from hosttools import make_env
 from journal_provider import (
     BLIND_KIND,
     KIND,
@@ -38,7 +39,7 @@ def _completed(env: ActivityEnvironment, n: int, **kw: int) -> None:
 
 
 def test_restage_pages_every_completed_result_to_exhaustion(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         _completed(env, 7)
         stager = _stager(env, page_size=2)
         assert stager.restage() == 7
@@ -52,7 +53,7 @@ def test_restage_pages_every_completed_result_to_exhaustion(tmp_path: Path) -> N
 
 
 def test_a_missing_payload_leaves_only_that_result_pending(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         _completed(env, 3, pad=1000)  # above the inline bound: artifact files
         gone = env.get(_key(1))
         assert gone is not None and gone.result is not None
@@ -72,7 +73,7 @@ def test_a_family_whose_staging_raises_does_not_stall_the_others(tmp_path: Path)
 
     bad = make_family(tmp_path, name="broken", kinds=("crash.broken",))
     bad = dataclasses.replace(bad, stage=broken)
-    with ActivityEnvironment([good, bad], data_dir=tmp_path / "d") as env:
+    with make_env([good, bad], data_dir=tmp_path / "d") as env:
         env.create_world("w")
         env.commit_tick("w", intents(2) + intents(2, kind="crash.broken", prefix="b"))
         assert env.drain() == 4
@@ -83,7 +84,7 @@ def test_a_family_whose_staging_raises_does_not_stall_the_others(tmp_path: Path)
 
 
 def test_an_observation_settled_meanwhile_is_dropped(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         _completed(env, 2)
         stager = _stager(env)
         assert stager.restage() == 2
@@ -93,7 +94,7 @@ def test_an_observation_settled_meanwhile_is_dropped(tmp_path: Path) -> None:
 
 
 def test_committed_forgets_only_the_identical_observation(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         _completed(env, 1)
         stager = _stager(env)
         stager.restage()
@@ -118,7 +119,7 @@ class _DiesBlind(BlindAdapter):
 def test_an_abandoned_result_is_staged_with_an_empty_payload(tmp_path: Path) -> None:
     blind = make_blind_family(tmp_path)
     family = dataclasses.replace(blind, adapter=_DiesBlind(Journal(tmp_path / "provider.db")))
-    with ActivityEnvironment([family], data_dir=tmp_path / "d") as env:
+    with make_env([family], data_dir=tmp_path / "d") as env:
         env.create_world("w")
         env.commit_tick("w", intents(1, kind=BLIND_KIND))
         env.run_attempt()  # executes blind, then dies

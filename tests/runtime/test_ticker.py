@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from hosttools import make_env
 from journal_provider import KIND, intents, make_family
 from tether.activities import ActivityKey
 from tether.runtime import FamilyError, ObservationStager, Projector, Settler, Ticker
@@ -27,7 +28,7 @@ def _ticker(env: ActivityEnvironment) -> Ticker:
 def test_an_intent_tick_admits_and_an_observation_tick_runs_processors_and_settles(
     tmp_path: Path,
 ) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         env.ledger.create_world("w")
         ticker = _ticker(env)
         r1 = ticker.commit("w", intents(2))
@@ -47,7 +48,7 @@ def test_an_intent_tick_admits_and_an_observation_tick_runs_processors_and_settl
 
 
 def test_a_tick_writing_one_component_twice_commits_nothing(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         r0 = env.ledger.create_world("w")
         ticker = _ticker(env)
         with pytest.raises(FamilyError):
@@ -58,7 +59,7 @@ def test_a_tick_writing_one_component_twice_commits_nothing(tmp_path: Path) -> N
 def test_the_heads_owed_post_commit_work_is_finished_before_the_next_tick(
     tmp_path: Path,
 ) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         env.ledger.create_world("w")
         ticker = _ticker(env)
         r1 = env.ledger.commit(ticker.writer("w"), env.head("w"), intents(1))  # "crashed"
@@ -71,7 +72,7 @@ def test_the_heads_owed_post_commit_work_is_finished_before_the_next_tick(
 def test_post_commit_fails_closed_on_a_bad_receipt_and_keeps_the_head_blocked(
     tmp_path: Path,
 ) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         env.ledger.create_world("w")
         ticker = _ticker(env)
         r1 = env.ledger.commit(ticker.writer("w"), env.head("w"), intents(1))
@@ -84,7 +85,7 @@ def test_post_commit_fails_closed_on_a_bad_receipt_and_keeps_the_head_blocked(
 
 
 def test_a_newer_ticker_fences_the_older_one(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         env.ledger.create_world("w")
         old, new = _ticker(env), _ticker(env)
         old.acquire("w")

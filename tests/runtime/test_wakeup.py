@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
+from hosttools import make_env
 from journal_provider import KIND, intents, make_family
 from tether.activities import ActivityKey, Evidence, operation_id_for
 from tether.runtime import MIN_FALLBACK_S, SETTLED, ActivityRuntimeError, Host, Wakeup
 from tether.storage import wakeup_dir_for
-from tether.testing import ActivityEnvironment
 
 NEVER_S = 600.0  # a fallback poll no test waits for
 CRASH = Path(__file__).resolve().parents[1] / "crash"
@@ -152,7 +152,7 @@ def test_a_worker_process_on_a_postgresql_catalog_wakes_on_an_admission_elsewher
 
 
 def test_the_lease_and_backoff_timers_follow_the_core_on_the_fake_clock(tmp_path: Path) -> None:
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         env.create_world("w")
         env.commit_tick("w", intents(1))
         waiting = env.new_worker("waiting")

@@ -8,13 +8,15 @@ times. A session terminated from another connection (`pg_terminate_backend`) is 
 
 from __future__ import annotations
 
+import os
+import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from tether.activities import Catalog, operation_id_for
+from tether.activities import ActivityKey, Catalog, operation_id_for
 from tether.errors import CatalogStorageError
 from tether.runtime import Host
 from tether.storage import CommitUnknown
@@ -23,7 +25,7 @@ from tests.activities.support import ManualClock, admission, key
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "crash"))
 from hosttools import akey
-from journal_provider import Journal, intents, make_family
+from journal_provider import KIND, Journal, intents, make_family
 from pgproxy import CommitCutter
 
 
@@ -193,3 +195,172 @@ def test_a_lost_confirmed_absence_is_reread_and_never_authorises_a_guess(
         clock.advance(60_000)
         again = host.catalog.claim_key(akey(0), "next", 1_000)
         assert again.attempt.may_execute == landed
+
+
+# --- The Ticker: a lost COMMIT of a tick (or of its post-commit work) is re-read at once ---
+
+
+def _ticks(pg_url: str, world: str) -> int:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM ticks WHERE world_id = %s", (world,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+#: Cuts per sweep in the default run (TETHER_SLOW=1 cuts every COMMIT of the step).
+SAMPLED_CUTS = 2
+
+
+def _sweep(cutter: CommitCutter, mode: str, step: Callable[[int, Callable[[], None]], None]) -> int:
+    """Cut the k-th COMMIT through `cutter` of a fresh `step(n, arm)` (which calls `arm()`
+    where the cut window starts), for every k the step makes (a sample of them by default);
+    return how many COMMITs one step makes. Steps 0 and 1 are uncut and count them."""
+    start = [0]
+
+    def arm_with(skip: int) -> Callable[[], None]:
+        def arm() -> None:
+            start[0] = cutter.commits
+            cutter.arm(mode, skip=skip)
+
+        return arm
+
+    for n in range(2):  # the second uncut step counts: the first may do one-time work
+        step(n, arm_with(10**9))
+        cutter.disarm()
+        commits = cutter.commits - start[0]
+    assert commits > 0
+    every = range(commits)
+    sampled = sorted(random.sample(every, min(SAMPLED_CUTS, commits)))
+    ks = every if os.environ.get("TETHER_SLOW") else sampled
+    for n, k in enumerate(ks, 2):
+        step(n, arm_with(k))
+        assert cutter.cuts == n - 1, f"COMMIT {k} of the {commits} of a step was not cut"
+    return commits
+
+
+def _host(tmp_path: Path, pg_url: str, cutter: CommitCutter, store: str) -> Host:
+    """A thread-less Host whose catalog or world ledger (`store`) is behind the cutter."""
+    return Host(
+        tmp_path,
+        [make_family(tmp_path)],
+        workers=0,
+        observe=False,
+        clock=ManualClock(),
+        catalog_url=cutter.url if store == "catalog" else pg_url,
+        world_url=cutter.url if store == "world" else pg_url,
+    )
+
+
+@pytest.mark.parametrize("mode", ["drop_commit", "drop_reply"])
+@pytest.mark.parametrize("store", ["world", "catalog"])
+def test_every_lost_commit_of_an_intent_tick_is_reread_before_anything_else(
+    tmp_path: Path, pg_url: str, cutter: CommitCutter, store: str, mode: str
+) -> None:
+    """The k-th COMMIT that `commit_tick` makes on the ledger (or on the catalog) is cut, for
+    every k: the tick itself (landed or not), its snapshot reads and receipt checks, its
+    admissions and its post-commit mark. Each time `commit_tick` returns the head, the head's
+    work is done (every Activity admitted from exactly that receipt) and exactly one tick was
+    added: never a second tick on one parent, never a tick left for `Host.recover()`."""
+    with _host(tmp_path, pg_url, cutter, store) as host:
+        host.create_world("w")
+
+        def step(n: int, arm: Callable[[], None]) -> None:
+            arm()
+            receipt = host.commit_tick("w", intents(2, prefix=f"n{n}"))
+            assert receipt.tick == n + 1 and host.head("w") == receipt
+            assert host.ledger.pending_post_commit("w") is None
+            assert _ticks(pg_url, "w") == n + 2  # genesis and one tick per commit_tick
+            for i in range(2):
+                rec = host.get(ActivityKey("w", KIND, f"n{n}-{i:04d}"))
+                assert rec is not None and rec.source == receipt
+
+        commits = _sweep(cutter, mode, step)
+        # The ledger: snapshot reads, the tick, receipt checks, the mark; the catalog: at
+        # least the two admissions.
+        assert commits >= (4 if store == "world" else 2)
+
+
+@pytest.mark.parametrize("mode", ["drop_commit", "drop_reply"])
+@pytest.mark.parametrize("store", ["world", "catalog"])
+def test_every_lost_commit_of_an_observation_tick_is_reread_and_settles_once(
+    tmp_path: Path, pg_url: str, cutter: CommitCutter, store: str, mode: str
+) -> None:
+    """The k-th COMMIT of an observation tick (`observe_once`) is cut, for every k: the tick
+    that commits the result's evidence, its settlement and its mark. Each time the one tick
+    settles the Activity at exactly its receipt, the stager forgets the observation, and no
+    second observation tick follows."""
+    with _host(tmp_path, pg_url, cutter, store) as host:
+        host.create_world("w")
+        worker = host.new_worker("w0")
+        steps = [0]
+        try:
+
+            def step(n: int, arm: Callable[[], None]) -> None:
+                host.commit_tick("w", intents(1, prefix=f"n{n}"))
+                key = ActivityKey("w", KIND, f"n{n}-0000")
+                assert worker.run_next() == key
+                arm()
+                [receipt] = host.observe_once()
+                assert host.head("w") == receipt
+                assert host.ledger.pending_post_commit("w") is None
+                rec = host.get(key)
+                assert rec is not None and rec.settlement is not None
+                assert rec.settlement.receipt == receipt
+                assert host.stager.staged() == []
+                assert _ticks(pg_url, "w") == 2 * n + 3  # genesis, then intent and observation
+                steps[0] = n + 1
+
+            commits = _sweep(cutter, mode, step)
+        finally:
+            worker.close()
+        assert commits >= (4 if store == "world" else 1)
+        assert Journal(tmp_path / "provider.db").effects() == {
+            operation_id_for(ActivityKey("w", KIND, f"n{n}-0000")): 1 for n in range(steps[0])
+        }
+
+
+@pytest.mark.parametrize("mode", ["drop_commit", "drop_reply"])
+def test_every_lost_catalog_commit_of_a_worker_attempt_is_reread_before_any_effect(
+    tmp_path: Path, pg_url: str, cutter: CommitCutter, mode: str
+) -> None:
+    """The k-th catalog COMMIT of `run_next` is cut, for every k: the claim, the bind, the
+    result. Whatever was lost, the worker re-reads before acting: the effect happens exactly
+    once, `execute` runs exactly once (a lost claim or bind starts nothing, a bind that landed
+    is found), and the result is recorded, at once or by the next claim after the lease."""
+    clock = ManualClock()
+    with Host(
+        tmp_path,
+        [make_family(tmp_path)],
+        workers=0,
+        observe=False,
+        clock=clock,
+        catalog_url=cutter.url,
+        world_url=pg_url,
+    ) as host:
+        host.create_world("w")
+        journal = Journal(tmp_path / "provider.db")
+        worker = host.new_worker("w0")
+        try:
+
+            def step(n: int, arm: Callable[[], None]) -> None:
+                host.commit_tick("w", intents(1, prefix=f"n{n}"))
+                key = ActivityKey("w", KIND, f"n{n}-0000")
+                arm()
+                worker.run_next()
+                cutter.disarm()
+                for _ in range(3):  # a claim or bind that did not land: the lease runs out
+                    rec = host.get(key)
+                    assert rec is not None
+                    if rec.result is not None:
+                        break
+                    clock.advance(host.lease_ms + 1)
+                    assert worker.run_next() == key
+                rec = host.get(key)
+                assert rec is not None and rec.result is not None
+                op = operation_id_for(key)
+                assert journal.effects()[op] == 1
+                assert [o for o, _, _ in journal.calls("execute")].count(op) == 1
+
+            _sweep(cutter, mode, step)
+        finally:
+            worker.close()

@@ -154,6 +154,21 @@ def test_the_temp_dir_is_removed_and_a_given_dir_is_kept(tmp_path: Path) -> None
         assert again.ledger.worlds() == ["w"]  # the same real storage, reopened
 
 
+def test_the_stores_may_live_at_urls_and_the_data_dir_keeps_only_artifacts(
+    tmp_path: Path, pg_url: str
+) -> None:
+    with ActivityEnvironment(
+        [_blind_family(_Blind())], data_dir=tmp_path, catalog_url=pg_url, world_url=pg_url
+    ) as env:
+        env.create_world("w")
+        r1 = env.commit_tick("w", [ComponentWrite("a", "t.intent", {"n": 1})])
+        rec = env.get(env.key("a"))
+        assert rec is not None and rec.source == r1
+    assert not (tmp_path / "catalog.db").exists() and not (tmp_path / "world.db").exists()
+    with ActivityEnvironment(data_dir=tmp_path, catalog_url=pg_url, world_url=pg_url) as again:
+        assert again.ledger.worlds() == ["w"]  # the same PostgreSQL schema, reopened
+
+
 def test_key_needs_the_kind_when_it_is_ambiguous() -> None:
     with ActivityEnvironment() as env:
         with pytest.raises(ActivityRuntimeError):

@@ -10,10 +10,20 @@ Tick protocol (seed section 2), all under the exact-world lock:
 3. Post-commit work of the new head U: the receipt reader checks U; the projector admits what
    U's projections ask for; the settler settles every Activity whose complete evidence U
    wrote; then the ledger records the work done, which unblocks tick U+1.
+
+A tick COMMIT whose reply was lost (`LedgerCommitUnknown`, PostgreSQL) is an unknown outcome,
+resolved here before anything else happens: the head is re-read. If it is the tick this commit
+would have made (its fresh visibility token), the tick landed and its post-commit work runs
+now; if it is still the parent, nothing landed and the tick is decided and committed once more
+on that head (the head compare-and-swap makes a second tick on one parent impossible). Lost
+commits of the post-commit work (a catalog admission or settlement, the ledger's mark) are
+re-read the same way: the ledger's mark says whether the work is still owed, and the owed work
+re-reads every record it writes (admissions and settlements are idempotent).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Sequence
 
@@ -23,12 +33,22 @@ from tether.runtime._family import Family, Observation
 from tether.runtime._projector import Projector
 from tether.runtime._settler import Settler
 from tether.runtime._stager import ObservationStager
+from tether.storage import CommitUnknown
 from tether.world import (
     CommittedTickReceipt,
     ComponentWrite,
+    LedgerCommitUnknown,
+    ReceiptRejected,
+    StaleWriter,
+    WorldError,
     WorldLedger,
     Writer,
 )
+
+log = logging.getLogger("tether.runtime.ticker")
+
+#: Commits of one tick after a lost COMMIT that the re-read proved did not land.
+TICK_COMMIT_TRIES = 2
 
 
 class Ticker:
@@ -97,24 +117,98 @@ class Ticker:
         The head's pending post-commit work is finished first; the new tick's post-commit
         work (projection, settlement) runs before this returns.
         """
+        caller_writes = list(writes)
         with self.ledger.lock(world_id):
-            self.finish_post_commit(world_id)
+            for attempt in range(1, TICK_COMMIT_TRIES + 1):
+                self.finish_post_commit(world_id)
+                head = self.ledger.head(world_id)
+                observations = self.stager.observations_for(world_id)
+                tick_writes = caller_writes + self._processor_writes(head, observations)
+                for obs in observations:
+                    tick_writes.extend((*obs.facts, obs.evidence))
+                taken = [(w.entity, w.component) for w in tick_writes]
+                if len(set(taken)) != len(taken):
+                    raise FamilyError(
+                        "a tick writes one component twice (facts are not overridable)"
+                    )
+                try:
+                    receipt = self.ledger.commit(self.writer(world_id), head, tick_writes)
+                except LedgerCommitUnknown as e:
+                    landed = self._lost_tick(world_id, head, e)
+                    if landed is None:
+                        if attempt < TICK_COMMIT_TRIES:
+                            continue  # nothing landed: decide the tick again on the same head
+                        raise WorldError(
+                            f"the tick on {head} of {world_id!r} was lost {attempt} times and"
+                            " did not land (re-read); the head is unchanged"
+                        ) from e
+                    receipt = landed
+                crash_point("after_observation_tick" if observations else "after_intent_tick")
+                self.stager.committed(observations)
+                self._post_commit_resolved(receipt)
+                return receipt
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _lost_tick(
+        self, world_id: str, parent: CommittedTickReceipt, error: LedgerCommitUnknown
+    ) -> CommittedTickReceipt | None:
+        """After a tick COMMIT whose reply was lost: re-read the head. The intended receipt if
+        the tick landed, None if nothing landed (the head is still `parent`).
+
+        Raises:
+            LedgerCommitUnknown: the re-read itself failed, or the error names no tick and the
+                head moved: still unknown (nothing was acted on; the next tick or
+                `Host.recover` re-reads again).
+            StaleWriter: the tick landed but a newer writer (another process) has moved the
+                head past it; that writer finished its post-commit work first.
+        """
+        try:
             head = self.ledger.head(world_id)
-            observations = self.stager.observations_for(world_id)
-            tick_writes = list(writes) + self._processor_writes(head, observations)
-            fact_keys: set[tuple[str, str]] = set()
-            for obs in observations:
-                for w in (*obs.facts, obs.evidence):
-                    fact_keys.add((w.entity, w.component))
-                    tick_writes.append(w)
-            taken = [(w.entity, w.component) for w in tick_writes]
-            if len(set(taken)) != len(taken):
-                raise FamilyError("a tick writes one component twice (facts are not overridable)")
-            receipt = self.ledger.commit(self.writer(world_id), head, tick_writes)
-            crash_point("after_observation_tick" if observations else "after_intent_tick")
-            self.stager.committed(observations)
+        except WorldError as e:
+            raise LedgerCommitUnknown(
+                f"{error}; the re-read of the head failed too ({e})", error.intended
+            ) from e
+        intended = error.intended
+        if intended is not None and head == intended:
+            log.warning(
+                "tick %d of %r: its COMMIT reply was lost; re-read: landed", head.tick, world_id
+            )
+            return head
+        if head == parent:
+            log.warning(
+                "tick on %d of %r: its COMMIT reply was lost; re-read: not landed",
+                parent.tick,
+                world_id,
+            )
+            return None
+        if intended is not None and self._exists(intended):
+            raise StaleWriter(
+                f"tick {intended.tick} of {world_id!r} landed, but a newer writer moved the"
+                f" head to tick {head.tick} of its run"
+            ) from error
+        if intended is not None:
+            return None  # it did not land; the next try meets the newer head or writer
+        raise error
+
+    def _exists(self, receipt: CommittedTickReceipt) -> bool:
+        try:
+            self.ledger.read_at(receipt)
+        except ReceiptRejected:
+            return False
+        return True
+
+    def _post_commit_resolved(self, receipt: CommittedTickReceipt) -> None:
+        """`post_commit`, with a lost COMMIT of its work (catalog or ledger) resolved by a
+        re-read: the ledger's mark says whether the work is still owed, and owed work runs
+        again, re-reading every record it writes. A second failure leaves the head's work owed
+        (the next tick or `Host.recover` finishes it first)."""
+        try:
             self.post_commit(receipt)
-            return receipt
+        except (CommitUnknown, LedgerCommitUnknown) as e:
+            log.warning(
+                "post-commit work of %s: a COMMIT reply was lost (%s); re-reading", receipt, e
+            )
+            self.finish_post_commit(receipt.world_id)
 
     def _processor_writes(
         self, head: CommittedTickReceipt, observations: list[Observation]

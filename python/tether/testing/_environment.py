@@ -40,6 +40,8 @@ class ActivityEnvironment:
         data_dir: use this directory (kept on close) instead of a fresh temp dir (removed).
         clock: the fake clock (default: a fresh `FakeClock`).
         ledger: a world engine to use instead of the SQLite ledger (the caller closes it).
+        catalog_url, world_url: put the catalog or the world ledger at this URL (e.g. a
+            PostgreSQL schema) instead of a SQLite file in `data_dir` (see `Host`).
         lease_ms: attempt lease length; `clock.advance(lease_ms)` lets a lease run out.
         inline_bound: results up to this many bytes travel inside their reference.
         page_size: page size of the catalog scans.
@@ -59,6 +61,8 @@ class ActivityEnvironment:
         data_dir: str | Path | None = None,
         clock: FakeClock | None = None,
         ledger: WorldLedger | None = None,
+        catalog_url: str | None = None,
+        world_url: str | None = None,
         lease_ms: int = 30_000,
         inline_bound: int = DEFAULT_INLINE_BOUND,
         page_size: int = 256,
@@ -76,6 +80,8 @@ class ActivityEnvironment:
                 workers=0,
                 observe=False,
                 ledger=ledger,
+                catalog_url=catalog_url,
+                world_url=world_url,
                 lease_ms=lease_ms,
                 progress_listener=self.progress.append,
                 inline_bound=inline_bound,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from tether._core import TetherError
+
+if TYPE_CHECKING:
+    from tether.world._types import CommittedTickReceipt
 
 #: Stable snake_case codes a receipt rejection carries (listable at runtime).
 RECEIPT_REJECTION_CODES: Final = (
@@ -71,4 +74,15 @@ class UnsettledActivities(WorldError):
 class LedgerCommitUnknown(WorldError):
     """A ledger COMMIT got no reply (the connection to the server broke): the tick or change
     may or may not have landed. Re-read the head (`head`, `pending_post_commit`) before acting;
-    the head compare-and-swap refuses a second commit on the same parent."""
+    the head compare-and-swap refuses a second commit on the same parent.
+
+    Attributes:
+        intended: for a tick commit, the receipt the tick would have (its fresh visibility
+            token names it): the tick landed exactly when a re-read finds that tick and token.
+            None when unknown (the transaction broke before the tick was decided, or the
+            change was not a tick).
+    """
+
+    def __init__(self, message: str, intended: CommittedTickReceipt | None = None) -> None:
+        super().__init__(message)
+        self.intended = intended

@@ -106,8 +106,14 @@ class PostgresLedger:
 
     @contextmanager
     def _view(self, what: str) -> Iterator[Any]:
-        with self._mutex, self._session.transaction(what, snapshot=True) as cur:
-            yield cur
+        with self._mutex:
+            try:
+                with self._session.transaction(what, snapshot=True) as cur:
+                    yield cur
+            except LedgerCommitUnknown:
+                # A read-only snapshot wrote nothing, and every row it read was fetched before
+                # its COMMIT: a lost reply leaves no outcome to resolve (the session reconnects).
+                pass
 
     @staticmethod
     def _locked_facts(cur: Any, world_id: str) -> WorldFacts | None:
@@ -190,25 +196,44 @@ class PostgresLedger:
         """Commit tick `parent.tick + 1` on top of `parent`, which must still be the head."""
         encoded = rules.encode_writes(writes)
         token = _new_token()
-        with self._tx("tick commit") as cur:
-            facts = self._live(cur, writer.world_id)
-            tick = rules.commit_tick(writer, parent, facts)
-            run_id, head_tick = facts.run_id, facts.head_tick
-            self._insert_tick(cur, writer.world_id, run_id, tick, token)
-            if encoded:
-                cur.executemany(
-                    "INSERT INTO components (world_id, run_id, entity, component, tick, value)"
-                    " VALUES (%s, %s, %s, %s, %s, %s)",
-                    [(writer.world_id, run_id, e, c, tick, v) for (e, c), v in encoded.items()],
-                )
-            cur.execute(
-                "UPDATE worlds SET head_tick = %s, head_token = %s"
-                " WHERE world_id = %s AND head_tick = %s AND writer_epoch = %s",
-                (tick, token, writer.world_id, head_tick, writer.epoch),
+        intended: CommittedTickReceipt | None = None
+        try:
+            with self._tx("tick commit") as cur:
+                facts = self._live(cur, writer.world_id)
+                tick = rules.commit_tick(writer, parent, facts)
+                run_id, head_tick = facts.run_id, facts.head_tick
+                intended = CommittedTickReceipt(writer.world_id, run_id, tick, token)
+                self._write_tick(cur, writer, encoded, run_id, head_tick, tick, token)
+                return intended  # once the COMMIT below (on leaving the block) has its reply
+        except LedgerCommitUnknown as e:
+            # The COMMIT was sent and its reply lost: name the tick it would have made, so a
+            # re-read can tell whether it landed (its token is fresh, no other tick has it).
+            raise LedgerCommitUnknown(str(e), intended) from e
+
+    def _write_tick(
+        self,
+        cur: Any,
+        writer: Writer,
+        encoded: dict[tuple[str, str], str | None],
+        run_id: str,
+        head_tick: int,
+        tick: int,
+        token: str,
+    ) -> None:
+        self._insert_tick(cur, writer.world_id, run_id, tick, token)
+        if encoded:
+            cur.executemany(
+                "INSERT INTO components (world_id, run_id, entity, component, tick, value)"
+                " VALUES (%s, %s, %s, %s, %s, %s)",
+                [(writer.world_id, run_id, e, c, tick, v) for (e, c), v in encoded.items()],
             )
-            if cur.rowcount != 1:  # pragma: no cover - the world row is locked above
-                raise HeadConflict(f"head of {writer.world_id!r} moved during commit")
-        return CommittedTickReceipt(writer.world_id, run_id, tick, token)
+        cur.execute(
+            "UPDATE worlds SET head_tick = %s, head_token = %s"
+            " WHERE world_id = %s AND head_tick = %s AND writer_epoch = %s",
+            (tick, token, writer.world_id, head_tick, writer.epoch),
+        )
+        if cur.rowcount != 1:  # pragma: no cover - the world row is locked above
+            raise HeadConflict(f"head of {writer.world_id!r} moved during commit")
 
     def _read_facts(self, world_id: str) -> WorldFacts:
         with self._mutex:
