@@ -55,6 +55,7 @@ NOT_ON_A_REMOTE_MOVE = {
 #: Every crash point of a remote move through the bridge, in the order a move reaches them.
 #: A kill before the reply to the submit loses the reply.
 SWEEP = (
+    "serve.before_submit_tick",
     "after_intent_tick",
     "serve.after_submit",
     "after_admission",
@@ -72,7 +73,9 @@ SWEEP = (
     "after_observation_tick",
     "after_settlement",
 )
-LOST_REPLY = ("after_intent_tick", "serve.after_submit")
+LOST_REPLY = ("serve.before_submit_tick", "after_intent_tick", "serve.after_submit")
+#: Points before the submit's tick is committed: the submit after the restart creates it.
+UNCOMMITTED = ("serve.before_submit_tick",)
 #: Points only a reconciling attempt reaches: the first kill (at the point given) makes the
 #: restarted bridge reconcile, and that one is killed at the point.
 FIRST_KILL = {"remote.reconcile.after_get": "remote.after_execute"}
@@ -201,7 +204,7 @@ def test_the_bridge_killed_at_each_point_of_a_remote_move(tmp_path: Path, crash_
         assert client.running() is None
         with daemon(config):
             view = client.submit(WORLD, "move-1", KIND_ABSOLUTE, body)
-            assert view["created"] is False and view["key"] == KEY
+            assert view["created"] is (crash_at in UNCOMMITTED) and view["key"] == KEY
             done = final(client, KEY)
         assert (done["state"], done["settled"]) == ("done", True), done
         assert done["result"]["outcome"] == "completed", done
