@@ -238,14 +238,20 @@ def _sweep(cutter: CommitCutter, mode: str, step: Callable[[int, Callable[[], No
     return commits
 
 
-def _host(tmp_path: Path, pg_url: str, cutter: CommitCutter, store: str) -> Host:
+def _host(
+    tmp_path: Path,
+    pg_url: str,
+    cutter: CommitCutter,
+    store: str,
+    clock: ManualClock | None = None,
+) -> Host:
     """A thread-less Host whose catalog or world ledger (`store`) is behind the cutter."""
     return Host(
         tmp_path,
         [make_family(tmp_path)],
         workers=0,
         observe=False,
-        clock=ManualClock(),
+        clock=clock or ManualClock(),
         catalog_url=cutter.url if store == "catalog" else pg_url,
         world_url=cutter.url if store == "world" else pg_url,
     )
@@ -328,15 +334,7 @@ def test_every_lost_catalog_commit_of_a_worker_attempt_is_reread_before_any_effe
     once, `execute` runs exactly once (a lost claim or bind starts nothing, a bind that landed
     is found), and the result is recorded, at once or by the next claim after the lease."""
     clock = ManualClock()
-    with Host(
-        tmp_path,
-        [make_family(tmp_path)],
-        workers=0,
-        observe=False,
-        clock=clock,
-        catalog_url=cutter.url,
-        world_url=pg_url,
-    ) as host:
+    with _host(tmp_path, pg_url, cutter, "catalog", clock) as host:
         host.create_world("w")
         journal = Journal(tmp_path / "provider.db")
         worker = host.new_worker("w0")
