@@ -45,11 +45,16 @@ typecheck: build
 	$(BIN)/python -m mypy.stubtest tether._core --allowlist stubtest-allowlist.txt
 
 # The console's browser tests and benches drive Debian's Chromium and its driver (Selenium
-# from PyPI); installed here when missing. Nothing is downloaded by the browser tooling.
+# from PyPI); installed here when missing, with openssl. Nothing is downloaded by the browser tooling.
 browser:
 	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
 	  echo "installing chromium and chromium-driver (Debian packages)"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	fi
+	@# The TLS and mTLS tests make their certificates with the openssl CLI (Debian's package).
+	@if ! command -v openssl >/dev/null 2>&1; then \
+	  echo "installing openssl (Debian package)"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl; \
 	fi
 
 # pytest's exit code 5 (nothing collected) must fail the run, not pass it.
