@@ -33,6 +33,13 @@ settings.load_profile("slow" if os.environ.get("TETHER_SLOW") else "fast")
 SCAN_LAST = "tests/test_zz_secret_scan.py"
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The seed of this run's sampled sweep points (`tests/sampling.py`)."""
+    from tests.sampling import SEED
+
+    return f"sampled sweep points: TETHER_SAMPLE_SEED={SEED}"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The secret scan goes last. Tests marked `slow` run only when TETHER_SLOW=1; each has a
     sampled fast sibling."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
 import tether.errors as errors
@@ -46,10 +45,11 @@ def test_the_record_view_unpacks_the_core_row_layout() -> None:
     assert tuple(names) == COLUMNS == tuple(_core.catalog_columns())
 
 
-def test_record_view_is_the_dataclass(tmp_path: Path) -> None:
+def test_record_view_is_the_dataclass(db_url: str) -> None:
     """`record_from_row` stores every field through the slots: the record equals the one the
     dataclass's `__init__` builds from the same values, at every stage of a lifecycle (with an
-    attempt, a guard, evidence, a decision, a result, a settlement, compacted)."""
+    attempt, a guard, evidence, a decision, a result, a settlement, compacted), from the rows
+    either backend's store returns."""
     from tests.activities.support import (
         ManualClock,
         bound_claim,
@@ -62,7 +62,7 @@ def test_record_view_is_the_dataclass(tmp_path: Path) -> None:
 
     clock = ManualClock()
     rows: list[tuple[Any, ...]] = []
-    with Catalog.open(f"sqlite://{tmp_path / 'c.db'}", clock=clock) as cat:
+    with Catalog.open(db_url, clock=clock) as cat:
 
         def keep(k: ActivityKey) -> None:
             row = cat.store.get((k.world_id, k.kind, k.activity_id))

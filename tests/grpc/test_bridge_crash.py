@@ -45,6 +45,7 @@ from tether.serve.daemon import CRASH_POINTS as SERVE_POINTS
 
 from tests._secrets import PLANNER
 from tests._serve import clean_env, daemon, final, killed
+from tests.sampling import sampled
 
 #: The runtime's points a remote move never reaches in the bridge, and why.
 NOT_ON_A_REMOTE_MOVE = {
@@ -79,7 +80,10 @@ UNCOMMITTED = ("serve.before_submit_tick",)
 #: Points only a reconciling attempt reaches: the first kill (at the point given) makes the
 #: restarted bridge reconcile, and that one is killed at the point.
 FIRST_KILL = {"remote.reconcile.after_get": "remote.after_execute"}
-SAMPLED = ("after_bind", "remote.after_execute", "remote.mid_watch", "remote.after_result_stored")
+#: The points most telling of a remote move; the default run kills at two of them (a different
+#: two each run, `tests/sampling.py`), TETHER_SLOW=1 at every point of `SWEEP`.
+TELLING = ("after_bind", "remote.after_execute", "remote.mid_watch", "remote.after_result_stored")
+SAMPLED = sampled("bridge crash", TELLING, 2)
 WORLD = "bridge"
 KEY = f"{WORLD}/{KIND_ABSOLUTE}/move-1"
 

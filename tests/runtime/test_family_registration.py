@@ -87,6 +87,7 @@ def test_registration_rejects_bad_kinds_and_adapters(tmp_path: Path) -> None:
 
 
 def _snapshot(tmp_path: Path, writes: list[ComponentWrite]) -> WorldSnapshot:
+    # SQLite only: a projection sees a snapshot, never the ledger behind it.
     ledger = SqliteLedger.open(tmp_path / "w.db")
     ledger.create_world("w")
     receipt = ledger.commit(ledger.acquire_writer("w"), ledger.head("w"), writes)
@@ -141,6 +142,7 @@ def test_provider_entry_points_refuse_to_run_inside_a_projection(tmp_path: Path)
 
 
 def test_completion_evidence_binds_result_and_complete_fact_set(tmp_path: Path) -> None:
+    # SQLite only: the evidence is computed from the staged result; the ledger only stores it.
     fam = make_family(tmp_path)
     store = ArtifactStore(tmp_path / "a")
     key = ActivityKey(world_id="w", kind="crash.effect", activity_id="t1")

@@ -22,9 +22,20 @@ from journal_provider import KIND, intents, make_family
 from tether.activities import ActivityKey, Evidence, operation_id_for
 from tether.runtime import MIN_FALLBACK_S, SETTLED, ActivityRuntimeError, Host, Wakeup
 from tether.storage import wakeup_dir_for
+from tether.storage._pg_doorbell import PostgresDoorbell
 
 NEVER_S = 600.0  # a fallback poll no test waits for
 CRASH = Path(__file__).resolve().parents[1] / "crash"
+
+
+@pytest.fixture
+def stores(store_url: str) -> dict[str, str]:
+    """The Host arguments of the test's backend (`backend` runs each test on both): SQLite
+    files in the data directory (the datagram doorbell), or a PostgreSQL schema of its own
+    for both stores (LISTEN/NOTIFY)."""
+    if store_url.startswith("sqlite://"):
+        return {}
+    return {"catalog_url": store_url, "world_url": store_url}
 
 
 def _key(i: int) -> ActivityKey:
@@ -40,8 +51,11 @@ def _until(predicate: object, timeout_s: float = 60.0) -> bool:
     return False
 
 
-def test_workers_wake_on_an_admission_and_the_observer_on_a_result(tmp_path: Path) -> None:
-    with Host(tmp_path, [make_family(tmp_path)], workers=2, fallback_poll_s=NEVER_S) as host:
+def test_workers_wake_on_an_admission_and_the_observer_on_a_result(
+    tmp_path: Path, stores: dict[str, str]
+) -> None:
+    fam = [make_family(tmp_path)]
+    with Host(tmp_path, fam, workers=2, fallback_poll_s=NEVER_S, **stores) as host:
         host.create_world("w")
         host.start()
         assert _until(lambda: host.pool.wakeup.waits >= 2 and host.observer.wakeup.waits >= 1)
@@ -52,8 +66,9 @@ def test_workers_wake_on_an_admission_and_the_observer_on_a_result(tmp_path: Pat
         assert host.pool.wakeup.timeouts == 0 and host.observer.wakeup.timeouts == 0
 
 
-def test_wait_settled_wakes_on_the_settlement(tmp_path: Path) -> None:
-    with Host(tmp_path, [make_family(tmp_path)], workers=1, fallback_poll_s=NEVER_S) as host:
+def test_wait_settled_wakes_on_the_settlement(tmp_path: Path, stores: dict[str, str]) -> None:
+    fam = [make_family(tmp_path)]
+    with Host(tmp_path, fam, workers=1, fallback_poll_s=NEVER_S, **stores) as host:
         host.create_world("w")
         host.commit_tick("w", intents(1))
         settled = host._wakeups[SETTLED]
@@ -113,8 +128,6 @@ def test_a_worker_process_on_a_postgresql_catalog_wakes_on_an_admission_elsewher
     """The same wakeup over LISTEN/NOTIFY: the Host's commit in this process notifies inside
     its transaction, the `tether worker --catalog URL` process is woken by it; no datagram
     doorbell is involved (no wakeup directory appears)."""
-    from tether.storage._pg_doorbell import PostgresDoorbell
-
     stores = {"catalog_url": pg_url, "world_url": pg_url}
     host = Host(tmp_path, [make_family(tmp_path)], workers=0, fallback_poll_s=NEVER_S, **stores)
     try:
@@ -180,10 +193,17 @@ def test_the_lease_and_backoff_timers_follow_the_core_on_the_fake_clock(tmp_path
         assert env.get(_key(0)).attempt_count == 3  # type: ignore[union-attr]
 
 
-def test_an_idle_worker_reclaims_when_the_dead_workers_lease_runs_out(tmp_path: Path) -> None:
+def test_an_idle_worker_reclaims_when_the_dead_workers_lease_runs_out(
+    tmp_path: Path, stores: dict[str, str]
+) -> None:
     lease_ms = 300
     with Host(
-        tmp_path, [make_family(tmp_path)], workers=0, observe=False, fallback_poll_s=NEVER_S
+        tmp_path,
+        [make_family(tmp_path)],
+        workers=0,
+        observe=False,
+        fallback_poll_s=NEVER_S,
+        **stores,
     ) as host:
         host.create_world("w")
         host.commit_tick("w", intents(1))
@@ -210,23 +230,39 @@ def test_an_idle_worker_reclaims_when_the_dead_workers_lease_runs_out(tmp_path: 
         assert wakeup.rung == 0  # woken by its timer, not by a ring
 
 
-def test_a_lost_ring_is_covered_by_the_fallback_poll(tmp_path: Path) -> None:
+def test_a_lost_ring_is_covered_by_the_fallback_poll(
+    tmp_path: Path, stores: dict[str, str]
+) -> None:
     with Host(
-        tmp_path, [make_family(tmp_path)], workers=1, observe=False, fallback_poll_s=MIN_FALLBACK_S
+        tmp_path,
+        [make_family(tmp_path)],
+        workers=1,
+        observe=False,
+        fallback_poll_s=MIN_FALLBACK_S,
+        **stores,
     ) as host:
         host.create_world("w")
         host.start()
         assert _until(lambda: host.pool.wakeup.waits >= 1)
-        # The admitting connection "dies" between its commit and its ring: nobody is told.
-        host.catalog.store._ring = lambda old, new: None  # type: ignore[attr-defined]
+        bell = host.catalog.doorbell
+        if stores:
+            # PostgreSQL: the NOTIFY is part of the commit, so what gets lost is its delivery
+            # (this process's doorbell receives it and drops it): nobody is woken.
+            bell._raise = lambda topics: None  # type: ignore[method-assign]
+        else:
+            # The admitting connection "dies" between its commit and its ring: nobody is told.
+            host.catalog.store._ring = lambda old, new: None  # type: ignore[attr-defined]
         host.commit_tick("w", intents(1))
         assert _until(lambda: (r := host.get(_key(0))) is not None and r.result is not None)
         assert host.pool.wakeup.rung == 0 and host.pool.wakeup.timeouts >= 1
+        if stores:
+            assert isinstance(bell, PostgresDoorbell) and bell.received >= 1  # sent, then lost
 
 
-def test_an_idle_host_does_not_spin(tmp_path: Path) -> None:
+def test_an_idle_host_does_not_spin(tmp_path: Path, stores: dict[str, str]) -> None:
     idle_s = 2.5
-    with Host(tmp_path, [make_family(tmp_path)], workers=2, fallback_poll_s=MIN_FALLBACK_S) as host:
+    fam = [make_family(tmp_path)]
+    with Host(tmp_path, fam, workers=2, fallback_poll_s=MIN_FALLBACK_S, **stores) as host:
         host.create_world("w")
         host.start()
         loops = [host.pool.wakeup, host.observer.wakeup]
@@ -242,8 +278,8 @@ def test_an_idle_host_does_not_spin(tmp_path: Path) -> None:
     assert cpu < 0.5
 
 
-def test_stop_wakes_every_idle_loop_at_once(tmp_path: Path) -> None:
-    host = Host(tmp_path, [make_family(tmp_path)], workers=3, fallback_poll_s=NEVER_S)
+def test_stop_wakes_every_idle_loop_at_once(tmp_path: Path, stores: dict[str, str]) -> None:
+    host = Host(tmp_path, [make_family(tmp_path)], workers=3, fallback_poll_s=NEVER_S, **stores)
     host.create_world("w")
     host.start()
     assert _until(lambda: host.pool.wakeup.waits >= 3 and host.observer.wakeup.waits >= 1)
@@ -252,7 +288,17 @@ def test_stop_wakes_every_idle_loop_at_once(tmp_path: Path) -> None:
     assert time.monotonic() - started < NEVER_S / 2
 
 
-def test_a_fallback_poll_under_a_second_is_refused(tmp_path: Path) -> None:
+def test_a_fallback_poll_under_a_second_is_refused(tmp_path: Path, stores: dict[str, str]) -> None:
     with pytest.raises(ActivityRuntimeError):
-        Host(tmp_path, [make_family(tmp_path)], fallback_poll_s=0.02)
-    assert not (tmp_path / "catalog.db").exists()  # refused before any storage opened
+        Host(tmp_path, [make_family(tmp_path)], fallback_poll_s=0.02, **stores)
+    # Refused before any storage opened: no catalog file, no table in the PostgreSQL schema.
+    assert not (tmp_path / "catalog.db").exists() and not (tmp_path / "world.db").exists()
+    if stores:
+        import psycopg
+
+        with psycopg.connect(stores["catalog_url"], autocommit=True) as conn:
+            made = conn.execute(
+                "SELECT count(*) FROM information_schema.tables"
+                " WHERE table_schema = current_schema()"
+            ).fetchone()
+        assert made == (0,)

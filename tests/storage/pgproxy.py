@@ -33,20 +33,22 @@ class CommitCutter:
         self._lock = threading.Lock()
         self._mode: str | None = None
         self._skip = 0
+        self._times = 0
         self.cuts = 0
         self.commits = 0  # every COMMIT seen, cut or not
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def arm(self, mode: str, *, skip: int = 0) -> None:
-        """``drop_commit`` or ``drop_reply`` at the next COMMIT after ``skip`` of them."""
-        assert mode in ("drop_commit", "drop_reply")
+    def arm(self, mode: str, *, skip: int = 0, times: int = 1) -> None:
+        """``drop_commit`` or ``drop_reply`` at the next COMMIT after ``skip`` of them, and at
+        the ``times - 1`` COMMITs after that one."""
+        assert mode in ("drop_commit", "drop_reply") and times >= 1
         with self._lock:
-            self._mode, self._skip = mode, skip
+            self._mode, self._skip, self._times = mode, skip, times
 
     def disarm(self) -> None:
         """Forward every COMMIT again (an armed cut that did not happen is dropped)."""
         with self._lock:
-            self._mode, self._skip = None, 0
+            self._mode, self._skip, self._times = None, 0, 0
 
     def close(self) -> None:
         self._listener.close()
@@ -89,7 +91,9 @@ class CommitCutter:
                         self._skip -= 1
                         mode = None
                     elif mode is not None:
-                        self._mode = None
+                        self._times -= 1
+                        if self._times <= 0:
+                            self._mode = None
                         self.cuts += 1
                 if mode == "drop_commit":
                     self._cut(client, server)

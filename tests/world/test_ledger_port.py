@@ -119,6 +119,7 @@ def test_port_lifecycle(ledger: WorldLedger) -> None:
 
 
 def test_host_runs_on_the_port_alone(tmp_path: Path) -> None:
+    # One backend by design: the world is the in-memory port; the catalog is not the subject.
     ledger = MemoryLedger()
     host = Host(tmp_path, [make_family(tmp_path)], workers=2, ledger=ledger)
     try:
@@ -149,6 +150,7 @@ def test_host_runs_on_the_port_alone(tmp_path: Path) -> None:
 def test_host_on_the_port_blocks_the_next_tick_until_post_commit_work_succeeds(
     tmp_path: Path,
 ) -> None:
+    # One backend by design: the world is the in-memory port; the catalog is not the subject.
     ledger = MemoryLedger()
     with Host(
         tmp_path, [make_family(tmp_path)], workers=0, observe=False, ledger=ledger, clock=Clock()

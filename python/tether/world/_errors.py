@@ -74,7 +74,9 @@ class UnsettledActivities(WorldError):
 class LedgerCommitUnknown(WorldError):
     """A ledger COMMIT got no reply (the connection to the server broke): the tick or change
     may or may not have landed. Re-read the head (`head`, `pending_post_commit`) before acting;
-    the head compare-and-swap refuses a second commit on the same parent.
+    the head compare-and-swap refuses a second commit on the same parent. A lifecycle call
+    (create, fork, new run, writer, mark, close, destroy) re-reads its own lost COMMIT and
+    raises this only when the re-read failed or it was lost on its one retry as well.
 
     Attributes:
         intended: for a tick commit, the receipt the tick would have (its fresh visibility

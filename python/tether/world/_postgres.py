@@ -5,9 +5,25 @@ Every mutation is one READ COMMITTED transaction that first locks the world's ro
 worlds proceed; it reads the world's facts, lets `tether.world._rules` decide, and writes what
 the rules decided, with the head advance guarded by a compare-and-swap on (head tick, writer
 epoch). SQL here decides no rule. Reads that need one consistent view (`check_receipt`,
-`read_at`) run in a read-only REPEATABLE READ transaction. A COMMIT whose reply was lost raises
-`LedgerCommitUnknown`: re-read the head before acting. The session settings (synchronous
+`read_at`) run in a read-only REPEATABLE READ transaction. The session settings (synchronous
 commit on, statement and idle-in-transaction timeouts) are those of `tether.storage._pg`.
+
+A COMMIT whose reply was lost is an unknown outcome. A tick's raises `LedgerCommitUnknown`
+naming the tick it would have made (the Ticker re-reads the head). A lifecycle call resolves
+its own by re-reading, in a new session, what only that call could have written, and tries
+once more only when the re-read says it did not land (`LIFECYCLE_TRIES`):
+- `create_world`, `fork`, `start_run`: the new run's fresh id (or its genesis token) is stored:
+  it landed, the call returns its receipt. Otherwise it did not, and it is decided afresh (a
+  world someone else created meanwhile is then `WorldExists`).
+- `destroy`: the world is `destroyed` (nothing else makes it so): it landed.
+- `reserve_close`, `rollback_close`: the rules, applied to the re-read facts, would write
+  nothing more (the reservation or the reopening is there): done.
+- `complete_post_commit`: the stored mark covers the receipt's tick of its run: done.
+- `acquire_writer`: an epoch is no proof (another process's acquisition may have taken the
+  same number), so it is acquired once more: the newer epoch fences whatever the lost one did.
+If a retry is refused by a rule, the earlier lost tries are re-read again first (a COMMIT still
+in flight on the server when the first re-read ran may have landed since). Only when the
+re-read fails, or the last try was lost too and is not found, `LedgerCommitUnknown` is raised.
 
 The exact-world lock (`lock`) is this process's, as for SQLite: across processes and hosts,
 single-writer safety rests on the durable writer epoch and the head compare-and-swap.
@@ -15,12 +31,13 @@ single-writer safety rests on the durable writer epoch and the head compare-and-
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from tether.storage._pg import Session
 from tether.storage._pg_schema import ensure
@@ -41,6 +58,14 @@ _FACTS = (
     " close_sticky FROM worlds WHERE world_id = %s"
 )
 _NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+#: Tries of a lifecycle call whose COMMIT reply was lost and whose re-read found it not landed.
+LIFECYCLE_TRIES: Final = 2
+
+log = logging.getLogger("tether.world.postgres")
+T = TypeVar("T")
+#: One try of a lifecycle call: run it; re-read whether it landed; what it returns if it did.
+Try = tuple[Callable[[], T], Callable[[], bool], T]
 
 
 def _new_token() -> str:
@@ -140,12 +165,93 @@ class PostgresLedger:
         )
         cur.execute("INSERT INTO visibility (world_id, token) VALUES (%s, %s)", (world_id, token))
 
+    # -- lost COMMITs of lifecycle calls ------------------------------------------------
+
+    def _resolved(self, what: str, prepare: Callable[[], Try[T]]) -> T:
+        """Run the lifecycle call that ``prepare`` sets up; if its COMMIT reply is lost,
+        re-read whether it landed instead of raising (see the module docstring)."""
+        lost: list[Try[T]] = []
+        error: LedgerCommitUnknown | None = None
+        for _ in range(LIFECYCLE_TRIES):
+            attempt = prepare()
+            run, _landed, _value = attempt
+            try:
+                return run()
+            except LedgerCommitUnknown as e:
+                lost.append(attempt)
+                error = e
+            except WorldError as e:
+                # A rule refused the retry: an earlier try still in flight may have landed.
+                found = self._landed(what, lost, e) if lost else None
+                if found is not None:
+                    return found[0]
+                raise
+            found = self._landed(what, lost, error)
+            if found is not None:
+                return found[0]
+            log.warning("%s: its COMMIT reply was lost; re-read: not landed, trying again", what)
+        assert error is not None
+        raise LedgerCommitUnknown(
+            f"{error}; {what} was lost {len(lost)} times and a re-read did not find it"
+        ) from error
+
+    def _landed(self, what: str, lost: list[Try[T]], error: Exception) -> tuple[T] | None:
+        """(the outcome,) of the first lost try a re-read finds landed, else None."""
+        for _run, landed, value in lost:
+            try:
+                if landed():
+                    log.warning("%s: its COMMIT reply was lost; re-read: landed", what)
+                    return (value,)
+            except WorldError as e:
+                raise LedgerCommitUnknown(
+                    f"{error}; the re-read of the {what} failed too ({e})"
+                ) from e
+        return None
+
+    def _stored_facts(self, world_id: str) -> WorldFacts | None:
+        """The world's facts as stored now (None: no such row), in a fresh statement."""
+        with self._mutex:
+            rows = self._session.read("world read", _FACTS, (world_id,))
+        return _facts_of(rows[0] if rows else None)
+
+    def _genesis_stored(self, receipt: CommittedTickReceipt) -> bool:
+        """Whether the genesis ``receipt`` (a fresh run id and token) was stored: only the
+        transaction that made them could have."""
+        with self._mutex:
+            rows = self._session.read(
+                "world read",
+                "SELECT 1 FROM worlds WHERE world_id = %s AND run_id = %s"
+                " UNION ALL SELECT 1 FROM tick_tokens WHERE world_id = %s AND run_id = %s"
+                " AND tick = 0 AND token = %s",
+                (
+                    receipt.world_id,
+                    receipt.run_id,
+                    receipt.world_id,
+                    receipt.run_id,
+                    receipt.visibility_token,
+                ),
+            )
+        return bool(rows)
+
+    @staticmethod
+    def _genesis() -> tuple[str, str]:
+        return "run_" + uuid.uuid4().hex, _new_token()
+
     # -- worlds and runs ----------------------------------------------------------------
 
     def create_world(self, world_id: str) -> CommittedTickReceipt:
         """Create a world with a fresh run and an empty genesis tick 0; return its receipt."""
         rules.check_new_world(world_id, False)
-        run_id, token = "run_" + uuid.uuid4().hex, _new_token()
+
+        def prepare() -> Try[CommittedTickReceipt]:
+            run_id, token = self._genesis()
+            receipt = CommittedTickReceipt(world_id, run_id, 0, token)
+            return (lambda: self._create(receipt)), (lambda: self._genesis_stored(receipt)), receipt
+
+        return self._resolved("world creation", prepare)
+
+    def _create(self, receipt: CommittedTickReceipt) -> CommittedTickReceipt:
+        world_id, run_id, token = receipt.world_id, receipt.run_id, receipt.visibility_token
         with self._tx("world creation") as cur:
             cur.execute(
                 "INSERT INTO worlds (world_id, run_id, head_tick, head_token, post_commit_tick)"
@@ -154,7 +260,7 @@ class PostgresLedger:
             )
             rules.check_new_world(world_id, cur.rowcount != 1)
             self._insert_tick(cur, world_id, run_id, 0, token)
-        return CommittedTickReceipt(world_id, run_id, 0, token)
+        return receipt
 
     def worlds(self) -> list[str]:
         """Ids of every world that is not destroyed, sorted."""
@@ -168,7 +274,17 @@ class PostgresLedger:
 
     def start_run(self, writer: Writer) -> CommittedTickReceipt:
         """Begin a new run of the world (empty genesis tick 0); receipts of the old run go stale."""
-        run_id, token = "run_" + uuid.uuid4().hex, _new_token()
+
+        def prepare() -> Try[CommittedTickReceipt]:
+            run_id, token = self._genesis()
+            receipt = CommittedTickReceipt(writer.world_id, run_id, 0, token)
+            run = lambda: self._start_run(writer, receipt)  # noqa: E731
+            return run, (lambda: self._genesis_stored(receipt)), receipt
+
+        return self._resolved("new run", prepare)
+
+    def _start_run(self, writer: Writer, receipt: CommittedTickReceipt) -> CommittedTickReceipt:
+        run_id, token = receipt.run_id, receipt.visibility_token
         with self._tx("new run") as cur:
             rules.check_writer(writer, self._live(cur, writer.world_id))
             cur.execute(
@@ -177,10 +293,24 @@ class PostgresLedger:
                 (run_id, token, writer.world_id),
             )
             self._insert_tick(cur, writer.world_id, run_id, 0, token)
-        return CommittedTickReceipt(writer.world_id, run_id, 0, token)
+        return receipt
 
     def acquire_writer(self, world_id: str) -> Writer:
         """Become the world's only writer; every earlier writer is fenced."""
+        # No re-read proves a lost acquisition (an epoch number is not unique to it): it is
+        # acquired once more, and that newer epoch fences it whether it landed or not.
+        for tries in range(1, LIFECYCLE_TRIES + 1):
+            try:
+                return self._acquire(world_id)
+            except LedgerCommitUnknown as e:
+                if tries == LIFECYCLE_TRIES:
+                    raise LedgerCommitUnknown(
+                        f"{e}; the writer acquisition was lost {tries} times"
+                    ) from e
+                log.warning("writer acquisition: its COMMIT reply was lost; acquiring again")
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _acquire(self, world_id: str) -> Writer:
         with self._tx("writer acquisition") as cur:
             writer = rules.next_writer(world_id, self._live(cur, world_id))
             cur.execute(
@@ -251,6 +381,18 @@ class PostgresLedger:
 
     def complete_post_commit(self, receipt: CommittedTickReceipt) -> None:
         """Record that the post-commit work of the head `receipt` succeeded."""
+
+        def marked() -> bool:  # the stored mark covers the receipt's tick of its run
+            facts = self._stored_facts(receipt.world_id)
+            return (
+                facts is not None
+                and facts.run_id == receipt.run_id
+                and facts.post_commit_tick >= receipt.tick
+            )
+
+        self._resolved("post-commit mark", lambda: (lambda: self._mark(receipt), marked, None))
+
+    def _mark(self, receipt: CommittedTickReceipt) -> None:
         self.check_receipt(receipt)
         with self._tx("post-commit mark") as cur:
             mark = rules.post_commit_mark(receipt, self._live(cur, receipt.world_id))
@@ -343,9 +485,21 @@ class PostgresLedger:
     def fork(self, source: CommittedTickReceipt, new_world_id: str) -> CommittedTickReceipt:
         """Create `new_world_id` whose genesis holds `source`'s state (no control records)."""
         rules.check_new_world(new_world_id, False)
+
+        def prepare() -> Try[CommittedTickReceipt]:
+            run_id, token = self._genesis()
+            receipt = CommittedTickReceipt(new_world_id, run_id, 0, token)
+            run = lambda: self._fork(source, receipt)  # noqa: E731
+            return run, (lambda: self._genesis_stored(receipt)), receipt
+
+        return self._resolved("fork", prepare)
+
+    def _fork(
+        self, source: CommittedTickReceipt, receipt: CommittedTickReceipt
+    ) -> CommittedTickReceipt:
+        new_world_id, run_id, token = receipt.world_id, receipt.run_id, receipt.visibility_token
         self.check_receipt(source)
         snapshot = self.read_at(source)
-        run_id, token = "run_" + uuid.uuid4().hex, _new_token()
         with self._tx("fork") as cur:
             rules.check_settled_head(source, self._live(cur, source.world_id))
             cur.execute(
@@ -366,22 +520,43 @@ class PostgresLedger:
                     " VALUES (%s, %s, %s, %s, 0, %s)",
                     rows,
                 )
-        return CommittedTickReceipt(new_world_id, run_id, 0, token)
+        return receipt
 
     def reserve_close(self, world_id: str, *, sticky: bool) -> None:
         """Reserve the world for close; a sticky reservation survives `rollback_close`."""
-        with self._tx("close reservation") as cur:
-            state, keep = rules.reserve_close(self._live(cur, world_id), sticky=sticky)
-            cur.execute(
-                "UPDATE worlds SET close_state = %s, close_sticky = %s WHERE world_id = %s",
-                (state, keep, world_id),
+
+        def reserved() -> bool:  # the rule would change nothing more: the reservation is there
+            facts = self._stored_facts(world_id)
+            return facts is not None and rules.reserve_close(facts, sticky=sticky) == (
+                facts.close_state,
+                facts.close_sticky,
             )
+
+        def run() -> None:
+            with self._tx("close reservation") as cur:
+                state, keep = rules.reserve_close(self._live(cur, world_id), sticky=sticky)
+                cur.execute(
+                    "UPDATE worlds SET close_state = %s, close_sticky = %s WHERE world_id = %s",
+                    (state, keep, world_id),
+                )
+
+        self._resolved("close reservation", lambda: (run, reserved, None))
 
     def rollback_close(self, world_id: str) -> None:
         """Undo a provisional (non-sticky) close reservation; sticky ones stay."""
-        with self._tx("close rollback") as cur:
-            state = rules.rollback_close(self._live(cur, world_id))
-            cur.execute("UPDATE worlds SET close_state = %s WHERE world_id = %s", (state, world_id))
+
+        def rolled_back() -> bool:  # the rule would change nothing more
+            facts = self._stored_facts(world_id)
+            return facts is not None and rules.rollback_close(facts) == facts.close_state
+
+        def run() -> None:
+            with self._tx("close rollback") as cur:
+                state = rules.rollback_close(self._live(cur, world_id))
+                cur.execute(
+                    "UPDATE worlds SET close_state = %s WHERE world_id = %s", (state, world_id)
+                )
+
+        self._resolved("close rollback", lambda: (run, rolled_back, None))
 
     def close_state(self, world_id: str) -> tuple[str, bool]:
         """(state, sticky) where state is `open`, `closing` or `destroyed`."""
@@ -394,6 +569,14 @@ class PostgresLedger:
 
     def destroy(self, world_id: str, head: CommittedTickReceipt | None = None) -> None:
         """Delete a world reserved for close; its receipts then fail closed (`world_closed`)."""
+
+        def destroyed() -> bool:  # only a destroy makes a world `destroyed`, and for good
+            facts = self._stored_facts(world_id)
+            return facts is not None and facts.close_state == "destroyed"
+
+        self._resolved("destroy", lambda: (lambda: self._destroy(world_id, head), destroyed, None))
+
+    def _destroy(self, world_id: str, head: CommittedTickReceipt | None) -> None:
         with self._tx("destroy") as cur:
             facts = self._live(cur, world_id)
             rules.check_destroyable(world_id, facts)
