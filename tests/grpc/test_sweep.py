@@ -8,7 +8,7 @@ Round kinds (fixed seed): `duplicate` (the same Execute twice), `client_gone` (t
 cancels its call right after sending, then retries), `lost_reply` (the server SIGKILLed between
 the commit and its reply: crash point `grpc.execute.after_commit`), `killed_mid_move` (the
 server SIGKILLed while the arm moves, restarted, the Execute retried). Every sweep starts with
-one round of each kind. The default run takes 12 rounds; TETHER_SLOW=1 runs 1,000."""
+one round of each kind. The default run takes 25 rounds; TETHER_SLOW=1 runs 1,000."""
 
 from __future__ import annotations
 
@@ -188,10 +188,10 @@ def sweep(tmp_path: Path, rounds: int, seed: int) -> None:
     assert sum(kinds.values()) == rounds and all(kinds.values()), kinds
 
 
-def test_a_sampled_sweep_of_12_rounds_has_no_duplicate_motion_and_no_lost_outcome(
+def test_a_sampled_sweep_of_25_rounds_has_no_duplicate_motion_and_no_lost_outcome(
     tmp_path: Path,
 ) -> None:
-    sweep(tmp_path, 12, seed=13)
+    sweep(tmp_path, 25, seed=13)
 
 
 @pytest.mark.slow
