@@ -17,7 +17,7 @@ file (`PGPASSFILE`, or `passfile=` in the URL), not in the URL itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -37,6 +37,8 @@ TCP_USER_TIMEOUT_MS = 30_000
 DURABLE_COMMIT = frozenset({"on", "remote_write", "remote_apply"})
 
 E = TypeVar("E", bound=Exception)
+T = TypeVar("T")
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 def where(conninfo: str) -> str:
@@ -134,6 +136,7 @@ class Session:
         error: builds the backend's storage error from a message.
         unknown: builds the backend's commit-outcome-unknown error from a message.
         application: the `application_name` the server shows.
+        settings: more session settings (name to value) for each connection it opens.
     """
 
     def __init__(
@@ -143,15 +146,19 @@ class Session:
         unknown: Callable[[str], Exception],
         *,
         application: str,
+        settings: dict[str, str] | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.where = where(conninfo)
         self._error = error
         self._unknown = unknown
         self._application = application
-        self._conn: psycopg.Connection[Any] | None = connect(
-            conninfo, error, application=application
-        )
+        self._settings = dict(settings or {})
+        self._conn: psycopg.Connection[Any] | None = self._connect()
+        #: Transactions this session sent COMMIT for, and the round trips of its `exchange`
+        #: and `read` calls (benchmarks count both per job).
+        self.commits = 0
+        self.round_trips = 0
 
     def conn(self) -> psycopg.Connection[Any]:
         """The live connection, reconnecting if the last one broke."""
@@ -160,9 +167,19 @@ class Session:
             if c is not None:
                 c.close()
             self._conn = None
-            c = connect(self.conninfo, self._error, application=self._application)
+            c = self._connect()
             self._conn = c
         return c
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = connect(self.conninfo, self._error, application=self._application)
+        try:
+            for name, value in self._settings.items():
+                conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        except psycopg.Error as e:
+            conn.close()
+            raise self._error(f"cannot prepare the session at {self.where}: {one_line(e)}") from e
+        return conn
 
     @property
     def backend_pid(self) -> int | None:
@@ -195,6 +212,7 @@ class Session:
                 raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
             raise
         try:
+            self.commits += 1
             conn.execute("COMMIT")
         except psycopg.Error as e:
             if conn.broken or conn.closed:
@@ -205,8 +223,69 @@ class Session:
                 ) from e
             raise self._error(f"{what} COMMIT failed at {self.where}: {one_line(e)}") from e
 
+    def exchange(
+        self,
+        what: str,
+        reads: Sequence[tuple[str, Any]],
+        decide: Callable[[list[list[tuple[Any, ...]]]], tuple[Sequence[tuple[str, Any]], T]],
+    ) -> T:
+        """One read-decide-write transaction in two round trips (libpq pipeline mode).
+
+        The first round trip sends BEGIN and every statement of ``reads`` (row locks, the
+        server clock) and returns their rows; ``decide`` (the core's decisions) turns them
+        into the writes and the value to return; the second round trip sends the writes and
+        COMMIT. The writes must fail on the server (an error, never a silent no-op) if what
+        they guard does not hold: a statement's error aborts the transaction, so the COMMIT
+        queued behind it is not executed and nothing was written. No writes: the transaction
+        is rolled back (nothing to keep) and ``decide``'s value returned. ``decide`` raising
+        rolls back. A COMMIT whose reply never came is the ``unknown`` error; any other
+        failure raises the ``error`` one, chained to the driver's (its SQLSTATE class tells a
+        caller to retry, e.g. a unique violation from a concurrent insert).
+        """
+        conn = self.conn()
+        committing = False
+        try:
+            with conn.pipeline() as pipe:
+                # One cursor for the statements whose results nobody reads, and for the
+                # last read (a cursor's results are its last statement's).
+                ctl = conn.cursor()
+                ctl.execute("BEGIN")
+                cursors = [conn.cursor() for _ in reads[1:]] + [ctl]
+                for cur, (sql, params) in zip(cursors, reads, strict=False):
+                    cur.execute(sql, params)
+                pipe.sync()
+                self.round_trips += 2  # this one, and the writes' (or the rollback's)
+                writes, value = decide([cur.fetchall() for cur in cursors[: len(reads)]])
+                if not writes:
+                    ctl.execute("ROLLBACK")
+                    return value
+                for sql, params in writes:
+                    ctl.execute(sql, params)
+                committing = True  # from here on, a lost reply is an unknown outcome
+                self.commits += 1
+                conn.execute("COMMIT")  # on the connection, where crash tests intercept it
+            return value
+        except BaseException as e:
+            broken = conn.broken or conn.closed
+            if not broken and conn.info.transaction_status != _IDLE:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    conn.close()
+            if isinstance(e, psycopg.Error):
+                if broken:
+                    conn.close()
+                    if committing:
+                        raise self._unknown(
+                            f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
+                            " it may or may not have landed; re-read before any effect"
+                        ) from e
+                raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
+            raise
+
     def read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         """One autocommit read."""
+        self.round_trips += 1
         try:
             return self.conn().execute(sql, params).fetchall()
         except psycopg.Error as e:
