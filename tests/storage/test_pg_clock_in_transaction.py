@@ -1,5 +1,5 @@
 """A PostgreSQL catalog on its server clock reads that clock inside each transaction (one
-statement with the row locks, or the claim itself) and sends each transaction in two round
+statement with the rows it reads, or the claim itself) and sends each transaction in two round
 trips. These tests run the catalog on that path (the default clock of `Catalog.open`; the
 other PostgreSQL tests mostly set a `ManualClock`, which is read before the transaction): the
 core still decides every rule per Activity, a batch's write is guarded per row, and a lost
@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -160,7 +161,7 @@ def test_a_write_guarded_by_a_stale_version_fails_and_writes_nothing(pg_url: str
             stale_b = (*old_b[:v], int(old_b[v]) - 1, *old_b[v + 1 :])
             writes = store._writes([], [(old_a, changed(old_a)), (stale_b, changed(old_b))], 0)
             with pytest.raises(CatalogStorageError) as info:
-                store._session.exchange("guard test", [], lambda _rows: (writes, None))
+                store._session.exchange("guard test", [], lambda _rows: (writes, None), lock=False)
             assert isinstance(info.value.__cause__, psycopg.errors.NotNullViolation)
             assert store.get((a.world_id, a.kind, a.activity_id)) == old_a  # nothing written
             assert store.get((b.world_id, b.kind, b.activity_id)) == old_b
@@ -210,10 +211,10 @@ def test_a_lost_reply_of_a_claim_on_the_server_clock_is_unknown_and_reread(
 
 
 def test_a_batch_probes_the_primary_key_whatever_the_table_holds(pg_url: str) -> None:
-    """The batch lock and the batch UPDATE, planned on the store's own session, find their
+    """The batch read and the batch UPDATE, planned on the store's own session, find their
     rows through the primary key, never by scanning the table (which would grow each
     statement's cost with the table)."""
-    from tether.storage._postgres import _LOCK_MANY, _json
+    from tether.storage._postgres import _READ_MANY, _json
 
     store = PostgresCatalogStore(pg_url)
     try:
@@ -228,10 +229,61 @@ def test_a_batch_probes_the_primary_key_whatever_the_table_holds(pg_url: str) ->
         v, owner = COLUMNS.index("version"), COLUMNS.index("attempt_owner")
         update = store._update_sql((owner,))
         batch = _json([(*r[:3], r[v], r[v] + 1, "x") for r in rows])  # type: ignore[index]
-        for sql, param in ((_LOCK_MANY, _json([r[:3] for r in rows])), (update, batch)):  # type: ignore[index]
+        for sql, param in ((_READ_MANY, _json([r[:3] for r in rows])), (update, batch)):  # type: ignore[index]
             plan = "\n".join(
                 str(r[0]) for r in store._session.read("plan", "EXPLAIN " + sql, (param,))
             )
             assert "activities_pkey" in plan and "Seq Scan" not in plan, plan
     finally:
         store.close()
+
+
+def test_a_writer_stopped_inside_its_transaction_blocks_no_other_claimant(pg_url: str) -> None:
+    """A write reads its row without locking it and sends its guarded write and COMMIT as one
+    message, so a worker stopped while its core decides (a SIGSTOP between the two round
+    trips) holds no lock: past the lease, another claimant (`SKIP LOCKED`) takes the row at
+    once. Resumed, the stale write fails its version guard, is decided again on the row now
+    stored, and the core refuses it; the new attempt is untouched."""
+    with _server_clocked(pg_url) as stopped, _server_clocked(pg_url) as other:
+        k = key("paused")
+        stopped.admit(admission(k))
+        first = stopped.claim("w1", 300)
+        assert first is not None
+        store = stopped.store
+        assert isinstance(store, PostgresCatalogStore)
+        real = store.apply_at
+        inside, resume = threading.Event(), threading.Event()
+
+        def apply_at(key: tuple[str, str, str], step: Any) -> tuple[object, ...]:
+            def paused(row: Any, now: Any) -> tuple[object, ...]:
+                if not inside.is_set():  # the first decision only, not the retry's
+                    inside.set()
+                    assert resume.wait(30)
+                return step(row, now)  # type: ignore[no-any-return]
+
+            return real(key, paused)
+
+        store.apply_at = apply_at  # type: ignore[method-assign]
+        outcome: list[BaseException | None] = []
+
+        def renew() -> None:
+            try:
+                stopped.renew(k, first.fence, 300)
+                outcome.append(None)
+            except BaseException as e:
+                outcome.append(e)
+
+        t = threading.Thread(target=renew)
+        t.start()
+        assert inside.wait(30)
+        time.sleep(0.5)  # the lease (300 ms) runs out while the renewal is stopped
+        t0 = time.monotonic()
+        second = other.claim("w2", 60_000)
+        assert second is not None and second.fence == first.fence + 1
+        assert time.monotonic() - t0 < 2.0  # never waited on the stopped writer
+        resume.set()
+        t.join(30)
+        assert len(outcome) == 1 and isinstance(outcome[0], StaleFence | LeaseExpired), outcome
+        rec = other.get(k)
+        assert rec.fence == second.fence and rec.attempt is not None  # type: ignore[union-attr]
+        assert rec.attempt.owner == "w2"  # type: ignore[union-attr]

@@ -30,6 +30,10 @@ from tether.storage._urls import redact as redact
 STATEMENT_TIMEOUT_MS = 30_000
 LOCK_TIMEOUT_MS = 10_000
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 15_000
+#: The idle-in-transaction timeout of a claim's transaction, open only while the client's
+#: core decides on the rows it locked (`Session.exchange`): a claimant stopped there releases
+#: them (its session ends) after this long, and other claimants skip them until then.
+CLAIM_IDLE_TIMEOUT_MS = 5_000
 CONNECT_TIMEOUT_S = 10
 #: How long sent data may stay unacknowledged before the connection is declared dead (ms).
 TCP_USER_TIMEOUT_MS = 30_000
@@ -39,6 +43,7 @@ DURABLE_COMMIT = frozenset({"on", "remote_write", "remote_apply"})
 E = TypeVar("E", bound=Exception)
 T = TypeVar("T")
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+_CLAIM_IDLE = f"SET LOCAL idle_in_transaction_session_timeout = {CLAIM_IDLE_TIMEOUT_MS}"
 
 
 def where(conninfo: str) -> str:
@@ -228,42 +233,59 @@ class Session:
         what: str,
         reads: Sequence[tuple[str, Any]],
         decide: Callable[[list[list[tuple[Any, ...]]]], tuple[Sequence[tuple[str, Any]], T]],
+        *,
+        lock: bool,
     ) -> T:
-        """One read-decide-write transaction in two round trips (libpq pipeline mode).
+        """One read-decide-write transaction in two round trips, each sent as one message.
 
-        The first round trip sends BEGIN and every statement of ``reads`` (row locks, the
-        server clock) and returns their rows; ``decide`` (the core's decisions) turns them
-        into the writes and the value to return; the second round trip sends the writes and
-        COMMIT. The writes must fail on the server (an error, never a silent no-op) if what
-        they guard does not hold: a statement's error aborts the transaction, so the COMMIT
-        queued behind it is not executed and nothing was written. No writes: the transaction
-        is rolled back (nothing to keep) and ``decide``'s value returned. ``decide`` raising
-        rolls back. A COMMIT whose reply never came is the ``unknown`` error; any other
-        failure raises the ``error`` one, chained to the driver's (its SQLSTATE class tells a
-        caller to retry, e.g. a unique violation from a concurrent insert).
+        ``lock``: the first round trip is one simple-protocol message, ``BEGIN`` and every
+        statement of ``reads`` (row locks, the server clock), whose rows ``decide`` (the core's
+        decisions) turns into the writes and the value to return; the second is one message,
+        the writes and ``COMMIT`` (``ROLLBACK`` when there are none). The transaction stays
+        open across ``decide`` only: ``CLAIM_IDLE_TIMEOUT_MS`` bounds how long a client that
+        stops there (a SIGSTOP, a pause) holds the rows it locked.
+
+        Not ``lock``: ``reads`` run on their own, outside any transaction and locking nothing
+        (the rows and the clock reading); the writes are one message, ``BEGIN``, the writes and
+        ``COMMIT``, so no lock is held across any step of the client. The writes must guard
+        what ``decide`` read (the version of each row): a guard that does not hold fails its
+        statement (an error, never a silent no-op), and the transaction writes nothing.
+
+        Why one message per round trip: the server runs a simple-protocol message only once it
+        has all of it, and it arms its idle-in-transaction timeout each time it waits for the
+        next one. Statements sent one by one (pipeline mode) and stopped before their Sync
+        leave the server waiting mid-pipeline, holding their locks with neither the statement
+        nor the idle timeout running: until the client resumes.
+
+        No writes: ``decide``'s value is returned (a ``lock`` transaction is rolled back).
+        ``decide`` raising rolls back. A COMMIT whose reply never came is the ``unknown``
+        error; any other failure raises the ``error`` one, chained to the driver's (its SQLSTATE
+        class tells a caller to retry: a unique violation, a refused guard, a deadlock).
         """
         conn = self.conn()
+        cur = psycopg.ClientCursor(conn)
         committing = False
         try:
-            with conn.pipeline() as pipe:
-                # One cursor for the statements whose results nobody reads, and for the
-                # last read (a cursor's results are its last statement's).
-                ctl = conn.cursor()
-                ctl.execute("BEGIN")
-                cursors = [conn.cursor() for _ in reads[1:]] + [ctl]
-                for cur, (sql, params) in zip(cursors, reads, strict=False):
-                    cur.execute(sql, params)
-                pipe.sync()
-                self.round_trips += 2  # this one, and the writes' (or the rollback's)
-                writes, value = decide([cur.fetchall() for cur in cursors[: len(reads)]])
-                if not writes:
-                    ctl.execute("ROLLBACK")
-                    return value
-                for sql, params in writes:
-                    ctl.execute(sql, params)
-                committing = True  # from here on, a lost reply is an unknown outcome
-                self.commits += 1
-                conn.execute("COMMIT")  # on the connection, where crash tests intercept it
+            if lock:
+                head = ["BEGIN", _CLAIM_IDLE]
+                cur.execute("; ".join(head + [cur.mogrify(q, p) for q, p in reads]))
+                results = []
+                while cur.nextset():
+                    if cur.description is not None:
+                        results.append(cur.fetchall())
+            else:
+                results = [conn.execute(q, p).fetchall() for q, p in reads]
+            self.round_trips += 1 + bool(lock)  # the reads, and the writes (or the rollback)
+            writes, value = decide(results)
+            if not writes:
+                if lock:
+                    conn.execute("ROLLBACK")
+                return value
+            body = [cur.mogrify(q, p) for q, p in writes]
+            committing = True  # from here on, a lost reply is an unknown outcome
+            self.commits += 1
+            self.round_trips += not lock
+            cur.execute("; ".join(([] if lock else ["BEGIN"]) + body + ["COMMIT"]))
             return value
         except BaseException as e:
             broken = conn.broken or conn.closed
@@ -275,7 +297,9 @@ class Session:
             if isinstance(e, psycopg.Error):
                 if broken:
                     conn.close()
-                    if committing:
+                    # The server's error answer to the message (a terminated session's too)
+                    # means it ran none of it past the error, COMMIT included: definite.
+                    if committing and e.sqlstate is None:
                         raise self._unknown(
                             f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
                             " it may or may not have landed; re-read before any effect"

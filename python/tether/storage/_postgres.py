@@ -58,7 +58,6 @@ _POSITIONS = range(_N)
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM activities"
 _BY_KEY = f"{_SELECT} WHERE world_id = %s AND kind = %s AND activity_id = %s"
 _TYPES = tuple("text" if c in TEXT_COLUMNS else "bigint" for c in COLUMNS)
-_LOCK_ONE = _BY_KEY + " FOR UPDATE"
 
 
 def _rows_of(columns: Sequence[tuple[str, str]]) -> str:
@@ -76,12 +75,11 @@ def _typed(positions: Sequence[int]) -> list[tuple[str, str]]:
     return [(COLUMNS[i], _TYPES[i]) for i in positions]
 
 
-# Rows are locked in key order (LockRows above the sort), so two batches never deadlock.
-_LOCK_MANY = (
+# A batch's rows, read without locking them (their writes are guarded by version).
+_READ_MANY = (
     f"SELECT {', '.join('a.' + c for c in COLUMNS)} FROM {_rows_of(_typed((0, 1, 2)))} AS k"
     " JOIN activities AS a ON a.world_id = k.world_id AND a.kind = k.kind"
     " AND a.activity_id = k.activity_id"
-    " ORDER BY a.world_id, a.kind, a.activity_id FOR UPDATE OF a"
 )
 # No ON CONFLICT: a row inserted concurrently fails the statement (a unique violation), so
 # the transaction writes nothing and the store decides again on the row now stored.
@@ -339,9 +337,13 @@ class PostgresCatalogStore:
     def _transact(
         self, what: str, items: Sequence[tuple[KeyTuple, _Step]], timed: bool, *, single: bool
     ) -> list[Row | Exception]:
-        """Lock the items' rows (one statement, in key order), read the server clock if
-        ``timed``, hand each row to its transition (the core), and store the changes (one
-        statement per kind of write) with the NOTIFY and COMMIT: two round trips.
+        """Read the items' rows (one statement, no lock) and the server clock if ``timed``,
+        hand each row to its transition (the core), and store the changes in one message:
+        ``BEGIN``, one statement per kind of write guarded by the version each row was read
+        at, the NOTIFY, ``COMMIT`` (`Session.exchange`). No lock is held while the core decides
+        or between the two round trips, so a client stopped anywhere here blocks nobody. A row
+        that changed since the read fails the guard, and a row inserted since fails its
+        insert: nothing is written and the items are decided again on the rows now stored.
 
         ``single``: a transition's exception propagates (nothing is written); otherwise a
         core rejection takes its item's place and the others are written. Items naming one
@@ -349,10 +351,10 @@ class PostgresCatalogStore:
         if not items:
             return []
         keys = sorted({k for k, _ in items})
-        lock, params = (_LOCK_ONE, keys[0]) if len(keys) == 1 else (_LOCK_MANY, (_json(keys),))
+        read, params = (_BY_KEY, keys[0]) if len(keys) == 1 else (_READ_MANY, (_json(keys),))
         clock = self.server_clock() if timed else None
-        if clock is not None:  # the reading in the lock statement (taken as it starts)
-            lock = _with_clock(clock, lock)
+        if clock is not None:  # the reading in the read statement
+            read = _with_clock(clock, read)
         intended: list[Row] = []
 
         def decide(results: list[list[Row]]) -> tuple[_Sql, list[Row | Exception]]:
@@ -381,7 +383,7 @@ class PostgresCatalogStore:
             inserts: list[Row] = []
             updates: list[tuple[Row, Row]] = []
             topics = 0
-            for key, new in current.items():
+            for key, new in sorted(current.items()):  # written in key order: no deadlock
                 first = stored.get(key)
                 if first is None:
                     inserts.append(new)
@@ -391,19 +393,19 @@ class PostgresCatalogStore:
             intended[:] = list(current.values())
             return self._writes(inserts, updates, topics), out
 
-        for attempt in range(2):
+        for attempt in range(_RETRIES):
             try:
                 with self._lock:
-                    return self._session.exchange(what, [(lock, params)], decide)
+                    return self._session.exchange(what, [(read, params)], decide, lock=False)
             except CommitUnknown as e:
                 if single and len(intended) == 1:
                     raise CommitUnknown(str(e), items[0][0], intended[0]) from e
                 raise CommitUnknown(str(e)) from e
             except CatalogStorageError as e:
-                if isinstance(e.__cause__, psycopg.errors.UniqueViolation) and attempt == 0:
-                    continue  # inserted concurrently: decide again on the row now stored
+                if _concurrent(e) and attempt < _RETRIES - 1:
+                    continue  # written concurrently: decide again on the rows now stored
                 raise _guard_error(e) from e
-        raise CatalogStorageError("the activity was inserted twice concurrently")
+        raise AssertionError("unreachable")
 
     def _claim(
         self,
@@ -473,7 +475,7 @@ class PostgresCatalogStore:
 
         try:
             with self._lock:
-                return self._session.exchange("catalog claim", [(sql, params)], decide)
+                return self._session.exchange("catalog claim", [(sql, params)], decide, lock=True)
         except CommitUnknown as e:
             if single and len(intended) == 1:
                 new = intended[0]
@@ -734,6 +736,22 @@ def _timed_claim(transition: TimedClaimTransition) -> _Claim:
         return transition(row, now)
 
     return step
+
+
+#: How many times a write is decided again after another transaction wrote its rows first.
+_RETRIES = 8
+
+
+def _concurrent(e: CatalogStorageError) -> bool:
+    """Whether ``e`` is a transaction that another one's write made fail (nothing written):
+    a row inserted first (unique violation), a row changed since it was read (its version
+    guard), or two batches waiting on each other (the server's deadlock detection)."""
+    cause = e.__cause__
+    if isinstance(cause, psycopg.errors.UniqueViolation | psycopg.errors.DeadlockDetected):
+        return True
+    return isinstance(cause, psycopg.errors.NotNullViolation) and (
+        cause.diag.column_name == "version"
+    )
 
 
 def _guard_error(e: CatalogStorageError) -> CatalogStorageError:
