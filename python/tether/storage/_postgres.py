@@ -1,10 +1,12 @@
-"""PostgreSQL catalog store: row locks, `FOR UPDATE SKIP LOCKED` claims, compare-and-swap on
-`version`, and a lease clock read on the server.
+"""PostgreSQL catalog store: `FOR UPDATE SKIP LOCKED` claims, compare-and-swap on `version`,
+and a lease clock read on the server.
 
-Every write is one READ COMMITTED transaction: lock the row (`SELECT ... FOR UPDATE`), hand it
-to the Rust core's transition, write back only the changed columns guarded by the version read,
-and, when the core's columns say a waiter should wake, `NOTIFY` in the same transaction (so a
-wake is delivered exactly when the commit lands). A claim picks the earliest claimable row with
+Every write reads its rows (no lock), hands them to the Rust core's transition, and writes back
+only the changed columns guarded by the version read, in one READ COMMITTED transaction sent as
+one message, and, when the core's columns say a waiter should wake, `NOTIFY` in the same
+transaction (so a wake is delivered exactly when the commit lands); a row written meanwhile
+fails its guard and the write is decided again. No lock is held across a step of the client
+but a claim's (`Session.exchange`). A claim picks the earliest claimable row with
 `FOR UPDATE SKIP LOCKED` on the claimable index: claimants on many hosts never wait on each
 other's rows. SQL here never decides a rule: the one comparison is the core's definition of
 claimable (`claimable_from_ms <= now` on the lease clock), and retention's is the same kind of
