@@ -118,11 +118,10 @@ def test_admission_shares_the_catalog_with_other_threads_without_a_lock(tmp_path
 def test_a_ticks_admissions_are_one_catalog_transaction(
     tmp_path: Path,
 ) -> None:
-    """50 requests of one tick: one write transaction of the SQLite catalog (one sync), each
+    """50 requests of one tick: one write transaction of the catalog (one sync), each
     admitted on its own by the core; the same requests at the next tick of the run change
-    nothing (no write), and a changed one still fails closed. (SQLite only: its store counts
-    its commits; PostgreSQL's batch is one transaction by construction.)"""
-    with ActivityEnvironment([make_family(tmp_path)], data_dir=tmp_path / "data") as env:
+    nothing (no write), and a changed one still fails closed."""
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "data") as env:
         env.create_world("w")
         store = env.catalog.store
         projector = _projector(env)
