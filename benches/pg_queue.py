@@ -12,25 +12,38 @@ promises (`synchronous_commit` on for both):
   W worker tasks, each on its own connection. Its primitives are used directly (no
   QueueManager buffering), the fastest path it offers.
 
-Reported, per system: jobs/s and claim-to-complete p50/p99 at 1, 4 and 8 workers, and server
-transactions per job (the bench database's `xact_commit` delta over N: every transaction the
-server committed, read-only clock reads included). Then, for Tether:
+Both batch alike (`--batch`, 10): Tether admits 100 per transaction and each worker claims
+`--batch` per transaction, then binds, records and settles them in one transaction per step
+(the core decides each Activity, each write guarded per row); pgqueuer enqueues 100 per
+statement and dequeues and completes `--batch`. A Tether run of one Activity per transaction
+(`--unbatched-jobs`) is printed for reference.
+
+Reported, per system: jobs/s and claim-to-complete p50/p99 at 1, 4 and 8 workers; write
+transactions per job (Tether: the COMMITs its stores sent; pgqueuer: its statements that
+write: enqueues, dequeues that returned jobs, completions); the bench database's server
+commits per job (`xact_commit`: also each NOTIFY a listener received and each empty poll);
+round trips per job; CPU per job of this process (the clients) and of the database's server
+backends (/proc, local server only). Then, for Tether:
 - claim p50 with 1,000,000 non-claimable rows (leased far ahead or finished, bulk-inserted
-  with SQL) against 1,000 (target <= 1.5x);
-- enqueue-to-claim p95 (from the admission's commit returning to a LISTEN/NOTIFY-woken
-  worker's claim returning) against the raw commit time of a one-row UPDATE on the same
-  server in the same run (target <= 4x).
+  with SQL) against 1,000, claims alternating between the two (target <= 1.5x);
+- enqueue-to-claim p95, from the admit call (and from its commit returning) to a
+  LISTEN/NOTIFY-woken worker's claim returning, against the raw commit time of a one-row
+  UPDATE timed between the samples (each after the same idle pause), and against the
+  back-to-back raw commits timed at the start (target <= 4x, judged on the interleaved one).
 
 The bench uses a database of its own on the server (created and dropped), so the transaction
 counts are its alone. Usage:
-    python benches/pg_queue.py [--url postgresql://127.0.0.1:5432/test] [--jobs N]
-        [--workers 1 4 8] [--big-rows N] [--small-rows N] [--claims N] [--skip-size]
+    python benches/pg_queue.py [--url postgresql://127.0.0.1:5432/test] [--jobs N] [--batch N]
+        [--unbatched-jobs N] [--workers 1 4 8] [--big-rows N] [--small-rows N] [--claims N]
+        [--latency-samples N] [--skip-size]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import resource
 import statistics
 import sys
 import threading
@@ -98,6 +111,52 @@ class Server:
             c.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
 
 
+class Probe:
+    """CPU spent between `start` and `stop`: this process's (the clients', every thread) and
+    the server backends' of the bench database (read from /proc: the server must be local;
+    otherwise server CPU is reported as unknown)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.client_s = 0.0
+        self.server_s: float | None = None
+        #: The clients' round trips to the server (set by the run).
+        self.round_trips = 0
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def _backends(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        with psycopg.connect(self.server.url, autocommit=True) as c:
+            pids = c.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid != pg_backend_pid()"
+            ).fetchall()
+        for (pid,) in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            out[int(pid)] = (int(fields[11]) + int(fields[12])) / self._tick
+        return out
+
+    @staticmethod
+    def _self_s() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def start(self) -> None:
+        self._b0 = self._backends()
+        self._c0 = self._self_s()
+
+    def stop(self) -> None:
+        self.client_s = self._self_s() - self._c0
+        b1 = self._backends()
+        if not b1 and not self._b0:
+            return  # not a local server
+        self.server_s = sum(v - self._b0.get(pid, 0.0) for pid, v in b1.items())
+
+
 def raw_commit_ms(url: str, n: int = 500) -> float:
     """Median milliseconds of one autocommitted one-row UPDATE (synchronous_commit on)."""
     with psycopg.connect(url, autocommit=True) as c:
@@ -115,8 +174,11 @@ def raw_commit_ms(url: str, n: int = 500) -> float:
 # -- Tether -----------------------------------------------------------------------------
 
 
-def tether_run(url: str, jobs: int, workers: int, batch: int = 1) -> tuple[float, list[float]]:
-    """(seconds from the first admission to the last settlement, claim-to-settle seconds).
+def tether_run(
+    url: str, jobs: int, workers: int, batch: int, probe: Probe
+) -> tuple[float, list[float], int]:
+    """(seconds from the first admission to the last settlement, claim-to-settle seconds,
+    transactions committed by the clients).
 
     With ``batch`` > 1 the projector admits 100 per transaction and each worker claims up to
     ``batch`` per transaction, then binds, records and settles them in one transaction per
@@ -191,6 +253,9 @@ def tether_run(url: str, jobs: int, workers: int, batch: int = 1) -> tuple[float
     for t in threads:
         t.start()
     time.sleep(0.3)  # workers idle on the doorbell
+    probe.start()
+    commits0 = sum(_commits(c) for c in [admitting, *cats])
+    trips0 = sum(_trips(c) for c in [admitting, *cats])
     start = time.perf_counter()
     if batch == 1:
         for k in keys:
@@ -203,6 +268,9 @@ def tether_run(url: str, jobs: int, workers: int, batch: int = 1) -> tuple[float
             assert not any(isinstance(r, Exception) for r in out)
     done.wait(600)
     elapsed = time.perf_counter() - start
+    probe.stop()
+    commits = sum(_commits(c) for c in [admitting, *cats]) - commits0
+    probe.round_trips = sum(_trips(c) for c in [admitting, *cats]) - trips0
     stop.set()
     wakeup.stop_all()
     for t in threads:
@@ -212,12 +280,24 @@ def tether_run(url: str, jobs: int, workers: int, batch: int = 1) -> tuple[float
     wakeup.close()
     admitting.close()
     assert count[0] == jobs, count
-    return elapsed, latencies
+    return elapsed, latencies, commits
 
 
-def tether_enqueue_to_claim(url: str, n: int) -> tuple[list[float], list[float]]:
+def _commits(cat: Catalog) -> int:
+    return int(getattr(cat.store, "commits", 0))
+
+
+def _trips(cat: Catalog) -> int:
+    return int(getattr(cat.store, "round_trips", 0))
+
+
+def tether_enqueue_to_claim(
+    url: str, raw_url: str, n: int
+) -> tuple[list[float], list[float], list[float]]:
     """Seconds to a LISTEN/NOTIFY-woken worker's claim returning, from the admission's call
-    and from its return (its commit acknowledged), one admission at a time."""
+    and from its return (its commit acknowledged), one admission at a time; and, between
+    samples, the seconds of one raw commit (`raw_commit_ms`'s UPDATE), so the ratio compares
+    times taken under the same load."""
     stop = threading.Event()
     admitting = Catalog.open(url)
     worker = Catalog.open(url)
@@ -238,7 +318,9 @@ def tether_enqueue_to_claim(url: str, n: int) -> tuple[list[float], list[float]]
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
     time.sleep(0.3)
-    from_call, from_return = [], []
+    from_call, from_return, raws = [], [], []
+    raw = psycopg.connect(raw_url, autocommit=True)
+    raw.execute("SET synchronous_commit = on")
     for i in range(n):
         k = ActivityKey("bench-world", KIND, f"l{i:07d}")
         t0 = time.perf_counter()
@@ -248,13 +330,18 @@ def tether_enqueue_to_claim(url: str, n: int) -> tuple[list[float], list[float]]
         from_call.append(claimed_at[k] - t0)
         from_return.append(claimed_at[k] - t1)
         time.sleep(0.005)
+        t = time.perf_counter()
+        raw.execute("UPDATE bench_raw SET n = n + 1 WHERE id = 1")
+        raws.append(time.perf_counter() - t)
+        time.sleep(0.005)
+    raw.close()
     stop.set()
     wakeup.stop_all()
     thread.join(30)
     wakeup.close()
     worker.close()
     admitting.close()
-    return from_call, from_return
+    return from_call, from_return, raws
 
 
 _FILL = """
@@ -278,40 +365,58 @@ FROM generate_series(0, %(n)s - 1) AS i
 """
 
 
-def tether_claim_p50_us(url: str, filler: int, claims: int) -> float:
-    with Catalog.open(url) as cat:
-        assert cat.claim("bench", 60_000) is None  # the store is on the server clock's boot
-        with psycopg.connect(url, autocommit=True) as c:
-            c.execute(_FILL, {"kind": KIND, "far": 2**62, "boot": cat.now().boot_id, "n": filler})
-            c.execute("ANALYZE activities")
-        for i in range(claims):
-            k = ActivityKey("bench-world", KIND, f"c{i:07d}")
-            cat.admit(Admission(k, SOURCE, "input://x", "sha256:x"))
-        samples = []
+def tether_claim_p50_us(
+    urls: tuple[str, str], fillers: tuple[int, int], claims: int
+) -> tuple[float, float]:
+    """Claim p50 (us) in two catalogs holding ``fillers`` non-claimable rows each (leased far
+    ahead or finished, bulk-inserted with SQL) and ``claims`` claimable ones; the claims
+    alternate between the two, so both are timed under the same load."""
+    cats = [Catalog.open(url) for url in urls]
+    try:
+        for cat, url, filler in zip(cats, urls, fillers, strict=True):
+            assert cat.claim("bench", 60_000) is None  # the store is on the server's boot
+            with psycopg.connect(url, autocommit=True) as c:
+                boot = cat.now().boot_id
+                c.execute(_FILL, {"kind": KIND, "far": 2**62, "boot": boot, "n": filler})
+                c.execute("ANALYZE activities")
+            for i in range(0, claims, 100):
+                ks = [ActivityKey("bench-world", KIND, f"c{j:07d}") for j in range(i, i + 100)]
+                cat.admit_many([Admission(k, SOURCE, "input://x", "sha256:x") for k in ks[:claims]])
+        samples: tuple[list[float], list[float]] = ([], [])
         for _ in range(claims):
-            t = time.perf_counter()
-            claim = cat.claim("bench", 60_000)
-            samples.append(time.perf_counter() - t)
-            assert claim is not None
-        assert cat.claim("bench", 60_000) is None
-    return statistics.median(samples) * 1e6
+            for cat, out in zip(cats, samples, strict=True):
+                t = time.perf_counter()
+                claim = cat.claim("bench", 60_000)
+                out.append(time.perf_counter() - t)
+                assert claim is not None
+        assert all(cat.claim("bench", 60_000) is None for cat in cats)
+    finally:
+        for cat in cats:
+            cat.close()
+    return statistics.median(samples[0]) * 1e6, statistics.median(samples[1]) * 1e6
 
 
 # -- pgqueuer ---------------------------------------------------------------------------
 
 
-def pgqueuer_run(dsn: str, schema: str, jobs: int, workers: int) -> tuple[float, list[float]]:
+def pgqueuer_run(
+    dsn: str, schema: str, jobs: int, workers: int, batch: int, probe: Probe
+) -> tuple[float, list[float], int]:
+    """As `tether_run`; the transactions are its statements (each one autocommitted):
+    enqueues, dequeues that returned jobs (one that found none writes nothing) and
+    completions."""
     import asyncpg
     from pgqueuer.queries import EntrypointExecutionParameter, Queries
 
     settings = {"search_path": schema, "synchronous_commit": "on"}
-    batch = 10
 
-    async def run() -> tuple[float, list[float]]:
+    async def run() -> tuple[float, list[float], int]:
         conns = [await asyncpg.connect(dsn, server_settings=settings) for _ in range(workers + 1)]
         producer = Queries.from_asyncpg_connection(conns[0])
         latencies: list[float] = []
         remaining = [jobs]
+        statements = [0]
+        polls = [0]  # dequeues that found nothing (a round trip, no write)
         entry = {"bench": EntrypointExecutionParameter(concurrency_limit=0)}
 
         async def work(conn: Any) -> None:
@@ -320,6 +425,7 @@ def pgqueuer_run(dsn: str, schema: str, jobs: int, workers: int) -> tuple[float,
             while remaining[0] > 0:
                 got = await q.dequeue(batch, entry, qm, None, timedelta(seconds=60))  # type: ignore[arg-type]
                 if not got:
+                    polls[0] += 1
                     await asyncio.sleep(0.001)
                     continue
                 t0 = time.perf_counter()
@@ -327,17 +433,22 @@ def pgqueuer_run(dsn: str, schema: str, jobs: int, workers: int) -> tuple[float,
                 t1 = time.perf_counter()
                 latencies.extend([t1 - t0] * len(got))
                 remaining[0] -= len(got)
+                statements[0] += 2
 
+        probe.start()
         start = time.perf_counter()
         tasks = [asyncio.create_task(work(c)) for c in conns[1:]]
         for i in range(0, jobs, 100):
             n = min(100, jobs - i)
             await producer.enqueue(["bench"] * n, [b"x"] * n, [0] * n)
+            statements[0] += 1
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - start
+        probe.stop()
+        probe.round_trips = statements[0] + polls[0]
         for c in conns:
             await c.close()
-        return elapsed, latencies
+        return elapsed, latencies, statements[0]
 
     return asyncio.run(run())
 
@@ -357,16 +468,26 @@ def pgqueuer_install(dsn: str, schema: str) -> None:
 # -- main -------------------------------------------------------------------------------
 
 
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def measured(
-    server: Server, run: Callable[[], tuple[float, list[float]]], jobs: int
+    server: Server, run: Callable[[Probe], tuple[float, list[float], int]], jobs: int
 ) -> tuple[str, float]:
-    """(one report line, jobs/s) of one run."""
+    """(report lines, jobs/s) of one run."""
+    probe = Probe(server)
     before = server.commits()
-    elapsed, lat = run()
+    elapsed, lat, txns = run(probe)
     after = server.commits()
+    cpu = f"CPU/job: clients {probe.client_s / jobs * 1e3:.2f} ms, server " + (
+        "unknown" if probe.server_s is None else f"{probe.server_s / jobs * 1e3:.2f} ms"
+    )
     line = (
-        f"{jobs / elapsed:9,.0f} jobs/s  claim-to-complete p50 {pct(lat, 0.5) * 1e3:6.2f} ms"
-        f"  p99 {pct(lat, 0.99) * 1e3:6.2f} ms  server txns/job {(after - before) / jobs:5.2f}"
+        f"{jobs / elapsed:7,.0f} jobs/s  claim-to-complete p50 {pct(lat, 0.5) * 1e3:6.2f} ms"
+        f"  p99 {pct(lat, 0.99) * 1e3:6.2f} ms\n{'':10}write transactions/job {txns / jobs:.2f}"
+        f"  server commits/job {(after - before) / jobs:.2f}"
+        f"  round trips/job {probe.round_trips / jobs:.2f}\n{'':10}{cpu}"
     )
     return line, jobs / elapsed
 
@@ -376,7 +497,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--url", default="postgresql://127.0.0.1:5432/test")
     p.add_argument("--jobs", type=int, default=2000)
     p.add_argument("--workers", type=int, nargs="*", default=[1, 4, 8], help="none: skip")
-    p.add_argument("--batch", type=int, default=10, help="Tether's batch (pgqueuer uses 10)")
+    p.add_argument(
+        "--batch", type=int, default=10, help="jobs per claim/dequeue, both systems (10)"
+    )
+    p.add_argument(
+        "--unbatched-jobs", type=int, default=300, help="Tether one per transaction (0: skip)"
+    )
     p.add_argument("--big-rows", type=int, default=1_000_000)
     p.add_argument("--small-rows", type=int, default=1_000)
     p.add_argument("--claims", type=int, default=500)
@@ -388,57 +514,72 @@ def main(argv: list[str]) -> int:
     try:
         raw = raw_commit_ms(server.url)
         print(f"server: {args.url} (bench database {server.name}); synchronous_commit=on")
-        print(f"raw commit (one-row UPDATE, autocommit), median: {raw:.3f} ms")
+        print(f"raw commit (one-row UPDATE, autocommit), median: {raw:.3f} ms; load {_load()}")
         rates: dict[tuple[str, int], float] = {}
         for w in args.workers:
-            print(f"\n== {args.jobs:,} jobs, {w} worker(s)")
-            url = server.schema(f"tether_{w}")
-            line, rate = measured(server, partial(tether_run, url, args.jobs, w), args.jobs)
-            rates[("tether", w)] = rate
-            print(f"tether   (admit, claim, bind, result, settle): {line}")
+            print(f"\n== {w} worker(s); load average {_load()}")
+            n = args.unbatched_jobs
+            if n:
+                url = server.schema(f"tether_{w}")
+                line, _rate = measured(server, partial(tether_run, url, n, w, 1), n)
+                print(f"tether   one Activity per transaction, {n:,} jobs: {line}")
             url = server.schema(f"tether_b_{w}")
             line, rate = measured(
                 server, partial(tether_run, url, args.jobs, w, args.batch), args.jobs
             )
             rates[("tether", w)] = rate
-            print(f"tether   batched ({args.batch} per transaction):   {line}")
+            print(f"tether   (admit, claim, bind, result, settle), {args.jobs:,} jobs: {line}")
             pgq = f"pgq_{w}"
             server.schema(pgq)
             pgqueuer_install(server.url, pgq)
             line, rate = measured(
-                server, partial(pgqueuer_run, server.url, pgq, args.jobs, w), args.jobs
+                server,
+                partial(pgqueuer_run, server.url, pgq, args.jobs, w, args.batch),
+                args.jobs,
             )
             rates[("pgqueuer", w)] = rate
-            print(f"pgqueuer (enqueue, dequeue, complete):        {line}")
+            print(f"pgqueuer (enqueue, dequeue, complete), {args.jobs:,} jobs:        {line}")
             ratio = rates[("tether", w)] / rates[("pgqueuer", w)]
-            print(f"tether batched / pgqueuer jobs/s: {ratio:.2f}")
+            print(f"tether / pgqueuer jobs/s: {ratio:.2f}")
         if 8 in args.workers:
             ratio = rates[("tether", 8)] / rates[("pgqueuer", 8)]
-            verdict = "meets" if ratio >= 1.0 else "MISSES"
+            verdict = "PASS" if ratio >= 1.0 else "FAIL"
             print(
-                f"\ntarget >= 1.00x pgqueuer's jobs/s at 8 workers (Tether batched):"
-                f" {ratio:.2f}x ({verdict})"
+                f"\ntarget >= 1.00x pgqueuer's jobs/s at 8 workers, both batching"
+                f" {args.batch}: {ratio:.2f}x  {verdict}"
             )
 
-        print(f"\n== enqueue-to-claim ({args.latency_samples} admissions, one idle worker)")
-        calls, returns = tether_enqueue_to_claim(server.schema("tether_lat"), args.latency_samples)
+        n = args.latency_samples
+        print(f"\n== enqueue-to-claim ({n} admissions, one idle worker); load {_load()}")
+        calls, returns, raws = tether_enqueue_to_claim(server.schema("tether_lat"), server.url, n)
+        raw_here = statistics.median(raws) * 1e3
+        print(f"raw commit interleaved with the samples, median: {raw_here:.3f} ms")
         for what, lat in (("from the admit call", calls), ("from its commit returning", returns)):
             p95 = pct(lat, 0.95) * 1e3
-            verdict = "meets" if p95 <= 4 * raw else "MISSES"
             print(
                 f"{what:>26}: p50 {pct(lat, 0.5) * 1e3:.3f} ms  p95 {p95:.3f} ms"
-                f" = {p95 / raw:.2f}x raw commit  (target <= 4x: {verdict})"
+                f" = {p95 / raw_here:.2f}x the interleaved raw commit"
+                f" ({p95 / raw:.2f}x the back-to-back one, {raw:.3f} ms)"
             )
+        ratio = pct(calls, 0.95) * 1e3 / raw_here
+        verdict = "PASS" if ratio <= 4 else "FAIL"
+        print(f"target: p95 from the admit call <= 4x raw commit: {ratio:.2f}x  {verdict}")
 
         if not args.skip_size:
-            print(f"\n== claim p50 by non-claimable rows ({args.claims} claims each)")
-            small = tether_claim_p50_us(server.schema("size_small"), args.small_rows, args.claims)
-            big = tether_claim_p50_us(server.schema("size_big"), args.big_rows, args.claims)
+            print(
+                f"\n== claim p50 by non-claimable rows ({args.claims} claims each, alternating)"
+                f"; load {_load()}"
+            )
+            small, big = tether_claim_p50_us(
+                (server.schema("size_small"), server.schema("size_big")),
+                (args.small_rows, args.big_rows),
+                args.claims,
+            )
             ratio = big / small
-            verdict = "meets" if ratio <= 1.5 else "MISSES"
+            verdict = "PASS" if ratio <= 1.5 else "FAIL"
             print(f"{args.small_rows:>9,} rows: {small:8.1f} us/claim")
             print(f"{args.big_rows:>9,} rows: {big:8.1f} us/claim")
-            print(f"ratio: {ratio:.2f}  (target <= 1.50: {verdict})")
+            print(f"target: ratio <= 1.50: {ratio:.2f}  {verdict}")
     finally:
         server.close()
     return 0

@@ -1,11 +1,12 @@
 """Child process for the crash tests: records a result and SIGKILLs itself at a named point.
 
 Points: ``in_transaction`` (the row was read and the core decided, nothing written yet),
-``before_commit`` (the UPDATE ran, COMMIT is about to start) and ``after_commit``.
+``before_commit`` (SQLite: the UPDATE ran, COMMIT is about to start; PostgreSQL: the write and
+its COMMIT, one message, are about to be sent) and ``after_commit``.
 
 Usage: python -m tests.activities.crash_child URL WORLD KIND ACTIVITY FENCE POINT
-(URL: ``sqlite:///path.db`` or ``postgresql://...``: a PostgreSQL COMMIT is intercepted on the
-session's connection).
+(URL: ``sqlite:///path.db`` or ``postgresql://...``: a PostgreSQL COMMIT is intercepted as the
+store's cursor sends it).
 """
 
 from __future__ import annotations
@@ -34,15 +35,17 @@ def main(argv: list[str]) -> int:
             if isinstance(store, SqliteCatalogStore):
                 store._db().set_trace_callback(lambda sql: die() if sql == "COMMIT" else None)
             else:
-                conn = store._session.conn()  # type: ignore[attr-defined]
-                execute = conn.execute
+                # PostgreSQL sends a write and its COMMIT as one message: die as it is sent.
+                import psycopg
 
-                def dying_execute(query: Any, *args: Any, **kwargs: Any) -> Any:
-                    if query == "COMMIT":
+                execute = psycopg.ClientCursor.execute
+
+                def dying_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+                    if isinstance(query, str) and query.rstrip().upper().endswith("COMMIT"):
                         die()
-                    return execute(query, *args, **kwargs)
+                    return execute(self, query, *args, **kwargs)
 
-                conn.execute = dying_execute
+                psycopg.ClientCursor.execute = dying_execute  # type: ignore[method-assign]
 
         now = cat.now()  # before the write: a server clock reads on the store's connection
 

@@ -127,7 +127,10 @@ _PRE_STARTUP = {80877103, 80877104}  # SSLRequest, GSSENCRequest
 
 
 def _is_commit(sql: bytes) -> bool:
-    return sql.rstrip(b"\x00").strip().rstrip(b";").strip().upper() == b"COMMIT"
+    """Whether ``sql`` is a COMMIT, or a message of statements whose last one is (the store
+    sends a transaction's writes and its COMMIT as one message)."""
+    text = sql.rstrip(b"\x00").strip().rstrip(b";").strip().upper()
+    return text == b"COMMIT" or text.endswith(b"; COMMIT")
 
 
 class _ClientMessages:

@@ -83,7 +83,7 @@ def test_a_terminated_session_mid_transaction_writes_nothing_and_the_store_recon
 
         def terminate_then_claim(row: tuple[object, ...]) -> tuple[object, ...]:
             with psycopg.connect(pg_url, autocommit=True) as other:
-                other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                other.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))  # gone first
             from tether import _core
 
             return _core.catalog_claim(row, "w", 10_000, clock.now())

@@ -31,7 +31,7 @@ from tether.activities._types import (
 )
 from tether.errors import CatalogRejection
 from tether.storage import CatalogStore, CommitUnknown, KeyTuple, View, WakeBell, open_store
-from tether.storage._port import ServerClocked
+from tether.storage._port import ClockBootChanged, ClockInTransaction, ServerClocked
 
 PAGE_SIZE = 256
 
@@ -56,20 +56,40 @@ def _as_record(row: Row | Exception) -> ActivityRecord:
     return record_from_row(row)
 
 
-def _admit_step(adm: Admission, now: Now) -> Callable[[Row | None], Row]:
-    return lambda old: _core.catalog_admit(old, adm, now)
+# A step is the core's transition of one row at one clock reading.
+Step = Callable[[Row, Now], Row]
+RowStep = Callable[[Row | None, Now], Row]
 
 
-def _bind_step(fence: int, op: str, now: Now) -> Callable[[Row], Row]:
-    return lambda row: _core.catalog_bind_provider_operation(row, fence, op, now)
+def _admit_step(adm: Admission) -> RowStep:
+    return lambda old, now: _core.catalog_admit(old, adm, now)
 
 
-def _result_step(fence: int, result: ResultRef, now: Now) -> Callable[[Row], Row]:
-    return lambda row: _core.catalog_record_result(row, fence, result, now)
+def _bind_step(fence: int, op: str) -> Step:
+    return lambda row, now: _core.catalog_bind_provider_operation(row, fence, op, now)
 
 
-def _settle_step(receipt: Receipt, digest: str, now: Now) -> Callable[[Row], Row]:
-    return lambda row: _core.catalog_settle(row, receipt, digest, None, now)
+def _result_step(fence: int, result: ResultRef) -> Step:
+    return lambda row, now: _core.catalog_record_result(row, fence, result, now)
+
+
+def _settle_step(receipt: Receipt, digest: str) -> Step:
+    return lambda row, now: _core.catalog_settle(row, receipt, digest, None, now)
+
+
+def _at(step: RowStep, now: Now) -> Callable[[Row | None], Row]:
+    return lambda row: step(row, now)
+
+
+def _known(key: ActivityKey, step: Step) -> RowStep:
+    """``step`` on an existing row; no row is `UnknownActivity`."""
+
+    def run(row: Row | None, now: Now) -> Row:
+        if row is None:
+            raise UnknownActivity(f"no activity {key.world_id}/{key.kind}/{key.activity_id}")
+        return step(row, now)
+
+    return run
 
 
 def _claim_of(record: ActivityRecord) -> Claim:
@@ -106,6 +126,13 @@ class Catalog:
         self._clock: CatalogClock = as_clock(clock)
         # The boot whose lease clock the store's claimable index is known to be on.
         self._aligned_boot: str | None = None
+        # A store that reads this very clock inside its transactions (PostgreSQL on its
+        # server clock): one reading per transaction, under its row locks, no round trip.
+        self._in_txn: ClockInTransaction | None = (
+            store
+            if isinstance(store, ClockInTransaction) and store.reads_clock(self._clock)
+            else None
+        )
 
     @classmethod
     def open(
@@ -147,17 +174,26 @@ class Catalog:
         lease-clock values of another boot (their leases expired with that boot)."""
         now = self._clock.now()
         if now.boot_id != self._aligned_boot:
-            self._store.align_clock(now.boot_id, lambda row: _core.catalog_rebase(row, now))
-            self._aligned_boot = now.boot_id
+            self._align(now)
         return now
 
-    def _change(self, key: ActivityKey, step: Callable[[Row], Row]) -> ActivityRecord:
-        def transition(row: Row | None) -> Row:
-            if row is None:
-                raise UnknownActivity(f"no activity {key.world_id}/{key.kind}/{key.activity_id}")
-            return step(row)
+    def _apply(self, key: ActivityKey, step: RowStep) -> Row:
+        """One transaction: the core's ``step`` on the stored row at one clock reading (read
+        in the transaction where the store reads this clock, else just before it)."""
+        k = _key(key)
+        if self._in_txn is not None:
+            return self._in_txn.apply_at(k, step)
+        return self._store.apply(k, _at(step, self._clock.now()))
 
-        return record_from_row(self._store.apply(_key(key), transition))
+    def _apply_many(self, items: Sequence[tuple[ActivityKey, RowStep]]) -> list[Row | Exception]:
+        keyed = [(_key(k), step) for k, step in items]
+        if self._in_txn is not None:
+            return self._in_txn.apply_many_at(keyed)
+        now = self._clock.now()
+        return self._store.apply_many([(k, _at(step, now)) for k, step in keyed])
+
+    def _change(self, key: ActivityKey, step: Step) -> ActivityRecord:
+        return record_from_row(self._apply(key, _known(key, step)))
 
     def admit(self, admission: Admission) -> ActivityRecord:
         """Admit an activity. The identical admission, or the same input from a later tick of
@@ -165,11 +201,7 @@ class Catalog:
         its source binding kept; any other difference is `AdmissionConflict`."""
         if not isinstance(admission, Admission):
             raise TypeError(f"expected an Admission, not {type(admission).__name__}")
-        now = self._clock.now()
-        row = self._store.apply(
-            _key(admission.key), lambda old: _core.catalog_admit(old, admission, now)
-        )
-        return record_from_row(row)
+        return record_from_row(self._apply(admission.key, _admit_step(admission)))
 
     def admit_refused(self, admission: Admission, refusal: ResultRef) -> ActivityRecord:
         """Admit an activity its family refused before any work: its request can never run.
@@ -186,10 +218,9 @@ class Catalog:
             raise TypeError(f"expected an Admission, not {type(admission).__name__}")
         if not isinstance(refusal, ResultRef):
             raise TypeError(f"expected a ResultRef, not {type(refusal).__name__}")
-        now = self._clock.now()
-        row = self._store.apply(
-            _key(admission.key),
-            lambda old: _core.catalog_admit_refused(old, admission, refusal, now),
+        row = self._apply(
+            admission.key,
+            lambda old, now: _core.catalog_admit_refused(old, admission, refusal, now),
         )
         return record_from_row(row)
 
@@ -214,6 +245,9 @@ class Catalog:
             raise TypeError("claim(owner: str, lease_ms: int)")
         if host is not None and not isinstance(host, str):
             raise TypeError("claim(host=) must be a str or None")
+        if self._in_txn is not None:
+            rows = self._claim_at(owner, lease_ms, 1, kinds, world_id, host, single=True)
+            return _claim_of(record_from_row(rows[0])) if rows else None
         now = self._claim_now()
         _core.catalog_check_claim(owner, lease_ms, now, host)
         row = self._store.claim(
@@ -227,6 +261,41 @@ class Catalog:
             return None
         return _claim_of(record_from_row(row))
 
+    def _claim_at(
+        self,
+        owner: str,
+        lease_ms: int,
+        limit: int,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        host: str | None,
+        *,
+        single: bool,
+    ) -> list[Row]:
+        """A claim on the reading of its own transaction (`ClockInTransaction`). A reading on
+        a boot the store is not aligned to writes nothing: align to it, then claim again."""
+        assert self._in_txn is not None
+        kinds = _kinds(kinds)
+        for _ in range(3):
+            try:
+                return self._in_txn.claim_at(
+                    lambda old, now: _core.catalog_claim(old, owner, lease_ms, now, host),
+                    lambda now: _core.catalog_check_claim(owner, lease_ms, now, host),
+                    kinds,
+                    world_id,
+                    limit,
+                    host=host,
+                    boot_id=self._aligned_boot,
+                    single=single,
+                )
+            except ClockBootChanged as e:
+                self._align(e.now)
+        raise _core.CatalogStorageError("the catalog clock changed boot during every claim")
+
+    def _align(self, now: Now) -> None:
+        self._store.align_clock(now.boot_id, lambda row: _core.catalog_rebase(row, now))
+        self._aligned_boot = now.boot_id
+
     def claim_key(
         self, key: ActivityKey, owner: str, lease_ms: int, *, host: str | None = None
     ) -> Claim:
@@ -239,28 +308,37 @@ class Catalog:
         """
         if not isinstance(owner, str) or not isinstance(lease_ms, int):
             raise TypeError("claim_key(key: ActivityKey, owner: str, lease_ms: int)")
+        if self._in_txn is not None:
+
+            def claim_at(row: Row | None, now: Now) -> Row:
+                if now.boot_id != self._aligned_boot:
+                    raise ClockBootChanged(now)
+                _core.catalog_check_claim(owner, lease_ms, now, host)
+                return _known(key, claim)(row, now)
+
+            def claim(row: Row, now: Now) -> Row:
+                return _core.catalog_claim(row, owner, lease_ms, now, host)
+
+            for _ in range(3):
+                try:
+                    return _claim_of(record_from_row(self._apply(key, claim_at)))
+                except ClockBootChanged as e:
+                    self._align(e.now)
+            raise _core.CatalogStorageError("the catalog clock changed boot during every claim")
         now = self._claim_now()
         _core.catalog_check_claim(owner, lease_ms, now, host)
         return _claim_of(
-            self._change(key, lambda row: _core.catalog_claim(row, owner, lease_ms, now, host))
+            self._change(
+                key, lambda row, _now: _core.catalog_claim(row, owner, lease_ms, now, host)
+            )
         )
 
     # -- batches: one transaction for many Activities, each decided by the core
 
     def _change_many(
-        self, items: Sequence[tuple[ActivityKey, Callable[[Row], Row]]]
+        self, items: Sequence[tuple[ActivityKey, Step]]
     ) -> list[ActivityRecord | CatalogRejection]:
-        def transition(key: ActivityKey, step: Callable[[Row], Row]) -> Callable[[Row | None], Row]:
-            def run(row: Row | None) -> Row:
-                if row is None:
-                    raise UnknownActivity(
-                        f"no activity {key.world_id}/{key.kind}/{key.activity_id}"
-                    )
-                return step(row)
-
-            return run
-
-        out = self._store.apply_many([(_key(k), transition(k, s)) for k, s in items])
+        out = self._apply_many([(k, _known(k, step)) for k, step in items])
         return [r if isinstance(r, CatalogRejection) else _as_record(r) for r in out]
 
     def admit_many(
@@ -270,13 +348,12 @@ class Catalog:
         on its own; a refused one (its rejection in its place) leaves the others admitted. A
         lost COMMIT is `CommitUnknown` naming no key: re-read each (`get`) before acting on
         any."""
-        now = self._clock.now()
         items = []
         for adm in admissions:
             if not isinstance(adm, Admission):
                 raise TypeError(f"expected an Admission, not {type(adm).__name__}")
-            items.append((adm.key, _admit_step(adm, now)))
-        out = self._store.apply_many([(_key(k), step) for k, step in items])
+            items.append((adm.key, _admit_step(adm)))
+        out = self._apply_many(items)
         return [r if isinstance(r, CatalogRejection) else _as_record(r) for r in out]
 
     def claim_many(
@@ -293,6 +370,9 @@ class Catalog:
         the core: its own fence and lease), in one transaction on PostgreSQL."""
         if not isinstance(limit, int) or limit < 1:
             raise TypeError("claim_many(limit=) must be a positive int")
+        if self._in_txn is not None:
+            rows = self._claim_at(owner, lease_ms, limit, kinds, world_id, host, single=False)
+            return [_claim_of(record_from_row(r)) for r in rows]
         now = self._claim_now()
         _core.catalog_check_claim(owner, lease_ms, now, host)
         rows = self._store.claim_many(
@@ -311,33 +391,28 @@ class Catalog:
         """`bind_provider_operation` of each (key, fence) to `operation_id_for(key)`, in one
         transaction; a refused item keeps its rejection in its place (it must
         not execute)."""
-        now = self._clock.now()
-        return self._change_many([(k, _bind_step(f, operation_id_for(k), now)) for k, f in items])
+        return self._change_many([(k, _bind_step(f, operation_id_for(k))) for k, f in items])
 
     def record_results(
         self, items: Sequence[tuple[ActivityKey, int, ResultRef]]
     ) -> list[ActivityRecord | CatalogRejection]:
         """`record_result` of each (key, fence, result), in one transaction."""
-        now = self._clock.now()
-        return self._change_many([(k, _result_step(f, r, now)) for k, f, r in items])
+        return self._change_many([(k, _result_step(f, r)) for k, f, r in items])
 
     def settle_many(
         self, items: Sequence[tuple[ActivityKey, Receipt, str]]
     ) -> list[ActivityRecord | CatalogRejection]:
         """`settle` each (key, receipt, evidence digest), in one transaction."""
-        now = self._clock.now()
-        return self._change_many([(k, _settle_step(rc, e, now)) for k, rc, e in items])
+        return self._change_many([(k, _settle_step(rc, e)) for k, rc, e in items])
 
     def renew(self, key: ActivityKey, fence: int, lease_ms: int) -> ActivityRecord:
         """Extend the live attempt's lease to now + ``lease_ms`` on the lease clock (at most 7
         days, `MAX_LEASE_MS`; an expired lease cannot be renewed: `LeaseExpired`)."""
-        now = self._clock.now()
-        return self._change(key, lambda row: _core.catalog_renew(row, fence, lease_ms, now))
+        return self._change(key, lambda row, now: _core.catalog_renew(row, fence, lease_ms, now))
 
     def release(self, key: ActivityKey, fence: int) -> ActivityRecord:
         """Give back an execute attempt that bound nothing; it is claimable again at once."""
-        now = self._clock.now()
-        return self._change(key, lambda row: _core.catalog_release(row, fence, now))
+        return self._change(key, lambda row, now: _core.catalog_release(row, fence, now))
 
     def bind_provider_operation(
         self, key: ActivityKey, fence: int, operation_id: str
@@ -347,23 +422,25 @@ class Catalog:
         attempt binds: a successful bind is the signal that the adapter may execute, so a
         reconcile-only attempt is refused (`ReconcileOnly`) even with the id already bound; an
         execute attempt rebinding its own id is a no-op."""
-        now = self._clock.now()
         return self._change(
-            key, lambda row: _core.catalog_bind_provider_operation(row, fence, operation_id, now)
+            key,
+            lambda row, now: _core.catalog_bind_provider_operation(row, fence, operation_id, now),
         )
 
     def record_result(self, key: ActivityKey, fence: int, result: ResultRef) -> ActivityRecord:
         """Record the durable result under the live fence (an execute attempt must have bound
         first). The attempt ends; the record is never claimable again. An exact repeat under
         the same fence is a no-op, any other result a `ResultConflict`."""
-        now = self._clock.now()
-        return self._change(key, lambda row: _core.catalog_record_result(row, fence, result, now))
+        return self._change(
+            key, lambda row, now: _core.catalog_record_result(row, fence, result, now)
+        )
 
     def confirm_absent(self, key: ActivityKey, fence: int, guard: RetryGuard) -> ActivityRecord:
         """A reconcile attempt proved the operation absent and the guard proves no stale
         claimant can start it: the attempt ends and the next claim may execute, once."""
-        now = self._clock.now()
-        return self._change(key, lambda row: _core.catalog_confirm_absent(row, fence, guard, now))
+        return self._change(
+            key, lambda row, now: _core.catalog_confirm_absent(row, fence, guard, now)
+        )
 
     def record_unknown(
         self, key: ActivityKey, fence: int, evidence: Evidence, retry_after_ms: int
@@ -371,10 +448,11 @@ class Catalog:
         """A reconcile attempt could not tell: the evidence revision rises, the activity awaits
         an operator decision (`iter_awaiting_decision`) and is claimable again, to reconcile
         only, after ``retry_after_ms`` (0 to 7 days, `MAX_RETRY_AFTER_MS`) on the lease clock."""
-        now = self._clock.now()
         return self._change(
             key,
-            lambda row: _core.catalog_record_unknown(row, fence, evidence, retry_after_ms, now),
+            lambda row, now: _core.catalog_record_unknown(
+                row, fence, evidence, retry_after_ms, now
+            ),
         )
 
     def refresh_evidence(
@@ -384,9 +462,8 @@ class Catalog:
         comparison): record ``evidence`` as the next revision, still awaiting a decision, so a
         decision naming the old revision is refused. Refused (`NotAwaitingDecision`,
         `StaleEvidenceRevision`) unless a decision is awaited on exactly that revision."""
-        now = self._clock.now()
         return self._change(
-            key, lambda row: _core.catalog_refresh_evidence(row, seen_revision, evidence, now)
+            key, lambda row, now: _core.catalog_refresh_evidence(row, seen_revision, evidence, now)
         )
 
     def resolve(self, key: ActivityKey, decision: Decision) -> ActivityRecord:
@@ -398,11 +475,10 @@ class Catalog:
         """
         if not isinstance(decision, Decision):
             raise TypeError(f"expected a Decision, not {type(decision).__name__}")
-        now = self._clock.now()
         d = decision
         return self._change(
             key,
-            lambda row: _core.catalog_resolve(
+            lambda row, now: _core.catalog_resolve(
                 row, d.outcome, d.evidence_revision, d.operator, d.note, d.result, d.guard, now
             ),
         )
@@ -418,9 +494,8 @@ class Catalog:
         """Settle against the later receipt that committed the observation. ``evidence_digest``
         must be `settlement_evidence_digest(key, result)`; with ``fence``, the caller must also
         still hold the current fence."""
-        now = self._clock.now()
         return self._change(
-            key, lambda row: _core.catalog_settle(row, receipt, evidence_digest, fence, now)
+            key, lambda row, now: _core.catalog_settle(row, receipt, evidence_digest, fence, now)
         )
 
     def committed(self, error: CommitUnknown) -> ActivityRecord | None:

@@ -17,7 +17,7 @@ file (`PGPASSFILE`, or `passfile=` in the URL), not in the URL itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -30,6 +30,10 @@ from tether.storage._urls import redact as redact
 STATEMENT_TIMEOUT_MS = 30_000
 LOCK_TIMEOUT_MS = 10_000
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 15_000
+#: The idle-in-transaction timeout of a claim's transaction, open only while the client's
+#: core decides on the rows it locked (`Session.exchange`): a claimant stopped there releases
+#: them (its session ends) after this long, and other claimants skip them until then.
+CLAIM_IDLE_TIMEOUT_MS = 5_000
 CONNECT_TIMEOUT_S = 10
 #: How long sent data may stay unacknowledged before the connection is declared dead (ms).
 TCP_USER_TIMEOUT_MS = 30_000
@@ -37,6 +41,9 @@ TCP_USER_TIMEOUT_MS = 30_000
 DURABLE_COMMIT = frozenset({"on", "remote_write", "remote_apply"})
 
 E = TypeVar("E", bound=Exception)
+T = TypeVar("T")
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+_CLAIM_IDLE = f"SET LOCAL idle_in_transaction_session_timeout = {CLAIM_IDLE_TIMEOUT_MS}"
 
 
 def where(conninfo: str) -> str:
@@ -134,6 +141,7 @@ class Session:
         error: builds the backend's storage error from a message.
         unknown: builds the backend's commit-outcome-unknown error from a message.
         application: the `application_name` the server shows.
+        settings: more session settings (name to value) for each connection it opens.
     """
 
     def __init__(
@@ -143,15 +151,19 @@ class Session:
         unknown: Callable[[str], Exception],
         *,
         application: str,
+        settings: dict[str, str] | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.where = where(conninfo)
         self._error = error
         self._unknown = unknown
         self._application = application
-        self._conn: psycopg.Connection[Any] | None = connect(
-            conninfo, error, application=application
-        )
+        self._settings = dict(settings or {})
+        self._conn: psycopg.Connection[Any] | None = self._connect()
+        #: Transactions this session sent COMMIT for, and the round trips of its `exchange`
+        #: and `read` calls (benchmarks count both per job).
+        self.commits = 0
+        self.round_trips = 0
 
     def conn(self) -> psycopg.Connection[Any]:
         """The live connection, reconnecting if the last one broke."""
@@ -160,9 +172,19 @@ class Session:
             if c is not None:
                 c.close()
             self._conn = None
-            c = connect(self.conninfo, self._error, application=self._application)
+            c = self._connect()
             self._conn = c
         return c
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = connect(self.conninfo, self._error, application=self._application)
+        try:
+            for name, value in self._settings.items():
+                conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+        except psycopg.Error as e:
+            conn.close()
+            raise self._error(f"cannot prepare the session at {self.where}: {one_line(e)}") from e
+        return conn
 
     @property
     def backend_pid(self) -> int | None:
@@ -195,6 +217,7 @@ class Session:
                 raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
             raise
         try:
+            self.commits += 1
             conn.execute("COMMIT")
         except psycopg.Error as e:
             if conn.broken or conn.closed:
@@ -205,8 +228,88 @@ class Session:
                 ) from e
             raise self._error(f"{what} COMMIT failed at {self.where}: {one_line(e)}") from e
 
+    def exchange(
+        self,
+        what: str,
+        reads: Sequence[tuple[str, Any]],
+        decide: Callable[[list[list[tuple[Any, ...]]]], tuple[Sequence[tuple[str, Any]], T]],
+        *,
+        lock: bool,
+    ) -> T:
+        """One read-decide-write transaction in two round trips, each sent as one message.
+
+        ``lock``: the first round trip is one simple-protocol message, ``BEGIN`` and every
+        statement of ``reads`` (row locks, the server clock), whose rows ``decide`` (the core's
+        decisions) turns into the writes and the value to return; the second is one message,
+        the writes and ``COMMIT`` (``ROLLBACK`` when there are none). The transaction stays
+        open across ``decide`` only: ``CLAIM_IDLE_TIMEOUT_MS`` bounds how long a client that
+        stops there (a SIGSTOP, a pause) holds the rows it locked.
+
+        Not ``lock``: ``reads`` run on their own, outside any transaction and locking nothing
+        (the rows and the clock reading); the writes are one message, ``BEGIN``, the writes and
+        ``COMMIT``, so no lock is held across any step of the client. The writes must guard
+        what ``decide`` read (the version of each row): a guard that does not hold fails its
+        statement (an error, never a silent no-op), and the transaction writes nothing.
+
+        Why one message per round trip: the server runs a simple-protocol message only once it
+        has all of it, and it arms its idle-in-transaction timeout each time it waits for the
+        next one. Statements sent one by one (pipeline mode) and stopped before their Sync
+        leave the server waiting mid-pipeline, holding their locks with neither the statement
+        nor the idle timeout running: until the client resumes.
+
+        No writes: ``decide``'s value is returned (a ``lock`` transaction is rolled back).
+        ``decide`` raising rolls back. A COMMIT whose reply never came is the ``unknown``
+        error; any other failure raises the ``error`` one, chained to the driver's (its SQLSTATE
+        class tells a caller to retry: a unique violation, a refused guard, a deadlock).
+        """
+        conn = self.conn()
+        cur = psycopg.ClientCursor(conn)
+        committing = False
+        try:
+            if lock:
+                head = ["BEGIN", _CLAIM_IDLE]
+                cur.execute("; ".join(head + [cur.mogrify(q, p) for q, p in reads]))
+                results = []
+                while cur.nextset():
+                    if cur.description is not None:
+                        results.append(cur.fetchall())
+            else:
+                results = [conn.execute(q, p).fetchall() for q, p in reads]
+            self.round_trips += 1 + bool(lock)  # the reads, and the writes (or the rollback)
+            writes, value = decide(results)
+            if not writes:
+                if lock:
+                    conn.execute("ROLLBACK")
+                return value
+            body = [cur.mogrify(q, p) for q, p in writes]
+            committing = True  # from here on, a lost reply is an unknown outcome
+            self.commits += 1
+            self.round_trips += not lock
+            cur.execute("; ".join(([] if lock else ["BEGIN"]) + body + ["COMMIT"]))
+            return value
+        except BaseException as e:
+            broken = conn.broken or conn.closed
+            if not broken and conn.info.transaction_status != _IDLE:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    conn.close()
+            if isinstance(e, psycopg.Error):
+                if broken:
+                    conn.close()
+                    # The server's error answer to the message (a terminated session's too)
+                    # means it ran none of it past the error, COMMIT included: definite.
+                    if committing and e.sqlstate is None:
+                        raise self._unknown(
+                            f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
+                            " it may or may not have landed; re-read before any effect"
+                        ) from e
+                raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
+            raise
+
     def read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         """One autocommit read."""
+        self.round_trips += 1
         try:
             return self.conn().execute(sql, params).fetchall()
         except psycopg.Error as e:

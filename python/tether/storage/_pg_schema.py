@@ -44,7 +44,8 @@ VERSION_TABLE = (
 # One advisory lock key per store for migrations (any constant; 'tether' in ASCII plus 1/2).
 _LOCK_KEYS = {"catalog": 0x746574686572_01, "world": 0x746574686572_02}
 
-_TEXT = {
+#: The catalog columns of type TEXT (every other one is BIGINT), of every version.
+TEXT_COLUMNS = {
     "world_id",
     "kind",
     "activity_id",
@@ -68,6 +69,7 @@ _TEXT = {
     "settled_token",
     "settlement_evidence_digest",
     "lease_boot_id",
+    "bound_host",  # version 3
 }
 _NOT_NULL = {
     "world_id",
@@ -105,7 +107,7 @@ def _activities_v1() -> str:
     for c in COLUMNS:
         if c in _RETENTION_COLUMNS:
             continue
-        kind = "TEXT" if c in _TEXT else "BIGINT"
+        kind = "TEXT" if c in TEXT_COLUMNS else "BIGINT"
         cols.append(f"{c} {kind}{' NOT NULL' if c in _NOT_NULL else ''}")
     return (
         "CREATE TABLE activities (\n  "

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from tether.activities._clock import CatalogClock
+    from tether.activities._clock import CatalogClock, Now
 
 from tether.storage._doorbell import WakeBell
 
@@ -20,6 +20,18 @@ Transition = Callable[[Row | None], Row]
 ClaimTransition = Callable[[Row], Row]
 # The core's compaction of one row, or None where the core keeps the row as it is.
 CompactTransition = Callable[[Row], Row | None]
+# Transitions that take the clock reading of their own transaction (`ClockInTransaction`).
+TimedTransition = Callable[[Row | None, "Now"], Row]
+TimedClaimTransition = Callable[[Row, "Now"], Row]
+
+
+class ClockBootChanged(Exception):
+    """A claim's own clock reading is on another boot than the one the caller aligned the
+    store to: nothing was written; align (`align_clock`) on ``now.boot_id`` and claim again."""
+
+    def __init__(self, now: Now) -> None:
+        super().__init__(f"the catalog clock is on boot {now.boot_id}")
+        self.now = now
 
 
 class CatalogStore(Protocol):
@@ -140,3 +152,37 @@ class ServerClocked(Protocol):
     clock unless given one, so every host measures leases on the same clock."""
 
     def server_clock(self) -> CatalogClock: ...
+
+
+@runtime_checkable
+class ClockInTransaction(Protocol):
+    """A store that reads its server's clock inside its own transactions (PostgreSQL on its
+    server clock): the reading is taken under the transaction's row locks and costs no round
+    trip of its own. The catalog uses these instead of `apply`, `apply_many` and
+    `claim_many` when its clock is the one the store reads (`reads_clock`); the transitions
+    are the same core decisions, handed the transaction's reading."""
+
+    def reads_clock(self, clock: object) -> bool: ...
+
+    def apply_at(self, key: KeyTuple, transition: TimedTransition) -> Row: ...
+
+    def apply_many_at(
+        self, items: Sequence[tuple[KeyTuple, TimedTransition]]
+    ) -> list[Row | Exception]: ...
+
+    def claim_at(
+        self,
+        transition: TimedClaimTransition,
+        check: Callable[[Now], None],
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None,
+        boot_id: str | None,
+        single: bool,
+    ) -> list[Row]:
+        """`claim_many` (``single``: `claim`, a refusal raised) on the transaction's reading,
+        after ``check`` (the core's check of the claim's arguments) passed on it; raises
+        `ClockBootChanged` (nothing written) if the reading is not on boot ``boot_id``."""
+        ...

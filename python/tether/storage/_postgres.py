@@ -1,10 +1,12 @@
-"""PostgreSQL catalog store: row locks, `FOR UPDATE SKIP LOCKED` claims, compare-and-swap on
-`version`, and a lease clock read on the server.
+"""PostgreSQL catalog store: `FOR UPDATE SKIP LOCKED` claims, compare-and-swap on `version`,
+and a lease clock read on the server.
 
-Every write is one READ COMMITTED transaction: lock the row (`SELECT ... FOR UPDATE`), hand it
-to the Rust core's transition, write back only the changed columns guarded by the version read,
-and, when the core's columns say a waiter should wake, `NOTIFY` in the same transaction (so a
-wake is delivered exactly when the commit lands). A claim picks the earliest claimable row with
+Every write reads its rows (no lock), hands them to the Rust core's transition, and writes back
+only the changed columns guarded by the version read, in one READ COMMITTED transaction sent as
+one message, and, when the core's columns say a waiter should wake, `NOTIFY` in the same
+transaction (so a wake is delivered exactly when the commit lands); a row written meanwhile
+fails its guard and the write is decided again. No lock is held across a step of the client
+but a claim's (`Session.exchange`). A claim picks the earliest claimable row with
 `FOR UPDATE SKIP LOCKED` on the claimable index: claimants on many hosts never wait on each
 other's rows. SQL here never decides a rule: the one comparison is the core's definition of
 claimable (`claimable_from_ms <= now` on the lease clock), and retention's is the same kind of
@@ -23,23 +25,29 @@ rows are never visited. `has_unsettled` is one probe of the unsettled index. Sca
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress
 from operator import ne
 from typing import Any
+
+import psycopg
 
 from tether._core import CatalogStorageError, catalog_columns
 from tether.activities._clock import Now
 from tether.storage._errors import CommitUnknown
 from tether.storage._pg import Session
 from tether.storage._pg_doorbell import PostgresDoorbell, channel_for
-from tether.storage._pg_schema import ensure
+from tether.storage._pg_schema import TEXT_COLUMNS, ensure
 from tether.storage._port import (
     ClaimTransition,
+    ClockBootChanged,
     CompactTransition,
     KeyTuple,
     Row,
+    TimedClaimTransition,
+    TimedTransition,
     Transition,
     View,
 )
@@ -51,15 +59,51 @@ _N = len(COLUMNS)
 _POSITIONS = range(_N)
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM activities"
 _BY_KEY = f"{_SELECT} WHERE world_id = %s AND kind = %s AND activity_id = %s"
-_INSERT = (
-    f"INSERT INTO activities ({', '.join(COLUMNS)}) VALUES ({', '.join(['%s'] * _N)})"
-    " ON CONFLICT DO NOTHING"
+_TYPES = tuple("text" if c in TEXT_COLUMNS else "bigint" for c in COLUMNS)
+
+
+def _rows_of(columns: Sequence[tuple[str, str]]) -> str:
+    """A FROM item of a batch passed as one JSON array of row arrays (one parameter, which
+    `json.dumps` builds in C; arrays per column would cost a Python loop per value): the
+    j-th element of each row as the j-th (name, type) of ``columns``."""
+    cols = ", ".join(
+        f"r->>{j} AS {name}" if kind == "text" else f"(r->>{j})::{kind} AS {name}"
+        for j, (name, kind) in enumerate(columns)
+    )
+    return f"(SELECT {cols} FROM jsonb_array_elements(%s::jsonb) AS r)"
+
+
+def _typed(positions: Sequence[int]) -> list[tuple[str, str]]:
+    return [(COLUMNS[i], _TYPES[i]) for i in positions]
+
+
+# A batch's rows, read without locking them (their writes are guarded by version).
+_READ_MANY = (
+    f"SELECT {', '.join('a.' + c for c in COLUMNS)} FROM {_rows_of(_typed((0, 1, 2)))} AS k"
+    " JOIN activities AS a ON a.world_id = k.world_id AND a.kind = k.kind"
+    " AND a.activity_id = k.activity_id"
 )
+# No ON CONFLICT: a row inserted concurrently fails the statement (a unique violation), so
+# the transaction writes nothing and the store decides again on the row now stored.
+_INSERT_MANY = (
+    f"INSERT INTO activities ({', '.join(COLUMNS)})"
+    f" SELECT * FROM {_rows_of(_typed(_POSITIONS))} AS v"
+)
+# Never rewritten by an UPDATE's SET list: the key, and the version (its own guarded SET).
+_FIXED = frozenset({0, 1, 2, VERSION})
 _CLAIM_ORDER = ("claimable_from_ms", "kind", "world_id", "activity_id")
 _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= %s"
+# The same comparison on the reading of the claim statement's own clock (`PostgresClock`).
+_CLAIMABLE_NOW = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= clock.c_ms"
 _ON_HOST = "bound_host IN (%s, %s)"
 _COMPACTABLE = "compactable_from_ms IS NOT NULL AND compactable_from_ms <= %s"
 _COMPACT_ORDER = ("compactable_from_ms", "world_id", "kind", "activity_id")
+
+#: The catalog session's planner settings. Its only joins are a batch's rows (a JSON array,
+#: which the planner guesses at 100 rows) with `activities` by primary key: with hash and
+#: merge joins allowed it scans the whole table for a batch of ten, so each statement cost
+#: grew with the table; nested loops probe the primary key once per row.
+PLANNER = {"enable_hashjoin": "off", "enable_mergejoin": "off"}
 
 #: Topic bits of the NOTIFY payload, the same as the data-dir doorbell's.
 CLAIMABLE, RESULT, SETTLED = 1, 2, 4
@@ -105,16 +149,20 @@ class PostgresClock:
       hold, nothing is replayed), a step back lengthens them (work waits longer). Keep the
       server on NTP slewing, not stepping.
 
-    Record times (``wall_ms``) are the server's `clock_timestamp()` in both modes. One reading
-    is one round trip on the store's connection.
+    Record times (``wall_ms``) are the server's `clock_timestamp()` in both modes. A reading
+    on its own (`now`) is one round trip on the store's connection; the store's transactions
+    read the same expressions (`columns`) inside their first statement instead, so the reading
+    is taken under the transaction's row locks and costs no round trip of its own.
     """
 
+    # (boot id, lease-clock ms, wall ms): each computed once per statement.
     _KERNEL = (
-        "SELECT pg_read_file('/proc/sys/kernel/random/boot_id'), pg_read_file('/proc/uptime'),"
+        "pg_read_file('/proc/sys/kernel/random/boot_id'),"
+        " floor(split_part(pg_read_file('/proc/uptime'), ' ', 1)::numeric * 1000)::bigint,"
         " (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
     )
     _WALL = (
-        "SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' ||"
+        "(SELECT system_identifier FROM pg_control_system())::text || ':' ||"
         " (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text,"
         " GREATEST(0, floor(extract(epoch FROM clock_timestamp() - pg_postmaster_start_time())"
         " * 1000))::bigint,"
@@ -128,15 +176,17 @@ class PostgresClock:
         if mode not in ("kernel", "wall"):
             raise CatalogStorageError(f"PostgresClock mode must be kernel or wall, not {mode!r}")
         self.mode = mode
+        #: The reading's three select-list expressions: boot id, lease-clock ms, wall ms.
+        self.columns = self._KERNEL if mode == "kernel" else self._WALL
+
+    def reading(self, boot: Any, boot_ms: Any, wall_ms: Any) -> Now:
+        """The `Now` of one row of `columns`."""
+        if self.mode == "kernel":
+            return Now("pg-kernel:" + str(boot).strip(), int(boot_ms), int(wall_ms))
+        return Now("pg:" + str(boot), int(boot_ms), int(wall_ms))
 
     def now(self) -> Now:
-        if self.mode == "kernel":
-            boot, uptime, wall = self._store._read_one("the server clock", self._KERNEL)
-            seconds, _, hundredths = str(uptime).split()[0].partition(".")
-            boot_ms = int(seconds) * 1000 + int((hundredths + "00")[:3])
-            return Now("pg-kernel:" + str(boot).strip(), boot_ms, int(wall))
-        boot_id, boot_ms, wall = self._store._read_one("the server clock", self._WALL)
-        return Now("pg:" + str(boot_id), int(boot_ms), int(wall))
+        return self.reading(*self._store._read_one("the server clock", "SELECT " + self.columns))
 
 
 class PostgresCatalogStore:
@@ -153,7 +203,11 @@ class PostgresCatalogStore:
         self._lock = threading.Lock()
         self._updates: dict[tuple[int, ...], str] = {}
         self._session = Session(
-            conninfo, CatalogStorageError, CommitUnknown, application="tether-catalog"
+            conninfo,
+            CatalogStorageError,
+            CommitUnknown,
+            application="tether-catalog",
+            settings=PLANNER,
         )
         self.where = self._session.where
         try:
@@ -191,6 +245,17 @@ class PostgresCatalogStore:
         return rows[0]
 
     @property
+    def commits(self) -> int:
+        """Transactions this store sent COMMIT for (a benchmark's count of write transactions;
+        claims that found nothing and no-op writes roll back and are not counted)."""
+        return self._session.commits
+
+    @property
+    def round_trips(self) -> int:
+        """Round trips of this store's transactions and reads (for benchmarks)."""
+        return self._session.round_trips
+
+    @property
     def backend_pid(self) -> int | None:
         """The server process of this store's connection (for tests that cut it)."""
         return self._session.backend_pid
@@ -222,32 +287,216 @@ class PostgresCatalogStore:
         """This process's doorbell of this catalog (LISTEN/NOTIFY on `channel`)."""
         return PostgresDoorbell.for_url(self.conninfo)
 
-    def _unknown(self, e: CommitUnknown, key: KeyTuple, new: Row | None) -> CommitUnknown:
-        return CommitUnknown(str(e), key, new)
+    # -- transactions: one read round trip, one write round trip ------------------------
+
+    def _update_sql(self, changed: tuple[int, ...]) -> str:
+        """The UPDATE of a batch of rows (``changed``: the positions written, besides the
+        version), one statement whatever the batch size. Each row is guarded by the version
+        its transition read: a row whose stored version is another gets a NULL version, which
+        the NOT NULL constraint refuses, so the statement fails and the transaction, its
+        COMMIT queued behind it, writes nothing."""
+        sql = self._updates.get(changed)
+        if sql is None:
+            sets = "".join(f"{COLUMNS[i]} = v.{COLUMNS[i]}, " for i in changed)
+            rows = _rows_of(
+                [*_typed((0, 1, 2)), ("read_version", "bigint"), *_typed((VERSION, *changed))]
+            )
+            sql = (
+                f"UPDATE activities AS a SET {sets}"
+                "version = CASE WHEN a.version = v.read_version THEN v.version END"
+                f" FROM {rows} AS v"
+                " WHERE a.world_id = v.world_id AND a.kind = v.kind"
+                " AND a.activity_id = v.activity_id"
+            )
+            self._updates[changed] = sql
+        return sql
+
+    def _writes(self, inserts: list[Row], updates: list[tuple[Row, Row]], topics: int) -> _Sql:
+        """The statements that store a transaction's decisions, and its NOTIFY (delivered at
+        COMMIT, and only if it lands)."""
+        out: _Sql = []
+        if inserts:  # one parameter: a row's 53 would exceed the driver's query cache
+            out.append((_INSERT_MANY, (_json(inserts),)))
+        if updates:
+            changed: set[int] = set()
+            for old, new in updates:
+                changed.update(compress(_POSITIONS, map(ne, old, new)))
+            cols = tuple(sorted(changed - _FIXED))
+            # Per row: the key, the version read (the guard), the version to write, then
+            # the written columns.
+            rows = [(*o[:3], o[VERSION], n[VERSION], *(n[i] for i in cols)) for o, n in updates]
+            out.append((self._update_sql(cols), (_json(rows),)))
+        if topics:  # one statement with the last write: a CTE's write runs to completion
+            sql, params = out.pop()
+            out.append(
+                (
+                    f"WITH w AS ({sql}) SELECT pg_notify(%s, %s)",
+                    (*params, self.channel, str(topics)),
+                )
+            )
+        return out
+
+    def _transact(
+        self, what: str, items: Sequence[tuple[KeyTuple, _Step]], timed: bool, *, single: bool
+    ) -> list[Row | Exception]:
+        """Read the items' rows (one statement, no lock) and the server clock if ``timed``,
+        hand each row to its transition (the core), and store the changes in one message:
+        ``BEGIN``, one statement per kind of write guarded by the version each row was read
+        at, the NOTIFY, ``COMMIT`` (`Session.exchange`). No lock is held while the core decides
+        or between the two round trips, so a client stopped anywhere here blocks nobody. A row
+        that changed since the read fails the guard, and a row inserted since fails its
+        insert: nothing is written and the items are decided again on the rows now stored.
+
+        ``single``: a transition's exception propagates (nothing is written); otherwise a
+        core rejection takes its item's place and the others are written. Items naming one
+        key run in order, each on the row the previous one left."""
+        if not items:
+            return []
+        keys = sorted({k for k, _ in items})
+        read, params = (_BY_KEY, keys[0]) if len(keys) == 1 else (_READ_MANY, (_json(keys),))
+        clock = self.server_clock() if timed else None
+        if clock is not None:  # the reading in the read statement
+            read = _with_clock(clock, read)
+        intended: list[Row] = []
+
+        def decide(results: list[list[Row]]) -> tuple[_Sql, list[Row | Exception]]:
+            rows = results[0]
+            now = None
+            if clock is not None:
+                now = clock.reading(*rows[0][:3])
+                rows = [r[3:] for r in rows if r[3] is not None]
+            stored = {(r[0], r[1], r[2]): r for r in rows}
+            current: dict[KeyTuple, Row] = {}
+            out: list[Row | Exception] = []
+            for key, transition in items:
+                old = current.get(key) or stored.get(key)
+                try:
+                    new = transition(old, now)
+                except CatalogStorageError:
+                    raise
+                except Exception as e:  # the core's rejection of this item
+                    if single:
+                        raise
+                    out.append(e)
+                    continue
+                out.append(new)
+                if old is None or new[VERSION] != old[VERSION]:
+                    current[key] = new
+            inserts: list[Row] = []
+            updates: list[tuple[Row, Row]] = []
+            topics = 0
+            for key, new in sorted(current.items()):  # written in key order: no deadlock
+                first = stored.get(key)
+                if first is None:
+                    inserts.append(new)
+                else:
+                    updates.append((first, new))
+                topics |= wake_topics(first, new)
+            intended[:] = list(current.values())
+            return self._writes(inserts, updates, topics), out
+
+        for attempt in range(_RETRIES):
+            try:
+                with self._lock:
+                    return self._session.exchange(what, [(read, params)], decide, lock=False)
+            except CommitUnknown as e:
+                if single and len(intended) == 1:
+                    raise CommitUnknown(str(e), items[0][0], intended[0]) from e
+                raise CommitUnknown(str(e)) from e
+            except CatalogStorageError as e:
+                if _concurrent(e) and attempt < _RETRIES - 1:
+                    continue  # written concurrently: decide again on the rows now stored
+                raise _guard_error(e) from e
+        raise AssertionError("unreachable")
+
+    def _claim(
+        self,
+        transition: _Claim,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        host: str | None,
+        *,
+        now_ms: int | None,
+        check: Callable[[Now], None] | None = None,
+        boot_id: str | None = None,
+        single: bool,
+    ) -> list[Row]:
+        """Claim up to ``limit`` claimable rows in claim order (`FOR UPDATE SKIP LOCKED`):
+        one read round trip, one write round trip. With ``now_ms`` None the server clock is
+        read in the claim statement itself (the filter and the core see the same reading):
+        `ClockBootChanged` if it is on another boot than ``boot_id`` (nothing written), and
+        ``check`` (the core's claim arguments check) runs on the reading before any write."""
+        where = [_CLAIMABLE if now_ms is not None else _CLAIMABLE_NOW, _ON_HOST]
+        params: list[Any] = [now_ms] if now_ms is not None else []
+        params += ["", host or ""]
+        if kinds is not None:
+            kinds = list(dict.fromkeys(kinds))
+            if not kinds:
+                return []
+            where.append("kind = ANY(%s)")
+            params.append(kinds)
+        if world_id is not None:
+            where.append("world_id = %s")
+            params.append(world_id)
+        params.append(limit)
+        sql = (
+            f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {', '.join(_CLAIM_ORDER)}"
+            " LIMIT %s FOR UPDATE SKIP LOCKED"
+        )
+        clock = None if now_ms is not None else self.server_clock()
+        if clock is not None:
+            sql = _with_clock(clock, sql)
+        intended: list[Row] = []
+
+        def decide(results: list[list[Row]]) -> tuple[_Sql, list[Row]]:
+            rows = results[0]
+            now: Now | None = None
+            if clock is not None:
+                now = clock.reading(*rows[0][:3])
+                if now.boot_id != boot_id:
+                    raise ClockBootChanged(now)
+                if check is not None:
+                    check(now)
+                rows = [r[3:] for r in rows if r[3] is not None]
+            updates: list[tuple[Row, Row]] = []
+            topics = 0
+            for old in rows:
+                try:
+                    new = transition(old, now)
+                except CatalogStorageError:
+                    raise
+                except Exception:  # the core refused this row: leave it
+                    if single:
+                        raise
+                    continue
+                updates.append((old, new))
+                topics |= wake_topics(old, new)
+            intended[:] = [n for _, n in updates]
+            return self._writes([], updates, topics), intended
+
+        try:
+            with self._lock:
+                return self._session.exchange("catalog claim", [(sql, params)], decide, lock=True)
+        except CommitUnknown as e:
+            if single and len(intended) == 1:
+                new = intended[0]
+                raise CommitUnknown(str(e), (new[0], new[1], new[2]), new) from e
+            raise CommitUnknown(str(e)) from e
+        except CatalogStorageError as e:
+            raise _guard_error(e) from e
+
+    # -- the port: the clock read before the transaction (any `CatalogClock`) ----------
 
     def apply(self, key: KeyTuple, transition: Transition) -> Row:
-        with self._lock:
-            for _ in range(2):  # a second pass only after a concurrent first insert
-                new: Row | None = None
-                try:
-                    with self._session.transaction("catalog write") as cur:
-                        old = cur.execute(_BY_KEY + " FOR UPDATE", key).fetchone()
-                        new = transition(old)
-                        if old is None:
-                            cur.execute(_INSERT, new)
-                            if cur.rowcount != 1:
-                                raise _Inserted
-                        elif new[VERSION] != old[VERSION]:
-                            self._write(cur, old, new)
-                        else:
-                            return new  # a no-op: the rollback on exit changes nothing
-                        self._notify(cur, old, new)
-                except _Inserted:
-                    continue
-                except CommitUnknown as e:
-                    raise self._unknown(e, key, new) from e
-                return new
-            raise CatalogStorageError("the activity was inserted twice concurrently")
+        out = self._transact("catalog write", [(key, _untimed(transition))], False, single=True)
+        row = out[0]
+        assert not isinstance(row, Exception)
+        return row
+
+    def apply_many(self, items: Sequence[tuple[KeyTuple, Transition]]) -> list[Row | Exception]:
+        steps = [(k, _untimed(t)) for k, t in items]
+        return self._transact("catalog batch write", steps, False, single=False)
 
     def claim(
         self,
@@ -258,71 +507,10 @@ class PostgresCatalogStore:
         *,
         host: str | None = None,
     ) -> Row | None:
-        # The rows a claim on `host` may take: unbound or bound to it (the core decides).
-        where = [_CLAIMABLE, _ON_HOST]
-        params: list[Any] = [now_ms, "", host or ""]
-        if kinds is not None:
-            kinds = list(dict.fromkeys(kinds))
-            if not kinds:
-                return None
-            where.append("kind = ANY(%s)")
-            params.append(kinds)
-        if world_id is not None:
-            where.append("world_id = %s")
-            params.append(world_id)
-        sql = (
-            f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {', '.join(_CLAIM_ORDER)}"
-            " LIMIT 1 FOR UPDATE SKIP LOCKED"
+        rows = self._claim(
+            _untimed_claim(transition), kinds, world_id, 1, host, now_ms=now_ms, single=True
         )
-        with self._lock:
-            new: Row | None = None
-            key: KeyTuple | None = None
-            try:
-                with self._session.transaction("catalog claim") as cur:
-                    old = cur.execute(sql, params).fetchone()
-                    if old is None:
-                        return None
-                    key = (old[0], old[1], old[2])
-                    new = transition(old)
-                    self._write(cur, old, new)
-                    self._notify(cur, old, new)
-            except CommitUnknown as e:
-                raise CommitUnknown(str(e), key, new) from e
-            return new
-
-    def apply_many(self, items: Sequence[tuple[KeyTuple, Transition]]) -> list[Row | Exception]:
-        # Rows are locked in key order, so two batches never deadlock on each other.
-        order = sorted(range(len(items)), key=lambda i: items[i][0])
-        out: list[Row | Exception | None] = [None] * len(items)
-        with self._lock:
-            try:
-                with self._session.transaction("catalog batch write") as cur:
-                    for i in order:
-                        key, transition = items[i]
-                        old = cur.execute(_BY_KEY + " FOR UPDATE", key).fetchone()
-                        try:
-                            new = transition(old)
-                        except CatalogStorageError:
-                            raise
-                        except Exception as e:  # the core's rejection of this item
-                            out[i] = e
-                            continue
-                        if old is None:
-                            cur.execute(_INSERT, new)
-                            if cur.rowcount != 1:
-                                raise CatalogStorageError(
-                                    "the activity was inserted concurrently; retry the batch"
-                                )
-                        elif new[VERSION] != old[VERSION]:
-                            self._write(cur, old, new)
-                        else:
-                            out[i] = new
-                            continue
-                        self._notify(cur, old, new)
-                        out[i] = new
-            except CommitUnknown as e:
-                raise CommitUnknown(str(e)) from e
-        return [r for r in out if r is not None]
+        return rows[0] if rows else None
 
     def claim_many(
         self,
@@ -334,42 +522,51 @@ class PostgresCatalogStore:
         *,
         host: str | None = None,
     ) -> list[Row]:
-        where = [_CLAIMABLE, _ON_HOST]
-        params: list[Any] = [now_ms, "", host or ""]
-        if kinds is not None:
-            kinds = list(dict.fromkeys(kinds))
-            if not kinds:
-                return []
-            where.append("kind = ANY(%s)")
-            params.append(kinds)
-        if world_id is not None:
-            where.append("world_id = %s")
-            params.append(world_id)
-        sql = (
-            f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {', '.join(_CLAIM_ORDER)}"
-            " LIMIT %s FOR UPDATE SKIP LOCKED"
+        return self._claim(
+            _untimed_claim(transition), kinds, world_id, limit, host, now_ms=now_ms, single=False
         )
-        out: list[Row] = []
-        with self._lock:
-            try:
-                with self._session.transaction("catalog batch claim") as cur:
-                    rows = cur.execute(sql, [*params, limit]).fetchall()
-                    notify = 0
-                    for old in rows:
-                        try:
-                            new = transition(old)
-                        except CatalogStorageError:
-                            raise
-                        except Exception:  # the core refused this row: leave it
-                            continue
-                        self._write(cur, old, new)
-                        notify |= wake_topics(old, new)
-                        out.append(new)
-                    if notify:
-                        cur.execute("SELECT pg_notify(%s, %s)", (self.channel, str(notify)))
-            except CommitUnknown as e:
-                raise CommitUnknown(str(e)) from e
-        return out
+
+    # -- the server clock read inside the transaction (`ClockInTransaction`) ------------
+
+    def reads_clock(self, clock: object) -> bool:
+        """Whether ``clock`` is this store's server clock, which its transactions read."""
+        return self._clock is not None and clock is self._clock
+
+    def apply_at(self, key: KeyTuple, transition: TimedTransition) -> Row:
+        out = self._transact("catalog write", [(key, _timed(transition))], True, single=True)
+        row = out[0]
+        assert not isinstance(row, Exception)
+        return row
+
+    def apply_many_at(
+        self, items: Sequence[tuple[KeyTuple, TimedTransition]]
+    ) -> list[Row | Exception]:
+        steps = [(k, _timed(t)) for k, t in items]
+        return self._transact("catalog batch write", steps, True, single=False)
+
+    def claim_at(
+        self,
+        transition: TimedClaimTransition,
+        check: Callable[[Now], None],
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None,
+        boot_id: str | None,
+        single: bool,
+    ) -> list[Row]:
+        return self._claim(
+            _timed_claim(transition),
+            kinds,
+            world_id,
+            limit,
+            host,
+            now_ms=None,
+            check=check,
+            boot_id=boot_id,
+            single=single,
+        )
 
     def next_claimable(
         self, kinds: Sequence[str] | None, world_id: str | None, *, host: str | None = None
@@ -495,5 +692,74 @@ class PostgresCatalogStore:
             self._session.close()
 
 
-class _Inserted(Exception):
-    """Another transaction inserted the same key first: re-read it under its lock."""
+_Sql = list[tuple[str, Any]]
+# A transition as the store runs it: the row (None: no such activity) and the transaction's
+# clock reading (None where the caller read its clock before the transaction).
+_Step = Callable[[Row | None, Now | None], Row]
+_Claim = Callable[[Row, Now | None], Row]
+
+
+def _with_clock(clock: PostgresClock, select: str) -> str:
+    """``select`` with the clock reading (`clock.columns`, as c_boot, c_ms, c_wall) first in
+    each row, taken once for the statement: one row of the reading and NULLs where
+    ``select`` returns nothing. ``select`` may compare with ``clock.c_ms``."""
+    return (
+        f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock.columns})"
+        f" SELECT clock.*, a.* FROM clock LEFT JOIN LATERAL ({select}) AS a ON true"
+    )
+
+
+def _json(rows: Sequence[Sequence[Any]]) -> str:
+    """A batch of rows as one JSON array: text and integers exactly, NULL as null (the
+    statement casts each position back to its column's type, so a value of another type
+    fails the statement instead of being stored)."""
+    return json.dumps(rows, separators=(",", ":"), allow_nan=False)
+
+
+def _untimed(transition: Transition) -> _Step:
+    return lambda row, _now: transition(row)
+
+
+def _untimed_claim(transition: ClaimTransition) -> _Claim:
+    return lambda row, _now: transition(row)
+
+
+def _timed(transition: TimedTransition) -> _Step:
+    def step(row: Row | None, now: Now | None) -> Row:
+        assert now is not None
+        return transition(row, now)
+
+    return step
+
+
+def _timed_claim(transition: TimedClaimTransition) -> _Claim:
+    def step(row: Row, now: Now | None) -> Row:
+        assert now is not None
+        return transition(row, now)
+
+    return step
+
+
+#: How many times a write is decided again after another transaction wrote its rows first.
+_RETRIES = 8
+
+
+def _concurrent(e: CatalogStorageError) -> bool:
+    """Whether ``e`` is a transaction that another one's write made fail (nothing written):
+    a row inserted first (unique violation), a row changed since it was read (its version
+    guard), or two batches waiting on each other (the server's deadlock detection)."""
+    cause = e.__cause__
+    if isinstance(cause, psycopg.errors.UniqueViolation | psycopg.errors.DeadlockDetected):
+        return True
+    return isinstance(cause, psycopg.errors.NotNullViolation) and (
+        cause.diag.column_name == "version"
+    )
+
+
+def _guard_error(e: CatalogStorageError) -> CatalogStorageError:
+    """The storage error of a failed transaction: a version guard that refused a row (the
+    NULL version of `_update_sql`) says so; anything else is ``e``."""
+    cause = e.__cause__
+    if isinstance(cause, psycopg.errors.NotNullViolation) and cause.diag.column_name == "version":
+        return CatalogStorageError(f"the activity changed under the transaction (version): {e}")
+    return e

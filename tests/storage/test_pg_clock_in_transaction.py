@@ -1,0 +1,289 @@
+"""A PostgreSQL catalog on its server clock reads that clock inside each transaction (one
+statement with the rows it reads, or the claim itself) and sends each transaction in two round
+trips. These tests run the catalog on that path (the default clock of `Catalog.open`; the
+other PostgreSQL tests mostly set a `ManualClock`, which is read before the transaction): the
+core still decides every rule per Activity, a batch's write is guarded per row, and a lost
+COMMIT is still an unknown outcome that the re-read settles."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from pgproxy import CommitCutter
+from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether.errors import (
+    AdmissionConflict,
+    CatalogStorageError,
+    LeaseExpired,
+    NoResult,
+    NotBound,
+    NotClaimable,
+    StaleFence,
+    UnknownActivity,
+)
+from tether.storage import CommitUnknown
+from tether.storage._postgres import _TYPES, COLUMNS, PostgresCatalogStore, PostgresClock
+
+from tests.activities.support import admission, evidence_for, key, receipt, result
+
+
+def _server_clocked(url: str) -> Catalog:
+    cat = Catalog.open(url)
+    assert isinstance(cat.clock, PostgresClock)
+    assert isinstance(cat.store, PostgresCatalogStore) and cat.store.reads_clock(cat.clock)
+    return cat
+
+
+def test_every_rule_is_decided_per_activity_on_the_transactions_own_reading(
+    pg_url: str,
+) -> None:
+    with _server_clocked(pg_url) as cat:
+        keys = [key(f"b{i}") for i in range(5)]
+        cat.admit(admission(keys[0]))
+        out = cat.admit_many(
+            [admission(k) for k in keys] + [admission(keys[1], input_digest="sha256:other")]
+        )
+        assert [getattr(r, "key", None) for r in out[:5]] == keys  # keys[0] a replay
+        assert isinstance(out[5], AdmissionConflict)
+
+        claims = cat.claim_many("w", 60_000, 3)
+        assert len(claims) == 3 and all(c.attempt.fence == 1 for c in claims)
+        claims += cat.claim_many("w", 60_000, 10)
+        assert len(claims) == 5 and cat.claim_many("w", 60_000, 10) == []
+        assert cat.claim("w", 60_000) is None
+        ghost = key("ghost")
+        bound = cat.bind_many(
+            [(c.key, c.attempt.fence) for c in claims[1:]] + [(claims[0].key, 0), (ghost, 1)]
+        )
+        assert all(b.operation_id is not None for b in bound[:4])  # type: ignore[union-attr]
+        assert isinstance(bound[4], StaleFence) and isinstance(bound[5], UnknownActivity)
+        recorded = cat.record_results(
+            [(c.key, c.attempt.fence, result(c.key.activity_id)) for c in claims]
+        )
+        assert isinstance(recorded[0], NotBound)
+        assert all(r.result is not None for r in recorded[1:])  # type: ignore[union-attr]
+        settled = cat.settle_many(
+            [(c.key, receipt(9), evidence_for(c.key, result(c.key.activity_id))) for c in claims]
+        )
+        assert isinstance(settled[0], NoResult)  # nothing recorded: nothing to settle
+        assert all(s.settlement is not None for s in settled[1:])  # type: ignore[union-attr]
+        assert [k for k in keys if cat.get(k).settlement] == keys[1:]  # type: ignore[union-attr]
+        with pytest.raises(NotClaimable):
+            cat.claim_key(keys[1], "w", 60_000)
+        with pytest.raises(UnknownActivity):
+            cat.claim_key(ghost, "w", 60_000)
+
+
+def test_leases_run_out_on_the_server_clock_and_the_old_fence_loses(pg_url: str) -> None:
+    with _server_clocked(pg_url) as cat:
+        k = key("lease")
+        before = cat.now()
+        cat.admit(admission(k))
+        first = cat.claim("old", 1, kinds=[k.kind])
+        after = cat.now()
+        assert first is not None and first.attempt.fence == 1
+        rec = first.record
+        assert before.wall_ms <= rec.admitted_at_ms <= after.wall_ms  # the server's reading
+        assert rec.attempt is not None
+        assert before.boot_ms + 1 <= rec.attempt.lease_expires_ms <= after.boot_ms + 1
+        time.sleep(0.05)  # > the 1 ms lease on any resolution of the server's lease clock
+        with pytest.raises(LeaseExpired):
+            cat.bind_provider_operation(k, first.fence, operation_id_for(k))
+        second = cat.claim("new", 60_000, kinds=[k.kind])
+        assert second is not None and second.key == k and second.attempt.fence == 2
+        out = cat.bind_many([(k, first.fence), (k, second.fence)])
+        assert isinstance(out[0], StaleFence)
+        assert out[1].operation_id == operation_id_for(k)  # type: ignore[union-attr]
+
+
+def test_items_of_one_key_in_a_batch_run_in_order(pg_url: str) -> None:
+    with _server_clocked(pg_url) as cat:
+        k = key("twice")
+        out = cat.admit_many([admission(k), admission(k)])
+        assert [r.version for r in out] == [1, 1]  # type: ignore[union-attr]
+        c = cat.claim("w", 60_000)
+        assert c is not None
+        bound = cat.bind_many([(k, c.fence), (k, c.fence)])  # the second: the no-op rebind
+        assert [b.operation_id for b in bound] == [operation_id_for(k)] * 2  # type: ignore[union-attr]
+        assert cat.get(k).version == bound[0].version  # type: ignore[union-attr]
+
+
+def test_claimants_on_separate_connections_each_take_an_activity_once(pg_url: str) -> None:
+    keys = [key(f"p{i:03d}") for i in range(60)]
+    with _server_clocked(pg_url) as cat:
+        cat.admit_many([admission(k) for k in keys])
+    claimed: list[ActivityKey] = []
+    errors: list[BaseException] = []
+
+    def work(name: str) -> None:
+        try:
+            with _server_clocked(pg_url) as mine:
+                while claims := mine.claim_many(name, 60_000, 4):
+                    out = mine.bind_many([(c.key, c.fence) for c in claims])
+                    assert all(not isinstance(b, Exception) for b in out), out
+                    claimed.extend(c.key for c in claims)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(f"host-{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    assert sorted(claimed, key=lambda k: k.activity_id) == keys
+
+
+def test_a_write_guarded_by_a_stale_version_fails_and_writes_nothing(pg_url: str) -> None:
+    """The batch UPDATE guards each row by the version its transition read: one row whose
+    stored version is another fails the statement, and the COMMIT behind it does not run."""
+    store = PostgresCatalogStore(pg_url)
+    try:
+        with Catalog(store, clock=lambda: 1_000) as cat:
+            a, b = key("a"), key("b")
+            cat.admit_many([admission(a), admission(b)])
+            old_a = store.get((a.world_id, a.kind, a.activity_id))
+            old_b = store.get((b.world_id, b.kind, b.activity_id))
+            assert old_a is not None and old_b is not None
+            v = COLUMNS.index("version")
+            owner = COLUMNS.index("attempt_owner")
+
+            def changed(row: tuple[object, ...]) -> tuple[object, ...]:
+                new = list(row)
+                new[owner], new[v] = "intruder", int(row[v]) + 1  # type: ignore[call-overload]
+                return tuple(new)
+
+            stale_b = (*old_b[:v], int(old_b[v]) - 1, *old_b[v + 1 :])
+            writes = store._writes([], [(old_a, changed(old_a)), (stale_b, changed(old_b))], 0)
+            with pytest.raises(CatalogStorageError) as info:
+                store._session.exchange("guard test", [], lambda _rows: (writes, None), lock=False)
+            assert isinstance(info.value.__cause__, psycopg.errors.NotNullViolation)
+            assert store.get((a.world_id, a.kind, a.activity_id)) == old_a  # nothing written
+            assert store.get((b.world_id, b.kind, b.activity_id)) == old_b
+    finally:
+        store.close()
+
+
+def test_the_batch_column_types_are_the_tables(pg_url: str) -> None:
+    """Batches cast each JSON position to its column's type: the map is the table's."""
+    PostgresCatalogStore(pg_url).close()
+    with psycopg.connect(pg_url) as conn:
+        types = dict(
+            conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = 'activities'"
+            ).fetchall()
+        )
+    assert {c: t for c, t in zip(COLUMNS, _TYPES, strict=True)} == types
+
+
+@pytest.fixture
+def cutter(pg_url: str) -> Iterator[CommitCutter]:
+    proxy = CommitCutter(pg_url)
+    yield proxy
+    proxy.close()
+
+
+def test_a_lost_reply_of_a_claim_on_the_server_clock_is_unknown_and_reread(
+    cutter: CommitCutter,
+) -> None:
+    with _server_clocked(cutter.url) as cat:
+        k = key()
+        cat.admit(admission(k))
+        assert cat.claim("nobody", 60_000, kinds=["other.kind"]) is None  # aligns the clock
+        cutter.arm("drop_reply")
+        with pytest.raises(CommitUnknown) as info:
+            cat.claim("w", 60_000)
+        assert cutter.cuts == 1 and info.value.key == (k.world_id, k.kind, k.activity_id)
+        landed = cat.committed(info.value)
+        assert landed is not None and landed.attempt is not None and landed.fence == 1
+        cutter.arm("drop_commit")
+        with pytest.raises(CommitUnknown) as info:
+            cat.bind_provider_operation(k, landed.fence, operation_id_for(k))
+        assert cat.committed(info.value) is None
+        assert cat.get(k).operation_id is None  # type: ignore[union-attr]
+        assert cat.bind_provider_operation(k, landed.fence, operation_id_for(k)).operation_id
+
+
+def test_a_batch_probes_the_primary_key_whatever_the_table_holds(pg_url: str) -> None:
+    """The batch read and the batch UPDATE, planned on the store's own session, find their
+    rows through the primary key, never by scanning the table (which would grow each
+    statement's cost with the table)."""
+    from tether.storage._postgres import _READ_MANY, _json
+
+    store = PostgresCatalogStore(pg_url)
+    try:
+        with Catalog(store, clock=lambda: 1_000) as cat:
+            keys = [key(f"k{i:04d}") for i in range(2_000)]
+            for i in range(0, len(keys), 500):
+                cat.admit_many([admission(k) for k in keys[i : i + 500]])
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("ANALYZE activities")  # the planner knows the table's 2,000 rows
+        rows = [store.get((k.world_id, k.kind, k.activity_id)) for k in keys[:10]]
+        assert all(r is not None for r in rows)
+        v, owner = COLUMNS.index("version"), COLUMNS.index("attempt_owner")
+        update = store._update_sql((owner,))
+        batch = _json([(*r[:3], r[v], r[v] + 1, "x") for r in rows])  # type: ignore[index]
+        for sql, param in ((_READ_MANY, _json([r[:3] for r in rows])), (update, batch)):  # type: ignore[index]
+            plan = "\n".join(
+                str(r[0]) for r in store._session.read("plan", "EXPLAIN " + sql, (param,))
+            )
+            assert "activities_pkey" in plan and "Seq Scan" not in plan, plan
+    finally:
+        store.close()
+
+
+def test_a_writer_stopped_inside_its_transaction_blocks_no_other_claimant(pg_url: str) -> None:
+    """A write reads its row without locking it and sends its guarded write and COMMIT as one
+    message, so a worker stopped while its core decides (a SIGSTOP between the two round
+    trips) holds no lock: past the lease, another claimant (`SKIP LOCKED`) takes the row at
+    once. Resumed, the stale write fails its version guard, is decided again on the row now
+    stored, and the core refuses it; the new attempt is untouched."""
+    with _server_clocked(pg_url) as stopped, _server_clocked(pg_url) as other:
+        k = key("paused")
+        stopped.admit(admission(k))
+        first = stopped.claim("w1", 300)
+        assert first is not None
+        store = stopped.store
+        assert isinstance(store, PostgresCatalogStore)
+        real = store.apply_at
+        inside, resume = threading.Event(), threading.Event()
+
+        def apply_at(key: tuple[str, str, str], step: Any) -> tuple[object, ...]:
+            def paused(row: Any, now: Any) -> tuple[object, ...]:
+                if not inside.is_set():  # the first decision only, not the retry's
+                    inside.set()
+                    assert resume.wait(30)
+                return step(row, now)  # type: ignore[no-any-return]
+
+            return real(key, paused)
+
+        store.apply_at = apply_at  # type: ignore[method-assign]
+        outcome: list[BaseException | None] = []
+
+        def renew() -> None:
+            try:
+                stopped.renew(k, first.fence, 300)
+                outcome.append(None)
+            except BaseException as e:
+                outcome.append(e)
+
+        t = threading.Thread(target=renew)
+        t.start()
+        assert inside.wait(30)
+        time.sleep(0.5)  # the lease (300 ms) runs out while the renewal is stopped
+        t0 = time.monotonic()
+        second = other.claim("w2", 60_000)
+        assert second is not None and second.fence == first.fence + 1
+        assert time.monotonic() - t0 < 2.0  # never waited on the stopped writer
+        resume.set()
+        t.join(30)
+        assert len(outcome) == 1 and isinstance(outcome[0], StaleFence | LeaseExpired), outcome
+        rec = other.get(k)
+        assert rec.fence == second.fence and rec.attempt is not None  # type: ignore[union-attr]
+        assert rec.attempt.owner == "w2"  # type: ignore[union-attr]
