@@ -392,12 +392,12 @@ class SqliteCatalogStore:
             last = {key: new for key, _, new in done}
             changed = [(first[k], n) for k, n in last.items() if self._committed(k, first[k], n)]
             self.commits += bool(changed)
-        rung: set[int] = set()  # one ring per distinct set of topics, not one per row
+        rung: dict[int, list[tuple[str, str, str]]] = {}  # one ring per set of topics
         for old, new in changed:
-            topics = changed_topics(old, new)
-            if topics not in rung:
-                rung.add(topics)
-                self._ring(old, new)
+            rung.setdefault(changed_topics(old, new), []).append((new[0], new[1], new[2]))
+        for topics, keys in rung.items():
+            if topics:
+                self._doorbell.ring(topics, keys)
         return out
 
     def claim_many(
@@ -422,7 +422,7 @@ class SqliteCatalogStore:
         # After the commit and outside the lock: a waiter woken now finds the change.
         topics = changed_topics(old, new)
         if topics:
-            self._doorbell.ring(topics)
+            self._doorbell.ring(topics, ((new[0], new[1], new[2]),))
 
     def doorbell(self) -> Doorbell:
         """This process's doorbell of the file (datagram sockets beside it)."""
