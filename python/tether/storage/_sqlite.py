@@ -392,12 +392,11 @@ class SqliteCatalogStore:
             last = {key: new for key, _, new in done}
             changed = [(first[k], n) for k, n in last.items() if self._committed(k, first[k], n)]
             self.commits += bool(changed)
-        rung: dict[int, list[tuple[str, str, str]]] = {}  # one ring per set of topics
+        rung: dict[int, list[tuple[Row | None, Row]]] = {}  # one ring per set of topics
         for old, new in changed:
-            rung.setdefault(changed_topics(old, new), []).append((new[0], new[1], new[2]))
-        for topics, keys in rung.items():
-            if topics:
-                self._doorbell.ring(topics, keys)
+            rung.setdefault(changed_topics(old, new), []).append((old, new))
+        for (old, new), *others in rung.values():
+            self._ring(old, new, *(row for _, row in others))
         return out
 
     def claim_many(
@@ -418,11 +417,13 @@ class SqliteCatalogStore:
             out.append(row)
         return out
 
-    def _ring(self, old: Row | None, new: Row) -> None:
-        # After the commit and outside the lock: a waiter woken now finds the change.
+    def _ring(self, old: Row | None, new: Row, *alike: Row) -> None:
+        # After the commit and outside the lock: a waiter woken now finds the change. `alike`:
+        # other rows of the transaction whose change rings the same topics (one ring names
+        # every key).
         topics = changed_topics(old, new)
         if topics:
-            self._doorbell.ring(topics, ((new[0], new[1], new[2]),))
+            self._doorbell.ring(topics, [(r[0], r[1], r[2]) for r in (new, *alike)])
 
     def doorbell(self) -> Doorbell:
         """This process's doorbell of the file (datagram sockets beside it)."""
