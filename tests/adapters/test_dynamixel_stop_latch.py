@@ -161,3 +161,22 @@ def test_an_unreadable_latch_record_holds_the_robot(config: HostConfig) -> None:
     latch.latch("arm")
     latch._path("arm").write_bytes(b"{torn")
     assert latch.latched("arm")
+
+
+def test_a_move_on_a_latched_robot_sends_nothing_and_leaves_the_bus_to_the_stop(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    """A move on a latched robot is refused before its plan's read-back: its attempt puts no
+    frame on the bus (no stop-policy frames either: nothing was commanded), and it parks for
+    an operator; only its reconcile reads the robot back (its evidence), once."""
+    stop_everything(config)
+    assert StopLatch(config.state_dir).latched("arm")
+    one_read_back = sync_reads_of_one_read_back(emulator, config)
+    before = len(emulator.journal)
+    outcome = move(config, "m-latched")
+    assert outcome["status"] == "awaiting_decision"
+    assert outcome["reason"] == "stopped_by_operator"
+    frames = list(emulator.journal)[before:]
+    assert not [e.instruction for e in frames if e.instruction in EFFECTFUL]
+    reads = sum(1 for e in frames if e.instruction == "sync_read" and e.id == 1)
+    assert reads == one_read_back  # the reconcile's; the attempt read nothing

@@ -270,3 +270,51 @@ def test_a_long_directory_path_still_binds_and_rings(tmp_path: Path) -> None:
     finally:
         proc.kill()
     assert out.strip() == "rang"
+
+
+def test_a_result_ring_of_this_process_names_its_records(tmp_path: Path) -> None:
+    """`results_since` answers the keys this process's catalog commits gave a result, in
+    order (single and batched writes); a RESULT ring naming no key (as one from another
+    process is) makes it answer None: the reader cannot tell and re-reads everything."""
+    clock = ManualClock()
+    with Catalog.open(f"sqlite://{tmp_path}/c.db", clock=clock) as cat:
+        bell = cat.doorbell
+        mark, keys = bell.results_since(0)
+        a, b, c = key("a"), key("b"), key("c")
+        for k in (a, b, c):
+            cat.admit(admission(k))
+        assert bell.results_since(mark) == (mark, [])  # admissions give no result
+        claims = {}
+        for _ in range(3):
+            claim = cat.claim("w", 10_000)
+            assert claim is not None
+            claims[claim.record.key] = claim
+            cat.bind_provider_operation(
+                claim.record.key, claim.fence, operation_id_for(claim.record.key)
+            )
+        cat.record_result(a, claims[a].fence, result())
+        mark2, keys = bell.results_since(mark)
+        assert keys == [(a.world_id, a.kind, a.activity_id)]
+        done = cat.record_results([(k, claims[k].fence, result()) for k in (b, c)])
+        assert not any(isinstance(d, Exception) for d in done)
+        mark3, keys = bell.results_since(mark2)
+        assert sorted(keys or []) == sorted((k.world_id, k.kind, k.activity_id) for k in (b, c))
+        assert bell.results_since(mark3) == (mark3, [])
+        bell.ring(RESULT)  # what a ring from another process raises here: no keys
+        mark4, keys = bell.results_since(mark3)
+        assert keys is None and mark4 > mark3
+        assert bell.results_since(mark4) == (mark4, [])
+
+
+def test_a_reader_further_behind_than_the_kept_keys_is_told_to_re_read(tmp_path: Path) -> None:
+    from tether.storage._doorbell import RESULT_KEYS_KEPT
+
+    bell = Doorbell.for_catalog(tmp_path / "c.db")
+    mark, _ = bell.results_since(0)
+    for i in range(RESULT_KEYS_KEPT):
+        bell.ring(RESULT, [("w", "k", f"a{i}")])
+    now, keys = bell.results_since(mark)
+    assert keys is not None and len(keys) == RESULT_KEYS_KEPT
+    bell.ring(RESULT, [("w", "k", "one-more")])
+    assert bell.results_since(mark) == (now + 1, None)  # the oldest key was dropped
+    assert bell.results_since(now) == (now + 1, [("w", "k", "one-more")])

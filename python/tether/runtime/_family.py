@@ -33,7 +33,7 @@ import sqlite3
 import subprocess
 import threading
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
@@ -88,6 +88,63 @@ def unobserved_intents(
         if kind in kinds:
             requests.append(ActivityRequest(str(kind), entity, value))
     return requests
+
+
+def unobserved_intent(
+    view: EntityView, intent: str, observation: str, kinds: Sequence[str]
+) -> list[ActivityRequest]:
+    """`unobserved_intents` for one entity (for an `EntityProjection`): its request if it holds
+    an `intent` naming one of `kinds` and no `observation` yet, else none."""
+    if view.get(observation) is not None:
+        return []
+    value = view.get(intent)
+    if not isinstance(value, dict):
+        return []
+    kind = value.get("kind")
+    return [ActivityRequest(str(kind), view.entity, value)] if kind in kinds else []
+
+
+class EntityView:
+    """One entity's components as of one committed snapshot: all an entity projection sees.
+
+    Values are decoded afresh on every read (as `WorldSnapshot.get`), so a caller mutating
+    what it got back changes nothing.
+    """
+
+    __slots__ = ("_encoded", "entity")
+
+    def __init__(self, entity: str, encoded: Mapping[tuple[str, str], str]) -> None:
+        self.entity = entity
+        self._encoded = encoded
+
+    def get(self, component: str) -> JSONValue | None:
+        """The entity's `component` value, or None when it does not hold it."""
+        text = self._encoded.get((self.entity, component))
+        return None if text is None else json.loads(text)
+
+
+EntityProjectionFn = Callable[[EntityView], Sequence["ActivityRequest"]]
+
+
+@dataclass(frozen=True, slots=True)
+class EntityProjection:
+    """A projection made of one pure function per entity, so the required projector can run
+    it on what a tick changed instead of on the whole world.
+
+    `fn` sees one entity's components (`EntityView`) and returns that entity's requests; the
+    projection of a snapshot is, for every entity in sorted order, `fn` of it (calling the
+    object on a snapshot computes exactly that, so it is a `Projection` too). Since a request
+    then depends on its own entity's components alone, an entity no tick wrote asks for what
+    it asked for at the parent tick, and the projector runs `fn` only on the entities the new
+    tick wrote (`WorldSnapshot.changes`), with the same admissions as the whole projection
+    (`Projector`).
+    """
+
+    fn: EntityProjectionFn
+
+    def __call__(self, snapshot: WorldSnapshot) -> list[ActivityRequest]:
+        encoded = snapshot.encoded()
+        return [r for e in snapshot.entities() for r in self.fn(EntityView(e, encoded))]
 
 
 #: Media type of the durable refusal document of a request refused at admission.
@@ -305,7 +362,7 @@ class Observation:
     evidence: ComponentWrite
 
 
-Projection = Callable[[WorldSnapshot], Sequence[ActivityRequest]]
+Projection = Callable[[WorldSnapshot], Sequence[ActivityRequest]] | EntityProjection
 AdmissionCheck = Callable[[ActivityRequest], "Refusal | None"]
 Stager = Callable[[StagedResult], Sequence[ComponentWrite]]
 Processor = Callable[[WorldSnapshot, Sequence[Observation]], Sequence[ComponentWrite]]
@@ -428,7 +485,8 @@ class Family:
             raise FamilyError(f"family {self.name!r} needs a tuple of kinds")
         for kind in self.kinds:
             check_name("activity kind", kind)
-        why = _pure_function(self.project)
+        project = self.project.fn if isinstance(self.project, EntityProjection) else self.project
+        why = _pure_function(project)
         if why is not None:
             raise FamilyError(f"projection of family {self.name!r} must be pure: {why}")
         if self.admission_check is not None:
@@ -449,17 +507,45 @@ class Family:
             _guard.projecting = False
         seen: set[tuple[str, str]] = set()
         for req in requests:
-            if not isinstance(req, ActivityRequest):
-                raise FamilyError(f"family {self.name!r} projected {req!r}, not ActivityRequest")
-            if req.kind not in self.kinds:
-                raise FamilyError(f"family {self.name!r} projected foreign kind {req.kind!r}")
-            if not isinstance(req.activity_id, str) or not req.activity_id:
-                raise FamilyError(f"family {self.name!r} projected an empty activity id")
+            self._check_request(req)
             if (req.kind, req.activity_id) in seen:
                 raise FamilyError(f"family {self.name!r} projected {req.activity_id!r} twice")
             seen.add((req.kind, req.activity_id))
-            canonical_json(req.input)
         return requests
+
+    def run_entity_projection(
+        self, snapshot: WorldSnapshot, entities: Sequence[str]
+    ) -> dict[str, list[ActivityRequest]]:
+        """Run an `EntityProjection` on `entities` of `snapshot` only, with provider entry
+        points disabled: each entity's validated requests (the caller checks that no two
+        entities ask for one key)."""
+        if not isinstance(self.project, EntityProjection):
+            raise FamilyError(f"the projection of family {self.name!r} is not per entity")
+        fn, encoded = self.project.fn, snapshot.encoded()
+        out: dict[str, list[ActivityRequest]] = {}
+        _guard.projecting = True
+        try:
+            for entity in entities:
+                out[entity] = list(fn(EntityView(entity, encoded)))
+        finally:
+            _guard.projecting = False
+        for requests in out.values():
+            seen: set[tuple[str, str]] = set()
+            for req in requests:
+                self._check_request(req)
+                if (req.kind, req.activity_id) in seen:
+                    raise FamilyError(f"family {self.name!r} projected {req.activity_id!r} twice")
+                seen.add((req.kind, req.activity_id))
+        return out
+
+    def _check_request(self, req: object) -> None:
+        if not isinstance(req, ActivityRequest):
+            raise FamilyError(f"family {self.name!r} projected {req!r}, not ActivityRequest")
+        if req.kind not in self.kinds:
+            raise FamilyError(f"family {self.name!r} projected foreign kind {req.kind!r}")
+        if not isinstance(req.activity_id, str) or not req.activity_id:
+            raise FamilyError(f"family {self.name!r} projected an empty activity id")
+        canonical_json(req.input)
 
     def run_admission_check(self, request: ActivityRequest) -> Refusal | None:
         """Run the admission check on one projected request, with provider entry points

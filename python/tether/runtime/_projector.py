@@ -19,6 +19,15 @@ Rules (seed section 2):
   request, the projector does not ask it again for the same key, input and host in the same
   run (the core's answer to that replay is fixed: the stored record, unchanged); a restart, a
   new run or anything different asks the catalog again.
+- A family whose projection is an `EntityProjection` (one pure function per entity) is
+  projected incrementally: after this projector projected tick T of a run (every request
+  admitted), tick T+1 of that run is projected on the entities T+1 wrote only (its
+  `changes`); every other entity holds what it held at T, so it asks for what it asked for
+  at T, which the catalog admitted then (the core's answer to that replay is fixed: the stored
+  record, unchanged). The admissions are those of the whole projection. Any other receipt
+  (the first one, a restart, a replay of one receipt, a new run, a gap, or after a failed
+  projection) runs the whole projection. Two entities asking for one key still fail
+  (`FamilyError`), as in the whole projection.
 - Whether a request is the admitted Activity is the catalog core's rule, decided inside
   `admit`: the identical admission (a replay) and the same input from a later tick of the
   source run (a projection may ask for every unobserved intent in every tick) are no-ops that
@@ -30,18 +39,30 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from tether.activities import ActivityKey, Admission
 from tether.errors import AdmissionConflict
 from tether.runtime._artifacts import ArtifactStore
 from tether.runtime._crash import crash_point
-from tether.runtime._errors import ProjectionConflict
-from tether.runtime._family import REFUSAL_MEDIA_TYPE, ActivityRequest, Family
+from tether.runtime._errors import FamilyError, ProjectionConflict
+from tether.runtime._family import REFUSAL_MEDIA_TYPE, ActivityRequest, EntityProjection, Family
 from tether.runtime._ports import AdmissionCatalog, ReceiptReader
 from tether.world import CommittedTickReceipt, JSONValue, WorldSnapshot, canonical_json
 
 #: Admissions the projector remembers (then it forgets them all and asks the catalog again).
 ADMITTED_MEMO = 65_536
+
+
+@dataclass
+class _Projected:
+    """What one `EntityProjection` family asked for at one receipt (all of it admitted)."""
+
+    receipt: CommittedTickReceipt
+    #: Per entity asking for something, the keys (kind, activity id) of its requests.
+    by_entity: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    #: The entity asking for each key.
+    owners: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 class Projector:
@@ -67,7 +88,60 @@ class Projector:
         self.ledger = ledger
         # What the catalog admitted, per key, in this process: (source run, input, host).
         self._admitted: dict[ActivityKey, tuple[str, JSONValue, str]] = {}
+        # Per (world, family) of an `EntityProjection`: what it asked for at the last receipt
+        # projected here with every admission done.
+        self._projected: dict[tuple[str, str], _Projected] = {}
         self._mutex = threading.Lock()
+        #: Entities run through an entity projection, and whole projections run (for tests).
+        self.entities_projected = 0
+        self.whole_projections = 0
+
+    def _requests(
+        self, fam: Family, snapshot: WorldSnapshot, done: list[tuple[tuple[str, str], _Projected]]
+    ) -> list[ActivityRequest]:
+        """What `fam` asks for at `snapshot` that the projector must take to the catalog: all
+        of its projection, or (an `EntityProjection` right after the parent tick was
+        projected here) the requests of the entities this tick wrote. The family's new
+        state goes to `done`, kept once the whole tick's admissions succeeded."""
+        if not isinstance(fam.project, EntityProjection):
+            self.whole_projections += 1
+            return fam.run_projection(snapshot)
+        receipt = snapshot.receipt
+        slot = (receipt.world_id, fam.name)
+        with self._mutex:
+            base = self._projected.pop(slot, None)  # back only once this tick succeeded
+        parent = base.receipt if base is not None else None
+        if (
+            base is not None
+            and parent is not None
+            and parent.world_id == receipt.world_id
+            and parent.run_id == receipt.run_id
+            and parent.tick + 1 == receipt.tick
+        ):
+            entities = sorted({entity for entity, _ in snapshot.changes})
+            state = _Projected(receipt, base.by_entity, base.owners)
+        else:
+            self.whole_projections += 1
+            entities = snapshot.entities()
+            state = _Projected(receipt)
+        self.entities_projected += len(entities)
+        fresh = fam.run_entity_projection(snapshot, entities)
+        for entity in entities:  # first every changed entity's old keys go
+            for key in state.by_entity.pop(entity, ()):
+                del state.owners[key]
+        out: list[ActivityRequest] = []
+        for entity in entities:
+            requests = fresh[entity]
+            if not requests:
+                continue
+            keys = tuple((r.kind, r.activity_id) for r in requests)
+            for key in keys:
+                if state.owners.setdefault(key, entity) != entity:
+                    raise FamilyError(f"family {fam.name!r} projected {key[1]!r} twice")
+            state.by_entity[entity] = keys
+            out.extend(requests)
+        done.append((slot, state))
+        return out
 
     def project(self, snapshot: WorldSnapshot) -> None:
         """Admit every request the families' projections ask for at `snapshot`'s receipt.
@@ -78,8 +152,9 @@ class Projector:
         """
         receipt = snapshot.receipt
         batch: list[tuple[Admission, str, ActivityRequest]] = []  # this tick's admissions
+        projected: list[tuple[tuple[str, str], _Projected]] = []
         for fam in self.families:
-            for req in fam.run_projection(snapshot):
+            for req in self._requests(fam, snapshot, projected):
                 key = ActivityKey(
                     world_id=receipt.world_id, kind=req.kind, activity_id=req.activity_id
                 )
@@ -111,6 +186,7 @@ class Projector:
                     raise self._conflict(receipt, key, ref.digest, e) from e
                 crash_point("after_admission")
         if not batch:
+            self._keep(projected)
             return
         # Every other admission of the tick in one catalog transaction (one sync), each
         # decided by the core on its own, after the reader's check.
@@ -127,6 +203,14 @@ class Projector:
             for admission, _, req in batch:
                 self._admitted[admission.key] = (receipt.run_id, req.input, req.host)
         crash_point("after_admission")
+        self._keep(projected)
+
+    def _keep(self, done: list[tuple[tuple[str, str], _Projected]]) -> None:
+        """Keep what the entity projections asked for at a receipt whose admissions all
+        succeeded (the next tick is projected on its changes only)."""
+        with self._mutex:
+            for slot, state in done:
+                self._projected[slot] = state
 
     @staticmethod
     def _conflict(

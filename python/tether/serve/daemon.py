@@ -31,14 +31,16 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import sys
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +78,15 @@ PROGRESS_KEYS = 4096
 #: `serve.before_submit_tick` is inside a group commit, after its batch is collected and
 #: decided and before its tick is committed (nobody of the batch has an answer).
 CRASH_POINTS = ("serve.before_submit_tick", "serve.after_submit")
+#: Work that waits for running stops (`StopFirst.wait_clear`) waits at most this long.
+STOP_FIRST_MAX_WAIT_S = 1.0
 #: At most this many submits of one world are committed in one tick (`Daemon.submit`).
 SUBMIT_BATCH = 256
+#: The interpreter's thread switch interval while a daemon runs (`sys.setswitchinterval`; the
+#: default is 5 ms). A thread woken by a lock, its socket or the bus waits for the running
+#: thread to give up the interpreter, up to this long: a stop's RPC thread, and every
+#: hand-off between RPC threads, would wait 5 ms behind each busy thread.
+SWITCH_INTERVAL_S = 0.0005
 
 
 class ServeRefusal(CodedError):
@@ -150,6 +159,40 @@ def _key(request: dict[str, Any]) -> ActivityKey:
     return ActivityKey(*parts)
 
 
+class StopFirst:
+    """Stops go first: while a stop runs (`stopping`), work that would compete with it for the
+    interpreter and the disk (a group commit's tick, an RPC entering the gRPC work lane) waits
+    at its next entry (`wait_clear`, at most `STOP_FIRST_MAX_WAIT_S`), so a stop is never
+    queued behind a flood. Work already running goes on. Shareable across threads."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._stops = 0
+        #: How many entries waited for a stop (for tests).
+        self.waited = 0
+
+    @contextlib.contextmanager
+    def stopping(self) -> Iterator[None]:
+        with self._cond:
+            self._stops += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._stops -= 1
+                if not self._stops:
+                    self._cond.notify_all()
+
+    def wait_clear(self, timeout_s: float = STOP_FIRST_MAX_WAIT_S) -> None:
+        """Return once no stop runs (or after `timeout_s`)."""
+        if not self._stops:  # the common case: no lock taken
+            return
+        with self._cond:
+            if self._stops:
+                self.waited += 1
+                self._cond.wait_for(lambda: not self._stops, timeout_s)
+
+
 class Daemon:
     """One `tether serve` (see the module rules). `start()`, then `close()` (always)."""
 
@@ -189,6 +232,8 @@ class Daemon:
         self._pending: dict[str, list[_Submit]] = {}  # per world: submits not yet taken
         self._committing: set[str] = set()  # worlds whose batch a caller is committing
         self._changed = threading.Condition()
+        #: Stops go first (see `StopFirst`): `_on_stop` runs under it.
+        self.stop_first = StopFirst()
         self._seq = 0
         self._progress: OrderedDict[ActivityKey, tuple[int, dict[str, Any]]] = OrderedDict()
         self._closed = False
@@ -232,6 +277,7 @@ class Daemon:
         }
 
     def start(self) -> Daemon:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         if self.serve.grpc is not None:  # refused before anything is opened
             from tether.serve.grpc_server import listener_policy
 
@@ -471,7 +517,12 @@ class Daemon:
 
     def _on_stop(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         """Latch and safe-stop (no storage but the robot's own latch file): the named robots,
-        or every configured one; connected robots first."""
+        or every configured one; connected robots first. New ticks and work-lane RPCs wait
+        until it is done (`StopFirst`)."""
+        with self.stop_first.stopping():
+            return self._stop_robots(request)
+
+    def _stop_robots(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         assert self.devices is not None
         devices = self.devices
         named = request.get("robots") or ([request["robot"]] if request.get("robot") else None)
@@ -673,6 +724,7 @@ class Daemon:
         first request under an id wins: an equal one later is answered with it (not created),
         a different one is `admission_conflict`, as is one whose entity holds (or is given in
         the batch) one of its `exclusive` components."""
+        self.stop_first.wait_clear()  # a running stop goes first
         try:
             runtime.head(world)
         except WorldNotFound:

@@ -236,6 +236,28 @@ class _Auth:
         return known
 
 
+class _Lane:
+    """The work lane: at most `WORK_LANE` storage RPCs at a time, each entering only while no
+    stop runs (the daemon's `StopFirst`: a stop is never queued behind them)."""
+
+    def __init__(self, stop_first: Any) -> None:
+        self._slots = threading.BoundedSemaphore(WORK_LANE)
+        self._stop_first = stop_first
+
+    def acquire(self) -> None:
+        self._stop_first.wait_clear()
+        self._slots.acquire()
+
+    def release(self) -> None:
+        self._slots.release()
+
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class RobotControl(rpc.RobotControlServicer):
     """The servicer over one `Daemon` (see the module rules)."""
 
@@ -243,9 +265,14 @@ class RobotControl(rpc.RobotControlServicer):
         self.daemon = daemon
         self.auth = auth
         self.closing = closing
-        #: Bumped (under the daemon's `_changed`) when the catalog's doorbell rings a result.
+        #: Bumped (under the daemon's `_changed`) when the catalog's doorbell rings a result
+        #: it cannot name the record of (every watch re-reads its record).
         self.rings = 0
-        self.work = threading.BoundedSemaphore(WORK_LANE)
+        #: Per watched key, how many results it was given (under `_changed`; rung by the
+        #: doorbell's `results_since`: a result of another record wakes no watch).
+        self.key_rings: dict[ActivityKey, int] = {}
+        self._watching: dict[ActivityKey, int] = {}
+        self.work = _Lane(daemon.stop_first)
         self._references: OrderedDict[str, bytes] = OrderedDict()
         self._references_lock = threading.Lock()
 
@@ -255,15 +282,34 @@ class RobotControl(rpc.RobotControlServicer):
         from tether.runtime._wakeup import Wakeup
         from tether.storage import RESULT
 
-        wakeup = Wakeup(
-            self.closing, 1.0, doorbell=self.daemon._runtime().catalog.doorbell, topic=RESULT
-        )
+        doorbell = self.daemon._runtime().catalog.doorbell
+        wakeup = Wakeup(self.closing, 1.0, doorbell=doorbell, topic=RESULT)
+        seen, _ = doorbell.results_since(0)
         while not self.closing.is_set():
             mark = wakeup.mark()
             wakeup.wait(mark, delay_s=1.0)
+            seen, keys = doorbell.results_since(seen)
             with self.daemon._changed:
-                self.rings += 1
+                if keys is None:
+                    self.rings += 1
+                else:
+                    named = [ActivityKey(*k) for k in keys]
+                    named = [k for k in named if k in self._watching]
+                    if not named:
+                        continue
+                    for key in named:
+                        self.key_rings[key] = self.key_rings.get(key, 0) + 1
                 self.daemon._changed.notify_all()
+
+    def _watch(self, key: ActivityKey, on: bool) -> None:
+        """Count a watch of `key` in or out (its key's results ring it, see `ring_loop`)."""
+        with self.daemon._changed:
+            left = self._watching.get(key, 0) + (1 if on else -1)
+            if left > 0:
+                self._watching[key] = left
+            else:
+                self._watching.pop(key, None)
+                self.key_rings.pop(key, None)
 
     # --- lookups and views ---
 
@@ -700,17 +746,27 @@ class RobotControl(rpc.RobotControlServicer):
         with self.work:
             key, intent = self._get(context, principal, request.operation_id)
         floor = request.from_revision
+        self._watch(key, True)
+        try:
+            yield from self._watch_loop(context, key, intent, floor)
+        finally:
+            self._watch(key, False)
+
+    def _watch_loop(
+        self, context: grpc.ServicerContext, key: ActivityKey, intent: Any, floor: int
+    ) -> Iterator[pb.Operation]:
         last = b""
         sent = False
         changed = self.daemon._changed
         runtime = self.daemon._runtime()
         #: (record version, progress seq) of the last view built: a view is a function of
-        #: the two, so a wake-up that changed neither (another operation's result rang the
-        #: doorbell) costs one record read, not a view.
+        #: the two, so a wake-up that changed neither (an unkeyed ring, the poll) costs one
+        #: record read, not a view.
         stamp: tuple[int | None, int] | None = None
         while context.is_active() and not self.closing.is_set():
             with changed:
                 rings = self.rings
+                mine = self.key_rings.get(key, 0)
             seq = self.daemon._latest(key)[0]
             with self.work:
                 record = runtime.get(key)
@@ -736,6 +792,7 @@ class RobotControl(rpc.RobotControlServicer):
             with changed:
                 while (
                     self.rings == rings
+                    and self.key_rings.get(key, 0) == mine
                     and self.daemon._progress.get(key, (0, None))[0] == seq
                     and not self.closing.is_set()
                 ):

@@ -23,6 +23,13 @@ after its `listen` returns reaches it):
 A ring is best effort: a process that commits and dies before ringing, or a directory that
 cannot be created, leaves the waiters to their fallback poll (>= 1 s, see
 `tether.runtime.Wakeup`). Nothing here decides a rule or touches the database.
+
+Which records got a result: a ring of this process names the keys whose rows became pending
+observation (`ring(topics, keys)`); `results_since` answers them in order, so a reader that
+waits for one record's result (a gRPC watch) re-reads only when its own key is named. It
+answers None (every reader re-reads) when it cannot tell: a `RESULT` ring without keys (from
+another process, or any PostgreSQL notification), or more keyed rings since the reader's mark
+than are kept (`RESULT_KEYS_KEPT`).
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ import threading
 import time
 import uuid
 import weakref
+from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar, Final, Protocol
 
@@ -57,6 +66,8 @@ _SUFFIX: Final = ".sock"
 #: How long a ring reuses its listing of the directory (s). A new listener waits this long
 #: after binding (`listen`), so every ring after it returns reaches it.
 LISTING_TTL_S: Final = 0.02
+#: Keys of this process's `RESULT` rings kept for `results_since` (then a reader re-reads).
+RESULT_KEYS_KEPT: Final = 4096
 # AF_UNIX paths hold at most 107 bytes; a longer one is reached through a directory fd.
 _MAX_PATH: Final = 100
 
@@ -121,7 +132,9 @@ class WakeBell(Protocol):
 
     def poke(self) -> None: ...
 
-    def ring(self, topics: int) -> None: ...
+    def ring(self, topics: int, keys: Iterable[tuple[str, str, str]] = ()) -> None: ...
+
+    def results_since(self, mark: int) -> tuple[int, list[tuple[str, str, str]] | None]: ...
 
     def listen(self) -> None: ...
 
@@ -140,6 +153,24 @@ class TopicWaits:
         self._conds = {t: threading.Condition(self._lock) for t in TOPICS}
         self._counts = dict.fromkeys(TOPICS, 0)
         self._waiting = dict.fromkeys(TOPICS, 0)
+        # Keys named by this process's RESULT rings, numbered; and the number of the last
+        # RESULT ring that named none (after it, nobody can tell which keys it was for).
+        self._result_keys: deque[tuple[int, tuple[str, str, str]]] = deque(maxlen=RESULT_KEYS_KEPT)
+        self._result_seq = 0
+        self._unkeyed_seq = 0
+
+    def results_since(self, mark: int) -> tuple[int, list[tuple[str, str, str]] | None]:
+        """(the feed's mark now, the keys given a result since `mark` in ring order), or None
+        in place of the keys when it cannot tell (see the module docstring). Start with mark
+        0 (the first answer may be None)."""
+        with self._lock:
+            now = self._result_seq
+            if now == mark:
+                return now, []
+            oldest = self._result_keys[0][0] if self._result_keys else now + 1
+            if self._unkeyed_seq > mark or oldest > mark + 1:
+                return now, None
+            return now, [key for seq, key in self._result_keys if seq > mark]
 
     def mark(self, topic: int) -> int:
         """The topic's counter now: read it before scanning, then `wait` with it."""
@@ -173,8 +204,17 @@ class TopicWaits:
             for cond in self._conds.values():
                 cond.notify_all()
 
-    def _raise(self, topics: int) -> None:
+    def _raise(self, topics: int, keys: Iterable[tuple[str, str, str]] = ()) -> None:
         with self._lock:
+            if topics & RESULT:
+                named = False
+                for key in keys:
+                    named = True
+                    self._result_seq += 1
+                    self._result_keys.append((self._result_seq, key))
+                if not named:
+                    self._result_seq += 1
+                    self._unkeyed_seq = self._result_seq
             for t in TOPICS:
                 if topics & t:
                     self._counts[t] += 1
@@ -227,8 +267,9 @@ class Doorbell(TopicWaits):
 
     # -- ringing ------------------------------------------------------------------------
 
-    def ring(self, topics: int) -> None:
-        """Wake every other listening process, then this process's waiters of ``topics``."""
+    def ring(self, topics: int, keys: Iterable[tuple[str, str, str]] = ()) -> None:
+        """Wake every other listening process, then this process's waiters of ``topics``
+        (`keys`: the records a `RESULT` ring is for, see `results_since`)."""
         topics &= _ALL
         if not topics:
             return
@@ -237,7 +278,7 @@ class Doorbell(TopicWaits):
         # woken before that could run ahead of the ringing thread's next statement (a crash
         # point right after the commit, in the crash matrix, must come first).
         self._send(bytes((topics,)))
-        self._raise(topics)
+        self._raise(topics, keys)
 
     def _send(self, payload: bytes) -> None:
         now = time.monotonic()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Iterable
 from typing import Any, ClassVar, Final
 
 import psycopg
@@ -78,7 +79,7 @@ class PostgresDoorbell(TopicWaits):
                 cls._registry[conninfo] = bell
             return bell
 
-    def ring(self, topics: int) -> None:
+    def ring(self, topics: int, keys: Iterable[tuple[str, str, str]] = ()) -> None:
         """Wake this process's waiters of ``topics`` now, and every listener by NOTIFY (the
         store already notifies in its transactions; this is for rings after a commit)."""
         topics &= _ALL

@@ -6,7 +6,8 @@ the version on every change, so a store that already holds the row's last versio
 wrote it last) skips the read: the version guard proves the row is unchanged, and when it
 does not match, the same transaction reads the stored row and decides again
 (`_apply_known`). Anything that rewrites a row outside the core must raise its version too.
-The store is shared safely by threads (it serialises them on one connection); separate
+The store is shared safely by threads (it serialises writes on one connection; `get` reads on
+a second one, so a read never waits for a write's sync); separate
 processes coordinate through SQLite's write lock, taken up front by BEGIN IMMEDIATE so no two
 transitions interleave.
 
@@ -208,6 +209,10 @@ class SqliteCatalogStore:
             conn.close()
             raise
         self._conn: sqlite3.Connection | None = conn
+        # `get` reads on a connection of its own (WAL: it sees every committed transaction),
+        # so a read never waits for a write's sync; opened on first use.
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -392,12 +397,11 @@ class SqliteCatalogStore:
             last = {key: new for key, _, new in done}
             changed = [(first[k], n) for k, n in last.items() if self._committed(k, first[k], n)]
             self.commits += bool(changed)
-        rung: set[int] = set()  # one ring per distinct set of topics, not one per row
+        rung: dict[int, list[tuple[Row | None, Row]]] = {}  # one ring per set of topics
         for old, new in changed:
-            topics = changed_topics(old, new)
-            if topics not in rung:
-                rung.add(topics)
-                self._ring(old, new)
+            rung.setdefault(changed_topics(old, new), []).append((old, new))
+        for (old, new), *others in rung.values():
+            self._ring(old, new, *(row for _, row in others))
         return out
 
     def claim_many(
@@ -418,11 +422,13 @@ class SqliteCatalogStore:
             out.append(row)
         return out
 
-    def _ring(self, old: Row | None, new: Row) -> None:
-        # After the commit and outside the lock: a waiter woken now finds the change.
+    def _ring(self, old: Row | None, new: Row, *alike: Row) -> None:
+        # After the commit and outside the lock: a waiter woken now finds the change. `alike`:
+        # other rows of the transaction whose change rings the same topics (one ring names
+        # every key).
         topics = changed_topics(old, new)
         if topics:
-            self._doorbell.ring(topics)
+            self._doorbell.ring(topics, [(r[0], r[1], r[2]) for r in (new, *alike)])
 
     def doorbell(self) -> Doorbell:
         """This process's doorbell of the file (datagram sockets beside it)."""
@@ -534,14 +540,28 @@ class SqliteCatalogStore:
         return rows[:limit]
 
     def get(self, key: KeyTuple) -> Row | None:
-        with self._lock:
+        """The stored row of `key`, read on the reader connection: the last committed row
+        (never one of an open transaction), without waiting for a write in progress. It is
+        not remembered for `_apply_known` (a write may commit while it is read)."""
+        with self._read_lock:
             try:
-                row: Row | None = self._db().execute(_BY_KEY, key).fetchone()
+                return self._read().execute(_BY_KEY, key).fetchone()  # type: ignore[no-any-return]
             except sqlite3.Error as e:
                 raise CatalogStorageError(f"catalog read failed: {e}") from e
-            if row is not None:
-                self._remember(key, row)
-            return row
+
+    def _read(self) -> sqlite3.Connection:
+        self._db()  # a closed store reads nothing
+        if self._reader is None:
+            reader = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=BUSY_TIMEOUT_S,
+                cached_statements=64,
+            )
+            reader.execute("PRAGMA query_only=ON")
+            self._reader = reader
+        return self._reader
 
     def page(
         self,
@@ -670,7 +690,10 @@ class SqliteCatalogStore:
                 raise CatalogStorageError(f"catalog read failed: {e}") from e
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None

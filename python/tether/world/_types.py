@@ -146,6 +146,10 @@ class WorldSnapshot:
             if comp == component:
                 yield entity, json.loads(self._encoded[(entity, comp)])
 
+    def entities(self) -> list[str]:
+        """Every entity holding at least one component, sorted."""
+        return sorted({entity for entity, _ in self._encoded})
+
     def changed(self, component: str) -> Iterator[tuple[str, JSONValue | None]]:
         """(entity, value-or-None) for each `component` this exact tick wrote, by entity."""
         for entity, comp in sorted(self.changes):

@@ -498,6 +498,10 @@ class DynamixelMoveAdapter:
         first motion whatever the host's policy says otherwise."""
         robot = self.config.robot(request.robot)
         bus = self.host.bus_for(robot)
+        # A latched robot refuses the move before the bus is touched (`MotionStopped`, as its
+        # first frame would be refused): nothing is read or sent, so there is nothing for the
+        # stop policy to stop, and the bus stays free for the stop itself.
+        self.host.check_motion(robot.name)
         # Before any byte: a fresh read-back, and every goal planned from it inside the limits.
         fresh = read_joints(bus, robot)
         goals = plan_goals(robot, request, fresh)

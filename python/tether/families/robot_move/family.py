@@ -46,7 +46,6 @@ from __future__ import annotations
 import atexit
 import json
 import threading
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -81,15 +80,17 @@ from tether.operations import JournalError
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,
+    EntityProjection,
+    EntityView,
     Family,
     FamilyError,
     StagedResult,
-    unobserved_intents,
+    unobserved_intent,
 )
 from tether.runtime import ConfirmedAbsent as RuntimeAbsent
 from tether.runtime import Recovered as RuntimeRecovered
 from tether.runtime import Unknown as RuntimeUnknown
-from tether.world import ComponentWrite, WorldSnapshot
+from tether.world import ComponentWrite
 
 if TYPE_CHECKING:
     from tether.devices.host import DeviceHost
@@ -137,22 +138,27 @@ def intent(activity_id: str, request: MoveRequest) -> ComponentWrite:
     return ComponentWrite(activity_id, INTENT, request.as_dict())
 
 
-def project(snapshot: WorldSnapshot) -> list[ActivityRequest]:
-    """One Activity per intent not yet observed (pure: the snapshot only)."""
-    return unobserved_intents(snapshot, INTENT, OBSERVATION, KINDS)
+def project_move(view: EntityView) -> list[ActivityRequest]:
+    """The Activity of one entity: its intent if not yet observed (pure: the entity only)."""
+    return unobserved_intent(view, INTENT, OBSERVATION, KINDS)
 
 
-def project_on(host_name: str) -> Callable[[WorldSnapshot], list[ActivityRequest]]:
+#: One Activity per intent not yet observed (pure: the snapshot only), per entity, so the
+#: required projector runs it on what a tick wrote (`EntityProjection`).
+project = EntityProjection(project_move)
+
+
+def project_on(host_name: str) -> EntityProjection:
     """`project`, each move admitted bound to `host_name` (the host owning the robots): only a
     worker of that host claims it (pure: a closure over a name)."""
 
-    def project_bound(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+    def project_bound(view: EntityView) -> list[ActivityRequest]:
         return [
             ActivityRequest(r.kind, r.activity_id, r.input, host=host_name)
-            for r in project(snapshot)
+            for r in project_move(view)
         ]
 
-    return project_bound
+    return EntityProjection(project_bound)
 
 
 def stage(staged: StagedResult) -> list[ComponentWrite]:
