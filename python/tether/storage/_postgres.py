@@ -208,6 +208,7 @@ class PostgresCatalogStore:
             CommitUnknown,
             application="tether-catalog",
             settings=PLANNER,
+            server_prepared=True,
         )
         self.where = self._session.where
         try:
