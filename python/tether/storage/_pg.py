@@ -44,6 +44,7 @@ E = TypeVar("E", bound=Exception)
 T = TypeVar("T")
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _ROWS = psycopg.pq.ExecStatus.TUPLES_OK
+_PREPARABLE = frozenset({"SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "VALUES"})
 _CLAIM_IDLE = f"SET LOCAL idle_in_transaction_session_timeout = {CLAIM_IDLE_TIMEOUT_MS}"
 
 
@@ -202,13 +203,19 @@ class Session:
         if not self._server_prepared:
             return [cur.mogrify(q, p) for q, p in statements], fresh
         for q, p in statements:
+            if q.split(None, 1)[0].upper() not in _PREPARABLE:  # EXPLAIN, SET, ...
+                texts.append(cur.mogrify(q, p))
+                continue
             name = self._named.get(q) or fresh.get(q)
             if name is None:
                 self._names += 1
                 name = fresh[q] = f"tether_{self._names}"
-                parts = q.replace("%%", "\0").split("%s")
-                body = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1))
-                texts.append(f"PREPARE {name} AS {(body + parts[-1]).replace(chr(0), '%')}")
+                if p is None:  # no parameters: the text as the driver would send it
+                    texts.append(f"PREPARE {name} AS {q}")
+                else:
+                    parts = q.replace("%%", "\0").split("%s")
+                    body = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1))
+                    texts.append(f"PREPARE {name} AS {(body + parts[-1]).replace(chr(0), '%')}")
             args = tuple(p or ())
             texts.append(
                 cur.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(args))})", args)
@@ -360,10 +367,23 @@ class Session:
             raise
 
     def read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-        """One autocommit read."""
+        """One autocommit read (of a statement prepared on the session, with
+        ``server_prepared``)."""
         self.round_trips += 1
         try:
-            return self.conn().execute(sql, params).fetchall()
+            conn = self.conn()
+            if not self._server_prepared:
+                return conn.execute(sql, params).fetchall()
+            cur = psycopg.ClientCursor(conn)
+            texts, fresh = self._executes(cur, [(sql, params)])
+            cur.execute("; ".join(texts))
+            self._named.update(fresh)
+            while True:
+                res = cur.pgresult
+                if res is not None and res.status == _ROWS:
+                    return cur.fetchall()
+                if not cur.nextset():
+                    return []
         except psycopg.Error as e:
             raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
 

@@ -29,7 +29,7 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from itertools import compress
-from operator import ne
+from operator import itemgetter, ne
 from typing import Any
 
 import psycopg
@@ -325,7 +325,11 @@ class PostgresCatalogStore:
             cols = tuple(sorted(changed - _FIXED))
             # Per row: the key, the version read (the guard), the version to write, then
             # the written columns.
-            rows = [(*o[:3], o[VERSION], n[VERSION], *(n[i] for i in cols)) for o, n in updates]
+            # (itemgetter of one position returns the value, not a 1-tuple)
+            pick: Callable[[Row], Sequence[Any]] = (
+                itemgetter(*cols) if len(cols) > 1 else lambda n: [n[i] for i in cols]
+            )
+            rows = [(*o[:3], o[VERSION], n[VERSION], *pick(n)) for o, n in updates]
             out.append((self._update_sql(cols), (_json(rows),)))
         if topics:  # one statement with the last write: a CTE's write runs to completion
             sql, params = out.pop()
