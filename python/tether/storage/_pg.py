@@ -192,8 +192,9 @@ class Session:
         self, cur: psycopg.ClientCursor[Any], statements: Sequence[tuple[str, Any]]
     ) -> tuple[list[str], dict[str, str]]:
         """``statements`` as the texts of one simple-protocol message, each an ``EXECUTE``
-        of a statement prepared on the server (parsed and planned once per connection, not
-        once per message), preceded by its ``PREPARE`` the first time; and the statements
+        of a statement prepared on the server (parsed once per connection, not once per
+        message; planned as the session's `plan_cache_mode` says), preceded by its
+        ``PREPARE`` the first time; and the statements
         prepared here (SQL: name), to keep once the message ran. A message that failed may
         or may not have run its ``PREPARE``s: they are made again next time, under new names.
         Parameters are positional (``%s``); their types are the server's inference from the
@@ -310,8 +311,8 @@ class Session:
 
         Each statement of a message is an ``EXECUTE`` of a statement the server prepared on
         this connection (`_executes`; its ``PREPARE`` goes first in the message that first
-        uses it), so the server parses and plans each shape once per session, and a message
-        is still one simple-protocol message.
+        uses it), so the server parses each shape once per session, and a message is still
+        one simple-protocol message.
 
         No writes: ``decide``'s value is returned (a ``lock`` transaction is rolled back).
         ``decide`` raising rolls back. A COMMIT whose reply never came is the ``unknown``

@@ -102,8 +102,15 @@ _COMPACT_ORDER = ("compactable_from_ms", "world_id", "kind", "activity_id")
 #: The catalog session's planner settings. Its only joins are a batch's rows (a JSON array,
 #: which the planner guesses at 100 rows) with `activities` by primary key: with hash and
 #: merge joins allowed it scans the whole table for a batch of ten, so each statement cost
-#: grew with the table; nested loops probe the primary key once per row.
-PLANNER = {"enable_hashjoin": "off", "enable_mergejoin": "off"}
+#: grew with the table; nested loops probe the primary key once per row. The statements are
+#: prepared once per session (parsed once), but planned on each execution with its values:
+#: with the server's cached generic plans a claim at 1M rows took 1.28x its time at 1k
+#: (`benches/pg_queue.py`), with plans made per execution 1.0x.
+PLANNER = {
+    "enable_hashjoin": "off",
+    "enable_mergejoin": "off",
+    "plan_cache_mode": "force_custom_plan",
+}
 
 #: Topic bits of the NOTIFY payload, the same as the data-dir doorbell's.
 CLAIMABLE, RESULT, SETTLED = 1, 2, 4
