@@ -13,9 +13,13 @@ promises (`synchronous_commit` on for both):
   QueueManager buffering), the fastest path it offers.
 
 Both batch alike (`--batch`, 10): Tether admits 100 per transaction and each worker claims
-`--batch` per transaction, then binds, records and settles them in one transaction per step
-(the core decides each Activity, each write guarded per row); pgqueuer enqueues 100 per
-statement and dequeues and completes `--batch`. A Tether run of one Activity per transaction
+`--batch` per transaction and binds each claimed one's provider operation in the same
+transaction (`Catalog.claim_and_bind_many`: the core decides the claim, then the bind, of each
+Activity; the bind still precedes any effect), then records and settles them in one
+transaction per step (each write guarded per row); pgqueuer enqueues 100 per statement and
+dequeues and completes `--batch`. Tether's claim-to-complete runs from its claim call (the
+claim and the bind) to the settlement; pgqueuer's from its dequeue returning to its
+completion. A Tether run of one Activity per transaction
 (`--unbatched-jobs`) is printed for reference.
 
 Reported, per system: jobs/s and claim-to-complete p50/p99 at 1, 4 and 8 workers; write
@@ -180,9 +184,9 @@ def tether_run(
     """(seconds from the first admission to the last settlement, claim-to-settle seconds,
     transactions committed by the clients).
 
-    With ``batch`` > 1 the projector admits 100 per transaction and each worker claims up to
-    ``batch`` per transaction, then binds, records and settles them in one transaction per
-    step (`Catalog.*_many`): the core still decides each Activity."""
+    With ``batch`` > 1 the projector admits 100 per transaction and each worker claims and
+    binds up to ``batch`` per transaction, then records and settles them in one transaction
+    per step (`Catalog.*_many`): the core still decides each Activity."""
     keys = [ActivityKey("bench-world", KIND, f"a{i:07d}") for i in range(jobs)]
     result_for = {
         k: ResultRef(f"artifact://{k.activity_id}", "sha256:r", "application/json", 1) for k in keys
@@ -198,13 +202,12 @@ def tether_run(
     def work_batched(cat: Catalog, name: str) -> None:
         while not stop.is_set():
             mark = wakeup.mark()
-            claims = cat.claim_many(name, 60_000, batch, kinds=[KIND])
+            t0 = time.perf_counter()
+            claims = cat.claim_and_bind_many(name, 60_000, batch, kinds=[KIND])
             if not claims:
                 wakeup.wait(mark, delay_s=None)
                 continue
-            t0 = time.perf_counter()
-            bound = cat.bind_many([(c.key, c.attempt.fence) for c in claims])
-            assert not any(isinstance(b, Exception) for b in bound), bound
+            assert all(c.attempt.may_execute and c.record.operation_id for c in claims)
             recorded = cat.record_results(
                 [(c.key, c.attempt.fence, result_for[c.key]) for c in claims]
             )

@@ -4,7 +4,7 @@ place and changes nothing; the others go through)."""
 
 from __future__ import annotations
 
-from tether.activities import Catalog
+from tether.activities import Catalog, operation_id_for
 from tether.errors import AdmissionConflict, NotBound, StaleFence, UnknownActivity
 
 from tests.activities.support import ManualClock, admission, evidence_for, key, receipt, result
@@ -44,3 +44,30 @@ def test_a_batch_lifecycle_checks_every_rule_per_activity(
     )
     assert all(s.settlement is not None for s in settled)  # type: ignore[union-attr]
     assert [k for k in keys if catalog.get(k).settlement] == keys[1:]  # type: ignore[union-attr]
+
+
+def test_claim_and_bind_binds_each_attempt_it_issues_in_the_claim(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    keys = [key(f"cb{i}") for i in range(4)]
+    catalog.admit_many([admission(k) for k in keys])
+    first = catalog.claim_and_bind_many("w", 10_000, 3)
+    assert [c.key for c in first] == keys[:3]
+    for c in first:
+        stored = catalog.get(c.key)
+        assert stored is not None and stored.operation_id == operation_id_for(c.key)
+        assert c.record.operation_id == operation_id_for(c.key) and c.attempt.fence == 1
+    # Bound in the claim: a result may be recorded at once, and a second bind is a replay.
+    again = catalog.bind_many([(first[0].key, first[0].attempt.fence)])
+    assert getattr(again[0], "operation_id", None) == operation_id_for(first[0].key)
+    recorded = catalog.record_results([(first[0].key, 1, result("cb0"))])
+    assert getattr(recorded[0], "result", None) is not None
+    # A bound attempt whose lease ran out comes back reconcile-only and unbound.
+    clock.advance(20_000)
+    rest = catalog.claim_and_bind_many("w", 10_000, 10)
+    by_key = {c.key: c for c in rest}
+    assert set(by_key) == set(keys[1:])
+    for k in keys[1:3]:
+        assert not by_key[k].attempt.may_execute and by_key[k].attempt.fence == 2
+    assert by_key[keys[3]].attempt.may_execute
+    assert by_key[keys[3]].record.operation_id == operation_id_for(keys[3])

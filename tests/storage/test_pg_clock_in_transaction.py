@@ -287,3 +287,42 @@ def test_a_writer_stopped_inside_its_transaction_blocks_no_other_claimant(pg_url
         rec = other.get(k)
         assert rec.fence == second.fence and rec.attempt is not None  # type: ignore[union-attr]
         assert rec.attempt.owner == "w2"  # type: ignore[union-attr]
+
+
+def _prepared(cat: Catalog) -> set[str]:
+    store = cat.store
+    assert isinstance(store, PostgresCatalogStore)
+    rows = store._session.read("test", "SELECT name FROM pg_prepared_statements")
+    return {str(r[0]) for r in rows if str(r[0]).startswith("tether_")}
+
+
+def test_a_transactions_statements_are_prepared_once_per_connection(pg_url: str) -> None:
+    with _server_clocked(pg_url) as cat, psycopg.connect(pg_url, autocommit=True) as admin:
+        keys = [key(f"p{i}") for i in range(6)]
+
+        def lifecycle(k: ActivityKey) -> None:
+            cat.admit(admission(k))
+            (claim,) = cat.claim_and_bind_many("w", 60_000, 1)
+            assert claim.key == k and claim.record.operation_id == operation_id_for(k)
+            cat.record_result(k, claim.attempt.fence, result(k.activity_id))
+            cat.settle(k, receipt(9), evidence_for(k, result(k.activity_id)))
+
+        lifecycle(keys[0])
+        first = _prepared(cat)
+        assert len(first) >= 4  # the admission, the claim's read and write, result, settle
+        lifecycle(keys[1])
+        lifecycle(keys[2])
+        assert _prepared(cat) == first  # the same statements, executed again
+        # A new session has none: they are prepared again on it, under new names.
+        store = cat.store
+        assert isinstance(store, PostgresCatalogStore)
+        admin.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid,))
+        with pytest.raises(CatalogStorageError):
+            cat.admit(admission(keys[3]))
+        lifecycle(keys[3])
+        again = _prepared(cat)
+        assert len(again) >= 4 and not again & first
+        lifecycle(keys[4])
+        lifecycle(keys[5])
+        assert _prepared(cat) == again
+        assert all(cat.get(k).settlement is not None for k in keys)  # type: ignore[union-attr]

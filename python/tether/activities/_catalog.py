@@ -17,7 +17,7 @@ from typing import Any
 from tether import _core
 from tether._core import UnknownActivity
 from tether.activities._clock import CatalogClock, ClockLike, Now, as_clock
-from tether.activities._record import Row, record_from_row
+from tether.activities._record import COLUMNS, Row, record_from_row
 from tether.activities._types import (
     ActivityKey,
     ActivityRecord,
@@ -88,6 +88,26 @@ def _known(key: ActivityKey, step: Step) -> RowStep:
         if row is None:
             raise UnknownActivity(f"no activity {key.world_id}/{key.kind}/{key.activity_id}")
         return step(row, now)
+
+    return run
+
+
+_FENCE = COLUMNS.index("fence")
+
+
+def _claim_then_bind(claim: Callable[[Row, Now], Row]) -> Callable[[Row, Now], Row]:
+    """``claim``, then the bind of the deterministic provider operation to the attempt it
+    issued, on the same row and reading: the core decides both transitions. A reconcile-only
+    attempt (a bound attempt's lease ran out) binds nothing (`ReconcileOnly`): it stays
+    claimed, unbound, for the caller to reconcile; any other refused bind refuses the row."""
+
+    def run(row: Row, now: Now) -> Row:
+        claimed = claim(row, now)
+        op = _core.operation_id_for(claimed[1], claimed[0], claimed[2])
+        try:
+            return _core.catalog_bind_provider_operation(claimed, claimed[_FENCE], op, now)
+        except _core.ReconcileOnly:
+            return claimed
 
     return run
 
@@ -271,15 +291,22 @@ class Catalog:
         host: str | None,
         *,
         single: bool,
+        step: Callable[[Row, Now], Row] | None = None,
     ) -> list[Row]:
         """A claim on the reading of its own transaction (`ClockInTransaction`). A reading on
-        a boot the store is not aligned to writes nothing: align to it, then claim again."""
+        a boot the store is not aligned to writes nothing: align to it, then claim again.
+        ``step``: the row's transition (the core's claim if None)."""
         assert self._in_txn is not None
         kinds = _kinds(kinds)
+        if step is None:
+
+            def step(old: Row, now: Now) -> Row:
+                return _core.catalog_claim(old, owner, lease_ms, now, host)
+
         for _ in range(3):
             try:
                 return self._in_txn.claim_at(
-                    lambda old, now: _core.catalog_claim(old, owner, lease_ms, now, host),
+                    step,
                     lambda now: _core.catalog_check_claim(owner, lease_ms, now, host),
                     kinds,
                     world_id,
@@ -382,6 +409,43 @@ class Catalog:
             world_id,
             limit,
             host=host,
+        )
+        return [_claim_of(record_from_row(r)) for r in rows]
+
+    def claim_and_bind_many(
+        self,
+        owner: str,
+        lease_ms: int,
+        limit: int,
+        *,
+        kinds: Sequence[str] | None = None,
+        world_id: str | None = None,
+        host: str | None = None,
+    ) -> list[Claim]:
+        """`claim_many`, each claimed Activity also bound to `operation_id_for(key)` in the
+        same transaction (`bind_provider_operation` on the attempt just issued): the core
+        decides the claim and then the bind of each row, so the bind still lands before any
+        effect, and a worker saves the bind's own transaction. For work whose provider
+        operation id is the deterministic one (every Tether provider's). A reconcile-only
+        attempt comes back claimed and unbound (`attempt.may_execute` false): reconcile it."""
+        if not isinstance(owner, str) or not isinstance(lease_ms, int):
+            raise TypeError("claim_and_bind_many(owner: str, lease_ms: int, limit: int)")
+        if not isinstance(limit, int) or limit < 1:
+            raise TypeError("claim_and_bind_many(limit=) must be a positive int")
+        if host is not None and not isinstance(host, str):
+            raise TypeError("claim_and_bind_many(host=) must be a str or None")
+        step = _claim_then_bind(
+            lambda old, now: _core.catalog_claim(old, owner, lease_ms, now, host)
+        )
+        if self._in_txn is not None:
+            rows = self._claim_at(
+                owner, lease_ms, limit, kinds, world_id, host, single=False, step=step
+            )
+            return [_claim_of(record_from_row(r)) for r in rows]
+        now = self._claim_now()
+        _core.catalog_check_claim(owner, lease_ms, now, host)
+        rows = self._store.claim_many(
+            now.boot_ms, lambda old: step(old, now), _kinds(kinds), world_id, limit, host=host
         )
         return [_claim_of(record_from_row(r)) for r in rows]
 

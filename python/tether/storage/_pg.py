@@ -43,6 +43,8 @@ DURABLE_COMMIT = frozenset({"on", "remote_write", "remote_apply"})
 E = TypeVar("E", bound=Exception)
 T = TypeVar("T")
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+_ROWS = psycopg.pq.ExecStatus.TUPLES_OK
+_PREPARABLE = frozenset({"SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "VALUES"})
 _CLAIM_IDLE = f"SET LOCAL idle_in_transaction_session_timeout = {CLAIM_IDLE_TIMEOUT_MS}"
 
 
@@ -142,6 +144,10 @@ class Session:
         unknown: builds the backend's commit-outcome-unknown error from a message.
         application: the `application_name` the server shows.
         settings: more session settings (name to value) for each connection it opens.
+        server_prepared: `exchange` sends each statement as an ``EXECUTE`` of a statement it
+            prepared on the connection (`_executes`), and the driver prepares nothing of its
+            own (its cache is dropped with ``DEALLOCATE ALL`` after any ``ROLLBACK``, which
+            would take this session's statements with it).
     """
 
     def __init__(
@@ -152,14 +158,19 @@ class Session:
         *,
         application: str,
         settings: dict[str, str] | None = None,
+        server_prepared: bool = False,
     ) -> None:
         self.conninfo = conninfo
+        self._server_prepared = server_prepared
         self.where = where(conninfo)
         self._error = error
         self._unknown = unknown
         self._application = application
         self._settings = dict(settings or {})
         self._conn: psycopg.Connection[Any] | None = self._connect()
+        #: `exchange`'s statements prepared on the current connection (SQL: statement name).
+        self._named: dict[str, str] = {}
+        self._names = 0
         #: Transactions this session sent COMMIT for, and the round trips of its `exchange`
         #: and `read` calls (benchmarks count both per job).
         self.commits = 0
@@ -172,12 +183,52 @@ class Session:
             if c is not None:
                 c.close()
             self._conn = None
+            self._named.clear()  # prepared statements live and die with their session
             c = self._connect()
             self._conn = c
         return c
 
+    def _executes(
+        self, cur: psycopg.ClientCursor[Any], statements: Sequence[tuple[str, Any]]
+    ) -> tuple[list[str], dict[str, str]]:
+        """``statements`` as the texts of one simple-protocol message, each an ``EXECUTE``
+        of a statement prepared on the server (parsed once per connection, not once per
+        message; planned as the session's `plan_cache_mode` says), preceded by its
+        ``PREPARE`` the first time; and the statements
+        prepared here (SQL: name), to keep once the message ran. A message that failed may
+        or may not have run its ``PREPARE``s: they are made again next time, under new names.
+        Parameters are positional (``%s``); their types are the server's inference from the
+        statement, as when the values are inlined in its text."""
+        texts: list[str] = []
+        fresh: dict[str, str] = {}
+        if not self._server_prepared:
+            return [cur.mogrify(q, p) for q, p in statements], fresh
+        for q, p in statements:
+            if q.split(None, 1)[0].upper() not in _PREPARABLE:  # EXPLAIN, SET, ...
+                texts.append(cur.mogrify(q, p))
+                continue
+            name = self._named.get(q) or fresh.get(q)
+            if name is None:
+                self._names += 1
+                name = fresh[q] = f"tether_{self._names}"
+                if p is None:  # no parameters: the text as the driver would send it
+                    texts.append(f"PREPARE {name} AS {q}")
+                else:
+                    parts = q.replace("%%", "\0").split("%s")
+                    body = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1))
+                    texts.append(f"PREPARE {name} AS {(body + parts[-1]).replace(chr(0), '%')}")
+            args = tuple(p or ())
+            texts.append(
+                cur.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(args))})", args)
+                if args
+                else f"EXECUTE {name}"
+            )
+        return texts, fresh
+
     def _connect(self) -> psycopg.Connection[Any]:
         conn = connect(self.conninfo, self._error, application=self._application)
+        if self._server_prepared:
+            conn.prepare_threshold = None
         try:
             for name, value in self._settings.items():
                 conn.execute("SELECT set_config(%s, %s, false)", (name, value))
@@ -245,17 +296,23 @@ class Session:
         open across ``decide`` only: ``CLAIM_IDLE_TIMEOUT_MS`` bounds how long a client that
         stops there (a SIGSTOP, a pause) holds the rows it locked.
 
-        Not ``lock``: ``reads`` run on their own, outside any transaction and locking nothing
-        (the rows and the clock reading); the writes are one message, ``BEGIN``, the writes and
-        ``COMMIT``, so no lock is held across any step of the client. The writes must guard
-        what ``decide`` read (the version of each row): a guard that does not hold fails its
-        statement (an error, never a silent no-op), and the transaction writes nothing.
+        Not ``lock``: ``reads`` run on their own (one message), outside any transaction and
+        locking nothing (the rows and the clock reading); the writes are one message,
+        ``BEGIN``, the writes and ``COMMIT``, so no lock is held across any step of the
+        client. The writes must guard what ``decide`` read (the version of each row): a guard
+        that does not hold fails its statement (an error, never a silent no-op), and the
+        transaction writes nothing.
 
         Why one message per round trip: the server runs a simple-protocol message only once it
         has all of it, and it arms its idle-in-transaction timeout each time it waits for the
         next one. Statements sent one by one (pipeline mode) and stopped before their Sync
         leave the server waiting mid-pipeline, holding their locks with neither the statement
         nor the idle timeout running: until the client resumes.
+
+        Each statement of a message is an ``EXECUTE`` of a statement the server prepared on
+        this connection (`_executes`; its ``PREPARE`` goes first in the message that first
+        uses it), so the server parses each shape once per session, and a message is still
+        one simple-protocol message.
 
         No writes: ``decide``'s value is returned (a ``lock`` transaction is rolled back).
         ``decide`` raising rolls back. A COMMIT whose reply never came is the ``unknown``
@@ -266,26 +323,29 @@ class Session:
         cur = psycopg.ClientCursor(conn)
         committing = False
         try:
-            if lock:
-                head = ["BEGIN", _CLAIM_IDLE]
-                cur.execute("; ".join(head + [cur.mogrify(q, p) for q, p in reads]))
-                results = []
-                while cur.nextset():
-                    if cur.description is not None:
-                        results.append(cur.fetchall())
-            else:
-                results = [conn.execute(q, p).fetchall() for q, p in reads]
+            texts, fresh = self._executes(cur, reads)
+            cur.execute("; ".join((["BEGIN", _CLAIM_IDLE] if lock else []) + texts))
+            self._named.update(fresh)
+            results = []
+            while True:
+                # Not `cur.description`: it builds a Column per column on each access.
+                res = cur.pgresult
+                if res is not None and res.status == _ROWS:
+                    results.append(cur.fetchall())
+                if not cur.nextset():
+                    break
             self.round_trips += 1 + bool(lock)  # the reads, and the writes (or the rollback)
             writes, value = decide(results)
             if not writes:
                 if lock:
                     conn.execute("ROLLBACK")
                 return value
-            body = [cur.mogrify(q, p) for q, p in writes]
+            texts, fresh = self._executes(cur, writes)
             committing = True  # from here on, a lost reply is an unknown outcome
             self.commits += 1
             self.round_trips += not lock
-            cur.execute("; ".join(([] if lock else ["BEGIN"]) + body + ["COMMIT"]))
+            cur.execute("; ".join(([] if lock else ["BEGIN"]) + texts + ["COMMIT"]))
+            self._named.update(fresh)
             return value
         except BaseException as e:
             broken = conn.broken or conn.closed
@@ -308,10 +368,23 @@ class Session:
             raise
 
     def read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-        """One autocommit read."""
+        """One autocommit read (of a statement prepared on the session, with
+        ``server_prepared``)."""
         self.round_trips += 1
         try:
-            return self.conn().execute(sql, params).fetchall()
+            conn = self.conn()
+            if not self._server_prepared:
+                return conn.execute(sql, params).fetchall()
+            cur = psycopg.ClientCursor(conn)
+            texts, fresh = self._executes(cur, [(sql, params)])
+            cur.execute("; ".join(texts))
+            self._named.update(fresh)
+            while True:
+                res = cur.pgresult
+                if res is not None and res.status == _ROWS:
+                    return cur.fetchall()
+                if not cur.nextset():
+                    return []
         except psycopg.Error as e:
             raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
 
