@@ -4,7 +4,9 @@ place and changes nothing; the others go through)."""
 
 from __future__ import annotations
 
-from tether.activities import Catalog, operation_id_for
+from pathlib import Path
+
+from tether.activities import ActivityRecord, Catalog, operation_id_for
 from tether.errors import AdmissionConflict, NotBound, StaleFence, UnknownActivity
 
 from tests.activities.support import ManualClock, admission, evidence_for, key, receipt, result
@@ -71,3 +73,42 @@ def test_claim_and_bind_binds_each_attempt_it_issues_in_the_claim(
         assert not by_key[k].attempt.may_execute and by_key[k].attempt.fence == 2
     assert by_key[keys[3]].attempt.may_execute
     assert by_key[keys[3]].record.operation_id == operation_id_for(keys[3])
+
+
+def test_a_batch_claim_takes_only_the_rows_its_caller_wants(catalog: Catalog) -> None:
+    keys = [key(f"t{i}") for i in range(6)]
+    catalog.admit_many([admission(k) for k in keys])
+    wanted = {keys[0].activity_id, keys[1].activity_id, keys[3].activity_id}
+    seen: list[str] = []
+
+    def take(record: ActivityRecord) -> bool:
+        assert record.attempt is not None and record.attempt.fence >= 1  # as the core claims it
+        seen.append(record.key.activity_id)
+        return record.key.activity_id in wanted
+
+    claims = catalog.claim_many("w", 10_000, 10, take=take)
+    got = {c.key.activity_id for c in claims}
+    assert got == wanted and seen  # a refused row is skipped
+    assert keys[2].activity_id not in got
+    for k in keys:  # a refused row was left as it was: no attempt, claimable by anyone
+        record = catalog.get(k)
+        assert record is not None
+        assert (record.attempt is not None) == (k.activity_id in got)
+    rest = catalog.claim_many("w", 10_000, 10)
+    assert {c.key.activity_id for c in rest} == {k.activity_id for k in keys} - got
+    assert all(c.attempt.number == 1 for c in rest)  # their first attempt: never released
+
+
+def test_a_sqlite_batch_claim_is_one_transaction(tmp_path: Path) -> None:
+    catalog = Catalog.open(f"sqlite:///{tmp_path / 'catalog.db'}")
+    try:
+        keys = [key(f"s{i}") for i in range(5)]
+        catalog.admit_many([admission(k) for k in keys])
+        store = catalog.store
+        before = store.commits  # type: ignore[attr-defined]
+        claims = catalog.claim_many("w", 10_000, 10)
+        assert len(claims) == 5 and len({c.attempt.fence for c in claims}) == 1
+        assert store.commits == before + 1  # type: ignore[attr-defined]
+        assert catalog.claim_many("w", 10_000, 10) == []  # each holds a live lease
+    finally:
+        catalog.close()

@@ -131,6 +131,26 @@ def _kinds(kinds: Sequence[str] | None) -> Sequence[str] | None:
     return list(kinds)
 
 
+class _NotTaken(Exception):
+    """A row the caller of `claim_many` did not take (left unclaimed)."""
+
+
+def _taking(
+    claim: Callable[[Row, Any], Row], take: Callable[[ActivityRecord], bool] | None
+) -> Callable[[Row, Any], Row]:
+    """`claim`, each claimed row offered to ``take`` first (see `claim_many`)."""
+    if take is None:
+        return claim
+
+    def step(old: Row, now: Any) -> Row:
+        new = claim(old, now)
+        if not take(record_from_row(new)):
+            raise _NotTaken(old[2])
+        return new
+
+    return step
+
+
 class Catalog:
     """The durable Activity catalog.
 
@@ -292,6 +312,7 @@ class Catalog:
         *,
         single: bool,
         step: Callable[[Row, Now], Row] | None = None,
+        take: Callable[[ActivityRecord], bool] | None = None,
     ) -> list[Row]:
         """A claim on the reading of its own transaction (`ClockInTransaction`). A reading on
         a boot the store is not aligned to writes nothing: align to it, then claim again.
@@ -306,7 +327,7 @@ class Catalog:
         for _ in range(3):
             try:
                 return self._in_txn.claim_at(
-                    step,
+                    _taking(step, take),
                     lambda now: _core.catalog_check_claim(owner, lease_ms, now, host),
                     kinds,
                     world_id,
@@ -392,19 +413,26 @@ class Catalog:
         kinds: Sequence[str] | None = None,
         world_id: str | None = None,
         host: str | None = None,
+        take: Callable[[ActivityRecord], bool] | None = None,
     ) -> list[Claim]:
         """Up to ``limit`` claims as `claim` would make them one by one (each row decided by
-        the core: its own fence and lease), in one transaction on PostgreSQL."""
+        the core: its own fence and lease), in one transaction.
+
+        ``take``: the caller's choice (never a rule) of the rows it wants: it sees each row
+        as the core would claim it, and a row it refuses is left unclaimed (skipped)."""
         if not isinstance(limit, int) or limit < 1:
             raise TypeError("claim_many(limit=) must be a positive int")
         if self._in_txn is not None:
-            rows = self._claim_at(owner, lease_ms, limit, kinds, world_id, host, single=False)
+            rows = self._claim_at(
+                owner, lease_ms, limit, kinds, world_id, host, single=False, take=take
+            )
             return [_claim_of(record_from_row(r)) for r in rows]
         now = self._claim_now()
         _core.catalog_check_claim(owner, lease_ms, now, host)
+        step = _taking(lambda old, _now: _core.catalog_claim(old, owner, lease_ms, now, host), take)
         rows = self._store.claim_many(
             now.boot_ms,
-            lambda old: _core.catalog_claim(old, owner, lease_ms, now, host),
+            lambda old: step(old, now),
             _kinds(kinds),
             world_id,
             limit,

@@ -59,6 +59,8 @@ log = logging.getLogger("tether.runtime.worker")
 
 #: Retry delay recorded when an adapter raises instead of concluding.
 ADAPTER_ERROR_RETRY_MS = 1000
+#: At most this many Activities claimed by one `run_batch` transaction.
+CLAIM_BATCH = 64
 
 
 class Worker:
@@ -120,7 +122,7 @@ class Worker:
             while not self.stop.is_set():
                 mark = wakeup.mark()  # before the claim: a ring after it is never lost
                 try:
-                    if self.run_once():
+                    if self.run_batch():
                         continue
                     delay_s = self.idle_delay_s()
                 except Exception:  # a worker loop must outlive one bad attempt
@@ -140,6 +142,144 @@ class Worker:
     def run_once(self) -> bool:
         """Claim one attempt and run it to its recorded conclusion; False if nothing was ready."""
         return self.run_next() is not None
+
+    def run_batch(self, limit: int = CLAIM_BATCH) -> bool:
+        """Claim and run attempts to their recorded conclusions, sharing catalog transactions
+        among attempts that will never start; False if nothing was ready.
+
+        One attempt is claimed as `run_once` claims it. If its adapter's `never_starts` says
+        it will end without starting (from the request alone: a move past its
+        `not_after_ms`), up to `limit - 1` more such attempts are claimed in one transaction
+        (any other attempt is left claimable for every worker), and all of them share one
+        bind transaction, then each attempt's own `execute` (the family decides and records
+        its terminal result per attempt, as it would alone), then one transaction recording
+        all their results. Otherwise the attempt runs alone, as `run_once` runs it."""
+        try:
+            first = self.catalog.claim(self.owner, self.lease_ms, kinds=self.kinds, host=self.host)
+        except CommitUnknown as e:
+            first = self._claim_after_unknown(e)
+        if first is None:
+            return False
+        request = self._never_starts(first.record) if limit > 1 else None
+        if request is None:
+            crash_point("after_claim")
+            self._run(first)
+            return True
+        quick = [(first, request)]
+        requests: dict[ActivityKey, dict[str, Any]] = {}
+
+        def take(record: ActivityRecord) -> bool:
+            found = self._never_starts(record)
+            if found is not None:
+                requests[record.key] = found
+            return found is not None
+
+        try:
+            more = self.catalog.claim_many(
+                self.owner, self.lease_ms, limit - 1, kinds=self.kinds, host=self.host, take=take
+            )
+        except CommitUnknown:
+            # The batch named no key: what it claimed (if it landed) is left to its leases.
+            log.warning("worker %s: a batch claim's reply was lost; leases run out", self.owner)
+            more = []
+        quick += [(c, requests[c.record.key]) for c in more]
+        crash_point("after_claim")
+        self._run_quick(quick)
+        return True
+
+    def _never_starts(self, record: ActivityRecord) -> dict[str, Any] | None:
+        """The request of an unbound execute attempt its adapter says will never start, else
+        None (the adapter's `execute` still decides)."""
+        attempt = record.attempt
+        if attempt is None or not attempt.may_execute or record.operation_id is not None:
+            return None
+        if self.stop.is_set():
+            return None
+        check = getattr(self._by_kind[record.key.kind].adapter, "never_starts", None)
+        if check is None:
+            return None
+        try:
+            request = self._request(record)
+        except Exception:  # unreadable input: the attempt's own path reports it
+            return None
+        return request if check(request) else None
+
+    def _run_quick(self, items: list[tuple[Claim, dict[str, Any]]]) -> None:
+        """Bind all (one transaction), run each attempt's `execute`, record all results (one
+        transaction); see `run_batch`."""
+        catalog = self.catalog
+        try:
+            bound = catalog.bind_many([(c.record.key, c.attempt.fence) for c, _ in items])
+        except CommitUnknown:
+            # Bound or not, none executed: each lease runs out and its next claim starts over
+            # (a bound one reconciles first).
+            log.warning("worker %s: a batch bind's reply was lost; not executing", self.owner)
+            return
+        crash_point("after_bind")
+        results: list[tuple[ActivityKey, int, ResultRef]] = []
+        for (claim, request), done in zip(items, bound, strict=True):
+            key = claim.record.key
+            if isinstance(done, CatalogRejection):
+                log.warning("worker %s lost %s: %s", self.owner, key, done)
+                continue
+            result = self._execute_bound(claim, request)
+            if result is not None:
+                results.append((key, claim.attempt.fence, result))
+        if not results:
+            return
+        crash_point("after_effect")
+        try:
+            recorded = catalog.record_results(results)
+        except CommitUnknown:
+            for key, fence, result in results:  # re-read each; record once what did not land
+                record = catalog.get(key)
+                if record is None or record.result is None:
+                    try:
+                        catalog.record_result(key, fence, result)
+                    except (CatalogRejection, CommitUnknown) as e:
+                        log.warning("worker %s: result of %s: %s", self.owner, key, e)
+            recorded = []
+        for (key, _, _), out in zip(results, recorded, strict=False):
+            if isinstance(out, CatalogRejection):
+                log.warning("worker %s lost %s: %s", self.owner, key, out)
+        crash_point("after_result")
+
+    def _execute_bound(self, claim: Claim, request: dict[str, Any]) -> ResultRef | None:
+        """`execute` of a bound attempt under its heartbeat; its durable result, or None (the
+        attempt is left to its lease, as `_execute` leaves it)."""
+        record, attempt = claim.record, claim.attempt
+        key, fence = record.key, attempt.fence
+        family = self._by_kind[key.kind]
+        beat = _Beat(self._heartbeat, key, fence)
+        ctx = AttemptContext(
+            key=key,
+            operation_id=operation_id_for(key),
+            fence=fence,
+            attempt=attempt.number,
+            may_execute=True,
+            artifacts=self.artifacts,
+            renew=beat.renew_now,
+            emit=self._emit_safely,
+            stopping=self.stop,
+        )
+        self._heartbeat.begin(beat, ctx)
+        try:
+            result = family.adapter.execute(ctx, request)
+            if not isinstance(result, ResultRef) or not self.artifacts.is_durable(result):
+                log.error("worker %s: %s returned a non-durable %r", self.owner, key, result)
+                return None
+            self._check_live(ctx)
+            return result
+        except (LeaseLost, CatalogRejection) as e:
+            log.warning("worker %s lost %s (fence %d): %s", self.owner, key, fence, e)
+            return None
+        except Exception:
+            log.exception(
+                "worker %s: execute of %s failed; leaving it to reconcile", self.owner, key
+            )
+            return None
+        finally:
+            self._heartbeat.end(beat)
 
     def run_next(self, *, world_id: str | None = None) -> ActivityKey | None:
         """Claim one attempt (of `world_id` only, if given) and run it to its recorded

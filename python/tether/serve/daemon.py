@@ -674,7 +674,7 @@ class Daemon:
         created = self._group_commit(runtime, world, _Submit(key, write, exclusive))
         if self.live is not None:
             self.live.note(key)
-        log.info("submitted", extra={"key": views.key_text(key), "new": created})
+        log.debug("submitted", extra={"key": views.key_text(key), "new": created})  # see Execute
         return key, created
 
     def _group_commit(self, runtime: Host, world: str, mine: _Submit) -> bool:

@@ -414,13 +414,45 @@ class SqliteCatalogStore:
         *,
         host: str | None = None,
     ) -> list[Row]:
-        out: list[Row] = []
-        for _ in range(limit):
-            row = self.claim(now_ms, transition, kinds, world_id, host=host)
-            if row is None:
-                break
-            out.append(row)
-        return out
+        """In one transaction (one WAL sync): each row chosen as `claim` chooses it, on the
+        rows as the transaction sees them (a row claimed earlier in it holds a live lease, so
+        it is not chosen again). The first row is chosen as `claim` chooses it; the rest are
+        read in claim order past it, a page at a time, and a row whose transition raises (the
+        core refused it, its host among them, or the caller's `take` did) is left unchanged
+        and skipped."""
+        out: list[tuple[Row, Row]] = []
+        with self._lock:
+            cur = self._begin()
+            try:
+                first = self._next_claimable(cur, now_ms, kinds, world_id, host)
+                page = [] if first is None else [first]
+                while page and len(out) < limit:
+                    for old in page:
+                        try:
+                            new = transition(old)
+                        except (CatalogStorageError, sqlite3.Error):
+                            raise
+                        except Exception:  # refused: left as it is
+                            continue
+                        self._write(cur, old, new)
+                        out.append((old, new))
+                        if len(out) == limit:
+                            break
+                    after = _claim_order(page[-1])
+                    page = self._page_claimable(cur, now_ms, kinds, world_id, after, limit)
+                cur.execute("COMMIT")
+            except BaseException as e:
+                self._known.clear()
+                self._abort(e)
+            for _, new in out:
+                self._remember((new[0], new[1], new[2]), new)
+            self.commits += bool(out)
+        rung: dict[int, list[tuple[Row | None, Row]]] = {}  # one ring per set of topics
+        for old, new in out:
+            rung.setdefault(changed_topics(old, new), []).append((old, new))
+        for (first_old, first_new), *others in rung.values():
+            self._ring(first_old, first_new, *(row for _, row in others))
+        return [new for _, new in out]
 
     def _ring(self, old: Row | None, new: Row, *alike: Row) -> None:
         # After the commit and outside the lock: a waiter woken now finds the change. `alike`:

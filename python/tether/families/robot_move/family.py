@@ -376,6 +376,16 @@ class RobotMoveAdapter:
             self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True
         )
 
+    def never_starts(self, request: dict[str, Any]) -> bool:
+        """Whether `execute` of `request` ends without a start marker, from the request alone:
+        a well-formed move already past its `not_after_ms` on this host's clock. A hint for
+        the worker (it shares such attempts' catalog transactions); `execute` decides again
+        (the journal's bind and `expired` result, in place of the start marker)."""
+        try:
+            return MoveRequest.from_dict(request).expired(now_ms())
+        except MoveRequestError:
+            return False
+
     def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
         refused = self._refused(ctx, request)
         if refused is not None:
