@@ -312,7 +312,6 @@ class Catalog:
         *,
         single: bool,
         step: Callable[[Row, Now], Row] | None = None,
-        take: Callable[[ActivityRecord], bool] | None = None,
     ) -> list[Row]:
         """A claim on the reading of its own transaction (`ClockInTransaction`). A reading on
         a boot the store is not aligned to writes nothing: align to it, then claim again.
@@ -327,7 +326,7 @@ class Catalog:
         for _ in range(3):
             try:
                 return self._in_txn.claim_at(
-                    _taking(step, take),
+                    step,
                     lambda now: _core.catalog_check_claim(owner, lease_ms, now, host),
                     kinds,
                     world_id,
@@ -422,23 +421,8 @@ class Catalog:
         as the core would claim it, and a row it refuses is left unclaimed (skipped)."""
         if not isinstance(limit, int) or limit < 1:
             raise TypeError("claim_many(limit=) must be a positive int")
-        if self._in_txn is not None:
-            rows = self._claim_at(
-                owner, lease_ms, limit, kinds, world_id, host, single=False, take=take
-            )
-            return [_claim_of(record_from_row(r)) for r in rows]
-        now = self._claim_now()
-        _core.catalog_check_claim(owner, lease_ms, now, host)
-        step = _taking(lambda old, _now: _core.catalog_claim(old, owner, lease_ms, now, host), take)
-        rows = self._store.claim_many(
-            now.boot_ms,
-            lambda old: step(old, now),
-            _kinds(kinds),
-            world_id,
-            limit,
-            host=host,
-        )
-        return [_claim_of(record_from_row(r)) for r in rows]
+        step = _taking(lambda old, now: _core.catalog_claim(old, owner, lease_ms, now, host), take)
+        return self._claim_rows(owner, lease_ms, limit, kinds, world_id, host, step)
 
     def claim_and_bind_many(
         self,
@@ -465,16 +449,31 @@ class Catalog:
         step = _claim_then_bind(
             lambda old, now: _core.catalog_claim(old, owner, lease_ms, now, host)
         )
+        return self._claim_rows(owner, lease_ms, limit, kinds, world_id, host, step)
+
+    def _claim_rows(
+        self,
+        owner: str,
+        lease_ms: int,
+        limit: int,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        host: str | None,
+        step: Callable[[Row, Now], Row],
+    ) -> list[Claim]:
+        """Up to ``limit`` rows claimed by ``step`` (the core's transitions of one row) in one
+        transaction: on the reading of the store's own transaction where it has one, else on
+        one reading checked by the core first."""
         if self._in_txn is not None:
             rows = self._claim_at(
                 owner, lease_ms, limit, kinds, world_id, host, single=False, step=step
             )
-            return [_claim_of(record_from_row(r)) for r in rows]
-        now = self._claim_now()
-        _core.catalog_check_claim(owner, lease_ms, now, host)
-        rows = self._store.claim_many(
-            now.boot_ms, lambda old: step(old, now), _kinds(kinds), world_id, limit, host=host
-        )
+        else:
+            now = self._claim_now()
+            _core.catalog_check_claim(owner, lease_ms, now, host)
+            rows = self._store.claim_many(
+                now.boot_ms, lambda old: step(old, now), _kinds(kinds), world_id, limit, host=host
+            )
         return [_claim_of(record_from_row(r)) for r in rows]
 
     def bind_many(

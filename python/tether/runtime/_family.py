@@ -505,12 +505,7 @@ class Family:
             requests = list(self.project(snapshot))
         finally:
             _guard.projecting = False
-        seen: set[tuple[str, str]] = set()
-        for req in requests:
-            self._check_request(req)
-            if (req.kind, req.activity_id) in seen:
-                raise FamilyError(f"family {self.name!r} projected {req.activity_id!r} twice")
-            seen.add((req.kind, req.activity_id))
+        self._check_requests(requests)
         return requests
 
     def run_entity_projection(
@@ -530,13 +525,17 @@ class Family:
         finally:
             _guard.projecting = False
         for requests in out.values():
-            seen: set[tuple[str, str]] = set()
-            for req in requests:
-                self._check_request(req)
-                if (req.kind, req.activity_id) in seen:
-                    raise FamilyError(f"family {self.name!r} projected {req.activity_id!r} twice")
-                seen.add((req.kind, req.activity_id))
+            self._check_requests(requests)
         return out
+
+    def _check_requests(self, requests: Sequence[ActivityRequest]) -> None:
+        """Each request is valid, and no key is asked for twice."""
+        seen: set[tuple[str, str]] = set()
+        for req in requests:
+            self._check_request(req)
+            if (req.kind, req.activity_id) in seen:
+                raise FamilyError(f"family {self.name!r} projected {req.activity_id!r} twice")
+            seen.add((req.kind, req.activity_id))
 
     def _check_request(self, req: object) -> None:
         if not isinstance(req, ActivityRequest):

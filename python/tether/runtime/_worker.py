@@ -251,17 +251,7 @@ class Worker:
         key, fence = record.key, attempt.fence
         family = self._by_kind[key.kind]
         beat = _Beat(self._heartbeat, key, fence)
-        ctx = AttemptContext(
-            key=key,
-            operation_id=operation_id_for(key),
-            fence=fence,
-            attempt=attempt.number,
-            may_execute=True,
-            artifacts=self.artifacts,
-            renew=beat.renew_now,
-            emit=self._emit_safely,
-            stopping=self.stop,
-        )
+        ctx = self._context(claim, beat)  # an execute attempt (`_never_starts` took only those)
         self._heartbeat.begin(beat, ctx)
         try:
             result = family.adapter.execute(ctx, request)
@@ -280,6 +270,21 @@ class Worker:
             return None
         finally:
             self._heartbeat.end(beat)
+
+    def _context(self, claim: Claim, beat: _Beat) -> AttemptContext:
+        """The context an adapter sees for `claim`'s attempt, renewed through `beat`."""
+        key, attempt = claim.record.key, claim.attempt
+        return AttemptContext(
+            key=key,
+            operation_id=operation_id_for(key),
+            fence=attempt.fence,
+            attempt=attempt.number,
+            may_execute=attempt.may_execute,
+            artifacts=self.artifacts,
+            renew=beat.renew_now,
+            emit=self._emit_safely,
+            stopping=self.stop,
+        )
 
     def run_next(self, *, world_id: str | None = None) -> ActivityKey | None:
         """Claim one attempt (of `world_id` only, if given) and run it to its recorded
@@ -326,22 +331,11 @@ class Worker:
         record, attempt = claim.record, claim.attempt
         key, fence = record.key, attempt.fence
         family = self._by_kind[key.kind]
-        op_id = operation_id_for(key)
         if self.stop.is_set() and record.operation_id is None:
             self.catalog.release(key, fence)  # unbound: nothing started, reclaim is safe
             return
         beat = _Beat(self._heartbeat, key, fence)
-        ctx = AttemptContext(
-            key=key,
-            operation_id=op_id,
-            fence=fence,
-            attempt=attempt.number,
-            may_execute=attempt.may_execute,
-            artifacts=self.artifacts,
-            renew=beat.renew_now,
-            emit=self._emit_safely,
-            stopping=self.stop,
-        )
+        ctx = self._context(claim, beat)
         self._heartbeat.begin(beat, ctx)
         try:
             request = self._request(record)
