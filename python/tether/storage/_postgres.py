@@ -99,17 +99,26 @@ _ON_HOST = "bound_host IN (%s, %s)"
 _COMPACTABLE = "compactable_from_ms IS NOT NULL AND compactable_from_ms <= %s"
 _COMPACT_ORDER = ("compactable_from_ms", "world_id", "kind", "activity_id")
 
-#: The catalog session's planner settings. Its only joins are a batch's rows (a JSON array,
-#: which the planner guesses at 100 rows) with `activities` by primary key: with hash and
-#: merge joins allowed it scans the whole table for a batch of ten, so each statement cost
-#: grew with the table; nested loops probe the primary key once per row. The statements are
-#: prepared once per session (parsed once), but planned on each execution with its values:
-#: with the server's cached generic plans a claim at 1M rows took 1.28x its time at 1k
-#: (`benches/pg_queue.py`), with plans made per execution 1.0x.
+#: The catalog session's planner settings. Every statement of the catalog walks an index: a
+#: claim the claimable index in claim order, a batch's rows (a JSON array, which the planner
+#: guesses at 100 rows) the primary key by nested loop, a scan its view's index in keyset order.
+#: A queue table's statistics are always stale (rows are admitted, claimed and finished faster
+#: than autovacuum analyses them), and on stale statistics the planner took other plans: a
+#: claim filtered by kind and host read every claimable row (a sequential scan, or the index
+#: with the kind and host as index conditions, which loses its order) and sorted them, so each
+#: claim cost grew with the backlog (1,090 jobs/s at 20,000 jobs against 2,380 at 2,000, in
+#: `benches/pg_queue.py`); a batch hash-joined the whole table. With sequential scans, sorts,
+#: hash and merge joins off, the plan is the index walk whatever the statistics say (an
+#: ordered claim reads the rows it takes and the ones it skips, no more), so plans may be
+#: cached: statements are prepared once per session and planned once (`force_generic_plan`: in
+#: the server's `auto` mode a claim at 1M rows was planned again on every execution, 1.3x its
+#: time at 1k rows; with generic plans 1.0x).
 PLANNER = {
     "enable_hashjoin": "off",
     "enable_mergejoin": "off",
-    "plan_cache_mode": "force_custom_plan",
+    "enable_seqscan": "off",
+    "enable_sort": "off",
+    "plan_cache_mode": "force_generic_plan",
 }
 
 #: Topic bits of the NOTIFY payload, the same as the data-dir doorbell's.
