@@ -13,14 +13,15 @@ promises (`synchronous_commit` on for both):
   QueueManager buffering), the fastest path it offers.
 
 Both batch alike (`--batch`, 10): Tether admits 100 per transaction and each worker claims
-`--batch` per transaction and binds each claimed one's provider operation in the same
-transaction (`Catalog.claim_and_bind_many`: the core decides the claim, then the bind, of each
-Activity; the bind still precedes any effect), then records and settles them in one
-transaction per step (each write guarded per row); pgqueuer enqueues 100 per statement and
-dequeues and completes `--batch`. Tether's claim-to-complete runs from its claim call (the
-claim and the bind) to the settlement; pgqueuer's from its dequeue returning to its
-completion. A Tether run of one Activity per transaction
-(`--unbatched-jobs`) is printed for reference.
+`--batch` per transaction; pgqueuer enqueues 100 per statement and dequeues and completes
+`--batch`. A Tether worker runs `Catalog.work_step`s, one transaction each: it settles (against
+the later receipt) what its previous step recorded, records the results of what its previous
+claim executed, and claims and binds its next batch (the core decides each settlement, each
+result, each claim and each bind per Activity; the bind still precedes any effect, and every
+step of one Activity is its own commit, after the one before it landed). Tether's
+claim-to-complete runs from the call that claimed an Activity to the return of the one that
+settled it (two steps later); pgqueuer's from its dequeue returning to its completion. A
+Tether run of one Activity per transaction (`--unbatched-jobs`) is printed for reference.
 
 Reported, per system: jobs/s and claim-to-complete p50/p99 at 1, 4 and 8 workers; write
 transactions per job (Tether: the COMMITs its stores sent; pgqueuer: its statements that
@@ -63,6 +64,7 @@ from tether.activities import (
     ActivityKey,
     Admission,
     Catalog,
+    Claim,
     Receipt,
     ResultRef,
     operation_id_for,
@@ -184,14 +186,17 @@ def tether_run(
     """(seconds from the first admission to the last settlement, claim-to-settle seconds,
     transactions committed by the clients).
 
-    With ``batch`` > 1 the projector admits 100 per transaction and each worker claims and
-    binds up to ``batch`` per transaction, then records and settles them in one transaction
-    per step (`Catalog.*_many`): the core still decides each Activity."""
+    With ``batch`` > 1 the projector admits 100 per transaction and each worker runs
+    `Catalog.work_step`s: one transaction settles what its previous step recorded, records
+    the results of what its last claims executed, and claims and binds up to ``batch`` more.
+    The core still decides each Activity, and each Activity's claim, result and settlement
+    are three successive commits."""
     keys = [ActivityKey("bench-world", KIND, f"a{i:07d}") for i in range(jobs)]
     result_for = {
         k: ResultRef(f"artifact://{k.activity_id}", "sha256:r", "application/json", 1) for k in keys
     }
     latencies: list[float] = []
+    claimed: dict[ActivityKey, float] = {}  # each Activity's claim call (work_step's start)
     done = threading.Event()
     count = [0]
     lock = threading.Lock()
@@ -200,31 +205,40 @@ def tether_run(
     wakeup = Wakeup(stop, 1.0, doorbell=admitting.doorbell, topic=CLAIMABLE)
 
     def work_batched(cat: Catalog, name: str) -> None:
+        # One transaction per step: settle what the previous step recorded, record what the
+        # last claims executed (the work itself is empty), claim and bind the next batch.
+        # Each Activity is claimed, recorded and settled by three successive commits.
+        held: list[Claim] = []  # claimed and executed: recorded by the next step
+        recorded: list[tuple[ActivityKey, float]] = []  # settled by the next step
         while not stop.is_set():
             mark = wakeup.mark()
             t0 = time.perf_counter()
-            claims = cat.claim_and_bind_many(name, 60_000, batch, kinds=[KIND])
-            if not claims:
-                wakeup.wait(mark, delay_s=None)
-                continue
-            assert all(c.attempt.may_execute and c.record.operation_id for c in claims)
-            recorded = cat.record_results(
-                [(c.key, c.attempt.fence, result_for[c.key]) for c in claims]
+            step = cat.work_step(
+                name,
+                60_000,
+                batch,
+                kinds=[KIND],
+                results=[(c.key, c.attempt.fence, result_for[c.key]) for c in held],
+                settlements=[
+                    (k, LATER, settlement_evidence_digest(k, result_for[k])) for k, _ in recorded
+                ],
             )
-            assert not any(isinstance(r, Exception) for r in recorded), recorded
-            settled = cat.settle_many(
-                [
-                    (c.key, LATER, settlement_evidence_digest(c.key, result_for[c.key]))
-                    for c in claims
-                ]
-            )
-            assert not any(isinstance(r, Exception) for r in settled), settled
             t1 = time.perf_counter()
-            with lock:
-                latencies.extend([t1 - t0] * len(claims))
-                count[0] += len(claims)
-                if count[0] == jobs:
-                    done.set()
+            refused = [r for r in (*step.settled, *step.recorded) if isinstance(r, Exception)]
+            assert not refused, refused
+            assert all(c.attempt.may_execute and c.record.operation_id for c in step.claims)
+            if recorded:
+                with lock:
+                    latencies.extend(t1 - claimed_at for _, claimed_at in recorded)
+                    count[0] += len(recorded)
+                    if count[0] == jobs:
+                        done.set()
+            recorded = [(c.key, claimed[c.key]) for c in held]
+            held = list(step.claims)
+            for c in held:
+                claimed[c.key] = t0
+            if not (held or recorded):
+                wakeup.wait(mark, delay_s=None)
 
     def work(cat: Catalog, name: str) -> None:
         while not stop.is_set():

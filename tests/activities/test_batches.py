@@ -4,10 +4,18 @@ place and changes nothing; the others go through)."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
-from tether.activities import ActivityRecord, Catalog, operation_id_for
-from tether.errors import AdmissionConflict, NotBound, StaleFence, UnknownActivity
+from tether.activities import ActivityKey, ActivityRecord, Catalog, WorkStep, operation_id_for
+from tether.errors import (
+    AdmissionConflict,
+    LeaseExpired,
+    NoResult,
+    NotBound,
+    StaleFence,
+    UnknownActivity,
+)
 
 from tests.activities.support import ManualClock, admission, evidence_for, key, receipt, result
 
@@ -112,3 +120,124 @@ def test_a_sqlite_batch_claim_is_one_transaction(tmp_path: Path) -> None:
         assert catalog.claim_many("w", 10_000, 10) == []  # each holds a live lease
     finally:
         catalog.close()
+
+
+def test_a_work_step_settles_records_and_claims_in_one_transaction(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    keys = [key(f"ws{i}") for i in range(6)]
+    catalog.admit_many([admission(k) for k in keys])
+    first = catalog.claim_and_bind_many("w", 10_000, 2)
+    a, b = first
+    catalog.record_results([(a.key, a.fence, result("ws0"))])
+    store = catalog.store
+    before = store.commits  # type: ignore[attr-defined]
+    step = catalog.work_step(
+        "w",
+        10_000,
+        3,
+        results=[(b.key, b.fence, result("ws1"))],
+        settlements=[(a.key, receipt(9), evidence_for(a.key, result("ws0")))],
+    )
+    assert store.commits == before + 1  # type: ignore[attr-defined]
+    settled, recorded = step.settled[0], step.recorded[0]
+    assert isinstance(settled, ActivityRecord) and settled.settlement is not None
+    assert isinstance(recorded, ActivityRecord) and recorded.result is not None
+    assert recorded.result.ref == "artifact://ws1"
+    assert [c.key for c in step.claims] == keys[2:5]
+    for c in step.claims:  # each bound in the claim, as claim_and_bind_many binds it
+        stored = catalog.get(c.key)
+        assert stored is not None and stored.operation_id == operation_id_for(c.key)
+        assert c.attempt.may_execute and c.fence == 1
+    assert catalog.get(a.key).settlement is not None  # type: ignore[union-attr]
+    assert catalog.get(b.key).result is not None  # type: ignore[union-attr]
+    # Nothing to hand in and nothing to claim: no transaction at all.
+    assert catalog.work_step("w", 10_000, 0) == WorkStep((), (), ())
+    assert store.commits == before + 1  # type: ignore[attr-defined]
+
+
+def test_a_refused_item_of_a_work_step_changes_nothing_and_blocks_nothing(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    keys = [key(f"wr{i}") for i in range(4)]
+    catalog.admit_many([admission(k) for k in keys])
+    a, b = catalog.claim_and_bind_many("w", 10_000, 2)
+    ghost = key("ghost")
+    step = catalog.work_step(
+        "w",
+        10_000,
+        5,
+        results=[(a.key, a.fence + 1, result("wr0")), (b.key, b.fence, result("wr1"))],
+        settlements=[(ghost, receipt(9), "sha256:x"), (b.key, receipt(9), "sha256:x")],
+    )
+    assert isinstance(step.settled[0], UnknownActivity)
+    assert isinstance(step.settled[1], NoResult)  # settled before its result is recorded
+    assert isinstance(step.recorded[0], StaleFence)
+    assert getattr(step.recorded[1], "result", None) is not None
+    assert [c.key for c in step.claims] == keys[2:]
+    assert catalog.get(a.key).result is None  # type: ignore[union-attr]
+    assert catalog.get(b.key).settlement is None  # type: ignore[union-attr]
+
+
+def test_a_work_step_leaves_its_own_items_unclaimed(catalog: Catalog, clock: ManualClock) -> None:
+    k = key("wl0")
+    catalog.admit(admission(k))
+    (old,) = catalog.claim_and_bind_many("w", 1_000, 1)
+    clock.advance(2_000)  # the lease ran out: the Activity is claimable (to reconcile)
+    step = catalog.work_step("w", 1_000, 5, results=[(k, old.fence, result("late"))])
+    assert isinstance(step.recorded[0], LeaseExpired)  # as record_results refuses it
+    assert step.claims == ()  # an item's row waits for the next claim
+    (again,) = catalog.claim_and_bind_many("w", 1_000, 5)
+    assert again.key == k and not again.attempt.may_execute and again.fence == old.fence + 1
+
+
+def test_work_steps_end_where_the_one_by_one_calls_end(db_url: str, tmp_path: Path) -> None:
+    """A random workload driven by work steps and by the separate batch calls, on one clock,
+    leaves the same records (every field), so the step decides nothing of its own."""
+    rng = random.Random(7)
+    second = f"sqlite:///{tmp_path / 'one-by-one.db'}"
+    clock = ManualClock()
+    stepped, separate = Catalog.open(db_url, clock=clock), Catalog.open(second, clock=clock)
+    try:
+        keys = [key(f"eq{i:02d}") for i in range(30)]
+        for cat in (stepped, separate):
+            cat.admit_many([admission(k) for k in keys])
+        held: list[tuple[ActivityKey, int]] = []  # executed, result not yet recorded
+        recorded: list[ActivityKey] = []  # recorded, not yet settled
+        for _ in range(12):
+            results = [(k, f, result(k.activity_id)) for k, f in held if rng.random() < 0.8]
+            if rng.random() < 0.2 and held:  # a stale fence among them
+                k, f = held[0]
+                results.append((k, f + 1, result("stale")))
+            settle = [
+                (k, receipt(9), evidence_for(k, result(k.activity_id)))
+                for k in recorded
+                if rng.random() < 0.7
+            ]
+            limit = rng.randrange(0, 5)
+            step = stepped.work_step("w", 5_000, limit, results=results, settlements=settle)
+            alone_settled = separate.settle_many(settle) if settle else []
+            alone_recorded = separate.record_results(results) if results else []
+            alone_claims = separate.claim_and_bind_many("w", 5_000, limit) if limit else []
+            for got, want in zip(
+                (*step.settled, *step.recorded),
+                (*alone_settled, *alone_recorded),
+                strict=True,
+            ):
+                assert type(got) is type(want)
+            assert [c.key for c in step.claims] == [c.key for c in alone_claims]
+            done = {
+                k
+                for (k, _, _), r in zip(results, step.recorded, strict=True)
+                if isinstance(r, ActivityRecord)
+            }
+            recorded = [k for k in recorded if k not in {s[0] for s in settle}]
+            recorded += [r.key for r in step.recorded if isinstance(r, ActivityRecord)]
+            held = [(k, f) for k, f in held if k not in done and k not in set(recorded)]
+            held += [(c.key, c.fence) for c in step.claims]
+            clock.advance(rng.choice([10, 100, 6_000]))  # sometimes past every lease
+        for k in keys:
+            assert stepped.get(k) == separate.get(k)
+    finally:
+        stepped.close()
+        separate.close()

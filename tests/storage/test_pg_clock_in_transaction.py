@@ -15,7 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 from pgproxy import CommitCutter
-from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether import _core
+from tether.activities import ActivityKey, ActivityRecord, Catalog, operation_id_for
 from tether.errors import (
     AdmissionConflict,
     CatalogStorageError,
@@ -23,6 +24,7 @@ from tether.errors import (
     NoResult,
     NotBound,
     NotClaimable,
+    ResultConflict,
     StaleFence,
     UnknownActivity,
 )
@@ -30,6 +32,15 @@ from tether.storage import CommitUnknown
 from tether.storage._postgres import _TYPES, COLUMNS, PostgresCatalogStore, PostgresClock
 
 from tests.activities.support import admission, evidence_for, key, receipt, result
+
+
+def _core_result_step(k: ActivityKey, fence: int) -> Any:
+    """The core's record_result of ``k`` at ``fence`` (the transition `work_step` runs)."""
+    return lambda row, now: _core.catalog_record_result(row, fence, result("m0"), now)
+
+
+def _core_claim(owner: str, lease_ms: int) -> Any:
+    return lambda row, now: _core.catalog_claim(row, owner, lease_ms, now, None)
 
 
 def _server_clocked(url: str) -> Catalog:
@@ -326,3 +337,93 @@ def test_a_transactions_statements_are_prepared_once_per_connection(pg_url: str)
         lifecycle(keys[5])
         assert _prepared(cat) == again
         assert all(cat.get(k).settlement is not None for k in keys)  # type: ignore[union-attr]
+
+
+def test_a_work_step_decides_every_item_and_claim_on_one_reading_in_two_round_trips(
+    pg_url: str,
+) -> None:
+    with _server_clocked(pg_url) as cat:
+        keys = [key(f"w{i}") for i in range(5)]
+        cat.admit_many([admission(k) for k in keys])
+        a, b = cat.claim_and_bind_many("w", 60_000, 2)
+        cat.record_results([(a.key, a.fence, result("w0"))])
+        store = cat.store
+        assert isinstance(store, PostgresCatalogStore)
+        before = cat.now()
+        commits, trips = store.commits, store.round_trips
+        step = cat.work_step(
+            "w",
+            60_000,
+            5,
+            results=[(b.key, b.fence, result("w1")), (a.key, a.fence, result("other"))],
+            settlements=[(a.key, receipt(9), evidence_for(a.key, result("w0")))],
+        )
+        assert (store.commits - commits, store.round_trips - trips) == (1, 2)
+        after = cat.now()
+        assert getattr(step.settled[0], "settlement", None) is not None
+        assert getattr(step.recorded[0], "result", None) is not None
+        assert isinstance(step.recorded[1], ResultConflict)  # another result, same fence
+        assert [c.key for c in step.claims] == keys[2:]
+        for c in step.claims:  # the claim's lease and the bind on the one server reading
+            assert c.record.operation_id == operation_id_for(c.key)
+            assert c.attempt.lease_expires_ms is not None
+            assert before.boot_ms + 60_000 <= c.attempt.lease_expires_ms <= after.boot_ms + 60_000
+        recorded = step.recorded[0]
+        assert isinstance(recorded, ActivityRecord) and recorded.recorded_result is not None
+        assert before.wall_ms <= recorded.recorded_result.recorded_at_ms <= after.wall_ms
+
+
+def test_a_work_step_whose_item_was_written_meanwhile_decides_it_again(pg_url: str) -> None:
+    """An item's row is read unlocked and its write guarded by the version read: another
+    connection's write in between fails the guard, nothing is written, and the step is
+    decided again on the row now stored (its claims too)."""
+    with _server_clocked(pg_url) as cat, _server_clocked(pg_url) as other:
+        keys = [key(f"m{i}") for i in range(3)]
+        cat.admit_many([admission(k) for k in keys])
+        (c,) = cat.claim_and_bind_many("w", 60_000, 1)
+        store = cat.store
+        assert isinstance(store, PostgresCatalogStore)
+        seen: list[int] = []
+        step = _core_result_step(c.key, c.fence)
+
+        def racing(row: tuple[Any, ...] | None, now: Any) -> tuple[Any, ...]:
+            assert row is not None
+            seen.append(row[COLUMNS.index("version")])
+            if len(seen) == 1:  # a heartbeat lands between the step's read and its write
+                other.renew(c.key, c.fence, 60_000)
+            return step(row, now)
+
+        claim = _core_claim("w", 60_000)
+        outcomes, claimed = store.apply_and_claim_at(
+            [((c.key.world_id, c.key.kind, c.key.activity_id), racing)],
+            claim,
+            lambda _now: None,
+            None,
+            None,
+            5,
+            host=None,
+            boot_id=cat.now().boot_id,
+        )
+        assert len(seen) == 2 and seen[1] == seen[0] + 1  # decided again on the renewed row
+        assert not isinstance(outcomes[0], Exception)
+        assert cat.get(c.key).result is not None  # type: ignore[union-attr]
+        assert sorted(r[2] for r in claimed) == ["m1", "m2"]  # claimed once, in the retry
+
+
+def test_a_lost_reply_of_a_work_step_is_unknown_and_reread(cutter: CommitCutter) -> None:
+    with _server_clocked(cutter.url) as cat:
+        keys = [key(f"l{i}") for i in range(3)]
+        cat.admit_many([admission(k) for k in keys])
+        (c,) = cat.claim_and_bind_many("w", 60_000, 1)
+        cutter.arm("drop_commit")
+        with pytest.raises(CommitUnknown) as info:
+            cat.work_step("w", 60_000, 5, results=[(c.key, c.fence, result("l0"))])
+        assert info.value.key is None  # a batch: every item is re-read
+        assert cat.get(c.key).result is None  # type: ignore[union-attr]
+        assert all(cat.get(k).attempt is None for k in keys[1:])  # type: ignore[union-attr]
+        cutter.arm("drop_reply")
+        with pytest.raises(CommitUnknown):
+            cat.work_step("w", 60_000, 5, results=[(c.key, c.fence, result("l0"))])
+        assert cat.get(c.key).result is not None  # type: ignore[union-attr]
+        assert all(cat.get(k).attempt is not None for k in keys[1:])  # type: ignore[union-attr]
+        assert cutter.cuts == 2

@@ -92,6 +92,7 @@ from tether.activities._types import (
     ResultRef,
     RetryGuard,
     Settlement,
+    WorkStep,
 )
 
 REJECTION_CODES: tuple[str, ...] = tuple(catalog_rejection_codes())
@@ -124,6 +125,7 @@ __all__ = [
     "RetryGuard",
     "Settlement",
     "SystemClock",
+    "WorkStep",
     "as_clock",
     "operation_id_for",
     "read_boot_id",

@@ -12,7 +12,7 @@ lease of another boot has expired (see `tether.activities._clock`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from tether import _core
 from tether._core import UnknownActivity
@@ -28,12 +28,14 @@ from tether.activities._types import (
     Receipt,
     ResultRef,
     RetryGuard,
+    WorkStep,
 )
 from tether.errors import CatalogRejection
 from tether.storage import CatalogStore, CommitUnknown, KeyTuple, View, WakeBell, open_store
 from tether.storage._port import ClockBootChanged, ClockInTransaction, ServerClocked
 
 PAGE_SIZE = 256
+_T = TypeVar("_T")
 
 
 def operation_id_for(key: ActivityKey) -> str:
@@ -316,25 +318,34 @@ class Catalog:
         """A claim on the reading of its own transaction (`ClockInTransaction`). A reading on
         a boot the store is not aligned to writes nothing: align to it, then claim again.
         ``step``: the row's transition (the core's claim if None)."""
-        assert self._in_txn is not None
+        in_txn = self._in_txn
+        assert in_txn is not None
         kinds = _kinds(kinds)
         if step is None:
 
             def step(old: Row, now: Now) -> Row:
                 return _core.catalog_claim(old, owner, lease_ms, now, host)
 
+        claim = step
+        return self._aligned(
+            lambda boot: in_txn.claim_at(
+                claim,
+                lambda now: _core.catalog_check_claim(owner, lease_ms, now, host),
+                kinds,
+                world_id,
+                limit,
+                host=host,
+                boot_id=boot,
+                single=single,
+            )
+        )
+
+    def _aligned(self, call: Callable[[str | None], _T]) -> _T:
+        """``call`` with the boot the store is aligned to; a reading on another boot
+        (`ClockBootChanged`: nothing written) aligns the store to it and calls again."""
         for _ in range(3):
             try:
-                return self._in_txn.claim_at(
-                    step,
-                    lambda now: _core.catalog_check_claim(owner, lease_ms, now, host),
-                    kinds,
-                    world_id,
-                    limit,
-                    host=host,
-                    boot_id=self._aligned_boot,
-                    single=single,
-                )
+                return call(self._aligned_boot)
             except ClockBootChanged as e:
                 self._align(e.now)
         raise _core.CatalogStorageError("the catalog clock changed boot during every claim")
@@ -366,12 +377,7 @@ class Catalog:
             def claim(row: Row, now: Now) -> Row:
                 return _core.catalog_claim(row, owner, lease_ms, now, host)
 
-            for _ in range(3):
-                try:
-                    return _claim_of(record_from_row(self._apply(key, claim_at)))
-                except ClockBootChanged as e:
-                    self._align(e.now)
-            raise _core.CatalogStorageError("the catalog clock changed boot during every claim")
+            return _claim_of(record_from_row(self._aligned(lambda _: self._apply(key, claim_at))))
         now = self._claim_now()
         _core.catalog_check_claim(owner, lease_ms, now, host)
         return _claim_of(
@@ -495,6 +501,79 @@ class Catalog:
     ) -> list[ActivityRecord | CatalogRejection]:
         """`settle` each (key, receipt, evidence digest), in one transaction."""
         return self._change_many([(k, _settle_step(rc, e)) for k, rc, e in items])
+
+    def work_step(
+        self,
+        owner: str,
+        lease_ms: int,
+        limit: int,
+        *,
+        results: Sequence[tuple[ActivityKey, int, ResultRef]] = (),
+        settlements: Sequence[tuple[ActivityKey, Receipt, str]] = (),
+        kinds: Sequence[str] | None = None,
+        world_id: str | None = None,
+        host: str | None = None,
+    ) -> WorkStep:
+        """One worker step in one transaction: `settle_many` of ``settlements``, then
+        `record_results` of ``results``, then `claim_and_bind_many` of up to ``limit`` (0:
+        none) of ``owner``'s next attempts. A worker hands in what its last attempts
+        concluded and takes its next ones in one commit.
+
+        Each item and each claim is decided by the core exactly as its own call decides it,
+        on one clock reading (the transaction's own, where the store reads the clock): a
+        refused item keeps its rejection in its place and changes nothing, the others go
+        through. An Activity that is also an item is not claimed in this step. Every step of
+        one Activity stays its own commit: a result recorded here was bound by an earlier
+        one, a settlement here settles a result an earlier one recorded. A lost COMMIT is
+        `CommitUnknown` naming no key: re-read each item before acting, and run nothing
+        claimed by it (an unanswered claim is reconciled by the next one)."""
+        if not isinstance(owner, str) or not isinstance(lease_ms, int):
+            raise TypeError("work_step(owner: str, lease_ms: int, limit: int)")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise TypeError("work_step(limit=) must be an int >= 0")
+        if host is not None and not isinstance(host, str):
+            raise TypeError("work_step(host=) must be a str or None")
+        items: list[tuple[KeyTuple, RowStep]] = [
+            (_key(k), _known(k, _settle_step(rc, e))) for k, rc, e in settlements
+        ]
+        items += [(_key(k), _known(k, _result_step(f, r))) for k, f, r in results]
+        kinds = _kinds(kinds)
+        claim = _claim_then_bind(
+            lambda old, now: _core.catalog_claim(old, owner, lease_ms, now, host)
+        )
+        in_txn = self._in_txn
+        if not items and not limit:
+            _core.catalog_check_claim(owner, lease_ms, self._clock.now(), host)
+            return WorkStep((), (), ())
+        if in_txn is not None:
+            out, rows = self._aligned(
+                lambda boot: in_txn.apply_and_claim_at(
+                    items,
+                    claim,
+                    lambda now: _core.catalog_check_claim(owner, lease_ms, now, host),
+                    kinds,
+                    world_id,
+                    limit,
+                    host=host,
+                    boot_id=boot,
+                )
+            )
+        else:
+            now = self._claim_now()
+            _core.catalog_check_claim(owner, lease_ms, now, host)
+            out, rows = self._store.apply_and_claim(
+                [(k, _at(step, now)) for k, step in items],
+                now.boot_ms,
+                lambda old: claim(old, now),
+                kinds,
+                world_id,
+                limit,
+                host=host,
+            )
+        changed = [r if isinstance(r, CatalogRejection) else _as_record(r) for r in out]
+        n = len(settlements)
+        claims = tuple(_claim_of(record_from_row(r)) for r in rows)
+        return WorkStep(tuple(changed[:n]), tuple(changed[n:]), claims)
 
     def renew(self, key: ActivityKey, fence: int, lease_ms: int) -> ActivityRecord:
         """Extend the live attempt's lease to now + ``lease_ms`` on the lease clock (at most 7

@@ -9,6 +9,7 @@ from tether._core import catalog_lease_reached
 
 if TYPE_CHECKING:
     from tether.activities._clock import Now
+    from tether.errors import CatalogRejection
 
 DecisionOutcome = Literal["recovered", "absent", "abandon"]
 
@@ -269,3 +270,14 @@ class Claim:
     @property
     def fence(self) -> int:
         return self.attempt.fence
+
+
+@dataclass(frozen=True, slots=True)
+class WorkStep:
+    """What one `Catalog.work_step` transaction did: each settlement's and each result's
+    outcome in the order given (the record, or the core's rejection: that item changed
+    nothing), and the attempts it claimed, each bound as `Catalog.claim_and_bind_many` binds."""
+
+    settled: tuple[ActivityRecord | CatalogRejection, ...]
+    recorded: tuple[ActivityRecord | CatalogRejection, ...]
+    claims: tuple[Claim, ...]

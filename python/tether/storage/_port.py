@@ -87,6 +87,24 @@ class CatalogStore(Protocol):
         can; a row whose transition raises is left unchanged and skipped."""
         ...
 
+    def apply_and_claim(
+        self,
+        items: Sequence[tuple[KeyTuple, Transition]],
+        now_ms: int,
+        transition: ClaimTransition,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None = None,
+    ) -> tuple[list[Row | Exception], list[Row]]:
+        """`apply_many` of ``items``, then `claim_many` of up to ``limit`` rows, in one
+        transaction (a worker's step: what its last attempts concluded, and its next ones).
+        The items are decided first; a claimable row that is also an item's is not claimed.
+        Returns the items' outcomes (a rejection in its item's place) and the claimed rows;
+        a lost COMMIT raises `CommitUnknown` without a key."""
+        ...
+
     def align_clock(self, boot_id: str, rebase: ClaimTransition) -> int:
         """Put the claimable index on boot ``boot_id``'s lease clock, once per boot.
 
@@ -185,4 +203,20 @@ class ClockInTransaction(Protocol):
         """`claim_many` (``single``: `claim`, a refusal raised) on the transaction's reading,
         after ``check`` (the core's check of the claim's arguments) passed on it; raises
         `ClockBootChanged` (nothing written) if the reading is not on boot ``boot_id``."""
+        ...
+
+    def apply_and_claim_at(
+        self,
+        items: Sequence[tuple[KeyTuple, TimedTransition]],
+        transition: TimedClaimTransition,
+        check: Callable[[Now], None],
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None,
+        boot_id: str | None,
+    ) -> tuple[list[Row | Exception], list[Row]]:
+        """`apply_and_claim` on the transaction's reading (items and claims see the same
+        one), as `claim_at` checks it."""
         ...

@@ -112,13 +112,16 @@ _COMPACT_ORDER = ("compactable_from_ms", "world_id", "kind", "activity_id")
 #: ordered claim reads the rows it takes and the ones it skips, no more), so plans may be
 #: cached: statements are prepared once per session and planned once (`force_generic_plan`: in
 #: the server's `auto` mode a claim at 1M rows was planned again on every execution, 1.3x its
-#: time at 1k rows; with generic plans 1.0x).
+#: time at 1k rows; with generic plans 1.0x). No JIT: a statement that has to scan a tiny table
+#: (`catalog_clock`) costs past the JIT threshold once sequential scans are off, and compiling
+#: it took 80 ms (500 ms with 8 sessions starting at once); no catalog statement gains from JIT.
 PLANNER = {
     "enable_hashjoin": "off",
     "enable_mergejoin": "off",
     "enable_seqscan": "off",
     "enable_sort": "off",
     "plan_cache_mode": "force_generic_plan",
+    "jit": "off",
 }
 
 #: Topic bits of the NOTIFY payload, the same as the data-dir doorbell's.
@@ -442,19 +445,24 @@ class PostgresCatalogStore:
         check: Callable[[Now], None] | None = None,
         boot_id: str | None = None,
         single: bool,
-    ) -> list[Row]:
-        """Claim up to ``limit`` claimable rows in claim order (`FOR UPDATE SKIP LOCKED`):
-        one read round trip, one write round trip. With ``now_ms`` None the server clock is
-        read in the claim statement itself (the filter and the core see the same reading):
-        `ClockBootChanged` if it is on another boot than ``boot_id`` (nothing written), and
-        ``check`` (the core's claim arguments check) runs on the reading before any write."""
+        items: Sequence[tuple[KeyTuple, _Step]] = (),
+    ) -> tuple[list[Row | Exception], list[Row]]:
+        """Decide ``items`` (as `_transact` does, on the claim's reading), then claim up to
+        ``limit`` claimable rows in claim order (`FOR UPDATE SKIP LOCKED`), in one transaction:
+        one read round trip (the claim's rows and the items' rows, the latter unlocked and
+        guarded by version as `_transact`'s), one write round trip. With ``now_ms`` None the
+        server clock is read in the claim statement itself (the filter and the core see the
+        same reading): `ClockBootChanged` if it is on another boot than ``boot_id`` (nothing
+        written), and ``check`` (the core's claim arguments check) runs on the reading before
+        any write. A claimable row that is also an item's is left for a later claim. Returns
+        the items' outcomes (a rejection in its item's place) and the claimed rows."""
         where = [_CLAIMABLE if now_ms is not None else _CLAIMABLE_NOW, _ON_HOST]
         params: list[Any] = [now_ms] if now_ms is not None else []
         params += ["", host or ""]
         if kinds is not None:
             kinds = list(dict.fromkeys(kinds))
             if not kinds:
-                return []
+                limit = 0
             where.append("kind = ANY(%s)")
             params.append(kinds)
         if world_id is not None:
@@ -468,9 +476,15 @@ class PostgresCatalogStore:
         clock = None if now_ms is not None else self.server_clock()
         if clock is not None:
             sql = _with_clock(clock, sql)
+        if limit == 0 and not items:
+            return [], []
+        reads: _Sql = [(sql, params)]
+        keys = sorted({k for k, _ in items})
+        if keys:
+            reads.append((_BY_KEY, keys[0]) if len(keys) == 1 else (_READ_MANY, (_json(keys),)))
         intended: list[Row] = []
 
-        def decide(results: list[list[Row]]) -> tuple[_Sql, list[Row]]:
+        def decide(results: list[list[Row]]) -> tuple[_Sql, _Outcome]:
             rows = results[0]
             now: Now | None = None
             if clock is not None:
@@ -480,9 +494,35 @@ class PostgresCatalogStore:
                 if check is not None:
                     check(now)
                 rows = [r[3:] for r in rows if r[3] is not None]
+            stored = {(r[0], r[1], r[2]): r for r in results[1]} if keys else {}
+            current: dict[KeyTuple, Row] = {}
+            out: list[Row | Exception] = []
+            for key, step in items:
+                old = current.get(key) or stored.get(key)
+                try:
+                    new = step(old, now)
+                except CatalogStorageError:
+                    raise
+                except Exception as e:  # the core's rejection of this item
+                    out.append(e)
+                    continue
+                out.append(new)
+                if old is None or new[VERSION] != old[VERSION]:
+                    current[key] = new
+            inserts: list[Row] = []
             updates: list[tuple[Row, Row]] = []
             topics = 0
+            for key, new in current.items():
+                first = stored.get(key)
+                if first is None:
+                    inserts.append(new)
+                else:
+                    updates.append((first, new))
+                topics |= wake_topics(first, new)
+            claimed: list[Row] = []
             for old in rows:
+                if (old[0], old[1], old[2]) in stored:
+                    continue  # an item's row: decided above, claimable again later
                 try:
                     new = transition(old, now)
                 except CatalogStorageError:
@@ -492,20 +532,26 @@ class PostgresCatalogStore:
                         raise
                     continue
                 updates.append((old, new))
+                claimed.append(new)
                 topics |= wake_topics(old, new)
-            intended[:] = [n for _, n in updates]
-            return self._writes([], updates, topics), intended
+            intended[:] = [*current.values(), *claimed]
+            updates.sort(key=lambda u: (u[0][0], u[0][1], u[0][2]))  # key order: no deadlock
+            return self._writes(inserts, updates, topics), (out, claimed)
 
-        try:
-            with self._lock:
-                return self._session.exchange("catalog claim", [(sql, params)], decide, lock=True)
-        except CommitUnknown as e:
-            if single and len(intended) == 1:
-                new = intended[0]
-                raise CommitUnknown(str(e), (new[0], new[1], new[2]), new) from e
-            raise CommitUnknown(str(e)) from e
-        except CatalogStorageError as e:
-            raise _guard_error(e) from e
+        for attempt in range(_RETRIES):
+            try:
+                with self._lock:
+                    return self._session.exchange("catalog claim", reads, decide, lock=True)
+            except CommitUnknown as e:
+                if single and not items and len(intended) == 1:
+                    new = intended[0]
+                    raise CommitUnknown(str(e), (new[0], new[1], new[2]), new) from e
+                raise CommitUnknown(str(e)) from e
+            except CatalogStorageError as e:
+                if items and _concurrent(e) and attempt < _RETRIES - 1:
+                    continue  # an item's row was written meanwhile: decide all again
+                raise _guard_error(e) from e
+        raise AssertionError("unreachable")
 
     # -- the port: the clock read before the transaction (any `CatalogClock`) ----------
 
@@ -528,7 +574,7 @@ class PostgresCatalogStore:
         *,
         host: str | None = None,
     ) -> Row | None:
-        rows = self._claim(
+        _, rows = self._claim(
             _untimed_claim(transition), kinds, world_id, 1, host, now_ms=now_ms, single=True
         )
         return rows[0] if rows else None
@@ -545,6 +591,28 @@ class PostgresCatalogStore:
     ) -> list[Row]:
         return self._claim(
             _untimed_claim(transition), kinds, world_id, limit, host, now_ms=now_ms, single=False
+        )[1]
+
+    def apply_and_claim(
+        self,
+        items: Sequence[tuple[KeyTuple, Transition]],
+        now_ms: int,
+        transition: ClaimTransition,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None = None,
+    ) -> tuple[list[Row | Exception], list[Row]]:
+        return self._claim(
+            _untimed_claim(transition),
+            kinds,
+            world_id,
+            limit,
+            host,
+            now_ms=now_ms,
+            single=False,
+            items=[(k, _untimed(t)) for k, t in items],
         )
 
     # -- the server clock read inside the transaction (`ClockInTransaction`) ------------
@@ -587,6 +655,31 @@ class PostgresCatalogStore:
             check=check,
             boot_id=boot_id,
             single=single,
+        )[1]
+
+    def apply_and_claim_at(
+        self,
+        items: Sequence[tuple[KeyTuple, TimedTransition]],
+        transition: TimedClaimTransition,
+        check: Callable[[Now], None],
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None,
+        boot_id: str | None,
+    ) -> tuple[list[Row | Exception], list[Row]]:
+        return self._claim(
+            _timed_claim(transition),
+            kinds,
+            world_id,
+            limit,
+            host,
+            now_ms=None,
+            check=check,
+            boot_id=boot_id,
+            single=False,
+            items=[(k, _timed(t)) for k, t in items],
         )
 
     def next_claimable(
@@ -714,6 +807,8 @@ class PostgresCatalogStore:
 
 
 _Sql = list[tuple[str, Any]]
+# A transaction's items' outcomes (a rejection in its item's place) and the rows it claimed.
+_Outcome = tuple[list[Row | Exception], list[Row]]
 # A transition as the store runs it: the row (None: no such activity) and the transaction's
 # clock reading (None where the caller read its clock before the transaction).
 _Step = Callable[[Row | None, Now | None], Row]

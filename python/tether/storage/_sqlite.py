@@ -159,6 +159,10 @@ def _scope(host: str | None) -> tuple[str, str]:
     return ("", host or "")
 
 
+def _no_claim(row: Row) -> Row:
+    raise AssertionError("apply_many claims nothing")
+
+
 def _claim_order(row: Row) -> tuple[Any, ...]:
     return tuple(row[i] for i in _CLAIM_ORDER)
 
@@ -370,39 +374,7 @@ class SqliteCatalogStore:
         """`apply` of each item in one transaction (one WAL sync when FULL): each decided by
         the core on the row as the transaction sees it (an earlier item's write included); a
         rejection takes its item's place and writes nothing; a storage error rolls back all."""
-        out: list[Row | Exception] = []
-        done: list[tuple[KeyTuple, Row | None, Row]] = []
-        with self._lock:
-            cur = self._begin()
-            try:
-                for key, transition in items:
-                    try:
-                        old, new = self._decide(cur, key, transition)
-                    except (CatalogStorageError, sqlite3.Error):
-                        raise
-                    except Exception as e:  # the core's rejection of this item
-                        out.append(e)
-                        continue
-                    # Later items of this key see this write (the version guard holds it).
-                    self._known[key] = new
-                    done.append((key, old, new))
-                    out.append(new)
-                cur.execute("COMMIT")
-            except BaseException as e:
-                self._known.clear()  # rolled back: what this transaction wrote never was
-                self._abort(e)
-            first: dict[KeyTuple, Row | None] = {}
-            for key, old, _ in done:
-                first.setdefault(key, old)
-            last = {key: new for key, _, new in done}
-            changed = [(first[k], n) for k, n in last.items() if self._committed(k, first[k], n)]
-            self.commits += bool(changed)
-        rung: dict[int, list[tuple[Row | None, Row]]] = {}  # one ring per set of topics
-        for old, new in changed:
-            rung.setdefault(changed_topics(old, new), []).append((old, new))
-        for (old, new), *others in rung.values():
-            self._ring(old, new, *(row for _, row in others))
-        return out
+        return self.apply_and_claim(items, 0, _no_claim, None, None, 0)[0]
 
     def claim_many(
         self,
@@ -420,14 +392,47 @@ class SqliteCatalogStore:
         read in claim order past it, a page at a time, and a row whose transition raises (the
         core refused it, its host among them, or the caller's `take` did) is left unchanged
         and skipped."""
-        out: list[tuple[Row, Row]] = []
+        return self.apply_and_claim((), now_ms, transition, kinds, world_id, limit, host=host)[1]
+
+    def apply_and_claim(
+        self,
+        items: Sequence[tuple[KeyTuple, Transition]],
+        now_ms: int,
+        transition: ClaimTransition,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        limit: int,
+        *,
+        host: str | None = None,
+    ) -> tuple[list[Row | Exception], list[Row]]:
+        """`apply_many` of ``items`` then `claim_many`, in one transaction (one WAL sync): the
+        items are decided first (as `apply_many` decides them); the claims then choose on the
+        rows as the transaction sees them, leaving an item's row unclaimed."""
+        out: list[Row | Exception] = []
+        done: list[tuple[KeyTuple, Row | None, Row]] = []
+        claimed: list[tuple[Row, Row]] = []
         with self._lock:
             cur = self._begin()
             try:
-                first = self._next_claimable(cur, now_ms, kinds, world_id, host)
+                for key, step in items:
+                    try:
+                        old, new = self._decide(cur, key, step)
+                    except (CatalogStorageError, sqlite3.Error):
+                        raise
+                    except Exception as e:  # the core's rejection of this item
+                        out.append(e)
+                        continue
+                    # Later items of this key see this write (the version guard holds it).
+                    self._known[key] = new
+                    done.append((key, old, new))
+                    out.append(new)
+                mine = {key for key, _ in items}
+                first = self._next_claimable(cur, now_ms, kinds, world_id, host) if limit else None
                 page = [] if first is None else [first]
-                while page and len(out) < limit:
+                while page and len(claimed) < limit:
                     for old in page:
+                        if (old[0], old[1], old[2]) in mine:
+                            continue  # an item's row: decided above, claimable again later
                         try:
                             new = transition(old)
                         except (CatalogStorageError, sqlite3.Error):
@@ -435,24 +440,32 @@ class SqliteCatalogStore:
                         except Exception:  # refused: left as it is
                             continue
                         self._write(cur, old, new)
-                        out.append((old, new))
-                        if len(out) == limit:
+                        claimed.append((old, new))
+                        if len(claimed) == limit:
                             break
                     after = _claim_order(page[-1])
                     page = self._page_claimable(cur, now_ms, kinds, world_id, after, limit)
                 cur.execute("COMMIT")
             except BaseException as e:
-                self._known.clear()
+                self._known.clear()  # rolled back: what this transaction wrote never was
                 self._abort(e)
-            for _, new in out:
+            first_of: dict[KeyTuple, Row | None] = {}
+            for key, old, _ in done:
+                first_of.setdefault(key, old)
+            last = {key: new for key, _, new in done}
+            changed = [
+                (first_of[k], n) for k, n in last.items() if self._committed(k, first_of[k], n)
+            ]
+            for _, new in claimed:
                 self._remember((new[0], new[1], new[2]), new)
-            self.commits += bool(out)
+            changed += claimed
+            self.commits += bool(changed)
         rung: dict[int, list[tuple[Row | None, Row]]] = {}  # one ring per set of topics
-        for old, new in out:
+        for old, new in changed:
             rung.setdefault(changed_topics(old, new), []).append((old, new))
-        for (first_old, first_new), *others in rung.values():
-            self._ring(first_old, first_new, *(row for _, row in others))
-        return [new for _, new in out]
+        for (old, new), *others in rung.values():
+            self._ring(old, new, *(row for _, row in others))
+        return out, [new for _, new in claimed]
 
     def _ring(self, old: Row | None, new: Row, *alike: Row) -> None:
         # After the commit and outside the lock: a waiter woken now finds the change. `alike`:
