@@ -427,3 +427,34 @@ def test_a_lost_reply_of_a_work_step_is_unknown_and_reread(cutter: CommitCutter)
         assert cat.get(c.key).result is not None  # type: ignore[union-attr]
         assert all(cat.get(k).attempt is not None for k in keys[1:])  # type: ignore[union-attr]
         assert cutter.cuts == 2
+
+
+def test_a_work_step_decides_on_the_rows_it_last_committed_and_rereads_a_doubtful_one(
+    pg_url: str,
+) -> None:
+    """Items whose rows this store just committed are decided on those rows (no read), each
+    write guarded by the version; an item the core would refuse on such a row is decided
+    again on the stored row (another connection may have moved it on)."""
+    with _server_clocked(pg_url) as cat, _server_clocked(pg_url) as other:
+        keys = [key(f"k{i}") for i in range(4)]
+        cat.admit_many([admission(k) for k in keys])
+        step = cat.work_step("w", 60_000, 2)
+        a, b = step.claims
+        store = cat.store
+        assert isinstance(store, PostgresCatalogStore)
+        trips = store.round_trips
+        step = cat.work_step("w", 60_000, 0, results=[(a.key, a.fence, result("k0"))])
+        assert getattr(step.recorded[0], "result", None) is not None
+        assert store.round_trips - trips == 2  # the known row: decided without a read
+        # Another connection records b's result: this store's row of b is one version behind.
+        other.record_results([(b.key, b.fence, result("k1"))])
+        trips = store.round_trips
+        step = cat.work_step(
+            "w",
+            60_000,
+            0,
+            settlements=[(b.key, receipt(9), evidence_for(b.key, result("k1")))],
+        )
+        settled = step.settled[0]  # refused (no result) on the stale row: decided again
+        assert isinstance(settled, ActivityRecord) and settled.settlement is not None
+        assert store.round_trips - trips == 4  # read, rolled back; read again, written

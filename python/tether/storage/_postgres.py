@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import compress
 from operator import itemgetter, ne
 from typing import Any
@@ -221,6 +222,8 @@ class PostgresCatalogStore:
     def __init__(self, conninfo: str, *, upgrade: bool = False) -> None:
         self._lock = threading.Lock()
         self._updates: dict[tuple[int, ...], str] = {}
+        #: The rows this store's transactions last committed, by key (`_remember`).
+        self._known: dict[KeyTuple, Row] = {}
         self._session = Session(
             conninfo,
             CatalogStorageError,
@@ -422,15 +425,22 @@ class PostgresCatalogStore:
         for attempt in range(_RETRIES):
             try:
                 with self._lock:
-                    return self._session.exchange(what, [(read, params)], decide, lock=False)
+                    out = self._session.exchange(what, [(read, params)], decide, lock=False)
             except CommitUnknown as e:
+                self._forget(keys, intended)
                 if single and len(intended) == 1:
                     raise CommitUnknown(str(e), items[0][0], intended[0]) from e
                 raise CommitUnknown(str(e)) from e
             except CatalogStorageError as e:
+                self._forget(keys, intended)
                 if _concurrent(e) and attempt < _RETRIES - 1:
                     continue  # written concurrently: decide again on the rows now stored
                 raise _guard_error(e) from e
+            except BaseException:
+                self._forget(keys, intended)
+                raise
+            self._remember(intended)
+            return out
         raise AssertionError("unreachable")
 
     def _claim(
@@ -478,13 +488,11 @@ class PostgresCatalogStore:
             sql = _with_clock(clock, sql)
         if limit == 0 and not items:
             return [], []
-        reads: _Sql = [(sql, params)]
         keys = sorted({k for k, _ in items})
-        if keys:
-            reads.append((_BY_KEY, keys[0]) if len(keys) == 1 else (_READ_MANY, (_json(keys),)))
+        mine = set(keys)
         intended: list[Row] = []
 
-        def decide(results: list[list[Row]]) -> tuple[_Sql, _Outcome]:
+        def decide(results: list[list[Row]], known: dict[KeyTuple, Row]) -> tuple[_Sql, _Outcome]:
             rows = results[0]
             now: Now | None = None
             if clock is not None:
@@ -494,7 +502,8 @@ class PostgresCatalogStore:
                 if check is not None:
                     check(now)
                 rows = [r[3:] for r in rows if r[3] is not None]
-            stored = {(r[0], r[1], r[2]): r for r in results[1]} if keys else {}
+            stored = {(r[0], r[1], r[2]): r for r in results[1]} if len(results) > 1 else {}
+            stored.update(known)
             current: dict[KeyTuple, Row] = {}
             out: list[Row | Exception] = []
             for key, step in items:
@@ -509,6 +518,10 @@ class PostgresCatalogStore:
                 out.append(new)
                 if old is None or new[VERSION] != old[VERSION]:
                     current[key] = new
+            # Refused or left unchanged on a known row, which then no write of this transaction
+            # guards: that row may be stale, so those are decided again on the stored rows.
+            if unguarded := known.keys() - current.keys():
+                raise _Unsure(unguarded)
             inserts: list[Row] = []
             updates: list[tuple[Row, Row]] = []
             topics = 0
@@ -521,7 +534,7 @@ class PostgresCatalogStore:
                 topics |= wake_topics(first, new)
             claimed: list[Row] = []
             for old in rows:
-                if (old[0], old[1], old[2]) in stored:
+                if (old[0], old[1], old[2]) in mine:
                     continue  # an item's row: decided above, claimable again later
                 try:
                     new = transition(old, now)
@@ -538,20 +551,59 @@ class PostgresCatalogStore:
             updates.sort(key=lambda u: (u[0][0], u[0][1], u[0][2]))  # key order: no deadlock
             return self._writes(inserts, updates, topics), (out, claimed)
 
+        unsure: set[KeyTuple] = set()
         for attempt in range(_RETRIES):
+            # Items are decided on the rows this store last committed where it has them (the
+            # write's version guard proves each was still the stored one, or fails it); the
+            # others are read in the claim's message, unlocked.
+            known = {k: r for k in keys if k not in unsure and (r := self._known.get(k))}
+            reads: _Sql = [(sql, params)]
+            unread = [k for k in keys if k not in known]
+            if unread:
+                reads.append(
+                    (_BY_KEY, unread[0]) if len(unread) == 1 else (_READ_MANY, (_json(unread),))
+                )
             try:
                 with self._lock:
-                    return self._session.exchange("catalog claim", reads, decide, lock=True)
+                    out, claimed = self._session.exchange(
+                        "catalog claim", reads, partial(decide, known=known), lock=True
+                    )
+            except _Unsure as e:
+                unsure.update(e.keys)  # read next time: never unsure twice
+                continue
             except CommitUnknown as e:
+                self._forget(keys, intended)
                 if single and not items and len(intended) == 1:
                     new = intended[0]
                     raise CommitUnknown(str(e), (new[0], new[1], new[2]), new) from e
                 raise CommitUnknown(str(e)) from e
             except CatalogStorageError as e:
+                self._forget(keys, intended)
                 if items and _concurrent(e) and attempt < _RETRIES - 1:
+                    unsure.update(keys)
                     continue  # an item's row was written meanwhile: decide all again
                 raise _guard_error(e) from e
+            except BaseException:
+                self._forget(keys, intended)
+                raise
+            self._remember(intended)
+            return out, claimed
         raise AssertionError("unreachable")
+
+    def _remember(self, rows: Sequence[Row]) -> None:
+        """Keep the rows a committed transaction wrote (the next write of one may be decided
+        on it; its version guard proves it still is the stored row)."""
+        known = self._known
+        if len(known) + len(rows) > KNOWN_ROWS:
+            known.clear()
+        for row in rows:
+            known[(row[0], row[1], row[2])] = row
+
+    def _forget(self, keys: Sequence[KeyTuple], rows: Sequence[Row]) -> None:
+        for k in keys:
+            self._known.pop(k, None)
+        for row in rows:
+            self._known.pop((row[0], row[1], row[2]), None)
 
     # -- the port: the clock read before the transaction (any `CatalogClock`) ----------
 
@@ -707,6 +759,7 @@ class PostgresCatalogStore:
             rows = self._session.read("catalog read", "SELECT boot_id FROM catalog_clock")
             if rows and rows[0][0] == boot_id:
                 return 0
+            self._known.clear()  # rebased rows are written below, outside the known rows
             rebased = 0
             with self._session.transaction("catalog clock alignment") as cur:
                 row = cur.execute("SELECT boot_id FROM catalog_clock FOR UPDATE").fetchone()
@@ -742,6 +795,7 @@ class PostgresCatalogStore:
             " LIMIT %s FOR UPDATE"
         )
         with self._lock:
+            self._known.clear()  # compacted rows are written below, outside the known rows
             changed: list[tuple[Row, Row]] = []
             with self._session.transaction("catalog compaction") as cur:
                 rows = cur.execute(sql, [*params, limit]).fetchall()
@@ -858,6 +912,17 @@ def _timed_claim(transition: TimedClaimTransition) -> _Claim:
 
 #: How many times a write is decided again after another transaction wrote its rows first.
 _RETRIES = 8
+#: At most this many rows are kept as committed by this store (`PostgresCatalogStore._known`).
+KNOWN_ROWS = 4096
+
+
+class _Unsure(Exception):
+    """Items the core refused, or left unchanged, on the rows this store last committed:
+    those rows may be stale, so the items are decided again on the rows as stored."""
+
+    def __init__(self, keys: set[KeyTuple]) -> None:
+        super().__init__(sorted(keys))
+        self.keys = keys
 
 
 def _concurrent(e: CatalogStorageError) -> bool:
