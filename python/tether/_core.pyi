@@ -323,6 +323,12 @@ def catalog_check_claim(owner: str, lease_ms: int, now: Any, host: str | None = 
 def catalog_claim(
     row: tuple[Any, ...], owner: str, lease_ms: int, now: Any, host: str | None = None
 ) -> tuple[Any, ...]: ...
+def catalog_claim_and_bind(
+    row: tuple[Any, ...], owner: str, lease_ms: int, now: Any, host: str | None = None
+) -> tuple[Any, ...]:
+    """`claim`, then the bind of the activity's own operation identity to the attempt it issued
+    (a reconcile-only attempt comes back claimed and unbound), on one reading."""
+
 def catalog_renew(row: tuple[Any, ...], fence: int, lease_ms: int, now: Any) -> tuple[Any, ...]: ...
 def catalog_release(row: tuple[Any, ...], fence: int, now: Any) -> tuple[Any, ...]: ...
 def catalog_bind_provider_operation(

@@ -152,7 +152,7 @@ def test_a_work_step_settles_records_and_claims_in_one_transaction(
     assert catalog.get(a.key).settlement is not None  # type: ignore[union-attr]
     assert catalog.get(b.key).result is not None  # type: ignore[union-attr]
     # Nothing to hand in and nothing to claim: no transaction at all.
-    assert catalog.work_step("w", 10_000, 0) == WorkStep((), (), ())
+    assert catalog.work_step("w", 10_000, 0) == WorkStep((), 0, ())
     assert store.commits == before + 1  # type: ignore[attr-defined]
 
 
@@ -174,6 +174,7 @@ def test_a_refused_item_of_a_work_step_changes_nothing_and_blocks_nothing(
     assert isinstance(step.settled[1], NoResult)  # settled before its result is recorded
     assert isinstance(step.recorded[0], StaleFence)
     assert getattr(step.recorded[1], "result", None) is not None
+    assert step.refused == (step.settled[0], step.settled[1], step.recorded[0])
     assert [c.key for c in step.claims] == keys[2:]
     assert catalog.get(a.key).result is None  # type: ignore[union-attr]
     assert catalog.get(b.key).settlement is None  # type: ignore[union-attr]

@@ -12,12 +12,12 @@ lease of another boot has expired (see `tether.activities._clock`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from tether import _core
 from tether._core import UnknownActivity
 from tether.activities._clock import CatalogClock, ClockLike, Now, as_clock
-from tether.activities._record import COLUMNS, Row, record_from_row
+from tether.activities._record import Row, record_from_row
 from tether.activities._types import (
     ActivityKey,
     ActivityRecord,
@@ -79,6 +79,28 @@ def _settle_step(receipt: Receipt, digest: str) -> Step:
     return lambda row, now: _core.catalog_settle(row, receipt, digest, None, now)
 
 
+def _recording(key: ActivityKey, fence: int, result: ResultRef) -> RowStep:
+    """`_known(key, _result_step(fence, result))` in one frame (a work step's hot path)."""
+
+    def run(row: Row | None, now: Now) -> Row:
+        if row is None:
+            raise UnknownActivity(f"no activity {key.world_id}/{key.kind}/{key.activity_id}")
+        return _core.catalog_record_result(row, fence, result, now)
+
+    return run
+
+
+def _settling(key: ActivityKey, receipt: Receipt, digest: str) -> RowStep:
+    """`_known(key, _settle_step(receipt, digest))` in one frame (a work step's hot path)."""
+
+    def run(row: Row | None, now: Now) -> Row:
+        if row is None:
+            raise UnknownActivity(f"no activity {key.world_id}/{key.kind}/{key.activity_id}")
+        return _core.catalog_settle(row, receipt, digest, None, now)
+
+    return run
+
+
 def _at(step: RowStep, now: Now) -> Callable[[Row | None], Row]:
     return lambda row: step(row, now)
 
@@ -90,26 +112,6 @@ def _known(key: ActivityKey, step: Step) -> RowStep:
         if row is None:
             raise UnknownActivity(f"no activity {key.world_id}/{key.kind}/{key.activity_id}")
         return step(row, now)
-
-    return run
-
-
-_FENCE = COLUMNS.index("fence")
-
-
-def _claim_then_bind(claim: Callable[[Row, Now], Row]) -> Callable[[Row, Now], Row]:
-    """``claim``, then the bind of the deterministic provider operation to the attempt it
-    issued, on the same row and reading: the core decides both transitions. A reconcile-only
-    attempt (a bound attempt's lease ran out) binds nothing (`ReconcileOnly`): it stays
-    claimed, unbound, for the caller to reconcile; any other refused bind refuses the row."""
-
-    def run(row: Row, now: Now) -> Row:
-        claimed = claim(row, now)
-        op = _core.operation_id_for(claimed[1], claimed[0], claimed[2])
-        try:
-            return _core.catalog_bind_provider_operation(claimed, claimed[_FENCE], op, now)
-        except _core.ReconcileOnly:
-            return claimed
 
     return run
 
@@ -452,9 +454,10 @@ class Catalog:
             raise TypeError("claim_and_bind_many(limit=) must be a positive int")
         if host is not None and not isinstance(host, str):
             raise TypeError("claim_and_bind_many(host=) must be a str or None")
-        step = _claim_then_bind(
-            lambda old, now: _core.catalog_claim(old, owner, lease_ms, now, host)
-        )
+
+        def step(old: Row, now: Now) -> Row:
+            return _core.catalog_claim_and_bind(old, owner, lease_ms, now, host)
+
         return self._claim_rows(owner, lease_ms, limit, kinds, world_id, host, step)
 
     def _claim_rows(
@@ -534,17 +537,18 @@ class Catalog:
         if host is not None and not isinstance(host, str):
             raise TypeError("work_step(host=) must be a str or None")
         items: list[tuple[KeyTuple, RowStep]] = [
-            (_key(k), _known(k, _settle_step(rc, e))) for k, rc, e in settlements
+            (_key(k), _settling(k, rc, e)) for k, rc, e in settlements
         ]
-        items += [(_key(k), _known(k, _result_step(f, r))) for k, f, r in results]
+        items += [(_key(k), _recording(k, f, r)) for k, f, r in results]
         kinds = _kinds(kinds)
-        claim = _claim_then_bind(
-            lambda old, now: _core.catalog_claim(old, owner, lease_ms, now, host)
-        )
+
+        def claim(old: Row, now: Now) -> Row:
+            return _core.catalog_claim_and_bind(old, owner, lease_ms, now, host)
+
         in_txn = self._in_txn
         if not items and not limit:
             _core.catalog_check_claim(owner, lease_ms, self._clock.now(), host)
-            return WorkStep((), (), ())
+            return WorkStep((), 0, ())
         if in_txn is not None:
             out, rows = self._aligned(
                 lambda boot: in_txn.apply_and_claim_at(
@@ -570,10 +574,11 @@ class Catalog:
                 limit,
                 host=host,
             )
-        changed = [r if isinstance(r, CatalogRejection) else _as_record(r) for r in out]
-        n = len(settlements)
+        for r in out:
+            if isinstance(r, Exception) and not isinstance(r, CatalogRejection):
+                raise r  # not the core's rejection: a storage or programming error
         claims = tuple(_claim_of(record_from_row(r)) for r in rows)
-        return WorkStep(tuple(changed[:n]), tuple(changed[n:]), claims)
+        return WorkStep(cast("list[Row | CatalogRejection]", out), len(settlements), claims)
 
     def renew(self, key: ActivityKey, fence: int, lease_ms: int) -> ActivityRecord:
         """Extend the live attempt's lease to now + ``lease_ms`` on the lease clock (at most 7

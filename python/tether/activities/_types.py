@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether._core import catalog_lease_reached
 
@@ -272,12 +273,58 @@ class Claim:
         return self.attempt.fence
 
 
-@dataclass(frozen=True, slots=True)
 class WorkStep:
-    """What one `Catalog.work_step` transaction did: each settlement's and each result's
-    outcome in the order given (the record, or the core's rejection: that item changed
-    nothing), and the attempts it claimed, each bound as `Catalog.claim_and_bind_many` binds."""
+    """What one `Catalog.work_step` transaction did: the attempts it claimed (`claims`, each
+    bound as `Catalog.claim_and_bind_many` binds), and each settlement's and each result's
+    outcome in the order given (`settled`, `recorded`: the record, or the core's rejection,
+    which changed nothing). `refused` lists the rejections alone; the records are built
+    only when `settled` or `recorded` is read (a worker mostly needs neither)."""
 
-    settled: tuple[ActivityRecord | CatalogRejection, ...]
-    recorded: tuple[ActivityRecord | CatalogRejection, ...]
-    claims: tuple[Claim, ...]
+    __slots__ = ("_rows", "_settlements", "claims")
+
+    def __init__(
+        self,
+        rows: Sequence[tuple[Any, ...] | CatalogRejection],
+        settlements: int,
+        claims: tuple[Claim, ...],
+    ) -> None:
+        self._rows = tuple(rows)
+        self._settlements = settlements
+        self.claims = claims
+
+    def _outcomes(self, part: slice) -> tuple[ActivityRecord | CatalogRejection, ...]:
+        from tether.activities._record import record_from_row
+
+        return tuple(
+            r if isinstance(r, BaseException) else record_from_row(r) for r in self._rows[part]
+        )
+
+    @property
+    def settled(self) -> tuple[ActivityRecord | CatalogRejection, ...]:
+        return self._outcomes(slice(None, self._settlements))
+
+    @property
+    def recorded(self) -> tuple[ActivityRecord | CatalogRejection, ...]:
+        return self._outcomes(slice(self._settlements, None))
+
+    @property
+    def refused(self) -> tuple[CatalogRejection, ...]:
+        """The items the core refused, in order (settlements first)."""
+        return tuple(r for r in self._rows if isinstance(r, BaseException))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WorkStep):
+            return NotImplemented
+        return (self.settled, self.recorded, self.claims) == (
+            other.settled,
+            other.recorded,
+            other.claims,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"WorkStep(settled={self.settled!r}, recorded={self.recorded!r},"
+            f" claims={self.claims!r})"
+        )

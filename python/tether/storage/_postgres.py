@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from itertools import compress
 from operator import itemgetter, ne
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -722,7 +722,7 @@ class PostgresCatalogStore:
         boot_id: str | None,
     ) -> tuple[list[Row | Exception], list[Row]]:
         return self._claim(
-            _timed_claim(transition),
+            cast("_Claim", transition),  # the reading is never None
             kinds,
             world_id,
             limit,
@@ -731,7 +731,7 @@ class PostgresCatalogStore:
             check=check,
             boot_id=boot_id,
             single=False,
-            items=[(k, _timed(t)) for k, t in items],
+            items=cast("Sequence[tuple[KeyTuple, _Step]]", items),  # the reading is never None
         )
 
     def next_claimable(

@@ -594,6 +594,26 @@ fn catalog_claim<'py>(
     )
 }
 
+/// `claim`, then the bind of the activity's own operation identity to the attempt it issued
+/// (a reconcile-only attempt comes back claimed and unbound), on one reading.
+#[pyfunction]
+#[pyo3(signature = (row, owner, lease_ms, now, host=None))]
+fn catalog_claim_and_bind<'py>(
+    py: Python<'py>,
+    row: &Bound<'py, PyTuple>,
+    owner: &str,
+    lease_ms: i64,
+    now: PyNow,
+    host: Option<&str>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let old = load(row)?;
+    done(
+        py,
+        Some(&old),
+        catalog::claim_and_bind_on(&old.record, owner, host, lease_ms, &now.into()),
+    )
+}
+
 #[pyfunction]
 fn catalog_renew<'py>(
     py: Python<'py>,
@@ -885,6 +905,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(catalog_admit_refused, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_check_claim, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_claim, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_claim_and_bind, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_renew, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_release, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_bind_provider_operation, m)?)?;

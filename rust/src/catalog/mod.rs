@@ -68,7 +68,7 @@ pub use completion::{
 };
 pub use decision::{refresh_evidence, resolve, Decision, DecisionOutcome, ABANDONED_MEDIA_TYPE};
 pub use identity::{operation_id_for, settlement_evidence_digest};
-pub use provider::{bind_provider_operation, confirm_absent, record_unknown};
+pub use provider::{bind_provider_operation, claim_and_bind_on, confirm_absent, record_unknown};
 pub use record::{
     lease_reached, ActivityRecord, Admission, Attempt, Binding, Cell, DecisionRecord,
     EvidenceRecord, GuardRecord, Key, Now, Receipt, ResultRecord, ResultRef, RowError,

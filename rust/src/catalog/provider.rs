@@ -1,7 +1,7 @@
 //! Provider-side facts: binding the operation identity, and the reconciliation conclusions
 //! "confirmed absent" and "unknown" (the third, "recovered", is `record_result`).
 
-use super::attempt::live;
+use super::attempt::{claim_on, live};
 use super::bounds::{self, MAX_RETRY_AFTER_MS};
 use super::identity::operation_id_for;
 use super::record::{ActivityRecord, Binding, EvidenceRecord, GuardRecord, Now};
@@ -58,6 +58,27 @@ pub fn bind_provider_operation(
         bound_at_ms: now.wall_ms,
     });
     Ok(next)
+}
+
+/// A claim (`claim_on`) and, when the attempt it issues may execute, the bind of the
+/// activity's own operation identity to that attempt, on the same reading: what a worker
+/// does before any effect when its provider operation id is the derived one. A reconcile-only
+/// attempt comes back claimed and unbound (it must reconcile, never execute); any other
+/// refusal of the claim or of the bind refuses the whole transition.
+pub fn claim_and_bind_on(
+    rec: &ActivityRecord,
+    owner: &str,
+    host: Option<&str>,
+    lease_ms: i64,
+    now: &Now,
+) -> Result<ActivityRecord, Rejection> {
+    let claimed = claim_on(rec, owner, host, lease_ms, now)?;
+    let key = claimed.key();
+    let operation_id = operation_id_for(&key.kind, &key.world_id, &key.activity_id);
+    match bind_provider_operation(&claimed, claimed.fence, &operation_id, now) {
+        Err(r) if r.kind == RejectionKind::ReconcileOnly => Ok(claimed),
+        bound => bound,
+    }
 }
 
 fn reconciling(rec: &ActivityRecord, fence: i64, now: &Now) -> Result<(), Rejection> {
@@ -179,6 +200,27 @@ mod tests {
                 .unwrap_err()
                 .kind,
             RejectionKind::NotReconciling
+        );
+    }
+
+    #[test]
+    fn claim_and_bind_is_the_claim_then_the_bind_of_the_derived_identity() {
+        let fresh = admitted(&admission("w", "k", "a"), 0);
+        let fused = claim_and_bind_on(&fresh, "w1", None, 100, &at(5)).unwrap();
+        let claimed = claim(&fresh, "w1", 100, &at(5)).unwrap();
+        let op = operation_id_for("k", "w", "a");
+        let bound = bind_provider_operation(&claimed, claimed.fence, &op, &at(5)).unwrap();
+        assert_eq!(fused, bound);
+        // A reconcile-only attempt: claimed, and left unbound.
+        let rec = claim_and_bind_on(&bound, "w2", None, 100, &at(1000)).unwrap();
+        assert_eq!(rec, claim(&bound, "w2", 100, &at(1000)).unwrap());
+        assert!(!rec.attempt.as_ref().unwrap().may_execute);
+        // A claim the core refuses refuses the whole transition.
+        assert_eq!(
+            claim_and_bind_on(&bound, "w2", None, 100, &at(50))
+                .unwrap_err()
+                .kind,
+            RejectionKind::NotClaimable
         );
     }
 
