@@ -285,6 +285,11 @@ MAX_RETRY_AFTER_MS: int
 def catalog_columns() -> list[str]:
     """The flat column names, in the order rows cross and storage keeps them."""
 
+def catalog_changed_mask(old: tuple[Any, ...], new: tuple[Any, ...]) -> int:
+    """The positions where two rows of the layout differ, as a bit mask (bit i: column i), for
+    storage to write only the changed columns. Cells are compared as Python values, the same
+    object first (a transition's unchanged cells are its input's objects)."""
+
 def catalog_rejection_codes() -> list[str]:
     """Every rejection code, in declaration order."""
 

