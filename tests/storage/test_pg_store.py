@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 from tether.activities import ActivityKey, Catalog, operation_id_for
+from tether.errors import CatalogStorageError
 from tether.storage._postgres import PostgresCatalogStore, PostgresClock
 
 from tests.activities.support import ManualClock, admission, key, result
@@ -80,6 +81,24 @@ def test_the_server_clock_and_the_session_settings(pg_url: str) -> None:
         wall = PostgresClock(store, mode="wall")
         w = wall.now()
         assert w.boot_id.startswith("pg:") and w.boot_ms >= 0
+        # The boots are set once per session, as the server names them.
+        ((system, started),) = store._session.read(
+            "boots",
+            "SELECT (SELECT system_identifier FROM pg_control_system())::text,"
+            " (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text",
+        )
+        assert w.boot_id == f"pg:{system}:{started}"
+        if clock.mode == "kernel":
+            ((boot,),) = store._session.read(
+                "boot", "SELECT pg_read_file('/proc/sys/kernel/random/boot_id')"
+            )
+            assert a.boot_id == "pg-kernel:" + boot.strip()
+        # A broken connection is replaced, and the new session sets them again.
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid,))
+        with pytest.raises(CatalogStorageError):
+            clock.now()
+        assert clock.now().boot_id == a.boot_id and wall.now().boot_id == w.boot_id
         settings = dict(
             store._session.read(
                 "settings",

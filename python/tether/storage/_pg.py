@@ -144,6 +144,8 @@ class Session:
         unknown: builds the backend's commit-outcome-unknown error from a message.
         application: the `application_name` the server shows.
         settings: more session settings (name to value) for each connection it opens.
+        on_connect: statements each connection it opens runs once, after ``settings`` (the
+            session's constants: they die with it, and a reconnect runs them again).
         server_prepared: `exchange` sends each statement as an ``EXECUTE`` of a statement it
             prepared on the connection (`_executes`), and the driver prepares nothing of its
             own (its cache is dropped with ``DEALLOCATE ALL`` after any ``ROLLBACK``, which
@@ -158,6 +160,7 @@ class Session:
         *,
         application: str,
         settings: dict[str, str] | None = None,
+        on_connect: Sequence[str] = (),
         server_prepared: bool = False,
     ) -> None:
         self.conninfo = conninfo
@@ -167,6 +170,7 @@ class Session:
         self._unknown = unknown
         self._application = application
         self._settings = dict(settings or {})
+        self._on_connect = tuple(on_connect)
         self._conn: psycopg.Connection[Any] | None = self._connect()
         #: `exchange`'s statements prepared on the current connection (SQL: statement name).
         self._named: dict[str, str] = {}
@@ -232,6 +236,8 @@ class Session:
         try:
             for name, value in self._settings.items():
                 conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+            for statement in self._on_connect:
+                conn.execute(statement)
         except psycopg.Error as e:
             conn.close()
             raise self._error(f"cannot prepare the session at {self.where}: {one_line(e)}") from e

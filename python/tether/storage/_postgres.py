@@ -175,18 +175,30 @@ class PostgresClock:
     is taken under the transaction's row locks and costs no round trip of its own.
     """
 
-    # (boot id, lease-clock ms, wall ms): each computed once per statement.
+    # (boot id, lease-clock ms, wall ms): the clocks computed once per statement; the boots
+    # are constants of the server's life, so of every session on it, set per session
+    # (`BOOTS`, run when the store's session connects: a server reboot or restart ends it).
     _KERNEL = (
-        "pg_read_file('/proc/sys/kernel/random/boot_id'),"
+        "current_setting('tether.kernel_boot'),"
         " floor(split_part(pg_read_file('/proc/uptime'), ' ', 1)::numeric * 1000)::bigint,"
         " (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
     )
     _WALL = (
-        "(SELECT system_identifier FROM pg_control_system())::text || ':' ||"
-        " (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text,"
+        "current_setting('tether.wall_boot'),"
         " GREATEST(0, floor(extract(epoch FROM clock_timestamp() - pg_postmaster_start_time())"
         " * 1000))::bigint,"
         " (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    )
+    #: Sets both boots on a session (the kernel's only where the role may read server files:
+    #: an empty one otherwise, which the kernel mode, chosen only for such a role, never reads).
+    BOOTS = (
+        "SELECT set_config('tether.wall_boot',"
+        " (SELECT system_identifier FROM pg_control_system())::text || ':' ||"
+        " (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text, false),"
+        " set_config('tether.kernel_boot', CASE WHEN (SELECT rolsuper OR"
+        " pg_has_role(current_user, 'pg_read_server_files', 'MEMBER') FROM pg_roles"
+        " WHERE rolname = current_user) THEN pg_read_file('/proc/sys/kernel/random/boot_id')"
+        " ELSE '' END, false)"
     )
 
     def __init__(self, store: PostgresCatalogStore, *, mode: str | None = None) -> None:
@@ -230,6 +242,7 @@ class PostgresCatalogStore:
             CommitUnknown,
             application="tether-catalog",
             settings=PLANNER,
+            on_connect=(PostgresClock.BOOTS,),
             server_prepared=True,
         )
         self.where = self._session.where
