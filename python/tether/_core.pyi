@@ -285,6 +285,14 @@ MAX_RETRY_AFTER_MS: int
 def catalog_columns() -> list[str]:
     """The flat column names, in the order rows cross and storage keeps them."""
 
+def catalog_admission_template(admission: Any) -> tuple[Any, ...]:
+    """The record `admit` makes of `admission` where none exists, its `catalog_admission_stamps`
+    columns left for the admitting transaction's reading (zero, empty)."""
+
+def catalog_admission_stamps() -> list[tuple[str, str]]:
+    """The columns of a new record that hold the admitting transaction's clock reading, each
+    with the part it holds: "boot_id", "boot_ms" or "wall_ms"."""
+
 def catalog_changed_mask(old: tuple[Any, ...], new: tuple[Any, ...]) -> int:
     """The positions where two rows of the layout differ, as a bit mask (bit i: column i), for
     storage to write only the changed columns. Cells are compared as Python values, the same

@@ -10,13 +10,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from pgproxy import CommitCutter
 from tether import _core
-from tether.activities import ActivityKey, ActivityRecord, Catalog, operation_id_for
+from tether.activities import ActivityKey, ActivityRecord, Catalog, Now, operation_id_for
 from tether.errors import (
     AdmissionConflict,
     CatalogStorageError,
@@ -458,3 +459,108 @@ def test_a_work_step_decides_on_the_rows_it_last_committed_and_rereads_a_doubtfu
         settled = step.settled[0]  # refused (no result) on the stale row: decided again
         assert isinstance(settled, ActivityRecord) and settled.settlement is not None
         assert store.round_trips - trips == 4  # read, rolled back; read again, written
+
+
+def test_an_admission_is_one_round_trip_stamped_with_the_inserting_statements_reading(
+    pg_url: str,
+) -> None:
+    with _server_clocked(pg_url) as cat:
+        store = cat.store
+        assert isinstance(store, PostgresCatalogStore)
+        k = key("stamped")
+        before = cat.now()
+        commits, trips = store.commits, store.round_trips
+        rec = cat.admit(admission(k))
+        assert (store.commits - commits, store.round_trips - trips) == (1, 1)
+        after = cat.now()
+        assert before.wall_ms <= rec.admitted_at_ms <= after.wall_ms
+        assert rec.claimable_from_ms is not None
+        assert before.boot_ms <= rec.claimable_from_ms <= after.boot_ms
+        assert rec.lease_boot_id == before.boot_id
+        # Exactly the core's admit on that reading.
+        row = store.get((k.world_id, k.kind, k.activity_id))
+        assert row is not None
+        stamped = Now(rec.lease_boot_id, rec.claimable_from_ms, rec.admitted_at_ms)
+        assert row == _core.catalog_admit(None, admission(k), stamped)
+        # Claimable at once, on the same clock.
+        claim = cat.claim("w", 60_000)
+        assert claim is not None and claim.key == k
+
+
+def test_a_stamped_batch_decides_replays_and_conflicts_as_the_core_does(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Existing records and repeated keys of a batch are decided by the core's admit on the
+    stored record, with the outcomes a SQLite catalog gives for the same calls."""
+    sqlite = Catalog.open(f"sqlite:///{tmp_path / 'same.db'}")
+    try:
+        with _server_clocked(pg_url) as cat:
+            a, b, c = key("sa"), key("sb"), key("sc")
+            for each in (cat, sqlite):
+                each.admit(admission(a))
+            batch = [
+                admission(a),  # a replay of a stored record
+                admission(a, input_digest="sha256:other"),  # a conflict with it
+                admission(b),  # new
+                admission(b),  # the same again in the batch: a replay of the new one
+                admission(c, tick=4),  # new
+                admission(c, tick=3, input_digest="sha256:x"),  # a conflict with that one
+            ]
+            got, want = cat.admit_many(batch), sqlite.admit_many(batch)
+            assert [type(r).__name__ for r in got] == [type(r).__name__ for r in want]
+            assert [getattr(r, "key", None) for r in got] == [a, None, b, b, c, None]
+            assert isinstance(got[1], AdmissionConflict) and isinstance(got[5], AdmissionConflict)
+            assert got[2] == got[3] and cat.get(b) == got[2]
+            assert cat.get(c).source.tick == 4  # type: ignore[union-attr]
+    finally:
+        sqlite.close()
+
+
+def test_a_stamped_admission_racing_another_sessions_decides_on_its_record(pg_url: str) -> None:
+    """Another session inserted the record and committed while this admission's insert
+    waited on it: the insert does nothing, and the admission is decided on that record."""
+    with _server_clocked(pg_url) as cat, _server_clocked(pg_url) as other:
+        k = key("raced")
+        holder = psycopg.connect(pg_url)
+        try:
+            theirs = other.store
+            assert isinstance(theirs, PostgresCatalogStore)
+            template = _core.catalog_admission_template(admission(k))
+            now = other.now()
+            row = list(template)
+            for column, part in _core.catalog_admission_stamps():
+                row[COLUMNS.index(column)] = getattr(now, part)
+            holder.execute(
+                f"INSERT INTO activities ({', '.join(COLUMNS)})"
+                f" VALUES ({', '.join(['%s'] * len(COLUMNS))})",
+                row,
+            )  # uncommitted: the admission below waits on its key
+            done: list[Any] = []
+            t = threading.Thread(target=lambda: done.append(cat.admit(admission(k))))
+            t.start()
+            time.sleep(0.3)
+            assert not done
+            holder.commit()
+            t.join(30)
+            assert len(done) == 1 and done[0].admitted_at_ms == now.wall_ms  # theirs, a replay
+        finally:
+            holder.close()
+
+
+def test_a_lost_reply_of_a_stamped_admission_names_no_row_and_admitting_again_settles_it(
+    cutter: CommitCutter,
+) -> None:
+    with _server_clocked(cutter.url) as cat:
+        landed, lost = key("landed"), key("lost")
+        cutter.arm("drop_reply")
+        with pytest.raises(CommitUnknown) as info:
+            cat.admit(admission(landed))
+        assert info.value.key is None
+        again = cat.admit(admission(landed))  # a replay: the first one landed
+        assert again.version == 1 and cat.get(landed) == again
+        cutter.arm("drop_commit")
+        with pytest.raises(CommitUnknown):
+            cat.admit(admission(lost))
+        assert cat.get(lost) is None  # never landed
+        assert cat.admit(admission(lost)).version == 1
+        assert cutter.cuts == 2

@@ -245,7 +245,27 @@ class Catalog:
         its source binding kept; any other difference is `AdmissionConflict`."""
         if not isinstance(admission, Admission):
             raise TypeError(f"expected an Admission, not {type(admission).__name__}")
+        if self._in_txn is not None:  # one round trip, stamped on the server's reading
+            return _as_record(self._admit_at([admission])[0])
         return record_from_row(self._apply(admission.key, _admit_step(admission)))
+
+    def _admit_at(self, admissions: Sequence[Admission]) -> list[Row | Exception]:
+        """Admissions through the store's stamped insert (`ClockInTransaction.admit_at`): the
+        core's template of each new record, its stamps taken from the inserting statement's
+        reading; a template the core refuses keeps its rejection in its place."""
+        assert self._in_txn is not None
+        out: list[Row | Exception | None] = []
+        items: list[tuple[KeyTuple, Row, RowStep]] = []
+        for adm in admissions:
+            try:
+                template = _core.catalog_admission_template(adm)
+            except CatalogRejection as e:
+                out.append(e)
+                continue
+            out.append(None)
+            items.append((_key(adm.key), template, _admit_step(adm)))
+        done = iter(self._in_txn.admit_at(items))
+        return [next(done) if r is None else r for r in out]
 
     def admit_refused(self, admission: Admission, refusal: ResultRef) -> ActivityRecord:
         """Admit an activity its family refused before any work: its request can never run.
@@ -408,7 +428,10 @@ class Catalog:
             if not isinstance(adm, Admission):
                 raise TypeError(f"expected an Admission, not {type(adm).__name__}")
             items.append((adm.key, _admit_step(adm)))
-        out = self._apply_many(items)
+        if self._in_txn is not None:  # one round trip, stamped on the server's reading
+            out = self._admit_at(admissions)
+        else:
+            out = self._apply_many(items)
         return [r if isinstance(r, CatalogRejection) else _as_record(r) for r in out]
 
     def claim_many(

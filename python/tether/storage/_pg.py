@@ -373,6 +373,47 @@ class Session:
                 raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
             raise
 
+    def commit_message(
+        self, what: str, statements: Sequence[tuple[str, Any]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """One transaction in one round trip: one message, ``BEGIN``, ``statements`` and
+        ``COMMIT``; the rows of each statement that returns rows. For writes that need no
+        decision between their statements (each statement's own conditions decide). A
+        failed statement runs nothing after it (the transaction rolls back); a COMMIT whose
+        reply never came is the ``unknown`` error."""
+        conn = self.conn()
+        cur = psycopg.ClientCursor(conn)
+        try:
+            texts, fresh = self._executes(cur, statements)
+            self.commits += 1
+            self.round_trips += 1
+            cur.execute("; ".join(["BEGIN", *texts, "COMMIT"]))
+            self._named.update(fresh)
+            results = []
+            while True:
+                res = cur.pgresult
+                if res is not None and res.status == _ROWS:
+                    results.append(cur.fetchall())
+                if not cur.nextset():
+                    return results
+        except BaseException as e:
+            broken = conn.broken or conn.closed
+            if not broken and conn.info.transaction_status != _IDLE:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    conn.close()
+            if isinstance(e, psycopg.Error):
+                if broken:
+                    conn.close()
+                    if e.sqlstate is None:  # no answer at all: the COMMIT may have run
+                        raise self._unknown(
+                            f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
+                            " it may or may not have landed; re-read before any effect"
+                        ) from e
+                raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
+            raise
+
     def read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         """One autocommit read (of a statement prepared on the session, with
         ``server_prepared``)."""

@@ -205,6 +205,17 @@ class ClockInTransaction(Protocol):
         `ClockBootChanged` (nothing written) if the reading is not on boot ``boot_id``."""
         ...
 
+    def admit_at(
+        self, items: Sequence[tuple[KeyTuple, Row, TimedTransition]]
+    ) -> list[Row | Exception]:
+        """Admissions, each (key, the core's template of its new record, the core's `admit`):
+        in one transaction, each template whose key holds no record is inserted with its
+        stamp columns (`catalog_admission_stamps`) set to the transaction's reading, and
+        every other item is decided by its transition on the stored record, which an
+        admission never changes. A lost COMMIT raises `CommitUnknown` naming no row (the
+        reading is unknown): admit again (idempotent)."""
+        ...
+
     def apply_and_claim_at(
         self,
         items: Sequence[tuple[KeyTuple, TimedTransition]],

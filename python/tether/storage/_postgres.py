@@ -35,7 +35,12 @@ from typing import Any, cast
 import orjson
 import psycopg
 
-from tether._core import CatalogStorageError, catalog_changed_mask, catalog_columns
+from tether._core import (
+    CatalogStorageError,
+    catalog_admission_stamps,
+    catalog_changed_mask,
+    catalog_columns,
+)
 from tether.activities._clock import Now
 from tether.storage._errors import CommitUnknown
 from tether.storage._pg import Session
@@ -90,6 +95,18 @@ _INSERT_MANY = (
     f"INSERT INTO activities ({', '.join(COLUMNS)})"
     f" SELECT * FROM {_rows_of(_typed(_POSITIONS))} AS v"
 )
+# A stamped admission (`PostgresCatalogStore.admit_at`): the core's templates of new records,
+# each stamp column taking the statement's clock reading, inserted where no record exists
+# (an admission over an existing record never writes); the reading and the rows inserted.
+_STAMPS = {_AT[c]: part for c, part in catalog_admission_stamps()}
+_STAMP_OF = {"boot_id": "clock.c_boot", "boot_ms": "clock.c_ms", "wall_ms": "clock.c_wall"}
+_UNSTAMPED = tuple(i for i in _POSITIONS if i not in _STAMPS)
+_STAMPED_VALUES = ", ".join(
+    _STAMP_OF[_STAMPS[i]] if i in _STAMPS else f"v.{COLUMNS[i]}" for i in _POSITIONS
+)
+# Rows this transaction did not write (an admission's records that existed before it).
+_NOT_MINE = " AND a.xmin <> pg_current_xact_id()::xid"
+
 # Never rewritten by an UPDATE's SET list: the key, and the version (its own guarded SET).
 _FIXED = frozenset({0, 1, 2, VERSION})
 _CLAIM_ORDER = ("claimable_from_ms", "kind", "world_id", "activity_id")
@@ -191,14 +208,17 @@ class PostgresClock:
     )
     #: Sets both boots on a session (the kernel's only where the role may read server files:
     #: an empty one otherwise, which the kernel mode, chosen only for such a role, never reads).
+    #: Each is the `Now.boot_id` as it is, so a statement may also write it (a stamped
+    #: admission, `PostgresCatalogStore.admit_at`).
     BOOTS = (
-        "SELECT set_config('tether.wall_boot',"
+        "SELECT set_config('tether.wall_boot', 'pg:' ||"
         " (SELECT system_identifier FROM pg_control_system())::text || ':' ||"
         " (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text, false),"
         " set_config('tether.kernel_boot', CASE WHEN (SELECT rolsuper OR"
         " pg_has_role(current_user, 'pg_read_server_files', 'MEMBER') FROM pg_roles"
-        " WHERE rolname = current_user) THEN pg_read_file('/proc/sys/kernel/random/boot_id')"
-        " ELSE '' END, false)"
+        " WHERE rolname = current_user) THEN 'pg-kernel:' ||"
+        " btrim(pg_read_file('/proc/sys/kernel/random/boot_id'), E' \\t\\n\\r') ELSE '' END,"
+        " false)"
     )
 
     def __init__(self, store: PostgresCatalogStore, *, mode: str | None = None) -> None:
@@ -213,9 +233,7 @@ class PostgresClock:
 
     def reading(self, boot: Any, boot_ms: Any, wall_ms: Any) -> Now:
         """The `Now` of one row of `columns`."""
-        if self.mode == "kernel":
-            return Now("pg-kernel:" + str(boot).strip(), int(boot_ms), int(wall_ms))
-        return Now("pg:" + str(boot), int(boot_ms), int(wall_ms))
+        return Now(str(boot), int(boot_ms), int(wall_ms))
 
     def now(self) -> Now:
         return self.reading(*self._store._read_one("the server clock", "SELECT " + self.columns))
@@ -697,6 +715,86 @@ class PostgresCatalogStore:
     ) -> list[Row | Exception]:
         steps = [(k, _timed(t)) for k, t in items]
         return self._transact("catalog batch write", steps, True, single=False)
+
+    def admit_at(
+        self,
+        items: Sequence[tuple[KeyTuple, Row, TimedTransition]],
+    ) -> list[Row | Exception]:
+        """Admissions in one round trip: one message inserts each item's template (the core's
+        record of the admission where none exists, `catalog_admission_template`) with its
+        stamp columns (`catalog_admission_stamps`) set to the inserting statement's clock
+        reading, where no record exists (`ON CONFLICT DO NOTHING`), reads the records that
+        existed before it, sends the NOTIFY and COMMITs. Every other item (its key's record
+        existed, or an earlier item of the batch inserted it) is then decided by its
+        transition (the core's `admit`) on that record, which an admission never changes (a
+        transition that would is decided again, with the others, by `apply_many_at`)."""
+        if not items:
+            return []
+        clock = self.server_clock()
+        first: dict[KeyTuple, Row] = {}
+        for key, template, _ in items:
+            first.setdefault(key, template)
+        insert = (
+            f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock.columns}),"
+            f" ins AS (INSERT INTO activities ({', '.join(COLUMNS)})"
+            f" SELECT {_STAMPED_VALUES} FROM {_rows_of(_typed(_UNSTAMPED))} AS v, clock"
+            f" ON CONFLICT (world_id, kind, activity_id) DO NOTHING RETURNING *),"
+            " note AS (SELECT pg_notify(%s, %s) FROM (SELECT 1 FROM ins LIMIT 1) AS x)"
+            " SELECT clock.*, ins.* FROM clock LEFT JOIN ins ON true LEFT JOIN note ON true"
+        )
+        keys = sorted(first)
+        rows = [[t[i] for i in _UNSTAMPED] for t in first.values()]
+        params = (_json(rows), self.channel, str(CLAIMABLE))
+        existing = f"{_READ_MANY} WHERE true{_NOT_MINE}"
+        statements: _Sql = [(insert, params), (existing, (_json(keys),))]
+        try:
+            with self._lock:
+                results = self._session.commit_message("catalog admission", statements)
+        except CommitUnknown as e:
+            # The reading it was stamped with is unknown, so no row can be named: an
+            # admission is idempotent, so admit again (a landed one comes back as a replay).
+            self._forget(keys, [])
+            raise CommitUnknown(str(e)) from e
+        except BaseException:
+            self._forget(keys, [])
+            raise
+        now = clock.reading(*results[0][0][:3])
+        inserted = {(r[3], r[4], r[5]): r[3:] for r in results[0] if r[3] is not None}
+        self._remember(list(inserted.values()))
+        stored = {(r[0], r[1], r[2]): r for r in results[1]}
+        current: dict[KeyTuple, Row] = {}
+        out: list[Row | Exception] = []
+        for key, _template, step in items:
+            mine = inserted.get(key) if key not in current else None
+            if mine is not None:
+                current[key] = mine
+                out.append(mine)
+                continue
+            old = current.get(key) or stored.get(key)
+            if old is None:
+                # A record inserted and committed by another transaction after this one's
+                # reads began (the two sessions raced to admit it): decide on it as stored.
+                return self._admitted_again(items, out)
+            try:
+                new = step(old, now)
+            except CatalogStorageError:
+                raise
+            except Exception as e:  # the core's rejection of this item
+                out.append(e)
+                continue
+            if new[VERSION] != old[VERSION]:
+                return self._admitted_again(items, out)  # a write: never an admission's
+            current[key] = new
+            out.append(new)
+        return out
+
+    def _admitted_again(
+        self, items: Sequence[tuple[KeyTuple, Row, TimedTransition]], done: list[Row | Exception]
+    ) -> list[Row | Exception]:
+        """The items `admit_at` could not decide on what its one message read, decided on the
+        records as now stored (its inserts committed: they come back as replays)."""
+        rest = self.apply_many_at([(k, step) for k, _, step in items[len(done) :]])
+        return [*done, *rest]
 
     def claim_at(
         self,

@@ -561,6 +561,33 @@ fn catalog_admit<'py>(
     done(py, existing.as_ref(), out)
 }
 
+/// The record `admit` makes of `admission` where none exists, its `catalog_admission_stamps`
+/// columns left for the admitting transaction's reading (zero, empty).
+#[pyfunction]
+fn catalog_admission_template<'py>(
+    py: Python<'py>,
+    admission: PyAdmission,
+) -> PyResult<Bound<'py, PyTuple>> {
+    done(py, None, catalog::admission_template(&admission.into()))
+}
+
+/// The columns of a new record that hold the admitting transaction's clock reading, each
+/// with the part it holds: "boot_id", "boot_ms" or "wall_ms".
+#[pyfunction]
+fn catalog_admission_stamps() -> Vec<(&'static str, &'static str)> {
+    catalog::ADMISSION_STAMPS
+        .iter()
+        .map(|(column, stamp)| {
+            let part = match stamp {
+                catalog::Stamp::BootId => "boot_id",
+                catalog::Stamp::BootMs => "boot_ms",
+                catalog::Stamp::WallMs => "wall_ms",
+            };
+            (*column, part)
+        })
+        .collect()
+}
+
 /// `admit_refused`: the admission its family refused, holding `refusal` as its failed result.
 #[pyfunction]
 fn catalog_admit_refused<'py>(
@@ -918,6 +945,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_LEASE_MS", catalog::MAX_LEASE_MS)?;
     m.add("MAX_RETRY_AFTER_MS", catalog::MAX_RETRY_AFTER_MS)?;
     m.add_function(wrap_pyfunction!(catalog_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_admission_template, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_admission_stamps, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_changed_mask, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_rejection_codes, m)?)?;
     m.add_function(wrap_pyfunction!(operation_id_for, m)?)?;

@@ -167,6 +167,44 @@ pub fn admit_refused(
     }
 }
 
+/// Which clock reading a stamped column of a new record takes (see `ADMISSION_STAMPS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stamp {
+    /// `Now::boot_id`.
+    BootId,
+    /// `Now::boot_ms`.
+    BootMs,
+    /// `Now::wall_ms`.
+    WallMs,
+}
+
+/// The columns of a newly admitted record that hold the admitting transaction's clock
+/// reading, and which part of it each holds: the rest of the record is the admission alone.
+/// Storage that reads its clock inside the very statement that writes the record (a
+/// PostgreSQL server clock) takes `admission_template` and puts that statement's reading
+/// into these columns, so an admission is one round trip; `admit(None, ..)` is the same
+/// record stamped by the caller (`stamped_template_is_admit` checks it).
+pub const ADMISSION_STAMPS: [(&str, Stamp); 3] = [
+    ("admitted_at_ms", Stamp::WallMs),
+    ("claimable_from_ms", Stamp::BootMs),
+    ("lease_boot_id", Stamp::BootId),
+];
+
+/// The record `admit` makes of `admission` when no record exists, with every column of
+/// `ADMISSION_STAMPS` left for the admitting transaction's reading (zero, empty until then).
+/// An admission over an existing record never writes (`admit` returns that record or a
+/// conflict), so storage may insert the template where no record exists and decide the
+/// others on the records it finds.
+pub fn admission_template(admission: &Admission) -> Result<ActivityRecord, Rejection> {
+    check(admission)?;
+    let unread = Now {
+        boot_id: String::new(),
+        boot_ms: 0,
+        wall_ms: 0,
+    };
+    Ok(new_record(admission, &unread))
+}
+
 fn refused_record(admission: &Admission, refusal: &ResultRef, now: &Now) -> ActivityRecord {
     let mut rec = new_record(admission, now);
     rec.result = Some(ResultRecord {
@@ -205,11 +243,53 @@ fn new_record(admission: &Admission, now: &Now) -> ActivityRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::record::Cell;
     use crate::catalog::scenario_tests::{admission, at, result_ref};
     use crate::catalog::{
         bind_provider_operation, claim, compact, operation_id_for, record_result, settle,
         settlement_evidence_digest,
     };
+
+    #[test]
+    fn stamped_template_is_admit() {
+        let adm = admission("w", "k", "a");
+        let now = Now {
+            boot_id: "boot-7".into(),
+            boot_ms: 1234,
+            wall_ms: 1_700_000_000_000,
+        };
+        let mut stamped = admission_template(&adm).unwrap().to_cells();
+        let columns = crate::catalog::record::COLUMNS;
+        for (name, stamp) in ADMISSION_STAMPS {
+            let at = columns.iter().position(|c| *c == name).unwrap();
+            stamped[at] = match stamp {
+                Stamp::BootId => Cell::Text(now.boot_id.clone()),
+                Stamp::BootMs => Cell::Int(now.boot_ms),
+                Stamp::WallMs => Cell::Int(now.wall_ms),
+            };
+        }
+        let (rec, _) = admit(None, &adm, &now).unwrap();
+        assert_eq!(stamped, rec.to_cells());
+        // Every other column is the admission's alone: two readings differ only there.
+        let (other, _) = admit(None, &adm, &at(99)).unwrap();
+        let differ: Vec<&str> = rec
+            .to_cells()
+            .iter()
+            .zip(other.to_cells())
+            .zip(columns)
+            .filter(|((a, b), _)| *a != b)
+            .map(|(_, c)| *c)
+            .collect();
+        let stamps: Vec<&str> = ADMISSION_STAMPS.iter().map(|(c, _)| *c).collect();
+        assert!(differ.iter().all(|c| stamps.contains(c)), "{differ:?}");
+        // The template refuses what admit refuses.
+        let mut bad = adm.clone();
+        bad.source.world_id = "elsewhere".into();
+        assert_eq!(
+            admission_template(&bad).unwrap_err().kind,
+            RejectionKind::ReceiptMismatch
+        );
+    }
 
     #[test]
     fn identical_replay_and_later_rerequest_are_no_ops_and_any_other_difference_conflicts() {

@@ -56,7 +56,7 @@ mod settlement;
 #[cfg(test)]
 mod scenario_tests;
 
-pub use admission::{admit, admit_refused, Admitted};
+pub use admission::{admission_template, admit, admit_refused, Admitted, Stamp, ADMISSION_STAMPS};
 pub use attempt::{check_claim, check_claim_on, claim, claim_on, rebase, release, renew};
 pub use bounds::{
     MAX_DIGEST_BYTES, MAX_ID_BYTES, MAX_KIND_BYTES, MAX_LEASE_MS, MAX_NOTE_BYTES,
