@@ -25,6 +25,7 @@ rows are never visited. `has_unsettled` is one probe of the unsettled index. Sca
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -104,8 +105,23 @@ _UNSTAMPED = tuple(i for i in _POSITIONS if i not in _STAMPS)
 _STAMPED_VALUES = ", ".join(
     _STAMP_OF[_STAMPS[i]] if i in _STAMPS else f"v.{COLUMNS[i]}" for i in _POSITIONS
 )
-# Rows this transaction did not write (an admission's records that existed before it).
-_NOT_MINE = " AND a.xmin <> pg_current_xact_id()::xid"
+# The records of a batch this transaction did not write (an admission's that existed).
+_EXISTED = f"{_READ_MANY} WHERE a.xmin <> pg_current_xact_id()::xid"
+
+
+@functools.cache
+def _stamped_insert(clock: str) -> str:
+    """The stamped admission's statement on the clock expressions ``clock``: the reading,
+    then the rows inserted (the reading alone where none was)."""
+    return (
+        f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock}),"
+        f" ins AS (INSERT INTO activities ({', '.join(COLUMNS)})"
+        f" SELECT {_STAMPED_VALUES} FROM {_rows_of(_typed(_UNSTAMPED))} AS v, clock"
+        " ON CONFLICT (world_id, kind, activity_id) DO NOTHING RETURNING *),"
+        " note AS (SELECT pg_notify(%s, %s) FROM (SELECT 1 FROM ins LIMIT 1) AS x)"
+        " SELECT clock.*, ins.* FROM clock LEFT JOIN ins ON true LEFT JOIN note ON true"
+    )
+
 
 # Never rewritten by an UPDATE's SET list: the key, and the version (its own guarded SET).
 _FIXED = frozenset({0, 1, 2, VERSION})
@@ -497,26 +513,20 @@ class PostgresCatalogStore:
         written), and ``check`` (the core's claim arguments check) runs on the reading before
         any write. A claimable row that is also an item's is left for a later claim. Returns
         the items' outcomes (a rejection in its item's place) and the claimed rows."""
-        where = [_CLAIMABLE if now_ms is not None else _CLAIMABLE_NOW, _ON_HOST]
         params: list[Any] = [now_ms] if now_ms is not None else []
         params += ["", host or ""]
         if kinds is not None:
             kinds = list(dict.fromkeys(kinds))
             if not kinds:
                 limit = 0
-            where.append("kind = ANY(%s)")
             params.append(kinds)
         if world_id is not None:
-            where.append("world_id = %s")
             params.append(world_id)
         params.append(limit)
-        sql = (
-            f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {', '.join(_CLAIM_ORDER)}"
-            " LIMIT %s FOR UPDATE SKIP LOCKED"
-        )
         clock = None if now_ms is not None else self.server_clock()
-        if clock is not None:
-            sql = _with_clock(clock, sql)
+        sql = _claim_sql(
+            None if clock is None else clock.columns, kinds is not None, world_id is not None
+        )
         if limit == 0 and not items:
             return [], []
         keys = sorted({k for k, _ in items})
@@ -734,19 +744,10 @@ class PostgresCatalogStore:
         first: dict[KeyTuple, Row] = {}
         for key, template, _ in items:
             first.setdefault(key, template)
-        insert = (
-            f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock.columns}),"
-            f" ins AS (INSERT INTO activities ({', '.join(COLUMNS)})"
-            f" SELECT {_STAMPED_VALUES} FROM {_rows_of(_typed(_UNSTAMPED))} AS v, clock"
-            f" ON CONFLICT (world_id, kind, activity_id) DO NOTHING RETURNING *),"
-            " note AS (SELECT pg_notify(%s, %s) FROM (SELECT 1 FROM ins LIMIT 1) AS x)"
-            " SELECT clock.*, ins.* FROM clock LEFT JOIN ins ON true LEFT JOIN note ON true"
-        )
         keys = sorted(first)
         rows = [[t[i] for i in _UNSTAMPED] for t in first.values()]
         params = (_json(rows), self.channel, str(CLAIMABLE))
-        existing = f"{_READ_MANY} WHERE true{_NOT_MINE}"
-        statements: _Sql = [(insert, params), (existing, (_json(keys),))]
+        statements: _Sql = [(_stamped_insert(clock.columns), params), (_EXISTED, (_json(keys),))]
         try:
             with self._lock:
                 results = self._session.commit_message("catalog admission", statements)
@@ -980,12 +981,33 @@ _Step = Callable[[Row | None, Now | None], Row]
 _Claim = Callable[[Row, Now | None], Row]
 
 
+@functools.cache
+def _claim_sql(clock: str | None, kinds: bool, world: bool) -> str:
+    """A claim's statement: on the clock expressions ``clock`` (read in the statement), or
+    on a lease-clock time passed first (None); filtered by kinds and by world when asked."""
+    where = [_CLAIMABLE if clock is None else _CLAIMABLE_NOW, _ON_HOST]
+    if kinds:
+        where.append("kind = ANY(%s)")
+    if world:
+        where.append("world_id = %s")
+    sql = (
+        f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {', '.join(_CLAIM_ORDER)}"
+        " LIMIT %s FOR UPDATE SKIP LOCKED"
+    )
+    return sql if clock is None else _with_columns(clock, sql)
+
+
 def _with_clock(clock: PostgresClock, select: str) -> str:
     """``select`` with the clock reading (`clock.columns`, as c_boot, c_ms, c_wall) first in
     each row, taken once for the statement: one row of the reading and NULLs where
     ``select`` returns nothing. ``select`` may compare with ``clock.c_ms``."""
+    return _with_columns(clock.columns, select)
+
+
+@functools.cache
+def _with_columns(clock: str, select: str) -> str:
     return (
-        f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock.columns})"
+        f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock})"
         f" SELECT clock.*, a.* FROM clock LEFT JOIN LATERAL ({select}) AS a ON true"
     )
 
