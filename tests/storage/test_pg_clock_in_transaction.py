@@ -482,6 +482,7 @@ def test_an_admission_is_one_round_trip_stamped_with_the_inserting_statements_re
         assert row is not None
         stamped = Now(rec.lease_boot_id, rec.claimable_from_ms, rec.admitted_at_ms)
         assert row == _core.catalog_admit(None, admission(k), stamped)
+        assert cat.get(k) == rec  # the record returned is the one stored
         # Claimable at once, on the same clock.
         claim = cat.claim("w", 60_000)
         assert claim is not None and claim.key == k

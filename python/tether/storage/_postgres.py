@@ -112,15 +112,26 @@ _EXISTED = f"{_READ_MANY} WHERE a.xmin <> pg_current_xact_id()::xid"
 @functools.cache
 def _stamped_insert(clock: str) -> str:
     """The stamped admission's statement on the clock expressions ``clock``: the reading,
-    then the rows inserted (the reading alone where none was)."""
+    then the keys of the rows inserted (each is its template with that reading's stamps:
+    the rows themselves need not travel back)."""
     return (
         f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock}),"
         f" ins AS (INSERT INTO activities ({', '.join(COLUMNS)})"
         f" SELECT {_STAMPED_VALUES} FROM {_rows_of(_typed(_UNSTAMPED))} AS v, clock"
-        " ON CONFLICT (world_id, kind, activity_id) DO NOTHING RETURNING *),"
+        " ON CONFLICT (world_id, kind, activity_id) DO NOTHING"
+        " RETURNING world_id, kind, activity_id),"
         " note AS (SELECT pg_notify(%s, %s) FROM (SELECT 1 FROM ins LIMIT 1) AS x)"
         " SELECT clock.*, ins.* FROM clock LEFT JOIN ins ON true LEFT JOIN note ON true"
     )
+
+
+def _stamped(template: Row, now: Now) -> Row:
+    """``template`` with its stamp columns set to ``now``'s parts: the row the stamped
+    insert stored (`catalog_admission_stamps`)."""
+    row = list(template)
+    for i, part in _STAMPS.items():
+        row[i] = getattr(now, part)
+    return tuple(row)
 
 
 # Never rewritten by an UPDATE's SET list: the key, and the version (its own guarded SET).
@@ -760,7 +771,10 @@ class PostgresCatalogStore:
             self._forget(keys, [])
             raise
         now = clock.reading(*results[0][0][:3])
-        inserted = {(r[3], r[4], r[5]): r[3:] for r in results[0] if r[3] is not None}
+        inserted = {
+            key: _stamped(first[key], now)
+            for key in ((r[3], r[4], r[5]) for r in results[0] if r[3] is not None)
+        }
         self._remember(list(inserted.values()))
         stored = {(r[0], r[1], r[2]): r for r in results[1]}
         current: dict[KeyTuple, Row] = {}
