@@ -492,7 +492,9 @@ def test_a_stamped_batch_decides_replays_and_conflicts_as_the_core_does(
     pg_url: str, tmp_path: Path
 ) -> None:
     """Existing records and repeated keys of a batch are decided by the core's admit on the
-    stored record, with the outcomes a SQLite catalog gives for the same calls."""
+    stored record (a batch with a stored key is read and decided, not inserted), with the
+    outcomes a SQLite catalog gives for the same calls; repeated keys of a new batch on the
+    record the batch inserted."""
     sqlite = Catalog.open(f"sqlite:///{tmp_path / 'same.db'}")
     try:
         with _server_clocked(pg_url) as cat:
@@ -519,7 +521,8 @@ def test_a_stamped_batch_decides_replays_and_conflicts_as_the_core_does(
 
 def test_a_stamped_admission_racing_another_sessions_decides_on_its_record(pg_url: str) -> None:
     """Another session inserted the record and committed while this admission's insert
-    waited on it: the insert does nothing, and the admission is decided on that record."""
+    waited on it: the insert fails (nothing written), and the admission is decided on that
+    record as stored."""
     with _server_clocked(pg_url) as cat, _server_clocked(pg_url) as other:
         k = key("raced")
         holder = psycopg.connect(pg_url)
@@ -565,3 +568,17 @@ def test_a_lost_reply_of_a_stamped_admission_names_no_row_and_admitting_again_se
         assert cat.get(lost) is None  # never landed
         assert cat.admit(admission(lost)).version == 1
         assert cutter.cuts == 2
+
+
+def test_a_new_batch_with_repeated_keys_is_one_round_trip(pg_url: str) -> None:
+    with _server_clocked(pg_url) as cat:
+        store = cat.store
+        assert isinstance(store, PostgresCatalogStore)
+        a, b = key("ra"), key("rb")
+        trips = store.round_trips
+        out = cat.admit_many(
+            [admission(a), admission(b), admission(a), admission(b, input_digest="sha256:o")]
+        )
+        assert store.round_trips - trips == 1
+        assert out[0] == out[2] == cat.get(a) and out[1] == cat.get(b)
+        assert isinstance(out[3], AdmissionConflict)

@@ -423,15 +423,13 @@ class Catalog:
         on its own; a refused one (its rejection in its place) leaves the others admitted. A
         lost COMMIT is `CommitUnknown` naming no key: re-read each (`get`) before acting on
         any."""
-        items = []
         for adm in admissions:
             if not isinstance(adm, Admission):
                 raise TypeError(f"expected an Admission, not {type(adm).__name__}")
-            items.append((adm.key, _admit_step(adm)))
         if self._in_txn is not None:  # one round trip, stamped on the server's reading
             out = self._admit_at(admissions)
         else:
-            out = self._apply_many(items)
+            out = self._apply_many([(adm.key, _admit_step(adm)) for adm in admissions])
         return [r if isinstance(r, CatalogRejection) else _as_record(r) for r in out]
 
     def claim_many(

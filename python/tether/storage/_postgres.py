@@ -105,23 +105,20 @@ _UNSTAMPED = tuple(i for i in _POSITIONS if i not in _STAMPS)
 _STAMPED_VALUES = ", ".join(
     _STAMP_OF[_STAMPS[i]] if i in _STAMPS else f"v.{COLUMNS[i]}" for i in _POSITIONS
 )
-# The records of a batch this transaction did not write (an admission's that existed).
-_EXISTED = f"{_READ_MANY} WHERE a.xmin <> pg_current_xact_id()::xid"
 
 
 @functools.cache
 def _stamped_insert(clock: str) -> str:
-    """The stamped admission's statement on the clock expressions ``clock``: the reading,
-    then the keys of the rows inserted (each is its template with that reading's stamps:
-    the rows themselves need not travel back)."""
+    """The stamped admission's statement on the clock expressions ``clock``: it inserts every
+    row (no ON CONFLICT: a key that holds a record fails the statement, and the transaction
+    writes nothing) and returns the reading it stamped them with (each stored row is its
+    template with that reading's stamps: the rows need not travel back)."""
     return (
         f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock}),"
         f" ins AS (INSERT INTO activities ({', '.join(COLUMNS)})"
         f" SELECT {_STAMPED_VALUES} FROM {_rows_of(_typed(_UNSTAMPED))} AS v, clock"
-        " ON CONFLICT (world_id, kind, activity_id) DO NOTHING"
-        " RETURNING world_id, kind, activity_id),"
-        " note AS (SELECT pg_notify(%s, %s) FROM (SELECT 1 FROM ins LIMIT 1) AS x)"
-        " SELECT clock.*, ins.* FROM clock LEFT JOIN ins ON true LEFT JOIN note ON true"
+        " RETURNING 1)"
+        " SELECT clock.*, pg_notify(%s, %s) FROM clock WHERE EXISTS (SELECT 1 FROM ins)"
     )
 
 
@@ -741,55 +738,52 @@ class PostgresCatalogStore:
         self,
         items: Sequence[tuple[KeyTuple, Row, TimedTransition]],
     ) -> list[Row | Exception]:
-        """Admissions in one round trip: one message inserts each item's template (the core's
-        record of the admission where none exists, `catalog_admission_template`) with its
-        stamp columns (`catalog_admission_stamps`) set to the inserting statement's clock
-        reading, where no record exists (`ON CONFLICT DO NOTHING`), reads the records that
-        existed before it, sends the NOTIFY and COMMITs. Every other item (its key's record
-        existed, or an earlier item of the batch inserted it) is then decided by its
-        transition (the core's `admit`) on that record, which an admission never changes (a
-        transition that would is decided again, with the others, by `apply_many_at`)."""
+        """Admissions of new records in one round trip: one message inserts each key's first
+        template (the core's record of the admission where none exists,
+        `catalog_admission_template`), its stamp columns (`catalog_admission_stamps`) set to
+        the inserting statement's clock reading, sends the NOTIFY and COMMITs. A later item
+        of a key already in the batch is decided by its transition (the core's `admit`) on
+        the record the batch inserted. A key that already holds a record fails the insert
+        (a unique violation: nothing is written), and then every item is decided on the
+        records as stored (`apply_many_at`, a read and a write), the replay of an earlier
+        admission among them."""
         if not items:
             return []
         clock = self.server_clock()
         first: dict[KeyTuple, Row] = {}
         for key, template, _ in items:
             first.setdefault(key, template)
-        keys = sorted(first)
+        keys = list(first)
         rows = [[t[i] for i in _UNSTAMPED] for t in first.values()]
         params = (_json(rows), self.channel, str(CLAIMABLE))
-        statements: _Sql = [(_stamped_insert(clock.columns), params), (_EXISTED, (_json(keys),))]
         try:
             with self._lock:
-                results = self._session.commit_message("catalog admission", statements)
+                (reading, *_), *_ = self._session.commit_message(
+                    "catalog admission", [(_stamped_insert(clock.columns), params)]
+                )
         except CommitUnknown as e:
             # The reading it was stamped with is unknown, so no row can be named: an
             # admission is idempotent, so admit again (a landed one comes back as a replay).
             self._forget(keys, [])
             raise CommitUnknown(str(e)) from e
+        except CatalogStorageError as e:
+            self._forget(keys, [])
+            if isinstance(e.__cause__, psycopg.errors.UniqueViolation):
+                return self.apply_many_at([(k, step) for k, _, step in items])
+            raise
         except BaseException:
             self._forget(keys, [])
             raise
-        now = clock.reading(*results[0][0][:3])
-        inserted = {
-            key: _stamped(first[key], now)
-            for key in ((r[3], r[4], r[5]) for r in results[0] if r[3] is not None)
-        }
-        self._remember(list(inserted.values()))
-        stored = {(r[0], r[1], r[2]): r for r in results[1]}
-        current: dict[KeyTuple, Row] = {}
+        now = clock.reading(*reading[:3])
+        current = {key: _stamped(template, now) for key, template in first.items()}
+        self._remember(list(current.values()))
         out: list[Row | Exception] = []
-        for key, _template, step in items:
-            mine = inserted.get(key) if key not in current else None
-            if mine is not None:
-                current[key] = mine
-                out.append(mine)
+        for key, template, step in items:
+            if first.get(key) is template:  # its key's first item: the row inserted
+                del first[key]
+                out.append(current[key])
                 continue
-            old = current.get(key) or stored.get(key)
-            if old is None:
-                # A record inserted and committed by another transaction after this one's
-                # reads began (the two sessions raced to admit it): decide on it as stored.
-                return self._admitted_again(items, out)
+            old = current[key]
             try:
                 new = step(old, now)
             except CatalogStorageError:
@@ -797,19 +791,11 @@ class PostgresCatalogStore:
             except Exception as e:  # the core's rejection of this item
                 out.append(e)
                 continue
-            if new[VERSION] != old[VERSION]:
-                return self._admitted_again(items, out)  # a write: never an admission's
+            if new[VERSION] != old[VERSION]:  # a write: never an admission's
+                return [*out, *self.apply_many_at([(k, s) for k, _, s in items[len(out) :]])]
             current[key] = new
             out.append(new)
         return out
-
-    def _admitted_again(
-        self, items: Sequence[tuple[KeyTuple, Row, TimedTransition]], done: list[Row | Exception]
-    ) -> list[Row | Exception]:
-        """The items `admit_at` could not decide on what its one message read, decided on the
-        records as now stored (its inserts committed: they come back as replays)."""
-        rest = self.apply_many_at([(k, step) for k, _, step in items[len(done) :]])
-        return [*done, *rest]
 
     def claim_at(
         self,
