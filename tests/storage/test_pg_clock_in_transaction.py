@@ -30,7 +30,13 @@ from tether.errors import (
     UnknownActivity,
 )
 from tether.storage import CommitUnknown
-from tether.storage._postgres import _TYPES, COLUMNS, PostgresCatalogStore, PostgresClock
+from tether.storage._postgres import (
+    _TYPES,
+    ANNOUNCED_FRESH_S,
+    COLUMNS,
+    PostgresCatalogStore,
+    PostgresClock,
+)
 
 from tests.activities.support import admission, evidence_for, key, receipt, result
 
@@ -582,3 +588,131 @@ def test_a_new_batch_with_repeated_keys_is_one_round_trip(pg_url: str) -> None:
         assert store.round_trips - trips == 1
         assert out[0] == out[2] == cat.get(a) and out[1] == cat.get(b)
         assert isinstance(out[3], AdmissionConflict)
+
+
+def _listening(cat: Catalog) -> Any:
+    bell = cat.doorbell
+    bell.listen()
+    return bell
+
+
+def _announced(bell: Any, before: int) -> None:
+    deadline = time.monotonic() + 10
+    while bell.received == before:
+        assert time.monotonic() < deadline, "the admission's notification never came"
+        time.sleep(0.001)
+
+
+def test_a_claim_of_an_announced_admission_is_one_round_trip_on_its_reading(pg_url: str) -> None:
+    with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
+        bell = _listening(cat)
+        try:
+            cat.claim("w", 60_000, kinds=["none"])  # aligned to the server's boot
+            k = key("announced")
+            before = bell.received
+            rec = admitting.admit(admission(k))
+            _announced(bell, before)
+            store = cat.store
+            assert isinstance(store, PostgresCatalogStore)
+            trips = store.round_trips
+            claim = cat.claim("w", 60_000)
+            assert store.round_trips - trips == 1  # the one message claimed it
+            assert claim is not None and claim.key == k and claim.fence == 1
+            # Decided by the core on the admission's reading: the lease runs from it.
+            assert rec.claimable_from_ms is not None
+            assert claim.attempt.lease_expires_ms == rec.claimable_from_ms + 60_000
+            reading = Now(rec.lease_boot_id, rec.claimable_from_ms, rec.admitted_at_ms)
+            row = store.get((k.world_id, k.kind, k.activity_id))
+            assert row == _core.catalog_claim(
+                _core.catalog_admit(None, admission(k), reading), "w", 60_000, reading, None
+            )
+            assert cat.get(k) == claim.record
+            assert cat.claim("other", 60_000) is None  # claimed once
+        finally:
+            bell.unlisten()
+
+
+def test_an_announced_admission_behind_an_older_claimable_one_is_claimed_in_order(
+    pg_url: str,
+) -> None:
+    """The one-message claim writes only if the announced record is the first the claim's own
+    walk takes: an older claimable record goes first, through the usual claim."""
+    with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
+        older, newer = key("older"), key("newer")
+        admitting.admit(admission(older))  # before anyone listened: never announced
+        bell = _listening(cat)
+        try:
+            cat.claim("w", 60_000, kinds=["none"])
+            before = bell.received
+            admitting.admit(admission(newer))
+            _announced(bell, before)
+            first = cat.claim("w", 60_000)
+            assert first is not None and first.key == older
+            second = cat.claim("w", 60_000)
+            assert second is not None and second.key == newer and second.fence == 1
+        finally:
+            bell.unlisten()
+
+
+def test_an_announced_admission_claimed_elsewhere_first_is_not_claimed_again(
+    pg_url: str,
+) -> None:
+    with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
+        bell = _listening(cat)
+        try:
+            cat.claim("w", 60_000, kinds=["none"])
+            k = key("raced-claim")
+            before = bell.received
+            admitting.admit(admission(k))
+            _announced(bell, before)
+            theirs = admitting.claim("elsewhere", 60_000)  # another host, first
+            assert theirs is not None and theirs.key == k
+            assert cat.claim("w", 60_000) is None  # the announcement is stale: nothing written
+            rec = cat.get(k)
+            assert rec is not None and rec.attempt is not None
+            assert rec.attempt.owner == "elsewhere" and rec.fence == 1
+        finally:
+            bell.unlisten()
+
+
+def test_a_stale_announcement_is_not_taken(pg_url: str) -> None:
+    with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
+        bell = _listening(cat)
+        try:
+            cat.claim("w", 60_000, kinds=["none"])
+            k = key("late")
+            before = bell.received
+            rec = admitting.admit(admission(k))
+            _announced(bell, before)
+            time.sleep(ANNOUNCED_FRESH_S * 2)
+            store = cat.store
+            assert isinstance(store, PostgresCatalogStore)
+            trips = store.round_trips
+            claim = cat.claim("w", 60_000)
+            assert claim is not None and claim.key == k
+            assert store.round_trips - trips == 2  # the usual claim, on a fresh reading
+            assert rec.claimable_from_ms is not None
+            assert claim.attempt.lease_expires_ms > rec.claimable_from_ms + 60_000
+        finally:
+            bell.unlisten()
+
+
+def test_a_lost_reply_of_a_claim_of_an_announced_admission_names_its_row(
+    cutter: CommitCutter, pg_url: str
+) -> None:
+    with _server_clocked(pg_url) as admitting, _server_clocked(cutter.url) as cat:
+        bell = _listening(cat)
+        try:
+            cat.claim("w", 60_000, kinds=["none"])
+            k = key("cut-claim")
+            before = bell.received
+            admitting.admit(admission(k))
+            _announced(bell, before)
+            cutter.arm("drop_reply")
+            with pytest.raises(CommitUnknown) as info:
+                cat.claim("w", 60_000)
+            assert info.value.key == (k.world_id, k.kind, k.activity_id)
+            landed = cat.committed(info.value)
+            assert landed is not None and landed.fence == 1 and cutter.cuts == 1
+        finally:
+            bell.unlisten()

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Final
 
+import orjson
 import psycopg
 from psycopg import sql
 
@@ -37,6 +40,13 @@ log = logging.getLogger("tether.storage.pg_doorbell")
 MIN_FALLBACK_S: Final = 1.0
 RECONNECT_S: Final = 1.0
 CHANNEL_PREFIX: Final = "tether_catalog:"
+#: The separator of a notification that announces admissions: ``topics|boot|ms|wall|rows``,
+#: the admitting statement's clock reading and the JSON array of the admitted records'
+#: unstamped values (`PostgresCatalogStore.admit_at`; a claim may take one of them in one
+#: round trip). A plain notification is ``topics``.
+ANNOUNCED: Final = "|"
+#: At most this many announced admissions are kept (oldest dropped first).
+ANNOUNCED_KEPT: Final = 256
 
 
 def channel_for(conn: psycopg.Connection[Any]) -> str:
@@ -68,6 +78,11 @@ class PostgresDoorbell(TopicWaits):
         self.channel: str | None = None
         self.received = 0
         self.reconnects = 0
+        #: Admissions announced by notifications (`_announce`): (received at, by this host's
+        #: monotonic clock; the admitting statement's reading; the record's unstamped values).
+        self._announced: deque[tuple[float, tuple[str, int, int], list[Any]]] = deque(
+            maxlen=ANNOUNCED_KEPT
+        )
 
     @classmethod
     def for_url(cls, conninfo: str) -> PostgresDoorbell:
@@ -96,6 +111,40 @@ class PostgresDoorbell(TopicWaits):
                 self._sender.execute("SELECT pg_notify(%s, %s)", (self.channel, str(topics)))
         except (psycopg.Error, CatalogStorageError) as e:  # a ring never fails the caller
             log.debug("doorbell ring failed: %s", e)
+
+    # -- announced admissions -----------------------------------------------------------
+
+    def _announce(self, text: str) -> None:
+        """Keep what a notification announced: the admitting statement's reading and the
+        values of the records it admitted (see `ANNOUNCED`)."""
+        try:
+            boot, ms, wall, rows = text.split(ANNOUNCED, 3)
+            values = orjson.loads(rows)
+            reading = (boot, int(ms), int(wall))
+        except (ValueError, orjson.JSONDecodeError):
+            return  # not an announcement this process can read: the ring alone stands
+        at = time.monotonic()
+        with self._lock:
+            for row in values:
+                self._announced.append((at, reading, row))
+
+    def take_announced(
+        self, wanted: Callable[[list[Any]], bool], fresh_s: float
+    ) -> tuple[tuple[str, int, int], list[Any]] | None:
+        """The first announced admission ``wanted`` accepts that this process received at
+        most ``fresh_s`` ago (by this host's monotonic clock), taken so no other caller here
+        takes it: (the admitting statement's reading, the record's unstamped values), or
+        None. Older ones are dropped."""
+        oldest = time.monotonic() - fresh_s
+        with self._lock:
+            kept = self._announced
+            while kept and kept[0][0] < oldest:
+                kept.popleft()
+            for i, (_, reading, row) in enumerate(kept):
+                if wanted(row):
+                    del kept[i]
+                    return reading, row
+        return None
 
     # -- listening ----------------------------------------------------------------------
 
@@ -158,10 +207,14 @@ class PostgresDoorbell(TopicWaits):
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=0.5):
                         self.received += 1
+                        topics, _, announced = note.payload.partition(ANNOUNCED)
                         try:
-                            self._raise(int(note.payload) & _ALL)
+                            bits = int(topics) & _ALL
                         except ValueError:
-                            self._raise(_ALL)
+                            bits = _ALL
+                        if announced:
+                            self._announce(announced)
+                        self._raise(bits)
             except psycopg.Error as e:
                 log.info("doorbell connection lost (%s); reconnecting", e)
                 self._stop.wait(RECONNECT_S)

@@ -118,7 +118,53 @@ def _stamped_insert(clock: str) -> str:
         f" ins AS (INSERT INTO activities ({', '.join(COLUMNS)})"
         f" SELECT {_STAMPED_VALUES} FROM {_rows_of(_typed(_UNSTAMPED))} AS v, clock"
         " RETURNING 1)"
-        " SELECT clock.*, pg_notify(%s, %s) FROM clock WHERE EXISTS (SELECT 1 FROM ins)"
+        " SELECT clock.*, pg_notify(%s, %s || coalesce('|' || clock.c_boot || '|' || clock.c_ms"
+        " || '|' || clock.c_wall || '|' || %s, '')) FROM clock WHERE EXISTS (SELECT 1 FROM ins)"
+    )
+
+
+# Where the kind, the world and the bound host sit among an announced record's values.
+_U_KIND, _U_WORLD, _U_HOST = (_UNSTAMPED.index(_AT[c]) for c in ("kind", "world_id", "bound_host"))
+
+
+def _announced_row(values: Sequence[Any], now: Now) -> Row:
+    """The record an announced admission stored: its unstamped values, and the stamps of the
+    admitting statement's reading ``now``."""
+    row: list[Any] = [None] * _N
+    for i, value in zip(_UNSTAMPED, values, strict=True):
+        row[i] = value
+    for i, part in _STAMPS.items():
+        row[i] = getattr(now, part)
+    return tuple(row)
+
+
+@functools.cache
+def _announced_claim(
+    clock: str, kinds: bool, world: bool, cols: tuple[int, ...], notify: int
+) -> str:
+    """The one statement of a claim of an announced record: the claim's `FOR UPDATE SKIP
+    LOCKED` walk takes its first row on the statement's reading; the decided row (the key,
+    the version read, the version to write, then ``cols``) is written only if that row is
+    the announced one at the version read, on the reading's boot. Returns the rows written
+    (0 or 1)."""
+    where = [_CLAIMABLE_NOW, _ON_HOST]
+    if kinds:
+        where.append("kind = ANY(%s)")
+    if world:
+        where.append("world_id = %s")
+    rows = _rows_of([*_typed((0, 1, 2)), ("read_version", "bigint"), *_typed((VERSION, *cols))])
+    sets = "".join(f"{COLUMNS[i]} = v.{COLUMNS[i]}, " for i in cols)
+    note = ", (SELECT pg_notify(%s, %s) FROM u)" if notify else ""
+    return (
+        f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock}),"
+        " c AS (SELECT a.world_id, a.kind, a.activity_id, a.version FROM activities AS a, clock"
+        f" WHERE {' AND '.join(where)} ORDER BY {', '.join('a.' + c for c in _CLAIM_ORDER)}"
+        " LIMIT 1 FOR UPDATE OF a SKIP LOCKED),"
+        f" u AS (UPDATE activities AS a SET {sets}version = v.version FROM c, {rows} AS v, clock"
+        " WHERE a.world_id = c.world_id AND a.kind = c.kind AND a.activity_id = c.activity_id"
+        " AND v.world_id = c.world_id AND v.kind = c.kind AND v.activity_id = c.activity_id"
+        " AND v.read_version = c.version AND clock.c_boot = %s RETURNING 1)"
+        f" SELECT (SELECT count(*) FROM u){note}"
     )
 
 
@@ -537,6 +583,10 @@ class PostgresCatalogStore:
         )
         if limit == 0 and not items:
             return [], []
+        if single and not items and clock is not None:
+            took = self._claim_announced(clock, transition, check, kinds, world_id, host, boot_id)
+            if took is not None:
+                return [], [took]
         keys = sorted({k for k, _ in items})
         mine = set(keys)
         intended: list[Row] = []
@@ -638,6 +688,77 @@ class PostgresCatalogStore:
             self._remember(intended)
             return out, claimed
         raise AssertionError("unreachable")
+
+    def _claim_announced(
+        self,
+        clock: PostgresClock,
+        transition: _Claim,
+        check: Callable[[Now], None] | None,
+        kinds: Sequence[str] | None,
+        world_id: str | None,
+        host: str | None,
+        boot_id: str | None,
+    ) -> Row | None:
+        """A claim in one round trip of an admission this process's doorbell just announced
+        (`PostgresDoorbell.take_announced`): the core decides it on the announced record and
+        on the admitting statement's reading (a server reading at most `ANNOUNCED_FRESH_S`
+        old when taken: the claim's lease then runs from it, that much shorter, never
+        longer), and one message writes it only if that record, at that version, is the one
+        the claim's own `FOR UPDATE SKIP LOCKED` walk takes first now, on the same boot. The
+        claimed row, or None: nothing was announced, the core refused, or the record was not
+        the first claimable one (nothing written: the caller claims as usual)."""
+        bell = self.doorbell()
+        wanted_kinds = None if kinds is None else set(kinds)
+
+        def wanted(values: list[Any]) -> bool:
+            return (
+                (wanted_kinds is None or values[_U_KIND] in wanted_kinds)
+                and (world_id is None or values[_U_WORLD] == world_id)
+                and values[_U_HOST] in ("", host or "")
+            )
+
+        got = bell.take_announced(wanted, ANNOUNCED_FRESH_S)
+        if got is None:
+            return None
+        reading, values = got
+        now = clock.reading(*reading)
+        if now.boot_id != boot_id:
+            return None
+        old = _announced_row(values, now)
+        if check is not None:
+            check(now)
+        try:
+            new = transition(old, now)
+        except CatalogStorageError:
+            raise
+        except Exception:  # the core refused it here: the usual claim decides
+            return None
+        mask = catalog_changed_mask(old, new)
+        cols = tuple(i for i in _POSITIONS if mask >> i & 1 and i not in _FIXED)
+        params: list[Any] = ["", host or ""]
+        if kinds is not None:
+            params.append(list(dict.fromkeys(kinds)))
+        if world_id is not None:
+            params.append(world_id)
+        row = [*old[:3], old[VERSION], new[VERSION], *(new[i] for i in cols)]
+        params += [_json([row]), now.boot_id]
+        if topics := wake_topics(old, new):
+            params += [self.channel, str(topics)]
+        sql = _announced_claim(clock.columns, kinds is not None, world_id is not None, cols, topics)
+        key = (old[0], old[1], old[2])
+        try:
+            with self._lock:
+                ((taken, *_),), *_ = self._session.commit_message("catalog claim", [(sql, params)])
+        except CommitUnknown as e:
+            self._forget([key], [])
+            raise CommitUnknown(str(e), key, new) from e
+        except BaseException:
+            self._forget([key], [])
+            raise
+        if not taken:
+            return None
+        self._remember([new])
+        return new
 
     def _remember(self, rows: Sequence[Row]) -> None:
         """Keep the rows a committed transaction wrote (the next write of one may be decided
@@ -755,7 +876,11 @@ class PostgresCatalogStore:
             first.setdefault(key, template)
         keys = list(first)
         rows = [[t[i] for i in _UNSTAMPED] for t in first.values()]
-        params = (_json(rows), self.channel, str(CLAIMABLE))
+        values = _json(rows)
+        # Announced in the notification (the reading and these values: a woken claim may take
+        # one in one round trip), as long as the payload stays within NOTIFY's bound.
+        announced = values if len(values) <= ANNOUNCE_MAX else None
+        params = (values, self.channel, str(CLAIMABLE), announced)
         try:
             with self._lock:
                 (reading, *_), *_ = self._session.commit_message(
@@ -1047,6 +1172,12 @@ def _timed_claim(transition: TimedClaimTransition) -> _Claim:
 
 #: How many times a write is decided again after another transaction wrote its rows first.
 _RETRIES = 8
+#: An admission's notification announces its records while their values take at most this
+#: many bytes (PostgreSQL refuses a NOTIFY payload of 8000 bytes or more).
+ANNOUNCE_MAX = 7000
+#: A claim takes an announced admission only within this long of its notification's arrival
+#: (by this host's monotonic clock; the claim's lease still runs on the server's reading).
+ANNOUNCED_FRESH_S = 0.1
 #: At most this many rows are kept as committed by this store (`PostgresCatalogStore._known`).
 KNOWN_ROWS = 4096
 
