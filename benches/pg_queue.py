@@ -35,6 +35,9 @@ backends (/proc, local server only). Then, for Tether:
   LISTEN/NOTIFY-woken worker's claim returning, against the raw commit time of a one-row
   UPDATE timed between the samples (each after the same idle pause), and against the
   back-to-back raw commits timed at the start (target <= 4x, judged on the interleaved one).
+  On the server clock an admission is one round trip (its record stamped with the inserting
+  statement's reading) and the woken claim takes the admission its notification announced in
+  one more (`Catalog.claim`; see the README's PostgreSQL section): two commits, each durable.
 
 The bench uses a database of its own on the server (created and dropped), so the transaction
 counts are its alone. Usage:
