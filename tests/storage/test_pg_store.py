@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from tether.activities import ActivityKey, Catalog, operation_id_for
 from tether.errors import CatalogStorageError
+from tether.storage._pg import _literal
 from tether.storage._postgres import PostgresCatalogStore, PostgresClock
 
 from tests.activities.support import ManualClock, admission, key, result
@@ -222,3 +223,39 @@ def test_a_version_1_postgres_catalog_gains_retention_through_upgrade(pg_url: st
         assert [r.key for r in cat.iter_compactable(0)] == [settled]
         assert cat.compact_settled(0) == 1
         assert cat.get(settled).compacted and not cat.get(pending).compacted  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "plain",
+        "it's",
+        "back\\slash",
+        "'\\'\\\\''",
+        "line\nbreak\ttab",
+        "é€ unicode",
+        "",
+        0,
+        -7,
+        2**63 - 1,
+        -(2**63),
+        True,
+        False,
+        None,
+        ["k1", "k'2", 'k"3', "k\\4", "", "a,b", "{x}"],
+        [],
+    ],
+)
+def test_an_execute_argument_reads_back_as_the_driver_would_bind_it(
+    pg_url: str, value: object
+) -> None:
+    """The stores' own literals (`_literal`) read back on the server exactly as the value the
+    driver binds; a type they do not handle, or a NUL, is left to the driver."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        literal = _literal(value)
+        assert literal is not None
+        kind = "text[]" if isinstance(value, list) else "text"
+        (got,) = conn.execute(f"SELECT ({literal})::{kind}").fetchone()  # type: ignore[misc]
+        (want,) = conn.execute(f"SELECT %s::{kind}", (value,)).fetchone()  # type: ignore[misc]
+        assert got == want
+    assert _literal("nul\0") is None and _literal(1.5) is None and _literal([1]) is None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import conninfo as _conninfo
@@ -46,6 +46,32 @@ _IDLE = psycopg.pq.TransactionStatus.IDLE
 _ROWS = psycopg.pq.ExecStatus.TUPLES_OK
 _PREPARABLE = frozenset({"SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "VALUES"})
 _CLAIM_IDLE = f"SET LOCAL idle_in_transaction_session_timeout = {CLAIM_IDLE_TIMEOUT_MS}"
+
+
+def _literal(value: Any) -> str | None:
+    """An ``EXECUTE`` argument as an SQL literal, for the types the stores pass (text,
+    integers, booleans, NULL, arrays of text): the same values the driver's client-side
+    binding writes, a sixth of its cost per statement; None for anything else (the driver
+    renders those). A text holding a backslash is an escape string (``E'...'``, backslashes
+    doubled), any other a standard one: quotes doubled in both, so either reads right
+    whatever `standard_conforming_strings` says. A NUL, which no text may hold, is left to
+    the driver (which refuses it)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        if "\0" in value:
+            return None
+        if "\\" in value:
+            return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list | tuple) and all(isinstance(e, str) for e in value):
+        inner = ",".join('"' + e.replace("\\", "\\\\").replace('"', '\\"') + '"' for e in value)
+        return _literal("{" + inner + "}")
+    return None
 
 
 def where(conninfo: str) -> str:
@@ -208,10 +234,10 @@ class Session:
         if not self._server_prepared:
             return [cur.mogrify(q, p) for q, p in statements], fresh
         for q, p in statements:
-            if q.split(None, 1)[0].upper() not in _PREPARABLE:  # EXPLAIN, SET, ...
-                texts.append(cur.mogrify(q, p))
-                continue
             name = self._named.get(q) or fresh.get(q)
+            if name is None and q.split(None, 1)[0].upper() not in _PREPARABLE:
+                texts.append(cur.mogrify(q, p))  # EXPLAIN, SET, ...
+                continue
             if name is None:
                 self._names += 1
                 name = fresh[q] = f"tether_{self._names}"
@@ -222,11 +248,14 @@ class Session:
                     body = "".join(f"{part}${i}" for i, part in enumerate(parts[:-1], 1))
                     texts.append(f"PREPARE {name} AS {(body + parts[-1]).replace(chr(0), '%')}")
             args = tuple(p or ())
-            texts.append(
-                cur.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(args))})", args)
-                if args
-                else f"EXECUTE {name}"
-            )
+            if not args:
+                texts.append(f"EXECUTE {name}")
+                continue
+            literals = [_literal(a) for a in args]
+            if None in literals:
+                texts.append(cur.mogrify(f"EXECUTE {name}({', '.join(['%s'] * len(args))})", args))
+            else:
+                texts.append(f"EXECUTE {name}({', '.join(cast('list[str]', literals))})")
         return texts, fresh
 
     def _connect(self) -> psycopg.Connection[Any]:
