@@ -155,11 +155,13 @@ def _announced_claim(
     rows = _rows_of([*_typed((0, 1, 2)), ("read_version", "bigint"), *_typed((VERSION, *cols))])
     sets = "".join(f"{COLUMNS[i]} = v.{COLUMNS[i]}, " for i in cols)
     note = ", (SELECT pg_notify(%s, %s) FROM u)" if notify else ""
+    # The walk is LATERAL to the reading, as every claim's: its bound on the clock is then an
+    # index condition, so it stops at the first row not yet claimable (leased rows beyond).
     return (
         f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock}),"
-        " c AS (SELECT a.world_id, a.kind, a.activity_id, a.version FROM activities AS a, clock"
-        f" WHERE {' AND '.join(where)} ORDER BY {', '.join('a.' + c for c in _CLAIM_ORDER)}"
-        " LIMIT 1 FOR UPDATE OF a SKIP LOCKED),"
+        " c AS (SELECT f.* FROM clock CROSS JOIN LATERAL (SELECT world_id, kind, activity_id,"
+        f" version FROM activities WHERE {' AND '.join(where)}"
+        f" ORDER BY {', '.join(_CLAIM_ORDER)} LIMIT 1 FOR UPDATE SKIP LOCKED) AS f),"
         f" u AS (UPDATE activities AS a SET {sets}version = v.version FROM c, {rows} AS v, clock"
         " WHERE a.world_id = c.world_id AND a.kind = c.kind AND a.activity_id = c.activity_id"
         " AND v.world_id = c.world_id AND v.kind = c.kind AND v.activity_id = c.activity_id"
