@@ -123,6 +123,9 @@ def _stamped_insert(clock: str) -> str:
     )
 
 
+_KEY_OF = itemgetter(0, 1, 2)
+_UNSTAMPED_OF = itemgetter(*_UNSTAMPED)
+
 # Where the kind, the world and the bound host sit among an announced record's values.
 _U_KIND, _U_WORLD, _U_HOST = (_UNSTAMPED.index(_AT[c]) for c in ("kind", "world_id", "bound_host"))
 
@@ -454,7 +457,7 @@ class PostgresCatalogStore:
             pick: Callable[[Row], Sequence[Any]] = (
                 itemgetter(*cols) if len(cols) > 1 else lambda n: [n[i] for i in cols]
             )
-            rows = [(*o[:3], o[VERSION], n[VERSION], *pick(n)) for o, n in updates]
+            rows = [(*_KEY_OF(o), o[VERSION], n[VERSION], *pick(n)) for o, n in updates]
             out.append((self._update_sql(cols), (_json(rows),)))
         if topics:  # one statement with the last write: a CTE's write runs to completion
             sql, params = out.pop()
@@ -768,8 +771,7 @@ class PostgresCatalogStore:
         known = self._known
         if len(known) + len(rows) > KNOWN_ROWS:
             known.clear()
-        for row in rows:
-            known[(row[0], row[1], row[2])] = row
+        known.update(zip(map(_KEY_OF, rows), rows, strict=True))
 
     def _forget(self, keys: Sequence[KeyTuple], rows: Sequence[Row]) -> None:
         for k in keys:
@@ -877,7 +879,7 @@ class PostgresCatalogStore:
         for key, template, _ in items:
             first.setdefault(key, template)
         keys = list(first)
-        rows = [[t[i] for i in _UNSTAMPED] for t in first.values()]
+        rows = list(map(_UNSTAMPED_OF, first.values()))
         values = _json(rows)
         # Announced in the notification (the reading and these values: a woken claim may take
         # one in one round trip), as long as the payload stays within NOTIFY's bound.
