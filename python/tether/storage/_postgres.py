@@ -329,6 +329,7 @@ class PostgresCatalogStore:
         self._updates: dict[tuple[int, ...], str] = {}
         #: The rows this store's transactions last committed, by key (`_remember`).
         self._known: dict[KeyTuple, Row] = {}
+        self._bell: PostgresDoorbell | None = None
         self._session = Session(
             conninfo,
             CatalogStorageError,
@@ -414,7 +415,10 @@ class PostgresCatalogStore:
 
     def doorbell(self) -> PostgresDoorbell:
         """This process's doorbell of this catalog (LISTEN/NOTIFY on `channel`)."""
-        return PostgresDoorbell.for_url(self.conninfo)
+        bell = self._bell
+        if bell is None:
+            bell = self._bell = PostgresDoorbell.for_url(self.conninfo)
+        return bell
 
     # -- transactions: one read round trip, one write round trip ------------------------
 
