@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import cast
 
-from tether.activities import ActivityKey, ActivityRecord, Catalog, WorkStep, operation_id_for
+import pytest
+from tether.activities import (
+    ActivityKey,
+    ActivityRecord,
+    Catalog,
+    ResultRef,
+    WorkStep,
+    operation_id_for,
+)
 from tether.errors import (
     AdmissionConflict,
+    CatalogRejection,
     LeaseExpired,
     NoResult,
     NotBound,
@@ -242,3 +252,19 @@ def test_work_steps_end_where_the_one_by_one_calls_end(db_url: str, tmp_path: Pa
     finally:
         stepped.close()
         separate.close()
+
+
+def test_a_work_step_item_that_is_no_core_rejection_writes_nothing(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    """An item that fails for another reason than the core's rule (here, a result that is
+    no ResultRef) aborts the whole step: no item is written and nothing is claimed."""
+    keys = [key(f"wx{i}") for i in range(3)]
+    catalog.admit_many([admission(k) for k in keys])
+    (a,) = catalog.claim_and_bind_many("w", 10_000, 1)
+    before = {k: catalog.get(k) for k in keys}
+    bad = cast(ResultRef, "not a result reference")
+    with pytest.raises(Exception) as info:
+        catalog.work_step("w", 10_000, 5, results=[(a.key, a.fence, bad)])
+    assert not isinstance(info.value, CatalogRejection)
+    assert {k: catalog.get(k) for k in keys} == before

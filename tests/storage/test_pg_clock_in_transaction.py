@@ -17,7 +17,14 @@ import psycopg
 import pytest
 from pgproxy import CommitCutter
 from tether import _core
-from tether.activities import ActivityKey, ActivityRecord, Catalog, Now, operation_id_for
+from tether.activities import (
+    ActivityKey,
+    ActivityRecord,
+    Admission,
+    Catalog,
+    Now,
+    operation_id_for,
+)
 from tether.errors import (
     AdmissionConflict,
     CatalogStorageError,
@@ -716,3 +723,45 @@ def test_a_lost_reply_of_a_claim_of_an_announced_admission_names_its_row(
             assert landed is not None and landed.fence == 1 and cutter.cuts == 1
         finally:
             bell.unlisten()
+
+
+def test_stamped_batches_of_the_same_keys_in_opposite_orders_both_land(pg_url: str) -> None:
+    """Two sessions admitting the same new keys in opposite orders: each insert takes its
+    keys in key order, so neither waits on the other in a cycle; the one that finds the
+    other's records decides on them (replays)."""
+    keys = [key(f"o{i}") for i in range(40)]
+    errors: list[BaseException] = []
+    outs: list[list[Any]] = []
+
+    def admit(order: list[ActivityKey]) -> None:
+        try:
+            with _server_clocked(pg_url) as cat:
+                outs.append(cat.admit_many([admission(k) for k in order]))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=admit, args=(keys,)),
+        threading.Thread(target=admit, args=(keys[::-1],)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(outs) == 2
+    for out in outs:
+        assert all(isinstance(r, ActivityRecord) for r in out)
+
+
+def test_an_announcement_too_big_in_bytes_is_not_sent_and_the_admission_lands(
+    pg_url: str,
+) -> None:
+    """The announcement's bound is on bytes: values of many multibyte characters that fit in
+    characters but not in bytes are not announced (the NOTIFY carries the topics only)."""
+    with _server_clocked(pg_url) as cat:
+        wide = "界" * 1_300  # 3,900 bytes each
+        batch = [
+            Admission(key(f"w{i}"), receipt(3), f"input://{wide}", "sha256:in") for i in range(2)
+        ]
+        out = cat.admit_many(batch)
+        assert all(isinstance(r, ActivityRecord) for r in out)

@@ -58,17 +58,19 @@ def _literal(value: Any) -> str | None:
     the driver (which refuses it)."""
     if value is None:
         return "NULL"
-    if isinstance(value, str):
-        if "\0" in value:
+    kind = type(value)  # exactly these types: a subclass may render itself otherwise
+    if kind is str:
+        text = cast(str, value)
+        if "\0" in text:
             return None
-        if "\\" in value:
-            return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
-        return "'" + value.replace("'", "''") + "'"
-    if isinstance(value, bool):
+        if "\\" in text:
+            return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+        return "'" + text.replace("'", "''") + "'"
+    if kind is bool:
         return "true" if value else "false"
-    if isinstance(value, int):
+    if kind is int:
         return str(value)
-    if isinstance(value, list | tuple) and all(isinstance(e, str) for e in value):
+    if kind is list and all(type(e) is str for e in value):
         inner = ",".join('"' + e.replace("\\", "\\\\").replace('"', '\\"') + '"' for e in value)
         return _literal("{" + inner + "}")
     return None

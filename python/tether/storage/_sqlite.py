@@ -52,6 +52,7 @@ from typing import Any, NoReturn
 
 from tether._core import (
     CatalogConfigError,
+    CatalogRejection,
     CatalogStorageError,
     catalog_columns,
 )
@@ -417,9 +418,7 @@ class SqliteCatalogStore:
                 for key, step in items:
                     try:
                         old, new = self._decide(cur, key, step)
-                    except (CatalogStorageError, sqlite3.Error):
-                        raise
-                    except Exception as e:  # the core's rejection of this item
+                    except CatalogRejection as e:  # the core refused it: it changes nothing
                         out.append(e)
                         continue
                     # Later items of this key see this write (the version guard holds it).
