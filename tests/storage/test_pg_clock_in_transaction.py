@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 from pgproxy import CommitCutter
@@ -39,7 +40,9 @@ from tether.errors import (
 from tether.storage import CommitUnknown
 from tether.storage._postgres import (
     _TYPES,
+    _UNSTAMPED,
     ANNOUNCED_FRESH_S,
+    ANNOUNCED_MAX_AGE_MS,
     COLUMNS,
     PostgresCatalogStore,
     PostgresClock,
@@ -765,3 +768,118 @@ def test_an_announcement_too_big_in_bytes_is_not_sent_and_the_admission_lands(
         ]
         out = cat.admit_many(batch)
         assert all(isinstance(r, ActivityRecord) for r in out)
+
+
+def _notify(url: str, payload: str) -> None:
+    """Send ``payload`` on the catalog's channel from a session of its own (as anyone who
+    may connect can)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        (channel,) = conn.execute("SELECT 'tether_catalog:' || current_schema()").fetchone()  # type: ignore[misc]
+        conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+
+def test_a_forged_announcement_writes_nothing_and_the_claim_goes_the_usual_way(
+    pg_url: str,
+) -> None:
+    """An announcement of a queued record with another input and a reading an hour ahead:
+    the one-message claim writes nothing (the stored record is not the announced one), and
+    the claim takes the record as stored, on a fresh reading."""
+    with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
+        k = key("victim")
+        rec = admitting.admit(admission(k))  # before anyone listened: never announced
+        bell = _listening(cat)
+        try:
+            assert cat.claim("w", 60_000, kinds=["none"]) is None  # drained, aligned
+            template = list(_core.catalog_admission_template(admission(k)))
+            template[COLUMNS.index("input_ref")] = "artifact://forged"
+            values = [template[i] for i in _UNSTAMPED]
+            assert rec.claimable_from_ms is not None
+            ahead = rec.claimable_from_ms + 3_600_000
+            before = bell.received
+            _notify(
+                pg_url,
+                f"1|{rec.lease_boot_id}|{ahead}|{rec.admitted_at_ms}|{orjson.dumps([values]).decode()}",
+            )
+            _announced(bell, before)
+            now = cat.now()
+            claim = cat.claim("w", 60_000)
+            assert claim is not None and claim.key == k
+            assert claim.record.input_ref == "input://victim"
+            stored = cat.get(k)
+            assert stored is not None and stored.input_ref == "input://victim"
+            assert claim.attempt.lease_expires_ms is not None
+            assert claim.attempt.lease_expires_ms < now.boot_ms + 60_000 + 10_000
+        finally:
+            bell.unlisten()
+
+
+def test_malformed_notifications_stop_neither_the_doorbell_nor_a_claim(pg_url: str) -> None:
+    with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
+        bell = _listening(cat)
+        try:
+            assert cat.claim("w", 60_000, kinds=["none"]) is None
+            before = bell.received
+            for payload in ("1|x|1|1|[[]]", "1|x|1|1|5", "1|garbage", "not a topic", "1|a|b|c|d"):
+                _notify(pg_url, payload)
+            deadline = time.monotonic() + 10
+            while bell.received < before + 5:
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            assert cat.claim("w", 60_000) is None  # each taken or dropped: nothing raised
+            k = key("after")
+            before = bell.received
+            admitting.admit(admission(k))
+            _announced(bell, before)  # the listener still runs
+            claim = cat.claim("w", 60_000)
+            assert claim is not None and claim.key == k
+        finally:
+            bell.unlisten()
+
+
+def test_a_late_announcement_is_checked_on_the_servers_clock(pg_url: str) -> None:
+    """An accurate announcement of a record admitted longer ago than the bound (received
+    now, so fresh by this host's clock): the statement's own clock refuses it, and the claim
+    is decided the usual way, on a fresh reading."""
+    with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
+        k = key("old")
+        rec = admitting.admit(admission(k))
+        time.sleep(ANNOUNCED_MAX_AGE_MS / 1000 * 1.5)
+        bell = _listening(cat)
+        try:
+            assert cat.claim("w", 60_000, kinds=["none"]) is None
+            template = _core.catalog_admission_template(admission(k))
+            values = [template[i] for i in _UNSTAMPED]
+            before = bell.received
+            _notify(
+                pg_url,
+                f"1|{rec.lease_boot_id}|{rec.claimable_from_ms}|{rec.admitted_at_ms}"
+                f"|{orjson.dumps([values]).decode()}",
+            )
+            _announced(bell, before)
+            claim = cat.claim("w", 60_000)
+            assert claim is not None and claim.key == k
+            assert rec.claimable_from_ms is not None and claim.attempt.lease_expires_ms is not None
+            assert claim.attempt.lease_expires_ms > rec.claimable_from_ms + 60_000  # fresh
+        finally:
+            bell.unlisten()
+
+
+def test_with_a_backlog_a_woken_claim_does_not_try_an_announcement(pg_url: str) -> None:
+    with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
+        first = [key(f"bl{i}") for i in range(3)]
+        admitting.admit_many([admission(k) for k in first])
+        bell = _listening(cat)
+        try:
+            got = cat.claim("w", 60_000)  # the backlog: found one
+            assert got is not None
+            before = bell.received
+            admitting.admit(admission(key("bl-new")))
+            _announced(bell, before)
+            store = cat.store
+            assert isinstance(store, PostgresCatalogStore)
+            commits, trips = store.commits, store.round_trips
+            claim = cat.claim("w", 60_000)
+            assert claim is not None and claim.key == first[1]  # claim order
+            assert (store.commits - commits, store.round_trips - trips) == (1, 2)
+        finally:
+            bell.unlisten()

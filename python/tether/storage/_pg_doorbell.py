@@ -114,15 +114,31 @@ class PostgresDoorbell(TopicWaits):
 
     # -- announced admissions -----------------------------------------------------------
 
+    def _heard(self, payload: str) -> None:
+        """One notification: wake its topics (every topic when they cannot be read), after
+        keeping what it announced. Anyone who may connect may notify the channel, so nothing
+        in a payload is trusted: what it announces is only a hint a claim checks on the
+        server (`PostgresCatalogStore._claim_announced`), and no payload stops this loop."""
+        topics, _, announced = payload.partition(ANNOUNCED)
+        try:
+            bits = int(topics) & _ALL
+        except ValueError:
+            bits = _ALL
+        if announced:
+            try:
+                self._announce(announced)
+            except Exception as e:  # a payload this process cannot read: the ring stands
+                log.debug("doorbell: an announcement it cannot read (%s)", type(e).__name__)
+        self._raise(bits)
+
     def _announce(self, text: str) -> None:
         """Keep what a notification announced: the admitting statement's reading and the
         values of the records it admitted (see `ANNOUNCED`)."""
-        try:
-            boot, ms, wall, rows = text.split(ANNOUNCED, 3)
-            values = orjson.loads(rows)
-            reading = (boot, int(ms), int(wall))
-        except (ValueError, orjson.JSONDecodeError):
-            return  # not an announcement this process can read: the ring alone stands
+        boot, ms, wall, rows = text.split(ANNOUNCED, 3)
+        values = orjson.loads(rows)
+        reading = (boot, int(ms), int(wall))
+        if type(values) is not list or not all(type(row) is list for row in values):
+            raise ValueError("announced values are not a list of rows")
         at = time.monotonic()
         with self._lock:
             for row in values:
@@ -207,14 +223,7 @@ class PostgresDoorbell(TopicWaits):
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=0.5):
                         self.received += 1
-                        topics, _, announced = note.payload.partition(ANNOUNCED)
-                        try:
-                            bits = int(topics) & _ALL
-                        except ValueError:
-                            bits = _ALL
-                        if announced:
-                            self._announce(announced)
-                        self._raise(bits)
+                        self._heard(note.payload)
             except psycopg.Error as e:
                 log.info("doorbell connection lost (%s); reconnecting", e)
                 self._stop.wait(RECONNECT_S)

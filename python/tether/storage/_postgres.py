@@ -147,29 +147,37 @@ def _announced_claim(
     clock: str, kinds: bool, world: bool, cols: tuple[int, ...], notify: int
 ) -> str:
     """The one statement of a claim of an announced record: the claim's `FOR UPDATE SKIP
-    LOCKED` walk takes its first row on the statement's reading; the decided row (the key,
-    the version read, the version to write, then ``cols``) is written only if that row is
-    the announced one at the version read, on the reading's boot. Returns the rows written
+    LOCKED` walk takes its first row on the statement's reading, and the decided row (the
+    key, the version to write, then ``cols``) is written only if that row is, in every
+    column, the announced record the core decided on, on the reading's boot, and that
+    record's admission reading is at most the given age on the statement's clock (so
+    neither a forged nor a late announcement writes anything). Returns the rows written
     (0 or 1)."""
     where = [_CLAIMABLE_NOW, _ON_HOST]
     if kinds:
         where.append("kind = ANY(%s)")
     if world:
         where.append("world_id = %s")
-    rows = _rows_of([*_typed((0, 1, 2)), ("read_version", "bigint"), *_typed((VERSION, *cols))])
+    every = _rows_of(_typed(_POSITIONS))
+    decided = _rows_of([*_typed((0, 1, 2)), *_typed((VERSION, *cols))])
     sets = "".join(f"{COLUMNS[i]} = v.{COLUMNS[i]}, " for i in cols)
     note = ", (SELECT pg_notify(%s, %s) FROM u)" if notify else ""
+    stored = ", ".join(f"a.{c}" for c in COLUMNS)
+    announced = ", ".join(f"o.{c}" for c in COLUMNS)
     # The walk is LATERAL to the reading, as every claim's: its bound on the clock is then an
     # index condition, so it stops at the first row not yet claimable (leased rows beyond).
     return (
         f"WITH clock (c_boot, c_ms, c_wall) AS MATERIALIZED (SELECT {clock}),"
-        " c AS (SELECT f.* FROM clock CROSS JOIN LATERAL (SELECT world_id, kind, activity_id,"
-        f" version FROM activities WHERE {' AND '.join(where)}"
+        " c AS (SELECT f.* FROM clock CROSS JOIN LATERAL (SELECT world_id, kind, activity_id"
+        f" FROM activities WHERE {' AND '.join(where)}"
         f" ORDER BY {', '.join(_CLAIM_ORDER)} LIMIT 1 FOR UPDATE SKIP LOCKED) AS f),"
-        f" u AS (UPDATE activities AS a SET {sets}version = v.version FROM c, {rows} AS v, clock"
+        f" u AS (UPDATE activities AS a SET {sets}version = v.version"
+        f" FROM c, {every} AS o, {decided} AS v, clock"
         " WHERE a.world_id = c.world_id AND a.kind = c.kind AND a.activity_id = c.activity_id"
+        " AND o.world_id = c.world_id AND o.kind = c.kind AND o.activity_id = c.activity_id"
         " AND v.world_id = c.world_id AND v.kind = c.kind AND v.activity_id = c.activity_id"
-        " AND v.read_version = c.version AND clock.c_boot = %s RETURNING 1)"
+        f" AND ({stored}) IS NOT DISTINCT FROM ({announced})"
+        " AND clock.c_boot = %s AND clock.c_ms - %s BETWEEN 0 AND %s RETURNING 1)"
         f" SELECT (SELECT count(*) FROM u){note}"
     )
 
@@ -331,6 +339,8 @@ class PostgresCatalogStore:
         #: The rows this store's transactions last committed, by key (`_remember`).
         self._known: dict[KeyTuple, Row] = {}
         self._bell: PostgresDoorbell | None = None
+        #: Whether this store's last claim found nothing to claim (`_claim_announced`).
+        self._drained = True
         self._session = Session(
             conninfo,
             CatalogStorageError,
@@ -699,6 +709,8 @@ class PostgresCatalogStore:
                 self._forget(keys, intended)
                 raise
             self._remember(intended)
+            if limit:
+                self._drained = not claimed
             return out, claimed
         raise AssertionError("unreachable")
 
@@ -713,38 +725,44 @@ class PostgresCatalogStore:
         boot_id: str | None,
     ) -> Row | None:
         """A claim in one round trip of an admission this process's doorbell just announced
-        (`PostgresDoorbell.take_announced`): the core decides it on the announced record and
-        on the admitting statement's reading (a server reading at most `ANNOUNCED_FRESH_S`
-        old when taken: the claim's lease then runs from it, that much shorter, never
-        longer), and one message writes it only if that record, at that version, is the one
-        the claim's own `FOR UPDATE SKIP LOCKED` walk takes first now, on the same boot. The
-        claimed row, or None: nothing was announced, the core refused, or the record was not
-        the first claimable one (nothing written: the caller claims as usual)."""
+        (`PostgresDoorbell.take_announced`), tried only while this store's last claim found
+        nothing to claim (an idle worker woken by it; with a backlog the usual claim is as
+        short). The core decides it on the announced record and on its admission's reading
+        (a server reading: the claim's lease runs from it, so it is shorter by the
+        announcement's age, which the statement bounds by `ANNOUNCED_MAX_AGE_MS` on its own
+        clock, never longer), and one message writes it only if the claim's own `FOR UPDATE
+        SKIP LOCKED` walk takes that record first now, equal in every column to the one
+        announced, on the same boot. An announcement is not trusted: one that is forged,
+        malformed, late or stale writes nothing. The claimed row, or None (nothing written:
+        the caller claims as usual)."""
+        if not self._drained:
+            return None
         bell = self.doorbell()
         wanted_kinds = None if kinds is None else set(kinds)
+        mine = ("", host or "")
 
         def wanted(values: list[Any]) -> bool:
             return (
-                (wanted_kinds is None or values[_U_KIND] in wanted_kinds)
+                type(values) is list
+                and len(values) == len(_UNSTAMPED)
+                and (wanted_kinds is None or values[_U_KIND] in wanted_kinds)
                 and (world_id is None or values[_U_WORLD] == world_id)
-                and values[_U_HOST] in ("", host or "")
+                and values[_U_HOST] in mine
             )
 
         got = bell.take_announced(wanted, ANNOUNCED_FRESH_S)
         if got is None:
             return None
         reading, values = got
-        now = clock.reading(*reading)
-        if now.boot_id != boot_id:
-            return None
-        old = _announced_row(values, now)
-        if check is not None:
-            check(now)
         try:
+            now = clock.reading(*reading)
+            if now.boot_id != boot_id:
+                return None
+            old = _announced_row(values, now)
+            if check is not None:
+                check(now)
             new = transition(old, now)
-        except CatalogStorageError:
-            raise
-        except Exception:  # the core refused it here: the usual claim decides
+        except Exception:  # refused, or not a record at all: the usual claim decides
             return None
         mask = catalog_changed_mask(old, new)
         cols = tuple(i for i in _POSITIONS if mask >> i & 1 and i not in _FIXED)
@@ -753,8 +771,8 @@ class PostgresCatalogStore:
             params.append(list(dict.fromkeys(kinds)))
         if world_id is not None:
             params.append(world_id)
-        row = [*old[:3], old[VERSION], new[VERSION], *(new[i] for i in cols)]
-        params += [_json([row]), now.boot_id]
+        decided = [*old[:3], new[VERSION], *(new[i] for i in cols)]
+        params += [_json([old]), _json([decided]), now.boot_id, now.boot_ms, ANNOUNCED_MAX_AGE_MS]
         if topics := wake_topics(old, new):
             params += [self.channel, str(topics)]
         sql = _announced_claim(clock.columns, kinds is not None, world_id is not None, cols, topics)
@@ -771,6 +789,7 @@ class PostgresCatalogStore:
         if not taken:
             return None
         self._remember([new])
+        self._drained = False
         return new
 
     def _remember(self, rows: Sequence[Row]) -> None:
@@ -1188,8 +1207,11 @@ _RETRIES = 8
 #: many bytes (PostgreSQL refuses a NOTIFY payload of 8000 bytes or more).
 ANNOUNCE_MAX = 7000
 #: A claim takes an announced admission only within this long of its notification's arrival
-#: (by this host's monotonic clock; the claim's lease still runs on the server's reading).
+#: (by this host's monotonic clock: whether to try; the statement itself checks the age).
 ANNOUNCED_FRESH_S = 0.1
+#: ... and only while the admission's reading is at most this old on the server's clock (the
+#: claim's lease runs from that reading, so it is at most this much shorter).
+ANNOUNCED_MAX_AGE_MS = 250
 #: At most this many rows are kept as committed by this store (`PostgresCatalogStore._known`).
 KNOWN_ROWS = 4096
 
