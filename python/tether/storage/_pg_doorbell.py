@@ -9,6 +9,11 @@ wake is delivered exactly when the commit lands, to every listening process on e
 and a commit that rolled back wakes nobody. `ring` exists for callers that ring after a
 commit themselves; it also wakes this process at once.
 
+A notification's payload is its topics (`1`, `2`, `4` or their sum); one that follows an
+admission may also announce it (`topics|boot|ms|wall|values`, see `ANNOUNCED`), which the
+doorbell keeps for a claim to check (`take_announced`). Anyone who may connect may notify,
+so no payload is trusted or stops the listener: at worst it wakes the topics it names.
+
 The channel is per schema (`tether_catalog:<schema>`), so catalogs in different schemas of
 one database do not wake each other. A listener holds one connection of its own. If that
 connection breaks, it reconnects (every `RECONNECT_S`) and then wakes every topic, because a

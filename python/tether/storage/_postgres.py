@@ -5,16 +5,22 @@ Every write reads its rows (no lock), hands them to the Rust core's transition, 
 only the changed columns guarded by the version read, in one READ COMMITTED transaction sent as
 one message, and, when the core's columns say a waiter should wake, `NOTIFY` in the same
 transaction (so a wake is delivered exactly when the commit lands); a row written meanwhile
-fails its guard and the write is decided again. No lock is held across a step of the client
-but a claim's (`Session.exchange`). A claim picks the earliest claimable row with
+fails its guard and the write is decided again. A work step's items whose rows this store
+itself last committed are decided on those rows unread (the guard proves them current). An
+admission on the server clock is one message that inserts the core's template with the
+statement's own reading (`admit_at`), and an idle claim may take an admission its
+notification announced in one message (`_claim_announced`). No lock is held across a step of
+the client but a claim's (`Session.exchange`). A claim picks the earliest claimable row with
 `FOR UPDATE SKIP LOCKED` on the claimable index: claimants on many hosts never wait on each
 other's rows. SQL here never decides a rule: the one comparison is the core's definition of
 claimable (`claimable_from_ms <= now` on the lease clock), and retention's is the same kind of
 comparison on the core's `compactable_from_ms` up to a wall-clock cutoff (the core decides each
 row it is handed, `compact`); the other filters select flags the core computed.
 
-A COMMIT whose reply is lost raises `CommitUnknown` with the row the transaction wrote; the
-caller re-reads (`Catalog.committed`) before any effect. Any other failure rolls back.
+A COMMIT whose reply is lost raises `CommitUnknown`, with the row the transaction wrote where
+it wrote one known row (a batch, a work step and a stamped admission name none: re-read each
+item; an admission is idempotent, so admitting again settles it); the caller re-reads
+(`Catalog.committed`) before any effect. Any other failure rolls back.
 
 What a read costs: a claim walks the claimable index from its start, skipping rows locked by
 other claimants and claimable rows of kinds, worlds or hosts it does not serve (a claim
