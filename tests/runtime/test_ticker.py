@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hosttools import make_env
 from journal_provider import KIND, intents, make_family
-from tether.activities import ActivityKey
+from tether.activities import ActivityKey, ActivityRecord
 from tether.runtime import FamilyError, ObservationStager, Projector, Settler, Ticker
 from tether.testing import ActivityEnvironment
 from tether.world import ComponentWrite, ReceiptRejected, StaleWriter
@@ -23,6 +23,19 @@ def _ticker(env: ActivityEnvironment) -> Ticker:
     projector = Projector(env.families, env.catalog, env.artifacts, env.ledger)
     settler = Settler(env.catalog, env.ledger)
     return Ticker(env.ledger, env.families, stager, projector, settler)
+
+
+def test_a_tick_reports_the_records_its_projection_admitted(tmp_path: Path) -> None:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        env.ledger.create_world("w")
+        ticker = _ticker(env)
+        admitted: list[ActivityRecord] = []
+        r1 = ticker.commit("w", intents(3), admitted=admitted)
+        assert sorted((r.key for r in admitted), key=str) == [_key(i) for i in range(3)]
+        assert all(r == env.get(r.key) and r.source == r1 for r in admitted)
+        again: list[ActivityRecord] = []
+        ticker.commit("w", admitted=again)  # nothing new to admit
+        assert again == []
 
 
 def test_an_intent_tick_admits_and_an_observation_tick_runs_processors_and_settles(

@@ -171,6 +171,12 @@ class Host:
     def _open_catalog(self) -> Catalog:
         return Catalog.open(self.catalog_url, clock=self._clock)
 
+    def open_catalog(self) -> Catalog:
+        """A catalog connection of its own over this Host's catalog (its reads wait for no
+        other connection's); the caller closes it."""
+        self._check_open()
+        return self._open_catalog()
+
     def new_worker(self, name: str | None = None, *, stop: threading.Event | None = None) -> Worker:
         """A worker over this Host's catalog, artifacts and families (not started)."""
         return self.pool.new_worker(name, stop=stop)
@@ -244,15 +250,20 @@ class Host:
         return self.ledger.read_at(self.ledger.head(world_id))
 
     def commit_tick(
-        self, world_id: str, writes: Iterable[ComponentWrite] = ()
+        self,
+        world_id: str,
+        writes: Iterable[ComponentWrite] = (),
+        *,
+        admitted: list[ActivityRecord] | None = None,
     ) -> CommittedTickReceipt:
         """Commit one tick with `writes` plus staged observations and processor writes.
 
         The head's pending post-commit work is finished first; the new tick's post-commit
-        work (projection, settlement) runs before this returns.
+        work (projection, settlement) runs before this returns. `admitted`, if given, is
+        extended with the catalog records that work admitted (see `Ticker.commit`).
         """
         self._check_open()
-        return self.ticker.commit(world_id, writes)
+        return self.ticker.commit(world_id, writes, admitted=admitted)
 
     # -- staging and observation --------------------------------------------------------
 

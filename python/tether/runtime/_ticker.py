@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from tether.activities import ActivityKey, ActivityRecord, ResultRef
 from tether.runtime._crash import crash_point
 from tether.runtime._errors import FamilyError
 from tether.runtime._family import Family, Observation
@@ -111,11 +112,19 @@ class Ticker:
 
     # -- ticks --------------------------------------------------------------------------
 
-    def commit(self, world_id: str, writes: Iterable[ComponentWrite] = ()) -> CommittedTickReceipt:
+    def commit(
+        self,
+        world_id: str,
+        writes: Iterable[ComponentWrite] = (),
+        *,
+        admitted: list[ActivityRecord] | None = None,
+    ) -> CommittedTickReceipt:
         """Commit one tick with `writes` plus staged observations and processor writes.
 
         The head's pending post-commit work is finished first; the new tick's post-commit
-        work (projection, settlement) runs before this returns.
+        work (projection, settlement) runs before this returns. `admitted`, if given, is
+        extended with the catalog records the new tick's projection admitted (none when that
+        work's COMMIT reply was lost and it was re-run from the ledger's mark).
         """
         caller_writes = list(writes)
         with self.ledger.lock(world_id):
@@ -145,7 +154,10 @@ class Ticker:
                     receipt = landed
                 crash_point("after_observation_tick" if observations else "after_intent_tick")
                 self.stager.committed(observations)
-                self._post_commit_resolved(receipt)
+                observed = {obs.key: obs.result for obs in observations}
+                records = self._post_commit_resolved(receipt, observed)
+                if admitted is not None:
+                    admitted.extend(records)
                 return receipt
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
@@ -197,18 +209,22 @@ class Ticker:
             return False
         return True
 
-    def _post_commit_resolved(self, receipt: CommittedTickReceipt) -> None:
+    def _post_commit_resolved(
+        self, receipt: CommittedTickReceipt, observed: Mapping[ActivityKey, ResultRef]
+    ) -> list[ActivityRecord]:
         """`post_commit`, with a lost COMMIT of its work (catalog or ledger) resolved by a
         re-read: the ledger's mark says whether the work is still owed, and owed work runs
         again, re-reading every record it writes. A second failure leaves the head's work owed
-        (the next tick or `Host.recover` finishes it first)."""
+        (the next tick or `Host.recover` finishes it first). Returns the records admitted
+        (none after a lost COMMIT). `observed`: see `post_commit`."""
         try:
-            self.post_commit(receipt)
+            return self.post_commit(receipt, observed)
         except (CommitUnknown, LedgerCommitUnknown) as e:
             log.warning(
                 "post-commit work of %s: a COMMIT reply was lost (%s); re-reading", receipt, e
             )
             self.finish_post_commit(receipt.world_id)
+            return []
 
     def _processor_writes(
         self, head: CommittedTickReceipt, observations: list[Observation]
@@ -234,8 +250,15 @@ class Ticker:
         if pending is not None:
             self.post_commit(pending)
 
-    def post_commit(self, receipt: CommittedTickReceipt) -> None:
-        """Check `receipt`, project and settle at it, then mark its post-commit work done.
+    def post_commit(
+        self,
+        receipt: CommittedTickReceipt,
+        observed: Mapping[ActivityKey, ResultRef] | None = None,
+    ) -> list[ActivityRecord]:
+        """Check `receipt`, project and settle at it, then mark its post-commit work done;
+        returns the records the projection admitted (`Projector.project`). `observed`: the
+        results of the observations `receipt`'s tick committed, read pending observation
+        under the world lock by `commit` (see `Settler.settle`); None re-reads every record.
 
         Raises:
             ReceiptRejected: `receipt` is not the world's exact committed head; nothing is
@@ -243,6 +266,7 @@ class Ticker:
         """
         self.ledger.check_receipt(receipt)  # fail closed before admitting or settling
         snapshot = self.ledger.read_at(receipt)
-        self.projector.project(snapshot)
-        self.settler.settle(snapshot)
+        admitted = self.projector.project(snapshot)
+        self.settler.settle(snapshot, observed)
         self.ledger.complete_post_commit(receipt)
+        return admitted
