@@ -180,3 +180,25 @@ def test_a_move_on_a_latched_robot_sends_nothing_and_leaves_the_bus_to_the_stop(
     assert not [e.instruction for e in frames if e.instruction in EFFECTFUL]
     reads = sum(1 for e in frames if e.instruction == "sync_read" and e.id == 1)
     assert reads == one_read_back  # the reconcile's; the attempt read nothing
+
+
+def test_the_latch_dir_is_checked_once_not_at_every_stop(
+    config: HostConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop's latch write does not walk the latch dir's ancestors again (each a syscall the
+    stop would wait on under load): the first write checks it, as `usable_dir` does."""
+    import tether.devices.latch as latch_module
+
+    checked: list[Path] = []
+    real = latch_module.usable_dir
+
+    def counted(path: Any, *, what: str, create: bool = True) -> Path:
+        checked.append(Path(path))
+        return real(path, what=what, create=create)
+
+    monkeypatch.setattr(latch_module, "usable_dir", counted)
+    latch = StopLatch(config.state_dir)
+    latch.latch("arm")
+    latch.resume("arm", operator="olga")
+    latch.latch("arm")
+    assert checked == [config.state_dir / "latches"] and latch.latched("arm")

@@ -40,6 +40,10 @@ class StopLatch:
         self.dir = state_dir / "latches"
         self.lock = threading.RLock()
         self._local = threading.local()
+        #: The latch dir passed `usable_dir` (checked at the first write, not at each: a stop's
+        #: latch write then costs no walk of the dir's ancestors; only their owners, root or
+        #: this uid, could swap the dir afterwards).
+        self._dir_checked = False
 
     def _path(self, robot: str) -> Path:
         return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}.json"
@@ -59,7 +63,9 @@ class StopLatch:
         return bool(self.state(robot).get("latched"))
 
     def _write(self, robot: str, doc: dict[str, Any]) -> None:
-        usable_dir(self.dir, what="the stop latch dir")  # private, never a foreign one
+        if not self._dir_checked:
+            usable_dir(self.dir, what="the stop latch dir")  # private, never a foreign one
+            self._dir_checked = True
         write_durable(self._path(robot), json.dumps(doc, sort_keys=True).encode())
 
     def latch(self, robot: str, *, by: str = "tether stop") -> dict[str, Any]:
