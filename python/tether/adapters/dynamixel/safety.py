@@ -12,7 +12,8 @@ as unexplained). A REG_WRITE that is still staged is left staged: its Registered
 flag is evidence that reconciliation reads, and only Tether sends ACTION, after neutralising
 it. Every joint is tried even when another fails; failures are reported, never swallowed.
 
-Exchanges: `hold` reads every joint's Present Position in one SYNC_READ, then
+Exchanges (the stop goes first on the bus, `DxlBus.priority`: no other thread's exchange
+starts until it is done): `hold` reads every joint's Present Position in one SYNC_READ, then
 writes each joint's goal (one WRITE each, in joint order); then one SYNC_READ of the block from
 Torque Enable to Present Position reads every joint back (four exchanges for two joints). A
 SYNC_READ that fails falls back to each joint's own READ, so one joint's failure stays its own.
@@ -178,6 +179,11 @@ def _log_stop(log: StopLog | None, entry: dict[str, Any]) -> None:
 def safe_stop(bus: DxlBus, robot: RobotConfig, *, log: StopLog | None = None) -> SafeStopReport:
     """Apply the robot's safe-stop policy to every joint, then report what each joint is, read
     back from the device; never raises for one joint's failure."""
+    with bus.priority():  # no other thread's exchange starts until the stop is done
+        return _safe_stop(bus, robot, log)
+
+
+def _safe_stop(bus: DxlBus, robot: RobotConfig, log: StopLog | None) -> SafeStopReport:
     report = SafeStopReport(robot.name, robot.safe_stop)
     ids = [joint.id for joint in robot.joints]
     # Every present position in one exchange (hold), then each joint's write, then every
