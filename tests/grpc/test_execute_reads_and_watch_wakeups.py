@@ -141,3 +141,40 @@ def test_a_cancelled_watch_leaves_the_registry(served: Daemon) -> None:
             next(views)
     finally:
         channel.close()
+
+
+def test_an_execute_committed_while_a_stop_runs_answers_after_it(served: Daemon) -> None:
+    """A stop goes first: an Execute whose intent is committed while a stop runs builds its
+    answer only once the stop is done (it does not share the interpreter with the stop)."""
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    runtime = served._runtime()
+    world = world_for("ci")
+    try:
+        control.Execute(move("job-0"), metadata=bearer(), timeout=30)  # the world exists
+        answers: list[Any] = []
+        with runtime.ledger.lock(world):  # its commit waits here, inside the group commit
+            thread = threading.Thread(
+                target=lambda: answers.append(
+                    control.Execute(move("job-4"), metadata=bearer(), timeout=30)
+                )
+            )
+            thread.start()
+            deadline = time.monotonic() + 10
+            while world not in served._committing:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            stopping = served.stop_first.stopping()
+            stopping.__enter__()  # a stop starts while the commit waits
+        try:
+            while runtime.snapshot(world).get("job-4", "physical_ai.robot_move.intent") is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            thread.join(0.3)  # committed; the answer waits for the stop
+            assert thread.is_alive() and answers == []
+        finally:
+            stopping.__exit__(None, None, None)
+        thread.join(10)
+        assert len(answers) == 1 and answers[0].state == pb.PENDING
+    finally:
+        channel.close()

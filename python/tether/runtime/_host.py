@@ -91,6 +91,9 @@ class Host:
             `world_url`).
         world_url: the world ledger the Host opens and owns when no `ledger` is given
             (`tether.world.open_ledger`; default `world.db` in `data_dir`).
+        pause: called by the background loops (each worker before each claim and each attempt
+            of a shared batch, the observer before each pass); it may block: `tether serve`
+            passes its `StopFirst.wait_clear`, so background work waits while a stop runs.
 
     Attributes:
         projector, settler, stager, ticker, observer, pool, lifecycle: the parts.
@@ -113,6 +116,7 @@ class Host:
         catalog_url: str | None = None,
         world_url: str | None = None,
         host_name: str | None = None,
+        pause: Callable[[], None] | None = None,
     ) -> None:
         if not fallback_poll_s >= MIN_FALLBACK_S:  # before any storage is opened
             raise ActivityRuntimeError(
@@ -152,7 +156,7 @@ class Host:
         )
         self.ticker = Ticker(self.ledger, self.families, self.stager, self.projector, self.settler)
         self.observer = Observer(
-            self.stager, self.ledger, self.ticker, wakeup=self._wakeups[RESULT]
+            self.stager, self.ledger, self.ticker, wakeup=self._wakeups[RESULT], pause=pause
         )
         self.lifecycle = WorldLifecycle(self.ledger, self.catalog, self.ticker)
         self.pool = WorkerPool(
@@ -164,6 +168,7 @@ class Host:
             emit=progress_listener,
             wakeup=self._wakeups[CLAIMABLE],
             host=host_name,
+            pause=pause,
         )
 
     # -- lifecycle ----------------------------------------------------------------------

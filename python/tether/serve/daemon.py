@@ -378,6 +378,7 @@ class Daemon:
             catalog_url=self.serve.catalog_url,
             world_url=self.serve.world_url,
             host_name=self.serve.host_name or None,  # none: unbound work only
+            pause=self.stop_first.wait_clear,  # background work waits while a stop runs
         )
         self.runtime.start()
         if self.serve.grpc is not None:
