@@ -596,11 +596,15 @@ class RobotControl(rpc.RobotControlServicer):
         if served is None or served.submit is None:
             _abort(context, bad, f"device: {request.device} is not served for joint moves")
         targets = {str(k): float(v) for k, v in sorted(move.targets_rad.items())}
-        for joint, value in targets.items():  # the family's own checks, one field at a time
-            try:
-                served.submit(op_id, kind, {"robot": request.device, "targets": {joint: value}})
-            except (ValueError, TetherError, CodedError) as exc:
-                _abort(context, bad, f'joint_move.targets_rad["{joint}"]: {exc}')
+        try:  # the family's own checks: every joint at once (one build on the common path)
+            served.submit(op_id, kind, {"robot": request.device, "targets": targets})
+        except (ValueError, TetherError, CodedError) as whole:
+            for joint, value in targets.items():  # refused: name the field, one at a time
+                try:
+                    served.submit(op_id, kind, {"robot": request.device, "targets": {joint: value}})
+                except (ValueError, TetherError, CodedError) as exc:
+                    _abort(context, bad, f'joint_move.targets_rad["{joint}"]: {exc}')
+            _abort(context, bad, f"joint_move.targets_rad: {whole}")
         body = {
             "robot": request.device,
             "targets": targets,
