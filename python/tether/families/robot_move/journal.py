@@ -247,7 +247,11 @@ class MoveStore:
     def clock_floor_ms(self, *, fresh: bool = False) -> int:
         """The durable clock floor (0: none recorded): read from disk once and kept (this
         store's raises keep it current), or read again with `fresh` (another process may
-        have raised it)."""
+        have raised it). The kept value is read without the lock: a raise in progress (its
+        syncs) never holds up a reader, which sees the floor before or after it."""
+        known = self._floor_ms
+        if known is not None and not fresh:
+            return known
         with self._floor_lock:
             if self._floor_ms is None or fresh:
                 self._floor_ms = max(self._floor_ms or 0, self._read_floor())
