@@ -737,7 +737,6 @@ class RobotControl(rpc.RobotControlServicer):
             "grpc execute",
             extra={"principal": principal.name, "operation_id": op_id, "new": created},
         )
-        self.daemon.stop_first.wait_clear()  # a running stop goes first, then the answer
         if record is not None:  # created by this call: the admission is its first view
             return self._operation(key, self._input(record), record)
         self.work.reenter()  # an existing operation is read (Execute's `with` releases it)
