@@ -130,7 +130,10 @@ def test_committed_forgets_only_the_identical_observation(tmp_path: Path) -> Non
         stager = _stager(env)
         stager.restage()
         [old] = stager.staged()
-        stager.restage()  # a newer staging of the same key
+        stager.restage()  # staged already from the same result: kept as it is
+        assert stager.staged()[0] is old
+        stager.committed([old])
+        stager.restage()  # a newer staging of the same key (its tick's settlement pending)
         [new] = stager.staged()
         assert new is not old and new == old
         stager.committed([old])

@@ -3,7 +3,8 @@
 Rules (seed sections 2 and 7):
 - Staging reads the pending-observation set paged to exhaustion, so a long prefix cannot hide
   a result; it runs outside the world lock and is idempotent, so it is repeated after every
-  restart until a tick commits the observation.
+  restart until a tick commits the observation. A result staged already (the same key and
+  result) is not staged again: staging is a pure function of the family, key and result.
 - A result is staged only once its payload is durable and matches its digest; a missing or
   corrupt payload, or a family whose staging raises, leaves that result pending (logged) while
   the others are still staged.
@@ -86,6 +87,15 @@ class ObservationStager:
                 continue
             family = self._by_kind.get(rec.key.kind)
             if family is None:
+                continue
+            with self._staged_mutex:
+                held = self._staged.get(rec.key)
+            if held is not None and held.result == rec.result:
+                # Staged already, from this very result: staging is a pure function of the
+                # family, the key and the result (its payload is content-addressed), so it
+                # would be the same observation again.
+                count += 1
+                crash_point("after_staging")
                 continue
             try:
                 payload = self._payload(rec.result)  # durable before staging, digest-checked
