@@ -132,8 +132,9 @@ class ObservationStager:
         with self._staged_mutex:
             return sorted({k.world_id for k in self._staged})
 
-    def observations_for(self, world_id: str) -> list[Observation]:
-        """The world's staged observations a tick may commit now, in (kind, id) order.
+    def observations_for(self, world_id: str, limit: int | None = None) -> list[Observation]:
+        """The world's staged observations a tick may commit now, in (kind, id) order, at most
+        `limit` of them (the others stay staged for a later tick).
 
         One whose record was settled meanwhile, or now holds another result, is dropped.
         """
@@ -141,7 +142,7 @@ class ObservationStager:
             staged = [o for k, o in self._staged.items() if k.world_id == world_id]
         staged.sort(key=lambda o: (o.key.kind, o.key.activity_id))
         read: Callable[[ActivityKey], ActivityRecord | None] = self.catalog.get
-        if len(staged) >= SCAN_FROM:
+        if len(staged) >= SCAN_FROM and (limit is None or limit >= SCAN_FROM):
             pending = {
                 r.key: r
                 for r in self.catalog.iter_pending_observation(
@@ -149,8 +150,10 @@ class ObservationStager:
                 )
             }
             read = pending.get
-        live = []
+        live: list[Observation] = []
         for obs in staged:
+            if limit is not None and len(live) >= limit:
+                break
             rec = read(obs.key)
             if rec is not None and rec.pending_observation and rec.result == obs.result:
                 live.append(obs)

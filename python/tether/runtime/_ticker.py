@@ -3,7 +3,8 @@
 Tick protocol (seed section 2), all under the exact-world lock:
 1. Before committing tick T+1, finish the post-commit work of the head T from its retained
    receipt (this is also what a restart does first).
-2. Commit the tick: caller writes, processor writes, staged facts and completion evidence.
+2. Commit the tick: caller writes, processor writes, staged facts and completion evidence (at
+   most `OBSERVATIONS_PER_TICK` staged observations; the others wait for the next tick).
    Every family's processors run in every tick on the pre-tick snapshot plus that family's
    observations being committed (possibly none); they alone decide semantic transitions. A
    tick that writes one component twice is refused (facts are not overridable).
@@ -50,6 +51,10 @@ log = logging.getLogger("tether.runtime.ticker")
 
 #: Commits of one tick after a lost COMMIT that the re-read proved did not land.
 TICK_COMMIT_TRIES = 2
+#: A tick commits at most this many staged observations (the rest go in the next ticks): a
+#: tick holds the world lock, and a long one would hold every other tick of the world
+#: (a group commit of submitted intents) back for its whole length.
+OBSERVATIONS_PER_TICK = 64
 
 
 class Ticker:
@@ -131,7 +136,7 @@ class Ticker:
             for attempt in range(1, TICK_COMMIT_TRIES + 1):
                 self.finish_post_commit(world_id)
                 head = self.ledger.head(world_id)
-                observations = self.stager.observations_for(world_id)
+                observations = self.stager.observations_for(world_id, OBSERVATIONS_PER_TICK)
                 tick_writes = caller_writes + self._processor_writes(head, observations)
                 for obs in observations:
                     tick_writes.extend((*obs.facts, obs.evidence))
