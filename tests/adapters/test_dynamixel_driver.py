@@ -3,6 +3,7 @@ typed device errors, identity checks at connect and exclusive ownership."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -201,3 +202,36 @@ max = 1
     with pytest.raises(DeviceIdentityError) as info:
         resolve_port(cfg)
     assert code(info) == "adapter_not_found"
+
+
+def test_a_thread_with_the_priority_goes_first_on_the_bus(
+    bus: DxlBus, emulator: DynamixelEmulator
+) -> None:
+    """While a stop holds the bus's priority, another thread's next exchange waits until it
+    ends: the stop's second read is on the wire before the other thread's read."""
+    waiting = threading.Event()
+    other: list[int] = []
+
+    def read() -> None:
+        waiting.set()
+        other.append(bus.read_field(2, tables.PRESENT_POSITION))
+
+    with bus.priority():
+        bus.read_field(1, tables.PRESENT_POSITION)
+        thread = threading.Thread(target=read)
+        thread.start()
+        waiting.wait(5)
+        thread.join(0.3)  # free to run: only the priority holds it back
+        assert thread.is_alive() and other == []
+        bus.read_field(1, tables.GOAL_POSITION)  # the holder's exchanges still go through
+        with bus.priority():  # re-entrant for the holder
+            bus.read_field(1, tables.TORQUE_ENABLE)
+    thread.join(5)
+    assert not thread.is_alive() and len(other) == 1
+    reads = [(e.instruction, e.id, e.address) for e in emulator.journal if e.instruction == "read"]
+    assert reads[-4:] == [
+        ("read", 1, tables.PRESENT_POSITION.address),
+        ("read", 1, tables.GOAL_POSITION.address),
+        ("read", 1, tables.TORQUE_ENABLE.address),
+        ("read", 2, tables.PRESENT_POSITION.address),
+    ]

@@ -103,6 +103,62 @@ def test_stop_holds_an_arm_outside_its_limits_where_it_stands(
     assert writes[-1]["data"] == tables.encode(tables.GOAL_POSITION, OUTSIDE).hex()
 
 
+def test_a_hold_stop_reads_every_joint_at_once_writes_each_and_reads_all_back_at_once(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, emu.path)
+    powered(emu, {1: tables.CENTER_TICK + 300, 2: tables.CENTER_TICK - 200})
+    before = len(emu.journal())
+    done = stop(config, "--json")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    frames = [(e["instruction"], e["id"], e["address"]) for e in emu.journal()[before:]]
+    # The stop's own frames follow the connect's reads; a SYNC_READ appears once per servo
+    # it reads (the journal has one entry per servo).
+    start = frames.index(("sync_read", 1, tables.PRESENT_POSITION.address))
+    # (After them the standalone CLI's exit reads the latched robot back, joint by joint.)
+    assert frames[start : start + 6] == [
+        ("sync_read", 1, tables.PRESENT_POSITION.address),
+        ("sync_read", 2, tables.PRESENT_POSITION.address),
+        ("write", 1, tables.GOAL_POSITION.address),
+        ("write", 2, tables.GOAL_POSITION.address),
+        ("sync_read", 1, tables.TORQUE_ENABLE.address),
+        ("sync_read", 2, tables.TORQUE_ENABLE.address),
+    ], frames
+    report = joints(done)
+    for name, dxl_id, ticks in (
+        ("a", 1, tables.CENTER_TICK + 300),
+        ("b", 2, tables.CENTER_TICK - 200),
+    ):
+        state = settled(partial(emu.request, op="snapshot", id=dxl_id))
+        assert (state["goal_position"], state["present_position"]) == (ticks, ticks)
+        assert report[name]["state"] == "held" and report[name]["torque"] is True
+        assert report[name]["present"] == report[name]["goal"]
+        assert report[name]["present"] == round(tables.ticks_to_radians(ticks), 4)
+
+
+def test_a_sync_read_a_servo_never_answers_falls_back_to_each_joints_own_read(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, emu.path)
+    powered(emu, {1: tables.CENTER_TICK + 100, 2: tables.CENTER_TICK + 150})
+    # Servo 2 drops its status to every SYNC_READ (retries included): each joint is then
+    # read on its own, so the stop still holds and reports both, read back from the device.
+    emu.request(op="fault", kind="drop_status", instruction="sync_read", id=2, count=100)
+    before = len(emu.journal())
+    done = stop(config, "--json")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    report = joints(done)
+    assert (report["a"]["state"], report["b"]["state"]) == ("held", "held")
+    assert report["b"]["present"] == round(tables.ticks_to_radians(tables.CENTER_TICK + 150), 4)
+    reads = [e for e in emu.journal()[before:] if e["instruction"] == "read"]
+    assert {(e["id"], e["address"]) for e in reads} >= {
+        (1, tables.PRESENT_POSITION.address),
+        (2, tables.PRESENT_POSITION.address),
+        (1, tables.TORQUE_ENABLE.address),
+        (2, tables.TORQUE_ENABLE.address),
+    }
+
+
 def test_a_torque_off_servo_reports_limp(emu: EmulatorProcess, tmp_path: Path) -> None:
     config = write_config(tmp_path, emu.path)  # policy "hold"; both servos start torque off
     powered(emu, {1: tables.CENTER_TICK})

@@ -23,7 +23,7 @@ from tether.adapters.dynamixel.host import RobotHost
 from tether.adapters.dynamixel.move import read_joints
 from tether.adapters.dynamixel.worker import run_move
 from tether.devices.host import stop_everything
-from tether.devices.latch import MotionStopped, StopLatch
+from tether.devices.latch import RECORD_BYTES, MotionStopped, StopLatch
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 
@@ -180,3 +180,47 @@ def test_a_move_on_a_latched_robot_sends_nothing_and_leaves_the_bus_to_the_stop(
     assert not [e.instruction for e in frames if e.instruction in EFFECTFUL]
     reads = sum(1 for e in frames if e.instruction == "sync_read" and e.id == 1)
     assert reads == one_read_back  # the reconcile's; the attempt read nothing
+
+
+def test_the_latch_dir_is_checked_once_not_at_every_stop(
+    config: HostConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop's latch write does not walk the latch dir's ancestors again (each a syscall the
+    stop would wait on under load): the first write checks it, as `usable_dir` does."""
+    import tether.devices.latch as latch_module
+
+    checked: list[Path] = []
+    real = latch_module.usable_dir
+
+    def counted(path: Any, *, what: str, create: bool = True) -> Path:
+        checked.append(Path(path))
+        return real(path, what=what, create=create)
+
+    monkeypatch.setattr(latch_module, "usable_dir", counted)
+    latch = StopLatch(config.state_dir)
+    latch.latch("arm")
+    latch.resume("arm", operator="olga")
+    latch.latch("arm")
+    assert checked == [config.state_dir / "latches"] and latch.latched("arm")
+
+
+def test_a_latch_record_after_the_first_is_overwritten_in_place(config: HostConfig) -> None:
+    """The first record creates the file (renamed in); later ones rewrite its one sector in
+    place (the same inode, the same size), each durable before it returns."""
+    latch = StopLatch(config.state_dir)
+    path = latch._path("arm")
+    latch.latch("arm")
+    first = path.stat()
+    assert first.st_size == RECORD_BYTES and latch.latched("arm")
+    latch.resume("arm", operator="olga")
+    assert not latch.latched("arm") and latch.state("arm")["resumed_by"] == "olga"
+    latch.latch("arm", by="grpc")
+    again = path.stat()
+    assert (again.st_ino, again.st_size) == (first.st_ino, RECORD_BYTES)
+    assert latch.state("arm")["latched"] is True and latch.state("arm")["by"] == "grpc"
+    assert json.loads(path.read_bytes())["latched"] is True  # padding is JSON whitespace
+    # A record of another size (written by an older release: a bare JSON file) is replaced
+    # by a new file of the record size, never overwritten in part.
+    path.write_bytes(json.dumps({"robot": "arm", "latched": False}).encode())
+    latch.latch("arm")
+    assert path.stat().st_size == RECORD_BYTES and latch.latched("arm")

@@ -118,3 +118,33 @@ def test_the_loop_observes_survives_a_failing_pass_and_stops_on_its_wakeup(
             observer.join()
             observer.wakeup.close()
         assert failures == [1] and _settled(env, _key(0))
+
+
+def test_the_loop_observes_nothing_while_its_pause_holds_it(tmp_path: Path) -> None:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        env.create_world("w")
+        env.commit_tick("w", intents(1))
+        env.drain()
+        stop, go, asked = threading.Event(), threading.Event(), threading.Event()
+
+        def pause() -> None:
+            asked.set()
+            go.wait(30)
+
+        base = _observer(env, stop)
+        observer = Observer(base.stager, env.ledger, base.ticker, wakeup=base.wakeup, pause=pause)
+        observer.start()
+        try:
+            assert asked.wait(30)
+            time.sleep(0.3)  # a result waits to be observed; the pause holds the pass
+            assert not _settled(env, _key(0))
+            go.set()
+            deadline = time.monotonic() + 30
+            while not _settled(env, _key(0)) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            go.set()
+            observer.wakeup.stop_all()
+            observer.join()
+            observer.wakeup.close()
+        assert _settled(env, _key(0))

@@ -97,3 +97,41 @@ def test_wakeup_returns_on_stop_after_its_delay_or_fallback_and_refuses_a_fast_p
     for fast in (-1.0, 0.0, 0.02, 0.999):
         with pytest.raises(ActivityRuntimeError):
             Wakeup(stop, fast)
+
+
+def test_workers_claim_nothing_while_their_pause_holds_them(tmp_path: Path) -> None:
+    """`pause` (the daemon's stop-first wait) is asked before every claim: while it blocks, no
+    Activity is claimed; once it lets go, the workers run them all."""
+    n = 4
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        env.create_world("w")
+        env.commit_tick("w", intents(n))
+        stop, go = threading.Event(), threading.Event()
+        asked = threading.Event()
+
+        def pause() -> None:
+            asked.set()
+            go.wait(30)
+
+        pool = WorkerPool(
+            env.open_catalog,
+            env.artifacts,
+            env.families,
+            instance="pause-test",
+            lease_ms=env.lease_ms,
+            wakeup=Wakeup(stop, MIN_FALLBACK_S, doorbell=env.catalog.doorbell),
+            pause=pause,
+        )
+        pool.start(2)
+        try:
+            assert asked.wait(30)
+            time.sleep(0.3)  # free to claim, were it not for the pause
+            assert all(env.get(_key(i)).attempt is None for i in range(n))  # type: ignore[union-attr]
+            go.set()
+            deadline = time.monotonic() + 60
+            while len(env.pending_observation()) < n and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            go.set()
+            pool.close()
+        assert all(env.get(_key(i)).result is not None for i in range(n))  # type: ignore[union-attr]

@@ -41,6 +41,28 @@ def test_settles_exactly_what_this_tick_committed_complete_evidence_for(tmp_path
         assert second is not None and second.result is not None and second.settlement is None
 
 
+def test_the_records_of_its_own_ticks_observations_are_not_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        obs = _observed(env, 2)
+        r2 = env.commit_bare("w", _writes(obs))
+        real = env.catalog.get
+        reads: list[ActivityKey] = []
+
+        def counted(key: ActivityKey) -> object:
+            reads.append(key)
+            return real(key)
+
+        monkeypatch.setattr(env.catalog, "get", counted)
+        # The tick's own observation of task 0 was read pending under the world lock by
+        # whoever committed it: given, it is not read again; task 1's evidence is.
+        Settler(env.catalog, env.ledger).settle(env.snapshot("w", r2), {obs[0].key: obs[0].result})
+        assert reads == [_key(1)]
+        monkeypatch.undo()
+        assert all(env.get(_key(i)).settlement.receipt == r2 for i in range(2))  # type: ignore[union-attr]
+
+
 def test_a_repeat_is_a_no_op(tmp_path: Path) -> None:
     with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         obs = _observed(env, 1)

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hosttools import make_env
 from journal_provider import (
     BLIND_KIND,
@@ -17,7 +18,8 @@ from journal_provider import (
     make_family,
 )
 from tether.activities import ABANDONED_MEDIA_TYPE, ActivityKey, Decision, ResultRef
-from tether.runtime import AttemptContext, ObservationStager, StagedResult
+from tether.runtime import AttemptContext, ObservationStager, Settler, StagedResult
+from tether.runtime._stager import SCAN_FROM
 from tether.testing import ActivityEnvironment
 from tether.world import ComponentWrite
 
@@ -93,13 +95,45 @@ def test_an_observation_settled_meanwhile_is_dropped(tmp_path: Path) -> None:
         assert stager.observations_for("w") == [] and stager.staged() == []
 
 
+def test_many_staged_observations_are_checked_against_one_read_of_the_pending_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    n = SCAN_FROM + 4
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        _completed(env, n)
+        stager = _stager(env)
+        assert stager.restage() == n
+        # Another stager's tick observes and settles the first four meanwhile.
+        other = _stager(env)
+        assert other.restage() == n
+        first = [o for o in other.staged() if o.key in {_key(i) for i in range(4)}]
+        r = env.commit_bare("w", [w for o in first for w in (*o.facts, o.evidence)])
+        Settler(env.catalog, env.ledger).settle(env.snapshot("w", r))
+        assert all(env.get(_key(i)).settlement is not None for i in range(4))  # type: ignore[union-attr]
+        reads: list[ActivityKey] = []
+        real = env.catalog.get
+
+        def counted(key: ActivityKey) -> object:
+            reads.append(key)
+            return real(key)
+
+        monkeypatch.setattr(env.catalog, "get", counted)
+        live = stager.observations_for("w")
+        assert reads == []  # one paged read of the world's pending set, no read per record
+        assert sorted(o.key.activity_id for o in live) == [f"task-{i:04d}" for i in range(4, n)]
+        assert len(stager.staged()) == n - 4  # the settled four were dropped
+
+
 def test_committed_forgets_only_the_identical_observation(tmp_path: Path) -> None:
     with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         _completed(env, 1)
         stager = _stager(env)
         stager.restage()
         [old] = stager.staged()
-        stager.restage()  # a newer staging of the same key
+        stager.restage()  # staged already from the same result: kept as it is
+        assert stager.staged()[0] is old
+        stager.committed([old])
+        stager.restage()  # a newer staging of the same key (its tick's settlement pending)
         [new] = stager.staged()
         assert new is not old and new == old
         stager.committed([old])

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from hosttools import make_env
 from journal_provider import KIND, intents, make_family
-from tether.activities import ActivityKey
+from tether.activities import ActivityKey, ActivityRecord
 from tether.runtime import FamilyError, ObservationStager, Projector, Settler, Ticker
+from tether.runtime._ticker import OBSERVATIONS_PER_TICK
 from tether.testing import ActivityEnvironment
 from tether.world import ComponentWrite, ReceiptRejected, StaleWriter
 
@@ -23,6 +24,36 @@ def _ticker(env: ActivityEnvironment) -> Ticker:
     projector = Projector(env.families, env.catalog, env.artifacts, env.ledger)
     settler = Settler(env.catalog, env.ledger)
     return Ticker(env.ledger, env.families, stager, projector, settler)
+
+
+def test_a_tick_reports_the_records_its_projection_admitted(tmp_path: Path) -> None:
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        env.ledger.create_world("w")
+        ticker = _ticker(env)
+        admitted: list[ActivityRecord] = []
+        r1 = ticker.commit("w", intents(3), admitted=admitted)
+        assert sorted((r.key for r in admitted), key=str) == [_key(i) for i in range(3)]
+        assert all(r == env.get(r.key) and r.source == r1 for r in admitted)
+        again: list[ActivityRecord] = []
+        ticker.commit("w", admitted=again)  # nothing new to admit
+        assert again == []
+
+
+def test_a_tick_commits_at_most_its_share_of_staged_observations(tmp_path: Path) -> None:
+    n = OBSERVATIONS_PER_TICK + 5
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        env.ledger.create_world("w")
+        ticker = _ticker(env)
+        ticker.commit("w", intents(n))
+        assert env.drain() == n
+        assert ticker.stager.restage() == n
+        r2 = ticker.commit("w")
+        settled = [i for i in range(n) if env.get(_key(i)).settlement is not None]  # type: ignore[union-attr]
+        assert len(settled) == OBSERVATIONS_PER_TICK
+        assert len(ticker.stager.staged()) == 5  # the rest wait for the next tick
+        r3 = ticker.commit("w")
+        assert all(env.get(_key(i)).settlement is not None for i in range(n))  # type: ignore[union-attr]
+        assert {env.get(_key(i)).settlement.receipt for i in range(n)} == {r2, r3}  # type: ignore[union-attr]
 
 
 def test_an_intent_tick_admits_and_an_observation_tick_runs_processors_and_settles(

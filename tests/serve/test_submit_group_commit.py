@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tether.activities import ActivityKey
 from tether.client import Client, ClientError
 from tether.serve.daemon import SUBMIT_BATCH, Daemon, ServeRefusal
 from tether.world import SqliteLedger, StaleWriter
@@ -126,6 +127,44 @@ def test_a_lone_submit_is_committed_at_once(served: Daemon) -> None:
     assert served.submit(WORLD, "alone", KIND, move(0.2)) == (key, False)
     assert runtime.head(WORLD).tick == tick  # the same request again commits nothing
     assert not served._committing and not served._pending
+
+
+def test_a_created_submit_is_answered_with_the_record_its_tick_admitted(served: Daemon) -> None:
+    runtime = served._runtime()
+    with held_world(served):
+        _, callers = batch_of(served, [(f"rec-{i}", move(0.01 * i)) for i in range(3)])
+    records = {}
+    for caller in callers:
+        caller.join(60)
+        assert caller.error is None and caller.answer is not None
+    for i in range(3):
+        key, created, record = served.submit_admitted(WORLD, f"rec-{i}", KIND, move(0.01 * i))
+        assert not created and record is None  # not created by this call: nothing admitted
+        records[key] = runtime.get(key)
+    key, created, record = served.submit_admitted(WORLD, "fresh", KIND, move(0.7))
+    # No worker runs (workers = 0): the record as admitted is the record as stored.
+    assert created and record is not None and record == runtime.get(key)
+    assert record.key == key and record.attempt is None and record.result is None
+    assert all(r is not None and r.attempt is None for r in records.values())
+
+
+def test_an_id_recorded_under_another_kind_is_refused_by_the_committer(served: Daemon) -> None:
+    runtime = served._runtime()
+    key, created = served.submit(WORLD, "taken", KIND, move(0.1))
+    assert created and runtime.get(key) is not None
+    relative = "physical_ai.robot_move.relative"
+    tick = runtime.head(WORLD).tick
+    # "other" is a new id, but its caller names `key` as one that must hold no record.
+    with pytest.raises(ServeRefusal) as refused:
+        served.submit(WORLD, "other", relative, move(0.1), unrecorded=(key,))
+    assert refused.value.code == "admission_conflict"
+    assert refused.value.details["kind"] == KIND
+    assert runtime.head(WORLD).tick == tick  # nothing committed
+    assert runtime.snapshot(WORLD).get("other", "physical_ai.robot_move.intent") is None
+    # A key with no record refuses nothing.
+    free = ActivityKey(WORLD, relative, "nobody")
+    _, created = served.submit(WORLD, "fine", relative, move(0.1), unrecorded=(free,))
+    assert created
 
 
 def test_rules_per_request_inside_one_batch(served: Daemon) -> None:

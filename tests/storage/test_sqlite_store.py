@@ -623,3 +623,25 @@ def test_a_version_3_catalog_is_refused_until_upgraded_and_keeps_its_rows(tmp_pa
         cat.settle(done, receipt(9), evidence_for(done, result("done")))
         assert list(cat.iter_pending_observation()) == []
         assert cat.has_unsettled("w1")  # admitted and leased are still unsettled
+
+
+def test_stores_of_one_file_in_a_process_share_one_transaction_lock(tmp_path: Path) -> None:
+    """In-process transactions of every store on one file queue on one lock (the next starts
+    when the previous ends) instead of meeting SQLite's lock, whose busy handler sleeps."""
+    path = tmp_path / "catalog.db"
+    a, b = SqliteCatalogStore(str(path)), SqliteCatalogStore(str(path))
+    (tmp_path / "link").symlink_to(tmp_path)
+    c = SqliteCatalogStore(str(tmp_path / "link" / "catalog.db"))  # the same file
+    other = SqliteCatalogStore(str(tmp_path / "other.db"))
+    try:
+        assert a._lock is b._lock is c._lock and a._lock is not other._lock
+        with a._lock:  # a transaction of `a` is open: `b` waits for its end to begin one
+            assert not b._lock.acquire(blocking=False)
+            assert other._lock.acquire(blocking=False)
+            other._lock.release()
+        catalog_a, catalog_b = Catalog(a, clock=ManualClock()), Catalog(b, clock=ManualClock())
+        catalog_a.admit(admission(key("one")))
+        assert catalog_b.get(key("one")) is not None
+    finally:
+        for store in (a, b, c, other):
+            store.close()

@@ -8,6 +8,11 @@ Rules:
   that had not sent its ACTION when the stop came never sends it.
 - The latch is read from its file on every check, so it survives a restart of the host and is
   honoured by every process on the state dir.
+- A robot's first record creates its file (written, synced, renamed in, the dir synced); later
+  records overwrite it in place, padded to one 512-byte sector (`RECORD_BYTES`): one write and
+  one fdatasync, no rename and no dir sync, and with the file's size and blocks unchanged no
+  filesystem journal commit is waited for. The stop frames go only after that sync returns, so
+  a record torn by a crash belongs to a stop that sent nothing; an unreadable record is a latch.
 - Only `resume(robot, operator)` clears it, recording who and when; the safe-stop itself runs
   inside `stopping()`, the one context a latched robot's frames may be sent from.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +32,9 @@ from typing import Any
 from tether._dirs import usable_dir
 from tether.operations._durable import write_durable
 from tether.transport import DeviceError
+
+#: Every latch record after a robot's first is this many bytes, overwritten in place.
+RECORD_BYTES = 512
 
 
 class MotionStopped(DeviceError):
@@ -40,6 +49,10 @@ class StopLatch:
         self.dir = state_dir / "latches"
         self.lock = threading.RLock()
         self._local = threading.local()
+        #: The latch dir passed `usable_dir` (checked at the first write, not at each: a stop's
+        #: latch write then costs no walk of the dir's ancestors; only their owners, root or
+        #: this uid, could swap the dir afterwards).
+        self._dir_checked = False
 
     def _path(self, robot: str) -> Path:
         return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}.json"
@@ -59,8 +72,16 @@ class StopLatch:
         return bool(self.state(robot).get("latched"))
 
     def _write(self, robot: str, doc: dict[str, Any]) -> None:
-        usable_dir(self.dir, what="the stop latch dir")  # private, never a foreign one
-        write_durable(self._path(robot), json.dumps(doc, sort_keys=True).encode())
+        if not self._dir_checked:
+            usable_dir(self.dir, what="the stop latch dir")  # private, never a foreign one
+            self._dir_checked = True
+        path = self._path(robot)
+        data = json.dumps(doc, sort_keys=True).encode()
+        if len(data) < RECORD_BYTES:
+            data += b" " * (RECORD_BYTES - 1 - len(data)) + b"\n"  # JSON allows the padding
+            if _overwrite(path, data):
+                return
+        write_durable(path, data)  # the first record (or an outsized one): a new file
 
     def latch(self, robot: str, *, by: str = "tether stop") -> dict[str, Any]:
         """Latch `robot` now (call inside `stopping()`, before the safe-stop's frames)."""
@@ -119,6 +140,24 @@ class StopLatch:
         with self.lock:
             self.check(robots)
             yield
+
+
+def _overwrite(path: Path, data: bytes) -> bool:
+    """Overwrite the record at `path` in place and sync it, when the file holds a record of the
+    same size (see the module rules); False, with nothing written, when it does not."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        if os.fstat(fd).st_size != len(data):
+            return False
+        if os.pwrite(fd, data, 0) != len(data):
+            raise OSError(f"{path}: short write of the latch record")
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    return True
 
 
 def _now_ms() -> int:

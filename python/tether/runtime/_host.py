@@ -91,6 +91,9 @@ class Host:
             `world_url`).
         world_url: the world ledger the Host opens and owns when no `ledger` is given
             (`tether.world.open_ledger`; default `world.db` in `data_dir`).
+        pause: called by the background loops (each worker before each claim and each attempt
+            of a shared batch, the observer before each pass); it may block: `tether serve`
+            passes its `StopFirst.wait_clear`, so background work waits while a stop runs.
 
     Attributes:
         projector, settler, stager, ticker, observer, pool, lifecycle: the parts.
@@ -113,6 +116,7 @@ class Host:
         catalog_url: str | None = None,
         world_url: str | None = None,
         host_name: str | None = None,
+        pause: Callable[[], None] | None = None,
     ) -> None:
         if not fallback_poll_s >= MIN_FALLBACK_S:  # before any storage is opened
             raise ActivityRuntimeError(
@@ -152,7 +156,7 @@ class Host:
         )
         self.ticker = Ticker(self.ledger, self.families, self.stager, self.projector, self.settler)
         self.observer = Observer(
-            self.stager, self.ledger, self.ticker, wakeup=self._wakeups[RESULT]
+            self.stager, self.ledger, self.ticker, wakeup=self._wakeups[RESULT], pause=pause
         )
         self.lifecycle = WorldLifecycle(self.ledger, self.catalog, self.ticker)
         self.pool = WorkerPool(
@@ -164,12 +168,19 @@ class Host:
             emit=progress_listener,
             wakeup=self._wakeups[CLAIMABLE],
             host=host_name,
+            pause=pause,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def _open_catalog(self) -> Catalog:
         return Catalog.open(self.catalog_url, clock=self._clock)
+
+    def open_catalog(self) -> Catalog:
+        """A catalog connection of its own over this Host's catalog (its reads wait for no
+        other connection's); the caller closes it."""
+        self._check_open()
+        return self._open_catalog()
 
     def new_worker(self, name: str | None = None, *, stop: threading.Event | None = None) -> Worker:
         """A worker over this Host's catalog, artifacts and families (not started)."""
@@ -244,15 +255,20 @@ class Host:
         return self.ledger.read_at(self.ledger.head(world_id))
 
     def commit_tick(
-        self, world_id: str, writes: Iterable[ComponentWrite] = ()
+        self,
+        world_id: str,
+        writes: Iterable[ComponentWrite] = (),
+        *,
+        admitted: list[ActivityRecord] | None = None,
     ) -> CommittedTickReceipt:
         """Commit one tick with `writes` plus staged observations and processor writes.
 
         The head's pending post-commit work is finished first; the new tick's post-commit
-        work (projection, settlement) runs before this returns.
+        work (projection, settlement) runs before this returns. `admitted`, if given, is
+        extended with the catalog records that work admitted (see `Ticker.commit`).
         """
         self._check_open()
-        return self.ticker.commit(world_id, writes)
+        return self.ticker.commit(world_id, writes, admitted=admitted)
 
     # -- staging and observation --------------------------------------------------------
 

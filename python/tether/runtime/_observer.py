@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from tether.runtime._errors import ActivityRuntimeError
 from tether.runtime._ports import CloseStates
@@ -32,12 +33,20 @@ class Observer:
         ledger: each world's close state.
         ticker: commits the observation ticks.
         wakeup: what the loop waits on while idle.
+        pause: called before each pass; it may block (see `Worker`'s `pause`).
     """
 
     def __init__(
-        self, stager: ObservationStager, ledger: CloseStates, ticker: Ticker, *, wakeup: Wakeup
+        self,
+        stager: ObservationStager,
+        ledger: CloseStates,
+        ticker: Ticker,
+        *,
+        wakeup: Wakeup,
+        pause: Callable[[], None] | None = None,
     ) -> None:
         self.stager = stager
+        self._pause = pause
         self.ledger = ledger
         self.ticker = ticker
         self.wakeup = wakeup
@@ -72,6 +81,8 @@ class Observer:
     def run(self) -> None:
         """Observe until the wakeup says stop; idle, wait for a result to be recorded."""
         while not self.wakeup.stopping:
+            if self._pause is not None:
+                self._pause()
             mark = self.wakeup.mark()  # before the pass: a ring after it is never lost
             try:
                 committed = self.observe_once()

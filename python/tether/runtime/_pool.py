@@ -34,6 +34,7 @@ class WorkerPool:
         host: the host the workers run on (see `Worker`; None: unbound work only).
         wakeup: what idle workers wait on (topic `CLAIMABLE`); its stop event stops them. The
             pool does not close it: its creator does.
+        pause: each worker's `pause` (see `Worker`).
     """
 
     def __init__(
@@ -47,8 +48,10 @@ class WorkerPool:
         emit: Callable[[ProgressEvent], None] | None = None,
         wakeup: Wakeup,
         host: str | None = None,
+        pause: Callable[[], None] | None = None,
     ) -> None:
         self.host = host
+        self.pause = pause
         self.open_catalog = open_catalog
         self.artifacts = artifacts
         self.families = tuple(families)
@@ -73,6 +76,7 @@ class WorkerPool:
             emit=self.emit,
             stop=stop,
             host=self.host,
+            pause=self.pause,
         )
 
     @property

@@ -66,7 +66,9 @@ class ObservationCatalog(Protocol):
 
     def get(self, key: ActivityKey) -> ActivityRecord | None: ...
 
-    def iter_pending_observation(self, *, page_size: int) -> Iterator[ActivityRecord]: ...
+    def iter_pending_observation(
+        self, *, world_id: str | None = None, page_size: int
+    ) -> Iterator[ActivityRecord]: ...
 
 
 class UnsettledOracle(Protocol):

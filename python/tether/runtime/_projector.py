@@ -41,7 +41,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tether.activities import ActivityKey, Admission
+from tether.activities import ActivityKey, ActivityRecord, Admission
 from tether.errors import AdmissionConflict
 from tether.runtime._artifacts import ArtifactStore
 from tether.runtime._crash import crash_point
@@ -143,8 +143,10 @@ class Projector:
         done.append((slot, state))
         return out
 
-    def project(self, snapshot: WorldSnapshot) -> None:
-        """Admit every request the families' projections ask for at `snapshot`'s receipt.
+    def project(self, snapshot: WorldSnapshot) -> list[ActivityRecord]:
+        """Admit every request the families' projections ask for at `snapshot`'s receipt;
+        returns the catalog records this call admitted (as each admission left them; a request
+        the projector did not take to the catalog again is not among them).
 
         Raises:
             ReceiptRejected: the receipt is not the world's exact committed head.
@@ -153,6 +155,7 @@ class Projector:
         receipt = snapshot.receipt
         batch: list[tuple[Admission, str, ActivityRequest]] = []  # this tick's admissions
         projected: list[tuple[tuple[str, str], _Projected]] = []
+        admitted: list[ActivityRecord] = []
         for fam in self.families:
             for req in self._requests(fam, snapshot, projected):
                 key = ActivityKey(
@@ -181,13 +184,13 @@ class Projector:
                 # head cannot move, but a newer writer in another process can.
                 self.ledger.check_receipt(receipt)
                 try:
-                    self.catalog.admit_refused(admission, document)
+                    admitted.append(self.catalog.admit_refused(admission, document))
                 except AdmissionConflict as e:
                     raise self._conflict(receipt, key, ref.digest, e) from e
                 crash_point("after_admission")
         if not batch:
             self._keep(projected)
-            return
+            return admitted
         # Every other admission of the tick in one catalog transaction (one sync), each
         # decided by the core on its own, after the reader's check.
         self.ledger.check_receipt(receipt)
@@ -197,6 +200,7 @@ class Projector:
                 raise self._conflict(receipt, admission.key, digest, outcome) from outcome
             if isinstance(outcome, Exception):
                 raise outcome
+            admitted.append(outcome)
         with self._mutex:
             if len(self._admitted) + len(batch) > ADMITTED_MEMO:
                 self._admitted.clear()
@@ -204,6 +208,7 @@ class Projector:
                 self._admitted[admission.key] = (receipt.run_id, req.input, req.host)
         crash_point("after_admission")
         self._keep(projected)
+        return admitted
 
     def _keep(self, done: list[tuple[tuple[str, str], _Projected]]) -> None:
         """Keep what the entity projections asked for at a receipt whose admissions all

@@ -7,14 +7,19 @@ Rules (seed sections 2 and 7):
 - The receipt reader runs again before every settlement write, which binds the exact receipt;
   a tick's settlements are one catalog write (`Catalog.settle_many`, one transaction).
 - A record not pending observation (no result, or already settled: the core's column) is
-  left alone.
+  left alone. The records of the observations the tick itself committed were read pending
+  observation of their result under the world lock just before (`observed`, see
+  `ObservationStager.observations_for`); every tick of the world in this process settles
+  under that lock, and a newer writer elsewhere would have fenced the tick, so they are not
+  read again.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
-from tether.activities import ActivityKey
+from tether.activities import ActivityKey, ResultRef
 from tether.runtime._crash import crash_point
 from tether.runtime._family import COMPLETION_COMPONENT, verify_completion
 from tether.runtime._ports import ReceiptReader, SettlementCatalog
@@ -35,8 +40,13 @@ class Settler:
         self.catalog = catalog
         self.ledger = ledger
 
-    def settle(self, snapshot: WorldSnapshot) -> None:
+    def settle(
+        self, snapshot: WorldSnapshot, observed: Mapping[ActivityKey, ResultRef] | None = None
+    ) -> None:
         """Settle every Activity whose complete evidence `snapshot`'s tick committed.
+
+        `observed`: the result of each observation this tick committed, as its record held
+        it pending observation when the tick took it (not read again, see the rules).
 
         Raises:
             ReceiptRejected: the receipt is not the world's exact committed head.
@@ -54,10 +64,13 @@ class Settler:
                 kind=str(ev.get("kind")),
                 activity_id=str(ev.get("activity_id")),
             )
-            rec = self.catalog.get(key)
-            if rec is None or rec.result is None or not rec.pending_observation:
-                continue
-            digest = verify_completion(snapshot, key, rec.result)
+            result = observed.get(key) if observed else None
+            if result is None:
+                rec = self.catalog.get(key)
+                if rec is None or rec.result is None or not rec.pending_observation:
+                    continue
+                result = rec.result
+            digest = verify_completion(snapshot, key, result)
             if digest is None:
                 log.warning("incomplete completion evidence for %s at %s", key, receipt)
                 continue

@@ -3,7 +3,8 @@
 Tick protocol (seed section 2), all under the exact-world lock:
 1. Before committing tick T+1, finish the post-commit work of the head T from its retained
    receipt (this is also what a restart does first).
-2. Commit the tick: caller writes, processor writes, staged facts and completion evidence.
+2. Commit the tick: caller writes, processor writes, staged facts and completion evidence (at
+   most `OBSERVATIONS_PER_TICK` staged observations; the others wait for the next tick).
    Every family's processors run in every tick on the pre-tick snapshot plus that family's
    observations being committed (possibly none); they alone decide semantic transitions. A
    tick that writes one component twice is refused (facts are not overridable).
@@ -25,8 +26,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from tether.activities import ActivityKey, ActivityRecord, ResultRef
 from tether.runtime._crash import crash_point
 from tether.runtime._errors import FamilyError
 from tether.runtime._family import Family, Observation
@@ -49,6 +51,10 @@ log = logging.getLogger("tether.runtime.ticker")
 
 #: Commits of one tick after a lost COMMIT that the re-read proved did not land.
 TICK_COMMIT_TRIES = 2
+#: A tick commits at most this many staged observations (the rest go in the next ticks): a
+#: tick holds the world lock, and a long one would hold every other tick of the world
+#: (a group commit of submitted intents) back for its whole length.
+OBSERVATIONS_PER_TICK = 64
 
 
 class Ticker:
@@ -111,18 +117,26 @@ class Ticker:
 
     # -- ticks --------------------------------------------------------------------------
 
-    def commit(self, world_id: str, writes: Iterable[ComponentWrite] = ()) -> CommittedTickReceipt:
+    def commit(
+        self,
+        world_id: str,
+        writes: Iterable[ComponentWrite] = (),
+        *,
+        admitted: list[ActivityRecord] | None = None,
+    ) -> CommittedTickReceipt:
         """Commit one tick with `writes` plus staged observations and processor writes.
 
         The head's pending post-commit work is finished first; the new tick's post-commit
-        work (projection, settlement) runs before this returns.
+        work (projection, settlement) runs before this returns. `admitted`, if given, is
+        extended with the catalog records the new tick's projection admitted (none when that
+        work's COMMIT reply was lost and it was re-run from the ledger's mark).
         """
         caller_writes = list(writes)
         with self.ledger.lock(world_id):
             for attempt in range(1, TICK_COMMIT_TRIES + 1):
                 self.finish_post_commit(world_id)
                 head = self.ledger.head(world_id)
-                observations = self.stager.observations_for(world_id)
+                observations = self.stager.observations_for(world_id, OBSERVATIONS_PER_TICK)
                 tick_writes = caller_writes + self._processor_writes(head, observations)
                 for obs in observations:
                     tick_writes.extend((*obs.facts, obs.evidence))
@@ -145,7 +159,10 @@ class Ticker:
                     receipt = landed
                 crash_point("after_observation_tick" if observations else "after_intent_tick")
                 self.stager.committed(observations)
-                self._post_commit_resolved(receipt)
+                observed = {obs.key: obs.result for obs in observations}
+                records = self._post_commit_resolved(receipt, observed)
+                if admitted is not None:
+                    admitted.extend(records)
                 return receipt
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
@@ -197,18 +214,22 @@ class Ticker:
             return False
         return True
 
-    def _post_commit_resolved(self, receipt: CommittedTickReceipt) -> None:
+    def _post_commit_resolved(
+        self, receipt: CommittedTickReceipt, observed: Mapping[ActivityKey, ResultRef]
+    ) -> list[ActivityRecord]:
         """`post_commit`, with a lost COMMIT of its work (catalog or ledger) resolved by a
         re-read: the ledger's mark says whether the work is still owed, and owed work runs
         again, re-reading every record it writes. A second failure leaves the head's work owed
-        (the next tick or `Host.recover` finishes it first)."""
+        (the next tick or `Host.recover` finishes it first). Returns the records admitted
+        (none after a lost COMMIT). `observed`: see `post_commit`."""
         try:
-            self.post_commit(receipt)
+            return self.post_commit(receipt, observed)
         except (CommitUnknown, LedgerCommitUnknown) as e:
             log.warning(
                 "post-commit work of %s: a COMMIT reply was lost (%s); re-reading", receipt, e
             )
             self.finish_post_commit(receipt.world_id)
+            return []
 
     def _processor_writes(
         self, head: CommittedTickReceipt, observations: list[Observation]
@@ -234,8 +255,15 @@ class Ticker:
         if pending is not None:
             self.post_commit(pending)
 
-    def post_commit(self, receipt: CommittedTickReceipt) -> None:
-        """Check `receipt`, project and settle at it, then mark its post-commit work done.
+    def post_commit(
+        self,
+        receipt: CommittedTickReceipt,
+        observed: Mapping[ActivityKey, ResultRef] | None = None,
+    ) -> list[ActivityRecord]:
+        """Check `receipt`, project and settle at it, then mark its post-commit work done;
+        returns the records the projection admitted (`Projector.project`). `observed`: the
+        results of the observations `receipt`'s tick committed, read pending observation
+        under the world lock by `commit` (see `Settler.settle`); None re-reads every record.
 
         Raises:
             ReceiptRejected: `receipt` is not the world's exact committed head; nothing is
@@ -243,6 +271,7 @@ class Ticker:
         """
         self.ledger.check_receipt(receipt)  # fail closed before admitting or settling
         snapshot = self.ledger.read_at(receipt)
-        self.projector.project(snapshot)
-        self.settler.settle(snapshot)
+        admitted = self.projector.project(snapshot)
+        self.settler.settle(snapshot, observed)
         self.ledger.complete_post_commit(receipt)
+        return admitted

@@ -77,6 +77,9 @@ class Worker:
         stop: set to finish; an unbound attempt claimed after it is set is released.
         host: the host this worker runs on: it claims Activities bound to this host's devices
             and unbound ones (None: unbound ones only).
+        pause: called before each claim and before each attempt of a shared batch; it may
+            block (the daemon's `StopFirst.wait_clear`: while a stop runs, background work
+            waits, so the stop does not share the interpreter with it). None: never waits.
     """
 
     def __init__(
@@ -90,9 +93,11 @@ class Worker:
         emit: Callable[[ProgressEvent], None] | None = None,
         stop: threading.Event | None = None,
         host: str | None = None,
+        pause: Callable[[], None] | None = None,
     ) -> None:
         self._open_catalog = open_catalog
         self.host = host
+        self._pause = pause or _no_pause
         self.catalog = open_catalog()
         self.artifacts = artifacts
         self.owner = owner
@@ -120,6 +125,7 @@ class Worker:
         wakeup = wakeup or Wakeup(self.stop, doorbell=self.catalog.doorbell, topic=CLAIMABLE)
         try:
             while not self.stop.is_set():
+                self._pause()
                 mark = wakeup.mark()  # before the claim: a ring after it is never lost
                 try:
                     if self.run_batch():
@@ -222,6 +228,7 @@ class Worker:
             if isinstance(done, CatalogRejection):
                 log.warning("worker %s lost %s: %s", self.owner, key, done)
                 continue
+            self._pause()
             result = self._execute_bound(claim, request)
             if result is not None:
                 results.append((key, claim.attempt.fence, result))
@@ -455,6 +462,10 @@ class Worker:
                 ctx.key, ctx.fence, evidence, ADAPTER_ERROR_RETRY_MS
             )
         )
+
+
+def _no_pause() -> None:
+    return None
 
 
 class _Heartbeat:

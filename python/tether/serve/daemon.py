@@ -104,10 +104,15 @@ class _Submit:
     #: Components that must not be on the write's entity (another family's intent there is
     #: another operation under the same id).
     exclusive: frozenset[str] = frozenset()
+    #: Catalog keys that must hold no record (another kind's Activity under the same id).
+    unrecorded: tuple[ActivityKey, ...] = ()
     wake: threading.Event = dataclasses.field(default_factory=threading.Event)
     done: bool = False
     created: bool = False
     error: BaseException | None = None
+    #: The catalog record its tick's projection admitted (None: not created by this submit,
+    #: or not admitted by that tick's post-commit work, e.g. after a lost COMMIT reply).
+    record: ActivityRecord | None = None
 
     def answer(self) -> bool:
         if self.error is not None:
@@ -232,6 +237,9 @@ class Daemon:
         self._pending: dict[str, list[_Submit]] = {}  # per world: submits not yet taken
         self._committing: set[str] = set()  # worlds whose batch a caller is committing
         self._changed = threading.Condition()
+        #: Told the key of every progress event (after `_changed` is notified): the gRPC
+        #: server wakes that operation's watches only.
+        self.progress_watchers: list[Callable[[ActivityKey], None]] = []
         #: Stops go first (see `StopFirst`): `_on_stop` runs under it.
         self.stop_first = StopFirst()
         self._seq = 0
@@ -370,6 +378,7 @@ class Daemon:
             catalog_url=self.serve.catalog_url,
             world_url=self.serve.world_url,
             host_name=self.serve.host_name or None,  # none: unbound work only
+            pause=self.stop_first.wait_clear,  # background work waits while a stop runs
         )
         self.runtime.start()
         if self.serve.grpc is not None:
@@ -479,6 +488,8 @@ class Daemon:
             while len(self._progress) > PROGRESS_KEYS:
                 self._progress.popitem(last=False)
             self._changed.notify_all()
+        for watcher in self.progress_watchers:
+            watcher(event.key)
         if self._progress_listener is not None:
             self._progress_listener(event)
 
@@ -640,8 +651,8 @@ class Daemon:
         body = request.get("request")
         if not isinstance(body, dict):
             raise ServeRefusal("bad_request", "`request` must be a JSON object")
-        key, created = self.submit(world, activity, kind, body)
-        view = {**self._view(key), "created": created}
+        key, created, record = self.submit_admitted(world, activity, kind, body)
+        view = {**self._view(key, record), "created": created}
         crash_point("serve.after_submit")  # committed, not answered: a retry gets the same
         return view
 
@@ -653,13 +664,33 @@ class Daemon:
         body: dict[str, Any],
         *,
         exclusive: frozenset[str] = frozenset(),
+        unrecorded: tuple[ActivityKey, ...] = (),
     ) -> tuple[ActivityKey, bool]:
         """Commit one request as intent (idempotent per activity id of `world`; another request
         under the id is `admission_conflict`): the one path of the control socket's `submit`
         and gRPC's `Execute`. Returns the key and whether this call committed it, only once
         the intent is durable; concurrent submits of one world share a tick (`_group_commit`).
-        `exclusive` names components that must not be on the intent's entity (gRPC: one
-        operation id names one operation across families), also `admission_conflict`."""
+        `exclusive` names components that must not be on the intent's entity, `unrecorded`
+        catalog keys that must hold no record (gRPC: one operation id names one operation
+        across families and kinds); either is `admission_conflict`."""
+        key, created, _ = self.submit_admitted(
+            world, activity, kind, body, exclusive=exclusive, unrecorded=unrecorded
+        )
+        return key, created
+
+    def submit_admitted(
+        self,
+        world: str,
+        activity: str,
+        kind: str,
+        body: dict[str, Any],
+        *,
+        exclusive: frozenset[str] = frozenset(),
+        unrecorded: tuple[ActivityKey, ...] = (),
+    ) -> tuple[ActivityKey, bool, ActivityRecord | None]:
+        """`submit`, also returning the catalog record its tick's projection admitted, as the
+        admission left it (None when this call did not create the intent, or that tick's
+        post-commit work did not report it): an answer needs no read of the catalog."""
         runtime = self._runtime()
         served = self._served.get(kind)
         if served is None:
@@ -671,11 +702,12 @@ class Daemon:
             raise ServeRefusal("not_submittable", f"{kind} takes no submitted request")
         write = served.submit(activity, kind, body)  # checked before anything is committed
         key = ActivityKey(world, kind, activity)
-        created = self._group_commit(runtime, world, _Submit(key, write, exclusive))
+        mine = _Submit(key, write, exclusive, unrecorded)
+        created = self._group_commit(runtime, world, mine)
         if self.live is not None:
             self.live.note(key)
         log.debug("submitted", extra={"key": views.key_text(key), "new": created})  # see Execute
-        return key, created
+        return key, created, mine.record
 
     def _group_commit(self, runtime: Host, world: str, mine: _Submit) -> bool:
         """Queue `mine` for its world and return once its batch is committed (whether it
@@ -723,7 +755,8 @@ class Daemon:
         existing one; another request under the id: `admission_conflict`. Inside the batch the
         first request under an id wins: an equal one later is answered with it (not created),
         a different one is `admission_conflict`, as is one whose entity holds (or is given in
-        the batch) one of its `exclusive` components."""
+        the batch) one of its `exclusive` components, or one of whose `unrecorded` keys has a
+        catalog record (read here, by the one committing thread: not by every caller)."""
         self.stop_first.wait_clear()  # a running stop goes first
         try:
             runtime.head(world)
@@ -750,6 +783,15 @@ class Daemon:
                     details={"key": views.key_text(item.key), "component": clash},
                 )
                 continue
+            recorded = next((k for k in item.unrecorded if runtime.get(k) is not None), None)
+            if recorded is not None:
+                item.error = ServeRefusal(
+                    "admission_conflict",
+                    f"{item.key.activity_id} of world {world} names another operation "
+                    f"({recorded.kind})",
+                    details={"key": views.key_text(item.key), "kind": recorded.kind},
+                )
+                continue
             held = snapshot.get(*slot)
             if held is None and slot in chosen:
                 held = chosen[slot]
@@ -765,7 +807,12 @@ class Daemon:
                 )
         crash_point("serve.before_submit_tick")  # collected, not committed: nobody answered
         if writes:
-            runtime.commit_tick(world, writes)
+            admitted: list[ActivityRecord] = []
+            runtime.commit_tick(world, writes, admitted=admitted)
+            records = {record.key: record for record in admitted}
+            for item in batch:
+                if item.created:
+                    item.record = records.get(item.key)
 
     def _on_get(self, request: dict[str, Any]) -> dict[str, Any]:
         return self._view(_key(request))

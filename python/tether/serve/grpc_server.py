@@ -30,8 +30,10 @@ Rules:
   own limits) before anything is committed (`INVALID_ARGUMENT` naming the field's path, nothing
   recorded), then commits it through `Daemon.submit`, the control socket's `submit` path:
   the same id and request return the existing operation; another request is `ALREADY_EXISTS`.
-  It answers once the intent is committed. The request digest covers operation id, device,
-  command and `not_after_ms` (`request_digest`).
+  It answers once the intent is committed: a new operation with the catalog record its tick
+  admitted (`pending`, that record's revision; no read after the commit), an existing one as
+  its record reads then. The request digest covers operation id, device, command and
+  `not_after_ms` (`request_digest`).
 - `not_after_ms` is required; the server's clock decides it: the family records an `expired`
   failure in place of the start marker once now >= not_after_ms.
 - Sessions (`tether.serve.sessions`, the daemon's `sessions`): `Heartbeat(session_id, ttl_ms)`
@@ -124,9 +126,13 @@ WORLD_PREFIX: Final = "grpc-"
 MAX_MESSAGE_BYTES: Final = 1 << 20
 #: RPC threads: each open WatchOperation holds one.
 THREADS: Final = 320
-#: How often a watch re-reads its record when nothing woke it (its own progress and every
-#: recorded result wake it at once; a claim is seen by its first progress or by this poll).
+#: How often the watch poller reads every watched record (one thread for all watches): a
+#: watch whose record's version moved is woken; its own progress and its recorded result
+#: wake it at once (a claim is seen by its first progress or by this poll).
 WATCH_POLL_S: Final = 0.5
+#: A watch nothing woke re-reads its record after this long anyway (a backstop: the poller,
+#: the doorbell and progress wake it first).
+WATCH_BACKSTOP_S: Final = 5.0
 #: RPCs that read or write storage run at most this many at a time (the work lane); `Stop`
 #: never waits for it, so a flood of Executes and watches cannot crowd a stop out of the
 #: interpreter (a waiting RPC thread is blocked, not runnable).
@@ -238,30 +244,81 @@ class _Auth:
 
 class _Lane:
     """The work lane: at most `WORK_LANE` storage RPCs at a time, each entering only while no
-    stop runs (the daemon's `StopFirst`: a stop is never queued behind them)."""
+    stop runs (the daemon's `StopFirst`: a stop is never queued behind them). A slot belongs
+    to the thread that took it (one RPC per thread): `release` gives back the calling
+    thread's slot if it holds one, so an RPC may leave the lane early and its `with` still
+    ends it once."""
 
     def __init__(self, stop_first: Any) -> None:
         self._slots = threading.BoundedSemaphore(WORK_LANE)
         self._stop_first = stop_first
+        self._held = threading.local()
 
     def acquire(self) -> None:
         self._stop_first.wait_clear()
         self._slots.acquire()
+        self._held.slot = True
 
     def reenter(self) -> None:
         """Take a slot again without waiting for a running stop: for an RPC that entered
         already and left the lane only to wait (an Execute's group commit), so its answer,
         a few reads, is not held a second time behind the stop it waited for once."""
         self._slots.acquire()
+        self._held.slot = True
 
     def release(self) -> None:
-        self._slots.release()
+        if getattr(self._held, "slot", False):
+            self._held.slot = False
+            self._slots.release()
 
     def __enter__(self) -> None:
         self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class _Watches:
+    """The open WatchOperation streams, by key: each waits on its own event, set only for its
+    key (its record's version moved in the poll, a result of it was recorded, its progress
+    moved) or for all (a result ring naming no record, closing). No herd: a change of one
+    operation wakes its watches only. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[ActivityKey, set[threading.Event]] = {}
+
+    def add(self, key: ActivityKey, event: threading.Event) -> None:
+        with self._lock:
+            self._by_key.setdefault(key, set()).add(event)
+
+    def remove(self, key: ActivityKey, event: threading.Event) -> None:
+        with self._lock:
+            events = self._by_key.get(key)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._by_key[key]
+
+    def keys(self) -> list[ActivityKey]:
+        with self._lock:
+            return list(self._by_key)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._by_key
+
+    def wake(self, key: ActivityKey) -> None:
+        with self._lock:
+            events = list(self._by_key.get(key, ()))
+        for event in events:
+            event.set()
+
+    def wake_all(self) -> None:
+        with self._lock:
+            events = [e for group in self._by_key.values() for e in group]
+        for event in events:
+            event.set()
 
 
 class RobotControl(rpc.RobotControlServicer):
@@ -271,20 +328,16 @@ class RobotControl(rpc.RobotControlServicer):
         self.daemon = daemon
         self.auth = auth
         self.closing = closing
-        #: Bumped (under the daemon's `_changed`) when the catalog's doorbell rings a result
-        #: it cannot name the record of (every watch re-reads its record).
-        self.rings = 0
-        #: Per watched key, how many results it was given (under `_changed`; rung by the
-        #: doorbell's `results_since`: a result of another record wakes no watch).
-        self.key_rings: dict[ActivityKey, int] = {}
-        self._watching: dict[ActivityKey, int] = {}
+        #: The open watches (woken per key, see `_Watches`).
+        self.watches = _Watches()
         self.work = _Lane(daemon.stop_first)
         self._references: OrderedDict[str, bytes] = OrderedDict()
         self._references_lock = threading.Lock()
 
     def ring_loop(self) -> None:
-        """Wake every watch when a result is recorded (the catalog's doorbell), so a watch
-        answers a terminal state without waiting out its poll."""
+        """Wake a watch when a result of its record is recorded (the catalog's doorbell), so
+        it answers a terminal state without waiting for the poll; a ring naming no record
+        wakes every watch."""
         from tether.runtime._wakeup import Wakeup
         from tether.storage import RESULT
 
@@ -295,27 +348,42 @@ class RobotControl(rpc.RobotControlServicer):
             mark = wakeup.mark()
             wakeup.wait(mark, delay_s=1.0)
             seen, keys = doorbell.results_since(seen)
-            with self.daemon._changed:
-                if keys is None:
-                    self.rings += 1
-                else:
-                    named = [ActivityKey(*k) for k in keys]
-                    named = [k for k in named if k in self._watching]
-                    if not named:
-                        continue
-                    for key in named:
-                        self.key_rings[key] = self.key_rings.get(key, 0) + 1
-                self.daemon._changed.notify_all()
+            if keys is None:
+                self.watches.wake_all()
+                continue
+            for k in keys:
+                self.watches.wake(ActivityKey(*k))
 
-    def _watch(self, key: ActivityKey, on: bool) -> None:
-        """Count a watch of `key` in or out (its key's results ring it, see `ring_loop`)."""
-        with self.daemon._changed:
-            left = self._watching.get(key, 0) + (1 if on else -1)
-            if left > 0:
-                self._watching[key] = left
-            else:
-                self._watching.pop(key, None)
-                self.key_rings.pop(key, None)
+    def poll_loop(self) -> None:
+        """Every `WATCH_POLL_S`, read each watched record once and wake the watches of a record
+        whose version moved (a claim, an unknown conclusion, a decision: changes no doorbell
+        names). One thread for all watches, on a catalog connection of its own (its reads
+        queue behind nobody's and nobody's behind them), entering the work lane as any
+        storage RPC does."""
+        catalog = self.daemon._runtime().open_catalog()
+        try:
+            self._poll(catalog)
+        finally:
+            catalog.close()
+
+    def _poll(self, catalog: Any) -> None:
+        versions: dict[ActivityKey, int | None] = {}
+        while not self.closing.wait(WATCH_POLL_S):
+            keys = self.watches.keys()
+            for key in set(versions) - set(keys):
+                del versions[key]
+            for key in keys:
+                try:
+                    with self.work:
+                        record = catalog.get(key)
+                except Exception:  # the poll never takes the server down; the next pass retries
+                    log.exception("watch poll of %s failed", key)
+                    continue
+                version = None if record is None else record.version
+                if key not in versions or versions[key] != version:
+                    # First seen: its watch may have read it before this change.
+                    self.watches.wake(key)
+                versions[key] = version
 
     # --- lookups and views ---
 
@@ -528,11 +596,15 @@ class RobotControl(rpc.RobotControlServicer):
         if served is None or served.submit is None:
             _abort(context, bad, f"device: {request.device} is not served for joint moves")
         targets = {str(k): float(v) for k, v in sorted(move.targets_rad.items())}
-        for joint, value in targets.items():  # the family's own checks, one field at a time
-            try:
-                served.submit(op_id, kind, {"robot": request.device, "targets": {joint: value}})
-            except (ValueError, TetherError, CodedError) as exc:
-                _abort(context, bad, f'joint_move.targets_rad["{joint}"]: {exc}')
+        try:  # the family's own checks: every joint at once (one build on the common path)
+            served.submit(op_id, kind, {"robot": request.device, "targets": targets})
+        except (ValueError, TetherError, CodedError) as whole:
+            for joint, value in targets.items():  # refused: name the field, one at a time
+                try:
+                    served.submit(op_id, kind, {"robot": request.device, "targets": {joint: value}})
+                except (ValueError, TetherError, CodedError) as exc:
+                    _abort(context, bad, f'joint_move.targets_rad["{joint}"]: {exc}')
+            _abort(context, bad, f"joint_move.targets_rad: {whole}")
         body = {
             "robot": request.device,
             "targets": targets,
@@ -611,26 +683,21 @@ class RobotControl(rpc.RobotControlServicer):
             _abort(context, bad, f"{SIM_FIELDS.get(field, 'sim_reach')}: {reason}")
         return self._commit(context, principal, op_id, SIM_KIND, body)
 
-    def _submit(self, world: str, op_id: str, kind: str, body: Any) -> tuple[ActivityKey, bool]:
-        """`Daemon.submit`, refused (`admission_conflict`) when the id already names another
-        kind's operation in `world`: its catalog record, or (not yet admitted, or in the same
-        group commit) another family's intent on the id's entity, which the daemon checks on
-        the snapshot its batch is decided on (`exclusive`), so no lock here serializes
-        submits."""
-        from tether.serve.daemon import ServeRefusal
-
-        runtime = self.daemon._runtime()
-        other = [
-            k for k in self._kinds() if k != kind and runtime.get(ActivityKey(world, k, op_id))
-        ]
-        if other:
-            raise ServeRefusal(
-                "admission_conflict", f"{op_id} names another operation ({other[0]})"
-            )
+    def _submit(
+        self, world: str, op_id: str, kind: str, body: Any
+    ) -> tuple[ActivityKey, bool, ActivityRecord | None]:
+        """`Daemon.submit_admitted`, refused (`admission_conflict`) when the id already names
+        another kind's operation in `world`: its catalog record (`unrecorded`), or (not yet
+        admitted, or in the same group commit) another family's intent on the id's entity
+        (`exclusive`). The daemon checks both for the whole batch in its committing thread,
+        on the snapshot the batch is decided on, so no lock here serializes submits and no
+        Execute thread reads the catalog."""
+        kinds = self._kinds()
         mine = INTENTS.get(kind)
-        exclusive = frozenset(c for k, c in INTENTS.items() if c != mine and k in self._kinds())
-        return self.daemon.submit(  # type: ignore[no-any-return]
-            world, op_id, kind, body, exclusive=exclusive
+        exclusive = frozenset(c for k, c in INTENTS.items() if c != mine and k in kinds)
+        others = tuple(ActivityKey(world, k, op_id) for k in kinds if k != kind)
+        return self.daemon.submit_admitted(  # type: ignore[no-any-return]
+            world, op_id, kind, body, exclusive=exclusive, unrecorded=others
         )
 
     def _commit(
@@ -641,7 +708,8 @@ class RobotControl(rpc.RobotControlServicer):
         kind: str,
         body: dict[str, Any],
     ) -> pb.Operation:
-        """Commit a checked request as intent and answer its operation (see the rules)."""
+        """Commit a checked request as intent and answer its operation (see the rules): a new
+        one from the record its tick admitted (no read), an existing one as read now."""
         bad = grpc.StatusCode.INVALID_ARGUMENT
         crash_point("grpc.execute.before_commit")
         # Waiting for its group commit, an Execute holds no place in the work lane (a blocked
@@ -649,10 +717,7 @@ class RobotControl(rpc.RobotControlServicer):
         # the lane one by one.
         self.work.release()
         try:
-            try:
-                key, created = self._submit(world_for(principal.name), op_id, kind, body)
-            finally:
-                self.work.reenter()  # Execute's caller holds its place again (and releases it)
+            key, created, record = self._submit(world_for(principal.name), op_id, kind, body)
         except CodedError as exc:
             if exc.code == "admission_conflict":
                 _abort(
@@ -672,6 +737,9 @@ class RobotControl(rpc.RobotControlServicer):
             "grpc execute",
             extra={"principal": principal.name, "operation_id": op_id, "new": created},
         )
+        if record is not None:  # created by this call: the admission is its first view
+            return self._operation(key, self._input(record), record)
+        self.work.reenter()  # an existing operation is read (Execute's `with` releases it)
         found = self._find(key.world_id, op_id)
         return self._operation(key, found[1] if found else {"kind": kind, **body})
 
@@ -754,27 +822,31 @@ class RobotControl(rpc.RobotControlServicer):
         with self.work:
             key, intent = self._get(context, principal, request.operation_id)
         floor = request.from_revision
-        self._watch(key, True)
+        woken = threading.Event()
+        self.watches.add(key, woken)
+        context.add_callback(woken.set)  # a cancelled or ended call wakes it at once
         try:
-            yield from self._watch_loop(context, key, intent, floor)
+            yield from self._watch_loop(context, key, intent, floor, woken)
         finally:
-            self._watch(key, False)
+            self.watches.remove(key, woken)
 
     def _watch_loop(
-        self, context: grpc.ServicerContext, key: ActivityKey, intent: Any, floor: int
+        self,
+        context: grpc.ServicerContext,
+        key: ActivityKey,
+        intent: Any,
+        floor: int,
+        woken: threading.Event,
     ) -> Iterator[pb.Operation]:
         last = b""
         sent = False
-        changed = self.daemon._changed
         runtime = self.daemon._runtime()
         #: (record version, progress seq) of the last view built: a view is a function of
-        #: the two, so a wake-up that changed neither (an unkeyed ring, the poll) costs one
-        #: record read, not a view.
+        #: the two, so a wake-up that changed neither (an unkeyed ring, the backstop) costs
+        #: one record read, not a view.
         stamp: tuple[int | None, int] | None = None
         while context.is_active() and not self.closing.is_set():
-            with changed:
-                rings = self.rings
-                mine = self.key_rings.get(key, 0)
+            woken.clear()  # before the read: a change after it wakes the wait below
             seq = self.daemon._latest(key)[0]
             with self.work:
                 record = runtime.get(key)
@@ -793,21 +865,9 @@ class RobotControl(rpc.RobotControlServicer):
                     sent, last = True, data
                 if op.state in TERMINAL:
                     return
-            # Sleep until this operation's own progress moves, a result is recorded anywhere,
-            # or the poll passes: other operations' progress wakes the condition but costs no
-            # read here.
-            deadline = time.monotonic() + WATCH_POLL_S
-            with changed:
-                while (
-                    self.rings == rings
-                    and self.key_rings.get(key, 0) == mine
-                    and self.daemon._progress.get(key, (0, None))[0] == seq
-                    and not self.closing.is_set()
-                ):
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    changed.wait(remaining)
+            # Sleep until this operation's own progress moves, its result is recorded, the
+            # poller sees its record change, the call ends, or the backstop passes.
+            woken.wait(WATCH_BACKSTOP_S)
 
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
         self.auth.principal(context, "stop")
@@ -1037,6 +1097,11 @@ class GrpcServer:
             target=self.servicer.ring_loop, name="grpc-rings", daemon=True
         )
         self._ringer.start()
+        self._watch_poller = threading.Thread(
+            target=self.servicer.poll_loop, name="grpc-watch-poll", daemon=True
+        )
+        self._watch_poller.start()
+        daemon.progress_watchers.append(self.servicer.watches.wake)
         mutual = policy.tls is not None and policy.tls.client_ca is not None
         log.info(
             "grpc serving",
@@ -1075,8 +1140,10 @@ class GrpcServer:
         if self.closing.is_set():
             return
         self.closing.set()
+        self.servicer.watches.wake_all()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace=1.0).wait(5.0)
+        self._watch_poller.join(5.0)  # it closes its catalog connection
 
 
 def mount(daemon: Any, address: tuple[str, int]) -> GrpcServer:

@@ -15,6 +15,9 @@ Transport rules:
   file names the owner's control socket, so other processes can ask the owner instead.
 - At connect, every joint's Status Return Level must be 2 (status for all instructions):
   a bus that would not answer writes could never confirm one, so it is refused.
+- One exchange at a time; a stop goes first (`DxlBus.priority`): while a thread holds the
+  priority, every other thread's next exchange waits until it ends (an exchange already on the
+  wire finishes first), so a stop never queues behind a reconciliation's or a status's reads.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ import os
 import termios
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -101,6 +104,46 @@ def _open_gate(ids: list[int]) -> AbstractContextManager[Any]:
     return nullcontext()
 
 
+class _BusMutex:
+    """One exchange at a time on a bus (re-entrant), with a priority lane: while a thread is
+    inside `first()`, another thread's next `with` waits for it to end. A thread that already
+    holds the mutex never waits for the lane (it would wait for itself)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._lane = threading.Condition(threading.Lock())
+        self._first = 0
+        self._local = threading.local()
+
+    @contextmanager
+    def first(self) -> Iterator[None]:
+        local = self._local
+        with self._lane:
+            self._first += 1
+        local.first = getattr(local, "first", 0) + 1
+        try:
+            yield
+        finally:
+            local.first -= 1
+            with self._lane:
+                self._first -= 1
+                if not self._first:
+                    self._lane.notify_all()
+
+    def __enter__(self) -> None:
+        local = self._local
+        if self._first and not getattr(local, "first", 0) and not getattr(local, "held", 0):
+            with self._lane:
+                while self._first:
+                    self._lane.wait()
+        self._lock.acquire()
+        local.held = getattr(local, "held", 0) + 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.held -= 1
+        self._lock.release()
+
+
 @dataclass
 class TxRecord:
     """Evidence of one sent frame: when, what, and its SHA-256."""
@@ -141,7 +184,7 @@ class DxlBus:
         self.timeout_s = timeout_ms / 1000.0
         self.read_retries = read_retries
         self._lock = lock
-        self._mutex = threading.RLock()
+        self._mutex = _BusMutex()
         self._decoder = _core.DxlDecoder()
         self.stats = BusStats()
         self.sent: list[TxRecord] = []
@@ -220,6 +263,11 @@ class DxlBus:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def priority(self) -> AbstractContextManager[None]:
+        """This thread's exchanges go first while inside (a stop): another thread's next
+        exchange waits until it leaves; one already on the wire finishes first."""
+        return self._mutex.first()
 
     # --- one exchange on the wire ---
 

@@ -12,6 +12,12 @@ as unexplained). A REG_WRITE that is still staged is left staged: its Registered
 flag is evidence that reconciliation reads, and only Tether sends ACTION, after neutralising
 it. Every joint is tried even when another fails; failures are reported, never swallowed.
 
+Exchanges (the stop goes first on the bus, `DxlBus.priority`: no other thread's exchange
+starts until it is done): `hold` reads every joint's Present Position in one SYNC_READ, then
+writes each joint's goal (one WRITE each, in joint order); then one SYNC_READ of the block from
+Torque Enable to Present Position reads every joint back (four exchanges for two joints). A
+SYNC_READ that fails falls back to each joint's own READ, so one joint's failure stays its own.
+
 After the policy, every joint is read back and reported as what the device is
 (`stopped_state`, a pure function of that read-back):
 - `held`: torque on, no hardware error, and its goal is where it stands (the hold was
@@ -119,13 +125,39 @@ def _failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+#: The registers a stop reads back, as one contiguous block of the control table (Torque
+#: Enable to Present Position): one READ per joint, or one SYNC_READ for all.
+_READ_BACK_FIELDS = (
+    tables.TORQUE_ENABLE,
+    tables.HARDWARE_ERROR_STATUS,
+    tables.PRESENT_POSITION,
+    tables.GOAL_POSITION,
+)
+_BLOCK_START = min(f.address for f in _READ_BACK_FIELDS)
+_BLOCK_LENGTH = max(f.end for f in _READ_BACK_FIELDS) - _BLOCK_START
+
+
+def _decode_read_back(block: bytes) -> ReadBack:
+    def field(f: tables.Field) -> int:
+        at = f.address - _BLOCK_START
+        return tables.decode(f, block[at : at + f.size])
+
+    return ReadBack(*(field(f) for f in _READ_BACK_FIELDS))
+
+
 def _read_back(bus: DxlBus, dxl_id: int) -> ReadBack:
-    return ReadBack(
-        bus.read_field(dxl_id, tables.TORQUE_ENABLE),
-        bus.read_field(dxl_id, tables.HARDWARE_ERROR_STATUS),
-        bus.read_field(dxl_id, tables.PRESENT_POSITION),
-        bus.read_field(dxl_id, tables.GOAL_POSITION),
-    )
+    return _decode_read_back(bus.read(dxl_id, _BLOCK_START, _BLOCK_LENGTH))
+
+
+def _all(ids: list[int], read: Callable[[list[int]], dict[int, Any]]) -> dict[int, Any]:
+    """`read` of every joint in one SYNC_READ exchange when there are several; {} when that
+    exchange fails (each joint is then read on its own, so one joint's failure is its own)."""
+    if len(ids) < 2:
+        return {}
+    try:
+        return read(ids)
+    except (TetherError, OSError):
+        return {}
 
 
 StopLog = Callable[[dict[str, Any]], None]
@@ -147,7 +179,22 @@ def _log_stop(log: StopLog | None, entry: dict[str, Any]) -> None:
 def safe_stop(bus: DxlBus, robot: RobotConfig, *, log: StopLog | None = None) -> SafeStopReport:
     """Apply the robot's safe-stop policy to every joint, then report what each joint is, read
     back from the device; never raises for one joint's failure."""
+    with bus.priority():  # no other thread's exchange starts until the stop is done
+        return _safe_stop(bus, robot, log)
+
+
+def _safe_stop(bus: DxlBus, robot: RobotConfig, log: StopLog | None) -> SafeStopReport:
     report = SafeStopReport(robot.name, robot.safe_stop)
+    ids = [joint.id for joint in robot.joints]
+    # Every present position in one exchange (hold), then each joint's write, then every
+    # read-back in one exchange: four exchanges for two joints, each joint held one write
+    # after the other. A failed SYNC_READ falls back to that joint's own READ.
+    presents: dict[int, int] = (
+        {}
+        if robot.safe_stop == "torque_off"
+        else _all(ids, lambda ids: bus.sync_read_field(tables.PRESENT_POSITION, ids))
+    )
+    outcomes: list[tuple[list[str], bool]] = []
     for joint in robot.joints:
         errors: list[str] = []
         hold_confirmed = False
@@ -170,7 +217,9 @@ def safe_stop(bus: DxlBus, robot: RobotConfig, *, log: StopLog | None = None) ->
             else:
                 # The present position as it is, never clamped to the configured limits: an
                 # arm outside them stays where it is.
-                present = bus.read_field(joint.id, tables.PRESENT_POSITION)
+                present = presents.get(joint.id)
+                if present is None:
+                    present = bus.read_field(joint.id, tables.PRESENT_POSITION)
                 goal_rad = tables.ticks_to_radians(present)
                 entry = {
                     "instruction": "stop_hold",
@@ -190,9 +239,15 @@ def safe_stop(bus: DxlBus, robot: RobotConfig, *, log: StopLog | None = None) ->
                 hold_confirmed = True
         except (TetherError, OSError) as exc:
             errors.append(f"{robot.safe_stop} failed: {_failure(exc)}")
+        outcomes.append((errors, hold_confirmed))
+    blocks: dict[int, bytes] = _all(
+        ids, lambda ids: bus.sync_read(_BLOCK_START, _BLOCK_LENGTH, ids)
+    )
+    for joint, (errors, hold_confirmed) in zip(robot.joints, outcomes, strict=True):
         read_back: ReadBack | None = None
         try:
-            read_back = _read_back(bus, joint.id)
+            block = blocks.get(joint.id)
+            read_back = _read_back(bus, joint.id) if block is None else _decode_read_back(block)
         except (TetherError, OSError) as exc:
             errors.append(f"read-back failed: {_failure(exc)}")
         state = stopped_state(

@@ -19,9 +19,16 @@ configured limits) gets a failed result before any byte is sent or the port is o
 relative move whose goals, planned from a fresh read-back, fall outside the limits gets one
 before any byte is written (`MoveRefused`). A failed result is terminal: never retried.
 A request with `not_after_ms` whose time has passed on this host's clock gets a failed
-`expired` result in place of its start marker (no attempt starts, no byte is sent). A move the
-gRPC service cancelled (a `cancel` proof in its journal operation) gets a failed `cancelled`
-result, checked before and again after the start marker, before any byte.
+`expired` result in place of its start marker (no attempt starts, no byte is sent). The time is
+the store's (`MoveStore.passed`: the wall clock, never below the store's clock floor), and the
+floor is raised to at least `not_after_ms` durably before the result is returned, so a move
+once decided expired is expired for every later or stale attempt whatever the clock does. A
+move that was never bound in the operations journal (no attempt of it ever began, no cancel
+was recorded) is decided expired without binding it: nothing is written to the journal, the
+result (inline in its reference) is the only record, in the catalog; an execute or reconcile
+attempt decides so under the robot's lock. A move the gRPC service cancelled (a `cancel` proof
+in its journal operation) gets a failed `cancelled` result, checked before and again after the
+start marker, before any byte.
 A request with `session_id` (the gRPC service's session heartbeat) starts only through the
 family's `SessionGate` (given by `tether serve` through its `ServeContext`; this package never
 imports serve): `begin` says, atomically with registering the running move, whether the
@@ -340,6 +347,33 @@ class RobotMoveAdapter:
             return replace(self._put(ctx, failed, RESULT_MEDIA_TYPE), failed=True)
         return None
 
+    def _expired(self, ctx: AttemptContext, req: MoveRequest) -> dict[str, Any] | None:
+        """The `expired` failure of a move past its `not_after_ms` on the store's time (the
+        clock floor raised to it first, durably), else None."""
+        at = req.not_after_ms
+        if at is None or not self.store.passed(at):
+            return None
+        self.store.raise_clock_floor(at)
+        return {
+            "operation_id": ctx.operation_id,
+            "outcome": "expired",
+            "code": "expired",
+            "error": f"not started: the host's clock passed not_after_ms {at}",
+        }
+
+    def _expired_unbound(self, ctx: AttemptContext, req: MoveRequest) -> ResultRef | None:
+        """The failed `expired` result of a move never bound in the journal (call under the
+        robot's lock): no attempt of it ever began (a start marker needs the binding) and
+        none ever will (past `not_after_ms` on the store's time), so there is no provider fact
+        to record; the result is the whole record. None when the move is bound, or not
+        expired."""
+        if self.store.get(ctx.operation_id) is not None:
+            return None  # an earlier attempt or a cancel bound it: the journal decides
+        doc = self._expired(ctx, req)
+        if doc is None:
+            return None
+        return replace(self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True)
+
     def _not_startable(
         self, ctx: AttemptContext, op: Operation, req: MoveRequest
     ) -> ResultRef | None:
@@ -347,15 +381,11 @@ class RobotMoveAdapter:
         (`expired`) or cancelled (`cancelled`); None for one that may."""
         if op.entry.proof("cancel") is not None:
             doc = {"operation_id": ctx.operation_id, "outcome": "cancelled", "code": "cancelled"}
-        elif req.expired(now_ms()):
-            doc = {
-                "operation_id": ctx.operation_id,
-                "outcome": "expired",
-                "code": "expired",
-                "error": f"not started: the host's clock passed not_after_ms {req.not_after_ms}",
-            }
         else:
-            return None
+            expired = self._expired(ctx, req)
+            if expired is None:
+                return None
+            doc = expired
         op.record_failed(doc)
         return self._published(ctx, op) or replace(
             self._put(ctx, doc, RESULT_MEDIA_TYPE), failed=True
@@ -378,13 +408,14 @@ class RobotMoveAdapter:
 
     def never_starts(self, request: dict[str, Any]) -> bool:
         """Whether `execute` of `request` ends without a start marker, from the request alone:
-        a well-formed move already past its `not_after_ms` on this host's clock. A hint for
-        the worker (it shares such attempts' catalog transactions); `execute` decides again
-        (the journal's bind and `expired` result, in place of the start marker)."""
+        a well-formed move already past its `not_after_ms` on the store's time (its floor as
+        this process knows it). A hint for the worker (it shares such attempts' catalog
+        transactions); `execute` decides again."""
         try:
-            return MoveRequest.from_dict(request).expired(now_ms())
+            req = MoveRequest.from_dict(request)
         except MoveRequestError:
             return False
+        return req.expired(max(now_ms(), self.store.clock_floor_ms()))
 
     def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
         refused = self._refused(ctx, request)
@@ -392,6 +423,9 @@ class RobotMoveAdapter:
             return refused
         req = MoveRequest.from_dict(request)
         with self._lock(req.robot):
+            expired = self._expired_unbound(ctx, req)
+            if expired is not None:
+                return expired
             op = self.store.bind(ctx.operation_id, req)
             crash_point("robot_move.after_journal_bind")
             published = self._published(ctx, op)
@@ -455,6 +489,11 @@ class RobotMoveAdapter:
                 return RuntimeRecovered(refused)
         req = MoveRequest.from_dict(request)
         with self._lock(req.robot):
+            # Never bound and expired: no attempt ever began and none ever will (the result
+            # of an execute attempt that decided so, then lost its lease before recording it).
+            expired = self._expired_unbound(ctx, req)
+            if expired is not None:
+                return RuntimeRecovered(expired)
             op = self.store.bind(ctx.operation_id, req)
             published = self._published(ctx, op)
             if published is not None:

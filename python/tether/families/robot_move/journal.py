@@ -11,14 +11,21 @@ robot-move records in it:
 Unknown evidence, its revisions and the operator's decisions are not here: the Activity catalog
 holds them (the evidence document in the artifact store, by ref and digest).
 
+Beside the journal, `clock-floor.json` holds the store's clock floor: a wall-clock time the
+family has already decided by (`MoveStore.clock_floor_ms`). It only grows, and it is durable
+before any move is decided expired by it, so a move once expired stays expired for every later
+or stale attempt, even after the host's clock steps back.
+
 Rules: attempt n > 1 starts only with its guard or re-issue proof present (and only when the
 catalog let the attempt execute); a published result is terminal.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +39,7 @@ from tether.families.robot_move.request import (
 )
 from tether.operations import Journal, JournalError
 from tether.operations import Operation as JournalOperation
-from tether.operations._durable import create_exclusive
+from tether.operations._durable import create_exclusive, write_durable
 
 
 class StoreConflict(Exception):
@@ -201,13 +208,84 @@ class Operation:
         return "pending" if not self.attempts() else "in_flight"
 
 
+#: The clock floor's file under a `MoveStore` root, and the lock file its raises take.
+CLOCK_FLOOR = "clock-floor.json"
+CLOCK_FLOOR_LOCK = "clock-floor.lock"
+
+
 class MoveStore:
-    """All robot-move operations in one operations journal (`root`)."""
+    """All robot-move operations in one operations journal (`root`), and its clock floor.
+    Shareable across threads and processes."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.journal = Journal(self.root)
         self._checked = False
+        self._floor_lock = threading.Lock()
+        self._floor_ms: int | None = None  # the durable floor as last read or written here
+
+    def _read_floor(self) -> int:
+        try:
+            doc = read_json(self.root / CLOCK_FLOOR)
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError) as exc:
+            raise JournalError(
+                "journal_corrupt",
+                f"{self.root / CLOCK_FLOOR} is unreadable: {exc}",
+                path=str(self.root / CLOCK_FLOOR),
+            ) from exc
+        at = doc.get("at_ms") if isinstance(doc, dict) else None
+        if not isinstance(at, int) or isinstance(at, bool):
+            raise JournalError(
+                "journal_corrupt",
+                f"{self.root / CLOCK_FLOOR} holds no time",
+                path=str(self.root / CLOCK_FLOOR),
+            )
+        return at
+
+    def clock_floor_ms(self, *, fresh: bool = False) -> int:
+        """The durable clock floor (0: none recorded): read from disk once and kept (this
+        store's raises keep it current), or read again with `fresh` (another process may
+        have raised it). The kept value is read without the lock: a raise in progress (its
+        syncs) never holds up a reader, which sees the floor before or after it."""
+        known = self._floor_ms
+        if known is not None and not fresh:
+            return known
+        with self._floor_lock:
+            if self._floor_ms is None or fresh:
+                self._floor_ms = max(self._floor_ms or 0, self._read_floor())
+            return self._floor_ms
+
+    def passed(self, at_ms: int) -> bool:
+        """Whether the store's time (the host's wall clock, never below the clock floor) has
+        reached `at_ms`. Before answering no, the floor is read from disk again: a time
+        another process decided by counts too."""
+        if max(now_ms(), self.clock_floor_ms()) >= at_ms:
+            return True
+        return max(now_ms(), self.clock_floor_ms(fresh=True)) >= at_ms
+
+    def raise_clock_floor(self, at_ms: int) -> int:
+        """Make the clock floor at least `at_ms`, durably, before returning: call it before a
+        decision that `at_ms` has passed is recorded anywhere. Nothing is written when the
+        floor is there already; when it must grow it grows to the wall clock if that is later
+        (one file write and its syncs then cover every time up to now). Under a file lock, so
+        concurrent raises from several processes only ever grow it. Returns the floor."""
+        with self._floor_lock:
+            if self._floor_ms is not None and self._floor_ms >= at_ms:
+                return self._floor_ms
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.root / CLOCK_FLOOR_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                floor = self._read_floor()
+                if floor < at_ms:
+                    floor = max(at_ms, now_ms())
+                    write_durable(self.root / CLOCK_FLOOR, canonical_json({"at_ms": floor}))
+            finally:
+                os.close(fd)  # releases the lock
+            self._floor_ms = floor
+            return floor
 
     def _check_layout(self) -> None:
         """Refuse a store of the layout before the journal (one directory per id with an

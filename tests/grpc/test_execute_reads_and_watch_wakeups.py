@@ -1,0 +1,143 @@
+"""How Execute and WatchOperation use the catalog, in a `Daemon` in this process (its gRPC server
+on loopback, a real grpcio client, the emulated arm on a real pty, no worker: nothing is
+claimed unless the test claims it).
+
+- A new operation's Execute is answered with the record its tick admitted: the catalog is read
+  once per Execute (the committer's check that no other kind holds the id), not again after
+  the commit.
+- A watch is woken for its own operation only: by the watch poller when its record's version
+  moves without any doorbell ring or progress (a claim), by its result, by its progress.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from _dxl_setup import emulator_process
+from _grpc_setup import bearer, grpc_config, move, stub
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether.activities import ActivityKey
+from tether.serve.daemon import Daemon
+from tether.serve.grpc_server import WATCH_BACKSTOP_S, WATCH_POLL_S, _Watches, world_for
+
+SERVE = '\n[serve]\nworkers = 0\nlease_ms = 60000\nsse = "off"\ngrpc = "127.0.0.1:0"\n'
+KIND = "physical_ai.robot_move.absolute"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Daemon]:
+    with emulator_process(tmp_path) as emu:
+        running = Daemon.from_path(grpc_config(tmp_path, emu.path, serve=SERVE)).start()
+        try:
+            yield running
+        finally:
+            running.close()
+
+
+def test_a_new_operation_is_answered_from_its_admission_with_one_catalog_read(
+    served: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog = served._runtime().catalog
+    real = catalog.get
+    reads: list[ActivityKey] = []
+
+    def counted(key: ActivityKey) -> Any:
+        reads.append(key)
+        return real(key)
+
+    monkeypatch.setattr(catalog, "get", counted)
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    try:
+        request = move("job-1")
+        op = control.Execute(request, metadata=bearer(), timeout=30)
+        key = ActivityKey(world_for("ci"), KIND, "job-1")
+        # The one read: the other joint-move kind under the id, by the committing thread.
+        assert reads == [ActivityKey(key.world_id, "physical_ai.robot_move.relative", "job-1")]
+        record = real(key)
+        assert record is not None
+        assert op.state == pb.PENDING and op.revision == record.version
+        assert op.created_ms == record.admitted_at_ms and op.attempt == 0
+        # The identical request again is an existing operation: read as it stands now.
+        reads.clear()
+        again = control.Execute(request, metadata=bearer(), timeout=30)
+        assert again.revision == op.revision and key in reads
+    finally:
+        channel.close()
+
+
+def test_a_watch_sees_a_claim_no_doorbell_names_through_the_poller(served: Daemon) -> None:
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    try:
+        control.Execute(move("job-2"), metadata=bearer(), timeout=30)
+        key = ActivityKey(world_for("ci"), KIND, "job-2")
+        # The whole stream must end before the watch's own backstop would have re-read.
+        views = control.WatchOperation(
+            pb.WatchOperationRequest(operation_id="job-2"),
+            metadata=bearer(),
+            timeout=WATCH_BACKSTOP_S - 1,
+        )
+        first = next(views)
+        assert first.state == pb.PENDING
+        time.sleep(2 * WATCH_POLL_S)  # the poller has seen the pending record
+        # A claim rings nothing a watch listens to (no result, no progress).
+        record = served._runtime().get(key)
+        assert record is not None
+        claim = served._runtime().catalog.claim_key(
+            key, "test-claimer", lease_ms=60_000, host=record.bound_host or None
+        )
+        assert getattr(claim, "attempt", None) is not None
+        second = next(views)
+        assert second.state == pb.RUNNING and second.revision > first.revision
+        views.cancel()
+    finally:
+        channel.close()
+
+
+def test_watches_are_woken_for_their_own_key_only() -> None:
+    watches = _Watches()
+    a, b = ActivityKey("w", "k", "a"), ActivityKey("w", "k", "b")
+    on_a, also_a, on_b = threading.Event(), threading.Event(), threading.Event()
+    watches.add(a, on_a)
+    watches.add(a, also_a)
+    watches.add(b, on_b)
+    watches.wake(a)
+    assert on_a.is_set() and also_a.is_set() and not on_b.is_set()
+    watches.wake(ActivityKey("w", "k", "nobody"))  # nobody watches it: nothing happens
+    assert not on_b.is_set()
+    watches.remove(a, on_a)
+    watches.remove(a, also_a)
+    assert sorted(k.activity_id for k in watches.keys()) == ["b"] and a not in watches
+    on_a.clear()
+    watches.wake_all()
+    assert on_b.is_set() and not on_a.is_set()
+
+
+def test_a_cancelled_watch_leaves_the_registry(served: Daemon) -> None:
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    try:
+        control.Execute(move("job-3"), metadata=bearer(), timeout=30)
+        views = control.WatchOperation(
+            pb.WatchOperationRequest(operation_id="job-3"), metadata=bearer(), timeout=30
+        )
+        assert next(views).state == pb.PENDING
+        key = ActivityKey(world_for("ci"), KIND, "job-3")
+        watches = served.grpc.servicer.watches
+        assert key in watches
+        views.cancel()
+        deadline = time.monotonic() + 10
+        while key in watches:  # the call's end wakes it: it leaves at once, not at a poll
+            assert time.monotonic() < deadline, "the cancelled watch never left"
+            time.sleep(0.01)
+        with pytest.raises(grpc.RpcError):
+            next(views)
+    finally:
+        channel.close()
