@@ -883,3 +883,21 @@ def test_with_a_backlog_a_woken_claim_does_not_try_an_announcement(pg_url: str) 
             assert (store.commits - commits, store.round_trips - trips) == (1, 2)
         finally:
             bell.unlisten()
+
+
+def test_announcements_are_off_where_the_database_says_so(pg_url: str) -> None:
+    """`tether.announce = off` (here in the URL's options; a DBA may set it on the database
+    or the role): admissions notify their topics only, so a woken claim goes the usual way."""
+    off = pg_url.replace("options=", "options=-ctether.announce%3Doff%20")
+    assert off != pg_url
+    with _server_clocked(off) as admitting, _server_clocked(pg_url) as cat:
+        assert isinstance(admitting.store, PostgresCatalogStore) and not admitting.store.announce
+        bell = _listening(cat)
+        try:
+            assert cat.claim("w", 60_000, kinds=["none"]) is None
+            before = bell.received
+            admitting.admit(admission(key("quiet")))
+            _announced(bell, before)
+            assert bell.take_announced(lambda _values: True, 10.0) is None
+        finally:
+            bell.unlisten()

@@ -362,6 +362,13 @@ class PostgresCatalogStore:
                 self.schema_found = ensure(cur, "catalog", self.where, upgrade=upgrade)
             #: The wake channel (`PostgresDoorbell`): one per schema.
             self.channel = channel_for(self._session.conn())
+            #: Whether admissions announce their records (`admit_at`): unless the session's
+            #: `tether.announce` setting is off (`ALTER DATABASE ... SET tether.announce = off`,
+            #: or `options=-ctether.announce%3Doff` in the URL), since every session that
+            #: LISTENs on the database sees what an announcement carries.
+            self.announce = self._session.read(
+                "catalog settings", "SELECT current_setting('tether.announce', true)"
+            ) != [("off",)]
         except BaseException:
             self._session.close()
             raise
@@ -918,7 +925,7 @@ class PostgresCatalogStore:
         values = _json(rows)
         # Announced in the notification (the reading and these values: a woken claim may take
         # one in one round trip), as long as the payload stays within NOTIFY's bound (bytes).
-        announced = values if len(values.encode()) <= ANNOUNCE_MAX else None
+        announced = values if self.announce and len(values.encode()) <= ANNOUNCE_MAX else None
         params = (values, self.channel, str(CLAIMABLE), announced)
         try:
             with self._lock:
