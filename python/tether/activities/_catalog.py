@@ -242,7 +242,10 @@ class Catalog:
     def admit(self, admission: Admission) -> ActivityRecord:
         """Admit an activity. The identical admission, or the same input from a later tick of
         the source run (the same Activity asked for again), returns the stored record unchanged,
-        its source binding kept; any other difference is `AdmissionConflict`."""
+        its source binding kept; any other difference is `AdmissionConflict`. A lost COMMIT
+        is `CommitUnknown`; on a PostgreSQL server clock it names no row (the reading the new
+        record was stamped with is unknown): admit again, which returns the record if it
+        landed."""
         if not isinstance(admission, Admission):
             raise TypeError(f"expected an Admission, not {type(admission).__name__}")
         if self._in_txn is not None:  # one round trip, stamped on the server's reading

@@ -38,7 +38,7 @@ def _open_postgres(rest: str, synchronous: str) -> CatalogStore:
         from tether.storage._postgres import PostgresCatalogStore
     except ImportError as e:
         raise CatalogConfigError(
-            f"PostgreSQL catalogs need psycopg: pip install 'tether[postgres]' ({e})"
+            f"PostgreSQL catalogs need psycopg and orjson: pip install 'tether[postgres]' ({e})"
         ) from None
 
     if synchronous != "FULL":
