@@ -76,6 +76,18 @@ def _literal(value: Any) -> str | None:
     return None
 
 
+def _result_sets(cur: psycopg.ClientCursor[Any]) -> list[list[tuple[Any, ...]]]:
+    """The rows of each statement of the message ``cur`` ran that returns rows."""
+    results = []
+    while True:
+        # Not `cur.description`: it builds a Column per column on each access.
+        res = cur.pgresult
+        if res is not None and res.status == _ROWS:
+            results.append(cur.fetchall())
+        if not cur.nextset():
+            return results
+
+
 def where(conninfo: str) -> str:
     """``host:port/dbname`` of a connection string, without user or password."""
     try:
@@ -363,14 +375,7 @@ class Session:
             texts, fresh = self._executes(cur, reads)
             cur.execute("; ".join((["BEGIN", _CLAIM_IDLE] if lock else []) + texts))
             self._named.update(fresh)
-            results = []
-            while True:
-                # Not `cur.description`: it builds a Column per column on each access.
-                res = cur.pgresult
-                if res is not None and res.status == _ROWS:
-                    results.append(cur.fetchall())
-                if not cur.nextset():
-                    break
+            results = _result_sets(cur)
             self.round_trips += 1 + bool(lock)  # the reads, and the writes (or the rollback)
             writes, value = decide(results)
             if not writes:
@@ -385,24 +390,35 @@ class Session:
             self._named.update(fresh)
             return value
         except BaseException as e:
-            broken = conn.broken or conn.closed
-            if not broken and conn.info.transaction_status != _IDLE:
-                try:
-                    conn.execute("ROLLBACK")
-                except psycopg.Error:
-                    conn.close()
-            if isinstance(e, psycopg.Error):
-                if broken:
-                    conn.close()
-                    # The server's error answer to the message (a terminated session's too)
-                    # means it ran none of it past the error, COMMIT included: definite.
-                    if committing and e.sqlstate is None:
-                        raise self._unknown(
-                            f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
-                            " it may or may not have landed; re-read before any effect"
-                        ) from e
-                raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
-            raise
+            failure = self._failed(conn, e, what, committing=committing)
+            if failure is e:
+                raise
+            raise failure from e
+
+    def _failed(
+        self, conn: psycopg.Connection[Any], e: BaseException, what: str, *, committing: bool
+    ) -> BaseException:
+        """What a failed transaction raises, after its rollback: the ``unknown`` error for a
+        COMMIT sent (``committing``) whose reply never came, the ``error`` one for any other
+        driver failure, anything else as it is."""
+        broken = conn.broken or conn.closed
+        if not broken and conn.info.transaction_status != _IDLE:
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                conn.close()
+        if not isinstance(e, psycopg.Error):
+            return e
+        if broken:
+            conn.close()
+            # The server's error answer to the message (a terminated session's too) means it
+            # ran none of it past the error, COMMIT included: definite.
+            if committing and e.sqlstate is None:
+                return self._unknown(
+                    f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
+                    " it may or may not have landed; re-read before any effect"
+                )
+        return self._error(f"{what} failed at {self.where}: {one_line(e)}")
 
     def commit_message(
         self, what: str, statements: Sequence[tuple[str, Any]]
@@ -420,30 +436,12 @@ class Session:
             self.round_trips += 1
             cur.execute("; ".join(["BEGIN", *texts, "COMMIT"]))
             self._named.update(fresh)
-            results = []
-            while True:
-                res = cur.pgresult
-                if res is not None and res.status == _ROWS:
-                    results.append(cur.fetchall())
-                if not cur.nextset():
-                    return results
+            return _result_sets(cur)
         except BaseException as e:
-            broken = conn.broken or conn.closed
-            if not broken and conn.info.transaction_status != _IDLE:
-                try:
-                    conn.execute("ROLLBACK")
-                except psycopg.Error:
-                    conn.close()
-            if isinstance(e, psycopg.Error):
-                if broken:
-                    conn.close()
-                    if e.sqlstate is None:  # no answer at all: the COMMIT may have run
-                        raise self._unknown(
-                            f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
-                            " it may or may not have landed; re-read before any effect"
-                        ) from e
-                raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
-            raise
+            failure = self._failed(conn, e, what, committing=True)
+            if failure is e:
+                raise
+            raise failure from e
 
     def read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         """One autocommit read (of a statement prepared on the session, with
