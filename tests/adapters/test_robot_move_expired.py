@@ -23,18 +23,11 @@ from tether.families.robot_move.journal import CLOCK_FLOOR, MoveStore
 from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 from tether.runtime import Family, Host
 
+from tests._hosts import HandClock as Clock
+from tests._hosts import drain
+
 KEY = ActivityKey("w", KIND_ABSOLUTE, "late-1")
 OP = operation_id_for(KEY)
-
-
-class Clock:
-    """The catalog's lease clock (ms), moved by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture
@@ -52,15 +45,6 @@ def late(not_after_ms: int | None = None) -> MoveRequest:
     return MoveRequest.from_dict(
         {"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS, "not_after_ms": at}
     )
-
-
-def drain(host: Host) -> int:
-    worker = host.new_worker()
-    n = 0
-    while worker.run_once():
-        n += 1
-    worker.close()
-    return n
 
 
 def result_doc(host: Host, key: ActivityKey) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from tether.families.robot_move.request import KIND_ABSOLUTE, KIND_RELATIVE, Mov
 from tether.operator.decisions import evidence_document, format_key, resolve
 from tether.runtime import Family, Host, ProgressEvent
 
+from tests._hosts import HandClock as Clock
+from tests._hosts import drain
 from tests._serve import decider
 
 
@@ -60,14 +62,6 @@ def resolve_activity(
     )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
 @pytest.fixture
 def family(config: HostConfig, tmp_path: Path) -> Iterator[Family]:
     fam = robot_move_family(config, tmp_path / "data" / "robot_move", settle_timeout_s=10)
@@ -76,15 +70,6 @@ def family(config: HostConfig, tmp_path: Path) -> Iterator[Family]:
     finally:
         assert isinstance(fam.adapter, RobotMoveAdapter)
         fam.adapter.close()
-
-
-def drain(host: Host) -> int:
-    worker = host.new_worker()
-    n = 0
-    while worker.run_once():
-        n += 1
-    worker.close()
-    return n
 
 
 KEY = ActivityKey("w", KIND_ABSOLUTE, "move-1")

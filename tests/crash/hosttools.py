@@ -14,16 +14,8 @@ from tether.testing import ActivityEnvironment
 from tether.world import CommittedTickReceipt
 
 from tests import backends
-
-
-class Clock:
-    """A manual millisecond clock for leases and retry delays."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000
-
-    def __call__(self) -> int:
-        return self.now
+from tests._hosts import HandClock as Clock
+from tests._hosts import drain as drain
 
 
 def make_host(tmp_path: Path, *families: Family, clock: Clock | None = None, **kw: Any) -> Host:
@@ -88,15 +80,6 @@ def _raw(data_dir: Path, file: str, sql: str, args: tuple[object, ...]) -> None:
 
 def akey(i: int, world: str = "w", kind: str = KIND) -> ActivityKey:
     return ActivityKey(world_id=world, kind=kind, activity_id=f"task-{i:04d}")
-
-
-def drain(host: Host) -> int:
-    worker = host.new_worker()
-    n = 0
-    while worker.run_once():
-        n += 1
-    worker.close()
-    return n
 
 
 def same(receipt: CommittedTickReceipt, other: Any) -> bool:

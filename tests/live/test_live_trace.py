@@ -31,6 +31,8 @@ from tether.live.ws import LiveServer
 from tether.operations import Journal, Operation
 from tether.runtime import Family, Host
 
+from tests._hosts import drain
+
 sys.path.insert(0, str(Path(__file__).parents[1] / "adapters"))
 from _dxl_setup import GOALS, TARGETS, write_config
 from tether.adapters.dynamixel import tables
@@ -59,15 +61,6 @@ def family(config: HostConfig, tmp_path: Path) -> Iterator[Family]:
     finally:
         assert isinstance(fam.adapter, RobotMoveAdapter)
         fam.adapter.close()
-
-
-def drain(host: Host) -> int:
-    worker = host.new_worker()
-    n = 0
-    while worker.run_once():
-        n += 1
-    worker.close()
-    return n
 
 
 def feed_for(host: Host, tmp_path: Path, **kw: Any) -> LiveFeed:
