@@ -6,7 +6,7 @@ its COMMIT, one message, are about to be sent) and ``after_commit``.
 
 Usage: python -m tests.activities.crash_child URL WORLD KIND ACTIVITY FENCE POINT
 (URL: ``sqlite:///path.db`` or ``postgresql://...``: a PostgreSQL COMMIT is intercepted as the
-store's cursor sends it).
+store sends its message).
 """
 
 from __future__ import annotations
@@ -36,16 +36,16 @@ def main(argv: list[str]) -> int:
                 store._db().set_trace_callback(lambda sql: die() if sql == "COMMIT" else None)
             else:
                 # PostgreSQL sends a write and its COMMIT as one message: die as it is sent.
-                import psycopg
+                from tether.storage import _pg
 
-                execute = psycopg.ClientCursor.execute
+                message = _pg._message
 
-                def dying_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-                    if isinstance(query, str) and query.rstrip().upper().endswith("COMMIT"):
+                def dying_message(conn: Any, texts: Any) -> Any:
+                    if texts and texts[-1].strip().upper() == "COMMIT":
                         die()
-                    return execute(self, query, *args, **kwargs)
+                    return message(conn, texts)
 
-                psycopg.ClientCursor.execute = dying_execute  # type: ignore[method-assign]
+                _pg._message = dying_message
 
         now = cat.now()  # before the write: a server clock reads on the store's connection
 

@@ -23,6 +23,9 @@ from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import conninfo as _conninfo
+from psycopg import errors as _errors
+from psycopg import generators as _generators
+from psycopg.adapt import Transformer
 
 from tether.storage._urls import redact as redact
 
@@ -44,6 +47,7 @@ E = TypeVar("E", bound=Exception)
 T = TypeVar("T")
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _ROWS = psycopg.pq.ExecStatus.TUPLES_OK
+_FAILED = psycopg.pq.ExecStatus.FATAL_ERROR
 _PREPARABLE = frozenset({"SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "VALUES"})
 _CLAIM_IDLE = f"SET LOCAL idle_in_transaction_session_timeout = {CLAIM_IDLE_TIMEOUT_MS}"
 
@@ -76,16 +80,30 @@ def _literal(value: Any) -> str | None:
     return None
 
 
-def _result_sets(cur: psycopg.ClientCursor[Any]) -> list[list[tuple[Any, ...]]]:
-    """The rows of each statement of the message ``cur`` ran that returns rows."""
-    results = []
-    while True:
-        # Not `cur.description`: it builds a Column per column on each access.
-        res = cur.pgresult
-        if res is not None and res.status == _ROWS:
-            results.append(cur.fetchall())
-        if not cur.nextset():
-            return results
+def _message(conn: psycopg.Connection[Any], texts: Sequence[str]) -> list[list[tuple[Any, ...]]]:
+    """Send ``texts`` as one simple-protocol message and wait for every result; the rows of
+    each statement that returned rows, typed by the driver's loaders. The first statement
+    that failed raises its error (the server ran nothing after it); a connection lost on the
+    way raises the driver's `OperationalError`, with no SQLSTATE.
+
+    This is what a cursor's ``execute`` sends and receives, without its per-call machinery
+    (its prepared-statement bookkeeping, result sets kept for ``nextset``): two of these are
+    on the path from an admission to its claim."""
+    with conn.lock:
+        pgconn = conn.pgconn
+        pgconn.send_query("; ".join(texts).encode(conn.info.encoding))
+        results = conn.wait(_generators.execute(pgconn))
+    rows: list[list[tuple[Any, ...]]] = []
+    loader: Any = None  # a Transformer (the driver's C one: not usable as a type)
+    for res in results:
+        if res.status == _ROWS:
+            if loader is None:
+                loader = Transformer(conn)
+            loader.set_pgresult(res)
+            rows.append(loader.load_rows(0, res.ntuples, tuple))
+        elif res.status == _FAILED:
+            raise _errors.error_from_result(res, encoding=conn.info.encoding)
+    return rows
 
 
 def where(conninfo: str) -> str:
@@ -211,6 +229,7 @@ class Session:
         self._application = application
         self._settings = dict(settings or {})
         self._on_connect = tuple(on_connect)
+        self._mogrifier: psycopg.ClientCursor[Any] | None = None
         self._conn: psycopg.Connection[Any] | None = self._connect()
         #: `exchange`'s statements prepared on the current connection (SQL: statement name).
         self._named: dict[str, str] = {}
@@ -271,6 +290,14 @@ class Session:
             else:
                 texts.append(f"EXECUTE {name}({', '.join(cast('list[str]', literals))})")
         return texts, fresh
+
+    def _cursor(self, conn: psycopg.Connection[Any]) -> psycopg.ClientCursor[Any]:
+        """A client-side-binding cursor of ``conn`` (`_executes` renders the values it
+        cannot itself with its ``mogrify``), kept while the connection lives."""
+        cur = self._mogrifier
+        if cur is None or cur.connection is not conn:
+            cur = self._mogrifier = psycopg.ClientCursor(conn)
+        return cur
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = connect(self.conninfo, self._error, application=self._application)
@@ -369,13 +396,12 @@ class Session:
         class tells a caller to retry: a unique violation, a refused guard, a deadlock).
         """
         conn = self.conn()
-        cur = psycopg.ClientCursor(conn)
+        cur = self._cursor(conn)
         committing = False
         try:
             texts, fresh = self._executes(cur, reads)
-            cur.execute("; ".join((["BEGIN", _CLAIM_IDLE] if lock else []) + texts))
+            results = _message(conn, (["BEGIN", _CLAIM_IDLE] if lock else []) + texts)
             self._named.update(fresh)
-            results = _result_sets(cur)
             self.round_trips += 1 + bool(lock)  # the reads, and the writes (or the rollback)
             writes, value = decide(results)
             if not writes:
@@ -386,7 +412,7 @@ class Session:
             committing = True  # from here on, a lost reply is an unknown outcome
             self.commits += 1
             self.round_trips += not lock
-            cur.execute("; ".join(([] if lock else ["BEGIN"]) + texts + ["COMMIT"]))
+            _message(conn, ([] if lock else ["BEGIN"]) + texts + ["COMMIT"])
             self._named.update(fresh)
             return value
         except BaseException as e:
@@ -429,14 +455,13 @@ class Session:
         failed statement runs nothing after it (the transaction rolls back); a COMMIT whose
         reply never came is the ``unknown`` error."""
         conn = self.conn()
-        cur = psycopg.ClientCursor(conn)
         try:
-            texts, fresh = self._executes(cur, statements)
+            texts, fresh = self._executes(self._cursor(conn), statements)
             self.commits += 1
             self.round_trips += 1
-            cur.execute("; ".join(["BEGIN", *texts, "COMMIT"]))
+            rows = _message(conn, ["BEGIN", *texts, "COMMIT"])
             self._named.update(fresh)
-            return _result_sets(cur)
+            return rows
         except BaseException as e:
             failure = self._failed(conn, e, what, committing=True)
             if failure is e:
@@ -451,16 +476,10 @@ class Session:
             conn = self.conn()
             if not self._server_prepared:
                 return conn.execute(sql, params).fetchall()
-            cur = psycopg.ClientCursor(conn)
-            texts, fresh = self._executes(cur, [(sql, params)])
-            cur.execute("; ".join(texts))
+            texts, fresh = self._executes(self._cursor(conn), [(sql, params)])
+            rows = _message(conn, texts)
             self._named.update(fresh)
-            while True:
-                res = cur.pgresult
-                if res is not None and res.status == _ROWS:
-                    return cur.fetchall()
-                if not cur.nextset():
-                    return []
+            return rows[0] if rows else []
         except psycopg.Error as e:
             raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
 
