@@ -86,7 +86,7 @@ def evidence(i: int) -> dict[str, Any]:
 
 
 def park(daemon: Daemon, count: int) -> None:
-    runtime = daemon._runtime()
+    runtime = daemon.host()
     catalog, artifacts = runtime.catalog, runtime.artifacts
     keys = [ActivityKey("bench", "bench.parked", f"p{i}") for i in range(count)]
     for key in keys:

@@ -161,7 +161,7 @@ def in_process(daemon: Daemon, i: int) -> float:
     from tether.runtime._wakeup import Wakeup
     from tether.storage import RESULT
 
-    runtime = daemon._runtime()
+    runtime = daemon.host()
     wakeup = Wakeup(threading.Event(), 1.0, doorbell=runtime.catalog.doorbell, topic=RESULT)
     not_after = int(time.time() * 1000) + 120_000
     body = {"robot": "arm", "targets": pose(i), "not_after_ms": not_after}

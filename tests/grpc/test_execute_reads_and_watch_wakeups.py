@@ -43,7 +43,7 @@ def served(tmp_path: Path) -> Iterator[Daemon]:
 def test_a_new_operation_is_answered_from_its_admission_with_one_catalog_read(
     served: Daemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    catalog = served._runtime().catalog
+    catalog = served.host().catalog
     real = catalog.get
     reads: list[ActivityKey] = []
 
@@ -88,9 +88,9 @@ def test_a_watch_sees_a_claim_no_doorbell_names_through_the_poller(served: Daemo
         assert first.state == pb.PENDING
         time.sleep(2 * WATCH_POLL_S)  # the poller has seen the pending record
         # A claim rings nothing a watch listens to (no result, no progress).
-        record = served._runtime().get(key)
+        record = served.host().get(key)
         assert record is not None
-        claim = served._runtime().catalog.claim_key(
+        claim = served.host().catalog.claim_key(
             key, "test-claimer", lease_ms=60_000, host=record.bound_host or None
         )
         assert getattr(claim, "attempt", None) is not None

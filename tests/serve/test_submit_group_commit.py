@@ -77,7 +77,7 @@ def wait_for(predicate: Any) -> None:
 @contextmanager
 def held_world(daemon: Daemon) -> Iterator[None]:
     """The world exists and the test holds its exact-world lock: a commit waits for it."""
-    runtime = daemon._runtime()
+    runtime = daemon.host()
     daemon.submit(WORLD, "genesis", KIND, move(0.0))  # the world exists, its first tick done
     with runtime.ledger.lock(WORLD):
         yield
@@ -101,7 +101,7 @@ def batch_of(
 
 
 def test_concurrent_distinct_submits_commit_in_fewer_ticks(served: Daemon) -> None:
-    runtime = served._runtime()
+    runtime = served.host()
     with held_world(served):
         before = runtime.head(WORLD).tick
         leader, callers = batch_of(served, [(f"op-{i}", move(0.01 * i)) for i in range(40)])
@@ -120,7 +120,7 @@ def test_concurrent_distinct_submits_commit_in_fewer_ticks(served: Daemon) -> No
 
 
 def test_a_lone_submit_is_committed_at_once(served: Daemon) -> None:
-    runtime = served._runtime()
+    runtime = served.host()
     key, created = served.submit(WORLD, "alone", KIND, move(0.2))
     tick = runtime.head(WORLD).tick
     assert created and runtime.snapshot(WORLD).get("alone", "physical_ai.robot_move.intent")
@@ -130,7 +130,7 @@ def test_a_lone_submit_is_committed_at_once(served: Daemon) -> None:
 
 
 def test_a_created_submit_is_answered_with_the_record_its_tick_admitted(served: Daemon) -> None:
-    runtime = served._runtime()
+    runtime = served.host()
     with held_world(served):
         _, callers = batch_of(served, [(f"rec-{i}", move(0.01 * i)) for i in range(3)])
     records = {}
@@ -149,7 +149,7 @@ def test_a_created_submit_is_answered_with_the_record_its_tick_admitted(served: 
 
 
 def test_an_id_recorded_under_another_kind_is_refused_by_the_committer(served: Daemon) -> None:
-    runtime = served._runtime()
+    runtime = served.host()
     key, created = served.submit(WORLD, "taken", KIND, move(0.1))
     assert created and runtime.get(key) is not None
     relative = "physical_ai.robot_move.relative"
@@ -168,7 +168,7 @@ def test_an_id_recorded_under_another_kind_is_refused_by_the_committer(served: D
 
 
 def test_rules_per_request_inside_one_batch(served: Daemon) -> None:
-    runtime = served._runtime()
+    runtime = served.host()
     with held_world(served):
         before = runtime.head(WORLD).tick
         _, callers = batch_of(
@@ -203,7 +203,7 @@ def test_rules_per_request_inside_one_batch(served: Daemon) -> None:
 
 
 def test_a_failed_commit_fails_every_caller_of_its_batch(served: Daemon) -> None:
-    runtime = served._runtime()
+    runtime = served.host()
     with held_world(served):
         before = runtime.head(WORLD).tick
         leader, callers = batch_of(served, [(f"lost-{i}", move(0.01 * i)) for i in range(12)])

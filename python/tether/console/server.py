@@ -235,7 +235,7 @@ class Console:
     # --- the daemon's state, as the page sees it ---
 
     def _runtime(self) -> Any:
-        return self.daemon._runtime()
+        return self.daemon.host()
 
     def parked_signature(self) -> list[tuple[str, int]]:
         runtime = self._runtime()
@@ -259,7 +259,7 @@ class Console:
         return out
 
     def devices(self) -> list[dict[str, Any]]:
-        return [self.daemon._device_status(name) for name in sorted(self.daemon.config.robots)]
+        return [self.daemon.device_status(name) for name in sorted(self.daemon.config.robots)]
 
     def activities(self) -> list[dict[str, Any]]:
         """The daemon's store's activity messages as they stand (its snapshot frame)."""
@@ -320,7 +320,7 @@ class Console:
                 credential=sid,
                 verify_credential=self.sessions.operator_of,
                 note=note,
-                review=self.daemon._review(),
+                review=self.daemon.review(),
             )
         except CodedError as exc:
             if exc.code in ("stale_revision", "state_changed"):
@@ -372,7 +372,7 @@ class Console:
         if not isinstance(joints, list) or not all(isinstance(j, str) for j in joints):
             raise ConsoleError("bad_request", "`joints` must be a list of joint names")
         runtime = self._runtime()
-        review = daemon._review()
+        review = daemon.review()
         if action == "reboot":
             arm_supported = body.get("arm_supported")
             if arm_supported is not True:
@@ -409,7 +409,7 @@ class Console:
             raise ConsoleError("bad_request", "`robot` must be a robot's name", field="robot")
         if self.daemon.devices is None:
             raise ConsoleError("daemon_starting", "the daemon is still starting; ask again")
-        reports: list[dict[str, Any]] = self.daemon._on_stop({"robot": robot} if robot else {})
+        reports: list[dict[str, Any]] = self.daemon.stop_devices({"robot": robot} if robot else {})
         return reports
 
     def stop_token_ok(self, token: str) -> bool:

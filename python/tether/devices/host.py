@@ -124,6 +124,10 @@ class DeviceHost:
         self._handlers[op] = handler
         self._overrides[op] = handler
 
+    def handler(self, op: str) -> Callable[[dict[str, Any]], Any] | None:
+        """The handler this host serves `op` with on its control socket, or None."""
+        return self._handlers.get(op)
+
     def _bus(self, robot_name: str) -> Any:
         return self.buses[self.config.spec(robot_name).port]
 

@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
         daemon.start()
         ready = {
             "ready": True,
-            "pid": daemon._on_ping({})["pid"],
+            "pid": daemon.ping({})["pid"],
             "socket": daemon.socket_path,
             "sse": daemon.sse_url,
             "console": None if daemon.console is None else daemon.console.url,

@@ -22,7 +22,7 @@ Rules:
   here, against this daemon's own host.toml (rate-limited); the clients never verify one.
 - Session heartbeats (`tether.serve.sessions`, the gRPC `Heartbeat`) live in memory: the
   families get them through `ServeContext.sessions`, and their watchdog stops a lapsed
-  session's moving robots through `_on_stop` (the stop path above). A restart forgets them.
+  session's moving robots through `stop_devices` (the stop path above). A restart forgets them.
 - Shutdown (SIGTERM, SIGINT, a fatal error, interpreter exit): under the stop latch's lock, so
   no move frame can slip in between, every connected robot gets its stop policy (a latched one
   is only read back) and the ports are released; then the workers, the stream and the stores
@@ -231,7 +231,8 @@ class Daemon:
         self.console: Any = None  # the operator console (tether.console), when configured
         self.live: LiveMount | None = None  # the live-event WebSocket (`live_mount`)
         self._locks: list[InstanceLock] = []
-        self._served: dict[str, Served] = {}
+        #: The families this daemon serves, by kind (read-only for the console and gRPC).
+        self.served: dict[str, Served] = {}
         self._closers: list[Any] = []
         self._submit_lock = threading.Lock()  # guards the group commit's queues
         self._pending: dict[str, list[_Submit]] = {}  # per world: submits not yet taken
@@ -240,14 +241,14 @@ class Daemon:
         #: Told the key of every progress event (after `_changed` is notified): the gRPC
         #: server wakes that operation's watches only.
         self.progress_watchers: list[Callable[[ActivityKey], None]] = []
-        #: Stops go first (see `StopFirst`): `_on_stop` runs under it.
+        #: Stops go first (see `StopFirst`): `stop_devices` runs under it.
         self.stop_first = StopFirst()
         self._seq = 0
         self._progress: OrderedDict[ActivityKey, tuple[int, dict[str, Any]]] = OrderedDict()
         self._closed = False
         self.grpc: Any = None  # the RobotControl server (`[serve] grpc`, tether.serve.grpc_server)
         #: Session heartbeats (`tether.serve.sessions`), in memory; watched from `start()`.
-        self.sessions = Sessions(lambda robot: self._on_stop({"robot": robot}))
+        self.sessions = Sessions(lambda robot: self.stop_devices({"robot": robot}))
         self.grpc_url: str | None = None
 
     @classmethod
@@ -344,7 +345,7 @@ class Daemon:
                 self.serve.live_origins,
                 self.data_dir,
                 lambda: self.runtime,
-                lambda: list({id(s.family): s.family for s in self._served.values()}.values()),
+                lambda: list({id(s.family): s.family for s in self.served.values()}.values()),
             )
             if self.console is not None:  # a console login is a credential there too
                 self.live.session_check = self._console_session
@@ -365,7 +366,7 @@ class Daemon:
         families: list[Family] = [s.family for s in served]
         for s in served:
             for kind in s.family.kinds:
-                self._served[kind] = s
+                self.served[kind] = s
         self._live = LiveActivities(self.stream) if self.stream is not None else None
         if self._live is not None:
             families = live_families(families, self._live)
@@ -493,7 +494,9 @@ class Daemon:
         if self._progress_listener is not None:
             self._progress_listener(event)
 
-    def _latest(self, key: ActivityKey) -> tuple[int, dict[str, Any] | None]:
+    def latest(self, key: ActivityKey) -> tuple[int, dict[str, Any] | None]:
+        """An Activity's latest progress report: (its sequence number, its content), (0, None)
+        before the first."""
         with self._changed:
             seq, content = self._progress.get(key, (0, None))
             return seq, content
@@ -502,10 +505,10 @@ class Daemon:
 
     def _handlers(self) -> dict[str, Any]:
         return {
-            "stop": self._on_stop,
+            "stop": self.stop_devices,
             "resume": self._on_resume,
             "reboot": self._on_reboot,
-            "ping": self._on_ping,
+            "ping": self.ping,
             "submit": self._on_submit,
             "get": self._on_get,
             "watch": self._on_watch,
@@ -518,15 +521,17 @@ class Daemon:
             "live_canonical": self._on_live_canonical,
         }
 
-    def _runtime(self) -> Host:
+    def host(self) -> Host:
+        """The running Activity host (`daemon_starting` until it runs)."""
         if self.runtime is None:
             raise ServeRefusal("daemon_starting", "the daemon is still starting; ask again")
         return self.runtime
 
-    def _on_ping(self, request: dict[str, Any]) -> dict[str, Any]:
+    def ping(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The control socket's `ping`: this process's id and the daemon's record."""
         return {"pid": os.getpid(), **self._record()}
 
-    def _on_stop(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+    def stop_devices(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         """Latch and safe-stop (no storage but the robot's own latch file): the named robots,
         or every configured one; connected robots first. New ticks and work-lane RPCs wait
         until it is done (`StopFirst`)."""
@@ -593,33 +598,34 @@ class Daemon:
             operator=operator,
             arm_supported=bool(request.get("arm_supported")),
         )
-        runtime = self._runtime()
+        runtime = self.host()
         refreshed = decisions.refresh_for_robot(
             runtime.catalog,
             runtime.artifacts,
             robot,
             done["read_back"],
             f"rebooted by {operator} (ids {done['rebooted_ids']})",
-            review=self._review(),
+            review=self.review(),
         )
         shown = {k: v for k, v in done.items() if k != "state"}  # SI only, never ticks
         return {**shown, "refreshed": refreshed}
 
-    def _review(self) -> Any:
+    def review(self) -> Any:
+        """The operator review of this host's devices (evidence for decisions)."""
         from tether.operator.cli import review_for
 
         return review_for(self.config, self.data_dir)
 
     def _on_operator_list(self, request: dict[str, Any]) -> list[dict[str, Any]]:
-        runtime = self._runtime()
+        runtime = self.host()
         return decisions.listing(runtime.catalog, runtime.artifacts)
 
     def _on_operator_show(self, request: dict[str, Any]) -> dict[str, Any]:
-        runtime = self._runtime()
+        runtime = self.host()
         return decisions.show(runtime.catalog, runtime.artifacts, _text(request, "id"))
 
     def _on_operator_resolve(self, request: dict[str, Any]) -> dict[str, Any]:
-        runtime = self._runtime()
+        runtime = self.host()
         revision = request.get("revision")
         if not isinstance(revision, int) or isinstance(revision, bool):
             raise ServeRefusal("bad_request", "`revision` must be an integer")
@@ -635,13 +641,13 @@ class Daemon:
             credential=secret if isinstance(secret, str) else None,
             verify_credential=self.config.authenticate,
             note=str(request.get("note") or ""),
-            review=self._review(),
+            review=self.review(),
         )
 
     def _view(self, key: ActivityKey, record: ActivityRecord | None = None) -> dict[str, Any]:
-        runtime = self._runtime()
+        runtime = self.host()
         record = record if record is not None else runtime.get(key)
-        seq, content = self._latest(key)
+        seq, content = self.latest(key)
         return {**views.view(key, record, runtime.artifacts, content), "seq": seq}
 
     def _on_submit(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -691,12 +697,12 @@ class Daemon:
         """`submit`, also returning the catalog record its tick's projection admitted, as the
         admission left it (None when this call did not create the intent, or that tick's
         post-commit work did not report it): an answer needs no read of the catalog."""
-        runtime = self._runtime()
-        served = self._served.get(kind)
+        runtime = self.host()
+        served = self.served.get(kind)
         if served is None:
             raise ServeRefusal(
                 "not_submittable",
-                f"no served family has kind {kind!r} (served: {', '.join(sorted(self._served))})",
+                f"no served family has kind {kind!r} (served: {', '.join(sorted(self.served))})",
             )
         if served.submit is None:
             raise ServeRefusal("not_submittable", f"{kind} takes no submitted request")
@@ -843,23 +849,25 @@ class Daemon:
             raise ServeRefusal(
                 "live_off", 'this daemon serves no live endpoint ([serve] live = "off")'
             )
-        self._runtime()
+        self.host()
         return self.live.canonical(request)
 
     def _on_status(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.devices is not None
-        runtime = self._runtime()
+        runtime = self.host()
         devices = []
         for name in sorted(self.config.robots):
-            devices.append(self._device_status(name))
+            devices.append(self.device_status(name))
         return {
             "daemon": {"pid": os.getpid(), **self._record()},
             "devices": devices,
-            "activities": views.counts(runtime, [s.family for s in self._served.values()]),
+            "activities": views.counts(runtime, [s.family for s in self.served.values()]),
             "parked": decisions.listing(runtime.catalog, runtime.artifacts),
         }
 
-    def _device_status(self, name: str) -> dict[str, Any]:
+    def device_status(self, name: str) -> dict[str, Any]:
+        """A configured robot's status document: whether it is available and latched, and its
+        safe-stop policy."""
         assert self.devices is not None
         devices = self.devices
         doc: dict[str, Any] = {

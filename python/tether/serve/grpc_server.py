@@ -47,7 +47,7 @@ Rules:
   move only through the sessions' gate (`begin`, under the robot's lock, before the start
   marker): a lapsed, unknown or other incarnation's session records `session_lapsed` and
   sends nothing. A lapse mid-motion: the watchdog stops each robot running a move of that
-  session through `Daemon._on_stop` (the path `Stop` uses: held and latched), so the move is
+  session through `Daemon.stop_devices` (the path `Stop` uses: held and latched), so the move is
   reconciled as after a Stop (awaiting an operator, or failed), never succeeded. In memory
   only: after a daemon restart every session is unknown, so a pending move of one never
   starts unless its client re-sends the identical Execute under a live session.
@@ -341,7 +341,7 @@ class RobotControl(rpc.RobotControlServicer):
         from tether.runtime._wakeup import Wakeup
         from tether.storage import RESULT
 
-        doorbell = self.daemon._runtime().catalog.doorbell
+        doorbell = self.daemon.host().catalog.doorbell
         wakeup = Wakeup(self.closing, 1.0, doorbell=doorbell, topic=RESULT)
         seen, _ = doorbell.results_since(0)
         while not self.closing.is_set():
@@ -360,7 +360,7 @@ class RobotControl(rpc.RobotControlServicer):
         names). One thread for all watches, on a catalog connection of its own (its reads
         queue behind nobody's and nobody's behind them), entering the work lane as any
         storage RPC does."""
-        catalog = self.daemon._runtime().open_catalog()
+        catalog = self.daemon.host().open_catalog()
         try:
             self._poll(catalog)
         finally:
@@ -388,12 +388,12 @@ class RobotControl(rpc.RobotControlServicer):
     # --- lookups and views ---
 
     def _kinds(self) -> list[str]:
-        return sorted(self.daemon._served)
+        return sorted(self.daemon.served)
 
     def _find(self, world: str, activity: str) -> tuple[ActivityKey, Any] | None:
         """The key and intent of `activity` in `world`: from the catalog once admitted, else
         from the world's committed intents (the projection's view)."""
-        runtime = self.daemon._runtime()
+        runtime = self.daemon.host()
         for kind in self._kinds():
             key = ActivityKey(world, kind, activity)
             record = runtime.get(key)
@@ -403,7 +403,7 @@ class RobotControl(rpc.RobotControlServicer):
             snapshot = runtime.snapshot(world)
         except TetherError:
             return None
-        for served in self.daemon._served.values():
+        for served in self.daemon.served.values():
             for request in served.family.project(snapshot):
                 if request.activity_id == activity:
                     return ActivityKey(world, request.kind, activity), request.input
@@ -414,14 +414,14 @@ class RobotControl(rpc.RobotControlServicer):
             return None
         try:
             return json.loads(
-                self.daemon._runtime().artifacts.get_bytes(record.input_ref, record.input_digest)
+                self.daemon.host().artifacts.get_bytes(record.input_ref, record.input_digest)
             )
         except (TetherError, ValueError, OSError):
             return None
 
     def _doc(self, ref: str, digest: str) -> tuple[dict[str, Any], bytes]:
         try:
-            data = self.daemon._runtime().artifacts.get_bytes(ref, digest)
+            data = self.daemon.host().artifacts.get_bytes(ref, digest)
         except (TetherError, ValueError, OSError):
             return {}, b""
         try:
@@ -434,7 +434,7 @@ class RobotControl(rpc.RobotControlServicer):
         self, key: ActivityKey, intent: Any, record: ActivityRecord | None = None
     ) -> pb.Operation:
         """The view of `key` (its catalog record read now, unless given)."""
-        runtime = self.daemon._runtime()
+        runtime = self.daemon.host()
         if record is None:
             record = runtime.get(key)
         value = intent if isinstance(intent, dict) else {}
@@ -446,7 +446,7 @@ class RobotControl(rpc.RobotControlServicer):
             not_after_ms=int(value.get("not_after_ms") or 0),
             non_repeatable=key.kind.endswith(".relative"),
         )
-        _, progress = self.daemon._latest(key)
+        _, progress = self.daemon.latest(key)
         if progress:
             fraction = progress.get("fraction")
             done, total = progress.get("steps"), progress.get("total")
@@ -535,7 +535,7 @@ class RobotControl(rpc.RobotControlServicer):
         from tether.families.sim.family import result_reference
 
         try:
-            payload = self.daemon._runtime().artifacts.get_bytes(result.ref, result.digest)
+            payload = self.daemon.host().artifacts.get_bytes(result.ref, result.digest)
             summary = read_summary(payload)
         except (TetherError, ResultCorrupt, ValueError, OSError):
             return None
@@ -592,7 +592,7 @@ class RobotControl(rpc.RobotControlServicer):
         session = request.session_id
         if session and not OPERATION_ID.fullmatch(session):
             _abort(context, bad, "session_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric")
-        served = self.daemon._served.get(kind)
+        served = self.daemon.served.get(kind)
         if served is None or served.submit is None:
             _abort(context, bad, f"device: {request.device} is not served for joint moves")
         targets = {str(k): float(v) for k, v in sorted(move.targets_rad.items())}
@@ -633,7 +633,7 @@ class RobotControl(rpc.RobotControlServicer):
 
     def _devices(self) -> list[str]:
         """The devices this host serves: its robots, and the simulated arm while served."""
-        served = SIM_KIND in self.daemon._served and SIM_DEVICE not in self.daemon.config.robots
+        served = SIM_KIND in self.daemon.served and SIM_DEVICE not in self.daemon.config.robots
         sim = [SIM_DEVICE] if served else []
         return sorted({*self.daemon.config.robots, *sim})
 
@@ -643,7 +643,7 @@ class RobotControl(rpc.RobotControlServicer):
         """Execute on the simulated arm: a seeded MuJoCo reach (see the module's mapping)."""
         bad = grpc.StatusCode.INVALID_ARGUMENT
         op_id = request.operation_id
-        served = self.daemon._served.get(SIM_KIND)
+        served = self.daemon.served.get(SIM_KIND)
         if request.device in self.daemon.config.robots:  # a robot, even one named "sim"
             _abort(context, bad, f"command: device {request.device} takes a joint_move")
         if request.device != SIM_DEVICE:
@@ -758,7 +758,7 @@ class RobotControl(rpc.RobotControlServicer):
         size = request.page_size or 50
         if size > LIST_PAGE_MAX:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"page_size: at most {LIST_PAGE_MAX}")
-        runtime = self.daemon._runtime()
+        runtime = self.daemon.host()
         try:
             ids = sorted({entity for entity, _ in runtime.snapshot(world).keys()})
         except TetherError:
@@ -840,14 +840,14 @@ class RobotControl(rpc.RobotControlServicer):
     ) -> Iterator[pb.Operation]:
         last = b""
         sent = False
-        runtime = self.daemon._runtime()
+        runtime = self.daemon.host()
         #: (record version, progress seq) of the last view built: a view is a function of
         #: the two, so a wake-up that changed neither (an unkeyed ring, the backstop) costs
         #: one record read, not a view.
         stamp: tuple[int | None, int] | None = None
         while context.is_active() and not self.closing.is_set():
             woken.clear()  # before the read: a change after it wakes the wait below
-            seq = self.daemon._latest(key)[0]
+            seq = self.daemon.latest(key)[0]
             with self.work:
                 record = runtime.get(key)
                 now = (None if record is None else record.version, seq)
@@ -878,7 +878,7 @@ class RobotControl(rpc.RobotControlServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"device: unknown device {request.device!r}",
             )
-        reports = self.daemon._on_stop({"robot": request.device} if request.device else {})
+        reports = self.daemon.stop_devices({"robot": request.device} if request.device else {})
         return pb.StopResponse(devices=[_device_stop(self.daemon, r) for r in reports])
 
     def _Cancel(
@@ -891,7 +891,7 @@ class RobotControl(rpc.RobotControlServicer):
             return pb.CancelResponse(outcome=pb.CancelResponse.ALREADY_TERMINAL, operation=op)
         if key.kind == SIM_KIND:
             _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "a sim reach cannot be cancelled")
-        handler = self.daemon.devices._handlers.get("cancel") if self.daemon.devices else None
+        handler = self.daemon.devices.handler("cancel") if self.daemon.devices else None
         if handler is None:
             _abort(context, grpc.StatusCode.UNIMPLEMENTED, f"{key.kind} cannot be cancelled")
         from tether.activities import operation_id_for
@@ -900,7 +900,7 @@ class RobotControl(rpc.RobotControlServicer):
             {"operation_id": operation_id_for(key), "request": {**intent, "kind": key.kind}}
         )
         if answer.get("started"):
-            self.daemon._on_stop({"robot": op.device})
+            self.daemon.stop_devices({"robot": op.device})
             outcome = pb.CancelResponse.STOPPED_WHILE_RUNNING
         else:
             outcome = pb.CancelResponse.CANCELLED_BEFORE_START
@@ -912,11 +912,11 @@ class RobotControl(rpc.RobotControlServicer):
         principal = self.auth.principal(context, "watch")
         key, intent = self._get(context, principal, request.operation_id)
         op = self._operation(key, intent)
-        read = self.daemon.devices._handlers.get("read_back") if self.daemon.devices else None
+        read = self.daemon.devices.handler("read_back") if self.daemon.devices else None
         if op.state == pb.UNKNOWN_AWAITING_OPERATOR and read is not None and key.kind != SIM_KIND:
             from tether.operator import decisions
 
-            runtime = self.daemon._runtime()
+            runtime = self.daemon.host()
             try:
                 fresh = read({"robot": op.device})
                 decisions.refresh_for_robot(
@@ -925,7 +925,7 @@ class RobotControl(rpc.RobotControlServicer):
                     op.device,
                     fresh,
                     f"reconciled over gRPC by {principal.name}",
-                    review=self.daemon._review(),
+                    review=self.daemon.review(),
                 )
             except (TetherError, CodedError, OSError) as exc:
                 _abort(context, grpc.StatusCode.UNAVAILABLE, f"device read-back failed: {exc}")
@@ -938,7 +938,7 @@ class RobotControl(rpc.RobotControlServicer):
         worlds = (
             [world_for(owner)]
             if sep
-            else [w for w in self.daemon._runtime().ledger.worlds() if w.startswith(WORLD_PREFIX)]
+            else [w for w in self.daemon.host().ledger.worlds() if w.startswith(WORLD_PREFIX)]
         )
         hits = [f for w in worlds if (f := self._find(w, op_id)) is not None]
         if not op_id:
@@ -962,7 +962,7 @@ class RobotControl(rpc.RobotControlServicer):
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "decision: DONE, REISSUE or ABANDON")
         from tether.operator import decisions
 
-        runtime = self.daemon._runtime()
+        runtime = self.daemon.host()
         try:
             decisions.resolve(
                 runtime.catalog,
@@ -973,7 +973,7 @@ class RobotControl(rpc.RobotControlServicer):
                 credential="verified",
                 verify_credential=lambda _secret: operator.name,
                 note=request.note,
-                review=self.daemon._review(),
+                review=self.daemon.review(),
             )
         except CodedError as exc:
             _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"{exc.code}: {exc}")
@@ -1126,7 +1126,7 @@ class GrpcServer:
                 url = getattr(config.ports.get(config.spec(name).port), "url", None)
                 ok = not (isinstance(url, str) and url.startswith("/") and not os.path.exists(url))
             self._health_set(f"{SERVICE}/{name}", serving=ok)
-        if SIM_KIND in self.daemon._served and SIM_DEVICE not in config.robots:
+        if SIM_KIND in self.daemon.served and SIM_DEVICE not in config.robots:
             self._health_set(f"{SERVICE}/{SIM_DEVICE}", serving=True)
 
     def _poll(self) -> None:
