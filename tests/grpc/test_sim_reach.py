@@ -259,6 +259,24 @@ def test_a_committed_sim_reach_is_not_cancelled_and_runs_to_its_end(sim: Served)
     assert len(sim.episodes_started(81)) == 1
 
 
+def test_stop_on_the_simulated_arm_is_failed_precondition_and_its_reach_runs_on(
+    sim: Served,
+) -> None:
+    sim.execute(reach("stop-sim", seed=83, episodes=1, steps=20_000))
+    code, details = _code(
+        lambda: sim.control.Stop(pb.StopRequest(device="sim"), metadata=bearer(), timeout=5)
+    )
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+    assert details.startswith("device:") and "nothing to stop" in details, details
+    code, details = _code(
+        lambda: sim.control.Stop(pb.StopRequest(device="ghost"), metadata=bearer(), timeout=5)
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("device:"), details
+    views = until_terminal(sim.control, "stop-sim")
+    assert views[-1].state == pb.SUCCEEDED, views[-1]
+    assert len(sim.episodes_started(83)) == 1
+
+
 def test_a_reach_past_the_memory_cap_is_a_recorded_failure(sim: Served) -> None:
     sim.execute(reach("huge-sim", seed=51, episodes=1000, steps=10_000_000))
     final = sim.final("huge-sim")

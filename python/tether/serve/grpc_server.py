@@ -23,7 +23,8 @@ family's admission check: a request past it is committed and ends as a recorded 
 reference document (`application/vnd.tether.sim-episode.reference+json`: the episode result
 file's ref, digest, media type, size and summary, the trajectory digest among it) whose digest
 is its own, evidence the family's Unknown document (an episode process that may still run).
-A sim reach takes no session, cannot be cancelled once committed and has nothing to read back.
+A sim reach takes no session, cannot be cancelled once committed and has nothing to read back;
+`Stop(device="sim")` is `FAILED_PRECONDITION` (nothing moves: Stop acts on robots).
 
 Rules:
 - `Execute` checks the request (operation id, device, command, `not_after_ms`, the family's
@@ -872,6 +873,13 @@ class RobotControl(rpc.RobotControlServicer):
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
         self.auth.principal(context, "stop")
         config = self.daemon.config
+        if request.device == SIM_DEVICE and request.device in self._devices():
+            _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"device: the simulated arm {SIM_DEVICE!r} moves no hardware, so it has nothing"
+                " to stop: a sim reach runs to its end (Stop acts on robots)",
+            )
         if request.device and request.device not in config.robots:
             _abort(
                 context,
