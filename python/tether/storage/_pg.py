@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import psycopg
 from psycopg import conninfo as _conninfo
@@ -396,37 +396,43 @@ class Session:
         class tells a caller to retry: a unique violation, a refused guard, a deadlock).
         """
         conn = self.conn()
-        cur = self._cursor(conn)
         committing = False
         try:
-            texts, fresh = self._executes(cur, reads)
-            results = _message(conn, (["BEGIN", _CLAIM_IDLE] if lock else []) + texts)
-            self._named.update(fresh)
+            results = self._send(conn, ["BEGIN", _CLAIM_IDLE] if lock else [], reads, [])
             self.round_trips += 1 + bool(lock)  # the reads, and the writes (or the rollback)
             writes, value = decide(results)
             if not writes:
                 if lock:
                     conn.execute("ROLLBACK")
                 return value
-            texts, fresh = self._executes(cur, writes)
             committing = True  # from here on, a lost reply is an unknown outcome
             self.commits += 1
             self.round_trips += not lock
-            _message(conn, ([] if lock else ["BEGIN"]) + texts + ["COMMIT"])
-            self._named.update(fresh)
+            self._send(conn, [] if lock else ["BEGIN"], writes, ["COMMIT"])
             return value
         except BaseException as e:
-            failure = self._failed(conn, e, what, committing=committing)
-            if failure is e:
-                raise
-            raise failure from e
+            self._fail(conn, e, what, committing=committing)
 
-    def _failed(
+    def _send(
+        self,
+        conn: psycopg.Connection[Any],
+        before: list[str],
+        statements: Sequence[tuple[str, Any]],
+        after: list[str],
+    ) -> list[list[tuple[Any, ...]]]:
+        """``statements`` (`_executes`) between ``before`` and ``after`` as one message
+        (`_message`); the statements it prepared are kept once it ran."""
+        texts, fresh = self._executes(self._cursor(conn), statements)
+        rows = _message(conn, [*before, *texts, *after])
+        self._named.update(fresh)
+        return rows
+
+    def _fail(
         self, conn: psycopg.Connection[Any], e: BaseException, what: str, *, committing: bool
-    ) -> BaseException:
-        """What a failed transaction raises, after its rollback: the ``unknown`` error for a
-        COMMIT sent (``committing``) whose reply never came, the ``error`` one for any other
-        driver failure, anything else as it is."""
+    ) -> NoReturn:
+        """Raise what a failed transaction raises, after its rollback: the ``unknown`` error
+        for a COMMIT sent (``committing``) whose reply never came, the ``error`` one for any
+        other driver failure (each chained to it), anything else as it is."""
         broken = conn.broken or conn.closed
         if not broken and conn.info.transaction_status != _IDLE:
             try:
@@ -434,17 +440,17 @@ class Session:
             except psycopg.Error:
                 conn.close()
         if not isinstance(e, psycopg.Error):
-            return e
+            raise e
         if broken:
             conn.close()
             # The server's error answer to the message (a terminated session's too) means it
             # ran none of it past the error, COMMIT included: definite.
             if committing and e.sqlstate is None:
-                return self._unknown(
+                raise self._unknown(
                     f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
                     " it may or may not have landed; re-read before any effect"
-                )
-        return self._error(f"{what} failed at {self.where}: {one_line(e)}")
+                ) from e
+        raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
 
     def commit_message(
         self, what: str, statements: Sequence[tuple[str, Any]]
@@ -456,17 +462,11 @@ class Session:
         reply never came is the ``unknown`` error."""
         conn = self.conn()
         try:
-            texts, fresh = self._executes(self._cursor(conn), statements)
             self.commits += 1
             self.round_trips += 1
-            rows = _message(conn, ["BEGIN", *texts, "COMMIT"])
-            self._named.update(fresh)
-            return rows
+            return self._send(conn, ["BEGIN"], statements, ["COMMIT"])
         except BaseException as e:
-            failure = self._failed(conn, e, what, committing=True)
-            if failure is e:
-                raise
-            raise failure from e
+            self._fail(conn, e, what, committing=True)
 
     def read(self, what: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
         """One autocommit read (of a statement prepared on the session, with
@@ -476,9 +476,7 @@ class Session:
             conn = self.conn()
             if not self._server_prepared:
                 return conn.execute(sql, params).fetchall()
-            texts, fresh = self._executes(self._cursor(conn), [(sql, params)])
-            rows = _message(conn, texts)
-            self._named.update(fresh)
+            rows = self._send(conn, [], [(sql, params)], [])
             return rows[0] if rows else []
         except psycopg.Error as e:
             raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
