@@ -1,6 +1,7 @@
 """Fixtures the DYNAMIXEL tests share: a two-servo emulator on a real pty (shafts moving 20x
 faster than real time) and a host configuration naming it. A test file that needs another bus
-defines its own `emulator` fixture, which takes precedence."""
+defines its own `emulator` fixture, which takes precedence. `family` is the robot_move family
+on that configuration (its adapter closed after the test)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 from _dxl_setup import write_config
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.emulators.dynamixel import DynamixelEmulator
+from tether.families.robot_move.family import RobotMoveAdapter, robot_move_family
+from tether.runtime import Family
 
 
 @pytest.fixture
@@ -22,3 +25,13 @@ def emulator() -> Iterator[DynamixelEmulator]:
 @pytest.fixture
 def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
     return load_config(write_config(tmp_path, emulator.path))
+
+
+@pytest.fixture
+def family(config: HostConfig, tmp_path: Path) -> Iterator[Family]:
+    fam = robot_move_family(config, tmp_path / "data" / "robot_move", settle_timeout_s=10)
+    try:
+        yield fam
+    finally:
+        assert isinstance(fam.adapter, RobotMoveAdapter)
+        fam.adapter.close()

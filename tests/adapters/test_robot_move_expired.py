@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _dxl_setup import TARGETS
 from tether.activities import ActivityKey, operation_id_for
-from tether.adapters.dynamixel.config import HostConfig
 from tether.emulators.dynamixel import DynamixelEmulator
 from tether.families.robot_move import journal
-from tether.families.robot_move.family import RobotMoveAdapter, intent, robot_move_family
+from tether.families.robot_move.family import RobotMoveAdapter, intent
 from tether.families.robot_move.journal import CLOCK_FLOOR, MoveStore
 from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 from tether.runtime import Family, Host
@@ -28,16 +26,6 @@ from tests._hosts import drain
 
 KEY = ActivityKey("w", KIND_ABSOLUTE, "late-1")
 OP = operation_id_for(KEY)
-
-
-@pytest.fixture
-def family(config: HostConfig, tmp_path: Path) -> Iterator[Family]:
-    fam = robot_move_family(config, tmp_path / "data" / "robot_move", settle_timeout_s=10)
-    try:
-        yield fam
-    finally:
-        assert isinstance(fam.adapter, RobotMoveAdapter)
-        fam.adapter.close()
 
 
 def late(not_after_ms: int | None = None) -> MoveRequest:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from tether.families.robot_move.family import (
     OBSERVATION,
     RobotMoveAdapter,
     intent,
-    robot_move_family,
 )
 from tether.families.robot_move.journal import MoveStore
 from tether.families.robot_move.operator import RobotMoveReview
@@ -60,16 +58,6 @@ def resolve_activity(
         note=note,
         review=RobotMoveReview(config, store).for_record,
     )
-
-
-@pytest.fixture
-def family(config: HostConfig, tmp_path: Path) -> Iterator[Family]:
-    fam = robot_move_family(config, tmp_path / "data" / "robot_move", settle_timeout_s=10)
-    try:
-        yield fam
-    finally:
-        assert isinstance(fam.adapter, RobotMoveAdapter)
-        fam.adapter.close()
 
 
 KEY = ActivityKey("w", KIND_ABSOLUTE, "move-1")
