@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -600,10 +601,15 @@ def test_a_new_batch_with_repeated_keys_is_one_round_trip(pg_url: str) -> None:
         assert isinstance(out[3], AdmissionConflict)
 
 
-def _listening(cat: Catalog) -> Any:
+@contextmanager
+def _listening(cat: Catalog) -> Iterator[Any]:
+    """``cat``'s doorbell, listening while the block runs."""
     bell = cat.doorbell
     bell.listen()
-    return bell
+    try:
+        yield bell
+    finally:
+        bell.unlisten()
 
 
 def _announced(bell: Any, before: int) -> None:
@@ -615,8 +621,7 @@ def _announced(bell: Any, before: int) -> None:
 
 def test_a_claim_of_an_announced_admission_is_one_round_trip_on_its_reading(pg_url: str) -> None:
     with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
-        bell = _listening(cat)
-        try:
+        with _listening(cat) as bell:
             cat.claim("w", 60_000, kinds=["none"])  # aligned to the server's boot
             k = key("announced")
             before = bell.received
@@ -638,8 +643,6 @@ def test_a_claim_of_an_announced_admission_is_one_round_trip_on_its_reading(pg_u
             )
             assert cat.get(k) == claim.record
             assert cat.claim("other", 60_000) is None  # claimed once
-        finally:
-            bell.unlisten()
 
 
 def test_an_announced_admission_behind_an_older_claimable_one_is_claimed_in_order(
@@ -650,8 +653,7 @@ def test_an_announced_admission_behind_an_older_claimable_one_is_claimed_in_orde
     with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
         older, newer = key("older"), key("newer")
         admitting.admit(admission(older))  # before anyone listened: never announced
-        bell = _listening(cat)
-        try:
+        with _listening(cat) as bell:
             cat.claim("w", 60_000, kinds=["none"])
             before = bell.received
             admitting.admit(admission(newer))
@@ -660,16 +662,13 @@ def test_an_announced_admission_behind_an_older_claimable_one_is_claimed_in_orde
             assert first is not None and first.key == older
             second = cat.claim("w", 60_000)
             assert second is not None and second.key == newer and second.fence == 1
-        finally:
-            bell.unlisten()
 
 
 def test_an_announced_admission_claimed_elsewhere_first_is_not_claimed_again(
     pg_url: str,
 ) -> None:
     with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
-        bell = _listening(cat)
-        try:
+        with _listening(cat) as bell:
             cat.claim("w", 60_000, kinds=["none"])
             k = key("raced-claim")
             before = bell.received
@@ -681,14 +680,11 @@ def test_an_announced_admission_claimed_elsewhere_first_is_not_claimed_again(
             rec = cat.get(k)
             assert rec is not None and rec.attempt is not None
             assert rec.attempt.owner == "elsewhere" and rec.fence == 1
-        finally:
-            bell.unlisten()
 
 
 def test_a_stale_announcement_is_not_taken(pg_url: str) -> None:
     with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
-        bell = _listening(cat)
-        try:
+        with _listening(cat) as bell:
             cat.claim("w", 60_000, kinds=["none"])
             k = key("late")
             before = bell.received
@@ -703,16 +699,13 @@ def test_a_stale_announcement_is_not_taken(pg_url: str) -> None:
             assert store.round_trips - trips == 2  # the usual claim, on a fresh reading
             assert rec.claimable_from_ms is not None
             assert claim.attempt.lease_expires_ms > rec.claimable_from_ms + 60_000
-        finally:
-            bell.unlisten()
 
 
 def test_a_lost_reply_of_a_claim_of_an_announced_admission_names_its_row(
     cutter: CommitCutter, pg_url: str
 ) -> None:
     with _server_clocked(pg_url) as admitting, _server_clocked(cutter.url) as cat:
-        bell = _listening(cat)
-        try:
+        with _listening(cat) as bell:
             cat.claim("w", 60_000, kinds=["none"])
             k = key("cut-claim")
             before = bell.received
@@ -724,8 +717,6 @@ def test_a_lost_reply_of_a_claim_of_an_announced_admission_names_its_row(
             assert info.value.key == (k.world_id, k.kind, k.activity_id)
             landed = cat.committed(info.value)
             assert landed is not None and landed.fence == 1 and cutter.cuts == 1
-        finally:
-            bell.unlisten()
 
 
 def test_stamped_batches_of_the_same_keys_in_opposite_orders_both_land(pg_url: str) -> None:
@@ -787,8 +778,7 @@ def test_a_forged_announcement_writes_nothing_and_the_claim_goes_the_usual_way(
     with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
         k = key("victim")
         rec = admitting.admit(admission(k))  # before anyone listened: never announced
-        bell = _listening(cat)
-        try:
+        with _listening(cat) as bell:
             assert cat.claim("w", 60_000, kinds=["none"]) is None  # drained, aligned
             template = list(_core.catalog_admission_template(admission(k)))
             template[COLUMNS.index("input_ref")] = "artifact://forged"
@@ -809,14 +799,11 @@ def test_a_forged_announcement_writes_nothing_and_the_claim_goes_the_usual_way(
             assert stored is not None and stored.input_ref == "input://victim"
             assert claim.attempt.lease_expires_ms is not None
             assert claim.attempt.lease_expires_ms < now.boot_ms + 60_000 + 10_000
-        finally:
-            bell.unlisten()
 
 
 def test_malformed_notifications_stop_neither_the_doorbell_nor_a_claim(pg_url: str) -> None:
     with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
-        bell = _listening(cat)
-        try:
+        with _listening(cat) as bell:
             assert cat.claim("w", 60_000, kinds=["none"]) is None
             before = bell.received
             for payload in ("1|x|1|1|[[]]", "1|x|1|1|5", "1|garbage", "not a topic", "1|a|b|c|d"):
@@ -832,8 +819,6 @@ def test_malformed_notifications_stop_neither_the_doorbell_nor_a_claim(pg_url: s
             _announced(bell, before)  # the listener still runs
             claim = cat.claim("w", 60_000)
             assert claim is not None and claim.key == k
-        finally:
-            bell.unlisten()
 
 
 def test_a_late_announcement_is_checked_on_the_servers_clock(pg_url: str) -> None:
@@ -844,8 +829,7 @@ def test_a_late_announcement_is_checked_on_the_servers_clock(pg_url: str) -> Non
         k = key("old")
         rec = admitting.admit(admission(k))
         time.sleep(ANNOUNCED_MAX_AGE_MS / 1000 * 1.5)
-        bell = _listening(cat)
-        try:
+        with _listening(cat) as bell:
             assert cat.claim("w", 60_000, kinds=["none"]) is None
             template = _core.catalog_admission_template(admission(k))
             values = [template[i] for i in _UNSTAMPED]
@@ -860,16 +844,13 @@ def test_a_late_announcement_is_checked_on_the_servers_clock(pg_url: str) -> Non
             assert claim is not None and claim.key == k
             assert rec.claimable_from_ms is not None and claim.attempt.lease_expires_ms is not None
             assert claim.attempt.lease_expires_ms > rec.claimable_from_ms + 60_000  # fresh
-        finally:
-            bell.unlisten()
 
 
 def test_with_a_backlog_a_woken_claim_does_not_try_an_announcement(pg_url: str) -> None:
     with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
         first = [key(f"bl{i}") for i in range(3)]
         admitting.admit_many([admission(k) for k in first])
-        bell = _listening(cat)
-        try:
+        with _listening(cat) as bell:
             got = cat.claim("w", 60_000)  # the backlog: found one
             assert got is not None
             before = bell.received
@@ -881,8 +862,6 @@ def test_with_a_backlog_a_woken_claim_does_not_try_an_announcement(pg_url: str) 
             claim = cat.claim("w", 60_000)
             assert claim is not None and claim.key == first[1]  # claim order
             assert (store.commits - commits, store.round_trips - trips) == (1, 2)
-        finally:
-            bell.unlisten()
 
 
 def test_announcements_are_off_where_the_database_says_so(pg_url: str) -> None:
@@ -892,12 +871,9 @@ def test_announcements_are_off_where_the_database_says_so(pg_url: str) -> None:
     assert off != pg_url
     with _server_clocked(off) as admitting, _server_clocked(pg_url) as cat:
         assert isinstance(admitting.store, PostgresCatalogStore) and not admitting.store.announce
-        bell = _listening(cat)
-        try:
+        with _listening(cat) as bell:
             assert cat.claim("w", 60_000, kinds=["none"]) is None
             before = bell.received
             admitting.admit(admission(key("quiet")))
             _announced(bell, before)
             assert bell.take_announced(lambda _values: True, 10.0) is None
-        finally:
-            bell.unlisten()
