@@ -143,9 +143,7 @@ def _announced_row(values: Sequence[Any], now: Now) -> Row:
     row: list[Any] = [None] * _N
     for i, value in zip(_UNSTAMPED, values, strict=True):
         row[i] = value
-    for i, part in _STAMPS.items():
-        row[i] = getattr(now, part)
-    return tuple(row)
+    return _stamped(tuple(row), now)
 
 
 @functools.cache
@@ -159,11 +157,7 @@ def _announced_claim(
     record's admission reading is at most the given age on the statement's clock (so
     neither a forged nor a late announcement writes anything). Returns the rows written
     (0 or 1)."""
-    where = [_CLAIMABLE_NOW, _ON_HOST]
-    if kinds:
-        where.append("kind = ANY(%s)")
-    if world:
-        where.append("world_id = %s")
+    where = _claim_where(_CLAIMABLE_NOW, kinds, world)
     every = _rows_of(_typed(_POSITIONS))
     decided = _rows_of([*_typed((0, 1, 2)), *_typed((VERSION, *cols))])
     sets = "".join(f"{COLUMNS[i]} = v.{COLUMNS[i]}, " for i in cols)
@@ -1154,16 +1148,23 @@ _Claim = Callable[[Row, Now | None], Row]
 def _claim_sql(clock: str | None, kinds: bool, world: bool) -> str:
     """A claim's statement: on the clock expressions ``clock`` (read in the statement), or
     on a lease-clock time passed first (None); filtered by kinds and by world when asked."""
-    where = [_CLAIMABLE if clock is None else _CLAIMABLE_NOW, _ON_HOST]
-    if kinds:
-        where.append("kind = ANY(%s)")
-    if world:
-        where.append("world_id = %s")
+    where = _claim_where(_CLAIMABLE if clock is None else _CLAIMABLE_NOW, kinds, world)
     sql = (
         f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {', '.join(_CLAIM_ORDER)}"
         " LIMIT %s FOR UPDATE SKIP LOCKED"
     )
     return sql if clock is None else _with_columns(clock, sql)
+
+
+def _claim_where(claimable: str, kinds: bool, world: bool) -> list[str]:
+    """A claim walk's conditions: ``claimable``, on this host, of the kinds and of the world
+    when asked (their parameters in that order, after the host's two)."""
+    where = [claimable, _ON_HOST]
+    if kinds:
+        where.append("kind = ANY(%s)")
+    if world:
+        where.append("world_id = %s")
+    return where
 
 
 def _with_clock(clock: PostgresClock, select: str) -> str:
