@@ -69,7 +69,7 @@ def daemon(
         line = proc.stdout.readline()
         assert line, proc.stderr.read() if proc.stderr else ""
         ready = json.loads(line)
-        assert ready["grpc"], ready
+        assert ready.get("grpc"), ready
         yield proc, ready
     finally:
         if proc.poll() is None:

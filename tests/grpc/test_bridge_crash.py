@@ -42,6 +42,7 @@ from tether.errors import HostConfigError, TetherError
 from tether.runtime import CRASH_POINTS as RUNTIME_POINTS
 from tether.runtime import ArtifactStore
 from tether.serve.daemon import CRASH_POINTS as SERVE_POINTS
+from tether.testing._ports import free_port
 
 from tests._secrets import PLANNER
 from tests._serve import clean_env, daemon, final, killed
@@ -125,14 +126,6 @@ timeout_s = 30
 """
     )
     return path
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

@@ -6,7 +6,6 @@ with the `openssl` CLI."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.activities import ActivityKey
 from tether.adapters.grpc.remote import KIND_ABSOLUTE, RemoteHost, intent, remote_move_family
 from tether.runtime import FamilyError, Host
+from tether.testing._ports import free_port
 
 from tests._listeners import Authority, Cert, make_authority
 from tests._secrets import PLANNER
@@ -101,9 +101,7 @@ def test_the_bridge_side_remote_host_presents_its_client_certificate(tmp_path: P
     ca = make_authority(tmp_path / "ca")
     server = ca.issue("server", server=True)
     client = ca.issue("bridge", server=False)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     remote = RemoteHost(
         f"localhost:{port}",
         PLANNER,

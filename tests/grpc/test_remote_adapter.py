@@ -6,7 +6,6 @@ reconciled through GetOperation after its restart, with one motion."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,14 +17,9 @@ from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether.activities import ActivityKey
 from tether.adapters.grpc.remote import KIND_ABSOLUTE, RemoteHost, intent, remote_move_family
 from tether.runtime import Host
+from tether.testing._ports import free_port
 
 from tests._secrets import PLANNER
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def request(**extra: object) -> dict[str, object]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from tether.families.sim import decode_result
 from tether.families.sim.family import REFERENCE_MEDIA_TYPE
 from tether.runtime import ArtifactStore, Host
 from tether.serve.grpc_server import CRASH_POINTS, SIM_REFERENCE_MEDIA_TYPE
+from tether.testing._ports import free_port
 
 from tests._secrets import PLANNER
 from tests.sampling import sampled
@@ -287,18 +287,12 @@ def test_a_reach_past_the_memory_cap_is_a_recorded_failure(sim: Served) -> None:
     assert done.outcome == pb.CancelResponse.ALREADY_TERMINAL
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_bridge_drives_a_remote_arm_and_a_remote_seeded_simulation_the_same_way(
     tmp_path: Path,
 ) -> None:
     """One robot host serving the emulated arm and the simulated arm; a bridge Host's remote
     family sends a joint move and a sim reach through the same adapter, and both settle."""
-    port = _free_port()
+    port = free_port()
     remote = RemoteHost(f"127.0.0.1:{port}", PLANNER, timeout_s=5.0)
     family = remote_move_family(remote)
     host = Host(tmp_path / "bridge", [family], workers=2, lease_ms=1500)

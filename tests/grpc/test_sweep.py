@@ -16,7 +16,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from _grpc_setup import SERVE, bearer, grpc_config, move, until_terminal
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.adapters.dynamixel import tables
+from tether.testing._ports import free_port
 
 KINDS = ("duplicate", "client_gone", "lost_reply", "killed_mid_move")
 WEIGHTS = (0.4, 0.3, 0.15, 0.15)
@@ -81,12 +81,6 @@ class Serve:
         if self.proc is not None:
             self.proc.send_signal(signal.SIGTERM)
             self.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def goal(round_no: int, rounds: int) -> float:

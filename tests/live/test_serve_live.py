@@ -20,7 +20,6 @@ import json
 import re
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from tether.devices.credentials import hash_secret
 from tether.live import PublisherSource
 from tether.live.ws import LiveRefused, LiveServer
 from tether.serve.config import parse_serve
+from tether.testing._ports import free_port
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -55,12 +55,6 @@ KIND = "physical_ai.robot_move.absolute"
 WORLD = "lab"
 EFFECTFUL = ("write", "reg_write", "action", "sync_write", "reboot", "factory_reset")
 ORIGIN = "https://gui.example"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def live_config(tmp: Path, url: str, *, live: str, extra: str = "", serve: str = "") -> Path:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from urllib.parse import quote
+
+from tether.testing._ports import free_port
 
 DEFAULT_URL = "postgresql://127.0.0.1:5432/test"
 URL_ENV = "TETHER_PG_URL"
@@ -47,13 +48,6 @@ def schema_url(base: str, schema: str) -> str:
     """``base`` restricted to ``schema`` (its search path), for every process that opens it."""
     sep = "&" if "?" in base else "?"
     return f"{base}{sep}options={quote(f'-csearch_path={schema}', safe='')}"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def pg_bin_dir() -> Path | None:
@@ -82,7 +76,7 @@ class ThrowawayCluster:
     def __init__(
         self, *, port: int | None = None, password: str | None = None, install: bool = True
     ) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.password = password
         self.install = install
         self.dir: Path | None = None
