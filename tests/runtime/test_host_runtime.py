@@ -25,6 +25,7 @@ from journal_provider import (
     projection_for,
     stage_task,
 )
+from tether._coded import CodedError
 from tether.activities import ActivityKey, operation_id_for
 from tether.runtime import (
     AttemptContext,
@@ -63,6 +64,44 @@ def test_non_durable_adapter_result_is_never_recorded(tmp_path: Path) -> None:
         assert host.artifacts.is_durable(rec.result)
         assert [m for _, m, _ in journal.calls()] == ["execute", "reconcile"]
         assert journal.effects() == {operation_id_for(akey(0)): 1}
+
+
+@pytest.mark.parametrize("typed", [True, False], ids=["typed", "bug"])
+def test_an_execute_that_raises_is_logged_by_kind_and_left_to_reconcile(
+    tmp_path: Path, typed: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A typed error (a latched robot, a device error) is one warning with its code and no
+    traceback; anything else is an error with its traceback. Either way nothing is recorded
+    and the next attempt only reconciles."""
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+
+    class Refuses(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            journal.log_call(ctx.operation_id, "execute", ctx.fence)
+            if typed:
+                raise CodedError("stopped_by_operator", "robot arm was stopped by an operator")
+            raise KeyError("a bug")
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Refuses(journal), stage_task)
+    with make_host(tmp_path, fam, clock=clock) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        worker = host.new_worker()
+        with caplog.at_level("DEBUG", logger="tether.runtime.worker"):
+            assert worker.run_once()
+        rec = host.get(akey(0))
+        assert rec is not None and rec.result is None
+        [line] = [r for r in caplog.records if "leaving it to reconcile" in r.getMessage()]
+        if typed:
+            assert line.levelname == "WARNING" and line.exc_info is None
+            assert "stopped_by_operator: robot arm was stopped" in line.getMessage()
+        else:
+            assert line.levelname == "ERROR" and line.exc_info is not None
+        clock.now += 120_000  # the lease runs out; the next attempt may only reconcile
+        assert worker.run_once()
+        worker.close()
+        assert [m for _, m, _ in journal.calls()] == ["execute", "reconcile"]
 
 
 def test_progress_reaches_the_host_listener(tmp_path: Path) -> None:

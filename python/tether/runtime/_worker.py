@@ -30,6 +30,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tether._coded import CodedError
 from tether.activities import (
     ActivityKey,
     ActivityRecord,
@@ -384,6 +385,17 @@ class Worker:
             result = family.adapter.execute(ctx, request)
         except LeaseLost:
             raise
+        except CodedError as e:
+            # A typed refusal or failure (a latched robot, a device error, a lost transport):
+            # its code and message say what happened, so no traceback. As below, the attempt
+            # concludes nothing; the next claim is reconcile-only.
+            log.warning(
+                "worker %s: execute of %s ended with %s; leaving it to reconcile",
+                self.owner,
+                key,
+                e,
+            )
+            return
         except Exception:
             # The effect is now ambiguous. An execute attempt can conclude nothing else, so the
             # lease is left to expire and the next claim is reconcile-only.
