@@ -180,12 +180,17 @@ class LiveFeed(PublisherSource):
         self._interactions: dict[str, dict[str, Any]] = {}
         self._turns: dict[Receipt, dict[str, Any]] = {}
         self._runtime: str | None = None
-        self._canonical: dict[str, Any] = session_record(workspace_id, world_id, [])
+        #: The records of the last sync: the canonical record is built from them on demand.
+        self._synced: list[ActivityRecord] = []
 
     def _now(self) -> int:
         return max(1, self._clock())
 
-    def _sync_record(self, r: ActivityRecord, now: int) -> None:
+    def _sync_record(self, r: ActivityRecord, now: int) -> bool:
+        """Publish what changed of one record; False when nothing of it can have changed."""
+        held = self._messages.get(r.key)
+        if held is not None and (held[0] is r or held[0] == r) and r.key in self._terminal:
+            return False  # settled and published as it is: nothing of it can change
         key, mid, tid = r.key, message_id_for(r.key), turn_id_for(r.source)
         if key not in self._terminal:
             log = self._traces.setdefault(key, TraceLog())
@@ -197,7 +202,6 @@ class LiveFeed(PublisherSource):
             tool_call_status(r),
             None if r.settlement is None else r.settlement.settled_at_ms,
         )
-        held = self._messages.get(key)
         if held is None or held[1] != state:
             previous = None if held is None else held[0]
             self.publisher.publish(
@@ -223,6 +227,7 @@ class LiveFeed(PublisherSource):
                         },
                     }
                 )
+        return True
 
     def sync(self) -> int:
         """Read the records and journal, publish what changed, send the frames; returns how
@@ -230,11 +235,12 @@ class LiveFeed(PublisherSource):
         with self._lock:
             records = sorted(self._records(), key=lambda r: (r.admitted_at_ms, r.key.activity_id))
             now = self._now()
-            for r in records:
-                self._sync_record(r, now)
+            # A turn is recomputed only when one of its records may have changed.
+            touched = {r.source for r in records if self._sync_record(r, now)}
             by_receipt: dict[Receipt, list[ActivityRecord]] = {}
             for r in records:
-                by_receipt.setdefault(r.source, []).append(r)
+                if r.source in touched:
+                    by_receipt.setdefault(r.source, []).append(r)
             for receipt, recs in by_receipt.items():
                 turn = turn_for(receipt, recs)
                 if self._turns.get(receipt) != turn:
@@ -250,13 +256,7 @@ class LiveFeed(PublisherSource):
                         self.world_id, records, workspace_id=self.workspace_id, now_ms=now
                     )
                 )
-            outputs = {
-                message_id_for(k): self.publisher.capped_output(log.text)
-                for k, log in self._traces.items()
-            }
-            self._canonical = session_record(
-                self.workspace_id, self.world_id, records, outputs=outputs
-            )
+            self._synced = records
             return self.flush()
 
     def trace(self, key: ActivityKey) -> str:
@@ -270,4 +270,9 @@ class LiveFeed(PublisherSource):
         must re-read reconciles with, at that position)."""
         with self._lock:
             self.sync()
-            return Canonical(self.epoch, int(self.publisher.seq), self._canonical)
+            outputs = {
+                message_id_for(k): self.publisher.capped_output(log.text)
+                for k, log in self._traces.items()
+            }
+            record = session_record(self.workspace_id, self.world_id, self._synced, outputs=outputs)
+            return Canonical(self.epoch, int(self.publisher.seq), record)

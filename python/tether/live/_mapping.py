@@ -26,6 +26,7 @@ The mapping (seed 002 vocabulary on the left, seed 003 on the right):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote
@@ -57,6 +58,12 @@ def agent_session_id_for(world_id: str) -> str:
     return world_id
 
 
+#: Ids are pure functions of immutable keys, asked for on every sync of every record: the
+#: recent ones are kept (percent-encoding them is most of a sync's cost otherwise).
+_IDS_CACHED = 1 << 14
+
+
+@functools.lru_cache(maxsize=_IDS_CACHED)
 def turn_id_for(receipt: Receipt) -> str:
     """The turn of a source tick: its receipt as ``receipt:<world>/<run>/<tick>/<token>``."""
     return _join(
@@ -73,6 +80,7 @@ def parse_turn_id(turn_id: str) -> Receipt:
     return Receipt(world, run, int(tick), token)
 
 
+@functools.lru_cache(maxsize=_IDS_CACHED)
 def message_id_for(key: ActivityKey) -> str:
     """The tool-call message of an Activity: ``toolcall:<world>/<kind>/<activity id>``."""
     return _join(MESSAGE_PREFIX, (key.world_id, key.kind, key.activity_id))
