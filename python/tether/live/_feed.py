@@ -248,6 +248,8 @@ class LiveFeed(PublisherSource):
                     self.publisher.publish(
                         turn_update(receipt, recs, workspace_id=self.workspace_id, now_ms=now)
                     )
+            if len(self._messages) > len(records):
+                self._forget(records)
             state = runtime_state(records)
             if state != self._runtime:
                 self._runtime = state
@@ -258,6 +260,21 @@ class LiveFeed(PublisherSource):
                 )
             self._synced = records
             return self.flush()
+
+    def _forget(self, records: list[ActivityRecord]) -> None:
+        """Drop what was published of settled records that `records` no longer holds (a
+        bounded feed let them go): their trace, message and interactions, and each turn no
+        record is left in. Nothing is sent; should one come back, it is published anew."""
+        present = {r.key for r in records}
+        for key in [k for k in self._messages if k not in present and k in self._terminal]:
+            old, _ = self._messages.pop(key)
+            self._terminal.discard(key)
+            self._traces.pop(key, None)
+            for x in interactions_for(old):
+                self._interactions.pop(x["requestId"], None)
+        receipts = {r.source for r in records}
+        for receipt in [rc for rc in self._turns if rc not in receipts]:
+            del self._turns[receipt]
 
     def trace(self, key: ActivityKey) -> str:
         """The trace text written so far for an Activity ("" when none)."""

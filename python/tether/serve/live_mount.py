@@ -18,10 +18,12 @@ Rules:
   the daemon notes (`note`: each one submitted through it, or reporting progress, so one that
   settles between two syncs is not missed), every one it has seen since, and when it opens
   the world's latest `SETTLED_SEED` settled ones still in the catalog (a scan of the
-  catalog's settled records, once per feed). An Activity a family's processor commits that
-  reports no progress and settles between two syncs (0.1 s) shows only in a feed opened
-  later. A settled record is
-  read once (it changes no more). Each record's trace comes from its family's operations
+  catalog's settled records, once per feed). An open feed keeps its latest `SETTLED_SEED`
+  settled ones too, letting the oldest settled turns go whole (`SETTLED_KEPT`); the feed
+  forgets what it published of them and the canonical record no longer shows them. An
+  Activity a family's processor commits that reports no progress and settles between two
+  syncs (0.1 s) shows only in a feed opened later. A settled record is read once (it
+  changes no more). Each record's trace comes from its family's operations
   journal (`JOURNALS`: the robot move's in ``<data_dir>/robot_move``, the sim's in
   ``<data_dir>/operations``). The server's pump syncs every open feed each `SYNC_S` and sends
   a heartbeat to an idle one each `HEARTBEAT_S`.
@@ -84,8 +86,11 @@ HEARTBEAT_S: Final = 1.0
 WINDOW: Final = 4096
 #: Unsent bytes a subscriber may have before it is closed with 1013.
 BUFFER_BYTES: Final = 4 * 1024 * 1024
-#: A new feed shows at most this many of the world's settled Activities (the latest).
+#: A feed shows at most this many of the world's settled Activities (the latest), whole
+#: turns: a new feed is seeded with them, and an open one lets its oldest settled turns go
+#: once it holds `SETTLED_KEPT` more than that (every unsettled Activity stays).
 SETTLED_SEED: Final = 1000
+SETTLED_KEPT: Final = 100
 #: Each family's operations journal in the data dir, by kind prefix (the families' layout:
 #: `robot_move.family.serve_families`, `sim.provider.JOURNAL_DIR`; no family is imported).
 JOURNALS: Final[Mapping[str, str]] = {
@@ -211,7 +216,30 @@ class _WorldRecords:
                 if record.settlement is not None:
                     self._settled[key] = record
             out.append(record)
+        if len(self._settled) > SETTLED_SEED + SETTLED_KEPT:
+            gone = self._oldest_turns(out, len(self._settled) - SETTLED_SEED)
+            out = [r for r in out if r.key not in gone]
         return out
+
+    def _oldest_turns(self, records: list[ActivityRecord], n: int) -> set[ActivityKey]:
+        """Let go of at least `n` settled records, the oldest settled turns first, whole
+        turns only (a turn with an unsettled record stays whole); the keys let go."""
+        from tether.activities import Receipt
+
+        turns: dict[Receipt, list[ActivityRecord]] = {}
+        for r in records:
+            turns.setdefault(r.source, []).append(r)
+        done = [recs for recs in turns.values() if all(r.settlement is not None for r in recs)]
+        done.sort(key=lambda recs: max(r.settlement.settled_at_ms for r in recs if r.settlement))
+        gone: set[ActivityKey] = set()
+        for recs in done:
+            if len(gone) >= n:
+                break
+            for r in recs:
+                gone.add(r.key)
+                self._keys.pop(r.key, None)
+                self._settled.pop(r.key, None)
+        return gone
 
 
 class _Journals:
