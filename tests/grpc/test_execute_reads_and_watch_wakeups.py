@@ -11,6 +11,7 @@ claimed unless the test claims it).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -141,3 +142,22 @@ def test_a_cancelled_watch_leaves_the_registry(served: Daemon) -> None:
             next(views)
     finally:
         channel.close()
+
+
+def test_the_dispatcher_every_call_passes_through_runs_raised(served: Daemon) -> None:
+    """grpcio's dispatcher thread hands every call, a Stop's too, to the pool: it runs at
+    `DISPATCH_NICE` (where this process may raise priorities)."""
+    from tether._priority import DISPATCH_NICE
+
+    me = threading.get_native_id()
+    before = os.getpriority(os.PRIO_PROCESS, me)
+    try:
+        os.setpriority(os.PRIO_PROCESS, me, before - 1)
+    except OSError:
+        pytest.skip("raising a priority needs CAP_SYS_NICE (root in CI)")
+    os.setpriority(os.PRIO_PROCESS, me, before)
+    dispatchers = [t for t in threading.enumerate() if t.name.endswith("(_serve)")]
+    assert dispatchers, [t.name for t in threading.enumerate()]
+    for t in dispatchers:
+        assert t.native_id is not None
+        assert os.getpriority(os.PRIO_PROCESS, t.native_id) <= DISPATCH_NICE

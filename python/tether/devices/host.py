@@ -28,6 +28,7 @@ from typing import Any
 
 from tether._coded import CodedError
 from tether._dirs import usable_dir
+from tether._priority import stop_priority
 from tether.devices.config import HostConfig
 from tether.devices.control import ControlServer, send_request, socket_path_for
 from tether.devices.latch import MotionStopped, StopLatch  # noqa: F401
@@ -188,9 +189,10 @@ class DeviceHost:
     # --- operations ---
 
     def stop(self, robot_name: str, *, latch: bool = False) -> StopReport:
-        """Safe-stop one robot; `latch` (an operator's stop) keeps it stopped until resumed."""
+        """Safe-stop one robot; `latch` (an operator's stop) keeps it stopped until resumed.
+        Runs at a stop's priority (`tether._priority.stop_priority`)."""
         robot = self.config.robot(robot_name)
-        with self.latch.stopping():
+        with stop_priority(), self.latch.stopping():
             if latch:
                 self.latch.latch(robot_name)
             return self.device_type(robot_name).safe_stop(self._bus(robot_name), robot)

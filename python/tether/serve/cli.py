@@ -12,6 +12,7 @@ from types import FrameType
 
 from tether import _exit, _log
 from tether._args import Parser, error_line, want_json
+from tether._priority import quiet_heap, stop_priority
 from tether.errors import TetherError
 from tether.serve.daemon import Daemon
 
@@ -85,6 +86,12 @@ def main(argv: list[str]) -> int:
     atexit.register(daemon.close)  # a fatal error or interpreter exit still safe-stops
     try:
         daemon.start()
+        # This process is the daemon: no full collection rescans its start-up heap (every
+        # thread, a stop's too, waits for one). Not in `Daemon.start`: an embedding process
+        # keeps its own collector settings.
+        quiet_heap()
+        with stop_priority():  # says so at start-up, once, if stops cannot be raised here
+            pass
         ready = {
             "ready": True,
             "pid": daemon.ping({})["pid"],

@@ -48,6 +48,7 @@ from tether._coded import CodedError
 from tether._crash import crash_point
 from tether._dirs import usable_dir
 from tether._listen import ListenerError
+from tether._priority import stop_priority
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.devices.config import HostConfig, load_config
@@ -534,8 +535,9 @@ class Daemon:
     def stop_devices(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         """Latch and safe-stop (no storage but the robot's own latch file): the named robots,
         or every configured one; connected robots first. New ticks and work-lane RPCs wait
-        until it is done (`StopFirst`)."""
-        with self.stop_first.stopping():
+        until it is done (`StopFirst`); it runs at a stop's priority, with no automatic
+        garbage collection (`tether._priority.stop_priority`)."""
+        with stop_priority(), self.stop_first.stopping():
             return self._stop_robots(request)
 
     def _stop_robots(self, request: dict[str, Any]) -> list[dict[str, Any]]:

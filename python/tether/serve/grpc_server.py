@@ -1099,6 +1099,7 @@ class GrpcServer:
         self._health_set("", SERVICE, serving=True)
         self._check_devices()
         self.server.start()
+        self._raise_dispatcher()
         self._poller = threading.Thread(target=self._poll, name="grpc-health", daemon=True)
         self._poller.start()
         self._ringer = threading.Thread(
@@ -1136,6 +1137,17 @@ class GrpcServer:
             self._health_set(f"{SERVICE}/{name}", serving=ok)
         if SIM_KIND in self.daemon.served and SIM_DEVICE not in config.robots:
             self._health_set(f"{SERVICE}/{SIM_DEVICE}", serving=True)
+
+    @staticmethod
+    def _raise_dispatcher() -> None:
+        """grpcio hands every call, a Stop's too, from one dispatcher thread (its target is
+        grpcio's ``_serve``) to a pool thread: it runs at `DISPATCH_NICE` so that a stop's
+        call is not queued behind the machine's other work (see `tether._priority`)."""
+        from tether._priority import DISPATCH_NICE, raise_thread
+
+        for thread in threading.enumerate():
+            if thread.name.endswith("(_serve)") and thread.native_id is not None:
+                raise_thread(thread.native_id, DISPATCH_NICE)
 
     def _poll(self) -> None:
         while not self.closing.wait(HEALTH_POLL_S):
