@@ -871,6 +871,12 @@ class RobotControl(rpc.RobotControlServicer):
             woken.wait(WATCH_BACKSTOP_S)
 
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
+        from tether._priority import stop_priority
+
+        with stop_priority():  # from its first line to its answer
+            return self._stop(request, context)
+
+    def _stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
         self.auth.principal(context, "stop")
         config = self.daemon.config
         if request.device == SIM_DEVICE and request.device in self._devices():
@@ -1044,6 +1050,19 @@ def listener_policy(config: Any, address: tuple[str, int]) -> ListenerPolicy:
         raise HostConfigError(exc.code, f"serve.grpc: {exc.message}") from None
 
 
+def _ordinary_priority() -> None:
+    """A pool thread runs at nice 0: it is created by the raised dispatcher and would inherit
+    its priority (a stop's thread raises itself, `tether._priority.stop_priority`)."""
+    import os
+
+    tid = threading.get_native_id()
+    try:
+        if os.getpriority(os.PRIO_PROCESS, tid) < 0:
+            os.setpriority(os.PRIO_PROCESS, tid, 0)
+    except OSError:
+        pass
+
+
 class GrpcServer:
     """The mounted server: RobotControl, health, reflection. `close()` stops it."""
 
@@ -1057,7 +1076,9 @@ class GrpcServer:
             ("grpc.so_reuseport", 0),
         ]
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="grpc"),
+            futures.ThreadPoolExecutor(
+                max_workers=THREADS, thread_name_prefix="grpc", initializer=_ordinary_priority
+            ),
             options=options,
         )
         self.servicer = RobotControl(daemon, _Auth(config.authenticator()), self.closing)
