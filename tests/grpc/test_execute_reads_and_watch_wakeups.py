@@ -146,8 +146,8 @@ def test_a_cancelled_watch_leaves_the_registry(served: Daemon) -> None:
 
 def test_the_dispatcher_every_call_passes_through_runs_raised(served: Daemon) -> None:
     """grpcio's dispatcher thread hands every call, a Stop's too, to the pool: it runs at
-    `DISPATCH_NICE` (where this process may raise priorities). The pool threads it creates
-    do not inherit that: they run at nice 0 (a Stop's raises itself)."""
+    `DISPATCH_NICE` (where this process may raise priorities), and so do the pool threads
+    that serve the calls (a Stop's raises itself further)."""
     from tether._priority import DISPATCH_NICE
 
     me = threading.get_native_id()
@@ -171,4 +171,5 @@ def test_the_dispatcher_every_call_passes_through_runs_raised(served: Daemon) ->
     pool = [t for t in threading.enumerate() if t.name.startswith("grpc_")]
     assert pool
     for t in pool:
-        assert t.native_id is not None and os.getpriority(os.PRIO_PROCESS, t.native_id) == 0
+        assert t.native_id is not None
+        assert os.getpriority(os.PRIO_PROCESS, t.native_id) == DISPATCH_NICE

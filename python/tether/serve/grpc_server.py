@@ -1050,17 +1050,14 @@ def listener_policy(config: Any, address: tuple[str, int]) -> ListenerPolicy:
         raise HostConfigError(exc.code, f"serve.grpc: {exc.message}") from None
 
 
-def _ordinary_priority() -> None:
-    """A pool thread runs at nice 0: it is created by the raised dispatcher and would inherit
-    its priority (a stop's thread raises itself, `tether._priority.stop_priority`)."""
-    import os
+def _serving_priority() -> None:
+    """A pool thread serves calls at `DISPATCH_NICE`, like the dispatcher that hands them over:
+    a call's own work is short (the Activity's work runs in the worker threads, at nice 0), and
+    a flood of calls keeps its rate beside the machine's other processes. A Stop call raises
+    its thread further (`tether._priority.stop_priority`)."""
+    from tether._priority import DISPATCH_NICE, raise_thread
 
-    tid = threading.get_native_id()
-    try:
-        if os.getpriority(os.PRIO_PROCESS, tid) < 0:
-            os.setpriority(os.PRIO_PROCESS, tid, 0)
-    except OSError:
-        pass
+    raise_thread(threading.get_native_id(), DISPATCH_NICE)
 
 
 class GrpcServer:
@@ -1077,7 +1074,7 @@ class GrpcServer:
         ]
         self.server = grpc.server(
             futures.ThreadPoolExecutor(
-                max_workers=THREADS, thread_name_prefix="grpc", initializer=_ordinary_priority
+                max_workers=THREADS, thread_name_prefix="grpc", initializer=_serving_priority
             ),
             options=options,
         )
@@ -1163,7 +1160,8 @@ class GrpcServer:
     def _raise_dispatcher() -> None:
         """grpcio hands every call, a Stop's too, from one dispatcher thread (its target is
         grpcio's ``_serve``) to a pool thread: it runs at `DISPATCH_NICE` so that a stop's
-        call is not queued behind the machine's other work (see `tether._priority`)."""
+        call is not queued behind the machine's other work (see `tether._priority`; the pool
+        threads: `_serving_priority`)."""
         from tether._priority import DISPATCH_NICE, raise_thread
 
         for thread in threading.enumerate():
