@@ -10,8 +10,8 @@ heap (tens of milliseconds, every thread held), is a late stop. So:
   process (collection resumes when the last overlapping stop ends, if it ran before the
   first; garbage made meanwhile is collected then). The thread's priority is restored when
   the block ends.
-- `raise_thread(native_id, nice)` raises a long-lived thread that every stop passes through
-  (the gRPC server's dispatcher).
+- `raise_thread(native_id, nice)` raises a thread that every stop passes through (the gRPC
+  server's dispatcher and pool threads, at `DISPATCH_NICE`).
 - `quiet_heap()`, once a long-running process has started: its start-up heap (modules,
   configuration, generated protocol classes) moves out of the collector's scans for good
   (`gc.freeze`), and a full collection runs a tenth as often.
@@ -34,7 +34,8 @@ log = logging.getLogger("tether.priority")
 
 #: A stopping thread's nice value (the highest priority an ordinary thread can have).
 STOP_NICE: Final = -20
-#: The nice value of a thread every stop passes through (the gRPC dispatcher).
+#: The nice value of the threads every gRPC call, a Stop's too, passes through: grpcio's
+#: dispatcher and the pool threads that serve the calls.
 DISPATCH_NICE: Final = -10
 #: The collector's thresholds once `quiet_heap` ran: generation 2 every 100 generation-1 runs
 #: (CPython's default is 10).
