@@ -575,6 +575,14 @@ class LivePublisher:
         """The text a subscriber holds once the whole trace `text` went through `tool_output`
         (in any pieces): the output cap and its marker applied."""
     def is_turn_settled(self, turn_id: str) -> bool: ...
+    def forget_message(self, message_id: str) -> None:
+        """Forget a message that will be published no more (a bounded feed let it go): nothing
+        is framed; should it come back, it is published as a new one."""
+    def forget_turn(self, turn_id: str) -> None:
+        """Forget a turn's settled mark once none of its messages is held."""
+    @property
+    def held(self) -> int:
+        """Messages and turns this publisher holds state for (what the forgets give back)."""
     @property
     def epoch(self) -> int: ...
     @property

@@ -79,9 +79,13 @@ def test_a_feed_forgets_what_it_no_longer_holds_and_sends_nothing_for_it(host: H
     assert len(whole["turns"]) == 3
     assert feed.trace(_key("a")) != ""
 
+    held = feed.publisher.held
     gone = records.pop(0)
     frames.clear()
     assert feed.sync() == 0 and frames == []  # letting a record go is not news
+    # The publisher gave back what it held of the message and of its (now empty) turn.
+    assert feed.publisher.held < held
+    assert feed.publisher.emitted_bytes(message_id_for(gone.key)) is None
     left = feed.canonical().record
     assert set(left["messages"]) == {message_id_for(_key(a)) for a in "bc"}
     assert len(left["turns"]) == 2

@@ -272,9 +272,11 @@ class LiveFeed(PublisherSource):
             self._traces.pop(key, None)
             for x in interactions_for(old):
                 self._interactions.pop(x["requestId"], None)
+            self.publisher.forget_message(message_id_for(key))
         receipts = {r.source for r in records}
         for receipt in [rc for rc in self._turns if rc not in receipts]:
             del self._turns[receipt]
+            self.publisher.forget_turn(turn_id_for(receipt))
 
     def trace(self, key: ActivityKey) -> str:
         """The trace text written so far for an Activity ("" when none)."""

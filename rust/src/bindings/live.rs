@@ -281,6 +281,19 @@ impl PyLivePublisher {
     fn is_turn_settled(&self, turn_id: &str) -> bool {
         self.inner.is_turn_settled(turn_id)
     }
+    /// Forget a message that will be published no more (see the Rust docs).
+    fn forget_message(&mut self, message_id: &str) {
+        self.inner.forget_message(message_id)
+    }
+    /// Forget a turn none of whose messages is held any more.
+    fn forget_turn(&mut self, turn_id: &str) {
+        self.inner.forget_turn(turn_id)
+    }
+    /// Messages and turns this publisher holds state for.
+    #[getter]
+    fn held(&self) -> usize {
+        self.inner.held()
+    }
     #[getter]
     fn epoch(&self) -> u64 {
         self.inner.epoch()

@@ -248,6 +248,22 @@ impl Publisher {
     pub fn is_turn_settled(&self, turn_id: &str) -> bool {
         self.settled_turns.contains(turn_id)
     }
+    /// Forgets what is held of a message that will be published no more (a bounded feed let
+    /// it go): its trace's offsets and its terminal mark. Nothing is framed. Should it come
+    /// back, it is published as a new one (a `set` for its trace), not as a late delta.
+    pub fn forget_message(&mut self, message_id: &str) {
+        self.traces.remove(message_id);
+        self.terminal_messages.remove(message_id);
+    }
+    /// Forgets a turn's settled mark once none of its messages is held (`forget_message`).
+    pub fn forget_turn(&mut self, turn_id: &str) {
+        self.settled_turns.remove(turn_id);
+    }
+    /// Messages and turns this publisher holds state for (traces, terminal marks, settled
+    /// turns): what `forget_message` and `forget_turn` give back.
+    pub fn held(&self) -> usize {
+        self.traces.len() + self.terminal_messages.len() + self.settled_turns.len()
+    }
 
     fn key(&self, kind: KeyKind, id: &str, turn_id: Option<&str>) -> ReconcileKey {
         ReconcileKey {
@@ -657,6 +673,31 @@ mod tests {
         for fr in &f {
             assert_eq!(crate::live::frame::parse_frame(&fr.to_json()).unwrap(), *fr);
         }
+    }
+
+    #[test]
+    fn a_forgotten_message_and_turn_hold_nothing_and_come_back_as_new() {
+        let mut p = publisher(1024, 1 << 20);
+        p.tool_output("m", "t", "first", 1).unwrap();
+        let settled = r#"{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","data":{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","occurredAtUnixMs":2,"activeTurnId":null,"turn":{"turnId":"t","agentSessionId":"world-1","phase":"settled","outcome":"completed","error":null,"startedAtUnixMs":1,"settledAtUnixMs":2,"updatedAtUnixMs":2}}}"#;
+        p.publish(validate(settled.as_bytes()).unwrap()).unwrap();
+        drain(&mut p);
+        assert!(p.held() >= 2 && p.is_turn_settled("t"));
+        let seq = p.seq();
+        p.forget_message("m");
+        assert!(p.is_turn_settled("t"));
+        p.forget_turn("t");
+        assert_eq!(p.held(), 0);
+        assert_eq!(p.emitted_bytes("m"), None);
+        assert!(!p.is_turn_settled("t") && p.poll_frame().is_none() && p.seq() == seq);
+        // Back again: a new trace (a set from offset 0), not a discontinuity.
+        p.tool_output("m", "t", "again", 3).unwrap();
+        let f = drain(&mut p);
+        assert!(f
+            .iter()
+            .flat_map(|fr| fr.deliveries.iter())
+            .all(|d| !matches!(d, Delivery::Discontinuity(_))));
+        assert_eq!(outputs(&f), vec![ToolOutput::Set("again".into())]);
     }
 
     #[test]
