@@ -588,6 +588,12 @@ mod tests {
         std::iter::from_fn(|| p.poll_frame()).collect()
     }
 
+    /// Publishes turn "t" settled.
+    fn settle_turn_t(p: &mut Publisher) {
+        let settled = r#"{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","data":{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","occurredAtUnixMs":2,"activeTurnId":null,"turn":{"turnId":"t","agentSessionId":"world-1","phase":"settled","outcome":"completed","error":null,"startedAtUnixMs":1,"settledAtUnixMs":2,"updatedAtUnixMs":2}}}"#;
+        p.publish(validate(settled.as_bytes()).unwrap()).unwrap();
+    }
+
     #[test]
     fn first_chunk_is_set_then_appends_at_offsets() {
         let mut p = publisher(8, 1 << 20);
@@ -657,8 +663,7 @@ mod tests {
     fn deltas_after_settle_become_discontinuities() {
         let mut p = publisher(1024, 1 << 20);
         p.tool_output("m", "t", "x", 1).unwrap();
-        let settled = r#"{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","data":{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","occurredAtUnixMs":2,"activeTurnId":null,"turn":{"turnId":"t","agentSessionId":"world-1","phase":"settled","outcome":"completed","error":null,"startedAtUnixMs":1,"settledAtUnixMs":2,"updatedAtUnixMs":2}}}"#;
-        p.publish(validate(settled.as_bytes()).unwrap()).unwrap();
+        settle_turn_t(&mut p);
         p.tool_output("m", "t", "late", 3).unwrap();
         p.tool_output("m", "t", "later", 4).unwrap();
         let f = drain(&mut p);
@@ -679,8 +684,7 @@ mod tests {
     fn a_forgotten_message_and_turn_hold_nothing_and_come_back_as_new() {
         let mut p = publisher(1024, 1 << 20);
         p.tool_output("m", "t", "first", 1).unwrap();
-        let settled = r#"{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","data":{"workspaceId":"ws","agentSessionId":"world-1","eventType":"turn_update","occurredAtUnixMs":2,"activeTurnId":null,"turn":{"turnId":"t","agentSessionId":"world-1","phase":"settled","outcome":"completed","error":null,"startedAtUnixMs":1,"settledAtUnixMs":2,"updatedAtUnixMs":2}}}"#;
-        p.publish(validate(settled.as_bytes()).unwrap()).unwrap();
+        settle_turn_t(&mut p);
         drain(&mut p);
         assert!(p.held() >= 2 && p.is_turn_settled("t"));
         let seq = p.seq();
