@@ -9,14 +9,13 @@ import asyncio
 import json
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tether.activities import ActivityKey, ActivityRecord, Decision
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
-from tether.families.robot_move.family import RobotMoveAdapter, intent, robot_move_family
+from tether.families.robot_move.family import intent
 from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 from tether.live import (
     LiveClient,
@@ -34,33 +33,18 @@ from tether.runtime import Family, Host
 from tests._hosts import drain
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "adapters"))
-from _dxl_setup import GOALS, TARGETS, write_config
+import _dxl_fixtures
+from _dxl_setup import GOALS, TARGETS
 from tether.adapters.dynamixel import tables
-from tether.adapters.dynamixel.config import HostConfig, load_config
+
+# The DYNAMIXEL fixtures of tests/adapters (an emulator on a real pty, its host config, the
+# robot_move family), as fixtures of this module.
+emulator = _dxl_fixtures.emulator
+config = _dxl_fixtures.config
+family = _dxl_fixtures.family
 
 KEY = ActivityKey("w", KIND_ABSOLUTE, "move-1")
 REQUEST = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS})
-
-
-@pytest.fixture
-def emulator() -> Iterator[DynamixelEmulator]:
-    with DynamixelEmulator([1, 2], speed_scale=20.0) as emu:
-        yield emu
-
-
-@pytest.fixture
-def config(emulator: DynamixelEmulator, tmp_path: Path) -> HostConfig:
-    return load_config(write_config(tmp_path, emulator.path))
-
-
-@pytest.fixture
-def family(config: HostConfig, tmp_path: Path) -> Iterator[Family]:
-    fam = robot_move_family(config, tmp_path / "data" / "robot_move", settle_timeout_s=10)
-    try:
-        yield fam
-    finally:
-        assert isinstance(fam.adapter, RobotMoveAdapter)
-        fam.adapter.close()
 
 
 def feed_for(host: Host, tmp_path: Path, **kw: Any) -> LiveFeed:
