@@ -10,9 +10,17 @@ Every connection this module opens:
 - uses TCP keepalives on both ends, so a dead peer is noticed in seconds, not hours, and a
   TCP user timeout, so a request sent into a cut link fails within `TCP_USER_TIMEOUT_MS`.
 
+It also runs at READ COMMITTED (`default_transaction_isolation`, forced per session: the
+stores' writers rely on it, and a role, database or URL default of REPEATABLE READ or
+SERIALIZABLE would fail concurrent writers with serialization errors), and speaks UTF-8
+(`client_encoding`, whatever the URL or the role asks).
+
 Credentials never travel in messages: errors name the host, port and database and libpq's
-cause, never the URL. Put the password in the environment (`PGPASSWORD`) or a libpq password
-file (`PGPASSFILE`, or `passfile=` in the URL), not in the URL itself.
+cause (any password of the URL scrubbed out of it, `scrub`), never the URL. A URL libpq would
+misread (an ``@`` or ``/`` in its password, not percent-encoded: parts of the password would
+become the host or database) is refused before anything reads it. Put the password in the
+environment (`PGPASSWORD`) or a libpq password file (`PGPASSFILE`, or `passfile=` in the
+URL), not in the URL itself.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from psycopg import errors as _errors
 from psycopg import generators as _generators
 from psycopg.adapt import Transformer
 
+from tether.storage._urls import ambiguous, scrub
 from tether.storage._urls import redact as redact
 
 #: Session settings every Tether connection runs with (milliseconds).
@@ -42,6 +51,11 @@ CONNECT_TIMEOUT_S = 10
 TCP_USER_TIMEOUT_MS = 30_000
 #: synchronous_commit values that flush the commit on this server before acknowledging it.
 DURABLE_COMMIT = frozenset({"on", "remote_write", "remote_apply"})
+#: Why a URL libpq would misread is refused (`ambiguous`): it names no part of the URL.
+AMBIGUOUS_URL = (
+    "invalid PostgreSQL URL: an '@' or '/' in the password must be percent-encoded"
+    " (%40, %2F), and so must an '@' after it"
+)
 
 E = TypeVar("E", bound=Exception)
 T = TypeVar("T")
@@ -106,16 +120,36 @@ def _message(conn: psycopg.Connection[Any], texts: Sequence[str]) -> list[list[t
     return rows
 
 
-def where(conninfo: str) -> str:
-    """``host:port/dbname`` of a connection string, without user or password."""
+def _parse(conninfo: str) -> dict[str, Any]:
+    """libpq's parameters of ``conninfo``.
+
+    Raises:
+        ValueError: a URL libpq would misread (`ambiguous`), or one it cannot parse: one line
+            without the URL's passwords (`scrub`).
+    """
+    if ambiguous(conninfo):
+        raise ValueError(AMBIGUOUS_URL)
     try:
-        params = _conninfo.conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
+        return _conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as e:
+        raise ValueError(f"invalid PostgreSQL URL: {scrub(one_line(e), conninfo)}") from None
+    except UnicodeDecodeError:
+        raise ValueError("invalid PostgreSQL URL: a percent-encoded value is not UTF-8") from None
+
+
+def where(conninfo: str) -> str:
+    """``host:port/dbname`` of a connection string, without user or password (and without
+    any text of a URL libpq would misread)."""
+    if ambiguous(conninfo):
+        return "an ambiguous PostgreSQL URL"
+    try:
+        params = _parse(conninfo)
+    except ValueError:
         return "an unparsable PostgreSQL URL"
     host = str(params.get("host") or params.get("hostaddr") or "localhost (socket)")
     port = str(params.get("port") or "5432")
     db = str(params.get("dbname") or params.get("user") or "")
-    return f"{host}:{port}/{db}"
+    return scrub(f"{host}:{port}/{db}", conninfo)
 
 
 def one_line(error: BaseException) -> str:
@@ -128,11 +162,12 @@ def one_line(error: BaseException) -> str:
 
 
 def check_url(conninfo: str, error: Callable[[str], E]) -> None:
-    """Raise ``error`` (one line, no credentials) unless libpq can parse ``conninfo``."""
+    """Raise ``error`` (one line, no credentials) unless libpq can parse ``conninfo`` as its
+    writer meant (`ambiguous`)."""
     try:
-        _conninfo.conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError as e:
-        raise error(f"invalid PostgreSQL URL: {one_line(e)}") from None
+        _parse(conninfo)
+    except ValueError as e:
+        raise error(str(e)) from None
 
 
 def connect(
@@ -142,13 +177,14 @@ def connect(
 
     Raises:
         E (from ``error``): a bad URL, an unreachable server, a refused login, or a server that
-            cannot keep `synchronous_commit` on. One line naming the host and the cause.
+            cannot keep `synchronous_commit` on. One line naming the host and the cause, without
+            the URL's passwords.
     """
     at = where(conninfo)
     try:
-        params = _conninfo.conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError as e:
-        raise error(f"invalid PostgreSQL URL: {one_line(e)}") from None
+        params = _parse(conninfo)
+    except ValueError as e:
+        raise error(str(e)) from None
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     params.setdefault("application_name", application)
     params.setdefault("keepalives", 1)
@@ -158,12 +194,14 @@ def connect(
     # Keepalives probe an idle connection only; data sent into a cut link would otherwise be
     # retransmitted for ~15 minutes before the call fails. This bounds that wait.
     params.setdefault("tcp_user_timeout", TCP_USER_TIMEOUT_MS)
+    params["client_encoding"] = "UTF8"  # what `_message` encodes with: any text, any role
     try:
         conn = psycopg.connect(_conninfo.make_conninfo("", **params), autocommit=True)
     except psycopg.Error as e:
         # libpq's message names the cause (refused, timeout, password authentication failed,
         # database does not exist); `from None`: the chained error could carry the URL.
-        raise error(f"cannot connect to PostgreSQL at {at}: {one_line(e)}") from None
+        cause = scrub(one_line(e), conninfo)
+        raise error(f"cannot connect to PostgreSQL at {at}: {cause}") from None
     try:
         conn.execute(
             "SELECT set_config('statement_timeout', %s, false),"
@@ -171,7 +209,11 @@ def connect(
             " set_config('idle_in_transaction_session_timeout', %s, false),"
             " set_config('tcp_keepalives_idle', '10', false),"
             " set_config('tcp_keepalives_interval', '5', false),"
-            " set_config('tcp_keepalives_count', '3', false)",
+            " set_config('tcp_keepalives_count', '3', false),"
+            # Both stores' writers rely on READ COMMITTED (a row lock waits, then re-reads):
+            # a default of REPEATABLE READ or SERIALIZABLE would fail them with 40001.
+            " set_config('default_transaction_isolation', 'read committed', false),"
+            " set_config('client_encoding', 'UTF8', false)",
             (
                 f"{STATEMENT_TIMEOUT_MS}ms",
                 f"{LOCK_TIMEOUT_MS}ms",
@@ -186,7 +228,8 @@ def connect(
             raise error(f"PostgreSQL at {at} will not keep synchronous_commit on ({row})")
     except psycopg.Error as e:
         conn.close()
-        raise error(f"cannot prepare the PostgreSQL session at {at}: {one_line(e)}") from None
+        cause = scrub(one_line(e), conninfo)
+        raise error(f"cannot prepare the PostgreSQL session at {at}: {cause}") from None
     except BaseException:
         conn.close()
         raise

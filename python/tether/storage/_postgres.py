@@ -290,19 +290,21 @@ class PostgresClock:
         " * 1000))::bigint,"
         " (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
     )
-    #: Sets both boots on a session (the kernel's only where the role may read server files:
-    #: an empty one otherwise, which the kernel mode, chosen only for such a role, never reads).
-    #: Each is the `Now.boot_id` as it is, so a statement may also write it (a stamped
-    #: admission, `PostgresCatalogStore.admit_at`).
+    #: Sets both boots on a session (the kernel's only where the role may read server files
+    #: and the server has the file, as Linux does: an empty one otherwise, and the kernel
+    #: mode, chosen only where it is set, never reads it). Each is the `Now.boot_id` as it is,
+    #: so a statement may also write it (a stamped admission, `PostgresCatalogStore.admit_at`).
+    #: A missing file reads as NULL (`pg_read_file`'s ``missing_ok``, in the four-argument
+    #: form PostgreSQL has had since 9.5; the two-argument one is 16's).
     BOOTS = (
         "SELECT set_config('tether.wall_boot', 'pg:' ||"
         " (SELECT system_identifier FROM pg_control_system())::text || ':' ||"
         " (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text, false),"
         " set_config('tether.kernel_boot', CASE WHEN (SELECT rolsuper OR"
         " pg_has_role(current_user, 'pg_read_server_files', 'MEMBER') FROM pg_roles"
-        " WHERE rolname = current_user) THEN 'pg-kernel:' ||"
-        " btrim(pg_read_file('/proc/sys/kernel/random/boot_id'), E' \\t\\n\\r') ELSE '' END,"
-        " false)"
+        " WHERE rolname = current_user) THEN coalesce('pg-kernel:' || nullif(btrim("
+        "pg_read_file('/proc/sys/kernel/random/boot_id', 0, 64, true), E' \\t\\n\\r'), ''),"
+        " '') ELSE '' END, false)"
     )
 
     def __init__(self, store: PostgresCatalogStore, *, mode: str | None = None) -> None:
@@ -378,10 +380,15 @@ class PostgresCatalogStore:
         return self._clock
 
     def _can_read_server_files(self) -> bool:
+        """Whether the kernel clock is there for this session: the role may read server files
+        and the server's kernel boot id and uptime exist (`BOOTS` set the boot: Linux)."""
         (ok,) = self._read_one(
             "a role check",
-            "SELECT rolsuper OR pg_has_role(current_user, 'pg_read_server_files', 'MEMBER')"
-            " FROM pg_roles WHERE rolname = current_user",
+            "SELECT CASE WHEN (SELECT rolsuper OR"
+            " pg_has_role(current_user, 'pg_read_server_files', 'MEMBER')"
+            " FROM pg_roles WHERE rolname = current_user)"
+            " AND current_setting('tether.kernel_boot', true) <> ''"
+            " THEN pg_read_file('/proc/uptime', 0, 64, true) IS NOT NULL ELSE false END",
         )
         return bool(ok)
 

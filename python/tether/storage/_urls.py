@@ -1,15 +1,213 @@
-"""URL helpers that need no database driver (importing storage must not need psycopg)."""
+"""URL helpers that need no database driver (importing storage must not need psycopg).
+
+A password may reach Tether inside a URL (``user:pw@``, ``?password=``, ``?sslpassword=``) or
+a key=value connection string (``password=pw``, ``password='a b'``). These helpers keep it
+out of what Tether prints: `redact` masks every form of it in a URL shown to the user,
+`ambiguous` tells a PostgreSQL URL that libpq would split somewhere other than its writer
+meant (a password holding an unescaped ``@`` or ``/``, whose pieces libpq would take for the
+host, port or database), and `scrub` takes the password out of a message about a URL.
+"""
 
 from __future__ import annotations
 
+import re
+from urllib.parse import unquote
+
+#: The query parameters and connection-string keys whose value is a secret.
+PASSWORD_KEYS = frozenset({"password", "sslpassword"})
+#: What `scrub` puts in place of a secret (and of a quoted text holding one).
+REDACTED = "<redacted>"
+#: A secret shorter than this is scrubbed only where it is a whole quoted text (or within
+#: one): replacing every occurrence of two letters would garble the rest of the message.
+_SHORT = 4
+#: A key=value connection string's password (libpq's syntax: spaces around ``=``, a value in
+#: single quotes with backslash escapes, or unquoted up to the next space).
+_KV_PASSWORD = re.compile(
+    r"(?<!\S)((?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.?)*'?|(?:[^\s\\]|\\.?)*)",
+    re.IGNORECASE | re.DOTALL,
+)
+#: A query parameter that begins a new one (``key=``) after an ``&``: a password's value runs
+#: up to the next of these, so a password holding ``&`` is masked whole.
+_NEXT_PARAM = re.compile(r"&[A-Za-z_%][A-Za-z0-9_%]*=")
+#: A URI's query parameter: its key.
+_PARAM = re.compile(r"[?&]([^=&?]*)=")
+_QUOTED = re.compile(r'"([^"]*)"')
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def _rest(url: str) -> str | None:
+    """The text after ``scheme://`` of a URI, None for anything else (a key=value string,
+    even one with a ``://`` in a value)."""
+    scheme, sep, rest = url.partition("://")
+    return rest if sep and _SCHEME.fullmatch(scheme) else None
+
+
+def _index(text: str, chars: str, start: int = 0) -> int:
+    """The first index at or after ``start`` of any of ``chars`` (``len(text)`` if none)."""
+    found = [i for i in (text.find(c, start) for c in chars) if i >= 0]
+    return min(found, default=len(text))
+
+
+def _numeric_ports(authority: str) -> bool:
+    """Whether ``authority`` is a list of ``host[:port]`` whose ports are numbers."""
+    for host in authority.split(","):
+        if host.startswith("["):  # [::1]:5432
+            tail = host.partition("]")[2]
+            if tail and not tail.startswith(":"):
+                return False
+            port = tail[1:]
+        else:
+            port = host.partition(":")[2]
+        if port and not (port.isascii() and port.isdigit()):
+            return False
+    return True
+
+
+def _benign(tail: str) -> bool:
+    """Whether every ``@`` of ``tail`` (a URI after its authority) sits in a query value
+    (``?user=me@srv``): after the ``=`` of its parameter, with no ``/`` after it there,
+    unlike the ``@host/db`` that ends a user info."""
+    path, _, query = tail.partition("?")
+    if "@" in path:
+        return False
+    for param in query.split("&"):
+        if "@" in param:
+            key, eq, value = param.partition("=")
+            if not eq or "@" in key or "/" in value[value.index("@") :]:
+                return False
+    return True
+
+
+def _split(rest: str) -> tuple[str | None, str]:
+    """A URI's user info as libpq reads it (up to the first ``@`` that no ``/`` precedes:
+    None without one) and the text after it."""
+    at = rest.find("@")
+    if 0 <= at < _index(rest, "/"):
+        return rest[:at], rest[at + 1 :]
+    return None, rest
+
+
+def _ambiguous_rest(rest: str) -> bool:
+    userinfo, after = _split(rest)
+    if userinfo is not None:
+        host_end = _index(after, "/?")
+        # u:p@ss@host (libpq: host `ss@host`); a password and another @ (u:p@s/s@host/db).
+        return "@" in after[:host_end] or (":" in userinfo and "@" in after[host_end:])
+    at = rest.find("@")
+    if at < 0 or ":" not in rest[:at]:
+        return False  # no @, or no `user:password` before it: nothing libpq could misplace
+    # u:pa/ss@host/db: libpq reads host `u`, port `pa`, database `ss@host/db`.
+    authority = rest[: _index(rest, "/?")]
+    return not (_numeric_ports(authority) and _benign(rest[len(authority) :]))
+
+
+def ambiguous(url: str) -> bool:
+    """Whether ``url`` is a URI whose user info libpq would not read as its writer meant: an
+    ``@`` or ``/`` in the password (or user) not percent-encoded, so parts of the password
+    would become the host, port or database (and be shown as such). Also true of a URI with
+    a password and another ``@`` anywhere, or with ``user:`` and an ``@`` after a ``/`` that is
+    not in a query value: the ``@`` must be percent-encoded (``%40``) there."""
+    rest = _rest(url)
+    return rest is not None and _ambiguous_rest(rest)
+
+
+def _query_passwords(text: str) -> list[tuple[int, int]]:
+    """The spans in ``text`` (a URI's query, from its ``?``) of the values of its password
+    parameters (keys percent-decoded, any case)."""
+    spans = []
+    for m in _PARAM.finditer(text):
+        if unquote(m.group(1), errors="replace").lower() in PASSWORD_KEYS:
+            more = _NEXT_PARAM.search(text, m.end())
+            spans.append((m.end(), more.start() if more else len(text)))
+    return spans
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` sorted, the overlapping ones joined."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _uri_secrets(rest: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The spans in ``rest`` (a URI after ``://``) of its password (of all that may be one,
+    for an ambiguous URI: up to its last ``@``) and of its password parameters' values."""
+    if _ambiguous_rest(rest):
+        at = rest.rfind("@")
+        colon = rest.find(":", 0, at)
+        return [(colon + 1, at)] if colon >= 0 else [(0, at)], _query_passwords(rest)
+    userinfo, after = _split(rest)
+    user_pw = []
+    if userinfo is not None and ":" in userinfo:
+        user_pw = [(userinfo.index(":") + 1, len(userinfo))]
+    q = after.find("?")
+    offset = len(rest) - len(after) + q
+    params = [(offset + a, offset + b) for a, b in _query_passwords(after[q:])] if q >= 0 else []
+    return user_pw, params
+
 
 def redact(url: str) -> str:
-    """A URL with any password replaced by ``***`` (for messages that must show a URL)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    auth, at, host = rest.rpartition("@")
-    if not at:
-        return url
-    user = auth.partition(":")[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in auth else url
+    """``url`` with every password in it replaced by ``***`` (for messages that must show a
+    URL): a URI's ``user:password@`` (one holding ``@`` or ``/`` too), its ``password`` and
+    ``sslpassword`` parameters (any case), and a key=value string's ``password=`` values."""
+    rest = _rest(url)
+    if rest is None:
+        return _KV_PASSWORD.sub(lambda m: m.group(1) + "***", url)
+    head = url[: len(url) - len(rest)]
+    user_pw, params = _uri_secrets(rest)
+    for start, end in reversed(_merged(user_pw + params)):
+        rest = rest[:start] + "***" + rest[end:]
+    return head + rest
+
+
+def _kv_secrets(text: str) -> list[str]:
+    found = []
+    for m in _KV_PASSWORD.finditer(text):
+        raw = m.group(2)
+        found.append(raw)
+        inner = raw[1:].removesuffix("'") if raw.startswith("'") else raw
+        found.append(re.sub(r"\\(.)", r"\1", inner, flags=re.DOTALL))
+    return found
+
+
+def secrets(url: str) -> list[str]:
+    """Every text of ``url`` that is or may be a password, as written and percent-decoded:
+    what `scrub` takes out of a message (empty strings left out)."""
+    rest = _rest(url)
+    found: list[str] = []
+    if rest is None:
+        found = _kv_secrets(url)
+    else:
+        user_pw, params = _uri_secrets(rest)
+        for start, end in user_pw + params:
+            found.append(rest[start:end])
+        for _, end in user_pw:  # the whole `user:password`, as libpq may quote it
+            found.append(rest[:end])
+    found += [unquote(s, errors="replace") for s in found]
+    return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a message about ``url``: libpq's, or one built from it) without any password
+    of ``url``: the URL itself and each of its passwords (`secrets`) are replaced by
+    `REDACTED`, and so is every double-quoted text (libpq quotes the token it could not
+    parse) that holds one or is part of one. Other quoted texts stay (``invalid sslmode
+    value: "foo"``)."""
+    found = secrets(url)
+    if not found:
+        return text
+    for secret in (url, *found):  # a password holding a `"` would mislead the quotes
+        if len(secret) >= _SHORT:
+            text = text.replace(secret, REDACTED)
+
+    def quoted(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        if inner and any(inner in s or (len(s) >= _SHORT and s in inner) for s in found):
+            return f'"{REDACTED}"'
+        return m.group(0)
+
+    return _QUOTED.sub(quoted, text)

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tether.errors import TetherError
+from tether.storage._urls import redact
 
 STORES = ("catalog", "world")
 
@@ -125,7 +126,7 @@ def upgrade(url: str, store: str | None = None) -> list[StoreStatus]:
         else sorted(found) or (["catalog", "world"] if _scheme(url) != "sqlite" else [])
     )
     if not targets:
-        raise UrlError(f"{url} holds no Tether store: name one with --store catalog|world")
+        raise UrlError(f"{redact(url)} holds no Tether store: name one with --store catalog|world")
     if _scheme(url) == "sqlite":
         path = _sqlite_path(url)
         for s in targets:
@@ -162,8 +163,6 @@ def _scheme(url: str) -> str:
     scheme, sep, _ = url.partition("://")
     scheme = scheme.lower()
     if not sep or scheme not in ("sqlite", "postgresql", "postgres"):
-        from tether.storage._urls import redact
-
         raise UrlError(
             f"unsupported URL {redact(url)!r}; use sqlite:///abs/path.db or postgresql://host/db"
         )
