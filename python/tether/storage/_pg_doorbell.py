@@ -14,15 +14,17 @@ admission may also announce it (`topics|boot|ms|wall|values`, see `ANNOUNCED`), 
 doorbell keeps for a claim to check (`take_announced`). Anyone who may connect may notify,
 so no payload is trusted or stops the listener: at worst it wakes the topics it names.
 
-The channel is per schema (`tether_catalog:<schema>`), so catalogs in different schemas of
-one database do not wake each other. A listener holds one connection of its own. If that
-connection breaks, it reconnects (every `RECONNECT_S`) and then wakes every topic, because a
-notification sent while it was away is lost. Waiters keep a fallback poll of at least 1 s
+The channel is per schema (`tether_catalog:<schema>`, `channel_name`), so catalogs in
+different schemas of one database do not wake each other. A listener holds one connection of
+its own. If that connection breaks, it reconnects (every `RECONNECT_S`) and then wakes every
+topic, because a notification sent while it was away is lost (so does a first connection that
+failed: callers scanned on their own meanwhile). Waiters keep a fallback poll of at least 1 s
 (`MIN_FALLBACK_S`) for what no notification announces: a lease or a backoff running out.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -45,6 +47,9 @@ log = logging.getLogger("tether.storage.pg_doorbell")
 MIN_FALLBACK_S: Final = 1.0
 RECONNECT_S: Final = 1.0
 CHANNEL_PREFIX: Final = "tether_catalog:"
+#: The longest channel name the server takes (NAMEDATALEN - 1 bytes): `pg_notify` refuses a
+#: longer one, and LISTEN would cut it short, so neither may see one.
+CHANNEL_MAX_BYTES: Final = 63
 #: The separator of a notification that announces admissions: ``topics|boot|ms|wall|rows``,
 #: the admitting statement's clock reading and the JSON array of the admitted records'
 #: unstamped values (`PostgresCatalogStore.admit_at`; a claim may take one of them in one
@@ -54,10 +59,23 @@ ANNOUNCED: Final = "|"
 ANNOUNCED_KEPT: Final = 256
 
 
+def channel_name(schema: str) -> str:
+    """The wake channel of the catalog in ``schema``: `CHANNEL_PREFIX` and the schema's name
+    when that fits in `CHANNEL_MAX_BYTES`, else the prefix, the name cut short (at a
+    character) and ``#`` and 16 hex digits of its SHA-256: one channel per schema either way."""
+    channel = CHANNEL_PREFIX + schema
+    if len(channel.encode()) <= CHANNEL_MAX_BYTES:
+        return channel
+    digest = "#" + hashlib.sha256(schema.encode()).hexdigest()[:16]
+    room = CHANNEL_MAX_BYTES - len(CHANNEL_PREFIX) - len(digest)
+    head = schema.encode()[:room].decode(errors="ignore")
+    return CHANNEL_PREFIX + head + digest
+
+
 def channel_for(conn: psycopg.Connection[Any]) -> str:
-    """The wake channel of the catalog in ``conn``'s current schema."""
+    """The wake channel of the catalog in ``conn``'s current schema (`channel_name`)."""
     row = conn.execute("SELECT current_schema()").fetchone()
-    return CHANNEL_PREFIX + str(row[0] if row and row[0] else "public")
+    return channel_name(str(row[0] if row and row[0] else "public"))
 
 
 class PostgresDoorbell(TopicWaits):
@@ -208,12 +226,16 @@ class PostgresDoorbell(TopicWaits):
         return False
 
     def _receive(self, ready: threading.Event) -> None:
-        first = True
+        # Whether a notification may have been missed since the last LISTEN (or since
+        # `listen` returned: a first attempt that failed lets the callers scan on their own):
+        # the next LISTEN then wakes every topic.
+        missed = False
         while not self._stop.is_set():
             try:
                 conn = connect(self.conninfo, CatalogStorageError, application="tether-doorbell")
             except CatalogStorageError as e:
                 log.warning("doorbell cannot listen (%s); waiters fall back to their poll", e)
+                missed = True
                 ready.set()
                 self._stop.wait(RECONNECT_S)
                 continue
@@ -221,16 +243,18 @@ class PostgresDoorbell(TopicWaits):
                 channel = self.channel = self.channel or channel_for(conn)
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                 ready.set()
-                if not first:
+                if missed:
                     self.reconnects += 1
                     self._raise(_ALL)  # what was sent while away is lost: everyone re-checks
-                first = False
+                missed = False
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=0.5):
                         self.received += 1
                         self._heard(note.payload)
             except psycopg.Error as e:
                 log.info("doorbell connection lost (%s); reconnecting", e)
+                missed = True
+                ready.set()
                 self._stop.wait(RECONNECT_S)
             finally:
                 conn.close()
@@ -243,4 +267,5 @@ __all__ = [
     "SETTLED",
     "PostgresDoorbell",
     "channel_for",
+    "channel_name",
 ]
