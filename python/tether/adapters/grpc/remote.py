@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -139,6 +140,15 @@ def stage(staged: StagedResult) -> list[ComponentWrite]:
     return [ComponentWrite(staged.key.activity_id, OBSERVATION, value)]
 
 
+def _document(data: bytes) -> Any:
+    """A remote result or evidence document as kept locally: its JSON, or, for a document
+    that is not JSON (an adapter error's text, say), its text (invalid UTF-8 replaced)."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        return {"text": data.decode("utf-8", "replace")}
+
+
 def _sim_reach(reach: Any) -> pb.SimReach:
     """The `SimReach` of a sim intent; only what the wire cannot carry is refused here (the
     remote checks the bounds, and its refusal is a recorded failure)."""
@@ -167,8 +177,10 @@ def execute_request(operation_id: str, request: dict[str, Any]) -> pb.ExecuteReq
     if kind not in KINDS:
         raise FamilyError(f"kind must be one of {KINDS}")
     not_after = request.get("not_after_ms")
-    if isinstance(not_after, bool) or not isinstance(not_after, int) or not_after <= 0:
-        raise FamilyError("not_after_ms (ms since the epoch) is part of the request")
+    if isinstance(not_after, bool) or not isinstance(not_after, int) or not 0 < not_after < 1 << 63:
+        raise FamilyError(
+            "not_after_ms (ms since the epoch, a positive 64-bit integer) is part of the request"
+        )
     if kind == KIND_SIM_REACH:
         return pb.ExecuteRequest(
             operation_id=operation_id,
@@ -179,6 +191,13 @@ def execute_request(operation_id: str, request: dict[str, Any]) -> pb.ExecuteReq
     targets = request.get("targets")
     if not isinstance(targets, dict) or not targets:
         raise FamilyError("targets must map joint names to radians")
+    for joint, value in targets.items():
+        if not isinstance(joint, str) or not joint:
+            raise FamilyError(f"targets: joint names are non-empty strings, not {joint!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise FamilyError(f'targets["{joint}"] must be a number of radians, not {value!r}')
+        if not math.isfinite(value):
+            raise FamilyError(f'targets["{joint}"] must be finite, not {value!r}')
     return pb.ExecuteRequest(
         operation_id=operation_id,
         device=str(request.get("device") or ""),
@@ -188,6 +207,16 @@ def execute_request(operation_id: str, request: dict[str, Any]) -> pb.ExecuteReq
         ),
         not_after_ms=not_after,
     )
+
+
+#: The channel's keepalive (`RemoteHost.keepalive_s`): while a call is open the channel pings
+#: the host this often, and closes a connection whose ping is not answered within
+#: `KEEPALIVE_TIMEOUT_S`, so a watch over a cut link (a host powered off mid-move, a NAT
+#: that dropped the flow: no reset ever comes) ends UNAVAILABLE and the attempt is
+#: reconciled, instead of waiting for ever while its lease is renewed. The robot host's
+#: server accepts pings this often (`grpc_server.PING_MIN_S`).
+KEEPALIVE_S: Final = 20.0
+KEEPALIVE_TIMEOUT_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -206,6 +235,8 @@ class RemoteHost:
     timeout_s: float = 10.0
     certificate_chain: bytes | None = None
     private_key: bytes | None = None
+    keepalive_s: float = KEEPALIVE_S
+    keepalive_timeout_s: float = KEEPALIVE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if (self.certificate_chain is None) != (self.private_key is None):
@@ -218,15 +249,24 @@ class RemoteHost:
         return self.root_certificates is not None or self.certificate_chain is not None
 
     def channel(self) -> grpc.Channel:
-        """A channel to the host: TLS (mutual with a client certificate) or plain."""
+        """A channel to the host: TLS (mutual with a client certificate) or plain, with the
+        keepalive above."""
+        options = [
+            ("grpc.keepalive_time_ms", int(self.keepalive_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * 1000)),
+            # grpcio's transport waits for a ping's ack `ping_timeout` (60 s by default,
+            # whatever `keepalive_timeout` says).
+            ("grpc.http2.ping_timeout_ms", int(self.keepalive_timeout_s * 1000)),
+            ("grpc.http2.max_pings_without_data", 0),  # a quiet watch is pinged all along
+        ]
         if not self.tls:
-            return grpc.insecure_channel(self.address)
+            return grpc.insecure_channel(self.address, options=options)
         creds = grpc.ssl_channel_credentials(
             root_certificates=self.root_certificates,
             private_key=self.private_key,
             certificate_chain=self.certificate_chain,
         )
-        return grpc.secure_channel(self.address, creds)
+        return grpc.secure_channel(self.address, creds, options=options)
 
     def __repr__(self) -> str:  # the token and the key never appear in a repr or a log
         mtls = self.certificate_chain is not None
@@ -257,11 +297,12 @@ class RemoteMoveAdapter:
         remote_doc: Any = None
         if op.result.document:
             actual = "sha256:" + hashlib.sha256(op.result.document).hexdigest()
-            if op.result.digest and actual != op.result.digest:
+            if actual != op.result.digest:
                 raise RemoteResultMismatch(
-                    f"{op.id}: the remote result hashes to {actual}, not {op.result.digest}"
+                    f"{op.id}: the remote result hashes to {actual}, not"
+                    f" {op.result.digest or 'the digest it did not report'}"
                 )
-            remote_doc = json.loads(op.result.document)
+            remote_doc = _document(op.result.document)
         state = pb.OperationState.Name(op.state).lower()
         doc = {
             "operation_id": op.id,
@@ -379,7 +420,7 @@ class RemoteMoveAdapter:
             "remote_revision": op.revision,
             "remote_evidence_revision": op.evidence.revision,
             "remote_evidence_digest": op.evidence.digest,
-            "remote_evidence": json.loads(op.evidence.document) if op.evidence.document else None,
+            "remote_evidence": _document(op.evidence.document) if op.evidence.document else None,
         }
         ref = self._put(ctx, evidence, EVIDENCE_MEDIA_TYPE)
         return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), OPERATOR_RETRY_MS)

@@ -1,0 +1,50 @@
+"""The bridge's checks of a submitted remote move, before anything is committed: every request
+the wire cannot carry as the identical ExecuteRequest is `bad_request`, never a raw error."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from tether.adapters.grpc.bridge import BridgeRequestError, submit
+from tether.adapters.grpc.remote import KIND_ABSOLUTE, _document
+
+GOOD = {"device": "arm", "targets": {"a": 0.5, "b": -0.3}, "not_after_ms": 1_900_000_000_000}
+
+
+def test_a_good_request_is_its_intent() -> None:
+    write = submit("op-1", KIND_ABSOLUTE, GOOD)
+    assert write.value == {**GOOD, "kind": KIND_ABSOLUTE}
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"not_after_ms": 1 << 63}, "64-bit"),
+        ({"not_after_ms": 0}, "not_after_ms"),
+        ({"not_after_ms": True}, "not_after_ms"),
+        ({"targets": {"a": "x"}}, 'targets["a"]'),
+        ({"targets": {"a": None}}, 'targets["a"]'),
+        ({"targets": {"a": True}}, 'targets["a"]'),
+        ({"targets": {"a": math.nan}}, "finite"),
+        ({"targets": {"a": math.inf}}, "finite"),
+        ({"targets": {"": 0.1}}, "joint names"),
+        ({"targets": {1: 0.1}}, "joint names"),
+        ({"targets": {}}, "targets"),
+        ({"targets": [0.1]}, "targets"),
+    ],
+)
+def test_a_request_the_wire_cannot_carry_is_bad_request(change: dict[str, Any], says: str) -> None:
+    with pytest.raises(BridgeRequestError) as info:
+        submit("op-1", KIND_ABSOLUTE, {**GOOD, **change})
+    assert info.value.code == "bad_request"
+    assert says in info.value.message
+
+
+def test_a_remote_document_that_is_not_json_is_kept_as_its_text() -> None:
+    assert _document(b'{"outcome": "completed"}') == {"outcome": "completed"}
+    assert _document(b"adapter error: the port went away") == {
+        "text": "adapter error: the port went away"
+    }
+    assert _document(b"\xff\xfe") == {"text": "\ufffd\ufffd"}
