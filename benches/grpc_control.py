@@ -53,13 +53,11 @@ from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether._priority import DISPATCH_NICE
 from tether.devices.credentials import hash_secret
 from tether.serve.daemon import SUBMIT_BATCH, Daemon
-from tether.serve.grpc_server import THREADS, world_for
+from tether.serve.grpc_server import STOP_RESERVE, THREADS, world_for
 from tether.world import SqliteLedger
 
 #: The achieved Execute rate must reach this share of the offered rate (part 2).
 RATE_SHARE = 0.95
-#: RPC threads of the server the flood leaves free for the stops (see `in_flight`).
-STOP_ROOM = 24
 TOKEN = "bench-planner-token-9d1c"
 KIND = "physical_ai.robot_move.absolute"
 META = (("authorization", f"Bearer {TOKEN}"),)
@@ -219,11 +217,11 @@ def part1(tmp: Path, url: str, rounds: int) -> dict[str, Any]:
 
 
 def in_flight(watches: int) -> int:
-    """The flood's bound on Executes in flight: the daemon's group-commit batch, but below the
-    RPC threads the watches leave free (`THREADS`, one per RPC in flight), keeping `STOP_ROOM`
-    of them for the stops: past that grpcio queues every new RPC, a Stop too, until a thread
-    frees (a limit of the server, not of the submit path measured here)."""
-    return max(1, min(SUBMIT_BATCH, THREADS - watches - STOP_ROOM))
+    """The flood's bound on Executes in flight: the daemon's group-commit batch, but within
+    the RPC threads the watches leave to calls (`THREADS - STOP_RESERVE`, one per call in
+    flight; the server answers one past them `server_busy`, keeping `STOP_RESERVE` threads for
+    stops: a limit of the server, not of the submit path measured here)."""
+    return max(1, min(SUBMIT_BATCH, THREADS - STOP_RESERVE - watches))
 
 
 def timed_stop(control: Any) -> float:

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,15 +50,15 @@ def grpc_config(tmp: Path, url: str, *, serve: str = SERVE) -> Path:
 
 @contextmanager
 def daemon(
-    config: Path, *, crash_at: str | None = None
+    config: Path, *, crash_at: str | None = None, args: Sequence[str] = ()
 ) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
-    """`tether serve` until the block ends (then SIGTERM); its ready line."""
+    """`tether serve` (with `args`) until the block ends (then SIGTERM); its ready line."""
     env = dict(os.environ)
     env.pop("TETHER_CRASH_AT", None)
     if crash_at:
         env["TETHER_CRASH_AT"] = crash_at
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tether", "serve", "--config", str(config)],
+        [sys.executable, "-m", "tether", "serve", "--config", str(config), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

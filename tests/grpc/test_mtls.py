@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -25,12 +24,6 @@ from tether.testing._ports import free_port
 
 from tests._listeners import Authority, Cert, make_authority
 from tests._secrets import PLANNER
-
-
-@pytest.fixture
-def emu(tmp_path: Path) -> Iterator[EmulatorProcess]:
-    with emulator_process(tmp_path) as emulator:
-        yield emulator
 
 
 def mtls_config(tmp_path: Path, url: str, server: Cert, client_ca: str, **kw: str) -> Path:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -35,12 +34,6 @@ def effectful(emu: EmulatorProcess) -> list[dict[str, object]]:
     """Motion the emulator saw: ACTIONs and staged goals (the daemon's start and its safe stop
     on exit write torque and hold frames, which are not motion)."""
     return [e for e in emu.journal() if e["instruction"] in ("action", "reg_write")]
-
-
-@pytest.fixture
-def emu(tmp_path: Path) -> Iterator[EmulatorProcess]:
-    with emulator_process(tmp_path) as emulator:
-        yield emulator
 
 
 def test_a_duplicate_execute_executes_once_and_another_request_under_the_id_is_already_exists(

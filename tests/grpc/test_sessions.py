@@ -233,6 +233,36 @@ def test_a_move_of_a_lapsed_session_never_starts(tmp_path: Path) -> None:
         assert actions(journal) == 2
 
 
+def test_another_request_under_a_waiting_moves_id_does_not_bind_it_to_a_new_session(
+    tmp_path: Path,
+) -> None:
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = two_planners(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            control.Execute(move("busy", {"a": 1.4, "b": -1.4}), metadata=bearer(), timeout=30)
+            wait_for(control, "busy", lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
+            heartbeat(control, "brief", 100)
+            queued = under(move("queued", {"a": 0.2, "b": 0.2}), "brief")
+            control.Execute(queued, metadata=bearer(), timeout=30)
+            time.sleep(0.3)  # "brief" lapses while "queued" waits for the arm
+            heartbeat(control, "brief", 20_000)  # a new session under the same id
+            other = under(move("queued", {"a": -0.2, "b": -0.2}), "brief")
+            refused = _error(lambda: control.Execute(other, metadata=bearer(), timeout=30))
+            assert refused.code() == grpc.StatusCode.ALREADY_EXISTS
+            # The refused request bound nothing: the waiting move is still the lapsed
+            # session's, and never starts.
+            assert until_terminal(control, "busy")[-1].state == pb.SUCCEEDED
+            final = until_terminal(control, "queued")[-1]
+            assert final.state == pb.FAILED and final.error.code == "session_lapsed", final
+            channel.close()
+        journal = emu.journal()
+        for pose in ({"a": 0.2, "b": 0.2}, {"a": -0.2, "b": -0.2}):
+            goal = {1: tables.radians_to_ticks(pose["a"]), 2: tables.radians_to_ticks(pose["b"])}
+            assert target_actions(journal, goal) == {1: 0, 2: 0}
+        assert actions(journal) == 2  # busy's broadcast ACTION only
+
+
 def test_a_daemon_restart_forgets_sessions_so_a_pending_move_of_one_never_starts(
     tmp_path: Path,
 ) -> None:

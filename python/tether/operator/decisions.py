@@ -357,11 +357,16 @@ def refresh_for_robot(
     change: str,
     *,
     review: Callable[[ActivityRecord], DeviceReview | None],
+    only: ActivityKey | None = None,
 ) -> list[dict[str, Any]]:
     """After an operator's act on a device (a reboot): a new evidence revision, through the
-    core's `refresh_evidence`, for every parked Activity whose evidence is about `robot`."""
+    core's `refresh_evidence`, for every parked Activity whose evidence is about `robot`
+    (`only` that one: a planner's read-back of its own operation, which must not move the
+    revision another principal's operator is deciding on)."""
     out: list[dict[str, Any]] = []
     for record in catalog.iter_awaiting_decision():
+        if only is not None and record.key != only:
+            continue
         device = review(record)
         if device is None:
             continue

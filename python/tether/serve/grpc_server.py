@@ -58,7 +58,16 @@ Rules:
   cancelled, expired (a failed result whose outcome says so), unknown-awaiting-operator.
 - `WatchOperation` sends the current view first (or only changes after `from_revision`), then
   every change, and ends at a terminal state (a recorded result; an awaiting-operator view is
-  not terminal: the stream stays until it is decided).
+  not terminal: the stream stays until it is decided). A `from_revision` past the operation's
+  revision (revisions are durable and only grow, so never one this server sent) is
+  `OUT_OF_RANGE`.
+- A failure of the server's own stores while answering (a catalog or world ledger that cannot
+  be read or written, a COMMIT whose reply was lost) is `UNAVAILABLE` (`server_storage:`):
+  retrying the identical request is safe (an Execute committed before is returned, never run
+  twice). It is never `INVALID_ARGUMENT` or `NOT_FOUND`, which say something of the request.
+- Threads: every call but `Stop` and `Heartbeat` holds one of `THREADS - STOP_RESERVE` RPC
+  threads while it runs (an open watch for its whole life); one past them is answered
+  `RESOURCE_EXHAUSTED` (`server_busy:`) at once, so a stop always finds a thread.
 - `Stop` is the daemon's stop path (latch file and stop frames; no catalog, world or artifact
   store). Its credential check uses the in-memory cache of verified tokens (below), so it
   waits on no storage either once the token has been seen.
@@ -70,7 +79,8 @@ Rules:
 - `Reconcile` reads the device back (`read_back`) and refreshes a parked operation's evidence;
   it never sends motion.
 - Auth: every call carries `authorization: Bearer <secret>`, verified by the daemon's
-  `Authenticator` (argon2id hashes from host.toml, rate-limited); missing or wrong is
+  `Authenticator` (argon2id hashes from host.toml, failures rate-limited per peer address,
+  never against the local operator's bucket); missing or wrong is
   `UNAUTHENTICATED`, a role that may not do the call `PERMISSION_DENIED`. A verified secret is
   remembered only as an HMAC-SHA256 under a random per-process key (never the secret, never
   logged). Without `[tls]` the server binds loopback only (`ListenerPolicy`); with it, TLS
@@ -98,6 +108,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from typing import Any, Final, NoReturn
 
 import grpc  # type: ignore[import-untyped]
@@ -117,6 +128,7 @@ from tether._listen import ListenerError, ListenerPolicy
 from tether.activities import ActivityKey, ActivityRecord
 from tether.devices.credentials import ROLES, CredentialError, Principal, roles_for
 from tether.errors import TetherError
+from tether.world import WorldNotFound
 
 log = logging.getLogger("tether.serve.grpc")
 
@@ -127,6 +139,10 @@ WORLD_PREFIX: Final = "grpc-"
 MAX_MESSAGE_BYTES: Final = 1 << 20
 #: RPC threads: each open WatchOperation holds one.
 THREADS: Final = 320
+#: RPC threads no other call may take: `Stop` and `Heartbeat` always find one, however many
+#: watches are open and Executes queued. The others hold at most `THREADS - STOP_RESERVE`
+#: threads at a time; one past that is answered RESOURCE_EXHAUSTED (`server_busy`) at once.
+STOP_RESERVE: Final = 24
 #: How often the watch poller reads every watched record (one thread for all watches): a
 #: watch whose record's version moved is woken; its own progress and its recorded result
 #: wake it at once (a claim is seen by its first progress or by this poll).
@@ -138,6 +154,14 @@ WATCH_BACKSTOP_S: Final = 5.0
 #: never waits for it, so a flood of Executes and watches cannot crowd a stop out of the
 #: interpreter (a waiting RPC thread is blocked, not runnable).
 WORK_LANE: Final = 4
+#: The most often a client may ping a quiet connection (the bridge's channel pings every
+#: `remote.KEEPALIVE_S` while a call is open); more often is grpcio's `too_many_pings`.
+PING_MIN_S: Final = 5.0
+#: The server pings each connection this often, and closes one whose ping goes unanswered for
+#: `KEEPALIVE_TIMEOUT_S`: the watches of a client gone without a reset (powered off, a cut
+#: link) end, and give back their RPC threads.
+KEEPALIVE_S: Final = 30.0
+KEEPALIVE_TIMEOUT_S: Final = 10.0
 #: How often device health is checked.
 HEALTH_POLL_S: Final = 0.25
 LIST_PAGE_MAX: Final = 500
@@ -196,6 +220,20 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -
     raise AssertionError("unreachable")  # pragma: no cover - abort raises
 
 
+def peer_address(peer: str) -> str:
+    """The address of a grpcio peer (``ipv4:10.0.0.5:51234``, ``ipv6:[::1]:51234``,
+    ``unix:/run/x.sock``) without its port: the source its failed credentials count against
+    (a network client guessing tokens locks out its own address, never the local operator
+    nor other hosts)."""
+    scheme, _, rest = peer.partition(":")
+    if scheme == "ipv4":
+        return rest.rpartition(":")[0] or rest
+    if scheme == "ipv6":
+        host = rest.rpartition(":")[0] if rest.startswith("[") else rest
+        return host.strip("[]") or rest
+    return peer or "unknown"
+
+
 class _Auth:
     """Bearer secrets verified by the daemon's Authenticator; verified ones cached as HMACs."""
 
@@ -223,7 +261,9 @@ class _Auth:
             known = self._known.get(mac)
         if known is None:
             try:
-                known = self._authenticator.authenticate(secret, roles=ROLES)
+                known = self._authenticator.authenticate(
+                    secret, roles=ROLES, source=f"net:{peer_address(context.peer())}"
+                )
             except CredentialError as exc:
                 if exc.code == "credential_rate_limited":
                     _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc}")
@@ -279,6 +319,36 @@ class _Lane:
         self.release()
 
 
+class _Calls:
+    """The RPC threads calls other than `Stop` and `Heartbeat` may hold (`STOP_RESERVE`): a
+    non-blocking count. A call over it is refused at once, so it never waits for a thread
+    that a stop would need."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def held(self, context: grpc.ServicerContext) -> Iterator[None]:
+        with self._lock:
+            busy = self._held >= self.limit
+            if not busy:
+                self._held += 1
+        if busy:
+            _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"server_busy: {self.limit} calls in progress (open watches included); retry"
+                " later (Stop and Heartbeat are always served)",
+            )
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held -= 1
+
+
 class _Watches:
     """The open WatchOperation streams, by key: each waits on its own event, set only for its
     key (its record's version moved in the poll, a result of it was recorded, its progress
@@ -332,6 +402,7 @@ class RobotControl(rpc.RobotControlServicer):
         #: The open watches (woken per key, see `_Watches`).
         self.watches = _Watches()
         self.work = _Lane(daemon.stop_first)
+        self.calls = _Calls(THREADS - STOP_RESERVE)
         self._references: OrderedDict[str, bytes] = OrderedDict()
         self._references_lock = threading.Lock()
 
@@ -402,7 +473,7 @@ class RobotControl(rpc.RobotControlServicer):
                 return key, self._input(record)
         try:
             snapshot = runtime.snapshot(world)
-        except TetherError:
+        except WorldNotFound:  # nothing committed by this principal yet (storage: raised)
             return None
         for served in self.daemon.served.values():
             for request in served.family.project(snapshot):
@@ -611,9 +682,12 @@ class RobotControl(rpc.RobotControlServicer):
             "targets": targets,
             "not_after_ms": int(request.not_after_ms),
         }
+        taken_back: tuple[str, str, str] | None = None
         if session:
             body["session_id"] = session
             world = world_for(principal.name)
+            if not self.daemon.sessions.bound(world, session, op_id):
+                taken_back = (world, session, op_id)  # bound by this call: undone if refused
             if not self.daemon.sessions.bind(world, session, op_id):
                 # A retry of a request committed before stays a read of it; anything else
                 # needs the session live (nothing is recorded).
@@ -630,7 +704,7 @@ class RobotControl(rpc.RobotControlServicer):
                     f"session_id: session {session!r} is not live for {principal.name} "
                     "(send Heartbeat first; a lapsed session's id starts a new session)",
                 )
-        return self._commit(context, principal, op_id, kind, body)
+        return self._commit(context, principal, op_id, kind, body, taken_back=taken_back)
 
     def _devices(self) -> list[str]:
         """The devices this host serves: its robots, and the simulated arm while served."""
@@ -708,9 +782,13 @@ class RobotControl(rpc.RobotControlServicer):
         op_id: str,
         kind: str,
         body: dict[str, Any],
+        *,
+        taken_back: tuple[str, str, str] | None = None,
     ) -> pb.Operation:
         """Commit a checked request as intent and answer its operation (see the rules): a new
-        one from the record its tick admitted (no read), an existing one as read now."""
+        one from the record its tick admitted (no read), an existing one as read now. A
+        request refused because the id holds another one leaves no session binding it made
+        (`taken_back`: world, session, id)."""
         bad = grpc.StatusCode.INVALID_ARGUMENT
         crash_point("grpc.execute.before_commit")
         # Waiting for its group commit, an Execute holds no place in the work lane (a blocked
@@ -721,6 +799,8 @@ class RobotControl(rpc.RobotControlServicer):
             key, created, record = self._submit(world_for(principal.name), op_id, kind, body)
         except CodedError as exc:
             if exc.code == "admission_conflict":
+                if taken_back is not None:
+                    self.daemon.sessions.unbind(*taken_back)
                 _abort(
                     context,
                     grpc.StatusCode.ALREADY_EXISTS,
@@ -728,8 +808,10 @@ class RobotControl(rpc.RobotControlServicer):
                 )
             if exc.code == "daemon_starting":
                 _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
-            _abort(context, bad, f"{exc.code}: {exc}")
-        except (ValueError, TetherError) as exc:
+            if exc.code == "not_submittable":
+                _abort(context, bad, f"{exc.code}: {exc}")
+            raise  # the commit failed, not the request: UNAVAILABLE (`_call`)
+        except ValueError as exc:
             _abort(context, bad, str(exc))
         crash_point("grpc.execute.after_commit")
         # DEBUG: one line per Execute is no audit trail at a flood's rate (the catalog record
@@ -762,10 +844,16 @@ class RobotControl(rpc.RobotControlServicer):
         runtime = self.daemon.host()
         try:
             ids = sorted({entity for entity, _ in runtime.snapshot(world).keys()})
-        except TetherError:
+        except WorldNotFound:
             ids = []
         # Paged by operation id (a stable order across calls); the token is the last id sent.
         after = request.page_token
+        if after and not OPERATION_ID.fullmatch(after):
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "page_token: the next_page_token of a previous page (an operation id)",
+            )
         states = set(request.states)
         out: list[pb.Operation] = []
         next_token = ""
@@ -786,50 +874,72 @@ class RobotControl(rpc.RobotControlServicer):
             out.append(op)
         return pb.ListOperationsResponse(operations=out, next_page_token=next_token)
 
+    @contextmanager
+    def _call(self, context: grpc.ServicerContext) -> Iterator[None]:
+        """A call other than Stop and Heartbeat: it holds one of `_Calls`' threads, and a
+        failure of the server's own storage (a store that cannot be read or written, a COMMIT
+        whose reply was lost) is UNAVAILABLE, which a client retries with the identical
+        request, never INVALID_ARGUMENT or NOT_FOUND: every refusal of the request itself
+        was answered before (an abort is no TetherError)."""
+        with self.calls.held(context):
+            try:
+                yield
+            except (TetherError, CodedError, OSError) as exc:
+                code = getattr(exc, "code", None) or type(exc).__name__
+                log.warning("grpc call failed on the server: %s: %s", code, exc)
+                _abort(
+                    context,
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"server_storage: {code}: {exc} (the server could not answer from its"
+                    " stores; retry the identical request: an Execute that was committed is"
+                    " returned, never run twice)",
+                )
+
     def Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.Operation:
-        with self.work:
+        with self._call(context), self.work:
             return self._Execute(request, context)
 
     def GetOperation(
         self, request: pb.GetOperationRequest, context: grpc.ServicerContext
     ) -> pb.Operation:
-        with self.work:
+        with self._call(context), self.work:
             return self._GetOperation(request, context)
 
     def ListOperations(
         self, request: pb.ListOperationsRequest, context: grpc.ServicerContext
     ) -> pb.ListOperationsResponse:
-        with self.work:
+        with self._call(context), self.work:
             return self._ListOperations(request, context)
 
     def Cancel(self, request: pb.CancelRequest, context: grpc.ServicerContext) -> pb.CancelResponse:
-        with self.work:
+        with self._call(context), self.work:
             return self._Cancel(request, context)
 
     def Reconcile(
         self, request: pb.ReconcileRequest, context: grpc.ServicerContext
     ) -> pb.Operation:
-        with self.work:
+        with self._call(context), self.work:
             return self._Reconcile(request, context)
 
     def Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Operation:
-        with self.work:
+        with self._call(context), self.work:
             return self._Resolve(request, context)
 
     def WatchOperation(
         self, request: pb.WatchOperationRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.Operation]:
-        principal = self.auth.principal(context, "watch")
-        with self.work:
-            key, intent = self._get(context, principal, request.operation_id)
-        floor = request.from_revision
-        woken = threading.Event()
-        self.watches.add(key, woken)
-        context.add_callback(woken.set)  # a cancelled or ended call wakes it at once
-        try:
-            yield from self._watch_loop(context, key, intent, floor, woken)
-        finally:
-            self.watches.remove(key, woken)
+        with self._call(context):
+            principal = self.auth.principal(context, "watch")
+            with self.work:
+                key, intent = self._get(context, principal, request.operation_id)
+            floor = request.from_revision
+            woken = threading.Event()
+            self.watches.add(key, woken)
+            context.add_callback(woken.set)  # a cancelled or ended call wakes it at once
+            try:
+                yield from self._watch_loop(context, key, intent, floor, woken)
+            finally:
+                self.watches.remove(key, woken)
 
     def _watch_loop(
         self,
@@ -854,6 +964,13 @@ class RobotControl(rpc.RobotControlServicer):
                 now = (None if record is None else record.version, seq)
                 op = None if now == stamp else self._operation(key, intent, record)
             if op is not None:
+                if stamp is None and floor > op.revision:
+                    _abort(
+                        context,
+                        grpc.StatusCode.OUT_OF_RANGE,
+                        f"from_revision: {floor} is past operation {key.activity_id!r}'s"
+                        f" revision {op.revision} (resume from a revision this server sent)",
+                    )
                 stamp = now
                 view = pb.Operation()
                 view.CopyFrom(op)
@@ -940,6 +1057,7 @@ class RobotControl(rpc.RobotControlServicer):
                     fresh,
                     f"reconciled over gRPC by {principal.name}",
                     review=self.daemon.review(),
+                    only=key,
                 )
             except (TetherError, CodedError, OSError) as exc:
                 _abort(context, grpc.StatusCode.UNAVAILABLE, f"device read-back failed: {exc}")
@@ -1071,6 +1189,12 @@ class GrpcServer:
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", 4 * MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
+            ("grpc.http2.min_ping_interval_without_data_ms", int(PING_MIN_S * 1000)),
+            ("grpc.keepalive_time_ms", int(KEEPALIVE_S * 1000)),
+            # The wait for a ping's ack is `ping_timeout` in grpcio's transport (60 s by
+            # default, whatever `keepalive_timeout` says).
+            ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_S * 1000)),
+            ("grpc.http2.ping_timeout_ms", int(KEEPALIVE_TIMEOUT_S * 1000)),
         ]
         self.server = grpc.server(
             futures.ThreadPoolExecutor(

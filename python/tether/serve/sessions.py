@@ -108,6 +108,20 @@ class Sessions:
             session.bound.add(activity_id)
             return True
 
+    def bound(self, world: str, session_id: str, activity_id: str) -> bool:
+        """Whether `activity_id` is recorded in the live session."""
+        with self._cond:
+            session = self._sessions.get((world, session_id))
+            return session is not None and activity_id in session.bound
+
+    def unbind(self, world: str, session_id: str, activity_id: str) -> None:
+        """Take back a `bind` whose request was refused (another request holds the id): the
+        session holds only what was submitted under it. A move already running stays."""
+        with self._cond:
+            session = self._sessions.get((world, session_id))
+            if session is not None and activity_id not in session.running:
+                session.bound.discard(activity_id)
+
     # --- the family's gate (`tether.families.robot_move.family.SessionGate`) ---
 
     def begin(self, world: str, session_id: str, activity_id: str, robot: str) -> bool:

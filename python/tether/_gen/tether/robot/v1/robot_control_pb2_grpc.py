@@ -100,7 +100,8 @@ class RobotControlServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListOperations(self, request, context):
-        """Operations of this principal, filtered by state and device, newest first, paged.
+        """Operations of this principal, filtered by state and device, in operation id order,
+        paged: `next_page_token` is the last id of a page, empty after the last page.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,304 @@
+"""RobotControl at its limits, on loopback: `tether serve` (a subprocess) over the DYNAMIXEL
+emulator (its own process, a real pty) and real grpcio clients. A stop is answered while every
+other RPC thread is taken; a watch over a cut link ends; a client guessing tokens locks out its
+own address only; a revision the server never sent is refused; a store that fails is
+UNAVAILABLE, never a verdict on the request."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import grpc
+import pytest
+from _dxl_setup import EmulatorProcess, emulator_process, target_actions
+from _freeze_proxy import FreezeProxy
+from _grpc_setup import bearer, daemon, grpc_config, move, stub, wait_for
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+from tether.adapters.dynamixel import tables
+from tether.adapters.grpc.remote import RemoteHost
+from tether.devices.credentials import RATE_LIMIT, hash_secret
+from tether.serve.grpc_server import STOP_RESERVE, THREADS
+
+from tests._secrets import OPERATOR, PLANNER
+from tests._serve import operator
+
+
+def _error(call: object) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        call()  # type: ignore[operator]
+    return info.value
+
+
+#: Not terminal: a watch of an operation in one of these stays open.
+OPEN = {pb.PENDING, pb.RUNNING, pb.UNKNOWN_AWAITING_OPERATOR}
+
+
+def _parked_move(control: rpc.RobotControlStub, op_id: str) -> pb.Operation:
+    """A move that never ends by itself: the robot is latched by a Stop first, so the move
+    never sends its ACTION and waits for an operator; its watch stays open."""
+    control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=10)
+    return control.Execute(move(op_id), metadata=bearer(), timeout=30)
+
+
+def test_stop_is_answered_while_watches_and_calls_hold_every_other_thread(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        _parked_move(control, "parked")
+        request = pb.WatchOperationRequest(operation_id="parked")
+        streams = [
+            control.WatchOperation(request, metadata=bearer())
+            for _ in range(THREADS - STOP_RESERVE)
+        ]
+        first = [next(s) for s in streams]  # each holds its thread now
+        assert {v.state for v in first} <= OPEN
+        # One more call of any kind but Stop or Heartbeat is refused at once...
+        busy = _error(
+            lambda: control.GetOperation(
+                pb.GetOperationRequest(operation_id="parked"), metadata=bearer(), timeout=10
+            )
+        )
+        assert busy.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "server_busy" in (busy.details() or "")
+        # ...while a stop and a heartbeat find a thread, and in time.
+        start = time.monotonic()
+        stopped = control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=5)
+        assert stopped.devices[0].device == "arm" and stopped.devices[0].latched
+        assert time.monotonic() - start < 5
+        control.Heartbeat(
+            pb.HeartbeatRequest(session_id="s", ttl_ms=1000), metadata=bearer(), timeout=5
+        )
+        for s in streams[:10]:  # ten watches end: ten calls may run again
+            s.cancel()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                got = control.GetOperation(
+                    pb.GetOperationRequest(operation_id="parked"), metadata=bearer(), timeout=10
+                )
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert time.monotonic() < deadline, "the cancelled watches never gave back"
+                time.sleep(0.05)
+        assert got.state in OPEN
+        for s in streams:
+            s.cancel()
+        channel.close()
+
+
+def test_a_watch_over_a_cut_link_ends_unavailable(tmp_path: Path, emu: EmulatorProcess) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        _parked_move(control, "cut")
+        proxy = FreezeProxy(ready["grpc"])
+        # The bridge's channel (its keepalive), with pings as often as the server accepts.
+        remote = RemoteHost(proxy.address, PLANNER, keepalive_s=5.0, keepalive_timeout_s=2.0)
+        bridge = remote.channel()
+        watch = rpc.RobotControlStub(bridge).WatchOperation(
+            pb.WatchOperationRequest(operation_id="cut"), metadata=bearer()
+        )
+        assert next(watch).state in OPEN
+        time.sleep(6.0)  # a ping answered on a quiet watch: no `too_many_pings`
+        assert watch.is_active()
+        proxy.freeze()
+        ended: list[grpc.StatusCode] = []
+
+        def drain() -> None:
+            try:
+                for _ in watch:
+                    pass
+            except grpc.RpcError as exc:
+                ended.append(exc.code())
+
+        start = time.monotonic()
+        thread = threading.Thread(target=drain, daemon=True)
+        thread.start()
+        thread.join(30)
+        assert ended == [grpc.StatusCode.UNAVAILABLE], "the watch never noticed the cut link"
+        assert time.monotonic() - start < 15
+        bridge.close()
+        proxy.close()
+        channel.close()
+
+
+def test_wrong_tokens_over_grpc_lock_out_that_address_not_the_local_operator(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        for i in range(RATE_LIMIT + 1):
+            guess = (("authorization", f"Bearer guess-{i}"),)
+            with pytest.raises(grpc.RpcError):
+                control.GetOperation(pb.GetOperationRequest(operation_id="x"), metadata=guess)
+        limited = _error(
+            lambda: control.GetOperation(
+                pb.GetOperationRequest(operation_id="x"), metadata=(("authorization", "Bearer g"),)
+            )
+        )
+        assert limited.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "credential_rate_limited" in (limited.details() or "")
+        # The operator at the host's own console is not locked out by a network client.
+        resumed = operator(config, "resume", "arm", credential=OPERATOR)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        channel.close()
+
+
+def test_a_revision_past_the_operation_is_out_of_range(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        op = control.Execute(move("rev", {"a": 0.1, "b": 0.1}), metadata=bearer(), timeout=30)
+        final = wait_for(control, "rev", lambda o: o.state == pb.SUCCEEDED)
+        past = pb.WatchOperationRequest(operation_id="rev", from_revision=final.revision + 1)
+        refused = _error(lambda: list(control.WatchOperation(past, metadata=bearer(), timeout=10)))
+        assert refused.code() == grpc.StatusCode.OUT_OF_RANGE
+        assert "from_revision" in (refused.details() or "")
+        # Its own revisions resume as before: the first view past the one given.
+        older = pb.WatchOperationRequest(operation_id="rev", from_revision=op.revision)
+        views = list(control.WatchOperation(older, metadata=bearer(), timeout=10))
+        assert views and views[-1].state == pb.SUCCEEDED
+        channel.close()
+
+
+def test_a_store_lost_mid_execute_is_unavailable_and_the_identical_retry_moves_once(
+    tmp_path: Path, emu: EmulatorProcess, pg_url: str
+) -> None:
+    server = urlsplit(pg_url)
+    target = f"{server.hostname}:{server.port or 5432}"
+    proxy = FreezeProxy(target)  # the world ledger's connections only
+    world = urlunsplit(server._replace(netloc=proxy.address))
+    config = grpc_config(tmp_path, emu.path)
+    try:
+        with daemon(config, args=["--catalog", pg_url, "--world", world]) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            first = control.Execute(move("warm", {"a": 0.1, "b": 0.1}), metadata=bearer())
+            assert wait_for(control, first.id, lambda o: o.state == pb.SUCCEEDED)
+            # The world ledger's server goes away: the intent's tick cannot be committed, nor
+            # its outcome read. Nothing can be said of the request itself.
+            proxy.down()
+            request = move("lost", {"a": 0.3, "b": -0.2})
+            lost = _error(lambda: control.Execute(request, metadata=bearer(), timeout=60))
+            assert lost.code() == grpc.StatusCode.UNAVAILABLE, lost.details()
+            assert "server_storage" in (lost.details() or "")
+            # It is back: the client retries the identical request until it is answered.
+            proxy.up()
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    again = control.Execute(request, metadata=bearer(), timeout=30)
+                    break
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc.details()
+                    assert time.monotonic() < deadline, exc.details()
+                    time.sleep(0.2)
+            assert again.id == "lost"
+            assert wait_for(control, "lost", lambda o: o.state == pb.SUCCEEDED)
+            channel.close()
+    finally:
+        proxy.close()
+    goal = {1: tables.radians_to_ticks(0.3), 2: tables.radians_to_ticks(-0.2)}
+    assert target_actions(emu.journal(), goal) == {1: 1, 2: 1}
+
+
+def test_list_operations_pages_in_id_order_and_filters(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        past = int(time.time() * 1000) - 1  # expired at once: recorded, never moved
+        ids = ["op-c", "op-a", "op-e", "op-b", "op-d"]
+        for op_id in ids:
+            control.Execute(move(op_id, not_after_ms=past), metadata=bearer(), timeout=30)
+        for op_id in ids:
+            wait_for(control, op_id, lambda o: o.state == pb.EXPIRED)
+        pages: list[list[str]] = []
+        token = ""
+        while True:
+            page = control.ListOperations(
+                pb.ListOperationsRequest(page_size=2, page_token=token), metadata=bearer()
+            )
+            pages.append([op.id for op in page.operations])
+            token = page.next_page_token
+            if not token:
+                break
+        assert pages == [["op-a", "op-b"], ["op-c", "op-d"], ["op-e"]]
+        none = control.ListOperations(
+            pb.ListOperationsRequest(states=[pb.SUCCEEDED]), metadata=bearer()
+        )
+        assert list(none.operations) == []
+        expired = control.ListOperations(
+            pb.ListOperationsRequest(states=[pb.EXPIRED], device="arm"), metadata=bearer()
+        )
+        assert sorted(op.id for op in expired.operations) == sorted(ids)
+        bad = _error(
+            lambda: control.ListOperations(
+                pb.ListOperationsRequest(page_token="../x"), metadata=bearer()
+            )
+        )
+        assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (bad.details() or "").startswith("page_token")
+        channel.close()
+
+
+def _parked_mid_move(control: rpc.RobotControlStub, op_id: str, secret: str) -> pb.Operation:
+    """A move stopped mid-motion: parked for an operator (its evidence: the stop)."""
+    meta = bearer(secret)
+    control.Execute(move(op_id, {"a": 1.4, "b": -1.4}), metadata=meta, timeout=30)
+    deadline = time.monotonic() + 60
+    while True:
+        op = control.GetOperation(pb.GetOperationRequest(operation_id=op_id), metadata=meta)
+        if op.state == pb.RUNNING and op.progress.fraction > 0:
+            break
+        assert time.monotonic() < deadline, op
+        time.sleep(0.02)
+    control.Stop(pb.StopRequest(device="arm"), metadata=meta, timeout=10)
+    while True:
+        op = control.GetOperation(pb.GetOperationRequest(operation_id=op_id), metadata=meta)
+        if op.state == pb.UNKNOWN_AWAITING_OPERATOR:
+            return op
+        assert time.monotonic() < deadline, op
+        time.sleep(0.05)
+
+
+def test_a_planners_reconcile_refreshes_its_own_operation_only(tmp_path: Path) -> None:
+    second = "planner-token-5b2e-limits-second"
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        principal = f'[planners.cj]\ntoken = "{hash_secret(second)}"\nrole = "planner"\n'
+        config.write_text(config.read_text().replace("[ports.bus]", principal + "[ports.bus]", 1))
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            mine = _parked_mid_move(control, "mine", PLANNER)
+            resumed = operator(config, "resume", "arm", credential=OPERATOR)
+            assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+            theirs = _parked_mid_move(control, "theirs", second)
+            read = control.Reconcile(pb.ReconcileRequest(operation_id="mine"), metadata=bearer())
+            assert read.evidence.revision > mine.evidence.revision
+            now = control.GetOperation(
+                pb.GetOperationRequest(operation_id="theirs"), metadata=bearer(second)
+            )
+            # The other principal's operation keeps the revision its operator decides on.
+            assert now.evidence.revision == theirs.evidence.revision
+            decided = control.Resolve(
+                pb.ResolveRequest(
+                    operation_id="cj/theirs",
+                    decision=pb.ResolveRequest.ABANDON,
+                    evidence_revision=theirs.evidence.revision,
+                ),
+                metadata=bearer(OPERATOR),
+                timeout=30,
+            )
+            assert decided.id == "theirs"
+            channel.close()
