@@ -23,7 +23,7 @@ from tether.adapters.grpc.remote import RemoteHost
 from tether.devices.credentials import RATE_LIMIT, hash_secret
 from tether.serve.grpc_server import STOP_RESERVE, THREADS
 
-from tests._secrets import OPERATOR, PLANNER
+from tests._secrets import OBSERVER, OPERATOR, PLANNER
 from tests._serve import operator
 
 
@@ -291,11 +291,19 @@ def test_a_planners_reconcile_refreshes_its_own_operation_only(tmp_path: Path) -
             )
             # The other principal's operation keeps the revision its operator decides on.
             assert now.evidence.revision == theirs.evidence.revision
+            # The operator (and an observer) read it over gRPC, as Resolve names it; a planner
+            # reads its own operations only.
+            read = pb.GetOperationRequest(operation_id="cj/theirs")
+            seen = control.GetOperation(read, metadata=bearer(OPERATOR))
+            assert seen.evidence.revision == theirs.evidence.revision
+            assert control.GetOperation(read, metadata=bearer(OBSERVER)).id == "theirs"
+            other = _error(lambda: control.GetOperation(read, metadata=bearer()))
+            assert other.code() == grpc.StatusCode.NOT_FOUND
             decided = control.Resolve(
                 pb.ResolveRequest(
                     operation_id="cj/theirs",
                     decision=pb.ResolveRequest.ABANDON,
-                    evidence_revision=theirs.evidence.revision,
+                    evidence_revision=seen.evidence.revision,
                 ),
                 metadata=bearer(OPERATOR),
                 timeout=30,

@@ -72,7 +72,10 @@ Rules:
   store). Its credential check uses the in-memory cache of verified tokens (below), so it
   waits on no storage either once the token has been seen.
 - `Resolve` needs an operator's credential on the call (`decide`); it goes through
-  `tether.operator.decisions.resolve`, the daemon's `operator_resolve`.
+  `tether.operator.decisions.resolve`, the daemon's `operator_resolve`. It names the operation
+  `PRINCIPAL/OPERATION_ID` (or an id only one principal holds), and so may `GetOperation` for an
+  operator or an observer (`read`): how an operator reads the evidence revision a decision is
+  bound to. A planner reads its own operations only.
 - `Cancel` asks the family to cancel (`cancel` on the device host's handlers): before the start
   marker the move never starts (`CANCELLED_BEFORE_START`); once started the device is stopped
   and latched (`STOPPED_WHILE_RUNNING`, reconciled as the daemon's stop is).
@@ -829,9 +832,35 @@ class RobotControl(rpc.RobotControlServicer):
     def _GetOperation(
         self, request: pb.GetOperationRequest, context: grpc.ServicerContext
     ) -> pb.Operation:
-        principal = self.auth.principal(context, "watch")
-        key, intent = self._get(context, principal, request.operation_id)
+        principal = self.auth.principal(context, "read")
+        if principal.role == "planner":  # its own operations only
+            key, intent = self._get(context, principal, request.operation_id)
+        else:  # an operator or observer: any principal's, as `Resolve` names them
+            key, intent = self._anyones(context, request.operation_id)
         return self._operation(key, intent)
+
+    def _anyones(self, context: grpc.ServicerContext, target: str) -> tuple[ActivityKey, Any]:
+        """The operation `target` names for a host-wide role (an operator, an observer):
+        `PRINCIPAL/OPERATION_ID`, or an id only one principal's operations hold."""
+        owner, sep, op_id = target.rpartition("/")
+        if not op_id:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
+        worlds = (
+            [world_for(owner)]
+            if sep
+            else [w for w in self.daemon.host().ledger.worlds() if w.startswith(WORLD_PREFIX)]
+        )
+        hits = [f for w in worlds if (f := self._find(w, op_id)) is not None]
+        if not hits:
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {target!r} is not known")
+        if len(hits) > 1:
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"operation_id: {op_id!r} names operations of several principals: "
+                "send PRINCIPAL/OPERATION_ID",
+            )
+        return hits[0]
 
     def _ListOperations(
         self, request: pb.ListOperationsRequest, context: grpc.ServicerContext
@@ -1065,26 +1094,7 @@ class RobotControl(rpc.RobotControlServicer):
 
     def _Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Operation:
         operator = self.auth.principal(context, "decide")
-        target = request.operation_id
-        owner, sep, op_id = target.rpartition("/")
-        worlds = (
-            [world_for(owner)]
-            if sep
-            else [w for w in self.daemon.host().ledger.worlds() if w.startswith(WORLD_PREFIX)]
-        )
-        hits = [f for w in worlds if (f := self._find(w, op_id)) is not None]
-        if not op_id:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
-        if not hits:
-            _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {target!r} is not known")
-        if len(hits) > 1:
-            _abort(
-                context,
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"operation_id: {op_id!r} names operations of several principals: "
-                "send PRINCIPAL/OPERATION_ID",
-            )
-        key, intent = hits[0]
+        key, intent = self._anyones(context, request.operation_id)
         decision = {
             pb.ResolveRequest.DONE: "done",
             pb.ResolveRequest.REISSUE: "reissue",
