@@ -76,13 +76,33 @@ def test_a_move_the_journal_holds_a_cancel_of_ends_cancelled_not_expired(
         answer = adapter._on_cancel(
             {"operation_id": OP, "request": {**request.as_dict(), "kind": KIND_ABSOLUTE}}
         )
-        assert answer == {"started": False}
+        assert answer == {"started": False, "terminal": False}
         assert drain(host) == 1
         doc = result_doc(host, KEY)
         assert (doc["outcome"], doc["code"]) == ("cancelled", "cancelled")
     assert emulator.journal == []
     op = MoveStore(tmp_path / "data" / "robot_move").get(OP)
     assert op is not None and op.attempts() == [] and op.failed() is not None
+
+
+def test_a_cancel_after_the_move_ended_on_the_device_says_it_is_terminal(
+    emulator: DynamixelEmulator, family: Family, tmp_path: Path
+) -> None:
+    request = late(int(time.time() * 1000) + 120_000)
+    adapter = family.adapter
+    assert isinstance(adapter, RobotMoveAdapter)
+    with Host(tmp_path / "data", [family], workers=0, observe=False, clock=Clock()) as host:
+        host.create_world("w")
+        host.commit_tick("w", [intent("late-1", request)])
+        assert drain(host) == 1  # moved, its result in the journal (and the catalog)
+        answer = adapter._on_cancel(
+            {"operation_id": OP, "request": {**request.as_dict(), "kind": KIND_ABSOLUTE}}
+        )
+        # Over, not "not started": the gRPC service answers ALREADY_TERMINAL, even while the
+        # catalog has not recorded the result yet.
+        assert answer == {"started": False, "terminal": True}
+        record = host.get(KEY)
+        assert record is not None and record.result is not None and not record.result.failed
 
 
 def test_a_move_once_decided_expired_stays_expired_when_the_clock_steps_back(

@@ -1059,7 +1059,9 @@ class RobotControl(rpc.RobotControlServicer):
         answer = handler(
             {"operation_id": operation_id_for(key), "request": {**intent, "kind": key.kind}}
         )
-        if answer.get("started"):
+        if answer.get("terminal"):  # over on the device; the record catches up
+            outcome = pb.CancelResponse.ALREADY_TERMINAL
+        elif answer.get("started"):
             self.daemon.stop_devices({"robot": op.device})
             outcome = pb.CancelResponse.STOPPED_WHILE_RUNNING
         else:

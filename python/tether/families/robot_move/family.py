@@ -218,16 +218,18 @@ class RobotMoveAdapter:
 
     def _on_cancel(self, request: dict[str, Any]) -> dict[str, Any]:
         """Cancel a move (the gRPC service's `Cancel`): a `cancel` proof in its journal
-        operation (bound here if the worker has not yet), then whether an attempt had started.
-        The attempt checks the proof before and after its start marker, so a move reported
-        not started never sends a byte."""
+        operation (bound here if the worker has not yet), then whether an attempt had started
+        and is not over (`started`) and whether the journal holds its terminal result already
+        (`terminal`: the catalog may not have recorded it yet). The attempt checks the proof
+        before and after its start marker, so a move reported not started never sends a
+        byte."""
         req = MoveRequest.from_dict(request.get("request"))
         op = self.store.bind(str(request.get("operation_id")), req)
         try:
             op.entry.record_proof("cancel", {"cancelled_at_ms": now_ms()})
         except JournalError:  # a cancel recorded before stands
             pass
-        return {"started": bool(op.attempts()) and not op.terminal}
+        return {"started": bool(op.attempts()) and not op.terminal, "terminal": op.terminal}
 
     def _lock(self, robot: str) -> threading.Lock:
         with self._mutex:
