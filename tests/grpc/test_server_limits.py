@@ -6,6 +6,7 @@ UNAVAILABLE, never a verdict on the request."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -311,3 +312,21 @@ def test_a_planners_reconcile_refreshes_its_own_operation_only(tmp_path: Path) -
             )
             assert decided.id == "theirs"
             channel.close()
+
+
+def test_a_watch_the_server_stops_under_ends_unavailable_not_ok(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (proc, ready):
+        channel, control = stub(ready["grpc"])
+        _parked_move(control, "open")
+        watch = control.WatchOperation(
+            pb.WatchOperationRequest(operation_id="open"), metadata=bearer()
+        )
+        assert next(watch).state in OPEN
+        proc.send_signal(signal.SIGTERM)
+        ended = _error(lambda: list(watch))
+        assert ended.code() == grpc.StatusCode.UNAVAILABLE, ended.details()
+        assert "from_revision" in (ended.details() or "")
+        channel.close()

@@ -58,7 +58,8 @@ Rules:
   cancelled, expired (a failed result whose outcome says so), unknown-awaiting-operator.
 - `WatchOperation` sends the current view first (or only changes after `from_revision`), then
   every change, and ends at a terminal state (a recorded result; an awaiting-operator view is
-  not terminal: the stream stays until it is decided). A `from_revision` past the operation's
+  not terminal: the stream stays until it is decided; a server shutting down ends it
+  `UNAVAILABLE`, never OK, for the client to resume). A `from_revision` past the operation's
   revision (revisions are durable and only grow, so never one this server sent) is
   `OUT_OF_RANGE`.
 - A failure of the server's own stores while answering (a catalog or world ledger that cannot
@@ -1015,6 +1016,14 @@ class RobotControl(rpc.RobotControlServicer):
             # Sleep until this operation's own progress moves, its result is recorded, the
             # poller sees its record change, the call ends, or the backstop passes.
             woken.wait(WATCH_BACKSTOP_S)
+        if self.closing.is_set() and context.is_active():
+            # Not a terminal state: the stream ends as an outage, for the client to resume.
+            _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                "server_stopping: the server is shutting down; watch again with from_revision"
+                " set to the last revision received",
+            )
 
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
         from tether._priority import stop_priority
