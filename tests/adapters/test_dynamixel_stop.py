@@ -103,6 +103,29 @@ def test_stop_holds_an_arm_outside_its_limits_where_it_stands(
     assert writes[-1]["data"] == tables.encode(tables.GOAL_POSITION, OUTSIDE).hex()
 
 
+def test_a_stop_whose_latch_cannot_be_written_still_holds_the_arm_and_says_so(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, emu.path)
+    powered(emu, {1: tables.CENTER_TICK + 300, 2: tables.CENTER_TICK})
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "latches").write_text("not a dir\n")  # no latch record can be made
+    done = stop(config, "--json")
+    assert done.returncode == 1, (done.stdout, done.stderr)  # not durably latched: not ok
+    (report,) = json.loads(done.stdout)
+    assert "latch record could not be written" in report["latch_error"], report
+    assert report["error"] is None
+    # The frames went anyway: each joint held where it stands.
+    assert {j["joint"]: j["state"] for j in report["joints"]} == {"a": "held", "b": "held"}
+    holds = [e for e in emu.journal() if e["instruction"] == "write" and e["id"] == 1]
+    assert (
+        holds
+        and holds[-1]["data"] == tables.encode(tables.GOAL_POSITION, tables.CENTER_TICK + 300).hex()
+    )
+    shown = stop(config)  # for a person: the same, in words
+    assert "latched in this process only" in shown.stdout, shown.stdout
+
+
 def test_a_hold_stop_reads_every_joint_at_once_writes_each_and_reads_all_back_at_once(
     emu: EmulatorProcess, tmp_path: Path
 ) -> None:

@@ -131,15 +131,46 @@ def until_terminal(
 
 
 def wait_for(
-    control: rpc.RobotControlStub, op_id: str, check: Any, timeout: float = 60
+    control: rpc.RobotControlStub,
+    op_id: str,
+    check: Any,
+    timeout: float = 60,
+    *,
+    secret: str = PLANNER,
 ) -> pb.Operation:
     deadline = time.monotonic() + timeout
     while True:
-        op = control.GetOperation(pb.GetOperationRequest(operation_id=op_id), metadata=bearer())
+        read = pb.GetOperationRequest(operation_id=op_id)
+        op = control.GetOperation(read, metadata=bearer(secret))
         if check(op):
             return op
         assert time.monotonic() < deadline, op
         time.sleep(0.02)
+
+
+def moving(
+    control: rpc.RobotControlStub,
+    op_id: str,
+    targets: dict[str, float],
+    *,
+    secret: str = PLANNER,
+) -> pb.Operation:
+    """Execute a move and wait until it is running and reported progress (its ACTION sent)."""
+    control.Execute(move(op_id, targets), metadata=bearer(secret), timeout=30)
+    return wait_for(
+        control, op_id, lambda o: o.state == pb.RUNNING and o.progress.fraction > 0, secret=secret
+    )
+
+
+def abandon(control: rpc.RobotControlStub, target: str, revision: int) -> pb.Operation:
+    """The operator abandons a parked operation over gRPC, naming its evidence revision."""
+    return control.Resolve(  # type: ignore[no-any-return]
+        pb.ResolveRequest(
+            operation_id=target, decision=pb.ResolveRequest.ABANDON, evidence_revision=revision
+        ),
+        metadata=bearer(OPERATOR),
+        timeout=30,
+    )
 
 
 def actions(journal: list[dict[str, Any]]) -> int:

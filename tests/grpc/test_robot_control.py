@@ -13,10 +13,12 @@ import grpc
 import pytest
 from _dxl_setup import GOALS, EmulatorProcess, emulator_process, target_actions
 from _grpc_setup import (
+    abandon,
     bearer,
     daemon,
     grpc_config,
     move,
+    moving,
     status_code,
     stub,
     until_terminal,
@@ -289,8 +291,7 @@ def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goe
                 health.Check(health_pb2.HealthCheckRequest(service="")).status
                 == health_pb2.HealthCheckResponse.SERVING
             )
-            control.Execute(move("long", {"a": 1.4, "b": -1.4}), metadata=bearer(), timeout=30)
-            wait_for(control, "long", lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
+            moving(control, "long", {"a": 1.4, "b": -1.4})
             start = time.monotonic()
             stopped = control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=5)
             elapsed = time.monotonic() - start
@@ -306,15 +307,7 @@ def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goe
             assert {r.joint for r in parked.evidence.read_back} == {"a", "b"}
             assert [e for e in emu.journal()[stopped_at:] if e["instruction"] == "action"] == []
             # The operator abandons it over gRPC, naming the evidence revision.
-            decided = control.Resolve(
-                pb.ResolveRequest(
-                    operation_id="long",
-                    decision=pb.ResolveRequest.ABANDON,
-                    evidence_revision=parked.evidence.revision,
-                ),
-                metadata=bearer(OPERATOR),
-                timeout=30,
-            )
+            decided = abandon(control, "long", parked.evidence.revision)
             assert decided.id == "long"
             final = until_terminal(control, "long")[-1]
             assert final.state == pb.FAILED, final
@@ -333,8 +326,7 @@ def test_cancel_before_the_start_never_moves_and_after_the_end_changes_nothing(
         config = grpc_config(tmp_path, emu.path)
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
-            control.Execute(move("first", {"a": 1.0, "b": -1.0}), metadata=bearer(), timeout=30)
-            wait_for(control, "first", lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
+            moving(control, "first", {"a": 1.0, "b": -1.0})
             # One move per robot at a time: "second" waits for the arm, not yet started.
             control.Execute(move("second", {"a": 0.2, "b": 0.2}), metadata=bearer(), timeout=30)
             cancelled = control.Cancel(pb.CancelRequest(operation_id="second"), metadata=bearer())

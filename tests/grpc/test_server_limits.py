@@ -16,10 +16,11 @@ import grpc
 import pytest
 from _dxl_setup import EmulatorProcess, emulator_process, target_actions
 from _freeze_proxy import FreezeProxy
-from _grpc_setup import bearer, daemon, grpc_config, move, stub, wait_for
+from _grpc_setup import abandon, bearer, daemon, grpc_config, move, moving, stub, wait_for
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.adapters.dynamixel import tables
+from tether.adapters.dynamixel.driver import DxlBus
 from tether.adapters.grpc.remote import RemoteHost
 from tether.devices.credentials import RATE_LIMIT, hash_secret
 from tether.serve.grpc_server import STOP_RESERVE, THREADS
@@ -256,22 +257,11 @@ def test_list_operations_pages_in_id_order_and_filters(
 
 def _parked_mid_move(control: rpc.RobotControlStub, op_id: str, secret: str) -> pb.Operation:
     """A move stopped mid-motion: parked for an operator (its evidence: the stop)."""
-    meta = bearer(secret)
-    control.Execute(move(op_id, {"a": 1.4, "b": -1.4}), metadata=meta, timeout=30)
-    deadline = time.monotonic() + 60
-    while True:
-        op = control.GetOperation(pb.GetOperationRequest(operation_id=op_id), metadata=meta)
-        if op.state == pb.RUNNING and op.progress.fraction > 0:
-            break
-        assert time.monotonic() < deadline, op
-        time.sleep(0.02)
-    control.Stop(pb.StopRequest(device="arm"), metadata=meta, timeout=10)
-    while True:
-        op = control.GetOperation(pb.GetOperationRequest(operation_id=op_id), metadata=meta)
-        if op.state == pb.UNKNOWN_AWAITING_OPERATOR:
-            return op
-        assert time.monotonic() < deadline, op
-        time.sleep(0.05)
+    moving(control, op_id, {"a": 1.4, "b": -1.4}, secret=secret)
+    control.Stop(pb.StopRequest(device="arm"), metadata=bearer(secret), timeout=10)
+    return wait_for(
+        control, op_id, lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR, secret=secret
+    )
 
 
 def test_a_planners_reconcile_refreshes_its_own_operation_only(tmp_path: Path) -> None:
@@ -301,15 +291,7 @@ def test_a_planners_reconcile_refreshes_its_own_operation_only(tmp_path: Path) -
             assert control.GetOperation(read, metadata=bearer(OBSERVER)).id == "theirs"
             other = _error(lambda: control.GetOperation(read, metadata=bearer()))
             assert other.code() == grpc.StatusCode.NOT_FOUND
-            decided = control.Resolve(
-                pb.ResolveRequest(
-                    operation_id="cj/theirs",
-                    decision=pb.ResolveRequest.ABANDON,
-                    evidence_revision=seen.evidence.revision,
-                ),
-                metadata=bearer(OPERATOR),
-                timeout=30,
-            )
+            decided = abandon(control, "cj/theirs", seen.evidence.revision)
             assert decided.id == "theirs"
             channel.close()
 
@@ -329,4 +311,41 @@ def test_a_watch_the_server_stops_under_ends_unavailable_not_ok(
         ended = _error(lambda: list(watch))
         assert ended.code() == grpc.StatusCode.UNAVAILABLE, ended.details()
         assert "from_revision" in (ended.details() or "")
+        channel.close()
+
+
+def test_a_stop_answers_each_joints_read_back_position_and_hardware_errors(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    b_ticks = tables.CENTER_TICK + 400
+    with DxlBus.open(emu.path, timeout_ms=400, lock_dir=None) as bus:  # before the daemon owns it
+        for dxl_id, ticks in ((1, tables.CENTER_TICK), (2, b_ticks)):
+            emu.request(op="set_present", id=dxl_id, ticks=ticks)
+            bus.write_field(dxl_id, tables.GOAL_POSITION, ticks)
+            bus.write_field(dxl_id, tables.TORQUE_ENABLE, 1)
+    emu.request(op="fault", kind="alert", id=2, value=0x20)  # overload: it drops torque
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        (device,) = control.Stop(
+            pb.StopRequest(device="arm"), metadata=bearer(), timeout=10
+        ).devices
+        a, b = device.joints
+        assert (a.joint, a.state, a.position_rad, list(a.hardware_errors)) == ("a", "held", 0.0, [])
+        assert (b.joint, b.state, list(b.hardware_errors)) == ("b", "limp", ["overload"])
+        assert b.position_rad == pytest.approx(tables.ticks_to_radians(b_ticks), abs=1e-3)
+        assert not device.ok and device.latched
+        channel.close()
+
+
+def test_a_robot_named_sim_is_stopped_by_that_name(tmp_path: Path, emu: EmulatorProcess) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    config.write_text(config.read_text().replace("robots.arm", "robots.sim"))
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        stopped = control.Stop(pb.StopRequest(device="sim"), metadata=bearer(), timeout=10)
+        (device,) = stopped.devices
+        # Stopped and latched (its servos were never powered: limp, as they are).
+        assert (device.device, device.latched) == ("sim", True)
+        assert [(j.joint, j.state) for j in device.joints] == [("a", "limp"), ("b", "limp")]
         channel.close()

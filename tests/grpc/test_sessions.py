@@ -13,7 +13,17 @@ from pathlib import Path
 import grpc
 import pytest
 from _dxl_setup import GOALS, emulator_process, settled, target_actions
-from _grpc_setup import actions, bearer, daemon, grpc_config, move, stub, until_terminal, wait_for
+from _grpc_setup import (
+    actions,
+    bearer,
+    daemon,
+    grpc_config,
+    move,
+    moving,
+    stub,
+    until_terminal,
+    wait_for,
+)
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.adapters.dynamixel import tables
@@ -60,6 +70,18 @@ def beating(control: rpc.RobotControlStub, session: str, ttl_ms: int) -> Iterato
     finally:
         done.set()
         thread.join(10)
+
+
+def queued_behind_busy(
+    control: rpc.RobotControlStub, session: str, ttl_ms: int
+) -> pb.ExecuteRequest:
+    """The arm busy with a move under no session ("busy", one move per robot at a time), and
+    "queued" committed under `session` (heartbeated for `ttl_ms`), waiting for the arm."""
+    moving(control, "busy", {"a": 1.4, "b": -1.4})
+    heartbeat(control, session, ttl_ms)
+    queued = under(move("queued", {"a": 0.2, "b": 0.2}), session)
+    control.Execute(queued, metadata=bearer(), timeout=30)
+    return queued
 
 
 def _error(call: object) -> grpc.RpcError:
@@ -209,11 +231,7 @@ def test_a_move_of_a_lapsed_session_never_starts(tmp_path: Path) -> None:
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
             # The arm is busy with a move under no session; one move per robot at a time.
-            control.Execute(move("busy", {"a": 1.4, "b": -1.4}), metadata=bearer(), timeout=30)
-            wait_for(control, "busy", lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
-            heartbeat(control, "brief", 100)
-            queued = under(move("queued", {"a": 0.2, "b": 0.2}), "brief")
-            control.Execute(queued, metadata=bearer(), timeout=30)
+            queued = queued_behind_busy(control, "brief", 100)
             # "brief" lapses while "queued" waits for the arm; "busy" is no move of it.
             assert until_terminal(control, "busy")[-1].state == pb.SUCCEEDED
             final = until_terminal(control, "queued")[-1]
@@ -240,11 +258,7 @@ def test_another_request_under_a_waiting_moves_id_does_not_bind_it_to_a_new_sess
         config = two_planners(tmp_path, emu.path)
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
-            control.Execute(move("busy", {"a": 1.4, "b": -1.4}), metadata=bearer(), timeout=30)
-            wait_for(control, "busy", lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
-            heartbeat(control, "brief", 100)
-            queued = under(move("queued", {"a": 0.2, "b": 0.2}), "brief")
-            control.Execute(queued, metadata=bearer(), timeout=30)
+            queued_behind_busy(control, "brief", 100)
             time.sleep(0.3)  # "brief" lapses while "queued" waits for the arm
             heartbeat(control, "brief", 20_000)  # a new session under the same id
             other = under(move("queued", {"a": -0.2, "b": -0.2}), "brief")
@@ -270,11 +284,7 @@ def test_a_daemon_restart_forgets_sessions_so_a_pending_move_of_one_never_starts
         config = two_planners(tmp_path, emu.path)
         with daemon(config) as (proc, ready):
             channel, control = stub(ready["grpc"])
-            control.Execute(move("busy", {"a": 1.4, "b": -1.4}), metadata=bearer(), timeout=30)
-            wait_for(control, "busy", lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
-            heartbeat(control, "kept", 60_000)  # it would not lapse for a minute
-            queued = under(move("queued", {"a": 0.2, "b": 0.2}), "kept")
-            control.Execute(queued, metadata=bearer(), timeout=30)
+            queued_behind_busy(control, "kept", 60_000)  # it would not lapse for a minute
             channel.close()
             proc.kill()
             proc.wait()

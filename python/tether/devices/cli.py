@@ -55,6 +55,8 @@ def render_stop(reports: list[dict[str, Any]]) -> str:
         lines.append(f"{report['robot']} (safe_stop {report['policy']}{via}): {verdict}")
         if report.get("error"):
             lines.append(f"  {report['error']}")
+        if report.get("latch_error"):
+            lines.append(f"  {report['latch_error']}")
         joints = report.get("joints", [])
         width = max((len(str(j["joint"])) for j in joints), default=0)
         lines += [_joint_line(j, width) for j in joints]

@@ -165,7 +165,7 @@ class DeviceHost:
 
     def _on_stop(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         names = [request["robot"]] if request.get("robot") else list(self.identities)
-        return [self.stop(name, latch=True).as_dict() for name in names]
+        return [self.stop_report(name, latch=True) for name in names]
 
     def _on_state(self, request: dict[str, Any]) -> dict[str, Any]:
         name = str(request.get("robot"))
@@ -196,6 +196,20 @@ class DeviceHost:
             if latch:
                 self.latch.latch(robot_name)
             return self.device_type(robot_name).safe_stop(self._bus(robot_name), robot)
+
+    def stop_report(self, robot_name: str, *, latch: bool = False) -> dict[str, Any]:
+        """`stop`'s report as a document, saying so when the latch is held in memory only."""
+        return self.latch_noted(robot_name, self.stop(robot_name, latch=latch).as_dict())
+
+    def latch_noted(self, robot_name: str, report: dict[str, Any]) -> dict[str, Any]:
+        """`report` of a stop of `robot_name`, not ok and with `latch_error` when its latch
+        record could not be written (`StopLatch.unwritten`): the frames went, but the latch
+        is not durable."""
+        why = self.latch.unwritten(robot_name)
+        if why is None:
+            return report
+        note = f"latched in this process only: the latch record could not be written ({why})"
+        return {**report, "ok": False, "latch_error": note}
 
     def resume(self, robot_name: str, *, operator: str) -> dict[str, Any]:
         """Clear the robot's stop latch (recorded with the operator's name)."""
@@ -322,7 +336,7 @@ def stop_everything(
                 with latch.stopping():
                     latch.latch(name)  # before the port is even opened: nothing moves after
                     host.connect(name)
-                    reports.append({**host.stop(name).as_dict(), "via": "direct"})
+                    reports.append({**host.stop_report(name), "via": "direct"})
         except Exception as exc:
             failed = config.device_type(name).stop_failure(
                 config.robot(name), f"{type(exc).__name__}: {exc}"

@@ -15,12 +15,17 @@ Rules:
   a record torn by a crash belongs to a stop that sent nothing; an unreadable record is a latch.
 - Only `resume(robot, operator)` clears it, recording who and when; the safe-stop itself runs
   inside `stopping()`, the one context a latched robot's frames may be sent from.
+- A stop is never held back by its disk: a record that cannot be written at all (a read-only
+  or full disk, a latch dir that is not a dir) latches the robot in this process's memory
+  (`unwritten` says why), the stop frames go anyway, and the stop's report says its latch is
+  not durable (another process, or this one after a restart, does not see it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -32,6 +37,8 @@ from typing import Any
 from tether._dirs import usable_dir
 from tether.operations._durable import write_durable
 from tether.transport import DeviceError
+
+log = logging.getLogger("tether.devices.latch")
 
 #: Every latch record after a robot's first is this many bytes, overwritten in place.
 RECORD_BYTES = 512
@@ -53,6 +60,8 @@ class StopLatch:
         #: latch write then costs no walk of the dir's ancestors; only their owners, root or
         #: this uid, could swap the dir afterwards).
         self._dir_checked = False
+        #: Robots latched in memory only: why their latch record could not be written.
+        self._held: dict[str, str] = {}
 
     def _path(self, robot: str) -> Path:
         return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}.json"
@@ -69,7 +78,12 @@ class StopLatch:
         return doc if isinstance(doc, dict) else {"robot": robot, "latched": True}
 
     def latched(self, robot: str) -> bool:
-        return bool(self.state(robot).get("latched"))
+        return robot in self._held or bool(self.state(robot).get("latched"))
+
+    def unwritten(self, robot: str) -> str | None:
+        """Why `robot`'s latch is held in memory only (its record could not be written), or
+        None when its record holds it."""
+        return self._held.get(robot)
 
     def _write(self, robot: str, doc: dict[str, Any]) -> None:
         if not self._dir_checked:
@@ -84,10 +98,18 @@ class StopLatch:
         write_durable(path, data)  # the first record (or an outsized one): a new file
 
     def latch(self, robot: str, *, by: str = "tether stop") -> dict[str, Any]:
-        """Latch `robot` now (call inside `stopping()`, before the safe-stop's frames)."""
+        """Latch `robot` now (call inside `stopping()`, before the safe-stop's frames). Never
+        raises: a record that cannot be written latches it in memory (see the module rules)."""
         with self.lock:
             doc = {"robot": robot, "latched": True, "stopped_at_ms": _now_ms(), "by": by}
-            self._write(robot, doc)
+            try:
+                self._write(robot, doc)
+            except Exception as exc:  # the stop goes on: never held back by its disk
+                why = f"{type(exc).__name__}: {exc}"
+                self._held[robot] = why
+                log.warning("stop latch of %s not written (%s): latched in memory only", robot, why)
+                return {**doc, "durable": False}
+            self._held.pop(robot, None)
             return doc
 
     def resume(self, robot: str, *, operator: str) -> dict[str, Any]:
@@ -101,7 +123,8 @@ class StopLatch:
                 "resumed_at_ms": _now_ms(),
                 "resumed_by": operator,
             }
-            self._write(robot, doc)
+            self._write(robot, doc)  # not written: it stays latched (the error is raised)
+            self._held.pop(robot, None)
             return doc
 
     def last_stop_ms(self, robot: str) -> int | None:

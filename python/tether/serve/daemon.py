@@ -552,7 +552,7 @@ class Daemon:
         for name in names:
             if name in devices.identities:
                 try:
-                    reports.append(devices.stop(name, latch=True).as_dict())
+                    reports.append(devices.stop_report(name, latch=True))
                 except Exception as exc:
                     failed = devices.device_type(name).stop_failure(
                         self.config.robot(name), f"{type(exc).__name__}: {exc}"
@@ -566,7 +566,7 @@ class Daemon:
                 try:
                     devices.connect(name)
                     self.unavailable.pop(name, None)
-                    reports.append(devices.stop(name).as_dict())
+                    reports.append(devices.stop_report(name))
                 except Exception as exc:
                     failed = devices.device_type(name).stop_failure(
                         self.config.robot(name), f"{type(exc).__name__}: {exc}"

@@ -1034,7 +1034,8 @@ class RobotControl(rpc.RobotControlServicer):
     def _stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
         self.auth.principal(context, "stop")
         config = self.daemon.config
-        if request.device == SIM_DEVICE and request.device in self._devices():
+        simulated = SIM_DEVICE not in config.robots and SIM_KIND in self.daemon.served
+        if request.device == SIM_DEVICE and simulated:  # a robot named "sim" is that robot
             _abort(
                 context,
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -1155,21 +1156,27 @@ class RobotControl(rpc.RobotControlServicer):
 
 
 def _device_stop(daemon: Any, report: dict[str, Any]) -> pb.DeviceStop:
+    """A device's stop report (a `SafeStopReport` document: each joint's `present` radians
+    and `hardware_error` names as read back after the stop) on the wire."""
     name = str(report.get("robot") or report.get("device") or "")
     out = pb.DeviceStop(device=name, ok=bool(report.get("ok")))
     for j in report.get("joints") or []:
         if isinstance(j, dict):
+            present = j.get("present")
             out.joints.append(
                 pb.JointStop(
                     joint=str(j.get("joint") or j.get("name") or ""),
                     state=str(j.get("state") or ""),
-                    position_rad=float(j.get("position_rad") or 0.0),
-                    hardware_errors=[str(e) for e in j.get("hardware_errors") or []],
+                    position_rad=float(present) if isinstance(present, int | float) else 0.0,
+                    hardware_errors=[str(e) for e in j.get("hardware_error") or []],
                 )
             )
     if report.get("error"):
         out.error.code = "device_unreachable"
         out.error.message = str(report["error"])
+    elif report.get("latch_error"):
+        out.error.code = "latch_unwritable"
+        out.error.message = str(report["latch_error"])
     try:
         out.latched = bool(daemon.devices.latched(name))
     except Exception:
