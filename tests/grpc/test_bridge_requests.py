@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from tether.adapters.grpc.bridge import BridgeRequestError, submit
-from tether.adapters.grpc.remote import KIND_ABSOLUTE, _document
+from tether.adapters.grpc.remote import KIND_ABSOLUTE, KIND_SIM_REACH, _document
 
 GOOD = {"device": "arm", "targets": {"a": 0.5, "b": -0.3}, "not_after_ms": 1_900_000_000_000}
 
@@ -48,3 +48,15 @@ def test_a_remote_document_that_is_not_json_is_kept_as_its_text() -> None:
         "text": "adapter error: the port went away"
     }
     assert _document(b"\xff\xfe") == {"text": "\ufffd\ufffd"}
+
+
+def test_a_sim_reach_is_submitted_with_its_own_keys() -> None:
+    reach = {"seed": 7, "target_x": 0.1, "target_y": 0.05, "episodes": 1, "steps": 50}
+    sim = {"device": "sim", "sim_reach": reach, "not_after_ms": 1_900_000_000_000}
+    assert submit("op-2", KIND_SIM_REACH, sim).value == {**sim, "kind": KIND_SIM_REACH}
+    with pytest.raises(BridgeRequestError) as info:
+        submit("op-2", KIND_SIM_REACH, {**sim, "targets": {"a": 0.1}})
+    assert info.value.code == "bad_request" and "'targets'" in info.value.message
+    with pytest.raises(BridgeRequestError) as info:
+        submit("op-2", KIND_ABSOLUTE, {**GOOD, "sim_reach": reach})
+    assert info.value.code == "bad_request" and "'sim_reach'" in info.value.message

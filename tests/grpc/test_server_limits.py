@@ -6,6 +6,7 @@ UNAVAILABLE, never a verdict on the request."""
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -19,10 +20,12 @@ from _freeze_proxy import FreezeProxy
 from _grpc_setup import abandon, bearer, daemon, grpc_config, move, moving, stub, wait_for
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+from tether.activities import ActivityKey, operation_id_for
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.driver import DxlBus
-from tether.adapters.grpc.remote import RemoteHost
+from tether.adapters.grpc.remote import KIND_RELATIVE, RemoteHost, RemoteMoveAdapter
 from tether.devices.credentials import RATE_LIMIT, hash_secret
+from tether.runtime import ArtifactStore, AttemptContext, Recovered
 from tether.serve.grpc_server import STOP_RESERVE, THREADS
 
 from tests._secrets import OBSERVER, OPERATOR, PLANNER
@@ -348,4 +351,41 @@ def test_a_robot_named_sim_is_stopped_by_that_name(tmp_path: Path, emu: Emulator
         # Stopped and latched (its servos were never powered: limp, as they are).
         assert (device.device, device.latched) == ("sim", True)
         assert [(j.joint, j.state) for j in device.joints] == [("a", "limp"), ("b", "limp")]
+        channel.close()
+
+
+def test_the_bridges_reconcile_never_takes_another_requests_operation_for_its_own(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = grpc_config(tmp_path, emu.path)
+    key = ActivityKey("bridge-world", KIND_RELATIVE, "m-1")
+    op_id = operation_id_for(key)
+    with daemon(config) as (_, ready):
+        channel, control = stub(ready["grpc"])
+        # Another bridge (same token) already ran its own move under this operation id.
+        control.Execute(move(op_id, {"a": 0.1, "b": 0.1}), metadata=bearer(), timeout=30)
+        wait_for(control, op_id, lambda o: o.state == pb.SUCCEEDED)
+        adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
+        artifacts = ArtifactStore(tmp_path / "bridge-artifacts")
+        ctx = AttemptContext(
+            key=key,
+            operation_id=op_id,
+            fence=2,
+            attempt=2,
+            may_execute=False,
+            artifacts=artifacts,
+            renew=lambda: None,
+        )
+        mine = {
+            "kind": KIND_RELATIVE,
+            "device": "arm",
+            "targets": {"a": -0.3},
+            "not_after_ms": int(time.time() * 1000) + 60_000,
+        }
+        out = adapter.reconcile(ctx, mine)  # this request's Execute reply was lost
+        assert isinstance(out, Recovered), out
+        assert out.result.failed
+        doc = json.loads(artifacts.get_bytes(out.result.ref, out.result.digest))
+        assert (doc["outcome"], doc["code"]) == ("refused", "remote_conflict"), doc
+        adapter.close()
         channel.close()

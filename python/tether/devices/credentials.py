@@ -99,6 +99,7 @@ CODES: Final = (
     "insecure_secret_file",
     "old_credential_format",
     "role_refused",
+    "unreadable_secret_file",
     "weak_credential",
 )
 
@@ -384,7 +385,13 @@ def read_secret(
                 f"{path} must be owned by you and mode 0600 (chmod 600 {path})",
                 path=str(path),
             )
-        return path.read_text(encoding="utf-8").splitlines()[0] if info.st_size else ""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise _error(
+                "unreadable_secret_file", f"{path} is not UTF-8 text", path=str(path)
+            ) from None
+        return text.splitlines()[0] if text.strip("\r\n") else ""
     stream = stdin if stdin is not None else sys.stdin
     if stream.isatty():
         return getpass.getpass(prompt)

@@ -23,7 +23,8 @@ Rules:
 - A plaintext channel is refused off loopback (the bearer token would cross the network in
   clear): `insecure_remote`.
 - The daemon's `submit` (control socket) takes `{"device", "targets", "not_after_ms"}` under a
-  remote_move kind and commits the intent; the request is checked as the `ExecuteRequest` it
+  remote_move kind (`{"device", "sim_reach", "not_after_ms"}` under its sim reach kind) and
+  commits the intent; the request is checked as the `ExecuteRequest` it
   becomes before anything is committed (`bad_request`).
 - Crash points: the runtime's (`tether.runtime.CRASH_POINTS`), the daemon's
   (`serve.after_submit`) and the adapter's (`tether.adapters.grpc.remote.CRASH_POINTS`);
@@ -40,6 +41,7 @@ from tether._coded import CodedError
 from tether._config import HostConfigError, Table
 from tether._listen import is_loopback
 from tether.adapters.grpc.remote import (
+    KIND_SIM_REACH,
     KINDS,
     RemoteHost,
     RemoteMoveAdapter,
@@ -54,6 +56,8 @@ from tether.world import ComponentWrite
 REMOTE_KEYS: Final = ("address", "token_file", "ca", "timeout_s")
 #: What a submitted remote move carries (its kind is the submit's).
 SUBMIT_KEYS: Final = ("device", "targets", "not_after_ms")
+#: A submitted sim reach's keys (kind `physical_ai.remote_move.sim_reach`).
+SIM_SUBMIT_KEYS: Final = ("device", "sim_reach", "not_after_ms")
 #: Every `.code` raised here (the strict table's own besides).
 CODES: Final = ("bad_remote", "bad_remote_token", "insecure_remote", "bad_request")
 
@@ -124,6 +128,13 @@ def parse_remote(raw: Any, base: Path) -> RemoteHost:
         raise _error(
             "bad_remote_token", f"remote.token_file: {token_path} is empty", path=str(token_path)
         )
+    if not all("!" <= c <= "~" for c in token):  # it travels in a header: printable ASCII
+        raise _error(
+            "bad_remote_token",
+            f"remote.token_file: {token_path}: the token must be printable ASCII without spaces"
+            " (it is sent as `authorization: Bearer <token>`)",
+            path=str(token_path),
+        )
     return RemoteHost(address, token, root_certificates=root, timeout_s=timeout)
 
 
@@ -138,15 +149,17 @@ def submit(activity_id: str, kind: str, request: dict[str, Any]) -> ComponentWri
     """The daemon's admission of a submitted remote move: checked as the ExecuteRequest it
     becomes (under a placeholder id: the real one is the bound provider operation id), then
     its intent write."""
-    unknown = sorted(set(request) - set(SUBMIT_KEYS))
+    if kind not in KINDS:
+        raise BridgeRequestError("bad_request", f"kind must be one of {KINDS}, not {kind!r}")
+    keys = SIM_SUBMIT_KEYS if kind == KIND_SIM_REACH else SUBMIT_KEYS
+    what = "remote sim reach" if kind == KIND_SIM_REACH else "remote move"
+    unknown = sorted(set(request) - set(keys))
     if unknown:
         raise BridgeRequestError(
             "bad_request",
-            f"unknown key {unknown[0]!r} in a remote move (valid: {', '.join(SUBMIT_KEYS)})",
+            f"unknown key {unknown[0]!r} in a {what} (valid: {', '.join(keys)})",
             details={"key": unknown[0]},
         )
-    if kind not in KINDS:
-        raise BridgeRequestError("bad_request", f"kind must be one of {KINDS}, not {kind!r}")
     value = {**request, "kind": kind}
     try:
         execute_request(activity_id, value)
@@ -166,6 +179,7 @@ def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
 __all__ = [
     "CODES",
     "REMOTE_KEYS",
+    "SIM_SUBMIT_KEYS",
     "SUBMIT_KEYS",
     "BridgeRequestError",
     "load_remote",

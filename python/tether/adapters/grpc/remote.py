@@ -140,6 +140,22 @@ def stage(staged: StagedResult) -> list[ComponentWrite]:
     return [ComponentWrite(staged.key.activity_id, OBSERVATION, value)]
 
 
+_EMPTY_DIGEST: Final = "sha256:" + hashlib.sha256(b"").hexdigest()
+
+
+def same_request(op: pb.Operation, request: dict[str, Any]) -> bool:
+    """Whether the remote operation `op` is this request's (its device, `not_after_ms` and
+    repeatability): an operation id names one request, but a remote host may hold another
+    under it (a second bridge with the same token, a bridge whose data dir was reset), and
+    that one's outcome is not this request's."""
+    relative = request.get("kind") == KIND_RELATIVE
+    return (
+        op.device == str(request.get("device") or "")
+        and op.not_after_ms == request.get("not_after_ms")
+        and op.non_repeatable == relative
+    )
+
+
 def _document(data: bytes) -> Any:
     """A remote result or evidence document as kept locally: its JSON, or, for a document
     that is not JSON (an adapter error's text, say), its text (invalid UTF-8 replaced)."""
@@ -295,6 +311,10 @@ class RemoteMoveAdapter:
     def _result(self, ctx: AttemptContext, op: pb.Operation) -> ResultRef:
         """The local durable result of a terminal remote operation, digest-checked."""
         remote_doc: Any = None
+        if op.result.digest and not op.result.document and op.result.digest != _EMPTY_DIGEST:
+            # The host reported a result it could not read back to us: ask again later,
+            # never record a success (or a failure) without its document.
+            raise RemoteUnreachable(f"{op.id}: the remote sent its result's digest, not its bytes")
         if op.result.document:
             actual = "sha256:" + hashlib.sha256(op.result.document).hexdigest()
             if actual != op.result.digest:
@@ -392,6 +412,15 @@ class RemoteMoveAdapter:
                 timeout=self.remote.timeout_s,
             )
             crash_point("remote.reconcile.after_get")
+            if not same_request(op, request):  # ours was refused: it never ran there
+                return RuntimeRecovered(
+                    self._refused(
+                        ctx,
+                        "remote_conflict",
+                        f"{op_id} names another request on {self.remote.address}"
+                        f" (device {op.device!r}, not_after_ms {op.not_after_ms})",
+                    )
+                )
             if op.state not in TERMINAL and op.state != pb.UNKNOWN_AWAITING_OPERATOR:
                 op = self._watch(ctx, op_id, op.revision)
         except grpc.RpcError as exc:
@@ -412,7 +441,10 @@ class RemoteMoveAdapter:
         except RemoteUnreachable as exc:
             return self._unreachable(ctx, str(exc))
         if op.state in TERMINAL:
-            return RuntimeRecovered(self._result(ctx, op))
+            try:
+                return RuntimeRecovered(self._result(ctx, op))
+            except RemoteUnreachable as exc:
+                return self._unreachable(ctx, str(exc))
         evidence = {
             "operation_id": op_id,
             "reason": op.evidence.reason or "remote_awaiting_operator",
@@ -459,5 +491,6 @@ __all__ = [
     "intent",
     "project",
     "remote_move_family",
+    "same_request",
     "stage",
 ]
