@@ -4,10 +4,12 @@ the wire cannot carry as the identical ExecuteRequest is `bad_request`, never a 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
-from tether.adapters.grpc.bridge import BridgeRequestError, submit
+from tether._config import HostConfigError
+from tether.adapters.grpc.bridge import BridgeRequestError, parse_remote, submit
 from tether.adapters.grpc.remote import KIND_ABSOLUTE, KIND_SIM_REACH, _document
 
 GOOD = {"device": "arm", "targets": {"a": 0.5, "b": -0.3}, "not_after_ms": 1_900_000_000_000}
@@ -60,3 +62,33 @@ def test_a_sim_reach_is_submitted_with_its_own_keys() -> None:
     with pytest.raises(BridgeRequestError) as info:
         submit("op-2", KIND_ABSOLUTE, {**GOOD, "sim_reach": reach})
     assert info.value.code == "bad_request" and "'sim_reach'" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"\xff\xfe token", "not UTF-8"),
+        ("tök-en\n".encode(), "printable ASCII"),
+        (b"tok\x01en\n", "printable ASCII"),
+        (b"two words\n", "printable ASCII"),
+    ],
+)
+def test_a_token_that_cannot_travel_in_a_header_is_bad_remote_token(
+    tmp_path: Path, content: bytes, says: str
+) -> None:
+    token = tmp_path / "token"
+    token.write_bytes(content)
+    token.chmod(0o600)
+    with pytest.raises(HostConfigError) as info:
+        parse_remote({"address": "127.0.0.1:50051", "token_file": "token"}, tmp_path)
+    assert info.value.code == "bad_remote_token"
+    assert says in info.value.message
+    assert "tök" not in info.value.message and "words" not in info.value.message
+
+
+def test_a_token_file_of_one_line_is_the_token(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("  planner-token-7f3a  \n")
+    token.chmod(0o600)
+    remote = parse_remote({"address": "127.0.0.1:50051", "token_file": "token"}, tmp_path)
+    assert remote.token == "planner-token-7f3a"
