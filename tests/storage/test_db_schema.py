@@ -74,6 +74,22 @@ def test_sqlite_status_and_upgrade(tmp_path: Path, capsys: pytest.CaptureFixture
     assert _status(world, capsys) == (0, {"world": (SCHEMA_VERSION, "current")})
 
 
+def test_a_sqlite_url_is_read_as_the_stores_read_it_and_any_file_name_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tether.runtime import Host
+    from tether.storage import _schema
+
+    odd = tmp_path / "100% sure"
+    with Host(odd, [], workers=0, observe=False) as host:  # a data dir's default catalog
+        url = host.catalog_url
+    assert url == f"sqlite://{odd / 'catalog.db'}"  # what a message asks to paste
+    assert _status(url, capsys) == (0, {"catalog": (_schema.LATEST, "current")})
+    four = "sqlite:///" + str(odd / "catalog.db")  # the form older messages printed
+    assert _status(four, capsys) == (0, {"catalog": (_schema.LATEST, "current")})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["100% sure"]  # no stray file made
+
+
 # The version 1 layout of the SQLite world ledger (released: it never changes): the same
 # columns as now, in rowid tables.
 _WORLD_V1_ROWID_TABLES = {

@@ -286,9 +286,9 @@ def prune(
         raise PruneFailed(
             "migration_needed",
             f"catalog.db has schema version {found}, this Tether uses {LATEST}: stop every "
-            f"Tether process using it, then run `tether db upgrade sqlite://{path}`",
+            f"Tether process using it, then run `tether db upgrade sqlite://{path.absolute()}`",
         )
-    with Catalog.open("sqlite:///" + str(path)) as catalog:
+    with Catalog.open("sqlite://" + str(path.absolute())) as catalog:
         store = catalog.store
         assert isinstance(store, SqliteCatalogStore)  # a data dir's catalog is SQLite
         before = _space(store)

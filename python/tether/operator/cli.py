@@ -172,7 +172,7 @@ def main(argv: list[str]) -> int:
     except TetherError as exc:
         error_line("tether operator", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)
-    catalog = Catalog.open("sqlite:///" + str(data_dir / "catalog.db"))
+    catalog = Catalog.open("sqlite://" + str((data_dir / "catalog.db").absolute()))
     artifacts = ArtifactStore(data_dir / "artifacts")
     try:
         if args.cmd == "list":

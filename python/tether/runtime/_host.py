@@ -126,7 +126,10 @@ class Host:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.families = tuple(families)
         families_by_kind(self.families)  # a bad registration fails before storage opens
-        self.catalog_url = catalog_url or "sqlite:///" + str(self.data_dir / "catalog.db")
+        # sqlite:///abs/path.db: the form `tether db` takes, pasted from a message as it is.
+        self.catalog_url = catalog_url or "sqlite://" + str(
+            (self.data_dir / "catalog.db").absolute()
+        )
         # None: the catalog's own default (this host's clock; a PostgreSQL server's clock).
         self._clock = None if clock is None else as_clock(clock)
         self._owns_ledger = ledger is None

@@ -99,7 +99,7 @@ def run_workers(
     Activities bound to its devices and unbound ones (None: unbound ones only).
     """
     data_dir = data_dir.resolve()
-    url = catalog_url or "sqlite:///" + str(data_dir / "catalog.db")
+    url = catalog_url or "sqlite://" + str(data_dir / "catalog.db")  # data_dir is absolute
     artifacts = ArtifactStore(data_dir / "artifacts", inline_bound=inline_bound)
     stop = stop or threading.Event()
     catalog = Catalog.open(url)  # the doorbell's owner while the workers run

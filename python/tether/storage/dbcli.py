@@ -28,6 +28,7 @@ import json
 import sqlite3
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import quote
 
 from tether.errors import TetherError
 from tether.storage._urls import redact
@@ -70,7 +71,7 @@ def _sqlite_path(url: str) -> str:
     rest = url.partition("://")[2]
     if not rest.startswith("/") or rest.endswith("/") or "?" in rest:
         raise UrlError(f"sqlite URLs name an absolute file: sqlite:///abs/path.db (got {url!r})")
-    return rest
+    return "/" + rest.lstrip("/")  # sqlite:////abs too, as the stores themselves read it
 
 
 def _sqlite_status(path: str) -> list[StoreStatus]:
@@ -81,7 +82,7 @@ def _sqlite_status(path: str) -> list[StoreStatus]:
     from tether._sqlite_files import check_sqlite_file
 
     check_sqlite_file(path, what="the store")  # a file cut short is refused before reading it
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)  # a # or % is a name
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         version = 0
