@@ -187,3 +187,33 @@ def test_db_errors_are_one_line_and_never_show_a_password(
     assert tether(["db", "status", "mysql://ann:s3cret@h/x"]) == _exit.USAGE
     err = capsys.readouterr().err
     assert "s3cret" not in err and "unsupported URL" in err
+
+
+def test_the_catalog_and_the_world_created_at_once_on_a_fresh_database_both_open(
+    pg_base: str,
+) -> None:
+    import threading
+
+    from tests.conftest import _Schemas
+
+    failures: list[BaseException] = []
+    with _Schemas(pg_base) as schemas:
+        for _ in range(8):  # the collision, when unguarded, came in about 4 of 10
+            url = schemas.new()
+            start = threading.Barrier(2)
+
+            def create(opener: object, url: str = url, start: threading.Barrier = start) -> None:
+                start.wait()
+                try:
+                    opener(url).close()  # type: ignore[operator]
+                except BaseException as exc:  # collected: the assert names it
+                    failures.append(exc)
+
+            threads = [
+                threading.Thread(target=create, args=(o,)) for o in (Catalog.open, open_ledger)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+    assert failures == []

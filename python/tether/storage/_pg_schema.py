@@ -43,6 +43,10 @@ VERSION_TABLE = (
 )
 # One advisory lock key per store for migrations (any constant; 'tether' in ASCII plus 1/2).
 _LOCK_KEYS = {"catalog": 0x746574686572_01, "world": 0x746574686572_02}
+#: Taken first by any store's creation or migration: both stores create the one
+#: `tether_schema_version` table, and two CREATE TABLE IF NOT EXISTS of it at once collide in
+#: the server's own catalog (a unique violation on pg_type).
+_VERSION_TABLE_KEY = 0x746574686572_00
 
 #: The catalog columns of type TEXT (every other one is BIGINT), of every version.
 TEXT_COLUMNS = {
@@ -286,6 +290,7 @@ def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -
     found = version_of(cur, store)
     if found == new:
         return found
+    cur.execute("SELECT pg_advisory_xact_lock(%s)", (_VERSION_TABLE_KEY,))
     cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEYS[store],))
     cur.execute(VERSION_TABLE)
     found = version_of(cur, store)  # another process may have migrated while we waited
