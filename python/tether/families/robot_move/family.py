@@ -146,8 +146,18 @@ def intent(activity_id: str, request: MoveRequest) -> ComponentWrite:
 
 
 def project_move(view: EntityView) -> list[ActivityRequest]:
-    """The Activity of one entity: its intent if not yet observed (pure: the entity only)."""
-    return unobserved_intent(view, INTENT, OBSERVATION, KINDS)
+    """The Activity of one entity: its intent if not yet observed, bound to the host its intent
+    names (the host that owns the robot and committed it), so another host that projects it
+    (recovering a shared world) never takes that host's move (pure: the entity only)."""
+    return [
+        ActivityRequest(r.kind, r.activity_id, r.input, host=_host_of(r.input))
+        for r in unobserved_intent(view, INTENT, OBSERVATION, KINDS)
+    ]
+
+
+def _host_of(value: Any) -> str:
+    host = value.get("host") if isinstance(value, dict) else None
+    return host if isinstance(host, str) else ""
 
 
 #: One Activity per intent not yet observed (pure: the snapshot only), per entity, so the
@@ -156,12 +166,13 @@ project = EntityProjection(project_move)
 
 
 def project_on(host_name: str) -> EntityProjection:
-    """`project`, each move admitted bound to `host_name` (the host owning the robots): only a
-    worker of that host claims it (pure: a closure over a name)."""
+    """`project`, each move admitted bound to the host its intent names, else to `host_name`
+    (the host owning the robots): only a worker of that host claims it (pure: a closure over
+    a name)."""
 
     def project_bound(view: EntityView) -> list[ActivityRequest]:
         return [
-            ActivityRequest(r.kind, r.activity_id, r.input, host=host_name)
+            ActivityRequest(r.kind, r.activity_id, r.input, host=r.host or host_name)
             for r in project_move(view)
         ]
 
@@ -547,14 +558,19 @@ def robot_move_family(
     )
 
 
-def submit_intent(config: HostConfig) -> Any:
+def submit_intent(config: HostConfig, host_name: str = "") -> Any:
     """`tether serve`'s admission of a submitted move: the request checked (kind, robot,
-    joints, an absolute move's limits) before anything is committed, then its intent write."""
+    joints, an absolute move's limits) before anything is committed, then its intent write,
+    naming this host (`host_name`) as the one that owns the robot. A client never names it."""
 
     def build(activity_id: str, kind: str, request: dict[str, Any]) -> ComponentWrite:
+        if "host" in request:
+            raise MoveRequestError(
+                "host: set by the host that owns the robot, never by a submitted request"
+            )
         req = MoveRequest.from_dict({**request, "kind": kind})
         check_request(config.robot(req.robot), req)
-        return intent(activity_id, req)
+        return intent(activity_id, replace(req, host=host_name) if host_name else req)
 
     return build
 
@@ -564,15 +580,16 @@ def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
     daemon's own device host, its operations journal in `<data_dir>/robot_move`, each with its
     submit admission; moves with a `session_id` start through the daemon's sessions."""
     config = cast(HostConfig, ctx.config)
+    host_name = str(getattr(ctx, "host_name", ""))
     family = robot_move_family(
         config,
         Path(ctx.data_dir) / "robot_move",
         settle_timeout_s=ctx.settle_timeout_s,
         host=ctx.device_host,
-        host_name=str(getattr(ctx, "host_name", "")),
+        host_name=host_name,
         sessions=getattr(ctx, "sessions", None),
     )
-    return [(family, submit_intent(config))]
+    return [(family, submit_intent(config, host_name))]
 
 
 #: `tether worker DATA_DIR --families tether.families.robot_move.family:families_from_env` reads

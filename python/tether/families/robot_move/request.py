@@ -75,6 +75,9 @@ class MoveRequest:
     targets: tuple[tuple[str, float], ...]  # (joint name, radians or delta radians), sorted
     not_after_ms: int | None = None
     session_id: str | None = None
+    #: The host that owns `robot` and committed this move (`tether serve`'s `host_name`): the
+    #: move is admitted bound to it, whichever host projects it (see `family.project_move`).
+    host: str | None = None
 
     @property
     def relative(self) -> bool:
@@ -94,6 +97,8 @@ class MoveRequest:
             doc["not_after_ms"] = self.not_after_ms
         if self.session_id is not None:
             doc["session_id"] = self.session_id
+        if self.host is not None:
+            doc["host"] = self.host
         return doc
 
     def expired(self, now_ms: int) -> bool:
@@ -132,7 +137,10 @@ class MoveRequest:
         session = data.get("session_id")
         if session is not None and (not isinstance(session, str) or not 0 < len(session) <= 256):
             raise MoveRequestError("session_id must be a string of 1..256 characters")
-        return cls(kind, robot, tuple(sorted(pairs)), not_after, session)
+        host = data.get("host")
+        if host is not None and (not isinstance(host, str) or not 0 < len(host) <= 256):
+            raise MoveRequestError("host must be a string of 1..256 characters")
+        return cls(kind, robot, tuple(sorted(pairs)), not_after, session, host)
 
 
 @dataclass(frozen=True)
