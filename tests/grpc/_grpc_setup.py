@@ -84,6 +84,19 @@ def daemon(
                 stream.close()
 
 
+@contextmanager
+def serving(
+    config: Path, **kw: Any
+) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any], rpc.RobotControlStub]]:
+    """`daemon(config, **kw)` and a stub on its gRPC address (its channel closed at the end)."""
+    with daemon(config, **kw) as (proc, ready):
+        channel, control = stub(ready["grpc"])
+        try:
+            yield proc, ready, control
+        finally:
+            channel.close()
+
+
 def stub(address: str) -> tuple[grpc.Channel, rpc.RobotControlStub]:
     channel = grpc.insecure_channel(address)
     return channel, rpc.RobotControlStub(channel)

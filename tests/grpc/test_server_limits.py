@@ -17,7 +17,17 @@ import grpc
 import pytest
 from _dxl_setup import EmulatorProcess, emulator_process, target_actions
 from _freeze_proxy import FreezeProxy
-from _grpc_setup import abandon, bearer, daemon, grpc_config, move, moving, stub, wait_for
+from _grpc_setup import (
+    abandon,
+    bearer,
+    daemon,
+    grpc_config,
+    move,
+    moving,
+    serving,
+    stub,
+    wait_for,
+)
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.activities import ActivityKey, operation_id_for
@@ -53,8 +63,7 @@ def test_stop_is_answered_while_watches_and_calls_hold_every_other_thread(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
     config = grpc_config(tmp_path, emu.path)
-    with daemon(config) as (_, ready):
-        channel, control = stub(ready["grpc"])
+    with serving(config) as (_, _ready, control):
         _parked_move(control, "parked")
         request = pb.WatchOperationRequest(operation_id="parked")
         streams = [
@@ -95,13 +104,11 @@ def test_stop_is_answered_while_watches_and_calls_hold_every_other_thread(
         assert got.state in OPEN
         for s in streams:
             s.cancel()
-        channel.close()
 
 
 def test_a_watch_over_a_cut_link_ends_unavailable(tmp_path: Path, emu: EmulatorProcess) -> None:
     config = grpc_config(tmp_path, emu.path)
-    with daemon(config) as (_, ready):
-        channel, control = stub(ready["grpc"])
+    with serving(config) as (_, ready, control):
         _parked_move(control, "cut")
         proxy = FreezeProxy(ready["grpc"])
         # The bridge's channel (its keepalive), with pings as often as the server accepts.
@@ -131,15 +138,13 @@ def test_a_watch_over_a_cut_link_ends_unavailable(tmp_path: Path, emu: EmulatorP
         assert time.monotonic() - start < 15
         bridge.close()
         proxy.close()
-        channel.close()
 
 
 def test_wrong_tokens_over_grpc_lock_out_that_address_not_the_local_operator(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
     config = grpc_config(tmp_path, emu.path)
-    with daemon(config) as (_, ready):
-        channel, control = stub(ready["grpc"])
+    with serving(config) as (_, _ready, control):
         for i in range(RATE_LIMIT + 1):
             guess = (("authorization", f"Bearer guess-{i}"),)
             with pytest.raises(grpc.RpcError):
@@ -154,15 +159,13 @@ def test_wrong_tokens_over_grpc_lock_out_that_address_not_the_local_operator(
         # The operator at the host's own console is not locked out by a network client.
         resumed = operator(config, "resume", "arm", credential=OPERATOR)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-        channel.close()
 
 
 def test_a_revision_past_the_operation_is_out_of_range(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
     config = grpc_config(tmp_path, emu.path)
-    with daemon(config) as (_, ready):
-        channel, control = stub(ready["grpc"])
+    with serving(config) as (_, _ready, control):
         op = control.Execute(move("rev", {"a": 0.1, "b": 0.1}), metadata=bearer(), timeout=30)
         final = wait_for(control, "rev", lambda o: o.state == pb.SUCCEEDED)
         # Far past it: settling the operation still moves its revision a little.
@@ -174,7 +177,6 @@ def test_a_revision_past_the_operation_is_out_of_range(
         older = pb.WatchOperationRequest(operation_id="rev", from_revision=op.revision)
         views = list(control.WatchOperation(older, metadata=bearer(), timeout=10))
         assert views and views[-1].state == pb.SUCCEEDED
-        channel.close()
 
 
 def test_a_store_lost_mid_execute_is_unavailable_and_the_identical_retry_moves_once(
@@ -221,8 +223,7 @@ def test_list_operations_pages_in_id_order_and_filters(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
     config = grpc_config(tmp_path, emu.path)
-    with daemon(config) as (_, ready):
-        channel, control = stub(ready["grpc"])
+    with serving(config) as (_, _ready, control):
         past = int(time.time() * 1000) - 1  # expired at once: recorded, never moved
         ids = ["op-c", "op-a", "op-e", "op-b", "op-d"]
         for op_id in ids:
@@ -255,7 +256,6 @@ def test_list_operations_pages_in_id_order_and_filters(
         )
         assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert (bad.details() or "").startswith("page_token")
-        channel.close()
 
 
 def _parked_mid_move(control: rpc.RobotControlStub, op_id: str, secret: str) -> pb.Operation:
@@ -303,8 +303,7 @@ def test_a_watch_the_server_stops_under_ends_unavailable_not_ok(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
     config = grpc_config(tmp_path, emu.path)
-    with daemon(config) as (proc, ready):
-        channel, control = stub(ready["grpc"])
+    with serving(config) as (proc, _ready, control):
         _parked_move(control, "open")
         watch = control.WatchOperation(
             pb.WatchOperationRequest(operation_id="open"), metadata=bearer()
@@ -314,7 +313,6 @@ def test_a_watch_the_server_stops_under_ends_unavailable_not_ok(
         ended = _error(lambda: list(watch))
         assert ended.code() == grpc.StatusCode.UNAVAILABLE, ended.details()
         assert "from_revision" in (ended.details() or "")
-        channel.close()
 
 
 def test_a_stop_answers_each_joints_read_back_position_and_hardware_errors(
@@ -328,8 +326,7 @@ def test_a_stop_answers_each_joints_read_back_position_and_hardware_errors(
             bus.write_field(dxl_id, tables.GOAL_POSITION, ticks)
             bus.write_field(dxl_id, tables.TORQUE_ENABLE, 1)
     emu.request(op="fault", kind="alert", id=2, value=0x20)  # overload: it drops torque
-    with daemon(config) as (_, ready):
-        channel, control = stub(ready["grpc"])
+    with serving(config) as (_, _ready, control):
         (device,) = control.Stop(
             pb.StopRequest(device="arm"), metadata=bearer(), timeout=10
         ).devices
@@ -338,20 +335,17 @@ def test_a_stop_answers_each_joints_read_back_position_and_hardware_errors(
         assert (b.joint, b.state, list(b.hardware_errors)) == ("b", "limp", ["overload"])
         assert b.position_rad == pytest.approx(tables.ticks_to_radians(b_ticks), abs=1e-3)
         assert not device.ok and device.latched
-        channel.close()
 
 
 def test_a_robot_named_sim_is_stopped_by_that_name(tmp_path: Path, emu: EmulatorProcess) -> None:
     config = grpc_config(tmp_path, emu.path)
     config.write_text(config.read_text().replace("robots.arm", "robots.sim"))
-    with daemon(config) as (_, ready):
-        channel, control = stub(ready["grpc"])
+    with serving(config) as (_, _ready, control):
         stopped = control.Stop(pb.StopRequest(device="sim"), metadata=bearer(), timeout=10)
         (device,) = stopped.devices
         # Stopped and latched (its servos were never powered: limp, as they are).
         assert (device.device, device.latched) == ("sim", True)
         assert [(j.joint, j.state) for j in device.joints] == [("a", "limp"), ("b", "limp")]
-        channel.close()
 
 
 def test_the_bridges_reconcile_never_takes_another_requests_operation_for_its_own(
@@ -360,8 +354,7 @@ def test_the_bridges_reconcile_never_takes_another_requests_operation_for_its_ow
     config = grpc_config(tmp_path, emu.path)
     key = ActivityKey("bridge-world", KIND_RELATIVE, "m-1")
     op_id = operation_id_for(key)
-    with daemon(config) as (_, ready):
-        channel, control = stub(ready["grpc"])
+    with serving(config) as (_, ready, control):
         # Another bridge (same token) already ran its own move under this operation id.
         control.Execute(move(op_id, {"a": 0.1, "b": 0.1}), metadata=bearer(), timeout=30)
         wait_for(control, op_id, lambda o: o.state == pb.SUCCEEDED)
@@ -388,4 +381,3 @@ def test_the_bridges_reconcile_never_takes_another_requests_operation_for_its_ow
         doc = json.loads(artifacts.get_bytes(out.result.ref, out.result.digest))
         assert (doc["outcome"], doc["code"]) == ("refused", "remote_conflict"), doc
         adapter.close()
-        channel.close()
