@@ -11,9 +11,15 @@ from _dxl_setup import TARGETS
 from tether.activities import ActivityKey
 from tether.adapters.dynamixel.config import HostConfig
 from tether.emulators.dynamixel import DynamixelEmulator
-from tether.families.robot_move.family import intent, robot_move_family, submit_intent
+from tether.families.robot_move.family import (
+    intent,
+    robot_move_family,
+    serve_families,
+    submit_intent,
+)
 from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest, MoveRequestError
 from tether.runtime import Host
+from tether.serve.families import ServeContext
 
 from tests._hosts import HandClock as Clock
 from tests._hosts import drain
@@ -58,3 +64,18 @@ def test_the_daemons_submit_names_its_host_and_refuses_a_client_that_does(
             "m-3", KIND_ABSOLUTE, {"robot": "arm", "targets": TARGETS}
         ).value
     )
+
+
+@pytest.mark.parametrize(("shared", "named"), [(True, "host-a"), (False, None)])
+def test_tether_serve_names_its_host_in_a_move_on_a_shared_world_only(
+    config: HostConfig, tmp_path: Path, shared: bool, named: str | None
+) -> None:
+    ctx = ServeContext(
+        config, None, tmp_path / "data", 30.0, host_name="host-a", shared_world=shared
+    )
+    ((family, build),) = serve_families(ctx)
+    try:
+        value = build("m-1", KIND_ABSOLUTE, {"robot": "arm", "targets": TARGETS}).value
+        assert value.get("host") == named
+    finally:
+        family.adapter.close()  # type: ignore[attr-defined]

@@ -358,6 +358,7 @@ class Daemon:
             self._closers,
             host_name=self.serve.host_name,
             sessions=self.sessions.start(),
+            shared_world=str(self.serve.world_url or "").startswith(("postgresql:", "postgres:")),
         )
         served: list[Served] = []
         for spec in self.serve.families:

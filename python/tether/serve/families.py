@@ -34,6 +34,9 @@ class ServeContext:
     closers: list[Callable[[], None]] = field(default_factory=list)
     #: This host's name (`[serve] host_name`): device work is admitted bound to it.
     host_name: str = ""
+    #: The world ledger is shared with other hosts (PostgreSQL): another host may project
+    #: this host's intents, so a device's intent names the host that owns the device.
+    shared_world: bool = False
     #: The daemon's session heartbeats (`tether.serve.sessions.Sessions`, in memory): the gate
     #: a family starts a move submitted under a `session_id` through (`begin`/`end`).
     sessions: Any = None

@@ -589,7 +589,11 @@ def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
         host_name=host_name,
         sessions=getattr(ctx, "sessions", None),
     )
-    return [(family, submit_intent(config, host_name))]
+    # On a shared world a move's intent names its host (another host may project it); on
+    # this host's own world the projection binds it here anyway, and an intent stays the
+    # request as `tether move` writes it directly.
+    shared = bool(getattr(ctx, "shared_world", False))
+    return [(family, submit_intent(config, host_name if shared else ""))]
 
 
 #: `tether worker DATA_DIR --families tether.families.robot_move.family:families_from_env` reads
