@@ -253,6 +253,12 @@ def test_a_consumer_too_slow_for_its_buffer_is_closed_with_1013(
                 rec.say(big, mid=f"toolcall:world-1/sim/b{i}")
                 if server.dropped:
                     break
+            # The server fans out on its own thread, maybe after the last say: the client
+            # still reads nothing (this loop is blocked, deliberately) until it is dropped, or
+            # it would drain what the server sends and never fall behind.
+            deadline = time.monotonic() + 30
+            while not server.dropped and time.monotonic() < deadline:
+                time.sleep(0.01)
             received = 0
             try:
                 while True:
