@@ -8,6 +8,8 @@ from __future__ import annotations
 import socket
 import threading
 
+from tether.testing._ports import cut
+
 
 class FreezeProxy:
     def __init__(self, target: str) -> None:
@@ -26,12 +28,7 @@ class FreezeProxy:
     def down(self) -> None:
         self._down.set()
         socks, self._socks = self._socks, []
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        cut(*socks)
 
     def up(self) -> None:
         self._down.clear()

@@ -19,6 +19,8 @@ import struct
 import threading
 from urllib.parse import urlsplit, urlunsplit
 
+from tether.testing._ports import cut
+
 
 class CommitCutter:
     def __init__(self, target_url: str) -> None:
@@ -64,14 +66,7 @@ class CommitCutter:
             threading.Thread(target=self._up, args=(client, server, state), daemon=True).start()
             threading.Thread(target=self._down, args=(server, client, state), daemon=True).start()
 
-    @staticmethod
-    def _cut(*socks: socket.socket) -> None:
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+    _cut = staticmethod(cut)
 
     def _up(self, client: socket.socket, server: socket.socket, state: dict[str, bool]) -> None:
         reader = _ClientMessages()

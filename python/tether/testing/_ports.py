@@ -1,4 +1,5 @@
-"""A loopback port for a server a test starts later, chosen where nothing else takes it first."""
+"""A loopback port for a server a test starts later, chosen where nothing else takes it first;
+and cutting a test proxy's connections."""
 
 from __future__ import annotations
 
@@ -37,3 +38,13 @@ def free_port() -> int:
                 continue
             return port
     raise OSError(f"no free loopback port in {start}..{low - 1}")
+
+
+def cut(*socks: socket.socket) -> None:
+    """End each connection at once, both ways (a peer reading sees it closed), then close it."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
