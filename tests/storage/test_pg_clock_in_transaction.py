@@ -651,7 +651,9 @@ def test_an_announced_admission_behind_an_older_claimable_one_is_claimed_in_orde
     """The one-message claim writes only if the announced record is the first the claim's own
     walk takes: an older claimable record goes first, through the usual claim."""
     with _server_clocked(pg_url) as admitting, _server_clocked(pg_url) as cat:
-        older, newer = key("older"), key("newer")
+        # Keys in admission order: on the kernel clock's 10 ms steps both may share a
+        # millisecond, and a tie goes by key.
+        older, newer = key("a-older"), key("b-newer")
         admitting.admit(admission(older))  # before anyone listened: never announced
         with _listening(cat) as bell:
             cat.claim("w", 60_000, kinds=["none"])
