@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 from tether._config import HostConfigError
-from tether.adapters.grpc.bridge import BridgeRequestError, parse_remote, submit
+from tether.adapters.grpc.bridge import BridgeRequestError, _address, parse_remote, submit
 from tether.adapters.grpc.remote import KIND_ABSOLUTE, KIND_SIM_REACH, _document
+
+from tests._listeners import make_authority
 
 GOOD = {"device": "arm", "targets": {"a": 0.5, "b": -0.3}, "not_after_ms": 1_900_000_000_000}
 
@@ -92,3 +94,100 @@ def test_a_token_file_of_one_line_is_the_token(tmp_path: Path) -> None:
     token.chmod(0o600)
     remote = parse_remote({"address": "127.0.0.1:50051", "token_file": "token"}, tmp_path)
     assert remote.token == "planner-token-7f3a"
+
+
+def _token(directory: Path) -> None:
+    token = directory / "token"
+    token.write_text("planner-token-7f3a\n")
+    token.chmod(0o600)
+
+
+@pytest.mark.parametrize(
+    ("address", "host", "port"),
+    [
+        ("127.0.0.1:50051", "127.0.0.1", 50051),
+        ("localhost:1", "localhost", 1),
+        ("[::1]:50051", "::1", 50051),
+    ],
+)
+def test_an_address_is_host_and_port_with_ipv6_in_brackets(
+    tmp_path: Path, address: str, host: str, port: int
+) -> None:
+    _token(tmp_path)
+    remote = parse_remote({"address": address, "token_file": "token"}, tmp_path)
+    assert remote.address == address  # grpcio's target, brackets and all
+    assert _address(address) == (host, port)
+
+
+@pytest.mark.parametrize(
+    ("address", "says"),
+    [
+        ("::1:50051", "IPv6 address goes in brackets"),  # ::1 port 50051, or ::1:c383?
+        ("fe80::1:50051", "IPv6 address goes in brackets"),
+        ("[::1:50051", "followed by :PORT"),
+        ("[::1]50051", "followed by :PORT"),
+        ("[localhost]:50051", "not an IPv6 address"),
+        ("[::1]]:50051", "followed by :PORT"),
+        ("127.0.0.1:0", "not in 1..65535"),
+        ("127.0.0.1:65536", "not in 1..65535"),
+        ("127.0.0.1:+80", "not in 1..65535"),
+        ("127.0.0.1:", "not in 1..65535"),
+        (":50051", "no host or no port"),
+        ("127.0.0.1", "no host or no port"),
+        ("127.0.0.1 :50051", "white space"),
+    ],
+)
+def test_a_bad_address_is_bad_remote_saying_why(tmp_path: Path, address: str, says: str) -> None:
+    _token(tmp_path)
+    with pytest.raises(HostConfigError) as info:
+        parse_remote({"address": address, "token_file": "token"}, tmp_path)
+    assert info.value.code == "bad_remote"
+    assert says in info.value.message and repr(address) in info.value.message
+
+
+def test_a_client_certificate_comes_with_its_key_as_a_loadable_pair(tmp_path: Path) -> None:
+    ca = make_authority(tmp_path / "ca")
+    ours, other = ca.issue("bridge", server=False), ca.issue("other", server=False)
+    _token(tmp_path)
+    base = {"address": "127.0.0.1:50051", "token_file": "token"}
+    remote = parse_remote(
+        {**base, "client_cert": str(ours.cert), "client_key": str(ours.key)}, tmp_path
+    )
+    assert remote.tls and remote.certificate_chain == ours.cert.read_bytes()
+    assert remote.private_key == ours.key.read_bytes()
+    assert "PRIVATE" not in repr(remote) and "client_cert=True" in repr(remote)
+    # One without the other.
+    for one in ({"client_cert": str(ours.cert)}, {"client_key": str(ours.key)}):
+        with pytest.raises(HostConfigError) as info:
+            parse_remote({**base, **one}, tmp_path)
+        assert info.value.code == "bad_remote" and "both or neither" in info.value.message
+    # A key of another certificate: refused at start-up, not at a handshake later.
+    with pytest.raises(HostConfigError) as info:
+        parse_remote(
+            {**base, "client_cert": str(ours.cert), "client_key": str(other.key)}, tmp_path
+        )
+    assert info.value.code == "bad_remote" and "not a usable PEM" in info.value.message
+    # The key is a secret: 0600 and this uid's.
+    ours.key.chmod(0o644)
+    with pytest.raises(HostConfigError) as info:
+        parse_remote({**base, "client_cert": str(ours.cert), "client_key": str(ours.key)}, tmp_path)
+    assert info.value.code == "bad_remote_token" and "mode 0600" in info.value.message
+    ours.key.chmod(0o600)
+    # A missing certificate file names its key.
+    with pytest.raises(HostConfigError) as info:
+        parse_remote({**base, "client_cert": "nope.pem", "client_key": str(ours.key)}, tmp_path)
+    assert info.value.code == "bad_remote" and "remote.client_cert" in info.value.message
+
+
+def test_a_client_certificate_alone_makes_an_off_loopback_remote_tls(tmp_path: Path) -> None:
+    ca = make_authority(tmp_path / "ca")
+    ours = ca.issue("bridge", server=False)
+    _token(tmp_path)
+    base = {"address": "192.0.2.7:50051", "token_file": "token"}
+    with pytest.raises(HostConfigError) as info:
+        parse_remote(base, tmp_path)
+    assert info.value.code == "insecure_remote"
+    remote = parse_remote(
+        {**base, "client_cert": str(ours.cert), "client_key": str(ours.key)}, tmp_path
+    )
+    assert remote.tls  # the system's roots check the server; the token never goes in clear

@@ -18,6 +18,7 @@ from _grpc_setup import SERVE, bearer, daemon, grpc_config, status_code
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.activities import ActivityKey
+from tether.adapters.grpc.bridge import parse_remote
 from tether.adapters.grpc.remote import KIND_ABSOLUTE, RemoteHost, intent, remote_move_family
 from tether.runtime import FamilyError, Host
 from tether.testing._ports import free_port
@@ -159,3 +160,34 @@ def test_a_misspelled_or_unreadable_client_ca_is_a_one_line_usage_error(
         assert code in done.stderr and named in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_bridge_configured_with_client_cert_and_key_reaches_a_mutual_tls_host(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """`[remote] client_cert`/`client_key` (host.toml) are what the bridge presents: with them
+    the configured channel is served; the same table without them fails the handshake."""
+    ca = make_authority(tmp_path / "ca")
+    server = ca.issue("server", server=True)
+    client = ca.issue("bridge", server=False)
+    config = mtls_config(tmp_path, emu.path, server, str(ca.cert))
+    token = tmp_path / "planner.token"
+    token.write_text(PLANNER + "\n")
+    token.chmod(0o600)
+    with daemon(config) as (_, ready):
+        port = ready["grpc"].rsplit(":", 1)[1]
+        table = {"address": f"localhost:{port}", "token_file": "planner.token", "ca": str(ca.cert)}
+        with_pair = {**table, "client_cert": str(client.cert), "client_key": str(client.key)}
+        for raw, served in ((with_pair, True), (table, False)):
+            remote = parse_remote(raw, tmp_path)
+            channel = remote.channel()
+            stub = rpc.RobotControlStub(channel)
+            meta = (("authorization", f"Bearer {remote.token}"),)
+            call = lambda s=stub, m=meta: s.ListOperations(  # noqa: E731
+                pb.ListOperationsRequest(), metadata=m, timeout=10
+            )
+            if served:
+                assert list(call().operations) == []
+            else:
+                assert status_code(call) == grpc.StatusCode.UNAVAILABLE
+            channel.close()

@@ -12,6 +12,9 @@ token_file = "secrets/planner.token" # the planner token: one line of a file own
 ca = "tls/robot-host-ca.pem"         # optional: TLS with this trust anchor (PEM); without
                                      # it the address must be loopback (`insecure_remote`)
 timeout_s = 10.0                     # the per-call deadline (default 10)
+client_cert = "tls/bridge.pem"       # optional, with client_key: the client certificate
+client_key = "tls/bridge.key"        # (PEM) for a robot host whose [tls] has client_ca
+                                     # (mutual TLS); the key file 0600, owned by this uid
 ```
 
 Rules:
@@ -20,6 +23,12 @@ Rules:
   empty, not 0600 or not owned by this uid is `bad_remote_token`. All exit `tether serve` 2.
 - The token is read from the file only (never argv, the environment, a log or a repr:
   `RemoteHost.__repr__` hides it).
+- `address` is HOST:PORT; an IPv6 address goes in brackets (`[::1]:50051`): unbracketed,
+  `::1:50051` could be an address of its own, so it is `bad_remote`.
+- `client_cert` and `client_key` come together (`bad_remote` otherwise) and must make a pair
+  that TLS can load (a key of another certificate is `bad_remote` at start-up, not a failed
+  handshake later); the key file is a secret: owned by this uid, mode 0600
+  (`bad_remote_token` names it otherwise, as for the token). A client certificate means TLS.
 - A plaintext channel is refused off loopback (the bearer token would cross the network in
   clear): `insecure_remote`.
 - The daemon's `submit` (control socket) takes `{"device", "targets", "not_after_ms"}` under a
@@ -33,6 +42,10 @@ Rules:
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import ssl
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any, Final, cast
@@ -53,7 +66,7 @@ from tether.devices.credentials import CredentialError, read_secret
 from tether.runtime import Family, FamilyError
 from tether.world import ComponentWrite
 
-REMOTE_KEYS: Final = ("address", "token_file", "ca", "timeout_s")
+REMOTE_KEYS: Final = ("address", "token_file", "ca", "timeout_s", "client_cert", "client_key")
 #: What a submitted remote move carries (its kind is the submit's).
 SUBMIT_KEYS: Final = ("device", "targets", "not_after_ms")
 #: A submitted sim reach's keys (kind `physical_ai.remote_move.sim_reach`).
@@ -72,18 +85,84 @@ def _error(code: str, message: str, **details: Any) -> HostConfigError:
 
 
 def _address(text: str) -> tuple[str, int]:
-    host, sep, port_text = text.rpartition(":")
-    try:
-        port = int(port_text)
-    except ValueError:
-        port = 0
-    if not sep or not host.strip("[]") or not 1 <= port <= 65535 or any(c.isspace() for c in text):
-        raise _error(
+    """HOST and PORT of `text` (`HOST:PORT`, an IPv6 host in brackets), or `bad_remote`."""
+
+    def bad(why: str) -> HostConfigError:
+        return _error(
             "bad_remote",
-            f"remote.address: {text!r} is not HOST:PORT (for example 127.0.0.1:50051)",
+            f"remote.address: {text!r} is not HOST:PORT ({why}; for example 127.0.0.1:50051 "
+            "or [::1]:50051)",
             value=text,
         )
-    return host.strip("[]"), port
+
+    if any(c.isspace() for c in text):
+        raise bad("it holds white space")
+    if text.startswith("["):
+        host, close, rest = text[1:].partition("]")
+        if not close or not rest.startswith(":"):
+            raise bad("a bracketed IPv6 address is followed by :PORT")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise bad(f"{host!r} in brackets is not an IPv6 address") from None
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host:
+            raise bad("no host or no port")
+        if ":" in host or "[" in host or "]" in host:
+            raise bad("an IPv6 address goes in brackets")
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise bad(f"port {port_text!r} is not in 1..65535")
+    return host, int(port_text)
+
+
+def _client_pair(table: Table, base: Path) -> tuple[bytes, bytes] | None:
+    """`client_cert` and `client_key` (PEM), checked to load as a pair, or None."""
+    cert_text = table.optional_text("client_cert")
+    key_text = table.optional_text("client_key")
+    if cert_text is None and key_text is None:
+        return None
+    if cert_text is None or key_text is None:
+        given, missing = (
+            ("client_cert", "client_key")
+            if key_text is None
+            else (
+                "client_key",
+                "client_cert",
+            )
+        )
+        raise _error("bad_remote", f"remote.{given} needs remote.{missing} (both or neither)")
+    cert, key = base / cert_text, base / key_text
+    try:
+        info = key.stat()
+    except OSError as exc:
+        raise _error(
+            "bad_remote_token", f"remote.client_key: {key}: {exc.strerror}", path=str(key)
+        ) from None
+    if stat.S_IMODE(info.st_mode) & 0o077 or info.st_uid != os.getuid():
+        raise _error(
+            "bad_remote_token",
+            f"remote.client_key: {key} must be owned by you and mode 0600 (chmod 600 {key})",
+            path=str(key),
+        )
+    try:
+        chain, secret = cert.read_bytes(), key.read_bytes()
+    except OSError as exc:
+        name = "client_cert" if exc.filename == str(cert) else "client_key"
+        raise _error("bad_remote", f"remote.{name}: {exc.filename}: {exc.strerror}") from None
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        probe.load_cert_chain(cert, key)
+    except (ssl.SSLError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or type(exc).__name__
+        raise _error(
+            "bad_remote",
+            f"remote.client_cert {cert} and remote.client_key {key} are not a usable PEM"
+            f" certificate and its key ({reason})",
+            path=str(cert),
+        ) from None
+    return chain, secret
 
 
 def parse_remote(raw: Any, base: Path) -> RemoteHost:
@@ -106,7 +185,8 @@ def parse_remote(raw: Any, base: Path) -> RemoteHost:
             raise _error("bad_remote", f"remote.ca: {ca}: {exc.strerror}", path=str(ca)) from None
         if b"-----BEGIN CERTIFICATE-----" not in root:
             raise _error("bad_remote", f"remote.ca: {ca} holds no PEM certificate", path=str(ca))
-    elif not is_loopback(host):
+    pair = _client_pair(table, base)
+    if root is None and pair is None and not is_loopback(host):
         raise _error(
             "insecure_remote",
             f"remote.address {address!r} is off loopback: set remote.ca (TLS), so the planner"
@@ -135,7 +215,14 @@ def parse_remote(raw: Any, base: Path) -> RemoteHost:
             " (it is sent as `authorization: Bearer <token>`)",
             path=str(token_path),
         )
-    return RemoteHost(address, token, root_certificates=root, timeout_s=timeout)
+    return RemoteHost(
+        address,
+        token,
+        root_certificates=root,
+        timeout_s=timeout,
+        certificate_chain=None if pair is None else pair[0],
+        private_key=None if pair is None else pair[1],
+    )
 
 
 def load_remote(config_path: str | Path) -> RemoteHost:
