@@ -70,7 +70,8 @@ CODES: Final[tuple[ExitCode, ...]] = (
         "UNAVAILABLE",
         "a server or device could not be reached (`unreachable`, a port owned by another "
         "process: `port_busy`), no `tether serve` runs where one must (`daemon_not_running`), "
-        "or another one already does (`daemon_running`), or a listener's address is taken "
+        "or another one already does (`daemon_running`; on a shared catalog, under the same "
+        "host name: `host_name_taken`), or a listener's address is taken "
         "(`sse_unavailable`, `grpc_unavailable`)",
     ),
     ExitCode(INTERNAL, "INTERNAL", "a bug in Tether: the traceback is printed; please report it"),
@@ -115,6 +116,7 @@ ERROR_CODES: Final[dict[str, int]] = {
             "unreachable",
             "port_busy",
             "daemon_running",
+            "host_name_taken",
             "daemon_not_running",
             "sse_unavailable",
             "console_unavailable",

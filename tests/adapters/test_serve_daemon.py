@@ -441,6 +441,18 @@ def test_serve_on_postgresql_binds_a_move_to_its_host(
         assert done.returncode == 0, done.stdout + done.stderr
         key = outcome(done)["key"]
         assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+        # A second daemon under the same host name on this catalog would claim this host's
+        # device work: refused before it touches a device or a record.
+        (tmp_path / "twin").mkdir()
+        twin = serve_config(tmp_path / "twin", "/dev/null-unused", extra=extra)
+        for json_flag in ((), ("--json",)):
+            refused = tether(
+                "serve", "--config", str(twin), *json_flag, "--catalog", pg_url, "--world", pg_url,
+                timeout=60,
+            )  # fmt: skip
+            assert refused.returncode == 7, refused.stderr
+            assert "host_name_taken" in refused.stderr and "'arm-host-1'" in refused.stderr
+            assert "Traceback" not in refused.stderr and pg_url not in refused.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)

@@ -64,6 +64,7 @@ from tether.serve.families import ServeContext, Served, load, load_items
 from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.serve.sessions import Sessions
+from tether.storage._host_claim import HostClaim, is_shared
 from tether.world import ComponentWrite, WorldNotFound
 
 log = logging.getLogger("tether.serve")
@@ -301,6 +302,11 @@ class Daemon:
             lock = InstanceLock(path, what)
             lock.acquire(self._record())
             self._locks.append(lock)
+        if self.serve.host_name and is_shared(self.serve.catalog_url):
+            # One daemon per host name on a shared catalog: it claims the device work bound
+            # to the name (`host_name_taken` otherwise, before any device or work is touched).
+            claim = HostClaim.take(str(self.serve.catalog_url), self.serve.host_name)
+            self._closers.append(claim.close)  # after the workers stop (`close`)
         self.devices = DeviceHost(self.config, socket_path=self.socket_path)
         for op, handler in self._handlers().items():
             self.devices.add_handler(op, handler)

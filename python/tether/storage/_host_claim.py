@@ -1,0 +1,151 @@
+"""A robot host's name on a shared PostgreSQL catalog, held by one `tether serve` at a time.
+
+Device work is admitted bound to a host's name (`[serve] host_name`, by default the machine's
+hostname) and claimed only by that host. Two daemons under one name on one catalog would
+both claim the other's device work and drive their own robot of that name with it, so the
+second is refused at start-up (`host_name_taken`, naming the holder's address and process)
+until the first is gone.
+
+Rules:
+- The claim is a session-level advisory lock, keyed by the catalog's schema and the name,
+  on a connection of its own held for the daemon's life. A process that dies releases it
+  with its connection; one cut off from the server releases it when the server's keepalive
+  gives the session up (about 25 s, `tether.storage._pg`'s session settings).
+- A claim whose connection broke is taken again (every `CHECK_S`): the name is the daemon's
+  again, or, when another daemon took it during the outage, an error is logged naming both
+  (the catalog's fences still keep every record single-writer; this catches a
+  misconfiguration, it is not a fence).
+- On SQLite the catalog is one host's file: there is nothing to claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Final
+
+import psycopg
+
+from tether._coded import CodedError
+from tether._core import CatalogStorageError
+from tether.storage._pg import connect, one_line, where
+
+log = logging.getLogger("tether.storage.host_claim")
+
+#: How often a claim checks its connection, and takes the name again after it broke (s).
+CHECK_S: Final = 10.0
+
+_KEY: Final = "SELECT hashtextextended('tether.host_name:' || current_schema() || ':' || %s, 0)"
+
+
+class HostNameTaken(CodedError):
+    """Another live `tether serve` holds this host name on the catalog (`host_name_taken`)."""
+
+
+def is_shared(url: str | None) -> bool:
+    """Whether a catalog URL names a PostgreSQL catalog (one that hosts share)."""
+    return bool(url) and str(url).startswith(("postgresql:", "postgres:"))
+
+
+class HostClaim:
+    """This daemon's hold of its host name on a PostgreSQL catalog (`take`, then `close`)."""
+
+    def __init__(self, conninfo: str, host_name: str) -> None:
+        self.conninfo = conninfo
+        self.host_name = host_name
+        self._conn: psycopg.Connection[Any] | None = None
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def take(cls, conninfo: str, host_name: str) -> HostClaim:
+        """Hold `host_name` on the catalog at `conninfo`.
+
+        Raises:
+            HostNameTaken: another live daemon holds it.
+            CatalogStorageError: the server cannot be reached (one line, no password).
+        """
+        claim = cls(conninfo, host_name)
+        claim._conn = claim._hold()
+        claim._thread = threading.Thread(target=claim._watch, name="tether-host-claim", daemon=True)
+        claim._thread.start()
+        return claim
+
+    def _application(self) -> str:
+        return f"tether serve {self.host_name} pid {os.getpid()}"[:63]
+
+    def _hold(self) -> psycopg.Connection[Any]:
+        conn = connect(self.conninfo, CatalogStorageError, application=self._application())
+        try:
+            row = conn.execute(
+                f"SELECT pg_try_advisory_lock(({_KEY})), ({_KEY})",
+                (self.host_name, self.host_name),
+            ).fetchone()
+            assert row is not None
+            if row[0]:
+                return conn
+            holder = self._holder(conn, int(row[1]))
+        except psycopg.Error as exc:
+            conn.close()
+            raise CatalogStorageError(
+                f"cannot claim host name {self.host_name!r} on PostgreSQL at "
+                f"{where(self.conninfo)}: {one_line(exc)}"
+            ) from None
+        conn.close()
+        raise HostNameTaken(
+            "host_name_taken",
+            f"host name {self.host_name!r} is held on the catalog at {where(self.conninfo)} by"
+            f" another tether serve ({holder}): give each host its own [serve] host_name; a"
+            " holder that is gone lets go when its connection ends (within about 25 s)",
+            details={"host_name": self.host_name, "holder": holder},
+        )
+
+    @staticmethod
+    def _holder(conn: psycopg.Connection[Any], key: int) -> str:
+        """Who holds the advisory lock `key`: its client's address and application name."""
+        row = conn.execute(
+            "SELECT a.client_addr::text, a.application_name, a.pid FROM pg_locks l"
+            " JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+            " AND l.classid = ((%s >> 32) & 4294967295)::bigint::oid"
+            " AND l.objid = (%s & 4294967295)::bigint::oid LIMIT 1",
+            (key, key),
+        ).fetchone()
+        if row is None:
+            return "a session that has just ended"
+        address, application, _ = row
+        return f"{application or 'a client'} from {address or 'a local socket'}"
+
+    def _watch(self) -> None:
+        while not self._closing.wait(CHECK_S):
+            conn = self._conn
+            try:
+                if conn is None:
+                    raise psycopg.OperationalError("no connection")
+                conn.execute("SELECT 1")
+                continue
+            except psycopg.Error:
+                pass
+            if conn is not None:
+                conn.close()
+            self._conn = None
+            try:
+                self._conn = self._hold()
+                log.warning("host name %r claimed again after its connection broke", self.host_name)
+            except HostNameTaken as exc:
+                log.error("%s (taken while this daemon's connection was broken)", exc.message)
+            except CatalogStorageError as exc:
+                log.warning("host name %r not claimed again yet: %s", self.host_name, exc)
+
+    def close(self) -> None:
+        """Let the name go (its connection closes)."""
+        self._closing.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+__all__ = ["CHECK_S", "HostClaim", "HostNameTaken", "is_shared"]

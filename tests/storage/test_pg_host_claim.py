@@ -1,0 +1,127 @@
+"""A host name on a shared PostgreSQL catalog is held by one daemon at a time
+(`tether.storage._host_claim`): a second claim is refused naming the holder, a claim is
+per schema, and a holder that closes, dies or loses its connection lets go."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+from tether.storage import _host_claim
+from tether.storage._host_claim import HostClaim, HostNameTaken, is_shared
+
+from tests.backends import pg_schema
+
+
+def _holders(base: str, application: str) -> list[int]:
+    with psycopg.connect(base, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = %s",
+            (application,),
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_second_claim_of_a_name_is_refused_naming_its_holder(pg_url: str) -> None:
+    first = HostClaim.take(pg_url, "arm-host-1")
+    try:
+        with pytest.raises(HostNameTaken) as info:
+            HostClaim.take(pg_url, "arm-host-1")
+        assert info.value.code == "host_name_taken"
+        assert "'arm-host-1'" in info.value.message
+        assert "tether serve arm-host-1 pid" in info.value.details["holder"]
+        other = HostClaim.take(pg_url, "arm-host-2")  # another name is free
+        other.close()
+    finally:
+        first.close()
+    again = HostClaim.take(pg_url, "arm-host-1")  # closed: free again
+    again.close()
+
+
+def test_a_claim_is_per_catalog_schema(pg_url: str, pg_base: str) -> None:
+    with pg_schema(pg_base) as elsewhere:
+        one, two = HostClaim.take(pg_url, "arm-host-1"), HostClaim.take(elsewhere, "arm-host-1")
+        one.close()
+        two.close()
+
+
+def test_a_holder_killed_lets_its_name_go(pg_url: str) -> None:
+    code = (
+        "import sys, time\n"
+        "from tether.storage._host_claim import HostClaim\n"
+        "HostClaim.take(sys.argv[1], 'arm-host-1')\n"
+        "print('held', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code, pg_url], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(HostNameTaken):
+            HostClaim.take(pg_url, "arm-host-1")
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            HostClaim.take(pg_url, "arm-host-1").close()
+            break
+        except HostNameTaken:
+            assert time.monotonic() < deadline, "a killed holder's name was never let go"
+            time.sleep(0.1)
+
+
+def test_a_claim_whose_connection_broke_takes_its_name_again(
+    pg_url: str, pg_base: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(_host_claim, "CHECK_S", 0.1)
+    claim = HostClaim.take(pg_url, "arm-host-9")
+    try:
+        application = claim._application()
+        (pid,) = _holders(pg_base, application)
+        with psycopg.connect(pg_base, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10
+        while True:
+            held = _holders(pg_base, application)
+            if held and held != [pid]:
+                break
+            assert time.monotonic() < deadline, "the broken claim was never taken again"
+            time.sleep(0.05)
+        # Taken by another while this one's connection was down: an error says so.
+        (pid,) = held
+        caplog.set_level(logging.ERROR, logger="tether.storage.host_claim")
+        # The watcher's next check is a second away: the thief below takes the name first.
+        monkeypatch.setattr(_host_claim, "CHECK_S", 1.0)
+        time.sleep(0.3)
+        with psycopg.connect(pg_base, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        thief = None
+        deadline = time.monotonic() + 10
+        while thief is None:
+            try:
+                thief = HostClaim.take(pg_url, "arm-host-9")
+            except HostNameTaken:
+                assert time.monotonic() < deadline, "the claim was never let go"
+        try:
+            deadline = time.monotonic() + 10
+            while not any(
+                "host_name_taken" in r.getMessage() or "held on" in r.getMessage()
+                for r in caplog.records
+            ):
+                assert time.monotonic() < deadline, "the lost claim was never reported"
+                time.sleep(0.05)
+        finally:
+            thief.close()
+    finally:
+        claim.close()
+
+
+def test_only_a_postgresql_catalog_is_shared() -> None:
+    assert is_shared("postgresql://127.0.0.1/test") and is_shared("postgres://x/y")
+    assert not is_shared("sqlite:///tmp/catalog.db") and not is_shared(None)
