@@ -173,3 +173,71 @@ def test_the_dispatcher_every_call_passes_through_runs_raised(served: Daemon) ->
     for t in pool:
         assert t.native_id is not None
         assert os.getpriority(os.PRIO_PROCESS, t.native_id) == DISPATCH_NICE
+
+
+def test_updated_ms_is_when_the_record_last_changed_and_never_goes_back(served: Daemon) -> None:
+    """`updated_ms` is the latest time the catalog record holds (`grpc_server.updated_ms`), not
+    the time of the read: two reads of an unchanged operation agree, and each change (the
+    first claim binding it, its result, its settlement) moves it forward only."""
+    from tether.serve.grpc_server import updated_ms
+
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    catalog = served.host().catalog
+    key = ActivityKey(world_for("ci"), KIND, "job-4")
+    seen: list[pb.Operation] = []
+
+    def twice() -> pb.Operation:
+        """Two reads 30 ms apart: the same time while the record did not change, and the
+        time the record holds (read at the same version)."""
+        read = pb.GetOperationRequest(operation_id="job-4")
+        first = control.GetOperation(read, metadata=bearer(), timeout=10)
+        time.sleep(0.03)
+        second = control.GetOperation(read, metadata=bearer(), timeout=10)
+        record = catalog.get(key)
+        assert record is not None
+        if first.revision == second.revision:
+            assert first.updated_ms == second.updated_ms, (first, second)
+        if second.revision == record.version:
+            assert second.updated_ms == updated_ms(record, second.evidence.read_at_ms)
+        seen.extend((first, second))
+        return second
+
+    try:
+        created = control.Execute(move("job-4"), metadata=bearer(), timeout=30)
+        record = catalog.get(key)
+        assert record is not None
+        assert created.updated_ms == created.created_ms == record.admitted_at_ms
+        pending = twice()
+        assert pending.state == pb.PENDING and pending.updated_ms == created.updated_ms
+        time.sleep(0.02)  # the claim's time is a later millisecond than the admission's
+        (claim,) = catalog.claim_and_bind_many(
+            "test-claimer", 60_000, 1, world_id=key.world_id, host=record.bound_host or None
+        )
+        assert claim.key == key and claim.record.operation_bound_at_ms is not None
+        running = twice()
+        assert running.state == pb.RUNNING and running.revision > pending.revision
+        assert running.updated_ms == claim.record.operation_bound_at_ms > pending.updated_ms
+        # A renewed lease is a new revision that stamps no time: the time stays, never less.
+        catalog.renew(key, claim.fence, 60_000)
+        renewed = twice()
+        assert renewed.revision > running.revision and renewed.updated_ms == running.updated_ms
+        time.sleep(0.02)
+        result = served.host().artifacts.put_bytes(b'{"outcome":"completed"}', "application/json")
+        recorded = catalog.record_result(key, claim.fence, result)
+        assert recorded.recorded_result is not None
+        done = twice()
+        assert done.state == pb.SUCCEEDED
+        assert done.updated_ms >= recorded.recorded_result.recorded_at_ms > running.updated_ms
+        # The observer settles it (a later revision, a later time); read until it has.
+        deadline = time.monotonic() + 10
+        while (settled := catalog.get(key)) is None or settled.settlement is None:
+            assert time.monotonic() < deadline, "never settled"
+            time.sleep(0.05)
+        final = twice()
+        assert final.updated_ms == settled.settlement.settled_at_ms
+        by_revision = sorted(seen, key=lambda o: o.revision)
+        times = [o.updated_ms for o in by_revision]
+        assert times == sorted(times), [(o.revision, o.updated_ms) for o in by_revision]
+    finally:
+        channel.close()

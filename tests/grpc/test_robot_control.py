@@ -344,6 +344,46 @@ def test_cancel_before_the_start_never_moves_and_after_the_end_changes_nothing(
         assert target_actions(emu.journal(), second) == {1: 0, 2: 0}
 
 
+def test_cancel_of_an_operation_awaiting_an_operator_stops_nothing_and_names_resolve(
+    tmp_path: Path,
+) -> None:
+    """A move parked for an operator (its robot latched by a Stop) is not running: its Cancel
+    is FAILED_PRECONDITION naming Resolve, not STOPPED_WHILE_RUNNING. Nothing is sent to the
+    arm, no cancel is recorded in its journal operation, the record does not move, and the
+    operator still decides it."""
+    from tether.activities import ActivityKey, operation_id_for
+    from tether.families.robot_move.journal import MoveStore
+    from tether.serve.grpc_server import world_for
+
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "parked", {"a": 1.4, "b": -1.4})
+            control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=5)
+            parked = wait_for(control, "parked", lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
+            frames = len(emu.journal())
+            with pytest.raises(grpc.RpcError) as refused:
+                control.Cancel(pb.CancelRequest(operation_id="parked"), metadata=bearer())
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            details = refused.value.details()
+            assert details.startswith("awaiting_operator:") and "Resolve" in details, details
+            assert len(emu.journal()) == frames  # no stop (nor any other frame) was sent
+            after = control.GetOperation(
+                pb.GetOperationRequest(operation_id="parked"), metadata=bearer()
+            )
+            assert after.state == pb.UNKNOWN_AWAITING_OPERATOR
+            assert after.revision == parked.revision
+            key = ActivityKey(world_for("ci"), "physical_ai.robot_move.absolute", "parked")
+            (root,) = tmp_path.rglob("robot_move")
+            journaled = MoveStore(root).get(operation_id_for(key))
+            assert journaled is not None and journaled.entry.proof("cancel") is None
+            decided = abandon(control, "parked", after.evidence.revision)
+            assert decided.id == "parked"
+            assert until_terminal(control, "parked")[-1].state == pb.FAILED
+            channel.close()
+
+
 def test_reflection_lists_the_services_and_health_names_the_server(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:

@@ -51,11 +51,15 @@ Rules:
   session through `Daemon.stop_devices` (the path `Stop` uses: held and latched), so the move is
   reconciled as after a Stop (awaiting an operator, or failed), never succeeded. In memory
   only: after a daemon restart every session is unknown, so a pending move of one never
-  starts unless its client re-sends the identical Execute under a live session.
+  starts unless its client re-sends the identical Execute under a live session. A session
+  holds an operation until it has a result (`Sessions.settle`, from the doorbell's keyed
+  result rings and the watch poller's sweep, `_sweep_sessions`), not for the session's life.
 - An `Operation` is a view of the Activity's catalog record (state, `revision` = the record's
   version, attempts, result and evidence documents from the artifact store) and the daemon's
-  latest progress. States: pending (committed, no attempt), running, succeeded, failed,
-  cancelled, expired (a failed result whose outcome says so), unknown-awaiting-operator.
+  latest progress. `updated_ms` is the latest time the record holds (`updated_ms`): the same
+  on every read of an unchanged operation, never less on a later revision. States: pending
+  (committed, no attempt), running, succeeded, failed, cancelled, expired (a failed result
+  whose outcome says so), unknown-awaiting-operator.
 - `WatchOperation` sends the current view first (or only changes after `from_revision`), then
   every change, and ends at a terminal state (a recorded result; an awaiting-operator view is
   not terminal: the stream stays until it is decided; a server shutting down ends it
@@ -79,7 +83,9 @@ Rules:
   bound to. A planner reads its own operations only.
 - `Cancel` asks the family to cancel (`cancel` on the device host's handlers): before the start
   marker the move never starts (`CANCELLED_BEFORE_START`); once started the device is stopped
-  and latched (`STOPPED_WHILE_RUNNING`, reconciled as the daemon's stop is).
+  and latched (`STOPPED_WHILE_RUNNING`, reconciled as the daemon's stop is). An operation
+  awaiting an operator is not running and only `Resolve` decides it: its Cancel is
+  `FAILED_PRECONDITION` (`awaiting_operator:`), asks the family nothing and stops nothing.
 - `Reconcile` reads the device back (`read_back`) and refreshes a parked operation's evidence;
   it never sends motion.
 - Auth: every call carries `authorization: Bearer <secret>`, verified by the daemon's
@@ -108,7 +114,6 @@ import os
 import re
 import secrets
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent import futures
@@ -197,6 +202,8 @@ SIM_FIELDS: Final = {
 }
 #: The sim result file's summary, answered as a reference document, is read once per result.
 SIM_REFERENCES_KEPT: Final = 256
+#: The kinds an Execute may bind to a session (joint moves: a sim reach takes none).
+SESSION_KINDS: Final = tuple(sorted(set(KINDS.values())))
 #: Terminal operation states.
 TERMINAL: Final = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED, pb.EXPIRED})
 #: Execute's crash points (`TETHER_CRASH_AT`), in order: before the intent is committed, and
@@ -217,6 +224,33 @@ def request_digest(operation_id: str, intent: Any) -> str:
     """The digest every retry must match: operation id, device, command and not_after (all of
     which the committed intent holds)."""
     return "sha256:" + hashlib.sha256(canonical([operation_id, intent])).hexdigest()
+
+
+def updated_ms(record: ActivityRecord, read_at_ms: int = 0) -> int:
+    """When the operation last changed: the latest wall-clock time its catalog record holds
+    (admitted, its provider operation first bound, a retry guard, its result, its evidence and
+    the evidence's device read-back `read_at_ms`, an operator's decision, its settlement, its
+    compaction). A function of the record alone, so the same on every read of one revision,
+    and never less on a later one (each time is kept or replaced by a later one). A change
+    the record stamps no time on (a lease renewed, a later attempt claimed) keeps the time of
+    the last one that it does."""
+    times = [
+        record.admitted_at_ms,
+        record.operation_bound_at_ms,
+        record.compacted_at_ms,
+        read_at_ms,
+    ]
+    if record.retry_guard is not None:
+        times.append(record.retry_guard.recorded_at_ms)
+    if record.recorded_result is not None:
+        times.append(record.recorded_result.recorded_at_ms)
+    if record.evidence is not None:
+        times.append(record.evidence.recorded_at_ms)
+    if record.decision is not None:
+        times.append(record.decision.decided_at_ms)
+    if record.settlement is not None:
+        times.append(record.settlement.settled_at_ms)
+    return max(int(t) for t in times if t)
 
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
@@ -413,7 +447,9 @@ class RobotControl(rpc.RobotControlServicer):
     def ring_loop(self) -> None:
         """Wake a watch when a result of its record is recorded (the catalog's doorbell), so
         it answers a terminal state without waiting for the poll; a ring naming no record
-        wakes every watch."""
+        wakes every watch. A result also unbinds its operation from the sessions that hold it
+        (`Sessions.settle`: no attempt of it starts again); one no ring names is left to the
+        poller's sweep (`_sweep_sessions`)."""
         from tether.runtime._wakeup import Wakeup
         from tether.storage import RESULT
 
@@ -429,13 +465,24 @@ class RobotControl(rpc.RobotControlServicer):
                 continue
             for k in keys:
                 self.watches.wake(ActivityKey(*k))
+            self._settle_sessions(keys)
+
+    def _settle_sessions(self, keys: list[tuple[str, str, str]]) -> None:
+        """Unbind the operations of `keys` (records given a result) from their sessions."""
+        ended: dict[str, list[str]] = {}
+        for world, kind, activity in keys:
+            if kind in SESSION_KINDS and world.startswith(WORLD_PREFIX):
+                ended.setdefault(world, []).append(activity)
+        for world, activities in ended.items():
+            self.daemon.sessions.settle(world, activities)
 
     def poll_loop(self) -> None:
         """Every `WATCH_POLL_S`, read each watched record once and wake the watches of a record
         whose version moved (a claim, an unknown conclusion, a decision: changes no doorbell
         names). One thread for all watches, on a catalog connection of its own (its reads
         queue behind nobody's and nobody's behind them), entering the work lane as any
-        storage RPC does."""
+        storage RPC does. The same thread sweeps the sessions when one is due
+        (`_sweep_sessions`)."""
         catalog = self.daemon.host().open_catalog()
         try:
             self._poll(catalog)
@@ -460,6 +507,34 @@ class RobotControl(rpc.RobotControlServicer):
                     # First seen: its watch may have read it before this change.
                     self.watches.wake(key)
                 versions[key] = version
+            self._sweep_sessions(catalog)
+
+    def _sweep_sessions(self, catalog: Any) -> None:
+        """Unbind from the sessions every operation whose record has a result that no keyed
+        ring named (a ring of another process, a PostgreSQL notification, more rings than the
+        doorbell keeps): once more ids are bound than `Sessions.sweep_due` allows (at least
+        `SWEEP_MIN`, twice what the last sweep kept), each bound id's record is read once. An
+        id with no record yet (committed, not yet admitted) or none with a result stays."""
+        sessions = self.daemon.sessions
+        due = sessions.sweep_due()
+        if not due:
+            return
+        try:
+            for world, activities in due.items():
+                ended = []
+                for activity in sorted(activities):
+                    for kind in SESSION_KINDS:
+                        with self.work:
+                            record = catalog.get(ActivityKey(world, kind, activity))
+                        if record is not None:
+                            if record.result is not None or record.compacted:
+                                ended.append(activity)
+                            break
+                sessions.settle(world, ended)
+        except Exception:  # the sweep never takes the server down; the next one retries
+            log.exception("session sweep failed")
+        finally:
+            sessions.swept()
 
     # --- lookups and views ---
 
@@ -539,7 +614,6 @@ class RobotControl(rpc.RobotControlServicer):
         op.revision = record.version
         op.attempt = record.attempt_count
         op.created_ms = record.admitted_at_ms
-        op.updated_ms = int(time.time() * 1000)
         if record.result is not None:
             reference = self._sim_reference(record.result) if sim else None
             if reference is not None:
@@ -591,6 +665,7 @@ class RobotControl(rpc.RobotControlServicer):
                                 hardware_errors=[str(e) for e in j.get("hardware_errors") or []],
                             )
                         )
+        op.updated_ms = updated_ms(record, op.evidence.read_at_ms)
         return op
 
     def _sim_reference(self, result: Any) -> bytes | None:
@@ -825,10 +900,16 @@ class RobotControl(rpc.RobotControlServicer):
             extra={"principal": principal.name, "operation_id": op_id, "new": created},
         )
         if record is not None:  # created by this call: the admission is its first view
-            return self._operation(key, self._input(record), record)
-        self.work.reenter()  # an existing operation is read (Execute's `with` releases it)
-        found = self._find(key.world_id, op_id)
-        return self._operation(key, found[1] if found else {"kind": kind, **body})
+            op = self._operation(key, self._input(record), record)
+        else:
+            self.work.reenter()  # an existing operation is read (Execute's `with` releases it)
+            found = self._find(key.world_id, op_id)
+            op = self._operation(key, found[1] if found else {"kind": kind, **body})
+        if "session_id" in body and op.state in TERMINAL:
+            # Ended already (a retry after the end, a refusal at admission): it never starts
+            # again, so no session holds it (its result's ring may have come before the bind).
+            self.daemon.sessions.settle(key.world_id, [op_id])
+        return op
 
     def _GetOperation(
         self, request: pb.GetOperationRequest, context: grpc.ServicerContext
@@ -1002,10 +1083,7 @@ class RobotControl(rpc.RobotControlServicer):
                         f" revision {op.revision} (resume from a revision this server sent)",
                     )
                 stamp = now
-                view = pb.Operation()
-                view.CopyFrom(op)
-                view.ClearField("updated_ms")
-                data = view.SerializeToString(deterministic=True)
+                data = op.SerializeToString(deterministic=True)
                 # First the current view (from_revision 0) or the first one past
                 # from_revision; from then on every change.
                 if data != last and (sent or floor == 0 or op.revision > floor):
@@ -1059,6 +1137,8 @@ class RobotControl(rpc.RobotControlServicer):
         op = self._operation(key, intent)
         if op.state in TERMINAL:
             return pb.CancelResponse(outcome=pb.CancelResponse.ALREADY_TERMINAL, operation=op)
+        if op.state == pb.UNKNOWN_AWAITING_OPERATOR:
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, _awaiting(op))
         if key.kind == SIM_KIND:
             _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "a sim reach cannot be cancelled")
         handler = self.daemon.devices.handler("cancel") if self.daemon.devices else None
@@ -1072,8 +1152,18 @@ class RobotControl(rpc.RobotControlServicer):
         if answer.get("terminal"):  # over on the device; the record catches up
             outcome = pb.CancelResponse.ALREADY_TERMINAL
         elif answer.get("started"):
-            self.daemon.stop_devices({"robot": op.device})
-            outcome = pb.CancelResponse.STOPPED_WHILE_RUNNING
+            # Started, per its journal: running unless its attempt was concluded since the
+            # read above (parked for an operator, or a result recorded). Only a running move's
+            # robot is stopped.
+            now = self.daemon.host().get(key)
+            if now is not None and now.result is None and now.awaiting_decision:
+                parked = self._operation(key, intent, now)
+                _abort(context, grpc.StatusCode.FAILED_PRECONDITION, _awaiting(parked, late=True))
+            if now is not None and (now.result is not None or now.compacted):
+                outcome = pb.CancelResponse.ALREADY_TERMINAL
+            else:
+                self.daemon.stop_devices({"robot": op.device})
+                outcome = pb.CancelResponse.STOPPED_WHILE_RUNNING
         else:
             outcome = pb.CancelResponse.CANCELLED_BEFORE_START
         return pb.CancelResponse(outcome=outcome, operation=self._operation(key, intent))
@@ -1153,6 +1243,24 @@ class RobotControl(rpc.RobotControlServicer):
         except SessionRefused as exc:
             _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc}")
         return pb.HeartbeatResponse(expires_ms=expires)
+
+
+def _awaiting(op: pb.Operation, *, late: bool = False) -> str:
+    """Why `Cancel` refuses an operation parked for an operator: it is not running (nothing is
+    stopped) and only an operator's `Resolve` decides it. `late`: it was parked between the
+    Cancel's first read and the family's answer, which recorded the cancel already."""
+    if late:
+        changed = (
+            "so Cancel stopped nothing; it came as the attempt ended and its cancel is recorded,"
+            " so a REISSUE of it ends cancelled and never moves"
+        )
+    else:
+        changed = "so Cancel stops nothing and changes nothing"
+    return (
+        f"awaiting_operator: operation {op.id!r} awaits an operator's decision"
+        f" (UNKNOWN_AWAITING_OPERATOR, evidence revision {op.evidence.revision}): it is not"
+        f" running, {changed}; only an operator's Resolve decides it (DONE, REISSUE or ABANDON)"
+    )
 
 
 def _device_stop(daemon: Any, report: dict[str, Any]) -> pb.DeviceStop:

@@ -17,6 +17,12 @@ Rules:
   after a Stop, awaiting an operator, never as a success). A pending move of it then never
   starts: `begin` refuses it and the family records `session_lapsed`. A heartbeat after the
   lapse creates a new session under the same id that holds none of the old one's moves.
+- A bound id is dropped once its operation no longer needs the gate (`settle`: a result is
+  recorded, so no attempt of it ever starts again; the gRPC service calls it for each result
+  the catalog's doorbell names and, past `SWEEP_MIN` bound ids, for those a sweep of the
+  catalog finds with a result), so a session heartbeated for days holds only its operations
+  still to end. A move already running stays registered on its robot until `end`: a lapse
+  still stops it.
 - In memory only. A daemon restart forgets every session: a move submitted under one is not
   bound to any live session after the restart, so it never starts (`session_lapsed`), even if
   the client heartbeats the same id again, unless the client re-sends its identical `Execute`
@@ -29,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -40,6 +46,10 @@ MIN_TTL_MS: Final = 100
 MAX_TTL_MS: Final = 60_000
 #: At most this many live sessions per world (a heartbeat past it is refused).
 MAX_SESSIONS_PER_WORLD: Final = 1024
+#: Bound ids (all sessions) below which the gRPC service never sweeps the catalog for ended
+#: ones (`Sessions.sweep_due`): the doorbell's keyed results drop them one by one; a sweep
+#: catches the ones it could not name (an unkeyed ring, a PostgreSQL notification).
+SWEEP_MIN: Final = 256
 
 
 class SessionRefused(ValueError):
@@ -64,9 +74,14 @@ class Sessions:
     def __init__(self, stop: Callable[[str], object]) -> None:
         self._stop = stop
         self._sessions: dict[tuple[str, str], _Session] = {}
+        #: (world, activity id) -> the ids of the sessions it is bound to (mostly one).
+        self._holders: dict[tuple[str, str], set[str]] = {}
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        #: The bound ids (all sessions) past which a sweep is due: `SWEEP_MIN`, or twice what
+        #: the last sweep kept (each sweep reads at most twice the ids that still need it).
+        self._sweep_at = SWEEP_MIN
 
     # --- the gRPC side ---
 
@@ -106,6 +121,7 @@ class Sessions:
             if session is None or session.deadline <= time.monotonic():
                 return False
             session.bound.add(activity_id)
+            self._holders.setdefault((world, activity_id), set()).add(session_id)
             return True
 
     def bound(self, world: str, session_id: str, activity_id: str) -> bool:
@@ -120,7 +136,54 @@ class Sessions:
         with self._cond:
             session = self._sessions.get((world, session_id))
             if session is not None and activity_id not in session.running:
-                session.bound.discard(activity_id)
+                self._drop(world, session_id, session, activity_id)
+
+    def _drop(self, world: str, session_id: str, session: _Session, activity_id: str) -> None:
+        """Take `activity_id` out of `session` and the index (under the lock)."""
+        session.bound.discard(activity_id)
+        holders = self._holders.get((world, activity_id))
+        if holders is not None:
+            holders.discard(session_id)
+            if not holders:
+                del self._holders[(world, activity_id)]
+
+    def settle(self, world: str, activity_ids: Iterable[str]) -> int:
+        """Drop each of `activity_ids` from every session of `world` that holds it: its
+        operation has a recorded result, so no attempt of it ever passes `begin` again. A move
+        still registered as running stays so until `end` (a lapse stops its robot). The
+        number of ids dropped."""
+        dropped = 0
+        with self._cond:
+            for activity_id in set(activity_ids):
+                for session_id in list(self._holders.get((world, activity_id), ())):
+                    session = self._sessions.get((world, session_id))
+                    if session is not None:
+                        self._drop(world, session_id, session, activity_id)
+                        dropped += 1
+        return dropped
+
+    def held(self, world: str, session_id: str) -> frozenset[str]:
+        """The ids bound to the session (empty when it is not there): what `begin` admits."""
+        with self._cond:
+            session = self._sessions.get((world, session_id))
+            return frozenset(session.bound) if session is not None else frozenset()
+
+    def sweep_due(self) -> dict[str, set[str]]:
+        """The bound ids by world when a sweep is due (more ids bound, over all sessions, than
+        `_sweep_at`), else {}: the caller drops the settled ones (`settle`) and reports what
+        it kept (`swept`)."""
+        with self._cond:
+            if len(self._holders) <= self._sweep_at:
+                return {}
+            out: dict[str, set[str]] = {}
+            for world, activity_id in self._holders:
+                out.setdefault(world, set()).add(activity_id)
+            return out
+
+    def swept(self) -> None:
+        """A sweep ended: the next is due once twice what is bound now is bound."""
+        with self._cond:
+            self._sweep_at = max(SWEEP_MIN, 2 * len(self._holders))
 
     # --- the family's gate (`tether.families.robot_move.family.SessionGate`) ---
 
@@ -150,6 +213,9 @@ class Sessions:
         for key, session in list(self._sessions.items()):
             if session.deadline <= now:
                 del self._sessions[key]
+                pending = len(session.bound - session.running.keys())
+                for activity_id in list(session.bound):
+                    self._drop(key[0], key[1], session, activity_id)
                 moving = sorted(set(session.running.values()))
                 log.warning(
                     "session lapsed",
@@ -157,7 +223,7 @@ class Sessions:
                         "world": key[0],
                         "session_id": key[1],
                         "robots": moving,
-                        "pending": len(session.bound) - len(session.running),
+                        "pending": pending,
                     },
                 )
                 robots += moving
@@ -197,4 +263,4 @@ class Sessions:
             self._thread.join(5.0)
 
 
-__all__ = ["MAX_TTL_MS", "MIN_TTL_MS", "SessionRefused", "Sessions"]
+__all__ = ["MAX_TTL_MS", "MIN_TTL_MS", "SWEEP_MIN", "SessionRefused", "Sessions"]

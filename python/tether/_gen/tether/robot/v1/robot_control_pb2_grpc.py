@@ -116,7 +116,10 @@ class RobotControlServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Cancel(self, request, context):
-        """Best effort: answers with what actually happened (see CancelResponse.outcome).
+        """Best effort: answers with what actually happened (see CancelResponse.outcome). An operation
+        awaiting an operator (UNKNOWN_AWAITING_OPERATOR) is not running and only an operator's
+        Resolve decides it: Cancel is FAILED_PRECONDITION ("awaiting_operator: ...") and stops
+        nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
