@@ -41,7 +41,8 @@ CODES: Final[tuple[ExitCode, ...]] = (
         FAILED,
         "FAILED",
         "the command ran and what it was asked failed or was refused (a decision, a credential, "
-        "a joint not in its stop state, a store that needs `tether db upgrade`, a device error)",
+        "a joint not in its stop state, a store `tether db status` finds to need `tether db "
+        "upgrade`, a device error)",
     ),
     ExitCode(
         USAGE,
@@ -57,7 +58,8 @@ CODES: Final[tuple[ExitCode, ...]] = (
         "STORE_UNUSABLE",
         "a store cannot be used as it is: cut short or not a database (`store_truncated`, "
         "`not_a_database`), an older layout (`old_layout`), a schema to upgrade first or of a "
-        "newer Tether (`migration_needed`, `catalog_newer`); nothing was written to it",
+        "newer Tether (`migration_needed`, `catalog_newer`, `world_newer`); nothing was "
+        "written to it",
     ),
     ExitCode(
         STORAGE_IO,
@@ -80,8 +82,12 @@ CODES: Final[tuple[ExitCode, ...]] = (
 
 BY_VALUE: Final = {c.value: c for c in CODES}
 
-#: Stable error codes -> exit code (an error whose code is not listed is FAILED).
+#: Stable error codes -> exit code (an error whose code is not listed is FAILED, or the
+#: command's own default: the FAILED ones listed here are FAILED whatever that default).
 ERROR_CODES: Final[dict[str, int]] = {
+    # A server that was reached refused the login; another process kept a store's migration
+    # lock past the wait (`tether.storage._pg_schema.MIGRATION_LOCK_TIMEOUT_MS`).
+    **dict.fromkeys(("login_refused", "migration_lock_timeout"), FAILED),
     **dict.fromkeys(
         (
             "usage",
@@ -103,11 +109,23 @@ ERROR_CODES: Final[dict[str, int]] = {
             "insecure_tls_key",
             "no_authenticator",
             "tls_unusable",
+            # A store URL no backend takes, a database the server does not have, one SQLite
+            # file named for both the catalog and the world ledger.
+            "bad_url",
+            "no_such_database",
+            "same_store_file",
         ),
         USAGE,
     ),
     **dict.fromkeys(
-        ("store_truncated", "not_a_database", "old_layout", "migration_needed", "catalog_newer"),
+        (
+            "store_truncated",
+            "not_a_database",
+            "old_layout",
+            "migration_needed",
+            "catalog_newer",
+            "world_newer",
+        ),
         STORE_UNUSABLE,
     ),
     **dict.fromkeys(("disk_full", "file_too_large", "storage_io_error"), STORAGE_IO),

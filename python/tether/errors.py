@@ -124,7 +124,10 @@ _LAZY: dict[str, str] = {
         ),
         "tether.runtime._errors",
     ),
-    **dict.fromkeys(("CommitUnknown", "SchemaOutdated"), "tether.storage._errors"),
+    **dict.fromkeys(
+        ("CommitUnknown", "MigrationLockTimeout", "SameStoreFile", "SchemaOutdated"),
+        "tether.storage._errors",
+    ),
 }
 if TYPE_CHECKING:
     # isort: off
@@ -142,6 +145,8 @@ if TYPE_CHECKING:
         WorldNotFound as WorldNotFound,
     )
     from tether.storage._errors import CommitUnknown as CommitUnknown
+    from tether.storage._errors import MigrationLockTimeout as MigrationLockTimeout
+    from tether.storage._errors import SameStoreFile as SameStoreFile
     from tether.storage._errors import SchemaOutdated as SchemaOutdated
     from tether.runtime._errors import (
         ActivityRuntimeError as ActivityRuntimeError,

@@ -217,3 +217,57 @@ def test_the_catalog_and_the_world_created_at_once_on_a_fresh_database_both_open
             for t in threads:
                 t.join(60)
     assert failures == []
+
+
+#: `tether db upgrade` whose catalog step takes 3 s, on sessions whose lock_timeout (the wait
+#: for a row lock) is 1 s: a second upgrade must wait for the first's, not time out with it.
+_SLOW_UPGRADE = """
+import sys
+from tether.cli import main
+from tether.storage import _pg, _pg_schema
+_pg.LOCK_TIMEOUT_MS = 1_000
+step = (_pg_schema.latest("catalog") + 1, ("SELECT pg_sleep(3)",))
+_pg_schema.MIGRATIONS["catalog"] = (*_pg_schema.CATALOG_MIGRATIONS, step)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_two_upgrades_at_once_of_a_fresh_database_both_succeed_and_report_it_current(
+    pg_url: str, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "slow_upgrade.py"
+    script.write_text(_SLOW_UPGRADE)
+    argv = [sys.executable, str(script), "db", "upgrade", pg_url, "--json"]
+    both = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    both.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    cat = _pg_schema.latest("catalog") + 1
+    for proc in both:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err  # the second waited for the first's lock
+        stores = {s["store"]: (s["version"], s["state"]) for s in json.loads(out)["stores"]}
+        assert stores == {"catalog": (cat, "current"), "world": (1, "current")}
+
+
+def test_an_upgrade_lock_held_too_long_is_a_typed_error_and_nothing_is_written(
+    pg_base: str, pg_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+    from tether.storage._errors import MigrationLockTimeout
+
+    monkeypatch.setattr(_pg_schema, "MIGRATION_LOCK_TIMEOUT_MS", 500)
+    with psycopg.connect(pg_base, autocommit=True) as holder:  # another upgrade, stuck
+        holder.execute("SELECT pg_advisory_lock(%s)", (_pg_schema.UPGRADE_KEY,))
+        capsys.readouterr()
+        assert tether(["db", "upgrade", pg_url, "--json"]) == _exit.FAILED
+        out, err = capsys.readouterr()
+        assert json.loads(out)["code"] == "migration_lock_timeout"
+        assert err.startswith("tether db: migration_lock_timeout: ") and err.count("\n") == 1
+        # A store opening a fresh database waits for the creation lock no longer either.
+        with holder.transaction():
+            holder.execute("SELECT pg_advisory_xact_lock(%s)", (_pg_schema._VERSION_TABLE_KEY,))
+            with pytest.raises(MigrationLockTimeout, match="run this again"):
+                Catalog.open(pg_url)
+    assert _status(pg_url, capsys) == (0, {})  # nothing was created

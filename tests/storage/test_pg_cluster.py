@@ -100,7 +100,7 @@ def test_tether_worker_on_a_password_server(cluster: ThrowawayCluster, tmp_path:
         tmp_path, cluster.url, {"PGPASSWORD": "nope-nope-1", "PGPASSFILE": "/nonexistent"}
     )
     out, err = bad.communicate(timeout=60)
-    assert bad.returncode == _exit.UNAVAILABLE, err  # a refused login
+    assert bad.returncode == _exit.FAILED, err  # a refused login (`login_refused`): reached
     assert err.count("\n") == 1 and f"127.0.0.1:{cluster.port}" in err
     assert "password authentication failed" in err and "nope-nope-1" not in err + out
     unreachable = _worker(tmp_path, "postgresql://127.0.0.1:1/test", {})
@@ -121,3 +121,35 @@ def test_tether_worker_on_a_password_server(cluster: ThrowawayCluster, tmp_path:
         out, err = good.communicate(timeout=60)
     assert good.returncode == 0, err
     assert PASSWORD not in out + err
+
+
+def test_serve_and_db_on_a_wrong_password_are_a_refused_login(
+    cluster: ThrowawayCluster, tmp_path: Path
+) -> None:
+    """The server was reached and refused the credential: FAILED (`login_refused`), in one
+    line naming the host and the cause, never the password."""
+    import json
+
+    config = tmp_path / "host.toml"
+    config.write_text(
+        f'[host]\nstate_dir = "{tmp_path / "state"}"\n'
+        f'[serve]\ndata_dir = "{tmp_path / "data"}"\nsse = "off"\nlive = "off"\n'
+        'families = ["tether.serve.families:sim_families"]\n'
+    )
+    env = {**os.environ, "PGPASSWORD": "nope-nope-2", "PGPASSFILE": "/nonexistent"}
+    for argv in (
+        ["serve", "--config", str(config), "--catalog", cluster.url, "--world", cluster.url],
+        ["db", "status", cluster.url],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", *argv, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == _exit.FAILED, done.stderr
+        (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("tether ")]
+        assert f"127.0.0.1:{cluster.port}" in line and "password authentication failed" in line
+        assert json.loads(done.stdout.splitlines()[-1])["code"] == "login_refused"
+        assert "nope-nope-2" not in done.stdout + done.stderr

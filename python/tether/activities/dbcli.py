@@ -21,10 +21,13 @@ could lose a payload something else still needs.
 
 Exit codes (every subcommand, `tether._exit`): 0 done (`prune`: also a dry run; `status`: every
 store is current), 1 failed (`status`: a store needs `upgrade` or is newer; `upgrade`: it
-failed; `prune`: a storage error), 2 usage (a bad flag, duration or URL, a data directory that
-is missing, not a directory or holds no Tether catalog), 5 a store that cannot be used (cut
-short, not a database; `prune`: a catalog newer than this Tether or one to `tether db upgrade`
-first), 6 the disk refused a write, 7 a server that cannot be reached or refuses the session.
+failed, or another upgrade kept the database's lock too long, `migration_lock_timeout`;
+`prune`: a storage error; a server that refuses the login, `login_refused`), 2 usage (a bad
+flag, duration or URL, a database the server does not have, a data directory that is missing,
+not a directory or holds no Tether catalog; `upgrade --store` naming the other store than a
+SQLite file holds, `same_store_file`), 5 a store that cannot be used (cut short, not a
+database; `prune`: a catalog newer than this Tether or one to `tether db upgrade` first;
+`upgrade`: a newer one), 6 the disk refused a write, 7 a server that cannot be reached.
 Errors are one line on stderr,
 `tether db: CODE: message`, or with --json one object `{"error", "code", "message"}` on stdout.
 """
@@ -42,7 +45,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tether import _exit
-from tether._args import Parser, refuse, want_json
+from tether._args import Parser, error_fields, refuse, want_json
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether.activities._catalog import Catalog
@@ -392,15 +395,18 @@ def _schema_command(args: argparse.Namespace) -> int:
 
 
 def _failed(e: BaseException, fail: Callable[[int, str, str, str], int]) -> int:
-    """A failure of a store: its own code (a store cut short, a full disk) or `failed`."""
+    """A failure of a store: its own code and the exit code of the table (a store cut short
+    or of an older schema, a full disk, a server that cannot be reached, a bad URL, the
+    catalog and the world ledger in one file) or `failed`."""
     code = getattr(e, "code", None)
     exit_code = _exit.for_error(e)
     if exit_code == _exit.STORAGE_IO:
         from tether._sqlite_files import storage_failure
 
         code = storage_failure(e)
-    message = f"{type(e).__name__}: {e}".splitlines()[0]
-    if exit_code in (_exit.STORE_UNUSABLE, _exit.STORAGE_IO) and isinstance(code, str):
+    text = error_fields(e)[1] if isinstance(getattr(e, "code", None), str) else str(e)
+    message = f"{type(e).__name__}: {text}".splitlines()[0]  # the code is the line's own
+    if isinstance(code, str) and (code in _exit.ERROR_CODES or exit_code == _exit.STORAGE_IO):
         return fail(exit_code, type(e).__name__, code, message)
     return fail(EXIT_FAILED, type(e).__name__, "failed", message)
 
@@ -435,8 +441,11 @@ def main(argv: list[str]) -> int:
             return _schema_command(args)
         except schema_cli.UrlError as e:
             return fail(EXIT_USAGE, "UsageError", "usage", str(e))
-        except schema_cli.Unreachable as e:
-            return fail(EXIT_UNAVAILABLE, type(e).__name__, "unreachable", str(e).splitlines()[0])
+        except schema_cli.Unreachable as e:  # by its code: a refused login is FAILED, ...
+            code = getattr(e, "code", None)
+            code = code if isinstance(code, str) else "unreachable"
+            exit_code = _exit.ERROR_CODES.get(code, EXIT_UNAVAILABLE)
+            return fail(exit_code, type(e).__name__, code, str(e).splitlines()[0])
         except (TetherError, OSError, sqlite3.Error) as e:
             return _failed(e, fail)
     progress = _Progress() if not args.json and not args.dry_run and sys.stderr.isatty() else None

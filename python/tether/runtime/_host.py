@@ -52,6 +52,7 @@ from tether.runtime._wakeup import (
     Wakeup,
 )
 from tether.runtime._worker import Worker
+from tether.storage._urls import check_separate_files
 from tether.world import (
     CommittedTickReceipt,
     ComponentWrite,
@@ -90,7 +91,8 @@ class Host:
             URL shares it with other hosts (pair it with a PostgreSQL `ledger`,
             `world_url`).
         world_url: the world ledger the Host opens and owns when no `ledger` is given
-            (`tether.world.open_ledger`; default `world.db` in `data_dir`).
+            (`tether.world.open_ledger`; default `world.db` in `data_dir`). It and the catalog
+            are never one SQLite file (`SameStoreFile`, before anything is created).
         pause: called by the background loops (each worker before each claim and each attempt
             of a shared batch, the observer before each pass); it may block: `tether serve`
             passes its `StopFirst.wait_clear`, so background work waits while a stop runs.
@@ -123,13 +125,17 @@ class Host:
                 f"fallback_poll_s must be at least {MIN_FALLBACK_S} s, not {fallback_poll_s!r}"
             )
         self.data_dir = Path(data_dir).resolve()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.families = tuple(families)
-        families_by_kind(self.families)  # a bad registration fails before storage opens
         # sqlite:///abs/path.db: the form `tether db` takes, pasted from a message as it is.
         self.catalog_url = catalog_url or "sqlite://" + str(
             (self.data_dir / "catalog.db").absolute()
         )
+        if ledger is None:  # one SQLite file for both stores: refused before anything is made
+            check_separate_files(
+                self.catalog_url, world_url or "sqlite://" + str(self.data_dir / "world.db")
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.families = tuple(families)
+        families_by_kind(self.families)  # a bad registration fails before storage opens
         # None: the catalog's own default (this host's clock; a PostgreSQL server's clock).
         self._clock = None if clock is None else as_clock(clock)
         self._owns_ledger = ledger is None

@@ -52,16 +52,21 @@ from tether.runtime._family import (
 )
 from tether.runtime._pool import WorkerPool
 from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
+from tether.storage._errors import SameStoreFile
+from tether.storage._urls import check_separate_files
 
 log = logging.getLogger("tether.runtime.worker")
 
 FamiliesFactory = Callable[[Path], Sequence[Family]]
 #: The codes `tether worker` documents (a test checks them against `tether._exit`).
-EXIT_CODES = (_exit.OK, _exit.USAGE, _exit.STORE_UNUSABLE, _exit.UNAVAILABLE)
+EXIT_CODES = (_exit.OK, _exit.FAILED, _exit.USAGE, _exit.STORE_UNUSABLE, _exit.UNAVAILABLE)
 _EPILOG = (
-    "exit codes: 0 stopped on a signal; 2 usage, the families, a bad store URL; 5 a store that "
-    "cannot be used (an older schema: `tether db upgrade`); 7 a server that cannot be reached "
-    "or refuses the session (see `tether --help`)."
+    "exit codes: 0 stopped on a signal; 1 the server refuses the login (`login_refused`); 2 "
+    "usage, the families, a bad store URL or a database the server does not have (`bad_url`, "
+    "`no_such_database`), the catalog and the world ledger in one SQLite file "
+    "(`same_store_file`); 5 a store that cannot be used (an older schema, `migration_needed`: "
+    "`tether db upgrade`); 7 a server that cannot be reached (`unreachable`) "
+    "(see `tether --help`)."
 )
 
 
@@ -193,10 +198,9 @@ def _check_stores(catalog_url: str | None, world_url: str | None) -> None:
 
 
 def _store_exit(e: TetherError) -> int:
-    """A store that could not be opened at start: an older schema or a damaged file (5), a
-    server that cannot be reached or refuses the login (7), else a bad URL (2)."""
-    if str(e).startswith("cannot connect to PostgreSQL"):  # `tether.storage._pg.connect`
-        return _exit.UNAVAILABLE
+    """A store that could not be opened at start, by its code (`tether._exit.for_error`): an
+    older schema or a damaged file (5), a server that cannot be reached (7), a refused login
+    (1), else a bad URL (2)."""
     return _exit.for_error(e, default=_exit.USAGE)
 
 
@@ -261,6 +265,11 @@ def main(argv: list[str]) -> int:
         p.error(f"--fallback-poll-s must be at least {MIN_FALLBACK_S:g}")
     if args.sse_port is not None and not 0 <= args.sse_port <= 65535:
         p.error("--sse-port must be in [0, 65535]")
+    try:  # one SQLite file for both stores: refused before the families make anything
+        check_separate_files(args.catalog, args.world)
+    except SameStoreFile as e:
+        error_line("tether worker", e)
+        return _exit.USAGE
     try:
         families = list(load_factory(args.families)(args.data_dir))
         if not families or not all(isinstance(f, Family) for f in families):

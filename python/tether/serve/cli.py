@@ -33,12 +33,15 @@ dir, serves the AG-UI stream and the live-event WebSocket (<live>/<world>; loopb
 SIGTERM or SIGINT every robot gets its safe-stop policy, then it exits 0. Prints one line when
 ready (JSON off a TTY); logs go to stderr.
 
-exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first); 2 usage or
-configuration (an unknown [serve] key; a stream, console, gRPC or live address off loopback
-without [tls]: `insecure_listener`); 5 a store that cannot be used; 6 the disk refused a write;
-7 another tether serve holds the state dir, data dir, SSE, console, gRPC or live port
-(`daemon_running`, `sse_unavailable`, `console_unavailable`, `grpc_unavailable`,
-`live_unavailable`), or a port is owned by another process (see `tether --help`)."""
+exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first), a store's server
+refused the login (`login_refused`); 2 usage or configuration (an unknown [serve] key; a
+stream, console, gRPC or live address off loopback without [tls]: `insecure_listener`; a store
+URL: `bad_url`, `no_such_database`; the catalog and the world ledger in one SQLite file:
+`same_store_file`); 5 a store that cannot be used (an older schema: `migration_needed`, run
+`tether db upgrade`); 6 the disk refused a write; 7 another tether serve holds the state dir,
+data dir, SSE, console, gRPC or live port (`daemon_running`, `sse_unavailable`,
+`console_unavailable`, `grpc_unavailable`, `live_unavailable`), a store's server cannot be
+reached (`unreachable`), or a port is owned by another process (see `tether --help`)."""
 
 log = logging.getLogger("tether.serve")
 

@@ -65,6 +65,7 @@ from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.serve.sessions import Sessions
 from tether.storage._host_claim import HostClaim, is_shared
+from tether.storage._urls import check_separate_files
 from tether.world import ComponentWrite, WorldNotFound
 
 log = logging.getLogger("tether.serve")
@@ -293,6 +294,11 @@ class Daemon:
             from tether.serve.grpc_server import listener_policy
 
             listener_policy(self.config, self.serve.grpc)
+        data = self.data_dir.absolute()
+        check_separate_files(  # one SQLite file for both stores: `same_store_file`, exit 2
+            self.serve.catalog_url or f"sqlite://{data / 'catalog.db'}",
+            self.serve.world_url or f"sqlite://{data / 'world.db'}",
+        )
         usable_dir(self.state_dir, what="host.state_dir")
         usable_dir(self.data_dir, what="serve.data_dir")
         for path, what in (

@@ -15,7 +15,7 @@ from tether.storage._doorbell import (
     changed_topics,
     wakeup_dir_for,
 )
-from tether.storage._errors import CommitUnknown, SchemaOutdated
+from tether.storage._errors import CommitUnknown, SchemaOutdated, with_code
 from tether.storage._port import CatalogStore, KeyTuple, Row, View
 from tether.storage._sqlite import SYNCHRONOUS, SqliteCatalogStore
 from tether.storage._urls import redact
@@ -24,9 +24,12 @@ from tether.storage._urls import redact
 def _open_sqlite(rest: str, synchronous: str) -> CatalogStore:
     # `sqlite:///abs/path.db`: everything after `sqlite://` is the absolute file path.
     if not rest.startswith("/") or rest.endswith("/") or "?" in rest or "#" in rest:
-        raise CatalogConfigError(
-            f"sqlite catalog URLs name an absolute file, without query or fragment:"
-            f" sqlite:///abs/path.db (got {rest!r})"
+        raise with_code(
+            CatalogConfigError(
+                f"sqlite catalog URLs name an absolute file, without query or fragment:"
+                f" sqlite:///abs/path.db (got {rest!r})"
+            ),
+            "bad_url",
         )
     return SqliteCatalogStore(rest, synchronous=synchronous)
 
@@ -60,14 +63,18 @@ BACKENDS: dict[str, Callable[[str, str], CatalogStore]] = {
 
 
 def open_store(url: str, *, synchronous: str = "FULL") -> CatalogStore:
-    """Open the catalog store a URL names."""
+    """Open the catalog store a URL names (a URL no backend takes: `CatalogConfigError`, code
+    `bad_url`)."""
     if not isinstance(url, str):
         raise CatalogConfigError(f"catalog URL must be a string, not {type(url).__name__}")
     scheme, sep, rest = url.partition("://")
     opener = BACKENDS.get(scheme.lower()) if sep else None
     if opener is None:
-        raise CatalogConfigError(
-            f"unsupported catalog URL {redact(url)!r}; supported schemes: {sorted(BACKENDS)}"
+        raise with_code(
+            CatalogConfigError(
+                f"unsupported catalog URL {redact(url)!r}; supported schemes: {sorted(BACKENDS)}"
+            ),
+            "bad_url",
         )
     if not isinstance(synchronous, str):
         raise CatalogConfigError(f"synchronous must be a string, not {type(synchronous).__name__}")

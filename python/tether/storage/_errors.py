@@ -1,10 +1,24 @@
-"""Storage errors born in Python: a commit whose outcome is unknown, an out-of-date schema."""
+"""Storage errors born in Python: a commit whose outcome is unknown, an out-of-date schema, a
+migration lock another process holds too long, one SQLite file named for two stores; and
+`with_code`, which gives a backend's error a stable code."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
+from tether._coded import CodedError
 from tether._core import CatalogStorageError, TetherError
+
+E = TypeVar("E", bound=BaseException)
+
+
+def with_code(exc: E, code: str) -> E:
+    """``exc`` carrying the stable ``code`` (`tether._exit.ERROR_CODES`), its message
+    unchanged: for the error classes that take a message only (the Rust core's
+    `CatalogStorageError`, `WorldError`, a caller's own), so a failure to open a store is
+    classified the same whichever store and command it came from."""
+    exc.code = code  # type: ignore[attr-defined]
+    return exc
 
 
 class CommitUnknown(CatalogStorageError):
@@ -30,12 +44,16 @@ class CommitUnknown(CatalogStorageError):
 
 class SchemaOutdated(TetherError):
     """The database (catalog or world ledger, either backend) holds an older Tether schema:
-    `tether db upgrade URL` brings it forward.
+    `tether db upgrade URL` brings it forward (or, PostgreSQL, a newer one: upgrade Tether).
+    Nothing was written to it.
 
     Attributes:
         store: ``catalog`` or ``world``.
         found: the schema version found.
         latest: the version this Tether needs.
+        code: ``migration_needed`` (older), ``catalog_newer`` or ``world_newer`` (newer): a
+            store that cannot be used as it is (`tether._exit.STORE_UNUSABLE`).
+        message: the one line (as ``str(err)``); details: store, found and latest.
     """
 
     def __init__(self, message: str, store: str, found: int, latest: int) -> None:
@@ -43,3 +61,23 @@ class SchemaOutdated(TetherError):
         self.store = store
         self.found = found
         self.latest = latest
+        self.code = "migration_needed" if found < latest else f"{store}_newer"
+        self.message = message
+        self.details = {"store": store, "found": found, "latest": latest}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.message, self.store, self.found, self.latest)
+
+
+class MigrationLockTimeout(CodedError):
+    """Another process kept creating or migrating the stores of a database (its advisory lock)
+    longer than this one would wait (`tether.storage._pg_schema.MIGRATION_LOCK_TIMEOUT_MS`):
+    nothing was written; run the same command again once it is done. Code
+    ``migration_lock_timeout``; details: ``store``, ``where`` and ``waited_ms``."""
+
+
+class SameStoreFile(CodedError):
+    """The catalog and the world ledger were given one SQLite file: a SQLite file holds one
+    store. Refused before either is opened (a usage error). Code ``same_store_file``; details:
+    ``path`` (and ``holds``, the store the file already holds, when refused by
+    `tether db upgrade --store`)."""

@@ -16,7 +16,9 @@ SERIALIZABLE would fail concurrent writers with serialization errors), and speak
 (`client_encoding`, whatever the URL or the role asks).
 
 Credentials never travel in messages: errors name the host, port and database and libpq's
-cause (any password of the URL scrubbed out of it, `scrub`), never the URL. A URL libpq would
+cause (any password of the URL scrubbed out of it, `scrub`), never the URL. A connection that
+fails carries a stable `code` (`connect_failure`): `unreachable`, `login_refused`,
+`no_such_database` or `bad_url`, so every command exits with the same code for it. A URL libpq would
 misread (an ``@`` or ``/`` in its password, not percent-encoded: parts of the password would
 become the host or database) is refused before anything reads it. Put the password in the
 environment (`PGPASSWORD`) or a libpq password file (`PGPASSFILE`, or `passfile=` in the
@@ -25,6 +27,7 @@ URL), not in the URL itself.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar, cast
@@ -35,6 +38,7 @@ from psycopg import errors as _errors
 from psycopg import generators as _generators
 from psycopg.adapt import Transformer
 
+from tether.storage._errors import with_code
 from tether.storage._urls import ambiguous, scrub
 from tether.storage._urls import redact as redact
 
@@ -55,6 +59,34 @@ DURABLE_COMMIT = frozenset({"on", "remote_write", "remote_apply"})
 AMBIGUOUS_URL = (
     "invalid PostgreSQL URL: an '@' or '/' in the password must be percent-encoded"
     " (%40, %2F), and so must an '@' after it"
+)
+
+#: The failures of a connection, by libpq's (and the server's) words for them; any other is
+#: `unreachable`. The server's words are in its `lc_messages` language: these are English's,
+#: and a refusal in another language is `unreachable`.
+#: - `login_refused`: the server was reached and refused the login (a password, a role, its
+#:   pg_hba.conf): the command ran and was refused (`tether._exit.FAILED`);
+#: - `no_such_database`: the URL names a database the server does not have (`USAGE`);
+#: - `bad_url`: a URL libpq or the server cannot take (an option's value, an unknown service or
+#:   setting) (`USAGE`).
+_CONNECT_FAILURES = (
+    (
+        "login_refused",
+        re.compile(
+            r"authentication failed|no password supplied|password is required"
+            r'|role ".*" does not exist|no pg_hba\.conf entry|pg_hba\.conf rejects'
+            r"|not permitted to log in|has no password assigned|permission denied for database"
+        ),
+    ),
+    ("no_such_database", re.compile(r'database ".*" does not exist')),
+    (
+        "bad_url",
+        re.compile(
+            r"^connection is bad: |invalid port number|invalid integer value|invalid \w+ value"
+            r"|invalid value for parameter|bad value for|unrecognized configuration parameter"
+            r"|invalid connection option|definition of service"
+        ),
+    ),
 )
 
 E = TypeVar("E", bound=Exception)
@@ -161,13 +193,22 @@ def one_line(error: BaseException) -> str:
     return type(error).__name__
 
 
+def connect_failure(cause: str) -> str:
+    """The stable code of a connection that failed with libpq's ``cause`` (`one_line`):
+    `login_refused`, `no_such_database`, `bad_url`, else `unreachable`."""
+    for code, words in _CONNECT_FAILURES:
+        if words.search(cause):
+            return code
+    return "unreachable"
+
+
 def check_url(conninfo: str, error: Callable[[str], E]) -> None:
-    """Raise ``error`` (one line, no credentials) unless libpq can parse ``conninfo`` as its
-    writer meant (`ambiguous`)."""
+    """Raise ``error`` (one line, no credentials, code `bad_url`) unless libpq can parse
+    ``conninfo`` as its writer meant (`ambiguous`)."""
     try:
         _parse(conninfo)
     except ValueError as e:
-        raise error(str(e)) from None
+        raise with_code(error(str(e)), "bad_url") from None
 
 
 def connect(
@@ -178,13 +219,14 @@ def connect(
     Raises:
         E (from ``error``): a bad URL, an unreachable server, a refused login, or a server that
             cannot keep `synchronous_commit` on. One line naming the host and the cause, without
-            the URL's passwords.
+            the URL's passwords; a connection that failed carries its `code`
+            (`connect_failure`; `bad_url` for a URL that cannot be parsed).
     """
     at = where(conninfo)
     try:
         params = _parse(conninfo)
     except ValueError as e:
-        raise error(str(e)) from None
+        raise with_code(error(str(e)), "bad_url") from None
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     params.setdefault("application_name", application)
     params.setdefault("keepalives", 1)
@@ -201,7 +243,8 @@ def connect(
         # libpq's message names the cause (refused, timeout, password authentication failed,
         # database does not exist); `from None`: the chained error could carry the URL.
         cause = scrub(one_line(e), conninfo)
-        raise error(f"cannot connect to PostgreSQL at {at}: {cause}") from None
+        failed = error(f"cannot connect to PostgreSQL at {at}: {cause}")
+        raise with_code(failed, connect_failure(cause)) from None
     try:
         conn.execute(
             "SELECT set_config('statement_timeout', %s, false),"

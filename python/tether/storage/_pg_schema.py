@@ -5,7 +5,12 @@ catalog and a world ledger may share a database (or a schema, `options=-csearch_
 A fresh database is created at the latest version when a store opens it; a database holding an
 older version refuses to open (`SchemaOutdated`, naming `tether db upgrade URL`); a newer one
 is refused too. Migrations run in one transaction under an advisory lock, so two processes
-upgrading at once apply each step once.
+upgrading at once apply each step once: the second waits for the first (up to
+`MIGRATION_LOCK_TIMEOUT_MS`, longer than the sessions' `lock_timeout`, which bounds row
+locks: a migration may take longer), then finds the store current. `tether db upgrade` also
+holds `UPGRADE_KEY` for its whole run (`lock_upgrades`), so a second one decides which stores
+to upgrade, and reports them, only once the first is done. Advisory locks belong to the
+database: upgrades of two schemas of one database wait for each other too.
 
 The catalog's table has the Rust core's columns (`catalog_columns()`), all integers BIGINT,
 and one partial index per view the catalog scans, over columns only the core computes:
@@ -35,7 +40,7 @@ from typing import Any
 import psycopg
 
 from tether._core import CatalogStorageError, catalog_columns, catalog_derive_row
-from tether.storage._errors import SchemaOutdated
+from tether.storage._errors import MigrationLockTimeout, SchemaOutdated
 
 VERSION_TABLE = (
     "CREATE TABLE IF NOT EXISTS tether_schema_version"
@@ -47,6 +52,11 @@ _LOCK_KEYS = {"catalog": 0x746574686572_01, "world": 0x746574686572_02}
 #: `tether_schema_version` table, and two CREATE TABLE IF NOT EXISTS of it at once collide in
 #: the server's own catalog (a unique violation on pg_type).
 _VERSION_TABLE_KEY = 0x746574686572_00
+#: Held by `tether db upgrade` for its whole run (`lock_upgrades`, a session lock).
+UPGRADE_KEY = 0x746574686572_03
+#: How long a store's creation or migration, and `tether db upgrade`, wait for another
+#: process's (its advisory lock) before `MigrationLockTimeout` (ms).
+MIGRATION_LOCK_TIMEOUT_MS = 60_000
 
 #: The catalog columns of type TEXT (every other one is BIGINT), of every version.
 TEXT_COLUMNS = {
@@ -282,16 +292,63 @@ def outdated(store: str, found: int, url_hint: str) -> SchemaOutdated:
     )
 
 
+def _wait_for_locks(
+    cur: psycopg.Cursor[Any], lock: str, keys: tuple[int, ...], store: str, where: str
+) -> None:
+    """Inside a transaction: take the advisory locks ``keys`` with ``lock``
+    (``pg_advisory_xact_lock``, or ``pg_advisory_lock``: held past the transaction), waiting
+    up to `MIGRATION_LOCK_TIMEOUT_MS` for another process creating or migrating the stores
+    (the session's own `lock_timeout` and `statement_timeout` are for row locks and
+    statements, and apply again after).
+
+    Raises:
+        MigrationLockTimeout: another process held one that long; nothing was written.
+    """
+    wait_ms = MIGRATION_LOCK_TIMEOUT_MS
+    before = cur.execute(
+        "SELECT current_setting('lock_timeout'), current_setting('statement_timeout')"
+    ).fetchone()
+    # The statement's own timeout a little later than the lock's: the lock's fires first.
+    cur.execute(
+        "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)",
+        (f"{wait_ms}ms", f"{wait_ms + 5_000}ms"),
+    )
+    try:
+        for key in keys:
+            cur.execute(f"SELECT {lock}(%s)", (key,))
+    except psycopg.errors.LockNotAvailable:
+        raise MigrationLockTimeout(
+            "migration_lock_timeout",
+            f"another process kept creating or migrating the {store} at {where} for more than"
+            f" {wait_ms / 1000:g} s (its schema lock): nothing was written; run this again once"
+            " it is done",
+            details={"store": store, "where": where, "waited_ms": wait_ms},
+        ) from None
+    if before is not None:
+        cur.execute(
+            "SELECT set_config('lock_timeout', %s, true),"
+            " set_config('statement_timeout', %s, true)",
+            before,
+        )
+
+
+def lock_upgrades(cur: psycopg.Cursor[Any], where: str) -> None:
+    """Inside a transaction: hold `UPGRADE_KEY` for the rest of the session (`tether db
+    upgrade`), waiting for another upgrade of the database to end (`_wait_for_locks`)."""
+    _wait_for_locks(cur, "pg_advisory_lock", (UPGRADE_KEY,), "stores", where)
+
+
 def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -> int:
     """Inside a transaction: create a fresh store at the latest version, or (``upgrade``)
     apply pending migrations; refuse an older version otherwise and a newer one always.
-    Returns the version found."""
+    Another process creating or migrating it is waited for (`MIGRATION_LOCK_TIMEOUT_MS`,
+    else `MigrationLockTimeout`). Returns the version found."""
     new = latest(store)
     found = version_of(cur, store)
     if found == new:
         return found
-    cur.execute("SELECT pg_advisory_xact_lock(%s)", (_VERSION_TABLE_KEY,))
-    cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEYS[store],))
+    keys = (_VERSION_TABLE_KEY, _LOCK_KEYS[store])
+    _wait_for_locks(cur, "pg_advisory_xact_lock", keys, store, where)
     cur.execute(VERSION_TABLE)
     found = version_of(cur, store)  # another process may have migrated while we waited
     if found > new:

@@ -6,12 +6,18 @@ out of what Tether prints: `redact` masks every form of it in a URL shown to the
 `ambiguous` tells a PostgreSQL URL that libpq would split somewhere other than its writer
 meant (a password holding an unescaped ``@`` or ``/``, whose pieces libpq would take for the
 host, port or database), and `scrub` takes the password out of a message about a URL.
+
+`check_separate_files` refuses one SQLite file named for both the catalog and the world
+ledger (a file holds one store), before either is opened.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import unquote
+
+from tether.storage._errors import SameStoreFile
 
 #: The query parameters and connection-string keys whose value is a secret.
 PASSWORD_KEYS = frozenset({"password", "sslpassword"})
@@ -211,3 +217,35 @@ def scrub(text: str, url: str) -> str:
         return m.group(0)
 
     return _QUOTED.sub(quoted, text)
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file a ``sqlite:///abs/path.db`` URL names, as the stores open it (``sqlite:////``
+    too), with its symbolic links resolved; None for any other URL (a PostgreSQL one, or one
+    naming no absolute file: its store refuses it)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != "sqlite" or not rest.startswith("/"):
+        return None
+    return os.path.realpath("/" + rest.lstrip("/"))
+
+
+def check_separate_files(catalog_url: str | None, world_url: str | None) -> None:
+    """Refuse a catalog and a world ledger that name the same SQLite file (`SameStoreFile`,
+    `same_store_file`, a usage error): each store would read the other's tables as an older or
+    newer schema of its own. Checked before either store opens, so nothing is written. One
+    PostgreSQL database may hold both (their tables differ); None: not given."""
+    if not isinstance(catalog_url, str) or not isinstance(world_url, str):
+        return
+    catalog, world = sqlite_file(catalog_url), sqlite_file(world_url)
+    if catalog is None or world is None:
+        return
+    same = catalog == world
+    if not same and os.path.exists(catalog) and os.path.exists(world):
+        same = os.path.samefile(catalog, world)  # a hard link
+    if same:
+        raise SameStoreFile(
+            "same_store_file",
+            f"the catalog and the world ledger must be different files: both are {catalog}"
+            " (a SQLite file holds one store)",
+            details={"path": catalog},
+        )

@@ -15,10 +15,15 @@ hold both). Credentials come from the environment (PGPASSWORD) or a password fil
 
 A store whose schema is older than this Tether refuses to open and names `tether db upgrade`;
 `upgrade` on a location holding no store creates the store named by ``--store`` (PostgreSQL:
-both, unless ``--store``).
+both, unless ``--store``). A SQLite file holds one store: ``--store`` naming the other one
+than the file holds is a usage error (`same_store_file`), nothing written. Two upgrades of
+one PostgreSQL database at once run one after the other (the second waits up to
+`tether.storage._pg_schema.MIGRATION_LOCK_TIMEOUT_MS`, else `migration_lock_timeout`), and
+each reports the stores as they are after it.
 
 Exit codes (`tether._exit`): 0 done (status: every store is current), 1 a store needs
-`upgrade` (status) or the upgrade failed, 2 usage, 5 a store that cannot be used, 7 a server
+`upgrade` (status) or the upgrade failed (also a refused login, `login_refused`), 2 usage (a
+bad URL, a database the server does not have), 5 a store that cannot be used, 7 a server
 that cannot be reached (one line naming the host and the cause).
 """
 
@@ -31,6 +36,7 @@ from typing import Any
 from urllib.parse import quote
 
 from tether.errors import TetherError
+from tether.storage._errors import SameStoreFile
 from tether.storage._urls import redact
 
 STORES = ("catalog", "world")
@@ -98,17 +104,26 @@ def _sqlite_status(path: str) -> list[StoreStatus]:
     return []
 
 
-def _pg_status(url: str) -> list[StoreStatus]:
+def _pg_session(url: str) -> Any:
     from tether.storage._pg import Session
+
+    return Session(url, Unreachable, Unreachable, application="tether-db")
+
+
+def _pg_versions(session: Any) -> list[StoreStatus]:
     from tether.storage._pg_schema import version_of
 
-    session = Session(url, Unreachable, Unreachable, application="tether-db")
+    with session.transaction("schema status", snapshot=True) as cur:
+        found = {s: version_of(cur, s) for s in STORES}
+    return [StoreStatus(s, v, _latest(s, "postgres")) for s, v in found.items() if v]
+
+
+def _pg_status(url: str) -> list[StoreStatus]:
+    session = _pg_session(url)
     try:
-        with session.transaction("schema status", snapshot=True) as cur:
-            found = {s: version_of(cur, s) for s in STORES}
+        return _pg_versions(session)
     finally:
         session.close()
-    return [StoreStatus(s, v, _latest(s, "postgres")) for s, v in found.items() if v]
 
 
 def status(url: str) -> list[StoreStatus]:
@@ -118,9 +133,9 @@ def status(url: str) -> list[StoreStatus]:
     return _pg_status(url)
 
 
-def upgrade(url: str, store: str | None = None) -> list[StoreStatus]:
-    """Apply pending migrations to the stores at ``url`` (creating ``store`` if absent)."""
-    found = {s.store for s in status(url)}
+def _targets(url: str, found: set[str], store: str | None) -> list[str]:
+    """The stores `upgrade` brings forward: ``store``, else every one found (PostgreSQL, none
+    found: both)."""
     targets = (
         [store]
         if store
@@ -128,28 +143,67 @@ def upgrade(url: str, store: str | None = None) -> list[StoreStatus]:
     )
     if not targets:
         raise UrlError(f"{redact(url)} holds no Tether store: name one with --store catalog|world")
-    if _scheme(url) == "sqlite":
-        path = _sqlite_path(url)
-        for s in targets:
+    return targets
+
+
+def _sqlite_upgrade(url: str, store: str | None) -> list[StoreStatus]:
+    path = _sqlite_path(url)
+    found = {s.store for s in _sqlite_status(path)}
+    if store and found and store not in found:  # a file holds one store
+        (held,) = found
+        raise SameStoreFile(
+            "same_store_file",
+            f"{redact(url)} holds the {held}, not a {store}: the catalog and the world ledger"
+            " must be different files",
+            details={"path": path, "holds": held},
+        )
+    for s in _targets(url, found, store):
+        if s == "catalog":
+            from tether.storage._sqlite import SqliteCatalogStore
+
+            SqliteCatalogStore(path, upgrade=True).close()
+        else:
+            from tether.world._sqlite import SqliteLedger
+
+            SqliteLedger.open(path, upgrade=True).close()
+    return _sqlite_status(path)
+
+
+def _pg_upgrade(url: str, store: str | None) -> list[StoreStatus]:
+    from tether.storage._pg_schema import lock_upgrades
+    from tether.storage._postgres import PostgresCatalogStore
+    from tether.world._postgres import PostgresLedger
+
+    session = _pg_session(url)
+    try:
+        # Held until this session closes: another `tether db upgrade` of the database waits
+        # here, then finds (and reports) what this one did, not a store half done.
+        with session.transaction("schema upgrade lock") as cur:
+            lock_upgrades(cur, session.where)
+        for s in _targets(url, {s.store for s in _pg_versions(session)}, store):
             if s == "catalog":
-                from tether.storage._sqlite import SqliteCatalogStore
-
-                SqliteCatalogStore(path, upgrade=True).close()
-            else:
-                from tether.world._sqlite import SqliteLedger
-
-                SqliteLedger.open(path, upgrade=True).close()
-    else:
-        for s in targets:
-            if s == "catalog":
-                from tether.storage._postgres import PostgresCatalogStore
-
                 PostgresCatalogStore(url, upgrade=True).close()
             else:
-                from tether.world._postgres import PostgresLedger
-
                 PostgresLedger(url, upgrade=True).close()
-    return status(url)
+        return _pg_versions(session)
+    finally:
+        session.close()
+
+
+def upgrade(url: str, store: str | None = None) -> list[StoreStatus]:
+    """Apply pending migrations to the stores at ``url`` (creating ``store`` if absent); the
+    stores as they are after it.
+
+    Raises:
+        UrlError: a URL that names no store Tether can use, or a SQLite file of no store
+            and no ``store``.
+        SameStoreFile: ``store`` is not the store the SQLite file holds.
+        MigrationLockTimeout: another upgrade of the PostgreSQL database kept its lock longer
+            than `tether.storage._pg_schema.MIGRATION_LOCK_TIMEOUT_MS`.
+    """
+    if _scheme(url) == "sqlite":
+        return _sqlite_upgrade(url, store)
+    return _pg_upgrade(url, store)
 
 
 class UrlError(Exception):
@@ -157,7 +211,9 @@ class UrlError(Exception):
 
 
 class Unreachable(TetherError):
-    """The server at a URL cannot be reached or refuses the session."""
+    """The server at a URL cannot be reached or refuses the session; its `code` says which
+    (`unreachable`, `login_refused`, `no_such_database`, `bad_url`: see
+    `tether.storage._pg.connect`), none for a session that failed after connecting."""
 
 
 def _scheme(url: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tether.storage._errors import with_code
 from tether.storage._urls import redact
 from tether.world._errors import WorldError
 from tether.world._port import WorldLedger
@@ -16,8 +17,10 @@ def open_ledger(url: str, *, clock: Callable[[], int] | None = None) -> WorldLed
     password file). ``clock`` gives tick record times (default: the host's or the server's).
 
     Raises:
-        WorldError: an unsupported or malformed URL, or a ledger that cannot be opened (one
-            line naming the host and the cause; never the password).
+        WorldError: an unsupported or malformed URL (code `bad_url`), or a ledger that cannot
+            be opened (one line naming the host and the cause, never the password; a server
+            that cannot be reached or refuses the login carries its code, see
+            `tether.storage._pg.connect`).
     """
     if not isinstance(url, str):
         raise WorldError(f"world URL must be a string, not {type(url).__name__}")
@@ -25,9 +28,12 @@ def open_ledger(url: str, *, clock: Callable[[], int] | None = None) -> WorldLed
     scheme = scheme.lower()
     if sep and scheme == "sqlite":
         if not rest.startswith("/") or rest.endswith("/") or "?" in rest or "#" in rest:
-            raise WorldError(
-                "sqlite world URLs name an absolute file, without query or fragment:"
-                f" sqlite:///abs/world.db (got {rest!r})"
+            raise with_code(
+                WorldError(
+                    "sqlite world URLs name an absolute file, without query or fragment:"
+                    f" sqlite:///abs/world.db (got {rest!r})"
+                ),
+                "bad_url",
             )
         return SqliteLedger.open(rest, clock=clock)
     if sep and scheme in ("postgresql", "postgres"):
@@ -41,6 +47,7 @@ def open_ledger(url: str, *, clock: Callable[[], int] | None = None) -> WorldLed
 
         check_url(url, WorldError)
         return PostgresLedger.open(url, clock=clock)
-    raise WorldError(
-        f"unsupported world URL {redact(url)!r}; supported schemes: postgresql, sqlite"
+    raise with_code(
+        WorldError(f"unsupported world URL {redact(url)!r}; supported schemes: postgresql, sqlite"),
+        "bad_url",
     )

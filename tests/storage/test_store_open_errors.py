@@ -1,0 +1,267 @@
+"""A store that cannot be opened stops `tether serve`, `tether worker` and `tether db` with the
+exit code of the table, one line naming the host and the cause (never a password, never a
+traceback) and, with ``--json``, its stable code: a server that cannot be reached
+(`unreachable`, 7), a refused login (`login_refused`, 1), a database the server does not have
+or a bad URL (`no_such_database`, `bad_url`, 2), a schema to upgrade first
+(`migration_needed`, 5), one SQLite file named for both the catalog and the world ledger
+(`same_store_file`, 2, before anything is written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from tether import _exit
+from tether.activities import Catalog
+from tether.errors import SameStoreFile, SchemaOutdated
+from tether.runtime import Host
+from tether.storage._pg import connect_failure
+from tether.storage._schema import LATEST
+from tether.world import open_ledger
+
+CRASH = Path(__file__).resolve().parents[1] / "crash"
+#: A password in a URL: it may reach the server, never the output.
+SECRET = "Sekrit-Pw-4711"
+UNREACHABLE = f"postgresql://ann:{SECRET}@127.0.0.1:1/test"
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
+    env["PYTHONPATH"] = os.pathsep.join([str(CRASH), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def _config(tmp_path: Path) -> Path:
+    """A host.toml with no robot: the daemon opens its stores and serves the sim family."""
+    path = tmp_path / "host.toml"
+    path.write_text(
+        f'[host]\nstate_dir = "{tmp_path / "state"}"\n'
+        f'[serve]\ndata_dir = "{tmp_path / "data"}"\nsse = "off"\nlive = "off"\n'
+        'families = ["tether.serve.families:sim_families"]\n'
+    )
+    return path
+
+
+def _serve(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return _run("serve", "--config", str(_config(tmp_path)), *argv)
+
+
+def _worker(tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "wdata").mkdir(mode=0o700, exist_ok=True)  # the test family's journal is there
+    return _run("worker", str(tmp_path / "wdata"), "--families", "journal_provider:families", *argv)
+
+
+def _refusal(done: subprocess.CompletedProcess[str], prog: str) -> str:
+    """The one line on stderr (after the daemon's own log lines), checked for no traceback
+    and no password."""
+    assert "Traceback" not in done.stdout + done.stderr and SECRET not in done.stdout + done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith(f"{prog}: ")]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def _json(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    (doc,) = [json.loads(ln) for ln in done.stdout.splitlines() if ln.startswith("{")]
+    assert doc["status"] == "refused"
+    return doc
+
+
+def _variant(url: str, *, user: str | None = None, database: str | None = None) -> str:
+    parts = urlsplit(url)
+    hostport = parts.netloc.rpartition("@")[2]
+    if user is not None:
+        parts = parts._replace(netloc=f"{user}@{hostport}")
+    if database is not None:
+        parts = parts._replace(path=f"/{database}")
+    return urlunsplit(parts)
+
+
+# -- a server that cannot be reached, a refused login, a bad URL ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("cause", "code"),
+    [
+        ('connection to server at "db", port 1 failed: Connection refused', "unreachable"),
+        (
+            "failed to resolve host 'db.invalid': [Errno -2] Name or service not known",
+            "unreachable",
+        ),
+        ('connection to server at "db", port 5432 failed: timeout expired', "unreachable"),
+        (
+            'connection to server at "db", port 5432 failed: FATAL:  password authentication'
+            ' failed for user "ann"',
+            "login_refused",
+        ),
+        (
+            'connection to server at "db", port 5432 failed: fe_sendauth: no password supplied',
+            "login_refused",
+        ),
+        (
+            'connection to server at "db", port 5432 failed: FATAL:  role "x" does not exist',
+            "login_refused",
+        ),
+        (
+            'connection to server at "db", port 5432 failed: FATAL:  no pg_hba.conf entry for host',
+            "login_refused",
+        ),
+        (
+            'connection to server at "db", port 5432 failed: FATAL:  database "x" does not exist',
+            "no_such_database",
+        ),
+        ('connection is bad: invalid sslmode value: "bogus"', "bad_url"),
+        ('connection is bad: invalid port number: "99999"', "bad_url"),
+        ("bad value for connect_timeout: 'abc'", "bad_url"),
+        ('failed: FATAL:  unrecognized configuration parameter "x"', "bad_url"),
+    ],
+)
+def test_a_failed_connection_is_classified_by_its_cause(cause: str, code: str) -> None:
+    assert connect_failure(cause) == code
+
+
+def test_serve_on_a_server_that_cannot_be_reached_exits_unavailable(tmp_path: Path) -> None:
+    for argv in (["--catalog", UNREACHABLE], ["--world", UNREACHABLE]):
+        plain = _serve(tmp_path, *argv)
+        assert plain.returncode == _exit.UNAVAILABLE, plain.stderr
+        line = _refusal(plain, "tether serve")
+        assert "127.0.0.1:1/test" in line and "Connection refused" in line, line
+        as_json = _serve(tmp_path, *argv, "--json")
+        assert as_json.returncode == _exit.UNAVAILABLE, as_json.stderr
+        _refusal(as_json, "tether serve")
+        assert _json(as_json)["code"] == "unreachable"
+    worker = _worker(tmp_path, "--catalog", UNREACHABLE, "--world", UNREACHABLE)
+    assert worker.returncode == _exit.UNAVAILABLE
+    assert "127.0.0.1:1/test" in _refusal(worker, "tether worker")
+    prune = _run("db", "prune", "--catalog", UNREACHABLE, "--older-than", "1d", "--json")
+    assert prune.returncode == _exit.UNAVAILABLE, prune.stderr
+    assert _json(prune)["code"] == "unreachable"
+
+
+def test_a_refused_login_a_missing_database_and_a_bad_url_exit_per_the_table(
+    pg_base: str, tmp_path: Path
+) -> None:
+    cases = [
+        (_variant(pg_base, user="tether_no_such_role"), _exit.FAILED, "login_refused"),
+        (_variant(pg_base, database="tether_no_such_db"), _exit.USAGE, "no_such_database"),
+        (pg_base + ("&" if "?" in pg_base else "?") + "sslmode=bogus", _exit.USAGE, "bad_url"),
+        (f"mysql://ann:{SECRET}@db/x", _exit.USAGE, "bad_url"),
+    ]
+    for url, exit_code, code in cases:
+        served = _serve(tmp_path, "--catalog", url, "--world", url, "--json")
+        assert (served.returncode, _json(served)["code"]) == (exit_code, code), served.stderr
+        _refusal(served, "tether serve")
+        worker = _worker(tmp_path, "--catalog", url)
+        assert worker.returncode == exit_code, (url, worker.stderr)
+        _refusal(worker, "tether worker")
+    for url, exit_code, code in cases[:3]:
+        status = _run("db", "status", url, "--json")
+        assert (status.returncode, _json(status)["code"]) == (exit_code, code), status.stderr
+
+
+# -- a schema to upgrade first ---------------------------------------------------------------
+
+
+def test_schema_outdated_carries_its_code_and_maps_to_store_unusable() -> None:
+    older = SchemaOutdated("older", "catalog", 2, 3)
+    assert (older.code, _exit.for_error(older)) == ("migration_needed", _exit.STORE_UNUSABLE)
+    assert older.details == {"store": "catalog", "found": 2, "latest": 3}
+    for store in ("catalog", "world"):
+        newer = SchemaOutdated("newer", store, 4, 3)
+        assert (newer.code, _exit.for_error(newer)) == (f"{store}_newer", _exit.STORE_UNUSABLE)
+
+
+def test_an_older_postgres_schema_is_migration_needed_for_every_command(
+    pg_url: str, tmp_path: Path
+) -> None:
+    import psycopg
+
+    Catalog.open(pg_url).close()
+    open_ledger(pg_url).close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # an older Tether's catalog
+        conn.execute(
+            "UPDATE tether_schema_version SET version = version - 1 WHERE store = 'catalog'"
+        )
+    served = _serve(tmp_path, "--catalog", pg_url, "--world", pg_url, "--json")
+    assert served.returncode == _exit.STORE_UNUSABLE, served.stderr
+    assert "tether db upgrade" in _refusal(served, "tether serve")
+    doc = _json(served)
+    assert doc["code"] == "migration_needed" and doc["details"]["store"] == "catalog"
+    worker = _worker(tmp_path, "--catalog", pg_url, "--world", pg_url)
+    assert worker.returncode == _exit.STORE_UNUSABLE, worker.stderr
+    prune = _run("db", "prune", "--catalog", pg_url, "--older-than", "1d", "--json")
+    assert (prune.returncode, _json(prune)["code"]) == (_exit.STORE_UNUSABLE, "migration_needed")
+    status = _run("db", "status", pg_url)  # a report, not a refusal: "needs upgrade", exit 1
+    assert status.returncode == _exit.FAILED and "needs upgrade" in status.stdout
+
+
+def test_an_older_sqlite_catalog_is_migration_needed_for_serve(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    Catalog.open(f"sqlite://{data / 'catalog.db'}").close()
+    conn = sqlite3.connect(data / "catalog.db")
+    conn.execute("UPDATE schema_version SET version = ?", (LATEST - 1,))
+    conn.commit()
+    conn.close()
+    served = _serve(tmp_path, "--json")
+    assert served.returncode == _exit.STORE_UNUSABLE, served.stderr
+    assert _json(served)["code"] == "migration_needed"
+    prune = _run(
+        "db", "prune", "--catalog", f"sqlite://{data / 'catalog.db'}", "--older-than", "1d"
+    )
+    assert prune.returncode == _exit.STORE_UNUSABLE, prune.stderr
+    assert _refusal(prune, "tether db").startswith("tether db: migration_needed: ")
+
+
+# -- one SQLite file for both stores ---------------------------------------------------------
+
+
+def test_serve_refuses_one_sqlite_file_for_the_catalog_and_the_world(tmp_path: Path) -> None:
+    same = tmp_path / "stores.db"
+    default_catalog = tmp_path / "data" / "catalog.db"
+    for argv in (
+        ["--catalog", f"sqlite://{same}", "--world", f"sqlite://{same}"],
+        ["--world", f"sqlite:///{default_catalog}"],  # the default catalog, spelt otherwise
+    ):
+        done = _serve(tmp_path, *argv, "--json")
+        assert done.returncode == _exit.USAGE, done.stderr
+        assert "must be different files" in _refusal(done, "tether serve")
+        assert _json(done)["code"] == "same_store_file"
+        assert not same.exists() and not (tmp_path / "data").exists()  # nothing written
+    worker = _worker(tmp_path, "--catalog", f"sqlite://{same}", "--world", f"sqlite://{same}")
+    assert worker.returncode == _exit.USAGE and "must be different files" in worker.stderr
+    assert not same.exists() and not (tmp_path / "wdata" / "provider.db").exists()
+
+
+def test_a_host_refuses_one_sqlite_file_for_both_stores_before_creating_anything(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    link = tmp_path / "link"
+    link.symlink_to(data, target_is_directory=True)
+    with pytest.raises(SameStoreFile) as info:
+        Host(data, [], workers=0, world_url=f"sqlite://{link / 'catalog.db'}")
+    assert info.value.code == "same_store_file" and _exit.for_error(info.value) == _exit.USAGE
+    assert not data.exists()
+
+
+def test_db_upgrade_refuses_the_other_store_than_a_sqlite_file_holds(tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.db"
+    Catalog.open(f"sqlite://{catalog}").close()
+    before = catalog.read_bytes()
+    done = _run("db", "upgrade", f"sqlite://{catalog}", "--store", "world", "--json")
+    assert done.returncode == _exit.USAGE, done.stderr
+    assert "must be different files" in _refusal(done, "tether db")
+    assert _json(done)["code"] == "same_store_file"
+    assert catalog.read_bytes() == before
