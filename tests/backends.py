@@ -46,6 +46,9 @@ def empty_catalog(url: str) -> None:
         if made is not None and made[0]:
             conn.execute("DELETE FROM activities")  # a few rows: cheaper than TRUNCATE
             conn.execute("UPDATE catalog_clock SET boot_id = ''")
+            shared = conn.execute("SELECT to_regclass('artifacts') IS NOT NULL").fetchone()
+            if shared is not None and shared[0]:
+                conn.execute("DELETE FROM artifacts")
 
 
 #: The world ledger's tables on PostgreSQL (emptied by `empty_stores`).

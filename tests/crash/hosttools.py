@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,38 @@ def catalog_dump(data_dir: Path) -> str:
 
     with psycopg.connect(backends.schema_for_dir(data_dir), autocommit=True) as conn:
         return "\n".join(r[0] for r in conn.execute("SELECT activities::text FROM activities"))
+
+
+def take_payload(data_dir: Path, hexdigest: str) -> Callable[[], None]:
+    """Remove the stored payload `hexdigest` of `data_dir`'s Host (a file of its data dir, or
+    on PostgreSQL a row of the catalog's shared artifacts table), as a test of a lost payload
+    does; returns what puts it back."""
+    if backends.schema_for_dir is None:
+        path = data_dir / "artifacts" / "sha256" / hexdigest[:2] / hexdigest
+        data = path.read_bytes()
+        path.unlink()
+
+        def write_back() -> None:
+            path.write_bytes(data)
+
+        return write_back
+    import psycopg
+
+    url = backends.schema_for_dir(data_dir)
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "DELETE FROM artifacts WHERE hexdigest = %s RETURNING size, data", (hexdigest,)
+        ).fetchone()
+    assert row is not None, f"no payload {hexdigest} stored"
+
+    def put_back() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO artifacts (hexdigest, size, data) VALUES (%s, %s, %s)",
+                (hexdigest, row[0], row[1]),
+            )
+
+    return put_back
 
 
 def _raw(data_dir: Path, file: str, sql: str, args: tuple[object, ...]) -> None:

@@ -20,6 +20,7 @@ import pytest
 from journal_provider import BLIND_KIND, KIND, Journal
 from tether.activities import ActivityKey, Catalog, operation_id_for
 from tether.runtime import ArtifactStore, evidence_entity
+from tether.runtime._artifacts import shared_for
 from tether.world import SqliteLedger, open_ledger
 
 from tests.backends import SLOW_ON_POSTGRES
@@ -143,7 +144,7 @@ def check_settled(data: Path, n: int, kind: str = KIND, url: str | None = None) 
     effects = journal.effects()
     catalog = Catalog.open(url or "sqlite:///" + str(data / "catalog.db"))
     ledger = open_ledger(url) if url else SqliteLedger.open(data / "world.db")
-    store = ArtifactStore(data / "artifacts")
+    store = ArtifactStore(data / "artifacts", shared=shared_for(url))
     try:
         head = ledger.head("w")
         for i in range(n):
@@ -165,6 +166,7 @@ def check_settled(data: Path, n: int, kind: str = KIND, url: str | None = None) 
     finally:
         catalog.close()
         ledger.close()
+        store.close()
 
 
 def _changed_at(data: Path, tick: int, url: str | None = None) -> set[tuple[str, str]]:
@@ -214,15 +216,22 @@ def _pg(store_url: str) -> str | None:
     return None if store_url.startswith("sqlite:") else store_url
 
 
-@SLOW_ON_POSTGRES  # artifacts are files on both backends; the catalog only names the reference
+@SLOW_ON_POSTGRES  # the catalog only names the reference; the payload is a file, or a row
 def test_large_results_survive_a_crash_by_reference(tmp_path: Path, store_url: str) -> None:
     url = _pg(store_url)
     rc = run_scenario(tmp_path, 2, "--pad", "5000", crash="after_result", url=url)
     assert rc == -signal.SIGKILL
     assert run_scenario(tmp_path, 2, "--pad", "5000", url=url) == 0
     check_settled(tmp_path, 2, url=url)
-    files = list((tmp_path / "artifacts" / "sha256").rglob("*"))
-    assert any(f.is_file() and f.stat().st_size > 5000 for f in files)
+    if url is None:  # SQLite: one host's payloads are files of its data dir
+        files = list((tmp_path / "artifacts" / "sha256").rglob("*"))
+        assert any(f.is_file() and f.stat().st_size > 5000 for f in files)
+    else:  # PostgreSQL: the hosts' shared artifacts table
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            row = conn.execute("SELECT max(size) FROM artifacts").fetchone()
+        assert row is not None and row[0] is not None and row[0] > 5000
 
 
 @SLOW_ON_POSTGRES  # three Host processes; the windows above already kill on PostgreSQL

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hosttools import akey, catalog_dump, drain, make_host, same, world_sql
+from hosttools import akey, catalog_dump, drain, make_host, same, take_payload, world_sql
 from journal_provider import (
     KIND,
     DedupAdapter,
@@ -165,16 +165,14 @@ def test_gate_complete_result_is_durable_before_staging(tmp_path: Path) -> None:
         rec = host.get(akey(0))
         assert rec is not None and rec.result is not None
         assert rec.result.ref.startswith("artifact:sha256/") and rec.result.size > 100
-        path = tmp_path / "artifacts" / "sha256" / rec.result.digest[7:9] / rec.result.digest[7:]
-        data = path.read_bytes()
-        path.unlink()
+        put_back = take_payload(tmp_path, rec.result.digest[7:])
         head = host.head("w")
         with pytest.raises(ArtifactMissing):
             host.artifacts.get(rec.result)
         assert host.observe_once() == []
         assert host.head("w") == head  # nothing staged, nothing committed
         assert host.get(akey(0)).settlement is None  # type: ignore[union-attr]
-        path.write_bytes(data)
+        put_back()
         host.observe_once()
         rec = host.get(akey(0))
         assert rec is not None and rec.settlement is not None

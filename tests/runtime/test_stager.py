@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hosttools import make_env
+from hosttools import make_env, take_payload
 from journal_provider import (
     BLIND_KIND,
     KIND,
@@ -60,7 +60,7 @@ def test_a_missing_payload_leaves_only_that_result_pending(tmp_path: Path) -> No
         gone = env.get(_key(1))
         assert gone is not None and gone.result is not None
         hexdigest = gone.result.ref.rsplit("/", 1)[1]
-        (env.data_dir / "artifacts" / "sha256" / hexdigest[:2] / hexdigest).unlink()
+        take_payload(env.data_dir, hexdigest)
         stager = _stager(env)
         assert stager.restage() == 2
         assert [o.key for o in stager.staged()] == [_key(0), _key(2)]

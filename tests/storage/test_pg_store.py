@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -131,7 +132,9 @@ def test_a_catalog_on_the_server_clock_by_default(pg_url: str) -> None:
 
 
 def _back_to_version_2(conn: psycopg.Connection[Any]) -> None:
-    """Undo catalog version 3 (the bound host) on a fresh catalog: version 2's layout."""
+    """Undo catalog versions 4 (the artifacts table) and 3 (the bound host) on a fresh
+    catalog: version 2's layout."""
+    conn.execute("DROP TABLE artifacts")
     conn.execute("DROP INDEX activities_claimable")
     conn.execute("ALTER TABLE activities DROP COLUMN bound_host")
     conn.execute(
@@ -154,7 +157,7 @@ def test_a_version_2_postgres_catalog_gains_bound_hosts_through_upgrade(pg_url: 
         cat.admit(admission(old))
     with psycopg.connect(pg_url, autocommit=True) as conn:
         _back_to_version_2(conn)
-    with pytest.raises(SchemaOutdated, match=r"version 2, this Tether needs 3.*tether db upgrade"):
+    with pytest.raises(SchemaOutdated, match=r"version 2, this Tether needs 4.*tether db upgrade"):
         Catalog.open(pg_url, clock=clock)
     assert tether(["db", "upgrade", pg_url, "--store", "catalog"]) == 0
     with psycopg.connect(pg_url) as conn:
@@ -177,6 +180,37 @@ def test_a_version_2_postgres_catalog_gains_bound_hosts_through_upgrade(pg_url: 
         assert c is not None and c.key == bound and c.record.bound_host == "arm-host"
 
 
+def test_a_version_3_postgres_catalog_gains_the_shared_artifacts_through_upgrade(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """Catalog version 4 adds the hosts' shared artifacts table: a version-3 catalog refuses
+    to open naming `tether db upgrade`; after it, payloads above the inline bound are stored
+    there and its rows are kept."""
+    from tether.cli import main as tether
+    from tether.errors import SchemaOutdated
+    from tether.runtime import ArtifactStore
+    from tether.runtime._artifacts import shared_for
+
+    old = key("old")
+    with Catalog.open(pg_url) as cat:
+        cat.admit(admission(old))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE artifacts")
+        conn.execute("UPDATE tether_schema_version SET version = 3 WHERE store = 'catalog'")
+    with pytest.raises(SchemaOutdated, match=r"version 3, this Tether needs 4.*tether db upgrade"):
+        Catalog.open(pg_url)
+    assert tether(["db", "upgrade", pg_url, "--store", "catalog"]) == 0
+    with Catalog.open(pg_url) as cat:
+        assert cat.get(old) is not None
+    store = ArtifactStore(tmp_path / "artifacts", shared=shared_for(pg_url))
+    try:
+        ref = store.put_bytes(b"q" * 1000, "application/octet-stream")
+        assert store.get(ref) == b"q" * 1000
+    finally:
+        store.close()
+    assert not list((tmp_path / "artifacts" / "sha256").rglob("*"))
+
+
 def test_a_version_1_postgres_catalog_gains_retention_through_upgrade(pg_url: str) -> None:
     """Catalog version 2 on PostgreSQL adds retention: a version-1 catalog (issue 14's layout)
     refuses to open naming `tether db upgrade`; the upgrade adds the columns and the index, and
@@ -196,7 +230,7 @@ def test_a_version_1_postgres_catalog_gains_retention_through_upgrade(pg_url: st
             cat.record_result(k, c.fence, result(k.activity_id))
         cat.settle(settled, receipt(9), evidence_for(settled, result("settled")))
         settled_at = cat.get(settled).settlement.settled_at_ms  # type: ignore[union-attr]
-    assert _pg_schema.latest("catalog") == 3
+    assert _pg_schema.latest("catalog") == 4
     # Back to version 1: the table as issue 14 created it, without the retention columns
     # (nor version 3's bound host and its claimable index).
     conninfo = pg_url
@@ -206,7 +240,7 @@ def test_a_version_1_postgres_catalog_gains_retention_through_upgrade(pg_url: st
         conn.execute("ALTER TABLE activities DROP COLUMN compacted_at_ms")
         conn.execute("ALTER TABLE activities DROP COLUMN compactable_from_ms")
         conn.execute("UPDATE tether_schema_version SET version = 1 WHERE store = 'catalog'")
-    with pytest.raises(SchemaOutdated, match=r"version 1, this Tether needs 3.*tether db upgrade"):
+    with pytest.raises(SchemaOutdated, match=r"version 1, this Tether needs 4.*tether db upgrade"):
         Catalog.open(pg_url, clock=clock)
     assert tether(["db", "upgrade", pg_url, "--store", "catalog"]) == 0
     with psycopg.connect(conninfo) as conn:

@@ -5,6 +5,12 @@ larger ones are written to `artifacts/tmp/`, fsynced, renamed to `artifacts/sha2
 and the directories fsynced; only then is a `ResultRef` returned, so a reference never
 outlives its payload. A process killed mid-write leaves only a temp file, named after its pid:
 opening the store removes temp files whose writer is gone (never a live writer's).
+
+With a `shared` store (`tether.storage._pg_artifacts.PgArtifacts`: the artifacts table of a
+PostgreSQL catalog that several hosts share), payloads above the inline bound are written there
+instead, under the same `artifact:sha256/<hex>` reference, so every host reads them: a worker
+the input another host admitted, the settling host the result another host recorded. A read
+looks in the data dir first (payloads written before the catalog was shared), then there.
 """
 
 from __future__ import annotations
@@ -16,8 +22,9 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
+from tether._core import TetherError
 from tether.activities import ResultRef
 from tether.runtime._crash import crash_point
 from tether.runtime._errors import ArtifactCorrupt, ArtifactError, ArtifactMissing
@@ -52,14 +59,48 @@ def _fsync_dir(path: Path) -> int:
     return 1
 
 
+class SharedArtifacts(Protocol):
+    """Where hosts that share a catalog keep payloads (see the module docstring)."""
+
+    conninfo: str
+
+    def put(self, hexdigest: str, data: bytes) -> None:
+        """Store `data` under its SHA-256 `hexdigest`, durably (a no-op when it is there)."""
+        ...
+
+    def get(self, hexdigest: str) -> bytes | None:
+        """The bytes stored under `hexdigest`, or None."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def shared_for(catalog_url: str | None) -> SharedArtifacts | None:
+    """The shared artifact store of a catalog URL: its table on a PostgreSQL catalog, none for
+    a SQLite one (one host's)."""
+    if not catalog_url or not catalog_url.startswith(("postgresql:", "postgres:")):
+        return None
+    from tether.storage._pg_artifacts import PgArtifacts
+
+    return PgArtifacts(catalog_url)
+
+
 class ArtifactStore:
     """Content-addressed, write-once payload storage. Shareable across threads and processes."""
 
-    def __init__(self, root: str | Path, *, inline_bound: int = DEFAULT_INLINE_BOUND) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        inline_bound: int = DEFAULT_INLINE_BOUND,
+        shared: SharedArtifacts | None = None,
+    ) -> None:
         if inline_bound < 0:
             raise ArtifactError("inline_bound must be >= 0")
         self.root = Path(root)
         self.inline_bound = inline_bound
+        #: The hosts' shared store (a PostgreSQL catalog's table), or None: the data dir only.
+        self.shared = shared
         #: fsyncs this store issued (payloads and directories; inline results issue none).
         self.fsyncs = 0
         (self.root / "tmp").mkdir(parents=True, exist_ok=True)
@@ -104,6 +145,14 @@ class ArtifactStore:
         if len(data) <= self.inline_bound:
             ref = _INLINE + base64.b64encode(data).decode("ascii")
             return ResultRef(ref=ref, digest=digest, media_type=media_type, size=len(data))
+        if self.shared is not None:
+            try:
+                self.shared.put(hexdigest, data)
+            except TetherError as exc:
+                raise ArtifactError(f"cannot store artifact sha256:{hexdigest}: {exc}") from None
+            return ResultRef(
+                ref=_STORED + hexdigest, digest=digest, media_type=media_type, size=len(data)
+            )
         final = self._path(hexdigest)
         if final.exists() and self._matches(final, hexdigest, len(data)):
             # Another writer renamed it in; its directory entry may not be durable yet if that
@@ -147,13 +196,29 @@ class ArtifactStore:
             try:
                 data = self._path(hexdigest).read_bytes()
             except FileNotFoundError as e:
-                raise ArtifactMissing(f"no artifact stored under {ref!r}") from e
+                found = self._shared_get(hexdigest)
+                if found is None:
+                    raise ArtifactMissing(f"no artifact stored under {ref!r}") from e
+                data = found
         else:
             raise ArtifactCorrupt(f"unknown reference scheme in {ref!r}")
         actual = "sha256:" + hashlib.sha256(data).hexdigest()
         if actual != digest:
             raise ArtifactCorrupt(f"artifact {ref[:80]!r} hashes to {actual}, not {digest}")
         return data
+
+    def _shared_get(self, hexdigest: str) -> bytes | None:
+        if self.shared is None:
+            return None
+        try:
+            return self.shared.get(hexdigest)
+        except TetherError as exc:
+            raise ArtifactError(f"cannot read artifact sha256:{hexdigest}: {exc}") from None
+
+    def close(self) -> None:
+        """Close the shared store's connection (the files need nothing)."""
+        if self.shared is not None:
+            self.shared.close()
 
     def get(self, result: ResultRef) -> bytes:
         """The payload of `result`, checked against its digest and size."""

@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tether.activities import ActivityKey, ActivityRecord, Catalog, ClockLike, as_clock
-from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
+from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore, shared_for
 from tether.runtime._errors import ActivityRuntimeError, HostClosed
 from tether.runtime._family import Family, ProgressEvent, families_by_kind
 from tether.runtime._lifecycle import WorldLifecycle
@@ -143,7 +143,12 @@ class Host:
             open_ledger(world_url) if world_url else SqliteLedger.open(self.data_dir / "world.db")
         )
         self.catalog = self._open_catalog()
-        self.artifacts = ArtifactStore(self.data_dir / "artifacts", inline_bound=inline_bound)
+        # On a PostgreSQL catalog, payloads go to its table: every host sharing it reads them.
+        self.artifacts = ArtifactStore(
+            self.data_dir / "artifacts",
+            inline_bound=inline_bound,
+            shared=shared_for(self.catalog_url),
+        )
         self.lease_ms = lease_ms
         self.fallback_poll_s = fallback_poll_s
         self.progress_listener = progress_listener
@@ -226,6 +231,7 @@ class Host:
             wakeup.close()
         self._closed = True
         self.catalog.close()
+        self.artifacts.close()
         if self._owns_ledger:
             self.ledger.close()
 

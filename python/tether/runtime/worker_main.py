@@ -38,7 +38,7 @@ from tether._args import Parser, error_line
 from tether.activities import MAX_LEASE_MS, Catalog, ResultRef
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.errors import TetherError
-from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore
+from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore, shared_for
 from tether.runtime._errors import FamilyError
 from tether.runtime._family import (
     Adapter,
@@ -105,9 +105,12 @@ def run_workers(
     """
     data_dir = data_dir.resolve()
     url = catalog_url or "sqlite://" + str(data_dir / "catalog.db")  # data_dir is absolute
-    artifacts = ArtifactStore(data_dir / "artifacts", inline_bound=inline_bound)
     stop = stop or threading.Event()
     catalog = Catalog.open(url)  # the doorbell's owner while the workers run
+    # After the catalog: on PostgreSQL its schema holds the hosts' shared artifacts table.
+    artifacts = ArtifactStore(
+        data_dir / "artifacts", inline_bound=inline_bound, shared=shared_for(url)
+    )
     wakeup = Wakeup(stop, fallback_poll_s, doorbell=catalog.doorbell, topic=CLAIMABLE)
     pool = WorkerPool(
         lambda: Catalog.open(url),
@@ -127,6 +130,7 @@ def run_workers(
         pool.close()
         wakeup.close()
         catalog.close()
+        artifacts.close()
 
 
 def _result(result: ResultRef) -> dict[str, Any]:

@@ -28,6 +28,9 @@ and one partial index per view the catalog scans, over columns only the core com
   claim), and the claimable index rebuilt as (claimable_from_ms, kind, world_id, activity_id,
   bound_host): a claim on a host filters unbound rows and its own off the index entries.
   Existing rows were admitted before any binding: '' (any host).
+- (catalog version 4) `artifacts (hexdigest, size, data)`: the payloads above the inline bound
+  of every host sharing the catalog, content-addressed and write-once
+  (`tether.storage._pg_artifacts`; a SQLite catalog is one host's, its payloads stay files).
 """
 
 from __future__ import annotations
@@ -199,6 +202,13 @@ CATALOG_MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX activities_claimable ON activities"
             " (claimable_from_ms, kind, world_id, activity_id, bound_host)"
             " WHERE claimable_from_ms IS NOT NULL",
+        ),
+    ),
+    (
+        4,
+        (
+            "CREATE TABLE artifacts (hexdigest TEXT PRIMARY KEY, size BIGINT NOT NULL,"
+            " data BYTEA NOT NULL)",
         ),
     ),
 )

@@ -44,7 +44,8 @@ from tether.families.sim.provider import (
     result_pointer,
 )
 from tether.operations import JournalError, Operation
-from tether.runtime import ArtifactError, ArtifactStore
+from tether.runtime import DEFAULT_INLINE_BOUND, ArtifactError, ArtifactStore
+from tether.runtime._artifacts import shared_for
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -94,7 +95,9 @@ def run_attempt(op: Operation, attempt: int, job: dict[str, Any], emit: Emit) ->
     run.summary["attempt"] = attempt
     # The provider names its store in the job; without one, its default (<root>/artifacts).
     default = op.path.parent.parent.parent / "artifacts"
-    store = ArtifactStore(job.get("artifacts", default), **_bound(job))
+    # On a shared (PostgreSQL) catalog the provider names its table too: every host reads it.
+    shared = shared_for(job.get("artifacts_url"))
+    store = ArtifactStore(job.get("artifacts", default), inline_bound=_bound(job), shared=shared)
     try:
         ref = store.put_bytes(encode_result(run), RESULT_MEDIA_TYPE)  # durable before staged
         crash_point("sim.artifact_durable", attempt)
@@ -113,8 +116,8 @@ def run_attempt(op: Operation, attempt: int, job: dict[str, Any], emit: Emit) ->
     return EXIT_OK
 
 
-def _bound(job: dict[str, Any]) -> dict[str, int]:
-    return {"inline_bound": int(job["inline_bound"])} if "inline_bound" in job else {}
+def _bound(job: dict[str, Any]) -> int:
+    return int(job["inline_bound"]) if "inline_bound" in job else DEFAULT_INLINE_BOUND
 
 
 def main(argv: list[str]) -> int:

@@ -590,6 +590,8 @@ class SimProvider:
             "artifacts": str(store.root),
             "inline_bound": store.inline_bound,
         }
+        if store.shared is not None:  # the hosts' shared store: the child writes there too
+            job["artifacts_url"] = store.shared.conninfo
         code: int | None = None
         forked: ProcessIdentity | None = None
         with self._episode_host().submit(job) as events:
