@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import Any
 
 from tether import _exit, _log
 from tether._args import Parser, error_line, want_json
@@ -44,6 +45,23 @@ data dir, SSE, console, gRPC or live port (`daemon_running`, `sse_unavailable`,
 reached (`unreachable`), or a port is owned by another process (see `tether --help`)."""
 
 log = logging.getLogger("tether.serve")
+
+
+def ready_words(ready: dict[str, Any]) -> str:
+    """The ready line on a terminal: this daemon's pid and host name, its control socket,
+    every listener (or "off"), and each configured robot it could not connect."""
+    live = ready["live"] + "/<world>" if ready["live"] else "off"
+    listeners = (
+        f"AG-UI stream {ready['sse'] or 'off'}, live events {live}, "
+        f"gRPC {ready['grpc'] or 'off'}, console {ready['console'] or 'off'}"
+    )
+    words = (
+        f"tether serve: pid {ready['pid']}, host {ready['host_name']}, control socket "
+        f"{ready['socket']}; {listeners}"
+    )
+    for robot, why in sorted(ready["unavailable"].items()):
+        words += f"; robot {robot} unavailable ({why})"
+    return words + "; serving until SIGTERM or Ctrl-C"
 
 
 def main(argv: list[str]) -> int:
@@ -104,18 +122,13 @@ def main(argv: list[str]) -> int:
             "grpc": daemon.grpc_url,
             "live": None if daemon.live is None else daemon.live.url,
             "data_dir": str(daemon.data_dir),
+            "host_name": daemon.serve.host_name,
             "unavailable": daemon.unavailable,
         }
         if as_json:
             print(json.dumps(ready), flush=True)
         else:
-            print(
-                f"tether serve: pid {ready['pid']}, control socket {daemon.socket_path}, "
-                f"AG-UI stream {daemon.sse_url or 'off'}, live events "
-                f"{ready['live'] + '/<world>' if ready['live'] else 'off'}; "
-                "serving until SIGTERM or Ctrl-C",
-                flush=True,
-            )
+            print(ready_words(ready), flush=True)
         done.wait()
         log.info("stopping on a signal")
     except TetherError as exc:
