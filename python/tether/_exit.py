@@ -109,6 +109,7 @@ ERROR_CODES: Final[dict[str, int]] = {
             "insecure_tls_key",
             "no_authenticator",
             "tls_unusable",
+            "mixed_stores",
             # A store URL no backend takes, a database the server does not have, one SQLite
             # file named for both the catalog and the world ledger.
             "bad_url",

@@ -131,8 +131,16 @@ def test_a_failed_connection_is_classified_by_its_cause(cause: str, code: str) -
     assert connect_failure(cause) == code
 
 
-def test_serve_on_a_server_that_cannot_be_reached_exits_unavailable(tmp_path: Path) -> None:
-    for argv in (["--catalog", UNREACHABLE], ["--world", UNREACHABLE]):
+def test_serve_on_a_server_that_cannot_be_reached_exits_unavailable(
+    tmp_path: Path, pg_url: str
+) -> None:
+    # Both stores on PostgreSQL (`mixed_stores` otherwise): the catalog's server, or only the
+    # world ledger's, cannot be reached.
+    cases = (
+        ["--catalog", UNREACHABLE, "--world", UNREACHABLE],
+        ["--catalog", pg_url, "--world", UNREACHABLE],
+    )
+    for argv in cases:
         plain = _serve(tmp_path, *argv)
         assert plain.returncode == _exit.UNAVAILABLE, plain.stderr
         line = _refusal(plain, "tether serve")
@@ -265,3 +273,24 @@ def test_db_upgrade_refuses_the_other_store_than_a_sqlite_file_holds(tmp_path: P
     assert "must be different files" in _refusal(done, "tether db")
     assert _json(done)["code"] == "same_store_file"
     assert catalog.read_bytes() == before
+
+
+def test_serve_refuses_a_shared_catalog_with_a_local_world_and_the_other_way_round(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Hosts share both stores or neither (`mixed_stores`, 2): refused before any store is
+    opened, so nothing is created on the server or in the data dir."""
+    for flag, shared in (("--catalog", "catalog"), ("--world", "world ledger")):
+        for json_flag in ((), ("--json",)):
+            served = _serve(tmp_path, flag, pg_url, *json_flag)
+            assert served.returncode == 2, served.stderr
+            line = _refusal(served, "tether serve")
+            assert "mixed_stores" in line and f"the {shared} is on PostgreSQL" in line
+            if json_flag:
+                assert _json(served)["code"] == "mixed_stores"
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SELECT to_regclass('activities'), to_regclass('worlds')").fetchone()
+    assert row == (None, None)

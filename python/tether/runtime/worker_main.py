@@ -105,12 +105,12 @@ def run_workers(
     """
     data_dir = data_dir.resolve()
     url = catalog_url or "sqlite://" + str(data_dir / "catalog.db")  # data_dir is absolute
-    stop = stop or threading.Event()
-    catalog = Catalog.open(url)  # the doorbell's owner while the workers run
-    # After the catalog: on PostgreSQL its schema holds the hosts' shared artifacts table.
+    # On PostgreSQL the payloads go to the catalog's table (connected at the first use).
     artifacts = ArtifactStore(
         data_dir / "artifacts", inline_bound=inline_bound, shared=shared_for(url)
     )
+    stop = stop or threading.Event()
+    catalog = Catalog.open(url)  # the doorbell's owner while the workers run
     wakeup = Wakeup(stop, fallback_poll_s, doorbell=catalog.doorbell, topic=CLAIMABLE)
     pool = WorkerPool(
         lambda: Catalog.open(url),

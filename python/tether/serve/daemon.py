@@ -288,6 +288,25 @@ class Daemon:
             "started_at_ms": self.started_at_ms,
         }
 
+    def _check_shared_together(self) -> None:
+        """Refuse a catalog on PostgreSQL with a world ledger in the data dir, or the other way
+        round (`mixed_stores`, a usage error, before anything is opened). Hosts share both or
+        neither: world ids are per host (`grpc-<principal>`, `moves`), so hosts sharing only the
+        catalog would admit each other's keys from worlds of their own, and hosts sharing only
+        the worlds would each admit, and run, every Activity of them into a catalog of their
+        own."""
+        catalog, world = is_shared(self.serve.catalog_url), is_shared(self.serve.world_url)
+        if catalog == world:
+            return
+        shared, local = ("catalog", "world ledger") if catalog else ("world ledger", "catalog")
+        raise ServeRefusal(
+            "mixed_stores",
+            f"the {shared} is on PostgreSQL (shared by hosts) but the {local} is a file of this"
+            " host: put both on PostgreSQL (--catalog URL --world URL, or [serve] catalog and"
+            " world) or neither",
+            details={"shared": shared, "local": local},
+        )
+
     def start(self) -> Daemon:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         if self.serve.grpc is not None:  # refused before anything is opened
@@ -299,6 +318,7 @@ class Daemon:
             self.serve.catalog_url or f"sqlite://{data / 'catalog.db'}",
             self.serve.world_url or f"sqlite://{data / 'world.db'}",
         )
+        self._check_shared_together()
         usable_dir(self.state_dir, what="host.state_dir")
         usable_dir(self.data_dir, what="serve.data_dir")
         for path, what in (
