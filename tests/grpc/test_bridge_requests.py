@@ -131,6 +131,8 @@ def test_an_address_is_host_and_port_with_ipv6_in_brackets(
         ("127.0.0.1:0", "not in 1..65535"),
         ("127.0.0.1:65536", "not in 1..65535"),
         ("127.0.0.1:+80", "not in 1..65535"),
+        ("127.0.0.1:\u00b2", "not in 1..65535"),  # a superscript two: a digit to isdigit()
+        ("127.0.0.1:\uff15\uff10\uff10\uff15\uff11", "not in 1..65535"),  # full-width 50051
         ("127.0.0.1:", "not in 1..65535"),
         (":50051", "no host or no port"),
         ("127.0.0.1", "no host or no port"),
@@ -191,3 +193,26 @@ def test_a_client_certificate_alone_makes_an_off_loopback_remote_tls(tmp_path: P
         {**base, "client_cert": str(ours.cert), "client_key": str(ours.key)}, tmp_path
     )
     assert remote.tls  # the system's roots check the server; the token never goes in clear
+
+
+def test_an_encrypted_client_key_is_bad_remote_and_never_prompts(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    ca = make_authority(tmp_path / "ca")
+    ours = ca.issue("bridge", server=False)
+    openssl = shutil.which("openssl")
+    assert openssl is not None
+    locked = tmp_path / "locked.key"
+    subprocess.run(
+        [openssl, "pkey", "-in", str(ours.key), "-aes256", "-passout", "pass:secret",
+         "-out", str(locked)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    locked.chmod(0o600)
+    _token(tmp_path)
+    table = {"address": "127.0.0.1:50051", "token_file": "token"}
+    with pytest.raises(HostConfigError) as info:
+        parse_remote({**table, "client_cert": str(ours.cert), "client_key": str(locked)}, tmp_path)
+    assert info.value.code == "bad_remote" and "not a usable PEM" in info.value.message

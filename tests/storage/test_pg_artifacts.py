@@ -16,6 +16,7 @@ from tether.activities import ActivityKey, Catalog
 from tether.runtime import (
     ActivityRequest,
     ArtifactCorrupt,
+    ArtifactError,
     ArtifactMissing,
     ArtifactStore,
     AttemptContext,
@@ -174,3 +175,50 @@ def test_a_simulation_child_writes_its_result_to_the_shared_store(
         provider.close()
         one.close()
         two.close()
+
+
+def test_a_postgresql_url_is_shared_whatever_the_case_of_its_scheme(
+    pg_url: str, tmp_path: Path
+) -> None:
+    from tether.storage._host_claim import is_shared
+    from tether.storage._urls import postgres_url
+
+    upper = "PostgreSQL://" + pg_url.partition("://")[2]
+    assert is_shared(upper) and is_shared("POSTGRES://h/d") and not is_shared("sqlite:///x.db")
+    assert postgres_url("Postgres://h/d") == "postgresql://h/d" and postgres_url(None) is None
+    Catalog.open(upper).close()  # the stores take it, and so do the payloads
+    store = ArtifactStore(tmp_path / "a", shared=shared_for(upper))
+    try:
+        ref = store.put_bytes(b"u" * 700, "application/octet-stream")
+        assert not list((tmp_path / "a" / "sha256").rglob("*"))
+        assert store.get(ref) == b"u" * 700
+    finally:
+        store.close()
+    with pytest.raises(ArtifactError, match="closed"):  # closed: never a new connection
+        store.get(ref)
+
+
+def test_the_operator_review_of_a_sim_reach_reads_the_shared_store(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A daemon's review (`review_for` with the Host's store) finds a sim result the table
+    holds; a review of the data dir alone would call it lost (ResultCorrupt)."""
+    from types import SimpleNamespace
+
+    from tether.families.sim import EpisodeRequest, SimProvider
+    from tether.families.sim.family import KIND as SIM_KIND
+    from tether.operator.cli import review_for
+
+    one, _ = _stores(pg_url, tmp_path)
+    provider = SimProvider(tmp_path / "data")
+    try:
+        request = EpisodeRequest.create((0.2, 0.15), seed=5, episodes=1, steps=400)
+        outcome = provider.execute("reach-0000", 1, request, artifacts=one)
+        record = SimpleNamespace(key=SimpleNamespace(kind=SIM_KIND))
+        review = review_for(None, tmp_path / "data", one)(record)
+        assert review is not None and review.artifacts is one
+        found = review.provider.find_result("reach-0000")
+        assert found is not None and found.result == outcome.result
+    finally:
+        provider.close()
+        one.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import threading
 import time
 
 import psycopg
@@ -125,3 +126,37 @@ def test_a_claim_whose_connection_broke_takes_its_name_again(
 def test_only_a_postgresql_catalog_is_shared() -> None:
     assert is_shared("postgresql://127.0.0.1/test") and is_shared("postgres://x/y")
     assert not is_shared("sqlite:///tmp/catalog.db") and not is_shared(None)
+
+
+def test_a_search_path_of_no_schema_is_a_one_line_storage_error(pg_base: str) -> None:
+    from tether.errors import CatalogStorageError
+    from tether.testing._postgres import schema_url
+
+    with pytest.raises(CatalogStorageError, match="names no schema that exists"):
+        HostClaim.take(schema_url(pg_base, "r_no_such_schema"), "arm-host-1")
+
+
+def test_a_claim_closed_while_it_reconnects_lets_go_of_the_new_connection(
+    pg_url: str, pg_base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_host_claim, "CHECK_S", 0.1)
+    claim = HostClaim.take(pg_url, "arm-host-7")
+    application = claim._application()
+    hold = claim._hold
+    reconnecting = threading.Event()
+
+    def slow_hold() -> psycopg.Connection[object]:
+        reconnecting.set()
+        time.sleep(1.0)  # a reconnect that outlasts close()'s wait would have leaked
+        return hold()
+
+    monkeypatch.setattr(claim, "_hold", slow_hold)
+    (pid,) = _holders(pg_base, application)
+    with psycopg.connect(pg_base, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    assert reconnecting.wait(10)
+    monkeypatch.setattr(_host_claim.threading.Thread, "join", lambda self, timeout=None: None)
+    claim.close()  # returns at once, while the reconnect is under way
+    time.sleep(1.5)
+    assert _holders(pg_base, application) == []  # the new connection was closed, not kept
+    HostClaim.take(pg_url, "arm-host-7").close()

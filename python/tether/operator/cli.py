@@ -318,11 +318,12 @@ def _usage(message: str) -> TetherError:
     return DataDirError("data_dir_missing", message)
 
 
-def review_for(config: HostConfig[Any] | None, data_dir: Path) -> Any:
+def review_for(config: HostConfig[Any] | None, data_dir: Path, artifacts: Any = None) -> Any:
     """The device review of each family a parked Activity belongs to, built on first use by
     the family's own factory (`REVIEWS`, dotted paths: this module imports no family and no
     protocol); None for a family without one, or whose review needs a host configuration
-    that was not given."""
+    that was not given. `artifacts`: the store the Host writes payloads to (a daemon's: on a
+    shared catalog, its PostgreSQL table), else the data dir's."""
     loaded: dict[str, Any] = {}
 
     def review(record: ActivityRecord) -> DeviceReview | None:
@@ -330,7 +331,7 @@ def review_for(config: HostConfig[Any] | None, data_dir: Path) -> Any:
         if family is None:
             return None
         if family not in loaded:
-            loaded[family] = _load(REVIEWS[family])(config, data_dir)
+            loaded[family] = _load(REVIEWS[family])(config, data_dir, artifacts=artifacts)
         if loaded[family] is None:
             return None
         found: DeviceReview | None = loaded[family].for_record(record)

@@ -78,11 +78,14 @@ class SharedArtifacts(Protocol):
 def shared_for(catalog_url: str | None) -> SharedArtifacts | None:
     """The shared artifact store of a catalog URL: its table on a PostgreSQL catalog, none for
     a SQLite one (one host's)."""
-    if not catalog_url or not catalog_url.startswith(("postgresql:", "postgres:")):
+    from tether.storage._urls import postgres_url
+
+    url = postgres_url(catalog_url)
+    if url is None:
         return None
     from tether.storage._pg_artifacts import PgArtifacts
 
-    return PgArtifacts(catalog_url)
+    return PgArtifacts(url)
 
 
 class ArtifactStore:

@@ -65,7 +65,7 @@ from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.serve.sessions import Sessions
 from tether.storage._host_claim import HostClaim, is_shared
-from tether.storage._urls import check_separate_files
+from tether.storage._urls import check_separate_files, postgres_url
 from tether.world import ComponentWrite, WorldNotFound
 
 log = logging.getLogger("tether.serve")
@@ -331,7 +331,7 @@ class Daemon:
         if self.serve.host_name and is_shared(self.serve.catalog_url):
             # One daemon per host name on a shared catalog: it claims the device work bound
             # to the name (`host_name_taken` otherwise, before any device or work is touched).
-            claim = HostClaim.take(str(self.serve.catalog_url), self.serve.host_name)
+            claim = HostClaim.take(str(postgres_url(self.serve.catalog_url)), self.serve.host_name)
             self._closers.append(claim.close)  # after the workers stop (`close`)
         self.devices = DeviceHost(self.config, socket_path=self.socket_path)
         for op, handler in self._handlers().items():
@@ -390,7 +390,7 @@ class Daemon:
             self._closers,
             host_name=self.serve.host_name,
             sessions=self.sessions.start(),
-            shared_world=str(self.serve.world_url or "").startswith(("postgresql:", "postgres:")),
+            shared_world=is_shared(self.serve.world_url),
         )
         served: list[Served] = []
         for spec in self.serve.families:
@@ -649,7 +649,8 @@ class Daemon:
         """The operator review of this host's devices (evidence for decisions)."""
         from tether.operator.cli import review_for
 
-        return review_for(self.config, self.data_dir)
+        artifacts = None if self.runtime is None else self.runtime.artifacts
+        return review_for(self.config, self.data_dir, artifacts)
 
     def _on_operator_list(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         runtime = self.host()

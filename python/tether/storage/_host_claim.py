@@ -30,6 +30,7 @@ import psycopg
 from tether._coded import CodedError
 from tether._core import CatalogStorageError
 from tether.storage._pg import connect, one_line, where
+from tether.storage._urls import postgres_url
 
 log = logging.getLogger("tether.storage.host_claim")
 
@@ -44,8 +45,8 @@ class HostNameTaken(CodedError):
 
 
 def is_shared(url: str | None) -> bool:
-    """Whether a catalog URL names a PostgreSQL catalog (one that hosts share)."""
-    return bool(url) and str(url).startswith(("postgresql:", "postgres:"))
+    """Whether a store URL names a PostgreSQL store (one that hosts share; any case)."""
+    return postgres_url(url) is not None
 
 
 class HostClaim:
@@ -56,6 +57,7 @@ class HostClaim:
         self.host_name = host_name
         self._conn: psycopg.Connection[Any] | None = None
         self._closing = threading.Event()
+        self._lock = threading.Lock()  # `_conn` against `close` (a reconnect takes a while)
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -77,22 +79,31 @@ class HostClaim:
 
     def _hold(self) -> psycopg.Connection[Any]:
         conn = connect(self.conninfo, CatalogStorageError, application=self._application())
+        held = False
         try:
+            schema = conn.execute("SELECT current_schema()").fetchone()
+            if schema is None or schema[0] is None:
+                raise CatalogStorageError(
+                    f"cannot claim host name {self.host_name!r} on PostgreSQL at"
+                    f" {where(self.conninfo)}: its search_path names no schema that exists"
+                )
             row = conn.execute(
                 f"SELECT pg_try_advisory_lock(({_KEY})), ({_KEY})",
                 (self.host_name, self.host_name),
             ).fetchone()
             assert row is not None
             if row[0]:
+                held = True
                 return conn
             holder = self._holder(conn, int(row[1]))
         except psycopg.Error as exc:
-            conn.close()
             raise CatalogStorageError(
                 f"cannot claim host name {self.host_name!r} on PostgreSQL at "
                 f"{where(self.conninfo)}: {one_line(exc)}"
             ) from None
-        conn.close()
+        finally:
+            if not held:
+                conn.close()
         raise HostNameTaken(
             "host_name_taken",
             f"host name {self.host_name!r} is held on the catalog at {where(self.conninfo)} by"
@@ -108,8 +119,9 @@ class HostClaim:
             "SELECT a.client_addr::text, a.application_name, a.pid FROM pg_locks l"
             " JOIN pg_stat_activity a ON a.pid = l.pid"
             " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
-            " AND l.classid = ((%s >> 32) & 4294967295)::bigint::oid"
-            " AND l.objid = (%s & 4294967295)::bigint::oid LIMIT 1",
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND l.classid = ((%s::bigint >> 32) & 4294967295)::oid"
+            " AND l.objid = (%s::bigint & 4294967295)::oid LIMIT 1",
             (key, key),
         ).fetchone()
         if row is None:
@@ -131,7 +143,12 @@ class HostClaim:
                 conn.close()
             self._conn = None
             try:
-                self._conn = self._hold()
+                fresh = self._hold()
+                with self._lock:
+                    if self._closing.is_set():  # closed while it reconnected: let go
+                        fresh.close()
+                        return
+                    self._conn = fresh
                 log.warning("host name %r claimed again after its connection broke", self.host_name)
             except HostNameTaken as exc:
                 log.error("%s (taken while this daemon's connection was broken)", exc.message)
@@ -139,13 +156,15 @@ class HostClaim:
                 log.warning("host name %r not claimed again yet: %s", self.host_name, exc)
 
     def close(self) -> None:
-        """Let the name go (its connection closes)."""
-        self._closing.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
-        conn, self._conn = self._conn, None
+        """Let the name go (its connection closes; a reconnect still under way closes its
+        own when it ends)."""
+        with self._lock:
+            self._closing.set()
+            conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+        if self._thread is not None:
+            self._thread.join(5.0)
 
 
 __all__ = ["CHECK_S", "HostClaim", "HostNameTaken", "is_shared"]

@@ -39,11 +39,14 @@ class PgArtifacts:
         self.conninfo = conninfo
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
+        self._closed = False
 
     def _run(self, statement: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """Run one statement (autocommit: its own durable transaction) and return its row."""
         error: psycopg.Error | None = None
         with self._lock:
+            if self._closed:
+                raise CatalogStorageError("the artifact store is closed")
             for _ in range(ATTEMPTS):
                 if self._conn is None or self._conn.closed:
                     self._conn = connect(
@@ -52,8 +55,13 @@ class PgArtifacts:
                 try:
                     cur = self._conn.execute(statement, params)
                     return cur.fetchone() if cur.description is not None else None
-                except psycopg.OperationalError as exc:  # the connection broke: once more
-                    error = exc
+                except psycopg.OperationalError as exc:
+                    if not self._conn.broken:  # a timeout, not a lost connection: no retry
+                        raise CatalogStorageError(
+                            f"artifact store on PostgreSQL at {where(self.conninfo)}:"
+                            f" {one_line(exc)}"
+                        ) from None
+                    error = exc  # the connection broke: again on a new one
                     self._conn.close()
                     self._conn = None
                 except psycopg.Error as exc:
@@ -79,7 +87,9 @@ class PgArtifacts:
         return None if row is None else bytes(row[0])
 
     def close(self) -> None:
+        """Close its connection; a later use is refused (never a connection reopened)."""
         with self._lock:
+            self._closed = True
             conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()

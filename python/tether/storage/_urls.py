@@ -219,6 +219,18 @@ def scrub(text: str, url: str) -> str:
     return _QUOTED.sub(quoted, text)
 
 
+def postgres_url(url: str | None) -> str | None:
+    """``url`` as libpq takes it (``postgresql://``, the scheme in lower case, as the stores
+    open it) when it names a PostgreSQL store (``postgresql://`` or ``postgres://``, any
+    case): the one store hosts share; None for any other URL or none."""
+    if not isinstance(url, str):
+        return None
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("postgresql", "postgres"):
+        return None
+    return "postgresql://" + rest
+
+
 def sqlite_file(url: str) -> str | None:
     """The file a ``sqlite:///abs/path.db`` URL names, as the stores open it (``sqlite:////``
     too), with its symbolic links resolved; None for any other URL (a PostgreSQL one, or one

@@ -112,7 +112,7 @@ def _address(text: str) -> tuple[str, int]:
             raise bad("no host or no port")
         if ":" in host or "[" in host or "]" in host:
             raise bad("an IPv6 address goes in brackets")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
         raise bad(f"port {port_text!r} is not in 1..65535")
     return host, int(port_text)
 
@@ -153,9 +153,12 @@ def _client_pair(table: Table, base: Path) -> tuple[bytes, bytes] | None:
         raise _error("bad_remote", f"remote.{name}: {exc.filename}: {exc.strerror}") from None
     probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
-        probe.load_cert_chain(cert, key)
-    except (ssl.SSLError, ValueError) as exc:
+        # No pass phrase (an encrypted key is refused, never prompted for on a terminal).
+        probe.load_cert_chain(cert, key, password=lambda: b"")
+    except (ssl.SSLError, ValueError, OSError) as exc:
         reason = getattr(exc, "reason", None) or type(exc).__name__
+        if not isinstance(exc, ssl.SSLError):  # an encrypted key, in OpenSSL's words
+            reason = "an encrypted key (a pass phrase is not supported), or no PEM key"
         raise _error(
             "bad_remote",
             f"remote.client_cert {cert} and remote.client_key {key} are not a usable PEM"

@@ -125,9 +125,12 @@ class RobotMoveReview:
             return DynamixelMoveAdapter(self.config, host).prove_reissue(op, request, floor)
 
 
-def review_factory(config: HostConfig | None, data_dir: Path) -> RobotMoveReview | None:
+def review_factory(
+    config: HostConfig | None, data_dir: Path, *, artifacts: object = None
+) -> RobotMoveReview | None:
     """`tether operator`'s review of robot moves in `data_dir` (its journal is
-    `data_dir/robot_move`); None without a host configuration (no robots to read back)."""
+    `data_dir/robot_move`); None without a host configuration (no robots to read back). It
+    reads no payload (`artifacts` is taken for the factories' common call)."""
     if config is None:
         return None
     return RobotMoveReview(config, MoveStore(data_dir / "robot_move"))

@@ -186,7 +186,10 @@ class SimReview:
         return op.record_proof(name, proof)
 
 
-def review_factory(config: object, data_dir: Path) -> SimReview:
+def review_factory(
+    config: object, data_dir: Path, *, artifacts: ArtifactStore | None = None
+) -> SimReview:
     """`tether operator`'s review of sim reaches in `data_dir` (no host configuration needed:
-    the provider's state is the data directory's operations journal)."""
-    return SimReview(data_dir)
+    the provider's state is the data directory's operations journal); its results are read
+    from `artifacts` (the Host's store: on a shared catalog, its table), else the data dir's."""
+    return SimReview(data_dir, artifacts)
