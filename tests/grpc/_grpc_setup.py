@@ -97,6 +97,21 @@ def serving(
             channel.close()
 
 
+@contextmanager
+def in_process(tmp: Path, serve: str) -> Iterator[Any]:
+    """A `Daemon` started in this process (`serve`, its `[serve]` table) over the DYNAMIXEL
+    emulator in a process of its own; closed at the end."""
+    from _dxl_setup import emulator_process
+    from tether.serve.daemon import Daemon
+
+    with emulator_process(tmp) as emu:
+        running = Daemon.from_path(grpc_config(tmp, emu.path, serve=serve)).start()
+        try:
+            yield running
+        finally:
+            running.close()
+
+
 def stub(address: str) -> tuple[grpc.Channel, rpc.RobotControlStub]:
     channel = grpc.insecure_channel(address)
     return channel, rpc.RobotControlStub(channel)

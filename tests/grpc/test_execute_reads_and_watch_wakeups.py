@@ -20,8 +20,7 @@ from typing import Any
 
 import grpc
 import pytest
-from _dxl_setup import emulator_process
-from _grpc_setup import bearer, grpc_config, move, stub
+from _grpc_setup import bearer, in_process, move, stub
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether.activities import ActivityKey
 from tether.serve.daemon import Daemon
@@ -33,12 +32,8 @@ KIND = "physical_ai.robot_move.absolute"
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Daemon]:
-    with emulator_process(tmp_path) as emu:
-        running = Daemon.from_path(grpc_config(tmp_path, emu.path, serve=SERVE)).start()
-        try:
-            yield running
-        finally:
-            running.close()
+    with in_process(tmp_path, SERVE) as running:
+        yield running
 
 
 def test_a_new_operation_is_answered_from_its_admission_with_one_catalog_read(

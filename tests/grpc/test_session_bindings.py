@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _dxl_setup import emulator_process
-from _grpc_setup import bearer, grpc_config, move, stub, until_terminal
+from _grpc_setup import bearer, in_process, move, stub, until_terminal
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether.serve import sessions as sessions_module
 from tether.serve.daemon import Daemon
@@ -83,12 +82,8 @@ SERVE = '\n[serve]\nlease_ms = 1500\nsettle_timeout_s = 20\nsse = "off"\ngrpc = 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Daemon]:
-    with emulator_process(tmp_path) as emu:
-        running = Daemon.from_path(grpc_config(tmp_path, emu.path, serve=SERVE)).start()
-        try:
-            yield running
-        finally:
-            running.close()
+    with in_process(tmp_path, SERVE) as running:
+        yield running
 
 
 def until_unbound(sessions: Sessions, session_id: str, timeout: float = 10) -> set[str]:

@@ -371,6 +371,18 @@ def principal_table(name: str, role: str, hashed: str) -> str:
     return f'[{table}.{_toml_key(name)}]\n{key} = "{hashed}"\nrole = "{role}"'
 
 
+def check_private(path: Path) -> None:
+    """Refuse a secret file (a token, a private key) that is not this uid's own, mode 0600
+    (`insecure_secret_file`); an `OSError` when it cannot be looked at."""
+    info = path.stat()
+    if stat.S_IMODE(info.st_mode) & 0o077 or info.st_uid != os.getuid():
+        raise _error(
+            "insecure_secret_file",
+            f"{path} must be owned by you and mode 0600 (chmod 600 {path})",
+            path=str(path),
+        )
+
+
 def read_secret(
     *, file: str | None = None, stdin: IO[str] | None = None, prompt: str = "credential: "
 ) -> str:
@@ -378,13 +390,7 @@ def read_secret(
     prompt that does not echo. Never from argv or the environment."""
     if file is not None:
         path = Path(file)
-        info = path.stat()
-        if stat.S_IMODE(info.st_mode) & 0o077 or info.st_uid != os.getuid():
-            raise _error(
-                "insecure_secret_file",
-                f"{path} must be owned by you and mode 0600 (chmod 600 {path})",
-                path=str(path),
-            )
+        check_private(path)
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
@@ -414,6 +420,7 @@ __all__ = [
     "RateLimiter",
     "authenticate",
     "check_cost",
+    "check_private",
     "hash_secret",
     "principal_table",
     "read_secret",

@@ -43,9 +43,7 @@ Rules:
 from __future__ import annotations
 
 import ipaddress
-import os
 import ssl
-import stat
 import tomllib
 from pathlib import Path
 from typing import Any, Final, cast
@@ -62,7 +60,7 @@ from tether.adapters.grpc.remote import (
     intent,
 )
 from tether.adapters.grpc.remote import remote_move_family as _family
-from tether.devices.credentials import CredentialError, read_secret
+from tether.devices.credentials import CredentialError, check_private, read_secret
 from tether.runtime import Family, FamilyError
 from tether.world import ComponentWrite
 
@@ -135,17 +133,13 @@ def _client_pair(table: Table, base: Path) -> tuple[bytes, bytes] | None:
         raise _error("bad_remote", f"remote.{given} needs remote.{missing} (both or neither)")
     cert, key = base / cert_text, base / key_text
     try:
-        info = key.stat()
+        check_private(key)
+    except CredentialError as exc:
+        raise _error("bad_remote_token", f"remote.client_key: {exc.message}") from None
     except OSError as exc:
         raise _error(
             "bad_remote_token", f"remote.client_key: {key}: {exc.strerror}", path=str(key)
         ) from None
-    if stat.S_IMODE(info.st_mode) & 0o077 or info.st_uid != os.getuid():
-        raise _error(
-            "bad_remote_token",
-            f"remote.client_key: {key} must be owned by you and mode 0600 (chmod 600 {key})",
-            path=str(key),
-        )
     try:
         chain, secret = cert.read_bytes(), key.read_bytes()
     except OSError as exc:
