@@ -13,21 +13,14 @@ import pytest
 from tether._coded import CodedError
 from tether.activities import ActivityKey, ActivityRecord
 from tether.live import LiveFeed, message_id_for
-from tether.runtime import ActivityRequest, AttemptContext, Family, Host
+from tether.runtime import AttemptContext, Family, Host
 from tether.serve import live_mount
 from tether.world import ComponentWrite, canonical_json
 
-from tests._hosts import drain
+from tests._hosts import ECHO_KIND, drain, echo_project, echo_stage
 
-KIND = "demo.echo"
-
-
-def _project(snapshot: Any) -> list[ActivityRequest]:
-    return [ActivityRequest(KIND, e, v) for e, v in snapshot.changed("echo.intent")]
-
-
-def _stage(staged: Any) -> list[ComponentWrite]:
-    return [ComponentWrite(staged.key.activity_id, "echo.observed", staged.json())]
+KIND = ECHO_KIND
+_project, _stage = echo_project, echo_stage
 
 
 class Echo:

@@ -14,7 +14,6 @@ import psycopg
 import pytest
 from tether.activities import ActivityKey, Catalog
 from tether.runtime import (
-    ActivityRequest,
     ArtifactCorrupt,
     ArtifactError,
     ArtifactMissing,
@@ -27,15 +26,10 @@ from tether.runtime._artifacts import shared_for
 from tether.runtime.worker_main import run_workers
 from tether.world import ComponentWrite, canonical_json
 
-KIND = "demo.echo"
+from tests._hosts import ECHO_KIND, echo_project, echo_stage
 
-
-def _project(snapshot: Any) -> list[ActivityRequest]:
-    return [ActivityRequest(KIND, e, v) for e, v in snapshot.changed("echo.intent")]
-
-
-def _stage(staged: Any) -> list[ComponentWrite]:
-    return [ComponentWrite(staged.key.activity_id, "echo.observed", staged.json())]
+KIND = ECHO_KIND
+_project, _stage = echo_project, echo_stage
 
 
 class Echo:
