@@ -295,7 +295,10 @@ class DeviceHost:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        done.wait()
+        # In slices: a signal the kernel hands to another thread of the process does not wake
+        # a wait without a timeout, and the handler runs in this (the main) thread.
+        while not done.wait(0.25):
+            pass
 
     def __enter__(self) -> DeviceHost:
         return self

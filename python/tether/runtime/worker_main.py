@@ -124,7 +124,9 @@ def run_workers(
     )
     pool.start(workers)
     try:
-        while not stop.wait():  # a signal handler sets it; then every idle worker is woken
+        # A signal handler sets it (then every idle worker is woken). In slices: a signal the
+        # kernel hands to another thread does not wake a wait without a timeout.
+        while not stop.wait(0.25):
             pass
     finally:
         pool.close()

@@ -17,6 +17,8 @@ from tether._priority import quiet_heap, stop_priority
 from tether.errors import TetherError
 from tether.serve.daemon import Daemon
 
+#: How often the main thread wakes to run a signal's handler while it serves (s).
+SIGNAL_POLL_S = 0.25
 #: The codes `tether serve` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (
     _exit.OK,
@@ -129,7 +131,11 @@ def main(argv: list[str]) -> int:
             print(json.dumps(ready), flush=True)
         else:
             print(ready_words(ready), flush=True)
-        done.wait()
+        # In slices: Python runs a signal's handler in the main thread, and a SIGTERM the
+        # kernel hands to another thread of this process does not wake a wait without a
+        # timeout (the daemon would serve on, deaf to it, until something else woke it).
+        while not done.wait(SIGNAL_POLL_S):
+            pass
         log.info("stopping on a signal")
     except TetherError as exc:
         error_line("tether serve", exc)
