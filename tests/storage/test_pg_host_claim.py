@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -160,3 +161,44 @@ def test_a_claim_closed_while_it_reconnects_lets_go_of_the_new_connection(
     time.sleep(1.5)
     assert _holders(pg_base, application) == []  # the new connection was closed, not kept
     HostClaim.take(pg_url, "arm-host-7").close()
+
+
+def test_a_daemon_whose_name_was_taken_while_it_was_cut_off_stops(
+    tmp_path: Path, pg_url: str, pg_base: str
+) -> None:
+    """`tether serve` on a shared catalog loses its claim's connection; another daemon takes
+    the name meanwhile: the first stops (exit 7, `host_name_taken`) rather than claim the
+    name's device work beside it."""
+    from tests._serve import serve_config
+
+    extra = '\n[serve]\nsse = "off"\nhost_name = "arm-host-5"\n'
+    config = serve_config(tmp_path, "/dev/null-unused", extra=extra)
+    argv = [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"]
+    argv += ["--catalog", pg_url, "--world", pg_url]
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as daemon:
+        try:
+            assert daemon.stdout is not None and '"ready": true' in daemon.stdout.readline()
+            application = next(
+                a for a in _applications(pg_base) if a.startswith("tether serve arm-host-5")
+            )
+            (pid,) = _holders(pg_base, application)
+            with psycopg.connect(pg_base, autocommit=True) as conn:
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            thief = HostClaim.take(pg_url, "arm-host-5")  # before its next check (10 s)
+            try:
+                _, err = daemon.communicate(timeout=30)
+            finally:
+                thief.close()
+            assert daemon.returncode == 7, err
+            assert "host_name_taken" in err and "Traceback" not in err
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+
+
+def _applications(base: str) -> list[str]:
+    with psycopg.connect(base, autocommit=True) as conn:
+        rows = conn.execute("SELECT application_name FROM pg_stat_activity").fetchall()
+    return [r[0] for r in rows if r[0]]

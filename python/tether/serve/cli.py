@@ -134,8 +134,12 @@ def main(argv: list[str]) -> int:
         # In slices: Python runs a signal's handler in the main thread, and a SIGTERM the
         # kernel hands to another thread of this process does not wake a wait without a
         # timeout (the daemon would serve on, deaf to it, until something else woke it).
-        while not done.wait(SIGNAL_POLL_S):
+        while not done.wait(SIGNAL_POLL_S) and not daemon.stopping.is_set():
             pass
+        if daemon.lost_host_name is not None:
+            log.error("stopping: host_name_taken: %s", daemon.lost_host_name)
+            print(f"tether serve: host_name_taken: {daemon.lost_host_name}", file=sys.stderr)
+            return _exit.UNAVAILABLE  # `finally` closes it: every device safe-stopped first
         log.info("stopping on a signal")
     except TetherError as exc:
         error_line("tether serve", exc)

@@ -237,6 +237,10 @@ class Daemon:
         #: The families this daemon serves, by kind (read-only for the console and gRPC).
         self.served: dict[str, Served] = {}
         self._closers: list[Any] = []
+        #: Set when the daemon must stop on its own (its host name was taken: `lost_host_name`
+        #: says why); `tether serve` waits on it beside its signals.
+        self.stopping = threading.Event()
+        self.lost_host_name: str | None = None
         self._submit_lock = threading.Lock()  # guards the group commit's queues
         self._pending: dict[str, list[_Submit]] = {}  # per world: submits not yet taken
         self._committing: set[str] = set()  # worlds whose batch a caller is committing
@@ -288,6 +292,13 @@ class Daemon:
             "started_at_ms": self.started_at_ms,
         }
 
+    def _host_name_lost(self, why: str) -> None:
+        """Another daemon took this host's name while its claim's connection was down: this
+        one must stop claiming the name's device work, so it stops (`stopping` is set; `tether
+        serve` then closes it, safe-stopping every device, and exits 7)."""
+        self.lost_host_name = why
+        self.stopping.set()
+
     def _check_shared_together(self) -> None:
         """Refuse a catalog on PostgreSQL with a world ledger in the data dir, or the other way
         round (`mixed_stores`, a usage error, before anything is opened). Hosts share both or
@@ -331,7 +342,11 @@ class Daemon:
         if self.serve.host_name and is_shared(self.serve.catalog_url):
             # One daemon per host name on a shared catalog: it claims the device work bound
             # to the name (`host_name_taken` otherwise, before any device or work is touched).
-            claim = HostClaim.take(str(postgres_url(self.serve.catalog_url)), self.serve.host_name)
+            claim = HostClaim.take(
+                str(postgres_url(self.serve.catalog_url)),
+                self.serve.host_name,
+                on_lost=self._host_name_lost,
+            )
             self._closers.append(claim.close)  # after the workers stop (`close`)
         self.devices = DeviceHost(self.config, socket_path=self.socket_path)
         for op, handler in self._handlers().items():

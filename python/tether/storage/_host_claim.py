@@ -12,9 +12,10 @@ Rules:
   with its connection; one cut off from the server releases it when the server's keepalive
   gives the session up (about 25 s, `tether.storage._pg`'s session settings).
 - A claim whose connection broke is taken again (every `CHECK_S`): the name is the daemon's
-  again, or, when another daemon took it during the outage, an error is logged naming both
-  (the catalog's fences still keep every record single-writer; this catches a
-  misconfiguration, it is not a fence).
+  again, or, when another daemon took it during the outage, an error is logged naming both and
+  the owner's `on_lost` is called (`tether serve` then stops, safe-stopping its devices: two
+  daemons must not claim one name's device work). The catalog's fences still keep every
+  record single-writer; this catches a misconfiguration, it is not a fence.
 - On SQLite the catalog is one host's file: there is nothing to claim.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 import psycopg
@@ -59,9 +61,14 @@ class HostClaim:
         self._closing = threading.Event()
         self._lock = threading.Lock()  # `_conn` against `close` (a reconnect takes a while)
         self._thread: threading.Thread | None = None
+        #: Called (once, from the watcher) when another daemon took the name while this one's
+        #: connection was broken; without it, the loss is logged at every check.
+        self.on_lost: Callable[[str], None] | None = None
 
     @classmethod
-    def take(cls, conninfo: str, host_name: str) -> HostClaim:
+    def take(
+        cls, conninfo: str, host_name: str, *, on_lost: Callable[[str], None] | None = None
+    ) -> HostClaim:
         """Hold `host_name` on the catalog at `conninfo`.
 
         Raises:
@@ -69,6 +76,7 @@ class HostClaim:
             CatalogStorageError: the server cannot be reached (one line, no password).
         """
         claim = cls(conninfo, host_name)
+        claim.on_lost = on_lost
         claim._conn = claim._hold()
         claim._thread = threading.Thread(target=claim._watch, name="tether-host-claim", daemon=True)
         claim._thread.start()
@@ -152,6 +160,9 @@ class HostClaim:
                 log.warning("host name %r claimed again after its connection broke", self.host_name)
             except HostNameTaken as exc:
                 log.error("%s (taken while this daemon's connection was broken)", exc.message)
+                if self.on_lost is not None:  # the owner stops: two would drive one name's work
+                    self.on_lost(exc.message)
+                    return
             except CatalogStorageError as exc:
                 log.warning("host name %r not claimed again yet: %s", self.host_name, exc)
 
