@@ -6,12 +6,26 @@ import ctypes
 import os
 import signal
 import socket
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _PROC = Path("/proc")
+#: How often a main thread waiting for a signal wakes to run its handler (s).
+SIGNAL_POLL_S = 0.25
+
+
+def wait_for_signal(event: threading.Event, *, also: Callable[[], bool] | None = None) -> None:
+    """Wait in the main thread until a signal handler sets `event` (or `also()` holds).
+
+    In slices of `SIGNAL_POLL_S`: Python runs a signal's handler in the main thread, and a
+    signal the kernel hands to another thread of the process does not wake a wait without a
+    timeout (the process would run on, deaf to it, until something else woke it)."""
+    while not event.wait(SIGNAL_POLL_S) and not (also is not None and also()):
+        pass
 
 
 def boot_id() -> str:

@@ -29,6 +29,7 @@ from typing import Any
 from tether._coded import CodedError
 from tether._dirs import usable_dir
 from tether._priority import stop_priority
+from tether._proc import wait_for_signal
 from tether.devices.config import HostConfig
 from tether.devices.control import ControlServer, send_request, socket_path_for
 from tether.devices.latch import MotionStopped, StopLatch  # noqa: F401
@@ -295,10 +296,7 @@ class DeviceHost:
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-        # In slices: a signal the kernel hands to another thread of the process does not wake
-        # a wait without a timeout, and the handler runs in this (the main) thread.
-        while not done.wait(0.25):
-            pass
+        wait_for_signal(done)
 
     def __enter__(self) -> DeviceHost:
         return self

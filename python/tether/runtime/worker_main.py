@@ -35,6 +35,7 @@ from typing import Any, cast
 
 from tether import _exit
 from tether._args import Parser, error_line
+from tether._proc import wait_for_signal
 from tether.activities import MAX_LEASE_MS, Catalog, ResultRef
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.errors import TetherError
@@ -124,10 +125,7 @@ def run_workers(
     )
     pool.start(workers)
     try:
-        # A signal handler sets it (then every idle worker is woken). In slices: a signal the
-        # kernel hands to another thread does not wake a wait without a timeout.
-        while not stop.wait(0.25):
-            pass
+        wait_for_signal(stop)  # a signal handler sets it; then every idle worker is woken
     finally:
         pool.close()
         wakeup.close()

@@ -14,11 +14,10 @@ from typing import Any
 from tether import _exit, _log
 from tether._args import Parser, error_line, want_json
 from tether._priority import quiet_heap, stop_priority
+from tether._proc import wait_for_signal
 from tether.errors import TetherError
 from tether.serve.daemon import Daemon
 
-#: How often the main thread wakes to run a signal's handler while it serves (s).
-SIGNAL_POLL_S = 0.25
 #: The codes `tether serve` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (
     _exit.OK,
@@ -131,15 +130,10 @@ def main(argv: list[str]) -> int:
             print(json.dumps(ready), flush=True)
         else:
             print(ready_words(ready), flush=True)
-        # In slices: Python runs a signal's handler in the main thread, and a SIGTERM the
-        # kernel hands to another thread of this process does not wake a wait without a
-        # timeout (the daemon would serve on, deaf to it, until something else woke it).
-        while not done.wait(SIGNAL_POLL_S) and not daemon.stopping.is_set():
-            pass
+        wait_for_signal(done, also=lambda: daemon.lost_host_name is not None)
         if daemon.lost_host_name is not None:
-            log.error("stopping: host_name_taken: %s", daemon.lost_host_name)
-            print(f"tether serve: host_name_taken: {daemon.lost_host_name}", file=sys.stderr)
-            return _exit.UNAVAILABLE  # `finally` closes it: every device safe-stopped first
+            error_line("tether serve", daemon.lost_host_name)
+            return _exit.for_error(daemon.lost_host_name)  # `finally` safe-stops and closes
         log.info("stopping on a signal")
     except TetherError as exc:
         error_line("tether serve", exc)

@@ -64,7 +64,7 @@ from tether.serve.families import ServeContext, Served, load, load_items
 from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.serve.sessions import Sessions
-from tether.storage._host_claim import HostClaim, is_shared
+from tether.storage._host_claim import HostClaim, HostNameTaken, is_shared
 from tether.storage._urls import check_separate_files, postgres_url
 from tether.world import ComponentWrite, WorldNotFound
 
@@ -237,10 +237,9 @@ class Daemon:
         #: The families this daemon serves, by kind (read-only for the console and gRPC).
         self.served: dict[str, Served] = {}
         self._closers: list[Any] = []
-        #: Set when the daemon must stop on its own (its host name was taken: `lost_host_name`
-        #: says why); `tether serve` waits on it beside its signals.
-        self.stopping = threading.Event()
-        self.lost_host_name: str | None = None
+        #: Why the daemon must stop on its own: another daemon took its host name
+        #: (`tether serve` watches it beside its signals), else None.
+        self.lost_host_name: HostNameTaken | None = None
         self._submit_lock = threading.Lock()  # guards the group commit's queues
         self._pending: dict[str, list[_Submit]] = {}  # per world: submits not yet taken
         self._committing: set[str] = set()  # worlds whose batch a caller is committing
@@ -292,12 +291,11 @@ class Daemon:
             "started_at_ms": self.started_at_ms,
         }
 
-    def _host_name_lost(self, why: str) -> None:
+    def _host_name_lost(self, why: HostNameTaken) -> None:
         """Another daemon took this host's name while its claim's connection was down: this
-        one must stop claiming the name's device work, so it stops (`stopping` is set; `tether
-        serve` then closes it, safe-stopping every device, and exits 7)."""
+        one must stop claiming the name's device work, so it stops (`tether serve` sees
+        `lost_host_name`, closes it, safe-stopping every device, and exits 7)."""
         self.lost_host_name = why
-        self.stopping.set()
 
     def _check_shared_together(self) -> None:
         """Refuse a catalog on PostgreSQL with a world ledger in the data dir, or the other way

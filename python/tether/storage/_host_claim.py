@@ -63,11 +63,15 @@ class HostClaim:
         self._thread: threading.Thread | None = None
         #: Called (once, from the watcher) when another daemon took the name while this one's
         #: connection was broken; without it, the loss is logged at every check.
-        self.on_lost: Callable[[str], None] | None = None
+        self.on_lost: Callable[[HostNameTaken], None] | None = None
 
     @classmethod
     def take(
-        cls, conninfo: str, host_name: str, *, on_lost: Callable[[str], None] | None = None
+        cls,
+        conninfo: str,
+        host_name: str,
+        *,
+        on_lost: Callable[[HostNameTaken], None] | None = None,
     ) -> HostClaim:
         """Hold `host_name` on the catalog at `conninfo`.
 
@@ -161,7 +165,7 @@ class HostClaim:
             except HostNameTaken as exc:
                 log.error("%s (taken while this daemon's connection was broken)", exc.message)
                 if self.on_lost is not None:  # the owner stops: two would drive one name's work
-                    self.on_lost(exc.message)
+                    self.on_lost(exc)
                     return
             except CatalogStorageError as exc:
                 log.warning("host name %r not claimed again yet: %s", self.host_name, exc)

@@ -121,16 +121,10 @@ def _client_pair(table: Table, base: Path) -> tuple[bytes, bytes] | None:
     key_text = table.optional_text("client_key")
     if cert_text is None and key_text is None:
         return None
-    if cert_text is None or key_text is None:
-        given, missing = (
-            ("client_cert", "client_key")
-            if key_text is None
-            else (
-                "client_key",
-                "client_cert",
-            )
-        )
-        raise _error("bad_remote", f"remote.{given} needs remote.{missing} (both or neither)")
+    if key_text is None:
+        raise _error("bad_remote", "remote.client_cert needs remote.client_key (both or neither)")
+    if cert_text is None:
+        raise _error("bad_remote", "remote.client_key needs remote.client_cert (both or neither)")
     cert, key = base / cert_text, base / key_text
     try:
         check_private(key)
