@@ -74,6 +74,40 @@ def test_sqlite_status_and_upgrade(tmp_path: Path, capsys: pytest.CaptureFixture
     assert _status(world, capsys) == (0, {"world": (SCHEMA_VERSION, "current")})
 
 
+@pytest.mark.parametrize("store", ["catalog", "world"])
+def test_a_newer_sqlite_schema_is_refused_by_its_code_as_on_postgres(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], store: str
+) -> None:
+    """A SQLite store written by a newer Tether is `catalog_newer` / `world_newer` (exit 5,
+    the store cannot be used as it is), as a PostgreSQL one is, never a bare storage failure
+    (exit 1); opening it refuses the same way and writes nothing."""
+    from tether.storage import _schema
+
+    path = tmp_path / f"{store}.db"
+    url = f"sqlite://{path}"
+    assert tether(["db", "upgrade", url, "--store", store]) == 0
+    latest = _schema.LATEST if store == "catalog" else SCHEMA_VERSION
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE schema_version SET version = ?", (latest + 1,))
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    capsys.readouterr()
+    assert tether(["db", "upgrade", url, "--json"]) == _exit.STORE_UNUSABLE
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert (doc["code"], doc["details"]) == (
+        f"{store}_newer",
+        {"store": store, "found": latest + 1, "latest": latest},
+    )
+    assert err.startswith(f"tether db: {store}_newer: ") and "upgrade Tether" in err
+    with pytest.raises(SchemaOutdated) as info:
+        Catalog.open(url).close() if store == "catalog" else open_ledger(url).close()
+    assert info.value.code == f"{store}_newer"
+    assert _exit.for_error(info.value) == _exit.STORE_UNUSABLE
+    assert path.read_bytes() == before
+
+
 def test_a_sqlite_url_is_read_as_the_stores_read_it_and_any_file_name_works(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

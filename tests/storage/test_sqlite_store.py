@@ -60,8 +60,9 @@ def test_a_newer_schema_is_refused_and_an_older_one_migrated(tmp_path: Path) -> 
     conn.execute("UPDATE schema_version SET version = ?", (LATEST + 1,))
     conn.commit()
     conn.close()
-    with pytest.raises(CatalogStorageError, match="newer"):
+    with pytest.raises(SchemaOutdated, match="newer") as info:
         SqliteCatalogStore(path)
+    assert info.value.code == "catalog_newer"
     # An empty database (version 0) is migrated forward; reopening is idempotent.
     fresh = str(tmp_path / "fresh.db")
     conn = sqlite3.connect(fresh)

@@ -394,7 +394,7 @@ def _schema_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _failed(e: BaseException, fail: Callable[[int, str, str, str], int]) -> int:
+def _failed(e: BaseException, fail: Callable[..., int]) -> int:
     """A failure of a store: its own code and the exit code of the table (a store cut short
     or of an older schema, a full disk, a server that cannot be reached, a bad URL, the
     catalog and the world ledger in one file) or `failed`."""
@@ -404,10 +404,11 @@ def _failed(e: BaseException, fail: Callable[[int, str, str, str], int]) -> int:
         from tether._sqlite_files import storage_failure
 
         code = storage_failure(e)
-    text = error_fields(e)[1] if isinstance(getattr(e, "code", None), str) else str(e)
+    coded = isinstance(getattr(e, "code", None), str)
+    _, text, details = error_fields(e) if coded else ("", str(e), {})
     message = f"{type(e).__name__}: {text}".splitlines()[0]  # the code is the line's own
     if isinstance(code, str) and (code in _exit.ERROR_CODES or exit_code == _exit.STORAGE_IO):
-        return fail(exit_code, type(e).__name__, code, message)
+        return fail(exit_code, type(e).__name__, code, message, details)
     return fail(EXIT_FAILED, type(e).__name__, "failed", message)
 
 
@@ -415,8 +416,10 @@ def main(argv: list[str]) -> int:
     """Entry point of `tether db`."""
     want_json("--json" in argv)  # a refusal is then also its JSON document
 
-    def fail(code: int, error: str, err_code: str, message: str) -> int:
-        refuse("tether db", err_code, message, error=error)  # and JSON with --json
+    def fail(
+        code: int, error: str, err_code: str, message: str, details: dict[str, Any] | None = None
+    ) -> int:
+        refuse("tether db", err_code, message, error=error, details=details)  # JSON with --json
         return code
 
     parser = _parser()

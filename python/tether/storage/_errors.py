@@ -68,6 +68,18 @@ class SchemaOutdated(TetherError):
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.message, self.store, self.found, self.latest)
 
+    @classmethod
+    def newer(cls, store: str, found: int, latest: int, where: str) -> SchemaOutdated:
+        """The refusal of a ``store`` schema newer than this Tether's (``latest``), either
+        backend: code ``catalog_newer`` or ``world_newer``."""
+        return cls(
+            f"the {store} schema at {where} is version {found}, newer than this Tether"
+            f" supports ({latest}); upgrade Tether",
+            store,
+            found,
+            latest,
+        )
+
 
 class MigrationLockTimeout(CodedError):
     """Another process kept creating or migrating the stores of a database (its advisory lock)

@@ -362,13 +362,7 @@ def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -
     cur.execute(VERSION_TABLE)
     found = version_of(cur, store)  # another process may have migrated while we waited
     if found > new:
-        raise SchemaOutdated(
-            f"the {store} schema at {where} is version {found}, newer than this Tether"
-            f" supports ({new}); upgrade Tether",
-            store,
-            found,
-            new,
-        )
+        raise SchemaOutdated.newer(store, found, new, where)
     if 0 < found < new and not upgrade:
         raise outdated(store, found, where)
     needs_rederive = False

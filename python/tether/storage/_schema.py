@@ -235,9 +235,7 @@ def migrate(conn: sqlite3.Connection, *, upgrade: bool = True, where: str = "") 
     try:
         found = current_version(conn)
         if found > LATEST:
-            raise CatalogStorageError(
-                f"catalog schema version {found} is newer than this Tether supports ({LATEST})"
-            )
+            raise SchemaOutdated.newer("catalog", found, LATEST, where)
         if 0 < found < LATEST and not upgrade:
             raise SchemaOutdated(
                 f"the catalog schema at {where} is version {found}, this Tether needs"

@@ -119,10 +119,7 @@ def _migrate(db: sqlite3.Connection, where: str, *, upgrade: bool) -> int:
     try:
         found = _version_of(db)
         if found > SCHEMA_VERSION:
-            raise WorldError(
-                f"world ledger schema version {found} at {where} is newer than this Tether"
-                f" supports ({SCHEMA_VERSION})"
-            )
+            raise SchemaOutdated.newer("world", found, SCHEMA_VERSION, where)
         if 0 < found < SCHEMA_VERSION and not upgrade:
             raise SchemaOutdated(
                 f"the world schema at {where} is version {found}, this Tether needs"
