@@ -21,9 +21,10 @@ from tether import _exit
 from tether.activities import Catalog
 from tether.errors import SameStoreFile, SchemaOutdated
 from tether.runtime import Host
+from tether.storage import SqliteCatalogStore
 from tether.storage._pg import connect_failure
 from tether.storage._schema import LATEST
-from tether.world import open_ledger
+from tether.world import SqliteLedger, open_ledger
 
 CRASH = Path(__file__).resolve().parents[1] / "crash"
 #: A password in a URL: it may reach the server, never the output.
@@ -250,6 +251,37 @@ def test_serve_refuses_one_sqlite_file_for_the_catalog_and_the_world(tmp_path: P
     worker = _worker(tmp_path, "--catalog", f"sqlite://{same}", "--world", f"sqlite://{same}")
     assert worker.returncode == _exit.USAGE and "must be different files" in worker.stderr
     assert not same.exists() and not (tmp_path / "wdata" / "provider.db").exists()
+
+
+def test_a_sqlite_file_of_the_other_store_is_refused_as_such_and_left_unchanged(
+    tmp_path: Path,
+) -> None:
+    """A world ledger given as the catalog (or the reverse) is `same_store_file` (exit 2),
+    named as the store it holds, never read as an old schema of the store asked for (the
+    world's version 2 was reported as a catalog to `tether db upgrade`, and an upgrade would
+    have written catalog tables into the world ledger)."""
+    world, catalog = tmp_path / "world.db", tmp_path / "catalog.db"
+    open_ledger(f"sqlite://{world}").close()
+    Catalog.open(f"sqlite://{catalog}").close()
+    before = {p: p.read_bytes() for p in (world, catalog)}
+    for opening, path, holds in (
+        (Catalog.open, world, "world"),
+        (lambda p: SqliteCatalogStore(p.removeprefix("sqlite://"), upgrade=True), world, "world"),
+        (open_ledger, catalog, "catalog"),
+        (
+            lambda p: SqliteLedger.open(p.removeprefix("sqlite://"), upgrade=True),
+            catalog,
+            "catalog",
+        ),
+    ):
+        with pytest.raises(SameStoreFile) as info:
+            opening(f"sqlite://{path}")
+        assert info.value.details == {"path": str(path), "holds": holds}
+    worker = _worker(tmp_path, "--catalog", f"sqlite://{world}")
+    assert worker.returncode == _exit.USAGE, worker.stderr
+    line = _refusal(worker, "tether worker")
+    assert "same_store_file" in line and "holds a world ledger, not a catalog" in line
+    assert {p: p.read_bytes() for p in before} == before
 
 
 def test_a_host_refuses_one_sqlite_file_for_both_stores_before_creating_anything(

@@ -93,3 +93,18 @@ class SameStoreFile(CodedError):
     store. Refused before either is opened (a usage error). Code ``same_store_file``; details:
     ``path`` (and ``holds``, the store the file already holds, when refused by
     `tether db upgrade --store`)."""
+
+
+def other_store(where: str, holds: str) -> SameStoreFile:
+    """The refusal of a SQLite file at ``where`` that holds the other store (``holds``:
+    ``catalog`` or ``world``) than the one opened on it: `same_store_file`, before anything is
+    written to it, rather than the other store's schema version read as this one's."""
+    held, wanted = (
+        ("a catalog", "a world ledger") if holds == "catalog" else ("a world ledger", "a catalog")
+    )
+    return SameStoreFile(
+        "same_store_file",
+        f"{where} holds {held}, not {wanted}: the catalog and the world ledger must be"
+        " different files",
+        details={"path": where.removeprefix("sqlite://"), "holds": holds},
+    )

@@ -43,7 +43,7 @@ from itertools import compress
 from operator import ne
 
 from tether._core import CatalogStorageError, catalog_columns, catalog_derive_row
-from tether.storage._errors import SchemaOutdated
+from tether.storage._errors import SchemaOutdated, other_store
 
 COLUMNS: tuple[str, ...] = tuple(catalog_columns())
 _PK = ("world_id", "kind", "activity_id")
@@ -233,6 +233,9 @@ def migrate(conn: sqlite3.Connection, *, upgrade: bool = True, where: str = "") 
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "worlds" in tables and "activities" not in tables:
+            raise other_store(where, "world")
         found = current_version(conn)
         if found > LATEST:
             raise SchemaOutdated.newer("catalog", found, LATEST, where)

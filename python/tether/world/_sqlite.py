@@ -39,7 +39,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from tether._sqlite_files import prepare_sqlite_file
-from tether.storage._errors import SchemaOutdated
+from tether.storage._errors import SchemaOutdated, other_store
 from tether.world import _rules as rules
 from tether.world._errors import HeadConflict, ReceiptRejected, WorldError, WorldNotFound
 from tether.world._locks import WorldLocks
@@ -117,6 +117,9 @@ def _migrate(db: sqlite3.Connection, where: str, *, upgrade: bool) -> int:
     upgrade URL`) and a newer one always. Returns the version found."""
     db.execute("BEGIN IMMEDIATE")
     try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "activities" in tables and "worlds" not in tables:
+            raise other_store(where, "catalog")
         found = _version_of(db)
         if found > SCHEMA_VERSION:
             raise SchemaOutdated.newer("world", found, SCHEMA_VERSION, where)
