@@ -340,9 +340,6 @@ def review_for(config: HostConfig[Any] | None, data_dir: Path, artifacts: Any = 
     return review
 
 
-_review = review_for
-
-
 def _rejected(exc: TetherError, as_json: bool = True) -> int:
     """A refused request: one JSON line with its stable code, exit status 1 (or the code of a
     store that cannot be used, or of a write the disk refused)."""
