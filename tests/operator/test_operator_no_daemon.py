@@ -126,3 +126,50 @@ def test_list_and_show_stay_standalone_and_read_only(host: Path) -> None:
         timeout=120,
     )  # fmt: skip
     assert shown.returncode == 0 and json.loads(shown.stdout)["revision"] == 1
+    # The common flags may follow the command too, as a user types them.
+    after = subprocess.run(
+        [sys.executable, "-m", "tether", "operator", "list", "--json", "--config", str(host)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert after.returncode == 0, after.stderr
+    assert [i["key"] for i in json.loads(after.stdout)] == [f"local/{KIND}/m1"]
+
+
+def test_list_and_show_read_the_configured_postgres_catalog(tmp_path: Path, pg_url: str) -> None:
+    """A host whose `[serve] catalog` is PostgreSQL: with no daemon, `list` and `show` read
+    that catalog (and its evidence from the hosts' shared payloads), never an empty
+    `catalog.db` made in the data dir, which would show nothing parked."""
+    from tether.runtime._artifacts import shared_for
+
+    state = tmp_path / "state"
+    path = tmp_path / "host.toml"
+    path.write_text(f'[host]\nstate_dir = "{state}"\n' + ROBOT + f'[serve]\ncatalog = "{pg_url}"\n')
+    state.mkdir(mode=0o700)
+    clock = ManualClock()
+    catalog = Catalog.open(pg_url, clock=clock)
+    shared = shared_for(pg_url)
+    try:
+        k = key("m1", world="local", kind=KIND)
+        _, claim = reconciling(catalog, clock, k)
+        # Written by another host: over the inline bound, so only in the shared table.
+        evidence = json.dumps({"reason": "power loss", "pad": "x" * 600}).encode()
+        doc = ArtifactStore(tmp_path / "elsewhere", shared=shared).put_bytes(
+            evidence, "application/json"
+        )
+        catalog.record_unknown(k, claim.fence, Evidence(doc.ref, doc.digest), 60_000)
+    finally:
+        catalog.close()
+        assert shared is not None
+        shared.close()
+    run = [sys.executable, "-m", "tether", "operator", "--config", str(path), "--json"]
+    listed = subprocess.run([*run, "list"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert [i["key"] for i in json.loads(listed.stdout)] == [f"local/{KIND}/m1"]
+    shown = subprocess.run(
+        [*run, "show", f"local/{KIND}/m1"], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "power loss" in shown.stdout
+    assert not (state / "moves" / "catalog.db").exists()

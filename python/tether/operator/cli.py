@@ -37,6 +37,7 @@ from tether.devices.config import HostConfig, load_config
 from tether.errors import TetherError
 from tether.operator.decisions import DECISIONS, DeviceReview, listing, show
 from tether.runtime import ArtifactStore
+from tether.runtime._artifacts import shared_for
 
 #: Each family's device review, by dotted path (loaded on first use: the operator imports no
 #: family or protocol package): kind prefix -> (review class, its journal class, the journal's
@@ -86,23 +87,39 @@ def _parser() -> argparse.ArgumentParser:
         "resume or reboot a robot; hash a credential.",
         epilog=_EPILOG,
     )
-    parser.add_argument(
-        "--config",
-        help="host configuration (TOML): the operators and the robots (default: none)",
-    )
-    parser.add_argument(
-        "--data-dir",
-        help="the Host data directory (default: <state_dir>/moves of --config, where "
-        "`tether move` runs)",
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="JSON output (default: on off a TTY, off on one)"
-    )
+
+    def common(p: argparse.ArgumentParser, *, top: bool) -> None:
+        # Given before or after the command (`tether operator list --json`): a command's copy
+        # has no default of its own, so it never undoes the one given before the command.
+        unset: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
+        p.add_argument(
+            "--config",
+            help="host configuration (TOML): the operators and the robots (default: none)",
+            **unset,
+        )
+        p.add_argument(
+            "--data-dir",
+            help="the Host data directory (default: <state_dir>/moves of --config, where "
+            "`tether move` runs)",
+            **unset,
+        )
+        p.add_argument(
+            "--json",
+            action="store_true",
+            help="JSON output (default: on off a TTY, off on one)",
+            **unset,
+        )
+
+    common(parser, top=True)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    sub.add_parser("list", help="every Activity awaiting a decision", epilog=_EPILOG)
-    sh = sub.add_parser(
-        "show", help="the evidence document of one Activity, revision and age", epilog=_EPILOG
-    )
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=text, epilog=_EPILOG)
+        common(p, top=False)
+        return p
+
+    command("list", "every Activity awaiting a decision")
+    sh = command("show", "the evidence document of one Activity, revision and age")
     sh.add_argument("id", help="world_id/kind/activity_id, or the provider operation id")
 
     def credential_flags(p: argparse.ArgumentParser) -> None:
@@ -115,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
             "--credential-file", help="read the credential from this 0600 file (default: none)"
         )
 
-    res = sub.add_parser("resolve", help="decide on the current evidence revision", epilog=_EPILOG)
+    res = command("resolve", "decide on the current evidence revision")
     res.add_argument("id", help="world_id/kind/activity_id, or the provider operation id")
     res.add_argument("--decision", required=True, choices=DECISIONS, help="the decision")
     res.add_argument(
@@ -127,14 +144,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     res.add_argument("--note", default="", help="recorded with the decision (default: empty)")
     credential_flags(res)
-    rsm = sub.add_parser(
-        "resume", help="clear a robot's stop latch (recorded with your name)", epilog=_EPILOG
-    )
+    rsm = command("resume", "clear a robot's stop latch (recorded with your name)")
     rsm.add_argument("robot", help="the robot's name in host.toml")
     credential_flags(rsm)
-    rbt = sub.add_parser(
-        "reboot", help="REBOOT a robot's servos: torque drops; gives a fresh read", epilog=_EPILOG
-    )
+    rbt = command("reboot", "REBOOT a robot's servos: torque drops; gives a fresh read")
     rbt.add_argument("robot", help="the robot's name in host.toml")
     rbt.add_argument(
         "--joint", action="append", default=[], help="only this joint (repeatable; default all)"
@@ -145,9 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         help="confirm the arm is supported (torque drops); without it a TTY asks, else refused",
     )
     credential_flags(rbt)
-    hsh = sub.add_parser(
-        "hash", help="hash a credential read from stdin or a prompt", epilog=_EPILOG
-    )
+    hsh = command("hash", "hash a credential read from stdin or a prompt")
     hsh.add_argument("--name", required=True, help="the operator's name")
     hsh.add_argument(
         "--role", default="operator", choices=credentials.ROLES, help="the role (default: operator)"
@@ -169,11 +180,13 @@ def main(argv: list[str]) -> int:
         if args.cmd in DAEMON_ONLY:
             return _no_daemon(args, config)
         data_dir = _data_dir(args, config)
+        url = _catalog_url(args, config)
+        catalog = Catalog.open(url or "sqlite://" + str((data_dir / "catalog.db").absolute()))
     except TetherError as exc:
         error_line("tether operator", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)
-    catalog = Catalog.open("sqlite://" + str((data_dir / "catalog.db").absolute()))
-    artifacts = ArtifactStore(data_dir / "artifacts")
+    # A PostgreSQL catalog's payloads are in its shared table (written by any host).
+    artifacts = ArtifactStore(data_dir / "artifacts", shared=shared_for(url))
     try:
         if args.cmd == "list":
             _print(listing(catalog, artifacts), as_json)
@@ -183,7 +196,20 @@ def main(argv: list[str]) -> int:
         return _rejected(exc, as_json)
     finally:
         catalog.close()
+        if artifacts.shared is not None:
+            artifacts.shared.close()
     return EXIT_OK
+
+
+def _catalog_url(args: argparse.Namespace, config: HostConfig[Any] | None) -> str | None:
+    """The catalog `list` and `show` read with no daemon: the host configuration's `[serve]
+    catalog` (a PostgreSQL catalog shared with other hosts), else (None) the data dir's
+    `catalog.db`, as the daemon would open it. `--data-dir` names a data dir's own."""
+    if args.data_dir or config is None:
+        return None
+    from tether.serve.config import catalog_url_for
+
+    return catalog_url_for(config)
 
 
 def _no_daemon(args: argparse.Namespace, config: HostConfig[Any] | None) -> int:

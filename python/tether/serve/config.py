@@ -178,16 +178,24 @@ def load_serve(path: str | os.PathLike[str], *, state_dir: Path, robots: int) ->
     return parse_serve(raw.get("serve"), state_dir=state_dir, robots=robots)
 
 
-def data_dir_for(config: Any) -> Path:
-    """The Host data dir of a host configuration: `[serve] data_dir`, else `<state_dir>/moves`
-    (what `tether move` and `tether operator` use with no daemon, and the daemon's default)."""
-    state_dir = Path(config.state_dir)
+def _serve_table(config: Any) -> Table:
     try:
         raw = tomllib.loads(Path(config.path).read_text(encoding="utf-8")).get("serve")
     except (OSError, tomllib.TOMLDecodeError):
         raw = None
-    table = Table(raw if raw is not None else {}, "serve", SERVE_KEYS)
-    return Path(table.text("data_dir", str(state_dir / "moves")))
+    return Table(raw if raw is not None else {}, "serve", SERVE_KEYS)
+
+
+def data_dir_for(config: Any) -> Path:
+    """The Host data dir of a host configuration: `[serve] data_dir`, else `<state_dir>/moves`
+    (what `tether move` and `tether operator` use with no daemon, and the daemon's default)."""
+    return Path(_serve_table(config).text("data_dir", str(Path(config.state_dir) / "moves")))
+
+
+def catalog_url_for(config: Any) -> str | None:
+    """The catalog URL of a host configuration (`[serve] catalog`), or None: the data dir's
+    `catalog.db` (what `tether operator` reads with no daemon, as the daemon does)."""
+    return _serve_table(config).text("catalog", "") or None
 
 
 __all__ = [
@@ -196,6 +204,7 @@ __all__ = [
     "DEFAULT_SSE",
     "SERVE_KEYS",
     "ServeConfig",
+    "catalog_url_for",
     "data_dir_for",
     "load_serve",
     "parse_grpc",
