@@ -87,7 +87,8 @@ BY_VALUE: Final = {c.value: c for c in CODES}
 ERROR_CODES: Final[dict[str, int]] = {
     # A server that was reached refused the login; another process kept a store's migration
     # lock past the wait (`tether.storage._pg_schema.MIGRATION_LOCK_TIMEOUT_MS`).
-    **dict.fromkeys(("login_refused", "migration_lock_timeout"), FAILED),
+    # A role that may not read the clock the catalog's leases run on (`clock_unavailable`).
+    **dict.fromkeys(("login_refused", "migration_lock_timeout", "clock_unavailable"), FAILED),
     **dict.fromkeys(
         (
             "usage",

@@ -190,7 +190,11 @@ class Catalog:
         resolved = None if clock is None else as_clock(clock)  # a bad clock fails first
         store = open_store(url, synchronous=synchronous)
         if resolved is None and isinstance(store, ServerClocked):
-            resolved = store.server_clock()  # PostgreSQL: leases on the server's clock
+            try:
+                resolved = store.server_clock()  # PostgreSQL: leases on the server's clock
+            except BaseException:
+                store.close()
+                raise
         return cls(store, clock=resolved)
 
     @property

@@ -50,7 +50,7 @@ from tether._core import (
     catalog_columns,
 )
 from tether.activities._clock import Now
-from tether.storage._errors import CommitUnknown
+from tether.storage._errors import CommitUnknown, with_code
 from tether.storage._pg import Session
 from tether.storage._pg_doorbell import PostgresDoorbell, channel_for
 from tether.storage._pg_schema import TEXT_COLUMNS, ensure
@@ -281,7 +281,8 @@ class PostgresClock:
     # (`BOOTS`, run when the store's session connects: a server reboot or restart ends it).
     _KERNEL = (
         "current_setting('tether.kernel_boot'),"
-        " floor(split_part(pg_read_file('/proc/uptime'), ' ', 1)::numeric * 1000)::bigint,"
+        " floor(split_part(pg_read_file('/proc/uptime', 0, 64, true), ' ', 1)::numeric"
+        " * 1000)::bigint,"
         " (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
     )
     _WALL = (
@@ -290,27 +291,36 @@ class PostgresClock:
         " * 1000))::bigint,"
         " (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
     )
-    #: Sets both boots on a session (the kernel's only where the role may read server files
-    #: and the server has the file, as Linux does: an empty one otherwise, and the kernel
-    #: mode, chosen only where it is set, never reads it). Each is the `Now.boot_id` as it is,
-    #: so a statement may also write it (a stamped admission, `PostgresCatalogStore.admit_at`).
-    #: A missing file reads as NULL (`pg_read_file`'s ``missing_ok``, in the four-argument
-    #: form PostgreSQL has had since 9.5; the two-argument one is 16's).
+    #: Sets both boots on a session: the wall boot always, the kernel's only where the role
+    #: may read server files (superuser, or `pg_read_server_files` with EXECUTE on
+    #: `pg_read_file`, which PostgreSQL grants nobody by default) and the server has the
+    #: file, as Linux does; an empty one otherwise, and the kernel mode, chosen only where it
+    #: is set, never reads it. A block, because the server checks EXECUTE on every function a
+    #: statement names when it starts, even in a branch it never takes: `pg_read_file` is named
+    #: only in a statement a role without the right never runs. Each boot is the
+    #: `Now.boot_id` as it is, so a statement may also write it (a stamped admission,
+    #: `PostgresCatalogStore.admit_at`). A missing file reads as NULL (`pg_read_file`'s
+    #: ``missing_ok``, in the four-argument form PostgreSQL has had since 9.5).
     BOOTS = (
-        "SELECT set_config('tether.wall_boot', 'pg:' ||"
+        "DO $tether$ BEGIN"
+        " PERFORM set_config('tether.wall_boot', 'pg:' ||"
         " (SELECT system_identifier FROM pg_control_system())::text || ':' ||"
-        " (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text, false),"
-        " set_config('tether.kernel_boot', CASE WHEN (SELECT rolsuper OR"
-        " pg_has_role(current_user, 'pg_read_server_files', 'MEMBER') FROM pg_roles"
-        " WHERE rolname = current_user) THEN coalesce('pg-kernel:' || nullif(btrim("
+        " (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text, false);"
+        " PERFORM set_config('tether.kernel_boot', '', false);"
+        " IF (SELECT rolsuper OR pg_has_role(current_user, 'pg_read_server_files', 'MEMBER')"
+        " FROM pg_roles WHERE rolname = current_user) AND has_function_privilege("
+        "'pg_catalog.pg_read_file(text, bigint, bigint, boolean)', 'EXECUTE') THEN"
+        " PERFORM set_config('tether.kernel_boot', coalesce('pg-kernel:' || nullif(btrim("
         "pg_read_file('/proc/sys/kernel/random/boot_id', 0, 64, true), E' \\t\\n\\r'), ''),"
-        " '') ELSE '' END, false)"
+        " ''), false);"
+        " END IF;"
+        " END $tether$"
     )
 
     def __init__(self, store: PostgresCatalogStore, *, mode: str | None = None) -> None:
         self._store = store
         if mode is None:
-            mode = "kernel" if store._can_read_server_files() else "wall"
+            mode = store._clock_mode()
         if mode not in ("kernel", "wall"):
             raise CatalogStorageError(f"PostgresClock mode must be kernel or wall, not {mode!r}")
         self.mode = mode
@@ -379,16 +389,44 @@ class PostgresCatalogStore:
             self._clock = PostgresClock(self)
         return self._clock
 
+    def _clock_mode(self) -> str:
+        """The clock this catalog's leases run on, one for every host that shares it: the one
+        its clock row's boot names (`align_clock` wrote it: ``pg-kernel:`` the kernel's,
+        ``pg:`` the wall's), else, a catalog no claim has used yet, the best this role may
+        read. A role that may not read the kernel clock a catalog runs on is refused
+        (`clock_unavailable`): on the wall clock its leases would be of another boot to the
+        other hosts, and each host would expire the other's."""
+        (held,) = self._read_one(
+            "catalog read", "SELECT coalesce(max(boot_id), '') FROM catalog_clock"
+        )
+        kernel = self._can_read_server_files()
+        if str(held).startswith("pg-kernel:") and not kernel:
+            role = self._read_one("a role check", "SELECT current_user")[0]
+            raise with_code(
+                CatalogStorageError(
+                    f"the catalog at {self.where} runs its leases on the"
+                    f" server kernel's clock, which role {role} may not read: grant it"
+                    " pg_read_server_files and EXECUTE ON FUNCTION pg_read_file(text, bigint,"
+                    " bigint, boolean), or connect as the role the other hosts use"
+                ),
+                "clock_unavailable",
+            )
+        if str(held).startswith("pg:"):
+            return "wall"
+        return "kernel" if kernel else "wall"
+
     def _can_read_server_files(self) -> bool:
         """Whether the kernel clock is there for this session: the role may read server files
         and the server's kernel boot id and uptime exist (`BOOTS` set the boot: Linux)."""
+        # `BOOTS` set the kernel boot only where the role may run `pg_read_file`: the read
+        # of the uptime is a statement of its own, never sent otherwise (see `BOOTS`).
+        (kernel,) = self._read_one(
+            "a role check", "SELECT current_setting('tether.kernel_boot', true) <> ''"
+        )
+        if not kernel:
+            return False
         (ok,) = self._read_one(
-            "a role check",
-            "SELECT CASE WHEN (SELECT rolsuper OR"
-            " pg_has_role(current_user, 'pg_read_server_files', 'MEMBER')"
-            " FROM pg_roles WHERE rolname = current_user)"
-            " AND current_setting('tether.kernel_boot', true) <> ''"
-            " THEN pg_read_file('/proc/uptime', 0, 64, true) IS NOT NULL ELSE false END",
+            "a role check", "SELECT pg_read_file('/proc/uptime', 0, 64, true) IS NOT NULL"
         )
         return bool(ok)
 

@@ -1,0 +1,127 @@
+"""The PostgreSQL stores under a role that is no superuser, as a team's own server gives one: a
+login that owns its schema and holds no other right. The catalog clock then runs in its
+``wall`` mode; with `pg_read_server_files` and EXECUTE on `pg_read_file` granted, in its
+``kernel`` mode. Either way every store opens, and `tether db` works, under that role."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from tether import _exit
+from tether.activities import Catalog
+from tether.errors import CatalogStorageError
+from tether.testing._postgres import schema_url
+from tether.world import open_ledger
+
+from tests.activities.support import admission, key
+
+
+@pytest.fixture
+def role_url(pg_base: str) -> Iterator[tuple[str, str]]:
+    """(a URL of a fresh login role with no rights but its own schema, the role's name)."""
+    name = "tether_role_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_base, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+        admin.execute(f"CREATE SCHEMA {name} AUTHORIZATION {name}")
+    parts = urlsplit(pg_base)
+    host = parts.netloc.rpartition("@")[2]
+    url = urlunsplit(parts._replace(netloc=f"{name}@{host}"))
+    try:
+        yield schema_url(url, name), name
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+            admin.execute(f"DROP OWNED BY {name}")
+            admin.execute(f"DROP ROLE {name}")
+
+
+def _lifecycle(url: str) -> str:
+    """Admit and claim one Activity in a catalog at ``url``; the clock's mode."""
+    catalog = Catalog.open(url)
+    try:
+        k = key("a1")
+        catalog.admit(admission(k))
+        claim = catalog.claim("w1", 60_000)
+        assert claim is not None and claim.key == k
+        return str(catalog.store.server_clock().mode)
+    finally:
+        catalog.close()
+
+
+def test_a_role_without_rights_opens_every_store_on_the_wall_clock(
+    role_url: tuple[str, str],
+) -> None:
+    url, _ = role_url
+    assert _lifecycle(url) == "wall"
+    open_ledger(url).close()
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "db", "status", url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert {s["store"] for s in json.loads(done.stdout)["stores"]} == {"catalog", "world"}
+
+
+def _grant(pg_base: str, name: str, *, revoke: bool = False) -> None:
+    """Give ``name`` (or take back) what reading the kernel clock takes: the role alone is not
+    enough, EXECUTE on the function is granted to nobody by default."""
+    with psycopg.connect(pg_base, autocommit=True) as admin:
+        if revoke:
+            admin.execute(f"REVOKE {_EXECUTE} FROM {name}")
+        else:
+            admin.execute(f"GRANT pg_read_server_files TO {name}")
+            admin.execute(f"GRANT {_EXECUTE} TO {name}")
+
+
+_EXECUTE = "EXECUTE ON FUNCTION pg_read_file(text, bigint, bigint, boolean)"
+
+
+def test_a_role_granted_server_files_reads_the_kernel_clock_and_each_catalog_keeps_its_own(
+    role_url: tuple[str, str], pg_base: str
+) -> None:
+    """The clock is the catalog's, not the session's: once a catalog's leases run on one
+    clock, every host keeps to it, so no host reads another's live lease as one of another
+    boot (and takes its Activity)."""
+    url, name = role_url
+    with psycopg.connect(pg_base, autocommit=True) as admin:
+        admin.execute(f"GRANT pg_read_server_files TO {name}")
+    assert _lifecycle(url) == "wall"  # the role alone may not run pg_read_file
+    # A wall-clock catalog stays on the wall clock for a role that may now read the kernel's:
+    # the live lease taken above is not another boot's, so nobody takes it over.
+    _grant(pg_base, name)
+    catalog = Catalog.open(url)
+    try:
+        assert catalog.store.server_clock().mode == "wall"
+        assert catalog.claim("w2", 60_000) is None
+    finally:
+        catalog.close()
+    # A fresh catalog of that role runs on the kernel clock ...
+    kernel_url = url.replace(f"search_path%3D{name}", f"search_path%3D{name}_k")
+    with psycopg.connect(pg_base, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {name}_k AUTHORIZATION {name}")
+    try:
+        assert _lifecycle(kernel_url) == "kernel"
+        catalog = Catalog.open(kernel_url)
+        try:
+            assert catalog.now().boot_id.startswith("pg-kernel:")
+            assert catalog.claim("w2", 60_000) is None  # its lease holds on the same clock
+        finally:
+            catalog.close()
+        # ... and a session that may no longer read that clock is refused, not put on another.
+        _grant(pg_base, name, revoke=True)
+        with pytest.raises(CatalogStorageError, match="pg_read_file") as info:
+            Catalog.open(kernel_url)
+        assert getattr(info.value, "code", None) == "clock_unavailable"
+        assert _exit.for_error(info.value) == _exit.FAILED
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {name}_k CASCADE")
