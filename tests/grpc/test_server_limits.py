@@ -155,7 +155,20 @@ def test_wrong_tokens_over_grpc_lock_out_that_address_not_the_local_operator(
             )
         )
         assert limited.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "credential_rate_limited" in (limited.details() or "")
+        assert (limited.details() or "").startswith("credential_rate_limited: 5 failed")
+        # Every client on this host shares its address: a planner's own credential, never seen
+        # before, still stops the arm (as the console's stop token does) ...
+        stopped = control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=30)
+        assert [d.device for d in stopped.devices] == ["arm"] and stopped.devices[0].latched
+        # ... while a guess, or a credential whose role may not stop, stays locked out: Stop
+        # tells nothing about a secret the limiter holds back.
+        for secret in ("guess-stop", OPERATOR):
+            held = _error(
+                lambda s=secret: control.Stop(
+                    pb.StopRequest(device="arm"), metadata=(("authorization", f"Bearer {s}"),)
+                )
+            )
+            assert held.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, held.details()
         # The operator at the host's own console is not locked out by a network client.
         resumed = operator(config, "resume", "arm", credential=OPERATOR)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
