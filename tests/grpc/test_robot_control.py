@@ -75,6 +75,10 @@ def test_a_duplicate_execute_executes_once_and_another_request_under_the_id_is_a
             pb.ListOperationsRequest(states=[pb.FAILED]), metadata=bearer()
         )
         assert list(none.operations) == []
+        # An id of the longest length the contract names (256) is an id like any other.
+        longest = "L" * 256
+        control.Execute(move(longest, {"a": 0.2, "b": -0.2}), metadata=bearer(), timeout=30)
+        assert until_terminal(control, longest)[-1].state == pb.SUCCEEDED
         channel.close()
     assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
 
@@ -142,6 +146,18 @@ def test_bad_requests_are_invalid_argument_with_the_field_path_and_nothing_is_re
                 control.Execute(request, metadata=bearer(), timeout=30)
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
             assert info.value.details().startswith(field + ":"), info.value.details()
+        # Client values a refusal repeats are cut short: a long one never turns the status into
+        # the client's own RESOURCE_EXHAUSTED (its metadata limit), the field path first.
+        for field, request in {
+            "device": move("bad-5", device="d" * 20_000),
+            'joint_move.targets_rad["': move("bad-6", {"q" * 9_000: 0.1}),
+            "operation_id": move("o" * 257),
+        }.items():
+            with pytest.raises(grpc.RpcError) as info:
+                control.Execute(request, metadata=bearer(), timeout=30)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+            assert info.value.details().startswith(field), info.value.details()[:80]
+            assert len(info.value.details()) <= 1024
         huge = move("big", {"a": 0.1})
         huge.joint_move.targets_rad.update({f"j{i:07d}" + "x" * 64: 0.0 for i in range(20_000)})
         assert (
@@ -306,6 +322,24 @@ def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goe
             assert parked.evidence.reason == "stopped_by_operator"
             assert {r.joint for r in parked.evidence.read_back} == {"a", "b"}
             assert [e for e in emu.journal()[stopped_at:] if e["instruction"] == "action"] == []
+            # A note out of bounds is the request's own bad argument, and decides nothing.
+            for note in ("n" * 5000, "a\x00b"):
+                bad_note = pb.ResolveRequest(
+                    operation_id="long",
+                    decision=pb.ResolveRequest.ABANDON,
+                    evidence_revision=parked.evidence.revision,
+                    note=note,
+                )
+                with pytest.raises(grpc.RpcError) as info:
+                    control.Resolve(bad_note, metadata=bearer(OPERATOR), timeout=30)
+                assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert info.value.details().startswith("note: "), info.value.details()
+            assert (
+                control.GetOperation(
+                    pb.GetOperationRequest(operation_id="long"), metadata=bearer()
+                ).state
+                == pb.UNKNOWN_AWAITING_OPERATOR
+            )
             # The operator abandons it over gRPC, naming the evidence revision.
             decided = abandon(control, "long", parked.evidence.revision)
             assert decided.id == "long"
@@ -316,6 +350,10 @@ def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goe
             while health.Check(check).status == health_pb2.HealthCheckResponse.SERVING:
                 assert time.monotonic() < deadline, "health never flipped"
                 time.sleep(0.05)
+            # A Stop of the unreachable arm says so: its joints unknown, and why.
+            (lost,) = control.Stop(pb.StopRequest(device="arm"), metadata=bearer()).devices
+            assert not lost.ok and [j.state for j in lost.joints] == ["unknown", "unknown"]
+            assert lost.error.code == "device_unreachable" and lost.error.message, lost
             channel.close()
 
 

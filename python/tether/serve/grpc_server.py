@@ -253,7 +253,22 @@ def updated_ms(record: ActivityRecord, read_at_ms: int = 0) -> int:
     return max(int(t) for t in times if t)
 
 
+#: The longest status message the server sends (characters). The message travels as trailing
+#: metadata, which grpcio clients cap at 8 KiB (soft) and 16 KiB: a longer one would reach the
+#: client as its own RESOURCE_EXHAUSTED, the status and the field path lost.
+MAX_DETAILS: Final = 1024
+#: The longest client value a message repeats (characters; `_shown`).
+MAX_SHOWN: Final = 64
+
+
+def _shown(value: str) -> str:
+    """A client's value as a message repeats it: cut to `MAX_SHOWN` characters."""
+    return value if len(value) <= MAX_SHOWN else value[:MAX_SHOWN] + "…"
+
+
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    if len(message) > MAX_DETAILS:
+        message = message[: MAX_DETAILS - 1] + "…"
     context.abort(code, message)
     raise AssertionError("unreachable")  # pragma: no cover - abort raises
 
@@ -309,7 +324,9 @@ class _Auth:
                 )
             except CredentialError as exc:
                 if exc.code == "credential_rate_limited":
-                    _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc.message}")
+                    _abort(
+                        context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc.message}"
+                    )
                 _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"{exc.code}: {exc.message}")
             self._remember(mac, known)
         allowed = roles_for(action)
@@ -729,7 +746,7 @@ class RobotControl(rpc.RobotControlServicer):
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
         found = self._find(world_for(principal.name), op_id)
         if found is None:
-            _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {op_id!r} is not known")
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {_shown(op_id)!r} is not known")
         return found
 
     # --- RPCs ---
@@ -751,7 +768,7 @@ class RobotControl(rpc.RobotControlServicer):
             _abort(
                 context,
                 bad,
-                f"device: unknown device {request.device!r} "
+                f"device: unknown device {_shown(request.device)!r} "
                 f"(configured: {', '.join(self._devices()) or 'none'})",
             )
         if request.WhichOneof("command") != "joint_move":
@@ -778,7 +795,7 @@ class RobotControl(rpc.RobotControlServicer):
                 try:
                     served.submit(op_id, kind, {"robot": request.device, "targets": {joint: value}})
                 except (ValueError, TetherError, CodedError) as exc:
-                    _abort(context, bad, f'joint_move.targets_rad["{joint}"]: {exc}')
+                    _abort(context, bad, f'joint_move.targets_rad["{_shown(joint)}"]: {exc}')
             _abort(context, bad, f"joint_move.targets_rad: {whole}")
         body = {
             "robot": request.device,
@@ -828,7 +845,7 @@ class RobotControl(rpc.RobotControlServicer):
             _abort(
                 context,
                 bad,
-                f"device: unknown device {request.device!r} "
+                f"device: unknown device {_shown(request.device)!r} "
                 f"(configured: {', '.join(self._devices()) or 'none'})",
             )
         if served is None or served.submit is None:
@@ -958,12 +975,12 @@ class RobotControl(rpc.RobotControlServicer):
         )
         hits = [f for w in worlds if (f := self._find(w, op_id)) is not None]
         if not hits:
-            _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {target!r} is not known")
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {_shown(target)!r} is not known")
         if len(hits) > 1:
             _abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"operation_id: {op_id!r} names operations of several principals: "
+                f"operation_id: {_shown(op_id)!r} names operations of several principals: "
                 "send PRINCIPAL/OPERATION_ID",
             )
         return hits[0]
@@ -1148,7 +1165,7 @@ class RobotControl(rpc.RobotControlServicer):
             _abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"device: unknown device {request.device!r}",
+                f"device: unknown device {_shown(request.device)!r}",
             )
         reports = self.daemon.stop_devices({"robot": request.device} if request.device else {})
         return pb.StopResponse(devices=[_device_stop(self.daemon, r) for r in reports])
@@ -1244,6 +1261,8 @@ class RobotControl(rpc.RobotControlServicer):
                 review=self.daemon.review(),
             )
         except CodedError as exc:
+            if exc.code == "bounds_exceeded":  # the note, the one free text of the request
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"note: {exc.code}: {exc}")
             _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"{exc.code}: {exc}")
         return self._operation(key, intent)
 
@@ -1303,9 +1322,15 @@ def _device_stop(daemon: Any, report: dict[str, Any]) -> pb.DeviceStop:
                     hardware_errors=[str(e) for e in j.get("hardware_error") or []],
                 )
             )
+    joints = [j for j in report.get("joints") or [] if isinstance(j, dict)]
+    lost = [str(j["error"]) for j in joints if j.get("state") == "unknown" and j.get("error")]
     if report.get("error"):
         out.error.code = "device_unreachable"
         out.error.message = str(report["error"])
+    elif joints and len(lost) == len(joints):
+        # No joint answered (a lost port reports per joint): the device was not reached.
+        out.error.code = "device_unreachable"
+        out.error.message = "; ".join(dict.fromkeys(lost))
     elif report.get("latch_error"):
         out.error.code = "latch_unwritable"
         out.error.message = str(report["latch_error"])

@@ -17,7 +17,7 @@ from tether.world._errors import InvalidWrite
 JSONValue: TypeAlias = Any
 """A value made only of dict/list/str/int/float/bool/None (checked by `canonical_json`)."""
 
-_NAME = re.compile(r"^[A-Za-z0-9_.:/@+\-]{1,200}$")
+_NAME = re.compile(r"^[A-Za-z0-9_.:/@+\-]{1,256}$")
 
 
 #: The exact coordinates of one committed tick (world, run, tick, visibility token). It is the
