@@ -125,3 +125,30 @@ def test_a_role_granted_server_files_reads_the_kernel_clock_and_each_catalog_kee
     finally:
         with psycopg.connect(pg_base, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {name}_k CASCADE")
+
+
+def test_a_statement_the_role_may_not_run_is_a_failure_not_an_unreachable_server(
+    role_url: tuple[str, str], pg_base: str
+) -> None:
+    """Stores another role owns: the server answered, so `tether db status` fails (exit 1,
+    `failed`, naming the refused right), never `unreachable` (exit 7)."""
+    url, name = role_url
+    theirs = f"{name}_theirs"
+    with psycopg.connect(pg_base, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {theirs}")
+        admin.execute(f"GRANT USAGE ON SCHEMA {theirs} TO {name}")
+    try:
+        Catalog.open(schema_url(pg_base, theirs)).close()  # created by the superuser
+        mine = url.replace(f"search_path%3D{name}", f"search_path%3D{theirs}")
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", "db", "status", mine, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == _exit.FAILED, done.stderr
+        doc = json.loads(done.stdout)
+        assert doc["code"] == "failed" and "permission denied" in doc["message"], doc
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {theirs} CASCADE")

@@ -446,7 +446,8 @@ def main(argv: list[str]) -> int:
             return fail(EXIT_USAGE, "UsageError", "usage", str(e))
         except schema_cli.Unreachable as e:  # by its code: a refused login is FAILED, ...
             code = getattr(e, "code", None)
-            code = code if isinstance(code, str) else "unreachable"
+            if not isinstance(code, str):  # the server answered: a statement failed (a right)
+                return fail(EXIT_FAILED, type(e).__name__, "failed", str(e).splitlines()[0])
             exit_code = _exit.ERROR_CODES.get(code, EXIT_UNAVAILABLE)
             return fail(exit_code, type(e).__name__, code, str(e).splitlines()[0])
         except (TetherError, OSError, sqlite3.Error) as e:
