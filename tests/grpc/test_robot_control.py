@@ -357,6 +357,42 @@ def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goe
             channel.close()
 
 
+def test_a_replugged_adapter_is_reconnected_and_its_robot_served_again(tmp_path: Path) -> None:
+    """A port whose adapter went away is closed and opened anew once its device node is back
+    (a USB adapter replugged; here a new emulator on the same link): health is not serving
+    while it is gone and serving again after, and the next move runs on the new port,
+    instead of every move and stop failing on the dead one until a restart."""
+    with emulator_process(tmp_path) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            health = health_pb2_grpc.HealthStub(channel)
+            check = health_pb2.HealthCheckRequest(service="tether.robot.v1.RobotControl/arm")
+            serving_now = health_pb2.HealthCheckResponse.SERVING
+
+            def health_becomes(serving: bool) -> None:
+                deadline = time.monotonic() + 20
+                while (health.Check(check).status == serving_now) != serving:
+                    assert time.monotonic() < deadline, f"health never became {serving}"
+                    time.sleep(0.05)
+
+            control.Execute(move("before", {"a": 0.3, "b": 0.3}), metadata=bearer(), timeout=30)
+            assert until_terminal(control, "before")[-1].state == pb.SUCCEEDED
+            emu.unplug()
+            Path(emu.control).unlink(missing_ok=True)
+            health_becomes(False)
+            with emulator_process(tmp_path) as again:  # the same link, a new pty behind it
+                health_becomes(True)
+                control.Execute(move("after", {"a": -0.3, "b": 0.2}), metadata=bearer(), timeout=30)
+                final = until_terminal(control, "after")[-1]
+                assert final.state == pb.SUCCEEDED, final
+                sent = [e for e in again.journal() if e["instruction"] == "action"]
+                assert sent, "the move never reached the new port"
+                (stopped,) = control.Stop(pb.StopRequest(device="arm"), metadata=bearer()).devices
+                assert stopped.ok and not stopped.error.code, stopped
+            channel.close()
+
+
 def test_cancel_before_the_start_never_moves_and_after_the_end_changes_nothing(
     tmp_path: Path,
 ) -> None:

@@ -60,6 +60,8 @@ class DeviceHost:
         self._server: ControlServer | None = None
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {}
         self._overrides: dict[str, Callable[[dict[str, Any]], Any]] = {}
+        #: Held while a port is opened or dropped (`connect`, `forget_lost`).
+        self._ports = threading.RLock()
 
     # --- ownership ---
 
@@ -90,19 +92,46 @@ class DeviceHost:
         robot = self.config.robot(robot_name)
         spec = self.config.spec(robot_name)
         dtype = self.device_type(robot_name)
-        if spec.port not in self.buses:
-            bus = dtype.open_bus(
-                self.config.ports[spec.port],
-                lock_dir=self.config.state_dir,
-                socket_path=self.socket_path,
-            )
-            dtype.set_gate(bus, self._gate(spec.port))
-            self.buses[spec.port] = bus
-        identity = dtype.connect(self.buses[spec.port], robot)
-        self.identities[robot_name] = identity
-        self.first_motion.reset(robot_name, reason="connect")
+        with self._ports:
+            if spec.port not in self.buses:
+                bus = dtype.open_bus(
+                    self.config.ports[spec.port],
+                    lock_dir=self.config.state_dir,
+                    socket_path=self.socket_path,
+                )
+                dtype.set_gate(bus, self._gate(spec.port))
+                self.buses[spec.port] = bus
+            identity = dtype.connect(self.buses[spec.port], robot)
+            self.identities[robot_name] = identity
+            self.first_motion.reset(robot_name, reason="connect")
         self.serve_control()
         return identity
+
+    def forget_lost(self) -> list[str]:
+        """Close every port whose adapter went away (`DeviceType.lost`) and disconnect its
+        robots, so the next use opens the port anew (a replugged adapter, a restarted
+        emulator) and checks the devices again, instead of failing on the dead one for
+        ever. The robots disconnected. Never waits: while another thread opens a port (a
+        connect checking its devices), it drops nothing (a stop must not wait on a connect)."""
+        dropped: list[str] = []
+        if not self._ports.acquire(blocking=False):
+            return dropped
+        try:
+            for port, bus in list(self.buses.items()):
+                robots = self._robots_on(port)
+                if not robots or not self.device_type(robots[0]).lost(bus):
+                    continue
+                del self.buses[port]
+                try:
+                    bus.close()  # releases the port's identity lock
+                except Exception:  # the adapter is gone already: nothing to flush
+                    pass
+                for name in robots:
+                    if self.identities.pop(name, None) is not None:
+                        dropped.append(name)
+        finally:
+            self._ports.release()
+        return dropped
 
     def serve_control(self) -> None:
         """Serve the control channel now (a connect does it too; once)."""

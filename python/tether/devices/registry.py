@@ -67,6 +67,11 @@ class DeviceType(Protocol):
         """Check the robot's devices answer as configured; its identity (`as_dict()`)."""
         ...
 
+    def lost(self, bus: Any) -> bool:
+        """Whether the bus's adapter went away under it (unplugged, hung up, EIO): no frame
+        will pass it again; its port must be opened anew."""
+        ...
+
     def read_state(self, bus: Any, robot: Any) -> dict[str, Any]:
         """A fresh read-back of every joint, with its read time."""
         ...

@@ -14,7 +14,9 @@ Rules:
   stop during start-up latches the robot.
 - A robot that cannot be connected at start is logged and listed by `status` as unavailable
   with its error; the others are served. A move for it connects it on first use (or fails as
-  the standalone move would) and a stop for it latches it.
+  the standalone move would), a stop for it latches it, and the device watch
+  (`refresh_devices`, every `DEVICE_POLL_S`) connects it once it answers. A port whose adapter
+  went away is closed and opened anew the same way once its device node is back.
 - The stop path (`stop`, a priority lane of the control channel) writes the robot's durable
   latch file and sends the stop frames; it touches no catalog, world or artifact store and
   waits on no lock of theirs.
@@ -83,6 +85,9 @@ PROGRESS_KEYS = 4096
 CRASH_POINTS = ("serve.before_submit_tick", "serve.after_submit")
 #: Work that waits for running stops (`StopFirst.wait_clear`) waits at most this long.
 STOP_FIRST_MAX_WAIT_S = 1.0
+#: How often the daemon looks for robots to reconnect (`Daemon.refresh_devices`): a port whose
+#: adapter went away, or a robot not connected at start, is opened again once it answers.
+DEVICE_POLL_S = 1.0
 #: At most this many submits of one world are committed in one tick (`Daemon.submit`).
 SUBMIT_BATCH = 256
 #: The interpreter's thread switch interval while a daemon runs (`sys.setswitchinterval`; the
@@ -225,6 +230,7 @@ class Daemon:
         self.data_dir = serve.data_dir
         self.socket_path = serve_socket(self.state_dir)
         self.unavailable: dict[str, str] = {}
+        self._devices_done = threading.Event()
         self.started_at_ms = int(time.time() * 1000)
         self.devices: DeviceHost | None = None
         self.runtime: Host | None = None
@@ -361,6 +367,8 @@ class Daemon:
                 )
                 continue
             log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
+        if self.robots:
+            threading.Thread(target=self._watch_devices, name="tether-devices", daemon=True).start()
         if self.serve.sse is not None:
             host, port = self.serve.sse
             self.stream = RunStream("tether-serve", f"run-{uuid.uuid4().hex[:12]}", StoreState())
@@ -455,6 +463,7 @@ class Daemon:
             return []
         self._closed = True
         reports: list[dict[str, Any]] = []
+        self._devices_done.set()  # no reconnect races the shutdown's release of the ports
         try:
             if self.grpc is not None:
                 self.grpc.close()
@@ -578,6 +587,39 @@ class Daemon:
         """The control socket's `ping`: this process's id and the daemon's record."""
         return {"pid": os.getpid(), **self._record()}
 
+    def refresh_devices(self, *, reconnect: bool = False) -> None:
+        """Disconnect the robots whose port's adapter went away (`DeviceHost.forget_lost`):
+        `status` lists them unavailable, health reports them not serving, and their next use
+        opens the port anew. With ``reconnect``, also connect each robot not connected now
+        (a replugged adapter, a device node back, one unavailable since start): a connect only
+        reads (it checks the devices answer as configured), so the robot's latch and its
+        parked moves stay as they are."""
+        devices = self.devices
+        if devices is None or self._closed:
+            return
+        for name in devices.forget_lost():
+            self.unavailable[name] = "PortLost: its adapter went away; reconnecting"
+            log.warning("robot port lost", extra={"robot": name})
+        if not reconnect:
+            return
+        for name in self.robots:
+            if name in devices.identities or self._devices_done.is_set():
+                continue
+            try:
+                identity = devices.connect(name)
+            except (TetherError, OSError) as exc:
+                self.unavailable[name] = f"{type(exc).__name__}: {exc}"
+                continue
+            self.unavailable.pop(name, None)
+            log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
+
+    def _watch_devices(self) -> None:
+        while not self._devices_done.wait(DEVICE_POLL_S):
+            try:
+                self.refresh_devices(reconnect=True)
+            except Exception:  # the watch never takes the daemon down
+                log.exception("device watch failed")
+
     def stop_devices(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         """Latch and safe-stop (no storage but the robot's own latch file): the named robots,
         or every configured one; connected robots first. New ticks and work-lane RPCs wait
@@ -589,6 +631,7 @@ class Daemon:
     def _stop_robots(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         assert self.devices is not None
         devices = self.devices
+        self.refresh_devices()  # a lost port is opened anew below, never stopped through
         named = request.get("robots") or ([request["robot"]] if request.get("robot") else None)
         names = [str(n) for n in named] if named else sorted(self.config.robots)
         for name in names:

@@ -1454,6 +1454,7 @@ class GrpcServer:
             self.health.set(name, status)
 
     def _check_devices(self) -> None:
+        self.daemon.refresh_devices()  # a lost port is not serving, even before its next use
         devices = self.daemon.devices
         config = self.daemon.config
         for name in sorted(config.robots):

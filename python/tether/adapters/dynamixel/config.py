@@ -218,6 +218,9 @@ class DynamixelDeviceType:
 
         return check_robot(bus, robot)
 
+    def lost(self, bus: Any) -> bool:
+        return bool(bus.lost)
+
     def read_state(self, bus: Any, robot: RobotConfig) -> dict[str, Any]:
         from tether.adapters.dynamixel.host import read_state
 

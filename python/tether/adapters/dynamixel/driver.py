@@ -190,6 +190,8 @@ class DxlBus:
         self.sent: list[TxRecord] = []
         self.last_status: dict[int, tuple[int, int]] = {}  # id -> (error byte, wall ms)
         self.servos: dict[int, Servo] = {}
+        #: Set once an exchange found the adapter gone (`PortLost`): the port is dead for good.
+        self.lost = False
         #: Every effectful frame is sent inside `gate(ids)` (the generic host's stop latch).
         self.gate: Callable[[list[int]], AbstractContextManager[Any]] = _open_gate
 
@@ -272,6 +274,7 @@ class DxlBus:
     # --- one exchange on the wire ---
 
     def _lost(self, code: str, exc: BaseException) -> PortLost:
+        self.lost = True
         # termios.error and OSError carry (errno, strerror); pyserial's own errors a sentence.
         args = exc.args
         if len(args) >= 2 and isinstance(args[0], int):

@@ -258,6 +258,7 @@ class RobotMoveAdapter:
                     atexit.register(self.close)
                     self._atexit = True
             host = self._host
+        host.forget_lost()  # a port whose adapter went away is opened anew, not used dead
         if robot not in host.identities:
             host.connect(robot)
             host.add_handler("prove_reissue", self._on_prove)
