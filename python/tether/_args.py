@@ -188,6 +188,8 @@ def error_line(prog: str, exc: BaseException, suffix: str = "") -> None:
         traceback.print_exception(exc)
     code, message, details = error_fields(exc)
     text = (str(exc).splitlines() or [type(exc).__name__])[0]
+    if code != type(exc).__name__ and not text.startswith(f"{code}: "):
+        text = f"{code}: {text}"  # a stable code the error's own text does not name yet
     refuse(
         prog,
         code,

@@ -115,6 +115,8 @@ ERROR_CODES: Final[dict[str, int]] = {
             # file named for both the catalog and the world ledger.
             "bad_url",
             "no_such_database",
+            "no_such_schema",
+            "bad_families",
             "same_store_file",
         ),
         USAGE,

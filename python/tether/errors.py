@@ -125,7 +125,13 @@ _LAZY: dict[str, str] = {
         "tether.runtime._errors",
     ),
     **dict.fromkeys(
-        ("CommitUnknown", "MigrationLockTimeout", "SameStoreFile", "SchemaOutdated"),
+        (
+            "CommitUnknown",
+            "MigrationLockTimeout",
+            "NoSuchSchema",
+            "SameStoreFile",
+            "SchemaOutdated",
+        ),
         "tether.storage._errors",
     ),
 }
@@ -146,6 +152,7 @@ if TYPE_CHECKING:
     )
     from tether.storage._errors import CommitUnknown as CommitUnknown
     from tether.storage._errors import MigrationLockTimeout as MigrationLockTimeout
+    from tether.storage._errors import NoSuchSchema as NoSuchSchema
     from tether.storage._errors import SameStoreFile as SameStoreFile
     from tether.storage._errors import SchemaOutdated as SchemaOutdated
     from tether.runtime._errors import (

@@ -13,17 +13,21 @@ import os
 import sqlite3
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 from tether import _exit
 from tether.activities import Catalog
-from tether.errors import SameStoreFile, SchemaOutdated
+from tether.errors import NoSuchSchema, SameStoreFile, SchemaOutdated
 from tether.runtime import Host
+from tether.runtime.worker_main import _check_stores
 from tether.storage import SqliteCatalogStore
 from tether.storage._pg import connect_failure
 from tether.storage._schema import LATEST
+from tether.testing._postgres import schema_url
 from tether.world import SqliteLedger, open_ledger
 
 CRASH = Path(__file__).resolve().parents[1] / "crash"
@@ -152,10 +156,58 @@ def test_serve_on_a_server_that_cannot_be_reached_exits_unavailable(
         assert _json(as_json)["code"] == "unreachable"
     worker = _worker(tmp_path, "--catalog", UNREACHABLE, "--world", UNREACHABLE)
     assert worker.returncode == _exit.UNAVAILABLE
-    assert "127.0.0.1:1/test" in _refusal(worker, "tether worker")
+    line = _refusal(worker, "tether worker")
+    assert "127.0.0.1:1/test" in line and line.startswith("tether worker: unreachable: ")
     prune = _run("db", "prune", "--catalog", UNREACHABLE, "--older-than", "1d", "--json")
     assert prune.returncode == _exit.UNAVAILABLE, prune.stderr
     assert _json(prune)["code"] == "unreachable"
+
+
+def test_a_schema_the_server_does_not_have_is_named_and_nothing_is_created(
+    pg_base: str, tmp_path: Path
+) -> None:
+    """A search path naming no schema (a typo in the URL): `no_such_schema` (exit 2) from
+    every command that opens a store, and `tether db prune --dry-run` creates no catalog in
+    an empty schema to report "nothing changed" about."""
+    missing = schema_url(pg_base, "tether_no_such_schema")
+    with pytest.raises(NoSuchSchema, match="tether_no_such_schema"):
+        Catalog.open(missing)
+    worker = _worker(tmp_path, "--catalog", missing)
+    assert worker.returncode == _exit.USAGE, worker.stderr
+    assert _refusal(worker, "tether worker").startswith("tether worker: no_such_schema: ")
+    served = _serve(tmp_path, "--catalog", missing, "--world", missing, "--json")
+    assert (served.returncode, _json(served)["code"]) == (_exit.USAGE, "no_such_schema")
+    empty = "tether_empty_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_base, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {empty}")
+    try:
+        url = schema_url(pg_base, empty)
+        pruned = _run("db", "prune", "--catalog", url, "--older-than", "1d", "--dry-run")
+        assert pruned.returncode == _exit.USAGE and "holds no Tether catalog" in pruned.stderr
+        # A worker only checks the world: one not made yet is not made by it.
+        _check_stores(None, url)
+        status = _run("db", "status", url, "--json")
+        assert json.loads(status.stdout)["stores"] == [], status.stdout
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {empty} CASCADE")
+
+
+def test_a_families_factory_that_fails_is_a_configuration_error(tmp_path: Path) -> None:
+    """A factory that raises (here the serve factory given to `tether worker`, which calls it
+    with a path) is `bad_families` (exit 2), one line, never an internal error (70)."""
+    worker = _run(
+        "worker", str(tmp_path / "wd"), "--families", "tether.serve.families:sim_families"
+    )
+    assert worker.returncode == _exit.USAGE, worker.stderr
+    line = _refusal(worker, "tether worker")
+    assert line.startswith("tether worker: bad_families: ") and "AttributeError" in line
+    config = _config(tmp_path)
+    config.write_text(
+        config.read_text().replace("tether.serve.families:sim_families", "json:loads")
+    )
+    served = _run("serve", "--config", str(config), "--json")
+    assert (served.returncode, _json(served)["code"]) == (_exit.USAGE, "bad_families")
 
 
 def test_a_refused_login_a_missing_database_and_a_bad_url_exit_per_the_table(

@@ -328,6 +328,11 @@ def prune_url(
     the report `tether db prune --catalog URL --json` prints. An older schema refuses to open
     (`SchemaOutdated`, naming `tether db upgrade`)."""
     schema_cli._scheme(url)  # a bad URL is a usage error before anything opens
+    if "catalog" not in {s.store for s in schema_cli.status(url)}:
+        # Opening would create one (a mistyped schema or file name): nothing to prune there.
+        raise schema_cli.UrlError(
+            f"{redact(url)} holds no Tether catalog: nothing to prune (nothing was created)"
+        )
     with Catalog.open(url) as catalog:
         cutoff_ms = catalog.now().wall_ms - older_than_ms
         if dry_run:

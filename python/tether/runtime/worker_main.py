@@ -53,7 +53,7 @@ from tether.runtime._family import (
 )
 from tether.runtime._pool import WorkerPool
 from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
-from tether.storage._errors import SameStoreFile
+from tether.storage._errors import SameStoreFile, with_code
 from tether.storage._urls import check_separate_files
 
 log = logging.getLogger("tether.runtime.worker")
@@ -75,10 +75,12 @@ def load_factory(spec: str) -> FamiliesFactory:
     """Import `module:function`."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise FamilyError(f"--families must look like module:function, not {spec!r}")
+        raise with_code(
+            FamilyError(f"--families must look like module:function, not {spec!r}"), "bad_families"
+        )
     factory = getattr(importlib.import_module(module_name), attr, None)
     if not callable(factory):
-        raise FamilyError(f"{spec!r} is not a callable")
+        raise with_code(FamilyError(f"{spec!r} is not a callable"), "bad_families")
     return cast(FamiliesFactory, factory)
 
 
@@ -196,16 +198,23 @@ def _check_stores(catalog_url: str | None, world_url: str | None) -> None:
     if catalog_url is not None:
         Catalog.open(catalog_url).close()
     if world_url is not None:
+        from tether.storage import dbcli
         from tether.world import open_ledger
 
+        try:  # workers never write the world: one not made yet is not made here either
+            if "world" not in {s.store for s in dbcli.status(world_url)}:
+                return
+        except dbcli.UrlError:
+            pass  # the ledger's own open says what is wrong with the URL
         open_ledger(world_url).close()
 
 
 def _store_exit(e: TetherError) -> int:
     """A store that could not be opened at start, by its code (`tether._exit.for_error`): an
     older schema or a damaged file (5), a server that cannot be reached (7), a refused login
-    (1), else a bad URL (2)."""
-    return _exit.for_error(e, default=_exit.USAGE)
+    (1), a bad URL or a schema the server does not have (2); any other failure (the server
+    answered and refused, say a right the role lacks) is 1, as for `tether serve`."""
+    return _exit.for_error(e, default=_exit.FAILED)
 
 
 def main(argv: list[str]) -> int:
@@ -275,9 +284,20 @@ def main(argv: list[str]) -> int:
         error_line("tether worker", e)
         return _exit.USAGE
     try:
-        families = list(load_factory(args.families)(args.data_dir))
+        factory = load_factory(args.families)
+        try:
+            families = list(factory(args.data_dir))
+        except TetherError:
+            raise
+        except Exception as e:  # the factory's own failure: the families, never a bug here
+            raise with_code(
+                FamilyError(f"{args.families} failed: {type(e).__name__}: {e}"), "bad_families"
+            ) from e
         if not families or not all(isinstance(f, Family) for f in families):
-            raise FamilyError(f"{args.families} must return a non-empty list of Family")
+            raise with_code(
+                FamilyError(f"{args.families} must return a non-empty list of Family"),
+                "bad_families",
+            )
     except (ImportError, TetherError) as e:
         error_line("tether worker", e)
         return _exit.for_error(e, default=_exit.USAGE)

@@ -88,6 +88,12 @@ class MigrationLockTimeout(CodedError):
     ``migration_lock_timeout``; details: ``store``, ``where`` and ``waited_ms``."""
 
 
+class NoSuchSchema(CodedError):
+    """The URL's search path names no schema the server has, so a store would have nowhere to
+    be created (a usage error: create the schema or fix the URL). Code ``no_such_schema``;
+    details: ``search_path``."""
+
+
 class SameStoreFile(CodedError):
     """The catalog and the world ledger were given one SQLite file: a SQLite file holds one
     store. Refused before either is opened (a usage error). Code ``same_store_file``; details:

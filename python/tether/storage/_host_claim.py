@@ -31,6 +31,7 @@ import psycopg
 
 from tether._coded import CodedError
 from tether._core import CatalogStorageError
+from tether.storage._errors import with_code
 from tether.storage._pg import connect, one_line, where
 from tether.storage._urls import postgres_url
 
@@ -95,9 +96,12 @@ class HostClaim:
         try:
             schema = conn.execute("SELECT current_schema()").fetchone()
             if schema is None or schema[0] is None:
-                raise CatalogStorageError(
-                    f"cannot claim host name {self.host_name!r} on PostgreSQL at"
-                    f" {where(self.conninfo)}: its search_path names no schema that exists"
+                raise with_code(
+                    CatalogStorageError(
+                        f"cannot claim host name {self.host_name!r} on PostgreSQL at"
+                        f" {where(self.conninfo)}: its search_path names no schema that exists"
+                    ),
+                    "no_such_schema",
                 )
             row = conn.execute(
                 f"SELECT pg_try_advisory_lock(({_KEY})), ({_KEY})",

@@ -43,7 +43,7 @@ from typing import Any
 import psycopg
 
 from tether._core import CatalogStorageError, catalog_columns, catalog_derive_row
-from tether.storage._errors import MigrationLockTimeout, SchemaOutdated
+from tether.storage._errors import MigrationLockTimeout, NoSuchSchema, SchemaOutdated
 
 VERSION_TABLE = (
     "CREATE TABLE IF NOT EXISTS tether_schema_version"
@@ -357,6 +357,15 @@ def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -
     found = version_of(cur, store)
     if found == new:
         return found
+    row = cur.execute("SELECT current_schema(), current_setting('search_path')").fetchone()
+    if row is None or row[0] is None:
+        path = "" if row is None else str(row[1])
+        raise NoSuchSchema(
+            "no_such_schema",
+            f"the search path at {where} ({path}) names no schema the server has: create it"
+            " (CREATE SCHEMA ...) or fix the URL's options=-csearch_path=...",
+            details={"search_path": path},
+        )
     keys = (_VERSION_TABLE_KEY, _LOCK_KEYS[store])
     _wait_for_locks(cur, "pg_advisory_xact_lock", keys, store, where)
     cur.execute(VERSION_TABLE)
