@@ -161,6 +161,11 @@ def test_serve_on_a_server_that_cannot_be_reached_exits_unavailable(
     prune = _run("db", "prune", "--catalog", UNREACHABLE, "--older-than", "1d", "--json")
     assert prune.returncode == _exit.UNAVAILABLE, prune.stderr
     assert _json(prune)["code"] == "unreachable"
+    # `--debug` shows where it failed, as every other command does, and still no password.
+    debugged = _run("--debug", "db", "status", UNREACHABLE)
+    assert debugged.returncode == _exit.UNAVAILABLE
+    assert "Traceback" in debugged.stderr and SECRET not in debugged.stderr
+    assert debugged.stderr.splitlines()[-1].startswith("tether db: unreachable: ")
 
 
 def test_a_schema_the_server_does_not_have_is_named_and_nothing_is_created(
@@ -191,6 +196,24 @@ def test_a_schema_the_server_does_not_have_is_named_and_nothing_is_created(
     finally:
         with psycopg.connect(pg_base, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {empty} CASCADE")
+
+
+def test_a_scheme_is_read_in_any_case_and_a_misspelt_one_is_a_bad_url(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """``POSTGRESQL://`` opens both stores and `tether db` as the lower case does; a
+    misspelt scheme is `bad_url` (exit 2), not a file of this host beside a shared store
+    (`mixed_stores`)."""
+    upper = "POSTGRESQL" + pg_url[len("postgresql") :]
+    Catalog.open(upper).close()
+    open_ledger(upper).close()
+    status = _run("db", "status", upper, "--json")
+    assert status.returncode == 0, status.stderr
+    assert {s["store"] for s in json.loads(status.stdout)["stores"]} == {"catalog", "world"}
+    typo = "postgresq" + pg_url[len("postgresql") :]
+    served = _serve(tmp_path, "--catalog", typo, "--world", pg_url, "--json")
+    assert (served.returncode, _json(served)["code"]) == (_exit.USAGE, "bad_url"), served.stderr
+    assert "unsupported catalog URL" in _refusal(served, "tether serve")
 
 
 def test_a_families_factory_that_fails_is_a_configuration_error(tmp_path: Path) -> None:

@@ -40,12 +40,13 @@ import re
 import sqlite3
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from tether import _exit
-from tether._args import Parser, error_fields, refuse, want_json
+from tether._args import Parser, debug, error_fields, refuse, want_json
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether.activities._catalog import Catalog
@@ -424,6 +425,9 @@ def main(argv: list[str]) -> int:
     def fail(
         code: int, error: str, err_code: str, message: str, details: dict[str, Any] | None = None
     ) -> int:
+        failure = sys.exc_info()[1]
+        if failure is not None and debug():  # `--debug` / TETHER_DEBUG=1: the traceback first
+            traceback.print_exception(failure)
         refuse("tether db", err_code, message, error=error, details=details)  # JSON with --json
         return code
 
@@ -467,16 +471,15 @@ def main(argv: list[str]) -> int:
                 batch=args.batch,
                 progress=progress,
             )
-            print(json.dumps(report) if args.json else _render(report, args.older_than))
-            return EXIT_OK
-        report = prune(
-            args.data_dir,
-            older_than_ms,
-            dry_run=args.dry_run,
-            batch=args.batch,
-            vacuum=args.vacuum,
-            progress=progress,
-        )
+        else:
+            report = prune(
+                args.data_dir,
+                older_than_ms,
+                dry_run=args.dry_run,
+                batch=args.batch,
+                vacuum=args.vacuum,
+                progress=progress,
+            )
     except schema_cli.UrlError as e:
         return fail(EXIT_USAGE, "UsageError", "usage", str(e))
     except DataDirError as e:

@@ -67,7 +67,7 @@ from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.serve.sessions import Sessions
 from tether.storage._host_claim import HostClaim, HostNameTaken, is_shared
-from tether.storage._urls import check_separate_files, postgres_url
+from tether.storage._urls import check_separate_files, postgres_url, redact
 from tether.world import ComponentWrite, WorldNotFound
 
 log = logging.getLogger("tether.serve")
@@ -95,6 +95,10 @@ SUBMIT_BATCH = 256
 #: thread to give up the interpreter, up to this long: a stop's RPC thread, and every
 #: hand-off between RPC threads, would wait 5 ms behind each busy thread.
 SWITCH_INTERVAL_S = 0.0005
+
+
+#: The store URL schemes (any case) the catalog and the world ledger take.
+_SCHEMES = ("sqlite", "postgresql", "postgres")
 
 
 class ServeRefusal(CodedError):
@@ -133,11 +137,13 @@ class _Submit:
 CODES = (
     "admission_conflict",
     "bad_request",
+    "bad_url",
     "console_unavailable",
     "daemon_running",
     "daemon_starting",
     "grpc_unavailable",
     "live_off",
+    "mixed_stores",
     "not_submittable",
     "sse_unavailable",
     "unknown_activity",
@@ -310,6 +316,15 @@ class Daemon:
         catalog would admit each other's keys from worlds of their own, and hosts sharing only
         the worlds would each admit, and run, every Activity of them into a catalog of their
         own."""
+        for what, url in (("catalog", self.serve.catalog_url), ("world", self.serve.world_url)):
+            scheme, sep, _ = (url or "").partition("://")
+            if url is not None and (not sep or scheme.lower() not in _SCHEMES):
+                raise ServeRefusal(  # a typo in the scheme is no file of this host
+                    "bad_url",
+                    f"unsupported {what} URL {redact(url)!r}; use sqlite:///abs/path.db or"
+                    " postgresql://host/db",
+                    details={"store": what},
+                )
         catalog, world = is_shared(self.serve.catalog_url), is_shared(self.serve.world_url)
         if catalog == world:
             return

@@ -106,8 +106,10 @@ def _sqlite_status(path: str) -> list[StoreStatus]:
 
 def _pg_session(url: str) -> Any:
     from tether.storage._pg import Session
+    from tether.storage._urls import postgres_url
 
-    return Session(url, Unreachable, Unreachable, application="tether-db")
+    # The scheme in any case, as the stores take it (libpq reads only lower case).
+    return Session(postgres_url(url) or url, Unreachable, Unreachable, application="tether-db")
 
 
 def _pg_versions(session: Any) -> list[StoreStatus]:

@@ -45,6 +45,7 @@ def open_ledger(url: str, *, clock: Callable[[], int] | None = None) -> WorldLed
                 f"PostgreSQL ledgers need psycopg: pip install 'tether[postgres]' ({e})"
             ) from None
 
+        url = "postgresql://" + rest  # the scheme in any case, as the catalog takes it
         check_url(url, WorldError)
         return PostgresLedger.open(url, clock=clock)
     raise with_code(
