@@ -224,3 +224,60 @@ def test_a_latch_record_after_the_first_is_overwritten_in_place(config: HostConf
     path.write_bytes(json.dumps({"robot": "arm", "latched": False}).encode())
     latch.latch("arm")
     assert path.stat().st_size == RECORD_BYTES and latch.latched("arm")
+
+
+def test_a_move_parked_on_a_latched_robot_stays_parked_after_the_resume(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    """A resume lets the robot move again; it decides no parked move. A move parked because
+    its robot was latched (it sent nothing) is reconciled again later, as every Unknown is:
+    once resumed, that reconcile must not confirm it absent and run it by itself, a minute
+    after the user was told it awaits a decision. It stays parked, sending nothing."""
+    from tether.activities import ActivityKey, operation_id_for
+    from tether.adapters.dynamixel.move import DynamixelMoveAdapter
+    from tether.adapters.dynamixel.worker import data_dir_of
+    from tether.families.robot_move.journal import MoveStore
+    from tether.families.robot_move.request import Unknown
+
+    stop_everything(config)
+    outcome = move(config, "m-parked")
+    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "stopped_by_operator")
+    StopLatch(config.state_dir).resume("arm", operator="olga")
+    key = ActivityKey("local", KIND_ABSOLUTE, "m-parked")
+    op = MoveStore(data_dir_of(config) / "robot_move").get(operation_id_for(key))
+    assert op is not None
+    with RobotHost(config) as host:
+        host.connect("arm")
+        before = len(emulator.journal)
+        again = DynamixelMoveAdapter(config, host).reconcile(op, op.request)
+        frames = list(emulator.journal)[before:]
+    assert isinstance(again, Unknown), again
+    assert again.evidence["reason"] == "stopped_by_operator"
+    assert not [e.instruction for e in frames if e.instruction in EFFECTFUL]
+
+
+def test_a_move_parked_standalone_is_decided_through_a_daemon_and_later_moves_settle(
+    emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
+) -> None:
+    """A move parked by a standalone `tether move` (the robot latched), then `tether serve` on
+    the same data dir, as the README says to decide it: the daemon replays the world's
+    intents as the standalone run admitted them, so its own moves are admitted, run once and
+    settle, instead of every later move answering `owner_refused` while it moved the arm."""
+    from _dxl_setup import outcome, run_worker
+
+    stop_everything(config)
+    parked = move(config, "a1")
+    assert (parked["status"], parked["reason"]) == ("awaiting_decision", "stopped_by_operator")
+    path = tmp_path / "host.toml"
+    with daemon(add_serve(path)):
+        resumed = operator(path, "resume", "arm")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        before = len(emulator.journal)
+        done = run_worker(path, activity="a2", joints={"a": 0.2, "b": 0.1})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert outcome(done)["status"] == "done", done.stdout
+        actions = [e for e in list(emulator.journal)[before:] if e.instruction == "action"]
+        assert actions, "the move never ran"
+        listed = operator(path, "--json", "list", secret=None)
+        assert listed.returncode == 0, listed.stderr
+        assert [i["key"].rsplit("/", 1)[1] for i in json.loads(listed.stdout)] == ["a1"]

@@ -647,10 +647,15 @@ class DynamixelMoveAdapter:
                 self._evidence(op, request, robot, goals, state, conclusion.reason, checks),
                 SETTLE_RETRY_MS if settling else 0,
             )
-        if self.host.latched(robot.name):
+        parked = f"parked-{attempt}"
+        if self.host.latched(robot.name) or op.entry.proof(parked) is not None:
             # Stopped by an operator: nothing is sent (the latch refuses it) and the move is
-            # parked, never confirmed absent and retried, until an operator resumes the robot.
+            # parked for an operator's decision. It stays parked after the robot is resumed
+            # (the journal keeps that this attempt was parked): a resume lets the robot move
+            # again, it decides no parked move, so none runs by itself a reconcile later.
+            # An operator's re-issue runs it as a new attempt, which this does not hold.
             reason = "stopped_by_operator"
+            op.entry.record_proof(parked, {"reason": reason, "attempt": attempt})
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
         joints = _joints(state)
         staged = {
