@@ -185,6 +185,25 @@ def test_bad_serve_settings_are_one_line_usage_errors(tmp_path: Path) -> None:
     assert "Traceback" not in open_sse.stderr
 
 
+def test_a_daemon_that_cannot_start_sends_no_frame_to_its_robots(tmp_path: Path) -> None:
+    """Every refusal of `[serve]` (a listener off loopback without TLS, a families factory
+    that fails) and of its stores comes before a port is opened: exit 2, and the servos see
+    not one frame (no connect, no safe-stop at the close), as "nothing written" promises."""
+    with emulator_process(tmp_path) as emu:
+        before = len(emu.journal())
+        for name, extra in (
+            ("console", SERVE + 'console = "0.0.0.0:0"\n'),
+            ("live", SERVE + 'live = "0.0.0.0:0"\n'),
+            ("families", SERVE + 'families = ["json:loads"]\n'),
+        ):
+            (tmp_path / name).mkdir()
+            config = serve_config(tmp_path / name, emu.path, extra=extra)
+            done = tether("serve", "--config", str(config), timeout=60)
+            assert done.returncode == 2, (name, done.stderr)
+            assert "Traceback" not in done.stderr
+            assert emu.journal()[before:] == [], name
+
+
 def test_a_stop_mid_move_is_answered_by_the_daemon_latches_and_the_operator_acts_through_it(
     tmp_path: Path,
 ) -> None:

@@ -372,18 +372,6 @@ class Daemon:
             self.devices.add_handler(op, handler)
         self.devices.serve_control()  # a stop is answered from now on
         log.info("control socket", extra={"socket": self.socket_path, "pid": os.getpid()})
-        for name in self.robots:
-            try:
-                identity = self.devices.connect(name)
-            except (TetherError, OSError) as exc:
-                self.unavailable[name] = f"{type(exc).__name__}: {exc}"
-                log.warning(
-                    "robot unavailable", extra={"robot": name, "error": self.unavailable[name]}
-                )
-                continue
-            log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
-        if self.robots:
-            threading.Thread(target=self._watch_devices, name="tether-devices", daemon=True).start()
         if self.serve.sse is not None:
             host, port = self.serve.sse
             self.stream = RunStream("tether-serve", f"run-{uuid.uuid4().hex[:12]}", StoreState())
@@ -451,6 +439,22 @@ class Daemon:
             host_name=self.serve.host_name or None,  # none: unbound work only
             pause=self.stop_first.wait_clear,  # background work waits while a stop runs
         )
+        # The robots last: every refusal of the configuration, the listeners and the stores
+        # above comes before a port is opened, so a daemon that cannot start sends no frame
+        # (no connect, no safe-stop at its close). A stop meanwhile latches through the
+        # control socket, connecting the robot for it.
+        for name in self.robots:
+            try:
+                identity = self.devices.connect(name)
+            except (TetherError, OSError) as exc:
+                self.unavailable[name] = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "robot unavailable", extra={"robot": name, "error": self.unavailable[name]}
+                )
+                continue
+            log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
+        if self.robots:
+            threading.Thread(target=self._watch_devices, name="tether-devices", daemon=True).start()
         self.runtime.start()
         if self.serve.grpc is not None:
             from tether.serve.grpc_server import mount
