@@ -108,6 +108,21 @@ def test_move_stop_and_operator_on_a_tty_read_in_radians(tmp_path: Path) -> None
         assert (
             piped.returncode == 0 and json.loads(piped.stdout.splitlines()[-1])["status"] == "done"
         )
+        # Piped, a refusal is its JSON document and still its one line on stderr; a usage
+        # error too (the pipe means JSON before the flags are read).
+        for extra in (["--joint", "a=5"], ["--bogus"]):
+            argv = ["move", "--config", config, "--robot", "arm", "--activity", "m3", *extra]
+            refused = subprocess.run(
+                [sys.executable, "-m", "tether", *argv],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert refused.returncode == _exit.USAGE, refused.stderr
+            doc = json.loads(refused.stdout.splitlines()[-1])
+            assert doc["status"] == "refused" and doc["message"], doc
+            line = refused.stderr.strip()
+            assert line.startswith(f"tether move: {doc['code']}: ") and "\n" not in line, line
         code, out = on_a_tty("stop", "--config", config)
         assert code == _exit.OK, out
         assert out.startswith("arm (safe_stop hold, via direct): stopped") and "{" not in out

@@ -167,6 +167,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    # Off a terminal it prints JSON: a usage error is then a document on stdout too.
+    want_json("--json" in argv or not sys.stdout.isatty())
     args = _parser().parse_args(argv)
     as_json = args.json or not sys.stdout.isatty()
     want_json(as_json)  # its refusals are JSON documents too

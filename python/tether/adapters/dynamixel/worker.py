@@ -296,6 +296,14 @@ def _one_line_logs() -> None:
 
 
 def _say_json(doc: dict[str, Any]) -> None:
+    """A document on stdout; a refusal or an error is also its one line on stderr (as every
+    command's is), and carries its `message` and `details` as every refusal document does."""
+    if doc.get("status") in ("refused", "error"):
+        error = str(doc.get("error"))
+        code = doc.get("code")
+        line = error if not code or error.startswith(f"{code}: ") else f"{code}: {error}"
+        print(f"tether move: {line}", file=sys.stderr, flush=True)
+        doc = {**doc, "message": error, "details": doc.get("details") or {}}
     print(json.dumps(doc), flush=True)
 
 
@@ -390,6 +398,8 @@ def main(argv: list[str]) -> int:
         help="JSON lines on stdout: progress, then the outcome, in SI units (default: on off a "
         "TTY; on a TTY a progress line and the outcome in words)",
     )
+    # Off a terminal it prints JSON: a usage error is then a document on stdout too.
+    want_json("--json" in argv or not sys.stdout.isatty())
     args = parser.parse_args(argv)
     _one_line_logs()
     as_json = args.json or not sys.stdout.isatty()
