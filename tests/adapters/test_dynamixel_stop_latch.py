@@ -7,7 +7,9 @@ port) against the emulator thread; the stop goes through the owner's control soc
 
 from __future__ import annotations
 
+import ast
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +23,7 @@ from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
 from tether.adapters.dynamixel.move import read_joints
-from tether.adapters.dynamixel.worker import run_move
+from tether.adapters.dynamixel.worker import data_dir_of, run_move
 from tether.devices.host import stop_everything
 from tether.devices.latch import RECORD_BYTES, MotionStopped, StopLatch
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
@@ -281,3 +283,28 @@ def test_a_move_parked_standalone_is_decided_through_a_daemon_and_later_moves_se
         listed = operator(path, "--json", "list", secret=None)
         assert listed.returncode == 0, listed.stderr
         assert [i["key"].rsplit("/", 1)[1] for i in json.loads(listed.stdout)] == ["a1"]
+    # And back: a standalone move after the daemon stopped replays the daemon's intents as the
+    # daemon admitted them (both bind this host's moves to its name).
+    after = run_worker(path, activity="a3", joints={"a": -0.2, "b": 0.0})
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert outcome(after)["status"] == "done", after.stdout
+    # Read in a process of its own: this one's in-process move left a connection to the file.
+    catalog = data_dir_of(config) / "catalog.db"
+    read = (
+        "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchall())"
+    )
+    rows = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            read,
+            str(catalog),
+            "select activity_id, bound_host from activities",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rows.returncode == 0, rows.stderr
+    hosts = dict(ast.literal_eval(rows.stdout))
+    assert hosts == dict.fromkeys(("a1", "a2", "a3"), socket.gethostname())

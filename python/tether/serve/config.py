@@ -192,6 +192,12 @@ def data_dir_for(config: Any) -> Path:
     return Path(_serve_table(config).text("data_dir", str(Path(config.state_dir) / "moves")))
 
 
+def host_name_for(config: Any) -> str:
+    """The host name a host configuration's moves are bound to: `[serve] host_name`, else the
+    machine's hostname (the daemon's, and a standalone `tether move`'s on its data dir)."""
+    return _serve_table(config).text("host_name", socket.gethostname())
+
+
 def catalog_url_for(config: Any) -> str | None:
     """The catalog URL of a host configuration (`[serve] catalog`), or None: the data dir's
     `catalog.db` (what `tether operator` reads with no daemon, as the daemon does)."""
@@ -206,6 +212,7 @@ __all__ = [
     "ServeConfig",
     "catalog_url_for",
     "data_dir_for",
+    "host_name_for",
     "load_serve",
     "parse_grpc",
     "parse_serve",

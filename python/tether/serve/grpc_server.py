@@ -301,27 +301,15 @@ class _Auth:
         mac = hmac.new(self._key, secret.encode(), hashlib.sha256).digest()
         with self._lock:
             known = self._known.get(mac)
-        if known is None and action == "stop":
-            # A stopper's own credential stops whatever the rate limiter says, as the console's
-            # stop token does: one client guessing tokens from this host's address must not
-            # lock every planner on it out of Stop (argon2id bounds the rate of guesses). Any
-            # other secret takes the rate-limited path below: counted, locked out, and refused
-            # by its role.
-            known = next(
-                (
-                    p
-                    for p in self._authenticator.principals.values()
-                    if p.may("stop") and p.matches(secret)
-                ),
-                None,
-            )
-            if known is not None:
-                self._remember(mac, known)
         if known is None:
             try:
-                known = self._authenticator.authenticate(
-                    secret, roles=ROLES, source=f"net:{peer_address(context.peer())}"
+                # Stop's failures count apart from the other calls' (per address still): every
+                # client on this host shares 127.0.0.1, and one sending stale tokens to other
+                # calls must not lock its planners out of Stop.
+                source = f"net:{peer_address(context.peer())}" + (
+                    ":stop" if action == "stop" else ""
                 )
+                known = self._authenticator.authenticate(secret, roles=ROLES, source=source)
             except CredentialError as exc:
                 if exc.code == "credential_rate_limited":
                     _abort(

@@ -27,6 +27,7 @@ otherwise the robot's stop policy applies on the way out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -203,9 +204,14 @@ def run_move(
     from tether.world import WorldNotFound
 
     check_request(config.robot(request.robot), request)  # before anything is bound or sent
+    from tether.serve.config import host_name_for
+
     data = usable_dir(data_dir_of(config), what="the moves data dir")
+    # Bound to this host as `tether serve` on the data dir binds its moves: a move parked
+    # here is then decided through the daemon (one intent never admitted under two hosts).
+    host_name = host_name_for(config)
     family = robot_move_family(
-        config, store or data / "robot_move", settle_timeout_s=settle_timeout_s
+        config, store or data / "robot_move", settle_timeout_s=settle_timeout_s, host_name=host_name
     )
 
     def listener(event: Any) -> None:
@@ -219,9 +225,18 @@ def run_move(
         timeout_s if timeout_s is not None else 2 * lease_ms / 1000 + 3 * settle_timeout_s + 30
     )
     normal_end = False
-    with Host(
-        data, [family], workers=0, observe=False, lease_ms=lease_ms, progress_listener=listener
-    ) as host:
+    with (
+        Host(
+            data,
+            [family],
+            workers=0,
+            observe=False,
+            lease_ms=lease_ms,
+            progress_listener=listener,
+            host_name=host_name,
+        ) as host,
+        contextlib.ExitStack() as stack,  # closed first: the worker before its Host
+    ):
         try:
             try:
                 host.head(world)
@@ -235,6 +250,7 @@ def run_move(
                     f"activity {activity} of world {world} is another move: {held}"
                 )
             worker = host.new_worker(f"tether-move-{activity}")
+            stack.callback(worker.close)  # its own catalog connection (the caller owns it)
             while True:
                 record = host.get(key)
                 if record is None:  # pragma: no cover - the commit above admitted it

@@ -581,15 +581,10 @@ def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
     daemon's own device host, its operations journal in `<data_dir>/robot_move`, each with its
     submit admission; moves with a `session_id` start through the daemon's sessions."""
     config = cast(HostConfig, ctx.config)
-    # Moves are bound to this host only where hosts share the stores (PostgreSQL: the catalog
-    # and the world go together). On this host's own files nothing else can claim them, and
-    # they are admitted as a standalone `tether move` on the same data dir admits them
-    # (unbound): a move it parked is then decided through the daemon, and the daemon's moves
-    # seen by it, with no admission of one intent under two hosts (a conflict that would stop
-    # the world's projection). On a shared world a move's intent names its host too (another
-    # host may project it).
-    shared = bool(getattr(ctx, "shared_world", False))
-    host_name = str(getattr(ctx, "host_name", "")) if shared else ""
+    # Each move is admitted bound to this host, as a standalone `tether move` on the same
+    # data dir admits it (`tether.serve.config.host_name_for`): one intent is never admitted
+    # under two hosts (a conflict that would stop the world's projection).
+    host_name = str(getattr(ctx, "host_name", ""))
     family = robot_move_family(
         config,
         Path(ctx.data_dir) / "robot_move",
@@ -598,7 +593,11 @@ def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
         host_name=host_name,
         sessions=getattr(ctx, "sessions", None),
     )
-    return [(family, submit_intent(config, host_name))]
+    # On a shared world a move's intent names its host (another host may project it); on
+    # this host's own world the projection binds it here anyway, and an intent stays the
+    # request as `tether move` writes it directly.
+    shared = bool(getattr(ctx, "shared_world", False))
+    return [(family, submit_intent(config, host_name if shared else ""))]
 
 
 #: `tether worker DATA_DIR --families tether.families.robot_move.family:families_from_env` reads
