@@ -152,3 +152,20 @@ def test_a_statement_the_role_may_not_run_is_a_failure_not_an_unreachable_server
     finally:
         with psycopg.connect(pg_base, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {theirs} CASCADE")
+
+
+def test_a_connection_that_broke_mid_command_is_unreachable_not_a_refusal() -> None:
+    """`tether db` tells a statement the server refused (its SQLSTATE: exit 1) from a
+    connection that broke under it (none: the server cannot be reached, exit 7)."""
+    from tether.activities.dbcli import _answered
+    from tether.storage.dbcli import Unreachable
+
+    def failure(cause: BaseException) -> Unreachable:
+        try:
+            raise Unreachable("schema status failed") from cause
+        except Unreachable as e:
+            return e
+
+    assert not _answered(failure(psycopg.OperationalError("server closed the connection")))
+    refused = psycopg.errors.InsufficientPrivilege("permission denied")
+    assert refused.sqlstate == "42501" and _answered(failure(refused))

@@ -352,6 +352,8 @@ def test_a_sqlite_file_of_the_other_store_is_refused_as_such_and_left_unchanged(
         with pytest.raises(SameStoreFile) as info:
             opening(f"sqlite://{path}")
         assert info.value.details == {"path": str(path), "holds": holds}
+    with pytest.raises(SameStoreFile):  # `tether worker --world` checks it, never skips it
+        _check_stores(None, f"sqlite://{catalog}")
     worker = _worker(tmp_path, "--catalog", f"sqlite://{world}")
     assert worker.returncode == _exit.USAGE, worker.stderr
     line = _refusal(worker, "tether worker")

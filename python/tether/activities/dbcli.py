@@ -418,6 +418,13 @@ def _failed(e: BaseException, fail: Callable[..., int]) -> int:
     return fail(EXIT_FAILED, type(e).__name__, "failed", message)
 
 
+def _answered(e: BaseException) -> bool:
+    """Whether the server answered the failed statement (an error with its SQLSTATE), rather
+    than the connection breaking under it (no SQLSTATE: the server cannot be reached)."""
+    cause = e.__cause__
+    return cause is None or getattr(cause, "sqlstate", None) is not None
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `tether db`."""
     want_json("--json" in argv)  # a refusal is then also its JSON document
@@ -455,8 +462,9 @@ def main(argv: list[str]) -> int:
             return fail(EXIT_USAGE, "UsageError", "usage", str(e))
         except schema_cli.Unreachable as e:  # by its code: a refused login is FAILED, ...
             code = getattr(e, "code", None)
-            if not isinstance(code, str):  # the server answered: a statement failed (a right)
+            if not isinstance(code, str) and _answered(e):  # a statement failed (a right)
                 return fail(EXIT_FAILED, type(e).__name__, "failed", str(e).splitlines()[0])
+            code = code if isinstance(code, str) else "unreachable"  # the connection broke
             exit_code = _exit.ERROR_CODES.get(code, EXIT_UNAVAILABLE)
             return fail(exit_code, type(e).__name__, code, str(e).splitlines()[0])
         except (TetherError, OSError, sqlite3.Error) as e:

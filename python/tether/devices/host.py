@@ -60,8 +60,10 @@ class DeviceHost:
         self._server: ControlServer | None = None
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {}
         self._overrides: dict[str, Callable[[dict[str, Any]], Any]] = {}
-        #: Held while a port is opened or dropped (`connect`, `forget_lost`).
-        self._ports = threading.RLock()
+        #: One lock per port, held while it is opened or dropped (`connect`, `forget_lost`):
+        #: a connect that waits on one port's devices holds up no other port.
+        self._port_locks: dict[str, threading.RLock] = {}
+        self._port_locks_guard = threading.Lock()
 
     # --- ownership ---
 
@@ -92,7 +94,7 @@ class DeviceHost:
         robot = self.config.robot(robot_name)
         spec = self.config.spec(robot_name)
         dtype = self.device_type(robot_name)
-        with self._ports:
+        with self._port_lock(spec.port):
             if spec.port not in self.buses:
                 bus = dtype.open_bus(
                     self.config.ports[spec.port],
@@ -107,20 +109,27 @@ class DeviceHost:
         self.serve_control()
         return identity
 
+    def _port_lock(self, port: str) -> threading.RLock:
+        with self._port_locks_guard:
+            return self._port_locks.setdefault(port, threading.RLock())
+
     def forget_lost(self) -> list[str]:
         """Close every port whose adapter went away (`DeviceType.lost`) and disconnect its
         robots, so the next use opens the port anew (a replugged adapter, a restarted
         emulator) and checks the devices again, instead of failing on the dead one for
-        ever. The robots disconnected. Never waits: while another thread opens a port (a
-        connect checking its devices), it drops nothing (a stop must not wait on a connect)."""
+        ever. The robots disconnected. Never waits: a port another thread is opening (a
+        connect checking its devices) is left to it (a stop must not wait on a connect)."""
         dropped: list[str] = []
-        if not self._ports.acquire(blocking=False):
-            return dropped
-        try:
-            for port, bus in list(self.buses.items()):
-                robots = self._robots_on(port)
-                if not robots or not self.device_type(robots[0]).lost(bus):
-                    continue
+        for port, bus in list(self.buses.items()):
+            robots = self._robots_on(port)
+            if not robots or not self.device_type(robots[0]).lost(bus):
+                continue
+            lock = self._port_lock(port)
+            if not lock.acquire(blocking=False):
+                continue
+            try:
+                if port not in self.buses or self.buses[port] is not bus:
+                    continue  # opened anew meanwhile
                 del self.buses[port]
                 try:
                     bus.close()  # releases the port's identity lock
@@ -129,8 +138,8 @@ class DeviceHost:
                 for name in robots:
                     if self.identities.pop(name, None) is not None:
                         dropped.append(name)
-        finally:
-            self._ports.release()
+            finally:
+                lock.release()
         return dropped
 
     def serve_control(self) -> None:

@@ -88,6 +88,9 @@ STOP_FIRST_MAX_WAIT_S = 1.0
 #: How often the daemon looks for robots to reconnect (`Daemon.refresh_devices`): a port whose
 #: adapter went away, or a robot not connected at start, is opened again once it answers.
 DEVICE_POLL_S = 1.0
+#: How long a closing daemon waits for the device watch's connect in flight (a port's open
+#: and its devices' PINGs are bounded by the port's timeouts).
+WATCH_JOIN_S = 10.0
 #: At most this many submits of one world are committed in one tick (`Daemon.submit`).
 SUBMIT_BATCH = 256
 #: The interpreter's thread switch interval while a daemon runs (`sys.setswitchinterval`; the
@@ -237,6 +240,7 @@ class Daemon:
         self.socket_path = serve_socket(self.state_dir)
         self.unavailable: dict[str, str] = {}
         self._devices_done = threading.Event()
+        self._watcher: threading.Thread | None = None
         self.started_at_ms = int(time.time() * 1000)
         self.devices: DeviceHost | None = None
         self.runtime: Host | None = None
@@ -454,7 +458,10 @@ class Daemon:
                 continue
             log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
         if self.robots:
-            threading.Thread(target=self._watch_devices, name="tether-devices", daemon=True).start()
+            self._watcher = threading.Thread(
+                target=self._watch_devices, name="tether-devices", daemon=True
+            )
+            self._watcher.start()
         self.runtime.start()
         if self.serve.grpc is not None:
             from tether.serve.grpc_server import mount
@@ -483,6 +490,8 @@ class Daemon:
         self._closed = True
         reports: list[dict[str, Any]] = []
         self._devices_done.set()  # no reconnect races the shutdown's release of the ports
+        if self._watcher is not None:
+            self._watcher.join(timeout=WATCH_JOIN_S)  # a connect in flight ends first
         try:
             if self.grpc is not None:
                 self.grpc.close()
@@ -994,8 +1003,16 @@ class Daemon:
                 "owner_pid": None,
                 "error": self.unavailable.get(name, "not connected"),
             }
+        identity = devices.identities.get(name)  # the device watch may drop it meanwhile
+        if identity is None:
+            return {
+                **doc,
+                "available": False,
+                "owner_pid": None,
+                "error": self.unavailable.get(name, "not connected"),
+            }
         doc["available"] = True
-        doc["identity"] = devices.identities[name].as_dict()
+        doc["identity"] = identity.as_dict()
         robot = self.config.robot(name)
         try:
             state = devices.device_type(name).read_state(devices._bus(name), robot)
