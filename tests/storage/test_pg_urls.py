@@ -210,3 +210,13 @@ def test_db_status_never_shows_the_password_of_a_url_it_opened(
         assert code == 0, err
         assert "***" in out
         _clean(out + err)
+
+
+def test_where_names_the_schema_of_a_search_path_and_never_a_password() -> None:
+    """Hosts that share one database keep each catalog in a schema of its own: a message
+    names which one (`where`), still without the user's password."""
+    url = f"postgresql://ann:{PW}@127.0.0.1:5432/test?options=-csearch_path%3Dlab_a"
+    assert where(url) == "127.0.0.1:5432/test (search_path lab_a)"
+    spaced = "postgresql://127.0.0.1/test?options=-c%20search_path%3Dlab_b%20-cwork_mem%3D4MB"
+    assert where(spaced) == "127.0.0.1:5432/test (search_path lab_b)"
+    assert where("postgresql://127.0.0.1:5432/test") == "127.0.0.1:5432/test"

@@ -181,7 +181,13 @@ def where(conninfo: str) -> str:
     host = str(params.get("host") or params.get("hostaddr") or "localhost (socket)")
     port = str(params.get("port") or "5432")
     db = str(params.get("dbname") or params.get("user") or "")
-    return scrub(f"{host}:{port}/{db}", conninfo)
+    path = _SEARCH_PATH.search(str(params.get("options") or ""))
+    schema = f" (search_path {path.group(1)})" if path else ""  # several schemas, one database
+    return scrub(f"{host}:{port}/{db}{schema}", conninfo)
+
+
+#: A search path set in libpq's ``options`` (``-csearch_path=X`` or ``-c search_path=X``).
+_SEARCH_PATH = re.compile(r"-c\s*search_path\s*=\s*([^\s]+)")
 
 
 def one_line(error: BaseException) -> str:
