@@ -81,7 +81,7 @@ def one_line(done: subprocess.CompletedProcess[str], prefix: str) -> str:
                 "a=0.1",
             ],
             2,
-            '{"status": "refused", "code": "not_a_directory"',
+            "tether move: not_a_directory:",  # piped: its JSON on stdout, this line on stderr
         ),
     ],
 )
