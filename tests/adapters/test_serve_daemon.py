@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -187,8 +188,8 @@ def test_bad_serve_settings_are_one_line_usage_errors(tmp_path: Path) -> None:
 
 def test_a_daemon_that_cannot_start_sends_no_frame_to_its_robots(tmp_path: Path) -> None:
     """Every refusal of `[serve]` (a listener off loopback without TLS, a families factory
-    that fails) and of its stores comes before a port is opened: exit 2, and the servos see
-    not one frame (no connect, no safe-stop at the close), as "nothing written" promises."""
+    that fails, a taken gRPC port) and of its stores comes before a robot's port is opened:
+    the servos see not one frame (no connect, no safe-stop at the close)."""
     with emulator_process(tmp_path) as emu:
         before = len(emu.journal())
         for name, extra in (
@@ -202,6 +203,17 @@ def test_a_daemon_that_cannot_start_sends_no_frame_to_its_robots(tmp_path: Path)
             assert done.returncode == 2, (name, done.stderr)
             assert "Traceback" not in done.stderr
             assert emu.journal()[before:] == [], name
+        # A gRPC address another listener holds: exit 7, still before any robot's port opens.
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            (tmp_path / "grpc").mkdir()
+            extra = SERVE + f'grpc = "127.0.0.1:{port}"\n'
+            config = serve_config(tmp_path / "grpc", emu.path, extra=extra)
+            done = tether("serve", "--config", str(config), timeout=60)
+        assert done.returncode == 7 and "grpc_unavailable" in done.stderr, done.stderr
+        assert emu.journal()[before:] == []
 
 
 def test_a_stop_mid_move_is_answered_by_the_daemon_latches_and_the_operator_acts_through_it(

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
+import socket
 import sys
 import threading
 import time
@@ -102,6 +104,31 @@ SWITCH_INTERVAL_S = 0.0005
 
 #: The store URL schemes (any case) the catalog and the world ledger take.
 _SCHEMES = ("sqlite", "postgresql", "postgres")
+
+
+def _check_free(host: str, port: int) -> None:
+    """Refuse a gRPC address another listener holds (`grpc_unavailable`) now, before the
+    robots are connected: the server itself is bound only once the runtime runs. Port 0 (any
+    free one) is always free. Bound as the server binds it (SO_REUSEADDR, no SO_REUSEPORT),
+    then released at once."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            return  # anything else is the server's own to report when it binds
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise ServeRefusal(
+            "grpc_unavailable",
+            f"cannot serve gRPC on {target}: address in use",
+            details={"address": target},
+        ) from None
+    finally:
+        probe.close()
 
 
 class ServeRefusal(CodedError):
@@ -347,6 +374,7 @@ class Daemon:
             from tether.serve.grpc_server import listener_policy
 
             listener_policy(self.config, self.serve.grpc)
+            _check_free(*self.serve.grpc)  # it is bound last: a taken port, before any robot
         data = self.data_dir.absolute()
         check_separate_files(  # one SQLite file for both stores: `same_store_file`, exit 2
             self.serve.catalog_url or f"sqlite://{data / 'catalog.db'}",
