@@ -237,6 +237,11 @@ class TlsConfig:
         return context
 
 
+def address_text(host: str, port: int) -> str:
+    """``host:port`` as a listener's address is written: an IPv6 host bracketed."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def is_loopback(host: str) -> bool:
     """Whether binding `host` listens on loopback only (a name counts when every address it
     resolves to is loopback; ``""``, ``0.0.0.0`` and ``::`` are every interface)."""

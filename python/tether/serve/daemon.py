@@ -51,7 +51,7 @@ from typing import Any
 from tether._coded import CodedError
 from tether._crash import crash_point
 from tether._dirs import usable_dir
-from tether._listen import ListenerError
+from tether._listen import ListenerError, address_text
 from tether._priority import stop_priority
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
@@ -121,7 +121,7 @@ def _check_free(host: str, port: int) -> None:
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             return  # anything else is the server's own to report when it binds
-        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        target = address_text(host, port)
         raise ServeRefusal(
             "grpc_unavailable",
             f"cannot serve gRPC on {target}: address in use",

@@ -133,7 +133,7 @@ from tether._config import HostConfigError
 from tether._crash import crash_point
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
-from tether._listen import ListenerError, ListenerPolicy
+from tether._listen import ListenerError, ListenerPolicy, address_text
 from tether.activities import ActivityKey, ActivityRecord
 from tether.devices.credentials import ROLES, CredentialError, Principal, roles_for
 from tether.errors import TetherError
@@ -1386,7 +1386,7 @@ class GrpcServer:
         )
         reflection.enable_server_reflection(names, self.server)
         host, port = address
-        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        target = address_text(host, port)
         try:
             if policy.tls is not None:
                 key, cert = policy.tls.pem()

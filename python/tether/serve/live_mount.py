@@ -55,6 +55,7 @@ from urllib.parse import urlsplit
 
 from tether._coded import CodedError
 from tether._config import HostConfigError, Table
+from tether._listen import address_text
 
 if TYPE_CHECKING:
     from tether.activities import ActivityKey, ActivityRecord
@@ -336,7 +337,7 @@ class LiveMount:
                 ssl=self.policy.ssl_context,
             )
         except OSError as exc:
-            shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            shown = address_text(host, port)
             raise LiveMountError(
                 "live_unavailable",
                 f"cannot serve the live endpoint on {shown}: {exc.strerror or exc}",
