@@ -181,6 +181,12 @@ def error_fields(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
     )
 
 
+def coded_line(code: str | None, text: str) -> str:
+    """A refusal's line naming its stable ``code``: ``code: text``, unless ``text`` already
+    starts with it (or there is no code)."""
+    return text if not code or text.startswith(f"{code}: ") else f"{code}: {text}"
+
+
 def error_line(prog: str, exc: BaseException, suffix: str = "") -> None:
     """An expected error as one line on stderr, `PROG: code: message` (and its JSON document
     when JSON was asked for); with `--debug` (or `TETHER_DEBUG=1`) its traceback first."""
@@ -188,8 +194,8 @@ def error_line(prog: str, exc: BaseException, suffix: str = "") -> None:
         traceback.print_exception(exc)
     code, message, details = error_fields(exc)
     text = (str(exc).splitlines() or [type(exc).__name__])[0]
-    if code != type(exc).__name__ and not text.startswith(f"{code}: "):
-        text = f"{code}: {text}"  # a stable code the error's own text does not name yet
+    if code != type(exc).__name__:
+        text = coded_line(code, text)
     refuse(
         prog,
         code,

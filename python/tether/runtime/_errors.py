@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from tether._core import TetherError
+from tether.storage._errors import with_code
+
+_T = TypeVar("_T")
 
 
 class ActivityRuntimeError(TetherError):
@@ -11,6 +17,23 @@ class ActivityRuntimeError(TetherError):
 
 class FamilyError(ActivityRuntimeError):
     """A family is registered wrongly or broke its contract (bad request, staging or writes)."""
+
+
+def bad_families(message: str) -> FamilyError:
+    """A families factory that cannot serve: a `FamilyError` with the code ``bad_families``
+    (a configuration error, `tether._exit.USAGE`), from `tether serve` and `tether worker`."""
+    return with_code(FamilyError(message), "bad_families")
+
+
+def call_factory(where: str, call: Callable[[], _T]) -> _T:
+    """``call()`` of a families factory named by ``where``: a failure of the factory's own
+    (anything but a Tether error) is `bad_families` naming it, never an internal error."""
+    try:
+        return call()
+    except TetherError:
+        raise
+    except Exception as exc:
+        raise bad_families(f"{where} failed: {type(exc).__name__}: {exc}") from exc
 
 
 class ProjectionConflict(FamilyError):

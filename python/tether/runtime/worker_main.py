@@ -40,7 +40,7 @@ from tether.activities import MAX_LEASE_MS, Catalog, ResultRef
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.errors import TetherError
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore, shared_for
-from tether.runtime._errors import FamilyError
+from tether.runtime._errors import bad_families, call_factory
 from tether.runtime._family import (
     Adapter,
     AttemptContext,
@@ -53,7 +53,7 @@ from tether.runtime._family import (
 )
 from tether.runtime._pool import WorkerPool
 from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
-from tether.storage._errors import SameStoreFile, with_code
+from tether.storage._errors import SameStoreFile
 from tether.storage._urls import check_separate_files
 
 log = logging.getLogger("tether.runtime.worker")
@@ -75,12 +75,10 @@ def load_factory(spec: str) -> FamiliesFactory:
     """Import `module:function`."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise with_code(
-            FamilyError(f"--families must look like module:function, not {spec!r}"), "bad_families"
-        )
+        raise bad_families(f"--families must look like module:function, not {spec!r}")
     factory = getattr(importlib.import_module(module_name), attr, None)
     if not callable(factory):
-        raise with_code(FamilyError(f"{spec!r} is not a callable"), "bad_families")
+        raise bad_families(f"{spec!r} is not a callable")
     return cast(FamiliesFactory, factory)
 
 
@@ -285,19 +283,9 @@ def main(argv: list[str]) -> int:
         return _exit.USAGE
     try:
         factory = load_factory(args.families)
-        try:
-            families = list(factory(args.data_dir))
-        except TetherError:
-            raise
-        except Exception as e:  # the factory's own failure: the families, never a bug here
-            raise with_code(
-                FamilyError(f"{args.families} failed: {type(e).__name__}: {e}"), "bad_families"
-            ) from e
+        families = call_factory(args.families, lambda: list(factory(args.data_dir)))
         if not families or not all(isinstance(f, Family) for f in families):
-            raise with_code(
-                FamilyError(f"{args.families} must return a non-empty list of Family"),
-                "bad_families",
-            )
+            raise bad_families(f"{args.families} must return a non-empty list of Family")
     except (ImportError, TetherError) as e:
         error_line("tether worker", e)
         return _exit.for_error(e, default=_exit.USAGE)

@@ -68,6 +68,7 @@ from tether.serve.families import ServeContext, Served, load, load_items
 from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.serve.sessions import Sessions
+from tether.storage import BACKENDS
 from tether.storage._host_claim import HostClaim, HostNameTaken, is_shared
 from tether.storage._urls import check_separate_files, postgres_url, redact
 from tether.world import ComponentWrite, WorldNotFound
@@ -100,10 +101,6 @@ SUBMIT_BATCH = 256
 #: thread to give up the interpreter, up to this long: a stop's RPC thread, and every
 #: hand-off between RPC threads, would wait 5 ms behind each busy thread.
 SWITCH_INTERVAL_S = 0.0005
-
-
-#: The store URL schemes (any case) the catalog and the world ledger take.
-_SCHEMES = ("sqlite", "postgresql", "postgres")
 
 
 def _check_free(host: str, port: int) -> None:
@@ -349,7 +346,7 @@ class Daemon:
         own."""
         for what, url in (("catalog", self.serve.catalog_url), ("world", self.serve.world_url)):
             scheme, sep, _ = (url or "").partition("://")
-            if url is not None and (not sep or scheme.lower() not in _SCHEMES):
+            if url is not None and (not sep or scheme.lower() not in BACKENDS):
                 raise ServeRefusal(  # a typo in the scheme is no file of this host
                     "bad_url",
                     f"unsupported {what} URL {redact(url)!r}; use sqlite:///abs/path.db or"
@@ -476,15 +473,10 @@ class Daemon:
         # (no connect, no safe-stop at its close). A stop meanwhile latches through the
         # control socket, connecting the robot for it.
         for name in self.robots:
-            try:
-                identity = self.devices.connect(name)
-            except (TetherError, OSError) as exc:
-                self.unavailable[name] = f"{type(exc).__name__}: {exc}"
+            if not self._connect(name):
                 log.warning(
                     "robot unavailable", extra={"robot": name, "error": self.unavailable[name]}
                 )
-                continue
-            log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
         if self.robots:
             self._watcher = threading.Thread(
                 target=self._watch_devices, name="tether-devices", daemon=True
@@ -659,15 +651,21 @@ class Daemon:
         if not reconnect:
             return
         for name in self.robots:
-            if name in devices.identities or self._devices_done.is_set():
-                continue
-            try:
-                identity = devices.connect(name)
-            except (TetherError, OSError) as exc:
-                self.unavailable[name] = f"{type(exc).__name__}: {exc}"
-                continue
-            self.unavailable.pop(name, None)
-            log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
+            if name not in devices.identities and not self._devices_done.is_set():
+                self._connect(name)  # a robot still away: recorded, not logged every second
+
+    def _connect(self, name: str) -> bool:
+        """Connect a robot (`DeviceHost.connect`: a connect only reads); whether it answered.
+        One that did not is listed `unavailable` with its error."""
+        assert self.devices is not None
+        try:
+            identity = self.devices.connect(name)
+        except (TetherError, OSError) as exc:
+            self.unavailable[name] = f"{type(exc).__name__}: {exc}"
+            return False
+        self.unavailable.pop(name, None)
+        log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
+        return True
 
     def _watch_devices(self) -> None:
         while not self._devices_done.wait(DEVICE_POLL_S):
@@ -1024,14 +1022,7 @@ class Daemon:
             "latched": devices.latched(name),
             "safe_stop": self.config.spec(name).safe_stop,
         }
-        if name not in devices.identities:
-            return {
-                **doc,
-                "available": False,
-                "owner_pid": None,
-                "error": self.unavailable.get(name, "not connected"),
-            }
-        identity = devices.identities.get(name)  # the device watch may drop it meanwhile
+        identity = devices.identities.get(name)  # one read: the device watch may drop it
         if identity is None:
             return {
                 **doc,

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.errors import TetherError
-from tether.runtime import Family, FamilyError
-from tether.storage._errors import with_code
+from tether.runtime import Family
+from tether.runtime._errors import bad_families, call_factory
 from tether.world import ComponentWrite
 
 Submit = Callable[[str, str, dict[str, Any]], ComponentWrite]
@@ -60,26 +59,14 @@ def load(spec: str, ctx: ServeContext) -> list[Served]:
     """Import and call the factory `module:function`; its families."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise with_code(
-            FamilyError(f"serve.families: {spec!r} is not module:function"), "bad_families"
-        )
+        raise bad_families(f"serve.families: {spec!r} is not module:function")
     try:
         factory = getattr(importlib.import_module(module_name), attr, None)
     except ImportError as exc:
-        raise with_code(
-            FamilyError(f"serve.families: cannot import {module_name}: {exc}"), "bad_families"
-        ) from None
+        raise bad_families(f"serve.families: cannot import {module_name}: {exc}") from None
     if not callable(factory):
-        raise with_code(FamilyError(f"serve.families: {spec!r} is not a callable"), "bad_families")
-    try:
-        return load_items(factory(ctx), spec)
-    except TetherError:
-        raise
-    except Exception as exc:  # the factory's own failure: the configuration, never a bug here
-        raise with_code(
-            FamilyError(f"serve.families: {spec} failed: {type(exc).__name__}: {exc}"),
-            "bad_families",
-        ) from exc
+        raise bad_families(f"serve.families: {spec!r} is not a callable")
+    return call_factory(f"serve.families: {spec}", lambda: load_items(factory(ctx), spec))
 
 
 def load_items(items: Sequence[Any], spec: str) -> list[Served]:
@@ -91,10 +78,7 @@ def load_items(items: Sequence[Any], spec: str) -> list[Served]:
         elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Family):
             out.append(Served(item[0], item[1]))
         else:
-            raise with_code(
-                FamilyError(f"serve.families: {spec} returned {type(item).__name__}"),
-                "bad_families",
-            )
+            raise bad_families(f"serve.families: {spec} returned {type(item).__name__}")
     return out
 
 

@@ -1299,18 +1299,17 @@ def _device_stop(daemon: Any, report: dict[str, Any]) -> pb.DeviceStop:
     and `hardware_error` names as read back after the stop) on the wire."""
     name = str(report.get("robot") or report.get("device") or "")
     out = pb.DeviceStop(device=name, ok=bool(report.get("ok")))
-    for j in report.get("joints") or []:
-        if isinstance(j, dict):
-            present = j.get("present")
-            out.joints.append(
-                pb.JointStop(
-                    joint=str(j.get("joint") or j.get("name") or ""),
-                    state=str(j.get("state") or ""),
-                    position_rad=float(present) if isinstance(present, int | float) else 0.0,
-                    hardware_errors=[str(e) for e in j.get("hardware_error") or []],
-                )
-            )
     joints = [j for j in report.get("joints") or [] if isinstance(j, dict)]
+    for j in joints:
+        present = j.get("present")
+        out.joints.append(
+            pb.JointStop(
+                joint=str(j.get("joint") or j.get("name") or ""),
+                state=str(j.get("state") or ""),
+                position_rad=float(present) if isinstance(present, int | float) else 0.0,
+                hardware_errors=[str(e) for e in j.get("hardware_error") or []],
+            )
+        )
     lost = [str(j["error"]) for j in joints if j.get("state") == "unknown" and j.get("error")]
     if report.get("error"):
         out.error.code = "device_unreachable"

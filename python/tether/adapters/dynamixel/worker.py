@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, want_json
+from tether._args import Parser, coded_line, want_json
 from tether._dirs import usable_dir
 from tether.activities import ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
@@ -316,9 +316,7 @@ def _say_json(doc: dict[str, Any]) -> None:
     command's is), and carries its `message` and `details` as every refusal document does."""
     if doc.get("status") in ("refused", "error"):
         error = str(doc.get("error"))
-        code = doc.get("code")
-        line = error if not code or error.startswith(f"{code}: ") else f"{code}: {error}"
-        print(f"tether move: {line}", file=sys.stderr, flush=True)
+        print(f"tether move: {coded_line(doc.get('code'), error)}", file=sys.stderr, flush=True)
         doc = {**doc, "message": error, "details": doc.get("details") or {}}
     print(json.dumps(doc), flush=True)
 
