@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import socket
 import subprocess
 import sys
 import uuid
@@ -126,6 +127,17 @@ def _variant(url: str, *, user: str | None = None, database: str | None = None) 
             'connection to server at "db", port 5432 failed: FATAL:  database "x" does not exist',
             "no_such_database",
         ),
+        # A Unix socket that is not there, or whose server is gone: reported at once.
+        (
+            'connection is bad: connection to server on socket "/run/postgresql/.s.PGSQL.5999"'
+            " failed: No such file or directory",
+            "unreachable",
+        ),
+        (
+            'connection is bad: connection to server on socket "/tmp/s/.s.PGSQL.5432" failed:'
+            " Connection refused",
+            "unreachable",
+        ),
         ('connection is bad: invalid sslmode value: "bogus"', "bad_url"),
         ('connection is bad: invalid port number: "99999"', "bad_url"),
         ("bad value for connect_timeout: 'abc'", "bad_url"),
@@ -166,6 +178,24 @@ def test_serve_on_a_server_that_cannot_be_reached_exits_unavailable(
     assert debugged.returncode == _exit.UNAVAILABLE
     assert "Traceback" in debugged.stderr and SECRET not in debugged.stderr
     assert debugged.stderr.splitlines()[-1].startswith("tether db: unreachable: ")
+
+
+def test_a_unix_socket_with_no_server_behind_it_is_unreachable(tmp_path: Path) -> None:
+    """A local server that is down (its socket missing, or left behind by a dead server) is
+    `unreachable` (exit 7, worth retrying), not a bad URL."""
+    stale = tmp_path / "sock"
+    stale.mkdir()
+    listener = socket.socket(socket.AF_UNIX)  # a socket file nobody accepts on
+    listener.bind(str(stale / ".s.PGSQL.5432"))
+    listener.close()
+    for directory, port in ((tmp_path / "none", "5999"), (stale, "5432")):
+        url = f"postgresql:///test?host={directory}&port={port}&user=ann"
+        status = _run("db", "status", url, "--json")
+        assert status.returncode == _exit.UNAVAILABLE, status.stderr
+        assert _json(status)["code"] == "unreachable"
+        worker = _worker(tmp_path, "--catalog", url, "--world", url)
+        assert worker.returncode == _exit.UNAVAILABLE, worker.stderr
+        assert _refusal(worker, "tether worker").startswith("tether worker: unreachable: ")
 
 
 def test_a_schema_the_server_does_not_have_is_named_and_nothing_is_created(

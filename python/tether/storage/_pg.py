@@ -79,6 +79,9 @@ _CONNECT_FAILURES = (
         ),
     ),
     ("no_such_database", re.compile(r'database ".*" does not exist')),
+    # A server that did not answer at all: the driver reports a Unix socket's refusal at once
+    # ("connection is bad: ..."), which is not a fault of the URL.
+    ("unreachable", re.compile(r"connection to server (?:on socket|at) .* failed: (?!FATAL)")),
     (
         "bad_url",
         re.compile(
