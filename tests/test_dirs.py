@@ -165,3 +165,41 @@ def test_tether_stop_refuses_a_state_dir_another_user_pre_created(tmp_path: Path
     assert len(lines) == 1 and "Traceback" not in run.stderr
     assert str(state) in lines[0] and "owned by uid 65534" in lines[0]
     assert not (state / "latches").exists()
+
+
+@pytest.mark.parametrize("case", ["loose", "symlink", "foreign", "file"])
+def test_tether_worker_checks_its_data_dir_as_serve_does(tmp_path: Path, case: str) -> None:
+    """`tether worker DATA_DIR` refuses a data dir another user could control (or a file) in
+    one line, exit 2, before its families or stores make anything in it."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    data = tmp_path / "data"
+    expected = {
+        "loose": "insecure_directory",
+        "symlink": "symlinked_directory",
+        "foreign": "foreign_directory",
+        "file": "not_a_directory",
+    }[case]
+    if case == "loose":
+        data.mkdir()
+        data.chmod(0o777)
+    elif case == "symlink":
+        data.symlink_to(real)
+    elif case == "foreign":
+        data.mkdir(mode=0o700)
+        os.chown(data, NOBODY, NOBODY)
+    else:
+        data.write_text("")
+    run = subprocess.run(
+        [sys.executable, "-m", "tether", "worker", str(data), "--families", "no_such_mod:f"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    assert lines[0].startswith(f"tether worker: {expected}: "), lines[0]
+    assert str(data) in lines[0]
+    made = list(real.iterdir()) + (list(data.iterdir()) if data.is_dir() else [])
+    assert made == [], made

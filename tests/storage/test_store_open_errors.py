@@ -219,10 +219,14 @@ def test_a_schema_the_server_does_not_have_is_named_and_nothing_is_created(
         url = schema_url(pg_base, empty)
         pruned = _run("db", "prune", "--catalog", url, "--older-than", "1d", "--dry-run")
         assert pruned.returncode == _exit.USAGE and "holds no Tether catalog" in pruned.stderr
-        # A worker only checks the world: one not made yet is not made by it.
+        # A worker only checks the world: one not made yet is not made by it, also where the
+        # catalog shares its schema (the usual one-database setup).
         _check_stores(None, url)
         status = _run("db", "status", url, "--json")
         assert json.loads(status.stdout)["stores"] == [], status.stdout
+        _check_stores(url, url)
+        status = _run("db", "status", url, "--json")
+        assert [s["store"] for s in json.loads(status.stdout)["stores"]] == ["catalog"]
     finally:
         with psycopg.connect(pg_base, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {empty} CASCADE")

@@ -35,6 +35,7 @@ from typing import Any, cast
 
 from tether import _exit
 from tether._args import Parser, error_line
+from tether._dirs import DataDirError, usable_dir
 from tether._proc import wait_for_signal
 from tether.activities import MAX_LEASE_MS, Catalog, ResultRef
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
@@ -199,8 +200,13 @@ def _check_stores(catalog_url: str | None, world_url: str | None) -> None:
         from tether.storage import dbcli
         from tether.world import open_ledger
 
+        from tether.storage._urls import postgres_url
+
         try:  # workers never write the world: one not made yet is not made here either
-            if not dbcli.status(world_url):  # (a file of the other store: its open refuses it)
+            found = {s.store for s in dbcli.status(world_url)}
+            # On PostgreSQL the catalog may share its database and schema: no world yet. A
+            # SQLite file holding the catalog is the other store's, which the open refuses.
+            if "world" not in found and (not found or postgres_url(world_url) is not None):
                 return
         except dbcli.UrlError:
             pass  # the ledger's own open says what is wrong with the URL
@@ -281,6 +287,11 @@ def main(argv: list[str]) -> int:
     except SameStoreFile as e:
         error_line("tether worker", e)
         return _exit.USAGE
+    try:  # private to this user, as `tether serve`'s: checked before anything is made in it
+        args.data_dir = usable_dir(args.data_dir, what="worker data_dir")
+    except DataDirError as e:
+        error_line("tether worker", e)
+        return _exit.for_error(e, default=_exit.USAGE)
     try:
         factory = load_factory(args.families)
         families = call_factory(args.families, lambda: list(factory(args.data_dir)))
