@@ -45,6 +45,10 @@ def test_every_key_is_read() -> None:
         ({"workers": True}, "wrong_type"),
         ({"families": ["no-colon"]}, "bad_families"),
         ({"lease_ms": 0}, "bad_lease"),
+        # An empty store URL (a template's unset variable) is never the data dir's own file.
+        ({"catalog": ""}, "bad_store_url"),
+        ({"world": "  "}, "bad_store_url"),
+        ({"catalog": "postgresql://db/t", "world": ""}, "bad_store_url"),
     ],
 )
 def test_a_bad_setting_is_a_coded_error(raw: dict[str, object], code: str) -> None:
@@ -95,3 +99,25 @@ def test_status_reads_the_config_as_strictly_as_the_daemon(tmp_path: Path) -> No
     assert done.returncode == 2, done.stderr
     assert "unknown_key" in done.stderr and "did you mean `workers`?" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["serve", "worker"])
+@pytest.mark.parametrize("flag", ["--catalog", "--world"])
+def test_an_empty_store_flag_is_a_usage_error(tmp_path: Path, command: str, flag: str) -> None:
+    """`--catalog ""` (an unset shell variable) is refused, exit 2, never read as absent."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "host.toml"
+    config.write_text(f'[serve]\ndata_dir = "{tmp_path / "data"}"\nfamilies = ["x:y"]\n')
+    argv = ["serve", "--config", str(config)] if command == "serve" else ["worker", str(tmp_path)]
+    argv += ["--families", "x:y"] if command == "worker" else []
+    run = subprocess.run(
+        [sys.executable, "-m", "tether", *argv, flag, ""],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    assert f"{flag} is empty" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "data").exists() and not (tmp_path / "catalog.db").exists()

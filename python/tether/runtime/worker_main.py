@@ -282,6 +282,9 @@ def main(argv: list[str]) -> int:
         p.error(f"--fallback-poll-s must be at least {MIN_FALLBACK_S:g}")
     if args.sse_port is not None and not 0 <= args.sse_port <= 65535:
         p.error("--sse-port must be in [0, 65535]")
+    for flag, url in (("--catalog", args.catalog), ("--world", args.world)):
+        if url is not None and not url.strip():  # never read as the data dir's own store
+            p.error(f"{flag} is empty: give the store's URL, or leave the flag out")
     try:  # one SQLite file for both stores: refused before the families make anything
         check_separate_files(args.catalog, args.world)
     except SameStoreFile as e:

@@ -90,6 +90,9 @@ def main(argv: list[str]) -> int:
     )
     _log.add_arguments(parser)
     args = parser.parse_args(argv)
+    for flag, url in (("--catalog", args.catalog), ("--world", args.world)):
+        if url is not None and not url.strip():  # never read as absent: see `bad_store_url`
+            parser.error(f"{flag} is empty: give the store's URL, or leave the flag out")
     _log.setup(args.log_format, level=args.log_level)
     as_json = args.json or not sys.stdout.isatty()
     want_json(as_json)  # its refusals are JSON documents too

@@ -77,6 +77,7 @@ CODES: Final = (
     "bad_families",
     "bad_host_name",
     "bad_grpc",
+    "bad_store_url",
     *LIVE_CODES,
 )
 
@@ -107,6 +108,21 @@ class ServeConfig:
 
 def _error(code: str, message: str, **details: Any) -> HostConfigError:
     return HostConfigError(code, message, details=details)
+
+
+def _store_url(table: Table, key: str) -> str | None:
+    """`[serve] catalog` or `world`: None when absent (the data dir's SQLite file). An empty
+    value (a template's unset variable, say) is refused, never read as absent: a host would
+    otherwise run on a store of its own instead of the shared one."""
+    url = table.optional_text(key)
+    if url is not None and not url.strip():
+        raise _error(
+            "bad_store_url",
+            f"serve.{key} is empty: give the store's URL, or leave the key out for the data"
+            f" dir's own {key} file",
+            key=f"serve.{key}",
+        )
+    return url
 
 
 def parse_sse(text: str, where: str = "serve.sse") -> tuple[str, int] | None:
@@ -148,8 +164,7 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     console = parse_console(table)
     live, live_origins = parse_live(table)
     grpc = parse_grpc(table.text("grpc", "off"))
-    catalog = table.text("catalog", "") or None
-    world = table.text("world", "") or None
+    catalog, world = _store_url(table, "catalog"), _store_url(table, "world")
     host_name = table.text("host_name", socket.gethostname())
     if not host_name or len(host_name.encode()) > 512:
         raise _error(
@@ -201,7 +216,7 @@ def host_name_for(config: Any) -> str:
 def catalog_url_for(config: Any) -> str | None:
     """The catalog URL of a host configuration (`[serve] catalog`), or None: the data dir's
     `catalog.db` (what `tether operator` reads with no daemon, as the daemon does)."""
-    return _serve_table(config).text("catalog", "") or None
+    return _store_url(_serve_table(config), "catalog")
 
 
 __all__ = [
