@@ -107,6 +107,7 @@ def test_help_names_every_flags_default(
     checked = 0
     for parser in parsers:
         text = " ".join(parser.format_help().split())
+        assert "(required) (required)" not in text, parser.prog  # said once
         for action in parser._actions:
             if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
                 continue

@@ -96,7 +96,7 @@ class HelpFormatter(argparse.HelpFormatter):
                 return f"{text} (default: {_shown(action.default)})".strip()
             return text
         if action.required:
-            return f"{text} (required)".strip()
+            return text if "(required)" in text else f"{text} (required)".strip()
         shown = _shown(action.default).replace("%", "%%")
         return f"{text} (default: {shown})".strip()
 
