@@ -88,7 +88,10 @@ ERROR_CODES: Final[dict[str, int]] = {
     # A server that was reached refused the login; another process kept a store's migration
     # lock past the wait (`tether.storage._pg_schema.MIGRATION_LOCK_TIMEOUT_MS`).
     # A role that may not read the clock the catalog's leases run on (`clock_unavailable`).
-    **dict.fromkeys(("login_refused", "migration_lock_timeout", "clock_unavailable"), FAILED),
+    # A search path naming a schema the role may not use (`schema_denied`).
+    **dict.fromkeys(
+        ("login_refused", "migration_lock_timeout", "clock_unavailable", "schema_denied"), FAILED
+    ),
     **dict.fromkeys(
         (
             "usage",

@@ -130,6 +130,7 @@ _LAZY: dict[str, str] = {
             "MigrationLockTimeout",
             "NoSuchSchema",
             "SameStoreFile",
+            "SchemaDenied",
             "SchemaOutdated",
         ),
         "tether.storage._errors",
@@ -154,6 +155,7 @@ if TYPE_CHECKING:
     from tether.storage._errors import MigrationLockTimeout as MigrationLockTimeout
     from tether.storage._errors import NoSuchSchema as NoSuchSchema
     from tether.storage._errors import SameStoreFile as SameStoreFile
+    from tether.storage._errors import SchemaDenied as SchemaDenied
     from tether.storage._errors import SchemaOutdated as SchemaOutdated
     from tether.runtime._errors import (
         ActivityRuntimeError as ActivityRuntimeError,

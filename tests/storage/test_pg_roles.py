@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from tether import _exit
 from tether.activities import Catalog
-from tether.errors import CatalogStorageError
+from tether.errors import CatalogStorageError, SchemaDenied
 from tether.testing._postgres import schema_url
 from tether.world import open_ledger
 
@@ -169,3 +169,53 @@ def test_a_connection_that_broke_mid_command_is_unreachable_not_a_refusal() -> N
     assert not _answered(failure(psycopg.OperationalError("server closed the connection")))
     refused = psycopg.errors.InsufficientPrivilege("permission denied")
     assert refused.sqlstate == "42501" and _answered(failure(refused))
+
+
+def test_stores_in_a_schema_the_role_may_not_use_are_refused_never_missing(
+    pg_base: str, role_url: tuple[str, str]
+) -> None:
+    """A search path naming a schema the role has no USAGE on hides its stores from the role:
+    `schema_denied` (exit 1, the server refused) from `tether db` and every open, never "no
+    Tether store" (exit 0) nor advice to create a schema that exists."""
+    url, name = role_url
+    other = "tether_hidden_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_base, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {other}")
+    hidden = url.replace(f"search_path%3D{name}", f"search_path%3D{other}")
+    assert hidden != url
+    try:
+        Catalog.open(schema_url(pg_base, other)).close()  # the stores are there
+        open_ledger(schema_url(pg_base, other)).close()
+        with pytest.raises(SchemaDenied, match=other) as info:
+            Catalog.open(hidden)
+        assert info.value.code == "schema_denied"
+        for argv in (["status", hidden, "--json"], ["upgrade", hidden, "--json"]):
+            done = subprocess.run(
+                [sys.executable, "-m", "tether", "db", *argv],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == _exit.FAILED, (argv, done.stdout, done.stderr)
+            assert json.loads(done.stdout or done.stderr)["code"] == "schema_denied", done
+        missing = url.replace(f"search_path%3D{name}", "search_path%3Dtether_no_such_x")
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", "db", "status", missing, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == _exit.USAGE, (done.stdout, done.stderr)
+        assert json.loads(done.stdout or done.stderr)["code"] == "no_such_schema"
+        plain = subprocess.run(
+            [sys.executable, "-m", "tether", "db", "status", missing],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # one line: its code, then the message (not the class's name again)
+        assert plain.stderr.startswith("tether db: no_such_schema: the search path at "), plain
+        assert plain.stderr.count("\n") == 1 and "(search_path tether_no_such_x)" in plain.stderr
+        assert plain.stderr.count("tether_no_such_x") == 1, plain.stderr
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {other} CASCADE")

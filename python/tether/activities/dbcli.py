@@ -412,7 +412,8 @@ def _failed(e: BaseException, fail: Callable[..., int]) -> int:
         code = storage_failure(e)
     coded = isinstance(getattr(e, "code", None), str)
     _, text, details = error_fields(e) if coded else ("", str(e), {})
-    message = f"{type(e).__name__}: {text}".splitlines()[0]  # the code is the line's own
+    # A coded error's line names its code (the JSON also its class): the class is not repeated.
+    message = (text if coded else f"{type(e).__name__}: {text}").splitlines()[0]
     if isinstance(code, str) and (code in _exit.ERROR_CODES or exit_code == _exit.STORAGE_IO):
         return fail(exit_code, type(e).__name__, code, message, details)
     return fail(EXIT_FAILED, type(e).__name__, "failed", message)

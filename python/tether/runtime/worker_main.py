@@ -63,10 +63,11 @@ FamiliesFactory = Callable[[Path], Sequence[Family]]
 #: The codes `tether worker` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (_exit.OK, _exit.FAILED, _exit.USAGE, _exit.STORE_UNUSABLE, _exit.UNAVAILABLE)
 _EPILOG = (
-    "exit codes: 0 stopped on a signal; 1 the server refuses the login (`login_refused`); 2 "
-    "usage, the families, a bad store URL or a database the server does not have (`bad_url`, "
-    "`no_such_database`), the catalog and the world ledger in one SQLite file "
-    "(`same_store_file`); 5 a store that cannot be used (an older schema, `migration_needed`: "
+    "exit codes: 0 stopped on a signal; 1 the server refuses the login (`login_refused`), "
+    "the catalog's clock (`clock_unavailable`) or the schema (`schema_denied`); 2 usage, the "
+    "families, a data dir another user could control, a bad store URL or a database or schema "
+    "the server does not have (`bad_url`, `no_such_database`, `no_such_schema`), the catalog "
+    "and the world ledger in one SQLite file (`same_store_file`); 5 a store that cannot be used (an older schema, `migration_needed`: "
     "`tether db upgrade`); 7 a server that cannot be reached (`unreachable`) "
     "(see `tether --help`)."
 )

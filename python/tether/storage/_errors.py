@@ -94,6 +94,13 @@ class NoSuchSchema(CodedError):
     details: ``search_path``."""
 
 
+class SchemaDenied(CodedError):
+    """The URL's search path names a schema this role may not use (no USAGE): its stores are
+    invisible to the role, so it can neither read them nor tell that none are there (the
+    server refused: grant the right or use another role). Code ``schema_denied``; details:
+    ``search_path`` and ``schemas``."""
+
+
 class SameStoreFile(CodedError):
     """The catalog and the world ledger were given one SQLite file: a SQLite file holds one
     store. Refused before either is opened (a usage error). Code ``same_store_file``; details:

@@ -43,7 +43,12 @@ from typing import Any
 import psycopg
 
 from tether._core import CatalogStorageError, catalog_columns, catalog_derive_row
-from tether.storage._errors import MigrationLockTimeout, NoSuchSchema, SchemaOutdated
+from tether.storage._errors import (
+    MigrationLockTimeout,
+    NoSuchSchema,
+    SchemaDenied,
+    SchemaOutdated,
+)
 
 VERSION_TABLE = (
     "CREATE TABLE IF NOT EXISTS tether_schema_version"
@@ -348,6 +353,44 @@ def lock_upgrades(cur: psycopg.Cursor[Any], where: str) -> None:
     _wait_for_locks(cur, "pg_advisory_lock", (UPGRADE_KEY,), "stores", where)
 
 
+def check_search_path(cur: psycopg.Cursor[Any], where: str) -> None:
+    """Refuse a search path under which no store can be read or made: one naming no schema
+    the server has (`NoSuchSchema`, code ``no_such_schema``), or naming one this role may
+    not use (`SchemaDenied`, code ``schema_denied``: the stores in it are invisible to the
+    role, never "none there")."""
+    row = cur.execute("SELECT current_schema(), current_setting('search_path')").fetchone()
+    if row is not None and row[0] is not None:
+        return
+    path = "" if row is None else str(row[1])
+    if "(search_path " not in where:  # `where` names a search path set in the URL
+        where = f"{where} (search_path {path})"
+    denied = [
+        name
+        for (name,) in cur.execute(
+            "SELECT n.nspname FROM pg_namespace AS n"
+            " WHERE NOT has_schema_privilege(n.oid, 'USAGE') AND n.nspname = ANY("
+            "  SELECT CASE WHEN s = '\"$user\"' THEN current_user::text ELSE btrim(s, '\"') END"
+            "  FROM unnest(string_to_array(replace(current_setting('search_path'), ' ', ''),"
+            " ',')) AS s)"
+            " ORDER BY n.nspname"
+        ).fetchall()
+    ]
+    if denied:
+        raise SchemaDenied(
+            "schema_denied",
+            f"the search path at {where} names schema {', '.join(denied)}, which this"
+            f" role may not use: GRANT USAGE ON SCHEMA {denied[0]} TO the role, or connect as"
+            " one that may",
+            details={"search_path": path, "schemas": denied},
+        )
+    raise NoSuchSchema(
+        "no_such_schema",
+        f"the search path at {where} names no schema the server has: create it"
+        " (CREATE SCHEMA ...) or fix the URL's options=-csearch_path=...",
+        details={"search_path": path},
+    )
+
+
 def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -> int:
     """Inside a transaction: create a fresh store at the latest version, or (``upgrade``)
     apply pending migrations; refuse an older version otherwise and a newer one always.
@@ -357,15 +400,7 @@ def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -
     found = version_of(cur, store)
     if found == new:
         return found
-    row = cur.execute("SELECT current_schema(), current_setting('search_path')").fetchone()
-    if row is None or row[0] is None:
-        path = "" if row is None else str(row[1])
-        raise NoSuchSchema(
-            "no_such_schema",
-            f"the search path at {where} ({path}) names no schema the server has: create it"
-            " (CREATE SCHEMA ...) or fix the URL's options=-csearch_path=...",
-            details={"search_path": path},
-        )
+    check_search_path(cur, where)
     keys = (_VERSION_TABLE_KEY, _LOCK_KEYS[store])
     _wait_for_locks(cur, "pg_advisory_xact_lock", keys, store, where)
     cur.execute(VERSION_TABLE)

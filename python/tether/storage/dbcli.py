@@ -113,9 +113,10 @@ def _pg_session(url: str) -> Any:
 
 
 def _pg_versions(session: Any) -> list[StoreStatus]:
-    from tether.storage._pg_schema import version_of
+    from tether.storage._pg_schema import check_search_path, version_of
 
     with session.transaction("schema status", snapshot=True) as cur:
+        check_search_path(cur, session.where)  # no schema, or one the role may not see into
         found = {s: version_of(cur, s) for s in STORES}
     return [StoreStatus(s, v, _latest(s, "postgres")) for s, v in found.items() if v]
 
