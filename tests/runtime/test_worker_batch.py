@@ -65,3 +65,49 @@ def test_attempts_that_never_start_share_their_catalog_transactions(tmp_path: Pa
         journal = Journal(tmp_path / "provider.db")
         assert sorted(journal.effects().values()) == [1] * n  # each executed once
         assert len(journal.calls("execute")) == n and journal.calls("reconcile") == []
+
+
+def test_a_repeating_failure_is_logged_once_with_its_traceback(
+    tmp_path: Path, caplog: Any, monkeypatch: Any
+) -> None:
+    """A worker whose every claim fails (its catalog's server down, here its connection
+    closed) logs the traceback once, then one line at most every `REPEAT_LOG_S`, not a
+    traceback at every fallback poll."""
+    import logging
+
+    from tether.runtime import _worker
+
+    import psycopg
+
+    family = make_family(tmp_path)
+    with make_env([family], data_dir=tmp_path / "d") as env:
+        worker = _worker_of(env)
+        conninfo = getattr(worker.catalog.store, "conninfo", None)
+        if conninfo is None:
+            worker.catalog.close()  # SQLite: every claim now fails the same way
+        else:  # PostgreSQL: the table is away (a closed store reconnects)
+            with psycopg.connect(conninfo, autocommit=True) as admin:
+                admin.execute("ALTER TABLE activities RENAME TO activities_away")
+        monkeypatch.setattr(_worker, "REPEAT_LOG_S", 3600.0, raising=False)
+        wakeup = Wakeup(worker.stop, MIN_FALLBACK_S, doorbell=env.catalog.doorbell)
+        caplog.set_level(logging.INFO, logger="tether.runtime")
+        runner = threading.Thread(target=worker.run, kwargs={"wakeup": wakeup})
+        runner.start()
+        try:
+            threading.Event().wait(MIN_FALLBACK_S * 2.5)  # three failing claims
+        finally:
+            worker.stop.set()
+            wakeup.stop_all()
+            runner.join(10)
+            if conninfo is not None:
+                with psycopg.connect(conninfo, autocommit=True) as admin:
+                    admin.execute("ALTER TABLE activities_away RENAME TO activities")
+                worker.close()
+        records = [r for r in caplog.records if r.name.startswith("tether.runtime")]
+        failed = [r for r in records if "attempt failed" in r.getMessage()]
+        assert len(failed) == 1 and failed[0].exc_info is not None, records
+        assert not [r for r in records if r.exc_info and r is not failed[0]], records
+
+
+def _worker_of(env: ActivityEnvironment) -> Any:
+    return _worker(env)

@@ -64,6 +64,44 @@ ADAPTER_ERROR_RETRY_MS = 1000
 CLAIM_BATCH = 64
 
 
+#: A failure that repeats (the catalog's server down, say) is logged again at most this often.
+REPEAT_LOG_S = 60.0
+
+
+class _Failing:
+    """How a worker loop logs its failures: the first of a kind with its traceback; the same
+    one again, while it keeps failing, as one line at most every `REPEAT_LOG_S` with its
+    count (a server that is down fails every fallback poll); one line when it works again."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self._seen: tuple[str, str] | None = None
+        self._count = 0
+        self._logged_at = 0.0
+
+    def failed(self, exc: Exception) -> None:
+        kind = (type(exc).__name__, str(exc).partition("\n")[0])
+        now = time.monotonic()
+        if kind != self._seen:
+            self._seen, self._count, self._logged_at = kind, 1, now
+            log.error("worker %s: attempt failed", self.owner, exc_info=exc)
+            return
+        self._count += 1
+        if now - self._logged_at >= REPEAT_LOG_S:
+            self._logged_at = now
+            log.error(
+                "worker %s: still failing (%d times): %s: %s",
+                self.owner,
+                self._count,
+                *kind,
+            )
+
+    def over(self) -> None:
+        if self._seen is not None:
+            log.info("worker %s: working again after %d failures", self.owner, self._count)
+            self._seen, self._count = None, 0
+
+
 class Worker:
     """One worker loop. Single owner: the thread that calls `run_once`/`run`.
 
@@ -124,16 +162,19 @@ class Worker:
         """
         own = wakeup is None
         wakeup = wakeup or Wakeup(self.stop, doorbell=self.catalog.doorbell, topic=CLAIMABLE)
+        failing = _Failing(self.owner)
         try:
             while not self.stop.is_set():
                 self._pause()
                 mark = wakeup.mark()  # before the claim: a ring after it is never lost
                 try:
                     if self.run_batch():
+                        failing.over()
                         continue
                     delay_s = self.idle_delay_s()
-                except Exception:  # a worker loop must outlive one bad attempt
-                    log.exception("worker %s: attempt failed", self.owner)
+                    failing.over()
+                except Exception as exc:  # a worker loop must outlive one bad attempt
+                    failing.failed(exc)
                     delay_s = None  # the fallback poll: never spin on a repeating failure
                 wakeup.wait(mark, delay_s=delay_s)
         finally:
