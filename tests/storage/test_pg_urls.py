@@ -149,6 +149,13 @@ def test_scrub_takes_passwords_out_of_libpq_messages_and_keeps_the_rest() -> Non
     assert scrub(f'in URI: "{whole}"', whole) == f'in URI: "{REDACTED}"'
     kv = f"host=h password='{PARTS[0]} {PARTS[1]}'"
     assert scrub(f"bad {PARTS[0]} {PARTS[1]} here", kv) == f"bad {REDACTED} here"
+    # The login's name is no secret: libpq's `for user "ann"` keeps it, unless it is the
+    # password too.
+    named = f"postgresql://ann:{PW}@h/db"
+    said = 'FATAL:  password authentication failed for user "ann"'
+    assert scrub(said, named) == said
+    same = "postgresql://ann:ann@h/db"
+    assert scrub(said, same) == f'FATAL:  password authentication failed for user "{REDACTED}"'
     # A password holding a double quote: the quotes mislead, the plain replacement does not.
     quote = f'postgresql://u:{PARTS[0]}"{PARTS[1]}%zz@h/db'
     _clean(scrub(f'invalid percent-encoded token: "{PARTS[0]}"{PARTS[1]}%zz"', quote))

@@ -197,6 +197,17 @@ def secrets(url: str) -> list[str]:
     return sorted({s for s in found if s}, key=len, reverse=True)
 
 
+def _user(url: str) -> str | None:
+    """The user name of a URI's ``user:password@`` (percent-decoded), where it is sure."""
+    rest = _rest(url)
+    if rest is None or _ambiguous_rest(rest):
+        return None
+    userinfo, _ = _split(rest)
+    if userinfo is None or ":" not in userinfo:
+        return None
+    return unquote(userinfo.partition(":")[0], errors="replace") or None
+
+
 def scrub(text: str, url: str) -> str:
     """``text`` (a message about ``url``: libpq's, or one built from it) without any password
     of ``url``: the URL itself and each of its passwords (`secrets`) are replaced by
@@ -210,8 +221,14 @@ def scrub(text: str, url: str) -> str:
         if len(secret) >= _SHORT:
             text = text.replace(secret, REDACTED)
 
+    user = _user(url)
+    if user in found:  # a password equal to the name: the name goes too
+        user = None
+
     def quoted(m: re.Match[str]) -> str:
         inner = m.group(1)
+        if inner and inner == user:  # the login's name (`for user "ann"`) is no secret
+            return m.group(0)
         if inner and any(inner in s or (len(s) >= _SHORT and s in inner) for s in found):
             return f'"{REDACTED}"'
         return m.group(0)
