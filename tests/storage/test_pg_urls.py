@@ -227,3 +227,7 @@ def test_where_names_the_schema_of_a_search_path_and_never_a_password() -> None:
     spaced = "postgresql://127.0.0.1/test?options=-c%20search_path%3Dlab_b%20-cwork_mem%3D4MB"
     assert where(spaced) == "127.0.0.1:5432/test (search_path lab_b)"
     assert where("postgresql://127.0.0.1:5432/test") == "127.0.0.1:5432/test"
+    # Several hosts (libpq tries each): each with its own port, or the one port of all.
+    assert where("postgresql://a:5999,b:5998/test") == "a:5999,b:5998/test"
+    assert where("postgresql://a,b:5433/test") == "a:5432,b:5433/test"
+    assert where("postgresql://a,b/test?port=5433") == "a:5433,b:5433/test"

@@ -181,12 +181,15 @@ def where(conninfo: str) -> str:
         params = _parse(conninfo)
     except ValueError:
         return "an unparsable PostgreSQL URL"
-    host = str(params.get("host") or params.get("hostaddr") or "localhost (socket)")
-    port = str(params.get("port") or "5432")
+    hosts = str(params.get("host") or params.get("hostaddr") or "localhost (socket)").split(",")
+    ports = [p or "5432" for p in str(params.get("port") or "").split(",")]
+    if len(ports) == 1:  # one port for every host (libpq's rule), else one each
+        ports *= len(hosts)
+    servers = ",".join(f"{h}:{p}" for h, p in zip(hosts, ports, strict=False))
     db = str(params.get("dbname") or params.get("user") or "")
     path = _SEARCH_PATH.search(str(params.get("options") or ""))
     schema = f" (search_path {path.group(1)})" if path else ""  # several schemas, one database
-    return scrub(f"{host}:{port}/{db}{schema}", conninfo)
+    return scrub(f"{servers}/{db}{schema}", conninfo)
 
 
 #: A search path set in libpq's ``options`` (``-csearch_path=X`` or ``-c search_path=X``).
