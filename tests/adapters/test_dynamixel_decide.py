@@ -172,6 +172,18 @@ def test_an_operators_stop_names_the_reason() -> None:
     assert isinstance(plain, decide.Unknown) and plain.reason == "device_state_lost_or_moved"
 
 
+def test_an_operators_stop_is_never_recovered_even_at_the_target() -> None:
+    """Stopped mid-move, resumed, then a later move drove the arm to the same target: the
+    read-back is what this attempt's arrival would be, yet proves nothing of it. It stays
+    `stopped_by_operator` (an operator decides), never Recovered."""
+    sent, read_back = scenario(
+        dict.fromkeys(FACTS, False) | {"staged": True, "committed": True, "arrived": True}
+    )
+    assert decide.reconcile(preimage(), sent, read_back, move=move()) == decide.Recovered(read_back)
+    stopped = decide.reconcile(preimage(), sent, read_back, move=move(stopped_by_operator=True))
+    assert stopped == decide.Unknown("stopped_by_operator", {"at_target": ["a", "b"]})
+
+
 def test_the_attempts_own_stop_after_its_settle_timeout_names_the_reason() -> None:
     sent, read_back = scenario(dict.fromkeys(FACTS, False) | {"staged": True, "committed": True})
     held = ReadBack({n: replace(j, goal=j.position) for n, j in read_back.joints.items()}, 2)

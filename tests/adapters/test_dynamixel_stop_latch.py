@@ -308,3 +308,46 @@ def test_a_move_parked_standalone_is_decided_through_a_daemon_and_later_moves_se
     assert rows.returncode == 0, rows.stderr
     hosts = dict(ast.literal_eval(rows.stdout))
     assert hosts == dict.fromkeys(("a1", "a2", "a3"), socket.gethostname())
+
+
+def test_a_move_stopped_mid_motion_is_not_recovered_by_a_later_move_to_its_target(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    """Stopped mid-motion (parked, `stopped_by_operator`), the robot resumed, then another
+    move drives the arm to the same target. The first move's later reconcile sees its goals
+    reached, but by the other move: it stays parked for the operator, never `SUCCEEDED`."""
+    from tether.activities import ActivityKey, operation_id_for
+    from tether.adapters.dynamixel.move import DynamixelMoveAdapter
+    from tether.families.robot_move.journal import MoveStore
+    from tether.families.robot_move.request import Unknown
+
+    emulator.speed_scale = 1.0  # real time: the stop lands mid-motion
+    outcome: dict[str, Any] = {}
+    mover = threading.Thread(target=lambda: outcome.update(move(config, "m-cut")))
+    mover.start()
+    deadline = time.monotonic() + 30
+    while not any(e.instruction == "action" for e in list(emulator.journal)):
+        assert time.monotonic() < deadline and mover.is_alive(), "the move never started"
+        time.sleep(0.002)
+    time.sleep(0.05)
+    stop_everything(config)
+    mover.join(timeout=60)
+    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "stopped_by_operator")
+    held = emulator.snapshot(1)["present_position"]
+    assert abs(held - tables.radians_to_ticks(TARGETS["a"])) > 20, held  # cut short
+    emulator.speed_scale = 20.0
+    StopLatch(config.state_dir).resume("arm", operator="olga")
+    later = move(config, "m-later")  # the same target, after the resume
+    assert later["status"] == "done", later
+    op = MoveStore(data_dir_of(config) / "robot_move").get(
+        operation_id_for(ActivityKey("local", KIND_ABSOLUTE, "m-cut"))
+    )
+    assert op is not None
+    with RobotHost(config) as host:
+        host.connect("arm")
+        before = len(emulator.journal)
+        again = DynamixelMoveAdapter(config, host).reconcile(op, op.request)
+        frames = list(emulator.journal)[before:]
+    assert isinstance(again, Unknown), again
+    assert again.evidence["reason"] == "stopped_by_operator"
+    assert not [e.instruction for e in frames if e.instruction in EFFECTFUL]

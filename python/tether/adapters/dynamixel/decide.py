@@ -9,7 +9,8 @@ and the tests table them (`tests/adapters/test_dynamixel_decide.py`).
   `MoveRefused` for a move that can never run; the adapter then sends nothing.
 - `reconcile(preimage, sent, read_back, move=...)`: after a crash or a lost status, one of
   - `Recovered`: every goal is the target, nothing is staged, torque is on and the arm has
-    arrived (a relative move only when its goals differ from the ones the pre-image saw);
+    arrived (a relative move only when its goals differ from the ones the pre-image saw), and
+    no operator stopped the robot after the attempt began;
   - `Neutralise(staged, reason)`: nothing this attempt sent can have acted yet: the writes still
     staged (REG_WRITE waiting for an ACTION) are to be replaced by each joint's current goal,
     then `confirm` decides on the read-back after them;
@@ -25,7 +26,8 @@ The rules, in order (each is a test row's expectation, `test_dynamixel_decide.py
    every goal reads as the target and nothing is staged: torque off on a joint (a power cycle,
    a torque-off stop) is Unknown (`device_state_lost_or_moved`); still
    moving after the settle wait is `settle_timeout`; settled away from it `not_settled`;
-   otherwise Recovered;
+   otherwise Recovered, unless an operator stopped the robot after the attempt began
+   (`stopped_by_operator`: the goals may be a later move's, run after the resume);
 3. nothing effectful (REG_WRITE, ACTION) sent by the attempt: Neutralise (`nothing_sent`); the
    attempt's setup WRITEs (`SETUP`: Profile Velocity, a limp joint's goal set to where it
    stands, Torque Enable) and neutralising writes
@@ -281,6 +283,11 @@ def reconcile(
         away = sorted(n for n, g in goals.items() if abs(joints[n].position - g) > move.tolerance)
         if away:
             return Unknown(operator or "not_settled", {"away": away})
+        if operator:
+            # At the target, but an operator's stop cut this attempt: the goals now in the
+            # device may be a later move's (one run after the resume to the same target), so
+            # they prove nothing of this one. It stays the operator's to decide.
+            return Unknown(operator, {"at_target": sorted(goals)})
         return Recovered(read_back)
 
     staged = {n: j.goal for n, j in sorted(joints.items()) if j.staged}
