@@ -75,9 +75,8 @@ def test_a_repeating_failure_is_logged_once_with_its_traceback(
     traceback at every fallback poll."""
     import logging
 
-    from tether.runtime import _worker
-
     import psycopg
+    from tether.runtime import _worker
 
     family = make_family(tmp_path)
     with make_env([family], data_dir=tmp_path / "d") as env:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import socket
+import sqlite3
 import subprocess
 import sys
 import uuid

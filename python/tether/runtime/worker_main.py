@@ -67,8 +67,9 @@ _EPILOG = (
     "the catalog's clock (`clock_unavailable`) or the schema (`schema_denied`); 2 usage, the "
     "families, a data dir another user could control, a bad store URL or a database or schema "
     "the server does not have (`bad_url`, `no_such_database`, `no_such_schema`), the catalog "
-    "and the world ledger in one SQLite file (`same_store_file`); 5 a store that cannot be used (an older schema, `migration_needed`: "
-    "`tether db upgrade`); 7 a server that cannot be reached (`unreachable`) "
+    "and the world ledger in one SQLite file (`same_store_file`); 5 a store that cannot be "
+    "used (an older schema, `migration_needed`: `tether db upgrade`); 7 a server that cannot "
+    "be reached (`unreachable`) "
     "(see `tether --help`)."
 )
 
@@ -199,9 +200,8 @@ def _check_stores(catalog_url: str | None, world_url: str | None) -> None:
         Catalog.open(catalog_url).close()
     if world_url is not None:
         from tether.storage import dbcli
-        from tether.world import open_ledger
-
         from tether.storage._urls import postgres_url
+        from tether.world import open_ledger
 
         try:  # workers never write the world: one not made yet is not made here either
             found = {s.store for s in dbcli.status(world_url)}
