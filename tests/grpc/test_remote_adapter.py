@@ -133,3 +133,55 @@ def test_the_remote_killed_mid_move_is_reconciled_after_its_restart_with_one_mot
         assert record is not None and record.result is not None and not record.result.failed
         assert record.operation_id == op_id  # never a new id
         assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_a_refused_credential_on_reconcile_awaits_an_operator_and_is_not_asked_every_second(
+    tmp_path: Path,
+) -> None:
+    """The remote was down at Execute (so the attempt reconciles), then answers with our
+    token refused (`UNAUTHENTICATED`): the outcome cannot be read and the move may exist
+    there, so it awaits an operator as `remote_refused_principal`, asked again only after
+    `OPERATOR_RETRY_MS`, not every second (each a failed credential check on the robot
+    host)."""
+    from tether.adapters.grpc.remote import OPERATOR_RETRY_MS
+
+    port = free_port()
+    remote = RemoteHost(f"127.0.0.1:{port}", "not-the-planner-token-0000", timeout_s=2.0)
+    family = remote_move_family(remote)
+    host = Host(tmp_path / "bridge", [family], workers=1, lease_ms=1500)
+    host.start()
+    key = ActivityKey("bridge", KIND_ABSOLUTE, "wrong-token")
+    try:
+        with emulator_process(tmp_path) as emu:
+            host.create_world("bridge")
+            host.commit_tick("bridge", [intent("wrong-token", request())])
+            deadline = time.monotonic() + 60
+            while (r := host.get(key)) is None or not r.awaiting_decision:  # unreachable
+                assert time.monotonic() < deadline, r
+                time.sleep(0.05)
+            config = grpc_config(
+                tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+            )
+            with daemon(config):
+                deadline = time.monotonic() + 60
+                while True:
+                    record = host.get(key)
+                    assert record is not None and record.evidence is not None
+                    evidence = record.evidence.evidence
+                    doc = json.loads(host.artifacts.get_bytes(evidence.ref, evidence.digest))
+                    if doc["reason"] != "remote_unreachable":
+                        break
+                    assert time.monotonic() < deadline, doc
+                    time.sleep(0.1)
+                assert doc["reason"] == "remote_refused_principal", doc
+                assert "UNAUTHENTICATED" in doc["error"], doc
+                assert record.result is None and record.awaiting_decision
+                revision = record.evidence_revision
+                time.sleep(3.0)  # unreachable would have been reconciled twice by now
+                again = host.get(key)
+                assert again is not None and again.evidence_revision == revision
+            assert OPERATOR_RETRY_MS >= 30_000
+            assert [e for e in emu.journal() if e["instruction"] == "action"] == []
+    finally:
+        host.close()
+        family.adapter.close()  # type: ignore[attr-defined]

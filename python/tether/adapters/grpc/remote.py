@@ -30,7 +30,9 @@ Rules:
   settled it, it never runs again); unknown-awaiting-operator -> Unknown with the remote
   evidence document; pending or running -> watched to its end; NOT_FOUND -> ConfirmedAbsent
   whose guard names the server's create-if-absent by operation id (the next attempt re-sends
-  the identical Execute); unreachable -> Unknown, retried shortly.
+  the identical Execute); unreachable -> Unknown, retried shortly; refused (a credential the
+  remote refuses, any other non-transient code) -> Unknown `remote_refused_principal` or
+  `remote_refused`, retried after `OPERATOR_RETRY_MS` (fix the token or the address).
 
 Crash points (`tether._crash.crash_point`, `CRASH_POINTS`), where a death of the bridge worker
 matters; tests/grpc/test_bridge_crash.py SIGKILLs the bridge at each and at the runtime's:
@@ -55,6 +57,7 @@ from typing import Any, Final
 
 import grpc  # type: ignore[import-untyped]
 
+from tether._coded import CodedError
 from tether._crash import crash_point
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
@@ -88,6 +91,20 @@ GUARD_MEDIA_TYPE: Final = "application/vnd.tether.remote-move.guard+json"
 #: A remote operation awaiting its operator is reconciled again after this long.
 OPERATOR_RETRY_MS: Final = 60_000
 UNREACHABLE_RETRY_MS: Final = 1_000
+#: Codes of a remote that did not answer (or not yet): reconciled again after
+#: `UNREACHABLE_RETRY_MS`. Any other code of GetOperation is the remote's answer (a refused
+#: credential, say), asked again only after `OPERATOR_RETRY_MS`.
+TRANSIENT: Final = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+    }
+)
 TERMINAL: Final = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED, pb.EXPIRED})
 #: The adapter's crash points (see the module doc), in the order an attempt can reach them.
 CRASH_POINTS: Final = (
@@ -99,9 +116,13 @@ CRASH_POINTS: Final = (
 )
 
 
-class RemoteUnreachable(FamilyError):
+class RemoteUnreachable(FamilyError, CodedError):
     """The remote host did not answer (UNAVAILABLE, DEADLINE_EXCEEDED, a broken stream): the
-    attempt stays bound and is reconciled."""
+    attempt stays bound and is reconciled. An expected condition, with its code
+    (``remote_unreachable``): the worker logs its line, not a traceback."""
+
+    def __init__(self, message: str) -> None:
+        CodedError.__init__(self, "remote_unreachable", message)
 
 
 class RemoteResultMismatch(FamilyError):
@@ -437,14 +458,16 @@ class RemoteMoveAdapter:
                 }
                 ref = self._put(ctx, guard, GUARD_MEDIA_TYPE)
                 return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
+            if exc.code() not in TRANSIENT:  # an answer: asking again soon changes nothing
+                return self._refused_reconcile(ctx, exc)
             return self._unreachable(ctx, f"GetOperation: {exc.code().name}")
         except RemoteUnreachable as exc:
-            return self._unreachable(ctx, str(exc))
+            return self._unreachable(ctx, exc.message)
         if op.state in TERMINAL:
             try:
                 return RuntimeRecovered(self._result(ctx, op))
             except RemoteUnreachable as exc:
-                return self._unreachable(ctx, str(exc))
+                return self._unreachable(ctx, exc.message)
         evidence = {
             "operation_id": op_id,
             "reason": op.evidence.reason or "remote_awaiting_operator",
@@ -455,6 +478,23 @@ class RemoteMoveAdapter:
             "remote_evidence": _document(op.evidence.document) if op.evidence.document else None,
         }
         ref = self._put(ctx, evidence, EVIDENCE_MEDIA_TYPE)
+        return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), OPERATOR_RETRY_MS)
+
+    def _refused_reconcile(self, ctx: AttemptContext, exc: grpc.RpcError) -> RuntimeUnknown:
+        """The remote answered GetOperation with a refusal (our credential, a server that is
+        no RobotControl): the outcome cannot be read, and the operation may have run there,
+        so it awaits an operator (fix the token or the address), asked again only after
+        `OPERATOR_RETRY_MS`: not every second, each a failed credential check on the robot
+        host that keeps its rate limit on this address."""
+        code = exc.code()
+        principal = code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+        doc = {
+            "operation_id": ctx.operation_id,
+            "reason": "remote_refused_principal" if principal else "remote_refused",
+            "error": f"GetOperation: {code.name}: {exc.details() or ''}".rstrip(": "),
+            "remote": self.remote.address,
+        }
+        ref = self._put(ctx, doc, EVIDENCE_MEDIA_TYPE)
         return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), OPERATOR_RETRY_MS)
 
     def _unreachable(self, ctx: AttemptContext, why: str) -> RuntimeUnknown:
