@@ -10,6 +10,7 @@ from typing import Any
 
 from hosttools import make_env
 from journal_provider import KIND, DedupAdapter, Journal, intents, make_family
+from tether._coded import CodedError
 from tether.activities import ActivityKey
 from tether.runtime import MIN_FALLBACK_S, Wakeup, WorkerPool
 from tether.testing import ActivityEnvironment
@@ -110,3 +111,32 @@ def test_a_repeating_failure_is_logged_once_with_its_traceback(
 
 def _worker_of(env: ActivityEnvironment) -> Any:
     return _worker(env)
+
+
+class _StoppedMidway(DedupAdapter):
+    """Performs its effect, then ends the attempt with a typed error (a robot stopped under
+    it): what happened is for the reconcile to find."""
+
+    def execute(self, ctx: Any, request: dict[str, Any]) -> Any:
+        self.journal.perform(ctx.operation_id, request)
+        raise CodedError("stopped_by_operator", "stopped while it ran")
+
+
+def test_a_typed_error_of_execute_gives_the_lease_up_so_it_reconciles_at_once(
+    tmp_path: Path,
+) -> None:
+    """An execute that ends with a typed error (a stopped robot) acts no more: its lease is
+    given up at once, so the next claim reconciles now, not after the rest of the lease (the
+    record read as running meanwhile). Any other exception still keeps the lease."""
+    family = make_family(tmp_path)
+    family = replace(family, adapter=_StoppedMidway(Journal(tmp_path / "provider.db")))
+    with make_env([family], data_dir=tmp_path / "d") as env:
+        env.create_world("w")
+        env.commit_tick("w", intents(1))
+        first = env.run_attempt()
+        assert first is not None and first.result is None
+        assert env.lease_ms > 1_000
+        env.clock.advance(1)  # a millisecond, not the lease
+        again = env.run_attempt()
+        assert again is not None and again.result is not None, again  # reconciled: recovered
+        assert not again.result.failed

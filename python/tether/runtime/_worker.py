@@ -40,7 +40,7 @@ from tether.activities import (
     ResultRef,
     operation_id_for,
 )
-from tether.errors import CatalogRejection
+from tether.errors import CatalogRejection, CatalogStorageError
 from tether.runtime._artifacts import ArtifactStore
 from tether.runtime._crash import crash_point
 from tether.runtime._errors import FamilyError, LeaseLost
@@ -386,16 +386,30 @@ class Worker:
         beat = _Beat(self._heartbeat, key, fence)
         ctx = self._context(claim, beat)
         self._heartbeat.begin(beat, ctx)
+        ended = False
         try:
             request = self._request(record)
             if attempt.may_execute:
-                self._execute(family, ctx, record, request)
+                ended = self._execute(family, ctx, record, request)
             else:
                 self._reconcile(family, ctx, request)
         except (LeaseLost, CatalogRejection) as e:
             log.warning("worker %s lost %s (fence %d): %s", self.owner, key, fence, e)
         finally:
             self._heartbeat.end(beat)
+        if ended:
+            self._give_up(key, fence)
+
+    def _give_up(self, key: ActivityKey, fence: int) -> None:
+        """End an execute attempt's lease now, once its adapter ended it with a typed error (a
+        stopped robot, a device fault, a remote that did not answer) and nothing of it acts
+        any more (the heartbeat ended first): the next claim reconciles at once, not after
+        the rest of the lease, while the record would still read as running. A lease that
+        cannot be shortened (lost, or the store failing) runs out as before."""
+        try:
+            self.catalog.renew(key, fence, 1)
+        except (CatalogRejection, CommitUnknown, CatalogStorageError) as e:
+            log.debug("worker %s: the lease of %s runs out instead: %s", self.owner, key, e)
 
     def _request(self, record: ActivityRecord) -> dict[str, Any]:
         data = self.artifacts.get_bytes(record.input_ref, record.input_digest)
@@ -406,7 +420,9 @@ class Worker:
 
     def _execute(
         self, family: Family, ctx: AttemptContext, record: ActivityRecord, request: dict[str, Any]
-    ) -> None:
+    ) -> bool:
+        """Bind, then run the adapter's `execute` and record its result. True when the
+        adapter ended the attempt with a typed error (see `_give_up`)."""
         key = ctx.key
         if record.operation_id is None:
             try:
@@ -416,7 +432,7 @@ class Worker:
                     # The bind did not land: no effect may start. The lease runs out and the
                     # next claim starts over (still unbound, so it may execute).
                     log.warning("worker %s: bind of %s was lost; not executing", self.owner, key)
-                    return
+                    return False
         elif record.operation_id != ctx.operation_id:
             raise FamilyError(
                 f"{key} is bound to {record.operation_id!r}, not {ctx.operation_id!r}"
@@ -429,30 +445,31 @@ class Worker:
         except CodedError as e:
             # A typed refusal or failure (a latched robot, a device error, a lost transport):
             # its code and message say what happened, so no traceback. As below, the attempt
-            # concludes nothing; the next claim is reconcile-only.
+            # concludes nothing; the next claim is reconcile-only, at once (`_give_up`).
             log.warning(
                 "worker %s: execute of %s ended with %s; leaving it to reconcile",
                 self.owner,
                 key,
                 e,
             )
-            return
+            return True
         except Exception:
             # The effect is now ambiguous. An execute attempt can conclude nothing else, so the
             # lease is left to expire and the next claim is reconcile-only.
             log.exception(
                 "worker %s: execute of %s failed; leaving it to reconcile", self.owner, key
             )
-            return
+            return False
         if not isinstance(result, ResultRef) or not self.artifacts.is_durable(result):
             log.error(
                 "worker %s: %s returned a non-durable %r; not recorded", self.owner, key, result
             )
-            return
+            return False
         crash_point("after_effect")
         self._check_live(ctx)
         self._record_result(ctx, result)
         crash_point("after_result")
+        return False
 
     def _reconcile(self, family: Family, ctx: AttemptContext, request: dict[str, Any]) -> None:
         key = ctx.key

@@ -199,8 +199,10 @@ class ActivityEnvironment:
         `execute` on an execution-authorised attempt, `reconcile` on a reconcile-only one.
 
         Returns the record after the attempt, or None if nothing was claimable. An adapter
-        that raises in `execute` records nothing and keeps the lease: advance the clock by
-        `lease_ms` and the next attempt reconciles.
+        that raises in `execute` records nothing. A typed error (a `CodedError`: a stopped
+        robot, a device fault) gives the lease up at once, so the next attempt reconciles
+        now; any other exception keeps it: advance the clock by `lease_ms` and the next
+        attempt reconciles.
         """
         if self._worker is None:
             self._worker = self.host.new_worker("testing")
