@@ -297,6 +297,19 @@ class DeviceHost:
             "read_back": dtype.si_state(robot, state),
         }
 
+    def release_ports(self) -> None:
+        """Close every port and forget its robots, sending nothing: for a start refused after
+        some robots were connected (a connect only reads), so that refusal sends no frame."""
+        for port in list(self.buses):
+            with self._port_lock(port):
+                bus = self.buses.pop(port, None)
+                if bus is not None:
+                    try:
+                        bus.close()  # releases the port's identity lock
+                    except Exception:  # nothing to flush on a port we only read
+                        pass
+        self.identities.clear()
+
     def close(self) -> list[StopReport]:
         """Safe-stop every connected robot, then release every port (always)."""
         reports: list[StopReport] = []

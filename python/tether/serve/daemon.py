@@ -71,6 +71,7 @@ from tether.serve.sessions import Sessions
 from tether.storage import BACKENDS
 from tether.storage._host_claim import HostClaim, HostNameTaken, is_shared
 from tether.storage._urls import check_separate_files, postgres_url, redact
+from tether.transport import PortBusy
 from tether.world import ComponentWrite, WorldNotFound
 
 log = logging.getLogger("tether.serve")
@@ -473,7 +474,7 @@ class Daemon:
         # (no connect, no safe-stop at its close). A stop meanwhile latches through the
         # control socket, connecting the robot for it.
         for name in self.robots:
-            if not self._connect(name):
+            if not self._connect(name, at_start=True):
                 log.warning(
                     "robot unavailable", extra={"robot": name, "error": self.unavailable[name]}
                 )
@@ -654,13 +655,20 @@ class Daemon:
             if name not in devices.identities and not self._devices_done.is_set():
                 self._connect(name)  # a robot still away: recorded, not logged every second
 
-    def _connect(self, name: str) -> bool:
+    def _connect(self, name: str, *, at_start: bool = False) -> bool:
         """Connect a robot (`DeviceHost.connect`: a connect only reads); whether it answered.
-        One that did not is listed `unavailable` with its error."""
+        One that did not is listed `unavailable` with its error. At start, a port another
+        process holds (`PortBusy`: another daemon, on another state dir, drives this robot)
+        refuses the start (exit 7) rather than wait to take the robot over when that one
+        exits, with a latch of its own: the robots connected so far are released unstopped
+        (they were only read), so the refusal sends no frame."""
         assert self.devices is not None
         try:
             identity = self.devices.connect(name)
         except (TetherError, OSError) as exc:
+            if at_start and isinstance(exc, PortBusy):
+                self.devices.release_ports()
+                raise
             self.unavailable[name] = f"{type(exc).__name__}: {exc}"
             return False
         self.unavailable.pop(name, None)
