@@ -228,24 +228,15 @@ def test_a_latch_record_after_the_first_is_overwritten_in_place(config: HostConf
     assert path.stat().st_size == RECORD_BYTES and latch.latched("arm")
 
 
-def test_a_move_parked_on_a_latched_robot_stays_parked_after_the_resume(
-    emulator: DynamixelEmulator, config: HostConfig
-) -> None:
-    """A resume lets the robot move again; it decides no parked move. A move parked because
-    its robot was latched (it sent nothing) is reconciled again later, as every Unknown is:
-    once resumed, that reconcile must not confirm it absent and run it by itself, a minute
-    after the user was told it awaits a decision. It stays parked, sending nothing."""
+def _stays_parked(emulator: DynamixelEmulator, config: HostConfig, activity: str) -> None:
+    """A reconcile of move ``activity`` now (as the runtime's periodic one) keeps it parked
+    as `stopped_by_operator`, sending no effectful frame."""
     from tether.activities import ActivityKey, operation_id_for
     from tether.adapters.dynamixel.move import DynamixelMoveAdapter
-    from tether.adapters.dynamixel.worker import data_dir_of
     from tether.families.robot_move.journal import MoveStore
     from tether.families.robot_move.request import Unknown
 
-    stop_everything(config)
-    outcome = move(config, "m-parked")
-    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "stopped_by_operator")
-    StopLatch(config.state_dir).resume("arm", operator="olga")
-    key = ActivityKey("local", KIND_ABSOLUTE, "m-parked")
+    key = ActivityKey("local", KIND_ABSOLUTE, activity)
     op = MoveStore(data_dir_of(config) / "robot_move").get(operation_id_for(key))
     assert op is not None
     with RobotHost(config) as host:
@@ -256,6 +247,21 @@ def test_a_move_parked_on_a_latched_robot_stays_parked_after_the_resume(
     assert isinstance(again, Unknown), again
     assert again.evidence["reason"] == "stopped_by_operator"
     assert not [e.instruction for e in frames if e.instruction in EFFECTFUL]
+
+
+def test_a_move_parked_on_a_latched_robot_stays_parked_after_the_resume(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    """A resume lets the robot move again; it decides no parked move. A move parked because
+    its robot was latched (it sent nothing) is reconciled again later, as every Unknown is:
+    once resumed, that reconcile must not confirm it absent and run it by itself, a minute
+    after the user was told it awaits a decision. It stays parked, sending nothing."""
+
+    stop_everything(config)
+    outcome = move(config, "m-parked")
+    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "stopped_by_operator")
+    StopLatch(config.state_dir).resume("arm", operator="olga")
+    _stays_parked(emulator, config, "m-parked")
 
 
 def test_a_move_parked_standalone_is_decided_through_a_daemon_and_later_moves_settle(
@@ -316,10 +322,6 @@ def test_a_move_stopped_mid_motion_is_not_recovered_by_a_later_move_to_its_targe
     """Stopped mid-motion (parked, `stopped_by_operator`), the robot resumed, then another
     move drives the arm to the same target. The first move's later reconcile sees its goals
     reached, but by the other move: it stays parked for the operator, never `SUCCEEDED`."""
-    from tether.activities import ActivityKey, operation_id_for
-    from tether.adapters.dynamixel.move import DynamixelMoveAdapter
-    from tether.families.robot_move.journal import MoveStore
-    from tether.families.robot_move.request import Unknown
 
     emulator.speed_scale = 1.0  # real time: the stop lands mid-motion
     outcome: dict[str, Any] = {}
@@ -339,15 +341,4 @@ def test_a_move_stopped_mid_motion_is_not_recovered_by_a_later_move_to_its_targe
     StopLatch(config.state_dir).resume("arm", operator="olga")
     later = move(config, "m-later")  # the same target, after the resume
     assert later["status"] == "done", later
-    op = MoveStore(data_dir_of(config) / "robot_move").get(
-        operation_id_for(ActivityKey("local", KIND_ABSOLUTE, "m-cut"))
-    )
-    assert op is not None
-    with RobotHost(config) as host:
-        host.connect("arm")
-        before = len(emulator.journal)
-        again = DynamixelMoveAdapter(config, host).reconcile(op, op.request)
-        frames = list(emulator.journal)[before:]
-    assert isinstance(again, Unknown), again
-    assert again.evidence["reason"] == "stopped_by_operator"
-    assert not [e.instruction for e in frames if e.instruction in EFFECTFUL]
+    _stays_parked(emulator, config, "m-cut")
