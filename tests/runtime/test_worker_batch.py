@@ -13,6 +13,7 @@ from journal_provider import KIND, DedupAdapter, Journal, intents, make_family
 from tether._coded import CodedError
 from tether.activities import ActivityKey
 from tether.runtime import MIN_FALLBACK_S, Wakeup, WorkerPool
+from tether.runtime._worker import TYPED_END_LEASE_MS
 from tether.testing import ActivityEnvironment
 
 
@@ -135,8 +136,48 @@ def test_a_typed_error_of_execute_gives_the_lease_up_so_it_reconciles_at_once(
         env.commit_tick("w", intents(1))
         first = env.run_attempt()
         assert first is not None and first.result is None
-        assert env.lease_ms > 1_000
-        env.clock.advance(1)  # a millisecond, not the lease
+        assert env.lease_ms > TYPED_END_LEASE_MS
+        env.clock.advance(TYPED_END_LEASE_MS)  # a second, not the lease
         again = env.run_attempt()
         assert again is not None and again.result is not None, again  # reconciled: recovered
         assert not again.result.failed
+
+
+class _RefusedBeforeAnyEffect(DedupAdapter):
+    """Refuses every execute with a typed error before any effect (a servo refusing its setup
+    write): each reconcile proves it absent, and the next attempt executes again."""
+
+    def execute(self, ctx: Any, request: dict[str, Any]) -> Any:
+        self.journal.log_call(ctx.operation_id, "execute", ctx.fence)
+        raise CodedError("device_refused", "the setup write was refused")
+
+
+def test_an_execute_that_keeps_failing_typed_backs_off_to_the_lease(tmp_path: Path) -> None:
+    """Execute fails typed, reconcile proves absent, execute again: the shortened lease
+    doubles per attempt (`typed_end_lease_ms`), so the loop never runs faster than that
+    backoff, and from the lease on is as slow as before."""
+    from tether.runtime._worker import typed_end_lease_ms
+
+    journal = Journal(tmp_path / "provider.db")
+    family = replace(make_family(tmp_path), adapter=_RefusedBeforeAnyEffect(journal))
+    with make_env([family], data_dir=tmp_path / "d") as env:
+        env.create_world("w")
+        env.commit_tick("w", intents(1))
+        assert [typed_end_lease_ms(n, 30_000) for n in (1, 3, 5, 7, 9)] == [
+            1_000,
+            4_000,
+            16_000,
+            30_000,
+            30_000,
+        ]
+        for number in (1, 3, 5):  # attempts 1, 3, 5 execute; 2, 4 reconcile (absent)
+            ran = env.run_attempt()
+            assert ran is not None and ran.attempt is not None
+            assert ran.attempt.number == number and ran.attempt.may_execute
+            wait = typed_end_lease_ms(number, env.lease_ms)
+            env.clock.advance(wait - 1)
+            assert env.run_attempt() is None, number  # not before its backoff
+            env.clock.advance(1)
+            absent = env.run_attempt()  # the reconcile: nothing happened, absent
+            assert absent is not None and absent.result is None and absent.attempt is None
+        assert len(journal.calls("execute")) == 3

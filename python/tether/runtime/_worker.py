@@ -12,6 +12,10 @@ Rules kept here (seed section 2):
 - An attempt is released on shutdown only while it is still unbound (no provider work began).
 - If `execute` raises or returns a result that is not durable, nothing is recorded: the
   lease runs out and the next attempt reconciles (an execute attempt cannot conclude unknown).
+  A typed error (`CodedError`: a stopped robot, a device fault, a remote that did not answer)
+  shortens the lease to `typed_end_lease_ms` of the attempt's number (1 s, doubling up to the
+  lease): the reconcile comes soon, and an execute that keeps failing before any effect (each
+  reconcile proving it absent) is not retried faster than that backoff.
 - A commit whose reply was lost (`CommitUnknown`, PostgreSQL) is re-read before anything
   else: a claim or a bind that did not land starts no effect; a result that did not land is
   recorded again once; a reconcile conclusion (absence, unknown) is re-read and logged, and
@@ -62,6 +66,18 @@ log = logging.getLogger("tether.runtime.worker")
 ADAPTER_ERROR_RETRY_MS = 1000
 #: At most this many Activities claimed by one `run_batch` transaction.
 CLAIM_BATCH = 64
+
+
+#: The shortest lease left to an execute attempt its adapter ended with a typed error: its
+#: first attempt's; each later attempt doubles it, up to the worker's lease (`_give_up`).
+TYPED_END_LEASE_MS = 1_000
+
+
+def typed_end_lease_ms(number: int, lease_ms: int) -> int:
+    """The lease left to attempt ``number`` (1, 2, ...) after a typed error ended its execute:
+    `TYPED_END_LEASE_MS` doubled per earlier attempt, never more than ``lease_ms``."""
+    doublings = min(max(number, 1) - 1, 20)
+    return max(1, min(lease_ms, TYPED_END_LEASE_MS << doublings))
 
 
 #: A failure that repeats (the catalog's server down, say) is logged again at most this often.
@@ -302,6 +318,7 @@ class Worker:
         beat = _Beat(self._heartbeat, key, fence)
         ctx = self._context(claim, beat)  # an execute attempt (`_never_starts` took only those)
         self._heartbeat.begin(beat, ctx)
+        ended = False
         try:
             result = family.adapter.execute(ctx, request)
             if not isinstance(result, ResultRef) or not self.artifacts.is_durable(result):
@@ -312,6 +329,15 @@ class Worker:
         except (LeaseLost, CatalogRejection) as e:
             log.warning("worker %s lost %s (fence %d): %s", self.owner, key, fence, e)
             return None
+        except CodedError as e:  # as `_execute`: its line, and the lease shortened
+            log.warning(
+                "worker %s: execute of %s ended with %s; leaving it to reconcile",
+                self.owner,
+                key,
+                e,
+            )
+            ended = True
+            return None
         except Exception:
             log.exception(
                 "worker %s: execute of %s failed; leaving it to reconcile", self.owner, key
@@ -319,6 +345,8 @@ class Worker:
             return None
         finally:
             self._heartbeat.end(beat)
+            if ended:
+                self._give_up(key, fence, attempt.number)
 
     def _context(self, claim: Claim, beat: _Beat) -> AttemptContext:
         """The context an adapter sees for `claim`'s attempt, renewed through `beat`."""
@@ -398,16 +426,17 @@ class Worker:
         finally:
             self._heartbeat.end(beat)
         if ended:
-            self._give_up(key, fence)
+            self._give_up(key, fence, attempt.number)
 
-    def _give_up(self, key: ActivityKey, fence: int) -> None:
-        """End an execute attempt's lease now, once its adapter ended it with a typed error (a
+    def _give_up(self, key: ActivityKey, fence: int, number: int) -> None:
+        """Shorten an execute attempt's lease once its adapter ended it with a typed error (a
         stopped robot, a device fault, a remote that did not answer) and nothing of it acts
-        any more (the heartbeat ended first): the next claim reconciles at once, not after
-        the rest of the lease, while the record would still read as running. A lease that
-        cannot be shortened (lost, or the store failing) runs out as before."""
+        any more (the heartbeat ended first), to `typed_end_lease_ms`: the next claim
+        reconciles soon, not after the rest of the lease while the record reads as running.
+        A lease that cannot be shortened (lost, or the store failing) runs out as before."""
+        lease_ms = typed_end_lease_ms(number, self.lease_ms)
         try:
-            self.catalog.renew(key, fence, 1)
+            self.catalog.renew(key, fence, lease_ms)
         except (CatalogRejection, CommitUnknown, CatalogStorageError) as e:
             log.debug("worker %s: the lease of %s runs out instead: %s", self.owner, key, e)
 
