@@ -17,6 +17,7 @@ import pytest
 from tether import _exit
 from tether.activities import Catalog
 from tether.errors import CatalogStorageError, SchemaDenied
+from tether.storage._host_claim import HostClaim
 from tether.testing._postgres import schema_url
 from tether.world import open_ledger
 
@@ -189,7 +190,18 @@ def test_stores_in_a_schema_the_role_may_not_use_are_refused_never_missing(
         with pytest.raises(SchemaDenied, match=other) as info:
             Catalog.open(hidden)
         assert info.value.code == "schema_denied"
-        for argv in (["status", hidden, "--json"], ["upgrade", hidden, "--json"]):
+        with pytest.raises(SchemaDenied, match=other):  # `tether serve`'s host-name claim
+            HostClaim.take(hidden, "h-denied", on_lost=lambda _e: None)
+        # Written in capitals (the server folds an unquoted name), or followed by a schema the
+        # role may use (which the server would silently work in): refused all the same.
+        upper = url.replace(f"search_path%3D{name}", f"search_path%3D{other.upper()}")
+        then_own = url.replace(f"search_path%3D{name}", f"search_path%3D{other}%2C{name}")
+        for argv in (
+            ["status", hidden, "--json"],
+            ["upgrade", hidden, "--json"],
+            ["status", upper, "--json"],
+            ["status", then_own, "--json"],
+        ):
             done = subprocess.run(
                 [sys.executable, "-m", "tether", "db", *argv],
                 capture_output=True,
@@ -219,3 +231,12 @@ def test_stores_in_a_schema_the_role_may_not_use_are_refused_never_missing(
     finally:
         with psycopg.connect(pg_base, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {other} CASCADE")
+
+
+def test_a_search_path_is_read_as_the_server_reads_it() -> None:
+    from tether.storage._pg_schema import search_path_names
+
+    assert search_path_names('"$user", public', "ann") == [("ann", True), ("public", False)]
+    assert search_path_names("$user,Lab_A", "ann") == [("ann", True), ("lab_a", False)]
+    assert search_path_names(' "Lab ""B"", x" , c ', "ann") == [('Lab "B", x', False), ("c", False)]
+    assert search_path_names("", "ann") == []

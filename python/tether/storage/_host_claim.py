@@ -31,8 +31,8 @@ import psycopg
 
 from tether._coded import CodedError
 from tether._core import CatalogStorageError
-from tether.storage._errors import with_code
 from tether.storage._pg import connect, one_line, where
+from tether.storage._pg_schema import check_search_path
 from tether.storage._urls import postgres_url
 
 log = logging.getLogger("tether.storage.host_claim")
@@ -94,15 +94,8 @@ class HostClaim:
         conn = connect(self.conninfo, CatalogStorageError, application=self._application())
         held = False
         try:
-            schema = conn.execute("SELECT current_schema()").fetchone()
-            if schema is None or schema[0] is None:
-                raise with_code(
-                    CatalogStorageError(
-                        f"cannot claim host name {self.host_name!r} on PostgreSQL at"
-                        f" {where(self.conninfo)}: its search_path names no schema that exists"
-                    ),
-                    "no_such_schema",
-                )
+            with conn.cursor() as cur:  # no schema, or one the role may not use: refused
+                check_search_path(cur, where(self.conninfo))
             row = conn.execute(
                 f"SELECT pg_try_advisory_lock(({_KEY})), ({_KEY})",
                 (self.host_name, self.host_name),

@@ -353,39 +353,88 @@ def lock_upgrades(cur: psycopg.Cursor[Any], where: str) -> None:
     _wait_for_locks(cur, "pg_advisory_lock", (UPGRADE_KEY,), "stores", where)
 
 
+def search_path_names(path: str, user: str) -> list[tuple[str, bool]]:
+    """The schemas a ``search_path`` setting names, in order, as the server reads them:
+    comma-separated; a quoted name kept as written (``""`` a quote in it), an unquoted one
+    folded to lower case; ``$user`` (quoted or not) the session's ``user``. Each with whether
+    it was ``$user``."""
+    names: list[tuple[str, bool]] = []
+    i, n = 0, len(path)
+    while i < n:
+        while i < n and path[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        if path[i] == '"':
+            j, chars = i + 1, []
+            while j < n:
+                if path[j] == '"':
+                    if j + 1 < n and path[j + 1] == '"':
+                        chars.append('"')
+                        j += 2
+                        continue
+                    break
+                chars.append(path[j])
+                j += 1
+            name, i = "".join(chars), j + 1
+        else:
+            j = i
+            while j < n and path[j] != ",":
+                j += 1
+            name, i = path[i:j].strip().lower(), j
+        while i < n and path[i] != ",":
+            i += 1
+        i += 1  # past the comma
+        if name == "$user":
+            names.append((user, True))
+        elif name:
+            names.append((name, False))
+    return names
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 def check_search_path(cur: psycopg.Cursor[Any], where: str) -> None:
-    """Refuse a search path under which no store can be read or made: one naming no schema
-    the server has (`NoSuchSchema`, code ``no_such_schema``), or naming one this role may
-    not use (`SchemaDenied`, code ``schema_denied``: the stores in it are invisible to the
-    role, never "none there")."""
-    row = cur.execute("SELECT current_schema(), current_setting('search_path')").fetchone()
-    if row is not None and row[0] is not None:
-        return
-    path = "" if row is None else str(row[1])
-    if "(search_path " not in where:  # `where` names a search path set in the URL
-        where = f"{where} (search_path {path})"
-    denied = [
-        name
-        for (name,) in cur.execute(
-            "SELECT n.nspname FROM pg_namespace AS n"
-            " WHERE NOT has_schema_privilege(n.oid, 'USAGE') AND n.nspname = ANY("
-            "  SELECT CASE WHEN s = '\"$user\"' THEN current_user::text ELSE btrim(s, '\"') END"
-            "  FROM unnest(string_to_array(replace(current_setting('search_path'), ' ', ''),"
-            " ',')) AS s)"
-            " ORDER BY n.nspname"
+    """Refuse a search path under which this role cannot read or make the stores it names:
+    one whose first schema that exists is one this role may not use (`SchemaDenied`, code
+    ``schema_denied``: its stores are invisible to the role, which would otherwise read
+    "none there", or work in a later schema of the path), or one naming no schema the server
+    has (`NoSuchSchema`, code ``no_such_schema``). A ``$user`` schema the role may not use is
+    skipped, as the server skips it."""
+    row = cur.execute(
+        "SELECT current_schema(), current_setting('search_path'), current_user"
+    ).fetchone()
+    assert row is not None
+    current, path, user = row[0], str(row[1]), str(row[2])
+    named = search_path_names(path, user)
+    found = dict(
+        cur.execute(
+            "SELECT nspname, has_schema_privilege(oid, 'USAGE') FROM pg_namespace"
+            " WHERE nspname = ANY(%s)",
+            ([name for name, _ in named],),
         ).fetchall()
-    ]
-    if denied:
-        raise SchemaDenied(
-            "schema_denied",
-            f"the search path at {where} names schema {', '.join(denied)}, which this"
-            f" role may not use: GRANT USAGE ON SCHEMA {denied[0]} TO the role, or connect as"
-            " one that may",
-            details={"search_path": path, "schemas": denied},
-        )
+    )
+    at = where if "(search_path " in where else f"{where} (search_path {path})"
+    for name, is_user in named:
+        if name not in found:
+            continue  # not there: the server looks further
+        if found[name]:
+            return  # the first schema the role may use: where its stores are
+        if not is_user:
+            raise SchemaDenied(
+                "schema_denied",
+                f"the search path at {at} names schema {name}, which this role may not use:"
+                f" GRANT USAGE ON SCHEMA {_quoted(name)} TO the role, or connect as one that"
+                " may",
+                details={"search_path": path, "schemas": [name]},
+            )
+    if current is not None:
+        return  # a schema the walk above did not name (the server's own reading wins)
     raise NoSuchSchema(
         "no_such_schema",
-        f"the search path at {where} names no schema the server has: create it"
+        f"the search path at {at} names no schema the server has: create it"
         " (CREATE SCHEMA ...) or fix the URL's options=-csearch_path=...",
         details={"search_path": path},
     )
@@ -396,11 +445,11 @@ def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -
     apply pending migrations; refuse an older version otherwise and a newer one always.
     Another process creating or migrating it is waited for (`MIGRATION_LOCK_TIMEOUT_MS`,
     else `MigrationLockTimeout`). Returns the version found."""
+    check_search_path(cur, where)  # stores in a schema the role may not see are not "none"
     new = latest(store)
     found = version_of(cur, store)
     if found == new:
         return found
-    check_search_path(cur, where)
     keys = (_VERSION_TABLE_KEY, _LOCK_KEYS[store])
     _wait_for_locks(cur, "pg_advisory_xact_lock", keys, store, where)
     cur.execute(VERSION_TABLE)
