@@ -9,7 +9,9 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 from _dxl_setup import GOALS, emulator_process, target_actions
 from _grpc_setup import SERVE, bearer, daemon, grpc_config, stub
@@ -135,46 +137,67 @@ def test_the_remote_killed_mid_move_is_reconciled_after_its_restart_with_one_mot
         assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
 
 
+@pytest.mark.parametrize("limited", [False, True], ids=["refused", "rate-limited"])
 def test_a_refused_credential_on_reconcile_awaits_an_operator_and_is_not_asked_every_second(
-    tmp_path: Path,
+    tmp_path: Path, limited: bool
 ) -> None:
-    """The remote was down at Execute (so the attempt reconciles), then answers with our
-    token refused (`UNAUTHENTICATED`): the outcome cannot be read and the move may exist
-    there, so it awaits an operator as `remote_refused_principal`, asked again only after
-    `OPERATOR_RETRY_MS`, not every second (each a failed credential check on the robot
-    host)."""
+    """The remote did not answer our Execute (down, or refusing this address's credentials
+    for a while), so the attempt reconciles; GetOperation then answers with our token
+    refused (`UNAUTHENTICATED`, or `credential_rate_limited`): the outcome cannot be read and
+    the move may exist there, so it awaits an operator as `remote_refused_principal`, asked
+    again only after `OPERATOR_RETRY_MS`, not every second (each a failed credential check
+    on the robot host, keeping its limit on)."""
     from tether.adapters.grpc.remote import OPERATOR_RETRY_MS
 
     port = free_port()
-    remote = RemoteHost(f"127.0.0.1:{port}", "not-the-planner-token-0000", timeout_s=2.0)
+    wrong = "not-the-planner-token-0000"
+    remote = RemoteHost(f"127.0.0.1:{port}", wrong, timeout_s=2.0)
     family = remote_move_family(remote)
     host = Host(tmp_path / "bridge", [family], workers=1, lease_ms=1500)
     host.start()
     key = ActivityKey("bridge", KIND_ABSOLUTE, "wrong-token")
+
+    def parked() -> bool:
+        r = host.get(key)
+        return r is not None and r.awaiting_decision
+
     try:
         with emulator_process(tmp_path) as emu:
             host.create_world("bridge")
-            host.commit_tick("bridge", [intent("wrong-token", request())])
-            deadline = time.monotonic() + 60
-            while (r := host.get(key)) is None or not r.awaiting_decision:  # unreachable
-                assert time.monotonic() < deadline, r
-                time.sleep(0.05)
             config = grpc_config(
                 tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
             )
-            with daemon(config):
-                deadline = time.monotonic() + 60
-                while True:
-                    record = host.get(key)
-                    assert record is not None and record.evidence is not None
-                    evidence = record.evidence.evidence
+            if not limited:  # down at Execute: unreachable, then the remote comes up
+                host.commit_tick("bridge", [intent("wrong-token", request())])
+                _until(parked, "the Execute never failed over to reconciliation")
+            with daemon(config) as (_, ready):
+                if limited:  # the robot host refuses this address's credentials already
+                    channel, control = stub(ready["grpc"])
+                    bad = (("authorization", f"Bearer {wrong}"),)
+                    for _ in range(8):
+                        with pytest.raises(grpc.RpcError):
+                            control.GetOperation(
+                                pb.GetOperationRequest(operation_id="x"), metadata=bad
+                            )
+                    channel.close()
+                    host.commit_tick("bridge", [intent("wrong-token", request())])
+
+                def refused() -> bool:
+                    r = host.get(key)
+                    if r is None or r.evidence is None:
+                        return False
+                    evidence = r.evidence.evidence
                     doc = json.loads(host.artifacts.get_bytes(evidence.ref, evidence.digest))
-                    if doc["reason"] != "remote_unreachable":
-                        break
-                    assert time.monotonic() < deadline, doc
-                    time.sleep(0.1)
+                    return bool(doc["reason"] != "remote_unreachable")
+
+                _until(refused, "never refused")
+                record = host.get(key)
+                assert record is not None and record.evidence is not None
+                evidence = record.evidence.evidence
+                doc = json.loads(host.artifacts.get_bytes(evidence.ref, evidence.digest))
                 assert doc["reason"] == "remote_refused_principal", doc
-                assert "UNAUTHENTICATED" in doc["error"], doc
+                said = "RESOURCE_EXHAUSTED: credential_rate_limited" if limited else "UNAUTH"
+                assert said in doc["error"], doc
                 assert record.result is None and record.awaiting_decision
                 revision = record.evidence_revision
                 time.sleep(3.0)  # unreachable would have been reconciled twice by now
@@ -185,3 +208,10 @@ def test_a_refused_credential_on_reconcile_awaits_an_operator_and_is_not_asked_e
     finally:
         host.close()
         family.adapter.close()  # type: ignore[attr-defined]
+
+
+def _until(condition: Any, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)

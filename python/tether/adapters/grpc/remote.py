@@ -458,8 +458,8 @@ class RemoteMoveAdapter:
                 }
                 ref = self._put(ctx, guard, GUARD_MEDIA_TYPE)
                 return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
-            if exc.code() not in TRANSIENT:  # an answer: asking again soon changes nothing
-                return self._refused_reconcile(ctx, exc)
+            if exc.code() not in TRANSIENT or _rate_limited(exc):
+                return self._refused_reconcile(ctx, exc)  # asking again soon changes nothing
             return self._unreachable(ctx, f"GetOperation: {exc.code().name}")
         except RemoteUnreachable as exc:
             return self._unreachable(ctx, exc.message)
@@ -487,7 +487,10 @@ class RemoteMoveAdapter:
         `OPERATOR_RETRY_MS`: not every second, each a failed credential check on the robot
         host that keeps its rate limit on this address."""
         code = exc.code()
-        principal = code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+        principal = _rate_limited(exc) or code in (
+            grpc.StatusCode.UNAUTHENTICATED,
+            grpc.StatusCode.PERMISSION_DENIED,
+        )
         doc = {
             "operation_id": ctx.operation_id,
             "reason": "remote_refused_principal" if principal else "remote_refused",
@@ -501,6 +504,15 @@ class RemoteMoveAdapter:
         doc = {"operation_id": ctx.operation_id, "reason": "remote_unreachable", "error": why}
         ref = self._put(ctx, doc, EVIDENCE_MEDIA_TYPE)
         return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), UNREACHABLE_RETRY_MS)
+
+
+def _rate_limited(exc: grpc.RpcError) -> bool:
+    """The robot host refusing our credential's further tries for a while (too many failed
+    here): the token is wrong, and asking every second only keeps the limit on."""
+    return bool(
+        exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        and (exc.details() or "").startswith("credential_rate_limited")
+    )
 
 
 def remote_move_family(remote: RemoteHost) -> Family:
