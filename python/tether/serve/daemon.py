@@ -658,15 +658,17 @@ class Daemon:
     def _connect(self, name: str, *, at_start: bool = False) -> bool:
         """Connect a robot (`DeviceHost.connect`: a connect only reads); whether it answered.
         One that did not is listed `unavailable` with its error. At start, a port another
-        process holds (`PortBusy`: another daemon, on another state dir, drives this robot)
-        refuses the start (exit 7) rather than wait to take the robot over when that one
-        exits, with a latch of its own: the robots connected so far are released unstopped
-        (they were only read), so the refusal sends no frame."""
+        process opened exclusively (`port_busy`: another daemon, on another state dir, drives
+        this robot) refuses the start (exit 7) rather than wait to take the robot over when
+        that one exits, with a latch of its own: the robots connected so far are released
+        unstopped (they were only read), so the refusal sends no frame. A command of this
+        state dir holding it for a moment (`port_owned`: a standalone `tether stop`) is not
+        refused: the robot is connected once it lets go."""
         assert self.devices is not None
         try:
             identity = self.devices.connect(name)
         except (TetherError, OSError) as exc:
-            if at_start and isinstance(exc, PortBusy):
+            if at_start and isinstance(exc, PortBusy) and exc.code == "port_busy":
                 self.devices.release_ports()
                 raise
             self.unavailable[name] = f"{type(exc).__name__}: {exc}"
