@@ -37,3 +37,40 @@ def test_a_port_another_daemon_holds_refuses_the_start_and_sends_nothing(tmp_pat
             assert refusal["code"] == "port_busy", refusal
             sent = [e for e in emu.journal()[before:] if e["instruction"] != "sync_read"]
             assert [e["instruction"] for e in sent if e["instruction"] != "ping"] == [], sent
+
+
+def test_a_port_a_command_of_its_own_state_dir_holds_is_connected_once_let_go(
+    tmp_path: Path,
+) -> None:
+    """A command of the same state dir (a standalone `tether stop`, say) holds the port's
+    identity lock for a moment while the daemon starts (`port_owned`): the daemon is not
+    refused; it serves the robot as unavailable and connects it once the lock is let go."""
+    import time
+
+    from tether.adapters.dynamixel.config import load_config
+    from tether.devices.ports import IdentityLock, resolve_port
+
+    with emulator_process(tmp_path) as emu:
+        config = serve_config(tmp_path, emu.path, extra=SERVE)
+        host = load_config(config)
+        lock = IdentityLock(host.state_dir, resolve_port(host.ports["bus"]).key)
+        lock.acquire(None)
+        try:
+            with daemon(config) as (_, ready):
+                assert "arm" in ready["unavailable"], ready
+                assert "port_owned" in ready["unavailable"]["arm"], ready
+                lock.release()
+                deadline = time.monotonic() + 30
+                while True:
+                    status = subprocess.run(
+                        [sys.executable, "-m", "tether", "status", "--config", str(config)],
+                        capture_output=True,
+                        text=True,
+                        timeout=60,
+                    )
+                    if status.returncode == 0 and "unavailable" not in status.stdout:
+                        break
+                    assert time.monotonic() < deadline, status.stdout + status.stderr
+                    time.sleep(0.5)
+        finally:
+            lock.release()
