@@ -412,11 +412,12 @@ def _failed(e: BaseException, fail: Callable[..., int]) -> int:
         code = storage_failure(e)
     coded = isinstance(getattr(e, "code", None), str)
     _, text, details = error_fields(e) if coded else ("", str(e), {})
-    # A coded error's line names its code (the JSON also its class): the class is not repeated.
-    message = (text if coded else f"{type(e).__name__}: {text}").splitlines()[0]
     if isinstance(code, str) and (code in _exit.ERROR_CODES or exit_code == _exit.STORAGE_IO):
-        return fail(exit_code, type(e).__name__, code, message, details)
-    return fail(EXIT_FAILED, type(e).__name__, "failed", message)
+        # The line names its code (the JSON also its class): the class is not repeated.
+        return fail(exit_code, type(e).__name__, code, text.splitlines()[0], details)
+    # `failed`: the line says what failed, by its own code or else its class.
+    own = getattr(e, "code", None) if coded else type(e).__name__
+    return fail(EXIT_FAILED, type(e).__name__, "failed", f"{own}: {text}".splitlines()[0])
 
 
 def _answered(e: BaseException) -> bool:
