@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from tether._config import HostConfigError, Table, nearest
 
@@ -68,3 +72,22 @@ def test_sub_tables_are_strict_too() -> None:
 def test_reading_an_undeclared_key_is_a_programming_error() -> None:
     with pytest.raises(ValueError):
         Table({}, "host", ("state_dir",)).text("stat_dir", "")
+
+
+def test_an_empty_path_is_refused_never_the_current_directory(tmp_path: Path) -> None:
+    """A path set to "" (a template's unset variable) is `empty_value`; absent, its default."""
+    assert Table({}, "host", ("state_dir",)).path("state_dir", "/d") == "/d"
+    assert Table({"state_dir": "/s"}, "host", ("state_dir",)).path("state_dir", "/d") == "/s"
+    with pytest.raises(HostConfigError) as info:
+        Table({"state_dir": " "}, "host", ("state_dir",)).path("state_dir", "/d")
+    assert info.value.code == "empty_value" and "host: `state_dir` is empty" in info.value.message
+    config = tmp_path / "host.toml"
+    config.write_text('[host]\nstate_dir = ""\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "status", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "empty_value" in done.stderr, done.stderr
+    assert not list(Path.cwd().glob("latches")), "nothing was made in the current directory"

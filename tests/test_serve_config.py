@@ -49,6 +49,7 @@ def test_every_key_is_read() -> None:
         ({"catalog": ""}, "bad_store_url"),
         ({"world": "  "}, "bad_store_url"),
         ({"catalog": "postgresql://db/t", "world": ""}, "bad_store_url"),
+        ({"data_dir": ""}, "empty_value"),  # never the current directory
     ],
 )
 def test_a_bad_setting_is_a_coded_error(raw: dict[str, object], code: str) -> None:

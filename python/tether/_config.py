@@ -23,7 +23,7 @@ from typing import Any, Final
 from tether._coded import CodedError
 
 #: The codes this module raises (device configurations add their own).
-CODES: Final = ("missing_key", "unknown_key", "wrong_type")
+CODES: Final = ("missing_key", "unknown_key", "wrong_type", "empty_value")
 
 
 class HostConfigError(CodedError):
@@ -132,6 +132,19 @@ class Table:
 
     def text(self, key: str, default: str | _Missing = MISSING) -> str:
         value: str = self._value(key, (str,), "a string", default)
+        return value
+
+    def path(self, key: str, default: str | _Missing = MISSING) -> str:
+        """A path: a string, never empty when set (`empty_value`: an empty one, a template's
+        unset variable say, would silently be the current directory)."""
+        value = self.text(key, default)
+        if key in self._data and not value.strip():
+            raise HostConfigError(
+                "empty_value",
+                f"{self.label}: `{key}` is empty: give a path, or leave the key out for its"
+                " default",
+                details={"table": self.where, "key": key},
+            )
         return value
 
     def optional_text(self, key: str) -> str | None:

@@ -71,7 +71,8 @@ CODES: Final[tuple[ExitCode, ...]] = (
         UNAVAILABLE,
         "UNAVAILABLE",
         "a server or device could not be reached (`unreachable`, a port owned by another "
-        "process: `port_busy`), no `tether serve` runs where one must (`daemon_not_running`), "
+        "process: `port_busy`, also at `tether serve`'s start: a robot another daemon drives), "
+        "no `tether serve` runs where one must (`daemon_not_running`), "
         "or another one already does (`daemon_running`; on a shared catalog, under the same "
         "host name: `host_name_taken`), or a listener's address is taken "
         "(`sse_unavailable`, `grpc_unavailable`)",

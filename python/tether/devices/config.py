@@ -96,6 +96,7 @@ ERROR_CODES: Final = (
     "weak_credential",
     "excessive_credential_cost",
     "wrong_type",
+    "empty_value",
 )
 
 
@@ -381,7 +382,7 @@ def parse_config(
         )
     doc = Table(raw, "", TOP_KEYS)
     host = doc.table("host", HOST_KEYS)
-    state_dir = Path(host.text("state_dir", str(default_state_dir())))
+    state_dir = Path(host.path("state_dir", str(default_state_dir())))
     operators = _operators(doc)
     planners = _planners(doc, operators)
     tls = _tls(doc, path)

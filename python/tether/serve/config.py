@@ -138,7 +138,7 @@ def parse_grpc(text: str, where: str = "serve.grpc") -> tuple[str, int] | None:
 def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
     """The `[serve]` table (`raw`, absent: every default) of a config with `robots` robots."""
     table = Table(raw if raw is not None else {}, "serve", SERVE_KEYS)
-    data_dir = Path(table.text("data_dir", str(state_dir / "moves")))
+    data_dir = Path(table.path("data_dir", str(state_dir / "moves")))
     workers = table.integer("workers", max(2, robots))
     if not 0 <= workers <= 64:
         raise _error("bad_workers", f"serve.workers {workers} is not 0..64")
@@ -204,7 +204,7 @@ def _serve_table(config: Any) -> Table:
 def data_dir_for(config: Any) -> Path:
     """The Host data dir of a host configuration: `[serve] data_dir`, else `<state_dir>/moves`
     (what `tether move` and `tether operator` use with no daemon, and the daemon's default)."""
-    return Path(_serve_table(config).text("data_dir", str(Path(config.state_dir) / "moves")))
+    return Path(_serve_table(config).path("data_dir", str(Path(config.state_dir) / "moves")))
 
 
 def host_name_for(config: Any) -> str:
