@@ -108,7 +108,7 @@ def test_a_worker_on_a_file_is_one_line_from_the_dispatcher(tmp_path: Path, a_fi
         "worker", str(a_file), "--families", families, env={"TETHER_HOST_CONFIG": str(config)}
     )
     assert done.returncode == 2  # a data dir that is a file: usage, whichever command
-    assert str(a_file) in one_line(done, "tether worker: NotADirectoryError: Not a directory")
+    assert str(a_file) in one_line(done, "tether worker: not_a_directory: worker data_dir")
     assert a_file.read_text() == "precious\n"
 
 
