@@ -129,12 +129,13 @@ def test_only_a_postgresql_catalog_is_shared() -> None:
     assert not is_shared("sqlite:///tmp/catalog.db") and not is_shared(None)
 
 
-def test_a_search_path_of_no_schema_is_a_one_line_storage_error(pg_base: str) -> None:
-    from tether.errors import CatalogStorageError
+def test_a_search_path_of_no_schema_is_a_one_line_refusal(pg_base: str) -> None:
+    from tether.errors import NoSuchSchema
     from tether.testing._postgres import schema_url
 
-    with pytest.raises(CatalogStorageError, match="names no schema that exists"):
+    with pytest.raises(NoSuchSchema, match="names no schema the server has") as info:
         HostClaim.take(schema_url(pg_base, "r_no_such_schema"), "arm-host-1")
+    assert info.value.code == "no_such_schema" and "\n" not in str(info.value)
 
 
 def test_a_claim_closed_while_it_reconnects_lets_go_of_the_new_connection(
@@ -202,3 +203,40 @@ def _applications(base: str) -> list[str]:
     with psycopg.connect(base, autocommit=True) as conn:
         rows = conn.execute("SELECT application_name FROM pg_stat_activity").fetchall()
     return [r[0] for r in rows if r[0]]
+
+
+def test_a_claim_reconnecting_to_a_schema_gone_for_a_while_keeps_trying(
+    pg_base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's connection broke and its schema is away (renamed) when it reconnects: the
+    reconnect is refused (`no_such_schema`), logged, and tried again; once the schema is back
+    the name is claimed again. The watch never dies of it."""
+    import uuid
+
+    from tether.testing._postgres import schema_url
+
+    monkeypatch.setattr(_host_claim, "CHECK_S", 0.1)
+    name = "tether_claim_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_base, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    claim = HostClaim.take(schema_url(pg_base, name), "arm-host-11")
+    try:
+        application = claim._application()
+        (pid,) = _holders(pg_base, application)
+        with psycopg.connect(pg_base, autocommit=True) as conn:
+            conn.execute(f"ALTER SCHEMA {name} RENAME TO {name}_away")
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        time.sleep(0.5)  # a few refused reconnects
+        assert claim._thread is not None and claim._thread.is_alive()
+        assert _holders(pg_base, application) == []
+        with psycopg.connect(pg_base, autocommit=True) as conn:
+            conn.execute(f"ALTER SCHEMA {name}_away RENAME TO {name}")
+        deadline = time.monotonic() + 10
+        while not _holders(pg_base, application):
+            assert time.monotonic() < deadline, "the name was never claimed again"
+            time.sleep(0.05)
+    finally:
+        claim.close()
+        with psycopg.connect(pg_base, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {name}_away CASCADE")

@@ -31,6 +31,7 @@ import psycopg
 
 from tether._coded import CodedError
 from tether._core import CatalogStorageError
+from tether.storage._errors import NoSuchSchema, SchemaDenied
 from tether.storage._pg import connect, one_line, where
 from tether.storage._pg_schema import check_search_path
 from tether.storage._urls import postgres_url
@@ -164,7 +165,7 @@ class HostClaim:
                 if self.on_lost is not None:  # the owner stops: two would drive one name's work
                     self.on_lost(exc)
                     return
-            except CatalogStorageError as exc:
+            except (CatalogStorageError, NoSuchSchema, SchemaDenied) as exc:
                 log.warning("host name %r not claimed again yet: %s", self.host_name, exc)
 
     def close(self) -> None:
