@@ -137,7 +137,7 @@ def test_a_typed_error_of_execute_gives_the_lease_up_so_it_reconciles_at_once(
         first = env.run_attempt()
         assert first is not None and first.result is None
         assert env.lease_ms > TYPED_END_LEASE_MS
-        env.clock.advance(TYPED_END_LEASE_MS)  # a second, not the lease
+        env.clock.advance(TYPED_END_LEASE_MS)  # seconds, not the lease
         again = env.run_attempt()
         assert again is not None and again.result is not None, again  # reconciled: recovered
         assert not again.result.failed
@@ -163,12 +163,12 @@ def test_an_execute_that_keeps_failing_typed_backs_off_to_the_lease(tmp_path: Pa
     with make_env([family], data_dir=tmp_path / "d") as env:
         env.create_world("w")
         env.commit_tick("w", intents(1))
-        assert [typed_end_lease_ms(n, 30_000) for n in (1, 3, 5, 7, 9)] == [
-            1_000,
-            4_000,
-            16_000,
-            30_000,
-            30_000,
+        assert [typed_end_lease_ms(n, 60_000) for n in (1, 2, 3, 4, 5)] == [
+            5_000,
+            10_000,
+            20_000,
+            40_000,
+            60_000,
         ]
         for number in (1, 3, 5):  # attempts 1, 3, 5 execute; 2, 4 reconcile (absent)
             ran = env.run_attempt()

@@ -13,7 +13,7 @@ Rules kept here (seed section 2):
 - If `execute` raises or returns a result that is not durable, nothing is recorded: the
   lease runs out and the next attempt reconciles (an execute attempt cannot conclude unknown).
   A typed error (`CodedError`: a stopped robot, a device fault, a remote that did not answer)
-  shortens the lease to `typed_end_lease_ms` of the attempt's number (1 s, doubling up to the
+  shortens the lease to `typed_end_lease_ms` of the attempt's number (5 s, doubling up to the
   lease): the reconcile comes soon, and an execute that keeps failing before any effect (each
   reconcile proving it absent) is not retried faster than that backoff.
 - A commit whose reply was lost (`CommitUnknown`, PostgreSQL) is re-read before anything
@@ -70,7 +70,10 @@ CLAIM_BATCH = 64
 
 #: The shortest lease left to an execute attempt its adapter ended with a typed error: its
 #: first attempt's; each later attempt doubles it, up to the worker's lease (`_give_up`).
-TYPED_END_LEASE_MS = 1_000
+#: Not less: a stop that parks many moves would have all their reconciles (each a read-back
+#: on the bus) compete with the stops and the work right after it (with 1 s, the 500/s
+#: Execute flood of `benches/grpc_control.py` fell from about 490/s to 410-466/s).
+TYPED_END_LEASE_MS = 5_000
 
 
 def typed_end_lease_ms(number: int, lease_ms: int) -> int:
