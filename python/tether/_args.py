@@ -187,6 +187,16 @@ def coded_line(code: str | None, text: str) -> str:
     return text if not code or text.startswith(f"{code}: ") else f"{code}: {text}"
 
 
+def refuse_empty_urls(parser: argparse.ArgumentParser, **flags: str | None) -> None:
+    """A store URL flag given as ``""`` (an unset shell variable) is a usage error, never read
+    as absent (which would be the data dir's own store); ``flags`` by option name, ``_`` for
+    ``-``."""
+    for name, url in flags.items():
+        if url is not None and not url.strip():
+            flag = "--" + name.replace("_", "-")
+            parser.error(f"{flag} is empty: give the store's URL, or leave the flag out")
+
+
 def error_line(prog: str, exc: BaseException, suffix: str = "") -> None:
     """An expected error as one line on stderr, `PROG: code: message` (and its JSON document
     when JSON was asked for); with `--debug` (or `TETHER_DEBUG=1`) its traceback first."""

@@ -34,7 +34,7 @@ from types import FrameType
 from typing import Any, cast
 
 from tether import _exit
-from tether._args import Parser, error_line
+from tether._args import Parser, error_line, refuse_empty_urls
 from tether._dirs import DataDirError, usable_dir
 from tether._proc import wait_for_signal
 from tether.activities import MAX_LEASE_MS, Catalog, ResultRef
@@ -283,9 +283,7 @@ def main(argv: list[str]) -> int:
         p.error(f"--fallback-poll-s must be at least {MIN_FALLBACK_S:g}")
     if args.sse_port is not None and not 0 <= args.sse_port <= 65535:
         p.error("--sse-port must be in [0, 65535]")
-    for flag, url in (("--catalog", args.catalog), ("--world", args.world)):
-        if url is not None and not url.strip():  # never read as the data dir's own store
-            p.error(f"{flag} is empty: give the store's URL, or leave the flag out")
+    refuse_empty_urls(p, catalog=args.catalog, world=args.world)
     try:  # one SQLite file for both stores: refused before the families make anything
         check_separate_files(args.catalog, args.world)
     except SameStoreFile as e:

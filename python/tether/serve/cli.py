@@ -12,7 +12,7 @@ from types import FrameType
 from typing import Any
 
 from tether import _exit, _log
-from tether._args import Parser, error_line, want_json
+from tether._args import Parser, error_line, refuse_empty_urls, want_json
 from tether._priority import quiet_heap, stop_priority
 from tether._proc import wait_for_signal
 from tether.errors import TetherError
@@ -90,9 +90,7 @@ def main(argv: list[str]) -> int:
     )
     _log.add_arguments(parser)
     args = parser.parse_args(argv)
-    for flag, url in (("--catalog", args.catalog), ("--world", args.world)):
-        if url is not None and not url.strip():  # never read as absent: see `bad_store_url`
-            parser.error(f"{flag} is empty: give the store's URL, or leave the flag out")
+    refuse_empty_urls(parser, catalog=args.catalog, world=args.world)  # as `bad_store_url`
     _log.setup(args.log_format, level=args.log_level)
     as_json = args.json or not sys.stdout.isatty()
     want_json(as_json)  # its refusals are JSON documents too
