@@ -119,11 +119,8 @@ def _check_free(host: str, port: int) -> None:
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             return  # anything else is the server's own to report when it binds
-        target = address_text(host, port)
-        raise ServeRefusal(
-            "grpc_unavailable",
-            f"cannot serve gRPC on {target}: address in use",
-            details={"address": target},
+        raise unavailable(
+            "grpc_unavailable", "gRPC", address_text(host, port), "address in use"
         ) from None
     finally:
         probe.close()
@@ -132,6 +129,14 @@ def _check_free(host: str, port: int) -> None:
 class ServeRefusal(CodedError):
     """The daemon refused a request (`admission_conflict`, `bad_request`, `not_submittable`,
     `unknown_activity`, `sse_unavailable`, `daemon_starting`)."""
+
+
+def unavailable(code: str, what: str, address: str, cause: object) -> ServeRefusal:
+    """The refusal of a listener that cannot be bound (``code``: `sse_unavailable`,
+    `console_unavailable`, `grpc_unavailable`; exit 7): what it serves, where, and why."""
+    return ServeRefusal(
+        code, f"cannot serve {what} on {address}: {cause}", details={"address": address}
+    )
 
 
 @dataclasses.dataclass(eq=False)
@@ -416,10 +421,8 @@ class Daemon:
             except ListenerError:
                 raise  # the policy refused it (insecure_listener, a TLS key, ...): usage
             except OSError as exc:
-                raise ServeRefusal(
-                    "sse_unavailable",
-                    f"cannot serve the AG-UI stream on {host}:{port}: {exc.strerror or exc}",
-                    details={"address": f"{host}:{port}"},
+                raise unavailable(
+                    "sse_unavailable", "the AG-UI stream", f"{host}:{port}", exc.strerror or exc
                 ) from None
             self.stream.start()
             self.sse_url = self.server.url
@@ -561,10 +564,11 @@ class Daemon:
             raise
         except OSError as exc:
             host, port = self.serve.console.address or ("", 0)
-            raise ServeRefusal(
+            raise unavailable(
                 "console_unavailable",
-                f"cannot serve the operator console on {host}:{port}: {exc.strerror or exc}",
-                details={"address": f"{host}:{port}"},
+                "the operator console",
+                f"{host}:{port}",
+                exc.strerror or exc,
             ) from None
         log.info("operator console", extra={"url": self.console.url})
 

@@ -1401,13 +1401,9 @@ class GrpcServer:
         else:
             error = "address in use or unusable"
         if not bound:
-            from tether.serve.daemon import ServeRefusal
+            from tether.serve.daemon import unavailable
 
-            raise ServeRefusal(
-                "grpc_unavailable",
-                f"cannot serve gRPC on {target}: {error}",
-                details={"address": target},
-            )
+            raise unavailable("grpc_unavailable", "gRPC", target, error)
         self.url = f"{host}:{bound}"
         self.daemon = daemon
         self._health_set("", SERVICE, serving=True)
