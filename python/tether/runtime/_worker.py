@@ -332,19 +332,8 @@ class Worker:
         except (LeaseLost, CatalogRejection) as e:
             log.warning("worker %s lost %s (fence %d): %s", self.owner, key, fence, e)
             return None
-        except CodedError as e:  # as `_execute`: its line, and the lease shortened
-            log.warning(
-                "worker %s: execute of %s ended with %s; leaving it to reconcile",
-                self.owner,
-                key,
-                e,
-            )
-            ended = True
-            return None
-        except Exception:
-            log.exception(
-                "worker %s: execute of %s failed; leaving it to reconcile", self.owner, key
-            )
+        except Exception as e:  # as `_execute`: its line, and a typed end shortens the lease
+            ended = self._execute_ended(key, e)
             return None
         finally:
             self._heartbeat.end(beat)
@@ -431,6 +420,29 @@ class Worker:
         if ended:
             self._give_up(key, fence, attempt.number)
 
+    def _execute_ended(self, key: ActivityKey, exc: Exception) -> bool:
+        """Log an `execute` that raised; whether its error was typed. Either way the attempt
+        concludes nothing (an execute attempt cannot conclude unknown): the next claim is
+        reconcile-only. A typed refusal or failure (a `CodedError`: a latched robot, a device
+        error, a lost transport) says what happened in its code and message, so no traceback,
+        and its lease is shortened (`_give_up`); any other leaves the effect ambiguous, with
+        its traceback, and the lease to run out."""
+        if isinstance(exc, CodedError):
+            log.warning(
+                "worker %s: execute of %s ended with %s; leaving it to reconcile",
+                self.owner,
+                key,
+                exc,
+            )
+            return True
+        log.error(
+            "worker %s: execute of %s failed; leaving it to reconcile",
+            self.owner,
+            key,
+            exc_info=exc,
+        )
+        return False
+
     def _give_up(self, key: ActivityKey, fence: int, number: int) -> None:
         """Shorten an execute attempt's lease once its adapter ended it with a typed error (a
         stopped robot, a device fault, a remote that did not answer) and nothing of it acts
@@ -474,24 +486,8 @@ class Worker:
             result = family.adapter.execute(ctx, request)
         except LeaseLost:
             raise
-        except CodedError as e:
-            # A typed refusal or failure (a latched robot, a device error, a lost transport):
-            # its code and message say what happened, so no traceback. As below, the attempt
-            # concludes nothing; the next claim is reconcile-only, at once (`_give_up`).
-            log.warning(
-                "worker %s: execute of %s ended with %s; leaving it to reconcile",
-                self.owner,
-                key,
-                e,
-            )
-            return True
-        except Exception:
-            # The effect is now ambiguous. An execute attempt can conclude nothing else, so the
-            # lease is left to expire and the next claim is reconcile-only.
-            log.exception(
-                "worker %s: execute of %s failed; leaving it to reconcile", self.owner, key
-            )
-            return False
+        except Exception as e:
+            return self._execute_ended(key, e)
         if not isinstance(result, ResultRef) or not self.artifacts.is_durable(result):
             log.error(
                 "worker %s: %s returned a non-durable %r; not recorded", self.owner, key, result
