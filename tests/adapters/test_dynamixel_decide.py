@@ -182,6 +182,11 @@ def test_an_operators_stop_is_never_recovered_even_at_the_target() -> None:
     assert decide.reconcile(preimage(), sent, read_back, move=move()) == decide.Recovered(read_back)
     stopped = decide.reconcile(preimage(), sent, read_back, move=move(stopped_by_operator=True))
     assert stopped == decide.Unknown("stopped_by_operator", {"at_target": ["a", "b"]})
+    # The session watchdog's stop is as binding, and names itself.
+    lapsed = move(stopped_by_operator=True, stop_reason="session_lapsed")
+    assert decide.reconcile(preimage(), sent, read_back, move=lapsed) == decide.Unknown(
+        "session_lapsed", {"at_target": ["a", "b"]}
+    )
 
 
 def test_the_attempts_own_stop_after_its_settle_timeout_names_the_reason() -> None:

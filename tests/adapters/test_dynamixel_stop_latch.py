@@ -25,7 +25,7 @@ from tether.adapters.dynamixel.host import RobotHost
 from tether.adapters.dynamixel.move import read_joints
 from tether.adapters.dynamixel.worker import data_dir_of, run_move
 from tether.devices.host import stop_everything
-from tether.devices.latch import RECORD_BYTES, MotionStopped, StopLatch
+from tether.devices.latch import RECORD_BYTES, SESSION_LAPSE, MotionStopped, StopLatch
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
 
@@ -182,6 +182,30 @@ def test_a_move_on_a_latched_robot_sends_nothing_and_leaves_the_bus_to_the_stop(
     assert not [e.instruction for e in frames if e.instruction in EFFECTFUL]
     reads = sum(1 for e in frames if e.instruction == "sync_read" and e.id == 1)
     assert reads == one_read_back  # the reconcile's; the attempt read nothing
+
+
+def test_a_latch_the_session_watchdog_set_names_the_lapse_not_an_operator(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    """A move refused by a latch the session watchdog set parks as `session_lapsed` (no
+    operator pressed stop), and its record keeps that reason after the resume; an operator's
+    stop after that is `stopped_by_operator` again."""
+    latch = StopLatch(config.state_dir)
+    with latch.stopping():
+        latch.latch("arm", by=SESSION_LAPSE)
+    with pytest.raises(MotionStopped) as refused:
+        latch.check(["arm"])
+    assert refused.value.code == "session_lapsed"
+    assert "heartbeat of its move's session lapsed" in str(refused.value)
+    outcome = move(config, "m-lapsed")
+    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "session_lapsed")
+    resumed = latch.resume("arm", operator="olga")
+    assert resumed["stopped_by"] == SESSION_LAPSE and latch.stop_reason("arm") == "session_lapsed"
+    latch.latch("arm")  # an operator's stop (`tether stop`)
+    assert latch.stop_reason("arm") == "stopped_by_operator"
+    with pytest.raises(MotionStopped) as again:
+        latch.check(["arm"])
+    assert again.value.code == "stopped_by_operator"
 
 
 def test_the_latch_dir_is_checked_once_not_at_every_stop(

@@ -4,6 +4,9 @@ control table are the independent record of what the arm did."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -38,6 +41,17 @@ def two_planners(tmp_path: Path, url: str) -> Path:
     second = f'[planners.cj]\ntoken = "{hash_secret(OTHER)}"\nrole = "planner"\n'
     config.write_text(config.read_text().replace("[ports.bus]", second + "[ports.bus]", 1))
     return config
+
+
+def tether_status(config: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "status", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def under(request: pb.ExecuteRequest, session: str) -> pb.ExecuteRequest:
@@ -204,9 +218,19 @@ def test_the_heartbeat_lapses_mid_motion_and_the_arm_stops(tmp_path: Path) -> No
                 pb.GetOperationRequest(operation_id="long"), metadata=bearer()
             )
             assert final.state in (pb.UNKNOWN_AWAITING_OPERATOR, pb.FAILED), final
-            if final.state == pb.UNKNOWN_AWAITING_OPERATOR:  # reconciled as after a Stop
-                assert final.evidence.reason == "stopped_by_operator", final.evidence
+            # Reconciled as after a Stop, naming the lapse: no operator pressed stop.
+            if final.state == pb.UNKNOWN_AWAITING_OPERATOR:
+                assert final.evidence.reason == "session_lapsed", final.evidence
+            else:
+                assert final.error.code == "session_lapsed", final.error
             channel.close()
+            # The daemon's status says who latched the arm, in words and in JSON.
+            words = tether_status(config)
+            assert "LATCHED (its move's session heartbeat lapsed; tether operator resume)" in (
+                words
+            ), words
+            (arm,) = json.loads(tether_status(config, "--json"))["devices"]
+            assert arm["latched"] and arm["stop_reason"] == "session_lapsed", arm
             # The emulator's own record: the hold (Goal Position = where it stood) after the
             # ACTION, and each servo settled short of its target.
             journal = emu.journal()

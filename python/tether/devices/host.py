@@ -227,18 +227,22 @@ class DeviceHost:
 
     # --- operations ---
 
-    def stop(self, robot_name: str, *, latch: bool = False) -> StopReport:
-        """Safe-stop one robot; `latch` (an operator's stop) keeps it stopped until resumed.
-        Runs at a stop's priority (`tether._priority.stop_priority`)."""
+    def stop(self, robot_name: str, *, latch: bool = False, by: str = "tether stop") -> StopReport:
+        """Safe-stop one robot; `latch` (an operator's stop) keeps it stopped until resumed,
+        recording `by` as who stopped it (`tether.devices.latch.SESSION_LAPSE` for the session
+        watchdog). Runs at a stop's priority (`tether._priority.stop_priority`)."""
         robot = self.config.robot(robot_name)
         with stop_priority(), self.latch.stopping():
             if latch:
-                self.latch.latch(robot_name)
+                self.latch.latch(robot_name, by=by)
             return self.device_type(robot_name).safe_stop(self._bus(robot_name), robot)
 
-    def stop_report(self, robot_name: str, *, latch: bool = False) -> dict[str, Any]:
+    def stop_report(
+        self, robot_name: str, *, latch: bool = False, by: str = "tether stop"
+    ) -> dict[str, Any]:
         """`stop`'s report as a document, saying so when the latch is held in memory only."""
-        return self.latch_noted(robot_name, self.stop(robot_name, latch=latch).as_dict())
+        report = self.stop(robot_name, latch=latch, by=by).as_dict()
+        return self.latch_noted(robot_name, report)
 
     def latch_noted(self, robot_name: str, report: dict[str, Any]) -> dict[str, Any]:
         """`report` of a stop of `robot_name`, not ok and with `latch_error` when its latch
@@ -468,11 +472,17 @@ def last_operator_stop(config: HostConfig[Any], robot_name: str) -> int | None:
     return StopLatch(config.state_dir).last_stop_ms(robot_name)
 
 
+def last_stop_reason(config: HostConfig[Any], robot_name: str) -> str:
+    """Why `robot_name`'s last stop was made (`tether.devices.latch.stop_reason`)."""
+    return StopLatch(config.state_dir).stop_reason(robot_name)
+
+
 __all__ = [
     "DeviceHost",
     "HostRefusal",
     "fresh_state",
     "last_operator_stop",
+    "last_stop_reason",
     "owner_socket",
     "reboot_robot",
     "resume_robot",

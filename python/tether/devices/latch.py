@@ -4,8 +4,10 @@ Rules:
 - `stop(robot)` latches the robot, durably (a file under the host's state dir, fsynced) and
   in one lock with the safe-stop that follows, so no effectful frame can slip between them.
 - Every effectful frame of a move is sent inside `permit(robot)`: under the same lock, it
-  raises `MotionStopped` (code `stopped_by_operator`) while the robot is latched, so a move
-  that had not sent its ACTION when the stop came never sends it.
+  raises `MotionStopped` while the robot is latched, so a move that had not sent its ACTION
+  when the stop came never sends it. Its code names who latched it (`stop_reason`):
+  `session_lapsed` for the session watchdog's stop (`SESSION_LAPSE`: the planner's heartbeat
+  lapsed mid-motion), `stopped_by_operator` for any other stop.
 - The latch is read from its file on every check, so it survives a restart of the host and is
   honoured by every process on the state dir.
 - A robot's first record creates its file (written, synced, renamed in, the dir synced); later
@@ -42,11 +44,23 @@ log = logging.getLogger("tether.devices.latch")
 
 #: Every latch record after a robot's first is this many bytes, overwritten in place.
 RECORD_BYTES = 512
+#: The `by` of a latch the session watchdog set (`tether.serve.sessions`): the heartbeat of
+#: the session a move ran under lapsed, and no operator pressed stop.
+SESSION_LAPSE = "session heartbeat lapsed"
 
 
 class MotionStopped(DeviceError):
-    """An operator stopped this robot: nothing is sent to it until an operator resumes it
-    (`tether operator resume ROBOT`); code `stopped_by_operator`."""
+    """A stop latched this robot: nothing is sent to it until an operator resumes it
+    (`tether operator resume ROBOT`); code `stopped_by_operator`, or `session_lapsed` when the
+    session watchdog stopped it (`stop_reason`)."""
+
+
+def stop_reason(doc: dict[str, Any]) -> str:
+    """Why the stop of a latch record (latched, or resumed since) was made: `session_lapsed`
+    for the session watchdog's, `stopped_by_operator` for any other (an unreadable or older
+    record included)."""
+    by = doc.get("by", doc.get("stopped_by"))
+    return "session_lapsed" if by == SESSION_LAPSE else "stopped_by_operator"
 
 
 class StopLatch:
@@ -60,8 +74,10 @@ class StopLatch:
         #: latch write then costs no walk of the dir's ancestors; only their owners, root or
         #: this uid, could swap the dir afterwards).
         self._dir_checked = False
-        #: Robots latched in memory only: why their latch record could not be written.
+        #: Robots latched in memory only: why their latch record could not be written, and
+        #: who latched them (the record's `by`).
         self._held: dict[str, str] = {}
+        self._held_by: dict[str, str] = {}
 
     def _path(self, robot: str) -> Path:
         return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}.json"
@@ -107,9 +123,11 @@ class StopLatch:
             except Exception as exc:  # the stop goes on: never held back by its disk
                 why = f"{type(exc).__name__}: {exc}"
                 self._held[robot] = why
+                self._held_by[robot] = by
                 log.warning("stop latch of %s not written (%s): latched in memory only", robot, why)
                 return {**doc, "durable": False}
             self._held.pop(robot, None)
+            self._held_by.pop(robot, None)
             return doc
 
     def resume(self, robot: str, *, operator: str) -> dict[str, Any]:
@@ -122,15 +140,25 @@ class StopLatch:
                 "stopped_at_ms": before.get("stopped_at_ms"),
                 "resumed_at_ms": _now_ms(),
                 "resumed_by": operator,
+                # Who made the stop it resumes: a reconcile after the resume still names it.
+                "stopped_by": self._held_by.get(robot, before.get("by", before.get("stopped_by"))),
             }
             self._write(robot, doc)  # not written: it stays latched (the error is raised)
             self._held.pop(robot, None)
+            self._held_by.pop(robot, None)
             return doc
 
     def last_stop_ms(self, robot: str) -> int | None:
         """When an operator last stopped `robot` (wall ms), or None."""
         at = self.state(robot).get("stopped_at_ms")
         return at if isinstance(at, int) else None
+
+    def stop_reason(self, robot: str) -> str:
+        """`stop_reason` of the robot's latch record (or of its latch in memory): why its last
+        stop was made."""
+        if robot in self._held:
+            return stop_reason({"by": self._held_by.get(robot)})
+        return stop_reason(self.state(robot))
 
     @contextmanager
     def stopping(self) -> Iterator[None]:
@@ -149,10 +177,16 @@ class StopLatch:
             return
         for robot in robots:
             if self.latched(robot):
+                reason = self.stop_reason(robot)
+                why = (
+                    "was safe-stopped when the heartbeat of its move's session lapsed"
+                    if reason == "session_lapsed"
+                    else "was stopped by an operator"
+                )
                 raise MotionStopped(
-                    "stopped_by_operator",
-                    f"robot {robot} was stopped by an operator: nothing is sent to it until "
-                    f"an operator resumes it (tether operator resume {robot})",
+                    reason,
+                    f"robot {robot} {why}: nothing is sent to it until an operator resumes it"
+                    f" (tether operator resume {robot})",
                     details={"robot": robot},
                 )
 

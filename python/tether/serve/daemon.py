@@ -58,6 +58,7 @@ from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.devices.config import HostConfig, load_config
 from tether.devices.control import socket_path_for
 from tether.devices.host import DeviceHost
+from tether.devices.latch import SESSION_LAPSE
 from tether.errors import TetherError
 from tether.operator import decisions
 from tether.runtime import Family, Host, ProgressEvent
@@ -300,7 +301,9 @@ class Daemon:
         self._closed = False
         self.grpc: Any = None  # the RobotControl server (`[serve] grpc`, tether.serve.grpc_server)
         #: Session heartbeats (`tether.serve.sessions`), in memory; watched from `start()`.
-        self.sessions = Sessions(lambda robot: self.stop_devices({"robot": robot}))
+        self.sessions = Sessions(
+            lambda robot: self.stop_devices({"robot": robot}, by=SESSION_LAPSE)
+        )
         self.grpc_url: str | None = None
 
     @classmethod
@@ -688,15 +691,18 @@ class Daemon:
             except Exception:  # the watch never takes the daemon down
                 log.exception("device watch failed")
 
-    def stop_devices(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+    def stop_devices(
+        self, request: dict[str, Any], *, by: str = "tether stop"
+    ) -> list[dict[str, Any]]:
         """Latch and safe-stop (no storage but the robot's own latch file): the named robots,
-        or every configured one; connected robots first. New ticks and work-lane RPCs wait
-        until it is done (`StopFirst`); it runs at a stop's priority, with no automatic
+        or every configured one; connected robots first. ``by`` is recorded in each latch as
+        who stopped it (`SESSION_LAPSE` for the session watchdog). New ticks and work-lane RPCs
+        wait until it is done (`StopFirst`); it runs at a stop's priority, with no automatic
         garbage collection (`tether._priority.stop_priority`)."""
         with stop_priority(), self.stop_first.stopping():
-            return self._stop_robots(request)
+            return self._stop_robots(request, by)
 
-    def _stop_robots(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+    def _stop_robots(self, request: dict[str, Any], by: str) -> list[dict[str, Any]]:
         assert self.devices is not None
         devices = self.devices
         self.refresh_devices()  # a lost port is opened anew below, never stopped through
@@ -709,7 +715,7 @@ class Daemon:
         for name in names:
             if name in devices.identities:
                 try:
-                    reports.append(devices.stop_report(name, latch=True))
+                    reports.append(devices.stop_report(name, latch=True, by=by))
                 except Exception as exc:
                     failed = devices.device_type(name).stop_failure(
                         self.config.robot(name), f"{type(exc).__name__}: {exc}"
@@ -719,7 +725,7 @@ class Daemon:
                 later.append(name)
         for name in later:
             with devices.latch.stopping():
-                devices.latch.latch(name)  # latched before its port is opened
+                devices.latch.latch(name, by=by)  # latched before its port is opened
                 try:
                     devices.connect(name)
                     self.unavailable.pop(name, None)
@@ -1036,6 +1042,8 @@ class Daemon:
             "latched": devices.latched(name),
             "safe_stop": self.config.spec(name).safe_stop,
         }
+        if doc["latched"]:  # who stopped it: an operator, or the session watchdog
+            doc["stop_reason"] = devices.latch.stop_reason(name)
         identity = devices.identities.get(name)  # one read: the device watch may drop it
         if identity is None:
             return {

@@ -48,7 +48,11 @@ def render(doc: dict[str, Any]) -> str:
         f"live events {daemon['live'] + '/<world>' if daemon.get('live') else 'off'}"
     ]
     for dev in doc.get("devices") or []:
-        latched = ", LATCHED (tether operator resume)" if dev.get("latched") else ""
+        latched = ""
+        if dev.get("latched"):
+            lapse = dev.get("stop_reason") == "session_lapsed"
+            why = "its move's session heartbeat lapsed; " if lapse else ""
+            latched = f", LATCHED ({why}tether operator resume)"
         if not dev.get("available"):
             lines.append(f"{dev['robot']}: unavailable{latched}: {dev.get('error')}")
             continue

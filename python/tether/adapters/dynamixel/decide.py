@@ -37,7 +37,8 @@ The rules, in order (each is a test row's expectation, `test_dynamixel_decide.py
 6. torque as in the pre-image and every goal staged or unchanged: Neutralise
    (`staged_not_actioned`); otherwise Unknown `device_state_lost_or_moved`, or
    `settle_timeout` when the attempt's own stop came after its settle timeout.
-In 2 and 6 an operator's stop after the attempt began names the reason `stopped_by_operator`,
+In 2 and 6 an operator's stop after the attempt began names the reason `stopped_by_operator`
+(`session_lapsed` when the session watchdog made that stop: `Move.stop_reason`),
 and the attempt's own logged stop after its settle timeout (a hold rewrites the goals, a
 torque-off leaves them) names `settle_timeout`.
 """
@@ -67,6 +68,7 @@ REASONS = (
     "settle_timeout",
     "not_settled",
     "stopped_by_operator",
+    "session_lapsed",
     "relative_move_ambiguous",
     "no_preimage",
     "neutralise_failed",
@@ -142,6 +144,9 @@ class Move:
     resolution: float
     #: An operator stopped the robot after the attempt began.
     stopped_by_operator: bool = False
+    #: The reason that stop names (`tether.devices.latch.stop_reason`): `stopped_by_operator`,
+    #: or `session_lapsed` when the session watchdog made it.
+    stop_reason: str = "stopped_by_operator"
 
 
 @dataclass(frozen=True)
@@ -258,7 +263,7 @@ def reconcile(
             if n in preimage.read_back.joints
         )
     )
-    operator = "stopped_by_operator" if move.stopped_by_operator else None
+    operator = move.stop_reason if move.stopped_by_operator else None
     instructions = {s.instruction for s in sent}
     committed = {"reg_write", "action"} <= instructions  # our goals were staged, then ACTION
     if (

@@ -42,7 +42,12 @@ from tether import _core
 from tether._crash import crash_point
 from tether.adapters.dynamixel import decide, tables
 from tether.adapters.dynamixel.config import HostConfig, RobotConfig
-from tether.adapters.dynamixel.host import RobotHost, last_operator_stop, read_state
+from tether.adapters.dynamixel.host import (
+    RobotHost,
+    last_operator_stop,
+    last_stop_reason,
+    read_state,
+)
 from tether.adapters.dynamixel.safety import safe_stop
 from tether.errors import HostConfigError
 from tether.families.robot_move.journal import Operation, now_ms
@@ -623,6 +628,7 @@ class DynamixelMoveAdapter:
             tolerance=robot.tolerance_rad,
             resolution=RESOLUTION_RAD,
             stopped_by_operator=self._stopped(robot, op, attempt),
+            stop_reason=last_stop_reason(self.config, robot.name),
         )
         records = [
             decide.Sent(str(s.get("instruction")), s.get("joint"), s.get("cause")) for s in sent
@@ -654,7 +660,11 @@ class DynamixelMoveAdapter:
             # (the journal keeps that this attempt was parked): a resume lets the robot move
             # again, it decides no parked move, so none runs by itself a reconcile later.
             # An operator's re-issue runs it as a new attempt, which this does not hold.
-            reason = "stopped_by_operator"
+            # The reason the first park recorded (the stop that parked it), else the latch's.
+            prior = op.entry.proof(parked) or {}
+            reason = prior.get("reason")
+            if reason not in ("stopped_by_operator", "session_lapsed"):
+                reason = last_stop_reason(self.config, robot.name)
             op.entry.record_proof(parked, {"reason": reason, "attempt": attempt})
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
         joints = _joints(state)
