@@ -40,6 +40,37 @@ def make_cert(directory: Path, *, ips: tuple[str, ...] = ("127.0.0.1",)) -> Cert
     return Cert(cert, key)
 
 
+def make_dated_cert(directory: Path, start: str, end: str) -> Cert:
+    """A P-256 self-signed certificate for ``localhost`` and 127.0.0.1 valid from ``start`` to
+    ``end`` (``YYYYMMDDHHMMSSZ``, either may be in the past or the future): `openssl ca
+    -selfsign`, the one openssl 3.0 command that takes both dates."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no `openssl` on PATH to make a test certificate")
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key, csr = directory / "host.pem", directory / "host.key", directory / "host.csr"
+    (directory / "index.txt").write_text("")
+    (directory / "serial").write_text("01\n")
+    (directory / "ca.cnf").write_text(
+        "[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\n"
+        "serial = serial\ndefault_md = sha256\npolicy = p\ncopy_extensions = copy\n"
+        "[p]\ncommonName = supplied\n"
+    )
+    subprocess.run(
+        [openssl, "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    subprocess.run(
+        [openssl, "ca", "-batch", "-selfsign", "-config", "ca.cnf", "-keyfile", str(key),
+         "-in", str(csr), "-out", str(cert), "-startdate", start, "-enddate", end, "-notext"],
+        check=True, capture_output=True, cwd=directory,
+    )  # fmt: skip
+    key.chmod(0o600)
+    return Cert(cert, key)
+
+
 def non_loopback_address() -> str | None:
     """An IPv4 address of this machine that is not loopback (None when it has none)."""
     candidates: list[str] = []

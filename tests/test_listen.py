@@ -17,7 +17,7 @@ from tether.devices import credentials
 from tether.devices.config import parse_config
 from tether.errors import HostConfigError
 
-from tests._listeners import make_cert, require_non_loopback_address
+from tests._listeners import make_cert, make_dated_cert, require_non_loopback_address
 from tests._secrets import OBSERVER, OPERATOR, PLANNER
 
 FAST = credentials.MINIMUM
@@ -159,6 +159,34 @@ def test_an_unusable_certificate_or_key_is_refused(tmp_path: Path, cert: TlsConf
         with pytest.raises(ListenerError) as info:
             ListenerPolicy(("127.0.0.1", 0), tls)
         assert info.value.code == "tls_unusable" and "\n" not in str(info.value)
+
+
+def test_an_expired_certificate_is_refused_and_one_near_its_end_is_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every client would refuse an expired certificate's handshake: it is `tls_unusable`,
+    naming its end. One expiring within `EXPIRY_WARNING_DAYS`, or not valid yet by this
+    host's clock (clients judge by theirs), is served with one warning per process."""
+    expired = make_dated_cert(tmp_path / "expired", "20200101000000Z", "20200102000000Z")
+    with pytest.raises(ListenerError) as info:
+        ListenerPolicy(("127.0.0.1", 0), TlsConfig(expired.cert, expired.key))
+    assert info.value.code == "tls_unusable", info.value
+    assert "expired on Jan  2 00:00:00 2020 GMT" in info.value.message
+    with pytest.raises(ListenerError):
+        TlsConfig(expired.cert, expired.key).pem()  # gRPC's pair: the same check
+    soon = make_dated_cert(tmp_path / "soon", "20200101000000Z", "20991231000000Z")
+    tls = TlsConfig(soon.cert, soon.key)
+    caplog.set_level("WARNING", logger="tether.listen")
+    tls.check_dates()  # decades left: nothing said
+    assert not caplog.records
+    end = ssl.cert_time_to_seconds("Dec 31 00:00:00 2099 GMT")
+    tls.check_dates(now=end - 3 * 86_400)
+    tls.check_dates(now=end - 2 * 86_400)  # once per process
+    (warned,) = caplog.records
+    assert "expires on Dec 31 00:00:00 2099 GMT (in 3.0 days)" in warned.getMessage()
+    later = make_dated_cert(tmp_path / "later", "20980101000000Z", "20991231000000Z")
+    ListenerPolicy(("127.0.0.1", 0), TlsConfig(later.cert, later.key))  # served
+    assert "is not valid before Jan  1 00:00:00 2098 GMT" in caplog.records[-1].getMessage()
 
 
 def test_the_tls_table_is_strict_and_relative_to_the_config(tmp_path: Path) -> None:

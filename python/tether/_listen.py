@@ -12,8 +12,12 @@ Rules:
 - With TLS (`TlsConfig`: a certificate chain and its key, the host.toml `[tls]` table) the
   listener serves TLS 1.2 or later only. The key file must be owned by the daemon's uid and
   mode 0600 (no group or other bit), else `insecure_tls_key`; a certificate or key that cannot
-  be loaded is `tls_unusable`. Both are checked when the policy is built (a listener that
-  takes the PEM pair itself, such as gRPC's, gets it from `TlsConfig.pem()`, checked alike).
+  be loaded is `tls_unusable`, and so is a certificate that expired (every client would refuse
+  its handshake). Both are checked when the policy is built (a listener that takes the PEM pair
+  itself, such as gRPC's, gets it from `TlsConfig.pem()`, checked alike). A certificate that
+  expires within `EXPIRY_WARNING_DAYS`, or is not valid yet by this host's clock (a robot
+  with no real-time clock may start in 1970: the clients judge by theirs), is logged as a
+  warning and served.
 - With `[tls] client_ca` (PEM roots) the TLS listener is mutual: every client must present a
   certificate that chains to those roots, or its handshake fails (nothing is served); gRPC
   takes the roots from `TlsConfig.client_roots()`, the HTTP listeners from the context. A
@@ -39,11 +43,14 @@ Rules:
 
 from __future__ import annotations
 
+import _ssl
 import ipaddress
+import logging
 import os
 import socket
 import ssl
 import stat
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -72,6 +79,13 @@ SECRET_PARAMS: Final = frozenset(
         "token",
     }
 )
+
+log = logging.getLogger("tether.listen")
+
+#: A served certificate that expires within this many days is logged as a warning.
+EXPIRY_WARNING_DAYS: Final = 14
+#: (certificate path, notAfter) already warned of in this process: once each.
+_warned: set[tuple[str, str]] = set()
 
 #: Every `.code` a ListenerError carries (building a policy).
 CODES: Final = ("insecure_listener", "insecure_tls_key", "no_authenticator", "tls_unusable")
@@ -200,6 +214,53 @@ class TlsConfig:
                 mode=f"{stat.S_IMODE(info.st_mode):04o}",
             )
 
+    def check_dates(self, now: float | None = None) -> None:
+        """Refuse a leaf certificate (the chain's first) that expired by ``now`` (default: this
+        host's clock); warn, once per process, of one that expires within
+        `EXPIRY_WARNING_DAYS` or is not valid yet. Read with CPython's own PEM decoder; where
+        it is missing, or cannot read what `load_cert_chain` accepted, nothing is checked.
+
+        Raises:
+            ListenerError: `tls_unusable`, naming the certificate and its notAfter.
+        """
+        decode = getattr(_ssl, "_test_decode_cert", None)
+        if decode is None:
+            return
+        try:
+            info = decode(str(self.cert))
+            begins = ssl.cert_time_to_seconds(info["notBefore"])
+            ends = ssl.cert_time_to_seconds(info["notAfter"])
+        except (ssl.SSLError, OSError, ValueError, KeyError, TypeError):
+            return
+        now = time.time() if now is None else now
+        if now >= ends:
+            raise ListenerError(
+                "tls_unusable",
+                f"TLS certificate {self.cert} expired on {info['notAfter']}: every client "
+                "refuses its handshake; renew it and start again",
+                cert=str(self.cert),
+                not_after=info["notAfter"],
+            )
+        seen = (str(self.cert), str(info["notAfter"]))
+        if seen in _warned:
+            return
+        if now < begins:
+            _warned.add(seen)
+            log.warning(
+                "TLS certificate %s is not valid before %s by this host's clock (is the"
+                " clock right?): served anyway, clients judge it by theirs",
+                self.cert,
+                info["notBefore"],
+            )
+        elif ends - now < EXPIRY_WARNING_DAYS * 86_400:
+            _warned.add(seen)
+            log.warning(
+                "TLS certificate %s expires on %s (in %.1f days): renew it before then",
+                self.cert,
+                info["notAfter"],
+                (ends - now) / 86_400,
+            )
+
     def pem(self) -> tuple[bytes, bytes]:
         """(key, certificate chain) as PEM bytes, the key's file checked first: what a
         listener that takes the pair itself needs (gRPC's `ssl_server_credentials`).
@@ -230,6 +291,7 @@ class TlsConfig:
                 cert=str(self.cert),
                 key=str(self.key),
             ) from None
+        self.check_dates()
         roots = self.client_roots()
         if roots is not None:
             context.verify_mode = ssl.CERT_REQUIRED

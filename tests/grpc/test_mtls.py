@@ -23,7 +23,7 @@ from tether.adapters.grpc.remote import KIND_ABSOLUTE, RemoteHost, intent, remot
 from tether.runtime import FamilyError, Host
 from tether.testing._ports import free_port
 
-from tests._listeners import Authority, Cert, make_authority
+from tests._listeners import Authority, Cert, make_authority, make_dated_cert
 from tests._secrets import PLANNER
 
 
@@ -160,6 +160,25 @@ def test_a_misspelled_or_unreadable_client_ca_is_a_one_line_usage_error(
         assert code in done.stderr and named in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_an_expired_server_certificate_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    """`tether serve` with an expired `[tls] cert` does not start (every client would refuse
+    its handshake): one line naming the certificate and its end, exit 2."""
+    expired = make_dated_cert(tmp_path / "tls", "20200101000000Z", "20200102000000Z")
+    config = grpc_config(tmp_path, "/dev/null-unused")
+    table = f'[tls]\ncert = "{expired.cert}"\nkey = "{expired.key}"\n'
+    config.write_text(config.read_text().replace("[ports.bus]", table + "[ports.bus]", 1))
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "tls_unusable" in done.stderr and "expired on Jan  2 00:00:00 2020" in done.stderr
+    assert str(expired.cert) in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def test_the_bridge_configured_with_client_cert_and_key_reaches_a_mutual_tls_host(
