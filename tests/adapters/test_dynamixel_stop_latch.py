@@ -196,7 +196,7 @@ def test_a_latch_the_session_watchdog_set_names_the_lapse_not_an_operator(
     with pytest.raises(MotionStopped) as refused:
         latch.check(["arm"])
     assert refused.value.code == "session_lapsed"
-    assert "heartbeat of its move's session lapsed" in str(refused.value)
+    assert "heartbeat of a move's session lapsed" in str(refused.value)
     outcome = move(config, "m-lapsed")
     assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "session_lapsed")
     resumed = latch.resume("arm", operator="olga")

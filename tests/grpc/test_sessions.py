@@ -226,7 +226,7 @@ def test_the_heartbeat_lapses_mid_motion_and_the_arm_stops(tmp_path: Path) -> No
             channel.close()
             # The daemon's status says who latched the arm, in words and in JSON.
             words = tether_status(config)
-            assert "LATCHED (its move's session heartbeat lapsed; tether operator resume)" in (
+            assert "LATCHED (a move's session heartbeat lapsed; tether operator resume)" in (
                 words
             ), words
             (arm,) = json.loads(tether_status(config, "--json"))["devices"]

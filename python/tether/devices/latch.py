@@ -179,7 +179,7 @@ class StopLatch:
             if self.latched(robot):
                 reason = self.stop_reason(robot)
                 why = (
-                    "was safe-stopped when the heartbeat of its move's session lapsed"
+                    "was safe-stopped when the heartbeat of a move's session lapsed"
                     if reason == "session_lapsed"
                     else "was stopped by an operator"
                 )

@@ -51,7 +51,7 @@ def render(doc: dict[str, Any]) -> str:
         latched = ""
         if dev.get("latched"):
             lapse = dev.get("stop_reason") == "session_lapsed"
-            why = "its move's session heartbeat lapsed; " if lapse else ""
+            why = "a move's session heartbeat lapsed; " if lapse else ""
             latched = f", LATCHED ({why}tether operator resume)"
         if not dev.get("available"):
             lines.append(f"{dev['robot']}: unavailable{latched}: {dev.get('error')}")
