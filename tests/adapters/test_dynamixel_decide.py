@@ -362,3 +362,35 @@ def test_the_si_document_round_trips() -> None:
     assert decide.ReadBack.from_si(doc) == ReadBack(
         {"a": Joint(0.1, 0.2, True, True, False, ("overload",), -0.5)}, 5
     )
+
+
+def test_goals_driven_back_after_the_actions_log_are_never_read_as_not_actioned() -> None:
+    """The attempt logged its REG_WRITEs and its ACTION, timed out and held; a later move then
+    drove the arm back to exactly where this attempt's pre-image saw it. The goals read as
+    before, yet the ACTION ran: a re-issue would move the arm a second time, so an operator
+    decides. Only goals still staged show that the ACTION never reached them."""
+    logged = [*setup_writes(), Sent("reg_write", "a"), Sent("reg_write", "b"), Sent("action")]
+    back = ReadBack({n: Joint(START[n], START[n], False, True, False) for n in START}, 2)
+    held = [*logged, *(Sent("stop_hold", n, "settle_timeout") for n in START)]
+    assert decide.reconcile(preimage(), held, back, move=move()) == decide.Unknown(
+        "settle_timeout",
+        {
+            "torque_changed": [],
+            "goal_changed": [],
+            "unstaged_after_action": ["a", "b"],
+            "stopped_after": "settle_timeout",
+        },
+    )
+    assert decide.reconcile(preimage(), logged, back, move=move()) == decide.Unknown(
+        "device_state_lost_or_moved",
+        {"torque_changed": [], "goal_changed": [], "unstaged_after_action": ["a", "b"]},
+    )
+    # The ACTION logged but never delivered: both REG_WRITEs still staged.
+    staged = ReadBack({n: Joint(START[n], START[n], False, True, True) for n in START}, 2)
+    assert decide.reconcile(preimage(), logged, staged, move=move()) == decide.Neutralise(
+        dict(START), "staged_not_actioned"
+    )
+    # Without its ACTION logged the unchanged goals do prove it: nothing was committed.
+    assert decide.reconcile(preimage(), logged[:-1], back, move=move()) == decide.Neutralise(
+        {}, "staged_not_actioned"
+    )

@@ -35,8 +35,11 @@ The rules, in order (each is a test row's expectation, `test_dynamixel_decide.py
 4. a relative move: Unknown `relative_move_ambiguous` (a second run would add its delta again);
 5. no pre-image: Unknown `no_preimage`;
 6. torque as in the pre-image and every goal staged or unchanged: Neutralise
-   (`staged_not_actioned`); otherwise Unknown `device_state_lost_or_moved`, or
-   `settle_timeout` when the attempt's own stop came after its settle timeout.
+   (`staged_not_actioned`), unless the attempt logged its REG_WRITEs and its ACTION and a goal
+   reads unchanged without being staged (its ACTION may have run, and a later move driven the
+   goal back to where the pre-image saw it: a re-issue would move the arm a second time);
+   otherwise Unknown `device_state_lost_or_moved`, or `settle_timeout` when the attempt's own
+   stop came after its settle timeout.
 In 2 and 6 an operator's stop after the attempt began names the reason `stopped_by_operator`
 (`session_lapsed` when the session watchdog made that stop: `Move.stop_reason`),
 and the attempt's own logged stop after its settle timeout (a hold rewrites the goals, a
@@ -312,10 +315,16 @@ def reconcile(
         if not joints[n].staged
         and (n not in before or not _same(joints[n].goal, before[n].goal, move.resolution))
     )
-    if torque_changed or moved:
+    # After a logged REG_WRITE and ACTION, a goal that is not staged proves nothing by reading
+    # as before: the ACTION may have committed it and a later move put it back. Only a goal
+    # still staged shows that the ACTION never reached its joint.
+    actioned = sorted(n for n in goals if not joints[n].staged) if committed else []
+    if torque_changed or moved or actioned:
         causes = [s.cause for s in sent if s.instruction in STOPS and s.cause]
         reason = operator or _own_stop(sent) or "device_state_lost_or_moved"
         details: dict[str, Any] = {"torque_changed": torque_changed, "goal_changed": moved}
+        if actioned and not moved:
+            details["unstaged_after_action"] = actioned
         if causes:
             details["stopped_after"] = causes[-1]
         return Unknown(reason, details)
