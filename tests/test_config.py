@@ -31,6 +31,30 @@ def test_nearest(word: str, meant: str | None) -> None:
     assert nearest(word, KEYS) == meant
 
 
+def test_a_long_word_is_compared_only_where_its_length_allows_a_close_match(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request may carry a megabyte-long name: the edit distance (quadratic) runs only
+    against candidates whose length is close enough to match; a prefix needs none."""
+    import tether._config as config
+
+    compared: list[tuple[int, int]] = []
+    real = config._distance
+
+    def counted(a: str, b: str) -> int:
+        compared.append((len(a), len(b)))
+        return real(a, b)
+
+    monkeypatch.setattr(config, "_distance", counted)
+    assert nearest("x" * 300_000, KEYS) is None
+    assert nearest("speed" + "x" * 300_000, KEYS) == "speed"  # a prefix, as before
+    assert compared == []
+    assert nearest("sped", KEYS) == "speed"
+    assert compared and all(abs(a - b) <= 1 for a, b in compared)
+    assert config.clipped("a" * 64) == "a" * 64
+    assert config.clipped("a" * 300_000) == "a" * 64 + "... (300000 characters)"
+
+
 def test_an_undeclared_key_is_refused_before_any_value_is_read() -> None:
     with pytest.raises(HostConfigError) as info:
         Table({"sped": 0.1, "name": 3}, "robots.arm", KEYS)  # `name` is also mistyped

@@ -53,15 +53,37 @@ def _distance(a: str, b: str) -> int:
     return prev[len(b)]
 
 
+#: How much of a name from a request an error repeats (`clipped`).
+SHOWN_CHARS: Final = 64
+
+
+def clipped(name: str) -> str:
+    """``name`` as an error repeats it: whole up to `SHOWN_CHARS` characters, else its start
+    and its length (a request may carry a megabyte-long name)."""
+    if len(name) <= SHOWN_CHARS:
+        return name
+    return f"{name[:SHOWN_CHARS]}... ({len(name)} characters)"
+
+
 def nearest(word: str, candidates: Iterable[str]) -> str | None:
-    """The candidate `word` most likely meant, or None when none is close."""
+    """The candidate `word` most likely meant, or None when none is close. The edit distance
+    is computed only where the lengths allow a close match (it is at least their difference,
+    and exactly that when one is a prefix of the other), so a megabyte-long word costs no more
+    than a short one."""
     low = word.lower()
+    close = max(1, len(low) // 3)
     best: tuple[int, int, str] | None = None
     for candidate in candidates:
         cand = candidate.lower()
-        distance = _distance(low, cand)
         prefix = min(len(low), len(cand)) >= 3 and (low.startswith(cand) or cand.startswith(low))
-        if distance > max(1, len(low) // 3) and not prefix:
+        gap = abs(len(low) - len(cand))
+        if prefix:
+            distance = gap
+        elif gap > close:
+            continue
+        else:
+            distance = _distance(low, cand)
+        if distance > close and not prefix:
             continue
         rank = (distance, 0 if prefix else 1, candidate)
         if best is None or rank < best:

@@ -151,6 +151,7 @@ def test_bad_requests_are_invalid_argument_with_the_field_path_and_nothing_is_re
         for field, request in {
             "device": move("bad-5", device="d" * 20_000),
             'joint_move.targets_rad["': move("bad-6", {"q" * 9_000: 0.1}),
+            'joint_move.targets_rad["w': move("bad-7", {"w" * 300_000: 0.1}),
             "operation_id": move("o" * 257),
         }.items():
             with pytest.raises(grpc.RpcError) as info:

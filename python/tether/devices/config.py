@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
 from tether import _dirs, _listen
-from tether._config import HostConfigError, Table, nearest
+from tether._config import HostConfigError, Table, clipped, nearest
 from tether.devices import credentials
 from tether.devices.registry import DeviceType, device_type
 
@@ -169,8 +169,8 @@ class HostConfig(Generic[R]):
         except KeyError:
             raise config_error(
                 "unknown_robot",
-                f"no robot {name!r} in {self.path}{did_you_mean(name, self.robots)}",
-                robot=name,
+                f"no robot {clipped(name)!r} in {self.path}{did_you_mean(name, self.robots)}",
+                robot=clipped(name),
                 suggestion=nearest(name, self.robots),
                 configured=sorted(self.robots),
             ) from None

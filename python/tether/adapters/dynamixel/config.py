@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether._config import HostConfigError, Table, nearest
+from tether._config import HostConfigError, Table, clipped, nearest
 from tether.adapters.dynamixel import tables
 from tether.devices import config as generic
 from tether.devices.config import DEFAULT_TOLERANCE, SAFE_STOP_POLICIES, RobotSpec, did_you_mean
@@ -138,8 +138,8 @@ class RobotConfig:
         names = [j.name for j in self.joints]
         raise config_error(
             "unknown_joint",
-            f"robot {self.name} has no joint {name!r}{did_you_mean(name, names)}",
-            joint=name,
+            f"robot {self.name} has no joint {clipped(name)!r}{did_you_mean(name, names)}",
+            joint=clipped(name),
             suggestion=nearest(name, names),
         )
 
