@@ -419,6 +419,34 @@ def test_cancel_before_the_start_never_moves_and_after_the_end_changes_nothing(
         assert target_actions(emu.journal(), second) == {1: 0, 2: 0}
 
 
+def test_cancel_of_a_running_move_stops_it_and_names_the_planners_cancel(tmp_path: Path) -> None:
+    """Cancel mid-motion answers STOPPED_WHILE_RUNNING: the arm is held and latched as by a
+    Stop, and the move awaits an operator with the reason `cancelled_by_planner` (no operator
+    stopped it), which `tether status` also names for the latch."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "cut", {"a": 1.4, "b": -1.4})
+            answer = control.Cancel(pb.CancelRequest(operation_id="cut"), metadata=bearer())
+            assert answer.outcome == pb.CancelResponse.STOPPED_WHILE_RUNNING, answer
+            stopped_at = len(emu.journal())
+            parked = wait_for(control, "cut", lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
+            assert parked.evidence.reason == "cancelled_by_planner", parked.evidence
+            assert [e for e in emu.journal()[stopped_at:] if e["instruction"] == "action"] == []
+            shown = subprocess.run(
+                [sys.executable, "-m", "tether", "status", "--config", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert shown.returncode == 0, shown.stderr
+            assert "LATCHED (a planner cancelled its running move; tether operator resume)" in (
+                shown.stdout
+            ), shown.stdout
+            channel.close()
+
+
 def test_cancel_of_an_operation_awaiting_an_operator_stops_nothing_and_names_resolve(
     tmp_path: Path,
 ) -> None:

@@ -7,7 +7,8 @@ Rules:
   raises `MotionStopped` while the robot is latched, so a move that had not sent its ACTION
   when the stop came never sends it. Its code names who latched it (`stop_reason`):
   `session_lapsed` for the session watchdog's stop (`SESSION_LAPSE`: the planner's heartbeat
-  lapsed mid-motion), `stopped_by_operator` for any other stop.
+  lapsed mid-motion), `cancelled_by_planner` for a planner's Cancel of a running move
+  (`PLANNER_CANCEL`), `stopped_by_operator` for any other stop.
 - The latch is read from its file on every check, so it survives a restart of the host and is
   honoured by every process on the state dir.
 - A robot's first record creates its file (written, synced, renamed in, the dir synced); later
@@ -34,7 +35,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from tether._dirs import usable_dir
 from tether.operations._durable import write_durable
@@ -47,20 +48,40 @@ RECORD_BYTES = 512
 #: The `by` of a latch the session watchdog set (`tether.serve.sessions`): the heartbeat of
 #: the session a move ran under lapsed, and no operator pressed stop.
 SESSION_LAPSE = "session heartbeat lapsed"
+#: The `by` of a latch a planner's `Cancel` of a running move set (the gRPC service).
+PLANNER_CANCEL = "planner cancel"
+#: The reason (an evidence reason, a `MotionStopped` code) each such `by` names, and its words;
+#: any other stop is `stopped_by_operator`.
+_REASONS: dict[str, tuple[str, str]] = {
+    SESSION_LAPSE: ("session_lapsed", "when the heartbeat of a move's session lapsed"),
+    PLANNER_CANCEL: ("cancelled_by_planner", "when a planner cancelled its running move"),
+}
 
 
 class MotionStopped(DeviceError):
     """A stop latched this robot: nothing is sent to it until an operator resumes it
-    (`tether operator resume ROBOT`); code `stopped_by_operator`, or `session_lapsed` when the
-    session watchdog stopped it (`stop_reason`)."""
+    (`tether operator resume ROBOT`); code `stopped_by_operator`, or the reason of the
+    session watchdog's or a planner Cancel's stop (`stop_reason`)."""
+
+
+#: Every reason `stop_reason` names.
+STOP_REASONS: Final = ("stopped_by_operator", *(code for code, _ in _REASONS.values()))
 
 
 def stop_reason(doc: dict[str, Any]) -> str:
     """Why the stop of a latch record (latched, or resumed since) was made: `session_lapsed`
-    for the session watchdog's, `stopped_by_operator` for any other (an unreadable or older
-    record included)."""
+    for the session watchdog's, `cancelled_by_planner` for a planner's Cancel,
+    `stopped_by_operator` for any other (an unreadable or older record included)."""
     by = doc.get("by", doc.get("stopped_by"))
-    return "session_lapsed" if by == SESSION_LAPSE else "stopped_by_operator"
+    return _REASONS[by][0] if isinstance(by, str) and by in _REASONS else "stopped_by_operator"
+
+
+def stop_words(reason: str) -> str:
+    """How a stop of `reason` (`stop_reason`) was made, in words."""
+    for code, words in _REASONS.values():
+        if code == reason:
+            return f"was safe-stopped {words}"
+    return "was stopped by an operator"
 
 
 class StopLatch:
@@ -178,14 +199,10 @@ class StopLatch:
         for robot in robots:
             if self.latched(robot):
                 reason = self.stop_reason(robot)
-                why = (
-                    "was safe-stopped when the heartbeat of a move's session lapsed"
-                    if reason == "session_lapsed"
-                    else "was stopped by an operator"
-                )
                 raise MotionStopped(
                     reason,
-                    f"robot {robot} {why}: nothing is sent to it until an operator resumes it"
+                    f"robot {robot} {stop_words(reason)}: nothing is sent to it until an"
+                    " operator resumes it"
                     f" (tether operator resume {robot})",
                     details={"robot": robot},
                 )

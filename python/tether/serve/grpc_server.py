@@ -136,6 +136,7 @@ from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether._listen import ListenerError, ListenerPolicy, address_text
 from tether.activities import ActivityKey, ActivityRecord
 from tether.devices.credentials import ROLES, CredentialError, Principal, roles_for
+from tether.devices.latch import PLANNER_CANCEL
 from tether.errors import TetherError
 from tether.world import WorldNotFound
 
@@ -1191,7 +1192,7 @@ class RobotControl(rpc.RobotControlServicer):
             if now is not None and (now.result is not None or now.compacted):
                 outcome = pb.CancelResponse.ALREADY_TERMINAL
             else:
-                self.daemon.stop_devices({"robot": op.device})
+                self.daemon.stop_devices({"robot": op.device}, by=PLANNER_CANCEL)
                 outcome = pb.CancelResponse.STOPPED_WHILE_RUNNING
         else:
             outcome = pb.CancelResponse.CANCELLED_BEFORE_START

@@ -39,6 +39,13 @@ def _joint(name: str, j: dict[str, Any]) -> str:
     )
 
 
+#: Who latched a robot, in words, by its latch's `stop_reason` (an operator's stop says none).
+_STOPPED_BY = {
+    "session_lapsed": "a move's session heartbeat lapsed; ",
+    "cancelled_by_planner": "a planner cancelled its running move; ",
+}
+
+
 def render(doc: dict[str, Any]) -> str:
     """The status for a person (SI units, decoded errors)."""
     daemon = doc.get("daemon") or {}
@@ -50,8 +57,7 @@ def render(doc: dict[str, Any]) -> str:
     for dev in doc.get("devices") or []:
         latched = ""
         if dev.get("latched"):
-            lapse = dev.get("stop_reason") == "session_lapsed"
-            why = "a move's session heartbeat lapsed; " if lapse else ""
+            why = _STOPPED_BY.get(str(dev.get("stop_reason")), "")
             latched = f", LATCHED ({why}tether operator resume)"
         if not dev.get("available"):
             lines.append(f"{dev['robot']}: unavailable{latched}: {dev.get('error')}")

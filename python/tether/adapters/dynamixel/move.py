@@ -49,6 +49,7 @@ from tether.adapters.dynamixel.host import (
     read_state,
 )
 from tether.adapters.dynamixel.safety import safe_stop
+from tether.devices.latch import STOP_REASONS
 from tether.errors import HostConfigError
 from tether.families.robot_move.journal import Operation, now_ms
 from tether.families.robot_move.request import (
@@ -663,7 +664,7 @@ class DynamixelMoveAdapter:
             # The reason the first park recorded (the stop that parked it), else the latch's.
             prior = op.entry.proof(parked) or {}
             reason = prior.get("reason")
-            if reason not in ("stopped_by_operator", "session_lapsed"):
+            if reason not in STOP_REASONS:
                 reason = last_stop_reason(self.config, robot.name)
             op.entry.record_proof(parked, {"reason": reason, "attempt": attempt})
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
