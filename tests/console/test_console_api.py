@@ -305,7 +305,7 @@ def test_off_loopback_the_console_needs_tls_a_session_for_reads_and_a_stop_token
                     "/api/stop", json={}, headers={**stop, "Authorization": "Bearer wrong"}
                 )
                 assert (wrong.status_code, wrong.json()["code"]) == (401, "stop_refused")
-                for token in (stop_token, PLANNER):
+                for token in (stop_token, PLANNER, CREDENTIAL):  # the operator may stop too
                     ok = http.post(
                         "/api/stop", json={}, headers={**stop, "Authorization": f"Bearer {token}"}
                     )

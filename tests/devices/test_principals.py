@@ -44,12 +44,12 @@ TINY = "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHRzYWx0$" + "aGFzaA" * 7
 
 def test_each_role_may_do_what_the_readme_says() -> None:
     assert credentials.PERMISSIONS == {
-        "operator": {"decide", "resume", "reboot", "read"},
+        "operator": {"decide", "resume", "reboot", "stop", "read"},
         "planner": {"submit", "watch", "stop", "read"},
         "observer": {"read"},
     }
     assert roles_for("read") == ("operator", "observer", "planner")
-    assert roles_for("stop") == ("planner",) and roles_for("decide") == ("operator",)
+    assert roles_for("stop") == ("operator", "planner") and roles_for("decide") == ("operator",)
     with pytest.raises(ValueError):
         roles_for("delete")
 

@@ -105,6 +105,9 @@ def test_missing_and_wrong_credentials_and_roles_are_refused(
             status_code(lambda: control.Stop(pb.StopRequest(), metadata=observer))
             == grpc.StatusCode.PERMISSION_DENIED
         )
+        # The operator, who answers for the robots, may stop them (and only that of the work).
+        stopped = control.Stop(pb.StopRequest(), metadata=bearer(OPERATOR), timeout=10)
+        assert [(d.device, d.latched) for d in stopped.devices] == [("arm", True)]
         # A planner token never approves: Resolve needs an operator.
         resolve = pb.ResolveRequest(operation_id="auth-1", decision=pb.ResolveRequest.ABANDON)
         assert (

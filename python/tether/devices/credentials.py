@@ -46,7 +46,8 @@ ROLES: Final = ("operator", "observer", "planner")
 
 #: What each role may do. A listener asks `roles_for(action)` which roles it accepts.
 PERMISSIONS: Final[dict[str, frozenset[str]]] = {
-    "operator": frozenset({"decide", "resume", "reboot", "read"}),
+    # The human who answers for the robots may always stop them, over every listener.
+    "operator": frozenset({"decide", "resume", "reboot", "stop", "read"}),
     "planner": frozenset({"submit", "watch", "stop", "read"}),
     "observer": frozenset({"read"}),
 }
