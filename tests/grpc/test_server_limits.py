@@ -267,6 +267,21 @@ def test_list_operations_pages_in_id_order_and_filters(
         )
         assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert (bad.details() or "").startswith("page_token")
+        # A filter that can match nothing is a mistake named, never an empty page.
+        for field, request in {
+            "states": pb.ListOperationsRequest(states=[pb.OPERATION_STATE_UNSPECIFIED]),
+            "states: 99": pb.ListOperationsRequest(states=[99]),
+            "device: unknown device 'nope' (served: arm)": pb.ListOperationsRequest(device="nope"),
+        }.items():
+            refused = _error(lambda r=request: control.ListOperations(r, metadata=bearer()))
+            assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, field
+            assert (refused.details() or "").startswith(field), refused.details()
+        # An observer may read, not list: the refusal names the call.
+        denied = _error(
+            lambda: control.ListOperations(pb.ListOperationsRequest(), metadata=bearer(OBSERVER))
+        )
+        assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "ListOperations needs planner" in (denied.details() or ""), denied.details()
 
 
 def _parked_mid_move(control: rpc.RobotControlStub, op_id: str, secret: str) -> pb.Operation:

@@ -297,7 +297,9 @@ class _Auth:
         self._known: OrderedDict[bytes, Principal] = OrderedDict()
         self._lock = threading.Lock()
 
-    def principal(self, context: grpc.ServicerContext, action: str) -> Principal:
+    def principal(self, context: grpc.ServicerContext, action: str, *, call: str) -> Principal:
+        """The verified principal of a call to `call` (an RPC's name, for the refusal's words)
+        that takes `action` (`tether.devices.credentials.ACTIONS`)."""
         secret = self._secret(context)
         mac = hmac.new(self._key, secret.encode(), hashlib.sha256).digest()
         with self._lock:
@@ -323,7 +325,7 @@ class _Auth:
             _abort(
                 context,
                 grpc.StatusCode.PERMISSION_DENIED,
-                f"role_refused: {known.where} has role {known.role}; {action} needs "
+                f"role_refused: {known.where} has role {known.role}; {call} needs "
                 f"{' or '.join(allowed)}",
             )
         return known
@@ -741,7 +743,7 @@ class RobotControl(rpc.RobotControlServicer):
     # --- RPCs ---
 
     def _Execute(self, request: pb.ExecuteRequest, context: grpc.ServicerContext) -> pb.Operation:
-        principal = self.auth.principal(context, "submit")
+        principal = self.auth.principal(context, "submit", call="Execute")
         op_id = request.operation_id
         bad = grpc.StatusCode.INVALID_ARGUMENT
         if not op_id:
@@ -944,7 +946,7 @@ class RobotControl(rpc.RobotControlServicer):
     def _GetOperation(
         self, request: pb.GetOperationRequest, context: grpc.ServicerContext
     ) -> pb.Operation:
-        principal = self.auth.principal(context, "read")
+        principal = self.auth.principal(context, "read", call="GetOperation")
         if principal.role == "planner":  # its own operations only
             key, intent = self._get(context, principal, request.operation_id)
         else:  # an operator or observer: any principal's, as `Resolve` names them
@@ -977,7 +979,7 @@ class RobotControl(rpc.RobotControlServicer):
     def _ListOperations(
         self, request: pb.ListOperationsRequest, context: grpc.ServicerContext
     ) -> pb.ListOperationsResponse:
-        principal = self.auth.principal(context, "watch")
+        principal = self.auth.principal(context, "watch", call="ListOperations")
         world = world_for(principal.name)
         size = request.page_size or 50
         if size > LIST_PAGE_MAX:
@@ -996,6 +998,21 @@ class RobotControl(rpc.RobotControlServicer):
                 "page_token: the next_page_token of a previous page (an operation id)",
             )
         states = set(request.states)
+        defined = set(pb.OperationState.values()) - {pb.OPERATION_STATE_UNSPECIFIED}
+        if unknown := sorted(states - defined):
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"states: {unknown[0]} is no operation state (one of "
+                f"{', '.join(pb.OperationState.Name(v) for v in sorted(defined))})",
+            )
+        if request.device and request.device not in self._devices():
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"device: unknown device {_shown(request.device)!r} "
+                f"(served: {', '.join(self._devices()) or 'none'})",
+            )
         out: list[pb.Operation] = []
         next_token = ""
         for op_id in ids:
@@ -1070,7 +1087,7 @@ class RobotControl(rpc.RobotControlServicer):
         self, request: pb.WatchOperationRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.Operation]:
         with self._call(context):
-            principal = self.auth.principal(context, "watch")
+            principal = self.auth.principal(context, "watch", call="WatchOperation")
             with self.work:
                 key, intent = self._get(context, principal, request.operation_id)
             floor = request.from_revision
@@ -1140,7 +1157,7 @@ class RobotControl(rpc.RobotControlServicer):
             return self._stop(request, context)
 
     def _stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
-        self.auth.principal(context, "stop")
+        self.auth.principal(context, "stop", call="Stop")
         config = self.daemon.config
         simulated = SIM_DEVICE not in config.robots and SIM_KIND in self.daemon.served
         if request.device == SIM_DEVICE and simulated:  # a robot named "sim" is that robot
@@ -1162,7 +1179,7 @@ class RobotControl(rpc.RobotControlServicer):
     def _Cancel(
         self, request: pb.CancelRequest, context: grpc.ServicerContext
     ) -> pb.CancelResponse:
-        principal = self.auth.principal(context, "submit")
+        principal = self.auth.principal(context, "submit", call="Cancel")
         key, intent = self._get(context, principal, request.operation_id)
         op = self._operation(key, intent)
         if op.state in TERMINAL:
@@ -1201,7 +1218,7 @@ class RobotControl(rpc.RobotControlServicer):
     def _Reconcile(
         self, request: pb.ReconcileRequest, context: grpc.ServicerContext
     ) -> pb.Operation:
-        principal = self.auth.principal(context, "watch")
+        principal = self.auth.principal(context, "watch", call="Reconcile")
         key, intent = self._get(context, principal, request.operation_id)
         op = self._operation(key, intent)
         read = self.daemon.devices.handler("read_back") if self.daemon.devices else None
@@ -1225,7 +1242,7 @@ class RobotControl(rpc.RobotControlServicer):
         return self._operation(key, intent)
 
     def _Resolve(self, request: pb.ResolveRequest, context: grpc.ServicerContext) -> pb.Operation:
-        operator = self.auth.principal(context, "decide")
+        operator = self.auth.principal(context, "decide", call="Resolve")
         key, intent = self._anyones(context, request.operation_id)
         decision = {
             pb.ResolveRequest.DONE: "done",
@@ -1258,7 +1275,7 @@ class RobotControl(rpc.RobotControlServicer):
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
-        principal = self.auth.principal(context, "submit")
+        principal = self.auth.principal(context, "submit", call="Heartbeat")
         from tether.serve.sessions import MAX_TTL_MS, MIN_TTL_MS, SessionRefused
 
         bad = grpc.StatusCode.INVALID_ARGUMENT
