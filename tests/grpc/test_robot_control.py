@@ -490,6 +490,27 @@ def test_cancel_of_an_operation_awaiting_an_operator_stops_nothing_and_names_res
             channel.close()
 
 
+def test_a_health_watch_hears_a_change_only(tmp_path: Path, emu: EmulatorProcess) -> None:
+    """grpcio's health Watch sends every status set: the server sets a device's status only
+    when it changes, so an unchanged device is one SERVING, not one per health poll."""
+    from tether.serve.grpc_server import HEALTH_POLL_S
+
+    config = grpc_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        channel = grpc.insecure_channel(ready["grpc"])
+        watch = health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(service="tether.robot.v1.RobotControl/arm"),
+            timeout=HEALTH_POLL_S * 8,
+        )
+        heard = []
+        with pytest.raises(grpc.RpcError) as ended:
+            for answer in watch:
+                heard.append(answer.status)
+        assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert heard == [health_pb2.HealthCheckResponse.SERVING], heard
+        channel.close()
+
+
 def test_reflection_lists_the_services_and_health_names_the_server(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:

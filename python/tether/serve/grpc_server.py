@@ -1395,6 +1395,9 @@ class GrpcServer:
         self.servicer = RobotControl(daemon, _Auth(config.authenticator()), self.closing)
         rpc.add_RobotControlServicer_to_server(self.servicer, self.server)  # type: ignore[no-untyped-call]
         self.health = health.HealthServicer(experimental_non_blocking=True)
+        #: The status each health name was last set to: a set that changes nothing is not
+        #: made (grpcio sends every set to each Watch, a change or not).
+        self._health_now: dict[str, int] = {}
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         names = (
             SERVICE,
@@ -1452,7 +1455,9 @@ class GrpcServer:
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         for name in names:
-            self.health.set(name, status)
+            if self._health_now.get(name) != status:
+                self._health_now[name] = status
+                self.health.set(name, status)
 
     def _check_devices(self) -> None:
         self.daemon.refresh_devices()  # a lost port is not serving, even before its next use
