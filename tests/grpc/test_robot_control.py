@@ -344,9 +344,23 @@ def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goe
                 ).state
                 == pb.UNKNOWN_AWAITING_OPERATOR
             )
+            # A decision naming another evidence revision is refused, its code said once.
+            stale = pb.ResolveRequest(
+                operation_id="long",
+                decision=pb.ResolveRequest.ABANDON,
+                evidence_revision=parked.evidence.revision + 7,
+            )
+            with pytest.raises(grpc.RpcError) as info:
+                control.Resolve(stale, metadata=bearer(OPERATOR), timeout=30)
+            assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            details = info.value.details()
+            assert details.startswith("stale_revision: ") and details.count("stale_revision") == 1
             # The operator abandons it over gRPC, naming the evidence revision.
             decided = abandon(control, "long", parked.evidence.revision)
             assert decided.id == "long"
+            with pytest.raises(grpc.RpcError) as info:  # single use
+                control.Resolve(stale, metadata=bearer(OPERATOR), timeout=30)
+            assert info.value.details().count("not_parked") == 1, info.value.details()
             final = until_terminal(control, "long")[-1]
             assert final.state == pb.FAILED, final
             emu.unplug()

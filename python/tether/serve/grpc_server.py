@@ -920,7 +920,7 @@ class RobotControl(rpc.RobotControlServicer):
             if exc.code == "daemon_starting":
                 _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
             if exc.code == "not_submittable":
-                _abort(context, bad, f"{exc.code}: {exc}")
+                _abort(context, bad, str(exc))  # a CodedError's text: "code: message"
             raise  # the commit failed, not the request: UNAVAILABLE (`_call`)
         except ValueError as exc:
             _abort(context, bad, str(exc))
@@ -1268,8 +1268,8 @@ class RobotControl(rpc.RobotControlServicer):
             )
         except CodedError as exc:
             if exc.code == "bounds_exceeded":  # the note, the one free text of the request
-                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"note: {exc.code}: {exc}")
-            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"{exc.code}: {exc}")
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"note: {exc}")
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))  # "code: message"
         return self._operation(key, intent)
 
     def Heartbeat(
