@@ -112,6 +112,23 @@ def test_a_worker_on_a_file_is_one_line_from_the_dispatcher(tmp_path: Path, a_fi
     assert a_file.read_text() == "precious\n"
 
 
+def test_a_worker_for_another_host_than_its_robots_is_refused(tmp_path: Path) -> None:
+    """A worker claiming host "arm-host-a"'s device work with a configuration whose robots are
+    "arm-host-b"'s would run a's moves on b's arm: refused before anything opens (exit 2), one
+    line naming both hosts. The configuration's own host name is accepted."""
+    config = config_with_state_dir(tmp_path, tmp_path / "state")
+    config.write_text(config.read_text() + '[serve]\nhost_name = "arm-host-b"\n')
+    families = "tether.families.robot_move.family:families_from_env"
+    env = {"TETHER_HOST_CONFIG": str(config)}
+    data = tmp_path / "data"
+    done = tether("worker", str(data), "--families", families, "--host", "arm-host-a", env=env)
+    assert done.returncode == 2, done.stderr
+    line = one_line(done, "tether worker: bad_families: family physical_ai.robot_move drives")
+    assert "'arm-host-b'" in line and "'arm-host-a' (--host)" in line
+    assert "pass --host arm-host-b" in line
+    assert not (data / "catalog.db").exists()  # nothing opened
+
+
 def test_usable_dir_creates_a_missing_directory_and_refuses_files(
     tmp_path: Path, a_file: Path
 ) -> None:

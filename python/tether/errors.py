@@ -128,6 +128,7 @@ _LAZY: dict[str, str] = {
         (
             "CommitUnknown",
             "MigrationLockTimeout",
+            "MixedStores",
             "NoSuchSchema",
             "SameStoreFile",
             "SchemaDenied",
@@ -153,6 +154,7 @@ if TYPE_CHECKING:
     )
     from tether.storage._errors import CommitUnknown as CommitUnknown
     from tether.storage._errors import MigrationLockTimeout as MigrationLockTimeout
+    from tether.storage._errors import MixedStores as MixedStores
     from tether.storage._errors import NoSuchSchema as NoSuchSchema
     from tether.storage._errors import SameStoreFile as SameStoreFile
     from tether.storage._errors import SchemaDenied as SchemaDenied

@@ -432,6 +432,18 @@ def test_serve_refuses_a_shared_catalog_with_a_local_world_and_the_other_way_rou
             if json_flag:
                 assert _json(served)["code"] == "mixed_stores"
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+    # A worker given a world ledger takes the same rule: a shared world with the data dir's
+    # catalog (it would claim from a catalog no host admits into), or the other way round.
+    for argv, shared in (
+        (("--world", pg_url), "world ledger"),
+        (("--world", pg_url, "--catalog", f"sqlite:///{tmp_path / 'w.db'}"), "world ledger"),
+        (("--catalog", pg_url, "--world", f"sqlite:///{tmp_path / 'w.db'}"), "catalog"),
+    ):
+        worker = _worker(tmp_path, *argv)
+        assert worker.returncode == 2, worker.stderr
+        line = _refusal(worker, "tether worker")
+        assert line.startswith("tether worker: mixed_stores: ") and f"the {shared} is" in line
+    assert not (tmp_path / "w.db").exists() and not (tmp_path / "wdata" / "catalog.db").exists()
     import psycopg
 
     with psycopg.connect(pg_url) as conn:

@@ -469,6 +469,10 @@ class Family:
         processors: the family's semantic transition authority, run in observation ticks.
         admission_check: pure check of one projected request before it is admitted: a
             `Refusal` when the request can never run (it is then admitted refused), else None.
+        device_host: the host whose devices the adapter drives (its configuration's host
+            name), or None when it drives none: a worker claiming another host's device work
+            refuses to start with it (`tether worker --host`), so one host's moves never run
+            on another host's robot of the same name.
     """
 
     name: str
@@ -478,6 +482,7 @@ class Family:
     stage: Stager
     processors: tuple[Processor, ...] = field(default=())
     admission_check: AdmissionCheck | None = None
+    device_host: str | None = None
 
     def __post_init__(self) -> None:
         check_name("family name", self.name)

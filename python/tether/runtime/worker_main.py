@@ -54,8 +54,8 @@ from tether.runtime._family import (
 )
 from tether.runtime._pool import WorkerPool
 from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
-from tether.storage._errors import SameStoreFile
-from tether.storage._urls import check_separate_files
+from tether.storage._errors import MixedStores, SameStoreFile
+from tether.storage._urls import check_one_backend, check_separate_files
 
 log = logging.getLogger("tether.runtime.worker")
 
@@ -284,9 +284,11 @@ def main(argv: list[str]) -> int:
     if args.sse_port is not None and not 0 <= args.sse_port <= 65535:
         p.error("--sse-port must be in [0, 65535]")
     refuse_empty_urls(p, catalog=args.catalog, world=args.world)
-    try:  # one SQLite file for both stores: refused before the families make anything
-        check_separate_files(args.catalog, args.world)
-    except SameStoreFile as e:
+    try:  # one SQLite file for both stores, or one store shared and the other not: refused
+        check_separate_files(args.catalog, args.world)  # before the families make anything
+        if args.world is not None:  # the worker reads no world: only a given one is checked
+            check_one_backend(args.catalog, args.world)
+    except (SameStoreFile, MixedStores) as e:
         error_line("tether worker", e)
         return _exit.USAGE
     try:  # private to this user, as `tether serve`'s: checked before anything is made in it
@@ -299,6 +301,14 @@ def main(argv: list[str]) -> int:
         families = call_factory(args.families, lambda: list(factory(args.data_dir)))
         if not families or not all(isinstance(f, Family) for f in families):
             raise bad_families(f"{args.families} must return a non-empty list of Family")
+        for family in families:
+            if family.device_host is not None and family.device_host != args.host:
+                raise bad_families(
+                    f"family {family.name} drives the devices of host {family.device_host!r}"
+                    f" (its configuration's host name), but this worker claims the device work"
+                    f" of host {args.host!r} (--host): it would run that host's moves on this"
+                    f" host's robots; pass --host {family.device_host}"
+                )
     except (ImportError, TetherError) as e:
         error_line("tether worker", e)
         return _exit.for_error(e, default=_exit.USAGE)

@@ -70,8 +70,9 @@ from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.serve.sessions import Sessions
 from tether.storage import BACKENDS
+from tether.storage._errors import MixedStores
 from tether.storage._host_claim import HostClaim, HostNameTaken, is_shared
-from tether.storage._urls import check_separate_files, postgres_url, redact
+from tether.storage._urls import check_one_backend, check_separate_files, postgres_url, redact
 from tether.transport import PortBusy
 from tether.world import ComponentWrite, WorldNotFound
 
@@ -362,17 +363,10 @@ class Daemon:
                     " postgresql://host/db",
                     details={"store": what},
                 )
-        catalog, world = is_shared(self.serve.catalog_url), is_shared(self.serve.world_url)
-        if catalog == world:
-            return
-        shared, local = ("catalog", "world ledger") if catalog else ("world ledger", "catalog")
-        raise ServeRefusal(
-            "mixed_stores",
-            f"the {shared} is on PostgreSQL (shared by hosts) but the {local} is a file of this"
-            " host: put both on PostgreSQL (--catalog URL --world URL, or [serve] catalog and"
-            " world) or neither",
-            details={"shared": shared, "local": local},
-        )
+        try:
+            check_one_backend(self.serve.catalog_url, self.serve.world_url)
+        except MixedStores as e:
+            raise ServeRefusal(e.code, e.message, details=dict(e.details)) from None
 
     def start(self) -> Daemon:
         sys.setswitchinterval(SWITCH_INTERVAL_S)

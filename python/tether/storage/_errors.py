@@ -108,6 +108,12 @@ class SameStoreFile(CodedError):
     `tether db upgrade --store`)."""
 
 
+class MixedStores(CodedError):
+    """One store on PostgreSQL (shared by hosts) and the other a file of this host: refused
+    before either is opened (a usage error). Code ``mixed_stores``; details: ``shared``,
+    ``local`` (the stores' names)."""
+
+
 def other_store(where: str, holds: str) -> SameStoreFile:
     """The refusal of a SQLite file at ``where`` that holds the other store (``holds``:
     ``catalog`` or ``world``) than the one opened on it: `same_store_file`, before anything is

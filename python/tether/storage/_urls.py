@@ -17,7 +17,7 @@ import os
 import re
 from urllib.parse import unquote
 
-from tether.storage._errors import SameStoreFile
+from tether.storage._errors import MixedStores, SameStoreFile
 
 #: The query parameters and connection-string keys whose value is a secret.
 PASSWORD_KEYS = frozenset({"password", "sslpassword"})
@@ -278,3 +278,22 @@ def check_separate_files(catalog_url: str | None, world_url: str | None) -> None
             " (a SQLite file holds one store)",
             details={"path": catalog},
         )
+
+
+def check_one_backend(catalog_url: str | None, world_url: str | None) -> None:
+    """Refuse a catalog and a world ledger of which one is on PostgreSQL (shared by hosts) and
+    the other a file of this host (None: the data dir's file), `MixedStores` (`mixed_stores`, a
+    usage error), before either opens: world ids name no host, so hosts sharing only the
+    catalog would admit each other's keys from worlds of their own, and hosts sharing only the
+    worlds would each admit, and run, every Activity of them into a catalog of their own."""
+    catalog, world = postgres_url(catalog_url) is not None, postgres_url(world_url) is not None
+    if catalog == world:
+        return
+    shared, local = ("catalog", "world ledger") if catalog else ("world ledger", "catalog")
+    raise MixedStores(
+        "mixed_stores",
+        f"the {shared} is on PostgreSQL (shared by hosts) but the {local} is a file of this"
+        " host: put both on PostgreSQL (--catalog URL --world URL, or [serve] catalog and"
+        " world) or neither",
+        details={"shared": shared, "local": local},
+    )

@@ -542,11 +542,13 @@ def robot_move_family(
     host: DeviceHost | None = None,
     host_name: str = "",
     sessions: SessionGate | None = None,
+    device_host: str | None = None,
 ) -> Family:
     """The family to register with a runtime `Host`. Its adapter owns the robots' ports, or
     uses `host`'s (the daemon's device host) when one is given. With `host_name`, each move is
     admitted bound to that host (device-bound claims). `sessions`: the gate a move with a
-    `session_id` starts through (none: such a move never starts)."""
+    `session_id` starts through (none: such a move never starts). `device_host`: the host
+    whose robots `config` names (`Family.device_host`)."""
     adapter = RobotMoveAdapter(
         config, store_root, settle_timeout_s=settle_timeout_s, host=host, sessions=sessions
     )
@@ -556,6 +558,7 @@ def robot_move_family(
         project=project_on(host_name) if host_name else project,
         adapter=adapter,
         stage=stage,
+        device_host=device_host,
     )
 
 
@@ -611,8 +614,12 @@ def families_from_env(data_dir: Path) -> list[Family]:
     import os
 
     from tether.adapters.dynamixel.config import load_config
+    from tether.serve.config import host_name_for
 
     path = os.environ.get(CONFIG_ENV)
     if not path:
         raise FamilyError(f"set {CONFIG_ENV} to the host configuration file")
-    return [robot_move_family(load_config(path), Path(data_dir) / "robot_move")]
+    config = load_config(path)
+    return [
+        robot_move_family(config, Path(data_dir) / "robot_move", device_host=host_name_for(config))
+    ]
