@@ -159,12 +159,12 @@ def test_a_connection_that_broke_mid_command_is_unreachable_not_a_refusal() -> N
     """`tether db` tells a statement the server refused (its SQLSTATE: exit 1) from a
     connection that broke under it (none: the server cannot be reached, exit 7)."""
     from tether.activities.dbcli import _answered
-    from tether.storage.dbcli import Unreachable
+    from tether.storage.dbcli import DatabaseError
 
-    def failure(cause: BaseException) -> Unreachable:
+    def failure(cause: BaseException) -> DatabaseError:
         try:
-            raise Unreachable("schema status failed") from cause
-        except Unreachable as e:
+            raise DatabaseError("schema status failed") from cause
+        except DatabaseError as e:
             return e
 
     assert not _answered(failure(psycopg.OperationalError("server closed the connection")))

@@ -462,7 +462,7 @@ def main(argv: list[str]) -> int:
             return _schema_command(args)
         except schema_cli.UrlError as e:
             return fail(EXIT_USAGE, "UsageError", "usage", str(e))
-        except schema_cli.Unreachable as e:  # by its code: a refused login is FAILED, ...
+        except schema_cli.DatabaseError as e:  # by its code: a refused login is FAILED, ...
             code = getattr(e, "code", None)
             if not isinstance(code, str) and _answered(e):  # a statement failed (a right)
                 return fail(EXIT_FAILED, type(e).__name__, "failed", str(e).splitlines()[0])

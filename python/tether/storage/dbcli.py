@@ -109,7 +109,7 @@ def _pg_session(url: str) -> Any:
     from tether.storage._urls import postgres_url
 
     # The scheme in any case, as the stores take it (libpq reads only lower case).
-    return Session(postgres_url(url) or url, Unreachable, Unreachable, application="tether-db")
+    return Session(postgres_url(url) or url, DatabaseError, DatabaseError, application="tether-db")
 
 
 def _pg_versions(session: Any) -> list[StoreStatus]:
@@ -213,7 +213,7 @@ class UrlError(Exception):
     """A URL that names no store Tether can use (a usage error)."""
 
 
-class Unreachable(TetherError):
+class DatabaseError(TetherError):
     """The server at a URL cannot be reached or refuses the session; its `code` says which
     (`unreachable`, `login_refused`, `no_such_database`, `bad_url`: see
     `tether.storage._pg.connect`), none for a session that failed after connecting."""
