@@ -122,6 +122,8 @@ ERROR_CODES: Final[dict[str, int]] = {
             "no_such_schema",
             "bad_families",
             "same_store_file",
+            # A world of another host on a shared world ledger (`tether move --world`).
+            "world_of_another_host",
         ),
         USAGE,
     ),

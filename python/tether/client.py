@@ -134,15 +134,16 @@ class Client:
 
     # --- Activities ---
 
-    def submit(self, world: str, activity: str, kind: str, request: dict[str, Any]) -> View:
+    def submit(self, world: str | None, activity: str, kind: str, request: dict[str, Any]) -> View:
         """Ask for one Activity: its intent is committed in a tick of `world` (created if
-        absent) unless it is already there. Idempotent per activity id: the same request
+        absent; None: the daemon's default world, `local`, or `local@HOST` where its world
+        ledger is shared by hosts and it writes only its own host's worlds) unless it is
+        already there. Idempotent per activity id: the same request
         returns the existing Activity (`created` False); another one raises
         `AdmissionConflict`. A request its family refuses (an unknown robot, a limit) raises
         before anything is committed."""
-        view: View = self.request(
-            {"op": "submit", "world": world, "activity": activity, "kind": kind, "request": request}
-        )
+        ask = {"op": "submit", "activity": activity, "kind": kind, "request": request}
+        view: View = self.request(ask if world is None else {**ask, "world": world})
         return view
 
     def get(self, key: str) -> View:

@@ -121,6 +121,7 @@ _LAZY: dict[str, str] = {
             "LeaseLost",
             "ProjectionConflict",
             "ProviderIOForbidden",
+            "WorldOfAnotherHost",
         ),
         "tether.runtime._errors",
     ),
@@ -169,6 +170,7 @@ if TYPE_CHECKING:
         LeaseLost as LeaseLost,
         ProjectionConflict as ProjectionConflict,
         ProviderIOForbidden as ProviderIOForbidden,
+        WorldOfAnotherHost as WorldOfAnotherHost,
     )
     # isort: on
 

@@ -375,6 +375,36 @@ def test_a_second_host_on_the_same_data_fences_the_first_writer(tmp_path: Path) 
         first.close()
 
 
+def test_hosts_sharing_a_ledger_write_recover_and_observe_only_their_own_worlds(
+    tmp_path: Path,
+) -> None:
+    """`world_owner`: a Host on a ledger other hosts share takes only the worlds named for it
+    (`<id>@<owner>`): its recover never fences another host's writer, a commit to another
+    host's world is `WorldOfAnotherHost` (nothing written, nothing fenced), and it never
+    observes another host's results."""
+    from tether.runtime import WorldOfAnotherHost
+
+    with make_host(tmp_path, world_owner="h1") as one, make_host(tmp_path, world_owner="h2") as two:
+        one.create_world("w@h1")
+        two.create_world("w@h2")
+        with pytest.raises(WorldOfAnotherHost) as refused:
+            one.create_world("x@h2")
+        assert refused.value.code == "world_of_another_host"
+        assert refused.value.details == {"world": "x@h2", "host": "h1"}
+        one.recover()  # a restart of host h1: h2's writer stays h2's
+        r1 = two.commit_tick("w@h2", intents(1))
+        with pytest.raises(WorldOfAnotherHost):
+            one.commit_tick("w@h2", [ComponentWrite("x", "y", 1)])
+        assert two.head("w@h2") == r1  # nothing written by the refused commit
+        drain(two)  # the move runs; its result awaits an observation of its own host
+        assert one.observe_once() == []  # h2's result is not h1's to observe
+        [observed] = two.observe_once()
+        rec = two.get(akey(0, "w@h2"))
+        assert rec is not None and rec.settlement is not None
+        assert rec.settlement.receipt == observed
+        one.commit_tick("w@h1", [ComponentWrite("x", "y", 1)])  # its own world, as before
+
+
 def test_bad_host_input_is_a_typed_error(tmp_path: Path) -> None:
     from tether.runtime import FamilyError, HostClosed
     from tether.world import InvalidWrite, WorldNotFound

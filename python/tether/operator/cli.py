@@ -400,9 +400,10 @@ def _print(doc: Any, as_json: bool) -> None:
         if not doc:
             print("nothing awaits a decision")
         for item in doc:
+            host = f"  host {item['host']}" if item.get("host") else ""
             print(
                 f"{item['key']}  revision {item['revision']}  {item['reason'] or '-'}  "
-                f"evidence {_age(item['evidence_age_ms'])} old"
+                f"evidence {_age(item['evidence_age_ms'])} old{host}"
             )
         return
     if "evidence" in doc:

@@ -80,6 +80,7 @@ REJECTION_CODES: tuple[str, ...] = (
     "state_changed",
     "unknown_activity",
     "unknown_decision",
+    "bound_elsewhere",
     "catalog_rejected",
     *CATALOG_REJECTION_CODES,
 )
@@ -181,6 +182,8 @@ def summary(record: ActivityRecord, evidence: Mapping[str, Any] | None) -> dict[
         "revision": record.evidence_revision,
         "reason": (evidence or {}).get("reason"),
         "evidence_age_ms": None if recorded is None else max(0, _now_ms() - recorded),
+        # The host whose device the Activity is bound to (None: any host's), which decides it.
+        "host": record.bound_host or None,
     }
 
 
@@ -247,12 +250,14 @@ def resolve(
     verify_credential: Callable[[str | None], str | None],
     note: str = "",
     review: Callable[[ActivityRecord], DeviceReview | None] = lambda record: None,
+    host: str | None = None,
 ) -> dict[str, Any]:
     """Decide on a parked Activity: exactly one catalog `resolve` on the catalog's revision.
 
     `verify_credential` returns the name of the operator the credential belongs to (None, or a
     `CodedError`, refuses it); that name is the one recorded. `operator`, when given, must be
-    that name."""
+    that name. `host`: the host deciding (a daemon's `host_name`); an Activity bound to another
+    host's device is refused (`bound_elsewhere`): that host's daemon reads its device."""
     try:
         who = verify_credential(credential)
     except CodedError as exc:
@@ -269,6 +274,12 @@ def resolve(
         raise rejection("unknown_decision", f"decision must be one of {DECISIONS}")
     record = find(catalog, text)
     key = record.key
+    if host is not None and record.bound_host not in ("", host):
+        raise rejection(
+            "bound_elsewhere",
+            f"{format_key(key)} is bound to host {record.bound_host!r}, not this one"
+            f" ({host!r}): decide it through that host's daemon, which reads its device",
+        )
     if not record.awaiting_decision:
         raise rejection("not_parked", f"{format_key(key)} awaits no decision")
     if revision != record.evidence_revision:

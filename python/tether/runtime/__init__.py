@@ -46,6 +46,8 @@ from tether.runtime._errors import (
     LeaseLost,
     ProjectionConflict,
     ProviderIOForbidden,
+    WorldOfAnotherHost,
+    owned_by,
 )
 from tether.runtime._family import (
     COMPLETION_COMPONENT,
@@ -144,12 +146,14 @@ __all__ = [
     "Unknown",
     "Wakeup",
     "Worker",
+    "WorldOfAnotherHost",
     "WorkerPool",
     "WorldLifecycle",
     "completion_mismatch",
     "crash_point",
     "evidence_entity",
     "observation_for",
+    "owned_by",
     "refusal_of",
     "verify_completion",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from tether._coded import CodedError
 from tether._core import TetherError
 from tether.storage._errors import with_code
 
@@ -13,6 +14,30 @@ _T = TypeVar("_T")
 
 class ActivityRuntimeError(TetherError):
     """Base of every error raised by `tether.runtime`."""
+
+
+class WorldOfAnotherHost(CodedError, ActivityRuntimeError):
+    """A world this Host may not write: on a world ledger shared by hosts, a Host writes and
+    observes only the worlds named for its host (`<id>@<host>`, `owned_by`). Code
+    ``world_of_another_host``; details: ``world``, ``host``."""
+
+
+def owned_by(world_id: str, owner: str | None) -> bool:
+    """Whether a Host whose worlds are `owner`'s (None: every world, a ledger of its own)
+    writes `world_id`: on a shared ledger, the worlds named `<id>@<owner>`."""
+    return owner is None or world_id.endswith(f"@{owner}")
+
+
+def check_owned(world_id: str, owner: str | None) -> None:
+    """Refuse (`WorldOfAnotherHost`) a world `owned_by` says this Host does not write."""
+    if not owned_by(world_id, owner):
+        raise WorldOfAnotherHost(
+            "world_of_another_host",
+            f"world {world_id!r} is not this host's: on a world ledger shared by hosts, host"
+            f" {owner!r} writes only the worlds named <id>@{owner} (each world has one writer;"
+            f" taking another host's would fence it)",
+            details={"world": world_id, "host": owner},
+        )
 
 
 class FamilyError(ActivityRuntimeError):

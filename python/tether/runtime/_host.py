@@ -34,7 +34,7 @@ from types import TracebackType
 
 from tether.activities import ActivityKey, ActivityRecord, Catalog, ClockLike, as_clock
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore, shared_for
-from tether.runtime._errors import ActivityRuntimeError, HostClosed
+from tether.runtime._errors import ActivityRuntimeError, HostClosed, owned_by
 from tether.runtime._family import Family, ProgressEvent, families_by_kind
 from tether.runtime._lifecycle import WorldLifecycle
 from tether.runtime._observer import Observer
@@ -96,6 +96,10 @@ class Host:
         pause: called by the background loops (each worker before each claim and each attempt
             of a shared batch, the observer before each pass); it may block: `tether serve`
             passes its `StopFirst.wait_clear`, so background work waits while a stop runs.
+        world_owner: on a world ledger shared by hosts (PostgreSQL), the host whose worlds
+            this Host writes, recovers and observes: those named `<id>@<world_owner>`
+            (`tether.runtime._errors.owned_by`); another host's world is never fenced from
+            here (`WorldOfAnotherHost`). None (the default): every world of the ledger.
 
     Attributes:
         projector, settler, stager, ticker, observer, pool, lifecycle: the parts.
@@ -119,6 +123,7 @@ class Host:
         world_url: str | None = None,
         host_name: str | None = None,
         pause: Callable[[], None] | None = None,
+        world_owner: str | None = None,
     ) -> None:
         if not fallback_poll_s >= MIN_FALLBACK_S:  # before any storage is opened
             raise ActivityRuntimeError(
@@ -168,7 +173,14 @@ class Host:
         self.stager = ObservationStager(
             self.families, self.catalog, self.artifacts, self.ledger, page_size=page_size
         )
-        self.ticker = Ticker(self.ledger, self.families, self.stager, self.projector, self.settler)
+        self.ticker = Ticker(
+            self.ledger,
+            self.families,
+            self.stager,
+            self.projector,
+            self.settler,
+            owner=world_owner,
+        )
         self.observer = Observer(
             self.stager, self.ledger, self.ticker, wakeup=self._wakeups[RESULT], pause=pause
         )
@@ -201,8 +213,11 @@ class Host:
         return self.pool.new_worker(name, stop=stop)
 
     def recover(self) -> None:
-        """Fence earlier writers, finish every head's pending post-commit work, then restage."""
+        """Fence earlier writers, finish every head's pending post-commit work, then restage:
+        of every world this Host writes (on a shared ledger, its `world_owner`'s only)."""
         for world_id in self.ledger.worlds():
+            if not owned_by(world_id, self.ticker.owner):
+                continue  # another host's world: never fenced from here
             self.observer.resume(world_id)
             self.ticker.recover(world_id)
         self.restage()

@@ -13,6 +13,7 @@ Rules (seed section 5, "World lifecycle interaction"):
 
 from __future__ import annotations
 
+from tether.runtime._errors import check_owned
 from tether.runtime._ports import UnsettledOracle
 from tether.runtime._ticker import Ticker
 from tether.world import CommittedTickReceipt, UnsettledActivities, WorldLedger
@@ -33,7 +34,9 @@ class WorldLifecycle:
         self.ticker = ticker
 
     def create(self, world_id: str) -> CommittedTickReceipt:
-        """Create a world and become its writer."""
+        """Create a world and become its writer (`WorldOfAnotherHost`, nothing created, for a
+        world the ticker's owner does not write)."""
+        check_owned(world_id, self.ticker.owner)
         receipt = self.ledger.create_world(world_id)
         self.ticker.acquire(world_id)
         return receipt
@@ -44,6 +47,7 @@ class WorldLifecycle:
         Raises:
             UnsettledActivities: the source has an admitted Activity without settlement.
         """
+        check_owned(new_world, self.ticker.owner)
         with self.ledger.lock(source_world):
             self.ticker.finish_post_commit(source_world)
             head = self.ledger.head(source_world)

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from tether.runtime._errors import ActivityRuntimeError
+from tether.runtime._errors import ActivityRuntimeError, owned_by
 from tether.runtime._ports import CloseStates
 from tether.runtime._stager import ObservationStager
 from tether.runtime._ticker import Ticker
@@ -34,6 +34,9 @@ class Observer:
         ticker: commits the observation ticks.
         wakeup: what the loop waits on while idle.
         pause: called before each pass; it may block (see `Worker`'s `pause`).
+
+    It observes only the worlds its ticker writes (`Ticker.owner`): on a world ledger shared
+    by hosts, another host's worlds are that host's to observe and settle.
     """
 
     def __init__(
@@ -71,6 +74,8 @@ class Observer:
                 continue  # reserved for close: the observation waits for a reopen
             if world_id in self._fenced:
                 continue  # a newer writer owns the world; it restages and observes itself
+            if not owned_by(world_id, self.ticker.owner):
+                continue  # another host's world (a shared ledger): that host observes it
             try:
                 receipts.append(self.ticker.commit(world_id))
             except StaleWriter:

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from tether.activities import ActivityKey, ActivityRecord, ResultRef
 from tether.runtime._crash import crash_point
-from tether.runtime._errors import FamilyError
+from tether.runtime._errors import FamilyError, check_owned
 from tether.runtime._family import Family, Observation
 from tether.runtime._projector import Projector
 from tether.runtime._settler import Settler
@@ -68,6 +68,9 @@ class Ticker:
         stager: the staged observations a tick commits.
         projector: admits what a new head's projections ask for.
         settler: settles what a new head observed.
+        owner: on a world ledger shared by hosts, the host whose worlds this Ticker writes
+            (`owned_by`); it never takes another's writer (`WorldOfAnotherHost`). None: every
+            world (a ledger of its own).
     """
 
     def __init__(
@@ -77,7 +80,10 @@ class Ticker:
         stager: ObservationStager,
         projector: Projector,
         settler: Settler,
+        *,
+        owner: str | None = None,
     ) -> None:
+        self.owner = owner
         self.ledger = ledger
         self.families = tuple(families)
         self.stager = stager
@@ -89,7 +95,12 @@ class Ticker:
     # -- writers ------------------------------------------------------------------------
 
     def acquire(self, world_id: str) -> Writer:
-        """Become the world's writer now (every earlier writer, in any process, is fenced)."""
+        """Become the world's writer now (every earlier writer, in any process, is fenced).
+
+        Raises:
+            WorldOfAnotherHost: the world is not this Ticker's `owner`'s (nothing fenced).
+        """
+        check_owned(world_id, self.owner)
         with self.ledger.lock(world_id):
             writer = self.ledger.acquire_writer(world_id)
             with self._writers_mutex:

@@ -266,6 +266,11 @@ class Daemon:
         self._factories = tuple(factories)
         self._progress_listener = progress_listener
         self.serve = serve
+        #: On a world ledger shared by hosts, the host whose worlds this daemon writes (named
+        #: `<id>@<host_name>`, `tether.runtime.owned_by`); None: every world of its own ledger.
+        self.world_owner: str | None = (
+            serve.host_name if serve.host_name and is_shared(serve.world_url) else None
+        )
         self.robots = robots if robots is not None else sorted(config.robots)
         self.state_dir = config.state_dir
         self.data_dir = serve.data_dir
@@ -461,6 +466,7 @@ class Daemon:
         self.runtime = Host(
             self.data_dir,
             families,
+            world_owner=self.world_owner,
             workers=self.serve.workers,
             lease_ms=self.serve.lease_ms,
             progress_listener=self._on_progress,
@@ -802,6 +808,7 @@ class Daemon:
             verify_credential=self.config.authenticate,
             note=str(request.get("note") or ""),
             review=self.review(),
+            host=self.serve.host_name or None,
         )
 
     def _view(self, key: ActivityKey, record: ActivityRecord | None = None) -> dict[str, Any]:
@@ -810,8 +817,14 @@ class Daemon:
         seq, content = self.latest(key)
         return {**views.view(key, record, runtime.artifacts, content), "seq": seq}
 
+    @property
+    def default_world(self) -> str:
+        """The world a submit naming none writes: `local`, named for this host on a world
+        ledger shared by hosts (`local@<host_name>`: this daemon writes only its own)."""
+        return f"local@{self.world_owner}" if self.world_owner else "local"
+
     def _on_submit(self, request: dict[str, Any]) -> dict[str, Any]:
-        world = _text(request, "world")
+        world = self.default_world if request.get("world") is None else _text(request, "world")
         activity = _text(request, "activity")
         kind = _text(request, "kind")
         body = request.get("request")

@@ -11,7 +11,9 @@ there while `[serve] families` serves `tether.serve.families:sim_families`; a ro
 "sim" in `[robots]` is that robot, and the simulated arm is then not served over gRPC). The
 intent is keyed by X alone in that world, so the same X with another command or kind is
 another request under the same id (`ALREADY_EXISTS`; across families `_submit` checks it).
-Two principals' equal ids are two worlds, never one Activity.
+Two principals' equal ids are two worlds, never one Activity. On a world ledger shared by hosts
+the world is also named for the daemon's host, `grpc-P@HOST` (`world_for`): each host writes
+only its own worlds, so two hosts' daemons never take each other's writer.
 
 A sim reach (`_execute_sim`): `SimReach{seed, target_x, target_y, episodes, steps}` and
 `not_after_ms` are the family's submitted reach (`tether.families.sim.family.submit_intent`:
@@ -138,6 +140,7 @@ from tether.activities import ActivityKey, ActivityRecord
 from tether.devices.credentials import ROLES, CredentialError, Principal, roles_for
 from tether.devices.latch import PLANNER_CANCEL
 from tether.errors import TetherError
+from tether.runtime._errors import owned_by
 from tether.world import WorldNotFound
 
 log = logging.getLogger("tether.serve.grpc")
@@ -212,9 +215,11 @@ TERMINAL: Final = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED, pb.EXPIRED})
 CRASH_POINTS: Final = ("grpc.execute.before_commit", "grpc.execute.after_commit")
 
 
-def world_for(principal: str) -> str:
-    """The world of a principal's operations (see the module's key mapping)."""
-    return f"{WORLD_PREFIX}{principal}"
+def world_for(principal: str, owner: str | None = None) -> str:
+    """The world of a principal's operations (see the module's key mapping); on a world ledger
+    shared by hosts, named for this host (`owner`: `grpc-<principal>@<host>`), one world per
+    principal and host."""
+    return f"{WORLD_PREFIX}{principal}" + (f"@{owner}" if owner else "")
 
 
 def canonical(doc: Any) -> bytes:
@@ -735,7 +740,7 @@ class RobotControl(rpc.RobotControlServicer):
     ) -> tuple[ActivityKey, Any]:
         if not op_id:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
-        found = self._find(world_for(principal.name), op_id)
+        found = self._find(world_for(principal.name, self.daemon.world_owner), op_id)
         if found is None:
             _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {_shown(op_id)!r} is not known")
         return found
@@ -796,7 +801,7 @@ class RobotControl(rpc.RobotControlServicer):
         taken_back: tuple[str, str, str] | None = None
         if session:
             body["session_id"] = session
-            world = world_for(principal.name)
+            world = world_for(principal.name, self.daemon.world_owner)
             if not self.daemon.sessions.bound(world, session, op_id):
                 taken_back = (world, session, op_id)  # bound by this call: undone if refused
             if not self.daemon.sessions.bind(world, session, op_id):
@@ -907,7 +912,9 @@ class RobotControl(rpc.RobotControlServicer):
         # the lane one by one.
         self.work.release()
         try:
-            key, created, record = self._submit(world_for(principal.name), op_id, kind, body)
+            key, created, record = self._submit(
+                world_for(principal.name, self.daemon.world_owner), op_id, kind, body
+            )
         except CodedError as exc:
             if exc.code == "admission_conflict":
                 if taken_back is not None:
@@ -960,9 +967,13 @@ class RobotControl(rpc.RobotControlServicer):
         if not op_id:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
         worlds = (
-            [world_for(owner)]
+            [world_for(owner, self.daemon.world_owner)]
             if sep
-            else [w for w in self.daemon.host().ledger.worlds() if w.startswith(WORLD_PREFIX)]
+            else [
+                w
+                for w in self.daemon.host().ledger.worlds()
+                if w.startswith(WORLD_PREFIX) and owned_by(w, self.daemon.world_owner)
+            ]
         )
         hits = [f for w in worlds if (f := self._find(w, op_id)) is not None]
         if not hits:
@@ -980,7 +991,7 @@ class RobotControl(rpc.RobotControlServicer):
         self, request: pb.ListOperationsRequest, context: grpc.ServicerContext
     ) -> pb.ListOperationsResponse:
         principal = self.auth.principal(context, "watch", call="ListOperations")
-        world = world_for(principal.name)
+        world = world_for(principal.name, self.daemon.world_owner)
         size = request.page_size or 50
         if size > LIST_PAGE_MAX:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"page_size: at most {LIST_PAGE_MAX}")
@@ -1265,6 +1276,7 @@ class RobotControl(rpc.RobotControlServicer):
                 verify_credential=lambda _secret: operator.name,
                 note=request.note,
                 review=self.daemon.review(),
+                host=self.daemon.serve.host_name or None,
             )
         except CodedError as exc:
             if exc.code == "bounds_exceeded":  # the note, the one free text of the request
@@ -1287,7 +1299,9 @@ class RobotControl(rpc.RobotControlServicer):
             _abort(context, bad, f"ttl_ms: {MIN_TTL_MS}..{MAX_TTL_MS} ms, got {request.ttl_ms}")
         try:
             expires = self.daemon.sessions.heartbeat(
-                world_for(principal.name), request.session_id, int(request.ttl_ms)
+                world_for(principal.name, self.daemon.world_owner),
+                request.session_id,
+                int(request.ttl_ms),
             )
         except SessionRefused as exc:
             _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc}")

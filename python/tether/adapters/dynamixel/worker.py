@@ -115,14 +115,14 @@ def submit_move(
     config: HostConfig,
     request: MoveRequest,
     *,
-    world: str,
+    world: str | None,
     activity: str,
     timeout_s: float,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """`tether move` while `tether serve` runs: submit the move through the daemon (which
-    owns the port and runs it) and follow it until it settles, is parked or the deadline
-    passes; the outcome document."""
+    owns the port and runs it; `world` None: the daemon's default world) and follow it until
+    it settles, is parked or the deadline passes; the outcome document."""
     from tether.client import Client
 
     client = Client(config.state_dir)
@@ -400,7 +400,13 @@ def main(argv: list[str]) -> int:
         "--joint", action="append", default=[], help="NAME=RADIANS (repeatable; default: none)"
     )
     parser.add_argument("--relative", action="store_true", help="targets are deltas")
-    parser.add_argument("--world", default="local", help="world id (default: local)")
+    parser.add_argument(
+        "--world",
+        default=None,
+        help="world id (default: local; through a daemon whose world ledger is on PostgreSQL,"
+        " shared by hosts, its own host's local@HOST_NAME: each daemon writes only its own"
+        " host's worlds)",
+    )
     parser.add_argument("--activity", required=True, help="activity id within the world")
     parser.add_argument("--settle-timeout", type=float, default=30.0, help="seconds (default 30)")
     parser.add_argument(
@@ -462,7 +468,7 @@ def main(argv: list[str]) -> int:
         outcome = run_move(
             config,
             request,
-            world=args.world,
+            world=args.world or "local",
             activity=args.activity,
             lease_ms=args.lease_ms,
             settle_timeout_s=args.settle_timeout,
