@@ -22,7 +22,7 @@ class Cert:
 
 
 def make_cert(directory: Path, *, ips: tuple[str, ...] = ("127.0.0.1",)) -> Cert:
-    """A P-256 self-signed certificate for ``localhost`` and `ips`, valid for a day."""
+    """A P-256 self-signed certificate for ``localhost`` and `ips`, valid for a year."""
     openssl = shutil.which("openssl")
     if openssl is None:
         pytest.skip("no `openssl` on PATH to make a test certificate")
@@ -31,7 +31,7 @@ def make_cert(directory: Path, *, ips: tuple[str, ...] = ("127.0.0.1",)) -> Cert
     names = ",".join(["DNS:localhost", *(f"IP:{ip}" for ip in ips)])
     subprocess.run(
         [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "365",
          "-subj", "/CN=localhost", "-addext", f"subjectAltName={names}"],
         check=True,
         capture_output=True,
@@ -120,7 +120,7 @@ class Authority:
 
     def issue(self, name: str, *, server: bool, ips: tuple[str, ...] = ("127.0.0.1",)) -> Cert:
         """A P-256 leaf for `name` signed by this CA: a server's (``localhost`` and `ips`) or a
-        client's (clientAuth), valid for a day; its key 0600."""
+        client's (clientAuth), valid for a year; its key 0600."""
         openssl = shutil.which("openssl")
         assert openssl is not None
         cert, key = self.directory / f"{name}.pem", self.directory / f"{name}.key"
@@ -137,7 +137,7 @@ class Authority:
         )  # fmt: skip
         subprocess.run(
             [openssl, "x509", "-req", "-in", str(csr), "-CA", str(self.cert),
-             "-CAkey", str(self.key), "-CAcreateserial", "-out", str(cert), "-days", "1",
+             "-CAkey", str(self.key), "-CAcreateserial", "-out", str(cert), "-days", "365",
              "-extfile", str(ext)],
             check=True, capture_output=True,
         )  # fmt: skip
@@ -146,7 +146,7 @@ class Authority:
 
 
 def make_authority(directory: Path, name: str = "test-ca") -> Authority:
-    """A self-signed P-256 CA certificate (CA:TRUE), valid for a day."""
+    """A self-signed P-256 CA certificate (CA:TRUE), valid for a year."""
     openssl = shutil.which("openssl")
     if openssl is None:
         pytest.skip("no `openssl` on PATH to make a test certificate authority")
@@ -154,7 +154,7 @@ def make_authority(directory: Path, name: str = "test-ca") -> Authority:
     cert, key = directory / f"{name}.pem", directory / f"{name}.key"
     subprocess.run(
         [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", f"/CN={name}",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "365", "-subj", f"/CN={name}",
          "-addext", "basicConstraints=critical,CA:TRUE",
          "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
         check=True, capture_output=True,
