@@ -363,6 +363,8 @@ def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goe
             assert info.value.details().count("not_parked") == 1, info.value.details()
             final = until_terminal(control, "long")[-1]
             assert final.state == pb.FAILED, final
+            assert final.error.code == "abandoned", final.error  # not a bare "failed"
+            assert final.error.message.startswith("abandoned by operator olga"), final.error
             emu.unplug()
             deadline = time.monotonic() + 10
             while health.Check(check).status == health_pb2.HealthCheckResponse.SERVING:

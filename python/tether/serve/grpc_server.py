@@ -672,6 +672,15 @@ class RobotControl(rpc.RobotControlServicer):
                 op.error.message = str(
                     doc.get("error") or doc.get("note") or doc.get("reason") or ""
                 )
+                decided = record.decision
+                if decided is not None and decided.outcome == "abandon":
+                    # An operator's abandon ends it: say so, and who, rather than "failed".
+                    op.error.code = "abandoned"
+                    note = f": {decided.note}" if decided.note else ""
+                    op.error.message = (
+                        f"abandoned by operator {decided.operator} on evidence revision"
+                        f" {decided.evidence_revision}{note}"
+                    )
             else:
                 op.state = pb.SUCCEEDED
         elif record.compacted_at_ms is not None:
