@@ -89,6 +89,13 @@ def sim_families(ctx: ServeContext) -> list[Any]:
     arm "sim") commits one intent of the same shape."""
     from tether.families.sim.adapter import SimEpisodeAdapter, sim_family
     from tether.families.sim.family import submit_intent
+    from tether.runtime._errors import bad_families
+
+    if not hasattr(ctx, "data_dir"):  # `tether worker` hands its factory a data dir
+        raise bad_families(
+            "tether.serve.families:sim_families is tether serve's factory; tether worker"
+            " takes tether.families.sim.adapter:worker_families"
+        )
 
     adapter = SimEpisodeAdapter(ctx.data_dir)
     ctx.on_close(adapter.close)

@@ -244,3 +244,14 @@ def kick_planner(host: Host, world_id: str) -> None:
     """
     if not any(True for _ in host.snapshot(world_id).with_component(INTENT)):
         host.commit_tick(world_id)
+
+
+def worker_families(data_dir: Path) -> list[Family]:
+    """`tether worker DATA --families tether.families.sim.adapter:worker_families`: the
+    seeded MuJoCo reaches (`physical_ai.sim_episode`) over the worker's data dir (its
+    provider journal and episode files); the episode host stops when the process exits."""
+    import atexit
+
+    adapter = SimEpisodeAdapter(Path(data_dir))
+    atexit.register(adapter.close)
+    return [sim_family(adapter)]
