@@ -122,8 +122,10 @@ ERROR_CODES: Final[dict[str, int]] = {
             "no_such_schema",
             "bad_families",
             "same_store_file",
-            # A world of another host on a shared world ledger (`tether move --world`).
+            # A world of another host on a shared world ledger (`tether move --world`), a host
+            # name that cannot name this host's worlds there.
             "world_of_another_host",
+            "bad_host_name",
         ),
         USAGE,
     ),

@@ -2,7 +2,7 @@
 
     from tether.client import Client
     client = Client(config="host.toml")          # or Client(state_dir="/run/tether")
-    view = client.submit("local", "move-1", "physical_ai.robot_move.absolute",
+    view = client.submit(None, "move-1", "physical_ai.robot_move.absolute",  # its default world
                          {"robot": "arm", "targets": {"a": 0.5}})
     for view in client.watch(view["key"], timeout=60):
         print(view["state"], view.get("progress"))

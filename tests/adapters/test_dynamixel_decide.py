@@ -183,9 +183,9 @@ def test_an_operators_stop_is_never_recovered_even_at_the_target() -> None:
     stopped = decide.reconcile(preimage(), sent, read_back, move=move(stopped_by_operator=True))
     assert stopped == decide.Unknown("stopped_by_operator", {"at_target": ["a", "b"]})
     # The session watchdog's stop is as binding, and names itself.
-    lapsed = move(stopped_by_operator=True, stop_reason="session_lapsed")
+    lapsed = move(stopped_by_operator=True, stop_reason="stopped_on_session_lapse")
     assert decide.reconcile(preimage(), sent, read_back, move=lapsed) == decide.Unknown(
-        "session_lapsed", {"at_target": ["a", "b"]}
+        "stopped_on_session_lapse", {"at_target": ["a", "b"]}
     )
 
 

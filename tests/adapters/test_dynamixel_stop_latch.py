@@ -187,7 +187,7 @@ def test_a_move_on_a_latched_robot_sends_nothing_and_leaves_the_bus_to_the_stop(
 def test_a_latch_the_session_watchdog_set_names_the_lapse_not_an_operator(
     emulator: DynamixelEmulator, config: HostConfig
 ) -> None:
-    """A move refused by a latch the session watchdog set parks as `session_lapsed` (no
+    """A move refused by a latch the session watchdog set parks as `stopped_on_session_lapse` (no
     operator pressed stop), and its record keeps that reason after the resume; an operator's
     stop after that is `stopped_by_operator` again."""
     latch = StopLatch(config.state_dir)
@@ -195,13 +195,22 @@ def test_a_latch_the_session_watchdog_set_names_the_lapse_not_an_operator(
         latch.latch("arm", by=SESSION_LAPSE)
     with pytest.raises(MotionStopped) as refused:
         latch.check(["arm"])
-    assert refused.value.code == "session_lapsed"
-    assert "heartbeat of a move's session lapsed" in str(refused.value)
+    assert refused.value.code == "stopped_on_session_lapse"
+    assert "safe-stopped when a move's session heartbeat lapsed" in str(refused.value)
     outcome = move(config, "m-lapsed")
-    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "session_lapsed")
+    assert (outcome["status"], outcome["reason"]) == (
+        "awaiting_decision",
+        "stopped_on_session_lapse",
+    )
     resumed = latch.resume("arm", operator="olga")
-    assert resumed["stopped_by"] == SESSION_LAPSE and latch.stop_reason("arm") == "session_lapsed"
+    assert (
+        resumed["stopped_by"] == SESSION_LAPSE
+        and latch.stop_reason("arm") == "stopped_on_session_lapse"
+    )
     latch.latch("arm")  # an operator's stop (`tether stop`)
+    assert latch.stop_reason("arm") == "stopped_by_operator"
+    # A watchdog's stop of the robot the operator stopped never hides the operator's.
+    latch.latch("arm", by=SESSION_LAPSE)
     assert latch.stop_reason("arm") == "stopped_by_operator"
     with pytest.raises(MotionStopped) as again:
         latch.check(["arm"])

@@ -71,3 +71,19 @@ def test_two_daemons_on_one_shared_ledger_write_their_own_worlds(
         # Each arm ran its own moves once: m1 and m3 drive the same goals.
         assert target_actions(emu_a.journal(), GOALS) == {1: 2, 2: 2}
         assert target_actions(emu_b.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_a_host_name_that_cannot_name_worlds_is_refused_on_a_shared_ledger(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """On a shared world ledger the host name names this host's worlds: one with a space, an
+    `@` or a `/` is `bad_host_name` (exit 2) before anything opens."""
+    for name in ("Arm Host 1", "lab@x", "a/b"):
+        config = tmp_path / name.replace("/", "_") / "host.toml"
+        config.parent.mkdir(parents=True)
+        extra = SERVE + f'host_name = "{name}"\ncatalog = "{pg_url}"\nworld = "{pg_url}"\n'
+        config = serve_config(config.parent, "/dev/null-unused", extra=extra)
+        refused = tether("serve", "--config", str(config), timeout=60)
+        assert refused.returncode == 2, refused.stderr
+        assert "bad_host_name" in refused.stderr and "Traceback" not in refused.stderr
+        assert repr(name) in refused.stderr, refused.stderr

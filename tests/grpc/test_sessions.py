@@ -220,9 +220,9 @@ def test_the_heartbeat_lapses_mid_motion_and_the_arm_stops(tmp_path: Path) -> No
             assert final.state in (pb.UNKNOWN_AWAITING_OPERATOR, pb.FAILED), final
             # Reconciled as after a Stop, naming the lapse: no operator pressed stop.
             if final.state == pb.UNKNOWN_AWAITING_OPERATOR:
-                assert final.evidence.reason == "session_lapsed", final.evidence
+                assert final.evidence.reason == "stopped_on_session_lapse", final.evidence
             else:
-                assert final.error.code == "session_lapsed", final.error
+                assert final.error.code == "stopped_on_session_lapse", final.error
             channel.close()
             # The daemon's status says who latched the arm, in words and in JSON.
             words = tether_status(config)
@@ -230,7 +230,7 @@ def test_the_heartbeat_lapses_mid_motion_and_the_arm_stops(tmp_path: Path) -> No
                 words
             ), words
             (arm,) = json.loads(tether_status(config, "--json"))["devices"]
-            assert arm["latched"] and arm["stop_reason"] == "session_lapsed", arm
+            assert arm["latched"] and arm["stop_reason"] == "stopped_on_session_lapse", arm
             # The emulator's own record: the hold (Goal Position = where it stood) after the
             # ACTION, and each servo settled short of its target.
             journal = emu.journal()

@@ -403,6 +403,43 @@ def test_hosts_sharing_a_ledger_write_recover_and_observe_only_their_own_worlds(
         assert rec is not None and rec.settlement is not None
         assert rec.settlement.receipt == observed
         one.commit_tick("w@h1", [ComponentWrite("x", "y", 1)])  # its own world, as before
+        assert one.stager.staged_worlds() == []  # h2's results were never held by h1
+        with pytest.raises(WorldOfAnotherHost):
+            one.destroy_world("w@h2")
+        assert two.head("w@h2") is not None
+    from tether.runtime import owned_by
+
+    assert owned_by("local@x", "x") and owned_by("anything", None)
+    # The owner follows the last "@" (a host name has none: `bad_host_name`).
+    assert owned_by("local@lab@x", "x") and not owned_by("local@lab@x", "lab@x")
+    assert not owned_by("@x", "x") and not owned_by("local", "x")
+
+
+def test_a_refused_commit_runs_no_post_commit_work_of_another_hosts_world(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host h2's tick landed but h2 stopped before its post-commit work (the projection that
+    admits its intents): h1's refused commit to h2's world runs none of it; h2 does, later."""
+    from tether.runtime import WorldOfAnotherHost
+
+    with make_host(tmp_path, world_owner="h1") as one, make_host(tmp_path, world_owner="h2") as two:
+        two.create_world("w@h2")
+
+        def stopped(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("h2 stopped before its post-commit work")
+
+        monkeypatch.setattr(two.ticker, "post_commit", stopped)
+        with pytest.raises(RuntimeError):
+            two.commit_tick("w@h2", intents(1))
+        monkeypatch.undo()
+        assert two.ledger.pending_post_commit("w@h2") is not None
+        with pytest.raises(WorldOfAnotherHost):
+            one.commit_tick("w@h2", [ComponentWrite("x", "y", 1)])
+        assert two.ledger.pending_post_commit("w@h2") is not None  # still h2's to run
+        assert one.get(akey(0, "w@h2")) is None  # nothing admitted by h1
+        two.recover()  # h2 back: it runs its own post-commit work
+        assert two.ledger.pending_post_commit("w@h2") is None
+        assert two.get(akey(0, "w@h2")) is not None
 
 
 def test_bad_host_input_is_a_typed_error(tmp_path: Path) -> None:

@@ -251,14 +251,12 @@ def test_a_scheme_is_read_in_any_case_and_a_misspelt_one_is_a_bad_url(
 
 
 def test_a_families_factory_that_fails_is_a_configuration_error(tmp_path: Path) -> None:
-    """A factory that raises (here the serve factory given to `tether worker`, which calls it
-    with a path) is `bad_families` (exit 2), one line, never an internal error (70)."""
-    worker = _run(
-        "worker", str(tmp_path / "wd"), "--families", "tether.serve.families:sim_families"
-    )
+    """A factory that raises (here `json.loads`, which `tether worker` calls with a path) is
+    `bad_families` (exit 2), one line, never an internal error (70)."""
+    worker = _run("worker", str(tmp_path / "wd"), "--families", "json:loads")
     assert worker.returncode == _exit.USAGE, worker.stderr
     line = _refusal(worker, "tether worker")
-    assert line.startswith("tether worker: bad_families: ") and "AttributeError" in line
+    assert line.startswith("tether worker: bad_families: ") and "TypeError" in line
     config = _config(tmp_path)
     config.write_text(
         config.read_text().replace("tether.serve.families:sim_families", "json:loads")

@@ -321,6 +321,7 @@ class Console:
                 verify_credential=self.sessions.operator_of,
                 note=note,
                 review=self.daemon.review(),
+                host=self.daemon.decision_host,
             )
         except CodedError as exc:
             if exc.code in ("stale_revision", "state_changed"):

@@ -472,17 +472,11 @@ def last_operator_stop(config: HostConfig[Any], robot_name: str) -> int | None:
     return StopLatch(config.state_dir).last_stop_ms(robot_name)
 
 
-def last_stop_reason(config: HostConfig[Any], robot_name: str) -> str:
-    """Why `robot_name`'s last stop was made (`tether.devices.latch.stop_reason`)."""
-    return StopLatch(config.state_dir).stop_reason(robot_name)
-
-
 __all__ = [
     "DeviceHost",
     "HostRefusal",
     "fresh_state",
     "last_operator_stop",
-    "last_stop_reason",
     "owner_socket",
     "reboot_robot",
     "resume_robot",

@@ -6,9 +6,10 @@ Rules:
 - Every effectful frame of a move is sent inside `permit(robot)`: under the same lock, it
   raises `MotionStopped` while the robot is latched, so a move that had not sent its ACTION
   when the stop came never sends it. Its code names who latched it (`stop_reason`):
-  `session_lapsed` for the session watchdog's stop (`SESSION_LAPSE`: the planner's heartbeat
-  lapsed mid-motion), `cancelled_by_planner` for a planner's Cancel of a running move
-  (`PLANNER_CANCEL`), `stopped_by_operator` for any other stop.
+  `stopped_on_session_lapse` for the session watchdog's stop (`SESSION_LAPSE`: the planner's
+  heartbeat lapsed mid-motion), `cancelled_by_planner` for a planner's Cancel of a running move
+  (`PLANNER_CANCEL`), `stopped_by_operator` for any other stop. A stop of a robot already
+  latched keeps the first stop's `by`: an automatic stop never hides an operator's.
 - The latch is read from its file on every check, so it survives a restart of the host and is
   honoured by every process on the state dir.
 - A robot's first record creates its file (written, synced, renamed in, the dir synced); later
@@ -50,12 +51,15 @@ RECORD_BYTES = 512
 SESSION_LAPSE = "session heartbeat lapsed"
 #: The `by` of a latch a planner's `Cancel` of a running move set (the gRPC service).
 PLANNER_CANCEL = "planner cancel"
-#: The reason (an evidence reason, a `MotionStopped` code) each such `by` names, and its words;
-#: any other stop is `stopped_by_operator`.
+#: The reason (an evidence reason, a `MotionStopped` code) each such `by` names, and its cause
+#: in words; any other stop is `stopped_by_operator`. (`session_lapsed`, without "stopped_on",
+#: is the result of a move whose own session lapsed before it started: nothing was sent.)
 _REASONS: dict[str, tuple[str, str]] = {
-    SESSION_LAPSE: ("session_lapsed", "when the heartbeat of a move's session lapsed"),
-    PLANNER_CANCEL: ("cancelled_by_planner", "when a planner cancelled its running move"),
+    SESSION_LAPSE: ("stopped_on_session_lapse", "a move's session heartbeat lapsed"),
+    PLANNER_CANCEL: ("cancelled_by_planner", "a planner cancelled its running move"),
 }
+#: Each automatic stop's reason and its cause in words (`tether status` shows the cause).
+STOP_CAUSES: Final = {code: cause for code, cause in _REASONS.values()}
 
 
 class MotionStopped(DeviceError):
@@ -69,19 +73,18 @@ STOP_REASONS: Final = ("stopped_by_operator", *(code for code, _ in _REASONS.val
 
 
 def stop_reason(doc: dict[str, Any]) -> str:
-    """Why the stop of a latch record (latched, or resumed since) was made: `session_lapsed`
-    for the session watchdog's, `cancelled_by_planner` for a planner's Cancel,
-    `stopped_by_operator` for any other (an unreadable or older record included)."""
+    """Why the stop of a latch record (latched, or resumed since) was made:
+    `stopped_on_session_lapse` for the session watchdog's, `cancelled_by_planner` for a
+    planner's Cancel, `stopped_by_operator` for any other (an unreadable or older record
+    included)."""
     by = doc.get("by", doc.get("stopped_by"))
     return _REASONS[by][0] if isinstance(by, str) and by in _REASONS else "stopped_by_operator"
 
 
 def stop_words(reason: str) -> str:
     """How a stop of `reason` (`stop_reason`) was made, in words."""
-    for code, words in _REASONS.values():
-        if code == reason:
-            return f"was safe-stopped {words}"
-    return "was stopped by an operator"
+    cause = STOP_CAUSES.get(reason)
+    return f"was safe-stopped when {cause}" if cause else "was stopped by an operator"
 
 
 class StopLatch:
@@ -138,6 +141,10 @@ class StopLatch:
         """Latch `robot` now (call inside `stopping()`, before the safe-stop's frames). Never
         raises: a record that cannot be written latches it in memory (see the module rules)."""
         with self.lock:
+            if self.latched(robot):  # stopped again: the first stop's author stays named
+                held = self._held_by.get(robot) if robot in self._held else None
+                first = held or self.state(robot).get("by")
+                by = first if isinstance(first, str) else by
             doc = {"robot": robot, "latched": True, "stopped_at_ms": _now_ms(), "by": by}
             try:
                 self._write(robot, doc)

@@ -25,7 +25,10 @@ class WorldOfAnotherHost(CodedError, ActivityRuntimeError):
 def owned_by(world_id: str, owner: str | None) -> bool:
     """Whether a Host whose worlds are `owner`'s (None: every world, a ledger of its own)
     writes `world_id`: on a shared ledger, the worlds named `<id>@<owner>`."""
-    return owner is None or world_id.endswith(f"@{owner}")
+    if owner is None:
+        return True
+    base, sep, host = world_id.rpartition("@")
+    return bool(sep and base) and host == owner
 
 
 def check_owned(world_id: str, owner: str | None) -> None:

@@ -171,7 +171,12 @@ class Host:
         self.projector = Projector(self.families, self.catalog, self.artifacts, self.ledger)
         self.settler = Settler(self.catalog, self.ledger)
         self.stager = ObservationStager(
-            self.families, self.catalog, self.artifacts, self.ledger, page_size=page_size
+            self.families,
+            self.catalog,
+            self.artifacts,
+            self.ledger,
+            page_size=page_size,
+            owner=world_owner,
         )
         self.ticker = Ticker(
             self.ledger,

@@ -47,6 +47,7 @@ class WorldLifecycle:
         Raises:
             UnsettledActivities: the source has an admitted Activity without settlement.
         """
+        check_owned(source_world, self.ticker.owner)
         check_owned(new_world, self.ticker.owner)
         with self.ledger.lock(source_world):
             self.ticker.finish_post_commit(source_world)
@@ -70,6 +71,7 @@ class WorldLifecycle:
         Raises:
             UnsettledActivities: the world has an admitted Activity without settlement.
         """
+        check_owned(world_id, self.ticker.owner)  # another host's world is its own to end
         self.ledger.reserve_close(world_id, sticky=sticky)
         try:
             with self.ledger.lock(world_id):

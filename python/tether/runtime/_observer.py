@@ -70,12 +70,12 @@ class Observer:
         self.stager.restage()
         receipts = []
         for world_id in self.stager.staged_worlds():
+            if not owned_by(world_id, self.ticker.owner):
+                continue  # another host's world (a shared ledger): that host observes it
             if self.ledger.close_state(world_id)[0] != "open":
                 continue  # reserved for close: the observation waits for a reopen
             if world_id in self._fenced:
                 continue  # a newer writer owns the world; it restages and observes itself
-            if not owned_by(world_id, self.ticker.owner):
-                continue  # another host's world (a shared ledger): that host observes it
             try:
                 receipts.append(self.ticker.commit(world_id))
             except StaleWriter:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from tether.activities import ABANDONED_MEDIA_TYPE, ActivityKey, ActivityRecord, ResultRef
 from tether.runtime._artifacts import ArtifactStore
 from tether.runtime._crash import crash_point
-from tether.runtime._errors import ArtifactError
+from tether.runtime._errors import ArtifactError, owned_by
 from tether.runtime._family import (
     Family,
     Observation,
@@ -60,8 +60,12 @@ class ObservationStager:
         ledger: WorldIndex,
         *,
         page_size: int = 256,
+        owner: str | None = None,
     ) -> None:
         self._by_kind = families_by_kind(families)
+        #: On a world ledger shared by hosts, the host whose worlds' results are staged here
+        #: (`owned_by`): another host's are its own to observe, never held in this memory.
+        self.owner = owner
         self.catalog = catalog
         self.artifacts = artifacts
         self.ledger = ledger
@@ -78,7 +82,7 @@ class ObservationStager:
         set.
         """
         count = 0
-        worlds = set(self.ledger.worlds())
+        worlds = {w for w in self.ledger.worlds() if owned_by(w, self.owner)}
         pending: list[ActivityRecord] = list(
             self.catalog.iter_pending_observation(page_size=self.page_size)
         )

@@ -141,7 +141,9 @@ class Ticker:
         work (projection, settlement) runs before this returns. `admitted`, if given, is
         extended with the catalog records the new tick's projection admitted (none when that
         work's COMMIT reply was lost and it was re-run from the ledger's mark).
+        `WorldOfAnotherHost`, before anything is read or run, for another host's world.
         """
+        check_owned(world_id, self.owner)
         caller_writes = list(writes)
         with self.ledger.lock(world_id):
             for attempt in range(1, TICK_COMMIT_TRIES + 1):
@@ -261,7 +263,9 @@ class Ticker:
     # -- post-commit work ---------------------------------------------------------------
 
     def finish_post_commit(self, world_id: str) -> None:
-        """Run the head's post-commit work if the ledger still owes it (call under the lock)."""
+        """Run the head's post-commit work if the ledger still owes it (call under the lock);
+        never another host's (`WorldOfAnotherHost`): that host runs its own."""
+        check_owned(world_id, self.owner)
         pending = self.ledger.pending_post_commit(world_id)
         if pending is not None:
             self.post_commit(pending)

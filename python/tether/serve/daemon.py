@@ -38,6 +38,7 @@ import dataclasses
 import errno
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from tether._coded import CodedError
+from tether._config import clipped
 from tether._crash import crash_point
 from tether._dirs import usable_dir
 from tether._listen import ListenerError, address_text
@@ -62,6 +64,7 @@ from tether.devices.latch import SESSION_LAPSE
 from tether.errors import TetherError
 from tether.operator import decisions
 from tether.runtime import Family, Host, ProgressEvent
+from tether.runtime._errors import check_owned
 from tether.runtime.worker_main import live_families
 from tether.serve import views
 from tether.serve.config import ServeConfig, load_serve
@@ -213,6 +216,12 @@ def _key(request: dict[str, Any]) -> ActivityKey:
     return ActivityKey(*parts)
 
 
+#: A host name that can name its worlds on a shared world ledger (`<id>@<host_name>`): world
+#: id characters (`tether.world`), without `@` (the owner is what follows the last one) and `/`
+#: (a key's separator), short enough to leave a world id room under its 256.
+_WORLD_HOST = re.compile(r"[A-Za-z0-9_.:+\-]{1,64}")
+
+
 class StopFirst:
     """Stops go first: while a stop runs (`stopping`), work that would compete with it for the
     interpreter and the disk (a group commit's tick, an RPC entering the gRPC work lane) waits
@@ -354,11 +363,9 @@ class Daemon:
 
     def _check_shared_together(self) -> None:
         """Refuse a catalog on PostgreSQL with a world ledger in the data dir, or the other way
-        round (`mixed_stores`, a usage error, before anything is opened). Hosts share both or
-        neither: world ids are per host (`grpc-<principal>`, `moves`), so hosts sharing only the
-        catalog would admit each other's keys from worlds of their own, and hosts sharing only
-        the worlds would each admit, and run, every Activity of them into a catalog of their
-        own."""
+        round (`mixed_stores`, a usage error, before anything is opened; see
+        `tether.storage._urls.check_one_backend`), and, on a world ledger hosts share, a host
+        name that cannot name this host's worlds (`<id>@<host_name>`: `bad_host_name`)."""
         for what, url in (("catalog", self.serve.catalog_url), ("world", self.serve.world_url)):
             scheme, sep, _ = (url or "").partition("://")
             if url is not None and (not sep or scheme.lower() not in BACKENDS):
@@ -372,6 +379,14 @@ class Daemon:
             check_one_backend(self.serve.catalog_url, self.serve.world_url)
         except MixedStores as e:
             raise ServeRefusal(e.code, e.message, details=dict(e.details)) from None
+        name = self.serve.host_name
+        if self.world_owner is not None and not _WORLD_HOST.fullmatch(name):
+            raise ServeRefusal(
+                "bad_host_name",
+                f"serve.host_name {clipped(name)!r} names this host's worlds on a world ledger"
+                " hosts share (<id>@<host_name>): use 1 to 64 of A-Z a-z 0-9 _ . : + -",
+                details={"host_name": clipped(name)},
+            )
 
     def start(self) -> Daemon:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -808,7 +823,7 @@ class Daemon:
             verify_credential=self.config.authenticate,
             note=str(request.get("note") or ""),
             review=self.review(),
-            host=self.serve.host_name or None,
+            host=self.decision_host,
         )
 
     def _view(self, key: ActivityKey, record: ActivityRecord | None = None) -> dict[str, Any]:
@@ -816,6 +831,15 @@ class Daemon:
         record = record if record is not None else runtime.get(key)
         seq, content = self.latest(key)
         return {**views.view(key, record, runtime.artifacts, content), "seq": seq}
+
+    @property
+    def decision_host(self) -> str | None:
+        """The host an operator decision here may concern (`decisions.resolve`'s `host`): on
+        a catalog hosts share, this one's `host_name` (an Activity bound to another host's
+        device is that host's daemon's to decide: it reads the device); None on a catalog of
+        its own, where every Activity is this host's whatever name it was bound under."""
+        shared = self.serve.host_name and is_shared(self.serve.catalog_url)
+        return self.serve.host_name if shared else None
 
     @property
     def default_world(self) -> str:
@@ -871,6 +895,7 @@ class Daemon:
         admission left it (None when this call did not create the intent, or that tick's
         post-commit work did not report it): an answer needs no read of the catalog."""
         runtime = self.host()
+        check_owned(world, self.world_owner)  # never a read of, nor an answer from, another's
         served = self.served.get(kind)
         if served is None:
             raise ServeRefusal(

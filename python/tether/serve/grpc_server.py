@@ -1285,7 +1285,7 @@ class RobotControl(rpc.RobotControlServicer):
                 verify_credential=lambda _secret: operator.name,
                 note=request.note,
                 review=self.daemon.review(),
-                host=self.daemon.serve.host_name or None,
+                host=self.daemon.decision_host,
             )
         except CodedError as exc:
             if exc.code == "bounds_exceeded":  # the note, the one free text of the request

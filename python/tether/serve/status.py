@@ -15,6 +15,7 @@ from tether import _exit
 from tether._args import Parser, error_line
 from tether.client import Client, ClientError
 from tether.devices.config import load_config
+from tether.devices.latch import STOP_CAUSES
 from tether.errors import TetherError
 from tether.serve.config import load_serve
 
@@ -39,13 +40,6 @@ def _joint(name: str, j: dict[str, Any]) -> str:
     )
 
 
-#: Who latched a robot, in words, by its latch's `stop_reason` (an operator's stop says none).
-_STOPPED_BY = {
-    "session_lapsed": "a move's session heartbeat lapsed; ",
-    "cancelled_by_planner": "a planner cancelled its running move; ",
-}
-
-
 def render(doc: dict[str, Any]) -> str:
     """The status for a person (SI units, decoded errors)."""
     daemon = doc.get("daemon") or {}
@@ -57,7 +51,8 @@ def render(doc: dict[str, Any]) -> str:
     for dev in doc.get("devices") or []:
         latched = ""
         if dev.get("latched"):
-            why = _STOPPED_BY.get(str(dev.get("stop_reason")), "")
+            cause = STOP_CAUSES.get(str(dev.get("stop_reason")))  # an operator's: none said
+            why = f"{cause}; " if cause else ""
             latched = f", LATCHED ({why}tether operator resume)"
         if not dev.get("available"):
             lines.append(f"{dev['robot']}: unavailable{latched}: {dev.get('error')}")

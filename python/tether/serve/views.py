@@ -16,6 +16,7 @@ from typing import Any
 from tether.activities import ActivityKey, ActivityRecord
 from tether.errors import TetherError
 from tether.runtime import ArtifactStore, Family, Host
+from tether.runtime._errors import owned_by
 
 STATES = ("pending", "running", "awaiting_decision", "done", "failed")
 
@@ -79,10 +80,14 @@ def view(
 
 def counts(host: Host, families: Sequence[Family]) -> dict[str, int]:
     """Activities by state: the unsettled ones from each world's unobserved intents (each
-    family's projection), the settled ones from the catalog."""
+    family's projection), the settled ones from the catalog; of this host's worlds only, on a
+    world ledger hosts share (`owned_by`)."""
+    owner = host.ticker.owner
     out = dict.fromkeys((*STATES, "settled"), 0)
     seen: set[ActivityKey] = set()
     for world in host.ledger.worlds():
+        if not owned_by(world, owner):
+            continue
         try:
             snapshot = host.snapshot(world)
         except TetherError:
@@ -96,8 +101,8 @@ def counts(host: Host, families: Sequence[Family]) -> dict[str, int]:
                 record = host.get(key)
                 if record is not None and record.settlement is None:
                     out[state_of(record)] += 1
-    for _record in host.catalog.iter_compactable(0):
-        out["settled"] += 1
+    for record in host.catalog.iter_compactable(0):
+        out["settled"] += owned_by(record.key.world_id, owner)
     return out
 
 

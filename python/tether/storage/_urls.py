@@ -283,9 +283,10 @@ def check_separate_files(catalog_url: str | None, world_url: str | None) -> None
 def check_one_backend(catalog_url: str | None, world_url: str | None) -> None:
     """Refuse a catalog and a world ledger of which one is on PostgreSQL (shared by hosts) and
     the other a file of this host (None: the data dir's file), `MixedStores` (`mixed_stores`, a
-    usage error), before either opens: world ids name no host, so hosts sharing only the
-    catalog would admit each other's keys from worlds of their own, and hosts sharing only the
-    worlds would each admit, and run, every Activity of them into a catalog of their own."""
+    usage error), before either opens: a ledger of one host's own names its worlds without the
+    host (`local`, `grpc-<principal>`), so hosts sharing only the catalog would admit each
+    other's keys from worlds of their own, and hosts sharing only the worlds would each admit,
+    and run, every Activity of them into a catalog of their own."""
     catalog, world = postgres_url(catalog_url) is not None, postgres_url(world_url) is not None
     if catalog == world:
         return

@@ -41,7 +41,7 @@ The rules, in order (each is a test row's expectation, `test_dynamixel_decide.py
    otherwise Unknown `device_state_lost_or_moved`, or `settle_timeout` when the attempt's own
    stop came after its settle timeout.
 In 2 and 6 an operator's stop after the attempt began names the reason `stopped_by_operator`
-(`session_lapsed` when the session watchdog made that stop, `cancelled_by_planner` when a
+(`stopped_on_session_lapse` when the session watchdog made that stop, `cancelled_by_planner` when a
 planner's Cancel did: `Move.stop_reason`),
 and the attempt's own logged stop after its settle timeout (a hold rewrites the goals, a
 torque-off leaves them) names `settle_timeout`.
@@ -72,7 +72,7 @@ REASONS = (
     "settle_timeout",
     "not_settled",
     "stopped_by_operator",
-    "session_lapsed",
+    "stopped_on_session_lapse",
     "cancelled_by_planner",
     "relative_move_ambiguous",
     "no_preimage",
@@ -150,7 +150,8 @@ class Move:
     #: An operator stopped the robot after the attempt began.
     stopped_by_operator: bool = False
     #: The reason that stop names (`tether.devices.latch.stop_reason`): `stopped_by_operator`,
-    #: `session_lapsed` when the session watchdog made it, `cancelled_by_planner` for a Cancel.
+    #: `stopped_on_session_lapse` when the session watchdog made it, `cancelled_by_planner` for
+    #: a Cancel.
     stop_reason: str = "stopped_by_operator"
 
 

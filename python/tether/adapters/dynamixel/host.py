@@ -19,7 +19,6 @@ from tether.devices.host import (
     DeviceHost,
     fresh_state,
     last_operator_stop,
-    last_stop_reason,
     owner_socket,
     stop_everything,
 )
@@ -31,7 +30,6 @@ __all__ = [
     "RobotHost",
     "fresh_state",
     "last_operator_stop",
-    "last_stop_reason",
     "owner_socket",
     "read_state",
     "record_operator_stop",

@@ -45,7 +45,6 @@ from tether.adapters.dynamixel.config import HostConfig, RobotConfig
 from tether.adapters.dynamixel.host import (
     RobotHost,
     last_operator_stop,
-    last_stop_reason,
     read_state,
 )
 from tether.adapters.dynamixel.safety import safe_stop
@@ -629,7 +628,7 @@ class DynamixelMoveAdapter:
             tolerance=robot.tolerance_rad,
             resolution=RESOLUTION_RAD,
             stopped_by_operator=self._stopped(robot, op, attempt),
-            stop_reason=last_stop_reason(self.config, robot.name),
+            stop_reason=self.host.latch.stop_reason(robot.name),
         )
         records = [
             decide.Sent(str(s.get("instruction")), s.get("joint"), s.get("cause")) for s in sent
@@ -665,7 +664,7 @@ class DynamixelMoveAdapter:
             prior = op.entry.proof(parked) or {}
             reason = prior.get("reason")
             if reason not in STOP_REASONS:
-                reason = last_stop_reason(self.config, robot.name)
+                reason = self.host.latch.stop_reason(robot.name)
             op.entry.record_proof(parked, {"reason": reason, "attempt": attempt})
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
         joints = _joints(state)
