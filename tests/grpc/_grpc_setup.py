@@ -84,6 +84,36 @@ def daemon(
                 stream.close()
 
 
+def tether(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`python -m tether ARGV` to its end (60 s at most), its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *argv], capture_output=True, text=True, timeout=60
+    )
+
+
+def with_tls(config: Path, table: str) -> Path:
+    """`config` (`grpc_config`'s) with the `[tls]` table's `table` lines."""
+    text = config.read_text().replace("[ports.bus]", f"[tls]\n{table}[ports.bus]", 1)
+    config.write_text(text)
+    return config
+
+
+def execute_killed(config: Path, point: str, request: pb.ExecuteRequest) -> grpc.RpcError | None:
+    """`tether serve` run with crash point `point` and sent `request` until the point SIGKILLs
+    it; the Execute's error (UNAVAILABLE) or None (answered: the kill came after)."""
+    with daemon(config, crash_at=point) as (proc, ready):
+        channel, control = stub(ready["grpc"])
+        error = None
+        try:
+            control.Execute(request, metadata=bearer(), timeout=30)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.UNAVAILABLE, exc
+            error = exc
+        assert proc.wait(timeout=60) == -9
+        channel.close()
+    return error
+
+
 @contextmanager
 def serving(
     config: Path, **kw: Any

@@ -8,9 +8,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import grpc
 from _dxl_setup import emulator_process, target_actions
-from _grpc_setup import bearer, daemon, grpc_config, move, stub, wait_for
+from _grpc_setup import bearer, daemon, execute_killed, grpc_config, move, stub, wait_for
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether.adapters.dynamixel import tables
 
@@ -26,14 +25,7 @@ def test_a_move_driven_back_by_a_later_one_before_its_reconcile_is_not_run_again
     with emulator_process(tmp_path) as emu:
         config = grpc_config(tmp_path, emu.path, serve=SERVE)
         # The daemon is killed right after "far"'s ACTION: its lease outlives the restart.
-        with daemon(config, crash_at="after_action") as (proc, ready):
-            channel, control = stub(ready["grpc"])
-            try:
-                control.Execute(move("far", FAR), metadata=bearer(), timeout=30)
-            except grpc.RpcError as exc:
-                assert exc.code() == grpc.StatusCode.UNAVAILABLE
-            assert proc.wait(timeout=60) == -9
-            channel.close()
+        execute_killed(config, "after_action", move("far", FAR))
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
             # "back" drives the arm to exactly where "far" started, before "far"'s lease runs

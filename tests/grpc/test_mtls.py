@@ -6,15 +6,13 @@ with the `openssl` CLI."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import grpc
 import pytest
 from _dxl_setup import GOALS, EmulatorProcess, emulator_process, target_actions
-from _grpc_setup import SERVE, bearer, daemon, grpc_config, status_code
+from _grpc_setup import SERVE, bearer, daemon, grpc_config, status_code, tether, with_tls
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.activities import ActivityKey
@@ -148,14 +146,8 @@ def test_a_misspelled_or_unreadable_client_ca_is_a_one_line_usage_error(
     )
     for key, value, code, named in cases:
         config = grpc_config(tmp_path, "/dev/null-unused")
-        table = f'[tls]\ncert = "{server.cert}"\nkey = "{server.key}"\n{key} = "{value}"\n'
-        config.write_text(config.read_text().replace("[ports.bus]", table + "[ports.bus]", 1))
-        done = subprocess.run(
-            [sys.executable, "-m", "tether", "serve", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        with_tls(config, f'cert = "{server.cert}"\nkey = "{server.key}"\n{key} = "{value}"\n')
+        done = tether("serve", "--config", str(config))
         assert done.returncode == 2, (key, value, done.stderr)
         assert code in done.stderr and named in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
@@ -167,14 +159,8 @@ def test_an_expired_server_certificate_is_a_one_line_usage_error(tmp_path: Path)
     its handshake): one line naming the certificate and its end, exit 2."""
     expired = make_dated_cert(tmp_path / "tls", "20200101000000Z", "20200102000000Z")
     config = grpc_config(tmp_path, "/dev/null-unused")
-    table = f'[tls]\ncert = "{expired.cert}"\nkey = "{expired.key}"\n'
-    config.write_text(config.read_text().replace("[ports.bus]", table + "[ports.bus]", 1))
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", "serve", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    with_tls(config, f'cert = "{expired.cert}"\nkey = "{expired.key}"\n')
+    done = tether("serve", "--config", str(config))
     assert done.returncode == 2, done.stderr
     assert "tls_unusable" in done.stderr and "expired on Jan  2 00:00:00 2020" in done.stderr
     assert str(expired.cert) in done.stderr and "Traceback" not in done.stderr

@@ -16,11 +16,13 @@ from _grpc_setup import (
     abandon,
     bearer,
     daemon,
+    execute_killed,
     grpc_config,
     move,
     moving,
     status_code,
     stub,
+    tether,
     until_terminal,
     wait_for,
 )
@@ -209,15 +211,8 @@ def test_a_server_killed_around_an_execute_is_retried_to_one_motion(
 ) -> None:
     config = grpc_config(tmp_path, emu.path)
     request = move("lost-1")
-    with daemon(config, crash_at=point) as (proc, ready):
-        channel, control = stub(ready["grpc"])
-        try:
-            control.Execute(request, metadata=bearer(), timeout=30)
-            assert point in MOVE_POINTS  # answered: the kill comes with the attempt
-        except grpc.RpcError as exc:
-            assert exc.code() == grpc.StatusCode.UNAVAILABLE
-        assert proc.wait(timeout=60) == -9
-        channel.close()
+    if execute_killed(config, point, request) is None:
+        assert point in MOVE_POINTS  # answered: the kill comes with the attempt
     with daemon(config) as (_, ready):
         channel, control = stub(ready["grpc"])
         retried = control.Execute(request, metadata=bearer(), timeout=30)
@@ -453,12 +448,7 @@ def test_cancel_of_a_running_move_stops_it_and_names_the_planners_cancel(tmp_pat
             parked = wait_for(control, "cut", lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
             assert parked.evidence.reason == "cancelled_by_planner", parked.evidence
             assert [e for e in emu.journal()[stopped_at:] if e["instruction"] == "action"] == []
-            shown = subprocess.run(
-                [sys.executable, "-m", "tether", "status", "--config", str(config)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            shown = tether("status", "--config", str(config))
             assert shown.returncode == 0, shown.stderr
             assert "LATCHED (a planner cancelled its running move; tether operator resume)" in (
                 shown.stdout

@@ -5,8 +5,6 @@ control table are the independent record of what the arm did."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ from _grpc_setup import (
     move,
     moving,
     stub,
+    tether,
     until_terminal,
     wait_for,
 )
@@ -44,12 +43,7 @@ def two_planners(tmp_path: Path, url: str) -> Path:
 
 
 def tether_status(config: Path, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", "status", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = tether("status", "--config", str(config), *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
