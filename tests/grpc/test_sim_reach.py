@@ -256,6 +256,8 @@ def test_a_committed_sim_reach_is_not_cancelled_and_runs_to_its_end(sim: Served)
     fractions = [v.progress.fraction for v in views if v.state == pb.RUNNING]
     assert fractions == sorted(fractions) and all(0.0 <= f <= 1.0 for f in fractions)
     assert any(f > 0 for f in fractions), fractions  # progress from the episode steps
+    # Ended, its progress says so (not the "running" of its last event while it ran).
+    assert (views[-1].progress.phase, views[-1].progress.fraction) == ("succeeded", 1.0)
     assert len(sim.episodes_started(81)) == 1
 
 

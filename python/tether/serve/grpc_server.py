@@ -711,6 +711,11 @@ class RobotControl(rpc.RobotControlServicer):
                                 hardware_errors=[str(e) for e in j.get("hardware_errors") or []],
                             )
                         )
+        if op.state in TERMINAL and op.progress.phase in ("", "running"):
+            # The last progress event was sent while it ran: an ended operation says it ended.
+            op.progress.phase = pb.OperationState.Name(op.state).lower()
+            if op.state == pb.SUCCEEDED:
+                op.progress.fraction = 1.0
         op.updated_ms = updated_ms(record, op.evidence.read_at_ms)
         return op
 
