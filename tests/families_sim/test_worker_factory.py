@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -68,5 +69,8 @@ def test_a_worker_process_runs_a_reach_the_host_admitted(tmp_path: Path) -> None
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err
+            # It said what it works on as it started: its workers, host, catalog, families.
+            ready = f"tether worker ready: 1 worker(s) for host {socket.gethostname()!r} on"
+            assert f"{ready} catalog sqlite://{data / 'catalog.db'}, families physical_ai" in err
         host.close()
         adapter.close()

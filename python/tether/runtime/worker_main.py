@@ -55,7 +55,7 @@ from tether.runtime._family import (
 from tether.runtime._pool import WorkerPool
 from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
 from tether.storage._errors import MixedStores, SameStoreFile
-from tether.storage._urls import check_one_backend, check_separate_files
+from tether.storage._urls import check_one_backend, check_separate_files, redact
 
 log = logging.getLogger("tether.runtime.worker")
 
@@ -317,6 +317,13 @@ def main(argv: list[str]) -> int:
     except TetherError as e:
         error_line("tether worker", e)
         return _store_exit(e)
+    catalog = args.catalog or "sqlite://" + str(Path(args.data_dir).absolute() / "catalog.db")
+    print(  # what it works on, before it waits for work (stderr: stdout is the stream's)
+        f"tether worker ready: {args.workers} worker(s) for host {args.host!r} on catalog"
+        f" {redact(catalog)}, families {', '.join(f.name for f in families)}",
+        file=sys.stderr,
+        flush=True,
+    )
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
