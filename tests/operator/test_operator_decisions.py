@@ -182,3 +182,55 @@ def test_the_adapters_comparison_uses_the_tolerance() -> None:
     assert changed_since(state(2048), state(2052), tolerance=5) == []
     assert changed_since(state(2048), state(2060), tolerance=5)
     assert changed_since(state(torque=1), state(torque=0), tolerance=5)
+
+
+def test_a_decision_on_a_shared_catalog_is_the_bound_hosts_own(tmp_path: Path) -> None:
+    """An Activity bound to host "arm-a" is decided only by that host (`host`: the deciding
+    daemon's name on a shared catalog), whose daemon reads its device: another host is refused
+    (`bound_elsewhere`) and nothing changes; with no `host` (a catalog of one host's own) the
+    decision is made whatever name it was bound under."""
+    from dataclasses import replace
+
+    from tether.activities import operation_id_for
+
+    from tests.activities.support import admission
+
+    clock = ManualClock()
+    catalog = Catalog.open("sqlite:///" + str(tmp_path / "catalog.db"), clock=clock)
+    artifacts = ArtifactStore(tmp_path / "artifacts")
+    try:
+        k = key("m1", kind="physical_ai.robot_move.absolute")
+        catalog.admit(replace(admission(k), bound_host="arm-a"))
+        first = catalog.claim("w", 1_000, kinds=[k.kind], world_id=k.world_id, host="arm-a")
+        assert first is not None
+        catalog.bind_provider_operation(k, first.fence, operation_id_for(k))
+        clock.advance(1_000)
+        c = catalog.claim("w", 1_000, kinds=[k.kind], world_id=k.world_id, host="arm-a")
+        assert c is not None and not c.attempt.may_execute
+        doc = json.dumps({"reason": "device_state_lost_or_moved"}).encode()
+        ref = artifacts.put_bytes(doc, "application/json")
+        catalog.record_unknown(k, c.fence, Evidence(ref.ref, ref.digest), 60_000)
+        (listed,) = listing(catalog, artifacts)
+        assert listed["host"] == "arm-a"
+        text = f"{k.world_id}/{k.kind}/{k.activity_id}"
+
+        def abandon(host: str | None) -> dict[str, Any]:
+            return resolve(
+                catalog,
+                artifacts,
+                text,
+                decision="abandon",
+                revision=1,
+                credential=SECRET,
+                verify_credential=lambda s: "ann" if s == SECRET else None,
+                host=host,
+            )
+
+        with pytest.raises(OperatorRejection) as info:
+            abandon("arm-b")
+        assert code(info) == "bound_elsewhere" and "'arm-a'" in str(info.value)
+        after = catalog.get(k)
+        assert after is not None and after.awaiting_decision  # nothing decided
+        assert abandon(None)["status"] == "resolved"
+    finally:
+        catalog.close()
