@@ -47,13 +47,20 @@ def test_postgres_status_upgrade_and_an_older_schema_refusing_to_open(
         1,
         {"catalog": (cat, "needs upgrade"), "world": (1, "current")},
     )
-    assert tether(["db", "upgrade", pg_url]) == 0
+    capsys.readouterr()
+    assert tether(["db", "upgrade", pg_url, "--json"]) == 0
+    # It says what it did to each store: the catalog upgraded, the world left as it was.
+    said = {
+        s["store"]: (s["was"], s["upgrade"]) for s in json.loads(capsys.readouterr().out)["stores"]
+    }
+    assert said == {"catalog": (cat, f"upgraded from version {cat}"), "world": (1, "unchanged")}
     assert _status(pg_url, capsys) == (
         0,
         {"catalog": (cat + 1, "current"), "world": (1, "current")},
     )
     Catalog.open(pg_url).close()
     assert tether(["db", "upgrade", pg_url]) == 0  # idempotent: the step ran once
+    assert capsys.readouterr().out.count("(unchanged)") == 2  # both stores, each said once
 
 
 def test_sqlite_status_and_upgrade(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -62,7 +69,11 @@ def test_sqlite_status_and_upgrade(tmp_path: Path, capsys: pytest.CaptureFixture
     path = tmp_path / "catalog.db"
     url = f"sqlite://{path}"
     assert tether(["db", "upgrade", url]) == 2  # no store there, and none named
+    capsys.readouterr()
     assert tether(["db", "upgrade", url, "--store", "catalog"]) == 0
+    assert capsys.readouterr().out.strip().endswith("current (created)")
+    assert tether(["db", "upgrade", url]) == 0
+    assert capsys.readouterr().out.strip().endswith("current (unchanged)")
     assert _status(url, capsys) == (0, {"catalog": (_schema.LATEST, "current")})
     conn = sqlite3.connect(path)
     conn.execute("UPDATE schema_version SET version = ?", (_schema.LATEST + 1,))

@@ -395,8 +395,12 @@ def _schema_command(args: argparse.Namespace) -> int:
         rows = schema_cli.status(args.url)
         print(schema_cli.render(args.url, rows, args.json))
         return EXIT_OK if all(r.state == "current" for r in rows) else EXIT_FAILED
+    try:  # each store's version before, to say what the upgrade did
+        before = {s.store: s.version for s in schema_cli.status(args.url)}
+    except Exception:  # a store status cannot read: the upgrade itself says what is wrong
+        before = {}
     rows = schema_cli.upgrade(args.url, args.store)
-    print(schema_cli.render(args.url, rows, args.json))
+    print(schema_cli.render(args.url, rows, args.json, before=before))
     return EXIT_OK
 
 

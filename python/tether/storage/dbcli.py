@@ -229,15 +229,31 @@ def _scheme(url: str) -> str:
     return "sqlite" if scheme == "sqlite" else "postgres"
 
 
-def render(url: str, rows: list[StoreStatus], as_json: bool) -> str:
-    """What `tether db status|upgrade` prints: one JSON object, or one line per store."""
+def render(
+    url: str, rows: list[StoreStatus], as_json: bool, *, before: dict[str, int] | None = None
+) -> str:
+    """What `tether db status|upgrade` prints: one JSON object, or one line per store. With
+    `before` (an upgrade's: each store's version before it, 0 for none), each store also says
+    what the upgrade did: `created`, `upgraded` from a version, or `unchanged`."""
     from tether.storage._urls import redact
 
+    def done(r: StoreStatus) -> str:
+        was = (before or {}).get(r.store, 0)
+        if was == r.version:
+            return "unchanged"
+        return "created" if was == 0 else f"upgraded from version {was}"
+
     if as_json:
-        out: list[dict[str, Any]] = [{**asdict(r), "state": r.state} for r in rows]
+        out: list[dict[str, Any]] = [
+            {**asdict(r), "state": r.state}
+            | ({} if before is None else {"was": before.get(r.store, 0), "upgrade": done(r)})
+            for r in rows
+        ]
         return json.dumps({"url": redact(url), "stores": out})
     if not rows:
         return f"{redact(url)}: no Tether store"
     return "\n".join(
-        f"{r.store:<8} version {r.version} (this Tether: {r.latest})  {r.state}" for r in rows
+        f"{r.store:<8} version {r.version} (this Tether: {r.latest})  {r.state}"
+        + ("" if before is None else f" ({done(r)})")
+        for r in rows
     )
