@@ -186,8 +186,9 @@ def test_a_version_1_sqlite_ledger_refuses_to_open_until_upgraded_with_its_rows(
     ledger.close()
     _as_world_v1(path, version_table=version_table)
 
-    with pytest.raises(SchemaOutdated, match=r"tether db upgrade URL") as info:
+    with pytest.raises(SchemaOutdated) as info:
         SqliteLedger.open(path)
+    assert f"then run `tether db upgrade {url}`" in str(info.value)  # the command to paste
     assert (info.value.store, info.value.found, info.value.latest) == ("world", 1, 2)
     assert _status(url, capsys) == (1, {"world": (1, "needs upgrade")})
     assert tether(["db", "upgrade", url]) == 0

@@ -243,7 +243,7 @@ def migrate(conn: sqlite3.Connection, *, upgrade: bool = True, where: str = "") 
             raise SchemaOutdated(
                 f"the catalog schema at {where} is version {found}, this Tether needs"
                 f" {LATEST}: stop every Tether process using it, then run"
-                " `tether db upgrade URL`",
+                f" `tether db upgrade {where or 'URL'}`",
                 "catalog",
                 found,
                 LATEST,

@@ -127,7 +127,7 @@ def _migrate(db: sqlite3.Connection, where: str, *, upgrade: bool) -> int:
             raise SchemaOutdated(
                 f"the world schema at {where} is version {found}, this Tether needs"
                 f" {SCHEMA_VERSION}: stop every Tether process using it, then run"
-                " `tether db upgrade URL`",
+                f" `tether db upgrade {where}`",
                 "world",
                 found,
                 SCHEMA_VERSION,
