@@ -72,13 +72,12 @@ class MotionStopped(DeviceError):
 STOP_REASONS: Final = ("stopped_by_operator", *(code for code, _ in _REASONS.values()))
 
 
-def stop_reason(doc: dict[str, Any]) -> str:
-    """Why the stop of a latch record (latched, or resumed since) was made:
+def stop_reason(by: str | None) -> str:
+    """Why a stop made `by` (a latch's author, `StopLatch.stop_reason`) was made:
     `stopped_on_session_lapse` for the session watchdog's, `cancelled_by_planner` for a
-    planner's Cancel, `stopped_by_operator` for any other (an unreadable or older record
-    included)."""
-    by = doc.get("by", doc.get("stopped_by"))
-    return _REASONS[by][0] if isinstance(by, str) and by in _REASONS else "stopped_by_operator"
+    planner's Cancel, `stopped_by_operator` for any other (none named included: an unreadable
+    or older record)."""
+    return _REASONS[by][0] if by in _REASONS else "stopped_by_operator"
 
 
 def stop_words(reason: str) -> str:
@@ -98,10 +97,9 @@ class StopLatch:
         #: latch write then costs no walk of the dir's ancestors; only their owners, root or
         #: this uid, could swap the dir afterwards).
         self._dir_checked = False
-        #: Robots latched in memory only: why their latch record could not be written, and
-        #: who latched them (the record's `by`).
-        self._held: dict[str, str] = {}
-        self._held_by: dict[str, str] = {}
+        #: Robots latched in memory only: (why their latch record could not be written, who
+        #: latched them: the record's `by`).
+        self._held: dict[str, tuple[str, str]] = {}
 
     def _path(self, robot: str) -> Path:
         return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}.json"
@@ -123,7 +121,17 @@ class StopLatch:
     def unwritten(self, robot: str) -> str | None:
         """Why `robot`'s latch is held in memory only (its record could not be written), or
         None when its record holds it."""
-        return self._held.get(robot)
+        held = self._held.get(robot)
+        return None if held is None else held[0]
+
+    def _author(self, robot: str) -> str | None:
+        """Who made the robot's last stop: its latch in memory's, else its record's `by` (a
+        resumed record's `stopped_by`); None when neither names one."""
+        if robot in self._held:
+            return self._held[robot][1]
+        doc = self.state(robot)
+        by = doc.get("by", doc.get("stopped_by"))
+        return by if isinstance(by, str) else None
 
     def _write(self, robot: str, doc: dict[str, Any]) -> None:
         if not self._dir_checked:
@@ -142,20 +150,16 @@ class StopLatch:
         raises: a record that cannot be written latches it in memory (see the module rules)."""
         with self.lock:
             if self.latched(robot):  # stopped again: the first stop's author stays named
-                held = self._held_by.get(robot) if robot in self._held else None
-                first = held or self.state(robot).get("by")
-                by = first if isinstance(first, str) else by
+                by = self._author(robot) or by
             doc = {"robot": robot, "latched": True, "stopped_at_ms": _now_ms(), "by": by}
             try:
                 self._write(robot, doc)
             except Exception as exc:  # the stop goes on: never held back by its disk
                 why = f"{type(exc).__name__}: {exc}"
-                self._held[robot] = why
-                self._held_by[robot] = by
+                self._held[robot] = (why, by)
                 log.warning("stop latch of %s not written (%s): latched in memory only", robot, why)
                 return {**doc, "durable": False}
             self._held.pop(robot, None)
-            self._held_by.pop(robot, None)
             return doc
 
     def resume(self, robot: str, *, operator: str) -> dict[str, Any]:
@@ -169,11 +173,10 @@ class StopLatch:
                 "resumed_at_ms": _now_ms(),
                 "resumed_by": operator,
                 # Who made the stop it resumes: a reconcile after the resume still names it.
-                "stopped_by": self._held_by.get(robot, before.get("by", before.get("stopped_by"))),
+                "stopped_by": self._author(robot),
             }
             self._write(robot, doc)  # not written: it stays latched (the error is raised)
             self._held.pop(robot, None)
-            self._held_by.pop(robot, None)
             return doc
 
     def last_stop_ms(self, robot: str) -> int | None:
@@ -184,9 +187,7 @@ class StopLatch:
     def stop_reason(self, robot: str) -> str:
         """`stop_reason` of the robot's latch record (or of its latch in memory): why its last
         stop was made."""
-        if robot in self._held:
-            return stop_reason({"by": self._held_by.get(robot)})
-        return stop_reason(self.state(robot))
+        return stop_reason(self._author(robot))
 
     @contextmanager
     def stopping(self) -> Iterator[None]:
