@@ -32,7 +32,7 @@ from tether._priority import stop_priority
 from tether._proc import wait_for_signal
 from tether.devices.config import HostConfig
 from tether.devices.control import ControlServer, send_request, socket_path_for
-from tether.devices.latch import MotionStopped, StopLatch  # noqa: F401
+from tether.devices.latch import OPERATOR_STOP, MotionStopped, StopLatch  # noqa: F401
 from tether.devices.motion import FirstMotion, MotionLimit
 from tether.devices.ports import owner_socket_of
 from tether.devices.registry import DeviceType, StopReport
@@ -227,7 +227,7 @@ class DeviceHost:
 
     # --- operations ---
 
-    def stop(self, robot_name: str, *, latch: bool = False, by: str = "tether stop") -> StopReport:
+    def stop(self, robot_name: str, *, latch: bool = False, by: str = OPERATOR_STOP) -> StopReport:
         """Safe-stop one robot; `latch` (an operator's stop) keeps it stopped until resumed,
         recording `by` as who stopped it (`tether.devices.latch.SESSION_LAPSE` for the session
         watchdog). Runs at a stop's priority (`tether._priority.stop_priority`)."""
@@ -238,7 +238,7 @@ class DeviceHost:
             return self.device_type(robot_name).safe_stop(self._bus(robot_name), robot)
 
     def stop_report(
-        self, robot_name: str, *, latch: bool = False, by: str = "tether stop"
+        self, robot_name: str, *, latch: bool = False, by: str = OPERATOR_STOP
     ) -> dict[str, Any]:
         """`stop`'s report as a document, saying so when the latch is held in memory only."""
         report = self.stop(robot_name, latch=latch, by=by).as_dict()

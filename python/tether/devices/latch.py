@@ -46,6 +46,9 @@ log = logging.getLogger("tether.devices.latch")
 
 #: Every latch record after a robot's first is this many bytes, overwritten in place.
 RECORD_BYTES = 512
+#: The `by` of an operator's stop (`tether stop`, the Stop RPC, the console's): any stop not
+#: made by the session watchdog or a planner's Cancel.
+OPERATOR_STOP = "tether stop"
 #: The `by` of a latch the session watchdog set (`tether.serve.sessions`): the heartbeat of
 #: the session a move ran under lapsed, and no operator pressed stop.
 SESSION_LAPSE = "session heartbeat lapsed"
@@ -145,7 +148,7 @@ class StopLatch:
                 return
         write_durable(path, data)  # the first record (or an outsized one): a new file
 
-    def latch(self, robot: str, *, by: str = "tether stop") -> dict[str, Any]:
+    def latch(self, robot: str, *, by: str = OPERATOR_STOP) -> dict[str, Any]:
         """Latch `robot` now (call inside `stopping()`, before the safe-stop's frames). Never
         raises: a record that cannot be written latches it in memory (see the module rules)."""
         with self.lock:

@@ -60,7 +60,7 @@ from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.devices.config import HostConfig, load_config
 from tether.devices.control import socket_path_for
 from tether.devices.host import DeviceHost
-from tether.devices.latch import SESSION_LAPSE
+from tether.devices.latch import OPERATOR_STOP, SESSION_LAPSE
 from tether.errors import TetherError
 from tether.operator import decisions
 from tether.runtime import Family, Host, ProgressEvent
@@ -707,7 +707,7 @@ class Daemon:
                 log.exception("device watch failed")
 
     def stop_devices(
-        self, request: dict[str, Any], *, by: str = "tether stop"
+        self, request: dict[str, Any], *, by: str = OPERATOR_STOP
     ) -> list[dict[str, Any]]:
         """Latch and safe-stop (no storage but the robot's own latch file): the named robots,
         or every configured one; connected robots first. ``by`` is recorded in each latch as
