@@ -391,6 +391,48 @@ def test_a_work_step_decides_every_item_and_claim_on_one_reading_in_two_round_tr
         assert before.wall_ms <= recorded.recorded_result.recorded_at_ms <= after.wall_ms
 
 
+def test_a_work_step_locks_only_the_rows_it_claims(pg_url: str) -> None:
+    """A step's claim walk skips its own items in the statement: with 20 results handed in
+    and 10 to claim, it locks 10 claimable rows, not 30, so a claimant on another connection
+    takes the rest while the step decides."""
+    with _server_clocked(pg_url) as cat, _server_clocked(pg_url) as other:
+        keys = [key(f"lk{i:02d}") for i in range(50)]
+        cat.admit_many([admission(k) for k in keys])
+        held = cat.claim_and_bind_many("w1", 60_000, 20)
+        store = cat.store
+        assert isinstance(store, PostgresCatalogStore)
+        real = store.apply_and_claim_at
+        inside, resume = threading.Event(), threading.Event()
+
+        def apply_and_claim_at(items: Any, transition: Any, *args: Any, **kw: Any) -> Any:
+            def paused(row: Any, now: Any) -> Any:
+                if not inside.is_set():  # while the claim's rows are locked
+                    inside.set()
+                    assert resume.wait(30)
+                return transition(row, now)
+
+            return real(items, paused, *args, **kw)
+
+        store.apply_and_claim_at = apply_and_claim_at  # type: ignore[method-assign]
+        got: list[Any] = []
+        results = [(c.key, c.fence, result(c.key.activity_id)) for c in held]
+        t = threading.Thread(
+            target=lambda: got.append(cat.work_step("w1", 60_000, 10, results=results))
+        )
+        t.start()
+        try:
+            assert inside.wait(30)
+            taken = other.claim_many("w2", 60_000, 30)  # SKIP LOCKED: never waits
+        finally:
+            resume.set()
+            t.join(30)
+        (step,) = got
+        assert all(isinstance(r, ActivityRecord) for r in step.recorded)
+        assert len(step.claims) == 10 and len(taken) == 20
+        mine = {c.key for c in step.claims}
+        assert not mine & {c.key for c in taken} and not mine & {c.key for c in held}
+
+
 def test_a_work_step_whose_item_was_written_meanwhile_decides_it_again(pg_url: str) -> None:
     """An item's row is read unlocked and its write guarded by the version read: another
     connection's write in between fails the guard, nothing is written, and the step is

@@ -97,6 +97,11 @@ _READ_MANY = (
     " JOIN activities AS a ON a.world_id = k.world_id AND a.kind = k.kind"
     " AND a.activity_id = k.activity_id"
 )
+# A claim walk's condition that skips the keys of a JSON array of keys (a step's items).
+_NOT_ITEMS = (
+    "(world_id, kind, activity_id) NOT IN (SELECT k.world_id, k.kind, k.activity_id"
+    f" FROM {_rows_of(_typed((0, 1, 2)))} AS k)"
+)
 # No ON CONFLICT: a row inserted concurrently fails the statement (a unique violation), so
 # the transaction writes nothing and the store decides again on the row now stored.
 _INSERT_MANY = (
@@ -646,12 +651,19 @@ class PostgresCatalogStore:
             params.append(kinds)
         if world_id is not None:
             params.append(world_id)
-        # The walk may meet the items' own rows (claimable again, say, once a lease ran out):
-        # they are not claimed here, so it reads past them to find ``limit`` others.
-        params.append(limit + len({k for k, _ in items}) if limit else 0)
+        keys = sorted({k for k, _ in items})
+        # The items' own rows may be claimable (again, say, once a lease ran out): they are
+        # decided as items here, so the walk skips them in the statement, neither locking nor
+        # returning them, and takes ``limit`` others.
+        if keys and limit:
+            params.append(_json(keys))
+        params.append(limit)
         clock = None if now_ms is not None else self.server_clock()
         sql = _claim_sql(
-            None if clock is None else clock.columns, kinds is not None, world_id is not None
+            None if clock is None else clock.columns,
+            kinds is not None,
+            world_id is not None,
+            bool(keys and limit),
         )
         if limit == 0 and not items:
             return [], []
@@ -659,7 +671,6 @@ class PostgresCatalogStore:
             took = self._claim_announced(clock, transition, check, kinds, world_id, host, boot_id)
             if took is not None:
                 return [], [took]
-        keys = sorted({k for k, _ in items})
         mine = set(keys)
         intended: list[Row] = []
 
@@ -1190,10 +1201,14 @@ _Claim = Callable[[Row, Now | None], Row]
 
 
 @functools.cache
-def _claim_sql(clock: str | None, kinds: bool, world: bool) -> str:
+def _claim_sql(clock: str | None, kinds: bool, world: bool, skip: bool = False) -> str:
     """A claim's statement: on the clock expressions ``clock`` (read in the statement), or
-    on a lease-clock time passed first (None); filtered by kinds and by world when asked."""
+    on a lease-clock time passed first (None); filtered by kinds and by world when asked,
+    and with ``skip``, past the keys of a JSON array of keys (the parameter after the
+    world's)."""
     where = _claim_where(_CLAIMABLE if clock is None else _CLAIMABLE_NOW, kinds, world)
+    if skip:
+        where.append(_NOT_ITEMS)
     sql = (
         f"{_SELECT} WHERE {' AND '.join(where)} ORDER BY {', '.join(_CLAIM_ORDER)}"
         " LIMIT %s FOR UPDATE SKIP LOCKED"
