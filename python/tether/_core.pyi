@@ -298,6 +298,16 @@ def catalog_changed_mask(old: tuple[Any, ...], new: tuple[Any, ...]) -> int:
     storage to write only the changed columns. Cells are compared as Python values, the same
     object first (a transition's unchanged cells are its input's objects)."""
 
+def catalog_update_rows(
+    updates: list[tuple[tuple[Any, ...], tuple[Any, ...]]], fixed: int
+) -> tuple[list[int], str]:
+    """The batch UPDATE of ``updates`` ((read row, decided row) pairs) as storage writes it in
+    one statement: the positions written (every position where some pair differs, as
+    `catalog_changed_mask` compares them, except those of ``fixed``, a bit mask), and one
+    JSON array with a row per pair: the read row's key (positions 0 to 2), its version (the
+    guard), the decided row's version, then its cells at those positions. Cells are text,
+    64-bit integers or None; any other is `CatalogStorageError`."""
+
 def catalog_rejection_codes() -> list[str]:
     """Every rejection code, in declaration order."""
 

@@ -141,3 +141,42 @@ def test_the_changed_mask_names_exactly_the_columns_that_differ() -> None:
     assert _core.catalog_changed_mask(row, tuple(both)) == (1 << 2) | (1 << 5)
     with pytest.raises(CatalogStorageError):
         _core.catalog_changed_mask(row, row[:-1])
+
+
+def test_a_batch_update_is_encoded_as_the_json_of_its_rows() -> None:
+    """`catalog_update_rows` (the PostgreSQL store's batch UPDATE): the positions some pair
+    changes, less the fixed ones, and per pair the key, both versions and the decided cells,
+    as the JSON the statement reads back (checked against the standard library's parser)."""
+    import json
+    import random
+
+    rng = random.Random(5)
+    version = COLUMNS.index("version")
+    texts = ["plain", "quo'te", 'dq"x', "back\\slash", "tab\tnl\n", "ünï 😀", "", "\x01"]
+
+    def cell(i: int) -> Any:
+        if i < 3:
+            return rng.choice(texts[:6]) + str(i)
+        return rng.choice([None, rng.choice(texts), rng.randrange(-(2**63), 2**63)])
+
+    for _ in range(50):
+        pairs = []
+        for _ in range(rng.randrange(1, 5)):
+            old = tuple(cell(i) for i in range(len(COLUMNS)))
+            new = list(old)
+            for i in rng.sample(range(len(COLUMNS)), rng.randrange(0, 6)):
+                new[i] = cell(i)
+            pairs.append((old, tuple(new)))
+        fixed = (1 << 0) | (1 << 1) | (1 << 2) | (1 << version)
+        cols, text = _core.catalog_update_rows(pairs, fixed)
+        changed = {i for o, n in pairs for i in range(len(COLUMNS)) if o[i] != n[i]}
+        assert cols == sorted(changed - {0, 1, 2, version})
+        assert json.loads(text) == [
+            [*o[:3], o[version], n[version], *(n[i] for i in cols)] for o, n in pairs
+        ]
+    row = tuple(range(len(COLUMNS)))
+    for bad in (1.5, True, 2**64, b"x"):
+        with pytest.raises(CatalogStorageError, match=COLUMNS[4]):
+            _core.catalog_update_rows([(row, (*row[:4], bad, *row[5:]))], 0)
+    with pytest.raises(CatalogStorageError):
+        _core.catalog_update_rows([(row, row[:-1])], 0)

@@ -48,6 +48,7 @@ from tether._core import (
     catalog_admission_stamps,
     catalog_changed_mask,
     catalog_columns,
+    catalog_update_rows,
 )
 from tether.activities._clock import Now
 from tether.storage._errors import CommitUnknown, with_code
@@ -198,6 +199,7 @@ def _stamped(template: Row, now: Now) -> Row:
 
 # Never rewritten by an UPDATE's SET list: the key, and the version (its own guarded SET).
 _FIXED = frozenset({0, 1, 2, VERSION})
+_FIXED_MASK = sum(1 << i for i in _FIXED)
 _CLAIM_ORDER = ("claimable_from_ms", "kind", "world_id", "activity_id")
 _CLAIMABLE = "claimable_from_ms IS NOT NULL AND claimable_from_ms <= %s"
 # The same comparison on the reading of the claim statement's own clock (`PostgresClock`).
@@ -519,18 +521,10 @@ class PostgresCatalogStore:
         if inserts:  # one parameter: a row's 53 would exceed the driver's query cache
             out.append((_INSERT_MANY, (_json(inserts),)))
         if updates:
-            mask = 0
-            for old, new in updates:
-                mask |= catalog_changed_mask(old, new)
-            cols = tuple(i for i in _POSITIONS if mask >> i & 1 and i not in _FIXED)
             # Per row: the key, the version read (the guard), the version to write, then
-            # the written columns.
-            # (itemgetter of one position returns the value, not a 1-tuple)
-            pick: Callable[[Row], Sequence[Any]] = (
-                itemgetter(*cols) if len(cols) > 1 else lambda n: [n[i] for i in cols]
-            )
-            rows = [(*_KEY_OF(o), o[VERSION], n[VERSION], *pick(n)) for o, n in updates]
-            out.append((self._update_sql(cols), (_json(rows),)))
+            # the columns any row of the batch changes (the core encodes the batch).
+            cols, rows = catalog_update_rows(updates, _FIXED_MASK)
+            out.append((self._update_sql(tuple(cols)), (rows,)))
         if topics:  # one statement with the last write: a CTE's write runs to completion
             sql, params = out.pop()
             out.append(

@@ -9,7 +9,7 @@
 use pyo3::create_exception;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyInt, PyList, PyString, PyTuple};
 
 use crate::bindings::errors::TetherError;
 use crate::catalog::{
@@ -523,6 +523,78 @@ fn catalog_changed_mask(old: &Bound<'_, PyTuple>, new: &Bound<'_, PyTuple>) -> P
     Ok(mask)
 }
 
+/// One cell of a row as JSON: text, an integer (64-bit) or null; anything else is refused.
+fn push_cell(out: &mut String, cell: &Bound<'_, PyAny>, column: usize) -> PyResult<()> {
+    if cell.is_none() {
+        out.push_str("null");
+    } else if let Ok(text) = cell.cast::<PyString>() {
+        let text = text.to_str()?;
+        out.push_str(
+            &serde_json::to_string(text)
+                .map_err(|e| CatalogStorageError::new_err(e.to_string()))?,
+        );
+    } else if cell.is_instance_of::<PyInt>() && !cell.is_instance_of::<pyo3::types::PyBool>() {
+        let value: i64 = cell.extract().map_err(|_| {
+            CatalogStorageError::new_err(format!(
+                "catalog column {} holds an integer beyond 64 bits",
+                COLUMNS.get(column).copied().unwrap_or("?")
+            ))
+        })?;
+        out.push_str(&value.to_string());
+    } else {
+        return Err(CatalogStorageError::new_err(format!(
+            "catalog column {} holds a {}, not text, an integer or None",
+            COLUMNS.get(column).copied().unwrap_or("?"),
+            cell.get_type().name()?
+        )));
+    }
+    Ok(())
+}
+
+/// The batch UPDATE of ``updates`` ((read row, decided row) pairs) as storage writes it in
+/// one statement: the positions written (every position where some pair differs, as
+/// `catalog_changed_mask` compares them, except those of ``fixed``, a bit mask), and one
+/// JSON array with a row per pair: the read row's key (positions 0 to 2), its version (the
+/// guard), the decided row's version, then its cells at those positions. Cells are text,
+/// 64-bit integers or None; any other is `CatalogStorageError`.
+#[pyfunction]
+fn catalog_update_rows(updates: &Bound<'_, PyList>, fixed: u64) -> PyResult<(Vec<usize>, String)> {
+    let version = COLUMNS
+        .iter()
+        .position(|c| *c == "version")
+        .expect("the layout has a version");
+    let mut pairs = Vec::with_capacity(updates.len());
+    let mut mask = 0u64;
+    for item in updates.iter() {
+        let (old, new): (Bound<'_, PyTuple>, Bound<'_, PyTuple>) = item.extract()?;
+        mask |= catalog_changed_mask(&old, &new)?;
+        pairs.push((old, new));
+    }
+    mask &= !fixed;
+    let cols: Vec<usize> = (0..COLUMNS.len()).filter(|i| mask >> i & 1 == 1).collect();
+    let mut out = String::with_capacity(64 * (cols.len() + 5) * pairs.len().max(1));
+    out.push('[');
+    for (n, (old, new)) in pairs.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push('[');
+        let cells = (0..3)
+            .map(|i| (old, i))
+            .chain([(old, version), (new, version)])
+            .chain(cols.iter().map(|&i| (new, i)));
+        for (k, (row, i)) in cells.enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            push_cell(&mut out, &row.get_item(i)?, i)?;
+        }
+        out.push(']');
+    }
+    out.push(']');
+    Ok((cols, out))
+}
+
 /// Every rejection code, in declaration order.
 #[pyfunction]
 fn catalog_rejection_codes() -> Vec<&'static str> {
@@ -948,6 +1020,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(catalog_admission_template, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_admission_stamps, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_changed_mask, m)?)?;
+    m.add_function(wrap_pyfunction!(catalog_update_rows, m)?)?;
     m.add_function(wrap_pyfunction!(catalog_rejection_codes, m)?)?;
     m.add_function(wrap_pyfunction!(operation_id_for, m)?)?;
     m.add_function(wrap_pyfunction!(settlement_evidence_digest, m)?)?;

@@ -5,7 +5,12 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
-create_exception!(_core, TetherError, PyException, "Root of every error Tether raises.");
+create_exception!(
+    _core,
+    TetherError,
+    PyException,
+    "Root of every error Tether raises."
+);
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TetherError", m.py().get_type::<TetherError>())?;

@@ -110,7 +110,8 @@ fn with_warnings(py: Python<'_>, exc: PyErr, warnings: Vec<patch::PatchWarning>)
 }
 
 /// Codes the Python representation adds to `patch::ERROR_CODES`.
-const BINDING_ERROR_CODES: [&str; 4] = ["not_json", "non_finite_number", "too_deep", "invalid_json"];
+const BINDING_ERROR_CODES: [&str; 4] =
+    ["not_json", "non_finite_number", "too_deep", "invalid_json"];
 
 /// Deeper nesting than this is refused rather than risking the native stack.
 const MAX_DEPTH: usize = 1000;
@@ -877,7 +878,9 @@ fn json_text(obj: &Bound<'_, PyAny>, side: Side) -> PyResult<JsonText> {
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".to_owned());
-    Err(refuse(format!("JSON text must be bytes or str, not {name}")))
+    Err(refuse(format!(
+        "JSON text must be bytes or str, not {name}"
+    )))
 }
 
 /// Apply a patch to JSON text (`bytes`, `bytearray` or `str`); returns `(json_bytes, warnings)`.
@@ -890,7 +893,10 @@ fn patch_apply_json<'py>(
     mode: &str,
 ) -> PyResult<(Bound<'py, PyBytes>, Vec<PatchWarning>)> {
     let mode = parse_mode(mode)?;
-    let (doc, patch) = (json_text(doc, Side::Document)?, json_text(patch, Side::Patch)?);
+    let (doc, patch) = (
+        json_text(doc, Side::Document)?,
+        json_text(patch, Side::Patch)?,
+    );
     let (doc, patch) = (doc.as_bytes(), patch.as_bytes());
     // Pure Rust on immutable `bytes`: parsing and serialising a large document shows in the
     // benchmark, so other threads may run meanwhile.
