@@ -23,6 +23,12 @@ claim-to-complete runs from the call that claimed an Activity to the return of t
 settled it (two steps later); pgqueuer's from its dequeue returning to its completion. A
 Tether run of one Activity per transaction (`--unbatched-jobs`) is printed for reference.
 
+Each worker count runs `--rounds` (3) alternating rounds of both systems, each on fresh
+tables, and compares the medians of their jobs/s: one round of each is at the mercy of this
+machine's noise (pgqueuer alone has ranged from 3,600 to 5,000 jobs/s between runs). The
+process runs with the collector settings of Tether's long-running processes (`quiet_heap`,
+as `tether serve` and `tether worker` set them once started), pgqueuer's rounds too.
+
 Reported, per system: jobs/s and claim-to-complete p50/p99 at 1, 4 and 8 workers; write
 transactions per job (Tether: the COMMITs its stores sent; pgqueuer: its statements that
 write: enqueues, dequeues that returned jobs, completions); the bench database's server
@@ -42,8 +48,8 @@ backends (/proc, local server only). Then, for Tether:
 The bench uses a database of its own on the server (created and dropped), so the transaction
 counts are its alone. Usage:
     python benches/pg_queue.py [--url postgresql://127.0.0.1:5432/test] [--jobs N] [--batch N]
-        [--unbatched-jobs N] [--workers 1 4 8] [--big-rows N] [--small-rows N] [--claims N]
-        [--latency-samples N] [--skip-size]
+        [--unbatched-jobs N] [--workers 1 4 8] [--rounds N] [--big-rows N] [--small-rows N]
+        [--claims N] [--latency-samples N] [--skip-size]
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ from functools import partial
 from typing import Any
 
 import psycopg
+from tether._priority import quiet_heap
 from tether.activities import (
     ActivityKey,
     Admission,
@@ -527,12 +534,23 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--unbatched-jobs", type=int, default=300, help="Tether one per transaction (0: skip)"
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternating rounds of both systems per worker count (medians compared)",
+    )
     p.add_argument("--big-rows", type=int, default=1_000_000)
     p.add_argument("--small-rows", type=int, default=1_000)
     p.add_argument("--claims", type=int, default=500)
     p.add_argument("--latency-samples", type=int, default=300)
     p.add_argument("--skip-size", action="store_true", help="skip the 1M-row claim test")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    # The collector settings of Tether's long-running processes (`tether serve`, `tether
+    # worker`), whose clients this process stands for; pgqueuer runs under them too.
+    quiet_heap()
 
     server = Server(args.url)
     try:
@@ -547,24 +565,34 @@ def main(argv: list[str]) -> int:
                 url = server.schema(f"tether_{w}")
                 line, _rate = measured(server, partial(tether_run, url, n, w, 1), n)
                 print(f"tether   one Activity per transaction, {n:,} jobs: {line}")
-            url = server.schema(f"tether_b_{w}")
-            line, rate = measured(
-                server, partial(tether_run, url, args.jobs, w, args.batch), args.jobs
-            )
-            rates[("tether", w)] = rate
-            print(f"tether   (admit, claim, bind, result, settle), {args.jobs:,} jobs: {line}")
-            pgq = f"pgq_{w}"
-            server.schema(pgq)
-            pgqueuer_install(server.url, pgq)
-            line, rate = measured(
-                server,
-                partial(pgqueuer_run, server.url, pgq, args.jobs, w, args.batch),
-                args.jobs,
-            )
-            rates[("pgqueuer", w)] = rate
-            print(f"pgqueuer (enqueue, dequeue, complete), {args.jobs:,} jobs:        {line}")
+            runs: dict[str, list[float]] = {"tether": [], "pgqueuer": []}
+            for r in range(args.rounds):
+                of = f" (round {r + 1} of {args.rounds})" if args.rounds > 1 else ""
+                url = server.schema(f"tether_b_{w}_{r}")
+                line, rate = measured(
+                    server, partial(tether_run, url, args.jobs, w, args.batch), args.jobs
+                )
+                runs["tether"].append(rate)
+                print(f"tether   (admit, claim, bind, result, settle), {args.jobs:,} jobs{of}:")
+                print(f"{'':10}{line}")
+                pgq = f"pgq_{w}_{r}"
+                server.schema(pgq)
+                pgqueuer_install(server.url, pgq)
+                line, rate = measured(
+                    server,
+                    partial(pgqueuer_run, server.url, pgq, args.jobs, w, args.batch),
+                    args.jobs,
+                )
+                runs["pgqueuer"].append(rate)
+                print(f"pgqueuer (enqueue, dequeue, complete), {args.jobs:,} jobs{of}:")
+                print(f"{'':10}{line}")
+            for system, got in runs.items():
+                rates[(system, w)] = statistics.median(got)
             ratio = rates[("tether", w)] / rates[("pgqueuer", w)]
-            print(f"tether / pgqueuer jobs/s: {ratio:.2f}")
+            print(
+                f"median jobs/s of {args.rounds} round(s): tether {rates[('tether', w)]:,.0f},"
+                f" pgqueuer {rates[('pgqueuer', w)]:,.0f}; tether / pgqueuer: {ratio:.2f}"
+            )
         if 8 in args.workers:
             ratio = rates[("tether", 8)] / rates[("pgqueuer", 8)]
             verdict = "PASS" if ratio >= 1.0 else "FAIL"
