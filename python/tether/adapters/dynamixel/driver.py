@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import termios
 import threading
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import serial  # type: ignore[import-untyped]
+from serial.serialposix import Serial as _PosixSerial  # type: ignore[import-untyped]
 
 from tether import _core
 from tether._coded import CodedError
@@ -180,6 +182,12 @@ class DxlBus:
         lock: IdentityLock | None,
     ) -> None:
         self._port = port
+        #: A POSIX port is read and written on its descriptor (`_read_fd`, `_write_fd`): two
+        #: system calls per chunk where pyserial makes five or six, each a wait for the
+        #: interpreter lock on a loaded host. Any other port (a pyserial URL) goes through
+        #: pyserial.
+        self._posix = isinstance(port, _PosixSerial) and isinstance(getattr(port, "fd", None), int)
+        self._on_wire_s = 0.0
         self.identity = identity
         self.timeout_s = timeout_ms / 1000.0
         self.read_retries = read_retries
@@ -299,9 +307,15 @@ class DxlBus:
             TxRecord(int(time.time() * 1000), instruction, ids, hashlib.sha256(frame).hexdigest())
         )
         del self.sent[:-256]
+        # The status cannot start before the frame is on the wire: the reply's deadline runs
+        # from the write, plus the frame's time on the wire at the port's baud rate.
+        self._on_wire_s = len(frame) * 10 / max(1, getattr(self._port, "baudrate", 0) or 57600)
         try:
-            written = self._port.write(frame)
-            self._port.flush()
+            if self._posix:
+                written = self._write_fd(frame)
+            else:
+                written = self._port.write(frame)
+                self._port.flush()
         except serial.SerialTimeoutException as exc:
             raise _coded(TransportError, "write_failed", f"{instruction}: {exc}") from exc
         except _PORT_FAILURES as exc:
@@ -309,16 +323,51 @@ class DxlBus:
         if written != len(frame):
             raise _coded(TransportError, "write_short", f"wrote {written} of {len(frame)} bytes")
 
+    def _write_fd(self, frame: bytes) -> int:
+        """The frame into a POSIX port's output queue in one system call (a frame is far
+        smaller than the queue); only when the queue is full does pyserial's write wait for
+        room (its write timeout). Not drained (`tcdrain`): the reply's deadline includes the
+        frame's time on the wire instead, as the vendor's SDK times a packet."""
+        try:
+            written = os.write(self._port.fd, frame)
+        except BlockingIOError:
+            written = 0
+        if written < len(frame):
+            written += self._port.write(frame[written:])
+        return written
+
+    def _read_fd(self, wait_s: float) -> bytes:
+        """What a POSIX port holds, once it holds something or ``wait_s`` passed (b""): one
+        wait and one read per chunk. Ready with nothing to read is the adapter gone, as
+        pyserial reports it."""
+        fd = self._port.fd
+        ready, _, _ = select.select([fd], [], [], max(0.0, wait_s))
+        if not ready:
+            return b""
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return b""
+        if not chunk:
+            raise serial.SerialException(
+                "device reports readiness to read but returned no data (device disconnected?)"
+            )
+        return chunk
+
     def _receive(self, ids: list[int]) -> dict[int, _core.DxlPacket]:
         """Status packets from `ids` (in any order) until all arrived or the deadline passed."""
         got: dict[int, _core.DxlPacket] = {}
-        deadline = time.monotonic() + self.timeout_s * max(1, len(ids))
+        deadline = time.monotonic() + self._on_wire_s + self.timeout_s * max(1, len(ids))
         while len(got) < len(ids):
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 self._decoder.resync()
                 break
             try:
-                chunk = self._port.read(max(1, self._port.in_waiting))
+                if self._posix:
+                    chunk = self._read_fd(min(self.timeout_s, deadline - now))
+                else:
+                    chunk = self._port.read(max(1, self._port.in_waiting))
             except _PORT_FAILURES as exc:
                 raise self._lost("read_failed", exc) from exc
             if not chunk:
