@@ -165,6 +165,29 @@ def test_an_unreadable_latch_record_holds_the_robot(config: HostConfig) -> None:
     assert latch.latched("arm")
 
 
+def test_a_stop_of_a_latched_robot_keeps_its_author_and_reads_its_record_once(
+    config: HostConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop is on a loaded host's critical path: a repeat stop names the first stop's
+    author from one read of the record (each read is several system calls, each a wait for
+    the interpreter lock), and the record it writes still holds that author."""
+    latch = StopLatch(config.state_dir)
+    latch.latch("arm", by=SESSION_LAPSE)
+    reads: list[str] = []
+    state = StopLatch.state
+
+    def counted(self: StopLatch, robot: str) -> dict[str, Any]:
+        reads.append(robot)
+        return state(self, robot)
+
+    monkeypatch.setattr(StopLatch, "state", counted)
+    doc = latch.latch("arm", by="operator")
+    assert doc["by"] == SESSION_LAPSE and reads == ["arm"]
+    monkeypatch.setattr(StopLatch, "state", state)
+    assert json.loads(latch._path("arm").read_bytes())["by"] == SESSION_LAPSE
+    assert StopLatch(config.state_dir).stop_reason("arm") == "stopped_on_session_lapse"
+
+
 def test_a_move_on_a_latched_robot_sends_nothing_and_leaves_the_bus_to_the_stop(
     emulator: DynamixelEmulator, config: HostConfig
 ) -> None:

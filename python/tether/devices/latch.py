@@ -127,12 +127,14 @@ class StopLatch:
         held = self._held.get(robot)
         return None if held is None else held[0]
 
-    def _author(self, robot: str) -> str | None:
+    def _author(self, robot: str, doc: dict[str, Any] | None = None) -> str | None:
         """Who made the robot's last stop: its latch in memory's, else its record's `by` (a
-        resumed record's `stopped_by`); None when neither names one."""
+        resumed record's `stopped_by`; ``doc``: that record, already read); None when neither
+        names one."""
         if robot in self._held:
             return self._held[robot][1]
-        doc = self.state(robot)
+        if doc is None:
+            doc = self.state(robot)
         by = doc.get("by", doc.get("stopped_by"))
         return by if isinstance(by, str) else None
 
@@ -152,8 +154,10 @@ class StopLatch:
         """Latch `robot` now (call inside `stopping()`, before the safe-stop's frames). Never
         raises: a record that cannot be written latches it in memory (see the module rules)."""
         with self.lock:
-            if self.latched(robot):  # stopped again: the first stop's author stays named
-                by = self._author(robot) or by
+            # Stopped again: the first stop's author stays named (its record read once).
+            before = None if robot in self._held else self.state(robot)
+            if before is None or before.get("latched"):
+                by = self._author(robot, before) or by
             doc = {"robot": robot, "latched": True, "stopped_at_ms": _now_ms(), "by": by}
             try:
                 self._write(robot, doc)

@@ -1178,7 +1178,9 @@ class RobotControl(rpc.RobotControlServicer):
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
         from tether._priority import stop_priority
 
-        with stop_priority():  # from its first line to its answer
+        # From its first line to its answer: raised, and new work held back (`StopFirst`) until
+        # the answer is built, so the RPCs and ticks a stop held do not wake to contend with it.
+        with stop_priority(), self.daemon.stop_first.stopping():
             return self._stop(request, context)
 
     def _stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
@@ -1199,7 +1201,9 @@ class RobotControl(rpc.RobotControlServicer):
                 f"device: unknown device {_shown(request.device)!r}",
             )
         reports = self.daemon.stop_devices({"robot": request.device} if request.device else {})
-        return pb.StopResponse(devices=[_device_stop(self.daemon, r) for r in reports])
+        # Every robot a stop reports, it latched before any frame (in memory where its record
+        # could not be written): latched, without reading the record again.
+        return pb.StopResponse(devices=[_device_stop(r, latched=True) for r in reports])
 
     def _Cancel(
         self, request: pb.CancelRequest, context: grpc.ServicerContext
@@ -1340,9 +1344,10 @@ def _awaiting(op: pb.Operation, *, late: bool = False) -> str:
     )
 
 
-def _device_stop(daemon: Any, report: dict[str, Any]) -> pb.DeviceStop:
+def _device_stop(report: dict[str, Any], *, latched: bool) -> pb.DeviceStop:
     """A device's stop report (a `SafeStopReport` document: each joint's `present` radians
-    and `hardware_error` names as read back after the stop) on the wire."""
+    and `hardware_error` names as read back after the stop) on the wire; ``latched``: whether
+    the device is latched now."""
     name = str(report.get("robot") or report.get("device") or "")
     out = pb.DeviceStop(device=name, ok=bool(report.get("ok")))
     joints = [j for j in report.get("joints") or [] if isinstance(j, dict)]
@@ -1367,10 +1372,7 @@ def _device_stop(daemon: Any, report: dict[str, Any]) -> pb.DeviceStop:
     elif report.get("latch_error"):
         out.error.code = "latch_unwritable"
         out.error.message = str(report["latch_error"])
-    try:
-        out.latched = bool(daemon.devices.latched(name))
-    except Exception:
-        out.latched = False
+    out.latched = latched
     return out
 
 
