@@ -13,8 +13,8 @@ use pyo3::types::{PyInt, PyList, PyString, PyTuple};
 
 use crate::bindings::errors::TetherError;
 use crate::catalog::{
-    self, ActivityRecord, Admission, Cell, Decision, DecisionOutcome, Key, Now, Receipt, Rejection,
-    RejectionKind, ResultRef, RowError, COLUMNS,
+    self, ActivityRecord, Admission, Cell, CellRef, Decision, DecisionOutcome, Key, Now, Receipt,
+    Rejection, RejectionKind, ResultRef, RowError, COLUMNS,
 };
 
 create_exception!(
@@ -234,15 +234,22 @@ fn row_error(e: RowError) -> PyErr {
     CatalogStorageError::new_err(format!("stored catalog row does not decode: {e}"))
 }
 
-fn cells_from(row: &Bound<'_, PyTuple>) -> PyResult<Vec<Cell>> {
-    let mut cells = Vec::with_capacity(row.len());
-    for (i, item) in row.iter().enumerate() {
+/// A stored row's items, borrowed from its tuple (no reference counted), for `load` to borrow
+/// their text from.
+fn items_of<'a, 'py>(row: &'a Bound<'py, PyTuple>) -> Vec<Borrowed<'a, 'py, PyAny>> {
+    row.iter_borrowed().collect()
+}
+
+/// A stored row's cells, their text borrowed from the row's Python strings.
+fn cells_of<'b>(items: &'b [Borrowed<'_, '_, PyAny>]) -> PyResult<Vec<CellRef<'b>>> {
+    let mut cells = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
         let cell = if item.is_none() {
-            Cell::Null
-        } else if let Ok(s) = item.cast::<PyString>() {
-            Cell::Text(s.to_str()?.to_owned())
+            CellRef::Null
+        } else if let Ok(s) = (**item).cast::<PyString>() {
+            CellRef::Text(s.to_str()?)
         } else if let Ok(v) = item.extract::<i64>() {
-            Cell::Int(v)
+            CellRef::Int(v)
         } else {
             let column = COLUMNS.get(i).copied().unwrap_or("?");
             return Err(CatalogStorageError::new_err(format!(
@@ -254,16 +261,20 @@ fn cells_from(row: &Bound<'_, PyTuple>) -> PyResult<Vec<Cell>> {
     Ok(cells)
 }
 
-/// A stored row as read: the Python tuple, its cells and the decoded record.
-struct Loaded<'a, 'py> {
-    row: &'a Bound<'py, PyTuple>,
-    cells: Vec<Cell>,
+/// A stored row as read: the Python tuple, its cells (borrowed from it) and the decoded
+/// record.
+struct Loaded<'b, 'py> {
+    row: &'b Bound<'py, PyTuple>,
+    cells: Vec<CellRef<'b>>,
     record: ActivityRecord,
 }
 
-fn load<'a, 'py>(row: &'a Bound<'py, PyTuple>) -> PyResult<Loaded<'a, 'py>> {
-    let cells = cells_from(row)?;
-    let record = ActivityRecord::from_cells(&cells).map_err(row_error)?;
+fn load<'b, 'py>(
+    row: &'b Bound<'py, PyTuple>,
+    items: &'b [Borrowed<'b, 'py, PyAny>],
+) -> PyResult<Loaded<'b, 'py>> {
+    let cells = cells_of(items)?;
+    let record = ActivityRecord::from_cell_refs(&cells).map_err(row_error)?;
     Ok(Loaded { row, cells, record })
 }
 
@@ -275,7 +286,7 @@ fn row_of<'py>(
     rec: &ActivityRecord,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let items: Vec<Py<PyAny>> = rec
-        .to_cells()
+        .to_cell_refs()
         .into_iter()
         .enumerate()
         .map(|(i, c)| -> PyResult<Py<PyAny>> {
@@ -285,9 +296,9 @@ fn row_of<'py>(
                 }
             }
             Ok(match c {
-                Cell::Null => py.None(),
-                Cell::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
-                Cell::Text(s) => PyString::new(py, &s).into_any().unbind(),
+                CellRef::Null => py.None(),
+                CellRef::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
+                CellRef::Text(s) => PyString::new(py, s).into_any().unbind(),
             })
         })
         .collect::<PyResult<_>>()?;
@@ -624,7 +635,11 @@ fn catalog_admit<'py>(
     admission: PyAdmission,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let existing = row.map(load).transpose()?;
+    let items = row.map(items_of);
+    let existing = row
+        .zip(items.as_deref())
+        .map(|(row, items)| load(row, items))
+        .transpose()?;
     let adm: Admission = admission.into();
     // A replay or re-request returns the stored record unchanged (same version): storage
     // then writes nothing.
@@ -669,7 +684,11 @@ fn catalog_admit_refused<'py>(
     refusal: PyResultRef,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let existing = row.map(load).transpose()?;
+    let items = row.map(items_of);
+    let existing = row
+        .zip(items.as_deref())
+        .map(|(row, items)| load(row, items))
+        .transpose()?;
     let adm: Admission = admission.into();
     // As with `admit`, an existing record comes back unchanged: storage then writes nothing.
     let out = catalog::admit_refused(
@@ -708,7 +727,8 @@ fn catalog_claim<'py>(
     now: PyNow,
     host: Option<&str>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     done(
         py,
         Some(&old),
@@ -728,7 +748,8 @@ fn catalog_claim_and_bind<'py>(
     now: PyNow,
     host: Option<&str>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     done(
         py,
         Some(&old),
@@ -744,7 +765,8 @@ fn catalog_renew<'py>(
     lease_ms: i64,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     done(
         py,
         Some(&old),
@@ -759,7 +781,8 @@ fn catalog_release<'py>(
     fence: i64,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     done(
         py,
         Some(&old),
@@ -775,7 +798,8 @@ fn catalog_bind_provider_operation<'py>(
     operation_id: &str,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     let out = catalog::bind_provider_operation(&old.record, fence, operation_id, &now.into());
     done(py, Some(&old), out)
 }
@@ -788,7 +812,8 @@ fn catalog_record_result<'py>(
     result: PyResultRef,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     let out = catalog::record_result(&old.record, fence, &result.into(), &now.into());
     done(py, Some(&old), out)
 }
@@ -801,7 +826,8 @@ fn catalog_confirm_absent<'py>(
     guard: PyRefDigest,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     let out = catalog::confirm_absent(
         &old.record,
         fence,
@@ -821,7 +847,8 @@ fn catalog_record_unknown<'py>(
     retry_after_ms: i64,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     let out = catalog::record_unknown(
         &old.record,
         fence,
@@ -841,7 +868,8 @@ fn catalog_refresh_evidence<'py>(
     evidence: PyRefDigest,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     let out = catalog::refresh_evidence(
         &old.record,
         seen_revision,
@@ -902,7 +930,8 @@ fn catalog_resolve<'py>(
         operator,
         note,
     };
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     done(
         py,
         Some(&old),
@@ -920,7 +949,8 @@ fn catalog_settle<'py>(
     fence: Option<i64>,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     let out = catalog::settle(
         &old.record,
         &receipt.into(),
@@ -938,7 +968,8 @@ fn catalog_rebase<'py>(
     row: &Bound<'py, PyTuple>,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     done(py, Some(&old), catalog::rebase(&old.record, &now.into()))
 }
 
@@ -949,8 +980,10 @@ fn catalog_derive_row<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let cells = cells_from(row)?;
-    let record = ActivityRecord::from_cells_rederived(&cells).map_err(row_error)?;
+    let items = items_of(row);
+    let cells = cells_of(&items)?;
+    let owned: Vec<Cell> = cells.iter().map(|c| c.into_cell()).collect();
+    let record = ActivityRecord::from_cells_rederived(&owned).map_err(row_error)?;
     let old = Loaded { row, cells, record };
     row_of(py, Some(&old), &old.record)
 }
@@ -964,7 +997,8 @@ fn catalog_compact<'py>(
     cutoff_ms: i64,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let old = load(row)?;
+    let items = items_of(row);
+    let old = load(row, &items)?;
     done(
         py,
         Some(&old),
@@ -975,7 +1009,8 @@ fn catalog_compact<'py>(
 /// Whether the core would compact this row at the wall-clock `cutoff_ms`.
 #[pyfunction]
 fn catalog_compactable(row: &Bound<'_, PyTuple>, cutoff_ms: i64) -> PyResult<bool> {
-    Ok(catalog::compactable(&load(row)?.record, cutoff_ms))
+    let items = items_of(row);
+    Ok(catalog::compactable(&load(row, &items)?.record, cutoff_ms))
 }
 
 /// Whether the lease-clock time `at_ms`, measured on boot `lease_boot_id`, is reached at `now`.
@@ -994,7 +1029,8 @@ fn catalog_check_row<'py>(
         return Err(PyTypeError::new_err("row has the wrong number of columns"));
     }
     // Decoding validates the row; re-encoding normalises it (e.g. booleans to 0/1).
-    row_of(py, None, &load(row)?.record)
+    let items = items_of(row);
+    row_of(py, None, &load(row, &items)?.record)
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -70,7 +70,7 @@ pub use decision::{refresh_evidence, resolve, Decision, DecisionOutcome, ABANDON
 pub use identity::{operation_id_for, settlement_evidence_digest};
 pub use provider::{bind_provider_operation, claim_and_bind_on, confirm_absent, record_unknown};
 pub use record::{
-    lease_reached, ActivityRecord, Admission, Attempt, Binding, Cell, DecisionRecord,
+    lease_reached, ActivityRecord, Admission, Attempt, Binding, Cell, CellRef, DecisionRecord,
     EvidenceRecord, GuardRecord, Key, Now, Receipt, ResultRecord, ResultRef, RowError,
     SettlementRecord, COLUMNS,
 };

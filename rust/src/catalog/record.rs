@@ -291,6 +291,35 @@ pub enum Cell {
     Text(String),
 }
 
+/// One SQL value borrowed from wherever it is held (a row read from storage, a record), so a
+/// row is decoded and compared without copying its text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CellRef<'a> {
+    Null,
+    Int(i64),
+    Text(&'a str),
+}
+
+impl Cell {
+    pub fn as_ref(&self) -> CellRef<'_> {
+        match self {
+            Cell::Null => CellRef::Null,
+            Cell::Int(i) => CellRef::Int(*i),
+            Cell::Text(s) => CellRef::Text(s),
+        }
+    }
+}
+
+impl CellRef<'_> {
+    pub fn into_cell(self) -> Cell {
+        match self {
+            CellRef::Null => Cell::Null,
+            CellRef::Int(i) => Cell::Int(i),
+            CellRef::Text(s) => Cell::Text(s.to_owned()),
+        }
+    }
+}
+
 /// The flat layout, in storage column order. Storage's schema must list these in this order.
 pub const COLUMNS: &[&str] = &[
     "world_id",
@@ -366,12 +395,12 @@ impl fmt::Display for RowError {
 
 impl std::error::Error for RowError {}
 
-struct Reader<'a> {
-    cells: &'a [Cell],
+struct Reader<'a, 'b> {
+    cells: &'a [CellRef<'b>],
     at: usize,
 }
 
-impl Reader<'_> {
+impl Reader<'_, '_> {
     fn err(&self, message: &str) -> RowError {
         RowError {
             column: COLUMNS.get(self.at).copied(),
@@ -379,17 +408,17 @@ impl Reader<'_> {
         }
     }
 
-    fn cell(&mut self) -> &Cell {
-        let c = &self.cells[self.at];
+    fn cell(&mut self) -> CellRef<'_> {
+        let c = self.cells[self.at];
         self.at += 1;
         c
     }
 
     fn opt_text(&mut self) -> Result<Option<String>, RowError> {
         match self.cell() {
-            Cell::Null => Ok(None),
-            Cell::Text(s) => Ok(Some(s.clone())),
-            Cell::Int(_) => {
+            CellRef::Null => Ok(None),
+            CellRef::Text(s) => Ok(Some(s.to_owned())),
+            CellRef::Int(_) => {
                 self.at -= 1;
                 Err(self.err("expected text"))
             }
@@ -398,9 +427,9 @@ impl Reader<'_> {
 
     fn opt_int(&mut self) -> Result<Option<i64>, RowError> {
         match self.cell() {
-            Cell::Null => Ok(None),
-            Cell::Int(i) => Ok(Some(*i)),
-            Cell::Text(_) => {
+            CellRef::Null => Ok(None),
+            CellRef::Int(i) => Ok(Some(i)),
+            CellRef::Text(_) => {
                 self.at -= 1;
                 Err(self.err("expected integer"))
             }
@@ -444,16 +473,21 @@ impl ActivityRecord {
     /// Decodes a stored row (in `COLUMNS` order). The derived columns must agree with the
     /// facts: a row that disagrees with itself is a row error.
     pub fn from_cells(cells: &[Cell]) -> Result<ActivityRecord, RowError> {
+        Self::decode(&cells.iter().map(Cell::as_ref).collect::<Vec<_>>(), true)
+    }
+
+    /// `from_cells` of a row whose cells are borrowed (no text is copied but the record's own).
+    pub fn from_cell_refs(cells: &[CellRef<'_>]) -> Result<ActivityRecord, RowError> {
         Self::decode(cells, true)
     }
 
     /// Decodes a row ignoring its derived `pending_observation` and `unsettled` cells, which
     /// `to_cells` then recomputes: the schema migration that adds them uses this.
     pub fn from_cells_rederived(cells: &[Cell]) -> Result<ActivityRecord, RowError> {
-        Self::decode(cells, false)
+        Self::decode(&cells.iter().map(Cell::as_ref).collect::<Vec<_>>(), false)
     }
 
-    fn decode(cells: &[Cell], check_derived: bool) -> Result<ActivityRecord, RowError> {
+    fn decode(cells: &[CellRef<'_>], check_derived: bool) -> Result<ActivityRecord, RowError> {
         if cells.len() != COLUMNS.len() {
             return Err(RowError {
                 column: None,
@@ -680,17 +714,25 @@ impl ActivityRecord {
 
     /// Encodes the record as a row in `COLUMNS` order.
     pub fn to_cells(&self) -> Vec<Cell> {
-        fn t(s: &str) -> Cell {
-            Cell::Text(s.to_owned())
+        self.to_cell_refs()
+            .into_iter()
+            .map(CellRef::into_cell)
+            .collect()
+    }
+
+    /// `to_cells`, each cell borrowed from the record (no text is copied).
+    pub fn to_cell_refs(&self) -> Vec<CellRef<'_>> {
+        fn t(s: &str) -> CellRef<'_> {
+            CellRef::Text(s)
         }
-        fn ot(s: Option<&str>) -> Cell {
-            s.map_or(Cell::Null, t)
+        fn ot(s: Option<&str>) -> CellRef<'_> {
+            s.map_or(CellRef::Null, t)
         }
-        fn oi(i: Option<i64>) -> Cell {
-            i.map_or(Cell::Null, Cell::Int)
+        fn oi<'a>(i: Option<i64>) -> CellRef<'a> {
+            i.map_or(CellRef::Null, CellRef::Int)
         }
-        fn b(v: bool) -> Cell {
-            Cell::Int(i64::from(v))
+        fn b<'a>(v: bool) -> CellRef<'a> {
+            CellRef::Int(i64::from(v))
         }
         let a = &self.admission;
         let at = self.attempt.as_ref();
@@ -706,13 +748,13 @@ impl ActivityRecord {
             t(&a.key.kind),
             t(&a.key.activity_id),
             t(&a.source.run_id),
-            Cell::Int(a.source.tick),
+            CellRef::Int(a.source.tick),
             t(&a.source.visibility_token),
             t(&a.input_ref),
             t(&a.input_digest),
-            Cell::Int(self.admitted_at_ms),
-            Cell::Int(self.fence),
-            Cell::Int(self.attempt_count),
+            CellRef::Int(self.admitted_at_ms),
+            CellRef::Int(self.fence),
+            CellRef::Int(self.attempt_count),
             ot(at.map(|x| x.owner.as_str())),
             oi(at.map(|x| x.lease_expires_ms)),
             oi(at.map(|x| i64::from(x.may_execute))),
@@ -737,7 +779,7 @@ impl ActivityRecord {
             oi(res.map(|x| x.recorded_at_ms)),
             ot(ev.map(|x| x.evidence_ref.as_str())),
             ot(ev.map(|x| x.digest.as_str())),
-            Cell::Int(self.evidence_revision),
+            CellRef::Int(self.evidence_revision),
             oi(ev.map(|x| x.recorded_at_ms)),
             b(self.awaiting_decision),
             ot(d.map(|x| x.outcome.as_str())),
@@ -754,7 +796,7 @@ impl ActivityRecord {
             t(&self.lease_boot_id),
             b(self.pending_observation()),
             b(self.unsettled()),
-            Cell::Int(self.version),
+            CellRef::Int(self.version),
             oi(self.compacted_at_ms),
             oi(self.compactable_from_ms()),
             t(&a.bound_host),
