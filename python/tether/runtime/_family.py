@@ -473,6 +473,10 @@ class Family:
             name), or None when it drives none: a worker claiming another host's device work
             refuses to start with it (`tether worker --host`), so one host's moves never run
             on another host's robot of the same name.
+        devices_busy: why another process owns the devices the adapter would open itself (a
+            sentence), or None when none does: a worker refuses to start with a family whose
+            devices another process owns (`port_owned`), since it would claim work it cannot
+            drive (the host's daemon, owning them, runs it).
     """
 
     name: str
@@ -483,6 +487,7 @@ class Family:
     processors: tuple[Processor, ...] = field(default=())
     admission_check: AdmissionCheck | None = None
     device_host: str | None = None
+    devices_busy: Callable[[], str | None] | None = None
 
     def __post_init__(self) -> None:
         check_name("family name", self.name)

@@ -57,6 +57,7 @@ from tether.runtime._pool import WorkerPool
 from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
 from tether.storage._errors import MixedStores, SameStoreFile
 from tether.storage._urls import check_one_backend, check_separate_files, redact
+from tether.transport import PortBusy
 
 log = logging.getLogger("tether.runtime.worker")
 
@@ -313,6 +314,16 @@ def main(argv: list[str]) -> int:
     except (ImportError, TetherError) as e:
         error_line("tether worker", e)
         return _exit.for_error(e, default=_exit.USAGE)
+    for family in families:
+        busy = family.devices_busy() if family.devices_busy is not None else None
+        if busy is not None:  # it would claim the host's device work and could not drive it
+            refusal = PortBusy(
+                "port_owned",
+                f"family {family.name} cannot drive its devices: {busy}; run this worker"
+                " without that family, or only where no other process owns the devices",
+            )
+            error_line("tether worker", refusal)
+            return _exit.for_error(refusal)
     try:
         _check_stores(args.catalog, args.world)
     except TetherError as e:

@@ -53,6 +53,7 @@ from __future__ import annotations
 import atexit
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -559,7 +560,39 @@ def robot_move_family(
         adapter=adapter,
         stage=stage,
         device_host=device_host,
+        # Only where the adapter opens the ports itself (not over the daemon's device host).
+        devices_busy=ports_busy(config) if host is None else None,
     )
+
+
+def ports_busy(config: HostConfig) -> Callable[[], str | None]:
+    """`Family.devices_busy` of the robots of `config`: the first of its ports another process
+    owns (its identity lock held), named with the owner's pid and control socket, and said to
+    be the host's `tether serve` when it is; None when none is owned."""
+
+    def busy() -> str | None:
+        from tether.devices.ports import is_locked, lock_path, read_owner, resolve_port
+
+        daemon = str(Path(config.state_dir).resolve() / "serve.sock")
+        for name, port in sorted(config.ports.items()):
+            try:
+                identity = resolve_port(port)
+            except Exception:  # not plugged in now: nobody owns it
+                continue
+            path = lock_path(config.state_dir, identity.key)
+            if not is_locked(path):
+                continue
+            owner = read_owner(path)
+            socket = owner.get("socket")
+            said = f"port {name} ({identity.device}) is owned by pid {owner.get('pid')}"
+            if isinstance(socket, str) and socket:
+                said += f" (socket {socket})"
+                if str(Path(socket).resolve()) == daemon:
+                    said += ", this host's tether serve, whose workers run its robots' moves"
+            return said
+        return None
+
+    return busy
 
 
 def submit_intent(config: HostConfig, host_name: str = "") -> Any:
