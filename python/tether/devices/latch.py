@@ -103,6 +103,9 @@ class StopLatch:
         #: Robots latched in memory only: (why their latch record could not be written, who
         #: latched them: the record's `by`).
         self._held: dict[str, tuple[str, str]] = {}
+        #: How many resumes this latch made: a stop that reads it before and after knows,
+        #: without reading their records, that every robot it latched still is.
+        self.resumes = 0
 
     def _path(self, robot: str) -> Path:
         return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}.json"
@@ -180,10 +183,11 @@ class StopLatch:
                 "resumed_at_ms": _now_ms(),
                 "resumed_by": operator,
                 # Who made the stop it resumes: a reconcile after the resume still names it.
-                "stopped_by": self._author(robot),
+                "stopped_by": self._author(robot, before),
             }
             self._write(robot, doc)  # not written: it stays latched (the error is raised)
             self._held.pop(robot, None)
+            self.resumes += 1
             return doc
 
     def last_stop_ms(self, robot: str) -> int | None:

@@ -1178,9 +1178,7 @@ class RobotControl(rpc.RobotControlServicer):
     def Stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
         from tether._priority import stop_priority
 
-        # From its first line to its answer: raised, and new work held back (`StopFirst`) until
-        # the answer is built, so the RPCs and ticks a stop held do not wake to contend with it.
-        with stop_priority(), self.daemon.stop_first.stopping():
+        with stop_priority():  # from its first line to its answer
             return self._stop(request, context)
 
     def _stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
@@ -1200,10 +1198,20 @@ class RobotControl(rpc.RobotControlServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"device: unknown device {_shown(request.device)!r}",
             )
-        reports = self.daemon.stop_devices({"robot": request.device} if request.device else {})
-        # Every robot a stop reports, it latched before any frame (in memory where its record
-        # could not be written): latched, without reading the record again.
-        return pb.StopResponse(devices=[_device_stop(r, latched=True) for r in reports])
+        devices = self.daemon.devices
+        resumes = None if devices is None else devices.latch.resumes
+        # Checked and authorised: from here to its answer new work is held back (`StopFirst`),
+        # so the RPCs and ticks the stop held do not wake to contend with its answer.
+        with self.daemon.stop_first.stopping():
+            reports = self.daemon.stop_devices({"robot": request.device} if request.device else {})
+            # Every robot a stop reports, it latched before any frame (in memory where its
+            # record could not be written): with no resume in this daemon since, each still
+            # is, and no record is read again.
+            if devices is not None and devices.latch.resumes == resumes:
+                return pb.StopResponse(devices=[_device_stop(r, latched=True) for r in reports])
+            return pb.StopResponse(
+                devices=[_device_stop(r, latched=_latched(self.daemon, r)) for r in reports]
+            )
 
     def _Cancel(
         self, request: pb.CancelRequest, context: grpc.ServicerContext
@@ -1344,11 +1352,23 @@ def _awaiting(op: pb.Operation, *, late: bool = False) -> str:
     )
 
 
+def _latched(daemon: Any, report: dict[str, Any]) -> bool:
+    """Whether the device of a stop report is latched now (its record read)."""
+    try:
+        return bool(daemon.devices.latched(_stopped_name(report)))
+    except Exception:
+        return False
+
+
+def _stopped_name(report: dict[str, Any]) -> str:
+    return str(report.get("robot") or report.get("device") or "")
+
+
 def _device_stop(report: dict[str, Any], *, latched: bool) -> pb.DeviceStop:
     """A device's stop report (a `SafeStopReport` document: each joint's `present` radians
     and `hardware_error` names as read back after the stop) on the wire; ``latched``: whether
     the device is latched now."""
-    name = str(report.get("robot") or report.get("device") or "")
+    name = _stopped_name(report)
     out = pb.DeviceStop(device=name, ok=bool(report.get("ok")))
     joints = [j for j in report.get("joints") or [] if isinstance(j, dict)]
     for j in joints:
