@@ -235,3 +235,25 @@ def test_a_thread_with_the_priority_goes_first_on_the_bus(
         ("read", 1, tables.TORQUE_ENABLE.address),
         ("read", 2, tables.PRESENT_POSITION.address),
     ]
+
+
+def test_a_reply_deadline_counts_the_frames_still_on_the_wire(
+    emulator: DynamixelEmulator, tmp_path: Path
+) -> None:
+    """A SYNC_WRITE is answered by no status, and its frame is not drained before the bus goes
+    on: the next exchange's reply cannot start before both frames have left the wire, so its
+    deadline counts them at the port's baud rate (here 9600: the 24-byte SYNC_WRITE and the
+    10-byte PING, 35 ms) before its 5 ms timeout. A device that answers 25 ms late, as it
+    would behind such a line, is answered, not timed out."""
+    goal = tables.GOAL_POSITION
+    entries = [(i, tables.encode(goal, 2048)) for i in (1, 2)]
+    with DxlBus.open(
+        emulator.path, baudrate=9600, timeout_ms=5, read_retries=0, lock_dir=tmp_path
+    ) as slow:
+        emulator.inject(Fault("delay", instruction="ping", value=25))
+        slow.sync_write(goal.address, goal.size, entries)
+        assert slow.ping(1).id == 1
+        # Nothing queued any more: a late answer past the PING's own time and timeout is not.
+        emulator.inject(Fault("delay", instruction="ping", value=60))
+        with pytest.raises(TransportTimeout):
+            slow.ping(1)

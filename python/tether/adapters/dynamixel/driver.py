@@ -187,7 +187,9 @@ class DxlBus:
         #: interpreter lock on a loaded host. Any other port (a pyserial URL) goes through
         #: pyserial.
         self._posix = isinstance(port, _PosixSerial) and isinstance(getattr(port, "fd", None), int)
-        self._on_wire_s = 0.0
+        #: When the frames written so far have left the wire (monotonic seconds, estimated
+        #: from the baud rate): no status can arrive before.
+        self._wire_free_at = 0.0
         self.identity = identity
         self.timeout_s = timeout_ms / 1000.0
         self.read_retries = read_retries
@@ -307,15 +309,19 @@ class DxlBus:
             TxRecord(int(time.time() * 1000), instruction, ids, hashlib.sha256(frame).hexdigest())
         )
         del self.sent[:-256]
-        # The status cannot start before the frame is on the wire: the reply's deadline runs
-        # from the write, plus the frame's time on the wire at the port's baud rate.
-        self._on_wire_s = len(frame) * 10 / max(1, getattr(self._port, "baudrate", 0) or 57600)
+        # A frame leaves the wire after every frame queued before it (a SYNC_WRITE's or an
+        # ACTION's, which no status answers, may still be queued): a reply's deadline runs from
+        # then (`_wire_free_at`), at the port's baud rate, 10 bits a byte.
+        baud = getattr(self._port, "baudrate", 0) or 57600
+        start = max(time.monotonic(), self._wire_free_at)
+        self._wire_free_at = start + len(frame) * 10 / max(1, baud)
         try:
             if self._posix:
                 written = self._write_fd(frame)
             else:
                 written = self._port.write(frame)
                 self._port.flush()
+                self._wire_free_at = time.monotonic()  # drained: on the wire already
         except serial.SerialTimeoutException as exc:
             raise _coded(TransportError, "write_failed", f"{instruction}: {exc}") from exc
         except _PORT_FAILURES as exc:
@@ -326,8 +332,9 @@ class DxlBus:
     def _write_fd(self, frame: bytes) -> int:
         """The frame into a POSIX port's output queue in one system call (a frame is far
         smaller than the queue); only when the queue is full does pyserial's write wait for
-        room (its write timeout). Not drained (`tcdrain`): the reply's deadline includes the
-        frame's time on the wire instead, as the vendor's SDK times a packet."""
+        room (its write timeout). Not drained (`tcdrain`, another system call): the next
+        reply's deadline counts the queued frames' time on the wire instead
+        (`_wire_free_at`)."""
         try:
             written = os.write(self._port.fd, frame)
         except BlockingIOError:
@@ -357,7 +364,7 @@ class DxlBus:
     def _receive(self, ids: list[int]) -> dict[int, _core.DxlPacket]:
         """Status packets from `ids` (in any order) until all arrived or the deadline passed."""
         got: dict[int, _core.DxlPacket] = {}
-        deadline = time.monotonic() + self._on_wire_s + self.timeout_s * max(1, len(ids))
+        deadline = max(time.monotonic(), self._wire_free_at) + self.timeout_s * max(1, len(ids))
         while len(got) < len(ids):
             now = time.monotonic()
             if now > deadline:
