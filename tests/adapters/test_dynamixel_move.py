@@ -423,3 +423,51 @@ def test_a_reissue_proof_is_refused_while_any_joint_reports_a_hardware_error(
         with pytest.raises(ReissueRefused) as info:
             adapter.prove_reissue(op, request(), 5)
         assert info.value.code == "hardware_error"
+
+
+def _moving_by_itself(emulator: DynamixelEmulator, dxl_id: int, goal: int, velocity: int) -> None:
+    """The shaft drives to ``goal`` under a command no move of this host sent (a killed move's
+    goal still in the servo, say)."""
+    with emulator._lock:
+        servo = emulator.servos[dxl_id]
+        servo.set(tables.PROFILE_VELOCITY, velocity)
+        servo.set(tables.TORQUE_ENABLE, 1)
+        servo.set(tables.GOAL_POSITION, goal)
+
+
+def test_a_move_waits_for_a_robot_moving_under_another_command_to_come_to_rest(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """Started on a robot still moving (a killed move's motion, before its attempt was
+    reconciled), a move sends nothing until the robot is at rest, and plans from there."""
+    _moving_by_itself(emulator, 1, 3000, velocity=5)
+    out = move(config, "on-the-move")
+    assert (out["status"], out["conclusion"]) == ("done", "executed")
+    preimage = op_of(store, "on-the-move").preimage(1)
+    assert preimage is not None
+    assert not any(j["moving"] for j in preimage["state"]["joints"].values())
+    assert target_actions(journal(emulator), GOALS) == {1: 1, 2: 1}
+
+
+def test_a_robot_still_moving_after_the_settle_timeout_refuses_the_move(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    _moving_by_itself(emulator, 1, 4000, velocity=1)
+    before = len(emulator.journal)
+    out = run_move(
+        config,
+        request(),
+        world="local",
+        activity="never-at-rest",
+        lease_ms=2_000,
+        settle_timeout_s=0.5,
+        timeout_s=60,
+        progress=lambda content: None,
+    )
+    assert out["status"] == "failed" and out.get("code") == "robot_moving", out
+    effectful = [
+        e
+        for e in list(emulator.journal)[before:]
+        if e.instruction not in ("sync_read", "read", "ping")
+    ]
+    assert effectful == []

@@ -66,6 +66,8 @@ CRASH_POINTS = ("after_preimage", "after_reg_write", "after_action", "after_read
 PROOF_CRASH_POINTS = ("proof.after_neutralise", "proof.after_fence_floor")
 
 ProgressFn = Callable[[dict[str, Any]], None]
+#: How often a move waiting for its robot to come to rest reads it back.
+AT_REST_POLL_S = 0.05
 
 PRESENT_VELOCITY = tables.BY_NAME["present_velocity"]
 #: One position step of an X-series servo, in radians (goal equality is within half of it).
@@ -281,16 +283,45 @@ class DynamixelMoveAdapter:
         progress: ProgressFn | None = None,
         settle_timeout_s: float = 30.0,
         fence: int | None = None,
+        heartbeat: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.host = host
         self.progress = progress or (lambda content: None)
+        #: Keeps the attempt's lease while it waits without progress (`_at_rest`).
+        self.heartbeat = heartbeat or (lambda: None)
         self.settle_timeout_s = settle_timeout_s
         #: The catalog fence of the attempt this adapter acts for (None: standalone use); a
         #: command under the move's fence floor is refused before it is logged or sent.
         self.fence = fence
 
     # --- helpers ---
+
+    def _at_rest(self, bus: Any, robot: RobotConfig, fresh: dict[str, Any]) -> dict[str, Any]:
+        """``fresh``, or a later read-back once no joint moves. A robot moving before a move
+        sent anything moves under a command no move of this host is running (the robot's lock
+        is held): a killed move's whose attempt is not reconciled yet, say. This move waits
+        for it to stop (heartbeating), up to the settle timeout, and plans from where it
+        stopped; still moving then, it is refused (`robot_moving`: nothing was sent). A stop
+        meanwhile refuses it as a latched robot's move."""
+        deadline = time.monotonic() + self.settle_timeout_s
+        while any(j["moving"] for j in _joints(fresh).values()):
+            if time.monotonic() > deadline:
+                moving = sorted(
+                    robot.joint_by_id(i).name for i, j in _joints(fresh).items() if j["moving"]
+                )
+                raise MoveRefused(
+                    "robot_moving",
+                    f"robot {robot.name} was still moving ({', '.join(moving)}) under a command"
+                    f" of no move of this host {self.settle_timeout_s:g} s after this move was"
+                    " to start: nothing was sent",
+                    details={"robot": robot.name, "moving": moving},
+                )
+            self.heartbeat()
+            time.sleep(AT_REST_POLL_S)
+            self.host.check_motion(robot.name)
+            fresh = read_joints(bus, robot)
+        return fresh
 
     def _send_logged(
         self,
@@ -507,8 +538,9 @@ class DynamixelMoveAdapter:
         # first frame would be refused): nothing is read or sent, so there is nothing for the
         # stop policy to stop, and the bus stays free for the stop itself.
         self.host.check_motion(robot.name)
-        # Before any byte: a fresh read-back, and every goal planned from it inside the limits.
-        fresh = read_joints(bus, robot)
+        # Before any byte: a fresh read-back of a robot at rest, and every goal planned from it
+        # inside the limits.
+        fresh = self._at_rest(bus, robot, read_joints(bus, robot))
         goals = plan_goals(robot, request, fresh)
         self._check_fence(op)
         # The generic host decides the speed limit (a first motion after a connect, resume,

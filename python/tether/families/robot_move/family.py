@@ -315,6 +315,7 @@ class RobotMoveAdapter:
             progress=progress,
             settle_timeout_s=self.settle_timeout_s,
             fence=ctx.fence,
+            heartbeat=ctx.heartbeat,
         )
 
     @staticmethod
