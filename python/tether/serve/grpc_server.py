@@ -116,6 +116,7 @@ import os
 import re
 import secrets
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent import futures
@@ -300,6 +301,11 @@ class _Auth:
         self._authenticator = authenticator
         self._key = secrets.token_bytes(32)
         self._known: OrderedDict[bytes, Principal] = OrderedDict()
+        #: Sources locked out (too many failures), to when (monotonic s): a token verified
+        #: before is refused from them too until then, as an unverified one is. Otherwise a
+        #: locked-out client would learn at full speed which guesses are valid tokens (those
+        #: answered from the cache).
+        self._locked: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def principal(self, context: grpc.ServicerContext, action: str, *, call: str) -> Principal:
@@ -307,19 +313,28 @@ class _Auth:
         that takes `action` (`tether.devices.credentials.ACTIONS`)."""
         secret = self._secret(context)
         mac = hmac.new(self._key, secret.encode(), hashlib.sha256).digest()
+        # Stop's failures count apart from the other calls' (per address still): every client
+        # on this host shares 127.0.0.1, and one sending stale tokens to other calls must not
+        # lock its planners out of Stop.
+        source = f"net:{peer_address(context.peer())}" + (":stop" if action == "stop" else "")
+        now = time.monotonic()
         with self._lock:
             known = self._known.get(mac)
+            until = self._locked.get(source)
+        if until is not None and now < until:
+            _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "credential_rate_limited: too many failed credential attempts from this"
+                f" address: try again in {until - now:.0f} s",
+            )
         if known is None:
             try:
-                # Stop's failures count apart from the other calls' (per address still): every
-                # client on this host shares 127.0.0.1, and one sending stale tokens to other
-                # calls must not lock its planners out of Stop.
-                source = f"net:{peer_address(context.peer())}" + (
-                    ":stop" if action == "stop" else ""
-                )
                 known = self._authenticator.authenticate(secret, roles=ROLES, source=source)
             except CredentialError as exc:
                 if exc.code == "credential_rate_limited":
+                    wait = float((exc.details or {}).get("retry_after_s") or 0.0)
+                    self._lock_out(source, now + wait)
                     _abort(
                         context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc.message}"
                     )
@@ -334,6 +349,14 @@ class _Auth:
                 f"{' or '.join(allowed)}",
             )
         return known
+
+    def _lock_out(self, source: str, until: float) -> None:
+        with self._lock:
+            self._locked[source] = until
+            if len(self._locked) > 1024:  # forget the lockouts that ended
+                now = time.monotonic()
+                for stale in [k for k, t in self._locked.items() if t <= now]:
+                    del self._locked[stale]
 
     def _remember(self, mac: bytes, known: Principal) -> None:
         with self._lock:
