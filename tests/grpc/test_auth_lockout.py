@@ -46,3 +46,17 @@ def test_a_locked_out_address_cannot_tell_a_valid_token_from_a_guess(served: Dae
         assert answer.devices[0].device == "arm"
     finally:
         channel.close()
+
+
+def test_an_ipv6_listener_is_printed_as_a_client_dials_it(tmp_path: Path) -> None:
+    """`[serve] grpc = "[::1]:0"`: the address the daemon gives (its ready line, `tether
+    status`) is bracketed, so a grpcio client dials it as printed."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    serve = SERVE.replace('"127.0.0.1:0"', '"[::1]:0"')
+    with in_process(tmp_path, serve) as running:
+        assert running.grpc_url is not None and running.grpc_url.startswith("[::1]:")
+        with grpc.insecure_channel(running.grpc_url) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            answer = health.Check(health_pb2.HealthCheckRequest(), timeout=30)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING

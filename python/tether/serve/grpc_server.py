@@ -1498,7 +1498,7 @@ class GrpcServer:
             from tether.serve.daemon import unavailable
 
             raise unavailable("grpc_unavailable", "gRPC", target, error)
-        self.url = f"{host}:{bound}"
+        self.url = address_text(host, bound)  # an IPv6 host bracketed, as a client dials it
         self.daemon = daemon
         self._health_set("", SERVICE, serving=True)
         self._check_devices()
