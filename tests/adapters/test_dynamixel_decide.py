@@ -394,3 +394,11 @@ def test_goals_driven_back_after_the_actions_log_are_never_read_as_not_actioned(
     assert decide.reconcile(preimage(), logged[:-1], back, move=move()) == decide.Neutralise(
         {}, "staged_not_actioned"
     )
+
+
+@pytest.mark.parametrize(("value", "shown"), [(1e308, "+1e+308"), (-3.5e12, "-3.5e+12")])
+def test_a_huge_target_is_refused_in_a_readable_line(value: float, shown: str) -> None:
+    with pytest.raises(decide.MoveRefused) as info:
+        decide.plan({"a": value}, relative=False, limits=LIMITS, present=None)
+    assert info.value.code == "limit_violation"
+    assert f"goal {shown} rad" in str(info.value) and len(str(info.value)) < 120

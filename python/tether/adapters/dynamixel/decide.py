@@ -189,6 +189,12 @@ class MoveRefused(ValueError):
         self.details = details
 
 
+def _rad(value: float) -> str:
+    """A radian value for a message: four decimals, or four significant digits and an
+    exponent when it is huge (a target of 1e308 is not printed in 309 digits)."""
+    return f"{value:+.4f}" if abs(value) < 1e6 else f"{value:+.4g}"
+
+
 def _same(a: float, b: float, resolution: float) -> bool:
     return abs(a - b) <= resolution / 2
 
@@ -218,11 +224,11 @@ def plan(
         if not low <= goal <= high:
             start = ""
             if relative and present is not None:
-                start = f" (from {present[name]:+.4f} rad by {value:+.4f} rad)"
+                start = f" (from {_rad(present[name])} rad by {_rad(value)} rad)"
             raise MoveRefused(
                 "limit_violation",
-                f"joint {name}: goal {goal:+.4f} rad{start} is outside its limits "
-                f"[{low:+.4f}, {high:+.4f}] rad",
+                f"joint {name}: goal {_rad(goal)} rad{start} is outside its limits "
+                f"[{_rad(low)}, {_rad(high)}] rad",
                 joint=name,
                 goal_rad=round(goal, 6),
                 min_rad=low,
