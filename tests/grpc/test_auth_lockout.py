@@ -60,3 +60,18 @@ def test_an_ipv6_listener_is_printed_as_a_client_dials_it(tmp_path: Path) -> Non
             health = health_pb2_grpc.HealthStub(channel)
             answer = health.Check(health_pb2.HealthCheckRequest(), timeout=30)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_two_authorization_headers_are_refused_whichever_comes_first(served: Daemon) -> None:
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    try:
+        valid = bearer()[0]
+        wrong = ("authorization", "Bearer not-the-token")
+        for metadata in ((wrong, valid), (valid, wrong), (valid, valid)):
+            with pytest.raises(grpc.RpcError) as info:
+                control.ListOperations(pb.ListOperationsRequest(), metadata=metadata, timeout=30)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "principal_ambiguous" in (info.value.details() or "")
+    finally:
+        channel.close()

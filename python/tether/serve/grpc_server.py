@@ -367,11 +367,17 @@ class _Auth:
     @staticmethod
     def _secret(context: grpc.ServicerContext) -> str:
         secret = None
-        for name, value in context.invocation_metadata():
-            if name == "authorization":
-                scheme, _, token = str(value).strip().partition(" ")
-                if scheme.lower() == "bearer" and token.strip():
-                    secret = token.strip()
+        headers = [v for k, v in context.invocation_metadata() if k == "authorization"]
+        if len(headers) > 1:  # which one would speak for the call is nobody's guess
+            _abort(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"principal_ambiguous: {len(headers)} `authorization` headers; send one",
+            )
+        for value in headers:
+            scheme, _, token = str(value).strip().partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                secret = token.strip()
         if secret is None:
             _abort(
                 context,
