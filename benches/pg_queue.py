@@ -23,9 +23,10 @@ claim-to-complete runs from the call that claimed an Activity to the return of t
 settled it (two steps later); pgqueuer's from its dequeue returning to its completion. A
 Tether run of one Activity per transaction (`--unbatched-jobs`) is printed for reference.
 
-Each worker count runs `--rounds` (3) alternating rounds of both systems, each on fresh
-tables, and compares the medians of their jobs/s: one round of each is at the mercy of this
-machine's noise (pgqueuer alone has ranged from 3,600 to 5,000 jobs/s between runs). The
+Each worker count runs `--rounds` (3) alternating rounds of both systems (pgqueuer first in
+every other round), each on fresh tables, and compares the medians of their jobs/s: one round
+of each is at the mercy of this machine's noise (pgqueuer alone has ranged from 3,600 to 5,000
+jobs/s between runs). The
 process runs with the collector settings of Tether's long-running processes (`quiet_heap`,
 as `tether serve` and `tether worker` set them once started), pgqueuer's rounds too.
 
@@ -568,24 +569,24 @@ def main(argv: list[str]) -> int:
             runs: dict[str, list[float]] = {"tether": [], "pgqueuer": []}
             for r in range(args.rounds):
                 of = f" (round {r + 1} of {args.rounds})" if args.rounds > 1 else ""
-                url = server.schema(f"tether_b_{w}_{r}")
-                line, rate = measured(
-                    server, partial(tether_run, url, args.jobs, w, args.batch), args.jobs
-                )
-                runs["tether"].append(rate)
-                print(f"tether   (admit, claim, bind, result, settle), {args.jobs:,} jobs{of}:")
-                print(f"{'':10}{line}")
-                pgq = f"pgq_{w}_{r}"
-                server.schema(pgq)
-                pgqueuer_install(server.url, pgq)
-                line, rate = measured(
-                    server,
-                    partial(pgqueuer_run, server.url, pgq, args.jobs, w, args.batch),
-                    args.jobs,
-                )
-                runs["pgqueuer"].append(rate)
-                print(f"pgqueuer (enqueue, dequeue, complete), {args.jobs:,} jobs{of}:")
-                print(f"{'':10}{line}")
+                # Odd rounds run pgqueuer first: drift within a round (autovacuum after the
+                # first system, a warm cache) falls on each system alike.
+                order = ("tether", "pgqueuer") if r % 2 == 0 else ("pgqueuer", "tether")
+                for system in order:
+                    if system == "tether":
+                        url = server.schema(f"tether_b_{w}_{r}")
+                        run = partial(tether_run, url, args.jobs, w, args.batch)
+                        title = "tether   (admit, claim, bind, result, settle)"
+                    else:
+                        pgq = f"pgq_{w}_{r}"
+                        server.schema(pgq)
+                        pgqueuer_install(server.url, pgq)
+                        run = partial(pgqueuer_run, server.url, pgq, args.jobs, w, args.batch)
+                        title = "pgqueuer (enqueue, dequeue, complete)"
+                    line, rate = measured(server, run, args.jobs)
+                    runs[system].append(rate)
+                    print(f"{title}, {args.jobs:,} jobs{of}:")
+                    print(f"{'':10}{line}")
             for system, got in runs.items():
                 rates[(system, w)] = statistics.median(got)
             ratio = rates[("tether", w)] / rates[("pgqueuer", w)]

@@ -305,8 +305,8 @@ def catalog_update_rows(
     one statement: the positions written (every position where some pair differs, as
     `catalog_changed_mask` compares them, except those of ``fixed``, a bit mask), and one
     JSON array with a row per pair: the read row's key (positions 0 to 2), its version (the
-    guard), the decided row's version, then its cells at those positions. Cells are text,
-    64-bit integers or None; any other is `CatalogStorageError`."""
+    guard), the decided row's version, then its cells at those positions. Cells are text
+    (valid Unicode), signed 64-bit integers or None; any other is `CatalogStorageError`."""
 
 def catalog_rejection_codes() -> list[str]:
     """Every rejection code, in declaration order."""

@@ -175,7 +175,7 @@ def test_a_batch_update_is_encoded_as_the_json_of_its_rows() -> None:
             [*o[:3], o[version], n[version], *(n[i] for i in cols)] for o, n in pairs
         ]
     row = tuple(range(len(COLUMNS)))
-    for bad in (1.5, True, 2**64, b"x"):
+    for bad in (1.5, True, 2**63, b"x", "lone \ud800 surrogate"):
         with pytest.raises(CatalogStorageError, match=COLUMNS[4]):
             _core.catalog_update_rows([(row, (*row[:4], bad, *row[5:]))], 0)
     with pytest.raises(CatalogStorageError):

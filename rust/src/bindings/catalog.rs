@@ -539,7 +539,12 @@ fn push_cell(out: &mut String, cell: &Bound<'_, PyAny>, column: usize) -> PyResu
     if cell.is_none() {
         out.push_str("null");
     } else if let Ok(text) = cell.cast::<PyString>() {
-        let text = text.to_str()?;
+        let text = text.to_str().map_err(|_| {
+            CatalogStorageError::new_err(format!(
+                "catalog column {} holds text that is not valid Unicode",
+                COLUMNS.get(column).copied().unwrap_or("?")
+            ))
+        })?;
         out.push_str(
             &serde_json::to_string(text)
                 .map_err(|e| CatalogStorageError::new_err(e.to_string()))?,
@@ -547,7 +552,7 @@ fn push_cell(out: &mut String, cell: &Bound<'_, PyAny>, column: usize) -> PyResu
     } else if cell.is_instance_of::<PyInt>() && !cell.is_instance_of::<pyo3::types::PyBool>() {
         let value: i64 = cell.extract().map_err(|_| {
             CatalogStorageError::new_err(format!(
-                "catalog column {} holds an integer beyond 64 bits",
+                "catalog column {} holds an integer outside the signed 64-bit range",
                 COLUMNS.get(column).copied().unwrap_or("?")
             ))
         })?;
@@ -566,8 +571,8 @@ fn push_cell(out: &mut String, cell: &Bound<'_, PyAny>, column: usize) -> PyResu
 /// one statement: the positions written (every position where some pair differs, as
 /// `catalog_changed_mask` compares them, except those of ``fixed``, a bit mask), and one
 /// JSON array with a row per pair: the read row's key (positions 0 to 2), its version (the
-/// guard), the decided row's version, then its cells at those positions. Cells are text,
-/// 64-bit integers or None; any other is `CatalogStorageError`.
+/// guard), the decided row's version, then its cells at those positions. Cells are text
+/// (valid Unicode), signed 64-bit integers or None; any other is `CatalogStorageError`.
 #[pyfunction]
 fn catalog_update_rows(updates: &Bound<'_, PyList>, fixed: u64) -> PyResult<(Vec<usize>, String)> {
     let version = COLUMNS
