@@ -314,6 +314,20 @@ JSON_BAD = [
     (["stop", "--json", "--config", "{config}", "--robot", "amr"]),
     (["host", "serve", "--json", "--config", "{missing}"]),
     (["serve", "--json", "--config", "{missing}"]),
+    (
+        [
+            "move",
+            "--json",
+            "--config",
+            "{missing}",
+            "--robot",
+            "arm",
+            "--joint",
+            "a=0.1",
+            "--activity",
+            "m",
+        ]
+    ),
     (["demo", "--json", "--port", "-1"]),
     (["demo", "--json", "--port", "0", "--data-dir", "{file}"]),
 ]
@@ -334,6 +348,7 @@ def test_a_refusal_with_json_is_one_document_on_stdout_and_one_line_on_stderr(
     doc = json.loads(lines[0])
     assert doc["status"] == "refused", doc
     assert isinstance(doc["code"], str) and re.fullmatch(r"[a-z][a-z0-9_]*", doc["code"]), doc
+    assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(doc["error"])), doc  # a class's name
     assert doc["message"] and "\n" not in doc["message"] and isinstance(doc["details"], dict)
     said = done.stderr.strip().splitlines()[-1]  # after the demo's progress lines, if any
     assert said.startswith("tether"), said

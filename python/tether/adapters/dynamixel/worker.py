@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, coded_line, want_json
+from tether._args import Parser, error_line, refuse, want_json
 from tether._dirs import usable_dir
 from tether.activities import ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
@@ -312,21 +312,14 @@ def _one_line_logs() -> None:
 
 
 def _say_json(doc: dict[str, Any]) -> None:
-    """A document on stdout; a refusal or an error is also its one line on stderr (as every
-    command's is), and carries its `message` and `details` as every refusal document does."""
-    if doc.get("status") in ("refused", "error"):
-        error = str(doc.get("error"))
-        print(f"tether move: {coded_line(doc.get('code'), error)}", file=sys.stderr, flush=True)
-        doc = {**doc, "message": error, "details": doc.get("details") or {}}
+    """An outcome document on stdout (a refusal or an error is `error_line`'s)."""
     print(json.dumps(doc), flush=True)
 
 
 def _say_text(doc: dict[str, Any]) -> None:
-    """The outcome for a person on a terminal (radians; an error on stderr, one line)."""
+    """The outcome for a person on a terminal, in radians (a refusal or an error is
+    `error_line`'s)."""
     status = doc.get("status")
-    if status in ("refused", "error"):
-        print(f"tether move: {doc.get('error')}", file=sys.stderr, flush=True)
-        return
     key = doc.get("key", "")
     attempts = doc.get("attempts")
     tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
@@ -434,15 +427,19 @@ def main(argv: list[str]) -> int:
         check_request(config.robot(request.robot), request)
         usable_dir(data_dir_of(config), what="the moves data dir")  # checked before use
     except (TetherError, MoveRequestError) as exc:
-        refused = {"status": "refused", "code": getattr(exc, "code", None), "error": str(exc)}
-        say(refused)
+        error_line("tether move", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)
     line = None if as_json else _ProgressLine()
     from tether.client import ClientError, daemon_record
 
     if daemon_record(config.state_dir) is not None:
         if args.store:
-            say({"status": "refused", "code": "usage", "error": "--store: tether serve runs"})
+            refuse(
+                "tether move",
+                "usage",
+                "--store: tether serve runs, and moves run through it on its own store",
+                error="UsageError",
+            )
             return EXIT_USAGE
         try:
             outcome = submit_move(
@@ -456,7 +453,7 @@ def main(argv: list[str]) -> int:
         except ClientError as exc:
             if line is not None:
                 line.end()
-            say({"status": "error", "code": exc.code, "error": str(exc)})
+            error_line("tether move", exc)
             if exc.code in ("daemon_not_running", "owner_no_answer", "owner_untrusted"):
                 return _exit.UNAVAILABLE
             return _exit.for_error(exc, default=EXIT_ERROR)
@@ -478,8 +475,7 @@ def main(argv: list[str]) -> int:
     except (TetherError, MoveRequestError) as exc:
         if line is not None:
             line.end()
-        code = getattr(exc, "code", None)
-        say({"status": "error", "code": code, "error": f"{type(exc).__name__}: {exc}"})
+        error_line("tether move", exc)
         return _exit.for_error(exc, default=EXIT_ERROR)
     if line is not None:
         line.end()
