@@ -219,6 +219,12 @@ def catalog_url_for(config: Any) -> str | None:
     return _store_url(_serve_table(config), "catalog")
 
 
+def world_url_for(config: Any) -> str | None:
+    """The world ledger URL of a host configuration (`[serve] world`), or None: the data
+    dir's `world.db`."""
+    return _store_url(_serve_table(config), "world")
+
+
 __all__ = [
     "CODES",
     "DEFAULT_LIVE",
@@ -228,6 +234,7 @@ __all__ = [
     "catalog_url_for",
     "data_dir_for",
     "host_name_for",
+    "world_url_for",
     "load_serve",
     "parse_grpc",
     "parse_serve",

@@ -49,6 +49,7 @@ from tether.families.robot_move.request import (
     MoveRequest,
     MoveRequestError,
 )
+from tether.storage._urls import redact
 
 EXIT_DONE = _exit.OK
 EXIT_ERROR = _exit.FAILED
@@ -426,6 +427,9 @@ def main(argv: list[str]) -> int:
         )
         check_request(config.robot(request.robot), request)
         usable_dir(data_dir_of(config), what="the moves data dir")  # checked before use
+        from tether.serve.config import catalog_url_for, world_url_for
+
+        named = [u for u in (catalog_url_for(config), world_url_for(config)) if u is not None]
     except (TetherError, MoveRequestError) as exc:
         error_line("tether move", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)
@@ -461,6 +465,17 @@ def main(argv: list[str]) -> int:
             line.end()
         say(outcome)
         return _move_exit(outcome)
+    if named:
+        # A standalone move runs on the data dir's own stores: one the configuration names
+        # instead (a catalog shared by hosts, say) would never see it, nor would its operators.
+        refuse(
+            "tether move",
+            "daemon_not_running",
+            f"this host's stores are [serve] catalog/world ({redact(named[0])}): its moves"
+            f" run through its daemon, on them; start `tether serve --config {args.config}`",
+            error="ClientError",
+        )
+        return _exit.UNAVAILABLE
     try:
         outcome = run_move(
             config,
