@@ -60,6 +60,7 @@ def move(
     activity: str,
     targets: dict[str, float] | None = None,
     progress: Any = None,
+    settle_timeout_s: float = 10,
 ) -> dict[str, Any]:
     """`tether move`'s run: one Activity of the local Host, with a short lease."""
     return run_move(
@@ -68,7 +69,7 @@ def move(
         world="local",
         activity=activity,
         lease_ms=300,
-        settle_timeout_s=10,
+        settle_timeout_s=settle_timeout_s,
         timeout_s=60,
         progress=progress or (lambda content: None),
     )
@@ -454,16 +455,7 @@ def test_a_robot_still_moving_after_the_settle_timeout_refuses_the_move(
 ) -> None:
     _moving_by_itself(emulator, 1, 4000, velocity=1)
     before = len(emulator.journal)
-    out = run_move(
-        config,
-        request(),
-        world="local",
-        activity="never-at-rest",
-        lease_ms=2_000,
-        settle_timeout_s=0.5,
-        timeout_s=60,
-        progress=lambda content: None,
-    )
+    out = move(config, "never-at-rest", settle_timeout_s=0.5)
     assert out["status"] == "failed" and out.get("code") == "robot_moving", out
     effectful = [
         e

@@ -127,6 +127,10 @@ def serving(
             channel.close()
 
 
+#: A daemon's `[serve]` for a test of one in this process: gRPC on loopback, no workers.
+IN_PROCESS_SERVE = '\n[serve]\nworkers = 0\nsse = "off"\ngrpc = "127.0.0.1:0"\n'
+
+
 @contextmanager
 def in_process(tmp: Path, serve: str) -> Iterator[Any]:
     """A `Daemon` started in this process (`serve`, its `[serve]` table) over the DYNAMIXEL

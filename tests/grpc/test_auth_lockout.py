@@ -4,22 +4,13 @@ too, until the lockout ends (a `Daemon` in this process, a real grpcio client on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from _grpc_setup import bearer, in_process, stub
+from _grpc_setup import IN_PROCESS_SERVE, bearer, in_process, stub
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether.serve.daemon import Daemon
-
-SERVE = '\n[serve]\nworkers = 0\nsse = "off"\ngrpc = "127.0.0.1:0"\n'
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Daemon]:
-    with in_process(tmp_path, SERVE) as running:
-        yield running
 
 
 def _code(control: object, token: str) -> grpc.StatusCode:
@@ -53,7 +44,7 @@ def test_an_ipv6_listener_is_printed_as_a_client_dials_it(tmp_path: Path) -> Non
     status`) is bracketed, so a grpcio client dials it as printed."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    serve = SERVE.replace('"127.0.0.1:0"', '"[::1]:0"')
+    serve = IN_PROCESS_SERVE.replace('"127.0.0.1:0"', '"[::1]:0"')
     with in_process(tmp_path, serve) as running:
         assert running.grpc_url is not None and running.grpc_url.startswith("[::1]:")
         with grpc.insecure_channel(running.grpc_url) as channel:

@@ -7,22 +7,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from _grpc_setup import bearer, in_process, stub
+from _grpc_setup import bearer, stub
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether.serve.daemon import Daemon
-
-SERVE = '\n[serve]\nworkers = 0\nsse = "off"\ngrpc = "127.0.0.1:0"\n'
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Daemon]:
-    with in_process(tmp_path, SERVE) as running:
-        yield running
 
 
 def test_only_an_authorised_stop_holds_new_work_back(
