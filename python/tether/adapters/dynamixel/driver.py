@@ -23,6 +23,7 @@ Transport rules:
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import select
 import termios
@@ -348,8 +349,9 @@ class DxlBus:
         wait and one read per chunk. Ready with nothing to read is the adapter gone, as
         pyserial reports it."""
         fd = self._port.fd
-        ready, _, _ = select.select([fd], [], [], max(0.0, wait_s))
-        if not ready:
+        waiting = select.poll()  # not select(): a daemon's descriptors may pass FD_SETSIZE
+        waiting.register(fd, select.POLLIN)
+        if not waiting.poll(max(0, math.ceil(wait_s * 1000))):
             return b""
         try:
             chunk = os.read(fd, 4096)
