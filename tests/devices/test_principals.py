@@ -220,3 +220,15 @@ def test_the_readme_role_table_is_the_permissions_table() -> None:
     for role, may in credentials.PERMISSIONS.items():
         for action in may:
             assert action in documented[role], (role, action)
+
+
+def test_hash_refuses_a_short_planner_token_and_prints_no_table() -> None:
+    argv = [sys.executable, "-m", "tether", "operator", "hash", "--name", "ci", "--role", "planner"]
+    done = subprocess.run(argv, input="abc\n", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "[planners" not in done.stdout and "argon2" not in done.stdout
+    assert done.stderr.strip().startswith("tether operator: short_token: ")
+    # An operator's passphrase is a person's: not measured.
+    person = [*argv[:-2], "--role", "operator"]
+    kept = subprocess.run(person, input="s3cret\n", capture_output=True, text=True, timeout=60)
+    assert kept.returncode == 0 and kept.stdout.startswith("[operators.ci]")

@@ -100,6 +100,7 @@ CODES: Final = (
     "insecure_secret_file",
     "old_credential_format",
     "role_refused",
+    "short_token",
     "unreadable_secret_file",
     "weak_credential",
 )
@@ -124,6 +125,26 @@ def _hasher(cost: Cost) -> PasswordHasher:
         salt_len=cost.salt_len,
         type=argon2.Type.ID,
     )
+
+
+#: The fewest characters a planner's token may have: a token is a machine's secret, made
+#: random and long (`python -c "import secrets; print(secrets.token_urlsafe(32))"`), and
+#: a client that may guess five times a minute per address must not find it.
+MIN_TOKEN_CHARS = 16
+
+
+def check_new_secret(secret: str, role: str) -> None:
+    """Refuse a planner token shorter than `MIN_TOKEN_CHARS` (`short_token`) before it is
+    hashed into a host.toml (`tether operator hash`); an operator's passphrase is a person's
+    and is not measured here."""
+    if role == "planner" and len(secret) < MIN_TOKEN_CHARS:
+        raise _error(
+            "short_token",
+            f"a planner token needs at least {MIN_TOKEN_CHARS} characters (this one has"
+            f' {len(secret)}): make a random one, e.g. `python -c "import secrets;'
+            ' print(secrets.token_urlsafe(32))"`',
+            minimum=MIN_TOKEN_CHARS,
+        )
 
 
 def hash_secret(secret: str, cost: Cost = DEFAULT) -> str:

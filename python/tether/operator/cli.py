@@ -323,6 +323,7 @@ def _secret(args: argparse.Namespace) -> str | None:
 
 def _hash(args: argparse.Namespace, as_json: bool) -> int:
     secret = credentials.read_secret(prompt=f"credential for {args.name}: ")
+    credentials.check_new_secret(secret, args.role)
     hashed = credentials.hash_secret(secret)
     if as_json:
         print(json.dumps({"name": args.name, "role": args.role, "credential": hashed}))
