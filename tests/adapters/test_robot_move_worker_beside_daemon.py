@@ -33,7 +33,12 @@ def test_a_robot_worker_beside_the_daemon_that_owns_the_ports_is_refused(
     config = serve_config(tmp_path, emulator.path, extra='[serve]\nhost_name = "arm-host"\n')
     with daemon(config) as (_, ready):
         refused = _worker(config, tmp_path / "worker-data")
-        out, err = refused.communicate(timeout=60)
+        try:
+            out, err = refused.communicate(timeout=60)
+        finally:
+            if refused.poll() is None:  # it started after all: never leave it running
+                refused.kill()
+                refused.communicate()
         assert refused.returncode == 7, (out, err)
         line = err.strip()
         assert "\n" not in line and "Traceback" not in err
