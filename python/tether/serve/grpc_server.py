@@ -305,7 +305,7 @@ class _Auth:
         #: before is refused from them too until then, as an unverified one is. Otherwise a
         #: locked-out client would learn at full speed which guesses are valid tokens (those
         #: answered from the cache).
-        self._locked: dict[str, float] = {}
+        self._locked: dict[str, tuple[float, str]] = {}
         self._lock = threading.Lock()
 
     def principal(self, context: grpc.ServicerContext, action: str, *, call: str) -> Principal:
@@ -320,13 +320,13 @@ class _Auth:
         now = time.monotonic()
         with self._lock:
             known = self._known.get(mac)
-            until = self._locked.get(source)
-        if until is not None and now < until:
+            locked = self._locked.get(source)
+        if locked is not None and now < locked[0]:
+            until, why = locked  # the limiter's own words, with the time left
             _abort(
                 context,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                "credential_rate_limited: too many failed credential attempts from this"
-                f" address: try again in {until - now:.0f} s",
+                f"credential_rate_limited: {why}: try again in {until - now:.0f} s",
             )
         if known is None:
             try:
@@ -334,7 +334,7 @@ class _Auth:
             except CredentialError as exc:
                 if exc.code == "credential_rate_limited":
                     wait = float((exc.details or {}).get("retry_after_s") or 0.0)
-                    self._lock_out(source, now + wait)
+                    self._lock_out(source, now + wait, exc.message.rsplit(": try again", 1)[0])
                     _abort(
                         context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc.message}"
                     )
@@ -350,12 +350,12 @@ class _Auth:
             )
         return known
 
-    def _lock_out(self, source: str, until: float) -> None:
+    def _lock_out(self, source: str, until: float, why: str) -> None:
         with self._lock:
-            self._locked[source] = until
+            self._locked[source] = (until, why)
             if len(self._locked) > 1024:  # forget the lockouts that ended
                 now = time.monotonic()
-                for stale in [k for k, t in self._locked.items() if t <= now]:
+                for stale in [k for k, (t, _) in self._locked.items() if t <= now]:
                     del self._locked[stale]
 
     def _remember(self, mac: bytes, known: Principal) -> None:
