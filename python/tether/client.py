@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tether._coded import CodedError
-from tether.devices.control import send_request, socket_path_for
+from tether.devices.control import daemon_socket, send_request
 from tether.serve.locks import running
 from tether.transport import TransportError
 
@@ -83,7 +83,7 @@ class Client:
         if (state_dir is None) == (config is None):
             raise ValueError("give exactly one of state_dir or config")
         self.state_dir = Path(state_dir) if state_dir is not None else _state_dir_of(config or "")
-        self.socket_path = socket_path_for(self.state_dir.resolve() / "serve.sock")
+        self.socket_path = daemon_socket(self.state_dir)
         self.timeout = timeout
 
     # --- discovery ---

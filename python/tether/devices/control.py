@@ -86,6 +86,13 @@ def socket_path_for(path: Path) -> str:
     return str(base / f"tether-{os.geteuid()}" / f"{digest}.sock")
 
 
+def daemon_socket(state_dir: Path) -> str:
+    """The control socket of `tether serve` for `state_dir` (`socket_path_for` of
+    `<state_dir>/serve.sock`): where the daemon binds it, and where clients, `tether stop` and
+    a worker checking who owns a port look for it."""
+    return socket_path_for(state_dir.resolve() / "serve.sock")
+
+
 def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
     """The (pid, uid, gid) of the process at the other end of a unix socket (`SO_PEERCRED`)."""
     raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
@@ -424,6 +431,7 @@ __all__ = [
     "REFUSAL_CODES",
     "REQUEST_DEADLINE_S",
     "ControlServer",
+    "daemon_socket",
     "peer_credentials",
     "send_request",
     "socket_path_for",

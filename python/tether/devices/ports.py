@@ -183,13 +183,23 @@ def is_locked(path: Path) -> bool:
     return False
 
 
-def owner_socket_of(state_dir: Path, cfg: PortLocator) -> str | None:
-    """The control socket of the process owning the port, or None when nobody owns it."""
+def owner_of(state_dir: Path, cfg: PortLocator) -> tuple[PortIdentity, dict[str, Any]] | None:
+    """The port's identity and its owner's record (`pid`, `socket`) while a process owns it
+    (its identity lock is held), else None."""
     identity = resolve_port(cfg)
     path = lock_path(state_dir, identity.key)
     if not is_locked(path):
         return None
-    socket_path = read_owner(path).get("socket")
+    return identity, read_owner(path)
+
+
+def owner_socket_of(state_dir: Path, cfg: PortLocator) -> str | None:
+    """The control socket of the process owning the port, or None when nobody owns it."""
+    owned = owner_of(state_dir, cfg)
+    if owned is None:
+        return None
+    identity, owner = owned
+    socket_path = owner.get("socket")
     if not isinstance(socket_path, str):
         raise PortBusy(
             "port_owned",
@@ -206,6 +216,7 @@ __all__ = [
     "PortLocator",
     "is_locked",
     "lock_path",
+    "owner_of",
     "owner_socket_of",
     "read_owner",
     "resolve_port",

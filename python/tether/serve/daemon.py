@@ -58,7 +58,7 @@ from tether._priority import stop_priority
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.devices.config import HostConfig, load_config
-from tether.devices.control import socket_path_for
+from tether.devices.control import daemon_socket
 from tether.devices.host import DeviceHost
 from tether.devices.latch import OPERATOR_STOP, SESSION_LAPSE
 from tether.errors import TetherError
@@ -196,9 +196,8 @@ def data_lock_path(data_dir: Path) -> Path:
     return data_dir / "serve.lock"
 
 
-def serve_socket(state_dir: Path) -> str:
-    """The daemon's control socket for `state_dir` (a short stand-in for a long path)."""
-    return socket_path_for(state_dir.resolve() / "serve.sock")
+#: The daemon's control socket for a state dir (a short stand-in for a long path).
+serve_socket = daemon_socket
 
 
 def _text(request: dict[str, Any], name: str) -> str:

@@ -572,23 +572,22 @@ def ports_busy(config: HostConfig) -> Callable[[], str | None]:
     be the host's `tether serve` when it is; None when none is owned."""
 
     def busy() -> str | None:
-        from tether.devices.ports import is_locked, lock_path, read_owner, resolve_port
+        from tether.devices.control import daemon_socket
+        from tether.devices.ports import owner_of
 
-        daemon = str(Path(config.state_dir).resolve() / "serve.sock")
         for name, port in sorted(config.ports.items()):
             try:
-                identity = resolve_port(port)
+                owned = owner_of(config.state_dir, port)
             except Exception:  # not plugged in now: nobody owns it
                 continue
-            path = lock_path(config.state_dir, identity.key)
-            if not is_locked(path):
+            if owned is None:
                 continue
-            owner = read_owner(path)
+            identity, owner = owned
             socket = owner.get("socket")
             said = f"port {name} ({identity.device}) is owned by pid {owner.get('pid')}"
             if isinstance(socket, str) and socket:
                 said += f" (socket {socket})"
-                if str(Path(socket).resolve()) == daemon:
+                if socket == daemon_socket(Path(config.state_dir)):
                     said += ", this host's tether serve, whose workers run its robots' moves"
             return said
         return None
