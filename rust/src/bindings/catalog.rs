@@ -13,7 +13,7 @@ use pyo3::types::{PyInt, PyList, PyString, PyTuple};
 
 use crate::bindings::errors::TetherError;
 use crate::catalog::{
-    self, ActivityRecord, Admission, Cell, CellRef, Decision, DecisionOutcome, Key, Now, Receipt,
+    self, ActivityRecord, Admission, CellRef, Decision, DecisionOutcome, Key, Now, Receipt,
     Rejection, RejectionKind, ResultRef, RowError, COLUMNS,
 };
 
@@ -987,8 +987,7 @@ fn catalog_derive_row<'py>(
 ) -> PyResult<Bound<'py, PyTuple>> {
     let items = items_of(row);
     let cells = cells_of(&items)?;
-    let owned: Vec<Cell> = cells.iter().map(|c| c.into_cell()).collect();
-    let record = ActivityRecord::from_cells_rederived(&owned).map_err(row_error)?;
+    let record = ActivityRecord::from_cells_rederived(&cells).map_err(row_error)?;
     let old = Loaded { row, cells, record };
     row_of(py, Some(&old), &old.record)
 }

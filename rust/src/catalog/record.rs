@@ -483,8 +483,8 @@ impl ActivityRecord {
 
     /// Decodes a row ignoring its derived `pending_observation` and `unsettled` cells, which
     /// `to_cells` then recomputes: the schema migration that adds them uses this.
-    pub fn from_cells_rederived(cells: &[Cell]) -> Result<ActivityRecord, RowError> {
-        Self::decode(&cells.iter().map(Cell::as_ref).collect::<Vec<_>>(), false)
+    pub fn from_cells_rederived(cells: &[CellRef<'_>]) -> Result<ActivityRecord, RowError> {
+        Self::decode(cells, false)
     }
 
     fn decode(cells: &[CellRef<'_>], check_derived: bool) -> Result<ActivityRecord, RowError> {
@@ -841,7 +841,8 @@ mod tests {
                 Some(COLUMNS[at(column)])
             );
             // The migration's decode ignores them; encoding writes what the facts say.
-            let fixed = ActivityRecord::from_cells_rederived(&bad).unwrap();
+            let refs: Vec<CellRef<'_>> = bad.iter().map(Cell::as_ref).collect();
+            let fixed = ActivityRecord::from_cells_rederived(&refs).unwrap();
             assert_eq!(fixed.to_cells(), cells);
         }
     }
