@@ -150,6 +150,32 @@ def test_alert_mid_move_stops_safely_and_parks(
     assert len(emulator.journal) == before
 
 
+def test_a_hardware_error_on_one_joint_holds_the_others_at_once(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """The other joints do not drive on to their goals after one joint's hardware error: the
+    read-back ends on the Alert bit and the safe-stop holds them where they are."""
+    emulator.speed_scale = 0.5
+    targets = {"a": 0.5, "b": -1.2}
+    goal = tables.radians_to_ticks(-1.2)
+    start = emulator.snapshot(2)["present_position"]
+    distance = abs(goal - start)
+    assert distance > 600  # ticks: far enough that a late hold would show
+
+    def on_progress(content: dict[str, Any]) -> None:
+        if not emulator.snapshot(1)["hardware_error_status"]:
+            emulator.inject(Fault("alert", id=1, value=0x20))
+
+    out = move(config, "op-hw", targets, progress=on_progress)
+    assert (out["status"], out["reason"]) == ("awaiting_decision", "hardware_error")
+    state = settled(lambda: emulator.snapshot(2))
+    assert state["torque_enable"] == 1 and state["goal_position"] == state["present_position"]
+    # Held early: joint 2 covered well under half its way (it drove the whole way before).
+    assert abs(state["present_position"] - start) < distance / 2, (start, state, goal)
+    causes = {s.get("cause") for s in op_of(store, "op-hw").sent()}
+    assert "hardware_error" in causes, causes
+
+
 def test_an_exception_cannot_skip_the_safe_stop(
     emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
 ) -> None:

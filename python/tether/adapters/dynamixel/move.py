@@ -20,7 +20,9 @@ durably to the operation's sent log, then the frame is sent.
 4. Present Position / Moving are read back until the arm settles (or the settle timeout), as
    live progress in radians.
 Any failure after step 1 runs the robot's safe-stop in a `finally`, its writes logged with the
-cause (`settle_timeout`, `not_reached`, `error`) before they are sent; a completed move ends
+cause (`hardware_error`, `settle_timeout`, `not_reached`, `error`) before they are sent; a
+joint that reports a hardware error mid-move (its status's Alert bit) ends the read-back at
+once, so the safe-stop holds the other joints where they are; a completed move ends
 without a stop (the arm holds its goal, torque on, whatever the stop policy).
 
 Reconcile (after a crash or a lost status) reads the device, waits for it to stand still (at
@@ -77,8 +79,9 @@ SETTLE_RETRY_MS = 1000
 
 
 class MoveNotReached(DeviceError):
-    """The arm did not arrive at its goals: code `settle_timeout` (still moving when the settle
-    timeout ran out) or `not_reached` (settled elsewhere: blocked, or torque lost)."""
+    """The arm did not arrive at its goals: code `hardware_error` (a joint reported one while
+    the arm moved), `settle_timeout` (still moving when the settle timeout ran out) or
+    `not_reached` (settled elsewhere: blocked, or torque lost)."""
 
 
 class MoveRefused(HostConfigError):
@@ -392,10 +395,15 @@ class DynamixelMoveAdapter:
         (never refused: a stop always goes out)."""
         op.log_sent({"attempt": attempt, "t_ms": now_ms(), "cause": cause, **entry})
 
-    def _settle(self, robot: RobotConfig, goals: dict[int, int] | None) -> dict[str, Any]:
+    def _settle(
+        self, robot: RobotConfig, goals: dict[int, int] | None, *, moving_here: bool = False
+    ) -> dict[str, Any]:
         """Read back until every joint stopped or the settle timeout ran out; publish progress
         (in radians) while goals are known; return the last read-back (`timed_out` set when
-        the timeout ran out)."""
+        the timeout ran out). `moving_here`: the motion is this attempt's own, so a joint whose
+        status raises its Alert bit (a hardware error, its torque off) ends the read-back at
+        once (`alert` set) for the attempt's safe-stop to hold the others; a reconcile only
+        watches a device come to rest."""
         bus = self.host.bus_for(robot)
         ids = sorted(goals) if goals else robot.ids
         deadline = time.monotonic() + self.settle_timeout_s
@@ -424,6 +432,12 @@ class DynamixelMoveAdapter:
                 )
             if not any(moving.values()):
                 return read_joints(bus, robot)
+            if moving_here and bus.stats.alerts.intersection(ids):
+                # A joint reports a hardware error (its torque is off): the others must not
+                # drive on to their goals, so the move ends now and its safe-stop holds them.
+                state = read_joints(bus, robot)
+                state["alert"] = True
+                return state
             if time.monotonic() > deadline:
                 state = read_joints(bus, robot)
                 state["timed_out"] = True
@@ -432,7 +446,7 @@ class DynamixelMoveAdapter:
 
     def _reached(self, robot: RobotConfig, goals: dict[int, int], state: dict[str, Any]) -> bool:
         joints = _joints(state)
-        return not state.get("timed_out") and all(
+        return not state.get("timed_out") and not state.get("alert") and all(
             joints[i]["moving"] == 0
             and joints[i]["torque_enable"] == 1
             and abs(joints[i]["present_position"] - g) <= robot.tolerance_ticks
@@ -602,10 +616,16 @@ class DynamixelMoveAdapter:
             crash_point("after_reg_write")
             self._send_logged(op, attempt, "action", _core.dxl_action(), bus.action, id=0xFE)
             crash_point("after_action")
-            final = self._settle(robot, goals)
+            final = self._settle(robot, goals, moving_here=True)
             crash_point("after_readback")
             if not self._reached(robot, goals, final):
-                cause = "settle_timeout" if final.get("timed_out") else "not_reached"
+                cause = (
+                    "hardware_error"
+                    if final.get("alert")
+                    else "settle_timeout"
+                    if final.get("timed_out")
+                    else "not_reached"
+                )
                 where = si_read_back(robot, final)["joints"]
                 raise MoveNotReached(
                     cause,
