@@ -313,6 +313,12 @@ class AttemptContext:
         raise (the attempt then stays bound, and the next one reconciles)."""
         return self._stopping.is_set()
 
+    def wait_stopping(self, timeout_s: float | None) -> bool:
+        """Block until the worker is shutting down (True) or `timeout_s` passed (False): for an
+        adapter waiting on something it can abandon (a remote stream), so a shutdown is never
+        held by it."""
+        return self._stopping.wait(timeout_s)
+
     @property
     def lost(self) -> bool:
         """Whether a renewal found the lease or fence gone."""

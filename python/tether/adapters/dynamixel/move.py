@@ -446,11 +446,15 @@ class DynamixelMoveAdapter:
 
     def _reached(self, robot: RobotConfig, goals: dict[int, int], state: dict[str, Any]) -> bool:
         joints = _joints(state)
-        return not state.get("timed_out") and not state.get("alert") and all(
-            joints[i]["moving"] == 0
-            and joints[i]["torque_enable"] == 1
-            and abs(joints[i]["present_position"] - g) <= robot.tolerance_ticks
-            for i, g in goals.items()
+        return (
+            not state.get("timed_out")
+            and not state.get("alert")
+            and all(
+                joints[i]["moving"] == 0
+                and joints[i]["torque_enable"] == 1
+                and abs(joints[i]["present_position"] - g) <= robot.tolerance_ticks
+                for i, g in goals.items()
+            )
         )
 
     def _result(

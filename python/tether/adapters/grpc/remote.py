@@ -25,20 +25,29 @@ Rules:
 - The remote result is made durable in the local artifact store and read back against the
   digest the remote reported (and the digest of its bytes) before it is returned for
   `record_result`; a mismatch is `RemoteResultMismatch` (nothing recorded).
-- `reconcile` asks `GetOperation`: succeeded -> Recovered (the result as above); failed,
-  cancelled or expired -> Recovered with a failed result (a recorded failure: the remote has
-  settled it, it never runs again); unknown-awaiting-operator -> Unknown with the remote
-  evidence document; pending or running -> watched to its end; NOT_FOUND -> ConfirmedAbsent
-  whose guard names the server's create-if-absent by operation id (the next attempt re-sends
-  the identical Execute); unreachable -> Unknown, retried shortly; refused (a credential the
-  remote refuses, any other non-transient code) -> Unknown `remote_refused_principal` or
-  `remote_refused`, retried after `OPERATOR_RETRY_MS` (fix the token or the address).
+- `reconcile` asks `GetOperation` whether the remote holds an operation under the id, then
+  re-sends the identical `Execute`. The remote answers it with the operation it holds for
+  this very request (its request digest checked on the remote: another request's operation
+  under the same id is never taken for ours, `ALREADY_EXISTS` -> a recorded failure
+  `remote_conflict`, ours never ran there), or creates it where it holds none: an operation
+  the remote does not know is retried with the identical request, its create-if-absent per
+  (principal, operation_id) being the guard, and it is ConfirmedAbsent only once the remote
+  answers that retry `expired` (never started there, and never will). Then: succeeded ->
+  Recovered (the result as above); failed, cancelled or expired -> Recovered with a failed
+  result (a recorded failure: the remote has settled it, it never runs again);
+  unknown-awaiting-operator -> Unknown with the remote evidence document; pending or running
+  -> watched to its end; a result whose bytes do not match its digest -> Unknown
+  `remote_result_mismatch` for an operator; unreachable -> Unknown, retried shortly; refused
+  (a credential the remote refuses, any other non-transient code) -> Unknown
+  `remote_refused_principal` or `remote_refused`, retried after `OPERATOR_RETRY_MS` (fix the
+  token or the address). A terminal operation whose record the remote has compacted (its
+  retention) is recorded with its state and no document (`remote_compacted`).
 
 Crash points (`tether._crash.crash_point`, `CRASH_POINTS`), where a death of the bridge worker
 matters; tests/grpc/test_bridge_crash.py SIGKILLs the bridge at each and at the runtime's:
     remote.execute_sent          the Execute handed to grpcio, its reply not read (whether
                                  it left the process is a race, mostly not: the next attempt
-                                 reconciles, and NOT_FOUND re-sends the identical request)
+                                 reconciles: NOT_FOUND, then the identical request re-sent)
     remote.after_execute         the Execute answered (the intent is committed remotely), the
                                  reply not used: the next attempt finds it by GetOperation
     remote.mid_watch             a not yet terminal view of the watch reported as progress
@@ -52,6 +61,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -125,8 +135,13 @@ class RemoteUnreachable(FamilyError, CodedError):
         CodedError.__init__(self, "remote_unreachable", message)
 
 
-class RemoteResultMismatch(FamilyError):
-    """The remote result's bytes do not match the digest it reported."""
+class RemoteResultMismatch(FamilyError, CodedError):
+    """The remote result's bytes do not match the digest it reported (code
+    ``remote_result_mismatch``): nothing is recorded from it, and the operation awaits an
+    operator (the worker logs its line, not a traceback)."""
+
+    def __init__(self, message: str) -> None:
+        CodedError.__init__(self, "remote_result_mismatch", message)
 
 
 def canonical(doc: Any) -> bytes:
@@ -162,19 +177,6 @@ def stage(staged: StagedResult) -> list[ComponentWrite]:
 
 
 _EMPTY_DIGEST: Final = "sha256:" + hashlib.sha256(b"").hexdigest()
-
-
-def same_request(op: pb.Operation, request: dict[str, Any]) -> bool:
-    """Whether the remote operation `op` is this request's (its device, `not_after_ms` and
-    repeatability): an operation id names one request, but a remote host may hold another
-    under it (a second bridge with the same token, a bridge whose data dir was reset), and
-    that one's outcome is not this request's."""
-    relative = request.get("kind") == KIND_RELATIVE
-    return (
-        op.device == str(request.get("device") or "")
-        and op.not_after_ms == request.get("not_after_ms")
-        and op.non_repeatable == relative
-    )
 
 
 def _document(data: bytes) -> Any:
@@ -353,6 +355,10 @@ class RemoteMoveAdapter:
             "remote_digest": op.result.digest,
             "result": remote_doc,
         }
+        if not op.result.digest:
+            # Ended, and the remote's retention compacted its record: the state is all it
+            # keeps (an expired or cancelled one reads failed), the document is gone for good.
+            doc["remote_compacted"] = True
         if op.state != pb.SUCCEEDED:
             doc["code"] = op.error.code or state
             doc["error"] = op.error.message
@@ -370,11 +376,24 @@ class RemoteMoveAdapter:
     def _watch(self, ctx: AttemptContext, op_id: str, revision: int) -> pb.Operation:
         """Follow the remote operation to a terminal or awaiting-operator view."""
         last: pb.Operation | None = None
+        views = self._stub.WatchOperation(
+            pb.WatchOperationRequest(operation_id=op_id, from_revision=0),
+            metadata=self._metadata,
+        )
+        watching = threading.Event()
+        watching.set()
+
+        def cancel_on_shutdown() -> None:
+            # A remote operation may stay pending or running for long (a queued move, a long
+            # sim reach): a shutdown of this worker abandons the watch (the attempt stays
+            # bound, and the next one reconciles) instead of waiting for the operation's end.
+            while watching.is_set():
+                if ctx.wait_stopping(0.5):
+                    views.cancel()
+                    return
+
+        threading.Thread(target=cancel_on_shutdown, name="remote-watch-stop", daemon=True).start()
         try:
-            views = self._stub.WatchOperation(
-                pb.WatchOperationRequest(operation_id=op_id, from_revision=0),
-                metadata=self._metadata,
-            )
             for view in views:
                 last = view
                 ctx.heartbeat()
@@ -392,7 +411,13 @@ class RemoteMoveAdapter:
                     return done
                 crash_point("remote.mid_watch")
         except grpc.RpcError as exc:
+            if ctx.stopping:
+                raise RemoteUnreachable(
+                    f"{op_id}: watch abandoned: the worker is stopping"
+                ) from None
             raise RemoteUnreachable(f"{op_id}: watch ended: {exc.code().name}") from None
+        finally:
+            watching.clear()
         raise RemoteUnreachable(f"{op_id}: watch ended at {last.state if last else 'nothing'}")
 
     def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> ResultRef:
@@ -427,40 +452,68 @@ class RemoteMoveAdapter:
     ) -> RuntimeRecovered | RuntimeAbsent | RuntimeUnknown:
         op_id = ctx.operation_id
         try:
-            op = self._stub.GetOperation(
-                pb.GetOperationRequest(operation_id=op_id),
-                metadata=self._metadata,
-                timeout=self.remote.timeout_s,
-            )
-            crash_point("remote.reconcile.after_get")
-            if not same_request(op, request):  # ours was refused: it never ran there
-                return RuntimeRecovered(
-                    self._refused(
-                        ctx,
-                        "remote_conflict",
-                        f"{op_id} names another request on {self.remote.address}"
-                        f" (device {op.device!r}, not_after_ms {op.not_after_ms})",
-                    )
+            message = execute_request(op_id, request)
+        except FamilyError as exc:  # no attempt could ever send it: nothing ran
+            return RuntimeRecovered(self._refused(ctx, "bad_request", str(exc)))
+        known = True
+        try:
+            try:
+                self._stub.GetOperation(
+                    pb.GetOperationRequest(operation_id=op_id),
+                    metadata=self._metadata,
+                    timeout=self.remote.timeout_s,
                 )
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+                known = False
+            crash_point("remote.reconcile.after_get")
+            # The identical request: the remote answers it with the operation it holds under
+            # this id for this very request (its digest checked: never another request's),
+            # creates it where the remote holds none (create-if-absent: the guard), or refuses
+            # it ALREADY_EXISTS when the id holds another request (ours never ran there).
+            try:
+                op = self._stub.Execute(
+                    message, metadata=self._metadata, timeout=self.remote.timeout_s
+                )
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code == grpc.StatusCode.ALREADY_EXISTS:
+                    return RuntimeRecovered(
+                        self._refused(
+                            ctx,
+                            "remote_conflict",
+                            f"{op_id} names another request on {self.remote.address}: "
+                            f"{exc.details() or ''}".rstrip(": "),
+                        )
+                    )
+                if code == grpc.StatusCode.INVALID_ARGUMENT and not known:
+                    # No operation under the id there, and the remote refuses this request
+                    # now: it never ran there.
+                    return RuntimeRecovered(
+                        self._refused(ctx, "remote_invalid_argument", exc.details() or "")
+                    )
+                raise
             if op.state not in TERMINAL and op.state != pb.UNKNOWN_AWAITING_OPERATOR:
                 op = self._watch(ctx, op_id, op.revision)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
+            if not known and op.state == pb.EXPIRED:
+                # The remote never held it, and past its not_after it never will run there:
+                # absent, as the remote's own recorded `expired` answer says (the next
+                # attempt's identical Execute reads that answer as the recorded failure).
                 guard = {
                     "operation_id": op_id,
-                    "reason": "remote_not_found",
-                    "guard": "remote create-if-absent per (principal, operation_id)",
-                    "request_digest": "sha256:"
-                    + hashlib.sha256(
-                        execute_request(op_id, request).SerializeToString(deterministic=True)
-                    ).hexdigest(),
+                    "reason": "remote_expired",
+                    "guard": "remote create-if-absent per (principal, operation_id) answered"
+                    " expired: never started there, and never will",
                     "remote": self.remote.address,
+                    "remote_revision": op.revision,
                 }
                 ref = self._put(ctx, guard, GUARD_MEDIA_TYPE)
                 return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
+        except grpc.RpcError as exc:
             if exc.code() not in TRANSIENT or _rate_limited(exc):
                 return self._refused_reconcile(ctx, exc)  # asking again soon changes nothing
-            return self._unreachable(ctx, f"GetOperation: {exc.code().name}")
+            return self._unreachable(ctx, f"{exc.code().name}")
         except RemoteUnreachable as exc:
             return self._unreachable(ctx, exc.message)
         if op.state in TERMINAL:
@@ -468,6 +521,8 @@ class RemoteMoveAdapter:
                 return RuntimeRecovered(self._result(ctx, op))
             except RemoteUnreachable as exc:
                 return self._unreachable(ctx, exc.message)
+            except RemoteResultMismatch as exc:
+                return self._mismatch(ctx, exc)
         evidence = {
             "operation_id": op_id,
             "reason": op.evidence.reason or "remote_awaiting_operator",
@@ -478,6 +533,19 @@ class RemoteMoveAdapter:
             "remote_evidence": _document(op.evidence.document) if op.evidence.document else None,
         }
         ref = self._put(ctx, evidence, EVIDENCE_MEDIA_TYPE)
+        return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), OPERATOR_RETRY_MS)
+
+    def _mismatch(self, ctx: AttemptContext, exc: RemoteResultMismatch) -> RuntimeUnknown:
+        """A remote result whose bytes do not hash to the digest the remote reported: nothing
+        is recorded from it, and asking every second changes nothing, so it awaits an operator
+        (asked again after `OPERATOR_RETRY_MS`)."""
+        doc = {
+            "operation_id": ctx.operation_id,
+            "reason": "remote_result_mismatch",
+            "error": exc.message,
+            "remote": self.remote.address,
+        }
+        ref = self._put(ctx, doc, EVIDENCE_MEDIA_TYPE)
         return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), OPERATOR_RETRY_MS)
 
     def _refused_reconcile(self, ctx: AttemptContext, exc: grpc.RpcError) -> RuntimeUnknown:
@@ -543,6 +611,5 @@ __all__ = [
     "intent",
     "project",
     "remote_move_family",
-    "same_request",
     "stage",
 ]

@@ -1,0 +1,247 @@
+"""The bridge's reconcile against a real `tether serve` on loopback (the DYNAMIXEL emulator
+underneath, its own process): it re-sends the identical Execute, so the remote's digest check
+decides whether the operation under the id is this request's, an operation the remote never
+received is retried under its create-if-absent, and it is ConfirmedAbsent only once the remote
+answers that retry `expired`. A bridge shutting down never waits for a remote operation to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _dxl_setup import GOALS, EmulatorProcess, emulator_process, target_actions
+from _grpc_setup import SERVE, bearer, daemon, grpc_config, move, serving, stub, wait_for
+from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether.activities import ActivityKey, operation_id_for
+from tether.adapters.grpc.remote import (
+    KIND_ABSOLUTE,
+    RemoteHost,
+    RemoteMoveAdapter,
+    intent,
+    remote_move_family,
+)
+from tether.runtime import ArtifactStore, AttemptContext, ConfirmedAbsent, Host, Recovered
+from tether.testing._ports import free_port
+
+from tests._secrets import PLANNER
+
+
+@pytest.fixture
+def emu(tmp_path: Path) -> Iterator[EmulatorProcess]:
+    with emulator_process(tmp_path) as e:
+        yield e
+
+
+def _context(tmp_path: Path, key: ActivityKey, stopping: threading.Event | None = None) -> Any:
+    return AttemptContext(
+        key=key,
+        operation_id=operation_id_for(key),
+        fence=2,
+        attempt=2,
+        may_execute=False,
+        artifacts=ArtifactStore(tmp_path / "bridge-artifacts"),
+        renew=lambda: None,
+        stopping=stopping,
+    )
+
+
+def _request(targets: dict[str, float], not_after_ms: int) -> dict[str, Any]:
+    return {
+        "kind": KIND_ABSOLUTE,
+        "device": "arm",
+        "targets": targets,
+        "not_after_ms": not_after_ms,
+    }
+
+
+def _doc(ctx: Any, out: Recovered) -> dict[str, Any]:
+    return json.loads(ctx.artifacts.get_bytes(out.result.ref, out.result.digest))  # type: ignore[no-any-return]
+
+
+def test_another_request_with_the_same_device_and_deadline_is_never_taken_for_ours(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """Same device, same kind, same `not_after_ms`, other targets: the remote's digest check
+    refuses ours, so the other request's success is not recorded as this Activity's."""
+    key = ActivityKey("bridge-world", KIND_ABSOLUTE, "twin")
+    op_id = operation_id_for(key)
+    not_after = int(time.time() * 1000) + 120_000
+    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
+        # Another bridge (same token) ran its own move under this operation id.
+        control.Execute(
+            move(op_id, {"a": 0.2, "b": 0.1}, not_after_ms=not_after), metadata=bearer(), timeout=30
+        )
+        wait_for(control, op_id, lambda o: o.state == pb.SUCCEEDED)
+        adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
+        try:
+            ctx = _context(tmp_path, key)
+            out = adapter.reconcile(ctx, _request({"a": 0.5, "b": -0.3}, not_after))
+        finally:
+            adapter.close()
+    assert isinstance(out, Recovered), out
+    assert out.result.failed
+    doc = _doc(ctx, out)
+    assert (doc["outcome"], doc["code"]) == ("refused", "remote_conflict"), doc
+    assert not any(target_actions(emu.journal(), GOALS).values())  # ours never ran
+
+
+def test_an_operation_the_remote_never_received_is_retried_with_the_identical_request(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """NOT_FOUND is not ConfirmedAbsent: the identical Execute goes again (create-if-absent),
+    and the move runs once, recorded as this Activity's success."""
+    key = ActivityKey("bridge-world", KIND_ABSOLUTE, "lost-request")
+    request = _request({"a": 0.5, "b": -0.3}, int(time.time() * 1000) + 120_000)
+    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, _control):
+        adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
+        try:
+            ctx = _context(tmp_path, key)
+            out = adapter.reconcile(ctx, request)  # its Execute never reached the remote
+            again = adapter.reconcile(_context(tmp_path, key), request)  # a retry: no rerun
+        finally:
+            adapter.close()
+    assert isinstance(out, Recovered) and not out.result.failed, out
+    assert _doc(ctx, out)["state"] == "succeeded"
+    assert isinstance(again, Recovered) and not again.result.failed, again
+    assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_an_unknown_operation_past_its_deadline_is_confirmed_absent_once_the_remote_says_expired(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    key = ActivityKey("bridge-world", KIND_ABSOLUTE, "too-late")
+    request = _request({"a": 0.5, "b": -0.3}, int(time.time() * 1000) - 1)
+    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
+        adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
+        try:
+            ctx = _context(tmp_path, key)
+            out = adapter.reconcile(ctx, request)
+            # The next attempt's identical Execute reads the remote's recorded answer.
+            done = adapter.execute(_context(tmp_path, key), request)
+        finally:
+            adapter.close()
+        remote = control.GetOperation(
+            pb.GetOperationRequest(operation_id=operation_id_for(key)), metadata=bearer()
+        )
+    assert isinstance(out, ConfirmedAbsent), out
+    guard = json.loads(ctx.artifacts.get_bytes(out.guard.ref, out.guard.digest))
+    assert guard["reason"] == "remote_expired"
+    assert remote.state == pb.EXPIRED
+    assert done.failed
+    assert [e for e in emu.journal() if e["instruction"] == "action"] == []
+
+
+def test_a_bridge_shutting_down_does_not_wait_for_a_running_remote_move(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    family = remote_move_family(RemoteHost(f"127.0.0.1:{port}", PLANNER, timeout_s=5.0))
+    host = Host(tmp_path / "bridge", [family], workers=1, lease_ms=1500)
+    with emulator_process(tmp_path, speed_scale=0.05) as emu:  # a move of minutes
+        config = grpc_config(
+            tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+        )
+        with daemon(config) as (_, ready):
+            host.start()
+            try:
+                host.create_world("bridge")
+                host.commit_tick("bridge", [intent("slow", _request({"a": 1.2}, 2**62))])
+                key = ActivityKey("bridge", KIND_ABSOLUTE, "slow")
+                channel, control = stub(ready["grpc"])
+                deadline = time.monotonic() + 60
+                while True:  # running there, watched by the bridge's attempt
+                    record = host.get(key)
+                    if record is not None and record.operation_id:
+                        try:
+                            op = control.GetOperation(
+                                pb.GetOperationRequest(operation_id=record.operation_id),
+                                metadata=bearer(),
+                            )
+                            if op.state == pb.RUNNING:
+                                break
+                        except Exception:
+                            pass
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+                channel.close()
+            finally:
+                start = time.monotonic()
+                host.close()
+                took = time.monotonic() - start
+                family.adapter.close()  # type: ignore[attr-defined]
+    assert took < 5.0, f"host.close() took {took:.1f} s"
+
+
+def test_a_remote_record_compacted_by_retention_is_reconciled_as_what_it_was(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """The remote's retention compacted the operation's record (its input and result documents
+    dropped): the bridge's reconcile records its success, flagged `remote_compacted`, never a
+    failure naming another request."""
+    key = ActivityKey("bridge-world", KIND_ABSOLUTE, "old")
+    op_id = operation_id_for(key)
+    request = _request({"a": 0.5, "b": -0.3}, int(time.time() * 1000) + 120_000)
+    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
+        control.Execute(
+            move(op_id, request["targets"], not_after_ms=request["not_after_ms"]),
+            metadata=bearer(),
+            timeout=30,
+        )
+        wait_for(control, op_id, lambda o: o.state == pb.SUCCEEDED)
+        deadline = time.monotonic() + 30
+        while True:  # settled (observed by a later tick), then compacted
+            pruned = subprocess.run(
+                [sys.executable, "-m", "tether", "db", "prune", "--data-dir",
+                 str(tmp_path / "state" / "moves"), "--older-than", "1ms", "--json"],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert pruned.returncode == 0, pruned.stderr
+            if json.loads(pruned.stdout)["compacted"] == 1:
+                break
+            assert time.monotonic() < deadline, pruned.stdout
+            time.sleep(0.2)
+        adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
+        try:
+            ctx = _context(tmp_path, key)
+            out = adapter.reconcile(ctx, request)
+        finally:
+            adapter.close()
+    assert isinstance(out, Recovered) and not out.result.failed, out
+    doc = _doc(ctx, out)
+    assert (doc["state"], doc.get("remote_compacted")) == ("succeeded", True), doc
+    assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_a_result_that_does_not_match_its_digest_is_a_coded_error_that_awaits_an_operator(
+    tmp_path: Path,
+) -> None:
+    """Nothing is recorded from bytes that do not hash to the reported digest; the error is a
+    coded one (a log line, not a traceback), and reconcile parks it for an operator instead
+    of asking the remote again every second."""
+    from tether._coded import CodedError
+    from tether.adapters.grpc.remote import OPERATOR_RETRY_MS, RemoteResultMismatch
+    from tether.runtime import Unknown
+
+    adapter = RemoteMoveAdapter(RemoteHost("127.0.0.1:9", PLANNER))  # never dialled
+    try:
+        ctx = _context(tmp_path, ActivityKey("bridge-world", KIND_ABSOLUTE, "bent"))
+        op = pb.Operation(id=ctx.operation_id, state=pb.SUCCEEDED)
+        op.result.document = b'{"outcome":"completed"}'
+        op.result.digest = "sha256:" + "0" * 64
+        with pytest.raises(RemoteResultMismatch) as info:
+            adapter._result(ctx, op)
+        assert isinstance(info.value, CodedError)
+        assert info.value.code == "remote_result_mismatch"
+        out = adapter._mismatch(ctx, info.value)
+    finally:
+        adapter.close()
+    assert isinstance(out, Unknown) and out.retry_after_ms == OPERATOR_RETRY_MS
+    doc = json.loads(ctx.artifacts.get_bytes(out.evidence.ref, out.evidence.digest))
+    assert doc["reason"] == "remote_result_mismatch"
