@@ -246,7 +246,18 @@ BAD = [
     # a bad request
     (["move", "--config", "{config}", "--robot", "arm", "--activity", "m", "--joint", "a"]),
     (["stop", "--config", "{config}", "--robot", "amr"]),
-]
+    # a joint given twice, a timeout or a lease out of range, two credential sources
+    (["move", "--config", "{config}", "--robot", "arm", "--activity", "m", "--joint", "a=0.1",
+      "--joint", "a=0.2"]),
+    (["move", "--config", "{config}", "--robot", "arm", "--activity", "m", "--joint", "a=0.1",
+      "--settle-timeout", "-1"]),
+    (["move", "--config", "{config}", "--robot", "arm", "--activity", "m", "--joint", "a=0.1",
+      "--settle-timeout", "nan"]),
+    (["move", "--config", "{config}", "--robot", "arm", "--activity", "m", "--joint", "a=0.1",
+      "--lease-ms", "0"]),
+    (["operator", "--config", "{config}", "resume", "arm", "--credential-stdin",
+      "--credential-file", "{file}"]),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("argv", BAD, ids=lambda a: " ".join(a))
@@ -330,7 +341,9 @@ JSON_BAD = [
     ),
     (["demo", "--json", "--port", "-1"]),
     (["demo", "--json", "--port", "0", "--data-dir", "{file}"]),
-]
+    (["move", "--json", "--config", "{config}", "--robot", "arm", "--activity", "m", "--joint",
+      "a=x"]),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("argv", JSON_BAD, ids=lambda a: " ".join(a))

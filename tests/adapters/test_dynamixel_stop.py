@@ -241,3 +241,11 @@ def test_stopped_state_is_decided_from_the_read_back(
     policy: str, read_back: ReadBack | None, hold_confirmed: bool, state: str
 ) -> None:
     assert stopped_state(read_back, hold_confirmed=hold_confirmed, tolerance_ticks=20) == state
+
+
+def test_a_robot_named_twice_is_stopped_once(emu: EmulatorProcess, tmp_path: Path) -> None:
+    config = write_config(tmp_path, emu.path)
+    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
+    done = stop(config, "--robot", "arm", "--robot", "arm", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [r["robot"] for r in json.loads(done.stdout)] == ["arm"]

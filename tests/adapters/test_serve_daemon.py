@@ -53,6 +53,8 @@ def test_a_move_through_the_daemon_settles_with_one_action_and_the_port_is_owned
         )
         assert any(json.loads(line).get("progress") for line in done.stdout.splitlines())
         assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+        # `--lease-ms` (given by run_worker) is the daemon's [serve] lease_ms: said, not taken.
+        assert "--lease-ms ignored" in done.stderr, done.stderr
         # The same move again is the same Activity: nothing more is sent.
         again = run_worker(config)
         assert again.returncode == 0 and outcome(again)["status"] == "done"

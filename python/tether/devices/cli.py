@@ -89,7 +89,9 @@ def stop_main(argv: list[str]) -> int:
     try:
         config: HostConfig[Any] = load_config(args.config)
         usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
-        reports = stop_everything(config, args.robot)
+        # A robot named twice is stopped once (a stop is never refused for how it was asked).
+        robots = list(dict.fromkeys(args.robot)) if args.robot else None
+        reports = stop_everything(config, robots)
     except TetherError as exc:
         error_line("tether stop", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)

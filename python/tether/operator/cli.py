@@ -123,12 +123,13 @@ def _parser() -> argparse.ArgumentParser:
     sh.add_argument("id", help="world_id/kind/activity_id, or the provider operation id")
 
     def credential_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
+        one = p.add_mutually_exclusive_group()  # one source of the credential, never two
+        one.add_argument(
             "--credential-stdin",
             action="store_true",
             help="read the credential from one line of stdin (default: prompt on a TTY)",
         )
-        p.add_argument(
+        one.add_argument(
             "--credential-file", help="read the credential from this 0600 file (default: none)"
         )
 

@@ -27,9 +27,11 @@ otherwise the robot's stop policy applies on the way out.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -39,7 +41,7 @@ from typing import Any
 from tether import _exit
 from tether._args import Parser, error_line, refuse, want_json
 from tether._dirs import usable_dir
-from tether.activities import ActivityKey, ActivityRecord
+from tether.activities import MAX_LEASE_MS, ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.move import check_request
 from tether.errors import TetherError
@@ -285,11 +287,35 @@ def parse_targets(items: list[str]) -> dict[str, float]:
         name, sep, value = item.partition("=")
         if not sep:
             raise MoveRequestError(f"--joint wants NAME=RADIANS, got {item!r}")
+        if name in targets:
+            raise MoveRequestError(f"--joint {name}: given twice (one target per joint)")
         try:
             targets[name] = float(value)
         except ValueError:
             raise MoveRequestError(f"--joint {item!r}: {value!r} is not a number") from None
     return targets
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (an argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive number of seconds")
+    return value
+
+
+def _lease_ms(text: str) -> int:
+    """An attempt lease in ms within the catalog's bounds (an argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of ms") from None
+    if not 1 <= value <= MAX_LEASE_MS:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be in [1, {MAX_LEASE_MS}] ms (7 days)")
+    return value
 
 
 def _one_line_logs() -> None:
@@ -402,9 +428,17 @@ def main(argv: list[str]) -> int:
         " host's worlds)",
     )
     parser.add_argument("--activity", required=True, help="activity id within the world")
-    parser.add_argument("--settle-timeout", type=float, default=30.0, help="seconds (default 30)")
     parser.add_argument(
-        "--lease-ms", type=int, default=5_000, help="attempt lease in ms (default 5000)"
+        "--settle-timeout",
+        type=_seconds,
+        default=None,
+        help="seconds (default 30; through a running daemon its [serve] settle_timeout_s)",
+    )
+    parser.add_argument(
+        "--lease-ms",
+        type=_lease_ms,
+        default=None,
+        help="attempt lease in ms (default 5000; through a running daemon its [serve] lease_ms)",
     )
     parser.add_argument(
         "--json",
@@ -436,7 +470,23 @@ def main(argv: list[str]) -> int:
     line = None if as_json else _ProgressLine()
     from tether.client import ClientError, daemon_record
 
+    given = [
+        flag
+        for flag, value in (
+            ("--lease-ms", args.lease_ms),
+            ("--settle-timeout", args.settle_timeout),
+        )
+        if value is not None
+    ]
+    lease_ms = 5_000 if args.lease_ms is None else args.lease_ms
+    settle_timeout_s = 30.0 if args.settle_timeout is None else args.settle_timeout
     if daemon_record(config.state_dir) is not None:
+        if given:  # said, not refused: the move itself is what was asked for
+            print(
+                f"tether move: {' and '.join(given)} ignored: moves run through tether serve,"
+                " under its [serve] lease_ms and settle_timeout_s",
+                file=sys.stderr,
+            )
         if args.store:
             refuse(
                 "tether move",
@@ -451,7 +501,7 @@ def main(argv: list[str]) -> int:
                 request,
                 world=args.world,
                 activity=args.activity,
-                timeout_s=2 * args.lease_ms / 1000 + 3 * args.settle_timeout + 30,
+                timeout_s=2 * lease_ms / 1000 + 3 * settle_timeout_s + 30,
                 progress=line,
             )
         except ClientError as exc:
@@ -482,8 +532,8 @@ def main(argv: list[str]) -> int:
             request,
             world=args.world or "local",
             activity=args.activity,
-            lease_ms=args.lease_ms,
-            settle_timeout_s=args.settle_timeout,
+            lease_ms=lease_ms,
+            settle_timeout_s=settle_timeout_s,
             store=Path(args.store) if args.store else None,
             progress=line,
         )

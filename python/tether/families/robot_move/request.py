@@ -49,7 +49,10 @@ class RetryClass(Enum):
 
 
 class MoveRequestError(ValueError):
-    """A move request that is malformed (before any limit or device is looked at)."""
+    """A move request that is malformed (before any limit or device is looked at); code
+    `bad_request`."""
+
+    code = "bad_request"
 
 
 def canonical_json(obj: Any) -> bytes:
