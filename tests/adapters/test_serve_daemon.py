@@ -502,3 +502,58 @@ def test_serve_on_postgresql_binds_a_move_to_its_host(
     # Nothing of it in the data dir's SQLite files: the daemon used the URLs.
     data_dir = config.parent / "state" / "moves"
     assert not (data_dir / "catalog.db").exists() and not (data_dir / "world.db").exists()
+
+
+def _following(config: Path, activity: str) -> subprocess.Popen[str]:
+    """`tether move --json` through the daemon, its stdout read line by line."""
+    argv = [sys.executable, "-m", "tether", "move", "--config", str(config), "--robot", "arm"]
+    argv += ["--activity", activity, "--joint", "a=1.4", "--joint", "b=-1.4", "--json"]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _until_progress(move: subprocess.Popen[str]) -> None:
+    assert move.stdout is not None
+    for line in move.stdout:
+        if json.loads(line).get("progress", {}).get("fraction", 0) > 0:
+            return
+    raise AssertionError("no progress before the move's output ended")
+
+
+def test_a_move_whose_follower_is_interrupted_goes_on_and_says_so(tmp_path: Path) -> None:
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:  # real-time shafts: a long move
+        config = serve_config(tmp_path, emu.path)
+        with daemon(config):
+            move = _following(config, "followed")
+            try:
+                _until_progress(move)
+                move.send_signal(signal.SIGINT)
+                out, _err = move.communicate(timeout=60)
+            finally:
+                move.kill()
+            assert move.returncode == 130
+            last = json.loads(out.strip().splitlines()[-1])
+            assert (last["status"], last["reason"]) == ("pending", "interrupted"), last
+            assert "goes on in tether serve" in last["error"]
+            # It went on: the daemon concluded it, and the same command shows that.
+            client = Client(config=config)
+            done = watch_until(client, last["key"], ("done",), 120)
+            assert done["state"] == "done"
+
+
+def test_a_daemon_killed_under_a_followed_move_is_not_reported_as_a_refusal(
+    tmp_path: Path,
+) -> None:
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = serve_config(tmp_path, emu.path)
+        with daemon(config) as (proc, _ready):
+            move = _following(config, "orphaned")
+            try:
+                _until_progress(move)
+                proc.kill()
+                out, _err = move.communicate(timeout=60)
+            finally:
+                move.kill()
+        assert move.returncode == 4, out
+        last = json.loads(out.strip().splitlines()[-1])
+        assert (last["status"], last["reason"]) == ("pending", "daemon_lost"), last
+        assert last["key"].endswith("/orphaned")

@@ -126,22 +126,50 @@ def submit_move(
     """`tether move` while `tether serve` runs: submit the move through the daemon (which
     owns the port and runs it; `world` None: the daemon's default world) and follow it until
     it settles, is parked or the deadline passes; the outcome document."""
-    from tether.client import Client
+    from tether.client import Client, ClientError
 
     client = Client(config.state_dir)
     body = {"robot": request.robot, "targets": dict(request.targets)}
     view = client.submit(world, activity, request.kind, body)
     shown = 0
     last = view
-    for last in client.watch(str(view["key"]), timeout=timeout_s):
-        seq = last.get("seq") or 0
-        if last.get("progress") is not None and seq > shown:
-            shown = seq
-            if progress is None:
-                print(json.dumps({"progress": last["progress"]}), flush=True)
-            else:
-                progress(last["progress"])
+    try:
+        for last in client.watch(str(view["key"]), timeout=timeout_s):
+            seq = last.get("seq") or 0
+            if last.get("progress") is not None and seq > shown:
+                shown = seq
+                if progress is None:
+                    print(json.dumps({"progress": last["progress"]}), flush=True)
+                else:
+                    progress(last["progress"])
+    except KeyboardInterrupt:
+        # Only this client stops following it: the move is the daemon's, and goes on.
+        return _detached(
+            last,
+            "interrupted",
+            "this command stopped following it; the move goes on in tether serve (follow it"
+            " with the same command; stop the robot with `tether stop`)",
+        )
+    except ClientError as exc:
+        # Submitted, then the daemon stopped answering (killed, or shutting down): whether
+        # the move ran is not known here. The daemon reconciles it when it runs again.
+        return _detached(
+            last,
+            "daemon_lost",
+            f"tether serve stopped answering while the move was in progress ({exc.message}):"
+            " its outcome is not known here; the daemon reconciles it when it runs again, and"
+            " the same command then shows it",
+        )
     return outcome_of_view(last)
+
+
+def _detached(view: dict[str, Any], reason: str, error: str) -> dict[str, Any]:
+    """The outcome of a move this client stopped following before it concluded (`reason`:
+    `interrupted` or `daemon_lost`): its key, and what is left to do."""
+    out = outcome_of_view(view)
+    if out.get("status") in ("done", "failed", "awaiting_decision"):
+        return out  # concluded in the last view read: that is its outcome
+    return {**out, "status": "pending", "reason": reason, "error": error}
 
 
 def _doc(host: Any, ref: str, digest: str) -> dict[str, Any]:
@@ -363,6 +391,8 @@ def _say_text(doc: dict[str, Any]) -> None:
             f"{key}: failed ({doc.get('outcome')}): {doc.get('code')}: {doc.get('error')}",
             flush=True,
         )
+    elif doc.get("reason") in ("interrupted", "daemon_lost"):
+        print(f"{key}: not concluded: {doc.get('error')}", flush=True)
     else:
         print(f"{key}: not concluded before the deadline; run the same command again", flush=True)
 
@@ -549,6 +579,8 @@ def main(argv: list[str]) -> int:
 
 
 def _move_exit(outcome: dict[str, Any]) -> int:
+    if outcome["status"] == "pending" and outcome.get("reason") == "interrupted":
+        return _exit.INTERRUPTED
     if outcome["status"] == "failed" and outcome.get("outcome") == "refused":
         return EXIT_USAGE  # refused before any byte: a limit (e.g. of a relative move)
     return {"done": EXIT_DONE, "awaiting_decision": EXIT_PARKED, "pending": EXIT_RETRY}.get(
