@@ -557,3 +557,30 @@ def test_a_daemon_killed_under_a_followed_move_is_not_reported_as_a_refusal(
         last = json.loads(out.strip().splitlines()[-1])
         assert (last["status"], last["reason"]) == ("pending", "daemon_lost"), last
         assert last["key"].endswith("/orphaned")
+
+
+def test_a_reissue_of_a_move_on_a_latched_robot_is_refused_and_decides_nothing(
+    tmp_path: Path,
+) -> None:
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = serve_config(tmp_path, emu.path)
+        with daemon(config):
+            client = Client(config=config)
+            kind = "physical_ai.robot_move.absolute"
+            view = client.submit(
+                "local", "held", kind, {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}}
+            )
+            watch_until(client, view["key"], ("moving",), 60)
+            assert tether("stop", "--config", str(config), "--json").returncode == 0
+            parked = watch_until(client, view["key"], ("awaiting_decision",), 60)
+            stopped_at = len(emu.journal())
+            decided = tether(
+                "operator", "--config", str(config), "--json", "resolve", view["key"],
+                "--decision", "reissue", "--revision", str(parked["revision"]),
+                "--credential-stdin", stdin=f"{CREDENTIAL}\n",
+            )  # fmt: skip
+            assert decided.returncode == 1, decided.stdout + decided.stderr
+            assert json.loads(decided.stdout)["code"] == "robot_latched", decided.stdout
+            now = client.get(view["key"])
+            assert (now["state"], now["revision"]) == ("awaiting_decision", parked["revision"])
+            assert effectful(emu.journal()[stopped_at:]) == []

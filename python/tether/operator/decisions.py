@@ -75,6 +75,7 @@ REJECTION_CODES: tuple[str, ...] = (
     "not_parked",
     "not_repeatable",
     "not_supported",
+    "robot_latched",
     "operator_required",
     "stale_revision",
     "state_changed",

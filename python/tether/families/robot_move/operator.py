@@ -19,6 +19,7 @@ from tether.adapters.dynamixel.move import (
     read_joints,
     si_read_back,
 )
+from tether.devices.latch import StopLatch
 from tether.errors import OperatorRejection
 from tether.families.robot_move.journal import MoveStore
 from tether.families.robot_move.request import GUARD_MEDIA_TYPE, KINDS, RESULT_MEDIA_TYPE
@@ -109,9 +110,17 @@ class RobotMoveReview:
             )
         if any(j.moving for j in now.joints.values()):
             raise OperatorRejection("device_not_idle", "the arm is moving; re-issue needs it idle")
+        robot = self.config.robot(request.robot)
+        if StopLatch(self.config.state_dir).latched(robot.name):
+            # A re-issue would only be parked again by the latch: nothing may move until an
+            # operator resumes the robot, and a decision recorded now would read as running.
+            raise OperatorRejection(
+                "robot_latched",
+                f"robot {robot.name} is stopped (latched): resume it first (`tether operator"
+                f" resume {robot.name}`), then re-issue; nothing was decided",
+            )
         # The decision raises the fence by one; every attempt until then is under the floor.
         floor = record.fence + 1
-        robot = self.config.robot(request.robot)
         socket_path = owner_socket(self.config, robot.port)
         if socket_path is not None:
             proof: dict[str, Any] = send_request(
