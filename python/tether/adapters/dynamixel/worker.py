@@ -387,10 +387,9 @@ def _say_text(doc: dict[str, Any]) -> None:
             flush=True,
         )
     elif status == "failed":
-        print(
-            f"{key}: failed ({doc.get('outcome')}): {doc.get('code')}: {doc.get('error')}",
-            flush=True,
-        )
+        code, error = doc.get("code"), str(doc.get("error"))
+        said = error if error.startswith(f"{code}: ") else f"{code}: {error}"  # code once
+        print(f"{key}: failed ({doc.get('outcome')}): {said}", flush=True)
     elif doc.get("reason") in ("interrupted", "daemon_lost"):
         print(f"{key}: not concluded: {doc.get('error')}", flush=True)
     else:

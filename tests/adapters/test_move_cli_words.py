@@ -1,0 +1,26 @@
+"""`tether move`'s outcome in words on a terminal: each fact once."""
+
+from __future__ import annotations
+
+import pytest
+from tether.adapters.dynamixel.worker import _say_text
+
+
+def test_a_refused_move_names_its_code_once(capsys: pytest.CaptureFixture[str]) -> None:
+    _say_text(
+        {
+            "key": "local/physical_ai.robot_move.relative/r1",
+            "status": "failed",
+            "outcome": "refused",
+            "code": "limit_violation",
+            "error": "limit_violation: joint a would reach +2.0 rad, outside [-1.5, +1.5] rad",
+        }
+    )
+    said = capsys.readouterr().out
+    assert said.count("limit_violation") == 1, said
+    assert said.startswith("local/physical_ai.robot_move.relative/r1: failed (refused): ")
+
+
+def test_an_uncoded_error_still_names_its_code(capsys: pytest.CaptureFixture[str]) -> None:
+    _say_text({"key": "k", "status": "failed", "outcome": "failed", "code": "x", "error": "boom"})
+    assert capsys.readouterr().out == "k: failed (failed): x: boom\n"
