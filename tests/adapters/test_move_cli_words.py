@@ -24,3 +24,15 @@ def test_a_refused_move_names_its_code_once(capsys: pytest.CaptureFixture[str]) 
 def test_an_uncoded_error_still_names_its_code(capsys: pytest.CaptureFixture[str]) -> None:
     _say_text({"key": "k", "status": "failed", "outcome": "failed", "code": "x", "error": "boom"})
     assert capsys.readouterr().out == "k: failed (failed): x: boom\n"
+
+
+def test_status_counts_say_what_concluded_and_what_is_settled() -> None:
+    from tether.serve.status import _counts_line
+
+    line = _counts_line(
+        {"pending": 1, "running": 2, "awaiting_decision": 0, "done": 0, "failed": 0, "settled": 6}
+    )
+    assert line == (
+        "activities: pending 1, running 2, awaiting a decision 0; concluded, not yet settled:"
+        " done 0, failed 0; settled 6"
+    )

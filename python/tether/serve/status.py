@@ -71,8 +71,7 @@ def render(doc: dict[str, Any]) -> str:
             lines.append(f"    read-back failed: {dev['error']}")
         for name, j in (back.get("joints") or {}).items():
             lines.append(_joint(name, j))
-    counts = doc.get("activities") or {}
-    lines.append("activities: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    lines.append(_counts_line(doc.get("activities") or {}))
     parked = doc.get("parked") or []
     if not parked:
         lines.append("nothing awaits a decision")
@@ -102,6 +101,17 @@ def main(argv: list[str]) -> int:
         return _exit.for_error(exc, default=_exit.USAGE)
     print(json.dumps(doc, indent=2) if args.json else render(doc))
     return _exit.OK
+
+
+def _counts_line(counts: dict[str, int]) -> str:
+    """The activity counts in words: what is under way, what concluded and awaits its
+    settlement by a later tick (done or failed), and how many are settled."""
+    n = counts.get
+    return (
+        f"activities: pending {n('pending', 0)}, running {n('running', 0)}, awaiting a decision"
+        f" {n('awaiting_decision', 0)}; concluded, not yet settled: done {n('done', 0)}, failed"
+        f" {n('failed', 0)}; settled {n('settled', 0)}"
+    )
 
 
 if __name__ == "__main__":
