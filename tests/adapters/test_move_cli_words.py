@@ -36,3 +36,14 @@ def test_status_counts_say_what_concluded_and_what_is_settled() -> None:
         "activities: pending 1, running 2, awaiting a decision 0; concluded, not yet settled:"
         " done 0, failed 0; settled 6"
     )
+
+
+def test_a_move_concluded_earlier_says_it_was_not_run_again(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _say_text(
+        {"key": "k", "status": "done", "conclusion": "executed", "attempts": 1, "earlier": True}
+    )
+    assert capsys.readouterr().out == (
+        "k: done (executed) after 1 attempt (concluded earlier: not run again)\n"
+    )

@@ -58,6 +58,9 @@ def test_a_move_through_the_daemon_settles_with_one_action_and_the_port_is_owned
         # The same move again is the same Activity: nothing more is sent.
         again = run_worker(config)
         assert again.returncode == 0 and outcome(again)["status"] == "done"
+        # Shown as it ended, never its old progress again (the arm may have moved since).
+        assert outcome(again)["earlier"] is True
+        assert not any(json.loads(line).get("progress") for line in again.stdout.splitlines())
         assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
         # Another owner of the port is refused: the daemon owns it.
         other = tether("host", "serve", "--config", str(config))

@@ -131,6 +131,10 @@ def submit_move(
     client = Client(config.state_dir)
     body = {"robot": request.robot, "targets": dict(request.targets)}
     view = client.submit(world, activity, request.kind, body)
+    if view.get("created") is False and view.get("final"):
+        # Concluded before this command: shown as it ended, never its old progress again
+        # (the arm may have moved since), and said so.
+        return {**outcome_of_view(view), "earlier": True}
     shown = 0
     last = view
     try:
@@ -378,8 +382,9 @@ def _say_text(doc: dict[str, Any]) -> None:
     key = doc.get("key", "")
     attempts = doc.get("attempts")
     tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    earlier = " (concluded earlier: not run again)" if doc.get("earlier") else ""
     if status == "done":
-        print(f"{key}: done ({doc.get('conclusion')}) after {tries}", flush=True)
+        print(f"{key}: done ({doc.get('conclusion')}) after {tries}{earlier}", flush=True)
     elif status == "awaiting_decision":
         print(
             f"{key}: parked for an operator (reason {doc.get('reason') or '-'}, evidence "
@@ -389,7 +394,7 @@ def _say_text(doc: dict[str, Any]) -> None:
     elif status == "failed":
         code, error = doc.get("code"), str(doc.get("error"))
         said = error if error.startswith(f"{code}: ") else f"{code}: {error}"  # code once
-        print(f"{key}: failed ({doc.get('outcome')}): {said}", flush=True)
+        print(f"{key}: failed ({doc.get('outcome')}): {said}{earlier}", flush=True)
     elif doc.get("reason") in ("interrupted", "daemon_lost"):
         print(f"{key}: not concluded: {doc.get('error')}", flush=True)
     else:
