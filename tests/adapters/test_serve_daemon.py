@@ -587,3 +587,24 @@ def test_a_reissue_of_a_move_on_a_latched_robot_is_refused_and_decides_nothing(
             now = client.get(view["key"])
             assert (now["state"], now["revision"]) == ("awaiting_decision", parked["revision"])
             assert effectful(emu.journal()[stopped_at:]) == []
+
+
+def test_a_move_cut_by_the_daemons_own_shutdown_is_parked_as_stopped_at_shutdown(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM mid-move: the daemon holds the arm where it is; after the restart the move's
+    reconcile names that stop, not a lost or moved device."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = serve_config(tmp_path, emu.path)
+        client = Client(config=config)
+        with daemon(config) as (proc, _):
+            view = client.submit(
+                "local", "cut", "physical_ai.robot_move.absolute",
+                {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}},
+            )  # fmt: skip
+            watch_until(client, view["key"], ("moving",), 60)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        with daemon(config):
+            parked = watch_until(client, view["key"], ("awaiting_decision",), 90)
+        assert parked["reason"] == "stopped_at_shutdown", parked

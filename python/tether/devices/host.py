@@ -327,6 +327,8 @@ class DeviceHost:
                         reports.append(dtype.stopped_report(self._bus(name), robot))
                         continue
                     reports.append(self.stop(name))
+                    # Why a move this stop cut stands where it does, for its reconcile.
+                    self.latch.note_shutdown_stop(name)
                 except Exception as exc:
                     reports.append(
                         self.device_type(name).stop_failure(
@@ -472,11 +474,17 @@ def last_operator_stop(config: HostConfig[Any], robot_name: str) -> int | None:
     return StopLatch(config.state_dir).last_stop_ms(robot_name)
 
 
+def last_shutdown_stop(config: HostConfig[Any], robot_name: str) -> int | None:
+    """When this host last safe-stopped `robot_name` as it shut down (wall ms), or None."""
+    return StopLatch(config.state_dir).last_shutdown_stop_ms(robot_name)
+
+
 __all__ = [
     "DeviceHost",
     "HostRefusal",
     "fresh_state",
     "last_operator_stop",
+    "last_shutdown_stop",
     "owner_socket",
     "reboot_robot",
     "resume_robot",

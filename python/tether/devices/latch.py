@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tether._dirs import usable_dir
+from tether.errors import TetherError
 from tether.operations._durable import write_durable
 from tether.transport import DeviceError
 
@@ -189,6 +190,31 @@ class StopLatch:
             self._held.pop(robot, None)
             self.resumes += 1
             return doc
+
+    def _shutdown_path(self, robot: str) -> Path:
+        return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}.shutdown.json"
+
+    def note_shutdown_stop(self, robot: str) -> None:
+        """Record (durably, best effort) that this host safe-stopped `robot` as it shut down:
+        not a latch (nothing waits for a resume), only the fact a reconcile after the restart
+        names as why a move it cut stands where it does (`last_shutdown_stop_ms`). A record
+        that cannot be written is logged: the stop itself went."""
+        doc = {"robot": robot, "stopped_at_ms": _now_ms()}
+        try:
+            if not self._dir_checked:
+                usable_dir(self.dir, what="the stop latch dir")
+                self._dir_checked = True
+            write_durable(self._shutdown_path(robot), json.dumps(doc).encode())
+        except (OSError, TetherError) as exc:
+            log.warning("shutdown stop of %s not recorded: %s", robot, exc)
+
+    def last_shutdown_stop_ms(self, robot: str) -> int | None:
+        """When this host last safe-stopped `robot` at its shutdown (wall ms), or None."""
+        try:
+            at = json.loads(self._shutdown_path(robot).read_bytes()).get("stopped_at_ms")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return at if isinstance(at, int) and not isinstance(at, bool) else None
 
     def last_stop_ms(self, robot: str) -> int | None:
         """When an operator last stopped `robot` (wall ms), or None."""

@@ -72,6 +72,7 @@ REASONS = (
     "settle_timeout",
     "not_settled",
     "stopped_by_operator",
+    "stopped_at_shutdown",
     "stopped_on_session_lapse",
     "cancelled_by_planner",
     "relative_move_ambiguous",
@@ -153,6 +154,9 @@ class Move:
     #: `stopped_on_session_lapse` when the session watchdog made it, `cancelled_by_planner` for
     #: a Cancel.
     stop_reason: str = "stopped_by_operator"
+    #: The host itself safe-stopped the robot as it shut down after the attempt began (no
+    #: operator's stop): the reason a move that stands short of its goals is parked with.
+    stopped_at_shutdown: bool = False
 
 
 @dataclass(frozen=True)
@@ -330,7 +334,8 @@ def reconcile(
     actioned = sorted(n for n in goals if not joints[n].staged) if committed else []
     if torque_changed or moved or actioned:
         causes = [s.cause for s in sent if s.instruction in STOPS and s.cause]
-        reason = operator or _own_stop(sent) or "device_state_lost_or_moved"
+        shutdown = "stopped_at_shutdown" if move.stopped_at_shutdown else None
+        reason = operator or _own_stop(sent) or shutdown or "device_state_lost_or_moved"
         details: dict[str, Any] = {"torque_changed": torque_changed, "goal_changed": moved}
         if actioned and not moved:
             details["unstaged_after_action"] = actioned

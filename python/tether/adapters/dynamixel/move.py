@@ -50,6 +50,7 @@ from tether.adapters.dynamixel.host import (
     read_state,
 )
 from tether.adapters.dynamixel.safety import safe_stop
+from tether.devices.host import last_shutdown_stop
 from tether.devices.latch import STOP_REASONS
 from tether.errors import HostConfigError
 from tether.families.robot_move.journal import Operation, now_ms
@@ -651,11 +652,18 @@ class DynamixelMoveAdapter:
 
     # --- reconcile ---
 
-    def _stopped(self, robot: RobotConfig, op: Operation, attempt: int) -> bool:
-        """Whether an operator's stop of `robot` came after `attempt` began."""
+    def _stopped(
+        self,
+        robot: RobotConfig,
+        op: Operation,
+        attempt: int,
+        last: Callable[[HostConfig, str], int | None] = last_operator_stop,
+    ) -> bool:
+        """Whether a stop of `robot` came after `attempt` began: an operator's, or (`last`:
+        `last_shutdown_stop`) the host's own at its shutdown."""
         marker = op.entry.marker(attempt) if attempt else None
         began = int((marker or {}).get("started_at_ms", 0))
-        stopped = last_operator_stop(self.config, robot.name)
+        stopped = last(self.config, robot.name)
         return stopped is not None and stopped >= began
 
     def reconcile(self, op: Operation, request: MoveRequest) -> Conclusion:
@@ -685,6 +693,7 @@ class DynamixelMoveAdapter:
             resolution=RESOLUTION_RAD,
             stopped_by_operator=self._stopped(robot, op, attempt),
             stop_reason=self.host.latch.stop_reason(robot.name),
+            stopped_at_shutdown=self._stopped(robot, op, attempt, last_shutdown_stop),
         )
         records = [
             decide.Sent(str(s.get("instruction")), s.get("joint"), s.get("cause")) for s in sent
