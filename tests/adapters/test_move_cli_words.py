@@ -47,3 +47,23 @@ def test_a_move_concluded_earlier_says_it_was_not_run_again(
     assert capsys.readouterr().out == (
         "k: done (executed) after 1 attempt (concluded earlier: not run again)\n"
     )
+
+
+def test_operator_show_never_calls_an_unsent_target_staged(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tether.operator.cli import _print
+
+    doc = {
+        "key": "local/physical_ai.robot_move.absolute/L1",
+        "operation_id": "op",
+        "revision": 1,
+        "evidence_age_ms": 10,
+        "device_state_age_ms": 10,
+        "reason": "stopped_by_operator",
+        "evidence": {"staged": {"shoulder": 0.0}, "sent": [], "read_back": {"joints": {}}},
+    }
+    _print(doc, False)
+    said = capsys.readouterr().out
+    assert "staged target" not in said
+    assert "the move's target shoulder: +0.0000 rad (nothing of it was sent)" in said

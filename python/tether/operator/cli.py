@@ -426,9 +426,12 @@ def _print(doc: Any, as_json: bool) -> None:
                 f"  {name}: at {j['position_rad']:+.4f} rad, goal {j['goal_rad']:+.4f} rad, "
                 f"{moving}, torque {torque}, staged {staged}, hardware errors {errors}"
             )
+        sent = evidence.get("sent") or []
+        never = "" if sent else " (nothing of it was sent)"
         for name, rad in (evidence.get("staged") or {}).items():
-            print(f"  staged target {name}: {rad:+.4f} rad")
-        for s in evidence.get("sent") or []:
+            # The move's commanded goal (the evidence's `staged`), written or not.
+            print(f"  the move's target {name}: {rad:+.4f} rad{never}")
+        for s in sent:
             print(f"  sent {s.get('instruction')} id {s.get('id')} at {_when(s.get('t_ms'))}")
         return
     print(" ".join(f"{k}={v}" for k, v in doc.items()))
