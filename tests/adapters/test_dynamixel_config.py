@@ -96,6 +96,8 @@ def test_limits_are_checked_in_ticks() -> None:
         ((f'credential = "{CREDENTIAL}"', 'credential = "hunter2"'), "plain_credential"),
         (("first_motion_speed = 0.25", "first_motion_speed = 3.0"), "bad_speed"),
         (("baudrate = 1000000", 'baudrate = "fast"'), "wrong_type"),
+        (("baudrate = 1000000", "baudrate = 12345"), "out_of_range"),
+        (("baudrate = 1000000", "baudrate = 5760"), "out_of_range"),
         (("[ports.bus]", "[ports.bus"), "bad_toml"),
     ],
 )

@@ -159,7 +159,11 @@ def _parser() -> argparse.ArgumentParser:
         help="confirm the arm is supported (torque drops); without it a TTY asks, else refused",
     )
     credential_flags(rbt)
-    hsh = command("hash", "hash a credential read from stdin or a prompt")
+    hsh = command(
+        "hash",
+        "hash a credential read from stdin or a prompt; prints its host.toml table (JSON only"
+        " with --json, so its output appends to host.toml as it is)",
+    )
     hsh.add_argument("--name", required=True, help="the operator's name")
     hsh.add_argument(
         "--role", default="operator", choices=credentials.ROLES, help="the role (default: operator)"

@@ -41,6 +41,9 @@ from tether.devices.credentials import hash_secret
 
 #: The keys each DYNAMIXEL table adds to the generic ones (anything else is `unknown_key`).
 PORT_EXTRA_KEYS = ("baudrate", "timeout_ms", "read_retries")
+#: The baud rates DYNAMIXEL servos are set to (their Baud Rate control table item, X and P
+#: series): a port's `baudrate` is one of them.
+BAUDRATES = (9600, 57600, 115200, 1_000_000, 2_000_000, 3_000_000, 4_000_000, 4_500_000, 10_500_000)
 JOINT_EXTRA_KEYS = ("model",)
 PORT_KEYS = (*generic.PORT_KEYS, *PORT_EXTRA_KEYS)
 ROBOT_KEYS = generic.ROBOT_KEYS
@@ -165,9 +168,16 @@ class DynamixelDeviceType:
         baudrate = table.integer("baudrate", 57600)
         timeout_ms = table.integer("timeout_ms", 50)
         read_retries = table.integer("read_retries", 2)
-        if baudrate <= 0 or not 1 <= timeout_ms <= 10_000 or not 0 <= read_retries <= 10:
+        if baudrate not in BAUDRATES:
+            # A rate no DYNAMIXEL runs at (a typo: 5760) would only show as timeouts.
             raise config_error(
-                "out_of_range", f"{table.where}: baudrate/timeout_ms/read_retries out of range"
+                "out_of_range",
+                f"{table.where}: baudrate {baudrate} is not a DYNAMIXEL rate"
+                f" ({', '.join(map(str, BAUDRATES))})",
+            )
+        if not 1 <= timeout_ms <= 10_000 or not 0 <= read_retries <= 10:
+            raise config_error(
+                "out_of_range", f"{table.where}: timeout_ms/read_retries out of range"
             )
         return DynamixelPortConfig(
             name, url, usb_serial, vid_pid, baudrate, timeout_ms, read_retries
