@@ -83,10 +83,12 @@ try:
     conflict = None
 except AdmissionConflict as exc:
     conflict = exc.code
+    held_text = exc.message
 views = list(client.watch(first["key"], timeout=60))
 status = client.status()
 stopped = client.stop()
-print(json.dumps({"first": first, "second": second, "conflict": conflict, "last": views[-1],
+print(json.dumps({"first": first, "second": second, "conflict": conflict, "held": held_text,
+                  "last": views[-1],
                   "states": [v["state"] for v in views], "status": status, "stop": stopped}))
 """
 
@@ -111,6 +113,9 @@ def test_submit_from_another_process_is_idempotent_and_a_conflict_is_refused(
         doc["first"]["key"] == doc["second"]["key"] == "local/physical_ai.robot_move.absolute/job-1"
     )
     assert doc["conflict"] == "admission_conflict"
+    # The request already held, as JSON (not a Python repr).
+    held = json.loads(doc["held"].split("is another request: ", 1)[1])
+    assert held["targets"] == {"a": 0.5, "b": -0.3}, doc["held"]
     last = doc["last"]
     assert (last["state"], last["settled"], last["final"]) == ("done", True, True)
     assert last["result"]["outcome"] == "completed"

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import json
 import logging
 import os
 import re
@@ -1005,8 +1006,9 @@ class Daemon:
             elif held != write.value:
                 item.error = ServeRefusal(
                     "admission_conflict",
-                    f"activity {item.key.activity_id} of world {world} is another request: {held}",
-                    details={"key": views.key_text(item.key)},
+                    f"activity {item.key.activity_id} of world {world} is another request:"
+                    f" {json.dumps(held, sort_keys=True)}",
+                    details={"key": views.key_text(item.key), "held": held},
                 )
         crash_point("serve.before_submit_tick")  # collected, not committed: nobody answered
         if writes:
