@@ -1,8 +1,8 @@
 """The bridge's reconcile against a real `tether serve` on loopback (the DYNAMIXEL emulator
-underneath, its own process): it re-sends the identical Execute, so the remote's digest check
-decides whether the operation under the id is this request's, an operation the remote never
-received is retried under its create-if-absent, and it is ConfirmedAbsent only once the remote
-answers that retry `expired`. A bridge shutting down never waits for a remote operation to end."""
+underneath, its own process): the identical Execute proves an operation the remote holds is
+this request's (the remote's digest check), and creates nothing; an operation the remote never
+received is ConfirmedAbsent, never started by a reconcile, and the next execute attempt retries
+it with the identical request. A bridge shutting down never waits for a remote operation."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from _dxl_setup import GOALS, EmulatorProcess, emulator_process, target_actions
 from _grpc_setup import SERVE, bearer, daemon, grpc_config, move, serving, stub, wait_for
@@ -61,6 +62,12 @@ def _request(targets: dict[str, float], not_after_ms: int) -> dict[str, Any]:
     }
 
 
+def _error(call: Any) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    return info.value
+
+
 def _doc(ctx: Any, out: Recovered) -> dict[str, Any]:
     return json.loads(ctx.artifacts.get_bytes(out.result.ref, out.result.digest))  # type: ignore[no-any-return]
 
@@ -92,28 +99,39 @@ def test_another_request_with_the_same_device_and_deadline_is_never_taken_for_ou
     assert not any(target_actions(emu.journal(), GOALS).values())  # ours never ran
 
 
-def test_an_operation_the_remote_never_received_is_retried_with_the_identical_request(
+def test_a_reconcile_never_starts_an_operation_the_remote_never_received(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
-    """NOT_FOUND is not ConfirmedAbsent: the identical Execute goes again (create-if-absent),
-    and the move runs once, recorded as this Activity's success."""
+    """NOT_FOUND: ConfirmedAbsent, and nothing sent that could start a motion (an operator
+    may be deciding the Activity meanwhile, and a reconcile holds no execute fence); the next
+    execute attempt re-sends the identical request, and the move runs once."""
     key = ActivityKey("bridge-world", KIND_ABSOLUTE, "lost-request")
     request = _request({"a": 0.5, "b": -0.3}, int(time.time() * 1000) + 120_000)
-    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, _control):
+    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
         adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
         try:
             ctx = _context(tmp_path, key)
             out = adapter.reconcile(ctx, request)  # its Execute never reached the remote
-            again = adapter.reconcile(_context(tmp_path, key), request)  # a retry: no rerun
+            absent = _error(
+                lambda: control.GetOperation(
+                    pb.GetOperationRequest(operation_id=operation_id_for(key)), metadata=bearer()
+                )
+            )
+            assert absent.code() == grpc.StatusCode.NOT_FOUND  # reconcile created nothing
+            assert [e for e in emu.journal() if e["instruction"] == "action"] == []
+            done = adapter.execute(_context(tmp_path, key), request)  # the retry
+            again = adapter.reconcile(_context(tmp_path, key), request)  # no rerun
         finally:
             adapter.close()
-    assert isinstance(out, Recovered) and not out.result.failed, out
-    assert _doc(ctx, out)["state"] == "succeeded"
+    assert isinstance(out, ConfirmedAbsent), out
+    guard = json.loads(ctx.artifacts.get_bytes(out.guard.ref, out.guard.digest))
+    assert guard["reason"] == "remote_not_found"
+    assert not done.failed
     assert isinstance(again, Recovered) and not again.result.failed, again
     assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
 
 
-def test_an_unknown_operation_past_its_deadline_is_confirmed_absent_once_the_remote_says_expired(
+def test_an_unknown_operation_past_its_deadline_is_recorded_expired_by_its_retry(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
     key = ActivityKey("bridge-world", KIND_ABSOLUTE, "too-late")
@@ -121,21 +139,51 @@ def test_an_unknown_operation_past_its_deadline_is_confirmed_absent_once_the_rem
     with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
         adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
         try:
+            out = adapter.reconcile(_context(tmp_path, key), request)
             ctx = _context(tmp_path, key)
-            out = adapter.reconcile(ctx, request)
-            # The next attempt's identical Execute reads the remote's recorded answer.
-            done = adapter.execute(_context(tmp_path, key), request)
+            done = adapter.execute(ctx, request)  # the retry: the remote answers expired
         finally:
             adapter.close()
         remote = control.GetOperation(
             pb.GetOperationRequest(operation_id=operation_id_for(key)), metadata=bearer()
         )
     assert isinstance(out, ConfirmedAbsent), out
-    guard = json.loads(ctx.artifacts.get_bytes(out.guard.ref, out.guard.digest))
-    assert guard["reason"] == "remote_expired"
     assert remote.state == pb.EXPIRED
     assert done.failed
+    doc = json.loads(ctx.artifacts.get_bytes(done.ref, done.digest))
+    assert doc["state"] == "expired", doc
     assert [e for e in emu.journal() if e["instruction"] == "action"] == []
+
+
+def test_an_operation_that_ran_is_recovered_after_the_remote_narrowed_its_limits(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """The identical Execute is refused once the remote's limits exclude the target: the
+    operation it holds (device, deadline and kind ours) is still read back as what it was."""
+    key = ActivityKey("bridge-world", KIND_ABSOLUTE, "narrowed")
+    op_id = operation_id_for(key)
+    request = _request({"a": 0.5, "b": -0.3}, int(time.time() * 1000) + 120_000)
+    config = grpc_config(tmp_path, emu.path)
+    with serving(config) as (_, _ready, control):
+        control.Execute(
+            move(op_id, request["targets"], not_after_ms=request["not_after_ms"]),
+            metadata=bearer(),
+            timeout=30,
+        )
+        wait_for(control, op_id, lambda o: o.state == pb.SUCCEEDED)
+    text = config.read_text()
+    assert "max = 1.5" in text
+    config.write_text(text.replace("max = 1.5", "max = 0.4", 1))  # joint a's limit
+    with serving(config) as (_, ready, _control):
+        adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
+        try:
+            ctx = _context(tmp_path, key)
+            out = adapter.reconcile(ctx, request)
+        finally:
+            adapter.close()
+    assert isinstance(out, Recovered) and not out.result.failed, out
+    assert _doc(ctx, out)["state"] == "succeeded"
+    assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
 
 
 def test_a_bridge_shutting_down_does_not_wait_for_a_running_remote_move(

@@ -25,14 +25,16 @@ Rules:
 - The remote result is made durable in the local artifact store and read back against the
   digest the remote reported (and the digest of its bytes) before it is returned for
   `record_result`; a mismatch is `RemoteResultMismatch` (nothing recorded).
-- `reconcile` asks `GetOperation` whether the remote holds an operation under the id, then
-  re-sends the identical `Execute`. The remote answers it with the operation it holds for
-  this very request (its request digest checked on the remote: another request's operation
-  under the same id is never taken for ours, `ALREADY_EXISTS` -> a recorded failure
-  `remote_conflict`, ours never ran there), or creates it where it holds none: an operation
-  the remote does not know is retried with the identical request, its create-if-absent per
-  (principal, operation_id) being the guard, and it is ConfirmedAbsent only once the remote
-  answers that retry `expired` (never started there, and never will). Then: succeeded ->
+- `reconcile` asks `GetOperation`, and sends nothing that could start a motion (an operator
+  may be deciding the Activity meanwhile). NOT_FOUND -> ConfirmedAbsent whose guard names the
+  remote's create-if-absent per (principal, operation_id): the next execute attempt, bound
+  under its own fence, retries with the identical request (the remote's `expired` answer is
+  then a recorded failure). An operation it holds is proved to be this request's by the
+  identical `Execute`, which the remote answers with that operation when its request digest
+  matches and creates nothing (another request's under the same id -> `ALREADY_EXISTS`, a
+  recorded failure `remote_conflict`: ours never ran there; a request the remote now refuses,
+  its limits changed -> the view stands when its device, deadline and repeatability are
+  ours). Then: succeeded ->
   Recovered (the result as above); failed, cancelled or expired -> Recovered with a failed
   result (a recorded failure: the remote has settled it, it never runs again);
   unknown-awaiting-operator -> Unknown with the remote evidence document; pending or running
@@ -47,7 +49,8 @@ Crash points (`tether._crash.crash_point`, `CRASH_POINTS`), where a death of the
 matters; tests/grpc/test_bridge_crash.py SIGKILLs the bridge at each and at the runtime's:
     remote.execute_sent          the Execute handed to grpcio, its reply not read (whether
                                  it left the process is a race, mostly not: the next attempt
-                                 reconciles: NOT_FOUND, then the identical request re-sent)
+                                 reconciles: NOT_FOUND, and the next execute attempt re-sends
+                                 the identical request)
     remote.after_execute         the Execute answered (the intent is committed remotely), the
                                  reply not used: the next attempt finds it by GetOperation
     remote.mid_watch             a not yet terminal view of the watch reported as progress
@@ -455,10 +458,9 @@ class RemoteMoveAdapter:
             message = execute_request(op_id, request)
         except FamilyError as exc:  # no attempt could ever send it: nothing ran
             return RuntimeRecovered(self._refused(ctx, "bad_request", str(exc)))
-        known = True
         try:
             try:
-                self._stub.GetOperation(
+                view = self._stub.GetOperation(
                     pb.GetOperationRequest(operation_id=op_id),
                     metadata=self._metadata,
                     timeout=self.remote.timeout_s,
@@ -466,54 +468,21 @@ class RemoteMoveAdapter:
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.NOT_FOUND:
                     raise
-                known = False
+                # Never received there: absent, and a reconcile sends nothing (an operator may
+                # be deciding this Activity meanwhile). The next execute attempt, bound under
+                # its own fence, re-sends the identical request, the remote's create-if-absent
+                # being the guard; the remote's `expired` answer then records it as failed.
+                return self._not_found(ctx, op_id, message)
             crash_point("remote.reconcile.after_get")
-            # The identical request: the remote answers it with the operation it holds under
-            # this id for this very request (its digest checked: never another request's),
-            # creates it where the remote holds none (create-if-absent: the guard), or refuses
-            # it ALREADY_EXISTS when the id holds another request (ours never ran there).
-            try:
-                op = self._stub.Execute(
-                    message, metadata=self._metadata, timeout=self.remote.timeout_s
-                )
-            except grpc.RpcError as exc:
-                code = exc.code()
-                if code == grpc.StatusCode.ALREADY_EXISTS:
-                    return RuntimeRecovered(
-                        self._refused(
-                            ctx,
-                            "remote_conflict",
-                            f"{op_id} names another request on {self.remote.address}: "
-                            f"{exc.details() or ''}".rstrip(": "),
-                        )
-                    )
-                if code == grpc.StatusCode.INVALID_ARGUMENT and not known:
-                    # No operation under the id there, and the remote refuses this request
-                    # now: it never ran there.
-                    return RuntimeRecovered(
-                        self._refused(ctx, "remote_invalid_argument", exc.details() or "")
-                    )
-                raise
+            op = self._ours(ctx, message, view)
+            if isinstance(op, RuntimeRecovered):
+                return op  # another request holds the id: ours never ran there
             if op.state not in TERMINAL and op.state != pb.UNKNOWN_AWAITING_OPERATOR:
                 op = self._watch(ctx, op_id, op.revision)
-            if not known and op.state == pb.EXPIRED:
-                # The remote never held it, and past its not_after it never will run there:
-                # absent, as the remote's own recorded `expired` answer says (the next
-                # attempt's identical Execute reads that answer as the recorded failure).
-                guard = {
-                    "operation_id": op_id,
-                    "reason": "remote_expired",
-                    "guard": "remote create-if-absent per (principal, operation_id) answered"
-                    " expired: never started there, and never will",
-                    "remote": self.remote.address,
-                    "remote_revision": op.revision,
-                }
-                ref = self._put(ctx, guard, GUARD_MEDIA_TYPE)
-                return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
         except grpc.RpcError as exc:
             if exc.code() not in TRANSIENT or _rate_limited(exc):
                 return self._refused_reconcile(ctx, exc)  # asking again soon changes nothing
-            return self._unreachable(ctx, f"{exc.code().name}")
+            return self._unreachable(ctx, f"reconcile: {exc.code().name}")
         except RemoteUnreachable as exc:
             return self._unreachable(ctx, exc.message)
         if op.state in TERMINAL:
@@ -534,6 +503,62 @@ class RemoteMoveAdapter:
         }
         ref = self._put(ctx, evidence, EVIDENCE_MEDIA_TYPE)
         return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), OPERATOR_RETRY_MS)
+
+    def _ours(
+        self, ctx: AttemptContext, message: pb.ExecuteRequest, view: pb.Operation
+    ) -> pb.Operation | RuntimeRecovered:
+        """The remote operation under the id (`view`, as GetOperation read it), proved to be
+        this request's: the identical Execute, which the remote answers, for an operation it
+        holds, with that operation when its request digest matches ours, ALREADY_EXISTS when
+        it is another request's (a second bridge on the same token, a bridge whose data dir
+        was reset: a recorded failure `remote_conflict`, ours never ran there). It creates
+        nothing: the operation exists. Where the remote now refuses the request itself (its
+        limits or devices changed since), the digest cannot be asked, and the view stands
+        when its device, deadline and repeatability are ours."""
+        try:
+            op: pb.Operation = self._stub.Execute(
+                message, metadata=self._metadata, timeout=self.remote.timeout_s
+            )
+            return op
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.ALREADY_EXISTS:
+                conflict = exc.details() or "another request"
+            elif code == grpc.StatusCode.INVALID_ARGUMENT:
+                relative = message.WhichOneof("command") == "joint_move" and (
+                    message.joint_move.kind == pb.JointMove.RELATIVE
+                )
+                if (
+                    view.device == message.device
+                    and view.not_after_ms == message.not_after_ms
+                    and view.non_repeatable == relative
+                ):
+                    return view
+                conflict = f"device {view.device!r}, not_after_ms {view.not_after_ms}"
+            else:
+                raise
+        return RuntimeRecovered(
+            self._refused(
+                ctx,
+                "remote_conflict",
+                f"{message.operation_id} names another request on {self.remote.address}"
+                f" ({conflict})",
+            )
+        )
+
+    def _not_found(
+        self, ctx: AttemptContext, op_id: str, message: pb.ExecuteRequest
+    ) -> RuntimeAbsent:
+        guard = {
+            "operation_id": op_id,
+            "reason": "remote_not_found",
+            "guard": "remote create-if-absent per (principal, operation_id)",
+            "request_digest": "sha256:"
+            + hashlib.sha256(message.SerializeToString(deterministic=True)).hexdigest(),
+            "remote": self.remote.address,
+        }
+        ref = self._put(ctx, guard, GUARD_MEDIA_TYPE)
+        return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
 
     def _mismatch(self, ctx: AttemptContext, exc: RemoteResultMismatch) -> RuntimeUnknown:
         """A remote result whose bytes do not hash to the digest the remote reported: nothing
@@ -562,7 +587,7 @@ class RemoteMoveAdapter:
         doc = {
             "operation_id": ctx.operation_id,
             "reason": "remote_refused_principal" if principal else "remote_refused",
-            "error": f"GetOperation: {code.name}: {exc.details() or ''}".rstrip(": "),
+            "error": f"reconcile: {code.name}: {exc.details() or ''}".rstrip(": "),
             "remote": self.remote.address,
         }
         ref = self._put(ctx, doc, EVIDENCE_MEDIA_TYPE)
