@@ -452,6 +452,22 @@ def test_a_reissue_proof_is_refused_while_any_joint_reports_a_hardware_error(
         assert info.value.code == "hardware_error"
 
 
+def test_a_reissue_proof_is_refused_on_a_latched_robot_and_sends_nothing(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    op = store.bind("op-latched", request())
+    op.start_attempt(1, {})
+    with RobotHost(config) as host:
+        host.connect("arm")
+        host.stop("arm", latch=True)
+        before = len(emulator.journal)
+        with pytest.raises(ReissueRefused) as info:
+            DynamixelMoveAdapter(config, host).prove_reissue(op, request(), 5)
+        assert info.value.code == "robot_latched"
+        assert len(emulator.journal) == before  # nothing read or sent
+        assert op.reissue_proof(2) is None and op.fence_floor() == 0
+
+
 def _moving_by_itself(emulator: DynamixelEmulator, dxl_id: int, goal: int, velocity: int) -> None:
     """The shaft drives to ``goal`` under a command no move of this host sent (a killed move's
     goal still in the servo, say)."""

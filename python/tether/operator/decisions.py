@@ -86,7 +86,13 @@ REJECTION_CODES: tuple[str, ...] = (
     *CATALOG_REJECTION_CODES,
 )
 #: Device refusals of a re-issue the operator sees under their own code.
-_DEVICE_CODES = ("hardware_error", "device_not_idle", "not_repeatable", "neutralise_failed")
+_DEVICE_CODES = (
+    "hardware_error",
+    "device_not_idle",
+    "not_repeatable",
+    "neutralise_failed",
+    "robot_latched",
+)
 
 
 def rejection(code: str, message: str) -> OperatorRejection:

@@ -92,7 +92,8 @@ class MoveRefused(HostConfigError):
 
 class ReissueRefused(DeviceError):
     """The adapter cannot prove that no earlier attempt can still act, so a re-issue may not
-    run; code `hardware_error`, `device_not_idle`, `not_repeatable` or `neutralise_failed`."""
+    run; code `hardware_error`, `device_not_idle`, `not_repeatable`, `neutralise_failed` or
+    `robot_latched`."""
 
 
 class FencedOut(DeviceError):
@@ -770,6 +771,11 @@ class DynamixelMoveAdapter:
         if request.relative:
             raise ReissueRefused(
                 "not_repeatable", "a relative move cannot be re-issued; mark it done or abandon it"
+            )
+        if self.host.latched(robot.name):  # this host's latch: its record, or its memory
+            raise ReissueRefused(
+                "robot_latched",
+                f"robot {robot.name} is stopped (latched): resume it first, then re-issue",
             )
         bus = self.host.bus_for(robot)
         state = read_joints(bus, robot)

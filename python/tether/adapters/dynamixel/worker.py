@@ -495,9 +495,10 @@ def main(argv: list[str]) -> int:
         )
         check_request(config.robot(request.robot), request)
         usable_dir(data_dir_of(config), what="the moves data dir")  # checked before use
-        from tether.serve.config import catalog_url_for, world_url_for
+        from tether.serve.config import catalog_url_for, timing_for, world_url_for
 
         named = [u for u in (catalog_url_for(config), world_url_for(config)) if u is not None]
+        served_lease_ms, served_settle_s = timing_for(config)  # a daemon's, if one runs
     except (TetherError, MoveRequestError) as exc:
         error_line("tether move", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)
@@ -529,13 +530,14 @@ def main(argv: list[str]) -> int:
                 error="UsageError",
             )
             return EXIT_USAGE
+        # Followed for as long as the daemon's own lease and settle timeout allow a move.
         try:
             outcome = submit_move(
                 config,
                 request,
                 world=args.world,
                 activity=args.activity,
-                timeout_s=2 * lease_ms / 1000 + 3 * settle_timeout_s + 30,
+                timeout_s=2 * served_lease_ms / 1000 + 3 * served_settle_s + 30,
                 progress=line,
             )
         except ClientError as exc:
