@@ -176,6 +176,29 @@ def test_a_hardware_error_on_one_joint_holds_the_others_at_once(
     assert "hardware_error" in causes, causes
 
 
+def test_a_hardware_error_on_a_joint_outside_the_move_holds_the_moving_one(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """A joint the move does not command faults mid-move (it drops, limp): the moving joint
+    is held where it is, not driven on to its goal."""
+    emulator.speed_scale = 0.5
+    goal = tables.radians_to_ticks(1.2)
+    start = emulator.snapshot(1)["present_position"]
+    distance = abs(goal - start)
+    assert distance > 600
+
+    def on_progress(content: dict[str, Any]) -> None:
+        if not emulator.snapshot(2)["hardware_error_status"]:
+            emulator.inject(Fault("alert", id=2, value=0x20))
+
+    out = move(config, "op-hw-other", {"a": 1.2}, progress=on_progress)
+    assert (out["status"], out["reason"]) == ("awaiting_decision", "hardware_error")
+    state = settled(lambda: emulator.snapshot(1))
+    assert abs(state["present_position"] - start) < distance / 2, (start, state, goal)
+    causes = {s.get("cause") for s in op_of(store, "op-hw-other").sent()}
+    assert "hardware_error" in causes, causes
+
+
 def test_an_exception_cannot_skip_the_safe_stop(
     emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
 ) -> None:

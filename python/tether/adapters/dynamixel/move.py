@@ -21,8 +21,9 @@ durably to the operation's sent log, then the frame is sent.
    live progress in radians.
 Any failure after step 1 runs the robot's safe-stop in a `finally`, its writes logged with the
 cause (`hardware_error`, `settle_timeout`, `not_reached`, `error`) before they are sent; a
-joint that reports a hardware error mid-move (its status's Alert bit) ends the read-back at
-once, so the safe-stop holds the other joints where they are; a completed move ends
+joint of the robot that reports a hardware error mid-move (its status's Alert bit; a joint the
+move does not command included) ends the read-back at once, so the safe-stop holds the other
+joints where they are; a completed move ends
 without a stop (the arm holds its goal, torque on, whatever the stop policy).
 
 Reconcile (after a crash or a lost status) reads the device, waits for it to stand still (at
@@ -408,12 +409,23 @@ class DynamixelMoveAdapter:
         watches a device come to rest."""
         bus = self.host.bus_for(robot)
         ids = sorted(goals) if goals else robot.ids
+        # A move watches every joint of its robot for a hardware error that appears while it
+        # runs (a joint outside the move dropping under load, too); one already reported
+        # before it began is the device's state, not news.
+        watched = sorted(robot.ids) if moving_here else ids
+        faulted = bus.stats.alerts.intersection(watched)
         deadline = time.monotonic() + self.settle_timeout_s
         start = bus.sync_read_field(tables.PRESENT_POSITION, ids)
         while True:
             # Moving first: once it reads 0 the Present Position read after it is the final one
             # (the other order could publish a last fraction from just before arrival).
-            moving = bus.sync_read_field(tables.MOVING, ids)
+            moving = bus.sync_read_field(tables.MOVING, watched)
+            if moving_here and bus.stats.alerts.intersection(watched) - faulted:
+                # A joint reports a hardware error (its torque is off): the others must not
+                # drive on to their goals, so the move ends now and its safe-stop holds them.
+                state = read_joints(bus, robot)
+                state["alert"] = True
+                return state
             if goals:
                 present = bus.sync_read_field(tables.PRESENT_POSITION, ids)
                 total = sum(abs(goals[i] - start[i]) for i in ids) or 1
@@ -434,12 +446,6 @@ class DynamixelMoveAdapter:
                 )
             if not any(moving.values()):
                 return read_joints(bus, robot)
-            if moving_here and bus.stats.alerts.intersection(ids):
-                # A joint reports a hardware error (its torque is off): the others must not
-                # drive on to their goals, so the move ends now and its safe-stop holds them.
-                state = read_joints(bus, robot)
-                state["alert"] = True
-                return state
             if time.monotonic() > deadline:
                 state = read_joints(bus, robot)
                 state["timed_out"] = True
