@@ -244,6 +244,28 @@ def test_reconcile_outcomes_need_the_live_fence(catalog: Catalog, clock: ManualC
         catalog.confirm_absent(k, r.fence, RetryGuard("g", "d"))
 
 
+def test_a_reconcile_naming_the_evidence_held_keeps_its_revision(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    """A parked Activity reconciled again with nothing changed names the evidence it holds:
+    the revision an operator is deciding on stays; other evidence is a new revision."""
+    k = key()
+    bound_claim(catalog, k, lease_ms=1_000)
+    clock.advance(1_000)  # the bound attempt's lease ran out: the next one reconciles
+    c = catalog.claim("w1", 1_000)
+    assert c is not None and not c.attempt.may_execute
+    first = catalog.record_unknown(k, c.fence, Evidence("ev://1", "sha256:e"), 0)
+    assert first.evidence_revision == 1
+    again = catalog.claim("w2", 1_000)
+    assert again is not None and again.key == k
+    same = catalog.record_unknown(k, again.fence, Evidence("ev://1", "sha256:e"), 0)
+    assert (same.evidence_revision, same.evidence) == (1, first.evidence)
+    third = catalog.claim("w3", 1_000)
+    assert third is not None
+    other = catalog.record_unknown(k, third.fence, Evidence("ev://2", "sha256:f"), 0)
+    assert other.evidence_revision == 2
+
+
 def test_unknown_activity_and_wrong_argument_types(catalog: Catalog) -> None:
     with pytest.raises(UnknownActivity) as info:
         catalog.renew(key("missing"), 1, 1_000)

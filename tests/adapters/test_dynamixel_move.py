@@ -199,6 +199,61 @@ def test_a_hardware_error_on_a_joint_outside_the_move_holds_the_moving_one(
     assert "hardware_error" in causes, causes
 
 
+def test_a_parked_move_reconciled_again_with_nothing_changed_keeps_its_evidence(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    """The periodic reconcile of a parked move names the evidence it holds while the device
+    reads the same (the catalog then keeps the revision an operator is deciding on), and
+    writes new evidence once something that matters changed."""
+    from tether.activities import Evidence
+    from tether.adapters.dynamixel.worker import data_dir_of
+    from tether.families.robot_move.family import robot_move_family
+    from tether.runtime import AttemptContext
+    from tether.runtime import Unknown as RuntimeUnknown
+
+    emulator.speed_scale = 0.5
+
+    def on_progress(content: dict[str, Any]) -> None:
+        if not emulator.snapshot(1)["hardware_error_status"]:
+            emulator.inject(Fault("alert", id=1, value=0x20))
+
+    assert move(config, "op-again", progress=on_progress)["status"] == "awaiting_decision"
+    data = data_dir_of(config)
+    catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
+    key = ActivityKey("local", KIND_ABSOLUTE, "op-again")
+    try:
+        record = catalog.get(key)
+    finally:
+        catalog.close()
+    assert record is not None and record.evidence is not None
+    held = record.evidence.evidence
+    family = robot_move_family(config, data / "robot_move", settle_timeout_s=10)
+
+    def reconcile() -> Any:
+        ctx = AttemptContext(
+            key=key,
+            operation_id=operation_id_for(key),
+            fence=record.fence + 1,
+            attempt=record.attempt_count + 1,
+            may_execute=False,
+            artifacts=ArtifactStore(data / "artifacts"),
+            renew=lambda: None,
+            evidence=held,
+        )
+        wanted = {"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS}
+        return family.adapter.reconcile(ctx, wanted)
+
+    try:
+        same = reconcile()
+        assert isinstance(same, RuntimeUnknown) and same.evidence == held, same
+        emulator.power_cycle()  # the error is cleared, torque is off: a new state
+        changed = reconcile()
+        assert isinstance(changed, RuntimeUnknown), changed
+        assert changed.evidence != held and isinstance(changed.evidence, Evidence)
+    finally:
+        family.adapter.close()  # type: ignore[attr-defined]
+
+
 def test_an_exception_cannot_skip_the_safe_stop(
     emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
 ) -> None:

@@ -256,6 +256,10 @@ class AttemptContext:
         attempt: the attempt number.
         may_execute: False on reconcile-only attempts.
         artifacts: where results above the inline bound are made durable.
+        evidence: the evidence the Activity holds for an operator when the attempt was claimed
+            (a reconcile of a parked Activity), else None. A reconcile that finds nothing
+            changed returns it again as its Unknown's evidence: the catalog then keeps its
+            revision, so a decision being made on it stays valid.
     """
 
     def __init__(
@@ -270,8 +274,10 @@ class AttemptContext:
         renew: Callable[[], None],
         emit: Callable[[ProgressEvent], None] | None = None,
         stopping: threading.Event | None = None,
+        evidence: Evidence | None = None,
     ) -> None:
         self.key = key
+        self.evidence = evidence
         self.operation_id = operation_id
         self.fence = fence
         self.attempt = attempt

@@ -353,6 +353,11 @@ class Worker:
             renew=beat.renew_now,
             emit=self._emit_safely,
             stopping=self.stop,
+            evidence=(
+                claim.record.evidence.evidence
+                if claim.record.awaiting_decision and claim.record.evidence is not None
+                else None
+            ),
         )
 
     def run_next(self, *, world_id: str | None = None) -> ActivityKey | None:

@@ -119,7 +119,10 @@ pub fn confirm_absent(
 
 /// Records that reconciliation could not tell: the evidence revision rises, the activity awaits
 /// an operator decision, and it may be claimed again (to reconcile only) after `retry_after_ms`
-/// (0 to 7 days, `MAX_RETRY_AFTER_MS`) on the lease clock.
+/// (0 to 7 days, `MAX_RETRY_AFTER_MS`) on the lease clock. A reconcile of an Activity already
+/// awaiting a decision that names the very evidence it holds (the same ref and digest: the
+/// adapter found nothing changed) keeps that evidence and its revision, so a decision an
+/// operator is making on it stays valid; only the next reconcile is rescheduled.
 pub fn record_unknown(
     rec: &ActivityRecord,
     fence: i64,
@@ -134,12 +137,19 @@ pub fn record_unknown(
     let resume_at = bounds::later("retry_after_ms", now.boot_ms, retry_after_ms)?;
     reconciling(rec, fence, now)?;
     let mut next = rec.next(now);
-    next.evidence = Some(EvidenceRecord {
-        evidence_ref: evidence_ref.to_owned(),
-        digest: evidence_digest.to_owned(),
-        recorded_at_ms: now.wall_ms,
-    });
-    next.evidence_revision += 1;
+    let unchanged = rec.awaiting_decision
+        && rec
+            .evidence
+            .as_ref()
+            .is_some_and(|e| e.evidence_ref == evidence_ref && e.digest == evidence_digest);
+    if !unchanged {
+        next.evidence = Some(EvidenceRecord {
+            evidence_ref: evidence_ref.to_owned(),
+            digest: evidence_digest.to_owned(),
+            recorded_at_ms: now.wall_ms,
+        });
+        next.evidence_revision += 1;
+    }
     next.awaiting_decision = true;
     next.attempt = None;
     next.claimable_from_ms = Some(resume_at);
@@ -252,5 +262,24 @@ mod tests {
         );
         let again = claim(&unknown, "w3", 100, &at(1510)).unwrap();
         assert!(!again.attempt.as_ref().unwrap().may_execute);
+    }
+
+    #[test]
+    fn the_same_evidence_again_keeps_its_revision_other_evidence_raises_it() {
+        let rec = claim(&bound(0), "w2", 100, &at(1000)).unwrap();
+        let first = record_unknown(&rec, 2, "ev://1", "sha256:e", 500, &at(1010)).unwrap();
+        let again = claim(&first, "w3", 100, &at(1510)).unwrap();
+        let fence = again.fence;
+        // Nothing changed: the revision an operator is deciding on stays, from its first time.
+        let same = record_unknown(&again, fence, "ev://1", "sha256:e", 500, &at(1520)).unwrap();
+        assert_eq!(same.evidence_revision, 1);
+        assert_eq!(same.evidence, first.evidence);
+        assert!(same.awaiting_decision && same.attempt.is_none());
+        assert_eq!(same.claimable_from_ms, Some(2020)); // the next reconcile, rescheduled
+                                                        // Other evidence is a new revision.
+        let third = claim(&same, "w4", 100, &at(2030)).unwrap();
+        let fence = third.fence;
+        let other = record_unknown(&third, fence, "ev://2", "sha256:f", 500, &at(2040)).unwrap();
+        assert_eq!(other.evidence_revision, 2);
     }
 }

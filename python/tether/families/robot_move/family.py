@@ -69,8 +69,9 @@ from tether.adapters.dynamixel.move import (
     read_joints,
     si_read_back,
 )
-from tether.errors import HostConfigError, TransportError
+from tether.errors import HostConfigError, TetherError, TransportError
 from tether.families.robot_move.journal import MoveStore, Operation, now_ms
+from tether.families.robot_move.operator import RobotMoveReview
 from tether.families.robot_move.request import (
     EVIDENCE_MEDIA_TYPE,
     FAMILY,
@@ -529,11 +530,38 @@ class RobotMoveAdapter:
             if isinstance(conclusion, ConfirmedAbsent):
                 ref = self._put(ctx, op.record_absent(conclusion), GUARD_MEDIA_TYPE)
                 return RuntimeAbsent(RetryGuard(ref=ref.ref, digest=ref.digest))
+            retry = conclusion.retry_after_ms or OPERATOR_RETRY_MS
+            if self._unchanged(ctx, conclusion.evidence):
+                # Parked already, and the device reads as its evidence says (the operator
+                # review's own test): the same evidence again, so its revision stays and a
+                # decision being made on it is not refused as stale.
+                assert ctx.evidence is not None
+                return RuntimeUnknown(ctx.evidence, retry)
             # The evidence document is made durable in the artifact store; the catalog records
             # it by ref and digest under its own revision (no second record of it).
             ref = self._put(ctx, {**conclusion.evidence, "at_ms": now_ms()}, EVIDENCE_MEDIA_TYPE)
-            retry = conclusion.retry_after_ms or OPERATOR_RETRY_MS
             return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), retry)
+
+    def _unchanged(self, ctx: AttemptContext, evidence: dict[str, Any]) -> bool:
+        """Whether a parked Activity's evidence (`ctx.evidence`) still holds: the same reason,
+        and a read-back in which nothing that matters changed (the operator review's
+        `changed_since`, which refuses a decision as `state_changed` otherwise)."""
+        if ctx.evidence is None:
+            return False
+        try:
+            held = json.loads(ctx.artifacts.get_bytes(ctx.evidence.ref, ctx.evidence.digest))
+        except (TetherError, ValueError):
+            return False  # unreadable: a fresh document, a new revision
+        if not isinstance(held, dict) or held.get("reason") != evidence.get("reason"):
+            return False
+        fresh = evidence.get("read_back")
+        if not isinstance(fresh, dict) or not isinstance(held.get("read_back"), dict):
+            return False
+        try:
+            changes = RobotMoveReview(self.config, self.store).changed_since(held, fresh)
+        except (TetherError, KeyError, TypeError, ValueError):
+            return False
+        return not changes
 
 
 def robot_move_family(
