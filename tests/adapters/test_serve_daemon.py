@@ -613,3 +613,26 @@ def test_a_move_cut_by_the_daemons_own_shutdown_is_parked_as_stopped_at_shutdown
         with daemon(config):
             parked = watch_until(client, view["key"], ("awaiting_decision",), 90)
         assert parked["reason"] == "stopped_at_shutdown", parked
+
+
+def test_the_daemons_live_stream_shows_a_settled_move_as_settled(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    import urllib.request
+
+    config = serve_config(tmp_path, emu.path)
+    with daemon(config) as (_, ready):
+        done = run_worker(config, activity="shown")
+        assert done.returncode == 0, done.stdout + done.stderr
+        client = Client(config=config)
+        final = list(client.watch(outcome(done)["key"], timeout=60))[-1]
+        assert final["settled"] is True
+        seen = b""
+        deadline = time.monotonic() + 30
+        with urllib.request.urlopen(ready["sse"], timeout=5) as stream:
+            while time.monotonic() < deadline:
+                line = stream.readline()
+                seen += line
+                if b'"settled"' in line and b"shown" in line:
+                    break
+        assert b'"settled"' in seen, seen[-2000:]

@@ -113,6 +113,15 @@ class LiveActivities:
         """Publish one adapter progress report: its content, attempt and state "running"."""
         self.merge(event.key, {"state": "running", "attempt": event.attempt} | event.content)
 
+    def conclude(self, key: ActivityKey, changes: Mapping[str, Any]) -> None:
+        """`settle` with the last content published for `key` and ``changes`` over it (the
+        attempt's result stays shown as the Activity settles)."""
+        with self._lock:
+            base = {"activity": key.activity_id, "world": key.world_id}
+            content = dict(self._content.get(key) or base)
+        content.update(changes)
+        self.settle(key, content)
+
     def settle(self, key: ActivityKey, content: Mapping[str, Any]) -> None:
         """Publish the final content of a settled activity as a snapshot; later reports are
         ignored."""

@@ -17,9 +17,9 @@ Rules (seed sections 2 and 7):
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from tether.activities import ActivityKey, ResultRef
+from tether.activities import ActivityKey, ActivityRecord, ResultRef
 from tether.runtime._crash import crash_point
 from tether.runtime._family import COMPLETION_COMPONENT, verify_completion
 from tether.runtime._ports import ReceiptReader, SettlementCatalog
@@ -39,6 +39,9 @@ class Settler:
     def __init__(self, catalog: SettlementCatalog, ledger: ReceiptReader) -> None:
         self.catalog = catalog
         self.ledger = ledger
+        #: Told each tick's settled records once they are committed (a live view showing them
+        #: settled, say). A listener's failure is logged, never the settlement's.
+        self.listeners: list[Callable[[list[ActivityRecord]], None]] = []
 
     def settle(
         self, snapshot: WorldSnapshot, observed: Mapping[ActivityKey, ResultRef] | None = None
@@ -80,7 +83,13 @@ class Settler:
         # One catalog write for the tick's settlements (one transaction, one sync), each
         # decided by the core on its own, after the reader's check.
         self.ledger.check_receipt(receipt)
-        for outcome in self.catalog.settle_many(batch):
+        settled = self.catalog.settle_many(batch)
+        for outcome in settled:
             if isinstance(outcome, Exception):
                 raise outcome
         crash_point("after_settlement")
+        for listener in self.listeners:
+            try:
+                listener([r for r in settled if isinstance(r, ActivityRecord)])
+            except Exception:
+                log.exception("a settlement listener failed")

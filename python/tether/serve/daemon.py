@@ -490,6 +490,8 @@ class Daemon:
             host_name=self.serve.host_name or None,  # none: unbound work only
             pause=self.stop_first.wait_clear,  # background work waits while a stop runs
         )
+        if self._live is not None:  # the stream shows an Activity settled once it is
+            self.runtime.settler.listeners.append(self._on_settled)
         # The robots last: every refusal of the configuration, the listeners and the stores
         # above comes before a port is opened, so a daemon that cannot start sends no frame
         # (no connect, no safe-stop at its close). A stop meanwhile latches through the
@@ -620,6 +622,22 @@ class Daemon:
             watcher(event.key)
         if self._progress_listener is not None:
             self._progress_listener(event)
+
+    def _on_settled(self, records: list[ActivityRecord]) -> None:
+        """Each settled Activity's final state on the live stream (and so the console):
+        `settled`, with its result's digest and whether it failed."""
+        live = self._live
+        if live is None:
+            return
+        for record in records:
+            changes: dict[str, Any] = {"state": "settled", "attempt": record.attempt_count}
+            if record.result is not None:
+                changes["result"] = {
+                    "digest": record.result.digest,
+                    "media_type": record.result.media_type,
+                    "failed": record.result.failed,
+                }
+            live.conclude(record.key, changes)
 
     def latest(self, key: ActivityKey) -> tuple[int, dict[str, Any] | None]:
         """An Activity's latest progress report: (its sequence number, its content), (0, None)
