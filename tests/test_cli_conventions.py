@@ -375,3 +375,21 @@ def test_without_json_a_refusal_leaves_stdout_empty(tmp_path: Path) -> None:
         done = tether_run(*argv)
         assert done.returncode == _exit.USAGE and done.stdout == "", done.stdout
         assert done.stderr.startswith("tether ")
+
+
+def test_the_demo_tells_a_held_port_from_a_refused_address(tmp_path: Path) -> None:
+    """A stream port another process holds is `sse_unavailable` (exit 7, not this command's
+    fault); an address off loopback without TLS is `insecure_listener` (exit 2)."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        busy = tether_run("demo", "--json", "--data-dir", str(tmp_path / "d"), "--port", port)
+    assert busy.returncode == _exit.UNAVAILABLE, busy.stdout + busy.stderr
+    assert json.loads(busy.stdout)["code"] == "sse_unavailable"
+    assert busy.stderr.strip().startswith("tether demo: sse_unavailable: ")
+    wide = tether_run("demo", "--json", "--data-dir", str(tmp_path / "e"), "--host", "0.0.0.0")
+    assert wide.returncode == _exit.USAGE, wide.stdout + wide.stderr
+    assert json.loads(wide.stdout)["code"] == "insecure_listener"

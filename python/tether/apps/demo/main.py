@@ -59,6 +59,7 @@ from tether import _exit
 from tether._args import Parser, error_line, refuse
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
+from tether._listen import ListenerError
 from tether._sqlite_files import StoreFileError, describe, storage_failure
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
@@ -972,10 +973,13 @@ def main(argv: list[str]) -> int:
     stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:
         server = StreamServer(stream, args.host, args.port)
-    except OSError as exc:
-        line = f"cannot serve on {args.host}:{args.port}: {exc}"
-        refuse("tether demo", "sse_unavailable", line, error=type(exc).__name__, line=line)
+    except ListenerError as exc:  # the address itself is refused (off loopback, no TLS)
+        error_line("tether demo", exc)
         return EXIT_USAGE
+    except OSError as exc:  # a port another process holds, say: not this command's fault
+        line = f"sse_unavailable: cannot serve on {args.host}:{args.port}: {exc}"
+        refuse("tether demo", "sse_unavailable", line, error=type(exc).__name__, line=line)
+        return _exit.UNAVAILABLE
     log = _LogLines()
     tether_log = logging.getLogger("tether")
     tether_log.addHandler(log)
