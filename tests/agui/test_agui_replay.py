@@ -93,6 +93,11 @@ def test_replay_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert cli_main(["replay", str(tmp_path)]) == 2
     assert "cannot read" in capsys.readouterr().err
     assert cli_main(["replay", str(STREAM), "--chunk-size", "0"]) == 2
+    for junk in (b"root:x:0:0:root:/root:/bin/bash\n", b"\x00\xff\xfe", b""):
+        not_a_capture = tmp_path / "junk"
+        not_a_capture.write_bytes(junk)
+        assert cli_main(["replay", str(not_a_capture)]) == 1, junk
+        assert "no_events" in capsys.readouterr().err
 
 
 def test_replay_enforces_the_run_lifecycle_unless_partial(

@@ -132,6 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             line=f"{args.file}: {type(e).__name__}: {first}{hint}",
         )
         return _exit.FAILED
+    if store.events_handled == 0:
+        # Nothing in it reads as an event (a text file, binary, an empty capture): saying
+        # "replayed 0 events" would pass a wrong file for an empty run.
+        line = f"{args.file}: no AG-UI event in it (an SSE, NDJSON or JSON capture of a stream)"
+        refuse("tether replay", "no_events", line, error="AguiError", line=f"no_events: {line}")
+        return _exit.FAILED
     for w in store.warnings:
         print(
             f"warning: {w.code} {w.event_type} {w.message_id or '-'}: {w.reason}", file=sys.stderr
