@@ -503,3 +503,43 @@ def test_with_config_the_moves_run_on_its_robot_and_the_operator_is_asked(tmp_pa
             if e["instruction"] == "action" and e["executed"] and e["data"] == data
         ]
         assert sorted(applied) == [1, 2], (rad, applied)
+
+
+def test_the_demos_stream_shows_the_arm_moves_too(tmp_path: Path) -> None:
+    """The run's AG-UI stream carries an activity message per arm move (its state, the
+    parked move's reason and the operator's re-issue included), as it does for the reaches."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
+    argv = demo_argv(tmp_path / "data", *REACHES, "--operator", "auto-reissue", arm=True)
+    argv += ["--linger", "60"]
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env
+    ) as demo:
+        try:
+            assert demo.stdout is not None
+            url = ""
+            for line in demo.stdout:
+                if line.startswith("AG-UI stream (SSE): "):
+                    url = line.split(": ", 1)[1].strip()
+                if line.startswith("mission: "):
+                    break
+            parts = urlsplit(url)
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+            conn.request("GET", parts.path)
+            body = conn.getresponse().read()  # the finished run: its final messages
+            conn.close()
+        finally:
+            demo.send_signal(signal.SIGTERM)
+            demo.wait(timeout=60)
+    events = [json.loads(x[len(b"data: ") :]) for x in body.splitlines() if x.startswith(b"data: ")]
+    (snapshot,) = [e for e in events if e["type"] == "MESSAGES_SNAPSHOT"]
+    moves = {
+        m["id"].rsplit("/", 1)[1]: m["content"]
+        for m in snapshot["messages"]
+        if m.get("activityType") == MOVE_KIND
+    }
+    assert sorted(moves) == ["move-0000", "move-0001", "move-0002"], sorted(moves)
+    assert all(c["state"] == "done" for c in moves.values()), moves
+    assert moves["move-0001"]["attempt"] > 1  # parked by the power loss, then re-issued

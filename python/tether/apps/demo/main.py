@@ -576,6 +576,7 @@ def _open(
                 unit="rad",
                 state="moving",
             )
+            live.update(event.key, **{**c, "state": "moving", "attempt": event.attempt})
             return
         board.update(
             event.key.activity_id,
@@ -755,6 +756,13 @@ def _watch(run: _Run) -> int:
             if move.state != "not submitted" and shown.get(move.activity) != move.state:
                 shown[move.activity] = move.state
                 run.board.update(move.activity, state=move.state, attempt=move.attempts, unit="rad")
+                # On the run's AG-UI stream as the reaches are: the arm's power loss, its
+                # parked move and the operator's decision show there too.
+                key = ActivityKey(arm_mod.ARM_WORLD, arm_mod.MOVE_KIND, move.activity)
+                changes = {"state": move.state, "attempt": move.attempts}
+                if move.state == "awaiting_decision":
+                    changes["reason"] = move.reason
+                run.live.update(key, **changes)
         parked = [k for k, rec in records.items() if _parked(rec)]
         if parked:
             run.board.message("parked activities (reconciliation is Unknown; an operator decides):")
