@@ -393,3 +393,10 @@ def test_the_demo_tells_a_held_port_from_a_refused_address(tmp_path: Path) -> No
     wide = tether_run("demo", "--json", "--data-dir", str(tmp_path / "e"), "--host", "0.0.0.0")
     assert wide.returncode == _exit.USAGE, wide.stdout + wide.stderr
     assert json.loads(wide.stdout)["code"] == "insecure_listener"
+
+
+def test_the_demos_help_says_what_it_does_in_whole_sentences() -> None:
+    done = tether_run("demo", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "with one power loss that walks the operator path." in text, text

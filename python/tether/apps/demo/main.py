@@ -166,7 +166,9 @@ def _storage_refusal(kind: str, detail: str, data_dir: object) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = Parser(prog="tether demo", description=__doc__.splitlines()[0], epilog=_EPILOG)
+    # The docstring's first paragraph (its first line alone stops mid-sentence).
+    summary = " ".join((__doc__ or "").split("\n\n", 1)[0].split())
+    p = Parser(prog="tether demo", description=summary, epilog=_EPILOG)
     p.add_argument(
         "--data-dir", default="tether-data", help="data directory (default: %(default)s)"
     )
