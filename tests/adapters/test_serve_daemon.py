@@ -37,6 +37,14 @@ def emu(tmp_path: Path) -> Iterator[EmulatorProcess]:
         yield emulator
 
 
+def _moving(client: Client, activity: str, targets: dict[str, float]) -> dict[str, object]:
+    """A move submitted to the daemon, once its ACTION is sent (its progress says moving)."""
+    kind = "physical_ai.robot_move.absolute"
+    view = client.submit("local", activity, kind, {"robot": "arm", "targets": targets})
+    watch_until(client, view["key"], ("moving",), 60)
+    return view
+
+
 def test_a_move_through_the_daemon_settles_with_one_action_and_the_port_is_owned(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
@@ -290,11 +298,7 @@ def test_sigkill_then_restart_reclaims_the_socket_and_reconciles_without_a_secon
         config = serve_config(tmp_path, emu.path)
         client = Client(config=config)
         with daemon(config) as (proc, _):
-            view = client.submit(
-                "local", "killed", "physical_ai.robot_move.absolute",
-                {"robot": "arm", "targets": {"a": 0.5, "b": -0.3}},
-            )  # fmt: skip
-            watch_until(client, view["key"], ("moving",), 60)
+            view = _moving(client, "killed", {"a": 0.5, "b": -0.3})
             proc.kill()
             proc.wait()
         sock = Path(client.socket_path)
@@ -313,11 +317,7 @@ def test_sigterm_safe_stops_every_device_and_exits_0(tmp_path: Path) -> None:
         config = serve_config(tmp_path, emu.path, policy="torque_off")
         client = Client(config=config)
         with daemon(config) as (proc, _):
-            view = client.submit(
-                "local", "cut", "physical_ai.robot_move.absolute",
-                {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}},
-            )  # fmt: skip
-            watch_until(client, view["key"], ("moving",), 60)
+            view = _moving(client, "cut", {"a": 1.4, "b": -1.4})
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0
             assert proc.stderr is not None
@@ -327,6 +327,9 @@ def test_sigterm_safe_stops_every_device_and_exits_0(tmp_path: Path) -> None:
         for dxl_id in (1, 2):
             assert emu.request(op="snapshot", id=dxl_id)["torque_enable"] == 0
         assert client.running() is None and not os.path.exists(client.socket_path)
+        with daemon(config):  # the move it cut is parked with that stop as its reason
+            parked = watch_until(client, view["key"], ("awaiting_decision",), 90)
+        assert parked["reason"] == "stopped_at_shutdown", parked
 
 
 def test_a_stop_waits_on_no_storage_lock_even_mid_move(tmp_path: Path) -> None:
@@ -603,11 +606,7 @@ def test_a_move_cut_by_the_daemons_own_shutdown_is_parked_as_stopped_at_shutdown
         config = serve_config(tmp_path, emu.path)
         client = Client(config=config)
         with daemon(config) as (proc, _):
-            view = client.submit(
-                "local", "cut", "physical_ai.robot_move.absolute",
-                {"robot": "arm", "targets": {"a": 1.4, "b": -1.4}},
-            )  # fmt: skip
-            watch_until(client, view["key"], ("moving",), 60)
+            view = _moving(client, "cut", {"a": 1.4, "b": -1.4})
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
         with daemon(config):

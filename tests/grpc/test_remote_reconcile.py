@@ -68,6 +68,18 @@ def _error(call: Any) -> grpc.RpcError:
     return info.value
 
 
+def _reconciled(
+    tmp_path: Path, address: str, key: ActivityKey, request: dict[str, Any]
+) -> tuple[Any, Any]:
+    """One reconcile of `request` by a fresh bridge adapter: its context and its outcome."""
+    adapter = RemoteMoveAdapter(RemoteHost(address, PLANNER))
+    try:
+        ctx = _context(tmp_path, key)
+        return ctx, adapter.reconcile(ctx, request)
+    finally:
+        adapter.close()
+
+
 def _doc(ctx: Any, out: Recovered) -> dict[str, Any]:
     return json.loads(ctx.artifacts.get_bytes(out.result.ref, out.result.digest))  # type: ignore[no-any-return]
 
@@ -175,12 +187,7 @@ def test_an_operation_that_ran_is_recovered_after_the_remote_narrowed_its_limits
     assert "max = 1.5" in text
     config.write_text(text.replace("max = 1.5", "max = 0.4", 1))  # joint a's limit
     with serving(config) as (_, ready, _control):
-        adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
-        try:
-            ctx = _context(tmp_path, key)
-            out = adapter.reconcile(ctx, request)
-        finally:
-            adapter.close()
+        ctx, out = _reconciled(tmp_path, ready["grpc"], key, request)
     assert isinstance(out, Recovered) and not out.result.failed, out
     assert _doc(ctx, out)["state"] == "succeeded"
     assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
@@ -255,12 +262,7 @@ def test_a_remote_record_compacted_by_retention_is_reconciled_as_what_it_was(
                 break
             assert time.monotonic() < deadline, pruned.stdout
             time.sleep(0.2)
-        adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
-        try:
-            ctx = _context(tmp_path, key)
-            out = adapter.reconcile(ctx, request)
-        finally:
-            adapter.close()
+        ctx, out = _reconciled(tmp_path, ready["grpc"], key, request)
     assert isinstance(out, Recovered) and not out.result.failed, out
     doc = _doc(ctx, out)
     assert (doc["state"], doc.get("remote_compacted")) == ("succeeded", True), doc

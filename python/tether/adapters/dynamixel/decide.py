@@ -280,6 +280,7 @@ def reconcile(
         )
     )
     operator = move.stop_reason if move.stopped_by_operator else None
+    shutdown = "stopped_at_shutdown" if move.stopped_at_shutdown else None
     instructions = {s.instruction for s in sent}
     committed = {"reg_write", "action"} <= instructions  # our goals were staged, then ACTION
     if (
@@ -295,7 +296,7 @@ def reconcile(
         if torque_off:
             # A torque-off stop leaves the goals as they were: its cause names the reason.
             return Unknown(
-                operator or _own_stop(sent) or "device_state_lost_or_moved",
+                operator or _own_stop(sent) or shutdown or "device_state_lost_or_moved",
                 {"torque_off": torque_off},
             )
         moving = sorted(n for n in goals if joints[n].moving)
@@ -334,7 +335,6 @@ def reconcile(
     actioned = sorted(n for n in goals if not joints[n].staged) if committed else []
     if torque_changed or moved or actioned:
         causes = [s.cause for s in sent if s.instruction in STOPS and s.cause]
-        shutdown = "stopped_at_shutdown" if move.stopped_at_shutdown else None
         reason = operator or _own_stop(sent) or shutdown or "device_state_lost_or_moved"
         details: dict[str, Any] = {"torque_changed": torque_changed, "goal_changed": moved}
         if actioned and not moved:
