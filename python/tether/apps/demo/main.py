@@ -436,34 +436,12 @@ def _moves(targets: list[dict[str, float]], world: str, kind: str) -> list[MoveO
     ]
 
 
-def _no_operator(args: argparse.Namespace) -> str | None:
-    """Why the demo cannot run with no terminal to ask an operator on (its refusal's line), or
-    None: decided from the flags alone, so it is refused before it serves or writes anything."""
-    if args.moves <= 0 or sys.stdin.isatty():
-        return None
-    if args.config is not None:
-        if args.operator is not None and args.operator != "ask":
-            return None  # `_prepare_arm` refuses an unattended operator on real hardware
-        return (
-            "operator_required: no terminal to ask the operator on, and --operator "
-            "auto-* is refused for real hardware; run it on a terminal or pass --moves 0"
-        )
-    if args.operator is None:
-        return (
-            "operator_required: no terminal to ask the operator on; pass --operator "
-            "auto-reissue or --operator auto-abandon (the demo's arm is emulated), or "
-            "--moves 0 for the reaches only"
-        )
-    if args.operator == "ask":
-        return "operator_required: --operator ask needs a terminal"
-    return None
-
-
 def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm | int:
     """The daemon's configuration (generated, or `--config`), the moves and the operator."""
     from tether.devices.config import load_config
 
     wants_arm = args.moves > 0
+    tty = sys.stdin.isatty()
     mode = args.operator
     workers = max(2, args.workers) if wants_arm else args.workers
     config: Any
@@ -483,8 +461,11 @@ def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm 
         robots = sorted(config.robots)
         if wants_arm and not robots:
             return _usage(f"no_robot: {args.config} configures no robot (or pass --moves 0)")
-        if (refused := _no_operator(args)) is not None:
-            return _usage(refused)
+        if wants_arm and not tty:
+            return _usage(
+                "operator_required: no terminal to ask the operator on, and --operator "
+                "auto-* is refused for real hardware; run it on a terminal or pass --moves 0"
+            )
         robot = robots[0] if wants_arm else None
         targets = _config_targets(config.robot(robot), args.moves) if robot else []
         serve = ServeConfig(
@@ -501,10 +482,16 @@ def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm 
             )
         moves = _moves(targets, arm_mod.ARM_WORLD, arm_mod.MOVE_KIND)
         return _Arm(config, serve, robot, moves, operator, None, None, Path(args.config))
-    if (refused := _no_operator(args)) is not None:
-        return _usage(refused)
     if wants_arm and mode is None:
-        mode = "ask"  # on a terminal (`_no_operator` refused it otherwise)
+        if not tty:
+            return _usage(
+                "operator_required: no terminal to ask the operator on; pass --operator "
+                "auto-reissue or --operator auto-abandon (the demo's arm is emulated), or "
+                "--moves 0 for the reaches only"
+            )
+        mode = "ask"
+    if mode == "ask" and not tty and wants_arm:
+        return _usage("operator_required: --operator ask needs a terminal")
     targets = list(arm_mod.TARGETS[: args.moves])
     operator = None
     credential_hash = None
@@ -986,8 +973,6 @@ def main(argv: list[str]) -> int:
         parser.error("--workers must be >= 1, --lease-ms >= 100 and --port in [0, 65535]")
     if args.linger < 0 or args.wait_subscribers < 0:
         parser.error("--linger and --wait-subscribers must not be negative")
-    if (refused := _no_operator(args)) is not None:  # before anything is served or written
-        return _usage(refused)
     if not 64 <= args.memory_cap_mb <= 1 << 30:
         parser.error("--memory-cap-mb must be at least 64")
     if not 0 <= args.moves <= len(arm_mod.TARGETS):
