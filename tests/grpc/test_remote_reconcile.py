@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,6 @@ from tether.runtime import ArtifactStore, AttemptContext, ConfirmedAbsent, Host,
 from tether.testing._ports import free_port
 
 from tests._secrets import PLANNER
-
-
-@pytest.fixture
-def emu(tmp_path: Path) -> Iterator[EmulatorProcess]:
-    with emulator_process(tmp_path) as e:
-        yield e
 
 
 def _context(tmp_path: Path, key: ActivityKey, stopping: threading.Event | None = None) -> Any:

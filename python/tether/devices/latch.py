@@ -47,6 +47,8 @@ log = logging.getLogger("tether.devices.latch")
 
 #: Every latch record after a robot's first is this many bytes, overwritten in place.
 RECORD_BYTES = 512
+#: The suffix of a robot's shutdown-stop record beside its latch record (`note_shutdown_stop`).
+SHUTDOWN_SUFFIX = ".shutdown.json"
 #: The `by` of an operator's stop (`tether stop`, the Stop RPC, the console's): any stop not
 #: made by the session watchdog or a planner's Cancel.
 OPERATOR_STOP = "tether stop"
@@ -108,8 +110,13 @@ class StopLatch:
         #: without reading their records, that every robot it latched still is.
         self.resumes = 0
 
-    def _path(self, robot: str) -> Path:
-        return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}.json"
+    def _path(self, robot: str, suffix: str = ".json") -> Path:
+        return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}{suffix}"
+
+    def _check_dir(self) -> None:
+        if not self._dir_checked:
+            usable_dir(self.dir, what="the stop latch dir")  # private, never a foreign one
+            self._dir_checked = True
 
     def state(self, robot: str) -> dict[str, Any]:
         """The robot's latch record (`latched` false when it was never stopped)."""
@@ -143,9 +150,7 @@ class StopLatch:
         return by if isinstance(by, str) else None
 
     def _write(self, robot: str, doc: dict[str, Any]) -> None:
-        if not self._dir_checked:
-            usable_dir(self.dir, what="the stop latch dir")  # private, never a foreign one
-            self._dir_checked = True
+        self._check_dir()
         path = self._path(robot)
         data = json.dumps(doc, sort_keys=True).encode()
         if len(data) < RECORD_BYTES:
@@ -191,9 +196,6 @@ class StopLatch:
             self.resumes += 1
             return doc
 
-    def _shutdown_path(self, robot: str) -> Path:
-        return self.dir / f"{hashlib.sha256(robot.encode()).hexdigest()[:32]}.shutdown.json"
-
     def note_shutdown_stop(self, robot: str) -> None:
         """Record (durably, best effort) that this host safe-stopped `robot` as it shut down:
         not a latch (nothing waits for a resume), only the fact a reconcile after the restart
@@ -201,17 +203,15 @@ class StopLatch:
         that cannot be written is logged: the stop itself went."""
         doc = {"robot": robot, "stopped_at_ms": _now_ms()}
         try:
-            if not self._dir_checked:
-                usable_dir(self.dir, what="the stop latch dir")
-                self._dir_checked = True
-            write_durable(self._shutdown_path(robot), json.dumps(doc).encode())
+            self._check_dir()
+            write_durable(self._path(robot, SHUTDOWN_SUFFIX), json.dumps(doc).encode())
         except (OSError, TetherError) as exc:
             log.warning("shutdown stop of %s not recorded: %s", robot, exc)
 
     def last_shutdown_stop_ms(self, robot: str) -> int | None:
         """When this host last safe-stopped `robot` at its shutdown (wall ms), or None."""
         try:
-            at = json.loads(self._shutdown_path(robot).read_bytes()).get("stopped_at_ms")
+            at = json.loads(self._path(robot, SHUTDOWN_SUFFIX).read_bytes()).get("stopped_at_ms")
         except (OSError, ValueError, AttributeError):
             return None
         return at if isinstance(at, int) and not isinstance(at, bool) else None

@@ -88,8 +88,9 @@ class Settler:
             if isinstance(outcome, Exception):
                 raise outcome
         crash_point("after_settlement")
+        records = [r for r in settled if isinstance(r, ActivityRecord)]
         for listener in self.listeners:
             try:
-                listener([r for r in settled if isinstance(r, ActivityRecord)])
+                listener(records)
             except Exception:
                 log.exception("a settlement listener failed")

@@ -138,7 +138,8 @@ def run_workers(
         artifacts.close()
 
 
-def _result(result: ResultRef) -> dict[str, Any]:
+def result_summary(result: ResultRef) -> dict[str, Any]:
+    """A result as the live stream shows it: its digest, media type and whether it failed."""
     return {"digest": result.digest, "media_type": result.media_type, "failed": result.failed}
 
 
@@ -170,7 +171,7 @@ class LiveAdapter:
             self._report(ctx, state="error", error=f"{type(e).__name__}: {e}")
             raise
         if isinstance(result, ResultRef):
-            self._report(ctx, state="result", result=_result(result))
+            self._report(ctx, state="result", result=result_summary(result))
         return result
 
     def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> ReconcileOutcome:
@@ -182,7 +183,7 @@ class LiveAdapter:
             self._report(ctx, state="error", error=f"{type(e).__name__}: {e}")
             raise
         if isinstance(outcome, Recovered):
-            self._report(ctx, state="recovered", result=_result(outcome.result))
+            self._report(ctx, state="recovered", result=result_summary(outcome.result))
         elif isinstance(outcome, ConfirmedAbsent):
             self._report(ctx, state="confirmed_absent")
         elif isinstance(outcome, Unknown):

@@ -69,6 +69,9 @@ ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
 #: The sim reaches' factory (the demo's family), for `families = [...]`.
 SIM: Final = "tether.serve.families:sim_families"
 DEFAULT_SSE: Final = "127.0.0.1:0"
+#: `[serve] lease_ms` and `settle_timeout_s` when not given.
+DEFAULT_LEASE_MS: Final = 30_000
+DEFAULT_SETTLE_TIMEOUT_S: Final = 30.0
 #: Every `.code` raised here (and the strict table's own).
 CODES: Final = (
     "bad_sse",
@@ -155,10 +158,10 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
         raise _error(
             "bad_families", "no family to serve: configure a robot or serve.families (e.g. sim)"
         )
-    lease_ms = table.integer("lease_ms", 30_000)
+    lease_ms = table.integer("lease_ms", DEFAULT_LEASE_MS)
     if not 1 <= lease_ms <= MAX_LEASE_MS:
         raise _error("bad_lease", f"serve.lease_ms {lease_ms} is not 1..{MAX_LEASE_MS}")
-    settle = table.number("settle_timeout_s", 30.0)
+    settle = table.number("settle_timeout_s", DEFAULT_SETTLE_TIMEOUT_S)
     if not 0 < settle <= 3600:
         raise _error("bad_lease", f"serve.settle_timeout_s {settle} is not in (0, 3600]")
     console = parse_console(table)
@@ -217,7 +220,10 @@ def timing_for(config: Any) -> tuple[int, float]:
     """The attempt lease (ms) and the settle timeout (s) a host configuration's daemon runs
     moves under: `[serve] lease_ms` and `settle_timeout_s`, else their defaults."""
     table = _serve_table(config)
-    return table.integer("lease_ms", 30_000), table.number("settle_timeout_s", 30.0)
+    return (
+        table.integer("lease_ms", DEFAULT_LEASE_MS),
+        table.number("settle_timeout_s", DEFAULT_SETTLE_TIMEOUT_S),
+    )
 
 
 def catalog_url_for(config: Any) -> str | None:

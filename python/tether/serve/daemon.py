@@ -66,7 +66,7 @@ from tether.errors import TetherError
 from tether.operator import decisions
 from tether.runtime import Family, Host, ProgressEvent
 from tether.runtime._errors import check_owned
-from tether.runtime.worker_main import live_families
+from tether.runtime.worker_main import live_families, result_summary
 from tether.serve import views
 from tether.serve.config import ServeConfig, load_serve
 from tether.serve.families import ServeContext, Served, load, load_items
@@ -632,11 +632,7 @@ class Daemon:
         for record in records:
             changes: dict[str, Any] = {"state": "settled", "attempt": record.attempt_count}
             if record.result is not None:
-                changes["result"] = {
-                    "digest": record.result.digest,
-                    "media_type": record.result.media_type,
-                    "failed": record.result.failed,
-                }
+                changes["result"] = result_summary(record.result)
             live.conclude(record.key, changes)
 
     def latest(self, key: ActivityKey) -> tuple[int, dict[str, Any] | None]:
