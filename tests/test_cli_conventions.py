@@ -386,11 +386,15 @@ def test_the_demo_tells_a_held_port_from_a_refused_address(tmp_path: Path) -> No
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = str(held.getsockname()[1])
-        busy = tether_run("demo", "--json", "--data-dir", str(tmp_path / "d"), "--port", port)
+        busy = tether_run(
+            "demo", "--json", "--moves", "0", "--data-dir", str(tmp_path / "d"), "--port", port
+        )
     assert busy.returncode == _exit.UNAVAILABLE, busy.stdout + busy.stderr
     assert json.loads(busy.stdout)["code"] == "sse_unavailable"
     assert busy.stderr.strip().startswith("tether demo: sse_unavailable: ")
-    wide = tether_run("demo", "--json", "--data-dir", str(tmp_path / "e"), "--host", "0.0.0.0")
+    wide = tether_run(
+        "demo", "--json", "--moves", "0", "--data-dir", str(tmp_path / "e"), "--host", "0.0.0.0"
+    )
     assert wide.returncode == _exit.USAGE, wide.stdout + wide.stderr
     assert json.loads(wide.stdout)["code"] == "insecure_listener"
 

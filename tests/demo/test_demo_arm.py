@@ -169,11 +169,13 @@ def test_auto_operator_is_refused_for_a_port_the_demo_did_not_create(tmp_path: P
 def test_without_a_terminal_and_without_operator_the_demo_refuses_to_start(
     tmp_path: Path,
 ) -> None:
-    done = _demo(tmp_path)
+    done = _demo(tmp_path / "data")
     assert done.returncode == _exit.USAGE, done.stdout + done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("tether demo: operator_required:") and "--operator" in line
-    assert not (tmp_path / "catalog.db").exists()
+    # Refused before it serves or writes anything: no stream URL, no data directory.
+    assert done.stdout == "", done.stdout
+    assert not (tmp_path / "data").exists()
 
 
 class Terminal:

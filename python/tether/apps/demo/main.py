@@ -436,6 +436,24 @@ def _moves(targets: list[dict[str, float]], world: str, kind: str) -> list[MoveO
     ]
 
 
+def _no_operator(args: argparse.Namespace) -> str | None:
+    """Why the demo's generated arm cannot run with no terminal to ask an operator on (its
+    refusal's line), or None. Decided from the flags alone, so `main` refuses it before it
+    serves or writes anything. (With `--config` the file is read first: its own errors, and
+    an unattended operator on real hardware, are refused before this.)"""
+    if args.config is not None or args.moves <= 0 or sys.stdin.isatty():
+        return None
+    if args.operator is None:
+        return (
+            "operator_required: no terminal to ask the operator on; pass --operator "
+            "auto-reissue or --operator auto-abandon (the demo's arm is emulated), or "
+            "--moves 0 for the reaches only"
+        )
+    if args.operator == "ask":
+        return "operator_required: --operator ask needs a terminal"
+    return None
+
+
 def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm | int:
     """The daemon's configuration (generated, or `--config`), the moves and the operator."""
     from tether.devices.config import load_config
@@ -482,16 +500,10 @@ def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm 
             )
         moves = _moves(targets, arm_mod.ARM_WORLD, arm_mod.MOVE_KIND)
         return _Arm(config, serve, robot, moves, operator, None, None, Path(args.config))
+    if (refused := _no_operator(args)) is not None:
+        return _usage(refused)
     if wants_arm and mode is None:
-        if not tty:
-            return _usage(
-                "operator_required: no terminal to ask the operator on; pass --operator "
-                "auto-reissue or --operator auto-abandon (the demo's arm is emulated), or "
-                "--moves 0 for the reaches only"
-            )
-        mode = "ask"
-    if mode == "ask" and not tty and wants_arm:
-        return _usage("operator_required: --operator ask needs a terminal")
+        mode = "ask"  # on a terminal (`_no_operator` refused it otherwise)
     targets = list(arm_mod.TARGETS[: args.moves])
     operator = None
     credential_hash = None
@@ -979,6 +991,14 @@ def main(argv: list[str]) -> int:
         parser.error(
             f"--moves must be in [0, {len(arm_mod.TARGETS)}] (each move has its own target)"
         )
+    if (refused := _no_operator(args)) is not None:  # before anything is served or written
+        try:  # a data dir that could never be used is named first, as it is on a terminal
+            usable_dir(Path(args.data_dir).resolve(), what="--data-dir", create=False)
+        except DataDirError as exc:
+            if exc.code != "no_such_directory":
+                error_line("tether demo", exc)
+                return EXIT_USAGE
+        return _usage(refused)
     out = sys.stderr if args.json else sys.stdout
     stream = RunStream("tether-demo", f"run-{uuid.uuid4().hex[:12]}", StoreState())
     try:
