@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import _ssl
 import ipaddress
+import json
 import logging
 import os
 import socket
@@ -494,6 +495,29 @@ def parse_address(text: str, *, where: str, code: str, example: str) -> tuple[st
 HANDSHAKE_TIMEOUT_S: Final = 10.0
 
 
+def refusal_body(
+    status: int, message: str | None, method: str | None
+) -> tuple[bytes, HTTPStatus, dict[str, str]]:
+    """The JSON answer (``{"code", "message"}``), status and extra headers of what an HTTP
+    listener's server refuses before a handler runs (`BaseHTTPRequestHandler.send_error`: a
+    malformed request line, an unserved method, an oversized header). A method no handler
+    serves is `method_not_allowed` (405 with its `Allow`, not 501), anything else
+    `bad_request` at its own status."""
+    try:
+        http = HTTPStatus(status)
+    except ValueError:
+        http = HTTPStatus.BAD_REQUEST
+    code, text, extra = "bad_request", message or http.phrase, {}
+    if http == HTTPStatus.NOT_IMPLEMENTED:
+        http, code = HTTPStatus.METHOD_NOT_ALLOWED, "method_not_allowed"
+        text = f"{method or 'this method'} is not served"
+        extra = {"Allow": "GET, POST"}
+    elif http == HTTPStatus.NOT_FOUND:
+        code = "not_found"
+    body = json.dumps({"code": code, "message": text}).encode()
+    return body, http, extra
+
+
 class PolicyHTTPServer(ThreadingHTTPServer):
     """The stdlib HTTP server of a listener under `policy` (the SSE stream, the console): one
     thread per client; with TLS the handshake runs in the client's own thread under
@@ -530,6 +554,7 @@ class PolicyHTTPServer(ThreadingHTTPServer):
 
 
 __all__ = [
+    "refusal_body",
     "parse_address",
     "HANDSHAKE_TIMEOUT_S",
     "PolicyHTTPServer",

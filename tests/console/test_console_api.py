@@ -158,6 +158,26 @@ def test_bad_requests_get_a_stable_code_and_change_nothing(host: Host, parked: s
         assert (big.status_code, big.json()["code"]) == (413, "body_too_large")
         assert http.put("/api/resolve", json={}).json()["code"] == "method_not_allowed"
         assert http.get("/api/decision").json()["code"] == "bad_request"
+        # A served path asked with the other method is 405 naming the one it is served to,
+        # not 404; a method no handler serves is JSON too, never the server's HTML page.
+        wrong = {
+            "GET /api/login": http.get("/api/login"),
+            "GET /api/resolve": http.get("/api/resolve"),
+            "POST /api/status": http.post("/api/status", json={}, headers=headers),
+            "POST /": http.post("/", json={}, headers=headers),
+            "PATCH /api/resolve": http.patch("/api/resolve", json={}),
+        }
+        got = {
+            k: (r.status_code, r.json()["code"], r.headers.get("allow")) for k, r in wrong.items()
+        }
+        assert got == {
+            "GET /api/login": (405, "method_not_allowed", "POST"),
+            "GET /api/resolve": (405, "method_not_allowed", "POST"),
+            "POST /api/status": (405, "method_not_allowed", "GET"),
+            "POST /": (405, "method_not_allowed", "GET"),
+            "PATCH /api/resolve": (405, "method_not_allowed", "GET, POST"),
+        }
+        assert all(r.headers["content-type"] == "application/json" for r in wrong.values())
     view = host.view(parked)
     assert view["state"] == "awaiting_decision" and view["revision"] == revision
     assert host.effectful() == before  # no reboot, nothing sent

@@ -150,7 +150,16 @@ def test_unknown_paths_are_404_and_publishing_after_finish_is_refused(served: An
     parts = urlsplit(server.url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
     conn.request("GET", "/nope")
-    assert conn.getresponse().status == 404
+    answer = conn.getresponse()
+    # JSON with a stable code, as every refusal of the stream is: never an HTML page.
+    assert answer.status == 404 and answer.getheader("Content-Type") == "application/json"
+    assert json.loads(answer.read())["code"] == "not_found"
+    conn.close()
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    conn.request("PUT", "/events", body=b"{}")
+    answer = conn.getresponse()
+    assert (answer.status, answer.getheader("Allow")) == (405, "GET, POST")
+    assert json.loads(answer.read())["code"] == "method_not_allowed"
     conn.close()
     stream.finish()
     with pytest.raises(RuntimeError):

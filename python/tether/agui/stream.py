@@ -60,6 +60,7 @@ from tether._listen import (
     PolicyHTTPServer,
     Refusal,
     TlsConfig,
+    refusal_body,
 )
 from tether.agui._store import ActivityStore
 
@@ -459,6 +460,26 @@ def _handler(
 
         def do_POST(self) -> None:
             self._events(body=True)
+
+        def send_error(
+            self, code: int, message: str | None = None, explain: str | None = None
+        ) -> None:
+            """What the server refuses (an unknown path, a method the stream does not serve, a
+            malformed request) is JSON, as a refusal of the policy is: never an HTML page."""
+            body, status, extra = refusal_body(code, message, self.command)
+            self.close_connection = True
+            try:
+                self.send_response(status)
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+            except OSError:
+                pass
 
         def _refuse(self, refusal: Refusal) -> None:
             body = json.dumps({"code": refusal.code, "message": refusal.message}).encode()

@@ -75,6 +75,7 @@ from tether._listen import (
     Refusal,
     TlsConfig,
     log_target,
+    refusal_body,
 )
 from tether.agui import ActivityStore
 from tether.console import evidence as ev
@@ -123,6 +124,21 @@ STATIC: Final = {
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/console.js": ("console.js", "text/javascript; charset=utf-8"),
     "/console.css": ("console.css", "text/css; charset=utf-8"),
+}
+#: The API's paths and the one method each is served to (the static files are GET's too): a
+#: served path asked with another method is `method_not_allowed` (405, its `Allow`), not 404.
+API_METHODS: Final = {
+    "/api/session": "GET",
+    "/api/decisions": "GET",
+    "/api/decision": "GET",
+    "/api/status": "GET",
+    "/api/activities": "GET",
+    "/api/live": "GET",
+    "/api/stop": "POST",
+    "/api/login": "POST",
+    "/api/logout": "POST",
+    "/api/resolve": "POST",
+    "/api/device": "POST",
 }
 NOTICE: Final = (
     "This Stop is a software stop: Tether asks each robot to hold or go limp and latches it. "
@@ -519,7 +535,31 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
             headers["Connection"] = "close"
             if status == HTTPStatus.UNAUTHORIZED:
                 headers.setdefault("WWW-Authenticate", 'Bearer realm="tether-console"')
+            allow = exc.details.get("allow")
+            if status == HTTPStatus.METHOD_NOT_ALLOWED and isinstance(allow, str):
+                headers["Allow"] = allow
+                doc["allow"] = allow
             self._json(status, doc, headers)
+
+        def send_error(
+            self, code: int, message: str | None = None, explain: str | None = None
+        ) -> None:
+            """What the server itself refuses before a handler runs (a malformed request line,
+            a method no handler serves, an oversized header) is JSON too, as every answer of
+            the API: ``{"code", "message"}``, never the server's HTML page."""
+            body, status, extra = refusal_body(code, message, self.command)
+            self.close_connection = True
+            try:
+                self._headers(
+                    status,
+                    "application/json",
+                    len(body),
+                    {"Cache-Control": "no-store", "Connection": "close", **extra},
+                )
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+            except OSError:
+                pass
 
         # --- request parts ---
 
@@ -635,6 +675,13 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                     if method != "GET":
                         self._read_body()
                     self._common()
+                    served = "GET" if path in STATIC else API_METHODS.get(path)
+                    if served is not None and served != method:
+                        raise ConsoleError(
+                            "method_not_allowed",
+                            f"{path} is served to {served} only, not {method}",
+                            allow=served,
+                        )
                     if method == "GET":
                         self._get(path)
                     elif method == "POST":
