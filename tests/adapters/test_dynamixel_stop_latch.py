@@ -130,7 +130,8 @@ def test_a_stop_while_the_move_reads_its_preimage_cancels_it_and_latches(
         with pytest.raises(MotionStopped):
             host.check_motion("arm")
     second = move(config, "m2")  # another move on the latched robot parks without a frame
-    assert second["status"] == "awaiting_decision" and second["reason"] == "stopped_by_operator"
+    # Latched before it began: `robot_latched`, not the stop's reason as if it had been cut.
+    assert second["status"] == "awaiting_decision" and second["reason"] == "robot_latched"
     assert not any(e.instruction in ("reg_write", "action") for e in emulator.journal)
 
 
@@ -200,7 +201,7 @@ def test_a_move_on_a_latched_robot_sends_nothing_and_leaves_the_bus_to_the_stop(
     before = len(emulator.journal)
     outcome = move(config, "m-latched")
     assert outcome["status"] == "awaiting_decision"
-    assert outcome["reason"] == "stopped_by_operator"
+    assert outcome["reason"] == "robot_latched"
     frames = list(emulator.journal)[before:]
     assert not [e.instruction for e in frames if e.instruction in EFFECTFUL]
     reads = sum(1 for e in frames if e.instruction == "sync_read" and e.id == 1)
@@ -221,10 +222,9 @@ def test_a_latch_the_session_watchdog_set_names_the_lapse_not_an_operator(
     assert refused.value.code == "stopped_on_session_lapse"
     assert "safe-stopped when a move's session heartbeat lapsed" in str(refused.value)
     outcome = move(config, "m-lapsed")
-    assert (outcome["status"], outcome["reason"]) == (
-        "awaiting_decision",
-        "stopped_on_session_lapse",
-    )
+    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "robot_latched")
+    # Its evidence names the latch's own reason beside it: no operator pressed stop.
+    assert _evidence(config, "m-lapsed")["latch_reason"] == "stopped_on_session_lapse"
     resumed = latch.resume("arm", operator="olga")
     assert (
         resumed["stopped_by"] == SESSION_LAPSE
@@ -284,9 +284,32 @@ def test_a_latch_record_after_the_first_is_overwritten_in_place(config: HostConf
     assert path.stat().st_size == RECORD_BYTES and latch.latched("arm")
 
 
-def _stays_parked(emulator: DynamixelEmulator, config: HostConfig, activity: str) -> None:
+def _evidence(config: HostConfig, activity: str) -> dict[str, Any]:
+    """The reconcile checks of move ``activity``'s evidence as the catalog holds it."""
+    from tether.activities import ActivityKey, Catalog
+    from tether.operator.decisions import evidence_document
+    from tether.runtime import ArtifactStore
+
+    data = data_dir_of(config)
+    catalog = Catalog.open(f"sqlite:///{data / 'catalog.db'}")
+    try:
+        record = catalog.get(ActivityKey("local", KIND_ABSOLUTE, activity))
+        assert record is not None and record.awaiting_decision
+        evidence = evidence_document(ArtifactStore(data / "artifacts"), record)
+    finally:
+        catalog.close()
+    assert evidence is not None
+    return dict(evidence["reconcile"])
+
+
+def _stays_parked(
+    emulator: DynamixelEmulator,
+    config: HostConfig,
+    activity: str,
+    reason: str = "stopped_by_operator",
+) -> None:
     """A reconcile of move ``activity`` now (as the runtime's periodic one) keeps it parked
-    as `stopped_by_operator`, sending no effectful frame."""
+    with ``reason``, sending no effectful frame."""
     from tether.activities import ActivityKey, operation_id_for
     from tether.adapters.dynamixel.move import DynamixelMoveAdapter
     from tether.families.robot_move.journal import MoveStore
@@ -301,7 +324,7 @@ def _stays_parked(emulator: DynamixelEmulator, config: HostConfig, activity: str
         again = DynamixelMoveAdapter(config, host).reconcile(op, op.request)
         frames = list(emulator.journal)[before:]
     assert isinstance(again, Unknown), again
-    assert again.evidence["reason"] == "stopped_by_operator"
+    assert again.evidence["reason"] == reason
     assert not [e.instruction for e in frames if e.instruction in EFFECTFUL]
 
 
@@ -315,9 +338,9 @@ def test_a_move_parked_on_a_latched_robot_stays_parked_after_the_resume(
 
     stop_everything(config)
     outcome = move(config, "m-parked")
-    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "stopped_by_operator")
+    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "robot_latched")
     StopLatch(config.state_dir).resume("arm", operator="olga")
-    _stays_parked(emulator, config, "m-parked")
+    _stays_parked(emulator, config, "m-parked", "robot_latched")
 
 
 def test_a_move_parked_standalone_is_decided_through_a_daemon_and_later_moves_settle(
@@ -331,7 +354,7 @@ def test_a_move_parked_standalone_is_decided_through_a_daemon_and_later_moves_se
 
     stop_everything(config)
     parked = move(config, "a1")
-    assert (parked["status"], parked["reason"]) == ("awaiting_decision", "stopped_by_operator")
+    assert (parked["status"], parked["reason"]) == ("awaiting_decision", "robot_latched")
     path = tmp_path / "host.toml"
     with daemon(add_serve(path)):
         resumed = operator(path, "resume", "arm")

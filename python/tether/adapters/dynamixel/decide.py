@@ -75,6 +75,7 @@ REASONS = (
     "stopped_at_shutdown",
     "stopped_on_session_lapse",
     "cancelled_by_planner",
+    "robot_latched",
     "relative_move_ambiguous",
     "no_preimage",
     "neutralise_failed",

@@ -733,10 +733,17 @@ class DynamixelMoveAdapter:
             # again, it decides no parked move, so none runs by itself a reconcile later.
             # An operator's re-issue runs it as a new attempt, which this does not hold.
             # The reason the first park recorded (the stop that parked it), else the latch's.
+            # A move that never read or sent a frame under any attempt was latched out before
+            # it began: `robot_latched` (the stop was another's), with the latch's own reason
+            # beside it, never that stop's reason as if this move were the one stopped.
             prior = op.entry.proof(parked) or {}
             reason = prior.get("reason")
-            if reason not in STOP_REASONS:
-                reason = self.host.latch.stop_reason(robot.name)
+            latch = self.host.latch.stop_reason(robot.name)
+            if reason not in (*STOP_REASONS, LATCHED_BEFORE_START):
+                began = any(op.preimage(a) is not None for a in attempts) or bool(op.sent())
+                reason = latch if began else LATCHED_BEFORE_START
+            if reason == LATCHED_BEFORE_START:
+                checks["latch_reason"] = latch
             op.entry.record_proof(parked, {"reason": reason, "attempt": attempt})
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
         joints = _joints(state)
@@ -911,6 +918,10 @@ class DynamixelMoveAdapter:
                 for n, j in read_back["joints"].items()
             },
         }
+
+
+#: The park reason of a move whose robot was latched before it read or sent a frame.
+LATCHED_BEFORE_START = "robot_latched"
 
 
 def sent_stop(records: list[decide.Sent]) -> bool:
