@@ -306,7 +306,14 @@ def test_a_planners_reconcile_refreshes_its_own_operation_only(tmp_path: Path) -
             assert resumed.returncode == 0, resumed.stdout + resumed.stderr
             theirs = _parked_mid_move(control, "theirs", second)
             read = control.Reconcile(pb.ReconcileRequest(operation_id="mine"), metadata=bearer())
-            assert read.evidence.revision > mine.evidence.revision
+            assert read.evidence.revision > mine.evidence.revision  # the arm moved since
+            # Read back again with nothing changed: the same revision, so a planner polling
+            # Reconcile never makes the revision an operator is deciding on stale.
+            for _ in range(2):
+                again = control.Reconcile(
+                    pb.ReconcileRequest(operation_id="mine"), metadata=bearer()
+                )
+                assert again.evidence.revision == read.evidence.revision
             now = control.GetOperation(
                 pb.GetOperationRequest(operation_id="theirs"), metadata=bearer(second)
             )

@@ -376,11 +376,15 @@ def refresh_for_robot(
     *,
     review: Callable[[ActivityRecord], DeviceReview | None],
     only: ActivityKey | None = None,
+    if_changed: bool = False,
 ) -> list[dict[str, Any]]:
     """After an operator's act on a device (a reboot): a new evidence revision, through the
     core's `refresh_evidence`, for every parked Activity whose evidence is about `robot`
     (`only` that one: a planner's read-back of its own operation, which must not move the
-    revision another principal's operator is deciding on)."""
+    revision another principal's operator is deciding on). With `if_changed` (a read-back
+    that is no act: a planner's `Reconcile`), only where the device changed since the
+    evidence (the review's `changed_since`): a planner polling it never makes the revision an
+    operator is deciding on stale while nothing changed."""
     out: list[dict[str, Any]] = []
     for record in catalog.iter_awaiting_decision():
         if only is not None and record.key != only:
@@ -391,7 +395,10 @@ def refresh_for_robot(
         evidence = evidence_document(artifacts, record) or {}
         if ((evidence.get("command") or {}).get("robot") or evidence.get("robot")) != robot:
             continue
-        changes = [change, *device.changed_since(evidence, fresh)]
+        changed = device.changed_since(evidence, fresh)
+        if if_changed and not changed:
+            continue
+        changes = [change, *changed]
         new = _put(artifacts, device.refreshed(evidence, fresh, changes), EVIDENCE_MEDIA_TYPE)
         refreshed = catalog.refresh_evidence(
             record.key, record.evidence_revision, Evidence(ref=new.ref, digest=new.digest)

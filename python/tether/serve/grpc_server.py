@@ -1302,6 +1302,7 @@ class RobotControl(rpc.RobotControlServicer):
                     f"reconciled over gRPC by {principal.name}",
                     review=self.daemon.review(),
                     only=key,
+                    if_changed=True,
                 )
             except (TetherError, CodedError, OSError) as exc:
                 _abort(context, grpc.StatusCode.UNAVAILABLE, f"device read-back failed: {exc}")
