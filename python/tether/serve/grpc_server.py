@@ -127,7 +127,6 @@ import grpc  # type: ignore[import-untyped]
 from grpc_health.v1 import (  # type: ignore[import-untyped]
     health,
     health_pb2,
-    health_pb2_grpc,
 )
 from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
 
@@ -278,6 +277,98 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -
         message = message[: MAX_DETAILS - 1] + "…"
     context.abort(code, message)
     raise AssertionError("unreachable")  # pragma: no cover - abort raises
+
+
+class _Malformed:
+    """A request whose bytes are no message of the call's type (`_tolerant`)."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+
+def _tolerant(message: Any) -> Any:
+    """``message``'s parser, which answers `_Malformed` for bytes that are no such message:
+    grpcio's own answer to a parser that raises is INTERNAL, logged with a traceback, for
+    anyone who sends garbage, credential or not."""
+    parse = message.FromString
+    name = message.DESCRIPTOR.full_name
+
+    def load(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception:  # DecodeError, or invalid UTF-8 in a string field
+            return _Malformed(name)
+
+    return load
+
+
+def _checked(behaviour: Any) -> Any:
+    """``behaviour`` for a request `_tolerant` parsed: a malformed one is INVALID_ARGUMENT
+    (nothing read, nothing recorded, no traceback)."""
+
+    def call(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, _Malformed):
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"malformed request: the bytes are no {request.type_name} message",
+            )
+        return behaviour(request, context)
+
+    return call
+
+
+def add_service(server: grpc.Server, service: Any, module: Any, servicer: Any) -> None:
+    """Register ``servicer``'s methods of ``service`` (a service descriptor; its messages in
+    ``module``) on ``server``, as the generated ``add_..._to_server`` does, with each request
+    parsed by `_tolerant` and checked by `_checked`. Unary and server-streaming calls."""
+    handlers = {}
+    for method in service.methods:
+        request = getattr(module, method.input_type.name)
+        response = getattr(module, method.output_type.name)
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        if method.client_streaming:  # pragma: no cover - none of Tether's services has one
+            raise ValueError(f"{method.full_name}: client-streaming calls are not served")
+        handlers[method.name] = make(
+            _checked(getattr(servicer, method.name)),
+            request_deserializer=_tolerant(request),
+            response_serializer=response.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
+class _Health(health.HealthServicer):  # type: ignore[misc]
+    """grpcio's health servicer with `List` (grpc.health.v1's every name and its status),
+    which its 1.x servicer leaves unimplemented (UNIMPLEMENTED, and a traceback logged)."""
+
+    def __init__(self) -> None:
+        super().__init__(experimental_non_blocking=True)
+        self._statuses: dict[str, int] = {}
+        self._statuses_lock = threading.Lock()
+
+    def set(self, service: str, status: int) -> None:
+        with self._statuses_lock:
+            self._statuses[service] = status
+        super().set(service, status)
+
+    def List(
+        self, request: health_pb2.HealthListRequest, context: grpc.ServicerContext
+    ) -> health_pb2.HealthListResponse:
+        with self._statuses_lock:
+            statuses = dict(self._statuses)
+        return health_pb2.HealthListResponse(
+            statuses={
+                name: health_pb2.HealthCheckResponse(status=status)
+                for name, status in statuses.items()
+            }
+        )
 
 
 def peer_address(peer: str) -> str:
@@ -1473,12 +1564,14 @@ class GrpcServer:
             options=options,
         )
         self.servicer = RobotControl(daemon, _Auth(config.authenticator()), self.closing)
-        rpc.add_RobotControlServicer_to_server(self.servicer, self.server)  # type: ignore[no-untyped-call]
-        self.health = health.HealthServicer(experimental_non_blocking=True)
+        add_service(self.server, pb.DESCRIPTOR.services_by_name["RobotControl"], pb, self.servicer)
+        self.health = _Health()
         #: The status each health name was last set to: a set that changes nothing is not
         #: made (grpcio sends every set to each Watch, a change or not).
         self._health_now: dict[str, int] = {}
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        add_service(
+            self.server, health_pb2.DESCRIPTOR.services_by_name["Health"], health_pb2, self.health
+        )
         names = (
             SERVICE,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
