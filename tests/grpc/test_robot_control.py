@@ -68,6 +68,10 @@ def test_a_duplicate_execute_executes_once_and_another_request_under_the_id_is_a
         final = views[-1]
         assert final.state == pb.SUCCEEDED, final
         assert final.result.digest.startswith("sha256:") and b"completed" in final.result.document
+        # The stream ended on the record's last change (its settlement), not before it.
+        time.sleep(0.5)
+        read = control.GetOperation(pb.GetOperationRequest(operation_id="job-1"), metadata=bearer())
+        assert (read.revision, read.updated_ms) == (final.revision, final.updated_ms)
         # Once more after the end: the same operation, nothing sent.
         again = control.Execute(request, metadata=bearer(), timeout=30)
         assert again.state == pb.SUCCEEDED and again.request_digest == first.request_digest

@@ -63,7 +63,9 @@ Rules:
   (committed, no attempt), running, succeeded, failed, cancelled, expired (a failed result
   whose outcome says so), unknown-awaiting-operator.
 - `WatchOperation` sends the current view first (or only changes after `from_revision`), then
-  every change, and ends at a terminal state (a recorded result; an awaiting-operator view is
+  every change, and ends at a terminal state (a recorded result), on its settled view (the
+  result's settlement is the record's last change; `WATCH_SETTLE_MAX_S` at most past the
+  result). An awaiting-operator view is
   not terminal: the stream stays until it is decided; a server shutting down ends it
   `UNAVAILABLE`, never OK, for the client to resume). A `from_revision` past the operation's
   revision (revisions are durable and only grow, so never one this server sent) is
@@ -163,6 +165,10 @@ WATCH_POLL_S: Final = 0.5
 #: A watch nothing woke re-reads its record after this long anyway (a backstop: the poller,
 #: the doorbell and progress wake it first).
 WATCH_BACKSTOP_S: Final = 5.0
+#: How long a watch stays open past its operation's terminal state for its settlement (the
+#: last change of its record: the tick that observed the result); it ends at once when it is
+#: settled, and at this bound when it is not.
+WATCH_SETTLE_MAX_S: Final = 10.0
 #: RPCs that read or write storage run at most this many at a time (the work lane); `Stop`
 #: never waits for it, so a flood of Executes and watches cannot crowd a stop out of the
 #: interpreter (a waiting RPC thread is blocked, not runnable).
@@ -1259,6 +1265,7 @@ class RobotControl(rpc.RobotControlServicer):
         #: the two, so a wake-up that changed neither (an unkeyed ring, the backstop) costs
         #: one record read, not a view.
         stamp: tuple[int | None, int] | None = None
+        ended: float | None = None  # when a terminal view was first built (monotonic)
         while context.is_active() and not self.closing.is_set():
             woken.clear()  # before the read: a change after it wakes the wait below
             seq = self.daemon.latest(key)[0]
@@ -1282,10 +1289,21 @@ class RobotControl(rpc.RobotControlServicer):
                     yield op
                     sent, last = True, data
                 if op.state in TERMINAL:
+                    # Its last change is its settlement (the tick that observed the result):
+                    # the stream ends on that revision, so a watcher that saw it end holds
+                    # the record's final view. One that never settles ends at the bound.
+                    if record is None or record.settlement is not None or record.compacted:
+                        return
+                    if ended is None:
+                        ended = time.monotonic()
+            wait = WATCH_BACKSTOP_S
+            if ended is not None:
+                wait = ended + WATCH_SETTLE_MAX_S - time.monotonic()
+                if wait <= 0:
                     return
             # Sleep until this operation's own progress moves, its result is recorded, the
             # poller sees its record change, the call ends, or the backstop passes.
-            woken.wait(WATCH_BACKSTOP_S)
+            woken.wait(min(wait, WATCH_BACKSTOP_S))
         if self.closing.is_set() and context.is_active():
             # Not a terminal state: the stream ends as an outage, for the client to resume.
             _abort(
