@@ -402,3 +402,16 @@ def test_a_huge_target_is_refused_in_a_readable_line(value: float, shown: str) -
         decide.plan({"a": value}, relative=False, limits=LIMITS, present=None)
     assert info.value.code == "limit_violation"
     assert f"goal {shown} rad" in str(info.value) and len(str(info.value)) < 120
+
+
+def test_a_target_just_past_a_limit_shows_by_how_much() -> None:
+    """Rounded to four decimals a target a hair past its limit would read as the limit itself
+    ("+1.0000 is outside [-1.0000, +1.0000]"): it is shown with the digits that tell them apart."""
+    high = LIMITS["a"][1]
+    with pytest.raises(decide.MoveRefused) as info:
+        decide.plan({"a": high + 1e-10}, relative=False, limits=LIMITS, present=None)
+    said = str(info.value)
+    assert f"goal {high + 1e-10:+.17g} rad" in said, said
+    with pytest.raises(decide.MoveRefused) as info:
+        decide.plan({"a": high + 0.5}, relative=False, limits=LIMITS, present=None)
+    assert f"goal {high + 0.5:+.4f} rad" in str(info.value)  # far past it: four decimals

@@ -227,12 +227,15 @@ def plan(
             goal = value
         low, high = limits[name]
         if not low <= goal <= high:
+            shown, bound = _rad(goal), _rad(low if goal < low else high)
+            if shown == bound:  # just past it: enough digits to show by how much
+                shown = f"{goal:+.17g}"
             start = ""
             if relative and present is not None:
                 start = f" (from {_rad(present[name])} rad by {_rad(value)} rad)"
             raise MoveRefused(
                 "limit_violation",
-                f"joint {name}: goal {_rad(goal)} rad{start} is outside its limits "
+                f"joint {name}: goal {shown} rad{start} is outside its limits "
                 f"[{_rad(low)}, {_rad(high)}] rad",
                 joint=name,
                 goal_rad=round(goal, 6),
