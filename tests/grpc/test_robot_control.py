@@ -52,6 +52,7 @@ def test_a_duplicate_execute_executes_once_and_another_request_under_the_id_is_a
         assert first.id == second.id == "job-1"
         assert first.request_digest == second.request_digest != ""
         assert first.device == "arm" and not first.non_repeatable
+        assert (first.state, first.progress.phase) == (pb.PENDING, "pending")
         other = move("job-1", {"a": 0.2, "b": -0.3})
         other.not_after_ms = request.not_after_ms
         with pytest.raises(grpc.RpcError) as conflict:
@@ -184,6 +185,22 @@ def test_bad_requests_are_invalid_argument_with_the_field_path_and_nothing_is_re
             )
             == grpc.StatusCode.NOT_FOUND
         )
+        # An id no Execute could ever have taken is a bad argument on every call that names
+        # one, not an unknown operation.
+        for bad in ("日本", " bad-2", "a" * 300, "x/y"):
+            for call in (
+                lambda: control.GetOperation(
+                    pb.GetOperationRequest(operation_id=bad), metadata=bearer()
+                ),
+                lambda: control.Cancel(pb.CancelRequest(operation_id=bad), metadata=bearer()),
+                lambda: control.Reconcile(pb.ReconcileRequest(operation_id=bad), metadata=bearer()),
+                lambda: list(
+                    control.WatchOperation(
+                        pb.WatchOperationRequest(operation_id=bad), metadata=bearer()
+                    )
+                ),
+            ):
+                assert status_code(call) == grpc.StatusCode.INVALID_ARGUMENT, bad
         channel.close()
     assert effectful(emu) == []
 
@@ -427,6 +444,7 @@ def test_cancel_before_the_start_never_moves_and_after_the_end_changes_nothing(
             assert until_terminal(control, "first")[-1].state == pb.SUCCEEDED
             final = until_terminal(control, "second")[-1]
             assert final.state == pb.CANCELLED, final
+            assert final.error.code == "cancelled" and "nothing was sent" in final.error.message
             late = control.Cancel(pb.CancelRequest(operation_id="first"), metadata=bearer())
             assert late.outcome == pb.CancelResponse.ALREADY_TERMINAL
             assert late.operation.state == pb.SUCCEEDED

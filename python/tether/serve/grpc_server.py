@@ -185,6 +185,8 @@ KEEPALIVE_TIMEOUT_S: Final = 10.0
 HEALTH_POLL_S: Final = 0.25
 LIST_PAGE_MAX: Final = 500
 OPERATION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+@-]{0,255}")
+#: What an `OPERATION_ID` is, as a refusal says it.
+OPERATION_ID_RULE: Final = "operation_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric"
 #: Joint-move kinds (the family's; named here as the wire contract's mapping, not imported).
 KINDS: Final = {
     pb.JointMove.ABSOLUTE: "physical_ai.robot_move.absolute",
@@ -773,6 +775,7 @@ class RobotControl(rpc.RobotControlServicer):
             )
         if record is None:
             op.state = pb.PENDING
+            op.progress.phase = op.progress.phase or "pending"
             return op
         op.revision = record.version
         op.attempt = record.attempt_count
@@ -842,6 +845,8 @@ class RobotControl(rpc.RobotControlServicer):
             op.progress.phase = pb.OperationState.Name(op.state).lower()
             if op.state == pb.SUCCEEDED:
                 op.progress.fraction = 1.0
+        elif not op.progress.phase:  # no progress reported yet: the phase is its state
+            op.progress.phase = pb.OperationState.Name(op.state).lower()
         op.updated_ms = updated_ms(record, op.evidence.read_at_ms)
         return op
 
@@ -880,6 +885,8 @@ class RobotControl(rpc.RobotControlServicer):
     ) -> tuple[ActivityKey, Any]:
         if not op_id:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
+        if not OPERATION_ID.fullmatch(op_id):  # no such id was ever executed: a bad argument
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, OPERATION_ID_RULE)
         found = self._find(world_for(principal.name, self.daemon.world_owner), op_id)
         if found is None:
             _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {_shown(op_id)!r} is not known")
@@ -894,7 +901,7 @@ class RobotControl(rpc.RobotControlServicer):
         if not op_id:
             _abort(context, bad, "operation_id: required")
         if not OPERATION_ID.fullmatch(op_id):
-            _abort(context, bad, "operation_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric")
+            _abort(context, bad, OPERATION_ID_RULE)
         config = self.daemon.config
         if request.WhichOneof("command") == "sim_reach" or (
             request.device == SIM_DEVICE and SIM_DEVICE not in config.robots
@@ -1106,6 +1113,12 @@ class RobotControl(rpc.RobotControlServicer):
         owner, sep, op_id = target.rpartition("/")
         if not op_id:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
+        if not OPERATION_ID.fullmatch(op_id) or (sep and not owner):
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{OPERATION_ID_RULE} (PRINCIPAL/OPERATION_ID names another principal's)",
+            )
         worlds = (
             [world_for(owner, self.daemon.world_owner)]
             if sep
@@ -1278,8 +1291,9 @@ class RobotControl(rpc.RobotControlServicer):
                     _abort(
                         context,
                         grpc.StatusCode.OUT_OF_RANGE,
-                        f"from_revision: {floor} is past operation {key.activity_id!r}'s"
-                        f" revision {op.revision} (resume from a revision this server sent)",
+                        f"from_revision: {floor} is past the revision of operation"
+                        f" {key.activity_id!r} ({op.revision}; resume from a revision this"
+                        " server sent)",
                     )
                 stamp = now
                 data = op.SerializeToString(deterministic=True)

@@ -397,7 +397,12 @@ class RobotMoveAdapter:
         """The terminal failed result of a move that may not start: past its `not_after_ms`
         (`expired`) or cancelled (`cancelled`); None for one that may."""
         if op.entry.proof("cancel") is not None:
-            doc = {"operation_id": ctx.operation_id, "outcome": "cancelled", "code": "cancelled"}
+            doc = {
+                "operation_id": ctx.operation_id,
+                "outcome": "cancelled",
+                "code": "cancelled",
+                "error": "cancelled before it started: nothing was sent",
+            }
         else:
             expired = self._expired(ctx, req)
             if expired is None:
