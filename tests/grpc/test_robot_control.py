@@ -187,7 +187,7 @@ def test_bad_requests_are_invalid_argument_with_the_field_path_and_nothing_is_re
         )
         # An id no Execute could ever have taken is a bad argument on every call that names
         # one, not an unknown operation.
-        for bad in ("日本", " bad-2", "a" * 300, "x/y"):
+        for bad in ("日本", " bad-2", "a" * 300, "/bad-2", "x/y z"):
             for call in (
                 lambda: control.GetOperation(
                     pb.GetOperationRequest(operation_id=bad), metadata=bearer()

@@ -885,7 +885,10 @@ class RobotControl(rpc.RobotControlServicer):
     ) -> tuple[ActivityKey, Any]:
         if not op_id:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
-        if not OPERATION_ID.fullmatch(op_id):  # no such id was ever executed: a bad argument
+        owner, sep, own = op_id.rpartition("/")
+        if not OPERATION_ID.fullmatch(own) or (sep and not owner):
+            # No Execute could have taken it: a bad argument. (PRINCIPAL/OPERATION_ID, an
+            # operator's name of another principal's operation, is not known to a planner.)
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, OPERATION_ID_RULE)
         found = self._find(world_for(principal.name, self.daemon.world_owner), op_id)
         if found is None:
