@@ -27,6 +27,7 @@ from tether.runtime import Host
 from tether.runtime.worker_main import _check_stores
 from tether.storage import SqliteCatalogStore
 from tether.storage._pg import connect_failure
+from tether.storage._urls import redact
 from tether.storage._schema import LATEST
 from tether.testing._postgres import schema_url
 from tether.world import SqliteLedger, open_ledger
@@ -37,15 +38,23 @@ SECRET = "Sekrit-Pw-4711"
 UNREACHABLE = f"postgresql://ann:{SECRET}@127.0.0.1:1/test"
 
 
-def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
     env["PYTHONPATH"] = os.pathsep.join([str(CRASH), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return _run_env({}, *argv)
+
+
+def _run_env(extra: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tether", *argv],
         capture_output=True,
         text=True,
         timeout=120,
-        env=env,
+        env={**_env(), **extra},
     )
 
 
@@ -230,6 +239,49 @@ def test_a_schema_the_server_does_not_have_is_named_and_nothing_is_created(
     finally:
         with psycopg.connect(pg_base, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {empty} CASCADE")
+
+
+def test_a_worker_takes_its_stores_and_host_name_from_the_host_configuration(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """`tether worker --config host.toml` (or `$TETHER_HOST_CONFIG`) works on the stores its
+    `[serve]` names, as `tether serve` on that file does, never on a SQLite catalog of its own
+    data dir; a flag still wins; a misspelt key of the file is refused before anything."""
+    config = _config(tmp_path)
+    missing = schema_url(pg_url, "tether_no_such_schema")
+    with config.open("a") as f:
+        f.write(f'catalog = "{pg_url}"\nworld = "{pg_url}"\nhost_name = "cell-7"\n')
+    wdata = tmp_path / "wdata"
+    for how in (["--config", str(config)], []):
+        env = {} if how else {"TETHER_HOST_CONFIG": str(config)}
+        done = _run_env(env, "worker", str(wdata), "--families", "journal_provider:families",
+                        "--catalog", missing, *how)  # fmt: skip
+        assert done.returncode == _exit.USAGE, done.stderr  # the flag's catalog, not the file's
+        assert _refusal(done, "tether worker").startswith("tether worker: no_such_schema: ")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "worker", str(wdata), "--config", str(config),
+         "--families", "journal_provider:families"],  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**_env(), "TETHER_HOST_CONFIG": ""},
+    )
+    try:
+        assert proc.stderr is not None
+        ready = proc.stderr.readline()
+        assert ready.startswith("tether worker ready: "), ready + proc.stderr.read()
+        assert "for host 'cell-7'" in ready and f"on catalog {redact(pg_url)}" in ready, ready
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert not (wdata / "catalog.db").exists()  # no catalog of its own beside the shared one
+    config.write_text(config.read_text() + "wrokers = 2\n")
+    typo = _run("worker", str(wdata), "--config", str(config), "--families", "x:y")
+    assert typo.returncode == _exit.USAGE, typo.stderr
+    assert "wrokers" in _refusal(typo, "tether worker")
 
 
 def test_a_scheme_is_read_in_any_case_and_a_misspelt_one_is_a_bad_url(

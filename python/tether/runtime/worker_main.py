@@ -1,7 +1,8 @@
 """`tether worker`: run Activity worker threads in their own process over a data directory.
 
 Usage: tether worker DATA_DIR --families module:factory [--workers N] [--lease-ms MS]
-                     [--catalog URL] [--world URL] [--host NAME] [--fallback-poll-s S]
+                     [--config host.toml] [--catalog URL] [--world URL] [--host NAME]
+                     [--fallback-poll-s S]
                      [--sse-host 127.0.0.1] [--sse-port N]
 `factory(data_dir: Path) -> Sequence[Family]` builds the families (and their adapters) in this
 process. Workers share the catalog (`--catalog URL`, default the data directory's
@@ -60,6 +61,10 @@ from tether.storage._urls import check_one_backend, check_separate_files, redact
 from tether.transport import PortBusy
 
 log = logging.getLogger("tether.runtime.worker")
+
+#: The environment variable naming the host configuration (`--config`'s default; the robot
+#: families' factories read it too).
+CONFIG_ENV = "TETHER_HOST_CONFIG"
 
 FamiliesFactory = Callable[[Path], Sequence[Family]]
 #: The codes `tether worker` documents (a test checks them against `tether._exit`).
@@ -225,6 +230,34 @@ def _store_exit(e: TetherError) -> int:
     return _exit.for_error(e, default=_exit.FAILED)
 
 
+def _from_config(p: Parser, args: Any) -> None:
+    """Fill what `--config` (else `$TETHER_HOST_CONFIG`) names and the flags leave unset: the
+    catalog and world URLs and the host name of its `[serve]` table, as `tether serve` on that
+    file uses them (a worker beside its daemon shares its stores and its host name). The
+    families read the same file (`$TETHER_HOST_CONFIG`, set to it when unset); two different
+    files are a usage error. Raises the configuration's own error (a misspelled key, say)."""
+    import os
+
+    env = os.environ.get(CONFIG_ENV)
+    if args.config is not None and env and Path(env).absolute() != Path(args.config).absolute():
+        p.error(f"--config {args.config} and ${CONFIG_ENV} ({env}) name different files")
+    path = args.config or env
+    if not path:
+        args.host = args.host or socket.gethostname()
+        return
+    from tether.devices.config import load_config
+    from tether.serve.config import load_serve
+
+    config: Any = load_config(path)
+    serve = load_serve(path, state_dir=config.state_dir, robots=len(config.robots))
+    if args.catalog is None:
+        args.catalog = serve.catalog_url
+    if args.world is None:
+        args.world = serve.world_url
+    args.host = args.host or serve.host_name
+    os.environ.setdefault(CONFIG_ENV, str(path))
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `tether worker`."""
     p = Parser(prog="tether worker", description=__doc__, epilog=_EPILOG)
@@ -236,6 +269,14 @@ def main(argv: list[str]) -> int:
         type=int,
         default=30_000,
         help=f"attempt lease in ms, 1 to {MAX_LEASE_MS} (7 days) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="PATH",
+        default=None,
+        help=f"the host configuration (host.toml; default: ${CONFIG_ENV} when set): its"
+        " [serve] catalog, world and host_name are this worker's unless --catalog, --world or"
+        " --host says otherwise, as they are `tether serve`'s; the families read it too",
     )
     p.add_argument(
         "--catalog",
@@ -264,9 +305,10 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--host",
         metavar="NAME",
-        default=socket.gethostname(),
+        default=None,
         help="this host's name: workers claim the Activities bound to its devices (admitted"
-        " with this name as their host) and unbound ones (default: the hostname, %(default)s)",
+        " with this name as their host) and unbound ones (default: --config's [serve]"
+        f" host_name, else the hostname, {socket.gethostname()})",
     )
     p.add_argument("--sse-host", default="127.0.0.1", help="bind address of the AG-UI stream")
     p.add_argument(
@@ -276,6 +318,11 @@ def main(argv: list[str]) -> int:
         help="serve live progress as AG-UI SSE; 0 = any (default: none, no stream)",
     )
     args = p.parse_args(argv)
+    try:
+        _from_config(p, args)
+    except TetherError as e:
+        error_line("tether worker", e)
+        return _exit.for_error(e, default=_exit.USAGE)
     if args.workers < 1:
         p.error("--workers must be >= 1")
     if not args.host or len(args.host.encode()) > 512 or "\0" in args.host:
