@@ -290,11 +290,34 @@ def test_two_upgrades_at_once_of_a_fresh_database_both_succeed_and_report_it_cur
     both = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
     both.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     cat = _pg_schema.latest("catalog") + 1
+    did = []
     for proc in both:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err  # the second waited for the first's lock
         stores = {s["store"]: (s["version"], s["state"]) for s in json.loads(out)["stores"]}
         assert stores == {"catalog": (cat, "current"), "world": (1, "current")}
+        did.append(tuple(sorted((s["store"], s["upgrade"]) for s in json.loads(out)["stores"])))
+    # One of them made the stores; the other found them made, and says so.
+    made = (("catalog", "created"), ("world", "created"))
+    assert sorted(did) == sorted([made, (("catalog", "unchanged"), ("world", "unchanged"))])
+
+
+def test_racing_upgrades_of_a_new_sqlite_store_report_one_creation(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'world.db'}"
+    argv = [sys.executable, "-m", "tether", "db", "upgrade", url, "--store", "world", "--json"]
+    racers = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    said = []
+    for proc in racers:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        said += [s["upgrade"] for s in json.loads(out)["stores"]]
+    assert sorted(said) == ["created", "unchanged", "unchanged", "unchanged"], said
 
 
 def test_an_upgrade_lock_held_too_long_is_a_typed_error_and_nothing_is_written(

@@ -395,11 +395,9 @@ def _schema_command(args: argparse.Namespace) -> int:
         rows = schema_cli.status(args.url)
         print(schema_cli.render(args.url, rows, args.json))
         return EXIT_OK if all(r.state == "current" for r in rows) else EXIT_FAILED
-    try:  # each store's version before, to say what the upgrade did
-        before = {s.store: s.version for s in schema_cli.status(args.url)}
-    except Exception:  # a store status cannot read: the upgrade itself says what is wrong
-        before = {}
-    rows = schema_cli.upgrade(args.url, args.store)
+    # Each store's version before, read under the upgrade's lock, to say what it did.
+    found, rows = schema_cli.upgrade_from(args.url, args.store)
+    before = {s.store: s.version for s in found}
     print(schema_cli.render(args.url, rows, args.json, before=before))
     return EXIT_OK
 

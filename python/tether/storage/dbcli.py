@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import quote
@@ -149,9 +151,37 @@ def _targets(url: str, found: set[str], store: str | None) -> list[str]:
     return targets
 
 
-def _sqlite_upgrade(url: str, store: str | None) -> list[StoreStatus]:
+@contextmanager
+def _upgrading(path: str) -> Iterator[None]:
+    """Hold the upgrade lock of the SQLite file at ``path``: an exclusive `flock` of its
+    directory (SQLite's own locks are `fcntl` locks on the file, which this never touches),
+    so a second `tether db upgrade` of the file waits, then finds what the first one did."""
+    import fcntl
+    import os
+
+    try:
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield  # no directory to lock: the store's own open refuses the path
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _sqlite_upgrade(url: str, store: str | None) -> tuple[list[StoreStatus], list[StoreStatus]]:
     path = _sqlite_path(url)
-    found = {s.store for s in _sqlite_status(path)}
+    with _upgrading(path):
+        before = _sqlite_status(path)
+        return before, _sqlite_upgrade_locked(url, path, before, store)
+
+
+def _sqlite_upgrade_locked(
+    url: str, path: str, before: list[StoreStatus], store: str | None
+) -> list[StoreStatus]:
+    found = {s.store for s in before}
     if store and found and store not in found:  # a file holds one store
         (held,) = found
         raise SameStoreFile(
@@ -172,7 +202,7 @@ def _sqlite_upgrade(url: str, store: str | None) -> list[StoreStatus]:
     return _sqlite_status(path)
 
 
-def _pg_upgrade(url: str, store: str | None) -> list[StoreStatus]:
+def _pg_upgrade(url: str, store: str | None) -> tuple[list[StoreStatus], list[StoreStatus]]:
     from tether.storage._pg_schema import lock_upgrades
     from tether.storage._postgres import PostgresCatalogStore
     from tether.world._postgres import PostgresLedger
@@ -183,12 +213,13 @@ def _pg_upgrade(url: str, store: str | None) -> list[StoreStatus]:
         # here, then finds (and reports) what this one did, not a store half done.
         with session.transaction("schema upgrade lock") as cur:
             lock_upgrades(cur, session.where)
-        for s in _targets(url, {s.store for s in _pg_versions(session)}, store):
+        before = _pg_versions(session)  # read under the lock: what this upgrade found
+        for s in _targets(url, {s.store for s in before}, store):
             if s == "catalog":
                 PostgresCatalogStore(url, upgrade=True).close()
             else:
                 PostgresLedger(url, upgrade=True).close()
-        return _pg_versions(session)
+        return before, _pg_versions(session)
     finally:
         session.close()
 
@@ -204,6 +235,12 @@ def upgrade(url: str, store: str | None = None) -> list[StoreStatus]:
         MigrationLockTimeout: another upgrade of the PostgreSQL database kept its lock longer
             than `tether.storage._pg_schema.MIGRATION_LOCK_TIMEOUT_MS`.
     """
+    return upgrade_from(url, store)[1]
+
+
+def upgrade_from(url: str, store: str | None = None) -> tuple[list[StoreStatus], list[StoreStatus]]:
+    """`upgrade`, and the stores as they were before it, read under the same lock (a second
+    upgrade waits for the first, then finds and reports what it made: `unchanged`)."""
     if _scheme(url) == "sqlite":
         return _sqlite_upgrade(url, store)
     return _pg_upgrade(url, store)
