@@ -189,12 +189,16 @@ def test_bad_requests_are_invalid_argument_with_the_field_path_and_nothing_is_re
         # one, not an unknown operation.
         for bad in ("日本", " bad-2", "a" * 300, "/bad-2", "x/y z"):
             for call in (
-                lambda: control.GetOperation(
+                lambda bad=bad: control.GetOperation(
                     pb.GetOperationRequest(operation_id=bad), metadata=bearer()
                 ),
-                lambda: control.Cancel(pb.CancelRequest(operation_id=bad), metadata=bearer()),
-                lambda: control.Reconcile(pb.ReconcileRequest(operation_id=bad), metadata=bearer()),
-                lambda: list(
+                lambda bad=bad: control.Cancel(
+                    pb.CancelRequest(operation_id=bad), metadata=bearer()
+                ),
+                lambda bad=bad: control.Reconcile(
+                    pb.ReconcileRequest(operation_id=bad), metadata=bearer()
+                ),
+                lambda bad=bad: list(
                     control.WatchOperation(
                         pb.WatchOperationRequest(operation_id=bad), metadata=bearer()
                     )

@@ -27,8 +27,8 @@ from tether.runtime import Host
 from tether.runtime.worker_main import _check_stores
 from tether.storage import SqliteCatalogStore
 from tether.storage._pg import connect_failure
-from tether.storage._urls import redact
 from tether.storage._schema import LATEST
+from tether.storage._urls import redact
 from tether.testing._postgres import schema_url
 from tether.world import SqliteLedger, open_ledger
 
@@ -254,13 +254,30 @@ def test_a_worker_takes_its_stores_and_host_name_from_the_host_configuration(
     wdata = tmp_path / "wdata"
     for how in (["--config", str(config)], []):
         env = {} if how else {"TETHER_HOST_CONFIG": str(config)}
-        done = _run_env(env, "worker", str(wdata), "--families", "journal_provider:families",
-                        "--catalog", missing, *how)  # fmt: skip
+        done = _run_env(
+            env,
+            "worker",
+            str(wdata),
+            "--families",
+            "journal_provider:families",
+            "--catalog",
+            missing,
+            *how,
+        )
         assert done.returncode == _exit.USAGE, done.stderr  # the flag's catalog, not the file's
         assert _refusal(done, "tether worker").startswith("tether worker: no_such_schema: ")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tether", "worker", str(wdata), "--config", str(config),
-         "--families", "journal_provider:families"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "worker",
+            str(wdata),
+            "--config",
+            str(config),
+            "--families",
+            "journal_provider:families",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
