@@ -14,7 +14,8 @@ heap (tens of milliseconds, every thread held), is a late stop. So:
   server's dispatcher and pool threads, at `DISPATCH_NICE`).
 - `quiet_heap()`, once a long-running process has started: its start-up heap (modules,
   configuration, generated protocol classes) moves out of the collector's scans for good
-  (`gc.freeze`), and a full collection runs a tenth as often.
+  (`gc.freeze`), young collections run a fourteenth as often and full ones a tenth as often
+  (`QUIET_THRESHOLDS`).
 
 Raising a priority needs CAP_SYS_NICE or a nice limit (`ulimit -e`, `LimitNICE=` in a systemd
 unit). Without it nothing is raised, nothing fails, and one log line says so.
@@ -37,9 +38,12 @@ STOP_NICE: Final = -20
 #: The nice value of the threads every gRPC call, a Stop's too, passes through: grpcio's
 #: dispatcher and the pool threads that serve the calls.
 DISPATCH_NICE: Final = -10
-#: The collector's thresholds once `quiet_heap` ran: generation 2 every 100 generation-1 runs
-#: (CPython's default is 10).
-QUIET_THRESHOLDS: Final = (700, 10, 100)
+#: The collector's thresholds once `quiet_heap` ran: a young collection every 10,000 net
+#: allocations of container objects (CPython's default is 700: a worker's step of 10 Activities
+#: makes thousands of row tuples that die young, and at 700 the collector scanned them ~14x as
+#: often, a tenth of a PostgreSQL worker's CPU; `benches/pg_queue.py`), and generation 2 every
+#: 100 generation-1 runs (the default is 10).
+QUIET_THRESHOLDS: Final = (10_000, 10, 100)
 
 _lock = threading.Lock()
 _stops = 0
