@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hosttools import make_env
 from journal_provider import KIND, intents, make_family
@@ -148,3 +149,39 @@ def test_the_loop_observes_nothing_while_its_pause_holds_it(tmp_path: Path) -> N
             observer.join()
             observer.wakeup.close()
         assert _settled(env, _key(0))
+
+
+def test_a_step_that_keeps_failing_is_logged_once_with_its_traceback(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """An observer whose every step fails (its catalog gone, as when the server is down)
+    logs the traceback once, then counts: not a traceback at every fallback poll."""
+    import logging
+
+    import psycopg
+
+    with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
+        stop = threading.Event()
+        observer = _observer(env, stop)
+        conninfo = getattr(env.catalog.store, "conninfo", None)
+        if conninfo is None:
+            env.catalog.close()  # SQLite: every restage now fails the same way
+        else:  # PostgreSQL: the table is away (a closed store reconnects)
+            with psycopg.connect(conninfo, autocommit=True) as admin:
+                admin.execute("ALTER TABLE activities RENAME TO activities_away")
+        caplog.set_level(logging.INFO, logger="tether.runtime")
+        runner = threading.Thread(target=observer.run)
+        runner.start()
+        try:
+            time.sleep(MIN_FALLBACK_S * 3.5)  # four failing steps
+        finally:
+            stop.set()
+            observer.wakeup.stop_all()
+            runner.join(10)
+            if conninfo is not None:
+                with psycopg.connect(conninfo, autocommit=True) as admin:
+                    admin.execute("ALTER TABLE activities_away RENAME TO activities")
+        records = [r for r in caplog.records if r.name == "tether.runtime.observer"]
+        failed = [r for r in records if "step failed" in r.getMessage()]
+        assert len(failed) == 1 and failed[0].exc_info is not None, records
+        assert not [r for r in records if r.exc_info and r is not failed[0]], records

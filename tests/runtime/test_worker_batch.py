@@ -78,7 +78,7 @@ def test_a_repeating_failure_is_logged_once_with_its_traceback(
     import logging
 
     import psycopg
-    from tether.runtime import _worker
+    from tether.runtime import _failing
 
     family = make_family(tmp_path)
     with make_env([family], data_dir=tmp_path / "d") as env:
@@ -89,7 +89,7 @@ def test_a_repeating_failure_is_logged_once_with_its_traceback(
         else:  # PostgreSQL: the table is away (a closed store reconnects)
             with psycopg.connect(conninfo, autocommit=True) as admin:
                 admin.execute("ALTER TABLE activities RENAME TO activities_away")
-        monkeypatch.setattr(_worker, "REPEAT_LOG_S", 3600.0, raising=False)
+        monkeypatch.setattr(_failing, "REPEAT_LOG_S", 3600.0)
         wakeup = Wakeup(worker.stop, MIN_FALLBACK_S, doorbell=env.catalog.doorbell)
         caplog.set_level(logging.INFO, logger="tether.runtime")
         runner = threading.Thread(target=worker.run, kwargs={"wakeup": wakeup})

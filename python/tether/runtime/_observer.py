@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 
 from tether.runtime._errors import ActivityRuntimeError, owned_by
+from tether.runtime._failing import Failing
 from tether.runtime._ports import CloseStates
 from tether.runtime._stager import ObservationStager
 from tether.runtime._ticker import Ticker
@@ -85,15 +86,18 @@ class Observer:
 
     def run(self) -> None:
         """Observe until the wakeup says stop; idle, wait for a result to be recorded."""
+        failing = Failing(log, "observer", "step")
         while not self.wakeup.stopping:
             if self._pause is not None:
                 self._pause()
             mark = self.wakeup.mark()  # before the pass: a ring after it is never lost
             try:
                 committed = self.observe_once()
-            except Exception:  # keep observing; the failure is logged and retried
-                log.exception("observer step failed")
+            except Exception as exc:  # keep observing; the failure is logged and retried
+                failing.failed(exc)  # a store that is down: one traceback, then a count
                 committed = []
+            else:
+                failing.over()
             if not committed:
                 self.wakeup.wait(mark)
 

@@ -48,6 +48,7 @@ from tether.errors import CatalogRejection, CatalogStorageError
 from tether.runtime._artifacts import ArtifactStore
 from tether.runtime._crash import crash_point
 from tether.runtime._errors import FamilyError, LeaseLost
+from tether.runtime._failing import Failing
 from tether.runtime._family import (
     AttemptContext,
     ConfirmedAbsent,
@@ -81,44 +82,6 @@ def typed_end_lease_ms(number: int, lease_ms: int) -> int:
     `TYPED_END_LEASE_MS` doubled per earlier attempt, never more than ``lease_ms``."""
     doublings = min(max(number, 1) - 1, 20)
     return max(1, min(lease_ms, TYPED_END_LEASE_MS << doublings))
-
-
-#: A failure that repeats (the catalog's server down, say) is logged again at most this often.
-REPEAT_LOG_S = 60.0
-
-
-class _Failing:
-    """How a worker loop logs its failures: the first of a kind with its traceback; the same
-    one again, while it keeps failing, as one line at most every `REPEAT_LOG_S` with its
-    count (a server that is down fails every fallback poll); one line when it works again."""
-
-    def __init__(self, owner: str) -> None:
-        self.owner = owner
-        self._seen: tuple[str, str] | None = None
-        self._count = 0
-        self._logged_at = 0.0
-
-    def failed(self, exc: Exception) -> None:
-        kind = (type(exc).__name__, str(exc).partition("\n")[0])
-        now = time.monotonic()
-        if kind != self._seen:
-            self._seen, self._count, self._logged_at = kind, 1, now
-            log.error("worker %s: attempt failed", self.owner, exc_info=exc)
-            return
-        self._count += 1
-        if now - self._logged_at >= REPEAT_LOG_S:
-            self._logged_at = now
-            log.error(
-                "worker %s: still failing (%d times): %s: %s",
-                self.owner,
-                self._count,
-                *kind,
-            )
-
-    def over(self) -> None:
-        if self._seen is not None:
-            log.info("worker %s: working again after %d failures", self.owner, self._count)
-            self._seen, self._count = None, 0
 
 
 class Worker:
@@ -181,7 +144,7 @@ class Worker:
         """
         own = wakeup is None
         wakeup = wakeup or Wakeup(self.stop, doorbell=self.catalog.doorbell, topic=CLAIMABLE)
-        failing = _Failing(self.owner)
+        failing = Failing(log, f"worker {self.owner}", "attempt")
         try:
             while not self.stop.is_set():
                 self._pause()
