@@ -80,6 +80,17 @@ def test_a_catalog_session_is_read_committed_whatever_the_url_asks(pg_url: str) 
         store.close()
 
 
+def test_a_store_session_writes_even_where_the_url_asks_read_only(pg_url: str) -> None:
+    """A URL (or a role's default) asking read-only transactions would let a store open,
+    then fail every claim and write for ever: each session writes."""
+    url = pg_url.replace("options=", "options=-cdefault_transaction_read_only%3Don%20")
+    with Catalog.open(url, clock=ManualClock()) as cat:
+        k = key("read-only-1")
+        cat.admit(admission(k))
+        claim = cat.claim("host", 10_000)
+        assert claim is not None and claim.key == k
+
+
 @pytest.mark.parametrize(
     "latin1", ["&client_encoding=LATIN1", "options=-cclient_encoding%3DLATIN1%20"]
 )

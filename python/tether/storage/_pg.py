@@ -268,6 +268,9 @@ def connect(
             # Both stores' writers rely on READ COMMITTED (a row lock waits, then re-reads):
             # a default of REPEATABLE READ or SERIALIZABLE would fail them with 40001.
             " set_config('default_transaction_isolation', 'read committed', false),"
+            # A store writes: a URL or role asking read-only transactions would fail every
+            # claim and write after a start that looked fine.
+            " set_config('default_transaction_read_only', 'off', false),"
             " set_config('client_encoding', 'UTF8', false)",
             (
                 f"{STATEMENT_TIMEOUT_MS}ms",
