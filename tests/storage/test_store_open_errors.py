@@ -166,11 +166,12 @@ def test_serve_on_a_server_that_cannot_be_reached_exits_unavailable(
         ["--catalog", UNREACHABLE, "--world", UNREACHABLE],
         ["--catalog", pg_url, "--world", UNREACHABLE],
     )
-    for argv in cases:
+    for argv, store in zip(cases, ("(the catalog)", "(the world ledger)"), strict=True):
         plain = _serve(tmp_path, *argv)
         assert plain.returncode == _exit.UNAVAILABLE, plain.stderr
         line = _refusal(plain, "tether serve")
         assert "127.0.0.1:1/test" in line and "Connection refused" in line, line
+        assert store in line, line  # on one server, which store could not connect
         as_json = _serve(tmp_path, *argv, "--json")
         assert as_json.returncode == _exit.UNAVAILABLE, as_json.stderr
         _refusal(as_json, "tether serve")

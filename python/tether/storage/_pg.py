@@ -223,6 +223,16 @@ def check_url(conninfo: str, error: Callable[[str], E]) -> None:
         raise with_code(error(str(e)), "bad_url") from None
 
 
+#: The store each of Tether's sessions serves (its `application_name`), as an error names it:
+#: with the catalog and the world ledger on one server, a refusal says which one failed.
+STORE_OF: dict[str, str] = {
+    "tether-catalog": "the catalog",
+    "tether-doorbell": "the catalog",
+    "tether-artifacts": "the catalog",
+    "tether-world": "the world ledger",
+}
+
+
 def connect(
     conninfo: str, error: Callable[[str], E], *, application: str
 ) -> psycopg.Connection[Any]:
@@ -235,6 +245,12 @@ def connect(
             (`connect_failure`; `bad_url` for a URL that cannot be parsed).
     """
     at = where(conninfo)
+    # The host claim's session (`tether serve HOST pid N`) holds the catalog's host row.
+    store = STORE_OF.get(
+        application, "the catalog" if application.startswith("tether serve ") else None
+    )
+    if store is not None:
+        at = f"{at} ({store})"
     try:
         params = _parse(conninfo)
     except ValueError as e:
