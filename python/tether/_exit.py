@@ -58,8 +58,8 @@ CODES: Final[tuple[ExitCode, ...]] = (
         "STORE_UNUSABLE",
         "a store cannot be used as it is: cut short or not a database (`store_truncated`, "
         "`not_a_database`), an older layout (`old_layout`), a schema to upgrade first or of a "
-        "newer Tether (`migration_needed`, `catalog_newer`, `world_newer`); nothing was "
-        "written to it",
+        "newer Tether (`migration_needed`, `catalog_newer`, `world_newer`), tables missing "
+        "(`store_damaged`); nothing was written to it",
     ),
     ExitCode(
         STORAGE_IO,
@@ -137,6 +137,7 @@ ERROR_CODES: Final[dict[str, int]] = {
             "migration_needed",
             "catalog_newer",
             "world_newer",
+            "store_damaged",
         ),
         STORE_UNUSABLE,
     ),

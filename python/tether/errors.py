@@ -134,6 +134,7 @@ _LAZY: dict[str, str] = {
             "SameStoreFile",
             "SchemaDenied",
             "SchemaOutdated",
+            "StoreDamaged",
         ),
         "tether.storage._errors",
     ),
@@ -160,6 +161,7 @@ if TYPE_CHECKING:
     from tether.storage._errors import SameStoreFile as SameStoreFile
     from tether.storage._errors import SchemaDenied as SchemaDenied
     from tether.storage._errors import SchemaOutdated as SchemaOutdated
+    from tether.storage._errors import StoreDamaged as StoreDamaged
     from tether.runtime._errors import (
         ActivityRuntimeError as ActivityRuntimeError,
         ArtifactCorrupt as ArtifactCorrupt,

@@ -340,3 +340,77 @@ def test_an_upgrade_lock_held_too_long_is_a_typed_error_and_nothing_is_written(
             with pytest.raises(MigrationLockTimeout, match="run this again"):
                 Catalog.open(pg_url)
     assert _status(pg_url, capsys) == (0, {})  # nothing was created
+
+
+def _drop(url: str, sql: str) -> None:
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.partition("://")[2])
+        try:
+            conn.execute(sql)
+            conn.commit()
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@pytest.mark.parametrize(
+    ("store", "sql", "missing"),
+    [
+        ("catalog", "DROP TABLE catalog_clock", ["catalog_clock"]),
+        ("world", "DROP TABLE tick_tokens", ["tick_tokens"]),
+        ("world", "DROP TABLE worlds", ["worlds"]),
+    ],
+)
+def test_a_store_with_a_table_gone_is_damaged_and_neither_opened_nor_upgraded(
+    store_url: str,
+    store: str,
+    sql: str,
+    missing: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A table dropped by hand: the store's version says it is made, its tables disagree.
+    `db status` says `damaged` naming the tables (exit 5), `db upgrade` refuses it
+    (`store_damaged`, exit 5), and no store opens it: before, it read `current`, opened, and
+    failed at its first use."""
+    from tether.errors import StoreDamaged
+
+    url = store_url
+    if url.startswith("sqlite"):  # a SQLite file holds one store
+        url = f"sqlite:///{tmp_path / (store + '.db')}"
+    opened = Catalog.open(url) if store == "catalog" else open_ledger(url)
+    opened.close()
+    _drop(url, sql)
+    capsys.readouterr()
+    assert tether(["db", "status", url, "--json"]) == _exit.STORE_UNUSABLE
+    (row,) = [s for s in json.loads(capsys.readouterr().out)["stores"] if s["store"] == store]
+    assert (row["state"], row["missing"]) == ("damaged", missing)
+    assert tether(["db", "upgrade", url, "--json", "--store", store]) == _exit.STORE_UNUSABLE
+    assert json.loads(capsys.readouterr().out)["code"] == "store_damaged"
+    with pytest.raises(StoreDamaged, match=missing[0]):
+        (Catalog.open(url) if store == "catalog" else open_ledger(url)).close()
+
+
+def test_a_store_whose_version_record_is_gone_is_damaged(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its tables there, its version record gone: not "no store" (and an upgrade that would
+    create it over its own tables), but `damaged`."""
+    from tether.errors import StoreDamaged
+
+    url = store_url
+    if url.startswith("sqlite"):
+        url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    Catalog.open(url).close()
+    table = "schema_version" if url.startswith("sqlite") else "tether_schema_version"
+    _drop(url, f"DROP TABLE {table}")
+    assert _status(url, capsys) == (_exit.STORE_UNUSABLE, {"catalog": (0, "damaged")})
+    with pytest.raises(StoreDamaged, match="no schema version"):
+        Catalog.open(url).close()
+    capsys.readouterr()
+    assert tether(["db", "upgrade", url, "--json", "--store", "catalog"]) == _exit.STORE_UNUSABLE
+    assert json.loads(capsys.readouterr().out)["code"] == "store_damaged"

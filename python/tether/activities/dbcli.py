@@ -394,6 +394,8 @@ def _schema_command(args: argparse.Namespace) -> int:
     if args.cmd == "status":
         rows = schema_cli.status(args.url)
         print(schema_cli.render(args.url, rows, args.json))
+        if any(r.damaged for r in rows):
+            return _exit.STORE_UNUSABLE  # its tables and its version disagree: a backup's
         return EXIT_OK if all(r.state == "current" for r in rows) else EXIT_FAILED
     # Each store's version before, read under the upgrade's lock, to say what it did.
     found, rows = schema_cli.upgrade_from(args.url, args.store)

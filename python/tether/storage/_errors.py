@@ -42,6 +42,38 @@ class CommitUnknown(CatalogStorageError):
         self.intended = intended
 
 
+class StoreDamaged(TetherError):
+    """A store whose tables are not all there (dropped by hand, say): its version says one
+    thing, its tables another, so it is neither opened nor upgraded (code `store_damaged`,
+    `tether._exit.STORE_UNUSABLE`). Nothing was written to it.
+
+    Attributes:
+        store: ``catalog`` or ``world``.
+        missing: the tables it lacks (empty: its version record is what is missing).
+    """
+
+    code = "store_damaged"
+
+    def __init__(self, store: str, where: str, missing: tuple[str, ...], found: int) -> None:
+        if missing:
+            what = f"its table(s) {', '.join(missing)} are missing (its version says {found})"
+        else:
+            what = "it holds its tables but no schema version (its version record is gone)"
+        message = (
+            f"the {store} at {where} is damaged: {what}; nothing was written to it: restore"
+            " it from a backup"
+        )
+        super().__init__(message)
+        self.store = store
+        self.where = where
+        self.missing = missing
+        self.message = message
+        self.details = {"store": store, "missing": list(missing), "found": found}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.store, self.where, self.missing, self.details["found"])
+
+
 class SchemaOutdated(TetherError):
     """The database (catalog or world ledger, either backend) holds an older Tether schema:
     `tether db upgrade URL` brings it forward (or, PostgreSQL, a newer one: upgrade Tether).

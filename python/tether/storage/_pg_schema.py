@@ -48,6 +48,7 @@ from tether.storage._errors import (
     NoSuchSchema,
     SchemaDenied,
     SchemaOutdated,
+    StoreDamaged,
 )
 
 VERSION_TABLE = (
@@ -296,6 +297,33 @@ def version_of(cur: psycopg.Cursor[Any], store: str) -> int:
     return 0 if row is None else int(row[0])
 
 
+#: The tables each store holds at its latest version (besides `tether_schema_version`).
+STORE_TABLES: dict[str, tuple[str, ...]] = {
+    "catalog": ("activities", "catalog_clock", "artifacts"),
+    "world": ("worlds", "ticks", "tick_tokens", "visibility", "components"),
+}
+
+
+def tables_missing(cur: psycopg.Cursor[Any], store: str) -> tuple[str, ...]:
+    """The store's tables not in the current search path (`STORE_TABLES`), in their order."""
+    rows = cur.execute(
+        "SELECT t FROM unnest(%s::text[]) WITH ORDINALITY AS x(t, i)"
+        " WHERE to_regclass(quote_ident(t)) IS NULL ORDER BY i",
+        (list(STORE_TABLES[store]),),
+    ).fetchall()
+    return tuple(str(r[0]) for r in rows)
+
+
+def check_tables(cur: psycopg.Cursor[Any], store: str, found: int, where: str) -> None:
+    """Refuse a store whose version and tables disagree (`StoreDamaged`): a versioned store
+    without all its tables, or its tables there and no version."""
+    missing = tables_missing(cur, store)
+    if found and missing:
+        raise StoreDamaged(store, where, missing, found)
+    if not found and len(missing) < len(STORE_TABLES[store]):
+        raise StoreDamaged(store, where, (), found)
+
+
 def outdated(store: str, found: int, url_hint: str) -> SchemaOutdated:
     new = latest(store)
     return SchemaOutdated(
@@ -449,6 +477,7 @@ def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -
     new = latest(store)
     found = version_of(cur, store)
     if found == new:
+        check_tables(cur, store, found, where)
         return found
     keys = (_VERSION_TABLE_KEY, _LOCK_KEYS[store])
     _wait_for_locks(cur, "pg_advisory_xact_lock", keys, store, where)
@@ -456,6 +485,10 @@ def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -
     found = version_of(cur, store)  # another process may have migrated while we waited
     if found > new:
         raise SchemaOutdated.newer(store, found, new, where)
+    if found in (0, new):  # none yet, or made while we waited: its tables say which
+        check_tables(cur, store, found, where)
+        if found == new:
+            return found
     if 0 < found < new and not upgrade:
         raise outdated(store, found, where)
     needs_rederive = False

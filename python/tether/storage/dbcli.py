@@ -51,9 +51,15 @@ class StoreStatus:
     store: str
     version: int
     latest: int
+    #: Tables its version needs that are not there (or, version 0, its tables are there but
+    #: no version): `damaged`, which no command opens or upgrades (`StoreDamaged`).
+    missing: tuple[str, ...] = ()
+    damaged: bool = False
 
     @property
     def state(self) -> str:
+        if self.damaged:
+            return "damaged"
         if self.version == 0:
             return "absent"
         if self.version < self.latest:
@@ -99,10 +105,18 @@ def _sqlite_status(path: str) -> list[StoreStatus]:
             version = 0 if row is None else int(row[0])
     finally:
         conn.close()
-    if "activities" in tables:
-        return [StoreStatus("catalog", version, _latest("catalog", "sqlite"))]
-    if "worlds" in tables:  # a ledger from before its version table holds version 1
-        return [StoreStatus("world", max(version, 1), _latest("world", "sqlite"))]
+    from tether.storage._schema import TABLES as CATALOG_TABLES
+    from tether.world._sqlite import TABLES as WORLD_TABLES
+
+    for store, names in (("catalog", CATALOG_TABLES), ("world", WORLD_TABLES)):
+        missing = tuple(t for t in names if t not in tables)
+        if len(missing) == len(names):
+            continue  # not this store
+        latest = _latest(store, "sqlite")
+        if store == "world" and "worlds" in tables:
+            version = max(version, 1)  # a ledger from before its version table holds 1
+        damaged = (version == latest and bool(missing)) or version == 0
+        return [StoreStatus(store, version, latest, missing, damaged)]
     return []
 
 
@@ -115,12 +129,23 @@ def _pg_session(url: str) -> Any:
 
 
 def _pg_versions(session: Any) -> list[StoreStatus]:
-    from tether.storage._pg_schema import check_search_path, version_of
+    from tether.storage._pg_schema import (
+        STORE_TABLES,
+        check_search_path,
+        tables_missing,
+        version_of,
+    )
 
+    out = []
     with session.transaction("schema status", snapshot=True) as cur:
         check_search_path(cur, session.where)  # no schema, or one the role may not see into
-        found = {s: version_of(cur, s) for s in STORES}
-    return [StoreStatus(s, v, _latest(s, "postgres")) for s, v in found.items() if v]
+        for s in STORES:
+            version, missing = version_of(cur, s), tables_missing(cur, s)
+            if version:
+                out.append(StoreStatus(s, version, _latest(s, "postgres"), missing, bool(missing)))
+            elif len(missing) < len(STORE_TABLES[s]):  # its tables, no version
+                out.append(StoreStatus(s, 0, _latest(s, "postgres"), missing, True))
+    return out
 
 
 def _pg_status(url: str) -> list[StoreStatus]:
@@ -291,6 +316,8 @@ def render(
         return f"{redact(url)}: no Tether store"
     return "\n".join(
         f"{r.store:<8} version {r.version} (this Tether: {r.latest})  {r.state}"
+        + (f" (missing: {', '.join(r.missing)})" if r.damaged and r.missing else "")
+        + (" (no version record)" if r.damaged and not r.missing else "")
         + ("" if before is None else f" ({done(r)})")
         for r in rows
     )
