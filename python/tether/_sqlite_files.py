@@ -53,7 +53,12 @@ def check_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
     except FileNotFoundError:
         return
     except IsADirectoryError:
-        raise _error("not_a_database", p, what, "is a directory, not a database file") from None
+        raise StoreFileError(  # a path that names the wrong thing: no store to restore
+            "not_a_database",
+            f"{what} {p} is a directory, not a database file: name the store's file (nothing"
+            " was written)",
+            details={"path": str(p), "what": what},
+        ) from None
     if size == 0:
         raise _error("store_truncated", p, what, "is empty (0 bytes): it was cut short")
     if len(header) < _HEADER:
@@ -108,7 +113,15 @@ def prepare_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
         check_sqlite_file(p, what=what)
         return
     if not p.parent.is_dir():
-        return  # the store's own open names the missing directory
+        from tether._dirs import DataDirError
+
+        gone = not p.parent.exists()
+        raise DataDirError(
+            "no_such_directory" if gone else "not_a_directory",
+            f"{what} {p}: its directory {p.parent} "
+            + ("does not exist" if gone else "is a file, not a directory"),
+            details={"path": str(p), "what": what},
+        )
     tmp = p.with_name(f".{p.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         try:

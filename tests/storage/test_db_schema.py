@@ -414,3 +414,25 @@ def test_a_store_whose_version_record_is_gone_is_damaged(
     capsys.readouterr()
     assert tether(["db", "upgrade", url, "--json", "--store", "catalog"]) == _exit.STORE_UNUSABLE
     assert json.loads(capsys.readouterr().out)["code"] == "store_damaged"
+
+
+def test_a_sqlite_path_that_names_the_wrong_thing_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store path whose directory is missing (or a file) is a usage error naming it, exit 2;
+    one that is a directory is never told to restore a backup it does not need."""
+    (tmp_path / "d.db").mkdir()
+    (tmp_path / "f").write_text("")
+    cases = {
+        "nodir/x.db": (_exit.USAGE, "no_such_directory"),
+        "f/x.db": (_exit.USAGE, "not_a_directory"),
+        "d.db": (_exit.STORE_UNUSABLE, "not_a_database"),
+    }
+    for path, (code, name) in cases.items():
+        capsys.readouterr()
+        url = f"sqlite:///{tmp_path / path}"
+        assert tether(["db", "upgrade", url, "--store", "catalog", "--json"]) == code, path
+        out, err = capsys.readouterr()
+        assert json.loads(out)["code"] == name, out
+        assert "backup" not in err and err.count("\n") == 1, err
+    assert not (tmp_path / "nodir").exists()  # nothing made on the way
