@@ -67,3 +67,14 @@ def test_operator_show_never_calls_an_unsent_target_staged(
     said = capsys.readouterr().out
     assert "staged target" not in said
     assert "the move's target shoulder: +0.0000 rad (nothing of it was sent)" in said
+
+
+def test_a_move_waiting_for_its_robot_says_it_is_queued(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tether.adapters.dynamixel.worker import _ProgressLine
+
+    line = _ProgressLine()
+    line({"robot": "arm", "phase": "queued", "fraction": 0.0})
+    said = capsys.readouterr().out
+    assert "queued: robot arm is running another move" in said and "0%" not in said

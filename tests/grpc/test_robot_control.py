@@ -443,6 +443,8 @@ def test_cancel_before_the_start_never_moves_and_after_the_end_changes_nothing(
             moving(control, "first", {"a": 1.0, "b": -1.0})
             # One move per robot at a time: "second" waits for the arm, not yet started.
             control.Execute(move("second", {"a": 0.2, "b": 0.2}), metadata=bearer(), timeout=30)
+            waiting = wait_for(control, "second", lambda o: o.progress.phase == "queued")
+            assert waiting.state == pb.PENDING and waiting.attempt == 1, waiting  # claimed
             cancelled = control.Cancel(pb.CancelRequest(operation_id="second"), metadata=bearer())
             assert cancelled.outcome == pb.CancelResponse.CANCELLED_BEFORE_START
             assert until_terminal(control, "first")[-1].state == pb.SUCCEEDED

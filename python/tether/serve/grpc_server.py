@@ -60,7 +60,8 @@ Rules:
   version, attempts, result and evidence documents from the artifact store) and the daemon's
   latest progress. `updated_ms` is the latest time the record holds (`updated_ms`): the same
   on every read of an unchanged operation, never less on a later revision. States: pending
-  (committed, no attempt), running, succeeded, failed, cancelled, expired (a failed result
+  (committed and not started: no attempt yet, or claimed and waiting for its robot's move
+  before it, progress phase `queued`), running, succeeded, failed, cancelled, expired (a failed result
   whose outcome says so), unknown-awaiting-operator.
 - `WatchOperation` sends the current view first (or only changes after `from_revision`), then
   every change, and ends at a terminal state (a recorded result), on its settled view (the
@@ -816,6 +817,8 @@ class RobotControl(rpc.RobotControlServicer):
             op.state = pb.FAILED if record.result_failed else pb.SUCCEEDED
         elif record.awaiting_decision:
             op.state = pb.UNKNOWN_AWAITING_OPERATOR
+        elif op.progress.phase == "queued":  # claimed, waiting for its robot: not started
+            op.state = pb.PENDING
         elif record.attempt is not None or record.attempt_count > 0:
             op.state = pb.RUNNING
         else:

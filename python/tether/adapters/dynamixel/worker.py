@@ -413,6 +413,9 @@ class _ProgressLine:
         fraction = content.get("fraction")
         joints = content.get("joints") or {}
         parts = []
+        if content.get("phase") == "queued":  # waiting for the robot's move before it
+            parts.append(f"queued: robot {content.get('robot')} is running another move")
+            fraction = None
         if isinstance(fraction, int | float):
             done = max(0, min(self.WIDTH, round(fraction * self.WIDTH)))
             parts.append(f"[{'#' * done}{'.' * (self.WIDTH - done)}] {fraction:4.0%}")
