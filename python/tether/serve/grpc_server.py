@@ -61,8 +61,8 @@ Rules:
   latest progress. `updated_ms` is the latest time the record holds (`updated_ms`): the same
   on every read of an unchanged operation, never less on a later revision. States: pending
   (committed and not started: no attempt yet, or claimed and waiting for its robot's move
-  before it, progress phase `queued`), running, succeeded, failed, cancelled, expired (a failed result
-  whose outcome says so), unknown-awaiting-operator.
+  before it, progress phase `queued`), running, succeeded, failed, cancelled, expired (a
+  failed result whose outcome says so), unknown-awaiting-operator.
 - `WatchOperation` sends the current view first (or only changes after `from_revision`), then
   every change, and ends at a terminal state (a recorded result), on its settled view (the
   result's settlement is the record's last change; `WATCH_SETTLE_MAX_S` at most past the
