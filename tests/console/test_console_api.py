@@ -343,3 +343,6 @@ def test_off_loopback_the_console_needs_tls_a_session_for_reads_and_a_stop_token
     plain = serve_config(tmp_path / "plain", "/dev/null-unused", extra=extra.split("\n[tls]")[0])
     refused = tether("serve", "--config", str(plain))
     assert refused.returncode == 2 and "insecure_listener" in refused.stderr
+    # Before anything else: no lock taken, no control socket served or logged first.
+    assert refused.stderr.strip().count("\n") == 0, refused.stderr
+    assert "control socket" not in refused.stderr

@@ -388,13 +388,27 @@ class Daemon:
                 details={"host_name": clipped(name)},
             )
 
-    def start(self) -> Daemon:
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
-        if self.serve.grpc is not None:  # refused before anything is opened
+    def _check_listeners(self) -> None:
+        """Each configured listener's address under the listener policy (loopback unless
+        [tls]; its TLS files usable), before anything is opened, locked or logged: an
+        address the policy refuses is one line (`insecure_listener`, exit 2), not a daemon
+        that took its locks and its control socket first."""
+        from tether._listen import ListenerPolicy
+
+        auth = self.config.authenticator()
+        console = self.serve.console.address
+        for address in (self.serve.sse, console, self.serve.live):
+            if address is not None:
+                ListenerPolicy(address, self.config.tls, auth)
+        if self.serve.grpc is not None:
             from tether.serve.grpc_server import listener_policy
 
             listener_policy(self.config, self.serve.grpc)
             _check_free(*self.serve.grpc)  # it is bound last: a taken port, before any robot
+
+    def start(self) -> Daemon:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self._check_listeners()  # refused before anything is opened
         data = self.data_dir.absolute()
         check_separate_files(  # one SQLite file for both stores: `same_store_file`, exit 2
             self.serve.catalog_url or f"sqlite://{data / 'catalog.db'}",
