@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tether.adapters.dynamixel.worker import _say_text
 
@@ -78,3 +80,29 @@ def test_a_move_waiting_for_its_robot_says_it_is_queued(
     line({"robot": "arm", "phase": "queued", "fraction": 0.0})
     said = capsys.readouterr().out
     assert "queued: robot arm is running another move" in said and "0%" not in said
+
+
+def test_ctrl_c_before_the_daemon_answers_the_submit_is_a_pending_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while the submit waits for tether serve's answer: the move may have been
+    committed, so the outcome is `pending`/`interrupted` (exit 130) with its key and what to
+    do, as after the submit; never a traceback with no outcome."""
+    from _dxl_setup import write_config
+    from tether import _exit
+    from tether.adapters.dynamixel.config import load_config
+    from tether.adapters.dynamixel.worker import _move_exit, submit_move
+    from tether.client import Client
+    from tether.families.robot_move.request import KIND_ABSOLUTE, MoveRequest
+
+    config_path = write_config(tmp_path, "/dev/null")  # no port is opened: the submit fails
+
+    def interrupted(*_args: object, **_kw: object) -> dict[str, object]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Client, "submit", interrupted)
+    request = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": {"a": 0.1}})
+    outcome = submit_move(load_config(config_path), request, world="w", activity="m1", timeout_s=5)
+    assert (outcome["status"], outcome["reason"]) == ("pending", "interrupted")
+    assert outcome["key"] == f"w/{KIND_ABSOLUTE}/m1" and "same command" in outcome["error"]
+    assert _move_exit(outcome) == _exit.INTERRUPTED

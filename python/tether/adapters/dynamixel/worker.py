@@ -130,7 +130,21 @@ def submit_move(
 
     client = Client(config.state_dir)
     body = {"robot": request.robot, "targets": dict(request.targets)}
-    view = client.submit(world, activity, request.kind, body)
+    try:
+        view = client.submit(world, activity, request.kind, body)
+    except KeyboardInterrupt:
+        # Interrupted before the daemon answered: it may have committed the move or not.
+        # The same command again submits the identical request, which is never run twice.
+        key = f"{request.kind}/{activity}"
+        return {
+            "key": f"{world}/{key}" if world else f"{key} (in tether serve's default world)",
+            "via": "daemon",
+            "status": "pending",
+            "reason": "interrupted",
+            "error": "interrupted before tether serve answered the submit: it may have"
+            " committed the move; run the same command again to follow it (the identical"
+            " request is never run twice)",
+        }
     if view.get("created") is False and view.get("final"):
         # Concluded before this command: shown as it ended, never its old progress again
         # (the arm may have moved since), and said so.
