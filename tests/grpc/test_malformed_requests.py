@@ -77,3 +77,26 @@ def test_health_list_names_the_server_and_each_device(served: Daemon) -> None:
     assert statuses[""] == serving
     assert statuses["tether.robot.v1.RobotControl"] == serving
     assert statuses["tether.robot.v1.RobotControl/arm"] == serving
+
+
+def test_open_health_watches_hold_no_rpc_thread_so_a_stop_is_served(served: Daemon) -> None:
+    """grpcio's health Watch waits without a pool thread: more open watches (no credential
+    needed) than the server has RPC threads still leave a Stop its thread."""
+    from tether.serve.grpc_server import THREADS
+
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    health = health_pb2_grpc.HealthStub(channel)
+    watches = [
+        health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=60)
+        for _ in range(THREADS + 10)
+    ]
+    try:
+        for watch in watches:  # each one open on the server, its first answer read
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        stopped = control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=10)
+        assert [d.device for d in stopped.devices] == ["arm"]
+    finally:
+        for watch in watches:
+            watch.cancel()
+        channel.close()

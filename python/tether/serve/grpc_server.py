@@ -315,15 +315,20 @@ def _checked(behaviour: Any) -> Any:
     """``behaviour`` for a request `_tolerant` parsed: a malformed one is INVALID_ARGUMENT
     (nothing read, nothing recorded, no traceback)."""
 
-    def call(request: Any, context: grpc.ServicerContext) -> Any:
+    def call(request: Any, context: grpc.ServicerContext, *rest: Any) -> Any:
         if isinstance(request, _Malformed):
             _abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"malformed request: the bytes are no {request.type_name} message",
             )
-        return behaviour(request, context)
+        return behaviour(request, context, *rest)  # (a non-blocking one's response callback)
 
+    # grpcio reads how to run a behaviour off it: a non-blocking one (the health Watch) holds
+    # no pool thread while it waits, and must not start holding one here.
+    for name in ("experimental_non_blocking", "experimental_thread_pool"):
+        if hasattr(behaviour, name):
+            setattr(call, name, getattr(behaviour, name))
     return call
 
 
@@ -371,11 +376,13 @@ class _Health(health.HealthServicer):  # type: ignore[misc]
         self, request: health_pb2.HealthListRequest, context: grpc.ServicerContext
     ) -> health_pb2.HealthListResponse:
         with self._statuses_lock:
-            statuses = dict(self._statuses)
+            names = sorted({"", *self._statuses})
+        # Each name as `Check` answers it (after a graceful shutdown began, NOT_SERVING
+        # whatever was set since).
         return health_pb2.HealthListResponse(
             statuses={
-                name: health_pb2.HealthCheckResponse(status=status)
-                for name, status in statuses.items()
+                name: self.Check(health_pb2.HealthCheckRequest(service=name), context)
+                for name in names
             }
         )
 
