@@ -296,6 +296,40 @@ def test_a_worker_takes_its_stores_and_host_name_from_the_host_configuration(
             if stream is not None:
                 stream.close()
     assert not (wdata / "catalog.db").exists()  # no catalog of its own beside the shared one
+    # The families read the same file, also where the variable is set but empty; an empty
+    # --host is still refused, never replaced by the file's.
+    families = "tether.families.robot_move.family:families_from_env"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tether",
+            "worker",
+            str(wdata),
+            "--config",
+            str(config),
+            "--families",
+            families,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**_env(), "TETHER_HOST_CONFIG": ""},
+    )
+    try:
+        assert proc.stderr is not None
+        ready = proc.stderr.readline()
+        assert ready.startswith("tether worker ready: ") and "robot_move" in ready, (
+            ready + proc.stderr.read()
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    empty = _run("worker", str(wdata), "--config", str(config), "--host", "", "--families", "x:y")
+    assert empty.returncode == _exit.USAGE and "--host must be" in empty.stderr
     config.write_text(config.read_text() + "wrokers = 2\n")
     typo = _run("worker", str(wdata), "--config", str(config), "--families", "x:y")
     assert typo.returncode == _exit.USAGE, typo.stderr

@@ -243,7 +243,8 @@ def _from_config(p: Parser, args: Any) -> None:
         p.error(f"--config {args.config} and ${CONFIG_ENV} ({env}) name different files")
     path = args.config or env
     if not path:
-        args.host = args.host or socket.gethostname()
+        if args.host is None:
+            args.host = socket.gethostname()
         return
     from tether.devices.config import load_config
     from tether.serve.config import load_serve
@@ -254,8 +255,10 @@ def _from_config(p: Parser, args: Any) -> None:
         args.catalog = serve.catalog_url
     if args.world is None:
         args.world = serve.world_url
-    args.host = args.host or serve.host_name
-    os.environ.setdefault(CONFIG_ENV, str(path))
+    if args.host is None:
+        args.host = serve.host_name
+    if not os.environ.get(CONFIG_ENV):  # unset or empty: the families read this file
+        os.environ[CONFIG_ENV] = str(path)
 
 
 def main(argv: list[str]) -> int:
@@ -318,14 +321,11 @@ def main(argv: list[str]) -> int:
         help="serve live progress as AG-UI SSE; 0 = any (default: none, no stream)",
     )
     args = p.parse_args(argv)
-    try:
-        _from_config(p, args)
-    except TetherError as e:
-        error_line("tether worker", e)
-        return _exit.for_error(e, default=_exit.USAGE)
     if args.workers < 1:
         p.error("--workers must be >= 1")
-    if not args.host or len(args.host.encode()) > 512 or "\0" in args.host:
+    if args.host is not None and (
+        not args.host or len(args.host.encode()) > 512 or "\0" in args.host
+    ):
         p.error("--host must be a non-empty name of at most 512 bytes")
     if not 1 <= args.lease_ms <= MAX_LEASE_MS:
         p.error(f"--lease-ms must be in [1, {MAX_LEASE_MS}] (7 days)")
@@ -334,6 +334,11 @@ def main(argv: list[str]) -> int:
     if args.sse_port is not None and not 0 <= args.sse_port <= 65535:
         p.error("--sse-port must be in [0, 65535]")
     refuse_empty_urls(p, catalog=args.catalog, world=args.world)
+    try:  # the flags checked, the host configuration gives what they leave unset
+        _from_config(p, args)
+    except TetherError as e:
+        error_line("tether worker", e)
+        return _exit.for_error(e, default=_exit.USAGE)
     try:  # one SQLite file for both stores, or one store shared and the other not: refused
         check_separate_files(args.catalog, args.world)  # before the families make anything
         if args.world is not None:  # the worker reads no world: only a given one is checked

@@ -397,12 +397,7 @@ class RobotMoveAdapter:
         """The terminal failed result of a move that may not start: past its `not_after_ms`
         (`expired`) or cancelled (`cancelled`); None for one that may."""
         if op.entry.proof("cancel") is not None:
-            doc = {
-                "operation_id": ctx.operation_id,
-                "outcome": "cancelled",
-                "code": "cancelled",
-                "error": "cancelled before it started: nothing was sent",
-            }
+            doc = {"operation_id": ctx.operation_id, "outcome": "cancelled", "code": "cancelled"}
         else:
             expired = self._expired(ctx, req)
             if expired is None:
