@@ -436,3 +436,68 @@ def test_a_sqlite_path_that_names_the_wrong_thing_is_a_usage_error(
         assert json.loads(out)["code"] == name, out
         assert "backup" not in err and err.count("\n") == 1, err
     assert not (tmp_path / "nodir").exists()  # nothing made on the way
+
+
+def test_an_older_postgres_catalog_needs_an_upgrade_and_is_not_damaged(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A catalog of version 3 has no `artifacts` table (version 4 adds it): that is an older
+    schema, `needs upgrade` (exit 1), never `damaged`."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(_pg_schema.VERSION_TABLE)
+        for _version, statements in _pg_schema.CATALOG_MIGRATIONS[:3]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute("INSERT INTO tether_schema_version VALUES ('catalog', 3)")
+    assert _status(pg_url, capsys) == (1, {"catalog": (3, "needs upgrade")})
+    capsys.readouterr()
+    assert tether(["db", "upgrade", pg_url, "--store", "catalog"]) == 0
+
+
+def test_tables_of_common_names_elsewhere_on_the_search_path_are_no_store(
+    pg_base: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another application's `activities` or `worlds` table in a schema later on the search
+    path (public, say) is not a Tether store whose version record is gone."""
+    import uuid
+
+    import psycopg
+    from tether.testing._postgres import schema_url
+
+    mine, theirs = (f"tether_{w}_{uuid.uuid4().hex[:8]}" for w in ("mine", "theirs"))
+    with psycopg.connect(pg_base, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {mine}")
+        admin.execute(f"CREATE SCHEMA {theirs}")
+        for table in ("activities", "catalog_clock", "worlds", "tick_tokens"):
+            admin.execute(f"CREATE TABLE {theirs}.{table} (n int)")
+    try:
+        url = schema_url(pg_base, f"{mine},{theirs}")
+        assert _status(url, capsys) == (0, {})
+        Catalog.open(url).close()  # made in its own schema, beside the others' tables
+        open_ledger(url).close()
+        assert _status(url, capsys)[0] == 0
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {mine} CASCADE")
+            admin.execute(f"DROP SCHEMA {theirs} CASCADE")
+
+
+def test_an_upgrade_of_a_sqlite_file_another_holds_too_long_is_a_typed_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+    import os
+
+    monkeypatch.setattr(_pg_schema, "MIGRATION_LOCK_TIMEOUT_MS", 300)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another upgrade, stuck
+        capsys.readouterr()
+        url = f"sqlite:///{tmp_path / 'catalog.db'}"
+        assert tether(["db", "upgrade", url, "--store", "catalog", "--json"]) == _exit.FAILED
+        assert json.loads(capsys.readouterr().out)["code"] == "migration_lock_timeout"
+        assert not (tmp_path / "catalog.db").exists()  # nothing was written
+    finally:
+        os.close(fd)

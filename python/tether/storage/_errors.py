@@ -56,13 +56,17 @@ class StoreDamaged(TetherError):
 
     def __init__(self, store: str, where: str, missing: tuple[str, ...], found: int) -> None:
         if missing:
-            what = f"its table(s) {', '.join(missing)} are missing (its version says {found})"
+            message = (
+                f"the {store} at {where} is damaged: its table(s) {', '.join(missing)} are"
+                f" missing (its version says {found}); nothing was written to it: restore it"
+                " from a backup"
+            )
         else:
-            what = "it holds its tables but no schema version (its version record is gone)"
-        message = (
-            f"the {store} at {where} is damaged: {what}; nothing was written to it: restore"
-            " it from a backup"
-        )
+            message = (
+                f"the {store} at {where} holds its tables but no schema version: a store whose"
+                " version record is gone (restore it from a backup) or another application's"
+                " tables of those names (use another database or schema); nothing was written"
+            )
         super().__init__(message)
         self.store = store
         self.where = where

@@ -304,24 +304,43 @@ STORE_TABLES: dict[str, tuple[str, ...]] = {
 }
 
 
-def tables_missing(cur: psycopg.Cursor[Any], store: str) -> tuple[str, ...]:
-    """The store's tables not in the current search path (`STORE_TABLES`), in their order."""
+#: The tables that make a schema with no version record of the store read as that store with
+#: its record gone (one table of a common name could be another application's).
+MARKER_TABLES: dict[str, tuple[str, ...]] = {
+    "catalog": ("activities", "catalog_clock"),
+    "world": ("worlds", "tick_tokens"),
+}
+
+
+def tables_missing(cur: psycopg.Cursor[Any], names: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of ``names`` the schema the stores are made in (`current_schema()`) lacks, in
+    their order (a table of the name elsewhere on the search path is not the store's)."""
     rows = cur.execute(
         "SELECT t FROM unnest(%s::text[]) WITH ORDINALITY AS x(t, i)"
-        " WHERE to_regclass(quote_ident(t)) IS NULL ORDER BY i",
-        (list(STORE_TABLES[store]),),
+        " WHERE to_regclass(quote_ident(current_schema()) || '.' || quote_ident(t)) IS NULL"
+        " ORDER BY i",
+        (list(names),),
     ).fetchall()
     return tuple(str(r[0]) for r in rows)
 
 
+def damaged(cur: psycopg.Cursor[Any], store: str, found: int) -> tuple[str, ...] | None:
+    """How a store's version and tables disagree: the tables its latest version lacks, or ()
+    for its marker tables there with no version record; None when they agree. An older
+    version (which the upgrade brings forward) is not judged: it holds its own tables."""
+    if found == latest(store):
+        missing = tables_missing(cur, STORE_TABLES[store])
+        return missing or None
+    if found == 0 and not tables_missing(cur, MARKER_TABLES[store]):
+        return ()
+    return None
+
+
 def check_tables(cur: psycopg.Cursor[Any], store: str, found: int, where: str) -> None:
-    """Refuse a store whose version and tables disagree (`StoreDamaged`): a versioned store
-    without all its tables, or its tables there and no version."""
-    missing = tables_missing(cur, store)
-    if found and missing:
+    """Refuse a store whose version and tables disagree (`StoreDamaged`)."""
+    missing = damaged(cur, store, found)
+    if missing is not None:
         raise StoreDamaged(store, where, missing, found)
-    if not found and len(missing) < len(STORE_TABLES[store]):
-        raise StoreDamaged(store, where, (), found)
 
 
 def outdated(store: str, found: int, url_hint: str) -> SchemaOutdated:

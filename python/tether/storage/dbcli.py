@@ -129,22 +129,17 @@ def _pg_session(url: str) -> Any:
 
 
 def _pg_versions(session: Any) -> list[StoreStatus]:
-    from tether.storage._pg_schema import (
-        STORE_TABLES,
-        check_search_path,
-        tables_missing,
-        version_of,
-    )
+    from tether.storage._pg_schema import check_search_path, damaged, version_of
 
     out = []
     with session.transaction("schema status", snapshot=True) as cur:
         check_search_path(cur, session.where)  # no schema, or one the role may not see into
         for s in STORES:
-            version, missing = version_of(cur, s), tables_missing(cur, s)
-            if version:
-                out.append(StoreStatus(s, version, _latest(s, "postgres"), missing, bool(missing)))
-            elif len(missing) < len(STORE_TABLES[s]):  # its tables, no version
-                out.append(StoreStatus(s, 0, _latest(s, "postgres"), missing, True))
+            version = version_of(cur, s)
+            missing = damaged(cur, s, version)
+            if version or missing is not None:
+                latest = _latest(s, "postgres")
+                out.append(StoreStatus(s, version, latest, missing or (), missing is not None))
     return out
 
 
@@ -181,7 +176,6 @@ def _upgrading(path: str) -> Iterator[None]:
     """Hold the upgrade lock of the SQLite file at ``path``: an exclusive `flock` of its
     directory (SQLite's own locks are `fcntl` locks on the file, which this never touches),
     so a second `tether db upgrade` of the file waits, then finds what the first one did."""
-    import fcntl
     import os
 
     try:
@@ -190,10 +184,36 @@ def _upgrading(path: str) -> Iterator[None]:
         yield  # no directory to lock: the store's own open refuses the path
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        _flock_within(fd, path)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def _flock_within(fd: int, path: str) -> None:
+    """Take the upgrade lock, waiting as long as a PostgreSQL upgrade waits for its own
+    (`MIGRATION_LOCK_TIMEOUT_MS`), else `MigrationLockTimeout` (nothing was written)."""
+    import fcntl
+    import time
+
+    from tether.storage._errors import MigrationLockTimeout
+    from tether.storage._pg_schema import MIGRATION_LOCK_TIMEOUT_MS
+
+    waited = MIGRATION_LOCK_TIMEOUT_MS
+    deadline = time.monotonic() + waited / 1000
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise MigrationLockTimeout(
+                    "migration_lock_timeout",
+                    f"another `tether db upgrade` of {path} kept its lock for more than"
+                    f" {waited / 1000:g} s: nothing was written; run this again once it is done",
+                    details={"store": "", "where": path, "waited_ms": waited},
+                ) from None
+            time.sleep(0.05)
 
 
 def _sqlite_upgrade(url: str, store: str | None) -> tuple[list[StoreStatus], list[StoreStatus]]:
