@@ -447,7 +447,7 @@ def test_wait_leaves_the_move_parked_exit_3_and_the_same_command_resumes_it(
         if term.proc.poll() is None:
             term.proc.kill()
     assert code == _exit.PARKED, term.text[-3000:]
-    assert "tether operator --config" in term.text and "resolve demo-arm/" in term.text
+    assert "to decide it, run the same demo command again" in term.text, term.text[-3000:]
     rec = record(tmp_path, "move-0001")
     assert rec.awaiting_decision and rec.decision is None  # `wait` records nothing
     assert record(tmp_path, "move-0002") is None  # not submitted while the arm is in doubt

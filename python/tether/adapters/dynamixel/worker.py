@@ -7,9 +7,10 @@ it settles, is parked (exit 3) or the deadline passes (exit 4), with the same ou
 daemon it runs standalone, as follows (safe: it takes the port exclusively).
 
 The move is an Activity of the `physical_ai.robot_move` family in the Host data directory
-`<state_dir>/moves` (world `--world`, activity `--activity`). The Activity catalog holds its
-control record (attempts, fences, evidence revisions, decisions) and the operations journal
-(`<state_dir>/moves/robot_move`) its provider facts; nothing else keeps either. A run:
+(`[serve] data_dir`, else `<state_dir>/moves`; world `--world`, activity `--activity`). The
+Activity catalog holds its control record (attempts, fences, evidence revisions, decisions)
+and the operations journal (`robot_move` in that directory) its provider facts; nothing else
+keeps either. A run:
 1. checks the request (joints, an absolute move's limits) before anything is bound or sent;
 2. commits the move's intent in a tick of the world, unless the world already holds it (another
    request under the same activity id is refused);
@@ -464,7 +465,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--config", required=True, help="host configuration (TOML)")
     parser.add_argument(
-        "--store", help="operations journal of robot moves (default: <state_dir>/moves/robot_move)"
+        "--store",
+        help="operations journal of robot moves (default: robot_move in the Host data directory:"
+        " [serve] data_dir, else <state_dir>/moves)",
     )
     parser.add_argument("--robot", required=True, help="the robot's name in host.toml")
     parser.add_argument(

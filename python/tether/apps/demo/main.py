@@ -60,6 +60,7 @@ from tether._args import Parser, error_line, refuse
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._listen import ListenerError
+from tether.devices.latch import StopLatch
 from tether._sqlite_files import StoreFileError, describe, storage_failure
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
@@ -801,11 +802,19 @@ def _arm_code(run: _Run) -> int:
         run.board.message(f"tether demo: the arm planner stopped: {run.planner.error}")
     left = [m for m in run.arm.moves if m.state == "awaiting_decision"]
     if left:
+        # Its daemon (and the emulated arm) stopped with the demo: the same command serves
+        # them again, resumes and asks for each decision again.
         run.board.message("parked moves (an operator decides; the daemon stopped with the demo):")
         for move in left:
             run.board.message(
-                f"  {move.key}  {move.reason}; decide later: tether operator --config "
-                f"{run.arm.config_path} resolve {move.key}, or run the same demo command again"
+                f"  {move.key}  {move.reason}; to decide it, run the same demo command again"
+            )
+        robot = run.arm.robot
+        if robot is not None and StopLatch(run.arm.config.state_dir).latched(robot):
+            run.board.message(
+                f"  the arm is stopped (latched): while that demo runs, resume it from another"
+                f" terminal: tether operator --config {run.arm.config_path} resume {robot}"
+                " --credential-stdin"
             )
         return EXIT_PARKED
     return EXIT_OK
