@@ -60,7 +60,6 @@ from tether._args import Parser, error_line, refuse
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._listen import ListenerError
-from tether.devices.latch import StopLatch
 from tether._sqlite_files import StoreFileError, describe, storage_failure
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
@@ -78,6 +77,7 @@ from tether.apps.demo.planner import (
 )
 from tether.client import Client
 from tether.devices.credentials import hash_secret, read_secret
+from tether.devices.latch import StopLatch
 from tether.errors import TetherError
 from tether.families.sim._memory import DEFAULT_MEMORY_CAP_BYTES
 from tether.families.sim.adapter import SimEpisodeAdapter, kick_planner, sim_family
