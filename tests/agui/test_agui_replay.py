@@ -89,7 +89,7 @@ def test_replay_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
     missing = tmp_path / "missing.sse"
     assert cli_main(["replay", str(missing)]) == 2
     err = capsys.readouterr().err
-    assert f"cannot read {missing}: No such file or directory" in err
+    assert f"tether replay: unreadable: cannot read {missing}: No such file" in err
     assert cli_main(["replay", str(tmp_path)]) == 2
     assert "cannot read" in capsys.readouterr().err
     assert cli_main(["replay", str(STREAM), "--chunk-size", "0"]) == 2

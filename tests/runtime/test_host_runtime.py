@@ -93,6 +93,10 @@ def test_an_execute_that_raises_is_logged_by_kind_and_left_to_reconcile(
         rec = host.get(akey(0))
         assert rec is not None and rec.result is None
         [line] = [r for r in caplog.records if "leaving it to reconcile" in r.getMessage()]
+        # The Activity is named as every command names it, not by its Python repr.
+        k = akey(0)
+        said = line.getMessage()
+        assert f"{k.world_id}/{k.kind}/{k.activity_id}" in said and "ActivityKey(" not in said
         if typed:
             assert line.levelname == "WARNING" and line.exc_info is None
             assert "stopped_by_operator: robot arm was stopped" in line.getMessage()

@@ -361,6 +361,10 @@ def test_a_families_factory_that_fails_is_a_configuration_error(tmp_path: Path) 
     assert worker.returncode == _exit.USAGE, worker.stderr
     line = _refusal(worker, "tether worker")
     assert line.startswith("tether worker: bad_families: ") and "TypeError" in line
+    missing = _run("worker", str(tmp_path / "wd"), "--families", "no_such_module_x:families")
+    assert missing.returncode == _exit.USAGE, missing.stderr
+    line = _refusal(missing, "tether worker")
+    assert line.startswith("tether worker: bad_families: ") and "no_such_module_x" in line
     config = _config(tmp_path)
     config.write_text(
         config.read_text().replace("tether.serve.families:sim_families", "json:loads")

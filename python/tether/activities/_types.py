@@ -17,11 +17,15 @@ DecisionOutcome = Literal["recovered", "absent", "abandon"]
 
 @dataclass(frozen=True, slots=True)
 class ActivityKey:
-    """The control key. Activity ids are family-local, so world and kind belong to the key."""
+    """The control key. Activity ids are family-local, so world and kind belong to the key.
+    Shown (`str`, in logs and refusals) as ``world/kind/activity``, as every command names it."""
 
     world_id: str
     kind: str
     activity_id: str
+
+    def __str__(self) -> str:
+        return f"{self.world_id}/{self.kind}/{self.activity_id}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "unreadable",
             f"cannot read {args.file}: {e.strerror or e}{hint}",
             error=type(e).__name__,
-            line=f"cannot read {args.file}: {e.strerror or e}{hint}",
         )
         return _exit.USAGE
     try:

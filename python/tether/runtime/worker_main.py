@@ -86,7 +86,11 @@ def load_factory(spec: str) -> FamiliesFactory:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise bad_families(f"--families must look like module:function, not {spec!r}")
-    factory = getattr(importlib.import_module(module_name), attr, None)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:  # a misspelt module, or one whose own imports fail
+        raise bad_families(f"--families {spec}: cannot import {module_name}: {exc}") from None
+    factory = getattr(module, attr, None)
     if not callable(factory):
         raise bad_families(f"{spec!r} is not a callable")
     return cast(FamiliesFactory, factory)
