@@ -26,7 +26,7 @@ def _status(url: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str
 def test_postgres_status_upgrade_and_an_older_schema_refusing_to_open(
     pg_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert _status(pg_url, capsys) == (0, {})  # nothing there yet
+    assert _status(pg_url, capsys) == (1, {})  # nothing there yet: no store, exit 1
     Catalog.open(pg_url).close()  # a fresh database is created at the latest version
     open_ledger(pg_url).close()
     cat = _pg_schema.latest("catalog")
@@ -339,7 +339,7 @@ def test_an_upgrade_lock_held_too_long_is_a_typed_error_and_nothing_is_written(
             holder.execute("SELECT pg_advisory_xact_lock(%s)", (_pg_schema._VERSION_TABLE_KEY,))
             with pytest.raises(MigrationLockTimeout, match="run this again"):
                 Catalog.open(pg_url)
-    assert _status(pg_url, capsys) == (0, {})  # nothing was created
+    assert _status(pg_url, capsys) == (1, {})  # nothing was created
 
 
 def _drop(url: str, sql: str) -> None:
@@ -474,7 +474,7 @@ def test_tables_of_common_names_elsewhere_on_the_search_path_are_no_store(
             admin.execute(f"CREATE TABLE {theirs}.{table} (n int)")
     try:
         url = schema_url(pg_base, f"{mine},{theirs}")
-        assert _status(url, capsys) == (0, {})
+        assert _status(url, capsys) == (1, {})  # no store in its own schema
         Catalog.open(url).close()  # made in its own schema, beside the others' tables
         open_ledger(url).close()
         assert _status(url, capsys)[0] == 0

@@ -61,8 +61,9 @@ EXIT_STORE, EXIT_UNAVAILABLE = _exit.STORE_UNUSABLE, _exit.UNAVAILABLE
 #: The codes `tether db` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STORE, _exit.STORAGE_IO, EXIT_UNAVAILABLE)
 _EPILOG = (
-    "exit codes: 0 done; 1 failed (status: a store needs upgrade or is newer); 2 usage; 5 a "
-    "store that cannot be used; 6 the disk refused a write; 7 a server that cannot be reached "
+    "exit codes: 0 done; 1 failed (status: a store needs upgrade or is newer, or none is "
+    "there); 2 usage; 5 a store that cannot be used (status: one is damaged); 6 the disk "
+    "refused a write; 7 a server that cannot be reached "
     "(see `tether --help`)."
 )
 DEFAULT_BATCH = 256
@@ -396,7 +397,8 @@ def _schema_command(args: argparse.Namespace) -> int:
         print(schema_cli.render(args.url, rows, args.json))
         if any(r.damaged for r in rows):
             return _exit.STORE_UNUSABLE  # its tables and its version disagree: a backup's
-        return EXIT_OK if all(r.state == "current" for r in rows) else EXIT_FAILED
+        # Nothing found is no "every store current" (a mistyped path would pass as one).
+        return EXIT_OK if rows and all(r.state == "current" for r in rows) else EXIT_FAILED
     # Each store's version before, read under the upgrade's lock, to say what it did.
     found, rows = schema_cli.upgrade_from(args.url, args.store)
     before = {s.store: s.version for s in found}
