@@ -163,7 +163,8 @@ def test_auto_operator_is_refused_for_a_port_the_demo_did_not_create(tmp_path: P
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("tether demo: operator_refused:")
         assert "bus" in lines[0] and "real hardware" in lines[0]
-        assert not (tmp_path / "data" / "catalog.db").exists()  # nothing started
+        # Refused before it serves or writes anything: no stream URL, no data directory.
+        assert done.stdout == "" and not (tmp_path / "data").exists(), done.stdout
 
 
 def test_without_a_terminal_and_without_operator_the_demo_refuses_to_start(

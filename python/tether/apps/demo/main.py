@@ -455,12 +455,48 @@ def _no_operator(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _config_refusal(args: argparse.Namespace, config: Any) -> str | None:
+    """Why the demo cannot run the arm of `--config`'s file (``config``, loaded): an
+    unattended operator on its ports (real hardware, as far as anything proves), no robot to
+    move, or no terminal to ask the operator on; None when it can."""
+    mode = args.operator
+    if mode is not None and mode != "ask":
+        ports = arm_mod.config_ports(config)
+        return (
+            f"operator_refused: --operator {mode} decides unattended and is refused unless "
+            f"every port is the demo's emulator; port(s) {', '.join(ports) or '-'} of "
+            f"{args.config} count as real hardware (decide on a terminal)"
+        )
+    if args.moves > 0 and not config.robots:
+        return f"no_robot: {args.config} configures no robot (or pass --moves 0)"
+    if args.moves > 0 and not sys.stdin.isatty():
+        return (
+            "operator_required: no terminal to ask the operator on, and --operator "
+            "auto-* is refused for real hardware; run it on a terminal or pass --moves 0"
+        )
+    return None
+
+
+def _early_refusal(args: argparse.Namespace) -> str | None:
+    """A refusal of the flags (and `--config`'s file, when it reads) that `main` makes before
+    it serves or writes anything; None otherwise (a file that does not read is refused, as
+    it says, where it is used)."""
+    if args.config is None:
+        return _no_operator(args)
+    from tether.devices.config import load_config
+
+    try:
+        config: Any = load_config(args.config)
+    except (TetherError, OSError):
+        return None
+    return _config_refusal(args, config)
+
+
 def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm | int:
     """The daemon's configuration (generated, or `--config`), the moves and the operator."""
     from tether.devices.config import load_config
 
     wants_arm = args.moves > 0
-    tty = sys.stdin.isatty()
     mode = args.operator
     workers = max(2, args.workers) if wants_arm else args.workers
     config: Any
@@ -470,21 +506,9 @@ def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm 
         except (TetherError, OSError) as exc:
             error_line("tether demo", exc)
             return _exit.for_error(exc, EXIT_USAGE)
-        ports = arm_mod.config_ports(config)
-        if mode is not None and mode != "ask":
-            return _usage(
-                f"operator_refused: --operator {mode} decides unattended and is refused unless "
-                f"every port is the demo's emulator; port(s) {', '.join(ports) or '-'} of "
-                f"{args.config} count as real hardware (decide on a terminal)"
-            )
+        if (refused := _config_refusal(args, config)) is not None:
+            return _usage(refused)
         robots = sorted(config.robots)
-        if wants_arm and not robots:
-            return _usage(f"no_robot: {args.config} configures no robot (or pass --moves 0)")
-        if wants_arm and not tty:
-            return _usage(
-                "operator_required: no terminal to ask the operator on, and --operator "
-                "auto-* is refused for real hardware; run it on a terminal or pass --moves 0"
-            )
         robot = robots[0] if wants_arm else None
         targets = _config_targets(config.robot(robot), args.moves) if robot else []
         serve = ServeConfig(
@@ -1000,7 +1024,7 @@ def main(argv: list[str]) -> int:
         parser.error(
             f"--moves must be in [0, {len(arm_mod.TARGETS)}] (each move has its own target)"
         )
-    if (refused := _no_operator(args)) is not None:  # before anything is served or written
+    if (refused := _early_refusal(args)) is not None:  # before anything is served or written
         try:  # a data dir that could never be used is named first, as it is on a terminal
             usable_dir(Path(args.data_dir).resolve(), what="--data-dir", create=False)
         except DataDirError as exc:
