@@ -421,3 +421,17 @@ def test_a_move_stopped_mid_motion_is_not_recovered_by_a_later_move_to_its_targe
     later = move(config, "m-later")  # the same target, after the resume
     assert later["status"] == "done", later
     _stays_parked(emulator, config, "m-cut")
+
+
+def test_a_standalone_move_concluded_earlier_is_shown_as_such_and_sends_nothing(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    """The same `tether move` again with no daemon: the move concluded in the first run is
+    shown as it ended, marked `earlier`, and not a frame is sent for it."""
+    first = move(config, "m-once")
+    assert first["status"] == "done" and "earlier" not in first, first
+    before = len(emulator.journal)
+    again = move(config, "m-once")
+    assert again["status"] == "done" and again["earlier"] is True, again
+    sent = [e for e in list(emulator.journal)[before:] if e.instruction in EFFECTFUL]
+    assert sent == []

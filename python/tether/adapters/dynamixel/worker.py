@@ -299,6 +299,8 @@ def run_move(
                 raise MoveRequestError(
                     f"activity {activity} of world {world} is another move: {held}"
                 )
+            before = host.get(key)  # concluded by an earlier run: shown, never run again
+            earlier = before is not None and before.result is not None
             worker = host.new_worker(f"tether-move-{activity}")
             stack.callback(worker.close)  # its own catalog connection (the caller owns it)
             while True:
@@ -317,7 +319,7 @@ def run_move(
                     time.sleep(0.05)
             outcome = _outcome(host, host.get(key) or record)
             normal_end = outcome["status"] == "done" or outcome.get("outcome") == "refused"
-            return outcome
+            return {**outcome, "earlier": True} if earlier else outcome
         finally:
             # A completed move, or one refused before any byte, is a normal end: the port is
             # released with the arm as it stands (torque on, holding its goal) under either
