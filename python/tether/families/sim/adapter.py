@@ -57,7 +57,7 @@ from tether.runtime import (
 )
 from tether.world import ComponentWrite, WorldSnapshot, canonical_json
 
-FAMILY = "physical_ai"
+FAMILY = "physical_ai.sim"  # its kind: physical_ai.sim_episode
 #: How long the runtime waits before reconciling an Unknown operation again.
 UNKNOWN_RETRY_MS = 1000
 #: Attempts whose episode process died without a result, after which absence no longer
