@@ -71,6 +71,7 @@ def test_a_worker_process_runs_a_reach_the_host_admitted(tmp_path: Path) -> None
             assert proc.returncode == 0, err
             # It said what it works on as it started: its workers, host, catalog, families.
             ready = f"tether worker ready: 1 worker(s) for host {socket.gethostname()!r} on"
-            assert f"{ready} catalog sqlite://{data / 'catalog.db'}, families physical_ai.sim" in err
+            catalog = f"catalog sqlite://{data / 'catalog.db'}"
+            assert f"{ready} {catalog}, families physical_ai.sim" in err
         host.close()
         adapter.close()
