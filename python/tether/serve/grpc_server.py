@@ -774,6 +774,8 @@ class RobotControl(rpc.RobotControlServicer):
             non_repeatable=key.kind.endswith(".relative"),
         )
         _, progress = self.daemon.latest(key)
+        # The attempt a `queued` report is of (an earlier attempt's says nothing of this one).
+        progress_attempt = (progress or {}).get("attempt")
         if progress:
             fraction = progress.get("fraction")
             done, total = progress.get("steps"), progress.get("total")
@@ -827,8 +829,8 @@ class RobotControl(rpc.RobotControlServicer):
             op.state = pb.FAILED if record.result_failed else pb.SUCCEEDED
         elif record.awaiting_decision:
             op.state = pb.UNKNOWN_AWAITING_OPERATOR
-        elif op.progress.phase == "queued":  # claimed, waiting for its robot: not started
-            op.state = pb.PENDING
+        elif op.progress.phase == "queued" and progress_attempt == record.attempt_count:
+            op.state = pb.PENDING  # this attempt is claimed and waits for its robot
         elif record.attempt is not None or record.attempt_count > 0:
             op.state = pb.RUNNING
         else:

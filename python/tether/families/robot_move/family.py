@@ -440,8 +440,11 @@ class RobotMoveAdapter:
             return refused
         req = MoveRequest.from_dict(request)
         lock = self._lock(req.robot)
-        if lock.locked():  # one move per robot at a time: this one waits, and says so
-            ctx.progress({"robot": req.robot, "phase": "queued", "fraction": 0.0})
+        queued = lock.locked()
+        if queued:  # one move per robot at a time: this one waits, and says so (this attempt)
+            ctx.progress(
+                {"robot": req.robot, "phase": "queued", "fraction": 0.0, "attempt": ctx.attempt}
+            )
         with lock:
             expired = self._expired_unbound(ctx, req)
             if expired is not None:
@@ -468,7 +471,7 @@ class RobotMoveAdapter:
             ):
                 return self._session_lapsed(ctx, op, req)
             try:
-                return self._started(ctx, op, req, number, guard)
+                return self._started(ctx, op, req, number, guard, queued=queued)
             finally:
                 if session is not None and self.sessions is not None:
                     self.sessions.end(world, session, activity)
@@ -480,8 +483,12 @@ class RobotMoveAdapter:
         req: MoveRequest,
         number: int,
         guard: dict[str, Any] | None,
+        *,
+        queued: bool = False,
     ) -> ResultRef:
-        """The attempt from its start marker on (the robot's lock held, every check passed)."""
+        """The attempt from its start marker on (the robot's lock held, every check passed);
+        `queued`: it said it waited for the robot, so it says it runs once its marker is
+        written (a move that did not wait says nothing before its motion's own progress)."""
         try:
             host = self._connected(req.robot)
             # The speed limit is the generic host's first-motion policy; a re-issue is a
@@ -492,9 +499,8 @@ class RobotMoveAdapter:
                 cancelled = self._not_startable(ctx, op, req)
                 assert cancelled is not None
                 return cancelled
-            # Started (its marker written): what an earlier attempt's `queued` said no longer
-            # holds, whichever attempt said it.
-            ctx.progress({"robot": req.robot, "phase": "running", "fraction": 0.0})
+            if queued:  # started (its marker written): no longer waiting
+                ctx.progress({"robot": req.robot, "phase": "running", "fraction": 0.0})
             result = self._device(ctx, host).execute(op, number, req, reissue=reissue)
         except MoveRefused as exc:  # refused from the fresh read-back: nothing was sent
             return self._failed(ctx, op, exc)
