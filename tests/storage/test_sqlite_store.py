@@ -33,9 +33,13 @@ def test_urls_name_an_absolute_sqlite_file(tmp_path: Path) -> None:
         open_store(f"sqlite://{tmp_path}/b.db", synchronous="OFF")
 
 
-def test_missing_directory_is_a_storage_error(tmp_path: Path) -> None:
-    with pytest.raises(CatalogStorageError):
+def test_missing_directory_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    from tether._dirs import DataDirError
+
+    with pytest.raises(DataDirError, match="does not exist") as info:
         open_store(f"sqlite://{tmp_path}/no/such/dir/a.db")
+    assert info.value.code == "no_such_directory"
+    assert not (tmp_path / "no").exists()
 
 
 @pytest.mark.parametrize(("mode", "level"), [("FULL", 2), ("NORMAL", 1)])
