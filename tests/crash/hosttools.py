@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,24 @@ def same(receipt: CommittedTickReceipt, other: Any) -> bool:
         other.tick,
         other.visibility_token,
     )
+
+
+@contextmanager
+def catalog_failing(catalog: Any) -> Iterator[None]:
+    """Every use of ``catalog`` fails the same way inside the block, as when its store is gone:
+    a SQLite catalog is closed; a PostgreSQL one, which would reconnect, has its activities
+    table renamed away (and back at the end)."""
+    import psycopg
+
+    conninfo = getattr(catalog.store, "conninfo", None)
+    if conninfo is None:
+        catalog.close()
+        yield
+        return
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute("ALTER TABLE activities RENAME TO activities_away")
+    try:
+        yield
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            admin.execute("ALTER TABLE activities_away RENAME TO activities")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hosttools import make_env
+from hosttools import catalog_failing, make_env
 from journal_provider import KIND, intents, make_family
 from tether.activities import ActivityKey
 from tether.runtime import (
@@ -158,29 +158,19 @@ def test_a_step_that_keeps_failing_is_logged_once_with_its_traceback(
     logs the traceback once, then counts: not a traceback at every fallback poll."""
     import logging
 
-    import psycopg
-
     with make_env([make_family(tmp_path)], data_dir=tmp_path / "d") as env:
         stop = threading.Event()
         observer = _observer(env, stop)
-        conninfo = getattr(env.catalog.store, "conninfo", None)
-        if conninfo is None:
-            env.catalog.close()  # SQLite: every restage now fails the same way
-        else:  # PostgreSQL: the table is away (a closed store reconnects)
-            with psycopg.connect(conninfo, autocommit=True) as admin:
-                admin.execute("ALTER TABLE activities RENAME TO activities_away")
         caplog.set_level(logging.INFO, logger="tether.runtime")
-        runner = threading.Thread(target=observer.run)
-        runner.start()
-        try:
-            time.sleep(MIN_FALLBACK_S * 3.5)  # four failing steps
-        finally:
-            stop.set()
-            observer.wakeup.stop_all()
-            runner.join(10)
-            if conninfo is not None:
-                with psycopg.connect(conninfo, autocommit=True) as admin:
-                    admin.execute("ALTER TABLE activities_away RENAME TO activities")
+        with catalog_failing(env.catalog):  # every restage now fails the same way
+            runner = threading.Thread(target=observer.run)
+            runner.start()
+            try:
+                time.sleep(MIN_FALLBACK_S * 3.5)  # four failing steps
+            finally:
+                stop.set()
+                observer.wakeup.stop_all()
+                runner.join(10)
         records = [r for r in caplog.records if r.name == "tether.runtime.observer"]
         failed = [r for r in records if "step failed" in r.getMessage()]
         assert len(failed) == 1 and failed[0].exc_info is not None, records

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hosttools import make_env
+from hosttools import catalog_failing, make_env
 from journal_provider import KIND, DedupAdapter, Journal, intents, make_family
 from tether._coded import CodedError
 from tether.activities import ActivityKey
@@ -77,33 +77,25 @@ def test_a_repeating_failure_is_logged_once_with_its_traceback(
     traceback at every fallback poll."""
     import logging
 
-    import psycopg
     from tether.runtime import _failing
 
     family = make_family(tmp_path)
     with make_env([family], data_dir=tmp_path / "d") as env:
         worker = _worker_of(env)
-        conninfo = getattr(worker.catalog.store, "conninfo", None)
-        if conninfo is None:
-            worker.catalog.close()  # SQLite: every claim now fails the same way
-        else:  # PostgreSQL: the table is away (a closed store reconnects)
-            with psycopg.connect(conninfo, autocommit=True) as admin:
-                admin.execute("ALTER TABLE activities RENAME TO activities_away")
         monkeypatch.setattr(_failing, "REPEAT_LOG_S", 3600.0)
         wakeup = Wakeup(worker.stop, MIN_FALLBACK_S, doorbell=env.catalog.doorbell)
         caplog.set_level(logging.INFO, logger="tether.runtime")
-        runner = threading.Thread(target=worker.run, kwargs={"wakeup": wakeup})
-        runner.start()
-        try:
-            threading.Event().wait(MIN_FALLBACK_S * 2.5)  # three failing claims
-        finally:
-            worker.stop.set()
-            wakeup.stop_all()
-            runner.join(10)
-            if conninfo is not None:
-                with psycopg.connect(conninfo, autocommit=True) as admin:
-                    admin.execute("ALTER TABLE activities_away RENAME TO activities")
-                worker.close()
+        with catalog_failing(worker.catalog):  # every claim now fails the same way
+            runner = threading.Thread(target=worker.run, kwargs={"wakeup": wakeup})
+            runner.start()
+            try:
+                threading.Event().wait(MIN_FALLBACK_S * 2.5)  # three failing claims
+            finally:
+                worker.stop.set()
+                wakeup.stop_all()
+                runner.join(10)
+        if getattr(worker.catalog.store, "conninfo", None) is not None:
+            worker.close()
         records = [r for r in caplog.records if r.name.startswith("tether.runtime")]
         failed = [r for r in records if "attempt failed" in r.getMessage()]
         assert len(failed) == 1 and failed[0].exc_info is not None, records

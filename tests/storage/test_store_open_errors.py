@@ -242,6 +242,30 @@ def test_a_schema_the_server_does_not_have_is_named_and_nothing_is_created(
             admin.execute(f"DROP SCHEMA {empty} CASCADE")
 
 
+def _ready_line(wdata: Path, config: Path, families: str) -> str:
+    """`tether worker WDATA --config CONFIG --families F`'s ready line, with
+    `$TETHER_HOST_CONFIG` set but empty; the worker is stopped after it."""
+    argv = ["worker", str(wdata), "--config", str(config), "--families", families]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**_env(), "TETHER_HOST_CONFIG": ""},
+    )
+    try:
+        assert proc.stderr is not None
+        ready = proc.stderr.readline()
+        assert ready.startswith("tether worker ready: "), ready + proc.stderr.read()
+        return ready
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
 def test_a_worker_takes_its_stores_and_host_name_from_the_host_configuration(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -267,67 +291,13 @@ def test_a_worker_takes_its_stores_and_host_name_from_the_host_configuration(
         )
         assert done.returncode == _exit.USAGE, done.stderr  # the flag's catalog, not the file's
         assert _refusal(done, "tether worker").startswith("tether worker: no_such_schema: ")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tether",
-            "worker",
-            str(wdata),
-            "--config",
-            str(config),
-            "--families",
-            "journal_provider:families",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**_env(), "TETHER_HOST_CONFIG": ""},
-    )
-    try:
-        assert proc.stderr is not None
-        ready = proc.stderr.readline()
-        assert ready.startswith("tether worker ready: "), ready + proc.stderr.read()
-        assert "for host 'cell-7'" in ready and f"on catalog {redact(pg_url)}" in ready, ready
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+    ready = _ready_line(wdata, config, "journal_provider:families")
+    assert "for host 'cell-7'" in ready and f"on catalog {redact(pg_url)}" in ready, ready
     assert not (wdata / "catalog.db").exists()  # no catalog of its own beside the shared one
     # The families read the same file, also where the variable is set but empty; an empty
     # --host is still refused, never replaced by the file's.
-    families = "tether.families.robot_move.family:families_from_env"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tether",
-            "worker",
-            str(wdata),
-            "--config",
-            str(config),
-            "--families",
-            families,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**_env(), "TETHER_HOST_CONFIG": ""},
-    )
-    try:
-        assert proc.stderr is not None
-        ready = proc.stderr.readline()
-        assert ready.startswith("tether worker ready: ") and "robot_move" in ready, (
-            ready + proc.stderr.read()
-        )
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+    ready = _ready_line(wdata, config, "tether.families.robot_move.family:families_from_env")
+    assert "robot_move" in ready, ready
     empty = _run("worker", str(wdata), "--config", str(config), "--host", "", "--families", "x:y")
     assert empty.returncode == _exit.USAGE and "--host must be" in empty.stderr
     config.write_text(config.read_text() + "wrokers = 2\n")
