@@ -419,7 +419,13 @@ def load_config(
     return parse_config(text, p, factory=factory)
 
 
+#: The environment variable naming the host configuration file for processes given no
+#: `--config`: `tether worker` and the robot families' `families_from_env` factories.
+CONFIG_ENV = "TETHER_HOST_CONFIG"
+
+
 __all__ = [
+    "CONFIG_ENV",
     "ERROR_CODES",
     "SAFE_STOP_POLICIES",
     "HostConfig",

@@ -41,6 +41,7 @@ from tether._priority import quiet_heap
 from tether._proc import wait_for_signal
 from tether.activities import MAX_LEASE_MS, Catalog, ResultRef
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
+from tether.devices.config import CONFIG_ENV
 from tether.errors import TetherError
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore, shared_for
 from tether.runtime._errors import bad_families, call_factory
@@ -61,10 +62,6 @@ from tether.storage._urls import check_one_backend, check_separate_files, redact
 from tether.transport import PortBusy
 
 log = logging.getLogger("tether.runtime.worker")
-
-#: The environment variable naming the host configuration (`--config`'s default; the robot
-#: families' factories read it too).
-CONFIG_ENV = "TETHER_HOST_CONFIG"
 
 FamiliesFactory = Callable[[Path], Sequence[Family]]
 #: The codes `tether worker` documents (a test checks them against `tether._exit`).

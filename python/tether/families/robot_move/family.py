@@ -69,6 +69,9 @@ from tether.adapters.dynamixel.move import (
     read_joints,
     si_read_back,
 )
+
+# `families_from_env` reads the host configuration's path from `CONFIG_ENV` (re-exported).
+from tether.devices.config import CONFIG_ENV as CONFIG_ENV
 from tether.errors import HostConfigError, TetherError, TransportError
 from tether.families.robot_move.journal import MoveStore, Operation, now_ms
 from tether.families.robot_move.operator import RobotMoveReview
@@ -674,11 +677,6 @@ def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
     # request as `tether move` writes it directly.
     shared = bool(getattr(ctx, "shared_world", False))
     return [(family, submit_intent(config, host_name if shared else ""))]
-
-
-#: `tether worker DATA_DIR --families tether.families.robot_move.family:families_from_env` reads
-#: the host configuration path from this variable.
-CONFIG_ENV = "TETHER_HOST_CONFIG"
 
 
 def families_from_env(data_dir: Path) -> list[Family]:
