@@ -4,6 +4,7 @@ migration lock another process holds too long, one SQLite file named for two sto
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import Any, TypeVar
 
 from tether._coded import CodedError
@@ -76,6 +77,25 @@ class StoreDamaged(TetherError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.store, self.where, self.missing, self.details["found"])
+
+
+def damage_of(
+    present: Collection[str],
+    tables: Sequence[str],
+    found: int,
+    latest: int,
+    marker: Sequence[str],
+) -> tuple[str, ...] | None:
+    """How a SQLite store's version and its tables (``present``) disagree, the rule every
+    SQLite open and `tether db status` applies: at ``latest`` the ``tables`` it lacks, with no
+    version (``found`` 0) ``()`` when one of its ``marker`` tables is there; None when they
+    agree (an older version, which the upgrade brings forward, is not judged)."""
+    missing = tuple(t for t in tables if t not in present)
+    if found == latest and missing:
+        return missing
+    if found == 0 and any(t in present for t in marker):
+        return ()
+    return None
 
 
 class SchemaOutdated(TetherError):

@@ -43,7 +43,7 @@ from itertools import compress
 from operator import ne
 
 from tether._core import CatalogStorageError, catalog_columns, catalog_derive_row
-from tether.storage._errors import SchemaOutdated, StoreDamaged, other_store
+from tether.storage._errors import SchemaOutdated, StoreDamaged, damage_of, other_store
 
 COLUMNS: tuple[str, ...] = tuple(catalog_columns())
 _PK = ("world_id", "kind", "activity_id")
@@ -239,11 +239,9 @@ def migrate(conn: sqlite3.Connection, *, upgrade: bool = True, where: str = "") 
         if "worlds" in tables and "activities" not in tables:
             raise other_store(where, "world")
         found = current_version(conn)
-        missing = tuple(t for t in TABLES if t not in tables)
-        if found == LATEST and missing:  # its version says made, its tables disagree
-            raise StoreDamaged("catalog", where or "the catalog file", missing, found)
-        if found == 0 and "activities" in tables:  # its tables, no version record
-            raise StoreDamaged("catalog", where or "the catalog file", (), found)
+        damage = damage_of(tables, TABLES, found, LATEST, ("activities",))
+        if damage is not None:  # its version and its tables disagree
+            raise StoreDamaged("catalog", where or "the catalog file", damage, found)
         if found > LATEST:
             raise SchemaOutdated.newer("catalog", found, LATEST, where)
         if 0 < found < LATEST and not upgrade:

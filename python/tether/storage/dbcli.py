@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import quote
 
 from tether.errors import TetherError
-from tether.storage._errors import SameStoreFile
+from tether.storage._errors import SameStoreFile, damage_of
 from tether.storage._urls import redact
 
 STORES = ("catalog", "world")
@@ -109,14 +109,13 @@ def _sqlite_status(path: str) -> list[StoreStatus]:
     from tether.world._sqlite import TABLES as WORLD_TABLES
 
     for store, names in (("catalog", CATALOG_TABLES), ("world", WORLD_TABLES)):
-        missing = tuple(t for t in names if t not in tables)
-        if len(missing) == len(names):
+        if not any(t in tables for t in names):
             continue  # not this store
         latest = _latest(store, "sqlite")
         if store == "world" and "worlds" in tables:
             version = max(version, 1)  # a ledger from before its version table holds 1
-        damaged = (version == latest and bool(missing)) or version == 0
-        return [StoreStatus(store, version, latest, missing, damaged)]
+        damage = damage_of(tables, names, version, latest, names)
+        return [StoreStatus(store, version, latest, damage or (), damage is not None)]
     return []
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from tether._sqlite_files import prepare_sqlite_file
-from tether.storage._errors import SchemaOutdated, StoreDamaged, other_store
+from tether.storage._errors import SchemaOutdated, StoreDamaged, damage_of, other_store
 from tether.world import _rules as rules
 from tether.world._errors import HeadConflict, ReceiptRejected, WorldError, WorldNotFound
 from tether.world._locks import WorldLocks
@@ -123,11 +123,9 @@ def _migrate(db: sqlite3.Connection, where: str, *, upgrade: bool) -> int:
         if "activities" in tables and "worlds" not in tables:
             raise other_store(where, "catalog")
         found = _version_of(db)
-        missing = tuple(t for t in _TABLES if t not in tables)
-        if found == SCHEMA_VERSION and missing:  # its version says made, its tables disagree
-            raise StoreDamaged("world", where, missing, found)
-        if found == 0 and len(missing) < len(_TABLES):  # its tables, no version record
-            raise StoreDamaged("world", where, (), found)
+        damage = damage_of(tables, TABLES, found, SCHEMA_VERSION, TABLES)
+        if damage is not None:  # its version and its tables disagree
+            raise StoreDamaged("world", where, damage, found)
         if found > SCHEMA_VERSION:
             raise SchemaOutdated.newer("world", found, SCHEMA_VERSION, where)
         if 0 < found < SCHEMA_VERSION and not upgrade:
