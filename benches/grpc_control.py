@@ -92,15 +92,24 @@ for i in range(watches):
     control.Execute(request(i), metadata=meta)
     watch = pb.WatchOperationRequest(operation_id=f"flood-{i}")
     streams.append(control.WatchOperation(watch, metadata=meta))
+parked = threading.Semaphore(0)
 def drain(s):
+    held = False
     try:
-        for _ in s:
-            pass
+        for view in s:
+            if not held and view.state not in (pb.PENDING, pb.RUNNING):
+                held = True  # parked by the latch (or ended): it sends nothing more
+                parked.release()
     except grpc.RpcError:
         pass
+    if not held:
+        parked.release()
 for s in streams:
     threading.Thread(target=drain, args=(s,), daemon=True).start()
-print("ready", flush=True)
+waited = time.monotonic()
+for _ in streams:  # the watched moves' own attempts (a read-back each) end before the flood
+    parked.acquire(timeout=120)
+print("ready", round(time.monotonic() - waited, 2), flush=True)
 sent = done = failed = 0
 inflight = threading.Semaphore(int(sys.argv[6]))
 def finished(f):
@@ -274,13 +283,15 @@ def part2(tmp: Path, url: str, stops: int, watches: int, rate: float) -> dict[st
             preexec_fn=_serving_priority,
         )  # fmt: skip
         assert flood.stdout is not None
-        assert flood.stdout.readline().strip() == "ready"
+        ready_line = flood.stdout.readline().split()
+        assert ready_line[0] == "ready", ready_line
         time.sleep(1.0)
         loaded = []
         for _ in range(stops):
             loaded.append(timed_stop(control))
             time.sleep(0.01)
         summary = json.loads(flood.stdout.readline())
+        summary["parked_s"] = float(ready_line[1])
         flood.wait(timeout=120)
         channel.close()
     finally:
@@ -335,6 +346,10 @@ def report_two(args: Any, two: dict[str, Any]) -> None:
         f"\nStop latency, {args.stops} stops per case (ms); load: {args.watches} watch streams "
         f"(open at the end: {flood['open_watches']}) and {args.rate:.0f} Execute/s offered from "
         "another process"
+    )
+    print(
+        f"the watched moves (held by the idle stops' latch) all parked {flood['parked_s']:.1f} s"
+        " after their Executes, before the flood and the loaded stops began"
     )
     print(
         f"Execute flood: at most {in_flight(args.watches)} in flight, {flood['sent']} sent, "
