@@ -175,8 +175,12 @@ class StopLatch:
             # already: the new one only moves its time, so it is not synced (a crash keeps
             # one or the other, and either latches), and a repeated stop sends its frames
             # without waiting for the disk.
-            held = before is not None and before.get("latched") is True
-            held = held and not before.get("unreadable") and before.get("by") == by
+            held = (
+                before is not None
+                and before.get("latched") is True
+                and not before.get("unreadable")
+                and before.get("by") == by
+            )
             try:
                 self._write(robot, doc, sync=not held)
             except Exception as exc:  # the stop goes on: never held back by its disk
