@@ -243,8 +243,8 @@ def test_status_and_upgrade_share_prunes_error_shape_and_exit_codes(tmp_path: Pa
     assert missing.returncode == 2
     one_line(missing, "tether db: usage: the following arguments are required: URL")
     bad = tether("db", "upgrade", "mysql://h/x", "--json")
-    assert bad.returncode == 2 and bad.stderr.startswith("tether db: usage:")
-    assert json.loads(bad.stdout)["code"] == "usage"
+    assert bad.returncode == 2 and bad.stderr.startswith("tether db: bad_url:")
+    assert json.loads(bad.stdout)["code"] == "bad_url"  # as the stores' own opens say
     d = data_dir(tmp_path)
     conn = sqlite3.connect(d / "catalog.db")
     conn.execute("UPDATE schema_version SET version = ?", (LATEST + 1,))

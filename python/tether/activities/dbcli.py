@@ -333,7 +333,8 @@ def prune_url(
     if "catalog" not in {s.store for s in schema_cli.status(url)}:
         # Opening would create one (a mistyped schema or file name): nothing to prune there.
         raise schema_cli.UrlError(
-            f"{redact(url)} holds no Tether catalog: nothing to prune (nothing was created)"
+            f"{redact(url)} holds no Tether catalog: nothing to prune (nothing was created)",
+            "usage",
         )
     with Catalog.open(url) as catalog:
         cutoff_ms = catalog.now().wall_ms - older_than_ms
@@ -467,7 +468,7 @@ def main(argv: list[str]) -> int:
         try:
             return _schema_command(args)
         except schema_cli.UrlError as e:
-            return fail(EXIT_USAGE, "UsageError", "usage", str(e))
+            return fail(EXIT_USAGE, "UsageError", e.code, str(e))
         except schema_cli.DatabaseError as e:  # by its code: a refused login is FAILED, ...
             code = getattr(e, "code", None)
             if not isinstance(code, str) and _answered(e):  # a statement failed (a right)
@@ -497,7 +498,7 @@ def main(argv: list[str]) -> int:
                 progress=progress,
             )
     except schema_cli.UrlError as e:
-        return fail(EXIT_USAGE, "UsageError", "usage", str(e))
+        return fail(EXIT_USAGE, "UsageError", e.code, str(e))
     except DataDirError as e:
         return fail(EXIT_USAGE, type(e).__name__, e.code, e.message)
     except PruneFailed as e:

@@ -166,7 +166,9 @@ def _targets(url: str, found: set[str], store: str | None) -> list[str]:
         else sorted(found) or (["catalog", "world"] if _scheme(url) != "sqlite" else [])
     )
     if not targets:
-        raise UrlError(f"{redact(url)} holds no Tether store: name one with --store catalog|world")
+        raise UrlError(
+            f"{redact(url)} holds no Tether store: name one with --store catalog|world", "usage"
+        )
     return targets
 
 
@@ -291,7 +293,13 @@ def upgrade_from(url: str, store: str | None = None) -> tuple[list[StoreStatus],
 
 
 class UrlError(Exception):
-    """A URL that names no store Tether can use (a usage error)."""
+    """A URL that names no store Tether can use (a usage error): its `code` is `bad_url` for a
+    URL no backend takes (as the stores' own opens say), `usage` for a store URL that holds
+    no store to act on."""
+
+    def __init__(self, message: str, code: str = "bad_url") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class DatabaseError(TetherError):
