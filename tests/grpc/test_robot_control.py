@@ -86,6 +86,43 @@ def test_a_duplicate_execute_executes_once_and_another_request_under_the_id_is_a
         longest = "L" * 256
         control.Execute(move(longest, {"a": 0.2, "b": -0.2}), metadata=bearer(), timeout=30)
         assert until_terminal(control, longest)[-1].state == pb.SUCCEEDED
+        # An operator (and an observer) lists every principal's operations, each named as Get
+        # and Resolve take it, paged in that order; a planner's token is no token of theirs.
+        for secret in (OPERATOR, OBSERVER):
+            everyone = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer(secret))
+            assert [o.id for o in everyone.operations] == [f"ci/{longest}", "ci/job-1"]
+            first_page = control.ListOperations(
+                pb.ListOperationsRequest(page_size=1), metadata=bearer(secret)
+            )
+            assert [o.id for o in first_page.operations] == [f"ci/{longest}"]
+            second = control.ListOperations(
+                pb.ListOperationsRequest(page_size=1, page_token=first_page.next_page_token),
+                metadata=bearer(secret),
+            )
+            assert [o.id for o in second.operations] == ["ci/job-1"]
+            assert second.operations[0].state == pb.SUCCEEDED
+            assert second.next_page_token == ""
+            read = control.GetOperation(
+                pb.GetOperationRequest(operation_id=second.operations[0].id),
+                metadata=bearer(secret),
+            )
+            assert read.state == pb.SUCCEEDED
+            assert (
+                status_code(
+                    lambda secret=secret: control.ListOperations(
+                        pb.ListOperationsRequest(page_token="job-1"), metadata=bearer(secret)
+                    )
+                )
+                == grpc.StatusCode.INVALID_ARGUMENT
+            )
+        assert (
+            status_code(
+                lambda: control.ListOperations(
+                    pb.ListOperationsRequest(page_token="ci/job-1"), metadata=bearer()
+                )
+            )
+            == grpc.StatusCode.INVALID_ARGUMENT
+        )
         channel.close()
     assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
 

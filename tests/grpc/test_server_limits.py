@@ -276,12 +276,15 @@ def test_list_operations_pages_in_id_order_and_filters(
             refused = _error(lambda r=request: control.ListOperations(r, metadata=bearer()))
             assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, field
             assert (refused.details() or "").startswith(field), refused.details()
-        # An observer may read, not list: the refusal names the call.
+        # An observer may read and list (every principal's), not reconcile: the refusal names
+        # the call.
         denied = _error(
-            lambda: control.ListOperations(pb.ListOperationsRequest(), metadata=bearer(OBSERVER))
+            lambda: control.Reconcile(
+                pb.ReconcileRequest(operation_id="op-00"), metadata=bearer(OBSERVER)
+            )
         )
         assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
-        assert "ListOperations needs planner" in (denied.details() or ""), denied.details()
+        assert "Reconcile needs planner" in (denied.details() or ""), denied.details()
 
 
 def _parked_mid_move(control: rpc.RobotControlStub, op_id: str, secret: str) -> pb.Operation:

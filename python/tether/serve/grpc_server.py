@@ -85,7 +85,9 @@ Rules:
   `tether.operator.decisions.resolve`, the daemon's `operator_resolve`. It names the operation
   `PRINCIPAL/OPERATION_ID` (or an id only one principal holds), and so may `GetOperation` for an
   operator or an observer (`read`): how an operator reads the evidence revision a decision is
-  bound to. A planner reads its own operations only.
+  bound to. `ListOperations` for them lists every principal's operations on this host, each
+  id so named (what awaits a decision: `states` UNKNOWN_AWAITING_OPERATOR). A planner reads
+  and lists its own operations only.
 - `Cancel` asks the family to cancel (`cancel` on the device host's handlers): before the start
   marker the move never starts (`CANCELLED_BEFORE_START`); once started the device is stopped
   and latched (`STOPPED_WHILE_RUNNING`, reconciled as the daemon's stop is). An operation
@@ -1161,23 +1163,44 @@ class RobotControl(rpc.RobotControlServicer):
     def _ListOperations(
         self, request: pb.ListOperationsRequest, context: grpc.ServicerContext
     ) -> pb.ListOperationsResponse:
-        principal = self.auth.principal(context, "watch", call="ListOperations")
-        world = world_for(principal.name, self.daemon.world_owner)
+        principal = self.auth.principal(context, "read", call="ListOperations")
         size = request.page_size or 50
         if size > LIST_PAGE_MAX:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"page_size: at most {LIST_PAGE_MAX}")
         runtime = self.daemon.host()
-        try:
-            ids = sorted({entity for entity, _ in runtime.snapshot(world).keys()})
-        except WorldNotFound:
-            ids = []
-        # Paged by operation id (a stable order across calls); the token is the last id sent.
+        owner = self.daemon.world_owner
+        # A planner lists its own operations; a host-wide role (an operator, an observer)
+        # every principal's, each named PRINCIPAL/OPERATION_ID as Get and Resolve take it.
+        host_wide = principal.role != "planner"
+        if host_wide:
+            worlds = {
+                w: w[len(WORLD_PREFIX) :].rpartition("@")[0] if owner else w[len(WORLD_PREFIX) :]
+                for w in runtime.ledger.worlds()
+                if w.startswith(WORLD_PREFIX) and owned_by(w, owner)
+            }
+        else:
+            worlds = {world_for(principal.name, owner): ""}
+        named: dict[str, tuple[str, str]] = {}  # the id shown: (world, operation id)
+        for world, who in worlds.items():
+            try:
+                entities = {entity for entity, _ in runtime.snapshot(world).keys()}
+            except WorldNotFound:
+                continue
+            for entity in entities:
+                named[f"{who}/{entity}" if host_wide else entity] = (world, entity)
+        ids = sorted(named)
+        # Paged by the id shown (a stable order across calls); the token is the last id sent.
         after = request.page_token
-        if after and not OPERATION_ID.fullmatch(after):
+        owner_part, sep, own = after.rpartition("/")
+        if after and (
+            not OPERATION_ID.fullmatch(own) or (sep and not owner_part) or bool(sep) != host_wide
+        ):
             _abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
-                "page_token: the next_page_token of a previous page (an operation id)",
+                "page_token: the next_page_token of a previous page (an operation id"
+                + (", PRINCIPAL/OPERATION_ID" if host_wide else "")
+                + ")",
             )
         states = set(request.states)
         defined = set(pb.OperationState.values()) - {pb.OPERATION_STATE_UNSPECIFIED}
@@ -1197,10 +1220,10 @@ class RobotControl(rpc.RobotControlServicer):
             )
         out: list[pb.Operation] = []
         next_token = ""
-        for op_id in ids:
-            if after and op_id <= after:
+        for shown in ids:
+            if after and shown <= after:
                 continue
-            found = self._find(world, op_id)
+            found = self._find(*named[shown])
             if found is None:
                 continue
             op = self._operation(*found)
@@ -1211,6 +1234,7 @@ class RobotControl(rpc.RobotControlServicer):
             if len(out) == size:
                 next_token = out[-1].id
                 break
+            op.id = shown
             out.append(op)
         return pb.ListOperationsResponse(operations=out, next_page_token=next_token)
 

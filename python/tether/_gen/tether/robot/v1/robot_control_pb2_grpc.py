@@ -100,8 +100,10 @@ class RobotControlServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListOperations(self, request, context):
-        """Operations of this principal, filtered by state and device, in operation id order,
-        paged: `next_page_token` is the last id of a page, empty after the last page.
+        """Operations of this principal (an operator's or an observer's: every principal's on this
+        host, each id as PRINCIPAL/OPERATION_ID, the name GetOperation and Resolve take), filtered
+        by state and device, in id order, paged: `next_page_token` is the last id of a page, empty
+        after the last page.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
