@@ -159,6 +159,32 @@ def test_resume_needs_an_operator_credential_and_is_recorded(
     assert (ok["status"], ok["conclusion"]) == ("done", "executed")
 
 
+def test_tether_stop_goes_through_the_owner_when_the_state_dir_is_loose(
+    emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
+) -> None:
+    """A state dir others may write to is said first, never a reason not to stop: the stop
+    reaches the arm through the daemon that owns it (its latch held in memory, as its report
+    says, since its record cannot be trusted there)."""
+    path = tmp_path / "host.toml"
+    with daemon(add_serve(path)):
+        before = len(emulator.journal)
+        config.state_dir.chmod(0o777)
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "tether", "stop", "--config", str(path), "--json"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            config.state_dir.chmod(0o700)
+        assert "warning: insecure_directory" in done.stderr and "stopping anyway" in done.stderr
+        [report] = json.loads(done.stdout)
+        assert report["via"] == "owner" and "latched in this process only" in report["latch_error"]
+        sent = [e.instruction for e in list(emulator.journal)[before:]]
+        assert "write" in sent, sent  # the hold went to the arm
+
+
 def test_an_unreadable_latch_record_holds_the_robot(config: HostConfig) -> None:
     latch = StopLatch(config.state_dir)
     latch.latch("arm")

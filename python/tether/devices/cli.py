@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, error_line, want_json
+from tether._args import Parser, error_fields, error_line, want_json
 from tether._dirs import usable_dir
 from tether.devices.config import HostConfig, load_config
 from tether.devices.host import DeviceHost, stop_everything
@@ -88,7 +88,14 @@ def stop_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         config: HostConfig[Any] = load_config(args.config)
-        usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
+        try:
+            usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
+        except TetherError as exc:
+            # A stop is never refused for its state dir: said first, then the stop goes (an
+            # owner's socket is still trusted only by its owner's and peer's uid, and a latch
+            # that cannot be written there latches in memory, and its report says so).
+            code, message, _ = error_fields(exc)
+            print(f"tether stop: warning: {code}: {message}; stopping anyway", file=sys.stderr)
         # A robot named twice is stopped once (a stop is never refused for how it was asked).
         robots = list(dict.fromkeys(args.robot)) if args.robot else None
         reports = stop_everything(config, robots)
