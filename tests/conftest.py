@@ -40,11 +40,19 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"sampled sweep points: TETHER_SAMPLE_SEED={SEED}"
 
 
+#: The timeout of each slow sweep (TETHER_SLOW=1).
+SLOW_TIMEOUT_S = 3 * 3600
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The secret scan goes last. Tests marked `slow` run only when TETHER_SLOW=1; each has a
-    sampled fast sibling."""
+    """The secret scan goes last. Tests marked `slow` run only when TETHER_SLOW=1, each with
+    `SLOW_TIMEOUT_S` (a thousand rounds of server restarts outlast the suite's 300 s per
+    test); each has a sampled fast sibling."""
     items.sort(key=lambda item: item.nodeid.startswith(SCAN_LAST))  # stable: order kept
     if os.environ.get("TETHER_SLOW"):
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
         return
     skip = pytest.mark.skip(reason="slow sweep: set TETHER_SLOW=1 to run it")
     for item in items:
