@@ -521,6 +521,30 @@ def test_cancel_of_a_running_move_stops_it_and_names_the_planners_cancel(tmp_pat
             channel.close()
 
 
+def test_cancel_of_a_move_a_killed_server_started_stops_no_other_move(tmp_path: Path) -> None:
+    """A move started by a server that was SIGKILLed runs no more: its Cancel is NOT_RUNNING and
+    stops nothing, while the robot moves for another operation, which ends as it would (no
+    latch, no `cancelled_by_planner` on it)."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (proc, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "cut-short", {"a": 1.4, "b": -1.4})
+            proc.kill()
+            proc.wait()
+            channel.close()
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "other", {"a": -1.4, "b": 1.4})
+            answer = control.Cancel(pb.CancelRequest(operation_id="cut-short"), metadata=bearer())
+            assert answer.outcome == pb.CancelResponse.NOT_RUNNING, answer
+            final = until_terminal(control, "other")[-1]
+            assert final.state == pb.SUCCEEDED, final
+            shown = tether("status", "--config", str(config))
+            assert "LATCHED" not in shown.stdout, shown.stdout
+            channel.close()
+
+
 def test_cancel_of_an_operation_awaiting_an_operator_stops_nothing_and_names_resolve(
     tmp_path: Path,
 ) -> None:

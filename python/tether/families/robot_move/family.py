@@ -223,6 +223,8 @@ class RobotMoveAdapter:
         self.settle_timeout_s = settle_timeout_s
         self._mutex = threading.Lock()
         self._robot_locks: dict[str, threading.Lock] = {}
+        #: The operation each robot's attempt in this process runs now (its robot lock held).
+        self._running: dict[str, str] = {}
         # A host given by the caller (the daemon) is shared: this adapter never closes it.
         self._shared = host is not None
         self._host: RobotHost | None = cast("RobotHost | None", host)
@@ -245,7 +247,16 @@ class RobotMoveAdapter:
             op.entry.record_proof("cancel", {"cancelled_at_ms": now_ms()})
         except JournalError:  # a cancel recorded before stands
             pass
-        return {"started": bool(op.attempts()) and not op.terminal, "terminal": op.terminal}
+        with self._mutex:
+            running = self._running.get(req.robot) == op.id
+        return {
+            "started": bool(op.attempts()) and not op.terminal,
+            "terminal": op.terminal,
+            # Its attempt runs in this process now: the robot's motion is this operation's.
+            # Started and not running: an attempt of an earlier process (ended with it), or
+            # one whose motion ended and whose result is being recorded.
+            "running": running and not op.terminal,
+        }
 
     def _lock(self, robot: str) -> threading.Lock:
         with self._mutex:
@@ -473,9 +484,13 @@ class RobotMoveAdapter:
                 or not self.sessions.begin(world, session, activity, req.robot)
             ):
                 return self._session_lapsed(ctx, op, req)
+            with self._mutex:
+                self._running[req.robot] = ctx.operation_id
             try:
                 return self._started(ctx, op, req, number, guard, queued=queued)
             finally:
+                with self._mutex:
+                    self._running.pop(req.robot, None)
                 if session is not None and self.sessions is not None:
                     self.sessions.end(world, session, activity)
 

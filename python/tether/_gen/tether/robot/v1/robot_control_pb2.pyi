@@ -215,10 +215,12 @@ class CancelResponse(_message.Message):
         CANCELLED_BEFORE_START: _ClassVar[CancelResponse.Outcome]
         STOPPED_WHILE_RUNNING: _ClassVar[CancelResponse.Outcome]
         ALREADY_TERMINAL: _ClassVar[CancelResponse.Outcome]
+        NOT_RUNNING: _ClassVar[CancelResponse.Outcome]
     OUTCOME_UNSPECIFIED: CancelResponse.Outcome
     CANCELLED_BEFORE_START: CancelResponse.Outcome
     STOPPED_WHILE_RUNNING: CancelResponse.Outcome
     ALREADY_TERMINAL: CancelResponse.Outcome
+    NOT_RUNNING: CancelResponse.Outcome
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     OPERATION_FIELD_NUMBER: _ClassVar[int]
     outcome: CancelResponse.Outcome
