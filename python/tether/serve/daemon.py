@@ -98,6 +98,10 @@ STOP_FIRST_MAX_WAIT_S = 1.0
 #: How often the daemon looks for robots to reconnect (`Daemon.refresh_devices`): a port whose
 #: adapter went away, or a robot not connected at start, is opened again once it answers.
 DEVICE_POLL_S = 1.0
+#: How long a start waits for a command of its own state dir to let go of a port it holds
+#: (`port_owned`: a standalone `tether stop` holds it for a moment) before it refuses to start
+#: beside a process that keeps it (a `tether worker`, a standalone `tether move`).
+PORT_OWNED_WAIT_S = 5.0
 #: How long a closing daemon waits for the device watch's connect in flight (a port's open
 #: and its devices' PINGs are bounded by the port's timeouts).
 WATCH_JOIN_S = 10.0
@@ -714,17 +718,34 @@ class Daemon:
         this robot) refuses the start (exit 7) rather than wait to take the robot over when
         that one exits, with a latch of its own: the robots connected so far are released
         unstopped (they were only read), so the refusal sends no frame. A command of this
-        state dir holding it for a moment (`port_owned`: a standalone `tether stop`) is not
-        refused: the robot is connected once it lets go."""
+        state dir holding it (`port_owned`) is waited for, `PORT_OWNED_WAIT_S` at most (a
+        standalone `tether stop` lets go at once); one that keeps it (a `tether worker`, a
+        standalone `tether move`: a second controller of the robot on the same catalog)
+        refuses the start the same way, naming its pid."""
         assert self.devices is not None
-        try:
-            identity = self.devices.connect(name)
-        except (TetherError, OSError) as exc:
-            if at_start and isinstance(exc, PortBusy) and exc.code == "port_busy":
-                self.devices.release_ports()
-                raise
-            self.unavailable[name] = f"{type(exc).__name__}: {exc}"
-            return False
+        deadline = time.monotonic() + PORT_OWNED_WAIT_S
+        while True:
+            try:
+                identity = self.devices.connect(name)
+                break
+            except (TetherError, OSError) as exc:
+                if at_start and isinstance(exc, PortBusy):
+                    if exc.code == "port_owned" and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                        continue
+                    if exc.code in ("port_busy", "port_owned"):
+                        self.devices.release_ports()
+                        if exc.code == "port_owned":
+                            raise PortBusy(
+                                "port_owned",
+                                f"robot {name}: {exc.message}; another Tether process of this"
+                                " state dir drives it (a tether worker or a standalone tether"
+                                " move): stop it, then start tether serve",
+                                details=exc.details,
+                            ) from None
+                        raise
+                self.unavailable[name] = f"{type(exc).__name__}: {exc}"
+                return False
         self.unavailable.pop(name, None)
         log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
         return True
