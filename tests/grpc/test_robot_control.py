@@ -200,6 +200,8 @@ def test_bad_requests_are_invalid_argument_with_the_field_path_and_nothing_is_re
             'joint_move.targets_rad["': move("bad-6", {"q" * 9_000: 0.1}),
             'joint_move.targets_rad["w': move("bad-7", {"w" * 300_000: 0.1}),
             "operation_id": move("o" * 257),
+            # A name's control characters are escaped, never sent raw in the field's path.
+            'joint_move.targets_rad["a\\n\\u001b[0m': move("bad-8", {"a\n\x1b[0m": 0.1}),
         }.items():
             with pytest.raises(grpc.RpcError) as info:
                 control.Execute(request, metadata=bearer(), timeout=30)

@@ -978,7 +978,8 @@ class RobotControl(rpc.RobotControlServicer):
                 try:
                     served.submit(op_id, kind, {"robot": request.device, "targets": {joint: value}})
                 except (ValueError, TetherError, CodedError) as exc:
-                    _abort(context, bad, f'joint_move.targets_rad["{_shown(joint)}"]: {exc}')
+                    path = f"joint_move.targets_rad[{json.dumps(_shown(joint))}]"
+                    _abort(context, bad, f"{path}: {exc}")
             _abort(context, bad, f"joint_move.targets_rad: {whole}")
         body = {
             "robot": request.device,
