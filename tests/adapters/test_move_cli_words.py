@@ -106,3 +106,37 @@ def test_ctrl_c_before_the_daemon_answers_the_submit_is_a_pending_outcome(
     assert (outcome["status"], outcome["reason"]) == ("pending", "interrupted")
     assert outcome["key"] == f"w/{KIND_ABSOLUTE}/m1" and "same command" in outcome["error"]
     assert _move_exit(outcome) == _exit.INTERRUPTED
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--activity", ""], "--activity ''"),
+        (["--activity", "a b"], "--activity 'a b'"),
+        (["--activity", "x1", "--world", "w3/y"], "a world id holds no '/'"),
+        (["--activity", "x1", "--world", ""], "--world ''"),
+    ],
+)
+def test_a_world_or_activity_no_key_can_name_is_a_usage_error(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    """Refused before anything is admitted (exit 2, code usage), never a failure with an
+    internal message, and never a world whose `/` no key lookup could split."""
+    import json
+    import subprocess
+    import sys
+
+    from _dxl_setup import write_config
+    from tether import _exit
+
+    config_path = write_config(tmp_path, "/dev/null")
+    command = [sys.executable, "-m", "tether", "move", "--config", str(config_path)]
+    done = subprocess.run(
+        [*command, "--robot", "arm", "--joint", "a=0.1", "--json", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == _exit.USAGE, (done.stdout, done.stderr)
+    refusal = json.loads(done.stdout)
+    assert refusal["code"] == "usage" and said in refusal["message"], refusal

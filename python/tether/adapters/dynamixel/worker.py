@@ -387,6 +387,24 @@ def _one_line_logs() -> None:
     root.propagate = False
 
 
+def _bad_names(world: str | None, activity: str) -> str | None:
+    """Why ``--world``/``--activity`` name no Activity (a world's or an activity's id rule, and
+    no `/` in a world: it separates an Activity key's world from its kind), or None."""
+    from tether.world import InvalidWrite
+    from tether.world._types import check_name
+
+    for flag, value in (("--world", world), ("--activity", activity)):
+        if value is None:
+            continue
+        try:
+            check_name(flag, value)
+        except InvalidWrite as exc:
+            return str(exc)
+    if world is not None and "/" in world:
+        return f"--world {world!r}: a world id holds no '/' (it separates a key's parts)"
+    return None
+
+
 def _say_json(doc: dict[str, Any]) -> None:
     """An outcome document on stdout (a refusal or an error is `error_line`'s)."""
     print(json.dumps(doc), flush=True)
@@ -509,6 +527,10 @@ def main(argv: list[str]) -> int:
     as_json = args.json or not sys.stdout.isatty()
     want_json(as_json)  # its refusals are JSON documents too
     say = _say_json if as_json else _say_text
+    named_badly = _bad_names(args.world, args.activity)
+    if named_badly is not None:
+        refuse("tether move", "usage", named_badly, error="UsageError")
+        return EXIT_USAGE
     try:
         config = load_config(args.config)
         kind = KIND_RELATIVE if args.relative else KIND_ABSOLUTE
