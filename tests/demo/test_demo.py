@@ -144,6 +144,13 @@ def test_a_different_mission_in_the_same_data_dir_is_refused(tmp_path: Path) -> 
     assert other.returncode == 2 and "different mission" in other.stderr
     bad = _run(tmp_path / "x", "--targets", "1", "--episodes", "0", "--port", "0")
     assert bad.returncode == 2 and "episodes" in bad.stderr
+    # A mission of no targets or no steps runs nothing it could report: a usage error before
+    # anything is served or written, never a run that "succeeds" at nothing.
+    for flag in ("--steps", "--targets"):
+        empty = _run(tmp_path / "y", flag, "0", "--port", "0")
+        assert empty.returncode == 2, (flag, empty.stdout, empty.stderr)
+        assert f"tether demo: usage: {flag} must be in [1, " in empty.stderr, empty.stderr
+        assert not (tmp_path / "y").exists()
 
 
 def test_kill_9_mid_episode_then_the_same_command_resumes(tmp_path: Path) -> None:

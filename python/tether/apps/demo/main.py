@@ -1020,6 +1020,16 @@ def main(argv: list[str]) -> int:
         parser.error("--linger and --wait-subscribers must not be negative")
     if not 64 <= args.memory_cap_mb <= 1 << 30:
         parser.error("--memory-cap-mb must be at least 64")
+    from tether.families.sim._episode import MAX_EPISODES, MAX_STEPS  # the episode's bounds
+    from tether.families.sim.family import MAX_TARGETS
+
+    for flag, value, high in (
+        ("--targets", args.targets, MAX_TARGETS),
+        ("--episodes", args.episodes, MAX_EPISODES),
+        ("--steps", args.steps, MAX_STEPS),
+    ):
+        if not 1 <= value <= high:  # a reach of none of them runs nothing it could report
+            parser.error(f"{flag} must be in [1, {high}], got {value}")
     if not 0 <= args.moves <= len(arm_mod.TARGETS):
         parser.error(
             f"--moves must be in [0, {len(arm_mod.TARGETS)}] (each move has its own target)"
