@@ -255,6 +255,11 @@ def test_a_move_of_a_lapsed_session_never_starts(tmp_path: Path) -> None:
             final = until_terminal(control, "queued")[-1]
             assert final.state == pb.FAILED and final.error.code == "session_lapsed", final
             assert final.attempt <= 1
+            # Another request under its id, while the session is lapsed: the id is taken,
+            # whatever the session says.
+            other = under(move("queued", {"a": -0.2, "b": -0.2}), "brief")
+            refused = _error(lambda: control.Execute(other, metadata=bearer(), timeout=30))
+            assert refused.code() == grpc.StatusCode.ALREADY_EXISTS, refused.details()
             # A heartbeat of the same id now is a new session: the old move stays failed.
             heartbeat(control, "brief", 5000)
             again = control.Execute(queued, metadata=bearer(), timeout=30)

@@ -1002,6 +1002,12 @@ class RobotControl(rpc.RobotControlServicer):
                     _abort(context, bad, f"{exc}")
                 if found is not None and canonical(found[1]) == canonical(wanted):
                     return self._operation(*found)
+                if found is not None:  # the id is taken, whatever the session says
+                    _abort(
+                        context,
+                        grpc.StatusCode.ALREADY_EXISTS,
+                        f"operation {op_id!r} exists with another request",
+                    )
                 _abort(
                     context,
                     grpc.StatusCode.FAILED_PRECONDITION,
