@@ -635,3 +635,32 @@ def test_the_daemons_live_stream_shows_a_settled_move_as_settled(
                 if b'"settled"' in line and b"shown" in line:
                     break
         assert b'"settled"' in seen, seen[-2000:]
+
+
+def test_an_interrupted_standalone_move_ends_with_its_outcome_document(tmp_path: Path) -> None:
+    """Ctrl-C of a move that runs in `tether move` itself (no daemon): its last JSON line is
+    the outcome (`pending`/`interrupted`, exit 130) with its key and what to do, as through a
+    daemon; the same command then reconciles it."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:  # real-time shafts: a long move
+        config = serve_config(tmp_path, emu.path)
+        move = _following(config, "cut")
+        try:
+            _until_progress(move)
+            move.send_signal(signal.SIGINT)
+            out, err = move.communicate(timeout=60)
+        finally:
+            move.kill()
+        assert move.returncode == 130, (out, err)
+        last = json.loads(out.strip().splitlines()[-1])
+        assert (last["status"], last["reason"]) == ("pending", "interrupted"), last
+        assert last["key"].endswith("/cut") and "same command" in last["error"]
+        argv = [sys.executable, "-m", "tether", "move", "--config", str(config), "--robot"]
+        argv += ["arm", "--activity", "cut", "--joint", "a=1.4", "--joint", "b=-1.4", "--json"]
+        again = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        final = json.loads(again.stdout.strip().splitlines()[-1])
+        assert final["key"] == last["key"] and final["status"] != "pending", final

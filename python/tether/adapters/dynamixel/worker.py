@@ -606,17 +606,34 @@ def main(argv: list[str]) -> int:
             error="ClientError",
         )
         return _exit.UNAVAILABLE
+    world = args.world or "local"
     try:
         outcome = run_move(
             config,
             request,
-            world=args.world or "local",
+            world=world,
             activity=args.activity,
             lease_ms=lease_ms,
             settle_timeout_s=settle_timeout_s,
             store=Path(args.store) if args.store else None,
             progress=line,
         )
+    except KeyboardInterrupt:
+        # The move ran in this process: it ends with it, its robot's stop policy applied on
+        # the way out (`run_move`), and its Activity waits for the same command to reconcile it.
+        if line is not None:
+            line.end()
+        say(
+            {
+                "key": str(ActivityKey(world, request.kind, args.activity)),
+                "status": "pending",
+                "reason": "interrupted",
+                "error": "interrupted before the move concluded: its robot's stop policy was"
+                " applied as this command ended; run the same command again to reconcile it"
+                " from a read-back (it is never sent twice)",
+            }
+        )
+        return _exit.INTERRUPTED
     except (TetherError, MoveRequestError) as exc:
         if line is not None:
             line.end()
