@@ -159,6 +159,21 @@ def refuse(
         print(json.dumps(doc, default=str), flush=True)
 
 
+def interrupted(prog: str) -> None:
+    """A command ended by SIGINT (Ctrl-C) before it concluded: `PROG: interrupted` on stderr
+    and, when JSON was asked for, its document on stdout (a script never reads nothing)."""
+    print(f"{prog}: interrupted", file=sys.stderr)
+    sys.stderr.flush()
+    if _json_wanted:
+        doc = {
+            "status": "interrupted",
+            "code": "interrupted",
+            "message": "interrupted (SIGINT) before it concluded",
+            "details": {},
+        }
+        print(json.dumps(doc), flush=True)
+
+
 def error_fields(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
     """An error's (code, one-line message, details): its stable code and message when it has
     them, an OS error's errno name and strerror, else the class name and its text."""
@@ -224,6 +239,7 @@ __all__ = [
     "describes_default",
     "error_fields",
     "error_line",
+    "interrupted",
     "json_wanted",
     "refuse",
     "want_json",

@@ -162,7 +162,7 @@ def _dispatch(args: list[str]) -> int:
     except KeyboardInterrupt:
         if _debug():
             traceback.print_exc()
-        print(f"tether {name}: interrupted", file=sys.stderr)
+        _args.interrupted(f"tether {name}")
         return _exit.INTERRUPTED
     except (TetherError, OSError) as exc:
         if _debug():

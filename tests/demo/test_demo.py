@@ -153,6 +153,26 @@ def test_a_different_mission_in_the_same_data_dir_is_refused(tmp_path: Path) -> 
         assert not (tmp_path / "y").exists()
 
 
+def test_ctrl_c_with_json_ends_with_one_document(tmp_path: Path) -> None:
+    """`--json` asked for one document on stdout: Ctrl-C mid-run still prints one, saying it
+    was interrupted (exit 130), never nothing."""
+    args = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0", "--json"]
+    with subprocess.Popen(
+        _cmd(tmp_path, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as demo:
+        assert demo.stderr is not None
+        for line in demo.stderr:  # progress goes to stderr with --json
+            if "reach-0000" in line and "running" in line:
+                break
+        else:
+            pytest.fail("the demo ended before reach-0000 ran")
+        demo.send_signal(signal.SIGINT)
+        out, err = demo.communicate(timeout=120)
+    assert demo.returncode == 130, (out, err)
+    doc = json.loads(out)
+    assert (doc["status"], doc["code"]) == ("interrupted", "interrupted"), doc
+
+
 def test_kill_9_mid_episode_then_the_same_command_resumes(tmp_path: Path) -> None:
     args = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0"]
     with subprocess.Popen(_cmd(tmp_path, *args), stdout=subprocess.PIPE, text=True) as demo:
