@@ -74,6 +74,10 @@ def _identity_line(robot: str, identity: dict[str, Any]) -> str:
     return f"{robot}: connected on {where}" + (f" ({servos})" if servos else "")
 
 
+#: How a state dir may be kept for `tether stop` to go on (with a warning) rather than refuse.
+_TOLERATED = ("insecure_directory", "foreign_directory", "symlinked_directory")
+
+
 def stop_main(argv: list[str]) -> int:
     parser = Parser(
         prog="tether stop",
@@ -91,10 +95,13 @@ def stop_main(argv: list[str]) -> int:
         try:
             usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
         except TetherError as exc:
-            # A stop is never refused for its state dir: said first, then the stop goes (an
-            # owner's socket is still trusted only by its owner's and peer's uid, and a latch
-            # that cannot be written there latches in memory, and its report says so).
+            # A stop is never refused for how its state dir is kept (a daemon may run on it):
+            # said first, then the stop goes (an owner's socket is still trusted only by its
+            # owner's and peer's uid, and a latch that cannot be written there latches in
+            # memory, and its report says so). A state dir that is no dir holds no daemon.
             code, message, _ = error_fields(exc)
+            if code not in _TOLERATED:
+                raise
             print(f"tether stop: warning: {code}: {message}; stopping anyway", file=sys.stderr)
         # A robot named twice is stopped once (a stop is never refused for how it was asked).
         robots = list(dict.fromkeys(args.robot)) if args.robot else None
