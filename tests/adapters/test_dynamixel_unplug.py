@@ -80,6 +80,18 @@ def test_an_adapter_unplugged_mid_move_ends_in_one_typed_line(tmp_path: Path) ->
         assert [(i["key"], i["reason"]) for i in json.loads(listed.stdout)] == [
             ("local/physical_ai.robot_move.absolute/unplug", "device_unreadable")
         ]
+        show = ["operator", "--config", str(config), "show"]
+        shown = subprocess.run(
+            [sys.executable, "-m", "tether", *show, f"local/{KIND_ABSOLUTE}/unplug", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        # The evidence holds SI units only: its pre-image is said to exist, not dumped in the
+        # device's units (its control table's ticks).
+        assert "goal_position" not in shown.stdout and "present_position" not in shown.stdout
+        assert '"preimage": true' in shown.stdout, shown.stdout
     # Nothing lost: the bound request, the attempt and every frame sent are in the journal.
     op = MoveStore(tmp_path / "state" / "moves" / "robot_move").get(
         operation_id_for(ActivityKey("local", KIND_ABSOLUTE, "unplug"))

@@ -130,7 +130,9 @@ class SessionGate(Protocol):
 
 
 def unreadable_evidence(op: Operation, request: MoveRequest, error: Exception) -> dict[str, Any]:
-    """Evidence of a move whose reconciliation could not read the device."""
+    """Evidence of a move whose reconciliation could not read the device: whether its attempt
+    recorded a pre-image (as a device's own reconcile says it), never the pre-image itself,
+    which holds the device's own units (the sent log is in SI units already)."""
     attempts = op.attempts()
     return {
         "operation_id": op.id,
@@ -139,7 +141,7 @@ def unreadable_evidence(op: Operation, request: MoveRequest, error: Exception) -
         "command": request.as_dict(),
         "retry_class": request.retry_class.value,
         "sent": op.sent(),
-        "preimage": op.preimage(attempts[-1]) if attempts else None,
+        "preimage": bool(attempts) and op.preimage(attempts[-1]) is not None,
         "read_back": None,
         "hardware_errors": {},
     }
