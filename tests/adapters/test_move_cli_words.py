@@ -140,3 +140,27 @@ def test_a_world_or_activity_no_key_can_name_is_a_usage_error(
     assert done.returncode == _exit.USAGE, (done.stdout, done.stderr)
     refusal = json.loads(done.stdout)
     assert refusal["code"] == "usage" and said in refusal["message"], refusal
+
+
+def test_operator_show_of_an_unreadable_device_says_why_in_words(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A move parked because its device could not be read: its text view names the error
+    (the cause) and says the device was not read, never `device read - ago`."""
+    from tether.operator.cli import _print
+
+    _print(
+        {
+            "key": "local/physical_ai.robot_move.absolute/s1",
+            "operation_id": "op-1",
+            "revision": 2,
+            "evidence_age_ms": 1200,
+            "device_state_age_ms": None,
+            "reason": "device_unreadable",
+            "evidence": {"error": "port_owned: path:/dev/pts/0 is owned by pid 19461"},
+        },
+        as_json=False,
+    )
+    said = capsys.readouterr().out
+    assert "device not read" in said and "device read -" not in said, said
+    assert "error: port_owned: path:/dev/pts/0 is owned by pid 19461" in said, said

@@ -414,12 +414,15 @@ def _print(doc: Any, as_json: bool) -> None:
         return
     if "evidence" in doc:
         print(f"{doc['key']}  (operation {doc['operation_id']})")
+        read = doc["device_state_age_ms"]
         print(
             f"revision {doc['revision']}, evidence {_age(doc['evidence_age_ms'])} old, "
-            f"device read {_age(doc['device_state_age_ms'])} ago"
+            + (f"device read {_age(read)} ago" if isinstance(read, int) else "device not read")
         )
         print(f"reason: {doc['reason'] or '-'}")
         evidence = doc["evidence"] or {}
+        if evidence.get("error"):  # why the device could not be read (device_unreadable)
+            print(f"error: {evidence['error']}")
         joints = (evidence.get("read_back") or {}).get("joints") or {}
         for name, j in joints.items():
             errors = ", ".join(j.get("hardware_errors") or []) or "none"
