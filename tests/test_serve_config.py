@@ -45,6 +45,7 @@ def test_every_key_is_read() -> None:
         ({"workers": True}, "wrong_type"),
         ({"families": ["no-colon"]}, "bad_families"),
         ({"lease_ms": 0}, "bad_lease"),
+        ({"settle_timeout_s": 0}, "bad_settle_timeout"),
         # An empty store URL (a template's unset variable) is never the data dir's own file.
         ({"catalog": ""}, "bad_store_url"),
         ({"world": "  "}, "bad_store_url"),

@@ -77,6 +77,7 @@ CODES: Final = (
     "bad_sse",
     "bad_workers",
     "bad_lease",
+    "bad_settle_timeout",
     "bad_families",
     "bad_host_name",
     "bad_grpc",
@@ -163,7 +164,7 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
         raise _error("bad_lease", f"serve.lease_ms {lease_ms} is not 1..{MAX_LEASE_MS}")
     settle = table.number("settle_timeout_s", DEFAULT_SETTLE_TIMEOUT_S)
     if not 0 < settle <= 3600:
-        raise _error("bad_lease", f"serve.settle_timeout_s {settle} is not in (0, 3600]")
+        raise _error("bad_settle_timeout", f"serve.settle_timeout_s {settle} is not in (0, 3600]")
     console = parse_console(table)
     live, live_origins = parse_live(table)
     grpc = parse_grpc(table.text("grpc", "off"))
