@@ -490,6 +490,7 @@ def test_cancel_before_the_start_never_moves_and_after_the_end_changes_nothing(
             final = until_terminal(control, "second")[-1]
             assert final.state == pb.CANCELLED, final
             assert final.error.code == "cancelled" and "nothing was sent" in final.error.message
+            assert final.progress.phase == "cancelled", final.progress  # not its "queued"
             late = control.Cancel(pb.CancelRequest(operation_id="first"), metadata=bearer())
             assert late.outcome == pb.CancelResponse.ALREADY_TERMINAL
             assert late.operation.state == pb.SUCCEEDED
@@ -544,6 +545,38 @@ def test_cancel_of_a_move_a_killed_server_started_stops_no_other_move(tmp_path: 
             assert final.state == pb.SUCCEEDED, final
             shown = tether("status", "--config", str(config))
             assert "LATCHED" not in shown.stdout, shown.stdout
+            channel.close()
+
+
+def test_a_parked_and_a_decided_operation_say_what_they_are_not_what_they_did(
+    tmp_path: Path,
+) -> None:
+    """A move stopped mid-motion is parked: its phase is its state, not the `running` of its
+    last progress. An operator's DONE on it succeeds with the fraction the motion reached (the
+    result says `operator_done`), never a 1.0 the arm did not move."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "cut", {"a": 1.4, "b": -1.4})
+            control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=10)
+            parked = wait_for(control, "cut", lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
+            assert parked.progress.phase == "unknown_awaiting_operator", parked.progress
+            reached = parked.progress.fraction
+            assert 0.0 < reached < 1.0, parked.progress
+            done = control.Resolve(
+                pb.ResolveRequest(
+                    operation_id="ci/cut",
+                    decision=pb.ResolveRequest.DONE,
+                    evidence_revision=parked.evidence.revision,
+                ),
+                metadata=bearer(OPERATOR),
+                timeout=30,
+            )
+            final = wait_for(control, "cut", lambda o: o.state == pb.SUCCEEDED)
+            assert b"operator_done" in final.result.document, (done, final)
+            assert final.progress.phase == "succeeded"
+            assert final.progress.fraction == pytest.approx(reached), final.progress
             channel.close()
 
 

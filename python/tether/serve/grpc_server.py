@@ -815,6 +815,7 @@ class RobotControl(rpc.RobotControlServicer):
         op.revision = record.version
         op.attempt = record.attempt_count
         op.created_ms = record.admitted_at_ms
+        operator_done = False
         if record.result is not None:
             reference = self._sim_reference(record.result) if sim else None
             if reference is not None:
@@ -847,6 +848,7 @@ class RobotControl(rpc.RobotControlServicer):
                     )
             else:
                 op.state = pb.SUCCEEDED
+                operator_done = doc.get("outcome") == "operator_done"
         elif record.compacted_at_ms is not None:
             op.state = pb.FAILED if record.result_failed else pb.SUCCEEDED
         elif record.awaiting_decision:
@@ -877,10 +879,13 @@ class RobotControl(rpc.RobotControlServicer):
                                 hardware_errors=[str(e) for e in j.get("hardware_errors") or []],
                             )
                         )
-        if op.state in TERMINAL and op.progress.phase in ("", "running"):
-            # The last progress event was sent while it ran: an ended operation says it ended.
+        if op.state not in (pb.PENDING, pb.RUNNING):
+            # The last progress event was sent while it waited or ran (`queued`, `running`):
+            # an ended or parked operation says what it is now. Its fraction stays what the
+            # motion reached, unless it succeeded by its own motion (an operator's `done` on a
+            # move cut short succeeds without it).
             op.progress.phase = pb.OperationState.Name(op.state).lower()
-            if op.state == pb.SUCCEEDED:
+            if op.state == pb.SUCCEEDED and not operator_done:
                 op.progress.fraction = 1.0
         elif not op.progress.phase:  # no progress reported yet: the phase is its state
             op.progress.phase = pb.OperationState.Name(op.state).lower()
