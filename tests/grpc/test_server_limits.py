@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import grpc
@@ -417,3 +418,37 @@ def test_the_bridges_reconcile_never_takes_another_requests_operation_for_its_ow
         doc = json.loads(artifacts.get_bytes(out.result.ref, out.result.digest))
         assert (doc["outcome"], doc["code"]) == ("refused", "remote_conflict"), doc
         adapter.close()
+
+
+def test_a_list_page_holds_at_most_its_bytes_and_the_rest_follows(
+    served: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Views with their evidence documents can outgrow a message: a page stops at
+    `LIST_PAGE_BYTES` of views (at least one), whatever `page_size` allows, and the next page
+    goes on from it, so every operation is listed once."""
+    import tether.serve.grpc_server as server
+
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    try:
+        ids = [f"big-{i}" for i in range(6)]
+        for op_id in ids:
+            control.Execute(move(op_id), metadata=bearer(), timeout=30)
+        one = control.ListOperations(pb.ListOperationsRequest(page_size=1), metadata=bearer())
+        size = one.operations[0].ByteSize()
+        monkeypatch.setattr(server, "LIST_PAGE_BYTES", 2 * size + size // 2)
+        pages: list[list[str]] = []
+        token = ""
+        while True:
+            page = control.ListOperations(
+                pb.ListOperationsRequest(page_size=500, page_token=token), metadata=bearer()
+            )
+            assert sum(o.ByteSize() for o in page.operations) <= server.LIST_PAGE_BYTES
+            pages.append([o.id for o in page.operations])
+            token = page.next_page_token
+            if not token:
+                break
+        assert [len(p) for p in pages] == [2, 2, 2], pages
+        assert [i for p in pages for i in p] == sorted(ids)
+    finally:
+        channel.close()

@@ -189,6 +189,10 @@ KEEPALIVE_TIMEOUT_S: Final = 10.0
 #: How often device health is checked.
 HEALTH_POLL_S: Final = 0.25
 LIST_PAGE_MAX: Final = 500
+#: A ListOperations page holds at most this many bytes of views (and at least one view): a
+#: page of operations with their evidence documents stays well under `MAX_MESSAGE_BYTES`,
+#: which the client would refuse; the rest follow on the next page.
+LIST_PAGE_BYTES = 512 * 1024
 OPERATION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+@-]{0,255}")
 #: The error message of a failed outcome whose result document carries none (it is kept
 #: small enough to travel in its reference).
@@ -1252,6 +1256,7 @@ class RobotControl(rpc.RobotControlServicer):
             )
         out: list[pb.Operation] = []
         next_token = ""
+        taken = 0  # bytes of the views in `out`
         for shown in ids:
             if after and shown <= after:
                 continue
@@ -1263,10 +1268,11 @@ class RobotControl(rpc.RobotControlServicer):
                 continue
             if request.device and op.device != request.device:
                 continue
-            if len(out) == size:
+            op.id = shown
+            if len(out) == size or (out and taken + op.ByteSize() > LIST_PAGE_BYTES):
                 next_token = out[-1].id
                 break
-            op.id = shown
+            taken += op.ByteSize()
             out.append(op)
         return pb.ListOperationsResponse(operations=out, next_page_token=next_token)
 

@@ -103,7 +103,8 @@ class RobotControlServicer:
         """Operations of this principal (an operator's or an observer's: every principal's on this
         host, each id as PRINCIPAL/OPERATION_ID, the name GetOperation and Resolve take), filtered
         by state and device, in id order, paged: `next_page_token` is the last id of a page, empty
-        after the last page.
+        after the last page. A page holds at most `page_size` operations (default 50, at most 500)
+        and at most 512 KiB of them (at least one): a page may hold fewer than page_size.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
