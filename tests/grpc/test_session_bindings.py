@@ -11,6 +11,7 @@ sweep of the catalog (for ends no ring named)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,3 +154,19 @@ def test_the_poller_sweeps_ended_operations_no_ring_named(
         assert bound(served.sessions, "swept") == {"not-yet"}
     finally:
         channel.close()
+
+
+def test_an_idle_sessions_lapse_is_news_and_a_moving_ones_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A planner that went away between moves lapses its session: logged at INFO. A lapse that
+    stops a robot is a WARNING."""
+    sessions = Sessions(lambda robot: None)
+    sessions.heartbeat("w", "idle", sessions_module.MIN_TTL_MS)
+    sessions.heartbeat("w", "busy", sessions_module.MIN_TTL_MS)
+    assert sessions.bind("w", "busy", "m") and sessions.begin("w", "busy", "m", "arm")
+    time.sleep(sessions_module.MIN_TTL_MS / 1000 + 0.05)
+    with caplog.at_level(logging.INFO, logger="tether.serve.sessions"):
+        sessions.heartbeat("w", "other", 60_000)  # reaps the lapsed ones
+    lapses = {r.session_id: r.levelno for r in caplog.records if r.msg == "session lapsed"}
+    assert lapses == {"idle": logging.INFO, "busy": logging.WARNING}, lapses

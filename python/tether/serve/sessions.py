@@ -217,7 +217,10 @@ class Sessions:
                 for activity_id in list(session.bound):
                     self._drop(key[0], key[1], session, activity_id)
                 moving = sorted(set(session.running.values()))
-                log.warning(
+                # A lapse that stops a robot or ends waiting moves is a warning; one of an idle
+                # session (a planner that simply went away) is news only.
+                log.log(
+                    logging.WARNING if moving or pending else logging.INFO,
                     "session lapsed",
                     extra={
                         "world": key[0],
