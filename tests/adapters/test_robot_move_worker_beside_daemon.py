@@ -52,3 +52,14 @@ def test_a_robot_worker_beside_the_daemon_that_owns_the_ports_is_refused(
     finally:
         os.kill(worker.pid, signal.SIGTERM)
         worker.communicate(timeout=60)
+
+
+def test_a_robot_worker_without_a_host_configuration_says_how_to_give_one(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in clean_env().items() if k != "TETHER_HOST_CONFIG"}
+    argv = [sys.executable, "-m", "tether", "worker", str(tmp_path / "data"), "--families"]
+    done = subprocess.run([*argv, FAMILIES], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("tether worker: bad_families: "), done.stderr
+    assert "--config host.toml" in done.stderr

@@ -706,7 +706,12 @@ def families_from_env(data_dir: Path) -> list[Family]:
 
     path = os.environ.get(CONFIG_ENV)
     if not path:
-        raise FamilyError(f"set {CONFIG_ENV} to the host configuration file")
+        from tether.runtime._errors import bad_families
+
+        raise bad_families(
+            f"the robot_move family needs the host configuration: give tether worker"
+            f" --config host.toml (or set {CONFIG_ENV} to it)"
+        )
     config = load_config(path)
     return [
         robot_move_family(config, Path(data_dir) / "robot_move", device_host=host_name_for(config))
