@@ -95,7 +95,7 @@ def test_stop_holds_an_arm_outside_its_limits_where_it_stands(
     assert done.returncode == 0, (done.stdout, done.stderr)
     a = joints(done)["a"]
     assert (a["state"], a["torque"], a["hardware_error"]) == ("held", True, [])
-    assert a["present"] == a["goal"] == round(tables.ticks_to_radians(OUTSIDE), 4)
+    assert a["present_rad"] == a["goal_rad"] == round(tables.ticks_to_radians(OUTSIDE), 4)
     # The goal the stop wrote is where the shaft is, not the nearest configured limit.
     state = settled(partial(emu.request, op="snapshot", id=1))
     assert (state["goal_position"], state["present_position"]) == (OUTSIDE, OUTSIDE)
@@ -155,8 +155,8 @@ def test_a_hold_stop_reads_every_joint_at_once_writes_each_and_reads_all_back_at
         state = settled(partial(emu.request, op="snapshot", id=dxl_id))
         assert (state["goal_position"], state["present_position"]) == (ticks, ticks)
         assert report[name]["state"] == "held" and report[name]["torque"] is True
-        assert report[name]["present"] == report[name]["goal"]
-        assert report[name]["present"] == round(tables.ticks_to_radians(ticks), 4)
+        assert report[name]["present_rad"] == report[name]["goal_rad"]
+        assert report[name]["present_rad"] == round(tables.ticks_to_radians(ticks), 4)
 
 
 def test_a_sync_read_a_servo_never_answers_falls_back_to_each_joints_own_read(
@@ -172,7 +172,7 @@ def test_a_sync_read_a_servo_never_answers_falls_back_to_each_joints_own_read(
     assert done.returncode == 0, (done.stdout, done.stderr)
     report = joints(done)
     assert (report["a"]["state"], report["b"]["state"]) == ("held", "held")
-    assert report["b"]["present"] == round(tables.ticks_to_radians(tables.CENTER_TICK + 150), 4)
+    assert report["b"]["present_rad"] == round(tables.ticks_to_radians(tables.CENTER_TICK + 150), 4)
     reads = [e for e in emu.journal()[before:] if e["instruction"] == "read"]
     assert {(e["id"], e["address"]) for e in reads} >= {
         (1, tables.PRESENT_POSITION.address),

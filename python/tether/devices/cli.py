@@ -37,8 +37,8 @@ def _joint_line(joint: dict[str, Any], width: int) -> str:
     parts = [f"  {joint['joint']:<{width}}  id {joint['id']:<3}  {joint['state']:<7}"]
     if joint.get("torque") is not None:
         parts.append("torque on " if joint["torque"] else "torque off")
-    if joint.get("present") is not None:
-        parts.append(f"at {joint['present']:+.4f} rad  goal {joint['goal']:+.4f} rad")
+    if joint.get("present_rad") is not None:
+        parts.append(f"at {joint['present_rad']:+.4f} rad  goal {joint['goal_rad']:+.4f} rad")
     if joint.get("hardware_error"):
         parts.append("hardware error: " + ", ".join(joint["hardware_error"]))
     if joint.get("error"):

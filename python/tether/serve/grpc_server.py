@@ -1602,14 +1602,14 @@ def _stopped_name(report: dict[str, Any]) -> str:
 
 
 def _device_stop(report: dict[str, Any], *, latched: bool) -> pb.DeviceStop:
-    """A device's stop report (a `SafeStopReport` document: each joint's `present` radians
+    """A device's stop report (a `SafeStopReport` document: each joint's `present_rad`
     and `hardware_error` names as read back after the stop) on the wire; ``latched``: whether
     the device is latched now."""
     name = _stopped_name(report)
     out = pb.DeviceStop(device=name, ok=bool(report.get("ok")))
     joints = [j for j in report.get("joints") or [] if isinstance(j, dict)]
     for j in joints:
-        present = j.get("present")
+        present = j.get("present_rad")
         out.joints.append(
             pb.JointStop(
                 joint=str(j.get("joint") or j.get("name") or ""),

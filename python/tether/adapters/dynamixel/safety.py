@@ -93,8 +93,8 @@ class JointStop:
             "state": self.state,
             "torque": self.torque,
             "hardware_error": self.hardware_error,
-            "present": self.present,
-            "goal": self.goal,
+            "present_rad": self.present,
+            "goal_rad": self.goal,
             "error": self.error,
         }
 
