@@ -59,6 +59,14 @@ def check_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
             " was written)",
             details={"path": str(p), "what": what},
         ) from None
+    if size and header[:16] != _MAGIC and _text(header):
+        raise StoreFileError(
+            "not_a_database",
+            f"{what} {p} is a text file, not a SQLite database; nothing was written to it:"
+            " if it is not the store's file, name that one; if it is, restore it from a"
+            " backup (or move it aside to start that store over, losing what it held)",
+            details={"path": str(p), "what": what},
+        )
     if size == 0:
         raise _error("store_truncated", p, what, "is empty (0 bytes): it was cut short")
     if len(header) < _HEADER:
@@ -84,6 +92,18 @@ def check_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
             what,
             f"is {size} bytes but its header records {pages} pages of {page_size}",
         )
+
+
+def _text(head: bytes) -> bool:
+    """Whether a file's first bytes are text (UTF-8, printable or white space): no database
+    page, damaged or not, starts so."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:  # (a character cut at the end of the header reads so too)
+        text = head[:-3].decode("utf-8", errors="replace")
+        if "\ufffd" in text:
+            return False
+    return all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
 def _wal_frames(path: Path, page_size: int) -> int:

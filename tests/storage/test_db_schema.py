@@ -436,6 +436,13 @@ def test_a_sqlite_path_that_names_the_wrong_thing_is_a_usage_error(
         assert json.loads(out)["code"] == name, out
         assert "backup" not in err and err.count("\n") == 1, err
     assert not (tmp_path / "nodir").exists()  # nothing made on the way
+    # A text file (a host.toml named by mistake) is said to be one: maybe the wrong file.
+    (tmp_path / "host.toml").write_text('[host]\nstate_dir = "/var/lib/tether"\n')
+    capsys.readouterr()
+    url = f"sqlite:///{tmp_path / 'host.toml'}"
+    assert tether(["db", "status", url]) == _exit.STORE_UNUSABLE
+    err = capsys.readouterr().err
+    assert "is a text file, not a SQLite database" in err and "not the store's file" in err
 
 
 def test_an_older_postgres_catalog_needs_an_upgrade_and_is_not_damaged(
