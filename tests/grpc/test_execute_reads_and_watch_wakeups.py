@@ -91,7 +91,9 @@ def test_a_watch_sees_a_claim_no_doorbell_names_through_the_poller(served: Daemo
         )
         assert getattr(claim, "attempt", None) is not None
         second = next(views)
-        assert second.state == pb.RUNNING and second.revision > first.revision
+        # Claimed, and not started (its journal holds no start marker): still pending.
+        assert second.revision > first.revision and second.attempt == 1
+        assert second.state == pb.PENDING
         views.cancel()
     finally:
         channel.close()
@@ -210,20 +212,20 @@ def test_updated_ms_is_when_the_record_last_changed_and_never_goes_back(served: 
             "test-claimer", 60_000, 1, world_id=key.world_id, host=record.bound_host or None
         )
         assert claim.key == key and claim.record.operation_bound_at_ms is not None
-        running = twice()
-        assert running.state == pb.RUNNING and running.revision > pending.revision
-        assert running.updated_ms == claim.record.operation_bound_at_ms > pending.updated_ms
+        claimed = twice()  # bound, not started (no start marker in its journal): pending
+        assert claimed.state == pb.PENDING and claimed.revision > pending.revision
+        assert claimed.updated_ms == claim.record.operation_bound_at_ms > pending.updated_ms
         # A renewed lease is a new revision that stamps no time: the time stays, never less.
         catalog.renew(key, claim.fence, 60_000)
         renewed = twice()
-        assert renewed.revision > running.revision and renewed.updated_ms == running.updated_ms
+        assert renewed.revision > claimed.revision and renewed.updated_ms == claimed.updated_ms
         time.sleep(0.02)
         result = served.host().artifacts.put_bytes(b'{"outcome":"completed"}', "application/json")
         recorded = catalog.record_result(key, claim.fence, result)
         assert recorded.recorded_result is not None
         done = twice()
         assert done.state == pb.SUCCEEDED
-        assert done.updated_ms >= recorded.recorded_result.recorded_at_ms > running.updated_ms
+        assert done.updated_ms >= recorded.recorded_result.recorded_at_ms > claimed.updated_ms
         # The observer settles it (a later revision, a later time); read until it has.
         deadline = time.monotonic() + 10
         while (settled := catalog.get(key)) is None or settled.settlement is None:

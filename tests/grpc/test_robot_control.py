@@ -257,8 +257,12 @@ def test_past_not_after_it_ends_expired_and_never_starts(
         late = move("late-1", not_after_ms=int(time.time() * 1000) - 1)
         committed = control.Execute(late, metadata=bearer(), timeout=30)
         assert committed.state in (pb.PENDING, pb.RUNNING, pb.EXPIRED)
-        final = until_terminal(control, "late-1")[-1]
+        views = until_terminal(control, "late-1")
+        final = views[-1]
         assert final.state == pb.EXPIRED and final.error.code == "expired", final
+        # It never started: no view before its end says it runs.
+        ended = [v.state for v in views].index(pb.EXPIRED)
+        assert {v.state for v in views[:ended]} <= {pb.PENDING}, views
         channel.close()
     assert effectful(emu) == []
 

@@ -60,8 +60,9 @@ Rules:
   version, attempts, result and evidence documents from the artifact store) and the daemon's
   latest progress. `updated_ms` is the latest time the record holds (`updated_ms`): the same
   on every read of an unchanged operation, never less on a later revision. States: pending
-  (committed and not started: no attempt yet, or claimed and waiting for its robot's move
-  before it, progress phase `queued`), running, succeeded, failed, cancelled, expired (a
+  (committed and not started per its journal's start marker: no attempt yet, claimed and
+  waiting for its robot's move before it, progress phase `queued`, or claimed past its
+  `not_after` and never started), running, succeeded, failed, cancelled, expired (a
   failed result whose outcome says so), unknown-awaiting-operator.
 - `WatchOperation` sends the current view first (or only changes after `from_revision`), then
   every change, and ends at a terminal state (a recorded result), on its settled view (the
@@ -860,7 +861,9 @@ class RobotControl(rpc.RobotControlServicer):
         elif op.progress.phase == "queued" and progress_attempt == record.attempt_count:
             op.state = pb.PENDING  # this attempt is claimed and waits for its robot
         elif record.attempt is not None or record.attempt_count > 0:
-            op.state = pb.RUNNING
+            # Claimed: running once its journal says it started (never, for one past its
+            # `not_after` that is recorded `expired`).
+            op.state = pb.RUNNING if self._started(key) else pb.PENDING
         else:
             op.state = pb.PENDING
         if record.evidence is not None:
@@ -895,6 +898,20 @@ class RobotControl(rpc.RobotControlServicer):
             op.progress.phase = pb.OperationState.Name(op.state).lower()
         op.updated_ms = updated_ms(record, op.evidence.read_at_ms)
         return op
+
+    def _started(self, key: ActivityKey) -> bool:
+        """Whether a claimed operation started, per its family's journal (`started` on the
+        device host's handlers); True where no family says (a sim reach, no devices)."""
+        handler = self.daemon.devices.handler("started") if self.daemon.devices else None
+        if handler is None or key.kind == SIM_KIND:
+            return True
+        from tether.activities import operation_id_for
+
+        try:
+            return bool(handler({"operation_id": operation_id_for(key)}).get("started", True))
+        except Exception:  # an unreadable journal says nothing: the catalog's attempt stands
+            log.debug("started: journal of %s not read", key, exc_info=True)
+            return True
 
     def _sim_reference(self, result: Any) -> bytes | None:
         """The reference document of a sim reach's episode result file (canonical JSON): its

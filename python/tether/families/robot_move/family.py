@@ -235,6 +235,14 @@ class RobotMoveAdapter:
             host.add_handler("prove_reissue", self._on_prove)
             host.add_handler("read_back", self._on_read_back)
             host.add_handler("cancel", self._on_cancel)
+            host.add_handler("started", self._on_started)
+
+    def _on_started(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Whether a move's journal holds a start marker (`started`): an attempt that never
+        wrote one (waiting for its robot, or past its `not_after` and recorded `expired`)
+        never started, whatever its catalog attempt says."""
+        op = self.store.get(str(request.get("operation_id")))
+        return {"started": op is not None and bool(op.attempts())}
 
     def _on_cancel(self, request: dict[str, Any]) -> dict[str, Any]:
         """Cancel a move (the gRPC service's `Cancel`): a `cancel` proof in its journal
