@@ -10,7 +10,6 @@ import grpc
 import pytest
 from _grpc_setup import IN_PROCESS_SERVE, bearer, in_process, stub
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
-from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.serve.daemon import Daemon
 
 
@@ -67,36 +66,3 @@ def test_two_authorization_headers_are_refused_whichever_comes_first(served: Dae
             assert "principal_ambiguous" in (info.value.details() or "")
     finally:
         channel.close()
-
-
-def test_stale_tokens_sent_to_stop_never_lock_a_verified_connection_out_of_stop(
-    served: Daemon,
-) -> None:
-    """A client sending stale tokens to Stop locks its address's Stop out, as guesses; a planner
-    whose own connection verified its token before still stops through it. A fresh connection
-    is locked out like any guess, so the lockout still tells no valid token from a wrong one."""
-    assert served.grpc_url is not None
-    own = ("grpc.use_local_subchannel_pool", 1)  # a connection of its own per channel
-    planner = grpc.insecure_channel(served.grpc_url, options=[own])
-    stale = grpc.insecure_channel(served.grpc_url, options=[own])
-    fresh = grpc.insecure_channel(served.grpc_url, options=[own])
-    stop = pb.StopRequest(device="arm")
-    try:
-        stops = [rpc.RobotControlStub(c).Stop for c in (planner, stale, fresh)]
-        assert stops[0](stop, metadata=bearer(), timeout=30).devices[0].device == "arm"
-        codes = []
-        for i in range(8):
-            try:
-                stops[1](stop, metadata=bearer(f"stale-token-{i}"), timeout=30)
-            except grpc.RpcError as exc:
-                codes.append(exc.code())
-        assert codes[-1] == grpc.StatusCode.RESOURCE_EXHAUSTED  # its address's Stop is locked
-        answer = stops[0](stop, metadata=bearer(), timeout=30)  # verified on this connection
-        assert [d.device for d in answer.devices] == ["arm"]
-        for call in (stops[1], stops[2]):  # the stale client's, and a new one: locked out
-            with pytest.raises(grpc.RpcError) as info:
-                call(stop, metadata=bearer(), timeout=30)
-            assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    finally:
-        for c in (planner, stale, fresh):
-            c.close()

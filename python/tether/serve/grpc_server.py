@@ -425,12 +425,6 @@ class _Auth:
         #: locked-out client would learn at full speed which guesses are valid tokens (those
         #: answered from the cache).
         self._locked: dict[str, tuple[float, str]] = {}
-        #: (peer with its port: one client connection, HMAC of a secret) verified on it. A
-        #: Stop on a connection that verified its secret before goes through a lockout of its
-        #: address: a client sending stale tokens from another connection (every client on
-        #: this host shares 127.0.0.1) never locks a planner or an operator out of a stop,
-        #: and a guesser's own connection holds no secret it did not guess under the limit.
-        self._connections: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         self._lock = threading.Lock()
 
     def principal(self, context: grpc.ServicerContext, action: str, *, call: str) -> Principal:
@@ -441,15 +435,11 @@ class _Auth:
         # Stop's failures count apart from the other calls' (per address still): every client
         # on this host shares 127.0.0.1, and one sending stale tokens to other calls must not
         # lock its planners out of Stop.
-        peer = context.peer()
-        source = f"net:{peer_address(peer)}" + (":stop" if action == "stop" else "")
+        source = f"net:{peer_address(context.peer())}" + (":stop" if action == "stop" else "")
         now = time.monotonic()
         with self._lock:
             known = self._known.get(mac)
             locked = self._locked.get(source)
-            if locked is not None and action == "stop" and known is not None:
-                if (peer, mac) in self._connections:
-                    locked = None  # verified on this very connection (see `_connections`)
         if locked is not None and now < locked[0]:
             until, why = locked  # the limiter's own words, with the time left
             _abort(
@@ -469,7 +459,6 @@ class _Auth:
                     )
                 _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"{exc.code}: {exc.message}")
             self._remember(mac, known)
-        self._verified_on(peer, mac)
         allowed = roles_for(action)
         if known.role not in allowed:
             _abort(
@@ -487,13 +476,6 @@ class _Auth:
                 now = time.monotonic()
                 for stale in [k for k, (t, _) in self._locked.items() if t <= now]:
                     del self._locked[stale]
-
-    def _verified_on(self, peer: str, mac: bytes) -> None:
-        with self._lock:
-            self._connections[(peer, mac)] = None
-            self._connections.move_to_end((peer, mac))
-            while len(self._connections) > 4096:
-                self._connections.popitem(last=False)
 
     def _remember(self, mac: bytes, known: Principal) -> None:
         with self._lock:
