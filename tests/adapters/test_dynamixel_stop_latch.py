@@ -310,44 +310,6 @@ def test_a_latch_record_after_the_first_is_overwritten_in_place(config: HostConf
     assert path.stat().st_size == RECORD_BYTES and latch.latched("arm")
 
 
-def test_a_repeated_stop_of_a_latched_robot_does_not_wait_for_the_disk(
-    config: HostConfig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An operator pressing stop again (or a second stop of a robot a stop latched) finds a
-    record that already latches it: the new one (its time) is written in place without a sync,
-    so its frames go at once. A latch after a resume, or over a torn record, is synced before
-    it returns, as the first is."""
-    import tether.devices.latch as latch_module
-
-    synced: list[int] = []
-    real = latch_module.os.fdatasync
-
-    def counted(fd: int) -> None:
-        synced.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(latch_module.os, "fdatasync", counted)
-    latch = StopLatch(config.state_dir)
-    path = latch._path("arm")
-    latch.latch("arm")  # the first record: a new file, written durably (not an overwrite)
-    first = latch.state("arm")["stopped_at_ms"]
-    time.sleep(0.002)
-    latch.latch("arm", by="grpc")
-    assert synced == []
-    again = StopLatch(config.state_dir).state("arm")
-    assert again["latched"] is True and again["by"] == latch_module.OPERATOR_STOP
-    assert again["stopped_at_ms"] > first and path.stat().st_size == RECORD_BYTES
-    latch.resume("arm", operator="olga")
-    assert len(synced) == 1  # the resume
-    latch.latch("arm")
-    assert len(synced) == 2 and latch.latched("arm")  # latched again after a resume: synced
-    latch.latch("arm")
-    assert len(synced) == 2
-    path.write_bytes(b"{torn" + b" " * (RECORD_BYTES - 5))  # a record no one can read
-    latch.latch("arm")
-    assert len(synced) == 3 and StopLatch(config.state_dir).state("arm")["latched"] is True
-
-
 def _evidence(config: HostConfig, activity: str) -> dict[str, Any]:
     """The reconcile checks of move ``activity``'s evidence as the catalog holds it."""
     from tether.activities import ActivityKey, Catalog

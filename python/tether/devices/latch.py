@@ -17,9 +17,6 @@ Rules:
   one fdatasync, no rename and no dir sync, and with the file's size and blocks unchanged no
   filesystem journal commit is waited for. The stop frames go only after that sync returns, so
   a record torn by a crash belongs to a stop that sent nothing; an unreadable record is a latch.
-  A stop of a robot whose record already latches it (an operator pressing stop again) writes
-  its record in place without the sync: the record it replaces was durable, a crash keeps one
-  or the other (or tears it: a latch), and its frames do not wait for the disk.
 - Only `resume(robot, operator)` clears it, recording who and when; the safe-stop itself runs
   inside `stopping()`, the one context a latched robot's frames may be sent from.
 - A stop is never held back by its disk: a record that cannot be written at all (a read-only
@@ -152,13 +149,13 @@ class StopLatch:
         by = doc.get("by", doc.get("stopped_by"))
         return by if isinstance(by, str) else None
 
-    def _write(self, robot: str, doc: dict[str, Any], *, sync: bool = True) -> None:
+    def _write(self, robot: str, doc: dict[str, Any]) -> None:
         self._check_dir()
         path = self._path(robot)
         data = json.dumps(doc, sort_keys=True).encode()
         if len(data) < RECORD_BYTES:
             data += b" " * (RECORD_BYTES - 1 - len(data)) + b"\n"  # JSON allows the padding
-            if _overwrite(path, data, sync=sync):
+            if _overwrite(path, data):
                 return
         write_durable(path, data)  # the first record (or an outsized one): a new file
 
@@ -171,18 +168,8 @@ class StopLatch:
             if before is None or before.get("latched"):
                 by = self._author(robot, before) or by
             doc = {"robot": robot, "latched": True, "stopped_at_ms": _now_ms(), "by": by}
-            # A record that already latches the robot (read whole from its file) is durable
-            # already: the new one only moves its time, so it is not synced (a crash keeps
-            # one or the other, and either latches), and a repeated stop sends its frames
-            # without waiting for the disk.
-            held = (
-                before is not None
-                and before.get("latched") is True
-                and not before.get("unreadable")
-                and before.get("by") == by
-            )
             try:
-                self._write(robot, doc, sync=not held)
+                self._write(robot, doc)
             except Exception as exc:  # the stop goes on: never held back by its disk
                 why = f"{type(exc).__name__}: {exc}"
                 self._held[robot] = (why, by)
@@ -274,10 +261,9 @@ class StopLatch:
             yield
 
 
-def _overwrite(path: Path, data: bytes, *, sync: bool = True) -> bool:
-    """Overwrite the record at `path` in place and sync it (unless not ``sync``), when the file
-    holds a record of the same size (see the module rules); False, with nothing written, when
-    it does not."""
+def _overwrite(path: Path, data: bytes) -> bool:
+    """Overwrite the record at `path` in place and sync it, when the file holds a record of the
+    same size (see the module rules); False, with nothing written, when it does not."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -287,8 +273,7 @@ def _overwrite(path: Path, data: bytes, *, sync: bool = True) -> bool:
             return False
         if os.pwrite(fd, data, 0) != len(data):
             raise OSError(f"{path}: short write of the latch record")
-        if sync:
-            os.fdatasync(fd)
+        os.fdatasync(fd)
     finally:
         os.close(fd)
     return True
