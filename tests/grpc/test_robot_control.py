@@ -552,6 +552,28 @@ def test_cancel_of_a_move_a_killed_server_started_stops_no_other_move(tmp_path: 
             channel.close()
 
 
+def test_cancel_of_a_move_a_killed_server_left_driving_stops_the_robot(tmp_path: Path) -> None:
+    """A server killed mid-move leaves the servos driving to its goals: after the restart, with
+    no other move running, the move's Cancel stops and latches the robot."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (proc, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "left-driving", {"a": 1.4, "b": -1.4})
+            proc.kill()
+            proc.wait()
+            channel.close()
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            answer = control.Cancel(
+                pb.CancelRequest(operation_id="left-driving"), metadata=bearer()
+            )
+            assert answer.outcome == pb.CancelResponse.STOPPED_WHILE_RUNNING, answer
+            shown = tether("status", "--config", str(config))
+            assert "LATCHED" in shown.stdout, shown.stdout
+            channel.close()
+
+
 def test_a_parked_and_a_decided_operation_say_what_they_are_not_what_they_did(
     tmp_path: Path,
 ) -> None:

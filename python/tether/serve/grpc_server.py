@@ -91,9 +91,10 @@ Rules:
   and lists its own operations only.
 - `Cancel` asks the family to cancel (`cancel` on the device host's handlers): before the start
   marker the move never starts (`CANCELLED_BEFORE_START`); while its attempt runs the device is
-  stopped and latched (`STOPPED_WHILE_RUNNING`, reconciled as the daemon's stop is); started by
-  an attempt that runs no more (a server that stopped), nothing is stopped (`NOT_RUNNING`: the
-  robot's motion then, if any, is another operation's) and it is reconciled. An operation
+  stopped and latched (`STOPPED_WHILE_RUNNING`, reconciled as the daemon's stop is), and so it
+  is when an attempt that runs no more started it (a server killed mid-move: the servos may
+  still drive to its goals), unless another operation's attempt runs the robot now: then
+  nothing is stopped (`NOT_RUNNING`) and it is reconciled. An operation
   awaiting an operator is not running and only `Resolve` decides it: its Cancel is
   `FAILED_PRECONDITION` (`awaiting_operator:`), asks the family nothing and stops nothing.
 - `Reconcile` reads the device back (`read_back`) and refreshes a parked operation's evidence;
@@ -1476,9 +1477,10 @@ class RobotControl(rpc.RobotControlServicer):
                 _abort(context, grpc.StatusCode.FAILED_PRECONDITION, _awaiting(parked, late=True))
             if now is not None and (now.result is not None or now.compacted):
                 outcome = pb.CancelResponse.ALREADY_TERMINAL
-            elif not answer.get("running"):
-                # Started by an attempt that runs no more: the robot's motion now, if any, is
-                # another operation's, which a cancel of this one never stops.
+            elif not answer.get("running") and answer.get("other"):
+                # Started by an attempt that runs no more, and another operation's attempt runs
+                # the robot now: a cancel of this one never stops that one. (With none running
+                # it, the robot may still drive to this one's goals: it is stopped below.)
                 outcome = pb.CancelResponse.NOT_RUNNING
             else:
                 self.daemon.stop_devices({"robot": op.device}, by=PLANNER_CANCEL)

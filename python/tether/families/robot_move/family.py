@@ -258,14 +258,15 @@ class RobotMoveAdapter:
         except JournalError:  # a cancel recorded before stands
             pass
         with self._mutex:
-            running = self._running.get(req.robot) == op.id
+            holder = self._running.get(req.robot)
         return {
             "started": bool(op.attempts()) and not op.terminal,
             "terminal": op.terminal,
             # Its attempt runs in this process now: the robot's motion is this operation's.
-            # Started and not running: an attempt of an earlier process (ended with it), or
-            # one whose motion ended and whose result is being recorded.
-            "running": running and not op.terminal,
+            "running": holder == op.id and not op.terminal,
+            # Another operation's attempt runs the robot now: this one's (an attempt of an
+            # earlier process, ended with it) can be moving it no more.
+            "other": holder is not None and holder != op.id,
         }
 
     def _lock(self, robot: str) -> threading.Lock:
