@@ -76,7 +76,7 @@ def test_a_move_the_journal_holds_a_cancel_of_ends_cancelled_not_expired(
         answer = adapter._on_cancel(
             {"operation_id": OP, "request": {**request.as_dict(), "kind": KIND_ABSOLUTE}}
         )
-        assert answer == {"started": False, "terminal": False}
+        assert answer == {"started": False, "terminal": False, "running": False, "other": False}
         assert drain(host) == 1
         doc = result_doc(host, KEY)
         assert (doc["outcome"], doc["code"]) == ("cancelled", "cancelled")
@@ -100,7 +100,7 @@ def test_a_cancel_after_the_move_ended_on_the_device_says_it_is_terminal(
         )
         # Over, not "not started": the gRPC service answers ALREADY_TERMINAL, even while the
         # catalog has not recorded the result yet.
-        assert answer == {"started": False, "terminal": True}
+        assert answer == {"started": False, "terminal": True, "running": False, "other": False}
         record = host.get(KEY)
         assert record is not None and record.result is not None and not record.result.failed
 

@@ -68,7 +68,7 @@ from tether.runtime import Family, Host, ProgressEvent
 from tether.runtime._errors import check_owned
 from tether.runtime.worker_main import live_families, result_summary
 from tether.serve import views
-from tether.serve.config import ServeConfig, load_serve
+from tether.serve.config import ROBOT_MOVE, ServeConfig, load_serve
 from tether.serve.families import ServeContext, Served, load, load_items
 from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
@@ -721,9 +721,12 @@ class Daemon:
         state dir holding it (`port_owned`) is waited for, `PORT_OWNED_WAIT_S` at most (a
         standalone `tether stop` lets go at once); one that keeps it (a `tether worker`, a
         standalone `tether move`: a second controller of the robot on the same catalog)
-        refuses the start the same way, naming its pid."""
+        refuses the start the same way, naming its pid, when this daemon's workers would run
+        moves (the robot_move family served, workers > 0). A daemon that runs none (one that
+        only answers operators beside such a worker) serves the robot unavailable."""
         assert self.devices is not None
-        deadline = time.monotonic() + PORT_OWNED_WAIT_S
+        drives = self.serve.workers > 0 and ROBOT_MOVE in self.serve.families
+        deadline = time.monotonic() + (PORT_OWNED_WAIT_S if drives else 0.0)
         while True:
             try:
                 identity = self.devices.connect(name)
@@ -733,7 +736,7 @@ class Daemon:
                     if exc.code == "port_owned" and time.monotonic() < deadline:
                         time.sleep(0.1)
                         continue
-                    if exc.code in ("port_busy", "port_owned"):
+                    if exc.code == "port_busy" or drives:
                         self.devices.release_ports()
                         if exc.code == "port_owned":
                             raise PortBusy(
