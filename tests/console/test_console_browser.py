@@ -205,6 +205,59 @@ def test_stop_while_a_move_runs_stops_the_motion_and_shows_the_latch(host: Host,
     screenshot(page, "05-stopped-latched")
 
 
+def test_a_card_keeps_what_the_operator_set_and_a_resume_clears_the_old_stop(
+    host: Host, page: Any
+) -> None:
+    """The device card is rebuilt at every devices event (about each second): the arm-supported
+    tick and an action's answer stay. Once the robot is resumed, this page's earlier stop
+    report is gone (it said the arm was latched)."""
+    assert "latched" in text(page, "stop-result")  # the stop of the test before
+    click(page, 'div.device[data-robot="arm"] input.arm-supported')
+    time.sleep(2.5)  # two devices events or more
+    assert page.execute_script(
+        "return document.querySelector('div.device[data-robot=\"arm\"] input.arm-supported')"
+        ".checked"
+    )
+    click(page, 'div.device[data-robot="arm"] button.resume')
+    wait_for(
+        lambda: (
+            "resume done"
+            in page.execute_script(
+                "return document.querySelector('div.device[data-robot=\"arm\"] .result')"
+                ".textContent"
+            )
+        ),
+        what="the resume's answer",
+    )
+    wait_for(lambda: text(page, "stop-result") == "", what="the old stop report cleared")
+    time.sleep(2.5)
+    kept = page.execute_script(
+        "const c = document.querySelector('div.device[data-robot=\"arm\"]');"
+        "return [c.querySelector('.result').textContent, !!c.querySelector('.latched'),"
+        " c.querySelector('tr[data-joint=\"a\"] td.after-stop').textContent];"
+    )
+    assert kept == ["resume done", False, "-"], kept
+    assert host.client.status()["devices"][0]["latched"] is False
+
+
+def test_a_failed_result_reads_as_failed_not_settled(page: Any) -> None:
+    """An abandoned move settles with a failed result: its activity card says it failed and is
+    marked abnormal, never shown as a settled success."""
+    shown = page.execute_script(
+        "const node = document.createElement('div');"
+        "renderActivity({id: 'm', activityType: 'physical_ai.robot_move.absolute',"
+        " content: {state: 'settled', failed: true}}, node);"
+        "return [node.className, node.querySelector('p.meta').textContent];"
+    )
+    assert "abnormal" in shown[0] and shown[1].endswith("settled (failed)"), shown
+    ok = page.execute_script(
+        "const node = document.createElement('div');"
+        "renderActivity({id: 'n', activityType: 'x', content: {state: 'settled'}}, node);"
+        "return node.className;"
+    )
+    assert "abnormal" not in ok
+
+
 def test_stop_works_while_logged_out_from_loopback(host: Host, page: Any) -> None:
     page.find_element(By.ID, "logout").click()
     wait_for(lambda: page.find_element(By.ID, "who").text == "not logged in", what="logout")

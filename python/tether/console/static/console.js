@@ -7,6 +7,9 @@ const state = {
   csrf: null, operator: null, loopback: true, offsetMs: 0, maxAgeS: 300,
   activities: new Map(), order: [], decisions: new Map(), notes: new Map(),
   devices: [], lastStop: new Map(), live: null,
+  // Per robot, what the operator set on its card (the arm-supported tick, the last action's
+  // answer): the card is rebuilt at every devices event, and keeps them.
+  deviceUi: new Map(),
 };
 
 function $(id) { return document.getElementById(id); }
@@ -107,7 +110,7 @@ async function stop(robot) {
   try {
     answer = await api("POST", "/api/stop", robot ? { robot } : {}, headers);
   } catch (e) {
-    result.textContent = `STOP FAILED: ${e}`;
+    result.textContent = `STOP NOT SENT: the daemon did not answer (${e}): the robot was NOT stopped by this page; use tether stop on the host or the hardware emergency stop`;
     result.className = "abnormal-text";
     return;
   }
@@ -166,7 +169,10 @@ function renderDevices() {
       el("tbody", {}, rows)));
     if (report) card.append(el("p", { class: "stop-report" },
       `last stop: ${report.ok ? "confirmed" : "NOT CONFIRMED"}; a stop latches: nothing moves on ${d.robot} until an operator resumes it.`));
-    const supported = el("input", { type: "checkbox", class: "arm-supported" });
+    const ui = state.deviceUi.get(d.robot) || {};
+    state.deviceUi.set(d.robot, ui);
+    const supported = el("input", { type: "checkbox", class: "arm-supported", checked: ui.supported === true,
+      onchange: (e) => { ui.supported = e.target.checked; } });
     card.append(el("div", { class: "actions" },
       el("button", { type: "button", class: "stop-robot", onclick: () => stop(d.robot) }, `Stop ${d.robot}`),
       el("button", { type: "button", class: "resume", "data-needs-session": true, disabled: !state.operator,
@@ -176,17 +182,23 @@ function renderDevices() {
       el("label", {}, supported, " the arm is supported"),
       el("button", { type: "button", class: "reboot", "data-needs-session": true, disabled: !state.operator,
         onclick: () => deviceAction(d.robot, "reboot", { arm_supported: supported.checked }, card) }, "Reboot / clear error"),
-      el("span", { class: "result", role: "status" })));
+      el("span", { class: ui.bad ? "result abnormal-text" : "result", role: "status" }, ui.result || "")));
     box.append(card);
   }
 }
 
 async function deviceAction(robot, action, extra, card) {
   const { ok, doc } = await api("POST", "/api/device", Object.assign({ robot, action }, extra));
-  const out = card.querySelector(".result");
-  out.textContent = ok ? `${action} done` + (doc.refreshed && doc.refreshed.length ? `: new evidence revision for ${doc.refreshed.map((r) => `${r.key} (revision ${r.revision})`).join(", ")}` : "")
+  const ui = state.deviceUi.get(robot) || {};
+  state.deviceUi.set(robot, ui);
+  ui.result = ok ? `${action} done` + (doc.refreshed && doc.refreshed.length ? `: new evidence revision for ${doc.refreshed.map((r) => `${r.key} (revision ${r.revision})`).join(", ")}` : "")
     : `${doc.code}: ${doc.message}`;
-  out.className = ok ? "result" : "result abnormal-text";
+  ui.bad = !ok;
+  if (ok && action === "reboot") ui.supported = false;  // confirmed for that one reboot only
+  // The card may have been rebuilt meanwhile: write the answer into the one shown now.
+  const shown = document.querySelector(`#devices .card.device[data-robot="${CSS.escape(robot)}"] .result`) || card.querySelector(".result");
+  shown.textContent = ui.result;
+  shown.className = ok ? "result" : "result abnormal-text";
 }
 
 // --- decisions ---
@@ -259,8 +271,10 @@ async function decide(d, decision) {
 // --- activities: whole messages by id, in the store's order ---
 
 function activityState(m) {
-  const s = (m.content || {}).state || (m.content || {}).status || "";
-  return String(s);
+  const c = m.content || {};
+  const s = String(c.state || c.status || "");
+  // A failed result (an abandoned move, say) settles too: its state says it failed.
+  return c.failed === true && !/fail/i.test(s) ? `${s} (failed)`.trim() : s;
 }
 
 function renderActivity(m, node) {
@@ -307,7 +321,7 @@ function connectLive() {
   state.live = live;
   live.addEventListener("open", () => { $("live-state").textContent = "live"; $("live-state").className = ""; });
   live.addEventListener("error", () => {
-    $("live-state").textContent = "live stream down: reconnecting (Stop still works)";
+    $("live-state").textContent = "live stream down: reconnecting";
     $("live-state").className = "abnormal-text";
   });
   live.addEventListener("activities", (e) => { const doc = JSON.parse(e.data); syncClock(doc); applyActivities(doc); });
@@ -319,7 +333,17 @@ function connectLive() {
     renderDecisions();
     window.tetherDecisions = { count: state.decisions.size, at: performance.now() };
   });
-  live.addEventListener("devices", (e) => { const doc = JSON.parse(e.data); syncClock(doc); state.devices = doc.devices; renderDevices(); });
+  live.addEventListener("devices", (e) => {
+    const doc = JSON.parse(e.data);
+    syncClock(doc);
+    state.devices = doc.devices;
+    // A robot resumed since this page stopped it: its stop report is history, not its state.
+    for (const d of doc.devices) if (!d.latched && state.lastStop.delete(d.robot) && !state.lastStop.size) {
+      $("stop-result").textContent = "";
+      $("stop-result").className = "";
+    }
+    renderDevices();
+  });
   live.addEventListener("session", () => { live.close(); state.operator = null; state.csrf = null; showSession(); });
 }
 
