@@ -65,6 +65,20 @@ def test_a_wrong_credential_is_refused_and_a_planner_is_not_an_operator(host: Ho
         assert named.json()["code"] == "credential_refused"
 
 
+def test_a_planners_token_at_the_login_is_any_wrong_credential(tmp_path: Path) -> None:
+    """A valid secret of another role gets the answer a wrong one gets: the login never
+    confirms that a token is valid, nor names whose it is."""
+    from tether.devices.credentials import hash_secret
+
+    token = "planner-token-console-7c1d"
+    planner = f'\n[planners.ci]\ntoken = "{hash_secret(token)}"\nrole = "planner"\n'
+    with console_host(tmp_path, extra=planner) as other, other.http() as http:
+        wrong = http.post("/api/login", json={"credential": "not it"})
+        valid = http.post("/api/login", json={"credential": token})
+        assert (valid.status_code, valid.json()) == (wrong.status_code, wrong.json()), valid.text
+        assert "ci" not in valid.json()["message"] and "planner" not in valid.text
+
+
 def test_state_changing_requests_need_the_session_csrf_json_and_this_origin(
     host: Host, parked: str
 ) -> None:

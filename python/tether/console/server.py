@@ -448,6 +448,10 @@ class Console:
                 secret, roles=("operator",), source=f"net:{peer}"
             )
         except CredentialError as exc:
+            if exc.code == "role_refused":
+                # A valid secret of another role (a planner's token, an observer's): answered
+                # as any wrong one, never confirming it or naming whose it is.
+                raise ConsoleError("credential_refused", "a valid credential is required") from None
             details = {k: v for k, v in exc.details.items() if k == "retry_after_s"}
             raise ConsoleError(exc.code, exc.message, **details) from None
         if isinstance(name, str) and name and name != principal.name:
