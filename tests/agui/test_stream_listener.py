@@ -242,3 +242,36 @@ def test_loopback_can_ask_for_a_principal_too(
     serving.append(server)
     assert get(server, None)[0] == 401
     assert get(server, None, headers={"Authorization": f"Bearer {PLANNER}"})[0] == 200
+
+
+def _raw_post(server: StreamServer, length: str) -> bytes:
+    """A POST to /events with this Content-Length header, its answer as raw bytes (the
+    server closes the connection after a refusal; 5 s at most)."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(server.url)
+    host, port = str(where.hostname), int(where.port or 80)
+    with socket.create_connection((host, port), timeout=5) as conn:
+        conn.sendall(
+            f"POST /events HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: {length}\r\n"
+            "Content-Type: application/json\r\n\r\n".encode()
+        )
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_post_with_a_bad_or_huge_length_is_refused_in_json(
+    finished_stream: RunStream, serving: list[StreamServer]
+) -> None:
+    """AG-UI clients POST a RunAgentInput (read and ignored): a Content-Length that is no
+    length is 400, one past `MAX_BODY` is 413, each a JSON answer, never a dropped
+    connection or a read that waits for the peer to close."""
+    server = StreamServer(finished_stream)
+    serving.append(server)
+    for length, status in (("abc", b" 400 "), ("-1", b" 400 "), (str(10**9), b" 413 ")):
+        answer = _raw_post(server, length)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert status in head.split(b"\r\n")[0], (length, answer[:200])
+        assert json.loads(body)["message"], body

@@ -77,6 +77,8 @@ __all__ = [
 KEEPALIVE_S = 10.0
 #: A TLS client that has not finished its handshake by then is dropped (it holds one thread).
 EVENT_PATHS = ("/", "/events")
+#: The largest RunAgentInput body a POST may send (read, then ignored).
+MAX_BODY = 1024 * 1024
 # The last frame a dropped subscriber's connection carries (an SSE comment: parsers skip it).
 RESYNC_COMMENT = (
     b": resync: this subscriber fell behind and was dropped; reconnect with Last-Event-ID\n\n"
@@ -508,7 +510,19 @@ def _handler(
             if body:
                 # AG-UI clients POST a RunAgentInput; this stream serves one fixed run, so the
                 # body is read and ignored.
-                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                except ValueError:
+                    length = -1
+                if length < 0:
+                    self.send_error(HTTPStatus.BAD_REQUEST, "bad Content-Length")
+                    return
+                if length > MAX_BODY:
+                    self.send_error(
+                        HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                        f"a request body is at most {MAX_BODY} bytes",
+                    )
+                    return
                 if length:
                     self.rfile.read(length)
             if self.path.split("?")[0] not in EVENT_PATHS:
