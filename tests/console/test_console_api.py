@@ -5,6 +5,7 @@ loopback, never rate-limited)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +78,37 @@ def test_a_planners_token_at_the_login_is_any_wrong_credential(tmp_path: Path) -
         valid = http.post("/api/login", json={"credential": token})
         assert (valid.status_code, valid.json()) == (wrong.status_code, wrong.json()), valid.text
         assert "ci" not in valid.json()["message"] and "planner" not in valid.text
+
+
+def test_a_loopback_live_stream_says_when_its_session_ended_and_goes_on(host: Host) -> None:
+    """On loopback the live stream needs no session: one opened with a session that then ends
+    (a logout in another tab) says so once (`session`, `loopback: true`) and keeps streaming,
+    so the page can show the login again."""
+    with host.http() as http:
+        csrf = login(http)
+        with http.stream("GET", "/api/live") as live:
+            lines = live.iter_lines()
+            assert any(line == "event: activities" for line in lines)
+            with host.http() as other:
+                other.cookies.update(http.cookies)
+                out = other.post("/api/logout", json={}, headers={"X-CSRF-Token": csrf})
+                assert out.status_code == 200
+            said = None
+            deadline = time.monotonic() + 20  # devices frames come every second meanwhile
+            for line in lines:
+                assert time.monotonic() < deadline, "no session event within 20 s"
+                if said == "session":
+                    assert json.loads(line.removeprefix("data: ")) == {
+                        "logged_in": False,
+                        "loopback": True,
+                    }
+                    break
+                if line.startswith("event: "):
+                    said = line.removeprefix("event: ")
+            else:
+                pytest.fail("the stream ended without saying the session ended")
+            # It goes on: the next frames still come.
+            assert any(line.startswith("event: ") for line in lines)
 
 
 def test_state_changing_requests_need_the_session_csrf_json_and_this_origin(

@@ -835,6 +835,10 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
             )
             self.close_connection = True
             sid = self._sid()
+            # On loopback the stream needs no session; one it was opened with that ends (a
+            # logout elsewhere, its lifetime, a restart) is still said, once, so the page
+            # stops showing an operator logged in.
+            logged_in = sid is not None and console.sessions.get(sid) is not None
             stream = console.daemon.stream
             store = ActivityStore()
             sub = stream.subscribe() if stream is not None else None
@@ -895,6 +899,9 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                     if not policy.loopback and console.sessions.get(sid) is None:
                         write(_sse("session", {"logged_in": False}))
                         return
+                    if logged_in and console.sessions.get(sid) is None:
+                        logged_in = False
+                        write(_sse("session", {"logged_in": False, "loopback": True}))
                     now = time.monotonic()
                     if now >= next_parked:
                         next_parked = now + PARKED_EVERY_S

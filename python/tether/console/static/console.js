@@ -344,7 +344,13 @@ function connectLive() {
     }
     renderDevices();
   });
-  live.addEventListener("session", () => { live.close(); state.operator = null; state.csrf = null; showSession(); });
+  live.addEventListener("session", (e) => {
+    // The session ended (a logout elsewhere, its lifetime, a restart). On loopback the live
+    // state needs none: the stream goes on, and the page shows the login again.
+    const doc = JSON.parse(e.data || "{}");
+    if (!doc.loopback) live.close();
+    state.operator = null; state.csrf = null; showSession();
+  });
 }
 
 function tick() {
