@@ -530,18 +530,24 @@ def _until_progress(move: subprocess.Popen[str]) -> None:
     raise AssertionError("no progress before the move's output ended")
 
 
+def _interrupted(move: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGINT (Ctrl-C) to a `tether move` once its move reported progress; its output after
+    that, once it exited 130."""
+    try:
+        _until_progress(move)
+        move.send_signal(signal.SIGINT)
+        out, err = move.communicate(timeout=60)
+    finally:
+        move.kill()
+    assert move.returncode == 130, (out, err)
+    return out, err
+
+
 def test_a_move_whose_follower_is_interrupted_goes_on_and_says_so(tmp_path: Path) -> None:
     with emulator_process(tmp_path, speed_scale=1.0) as emu:  # real-time shafts: a long move
         config = serve_config(tmp_path, emu.path)
         with daemon(config):
-            move = _following(config, "followed")
-            try:
-                _until_progress(move)
-                move.send_signal(signal.SIGINT)
-                out, _err = move.communicate(timeout=60)
-            finally:
-                move.kill()
-            assert move.returncode == 130
+            out, _err = _interrupted(_following(config, "followed"))
             last = json.loads(out.strip().splitlines()[-1])
             assert (last["status"], last["reason"]) == ("pending", "interrupted"), last
             assert "goes on in tether serve" in last["error"]
@@ -643,14 +649,7 @@ def test_an_interrupted_standalone_move_ends_with_its_outcome_document(tmp_path:
     daemon; the same command then reconciles it."""
     with emulator_process(tmp_path, speed_scale=1.0) as emu:  # real-time shafts: a long move
         config = serve_config(tmp_path, emu.path)
-        move = _following(config, "cut")
-        try:
-            _until_progress(move)
-            move.send_signal(signal.SIGINT)
-            out, err = move.communicate(timeout=60)
-        finally:
-            move.kill()
-        assert move.returncode == 130, (out, err)
+        out, _err = _interrupted(_following(config, "cut"))
         last = json.loads(out.strip().splitlines()[-1])
         assert (last["status"], last["reason"]) == ("pending", "interrupted"), last
         assert last["key"].endswith("/cut") and "same command" in last["error"]

@@ -224,6 +224,17 @@ def moving(
     )
 
 
+def parked_mid_move(
+    control: rpc.RobotControlStub, op_id: str, secret: str = PLANNER
+) -> pb.Operation:
+    """A move stopped mid-motion: parked for an operator (its evidence: the stop)."""
+    moving(control, op_id, {"a": 1.4, "b": -1.4}, secret=secret)
+    control.Stop(pb.StopRequest(device="arm"), metadata=bearer(secret), timeout=10)
+    return wait_for(
+        control, op_id, lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR, secret=secret
+    )
+
+
 def abandon(control: rpc.RobotControlStub, target: str, revision: int) -> pb.Operation:
     """The operator abandons a parked operation over gRPC, naming its evidence revision."""
     return control.Resolve(  # type: ignore[no-any-return]

@@ -20,6 +20,7 @@ from _grpc_setup import (
     grpc_config,
     move,
     moving,
+    parked_mid_move,
     status_code,
     stub,
     tether,
@@ -528,18 +529,23 @@ def test_cancel_of_a_running_move_stops_it_and_names_the_planners_cancel(tmp_pat
             channel.close()
 
 
+def _killed_mid_move(config: Path, op_id: str) -> None:
+    """`tether serve` SIGKILLed while move `op_id` drives the arm (its servos go on)."""
+    with daemon(config) as (proc, ready):
+        channel, control = stub(ready["grpc"])
+        moving(control, op_id, {"a": 1.4, "b": -1.4})
+        proc.kill()
+        proc.wait()
+        channel.close()
+
+
 def test_cancel_of_a_move_a_killed_server_started_stops_no_other_move(tmp_path: Path) -> None:
     """A move started by a server that was SIGKILLed runs no more: its Cancel is NOT_RUNNING and
     stops nothing, while the robot moves for another operation, which ends as it would (no
     latch, no `cancelled_by_planner` on it)."""
     with emulator_process(tmp_path, speed_scale=1.0) as emu:
         config = grpc_config(tmp_path, emu.path)
-        with daemon(config) as (proc, ready):
-            channel, control = stub(ready["grpc"])
-            moving(control, "cut-short", {"a": 1.4, "b": -1.4})
-            proc.kill()
-            proc.wait()
-            channel.close()
+        _killed_mid_move(config, "cut-short")
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
             moving(control, "other", {"a": -1.4, "b": 1.4})
@@ -557,12 +563,7 @@ def test_cancel_of_a_move_a_killed_server_left_driving_stops_the_robot(tmp_path:
     no other move running, the move's Cancel stops and latches the robot."""
     with emulator_process(tmp_path, speed_scale=1.0) as emu:
         config = grpc_config(tmp_path, emu.path)
-        with daemon(config) as (proc, ready):
-            channel, control = stub(ready["grpc"])
-            moving(control, "left-driving", {"a": 1.4, "b": -1.4})
-            proc.kill()
-            proc.wait()
-            channel.close()
+        _killed_mid_move(config, "left-driving")
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
             answer = control.Cancel(
@@ -584,9 +585,7 @@ def test_a_parked_and_a_decided_operation_say_what_they_are_not_what_they_did(
         config = grpc_config(tmp_path, emu.path)
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
-            moving(control, "cut", {"a": 1.4, "b": -1.4})
-            control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=10)
-            parked = wait_for(control, "cut", lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
+            parked = parked_mid_move(control, "cut")
             assert parked.progress.phase == "unknown_awaiting_operator", parked.progress
             reached = parked.progress.fraction
             assert 0.0 < reached < 1.0, parked.progress
@@ -621,9 +620,7 @@ def test_cancel_of_an_operation_awaiting_an_operator_stops_nothing_and_names_res
         config = grpc_config(tmp_path, emu.path)
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
-            moving(control, "parked", {"a": 1.4, "b": -1.4})
-            control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=5)
-            parked = wait_for(control, "parked", lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
+            parked = parked_mid_move(control, "parked")
             frames = len(emu.journal())
             with pytest.raises(grpc.RpcError) as refused:
                 control.Cancel(pb.CancelRequest(operation_id="parked"), metadata=bearer())

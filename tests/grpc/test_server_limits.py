@@ -24,7 +24,7 @@ from _grpc_setup import (
     daemon,
     grpc_config,
     move,
-    moving,
+    parked_mid_move,
     serving,
     stub,
     wait_for,
@@ -288,15 +288,6 @@ def test_list_operations_pages_in_id_order_and_filters(
         assert "Reconcile needs planner" in (denied.details() or ""), denied.details()
 
 
-def _parked_mid_move(control: rpc.RobotControlStub, op_id: str, secret: str) -> pb.Operation:
-    """A move stopped mid-motion: parked for an operator (its evidence: the stop)."""
-    moving(control, op_id, {"a": 1.4, "b": -1.4}, secret=secret)
-    control.Stop(pb.StopRequest(device="arm"), metadata=bearer(secret), timeout=10)
-    return wait_for(
-        control, op_id, lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR, secret=secret
-    )
-
-
 def test_a_planners_reconcile_refreshes_its_own_operation_only(tmp_path: Path) -> None:
     second = "planner-token-5b2e-limits-second"
     with emulator_process(tmp_path, speed_scale=1.0) as emu:
@@ -305,10 +296,10 @@ def test_a_planners_reconcile_refreshes_its_own_operation_only(tmp_path: Path) -
         config.write_text(config.read_text().replace("[ports.bus]", principal + "[ports.bus]", 1))
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
-            mine = _parked_mid_move(control, "mine", PLANNER)
+            mine = parked_mid_move(control, "mine", PLANNER)
             resumed = operator(config, "resume", "arm", credential=OPERATOR)
             assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-            theirs = _parked_mid_move(control, "theirs", second)
+            theirs = parked_mid_move(control, "theirs", second)
             read = control.Reconcile(pb.ReconcileRequest(operation_id="mine"), metadata=bearer())
             assert read.evidence.revision > mine.evidence.revision  # the arm moved since
             # Read back again with nothing changed: the same revision, so a planner polling
