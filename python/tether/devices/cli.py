@@ -74,8 +74,11 @@ def _identity_line(robot: str, identity: dict[str, Any]) -> str:
     return f"{robot}: connected on {where}" + (f" ({servos})" if servos else "")
 
 
-#: How a state dir may be kept for `tether stop` to go on (with a warning) rather than refuse.
-_TOLERATED = ("insecure_directory", "foreign_directory", "symlinked_directory")
+#: How a state dir may be kept for `tether stop` to go on (with a warning) rather than refuse:
+#: one's own dir others may write to (a daemon of one's own may run on it, and an owner's
+#: socket is still trusted only by its uids). A dir another user owns, or a symlink, is the
+#: attack of a pre-created state dir: refused.
+_TOLERATED = ("insecure_directory",)
 
 
 def stop_main(argv: list[str]) -> int:
@@ -95,10 +98,10 @@ def stop_main(argv: list[str]) -> int:
         try:
             usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
         except TetherError as exc:
-            # A stop is never refused for how its state dir is kept (a daemon may run on it):
-            # said first, then the stop goes (an owner's socket is still trusted only by its
-            # owner's and peer's uid, and a latch that cannot be written there latches in
-            # memory, and its report says so). A state dir that is no dir holds no daemon.
+            # A stop is not refused for a state dir of one's own others may write to (a daemon
+            # may run on it): said first, then the stop goes (an owner's socket is still
+            # trusted only by its owner's and peer's uid, and a latch that cannot be written
+            # there latches in memory, and its report says so). Anything else is refused.
             code, message, _ = error_fields(exc)
             if code not in _TOLERATED:
                 raise
