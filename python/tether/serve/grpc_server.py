@@ -1175,15 +1175,7 @@ class RobotControl(rpc.RobotControlServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"{OPERATION_ID_RULE} (PRINCIPAL/OPERATION_ID names another principal's)",
             )
-        worlds = (
-            [world_for(owner, self.daemon.world_owner)]
-            if sep
-            else [
-                w
-                for w in self.daemon.host().ledger.worlds()
-                if w.startswith(WORLD_PREFIX) and owned_by(w, self.daemon.world_owner)
-            ]
-        )
+        worlds = [world_for(owner, self.daemon.world_owner)] if sep else list(self._worlds())
         hits = [f for w in worlds if (f := self._find(w, op_id)) is not None]
         if not hits:
             _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {_shown(target)!r} is not known")
@@ -1195,6 +1187,16 @@ class RobotControl(rpc.RobotControlServicer):
                 "send PRINCIPAL/OPERATION_ID",
             )
         return hits[0]
+
+    def _worlds(self) -> dict[str, str]:
+        """Every principal's world of this host's operations (`world_for`), to its principal."""
+        owner = self.daemon.world_owner
+        suffix = f"@{owner}" if owner else ""
+        return {
+            w: w[len(WORLD_PREFIX) : len(w) - len(suffix)]
+            for w in self.daemon.host().ledger.worlds()
+            if w.startswith(WORLD_PREFIX) and owned_by(w, owner)
+        }
 
     def _ListOperations(
         self, request: pb.ListOperationsRequest, context: grpc.ServicerContext
@@ -1208,14 +1210,7 @@ class RobotControl(rpc.RobotControlServicer):
         # A planner lists its own operations; a host-wide role (an operator, an observer)
         # every principal's, each named PRINCIPAL/OPERATION_ID as Get and Resolve take it.
         host_wide = principal.role != "planner"
-        if host_wide:
-            worlds = {
-                w: w[len(WORLD_PREFIX) :].rpartition("@")[0] if owner else w[len(WORLD_PREFIX) :]
-                for w in runtime.ledger.worlds()
-                if w.startswith(WORLD_PREFIX) and owned_by(w, owner)
-            }
-        else:
-            worlds = {world_for(principal.name, owner): ""}
+        worlds = self._worlds() if host_wide else {world_for(principal.name, owner): ""}
         named: dict[str, tuple[str, str]] = {}  # the id shown: (world, operation id)
         for world, who in worlds.items():
             try:
@@ -1269,10 +1264,10 @@ class RobotControl(rpc.RobotControlServicer):
             if request.device and op.device != request.device:
                 continue
             op.id = shown
-            if len(out) == size or (out and taken + op.ByteSize() > LIST_PAGE_BYTES):
+            taken += op.ByteSize()
+            if len(out) == size or (out and taken > LIST_PAGE_BYTES):
                 next_token = out[-1].id
                 break
-            taken += op.ByteSize()
             out.append(op)
         return pb.ListOperationsResponse(operations=out, next_page_token=next_token)
 
