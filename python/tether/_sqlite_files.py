@@ -99,10 +99,10 @@ def _text(head: bytes) -> bool:
     page, damaged or not, starts so."""
     try:
         text = head.decode("utf-8")
-    except UnicodeDecodeError:  # (a character cut at the end of the header reads so too)
-        text = head[:-3].decode("utf-8", errors="replace")
-        if "\ufffd" in text:
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not only a character cut short at the header's end
             return False
+        text = head[: exc.start].decode("utf-8")
     return all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
