@@ -143,6 +143,12 @@ function jointStateCell(report, name) {
   return `${j.state}${errors ? ` (${errors})` : ""}`;
 }
 
+function deviceUi(robot) {
+  let ui = state.deviceUi.get(robot);
+  if (!ui) state.deviceUi.set(robot, (ui = {}));
+  return ui;
+}
+
 function renderDevices() {
   const box = $("devices");
   box.replaceChildren();
@@ -169,8 +175,7 @@ function renderDevices() {
       el("tbody", {}, rows)));
     if (report) card.append(el("p", { class: "stop-report" },
       `last stop: ${report.ok ? "confirmed" : "NOT CONFIRMED"}; a stop latches: nothing moves on ${d.robot} until an operator resumes it.`));
-    const ui = state.deviceUi.get(d.robot) || {};
-    state.deviceUi.set(d.robot, ui);
+    const ui = deviceUi(d.robot);
     const supported = el("input", { type: "checkbox", class: "arm-supported", checked: ui.supported === true,
       onchange: (e) => { ui.supported = e.target.checked; } });
     card.append(el("div", { class: "actions" },
@@ -189,8 +194,7 @@ function renderDevices() {
 
 async function deviceAction(robot, action, extra, card) {
   const { ok, doc } = await api("POST", "/api/device", Object.assign({ robot, action }, extra));
-  const ui = state.deviceUi.get(robot) || {};
-  state.deviceUi.set(robot, ui);
+  const ui = deviceUi(robot);
   ui.result = ok ? `${action} done` + (doc.refreshed && doc.refreshed.length ? `: new evidence revision for ${doc.refreshed.map((r) => `${r.key} (revision ${r.revision})`).join(", ")}` : "")
     : `${doc.code}: ${doc.message}`;
   ui.bad = !ok;
