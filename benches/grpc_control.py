@@ -284,7 +284,12 @@ def part2(tmp: Path, url: str, stops: int, watches: int, rate: float) -> dict[st
         )  # fmt: skip
         assert flood.stdout is not None
         ready_line = flood.stdout.readline().split()
-        assert ready_line[0] == "ready", ready_line
+        if ready_line[:1] != ["ready"]:  # its traceback, if any, went to this stderr above
+            flood.kill()
+            raise SystemExit(
+                f"the flood process never got ready (exit {flood.wait()}, said {ready_line}):"
+                " its Executes or watches of the moves to hold failed"
+            )
         time.sleep(1.0)
         loaded = []
         for _ in range(stops):

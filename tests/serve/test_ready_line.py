@@ -36,3 +36,15 @@ def test_the_ready_line_says_which_robots_are_unavailable_and_what_is_off() -> N
     )
     assert "gRPC off" in words and "console off" in words and "live events off" in words
     assert "robot arm unavailable (open_failed: no port)" in words
+
+
+def test_status_words_name_the_same_listeners_as_the_ready_line() -> None:
+    from tether.serve.status import render
+
+    daemon = {k: v for k, v in _ready().items() if k not in ("ready", "unavailable")}
+    first = render({"daemon": daemon, "devices": [], "activities": {}, "parked": []})
+    first = first.splitlines()[0]
+    assert "gRPC 127.0.0.1:50051" in first and "console https://127.0.0.1:8443" in first
+    assert "live events ws://127.0.0.1:8766/live/<world>" in first and "AG-UI stream off" in first
+    off = render({"daemon": {**daemon, "grpc": None, "console": None}}).splitlines()[0]
+    assert "gRPC off" in off and "console off" in off

@@ -17,6 +17,7 @@ from tether._priority import quiet_heap, stop_priority
 from tether._proc import wait_for_signal
 from tether.errors import TetherError
 from tether.serve.daemon import Daemon
+from tether.serve.status import listener_words
 
 #: The codes `tether serve` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (
@@ -51,14 +52,9 @@ log = logging.getLogger("tether.serve")
 def ready_words(ready: dict[str, Any]) -> str:
     """The ready line on a terminal: this daemon's pid and host name, its control socket,
     every listener (or "off"), and each configured robot it could not connect."""
-    live = ready["live"] + "/<world>" if ready["live"] else "off"
-    listeners = (
-        f"AG-UI stream {ready['sse'] or 'off'}, live events {live}, "
-        f"gRPC {ready['grpc'] or 'off'}, console {ready['console'] or 'off'}"
-    )
     words = (
         f"tether serve: pid {ready['pid']}, host {ready['host_name']}, control socket "
-        f"{ready['socket']}; {listeners}"
+        f"{ready['socket']}; {listener_words(ready)}"
     )
     for robot, why in sorted(ready["unavailable"].items()):
         words += f"; robot {robot} unavailable ({why})"

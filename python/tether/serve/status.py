@@ -40,13 +40,21 @@ def _joint(name: str, j: dict[str, Any]) -> str:
     )
 
 
+def listener_words(record: dict[str, Any]) -> str:
+    """Every listener of a daemon's record (its ready line, `tether status`), or "off"."""
+    live = record["live"] + "/<world>" if record.get("live") else "off"
+    return (
+        f"AG-UI stream {record.get('sse') or 'off'}, live events {live}, "
+        f"gRPC {record.get('grpc') or 'off'}, console {record.get('console') or 'off'}"
+    )
+
+
 def render(doc: dict[str, Any]) -> str:
     """The status for a person (SI units, decoded errors)."""
     daemon = doc.get("daemon") or {}
     lines = [
         f"tether serve pid {daemon.get('pid')}: data dir {daemon.get('data_dir')}, "
-        f"AG-UI stream {daemon.get('sse') or 'off'}, "
-        f"live events {daemon['live'] + '/<world>' if daemon.get('live') else 'off'}"
+        + listener_words(daemon)
     ]
     for dev in doc.get("devices") or []:
         latched = ""
