@@ -115,3 +115,62 @@ def test_an_empty_path_is_refused_never_the_current_directory(tmp_path: Path) ->
     )
     assert done.returncode == 2 and "empty_value" in done.stderr, done.stderr
     assert not list(Path.cwd().glob("latches")), "nothing was made in the current directory"
+
+
+def test_relative_state_and_data_dirs_are_taken_from_the_config_file_not_the_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop latched from one working directory must hold for a move started from another:
+    a relative `state_dir` or `data_dir` is the configuration file's directory's."""
+    from tether.devices.config import load_config
+    from tether.serve.config import data_dir_for, load_serve
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    path = conf / "host.toml"
+    path.write_text(
+        '[host]\nstate_dir = "state"\n[serve]\ndata_dir = "../moves"\n'
+        'families = ["tether.serve.families:sim_families"]\n'
+    )
+    seen = set()
+    for cwd in (conf, tmp_path, Path("/")):
+        monkeypatch.chdir(cwd)
+        for given in (path, path.relative_to(cwd) if cwd != Path("/") else path):
+            config = load_config(given)
+            serve = load_serve(given, state_dir=config.state_dir, robots=0)
+            seen.add((config.state_dir, serve.data_dir, data_dir_for(config)))
+    assert seen == {(conf / "state", conf / ".." / "moves", conf / ".." / "moves")}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\xff\xfe[host]\n", "[host]\n# caf\u00e9\n".encode("latin-1"), "[host]\n".encode("utf-16")],
+)
+def test_a_config_that_is_not_utf8_is_one_line_naming_the_file(tmp_path: Path, data: bytes) -> None:
+    config = tmp_path / "host.toml"
+    config.write_bytes(data)
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "stop", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "bad_toml" in done.stderr and str(config) in done.stderr and "UTF-8" in done.stderr
+
+
+def test_a_config_error_names_the_file(tmp_path: Path) -> None:
+    from tether.devices.config import load_config
+    from tether.serve.config import load_serve
+
+    config = tmp_path / "lab-arm.toml"
+    config.write_text('[host]\nstate_dirr = "/x"\n')
+    with pytest.raises(HostConfigError) as info:
+        load_config(config)
+    assert info.value.code == "unknown_key" and info.value.message.startswith(f"{config}: ")
+    assert info.value.details["file"] == str(config) and str(info.value).count(str(config)) == 1
+    config.write_text("[serve]\nworkerz = 2\n")
+    with pytest.raises(HostConfigError) as info:
+        load_serve(config, state_dir=tmp_path, robots=0)
+    assert info.value.message.startswith(f"{config}: serve: unknown key")

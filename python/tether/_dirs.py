@@ -16,9 +16,9 @@ Rules (every directory `usable_dir` returns is private to the caller's uid):
 - Every ancestor must be owned by root or the caller, and not writable by others unless it is
   sticky (like `/tmp`): otherwise its owner could rename the directory away and put another in
   its place (`insecure_directory`, the ancestor named).
-- The default state dir (`default_state_dir`) is never a guessable shared `/tmp` path:
-  `$XDG_RUNTIME_DIR/tether` when that is a private directory of the caller, else
-  `$XDG_STATE_HOME/tether` (default `~/.local/state/tether`).
+- The default state dir (`default_state_dir`) is `~/.local/state/tether`: never a guessable
+  shared `/tmp` path, the same for every process of the user whatever its environment, and
+  kept across a logout or a reboot (it holds the stop latches).
 """
 
 from __future__ import annotations
@@ -62,31 +62,16 @@ def _home() -> Path:
     return Path(pwd.getpwuid(os.geteuid()).pw_dir)
 
 
-def _is_private_dir(path: str) -> bool:
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return (
-        stat.S_ISDIR(info.st_mode)
-        and info.st_uid == os.geteuid()
-        and not stat.S_IMODE(info.st_mode) & 0o077
-    )
-
-
 def default_state_dir() -> Path:
-    """Where a host keeps its locks, control sockets and latches when `host.state_dir` is unset.
+    """Where a host keeps its locks, control sockets and latches when `host.state_dir` is unset:
+    `~/.local/state/tether` (`$HOME` when it is absolute, else the user's home in the password
+    database). Never a shared `/tmp` name another local user could create first.
 
-    `$XDG_RUNTIME_DIR/tether` only when `XDG_RUNTIME_DIR` is an absolute path to a 0700
-    directory of the caller (as the XDG spec requires of it), else under the caller's home:
-    `$XDG_STATE_HOME/tether`, default `~/.local/state/tether`. Never a shared `/tmp` name
-    another local user could create first."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime) and _is_private_dir(runtime):
-        return Path(runtime) / "tether"
-    state_home = os.environ.get("XDG_STATE_HOME")
-    if state_home and os.path.isabs(state_home):
-        return Path(state_home) / "tether"
+    No environment variable but `HOME` moves it, because every process of the user must find
+    the same latches: a robot stopped from a login shell (which sets `XDG_RUNTIME_DIR`, say)
+    must stay stopped for a service or a cron job that does not set it. Nor is it under
+    `$XDG_RUNTIME_DIR`, which is emptied at the user's last logout and at every boot: a stop
+    latch holds until an operator resumes the robot."""
     return _home() / ".local" / "state" / "tether"
 
 

@@ -1,7 +1,7 @@
 """`tether.client`: talk to a running `tether serve` from another process (same uid).
 
     from tether.client import Client
-    client = Client(config="host.toml")          # or Client(state_dir="/run/tether")
+    client = Client(config="host.toml")          # or Client(state_dir="/var/lib/tether")
     view = client.submit(None, "move-1", "physical_ai.robot_move.absolute",  # its default world
                          {"robot": "arm", "targets": {"a": 0.5}})
     for view in client.watch(view["key"], timeout=60):

@@ -7,7 +7,7 @@ and validates its own port and joint keys and builds the robot configuration its
 
 ```toml
 [host]
-state_dir = "/run/tether"              # identity locks, control sockets, stop latches
+state_dir = "/var/lib/tether"              # identity locks, control sockets, stop latches
 
 [operators.alice]                      # `tether operator hash --name alice` prints this table
 credential = "$argon2id$v=19$m=65536,t=3,p=4$LyzAADDajCkQAo1ryr085g$wKvlE51/7tBJ08o6kaCwtktilmssZKMiIYr11PHdg24"
@@ -382,7 +382,7 @@ def parse_config(
         )
     doc = Table(raw, "", TOP_KEYS)
     host = doc.table("host", HOST_KEYS)
-    state_dir = Path(host.path("state_dir", str(default_state_dir())))
+    state_dir = config_relative(path, host.path("state_dir", str(default_state_dir())))
     operators = _operators(doc)
     planners = _planners(doc, operators)
     tls = _tls(doc, path)
@@ -412,11 +412,52 @@ def load_config(
     factory: type[C] = HostConfig,  # type: ignore[assignment]
 ) -> C:
     p = Path(path)
+    text = read_config_text(p)
     try:
-        text = p.read_text(encoding="utf-8")
+        return parse_config(text, p, factory=factory)
+    except HostConfigError as exc:
+        raise in_file(exc, p) from None
+
+
+def config_relative(path: Path, value: str) -> Path:
+    """A path setting of the configuration at `path`: `~` expanded, and a relative one taken
+    from the configuration file's directory (as `[tls]` paths are), never from the working
+    directory: each command that reads the file must find the same state (a stop latch made
+    from one directory must hold for a move started from another)."""
+    given = Path(value).expanduser()
+    if given.is_absolute():
+        return given
+    base = Path.cwd() if path.name == "<memory>" else path.absolute().parent
+    return base / given
+
+
+def read_config_text(p: Path) -> str:
+    """The text of the configuration file `p`: `unreadable` when it cannot be read, `bad_toml`
+    when it is not UTF-8 (TOML is UTF-8 only), each naming the file."""
+    try:
+        data = p.read_bytes()
     except OSError as exc:
-        raise config_error("unreadable", f"{p}: {exc.strerror}") from exc
-    return parse_config(text, p, factory=factory)
+        raise config_error("unreadable", f"{p}: {exc.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise config_error(
+            "bad_toml",
+            f"{p}: not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}): TOML files are"
+            " UTF-8; save it as UTF-8",
+        ) from None
+
+
+def in_file(exc: HostConfigError, p: Path) -> HostConfigError:
+    """`exc`, its message naming the configuration file first (once) and its details the file
+    (`file`): a person with several host files sees which one is wrong."""
+    where = str(p)
+    if not exc.message.startswith(where + ":"):
+        exc.message = f"{where}: {exc.message}"
+        exc.args = (exc.code, exc.message)
+    exc.details.setdefault("file", where)
+    return exc
 
 
 #: The environment variable naming the host configuration file for processes given no
@@ -432,8 +473,11 @@ __all__ = [
     "JointSpec",
     "RobotSpec",
     "config_error",
+    "config_relative",
     "default_state_dir",
     "did_you_mean",
+    "in_file",
     "load_config",
     "parse_config",
+    "read_config_text",
 ]

@@ -35,7 +35,6 @@ import selectors
 import socket
 import stat
 import struct
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -74,16 +73,15 @@ _log = logging.getLogger("tether.control")
 
 
 def socket_path_for(path: Path) -> str:
-    """`path`, or a short stand-in when `path` is too long to bind: under `$XDG_RUNTIME_DIR`
-    when that is set, else in `<tmp>/tether-<uid>/`, a private directory `ControlServer`
-    refuses when another user created it first."""
+    """`path`, or a short stand-in when `path` is too long to bind: in `/tmp/tether-<uid>/`, a
+    private directory `ControlServer` refuses when another user created it first. No
+    environment variable (`TMPDIR`, `XDG_RUNTIME_DIR`) moves it: a daemon started by a service
+    and a `tether stop` from a login shell must name the same socket."""
     text = str(path)
     if len(text.encode()) <= _MAX_SOCKET_PATH:
         return text
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime and os.path.isabs(runtime) else Path(tempfile.gettempdir())
-    return str(base / f"tether-{os.geteuid()}" / f"{digest}.sock")
+    return str(Path("/tmp") / f"tether-{os.geteuid()}" / f"{digest}.sock")
 
 
 def daemon_socket(state_dir: Path) -> str:

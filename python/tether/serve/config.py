@@ -48,6 +48,7 @@ from tether._config import HostConfigError, Table
 from tether._listen import parse_address
 from tether.activities import MAX_LEASE_MS
 from tether.console.config import CONSOLE_KEYS, ConsoleConfig, parse_console
+from tether.devices.config import config_relative, in_file, read_config_text
 from tether.serve.live_mount import DEFAULT_LIVE, LIVE_CODES, LIVE_KEYS, parse_live
 
 SERVE_KEYS: Final = (
@@ -139,10 +140,13 @@ def parse_grpc(text: str, where: str = "serve.grpc") -> tuple[str, int] | None:
     return parse_address(text, where=where, code="bad_grpc", example="127.0.0.1:50051")
 
 
-def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
-    """The `[serve]` table (`raw`, absent: every default) of a config with `robots` robots."""
+def parse_serve(
+    raw: Any, *, state_dir: Path, robots: int, path: Path = Path("<memory>")
+) -> ServeConfig:
+    """The `[serve]` table (`raw`, absent: every default) of the config at `path` with `robots`
+    robots (a relative `data_dir` is taken from that file's directory)."""
     table = Table(raw if raw is not None else {}, "serve", SERVE_KEYS)
-    data_dir = Path(table.path("data_dir", str(state_dir / "moves")))
+    data_dir = config_relative(path, table.path("data_dir", str(state_dir / "moves")))
     workers = table.integer("workers", max(2, robots))
     if not 0 <= workers <= 64:
         raise _error("bad_workers", f"serve.workers {workers} is not 0..64")
@@ -193,8 +197,12 @@ def parse_serve(raw: Any, *, state_dir: Path, robots: int) -> ServeConfig:
 
 def load_serve(path: str | os.PathLike[str], *, state_dir: Path, robots: int) -> ServeConfig:
     """The `[serve]` table of the host configuration at `path` (already validated otherwise)."""
-    raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    return parse_serve(raw.get("serve"), state_dir=state_dir, robots=robots)
+    p = Path(path)
+    raw = tomllib.loads(read_config_text(p))
+    try:
+        return parse_serve(raw.get("serve"), state_dir=state_dir, robots=robots, path=p)
+    except HostConfigError as exc:
+        raise in_file(exc, p) from None
 
 
 def _serve_table(config: Any) -> Table:
@@ -208,7 +216,8 @@ def _serve_table(config: Any) -> Table:
 def data_dir_for(config: Any) -> Path:
     """The Host data dir of a host configuration: `[serve] data_dir`, else `<state_dir>/moves`
     (what `tether move` and `tether operator` use with no daemon, and the daemon's default)."""
-    return Path(_serve_table(config).path("data_dir", str(Path(config.state_dir) / "moves")))
+    given = _serve_table(config).path("data_dir", str(Path(config.state_dir) / "moves"))
+    return config_relative(Path(config.path), given)
 
 
 def host_name_for(config: Any) -> str:
