@@ -663,3 +663,38 @@ def test_an_interrupted_standalone_move_ends_with_its_outcome_document(tmp_path:
         )
         final = json.loads(again.stdout.strip().splitlines()[-1])
         assert final["key"] == last["key"] and final["status"] != "pending", final
+
+
+def test_a_mistake_in_the_host_file_does_not_keep_the_daemon_from_stopping_its_robots(
+    tmp_path: Path,
+) -> None:
+    """`tether stop` with a host file the configuration refuses (a misspelled speed) still
+    stops every robot through the running daemon, which uses the configuration it loaded, and
+    says what is wrong first; with no daemon, nothing is sent (exit 2)."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        _stop_with_a_typo(tmp_path, emu)
+
+
+def _stop_with_a_typo(tmp_path: Path, emu: EmulatorProcess) -> None:
+    config = serve_config(tmp_path, emu.path)
+    typo = tmp_path / "typo.toml"
+    typo.write_text(config.read_text().replace("speed = ", "sped = ", 1))
+    assert "sped = " in typo.read_text()
+    refused = tether("stop", "--config", str(typo))
+    assert refused.returncode == 2 and "unknown_key" in refused.stderr, refused.stderr
+    assert effectful(emu.journal()) == [], "no daemon: nothing is sent"
+    client = Client(config=config)
+    with daemon(config):
+        view = _moving(client, "typo-stop", {"a": 1.2, "b": -1.2})
+        done = tether("stop", "--config", str(typo), "--json")
+        assert done.returncode == 0, done.stderr
+        warning = done.stderr.strip().splitlines()
+        assert (
+            len(warning) == 1 and "warning: unknown_key" in warning[0] and str(typo) in warning[0]
+        )
+        reports = json.loads(done.stdout)
+        assert [(r["robot"], r["ok"], r["via"]) for r in reports] == [("arm", True, "owner")]
+        parked = watch_until(client, view["key"], ("awaiting_decision",), 60)
+        assert parked["reason"] == "stopped_by_operator", parked
+        words = tether("stop", "--config", str(typo), "--robot", "nosuch")
+        assert words.returncode == 1 and "nosuch" in words.stdout, words

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tomllib
+from pathlib import Path
 from typing import Any
 
 from tether import _exit
 from tether._args import Parser, error_fields, error_line, want_json
-from tether._dirs import usable_dir
-from tether.devices.config import HostConfig, load_config
+from tether._config import HostConfigError, Table
+from tether._dirs import default_state_dir, usable_dir
+from tether.devices.config import (
+    HOST_KEYS,
+    HostConfig,
+    config_relative,
+    load_config,
+    read_config_text,
+)
+from tether.devices.control import daemon_socket, send_request
 from tether.devices.host import DeviceHost, stop_everything
 from tether.errors import TetherError
 
@@ -30,7 +41,9 @@ A stop is latched: a move in progress sends nothing more, and nothing moves on t
 an operator runs `tether operator resume ROBOT`.
 
 exit codes: 0 every joint is in its policy's state; 1 some joint is not, or a robot could not
-be reached; 2 usage or configuration error (nothing was sent). See `tether --help`."""
+be reached; 2 usage or configuration error (nothing was sent). A configuration error while
+`tether serve` runs on the file's state dir is a warning: every robot is stopped through that
+daemon, with the configuration it loaded. See `tether --help`."""
 
 
 def _joint_line(joint: dict[str, Any], width: int) -> str:
@@ -81,6 +94,37 @@ def _identity_line(robot: str, identity: dict[str, Any]) -> str:
 _TOLERATED = ("insecure_directory",)
 
 
+def _stop_through_daemon(path: Path, robots: list[str] | None) -> list[dict[str, Any]] | None:
+    """`tether stop` with a host file the configuration refused: the reports of a stop through
+    the `tether serve` of its state dir, or None (nothing sent) when that cannot be found for
+    certain: the file is unreadable or not TOML, its `[host]` table is itself wrong, or no
+    daemon's socket is there. The robots are the ones named, else every `[robots]` table's
+    name; the daemon refuses a name it does not serve, in that robot's report."""
+    try:
+        raw = tomllib.loads(read_config_text(path))
+        host = Table(raw.get("host", {}), "host", HOST_KEYS)
+        state_dir = config_relative(path, host.path("state_dir", str(default_state_dir())))
+    except (HostConfigError, tomllib.TOMLDecodeError):
+        return None
+    names = robots
+    if names is None and isinstance(raw.get("robots"), dict):
+        names = sorted(raw["robots"])
+    socket_path = daemon_socket(state_dir)
+    if not names or not os.path.exists(socket_path):
+        return None
+    reports: list[dict[str, Any]] = []
+    for name in names:
+        try:
+            for report in send_request(socket_path, {"op": "stop", "robot": name}):
+                reports.append({**report, "via": "owner"})
+        except TetherError as exc:
+            code, message, _ = error_fields(exc)
+            failed = f"{code}: {message}"
+            reports.append({"robot": name, "policy": "unknown", "ok": False, "error": failed})
+            reports[-1].update(joints=[], via=None)
+    return reports
+
+
 def stop_main(argv: list[str]) -> int:
     parser = Parser(
         prog="tether stop",
@@ -93,8 +137,25 @@ def stop_main(argv: list[str]) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")
     args = parser.parse_args(argv)
+    # A robot named twice is stopped once (a stop is never refused for how it was asked).
+    robots = list(dict.fromkeys(args.robot)) if args.robot else None
     try:
-        config: HostConfig[Any] = load_config(args.config)
+        try:
+            config: HostConfig[Any] = load_config(args.config)
+        except HostConfigError as exc:
+            # A mistake in the file must not keep a running daemon from stopping its robots:
+            # it stops them with the configuration it loaded. Without one, nothing is sent.
+            fallback = _stop_through_daemon(Path(args.config), robots)
+            if fallback is None:
+                raise
+            code, message, _ = error_fields(exc)
+            print(
+                f"tether stop: warning: {code}: {message}; stopping through the running"
+                " daemon, with the configuration it loaded",
+                file=sys.stderr,
+            )
+            print(json.dumps(fallback, indent=2) if args.json else render_stop(fallback))
+            return EXIT_STOPPED if all(r.get("ok") for r in fallback) else EXIT_NOT_STOPPED
         try:
             usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
         except TetherError as exc:
@@ -106,8 +167,6 @@ def stop_main(argv: list[str]) -> int:
             if code not in _TOLERATED:
                 raise
             print(f"tether stop: warning: {code}: {message}; stopping anyway", file=sys.stderr)
-        # A robot named twice is stopped once (a stop is never refused for how it was asked).
-        robots = list(dict.fromkeys(args.robot)) if args.robot else None
         reports = stop_everything(config, robots)
     except TetherError as exc:
         error_line("tether stop", exc)
