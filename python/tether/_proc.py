@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 _PR_SET_PDEATHSIG = 1
 _PROC = Path("/proc")
@@ -26,6 +28,65 @@ def wait_for_signal(event: threading.Event, *, also: Callable[[], bool] | None =
     timeout (the process would run on, deaf to it, until something else woke it)."""
     while not event.wait(SIGNAL_POLL_S) and not (also is not None and also()):
         pass
+
+
+#: How long a process shutting down waits for its workers, streams and stores once its devices
+#: are safe-stopped, before it exits without them (s): a database that stopped answering (a
+#: frozen server answers no statement and no timeout of its own runs) must not keep a stopped
+#: daemon or worker alive. `TETHER_SHUTDOWN_BOUND_S` sets another bound (> 0).
+SHUTDOWN_BOUND_S = 30.0
+SHUTDOWN_BOUND_ENV = "TETHER_SHUTDOWN_BOUND_S"
+
+
+def shutdown_bound_s() -> float:
+    """`SHUTDOWN_BOUND_S`, or `$TETHER_SHUTDOWN_BOUND_S` when that is a number > 0."""
+    try:
+        value = float(os.environ.get(SHUTDOWN_BOUND_ENV, ""))
+    except ValueError:
+        return SHUTDOWN_BOUND_S
+    return value if 0 < value < float("inf") else SHUTDOWN_BOUND_S
+
+
+def close_within(
+    close: Callable[[], object], bound_s: float, *, first: threading.Event | None = None
+) -> bool:
+    """Run `close` on a thread of its own and wait for it: without a bound until `first` is set
+    (what must finish whatever it takes: a device's safe stop, itself bounded by its port's
+    timeouts), then at most `bound_s` more. Whether `close` finished; an exception it raised
+    is raised here."""
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            close()
+        except BaseException as exc:
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="tether-close", daemon=True).start()
+    while first is not None and not first.is_set() and not done.wait(SIGNAL_POLL_S):
+        pass
+    finished = done.wait(bound_s)
+    if failed:
+        raise failed[0]
+    return finished
+
+
+def abandon_shutdown(command: str, bound_s: float) -> NoReturn:
+    """Exit now (status 1) without waiting any longer for a shutdown `close_within` gave up
+    on, after saying so in one line: its devices were safe-stopped first, and an attempt it
+    cut short is reconciled by its next claim (its lease lapses)."""
+    message = (
+        f"{command}: shutdown_stalled: the workers or stores did not finish within {bound_s:g} s"
+        " of the devices' safe stop (a database that stopped answering?); exiting without them:"
+        " an attempt cut short is reconciled by its next claim"
+    )
+    logging.getLogger("tether.shutdown").error(message)
+    print(message, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(1)
 
 
 def boot_id() -> str:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from tether import _exit
 from tether.activities import Catalog
@@ -156,3 +157,98 @@ def test_serve_and_db_on_a_wrong_password_are_a_refused_login(
         if argv[0] == "db":  # a refused login is no unreachable server, in its class either
             assert doc["error"] == "DatabaseError", doc
         assert "nope-nope-2" not in done.stdout + done.stderr
+
+
+def _cluster_pids(c: ThrowawayCluster) -> list[int]:
+    """The postmaster of `c` and every process it started (its backends and helpers)."""
+    assert c.dir is not None
+    postmaster = int((c.dir / "data" / "postmaster.pid").read_text().split()[0])
+    pids = [postmaster]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == postmaster:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_a_process_stopped_while_its_database_is_frozen_exits_within_its_bound(
+    tmp_path: Path, command: str
+) -> None:
+    """A frozen server answers no statement and runs none of its own timeouts: a worker or a
+    daemon whose threads wait on it is still stopped by SIGTERM, after
+    `TETHER_SHUTDOWN_BOUND_S`, in one line and exit 1 (before, it stayed alive until the
+    server was thawed)."""
+    if pg_bin_dir() is None and os.geteuid() != 0:
+        pytest.skip("no PostgreSQL binaries and not root to install them")
+    with ThrowawayCluster() as c:
+        env = {**os.environ, "TETHER_SHUTDOWN_BOUND_S": "2"}
+        env.pop("PGPASSWORD", None)
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", "db", "upgrade", c.url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+        if command == "worker":
+            argv = [sys.executable, "-m", "tether", "worker", str(tmp_path / "data")]
+            argv += ["--families", "tether.families.sim.adapter:worker_families"]
+            argv += ["--catalog", c.url, "--world", c.url, "--workers", "2"]
+            argv += ["--fallback-poll-s", "1"]
+        else:
+            config = tmp_path / "host.toml"
+            config.write_text(
+                f'[host]\nstate_dir = "{tmp_path / "state"}"\n[serve]\nsse = "off"\n'
+                f'console = "off"\nlive = "off"\ncatalog = "{c.url}"\nworld = "{c.url}"\n'
+                'families = ["tether.serve.families:sim_families"]\n'
+            )
+            argv = [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"]
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        frozen: list[int] = []
+        try:
+            assert proc.stderr is not None and proc.stdout is not None
+            if command == "worker":
+                line = proc.stderr.readline()
+                assert "tether worker ready" in line, line + proc.stderr.read()
+            else:
+                line = proc.stdout.readline()
+                assert '"ready": true' in line, line + proc.stderr.read()
+            with psycopg.connect(c.url, autocommit=True) as conn:
+                deadline = time.monotonic() + 60
+                while True:  # its doorbell and each worker are connected, idle
+                    n = conn.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = 'test'"
+                        " AND pid != pg_backend_pid()"
+                    ).fetchone()
+                    if n is not None and n[0] >= 4:
+                        break
+                    assert time.monotonic() < deadline and proc.poll() is None, n
+                    time.sleep(0.1)
+            time.sleep(0.5)
+            frozen = _cluster_pids(c)
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(2.5)  # each worker's next claim (the fallback poll) waits on it
+            start = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=30)
+            took = time.monotonic() - start
+            said = proc.stderr.read()
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        assert rc == 1 and took < 15, (rc, took, said)
+        assert f"tether {command}: shutdown_stalled:" in said and "Traceback" not in said, said

@@ -38,7 +38,7 @@ from tether import _exit
 from tether._args import Parser, error_line, refuse_empty_urls
 from tether._dirs import DataDirError, usable_dir
 from tether._priority import quiet_heap
-from tether._proc import wait_for_signal
+from tether._proc import abandon_shutdown, close_within, shutdown_bound_s, wait_for_signal
 from tether.activities import MAX_LEASE_MS, Catalog, ResultRef
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.devices.config import CONFIG_ENV
@@ -67,7 +67,8 @@ FamiliesFactory = Callable[[Path], Sequence[Family]]
 #: The codes `tether worker` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (_exit.OK, _exit.FAILED, _exit.USAGE, _exit.STORE_UNUSABLE, _exit.UNAVAILABLE)
 _EPILOG = (
-    "exit codes: 0 stopped on a signal; 1 the server refuses the login (`login_refused`), "
+    "exit codes: 0 stopped on a signal; 1 its workers or stores did not close within the "
+    "shutdown bound (`shutdown_stalled`), the server refuses the login (`login_refused`), "
     "the catalog's clock (`clock_unavailable`) or the schema (`schema_denied`); 2 usage, the "
     "families, a data dir another user could control, a bad store URL or a database or schema "
     "the server does not have (`bad_url`, `no_such_database`, `no_such_schema`), the catalog "
@@ -105,8 +106,11 @@ def run_workers(
     emit: Callable[[ProgressEvent], None] | None = None,
     catalog_url: str | None = None,
     host: str | None = None,
+    close_bound_s: float | None = None,
 ) -> None:
-    """Run `workers` worker threads until `stop` is set; return after they finish.
+    """Run `workers` worker threads until `stop` is set; return after they finish (with
+    `close_bound_s`, raise `ShutdownStalled` when they, the doorbell, the catalog and the
+    artifact store are not closed within that long: a store that stopped answering).
 
     Idle workers wake when an Activity becomes claimable: a commit in any process sharing the
     catalog rings its doorbell (the data directory's, or LISTEN/NOTIFY on PostgreSQL), and
@@ -135,13 +139,28 @@ def run_workers(
         host=host,
     )
     pool.start(workers)
-    try:
-        wait_for_signal(stop)  # a signal handler sets it; then every idle worker is woken
-    finally:
+
+    def close() -> None:
         pool.close()
         wakeup.close()
         catalog.close()
         artifacts.close()
+
+    try:
+        wait_for_signal(stop)  # a signal handler sets it; then every idle worker is woken
+    finally:
+        if close_bound_s is None:
+            close()
+        elif not close_within(close, close_bound_s):
+            raise ShutdownStalled(close_bound_s)
+
+
+class ShutdownStalled(Exception):
+    """`run_workers` gave up waiting for its workers and stores to close (`close_bound_s`)."""
+
+    def __init__(self, bound_s: float) -> None:
+        super().__init__(f"not closed within {bound_s:g} s")
+        self.bound_s = bound_s
 
 
 def result_summary(result: ResultRef) -> dict[str, Any]:
@@ -400,6 +419,18 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    bound = shutdown_bound_s()
+    try:
+        return _serve_workers(args, families, stop, bound)
+    except ShutdownStalled as exc:
+        abandon_shutdown("tether worker", exc.bound_s)
+
+
+def _serve_workers(
+    args: Any, families: Sequence[Family], stop: threading.Event, bound: float
+) -> int:
+    """`tether worker` once its arguments are checked: the workers (and the AG-UI stream when
+    asked) until `stop` is set."""
     if args.sse_port is None:
         run_workers(
             args.data_dir,
@@ -410,6 +441,7 @@ def main(argv: list[str]) -> int:
             stop=stop,
             catalog_url=args.catalog,
             host=args.host,
+            close_bound_s=bound,
         )
         return _exit.OK
     stream = RunStream("tether-worker", f"run-{uuid.uuid4().hex[:12]}", StoreState())
@@ -434,6 +466,7 @@ def main(argv: list[str]) -> int:
             emit=live.progress,
             catalog_url=args.catalog,
             host=args.host,
+            close_bound_s=bound,
         )
         stream.finish()
     finally:

@@ -14,7 +14,7 @@ from typing import Any
 from tether import _exit, _log
 from tether._args import Parser, error_line, refuse_empty_urls, want_json
 from tether._priority import quiet_heap, stop_priority
-from tether._proc import wait_for_signal
+from tether._proc import abandon_shutdown, close_within, shutdown_bound_s, wait_for_signal
 from tether.errors import TetherError
 from tether.serve.daemon import Daemon
 from tether.serve.status import listener_words
@@ -36,7 +36,8 @@ dir, serves the AG-UI stream and the live-event WebSocket (<live>/<world>; loopb
 SIGTERM or SIGINT every robot gets its safe-stop policy, then it exits 0. Prints one line when
 ready (JSON off a TTY); logs go to stderr.
 
-exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first), a store's server
+exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first), workers or stores that
+did not close within the shutdown bound of the safe stop (`shutdown_stalled`), a store's server
 refused the login (`login_refused`); 2 usage or configuration (an unknown [serve] key; a
 stream, console, gRPC or live address off loopback without [tls]: `insecure_listener`; a store
 URL: `bad_url`, `no_such_database`; the catalog and the world ledger in one SQLite file:
@@ -146,5 +147,7 @@ def main(argv: list[str]) -> int:
         log.exception("fatal error: safe-stopping every device")
         raise
     finally:
-        daemon.close()
+        bound = shutdown_bound_s()
+        if not close_within(daemon.close, bound, first=daemon.safe_stopped):
+            abandon_shutdown("tether serve", bound)
     return _exit.OK

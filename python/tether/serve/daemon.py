@@ -320,6 +320,9 @@ class Daemon:
         self._seq = 0
         self._progress: OrderedDict[ActivityKey, tuple[int, dict[str, Any]]] = OrderedDict()
         self._closed = False
+        #: Set once `close` safe-stopped every device (or found none), before it waits for the
+        #: workers, streams and stores (`tether serve` bounds that wait: `close_within`).
+        self.safe_stopped = threading.Event()
         self.grpc: Any = None  # the RobotControl server (`[serve] grpc`, tether.serve.grpc_server)
         #: Session heartbeats (`tether.serve.sessions`), in memory; watched from `start()`.
         self.sessions = Sessions(
@@ -568,6 +571,7 @@ class Daemon:
                 for report in reports:
                     log.info("safe stop", extra={"report": report})
         finally:
+            self.safe_stopped.set()
             try:
                 if self.live is not None:
                     self.live.shutdown()
