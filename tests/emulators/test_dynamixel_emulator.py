@@ -4,6 +4,7 @@ control-table rules and the `tether emulate dynamixel` process."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -263,6 +264,38 @@ def test_emulate_command_serves_a_pty_and_a_control_socket(tmp_path: Path) -> No
             ]
         finally:
             proc.terminate()
+    assert proc.returncode == 0  # SIGTERM ends it as Ctrl-C does: its link and socket go
+    assert not os.path.lexists(link) and not os.path.lexists(control)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--model", "-5"],
+        ["--model", "99999999"],
+        ["--speed-scale", "0"],
+        ["--speed-scale", "-1"],
+        ["--speed-scale", "nan"],
+        ["--link", "{tmp}/precious.txt"],
+        ["--link", "{tmp}/no/such/dir/tty"],
+        ["--control", "{tmp}/precious.txt"],
+    ],
+)
+def test_emulate_refuses_bad_options_in_one_line_and_keeps_what_is_there(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    precious = tmp_path / "precious.txt"
+    precious.write_text("kept\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "emulate", "dynamixel", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and argv[0] in done.stderr, done.stderr
+    assert precious.read_text() == "kept\n" and not precious.is_symlink()
 
 
 def test_emulate_rejects_bad_ids() -> None:

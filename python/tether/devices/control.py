@@ -131,6 +131,8 @@ class ControlServer:
         }
         usable_dir(Path(path).parent, what="the control socket's directory")
         if os.path.lexists(path):
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):  # never someone's file or link
+                raise FileExistsError(errno.EEXIST, "exists and is not a socket", path)
             os.unlink(path)  # a socket left by a dead owner of this path (ours: the dir is private)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(path)

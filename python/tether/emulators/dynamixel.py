@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import select
+import signal
+import stat
 import sys
 import threading
 import time
@@ -541,6 +544,38 @@ def parse_ids(text: str) -> list[int]:
         ) from None
 
 
+def parse_model(text: str) -> int:
+    try:
+        model = int(text)
+    except ValueError:
+        model = -1
+    if not 0 <= model <= 0xFFFF:
+        raise argparse.ArgumentTypeError(f"--model wants a model number 0..65535, got {text!r}")
+    return model
+
+
+def parse_speed_scale(text: str) -> float:
+    try:
+        scale = float(text)
+    except ValueError:
+        scale = math.nan
+    if not 0 < scale <= 1000:
+        raise argparse.ArgumentTypeError(
+            f"--speed-scale wants a number above 0 and at most 1000, got {text!r}"
+        )
+    return scale
+
+
+def _check_new_path(parser: Parser, option: str, path: Path, *, replaceable: int) -> None:
+    """Refuse (usage) an `option` path whose directory is missing, or where something other
+    than a stale `replaceable` (a `stat` file type: a link, a socket) already is: the emulator
+    never removes a file or a device node that is not its own kind."""
+    if not path.parent.is_dir():
+        parser.error(f"{option} {path}: its directory {path.parent} does not exist")
+    if os.path.lexists(path) and stat.S_IFMT(os.lstat(path).st_mode) != replaceable:
+        parser.error(f"{option} {path}: something else is there; give another path")
+
+
 def main(argv: list[str]) -> int:
     parser = Parser(
         prog="tether emulate dynamixel",
@@ -549,7 +584,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--ids", type=parse_ids, default=[1], help="servo ids, e.g. 1,2")
     parser.add_argument(
-        "--model", type=int, default=1030, help="PING model number (1030 = XM430-W210)"
+        "--model", type=parse_model, default=1030, help="PING model number (1030 = XM430-W210)"
     )
     parser.add_argument(
         "--journal",
@@ -560,12 +595,22 @@ def main(argv: list[str]) -> int:
         help="unix socket path for fault injection and journal queries (default: none)",
     )
     parser.add_argument(
-        "--speed-scale", type=float, default=1.0, help="multiply every motion speed"
+        "--speed-scale",
+        type=parse_speed_scale,
+        default=1.0,
+        help="multiply every motion speed (above 0, at most 1000)",
     )
     parser.add_argument(
-        "--link", help="also create a symlink to the pty at this path (default: none)"
+        "--link",
+        help="also create a symlink to the pty at this path, removed on exit (default: none;"
+        " a stale link there is replaced, anything else refused)",
     )
     args = parser.parse_args(argv)
+    link = Path(args.link) if args.link else None
+    if link is not None:
+        _check_new_path(parser, "--link", link, replaceable=stat.S_IFLNK)
+    if args.control:
+        _check_new_path(parser, "--control", Path(args.control), replaceable=stat.S_IFSOCK)
     try:
         emulator = DynamixelEmulator(
             args.ids, model=args.model, journal_path=args.journal, speed_scale=args.speed_scale
@@ -573,10 +618,14 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     control = control_server(emulator, args.control) if args.control else None
-    if args.link:
-        link = Path(args.link)
-        link.unlink(missing_ok=True)
+    if link is not None:
+        link.unlink(missing_ok=True)  # a stale link (checked above)
         link.symlink_to(emulator.path)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM ends it as Ctrl-C does: its link and socket go
+
+    signal.signal(signal.SIGTERM, on_term)
     print(emulator.path, flush=True)
     try:
         emulator.serve()
@@ -585,6 +634,8 @@ def main(argv: list[str]) -> int:
     finally:
         if control is not None:
             control.close()
+        if link is not None and os.path.islink(link) and os.readlink(link) == emulator.path:
+            link.unlink()
         emulator.stop()
     return _exit.OK
 
