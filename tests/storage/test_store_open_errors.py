@@ -520,6 +520,18 @@ def test_serve_refuses_a_shared_catalog_with_a_local_world_and_the_other_way_rou
         line = _refusal(worker, "tether worker")
         assert line.startswith("tether worker: mixed_stores: ") and f"the {shared} is" in line
     assert not (tmp_path / "w.db").exists() and not (tmp_path / "wdata" / "catalog.db").exists()
+    # A misspelled scheme is a bad URL (no file of this host), for the worker as for serve.
+    typo = pg_url.replace("postgresql://", "postgresq://", 1)
+    assert typo != pg_url
+    for argv, store in (
+        (("--catalog", typo, "--world", pg_url), "catalog"),
+        (("--catalog", pg_url, "--world", "mysql://db/x"), "world"),
+    ):
+        worker = _worker(tmp_path, *argv)
+        assert worker.returncode == 2, worker.stderr
+        line = _refusal(worker, "tether worker")
+        assert line.startswith(f"tether worker: bad_url: unsupported {store} URL "), line
+        assert "sqlite:///abs/path.db or postgresql://host/db" in line
     import psycopg
 
     with psycopg.connect(pg_url) as conn:

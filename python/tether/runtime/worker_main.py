@@ -36,6 +36,7 @@ from typing import Any, cast
 
 from tether import _exit
 from tether._args import Parser, error_line, refuse_empty_urls
+from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._priority import quiet_heap
 from tether._proc import abandon_shutdown, close_within, shutdown_bound_s, wait_for_signal
@@ -58,7 +59,12 @@ from tether.runtime._family import (
 from tether.runtime._pool import WorkerPool
 from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
 from tether.storage._errors import MixedStores, SameStoreFile
-from tether.storage._urls import check_one_backend, check_separate_files, redact
+from tether.storage._urls import (
+    check_one_backend,
+    check_separate_files,
+    redact,
+    unsupported_url,
+)
 from tether.transport import PortBusy
 
 log = logging.getLogger("tether.runtime.worker")
@@ -359,6 +365,11 @@ def main(argv: list[str]) -> int:
     except TetherError as e:
         error_line("tether worker", e)
         return _exit.for_error(e, default=_exit.USAGE)
+    for what, url in (("catalog", args.catalog), ("world", args.world)):
+        why = unsupported_url(what, url, paths=True)  # a path is the worker's file
+        if why is not None:
+            error_line("tether worker", CodedError("bad_url", why, details={"store": what}))
+            return _exit.USAGE
     try:  # one SQLite file for both stores, or one store shared and the other not: refused
         check_separate_files(args.catalog, args.world)  # before the families make anything
         if args.world is not None:  # the worker reads no world: only a given one is checked

@@ -73,10 +73,14 @@ from tether.serve.families import ServeContext, Served, load, load_items
 from tether.serve.live_mount import LiveMount
 from tether.serve.locks import InstanceLock
 from tether.serve.sessions import Sessions
-from tether.storage import BACKENDS
 from tether.storage._errors import MixedStores
 from tether.storage._host_claim import HostClaim, HostNameTaken, is_shared
-from tether.storage._urls import check_one_backend, check_separate_files, postgres_url, redact
+from tether.storage._urls import (
+    check_one_backend,
+    check_separate_files,
+    postgres_url,
+    unsupported_url,
+)
 from tether.transport import PortBusy
 from tether.world import ComponentWrite, WorldNotFound
 
@@ -376,14 +380,9 @@ class Daemon:
         `tether.storage._urls.check_one_backend`), and, on a world ledger hosts share, a host
         name that cannot name this host's worlds (`<id>@<host_name>`: `bad_host_name`)."""
         for what, url in (("catalog", self.serve.catalog_url), ("world", self.serve.world_url)):
-            scheme, sep, _ = (url or "").partition("://")
-            if url is not None and (not sep or scheme.lower() not in BACKENDS):
-                raise ServeRefusal(  # a typo in the scheme is no file of this host
-                    "bad_url",
-                    f"unsupported {what} URL {redact(url)!r}; use sqlite:///abs/path.db or"
-                    " postgresql://host/db",
-                    details={"store": what},
-                )
+            why = unsupported_url(what, url)
+            if why is not None:  # a typo in the scheme is no file of this host
+                raise ServeRefusal("bad_url", why, details={"store": what})
         try:
             check_one_backend(self.serve.catalog_url, self.serve.world_url)
         except MixedStores as e:

@@ -280,6 +280,24 @@ def check_separate_files(catalog_url: str | None, world_url: str | None) -> None
         )
 
 
+#: The URL schemes a store opens (`tether.storage.BACKENDS`'s and the world ledger's).
+SCHEMES = ("postgres", "postgresql", "sqlite")
+
+
+def unsupported_url(what: str, url: str | None, *, paths: bool = False) -> str | None:
+    """Why `url` (the `what` store's) is no store URL, or None: a scheme no backend takes, or
+    no scheme unless `paths` (a bare path is a file) allows one. A typo in a scheme is no
+    file of this host: it is said so before `check_one_backend` could call it one."""
+    if url is None:
+        return None
+    scheme, sep, _ = url.partition("://")
+    if (sep and scheme.lower() in SCHEMES) or (not sep and paths):
+        return None
+    return (
+        f"unsupported {what} URL {redact(url)!r}; use sqlite:///abs/path.db or postgresql://host/db"
+    )
+
+
 def check_one_backend(catalog_url: str | None, world_url: str | None) -> None:
     """Refuse a catalog and a world ledger of which one is on PostgreSQL (shared by hosts) and
     the other a file of this host (None: the data dir's file), `MixedStores` (`mixed_stores`, a
