@@ -698,3 +698,30 @@ def _stop_with_a_typo(tmp_path: Path, emu: EmulatorProcess) -> None:
         assert parked["reason"] == "stopped_by_operator", parked
         words = tether("stop", "--config", str(typo), "--robot", "nosuch")
         assert words.returncode == 1 and "nosuch" in words.stdout, words
+
+
+def test_a_submit_the_daemon_does_not_answer_is_pending_not_a_refusal(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """A daemon that takes the submit and answers nothing in time (stalled: here, stopped with
+    SIGSTOP) may still commit and run the move: `tether move` says it is pending and how to
+    follow it (exit 4), not that the daemon could not be reached; the same command once it
+    answers again follows the move, which runs once."""
+    config = serve_config(tmp_path, emu.path)
+    argv = [sys.executable, "-m", "tether", "move", "--config", str(config), "--robot", "arm"]
+    argv += ["--activity", "stalled", "--joint", "a=0.5", "--joint", "b=-0.5", "--json"]
+    with daemon(config) as (proc, _):
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            first = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert first.returncode == 4, (first.stdout, first.stderr)
+        doc = json.loads(first.stdout.strip().splitlines()[-1])
+        assert doc["status"] == "pending" and doc["reason"] == "unanswered", doc
+        assert "run the same command again" in doc["error"]
+        again = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0, (again.stdout, again.stderr)
+        assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "done"
+    actions = [e for e in emu.journal() if e["instruction"] == "action" and e["executed"]]
+    assert sorted(e["id"] for e in actions) == [1, 2], actions  # one motion: an ACTION a joint

@@ -131,20 +131,35 @@ def submit_move(
 
     client = Client(config.state_dir)
     body = {"robot": request.robot, "targets": dict(request.targets)}
+    key = f"{request.kind}/{activity}"
+    unanswered = {
+        "key": f"{world}/{key}" if world else f"{key} (in tether serve's default world)",
+        "via": "daemon",
+        "status": "pending",
+    }
     try:
         view = client.submit(world, activity, request.kind, body)
     except KeyboardInterrupt:
         # Interrupted before the daemon answered: it may have committed the move or not.
         # The same command again submits the identical request, which is never run twice.
-        key = f"{request.kind}/{activity}"
         return {
-            "key": f"{world}/{key}" if world else f"{key} (in tether serve's default world)",
-            "via": "daemon",
-            "status": "pending",
+            **unanswered,
             "reason": "interrupted",
             "error": "interrupted before tether serve answered the submit: it may have"
             " committed the move; run the same command again to follow it (the identical"
             " request is never run twice)",
+        }
+    except ClientError as exc:
+        if exc.code != "owner_no_answer":
+            raise
+        # Sent, and not answered in time (its stores may be stalled): the daemon may still
+        # commit it and run the move, so this is no refusal.
+        return {
+            **unanswered,
+            "reason": "unanswered",
+            "error": f"tether serve did not answer the submit ({exc.message}); its stores may"
+            " be stalled: it may still commit and run the move; run the same command again"
+            " to follow it (the identical request is never run twice)",
         }
     if view.get("created") is False and view.get("final"):
         # Concluded before this command: shown as it ended, never its old progress again
@@ -430,7 +445,7 @@ def _say_text(doc: dict[str, Any]) -> None:
         code, error = doc.get("code"), str(doc.get("error"))
         said = error if error.startswith(f"{code}: ") else f"{code}: {error}"  # code once
         print(f"{key}: failed ({doc.get('outcome')}): {said}{earlier}", flush=True)
-    elif doc.get("reason") in ("interrupted", "daemon_lost"):
+    elif doc.get("reason") in ("interrupted", "daemon_lost", "unanswered"):
         print(f"{key}: not concluded: {doc.get('error')}", flush=True)
     else:
         print(f"{key}: not concluded before the deadline; run the same command again", flush=True)
