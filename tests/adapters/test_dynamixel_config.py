@@ -106,6 +106,42 @@ def test_bad_configurations_are_refused_with_a_code(edit: tuple[str, str], code:
     assert code_of(GOOD.replace(edit[0], edit[1], 1)) == code
 
 
+def message_of(text: str) -> str:
+    with pytest.raises(HostConfigError) as info:
+        parse_config(text)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        # The values given (and which of them is a default), not only the rule.
+        (("speed = 2.0", "speed = -1.5"), "got speed = -1.5, first_motion_speed = 0.25"),
+        (("speed = 2.0", "speed = nan"), "got speed = nan"),
+        (("speed = 2.0", "speed = 1000.0"), "got speed = 1000,"),
+        # Unset, the first motion's speed is at most the robot's: no error for a slow robot.
+        (("first_motion_speed = 0.25", ""), None),
+        (("id = 2", "id = 1"), "joint id 1 is given twice"),
+        (('name = "elbow"', 'name = "shoulder"'), "joint name 'shoulder' is given twice"),
+        (("baudrate = 1000000", "baudrate = 1000000\ntimeout_ms = 0"), "timeout_ms 0 is not"),
+        (("baudrate = 1000000", "baudrate = 1000000\nread_retries = 11"), "read_retries 11"),
+        (("min = -1.5", "min = -90"), "min -90, max 1.5 rad leave the one-turn range"),
+        (("min = -1.5", "min = -90"), "radians, not degrees"),
+        (("max = 1.5", "max = 3.1416"), "-3.1416..3.1401 rad"),
+        (('name = "elbow"', 'name = ""'), "bad_joint_name"),
+        (('name = "elbow"', 'name = "el=bow"'), "without '='"),
+        (('usb_serial = "FT6Z5XYZ"', 'usb_serial = ""'), "empty_value"),
+    ],
+)
+def test_a_refusal_says_which_value_is_wrong(edit: tuple[str, str], said: str | None) -> None:
+    assert edit[0] in GOOD
+    text = GOOD.replace(edit[0], edit[1], 1)
+    if said is None:
+        assert parse_config(text.replace("speed = 2.0", "speed = 0.2")).robots
+        return
+    assert said in message_of(text), message_of(text)
+
+
 def test_a_port_needs_some_identity() -> None:
     text = GOOD.replace('usb_serial = "FT6Z5XYZ"\nvid_pid = "0403:6014"\n', "")
     assert code_of(text) == "no_identity"

@@ -73,6 +73,7 @@ MAX_TOLERANCE: Final = 0.3
 #: Every `.code` this module's HostConfigErrors carry (device types list their own).
 ERROR_CODES: Final = (
     "bad_id",
+    "bad_joint_name",
     "bad_limit",
     "bad_role",
     "bad_safe_stop",
@@ -285,9 +286,9 @@ def _ports(doc: Table) -> dict[str, Any]:
             raise config_error("wrong_type", f"{where}: `type` must be a string", key="type")
         dtype = device_type(kind, where=where)
         table = Table(raw, where, (*PORT_KEYS, *dtype.port_keys))
-        url = table.optional_text("url")
-        usb_serial = table.optional_text("usb_serial")
-        vid_pid = table.optional_text("vid_pid")
+        url, usb_serial, vid_pid = (
+            table.path(k) if k in table else None for k in ("url", "usb_serial", "vid_pid")
+        )  # each non-empty when given (`empty_value`: a template's unset variable)
         if url is None and usb_serial is None and vid_pid is None:
             raise config_error("no_identity", f"{where}: give usb_serial/vid_pid or url")
         if vid_pid is not None:
@@ -316,7 +317,22 @@ def _joint(robot: str, index: int, raw: Any, extra: tuple[str, ...]) -> tuple[Jo
     lo, hi = table.number("min"), table.number("max")
     if not lo < hi:
         raise config_error("bad_limit", f"{where}: min {lo} is not below max {hi}")
-    return JointSpec(table.text("name"), joint_id, lo, hi), table
+    name = table.text("name")
+    if not name or len(name) > 64 or "=" in name or not name.isprintable() or name != name.strip():
+        raise config_error(
+            "bad_joint_name",
+            f"{where}: joint name {clipped(name)!r} must be 1 to 64 printable characters,"
+            " without '=' (`tether move --joint NAME=RADIANS`) or edge spaces",
+        )
+    return JointSpec(name, joint_id, lo, hi), table
+
+
+#: A robot's joint speed limit (rad/s) unless it sets `speed`, the one of its first motion
+#: after a connect or a resume unless it sets `first_motion_speed` (never above its `speed`),
+#: and the bound of both.
+DEFAULT_SPEED = 1.5
+DEFAULT_FIRST_MOTION_SPEED = 0.3
+MAX_SPEED = 50.0
 
 
 def _robot(name: str, raw: Any, ports: dict[str, Any]) -> tuple[RobotSpec, list[Table]]:
@@ -338,17 +354,30 @@ def _robot(name: str, raw: Any, ports: dict[str, Any]) -> tuple[RobotSpec, list[
         raise config_error("no_joints", f"{where}: at least one joint is required")
     ids = [j.id for j in joints]
     names = [j.name for j in joints]
-    if len(set(ids)) != len(ids) or len(set(names)) != len(names):
-        raise config_error("duplicate_joint", f"{where}: joint ids and names must be unique")
+    for what, values in (("id", ids), ("name", names)):
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:
+            raise config_error(
+                "duplicate_joint",
+                f"{where}: joint {what} {twice!r} is given twice: joint ids and names must be"
+                " unique",
+            )
     safe_stop = table.text("safe_stop", "hold")
     if safe_stop not in SAFE_STOP_POLICIES:
         raise config_error(
             "bad_safe_stop", f"{where}: safe_stop {safe_stop!r} not in {SAFE_STOP_POLICIES}"
         )
-    speed = table.number("speed", 1.5)
-    first = table.number("first_motion_speed", 0.3)
-    if not (0 < first <= speed < 50):
-        raise config_error("bad_speed", f"{where}: need 0 < first_motion_speed <= speed < 50 rad/s")
+    speed = table.number("speed", DEFAULT_SPEED)
+    first = table.number("first_motion_speed", min(DEFAULT_FIRST_MOTION_SPEED, speed))
+    if not (0 < first <= speed < MAX_SPEED):
+        given = ", ".join(
+            f"{k} = {v:g}{'' if k in table else ' (its default)'}"
+            for k, v in (("speed", speed), ("first_motion_speed", first))
+        )
+        raise config_error(
+            "bad_speed",
+            f"{where}: need 0 < first_motion_speed <= speed < {MAX_SPEED:g} rad/s, got {given}",
+        )
     tolerance = table.number("tolerance", DEFAULT_TOLERANCE)
     if not 0 <= tolerance <= MAX_TOLERANCE:
         raise config_error(

@@ -274,7 +274,8 @@ def resolve(
         raise rejection("credential_refused", "a valid operator credential is required")
     if operator is not None and operator != who:
         raise rejection(
-            "operator_mismatch", f"the credential is not {operator!r}'s: nothing was decided"
+            "operator_mismatch",
+            f"the credential is not the one of operator {operator!r}: nothing was decided",
         )
     operator = who
     if decision not in DECISIONS:

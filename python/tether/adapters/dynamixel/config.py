@@ -175,9 +175,13 @@ class DynamixelDeviceType:
                 f"{table.where}: baudrate {baudrate} is not a DYNAMIXEL rate"
                 f" ({', '.join(map(str, BAUDRATES))})",
             )
-        if not 1 <= timeout_ms <= 10_000 or not 0 <= read_retries <= 10:
+        if not 1 <= timeout_ms <= 10_000:
             raise config_error(
-                "out_of_range", f"{table.where}: timeout_ms/read_retries out of range"
+                "out_of_range", f"{table.where}: timeout_ms {timeout_ms} is not 1..10000"
+            )
+        if not 0 <= read_retries <= 10:
+            raise config_error(
+                "out_of_range", f"{table.where}: read_retries {read_retries} is not 0..10"
             )
         return DynamixelPortConfig(
             name, url, usb_serial, vid_pid, baudrate, timeout_ms, read_retries
@@ -195,8 +199,13 @@ class DynamixelDeviceType:
             except ValueError as exc:
                 raise config_error("bad_limit", f"{where}: {exc}") from exc
             if lo_t < 0 or hi_t > tables.MAX_TICK:
+                low, high = tables.ticks_to_radians(0), tables.ticks_to_radians(tables.MAX_TICK)
+                wide = lo_t < -tables.MAX_TICK or hi_t > 2 * tables.MAX_TICK  # a turn past
+                degrees = " (min and max are radians, not degrees)" if wide else ""
                 raise config_error(
-                    "bad_limit", f"{where}: limits leave the one-turn range of the servo"
+                    "bad_limit",
+                    f"{where}: min {joint.min_rad:g}, max {joint.max_rad:g} rad leave the"
+                    f" one-turn range of the servo, {low:.4f}..{high:.4f} rad{degrees}",
                 )
             model = table.optional_integer("model")
             joints.append(
