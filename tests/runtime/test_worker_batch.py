@@ -173,3 +173,29 @@ def test_an_execute_that_keeps_failing_typed_backs_off_to_the_lease(tmp_path: Pa
             absent = env.run_attempt()  # the reconcile: nothing happened, absent
             assert absent is not None and absent.result is None and absent.attempt is None
         assert len(journal.calls("execute")) == 3
+
+
+def test_an_expected_coded_failure_is_one_line_and_the_count_is_every_failure(
+    caplog: Any,
+) -> None:
+    """A store that cannot be reached is an expected, coded failure: one line (a driver's
+    newlines folded), no traceback; "working again" counts every failure since the last
+    success, of whichever kind."""
+    import logging
+
+    from tether.runtime._failing import Failing
+
+    log = logging.getLogger("tether.runtime.test_failing")
+    caplog.set_level(logging.INFO, logger="tether.runtime.test_failing")
+    failing = Failing(log, "observer", "step")
+    failing.failed(CodedError("unreachable", "server closed\n\tThis probably means it died"))
+    failing.failed(CodedError("unreachable", "connection refused"))
+    failing.failed(RuntimeError("a bug"))
+    failing.over()
+    lines = [(r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    assert lines == [
+        ("observer: step failed: unreachable: server closed This probably means it died", False),
+        ("observer: step failed: unreachable: connection refused", False),
+        ("observer: step failed", True),
+        ("observer: working again after 3 failures", False),
+    ], lines

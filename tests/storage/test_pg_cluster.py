@@ -252,3 +252,34 @@ def test_a_process_stopped_while_its_database_is_frozen_exits_within_its_bound(
                     stream.close()
         assert rc == 1 and took < 15, (rc, took, said)
         assert f"tether {command}: shutdown_stalled:" in said and "Traceback" not in said, said
+
+
+def test_a_server_outage_is_said_once_by_the_doorbell_and_its_end_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While its server is down the doorbell retries each second: it says so once (not once
+    a retry), in one line, and once that it listens again."""
+    import logging
+
+    if pg_bin_dir() is None and os.geteuid() != 0:
+        pytest.skip("no PostgreSQL binaries and not root to install them")
+    caplog.set_level(logging.INFO, logger="tether.storage")
+    with ThrowawayCluster() as c, Catalog.open(c.url) as cat:
+        doorbell = cat.doorbell
+        assert doorbell is not None
+        doorbell.listen()
+        try:
+            c.pause()
+            time.sleep(4.5)  # four reconnects or more, each refused
+            c.resume()
+            deadline = time.monotonic() + 30
+            while not any("listening again" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+                time.sleep(0.1)
+        finally:
+            doorbell.unlisten()
+    said = [r.getMessage() for r in caplog.records if "doorbell" in r.getMessage()]
+    down = [m for m in said if "cannot listen" in m or "connection lost" in m]
+    assert len(down) == 1, said  # the outage's start, once: not once a refused reconnect
+    assert all("\n" not in m and "\t" not in m for m in said), said
+    assert [m for m in said if "listening again after" in m], said

@@ -46,6 +46,8 @@ log = logging.getLogger("tether.storage.pg_doorbell")
 #: The shortest fallback poll a waiter should use alongside the doorbell.
 MIN_FALLBACK_S: Final = 1.0
 RECONNECT_S: Final = 1.0
+#: While the server stays unreachable, its outage is said again at most this often (s).
+OUTAGE_LOG_S: Final = 60.0
 CHANNEL_PREFIX: Final = "tether_catalog:"
 #: The longest channel name the server takes (NAMEDATALEN - 1 bytes): `pg_notify` refuses a
 #: longer one, and LISTEN would cut it short, so neither may see one.
@@ -70,6 +72,11 @@ def channel_name(schema: str) -> str:
     room = CHANNEL_MAX_BYTES - len(CHANNEL_PREFIX) - len(digest)
     head = schema.encode()[:room].decode(errors="ignore")
     return CHANNEL_PREFIX + head + digest
+
+
+def _one_line(exc: BaseException) -> str:
+    """A driver's message (it may hold newlines and tabs) as one line."""
+    return " ".join(str(exc).split())
 
 
 def channel_for(conn: psycopg.Connection[Any]) -> str:
@@ -230,11 +237,25 @@ class PostgresDoorbell(TopicWaits):
         # `listen` returned: a first attempt that failed lets the callers scan on their own):
         # the next LISTEN then wakes every topic.
         missed = False
+        # An outage is said once when it starts (and at most every `OUTAGE_LOG_S` while it
+        # lasts, with its length), and once when listening works again: a server that is down
+        # fails every reconnect, each `RECONNECT_S`.
+        down_since: float | None = None
+        said_at = 0.0
         while not self._stop.is_set():
             try:
                 conn = connect(self.conninfo, CatalogStorageError, application="tether-doorbell")
             except CatalogStorageError as e:
-                log.warning("doorbell cannot listen (%s); waiters fall back to their poll", e)
+                now = time.monotonic()
+                if down_since is None or now - said_at >= OUTAGE_LOG_S:
+                    lasted = "" if down_since is None else f" for {now - down_since:.0f} s"
+                    log.warning(
+                        "doorbell cannot listen%s (%s); waiters fall back to their poll",
+                        lasted,
+                        _one_line(e),
+                    )
+                    said_at = now
+                    down_since = now if down_since is None else down_since
                 missed = True
                 ready.set()
                 self._stop.wait(RECONNECT_S)
@@ -246,14 +267,23 @@ class PostgresDoorbell(TopicWaits):
                 if missed:
                     self.reconnects += 1
                     self._raise(_ALL)  # what was sent while away is lost: everyone re-checks
+                    away = (
+                        ""
+                        if down_since is None
+                        else f" after {time.monotonic() - down_since:.0f} s"
+                    )
+                    log.info("doorbell listening again%s", away)
                 missed = False
+                down_since = None
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=0.5):
                         self.received += 1
                         self._heard(note.payload)
             except psycopg.Error as e:
-                log.info("doorbell connection lost (%s); reconnecting", e)
+                log.info("doorbell connection lost (%s); reconnecting", _one_line(e))
                 missed = True
+                down_since = down_since or time.monotonic()
+                said_at = time.monotonic()
                 ready.set()
                 self._stop.wait(RECONNECT_S)
             finally:

@@ -154,6 +154,28 @@ class ThrowawayCluster:
             raise
         return self
 
+    def _pg_ctl(self, *args: str) -> None:
+        assert self._bin is not None and self.dir is not None, "not started"
+        self._run(str(self._bin / "pg_ctl"), "-D", str(self.dir / "data"), "-w", *args)
+
+    def pause(self) -> None:
+        """Stop the server (fast shutdown), keeping its data: clients are refused until
+        `resume`."""
+        self._pg_ctl("-m", "fast", "stop")
+
+    def resume(self) -> None:
+        """Start the server `pause` stopped, on the same port and data."""
+        assert self.dir is not None
+        self._pg_ctl(
+            "-l",
+            str(self.dir / "log"),
+            "-t",
+            "60",
+            "-o",
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.dir}",
+            "start",
+        )
+
     def _create_test_db(self) -> None:
         import psycopg
 
