@@ -212,6 +212,24 @@ def refuse_empty_urls(parser: argparse.ArgumentParser, **flags: str | None) -> N
             parser.error(f"{flag} is empty: give the store's URL, or leave the flag out")
 
 
+def warn_url_secrets(prog: str, **flags: str | None) -> None:
+    """A warning on stderr for each store URL given on the command line with a password in
+    it (``user:secret@`` or ``?password=``): every local user can read a command line (`ps`,
+    ``/proc/PID/cmdline``), whatever Tether masks in what it prints. ``flags`` by option
+    name (``_`` for ``-``; ``url`` for a positional URL). The command goes on."""
+    from tether.storage._urls import redact
+
+    for name, url in flags.items():
+        if url is not None and redact(url) != url:
+            flag = "URL" if name == "url" else "--" + name.replace("_", "-")
+            print(
+                f"{prog}: warning: the password in {flag} is visible to every local user in"
+                " this command line (ps, /proc); give it by PGPASSWORD or a password file"
+                " (PGPASSFILE) instead",
+                file=sys.stderr,
+            )
+
+
 def error_line(prog: str, exc: BaseException, suffix: str = "") -> None:
     """An expected error as one line on stderr, `PROG: code: message` (and its JSON document
     when JSON was asked for); with `--debug` (or `TETHER_DEBUG=1`) its traceback first."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import sqlite3
 from pathlib import Path
@@ -228,7 +229,7 @@ def test_db_errors_are_one_line_and_never_show_a_password(
     unreachable = tether(["db", "status", "postgresql://ann:s3cret@127.0.0.1:1/x"])
     assert unreachable == _exit.UNAVAILABLE
     err = capsys.readouterr().err
-    assert "s3cret" not in err and err.count("\n") == 1
+    assert "s3cret" not in err and err.count("\n") == 1  # a refusal: no warning besides
     assert "127.0.0.1:1/x" in err and "refused" in err
     assert tether(["db", "status", "mysql://ann:s3cret@h/x"]) == _exit.USAGE
     err = capsys.readouterr().err
@@ -508,3 +509,22 @@ def test_an_upgrade_of_a_sqlite_file_another_holds_too_long_is_a_typed_error(
         assert not (tmp_path / "catalog.db").exists()  # nothing was written
     finally:
         os.close(fd)
+
+
+def test_a_password_in_a_command_line_url_is_warned_of_and_never_printed(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tether masks a URL's password in what it prints, but a command line is readable by
+    every local user (ps): said once on stderr, and the command goes on."""
+    secret = "Sekrit-in-argv-81"
+    scheme, _, rest = pg_url.partition("://")
+    user, at, where = rest.partition("@")
+    if not at:  # no user named: the server's default (trust auth ignores the password)
+        user, where = getpass.getuser(), rest
+    with_password = f"{scheme}://{user}:{secret}@{where}"
+    tether(["db", "status", with_password])
+    out, err = capsys.readouterr()
+    assert "tether db: warning: the password in URL is visible" in err, err
+    assert secret not in out + err
+    tether(["db", "status", pg_url])
+    assert "warning" not in capsys.readouterr().err

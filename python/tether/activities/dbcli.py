@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tether import _exit
-from tether._args import Parser, debug, error_fields, refuse, want_json
+from tether._args import Parser, debug, error_fields, refuse, want_json, warn_url_secrets
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether.activities._catalog import Catalog
@@ -466,7 +466,9 @@ def main(argv: list[str]) -> int:
         return fail(EXIT_USAGE, "UsageError", e.code, e.message)
     if args.cmd != "prune":
         try:
-            return _schema_command(args)
+            done = _schema_command(args)
+            warn_url_secrets("tether db", url=args.url)  # said once it was used, not on a refusal
+            return done
         except schema_cli.UrlError as e:
             return fail(EXIT_USAGE, "UsageError", e.code, str(e))
         except schema_cli.DatabaseError as e:  # by its code: a refused login is FAILED, ...
@@ -509,4 +511,5 @@ def main(argv: list[str]) -> int:
         if progress is not None:
             progress.end()
     print(json.dumps(report) if args.json else _render(report, args.older_than))
+    warn_url_secrets("tether db", catalog=args.catalog)
     return EXIT_OK

@@ -35,7 +35,7 @@ from types import FrameType
 from typing import Any, cast
 
 from tether import _exit
-from tether._args import Parser, error_line, refuse_empty_urls
+from tether._args import Parser, error_line, refuse_empty_urls, warn_url_secrets
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._priority import quiet_heap
@@ -414,6 +414,8 @@ def main(argv: list[str]) -> int:
         error_line("tether worker", e)
         return _store_exit(e)
     catalog = args.catalog or "sqlite://" + str(Path(args.data_dir).absolute() / "catalog.db")
+    # Said once the stores were checked (a refusal is one line, and the one that matters).
+    warn_url_secrets("tether worker", catalog=args.catalog, world=args.world)
     print(  # what it works on, before it waits for work (stderr: stdout is the stream's)
         f"tether worker ready: {args.workers} worker(s) for host {args.host!r} on catalog"
         f" {redact(catalog)}, families {', '.join(f.name for f in families)}",

@@ -12,7 +12,7 @@ from types import FrameType
 from typing import Any
 
 from tether import _exit, _log
-from tether._args import Parser, error_line, refuse_empty_urls, want_json
+from tether._args import Parser, error_line, refuse_empty_urls, want_json, warn_url_secrets
 from tether._priority import quiet_heap, stop_priority
 from tether._proc import abandon_shutdown, close_within, shutdown_bound_s, wait_for_signal
 from tether.errors import TetherError
@@ -106,6 +106,8 @@ def main(argv: list[str]) -> int:
     atexit.register(daemon.close)  # a fatal error or interpreter exit still safe-stops
     try:
         daemon.start()
+        # Said once the stores opened (a refusal is one line, and the one that matters).
+        warn_url_secrets("tether serve", catalog=args.catalog, world=args.world)
         # This process is the daemon: no full collection rescans its start-up heap (every
         # thread, a stop's too, waits for one). Not in `Daemon.start`: an embedding process
         # keeps its own collector settings.
