@@ -725,3 +725,19 @@ def test_a_submit_the_daemon_does_not_answer_is_pending_not_a_refusal(
         assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "done"
     actions = [e for e in emu.journal() if e["instruction"] == "action" and e["executed"]]
     assert sorted(e["id"] for e in actions) == [1, 2], actions  # one motion: an ACTION a joint
+
+
+def test_a_standalone_move_on_a_latched_robot_prints_its_outcome_and_no_runtime_chatter(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """Its attempt ends with the latch's typed error, which the runtime logs for a daemon's
+    operators; `tether move` itself prints only its outcome (parked, `robot_latched`)."""
+    config = serve_config(tmp_path, emu.path)
+    stopped = tether("stop", "--config", str(config))  # latched (1: a fresh arm is limp)
+    assert stopped.returncode in (0, 1) and "arm (safe_stop" in stopped.stdout, stopped.stderr
+    argv = ["move", "--config", str(config), "--robot", "arm", "--activity", "latched"]
+    for extra in ((), ("--json",)):
+        done = tether(*argv, "--joint", "a=0.2", *extra)
+        assert done.returncode == 3, (done.stdout, done.stderr)
+        assert "leaving it to reconcile" not in done.stderr, done.stderr
+        assert "robot_latched" in done.stdout

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, error_line, refuse, want_json
+from tether._args import Parser, debug, error_line, refuse, want_json
 from tether._dirs import usable_dir
 from tether.activities import MAX_LEASE_MS, ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
@@ -386,6 +386,13 @@ def _one_line_logs() -> None:
     """The runtime's warnings as one line each on stderr (the exception, not its traceback)."""
 
     def one_line(record: logging.LogRecord) -> bool:
+        if (
+            record.levelno < logging.ERROR
+            and record.name.startswith("tether.runtime")
+            and "leaving it to reconcile" in str(record.msg)
+            and not debug()
+        ):
+            return False  # a typed end of the attempt: the outcome document says what it was
         if record.exc_info and record.exc_info[1] is not None:
             record.msg = f"{record.getMessage()}: {record.exc_info[1]}"
             record.args = None
