@@ -741,3 +741,19 @@ def test_a_standalone_move_on_a_latched_robot_prints_its_outcome_and_no_runtime_
         assert done.returncode == 3, (done.stdout, done.stderr)
         assert "leaving it to reconcile" not in done.stderr, done.stderr
         assert "robot_latched" in done.stdout
+
+
+def test_status_names_the_config_file_absolutely_whatever_cwd_served_it(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    config = serve_config(tmp_path, emu.path)
+    argv = [sys.executable, "-m", "tether", "serve", "--config", config.name, "--json"]
+    with subprocess.Popen(
+        argv, cwd=config.parent, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    ) as proc:
+        try:
+            assert proc.stdout is not None and json.loads(proc.stdout.readline())["ready"]
+            assert Client(config=config).status()["daemon"]["config"] == str(config)
+        finally:
+            proc.terminate()
+            proc.wait(60)

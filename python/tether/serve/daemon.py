@@ -364,7 +364,7 @@ class Daemon:
             "console": None if self.console is None else self.console.url,
             "grpc": self.grpc_url,
             "live": None if self.live is None else self.live.url,
-            "config": str(self.config.path),
+            "config": str(Path(self.config.path).absolute()),
             "started_at_ms": self.started_at_ms,
         }
 
