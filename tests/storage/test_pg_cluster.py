@@ -3,6 +3,7 @@ credentials from the environment or a password file, and one-line connection err
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -283,3 +284,43 @@ def test_a_server_outage_is_said_once_by_the_doorbell_and_its_end_too(
     assert len(down) == 1, said  # the outage's start, once: not once a refused reconnect
     assert all("\n" not in m and "\t" not in m for m in said), said
     assert [m for m in said if "listening again after" in m], said
+
+
+def test_status_during_a_database_outage_shows_the_daemon_and_says_what_is_unknown(
+    tmp_path: Path,
+) -> None:
+    """`tether status` asks the daemon, which owns its devices: a store it cannot read now
+    (the server stopped) leaves the rest shown, exit 0, and says what is not known."""
+    if pg_bin_dir() is None and os.geteuid() != 0:
+        pytest.skip("no PostgreSQL binaries and not root to install them")
+    with ThrowawayCluster() as c:
+        env = {k: v for k, v in os.environ.items() if k != "PGPASSWORD"}
+        config = tmp_path / "host.toml"
+        config.write_text(
+            f'[host]\nstate_dir = "{tmp_path / "state"}"\n[serve]\nsse = "off"\n'
+            f'console = "off"\nlive = "off"\ncatalog = "{c.url}"\nworld = "{c.url}"\n'
+            'families = ["tether.serve.families:sim_families"]\n'
+        )
+        status = [sys.executable, "-m", "tether", "status", "--config", str(config)]
+        argv = [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"]
+        with subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+        ) as proc:
+            try:
+                assert proc.stdout is not None and '"ready": true' in proc.stdout.readline()
+                c.pause()
+                done = subprocess.run(
+                    [*status, "--json"], capture_output=True, text=True, timeout=60, env=env
+                )
+                assert done.returncode == 0, done.stderr
+                doc = json.loads(done.stdout)
+                assert doc["activities"] is None and doc["parked"] is None
+                assert f"127.0.0.1:{c.port}" in doc["stores_error"], doc
+                assert doc["daemon"]["pid"] == proc.pid
+                words = subprocess.run(status, capture_output=True, text=True, timeout=60, env=env)
+                assert words.returncode == 0, words.stderr
+                assert "activities and decisions unknown" in words.stdout
+                c.resume()
+            finally:
+                proc.terminate()
+                proc.wait(60)

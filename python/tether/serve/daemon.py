@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tether._args import error_fields
 from tether._coded import CodedError
 from tether._config import clipped
 from tether._crash import crash_point
@@ -1114,12 +1115,19 @@ class Daemon:
         devices = []
         for name in sorted(self.config.robots):
             devices.append(self.device_status(name))
-        return {
+        doc: dict[str, Any] = {
             "daemon": {"pid": os.getpid(), **self._record()},
             "devices": devices,
-            "activities": views.counts(runtime, [s.family for s in self.served.values()]),
-            "parked": decisions.listing(runtime.catalog, runtime.artifacts),
         }
+        try:
+            doc["activities"] = views.counts(runtime, [s.family for s in self.served.values()])
+            doc["parked"] = decisions.listing(runtime.catalog, runtime.artifacts)
+        except TetherError as exc:
+            # The devices are this process's own: a store that cannot be read (a database
+            # outage) leaves them shown, and says what is not known.
+            code, message, _ = error_fields(exc)
+            doc.update(activities=None, parked=None, stores_error=f"{code}: {message}")
+        return doc
 
     def device_status(self, name: str) -> dict[str, Any]:
         """A configured robot's status document: whether it is available and latched, and its

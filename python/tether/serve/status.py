@@ -79,6 +79,12 @@ def render(doc: dict[str, Any]) -> str:
             lines.append(f"    read-back failed: {dev['error']}")
         for name, j in (back.get("joints") or {}).items():
             lines.append(_joint(name, j))
+    if doc.get("stores_error"):
+        lines.append(
+            f"activities and decisions unknown: the stores cannot be read now"
+            f" ({doc['stores_error']})"
+        )
+        return "\n".join(lines)
     lines.append(_counts_line(doc.get("activities") or {}))
     parked = doc.get("parked") or []
     if not parked:
