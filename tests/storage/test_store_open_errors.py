@@ -392,6 +392,8 @@ def test_an_older_postgres_schema_is_migration_needed_for_every_command(
     assert "tether db upgrade" in _refusal(served, "tether serve")
     doc = _json(served)
     assert doc["code"] == "migration_needed" and doc["details"]["store"] == "catalog"
+    # Refused before anything was served: no control socket, no listener.
+    assert "control socket" not in served.stderr and "listening" not in served.stderr
     worker = _worker(tmp_path, "--catalog", pg_url, "--world", pg_url)
     assert worker.returncode == _exit.STORE_UNUSABLE, worker.stderr
     prune = _run("db", "prune", "--catalog", pg_url, "--older-than", "1d", "--json")
@@ -411,6 +413,7 @@ def test_an_older_sqlite_catalog_is_migration_needed_for_serve(tmp_path: Path) -
     served = _serve(tmp_path, "--json")
     assert served.returncode == _exit.STORE_UNUSABLE, served.stderr
     assert _json(served)["code"] == "migration_needed"
+    assert "control socket" not in served.stderr and "listening" not in served.stderr
     prune = _run(
         "db", "prune", "--catalog", f"sqlite://{data / 'catalog.db'}", "--older-than", "1d"
     )

@@ -375,6 +375,18 @@ class Daemon:
         `lost_host_name`, closes it, safe-stopping every device, and exits 7)."""
         self.lost_host_name = why
 
+    def _check_stores(self) -> None:
+        """Open and close each store once, before the control socket and the listeners: an
+        older schema (`migration_needed`), a server that cannot be reached or refuses the
+        login is one line, and nothing was served (a fresh store is created here, as the
+        runtime would)."""
+        from tether.activities import Catalog
+        from tether.world import open_ledger
+
+        data = self.data_dir.absolute()
+        Catalog.open(self.serve.catalog_url or f"sqlite://{data / 'catalog.db'}").close()
+        open_ledger(self.serve.world_url or f"sqlite://{data / 'world.db'}").close()
+
     def _check_shared_together(self) -> None:
         """Refuse a catalog on PostgreSQL with a world ledger in the data dir, or the other way
         round (`mixed_stores`, a usage error, before anything is opened; see
@@ -442,6 +454,7 @@ class Daemon:
                 on_lost=self._host_name_lost,
             )
             self._closers.append(claim.close)  # after the workers stop (`close`)
+        self._check_stores()
         self.devices = DeviceHost(self.config, socket_path=self.socket_path)
         for op, handler in self._handlers().items():
             self.devices.add_handler(op, handler)
