@@ -71,6 +71,37 @@ def test_operator_show_never_calls_an_unsent_target_staged(
     assert "the move's target shoulder: +0.0000 rad (nothing of it was sent)" in said
 
 
+def test_operator_show_says_where_the_arm_was_before_the_move_and_how_fast_it_went(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tether.operator.cli import _print
+
+    pre = {
+        "read_back": {"joints": {"shoulder": {"position_rad": -0.9081}}},
+        "profile_speed_rad_s": 1.4915,
+        "first_motion": True,
+    }
+    doc = {
+        "key": "local/physical_ai.robot_move.absolute/L2",
+        "operation_id": "op",
+        "revision": 1,
+        "evidence_age_ms": 10,
+        "device_state_age_ms": 10,
+        "reason": "device_state_lost_or_moved",
+        "evidence": {
+            "staged": {"shoulder": 0.2},
+            "sent": [{"instruction": "reg_write", "id": 1, "t_ms": 0}],
+            "read_back": {"joints": {}},
+            "preimage": pre,
+        },
+    }
+    _print(doc, False)
+    said = capsys.readouterr().out
+    assert "before the move shoulder: at -0.9081 rad" in said
+    assert "the move's speed: 1.491 rad/s, a first motion" in said
+    assert "the move's target shoulder: +0.2000 rad\n" in said
+
+
 def test_a_move_waiting_for_its_robot_says_it_is_queued(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

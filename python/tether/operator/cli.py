@@ -435,6 +435,13 @@ def _print(doc: Any, as_json: bool) -> None:
             )
         sent = evidence.get("sent") or []
         never = "" if sent else " (nothing of it was sent)"
+        pre = evidence.get("preimage") or {}
+        before = (pre.get("read_back") or {}).get("joints") or {}
+        for name, j in before.items():  # where the arm was when this attempt began
+            print(f"  before the move {name}: at {j['position_rad']:+.4f} rad")
+        if isinstance(pre.get("profile_speed_rad_s"), int | float):
+            first = ", a first motion" if pre.get("first_motion") else ""
+            print(f"  the move's speed: {pre['profile_speed_rad_s']:.3f} rad/s{first}")
         for name, rad in (evidence.get("staged") or {}).items():
             # The move's commanded goal (the evidence's `staged`), written or not.
             print(f"  the move's target {name}: {rad:+.4f} rad{never}")
