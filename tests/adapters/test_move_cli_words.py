@@ -78,7 +78,7 @@ def test_operator_show_says_where_the_arm_was_before_the_move_and_how_fast_it_we
 
     pre = {
         "read_back": {"joints": {"shoulder": {"position_rad": -0.9081}}},
-        "profile_speed_rad_s": 1.4915,
+        "profile_speed_rad_s": 1.4914,
         "first_motion": True,
     }
     doc = {
