@@ -542,6 +542,50 @@ def test_a_routed_server_opens_one_channel_per_name_bounded_and_closes_idle_ones
     assert sorted(sources.closed) == ["w1", "w2/x", "w3"]
 
 
+def test_one_principal_holds_at_most_its_share_of_the_connections() -> None:
+    """No one credential can hold every channel: past `max_per_principal` open connections
+    its next is refused (429, Retry-After) while another principal is admitted; one closed
+    (or refused at its handshake) gives its place back."""
+    sources = Sources()
+    who = {"Bearer a": "alice", "Bearer b": "bob"}
+    with LiveServer(
+        sources=sources,
+        authorize=lambda c: who.get(f"Bearer {c.token}"),
+        allowed_origins=[None],
+        heartbeat_s=0.05,
+        max_channels=8,
+        max_per_principal=2,
+    ) as server:
+
+        async def main() -> None:
+            alice = {"Authorization": "Bearer a"}
+            one = await connect(server.url_for("w1"), additional_headers=alice, proxy=None)
+            two = await connect(server.url_for("w2"), additional_headers=alice, proxy=None)
+            with pytest.raises(InvalidStatus) as info:
+                await connect(server.url_for("w3"), additional_headers=alice, proxy=None)
+            assert info.value.response.status_code == 429
+            assert info.value.response.headers["Retry-After"] == "5"
+            assert "w3" not in sources.opened  # refused before its source was opened
+            bob = await connect(
+                server.url_for("w3"), additional_headers={"Authorization": "Bearer b"}, proxy=None
+            )
+            await one.close()
+            deadline = time.monotonic() + 10
+            while True:  # its place is given back once the connection has ended
+                try:
+                    three = await connect(
+                        server.url_for("w4"), additional_headers=alice, proxy=None
+                    )
+                    break
+                except InvalidStatus:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+            for ws in (two, bob, three):
+                await ws.close()
+
+        asyncio.run(main())
+
+
 def test_a_console_session_cookie_opens_the_stream_and_a_forged_one_does_not(
     tmp_path: Path,
 ) -> None:

@@ -276,6 +276,9 @@ class LiveServer:
         max_channels: how many channels a routed server keeps open at most.
         idle_s: a routed channel without a subscriber this long is closed.
         ssl: a server TLS context (`wss://`); None serves plain ``ws://``.
+        max_per_principal: how many connections one principal may hold open at once (None:
+            no bound); one more is refused with 429 and ``Retry-After`` (`live_busy`), so no
+            one credential can hold every channel of a routed server.
     """
 
     def __init__(
@@ -295,6 +298,7 @@ class LiveServer:
         max_channels: int = 64,
         idle_s: float = 60.0,
         ssl: SSLContext | None = None,
+        max_per_principal: int | None = None,
     ) -> None:
         if (source is None) == (sources is None):
             raise ValueError("give exactly one of source or sources")
@@ -328,6 +332,16 @@ class LiveServer:
         self._open_lock = threading.Lock()
         self.dropped = 0
         """How many subscribers were closed with 1013 so far."""
+        if max_per_principal is not None and (
+            isinstance(max_per_principal, bool)
+            or not isinstance(max_per_principal, int)
+            or max_per_principal < 1
+        ):
+            raise ValueError(f"max_per_principal must be an int >= 1, got {max_per_principal!r}")
+        self.max_per_principal = max_per_principal
+        # Connections per principal: counted from its admission until the connection ends.
+        self._held: dict[str, int] = {}
+        self._releasing: set[asyncio.Future[None]] = set()
         self.sent = 0
         """How many frame writes (frames times subscribers) were made so far."""
         self.opened = 0
@@ -426,19 +440,54 @@ class LiveServer:
             return _refuse(conn, http.HTTPStatus.BAD_REQUEST, creds)
         try:
             # In a worker thread: verifying a hash, or opening a source, never stalls frames.
-            await asyncio.to_thread(self._admit, creds, name)
+            principal = await asyncio.to_thread(self._admit, creds, name)
         except LiveRefused as exc:
             return _refuse(conn, exc.status, exc.text, exc.headers)
+        # Counted until the connection ends, however it ends (its handshake may still fail).
+        task = asyncio.ensure_future(self._release_at_close(conn, principal))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
         return None
 
-    def _admit(self, creds: LiveCredentials, name: str) -> None:
-        if self._authorize(creds) is None:
+    async def _release_at_close(self, conn: ServerConnection, principal: str) -> None:
+        try:
+            await conn.wait_closed()
+        finally:
+            self._release_principal(principal)
+
+    def _admit(self, creds: LiveCredentials, name: str) -> str:
+        principal = self._authorize(creds)
+        if principal is None:
             raise LiveRefused(
                 http.HTTPStatus.UNAUTHORIZED,
                 "not authorized",
                 {"WWW-Authenticate": 'Bearer realm="tether"'},
             )
-        self._open(name)  # opened (or touched: not idle) before the handshake completes
+        with self._channels_lock:
+            held = self._held.get(principal, 0)
+            if self.max_per_principal is not None and held >= self.max_per_principal:
+                raise LiveRefused(
+                    http.HTTPStatus.TOO_MANY_REQUESTS,
+                    f"{held} live connections of this principal are open (at most"
+                    f" {self.max_per_principal}): close one, or try again later",
+                    {"Retry-After": "5"},
+                    code="live_busy",
+                )
+            self._held[principal] = held + 1
+        try:
+            self._open(name)  # opened (or touched: not idle) before the handshake completes
+        except BaseException:
+            self._release_principal(principal)
+            raise
+        return principal
+
+    def _release_principal(self, principal: str) -> None:
+        with self._channels_lock:
+            left = self._held.get(principal, 0) - 1
+            if left > 0:
+                self._held[principal] = left
+            else:
+                self._held.pop(principal, None)
 
     def _select_subprotocol(
         self, conn: ServerConnection, subprotocols: Sequence[Subprotocol]

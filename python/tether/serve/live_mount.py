@@ -11,7 +11,8 @@ Rules:
 - **Feeds.** A world's `LiveFeed` is opened on its first use (a subscription, or a
   `live_canonical` read) and closed after `IDLE_S` without a subscriber; at most `MAX_FEEDS`
   are open (one more closes the longest idle one, or is refused when each has a subscriber:
-  HTTP 503 on the socket, `live_busy` on the control socket). A new feed has a new epoch, so a
+  HTTP 503 on the socket, `live_busy` on the control socket); one principal holds at most
+  `MAX_PER_PRINCIPAL` connections at once (one more: HTTP 429). A new feed has a new epoch, so a
   restarted daemon (or a reopened feed) is an epoch change: the subscriber re-reads.
 - **Records.** A feed reads the world's Activities from the daemon's catalog: the ones the
   served families project from the world's head (re-projected when the head moves), the ones
@@ -77,6 +78,9 @@ CODES: Final = ("bad_request", "live_busy", "live_unavailable")
 WORKSPACE: Final = "tether-serve"
 #: At most this many world feeds are open at once.
 MAX_FEEDS: Final = 32
+#: At most this many live connections of one principal are open at once (half the feeds: no
+#: one credential holds every feed; one more is 429 `live_busy`).
+MAX_PER_PRINCIPAL: Final = MAX_FEEDS // 2
 #: A feed without a subscriber this long (s) is closed.
 IDLE_S: Final = 60.0
 #: Every open feed is synced from the catalog and the journals this often (s).
@@ -333,6 +337,7 @@ class LiveMount:
                 sync_s=SYNC_S,
                 sources=self,
                 max_channels=MAX_FEEDS,
+                max_per_principal=MAX_PER_PRINCIPAL,
                 idle_s=IDLE_S,
                 ssl=self.policy.ssl_context,
             )
@@ -455,6 +460,7 @@ __all__ = [
     "LIVE_CODES",
     "LIVE_KEYS",
     "MAX_FEEDS",
+    "MAX_PER_PRINCIPAL",
     "WORKSPACE",
     "LiveMount",
     "LiveMountError",
