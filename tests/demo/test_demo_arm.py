@@ -484,6 +484,9 @@ def test_with_config_the_moves_run_on_its_robot_and_the_operator_is_asked(tmp_pa
                 '[robots.arm]\nport = "bus"\nspeed = 2.0\nfirst_motion_speed = 0.5\n'
                 '[[robots.arm.joints]]\nname = "a"\nid = 1\nmin = -1.5\nmax = 1.5\n'
                 '[[robots.arm.joints]]\nname = "b"\nid = 2\nmin = -1.5\nmax = 1.5\n'
+                # A daemon's shared stores: the demo says it does not use them.
+                '[serve]\ncatalog = "postgresql://db.invalid/x"\n'
+                'world = "postgresql://db.invalid/x"\n'
             )
             term = Terminal(
                 demo_argv(tmp_path / "data", *REACHES, "--config", str(config), arm=True)
@@ -497,6 +500,7 @@ def test_with_config_the_moves_run_on_its_robot_and_the_operator_is_asked(tmp_pa
             emulator.terminate()
     assert code == _exit.OK, term.text[-3000:]
     assert "power loss: none" in term.text and "choose a passphrase" not in term.text
+    assert "[serve] catalog and world of" in term.text and "not used" in term.text
     entries = [json.loads(line) for line in frames.read_text().splitlines() if line]
     for rad in (0.6, -0.6, 0.3):
         data = tables.encode(tables.GOAL_POSITION, tables.radians_to_ticks(rad)).hex()

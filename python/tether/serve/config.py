@@ -220,6 +220,12 @@ def data_dir_for(config: Any) -> Path:
     return config_relative(Path(config.path), given)
 
 
+def stores_named(config: Any) -> list[str]:
+    """Which of `[serve] catalog` and `world` a host configuration names (in that order)."""
+    table = _serve_table(config)
+    return [k for k in ("catalog", "world") if k in table]
+
+
 def host_name_for(config: Any) -> str:
     """The host name a host configuration's moves are bound to: `[serve] host_name`, else the
     machine's hostname (the daemon's, and a standalone `tether move`'s on its data dir)."""
@@ -257,6 +263,7 @@ __all__ = [
     "catalog_url_for",
     "data_dir_for",
     "host_name_for",
+    "stores_named",
     "world_url_for",
     "load_serve",
     "parse_grpc",

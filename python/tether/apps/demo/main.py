@@ -508,6 +508,15 @@ def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm 
             return _exit.for_error(exc, EXIT_USAGE)
         if (refused := _config_refusal(args, config)) is not None:
             return _usage(refused)
+        from tether.serve.config import stores_named
+
+        named = stores_named(config)
+        if named:  # said, not refused: the demo is a run of its own, in its own data dir
+            print(
+                f"tether demo: [serve] {' and '.join(named)} of {args.config} not used: the"
+                f" demo keeps its stores in {data_dir} (SQLite)",
+                file=sys.stderr,
+            )
         robots = sorted(config.robots)
         robot = robots[0] if wants_arm else None
         targets = _config_targets(config.robot(robot), args.moves) if robot else []
