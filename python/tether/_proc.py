@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import logging
 import os
@@ -74,18 +75,36 @@ def close_within(
     return finished
 
 
+#: How long an abandoned shutdown gives the process's exit handlers (a worker's robot_move
+#: family safe-stops the robots it connected in one) before it exits anyway (s).
+EXIT_HANDLERS_BOUND_S = 10.0
+
+
 def abandon_shutdown(command: str, bound_s: float) -> NoReturn:
     """Exit now (status 1) without waiting any longer for a shutdown `close_within` gave up
-    on, after saying so in one line: its devices were safe-stopped first, and an attempt it
-    cut short is reconciled by its next claim (its lease lapses)."""
+    on, after saying so in one line and running the process's exit handlers (`atexit`: the
+    safe stop of robots a family connected is one; at most `EXIT_HANDLERS_BOUND_S`), which
+    `os._exit` itself would skip. An attempt it cut short is reconciled by its next claim."""
     message = (
-        f"{command}: shutdown_stalled: the workers or stores did not finish within {bound_s:g} s"
-        " of the devices' safe stop (a database that stopped answering?); exiting without them:"
-        " an attempt cut short is reconciled by its next claim"
+        f"{command}: shutdown_stalled: the workers or stores did not finish within"
+        f" {bound_s:g} s (an attempt still running, or a database that stopped answering);"
+        " exiting without them: an attempt cut short is reconciled by its next claim"
     )
-    logging.getLogger("tether.shutdown").error(message)
-    print(message, file=sys.stderr, flush=True)
-    sys.stdout.flush()
+    shown = logging.getLogger("tether.shutdown")
+    if logging.getLogger().handlers or logging.getLogger("tether").handlers:
+        shown.error(message)  # the process's log (text or JSON lines) on stderr: said once
+    else:
+        print(message, file=sys.stderr, flush=True)
+    handlers = threading.Thread(
+        target=atexit._run_exitfuncs, name="tether-exit-handlers", daemon=True
+    )
+    handlers.start()
+    handlers.join(EXIT_HANDLERS_BOUND_S)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
     os._exit(1)
 
 

@@ -237,3 +237,41 @@ def test_power_loss_after_staging_parks_in_the_catalog_until_the_operator_reissu
     preimage = op.preimage(2)
     assert preimage is not None and preimage["first_motion"] is True
     assert preimage["profile_velocity"] == config.robot("arm").first_motion_velocity
+
+
+def test_a_worker_past_its_shutdown_bound_still_safe_stops_its_robots(tmp_path: Path) -> None:
+    """SIGTERM while its move runs longer than `TETHER_SHUTDOWN_BOUND_S`: the worker gives up
+    waiting (one line, exit 1) and still applies the robots' stop policy on its way out (here
+    `torque_off`), which `os._exit` alone would have skipped."""
+    with DynamixelEmulator([1, 2], speed_scale=1.0) as emu:  # real-time shafts: a long move
+        config_path = write_config(tmp_path, emu.path)
+        text = config_path.read_text().replace('safe_stop = "hold"', 'safe_stop = "torque_off"')
+        config_path.write_text(text)
+        data = tmp_path / "data"
+        family = robot_move_family(load_config(config_path), data / "robot_move")
+        far = {"a": 1.4, "b": -1.4}
+        request = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": far})
+        with Host(data, [family], workers=0, observe=False) as host:
+            host.create_world("w")
+            host.commit_tick("w", [intent("move-1", request)])
+            env = {k: v for k, v in os.environ.items() if k != "TETHER_CRASH_AT"}
+            env[CONFIG_ENV] = str(config_path)
+            env["TETHER_SHUTDOWN_BOUND_S"] = "1"
+            argv = ["worker", str(data), "--families"]
+            argv += ["tether.families.robot_move.family:families_from_env"]
+            with subprocess.Popen(
+                [sys.executable, "-m", "tether", *argv],
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            ) as proc:
+                wait_for(lambda: any(e.instruction == "action" for e in emu.journal))
+                assert emu.snapshot(1)["torque_enable"] == 1
+                start = time.monotonic()
+                proc.send_signal(signal.SIGTERM)
+                rc = proc.wait(timeout=60)
+                took = time.monotonic() - start
+                said = proc.stderr.read() if proc.stderr else ""
+        assert rc == 1 and took < 20, (rc, took, said)
+        assert "shutdown_stalled" in said, said
+        assert [emu.snapshot(i)["torque_enable"] for i in (1, 2)] == [0, 0], said
