@@ -371,3 +371,30 @@ def test_a_full_lane_refuses_more_of_its_kind_but_never_a_stop(tmp_path: Path) -
         for sock in slow:
             sock.close()
         server.close()
+
+
+def test_a_request_without_an_answer_says_whether_it_was_sent(tmp_path: Path) -> None:
+    """Nothing sent (no socket) and sent-but-unanswered are both `owner_no_answer`; only the
+    second may have been acted on (`details["sent"]`)."""
+    with pytest.raises(TransportError) as info:
+        send_request(str(tmp_path / "none.sock"), {"op": "ping"})
+    assert info.value.code == "owner_no_answer" and info.value.details["sent"] is False
+    path = str(tmp_path / "mute.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def mute() -> None:  # reads the request, then hangs up without a word
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+
+    thread = threading.Thread(target=mute)
+    thread.start()
+    try:
+        with pytest.raises(TransportError) as info:
+            send_request(path, {"op": "submit"}, timeout=10)
+        assert info.value.code == "owner_no_answer" and info.value.details["sent"] is True
+    finally:
+        thread.join(10)
+        listener.close()

@@ -377,7 +377,7 @@ def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.
         raise TransportError(
             "owner_no_answer",
             f"control socket {socket_path}: {exc.__class__.__name__}: {exc}",
-            details={"socket": socket_path},
+            details={"socket": socket_path, "sent": False},
         ) from exc
     if not stat.S_ISSOCK(info.st_mode) or info.st_uid != uid:
         raise _untrusted(
@@ -387,6 +387,7 @@ def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.
             else "not a socket",
             owner_uid=info.st_uid,
         )
+    sent = False  # whether the whole request went out: the owner may have acted on it
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
@@ -398,6 +399,7 @@ def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.
                 )
             try:
                 sock.sendall((json.dumps(request) + "\n").encode())
+                sent = True
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the owner answered (a refusal) and closed before reading: read it
             with sock.makefile("r") as reader:
@@ -406,13 +408,13 @@ def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.
         raise TransportError(
             "owner_no_answer",
             f"control socket {socket_path}: {exc.__class__.__name__}: {exc}",
-            details={"socket": socket_path},
+            details={"socket": socket_path, "sent": sent},
         ) from exc
     if not line:
         raise TransportError(
             "owner_no_answer",
             f"control socket {socket_path}: closed without answering",
-            details={"socket": socket_path},
+            details={"socket": socket_path, "sent": sent},
         )
     reply = json.loads(line)
     if not reply.get("ok"):

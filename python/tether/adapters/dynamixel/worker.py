@@ -150,8 +150,8 @@ def submit_move(
             " request is never run twice)",
         }
     except ClientError as exc:
-        if exc.code != "owner_no_answer":
-            raise
+        if exc.code != "owner_no_answer" or not exc.details.get("sent"):
+            raise  # refused, or nothing reached the daemon: it cannot run the move
         # Sent, and not answered in time (its stores may be stalled): the daemon may still
         # commit it and run the move, so this is no refusal.
         return {
