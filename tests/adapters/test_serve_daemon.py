@@ -692,12 +692,20 @@ def _stop_with_a_typo(tmp_path: Path, emu: EmulatorProcess) -> None:
         assert (
             len(warning) == 1 and "warning: unknown_key" in warning[0] and str(typo) in warning[0]
         )
+        assert f"({config})" in warning[0]  # the daemon's own host file, which it stops with
         reports = json.loads(done.stdout)
         assert [(r["robot"], r["ok"], r["via"]) for r in reports] == [("arm", True, "owner")]
         parked = watch_until(client, view["key"], ("awaiting_decision",), 60)
         assert parked["reason"] == "stopped_by_operator", parked
         words = tether("stop", "--config", str(typo), "--robot", "nosuch")
         assert words.returncode == 1 and "nosuch" in words.stdout, words
+        # A file whose robots table itself is wrong names no robot: the daemon stops its own.
+        broken = tmp_path / "broken.toml"
+        broken.write_text(config.read_text().replace("[robots.arm]", "[robot.arm]", 1))
+        assert "[robot.arm]" in broken.read_text()
+        every = tether("stop", "--config", str(broken), "--json")
+        assert every.returncode == 0, every.stderr
+        assert [r["robot"] for r in json.loads(every.stdout)] == ["arm"]
 
 
 def test_a_submit_the_daemon_does_not_answer_is_pending_not_a_refusal(

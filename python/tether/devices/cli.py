@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tomllib
 from pathlib import Path
@@ -94,35 +93,39 @@ def _identity_line(robot: str, identity: dict[str, Any]) -> str:
 _TOLERATED = ("insecure_directory",)
 
 
-def _stop_through_daemon(path: Path, robots: list[str] | None) -> list[dict[str, Any]] | None:
+def _stop_through_daemon(
+    path: Path, robots: list[str] | None
+) -> tuple[list[dict[str, Any]], str] | None:
     """`tether stop` with a host file the configuration refused: the reports of a stop through
-    the `tether serve` of its state dir, or None (nothing sent) when that cannot be found for
-    certain: the file is unreadable or not TOML, its `[host]` table is itself wrong, or no
-    daemon's socket is there. The robots are the ones named, else every `[robots]` table's
-    name; the daemon refuses a name it does not serve, in that robot's report."""
+    the `tether serve` of its state dir, and that daemon's host file; or None (nothing sent)
+    when it cannot be found for certain: the file is unreadable or not TOML, its `[host]`
+    table is itself wrong, or no daemon holds that state dir. The robots named, else every
+    robot the daemon serves (its own configuration's, not the refused file's)."""
+    from tether.client import daemon_record
+
     try:
         raw = tomllib.loads(read_config_text(path))
         host = Table(raw.get("host", {}), "host", HOST_KEYS)
         state_dir = config_relative(path, host.path("state_dir", str(default_state_dir())))
     except (HostConfigError, tomllib.TOMLDecodeError):
         return None
-    names = robots
-    if names is None and isinstance(raw.get("robots"), dict):
-        names = sorted(raw["robots"])
-    socket_path = daemon_socket(state_dir)
-    if not names or not os.path.exists(socket_path):
+    record = daemon_record(state_dir)  # a daemon holds the state dir's lock: not a stale socket
+    if record is None:
         return None
+    socket_path = daemon_socket(state_dir)
     reports: list[dict[str, Any]] = []
+    names: list[str | None] = list(robots) if robots else [None]  # None: every robot
     for name in names:
         try:
-            for report in send_request(socket_path, {"op": "stop", "robot": name}):
+            asked = {"op": "stop"} if name is None else {"op": "stop", "robot": name}
+            for report in send_request(socket_path, asked):
                 reports.append({**report, "via": "owner"})
         except TetherError as exc:
             code, message, _ = error_fields(exc)
             failed = f"{code}: {message}"
-            reports.append({"robot": name, "policy": "unknown", "ok": False, "error": failed})
-            reports[-1].update(joints=[], via=None)
-    return reports
+            reports.append({"robot": name or "*", "policy": "unknown", "ok": False})
+            reports[-1].update(error=failed, joints=[], via=None)
+    return reports, str(record.get("config") or "its own host file")
 
 
 def stop_main(argv: list[str]) -> int:
@@ -145,13 +148,14 @@ def stop_main(argv: list[str]) -> int:
         except HostConfigError as exc:
             # A mistake in the file must not keep a running daemon from stopping its robots:
             # it stops them with the configuration it loaded. Without one, nothing is sent.
-            fallback = _stop_through_daemon(Path(args.config), robots)
-            if fallback is None:
+            stopped = _stop_through_daemon(Path(args.config), robots)
+            if stopped is None:
                 raise
+            fallback, theirs = stopped
             code, message, _ = error_fields(exc)
             print(
                 f"tether stop: warning: {code}: {message}; stopping through the running"
-                " daemon, with the configuration it loaded",
+                f" daemon of this state dir, with the configuration it loaded ({theirs})",
                 file=sys.stderr,
             )
             print(json.dumps(fallback, indent=2) if args.json else render_stop(fallback))
