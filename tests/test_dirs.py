@@ -202,3 +202,30 @@ def test_tether_worker_checks_its_data_dir_as_serve_does(tmp_path: Path, case: s
     assert str(data) in lines[0]
     made = list(real.iterdir()) + (list(data.iterdir()) if data.is_dir() else [])
     assert made == [], made
+
+
+def test_latches_left_in_an_old_default_state_dir_are_never_skipped_silently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An earlier Tether kept the default state dir under `$XDG_RUNTIME_DIR` (or
+    `$XDG_STATE_HOME`): a host file that leaves `state_dir` unset is refused while that old
+    place holds latches or a daemon's lock, naming it and what to set."""
+    from tether._config import HostConfigError
+    from tether.devices.config import load_config
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    run = tmp_path / "run"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    config = tmp_path / "host.toml"
+    config.write_text("")
+    assert load_config(config).state_dir == tmp_path / "home" / ".local" / "state" / "tether"
+    (run / "tether" / "latches").mkdir(parents=True)
+    assert load_config(config).state_dir.name == "tether"  # an empty latch dir is no record
+    (run / "tether" / "latches" / "arm.json").write_text("{}")
+    with pytest.raises(HostConfigError) as info:
+        load_config(config)
+    assert info.value.code == "legacy_state_dir"
+    assert f'state_dir = "{run / "tether"}"' in str(info.value)
+    config.write_text(f'[host]\nstate_dir = "{tmp_path / "mine"}"\n')  # said: used as said
+    assert load_config(config).state_dir == tmp_path / "mine"

@@ -75,6 +75,29 @@ def default_state_dir() -> Path:
     return _home() / ".local" / "state" / "tether"
 
 
+def legacy_state_dirs() -> list[Path]:
+    """Where an earlier Tether kept the default state dir and this one no longer looks:
+    `$XDG_RUNTIME_DIR/tether` and `$XDG_STATE_HOME/tether` (when set, absolute, and not the
+    default now), each only if it holds stop latches or a daemon's lock: state that must not
+    be left behind unseen (a robot latched there would run again)."""
+    now = default_state_dir()
+    found: list[Path] = []
+    for var in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME"):
+        base = os.environ.get(var)
+        if not base or not os.path.isabs(base):
+            continue
+        old = Path(base) / "tether"
+        if old == now or old in found:
+            continue
+        try:
+            latches = any((old / "latches").iterdir()) if (old / "latches").is_dir() else False
+            if latches or (old / "serve.lock").exists():
+                found.append(old)
+        except OSError:
+            continue
+    return found
+
+
 def _refuse(code: str, message: str, path: Path, what: str, **details: object) -> DataDirError:
     return DataDirError(code, message, details={"path": str(path), "what": what, **details})
 

@@ -98,6 +98,7 @@ ERROR_CODES: Final = (
     "excessive_credential_cost",
     "wrong_type",
     "empty_value",
+    "legacy_state_dir",
 )
 
 
@@ -411,6 +412,16 @@ def parse_config(
         )
     doc = Table(raw, "", TOP_KEYS)
     host = doc.table("host", HOST_KEYS)
+    legacy = [] if "state_dir" in host else _dirs.legacy_state_dirs()
+    for old in legacy[:1]:  # a safety record left behind is never skipped silently
+        raise config_error(
+            "legacy_state_dir",
+            f"{path}: host.state_dir is unset, and {old} (where an earlier Tether kept it"
+            f" by default) holds stop latches or a daemon's lock; its default is now"
+            f' {default_state_dir()}: set [host] state_dir = "{old}" to keep using it,'
+            " or move its contents there",
+            path=str(old),
+        )
     state_dir = config_relative(path, host.path("state_dir", str(default_state_dir())))
     operators = _operators(doc)
     planners = _planners(doc, operators)
