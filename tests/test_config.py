@@ -174,3 +174,26 @@ def test_a_config_error_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(HostConfigError) as info:
         load_serve(config, state_dir=tmp_path, robots=0)
     assert info.value.message.startswith(f"{config}: serve: unknown key")
+
+
+def test_a_home_of_no_user_is_a_config_error_not_a_traceback(tmp_path: Path) -> None:
+    from tether.devices.config import load_config
+
+    config = tmp_path / "host.toml"
+    config.write_text('[host]\nstate_dir = "~no_such_user_of_tether/state"\n')
+    with pytest.raises(HostConfigError) as info:
+        load_config(config)
+    assert info.value.code == "bad_path" and "~no_such_user_of_tether" in info.value.message
+
+
+def test_a_shutdown_bound_that_is_no_number_is_said_and_the_default_used(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tether._proc import SHUTDOWN_BOUND_S, shutdown_bound_s
+
+    for bad in ("30s", "0", "-1", "inf", "nan"):
+        monkeypatch.setenv("TETHER_SHUTDOWN_BOUND_S", bad)
+        assert shutdown_bound_s() == SHUTDOWN_BOUND_S
+        assert f"TETHER_SHUTDOWN_BOUND_S={bad!r}" in capsys.readouterr().err
+    monkeypatch.setenv("TETHER_SHUTDOWN_BOUND_S", "2.5")
+    assert shutdown_bound_s() == 2.5 and capsys.readouterr().err == ""

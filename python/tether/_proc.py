@@ -40,12 +40,23 @@ SHUTDOWN_BOUND_ENV = "TETHER_SHUTDOWN_BOUND_S"
 
 
 def shutdown_bound_s() -> float:
-    """`SHUTDOWN_BOUND_S`, or `$TETHER_SHUTDOWN_BOUND_S` when that is a number > 0."""
-    try:
-        value = float(os.environ.get(SHUTDOWN_BOUND_ENV, ""))
-    except ValueError:
+    """`SHUTDOWN_BOUND_S`, or `$TETHER_SHUTDOWN_BOUND_S` when that is set: a number of
+    seconds > 0 (anything else is said on stderr, and the default used)."""
+    text = os.environ.get(SHUTDOWN_BOUND_ENV)
+    if text is None:
         return SHUTDOWN_BOUND_S
-    return value if 0 < value < float("inf") else SHUTDOWN_BOUND_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if 0 < value < float("inf"):
+        return value
+    print(
+        f"warning: {SHUTDOWN_BOUND_ENV}={text!r} is not a number of seconds above 0:"
+        f" using {SHUTDOWN_BOUND_S:g}",
+        file=sys.stderr,
+    )
+    return SHUTDOWN_BOUND_S
 
 
 def close_within(

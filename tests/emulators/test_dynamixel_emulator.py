@@ -298,6 +298,34 @@ def test_emulate_refuses_bad_options_in_one_line_and_keeps_what_is_there(
     assert precious.read_text() == "kept\n" and not precious.is_symlink()
 
 
+def test_emulate_never_takes_a_live_socket_or_a_working_link(tmp_path: Path) -> None:
+    """A `--control` path a live process serves (a daemon's socket, say) and a `--link` that
+    already names a working device other than a pty (a udev name of real hardware) are
+    refused; the live socket still answers its owner's clients."""
+    from tether.devices.control import ControlServer, send_request
+
+    live = str(tmp_path / "live.sock")
+    server = ControlServer(live, {"ping": lambda r: "pong"})
+    device = tmp_path / "ttyUSB0"
+    device.write_text("")  # stands for the device node a udev link names
+    link = tmp_path / "by-id"
+    link.symlink_to(device)
+    try:
+        for argv in (["--control", live], ["--link", str(link)]):
+            done = subprocess.run(
+                [sys.executable, "-m", "tether", "emulate", "dynamixel", *argv],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert send_request(live, {"op": "ping"}) == "pong"
+        assert os.readlink(link) == str(device)
+    finally:
+        server.close()
+
+
 def test_emulate_rejects_bad_ids() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tether", "emulate", "dynamixel", "--ids", "1,1"],

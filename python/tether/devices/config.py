@@ -75,6 +75,7 @@ ERROR_CODES: Final = (
     "bad_id",
     "bad_joint_name",
     "bad_limit",
+    "bad_path",
     "bad_role",
     "bad_safe_stop",
     "bad_speed",
@@ -464,7 +465,12 @@ def config_relative(path: Path, value: str) -> Path:
     from the configuration file's directory (as `[tls]` paths are), never from the working
     directory: each command that reads the file must find the same state (a stop latch made
     from one directory must hold for a move started from another)."""
-    given = Path(value).expanduser()
+    try:
+        given = Path(value).expanduser()
+    except RuntimeError:  # `~user` of no user
+        raise config_error(
+            "bad_path", f"{path}: {value!r}: no such user's home directory for '~'"
+        ) from None
     if given.is_absolute():
         return given
     base = Path.cwd() if path.name == "<memory>" else path.absolute().parent

@@ -46,7 +46,7 @@ from tether._dirs import usable_dir
 from tether.transport import TransportError
 
 #: Every `.code` raised here (the client side).
-CODES: Final = ("owner_no_answer", "owner_refused", "owner_untrusted")
+CODES: Final = ("owner_no_answer", "owner_refused", "owner_untrusted", "socket_in_use")
 #: Every code a server reply of its own carries (the handler's codes travel too).
 REFUSAL_CODES: Final = (
     "bad_request",
@@ -132,7 +132,17 @@ class ControlServer:
         usable_dir(Path(path).parent, what="the control socket's directory")
         if os.path.lexists(path):
             if not stat.S_ISSOCK(os.lstat(path).st_mode):  # never someone's file or link
-                raise FileExistsError(errno.EEXIST, "exists and is not a socket", path)
+                raise TransportError(
+                    "socket_in_use",
+                    f"control socket {path}: something that is not a socket is there",
+                    details={"socket": path},
+                )
+            if _answers(path):  # a live process serves it: never taken from under it
+                raise TransportError(
+                    "socket_in_use",
+                    f"control socket {path}: another process serves it",
+                    details={"socket": path},
+                )
             os.unlink(path)  # a socket left by a dead owner of this path (ours: the dir is private)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.bind(path)
@@ -363,6 +373,18 @@ def _untrusted(socket_path: str, message: str, **details: Any) -> TransportError
         f"control socket {socket_path}: {message}; nothing was sent",
         details={"socket": socket_path, **details},
     )
+
+
+def _answers(path: str) -> bool:
+    """Whether a process accepts connections on the unix socket at `path` (a stale one, left
+    by a process that died, refuses them)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.0) -> Any:

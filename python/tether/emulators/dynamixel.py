@@ -50,7 +50,7 @@ from tether import _core, _exit
 from tether._args import Parser
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.host import ControlServer, send_request
-from tether.errors import DxlFrameError
+from tether.errors import DxlFrameError, TetherError
 
 BROADCAST = 0xFE
 PRESENT_VELOCITY = tables.BY_NAME["present_velocity"]
@@ -574,6 +574,13 @@ def _check_new_path(parser: Parser, option: str, path: Path, *, replaceable: int
         parser.error(f"{option} {path}: its directory {path.parent} does not exist")
     if os.path.lexists(path) and stat.S_IFMT(os.lstat(path).st_mode) != replaceable:
         parser.error(f"{option} {path}: something else is there; give another path")
+    if replaceable == stat.S_IFLNK and path.is_symlink():
+        target = os.readlink(path)
+        if os.path.exists(path) and not target.startswith("/dev/pts/"):
+            # A working link to something else (a udev name of real hardware, say).
+            parser.error(
+                f"{option} {path}: it links to {target}, not a stale pty; give another path"
+            )
 
 
 def main(argv: list[str]) -> int:
@@ -617,7 +624,11 @@ def main(argv: list[str]) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    control = control_server(emulator, args.control) if args.control else None
+    try:
+        control = control_server(emulator, args.control) if args.control else None
+    except TetherError as exc:  # a live socket there (a daemon's, say): never taken over
+        emulator.stop()
+        parser.error(f"--control {args.control}: {exc}")
     if link is not None:
         link.unlink(missing_ok=True)  # a stale link (checked above)
         link.symlink_to(emulator.path)
