@@ -268,6 +268,18 @@ def test_emulate_command_serves_a_pty_and_a_control_socket(tmp_path: Path) -> No
     assert not os.path.lexists(link) and not os.path.lexists(control)
 
 
+def _refused(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`tether emulate dynamixel ARGV`, refused as a usage error without a traceback."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "emulate", "dynamixel", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    return done
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -287,13 +299,7 @@ def test_emulate_refuses_bad_options_in_one_line_and_keeps_what_is_there(
     precious = tmp_path / "precious.txt"
     precious.write_text("kept\n")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", "emulate", "dynamixel", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    done = _refused(*argv)
     assert len(done.stderr.strip().splitlines()) == 1 and argv[0] in done.stderr, done.stderr
     assert precious.read_text() == "kept\n" and not precious.is_symlink()
 
@@ -312,13 +318,7 @@ def test_emulate_never_takes_a_live_socket_or_a_working_link(tmp_path: Path) -> 
     link.symlink_to(device)
     try:
         for argv in (["--control", live], ["--link", str(link)]):
-            done = subprocess.run(
-                [sys.executable, "-m", "tether", "emulate", "dynamixel", *argv],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+            done = _refused(*argv)
             assert len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert send_request(live, {"op": "ping"}) == "pong"
         assert os.readlink(link) == str(device)
