@@ -288,3 +288,32 @@ def test_a_result_that_does_not_match_its_digest_is_a_coded_error_that_awaits_an
     assert isinstance(out, Unknown) and out.retry_after_ms == OPERATOR_RETRY_MS
     doc = json.loads(ctx.artifacts.get_bytes(out.evidence.ref, out.evidence.digest))
     assert doc["reason"] == "remote_result_mismatch"
+
+
+def test_an_operation_the_remote_operator_abandoned_is_recorded_as_that_failure(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """An operator's abandon on the robot host is a result no bytes carry (its digest names the
+    decision): the bridge records the failure it is (`abandoned`, the remote's digest kept),
+    instead of asking again for bytes that never come."""
+    from _grpc_setup import abandon
+
+    key = ActivityKey("bridge-world", KIND_ABSOLUTE, "dropped")
+    op_id = operation_id_for(key)
+    request = _request({"a": 1.4, "b": -1.4}, int(time.time() * 1000) + 120_000)
+    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
+        control.Execute(  # the bridge's own request: its reconcile proves it by its digest
+            move(op_id, request["targets"], not_after_ms=request["not_after_ms"]),
+            metadata=bearer(),
+            timeout=30,
+        )
+        wait_for(control, op_id, lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
+        control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=10)
+        parked = wait_for(control, op_id, lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
+        ended = abandon(control, op_id, parked.evidence.revision)
+        assert ended.state == pb.FAILED and ended.error.code == "abandoned", ended
+        ctx, out = _reconciled(tmp_path, ready["grpc"], key, request)
+    assert isinstance(out, Recovered) and out.result.failed, out
+    doc = _doc(ctx, out)
+    assert (doc["code"], doc.get("remote_abandoned")) == ("abandoned", True), doc
+    assert doc["remote_digest"] == ended.result.digest and doc["result"] is None

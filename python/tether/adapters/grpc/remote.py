@@ -74,7 +74,7 @@ from tether._coded import CodedError
 from tether._crash import crash_point
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
-from tether.activities import Evidence, ResultRef, RetryGuard
+from tether.activities import ABANDONED_MEDIA_TYPE, Evidence, ResultRef, RetryGuard
 from tether.runtime import (
     ActivityRequest,
     AttemptContext,
@@ -337,7 +337,17 @@ class RemoteMoveAdapter:
     def _result(self, ctx: AttemptContext, op: pb.Operation) -> ResultRef:
         """The local durable result of a terminal remote operation, digest-checked."""
         remote_doc: Any = None
-        if op.result.digest and not op.result.document and op.result.digest != _EMPTY_DIGEST:
+        # An operator's abandon on the remote host: its result is the decision itself, a
+        # reference the remote's core keeps no bytes of (its digest names the decision's
+        # canonical record). Recorded as the failure it is, with the remote's digest, never
+        # waited for: no bytes will ever come.
+        abandoned = op.state != pb.SUCCEEDED and op.result.media_type == ABANDONED_MEDIA_TYPE
+        if (
+            op.result.digest
+            and not op.result.document
+            and op.result.digest != _EMPTY_DIGEST
+            and not abandoned
+        ):
             # The host reported a result it could not read back to us: ask again later,
             # never record a success (or a failure) without its document.
             raise RemoteUnreachable(f"{op.id}: the remote sent its result's digest, not its bytes")
@@ -362,6 +372,8 @@ class RemoteMoveAdapter:
             # Ended, and the remote's retention compacted its record: the state is all it
             # keeps (an expired or cancelled one reads failed), the document is gone for good.
             doc["remote_compacted"] = True
+        if abandoned:
+            doc["remote_abandoned"] = True
         if op.state != pb.SUCCEEDED:
             doc["code"] = op.error.code or state
             doc["error"] = op.error.message
