@@ -3,6 +3,7 @@ no traceback, nothing created where it should not be."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -144,3 +145,21 @@ def test_usable_dir_creates_a_missing_directory_and_refuses_files(
     with pytest.raises(DataDirError) as info:
         usable_dir(tmp_path / "missing", what="--data-dir", create=False)
     assert info.value.code == "no_such_directory" and not (tmp_path / "missing").exists()
+
+
+def test_stop_on_a_host_with_no_robot_says_nothing_was_stopped(tmp_path: Path) -> None:
+    """A bridge host (its robots on another host, over gRPC) configures no robot: `tether
+    stop` there says nothing was stopped and where to stop them, never an empty success."""
+    config = tmp_path / "host.toml"
+    config.write_text(f'[host]\nstate_dir = "{tmp_path / "state"}"\n')
+    for extra in ((), ("--json",)):
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", "stop", "--config", str(config), *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, (done.stdout, done.stderr)
+        assert "no_robot" in done.stderr and "nothing was stopped" in done.stderr
+        if extra:
+            assert json.loads(done.stdout)["code"] == "no_robot"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, error_fields, error_line, want_json
+from tether._args import Parser, error_fields, error_line, refuse, want_json
 from tether._config import HostConfigError, Table
 from tether._dirs import default_state_dir, usable_dir
 from tether.devices.config import (
@@ -171,6 +171,16 @@ def stop_main(argv: list[str]) -> int:
             if code not in _TOLERATED:
                 raise
             print(f"tether stop: warning: {code}: {message}; stopping anyway", file=sys.stderr)
+        if not config.robots:  # said, never an empty success: nothing here can be stopped
+            refuse(
+                "tether stop",
+                "no_robot",
+                f"{args.config} configures no robot: nothing was stopped (a robot of another"
+                " host, driven through its gRPC service, is stopped on that host: its"
+                " `tether stop`, or RobotControl.Stop)",
+                error="HostConfigError",
+            )
+            return EXIT_USAGE
         reports = stop_everything(config, robots)
     except TetherError as exc:
         error_line("tether stop", exc)
