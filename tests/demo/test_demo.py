@@ -142,6 +142,15 @@ def test_a_different_mission_in_the_same_data_dir_is_refused(tmp_path: Path) -> 
     assert _run(tmp_path, *SMALL).returncode == 0
     other = _run(tmp_path, "--targets", "3", "--episodes", "1", "--steps", "200", "--port", "0")
     assert other.returncode == 2 and "different mission" in other.stderr
+    assert "tether demo: other_mission: " in other.stderr  # its stable code, on a terminal too
+    # A seed whose last reach (seed + N) passes the largest one is refused at start: its
+    # reach could never be committed, and the run would wait for it for ever.
+    top = _run(tmp_path / "z", "--targets", "2", "--seed", str(2**63 - 1), "--port", "0")
+    assert top.returncode == 2 and "tether demo: usage: --seed must be in [0, " in top.stderr
+    assert not (tmp_path / "z").exists()
+    for flag, value in (("--workers", "0"), ("--lease-ms", "1"), ("--port", "70000")):
+        wrong = _run(tmp_path / "w", flag, value)
+        assert wrong.returncode == 2 and f"usage: {flag} must" in wrong.stderr, wrong.stderr
     bad = _run(tmp_path / "x", "--targets", "1", "--episodes", "0", "--port", "0")
     assert bad.returncode == 2 and "episodes" in bad.stderr
     # A mission of no targets or no steps runs nothing it could report: a usage error before
@@ -171,6 +180,24 @@ def test_ctrl_c_with_json_ends_with_one_document(tmp_path: Path) -> None:
     assert demo.returncode == 130, (out, err)
     doc = json.loads(out)
     assert (doc["status"], doc["code"]) == ("interrupted", "interrupted"), doc
+
+
+def test_sigterm_ends_the_demo_as_ctrl_c_does(tmp_path: Path) -> None:
+    """A service manager's SIGTERM is an interruption: said, exit 130 (never a bare 143)."""
+    args = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0"]
+    with subprocess.Popen(
+        _cmd(tmp_path, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as demo:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            if line.startswith("reach-0000") and "running" in line:
+                break
+        else:
+            pytest.fail("the demo ended before reach-0000 ran")
+        demo.send_signal(signal.SIGTERM)
+        out, err = demo.communicate(timeout=120)
+    assert demo.returncode == 130, (out, err)
+    assert "tether demo: interrupted" in err, err
 
 
 def test_kill_9_mid_episode_then_the_same_command_resumes(tmp_path: Path) -> None:

@@ -46,7 +46,9 @@ import logging
 import os
 import secrets
 import select
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -689,7 +691,6 @@ def _open(
                 "other_mission",
                 f"{data_dir} holds a different mission; use another --data-dir",
                 error="UsageError",
-                line=f"{data_dir} holds a different mission; use another --data-dir",
             )
             return EXIT_USAGE
         records = {k.activity_id: host.get(k) for k in _keys(snap)}
@@ -1019,18 +1020,32 @@ def _summary_json(run: _Run, code: int) -> str:
     )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM ends the demo as Ctrl-C does: said, exit 130
+
+
 def main(argv: list[str]) -> int:
     """Run the demo; returns the process exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.workers < 1 or args.lease_ms < 100 or not 0 <= args.port <= 65535:
-        parser.error("--workers must be >= 1, --lease-ms >= 100 and --port in [0, 65535]")
-    if args.linger < 0 or args.wait_subscribers < 0:
-        parser.error("--linger and --wait-subscribers must not be negative")
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+    for wrong, why in (
+        (args.workers < 1, f"--workers must be >= 1, got {args.workers}"),
+        (args.lease_ms < 100, f"--lease-ms must be >= 100, got {args.lease_ms}"),
+        (not 0 <= args.port <= 65535, f"--port must be in [0, 65535], got {args.port}"),
+        (args.linger < 0, f"--linger must not be negative, got {args.linger:g}"),
+        (
+            args.wait_subscribers < 0,
+            f"--wait-subscribers must not be negative, got {args.wait_subscribers:g}",
+        ),
+    ):
+        if wrong:
+            parser.error(why)
     if not 64 <= args.memory_cap_mb <= 1 << 30:
         parser.error("--memory-cap-mb must be at least 64")
     from tether.families.sim._episode import MAX_EPISODES, MAX_STEPS  # the episode's bounds
-    from tether.families.sim.family import MAX_TARGETS
+    from tether.families.sim.family import MAX_SEED, MAX_TARGETS
 
     for flag, value, high in (
         ("--targets", args.targets, MAX_TARGETS),
@@ -1039,6 +1054,11 @@ def main(argv: list[str]) -> int:
     ):
         if not 1 <= value <= high:  # a reach of none of them runs nothing it could report
             parser.error(f"{flag} must be in [1, {high}], got {value}")
+    if not 0 <= args.seed <= MAX_SEED - (args.targets - 1):  # reach N uses seed + N
+        parser.error(
+            f"--seed must be in [0, {MAX_SEED - (args.targets - 1)}] with --targets"
+            f" {args.targets} (reach N uses seed+N, at most {MAX_SEED}), got {args.seed}"
+        )
     if not 0 <= args.moves <= len(arm_mod.TARGETS):
         parser.error(
             f"--moves must be in [0, {len(arm_mod.TARGETS)}] (each move has its own target)"
