@@ -196,3 +196,56 @@ def test_the_bridge_configured_with_client_cert_and_key_reaches_a_mutual_tls_hos
             else:
                 assert status_code(call) == grpc.StatusCode.UNAVAILABLE
             channel.close()
+
+
+def test_a_bridge_that_does_not_trust_the_hosts_certificate_says_so_in_its_evidence(
+    tmp_path: Path,
+) -> None:
+    """A wrong CA on the bridge side fails every TLS handshake: the reconcile's evidence keeps
+    grpcio's account of it (the handshake), not only UNAVAILABLE, so an operator can tell a
+    wrong certificate from a host that is down."""
+    from tether.activities import operation_id_for
+    from tether.adapters.grpc.remote import RemoteMoveAdapter
+    from tether.runtime import ArtifactStore, AttemptContext, Unknown
+
+    ca, other = make_authority(tmp_path / "ca"), make_authority(tmp_path / "other")
+    server = ca.issue("server", server=True)
+    client = ca.issue("bridge", server=False)
+    port = free_port()
+    key = ActivityKey("bridge", KIND_ABSOLUTE, "t1")
+    request = {
+        "kind": KIND_ABSOLUTE,
+        "device": "arm",
+        "targets": {"a": 0.5, "b": -0.3},
+        "not_after_ms": int(time.time() * 1000) + 120_000,
+    }
+    with emulator_process(tmp_path) as emu:
+        serve = SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+        with daemon(mtls_config(tmp_path, emu.path, server, str(ca.cert), serve=serve)):
+            adapter = RemoteMoveAdapter(
+                RemoteHost(
+                    f"localhost:{port}",
+                    PLANNER,
+                    root_certificates=other.cert.read_bytes(),  # not the host's CA
+                    timeout_s=5.0,
+                    certificate_chain=client.cert.read_bytes(),
+                    private_key=client.key.read_bytes(),
+                )
+            )
+            try:
+                ctx = AttemptContext(
+                    key=key,
+                    operation_id=operation_id_for(key),
+                    fence=2,
+                    attempt=2,
+                    may_execute=False,
+                    artifacts=ArtifactStore(tmp_path / "bridge-artifacts"),
+                    renew=lambda: None,
+                )
+                out = adapter.reconcile(ctx, request)
+            finally:
+                adapter.close()
+    assert isinstance(out, Unknown), out
+    doc = json.loads(ctx.artifacts.get_bytes(out.evidence.ref, out.evidence.digest))
+    assert doc["reason"] == "remote_unreachable", doc
+    assert "UNAVAILABLE: " in doc["error"] and "handshake" in doc["error"].lower(), doc

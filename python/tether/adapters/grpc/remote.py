@@ -315,6 +315,21 @@ class RemoteHost:
         return f"RemoteHost({self.address!r}, tls={self.tls}, client_cert={mtls})"
 
 
+#: At most this many characters of grpcio's account of a failed call are kept in evidence.
+WHY_CHARS: Final = 300
+
+
+def _why(exc: grpc.RpcError) -> str:
+    """A failed call's status and grpcio's account of it (a TLS handshake that failed on
+    verification, a refused connection), one line, clipped: what an operator needs to tell a
+    wrong certificate from a host that is down."""
+    details = " ".join(str(exc.details() or "").split())
+    if len(details) > WHY_CHARS:
+        details = details[:WHY_CHARS] + "..."
+    name = exc.code().name
+    return f"{name}: {details}" if details else name
+
+
 class RemoteMoveAdapter:
     """Contract C adapter over one remote host's RobotControl."""
 
@@ -430,7 +445,7 @@ class RemoteMoveAdapter:
                 raise RemoteUnreachable(
                     f"{op_id}: watch abandoned: the worker is stopping"
                 ) from None
-            raise RemoteUnreachable(f"{op_id}: watch ended: {exc.code().name}") from None
+            raise RemoteUnreachable(f"{op_id}: watch ended: {_why(exc)}") from None
         finally:
             watching.clear()
         raise RemoteUnreachable(f"{op_id}: watch ended at {last.state if last else 'nothing'}")
@@ -455,7 +470,7 @@ class RemoteMoveAdapter:
                 return self._refused(ctx, "remote_conflict", exc.details() or "")
             if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 return self._refused(ctx, "remote_refused_principal", exc.details() or "")
-            raise RemoteUnreachable(f"{ctx.operation_id}: Execute: {code.name}") from None
+            raise RemoteUnreachable(f"{ctx.operation_id}: Execute: {_why(exc)}") from None
         if op.state not in TERMINAL:
             op = self._watch(ctx, op.id, op.revision)
         if op.state == pb.UNKNOWN_AWAITING_OPERATOR:
@@ -494,7 +509,7 @@ class RemoteMoveAdapter:
         except grpc.RpcError as exc:
             if exc.code() not in TRANSIENT or _rate_limited(exc):
                 return self._refused_reconcile(ctx, exc)  # asking again soon changes nothing
-            return self._unreachable(ctx, f"reconcile: {exc.code().name}")
+            return self._unreachable(ctx, f"reconcile: {_why(exc)}")
         except RemoteUnreachable as exc:
             return self._unreachable(ctx, exc.message)
         if op.state in TERMINAL:
