@@ -144,7 +144,8 @@ def test_a_refused_credential_on_reconcile_awaits_an_operator_and_is_not_asked_e
     """The remote did not answer our Execute (down, or refusing this address's credentials
     for a while), so the attempt reconciles; GetOperation then answers with our token
     refused (`UNAUTHENTICATED`, or `credential_rate_limited`): the outcome cannot be read and
-    the move may exist there, so it awaits an operator as `remote_refused_principal`, asked
+    the move may exist there, so it awaits an operator as `remote_refused_principal` (or
+    `remote_rate_limited`: the address is locked out, whoever's tokens failed), asked
     again only after `OPERATOR_RETRY_MS`, not every second (each a failed credential check
     on the robot host, keeping its limit on)."""
     from tether.adapters.grpc.remote import OPERATOR_RETRY_MS
@@ -195,7 +196,9 @@ def test_a_refused_credential_on_reconcile_awaits_an_operator_and_is_not_asked_e
                 assert record is not None and record.evidence is not None
                 evidence = record.evidence.evidence
                 doc = json.loads(host.artifacts.get_bytes(evidence.ref, evidence.digest))
-                assert doc["reason"] == "remote_refused_principal", doc
+                # Locked out, the host says nothing of whose token failed: not blamed on ours.
+                want = "remote_rate_limited" if limited else "remote_refused_principal"
+                assert doc["reason"] == want, doc
                 said = "RESOURCE_EXHAUSTED: credential_rate_limited" if limited else "UNAUTH"
                 assert said in doc["error"], doc
                 assert record.result is None and record.awaiting_decision

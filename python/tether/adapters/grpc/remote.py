@@ -607,13 +607,14 @@ class RemoteMoveAdapter:
         `OPERATOR_RETRY_MS`: not every second, each a failed credential check on the robot
         host that keeps its rate limit on this address."""
         code = exc.code()
-        principal = _rate_limited(exc) or code in (
-            grpc.StatusCode.UNAUTHENTICATED,
-            grpc.StatusCode.PERMISSION_DENIED,
-        )
+        principal = code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+        # Locked out: the host refuses every credential from this address for a while, after
+        # failures that may not be ours (another client on the same address with a wrong
+        # token): not proof that our own token is wrong.
+        reason = "remote_rate_limited" if _rate_limited(exc) else "remote_refused"
         doc = {
             "operation_id": ctx.operation_id,
-            "reason": "remote_refused_principal" if principal else "remote_refused",
+            "reason": "remote_refused_principal" if principal else reason,
             "error": f"reconcile: {code.name}: {exc.details() or ''}".rstrip(": "),
             "remote": self.remote.address,
         }
