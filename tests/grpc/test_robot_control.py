@@ -529,6 +529,36 @@ def test_cancel_of_a_running_move_stops_it_and_names_the_planners_cancel(tmp_pat
             channel.close()
 
 
+def test_a_reissue_after_a_planners_cancel_says_the_move_ran_before_it(tmp_path: Path) -> None:
+    """A cancelled move is never run again, a reissue of it included; its message says what
+    the cancel cut (frames were sent before it), never "nothing was sent"."""
+    from tests._serve import operator
+
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "cut", {"a": 1.4, "b": -1.4})
+            control.Cancel(pb.CancelRequest(operation_id="cut"), metadata=bearer())
+            parked = wait_for(control, "cut", lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
+            assert operator(config, "resume", "arm", credential=OPERATOR).returncode == 0
+            sent = len([e for e in emu.journal() if e["instruction"] == "action"])
+            control.Resolve(
+                pb.ResolveRequest(
+                    operation_id="ci/cut",
+                    decision=pb.ResolveRequest.REISSUE,
+                    evidence_revision=parked.evidence.revision,
+                ),
+                metadata=bearer(OPERATOR),
+                timeout=30,
+            )
+            ended = wait_for(control, "cut", lambda o: o.state == pb.CANCELLED)
+            assert "nothing was sent" not in ended.error.message, ended.error
+            assert "cancelled while it ran" in ended.error.message, ended.error
+            assert len([e for e in emu.journal() if e["instruction"] == "action"]) == sent
+            channel.close()
+
+
 def _killed_mid_move(config: Path, op_id: str) -> None:
     """`tether serve` SIGKILLed while move `op_id` drives the arm (its servos go on)."""
     with daemon(config) as (proc, ready):

@@ -423,6 +423,13 @@ class RobotMoveAdapter:
         (`expired`) or cancelled (`cancelled`); None for one that may."""
         if op.entry.proof("cancel") is not None:
             doc = {"operation_id": ctx.operation_id, "outcome": "cancelled", "code": "cancelled"}
+            # What the cancel cut, said as it is: frames an earlier attempt sent stay sent.
+            doc["error"] = (
+                "cancelled while it ran: it is never run again (what it sent before the"
+                " cancel stands)"
+                if op.sent()
+                else "cancelled before it started: nothing was sent"
+            )
         else:
             expired = self._expired(ctx, req)
             if expired is None:
