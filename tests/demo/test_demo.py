@@ -148,6 +148,11 @@ def test_a_different_mission_in_the_same_data_dir_is_refused(tmp_path: Path) -> 
     top = _run(tmp_path / "z", "--targets", "2", "--seed", str(2**63 - 1), "--port", "0")
     assert top.returncode == 2 and "tether demo: usage: --seed must be in [0, " in top.stderr
     assert not (tmp_path / "z").exists()
+    # A data dir that is a file: refused before the stream's URL is shown (no dead URL).
+    (tmp_path / "afile").write_text("")
+    afile = _run(tmp_path / "afile", "--moves", "0", "--port", "0")
+    assert afile.returncode == 2 and "not_a_directory" in afile.stderr, afile.stderr
+    assert "AG-UI stream" not in afile.stdout + afile.stderr
     for flag, value in (("--workers", "0"), ("--lease-ms", "1"), ("--port", "70000")):
         wrong = _run(tmp_path / "w", flag, value)
         assert wrong.returncode == 2 and f"usage: {flag} must" in wrong.stderr, wrong.stderr

@@ -595,13 +595,13 @@ def _secret_reader() -> Any:
     return lambda prompt: read_secret(prompt=prompt)
 
 
-def _open(
-    args: argparse.Namespace, out: TextIO, live: LiveActivities, log: _LogLines
-) -> tuple[_Run, Mission] | int:
+def _mission(args: argparse.Namespace) -> tuple[Mission, Any, Path] | int:
+    """The mission, its world component and the usable data dir; or the exit code of their
+    refusal (said): checked before the stream's URL is shown, so no refused run advertises a
+    stream that is about to go."""
     mission = Mission(
         targets=args.targets, episodes=args.episodes, steps=args.steps, seed=args.seed
     )
-    cap = args.memory_cap_mb << 20
     try:
         component = mission.to_component()
     except InvalidEpisodeRequest as exc:
@@ -612,6 +612,18 @@ def _open(
     except DataDirError as exc:
         error_line("tether demo", exc)
         return EXIT_USAGE
+    return mission, component, data_dir
+
+
+def _open(
+    args: argparse.Namespace,
+    out: TextIO,
+    live: LiveActivities,
+    log: _LogLines,
+    checked: tuple[Mission, Any, Path],
+) -> tuple[_Run, Mission] | int:
+    mission, component, data_dir = checked
+    cap = args.memory_cap_mb << 20
     board = ProgressBoard(out)
 
     def on_progress(event: ProgressEvent) -> None:
@@ -1105,10 +1117,14 @@ def main(argv: list[str]) -> int:
 def _run(
     args: argparse.Namespace, out: TextIO, stream: RunStream, server: StreamServer, log: _LogLines
 ) -> int:
+    checked = _mission(args)
+    if isinstance(checked, int):
+        stream.finish(error="the demo could not start")
+        return checked
     print(f"AG-UI stream (SSE): {server.url}", file=out, flush=True)
     if args.wait_subscribers > 0:
         server.wait_for_subscribers(args.wait_subscribers, timeout=60)
-    opened = _open(args, out, LiveActivities(stream), log)
+    opened = _open(args, out, LiveActivities(stream), log, checked)
     if isinstance(opened, int):
         stream.finish(error="the demo could not start")
         return opened
