@@ -137,6 +137,9 @@ def test_an_address_is_host_and_port_with_ipv6_in_brackets(
         (":50051", "no host or no port"),
         ("127.0.0.1", "no host or no port"),
         ("127.0.0.1 :50051", "white space"),
+        ("https://127.0.0.1:50051", "a URL: give the host and port only"),
+        ("grpc://localhost:50051/", "a URL: give the host and port only"),
+        ("localhost:50051/", "a URL: give the host and port only"),
     ],
 )
 def test_a_bad_address_is_bad_remote_saying_why(tmp_path: Path, address: str, says: str) -> None:

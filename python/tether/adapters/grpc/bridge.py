@@ -95,6 +95,8 @@ def _address(text: str) -> tuple[str, int]:
 
     if any(c.isspace() for c in text):
         raise bad("it holds white space")
+    if "://" in text or text.endswith("/"):
+        raise bad("a URL: give the host and port only, without a scheme or a path")
     if text.startswith("["):
         host, close, rest = text[1:].partition("]")
         if not close or not rest.startswith(":"):
