@@ -39,7 +39,8 @@ ready (JSON off a TTY); logs go to stderr.
 exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first), workers or stores that
 did not close within the shutdown bound of the safe stop (`shutdown_stalled`), a store's server
 refused the login (`login_refused`); 2 usage or configuration (an unknown [serve] key; a
-stream, console, gRPC or live address off loopback without [tls]: `insecure_listener`; a store
+stream, console, gRPC or live address off loopback without [tls]: `insecure_listener`; the
+bridge's [remote]: `bad_remote`, `bad_remote_token`, `insecure_remote`; a store
 URL: `bad_url`, `no_such_database`; the catalog and the world ledger in one SQLite file:
 `same_store_file`); 5 a store that cannot be used (an older schema: `migration_needed`, run
 `tether db upgrade`); 6 the disk refused a write; 7 another tether serve holds the state dir,
