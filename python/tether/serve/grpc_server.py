@@ -199,6 +199,10 @@ OPERATION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+@-]{0,255}")
 #: The error message of a failed outcome whose result document carries none (it is kept
 #: small enough to travel in its reference).
 _OUTCOME_WORDS: Final = {"cancelled": "cancelled before it started: nothing was sent"}
+#: A cancelled outcome whose document says frames were sent before the cancel (`sent`).
+_CANCELLED_WHILE_RUNNING: Final = (
+    "cancelled while it ran: it is never run again (what it sent before the cancel stands)"
+)
 #: What an `OPERATION_ID` is, as a refusal says it.
 OPERATION_ID_RULE: Final = "operation_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric"
 #: Joint-move kinds (the family's; named here as the wire contract's mapping, not imported).
@@ -822,9 +826,12 @@ class RobotControl(rpc.RobotControlServicer):
                     str(outcome), pb.FAILED
                 )
                 op.error.code = str(doc.get("code") or outcome or "failed")
-                op.error.message = str(
-                    doc.get("error") or doc.get("note") or doc.get("reason") or ""
-                ) or _OUTCOME_WORDS.get(str(outcome), "")
+                words = _OUTCOME_WORDS.get(str(outcome), "")
+                if outcome == "cancelled" and doc.get("sent"):
+                    words = _CANCELLED_WHILE_RUNNING
+                op.error.message = (
+                    str(doc.get("error") or doc.get("note") or doc.get("reason") or "") or words
+                )
                 decided = record.decision
                 if decided is not None and decided.outcome == "abandon":
                     # An operator's abandon ends it: say so, and who, rather than "failed".

@@ -422,14 +422,14 @@ class RobotMoveAdapter:
         """The terminal failed result of a move that may not start: past its `not_after_ms`
         (`expired`) or cancelled (`cancelled`); None for one that may."""
         if op.entry.proof("cancel") is not None:
-            doc = {"operation_id": ctx.operation_id, "outcome": "cancelled", "code": "cancelled"}
-            # What the cancel cut, said as it is: frames an earlier attempt sent stay sent.
-            doc["error"] = (
-                "cancelled while it ran: it is never run again (what it sent before the"
-                " cancel stands)"
-                if op.sent()
-                else "cancelled before it started: nothing was sent"
-            )
+            doc: dict[str, Any] = {
+                "operation_id": ctx.operation_id,
+                "outcome": "cancelled",
+                "code": "cancelled",
+            }
+            if op.sent():  # frames an earlier attempt sent stay sent: the cancel cut it
+                doc["sent"] = True  # (a flag, not words: the document stays small enough to
+                # travel inline in its reference; the gRPC view says it in words)
         else:
             expired = self._expired(ctx, req)
             if expired is None:
