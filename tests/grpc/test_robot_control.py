@@ -580,7 +580,12 @@ def test_cancel_of_a_move_a_killed_server_started_stops_no_other_move(tmp_path: 
             channel, control = stub(ready["grpc"])
             moving(control, "other", {"a": -1.4, "b": 1.4})
             answer = control.Cancel(pb.CancelRequest(operation_id="cut-short"), metadata=bearer())
-            assert answer.outcome == pb.CancelResponse.NOT_RUNNING, answer
+            # Not running, or already concluded by the restart's reconcile (its servos reached
+            # the goals meanwhile, on a slow machine): either way nothing is stopped.
+            assert answer.outcome in (
+                pb.CancelResponse.NOT_RUNNING,
+                pb.CancelResponse.ALREADY_TERMINAL,
+            ), answer
             final = until_terminal(control, "other")[-1]
             assert final.state == pb.SUCCEEDED, final
             shown = tether("status", "--config", str(config))
