@@ -46,9 +46,7 @@ import logging
 import os
 import secrets
 import select
-import signal
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -1032,16 +1030,10 @@ def _summary_json(run: _Run, code: int) -> str:
     )
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends the demo as Ctrl-C does: said, exit 130
-
-
 def main(argv: list[str]) -> int:
     """Run the demo; returns the process exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)
     for wrong, why in (
         (args.workers < 1, f"--workers must be >= 1, got {args.workers}"),
         (args.lease_ms < 100, f"--lease-ms must be >= 100, got {args.lease_ms}"),
