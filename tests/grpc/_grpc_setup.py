@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,7 +20,9 @@ import pytest
 from _dxl_setup import write_config
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+from tether.activities import ActivityKey, operation_id_for
 from tether.devices.credentials import hash_secret
+from tether.runtime import ArtifactStore, AttemptContext
 
 from tests._secrets import OBSERVER, OPERATOR, PLANNER
 
@@ -249,3 +252,20 @@ def abandon(control: rpc.RobotControlStub, target: str, revision: int) -> pb.Ope
 def actions(journal: list[dict[str, Any]]) -> int:
     """ACTION frames the emulator executed (each move sends one per bus)."""
     return len([e for e in journal if e["instruction"] == "action" and e["executed"]])
+
+
+def reconcile_context(
+    tmp_path: Path, key: ActivityKey, stopping: threading.Event | None = None
+) -> AttemptContext:
+    """A bridge attempt's context that may only reconcile (fence and attempt 2), its artifacts
+    in `tmp_path`."""
+    return AttemptContext(
+        key=key,
+        operation_id=operation_id_for(key),
+        fence=2,
+        attempt=2,
+        may_execute=False,
+        artifacts=ArtifactStore(tmp_path / "bridge-artifacts"),
+        renew=lambda: None,
+        stopping=stopping,
+    )

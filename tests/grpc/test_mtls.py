@@ -204,9 +204,9 @@ def test_a_bridge_that_does_not_trust_the_hosts_certificate_says_so_in_its_evide
     """A wrong CA on the bridge side fails every TLS handshake: the reconcile's evidence keeps
     grpcio's account of it (the handshake), not only UNAVAILABLE, so an operator can tell a
     wrong certificate from a host that is down."""
-    from tether.activities import operation_id_for
+    from _grpc_setup import reconcile_context
     from tether.adapters.grpc.remote import RemoteMoveAdapter
-    from tether.runtime import ArtifactStore, AttemptContext, Unknown
+    from tether.runtime import Unknown
 
     ca, other = make_authority(tmp_path / "ca"), make_authority(tmp_path / "other")
     server = ca.issue("server", server=True)
@@ -233,15 +233,7 @@ def test_a_bridge_that_does_not_trust_the_hosts_certificate_says_so_in_its_evide
                 )
             )
             try:
-                ctx = AttemptContext(
-                    key=key,
-                    operation_id=operation_id_for(key),
-                    fence=2,
-                    attempt=2,
-                    may_execute=False,
-                    artifacts=ArtifactStore(tmp_path / "bridge-artifacts"),
-                    renew=lambda: None,
-                )
+                ctx = reconcile_context(tmp_path, key)
                 out = adapter.reconcile(ctx, request)
             finally:
                 adapter.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,17 @@ from typing import Any
 import grpc
 import pytest
 from _dxl_setup import GOALS, EmulatorProcess, emulator_process, target_actions
-from _grpc_setup import SERVE, bearer, daemon, grpc_config, move, serving, stub, wait_for
+from _grpc_setup import (
+    SERVE,
+    bearer,
+    daemon,
+    grpc_config,
+    move,
+    reconcile_context,
+    serving,
+    stub,
+    wait_for,
+)
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether.activities import ActivityKey, operation_id_for
 from tether.adapters.grpc.remote import (
@@ -27,23 +36,10 @@ from tether.adapters.grpc.remote import (
     intent,
     remote_move_family,
 )
-from tether.runtime import ArtifactStore, AttemptContext, ConfirmedAbsent, Host, Recovered
+from tether.runtime import ConfirmedAbsent, Host, Recovered
 from tether.testing._ports import free_port
 
 from tests._secrets import PLANNER
-
-
-def _context(tmp_path: Path, key: ActivityKey, stopping: threading.Event | None = None) -> Any:
-    return AttemptContext(
-        key=key,
-        operation_id=operation_id_for(key),
-        fence=2,
-        attempt=2,
-        may_execute=False,
-        artifacts=ArtifactStore(tmp_path / "bridge-artifacts"),
-        renew=lambda: None,
-        stopping=stopping,
-    )
 
 
 def _request(targets: dict[str, float], not_after_ms: int) -> dict[str, Any]:
@@ -67,7 +63,7 @@ def _reconciled(
     """One reconcile of `request` by a fresh bridge adapter: its context and its outcome."""
     adapter = RemoteMoveAdapter(RemoteHost(address, PLANNER))
     try:
-        ctx = _context(tmp_path, key)
+        ctx = reconcile_context(tmp_path, key)
         return ctx, adapter.reconcile(ctx, request)
     finally:
         adapter.close()
@@ -93,7 +89,7 @@ def test_another_request_with_the_same_device_and_deadline_is_never_taken_for_ou
         wait_for(control, op_id, lambda o: o.state == pb.SUCCEEDED)
         adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
         try:
-            ctx = _context(tmp_path, key)
+            ctx = reconcile_context(tmp_path, key)
             out = adapter.reconcile(ctx, _request({"a": 0.5, "b": -0.3}, not_after))
         finally:
             adapter.close()
@@ -115,7 +111,7 @@ def test_a_reconcile_never_starts_an_operation_the_remote_never_received(
     with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
         adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
         try:
-            ctx = _context(tmp_path, key)
+            ctx = reconcile_context(tmp_path, key)
             out = adapter.reconcile(ctx, request)  # its Execute never reached the remote
             absent = _error(
                 lambda: control.GetOperation(
@@ -124,8 +120,8 @@ def test_a_reconcile_never_starts_an_operation_the_remote_never_received(
             )
             assert absent.code() == grpc.StatusCode.NOT_FOUND  # reconcile created nothing
             assert [e for e in emu.journal() if e["instruction"] == "action"] == []
-            done = adapter.execute(_context(tmp_path, key), request)  # the retry
-            again = adapter.reconcile(_context(tmp_path, key), request)  # no rerun
+            done = adapter.execute(reconcile_context(tmp_path, key), request)  # the retry
+            again = adapter.reconcile(reconcile_context(tmp_path, key), request)  # no rerun
         finally:
             adapter.close()
     assert isinstance(out, ConfirmedAbsent), out
@@ -144,8 +140,8 @@ def test_an_unknown_operation_past_its_deadline_is_recorded_expired_by_its_retry
     with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
         adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
         try:
-            out = adapter.reconcile(_context(tmp_path, key), request)
-            ctx = _context(tmp_path, key)
+            out = adapter.reconcile(reconcile_context(tmp_path, key), request)
+            ctx = reconcile_context(tmp_path, key)
             done = adapter.execute(ctx, request)  # the retry: the remote answers expired
         finally:
             adapter.close()
@@ -274,7 +270,7 @@ def test_a_result_that_does_not_match_its_digest_is_a_coded_error_that_awaits_an
 
     adapter = RemoteMoveAdapter(RemoteHost("127.0.0.1:9", PLANNER))  # never dialled
     try:
-        ctx = _context(tmp_path, ActivityKey("bridge-world", KIND_ABSOLUTE, "bent"))
+        ctx = reconcile_context(tmp_path, ActivityKey("bridge-world", KIND_ABSOLUTE, "bent"))
         op = pb.Operation(id=ctx.operation_id, state=pb.SUCCEEDED)
         op.result.document = b'{"outcome":"completed"}'
         op.result.digest = "sha256:" + "0" * 64
