@@ -80,7 +80,7 @@ _EPILOG = (
     "the server does not have (`bad_url`, `no_such_database`, `no_such_schema`), the catalog "
     "and the world ledger in one SQLite file (`same_store_file`); 5 a store that cannot be "
     "used (an older schema, `migration_needed`: `tether db upgrade`); 7 a server that cannot "
-    "be reached (`unreachable`) "
+    "be reached (`unreachable`), or a family's devices another process owns (`port_owned`) "
     "(see `tether --help`)."
 )
 
