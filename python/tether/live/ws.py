@@ -22,9 +22,11 @@ Rules, all here:
   with **1013** (try again later) and gets no more frames; it reconnects with its last seq
   (resume).
 - **Auth.** A token in the ``Authorization: Bearer <token>`` header or in a subprotocol
-  ``tether.bearer.<token>`` (a browser cannot set headers; the server selects ``tether.live.v1``,
-  never echoing the token), or the console's session cookie: `authorize` gets the
-  `LiveCredentials` and returns the principal, or None to refuse (HTTP 401). The ``Origin``
+  ``tether.bearer.<token>`` offered beside ``tether.live.v1`` (a browser cannot set headers; the
+  server selects ``tether.live.v1``, never echoing the token; a token subprotocol offered
+  without it is refused, 400, since a browser fails a handshake that selects none), or the
+  console's session cookie: `authorize` gets the `LiveCredentials` and returns the
+  principal, or None to refuse (HTTP 401). The ``Origin``
   must be in `allowed_origins` (None in the list admits a request without one: a non-browser
   client) or the request is refused (403). Nothing but ``epoch`` and ``seq`` may be in the
   URL: a token there (or any other parameter) is refused (400), the token never being read.
@@ -217,6 +219,14 @@ def _credentials(conn: ServerConnection, headers: Headers) -> LiveCredentials | 
     if bearers:
         if not bearers[0]:
             return "an empty token subprotocol"
+        if LIVE_SUBPROTOCOL not in offered:
+            # The answer must select an offered subprotocol (a browser fails the handshake
+            # otherwise), and the token's is never echoed: refused before the token is read.
+            return (
+                f"offer the subprotocol {LIVE_SUBPROTOCOL!r} beside the token's"
+                f" ({LIVE_SUBPROTOCOL!r} is the one the server selects; the token's is never"
+                " echoed)"
+            )
         token, token_from = bearers[0], "subprotocol"
     cookies: dict[str, str] = {}
     for h in headers.get_all("Cookie"):

@@ -32,9 +32,10 @@ Rules:
   `[tls]` is configured (`insecure_listener`, exit 2, before any socket opens), served with the
   listener policy's TLS context (``wss://``); a principal is required on every connection,
   loopback too: a bearer token in ``Authorization: Bearer`` or the subprotocol
-  ``tether.bearer.<token>``, verified by the daemon's authenticator with the roles of `read`
-  (every role) and rate-limited per peer address (``net:<address>``): none or a wrong one is
-  401, too many failures 429 with ``Retry-After``. A cookie is accepted only through
+  ``tether.bearer.<token>`` (beside ``tether.live.v1``), verified by the daemon's
+  authenticator with the roles of `read` (every role) and rate-limited per peer address
+  (``net:<address>``): none or a wrong one is 401, too many failures 429 with
+  ``Retry-After``. A cookie is accepted only through
   `LiveMount.session_check`: the daemon sets it when the console runs, so a logged-in
   operator's session cookie opens the stream (no console: cookies are ignored). The
   ``Origin`` must be one of `live_origins` (or absent). A token in the URL is refused (400),
@@ -402,7 +403,7 @@ class LiveMount:
                 refusal = Refusal(
                     "principal_required",
                     "the live endpoint requires a principal: send `Authorization: Bearer "
-                    "<token>` or the subprotocol tether.bearer.<token>",
+                    "<token>`, or the subprotocols tether.live.v1 and tether.bearer.<token>",
                 )
         else:
             try:
