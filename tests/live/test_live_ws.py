@@ -21,6 +21,7 @@ from tether.live.ws import (
     CLOSE_TOO_SLOW,
     LIVE_SUBPROTOCOL,
     LiveCredentials,
+    LiveRefused,
     LiveServer,
 )
 from websockets.asyncio.client import connect
@@ -381,3 +382,56 @@ def test_a_client_closed_with_1013_resumes_and_ends_equal_to_the_record(
     c = asyncio.run(main())
     assert server.dropped == 1 and c.closes[CLOSE_TOO_SLOW] == 1
     assert c.snapshot() == rec.canonical().record
+
+
+def test_run_waits_out_a_429s_retry_after_and_then_connects(rec: Recorder) -> None:
+    """A rate-limited address (another client's failed tokens) or a principal at its
+    connection bound is refused 429 with ``Retry-After``: `run` waits that long and tries again,
+    where it raised before (a reconnecting client that gave up on a lockout it did not cause)."""
+    refused: list[float] = []
+
+    def limited(creds: LiveCredentials) -> str | None:
+        if len(refused) < 2:
+            refused.append(time.monotonic())
+            raise LiveRefused(429, "rate limited", {"Retry-After": "1"})
+        return authorize(creds)
+
+    async def main() -> tuple[LiveClient, float]:
+        with LiveServer(
+            rec.source, authorize=limited, allowed_origins=[None], heartbeat_s=None
+        ) as srv:
+            c = client(srv.url, rec)
+            c.apply_canonical(rec.canonical())
+            stop = asyncio.Event()
+            task = asyncio.ensure_future(c.run(stop, retry_s=0.05))
+            await wait_subscribers(srv, 1)
+            connected = time.monotonic()
+            rec.say("after the lockout\n")
+            for _ in range(500):
+                if output(c) == "after the lockout\n":
+                    break
+                await asyncio.sleep(0.01)
+            stop.set()
+            await task
+            return c, connected
+
+    c, connected = asyncio.run(main())
+    assert c.retries["InvalidStatus"] == 2
+    assert refused[1] - refused[0] >= 0.95  # the Retry-After, not the 0.05 s backoff
+    assert connected - refused[1] >= 0.95
+    assert output(c) == "after the lockout\n"
+    assert c.snapshot() == rec.canonical().record
+
+
+def test_run_still_raises_a_refused_token(rec: Recorder) -> None:
+    async def main() -> None:
+        with LiveServer(
+            rec.source, authorize=authorize, allowed_origins=[None], heartbeat_s=None
+        ) as srv:
+            c = client(srv.url, rec, token="wrong")
+            c.apply_canonical(rec.canonical())
+            await asyncio.wait_for(c.run(asyncio.Event()), 10)
+
+    with pytest.raises(InvalidStatus) as caught:
+        asyncio.run(main())
+    assert caught.value.response.status_code == 401

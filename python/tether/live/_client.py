@@ -53,12 +53,34 @@ DAEMON_AWAY = frozenset(
 __all__ = ["LiveClient", "transient_failure"]
 
 
+#: The longest `Retry-After` `LiveClient.run` waits out at once (a longer one is waited in
+#: steps of this, each a new attempt).
+MAX_RETRY_AFTER_S = 300.0
+
+
 def transient_failure(exc: BaseException) -> bool:
     """Whether a failure of a connection attempt is worth retrying: the server is away (a
-    refused or lost connection, a timeout, a handshake cut short) or answered 503."""
+    refused or lost connection, a timeout, a handshake cut short), answered 503, or 429 (too
+    many failed credentials from this address, or too many connections of this principal:
+    retried after its ``Retry-After``)."""
     if isinstance(exc, InvalidStatus):
-        return exc.response.status_code == 503
+        return exc.response.status_code in (429, 503)
     return isinstance(exc, OSError | TimeoutError | InvalidHandshake)
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """The seconds a refusal's ``Retry-After`` asks to wait (its delay-seconds form; at most
+    `MAX_RETRY_AFTER_S`), or None when it has none."""
+    if not isinstance(exc, InvalidStatus):
+        return None
+    value = exc.response.headers.get("Retry-After")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    if seconds is None or seconds != seconds:  # absent, or NaN
+        return None
+    return min(MAX_RETRY_AFTER_S, max(0.0, seconds))
 
 
 class LiveClient:
@@ -259,8 +281,9 @@ class LiveClient:
     ) -> None:
         """Receive until `stop` is set, reconnecting (and re-reading) as the rules say. A
         failure `transient` accepts (the server away: the connection refused, a 503, a lost
-        handshake; for `for_daemon` also a daemon that is restarting) is retried after a
-        backoff from `retry_s` to `max_retry_s`; any other one is raised."""
+        handshake; a 429; for `for_daemon` also a daemon that is restarting) is retried after a
+        backoff from `retry_s` to `max_retry_s`, or after the refusal's ``Retry-After`` when it
+        asks for longer (`retry_after_s`); any other one is raised."""
         delay = retry_s
         reread_due = False
         while not stop.is_set():
@@ -291,7 +314,8 @@ class LiveClient:
                 if not self._transient(exc):
                     raise
                 self.retries[type(exc).__name__] += 1
-                await self._pause(stop, delay)
+                asked = retry_after_s(exc)
+                await self._pause(stop, delay if asked is None else max(delay, asked))
                 delay = min(max_retry_s, delay * 2)
         await self.close()
 
