@@ -6,6 +6,7 @@ loopback, never rate-limited)."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,6 +205,22 @@ def test_bad_requests_get_a_stable_code_and_change_nothing(host: Host, parked: s
         assert (big.status_code, big.json()["code"]) == (413, "body_too_large")
         assert http.put("/api/resolve", json={}).json()["code"] == "method_not_allowed"
         assert http.get("/api/decision").json()["code"] == "bad_request"
+        malformed = http.get("/api/decision", params={"id": "\x00\xff"})
+        assert (malformed.status_code, malformed.json()["code"]) == (400, "bad_operation_id")
+        # A negative Content-Length is a bad one (it was read as an empty body).
+        base = http.base_url
+        with socket.create_connection((base.host, base.port), timeout=30) as sock:
+            sock.sendall(
+                b"POST /api/login HTTP/1.1\r\nHost: " + f"{base.host}:{base.port}".encode()
+                + b"\r\nContent-Type: application/json\r\nContent-Length: -5\r\n"
+                b"Connection: close\r\n\r\n"
+            )  # fmt: skip
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b" ", 2)[1] == b"400", head
+        assert json.loads(body) == {"code": "bad_request", "message": "a bad Content-Length"}
         # A served path asked with the other method is 405 naming the one it is served to,
         # not 404; a method no handler serves is JSON too, never the server's HTML page.
         wrong = {

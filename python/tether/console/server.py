@@ -168,6 +168,7 @@ CODES: Final[dict[str, HTTPStatus]] = {
     "evidence_too_old": HTTPStatus.CONFLICT,
     "reboot_unconfirmed": HTTPStatus.CONFLICT,
     "unknown_joint": HTTPStatus.BAD_REQUEST,
+    "bad_operation_id": HTTPStatus.BAD_REQUEST,
     "credential_rate_limited": HTTPStatus.TOO_MANY_REQUESTS,
     "daemon_starting": HTTPStatus.SERVICE_UNAVAILABLE,
     "device_unavailable": HTTPStatus.SERVICE_UNAVAILABLE,
@@ -641,7 +642,9 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                 try:
                     length = int(self.headers.get("Content-Length") or 0)
                 except ValueError:
-                    raise ConsoleError("bad_request", "a bad Content-Length") from None
+                    length = -1
+                if length < 0:
+                    raise ConsoleError("bad_request", "a bad Content-Length")
                 if length > MAX_BODY:
                     if length <= 16 * MAX_BODY:  # drained, so the refusal arrives
                         self.rfile.read(length)
