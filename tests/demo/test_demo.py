@@ -187,6 +187,47 @@ def test_ctrl_c_with_json_ends_with_one_document(tmp_path: Path) -> None:
     assert (doc["status"], doc["code"]) == ("interrupted", "interrupted"), doc
 
 
+def test_sigterm_ends_the_demo_as_ctrl_c_does(tmp_path: Path) -> None:
+    """A service manager's SIGTERM mid-run is an interruption: said, exit 130 (never a bare
+    143 with nothing closed)."""
+    args = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0"]
+    with subprocess.Popen(
+        _cmd(tmp_path, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as demo:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            if line.startswith("reach-0000") and "running" in line:
+                break
+        else:
+            pytest.fail("the demo ended before reach-0000 ran")
+        demo.send_signal(signal.SIGTERM)
+        out, err = demo.communicate(timeout=120)
+    assert demo.returncode == 130, (out, err)
+    assert "tether demo: interrupted" in err, err
+
+
+def test_sigterm_during_linger_ends_it_with_the_runs_code(tmp_path: Path) -> None:
+    """After the run, `--linger` keeps serving the stream; a SIGTERM then ends the linger and
+    the demo exits with its run's code (the close already ran: nothing is interrupted)."""
+    args = ["--targets", "1", "--episodes", "1", "--steps", "200", "--port", "0", "--moves", "0"]
+    with subprocess.Popen(
+        _cmd(tmp_path, *args, "--linger", "600"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as demo:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            if line.startswith("mission: "):
+                break
+        else:
+            pytest.fail("the demo never finished its mission")
+        demo.send_signal(signal.SIGTERM)
+        out, err = demo.communicate(timeout=60)
+    assert demo.returncode == 0, (out, err)
+    assert "interrupted" not in err, err
+
+
 def test_kill_9_mid_episode_then_the_same_command_resumes(tmp_path: Path) -> None:
     args = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0"]
     with subprocess.Popen(_cmd(tmp_path, *args), stdout=subprocess.PIPE, text=True) as demo:

@@ -46,7 +46,9 @@ import logging
 import os
 import secrets
 import select
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -1030,8 +1032,46 @@ def _summary_json(run: _Run, code: int) -> str:
     )
 
 
+class _LingerEnded(Exception):
+    """A SIGTERM ended `--linger`: the demo exits with its run's code."""
+
+
+class _Sigterm:
+    """SIGTERM as the demo's phase takes it: while it runs, as Ctrl-C (said, exit 130; closing
+    safe-stops the arm); while it closes, held (the close is bounded, and one interrupted
+    half-done could leave the process hanging) and then no `--linger`; during `--linger`, its
+    end."""
+
+    def __init__(self) -> None:
+        self.phase = "run"
+        #: A SIGTERM came while the demo closed: it lingers no more.
+        self.pending = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.phase == "run":
+            raise KeyboardInterrupt
+        if self.phase == "linger":
+            raise _LingerEnded
+        self.pending = True
+
+
+_SIGTERM = _Sigterm()
+
+
 def main(argv: list[str]) -> int:
     """Run the demo; returns the process exit code."""
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)  # no signal handler off the main thread (an in-process caller)
+    _SIGTERM.phase, _SIGTERM.pending = "run", False
+    before = signal.signal(signal.SIGTERM, _SIGTERM)
+    try:
+        return _main(argv)
+    finally:
+        _SIGTERM.phase = "closing"
+        signal.signal(signal.SIGTERM, before)
+
+
+def _main(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     for wrong, why in (
@@ -1101,6 +1141,7 @@ def main(argv: list[str]) -> int:
         _storage_refusal(kind, _one_line(exc), data_dir)
         return EXIT_DISK
     finally:
+        _SIGTERM.phase = "closing"
         tether_log.removeHandler(log)
         stream.finish(error="the demo stopped")
         server.close()
@@ -1143,9 +1184,17 @@ def _run(
             stream.finish(error="the data directory's disk refused a write")
         return code
     finally:
+        _SIGTERM.phase = "closing"
         _close_quietly(run, log)
         if args.linger > 0:
-            time.sleep(args.linger)
+            try:
+                _SIGTERM.phase = "linger"
+                if not _SIGTERM.pending:  # one that came while it closed ends it now
+                    time.sleep(args.linger)
+            except _LingerEnded:
+                pass
+            finally:
+                _SIGTERM.phase = "closing"
 
 
 def _planner(run: _Run) -> ArmPlanner:
