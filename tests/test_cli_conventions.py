@@ -297,6 +297,22 @@ def test_an_unknown_command_suggests_the_nearest(tmp_path: Path) -> None:
     assert tether_run("--json").returncode == _exit.USAGE
 
 
+def test_a_misspelled_option_is_named_before_the_required_one_it_hides(tmp_path: Path) -> None:
+    """`--decison` made `--decision` look missing, and the error named only that: the unknown
+    option is named first, with the nearest known one."""
+    done = tether_run("operator", "resolve", "K", "--decison", "reissue", "--revision", "1")
+    assert done.returncode == _exit.USAGE
+    assert done.stderr.splitlines()[0] == (
+        "tether operator resolve: usage: unrecognized arguments: --decison (did you mean"
+        " --decision?); the following arguments are required: --decision (see `tether operator"
+        " resolve --help`)"
+    )
+    # An abbreviation argparse takes is no misspelling: only the missing one is named.
+    short = tether_run("move", "--config", str(tmp_path / "h.toml"), "--rob", "arm", "--json")
+    assert short.returncode == _exit.USAGE
+    assert "unrecognized" not in short.stderr and "--activity" in short.stderr, short.stderr
+
+
 def test_demo_json_is_one_object_on_stdout_with_progress_on_stderr(tmp_path: Path) -> None:
     data = tmp_path / "data"
     done = tether_run(

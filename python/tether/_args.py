@@ -21,6 +21,7 @@ secret: errors carry none).
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import json
 import os
@@ -120,12 +121,36 @@ class Parser(argparse.ArgumentParser):
         self, args: Any = None, namespace: Any = None
     ) -> tuple[argparse.Namespace, list[str]]:
         given = list(sys.argv[1:] if args is None else args)
+        self._given = given
         if "--json" in given:
             want_json()
         return super().parse_known_args(given, namespace)
 
+    def _misspelled(self) -> list[str]:
+        """The options given that this parser does not know (neither an option of its own nor
+        a unique abbreviation of one), each with the nearest known one when there is one."""
+        known = [s for s in self._option_string_actions if s.startswith("--")]
+        out = []
+        for token in getattr(self, "_given", []):
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if not name.startswith("--") or name in self._option_string_actions:
+                continue
+            if sum(k.startswith(name) for k in known) == 1:
+                continue  # an abbreviation argparse takes
+            near = difflib.get_close_matches(name, known, n=1)
+            out.append(f"{name} (did you mean {near[0]}?)" if near else name)
+        return out
+
     def error(self, message: str) -> NoReturn:
-        """A usage error: one line on stderr (and its JSON document), exit `USAGE`."""
+        """A usage error: one line on stderr (and its JSON document), exit `USAGE`. A missing
+        required argument is named after any option it does not know (a misspelled one is
+        why the right one looks missing)."""
+        if message.startswith("the following arguments are required") and (
+            wrong := self._misspelled()
+        ):
+            message = f"unrecognized arguments: {', '.join(wrong)}; {message}"
         refuse(self.prog, "usage", f"{message} (see `{self.prog} --help`)", error="UsageError")
         raise SystemExit(_exit.USAGE)
 
