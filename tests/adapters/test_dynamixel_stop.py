@@ -249,3 +249,27 @@ def test_a_robot_named_twice_is_stopped_once(emu: EmulatorProcess, tmp_path: Pat
     done = stop(config, "--robot", "arm", "--robot", "arm", "--json")
     assert done.returncode == 0, done.stderr
     assert [r["robot"] for r in json.loads(done.stdout)] == ["arm"]
+
+
+def test_a_mistake_in_serve_is_said_and_the_stop_goes_and_move_names_the_file(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    """A stop does not use `[serve]`: a misspelled key there is a warning naming the file (as
+    one in a robot's table is), never silence, and the robot is stopped. `tether move`, which
+    uses it, refuses the file, naming it as every other command does."""
+    config = write_config(tmp_path, emu.path)
+    config.write_text(config.read_text() + "[serve]\nwrkers = 2\n")
+    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
+    done = stop(config, "--json")
+    assert done.returncode == 0, done.stderr
+    [warning] = done.stderr.splitlines()
+    assert warning.startswith(f"tether stop: warning: unknown_key: {config}: serve: "), warning
+    assert "a stop does not use [serve]: stopping anyway" in warning
+    assert [r["robot"] for r in json.loads(done.stdout)] == ["arm"]
+    move = subprocess.run(
+        [sys.executable, "-m", "tether", "move", "--config", str(config), "--robot", "arm",
+         "--joint", "a=0.1", "--activity", "m1"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert move.returncode == 2
+    assert move.stderr.startswith(f"tether move: unknown_key: {config}: serve: "), move.stderr

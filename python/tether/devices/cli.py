@@ -171,6 +171,7 @@ def stop_main(argv: list[str]) -> int:
             if code not in _TOLERATED:
                 raise
             print(f"tether stop: warning: {code}: {message}; stopping anyway", file=sys.stderr)
+        _warn_serve(args.config, config)
         if not config.robots:  # said, never an empty success: nothing here can be stopped
             refuse(
                 "tether stop",
@@ -187,6 +188,22 @@ def stop_main(argv: list[str]) -> int:
         return _exit.for_error(exc, default=EXIT_USAGE)
     print(json.dumps(reports, indent=2) if args.json else render_stop(reports))
     return EXIT_STOPPED if all(r.get("ok") for r in reports) else EXIT_NOT_STOPPED
+
+
+def _warn_serve(path: str, config: HostConfig[Any]) -> None:
+    """A mistake in the file's `[serve]`, which a stop does not use, is said (as one in a
+    robot's table is) and the stop goes on: the daemon this file starts would refuse it."""
+    from tether.serve.config import load_serve
+
+    try:
+        load_serve(path, state_dir=config.state_dir, robots=len(config.robots))
+    except HostConfigError as exc:
+        code, message, _ = error_fields(exc)
+        print(
+            f"tether stop: warning: {code}: {message}; a stop does not use [serve]: stopping"
+            " anyway (`tether serve` refuses this file)",
+            file=sys.stderr,
+        )
 
 
 def main(argv: list[str]) -> int:

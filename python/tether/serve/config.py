@@ -37,12 +37,14 @@ endpoint follows the same policy and always needs a principal (`tether.serve.liv
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, ParamSpec, TypeVar
 
 from tether._config import HostConfigError, Table
 from tether._listen import parse_address
@@ -205,6 +207,24 @@ def load_serve(path: str | os.PathLike[str], *, state_dir: Path, robots: int) ->
         raise in_file(exc, p) from None
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _naming_file(read: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`read` of a host configuration (its first argument), a refusal naming its file as
+    `load_serve`'s does (`in_file`)."""
+
+    @functools.wraps(read)
+    def named(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return read(*args, **kwargs)
+        except HostConfigError as exc:
+            raise in_file(exc, Path(args[0].path)) from None  # type: ignore[attr-defined]
+
+    return named
+
+
 def _serve_table(config: Any) -> Table:
     try:
         raw = tomllib.loads(Path(config.path).read_text(encoding="utf-8")).get("serve")
@@ -213,6 +233,7 @@ def _serve_table(config: Any) -> Table:
     return Table(raw if raw is not None else {}, "serve", SERVE_KEYS)
 
 
+@_naming_file
 def data_dir_for(config: Any) -> Path:
     """The Host data dir of a host configuration: `[serve] data_dir`, else `<state_dir>/moves`
     (what `tether move` and `tether operator` use with no daemon, and the daemon's default)."""
@@ -220,18 +241,21 @@ def data_dir_for(config: Any) -> Path:
     return config_relative(Path(config.path), given)
 
 
+@_naming_file
 def stores_named(config: Any) -> list[str]:
     """Which of `[serve] catalog` and `world` a host configuration names (in that order)."""
     table = _serve_table(config)
     return [k for k in ("catalog", "world") if k in table]
 
 
+@_naming_file
 def host_name_for(config: Any) -> str:
     """The host name a host configuration's moves are bound to: `[serve] host_name`, else the
     machine's hostname (the daemon's, and a standalone `tether move`'s on its data dir)."""
     return _serve_table(config).text("host_name", socket.gethostname())
 
 
+@_naming_file
 def timing_for(config: Any) -> tuple[int, float]:
     """The attempt lease (ms) and the settle timeout (s) a host configuration's daemon runs
     moves under: `[serve] lease_ms` and `settle_timeout_s`, else their defaults."""
@@ -242,12 +266,14 @@ def timing_for(config: Any) -> tuple[int, float]:
     )
 
 
+@_naming_file
 def catalog_url_for(config: Any) -> str | None:
     """The catalog URL of a host configuration (`[serve] catalog`), or None: the data dir's
     `catalog.db` (what `tether operator` reads with no daemon, as the daemon does)."""
     return _store_url(_serve_table(config), "catalog")
 
 
+@_naming_file
 def world_url_for(config: Any) -> str | None:
     """The world ledger URL of a host configuration (`[serve] world`), or None: the data
     dir's `world.db`."""
