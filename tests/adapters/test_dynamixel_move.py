@@ -488,6 +488,36 @@ def test_recovered_needs_torque_a_power_cycled_arm_at_its_goal_is_unknown(
         assert isinstance(adapter.reconcile(op, request()), Recovered)
 
 
+def test_a_stop_after_a_move_parked_never_becomes_its_reason(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """A move parked for a cause of its own (a power loss after it arrived) keeps that reason
+    when a later, unrelated stop comes: an operator's stop and resume, or the host's own
+    shutdown stop. Each used to relabel it (`stopped_by_operator`, `stopped_at_shutdown`) on
+    the next periodic reconcile, a false account and a new revision under a deciding
+    operator."""
+    op = store.bind("op-later-stop", request())
+    op.start_attempt(1, {})
+    with RobotHost(config) as host:
+        host.connect("arm")
+        adapter = DynamixelMoveAdapter(config, host, settle_timeout_s=10)
+        adapter.execute(op, 1, request())  # completed; result not recorded
+        emulator.power_cycle()  # then power was lost
+        first = adapter.reconcile(op, request())
+        assert isinstance(first, Unknown)
+        assert first.evidence["reason"] == "device_state_lost_or_moved"
+        time.sleep(0.01)  # the stops below come after that conclusion, on the wall clock
+        host.stop("arm", latch=True)
+        host.resume("arm", operator="alice")
+        after_stop = adapter.reconcile(op, request())
+        assert isinstance(after_stop, Unknown)
+        assert after_stop.evidence["reason"] == "device_state_lost_or_moved"
+        host.latch.note_shutdown_stop("arm")
+        after_shutdown = adapter.reconcile(op, request())
+        assert isinstance(after_shutdown, Unknown)
+        assert after_shutdown.evidence["reason"] == "device_state_lost_or_moved"
+
+
 def test_the_read_back_measures_velocity_in_rad_per_s(
     emulator: DynamixelEmulator, config: HostConfig
 ) -> None:

@@ -62,6 +62,7 @@ from tether.families.robot_move.request import (
     Recovered,
     Unknown,
 )
+from tether.operations import JournalError
 from tether.transport import DeviceError
 
 #: The crash points of a move and of a re-issue proof (`TETHER_CRASH_AT=<name>`, the one
@@ -666,12 +667,32 @@ class DynamixelMoveAdapter:
         attempt: int,
         last: Callable[[HostConfig, str], int | None] = last_operator_stop,
     ) -> bool:
-        """Whether a stop of `robot` came after `attempt` began: an operator's, or (`last`:
-        `last_shutdown_stop`) the host's own at its shutdown."""
+        """Whether a stop of `robot` came while `attempt` was in flight: after it began, and
+        before a reconcile first concluded it Unknown for another reason (`_concluded`: a
+        later stop, an operator's or (`last`: `last_shutdown_stop`) the host's own at its
+        shutdown, cut nothing of it and never becomes its reason)."""
         marker = op.entry.marker(attempt) if attempt else None
         began = int((marker or {}).get("started_at_ms", 0))
         stopped = last(self.config, robot.name)
-        return stopped is not None and stopped >= began
+        if stopped is None or stopped < began:
+            return False
+        concluded = op.entry.proof(_concluded(attempt)) if attempt else None
+        return concluded is None or stopped <= int(concluded.get("at_ms", 0))
+
+    @staticmethod
+    def _note_concluded(op: Operation, attempt: int, reason: str, *, settling: bool) -> None:
+        """Keep when a reconcile first concluded `attempt` Unknown for `reason`, a cause other
+        than a stop's, and final (not a move still settling): no stop after it cut the
+        attempt (`_stopped`). The first one stands."""
+        if not attempt or settling or reason in (*STOP_REASONS, SHUTDOWN_REASON):
+            return
+        name = _concluded(attempt)
+        if op.entry.proof(name) is None:
+            try:
+                op.entry.record_proof(name, {"at_ms": now_ms(), "reason": reason})
+            except JournalError as exc:  # another reconcile recorded it first: it stands
+                if exc.code != "proof_conflict":
+                    raise
 
     def reconcile(self, op: Operation, request: MoveRequest) -> Conclusion:
         robot = self.config.robot(request.robot)
@@ -721,6 +742,7 @@ class DynamixelMoveAdapter:
             settling = conclusion.reason in ("settle_timeout", "not_settled") and not sent_stop(
                 records
             )
+            self._note_concluded(op, attempt, conclusion.reason, settling=settling)
             return Unknown(
                 self._evidence(op, request, robot, goals, state, conclusion.reason, checks),
                 SETTLE_RETRY_MS if settling else 0,
@@ -922,6 +944,16 @@ class DynamixelMoveAdapter:
 
 #: The park reason of a move whose robot was latched before it read or sent a frame.
 LATCHED_BEFORE_START = "robot_latched"
+
+
+#: The reason of a move the host's own shutdown stop cut short (`decide.reconcile`).
+SHUTDOWN_REASON = "stopped_at_shutdown"
+
+
+def _concluded(attempt: int) -> str:
+    """The journal proof naming when a reconcile first concluded `attempt` Unknown for a
+    reason of its own (`DynamixelMoveAdapter._note_concluded`)."""
+    return f"concluded-{attempt}"
 
 
 def sent_stop(records: list[decide.Sent]) -> bool:
