@@ -189,8 +189,9 @@ def test_ctrl_c_with_json_ends_with_one_document(tmp_path: Path) -> None:
 
 def test_sigterm_ends_the_demo_as_ctrl_c_does(tmp_path: Path) -> None:
     """A service manager's SIGTERM mid-run is an interruption: said, exit 130 (never a bare
-    143 with nothing closed)."""
+    143 with nothing closed), and no `--linger` after it."""
     args = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0"]
+    args += ["--linger", "600"]
     with subprocess.Popen(
         _cmd(tmp_path, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as demo:

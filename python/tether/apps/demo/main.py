@@ -1037,41 +1037,53 @@ class _LingerEnded(Exception):
 
 
 class _Sigterm:
-    """SIGTERM as the demo's phase takes it: while it runs, as Ctrl-C (said, exit 130; closing
-    safe-stops the arm); while it closes, held (the close is bounded, and one interrupted
-    half-done could leave the process hanging) and then no `--linger`; during `--linger`, its
-    end."""
+    """SIGTERM as the demo's phase takes it:
+    - `run` (the mission runs, or the demo prepares it before anything is served): as
+      Ctrl-C, said and exit 130; the close that follows safe-stops the arm;
+    - `starting` (the daemon starts and the mission is opened) and `closing` (the mission
+      concluded: its summary, then the close): held, then acted on: a held one interrupts
+      the run as it begins, and none lingers after the close (the close is bounded, and one
+      interrupted half-done could leave the process hanging);
+    - `linger`: its end (exit: the run's code).
+    Once one is taken, the demo is closing: a second is held too."""
 
     def __init__(self) -> None:
         self.phase = "run"
-        #: A SIGTERM came while the demo closed: it lingers no more.
+        #: A SIGTERM came: the run is interrupted as it begins, and no linger follows.
         self.pending = False
 
     def __call__(self, signum: int, frame: object) -> None:
+        self.pending = True
         if self.phase == "run":
+            self.phase = "closing"
             raise KeyboardInterrupt
         if self.phase == "linger":
+            self.phase = "closing"
             raise _LingerEnded
-        self.pending = True
 
-
-_SIGTERM = _Sigterm()
+    def running(self) -> None:
+        """The mission begins to run: a SIGTERM held while it started interrupts it now."""
+        self.phase = "run"
+        if self.pending:
+            self.phase = "closing"
+            raise KeyboardInterrupt
 
 
 def main(argv: list[str]) -> int:
     """Run the demo; returns the process exit code."""
+    sigterm = _Sigterm()
     if threading.current_thread() is not threading.main_thread():
-        return _main(argv)  # no signal handler off the main thread (an in-process caller)
-    _SIGTERM.phase, _SIGTERM.pending = "run", False
-    before = signal.signal(signal.SIGTERM, _SIGTERM)
+        return _main(argv, sigterm)  # no signal handler off the main thread (in process)
+    before = signal.signal(signal.SIGTERM, sigterm)
     try:
-        return _main(argv)
+        return _main(argv, sigterm)
     finally:
-        _SIGTERM.phase = "closing"
-        signal.signal(signal.SIGTERM, before)
+        sigterm.phase = "closing"
+        if before is not None:  # None: a handler not installed from Python, left as it is
+            signal.signal(signal.SIGTERM, before)
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], sigterm: _Sigterm) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     for wrong, why in (
@@ -1132,7 +1144,7 @@ def _main(argv: list[str]) -> int:
     data_dir = Path(args.data_dir).resolve()
     try:
         stream.start()
-        return _run(args, out, stream, server, log)
+        return _run(args, out, stream, server, log, sigterm)
     except (TetherError, OSError) as exc:  # a write the disk refused, anywhere in the run
         kind = storage_failure(exc)
         if kind is None:
@@ -1141,14 +1153,19 @@ def _main(argv: list[str]) -> int:
         _storage_refusal(kind, _one_line(exc), data_dir)
         return EXIT_DISK
     finally:
-        _SIGTERM.phase = "closing"
+        sigterm.phase = "closing"
         tether_log.removeHandler(log)
         stream.finish(error="the demo stopped")
         server.close()
 
 
 def _run(
-    args: argparse.Namespace, out: TextIO, stream: RunStream, server: StreamServer, log: _LogLines
+    args: argparse.Namespace,
+    out: TextIO,
+    stream: RunStream,
+    server: StreamServer,
+    log: _LogLines,
+    sigterm: _Sigterm,
 ) -> int:
     checked = _mission(args)
     if isinstance(checked, int):
@@ -1157,16 +1174,19 @@ def _run(
     print(f"AG-UI stream (SSE): {server.url}", file=out, flush=True)
     if args.wait_subscribers > 0:
         server.wait_for_subscribers(args.wait_subscribers, timeout=60)
+    sigterm.phase = "starting"  # held from the daemon's start until the run's close is sure
     opened = _open(args, out, LiveActivities(stream), log, checked)
     if isinstance(opened, int):
         stream.finish(error="the demo could not start")
         return opened
     run, _ = opened
     try:
+        sigterm.running()
         kick_planner(run.host, WORLD)
         if run.arm.robot is not None and run.arm.operator is not None:
             run.planner = _planner(run).start()
         code = _watch(run)
+        sigterm.phase = "closing"  # concluded: a SIGTERM now keeps its code, and no linger
         refused = _refusals(run) if code == EXIT_OK else []
         if refused:  # the mission ran to its end, but these reaches could never run
             code = EXIT_USAGE
@@ -1184,17 +1204,17 @@ def _run(
             stream.finish(error="the data directory's disk refused a write")
         return code
     finally:
-        _SIGTERM.phase = "closing"
+        sigterm.phase = "closing"
         _close_quietly(run, log)
         if args.linger > 0:
             try:
-                _SIGTERM.phase = "linger"
-                if not _SIGTERM.pending:  # one that came while it closed ends it now
+                sigterm.phase = "linger"
+                if not sigterm.pending:  # one that came before ends it now
                     time.sleep(args.linger)
             except _LingerEnded:
                 pass
             finally:
-                _SIGTERM.phase = "closing"
+                sigterm.phase = "closing"
 
 
 def _planner(run: _Run) -> ArmPlanner:
