@@ -435,3 +435,23 @@ def test_run_still_raises_a_refused_token(rec: Recorder) -> None:
     with pytest.raises(InvalidStatus) as caught:
         asyncio.run(main())
     assert caught.value.response.status_code == 401
+
+
+def test_a_target_no_url_could_be_is_refused_not_a_500(server: LiveServer) -> None:
+    """``GET //[x/live`` names an authority with a broken IPv6 literal: the URL parser raised
+    in the handshake (a 500 and a logged traceback); it is the endpoint's 404."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(server.url)
+    with socket.create_connection((str(where.hostname), int(where.port or 80)), timeout=5) as c:
+        c.sendall(
+            f"GET //[x/live HTTP/1.1\r\nHost: {where.hostname}:{where.port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            .encode()
+        )  # fmt: skip
+        answer = b""
+        while chunk := c.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 404 "), answer[:200]
+    assert b"the live endpoint is" in answer

@@ -433,7 +433,7 @@ class LiveServer:
     async def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
         try:
             name = self._route(urlsplit(request.path).path)
-        except UnicodeDecodeError:
+        except (UnicodeDecodeError, ValueError):  # ValueError: "//[x", a malformed authority
             name = None
         if name is None:
             where = self.path if self._single is not None else f"{self.path}/<name>"
