@@ -264,7 +264,7 @@ def test_a_mistake_in_serve_is_said_and_the_stop_goes_and_move_names_the_file(
     assert done.returncode == 0, done.stderr
     [warning] = done.stderr.splitlines()
     assert warning.startswith(f"tether stop: warning: unknown_key: {config}: serve: "), warning
-    assert "a stop does not use [serve]: stopping anyway" in warning
+    assert "a stop does not use [serve], so it went" in warning
     assert [r["robot"] for r in json.loads(done.stdout)] == ["arm"]
     move = subprocess.run(
         [sys.executable, "-m", "tether", "move", "--config", str(config), "--robot", "arm",
@@ -273,3 +273,9 @@ def test_a_mistake_in_serve_is_said_and_the_stop_goes_and_move_names_the_file(
     )  # fmt: skip
     assert move.returncode == 2
     assert move.stderr.startswith(f"tether move: unknown_key: {config}: serve: "), move.stderr
+    # A [serve] value the URL parser itself refuses is a warning too, after the stop.
+    config.write_text(config.read_text().replace("wrkers = 2", 'live_origins = ["http://[::1"]'))
+    done = stop(config, "--json")
+    assert done.returncode == 0, done.stderr
+    [warning] = done.stderr.splitlines()
+    assert "warning: bad_live_origins" in warning, warning

@@ -451,6 +451,7 @@ def test_live_off_serves_nothing_and_the_canonical_read_says_so(tmp_path: Path) 
         ({"live": "nowhere:80"}, "bad_live"),
         ({"live_origins": ["https://gui.example/"]}, "bad_live_origins"),
         ({"live_origins": ["HTTPS://GUI.example"]}, "bad_live_origins"),
+        ({"live_origins": ["http://[::1"]}, "bad_live_origins"),
         ({"live_origins": ["*"]}, "bad_live_origins"),
         ({"live_origins": ["null"]}, "bad_live_origins"),
         ({"live_origins": "https://gui.example"}, "wrong_type"),

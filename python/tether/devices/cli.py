@@ -171,7 +171,6 @@ def stop_main(argv: list[str]) -> int:
             if code not in _TOLERATED:
                 raise
             print(f"tether stop: warning: {code}: {message}; stopping anyway", file=sys.stderr)
-        _warn_serve(args.config, config)
         if not config.robots:  # said, never an empty success: nothing here can be stopped
             refuse(
                 "tether stop",
@@ -183,6 +182,7 @@ def stop_main(argv: list[str]) -> int:
             )
             return EXIT_USAGE
         reports = stop_everything(config, robots)
+        _warn_serve(args.config, config)  # after the stop: nothing in [serve] delays it
     except TetherError as exc:
         error_line("tether stop", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)
@@ -192,16 +192,17 @@ def stop_main(argv: list[str]) -> int:
 
 def _warn_serve(path: str, config: HostConfig[Any]) -> None:
     """A mistake in the file's `[serve]`, which a stop does not use, is said (as one in a
-    robot's table is) and the stop goes on: the daemon this file starts would refuse it."""
+    robot's table is) once the stop went: the daemon this file starts would refuse it. Never
+    raises: whatever reading it fails with is only this warning."""
     from tether.serve.config import load_serve
 
     try:
         load_serve(path, state_dir=config.state_dir, robots=len(config.robots))
-    except HostConfigError as exc:
+    except Exception as exc:
         code, message, _ = error_fields(exc)
         print(
-            f"tether stop: warning: {code}: {message}; a stop does not use [serve]: stopping"
-            " anyway (`tether serve` refuses this file)",
+            f"tether stop: warning: {code}: {message}; a stop does not use [serve], so it went"
+            " (`tether serve` refuses this file)",
             file=sys.stderr,
         )
 

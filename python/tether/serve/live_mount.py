@@ -120,7 +120,10 @@ def check_origin(value: object) -> str:
     """One `live_origins` entry: ``http(s)://host[:port]``, as a browser sends it (lowercase,
     no path, no trailing slash)."""
     text = value if isinstance(value, str) else ""
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # "http://[::1": a broken IPv6 literal
+        parts = urlsplit("")
     if (
         parts.scheme not in ("http", "https")
         or not parts.hostname
