@@ -518,6 +518,33 @@ def test_a_stop_after_a_move_parked_never_becomes_its_reason(
         assert after_shutdown.evidence["reason"] == "device_state_lost_or_moved"
 
 
+def test_a_stop_that_counted_when_the_move_was_concluded_still_counts_after_a_later_one(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """A stop before the first conclusion counted (the move was still in flight) even though
+    a hardware error outranked it as the reason then; a later stop and resume (the latch keeps
+    only the latest stop's time) must not make it stop counting once the error is gone."""
+    op = store.bind("op-stop-kept", request())
+    op.start_attempt(1, {})
+    with RobotHost(config) as host:
+        host.connect("arm")
+        adapter = DynamixelMoveAdapter(config, host, settle_timeout_s=10)
+        adapter.execute(op, 1, request())  # completed; result not recorded
+        time.sleep(0.01)
+        host.stop("arm", latch=True)  # before any reconcile: it counts
+        host.resume("arm", operator="alice")
+        emulator.inject(Fault("alert", id=1, value=0x20))
+        first = adapter.reconcile(op, request())
+        assert isinstance(first, Unknown) and first.evidence["reason"] == "hardware_error"
+        time.sleep(0.01)
+        host.stop("arm", latch=True)  # after the conclusion: the latest stop now
+        host.resume("arm", operator="alice")
+        emulator.power_cycle()  # the error is cleared, torque off
+        later = adapter.reconcile(op, request())
+        assert isinstance(later, Unknown)
+        assert later.evidence["reason"] == "stopped_by_operator"
+
+
 def test_the_read_back_measures_velocity_in_rad_per_s(
     emulator: DynamixelEmulator, config: HostConfig
 ) -> None:

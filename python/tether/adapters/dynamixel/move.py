@@ -666,30 +666,43 @@ class DynamixelMoveAdapter:
         op: Operation,
         attempt: int,
         last: Callable[[HostConfig, str], int | None] = last_operator_stop,
+        flag: str = "operator_stop",
     ) -> bool:
         """Whether a stop of `robot` came while `attempt` was in flight: after it began, and
         before a reconcile first concluded it Unknown for another reason (`_concluded`: a
         later stop, an operator's or (`last`: `last_shutdown_stop`) the host's own at its
-        shutdown, cut nothing of it and never becomes its reason)."""
+        shutdown, cut nothing of it and never becomes its reason). A stop that counted when it
+        was concluded (`flag` of that record) still does: `last` keeps only the latest stop."""
+        concluded = op.entry.proof(_concluded(attempt)) if attempt else None
+        if concluded is not None and concluded.get(flag) is True:
+            return True
         marker = op.entry.marker(attempt) if attempt else None
         began = int((marker or {}).get("started_at_ms", 0))
         stopped = last(self.config, robot.name)
         if stopped is None or stopped < began:
             return False
-        concluded = op.entry.proof(_concluded(attempt)) if attempt else None
         return concluded is None or stopped <= int(concluded.get("at_ms", 0))
 
     @staticmethod
-    def _note_concluded(op: Operation, attempt: int, reason: str, *, settling: bool) -> None:
+    def _note_concluded(
+        op: Operation, attempt: int, reason: str, move: decide.Move, *, settling: bool
+    ) -> None:
         """Keep when a reconcile first concluded `attempt` Unknown for `reason`, a cause other
         than a stop's, and final (not a move still settling): no stop after it cut the
-        attempt (`_stopped`). The first one stands."""
+        attempt (`_stopped`), and one that did before it (`move`'s) still counts. The first
+        one stands."""
         if not attempt or settling or reason in (*STOP_REASONS, SHUTDOWN_REASON):
             return
         name = _concluded(attempt)
         if op.entry.proof(name) is None:
+            doc = {
+                "at_ms": now_ms(),
+                "reason": reason,
+                "operator_stop": move.stopped_by_operator,
+                "shutdown_stop": move.stopped_at_shutdown,
+            }
             try:
-                op.entry.record_proof(name, {"at_ms": now_ms(), "reason": reason})
+                op.entry.record_proof(name, doc)
             except JournalError as exc:  # another reconcile recorded it first: it stands
                 if exc.code != "proof_conflict":
                     raise
@@ -721,7 +734,9 @@ class DynamixelMoveAdapter:
             resolution=RESOLUTION_RAD,
             stopped_by_operator=self._stopped(robot, op, attempt),
             stop_reason=self.host.latch.stop_reason(robot.name),
-            stopped_at_shutdown=self._stopped(robot, op, attempt, last_shutdown_stop),
+            stopped_at_shutdown=self._stopped(
+                robot, op, attempt, last_shutdown_stop, "shutdown_stop"
+            ),
         )
         records = [
             decide.Sent(str(s.get("instruction")), s.get("joint"), s.get("cause")) for s in sent
@@ -742,7 +757,7 @@ class DynamixelMoveAdapter:
             settling = conclusion.reason in ("settle_timeout", "not_settled") and not sent_stop(
                 records
             )
-            self._note_concluded(op, attempt, conclusion.reason, settling=settling)
+            self._note_concluded(op, attempt, conclusion.reason, move, settling=settling)
             return Unknown(
                 self._evidence(op, request, robot, goals, state, conclusion.reason, checks),
                 SETTLE_RETRY_MS if settling else 0,
