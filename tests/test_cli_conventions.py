@@ -307,6 +307,9 @@ def test_a_misspelled_option_is_named_before_the_required_one_it_hides(tmp_path:
         " --decision?); the following arguments are required: --decision (see `tether operator"
         " resolve --help`)"
     )
+    # A value that starts with "--" but holds a space is a value to argparse, not an option.
+    note = tether_run("operator", "resolve", "K", "--note", "--force it now", "--revision", "1")
+    assert note.returncode == _exit.USAGE and "unrecognized" not in note.stderr, note.stderr
     # An abbreviation argparse takes is no misspelling: only the missing one is named.
     short = tether_run("move", "--config", str(tmp_path / "h.toml"), "--rob", "arm", "--json")
     assert short.returncode == _exit.USAGE

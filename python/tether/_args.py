@@ -109,6 +109,10 @@ def describes_default(parser: argparse.ArgumentParser, action: argparse.Action) 
     return "default" in text.lower() or "(required)" in text
 
 
+#: What an option looks like (a token with a space or other characters is a value to argparse).
+_OPTION = re.compile(r"--[A-Za-z0-9][-A-Za-z0-9_]*")
+
+
 class Parser(argparse.ArgumentParser):
     """`argparse.ArgumentParser` with Tether's help format and one-line usage errors."""
 
@@ -135,8 +139,8 @@ class Parser(argparse.ArgumentParser):
             if token == "--":
                 break
             name = token.split("=", 1)[0]
-            if not name.startswith("--") or name in self._option_string_actions:
-                continue
+            if not _OPTION.fullmatch(name) or name in self._option_string_actions:
+                continue  # a value ("--force it now": argparse takes it as one) or known
             if sum(k.startswith(name) for k in known) == 1:
                 continue  # an abbreviation argparse takes
             near = difflib.get_close_matches(name, known, n=1)
