@@ -1207,14 +1207,13 @@ def _run(
         sigterm.phase = "closing"
         _close_quietly(run, log)
         if args.linger > 0:
-            try:
+            try:  # the handler's _LingerEnded can come only from inside this try
                 sigterm.phase = "linger"
                 if not sigterm.pending:  # one that came before ends it now
                     time.sleep(args.linger)
+                sigterm.phase = "closing"
             except _LingerEnded:
                 pass
-            finally:
-                sigterm.phase = "closing"
 
 
 def _planner(run: _Run) -> ArmPlanner:
