@@ -4,6 +4,8 @@ its expected outcome; limits and credentials are refused before anything is sent
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -465,17 +467,27 @@ def test_an_arm_that_does_not_arrive_in_time_parks_with_settle_timeout(
     assert target_actions(journal(emulator), GOALS) == {1: 1, 2: 1}
 
 
-def test_recovered_needs_torque_a_power_cycled_arm_at_its_goal_is_unknown(
-    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
-) -> None:
-    """The move ran and the arm arrived, then the servos lost power before the result was
-    recorded: at the goal but limp, which is not the move's outcome."""
-    op = store.bind("op-pc", request())
+@contextmanager
+def arrived(
+    config: HostConfig, store: MoveStore, name: str
+) -> Iterator[tuple[Any, RobotHost, DynamixelMoveAdapter]]:
+    """A move's attempt 1 executed to its end on a connected host, its result not recorded
+    (a worker killed after the arm arrived): (its operation, the host, the adapter)."""
+    op = store.bind(name, request())
     op.start_attempt(1, {})
     with RobotHost(config) as host:
         host.connect("arm")
         adapter = DynamixelMoveAdapter(config, host, settle_timeout_s=10)
         adapter.execute(op, 1, request())  # completed; result not recorded
+        yield op, host, adapter
+
+
+def test_recovered_needs_torque_a_power_cycled_arm_at_its_goal_is_unknown(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """The move ran and the arm arrived, then the servos lost power before the result was
+    recorded: at the goal but limp, which is not the move's outcome."""
+    with arrived(config, store, "op-pc") as (op, _host, adapter):
         emulator.power_cycle()  # goal = present = the target, torque off
         assert emulator.snapshot(1)["goal_position"] == GOALS[1]
         conclusion = adapter.reconcile(op, request())
@@ -496,12 +508,7 @@ def test_a_stop_after_a_move_parked_never_becomes_its_reason(
     shutdown stop. Each used to relabel it (`stopped_by_operator`, `stopped_at_shutdown`) on
     the next periodic reconcile, a false account and a new revision under a deciding
     operator."""
-    op = store.bind("op-later-stop", request())
-    op.start_attempt(1, {})
-    with RobotHost(config) as host:
-        host.connect("arm")
-        adapter = DynamixelMoveAdapter(config, host, settle_timeout_s=10)
-        adapter.execute(op, 1, request())  # completed; result not recorded
+    with arrived(config, store, "op-later-stop") as (op, host, adapter):
         emulator.power_cycle()  # then power was lost
         first = adapter.reconcile(op, request())
         assert isinstance(first, Unknown)
@@ -524,12 +531,7 @@ def test_a_stop_that_counted_when_the_move_was_concluded_still_counts_after_a_la
     """A stop before the first conclusion counted (the move was still in flight) even though
     a hardware error outranked it as the reason then; a later stop and resume (the latch keeps
     only the latest stop's time) must not make it stop counting once the error is gone."""
-    op = store.bind("op-stop-kept", request())
-    op.start_attempt(1, {})
-    with RobotHost(config) as host:
-        host.connect("arm")
-        adapter = DynamixelMoveAdapter(config, host, settle_timeout_s=10)
-        adapter.execute(op, 1, request())  # completed; result not recorded
+    with arrived(config, store, "op-stop-kept") as (op, host, adapter):
         time.sleep(0.01)
         host.stop("arm", latch=True)  # before any reconcile: it counts
         host.resume("arm", operator="alice")
