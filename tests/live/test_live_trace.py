@@ -232,3 +232,28 @@ def test_a_pre_image_read_after_some_commands_is_traced_where_it_was_read(
     assert op.preimage(1) == {"state": {"a": 1}} and op.preimage_position(1) == 2
     with pytest.raises(ValueError):
         op.record_preimage(2, {"journal_sent_before": 0})
+
+
+def test_a_moves_first_unknown_conclusion_is_worded_with_the_stops_that_cut_it() -> None:
+    """`concluded-N` (when a reconcile first concluded the attempt Unknown, and which stops
+    counted then) reads as what it is, never as a retry guard's proof."""
+    from tether.live import Fact
+    from tether.live._wordings import robot_move_wording
+
+    doc = {
+        "proof": "concluded-2",
+        "for_attempt": 2,
+        "recorded_at_ms": 1,
+        "reason": "hardware_error",
+        "operator_stop": True,
+        "shutdown_stop": False,
+    }
+    assert robot_move_wording(Fact("proof", 2, doc)) == (
+        "attempt 2 first reconciled: outcome unknown (hardware_error), cut short by an"
+        " operator's stop"
+    )
+    plain = {**doc, "operator_stop": False, "reason": "device_state_lost_or_moved"}
+    assert robot_move_wording(Fact("proof", 2, plain)) == (
+        "attempt 2 first reconciled: outcome unknown (device_state_lost_or_moved)"
+    )
+    assert robot_move_wording(Fact("proof", 1, {"proof": "parked-1", "reason": "x"})) is None

@@ -26,9 +26,14 @@ def _joints_rad(doc: Any) -> str:
     )
 
 
+#: The stops a `concluded-N` record says counted, in words.
+_STOPS = (("operator_stop", "an operator's stop"), ("shutdown_stop", "the host's shutdown stop"))
+
+
 def robot_move_wording(fact: Fact) -> str | None:
-    """A robot move's request ("move arm to shoulder=0.5 rad ...") and result (its outcome,
-    goals and final positions); None (the generic wording) for every other fact."""
+    """A robot move's request ("move arm to shoulder=0.5 rad ..."), result (its outcome,
+    goals and final positions) and first Unknown conclusion (`concluded-N`: from then on no
+    later stop is its cause); None (the generic wording) for every other fact."""
     doc = fact.doc
     if fact.what == "request":
         how = "by" if doc.get("kind") == KIND_RELATIVE else "to"
@@ -38,6 +43,11 @@ def robot_move_wording(fact: Fact) -> str | None:
             f"attempt {fact.attempt} result {doc.get('outcome')}: goals "
             f"{_joints_rad(doc.get('goals'))}; final {_joints_rad(doc.get('final'))}"
         )
+    if fact.what == "proof" and str(doc.get("proof", "")).startswith("concluded-"):
+        stops = [w for k, w in _STOPS if doc.get(k) is True]
+        cut = f", cut short by {' and '.join(stops)}" if stops else ""
+        why = doc.get("reason")
+        return f"attempt {fact.attempt} first reconciled: outcome unknown ({why}){cut}"
     return None
 
 

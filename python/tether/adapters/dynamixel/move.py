@@ -681,7 +681,7 @@ class DynamixelMoveAdapter:
         stopped = last(self.config, robot.name)
         if stopped is None or stopped < began:
             return False
-        return concluded is None or stopped <= int(concluded.get("at_ms", 0))
+        return concluded is None or stopped <= int(concluded.get("recorded_at_ms", 0))
 
     @staticmethod
     def _note_concluded(
@@ -696,7 +696,8 @@ class DynamixelMoveAdapter:
         name = _concluded(attempt)
         if op.entry.proof(name) is None:
             doc = {
-                "at_ms": now_ms(),
+                "for_attempt": attempt,
+                "recorded_at_ms": now_ms(),
                 "reason": reason,
                 "operator_stop": move.stopped_by_operator,
                 "shutdown_stop": move.stopped_at_shutdown,
