@@ -66,13 +66,16 @@ NEUTRALISING = ("neutralise_reg_write", "neutralise_action")
 #: Instructions of the attempt's own safe-stop (logged before they are sent).
 STOPS = ("stop_hold", "stop_torque_off")
 
+#: The reason of a move the host's own shutdown stop cut short.
+SHUTDOWN_REASON = "stopped_at_shutdown"
+
 REASONS = (
     "hardware_error",
     "device_state_lost_or_moved",
     "settle_timeout",
     "not_settled",
     "stopped_by_operator",
-    "stopped_at_shutdown",
+    SHUTDOWN_REASON,
     "stopped_on_session_lapse",
     "cancelled_by_planner",
     "robot_latched",
@@ -284,7 +287,7 @@ def reconcile(
         )
     )
     operator = move.stop_reason if move.stopped_by_operator else None
-    shutdown = "stopped_at_shutdown" if move.stopped_at_shutdown else None
+    shutdown = SHUTDOWN_REASON if move.stopped_at_shutdown else None
     instructions = {s.instruction for s in sent}
     committed = {"reg_write", "action"} <= instructions  # our goals were staged, then ACTION
     if (

@@ -691,7 +691,7 @@ class DynamixelMoveAdapter:
         than a stop's, and final (not a move still settling): no stop after it cut the
         attempt (`_stopped`), and one that did before it (`move`'s) still counts. The first
         one stands."""
-        if not attempt or settling or reason in (*STOP_REASONS, SHUTDOWN_REASON):
+        if not attempt or settling or reason in (*STOP_REASONS, decide.SHUTDOWN_REASON):
             return
         name = _concluded(attempt)
         if op.entry.proof(name) is None:
@@ -960,10 +960,6 @@ class DynamixelMoveAdapter:
 
 #: The park reason of a move whose robot was latched before it read or sent a frame.
 LATCHED_BEFORE_START = "robot_latched"
-
-
-#: The reason of a move the host's own shutdown stop cut short (`decide.reconcile`).
-SHUTDOWN_REASON = "stopped_at_shutdown"
 
 
 def _concluded(attempt: int) -> str:
