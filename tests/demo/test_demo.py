@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,34 @@ SMALL = ["--targets", "2", "--episodes", "1", "--steps", "200", "--port", "0"]
 
 def _cmd(data: Path, *extra: str) -> list[str]:
     return demo_argv(data, "--lease-ms", "500", *extra)
+
+
+def _signalled(
+    data: Path,
+    args: list[str],
+    sig: signal.Signals,
+    seen: Callable[[str], bool],
+    awaited: str,
+    *,
+    on_stderr: bool = False,
+    timeout: float = 120,
+) -> tuple[int, str, str]:
+    """Run the demo and send it `sig` once a line of its stdout (stderr with `on_stderr`)
+    is `seen` (`awaited` says what, when it ends first); (exit code, stdout, stderr: what was
+    left of each)."""
+    with subprocess.Popen(
+        _cmd(data, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as demo:
+        lines = demo.stderr if on_stderr else demo.stdout
+        assert lines is not None
+        for line in lines:
+            if seen(line):
+                break
+        else:
+            pytest.fail(f"the demo ended before {awaited}")
+        demo.send_signal(sig)
+        out, err = demo.communicate(timeout=timeout)
+    return demo.returncode, out, err
 
 
 def _run(data: Path, *extra: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -171,18 +200,15 @@ def test_ctrl_c_with_json_ends_with_one_document(tmp_path: Path) -> None:
     """`--json` asked for one document on stdout: Ctrl-C mid-run still prints one, saying it
     was interrupted (exit 130), never nothing."""
     args = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0", "--json"]
-    with subprocess.Popen(
-        _cmd(tmp_path, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as demo:
-        assert demo.stderr is not None
-        for line in demo.stderr:  # progress goes to stderr with --json
-            if "reach-0000" in line and "running" in line:
-                break
-        else:
-            pytest.fail("the demo ended before reach-0000 ran")
-        demo.send_signal(signal.SIGINT)
-        out, err = demo.communicate(timeout=120)
-    assert demo.returncode == 130, (out, err)
+    code, out, err = _signalled(
+        tmp_path,
+        args,
+        signal.SIGINT,
+        lambda line: "reach-0000" in line and "running" in line,
+        "reach-0000 ran",
+        on_stderr=True,  # progress goes to stderr with --json
+    )
+    assert code == 130, (out, err)
     doc = json.loads(out)
     assert (doc["status"], doc["code"]) == ("interrupted", "interrupted"), doc
 
@@ -192,18 +218,14 @@ def test_sigterm_ends_the_demo_as_ctrl_c_does(tmp_path: Path) -> None:
     143 with nothing closed), and no `--linger` after it."""
     args = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0"]
     args += ["--linger", "600"]
-    with subprocess.Popen(
-        _cmd(tmp_path, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as demo:
-        assert demo.stdout is not None
-        for line in demo.stdout:
-            if line.startswith("reach-0000") and "running" in line:
-                break
-        else:
-            pytest.fail("the demo ended before reach-0000 ran")
-        demo.send_signal(signal.SIGTERM)
-        out, err = demo.communicate(timeout=120)
-    assert demo.returncode == 130, (out, err)
+    code, out, err = _signalled(
+        tmp_path,
+        args,
+        signal.SIGTERM,
+        lambda line: line.startswith("reach-0000") and "running" in line,
+        "reach-0000 ran",
+    )
+    assert code == 130, (out, err)
     assert "tether demo: interrupted" in err, err
 
 
@@ -211,21 +233,15 @@ def test_sigterm_during_linger_ends_it_with_the_runs_code(tmp_path: Path) -> Non
     """After the run, `--linger` keeps serving the stream; a SIGTERM then ends the linger and
     the demo exits with its run's code (the close already ran: nothing is interrupted)."""
     args = ["--targets", "1", "--episodes", "1", "--steps", "200", "--port", "0", "--moves", "0"]
-    with subprocess.Popen(
-        _cmd(tmp_path, *args, "--linger", "600"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as demo:
-        assert demo.stdout is not None
-        for line in demo.stdout:
-            if line.startswith("mission: "):
-                break
-        else:
-            pytest.fail("the demo never finished its mission")
-        demo.send_signal(signal.SIGTERM)
-        out, err = demo.communicate(timeout=60)
-    assert demo.returncode == 0, (out, err)
+    code, out, err = _signalled(
+        tmp_path,
+        [*args, "--linger", "600"],
+        signal.SIGTERM,
+        lambda line: line.startswith("mission: "),
+        "it finished its mission",
+        timeout=60,
+    )
+    assert code == 0, (out, err)
     assert "interrupted" not in err, err
 
 
