@@ -364,6 +364,24 @@ def test_a_refused_login_a_missing_database_and_a_bad_url_exit_per_the_table(
         assert (status.returncode, _json(status)["code"]) == (exit_code, code), status.stderr
 
 
+def test_with_several_hosts_the_servers_refusal_is_named_whichever_host_was_tried_last(
+    pg_base: str,
+) -> None:
+    """A primary and a standby, one of them down: the server that answered refused the login.
+    The driver's error leads with the last host tried; the refusal is still the cause, in
+    either order, and every host's own failure is on the one line."""
+    parts = urlsplit(pg_base)
+    live = parts.netloc.rpartition("@")[2]
+    for hosts in (f"127.0.0.1:1,{live}", f"{live},127.0.0.1:1"):
+        url = urlunsplit(parts._replace(netloc=f"tether_no_such_role:{SECRET}@{hosts}"))
+        status = _run("db", "status", url, "--json")
+        doc = _json(status)
+        assert (status.returncode, doc["code"]) == (_exit.FAILED, "login_refused"), status.stderr
+        line = _refusal(status, "tether db")
+        assert "port 1 failed" in line and 'role "tether_no_such_role"' in line, line
+        assert len(status.stderr.strip().splitlines()) == 1, status.stderr
+
+
 # -- a schema to upgrade first ---------------------------------------------------------------
 
 

@@ -214,6 +214,34 @@ def connect_failure(cause: str) -> str:
     return "unreachable"
 
 
+#: How the driver lists every host's failure of a URL naming several hosts, after the last
+#: one's (which alone would hide, say, a refused password behind a standby that is down).
+_ATTEMPTS = "Multiple connection attempts failed. All failures were:"
+#: Where a listed failure's own words begin (after the attempt's host, port and address).
+_ATTEMPT_CAUSE = re.compile(r"^- .*?: connection failed: (.*)$")
+#: A failure's code ranks the server's own answer (a refused login, a missing database) over
+#: a host that did not answer: the answer is what the operator has to fix.
+_RANK = ("login_refused", "no_such_database", "bad_url", "unreachable")
+
+
+def connect_causes(error: BaseException) -> tuple[str, str]:
+    """(code, cause) of a failed connection: `connect_failure` of `one_line`; with several
+    hosts, each host's cause on one line (``; ``-joined, in the order tried), under the code
+    of the most telling of them (`_RANK`)."""
+    text = str(error)
+    head, marker, rest = text.partition(_ATTEMPTS)
+    if not marker:
+        cause = one_line(error)
+        return connect_failure(cause), cause
+    causes = [m.group(1).strip() for m in map(_ATTEMPT_CAUSE.match, rest.splitlines()) if m]
+    if not causes:
+        cause = one_line(error)
+        return connect_failure(cause), cause
+    codes = [connect_failure(c) for c in causes]
+    code = min(codes, key=lambda c: _RANK.index(c) if c in _RANK else len(_RANK))
+    return code, "; ".join(causes)
+
+
 def check_url(conninfo: str, error: Callable[[str], E]) -> None:
     """Raise ``error`` (one line, no credentials, code `bad_url`) unless libpq can parse
     ``conninfo`` as its writer meant (`ambiguous`)."""
@@ -270,9 +298,9 @@ def connect(
     except psycopg.Error as e:
         # libpq's message names the cause (refused, timeout, password authentication failed,
         # database does not exist); `from None`: the chained error could carry the URL.
-        cause = scrub(one_line(e), conninfo)
-        failed = error(f"cannot connect to PostgreSQL at {at}: {cause}")
-        raise with_code(failed, connect_failure(cause)) from None
+        code, cause = connect_causes(e)
+        failed = error(f"cannot connect to PostgreSQL at {at}: {scrub(cause, conninfo)}")
+        raise with_code(failed, code) from None
     try:
         conn.execute(
             "SELECT set_config('statement_timeout', %s, false),"
