@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -153,6 +154,62 @@ def test_a_statement_the_role_may_not_run_is_a_failure_not_an_unreachable_server
     finally:
         with psycopg.connect(pg_base, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {theirs} CASCADE")
+
+
+def test_a_schema_the_role_may_use_but_not_create_in_is_schema_denied_for_every_command(
+    role_url: tuple[str, str], pg_base: str, tmp_path: Path
+) -> None:
+    """A role given a schema it may use but not create tables in (PostgreSQL 15's `public` for
+    any role but its owner): creating the stores there is `schema_denied` (exit 1) naming the
+    schema and the GRANT, alike from `tether db upgrade`, `tether serve` and `tether worker`;
+    never a class name for a code, and nothing is created."""
+    url, name = role_url
+    usable = f"{name}_use"
+    with psycopg.connect(pg_base, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {usable}")
+        admin.execute(f"GRANT USAGE ON SCHEMA {usable} TO {name}")
+    mine = url.replace(f"search_path%3D{name}", f"search_path%3D{usable}")
+    assert mine != url
+    try:
+        with pytest.raises(SchemaDenied, match=f"GRANT CREATE ON SCHEMA \"{usable}\"") as info:
+            Catalog.open(mine)
+        assert info.value.code == "schema_denied"
+        config = tmp_path / "host.toml"
+        config.write_text(
+            f'[serve]\ndata_dir = "{tmp_path / "data"}"\ncatalog = "{mine}"\nworld = "{mine}"\n'
+            'families = ["tether.serve.families:sim_families"]\nworkers = 0\n'
+        )
+        runs = {
+            "tether db": ["db", "upgrade", mine, "--json"],
+            "tether serve": ["serve", "--config", str(config), "--json"],
+            "tether worker": [
+                "worker", str(tmp_path / "w"), "--families",
+                "tether.families.sim.adapter:worker_families",
+                "--catalog", mine, "--world", mine,
+            ],
+        }  # fmt: skip
+        for prog, argv in runs.items():
+            done = subprocess.run(
+                [sys.executable, "-m", "tether", *argv],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == _exit.FAILED, (prog, done.stdout, done.stderr)
+            assert "Traceback" not in done.stderr, done.stderr
+            lines = [ln for ln in done.stderr.splitlines() if ln.startswith(f"{prog}: ")]
+            assert len(lines) == 1 and "schema_denied" in lines[0], (prog, done.stderr)
+            assert usable in lines[0], lines[0]
+            docs = [json.loads(ln) for ln in done.stdout.splitlines() if ln.startswith("{")]
+            assert all(d["code"] == "schema_denied" for d in docs), docs
+        with psycopg.connect(pg_base, autocommit=True) as admin:
+            tables = admin.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (usable,)
+            ).fetchone()
+        assert tables == (0,)
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {usable} CASCADE")
 
 
 def test_a_connection_that_broke_mid_command_is_unreachable_not_a_refusal() -> None:

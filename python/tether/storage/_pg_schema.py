@@ -487,6 +487,29 @@ def check_search_path(cur: psycopg.Cursor[Any], where: str) -> None:
     )
 
 
+def check_may_create(cur: psycopg.Cursor[Any], where: str) -> None:
+    """Refuse to create a store in a schema this role may not create tables in
+    (`SchemaDenied`, code ``schema_denied``, as for a schema it may not use: the server
+    refused). PostgreSQL 15 grants no role but its owner CREATE on ``public``, so a role
+    given a database and nothing else lands here; the refusal names the schema and both ways
+    out."""
+    row = cur.execute(
+        "SELECT current_schema(), has_schema_privilege(current_schema(), 'CREATE'),"
+        " current_setting('search_path')"
+    ).fetchone()
+    if row is None or row[0] is None or row[1]:
+        return  # no schema at all is `check_search_path`'s to refuse
+    name, path = str(row[0]), str(row[2])
+    at = where if "(search_path " in where else f"{where} (search_path {path})"
+    raise SchemaDenied(
+        "schema_denied",
+        f"the stores at {at} would be created in schema {name}, where this role may not create"
+        f" tables: GRANT CREATE ON SCHEMA {_quoted(name)} TO the role, or name a schema it owns"
+        " in the URL (options=-csearch_path=NAME)",
+        details={"search_path": path, "schemas": [name]},
+    )
+
+
 def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -> int:
     """Inside a transaction: create a fresh store at the latest version, or (``upgrade``)
     apply pending migrations; refuse an older version otherwise and a newer one always.
@@ -498,6 +521,8 @@ def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -
     if found == new:
         check_tables(cur, store, found, where)
         return found
+    if found == 0:
+        check_may_create(cur, where)  # a store to create: the schema must take its tables
     keys = (_VERSION_TABLE_KEY, _LOCK_KEYS[store])
     _wait_for_locks(cur, "pg_advisory_xact_lock", keys, store, where)
     cur.execute(VERSION_TABLE)
