@@ -283,7 +283,18 @@ class TlsConfig:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
-            context.load_cert_chain(self.cert, self.key)
+            # A key under a passphrase would have OpenSSL ask for it on the terminal (a daemon
+            # started there hangs at the prompt) and fail anywhere else: no prompt, its cause.
+            context.load_cert_chain(self.cert, self.key, password=_no_passphrase)
+        except _EncryptedKey:
+            raise ListenerError(
+                "tls_unusable",
+                f"TLS key {self.key} is encrypted with a passphrase, which a daemon cannot be"
+                f" asked for: store it decrypted, mode 0600 (openssl pkey -in {self.key} -out"
+                " NEW_KEY)",
+                cert=str(self.cert),
+                key=str(self.key),
+            ) from None
         except (ssl.SSLError, OSError) as exc:
             reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
             raise ListenerError(
@@ -298,6 +309,16 @@ class TlsConfig:
             context.verify_mode = ssl.CERT_REQUIRED
             context.load_verify_locations(cadata=roots.decode("ascii"))
         return context
+
+
+class _EncryptedKey(Exception):
+    """The key file asked for a passphrase (`_no_passphrase`)."""
+
+
+def _no_passphrase() -> bytes:
+    """`load_cert_chain`'s passphrase callback: called only for an encrypted key, which is
+    refused (never a prompt)."""
+    raise _EncryptedKey
 
 
 def address_text(host: str, port: int) -> str:

@@ -5,7 +5,15 @@ with the `openssl` CLI."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import termios
 import time
 from pathlib import Path
 
@@ -21,7 +29,7 @@ from tether.adapters.grpc.remote import KIND_ABSOLUTE, RemoteHost, intent, remot
 from tether.runtime import FamilyError, Host
 from tether.testing._ports import free_port
 
-from tests._listeners import Authority, Cert, make_authority, make_dated_cert
+from tests._listeners import Authority, Cert, make_authority, make_cert, make_dated_cert
 from tests._secrets import PLANNER
 
 
@@ -152,6 +160,67 @@ def test_a_misspelled_or_unreadable_client_ca_is_a_one_line_usage_error(
         assert code in done.stderr and named in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_key_under_a_passphrase_is_refused_never_prompted_for_on_the_terminal(
+    tmp_path: Path,
+) -> None:
+    """`tether serve` started on a terminal with a `[tls] key` encrypted under a passphrase:
+    OpenSSL would ask for it on the controlling terminal, and the daemon would hang at the
+    prompt. It is one line naming the key and the cause instead, exit 2, at once."""
+    cert = make_cert(tmp_path / "tls")
+    encrypted = tmp_path / "tls" / "encrypted.key"
+    subprocess.run(
+        ["openssl", "pkey", "-in", str(cert.key), "-aes256", "-passout", "pass:sekrit",
+         "-out", str(encrypted)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    encrypted.chmod(0o600)
+    config = grpc_config(tmp_path, "/dev/null-unused")
+    with_tls(config, f'cert = "{cert.cert}"\nkey = "{encrypted}"\n')
+    leader, follower = pty.openpty()
+
+    def on_the_terminal() -> None:  # a session whose controlling terminal is the pty
+        os.setsid()
+        fcntl.ioctl(follower, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "serve", "--config", str(config)],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        preexec_fn=on_the_terminal,
+    )
+    os.close(follower)
+    said = b""
+    try:
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.2)
+            if ready:
+                try:
+                    said += os.read(leader, 4096)
+                except OSError:
+                    break
+        assert proc.poll() is not None, f"still running (prompting?): {said!r}"
+        proc.wait(timeout=10)
+        with contextlib.suppress(OSError):
+            while select.select([leader], [], [], 0.2)[0]:
+                chunk = os.read(leader, 4096)
+                if not chunk:
+                    break
+                said += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+    text = said.decode(errors="replace")
+    assert proc.returncode == 2, text
+    assert "pass phrase" not in text.lower(), text
+    assert "tls_unusable" in text and "encrypted with a passphrase" in text, text
+    assert str(encrypted) in text and "Traceback" not in text, text
 
 
 def test_an_expired_server_certificate_is_a_one_line_usage_error(tmp_path: Path) -> None:
