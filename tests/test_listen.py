@@ -205,6 +205,10 @@ def test_the_tls_table_is_strict_and_relative_to_the_config(tmp_path: Path) -> N
         ('[tls]\ncert = "a.pem"\nkye = "a.key"\n', "unknown_key"),
         ('[tls]\ncert = "a.pem"\n', "missing_key"),
         ('[tls]\ncert = 1\nkey = "a.key"\n', "wrong_type"),
+        # Empty (a template's unset variable): never the config's own directory.
+        ('[tls]\ncert = ""\nkey = "a.key"\n', "empty_value"),
+        ('[tls]\ncert = "a.pem"\nkey = " "\n', "empty_value"),
+        ('[tls]\ncert = "a.pem"\nkey = "a.key"\nclient_ca = ""\n', "empty_value"),
     ):
         with pytest.raises(HostConfigError) as info:
             parse_config(config(tmp_path, table), path)

@@ -96,6 +96,21 @@ def test_a_token_file_of_one_line_is_the_token(tmp_path: Path) -> None:
     assert remote.token == "planner-token-7f3a"
 
 
+@pytest.mark.parametrize("key", ["token_file", "ca", "client_cert", "client_key"])
+def test_an_empty_path_in_the_remote_table_is_empty_value_never_the_directory(
+    tmp_path: Path, key: str
+) -> None:
+    """An empty path (a template's unset variable) would name the config's own directory:
+    `empty_value` naming the key, before anything is read."""
+    token = tmp_path / "token"
+    token.write_text("planner-token-7f3a\n")
+    token.chmod(0o600)
+    raw = {"address": "127.0.0.1:50051", "token_file": "token", key: ""}
+    with pytest.raises(HostConfigError) as info:
+        parse_remote(raw, tmp_path)
+    assert info.value.code == "empty_value" and key in info.value.message, info.value
+
+
 def _token(directory: Path) -> None:
     token = directory / "token"
     token.write_text("planner-token-7f3a\n")

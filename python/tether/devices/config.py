@@ -271,8 +271,9 @@ def _tls(doc: Table, path: Path) -> _listen.TlsConfig | None:
         return None
     table = doc.table("tls", TLS_KEYS)
     base = path.parent if path.name != "<memory>" else Path.cwd()
-    cert, key = (Path(table.text(k)).expanduser() for k in ("cert", "key"))
-    ca = table.optional_text("client_ca")
+    # Each non-empty (`empty_value`): an empty path would name the config's own directory.
+    cert, key = (Path(table.path(k)).expanduser() for k in ("cert", "key"))
+    ca = table.path("client_ca") if "client_ca" in table else None
     client_ca = None if ca is None else base / Path(ca).expanduser()
     return _listen.TlsConfig(cert=base / cert, key=base / key, client_ca=client_ca)
 

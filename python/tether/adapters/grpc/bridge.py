@@ -119,8 +119,9 @@ def _address(text: str) -> tuple[str, int]:
 
 def _client_pair(table: Table, base: Path) -> tuple[bytes, bytes] | None:
     """`client_cert` and `client_key` (PEM), checked to load as a pair, or None."""
-    cert_text = table.optional_text("client_cert")
-    key_text = table.optional_text("client_key")
+    # Each non-empty when given (`empty_value`): an empty path would name the directory.
+    cert_text = table.path("client_cert") if "client_cert" in table else None
+    key_text = table.path("client_key") if "client_key" in table else None
     if cert_text is None and key_text is None:
         return None
     if key_text is None:
@@ -168,7 +169,7 @@ def parse_remote(raw: Any, base: Path) -> RemoteHost:
     timeout = table.number("timeout_s", 10.0)
     if not 0 < timeout <= 3600:
         raise _error("bad_remote", f"remote.timeout_s {timeout} is not in (0, 3600]")
-    ca_text = table.optional_text("ca")
+    ca_text = table.path("ca") if "ca" in table else None
     root: bytes | None = None
     if ca_text is not None:
         ca = base / ca_text
@@ -186,7 +187,7 @@ def parse_remote(raw: Any, base: Path) -> RemoteHost:
             " token never crosses the network in clear",
             value=address,
         )
-    token_path = base / table.text("token_file")
+    token_path = base / table.path("token_file")
     try:
         token = read_secret(file=str(token_path)).strip()
     except CredentialError as exc:
