@@ -145,7 +145,7 @@ def test_wrong_tokens_over_grpc_lock_out_that_address_not_the_local_operator(
     tmp_path: Path, emu: EmulatorProcess
 ) -> None:
     config = grpc_config(tmp_path, emu.path)
-    with serving(config) as (_, _ready, control):
+    with serving(config) as (proc, _ready, control):
         for i in range(RATE_LIMIT + 1):
             guess = (("authorization", f"Bearer guess-{i}"),)
             with pytest.raises(grpc.RpcError):
@@ -171,6 +171,20 @@ def test_wrong_tokens_over_grpc_lock_out_that_address_not_the_local_operator(
         # The operator at the host's own console is not locked out by a network client.
         resumed = operator(config, "resume", "arm", credential=OPERATOR)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    # The daemon's log says each refused credential and each lockout, with its source and
+    # call, once (a locked-out source's further calls add nothing), and never a secret.
+    said = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
+    refused = [r for r in said if r["msg"] == "grpc credential refused"]
+    codes = [(r["code"], r["call"]) for r in refused]
+    assert codes.count(("credential_refused", "GetOperation")) == RATE_LIMIT, codes
+    assert codes.count(("credential_rate_limited", "GetOperation")) == 1, codes
+    assert codes.count(("credential_refused", "Stop")) == RATE_LIMIT, codes
+    assert codes.count(("credential_rate_limited", "Stop")) == 1, codes
+    assert len(codes) == 2 * RATE_LIMIT + 2, codes
+    assert all(r["source"].startswith("net:") for r in refused), refused
+    assert "guess-" not in err and "Bearer g" not in err
 
 
 def test_a_revision_past_the_operation_is_out_of_range(

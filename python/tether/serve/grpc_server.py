@@ -456,6 +456,13 @@ class _Auth:
             try:
                 known = self._authenticator.authenticate(secret, roles=ROLES, source=source)
             except CredentialError as exc:
+                # Said once per refused credential and once per lockout (never the secret):
+                # an operator sees a client guessing, or why local planners are locked out.
+                # A locked-out source's further calls are refused above without a line.
+                log.warning(
+                    "grpc credential refused",
+                    extra={"code": exc.code, "source": source, "call": call},
+                )
                 if exc.code == "credential_rate_limited":
                     wait = float((exc.details or {}).get("retry_after_s") or 0.0)
                     self._lock_out(source, now + wait, exc.message.rsplit(": try again", 1)[0])
