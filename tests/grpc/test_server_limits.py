@@ -171,6 +171,8 @@ def test_wrong_tokens_over_grpc_lock_out_that_address_not_the_local_operator(
         # The operator at the host's own console is not locked out by a network client.
         resumed = operator(config, "resume", "arm", credential=OPERATOR)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        # The latch named who stopped the arm: the planner, through the Stop RPC.
+        assert "gRPC Stop by planner ci" in resumed.stdout, resumed.stdout
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     # The daemon's log says each refused credential and each lockout, with its source and

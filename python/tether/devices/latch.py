@@ -49,8 +49,8 @@ log = logging.getLogger("tether.devices.latch")
 RECORD_BYTES = 512
 #: The suffix of a robot's shutdown-stop record beside its latch record (`note_shutdown_stop`).
 SHUTDOWN_SUFFIX = ".shutdown.json"
-#: The `by` of an operator's stop (`tether stop`, the Stop RPC, the console's): any stop not
-#: made by the session watchdog or a planner's Cancel.
+#: The `by` of an operator's stop (`tether stop`, the console's; the Stop RPC's names its
+#: principal instead): any stop not made by the session watchdog or a planner's Cancel.
 OPERATOR_STOP = "tether stop"
 #: The `by` of a latch the session watchdog set (`tether.serve.sessions`): the heartbeat of
 #: the session a move ran under lapsed, and no operator pressed stop.

@@ -1423,7 +1423,7 @@ class RobotControl(rpc.RobotControlServicer):
             return self._stop(request, context)
 
     def _stop(self, request: pb.StopRequest, context: grpc.ServicerContext) -> pb.StopResponse:
-        self.auth.principal(context, "stop", call="Stop")
+        principal = self.auth.principal(context, "stop", call="Stop")
         config = self.daemon.config
         simulated = SIM_DEVICE not in config.robots and SIM_KIND in self.daemon.served
         if request.device == SIM_DEVICE and simulated:  # a robot named "sim" is that robot
@@ -1444,7 +1444,11 @@ class RobotControl(rpc.RobotControlServicer):
         # Checked and authorised: from here to its answer new work is held back (`StopFirst`),
         # so the RPCs and ticks the stop held do not wake to contend with its answer.
         with self.daemon.stop_first.stopping():
-            reports = self.daemon.stop_devices({"robot": request.device} if request.device else {})
+            # The latch names who stopped it (`tether operator resume` and status show it).
+            by = f"gRPC Stop by {principal.role} {principal.name}"
+            reports = self.daemon.stop_devices(
+                {"robot": request.device} if request.device else {}, by=by
+            )
             # Every robot a stop reports, it latched before any frame (in memory where its
             # record could not be written): with no resume in this daemon since, each still
             # is, and no record is read again.
