@@ -26,6 +26,7 @@ import errno
 import json
 import os
 import re
+import logging
 import sys
 import textwrap
 import traceback
@@ -241,22 +242,28 @@ def refuse_empty_urls(parser: argparse.ArgumentParser, **flags: str | None) -> N
             parser.error(f"{flag} is empty: give the store's URL, or leave the flag out")
 
 
-def warn_url_secrets(prog: str, **flags: str | None) -> None:
+def warn_url_secrets(
+    prog: str, *, log: logging.Logger | None = None, **flags: str | None
+) -> None:
     """A warning on stderr for each store URL given on the command line with a password in
     it (``user:secret@`` or ``?password=``): every local user can read a command line (`ps`,
     ``/proc/PID/cmdline``), whatever Tether masks in what it prints. ``flags`` by option
-    name (``_`` for ``-``; ``url`` for a positional URL). The command goes on."""
+    name (``_`` for ``-``; ``url`` for a positional URL). The command goes on. With ``log``
+    (a long-running process's, whose stderr is its log stream: JSON lines off a terminal), a
+    record of that log, so the stream stays one format."""
     from tether.storage._urls import redact
 
     for name, url in flags.items():
         if url is not None and redact(url) != url:
             flag = "URL" if name == "url" else "--" + name.replace("_", "-")
-            print(
-                f"{prog}: warning: the password in {flag} is visible to every local user in"
-                " this command line (ps, /proc); give it by PGPASSWORD or a password file"
-                " (PGPASSFILE) instead",
-                file=sys.stderr,
+            words = (
+                f"the password in {flag} is visible to every local user in this command line"
+                " (ps, /proc); give it by PGPASSWORD or a password file (PGPASSFILE) instead"
             )
+            if log is not None:
+                log.warning(words, extra={"flag": flag})
+            else:
+                print(f"{prog}: warning: {words}", file=sys.stderr)
 
 
 def error_line(prog: str, exc: BaseException, suffix: str = "") -> None:

@@ -8,6 +8,7 @@ or a bad URL (`no_such_database`, `bad_url`, 2), a schema to upgrade first
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import socket
@@ -362,6 +363,70 @@ def test_a_refused_login_a_missing_database_and_a_bad_url_exit_per_the_table(
     for url, exit_code, code in cases:
         status = _run("db", "status", url, "--json")
         assert (status.returncode, _json(status)["code"]) == (exit_code, code), status.stderr
+
+
+def test_serve_names_its_stores_without_their_password_and_its_log_stays_json(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """`tether serve --catalog URL --world URL` with a password in the URL: its ready document,
+    its ready line on a terminal's words and `tether status` name both stores (the password
+    masked), and the warning that the password shows in the command line is a record of its
+    JSON log stream (off a terminal), never a plain line in it."""
+    parts = urlsplit(pg_url)
+    user, _, host = parts.netloc.rpartition("@")
+    user = user.partition(":")[0] or getpass.getuser()  # libpq's default: the OS user
+    url = urlunsplit(parts._replace(netloc=f"{user}:{SECRET}@{host}"))  # trust auth: accepted
+    config = _config(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "serve", "--config", str(config), "--catalog", url,
+         "--world", url, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        assert ready["catalog"] == ready["world"] == redact(url), ready
+        assert host in ready["catalog"] and "***" in ready["catalog"]
+        status = _run("status", "--config", str(config), "--json")
+        daemon = json.loads(status.stdout)["daemon"]
+        assert (daemon["catalog"], daemon["world"]) == (redact(url), redact(url)), daemon
+        words = _run("status", "--config", str(config))
+        assert f"catalog {redact(url)}, world {redact(url)}" in words.stdout, words.stdout
+        assert SECRET not in status.stdout + words.stdout
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    records = [json.loads(ln) for ln in lines]  # every line a JSON record
+    warned = [r for r in records if "visible to every local user" in r["msg"]]
+    assert [r["flag"] for r in warned] == ["--catalog", "--world"], warned
+    assert SECRET not in err
+
+
+def test_a_daemon_in_its_data_dir_names_its_store_files(tmp_path: Path) -> None:
+    from tether.serve.cli import ready_words
+
+    config = _config(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    data = (tmp_path / "data").absolute()
+    assert (ready["catalog"], ready["world"]) == (str(data / "catalog.db"), str(data / "world.db"))
+    assert f"catalog {data / 'catalog.db'}, world {data / 'world.db'}" in ready_words(ready)
 
 
 def test_with_several_hosts_the_servers_refusal_is_named_whichever_host_was_tried_last(

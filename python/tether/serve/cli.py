@@ -17,7 +17,7 @@ from tether._priority import quiet_heap, stop_priority
 from tether._proc import abandon_shutdown, close_within, shutdown_bound_s, wait_for_signal
 from tether.errors import TetherError
 from tether.serve.daemon import Daemon
-from tether.serve.status import listener_words
+from tether.serve.status import listener_words, store_words
 
 #: The codes `tether serve` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (
@@ -56,7 +56,7 @@ def ready_words(ready: dict[str, Any]) -> str:
     every listener (or "off"), and each configured robot it could not connect."""
     words = (
         f"tether serve: pid {ready['pid']}, host {ready['host_name']}, control socket "
-        f"{ready['socket']}; {listener_words(ready)}"
+        f"{ready['socket']}; {store_words(ready)}; {listener_words(ready)}"
     )
     for robot, why in sorted(ready["unavailable"].items()):
         words += f"; robot {robot} unavailable ({why})"
@@ -108,7 +108,7 @@ def main(argv: list[str]) -> int:
     try:
         daemon.start()
         # Said once the stores opened (a refusal is one line, and the one that matters).
-        warn_url_secrets("tether serve", catalog=args.catalog, world=args.world)
+        warn_url_secrets("tether serve", log=log, catalog=args.catalog, world=args.world)
         # This process is the daemon: no full collection rescans its start-up heap (every
         # thread, a stop's too, waits for one). Not in `Daemon.start`: an embedding process
         # keeps its own collector settings.
@@ -124,6 +124,7 @@ def main(argv: list[str]) -> int:
             "grpc": daemon.grpc_url,
             "live": None if daemon.live is None else daemon.live.url,
             "data_dir": str(daemon.data_dir),
+            **daemon.stores(),
             "host_name": daemon.serve.host_name,
             "unavailable": daemon.unavailable,
         }

@@ -80,6 +80,7 @@ from tether.storage._urls import (
     check_one_backend,
     check_separate_files,
     postgres_url,
+    redact,
     unsupported_url,
 )
 from tether.transport import PortBusy
@@ -356,11 +357,23 @@ class Daemon:
 
     # --- start ---
 
+    def stores(self) -> dict[str, str]:
+        """Where the catalog and the world ledger are, as a person may be shown them: a
+        PostgreSQL URL without its passwords (`redact`), else the data dir's file."""
+        data = self.data_dir.absolute()
+        return {
+            "catalog": redact(self.serve.catalog_url) if self.serve.catalog_url
+            else str(data / "catalog.db"),
+            "world": redact(self.serve.world_url) if self.serve.world_url
+            else str(data / "world.db"),
+        }  # fmt: skip
+
     def _record(self) -> dict[str, Any]:
         return {
             "socket": self.socket_path,
             "state_dir": str(self.state_dir),
             "data_dir": str(self.data_dir),
+            **self.stores(),
             "sse": self.sse_url,
             "console": None if self.console is None else self.console.url,
             "grpc": self.grpc_url,
@@ -554,6 +567,7 @@ class Daemon:
             "serving",
             extra={
                 "data_dir": str(self.data_dir),
+                **self.stores(),
                 "sse": self.sse_url,
                 "families": [f.name for f in families],
                 "workers": self.serve.workers,

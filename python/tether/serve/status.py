@@ -49,12 +49,17 @@ def listener_words(record: dict[str, Any]) -> str:
     )
 
 
+def store_words(record: dict[str, Any]) -> str:
+    """Where a daemon's catalog and world ledger are (its ready line, `tether status`)."""
+    return f"catalog {record.get('catalog') or '-'}, world {record.get('world') or '-'}"
+
+
 def render(doc: dict[str, Any]) -> str:
     """The status for a person (SI units, decoded errors)."""
     daemon = doc.get("daemon") or {}
     lines = [
         f"tether serve pid {daemon.get('pid')}: data dir {daemon.get('data_dir')}, "
-        + listener_words(daemon)
+        + f"{store_words(daemon)}; {listener_words(daemon)}"
     ]
     for dev in doc.get("devices") or []:
         latched = ""
