@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shlex
 import socket
 import sqlite3
 import subprocess
@@ -483,6 +484,14 @@ def test_an_older_postgres_schema_is_migration_needed_for_every_command(
     assert (prune.returncode, _json(prune)["code"]) == (_exit.STORE_UNUSABLE, "migration_needed")
     status = _run("db", "status", pg_url)  # a report, not a refusal: "needs upgrade", exit 1
     assert status.returncode == _exit.FAILED and "needs upgrade" in status.stdout
+    # The refusal's command names this database (its schema too), quoted for a shell: the
+    # URL copied from it reaches the store (this one's older version is faked, so it is
+    # reported, not upgraded).
+    command = _refusal(served, "tether serve").rsplit("run `", 1)[1].rstrip("`")
+    argv = shlex.split(command)
+    assert argv[:3] == ["tether", "db", "upgrade"] and argv[3:] == [pg_url], command
+    copied = _run("db", "status", argv[3])
+    assert copied.returncode == _exit.FAILED and "needs upgrade" in copied.stdout, copied
 
 
 def test_an_older_sqlite_catalog_is_migration_needed_for_serve(tmp_path: Path) -> None:

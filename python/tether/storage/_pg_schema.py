@@ -35,6 +35,7 @@ and one partial index per view the catalog scans, over columns only the core com
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from itertools import compress
 from operator import ne
@@ -50,6 +51,7 @@ from tether.storage._errors import (
     SchemaOutdated,
     StoreDamaged,
 )
+from tether.storage._urls import redact
 
 VERSION_TABLE = (
     "CREATE TABLE IF NOT EXISTS tether_schema_version"
@@ -343,11 +345,14 @@ def check_tables(cur: psycopg.Cursor[Any], store: str, found: int, where: str) -
         raise StoreDamaged(store, where, missing, found)
 
 
-def outdated(store: str, found: int, url_hint: str) -> SchemaOutdated:
+def outdated(store: str, found: int, url_hint: str, url: str | None = None) -> SchemaOutdated:
+    """The refusal of a store of an older schema; with ``url``, its command names it (its
+    passwords masked, quoted for a shell) so it can be copied."""
     new = latest(store)
+    target = "URL" if url is None else shlex.quote(redact(url))
     return SchemaOutdated(
         f"the {store} schema at {url_hint} is version {found}, this Tether needs {new}:"
-        f" stop every Tether process using it, then run `tether db upgrade URL`",
+        f" stop every Tether process using it, then run `tether db upgrade {target}`",
         store,
         found,
         new,
@@ -510,7 +515,9 @@ def check_may_create(cur: psycopg.Cursor[Any], where: str) -> None:
     )
 
 
-def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -> int:
+def ensure(
+    cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool, url: str | None = None
+) -> int:
     """Inside a transaction: create a fresh store at the latest version, or (``upgrade``)
     apply pending migrations; refuse an older version otherwise and a newer one always.
     Another process creating or migrating it is waited for (`MIGRATION_LOCK_TIMEOUT_MS`,
@@ -534,7 +541,7 @@ def ensure(cur: psycopg.Cursor[Any], store: str, where: str, *, upgrade: bool) -
         if found == new:
             return found
     if 0 < found < new and not upgrade:
-        raise outdated(store, found, where)
+        raise outdated(store, found, where, url)
     needs_rederive = False
     for version, statements in MIGRATIONS[store]:
         if version > found:

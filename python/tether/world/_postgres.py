@@ -107,7 +107,7 @@ class PostgresLedger:
         self.where = self._session.where
         try:
             with self._session.transaction("world schema") as cur:
-                self.schema_found = ensure(cur, "world", self.where, upgrade=upgrade)
+                self.schema_found = ensure(cur, "world", self.where, upgrade=upgrade, url=conninfo)
         except BaseException:
             self._session.close()
             raise
