@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import argon2
@@ -121,6 +122,34 @@ def test_failed_attempts_are_rate_limited_across_processes(tmp_path: Path) -> No
     )
     assert other.stdout.strip() == "credential_rate_limited"  # another process sees it too
     assert oct((tmp_path / "auth" / "failures.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_concurrent_guesses_from_one_source_are_counted_before_more_are_tried(
+    tmp_path: Path,
+) -> None:
+    """40 wrong secrets at once from one address: each check reads and writes its failure
+    count around its own verification, so no more than `RATE_LIMIT` (plus the checks that
+    ran side by side, `VERIFYING - 1`) are verified before the source is locked out."""
+    cfg = parse_config(config_text(tmp_path, ("ann", HASH, "operator")))
+    codes: list[str] = []
+    start = threading.Barrier(40)
+
+    def guess(i: int) -> None:
+        start.wait()
+        try:
+            cfg.authenticator().authenticate(f"guess-{i}", roles=("operator",), source="net:x")
+        except CredentialError as e:
+            codes.append(e.code)
+
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(codes) == 40
+    verified = codes.count("credential_refused")
+    assert credentials.RATE_LIMIT <= verified <= credentials.RATE_LIMIT + credentials.VERIFYING - 1
+    assert codes.count("credential_rate_limited") == 40 - verified
 
 
 def test_a_success_clears_the_failures(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ import json
 import os
 import stat
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -301,6 +302,15 @@ class RateLimiter:
         self._update(source, lambda f, now: [])
 
 
+#: Credential checks at a time in one process, per lane (a Stop's, every other call's): each
+#: verifies the secret against every principal's argon2id hash, which holds its memory cost.
+VERIFYING: Final = 2
+_VERIFYING: Final = {
+    "stop": threading.BoundedSemaphore(VERIFYING),
+    "other": threading.BoundedSemaphore(VERIFYING),
+}
+
+
 def authenticate(
     principals: Mapping[str, Principal],
     secret: str | None,
@@ -317,15 +327,20 @@ def authenticate(
     unknown = [r for r in wanted if r not in ROLES]
     if unknown or not wanted:
         raise ValueError(f"roles must be some of {ROLES}, got {wanted!r}")  # a code bug
-    if limiter is not None:
-        limiter.check(source)
-    if not secret:
-        raise _error("credential_refused", "a valid credential is required")
-    matched = [p for p in principals.values() if p.matches(secret)]
-    if not matched:
+    # At most `VERIFYING` checks at a time per lane, each with its source's count read and
+    # written around its verification: concurrent guesses from one source cannot all pass
+    # the check before any failure is counted, and their argon2 memory stays bounded. A
+    # Stop's own lane is never queued behind the other calls' guesses.
+    with _VERIFYING["stop" if source.endswith(":stop") else "other"]:
         if limiter is not None:
-            limiter.failed(source)
-        raise _error("credential_refused", "a valid credential is required")
+            limiter.check(source)
+        if not secret:
+            raise _error("credential_refused", "a valid credential is required")
+        matched = [p for p in principals.values() if p.matches(secret)]
+        if not matched:
+            if limiter is not None:
+                limiter.failed(source)
+            raise _error("credential_refused", "a valid credential is required")
     if len(matched) > 1:
         raise _error(
             "credential_ambiguous",
