@@ -24,9 +24,9 @@ import argparse
 import difflib
 import errno
 import json
+import logging
 import os
 import re
-import logging
 import sys
 import textwrap
 import traceback
@@ -242,9 +242,7 @@ def refuse_empty_urls(parser: argparse.ArgumentParser, **flags: str | None) -> N
             parser.error(f"{flag} is empty: give the store's URL, or leave the flag out")
 
 
-def warn_url_secrets(
-    prog: str, *, log: logging.Logger | None = None, **flags: str | None
-) -> None:
+def warn_url_secrets(prog: str, *, log: logging.Logger | None = None, **flags: str | None) -> None:
     """A warning on stderr for each store URL given on the command line with a password in
     it (``user:secret@`` or ``?password=``): every local user can read a command line (`ps`,
     ``/proc/PID/cmdline``), whatever Tether masks in what it prints. ``flags`` by option

@@ -171,7 +171,7 @@ def test_a_schema_the_role_may_use_but_not_create_in_is_schema_denied_for_every_
     mine = url.replace(f"search_path%3D{name}", f"search_path%3D{usable}")
     assert mine != url
     try:
-        with pytest.raises(SchemaDenied, match=f"GRANT CREATE ON SCHEMA \"{usable}\"") as info:
+        with pytest.raises(SchemaDenied, match=f'GRANT CREATE ON SCHEMA "{usable}"') as info:
             Catalog.open(mine)
         assert info.value.code == "schema_denied"
         config = tmp_path / "host.toml"

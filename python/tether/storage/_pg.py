@@ -229,7 +229,7 @@ def connect_causes(error: BaseException) -> tuple[str, str]:
     hosts, each host's cause on one line (``; ``-joined, in the order tried), under the code
     of the most telling of them (`_RANK`)."""
     text = str(error)
-    head, marker, rest = text.partition(_ATTEMPTS)
+    _, marker, rest = text.partition(_ATTEMPTS)
     if not marker:
         cause = one_line(error)
         return connect_failure(cause), cause

@@ -372,7 +372,9 @@ class PostgresCatalogStore:
         self.where = self._session.where
         try:
             with self._session.transaction("catalog schema") as cur:
-                self.schema_found = ensure(cur, "catalog", self.where, upgrade=upgrade, url=conninfo)
+                self.schema_found = ensure(
+                    cur, "catalog", self.where, upgrade=upgrade, url=conninfo
+                )
             #: The wake channel (`PostgresDoorbell`): one per schema.
             self.channel = channel_for(self._session.conn())
             #: Whether admissions announce their records (`admit_at`): unless the session's
