@@ -62,9 +62,12 @@ EXIT_STORE, EXIT_UNAVAILABLE = _exit.STORE_UNUSABLE, _exit.UNAVAILABLE
 EXIT_CODES = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STORE, _exit.STORAGE_IO, EXIT_UNAVAILABLE)
 _EPILOG = (
     "exit codes: 0 done; 1 failed (status: a store needs upgrade or is newer, or none is "
-    "there); 2 usage; 5 a store that cannot be used (status: one is damaged); 6 the disk "
-    "refused a write; 7 a server that cannot be reached "
-    "(see `tether --help`)."
+    "there; a server that refused the login or a statement: `login_refused`, `failed`; a "
+    "schema the role may not use or create the stores in: `schema_denied`; an upgrade that "
+    "waited out another's lock: `migration_lock_timeout`); 2 usage (`bad_url`, "
+    "`no_such_database`, `no_such_schema`, `same_store_file`); 5 a store that cannot be used "
+    "(status: one is damaged; `migration_needed`, a newer one); 6 the disk refused a write; "
+    "7 a server that cannot be reached (`unreachable`) (see `tether --help`)."
 )
 DEFAULT_BATCH = 256
 

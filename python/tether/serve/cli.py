@@ -38,15 +38,19 @@ ready (JSON off a TTY); logs go to stderr.
 
 exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first), workers or stores that
 did not close within the shutdown bound of the safe stop (`shutdown_stalled`), a store's server
-refused the login (`login_refused`); 2 usage or configuration (an unknown [serve] key; a
-stream, console, gRPC or live address off loopback without [tls]: `insecure_listener`; the
-bridge's [remote]: `bad_remote`, `bad_remote_token`, `insecure_remote`; a store
-URL: `bad_url`, `no_such_database`; the catalog and the world ledger in one SQLite file:
-`same_store_file`); 5 a store that cannot be used (an older schema: `migration_needed`, run
-`tether db upgrade`); 6 the disk refused a write; 7 another tether serve holds the state dir,
-data dir, SSE, console, gRPC or live port (`daemon_running`, `sse_unavailable`,
-`console_unavailable`, `grpc_unavailable`, `live_unavailable`), a store's server cannot be
-reached (`unreachable`), or a port is owned by another process (see `tether --help`)."""
+refused the login (`login_refused`), a schema the role may not use or create the stores in
+(`schema_denied`), a catalog clock the role may not read (`clock_unavailable`); 2 usage or
+configuration (an unknown [serve] key; a stream, console, gRPC or live address off loopback
+without [tls]: `insecure_listener`; the bridge's [remote]: `bad_remote`, `bad_remote_token`,
+`insecure_remote`; a store URL: `bad_url`, `no_such_database`, `no_such_schema`, an empty one:
+`bad_store_url`; the catalog and the world ledger in one SQLite file: `same_store_file`, one on
+PostgreSQL and the other a file: `mixed_stores`; a host_name that cannot name this host's
+worlds: `bad_host_name`); 5 a store that cannot be used (an older schema: `migration_needed`,
+run `tether db upgrade`); 6 the disk refused a write; 7 another tether serve holds the state
+dir, data dir, its host name on a shared catalog, SSE, console, gRPC or live port
+(`daemon_running`, `host_name_taken`, `sse_unavailable`, `console_unavailable`,
+`grpc_unavailable`, `live_unavailable`), a store's server cannot be reached (`unreachable`),
+or a port is owned by another process (see `tether --help`)."""
 
 log = logging.getLogger("tether.serve")
 
