@@ -84,6 +84,24 @@ def test_a_wrong_password_is_one_line_naming_the_host_and_the_cause(
     assert "url-secret-3" not in str(info.value)
 
 
+def test_a_password_file_others_can_read_is_named_as_why_no_password_was_supplied(
+    cluster: ThrowawayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_credentials: None
+) -> None:
+    """libpq ignores a password file others can read (saying so only in a warning of its own
+    on stderr): the refusal names the file, its mode and the fix, never the password."""
+    path = _passfile(tmp_path, cluster, PASSWORD)
+    path.chmod(0o644)
+    monkeypatch.setenv("PGPASSFILE", str(path))
+    with pytest.raises(CatalogStorageError) as info:
+        Catalog.open(cluster.url)
+    text = str(info.value)
+    assert "no password supplied" in text and "\n" not in text, text
+    assert f"the password file {path} was ignored: its mode 0644" in text, text
+    assert f"chmod 600 {path}" in text and PASSWORD not in text
+    path.chmod(0o600)  # the same file, private: it is read
+    Catalog.open(cluster.url).close()
+
+
 def _worker(data: Path, url: str, env: dict[str, str]) -> subprocess.Popen[str]:
     env = {
         **os.environ,

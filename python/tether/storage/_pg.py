@@ -27,9 +27,12 @@ URL), not in the URL itself.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar, cast
 
 import psycopg
@@ -242,6 +245,24 @@ def connect_causes(error: BaseException) -> tuple[str, str]:
     return code, "; ".join(causes)
 
 
+def _ignored_passfile(params: dict[str, Any]) -> str:
+    """Why libpq may have found no password: the password file it reads (``passfile``,
+    ``PGPASSFILE``, else ``~/.pgpass``) exists but is readable by others, which libpq ignores
+    with a warning of its own on stderr. Words to append to the cause, or ``""``."""
+    named = params.get("passfile") or os.environ.get("PGPASSFILE")
+    path = Path(named).expanduser() if named else Path.home() / ".pgpass"
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return ""
+    if not stat.S_ISREG(mode) or not mode & 0o077:
+        return ""
+    return (
+        f" (the password file {path} was ignored: its mode {stat.S_IMODE(mode):04o} lets others"
+        f" read it; chmod 600 {path})"
+    )
+
+
 def check_url(conninfo: str, error: Callable[[str], E]) -> None:
     """Raise ``error`` (one line, no credentials, code `bad_url`) unless libpq can parse
     ``conninfo`` as its writer meant (`ambiguous`)."""
@@ -299,6 +320,8 @@ def connect(
         # libpq's message names the cause (refused, timeout, password authentication failed,
         # database does not exist); `from None`: the chained error could carry the URL.
         code, cause = connect_causes(e)
+        if "no password supplied" in cause:
+            cause += _ignored_passfile(params)
         failed = error(f"cannot connect to PostgreSQL at {at}: {scrub(cause, conninfo)}")
         raise with_code(failed, code) from None
     try:
