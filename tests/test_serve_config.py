@@ -61,6 +61,31 @@ def test_a_bad_setting_is_a_coded_error(raw: dict[str, object], code: str) -> No
         assert info.value.details["suggestion"] == "workers"
 
 
+@pytest.mark.parametrize(
+    ("raw", "code", "named"),
+    [
+        ({"sse": "127.0.0.1:47123", "grpc": "127.0.0.1:47123"}, "bad_grpc", "serve.sse"),
+        ({"console": "127.0.0.1:47124", "live": "127.0.0.1:47124"}, "bad_live", "serve.console"),
+        ({"sse": "127.0.0.1:47125", "console": "0.0.0.0:47125"}, "bad_console", "serve.sse"),
+    ],
+)
+def test_two_listeners_on_one_port_are_refused_naming_both(
+    raw: dict[str, object], code: str, named: str
+) -> None:
+    """The second listener could never bind: refused with the configuration, naming both,
+    never grpcio's or the socket's own words at start."""
+    with pytest.raises(HostConfigError) as info:
+        parse_serve({**raw, "families": [SIM]}, state_dir=STATE, robots=0)
+    assert info.value.code == code and named in info.value.message, info.value
+
+
+def test_listeners_apart_or_on_any_free_port_are_accepted() -> None:
+    apart = {"sse": "127.0.0.1:0", "grpc": "127.0.0.1:0", "live": "127.0.0.1:0"}
+    parse_serve({**apart, "families": [SIM]}, state_dir=STATE, robots=0)
+    hosts = {"sse": "127.0.0.1:47126", "grpc": "127.0.0.2:47126"}  # two loopback addresses
+    parse_serve({**hosts, "families": [SIM]}, state_dir=STATE, robots=0)
+
+
 def test_no_robot_and_no_family_is_refused() -> None:
     with pytest.raises(HostConfigError) as info:
         parse_serve({}, state_dir=STATE, robots=0)

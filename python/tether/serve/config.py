@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Final, ParamSpec, TypeVar
 
 from tether._config import HostConfigError, Table
-from tether._listen import parse_address
+from tether._listen import address_text, parse_address
 from tether.activities import MAX_LEASE_MS
 from tether.console.config import CONSOLE_KEYS, ConsoleConfig, parse_console
 from tether.devices.config import config_relative, in_file, read_config_text
@@ -142,6 +142,31 @@ def parse_grpc(text: str, where: str = "serve.grpc") -> tuple[str, int] | None:
     return parse_address(text, where=where, code="bad_grpc", example="127.0.0.1:50051")
 
 
+_EVERY_HOST: Final = ("", "0.0.0.0", "::", "[::]")
+
+
+def _check_apart(*groups: tuple[tuple[str, str, tuple[str, int] | None], ...]) -> None:
+    """Refuse two listeners given one port (a fixed one, on the same host or on every host):
+    the second could never bind, and would fail at start with the bind's own words. Its
+    code names the later listener's key (``bad_grpc`` for `grpc`, ...)."""
+    seen: list[tuple[str, tuple[str, int]]] = []
+    for key, code, address in (item for group in groups for item in group):
+        if address is None or address[1] == 0:
+            continue
+        host, port = address
+        for other, (other_host, other_port) in seen:
+            if port == other_port and (
+                host == other_host or host in _EVERY_HOST or other_host in _EVERY_HOST
+            ):
+                raise _error(
+                    code,
+                    f"serve.{key} {address_text(host, port)} takes serve.{other}'s port"
+                    f" ({address_text(other_host, other_port)}): give each listener its own"
+                    " port (0: any free one)",
+                )
+        seen.append((key, address))
+
+
 def parse_serve(
     raw: Any, *, state_dir: Path, robots: int, path: Path = Path("<memory>")
 ) -> ServeConfig:
@@ -174,6 +199,10 @@ def parse_serve(
     console = parse_console(table)
     live, live_origins = parse_live(table)
     grpc = parse_grpc(table.text("grpc", "off"))
+    _check_apart(
+        (("sse", "bad_sse", sse), ("console", "bad_console", console.address)),
+        (("live", "bad_live", live), ("grpc", "bad_grpc", grpc)),
+    )
     catalog, world = _store_url(table, "catalog"), _store_url(table, "world")
     host_name = table.text("host_name", socket.gethostname())
     if not host_name or len(host_name.encode()) > 512:
