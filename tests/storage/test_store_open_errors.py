@@ -353,6 +353,12 @@ def test_a_refused_login_a_missing_database_and_a_bad_url_exit_per_the_table(
         (_variant(pg_base, database="tether_no_such_db"), _exit.USAGE, "no_such_database"),
         (pg_base + ("&" if "?" in pg_base else "?") + "sslmode=bogus", _exit.USAGE, "bad_url"),
         (f"mysql://ann:{SECRET}@db/x", _exit.USAGE, "bad_url"),
+        # A session that cannot write, asked for: the server answers, a store cannot use it.
+        (
+            pg_base + ("&" if "?" in pg_base else "?") + "target_session_attrs=read-only",
+            _exit.USAGE,
+            "bad_url",
+        ),
     ]
     for url, exit_code, code in cases:
         served = _serve(tmp_path, "--catalog", url, "--world", url, "--json")

@@ -282,6 +282,11 @@ STORE_OF: dict[str, str] = {
 }
 
 
+#: libpq's `target_session_attrs` that ask for a session which cannot write (a standby, or a
+#: read-only one); `prefer-standby` too, which takes a standby whenever one answers.
+_READ_ONLY_TARGETS = frozenset({"read-only", "standby", "prefer-standby"})
+
+
 def connect(
     conninfo: str, error: Callable[[str], E], *, application: str
 ) -> psycopg.Connection[Any]:
@@ -304,6 +309,15 @@ def connect(
         params = _parse(conninfo)
     except ValueError as e:
         raise with_code(error(str(e)), "bad_url") from None
+    wanted = str(params.get("target_session_attrs") or "")
+    if wanted in _READ_ONLY_TARGETS:  # a store writes: such a session could never serve it
+        raise with_code(
+            error(
+                f"PostgreSQL at {at}: target_session_attrs={wanted} asks for a session that"
+                " cannot write, and a store writes: use read-write (or leave it out)"
+            ),
+            "bad_url",
+        ) from None
     params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     params.setdefault("application_name", application)
     params.setdefault("keepalives", 1)
