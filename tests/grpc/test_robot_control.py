@@ -434,6 +434,20 @@ def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goe
             while health.Check(check).status == health_pb2.HealthCheckResponse.SERVING:
                 assert time.monotonic() < deadline, "health never flipped"
                 time.sleep(0.05)
+            # A new move of the unplugged arm is refused, recording nothing (no move waits to
+            # be parked for an operator with nothing sent); a retry of one accepted before is
+            # still answered with its operation.
+            with pytest.raises(grpc.RpcError) as info:
+                control.Execute(move("after", {"a": 0.1, "b": 0.1}), metadata=bearer(), timeout=30)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value
+            assert info.value.details().startswith("device_unavailable: robot arm is not"), (
+                info.value.details()
+            )
+            listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer())
+            assert [o.id for o in listed.operations] == ["long"]
+            retry = move("long", {"a": 1.4, "b": -1.4}, not_after_ms=final.not_after_ms)
+            again = control.Execute(retry, metadata=bearer(), timeout=30)
+            assert (again.id, again.state) == ("long", pb.FAILED), again
             # A Stop of the unreachable arm says so: its joints unknown, and why.
             (lost,) = control.Stop(pb.StopRequest(device="arm"), metadata=bearer()).devices
             assert not lost.ok and [j.state for j in lost.joints] == ["unknown", "unknown"]

@@ -518,6 +518,17 @@ class _Auth:
         return secret
 
 
+def robot_serving(daemon: Any, name: str) -> bool:
+    """Whether robot `name` is connected and its device node still there: what health reports
+    as SERVING for `RobotControl/<name>`, and what a new Execute on it needs."""
+    devices = daemon.devices
+    if devices is None or name not in devices.identities:
+        return False
+    config = daemon.config
+    url = getattr(config.ports.get(config.spec(name).port), "url", None)
+    return not (isinstance(url, str) and url.startswith("/") and not os.path.exists(url))
+
+
 class _Lane:
     """The work lane: at most `WORK_LANE` storage RPCs at a time, each entering only while no
     stop runs (the daemon's `StopFirst`: a stop is never queued behind them). A slot belongs
@@ -1009,6 +1020,19 @@ class RobotControl(rpc.RobotControlServicer):
             "targets": targets,
             "not_after_ms": int(request.not_after_ms),
         }
+        if self.daemon.devices is not None and not robot_serving(self.daemon, request.device):
+            # Not connected (health: NOT_SERVING): a new operation is not recorded, so no move
+            # waits on a robot nobody can reach, to be parked for an operator with nothing
+            # sent. A retry of one accepted before stays a read of it (the id's record).
+            if self._find(world_for(principal.name, self.daemon.world_owner), op_id) is None:
+                why = self.daemon.unavailable.get(request.device, "not connected")
+                _abort(
+                    context,
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"device_unavailable: robot {request.device} is not connected ({why}):"
+                    " nothing was recorded; send the identical request again once"
+                    f" {SERVICE}/{request.device} is SERVING",
+                )
         taken_back: tuple[str, str, str] | None = None
         if session:
             body["session_id"] = session
@@ -1764,14 +1788,9 @@ class GrpcServer:
 
     def _check_devices(self) -> None:
         self.daemon.refresh_devices()  # a lost port is not serving, even before its next use
-        devices = self.daemon.devices
         config = self.daemon.config
         for name in sorted(config.robots):
-            ok = devices is not None and name in devices.identities
-            if ok:
-                url = getattr(config.ports.get(config.spec(name).port), "url", None)
-                ok = not (isinstance(url, str) and url.startswith("/") and not os.path.exists(url))
-            self._health_set(f"{SERVICE}/{name}", serving=ok)
+            self._health_set(f"{SERVICE}/{name}", serving=robot_serving(self.daemon, name))
         if SIM_KIND in self.daemon.served and SIM_DEVICE not in config.robots:
             self._health_set(f"{SERVICE}/{SIM_DEVICE}", serving=True)
 
