@@ -119,7 +119,9 @@ def test_a_bad_url_is_one_line_without_its_password(url: str, says: str) -> None
     with pytest.raises(UrlProblem) as raised:
         check_url(url, UrlProblem)
     message = str(raised.value)
-    assert message.startswith("invalid PostgreSQL URL: ") and says in message
+    assert message.startswith("invalid PostgreSQL URL") and says in message
+    if says != AMBIGUOUS_URL and "[::1" not in url and url.startswith("postgres"):
+        assert "URL for 127.0.0.1" in message, message  # the server it was meant for
     assert "\n" not in message and raised.value.__cause__ is None
     _clean(message)
     with pytest.raises(UrlProblem) as again:
@@ -136,7 +138,9 @@ def test_a_percent_encoded_value_that_is_not_utf8_is_a_typed_error() -> None:
         lambda: check_url(url, UrlProblem),
         lambda: connect(url, UrlProblem, application="t"),
     ):
-        with pytest.raises(UrlProblem, match=r"^invalid PostgreSQL URL: .* not UTF-8$"):
+        with pytest.raises(
+            UrlProblem, match=r"^invalid PostgreSQL URL for 127\.0\.0\.1/test: .* not UTF-8$"
+        ):
             call()
 
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar, cast
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg import conninfo as _conninfo
@@ -170,9 +171,28 @@ def _parse(conninfo: str) -> dict[str, Any]:
     try:
         return _conninfo.conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as e:
-        raise ValueError(f"invalid PostgreSQL URL: {scrub(one_line(e), conninfo)}") from None
+        cause = scrub(one_line(e), conninfo)
+        raise ValueError(f"invalid PostgreSQL URL{_rough_where(conninfo)}: {cause}") from None
     except UnicodeDecodeError:
-        raise ValueError("invalid PostgreSQL URL: a percent-encoded value is not UTF-8") from None
+        raise ValueError(
+            f"invalid PostgreSQL URL{_rough_where(conninfo)}: a percent-encoded value is not UTF-8"
+        ) from None
+
+
+def _rough_where(conninfo: str) -> str:
+    """`` for HOST:PORT/DB`` of a URL libpq refused, as far as its plain parts tell (never a
+    user or password), or ``""``: the refusal still names the server it was meant for."""
+    try:
+        parts = urlsplit(conninfo)
+        if parts.scheme.lower() not in ("postgresql", "postgres"):
+            return ""
+        hosts = parts.netloc.rpartition("@")[2]
+    except ValueError:
+        return ""
+    if not hosts or "%" in hosts:
+        return ""
+    db = parts.path.lstrip("/")
+    return f" for {hosts}/{db}" if db and "%" not in db else f" for {hosts}"
 
 
 def where(conninfo: str) -> str:
