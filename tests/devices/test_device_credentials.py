@@ -127,9 +127,9 @@ def test_failed_attempts_are_rate_limited_across_processes(tmp_path: Path) -> No
 def test_concurrent_guesses_from_one_source_are_counted_before_more_are_tried(
     tmp_path: Path,
 ) -> None:
-    """40 wrong secrets at once from one address: each check reads and writes its failure
-    count around its own verification, so no more than `RATE_LIMIT` (plus the checks that
-    ran side by side, `VERIFYING - 1`) are verified before the source is locked out."""
+    """40 wrong secrets at once from one address: one source's checks run one at a time, each
+    reading and writing its failure count around its own verification, so exactly
+    `RATE_LIMIT` are verified before the source is locked out."""
     cfg = parse_config(config_text(tmp_path, ("ann", HASH, "operator")))
     codes: list[str] = []
     start = threading.Barrier(40)
@@ -148,8 +148,27 @@ def test_concurrent_guesses_from_one_source_are_counted_before_more_are_tried(
         t.join(60)
     assert len(codes) == 40
     verified = codes.count("credential_refused")
-    assert credentials.RATE_LIMIT <= verified <= credentials.RATE_LIMIT + credentials.VERIFYING - 1
+    assert verified == credentials.RATE_LIMIT, codes
     assert codes.count("credential_rate_limited") == 40 - verified
+
+
+def test_a_source_never_waits_for_another_sources_checks(tmp_path: Path) -> None:
+    """While one source's check is under way (held here), another source's right secret, a
+    Stop's or the local operator's, is verified at once."""
+    cfg = parse_config(config_text(tmp_path, ("ann", HASH, "operator")))
+    auth = cfg.authenticator()
+    busy = credentials._one_at_a_time("net:10.0.0.9")
+    with busy:  # a guess from 10.0.0.9 is being verified
+        for source in ("net:10.0.0.9:stop", "local", "net:10.0.0.8"):
+            done: list[str] = []
+            t = threading.Thread(
+                target=lambda s=source: done.append(
+                    auth.authenticate(SECRET, roles=("operator",), source=s).name
+                )
+            )
+            t.start()
+            t.join(30)
+            assert done == ["ann"], source
 
 
 def test_a_success_clears_the_failures(tmp_path: Path) -> None:

@@ -302,13 +302,26 @@ class RateLimiter:
         self._update(source, lambda f, now: [])
 
 
-#: Credential checks at a time in one process, per lane (a Stop's, every other call's): each
-#: verifies the secret against every principal's argon2id hash, which holds its memory cost.
-VERIFYING: Final = 2
-_VERIFYING: Final = {
-    "stop": threading.BoundedSemaphore(VERIFYING),
-    "other": threading.BoundedSemaphore(VERIFYING),
-}
+#: One credential check at a time per source in one process (`_one_at_a_time`).
+_SOURCES: dict[str, threading.Lock] = {}
+_SOURCES_LOCK = threading.Lock()
+#: Sources whose lock is kept; past it, the locks no check holds are dropped.
+_SOURCES_KEPT: Final = 1024
+
+
+def _one_at_a_time(source: str) -> threading.Lock:
+    """The lock that makes one source's checks run one after the other: each reads and counts
+    the source's failures around its own verification, so a burst of guesses from one source
+    is counted before more are tried. Sources never wait on each other (a Stop's source is
+    apart from its address's other calls, and the local operator from every network peer)."""
+    with _SOURCES_LOCK:
+        lock = _SOURCES.get(source)
+        if lock is None:
+            if len(_SOURCES) >= _SOURCES_KEPT:
+                for key in [k for k, held in _SOURCES.items() if not held.locked()]:
+                    del _SOURCES[key]
+            lock = _SOURCES[source] = threading.Lock()
+        return lock
 
 
 def authenticate(
@@ -327,11 +340,10 @@ def authenticate(
     unknown = [r for r in wanted if r not in ROLES]
     if unknown or not wanted:
         raise ValueError(f"roles must be some of {ROLES}, got {wanted!r}")  # a code bug
-    # At most `VERIFYING` checks at a time per lane, each with its source's count read and
-    # written around its verification: concurrent guesses from one source cannot all pass
-    # the check before any failure is counted, and their argon2 memory stays bounded. A
-    # Stop's own lane is never queued behind the other calls' guesses.
-    with _VERIFYING["stop" if source.endswith(":stop") else "other"]:
+    # One check at a time per source (`_one_at_a_time`): concurrent guesses from one source
+    # cannot all pass the check before any failure is counted, nor hold argon2's memory at
+    # once; other sources, a Stop's among them, never wait for them.
+    with _one_at_a_time(source):
         if limiter is not None:
             limiter.check(source)
         if not secret:
