@@ -131,6 +131,59 @@ def test_a_bad_url_is_one_line_without_its_password(url: str, says: str) -> None
     assert "u:" not in where(url)
 
 
+@pytest.mark.parametrize("password", ["hunter#2", "hun?ter2", "pass#"])
+def test_a_refused_url_names_its_server_never_a_piece_of_its_password(password: str) -> None:
+    """An unencoded `#` or `?` in a password would cut a plain split of the URL inside it: the
+    server named in the refusal is read off the URL with its passwords masked."""
+    url = f"postgresql://ann:{password}@db.example/app?sslmod=require"
+    with pytest.raises(UrlProblem) as raised:
+        check_url(url, UrlProblem)
+    message = str(raised.value)
+    assert "URL for db.example/app: " in message, message
+    assert password.rstrip("#")[:3] not in message and "ann" not in message, message
+
+
+def test_every_host_of_a_url_is_named_with_its_own_cause(pg_base: str) -> None:
+    """A host that accepts and never answers (its connect times out) is named beside one that
+    answered: the driver lists a timeout in words of its own, without the server's name."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    port = silent.getsockname()[1]
+    live = urlsplit(pg_base).netloc.rpartition("@")[2]
+    try:
+        url = f"postgresql://{live},127.0.0.1:{port}/tether_no_such_db?connect_timeout=2"
+        with pytest.raises(UrlProblem) as raised:
+            connect(url, UrlProblem, application="tether-test")
+    finally:
+        silent.close()
+    message = str(raised.value)
+    assert getattr(raised.value, "code", None) == "no_such_database", message
+    assert f"127.0.0.1:{port}: connection timeout expired" in message, message
+    assert 'database "tether_no_such_db" does not exist' in message and "\n" not in message
+
+
+def test_no_home_directory_to_find_a_password_file_in_is_no_hint_and_no_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A service without HOME and without a passwd entry: the refused login's hint about an
+    ignored password file is left out, never a traceback instead of `login_refused`."""
+    import pwd
+
+    from tether.storage._pg import _ignored_passfile
+
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.delenv("PGPASSFILE", raising=False)
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    assert _ignored_passfile({}) == ""
+
+
 def test_a_percent_encoded_value_that_is_not_utf8_is_a_typed_error() -> None:
     url = "postgresql://127.0.0.1/test?options=%ff"
     assert where(url) == "an unparsable PostgreSQL URL"

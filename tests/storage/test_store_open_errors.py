@@ -414,6 +414,41 @@ def test_serve_names_its_stores_without_their_password_and_its_log_stays_json(
     assert SECRET not in err
 
 
+def test_a_worker_warns_of_a_password_on_its_command_line_naming_itself(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """`tether worker` writes no log stream of its own: its warning is its own line, naming
+    it, never a bare message."""
+    parts = urlsplit(pg_url)
+    user, _, host = parts.netloc.rpartition("@")
+    user = user.partition(":")[0] or getpass.getuser()
+    url = urlunsplit(parts._replace(netloc=f"{user}:{SECRET}@{host}"))
+    (tmp_path / "wdata").mkdir(mode=0o700)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "worker", str(tmp_path / "wdata"), "--families",
+         "journal_provider:families", "--catalog", url, "--world", url],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )  # fmt: skip
+    said = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if line.startswith("tether worker ready"):
+                break
+    finally:
+        proc.terminate()
+        rest = proc.communicate(timeout=60)[1]
+    err = "".join(said) + rest
+    warned = [ln for ln in err.splitlines() if "visible to every local user" in ln]
+    assert len(warned) == 2, err
+    assert all(ln.startswith("tether worker: warning: the password in --") for ln in warned), err
+    assert SECRET not in err
+
+
 def test_a_daemon_in_its_data_dir_names_its_store_files(tmp_path: Path) -> None:
     from tether.serve.cli import ready_words
 

@@ -415,7 +415,7 @@ def main(argv: list[str]) -> int:
         return _store_exit(e)
     catalog = args.catalog or "sqlite://" + str(Path(args.data_dir).absolute() / "catalog.db")
     # Said once the stores were checked (a refusal is one line, and the one that matters).
-    warn_url_secrets("tether worker", log=log, catalog=args.catalog, world=args.world)
+    warn_url_secrets("tether worker", catalog=args.catalog, world=args.world)
     print(  # what it works on, before it waits for work (stderr: stdout is the stream's)
         f"tether worker ready: {args.workers} worker(s) for host {args.host!r} on catalog"
         f" {redact(catalog)}, families {', '.join(f.name for f in families)}",

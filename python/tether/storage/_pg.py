@@ -179,17 +179,25 @@ def _parse(conninfo: str) -> dict[str, Any]:
         ) from None
 
 
+def _redacted(conninfo: str) -> str:
+    from tether.storage._urls import redact
+
+    return redact(conninfo)
+
+
 def _rough_where(conninfo: str) -> str:
     """`` for HOST:PORT/DB`` of a URL libpq refused, as far as its plain parts tell (never a
     user or password), or ``""``: the refusal still names the server it was meant for."""
     try:
-        parts = urlsplit(conninfo)
+        # Of the URL with its passwords masked: an unencoded `#` or `?` in a password would
+        # otherwise cut the split inside it, and a piece of it would be shown as the host.
+        parts = urlsplit(_redacted(conninfo))
         if parts.scheme.lower() not in ("postgresql", "postgres"):
             return ""
         hosts = parts.netloc.rpartition("@")[2]
     except ValueError:
         return ""
-    if not hosts or "%" in hosts:
+    if not hosts or "%" in hosts or "*" in hosts:
         return ""
     db = parts.path.lstrip("/")
     return f" for {hosts}/{db}" if db and "%" not in db else f" for {hosts}"
@@ -240,8 +248,11 @@ def connect_failure(cause: str) -> str:
 #: How the driver lists every host's failure of a URL naming several hosts, after the last
 #: one's (which alone would hide, say, a refused password behind a standby that is down).
 _ATTEMPTS = "Multiple connection attempts failed. All failures were:"
-#: Where a listed failure's own words begin (after the attempt's host, port and address).
-_ATTEMPT_CAUSE = re.compile(r"^- .*?: connection failed: (.*)$")
+#: A listed failure: the attempt (its host and port as the driver writes them), then its
+#: words, libpq's (after "connection failed: ") or the driver's own (a timeout).
+_ATTEMPT_CAUSE = re.compile(
+    r"^- host: '([^']*)', port: '([^']*)'(?:, hostaddr: '[^']*')?: (?:connection failed: )?(.*)$"
+)
 #: A failure's code ranks the server's own answer (a refused login, a missing database) over
 #: a host that did not answer: the answer is what the operator has to fix.
 _RANK = ("login_refused", "no_such_database", "bad_url", "unreachable")
@@ -256,7 +267,11 @@ def connect_causes(error: BaseException) -> tuple[str, str]:
     if not marker:
         cause = one_line(error)
         return connect_failure(cause), cause
-    causes = [m.group(1).strip() for m in map(_ATTEMPT_CAUSE.match, rest.splitlines()) if m]
+    causes = []
+    for m in filter(None, map(_ATTEMPT_CAUSE.match, rest.splitlines())):
+        host, port, words = m.group(1), m.group(2), m.group(3).strip()
+        # libpq's words name the server; the driver's own (a timeout) do not.
+        causes.append(words if "connection to server" in words else f"{host}:{port}: {words}")
     if not causes:
         cause = one_line(error)
         return connect_failure(cause), cause
@@ -270,10 +285,10 @@ def _ignored_passfile(params: dict[str, Any]) -> str:
     ``PGPASSFILE``, else ``~/.pgpass``) exists but is readable by others, which libpq ignores
     with a warning of its own on stderr. Words to append to the cause, or ``""``."""
     named = params.get("passfile") or os.environ.get("PGPASSFILE")
-    path = Path(named).expanduser() if named else Path.home() / ".pgpass"
     try:
+        path = Path(named).expanduser() if named else Path.home() / ".pgpass"
         mode = path.stat().st_mode
-    except OSError:
+    except (OSError, RuntimeError):  # no such file; no home directory to tell (a service)
         return ""
     if not stat.S_ISREG(mode) or not mode & 0o077:
         return ""
