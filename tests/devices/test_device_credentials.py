@@ -162,7 +162,7 @@ def test_a_source_never_waits_for_another_sources_checks(tmp_path: Path) -> None
         for source in ("net:10.0.0.9:stop", "local", "net:10.0.0.8"):
             done: list[str] = []
             t = threading.Thread(
-                target=lambda s=source: done.append(
+                target=lambda s=source, out=done: out.append(
                     auth.authenticate(SECRET, roles=("operator",), source=s).name
                 )
             )
