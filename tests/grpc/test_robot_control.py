@@ -13,6 +13,7 @@ import grpc
 import pytest
 from _dxl_setup import GOALS, EmulatorProcess, emulator_process, target_actions
 from _grpc_setup import (
+    SERVE,
     abandon,
     bearer,
     daemon,
@@ -452,6 +453,37 @@ def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goe
             (lost,) = control.Stop(pb.StopRequest(device="arm"), metadata=bearer()).devices
             assert not lost.ok and [j.state for j in lost.joints] == ["unknown", "unknown"]
             assert lost.error.code == "device_unreachable" and lost.error.message, lost
+            channel.close()
+
+
+def test_a_robot_that_is_not_connected_takes_no_new_move_unless_another_runs_it(
+    tmp_path: Path,
+) -> None:
+    """A robot whose port never opened: a new move is `UNAVAILABLE` (`device_unavailable`,
+    nothing recorded) where this daemon's workers would run it; one already past its
+    `not_after_ms` is recorded and ends `EXPIRED`; a daemon with `workers = 0` (a `tether
+    worker` may drive the robot, on the same catalog) records it, to wait."""
+    gone = str(tmp_path / "no-such-adapter")
+    for workers, fresh in ((None, grpc.StatusCode.UNAVAILABLE), (0, None)):
+        serve = SERVE if workers is None else SERVE + f"workers = {workers}\n"
+        (tmp_path / f"w{workers}").mkdir()
+        config = grpc_config(tmp_path / f"w{workers}", gone, serve=serve)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            request = move("fresh", {"a": 0.1, "b": 0.1})
+            if fresh is None:
+                op = control.Execute(request, metadata=bearer(), timeout=30)
+                assert op.state == pb.PENDING, op
+            else:
+                with pytest.raises(grpc.RpcError) as info:
+                    control.Execute(request, metadata=bearer(), timeout=30)
+                assert info.value.code() == fresh
+                assert "device_unavailable: robot arm is not connected" in info.value.details()
+                past = move("late", {"a": 0.1, "b": 0.1}, not_after_ms=1)
+                control.Execute(past, metadata=bearer(), timeout=30)
+                assert until_terminal(control, "late")[-1].state == pb.EXPIRED
+                listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer())
+                assert [o.id for o in listed.operations] == ["late"]
             channel.close()
 
 

@@ -297,6 +297,9 @@ class Daemon:
         self.data_dir = serve.data_dir
         self.socket_path = serve_socket(self.state_dir)
         self.unavailable: dict[str, str] = {}
+        #: Robots another process of this state dir drives (`port_owned`: a `tether worker`
+        #: beside a daemon that answers operators only), whose moves that process runs.
+        self.driven_elsewhere: set[str] = set()
         self._devices_done = threading.Event()
         self._watcher: threading.Thread | None = None
         self.started_at_ms = int(time.time() * 1000)
@@ -779,8 +782,13 @@ class Daemon:
                             ) from None
                         raise
                 self.unavailable[name] = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, PortBusy) and exc.code == "port_owned":
+                    self.driven_elsewhere.add(name)  # a tether worker's robot: it runs them
+                else:
+                    self.driven_elsewhere.discard(name)
                 return False
         self.unavailable.pop(name, None)
+        self.driven_elsewhere.discard(name)
         log.info("robot connected", extra={"robot": name, "identity": identity.as_dict()})
         return True
 

@@ -1020,7 +1020,7 @@ class RobotControl(rpc.RobotControlServicer):
             "targets": targets,
             "not_after_ms": int(request.not_after_ms),
         }
-        if self.daemon.devices is not None and not robot_serving(self.daemon, request.device):
+        if self._unreachable_robot(request.device, int(request.not_after_ms)):
             # Not connected (health: NOT_SERVING): a new operation is not recorded, so no move
             # waits on a robot nobody can reach, to be parked for an operator with nothing
             # sent. A retry of one accepted before stays a read of it (the id's record).
@@ -1062,6 +1062,19 @@ class RobotControl(rpc.RobotControlServicer):
                     "(send Heartbeat first; a lapsed session's id starts a new session)",
                 )
         return self._commit(context, principal, op_id, kind, body, taken_back=taken_back)
+
+    def _unreachable_robot(self, robot: str, not_after_ms: int) -> bool:
+        """Whether a new move of `robot` is refused as `device_unavailable`: this daemon's
+        workers would run it and the robot is not connected. Not while the daemon starts
+        (`daemon_starting` answers that), nor when no worker of the daemon runs moves
+        (`workers = 0`: they wait, or a `tether worker` that drives the robot runs them), nor
+        for a request already past its `not_after_ms` (recorded, it ends `expired` at once)."""
+        daemon = self.daemon
+        if daemon.devices is None or daemon.serve.workers == 0:
+            return False
+        if robot in daemon.driven_elsewhere or not_after_ms <= time.time() * 1000:
+            return False
+        return not robot_serving(daemon, robot)
 
     def _devices(self) -> list[str]:
         """The devices this host serves: its robots, and the simulated arm while served."""
