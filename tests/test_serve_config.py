@@ -84,6 +84,8 @@ def test_listeners_apart_or_on_any_free_port_are_accepted() -> None:
     parse_serve({**apart, "families": [SIM]}, state_dir=STATE, robots=0)
     hosts = {"sse": "127.0.0.1:47126", "grpc": "127.0.0.2:47126"}  # two loopback addresses
     parse_serve({**hosts, "families": [SIM]}, state_dir=STATE, robots=0)
+    families = {"sse": "[::1]:47127", "console": "0.0.0.0:47127"}  # IPv6 beside every IPv4
+    parse_serve({**families, "families": [SIM]}, state_dir=STATE, robots=0)
 
 
 def test_no_robot_and_no_family_is_refused() -> None:

@@ -142,7 +142,18 @@ def parse_grpc(text: str, where: str = "serve.grpc") -> tuple[str, int] | None:
     return parse_address(text, where=where, code="bad_grpc", example="127.0.0.1:50051")
 
 
-_EVERY_HOST: Final = ("", "0.0.0.0", "::", "[::]")
+#: Hosts that bind every address: of every family ("" and "::", dual-stack), or of IPv4.
+_EVERY_HOST: Final = ("", "::", "[::]")
+_EVERY_IPV4: Final = "0.0.0.0"
+
+
+def _overlap(one: str, other: str) -> bool:
+    """Whether listeners on hosts `one` and `other` (one port) would bind one socket address."""
+    if one == other or one in _EVERY_HOST or other in _EVERY_HOST:
+        return True
+    if _EVERY_IPV4 in (one, other):  # every IPv4 address: not an IPv6 one
+        return ":" not in (other if one == _EVERY_IPV4 else one)
+    return False
 
 
 def _check_apart(*groups: tuple[tuple[str, str, tuple[str, int] | None], ...]) -> None:
@@ -155,9 +166,7 @@ def _check_apart(*groups: tuple[tuple[str, str, tuple[str, int] | None], ...]) -
             continue
         host, port = address
         for other, (other_host, other_port) in seen:
-            if port == other_port and (
-                host == other_host or host in _EVERY_HOST or other_host in _EVERY_HOST
-            ):
+            if port == other_port and _overlap(host, other_host):
                 raise _error(
                     code,
                     f"serve.{key} {address_text(host, port)} takes serve.{other}'s port"

@@ -1482,7 +1482,7 @@ class RobotControl(rpc.RobotControlServicer):
         # so the RPCs and ticks the stop held do not wake to contend with its answer.
         with self.daemon.stop_first.stopping():
             # The latch names who stopped it (`tether operator resume` and status show it).
-            by = f"gRPC Stop by {principal.role} {principal.name}"
+            by = f"gRPC Stop by {principal.role} {principal.name[:64]}"  # a record's bound
             reports = self.daemon.stop_devices(
                 {"robot": request.device} if request.device else {}, by=by
             )

@@ -344,7 +344,7 @@ def connect(
         params = _parse(conninfo)
     except ValueError as e:
         raise with_code(error(str(e)), "bad_url") from None
-    wanted = str(params.get("target_session_attrs") or "")
+    wanted = str(params.get("target_session_attrs") or os.environ.get("PGTARGETSESSIONATTRS") or "")
     if wanted in _READ_ONLY_TARGETS:  # a store writes: such a session could never serve it
         raise with_code(
             error(

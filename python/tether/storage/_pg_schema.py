@@ -528,10 +528,10 @@ def ensure(
     if found == new:
         check_tables(cur, store, found, where)
         return found
-    if found == 0:
-        check_may_create(cur, where)  # a store to create: the schema must take its tables
     keys = (_VERSION_TABLE_KEY, _LOCK_KEYS[store])
     _wait_for_locks(cur, "pg_advisory_xact_lock", keys, store, where)
+    if version_of(cur, store) == 0:  # still none, under the lock: this role would create it
+        check_may_create(cur, where)
     cur.execute(VERSION_TABLE)
     found = version_of(cur, store)  # another process may have migrated while we waited
     if found > new:
