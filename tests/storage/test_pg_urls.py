@@ -288,3 +288,14 @@ def test_where_names_the_schema_of_a_search_path_and_never_a_password() -> None:
     assert where("postgresql://a:5999,b:5998/test") == "a:5999,b:5998/test"
     assert where("postgresql://a,b:5433/test") == "a:5432,b:5433/test"
     assert where("postgresql://a,b/test?port=5433") == "a:5433,b:5433/test"
+
+
+def test_an_outdated_stores_command_names_its_url_masked_and_says_so() -> None:
+    from tether.storage._pg_schema import outdated
+
+    plain = str(outdated("catalog", 1, "db:5432/app", "postgresql://db/app?options=-cx%3Dy"))
+    assert "`tether db upgrade 'postgresql://db/app?options=-cx%3Dy'`" in plain
+    assert "masked" not in plain
+    secret = str(outdated("world", 1, "db:5432/app", f"postgresql://ann:{PW}@db/app"))
+    assert PW not in secret and "`tether db upgrade 'postgresql://ann:***@db/app'`" in (secret)
+    assert "password masked here: give it by PGPASSWORD or a password file" in secret

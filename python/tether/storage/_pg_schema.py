@@ -350,9 +350,15 @@ def outdated(store: str, found: int, url_hint: str, url: str | None = None) -> S
     passwords masked, quoted for a shell) so it can be copied."""
     new = latest(store)
     target = "URL" if url is None else shlex.quote(redact(url))
+    masked = url is not None and redact(url) != url
     return SchemaOutdated(
         f"the {store} schema at {url_hint} is version {found}, this Tether needs {new}:"
-        f" stop every Tether process using it, then run `tether db upgrade {target}`",
+        f" stop every Tether process using it, then run `tether db upgrade {target}`"
+        + (
+            " (its password masked here: give it by PGPASSWORD or a password file)"
+            if masked
+            else ""
+        ),
         store,
         found,
         new,
