@@ -218,3 +218,42 @@ def _until(condition: Any, what: str, timeout_s: float = 60) -> None:
     while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.05)
+
+
+def test_a_host_back_after_an_outage_is_reached_within_the_reconnect_bound() -> None:
+    """The bridge's channel to a robot host that was down for a while: once the host listens
+    again, a call gets through within about `RECONNECT_MAX_MS` (grpcio's own backoff, grown
+    over the outage, would wait up to two minutes before it tried again)."""
+    from concurrent import futures
+
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from tether.adapters.grpc.remote import RECONNECT_MAX_MS
+
+    port = free_port()
+    channel = RemoteHost(f"127.0.0.1:{port}", "unused-token").channel()
+    check = health_pb2_grpc.HealthStub(channel).Check
+    try:
+        down_until = time.monotonic() + 10.0  # the host is down: every try fails at once
+        while time.monotonic() < down_until:
+            with pytest.raises(grpc.RpcError):
+                check(health_pb2.HealthCheckRequest(), timeout=1)
+            time.sleep(0.2)
+        server = grpc.server(futures.ThreadPoolExecutor(2))
+        health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        server.start()
+        try:
+            back = time.monotonic()
+            while True:
+                try:
+                    check(health_pb2.HealthCheckRequest(), timeout=1)
+                    break
+                except grpc.RpcError:
+                    assert time.monotonic() - back < 30, "never reached again"
+                    time.sleep(0.1)
+            # The bound, plus grpcio's jitter (20%) and a connect.
+            assert time.monotonic() - back < RECONNECT_MAX_MS / 1000 * 1.2 + 1.0
+        finally:
+            server.stop(0)
+    finally:
+        channel.close()

@@ -259,6 +259,10 @@ def execute_request(operation_id: str, request: dict[str, Any]) -> pb.ExecuteReq
 #: server accepts pings this often (`grpc_server.PING_MIN_S`).
 KEEPALIVE_S: Final = 20.0
 KEEPALIVE_TIMEOUT_S: Final = 10.0
+#: The longest wait between two connection attempts to a host that is down (grpcio's own
+#: backoff grows to 120 s: a robot host back after a minute's outage would be reached, and its
+#: moves reconciled, only a minute or two later).
+RECONNECT_MAX_MS: Final = 2_000
 
 
 @dataclass(frozen=True)
@@ -300,6 +304,9 @@ class RemoteHost:
             # whatever `keepalive_timeout` says).
             ("grpc.http2.ping_timeout_ms", int(self.keepalive_timeout_s * 1000)),
             ("grpc.http2.max_pings_without_data", 0),  # a quiet watch is pinged all along
+            ("grpc.initial_reconnect_backoff_ms", 500),
+            ("grpc.min_reconnect_backoff_ms", 500),
+            ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
         ]
         if not self.tls:
             return grpc.insecure_channel(self.address, options=options)
