@@ -312,6 +312,28 @@ def test_changed_since(fresh: Joint, changed: list[str]) -> None:
     ]
 
 
+def test_evidence_that_read_nothing_is_never_as_the_device_is_now() -> None:
+    """Evidence taken while the device could not be read (`device_unreadable`, no read-back):
+    whatever the device reads now, nothing proves it is as it was, so a decision on that
+    evidence is refused (`state_changed`) and the operator decides on the fresh read-back."""
+    unread = ReadBack({}, None)
+    got = decide.changed_since(
+        unread,
+        ReadBack({"a": joint(), "b": joint(position=-0.4)}, 2),
+        tolerance=TOL,
+        resolution=RES,
+    )
+    assert got == [
+        "a not read in the evidence, now at +0.1000 rad",
+        "b not read in the evidence, now at -0.4000 rad",
+    ]
+    partial = ReadBack({"a": joint()}, 1)  # a joint that did not answer then, and does now
+    got = decide.changed_since(
+        partial, ReadBack({"a": joint(), "b": joint()}, 2), tolerance=TOL, resolution=RES
+    )
+    assert got == ["b not read in the evidence, now at +0.1000 rad"]
+
+
 LIMITS = {"a": (-1.0, 1.0), "b": (-0.5, 0.5)}
 
 

@@ -269,6 +269,8 @@ def test_a_bad_remote_table_is_refused_naming_it(
     with pytest.raises(HostConfigError) as info:
         load_remote(config)
     assert info.value.code == code and "remote" in info.value.message
+    assert info.value.message.startswith(f"{config}: "), info.value.message  # its file named
+    assert info.value.details["file"] == str(config)
     assert PLANNER not in str(info.value)
 
 

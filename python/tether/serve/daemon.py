@@ -371,6 +371,17 @@ class Daemon:
             else str(data / "world.db"),
         }  # fmt: skip
 
+    def _store_places(self) -> dict[str, str]:
+        """`stores` as the log names them: a server's host, port and database (as its errors
+        name it), never a URL, even one with its passwords masked."""
+        from tether.storage._pg import where
+
+        places = self.stores()
+        for what, url in (("catalog", self.serve.catalog_url), ("world", self.serve.world_url)):
+            if url:
+                places[what] = f"PostgreSQL at {where(url)}"
+        return places
+
     def _record(self) -> dict[str, Any]:
         return {
             "socket": self.socket_path,
@@ -570,7 +581,7 @@ class Daemon:
             "serving",
             extra={
                 "data_dir": str(self.data_dir),
-                **self.stores(),
+                **self._store_places(),
                 "sse": self.sse_url,
                 "families": [f.name for f in families],
                 "workers": self.serve.workers,

@@ -380,8 +380,14 @@ def changed_since(
     evidence: ReadBack, read_back: ReadBack, *, tolerance: float, resolution: float
 ) -> list[str]:
     """Differences that matter between an evidence read-back and a fresh one (empty: the
-    device is as it was). Positions count beyond `tolerance`; velocity never does."""
-    diffs: list[str] = []
+    device is as it was). Positions count beyond `tolerance`; velocity never does. A joint the
+    evidence did not read (evidence taken while the device could not be read) is a change:
+    nothing proves the device is as it was then."""
+    diffs: list[str] = [
+        f"{name} not read in the evidence, now at {new.position:+.4f} rad"
+        for name, new in sorted(read_back.joints.items())
+        if name not in evidence.joints
+    ]
     for name, old in sorted(evidence.joints.items()):
         new = read_back.joints.get(name)
         if new is None:

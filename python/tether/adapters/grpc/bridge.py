@@ -60,6 +60,7 @@ from tether.adapters.grpc.remote import (
     intent,
 )
 from tether.adapters.grpc.remote import remote_move_family as _family
+from tether.devices.config import in_file
 from tether.devices.credentials import CredentialError, check_private, read_secret
 from tether.runtime import Family, FamilyError
 from tether.world import ComponentWrite
@@ -223,7 +224,10 @@ def load_remote(config_path: str | Path) -> RemoteHost:
     """The `[remote]` table of the host configuration at `config_path`."""
     path = Path(config_path)
     raw = tomllib.loads(path.read_text(encoding="utf-8")).get("remote")
-    return parse_remote(raw, path.resolve().parent)
+    try:
+        return parse_remote(raw, path.resolve().parent)
+    except HostConfigError as exc:  # named with its file, as every other table's refusal is
+        raise in_file(exc, path) from None
 
 
 def submit(activity_id: str, kind: str, request: dict[str, Any]) -> ComponentWrite:
