@@ -27,11 +27,6 @@ from tether.errors import TetherError
 EXIT_FAILED = _exit.FAILED
 DEBUG_ENV = "TETHER_DEBUG"
 
-# grpcio's core logs on stderr in a format of its own, at INFO a line per failed TLS handshake
-# any client can cause, which would break a daemon's one-record-per-line JSON log. Its errors
-# still show (set GRPC_VERBOSITY to see more); read once, when grpcio is first imported.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-
 # Subcommand -> (module with `main(argv) -> int`, one-line help). Each module owns its own
 # argument parsing, so adding a command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {}

@@ -11,7 +11,6 @@ import json
 import os
 import pty
 import select
-import signal
 import subprocess
 import sys
 import termios
@@ -62,7 +61,7 @@ def test_a_client_certificate_of_the_ca_connects_and_others_fail_the_handshake(
     ours = ca.issue("planner-box", server=False)
     stranger = other.issue("stranger", server=False)
     config = mtls_config(tmp_path, emu.path, server, str(ca.cert))
-    with daemon(config) as (proc, ready):
+    with daemon(config) as (_, ready):
         port = ready["grpc"].rsplit(":", 1)[1]
         channel, stub = control(port, ca, ours)
         listed = stub.ListOperations(pb.ListOperationsRequest(), metadata=bearer(), timeout=10)
@@ -95,14 +94,7 @@ def test_a_client_certificate_of_the_ca_connects_and_others_fail_the_handshake(
         again = stub.ListOperations(pb.ListOperationsRequest(), metadata=bearer(), timeout=10)
         assert list(again.operations) == []
         channel.close()
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
     assert [e for e in emu.journal() if e["instruction"] in ("action", "reg_write")] == []
-    # The failed handshakes left the daemon's log one JSON record per line (grpcio's own
-    # lines, in a format of their own, would break it).
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert lines and all(ln.startswith("{") for ln in lines), err
-    assert all(isinstance(json.loads(ln), dict) for ln in lines)
 
 
 def test_the_bridge_side_remote_host_presents_its_client_certificate(tmp_path: Path) -> None:
