@@ -152,9 +152,9 @@ def test_every_host_of_a_url_is_named_with_its_own_cause(pg_base: str) -> None:
     silent.bind(("127.0.0.1", 0))
     silent.listen(4)
     port = silent.getsockname()[1]
-    live = urlsplit(pg_base).netloc.rpartition("@")[2]
+    user, at, live = urlsplit(pg_base).netloc.rpartition("@")  # the test server's own login
     try:
-        url = f"postgresql://{live},127.0.0.1:{port}/tether_no_such_db?connect_timeout=2"
+        url = f"postgresql://{user}{at}{live},127.0.0.1:{port}/tether_no_such_db?connect_timeout=2"
         with pytest.raises(UrlProblem) as raised:
             connect(url, UrlProblem, application="tether-test")
     finally:
