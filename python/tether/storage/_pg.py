@@ -179,19 +179,13 @@ def _parse(conninfo: str) -> dict[str, Any]:
         ) from None
 
 
-def _redacted(conninfo: str) -> str:
-    from tether.storage._urls import redact
-
-    return redact(conninfo)
-
-
 def _rough_where(conninfo: str) -> str:
     """`` for HOST:PORT/DB`` of a URL libpq refused, as far as its plain parts tell (never a
     user or password), or ``""``: the refusal still names the server it was meant for."""
     try:
         # Of the URL with its passwords masked: an unencoded `#` or `?` in a password would
         # otherwise cut the split inside it, and a piece of it would be shown as the host.
-        parts = urlsplit(_redacted(conninfo))
+        parts = urlsplit(redact(conninfo))
         if parts.scheme.lower() not in ("postgresql", "postgres"):
             return ""
         hosts = parts.netloc.rpartition("@")[2]
