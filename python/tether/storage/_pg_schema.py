@@ -454,6 +454,14 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _denied(path: str, schema: str, message: str) -> SchemaDenied:
+    """`schema_denied` of `schema` under the search path `path` (the server refused the role
+    a right on it: `message` names the right and the GRANT)."""
+    return SchemaDenied(
+        "schema_denied", message, details={"search_path": path, "schemas": [schema]}
+    )
+
+
 def check_search_path(cur: psycopg.Cursor[Any], where: str) -> None:
     """Refuse a search path under which this role cannot read or make the stores it names:
     one whose first schema that exists is one this role may not use (`SchemaDenied`, code
@@ -481,12 +489,12 @@ def check_search_path(cur: psycopg.Cursor[Any], where: str) -> None:
         if found[name]:
             return  # the first schema the role may use: where its stores are
         if not is_user:
-            raise SchemaDenied(
-                "schema_denied",
+            raise _denied(
+                path,
+                name,
                 f"the search path at {at} names schema {name}, which this role may not use:"
                 f" GRANT USAGE ON SCHEMA {_quoted(name)} TO the role, or connect as one that"
                 " may",
-                details={"search_path": path, "schemas": [name]},
             )
     if current is not None:
         return  # a schema the walk above did not name (the server's own reading wins)
@@ -512,12 +520,12 @@ def check_may_create(cur: psycopg.Cursor[Any], where: str) -> None:
         return  # no schema at all is `check_search_path`'s to refuse
     name, path = str(row[0]), str(row[2])
     at = where if "(search_path " in where else f"{where} (search_path {path})"
-    raise SchemaDenied(
-        "schema_denied",
+    raise _denied(
+        path,
+        name,
         f"the stores at {at} would be created in schema {name}, where this role may not create"
         f" tables: GRANT CREATE ON SCHEMA {_quoted(name)} TO the role, or name a schema it owns"
         " in the URL (options=-csearch_path=NAME)",
-        details={"search_path": path, "schemas": [name]},
     )
 
 
