@@ -41,7 +41,7 @@ import functools
 import os
 import socket
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, ParamSpec, TypeVar
@@ -156,12 +156,12 @@ def _overlap(one: str, other: str) -> bool:
     return False
 
 
-def _check_apart(*groups: tuple[tuple[str, str, tuple[str, int] | None], ...]) -> None:
+def _check_apart(listeners: Sequence[tuple[str, str, tuple[str, int] | None]]) -> None:
     """Refuse two listeners given one port (a fixed one, on the same host or on every host):
     the second could never bind, and would fail at start with the bind's own words. Its
     code names the later listener's key (``bad_grpc`` for `grpc`, ...)."""
     seen: list[tuple[str, tuple[str, int]]] = []
-    for key, code, address in (item for group in groups for item in group):
+    for key, code, address in listeners:
         if address is None or address[1] == 0:
             continue
         host, port = address
@@ -209,8 +209,12 @@ def parse_serve(
     live, live_origins = parse_live(table)
     grpc = parse_grpc(table.text("grpc", "off"))
     _check_apart(
-        (("sse", "bad_sse", sse), ("console", "bad_console", console.address)),
-        (("live", "bad_live", live), ("grpc", "bad_grpc", grpc)),
+        [
+            ("sse", "bad_sse", sse),
+            ("console", "bad_console", console.address),
+            ("live", "bad_live", live),
+            ("grpc", "bad_grpc", grpc),
+        ]
     )
     catalog, world = _store_url(table, "catalog"), _store_url(table, "world")
     host_name = table.text("host_name", socket.gethostname())
