@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.activities import ActivityKey, operation_id_for
 from tether.devices.credentials import hash_secret
-from tether.runtime import ArtifactStore, AttemptContext
+from tether.runtime import ArtifactStore, AttemptContext, ProgressEvent
 
 from tests._secrets import OBSERVER, OPERATOR, PLANNER
 
@@ -255,10 +255,13 @@ def actions(journal: list[dict[str, Any]]) -> int:
 
 
 def reconcile_context(
-    tmp_path: Path, key: ActivityKey, stopping: threading.Event | None = None
+    tmp_path: Path,
+    key: ActivityKey,
+    stopping: threading.Event | None = None,
+    emit: Callable[[ProgressEvent], None] | None = None,
 ) -> AttemptContext:
     """A bridge attempt's context that may only reconcile (fence and attempt 2), its artifacts
-    in `tmp_path`."""
+    in `tmp_path`; its progress reports go to ``emit``."""
     return AttemptContext(
         key=key,
         operation_id=operation_id_for(key),
@@ -267,5 +270,6 @@ def reconcile_context(
         may_execute=False,
         artifacts=ArtifactStore(tmp_path / "bridge-artifacts"),
         renew=lambda: None,
+        emit=emit,
         stopping=stopping,
     )

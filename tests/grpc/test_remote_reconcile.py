@@ -36,7 +36,7 @@ from tether.adapters.grpc.remote import (
     intent,
     remote_move_family,
 )
-from tether.runtime import ConfirmedAbsent, Host, Recovered
+from tether.runtime import ConfirmedAbsent, Host, ProgressEvent, Recovered
 from tether.testing._ports import free_port
 
 from tests._secrets import PLANNER
@@ -256,6 +256,36 @@ def test_a_remote_record_compacted_by_retention_is_reconciled_as_what_it_was(
     doc = _doc(ctx, out)
     assert (doc["state"], doc.get("remote_compacted")) == ("succeeded", True), doc
     assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_a_reconcile_shows_the_end_it_read_not_the_view_an_earlier_attempt_last_saw(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """A move that ended while no attempt watched it (the bridge's watch was cut mid-move):
+    the reconcile that reads its end reports that view as the attempt's progress, so the live
+    stream, which keeps the last progress as an Activity settles, never shows it running."""
+    key = ActivityKey("bridge-world", KIND_ABSOLUTE, "ended-unwatched")
+    op_id = operation_id_for(key)
+    request = _request({"a": 0.5, "b": -0.3}, int(time.time() * 1000) + 120_000)
+    events: list[ProgressEvent] = []
+    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
+        control.Execute(
+            move(op_id, request["targets"], not_after_ms=request["not_after_ms"]),
+            metadata=bearer(),
+            timeout=30,
+        )
+        ended = wait_for(control, op_id, lambda o: o.state == pb.SUCCEEDED)
+        adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
+        try:
+            out = adapter.reconcile(reconcile_context(tmp_path, key, emit=events.append), request)
+        finally:
+            adapter.close()
+    assert isinstance(out, Recovered) and not out.result.failed, out
+    assert events, "the reconcile reported no progress"
+    last = events[-1].content
+    assert last["remote_state"] == "succeeded", last
+    assert last["remote_revision"] >= ended.revision, last
+    assert last["fraction"] == ended.progress.fraction == 1.0, last
 
 
 def test_a_result_that_does_not_match_its_digest_is_a_coded_error_that_awaits_an_operator(

@@ -434,14 +434,7 @@ class RemoteMoveAdapter:
             for view in views:
                 last = view
                 ctx.heartbeat()
-                ctx.progress(
-                    {
-                        "remote_state": pb.OperationState.Name(view.state).lower(),
-                        "fraction": view.progress.fraction,
-                        "phase": view.progress.phase,
-                        "remote_revision": view.revision,
-                    }
-                )
+                _report(ctx, view)
                 if view.state in TERMINAL or view.state == pb.UNKNOWN_AWAITING_OPERATOR:
                     views.cancel()
                     done: pb.Operation = view
@@ -480,6 +473,8 @@ class RemoteMoveAdapter:
             raise RemoteUnreachable(f"{ctx.operation_id}: Execute: {_why(exc)}") from None
         if op.state not in TERMINAL:
             op = self._watch(ctx, op.id, op.revision)
+        else:  # a retry of one that ended: its end is the progress shown, never an old view
+            _report(ctx, op)
         if op.state == pb.UNKNOWN_AWAITING_OPERATOR:
             raise RemoteUnreachable(f"{op.id}: awaits the remote operator (reconciled)")
         return self._result(ctx, op)
@@ -513,6 +508,8 @@ class RemoteMoveAdapter:
                 return op  # another request holds the id: ours never ran there
             if op.state not in TERMINAL and op.state != pb.UNKNOWN_AWAITING_OPERATOR:
                 op = self._watch(ctx, op_id, op.revision)
+            else:  # the view read now replaces whatever an earlier attempt's watch showed
+                _report(ctx, op)
         except grpc.RpcError as exc:
             if exc.code() not in TRANSIENT or _rate_limited(exc):
                 return self._refused_reconcile(ctx, exc)  # asking again soon changes nothing
@@ -632,6 +629,20 @@ class RemoteMoveAdapter:
         doc = {"operation_id": ctx.operation_id, "reason": "remote_unreachable", "error": why}
         ref = self._put(ctx, doc, EVIDENCE_MEDIA_TYPE)
         return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), UNREACHABLE_RETRY_MS)
+
+
+def _report(ctx: AttemptContext, view: pb.Operation) -> None:
+    """The remote view as the attempt's live progress (the AG-UI stream): each view a watch
+    reads, and the one a reconcile or a retried Execute reads, so a move that ended while no
+    attempt watched it never stays shown as the last view an earlier attempt saw."""
+    ctx.progress(
+        {
+            "remote_state": pb.OperationState.Name(view.state).lower(),
+            "fraction": view.progress.fraction,
+            "phase": view.progress.phase,
+            "remote_revision": view.revision,
+        }
+    )
 
 
 def _rate_limited(exc: grpc.RpcError) -> bool:
