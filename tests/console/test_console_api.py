@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _console_setup import Host, as_json, console_host, login, tether
@@ -339,12 +340,19 @@ def test_stop_needs_no_session_from_loopback_its_header_always_and_is_never_rate
             )
         status = http.get("/api/status").json()
         assert status["devices"][0]["latched"] is True
-    # The CLI's own bucket (local) was never touched: the operator can still resume.
+    # The CLI's own bucket (local) was never touched: the operator can still resume. The
+    # latch names the console (no session, no token: a loopback console asks for neither).
+    assert _resume(host.config)["stopped_by"] == "console Stop"
+
+
+def _resume(config: Path) -> dict[str, Any]:
+    """`tether operator resume arm` as the operator: its JSON answer."""
     resumed = tether(
-        "operator", "--config", str(host.config), "--json", "resume", "arm", "--credential-stdin",
+        "operator", "--config", str(config), "--json", "resume", "arm", "--credential-stdin",
         stdin=f"{CREDENTIAL}\n",
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    return as_json(resumed)  # type: ignore[no-any-return]
 
 
 def test_off_loopback_the_console_needs_tls_a_session_for_reads_and_a_stop_token(
@@ -388,19 +396,28 @@ def test_off_loopback_the_console_needs_tls_a_session_for_reads_and_a_stop_token
                     "/api/stop", json={}, headers={**stop, "Authorization": "Bearer wrong"}
                 )
                 assert (wrong.status_code, wrong.json()["code"]) == (401, "stop_refused")
-                for token in (stop_token, PLANNER, CREDENTIAL):  # the operator may stop too
+                holders = {
+                    stop_token: "console Stop by console_stop_token",
+                    PLANNER: "console Stop by planner ci",
+                    CREDENTIAL: "console Stop by operator alice",  # the operator may stop too
+                }
+                for token, by in holders.items():
                     ok = http.post(
                         "/api/stop", json={}, headers={**stop, "Authorization": f"Bearer {token}"}
                     )
                     assert ok.status_code == 200, ok.text
                     assert ok.json()["stopped"][0]["robot"] == "arm"
+                    if token != CREDENTIAL:  # the latch names who stopped (resume answers it)
+                        assert _resume(config)["stopped_by"] == by
                 answer = http.post("/api/login", json={"credential": CREDENTIAL})
                 assert "Secure" in [f.strip() for f in answer.headers["set-cookie"].split(";")]
                 csrf = answer.json()["csrf"]
                 assert http.get("/api/decisions").status_code == 200
                 assert http.get("/api/status").json()["devices"][0]["latched"] is True
+                assert _resume(config)["stopped_by"] == "console Stop by operator alice"
                 by_session = http.post("/api/stop", json={}, headers={**stop, "X-CSRF-Token": csrf})
                 assert by_session.status_code == 200
+                assert _resume(config)["stopped_by"] == "console Stop by operator alice"
     # The same address without [tls] is refused before a socket opens (exit 2).
     (tmp_path / "plain").mkdir()
     plain = serve_config(tmp_path / "plain", "/dev/null-unused", extra=extra.split("\n[tls]")[0])

@@ -118,6 +118,9 @@ SECURITY_HEADERS: Final = {
     "Cross-Origin-Resource-Policy": "same-origin",
 }
 STOP_HEADER: Final = "X-Tether-Stop"
+#: The latch's `by` of a console stop; "by operator NAME", "by console_stop_token" or "by
+#: ROLE NAME" follows when the request names who sent it (a session, a stop token).
+CONSOLE_STOP: Final = "console Stop"
 CSRF_HEADER: Final = "X-CSRF-Token"
 STATIC: Final = {
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -421,23 +424,29 @@ class Console:
         )
         return {**shown, "action": action, "refreshed": refreshed}
 
-    def stop(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+    def stop(self, body: dict[str, Any], *, by: str = CONSOLE_STOP) -> list[dict[str, Any]]:
+        """Stop the named robot, or every one, latched as stopped ``by`` (who sent it, as
+        `tether operator resume` and `tether status` show it)."""
         robot = body.get("robot")
         if robot is not None and (not isinstance(robot, str) or not robot):
             raise ConsoleError("bad_request", "`robot` must be a robot's name", field="robot")
         if self.daemon.devices is None:
             raise ConsoleError("daemon_starting", "the daemon is still starting; ask again")
-        reports: list[dict[str, Any]] = self.daemon.stop_devices({"robot": robot} if robot else {})
+        reports: list[dict[str, Any]] = self.daemon.stop_devices(
+            {"robot": robot} if robot else {}, by=by
+        )
         return reports
 
-    def stop_token_ok(self, token: str) -> bool:
-        """A stop token: `console_stop_token`, or a principal's whose role may stop; checked
-        without the rate limiter (Stop is never locked out)."""
+    def stop_token_by(self, token: str) -> str | None:
+        """Who a stop token is (the latch's `by`), or None when it is none: the
+        `console_stop_token`, or a principal's whose role may stop. Checked without the rate
+        limiter (Stop is never locked out)."""
         if self._stop_token is not None and self._stop_token.matches(token):
-            return True
-        return any(
-            p.may("stop") and p.matches(token) for p in self.authenticator.principals.values()
-        )
+            return f"{CONSOLE_STOP} by console_stop_token"
+        for p in self.authenticator.principals.values():
+            if p.may("stop") and p.matches(token):
+                return f"{CONSOLE_STOP} by {p.role} {p.name[:64]}"
+        return None
 
     def login(self, body: dict[str, Any], peer: str) -> tuple[str, Session]:
         secret = body.get("credential")
@@ -804,17 +813,27 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                 raise ConsoleError(
                     "stop_header_required", f"a stop request carries the header `{STOP_HEADER}: 1`"
                 )
+            session = self._session()
+            # Who stopped, as the latch records it: the session's operator, the stop token's
+            # holder, or (on a loopback console, which asks for neither) the console itself.
+            by = (
+                CONSOLE_STOP
+                if session is None
+                else f"{CONSOLE_STOP} by operator {session[1].operator}"
+            )
             if not (policy.loopback and self._peer_loopback()):
                 auth = (self.headers.get("Authorization") or "").strip()
                 scheme, _, token = auth.partition(" ")
                 if scheme.lower() == "bearer" and token.strip():
-                    if not console.stop_token_ok(token.strip()):
+                    holder = console.stop_token_by(token.strip())
+                    if holder is None:
                         raise ConsoleError("stop_refused", "this is not a stop token")
+                    by = holder
                 else:
                     self._require_session(csrf=True)
             body = self._body() if self._read_body() else {}
             t0 = time.monotonic()
-            reports = console.stop(body)
+            reports = console.stop(body, by=by)
             log.info(
                 "console stop",
                 extra={"robots": [r.get("robot") for r in reports], "peer": self._peer()},
