@@ -11,6 +11,15 @@ A new file is created complete: under a temporary name, with its first page (WAL
 written and synced, then linked into place, so a crash never leaves a 0-byte store behind and
 a 0-byte store is always damage.
 
+The check reads the file itself, which it must never do while this process holds SQLite
+connections to it: closing any descriptor of a file drops every POSIX lock the process holds
+on it (SQLite's own included, which it keeps for as long as a connection is open), and another
+process (`tether db prune`, a second worker) closing its connection then takes itself for the
+last one and deletes the write-ahead log under the open ones: their commits go to a deleted
+file and the next read is a "disk I/O error". So a store opens its file through
+`hold_sqlite_file`, which checks it (or creates it) only where no store of this process holds
+it, and counts it held until the store's `FileHold.release`.
+
 `storage_failure(exc)` names a failed write of the disk under a store or a provider:
 `disk_full` (ENOSPC, EDQUOT, SQLite's "database or disk is full"), `file_too_large` (EFBIG: a
 file-size limit) or `storage_io_error` (SQLite's "disk I/O error"), looking through the
@@ -23,6 +32,7 @@ import errno
 import os
 import sqlite3
 import struct
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -42,12 +52,63 @@ class StoreFileError(CodedError):
     it. `details`: the path and what the file is."""
 
 
+#: The store files this process holds SQLite connections to, by (device, inode): how many
+#: stores hold each (`hold_sqlite_file`). Counted and checked under `_HELD_GUARD`.
+_HELD: dict[tuple[int, int], int] = {}
+_HELD_GUARD = threading.Lock()
+
+
+class FileHold:
+    """A store's hold on its file (`hold_sqlite_file`): `release` it once the store's
+    connections are closed (a second release does nothing)."""
+
+    __slots__ = ("_identity",)
+
+    def __init__(self, identity: tuple[int, int] | None) -> None:
+        self._identity = identity
+
+    def release(self) -> None:
+        with _HELD_GUARD:
+            identity, self._identity = self._identity, None
+            if identity is None:
+                return
+            left = _HELD.get(identity, 0) - 1
+            if left > 0:
+                _HELD[identity] = left
+            else:
+                _HELD.pop(identity, None)
+
+
+def hold_sqlite_file(path: str | os.PathLike[str], *, what: str) -> FileHold:
+    """`prepare_sqlite_file`, and the file counted as held by one more store of this process
+    until the hold's `release`: while any is held, the file is not read again (see the module
+    docstring). Call it before the store connects; release it after the store closed its
+    connections (and where its opening failed)."""
+    with _HELD_GUARD:
+        prepare_sqlite_file(path, what=what)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return FileHold(None)  # the store's own open reports it, typed
+        identity = (st.st_dev, st.st_ino)
+        _HELD[identity] = _HELD.get(identity, 0) + 1
+        return FileHold(identity)
+
+
+def _held(st: os.stat_result) -> bool:
+    return (st.st_dev, st.st_ino) in _HELD
+
+
 def check_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
     """Refuse an existing `path` that is cut short or is no SQLite database (a missing file is
-    fine: it is created when opened)."""
+    fine: it is created when opened). A file a store of this process holds open
+    (`hold_sqlite_file`) was checked when it was first opened, and is not read again."""
     p = Path(path)
     try:
-        size = p.stat().st_size
+        st = p.stat()
+        size = st.st_size
+        if _held(st):
+            return
         with open(p, "rb") as f:
             header = f.read(_HEADER)
     except FileNotFoundError:
@@ -225,7 +286,9 @@ def describe(kind: str) -> str:
 __all__ = [
     "CODES",
     "StoreFileError",
+    "FileHold",
     "check_sqlite_file",
+    "hold_sqlite_file",
     "describe",
     "prepare_sqlite_file",
     "storage_failure",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tether._sqlite_files import StoreFileError
@@ -650,3 +651,57 @@ def test_stores_of_one_file_in_a_process_share_one_transaction_lock(tmp_path: Pa
     finally:
         for store in (a, b, c, other):
             store.close()
+
+
+_LAST_CONNECTION = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1])  # read-write: the last one to close checkpoints
+conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+conn.close()
+"""
+
+
+@pytest.mark.parametrize("store", ["catalog", "world"])
+def test_a_second_store_of_a_file_in_a_process_keeps_the_first_ones_locks(
+    tmp_path: Path, store: str
+) -> None:
+    """A store opened while another store of this process holds its file does not read the
+    file again (closing any descriptor of it drops every POSIX lock the process holds on it,
+    SQLite's own among them): another process closing its connection (`tether db prune`, a
+    worker) then never takes itself for the last one, so the write-ahead log the open stores
+    write is never deleted under them, and nothing they commit is lost."""
+    import subprocess
+    import sys
+
+    from tether.world import SqliteLedger
+
+    path = tmp_path / f"{store}.db"
+    if store == "catalog":
+        first: Any = Catalog.open(f"sqlite://{path}")
+        first.admit(admission(key("a1")))
+        Catalog.open(f"sqlite://{path}").close()  # a second store of the file, here
+        other = [sys.executable, "-m", "tether", "db", "prune", "--catalog", f"sqlite://{path}",
+                 "--older-than", "1d", "--json"]  # fmt: skip
+    else:
+        first = SqliteLedger.open(path)
+        first.create_world("w1")
+        SqliteLedger.open(path).close()
+        other = [sys.executable, "-c", _LAST_CONNECTION, str(path)]
+    done = subprocess.run(other, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert Path(f"{path}-wal").exists(), "the write-ahead log was deleted under an open store"
+    if store == "catalog":
+        first.admit(admission(key("a2")))
+        assert first.get(key("a2")) is not None
+    else:
+        first.create_world("w2")
+        assert first.worlds() == ["w1", "w2"]
+    first.close()
+    # What the open store committed after the other process closed is in the file.
+    if store == "catalog":
+        again = Catalog.open(f"sqlite://{path}")
+        assert again.get(key("a2")) is not None
+    else:
+        again = SqliteLedger.open(path)
+        assert again.worlds() == ["w1", "w2"]
+    again.close()

@@ -57,7 +57,7 @@ from tether._core import (
     CatalogStorageError,
     catalog_columns,
 )
-from tether._sqlite_files import prepare_sqlite_file
+from tether._sqlite_files import hold_sqlite_file
 from tether.storage._doorbell import Doorbell, changed_topics
 from tether.storage._port import (
     ClaimTransition,
@@ -205,7 +205,8 @@ class SqliteCatalogStore:
         self._known: dict[KeyTuple, Row] = {}  # the last row read or written, per key
         # A file cut short or not a database is refused before SQLite could take it for an
         # empty one; a new file is created complete (never a 0-byte store).
-        prepare_sqlite_file(path, what="the Activity catalog")
+        # Held (never read again by this process) until `close`: see tether._sqlite_files.
+        self._hold = hold_sqlite_file(path, what="the Activity catalog")
         try:
             conn = sqlite3.connect(
                 path,
@@ -215,7 +216,11 @@ class SqliteCatalogStore:
                 cached_statements=256,
             )
         except sqlite3.Error as e:
+            self._hold.release()
             raise CatalogStorageError(f"cannot open catalog database {path!r}: {e}") from e
+        except BaseException:
+            self._hold.release()
+            raise
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -226,9 +231,11 @@ class SqliteCatalogStore:
             migrate(conn, upgrade=upgrade, where=f"sqlite://{path}")
         except sqlite3.Error as e:
             conn.close()
+            self._hold.release()
             raise CatalogStorageError(f"cannot prepare catalog database {path!r}: {e}") from e
         except BaseException:
             conn.close()
+            self._hold.release()
             raise
         self._conn: sqlite3.Connection | None = conn
         # `get` reads on a connection of its own (WAL: it sees every committed transaction),
@@ -758,3 +765,4 @@ class SqliteCatalogStore:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            self._hold.release()

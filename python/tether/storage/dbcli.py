@@ -93,18 +93,24 @@ def _sqlite_status(path: str) -> list[StoreStatus]:
 
     if not os.path.exists(path):
         return []
-    from tether._sqlite_files import check_sqlite_file
+    from tether._sqlite_files import hold_sqlite_file
 
-    check_sqlite_file(path, what="the store")  # a file cut short is refused before reading it
-    conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)  # a # or % is a name
+    # A file cut short is refused before reading it; held while read (tether._sqlite_files).
+    hold = hold_sqlite_file(path, what="the store")
     try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        version = 0
-        if "schema_version" in tables:
-            row = conn.execute("SELECT version FROM schema_version").fetchone()
-            version = 0 if row is None else int(row[0])
+        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)  # a # or % is a name
+        try:
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            version = 0
+            if "schema_version" in tables:
+                row = conn.execute("SELECT version FROM schema_version").fetchone()
+                version = 0 if row is None else int(row[0])
+        finally:
+            conn.close()
     finally:
-        conn.close()
+        hold.release()
     from tether.storage._schema import TABLES as CATALOG_TABLES
     from tether.world._sqlite import TABLES as WORLD_TABLES
 

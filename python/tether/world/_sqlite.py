@@ -38,7 +38,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from types import MappingProxyType
 
-from tether._sqlite_files import prepare_sqlite_file
+from tether._sqlite_files import hold_sqlite_file
 from tether.storage._errors import SchemaOutdated, StoreDamaged, damage_of, other_store
 from tether.world import _rules as rules
 from tether.world._errors import HeadConflict, ReceiptRejected, WorldError, WorldNotFound
@@ -209,13 +209,19 @@ class SqliteLedger:
         #: Write transactions committed, and how many of them synced the WAL (FULL).
         self.commits = 0
         self.synced_commits = 0
-        prepare_sqlite_file(self._path, what="the world ledger")  # see tether._sqlite_files
+        # Checked, and held (never read again by this process) until `close`: see
+        # tether._sqlite_files.
+        self._hold = hold_sqlite_file(self._path, what="the world ledger")
         try:
             self._db = sqlite3.connect(
                 str(self._path), isolation_level=None, check_same_thread=False, timeout=30.0
             )
         except sqlite3.Error as e:
+            self._hold.release()
             raise WorldError(f"cannot open world ledger at {self._path}: {e}") from e
+        except BaseException:
+            self._hold.release()
+            raise
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -226,9 +232,11 @@ class SqliteLedger:
             self._unsynced.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as e:
             self._db.close()
+            self._hold.release()
             raise WorldError(f"cannot open world ledger at {self._path}: {e}") from e
         except BaseException:
             self._db.close()
+            self._hold.release()
             raise
 
     @classmethod
@@ -616,3 +624,4 @@ class SqliteLedger:
         with self._mutex:
             self._unsynced.close()
             self._db.close()
+            self._hold.release()
