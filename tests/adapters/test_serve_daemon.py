@@ -70,6 +70,31 @@ def test_a_move_through_the_daemon_settles_with_one_action_and_the_port_is_owned
         assert outcome(again)["earlier"] is True
         assert not any(json.loads(line).get("progress") for line in again.stdout.splitlines())
         assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+        # Retention compacts it while the daemon runs (`tether db prune`, another process,
+        # closing its catalog connection last but for the daemon's): the daemon's stores
+        # keep working, and the move still reads as it ended, never "pending: run it again".
+        for asked in (("status",), ("operator", "list")):  # the daemon opens what they ask
+            answered = tether(*asked[:1], "--config", str(config), "--json", *asked[1:])
+            assert answered.returncode == 0, answered.stdout + answered.stderr
+        deadline = time.monotonic() + 30
+        while True:  # once settled (observed by a later tick)
+            pruned = tether(
+                "db", "prune", "--data-dir", str(tmp_path / "state" / "moves"), "--older-than",
+                "1ms", "--json",
+            )  # fmt: skip
+            assert pruned.returncode == 0, pruned.stdout + pruned.stderr
+            if json.loads(pruned.stdout)["compacted"] == 1:
+                break
+            assert time.monotonic() < deadline, pruned.stdout
+            time.sleep(0.2)
+        compacted = run_worker(config)
+        assert compacted.returncode == 0, compacted.stdout + compacted.stderr
+        shown = outcome(compacted)
+        assert (shown["status"], shown["earlier"], shown["compacted"]) == ("done", True, True)
+        assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+        fresh = run_worker(config, activity="after-prune")
+        assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+        assert outcome(fresh)["status"] == "done"
         # Another owner of the port is refused: the daemon owns it.
         other = tether("host", "serve", "--config", str(config))
         assert other.returncode == 7 and "port_owned" in other.stderr

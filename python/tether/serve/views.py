@@ -3,8 +3,9 @@
 
 States: `pending` (admitted, no live attempt), `running` (an attempt holds a lease),
 `awaiting_decision` (parked for an operator), `done` (a result), `failed` (a failed result:
-refused or abandoned); `settled` says whether a later tick observed it. A view is `final` once
-settled or parked: a watch ends there.
+refused or abandoned), also once retention compacted the record (`compacted`: its result
+dropped, whether it failed kept); `settled` says whether a later tick observed it. A view is
+`final` once settled or parked: a watch ends there.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def _doc(artifacts: ArtifactStore, ref: str, digest: str) -> dict[str, Any]:
 
 
 def state_of(record: ActivityRecord) -> str:
-    if record.result is not None:
-        return "failed" if record.result.failed else "done"
+    if record.result is not None or record.compacted:  # compaction keeps whether it failed
+        return "failed" if record.result_failed else "done"
     if record.awaiting_decision:
         return "awaiting_decision"
     if record.attempt is not None:
@@ -69,6 +70,8 @@ def view(
         revision=record.evidence_revision,
         progress=progress,
     )
+    if record.compacted:  # retention dropped its result and evidence (`tether db prune`)
+        doc["compacted"] = True
     if record.result is not None:
         result = _doc(artifacts, record.result.ref, record.result.digest)
         doc["result"] = {k: result.get(k) for k in ("outcome", "code", "error") if k in result}

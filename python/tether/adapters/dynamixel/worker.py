@@ -72,6 +72,8 @@ EXIT_CODES = (
 )
 
 _CONCLUSIONS = {"completed": "executed", "recovered": "recovered", "operator_done": "operator_done"}
+#: What a move whose record retention compacted (`tether db prune`) says of its result.
+_COMPACTED = "it failed; retention compacted its record, so its result is no longer kept"
 
 
 def data_dir_of(config: HostConfig) -> Path:
@@ -93,8 +95,13 @@ def outcome_of_view(view: dict[str, Any]) -> dict[str, Any]:
     }
     result = view.get("result") or {}
     state = view.get("state")
+    if view.get("compacted"):  # retention dropped its result: only how it ended is kept
+        out["compacted"] = True
+        result = {"outcome": "compacted", "code": "record_compacted", "error": _COMPACTED}
     if state == "done":
         outcome = result.get("outcome")
+        if outcome == "compacted":
+            return {**out, "status": "done", "conclusion": "compacted record: result not kept"}
         return {**out, "status": "done", "conclusion": _CONCLUSIONS.get(str(outcome), outcome)}
     if state == "failed":
         return {
