@@ -102,6 +102,40 @@ def test_operator_show_says_where_the_arm_was_before_the_move_and_how_fast_it_we
     assert "the move's target shoulder: +0.2000 rad\n" in said
 
 
+@pytest.mark.parametrize("recorded", [True, False])
+def test_operator_show_of_a_move_whose_device_could_not_be_read_says_so(
+    capsys: pytest.CaptureFixture[str], recorded: bool
+) -> None:
+    """`device_unreadable` evidence (`unreadable_evidence`: no read-back, and only whether the
+    attempt recorded a pre-image) is shown in words, never a traceback (exit 70)."""
+    from tether.operator.cli import _print
+
+    doc = {
+        "key": "local/physical_ai.robot_move.absolute/U1",
+        "operation_id": "op",
+        "revision": 1,
+        "evidence_age_ms": 10,
+        "device_state_age_ms": None,
+        "reason": "device_unreadable",
+        "evidence": {
+            "operation_id": "op",
+            "reason": "device_unreadable",
+            "error": "open_failed: /dev/pts/9: No such file or directory",
+            "command": {"robot": "arm", "targets": {"shoulder": 0.2}},
+            "retry_class": "repeatable",
+            "sent": [{"instruction": "reg_write", "id": 1, "t_ms": 0}],
+            "preimage": recorded,
+            "read_back": None,
+            "hardware_errors": {},
+        },
+    }
+    _print(doc, False)
+    said = capsys.readouterr().out
+    assert "device not read" in said and "error: open_failed: /dev/pts/9" in said
+    assert f"a pre-image of the move was recorded: {'yes' if recorded else 'no'}" in said
+    assert "sent reg_write id 1" in said
+
+
 def test_a_move_waiting_for_its_robot_says_it_is_queued(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

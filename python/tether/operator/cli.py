@@ -435,7 +435,10 @@ def _print(doc: Any, as_json: bool) -> None:
             )
         sent = evidence.get("sent") or []
         never = "" if sent else " (nothing of it was sent)"
-        pre = evidence.get("preimage") or {}
+        pre = evidence.get("preimage")
+        if isinstance(pre, bool):  # the device was not read: whether the attempt recorded one
+            print(f"  a pre-image of the move was recorded: {'yes' if pre else 'no'}")
+        pre = pre if isinstance(pre, dict) else {}
         before = (pre.get("read_back") or {}).get("joints") or {}
         for name, j in before.items():  # where the arm was when this attempt began
             print(f"  before the move {name}: at {j['position_rad']:+.4f} rad")
