@@ -405,23 +405,37 @@ def test_every_arm_crash_point_resumes_with_at_most_one_action_per_move(
     _killed_then_resumed(tmp_path, point)
 
 
-def test_a_second_demo_on_the_same_data_dir_is_refused_naming_the_first(tmp_path: Path) -> None:
+@pytest.mark.parametrize("arm", [False, True], ids=["reaches", "arm"])
+def test_a_second_demo_on_the_same_data_dir_is_refused_naming_the_first(
+    tmp_path: Path, arm: bool
+) -> None:
+    """Refused before it writes or starts anything: the first demo's host.toml (which its
+    `tether stop --config` reads to find the arm) is left as it is, no second arm is
+    started, and no stream is advertised."""
     long = ["--targets", "2", "--episodes", "1", "--steps", "400000", "--port", "0"]
+    if arm:
+        long += ["--operator", "auto-reissue"]
     with subprocess.Popen(
-        demo_argv(tmp_path, *long), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+        demo_argv(tmp_path, *long, arm=arm),
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
     ) as first:
         try:
             assert first.stdout is not None
             for line in first.stdout:
                 if line.startswith("reach-0000") and "running" in line:
                     break
+            generated = (tmp_path / "host.toml").read_bytes() if arm else b""
             second = subprocess.run(
-                demo_argv(tmp_path, *long),
+                demo_argv(tmp_path, *long, arm=arm),
                 capture_output=True,
                 text=True,
                 timeout=120,
                 stdin=subprocess.DEVNULL,
             )
+            if arm:
+                assert (tmp_path / "host.toml").read_bytes() == generated
         finally:
             first.kill()
             first.wait()
@@ -430,6 +444,7 @@ def test_a_second_demo_on_the_same_data_dir_is_refused_naming_the_first(tmp_path
     assert second.returncode == _exit.UNAVAILABLE, second.stdout + second.stderr
     (line,) = second.stderr.strip().splitlines()
     assert "daemon_running" in line and f"pid {first.pid}" in line
+    assert "AG-UI stream" not in second.stdout + second.stderr
 
 
 def test_wait_leaves_the_move_parked_exit_3_and_the_same_command_resumes_it(

@@ -612,7 +612,31 @@ def _mission(args: argparse.Namespace) -> tuple[Mission, Any, Path] | int:
     except DataDirError as exc:
         error_line("tether demo", exc)
         return EXIT_USAGE
+    if (taken := _running_on(data_dir)) is not None:
+        # Another demo (or `tether serve`) runs on this data dir: refused before its host.toml
+        # is rewritten (the running one's `tether stop` reads it to find the arm) or an arm
+        # started. The daemon's own lock still decides a start that races this check.
+        error_line("tether demo", taken)
+        return _exit.for_error(taken, EXIT_UNAVAILABLE)
     return mission, component, data_dir
+
+
+def _running_on(data_dir: Path) -> CodedError | None:
+    """`daemon_running` when a daemon holds the data dir's lock (or the state dir's of the
+    host.toml the demo generates there), naming its pid; None when none does."""
+    from tether.serve.locks import DaemonRunning, running
+
+    for lock in (data_dir / "serve.lock", data_dir / "state" / "serve.lock"):
+        owner = running(lock)
+        if owner is not None:
+            return DaemonRunning(
+                "daemon_running",
+                f"a tether demo or tether serve already runs on {data_dir} (pid"
+                f" {owner.get('pid') or '?'}): nothing was started or written; stop it, or"
+                " pass another --data-dir",
+                details={"lock": str(lock), "owner": owner},
+            )
+    return None
 
 
 def _open(
