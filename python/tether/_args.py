@@ -24,6 +24,7 @@ import argparse
 import difflib
 import errno
 import json
+import math
 import logging
 import os
 import re
@@ -186,7 +187,25 @@ def refuse(
             "message": message,
             "details": details or {},
         }
-        print(json.dumps(doc, default=str), flush=True)
+        print(json_text(doc), flush=True)
+
+
+def json_text(doc: Any) -> str:
+    """``doc`` as strict JSON (RFC 8259): a value a command was given and refuses may be a
+    NaN or an infinity, which JSON cannot hold (Python would write the bare `NaN` token, which
+    strict parsers refuse): such a number is written as its text ("nan", "inf", "-inf"), and
+    anything else JSON has no type for as its `str`."""
+
+    def finite(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return str(value)
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [finite(v) for v in value]
+        return value
+
+    return json.dumps(finite(doc), default=str, allow_nan=False)
 
 
 def interrupted(prog: str) -> None:

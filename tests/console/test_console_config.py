@@ -56,3 +56,34 @@ def test_a_misspelled_console_key_names_the_nearest() -> None:
     with pytest.raises(HostConfigError) as info:
         parse_serve({"console_max_evidence_age": 5}, state_dir=STATE, robots=1)
     assert "console_max_evidence_age_s" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_refusal_of_a_non_finite_number_is_strict_json(tmp_path: Path, value: str) -> None:
+    """`--json` refusals are one strict JSON document: the refused value NaN or an infinity,
+    which JSON cannot hold, is written as its text, never the bare `NaN` token that strict
+    parsers (a browser's `JSON.parse`, `jq`) refuse."""
+    import json
+    import subprocess
+    import sys
+
+    config = tmp_path / "host.toml"
+    config.write_text(
+        f'[host]\nstate_dir = "{tmp_path / "state"}"\n'
+        f"\n[serve]\nfamilies = [\"tether.serve.families:sim_families\"]\n"
+        f"console_max_evidence_age_s = {value}\n"
+    )
+
+    def strict(token: str) -> object:
+        raise ValueError(f"not JSON: {token}")
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    doc = json.loads(done.stdout, parse_constant=strict)
+    assert doc["code"] == "bad_console", doc
+    assert doc["details"]["value"] == str(float(value)), doc

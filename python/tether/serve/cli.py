@@ -40,7 +40,8 @@ exit codes: 0 stopped on a signal; 1 a fatal error (safe-stopped first), workers
 did not close within the shutdown bound of the safe stop (`shutdown_stalled`), a store's server
 refused the login (`login_refused`), a schema the role may not use or create the stores in
 (`schema_denied`), a catalog clock the role may not read (`clock_unavailable`); 2 usage or
-configuration (an unknown [serve] key; a stream, console, gRPC or live address off loopback
+configuration (an unknown [serve] key; a bad stream, console, gRPC or live setting: `bad_sse`,
+`bad_console`, `bad_grpc`, `bad_live`; a stream, console, gRPC or live address off loopback
 without [tls]: `insecure_listener`; the bridge's [remote]: `bad_remote`, `bad_remote_token`,
 `insecure_remote`; a store URL: `bad_url`, `no_such_database`, `no_such_schema`, an empty one:
 `bad_store_url`; the catalog and the world ledger in one SQLite file: `same_store_file`, one on
