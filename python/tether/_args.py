@@ -24,8 +24,8 @@ import argparse
 import difflib
 import errno
 import json
-import math
 import logging
+import math
 import os
 import re
 import sys

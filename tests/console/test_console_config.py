@@ -70,7 +70,7 @@ def test_a_refusal_of_a_non_finite_number_is_strict_json(tmp_path: Path, value: 
     config = tmp_path / "host.toml"
     config.write_text(
         f'[host]\nstate_dir = "{tmp_path / "state"}"\n'
-        f"\n[serve]\nfamilies = [\"tether.serve.families:sim_families\"]\n"
+        f'\n[serve]\nfamilies = ["tether.serve.families:sim_families"]\n'
         f"console_max_evidence_age_s = {value}\n"
     )
 
