@@ -155,10 +155,12 @@ def test_an_empty_store_flag_is_a_usage_error(tmp_path: Path, command: str, flag
 def test_a_moves_follower_reads_the_daemons_lease_and_settle_timeout(tmp_path: Path) -> None:
     """`tether move` through a daemon follows a move as long as the daemon's own `[serve]`
     lease and settle timeout allow (never its own flags' or defaults')."""
-    from tether.serve.config import timing_for
+    from tether.serve.config import load_serve
 
     path = tmp_path / "host.toml"
     path.write_text("[serve]\nlease_ms = 9000\nsettle_timeout_s = 120.0\n")
-    assert timing_for(SimpleNamespace(path=path)) == (9000, 120.0)
+    served = load_serve(path, state_dir=tmp_path, robots=1)
+    assert (served.lease_ms, served.settle_timeout_s) == (9000, 120.0)
     path.write_text("[host]\n")
-    assert timing_for(SimpleNamespace(path=path)) == (30_000, 30.0)
+    served = load_serve(path, state_dir=tmp_path, robots=1)
+    assert (served.lease_ms, served.settle_timeout_s) == (30_000, 30.0)

@@ -229,3 +229,39 @@ def test_operator_show_of_an_unreadable_device_says_why_in_words(
     said = capsys.readouterr().out
     assert "device not read" in said and "device read -" not in said, said
     assert "error: port_owned: path:/dev/pts/0 is owned by pid 19461" in said, said
+
+
+@pytest.mark.parametrize(
+    ("serve", "code"),
+    [
+        ("settle_timeout_s = -100", "bad_settle_timeout"),
+        ("lease_ms = 0", "bad_lease"),
+        ('workers = "2"', "wrong_type"),
+    ],
+)
+def test_a_bad_serve_value_is_refused_by_move_as_serve_refuses_it(
+    tmp_path: Path, serve: str, code: str
+) -> None:
+    """`tether move` reads `[serve]` (a daemon's lease and settle timeout bound how long it
+    follows a move): a value `tether serve` and `tether status` refuse is exit 2 here too,
+    before anything is submitted, never a move followed for a negative time and called
+    "pending"."""
+    import json
+    import subprocess
+    import sys
+
+    from _dxl_setup import write_config
+    from tether import _exit
+
+    config_path = write_config(tmp_path, "/dev/null")
+    config_path.write_text(config_path.read_text() + f"\n[serve]\n{serve}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "move", "--config", str(config_path), "--robot",
+         "arm", "--activity", "m1", "--joint", "a=0.1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == _exit.USAGE, (done.stdout, done.stderr)
+    assert json.loads(done.stdout)["code"] == code, done.stdout
+    assert not (tmp_path / "state" / "moves" / "catalog.db").exists()

@@ -298,17 +298,6 @@ def host_name_for(config: Any) -> str:
 
 
 @_naming_file
-def timing_for(config: Any) -> tuple[int, float]:
-    """The attempt lease (ms) and the settle timeout (s) a host configuration's daemon runs
-    moves under: `[serve] lease_ms` and `settle_timeout_s`, else their defaults."""
-    table = _serve_table(config)
-    return (
-        table.integer("lease_ms", DEFAULT_LEASE_MS),
-        table.number("settle_timeout_s", DEFAULT_SETTLE_TIMEOUT_S),
-    )
-
-
-@_naming_file
 def catalog_url_for(config: Any) -> str | None:
     """The catalog URL of a host configuration (`[serve] catalog`), or None: the data dir's
     `catalog.db` (what `tether operator` reads with no daemon, as the daemon does)."""

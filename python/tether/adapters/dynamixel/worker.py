@@ -568,10 +568,14 @@ def main(argv: list[str]) -> int:
         )
         check_request(config.robot(request.robot), request)
         usable_dir(data_dir_of(config), what="the moves data dir")  # checked before use
-        from tether.serve.config import catalog_url_for, timing_for, world_url_for
+        from tether.serve.config import catalog_url_for, load_serve, world_url_for
 
         named = [u for u in (catalog_url_for(config), world_url_for(config)) if u is not None]
-        served_lease_ms, served_settle_s = timing_for(config)  # a daemon's, if one runs
+        # The whole [serve] table is checked as `tether serve` and `tether status` check it
+        # (a bad value is exit 2 here too); its lease and settle timeout are a daemon's, if one
+        # runs, and bound how long this command follows the move.
+        served = load_serve(config.path, state_dir=config.state_dir, robots=len(config.robots))
+        served_lease_ms, served_settle_s = served.lease_ms, served.settle_timeout_s
     except (TetherError, MoveRequestError) as exc:
         error_line("tether move", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)
