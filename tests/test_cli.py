@@ -113,6 +113,21 @@ def test_a_worker_on_a_file_is_one_line_from_the_dispatcher(tmp_path: Path, a_fi
     assert a_file.read_text() == "precious\n"
 
 
+def test_a_worker_on_a_missing_sqlite_data_dir_is_refused_and_makes_nothing(
+    tmp_path: Path,
+) -> None:
+    """On SQLite a worker opens DATA_DIR/catalog.db of a Host or `tether serve`: a data dir
+    that does not exist is a mistyped one, refused (exit 2, `no_such_directory`), never made
+    with an empty catalog the worker would wait on for ever."""
+    families = "tether.families.sim.adapter:worker_families"
+    typo = tmp_path / "tether-dta"
+    done = tether("worker", str(typo), "--families", families)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    line = one_line(done, "tether worker: no_such_directory: worker data_dir")
+    assert str(typo) in line and "nothing was created" in line
+    assert not typo.exists()
+
+
 def test_a_worker_for_another_host_than_its_robots_is_refused(tmp_path: Path) -> None:
     """A worker claiming host "arm-host-a"'s device work with a configuration whose robots are
     "arm-host-b"'s would run a's moves on b's arm: refused before anything opens (exit 2), one
@@ -122,6 +137,7 @@ def test_a_worker_for_another_host_than_its_robots_is_refused(tmp_path: Path) ->
     families = "tether.families.robot_move.family:families_from_env"
     env = {"TETHER_HOST_CONFIG": str(config)}
     data = tmp_path / "data"
+    data.mkdir()
     done = tether("worker", str(data), "--families", families, "--host", "arm-host-a", env=env)
     assert done.returncode == 2, done.stderr
     line = one_line(done, "tether worker: bad_families: family physical_ai.robot_move drives")

@@ -19,6 +19,7 @@ FAMILIES = "tether.families.robot_move.family:families_from_env"
 
 
 def _worker(config: Path, data: Path) -> subprocess.Popen[str]:
+    data.mkdir(exist_ok=True)  # a worker's SQLite data dir is one that exists
     env = {**clean_env(), "TETHER_HOST_CONFIG": str(config)}
     argv = [sys.executable, "-m", "tether", "worker", str(data), "--families", FAMILIES]
     return subprocess.Popen(
@@ -58,6 +59,7 @@ def test_a_robot_worker_without_a_host_configuration_says_how_to_give_one(
     tmp_path: Path,
 ) -> None:
     env = {k: v for k, v in clean_env().items() if k != "TETHER_HOST_CONFIG"}
+    (tmp_path / "data").mkdir()
     argv = [sys.executable, "-m", "tether", "worker", str(tmp_path / "data"), "--families"]
     done = subprocess.run([*argv, FAMILIES], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2, done.stderr

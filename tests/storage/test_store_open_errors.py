@@ -329,6 +329,7 @@ def test_a_scheme_is_read_in_any_case_and_a_misspelt_one_is_a_bad_url(
 def test_a_families_factory_that_fails_is_a_configuration_error(tmp_path: Path) -> None:
     """A factory that raises (here `json.loads`, which `tether worker` calls with a path) is
     `bad_families` (exit 2), one line, never an internal error (70)."""
+    (tmp_path / "wd").mkdir()
     worker = _run("worker", str(tmp_path / "wd"), "--families", "json:loads")
     assert worker.returncode == _exit.USAGE, worker.stderr
     line = _refusal(worker, "tether worker")

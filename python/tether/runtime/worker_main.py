@@ -378,8 +378,21 @@ def main(argv: list[str]) -> int:
         error_line("tether worker", e)
         return _exit.USAGE
     try:  # private to this user, as `tether serve`'s: checked before anything is made in it
-        args.data_dir = usable_dir(args.data_dir, what="worker data_dir")
+        # On SQLite the catalog is DATA_DIR/catalog.db of a Host or `tether serve`: a data dir
+        # that does not exist is a mistyped one (made, it would hold an empty catalog nobody
+        # writes, and the worker would wait on it for ever). Its stores elsewhere, a worker
+        # makes its own data dir (its artifacts' cache).
+        args.data_dir = usable_dir(
+            args.data_dir, what="worker data_dir", create=args.catalog is not None
+        )
     except DataDirError as e:
+        if e.code == "no_such_directory":
+            e = DataDirError(
+                e.code,
+                f"{e.message}: on SQLite a worker opens the catalog.db of a Host's or `tether"
+                " serve`'s data dir; name that one (nothing was created)",
+                details=e.details,
+            )
         error_line("tether worker", e)
         return _exit.for_error(e, default=_exit.USAGE)
     try:
