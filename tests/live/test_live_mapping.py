@@ -122,5 +122,46 @@ def test_a_session_through_the_catalog(tmp_path: Path) -> None:
         assert snap["runtime"] == {"state": "idle"}
 
 
+def test_fresh_evidence_supersedes_the_approval_of_the_revision_it_replaced(
+    tmp_path: Path,
+) -> None:
+    """A re-read while an Activity awaits a decision (evidence revision 2) makes the approval
+    of revision 1 `superseded` in the events and in the canonical record alike: a GUI never
+    keeps a pending approval whose decision the catalog would refuse."""
+    clock = ManualClock()
+    ws = "ws"
+    with Catalog.open(f"sqlite://{tmp_path / 'c.db'}", clock=clock) as cat:
+        a = key("a1")
+        view = LiveOverlay(ws, "w1")
+
+        def publish() -> dict:
+            rec = cat.get(a)
+            assert rec is not None
+            for ev in interaction_updates(rec, workspace_id=ws, now_ms=clock() + 1):
+                assert view.apply(validate_live_event(ev)) in ("applied", "unchanged"), ev
+            return {i: x["status"] for i, x in view.snapshot()["interactions"].items()}
+
+        def canonical() -> dict:
+            rec = cat.get(a)
+            assert rec is not None
+            record = session_record(ws, "w1", [rec])
+            return {i: x["status"] for i, x in record["interactions"].items()}
+
+        one, two = (f"approval:w1/sim.rollout/a1/{n}" for n in (1, 2))
+        cat.admit(admission(a))
+        claim = cat.claim("w-old", 1_000)
+        assert claim is not None
+        cat.bind_provider_operation(a, claim.fence, operation_id_for(a))
+        clock.advance(2_000)
+        again = cat.claim("w-new", 1_000)
+        assert again is not None
+        cat.record_unknown(a, again.fence, Evidence("ev://1", "sha256:e1"), 60_000)
+        assert publish() == canonical() == {one: "pending"}
+        cat.refresh_evidence(a, 1, Evidence("ev://2", "sha256:e2"))
+        assert publish() == canonical() == {one: "superseded", two: "pending"}
+        cat.resolve(a, Decision.recovered(result("ra"), evidence_revision=2, operator="op"))
+        assert publish() == {one: "superseded", two: "answered"}
+
+
 def test_the_package_docstrings_run() -> None:
     assert doctest.testmod(tether.live, raise_on_error=True).attempted > 0

@@ -16,7 +16,9 @@ The mapping (seed 002 vocabulary on the left, seed 003 on the right):
 - A parked Activity (awaiting an operator decision on evidence revision N) is an
   ``interaction`` of kind ``approval``, status ``pending``, request id
   ``approval:<world>/<kind>/<activity id>/<N>``; once decided it is ``answered`` and its
-  ``output`` holds the decision.
+  ``output`` holds the decision. Fresh evidence (a re-read: revision N+1, awaiting a decision)
+  makes the request of N ``superseded`` (a decision naming N is refused): every revision after
+  the last decided one and before the awaited one is, at most `SUPERSEDED_SHOWN` of them.
 - The turn settles when every Activity its receipt admitted has settled: ``phase`` is
   ``settled``, ``outcome`` ``completed`` (or ``failed`` when a result failed, with an error
   naming the failed messages), ``activeTurnId`` null. Before that the phase is ``waiting``
@@ -38,6 +40,9 @@ TOOL_CALL_KIND = "tool_call"
 TURN_PREFIX = "receipt:"
 MESSAGE_PREFIX = "toolcall:"
 APPROVAL_PREFIX = "approval:"
+#: At most this many superseded approvals of one Activity are kept in its interactions (the
+#: latest ones; each is a re-read an operator asked for while it awaited a decision).
+SUPERSEDED_SHOWN = 32
 
 
 def _join(prefix: str, parts: Iterable[str]) -> str:
@@ -216,6 +221,22 @@ def interactions_for(record: ActivityRecord) -> list[dict[str, Any]]:
             }
         )
     if record.awaiting_decision and (d is None or d.evidence_revision != record.evidence_revision):
+        # Each revision since the last decided one, before the awaited one, was awaited and
+        # replaced by fresher evidence (`refresh_evidence`): its request is superseded.
+        first = max(0 if d is None else d.evidence_revision, 0) + 1
+        first = max(first, record.evidence_revision - SUPERSEDED_SHOWN)
+        for revision in range(first, record.evidence_revision):
+            out.append(
+                {
+                    **base,
+                    "requestId": request_id_for(k, revision),
+                    "status": "superseded",
+                    "input": {"activityId": k.activity_id, "evidenceRevision": revision},
+                    "output": None,
+                    "createdAtUnixMs": min(record.admitted_at_ms, parked_at),
+                    "updatedAtUnixMs": parked_at,
+                }
+            )
         evidence = record.evidence
         out.append(
             {
