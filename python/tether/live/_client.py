@@ -112,6 +112,7 @@ class LiveClient:
         window: int = 1024,
         ssl: _ssl.SSLContext | None = None,
         transient: Callable[[BaseException], bool] | None = None,
+        locate: Callable[[], str] | None = None,
     ) -> None:
         if token_via not in ("header", "subprotocol"):
             raise ValueError(f"token_via must be 'header' or 'subprotocol', got {token_via!r}")
@@ -120,6 +121,8 @@ class LiveClient:
         self.url = url
         self.reread = reread
         """The canonical read (replaceable: a reconnect to another daemon)."""
+        self._locate = locate
+        self._relocate = False  # a transient failure: `locate` the URL again before connecting
         self._token = token
         self._token_via = token_via
         self._origin = origin
@@ -178,9 +181,22 @@ class LiveClient:
                 return exc.code in DAEMON_AWAY
             return transient_failure(exc)
 
+        def url(base: str) -> str:
+            return f"{base}/{quote(world, safe=':@+')}"  # as `LiveServer.url_for` quotes it
+
+        def locate() -> str:
+            # A restarted daemon may serve live on another port (`live = "HOST:0"`): its lock
+            # record names the one it serves now.
+            now = client.request({"op": "ping"}).get("live")
+            if not isinstance(now, str):
+                raise ClientError(
+                    "live_off", 'the daemon serves no live endpoint ([serve] live = "off")'
+                )
+            return url(now)
+
         first = client.live_canonical(world)  # the session's identity (opens the feed)
         return cls(
-            f"{base}/{quote(world, safe=':@+')}",  # as `LiveServer.url_for` quotes it
+            url(base),
             reread,
             workspace_id=str(first["workspace_id"]),
             agent_session_id=str(first["record"]["agentSessionId"]),
@@ -190,6 +206,7 @@ class LiveClient:
             window=window,
             ssl=ssl,
             transient=transient,
+            locate=locate,
         )
 
     @property
@@ -283,7 +300,9 @@ class LiveClient:
         failure `transient` accepts (the server away: the connection refused, a 503, a lost
         handshake; a 429; for `for_daemon` also a daemon that is restarting) is retried after a
         backoff from `retry_s` to `max_retry_s`, or after the refusal's ``Retry-After`` when it
-        asks for longer (`retry_after_s`); any other one is raised."""
+        asks for longer (`retry_after_s`); any other one is raised. After such a failure the
+        URL is located again first where the client has a ``locate`` (`for_daemon`: the
+        daemon's record, so a daemon restarted on another port is found)."""
         delay = retry_s
         reread_due = False
         while not stop.is_set():
@@ -292,6 +311,9 @@ class LiveClient:
                     await self.reconcile()
                     reread_due = False
                 if self.conn is None:
+                    if self._relocate and self._locate is not None:
+                        self.url = await asyncio.to_thread(self._locate)
+                    self._relocate = False
                     await self.connect()
                 recv = asyncio.ensure_future(self.receive())
                 halt = asyncio.ensure_future(stop.wait())
@@ -313,6 +335,7 @@ class LiveClient:
             except Exception as exc:
                 if not self._transient(exc):
                     raise
+                self._relocate = True  # the server away: where it serves may have changed
                 self.retries[type(exc).__name__] += 1
                 asked = retry_after_s(exc)
                 await self._pause(stop, delay if asked is None else max(delay, asked))
