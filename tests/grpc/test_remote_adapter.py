@@ -107,9 +107,12 @@ def test_the_remote_killed_mid_move_is_reconciled_after_its_restart_with_one_mot
             tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
         )
         with daemon(config) as (proc, ready):
+            channel, control = stub(ready["grpc"])
+            # The token verified once before the move (argon2id per principal, one check at a
+            # time per address): the polls below then answer at once, while the move runs.
+            control.ListOperations(pb.ListOperationsRequest(), metadata=bearer(), timeout=30)
             host.create_world("bridge")
             host.commit_tick("bridge", [intent("cut", request())])
-            channel, control = stub(ready["grpc"])
             deadline = time.monotonic() + 60
             while True:
                 record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "cut"))
