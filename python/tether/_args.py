@@ -208,17 +208,24 @@ def json_text(doc: Any) -> str:
     return json.dumps(finite(doc), default=str, allow_nan=False)
 
 
-def interrupted(prog: str) -> None:
-    """A command ended by SIGINT (Ctrl-C) before it concluded: `PROG: interrupted` on stderr
-    and, when JSON was asked for, its document on stdout (a script never reads nothing)."""
-    print(f"{prog}: interrupted", file=sys.stderr)
+class Terminated(KeyboardInterrupt):
+    """SIGTERM taken as Ctrl-C is (a command that ends on it as on SIGINT): said as SIGTERM."""
+
+    signal_name = "SIGTERM"
+
+
+def interrupted(prog: str, signal_name: str = "SIGINT") -> None:
+    """A command ended by SIGINT (Ctrl-C), or a SIGTERM it takes alike (`Terminated`), before
+    it concluded: `PROG: interrupted (SIGNAL)` on stderr and, when JSON was asked for, its
+    document on stdout (a script never reads nothing)."""
+    print(f"{prog}: interrupted ({signal_name})", file=sys.stderr)
     sys.stderr.flush()
     if _json_wanted:
         doc = {
             "status": "interrupted",
             "code": "interrupted",
-            "message": "interrupted (SIGINT) before it concluded",
-            "details": {},
+            "message": f"interrupted ({signal_name}) before it concluded",
+            "details": {"signal": signal_name},
         }
         print(json.dumps(doc), flush=True)
 

@@ -159,10 +159,10 @@ def _dispatch(args: list[str]) -> int:
         code: int = module.main(rest)
     except BrokenPipeError:
         raise
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if _debug():
             traceback.print_exc()
-        _args.interrupted(f"tether {name}")
+        _args.interrupted(f"tether {name}", getattr(exc, "signal_name", "SIGINT"))
         return _exit.INTERRUPTED
     except (TetherError, OSError) as exc:
         if _debug():

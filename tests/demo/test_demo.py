@@ -226,7 +226,7 @@ def test_sigterm_ends_the_demo_as_ctrl_c_does(tmp_path: Path) -> None:
         "reach-0000 ran",
     )
     assert code == 130, (out, err)
-    assert "tether demo: interrupted" in err, err
+    assert "tether demo: interrupted (SIGTERM)" in err, err  # named as the signal it was
 
 
 def test_sigterm_during_linger_ends_it_with_the_runs_code(tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tether import _exit
-from tether._args import Parser, error_line, refuse
+from tether._args import Parser, Terminated, error_line, refuse
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._listen import ListenerError
@@ -1080,7 +1080,7 @@ class _Sigterm:
         self.pending = True
         if self.phase == "run":
             self.phase = "closing"
-            raise KeyboardInterrupt
+            raise Terminated
         if self.phase == "linger":
             self.phase = "closing"
             raise _LingerEnded
@@ -1090,7 +1090,7 @@ class _Sigterm:
         self.phase = "run"
         if self.pending:
             self.phase = "closing"
-            raise KeyboardInterrupt
+            raise Terminated
 
 
 def main(argv: list[str]) -> int:
