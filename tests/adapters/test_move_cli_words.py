@@ -265,3 +265,36 @@ def test_a_bad_serve_value_is_refused_by_move_as_serve_refuses_it(
     assert done.returncode == _exit.USAGE, (done.stdout, done.stderr)
     assert json.loads(done.stdout)["code"] == code, done.stdout
     assert not (tmp_path / "state" / "moves" / "catalog.db").exists()
+
+
+def test_operator_resume_and_reboot_answer_in_words_on_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resume (the latch's own answer) and a reboot say what happened in a sentence, never
+    a `key=value` dump of the daemon's answer."""
+    from tether.devices.latch import StopLatch
+    from tether.operator.cli import _print
+
+    latch = StopLatch(tmp_path)
+    latch.latch("arm", by="console Stop by operator alice")
+    _print(latch.resume("arm", operator="bob"), False)
+    said = capsys.readouterr().out
+    assert said.startswith("arm: resumed by bob; it was stopped by console Stop by operator alice")
+    assert " UTC. New moves run again." in said and "=" not in said, said
+    reboot = {
+        "robot": "arm",
+        "rebooted_ids": [1, 2],
+        "operator": "bob",
+        "read_back": {
+            "joints": {"shoulder": {"position_rad": 0.25, "torque_on": False}},
+            "read_at_ms": 1,
+        },
+        "refreshed": [{"key": "local/k/m1", "revision": 3, "changes": ["rebooted"]}],
+    }
+    _print(reboot, False)
+    said = capsys.readouterr().out
+    assert said.splitlines() == [
+        "arm: rebooted ids [1, 2] by bob",
+        "  shoulder: at +0.2500 rad, torque off",
+        "  local/k/m1: fresh evidence, revision 3",
+    ], said

@@ -451,6 +451,24 @@ def _print(doc: Any, as_json: bool) -> None:
         for s in sent:
             print(f"  sent {s.get('instruction')} id {s.get('id')} at {_when(s.get('t_ms'))}")
         return
+    if "resumed_by" in doc:  # `resume`: the latch cleared
+        by = doc.get("stopped_by") or "-"
+        print(
+            f"{doc.get('robot')}: resumed by {doc['resumed_by']}; it was stopped by {by}"
+            f" at {_when(doc.get('stopped_at_ms'))}. New moves run again."
+        )
+        return
+    if "rebooted_ids" in doc:  # `reboot`: what each joint reads now
+        print(f"{doc.get('robot')}: rebooted ids {doc['rebooted_ids']} by {doc.get('operator')}")
+        joints = (doc.get("read_back") or {}).get("joints") or {}
+        for name, j in joints.items():
+            if isinstance(j, dict) and isinstance(j.get("position_rad"), int | float):
+                torque = "on" if j.get("torque_on") else "off"
+                print(f"  {name}: at {j['position_rad']:+.4f} rad, torque {torque}")
+        for item in doc.get("refreshed") or []:
+            if isinstance(item, dict):
+                print(f"  {item.get('key')}: fresh evidence, revision {item.get('revision')}")
+        return
     print(" ".join(f"{k}={v}" for k, v in doc.items()))
 
 
