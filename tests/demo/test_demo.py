@@ -185,6 +185,11 @@ def test_a_different_mission_in_the_same_data_dir_is_refused(tmp_path: Path) -> 
     for flag, value in (("--workers", "0"), ("--lease-ms", "1"), ("--port", "70000")):
         wrong = _run(tmp_path / "w", flag, value)
         assert wrong.returncode == 2 and f"usage: {flag} must" in wrong.stderr, wrong.stderr
+    # A power loss asked for after the last move would never happen: said, not ignored.
+    never = _run(tmp_path / "v", "--moves", "2", "--power-loss", "7", "--port", "0")
+    assert never.returncode == 2, (never.stdout, never.stderr)
+    assert "usage: --power-loss must name one of the 2 moves (0 to 1" in never.stderr
+    assert not (tmp_path / "v").exists()
     bad = _run(tmp_path / "x", "--targets", "1", "--episodes", "0", "--port", "0")
     assert bad.returncode == 2 and "episodes" in bad.stderr
     # A mission of no targets or no steps runs nothing it could report: a usage error before

@@ -208,10 +208,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--power-loss",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
         help="the emulated arm loses power right after the ACTION of move N (counted from 0; "
-        "negative: never) (default: %(default)s)",
+        "negative: never) (default: 1, when there is a move 1)",
     )
     p.add_argument(
         "--operator",
@@ -555,7 +555,8 @@ def _prepare_arm(args: argparse.Namespace, data_dir: Path, out: TextIO) -> _Arm 
             operator = Auto(name, str(mode), secret)
         credential_hash = hash_secret(secret)
         del secret
-    loss = args.power_loss if wants_arm and 0 <= args.power_loss < len(targets) else None
+    asked = 1 if args.power_loss is None else args.power_loss
+    loss = asked if wants_arm and 0 <= asked < len(targets) else None
     emulator = None
     if wants_arm:
         goals = arm_mod.goals_ticks(targets[loss]) if loss is not None else None
@@ -1138,6 +1139,11 @@ def _main(argv: list[str], sigterm: _Sigterm) -> int:
         parser.error(
             f"--seed must be in [0, {MAX_SEED - (args.targets - 1)}] with --targets"
             f" {args.targets} (reach N uses seed+N, at most {MAX_SEED}), got {args.seed}"
+        )
+    if args.power_loss is not None and args.moves > 0 and args.power_loss >= args.moves:
+        parser.error(  # asked for a power loss no move of the run could have
+            f"--power-loss must name one of the {args.moves} moves (0 to {args.moves - 1};"
+            f" negative: never), got {args.power_loss}"
         )
     if not 0 <= args.moves <= len(arm_mod.TARGETS):
         parser.error(
