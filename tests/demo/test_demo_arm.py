@@ -565,3 +565,40 @@ def test_the_demos_stream_shows_the_arm_moves_too(tmp_path: Path) -> None:
     assert sorted(moves) == ["move-0000", "move-0001", "move-0002"], sorted(moves)
     assert all(c["state"] == "done" for c in moves.values()), moves
     assert moves["move-0001"]["attempt"] > 1  # parked by the power loss, then re-issued
+
+
+def test_an_unattended_run_whose_arm_was_stopped_says_how_to_resume_it(tmp_path: Path) -> None:
+    """`tether stop` latches the arm of an `--operator auto-*` run: the run ends parked (exit
+    3), and since its credential was never shown, it says to resume through a run that asks
+    (a passphrase its operator chooses), never to give `resume` a credential nobody has."""
+    data = tmp_path / "data"
+    argv = demo_argv(data, "--targets", "1", "--episodes", "1", "--steps", "20000", "--port",
+                     "0", "--operator", "auto-reissue", "--power-loss", "-1", arm=True)  # fmt: skip
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+    ) as demo:
+        try:
+            assert demo.stdout is not None
+            lines = []
+            for line in demo.stdout:
+                lines.append(line)
+                if "move-0000" in line:
+                    break
+            stop = subprocess.run(
+                [sys.executable, "-m", "tether", "stop", "--config", str(data / "host.toml")],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert stop.returncode == 0, stop.stdout + stop.stderr
+            rest, _ = demo.communicate(timeout=120)
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+                demo.wait()
+    said = "".join(lines) + rest
+    assert demo.returncode == _exit.PARKED, said
+    assert "this unattended run's credential was never shown: run the demo with --operator ask" in (
+        said
+    )
+    assert f"tether operator --config {data / 'host.toml'} resume arm" in said

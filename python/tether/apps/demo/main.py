@@ -882,11 +882,23 @@ def _arm_code(run: _Run) -> int:
             )
         robot = run.arm.robot
         if robot is not None and StopLatch(run.arm.config.state_dir).latched(robot):
-            run.board.message(
-                f"  the arm is stopped (latched): while that demo runs, resume it from another"
-                f" terminal: tether operator --config {run.arm.config_path} resume {robot}"
-                " --credential-stdin"
-            )
+            if isinstance(run.arm.operator, Auto):
+                # Its credential lived in this run's memory only: no one can give it to
+                # `resume`, and the next unattended run makes another. A run that asks (on a
+                # terminal) has a passphrase its operator chose.
+                run.board.message(
+                    "  the arm is stopped (latched), and this unattended run's credential was"
+                    " never shown: run the demo with --operator ask on a terminal (choose a"
+                    " passphrase), and while it runs resume the arm from another terminal:"
+                    f" tether operator --config {run.arm.config_path} resume {robot}"
+                    " --credential-stdin"
+                )
+            else:
+                run.board.message(
+                    f"  the arm is stopped (latched): while that demo runs, resume it from"
+                    f" another terminal: tether operator --config {run.arm.config_path} resume"
+                    f" {robot} --credential-stdin"
+                )
         return EXIT_PARKED
     return EXIT_OK
 
