@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 import tether.live
-from tether.activities import ActivityKey, Catalog, Decision, Evidence, Receipt, operation_id_for
+from tether.activities import (
+    ActivityKey,
+    Catalog,
+    Decision,
+    Evidence,
+    Receipt,
+    RetryGuard,
+    operation_id_for,
+)
 from tether.live import (
     LiveOverlay,
     interaction_updates,
@@ -18,6 +26,7 @@ from tether.live import (
     parse_turn_id,
     runtime_update,
     session_record,
+    trace_lines,
     tool_call_delta,
     turn_id_for,
     turn_update,
@@ -159,8 +168,16 @@ def test_fresh_evidence_supersedes_the_approval_of_the_revision_it_replaced(
         assert publish() == canonical() == {one: "pending"}
         cat.refresh_evidence(a, 1, Evidence("ev://2", "sha256:e2"))
         assert publish() == canonical() == {one: "superseded", two: "pending"}
-        cat.resolve(a, Decision.recovered(result("ra"), evidence_revision=2, operator="op"))
+        guard = RetryGuard("guard://proof", "sha256:g")
+        cat.resolve(a, Decision.absent(guard, evidence_revision=2, operator="op"))
         assert publish() == {one: "superseded", two: "answered"}
+        # Named as the operator decided it (`reissue`), beside the catalog's outcome.
+        answered = view.snapshot()["interactions"][two]["output"]
+        assert (answered["decision"], answered["outcome"]) == ("reissue", "absent"), answered
+        decided = cat.get(a)
+        assert decided is not None
+        said = [line.text for line in trace_lines(decided, None)]
+        assert "operator op decided reissue on evidence revision 2" in said, said
 
 
 def test_the_package_docstrings_run() -> None:

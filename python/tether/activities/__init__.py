@@ -76,6 +76,7 @@ from tether.activities._clock import (
     wall_clock_ms,
 )
 from tether.activities._types import (
+    DECISION_WORDS,
     ActivityKey,
     ActivityRecord,
     Admission,
@@ -112,6 +113,7 @@ __all__ = [
     "Claim",
     "ClockLike",
     "Decision",
+    "DECISION_WORDS",
     "DecisionOutcome",
     "Evidence",
     "FixedBootClock",

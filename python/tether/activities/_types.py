@@ -13,6 +13,10 @@ if TYPE_CHECKING:
     from tether.errors import CatalogRejection
 
 DecisionOutcome = Literal["recovered", "absent", "abandon"]
+#: The operator's word for each outcome (`tether operator resolve --decision`, the console):
+#: `done` records a result, `reissue` proves the earlier attempt gone (the work runs again),
+#: `abandon` records a failed result.
+DECISION_WORDS: dict[str, str] = {"recovered": "done", "absent": "reissue", "abandon": "abandon"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
-from tether.activities import ActivityKey, ActivityRecord, Receipt
+from tether.activities import DECISION_WORDS, ActivityKey, ActivityRecord, Receipt
 
 TOOL_ROLE = "tool"
 TOOL_CALL_KIND = "tool_call"
@@ -215,7 +215,12 @@ def interactions_for(record: ActivityRecord) -> list[dict[str, Any]]:
                 "requestId": request_id_for(k, d.evidence_revision),
                 "status": "answered",
                 "input": {"activityId": k.activity_id, "evidenceRevision": d.evidence_revision},
-                "output": {"outcome": d.outcome, "operator": d.operator, "note": d.note},
+                "output": {
+                    "outcome": d.outcome,
+                    "decision": DECISION_WORDS.get(d.outcome, d.outcome),
+                    "operator": d.operator,
+                    "note": d.note,
+                },
                 "createdAtUnixMs": min(parked_at, d.decided_at_ms),
                 "updatedAtUnixMs": d.decided_at_ms,
             }

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tether.activities import ActivityRecord, Receipt
+from tether.activities import DECISION_WORDS, ActivityRecord, Receipt
 from tether.operations import JournalError, Operation
 
 __all__ = [
@@ -189,8 +189,8 @@ def catalog_lines(record: ActivityRecord) -> list[TraceLine]:
             TraceLine(
                 f"decision:{d.evidence_revision}",
                 d.decided_at_ms,
-                f"operator {d.operator} decided {d.outcome} on evidence revision "
-                f"{d.evidence_revision}{note}",
+                f"operator {d.operator} decided {DECISION_WORDS.get(d.outcome, d.outcome)} on"
+                f" evidence revision {d.evidence_revision}{note}",
             )
         )
     if r.recorded_result is not None:

@@ -63,7 +63,7 @@ from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._listen import ListenerError
 from tether._sqlite_files import StoreFileError, describe, storage_failure
-from tether.activities import ActivityKey, ActivityRecord
+from tether.activities import DECISION_WORDS, ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.agui import message_id as message_id  # re-exported: callers name it here
 from tether.apps.demo import arm as arm_mod
@@ -913,7 +913,7 @@ def _summary(run: _Run) -> str:
 
 
 #: A catalog decision's outcome, as the operator named it.
-_DECIDED = {"absent": "reissue", "abandon": "abandon", "recovered": "done"}
+_DECIDED = DECISION_WORDS
 
 
 def _decisions(run: _Run) -> None:
