@@ -298,3 +298,48 @@ def test_operator_resume_and_reboot_answer_in_words_on_a_terminal(
         "  shoulder: at +0.2500 rad, torque off",
         "  local/k/m1: fresh evidence, revision 3",
     ], said
+
+
+def test_fresh_evidence_of_an_unreadable_move_keeps_its_read_error_as_history(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A move parked `device_unreadable`, re-read once the device is back: the new revision
+    holds the fresh read-back, and the open error is history (when it parked), never shown
+    as the device's error beside a read-back of 0.8 s ago."""
+    from typing import Any, cast
+
+    from tether.families.robot_move.operator import RobotMoveReview
+    from tether.operator.cli import _print
+
+    parked = {
+        "operation_id": "op",
+        "reason": "device_unreadable",
+        "error": "open_failed: /dev/pts/9: No such file or directory",
+        "sent": [],
+        "preimage": True,
+        "read_back": None,
+        "hardware_errors": {},
+    }
+    joint = {"id": 1, "position_rad": 0.1, "goal_rad": 0.1, "velocity_rad_s": 0.0}
+    joint |= {"moving": False, "torque_on": True, "staged_write": False, "hardware_errors": []}
+    fresh = {"robot": "arm", "read_at_ms": 1, "joints": {"shoulder": joint}}
+    review = RobotMoveReview(cast("Any", None), cast("Any", None))
+    refreshed = review.refreshed(parked, fresh, ["re-read by alice"])
+    assert "error" not in refreshed and refreshed["read_back"] == fresh
+    assert refreshed["unreadable_when_parked"] == parked["error"]
+    _print(
+        {
+            "key": "local/physical_ai.robot_move.absolute/U1",
+            "operation_id": "op",
+            "revision": 2,
+            "evidence_age_ms": 10,
+            "device_state_age_ms": 800,
+            "reason": "device_unreadable",
+            "evidence": refreshed,
+        },
+        False,
+    )
+    said = capsys.readouterr().out
+    assert "\nerror:" not in said and "device read 0.8 s ago" in said, said
+    assert "when it parked the device could not be read: open_failed: /dev/pts/9" in said
+    assert "shoulder: at +0.1000 rad" in said

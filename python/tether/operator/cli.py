@@ -423,6 +423,9 @@ def _print(doc: Any, as_json: bool) -> None:
         evidence = doc["evidence"] or {}
         if evidence.get("error"):  # why the device could not be read (device_unreadable)
             print(f"error: {evidence['error']}")
+        elif evidence.get("unreadable_when_parked"):  # read since (the fresh read-back below)
+            why = evidence["unreadable_when_parked"]
+            print(f"when it parked the device could not be read: {why}")
         joints = (evidence.get("read_back") or {}).get("joints") or {}
         for name, j in joints.items():
             errors = ", ".join(j.get("hardware_errors") or []) or "none"

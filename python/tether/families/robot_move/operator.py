@@ -78,7 +78,10 @@ class RobotMoveReview:
         self, evidence: dict[str, Any], fresh: dict[str, Any], changes: list[str]
     ) -> dict[str, Any]:
         errors = decide.hardware_errors(decide.ReadBack.from_si(fresh))
-        return {**evidence, "read_back": fresh, "hardware_errors": errors, "changes": changes}
+        out = {**evidence, "read_back": fresh, "hardware_errors": errors, "changes": changes}
+        if "error" in out:  # the device read now: why it could not be read is history
+            out["unreadable_when_parked"] = out.pop("error")
+        return out
 
     def done_result(
         self, record: ActivityRecord, fresh: dict[str, Any], verdict: dict[str, Any]
