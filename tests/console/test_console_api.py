@@ -109,8 +109,32 @@ def test_a_loopback_live_stream_says_when_its_session_ended_and_goes_on(host: Ho
                     said = line.removeprefix("event: ")
             else:
                 pytest.fail("the stream ended without saying the session ended")
-            # It goes on: the next frames still come.
-            assert any(line.startswith("event: ") for line in lines)
+            # It goes on: the next frames (or, with nothing changed, its keepalive) still come.
+            assert any(line.startswith(("event: ", ": keepalive")) for line in lines)
+
+
+def test_the_live_stream_sends_the_devices_again_only_when_they_change(host: Host) -> None:
+    """At rest the devices event is sent once, not every second for a read time that moved:
+    the page rebuilds the device cards on each one (their Stop buttons too, and the keyboard
+    focus on one). A change (a stop latches the arm) is sent."""
+    with host.http() as http, http.stream("GET", "/api/live") as live:
+        lines = live.iter_lines()
+        devices = 0
+        deadline = time.monotonic() + 15
+        for line in lines:  # until the keepalive: nothing else was sent for 10 s
+            if line == "event: devices":
+                devices += 1
+            if line.startswith(": keepalive") or time.monotonic() > deadline:
+                break
+        assert devices == 1, devices
+        stop = http.post("/api/stop", json={"robot": "arm"}, headers={"X-Tether-Stop": "1"})
+        assert stop.status_code == 200, stop.text
+        said = None
+        for line in lines:
+            if said == "devices":
+                assert json.loads(line.removeprefix("data: "))["devices"][0]["latched"] is True
+                break
+            said = line.removeprefix("event: ") if line.startswith("event: ") else said
 
 
 def test_state_changing_requests_need_the_session_csrf_json_and_this_origin(

@@ -494,6 +494,17 @@ def parse_frames(data: bytes) -> tuple[list[dict[str, Any]], str | None]:
     return events, last
 
 
+def _device_facts(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The device documents without their read-backs' read times (what a change is)."""
+    out = []
+    for d in devices:
+        read = d.get("read_back")
+        if isinstance(read, dict):
+            d = {**d, "read_back": {k: v for k, v in read.items() if k != "read_at_ms"}}
+        out.append(d)
+    return out
+
+
 def _sse(name: str, doc: Any) -> bytes:
     data = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     return f"event: {name}\ndata: {data}\n\n".encode()
@@ -945,8 +956,11 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                     if now >= next_devices:
                         next_devices = now + DEVICES_EVERY_S
                         doc = console.devices()
-                        if doc != devices_doc:
-                            devices_doc = doc
+                        # Sent when a device changed, not when only its read time did: the page
+                        # rebuilds its cards on each (their Stop buttons too, and the keyboard
+                        # focus on one).
+                        if _device_facts(doc) != devices_doc:
+                            devices_doc = _device_facts(doc)
                             write(
                                 _sse(
                                     "devices",
