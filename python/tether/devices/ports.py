@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -133,7 +134,7 @@ class IdentityLock:
                 details={"lock": str(self.path)},
             ) from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            take_exclusive(fd)
         except BlockingIOError:
             os.close(fd)
             owner = read_owner(self.path)
@@ -168,8 +169,29 @@ def read_owner(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+#: How long `take_exclusive` tries again for an exclusive lock it could not take at once: a
+#: process testing whether the lock is held (`is_locked`, any `tether status` or client)
+#: holds it shared for a moment, which must never be taken for an owner.
+TAKE_RETRY_S = 0.25
+
+
+def take_exclusive(fd: int) -> None:
+    """An exclusive non-blocking `flock` on ``fd``; `BlockingIOError` only when another
+    process still holds it after `TAKE_RETRY_S` (an owner, not a passing `is_locked`)."""
+    deadline = time.monotonic() + TAKE_RETRY_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
+
+
 def is_locked(path: Path) -> bool:
-    """True while some process holds the identity lock at `path`."""
+    """True while some process holds the identity lock at `path`. (It tests by taking the
+    lock shared for a moment: an exclusive taker meanwhile tries again, `take_exclusive`.)"""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -220,4 +242,6 @@ __all__ = [
     "owner_socket_of",
     "read_owner",
     "resolve_port",
+    "TAKE_RETRY_S",
+    "take_exclusive",
 ]

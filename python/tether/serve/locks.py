@@ -9,14 +9,13 @@ daemon's socket is never unlinked. A client finds the daemon by the lock being h
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from tether._coded import CodedError
-from tether.devices.ports import is_locked, read_owner
+from tether.devices.ports import is_locked, read_owner, take_exclusive
 
 
 class DaemonRunning(CodedError):
@@ -34,7 +33,7 @@ class InstanceLock:
     def acquire(self, record: dict[str, Any]) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            take_exclusive(fd)  # a client testing the lock (`running`) is no owner
         except BlockingIOError:
             os.close(fd)
             owner = read_owner(self.path)
