@@ -242,6 +242,11 @@ def error_fields(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
         where = f": {exc.filename}" if exc.filename else ""
         return name, f"{exc.strerror or first}{where}", {}
     if not isinstance(code, str) or not code:
+        from tether._sqlite_files import describe, storage_failure
+
+        kind = storage_failure(exc)  # a failed write of the disk, however it was raised
+        if kind is not None:
+            return kind, f"{describe(kind)}: {first}", {}
         return type(exc).__name__, first, {}
     if not isinstance(message, str) or not message:
         message = first.removeprefix(f"{code}: ")

@@ -343,3 +343,34 @@ def test_fresh_evidence_of_an_unreadable_move_keeps_its_read_error_as_history(
     assert "\nerror:" not in said and "device read 0.8 s ago" in said, said
     assert "when it parked the device could not be read: open_failed: /dev/pts/9" in said
     assert "shoulder: at +0.1000 rad" in said
+
+
+def test_a_move_whose_stores_cannot_be_written_names_the_disk_not_a_class(tmp_path: Path) -> None:
+    """A file-size limit (a real RLIMIT_FSIZE) refuses the stores' first writes: exit 6, one
+    line and a JSON code naming the disk's failure, never an error class's name."""
+    import json
+    import resource
+    import subprocess
+    import sys
+
+    from _dxl_setup import write_config
+    from tether import _exit
+
+    config_path = write_config(tmp_path, "/dev/null")
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_480, resource.RLIM_INFINITY))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "move", "--config", str(config_path), "--robot",
+         "arm", "--activity", "m1", "--joint", "a=0.1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit,
+    )  # fmt: skip
+    assert done.returncode == _exit.STORAGE_IO, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["code"] in ("storage_io_error", "file_too_large"), doc
+    assert done.stderr.startswith(f"tether move: {doc['code']}: "), done.stderr

@@ -274,6 +274,7 @@ def migrate(conn: sqlite3.Connection, *, upgrade: bool = True, where: str = "") 
             rederive(conn)
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # a failed COMMIT (a full disk) has rolled back already
+            conn.execute("ROLLBACK")
         raise
     return found

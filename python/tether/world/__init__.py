@@ -18,6 +18,7 @@ from tether.world._errors import (
     WorldError,
     WorldExists,
     WorldNotFound,
+    WorldStorageError,
 )
 from tether.world._open import open_ledger
 from tether.world._port import WorldLedger
@@ -54,6 +55,7 @@ __all__ = [
     "WorldFacts",
     "WorldLedger",
     "WorldNotFound",
+    "WorldStorageError",
     "WorldSnapshot",
     "Writer",
     "canonical_json",

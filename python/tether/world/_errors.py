@@ -27,6 +27,19 @@ class WorldError(TetherError):
     """Base of every error raised by the world ledger."""
 
 
+class WorldStorageError(WorldError):
+    """The ledger's file refused a statement or its COMMIT (a full disk, a file-size limit,
+    an I/O error, a read-only file system): nothing of the transaction was written. Its
+    `code` is `disk_full`, `file_too_large` or `storage_io_error` (see
+    `tether._sqlite_files.storage_failure`), else `storage_error`; `message` is one line."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.details: dict[str, str] = {}
+
+
 class WorldNotFound(WorldError):
     """The named world does not exist in this ledger."""
 

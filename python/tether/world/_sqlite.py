@@ -41,7 +41,13 @@ from types import MappingProxyType
 from tether._sqlite_files import hold_sqlite_file
 from tether.storage._errors import SchemaOutdated, StoreDamaged, damage_of, other_store
 from tether.world import _rules as rules
-from tether.world._errors import HeadConflict, ReceiptRejected, WorldError, WorldNotFound
+from tether.world._errors import (
+    HeadConflict,
+    ReceiptRejected,
+    WorldError,
+    WorldNotFound,
+    WorldStorageError,
+)
 from tether.world._locks import WorldLocks
 from tether.world._rules import HeadFacts, WorldFacts
 from tether.world._types import CommittedTickReceipt, ComponentWrite, WorldSnapshot, Writer
@@ -159,7 +165,8 @@ def _migrate(db: sqlite3.Connection, where: str, *, upgrade: bool) -> int:
         )
         db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        if db.in_transaction:  # a failed COMMIT (a full disk) has rolled back already
+            db.execute("ROLLBACK")
         raise
     return found
 
@@ -258,16 +265,38 @@ class SqliteLedger:
         # connection, opened with synchronous=NORMAL; both are used under the one mutex.
         db = self._db if sync else self._unsynced
         with self._mutex:
-            db.execute("BEGIN IMMEDIATE")
             try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            else:
-                db.execute("COMMIT")
-                self.commits += 1
-                self.synced_commits += sync
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+                else:
+                    db.execute("COMMIT")
+            except sqlite3.Error as e:
+                # The file refused a statement or the COMMIT (a full disk, say): nothing of
+                # the transaction was written (a failed COMMIT of SQLite rolls back).
+                if db.in_transaction:
+                    try:
+                        db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                raise self._storage_error(e) from e
+            self.commits += 1
+            self.synced_commits += sync
+
+    def _storage_error(self, e: sqlite3.Error) -> WorldStorageError:
+        from tether._sqlite_files import describe, storage_failure
+
+        kind = storage_failure(e)
+        said = describe(kind) if kind is not None else str(e)
+        return WorldStorageError(
+            kind or "storage_error",
+            f"the world ledger {self._path} could not be written: {said}; nothing of the"
+            " transaction was written (free space, then run the same command again)",
+        )
 
     @staticmethod
     def _facts(db: sqlite3.Connection, world_id: str) -> WorldFacts | None:
