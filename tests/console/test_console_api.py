@@ -135,6 +135,7 @@ def test_the_live_stream_sends_the_devices_again_only_when_they_change(host: Hos
                 assert json.loads(line.removeprefix("data: "))["devices"][0]["latched"] is True
                 break
             said = line.removeprefix("event: ") if line.startswith("event: ") else said
+    _resume(host.config)  # the host is the module's: its next test moves the arm
 
 
 def test_state_changing_requests_need_the_session_csrf_json_and_this_origin(
