@@ -182,7 +182,13 @@ def test_a_different_mission_in_the_same_data_dir_is_refused(tmp_path: Path) -> 
     afile = _run(tmp_path / "afile", "--moves", "0", "--port", "0")
     assert afile.returncode == 2 and "not_a_directory" in afile.stderr, afile.stderr
     assert "AG-UI stream" not in afile.stdout + afile.stderr
-    for flag, value in (("--workers", "0"), ("--lease-ms", "1"), ("--port", "70000")):
+    for flag, value in (
+        ("--workers", "0"),
+        ("--lease-ms", "1"),
+        ("--port", "70000"),
+        ("--linger", "inf"),  # once slept: an overflow after the run (exit 70)
+        ("--linger", "nan"),  # once no linger at all, said nowhere
+    ):
         wrong = _run(tmp_path / "w", flag, value)
         assert wrong.returncode == 2 and f"usage: {flag} must" in wrong.stderr, wrong.stderr
     # A power loss asked for after the last move would never happen: said, not ignored.

@@ -1120,6 +1120,10 @@ def main(argv: list[str]) -> int:
             signal.signal(signal.SIGTERM, before)
 
 
+#: The longest `--linger` (a week): a run that serves its stream longer is a service.
+MAX_LINGER_S = 7 * 24 * 3600.0
+
+
 def _main(argv: list[str], sigterm: _Sigterm) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -1127,7 +1131,10 @@ def _main(argv: list[str], sigterm: _Sigterm) -> int:
         (args.workers < 1, f"--workers must be >= 1, got {args.workers}"),
         (args.lease_ms < 100, f"--lease-ms must be >= 100, got {args.lease_ms}"),
         (not 0 <= args.port <= 65535, f"--port must be in [0, 65535], got {args.port}"),
-        (args.linger < 0, f"--linger must not be negative, got {args.linger:g}"),
+        (
+            not 0 <= args.linger <= MAX_LINGER_S,  # NaN too
+            f"--linger must be in [0, {MAX_LINGER_S:g}] seconds, got {args.linger:g}",
+        ),
         (
             args.wait_subscribers < 0,
             f"--wait-subscribers must not be negative, got {args.wait_subscribers:g}",
