@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
+from pathlib import Path
 
 import pytest
 from tether._core import ActivityStore
@@ -164,3 +166,47 @@ def test_retention_bounds_must_be_counts(bad: dict[str, object]) -> None:
     stream, _ = _live()
     with pytest.raises(ValueError, match="must be an int"):
         LiveActivities(stream, **bad)  # type: ignore[arg-type]
+
+
+def test_a_workers_stream_keeps_only_its_most_recent_results(tmp_path: Path) -> None:
+    """`tether worker --sse-port`: a worker never sees an Activity settle, so an attempt that
+    returns the result concludes its message (`LiveAdapter`); the stream then holds the most
+    recent `retain_settled` of them, however many the worker runs, and an attempt that ends
+    without a result (an error) stays held."""
+    from tether.activities import ResultRef
+    from tether.runtime import ArtifactStore, AttemptContext
+    from tether.runtime.worker_main import LiveAdapter
+
+    artifacts = ArtifactStore(tmp_path / "artifacts")
+
+    class Echo:
+        """Stores its request as the result; refuses the one named "bad"."""
+
+        def execute(self, ctx: AttemptContext, request: dict[str, object]) -> ResultRef:
+            if request.get("bad"):
+                raise ValueError("refused")
+            return artifacts.put_bytes(json.dumps(request).encode(), "application/json")
+
+        def reconcile(self, ctx: AttemptContext, request: dict[str, object]) -> object:
+            raise AssertionError("not reconciled here")
+
+    stream = RunStream("thread", "run", StoreState(), clock=lambda: 1_764_489_600_000)
+    stream.start()
+    live = LiveActivities(stream, retain_settled=3, remember_settled=3)
+    adapter = LiveAdapter(Echo(), live)  # type: ignore[arg-type]
+
+    def context(key: ActivityKey) -> AttemptContext:
+        return AttemptContext(
+            key=key, operation_id=f"op-{key.activity_id}", fence=1, attempt=1,
+            may_execute=True, artifacts=artifacts, renew=lambda: None,
+        )  # fmt: skip
+
+    bad = ActivityKey("w", "k", "bad")
+    with pytest.raises(ValueError):
+        adapter.execute(context(bad), {"bad": True})
+    keys = [ActivityKey("w", "k", f"a{i}") for i in range(20)]
+    for key in keys:
+        adapter.execute(context(key), {"n": key.activity_id})
+    assert live.keys() == [bad, *keys[-3:]]
+    assert live.content(keys[-1])["state"] == "result"  # type: ignore[index]
+    assert live.content(bad)["state"] == "error"  # type: ignore[index]

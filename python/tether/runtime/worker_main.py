@@ -186,8 +186,17 @@ class LiveAdapter:
         self.inner = inner
         self.live = live
 
-    def _report(self, ctx: AttemptContext, *, fresh: bool = False, **changes: Any) -> None:
+    def _report(
+        self, ctx: AttemptContext, *, fresh: bool = False, final: bool = False, **changes: Any
+    ) -> None:
+        """``final``: the attempt returned the Activity's result (its last report here), so
+        the message is concluded: the stream keeps it among its most recent settled ones
+        only (`LiveActivities`: bounded however long the worker runs), and reports nothing
+        more of it."""
         try:
+            if final:
+                self.live.conclude(ctx.key, {"attempt": ctx.attempt, **changes})
+                return
             report = self.live.reset if fresh else self.live.update
             report(ctx.key, attempt=ctx.attempt, **changes)
         except Exception:  # the live stream must never fail an attempt
@@ -202,7 +211,7 @@ class LiveAdapter:
             self._report(ctx, state="error", error=f"{type(e).__name__}: {e}")
             raise
         if isinstance(result, ResultRef):
-            self._report(ctx, state="result", result=result_summary(result))
+            self._report(ctx, final=True, state="result", result=result_summary(result))
         return result
 
     def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> ReconcileOutcome:
@@ -214,7 +223,7 @@ class LiveAdapter:
             self._report(ctx, state="error", error=f"{type(e).__name__}: {e}")
             raise
         if isinstance(outcome, Recovered):
-            self._report(ctx, state="recovered", result=result_summary(outcome.result))
+            self._report(ctx, final=True, state="recovered", result=result_summary(outcome.result))
         elif isinstance(outcome, ConfirmedAbsent):
             self._report(ctx, state="confirmed_absent")
         elif isinstance(outcome, Unknown):
