@@ -46,7 +46,7 @@ def data_dir(tmp_path: Path, *, settled: int = 3, unsettled: bool = True) -> Pat
     """A data dir whose catalog has ``settled`` Activities settled in 1970 (ManualClock) and,
     with ``unsettled``, one admitted and one with a result pending observation."""
     d = tmp_path / "data"
-    d.mkdir()
+    d.mkdir(parents=True)
     with Catalog.open(f"sqlite://{d / 'catalog.db'}", clock=ManualClock()) as cat:
         for i in range(settled):
             settle_one(cat, key(f"s{i}"))
@@ -259,3 +259,12 @@ def test_status_and_upgrade_share_prunes_error_shape_and_exit_codes(tmp_path: Pa
     failed = tether("db", "upgrade", url)
     assert failed.returncode == 5
     one_line(failed, "tether db: catalog_newer:")
+
+
+def test_prune_reads_a_data_dir_whose_path_holds_a_percent_sign(tmp_path: Path) -> None:
+    """A path is a name, never a URL: `%20` in it is three characters (SQLite's `file:` URI
+    decodes them unless quoted, and prune called the data dir no Tether data directory)."""
+    d = data_dir(tmp_path / "lab%20a")
+    done = tether("db", "prune", "--data-dir", str(d), "--older-than", "30d", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["compacted"] == 3

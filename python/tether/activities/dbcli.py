@@ -231,7 +231,9 @@ def _catalog_path(data_dir: Path) -> Path:
 
 def _schema_version(path: Path) -> int:
     """The catalog's schema version, read only (0: not a Tether catalog)."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    from urllib.parse import quote
+
+    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)  # a % or # is a name
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not {"activities", "schema_version"} <= tables:
