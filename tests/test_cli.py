@@ -179,3 +179,15 @@ def test_stop_on_a_host_with_no_robot_says_nothing_was_stopped(tmp_path: Path) -
         assert "no_robot" in done.stderr and "nothing was stopped" in done.stderr
         if extra:
             assert json.loads(done.stdout)["code"] == "no_robot"
+
+
+def test_operator_list_and_show_on_a_host_where_nothing_ran_make_nothing(tmp_path: Path) -> None:
+    """Standalone `list` and `show` are read-only: on a fresh host they answer (nothing awaits
+    a decision; no such activity) and create no state dir, data dir or catalog."""
+    config = tmp_path / "host.toml"
+    config.write_text(f'[host]\nstate_dir = "{tmp_path / "state"}"\n')
+    listed = tether("operator", "--config", str(config), "--json", "list")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
+    shown = tether("operator", "--config", str(config), "--json", "show", "local/k/x")
+    assert shown.returncode == 1 and json.loads(shown.stdout)["code"] == "unknown_activity"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["host.toml"]

@@ -188,6 +188,20 @@ def main(argv: list[str]) -> int:
             return _no_daemon(args, config)
         data_dir = _data_dir(args, config)
         url = _catalog_url(args, config)
+        if url is None and not (data_dir / "catalog.db").exists():
+            # Nothing ran on this host yet: read-only, so nothing is made to say so.
+            if args.cmd == "list":
+                _print([], as_json)
+                return EXIT_OK
+            from tether.operator.errors import OperatorRejection
+
+            return _rejected(
+                OperatorRejection(
+                    "unknown_activity",
+                    f"no activity {args.id}: {data_dir} holds no catalog (nothing ran here yet)",
+                ),
+                as_json,
+            )
         catalog = Catalog.open(url or "sqlite://" + str((data_dir / "catalog.db").absolute()))
     except TetherError as exc:
         error_line("tether operator", exc)
@@ -313,7 +327,10 @@ def _data_dir(args: argparse.Namespace, config: HostConfig[Any] | None) -> Path:
     if config is not None:
         from tether.serve.config import data_dir_for
 
-        return Path(usable_dir(data_dir_for(config), what="the moves data dir")).resolve()
+        given = Path(data_dir_for(config))
+        if not given.exists():  # nothing ran on this host yet: read, never made, here
+            return given.resolve()
+        return Path(usable_dir(given, what="the moves data dir", create=False)).resolve()
     raise _usage("give --data-dir or --config")
 
 
