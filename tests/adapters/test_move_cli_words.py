@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tether.adapters.dynamixel.worker import _say_text
@@ -247,21 +250,13 @@ def test_a_bad_serve_value_is_refused_by_move_as_serve_refuses_it(
     before anything is submitted, never a move followed for a negative time and called
     "pending"."""
     import json
-    import subprocess
-    import sys
 
     from _dxl_setup import write_config
     from tether import _exit
 
     config_path = write_config(tmp_path, "/dev/null")
     config_path.write_text(config_path.read_text() + f"\n[serve]\n{serve}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", "move", "--config", str(config_path), "--robot",
-         "arm", "--activity", "m1", "--joint", "a=0.1", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )  # fmt: skip
+    done = _move_m1(config_path)
     assert done.returncode == _exit.USAGE, (done.stdout, done.stderr)
     assert json.loads(done.stdout)["code"] == code, done.stdout
     assert not (tmp_path / "state" / "moves" / "catalog.db").exists()
@@ -306,7 +301,7 @@ def test_fresh_evidence_of_an_unreadable_move_keeps_its_read_error_as_history(
     """A move parked `device_unreadable`, re-read once the device is back: the new revision
     holds the fresh read-back, and the open error is history (when it parked), never shown
     as the device's error beside a read-back of 0.8 s ago."""
-    from typing import Any, cast
+    from typing import cast
 
     from tether.families.robot_move.operator import RobotMoveReview
     from tether.operator.cli import _print
@@ -350,8 +345,6 @@ def test_a_move_whose_stores_cannot_be_written_names_the_disk_not_a_class(tmp_pa
     line and a JSON code naming the disk's failure, never an error class's name."""
     import json
     import resource
-    import subprocess
-    import sys
 
     from _dxl_setup import write_config
     from tether import _exit
@@ -361,16 +354,22 @@ def test_a_move_whose_stores_cannot_be_written_names_the_disk_not_a_class(tmp_pa
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_480, resource.RLIM_INFINITY))
 
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", "move", "--config", str(config_path), "--robot",
-         "arm", "--activity", "m1", "--joint", "a=0.1", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        preexec_fn=limit,
-    )  # fmt: skip
+    done = _move_m1(config_path, preexec_fn=limit)
     assert done.returncode == _exit.STORAGE_IO, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
     doc = json.loads(done.stdout)
     assert doc["code"] in ("storage_io_error", "file_too_large"), doc
     assert done.stderr.startswith(f"tether move: {doc['code']}: "), done.stderr
+
+
+def _move_m1(config_path: Path, **run: Any) -> subprocess.CompletedProcess[str]:
+    """`tether move --json` of activity m1 (joint a to 0.1 rad) on the robot arm of
+    ``config_path``, in a process of its own (``run``: more `subprocess.run` arguments)."""
+    return subprocess.run(
+        [sys.executable, "-m", "tether", "move", "--config", str(config_path), "--robot",
+         "arm", "--activity", "m1", "--joint", "a=0.1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        **run,
+    )  # fmt: skip

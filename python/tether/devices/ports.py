@@ -14,11 +14,11 @@ import fcntl
 import hashlib
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from tether import _flock
 from tether._dirs import usable_dir
 from tether.transport import DeviceIdentityError, PortBusy, TransportError
 
@@ -178,15 +178,7 @@ TAKE_RETRY_S = 0.25
 def take_exclusive(fd: int) -> None:
     """An exclusive non-blocking `flock` on ``fd``; `BlockingIOError` only when another
     process still holds it after `TAKE_RETRY_S` (an owner, not a passing `is_locked`)."""
-    deadline = time.monotonic() + TAKE_RETRY_S
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.005)
+    _flock.take_exclusive(fd, within_s=TAKE_RETRY_S)
 
 
 def is_locked(path: Path) -> bool:

@@ -200,27 +200,20 @@ def _upgrading(path: str) -> Iterator[None]:
 def _flock_within(fd: int, path: str) -> None:
     """Take the upgrade lock, waiting as long as a PostgreSQL upgrade waits for its own
     (`MIGRATION_LOCK_TIMEOUT_MS`), else `MigrationLockTimeout` (nothing was written)."""
-    import fcntl
-    import time
-
+    from tether._flock import take_exclusive
     from tether.storage._errors import MigrationLockTimeout
     from tether.storage._pg_schema import MIGRATION_LOCK_TIMEOUT_MS
 
     waited = MIGRATION_LOCK_TIMEOUT_MS
-    deadline = time.monotonic() + waited / 1000
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise MigrationLockTimeout(
-                    "migration_lock_timeout",
-                    f"another `tether db upgrade` of {path} kept its lock for more than"
-                    f" {waited / 1000:g} s: nothing was written; run this again once it is done",
-                    details={"store": "", "where": path, "waited_ms": waited},
-                ) from None
-            time.sleep(0.05)
+    try:
+        take_exclusive(fd, within_s=waited / 1000, every_s=0.05)
+    except BlockingIOError:
+        raise MigrationLockTimeout(
+            "migration_lock_timeout",
+            f"another `tether db upgrade` of {path} kept its lock for more than"
+            f" {waited / 1000:g} s: nothing was written; run this again once it is done",
+            details={"store": "", "where": path, "waited_ms": waited},
+        ) from None
 
 
 def _sqlite_upgrade(url: str, store: str | None) -> tuple[list[StoreStatus], list[StoreStatus]]:
