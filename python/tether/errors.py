@@ -107,6 +107,7 @@ _LAZY: dict[str, str] = {
             "WorldError",
             "WorldExists",
             "WorldNotFound",
+            "WorldStorageError",
         ),
         "tether.world._errors",
     ),
@@ -153,6 +154,7 @@ if TYPE_CHECKING:
         WorldError as WorldError,
         WorldExists as WorldExists,
         WorldNotFound as WorldNotFound,
+        WorldStorageError as WorldStorageError,
     )
     from tether.storage._errors import CommitUnknown as CommitUnknown
     from tether.storage._errors import MigrationLockTimeout as MigrationLockTimeout

@@ -193,8 +193,17 @@ def main(argv: list[str]) -> int:
             if args.cmd == "list":
                 _print([], as_json)
                 return EXIT_OK
+            from tether.operations import check_operation_id
+            from tether.operator.decisions import parse_key
             from tether.operator.errors import OperatorRejection
 
+            try:  # the id is checked as a lookup checks it, before anything is said of it
+                if args.id.count("/") >= 2:
+                    parse_key(args.id)
+                else:
+                    check_operation_id(args.id)
+            except TetherError as exc:  # a bad key or operation id, as `show` refuses it
+                return _rejected(exc, as_json)
             return _rejected(
                 OperatorRejection(
                     "unknown_activity",
