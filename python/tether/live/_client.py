@@ -188,9 +188,9 @@ class LiveClient:
             # A restarted daemon may serve live on another port (`live = "HOST:0"`): its lock
             # record names the one it serves now.
             now = client.request({"op": "ping"}).get("live")
-            if not isinstance(now, str):
+            if not isinstance(now, str):  # still starting its listeners: asked again
                 raise ClientError(
-                    "live_off", 'the daemon serves no live endpoint ([serve] live = "off")'
+                    "live_unavailable", "the daemon serves no live endpoint now; asking again"
                 )
             return url(now)
 
