@@ -959,8 +959,9 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                         # Sent when a device changed, not when only its read time did: the page
                         # rebuilds its cards on each (their Stop buttons too, and the keyboard
                         # focus on one).
-                        if _device_facts(doc) != devices_doc:
-                            devices_doc = _device_facts(doc)
+                        facts = _device_facts(doc)
+                        if facts != devices_doc:
+                            devices_doc = facts
                             write(
                                 _sse(
                                     "devices",
