@@ -18,6 +18,7 @@ import pytest
 from tether.activities import Catalog
 from tether.activities.dbcli import _parser, parse_duration
 from tether.storage._schema import LATEST
+from tether.storage._urls import sqlite_url
 
 from tests.activities.support import ManualClock, admission, bound_claim, key, result
 from tests.activities.test_retention import settle_one
@@ -47,7 +48,7 @@ def data_dir(tmp_path: Path, *, settled: int = 3, unsettled: bool = True) -> Pat
     with ``unsettled``, one admitted and one with a result pending observation."""
     d = tmp_path / "data"
     d.mkdir(parents=True)
-    with Catalog.open(f"sqlite://{d / 'catalog.db'}", clock=ManualClock()) as cat:
+    with Catalog.open(sqlite_url(d / "catalog.db"), clock=ManualClock()) as cat:
         for i in range(settled):
             settle_one(cat, key(f"s{i}"))
         if unsettled:

@@ -130,7 +130,7 @@ def test_a_sqlite_url_is_read_as_the_stores_read_it_and_any_file_name_works(
     odd = tmp_path / "100% sure"
     with Host(odd, [], workers=0, observe=False) as host:  # a data dir's default catalog
         url = host.catalog_url
-    assert url == f"sqlite://{odd / 'catalog.db'}"  # what a message asks to paste
+    assert url == f"sqlite://{tmp_path}/100%25 sure/catalog.db"  # what a message asks to paste
     assert _status(url, capsys) == (0, {"catalog": (_schema.LATEST, "current")})
     four = "sqlite:///" + str(odd / "catalog.db")  # the form older messages printed
     assert _status(four, capsys) == (0, {"catalog": (_schema.LATEST, "current")})

@@ -54,7 +54,7 @@ from tether.errors import TetherError
 from tether.storage import SqliteCatalogStore
 from tether.storage import dbcli as schema_cli
 from tether.storage._schema import LATEST
-from tether.storage._urls import redact
+from tether.storage._urls import redact, sqlite_url
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = _exit.OK, _exit.FAILED, _exit.USAGE
 EXIT_STORE, EXIT_UNAVAILABLE = _exit.STORE_UNUSABLE, _exit.UNAVAILABLE
@@ -296,9 +296,9 @@ def prune(
         raise PruneFailed(
             "migration_needed",
             f"catalog.db has schema version {found}, this Tether uses {LATEST}: stop every "
-            f"Tether process using it, then run `tether db upgrade sqlite://{path.absolute()}`",
+            f"Tether process using it, then run `tether db upgrade {sqlite_url(path.absolute())}`",
         )
-    with Catalog.open("sqlite://" + str(path.absolute())) as catalog:
+    with Catalog.open(sqlite_url(path.absolute())) as catalog:
         store = catalog.store
         assert isinstance(store, SqliteCatalogStore)  # a data dir's catalog is SQLite
         before = _space(store)

@@ -38,6 +38,7 @@ from tether.errors import TetherError
 from tether.operator.decisions import DECISIONS, DeviceReview, listing, show
 from tether.runtime import ArtifactStore
 from tether.runtime._artifacts import shared_for
+from tether.storage._urls import sqlite_url
 
 #: Each family's device review, by dotted path (loaded on first use: the operator imports no
 #: family or protocol package): kind prefix -> (review class, its journal class, the journal's
@@ -211,7 +212,7 @@ def main(argv: list[str]) -> int:
                 ),
                 as_json,
             )
-        catalog = Catalog.open(url or "sqlite://" + str((data_dir / "catalog.db").absolute()))
+        catalog = Catalog.open(url or sqlite_url((data_dir / "catalog.db").absolute()))
     except TetherError as exc:
         error_line("tether operator", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)

@@ -52,7 +52,7 @@ from tether.runtime._wakeup import (
     Wakeup,
 )
 from tether.runtime._worker import Worker
-from tether.storage._urls import check_separate_files
+from tether.storage._urls import check_separate_files, sqlite_url
 from tether.world import (
     CommittedTickReceipt,
     ComponentWrite,
@@ -131,12 +131,10 @@ class Host:
             )
         self.data_dir = Path(data_dir).resolve()
         # sqlite:///abs/path.db: the form `tether db` takes, pasted from a message as it is.
-        self.catalog_url = catalog_url or "sqlite://" + str(
-            (self.data_dir / "catalog.db").absolute()
-        )
+        self.catalog_url = catalog_url or sqlite_url((self.data_dir / "catalog.db").absolute())
         if ledger is None:  # one SQLite file for both stores: refused before anything is made
             check_separate_files(
-                self.catalog_url, world_url or "sqlite://" + str(self.data_dir / "world.db")
+                self.catalog_url, world_url or sqlite_url(self.data_dir / "world.db")
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.families = tuple(families)

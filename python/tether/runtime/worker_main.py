@@ -63,6 +63,7 @@ from tether.storage._urls import (
     check_one_backend,
     check_separate_files,
     redact,
+    sqlite_url,
     unsupported_url,
 )
 from tether.transport import PortBusy
@@ -126,7 +127,7 @@ def run_workers(
     Activities bound to its devices and unbound ones (None: unbound ones only).
     """
     data_dir = data_dir.resolve()
-    url = catalog_url or "sqlite://" + str(data_dir / "catalog.db")  # data_dir is absolute
+    url = catalog_url or sqlite_url(data_dir / "catalog.db")  # data_dir is absolute
     # On PostgreSQL the payloads go to the catalog's table (connected at the first use).
     artifacts = ArtifactStore(
         data_dir / "artifacts", inline_bound=inline_bound, shared=shared_for(url)
@@ -435,7 +436,7 @@ def main(argv: list[str]) -> int:
     except TetherError as e:
         error_line("tether worker", e)
         return _store_exit(e)
-    catalog = args.catalog or "sqlite://" + str(Path(args.data_dir).absolute() / "catalog.db")
+    catalog = args.catalog or sqlite_url(Path(args.data_dir).absolute() / "catalog.db")
     # Said once the stores were checked (a refusal is one line, and the one that matters).
     warn_url_secrets("tether worker", catalog=args.catalog, world=args.world)
     print(  # what it works on, before it waits for work (stderr: stdout is the stream's)

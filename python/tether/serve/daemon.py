@@ -81,6 +81,7 @@ from tether.storage._urls import (
     check_separate_files,
     postgres_url,
     redact,
+    sqlite_url,
     unsupported_url,
 )
 from tether.transport import PortBusy
@@ -411,8 +412,8 @@ class Daemon:
         from tether.world import open_ledger
 
         data = self.data_dir.absolute()
-        Catalog.open(self.serve.catalog_url or f"sqlite://{data / 'catalog.db'}").close()
-        open_ledger(self.serve.world_url or f"sqlite://{data / 'world.db'}").close()
+        Catalog.open(self.serve.catalog_url or sqlite_url(data / "catalog.db")).close()
+        open_ledger(self.serve.world_url or sqlite_url(data / "world.db")).close()
 
     def _check_shared_together(self) -> None:
         """Refuse a catalog on PostgreSQL with a world ledger in the data dir, or the other way
@@ -459,8 +460,8 @@ class Daemon:
         self._check_listeners()  # refused before anything is opened
         data = self.data_dir.absolute()
         check_separate_files(  # one SQLite file for both stores: `same_store_file`, exit 2
-            self.serve.catalog_url or f"sqlite://{data / 'catalog.db'}",
-            self.serve.world_url or f"sqlite://{data / 'world.db'}",
+            self.serve.catalog_url or sqlite_url(data / "catalog.db"),
+            self.serve.world_url or sqlite_url(data / "world.db"),
         )
         self._check_shared_together()
         usable_dir(self.state_dir, what="host.state_dir")

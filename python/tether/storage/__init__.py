@@ -18,20 +18,21 @@ from tether.storage._doorbell import (
 from tether.storage._errors import CommitUnknown, SchemaOutdated, with_code
 from tether.storage._port import CatalogStore, KeyTuple, Row, View
 from tether.storage._sqlite import SYNCHRONOUS, SqliteCatalogStore
-from tether.storage._urls import redact
+from tether.storage._urls import SQLITE_URL_FORM, redact, sqlite_path, sqlite_url
 
 
 def _open_sqlite(rest: str, synchronous: str) -> CatalogStore:
     # `sqlite:///abs/path.db`: everything after `sqlite://` is the absolute file path.
-    if not rest.startswith("/") or rest.endswith("/") or "?" in rest or "#" in rest:
+    path = sqlite_path(rest)
+    if path is None:
         raise with_code(
             CatalogConfigError(
                 f"sqlite catalog URLs name an absolute file, without query or fragment:"
-                f" sqlite:///abs/path.db (got {rest!r})"
+                f" {SQLITE_URL_FORM} (got {rest!r})"
             ),
             "bad_url",
         )
-    return SqliteCatalogStore(rest, synchronous=synchronous)
+    return SqliteCatalogStore(path, synchronous=synchronous)
 
 
 def _open_postgres(rest: str, synchronous: str) -> CatalogStore:
@@ -98,5 +99,6 @@ __all__ = [
     "WakeBell",
     "changed_topics",
     "open_store",
+    "sqlite_url",
     "wakeup_dir_for",
 ]

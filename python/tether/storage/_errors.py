@@ -174,6 +174,8 @@ def other_store(where: str, holds: str) -> SameStoreFile:
     """The refusal of a SQLite file at ``where`` that holds the other store (``holds``:
     ``catalog`` or ``world``) than the one opened on it: `same_store_file`, before anything is
     written to it, rather than the other store's schema version read as this one's."""
+    from tether.storage._urls import sqlite_path  # it imports this module
+
     held, wanted = (
         ("a catalog", "a world ledger") if holds == "catalog" else ("a world ledger", "a catalog")
     )
@@ -181,5 +183,5 @@ def other_store(where: str, holds: str) -> SameStoreFile:
         "same_store_file",
         f"{where} holds {held}, not {wanted}: the catalog and the world ledger must be"
         " different files",
-        details={"path": where.removeprefix("sqlite://"), "holds": holds},
+        details={"path": sqlite_path(where.removeprefix("sqlite://")) or where, "holds": holds},
     )

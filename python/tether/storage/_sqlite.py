@@ -68,6 +68,7 @@ from tether.storage._port import (
     View,
 )
 from tether.storage._schema import migrate
+from tether.storage._urls import sqlite_url
 
 COLUMNS: tuple[str, ...] = tuple(catalog_columns())
 VERSION = COLUMNS.index("version")
@@ -228,7 +229,7 @@ class SqliteCatalogStore:
             conn.execute(f"PRAGMA synchronous={synchronous}")
             conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES[synchronous]}")
             conn.execute("PRAGMA foreign_keys=ON")
-            migrate(conn, upgrade=upgrade, where=f"sqlite://{path}")
+            migrate(conn, upgrade=upgrade, where=sqlite_url(path))
         except sqlite3.Error as e:
             conn.close()
             self._hold.release()

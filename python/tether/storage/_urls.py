@@ -248,14 +248,44 @@ def postgres_url(url: str | None) -> str | None:
     return "postgresql://" + rest
 
 
+#: What a SQLite store URL looks like (said when one is refused).
+SQLITE_URL_FORM = "sqlite:///abs/path.db (a '%', '?' or '#' in the path as %25, %3F or %23)"
+
+
+def sqlite_url(path: str | os.PathLike[str]) -> str:
+    """The ``sqlite://`` URL of the file at the absolute ``path``: its ``%``, ``?`` and ``#``
+    percent-encoded (``%25``, ``%3F``, ``%23``), every other character as it is, so that
+    `sqlite_path` reads ``path`` back whatever a directory is called."""
+    text = os.fspath(path)
+    return "sqlite://" + text.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+
+
+def sqlite_path(rest: str) -> str | None:
+    """The file the part of a ``sqlite://`` URL after ``sqlite://`` names (``/abs/path.db``,
+    ``//abs`` too), its percent escapes decoded (`sqlite_url`); None when it names no absolute
+    file: not absolute, a directory (a trailing ``/``), a query or fragment (a bare ``?`` or
+    ``#``: `sqlite_url` encodes those of a path), or an escape that is not UTF-8 text. A ``%``
+    that begins no escape is itself."""
+    if not rest.startswith("/") or rest.endswith("/") or "?" in rest or "#" in rest:
+        return None
+    try:
+        path = unquote(rest, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    if "\0" in path or path.endswith("/"):
+        return None
+    return path
+
+
 def sqlite_file(url: str) -> str | None:
     """The file a ``sqlite:///abs/path.db`` URL names, as the stores open it (``sqlite:////``
-    too), with its symbolic links resolved; None for any other URL (a PostgreSQL one, or one
-    naming no absolute file: its store refuses it)."""
+    too, `sqlite_path`), with its symbolic links resolved; None for any other URL (a
+    PostgreSQL one, or one naming no absolute file: its store refuses it)."""
     scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() != "sqlite" or not rest.startswith("/"):
+    if not sep or scheme.lower() != "sqlite":
         return None
-    return os.path.realpath("/" + rest.lstrip("/"))
+    path = sqlite_path(rest)
+    return None if path is None else os.path.realpath("/" + path.lstrip("/"))
 
 
 def check_separate_files(catalog_url: str | None, world_url: str | None) -> None:

@@ -39,7 +39,7 @@ from urllib.parse import quote
 
 from tether.errors import TetherError
 from tether.storage._errors import SameStoreFile, damage_of
-from tether.storage._urls import redact
+from tether.storage._urls import SQLITE_URL_FORM, redact, sqlite_path
 
 STORES = ("catalog", "world")
 
@@ -82,10 +82,10 @@ def _latest(store: str, backend: str) -> int:
 
 
 def _sqlite_path(url: str) -> str:
-    rest = url.partition("://")[2]
-    if not rest.startswith("/") or rest.endswith("/") or "?" in rest:
-        raise UrlError(f"sqlite URLs name an absolute file: sqlite:///abs/path.db (got {url!r})")
-    return "/" + rest.lstrip("/")  # sqlite:////abs too, as the stores themselves read it
+    path = sqlite_path(url.partition("://")[2])
+    if path is None:
+        raise UrlError(f"sqlite URLs name an absolute file: {SQLITE_URL_FORM} (got {url!r})")
+    return "/" + path.lstrip("/")  # sqlite:////abs too, as the stores themselves read it
 
 
 def _sqlite_status(path: str) -> list[StoreStatus]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tether.storage._errors import with_code
-from tether.storage._urls import redact
+from tether.storage._urls import SQLITE_URL_FORM, redact, sqlite_path
 from tether.world._errors import WorldError
 from tether.world._port import WorldLedger
 from tether.world._sqlite import SqliteLedger
@@ -27,15 +27,16 @@ def open_ledger(url: str, *, clock: Callable[[], int] | None = None) -> WorldLed
     scheme, sep, rest = url.partition("://")
     scheme = scheme.lower()
     if sep and scheme == "sqlite":
-        if not rest.startswith("/") or rest.endswith("/") or "?" in rest or "#" in rest:
+        path = sqlite_path(rest)
+        if path is None:
             raise with_code(
                 WorldError(
                     "sqlite world URLs name an absolute file, without query or fragment:"
-                    f" sqlite:///abs/world.db (got {rest!r})"
+                    f" {SQLITE_URL_FORM} (got {rest!r})"
                 ),
                 "bad_url",
             )
-        return SqliteLedger.open(rest, clock=clock)
+        return SqliteLedger.open(path, clock=clock)
     if sep and scheme in ("postgresql", "postgres"):
         try:  # psycopg only when asked for
             from tether.storage._pg import check_url

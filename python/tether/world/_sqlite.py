@@ -40,6 +40,7 @@ from types import MappingProxyType
 
 from tether._sqlite_files import hold_sqlite_file
 from tether.storage._errors import SchemaOutdated, StoreDamaged, damage_of, other_store
+from tether.storage._urls import sqlite_url
 from tether.world import _rules as rules
 from tether.world._errors import (
     HeadConflict,
@@ -232,7 +233,7 @@ class SqliteLedger:
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            _migrate(self._db, f"sqlite://{self._path}", upgrade=upgrade)
+            _migrate(self._db, sqlite_url(self._path), upgrade=upgrade)
             self._unsynced = sqlite3.connect(
                 str(self._path), isolation_level=None, check_same_thread=False, timeout=30.0
             )
