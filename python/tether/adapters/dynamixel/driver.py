@@ -238,7 +238,13 @@ class DxlBus:
             if lock is not None:
                 lock.release()
             if "lock" in str(exc).lower():
-                raise _coded(PortBusy, "port_busy", f"{url}: {exc}", port=url) from exc
+                raise _coded(
+                    PortBusy,
+                    "port_busy",
+                    f"{url}: another process has this port open exclusively (the tether serve"
+                    " of another host configuration, say): one process drives a bus at a time",
+                    port=url,
+                ) from exc
             raise _coded(TransportError, "open_failed", f"{url}: {exc}", port=url) from exc
         return cls(port, identity, timeout_ms, read_retries, lock)
 

@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tether import _exit
 from tether._args import Parser, debug, error_line, refuse, want_json
@@ -45,7 +45,7 @@ from tether._dirs import usable_dir
 from tether.activities import MAX_LEASE_MS, ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.move import check_request
-from tether.errors import TetherError
+from tether.errors import PortBusy, TetherError, TransportError
 from tether.families.robot_move.request import (
     KIND_ABSOLUTE,
     KIND_RELATIVE,
@@ -271,7 +271,12 @@ def run_move(
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run one move to a conclusion (see the module docstring); the outcome document."""
-    from tether.families.robot_move.family import INTENT, intent, robot_move_family
+    from tether.families.robot_move.family import (
+        INTENT,
+        RobotMoveAdapter,
+        intent,
+        robot_move_family,
+    )
     from tether.runtime import Host
     from tether.world import WorldNotFound
 
@@ -310,6 +315,21 @@ def run_move(
         contextlib.ExitStack() as stack,  # closed first: the worker before its Host
     ):
         try:
+            held_record = host.get(key)
+            if held_record is None or not (
+                held_record.result is not None or held_record.awaiting_decision
+            ):
+                # A move to run or reconcile on a port another process owns (another host's
+                # daemon, say): refused now, before anything is recorded, rather than a move
+                # no attempt can run or read, parked for an operator. A robot that does not
+                # answer is the move's own to meet. (A concluded or parked move touches no
+                # port: it is shown as it stands.)
+                try:
+                    cast("RobotMoveAdapter", family.adapter).connect(request.robot)
+                except PortBusy:
+                    raise
+                except TransportError:
+                    pass
             try:
                 host.head(world)
             except WorldNotFound:

@@ -292,6 +292,12 @@ class RobotMoveAdapter:
             host.add_handler("read_back", self._on_read_back)
         return host
 
+    def connect(self, robot: str) -> None:
+        """Open `robot`'s port now, as its first attempt would (`PortBusy`: another process
+        owns it; `TransportError`: it does not answer). Nothing is sent but the identity
+        checks of a connect."""
+        self._connected(robot)
+
     def _on_read_back(self, request: dict[str, Any]) -> dict[str, Any]:
         """A fresh read-back in SI units (Present Velocity included) for an operator."""
         host = self._host
