@@ -238,8 +238,13 @@ def error_fields(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
     message = getattr(exc, "message", None)
     details = getattr(exc, "details", None)
     if isinstance(exc, OSError) and not isinstance(code, str):
-        name = errno.errorcode.get(exc.errno or 0, "os_error").lower()
+        from tether._sqlite_files import describe, storage_failure
+
         where = f": {exc.filename}" if exc.filename else ""
+        kind = storage_failure(exc)  # a full or read-only disk: named as the stores name it
+        if kind is not None:
+            return kind, f"{describe(kind)}: {exc.strerror or first}{where}", {}
+        name = errno.errorcode.get(exc.errno or 0, "os_error").lower()
         return name, f"{exc.strerror or first}{where}", {}
     if not isinstance(code, str) or not code:
         from tether._sqlite_files import describe, storage_failure

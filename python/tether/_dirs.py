@@ -23,6 +23,7 @@ Rules (every directory `usable_dir` returns is private to the caller's uid):
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import stat
@@ -135,7 +136,13 @@ def check_private_dir(path: str | os.PathLike[str], *, what: str) -> Path:
             mode=f"{mode:04o}",
         )
     if mode & 0o077:
-        os.chmod(p, mode & 0o700)
+        try:
+            os.chmod(p, mode & 0o700)
+        except OSError as exc:
+            if exc.errno != errno.EROFS:
+                raise
+            # A read-only mount: nothing can be tightened, nor written; the store or the
+            # command that writes there says so (`read_only_storage`).
     for parent in Path(os.path.abspath(p)).parents:
         try:
             up = os.stat(parent)
@@ -187,8 +194,11 @@ def usable_dir(path: str | os.PathLike[str], *, what: str, create: bool = True) 
         try:
             p.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
+            from tether._sqlite_files import storage_failure
+
             raise DataDirError(
-                "unusable_directory",
+                # A read-only mount or a full disk: named as the stores name it (exit 6).
+                storage_failure(exc) or "unusable_directory",
                 f"{what} {p} cannot be created: {exc.strerror}",
                 details={"path": str(p), "what": what},
             ) from exc

@@ -64,8 +64,9 @@ CODES: Final[tuple[ExitCode, ...]] = (
     ExitCode(
         STORAGE_IO,
         "STORAGE_IO",
-        "the disk refused a write (`disk_full`, `file_too_large`, `storage_io_error`): nothing "
-        "committed is lost; free space and run the same command again",
+        "the disk refused a write (`disk_full`, `file_too_large`, `storage_io_error`, "
+        "`read_only_storage`): nothing committed is lost; free space (or make the storage "
+        "writable) and run the same command again",
     ),
     ExitCode(
         UNAVAILABLE,
@@ -141,7 +142,9 @@ ERROR_CODES: Final[dict[str, int]] = {
         ),
         STORE_UNUSABLE,
     ),
-    **dict.fromkeys(("disk_full", "file_too_large", "storage_io_error"), STORAGE_IO),
+    **dict.fromkeys(
+        ("disk_full", "file_too_large", "storage_io_error", "read_only_storage"), STORAGE_IO
+    ),
     **dict.fromkeys(
         (
             "unreachable",

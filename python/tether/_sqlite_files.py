@@ -22,7 +22,8 @@ it, and counts it held until the store's `FileHold.release`.
 
 `storage_failure(exc)` names a failed write of the disk under a store or a provider:
 `disk_full` (ENOSPC, EDQUOT, SQLite's "database or disk is full"), `file_too_large` (EFBIG: a
-file-size limit) or `storage_io_error` (SQLite's "disk I/O error"), looking through the
+file-size limit), `read_only_storage` (EROFS, SQLite's "readonly database", a store refused by
+`check_writable`) or `storage_io_error` (SQLite's "disk I/O error"), looking through the
 exception's causes; None for anything else.
 """
 
@@ -39,12 +40,19 @@ from typing import Final
 from tether._coded import CodedError
 
 #: The codes a StoreFileError carries.
-CODES: Final = ("store_truncated", "not_a_database", "disk_full", "file_too_large")
+CODES: Final = (
+    "store_truncated",
+    "not_a_database",
+    "disk_full",
+    "file_too_large",
+    "read_only_storage",
+)
 _MAGIC: Final = b"SQLite format 3\x00"
 _HEADER: Final = 100
 # SQLite's primary result codes for a full disk and an I/O error.
 _SQLITE_FULL: Final = 13
 _SQLITE_IOERR: Final = 10
+_SQLITE_READONLY: Final = 8
 
 
 class StoreFileError(CodedError):
@@ -187,12 +195,40 @@ def _error(code: str, path: Path, what: str, problem: str) -> StoreFileError:
     )
 
 
+def check_writable(path: str | os.PathLike[str], *, what: str) -> None:
+    """Refuse a store file (existing or to be made) that this process cannot write:
+    `read_only_storage` when its directory is on a read-only mount, or it or its directory may
+    not be written by this process (SQLite writes its log and shared memory beside the file,
+    and opens no store in write-ahead-log mode otherwise). A missing directory is left to the
+    caller."""
+    p = Path(path)
+    try:
+        mount = os.statvfs(p.parent)
+    except OSError:
+        return
+    if mount.f_flag & os.ST_RDONLY:
+        why = f"its directory {p.parent} is on a read-only file system"
+    elif not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        why = f"this process may not write {p if p.exists() else p.parent} (its permissions)"
+    else:
+        return
+    raise StoreFileError(
+        "read_only_storage",
+        f"cannot use {what} {p}: {why}; Tether writes its stores (and their logs beside them)",
+        details={"path": str(p), "what": what},
+    )
+
+
 def prepare_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
-    """Check an existing store file (`check_sqlite_file`), or create a new one complete."""
+    """Check an existing store file (`check_sqlite_file`), or create a new one complete; either
+    refused where this process cannot write it (`check_writable`)."""
     p = Path(path)
     if p.exists():
         check_sqlite_file(p, what=what)
+        check_writable(p, what=what)
         return
+    if p.parent.is_dir():
+        check_writable(p, what=what)
     if not p.parent.is_dir():
         from tether._dirs import DataDirError
 
@@ -245,22 +281,31 @@ def _failed(exc: BaseException, path: Path, what: str) -> StoreFileError | None:
 
 
 def storage_failure(exc: BaseException | None) -> str | None:
-    """`disk_full`, `file_too_large`, `storage_io_error` or None (see the module docstring)."""
+    """`disk_full`, `file_too_large`, `read_only_storage`, `storage_io_error` or None (see the
+    module docstring)."""
     seen = 0
     while exc is not None and seen < 20:
         seen += 1
-        if isinstance(exc, StoreFileError) and exc.code in ("disk_full", "file_too_large"):
+        if isinstance(exc, StoreFileError) and exc.code in (
+            "disk_full",
+            "file_too_large",
+            "read_only_storage",
+        ):
             return exc.code
         if isinstance(exc, OSError):
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 return "disk_full"
             if exc.errno == errno.EFBIG:
                 return "file_too_large"
+            if exc.errno == errno.EROFS:
+                return "read_only_storage"
         if isinstance(exc, sqlite3.Error):
             code = getattr(exc, "sqlite_errorcode", None)
             primary = None if code is None else code & 0xFF
             if primary == _SQLITE_FULL or "database or disk is full" in str(exc):
                 return "disk_full"
+            if primary == _SQLITE_READONLY or "attempt to write a readonly database" in str(exc):
+                return "read_only_storage"
             if primary == _SQLITE_IOERR or "disk I/O error" in str(exc):
                 return "storage_io_error"
         text = str(exc)
@@ -280,6 +325,7 @@ def describe(kind: str) -> str:
         "disk_full": "no space left on the disk",
         "file_too_large": "a file reached the file-size limit",
         "storage_io_error": "the disk failed a write (an I/O error)",
+        "read_only_storage": "the storage is read-only (a read-only mount or its permissions)",
     }.get(kind, kind)
 
 

@@ -174,7 +174,7 @@ def _dispatch(args: list[str]) -> int:
             message,
             error=type(exc).__name__,
             details=details,
-            line=_one_line(exc),
+            line=_one_line(exc, err_code, message),
         )
         return _exit.for_error(exc)
     except Exception:  # a bug: keep its traceback, and a code no expected failure uses
@@ -197,7 +197,13 @@ def _nearest(name: str) -> str | None:
     return found[0] if found else None
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, code: str, message: str) -> str:
+    """The error's line: its stable code and message where it has one (a storage failure's
+    kind too), else its class and text."""
+    from tether._sqlite_files import storage_failure
+
+    if isinstance(getattr(exc, "code", None), str) or storage_failure(exc) is not None:
+        return _args.coded_line(code, message)
     if isinstance(exc, OSError) and exc.strerror:
         where = f": {exc.filename}" if exc.filename else ""
         return f"{type(exc).__name__}: {exc.strerror}{where}"

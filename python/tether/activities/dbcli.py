@@ -49,6 +49,7 @@ from tether import _exit
 from tether._args import Parser, debug, error_fields, refuse, want_json, warn_url_secrets
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
+from tether._sqlite_files import check_writable
 from tether.activities._catalog import Catalog
 from tether.errors import TetherError
 from tether.storage import SqliteCatalogStore
@@ -226,6 +227,9 @@ def _catalog_path(data_dir: Path) -> Path:
         raise not_ours(f"catalog.db cannot be read ({e.strerror})") from e
     if magic != _SQLITE_MAGIC:
         raise not_ours("catalog.db is not a SQLite database")
+    # Prune writes it, and SQLite reads a write-ahead-log store only where it may write its
+    # shared memory: a read-only data dir is said so, as every store's open says it.
+    check_writable(path, what="the Activity catalog")
     return path
 
 
