@@ -461,3 +461,15 @@ def test_a_standalone_move_concluded_earlier_is_shown_as_such_and_sends_nothing(
     assert again["status"] == "done" and again["earlier"] is True, again
     sent = [e for e in list(emulator.journal)[before:] if e.instruction in EFFECTFUL]
     assert sent == []
+
+
+def test_a_stop_names_its_principal_within_the_latch_records_bound(tmp_path: Path) -> None:
+    from tether.devices.latch import BY_NAME_MAX, StopLatch, stopped_by
+
+    long = "p" * (BY_NAME_MAX + 40)
+    by = stopped_by("gRPC Stop", "planner", long)
+    assert by == f"gRPC Stop by planner {'p' * BY_NAME_MAX}"
+    latch = StopLatch(tmp_path)
+    latch.latch("arm", by=by)
+    assert StopLatch(tmp_path).stop_reason("arm") == "stopped_by_operator"
+    assert stopped_by("console Stop", "operator", "alice") == "console Stop by operator alice"

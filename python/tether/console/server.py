@@ -86,6 +86,7 @@ from tether.devices.credentials import (
     Principal,
     stored_cost,
 )
+from tether.devices.latch import stopped_by
 from tether.errors import TetherError
 from tether.operator import decisions
 
@@ -445,7 +446,7 @@ class Console:
             return f"{CONSOLE_STOP} by console_stop_token"
         for p in self.authenticator.principals.values():
             if p.may("stop") and p.matches(token):
-                return f"{CONSOLE_STOP} by {p.role} {p.name[:64]}"
+                return stopped_by(CONSOLE_STOP, p.role, p.name)
         return None
 
     def login(self, body: dict[str, Any], peer: str) -> tuple[str, Session]:
@@ -830,7 +831,7 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
             by = (
                 CONSOLE_STOP
                 if session is None
-                else f"{CONSOLE_STOP} by operator {session[1].operator}"
+                else stopped_by(CONSOLE_STOP, "operator", session[1].operator)
             )
             if not (policy.loopback and self._peer_loopback()):
                 auth = (self.headers.get("Authorization") or "").strip()

@@ -78,6 +78,17 @@ class MotionStopped(DeviceError):
 STOP_REASONS: Final = ("stopped_by_operator", *(code for code, _ in _REASONS.values()))
 
 
+#: The longest principal name a latch's `by` holds (`stopped_by`): a latch record stays small
+#: whatever a configuration names its principals.
+BY_NAME_MAX: Final = 64
+
+
+def stopped_by(way: str, role: str, name: str) -> str:
+    """A latch's `by` for a stop a principal made through `way` (``gRPC Stop``, ``console
+    Stop``): ``WAY by ROLE NAME``, the name cut to `BY_NAME_MAX` characters."""
+    return f"{way} by {role} {name[:BY_NAME_MAX]}"
+
+
 def stop_reason(by: str | None) -> str:
     """Why a stop made `by` (a latch's author, `StopLatch.stop_reason`) was made:
     `stopped_on_session_lapse` for the session watchdog's, `cancelled_by_planner` for a
@@ -283,4 +294,4 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-__all__ = ["MotionStopped", "StopLatch"]
+__all__ = ["BY_NAME_MAX", "MotionStopped", "StopLatch", "stopped_by"]

@@ -147,7 +147,7 @@ from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether._listen import ListenerError, ListenerPolicy, address_text
 from tether.activities import ActivityKey, ActivityRecord
 from tether.devices.credentials import ROLES, CredentialError, Principal, roles_for
-from tether.devices.latch import PLANNER_CANCEL
+from tether.devices.latch import PLANNER_CANCEL, stopped_by
 from tether.errors import TetherError
 from tether.runtime._errors import owned_by
 from tether.world import WorldNotFound
@@ -1482,7 +1482,7 @@ class RobotControl(rpc.RobotControlServicer):
         # so the RPCs and ticks the stop held do not wake to contend with its answer.
         with self.daemon.stop_first.stopping():
             # The latch names who stopped it (`tether operator resume` and status show it).
-            by = f"gRPC Stop by {principal.role} {principal.name[:64]}"  # a record's bound
+            by = stopped_by("gRPC Stop", principal.role, principal.name)
             reports = self.daemon.stop_devices(
                 {"robot": request.device} if request.device else {}, by=by
             )
