@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tether._coded import CodedError
-from tether.devices.control import daemon_socket, send_request
+from tether.devices.control import daemon_socket, owner_words, send_request
 from tether.serve.locks import running
 from tether.transport import TransportError
 
@@ -120,15 +120,7 @@ class Client:
         except TransportError as exc:
             details = dict(exc.details)
             code = details.get("device_code") or exc.code
-            message = exc.message
-            prefix = "the owner refused: "
-            if message.startswith(prefix):
-                message = message[len(prefix) :]
-                _, sep, rest = message.partition(": ")
-                if sep and " " not in _:
-                    message = rest  # "ClassName: code: text" -> "code: text"
-                if message.startswith(f"{code}: "):
-                    message = message[len(code) + 2 :]
+            message = owner_words(exc.message, str(code))
             cls = AdmissionConflict if code == "admission_conflict" else ClientError
             raise cls(str(code), message, details=details) from None
 

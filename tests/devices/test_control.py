@@ -398,3 +398,29 @@ def test_a_request_without_an_answer_says_whether_it_was_sent(tmp_path: Path) ->
     finally:
         thread.join(10)
         listener.close()
+
+
+def test_a_command_names_the_owners_refusal_by_the_owners_code(tmp_path: Path) -> None:
+    """A refusal the owner made for its disk (its latch or catalog write failed) is said by
+    every command as the owner said it: `disk_full`, exit 6, not `owner_refused`, exit 1."""
+    from tether import _exit
+    from tether._args import error_fields
+    from tether._sqlite_files import StoreFileError
+
+    def full(request: dict[str, Any]) -> None:
+        raise StoreFileError("disk_full", "cannot write the latch: no space left on the disk")
+
+    path = str(tmp_path / "host.sock")
+    server = ControlServer(path, {**Calls().handlers(), "full": full})
+    try:
+        with pytest.raises(TransportError) as info:
+            send_request(path, {"op": "full"})
+        assert info.value.code == "owner_refused"  # the channel's own contract
+        code, message, _ = error_fields(info.value)
+        assert code == "disk_full" and message.startswith("cannot write the latch"), message
+        assert _exit.for_error(info.value) == _exit.STORAGE_IO
+        with pytest.raises(TransportError) as other:
+            send_request(path, {"op": "refuse"})
+        assert error_fields(other.value)[0] == "reboot_unconfirmed"
+    finally:
+        server.close()

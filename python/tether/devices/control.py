@@ -448,6 +448,18 @@ def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.
     return reply.get("result")
 
 
+def owner_words(message: str, code: str) -> str:
+    """The text of an owner's refusal (`send_request`'s ``owner_refused`` message), without
+    the channel's prefix, the owner's error class or its code: what the owner said."""
+    prefix = "the owner refused: "
+    if message.startswith(prefix):
+        message = message[len(prefix) :]
+        first, sep, rest = message.partition(": ")
+        if sep and " " not in first:
+            message = rest  # "ClassName: code: text" -> "code: text"
+    return message.removeprefix(f"{code}: ")
+
+
 __all__ = [
     "CODES",
     "MAX_CLIENTS",
@@ -457,6 +469,7 @@ __all__ = [
     "ControlServer",
     "daemon_socket",
     "peer_credentials",
+    "owner_words",
     "send_request",
     "socket_path_for",
 ]
