@@ -48,6 +48,7 @@ import ipaddress
 import json
 import logging
 import os
+import select
 import socket
 import ssl
 import stat
@@ -574,7 +575,35 @@ class PolicyHTTPServer(ThreadingHTTPServer):
         """A client's broken connection is not the server's error (nor printed)."""
 
 
+#: How often a stream idle for its client checks that the client is still there (`peer_gone`):
+#: a client gone is noticed this soon, not at the next write (a keepalive, 10 s apart, whose
+#: first write after a close still lands in the socket's buffer).
+PEER_CHECK_S: Final = 1.0
+_GONE = select.POLLHUP | select.POLLERR | select.POLLNVAL | getattr(select, "POLLRDHUP", 0)
+
+
+def peer_gone(sock: socket.socket) -> bool:
+    """Whether the client of a server-sent stream closed its side (or the connection broke):
+    the socket reports a hang-up or an error now (the client sends nothing after its request,
+    so its FIN is the only thing it can say). Never blocks; TLS sockets too (the TCP state
+    under them is what is read)."""
+    try:
+        fd = sock.fileno()
+    except (OSError, ValueError):
+        return True
+    if fd < 0:
+        return True
+    poller = select.poll()
+    poller.register(fd, _GONE)
+    try:
+        return any(events & _GONE for _, events in poller.poll(0))
+    except OSError:
+        return True
+
+
 __all__ = [
+    "PEER_CHECK_S",
+    "peer_gone",
     "refusal_body",
     "parse_address",
     "HANDSHAKE_TIMEOUT_S",

@@ -479,3 +479,38 @@ def test_a_peer_that_never_reads_again_is_closed_after_the_write_timeout() -> No
         assert _parse(body)[-1][0] != stream.last_event_id  # it never got the last frames
     finally:
         server.close()
+
+
+def test_clients_that_go_away_at_once_are_let_go_within_seconds_not_at_a_later_write() -> None:
+    """Fifty clients close together while the run is quiet: each subscription (and the thread
+    serving it) ends within a few seconds. Before, each waited for its next keepalive (10 s)
+    and then for a write that failed, so a burst held every thread for up to 20 s."""
+    import time
+
+    stream = _stream()
+    server = StreamServer(stream)
+    host, port = server._httpd.server_address[:2]
+    clients = []
+    try:
+        for _ in range(50):
+            sock = socket.create_connection((str(host), int(port)))
+            sock.sendall(f"GET /events HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+            clients.append(sock)
+        for sock in clients:  # each subscribed: its headers and first frames came
+            sock.settimeout(10)
+            assert sock.recv(4096).startswith(b"HTTP/1.0 200 ")
+        deadline = time.monotonic() + 10
+        while stream.subscribers < 50:
+            assert time.monotonic() < deadline, stream.subscribers
+            time.sleep(0.01)
+        closed = time.monotonic()
+        for sock in clients:
+            sock.close()
+        while stream.subscribers:
+            assert time.monotonic() - closed < 4.0, f"{stream.subscribers} still held"
+            time.sleep(0.05)
+    finally:
+        for sock in clients:
+            sock.close()
+        stream.finish()
+        server.close()

@@ -55,11 +55,13 @@ from itertools import islice
 from typing import Any, Protocol
 
 from tether._listen import (
+    PEER_CHECK_S,
     Authenticates,
     ListenerPolicy,
     PolicyHTTPServer,
     Refusal,
     TlsConfig,
+    peer_gone,
     refusal_body,
 )
 from tether.agui._store import ActivityStore
@@ -539,10 +541,18 @@ def _handler(
             self.end_headers()
             on_subscribe()
             try:
+                last_write = time.monotonic()
                 while True:
                     try:
-                        frame = sub.take(timeout=KEEPALIVE_S)
+                        frame = sub.take(timeout=PEER_CHECK_S)
                     except queue.Empty:
+                        # Idle: a client that went away is let go now (its thread and its
+                        # subscription), not at a later write that fails.
+                        if peer_gone(self.connection):
+                            self.close_connection = True
+                            break
+                        if time.monotonic() - last_write < KEEPALIVE_S:
+                            continue
                         frame = b": keepalive\n\n"
                     if frame is None:
                         if sub.dropped:
@@ -551,6 +561,7 @@ def _handler(
                         break
                     self.wfile.write(frame)
                     self.wfile.flush()
+                    last_write = time.monotonic()
             except (TimeoutError, BrokenPipeError, ConnectionResetError, ssl.SSLError):
                 self.close_connection = True
             finally:

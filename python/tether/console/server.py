@@ -75,6 +75,7 @@ from tether._listen import (
     Refusal,
     TlsConfig,
     log_target,
+    peer_gone,
     refusal_body,
 )
 from tether.agui import ActivityStore
@@ -930,6 +931,8 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                 )
                 reset = False
                 while time.monotonic() - began < LIVE_MAX_S:
+                    if peer_gone(self.connection):  # its page closed: let it go now
+                        return
                     if not policy.loopback and console.sessions.get(sid) is None:
                         write(_sse("session", {"logged_in": False}))
                         return
