@@ -94,6 +94,10 @@ def test_a_real_move_traces_its_commands_in_order_and_round_trips(
         f"attempt 1 sent reg_write: goal={rad[2]} rad id=2 joint=b",
     ]
     assert lines[0] == "admitted by tick 1 of run " + record.source.run_id
+    # The catalog's attempts (every claim) and the journal's (every start) are told apart: the
+    # start names the catalog attempt and the fence that ran it.
+    assert "attempt 1 started: catalog_attempt=1 fence=1" in lines
+    assert any(ln.startswith("result recorded by catalog attempt 1: ") for ln in lines)
     assert "move arm to a=0.5 rad b=-0.3 rad" in lines
     assert any(
         ln.startswith("attempt 1 read back its pre-image: first_motion=true") for ln in lines

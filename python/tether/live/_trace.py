@@ -4,11 +4,14 @@ catalog, append-only, for the tool call's output (`LivePublisher.tool_output`).
 The facts, each one line, in time order:
 
 - from the catalog record (`ActivityRecord`): admission, the provider operation bound, each
-  attempt claimed, a confirmed absence (retry guard), each evidence revision (an Unknown
-  reconciliation parked for an operator), each operator decision, the result recorded and the
-  settlement;
+  attempt claimed (a "catalog attempt": every claim counts, a reconcile-only one too, so its
+  number is not the journal's), a confirmed absence (retry guard), each evidence revision
+  (an Unknown reconciliation parked for an operator), each operator decision, the result
+  recorded and the settlement;
 - from the journal (`tether.operations.Operation`, its public read API only): the binding and
-  its request, each attempt started or fenced out, each pre-image (the read-back before the
+  its request, each attempt started (the operation's own count of the attempts that began;
+  its start line names the catalog attempt and fence that ran it) or fenced out, each
+  pre-image (the read-back before the
   attempt acted), every command of the append-only sent log, the proofs behind retry guards
   (reconciliation's conclusions: a confirmed absence, a re-issue), the published result.
 
@@ -55,7 +58,9 @@ UNITS: tuple[tuple[str, str], ...] = (
     ("_bytes", "B"),
 )
 #: Bare numbers that are counts or identifiers, not measurements: shown as they are.
-COUNTS = frozenset({"attempt", "id", "fence", "for_attempt", "fence_floor", "size", "sent"})
+COUNTS = frozenset(
+    {"attempt", "catalog_attempt", "id", "fence", "for_attempt", "fence_floor", "size", "sent"}
+)
 #: Fields a line never shows: times (the line's order carries them), digests, raw documents.
 HIDDEN = frozenset({"t_ms", "digest", "request_digest", "owner_pid", "port_lock"})
 
@@ -159,7 +164,9 @@ def catalog_lines(record: ActivityRecord) -> list[TraceLine]:
         how = "to execute" if a.may_execute else "to reconcile only"
         out.append(
             TraceLine(
-                f"claim:{a.number}", None, f"attempt {a.number} claimed {how} (fence {a.fence})"
+                f"claim:{a.number}",
+                None,
+                f"catalog attempt {a.number} claimed {how} (fence {a.fence})",
             )
         )
     if r.retry_guard is not None:
@@ -195,7 +202,7 @@ def catalog_lines(record: ActivityRecord) -> list[TraceLine]:
         )
     if r.recorded_result is not None:
         rr = r.recorded_result
-        by = "an operator decision" if rr.attempt == 0 else f"attempt {rr.attempt}"
+        by = "an operator decision" if rr.attempt == 0 else f"catalog attempt {rr.attempt}"
         failed = "failed result" if rr.result.failed else "result"
         out.append(
             TraceLine(
