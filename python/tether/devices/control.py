@@ -430,7 +430,11 @@ def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.
         raise TransportError(
             "owner_no_answer",
             f"control socket {socket_path}: {exc.__class__.__name__}: {exc}",
-            details={"socket": socket_path, "sent": sent},
+            details={
+                "socket": socket_path,
+                "sent": sent,
+                "timed_out": isinstance(exc, TimeoutError),
+            },
         ) from exc
     if not line:
         raise TransportError(

@@ -19,6 +19,11 @@ from tether.devices.latch import STOP_CAUSES
 from tether.errors import TetherError
 from tether.serve.config import load_serve
 
+#: How long `tether status` waits for the daemon's answer by default (`--timeout`): its
+#: answer is a fresh read-back of each device and the catalog's counts, milliseconds each; a
+#: daemon that takes longer is stopped, or its storage or a bus is stalled, and says so.
+STATUS_TIMEOUT_S = 10.0
+
 #: The codes `tether status` documents (a test checks them against `tether._exit`).
 EXIT_CODES = (_exit.OK, _exit.USAGE, _exit.UNAVAILABLE)
 _EPILOG = (
@@ -106,13 +111,33 @@ def main(argv: list[str]) -> int:
     parser = Parser(prog="tether status", description=__doc__.splitlines()[0], epilog=_EPILOG)
     parser.add_argument("--config", required=True, help="host configuration (TOML)")
     parser.add_argument("--json", action="store_true", help="one JSON document (default: words)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=STATUS_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds to wait for the daemon's answer (default: {STATUS_TIMEOUT_S:g})",
+    )
     args = parser.parse_args(argv)
+    if not 0 < args.timeout <= 3600:  # NaN too
+        parser.error(f"--timeout must be more than 0 and at most 3600 s, not {args.timeout}")
     try:
         config: Any = load_config(args.config)
         # The whole file as the daemon reads it: a misspelled [serve] key is refused here too.
         load_serve(args.config, state_dir=config.state_dir, robots=len(config.robots))
-        doc = Client(config.state_dir).status()
+        client = Client(config.state_dir, timeout=args.timeout)
+        doc = client.status()
     except ClientError as exc:
+        if exc.code == "owner_no_answer" and exc.details.get("timed_out"):
+            record = client.running() or {}
+            pid = record.get("pid")
+            who = f"the daemon (pid {pid})" if pid else "the daemon"
+            exc = ClientError(
+                "owner_no_answer",
+                f"{who} did not answer within {args.timeout:g} s: it is stopped or busy, or its"
+                " storage or a bus is stalled; see its log, or ask again with a longer --timeout",
+                details={**exc.details, "pid": pid, "timeout_s": args.timeout},
+            )
         error_line("tether status", exc)
         return _exit.UNAVAILABLE
     except TetherError as exc:
