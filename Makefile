@@ -57,10 +57,20 @@ browser:
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssl; \
 	fi
 
-# pytest's exit code 5 (nothing collected) must fail the run, not pass it.
+# The suite runs on PYTEST_WORKERS processes (pytest-xdist; each file's tests on one of them,
+# in order; 0: in this one), then the secret scan on its own: it searches what every process of
+# the suite recorded and dumped (tests/_secrets.py). pytest's exit code 5 (nothing collected)
+# must fail the run, not pass it.
+PYTEST_WORKERS ?= 2
+RECORDINGS := $(abspath .test-recordings)
 pytest: build browser
-	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	rm -rf $(RECORDINGS) && mkdir -p $(RECORDINGS)
+	TETHER_SECRET_RECORDINGS=$(RECORDINGS) $(BIN)/python -m pytest -n $(PYTEST_WORKERS) \
+	  --dist loadfile --deselect tests/test_zz_secret_scan.py $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; \
+	  if [ $$rc -ne 0 ]; then exit $$rc; fi
+	TETHER_SECRET_RECORDINGS=$(RECORDINGS) $(BIN)/python -m pytest -q -p no:xdist \
+	  tests/test_zz_secret_scan.py
 
 # PostgreSQL tests use the server at 127.0.0.1:5432 when it answers, else they start a throwaway
 # cluster (tether.testing._postgres). This target runs the storage tests on a throwaway cluster

@@ -25,6 +25,11 @@ and URL-quoted.
 
 The last test (`tests/test_zz_secret_scan.py`, ordered last) scans all of it and fails naming
 the secret and where it appeared. Run on a subset of the suite, it scans what that subset ran.
+
+`make pytest` runs the suite on several processes (pytest-xdist), then the scan on its own:
+with `RECORDINGS` (an environment variable naming a directory) set, each process of the suite
+dumps what it recorded there as it ends (`Recorder.dump`, its temporary directory among its
+log roots), and the scan loads every dump before it searches.
 """
 
 from __future__ import annotations
@@ -106,6 +111,25 @@ class Recorder:
         with self._lock:
             self.texts.append((where, text))
 
+    def dump(self, path: Path) -> None:
+        """Write what this process recorded (its secrets, outputs and log roots) to `path`,
+        for a scan in another process (`load`): the suite's processes each dump theirs."""
+        with self._lock:
+            doc = {
+                "secrets": sorted(self.secrets),
+                "texts": self.texts,
+                "roots": [str(r) for r in self.roots],
+            }
+        path.write_text(json.dumps(doc))
+
+    def load(self, path: Path) -> None:
+        """Add what another process recorded and dumped (`dump`)."""
+        doc = json.loads(path.read_text())
+        with self._lock:
+            self.secrets.update(doc["secrets"])
+            self.texts.extend((str(w), str(t)) for w, t in doc["texts"])
+            self.roots.extend(Path(r) for r in doc["roots"])
+
     def files_under(self, root: Path) -> None:
         """Search the log-like files under `root` at the end."""
         with self._lock:
@@ -182,6 +206,10 @@ class LogRecorder(logging.Handler):
             parts.append(record.stack_info)
         self.recorder.record(f"log record {record.name}", "\n".join(parts))
 
+
+#: The environment variable naming the directory the suite's processes dump their recordings
+#: to, and the scan loads them from.
+RECORDINGS = "TETHER_SECRET_RECORDINGS"
 
 #: The session's recorder (tests/conftest.py installs it).
 RECORDER = Recorder()

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from tether.testing._postgres import find_server, schema_url
 
-from tests import backends
-from tests._secrets import RECORDER, LogRecorder
+from tests import backends, sampling
+from tests._secrets import RECORDER, RECORDINGS, LogRecorder
 from tests.backends import BACKENDS
 
 settings.register_profile("fast", max_examples=100, deadline=None)
@@ -35,9 +35,7 @@ SCAN_LAST = "tests/test_zz_secret_scan.py"
 
 def pytest_report_header(config: pytest.Config) -> str:
     """The seed of this run's sampled sweep points (`tests/sampling.py`)."""
-    from tests.sampling import SEED
-
-    return f"sampled sweep points: TETHER_SAMPLE_SEED={SEED}"
+    return f"sampled sweep points: TETHER_SAMPLE_SEED={sampling.SEED}"
 
 
 #: The timeout of each slow sweep (TETHER_SLOW=1).
@@ -95,6 +93,23 @@ def pytest_configure(config: pytest.Config) -> None:
     argon2.PasswordHasher.hash = recording_hash  # type: ignore[method-assign]
     subprocess.Popen.communicate = recording_communicate  # type: ignore[method-assign]
     logging.getLogger().addHandler(LogRecorder(RECORDER))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With `RECORDINGS` set (`make pytest`: the suite on several processes, then the scan on
+    its own), this process's recordings are dumped there for the scan, its temporary
+    directory among the roots searched."""
+    where = os.environ.get(RECORDINGS)
+    if not where or session.config.option.collectonly:
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None:
+        try:
+            RECORDER.files_under(factory.getbasetemp())
+        except OSError:
+            pass
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    RECORDER.dump(Path(where) / f"{worker}-{os.getpid()}.json")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -12,6 +12,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 SEED = int(os.environ.get("TETHER_SAMPLE_SEED") or random.SystemRandom().randrange(1 << 32))
+# Processes started later (pytest-xdist's workers, started by the process that imports this
+# first, from tests/conftest.py) sample alike, so every one of them collects the same tests.
+os.environ["TETHER_SAMPLE_SEED"] = str(SEED)
 
 
 def sampled(name: str, points: Sequence[T], k: int) -> tuple[T, ...]:

@@ -197,9 +197,14 @@ def test_a_socket_its_dead_process_left_is_removed_by_the_next_ring(tmp_path: Pa
     directory.mkdir(mode=0o700)
     # What a SIGKILLed listener leaves: a socket file nobody is bound to any more.
     stale = directory / "999999-deadbeef0000.sock"
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    s.bind(str(stale))
-    s.close()
+    # Bound through the directory's descriptor, as the doorbell binds its own: a temp dir's
+    # path (under pytest-xdist's per-process one, say) may be too long for a socket address.
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.bind(f"/proc/self/fd/{fd}/{stale.name}")
+    finally:
+        os.close(fd)
     unrelated = directory / "notes.txt"
     unrelated.write_text("not a socket of ours")
     assert stale.exists()
