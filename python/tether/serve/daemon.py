@@ -114,6 +114,32 @@ PORT_OWNED_WAIT_S = 5.0
 WATCH_JOIN_S = 10.0
 #: At most this many submits of one world are committed in one tick (`Daemon.submit`).
 SUBMIT_BATCH = 256
+#: How long `status` waits for the stores' part of its answer (the Activity counts, the parked
+#: decisions): a database that hangs (rather than refusing) leaves the devices shown, with
+#: `stores_error` saying the stores did not answer, within `tether status`'s own wait.
+STATUS_STORES_S = 5.0
+
+
+class _StoresRead:
+    """One read of the stores' part of a status, on a thread of its own (a daemon thread: a
+    read a hung database holds never keeps the process from exiting). While one is unfinished
+    no other starts, so statuses asked during an outage do not pile threads up."""
+
+    def __init__(self, read: Any) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+        threading.Thread(target=self._run, args=(read,), name="status-stores", daemon=True).start()
+
+    def _run(self, read: Any) -> None:
+        try:
+            self.value = read()
+        except BaseException as exc:  # handed to the status that waits for it
+            self.error = exc
+        finally:
+            self.done.set()
+
+
 #: The interpreter's thread switch interval while a daemon runs (`sys.setswitchinterval`; the
 #: default is 5 ms). A thread woken by a lock, its socket or the bus waits for the running
 #: thread to give up the interpreter, up to this long; a shorter interval makes every busy
@@ -329,6 +355,8 @@ class Daemon:
         self.stop_first = StopFirst()
         self._seq = 0
         self._progress: OrderedDict[ActivityKey, tuple[int, dict[str, Any]]] = OrderedDict()
+        self._stores_read: _StoresRead | None = None
+        self._stores_lock = threading.Lock()
         self._closed = False
         #: Set once `close` safe-stopped every device (or found none), before it waits for the
         #: workers, streams and stores (`tether serve` bounds that wait: `close_within`).
@@ -1166,14 +1194,36 @@ class Daemon:
             "daemon": {"pid": os.getpid(), **self._record()},
             "devices": devices,
         }
-        try:
-            doc["activities"] = views.counts(runtime, [s.family for s in self.served.values()])
-            doc["parked"] = decisions.listing(runtime.catalog, runtime.artifacts)
-        except TetherError as exc:
-            # The devices are this process's own: a store that cannot be read (a database
-            # outage) leaves them shown, and says what is not known.
-            code, message, _ = error_fields(exc)
+        families = [s.family for s in self.served.values()]
+
+        def read() -> tuple[Any, Any]:
+            return (
+                views.counts(runtime, families),
+                decisions.listing(runtime.catalog, runtime.artifacts),
+            )
+
+        with self._stores_lock:
+            pending = self._stores_read
+            if pending is None or pending.done.is_set():
+                pending = self._stores_read = _StoresRead(read)
+        if not pending.done.wait(STATUS_STORES_S):
+            # The devices are this process's own: stores that do not answer (a database that
+            # hangs) leave them shown, and say what is not known.
+            doc.update(
+                activities=None,
+                parked=None,
+                stores_error=f"storage_stalled: the catalog did not answer within"
+                f" {STATUS_STORES_S:g} s (a database that hangs, or one far too slow)",
+            )
+            return doc
+        if isinstance(pending.error, TetherError):
+            # A store that cannot be read (a database outage) leaves them shown too.
+            code, message, _ = error_fields(pending.error)
             doc.update(activities=None, parked=None, stores_error=f"{code}: {message}")
+        elif pending.error is not None:
+            raise pending.error
+        else:
+            doc["activities"], doc["parked"] = pending.value
         return doc
 
     def device_status(self, name: str) -> dict[str, Any]:
