@@ -674,3 +674,15 @@ def test_serve_refuses_a_shared_catalog_with_a_local_world_and_the_other_way_rou
     with psycopg.connect(pg_url) as conn:
         row = conn.execute("SELECT to_regclass('activities'), to_regclass('worlds')").fetchone()
     assert row == (None, None)
+
+
+@pytest.mark.parametrize("host", ["bad name", "x@y", "h" * 65])
+def test_a_worker_on_a_shared_catalog_is_refused_a_host_name_no_daemon_there_can_have(
+    tmp_path: Path, pg_url: str, host: str
+) -> None:
+    """On a catalog hosts share, device work is bound to a daemon's `host_name`, which there is
+    1 to 64 of A-Z a-z 0-9 _ . : + - (as `tether serve` refuses otherwise): a worker under
+    another name would run and silently never claim such work, so it is refused (exit 2)."""
+    done = _worker(tmp_path, "--catalog", pg_url, "--world", pg_url, "--host", host)
+    assert done.returncode == _exit.USAGE, done.stdout + done.stderr
+    assert _refusal(done, "tether worker").startswith("tether worker: bad_host_name: --host ")

@@ -60,8 +60,11 @@ from tether.runtime._pool import WorkerPool
 from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
 from tether.storage._errors import MixedStores, SameStoreFile
 from tether.storage._urls import (
+    SHARED_HOST_NAME,
+    SHARED_HOST_RULE,
     check_one_backend,
     check_separate_files,
+    postgres_url,
     redact,
     sqlite_url,
     unsupported_url,
@@ -386,6 +389,21 @@ def main(argv: list[str]) -> int:
             check_one_backend(args.catalog, args.world)
     except (SameStoreFile, MixedStores) as e:
         error_line("tether worker", e)
+        return _exit.USAGE
+    host = str(args.host)  # set by now: the flag, the [serve] host_name or the hostname
+    if postgres_url(args.catalog) is not None and not SHARED_HOST_NAME.fullmatch(host):
+        # Work is bound to a daemon's name on a shared catalog, and a daemon's name there is
+        # one of these: a worker under another would silently never claim device work.
+        shown = host if len(host) <= 64 else host[:64] + "..."
+        error_line(
+            "tether worker",
+            CodedError(
+                "bad_host_name",
+                f"--host {shown!r}: a host's name on a catalog hosts share is the name its"
+                f" daemon's work is bound to: {SHARED_HOST_RULE}",
+                details={"host": shown},
+            ),
+        )
         return _exit.USAGE
     try:  # private to this user, as `tether serve`'s: checked before anything is made in it
         # On SQLite the catalog is DATA_DIR/catalog.db of a Host or `tether serve`: a data dir

@@ -39,7 +39,6 @@ import errno
 import json
 import logging
 import os
-import re
 import socket
 import sys
 import threading
@@ -77,6 +76,8 @@ from tether.serve.sessions import Sessions
 from tether.storage._errors import MixedStores
 from tether.storage._host_claim import HostClaim, HostNameTaken, is_shared
 from tether.storage._urls import (
+    SHARED_HOST_NAME,
+    SHARED_HOST_RULE,
     check_one_backend,
     check_separate_files,
     postgres_url,
@@ -258,7 +259,6 @@ def _key(request: dict[str, Any]) -> ActivityKey:
 #: A host name that can name its worlds on a shared world ledger (`<id>@<host_name>`): world
 #: id characters (`tether.world`), without `@` (the owner is what follows the last one) and `/`
 #: (a key's separator), short enough to leave a world id room under its 256.
-_WORLD_HOST = re.compile(r"[A-Za-z0-9_.:+\-]{1,64}")
 
 
 class StopFirst:
@@ -457,11 +457,11 @@ class Daemon:
         except MixedStores as e:
             raise ServeRefusal(e.code, e.message, details=dict(e.details)) from None
         name = self.serve.host_name
-        if self.world_owner is not None and not _WORLD_HOST.fullmatch(name):
+        if self.world_owner is not None and not SHARED_HOST_NAME.fullmatch(name):
             raise ServeRefusal(
                 "bad_host_name",
                 f"serve.host_name {clipped(name)!r} names this host's worlds on a world ledger"
-                " hosts share (<id>@<host_name>): use 1 to 64 of A-Z a-z 0-9 _ . : + -",
+                f" hosts share (<id>@<host_name>): {SHARED_HOST_RULE}",
                 details={"host_name": clipped(name)},
             )
 

@@ -236,6 +236,14 @@ def scrub(text: str, url: str) -> str:
     return _QUOTED.sub(quoted, text)
 
 
+#: A host's name where hosts share a catalog on PostgreSQL: it names the host's worlds on the
+#: shared world ledger (`<id>@<host_name>`) and the device work bound to it, so it is one a
+#: world id can end with.
+SHARED_HOST_NAME = re.compile(r"[A-Za-z0-9_.:+\-]{1,64}")
+#: `SHARED_HOST_NAME` in words.
+SHARED_HOST_RULE = "use 1 to 64 of A-Z a-z 0-9 _ . : + -"
+
+
 def postgres_url(url: str | None) -> str | None:
     """``url`` as libpq takes it (``postgresql://``, the scheme in lower case, as the stores
     open it) when it names a PostgreSQL store (``postgresql://`` or ``postgres://``, any
