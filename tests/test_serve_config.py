@@ -164,3 +164,21 @@ def test_a_moves_follower_reads_the_daemons_lease_and_settle_timeout(tmp_path: P
     path.write_text("[host]\n")
     served = load_serve(path, state_dir=tmp_path, robots=1)
     assert (served.lease_ms, served.settle_timeout_s) == (30_000, 30.0)
+
+
+def test_an_empty_catalog_flag_of_db_prune_is_the_same_usage_error() -> None:
+    """`tether db prune --catalog ""` says what `serve` and `worker` say of it (code `usage`)."""
+    import json
+    import subprocess
+    import sys
+
+    argv = ["db", "prune", "--catalog", "", "--older-than", "1d", "--json"]
+    run = subprocess.run(
+        [sys.executable, "-m", "tether", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    assert json.loads(run.stdout)["code"] == "usage"
+    assert "--catalog is empty" in run.stderr and "Traceback" not in run.stderr

@@ -469,6 +469,11 @@ def main(argv: list[str]) -> int:
                 raise UsageError("usage", "--batch must be >= 1")
             if (args.data_dir is None) == (args.catalog is None):
                 raise UsageError("usage", "name exactly one of --data-dir and --catalog URL")
+            if args.catalog is not None and not args.catalog.strip():
+                # An unset shell variable, as `tether serve` and `tether worker` say it.
+                raise UsageError(
+                    "usage", "--catalog is empty: give the store's URL, or leave the flag out"
+                )
             if args.catalog is not None and args.vacuum:
                 raise UsageError("usage", "--vacuum applies to a data directory's catalog.db")
     except UsageError as e:
