@@ -473,3 +473,30 @@ def test_a_stop_names_its_principal_within_the_latch_records_bound(tmp_path: Pat
     latch.latch("arm", by=by)
     assert StopLatch(tmp_path).stop_reason("arm") == "stopped_by_operator"
     assert stopped_by("console Stop", "operator", "alice") == "console Stop by operator alice"
+
+
+def test_a_parked_moves_reason_stays_the_stop_that_cut_it_whatever_stops_come_later(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    """Stopped mid-motion by an operator (parked, `stopped_by_operator`), the robot resumed,
+    then stopped again by a session's lapse: a later reconcile of the parked move still names
+    the operator's stop, the one that cut it (before, it took the latch's latest reason and
+    told the operator the move was cut by the lapse)."""
+    emulator.speed_scale = 1.0  # real time: the stop lands mid-motion
+    outcome: dict[str, Any] = {}
+    mover = threading.Thread(target=lambda: outcome.update(move(config, "m-cut")))
+    mover.start()
+    deadline = time.monotonic() + 30
+    while not any(e.instruction == "action" for e in list(emulator.journal)):
+        assert time.monotonic() < deadline and mover.is_alive(), "the move never started"
+        time.sleep(0.002)
+    time.sleep(0.05)
+    stop_everything(config)
+    mover.join(timeout=60)
+    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "stopped_by_operator")
+    emulator.speed_scale = 20.0
+    latch = StopLatch(config.state_dir)
+    latch.resume("arm", operator="olga")
+    latch.latch("arm", by=SESSION_LAPSE)  # a later stop, of nothing this move sent
+    assert latch.stop_reason("arm") == "stopped_on_session_lapse"
+    _stays_parked(emulator, config, "m-cut", reason="stopped_by_operator")

@@ -195,6 +195,13 @@ def test_bad_requests_are_invalid_argument_with_the_field_path_and_nothing_is_re
                 control.Execute(request, metadata=bearer(), timeout=30)
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, field
             assert info.value.details().startswith(field + ":"), info.value.details()
+        # A relative move by more than its joint's whole range (3 rad) leaves the limits from
+        # any position: it can never run, so it is refused as an absolute one past them is.
+        with pytest.raises(grpc.RpcError) as info:
+            control.Execute(move("bad-rel", {"a": 3.5}, relative=True), metadata=bearer())
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert info.value.details().startswith('joint_move.targets_rad["a"]:'), info.value.details()
+        assert "from any position" in info.value.details()
         # Client values a refusal repeats are cut short: a long one never turns the status into
         # the client's own RESOURCE_EXHAUSTED (its metadata limit), the field path first.
         for field, request in {

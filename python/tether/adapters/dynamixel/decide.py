@@ -249,6 +249,28 @@ def plan(
     return goals
 
 
+def check_deltas(targets: Mapping[str, float], limits: Mapping[str, tuple[float, float]]) -> None:
+    """A relative move's deltas, checked before any read-back: each finite, and none larger
+    than its joint's whole range (such a move leaves the limits from any position, so it can
+    never run). Raises `MoveRefused`."""
+    for name, value in sorted(targets.items()):
+        if name not in limits:
+            raise MoveRefused("unknown_joint", f"no joint {name!r}", joint=name)
+        if not math.isfinite(value):
+            raise MoveRefused("limit_violation", f"joint {name}: {value!r} is not finite")
+        low, high = limits[name]
+        if abs(value) > high - low:
+            raise MoveRefused(
+                "limit_violation",
+                f"joint {name}: a move by {_rad(value)} rad leaves its limits [{_rad(low)},"
+                f" {_rad(high)}] rad from any position (they span {_rad(high - low)} rad)",
+                joint=name,
+                delta_rad=value,
+                min_rad=low,
+                max_rad=high,
+            )
+
+
 def _own_stop(sent: Sequence[Sent]) -> str | None:
     """`settle_timeout` when the attempt stopped itself because its settle timeout ran out."""
     causes = {s.cause for s in sent if s.instruction in STOPS}

@@ -259,11 +259,16 @@ def plan_relative(
 
 def check_request(robot: RobotConfig, request: MoveRequest) -> None:
     """Everything about a request that can be refused without the device: every joint is
-    configured, and an absolute move's targets are inside the limits (a relative move's are
-    checked from a fresh read-back before any byte is sent, in `execute`)."""
+    configured, an absolute move's targets are inside the limits, and a relative move's deltas
+    are finite and within the limits' span (its goals are checked from a fresh read-back
+    before any byte is sent, in `execute`)."""
     if request.relative:
         for name, _ in request.targets:
             robot.joint(name)
+        try:
+            decide.check_deltas(dict(request.targets), _limits(robot))
+        except decide.MoveRefused as exc:
+            raise _refused(exc) from None
     else:
         plan_absolute(robot, request)
 
@@ -683,15 +688,25 @@ class DynamixelMoveAdapter:
             return False
         return concluded is None or stopped <= int(concluded.get("recorded_at_ms", 0))
 
+    def _stop_reason(self, robot: RobotConfig, op: Operation, attempt: int) -> str:
+        """The reason of the stop that cut `attempt`: the one its first conclusion named
+        (`_note_concluded`), else the latch's now (the latest stop of the robot)."""
+        concluded = op.entry.proof(_concluded(attempt)) if attempt else None
+        first = (concluded or {}).get("reason")
+        if first in STOP_REASONS:
+            return str(first)
+        return self.host.latch.stop_reason(robot.name)
+
     @staticmethod
     def _note_concluded(
         op: Operation, attempt: int, reason: str, move: decide.Move, *, settling: bool
     ) -> None:
-        """Keep when a reconcile first concluded `attempt` Unknown for `reason`, a cause other
-        than a stop's, and final (not a move still settling): no stop after it cut the
-        attempt (`_stopped`), and one that did before it (`move`'s) still counts. The first
-        one stands."""
-        if not attempt or settling or reason in (*STOP_REASONS, decide.SHUTDOWN_REASON):
+        """Keep when a reconcile first concluded `attempt` Unknown for `reason`, and final (not
+        a move still settling): no stop after it cut the attempt (`_stopped`), one that did
+        before it (`move`'s) still counts, and a stop's reason stays the one that cut it (a
+        later stop, of another move, a session's lapse, the host's shutdown, never renames
+        it). The first one stands."""
+        if not attempt or settling:
             return
         name = _concluded(attempt)
         if op.entry.proof(name) is None:
@@ -734,7 +749,7 @@ class DynamixelMoveAdapter:
             tolerance=robot.tolerance_rad,
             resolution=RESOLUTION_RAD,
             stopped_by_operator=self._stopped(robot, op, attempt),
-            stop_reason=self.host.latch.stop_reason(robot.name),
+            stop_reason=self._stop_reason(robot, op, attempt),
             stopped_at_shutdown=self._stopped(
                 robot, op, attempt, last_shutdown_stop, "shutdown_stop"
             ),
