@@ -429,7 +429,7 @@ def test_stop_is_answered_mid_execute_latches_and_health_flips_when_the_port_goe
             assert details.startswith("stale_revision: ") and details.count("stale_revision") == 1
             # The operator abandons it over gRPC, naming the evidence revision.
             decided = abandon(control, "long", parked.evidence.revision)
-            assert decided.id == "long"
+            assert decided.id == "ci/long"  # as an operator names it, and lists it
             with pytest.raises(grpc.RpcError) as info:  # single use
                 control.Resolve(stale, metadata=bearer(OPERATOR), timeout=30)
             assert info.value.details().count("not_parked") == 1, info.value.details()
@@ -726,7 +726,7 @@ def test_cancel_of_an_operation_awaiting_an_operator_stops_nothing_and_names_res
             journaled = MoveStore(root).get(operation_id_for(key))
             assert journaled is not None and journaled.entry.proof("cancel") is None
             decided = abandon(control, "parked", after.evidence.revision)
-            assert decided.id == "parked"
+            assert decided.id == "ci/parked"
             assert until_terminal(control, "parked")[-1].state == pb.FAILED
             channel.close()
 

@@ -335,11 +335,14 @@ def test_a_planners_reconcile_refreshes_its_own_operation_only(tmp_path: Path) -
             read = pb.GetOperationRequest(operation_id="cj/theirs")
             seen = control.GetOperation(read, metadata=bearer(OPERATOR))
             assert seen.evidence.revision == theirs.evidence.revision
-            assert control.GetOperation(read, metadata=bearer(OBSERVER)).id == "theirs"
+            # Named as a host-wide role lists it (two principals' ids may be the same).
+            assert control.GetOperation(read, metadata=bearer(OBSERVER)).id == "cj/theirs"
+            listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer(OPERATOR))
+            assert "cj/theirs" in [o.id for o in listed.operations]
             other = _error(lambda: control.GetOperation(read, metadata=bearer()))
             assert other.code() == grpc.StatusCode.NOT_FOUND
             decided = abandon(control, "cj/theirs", seen.evidence.revision)
-            assert decided.id == "theirs"
+            assert decided.id == "cj/theirs"
             channel.close()
 
 

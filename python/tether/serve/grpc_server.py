@@ -1212,7 +1212,17 @@ class RobotControl(rpc.RobotControlServicer):
             key, intent = self._get(context, principal, request.operation_id)
         else:  # an operator or observer: any principal's, as `Resolve` names them
             key, intent = self._anyones(context, request.operation_id)
+            return self._host_wide(key, self._operation(key, intent))
         return self._operation(key, intent)
+
+    def _host_wide(self, key: ActivityKey, op: pb.Operation) -> pb.Operation:
+        """`op` as a host-wide role (an operator, an observer) names it, in every answer as
+        in `ListOperations`: `PRINCIPAL/OPERATION_ID` (two principals' operations may share an
+        id)."""
+        who = self._worlds().get(key.world_id)
+        if who is not None:
+            op.id = f"{who}/{key.activity_id}"
+        return op
 
     def _anyones(self, context: grpc.ServicerContext, target: str) -> tuple[ActivityKey, Any]:
         """The operation `target` names for a host-wide role (an operator, an observer):
@@ -1596,7 +1606,7 @@ class RobotControl(rpc.RobotControlServicer):
             if exc.code == "bounds_exceeded":  # the note, the one free text of the request
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"note: {exc}")
             _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))  # "code: message"
-        return self._operation(key, intent)
+        return self._host_wide(key, self._operation(key, intent))
 
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
