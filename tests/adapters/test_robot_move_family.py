@@ -431,3 +431,27 @@ def test_the_family_takes_its_speed_limit_from_the_hosts_first_motion_policy(
             assert preimage is not None
             seen.append((emulator.snapshot(1)["profile_velocity"], preimage["first_motion"]))
     assert seen == [(slow, True), (fast, False), (slow, True), (fast, False)]
+
+
+def test_a_move_an_operator_reissued_has_not_started_until_its_new_attempt_does(
+    config: HostConfig, tmp_path: Path
+) -> None:
+    """`started` (what the gRPC view reads to say RUNNING rather than PENDING) is of the attempt
+    that runs the move now: once an operator's re-issue (or a confirmed absence) allows the next
+    attempt, the move has not started until that attempt writes its own start marker."""
+    from tether.families.robot_move.family import RobotMoveAdapter
+
+    adapter = RobotMoveAdapter(config, tmp_path / "store")
+    request = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS})
+    op = adapter.store.bind("op-1", request)
+
+    def started() -> bool:
+        return bool(adapter._on_started({"operation_id": "op-1"})["started"])
+
+    assert not started()  # bound, no attempt began
+    op.start_attempt(1, {"fence": 1, "catalog_attempt": 1})
+    assert started()
+    op.record_reissue_proof(2, {"reason": "operator_reissue"})
+    assert not started()  # the re-issue's attempt is allowed, not begun
+    op.start_attempt(2, {"fence": 3, "catalog_attempt": 3})
+    assert started()

@@ -238,11 +238,17 @@ class RobotMoveAdapter:
             host.add_handler("started", self._on_started)
 
     def _on_started(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Whether a move's journal holds a start marker (`started`): an attempt that never
-        wrote one (waiting for its robot, or past its `not_after` and recorded `expired`)
-        never started, whatever its catalog attempt says."""
+        """Whether a move's journal holds a start marker of the attempt that runs it now
+        (`started`): an attempt that never wrote one (waiting for its robot, or past its
+        `not_after` and recorded `expired`) never started, whatever its catalog attempt says;
+        nor did the next one an operator's re-issue or a confirmed absence allowed (its proof
+        is in the journal) until it writes its own."""
         op = self.store.get(str(request.get("operation_id")))
-        return {"started": op is not None and bool(op.attempts())}
+        if op is None or not op.attempts():
+            return {"started": False}
+        upcoming = op.next_attempt()
+        allowed = op.guard(upcoming) is not None or op.reissue_proof(upcoming) is not None
+        return {"started": not allowed}
 
     def _on_cancel(self, request: dict[str, Any]) -> dict[str, Any]:
         """Cancel a move (the gRPC service's `Cancel`): a `cancel` proof in its journal
