@@ -686,3 +686,14 @@ def test_a_worker_on_a_shared_catalog_is_refused_a_host_name_no_daemon_there_can
     done = _worker(tmp_path, "--catalog", pg_url, "--world", pg_url, "--host", host)
     assert done.returncode == _exit.USAGE, done.stdout + done.stderr
     assert _refusal(done, "tether worker").startswith("tether worker: bad_host_name: --host ")
+
+
+def test_a_worker_whose_world_ledger_cannot_be_reached_names_that_store(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """With the catalog and the world ledger on two servers, the refusal says which one failed:
+    `(the world ledger)`, as it says `(the catalog)` of the other."""
+    done = _worker(tmp_path, "--catalog", pg_url, "--world", UNREACHABLE)
+    assert done.returncode == _exit.UNAVAILABLE, done.stdout + done.stderr
+    line = _refusal(done, "tether worker")
+    assert line.startswith("tether worker: unreachable: ") and "(the world ledger)" in line, line

@@ -251,7 +251,8 @@ def _check_stores(catalog_url: str | None, world_url: str | None) -> None:
         from tether.world import open_ledger
 
         try:  # workers never write the world: one not made yet is not made here either
-            found = {s.store for s in dbcli.status(world_url)}
+            # Read as the world ledger's own session: a failure names that store.
+            found = {s.store for s in dbcli.status(world_url, application="tether-world")}
             # On PostgreSQL the catalog may share its database and schema: no world yet. A
             # SQLite file holding the catalog is the other store's, which the open refuses.
             if "world" not in found and (not found or postgres_url(world_url) is not None):

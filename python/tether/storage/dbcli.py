@@ -125,12 +125,12 @@ def _sqlite_status(path: str) -> list[StoreStatus]:
     return []
 
 
-def _pg_session(url: str) -> Any:
+def _pg_session(url: str, application: str = "tether-db") -> Any:
     from tether.storage._pg import Session
     from tether.storage._urls import postgres_url
 
     # The scheme in any case, as the stores take it (libpq reads only lower case).
-    return Session(postgres_url(url) or url, DatabaseError, DatabaseError, application="tether-db")
+    return Session(postgres_url(url) or url, DatabaseError, DatabaseError, application=application)
 
 
 def _pg_versions(session: Any) -> list[StoreStatus]:
@@ -148,19 +148,21 @@ def _pg_versions(session: Any) -> list[StoreStatus]:
     return out
 
 
-def _pg_status(url: str) -> list[StoreStatus]:
-    session = _pg_session(url)
+def _pg_status(url: str, application: str = "tether-db") -> list[StoreStatus]:
+    session = _pg_session(url, application)
     try:
         return _pg_versions(session)
     finally:
         session.close()
 
 
-def status(url: str) -> list[StoreStatus]:
-    """Every Tether store at ``url`` with its schema version."""
+def status(url: str, *, application: str = "tether-db") -> list[StoreStatus]:
+    """Every Tether store at ``url`` with its schema version. ``application``: the session's
+    name on PostgreSQL (`tether.storage._pg.STORE_OF`: a store's own name makes an error name
+    that store)."""
     if _scheme(url) == "sqlite":
         return _sqlite_status(_sqlite_path(url))
-    return _pg_status(url)
+    return _pg_status(url, application)
 
 
 def _targets(url: str, found: set[str], store: str | None) -> list[str]:
