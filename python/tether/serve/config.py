@@ -220,7 +220,9 @@ def parse_serve(
     host_name = table.text("host_name", socket.gethostname())
     if not host_name or len(host_name.encode()) > 512:
         raise _error(
-            "bad_host_name", "serve.host_name must be a non-empty name of at most 512 bytes"
+            "bad_host_name",
+            "serve.host_name must be a non-empty name of at most 512 bytes (where hosts share"
+            " their stores on PostgreSQL: 1 to 64 of A-Z a-z 0-9 _ . : + -)",
         )
     return ServeConfig(
         data_dir,
