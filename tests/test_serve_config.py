@@ -182,3 +182,28 @@ def test_an_empty_catalog_flag_of_db_prune_is_the_same_usage_error() -> None:
     assert run.returncode == 2, run.stderr
     assert json.loads(run.stdout)["code"] == "usage"
     assert "--catalog is empty" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    "argv", [["serve", "--catalog", ""], ["serve", "--bogus"], ["host", "--bogus"]]
+)
+def test_a_usage_error_off_a_terminal_is_a_json_document_on_stdout(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """A command whose output is JSON off a terminal says its usage errors so too (before,
+    stdout stayed empty for these while every other refusal was a document)."""
+    import json
+    import subprocess
+    import sys
+
+    config = tmp_path / "host.toml"
+    config.write_text(f'[host]\nstate_dir = "{tmp_path / "state"}"\n')
+    run = subprocess.run(
+        [sys.executable, "-m", "tether", *argv[:1], "--config", str(config), *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    doc = json.loads(run.stdout)
+    assert (doc["status"], doc["code"]) == ("refused", "usage"), doc

@@ -229,6 +229,7 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="JSON lines on stdout (default: on off a TTY; on a TTY, lines in words)",
     )
+    want_json("--json" in argv or not sys.stdout.isatty())  # a usage error's document too
     args = parser.parse_args(argv)
     as_json = args.json or not sys.stdout.isatty()
     want_json(as_json)  # its refusals are JSON documents too

@@ -92,6 +92,9 @@ def main(argv: list[str]) -> int:
         help="the ready line as JSON (default: on off a TTY; on a TTY, words)",
     )
     _log.add_arguments(parser)
+    # JSON off a terminal from the first refusal on: a usage error too is one document on
+    # stdout, so a script never reads nothing.
+    want_json("--json" in argv or not sys.stdout.isatty())
     args = parser.parse_args(argv)
     refuse_empty_urls(parser, catalog=args.catalog, world=args.world)  # as `bad_store_url`
     _log.setup(args.log_format, level=args.log_level)
