@@ -8,7 +8,10 @@ Usage: tether worker DATA_DIR --families module:factory [--workers N] [--lease-m
 process. Workers share the catalog (`--catalog URL`, default the data directory's
 `catalog.db`; a PostgreSQL catalog is shared by hosts) and the artifact store with the Host;
 they never write the world ledger (`--world URL` is only checked at start). SIGINT/SIGTERM
-stop them cleanly.
+stop them: no new claim, and the attempts running get the shutdown bound (30 s,
+`TETHER_SHUTDOWN_BOUND_S`) to end; one still running then (a long episode, or a database that
+stopped answering) is left to the next claim to reconcile, and the process says so and exits 1
+(`shutdown_stalled`).
 
 With `--sse-port` (0 = any free port) the process serves its live progress as one AG-UI run
 over SSE at http://HOST:PORT/events (the address is printed on stdout): RUN_STARTED, one
