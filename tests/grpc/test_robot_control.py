@@ -693,6 +693,48 @@ def test_a_parked_and_a_decided_operation_say_what_they_are_not_what_they_did(
             channel.close()
 
 
+def test_a_parked_operation_keeps_the_fraction_its_motion_reached_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The fraction of a parked move is what its motion reached, after a daemon restart too (no
+    progress of it in the new process: read off its evidence), never 0."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            parked = parked_mid_move(control, "cut")
+            reached = parked.progress.fraction
+            assert 0.0 < reached < 1.0, parked.progress
+            channel.close()
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            ask = pb.GetOperationRequest(operation_id="cut")
+            read = control.GetOperation(ask, metadata=bearer())
+            assert read.state == pb.UNKNOWN_AWAITING_OPERATOR, read
+            assert read.progress.fraction == pytest.approx(reached, abs=0.1), (reached, read)
+            assert read.progress.fraction > 0.0
+            channel.close()
+
+
+def test_the_fraction_reached_is_read_off_a_moves_evidence() -> None:
+    from tether.serve.grpc_server import reached_fraction
+
+    def joints(**rad: float) -> dict[str, object]:
+        return {"joints": {n: {"position_rad": v} for n, v in rad.items()}}
+
+    evidence = {
+        "staged": {"a": 1.0, "b": -1.0},
+        "preimage": {"read_back": joints(a=0.0, b=0.0)},
+        "read_back": joints(a=0.5, b=-0.25),
+    }
+    assert reached_fraction(evidence) == pytest.approx(1 - 1.25 / 2.0)
+    assert reached_fraction({**evidence, "read_back": joints(a=1.0, b=-1.0)}) == 1.0
+    assert reached_fraction({**evidence, "preimage": None}) is None  # nothing to measure from
+    assert reached_fraction({**evidence, "staged": {}}) is None
+    assert reached_fraction({**evidence, "read_back": joints(a=0.5)}) is None  # b unread
+    assert reached_fraction("not a document") is None
+
+
 def test_cancel_of_an_operation_awaiting_an_operator_stops_nothing_and_names_resolve(
     tmp_path: Path,
 ) -> None:

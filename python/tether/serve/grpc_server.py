@@ -121,6 +121,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -246,6 +247,39 @@ def world_for(principal: str, owner: str | None = None) -> str:
     shared by hosts, named for this host (`owner`: `grpc-<principal>@<host>`), one world per
     principal and host."""
     return f"{WORLD_PREFIX}{principal}" + (f"@{owner}" if owner else "")
+
+
+def reached_fraction(evidence: Any) -> float | None:
+    """How far a move's motion got, read off its evidence (a reconcile's document): 1 less
+    the distance left to the goals it staged over the distance from its pre-image, summed over
+    its joints, as its progress reports it while it runs; None where the evidence holds no
+    staged goals and pre-image to measure from."""
+
+    def positions(read_back: Any) -> dict[str, float]:
+        joints = read_back.get("joints") if isinstance(read_back, dict) else None
+        if not isinstance(joints, dict):
+            return {}
+        return {
+            str(n): float(j["position_rad"])
+            for n, j in joints.items()
+            if isinstance(j, dict) and isinstance(j.get("position_rad"), int | float)
+        }
+
+    if not isinstance(evidence, dict):
+        return None
+    staged = evidence.get("staged")
+    pre = evidence.get("preimage")
+    if not isinstance(staged, dict) or not staged or not isinstance(pre, dict):
+        return None
+    start, now = positions(pre.get("read_back")), positions(evidence.get("read_back"))
+    goals = {n: float(g) for n, g in staged.items() if isinstance(g, int | float)}
+    if not goals or not all(n in start and n in now for n in goals):
+        return None
+    total = sum(abs(g - start[n]) for n, g in goals.items())
+    if total <= 0 or not math.isfinite(total):
+        return None
+    left = sum(abs(g - now[n]) for n, g in goals.items())
+    return round(min(1.0, max(0.0, 1 - left / total)), 4)
 
 
 def canonical(doc: Any) -> bytes:
@@ -874,8 +908,10 @@ class RobotControl(rpc.RobotControlServicer):
             op.state = pb.RUNNING if self._started(key) else pb.PENDING
         else:
             op.state = pb.PENDING
+        reached: float | None = None
         if record.evidence is not None:
             ev, data = self._doc(record.evidence.evidence.ref, record.evidence.evidence.digest)
+            reached = reached_fraction(ev)
             op.evidence.revision = record.evidence_revision
             op.evidence.reason = str(ev.get("reason") or "")
             op.evidence.document = data
@@ -902,6 +938,10 @@ class RobotControl(rpc.RobotControlServicer):
             op.progress.phase = pb.OperationState.Name(op.state).lower()
             if op.state == pb.SUCCEEDED and not operator_done:
                 op.progress.fraction = 1.0
+            elif progress is None and reached is not None:
+                # No progress in this process (it restarted since the move ran): what the
+                # motion reached, read off its evidence, not a fraction of 0.
+                op.progress.fraction = reached
         elif not op.progress.phase:  # no progress reported yet: the phase is its state
             op.progress.phase = pb.OperationState.Name(op.state).lower()
         op.updated_ms = updated_ms(record, op.evidence.read_at_ms)
