@@ -369,34 +369,36 @@ def test_status_while_the_database_hangs_answers_with_what_is_not_known(tmp_path
             'families = ["tether.serve.families:sim_families"]\n'
         )
         argv = [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"]
+        status = [sys.executable, "-m", "tether", "status", "--config", str(config), "--json"]
+
+        def asked() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(status, capture_output=True, text=True, timeout=60, env=env)
+
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
         )
-        status = [sys.executable, "-m", "tether", "status", "--config", str(config), "--json"]
-        frozen: list[int] = []
-        try:
+        try:  # the daemon is stopped whatever fails (a daemon left behind outlives the test)
             assert proc.stdout is not None and '"ready": true' in proc.stdout.readline()
-            before = subprocess.run(status, capture_output=True, text=True, timeout=60, env=env)
+            before = asked()
             assert before.returncode == 0 and json.loads(before.stdout)["activities"] is not None
             frozen = _cluster_pids(c)
             for pid in frozen:
                 os.kill(pid, signal.SIGSTOP)
-            start = time.monotonic()
-            hung = subprocess.run(status, capture_output=True, text=True, timeout=60, env=env)
-            took = time.monotonic() - start
+            try:
+                start = time.monotonic()
+                hung = asked()
+                took = time.monotonic() - start
+            finally:
+                for pid in frozen:
+                    os.kill(pid, signal.SIGCONT)
             assert hung.returncode == 0, hung.stdout + hung.stderr
             doc = json.loads(hung.stdout)
             assert doc["stores_error"].startswith("storage_stalled: "), doc
             assert doc["activities"] is None and doc["daemon"]["pid"] == proc.pid
             assert took < 9, took  # within the daemon's bound, inside status's own wait
-        finally:
-            for pid in frozen:
-                os.kill(pid, signal.SIGCONT)
-        try:
             deadline = time.monotonic() + 30
             while True:  # the hung read ends once thawed; a later status reads again
-                after = subprocess.run(status, capture_output=True, text=True, timeout=60, env=env)
-                doc = json.loads(after.stdout)
+                doc = json.loads(asked().stdout)
                 if doc.get("activities") is not None:
                     break
                 assert time.monotonic() < deadline, doc
@@ -404,6 +406,10 @@ def test_status_while_the_database_hangs_answers_with_what_is_not_known(tmp_path
             assert "stores_error" not in doc
         finally:
             proc.terminate()
-            proc.wait(timeout=60)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             assert proc.stdout is not None
             proc.stdout.close()
