@@ -421,16 +421,12 @@ def test_a_move_parked_standalone_is_decided_through_a_daemon_and_later_moves_se
     assert hosts == dict.fromkeys(("a1", "a2", "a3"), socket.gethostname())
 
 
-def test_a_move_stopped_mid_motion_is_not_recovered_by_a_later_move_to_its_target(
-    emulator: DynamixelEmulator, config: HostConfig
-) -> None:
-    """Stopped mid-motion (parked, `stopped_by_operator`), the robot resumed, then another
-    move drives the arm to the same target. The first move's later reconcile sees its goals
-    reached, but by the other move: it stays parked for the operator, never `SUCCEEDED`."""
-
+def _cut_mid_motion(emulator: DynamixelEmulator, config: HostConfig, activity: str) -> None:
+    """Move ``activity`` in real time and stop it (`tether stop`) once its ACTION went out: it
+    ends parked, `stopped_by_operator`."""
     emulator.speed_scale = 1.0  # real time: the stop lands mid-motion
     outcome: dict[str, Any] = {}
-    mover = threading.Thread(target=lambda: outcome.update(move(config, "m-cut")))
+    mover = threading.Thread(target=lambda: outcome.update(move(config, activity)))
     mover.start()
     deadline = time.monotonic() + 30
     while not any(e.instruction == "action" for e in list(emulator.journal)):
@@ -440,6 +436,16 @@ def test_a_move_stopped_mid_motion_is_not_recovered_by_a_later_move_to_its_targe
     stop_everything(config)
     mover.join(timeout=60)
     assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "stopped_by_operator")
+
+
+def test_a_move_stopped_mid_motion_is_not_recovered_by_a_later_move_to_its_target(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    """Stopped mid-motion (parked, `stopped_by_operator`), the robot resumed, then another
+    move drives the arm to the same target. The first move's later reconcile sees its goals
+    reached, but by the other move: it stays parked for the operator, never `SUCCEEDED`."""
+
+    _cut_mid_motion(emulator, config, "m-cut")
     held = emulator.snapshot(1)["present_position"]
     assert abs(held - tables.radians_to_ticks(TARGETS["a"])) > 20, held  # cut short
     emulator.speed_scale = 20.0
@@ -482,18 +488,7 @@ def test_a_parked_moves_reason_stays_the_stop_that_cut_it_whatever_stops_come_la
     then stopped again by a session's lapse: a later reconcile of the parked move still names
     the operator's stop, the one that cut it (before, it took the latch's latest reason and
     told the operator the move was cut by the lapse)."""
-    emulator.speed_scale = 1.0  # real time: the stop lands mid-motion
-    outcome: dict[str, Any] = {}
-    mover = threading.Thread(target=lambda: outcome.update(move(config, "m-cut")))
-    mover.start()
-    deadline = time.monotonic() + 30
-    while not any(e.instruction == "action" for e in list(emulator.journal)):
-        assert time.monotonic() < deadline and mover.is_alive(), "the move never started"
-        time.sleep(0.002)
-    time.sleep(0.05)
-    stop_everything(config)
-    mover.join(timeout=60)
-    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "stopped_by_operator")
+    _cut_mid_motion(emulator, config, "m-cut")
     emulator.speed_scale = 20.0
     latch = StopLatch(config.state_dir)
     latch.resume("arm", operator="olga")

@@ -178,6 +178,29 @@ def test_serve_and_db_on_a_wrong_password_are_a_refused_login(
         assert "nope-nope-2" not in done.stdout + done.stderr
 
 
+def _sim_host(tmp_path: Path, url: str) -> Path:
+    """A sim-only host.toml whose stores are both at `url`, every listener off."""
+    config = tmp_path / "host.toml"
+    config.write_text(
+        f'[host]\nstate_dir = "{tmp_path / "state"}"\n[serve]\nsse = "off"\n'
+        f'console = "off"\nlive = "off"\ncatalog = "{url}"\nworld = "{url}"\n'
+        'families = ["tether.serve.families:sim_families"]\n'
+    )
+    return config
+
+
+def _upgraded(c: ThrowawayCluster, env: dict[str, str]) -> None:
+    """`tether db upgrade` of the cluster's database: both stores made."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "db", "upgrade", c.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def _cluster_pids(c: ThrowawayCluster) -> list[int]:
     """The postmaster of `c` and every process it started (its backends and helpers)."""
     assert c.dir is not None
@@ -206,26 +229,14 @@ def test_a_process_stopped_while_its_database_is_frozen_exits_within_its_bound(
     with ThrowawayCluster() as c:
         env = {**os.environ, "TETHER_SHUTDOWN_BOUND_S": "2"}
         env.pop("PGPASSWORD", None)
-        done = subprocess.run(
-            [sys.executable, "-m", "tether", "db", "upgrade", c.url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-        assert done.returncode == 0, done.stderr
+        _upgraded(c, env)
         if command == "worker":
             argv = [sys.executable, "-m", "tether", "worker", str(tmp_path / "data")]
             argv += ["--families", "tether.families.sim.adapter:worker_families"]
             argv += ["--catalog", c.url, "--world", c.url, "--workers", "2"]
             argv += ["--fallback-poll-s", "1"]
         else:
-            config = tmp_path / "host.toml"
-            config.write_text(
-                f'[host]\nstate_dir = "{tmp_path / "state"}"\n[serve]\nsse = "off"\n'
-                f'console = "off"\nlive = "off"\ncatalog = "{c.url}"\nworld = "{c.url}"\n'
-                'families = ["tether.serve.families:sim_families"]\n'
-            )
+            config = _sim_host(tmp_path, c.url)
             argv = [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"]
         proc = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -313,12 +324,7 @@ def test_status_during_a_database_outage_shows_the_daemon_and_says_what_is_unkno
         pytest.skip("no PostgreSQL binaries and not root to install them")
     with ThrowawayCluster() as c:
         env = {k: v for k, v in os.environ.items() if k != "PGPASSWORD"}
-        config = tmp_path / "host.toml"
-        config.write_text(
-            f'[host]\nstate_dir = "{tmp_path / "state"}"\n[serve]\nsse = "off"\n'
-            f'console = "off"\nlive = "off"\ncatalog = "{c.url}"\nworld = "{c.url}"\n'
-            'families = ["tether.serve.families:sim_families"]\n'
-        )
+        config = _sim_host(tmp_path, c.url)
         status = [sys.executable, "-m", "tether", "status", "--config", str(config)]
         argv = [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"]
         with subprocess.Popen(
@@ -354,20 +360,8 @@ def test_status_while_the_database_hangs_answers_with_what_is_not_known(tmp_path
         pytest.skip("no PostgreSQL binaries and not root to install them")
     with ThrowawayCluster() as c:
         env = {k: v for k, v in os.environ.items() if k != "PGPASSWORD"}
-        done = subprocess.run(
-            [sys.executable, "-m", "tether", "db", "upgrade", c.url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-        assert done.returncode == 0, done.stderr
-        config = tmp_path / "host.toml"
-        config.write_text(
-            f'[host]\nstate_dir = "{tmp_path / "state"}"\n[serve]\nsse = "off"\n'
-            f'console = "off"\nlive = "off"\ncatalog = "{c.url}"\nworld = "{c.url}"\n'
-            'families = ["tether.serve.families:sim_families"]\n'
-        )
+        _upgraded(c, env)
+        config = _sim_host(tmp_path, c.url)
         argv = [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"]
         status = [sys.executable, "-m", "tether", "status", "--config", str(config), "--json"]
 
