@@ -256,11 +256,6 @@ def _key(request: dict[str, Any]) -> ActivityKey:
     return ActivityKey(*parts)
 
 
-#: A host name that can name its worlds on a shared world ledger (`<id>@<host_name>`): world
-#: id characters (`tether.world`), without `@` (the owner is what follows the last one) and `/`
-#: (a key's separator), short enough to leave a world id room under its 256.
-
-
 class StopFirst:
     """Stops go first: while a stop runs (`stopping`), work that would compete with it for the
     interpreter and the disk (a group commit's tick, an RPC entering the gRPC work lane) waits

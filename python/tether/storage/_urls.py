@@ -237,8 +237,9 @@ def scrub(text: str, url: str) -> str:
 
 
 #: A host's name where hosts share a catalog on PostgreSQL: it names the host's worlds on the
-#: shared world ledger (`<id>@<host_name>`) and the device work bound to it, so it is one a
-#: world id can end with.
+#: shared world ledger (`<id>@<host_name>`) and the device work bound to it: world id
+#: characters (`tether.world`), without `@` (the owner is what follows the last one) and `/` (a
+#: key's separator), short enough to leave a world id room under its 256.
 SHARED_HOST_NAME = re.compile(r"[A-Za-z0-9_.:+\-]{1,64}")
 #: `SHARED_HOST_NAME` in words.
 SHARED_HOST_RULE = "use 1 to 64 of A-Z a-z 0-9 _ . : + -"
