@@ -2,9 +2,10 @@
 gRPC server on loopback, a raw grpcio client, the emulated arm on a real pty).
 
 - A request whose bytes do not parse as the call's message (garbage, a string field that is
-  not UTF-8) is INVALID_ARGUMENT on every RobotControl call and on the health service, with
-  or without a credential: nothing is recorded and no traceback is logged (grpcio's own answer
-  is INTERNAL, logged at ERROR with one).
+  not UTF-8) is INVALID_ARGUMENT on every RobotControl call from a caller with a credential,
+  and on the health service; a RobotControl caller without one, or with a wrong one, is told
+  that first (UNAUTHENTICATED), as for a well-formed request. Nothing is recorded and no
+  traceback is logged (grpcio's own answer is INTERNAL, logged at ERROR with one).
 - grpc.health.v1's List names the server and every device with its status.
 """
 
@@ -43,13 +44,23 @@ def test_bytes_that_are_no_request_are_invalid_argument_and_log_no_traceback(
             first = method.input_type.fields_by_number[1]
             text = first.type == first.TYPE_STRING  # else NOT_UTF8 is an unknown field: valid
             for data in (GARBAGE, NOT_UTF8) if text else (GARBAGE,):
-                for metadata in ((), bearer()):
+                for metadata, code in (
+                    ((), grpc.StatusCode.UNAUTHENTICATED),
+                    (bearer(), grpc.StatusCode.INVALID_ARGUMENT),
+                ):
                     with pytest.raises(grpc.RpcError) as info:
                         answer = call(data, metadata=metadata, timeout=30)  # type: ignore[operator]
                         list(answer) if name == "WatchOperation" else None
                     err = info.value
-                    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (name, err.details())
-                    assert "malformed request" in (err.details() or ""), err.details()
+                    assert err.code() == code, (name, err.details())
+                    if code == grpc.StatusCode.INVALID_ARGUMENT:
+                        assert "malformed request" in (err.details() or ""), err.details()
+                    else:
+                        assert (err.details() or "").startswith("principal_required: ")
+        wrong = _raw(channel, "/tether.robot.v1.RobotControl/GetOperation")
+        with pytest.raises(grpc.RpcError) as info:  # a wrong token: refused as such first
+            wrong(GARBAGE, metadata=bearer("not-a-token-of-anyone"), timeout=30)  # type: ignore[operator]
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, info.value.details()
         check = _raw(channel, "/grpc.health.v1.Health/Check")
         with pytest.raises(grpc.RpcError) as info:
             check(NOT_UTF8, timeout=30)  # type: ignore[operator]

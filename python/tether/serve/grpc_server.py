@@ -362,12 +362,16 @@ def _tolerant(message: Any) -> Any:
     return load
 
 
-def _checked(behaviour: Any) -> Any:
+def _checked(behaviour: Any, authenticate: Any = None, name: str = "") -> Any:
     """``behaviour`` for a request `_tolerant` parsed: a malformed one is INVALID_ARGUMENT
-    (nothing read, nothing recorded, no traceback)."""
+    (nothing read, nothing recorded, no traceback), once the caller is authenticated where the
+    service asks for a principal (``authenticate(context, name)``: who may not call at all is
+    told that first, as for a well-formed request)."""
 
     def call(request: Any, context: grpc.ServicerContext, *rest: Any) -> Any:
         if isinstance(request, _Malformed):
+            if authenticate is not None:
+                authenticate(context, name)
             _abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -383,10 +387,13 @@ def _checked(behaviour: Any) -> Any:
     return call
 
 
-def add_service(server: grpc.Server, service: Any, module: Any, servicer: Any) -> None:
+def add_service(
+    server: grpc.Server, service: Any, module: Any, servicer: Any, authenticate: Any = None
+) -> None:
     """Register ``servicer``'s methods of ``service`` (a service descriptor; its messages in
     ``module``) on ``server``, as the generated ``add_..._to_server`` does, with each request
-    parsed by `_tolerant` and checked by `_checked`. Unary and server-streaming calls."""
+    parsed by `_tolerant` and checked by `_checked` (``authenticate``: the service's check of
+    a caller, before a malformed request is refused). Unary and server-streaming calls."""
     handlers = {}
     for method in service.methods:
         request = getattr(module, method.input_type.name)
@@ -399,7 +406,7 @@ def add_service(server: grpc.Server, service: Any, module: Any, servicer: Any) -
         if method.client_streaming:  # pragma: no cover - none of Tether's services has one
             raise ValueError(f"{method.full_name}: client-streaming calls are not served")
         handlers[method.name] = make(
-            _checked(getattr(servicer, method.name)),
+            _checked(getattr(servicer, method.name), authenticate, method.name),
             request_deserializer=_tolerant(request),
             response_serializer=response.SerializeToString,
         )
@@ -466,9 +473,12 @@ class _Auth:
         self._locked: dict[str, tuple[float, str]] = {}
         self._lock = threading.Lock()
 
-    def principal(self, context: grpc.ServicerContext, action: str, *, call: str) -> Principal:
+    def principal(
+        self, context: grpc.ServicerContext, action: str | None, *, call: str
+    ) -> Principal:
         """The verified principal of a call to `call` (an RPC's name, for the refusal's words)
-        that takes `action` (`tether.devices.credentials.ACTIONS`)."""
+        that takes `action` (`tether.devices.credentials.ACTIONS`; None: any role, only the
+        credential is checked)."""
         secret = self._secret(context)
         mac = hmac.new(self._key, secret.encode(), hashlib.sha256).digest()
         # Stop's failures count apart from the other calls' (per address still): every client
@@ -505,6 +515,8 @@ class _Auth:
                     )
                 _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"{exc.code}: {exc.message}")
             self._remember(mac, known)
+        if action is None:
+            return known
         allowed = roles_for(action)
         if known.role not in allowed:
             _abort(
@@ -1781,7 +1793,14 @@ class GrpcServer:
             options=options,
         )
         self.servicer = RobotControl(daemon, _Auth(config.authenticator()), self.closing)
-        add_service(self.server, pb.DESCRIPTOR.services_by_name["RobotControl"], pb, self.servicer)
+        auth = self.servicer.auth
+        add_service(
+            self.server,
+            pb.DESCRIPTOR.services_by_name["RobotControl"],
+            pb,
+            self.servicer,
+            authenticate=lambda context, call: auth.principal(context, None, call=call),
+        )
         self.health = _Health()
         #: The status each health name was last set to: a set that changes nothing is not
         #: made (grpcio sends every set to each Watch, a change or not).
