@@ -255,12 +255,12 @@ def error_fields(exc: BaseException) -> tuple[str, str, dict[str, Any]]:
         return type(exc).__name__, first, {}
     if not isinstance(message, str) or not message:
         message = first.removeprefix(f"{code}: ")
-    owner = details.get("device_code") if isinstance(details, dict) else None
-    if code == "owner_refused" and isinstance(owner, str) and owner:
+    from tether.devices.control import owner_code, owner_words
+
+    owner = owner_code(exc)
+    if owner is not None:
         # The device owner's own refusal (a full disk under the daemon, say): its code is the
         # cause, as `tether.client.Client` names it.
-        from tether.devices.control import owner_words
-
         code, message = owner, owner_words(message, owner)
     return (
         code,

@@ -171,10 +171,9 @@ def for_error(exc: BaseException, default: int = FAILED) -> int:
     kind = storage_failure(exc)
     if kind is not None:
         return STORAGE_IO
-    code = getattr(exc, "code", None)
-    details = getattr(exc, "details", None)
-    if code == "owner_refused" and isinstance(details, dict):
-        code = details.get("device_code") or code  # the owner's own refusal is the cause
+    from tether.devices.control import owner_code
+
+    code = owner_code(exc) or getattr(exc, "code", None)  # the owner's own refusal is the cause
     if isinstance(code, str) and code in ERROR_CODES:
         return ERROR_CODES[code]
     from tether._config import HostConfigError

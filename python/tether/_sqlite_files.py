@@ -227,8 +227,6 @@ def prepare_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
         check_sqlite_file(p, what=what)
         check_writable(p, what=what)
         return
-    if p.parent.is_dir():
-        check_writable(p, what=what)
     if not p.parent.is_dir():
         from tether._dirs import DataDirError
 
@@ -239,6 +237,7 @@ def prepare_sqlite_file(path: str | os.PathLike[str], *, what: str) -> None:
             + ("does not exist" if gone else "is a file, not a directory"),
             details={"path": str(p), "what": what},
         )
+    check_writable(p, what=what)
     tmp = p.with_name(f".{p.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         try:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tether._coded import CodedError
-from tether.devices.control import daemon_socket, owner_words, send_request
+from tether.devices.control import daemon_socket, owner_code, owner_words, send_request
 from tether.serve.locks import running
 from tether.transport import TransportError
 
@@ -119,7 +119,7 @@ class Client:
             return send_request(self.socket_path, request, timeout=timeout or self.timeout)
         except TransportError as exc:
             details = dict(exc.details)
-            code = details.get("device_code") or exc.code
+            code = owner_code(exc) or exc.code
             message = owner_words(exc.message, str(code))
             cls = AdmissionConflict if code == "admission_conflict" else ClientError
             raise cls(str(code), message, details=details) from None

@@ -452,6 +452,17 @@ def send_request(socket_path: str, request: dict[str, Any], timeout: float = 10.
     return reply.get("result")
 
 
+def owner_code(exc: BaseException) -> str | None:
+    """The device owner's own code of `exc` where it is an owner's refusal that names one
+    (`send_request`'s ``owner_refused``, the owner's code in ``details["device_code"]``): the
+    cause a command says; None for any other error."""
+    details = getattr(exc, "details", None)
+    if getattr(exc, "code", None) != "owner_refused" or not isinstance(details, dict):
+        return None
+    owner = details.get("device_code")
+    return owner if isinstance(owner, str) and owner else None
+
+
 def owner_words(message: str, code: str) -> str:
     """The text of an owner's refusal (`send_request`'s ``owner_refused`` message), without
     the channel's prefix, the owner's error class or its code: what the owner said."""
@@ -473,6 +484,7 @@ __all__ = [
     "ControlServer",
     "daemon_socket",
     "peer_credentials",
+    "owner_code",
     "owner_words",
     "send_request",
     "socket_path_for",

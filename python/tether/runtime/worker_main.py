@@ -40,6 +40,7 @@ from typing import Any, cast
 from tether import _exit
 from tether._args import Parser, error_line, refuse_empty_urls, warn_url_secrets
 from tether._coded import CodedError
+from tether._config import clipped
 from tether._dirs import DataDirError, usable_dir
 from tether._priority import quiet_heap
 from tether._proc import abandon_shutdown, close_within, shutdown_bound_s, wait_for_signal
@@ -398,7 +399,7 @@ def main(argv: list[str]) -> int:
     if postgres_url(args.catalog) is not None and not SHARED_HOST_NAME.fullmatch(host):
         # Work is bound to a daemon's name on a shared catalog, and a daemon's name there is
         # one of these: a worker under another would silently never claim device work.
-        shown = host if len(host) <= 64 else host[:64] + "..."
+        shown = clipped(host)
         error_line(
             "tether worker",
             CodedError(

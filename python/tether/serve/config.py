@@ -52,6 +52,7 @@ from tether.activities import MAX_LEASE_MS
 from tether.console.config import CONSOLE_KEYS, ConsoleConfig, parse_console
 from tether.devices.config import config_relative, in_file, read_config_text
 from tether.serve.live_mount import DEFAULT_LIVE, LIVE_CODES, LIVE_KEYS, parse_live
+from tether.storage._urls import SHARED_HOST_RULE
 
 SERVE_KEYS: Final = (
     "data_dir",
@@ -222,7 +223,7 @@ def parse_serve(
         raise _error(
             "bad_host_name",
             "serve.host_name must be a non-empty name of at most 512 bytes (where hosts share"
-            " their stores on PostgreSQL: 1 to 64 of A-Z a-z 0-9 _ . : + -)",
+            f" their stores on PostgreSQL: {SHARED_HOST_RULE})",
         )
     return ServeConfig(
         data_dir,

@@ -207,6 +207,14 @@ def _same(a: float, b: float, resolution: float) -> bool:
     return abs(a - b) <= resolution / 2
 
 
+def _check_value(name: str, value: float, limits: Mapping[str, tuple[float, float]]) -> None:
+    """A move's value for joint `name`: of a configured joint, and finite (`MoveRefused`)."""
+    if name not in limits:
+        raise MoveRefused("unknown_joint", f"no joint {name!r}", joint=name)
+    if not math.isfinite(value):
+        raise MoveRefused("limit_violation", f"joint {name}: {value!r} is not finite")
+
+
 def plan(
     targets: Mapping[str, float],
     *,
@@ -218,10 +226,7 @@ def plan(
     inside `[min, max]` of its joint. Raises `MoveRefused` (nothing may be sent)."""
     goals: dict[str, float] = {}
     for name, value in sorted(targets.items()):
-        if name not in limits:
-            raise MoveRefused("unknown_joint", f"no joint {name!r}", joint=name)
-        if not math.isfinite(value):
-            raise MoveRefused("limit_violation", f"joint {name}: {value!r} is not finite")
+        _check_value(name, value, limits)
         if relative:
             if present is None or name not in present:
                 raise MoveRefused("unknown_joint", f"joint {name!r} was not read", joint=name)
@@ -254,10 +259,7 @@ def check_deltas(targets: Mapping[str, float], limits: Mapping[str, tuple[float,
     than its joint's whole range (such a move leaves the limits from any position, so it can
     never run). Raises `MoveRefused`."""
     for name, value in sorted(targets.items()):
-        if name not in limits:
-            raise MoveRefused("unknown_joint", f"no joint {name!r}", joint=name)
-        if not math.isfinite(value):
-            raise MoveRefused("limit_violation", f"joint {name}: {value!r} is not finite")
+        _check_value(name, value, limits)
         low, high = limits[name]
         if abs(value) > high - low:
             raise MoveRefused(
