@@ -297,6 +297,27 @@ def test_an_unknown_command_suggests_the_nearest(tmp_path: Path) -> None:
     assert tether_run("--json").returncode == _exit.USAGE
 
 
+def test_a_top_level_usage_error_asked_for_as_json_is_a_json_document() -> None:
+    # A script that passes --json reads one JSON document on stdout, also when the command
+    # itself is unknown or --json stands where no command takes it.
+    for argv, words in (
+        (("stpo", "--json"), "unknown command 'stpo'"),
+        (("--json",), "--json goes with --version or after a command"),
+        (("--json", "stop"), "--json goes with --version or after a command"),
+    ):
+        done = tether_run(*argv)
+        assert done.returncode == _exit.USAGE, done
+        doc = json.loads(done.stdout)
+        assert doc["status"] == "refused" and doc["code"] == "usage", doc
+        assert words in doc["message"], doc
+        assert words in done.stderr
+    assert json.loads(tether_run("stpo", "--json").stdout)["details"] == {
+        "command": "stpo",
+        "did_you_mean": "stop",
+    }
+    assert tether_run("stpo").stdout == ""  # no --json: the line on stderr only
+
+
 def test_a_misspelled_option_is_named_before_the_required_one_it_hides(tmp_path: Path) -> None:
     """`--decison` made `--decision` look missing, and the error named only that: the unknown
     option is named first, with the nearest known one."""

@@ -129,8 +129,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"tether {version()}")
         return _exit.OK
-    if "--json" in flags:
-        print("tether: usage: --json goes with --version or after a command", file=sys.stderr)
+    if "--json" in flags:  # asked for JSON: the refusal is a JSON document too
+        _args.want_json()
+        _args.refuse(
+            "tether",
+            "usage",
+            "--json goes with --version or after a command",
+            error="UsageError",
+        )
         return _exit.USAGE
     try:
         return _dispatch(args)
@@ -149,9 +155,12 @@ def _dispatch(args: list[str]) -> int:
     if name not in COMMANDS:
         near = _nearest(name)
         hint = f"; did you mean {near!r}?" if near else ""
-        print(
-            f"tether: usage: unknown command {name!r}{hint} (see `tether --help`)",
-            file=sys.stderr,
+        _args.refuse(
+            "tether",
+            "usage",
+            f"unknown command {name!r}{hint} (see `tether --help`)",
+            error="UsageError",
+            details={"command": name, **({"did_you_mean": near} if near else {})},
         )
         return _exit.USAGE
     try:
