@@ -19,7 +19,9 @@ from tether.activities import (
     operation_id_for,
 )
 from tether.live import (
+    LiveFeed,
     LiveOverlay,
+    LiveSubscriber,
     interaction_updates,
     message_id_for,
     parse_message_id,
@@ -170,7 +172,7 @@ def test_fresh_evidence_supersedes_the_approval_of_the_revision_it_replaced(
         assert publish() == canonical() == {one: "superseded", two: "pending"}
         guard = RetryGuard("guard://proof", "sha256:g")
         cat.resolve(a, Decision.absent(guard, evidence_revision=2, operator="op"))
-        assert publish() == {one: "superseded", two: "answered"}
+        assert publish() == canonical() == {one: "superseded", two: "answered"}
         # Named as the operator decided it (`reissue`), beside the catalog's outcome.
         answered = view.snapshot()["interactions"][two]["output"]
         assert (answered["decision"], answered["outcome"]) == ("reissue", "absent"), answered
@@ -178,6 +180,95 @@ def test_fresh_evidence_supersedes_the_approval_of_the_revision_it_replaced(
         assert decided is not None
         said = [line.text for line in trace_lines(decided, None)]
         assert "operator op decided reissue on evidence revision 2" in said, said
+
+
+def test_the_streamed_approvals_and_the_canonical_record_agree_through_every_decision(
+    tmp_path: Path,
+) -> None:
+    """Through re-reads, a decision, a second park and its decision, and a park that
+    recovered unattended, a subscriber's overlay built from a feed's frames holds the
+    interactions the feed's canonical record holds, and a re-read of that record keeps no
+    optimistic entry it lacks: no approval the stream published is left only in the GUI."""
+    clock = ManualClock()
+    with Catalog.open(f"sqlite://{tmp_path / 'c.db'}", clock=clock) as cat:
+        a, b = key("a1"), key("b1")
+        feed = LiveFeed("ws", "w1", lambda: [r for k in (a, b) if (r := cat.get(k))])
+        frames: list[bytes] = []
+        feed.attach(lambda frame, seq: frames.append(frame))
+        start = feed.canonical()
+        frames.clear()  # the record holds them
+        sub, view = LiveSubscriber(epoch=start.epoch, seq=start.seq), LiveOverlay("ws", "w1")
+        view.reconcile(start.record)
+
+        def statuses(record: dict) -> dict[str, str]:
+            return {i.rsplit("/", 2)[-2] + "/" + i.rsplit("/", 1)[-1]: x["status"]
+                    for i, x in record["interactions"].items()}  # fmt: skip
+
+        def streamed() -> dict[str, str]:
+            feed.sync()
+            return drained()
+
+        def drained() -> dict[str, str]:
+            for f in frames:
+                outcome = sub.handle_frame(f)
+                assert outcome.fault is None and not outcome.reread, outcome
+                view.apply_outcome(outcome)
+            frames.clear()
+            return statuses(view.snapshot())
+
+        def canonical() -> dict[str, str]:
+            record = feed.canonical().record
+            drained()  # what its sync sent, for the next comparison
+            return statuses(record)
+
+        def park(k: ActivityKey, ev: str) -> None:
+            claim = cat.claim("w", 1_000)
+            assert claim is not None and claim.key == k
+            cat.bind_provider_operation(k, claim.fence, operation_id_for(k))
+            clock.advance(2_000)  # its lease runs out: the next claim reconciles
+            again = cat.claim("w", 1_000)
+            assert again is not None and again.key == k and not again.attempt.may_execute
+            cat.record_unknown(k, again.fence, Evidence(f"ev://{ev}", f"sha256:{ev}"), 1_000)
+
+        cat.admit(admission(a))
+        park(a, "1")
+        assert streamed() == canonical() == {"a1/1": "pending"}
+        cat.refresh_evidence(a, 1, Evidence("ev://2", "sha256:2"))
+        assert streamed() == canonical() == {"a1/1": "superseded", "a1/2": "pending"}
+        guard = RetryGuard("guard://proof", "sha256:g")
+        cat.resolve(a, Decision.absent(guard, evidence_revision=2, operator="op"))
+        assert streamed() == canonical() == {"a1/1": "superseded", "a1/2": "answered"}
+        clock.advance(2_000)
+        park(a, "3")  # the re-issue parks too
+        assert (
+            streamed()
+            == canonical()
+            == {
+                "a1/1": "superseded",
+                "a1/2": "answered",
+                "a1/3": "pending",
+            }
+        )
+        cat.resolve(a, Decision.abandon(evidence_revision=3, operator="op"))
+        # The record keeps its latest decision only: revision 2 is superseded there now. The
+        # stream never changes what it showed as terminal; a re-read brings the record's.
+        want = {"a1/1": "superseded", "a1/2": "superseded", "a1/3": "answered"}
+        assert canonical() == want
+        assert streamed() == {**want, "a1/2": "answered"}
+        record = feed.canonical()
+        assert view.reconcile(record.record) == []  # no optimistic entry stands on its own
+        assert statuses(view.snapshot()) == want and not view.needs_reconciliation
+
+        cat.admit(admission(b))
+        park(b, "b")
+        assert streamed()["b1/1"] == canonical()["b1/1"] == "pending"
+        clock.advance(2_000)
+        late = cat.claim("w", 1_000)  # its reconcile finds the result: recovered unattended
+        assert late is not None and late.key == b
+        cat.record_result(b, late.fence, result("b"))
+        assert streamed()["b1/1"] == canonical()["b1/1"] == "superseded"
+        assert view.reconcile(feed.canonical().record) == []
+        assert statuses(view.snapshot()) == canonical()
 
 
 def test_the_package_docstrings_run() -> None:

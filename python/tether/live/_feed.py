@@ -211,22 +211,26 @@ class LiveFeed(PublisherSource):
             if r.settlement is not None:
                 self._terminal.add(key)
         for x in interactions_for(r):
-            if self._interactions.get(x["requestId"]) != x:
-                self._interactions[x["requestId"]] = x
-                self.publisher.publish(
-                    {
+            sent = self._interactions.get(x["requestId"])
+            # Answered and superseded are terminal: only the canonical record changes one a
+            # subscriber holds (a later decision makes an earlier answered one superseded).
+            if sent is not None and (sent == x or sent["status"] != "pending"):
+                continue
+            self._interactions[x["requestId"]] = x
+            self.publisher.publish(
+                {
+                    "workspaceId": self.workspace_id,
+                    "agentSessionId": self.world_id,
+                    "eventType": "interaction_update",
+                    "data": {
                         "workspaceId": self.workspace_id,
                         "agentSessionId": self.world_id,
                         "eventType": "interaction_update",
-                        "data": {
-                            "workspaceId": self.workspace_id,
-                            "agentSessionId": self.world_id,
-                            "eventType": "interaction_update",
-                            "occurredAtUnixMs": now,
-                            "interaction": x,
-                        },
-                    }
-                )
+                        "occurredAtUnixMs": now,
+                        "interaction": x,
+                    },
+                }
+            )
         return True
 
     def sync(self) -> int:

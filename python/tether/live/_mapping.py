@@ -17,8 +17,9 @@ The mapping (seed 002 vocabulary on the left, seed 003 on the right):
   ``interaction`` of kind ``approval``, status ``pending``, request id
   ``approval:<world>/<kind>/<activity id>/<N>``; once decided it is ``answered`` and its
   ``output`` holds the decision. Fresh evidence (a re-read: revision N+1, awaiting a decision)
-  makes the request of N ``superseded`` (a decision naming N is refused): every revision after
-  the last decided one and before the awaited one is, at most `SUPERSEDED_SHOWN` of them.
+  makes the request of N ``superseded`` (a decision naming N is refused), as a later park or
+  an unattended recovery does: every revision but the decided one and the awaited one, the
+  latest `SUPERSEDED_SHOWN` of them, also once the Activity was decided (`interactions_for`).
 - The turn settles when every Activity its receipt admitted has settled: ``phase`` is
   ``settled``, ``outcome`` ``completed`` (or ``failed`` when a result failed, with an error
   naming the failed messages), ``activeTurnId`` null. Before that the phase is ``waiting``
@@ -41,7 +42,7 @@ TURN_PREFIX = "receipt:"
 MESSAGE_PREFIX = "toolcall:"
 APPROVAL_PREFIX = "approval:"
 #: At most this many superseded approvals of one Activity are kept in its interactions (the
-#: latest ones; each is a re-read an operator asked for while it awaited a decision).
+#: latest ones; each is a re-read an operator asked for, or a park, that a later one replaced).
 SUPERSEDED_SHOWN = 32
 
 
@@ -196,9 +197,20 @@ def _envelope(
 
 
 def interactions_for(record: ActivityRecord) -> list[dict[str, Any]]:
-    """The approval interactions of an Activity: the decided one, and the pending one."""
+    """The approval interactions of an Activity, one per evidence revision it awaited (every
+    revision is made by a park or a re-read, both awaiting a decision): the latest
+    `SUPERSEDED_SHOWN` + 1 of them, and the decided one. The decided revision is
+    ``answered``; the one it awaits now, undecided, is ``pending``; every other one is
+    ``superseded``: no longer awaited (fresher evidence replaced it, a later park did, or it
+    recovered unattended), so a decision naming it is refused. An interaction once shown
+    stays, ``answered`` or ``superseded`` (terminal statuses), in every later version of the
+    record, so the canonical record holds each one the stream published. Only the latest
+    decision is kept: an earlier decided revision is ``superseded`` once a later one is
+    decided. A compacted record shows none (retention dropped its decision and evidence)."""
     k = record.key
-    out: list[dict[str, Any]] = []
+    top = record.evidence_revision
+    if record.compacted or top < 1:
+        return []
     base = {
         "agentSessionId": agent_session_id_for(k.world_id),
         "turnId": turn_id_for(record.source),
@@ -208,29 +220,48 @@ def interactions_for(record: ActivityRecord) -> list[dict[str, Any]]:
     }
     parked_at = record.evidence.recorded_at_ms if record.evidence else record.admitted_at_ms
     d = record.decision
-    if d is not None:
-        out.append(
-            {
-                **base,
-                "requestId": request_id_for(k, d.evidence_revision),
-                "status": "answered",
-                "input": {"activityId": k.activity_id, "evidenceRevision": d.evidence_revision},
-                "output": {
-                    "outcome": d.outcome,
-                    "decision": DECISION_WORDS.get(d.outcome, d.outcome),
-                    "operator": d.operator,
-                    "note": d.note,
-                },
-                "createdAtUnixMs": min(parked_at, d.decided_at_ms),
-                "updatedAtUnixMs": d.decided_at_ms,
-            }
-        )
-    if record.awaiting_decision and (d is None or d.evidence_revision != record.evidence_revision):
-        # Each revision since the last decided one, before the awaited one, was awaited and
-        # replaced by fresher evidence (`refresh_evidence`): its request is superseded.
-        first = max(0 if d is None else d.evidence_revision, 0) + 1
-        first = max(first, record.evidence_revision - SUPERSEDED_SHOWN)
-        for revision in range(first, record.evidence_revision):
+    decided = None if d is None else d.evidence_revision
+    out: list[dict[str, Any]] = []
+    first = max(1, top - SUPERSEDED_SHOWN)
+    shown = list(range(first, top + 1))
+    if decided is not None and 1 <= decided < first:  # the decision is always shown
+        shown.insert(0, decided)
+    for revision in shown:
+        if d is not None and revision == decided:
+            out.append(
+                {
+                    **base,
+                    "requestId": request_id_for(k, revision),
+                    "status": "answered",
+                    "input": {"activityId": k.activity_id, "evidenceRevision": revision},
+                    "output": {
+                        "outcome": d.outcome,
+                        "decision": DECISION_WORDS.get(d.outcome, d.outcome),
+                        "operator": d.operator,
+                        "note": d.note,
+                    },
+                    "createdAtUnixMs": min(parked_at, d.decided_at_ms),
+                    "updatedAtUnixMs": d.decided_at_ms,
+                }
+            )
+        elif revision == top and record.awaiting_decision:
+            evidence = record.evidence
+            out.append(
+                {
+                    **base,
+                    "requestId": request_id_for(k, revision),
+                    "status": "pending",
+                    "input": {
+                        "activityId": k.activity_id,
+                        "evidenceRevision": revision,
+                        "evidenceRef": None if evidence is None else evidence.evidence.ref,
+                    },
+                    "output": None,
+                    "createdAtUnixMs": parked_at,
+                    "updatedAtUnixMs": parked_at,
+                }
+            )
+        else:
             out.append(
                 {
                     **base,
@@ -242,22 +273,6 @@ def interactions_for(record: ActivityRecord) -> list[dict[str, Any]]:
                     "updatedAtUnixMs": parked_at,
                 }
             )
-        evidence = record.evidence
-        out.append(
-            {
-                **base,
-                "requestId": request_id_for(k, record.evidence_revision),
-                "status": "pending",
-                "input": {
-                    "activityId": k.activity_id,
-                    "evidenceRevision": record.evidence_revision,
-                    "evidenceRef": None if evidence is None else evidence.evidence.ref,
-                },
-                "output": None,
-                "createdAtUnixMs": parked_at,
-                "updatedAtUnixMs": parked_at,
-            }
-        )
     return out
 
 
