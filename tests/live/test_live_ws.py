@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -455,3 +456,65 @@ def test_a_target_no_url_could_be_is_refused_not_a_500(server: LiveServer) -> No
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 404 "), answer[:200]
     assert b"the live endpoint is" in answer
+
+
+def test_two_origin_headers_are_refused_not_a_500(
+    server: LiveServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two ``Origin`` headers made the handshake's lookup raise (a 500 and a logged traceback,
+    before any credential was asked for); they are a 400 that names them."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(server.url)
+    for origins in ((ORIGIN, ORIGIN), (ORIGIN, "http://evil.example")):
+        with socket.create_connection((str(where.hostname), int(where.port or 80)), 5) as c:
+            request = (
+                f"GET {where.path} HTTP/1.1\r\nHost: {where.hostname}:{where.port}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                f"Authorization: Bearer {TOKEN}\r\n"
+                + "".join(f"Origin: {o}\r\n" for o in origins)
+                + "\r\n"
+            )  # fmt: skip
+            c.sendall(request.encode())
+            answer = b""
+            while chunk := c.recv(4096):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+        assert b"more than one Origin header" in answer
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
+def test_no_credential_reaches_a_debug_log_of_the_handshakes(
+    server: LiveServer, rec: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At DEBUG websockets logs every handshake header, on the server's logger and on the
+    client's: a bearer token (header or subprotocol) and a session cookie were written out in
+    full. Both loggers mask them; the other headers and offers stay."""
+    caplog.set_level(logging.DEBUG)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert handshake(server, additional_headers=bearer, origin=ORIGIN) == 101
+    assert handshake(server, subprotocols=[LIVE_SUBPROTOCOL, f"tether.bearer.{TOKEN}"]) == 101
+    assert handshake(server, additional_headers={"Cookie": "tether_session=sess-1"}) == 101
+
+    async def through_client(via: str) -> None:
+        c = client(server.url, rec, token_via=via)
+        await c.connect()
+        await c.close()
+
+    asyncio.run(through_client("header"))
+    asyncio.run(through_client("subprotocol"))
+    # (`handshake` is the test's own websockets client: its logger is websockets'.)
+    said = [(r.name, r.getMessage()) for r in caplog.records if r.name.startswith("tether")]
+    leaked = [m for m in said if TOKEN in m[1] or "sess-1" in m[1]]
+    assert leaked == []
+    server_side = {m for name, m in said if name == "tether.live.ws"}
+    client_side = {m for name, m in said if name == "tether.live.client"}
+    for lines in (server_side, client_side):
+        sent = "< " if lines is server_side else "> "
+        assert f"{sent}Authorization: [REDACTED]" in lines, sorted(lines)
+        assert f"{sent}Sec-WebSocket-Protocol: {LIVE_SUBPROTOCOL}, tether.bearer.[REDACTED]" in (
+            lines
+        ), sorted(lines)
+    assert "< Cookie: [REDACTED]" in server_side
+    assert any(m.startswith("< Host: ") for m in server_side)  # the others are still said

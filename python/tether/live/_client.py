@@ -40,6 +40,7 @@ from tether.live.ws import (
     CLOSE_TOO_SLOW,
     LIVE_SUBPROTOCOL,
     TOKEN_SUBPROTOCOL_PREFIX,
+    client_log,
 )
 
 if TYPE_CHECKING:
@@ -239,6 +240,7 @@ class LiveClient:
             compression=None,
             max_size=4 * 1024 * 1024,
             proxy=None,
+            logger=client_log,
             **extra,
         )
 

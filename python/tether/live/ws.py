@@ -65,6 +65,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
+from tether._log import REDACTED
 from tether.live._feed import FrameSink
 
 __all__ = [
@@ -88,6 +89,47 @@ TOKEN_SUBPROTOCOL_PREFIX: Final = "tether.bearer."
 RESUME_PARAMS: Final = frozenset({"epoch", "seq"})
 
 log = logging.getLogger("tether.live.ws")
+#: Header fields whose values carry a credential: never logged (see `HeaderCredentials`).
+CREDENTIAL_HEADERS: Final = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "sec-websocket-protocol"}
+)
+
+
+class HeaderCredentials(logging.Filter):
+    """Masks credentials in the handshake headers websockets logs at DEBUG, one record per
+    field (``"< %s: %s"`` received, ``"> %s: %s"`` sent, name and value as arguments): a
+    bearer token, a session cookie, a token subprotocol. The daemon holds only their hashes,
+    so the process's `tether._log` redactor cannot know them. A token subprotocol loses its
+    token only (``tether.bearer.[REDACTED]``, the other offers stay); any other credential
+    field its whole value."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if (
+            isinstance(args, tuple)
+            and len(args) == 2
+            and record.msg in ("< %s: %s", "> %s: %s")
+            and str(args[0]).lower() in CREDENTIAL_HEADERS
+        ):
+            name, value = str(args[0]), str(args[1])
+            if name.lower() == "sec-websocket-protocol":
+                offers = [o.strip() for o in value.split(",")]
+                value = ", ".join(
+                    TOKEN_SUBPROTOCOL_PREFIX + REDACTED
+                    if o.startswith(TOKEN_SUBPROTOCOL_PREFIX)
+                    else o
+                    for o in offers
+                )
+            else:
+                value = REDACTED
+            record.args = (name, value)
+        return True
+
+
+log.addFilter(HeaderCredentials())
+#: The logger live clients hand websockets (its handshake headers masked as the server's).
+client_log = logging.getLogger("tether.live.client")
+client_log.addFilter(HeaderCredentials())
 
 
 class LiveSourceLike(Protocol):
@@ -236,7 +278,8 @@ def _credentials(conn: ServerConnection, headers: Headers) -> LiveCredentials | 
         except CookieError:
             return "a malformed Cookie header"
         cookies.update({k: m.value for k, m in jar.items()})
-    return LiveCredentials(token, token_from, cookies, headers.get("Origin"), conn.remote_address)
+    origin = next(iter(headers.get_all("Origin")), None)  # at most one: `_process_request`
+    return LiveCredentials(token, token_from, cookies, origin, conn.remote_address)
 
 
 def _resume(path: str) -> tuple[int, int] | str | None:
@@ -441,7 +484,10 @@ class LiveServer:
         resume = _resume(request.path)
         if isinstance(resume, str):
             return _refuse(conn, http.HTTPStatus.BAD_REQUEST, resume)
-        origin = request.headers.get("Origin")
+        origins = request.headers.get_all("Origin")
+        if len(origins) > 1:  # a browser sends one: which one to judge is not for us to guess
+            return _refuse(conn, http.HTTPStatus.BAD_REQUEST, "more than one Origin header")
+        origin = origins[0] if origins else None
         if origin not in self._origins:
             why = "a request without Origin" if origin is None else f"Origin {origin}"
             return _refuse(conn, http.HTTPStatus.FORBIDDEN, f"{why} is not allowed")
