@@ -518,3 +518,40 @@ def test_no_credential_reaches_a_debug_log_of_the_handshakes(
         ), sorted(lines)
     assert "< Cookie: [REDACTED]" in server_side
     assert any(m.startswith("< Host: ") for m in server_side)  # the others are still said
+
+
+def test_a_connection_on_a_session_cookie_ends_with_its_session(
+    rec: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection admitted on a console session's cookie went on streaming after a logout
+    (and past the session's expiry): its cookie was judged once, at the handshake. It is
+    closed with 1008 once its session ends; a token's connection is not."""
+    import tether.live.ws as ws
+
+    monkeypatch.setattr(ws, "SESSION_CHECK_S", 0.05, raising=False)
+    sessions = {"sess-1"}
+
+    def by_session(creds: LiveCredentials) -> str | None:
+        if creds.token == TOKEN or creds.cookies.get("tether_session") in sessions:
+            return "alice"
+        return None
+
+    async def main(srv: LiveServer) -> tuple[int | None, bool]:
+        cookie = await connect(srv.url, additional_headers={"Cookie": "tether_session=sess-1"})
+        bearer = await connect(srv.url, additional_headers={"Authorization": f"Bearer {TOKEN}"})
+        await asyncio.sleep(0.3)
+        assert cookie.state.name == "OPEN"  # the session lives: so does its connection
+        sessions.clear()  # logged out
+        try:
+            await asyncio.wait_for(cookie.wait_closed(), 5)
+        finally:
+            still = bearer.state.name == "OPEN"
+            await bearer.close()
+        return cookie.close_code, still
+
+    with LiveServer(
+        rec.source, authorize=by_session, allowed_origins=[None], heartbeat_s=None
+    ) as srv:
+        code, token_still_open = asyncio.run(main(srv))
+    assert code == ws.CLOSE_SESSION_ENDED == 1008
+    assert token_still_open

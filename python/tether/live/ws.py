@@ -70,6 +70,7 @@ from tether.live._feed import FrameSink
 
 __all__ = [
     "CLOSE_RESUME_UNAVAILABLE",
+    "CLOSE_SESSION_ENDED",
     "CLOSE_TOO_SLOW",
     "LIVE_SUBPROTOCOL",
     "TOKEN_SUBPROTOCOL_PREFIX",
@@ -84,6 +85,11 @@ __all__ = [
 CLOSE_RESUME_UNAVAILABLE: Final = 4001
 #: Close code of a subscriber too slow for its buffer (RFC 6455 "try again later").
 CLOSE_TOO_SLOW: Final = 1013
+#: Close code of a connection whose session cookie no longer names a session (logged out,
+#: expired): RFC 6455's policy violation. Log in again, then reconnect.
+CLOSE_SESSION_ENDED: Final = 1008
+#: How often a connection admitted on a session cookie has its session checked again (s).
+SESSION_CHECK_S: Final = 1.0
 LIVE_SUBPROTOCOL: Final = "tether.live.v1"
 TOKEN_SUBPROTOCOL_PREFIX: Final = "tether.bearer."
 RESUME_PARAMS: Final = frozenset({"epoch", "seq"})
@@ -395,6 +401,8 @@ class LiveServer:
         # Connections per principal: counted from its admission until the connection ends.
         self._held: dict[str, int] = {}
         self._releasing: set[asyncio.Future[None]] = set()
+        # The connections admitted on a session cookie (no token): checked again while open.
+        self._sessions: dict[ServerConnection, tuple[LiveCredentials, str]] = {}
         self.sent = 0
         """How many frame writes (frames times subscribers) were made so far."""
         self.opened = 0
@@ -499,6 +507,8 @@ class LiveServer:
             principal = await asyncio.to_thread(self._admit, creds, name)
         except LiveRefused as exc:
             return _refuse(conn, exc.status, exc.text, exc.headers)
+        if creds.token is None:  # a session's cookie: the session may end before the socket
+            self._sessions[conn] = (creds, principal)
         # Counted until the connection ends, however it ends (its handshake may still fail).
         task = asyncio.ensure_future(self._release_at_close(conn, principal))
         self._releasing.add(task)
@@ -509,7 +519,27 @@ class LiveServer:
         try:
             await conn.wait_closed()
         finally:
+            self._sessions.pop(conn, None)
             self._release_principal(principal)
+
+    async def _watch_session(
+        self, conn: ServerConnection, creds: LiveCredentials, principal: str
+    ) -> None:
+        """Close a connection admitted on a session cookie once the cookie names no session
+        of ``principal`` any more (a logout, an expiry): `CLOSE_SESSION_ENDED`. Checked every
+        `SESSION_CHECK_S` (in a worker thread, as its admission was)."""
+        while True:
+            await asyncio.sleep(SESSION_CHECK_S)
+            try:
+                still = await asyncio.to_thread(self._authorize, creds)
+            except LiveRefused:
+                still = None
+            except Exception:  # a check that fails closes, never keeps, the connection
+                log.exception("live session check failed")
+                still = None
+            if still != principal:
+                await conn.close(CLOSE_SESSION_ENDED, "the session ended: log in again")
+                return
 
     def _admit(self, creds: LiveCredentials, name: str) -> str:
         principal = self._authorize(creds)
@@ -579,9 +609,15 @@ class LiveServer:
             self._check(channel, sub)
         if not sub.dropped:
             channel.subs.add(sub)
+        session = self._sessions.get(conn)
+        watch = (
+            None if session is None else asyncio.ensure_future(self._watch_session(conn, *session))
+        )
         try:
             await conn.wait_closed()
         finally:
+            if watch is not None:
+                watch.cancel()
             channel.subs.discard(sub)
             with self._channels_lock:
                 channel.last_used = time.monotonic()

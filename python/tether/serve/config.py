@@ -18,7 +18,7 @@ settle_timeout_s = 30.0              # a move's settle timeout (default 30)
 catalog = "postgresql://db.lab/tether"  # default: catalog.db in data_dir (also --catalog URL)
 world = "postgresql://db.lab/tether"    # default: world.db in data_dir (also --world URL)
 host_name = "arm-host-1"             # default: the hostname; device work is bound to it
-console = "127.0.0.1:8766"           # the operator console; "off" (the default): none
+console = "127.0.0.1:8767"           # the operator console; "off" (the default): none
                                      # (its other keys: tether.console.config)
 grpc = "127.0.0.1:50051"             # the RobotControl gRPC service (tether.serve.grpc_server);
                                      # "off" (the default) serves none; port 0: any free port;
