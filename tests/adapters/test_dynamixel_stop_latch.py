@@ -495,3 +495,28 @@ def test_a_parked_moves_reason_stays_the_stop_that_cut_it_whatever_stops_come_la
     latch.latch("arm", by=SESSION_LAPSE)  # a later stop, of nothing this move sent
     assert latch.stop_reason("arm") == "stopped_on_session_lapse"
     _stays_parked(emulator, config, "m-cut", reason="stopped_by_operator")
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["alone", "stopped_meanwhile"])
+def test_a_move_parked_on_an_unreadable_device_stays_parked_once_it_reads_again(
+    emulator: DynamixelEmulator, tmp_path: Path, stopped: bool
+) -> None:
+    """A move whose device could not be read (the adapter unplugged) parks for an operator,
+    `device_unreadable`. Once the device reads again, the periodic reconcile found nothing
+    had run, confirmed it absent and ran it by itself, a minute after the user was told it
+    awaits a decision; and a `tether stop` made meanwhile, which cut nothing of it, became its
+    reason. It stays parked for its own reason, sending nothing."""
+    from _dxl_setup import write_config
+    from tether.adapters.dynamixel.config import load_config
+
+    link = tmp_path / "arm.tty"  # the adapter's udev name: absent while it is unplugged
+    config = load_config(write_config(tmp_path, str(link)))
+    outcome = move(config, "m-gone")
+    assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "device_unreadable")
+    if stopped:  # latched while the device is gone: it stops nothing of the move
+        stop_everything(config)
+    link.symlink_to(emulator.path)  # plugged back in
+    _stays_parked(emulator, config, "m-gone", "device_unreadable")
+    if stopped:
+        StopLatch(config.state_dir).resume("arm", operator="olga")
+        _stays_parked(emulator, config, "m-gone", "device_unreadable")

@@ -708,20 +708,14 @@ class DynamixelMoveAdapter:
         it). The first one stands."""
         if not attempt or settling:
             return
-        name = _concluded(attempt)
-        if op.entry.proof(name) is None:
-            doc = {
-                "for_attempt": attempt,
-                "recorded_at_ms": now_ms(),
-                "reason": reason,
-                "operator_stop": move.stopped_by_operator,
-                "shutdown_stop": move.stopped_at_shutdown,
-            }
-            try:
-                op.entry.record_proof(name, doc)
-            except JournalError as exc:  # another reconcile recorded it first: it stands
-                if exc.code != "proof_conflict":
-                    raise
+        doc = {
+            "for_attempt": attempt,
+            "recorded_at_ms": now_ms(),
+            "reason": reason,
+            "operator_stop": move.stopped_by_operator,
+            "shutdown_stop": move.stopped_at_shutdown,
+        }
+        _record_first(op, _concluded(attempt), doc)
 
     def reconcile(self, op: Operation, request: MoveRequest) -> Conclusion:
         robot = self.config.robot(request.robot)
@@ -743,16 +737,23 @@ class DynamixelMoveAdapter:
         preimage = None
         if pre is not None and goals is not None:
             preimage = decide.Preimage(decode(robot, pre["state"]), _by_name(robot, goals))
+        operator_stop = self._stopped(robot, op, attempt)
+        shutdown_stop = self._stopped(robot, op, attempt, last_shutdown_stop, "shutdown_stop")
+        if operator_stop and shutdown_stop and op.entry.proof(_concluded(attempt)) is None:
+            # Both came after the attempt began, and no reconcile concluded it between them:
+            # the first one cut it. An operator's stop after the host's shutdown stopped the
+            # robot (a `tether stop` before the move is run again) cut nothing of it.
+            stopped_at = last_operator_stop(self.config, robot.name) or 0
+            shut_at = last_shutdown_stop(self.config, robot.name) or 0
+            operator_stop = stopped_at <= shut_at
         move = decide.Move(
             relative=request.relative,
             targets=None if request.relative or goals is None else _by_name(robot, goals),
             tolerance=robot.tolerance_rad,
             resolution=RESOLUTION_RAD,
-            stopped_by_operator=self._stopped(robot, op, attempt),
+            stopped_by_operator=operator_stop,
             stop_reason=self._stop_reason(robot, op, attempt),
-            stopped_at_shutdown=self._stopped(
-                robot, op, attempt, last_shutdown_stop, "shutdown_stop"
-            ),
+            stopped_at_shutdown=shutdown_stop,
         )
         records = [
             decide.Sent(str(s.get("instruction")), s.get("joint"), s.get("cause")) for s in sent
@@ -792,7 +793,7 @@ class DynamixelMoveAdapter:
             prior = op.entry.proof(parked) or {}
             reason = prior.get("reason")
             latch = self.host.latch.stop_reason(robot.name)
-            if reason not in (*STOP_REASONS, LATCHED_BEFORE_START):
+            if reason not in (*STOP_REASONS, LATCHED_BEFORE_START, DEVICE_UNREADABLE):
                 began = any(op.preimage(a) is not None for a in attempts) or bool(op.sent())
                 reason = latch if began else LATCHED_BEFORE_START
             if reason == LATCHED_BEFORE_START:
@@ -975,6 +976,48 @@ class DynamixelMoveAdapter:
 
 #: The park reason of a move whose robot was latched before it read or sent a frame.
 LATCHED_BEFORE_START = "robot_latched"
+#: The park reason of a move whose reconcile could not read its device (`park_unreadable`).
+DEVICE_UNREADABLE = "device_unreadable"
+
+
+def park_unreadable(config: HostConfig, op: Operation, robot: RobotConfig) -> None:
+    """Keep, in the move's journal, that a reconcile parked it for an operator because its
+    device could not be read (a dead bus, a port gone): its latest attempt is concluded
+    (`concluded-N`, reason `DEVICE_UNREADABLE`: a stop after this cut nothing of it and never
+    becomes its reason; one during it still counts) and parked (`parked-N`: once the device
+    reads again, a reconcile that finds nothing ran keeps it parked, as a stop's park is; an
+    operator's re-issue runs it, never a reconcile by itself). The first record of each
+    stands."""
+    attempts = op.attempts()
+    attempt = attempts[-1] if attempts else 0
+    if attempt:
+        marker = op.entry.marker(attempt)
+        began = int((marker or {}).get("started_at_ms", 0))
+        flags = {}
+        for flag, last in (
+            ("operator_stop", last_operator_stop),
+            ("shutdown_stop", last_shutdown_stop),
+        ):
+            at = last(config, robot.name)
+            flags[flag] = at is not None and at >= began
+        _record_first(
+            op,
+            _concluded(attempt),
+            {"for_attempt": attempt, "recorded_at_ms": now_ms(), "reason": DEVICE_UNREADABLE}
+            | flags,
+        )
+    _record_first(op, f"parked-{attempt}", {"reason": DEVICE_UNREADABLE, "attempt": attempt})
+
+
+def _record_first(op: Operation, name: str, doc: dict[str, Any]) -> None:
+    """Record the proof `name` unless one is recorded: the first one stands."""
+    if op.entry.proof(name) is not None:
+        return
+    try:
+        op.entry.record_proof(name, doc)
+    except JournalError as exc:  # another reconcile recorded it first: it stands
+        if exc.code != "proof_conflict":
+            raise
 
 
 def _concluded(attempt: int) -> str:

@@ -63,9 +63,11 @@ from tether.activities import Evidence, ResultRef, RetryGuard
 from tether.adapters.dynamixel.config import HostConfig
 from tether.adapters.dynamixel.host import RobotHost
 from tether.adapters.dynamixel.move import (
+    DEVICE_UNREADABLE,
     DynamixelMoveAdapter,
     MoveRefused,
     check_request,
+    park_unreadable,
     read_joints,
     si_read_back,
 )
@@ -136,7 +138,7 @@ def unreadable_evidence(op: Operation, request: MoveRequest, error: Exception) -
     attempts = op.attempts()
     return {
         "operation_id": op.id,
-        "reason": "device_unreadable",
+        "reason": DEVICE_UNREADABLE,
         "error": str(error),
         "command": request.as_dict(),
         "retry_class": request.retry_class.value,
@@ -581,8 +583,10 @@ class RobotMoveAdapter:
                 return RuntimeRecovered(self._failed(ctx, op, exc))
             except TransportError as exc:
                 # The device cannot be read (a dead bus after ACTION): nothing can be proved,
-                # so the move is parked for an operator with what the journal knows.
+                # so the move is parked for an operator with what the journal knows, and
+                # stays parked once the device reads again (`park_unreadable`).
                 self._drop_host()
+                park_unreadable(self.config, op, self.config.robot(req.robot))
                 conclusion = Unknown(unreadable_evidence(op, req, exc))
             if isinstance(conclusion, Recovered):
                 doc = op.record_result(conclusion.result)
