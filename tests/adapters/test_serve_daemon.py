@@ -628,11 +628,13 @@ def test_a_reissue_of_a_move_on_a_latched_robot_is_refused_and_decides_nothing(
             assert effectful(emu.journal()[stopped_at:]) == []
 
 
+@pytest.mark.parametrize("stopped", [False, True], ids=["restarted", "stopped_then_restarted"])
 def test_a_move_cut_by_the_daemons_own_shutdown_is_parked_as_stopped_at_shutdown(
-    tmp_path: Path,
+    tmp_path: Path, stopped: bool
 ) -> None:
     """SIGTERM mid-move: the daemon holds the arm where it is; after the restart the move's
-    reconcile names that stop, not a lost or moved device."""
+    reconcile names that stop, not a lost or moved device. A `tether stop` while no daemon
+    runs (before the restart) cut nothing of the move: it was named as the move's cause."""
     with emulator_process(tmp_path, speed_scale=1.0) as emu:
         config = serve_config(tmp_path, emu.path)
         client = Client(config=config)
@@ -640,6 +642,14 @@ def test_a_move_cut_by_the_daemons_own_shutdown_is_parked_as_stopped_at_shutdown
             view = _moving(client, "cut", {"a": 1.4, "b": -1.4})
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
+        if stopped:
+            done = subprocess.run(
+                [sys.executable, "-m", "tether", "stop", "--config", str(config)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
         with daemon(config):
             parked = watch_until(client, view["key"], ("awaiting_decision",), 90)
         assert parked["reason"] == "stopped_at_shutdown", parked
