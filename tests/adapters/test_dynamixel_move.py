@@ -632,6 +632,29 @@ def test_a_move_waits_for_a_robot_moving_under_another_command_to_come_to_rest(
     assert target_actions(journal(emulator), GOALS) == {1: 1, 2: 1}
 
 
+def test_a_move_is_refused_while_a_joint_it_does_not_command_reports_a_hardware_error(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """A joint in a hardware error has its torque off. A move of the other joints ran to
+    `done` beside it (only an error appearing during the move ended one, and a re-issue was
+    refused in the same state): it is refused before any byte, naming the joint and its
+    error, until a reboot clears it."""
+    emulator.inject(Fault("alert", id=2, value=0x04))  # joint b: overheating
+    before = len(emulator.journal)
+    out = move(config, "beside-an-error", {"a": 0.5})
+    assert out["status"] == "failed" and out.get("code") == "hardware_error", out
+    assert "b: overheating" in out["error"], out
+    effectful = [
+        e
+        for e in list(emulator.journal)[before:]
+        if e.instruction not in ("sync_read", "read", "ping")
+    ]
+    assert effectful == []
+    emulator.power_cycle()  # cleared: the next move runs
+    again = move(config, "after-the-reboot", {"a": 0.5})
+    assert (again["status"], again["conclusion"]) == ("done", "executed"), again
+
+
 def test_a_robot_still_moving_after_the_settle_timeout_refuses_the_move(
     emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
 ) -> None:

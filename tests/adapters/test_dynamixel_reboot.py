@@ -59,7 +59,8 @@ def operator(config: Path, *argv: str, secret: str = CREDENTIAL) -> Any:
 def test_operator_reboot_clears_the_error_and_refreshes_the_parked_move(
     emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
 ) -> None:
-    emulator.inject(Fault("alert", id=2, value=0x20))  # overload on joint b
+    # An overload on joint b once the move's ACTION ran.
+    emulator.inject(Fault("alert", id=2, value=0x20, instruction="action"))
     request = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets": TARGETS})
     parked = run_move(
         config, request, world="local", activity="m1", lease_ms=300, settle_timeout_s=5,

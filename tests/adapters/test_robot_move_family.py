@@ -65,10 +65,12 @@ REQUEST = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "arm", "targets
 
 
 def park_on_alert(host: Host, emulator: DynamixelEmulator, family: Family, clock: Clock) -> None:
-    """Commit REQUEST with an overload alert on joint 2: execute fails, the lease lapses, the
-    reconcile-only claim concludes Unknown (parked); the worker then gives the port back."""
+    """Commit REQUEST; an overload alert on joint 2 strikes once its ACTION ran (a move is
+    refused before any byte while a joint already reports one): execute fails, the lease
+    lapses, the reconcile-only claim concludes Unknown (parked); the worker then gives the
+    port back."""
     host.create_world("w")
-    emulator.inject(Fault("alert", id=2, value=0x20))
+    emulator.inject(Fault("alert", id=2, value=0x20, instruction="action"))
     host.commit_tick("w", [intent("move-1", REQUEST)])
     assert drain(host) == 1
     clock.now += 10_000
@@ -115,7 +117,8 @@ def test_unknown_parks_in_the_catalog_until_an_operator_reissues(
         tmp_path / "data", [family], workers=0, observe=False, clock=clock, lease_ms=5_000
     ) as host:
         host.create_world("w")
-        emulator.inject(Fault("alert", id=1, value=0x04))  # overheating: torque cannot stay on
+        # Overheating once the ACTION ran: torque cannot stay on.
+        emulator.inject(Fault("alert", id=1, value=0x04, instruction="action"))
         host.commit_tick("w", [intent("move-1", REQUEST)])
         assert drain(host) == 1  # execute fails (arm did not reach); safe-stop; lease left to lapse
         clock.now += 10_000

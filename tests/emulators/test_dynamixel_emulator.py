@@ -195,6 +195,28 @@ def test_alert_bit_and_hardware_error(
     assert handler.read1ByteTxRx(port, 2, 70)[2] == 0  # the other servo is fine
 
 
+def test_an_alert_armed_for_an_instruction_strikes_once_it_ran(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
+) -> None:
+    """An alert given an instruction waits for it (the official SDK's broadcast ACTION, to
+    servo 1's goal): a move's motion begins, then the servo's error and its torque off."""
+    port, handler = sdk
+    handler.write1ByteTxRx(port, 1, 64, 1)
+    emulator.inject(Fault("alert", id=1, value=0x04, instruction="action"))
+    assert handler.read1ByteTxRx(port, 1, 70)[0] == 0  # armed: nothing yet
+    assert handler.regWriteTxRx(port, 1, 116, 4, [0x00, 0x0A, 0x00, 0x00])[0] == COMM_SUCCESS
+    assert handler.read1ByteTxRx(port, 1, 70)[0] == 0
+    assert handler.action(port, 254) == COMM_SUCCESS
+    assert handler.read1ByteTxRx(port, 1, 70)[0] == 0x04  # overheating, after the ACTION
+    assert handler.read4ByteTxRx(port, 1, 116)[0] == 2560  # which applied its goal first
+    assert handler.read1ByteTxRx(port, 1, 64)[0] == 0
+    assert handler.read1ByteTxRx(port, 2, 70)[0] == 0  # the other servo is fine
+    assert handler.reboot(port, 1)[0] == COMM_SUCCESS  # cleared; the alert struck once
+    handler.regWriteTxRx(port, 1, 116, 4, [0x00, 0x08, 0x00, 0x00])
+    assert handler.action(port, 254) == COMM_SUCCESS
+    assert handler.read1ByteTxRx(port, 1, 70)[0] == 0
+
+
 def test_journal_file_lists_every_executed_instruction(
     sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator, tmp_path: Path
 ) -> None:

@@ -226,14 +226,19 @@ class DynamixelEmulator:
         if fault.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {fault.kind!r}; one of {FAULT_KINDS}")
         with self._lock:
-            if fault.kind == "alert":
-                targets = [fault.id] if fault.id is not None else list(self.servos)
-                for i in targets:
-                    servo = self.servos[i]
-                    servo.set(tables.HARDWARE_ERROR_STATUS, fault.value or 0x04)
-                    servo.set(tables.TORQUE_ENABLE, 0)
+            if fault.kind == "alert" and fault.instruction is None:
+                self._alert(fault)  # now
                 return
-            self._faults.append(fault)
+            self._faults.append(fault)  # an alert with an instruction: once that one arrives
+
+    def _alert(self, fault: Fault) -> None:
+        """A hardware error (`fault.value`, overheating by default) on `fault.id`, or every
+        servo: its Hardware Error Status set, its torque off, as the device does."""
+        targets = [fault.id] if fault.id is not None else list(self.servos)
+        for i in targets:
+            servo = self.servos[i]
+            servo.set(tables.HARDWARE_ERROR_STATUS, fault.value or 0x04)
+            servo.set(tables.TORQUE_ENABLE, 0)
 
     def snapshot(self, dxl_id: int) -> dict[str, int]:
         with self._lock:
@@ -254,13 +259,15 @@ class DynamixelEmulator:
                 servo.reboot()
             self._publish(self._record(BROADCAST, "power_cycle", status="none"))
 
-    def _take_fault(self, kind: str, instruction: str, dxl_id: int) -> Fault | None:
+    def _take_fault(self, kind: str, instruction: str, dxl_id: int | None) -> Fault | None:
+        """The first armed fault of `kind` for `instruction` to `dxl_id` (None: any id),
+        counted down."""
         for fault in self._faults:
             if fault.kind != kind:
                 continue
             if fault.instruction is not None and fault.instruction != instruction:
                 continue
-            if fault.id is not None and fault.id != dxl_id:
+            if dxl_id is not None and fault.id is not None and fault.id != dxl_id:
                 continue
             fault.count -= 1
             if fault.count <= 0:
@@ -340,6 +347,16 @@ class DynamixelEmulator:
         delay = self._take_fault("delay", name, packet.id)
         if delay is not None:
             time.sleep(delay.value / 1000)
+        # An alert armed for this instruction strikes once it ran (an ACTION's motion began),
+        # whatever the packet's id: its own `id` names the servo it hits.
+        alert = self._take_fault("alert", name, None)
+        try:
+            return self._execute_packet(packet, cmd, name)
+        finally:
+            if alert is not None:
+                self._alert(alert)
+
+    def _execute_packet(self, packet: _core.DxlPacket, cmd: _core.DxlCommand, name: str) -> bytes:
         frame = _core.dxl_encode(packet.id, packet.instruction, packet.params).hex()
         if name == "sync_read" or name == "sync_write":
             return self._execute_sync(packet.id, cmd, frame)
@@ -508,7 +525,9 @@ def control_server(emulator: DynamixelEmulator, path: str) -> ControlServer:
     """Out-of-process control of an emulator: one JSON request per connection on a unix socket
     (the same server the owning host uses for its own control requests).
 
-    Requests: {"op": "fault", "kind": ..., "count", "instruction", "id", "value"},
+    Requests: {"op": "fault", "kind": ..., "count", "instruction", "id", "value"} (an
+    "alert" strikes now, or, given an "instruction", once that one ran: "action" for a move's
+    motion),
     {"op": "journal"}, {"op": "snapshot", "id": n}, {"op": "set_present", "id", "ticks"},
     {"op": "power_cycle"}.
     """

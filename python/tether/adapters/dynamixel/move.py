@@ -573,6 +573,17 @@ class DynamixelMoveAdapter:
         # Before any byte: a fresh read-back of a robot at rest, and every goal planned from it
         # inside the limits.
         fresh = self._at_rest(bus, robot, read_joints(bus, robot))
+        # A joint that reports a hardware error has its torque off: none of the robot's joints
+        # moves until it is cleared (a reboot), as a re-issue would be refused.
+        errors = decide.hardware_errors(decode(robot, fresh))
+        if errors:
+            said = "; ".join(f"{j}: {', '.join(e)}" for j, e in errors.items())
+            raise MoveRefused(
+                "hardware_error",
+                f"robot {robot.name} reports a hardware error ({said}): nothing was sent; check"
+                f" the arm, then clear it with `tether operator reboot {robot.name}`",
+                details={"robot": robot.name, "hardware_errors": errors},
+            )
         goals = plan_goals(robot, request, fresh)
         self._check_fence(op)
         # The generic host decides the speed limit (a first motion after a connect, resume,
