@@ -449,7 +449,13 @@ def read_secret(
         return text.splitlines()[0] if text.strip("\r\n") else ""
     stream = stdin if stdin is not None else sys.stdin
     if stream.isatty():
-        return getpass.getpass(prompt)
+        try:
+            return getpass.getpass(prompt)
+        except EOFError:  # Ctrl-D at the prompt: no credential, said as one
+            print(file=sys.stderr)  # the prompt's line ends here
+            raise _error(
+                "empty_credential", "no credential was given: the input ended (Ctrl-D)"
+            ) from None
     return stream.readline().rstrip("\n")
 
 

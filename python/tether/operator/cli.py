@@ -369,7 +369,11 @@ def _confirm_supported(args: argparse.Namespace) -> bool:
         return True
     if not sys.stdin.isatty() or args.credential_stdin:
         return False
-    answer = input(f"A reboot drops torque on {args.robot}. Is the arm supported? [y/N] ")
+    try:
+        answer = input(f"A reboot drops torque on {args.robot}. Is the arm supported? [y/N] ")
+    except EOFError:  # Ctrl-D: no answer is a no
+        print()
+        return False
     return answer.strip().lower() in ("y", "yes")
 
 
