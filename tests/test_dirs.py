@@ -229,3 +229,32 @@ def test_latches_left_in_an_old_default_state_dir_are_never_skipped_silently(
     assert f'state_dir = "{run / "tether"}"' in str(info.value)
     config.write_text(f'[host]\nstate_dir = "{tmp_path / "mine"}"\n')  # said: used as said
     assert load_config(config).state_dir == tmp_path / "mine"
+
+
+def test_a_tolerated_refusal_passes_only_inside_its_block(tmp_path: Path) -> None:
+    """`tolerating` (a stop's) lets a loose or symlinked dir of one's own pass in its block
+    and in this context only; a symlink is then checked as the dir it points to, and nothing
+    else is ever tolerated."""
+    from tether._dirs import check_private_dir, tolerating
+
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    for path, code in ((link, "symlinked_directory"), (real, "insecure_directory")):
+        real.chmod(0o770 if code == "insecure_directory" else 0o700)
+        with pytest.raises(DataDirError) as refused:
+            check_private_dir(path, what="x")
+        assert refused.value.code == code
+        with tolerating("insecure_directory", "symlinked_directory"):
+            assert check_private_dir(path, what="x") == path
+        with pytest.raises(DataDirError):
+            check_private_dir(path, what="x")
+    assert oct(real.stat().st_mode & 0o777) == "0o770"  # tolerated: never changed
+    real.chmod(0o777)
+    with tolerating("symlinked_directory"), pytest.raises(DataDirError) as refused:
+        check_private_dir(link, what="x")  # the dir it points to is still checked
+    assert refused.value.code == "insecure_directory"
+    with pytest.raises(ValueError):
+        with tolerating("foreign_directory"):
+            pass

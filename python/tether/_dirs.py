@@ -16,6 +16,8 @@ Rules (every directory `usable_dir` returns is private to the caller's uid):
 - Every ancestor must be owned by root or the caller, and not writable by others unless it is
   sticky (like `/tmp`): otherwise its owner could rename the directory away and put another in
   its place (`insecure_directory`, the ancestor named).
+- `tether stop` alone is never refused for a dir of one's own that others may write to or that
+  is reached through a symlink: it says so, then stops (`tolerating`).
 - The default state dir (`default_state_dir`) is `~/.local/state/tether`: never a guessable
   shared `/tmp` path, the same for every process of the user whatever its environment, and
   kept across a logout or a reboot (it holds the stop latches).
@@ -23,10 +25,13 @@ Rules (every directory `usable_dir` returns is private to the caller's uid):
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import errno
 import os
 import pwd
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -103,18 +108,49 @@ def _refuse(code: str, message: str, path: Path, what: str, **details: object) -
     return DataDirError(code, message, details={"path": str(path), "what": what, **details})
 
 
+#: The refusals `tolerating` lets pass in this context (a stop's own, see there).
+_TOLERATED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "tether_dirs_tolerated", default=frozenset()
+)
+
+
+@contextlib.contextmanager
+def tolerating(*codes: str) -> Iterator[None]:
+    """`check_private_dir` (and so `usable_dir`) lets a directory pass that it would refuse
+    with one of ``codes`` while the block runs in this context: for `tether stop`, which is
+    never refused for a state dir of one's own that others may write to or that is reached
+    through a symlink (it says so first, then stops). A tolerated symlink is checked as the
+    directory it points to; a foreign directory is never tolerated."""
+    unknown = set(codes) - {"insecure_directory", "symlinked_directory"}
+    if unknown:
+        raise ValueError(f"only insecure and symlinked directories are tolerated, not {unknown}")
+    token = _TOLERATED.set(_TOLERATED.get() | frozenset(codes))
+    try:
+        yield
+    finally:
+        _TOLERATED.reset(token)
+
+
+def _unless_tolerated(refusal: DataDirError) -> None:
+    if refusal.code not in _TOLERATED.get():
+        raise refusal
+
+
 def check_private_dir(path: str | os.PathLike[str], *, what: str) -> Path:
     """Refuse an existing directory another uid could control (see the module rules); tighten
     one of ours that others may read to 0700."""
     p = Path(path)
     info = os.lstat(p)
     if stat.S_ISLNK(info.st_mode):
-        raise _refuse(
-            "symlinked_directory",
-            f"{what} {p} is a symlink to {os.path.realpath(p)}: give the real directory",
-            p,
-            what,
+        _unless_tolerated(
+            _refuse(
+                "symlinked_directory",
+                f"{what} {p} is a symlink to {os.path.realpath(p)}: give the real directory",
+                p,
+                what,
+            )
         )
+        info = os.stat(p)  # tolerated: the directory it points to is checked
     uid = os.geteuid()
     if info.st_uid != uid:
         raise _refuse(
@@ -127,15 +163,17 @@ def check_private_dir(path: str | os.PathLike[str], *, what: str) -> Path:
         )
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o022:
-        raise _refuse(
-            "insecure_directory",
-            f"{what} {p} is writable by group or others (mode {mode:04o}): check its contents, "
-            f"then `chmod 700 {p}`",
-            p,
-            what,
-            mode=f"{mode:04o}",
+        _unless_tolerated(
+            _refuse(
+                "insecure_directory",
+                f"{what} {p} is writable by group or others (mode {mode:04o}): check its"
+                f" contents, then `chmod 700 {p}`",
+                p,
+                what,
+                mode=f"{mode:04o}",
+            )
         )
-    if mode & 0o077:
+    elif mode & 0o077:
         try:
             os.chmod(p, mode & 0o700)
         except OSError as exc:
@@ -151,18 +189,21 @@ def check_private_dir(path: str | os.PathLike[str], *, what: str) -> Path:
         upmode = stat.S_IMODE(up.st_mode)
         loose = upmode & 0o002 and not upmode & stat.S_ISVTX
         if up.st_uid not in (0, uid) or loose:
-            raise _refuse(
-                "insecure_directory",
-                f"{what} {p} is under {parent}, which "
-                + (
-                    f"is owned by uid {up.st_uid}"
-                    if up.st_uid not in (0, uid)
-                    else f"anyone may write to (mode {upmode:04o})"
+            _unless_tolerated(
+                _refuse(
+                    "insecure_directory",
+                    f"{what} {p} is under {parent}, which "
+                    + (
+                        f"is owned by uid {up.st_uid}"
+                        if up.st_uid not in (0, uid)
+                        else f"anyone may write to (mode {upmode:04o})"
+                    )
+                    + ": it could be swapped; choose a directory under one only you or root"
+                    " control",
+                    p,
+                    what,
+                    ancestor=str(parent),
                 )
-                + ": it could be swapped; choose a directory under one only you or root control",
-                p,
-                what,
-                ancestor=str(parent),
             )
     return p
 
@@ -210,6 +251,7 @@ __all__ = [
     "PRIVATE_UMASK",
     "DataDirError",
     "check_private_dir",
+    "tolerating",
     "default_state_dir",
     "private_umask",
     "usable_dir",

@@ -185,6 +185,48 @@ def test_tether_stop_goes_through_the_owner_when_the_state_dir_is_loose(
         assert "write" in sent, sent  # the hold went to the arm
 
 
+@pytest.mark.parametrize("loose", ["writable", "symlinked"])
+def test_tether_stop_with_no_owner_stops_the_arm_when_the_state_dir_is_loose(
+    emulator: DynamixelEmulator, tmp_path: Path, loose: str
+) -> None:
+    """With no daemon, a state dir others may write to was said ("stopping anyway") and then
+    nothing was sent: the host's own check of the dir refused the direct stop. A symlinked
+    state dir refused the stop outright, while moves went on. Both are said, then the arm is
+    stopped and latched directly."""
+    from _dxl_setup import write_config
+    from tether.adapters.dynamixel.config import load_config
+
+    path = write_config(tmp_path, emulator.path)
+    config = load_config(path)
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    if loose == "symlinked":
+        link = tmp_path / "state-link"
+        link.symlink_to(config.state_dir)
+        text = path.read_text().replace(str(config.state_dir), str(link))
+        path.write_text(text)
+    else:
+        config.state_dir.chmod(0o770)
+    for servo in emulator.servos.values():  # powered, as after a move: a hold holds it
+        servo.set(tables.TORQUE_ENABLE, 1)
+    before = len(emulator.journal)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", "stop", "--config", str(path), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        config.state_dir.chmod(0o700)
+    code = "insecure_directory" if loose == "writable" else "symlinked_directory"
+    assert f"warning: {code}" in done.stderr and "stopping anyway" in done.stderr, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
+    [report] = json.loads(done.stdout)
+    assert report["via"] == "direct" and report["ok"] is True, report
+    assert "write" in [e.instruction for e in list(emulator.journal)[before:]]  # the hold
+    assert StopLatch(config.state_dir).latched("arm")  # its record, in the real dir
+
+
 def test_an_unreadable_latch_record_holds_the_robot(config: HostConfig) -> None:
     latch = StopLatch(config.state_dir)
     latch.latch("arm")

@@ -11,7 +11,7 @@ from typing import Any
 from tether import _exit
 from tether._args import Parser, error_fields, error_line, refuse, want_json
 from tether._config import HostConfigError, Table
-from tether._dirs import default_state_dir, usable_dir
+from tether._dirs import default_state_dir, tolerating, usable_dir
 from tether.devices.config import (
     HOST_KEYS,
     HostConfig,
@@ -90,7 +90,9 @@ def _identity_line(robot: str, identity: dict[str, Any]) -> str:
 #: one's own dir others may write to (a daemon of one's own may run on it, and an owner's
 #: socket is still trusted only by its uids). A dir another user owns, or a symlink, is the
 #: attack of a pre-created state dir: refused.
-_TOLERATED = ("insecure_directory",)
+#: A stop is never refused for these: a state dir of one's own that others may write to, or one
+#: reached through a symlink (said first; then it stops, `tether._dirs.tolerating`).
+_TOLERATED = ("insecure_directory", "symlinked_directory")
 
 
 def _stop_through_daemon(
@@ -163,10 +165,11 @@ def stop_main(argv: list[str]) -> int:
         try:
             usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
         except TetherError as exc:
-            # A stop is not refused for a state dir of one's own others may write to (a daemon
-            # may run on it): said first, then the stop goes (an owner's socket is still
-            # trusted only by its owner's and peer's uid, and a latch that cannot be written
-            # there latches in memory, and its report says so). Anything else is refused.
+            # A stop is not refused for a state dir of one's own others may write to, or
+            # reached through a symlink (a daemon may run on it): said first, then the stop
+            # goes, through its owner or directly, its latch written there (an owner's socket
+            # is still trusted only by its owner's and peer's uid; a latch that cannot be
+            # written latches in memory, and its report says so). Anything else is refused.
             code, message, _ = error_fields(exc)
             if code not in _TOLERATED:
                 raise
@@ -181,7 +184,8 @@ def stop_main(argv: list[str]) -> int:
                 error="HostConfigError",
             )
             return EXIT_USAGE
-        reports = stop_everything(config, robots)
+        with tolerating(*_TOLERATED):  # the host's own checks of the dir, too
+            reports = stop_everything(config, robots)
         _warn_serve(args.config, config)  # after the stop: nothing in [serve] delays it
     except TetherError as exc:
         error_line("tether stop", exc)
