@@ -258,3 +258,29 @@ def test_a_tolerated_refusal_passes_only_inside_its_block(tmp_path: Path) -> Non
     with pytest.raises(ValueError):
         with tolerating("foreign_directory"):
             pass
+
+
+def test_every_command_but_a_stop_refuses_a_symlinked_state_dir(tmp_path: Path) -> None:
+    """`tether stop` refused a symlinked state dir while `move`, `status` and `operator`
+    worked through it (they checked the dirs under it only): a stop stricter than a move.
+    Now the stop says so and goes (tested with the emulator), and the others refuse it."""
+    real = tmp_path / "state"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "state-link"
+    link.symlink_to(real)
+    config = tmp_path / "host.toml"
+    config.write_text(
+        f'[host]\nstate_dir = "{link}"\n[ports.p]\nurl = "{tmp_path / "no-tty"}"\n'
+        '[robots.arm]\nport = "p"\n[[robots.arm.joints]]\nname = "a"\nid = 1\nmin = -1\nmax = 1\n'
+    )
+    for argv in (
+        ("move", "--config", str(config), "--robot", "arm", "--joint", "a=0.1", "--activity", "m"),
+        ("status", "--config", str(config)),
+        ("operator", "--config", str(config), "list"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", *argv], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert "symlinked_directory: host.state_dir" in done.stderr, (argv, done.stderr)
+    assert sorted(p.name for p in real.iterdir()) == []  # nothing was made through it

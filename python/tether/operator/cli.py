@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 
 from tether import _exit
 from tether._args import Parser, error_line, want_json
-from tether._dirs import usable_dir
+from tether._dirs import check_private_dir, usable_dir
 from tether.activities import ActivityRecord, Catalog
 from tether.devices import credentials
 from tether.devices.config import HostConfig, load_config
@@ -182,6 +183,10 @@ def main(argv: list[str]) -> int:
         if args.cmd == "hash":
             return _hash(args, args.json)
         config = load_config(args.config) if args.config else None
+        if config is not None and os.path.lexists(config.state_dir):
+            # Refused as every command but a stop refuses it (a symlink, another uid's, one
+            # others may write to), also where no daemon runs and the catalog is read here.
+            check_private_dir(config.state_dir, what="host.state_dir")
         client = _daemon(args, config)
         if client is not None:
             return _through_daemon(args, client, as_json)

@@ -587,6 +587,7 @@ def main(argv: list[str]) -> int:
             {"kind": kind, "robot": args.robot, "targets": parse_targets(args.joint)}
         )
         check_request(config.robot(request.robot), request)
+        usable_dir(config.state_dir, what="host.state_dir")  # as every command but a stop
         usable_dir(data_dir_of(config), what="the moves data dir")  # checked before use
         from tether.serve.config import catalog_url_for, load_serve, world_url_for
 
