@@ -187,6 +187,31 @@ def test_a_success_clears_the_failures(tmp_path: Path) -> None:
     limiter.check()  # two failures since the success: under the limit
 
 
+def test_a_credential_of_another_role_never_clears_the_failures(tmp_path: Path) -> None:
+    """An observer's own credential, refused for an operator's action (`role_refused`), was
+    counted as a success and cleared the source's failures: guesses of an operator's
+    credential with it in between were never locked out. Only a success clears them."""
+    observer = "an observer's secret 123"
+    cfg = parse_config(
+        config_text(
+            tmp_path,
+            ("ann", HASH, "operator"),
+            ("bob", credentials.hash_secret(observer), "observer"),
+        )
+    )
+    for _ in range(credentials.RATE_LIMIT - 1):
+        with pytest.raises(CredentialError):
+            cfg.authenticate("guess")
+    with pytest.raises(CredentialError) as info:
+        cfg.authenticate(observer)  # the right secret, the wrong role
+    assert info.value.code == "role_refused"
+    with pytest.raises(CredentialError):
+        cfg.authenticate("guess")  # the fifth failure
+    with pytest.raises(CredentialError) as info:
+        cfg.authenticate(SECRET)
+    assert info.value.code == "credential_rate_limited"
+
+
 def test_a_secret_file_must_be_0600(tmp_path: Path) -> None:
     path = tmp_path / "secret"
     path.write_text(SECRET + "\n")

@@ -359,10 +359,11 @@ def authenticate(
             "this credential matches more than one principal; give each its own",
             principals=sorted(p.where for p in matched),
         )
-    if limiter is not None:
-        limiter.succeeded(source)
     principal = matched[0]
     if principal.role not in wanted:
+        # The right secret of the wrong role: no failure, and no success either (one would
+        # clear the source's failures: an observer's credential between guesses of an
+        # operator's would keep the lockout from ever coming).
         raise _error(
             "role_refused",
             f"{principal.where} has role {principal.role}, this needs {' or '.join(wanted)}",
@@ -370,6 +371,8 @@ def authenticate(
             role=principal.role,
             needs=list(wanted),
         )
+    if limiter is not None:
+        limiter.succeeded(source)
     return principal
 
 
