@@ -95,6 +95,9 @@ def test_limits_are_checked_in_ticks() -> None:
         (('vid_pid = "0403:6014"', 'vid_pid = "banana"'), "bad_vid_pid"),
         ((f'credential = "{CREDENTIAL}"', 'credential = "hunter2"'), "plain_credential"),
         (("first_motion_speed = 0.25", "first_motion_speed = 3.0"), "bad_speed"),
+        # Slower than one Profile Velocity unit (0.024 rad/s): it was sent as one unit, faster.
+        (("first_motion_speed = 0.25", "first_motion_speed = 0.005"), "bad_speed"),
+        (("speed = 2.0", "speed = 0.01"), "bad_speed"),
         (("baudrate = 1000000", 'baudrate = "fast"'), "wrong_type"),
         (("baudrate = 1000000", "baudrate = 12345"), "out_of_range"),
         (("baudrate = 1000000", "baudrate = 5760"), "out_of_range"),
@@ -118,6 +121,14 @@ def message_of(text: str) -> str:
         # The values given (and which of them is a default), not only the rule.
         (("speed = 2.0", "speed = -1.5"), "got speed = -1.5, first_motion_speed = 0.25"),
         (("speed = 2.0", "speed = nan"), "got speed = nan"),
+        (
+            ("speed = 2.0\nfirst_motion_speed = 0.25", "speed = 0.01"),
+            "speed 0.01 rad/s is slower than a DYNAMIXEL can be limited to (0.0240 rad/s",
+        ),
+        (
+            ("speed = 2.0\nfirst_motion_speed = 0.25", "speed = -1"),
+            "first_motion_speed = -1 (its default: 0.3, or speed if lower)",
+        ),
         (("speed = 2.0", "speed = 1000.0"), "got speed = 1000,"),
         # Unset, the first motion's speed is at most the robot's: no error for a slow robot.
         (("first_motion_speed = 0.25", ""), None),

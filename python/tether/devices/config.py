@@ -336,6 +336,11 @@ def _joint(robot: str, index: int, raw: Any, extra: tuple[str, ...]) -> tuple[Jo
 DEFAULT_SPEED = 1.5
 DEFAULT_FIRST_MOTION_SPEED = 0.3
 MAX_SPEED = 50.0
+#: How a `bad_speed` refusal names a default it took.
+_DEFAULT_SAID: Final = {
+    "speed": f" (its default, {DEFAULT_SPEED:g})",
+    "first_motion_speed": f" (its default: {DEFAULT_FIRST_MOTION_SPEED:g}, or speed if lower)",
+}
 
 
 def _robot(name: str, raw: Any, ports: dict[str, Any]) -> tuple[RobotSpec, list[Table]]:
@@ -374,7 +379,7 @@ def _robot(name: str, raw: Any, ports: dict[str, Any]) -> tuple[RobotSpec, list[
     first = table.number("first_motion_speed", min(DEFAULT_FIRST_MOTION_SPEED, speed))
     if not (0 < first <= speed < MAX_SPEED):
         given = ", ".join(
-            f"{k} = {v:g}{'' if k in table else ' (its default)'}"
+            f"{k} = {v:g}{'' if k in table else _DEFAULT_SAID[k]}"
             for k, v in (("speed", speed), ("first_motion_speed", first))
         )
         raise config_error(

@@ -188,6 +188,17 @@ class DynamixelDeviceType:
         )
 
     def robot_config(self, spec: RobotSpec, joint_tables: list[Table]) -> RobotConfig:
+        slowest = tables.SLOWEST_PROFILE_RAD_S
+        for key, value in (("speed", spec.speed), ("first_motion_speed", spec.first_motion_speed)):
+            if value < slowest:
+                # Profile Velocity counts 0.229 rpm units: a slower limit would be sent as one
+                # unit, faster than the configuration says.
+                raise config_error(
+                    "bad_speed",
+                    f"robots.{spec.name}: {key} {value:g} rad/s is slower than a DYNAMIXEL can"
+                    f" be limited to ({slowest:.4f} rad/s, one Profile Velocity unit of"
+                    f" {tables.VELOCITY_UNIT_RPM} rpm): give at least {slowest:.4f}",
+                )
         joints = []
         for joint, table in zip(spec.joints, joint_tables, strict=True):
             where = table.where

@@ -161,8 +161,14 @@ def ticks_per_second(profile_velocity: int) -> float:
     return profile_velocity * VELOCITY_UNIT_RPM / 60.0 * TICKS_PER_REV
 
 
+#: The slowest speed a Profile Velocity can hold (one unit, rad/s): a slower limit cannot be
+#: kept (0 is no limit at all), so the configuration refuses one (`bad_speed`).
+SLOWEST_PROFILE_RAD_S = VELOCITY_UNIT_RPM * 2 * math.pi / 60.0
+
+
 def profile_velocity_for(radians_per_second: float) -> int:
-    """Smallest raw Profile Velocity (>= 1) not faster than `radians_per_second`."""
+    """Largest raw Profile Velocity (>= 1) not faster than `radians_per_second` (one at or
+    above `SLOWEST_PROFILE_RAD_S`, as the configuration checks)."""
     rpm = radians_per_second * 60.0 / (2 * math.pi)
     return max(1, math.floor(rpm / VELOCITY_UNIT_RPM))
 
