@@ -173,7 +173,7 @@ def test_a_parked_move_and_the_operator_decision_reach_a_websocket_client(
                         break
                     await asyncio.sleep(0.01)
                 host.create_world("w")
-                emulator.inject(Fault("alert", id=2, value=0x20))
+                emulator.inject(Fault("alert", id=2, value=0x20, instruction="action"))
                 host.commit_tick("w", [intent("move-1", REQUEST)])
                 await asyncio.to_thread(drain, host)
                 clock.now += 10_000
