@@ -191,3 +191,30 @@ def test_operator_list_and_show_on_a_host_where_nothing_ran_make_nothing(tmp_pat
     shown = tether("operator", "--config", str(config), "--json", "show", "local/k/x")
     assert shown.returncode == 1 and json.loads(shown.stdout)["code"] == "unknown_activity"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["host.toml"]
+
+
+@pytest.mark.parametrize("wrapper", [ImportError, RuntimeError, OSError])
+def test_an_interrupt_a_library_wrapped_is_an_interruption(
+    wrapper: type[Exception], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during an import (mujoco's "initialization failed") or a class's creation
+    reaches the command wrapped in another error: it was an internal error, a traceback and
+    exit 70. It is an interruption (exit 130), as a bare one is."""
+    import types
+
+    from tether import _exit, cli
+
+    def main(argv: list[str]) -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise wrapper("initialization failed") from exc
+
+    module = types.ModuleType("tether_test_wrapped_interrupt")
+    module.main = main  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(cli.COMMANDS, "wrapped", (module.__name__, "a test command"))
+    assert cli.main(["wrapped"]) == _exit.INTERRUPTED
+    said = capsys.readouterr()
+    assert "Traceback" not in said.err and "internal error" not in said.err, said.err
+    assert "interrupted" in said.err

@@ -176,6 +176,9 @@ def _dispatch(args: list[str]) -> int:
     except (TetherError, OSError) as exc:
         if _debug():
             traceback.print_exc()
+        if (sig := _interrupt_in(exc)) is not None:
+            _args.interrupted(f"tether {name}", sig)
+            return _exit.INTERRUPTED
         err_code, message, details = _args.error_fields(exc)
         _args.refuse(
             f"tether {name}",
@@ -186,7 +189,14 @@ def _dispatch(args: list[str]) -> int:
             line=_one_line(exc, err_code, message),
         )
         return _exit.for_error(exc)
-    except Exception:  # a bug: keep its traceback, and a code no expected failure uses
+    except Exception as exc:  # a bug: keep its traceback, and a code no expected failure uses
+        if (sig := _interrupt_in(exc)) is not None:
+            # Ctrl-C that an import or a library wrapped in an error of its own (mujoco's
+            # "initialization failed", a class's `__set_name__`): an interruption all the same.
+            if _debug():
+                traceback.print_exc()
+            _args.interrupted(f"tether {name}", sig)
+            return _exit.INTERRUPTED
         traceback.print_exc()
         _args.refuse(
             f"tether {name}",
@@ -197,6 +207,19 @@ def _dispatch(args: list[str]) -> int:
         )
         return _exit.INTERNAL
     return code
+
+
+def _interrupt_in(exc: BaseException) -> str | None:
+    """The signal's name when a `KeyboardInterrupt` (SIGINT, or a signal the command turned
+    into one) is in ``exc``'s chain of causes, else None."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, KeyboardInterrupt):
+            return str(getattr(cause, "signal_name", "SIGINT"))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _nearest(name: str) -> str | None:
