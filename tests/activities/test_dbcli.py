@@ -168,6 +168,9 @@ def test_vacuum_returns_the_free_pages(tmp_path: Path) -> None:
         ("ok", ["--older-than", "999999d"], 2, "tether db: bad_duration:"),
         ("ok", [], 2, "tether db: usage: the following arguments are required: --older-than"),
         ("ok", ["--older-than", "1d", "--batch", "0"], 2, "tether db: usage:"),
+        # Past SQLite's integers: it was an OverflowError, exit 70 (ignored with --dry-run).
+        ("ok", ["--older-than", "1d", "--batch", str(2**63)], 2, "tether db: usage: --batch"),
+        ("ok", ["--older-than", "1d", "--batch", str(2**63), "--dry-run"], 2, "tether db: usage:"),
         ("ok", ["--older-than", "1d", "--bogus"], 2, "tether db: usage: unrecognized"),
         ("newer", ["--older-than", "1d"], 5, "tether db: catalog_newer:"),
         ("v2", ["--older-than", "1d", "--dry-run"], 5, "tether db: migration_needed:"),

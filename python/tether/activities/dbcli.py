@@ -71,6 +71,8 @@ _EPILOG = (
     "7 a server that cannot be reached (`unreachable`) (see `tether --help`)."
 )
 DEFAULT_BATCH = 256
+#: The most records `prune` compacts per transaction (`--batch`).
+MAX_BATCH = 1_000_000
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
@@ -465,8 +467,8 @@ def main(argv: list[str]) -> int:
             )
         if args.cmd == "prune":
             older_than_ms = parse_duration(args.older_than)
-            if args.batch < 1:
-                raise UsageError("usage", "--batch must be >= 1")
+            if not 1 <= args.batch <= MAX_BATCH:
+                raise UsageError("usage", f"--batch must be 1..{MAX_BATCH}, not {args.batch}")
             if (args.data_dir is None) == (args.catalog is None):
                 raise UsageError("usage", "name exactly one of --data-dir and --catalog URL")
             if args.catalog is not None and not args.catalog.strip():
