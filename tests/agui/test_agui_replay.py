@@ -100,6 +100,26 @@ def test_replay_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
         assert "no_events" in capsys.readouterr().err
 
 
+def test_replay_json_is_strict_json_past_a_double(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A number past a double (1e999 reads as an infinity) was printed as `Infinity`, which
+    no strict JSON parser takes: it is written as its text; other numbers stay numbers."""
+    capture = tmp_path / "inf.ndjson"
+    capture.write_text(
+        '{"type":"RUN_STARTED","threadId":"t","runId":"r"}\n'
+        '{"type":"ACTIVITY_SNAPSHOT","messageId":"m","activityType":"k",'
+        '"content":{"n":1e999,"m":-1e400,"k":1.5}}\n'
+    )
+    assert cli_main(["replay", str(capture), "--json"]) == 0
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"not JSON: {token}")
+
+    [message] = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert message["content"] == {"n": "inf", "m": "-inf", "k": 1.5}
+
+
 def test_replay_enforces_the_run_lifecycle_unless_partial(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, error_fields, refuse
+from tether._args import Parser, error_fields, json_text, refuse
 from tether.agui._store import ActivityStore
 from tether.errors import AguiError
 
@@ -152,7 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _print(store: ActivityStore, name: str, *, all_messages: bool, as_json: bool) -> None:
     messages = store.messages() if all_messages else store.activities()
     if as_json:
-        print(json.dumps(messages, indent=2, ensure_ascii=False))
+        # Strict JSON: a number past a double (1e999, read as an infinity, as Python's and a
+        # browser's parsers read it) is written as its text, never as `Infinity`.
+        print(json.dumps(json.loads(json_text(messages)), indent=2, ensure_ascii=False))
         return
     print(
         f"replayed {store.events_handled} events from {name}: "
