@@ -52,6 +52,17 @@ pub struct Framer {
     force_stream: bool,
     /// A JSON value that started at `Wait::start` and was still incomplete when last parsed.
     wait: Option<Wait>,
+    /// A line still incomplete when last looked at: it starts at `Seen::start` and holds no
+    /// line end before `Seen::end`, so the next look searches only the bytes after it (a long
+    /// line arriving in small chunks is then scanned once, not once per chunk).
+    seen: Option<Seen>,
+}
+
+/// See `Framer::seen`; offsets are absolute in `buf` (kept valid across `push`'s drain).
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    start: usize,
+    end: usize,
 }
 
 /// Keeps an incomplete JSON value from being parsed again from its start on every small chunk
@@ -124,6 +135,13 @@ impl Framer {
                 Some(w) => w.start -= self.pos,
                 None => {}
             }
+            self.seen = match self.seen {
+                Some(Seen { start, end }) if start >= self.pos => Some(Seen {
+                    start: start - self.pos,
+                    end: end - self.pos,
+                }),
+                _ => None,
+            };
             self.pos = 0;
         }
         self.buf.extend_from_slice(data);
@@ -179,6 +197,7 @@ impl Framer {
         self.skipping = false;
         self.force_stream = false;
         self.wait = None;
+        self.seen = None;
         if leftover {
             return Err(AguiError::decode(
                 TRUNCATED_STREAM,
@@ -248,8 +267,9 @@ impl Framer {
         }
         if !self.force_stream {
             let start = self.pos;
-            let (mut end, next) = match memchr::memchr(b'\n', &self.buf[start..]) {
-                Some(i) => (start + i, start + i + 1),
+            let from = self.seen_from(start);
+            let (mut end, next) = match memchr::memchr(b'\n', &self.buf[from..]) {
+                Some(i) => (from + i, from + i + 1),
                 None => (self.buf.len(), self.buf.len()),
             };
             while end > start && is_ws(self.buf[end - 1]) {
@@ -263,6 +283,10 @@ impl Framer {
                 return Ok(Some(Frame::Line(&self.buf[start..end])));
             }
             if !complete_line && self.buf[end - 1] != b'}' {
+                self.seen = Some(Seen {
+                    start,
+                    end: self.buf.len(),
+                });
                 return Ok(None); // an object can only end with '}': wait for more
             }
         }
@@ -334,12 +358,26 @@ impl Framer {
         }
     }
 
+    /// Where to search `buf` for the end of the line that starts at `start`.
+    fn seen_from(&self, start: usize) -> usize {
+        match self.seen {
+            Some(s) if s.start == start && s.end <= self.buf.len() => s.end,
+            _ => start,
+        }
+    }
+
     fn next_sse(&mut self, eof: bool) -> Result<Option<Frame<'_>>, AguiError> {
         loop {
+            let from = self.seen_from(self.pos) - self.pos;
             let rest = &self.buf[self.pos..];
-            let (line_end, next) = match memchr::memchr2(b'\n', b'\r', rest) {
+            let found = memchr::memchr2(b'\n', b'\r', &rest[from..]).map(|i| i + from);
+            let (line_end, next) = match found {
                 Some(i) if rest[i] == b'\r' => {
                     if i + 1 == rest.len() && !eof {
+                        self.seen = Some(Seen {
+                            start: self.pos,
+                            end: self.pos + i,
+                        });
                         return Ok(None); // a '\n' may follow in the next chunk
                     }
                     let skip = if rest.get(i + 1) == Some(&b'\n') {
@@ -355,7 +393,13 @@ impl Framer {
                     // End of input counts as the blank line that ends the last event.
                     return self.dispatch_sse();
                 }
-                None => return Ok(None),
+                None => {
+                    self.seen = Some(Seen {
+                        start: self.pos,
+                        end: self.buf.len(),
+                    });
+                    return Ok(None);
+                }
             };
             let line_start = self.pos;
             self.pos += next;
@@ -410,6 +454,47 @@ mod tests {
             out.push(v);
         }
         out
+    }
+
+    /// Every value of `input` pushed `chunk` bytes at a time.
+    fn chunked(input: &[u8], chunk: usize) -> Vec<Value> {
+        let mut f = Framer::new();
+        let mut out = vec![];
+        for part in input.chunks(chunk) {
+            f.push(part);
+            out.extend(drain(&mut f));
+        }
+        while let Some(v) = f.next_value_at(true).unwrap() {
+            out.push(v);
+        }
+        f.finish().unwrap();
+        out
+    }
+
+    #[test]
+    fn long_lines_in_small_chunks_frame_as_whole_ones() {
+        // A line longer than many chunks is searched for its end once (`Framer::seen`): the
+        // values are the same whatever the chunking, CR, CRLF and LF line ends at chunk
+        // boundaries included.
+        let long = "x".repeat(10_000);
+        let event = format!("{{\"type\":\"T\",\"s\":\"{long}\"}}");
+        let want = vec![
+            serde_json::from_str::<Value>(&event).unwrap(),
+            json!({"type": "U"}),
+        ];
+        let sse_lf = format!("data: {event}\n\ndata: {{\"type\":\"U\"}}\n\n");
+        let sse_crlf = sse_lf.replace('\n', "\r\n");
+        let sse_cr = sse_lf.replace('\n', "\r");
+        let ndjson = format!("{event}\n{{\"type\":\"U\"}}\n");
+        let split = format!("data: {{\"type\":\"T\",\ndata: \"s\":\"{long}\"}}\n\n");
+        for input in [&sse_lf, &sse_crlf, &sse_cr, &ndjson] {
+            for chunk in [1, 7, 4096, 10_007, input.len()] {
+                assert_eq!(chunked(input.as_bytes(), chunk), want, "chunk {chunk}");
+            }
+        }
+        for chunk in [1, 13, 4096] {
+            assert_eq!(chunked(split.as_bytes(), chunk), want[..1].to_vec());
+        }
     }
 
     fn all_splits(input: &[u8]) -> Vec<Vec<Value>> {
