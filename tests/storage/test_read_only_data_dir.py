@@ -79,3 +79,18 @@ def test_a_daemon_on_a_read_only_state_dir_is_refused_by_the_same_code(
         f'[host]\nstate_dir = "{read_only / "state"}"\n[serve]\nfamilies = ["{SIM}"]\n'
     )
     _refused(tether("serve", "--config", str(config), "--json"), "tether serve")
+
+
+def test_the_demo_on_a_read_only_mount_says_so_with_its_code(read_only: Path) -> None:
+    """`tether demo --data-dir` that cannot be created on a read-only mount was `usage`,
+    exit 2; on an existing one its hint said to free space."""
+    fresh = tether(
+        "demo", "--data-dir", str(read_only / "new"), "--port", "0", "--moves", "0", "--json"
+    )
+    doc = _refused(fresh, "tether demo")
+    assert "cannot be created" in str(doc["message"]), doc
+    existing = tether("demo", "--data-dir", str(read_only), "--port", "0", "--moves", "0", "--json")
+    assert existing.returncode == _exit.STORAGE_IO, existing.stdout + existing.stderr
+    doc = json.loads(existing.stdout.strip().splitlines()[-1])
+    assert doc["code"] == "read_only_storage", doc
+    assert "make it writable" in str(doc["message"]) and "free space" not in str(doc["message"])

@@ -162,7 +162,12 @@ def _storage_refusal(kind: str, detail: str, data_dir: object) -> None:
         "tether demo",
         kind,
         f"{describe(kind)} under {data_dir} ({detail}); nothing was lost: "
-        "free space (or raise the limit), then run the same command again",
+        + (
+            "make it writable (or give another --data-dir)"
+            if kind == "read_only_storage"
+            else "free space (or raise the limit)"
+        )
+        + ", then run the same command again",
         error="StorageError",
         details={"data_dir": str(data_dir)},
     )
@@ -612,7 +617,7 @@ def _mission(args: argparse.Namespace) -> tuple[Mission, Any, Path] | int:
         data_dir = usable_dir(Path(args.data_dir).resolve(), what="--data-dir")
     except DataDirError as exc:
         error_line("tether demo", exc)
-        return EXIT_USAGE
+        return _exit.for_error(exc, EXIT_USAGE)  # a read-only mount is storage's (6)
     if (taken := _running_on(data_dir)) is not None:
         # Another demo (or `tether serve`) runs on this data dir: refused before its host.toml
         # is rewritten (the running one's `tether stop` reads it to find the arm) or an arm
