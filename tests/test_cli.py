@@ -218,3 +218,32 @@ def test_an_interrupt_a_library_wrapped_is_an_interruption(
     said = capsys.readouterr()
     assert "Traceback" not in said.err and "internal error" not in said.err, said.err
     assert "interrupted" in said.err
+
+
+def test_a_worker_whose_stream_address_is_taken_says_sse_unavailable(tmp_path: Path) -> None:
+    """`tether worker --sse-port` on a port another listener holds: an uncoded line and exit
+    2 (a usage error), where `tether serve` and `tether demo` say `sse_unavailable`, exit 7."""
+    import socket
+
+    from tether import _exit
+    from tether.activities import Catalog
+    from tether.storage._urls import sqlite_url
+
+    (tmp_path / "data").mkdir()
+    Catalog.open(sqlite_url(tmp_path / "data" / "catalog.db")).close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "tether", "worker", str(tmp_path / "data"),
+                "--families", "tether.families.sim.adapter:worker_families",
+                "--sse-port", str(port),
+            ],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == _exit.UNAVAILABLE, done.stderr
+    assert f"tether worker: sse_unavailable: cannot serve the AG-UI stream on 127.0.0.1:{port}" in (
+        done.stderr
+    )

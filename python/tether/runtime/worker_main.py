@@ -38,7 +38,7 @@ from types import FrameType
 from typing import Any, cast
 
 from tether import _exit
-from tether._args import Parser, error_line, refuse_empty_urls, warn_url_secrets
+from tether._args import Parser, error_line, refuse, refuse_empty_urls, warn_url_secrets
 from tether._coded import CodedError
 from tether._config import clipped
 from tether._dirs import DataDirError, usable_dir
@@ -507,10 +507,15 @@ def _serve_workers(
     try:
         server = StreamServer(stream, args.sse_host, args.sse_port)
     except OSError as e:
-        print(
-            f"tether worker: cannot serve on {args.sse_host}:{args.sse_port}: {e}", file=sys.stderr
+        # A taken address is `sse_unavailable`, exit 7, as `tether serve` and the demo say it.
+        refuse(
+            "tether worker",
+            "sse_unavailable",
+            f"cannot serve the AG-UI stream on {args.sse_host}:{args.sse_port}: {e.strerror or e}",
+            error="ListenerError",
+            details={"host": args.sse_host, "port": args.sse_port},
         )
-        return _exit.USAGE
+        return _exit.UNAVAILABLE
     try:
         stream.start()
         live = LiveActivities(stream)
