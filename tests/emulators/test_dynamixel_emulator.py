@@ -356,3 +356,31 @@ def test_emulate_rejects_bad_ids() -> None:
     )
     assert done.returncode == 2
     assert "distinct" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--ids", "1,,2"], "--ids wants a comma list of integers, got '1,,2'"),
+        (["--link", ""], "--link is empty"),
+        (["--control", ""], "--control is empty"),
+        (["--journal", ""], "--journal is empty"),
+        (["--journal", "/nonexistent-dir/j.jsonl"], "its directory does not exist"),
+        (["--journal", "/"], "--journal /: Is a directory"),
+        (["--control", "/tmp/" + "s" * 120], "a unix socket path is at most 107 bytes"),
+    ],
+    ids=["empty_id", "empty_link", "empty_control", "empty_journal", "no_dir", "a_dir", "long"],
+)
+def test_emulate_refuses_a_bad_path_or_id_as_usage(argv: list[str], said: str) -> None:
+    """An empty path or id was taken silently; a socket path past the kernel's bound was an
+    `OSError` and exit 1, a journal in a missing directory a `FileNotFoundError`: each is a
+    usage error, exit 2, saying what is wrong, and no emulator starts."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "emulate", "dynamixel", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert said in done.stderr and "usage" in done.stderr, done.stderr
+    assert done.stdout == ""  # no pty was served

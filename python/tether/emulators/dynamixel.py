@@ -556,7 +556,7 @@ def control_request(path: str, request: dict[str, Any], timeout: float = 5.0) ->
 
 def parse_ids(text: str) -> list[int]:
     try:
-        return [int(part) for part in text.split(",") if part.strip()]
+        return [int(part) for part in text.split(",")]  # an empty item ("1,,2") is refused
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--ids wants a comma list of integers, got {text!r}"
@@ -583,6 +583,10 @@ def parse_speed_scale(text: str) -> float:
             f"--speed-scale wants a number above 0 and at most 1000, got {text!r}"
         )
     return scale
+
+
+#: The longest unix socket path the kernel takes (`sun_path` holds 108 bytes with its NUL).
+SOCKET_PATH_MAX = 107
 
 
 def _check_new_path(parser: Parser, option: str, path: Path, *, replaceable: int) -> None:
@@ -632,17 +636,29 @@ def main(argv: list[str]) -> int:
         " a stale link there is replaced, anything else refused)",
     )
     args = parser.parse_args(argv)
+    for option in ("link", "control", "journal"):
+        if getattr(args, option) == "":  # an unset shell variable: never "no such option"
+            parser.error(f"--{option} is empty: give a path, or leave the option out")
     link = Path(args.link) if args.link else None
     if link is not None:
         _check_new_path(parser, "--link", link, replaceable=stat.S_IFLNK)
     if args.control:
         _check_new_path(parser, "--control", Path(args.control), replaceable=stat.S_IFSOCK)
+        if len(os.fsencode(args.control)) > SOCKET_PATH_MAX:
+            parser.error(
+                f"--control {args.control}: a unix socket path is at most {SOCKET_PATH_MAX}"
+                " bytes; give a shorter one"
+            )
+    if args.journal and not Path(args.journal).parent.is_dir():
+        parser.error(f"--journal {args.journal}: its directory does not exist")
     try:
         emulator = DynamixelEmulator(
             args.ids, model=args.model, journal_path=args.journal, speed_scale=args.speed_scale
         )
     except ValueError as exc:
         parser.error(str(exc))
+    except OSError as exc:  # the journal cannot be opened (a directory, no permission)
+        parser.error(f"--journal {args.journal}: {exc.strerror or exc}")
     try:
         control = control_server(emulator, args.control) if args.control else None
     except TetherError as exc:  # a live socket there (a daemon's, say): never taken over
