@@ -247,3 +247,40 @@ def test_a_worker_whose_stream_address_is_taken_says_sse_unavailable(tmp_path: P
     assert f"tether worker: sse_unavailable: cannot serve the AG-UI stream on 127.0.0.1:{port}" in (
         done.stderr
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--data-dir", "", "--moves", "0"],
+        ["worker", "", "--families", "tether.families.sim.adapter:worker_families"],
+        ["db", "prune", "--data-dir", "", "--older-than", "1d"],
+    ],
+    ids=["demo", "worker", "db_prune"],
+)
+def test_an_empty_data_dir_is_refused_not_the_working_directory(
+    argv: list[str], tmp_path: Path
+) -> None:
+    """An empty data dir (an unset shell variable) was the current directory: catalog.db,
+    world.db, host.toml and serve.lock were written into it. It is a usage error."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "empty" in done.stderr and "usage" in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_demo_names_the_bounds_of_its_memory_cap() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "demo", "--memory-cap-mb", "2000000000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--memory-cap-mb must be 64..1073741824, got 2000000000" in done.stderr

@@ -117,6 +117,14 @@ def parse_duration(text: str) -> int:
     return ms
 
 
+def _data_dir_arg(text: str) -> Path:
+    """`--data-dir`; an empty one (an unset shell variable) is refused, never taken as the
+    current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("--data-dir is empty: give the data directory")
+    return Path(text)
+
+
 def _parser() -> _Parser:
     p = _Parser(
         prog="tether db",
@@ -138,7 +146,7 @@ def _parser() -> _Parser:
     )
     prune.add_argument(
         "--data-dir",
-        type=Path,
+        type=_data_dir_arg,
         default=None,
         help="the Tether data directory holding catalog.db, never created (default: none; this"
         " or --catalog is required)",

@@ -1148,7 +1148,9 @@ def _main(argv: list[str], sigterm: _Sigterm) -> int:
         if wrong:
             parser.error(why)
     if not 64 <= args.memory_cap_mb <= 1 << 30:
-        parser.error("--memory-cap-mb must be at least 64")
+        parser.error(f"--memory-cap-mb must be 64..{1 << 30}, got {args.memory_cap_mb}")
+    if not args.data_dir.strip():  # an unset shell variable: never the current directory
+        parser.error("--data-dir is empty: give a directory, or leave the flag out")
     from tether.families.sim._episode import MAX_EPISODES, MAX_STEPS  # the episode's bounds
     from tether.families.sim.family import MAX_SEED, MAX_TARGETS
 
