@@ -88,10 +88,9 @@ def _identity_line(robot: str, identity: dict[str, Any]) -> str:
 
 #: How a state dir may be kept for `tether stop` to go on (with a warning) rather than refuse:
 #: one's own dir others may write to (a daemon of one's own may run on it, and an owner's
-#: socket is still trusted only by its uids). A dir another user owns, or a symlink, is the
-#: attack of a pre-created state dir: refused.
-#: A stop is never refused for these: a state dir of one's own that others may write to, or one
-#: reached through a symlink (said first; then it stops, `tether._dirs.tolerating`).
+#: socket is still trusted only by its uids), or one reached through a symlink (the dir it
+#: points to is checked as one's own: `tether._dirs.tolerating`). A dir another user owns is
+#: the attack of a pre-created state dir: refused, also through a symlink.
 _TOLERATED = ("insecure_directory", "symlinked_directory")
 
 
