@@ -19,8 +19,9 @@ from tether import _exit
 TICKS = re.compile(r"(?<![\d.:-])\d{3,5}(?![\d.:%])")
 
 
-def on_a_tty(*argv: str) -> tuple[int, str]:
-    """Run `tether ARGV` with stdin, stdout and stderr on one pty; its exit code and output."""
+def on_a_tty(*argv: str, answers: dict[str, bytes] | None = None) -> tuple[int, str]:
+    """Run `tether ARGV` with stdin, stdout and stderr on one pty; its exit code and output.
+    ``answers``: typed once each prompt (a key) shows (Ctrl-D is b"\\x04")."""
     leader, follower = os.openpty()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
     proc = subprocess.Popen(
@@ -30,9 +31,11 @@ def on_a_tty(*argv: str) -> tuple[int, str]:
         stderr=follower,
         env={**env, "COLUMNS": "200"},
         close_fds=True,
+        start_new_session=bool(answers),  # a prompt reads the pty, never this terminal
     )
     os.close(follower)
     chunks: list[bytes] = []
+    left = dict(answers or {})
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
@@ -45,6 +48,10 @@ def on_a_tty(*argv: str) -> tuple[int, str]:
                 if not data:
                     break
                 chunks.append(data)
+                seen = b"".join(chunks)
+                for prompt in [p for p in left if p.encode() in seen]:
+                    time.sleep(0.2)  # the prompt is up, its echo off
+                    os.write(leader, left.pop(prompt))
             elif proc.poll() is not None:
                 break
         code = proc.wait(timeout=30)
@@ -136,51 +143,11 @@ def test_move_stop_and_operator_on_a_tty_read_in_radians(tmp_path: Path) -> None
         )
 
 
-def answering_on_a_tty(answers: dict[str, bytes], *argv: str) -> tuple[int, str]:
-    """`on_a_tty`, typing ``answers[prompt]`` once each prompt shows (Ctrl-D is b"\\x04")."""
-    leader, follower = os.openpty()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tether", *argv],
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        env={**env, "COLUMNS": "200"},
-        close_fds=True,
-        start_new_session=True,  # the pty is its terminal: getpass reads /dev/tty
-    )
-    os.close(follower)
-    seen, left = b"", dict(answers)
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 0.2)
-            if ready:
-                try:
-                    data = os.read(leader, 65536)
-                except OSError:
-                    break
-                if not data:
-                    break
-                seen += data
-                for prompt in [p for p in left if p.encode() in seen]:
-                    time.sleep(0.2)  # the prompt is up, its echo off
-                    os.write(leader, left.pop(prompt))
-            elif proc.poll() is not None:
-                break
-        code = proc.wait(timeout=30)
-    finally:
-        os.close(leader)
-        if proc.poll() is None:
-            proc.kill()
-    return code, seen.decode(errors="replace").replace("\r\n", "\n")
-
-
 def test_ctrl_d_at_a_prompt_is_an_answer_not_a_traceback(tmp_path: Path) -> None:
     """Ctrl-D at the credential prompt or at the reboot's confirmation printed a traceback
     and exited 70 (a bug in Tether); Ctrl-C there was already handled. It is no credential
     (`empty_credential`, as an empty line piped in is) and a "no"."""
-    code, out = answering_on_a_tty({"credential": b"\x04"}, "operator", "hash", "--name", "carol")
+    code, out = on_a_tty("operator", "hash", "--name", "carol", answers={"credential": b"\x04"})
     piped = subprocess.run(
         [sys.executable, "-m", "tether", "operator", "hash", "--name", "carol"],
         input="\n",
@@ -197,9 +164,9 @@ def test_ctrl_d_at_a_prompt_is_an_answer_not_a_traceback(tmp_path: Path) -> None
     with emulator_process(tmp_path) as emu:
         config = write_config(tmp_path, emu.path)
         with daemon(add_serve(config)):  # only `tether serve` verifies the credential
-            code, out = answering_on_a_tty(
-                {"Is the arm supported?": b"\x04", "credential": b"\x04"},
+            code, out = on_a_tty(
                 *("operator", "--config", str(config), "reboot", "arm"),
+                answers={"Is the arm supported?": b"\x04", "credential": b"\x04"},
             )
     # The "no" is taken and the credential asked next (the daemon refuses an unconfirmed
     # reboot); Ctrl-D there too: no credential.

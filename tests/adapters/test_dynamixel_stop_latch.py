@@ -159,6 +159,20 @@ def test_resume_needs_an_operator_credential_and_is_recorded(
     assert (ok["status"], ok["conclusion"]) == ("done", "executed")
 
 
+def _stop_with_mode(path: Path, state_dir: Path, mode: int) -> subprocess.CompletedProcess[str]:
+    """`tether stop --config PATH --json` with the state dir at `mode` (0700 again after)."""
+    state_dir.chmod(mode)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "tether", "stop", "--config", str(path), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        state_dir.chmod(0o700)
+
+
 def test_tether_stop_goes_through_the_owner_when_the_state_dir_is_loose(
     emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
 ) -> None:
@@ -168,16 +182,7 @@ def test_tether_stop_goes_through_the_owner_when_the_state_dir_is_loose(
     path = tmp_path / "host.toml"
     with daemon(add_serve(path)):
         before = len(emulator.journal)
-        config.state_dir.chmod(0o777)
-        try:
-            done = subprocess.run(
-                [sys.executable, "-m", "tether", "stop", "--config", str(path), "--json"],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-        finally:
-            config.state_dir.chmod(0o700)
+        done = _stop_with_mode(path, config.state_dir, 0o777)
         assert "warning: insecure_directory" in done.stderr and "stopping anyway" in done.stderr
         [report] = json.loads(done.stdout)
         assert report["via"] == "owner" and "latched in this process only" in report["latch_error"]
@@ -204,20 +209,10 @@ def test_tether_stop_with_no_owner_stops_the_arm_when_the_state_dir_is_loose(
         link.symlink_to(config.state_dir)
         text = path.read_text().replace(str(config.state_dir), str(link))
         path.write_text(text)
-    else:
-        config.state_dir.chmod(0o770)
     for servo in emulator.servos.values():  # powered, as after a move: a hold holds it
         servo.set(tables.TORQUE_ENABLE, 1)
     before = len(emulator.journal)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "tether", "stop", "--config", str(path), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        config.state_dir.chmod(0o700)
+    done = _stop_with_mode(path, config.state_dir, 0o770 if loose == "writable" else 0o700)
     code = "insecure_directory" if loose == "writable" else "symlinked_directory"
     assert f"warning: {code}" in done.stderr and "stopping anyway" in done.stderr, done.stderr
     assert done.returncode == 0, done.stdout + done.stderr
