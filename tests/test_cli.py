@@ -284,3 +284,21 @@ def test_the_demo_names_the_bounds_of_its_memory_cap() -> None:
     )
     assert done.returncode == 2
     assert "--memory-cap-mb must be 64..1073741824, got 2000000000" in done.stderr
+
+
+def test_a_demo_lease_past_the_catalogs_bound_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """`--lease-ms` past a week was refused only once the stream served and host.toml was
+    written, naming that file (`bad_lease: DIR/host.toml: serve.lease_ms`)."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "tether", "demo", "--data-dir", str(tmp_path / "d"),
+            "--moves", "0", "--lease-ms", "604800001",
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--lease-ms must be 100..604800000, got 604800001" in done.stderr
+    assert "AG-UI stream" not in done.stdout + done.stderr
+    assert not (tmp_path / "d").exists()

@@ -63,7 +63,7 @@ from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._listen import ListenerError
 from tether._sqlite_files import StoreFileError, describe, storage_failure
-from tether.activities import DECISION_WORDS, ActivityKey, ActivityRecord
+from tether.activities import DECISION_WORDS, MAX_LEASE_MS, ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
 from tether.agui import message_id as message_id  # re-exported: callers name it here
 from tether.apps.demo import arm as arm_mod
@@ -1134,7 +1134,10 @@ def _main(argv: list[str], sigterm: _Sigterm) -> int:
     args = parser.parse_args(argv)
     for wrong, why in (
         (args.workers < 1, f"--workers must be >= 1, got {args.workers}"),
-        (args.lease_ms < 100, f"--lease-ms must be >= 100, got {args.lease_ms}"),
+        (
+            not 100 <= args.lease_ms <= MAX_LEASE_MS,  # before anything serves or is written
+            f"--lease-ms must be 100..{MAX_LEASE_MS}, got {args.lease_ms}",
+        ),
         (not 0 <= args.port <= 65535, f"--port must be in [0, 65535], got {args.port}"),
         (
             not 0 <= args.linger <= MAX_LINGER_S,  # NaN too
