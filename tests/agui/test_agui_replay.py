@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import subprocess
 import sys
@@ -118,6 +119,28 @@ def test_replay_json_is_strict_json_past_a_double(
 
     [message] = json.loads(capsys.readouterr().out, parse_constant=refuse)
     assert message["content"] == {"n": "inf", "m": "-inf", "k": 1.5}
+
+
+def test_replay_shows_the_traceback_under_debug_only(tmp_path: Path) -> None:
+    """`tether --debug` (or TETHER_DEBUG=1) adds the traceback to a refused capture, as every
+    command's; replay ignored it."""
+    bad = tmp_path / "bad.ndjson"
+    bad.write_bytes(b'{"type": "ACTIVITY_SNAPSHOT", "messageId": "a", "content": 1}\n')
+    for flags, env, shown in (
+        ([], {}, False),
+        (["--debug"], {}, True),
+        ([], {"TETHER_DEBUG": "1"}, True),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "tether", *flags, "replay", str(bad)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**{k: v for k, v in os.environ.items() if k != "TETHER_DEBUG"}, **env},
+        )
+        assert done.returncode == 1, done.stderr
+        assert ("Traceback (most recent call last)" in done.stderr) is shown, (flags, env)
+        assert done.stderr.strip().splitlines()[-1].startswith("tether replay: ")
 
 
 def test_replay_enforces_the_run_lifecycle_unless_partial(

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, error_fields, json_text, refuse
+from tether._args import Parser, debug, error_fields, json_text, refuse
 from tether.agui._store import ActivityStore
 from tether.errors import AguiError
 
@@ -115,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         store = replay(data, chunk_size=args.chunk_size, partial=args.partial)
     except AguiError as e:
+        if debug():  # `tether --debug` / TETHER_DEBUG=1: the traceback too
+            traceback.print_exc()
         hint = (
             "; a capture that begins mid-run replays with --partial"
             if e.code == "run_not_started"
