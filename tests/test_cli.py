@@ -221,8 +221,9 @@ def test_an_interrupt_a_library_wrapped_is_an_interruption(
 
 
 def test_a_worker_whose_stream_address_is_taken_says_sse_unavailable(tmp_path: Path) -> None:
-    """`tether worker --sse-port` on a port another listener holds: an uncoded line and exit
-    2 (a usage error), where `tether serve` and `tether demo` say `sse_unavailable`, exit 7."""
+    """`tether worker --sse-port` on a port another listener holds: "ready", then an uncoded
+    line and exit 2 (a usage error), where `tether serve` and `tether demo` say
+    `sse_unavailable`, exit 7."""
     import socket
 
     from tether import _exit
@@ -247,6 +248,7 @@ def test_a_worker_whose_stream_address_is_taken_says_sse_unavailable(tmp_path: P
     assert f"tether worker: sse_unavailable: cannot serve the AG-UI stream on 127.0.0.1:{port}" in (
         done.stderr
     )
+    assert "tether worker ready" not in done.stderr  # never said ready before the refusal
 
 
 @pytest.mark.parametrize(

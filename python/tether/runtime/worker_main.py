@@ -471,6 +471,9 @@ def main(argv: list[str]) -> int:
     catalog = args.catalog or sqlite_url(Path(args.data_dir).absolute() / "catalog.db")
     # Said once the stores were checked (a refusal is one line, and the one that matters).
     warn_url_secrets("tether worker", catalog=args.catalog, world=args.world)
+    served = None if args.sse_port is None else _stream_server(args)  # bound before "ready"
+    if isinstance(served, int):
+        return served
     print(  # what it works on, before it waits for work (stderr: stdout is the stream's)
         f"tether worker ready: {args.workers} worker(s) for host {args.host!r} on catalog"
         f" {redact(catalog)}, families {', '.join(f.name for f in families)}",
@@ -489,17 +492,39 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     bound = shutdown_bound_s()
     try:
-        return _serve_workers(args, families, stop, bound)
+        return _serve_workers(args, families, stop, bound, served)
     except ShutdownStalled as exc:
         abandon_shutdown("tether worker", exc.bound_s)
 
 
+def _stream_server(args: Any) -> tuple[RunStream, StreamServer] | int:
+    """The AG-UI stream `--sse-port` asks for, its address bound; or the exit code of its
+    refusal (said): a taken address is `sse_unavailable`, exit 7, as `tether serve` and the
+    demo say it."""
+    stream = RunStream("tether-worker", f"run-{uuid.uuid4().hex[:12]}", StoreState())
+    try:
+        return stream, StreamServer(stream, args.sse_host, args.sse_port)
+    except OSError as e:
+        refuse(
+            "tether worker",
+            "sse_unavailable",
+            f"cannot serve the AG-UI stream on {args.sse_host}:{args.sse_port}: {e.strerror or e}",
+            error="ListenerError",
+            details={"host": args.sse_host, "port": args.sse_port},
+        )
+        return _exit.UNAVAILABLE
+
+
 def _serve_workers(
-    args: Any, families: Sequence[Family], stop: threading.Event, bound: float
+    args: Any,
+    families: Sequence[Family],
+    stop: threading.Event,
+    bound: float,
+    served: tuple[RunStream, StreamServer] | None,
 ) -> int:
-    """`tether worker` once its arguments are checked: the workers (and the AG-UI stream when
-    asked) until `stop` is set."""
-    if args.sse_port is None:
+    """`tether worker` once its arguments are checked: the workers (and the AG-UI stream of
+    `served`, bound already) until `stop` is set."""
+    if served is None:
         run_workers(
             args.data_dir,
             families,
@@ -512,19 +537,7 @@ def _serve_workers(
             close_bound_s=bound,
         )
         return _exit.OK
-    stream = RunStream("tether-worker", f"run-{uuid.uuid4().hex[:12]}", StoreState())
-    try:
-        server = StreamServer(stream, args.sse_host, args.sse_port)
-    except OSError as e:
-        # A taken address is `sse_unavailable`, exit 7, as `tether serve` and the demo say it.
-        refuse(
-            "tether worker",
-            "sse_unavailable",
-            f"cannot serve the AG-UI stream on {args.sse_host}:{args.sse_port}: {e.strerror or e}",
-            error="ListenerError",
-            details={"host": args.sse_host, "port": args.sse_port},
-        )
-        return _exit.UNAVAILABLE
+    stream, server = served
     try:
         stream.start()
         live = LiveActivities(stream)
