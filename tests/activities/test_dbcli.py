@@ -176,6 +176,8 @@ def test_vacuum_returns_the_free_pages(tmp_path: Path) -> None:
         ("v2", ["--older-than", "1d", "--dry-run"], 5, "tether db: migration_needed:"),
         # One migration policy: prune never migrates, it names `tether db upgrade`.
         ("v2", ["--older-than", "1d"], 5, "tether db: migration_needed:"),
+        # A catalog cut short was `not_a_data_dir` (2) here, `store_truncated` (5) elsewhere.
+        ("truncated", ["--older-than", "1d"], 5, "tether db: store_truncated:"),
     ],
 )
 def test_bad_input_is_one_line_with_its_exit_code_and_changes_nothing(
@@ -195,6 +197,12 @@ def test_bad_input_is_one_line_with_its_exit_code_and_changes_nothing(
     if setup in ("ok", "newer", "v2"):
         d.rmdir()
         d = data_dir(tmp_path)
+    if setup == "truncated":
+        d.rmdir()
+        d = data_dir(tmp_path)
+        for sidecar in d.glob("catalog.db-*"):
+            sidecar.unlink()
+        os.truncate(d / "catalog.db", 4096)
     if setup in ("newer", "v2"):
         conn = sqlite3.connect(d / "catalog.db")
         conn.execute(
@@ -217,7 +225,7 @@ def test_bad_input_is_one_line_with_its_exit_code_and_changes_nothing(
     one_line(done, prefix)
     assert done.stdout == ""
     assert names() == snapshot  # nothing created
-    if setup in ("file", "garbage", "other_sqlite"):
+    if setup in ("file", "garbage", "other_sqlite", "truncated"):
         assert {p: p.read_bytes() for p in contents} == contents
     if setup in ("newer", "v2"):
         assert rows(d) == versions  # neither migrated nor compacted

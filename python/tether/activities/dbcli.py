@@ -49,7 +49,7 @@ from tether import _exit
 from tether._args import Parser, debug, error_fields, refuse, want_json, warn_url_secrets
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
-from tether._sqlite_files import check_writable
+from tether._sqlite_files import check_sqlite_file, check_writable
 from tether.activities._catalog import Catalog
 from tether.errors import TetherError
 from tether.storage import SqliteCatalogStore
@@ -237,6 +237,9 @@ def _catalog_path(data_dir: Path) -> Path:
         raise not_ours(f"catalog.db cannot be read ({e.strerror})") from e
     if magic != _SQLITE_MAGIC:
         raise not_ours("catalog.db is not a SQLite database")
+    # A SQLite file cut short is said as every store's open says it (`store_truncated`, exit
+    # 5: restore it), not as a directory that is none of Tether's.
+    check_sqlite_file(path, what="the Activity catalog")
     # Prune writes it, and SQLite reads a write-ahead-log store only where it may write its
     # shared memory: a read-only data dir is said so, as every store's open says it.
     check_writable(path, what="the Activity catalog")
