@@ -676,29 +676,6 @@ class DynamixelMoveAdapter:
 
     # --- reconcile ---
 
-    def _stopped(
-        self,
-        robot: RobotConfig,
-        op: Operation,
-        attempt: int,
-        last: Callable[[HostConfig, str], int | None] = last_operator_stop,
-        flag: str = "operator_stop",
-    ) -> bool:
-        """Whether a stop of `robot` came while `attempt` was in flight: after it began, and
-        before a reconcile first concluded it Unknown for another reason (`_concluded`: a
-        later stop, an operator's or (`last`: `last_shutdown_stop`) the host's own at its
-        shutdown, cut nothing of it and never becomes its reason). A stop that counted when it
-        was concluded (`flag` of that record) still does: `last` keeps only the latest stop."""
-        concluded = op.entry.proof(_concluded(attempt)) if attempt else None
-        if concluded is not None and concluded.get(flag) is True:
-            return True
-        marker = op.entry.marker(attempt) if attempt else None
-        began = int((marker or {}).get("started_at_ms", 0))
-        stopped = last(self.config, robot.name)
-        if stopped is None or stopped < began:
-            return False
-        return concluded is None or stopped <= int(concluded.get("recorded_at_ms", 0))
-
     def _stop_reason(self, robot: RobotConfig, op: Operation, attempt: int) -> str:
         """The reason of the stop that cut `attempt`: the one its first conclusion named
         (`_note_concluded`), else the latch's now (the latest stop of the robot)."""
@@ -713,7 +690,7 @@ class DynamixelMoveAdapter:
         op: Operation, attempt: int, reason: str, move: decide.Move, *, settling: bool
     ) -> None:
         """Keep when a reconcile first concluded `attempt` Unknown for `reason`, and final (not
-        a move still settling): no stop after it cut the attempt (`_stopped`), one that did
+        a move still settling): no stop after it cut the attempt (`_stops_during`), one that did
         before it (`move`'s) still counts, and a stop's reason stays the one that cut it (a
         later stop, of another move, a session's lapse, the host's shutdown, never renames
         it). The first one stands."""
@@ -748,15 +725,7 @@ class DynamixelMoveAdapter:
         preimage = None
         if pre is not None and goals is not None:
             preimage = decide.Preimage(decode(robot, pre["state"]), _by_name(robot, goals))
-        operator_stop = self._stopped(robot, op, attempt)
-        shutdown_stop = self._stopped(robot, op, attempt, last_shutdown_stop, "shutdown_stop")
-        if operator_stop and shutdown_stop and op.entry.proof(_concluded(attempt)) is None:
-            # Both came after the attempt began, and no reconcile concluded it between them:
-            # the first one cut it. An operator's stop after the host's shutdown stopped the
-            # robot (a `tether stop` before the move is run again) cut nothing of it.
-            stopped_at = last_operator_stop(self.config, robot.name) or 0
-            shut_at = last_shutdown_stop(self.config, robot.name) or 0
-            operator_stop = stopped_at <= shut_at
+        operator_stop, shutdown_stop = _stops_during(self.config, robot, op, attempt)
         move = decide.Move(
             relative=request.relative,
             targets=None if request.relative or goals is None else _by_name(robot, goals),
@@ -1002,22 +971,46 @@ def park_unreadable(config: HostConfig, op: Operation, robot: RobotConfig) -> No
     attempts = op.attempts()
     attempt = attempts[-1] if attempts else 0
     if attempt:
-        marker = op.entry.marker(attempt)
-        began = int((marker or {}).get("started_at_ms", 0))
-        flags = {}
-        for flag, last in (
-            ("operator_stop", last_operator_stop),
-            ("shutdown_stop", last_shutdown_stop),
-        ):
-            at = last(config, robot.name)
-            flags[flag] = at is not None and at >= began
-        _record_first(
-            op,
-            _concluded(attempt),
-            {"for_attempt": attempt, "recorded_at_ms": now_ms(), "reason": DEVICE_UNREADABLE}
-            | flags,
-        )
+        operator_stop, shutdown_stop = _stops_during(config, robot, op, attempt)
+        doc = {
+            "for_attempt": attempt,
+            "recorded_at_ms": now_ms(),
+            "reason": DEVICE_UNREADABLE,
+            "operator_stop": operator_stop,
+            "shutdown_stop": shutdown_stop,
+        }
+        _record_first(op, _concluded(attempt), doc)
     _record_first(op, f"parked-{attempt}", {"reason": DEVICE_UNREADABLE, "attempt": attempt})
+
+
+def _stops_during(
+    config: HostConfig, robot: RobotConfig, op: Operation, attempt: int
+) -> tuple[bool, bool]:
+    """Whether an operator's stop, and whether the host's own stop at its shutdown, came while
+    `attempt` was in flight: after it began, and before a reconcile first concluded it Unknown
+    for another reason (`_concluded`: a later stop cut nothing of it and never becomes its
+    reason). A stop that counted when it was concluded (its flag in that record) still does:
+    the latch keeps only the latest stop. Where both came and no reconcile concluded it between
+    them, the first one cut it: an operator's stop after the shutdown's (a `tether stop`
+    before the move is run again) cut nothing of it."""
+    concluded = op.entry.proof(_concluded(attempt)) if attempt else None
+    marker = op.entry.marker(attempt) if attempt else None
+    began = int((marker or {}).get("started_at_ms", 0))
+    stopped_at = last_operator_stop(config, robot.name)
+    shut_at = last_shutdown_stop(config, robot.name)
+
+    def during(flag: str, at: int | None) -> bool:
+        if concluded is not None and concluded.get(flag) is True:
+            return True
+        if at is None or at < began:
+            return False
+        return concluded is None or at <= int(concluded.get("recorded_at_ms", 0))
+
+    operator_stop = during("operator_stop", stopped_at)
+    shutdown_stop = during("shutdown_stop", shut_at)
+    if operator_stop and shutdown_stop and concluded is None:
+        operator_stop = (stopped_at or 0) <= (shut_at or 0)
+    return operator_stop, shutdown_stop
 
 
 def _record_first(op: Operation, name: str, doc: dict[str, Any]) -> None:
