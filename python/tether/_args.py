@@ -32,6 +32,8 @@ import sys
 import textwrap
 import traceback
 import weakref
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 from tether import _exit
@@ -190,7 +192,7 @@ def refuse(
         print(json_text(doc), flush=True)
 
 
-def json_text(doc: Any) -> str:
+def json_text(doc: Any, *, indent: int | None = None, ensure_ascii: bool = True) -> str:
     """``doc`` as strict JSON (RFC 8259): a value a command was given and refuses may be a
     NaN or an infinity, which JSON cannot hold (Python would write the bare `NaN` token, which
     strict parsers refuse): such a number is written as its text ("nan", "inf", "-inf"), and
@@ -205,7 +207,9 @@ def json_text(doc: Any) -> str:
             return [finite(v) for v in value]
         return value
 
-    return json.dumps(finite(doc), default=str, allow_nan=False)
+    return json.dumps(
+        finite(doc), default=str, allow_nan=False, indent=indent, ensure_ascii=ensure_ascii
+    )
 
 
 class Terminated(KeyboardInterrupt):
@@ -273,6 +277,18 @@ def coded_line(code: str | None, text: str) -> str:
     """A refusal's line naming its stable ``code``: ``code: text``, unless ``text`` already
     starts with it (or there is no code)."""
     return text if not code or text.startswith(f"{code}: ") else f"{code}: {text}"
+
+
+def nonempty_path(what: str) -> Callable[[str], Path]:
+    """An argparse `type` for a directory argument (`what` names it): an empty one (an unset
+    shell variable) is refused, never taken as the current directory."""
+
+    def path(text: str) -> Path:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{what} is empty: give a directory")
+        return Path(text)
+
+    return path
 
 
 def refuse_empty_urls(parser: argparse.ArgumentParser, **flags: str | None) -> None:

@@ -136,10 +136,13 @@ def _unless_tolerated(refusal: DataDirError) -> None:
         raise refusal
 
 
-def check_private_dir(path: str | os.PathLike[str], *, what: str) -> Path:
+def check_private_dir(path: str | os.PathLike[str], *, what: str, missing_ok: bool = False) -> Path:
     """Refuse an existing directory another uid could control (see the module rules); tighten
-    one of ours that others may read to 0700."""
+    one of ours that others may read to 0700. ``missing_ok``: a path that does not exist is
+    returned unchecked (a client looking for a daemon's record there finds none)."""
     p = Path(path)
+    if missing_ok and not os.path.lexists(p):
+        return p
     info = os.lstat(p)
     if stat.S_ISLNK(info.st_mode):
         _unless_tolerated(

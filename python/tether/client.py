@@ -84,11 +84,10 @@ class Client:
         if (state_dir is None) == (config is None):
             raise ValueError("give exactly one of state_dir or config")
         self.state_dir = Path(state_dir) if state_dir is not None else _state_dir_of(config or "")
-        if os.path.lexists(self.state_dir):
-            # Refused as every command refuses it (a symlink, another uid's, one others may
-            # write to): a daemon's socket and lock record are found there. A missing one is
-            # no daemon's (`daemon_not_running`).
-            check_private_dir(self.state_dir, what="host.state_dir")
+        # Refused as every command refuses it (a symlink, another uid's, one others may write
+        # to): a daemon's socket and lock record are found there. A missing one is no
+        # daemon's (`daemon_not_running`).
+        check_private_dir(self.state_dir, what="host.state_dir", missing_ok=True)
         self.socket_path = daemon_socket(self.state_dir)
         self.timeout = timeout
 

@@ -46,7 +46,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tether import _exit
-from tether._args import Parser, debug, error_fields, refuse, want_json, warn_url_secrets
+from tether._args import (
+    Parser,
+    debug,
+    error_fields,
+    nonempty_path,
+    refuse,
+    want_json,
+    warn_url_secrets,
+)
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._sqlite_files import check_sqlite_file, check_writable
@@ -117,14 +125,6 @@ def parse_duration(text: str) -> int:
     return ms
 
 
-def _data_dir_arg(text: str) -> Path:
-    """`--data-dir`; an empty one (an unset shell variable) is refused, never taken as the
-    current directory."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("--data-dir is empty: give the data directory")
-    return Path(text)
-
-
 def _parser() -> _Parser:
     p = _Parser(
         prog="tether db",
@@ -146,7 +146,7 @@ def _parser() -> _Parser:
     )
     prune.add_argument(
         "--data-dir",
-        type=_data_dir_arg,
+        type=nonempty_path("--data-dir"),
         default=None,
         help="the Tether data directory holding catalog.db, never created (default: none; this"
         " or --catalog is required)",

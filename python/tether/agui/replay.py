@@ -157,7 +157,7 @@ def _print(store: ActivityStore, name: str, *, all_messages: bool, as_json: bool
     if as_json:
         # Strict JSON: a number past a double (1e999, read as an infinity, as Python's and a
         # browser's parsers read it) is written as its text, never as `Infinity`.
-        print(json.dumps(json.loads(json_text(messages)), indent=2, ensure_ascii=False))
+        print(json_text(messages, indent=2, ensure_ascii=False))
         return
     print(
         f"replayed {store.events_handled} events from {name}: "

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -183,10 +182,10 @@ def main(argv: list[str]) -> int:
         if args.cmd == "hash":
             return _hash(args, args.json)
         config = load_config(args.config) if args.config else None
-        if config is not None and os.path.lexists(config.state_dir):
+        if config is not None:
             # Refused as every command but a stop refuses it (a symlink, another uid's, one
             # others may write to), also where no daemon runs and the catalog is read here.
-            check_private_dir(config.state_dir, what="host.state_dir")
+            check_private_dir(config.state_dir, what="host.state_dir", missing_ok=True)
         client = _daemon(args, config)
         if client is not None:
             return _through_daemon(args, client, as_json)

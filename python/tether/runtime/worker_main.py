@@ -24,7 +24,6 @@ of the messages so far, then the live events. The stream is live only: never dur
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import signal
@@ -39,7 +38,14 @@ from types import FrameType
 from typing import Any, cast
 
 from tether import _exit
-from tether._args import Parser, error_line, refuse, refuse_empty_urls, warn_url_secrets
+from tether._args import (
+    Parser,
+    error_line,
+    nonempty_path,
+    refuse,
+    refuse_empty_urls,
+    warn_url_secrets,
+)
 from tether._coded import CodedError
 from tether._config import clipped
 from tether._dirs import DataDirError, usable_dir
@@ -267,14 +273,6 @@ def _check_stores(catalog_url: str | None, world_url: str | None) -> None:
         open_ledger(world_url).close()
 
 
-def _data_dir_arg(text: str) -> Path:
-    """The data dir argument; an empty one (an unset shell variable) is refused, never taken
-    as the current directory."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("the data dir is empty: give a directory")
-    return Path(text)
-
-
 def _store_exit(e: TetherError) -> int:
     """A store that could not be opened at start, by its code (`tether._exit.for_error`): an
     older schema or a damaged file (5), a server that cannot be reached (7), a refused login
@@ -317,7 +315,7 @@ def _from_config(p: Parser, args: Any) -> None:
 def main(argv: list[str]) -> int:
     """Entry point of `tether worker`."""
     p = Parser(prog="tether worker", description=__doc__, epilog=_EPILOG)
-    p.add_argument("data_dir", type=_data_dir_arg, help="the Host data directory")
+    p.add_argument("data_dir", type=nonempty_path("the data dir"), help="the Host data directory")
     p.add_argument("--families", required=True, help="module:function returning the families")
     p.add_argument("--workers", type=int, default=1, help="worker threads")
     p.add_argument(
