@@ -196,6 +196,15 @@ def test_a_different_mission_in_the_same_data_dir_is_refused(tmp_path: Path) -> 
     assert never.returncode == 2, (never.stdout, never.stderr)
     assert "usage: --power-loss must name one of the 2 moves (0 to 1" in never.stderr
     assert not (tmp_path / "v").exists()
+    # A power loss of a run with no move, or of a configured robot (never power-cycled), was
+    # ignored until the summary (`power loss: none`): refused before anything runs.
+    host = tmp_path / "host.toml"
+    host.write_text("")
+    for extra in (("--moves", "0"), ("--config", str(host))):
+        none = _run(tmp_path / "n", *extra, "--power-loss", "0", "--port", "0")
+        assert none.returncode == 2, (none.stdout, none.stderr)
+        assert "usage: --power-loss " in none.stderr and "drop it" in none.stderr, none.stderr
+        assert not (tmp_path / "n").exists()
     bad = _run(tmp_path / "x", "--targets", "1", "--episodes", "0", "--port", "0")
     assert bad.returncode == 2 and "episodes" in bad.stderr
     # A mission of no targets or no steps runs nothing it could report: a usage error before

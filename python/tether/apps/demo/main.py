@@ -1169,6 +1169,17 @@ def _main(argv: list[str], sigterm: _Sigterm) -> int:
             f"--seed must be in [0, {MAX_SEED - (args.targets - 1)}] with --targets"
             f" {args.targets} (reach N uses seed+N, at most {MAX_SEED}), got {args.seed}"
         )
+    if args.power_loss is not None and args.power_loss >= 0 and args.moves == 0:
+        parser.error(  # asked for a power loss of a run with no move: said, not ignored
+            f"--power-loss names a move, and --moves 0 runs none (got --power-loss"
+            f" {args.power_loss}; drop it, or pass --moves)"
+        )
+    if args.power_loss is not None and args.power_loss >= 0 and args.config is not None:
+        parser.error(  # the demo power-cycles only the emulated arm it started itself
+            f"--power-loss cuts the power of the demo's own emulated arm, and --config"
+            f" {args.config} runs the moves on its robot, which is never power-cycled (got"
+            f" --power-loss {args.power_loss}; drop it)"
+        )
     if args.power_loss is not None and args.moves > 0 and args.power_loss >= args.moves:
         parser.error(  # asked for a power loss no move of the run could have
             f"--power-loss must name one of the {args.moves} moves (0 to {args.moves - 1};"
