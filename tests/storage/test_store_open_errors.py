@@ -697,3 +697,20 @@ def test_a_worker_whose_world_ledger_cannot_be_reached_names_that_store(
     assert done.returncode == _exit.UNAVAILABLE, done.stdout + done.stderr
     line = _refusal(done, "tether worker")
     assert line.startswith("tether worker: unreachable: ") and "(the world ledger)" in line, line
+
+
+def test_a_worker_on_its_data_dirs_own_catalog_cut_short_is_refused_before_ready(
+    tmp_path: Path,
+) -> None:
+    """Without `--catalog` a worker works on DATA_DIR/catalog.db; a file there that is not a
+    catalog (cut short, or another file) was found only after "ready" was printed."""
+    wdata = tmp_path / "wdata"
+    wdata.mkdir(mode=0o700)
+    Catalog.open(f"sqlite://{wdata / 'catalog.db'}").close()
+    whole = (wdata / "catalog.db").read_bytes()
+    (wdata / "catalog.db").write_bytes(whole[: len(whole) // 2])
+    worker = _worker(tmp_path)
+    assert worker.returncode == _exit.STORE_UNUSABLE, worker.stderr
+    assert _refusal(worker, "tether worker").startswith("tether worker: store_truncated: ")
+    assert "ready" not in worker.stderr
+    assert (wdata / "catalog.db").read_bytes() == whole[: len(whole) // 2]  # nothing written

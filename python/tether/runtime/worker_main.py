@@ -252,8 +252,9 @@ def live_families(families: Sequence[Family], live: LiveActivities) -> list[Fami
 
 
 def _check_stores(catalog_url: str | None, world_url: str | None) -> None:
-    """Open and close the configured stores once, so a bad URL, an unreachable server, a wrong
-    password or an outdated schema is one line before any thread starts."""
+    """Open and close the stores named (`main` names the catalog, the data dir's own when no
+    URL is given) once, so a bad URL, an unreachable server, a wrong password, an outdated
+    schema or a file that is not the store's is one line before "ready" and any thread."""
     if catalog_url is not None:
         Catalog.open(catalog_url).close()
     if world_url is not None:
@@ -461,12 +462,12 @@ def main(argv: list[str]) -> int:
             )
             error_line("tether worker", refusal)
             return _exit.for_error(refusal)
-    try:
-        _check_stores(args.catalog, args.world)
+    catalog = args.catalog or sqlite_url(Path(args.data_dir).absolute() / "catalog.db")
+    try:  # the data dir's own catalog.db too: a file cut short is said before "ready"
+        _check_stores(catalog, args.world)
     except TetherError as e:
         error_line("tether worker", e)
         return _store_exit(e)
-    catalog = args.catalog or sqlite_url(Path(args.data_dir).absolute() / "catalog.db")
     # Said once the stores were checked (a refusal is one line, and the one that matters).
     warn_url_secrets("tether worker", catalog=args.catalog, world=args.world)
     served = None if args.sse_port is None else _stream_server(args)  # bound before "ready"
