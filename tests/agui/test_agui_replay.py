@@ -99,6 +99,18 @@ def test_replay_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
         not_a_capture.write_bytes(junk)
         assert cli_main(["replay", str(not_a_capture)]) == 1, junk
         assert "no_events" in capsys.readouterr().err
+    # A capture cut inside its last event (curl stopped mid-write) is said to be cut short,
+    # not that its JSON is invalid; one cut after an event's last line still replays whole.
+    whole = STREAM.read_bytes()
+    cut = tmp_path / "cut.sse"
+    for size, chunk in ((len(whole) - 40, "4096"), (len(whole) - 40, "7")):
+        cut.write_bytes(whole[:size])
+        assert cli_main(["replay", str(cut), "--chunk-size", chunk]) == 1
+        err = capsys.readouterr().err
+        assert "truncated_stream: the stream ends inside an event" in err, err
+    cut.write_bytes(whole.rstrip(b"\n") + b"\n")  # no blank line after the last event
+    assert cli_main(["replay", str(cut), "--json", "--all"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == len(messages)
 
 
 def test_replay_json_is_strict_json_past_a_double(

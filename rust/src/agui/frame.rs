@@ -47,6 +47,8 @@ pub struct Framer {
     sse_has_data: bool,
     /// `sse_data` was handed out and is cleared on the next call.
     sse_dispatched: bool,
+    /// The event handed out was ended by the end of input, not by its blank line.
+    sse_unterminated: bool,
     /// Where the last `Frame::Line` started, and whether to parse from there as a stream.
     line_start: usize,
     force_stream: bool,
@@ -175,13 +177,30 @@ impl Framer {
             match self.next_frame(eof)? {
                 None => return Ok(None),
                 Some(Frame::Value(v)) => return Ok(Some(v)),
-                Some(Frame::Data(text)) => return parse_data(text).map(Some),
+                Some(Frame::Data(text)) => {
+                    let parsed = parse_data(text);
+                    return parsed.map(Some).map_err(|e| self.data_error(e));
+                }
                 Some(Frame::Line(text)) => match serde_json::from_slice::<Value>(text) {
                     Ok(v) => return Ok(Some(v)),
                     Err(_) => self.rewind_to_stream(),
                 },
             }
         }
+    }
+
+    /// `e`, the error of the last `Frame::Data`'s data, as said: `truncated_stream` where that
+    /// event was ended by the end of input (its blank line never came: cut short, not
+    /// malformed), else `e` itself.
+    pub fn data_error(&self, e: AguiError) -> AguiError {
+        if !self.sse_unterminated {
+            return e;
+        }
+        let n = self.sse_data.len();
+        AguiError::decode(
+            TRUNCATED_STREAM,
+            format!("the stream ends inside an event ({n} bytes left over)"),
+        )
     }
 
     /// End of input: an incomplete value left over is a `truncated_stream` error (and is
@@ -194,6 +213,7 @@ impl Framer {
         self.pos = 0;
         self.sse_data.clear();
         self.sse_has_data = false;
+        self.sse_unterminated = false;
         self.skipping = false;
         self.force_stream = false;
         self.wait = None;
@@ -390,8 +410,9 @@ impl Framer {
                 Some(i) => (i, i + 1),
                 None if eof && !rest.is_empty() => (rest.len(), rest.len()),
                 None if eof && self.sse_has_data => {
-                    // End of input counts as the blank line that ends the last event.
-                    return self.dispatch_sse();
+                    // End of input counts as the blank line that ends the last event: one
+                    // whose data is not JSON was cut short (`next_value_at`).
+                    return self.dispatch_sse(true);
                 }
                 None => {
                     self.seen = Some(Seen {
@@ -406,7 +427,7 @@ impl Framer {
             let line = &self.buf[line_start..line_start + line_end];
             if line.is_empty() {
                 if self.sse_has_data {
-                    return self.dispatch_sse();
+                    return self.dispatch_sse(false);
                 }
                 continue;
             }
@@ -430,8 +451,9 @@ impl Framer {
         }
     }
 
-    fn dispatch_sse(&mut self) -> Result<Option<Frame<'_>>, AguiError> {
+    fn dispatch_sse(&mut self, unterminated: bool) -> Result<Option<Frame<'_>>, AguiError> {
         self.sse_has_data = false;
+        self.sse_unterminated = unterminated;
         self.sse_dispatched = true;
         Ok(Some(Frame::Data(&self.sse_data)))
     }
@@ -644,6 +666,15 @@ mod tests {
         let mut f = Framer::new();
         f.push(b"data: {\"a\":");
         assert_eq!(f.next_value().unwrap(), None);
+        assert_eq!(f.next_value_at(true).unwrap_err().code, TRUNCATED_STREAM);
+        // An unterminated last event whose data is whole is still dispatched at the end.
+        let mut f = Framer::new();
+        f.push(b"data: {\"a\": 1}\n");
+        assert_eq!(f.next_value().unwrap(), None);
+        assert_eq!(f.next_value_at(true).unwrap(), Some(json!({"a": 1})));
+        // A terminated event that is not JSON stays `invalid_json`, at the end too.
+        let mut f = Framer::new();
+        f.push(b"data: {\"a\":\n\n");
         assert_eq!(f.next_value_at(true).unwrap_err().code, INVALID_JSON);
     }
 }

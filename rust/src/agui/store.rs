@@ -202,7 +202,8 @@ impl ActivityStore {
                     if self.thread.try_fast(text) {
                         continue;
                     }
-                    frame::parse_data(text)?
+                    let parsed = frame::parse_data(text);
+                    parsed.map_err(|e| self.framer.data_error(e))?
                 }
                 Some(Frame::Line(text)) => {
                     if self.thread.try_fast(text) {
