@@ -861,3 +861,42 @@ def test_a_grpc_address_off_loopback_without_tls_and_a_bad_one_are_usage_errors(
         assert done.returncode == 2, (value, done.stderr)
         assert code in done.stderr and "Traceback" not in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_reconcile_of_a_parked_move_with_its_port_gone_is_unavailable(tmp_path: Path) -> None:
+    """A parked move's Reconcile reads the device back: with the port gone it was an UNKNOWN
+    status and a traceback in the server's log (a missing bus), not the read-back's refusal."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "cut", {"a": 1.4, "b": -1.4})
+            control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=5)
+            wait_for(control, "cut", lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
+            emu.unplug()
+            health = health_pb2_grpc.HealthStub(channel)
+            check = health_pb2.HealthCheckRequest(service="tether.robot.v1.RobotControl/arm")
+            deadline = time.monotonic() + 10
+            while health.Check(check).status == health_pb2.HealthCheckResponse.SERVING:
+                assert time.monotonic() < deadline, "health never flipped"
+                time.sleep(0.05)
+            # The lost port is closed once the device watch sees it (within a second or two):
+            # until then the read fails on the dead port, from then on there is no bus at all.
+            deadline = time.monotonic() + 10
+            while True:
+                with pytest.raises(grpc.RpcError) as info:
+                    control.Reconcile(
+                        pb.ReconcileRequest(operation_id="cut"), metadata=bearer(), timeout=30
+                    )
+                assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value
+                details = info.value.details()
+                assert details.startswith("device read-back failed: port_lost: "), details
+                if "is not connected" in details:
+                    break
+                assert time.monotonic() < deadline, f"the lost port was never closed: {details}"
+                time.sleep(0.2)
+            parked = control.GetOperation(
+                pb.GetOperationRequest(operation_id="cut"), metadata=bearer()
+            )
+            assert parked.state == pb.UNKNOWN_AWAITING_OPERATOR  # nothing was decided
+            channel.close()

@@ -36,6 +36,7 @@ from tether.devices.latch import OPERATOR_STOP, MotionStopped, StopLatch  # noqa
 from tether.devices.motion import FirstMotion, MotionLimit
 from tether.devices.ports import owner_socket_of
 from tether.devices.registry import DeviceType, StopReport
+from tether.transport import PortLost
 
 
 class HostRefusal(CodedError):
@@ -169,7 +170,18 @@ class DeviceHost:
         return self._handlers.get(op)
 
     def _bus(self, robot_name: str) -> Any:
-        return self.buses[self.config.spec(robot_name).port]
+        """The open bus of `robot_name`'s port; `PortLost` (`port_lost`) when that port is not
+        open now (lost, and not reopened yet)."""
+        port = self.config.spec(robot_name).port
+        bus = self.buses.get(port)
+        if bus is None:
+            raise PortLost(
+                "port_lost",
+                f"robot {robot_name} is not connected: its port {port!r} is not open (it was"
+                " lost; it is opened again once it answers)",
+                details={"robot": robot_name, "port": port},
+            )
+        return bus
 
     def bus_for(self, robot: Any) -> Any:
         """The bus of a connected robot. Reads always pass; every effectful frame on it passes
