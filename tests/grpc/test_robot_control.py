@@ -900,3 +900,23 @@ def test_a_reconcile_of_a_parked_move_with_its_port_gone_is_unavailable(tmp_path
             )
             assert parked.state == pb.UNKNOWN_AWAITING_OPERATOR  # nothing was decided
             channel.close()
+
+
+def test_a_cancel_whose_stop_reaches_no_device_says_so(tmp_path: Path) -> None:
+    """A running move's Cancel stops its robot: with the adapter gone it answered
+    STOPPED_WHILE_RUNNING ("the device was stopped") although the stop reached nothing."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "far", {"a": 1.4, "b": -1.4})
+            emu.unplug()
+            with pytest.raises(grpc.RpcError) as info:
+                control.Cancel(pb.CancelRequest(operation_id="far"), metadata=bearer())
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value
+            details = info.value.details()
+            assert details.startswith("device_unreachable: far is cancelled"), details
+            # Parked for an operator (it cannot be read back), never run again by itself.
+            parked = wait_for(control, "far", lambda o: o.state != pb.RUNNING)
+            assert parked.state == pb.UNKNOWN_AWAITING_OPERATOR, parked
+            channel.close()

@@ -94,7 +94,8 @@ Rules:
   stopped and latched (`STOPPED_WHILE_RUNNING`, reconciled as the daemon's stop is), and so it
   is when an attempt that runs no more started it (a server killed mid-move: the servos may
   still drive to its goals), unless another operation's attempt runs the robot now: then
-  nothing is stopped (`NOT_RUNNING`) and it is reconciled. An operation
+  nothing is stopped (`NOT_RUNNING`) and it is reconciled. A stop that reaches no device (its
+  adapter gone) is `UNAVAILABLE` (`device_unreachable:`), never "stopped". An operation
   awaiting an operator is not running and only `Resolve` decides it: its Cancel is
   `FAILED_PRECONDITION` (`awaiting_operator:`), asks the family nothing and stops nothing.
 - `Reconcile` reads the device back (`read_back`) and refreshes a parked operation's evidence;
@@ -1595,7 +1596,20 @@ class RobotControl(rpc.RobotControlServicer):
                 # it, the robot may still drive to this one's goals: it is stopped below.)
                 outcome = pb.CancelResponse.NOT_RUNNING
             else:
-                self.daemon.stop_devices({"robot": op.device}, by=PLANNER_CANCEL)
+                reports = self.daemon.stop_devices({"robot": op.device}, by=PLANNER_CANCEL)
+                for report in reports:
+                    stop = _device_stop(report, latched=False)
+                    if stop.error.code == "device_unreachable":
+                        # Cancelled (no attempt of it starts again), and nothing was stopped:
+                        # said as it is, for the client to retry the Cancel or Stop it.
+                        _abort(
+                            context,
+                            grpc.StatusCode.UNAVAILABLE,
+                            f"device_unreachable: {op.id} is cancelled (no attempt of it"
+                            f" starts again), but its device {op.device!r} could not be"
+                            f" stopped: {stop.error.message}; retry the Cancel (or"
+                            " Stop) once it answers",
+                        )
                 outcome = pb.CancelResponse.STOPPED_WHILE_RUNNING
         else:
             outcome = pb.CancelResponse.CANCELLED_BEFORE_START
