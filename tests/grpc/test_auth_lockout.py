@@ -66,3 +66,45 @@ def test_two_authorization_headers_are_refused_whichever_comes_first(served: Dae
             assert "principal_ambiguous" in (info.value.details() or "")
     finally:
         channel.close()
+
+
+def test_calls_bearing_one_new_token_at_once_verify_it_once(served: Daemon) -> None:
+    """Every watch of a bridge resuming after a restart bears the same token, not cached yet:
+    each call ran the whole verification (argon2 against each principal) after the other, so
+    the last ones waited seconds and timed out. The daemon's own Authenticator, counted."""
+    import threading
+
+    assert served.grpc_url is not None and served.grpc is not None
+    auth = served.grpc.servicer.auth
+    real = auth._authenticator
+    calls: list[str] = []
+
+    class Counted:
+        def authenticate(self, secret: str, **kwargs: object) -> object:
+            calls.append(secret)
+            return real.authenticate(secret, **kwargs)
+
+    auth._authenticator = Counted()
+    channels = [stub(served.grpc_url) for _ in range(6)]
+    valid = bearer()[0][1].removeprefix("Bearer ")
+    start = threading.Barrier(len(channels))
+    codes: list[grpc.StatusCode] = []
+
+    def call(control: object) -> None:
+        start.wait()
+        codes.append(_code(control, valid))
+
+    threads = [threading.Thread(target=call, args=(c,)) for _, c in channels]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for channel, _ in channels:
+        channel.close()
+    assert codes == [grpc.StatusCode.OK] * len(channels)
+    assert calls == [valid]  # verified once, then answered from the cache
+    # A wrong token is still verified (and counted as a failure) by each call bearing it.
+    channel, control = stub(served.grpc_url)
+    assert _code(control, "wrong-token") == grpc.StatusCode.UNAUTHENTICATED
+    channel.close()
+    assert calls == [valid, "wrong-token"]

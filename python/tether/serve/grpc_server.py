@@ -132,7 +132,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, cast
 
 import grpc  # type: ignore[import-untyped]
 from grpc_health.v1 import (  # type: ignore[import-untyped]
@@ -473,6 +473,10 @@ class _Auth:
         #: answered from the cache).
         self._locked: dict[str, tuple[float, str]] = {}
         self._lock = threading.Lock()
+        #: A lock per secret being verified now: calls bearing the same secret at once (every
+        #: watch of a bridge resuming after a restart) wait for the one check, then take its
+        #: cached answer, instead of each running the whole verification after the other.
+        self._checking: dict[bytes, threading.Lock] = {}
 
     def principal(
         self, context: grpc.ServicerContext, action: str | None, *, call: str
@@ -498,24 +502,7 @@ class _Auth:
                 f"credential_rate_limited: {why}: try again in {until - now:.0f} s",
             )
         if known is None:
-            try:
-                known = self._authenticator.authenticate(secret, roles=ROLES, source=source)
-            except CredentialError as exc:
-                # Said once per refused credential and once per lockout (never the secret):
-                # an operator sees a client guessing, or why local planners are locked out.
-                # A locked-out source's further calls are refused above without a line.
-                log.warning(
-                    "grpc credential refused",
-                    extra={"code": exc.code, "source": source, "call": call},
-                )
-                if exc.code == "credential_rate_limited":
-                    wait = float((exc.details or {}).get("retry_after_s") or 0.0)
-                    self._lock_out(source, now + wait, exc.message.rsplit(": try again", 1)[0])
-                    _abort(
-                        context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc.message}"
-                    )
-                _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"{exc.code}: {exc.message}")
-            self._remember(mac, known)
+            known = self._verified(context, secret, mac, source, now, call)
         if action is None:
             return known
         allowed = roles_for(action)
@@ -527,6 +514,56 @@ class _Auth:
                 f"{' or '.join(allowed)}",
             )
         return known
+
+    def _verified(
+        self,
+        context: grpc.ServicerContext,
+        secret: str,
+        mac: bytes,
+        source: str,
+        now: float,
+        call: str,
+    ) -> Principal:
+        """The principal of a secret not in the cache, verified once however many calls bear
+        it at the same moment (`_checking`), and cached; refused as `principal` says."""
+        with self._lock:
+            gate = self._checking.setdefault(mac, threading.Lock())
+        try:
+            with gate:
+                with self._lock:
+                    known = self._known.get(mac)  # verified by the call this one waited for
+                if known is None:
+                    known = self._check(context, secret, source, now, call)
+                    self._remember(mac, known)
+                return known
+        finally:
+            with self._lock:
+                if self._checking.get(mac) is gate and not gate.locked():
+                    del self._checking[mac]
+
+    def _check(
+        self, context: grpc.ServicerContext, secret: str, source: str, now: float, call: str
+    ) -> Principal:
+        """`Authenticator.authenticate` of `secret`; a refusal aborts the call (logged once, a
+        lockout remembered)."""
+        try:
+            return cast(
+                Principal,
+                self._authenticator.authenticate(secret, roles=ROLES, source=source),
+            )
+        except CredentialError as exc:
+            # Said once per refused credential and once per lockout (never the secret):
+            # an operator sees a client guessing, or why local planners are locked out.
+            # A locked-out source's further calls are refused above without a line.
+            log.warning(
+                "grpc credential refused",
+                extra={"code": exc.code, "source": source, "call": call},
+            )
+            if exc.code == "credential_rate_limited":
+                wait = float((exc.details or {}).get("retry_after_s") or 0.0)
+                self._lock_out(source, now + wait, exc.message.rsplit(": try again", 1)[0])
+                _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc.code}: {exc.message}")
+            _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"{exc.code}: {exc.message}")
 
     def _lock_out(self, source: str, until: float, why: str) -> None:
         with self._lock:
