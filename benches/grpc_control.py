@@ -13,7 +13,10 @@ Prints Execute-to-terminal p50/p99 and ops/s (sequential) of each and the ratio.
 Target: gRPC p50 <= 1.5x in-process p50.
 
 Part 2: `tether serve` as a subprocess. Stop p99 while another process holds 200 open
-WatchOperation streams (on moves the stops' latch keeps from running) and offers 500
+WatchOperation streams (on moves a stop parked: after the idle stops an operator resumes the
+arm (`tether operator resume`; a latched arm takes no new move), the flood's process
+executes the moves, slow ones on an emulator at real time, and a stop latches the arm again,
+so every move parks for an operator and sends nothing more) and offers 500
 Execute/s (unique ids, each already past its `not_after_ms`: committed, admitted, claimed and
 recorded `expired` by the workers without a frame on the bus, so the flood loads the server,
 the catalog and the world ledger, not the serial line the stop itself needs; at most
@@ -60,15 +63,19 @@ from tether.world import SqliteLedger
 TERMINAL_STATES = frozenset({pb.SUCCEEDED, pb.FAILED, pb.CANCELLED, pb.EXPIRED})
 #: The achieved Execute rate must reach this share of the offered rate (part 2).
 RATE_SHARE = 0.95
+#: The arm's speed in part 2 (rad/s): its watched moves never end before the stop parks them.
+PARKED_SPEED = 0.1
 TOKEN = "bench-planner-token-9d1c"
+OPERATOR = "bench-operator-credential-41f7"
 KIND = "physical_ai.robot_move.absolute"
 META = (("authorization", f"Bearer {TOKEN}"),)
 
 
-def _config(state: Path, url: str) -> str:
+def _config(state: Path, url: str, *, speed: float = 2.0) -> str:
     planner = f'[planners.bench]\ntoken = "{hash_secret(TOKEN)}"\nrole = "planner"\n'
+    planner += f'[operators.bench]\ncredential = "{hash_secret(OPERATOR)}"\nrole = "operator"\n'
     serve = '[serve]\nsse = "off"\nlease_ms = 5000\nsettle_timeout_s = 60\ngrpc = "127.0.0.1:0"\n'
-    return arm_config(state, url, speed=2.0, principals=planner, serve=serve)
+    return arm_config(state, url, speed=speed, principals=planner, serve=serve)
 
 
 FLOOD = """
@@ -83,7 +90,10 @@ channel = grpc.insecure_channel(address)
 control = rpc.RobotControlStub(channel)
 far = int(time.time() * 1000) + 3_600_000
 def request(i, not_after=None):
-    move = pb.JointMove(kind=pb.JointMove.ABSOLUTE, targets_rad={"a": 0.1 * (i % 5), "b": 0.0})
+    # At least 0.5 rad from the start pose: at the arm's 0.1 rad/s no watched move ends
+    # before the stop that parks them.
+    targets = {"a": 0.5 + 0.1 * (i % 5), "b": 0.0}
+    move = pb.JointMove(kind=pb.JointMove.ABSOLUTE, targets_rad=targets)
     return pb.ExecuteRequest(
         operation_id=f"flood-{i}", device="arm", not_after_ms=not_after or far, joint_move=move
     )
@@ -106,6 +116,7 @@ def drain(s):
         parked.release()
 for s in streams:
     threading.Thread(target=drain, args=(s,), daemon=True).start()
+print("executed", flush=True)  # the bench stops the arm now: the moves park, latched
 waited = time.monotonic()
 for _ in streams:  # the watched moves' own attempts (a read-back each) end before the flood
     parked.acquire(timeout=120)
@@ -142,12 +153,12 @@ print(json.dumps({"sent": sent, "answered": answered, "failed": errors, "seconds
 
 
 @contextmanager
-def emulator(directory: Path) -> Iterator[str]:
+def emulator(directory: Path, speed_scale: int = 20) -> Iterator[str]:
     """`tether emulate dynamixel` in its own process; the path of its pty link."""
     directory.mkdir(parents=True, exist_ok=True)
     link, control = directory / "emu.tty", directory / "emu.sock"
     argv = ["emulate", "dynamixel", "--ids", "1,2", "--control", str(control)]
-    argv += ["--speed-scale", "20", "--link", str(link)]
+    argv += ["--speed-scale", str(speed_scale), "--link", str(link)]
     with subprocess.Popen(
         [sys.executable, "-m", "tether", *argv], stdout=subprocess.PIPE, text=True
     ) as proc:
@@ -257,7 +268,7 @@ def _serving_priority() -> None:
 
 def part2(tmp: Path, url: str, stops: int, watches: int, rate: float) -> dict[str, Any]:
     path = tmp / "p2.toml"
-    path.write_text(_config(tmp / "s2", url))
+    path.write_text(_config(tmp / "s2", url, speed=PARKED_SPEED))
     serve = subprocess.Popen(
         [sys.executable, "-m", "tether", "serve", "--config", str(path), "--json"],
         stdout=subprocess.PIPE,
@@ -275,6 +286,15 @@ def part2(tmp: Path, url: str, stops: int, watches: int, rate: float) -> dict[st
             idle.append(timed_stop(control))
             time.sleep(0.01)
         seconds = max(5.0, stops * 0.03 + 3.0)
+        # A latched arm takes no new move (`robot_latched`): the operator resumes it, the
+        # flood's process executes the moves to watch, then a stop latches the arm again.
+        resumed = subprocess.run(
+            [sys.executable, "-m", "tether", "operator", "--config", str(path), "resume", "arm",
+             "--credential-stdin"],
+            input=OPERATOR + "\n", capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        if resumed.returncode != 0:
+            raise SystemExit(f"the arm could not be resumed: {resumed.stderr.strip()}")
         flood = subprocess.Popen(
             [sys.executable, "-c", FLOOD, ready["grpc"], TOKEN, str(watches), str(rate),
              str(seconds), str(in_flight(watches))],
@@ -283,6 +303,9 @@ def part2(tmp: Path, url: str, stops: int, watches: int, rate: float) -> dict[st
             preexec_fn=_serving_priority,
         )  # fmt: skip
         assert flood.stdout is not None
+        executed = flood.stdout.readline().split()
+        if executed == ["executed"]:  # the moves to watch are in: latched, they all park
+            control.Stop(pb.StopRequest(device="arm"), metadata=META, timeout=10)
         ready_line = flood.stdout.readline().split()
         if ready_line[:1] != ["ready"]:  # its traceback, if any, went to this stderr above
             flood.kill()
@@ -326,7 +349,7 @@ def main() -> None:
             with emulator(tmp / "e1") as url:
                 one = part1(tmp, url, args.rounds)
         if args.part in (0, 2):
-            with emulator(tmp / "e2") as url:
+            with emulator(tmp / "e2", speed_scale=1) as url:
                 two = part2(tmp, url, args.stops, args.watches, args.rate)
     if one:
         report_one(args, one)

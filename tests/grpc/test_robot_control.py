@@ -920,3 +920,59 @@ def test_a_cancel_whose_stop_reaches_no_device_says_so(tmp_path: Path) -> None:
             parked = wait_for(control, "far", lambda o: o.state != pb.RUNNING)
             assert parked.state == pb.UNKNOWN_AWAITING_OPERATOR, parked
             channel.close()
+
+
+def test_a_queued_move_cancelled_before_start_ends_cancelled_with_its_device_gone(
+    tmp_path: Path,
+) -> None:
+    """CANCELLED_BEFORE_START says "it had not started and never will": a queued move whose
+    attempt then failed to open the lost port was reconciled from the device, parked for an
+    operator (`device_unreadable`), and an operator's DONE made it SUCCEEDED."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "first", {"a": 1.4, "b": -1.4})
+            control.Execute(move("queued", {"a": 0.0, "b": 0.0}), metadata=bearer(), timeout=30)
+            emu.unplug()
+            time.sleep(1.0)
+            answer = control.Cancel(pb.CancelRequest(operation_id="queued"), metadata=bearer())
+            assert answer.outcome == pb.CancelResponse.CANCELLED_BEFORE_START, answer
+            final = wait_for(control, "queued", lambda o: o.state != pb.PENDING)
+            assert (final.state, final.error.code) == (pb.CANCELLED, "cancelled"), final
+            channel.close()
+
+
+def test_a_new_move_of_a_latched_robot_is_refused_and_recorded_nowhere(tmp_path: Path) -> None:
+    """An operator's stop holds the robot: a new move was accepted, reported RUNNING with
+    nothing sent, then parked for an operator (`robot_latched`), which the planner could not
+    cancel. It is refused now, as a robot not connected is, and recorded nowhere."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            before = move("before", {"a": 0.2, "b": 0.1})
+            control.Execute(before, metadata=bearer(), timeout=30)
+            wait_for(control, "before", lambda o: o.state == pb.SUCCEEDED)
+            control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=10)
+            with pytest.raises(grpc.RpcError) as info:
+                control.Execute(move("after", {"a": 0.3, "b": 0.1}), metadata=bearer(), timeout=30)
+            assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
+            details = info.value.details()
+            assert details.startswith("robot_latched: robot arm was stopped by an operator"), (
+                details
+            )
+            assert "tether operator resume arm" in details, details
+            listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer())
+            assert [o.id for o in listed.operations] == ["before"]
+            # A retry of a move accepted before stays a read of it.
+            again = control.Execute(before, metadata=bearer(), timeout=30)
+            assert (again.id, again.state) == ("before", pb.SUCCEEDED)
+            # Already past its not_after_ms, a move is recorded and ends expired at once.
+            past = move("late", {"a": 0.3, "b": 0.1}, not_after_ms=int(time.time() * 1000) - 1)
+            control.Execute(past, metadata=bearer(), timeout=30)
+            assert wait_for(control, "late", lambda o: o.state != pb.PENDING).state == pb.EXPIRED
+            actions = [e for e in effectful(emu) if e["instruction"] == "action"]
+            # The first move's, one a joint: nothing of the others ran.
+            assert sorted(e["id"] for e in actions) == [1, 2], actions
+            channel.close()

@@ -54,10 +54,9 @@ OPEN = {pb.PENDING, pb.RUNNING, pb.UNKNOWN_AWAITING_OPERATOR}
 
 
 def _parked_move(control: rpc.RobotControlStub, op_id: str) -> pb.Operation:
-    """A move that never ends by itself: the robot is latched by a Stop first, so the move
-    never sends its ACTION and waits for an operator; its watch stays open."""
-    control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=10)
-    return control.Execute(move(op_id), metadata=bearer(), timeout=30)
+    """A move that never ends by itself: a Stop cuts it mid-motion and latches the robot, so
+    it waits for an operator; its watch stays open. (A latched robot takes no new move.)"""
+    return parked_mid_move(control, op_id)
 
 
 def test_stop_is_answered_while_watches_and_calls_hold_every_other_thread(

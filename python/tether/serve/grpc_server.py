@@ -149,7 +149,7 @@ from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether._listen import ListenerError, ListenerPolicy, address_text
 from tether.activities import ActivityKey, ActivityRecord
 from tether.devices.credentials import ROLES, CredentialError, Principal, roles_for
-from tether.devices.latch import PLANNER_CANCEL, stopped_by
+from tether.devices.latch import PLANNER_CANCEL, stop_words, stopped_by
 from tether.errors import TetherError
 from tether.runtime._errors import owned_by
 from tether.world import WorldNotFound
@@ -1123,6 +1123,21 @@ class RobotControl(rpc.RobotControlServicer):
                     " nothing was recorded; send the identical request again once"
                     f" {SERVICE}/{request.device} is SERVING",
                 )
+        if self._latched_robot(request.device, int(request.not_after_ms)):
+            # Stopped by an operator: a new move would only wait to be parked for an operator
+            # (`robot_latched`) with nothing sent, reported running meanwhile. Not recorded; a
+            # retry of one accepted before stays a read of it.
+            if self._find(world_for(principal.name, self.daemon.world_owner), op_id) is None:
+                devices = self.daemon.devices
+                assert devices is not None
+                words = stop_words(devices.latch.stop_reason(request.device))
+                _abort(
+                    context,
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"robot_latched: robot {request.device} {words}: nothing was recorded;"
+                    f" once an operator resumes it (tether operator resume {request.device}),"
+                    " send the identical request again",
+                )
         taken_back: tuple[str, str, str] | None = None
         if session:
             body["session_id"] = session
@@ -1165,6 +1180,17 @@ class RobotControl(rpc.RobotControlServicer):
         if robot in daemon.driven_elsewhere or not_after_ms <= time.time() * 1000:
             return False
         return not robot_serving(daemon, robot)
+
+    def _latched_robot(self, robot: str, not_after_ms: int) -> bool:
+        """Whether a new move of `robot` is refused as `robot_latched`: this daemon's workers
+        would run it and an operator's stop holds the robot (as `_unreachable_robot`, not for
+        a request already past its `not_after_ms`, which ends `expired` at once)."""
+        daemon = self.daemon
+        if daemon.devices is None or daemon.serve.workers == 0:
+            return False
+        if robot in daemon.driven_elsewhere or not_after_ms <= time.time() * 1000:
+            return False
+        return bool(daemon.devices.latched(robot))
 
     def _devices(self) -> list[str]:
         """The devices this host serves: its robots, and the simulated arm while served."""

@@ -577,6 +577,13 @@ class RobotMoveAdapter:
             published = self._published(ctx, op)
             if published is not None:
                 return RuntimeRecovered(published)
+            if not op.attempts():
+                # No attempt of it ever began (no start marker): nothing was sent. One that
+                # may not start now (cancelled, or past its `not_after_ms`) ends so from the
+                # journal alone, never parked because its device cannot be read (gone, say).
+                stopped = self._not_startable(ctx, op, req)
+                if stopped is not None:
+                    return RuntimeRecovered(stopped)
             try:
                 conclusion = self._device(ctx, self._connected(req.robot)).reconcile(op, req)
             except MoveRefused as exc:  # no pre-image: nothing was sent, and it can never run
