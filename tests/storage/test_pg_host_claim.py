@@ -5,11 +5,14 @@ per schema, and a holder that closes, dies or loses its connection lets go."""
 from __future__ import annotations
 
 import logging
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -36,7 +39,8 @@ def test_a_second_claim_of_a_name_is_refused_naming_its_holder(pg_url: str) -> N
             HostClaim.take(pg_url, "arm-host-1")
         assert info.value.code == "host_name_taken"
         assert "'arm-host-1'" in info.value.message
-        assert "tether serve arm-host-1 pid" in info.value.details["holder"]
+        holder = info.value.details["holder"]
+        assert holder.startswith("tether serve pid ") and " arm-host-1 from " in holder, holder
         other = HostClaim.take(pg_url, "arm-host-2")  # another name is free
         other.close()
     finally:
@@ -147,10 +151,10 @@ def test_a_claim_closed_while_it_reconnects_lets_go_of_the_new_connection(
     hold = claim._hold
     reconnecting = threading.Event()
 
-    def slow_hold() -> psycopg.Connection[object]:
+    def slow_hold(**again: bool) -> psycopg.Connection[object]:
         reconnecting.set()
         time.sleep(1.0)  # a reconnect that outlasts close()'s wait would have leaked
-        return hold()
+        return hold(**again)
 
     monkeypatch.setattr(claim, "_hold", slow_hold)
     (pid,) = _holders(pg_base, application)
@@ -182,7 +186,9 @@ def test_a_daemon_whose_name_was_taken_while_it_was_cut_off_stops(
         try:
             assert daemon.stdout is not None and '"ready": true' in daemon.stdout.readline()
             application = next(
-                a for a in _applications(pg_base) if a.startswith("tether serve arm-host-5")
+                a
+                for a in _applications(pg_base)
+                if a.startswith("tether serve pid ") and a.endswith(" arm-host-5")
             )
             (pid,) = _holders(pg_base, application)
             with psycopg.connect(pg_base, autocommit=True) as conn:
@@ -240,3 +246,80 @@ def test_a_claim_reconnecting_to_a_schema_gone_for_a_while_keeps_trying(
         with psycopg.connect(pg_base, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
             conn.execute(f"DROP SCHEMA IF EXISTS {name}_away CASCADE")
+
+
+class _ClientSideCut:
+    """A loopback TCP proxy to the server whose `cut()` resets the client side of every open
+    connection and keeps the server side open, sending nothing: what a NAT or a firewall that
+    lost its state does. The server holds such a session (and its locks) until its keepalive
+    gives it up."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._kept: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self._target)
+            self._pairs.append((client, upstream))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def cut(self) -> None:
+        pairs, self._pairs = self._pairs, []
+        for client, upstream in pairs:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()  # a reset to the client; the server's side stays, silent
+            self._kept.append(upstream)
+
+    def close(self) -> None:
+        self._listener.close()
+        for s in self._kept + [s for pair in self._pairs for s in pair]:
+            s.close()
+
+
+def test_a_claim_cut_off_takes_its_name_back_from_its_own_earlier_session(
+    pg_url: str, pg_base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its connection reset on the client side only, a daemon's claim found the name held by
+    its own earlier session (alive at the server until its keepalive ends it) and stopped the
+    daemon as if another had taken the name (`host_name_taken`, naming its own pid)."""
+    monkeypatch.setattr(_host_claim, "CHECK_S", 0.1)
+    parts = urlsplit(pg_url)
+    proxy = _ClientSideCut(parts.hostname or "127.0.0.1", parts.port or 5432)
+    via = urlunsplit(parts._replace(netloc=parts.netloc.replace(
+        f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}")))  # fmt: skip
+    lost: list[HostNameTaken] = []
+    claim = HostClaim.take(via, "arm-host-5", on_lost=lost.append)
+    try:
+        application = claim._application()
+        (first,) = _holders(pg_base, application)
+        proxy.cut()
+        deadline = time.monotonic() + 10
+        while True:
+            held = _holders(pg_base, application)
+            if held and held != [first]:
+                break
+            assert not lost, lost[0].message
+            assert time.monotonic() < deadline, "the name was never taken back"
+            time.sleep(0.05)
+        assert not lost
+    finally:
+        claim.close()
+        proxy.close()

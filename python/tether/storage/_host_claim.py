@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 from collections.abc import Callable
 from typing import Any, Final
@@ -59,6 +60,7 @@ class HostClaim:
     def __init__(self, conninfo: str, host_name: str) -> None:
         self.conninfo = conninfo
         self.host_name = host_name
+        self._nonce = secrets.token_hex(4)
         self._conn: psycopg.Connection[Any] | None = None
         self._closing = threading.Event()
         self._lock = threading.Lock()  # `_conn` against `close` (a reconnect takes a while)
@@ -89,23 +91,40 @@ class HostClaim:
         return claim
 
     def _application(self) -> str:
-        return f"tether serve {self.host_name} pid {os.getpid()}"[:63]
+        # The nonce tells this claim's own sessions from any other's (a pid is reused, and two
+        # machines may run the same one), the name cut before it is.
+        return f"tether serve pid {os.getpid()} {self._nonce} {self.host_name}"[:63]
 
-    def _hold(self) -> psycopg.Connection[Any]:
+    def _hold(self, *, again: bool = False) -> psycopg.Connection[Any]:
+        """A connection holding the name's lock. ``again`` (after this daemon's connection
+        broke): a lock still held by this claim's own earlier session (cut off from the
+        server, which has not noticed yet) is this daemon's, not another's: that session is
+        ended, and the lock taken."""
         conn = connect(self.conninfo, CatalogStorageError, application=self._application())
         held = False
         try:
             with conn.cursor() as cur:  # no schema, or one the role may not use: refused
                 check_search_path(cur, where(self.conninfo))
-            row = conn.execute(
-                f"SELECT pg_try_advisory_lock(({_KEY})), ({_KEY})",
-                (self.host_name, self.host_name),
-            ).fetchone()
+            take = f"SELECT pg_try_advisory_lock(({_KEY})), ({_KEY})"
+            row = conn.execute(take, (self.host_name, self.host_name)).fetchone()
             assert row is not None
             if row[0]:
                 held = True
                 return conn
-            holder = self._holder(conn, int(row[1]))
+            holder, pid, application = self._holder(conn, int(row[1]))
+            if again and pid is not None and application == self._application():
+                conn.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+                row = conn.execute(take, (self.host_name, self.host_name)).fetchone()
+                assert row is not None
+                if row[0]:
+                    held = True
+                    log.warning(
+                        "host name %r: this daemon's own earlier session still held it; that"
+                        " session was ended",
+                        self.host_name,
+                    )
+                    return conn
+                holder, _, _ = self._holder(conn, int(row[1]))
         except psycopg.Error as exc:
             raise CatalogStorageError(
                 f"cannot claim host name {self.host_name!r} on PostgreSQL at "
@@ -123,8 +142,9 @@ class HostClaim:
         )
 
     @staticmethod
-    def _holder(conn: psycopg.Connection[Any], key: int) -> str:
-        """Who holds the advisory lock `key`: its client's address and application name."""
+    def _holder(conn: psycopg.Connection[Any], key: int) -> tuple[str, int | None, str | None]:
+        """Who holds the advisory lock `key`, in words (its client's address and application
+        name), with its session's pid and application name (None: no holder found)."""
         row = conn.execute(
             "SELECT a.client_addr::text, a.application_name, a.pid FROM pg_locks l"
             " JOIN pg_stat_activity a ON a.pid = l.pid"
@@ -135,9 +155,10 @@ class HostClaim:
             (key, key),
         ).fetchone()
         if row is None:
-            return "a session that has just ended"
-        address, application, _ = row
-        return f"{application or 'a client'} from {address or 'a local socket'}"
+            return "a session that has just ended", None, None
+        address, application, pid = row
+        words = f"{application or 'a client'} from {address or 'a local socket'}"
+        return words, int(pid), application
 
     def _watch(self) -> None:
         while not self._closing.wait(CHECK_S):
@@ -153,7 +174,7 @@ class HostClaim:
                 conn.close()
             self._conn = None
             try:
-                fresh = self._hold()
+                fresh = self._hold(again=True)
                 with self._lock:
                     if self._closing.is_set():  # closed while it reconnected: let go
                         fresh.close()
