@@ -182,6 +182,34 @@ def test_a_sync_read_a_servo_never_answers_falls_back_to_each_joints_own_read(
     }
 
 
+def test_one_silent_servo_never_keeps_the_stop_from_the_others(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    """Servo 2 answers nothing at all (not even PING): the stop's connect check failed on it
+    and no frame went to servo 1, which drove on to its goal. Servo 1 is held where it stands,
+    servo 2 (its present position unread, so no hold to send) is reported unknown, and the stop
+    is not ok."""
+    config = write_config(tmp_path, emu.path)
+    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
+    with DxlBus.open(emu.path, timeout_ms=400, lock_dir=None) as bus:  # servo 1 drives away
+        bus.write_field(1, tables.GOAL_POSITION, tables.CENTER_TICK + 1500)
+    emu.request(op="fault", kind="drop_status", id=2, count=100_000)
+    before = len(emu.journal())
+    done = stop(config, "--json")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    report = joints(done)
+    assert report["a"]["state"] == "held", report
+    assert report["b"]["state"] == "unknown" and report["b"]["error"], report
+    holds = [
+        e
+        for e in emu.journal()[before:]
+        if e["instruction"] == "write" and e["address"] == tables.GOAL_POSITION.address
+    ]
+    assert [e["id"] for e in holds] == [1], holds  # servo 2's present was never read
+    one = emu.request(op="snapshot", id=1)
+    assert one["goal_position"] == one["present_position"], one
+
+
 def test_a_torque_off_servo_reports_limp(emu: EmulatorProcess, tmp_path: Path) -> None:
     config = write_config(tmp_path, emu.path)  # policy "hold"; both servos start torque off
     powered(emu, {1: tables.CENTER_TICK})

@@ -18,6 +18,7 @@ The host is the one owner of its ports (exclusive open and an identity lock,
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -36,7 +37,9 @@ from tether.devices.latch import OPERATOR_STOP, MotionStopped, StopLatch  # noqa
 from tether.devices.motion import FirstMotion, MotionLimit
 from tether.devices.ports import owner_socket_of
 from tether.devices.registry import DeviceType, StopReport
-from tether.transport import PortLost
+from tether.transport import PortLost, TransportTimeout
+
+log = logging.getLogger(__name__)
 
 
 class HostRefusal(CodedError):
@@ -109,6 +112,26 @@ class DeviceHost:
             self.first_motion.reset(robot_name, reason="connect")
         self.serve_control()
         return identity
+
+    def connect_for_stop(self, robot_name: str) -> bool:
+        """Open the robot's port for a stop; whether the robot is connected (`connect`). When
+        some of its devices do not answer in time (a servo silent, `TransportTimeout`), the
+        port stays open with the robot not connected, so the stop's frames still reach the
+        devices that do answer (each one that does not is reported as such): a stop is never
+        held back by the one device it cannot reach. A device that answers as another one
+        (`DeviceIdentityError`) or a port that does not open is refused as `connect` refuses
+        it: no frame goes to a device not known to be the configured one."""
+        try:
+            self.connect(robot_name)
+        except TransportTimeout:
+            if self.config.spec(robot_name).port not in self.buses:
+                raise
+            log.warning(
+                "robot %s: a device did not answer its connect check; stopping it anyway",
+                robot_name,
+            )
+            return False
+        return True
 
     def _port_lock(self, port: str) -> threading.RLock:
         with self._port_locks_guard:
@@ -405,7 +428,7 @@ def stop_everything(
                 latch = host.latch
                 with latch.stopping():
                     latch.latch(name)  # before the port is even opened: nothing moves after
-                    host.connect(name)
+                    host.connect_for_stop(name)
                     reports.append({**host.stop_report(name), "via": "direct"})
         except Exception as exc:
             failed = config.device_type(name).stop_failure(

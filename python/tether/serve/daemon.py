@@ -870,8 +870,8 @@ class Daemon:
             with devices.latch.stopping():
                 devices.latch.latch(name, by=by)  # latched before its port is opened
                 try:
-                    devices.connect(name)
-                    self.unavailable.pop(name, None)
+                    if devices.connect_for_stop(name):
+                        self.unavailable.pop(name, None)
                     reports.append(devices.stop_report(name))
                 except Exception as exc:
                     failed = devices.device_type(name).stop_failure(
