@@ -102,6 +102,23 @@ def test_limits_are_checked_in_ticks() -> None:
         (("baudrate = 1000000", "baudrate = 12345"), "out_of_range"),
         (("baudrate = 1000000", "baudrate = 5760"), "out_of_range"),
         (("[ports.bus]", "[ports.bus"), "bad_toml"),
+        # Hex as int() reads it, but no adapter ever reports it so.
+        (('vid_pid = "0403:6014"', 'vid_pid = "+403:6014"'), "bad_vid_pid"),
+        (('vid_pid = "0403:6014"', 'vid_pid = "0_03:6014"'), "bad_vid_pid"),
+        # Names a report prints one per line, and gRPC health joins with '/'.
+        (("[robots.arm]", '[robots."arm\\nshoulder  held"]'), "bad_name"),
+        (("[robots.arm]", '[robots."arm/1"]'), "bad_name"),
+        (("[robots.arm]", '[robots." arm"]'), "bad_name"),
+        (("[ports.bus]", '[ports."bus\\u001b[31m"]'), "bad_name"),
+        # One device under two [ports] tables: a stop latched through one would not hold
+        # the moves sent through the other.
+        (
+            (
+                "baudrate = 1000000",
+                'baudrate = 1000000\n[ports.again]\nusb_serial = "FT6Z5XYZ"\nvid_pid = "0403:6014"',
+            ),
+            "duplicate_port",
+        ),
     ],
 )
 def test_bad_configurations_are_refused_with_a_code(edit: tuple[str, str], code: str) -> None:
@@ -336,3 +353,17 @@ def test_a_misspelled_speed_refuses_the_move_before_any_byte(tmp_path: Path) -> 
         )
         assert stopped.returncode == 2
         assert stopped.stderr.count("\n") == 1 and "did you mean `speed`?" in stopped.stderr
+
+
+def test_two_ports_naming_one_device_by_two_paths_are_refused(tmp_path: Path) -> None:
+    """The same device under two [ports] tables (its path, or a link to it): each opened it,
+    and a robot latched through one was moved through the other."""
+    device = tmp_path / "ttyUSB0"
+    device.write_text("")
+    (tmp_path / "by-id").symlink_to(device)
+    base = GOOD.replace('usb_serial = "FT6Z5XYZ"\nvid_pid = "0403:6014"', f'url = "{device}"')
+    for other in (device, tmp_path / "by-id"):
+        text = base + f'\n[ports.again]\nurl = "{other}"\n'
+        assert code_of(text) == "duplicate_port"
+        assert "ports.bus names the same device" in message_of(text)
+    assert parse_config(base + f'\n[ports.again]\nurl = "{tmp_path / "ttyUSB1"}"\n')

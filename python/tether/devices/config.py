@@ -43,6 +43,7 @@ max = 1.5
 from __future__ import annotations
 
 import os
+import string
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -82,7 +83,9 @@ ERROR_CODES: Final = (
     "bad_toml",
     "bad_tolerance",
     "bad_vid_pid",
+    "bad_name",
     "duplicate_joint",
+    "duplicate_port",
     "duplicate_principal",
     "missing_key",
     "no_identity",
@@ -278,10 +281,36 @@ def _tls(doc: Table, path: Path) -> _listen.TlsConfig | None:
     return _listen.TlsConfig(cert=base / cert, key=base / key, client_ca=client_ca)
 
 
+def _check_name(what: str, name: str) -> None:
+    """A robot's or a port's name (a table's key): 1 to 64 printable characters, without edge
+    spaces or '/' (`bad_name`): it is printed in reports one per line and names a device in
+    gRPC health (`RobotControl/<name>`)."""
+    if not name or len(name) > 64 or not name.isprintable() or name != name.strip() or "/" in name:
+        raise config_error(
+            "bad_name",
+            f"{what} name {clipped(name)!r} must be 1 to 64 printable characters, without"
+            " '/' or edge spaces",
+            key=name,
+        )
+
+
+def _device_key(url: str | None, usb_serial: str | None, vid_pid: str | None) -> tuple[str, str]:
+    """What a port's device is known by: its serial number (with its vid:pid), else its
+    vid:pid alone, else its URL (a path as it resolves: two links to one device are one)."""
+    if usb_serial is not None:
+        return ("usb_serial", f"{usb_serial} {vid_pid or ''}")
+    if vid_pid is not None:
+        return ("vid_pid", vid_pid)
+    assert url is not None
+    return ("url", os.path.realpath(url) if url.startswith("/") else url)
+
+
 def _ports(doc: Table) -> dict[str, Any]:
     ports: dict[str, Any] = {}
+    devices: dict[tuple[str, str], str] = {}
     for name, raw in doc.mapping("ports").items():
         where = f"ports.{name}"
+        _check_name("port", name)
         if not isinstance(raw, dict):
             raise config_error("wrong_type", f"{where} is not a table")
         kind = raw.get("type", DEFAULT_TYPE)
@@ -300,13 +329,20 @@ def _ports(doc: Table) -> dict[str, Any]:
                 raise config_error(
                     "bad_vid_pid", f"{where}: vid_pid {vid_pid!r} is not 'vvvv:pppp'"
                 )
-            try:
-                int(parts[0], 16), int(parts[1], 16)
-            except ValueError:
-                raise config_error(
-                    "bad_vid_pid", f"{where}: vid_pid {vid_pid!r} is not hex"
-                ) from None
+            if not all(c in string.hexdigits for c in vid_pid.replace(":", "")):
+                raise config_error("bad_vid_pid", f"{where}: vid_pid {vid_pid!r} is not hex")
             vid_pid = vid_pid.lower()
+        device = _device_key(url, usb_serial, vid_pid)
+        other = devices.setdefault(device, name)
+        if other != name:
+            # Two tables for one device would each open it, and a stop latched through one
+            # would not hold the moves sent through the other.
+            raise config_error(
+                "duplicate_port",
+                f"{where}: ports.{other} names the same device ({device[0]} {device[1].strip()}):"
+                " give each device one [ports] table (its robots all name it)",
+                key=name,
+            )
         ports[name] = (kind, dtype.port_config(name, table, url, usb_serial, vid_pid))
     return ports
 
@@ -437,6 +473,7 @@ def parse_config(
     specs: dict[str, RobotSpec] = {}
     robots: dict[str, Any] = {}
     for name, raw_robot in doc.mapping("robots").items():
+        _check_name("robot", name)
         spec, joint_tables = _robot(name, raw_robot, typed_ports)
         specs[name] = spec
         robots[name] = device_type(spec.type).robot_config(spec, joint_tables)
