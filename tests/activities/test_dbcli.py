@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -280,3 +281,19 @@ def test_prune_reads_a_data_dir_whose_path_holds_a_percent_sign(tmp_path: Path) 
     done = tether("db", "prune", "--data-dir", str(d), "--older-than", "30d", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["compacted"] == 3
+
+
+def test_a_directory_that_is_no_data_dir_keeps_its_mode(tmp_path: Path) -> None:
+    """`db prune --data-dir ~` (or `operator --data-dir ~ list`) was refused, and it had
+    tightened the directory to 0700 first: a data dir's own check, on one that is none."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o755)
+    done = tether("db", "prune", "--data-dir", str(shared), "--older-than", "30d")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    one_line(done, "tether db: not_a_data_dir:")
+    listed = tether("operator", "--data-dir", str(shared), "list")
+    assert listed.returncode == 2, (listed.stdout, listed.stderr)
+    assert "not_a_data_dir" in listed.stderr and "holds no catalog.db" in listed.stderr
+    assert json.loads(listed.stdout)["code"] == "not_a_data_dir"  # not an empty list
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755

@@ -173,3 +173,21 @@ def test_list_and_show_read_the_configured_postgres_catalog(tmp_path: Path, pg_u
     assert shown.returncode == 0, shown.stderr
     assert "power loss" in shown.stdout
     assert not (state / "moves" / "catalog.db").exists()
+
+
+def test_list_and_show_never_make_the_sqlite_catalog_a_url_names(host: Path) -> None:
+    """`[serve] catalog` names a SQLite file no daemon made yet (or a mistyped one): `list`
+    made an empty catalog there and said nothing was parked."""
+    missing = host.parent / "elsewhere" / "c22.db"
+    missing.parent.mkdir()
+    text = host.read_text() + f'[serve]\ncatalog = "sqlite://{missing}"\n'
+    host.write_text(text)
+    argv = [sys.executable, "-m", "tether", "operator", "--config", str(host), "--json"]
+    listed = subprocess.run([*argv, "list"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
+    shown = subprocess.run(
+        [*argv, "show", f"local/{KIND}/m1"], capture_output=True, text=True, timeout=120
+    )
+    assert shown.returncode == 1, (shown.stdout, shown.stderr)
+    assert f"there is no catalog at {missing}" in json.loads(shown.stdout)["message"]
+    assert not missing.exists() and list(missing.parent.iterdir()) == []

@@ -217,9 +217,10 @@ def _parser() -> _Parser:
 
 
 def _catalog_path(data_dir: Path) -> Path:
-    """The data dir's catalog file, checked without creating or changing anything."""
-    d = usable_dir(data_dir, what="--data-dir", create=False)
-    path = d / "catalog.db"
+    """The data dir's catalog file, checked without creating or changing anything: a
+    directory that holds no catalog.db is none of Tether's, refused before the data dir's own
+    check (`usable_dir`) would tighten its mode (a mistyped `--data-dir ~` stays as it is)."""
+    d = Path(data_dir)
 
     def not_ours(why: str) -> DataDirError:
         return DataDirError(
@@ -228,6 +229,10 @@ def _catalog_path(data_dir: Path) -> Path:
             details={"path": str(d), "what": "--data-dir"},
         )
 
+    if d.is_dir() and not d.is_symlink() and not (d / "catalog.db").is_file():
+        raise not_ours("it holds no catalog.db")
+    d = usable_dir(data_dir, what="--data-dir", create=False)
+    path = d / "catalog.db"
     if not path.is_file():
         raise not_ours("it holds no catalog.db")
     try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 
 from tether import _exit
 from tether._args import Parser, error_line, want_json
-from tether._dirs import check_private_dir, usable_dir
+from tether._dirs import DataDirError, check_private_dir, usable_dir
 from tether.activities import ActivityRecord, Catalog
 from tether.devices import credentials
 from tether.devices.config import HostConfig, load_config
@@ -38,7 +39,7 @@ from tether.errors import TetherError
 from tether.operator.decisions import DECISIONS, DeviceReview, listing, show
 from tether.runtime import ArtifactStore
 from tether.runtime._artifacts import shared_for
-from tether.storage._urls import sqlite_url
+from tether.storage._urls import sqlite_file, sqlite_url
 
 #: Each family's device review, by dotted path (loaded on first use: the operator imports no
 #: family or protocol package): kind prefix -> (review class, its journal class, the journal's
@@ -193,8 +194,10 @@ def main(argv: list[str]) -> int:
             return _no_daemon(args, config)
         data_dir = _data_dir(args, config)
         url = _catalog_url(args, config)
-        if url is None and not (data_dir / "catalog.db").exists():
-            # Nothing ran on this host yet: read-only, so nothing is made to say so.
+        file = sqlite_file(url) if url is not None else str(data_dir / "catalog.db")
+        if file is not None and not os.path.exists(file):
+            # Nothing ran on this host yet (or on the SQLite file a URL names): read-only, so
+            # nothing is made to say so.
             if args.cmd == "list":
                 _print([], as_json)
                 return EXIT_OK
@@ -212,7 +215,7 @@ def main(argv: list[str]) -> int:
             return _rejected(
                 OperatorRejection(
                     "unknown_activity",
-                    f"no activity {args.id}: {data_dir} holds no catalog (nothing ran here yet)",
+                    f"no activity {args.id}: there is no catalog at {file} (nothing ran on it yet)",
                 ),
                 as_json,
             )
@@ -337,6 +340,16 @@ def _through_daemon(args: argparse.Namespace, client: Any, as_json: bool) -> int
 
 def _data_dir(args: argparse.Namespace, config: HostConfig[Any] | None) -> Path:
     if args.data_dir:
+        given = Path(args.data_dir)
+        if given.is_dir() and not given.is_symlink() and not (given / "catalog.db").is_file():
+            # None of Tether's (a data dir's catalog is made when it first runs): refused
+            # before the data dir's check would tighten the mode of a mistyped one.
+            raise DataDirError(
+                "not_a_data_dir",
+                f"--data-dir {given} is not a Tether data directory: it holds no catalog.db"
+                " (give the data dir of `tether serve` or of a Host, or --config)",
+                details={"path": str(given), "what": "--data-dir"},
+            )
         return Path(usable_dir(args.data_dir, what="--data-dir", create=False)).resolve()
     if config is not None:
         from tether.serve.config import data_dir_for
@@ -382,8 +395,6 @@ def _confirm_supported(args: argparse.Namespace) -> bool:
 
 
 def _usage(message: str) -> TetherError:
-    from tether._dirs import DataDirError
-
     return DataDirError("data_dir_missing", message)
 
 
