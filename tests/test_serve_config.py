@@ -44,6 +44,9 @@ def test_every_key_is_read() -> None:
         ({"workers": -1}, "bad_workers"),
         ({"workers": True}, "wrong_type"),
         ({"families": ["no-colon"]}, "bad_families"),
+        # Listed twice, each kind was served by two families (exit 1, `FamilyError`).
+        ({"families": [ROBOT_MOVE, ROBOT_MOVE]}, "bad_families"),
+        ({"workers": 65}, "bad_workers"),
         ({"lease_ms": 0}, "bad_lease"),
         ({"settle_timeout_s": 0}, "bad_settle_timeout"),
         # An empty store URL (a template's unset variable) is never the data dir's own file.

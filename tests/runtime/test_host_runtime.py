@@ -292,6 +292,53 @@ def test_background_heartbeat_renews_the_lease_of_each_attempt_of_a_worker(
     assert renewed == {"task-0000", "task-0001"}
 
 
+@pytest.mark.parametrize("host_backend", ["postgres"], indirect=True)
+def test_a_renewal_the_store_cannot_take_is_not_a_lost_lease(
+    tmp_path: Path, host_backend: str
+) -> None:
+    """A renewal over a connection the server dropped (a restart, a reset) failed with a
+    storage error out of `ctx.heartbeat()`, which stopped the attempt: a robot's move was cut
+    and parked for an operator with the server back at once. The lease granted last holds: the
+    attempt goes on, and the heartbeat thread renews it over a fresh connection."""
+    import psycopg
+
+    journal = Journal(tmp_path / "provider.db")
+    renewed: list[int] = []
+
+    class Renews(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            ctx.heartbeat()  # opens the heartbeat's own connection (the newest one)
+            url = str(host.catalog_url)
+            with psycopg.connect(url, autocommit=True) as admin:
+                (pid,) = admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name = 'tether-catalog' AND pid <> pg_backend_pid()"
+                    " ORDER BY backend_start DESC LIMIT 1"
+                ).fetchone()  # type: ignore[misc]
+                admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+            first = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+            ctx.heartbeat()  # over the dropped connection: not a lost lease
+            for _ in range(1000):  # the heartbeat thread renews it again (about 1 s)
+                ctx.heartbeat()
+                now = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+                if now > first:
+                    renewed.append(now - first)
+                    break
+                threading.Event().wait(0.01)
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Renews(journal), stage_task)
+    host = Host(tmp_path, [fam], workers=0, observe=False, lease_ms=30_000, **store_kw(tmp_path))
+    with host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        assert drain(host) == 1
+        rec = host.get(akey(0))
+        assert rec is not None and rec.result is not None and not rec.result.failed
+        assert rec.attempt_count == 1  # never stopped, never reconciled
+    assert len(renewed) == 1
+
+
 def test_attempt_context_reports_worker_shutdown(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "provider.db")
     seen: list[bool] = []
@@ -477,6 +524,13 @@ def test_worker_command_rejects_bad_factories(
     assert worker_main.main([str(tmp_path), "--families", "no_such_module_x:f"]) == 2
     assert worker_main.main([str(tmp_path), "--families", "journal_provider:KIND"]) == 2
     assert "tether worker:" in capsys.readouterr().err
+    # Unbounded, 30,000 threads each opened a catalog: out of files, after "ready".
+    with pytest.raises(SystemExit) as info:
+        worker_main.main(
+            [str(tmp_path), "--families", "journal_provider:families", "--workers", "65"]
+        )
+    assert info.value.code == 2
+    assert "--workers must be in [1, 64]" in capsys.readouterr().err
 
 
 def test_shutdown_never_releases_a_bound_attempt(tmp_path: Path) -> None:

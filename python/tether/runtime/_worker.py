@@ -44,7 +44,7 @@ from tether.activities import (
     ResultRef,
     operation_id_for,
 )
-from tether.errors import CatalogRejection, CatalogStorageError
+from tether.errors import CatalogRejection, CatalogStorageError, TetherError
 from tether.runtime._artifacts import ArtifactStore
 from tether.runtime._crash import crash_point
 from tether.runtime._errors import FamilyError, LeaseLost
@@ -530,6 +530,14 @@ class Worker:
         )
 
 
+#: The most worker threads one process runs (`tether worker --workers`, `[serve] workers`):
+#: each holds a catalog connection of its own, and a heartbeat thread with another.
+MAX_WORKERS = 64
+
+#: After a renewal the store could not take, the heartbeat thread renews again this soon (s).
+RENEW_RETRY_S = 1.0
+
+
 def _no_pause() -> None:
     return None
 
@@ -552,13 +560,20 @@ class _Heartbeat:
         self._closed = False
         self._mutex = threading.Lock()  # one renewal at a time; `end` waits for it
         self._catalog: Catalog | None = None
+        #: The last renewal failed (the store, not the lease): the next is the heartbeat
+        #: thread's, over a fresh connection.
+        self._failing = False
         self._thread: threading.Thread | None = None
 
     def begin(self, beat: _Beat, ctx: AttemptContext) -> None:
         """Start renewing the attempt's lease, first a third of the lease from now; a rejected
         renewal marks ``ctx`` lost."""
         beat.ctx = ctx
-        beat.due = time.monotonic() + self._interval_s
+        now = time.monotonic()
+        beat.due = now + self._interval_s
+        # The claim was granted just before this (a round trip ago): the margin `renew` keeps,
+        # a third of the lease, covers that.
+        beat.held_until = now + self._lease_ms / 1000
         with self._cond:
             self._current = beat
         if self._thread is None:
@@ -573,16 +588,80 @@ class _Heartbeat:
         with self._mutex:
             beat.ended = True
 
-    def renew(self, beat: _Beat) -> None:
-        with self._mutex:
+    def renew(self, beat: _Beat, *, waiting: bool = True) -> bool:
+        """Renew ``beat``'s lease now; whether it was renewed. A rejection is `LeaseLost`.
+
+        A renewal the catalog could not take (its server restarting, a connection reset, a
+        lost COMMIT reply) is not a lost lease: the lease granted last still holds, so the
+        attempt goes on, and the heartbeat thread renews it over a fresh connection within
+        `RENEW_RETRY_S`. Only once the lease may run out before a renewal lands (a third of
+        the lease short of `held_until`) is it `LeaseLost`, so the attempt stops while it
+        still holds the lease.
+
+        Not ``waiting`` (an adapter's `ctx.heartbeat()`, between the steps of its work): while
+        a renewal is in flight, or after a failed one, the attempt's own thread never waits
+        for the store: it only checks that the lease still holds."""
+        if waiting:
+            self._mutex.acquire()
+        elif not self._mutex.acquire(blocking=False):  # the heartbeat thread renews it now
+            self._check_held(beat, None)
+            return False
+        try:
             if beat.ended:
-                return
-            if self._catalog is None:
-                self._catalog = self._open_catalog()
+                return False
+            if not waiting and self._failing:
+                self._check_held(beat, None)  # reopening it is the heartbeat thread's
+                return False
+            asked = time.monotonic()
             try:
+                if self._catalog is None:
+                    self._catalog = self._open_catalog()
                 self._catalog.renew(beat.key, beat.fence, self._lease_ms)
             except CatalogRejection as e:
                 raise LeaseLost(f"renewal of {beat.key} fence {beat.fence} rejected: {e}") from e
+            except (TetherError, OSError) as e:  # the store failed, not the lease
+                self._drop_catalog()
+                self._failing = True
+                self._check_held(beat, e)
+                with self._cond:  # the heartbeat thread renews it again soon
+                    beat.due = min(beat.due, time.monotonic() + RENEW_RETRY_S)
+                    self._cond.notify_all()
+                log.warning(
+                    "heartbeat of %s: renewal failed (%s); its lease holds %.1f s more and is"
+                    " renewed again in %g s",
+                    beat.key,
+                    e,
+                    beat.held_until - time.monotonic(),
+                    RENEW_RETRY_S,
+                )
+                return False
+            self._failing = False
+            # Granted at the server at or after `asked`: it holds at least a lease from then.
+            beat.held_until = asked + self._lease_ms / 1000
+            return True
+        finally:
+            self._mutex.release()
+
+    def _check_held(self, beat: _Beat, error: BaseException | None) -> None:
+        """`LeaseLost` once ``beat``'s lease may run out within a third of the lease (the
+        time the attempt keeps to stop while it still holds it)."""
+        if time.monotonic() < beat.held_until - self._interval_s:
+            return
+        why = f" ({error})" if error is not None else ""
+        raise LeaseLost(
+            f"the lease of {beat.key} fence {beat.fence} was not renewed{why} and may run out:"
+            " stopping while it still holds"
+        )
+
+    def _drop_catalog(self) -> None:
+        """Close the renewal connection (a broken one is never used again); the next renewal
+        opens a fresh one."""
+        catalog, self._catalog = self._catalog, None
+        if catalog is not None:
+            try:
+                catalog.close()
+            except Exception:  # a broken connection's close may fail too
+                pass
 
     def _run(self) -> None:
         with self._cond:
@@ -631,8 +710,11 @@ class _Beat:
         self.key, self.fence = key, fence
         self.ctx: AttemptContext | None = None
         self.due = 0.0  # time.monotonic() of its next renewal
+        #: Until when (time.monotonic()) its lease surely holds: from its last renewal asked.
+        self.held_until = 0.0
         self.ended = False
 
     def renew_now(self) -> None:
-        """Renew now (an adapter's `ctx.renew()`); `LeaseLost` once the lease is gone."""
-        self.heartbeat.renew(self)
+        """Renew now (an adapter's `ctx.heartbeat()`), never waiting for the store when the
+        heartbeat thread renews it (`_Heartbeat.renew`); `LeaseLost` once the lease is gone."""
+        self.heartbeat.renew(self, waiting=False)

@@ -69,6 +69,7 @@ from tether.runtime._family import (
 )
 from tether.runtime._pool import WorkerPool
 from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
+from tether.runtime._worker import MAX_WORKERS
 from tether.storage._errors import MixedStores, SameStoreFile
 from tether.storage._urls import (
     SHARED_HOST_NAME,
@@ -373,8 +374,8 @@ def main(argv: list[str]) -> int:
         help="serve live progress as AG-UI SSE; 0 = any (default: none, no stream)",
     )
     args = p.parse_args(argv)
-    if args.workers < 1:
-        p.error("--workers must be >= 1")
+    if not 1 <= args.workers <= MAX_WORKERS:  # each opens its own catalog connection
+        p.error(f"--workers must be in [1, {MAX_WORKERS}] ([serve] workers' bound)")
     if args.host is not None and (
         not args.host or len(args.host.encode()) > 512 or "\0" in args.host
     ):

@@ -51,6 +51,7 @@ from tether._listen import address_text, parse_address
 from tether.activities import MAX_LEASE_MS
 from tether.console.config import CONSOLE_KEYS, ConsoleConfig, parse_console
 from tether.devices.config import config_relative, in_file, read_config_text
+from tether.runtime._worker import MAX_WORKERS
 from tether.serve.live_mount import DEFAULT_LIVE, LIVE_CODES, LIVE_KEYS, parse_live
 from tether.storage._urls import SHARED_HOST_RULE
 
@@ -185,8 +186,8 @@ def parse_serve(
     table = Table(raw if raw is not None else {}, "serve", SERVE_KEYS)
     data_dir = config_relative(path, table.path("data_dir", str(state_dir / "moves")))
     workers = table.integer("workers", max(2, robots))
-    if not 0 <= workers <= 64:
-        raise _error("bad_workers", f"serve.workers {workers} is not 0..64")
+    if not 0 <= workers <= MAX_WORKERS:
+        raise _error("bad_workers", f"serve.workers {workers} is not 0..{MAX_WORKERS}")
     sse = parse_sse(table.text("sse", DEFAULT_SSE))
     if "families" in table:
         families = table.array("families")
@@ -194,6 +195,9 @@ def parse_serve(
             raise _error(
                 "bad_families", "serve.families must be a non-empty list of 'module:function'"
             )
+        twice = sorted({f for f in families if families.count(f) > 1})
+        if twice:  # each of its kinds would be served by two families
+            raise _error("bad_families", f"serve.families lists {twice[0]!r} twice")
     else:
         families = [ROBOT_MOVE] if robots else []
     if not families:

@@ -65,7 +65,7 @@ from tether.devices.latch import OPERATOR_STOP, SESSION_LAPSE
 from tether.errors import TetherError
 from tether.operator import decisions
 from tether.runtime import Family, Host, ProgressEvent
-from tether.runtime._errors import check_owned
+from tether.runtime._errors import bad_families, check_owned
 from tether.runtime.worker_main import live_families, result_summary
 from tether.serve import views
 from tether.serve.config import ROBOT_MOVE, ServeConfig, load_serve
@@ -561,6 +561,12 @@ class Daemon:
         families: list[Family] = [s.family for s in served]
         for s in served:
             for kind in s.family.kinds:
+                if kind in self.served:  # two factories serving one kind: a configuration error
+                    raise bad_families(
+                        f"serve.families: kind {kind!r} is served by family"
+                        f" {self.served[kind].family.name} and by family {s.family.name}: serve"
+                        " each kind once"
+                    )
                 self.served[kind] = s
         self._live = LiveActivities(self.stream) if self.stream is not None else None
         if self._live is not None:
