@@ -73,7 +73,7 @@ META = (("authorization", f"Bearer {TOKEN}"),)
 
 def _config(state: Path, url: str, *, speed: float = 2.0) -> str:
     planner = f'[planners.bench]\ntoken = "{hash_secret(TOKEN)}"\nrole = "planner"\n'
-    planner += f'[operators.bench]\ncredential = "{hash_secret(OPERATOR)}"\nrole = "operator"\n'
+    planner += f'[operators.olga]\ncredential = "{hash_secret(OPERATOR)}"\nrole = "operator"\n'
     serve = '[serve]\nsse = "off"\nlease_ms = 5000\nsettle_timeout_s = 60\ngrpc = "127.0.0.1:0"\n'
     return arm_config(state, url, speed=speed, principals=planner, serve=serve)
 
