@@ -6,10 +6,11 @@ stop that waits for a core behind them, or behind a full garbage collection of t
 heap (tens of milliseconds, every thread held), is a late stop. So:
 
 - `stop_priority()` runs its block with the calling thread at `STOP_NICE` (Linux schedules
-  threads, so only this thread is raised) and with the collector's automatic runs off in this
+  threads, so only this thread is raised), with the collector's automatic runs off in this
   process (collection resumes when the last overlapping stop ends, if it ran before the
-  first; garbage made meanwhile is collected then). The thread's priority is restored when
-  the block ends.
+  first; garbage made meanwhile is collected then), and with the stop's reads, writes and
+  waits keeping the interpreter lock (`tether._held.holding`). The thread's priority is
+  restored when the block ends.
 - `raise_thread(native_id, nice)` raises a thread that every stop passes through (the gRPC
   server's dispatcher and pool threads, at `DISPATCH_NICE`).
 - `quiet_heap()`, once a long-running process has started: its start-up heap (modules,
@@ -30,6 +31,8 @@ import os
 import threading
 from collections.abc import Iterator
 from typing import Final
+
+from tether import _held
 
 log = logging.getLogger("tether.priority")
 
@@ -89,7 +92,8 @@ def stop_priority() -> Iterator[None]:
     tid = threading.get_native_id()
     before = raise_thread(tid, STOP_NICE)
     try:
-        yield
+        with _held.holding():  # its reads, writes and waits keep the interpreter lock
+            yield
     finally:
         if before is not None:
             try:

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
+from tether import _held
 from tether._dirs import usable_dir
 from tether.errors import TetherError
 from tether.operations._durable import write_durable
@@ -132,7 +133,7 @@ class StopLatch:
     def state(self, robot: str) -> dict[str, Any]:
         """The robot's latch record (`latched` false when it was never stopped)."""
         try:
-            doc = json.loads(self._path(robot).read_bytes())
+            doc = json.loads(_held.read_file(self._path(robot)))
         except FileNotFoundError:
             return {"robot": robot, "latched": False}
         except (OSError, ValueError):
@@ -276,17 +277,17 @@ def _overwrite(path: Path, data: bytes) -> bool:
     """Overwrite the record at `path` in place and sync it, when the file holds a record of the
     same size (see the module rules); False, with nothing written, when it does not."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = _held.open_fd(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
-    try:
-        if os.fstat(fd).st_size != len(data):
+    try:  # a stop's record: its calls keep the interpreter lock (`tether._held`)
+        if _held.size(fd) != len(data):
             return False
-        if os.pwrite(fd, data, 0) != len(data):
+        if _held.pwrite(fd, data, 0) != len(data):
             raise OSError(f"{path}: short write of the latch record")
-        os.fdatasync(fd)
+        _held.fdatasync(fd)
     finally:
-        os.close(fd)
+        _held.close(fd)
     return True
 
 

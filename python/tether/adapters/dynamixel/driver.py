@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import select
 import termios
 import threading
 import time
@@ -38,7 +37,7 @@ from typing import Any, TypeVar
 import serial  # type: ignore[import-untyped]
 from serial.serialposix import Serial as _PosixSerial  # type: ignore[import-untyped]
 
-from tether import _core
+from tether import _core, _held
 from tether._coded import CodedError
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import DynamixelPortConfig, RobotConfig
@@ -308,7 +307,11 @@ class DxlBus:
 
     def _send(self, frame: bytes, instruction: str, ids: list[int]) -> None:
         try:
-            self._port.reset_input_buffer()
+            fd = self._port.fd if self._posix else None
+            if fd is not None:  # (a closed port: pyserial's own call says so)
+                _held.flush_input(fd)
+            else:
+                self._port.reset_input_buffer()
         except _PORT_FAILURES as exc:
             raise self._lost("port_lost", exc) from exc
         self._decoder.clear()
@@ -343,7 +346,7 @@ class DxlBus:
         reply's deadline counts the queued frames' time on the wire instead
         (`_wire_free_at`)."""
         try:
-            written = os.write(self._port.fd, frame)
+            written = _held.write(self._port.fd, frame)
         except BlockingIOError:
             written = 0
         if written < len(frame):
@@ -355,12 +358,10 @@ class DxlBus:
         wait and one read per chunk. Ready with nothing to read is the adapter gone, as
         pyserial reports it."""
         fd = self._port.fd
-        waiting = select.poll()  # not select(): a daemon's descriptors may pass FD_SETSIZE
-        waiting.register(fd, select.POLLIN)
-        if not waiting.poll(max(0, math.ceil(wait_s * 1000))):
+        if not _held.wait_readable(fd, max(0, math.ceil(wait_s * 1000))):
             return b""
         try:
-            chunk = os.read(fd, 4096)
+            chunk = _held.read(fd, 4096)
         except BlockingIOError:
             return b""
         if not chunk:
