@@ -47,6 +47,13 @@ def test_every_key_is_read() -> None:
         # Listed twice, each kind was served by two families (exit 1, `FamilyError`).
         ({"families": [ROBOT_MOVE, ROBOT_MOVE]}, "bad_families"),
         ({"workers": 65}, "bad_workers"),
+        # int() reads these as port 80.
+        ({"sse": "127.0.0.1: 80"}, "bad_sse"),
+        ({"sse": "127.0.0.1:8_0"}, "bad_sse"),
+        # localhost is the loopback address: one port, one socket.
+        ({"sse": "127.0.0.1:18765", "console": "localhost:18765"}, "bad_console"),
+        ({"host_name": "  "}, "bad_host_name"),
+        ({"host_name": " arm-host-1"}, "bad_host_name"),
         ({"lease_ms": 0}, "bad_lease"),
         ({"settle_timeout_s": 0}, "bad_settle_timeout"),
         # An empty store URL (a template's unset variable) is never the data dir's own file.

@@ -500,6 +500,8 @@ def parse_address(text: str, *, where: str, code: str, example: str) -> tuple[st
     host, sep, port_text = text.rpartition(":")
     host = host.strip("[]")
     try:
+        if not (port_text.isascii() and port_text.isdigit()):  # int() takes " 80", "8_0"
+            raise ValueError(text)
         port = int(port_text)
         if not sep or not host or not 0 <= port <= 65535:
             raise ValueError(text)

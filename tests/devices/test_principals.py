@@ -13,7 +13,7 @@ from pathlib import Path
 import argon2
 import pytest
 from tether.devices import credentials
-from tether.devices.config import parse_config
+from tether.devices.config import load_config, parse_config
 from tether.devices.credentials import CredentialError, roles_for
 from tether.errors import HostConfigError
 
@@ -232,3 +232,19 @@ def test_hash_refuses_a_short_planner_token_and_prints_no_table() -> None:
     person = [*argv[:-2], "--role", "operator"]
     kept = subprocess.run(person, input="s3cret\n", capture_output=True, text=True, timeout=60)
     assert kept.returncode == 0 and kept.stdout.startswith("[operators.ci]")
+
+
+@pytest.mark.parametrize("name", ["", " olga", "a/b", "olga\nstopped"])
+def test_a_principal_name_that_names_nobody_is_refused(name: str, tmp_path: Path) -> None:
+    """An empty name was accepted (`resumed_by: ""` named nobody); one with '/' makes an
+    operator's `PRINCIPAL/ID` ambiguous, a newline forges a line of a report."""
+    argv = [sys.executable, "-m", "tether", "operator", "hash", "--name", name]
+    done = subprocess.run(argv, input="s3cret-pass\n", capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "bad_name" in done.stderr and "[operators" not in done.stdout
+    hashed = credentials.hash_secret("s3cret-pass")
+    config = tmp_path / "host.toml"
+    config.write_text(f'[operators.{json.dumps(name)}]\ncredential = "{hashed}"\n')
+    with pytest.raises(HostConfigError) as info:
+        load_config(config)
+    assert info.value.code == "bad_name"

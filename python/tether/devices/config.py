@@ -226,6 +226,7 @@ def _principals(doc: Table, table_name: str) -> dict[str, credentials.Principal]
     keys = OPERATOR_KEYS if table_name == "operators" else PLANNER_KEYS
     out: dict[str, credentials.Principal] = {}
     for name, raw in doc.mapping(table_name).items():
+        check_name("principal", name)
         table = Table(raw, f"{table_name}.{name}", keys)
         stored = table.text(hash_key)
         role = table.text("role", allowed[0])
@@ -281,10 +282,11 @@ def _tls(doc: Table, path: Path) -> _listen.TlsConfig | None:
     return _listen.TlsConfig(cert=base / cert, key=base / key, client_ca=client_ca)
 
 
-def _check_name(what: str, name: str) -> None:
-    """A robot's or a port's name (a table's key): 1 to 64 printable characters, without edge
-    spaces or '/' (`bad_name`): it is printed in reports one per line and names a device in
-    gRPC health (`RobotControl/<name>`)."""
+def check_name(what: str, name: str) -> None:
+    """A robot's, a port's or a principal's name (a table's key): 1 to 64 printable
+    characters, without edge spaces or '/' (`bad_name`): it is printed in reports one per
+    line, recorded as who decided or stopped, and joined with '/' (gRPC health's
+    `RobotControl/<name>`, an operator's `PRINCIPAL/ID`)."""
     if not name or len(name) > 64 or not name.isprintable() or name != name.strip() or "/" in name:
         raise config_error(
             "bad_name",
@@ -310,7 +312,7 @@ def _ports(doc: Table) -> dict[str, Any]:
     devices: dict[tuple[str, str], str] = {}
     for name, raw in doc.mapping("ports").items():
         where = f"ports.{name}"
-        _check_name("port", name)
+        check_name("port", name)
         if not isinstance(raw, dict):
             raise config_error("wrong_type", f"{where} is not a table")
         kind = raw.get("type", DEFAULT_TYPE)
@@ -473,7 +475,7 @@ def parse_config(
     specs: dict[str, RobotSpec] = {}
     robots: dict[str, Any] = {}
     for name, raw_robot in doc.mapping("robots").items():
-        _check_name("robot", name)
+        check_name("robot", name)
         spec, joint_tables = _robot(name, raw_robot, typed_ports)
         specs[name] = spec
         robots[name] = device_type(spec.type).robot_config(spec, joint_tables)

@@ -371,6 +371,9 @@ def _secret(args: argparse.Namespace) -> str | None:
 
 
 def _hash(args: argparse.Namespace, as_json: bool) -> int:
+    from tether.devices.config import check_name
+
+    check_name("principal", args.name)  # before the secret is asked for
     secret = credentials.read_secret(prompt=f"credential for {args.name}: ")
     credentials.check_new_secret(secret, args.role)
     hashed = credentials.hash_secret(secret)

@@ -150,7 +150,11 @@ _EVERY_IPV4: Final = "0.0.0.0"
 
 
 def _overlap(one: str, other: str) -> bool:
-    """Whether listeners on hosts `one` and `other` (one port) would bind one socket address."""
+    """Whether listeners on hosts `one` and `other` (one port) would bind one socket address
+    (``localhost`` is the loopback address of each family)."""
+    loopback = {"localhost", "127.0.0.1", "::1"}
+    if "localhost" in (one, other) and one in loopback and other in loopback:
+        return True
     if one == other or one in _EVERY_HOST or other in _EVERY_HOST:
         return True
     if _EVERY_IPV4 in (one, other):  # every IPv4 address: not an IPv6 one
@@ -223,10 +227,16 @@ def parse_serve(
     )
     catalog, world = _store_url(table, "catalog"), _store_url(table, "world")
     host_name = table.text("host_name", socket.gethostname())
-    if not host_name or len(host_name.encode()) > 512:
+    if (
+        not host_name.strip()
+        or host_name != host_name.strip()
+        or not host_name.isprintable()
+        or len(host_name.encode()) > 512
+    ):
         raise _error(
             "bad_host_name",
-            "serve.host_name must be a non-empty name of at most 512 bytes (where hosts share"
+            "serve.host_name must be a name of printable characters, without edge spaces, of"
+            " at most 512 bytes (where hosts share"
             f" their stores on PostgreSQL: {SHARED_HOST_RULE})",
         )
     return ServeConfig(
