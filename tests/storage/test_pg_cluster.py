@@ -407,3 +407,51 @@ def test_status_while_the_database_hangs_answers_with_what_is_not_known(tmp_path
                 proc.wait()
             assert proc.stdout is not None
             proc.stdout.close()
+
+
+def test_a_move_whose_daemon_cannot_read_it_back_is_not_a_lost_daemon(tmp_path: Path) -> None:
+    """`tether move` through a daemon on PostgreSQL, the server stopped mid-move: the daemon
+    runs on and answered that its catalog read failed; the move said "tether serve stopped
+    answering" (`daemon_lost`). It says the daemon could not read the move back."""
+    import json
+
+    from tests._serve import clean_env, serve_config
+    from tests.adapters._dxl_setup import emulator_process
+
+    if pg_bin_dir() is None and os.geteuid() != 0:
+        pytest.skip("no PostgreSQL binaries and not root to install them")
+    with ThrowawayCluster() as c, emulator_process(tmp_path, speed_scale=1.0) as emu:
+        env = {k: v for k, v in clean_env().items() if k != "PGPASSWORD"}
+        _upgraded(c, env)
+        extra = f'\n[serve]\nsse = "off"\ncatalog = "{c.url}"\nworld = "{c.url}"\n'
+        config = serve_config(tmp_path, emu.path, extra=extra)
+        config.write_text(
+            config.read_text().replace("speed = 2.0\nfirst_motion_speed = 0.5", "speed = 0.2")
+        )
+        argv = [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"]
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+        )
+        try:
+            assert proc.stdout is not None and '"ready": true' in proc.stdout.readline()
+            move = [sys.executable, "-m", "tether", "move", "--config", str(config), "--robot"]
+            move += ["arm", "--joint", "a=0.4", "--activity", "cut-off", "--json"]
+            mover = subprocess.Popen(
+                move, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            )
+            assert mover.stdout is not None
+            first = mover.stdout.readline()  # its first progress: the move runs
+            assert "progress" in first, first + (mover.stderr.read() if mover.stderr else "")
+            c.pause()
+            out, err = mover.communicate(timeout=120)
+            doc = json.loads(out.strip().splitlines()[-1])
+            assert mover.returncode == 4, (out, err)
+            assert (doc["status"], doc["reason"]) == ("pending", "daemon_failed"), doc
+            assert "could not read the move back" in doc["error"], doc
+            assert proc.poll() is None  # the daemon runs on
+            c.resume()
+        finally:
+            proc.terminate()
+            proc.wait(60)
+            assert proc.stdout is not None
+            proc.stdout.close()

@@ -192,6 +192,16 @@ def submit_move(
             " with the same command; stop the robot with `tether stop`)",
         )
     except ClientError as exc:
+        if exc.code != "owner_no_answer":
+            # The daemon answered, and could not read the move back (its catalog's server
+            # down, say): it runs, and goes on with the move; only this reading failed.
+            return _detached(
+                last,
+                "daemon_failed",
+                f"tether serve could not read the move back ({exc.code}: {exc.message}): it"
+                " goes on with the move; the same command follows it again once the daemon's"
+                " stores answer (stop the robot with `tether stop`)",
+            )
         # Submitted, then the daemon stopped answering (killed, or shutting down): whether
         # the move ran is not known here. The daemon reconciles it when it runs again.
         return _detached(
@@ -206,7 +216,7 @@ def submit_move(
 
 def _detached(view: dict[str, Any], reason: str, error: str) -> dict[str, Any]:
     """The outcome of a move this client stopped following before it concluded (`reason`:
-    `interrupted` or `daemon_lost`): its key, and what is left to do."""
+    `interrupted`, `daemon_lost` or `daemon_failed`): its key, and what is left to do."""
     out = outcome_of_view(view)
     if out.get("status") in ("done", "failed", "awaiting_decision"):
         return out  # concluded in the last view read: that is its outcome
@@ -479,7 +489,7 @@ def _say_text(doc: dict[str, Any]) -> None:
         code, error = doc.get("code"), str(doc.get("error"))
         said = error if error.startswith(f"{code}: ") else f"{code}: {error}"  # code once
         print(f"{key}: failed ({doc.get('outcome')}): {said}{earlier}", flush=True)
-    elif doc.get("reason") in ("interrupted", "daemon_lost", "unanswered"):
+    elif doc.get("reason") in ("interrupted", "daemon_lost", "daemon_failed", "unanswered"):
         print(f"{key}: not concluded: {doc.get('error')}", flush=True)
     else:
         print(f"{key}: not concluded before the deadline; run the same command again", flush=True)
