@@ -53,6 +53,9 @@ def test_every_key_is_read() -> None:
         # localhost is the loopback address: one port, one socket.
         ({"sse": "127.0.0.1:18765", "console": "localhost:18765"}, "bad_console"),
         ({"host_name": "  "}, "bad_host_name"),
+        # The state dir's own lock and the data dir's were one file: the daemon refused
+        # itself as `daemon_running`, naming its own pid.
+        ({"data_dir": str(STATE)}, "bad_data_dir"),
         ({"host_name": " arm-host-1"}, "bad_host_name"),
         ({"lease_ms": 0}, "bad_lease"),
         ({"settle_timeout_s": 0}, "bad_settle_timeout"),

@@ -87,6 +87,7 @@ CODES: Final = (
     "bad_host_name",
     "bad_grpc",
     "bad_store_url",
+    "bad_data_dir",
     *LIVE_CODES,
 )
 
@@ -189,6 +190,13 @@ def parse_serve(
     robots (a relative `data_dir` is taken from that file's directory)."""
     table = Table(raw if raw is not None else {}, "serve", SERVE_KEYS)
     data_dir = config_relative(path, table.path("data_dir", str(state_dir / "moves")))
+    if os.path.realpath(data_dir) == os.path.realpath(state_dir):
+        # Each holds the daemon's lock: one file locked twice, and the daemon refused itself.
+        raise _error(
+            "bad_data_dir",
+            f"serve.data_dir {data_dir} is host.state_dir: give the stores a directory of"
+            f" their own (the default: {state_dir / 'moves'})",
+        )
     workers = table.integer("workers", max(2, robots))
     if not 0 <= workers <= MAX_WORKERS:
         raise _error("bad_workers", f"serve.workers {workers} is not 0..{MAX_WORKERS}")
