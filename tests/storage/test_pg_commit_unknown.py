@@ -91,6 +91,8 @@ def test_a_terminated_session_mid_transaction_writes_nothing_and_the_store_recon
         with pytest.raises(CatalogStorageError) as info:
             cat.store.claim(clock.now_ms, terminate_then_claim, None, None)
         assert not isinstance(info.value, CommitUnknown)  # it broke before COMMIT: definite
+        # Said as every command says a server gone (it was an uncoded CatalogStorageError).
+        assert getattr(info.value, "code", None) == "unreachable", info.value
         rec = cat.get(k)  # a new session
         assert rec is not None and rec.attempt is None and rec.version == 1
 

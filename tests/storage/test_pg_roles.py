@@ -133,7 +133,7 @@ def test_a_statement_the_role_may_not_run_is_a_failure_not_an_unreachable_server
     role_url: tuple[str, str], pg_base: str
 ) -> None:
     """Stores another role owns: the server answered, so `tether db status` fails (exit 1,
-    `failed`, naming the refused right), never `unreachable` (exit 7)."""
+    `schema_denied`, naming the refused right), never `unreachable` (exit 7)."""
     url, name = role_url
     theirs = f"{name}_theirs"
     with psycopg.connect(pg_base, autocommit=True) as admin:
@@ -150,7 +150,7 @@ def test_a_statement_the_role_may_not_run_is_a_failure_not_an_unreachable_server
         )
         assert done.returncode == _exit.FAILED, done.stderr
         doc = json.loads(done.stdout)
-        assert doc["code"] == "failed" and "permission denied" in doc["message"], doc
+        assert doc["code"] == "schema_denied" and "permission denied" in doc["message"], doc
     finally:
         with psycopg.connect(pg_base, autocommit=True) as admin:
             admin.execute(f"DROP SCHEMA {theirs} CASCADE")

@@ -714,3 +714,40 @@ def test_a_worker_on_its_data_dirs_own_catalog_cut_short_is_refused_before_ready
     assert _refusal(worker, "tether worker").startswith("tether worker: store_truncated: ")
     assert "ready" not in worker.stderr
     assert (wdata / "catalog.db").read_bytes() == whole[: len(whole) // 2]  # nothing written
+
+
+def test_a_statement_the_server_refuses_names_its_code_for_every_command(
+    pg_base: str, tmp_path: Path
+) -> None:
+    """A schema holding another program's `activities` table, and a role that may not read a
+    store another role made: each was an uncoded line (`CatalogStorageError`), exit 1 here
+    and 2 for `tether operator`. The server's SQLSTATE names it: `store_damaged` (5) and
+    `schema_denied` (1), whichever command opens the store."""
+    taken = "tether_taken_" + uuid.uuid4().hex[:8]
+    owned = "tether_owned_" + uuid.uuid4().hex[:8]
+    role = "tether_reader_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_base, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {taken}")
+        admin.execute(f"CREATE TABLE {taken}.activities (id int)")
+        admin.execute(f"CREATE SCHEMA {owned}")
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT USAGE ON SCHEMA {owned} TO {role}")
+    try:
+        Catalog.open(schema_url(pg_base, owned)).close()  # made by the server's own role
+        denied = _variant(schema_url(pg_base, owned), user=role)
+        for url, exit_code, code in (
+            (schema_url(pg_base, taken), _exit.STORE_UNUSABLE, "store_damaged"),
+            (denied, _exit.FAILED, "schema_denied"),
+        ):
+            served = _serve(tmp_path, "--catalog", url, "--world", url, "--json")
+            assert (served.returncode, _json(served)["code"]) == (exit_code, code), served.stderr
+            assert _refusal(served, "tether serve").startswith(f"tether serve: {code}: ")
+            upgraded = _run("db", "upgrade", url)
+            assert upgraded.returncode == exit_code, upgraded.stderr
+            assert _refusal(upgraded, "tether db").startswith(f"tether db: {code}: ")
+    finally:
+        with psycopg.connect(pg_base, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {taken} CASCADE")
+            admin.execute(f"DROP SCHEMA {owned} CASCADE")
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")

@@ -425,11 +425,13 @@ def review_for(config: HostConfig[Any] | None, data_dir: Path, artifacts: Any = 
 
 def _rejected(exc: TetherError, as_json: bool = True) -> int:
     """A refused request: one JSON line with its stable code, exit status 1 (or the code of a
-    store that cannot be used, or of a write the disk refused)."""
+    store that cannot be used, of a write the disk refused, or of a server that cannot be
+    reached, as every command says them)."""
     want_json(as_json)
     error_line("tether operator", exc)
     code = _exit.for_error(exc)
-    return code if code in (_exit.STORE_UNUSABLE, _exit.STORAGE_IO) else EXIT_REFUSED
+    kept = (_exit.STORE_UNUSABLE, _exit.STORAGE_IO, _exit.UNAVAILABLE)
+    return code if code in kept else EXIT_REFUSED
 
 
 def _age(ms: object) -> str:

@@ -33,7 +33,7 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, Final, NoReturn, TypeVar, cast
 from urllib.parse import urlsplit
 
 import psycopg
@@ -301,6 +301,18 @@ def check_url(conninfo: str, error: Callable[[str], E]) -> None:
         raise with_code(error(str(e)), "bad_url") from None
 
 
+#: The stable code of a statement's failure, by the server's SQLSTATE (`Session._failed`).
+SQLSTATE_CODES: Final = {
+    "42501": "schema_denied",  # insufficient_privilege: the role may not use the stores
+    "42P01": "store_damaged",  # undefined_table: a store's table is not there
+    "42703": "store_damaged",  # undefined_column: a table under a store's name is another's
+    "42P07": "store_damaged",  # duplicate_table: one not made by Tether takes a store's name
+    "42804": "store_damaged",  # datatype_mismatch: likewise
+    "57P01": "unreachable",  # admin_shutdown: the server is going away
+    "57P02": "unreachable",  # crash_shutdown
+    "57P03": "unreachable",  # cannot_connect_now: starting up or shutting down
+}
+
 #: The store each of Tether's sessions serves (its `application_name`), as an error names it:
 #: with the catalog and the world ledger on one server, a refusal says which one failed.
 STORE_OF: dict[str, str] = {
@@ -552,7 +564,7 @@ class Session:
                 except psycopg.Error:
                     conn.close()
             if isinstance(e, psycopg.Error):
-                raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
+                raise self._failed(what, e) from e
             raise
         try:
             self.commits += 1
@@ -661,7 +673,16 @@ class Session:
                     f"the {what} COMMIT at {self.where} got no reply ({one_line(e)}):"
                     " it may or may not have landed; re-read before any effect"
                 ) from e
-        raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
+        raise self._failed(what, e) from e
+
+    def _failed(self, what: str, e: psycopg.Error) -> Exception:
+        """The ``error`` of a statement the server refused, with the stable code its SQLSTATE
+        names (`SQLSTATE_CODES`: a right the role lacks, a table a Tether store lacks or one
+        of another program under a store's name), so each command says it as every other
+        does; uncoded otherwise."""
+        err = self._error(f"{what} failed at {self.where}: {one_line(e)}")
+        code = SQLSTATE_CODES.get(e.sqlstate or "")
+        return with_code(err, code) if code is not None else err
 
     def commit_message(
         self, what: str, statements: Sequence[tuple[str, Any]]
@@ -690,7 +711,7 @@ class Session:
             rows = self._send(conn, [], [(sql, params)], [])
             return rows[0] if rows else []
         except psycopg.Error as e:
-            raise self._error(f"{what} failed at {self.where}: {one_line(e)}") from e
+            raise self._failed(what, e) from e
 
     def close(self) -> None:
         if self._conn is not None:
