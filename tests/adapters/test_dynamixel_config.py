@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import hash_credential, load_config, parse_config
-from tether.errors import HostConfigError
+from tether.errors import HostConfigError, TetherError
 
 CREDENTIAL = hash_credential("open sesame")
 
@@ -66,8 +66,11 @@ def test_a_good_configuration_loads(tmp_path: Path) -> None:
     arm = cfg.robot("arm")
     assert arm.safe_stop == "torque_off" and arm.ids == [1, 2]
     shoulder = arm.joint("shoulder")
-    assert shoulder.min_ticks == tables.radians_to_ticks(-1.5) == 2048 - 978
-    assert shoulder.max_ticks == 2048 + 978
+    # +-1.5 rad lies between ticks (+-977.87 from the centre): the limits are the ticks
+    # inside them, never the nearest ones past them (978: +-1.500233 rad).
+    assert (shoulder.min_ticks, shoulder.max_ticks) == (2048 - 977, 2048 + 977)
+    assert -1.5 <= tables.ticks_to_radians(shoulder.min_ticks) < -1.498
+    assert 1.498 < tables.ticks_to_radians(shoulder.max_ticks) <= 1.5
     assert arm.first_motion_velocity < arm.velocity
     assert tables.ticks_per_second(arm.first_motion_velocity) <= 0.25 / (2 * math.pi) * 4096
     assert cfg.verify_operator("open sesame") == "ann"
@@ -367,3 +370,20 @@ def test_two_ports_naming_one_device_by_two_paths_are_refused(tmp_path: Path) ->
         assert code_of(text) == "duplicate_port"
         assert "ports.bus names the same device" in message_of(text)
     assert parse_config(base + f'\n[ports.again]\nurl = "{tmp_path / "ttyUSB1"}"\n')
+
+
+def test_a_goal_at_a_limit_between_two_ticks_is_the_tick_inside_it() -> None:
+    """A goal of +1.5 rad (the configured max) was commanded as the nearest tick, +1.500233
+    rad: past the limit. It is the last tick inside it; past the limit is refused."""
+    from tether.adapters.dynamixel.move import plan_absolute
+    from tether.families.robot_move.request import MoveRequest
+
+    robot = parse_config(GOOD).robot("arm")
+    KIND = "physical_ai.robot_move.absolute"
+    at_max = MoveRequest.from_dict({"kind": KIND, "robot": "arm", "targets": {"shoulder": 1.5}})
+    (ticks,) = plan_absolute(robot, at_max).values()
+    assert ticks == 2048 + 977 and tables.ticks_to_radians(ticks) <= 1.5
+    past = MoveRequest.from_dict({"kind": KIND, "robot": "arm", "targets": {"shoulder": 1.5005}})
+    with pytest.raises(TetherError) as info:
+        plan_absolute(robot, past)
+    assert info.value.code == "limit_violation"

@@ -205,8 +205,7 @@ class DynamixelDeviceType:
             if not 0 <= joint.id <= 252:
                 raise config_error("bad_id", f"{where}: id {joint.id} is not 0..252")
             try:
-                lo_t = tables.radians_to_ticks(joint.min_rad)
-                hi_t = tables.radians_to_ticks(joint.max_rad)
+                lo_t, hi_t = tables.limit_ticks(joint.min_rad, joint.max_rad)
             except ValueError as exc:
                 raise config_error("bad_limit", f"{where}: {exc}") from exc
             if lo_t < 0 or hi_t > tables.MAX_TICK:

@@ -231,7 +231,13 @@ def plan_goals(
         )
     except decide.MoveRefused as exc:
         raise _refused(exc) from None
-    return {robot.joint(name).id: tables.radians_to_ticks(rad) for name, rad in goals.items()}
+    out: dict[int, int] = {}
+    for name, rad in goals.items():
+        joint = robot.joint(name)
+        # Within its limits in radians (`decide.plan`): the nearest tick, or the last one
+        # inside the limit where the nearest lies past it (a limit between two ticks).
+        out[joint.id] = min(max(tables.radians_to_ticks(rad), joint.min_ticks), joint.max_ticks)
+    return out
 
 
 def plan_absolute(robot: RobotConfig, request: MoveRequest) -> dict[int, int]:

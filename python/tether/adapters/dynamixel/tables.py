@@ -147,6 +147,18 @@ def radians_to_tick_delta(radians: float) -> int:
     return round(radians * TICKS_PER_REV / (2 * math.pi))
 
 
+def limit_ticks(min_rad: float, max_rad: float) -> tuple[int, int]:
+    """The lowest and the highest tick whose position lies within [min_rad, max_rad]: a limit
+    between two ticks is the tick inside it, never the nearest one (which may be past it)."""
+    scale = TICKS_PER_REV / (2 * math.pi)
+    for value in (min_rad, max_rad):
+        if not math.isfinite(value):
+            raise ValueError(f"position {value!r} is not a finite number of radians")
+    # A limit that is a tick (to float noise) is that tick.
+    low, high = min_rad * scale, max_rad * scale
+    return CENTER_TICK + math.ceil(low - 1e-9), CENTER_TICK + math.floor(high + 1e-9)
+
+
 def radians_to_ticks(radians: float) -> int:
     """An absolute position in radians as raw ticks (0 rad = tick 2048)."""
     return CENTER_TICK + radians_to_tick_delta(radians)
