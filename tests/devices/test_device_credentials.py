@@ -221,6 +221,13 @@ def test_a_secret_file_must_be_0600(tmp_path: Path) -> None:
     assert info.value.code == "insecure_secret_file"
     path.chmod(0o600)
     assert credentials.read_secret(file=str(path)) == SECRET
+    # A directory was told to `chmod 600` itself; a missing file was an uncoded
+    # FileNotFoundError line.
+    for wrong, said in ((tmp_path, "is a directory"), (tmp_path / "nope", "cannot be read")):
+        with pytest.raises(CredentialError) as info:
+            credentials.read_secret(file=str(wrong))
+        assert info.value.code == "unreadable_secret_file" and said in info.value.message
+        assert "chmod" not in info.value.message
 
 
 def test_the_cli_takes_no_secret_from_the_environment_and_prints_none(tmp_path: Path) -> None:

@@ -442,12 +442,24 @@ def read_secret(
     prompt that does not echo. Never from argv or the environment."""
     if file is not None:
         path = Path(file)
-        check_private(path)
         try:
+            if path.is_dir():  # a directory's mode is no secret file's: never `chmod 600` it
+                raise _error(
+                    "unreadable_secret_file",
+                    f"{path} is a directory: give the file that holds the secret",
+                    path=str(path),
+                )
+            check_private(path)
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             raise _error(
                 "unreadable_secret_file", f"{path} is not UTF-8 text", path=str(path)
+            ) from None
+        except OSError as exc:  # missing, or not ours to read: one coded line
+            raise _error(
+                "unreadable_secret_file",
+                f"{path} cannot be read: {exc.strerror or exc}",
+                path=str(path),
             ) from None
         return text.splitlines()[0] if text.strip("\r\n") else ""
     stream = stdin if stdin is not None else sys.stdin
