@@ -463,6 +463,16 @@ def test_an_older_postgres_catalog_needs_an_upgrade_and_is_not_damaged(
     assert _status(pg_url, capsys) == (1, {"catalog": (3, "needs upgrade")})
     capsys.readouterr()
     assert tether(["db", "upgrade", pg_url, "--store", "catalog"]) == 0
+    # `--store catalog` upgrades that store only, and reports it only (it reported the world
+    # ledger beside it, newer than this Tether, "unchanged").
+    from tether.world._postgres import PostgresLedger
+
+    PostgresLedger(pg_url).close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE tether_schema_version SET version = 99 WHERE store = 'world'")
+    capsys.readouterr()
+    assert tether(["db", "upgrade", pg_url, "--store", "catalog", "--json"]) == 0
+    assert [s["store"] for s in json.loads(capsys.readouterr().out)["stores"]] == ["catalog"]
 
 
 def test_tables_of_common_names_elsewhere_on_the_search_path_are_no_store(

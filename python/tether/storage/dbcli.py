@@ -287,10 +287,16 @@ def upgrade(url: str, store: str | None = None) -> list[StoreStatus]:
 
 def upgrade_from(url: str, store: str | None = None) -> tuple[list[StoreStatus], list[StoreStatus]]:
     """`upgrade`, and the stores as they were before it, read under the same lock (a second
-    upgrade waits for the first, then finds and reports what it made: `unchanged`)."""
+    upgrade waits for the first, then finds and reports what it made: `unchanged`). With
+    ``store``, that store alone is reported, as it alone was upgraded."""
     if _scheme(url) == "sqlite":
-        return _sqlite_upgrade(url, store)
-    return _pg_upgrade(url, store)
+        before, after = _sqlite_upgrade(url, store)
+    else:
+        before, after = _pg_upgrade(url, store)
+    if store is not None:
+        before = [s for s in before if s.store == store]
+        after = [s for s in after if s.store == store]
+    return before, after
 
 
 class UrlError(Exception):
