@@ -297,3 +297,16 @@ def test_a_directory_that_is_no_data_dir_keeps_its_mode(tmp_path: Path) -> None:
     assert "not_a_data_dir" in listed.stderr and "holds no catalog.db" in listed.stderr
     assert json.loads(listed.stdout)["code"] == "not_a_data_dir"  # not an empty list
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755
+
+
+def test_a_usage_line_names_the_help_to_read(tmp_path: Path) -> None:
+    """As every command's usage line ends; prune's own checks ended without it."""
+    for argv in (
+        ["--catalog", "postgresql://db/x", "--vacuum", "--older-than", "1d"],
+        ["--data-dir", str(tmp_path), "--older-than", "1d", "--batch", "0"],
+        ["--older-than", "1d"],
+    ):
+        done = tether("db", "prune", *argv)
+        assert done.returncode == 2, done.stderr
+        one_line(done, "tether db: usage: ")
+        assert done.stderr.rstrip().endswith("(see `tether db prune --help`)"), done.stderr

@@ -495,7 +495,10 @@ def main(argv: list[str]) -> int:
             if args.catalog is not None and args.vacuum:
                 raise UsageError("usage", "--vacuum applies to a data directory's catalog.db")
     except UsageError as e:
-        return fail(EXIT_USAGE, "UsageError", e.code, e.message)
+        message = e.message
+        if e.code == "usage" and "--help`)" not in message:  # as every command's usage line
+            message += f" (see `tether db {args.cmd} --help`)"
+        return fail(EXIT_USAGE, "UsageError", e.code, message)
     if args.cmd != "prune":
         try:
             done = _schema_command(args)
