@@ -1115,7 +1115,9 @@ class RobotControl(rpc.RobotControlServicer):
             # waits on a robot nobody can reach, to be parked for an operator with nothing
             # sent. A retry of one accepted before stays a read of it (the id's record).
             if self._find(world_for(principal.name, self.daemon.world_owner), op_id) is None:
-                why = self.daemon.unavailable.get(request.device, "not connected")
+                why = self.daemon.unavailable.get(
+                    request.device, "its device is gone; not reopened yet"
+                )
                 _abort(
                     context,
                     grpc.StatusCode.UNAVAILABLE,
