@@ -85,15 +85,22 @@ def test_a_wrong_password_is_one_line_naming_the_host_and_the_cause(
 
 
 def test_a_password_file_others_can_read_is_named_as_why_no_password_was_supplied(
-    cluster: ThrowawayCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_credentials: None
+    cluster: ThrowawayCluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_credentials: None,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """libpq ignores a password file others can read (saying so only in a warning of its own
-    on stderr): the refusal names the file, its mode and the fix, never the password."""
+    on stderr): the refusal names the file, its mode and the fix, never the password; and
+    libpq's warning, a second line beside the refusal's, is not printed."""
     path = _passfile(tmp_path, cluster, PASSWORD)
     path.chmod(0o644)
     monkeypatch.setenv("PGPASSFILE", str(path))
+    capfd.readouterr()
     with pytest.raises(CatalogStorageError) as info:
         Catalog.open(cluster.url)
+    assert "WARNING" not in capfd.readouterr().err
     text = str(info.value)
     assert "no password supplied" in text and "\n" not in text, text
     assert f"the password file {path} was ignored: its mode 0644" in text, text

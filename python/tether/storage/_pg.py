@@ -369,6 +369,11 @@ def connect(
     # retransmitted for ~15 minutes before the call fails. This bounds that wait.
     params.setdefault("tcp_user_timeout", TCP_USER_TIMEOUT_MS)
     params["client_encoding"] = "UTF8"  # what `_message` encodes with: any text, any role
+    ignored = "" if params.get("password") else _ignored_passfile(params)
+    if ignored:
+        # libpq would ignore it too, with a warning of its own on stderr beside this one's
+        # line: it is given a file that is not there instead, and the refusal says why.
+        params["passfile"] = os.path.join(os.sep, "nonexistent", "tether-ignored-passfile")
     try:
         conn = psycopg.connect(_conninfo.make_conninfo("", **params), autocommit=True)
     except psycopg.Error as e:
@@ -376,7 +381,7 @@ def connect(
         # database does not exist); `from None`: the chained error could carry the URL.
         code, cause = connect_causes(e)
         if "no password supplied" in cause:
-            cause += _ignored_passfile(params)
+            cause += ignored
         failed = error(f"cannot connect to PostgreSQL at {at}: {scrub(cause, conninfo)}")
         raise with_code(failed, code) from None
     try:
