@@ -113,6 +113,25 @@ def test_limits_are_checked_in_ticks() -> None:
         (("[robots.arm]", '[robots."arm/1"]'), "bad_name"),
         (("[robots.arm]", '[robots." arm"]'), "bad_name"),
         (("[ports.bus]", '[ports."bus\\u001b[31m"]'), "bad_name"),
+        # [remote] is read strictly by every command, not only where the bridge loads.
+        (
+            (
+                "[ports.bus]",
+                '[remote]\naddress = "127.0.0.1:1"\ntoken_file = "t"\nbogus_key = 1\n[ports.bus]',
+            ),
+            "unknown_key",
+        ),
+        (
+            ("[ports.bus]", '[remote]\naddress = "127.0.0.1:1"\ntoken_file = ""\n[ports.bus]'),
+            "empty_value",
+        ),
+        (
+            (
+                "[ports.bus]",
+                '[remote]\naddress = "127.0.0.1:1"\ntoken_file = "t"\ntimeout_s = "x"\n[ports.bus]',
+            ),
+            "wrong_type",
+        ),
         # One device under two [ports] tables: a stop latched through one would not hold
         # the moves sent through the other.
         (

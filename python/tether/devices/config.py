@@ -60,6 +60,9 @@ SAFE_STOP_POLICIES: Final = ("hold", "torque_off")
 #: [remote] the bridge's (`tether.adapters.grpc.bridge`, read when its family loads).
 AUTH_KEYS: Final = ("planners", "tls")
 TOP_KEYS: Final = ("host", "operators", "ports", "robots", "serve", "remote", *AUTH_KEYS)
+#: The `[remote]` table's keys (the gRPC bridge's: `tether.adapters.grpc.bridge` reads it
+#: whole; every command that reads the configuration checks its keys, types and paths).
+REMOTE_KEYS: Final = ("address", "token_file", "ca", "timeout_s", "client_cert", "client_key")
 HOST_KEYS: Final = ("state_dir",)
 OPERATOR_KEYS: Final = ("credential", "role")
 PLANNER_KEYS: Final = ("token", "role")
@@ -296,6 +299,21 @@ def check_name(what: str, name: str) -> None:
         )
 
 
+def _check_remote(doc: Table) -> None:
+    """The `[remote]` table's shape, whoever reads the configuration (its address, TLS files and
+    token are the bridge's to check when it loads): no unknown key, each of its type, no empty
+    path. A command that never drives the bridge still refuses a misspelled key there."""
+    if "remote" not in doc:
+        return
+    table = doc.table("remote", REMOTE_KEYS)
+    table.text("address")
+    table.path("token_file")
+    for key in ("ca", "client_cert", "client_key"):
+        if key in table:
+            table.path(key)
+    table.number("timeout_s", 10.0)
+
+
 def _device_key(url: str | None, usb_serial: str | None, vid_pid: str | None) -> tuple[str, str]:
     """What a port's device is known by: its serial number (with its vid:pid), else its
     vid:pid alone, else its URL (a path as it resolves: two links to one device are one)."""
@@ -471,6 +489,7 @@ def parse_config(
     operators = _operators(doc)
     planners = _planners(doc, operators)
     tls = _tls(doc, path)
+    _check_remote(doc)
     typed_ports = _ports(doc)
     specs: dict[str, RobotSpec] = {}
     robots: dict[str, Any] = {}

@@ -60,12 +60,11 @@ from tether.adapters.grpc.remote import (
     intent,
 )
 from tether.adapters.grpc.remote import remote_move_family as _family
-from tether.devices.config import in_file
+from tether.devices.config import REMOTE_KEYS, in_file
 from tether.devices.credentials import CredentialError, check_private, read_secret
 from tether.runtime import Family, FamilyError
 from tether.world import ComponentWrite
 
-REMOTE_KEYS: Final = ("address", "token_file", "ca", "timeout_s", "client_cert", "client_key")
 #: What a submitted remote move carries (its kind is the submit's).
 SUBMIT_KEYS: Final = ("device", "targets", "not_after_ms")
 #: A submitted sim reach's keys (kind `physical_ai.remote_move.sim_reach`).
