@@ -296,6 +296,13 @@ def test_a_stop_mid_move_is_answered_by_the_daemon_latches_and_the_operator_acts
             )  # fmt: skip
             assert forged.returncode == 1, forged.stdout + forged.stderr
             assert json.loads(forged.stdout)["code"] == "credential_refused"
+            # No credential flag and no terminal to ask on: said so, nothing sent (it sent an
+            # empty credential, and the daemon answered "a valid credential is required").
+            unasked = tether("operator", "--config", str(copy), "--json", "resume", "arm")
+            assert unasked.returncode == 1, unasked.stdout + unasked.stderr
+            refusal = json.loads(unasked.stdout)
+            assert refusal["code"] == "empty_credential", refusal
+            assert "--credential-stdin" in refusal["message"], refusal
             assert client.get(view["key"])["state"] == "awaiting_decision"
             resumed = tether(
                 "operator", "--config", str(copy), "--json", "resume", "arm",

@@ -361,13 +361,18 @@ def _data_dir(args: argparse.Namespace, config: HostConfig[Any] | None) -> Path:
     raise _usage("give --data-dir or --config")
 
 
-def _secret(args: argparse.Namespace) -> str | None:
-    """The credential from its one source; None (refused as missing) when none was given."""
+def _secret(args: argparse.Namespace) -> str:
+    """The credential from its one source: refused as missing (`empty_credential`, nothing
+    sent) when none was given and there is no terminal to ask on."""
     if args.credential_file:
         return credentials.read_secret(file=args.credential_file)
     if args.credential_stdin or sys.stdin.isatty():
         return credentials.read_secret()
-    return None
+    raise credentials.CredentialError(
+        "empty_credential",
+        "no credential was given: there is no terminal to ask on; pass --credential-stdin"
+        " (one line on stdin) or --credential-file FILE (mode 0600)",
+    )
 
 
 def _hash(args: argparse.Namespace, as_json: bool) -> int:
