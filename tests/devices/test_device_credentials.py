@@ -254,7 +254,8 @@ def test_the_cli_takes_no_secret_from_the_environment_and_prints_none(tmp_path: 
             stdin=subprocess.DEVNULL,
         )
         assert refused.returncode == 1
-        assert json.loads(refused.stdout)["code"] == "credential_refused"  # the env is not read
+        # The env is not read: no credential was given (and none is sent).
+        assert json.loads(refused.stdout)["code"] == "empty_credential"
         secret_file = tmp_path / "secret"
         secret_file.write_text(SECRET)
         secret_file.chmod(0o600)
