@@ -899,6 +899,20 @@ def test_a_reconcile_of_a_parked_move_with_its_port_gone_is_unavailable(tmp_path
                 pb.GetOperationRequest(operation_id="cut"), metadata=bearer()
             )
             assert parked.state == pb.UNKNOWN_AWAITING_OPERATOR  # nothing was decided
+            # An operator's DONE needs a fresh read-back too: the same answer, retryable (it
+            # was FAILED_PRECONDITION, as if the decision itself were wrong).
+            done = pb.ResolveRequest(
+                operation_id="cut",
+                decision=pb.ResolveRequest.DONE,
+                evidence_revision=parked.evidence.revision,
+            )
+            with pytest.raises(grpc.RpcError) as info:
+                control.Resolve(done, metadata=bearer(OPERATOR), timeout=30)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value
+            again = control.GetOperation(
+                pb.GetOperationRequest(operation_id="cut"), metadata=bearer()
+            )
+            assert again.state == pb.UNKNOWN_AWAITING_OPERATOR  # nothing was decided
             channel.close()
 
 

@@ -150,7 +150,7 @@ from tether._listen import ListenerError, ListenerPolicy, address_text
 from tether.activities import ActivityKey, ActivityRecord
 from tether.devices.credentials import ROLES, CredentialError, Principal, roles_for
 from tether.devices.latch import PLANNER_CANCEL, stop_words, stopped_by
-from tether.errors import TetherError
+from tether.errors import TetherError, TransportError
 from tether.runtime._errors import owned_by
 from tether.world import WorldNotFound
 
@@ -1736,6 +1736,11 @@ class RobotControl(rpc.RobotControlServicer):
         except CodedError as exc:
             if exc.code == "bounds_exceeded":  # the note, the one free text of the request
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"note: {exc}")
+            if isinstance(exc, TransportError):
+                # The device could not be read for the decision (its port gone): nothing was
+                # decided, and the same decision may be sent again once it answers, as a
+                # Reconcile's read-back failure says it.
+                _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
             _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))  # "code: message"
         return self._host_wide(key, self._operation(key, intent))
 
