@@ -26,6 +26,7 @@ awaiting_decision, done, failed, unknown), `settled`, `final` (settled or parked
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -83,6 +84,12 @@ class Client:
     ) -> None:
         if (state_dir is None) == (config is None):
             raise ValueError("give exactly one of state_dir or config")
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not (0 < timeout < math.inf)
+        ):  # 0 was taken for the default, a negative one failed inside the socket module
+            raise ValueError(f"timeout must be a number of seconds > 0, not {timeout!r}")
         self.state_dir = Path(state_dir) if state_dir is not None else _state_dir_of(config or "")
         # Refused as every command refuses it (a symlink, another uid's, one others may write
         # to): a daemon's socket and lock record are found there. A missing one is no
@@ -121,7 +128,8 @@ class Client:
                 details={"state_dir": str(self.state_dir)},
             )
         try:
-            return send_request(self.socket_path, request, timeout=timeout or self.timeout)
+            wait = self.timeout if timeout is None else timeout
+            return send_request(self.socket_path, request, timeout=wait)
         except TransportError as exc:
             details = dict(exc.details)
             code = owner_code(exc) or exc.code

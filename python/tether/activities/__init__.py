@@ -96,7 +96,9 @@ from tether.activities._types import (
     WorkStep,
 )
 
-REJECTION_CODES: tuple[str, ...] = tuple(catalog_rejection_codes())
+#: Every `CatalogRejection`'s `.code`: the core's, and `UnknownActivity`'s (a key the
+#: catalog does not hold).
+REJECTION_CODES: tuple[str, ...] = (*catalog_rejection_codes(), "unknown_activity")
 
 __all__ = [
     "ABANDONED_MEDIA_TYPE",

@@ -32,7 +32,7 @@ from tether.activities._types import (
 )
 from tether.errors import CatalogRejection
 from tether.storage import CatalogStore, CommitUnknown, KeyTuple, View, WakeBell, open_store
-from tether.storage._port import ClockBootChanged, ClockInTransaction, ServerClocked
+from tether.storage._port import ClockBootChanged, ClockInTransaction, NotTaken, ServerClocked
 
 PAGE_SIZE = 256
 _T = TypeVar("_T")
@@ -84,7 +84,9 @@ def _recording(key: ActivityKey, fence: int, result: ResultRef) -> RowStep:
 
     def run(row: Row | None, now: Now) -> Row:
         if row is None:
-            raise UnknownActivity(f"no activity {key.world_id}/{key.kind}/{key.activity_id}")
+            raise UnknownActivity(
+                f"unknown_activity: no activity {key.world_id}/{key.kind}/{key.activity_id}"
+            )
         return _core.catalog_record_result(row, fence, result, now)
 
     return run
@@ -95,7 +97,9 @@ def _settling(key: ActivityKey, receipt: Receipt, digest: str) -> RowStep:
 
     def run(row: Row | None, now: Now) -> Row:
         if row is None:
-            raise UnknownActivity(f"no activity {key.world_id}/{key.kind}/{key.activity_id}")
+            raise UnknownActivity(
+                f"unknown_activity: no activity {key.world_id}/{key.kind}/{key.activity_id}"
+            )
         return _core.catalog_settle(row, receipt, digest, None, now)
 
     return run
@@ -110,7 +114,9 @@ def _known(key: ActivityKey, step: Step) -> RowStep:
 
     def run(row: Row | None, now: Now) -> Row:
         if row is None:
-            raise UnknownActivity(f"no activity {key.world_id}/{key.kind}/{key.activity_id}")
+            raise UnknownActivity(
+                f"unknown_activity: no activity {key.world_id}/{key.kind}/{key.activity_id}"
+            )
         return step(row, now)
 
     return run
@@ -135,10 +141,6 @@ def _kinds(kinds: Sequence[str] | None) -> Sequence[str] | None:
     return list(kinds)
 
 
-class _NotTaken(Exception):
-    """A row the caller of `claim_many` did not take (left unclaimed)."""
-
-
 def _taking(
     claim: Callable[[Row, Any], Row], take: Callable[[ActivityRecord], bool] | None
 ) -> Callable[[Row, Any], Row]:
@@ -149,7 +151,7 @@ def _taking(
     def step(old: Row, now: Any) -> Row:
         new = claim(old, now)
         if not take(record_from_row(new)):
-            raise _NotTaken(old[2])
+            raise NotTaken(old[2])
         return new
 
     return step

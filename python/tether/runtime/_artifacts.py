@@ -31,6 +31,10 @@ from tether.runtime._errors import ArtifactCorrupt, ArtifactError, ArtifactMissi
 
 #: Default largest payload carried inline in the catalog record (bytes).
 DEFAULT_INLINE_BOUND: Final = 256
+#: The largest `inline_bound`: an inline reference (`inline:` + base64) of that many bytes is
+#: the catalog's bound on a reference (4096 bytes); one of more would be refused at admission
+#: or at a result's record, after the tick or the effect it belongs to.
+MAX_INLINE_BOUND: Final = 3066
 
 _INLINE: Final = "inline:"
 _STORED: Final = "artifact:sha256/"
@@ -98,8 +102,15 @@ class ArtifactStore:
         inline_bound: int = DEFAULT_INLINE_BOUND,
         shared: SharedArtifacts | None = None,
     ) -> None:
-        if inline_bound < 0:
-            raise ArtifactError("inline_bound must be >= 0")
+        if (
+            isinstance(inline_bound, bool)
+            or not isinstance(inline_bound, int)
+            or not 0 <= inline_bound <= MAX_INLINE_BOUND
+        ):
+            raise ArtifactError(
+                f"inline_bound must be an int in 0..{MAX_INLINE_BOUND} (an inline reference"
+                f" stays within the catalog's 4096 bytes), not {inline_bound!r}"
+            )
         self.root = Path(root)
         self.inline_bound = inline_bound
         #: The hosts' shared store (a PostgreSQL catalog's table), or None: the data dir only.

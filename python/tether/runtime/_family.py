@@ -506,7 +506,7 @@ class Family:
         if not self.kinds or isinstance(self.kinds, str):
             raise FamilyError(f"family {self.name!r} needs a tuple of kinds")
         for kind in self.kinds:
-            check_name("activity kind", kind)
+            check_name("activity kind", kind, slash=False)
         project = self.project.fn if isinstance(self.project, EntityProjection) else self.project
         why = _pure_function(project)
         if why is not None:

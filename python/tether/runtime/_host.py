@@ -32,7 +32,14 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from tether.activities import ActivityKey, ActivityRecord, Catalog, ClockLike, as_clock
+from tether.activities import (
+    MAX_LEASE_MS,
+    ActivityKey,
+    ActivityRecord,
+    Catalog,
+    ClockLike,
+    as_clock,
+)
 from tether.runtime._artifacts import DEFAULT_INLINE_BOUND, ArtifactStore, shared_for
 from tether.runtime._errors import ActivityRuntimeError, HostClosed, owned_by
 from tether.runtime._family import Family, ProgressEvent, families_by_kind
@@ -128,6 +135,14 @@ class Host:
         if not fallback_poll_s >= MIN_FALLBACK_S:  # before any storage is opened
             raise ActivityRuntimeError(
                 f"fallback_poll_s must be at least {MIN_FALLBACK_S} s, not {fallback_poll_s!r}"
+            )
+        if (
+            not isinstance(lease_ms, int)
+            or isinstance(lease_ms, bool)
+            or not 1 <= lease_ms <= MAX_LEASE_MS
+        ):  # every claim would be refused, and the workers would do nothing, said only in logs
+            raise ActivityRuntimeError(
+                f"lease_ms must be an int in 1..{MAX_LEASE_MS} (7 days), not {lease_ms!r}"
             )
         self.data_dir = Path(data_dir).resolve()
         # sqlite:///abs/path.db: the form `tether db` takes, pasted from a message as it is.

@@ -280,7 +280,7 @@ def _world_name(name: str) -> str:
     from tether.world._types import check_name
 
     try:
-        return check_name("world", name)
+        return check_name("world", name, slash=False)
     except InvalidWrite as exc:
         raise LiveMountError("bad_request", str(exc)) from None
 

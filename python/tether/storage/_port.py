@@ -25,6 +25,12 @@ TimedTransition = Callable[[Row | None, "Now"], Row]
 TimedClaimTransition = Callable[[Row, "Now"], Row]
 
 
+class NotTaken(Exception):
+    """A claimable row the claim's caller declined (`Catalog.claim_many`'s ``take``): left
+    unclaimed, as a row the core refused is. Any other exception of a claim's transition
+    (a bug in ``take``, say) propagates."""
+
+
 class ClockBootChanged(Exception):
     """A claim's own clock reading is on another boot than the one the caller aligned the
     store to: nothing was written; align (`align_clock`) on ``now.boot_id`` and claim again."""

@@ -60,6 +60,7 @@ from tether.storage._port import (
     ClockBootChanged,
     CompactTransition,
     KeyTuple,
+    NotTaken,
     Row,
     TimedClaimTransition,
     TimedTransition,
@@ -716,9 +717,7 @@ class PostgresCatalogStore:
                     continue  # an item's row: decided above, claimable again later
                 try:
                     new = transition(old, now)
-                except CatalogStorageError:
-                    raise
-                except Exception:  # the core refused this row: leave it
+                except (CatalogRejection, NotTaken):  # the core refused it, or the caller
                     if single:
                         raise
                     continue

@@ -63,6 +63,7 @@ from tether.storage._port import (
     ClaimTransition,
     CompactTransition,
     KeyTuple,
+    NotTaken,
     Row,
     Transition,
     View,
@@ -459,9 +460,7 @@ class SqliteCatalogStore:
                             continue  # an item's row: decided above, claimable again later
                         try:
                             new = transition(old)
-                        except (CatalogStorageError, sqlite3.Error):
-                            raise
-                        except Exception:  # refused: left as it is
+                        except (CatalogRejection, NotTaken):  # refused: left as it is
                             continue
                         self._write(cur, old, new)
                         claimed.append((old, new))

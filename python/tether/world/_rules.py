@@ -98,7 +98,7 @@ class HeadFacts:
 
 def check_new_world(world_id: str, exists: bool) -> None:
     """A world id may be created (or forked to) once: never again, even after a destroy."""
-    check_name("world id", world_id)
+    check_name("world id", world_id, slash=False)  # an Activity's key joins it with '/'
     if exists:
         raise WorldExists(f"world {world_id!r} already exists (or was destroyed)")
 

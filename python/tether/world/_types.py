@@ -66,10 +66,13 @@ def _check_json(value: JSONValue, depth: int) -> None:
     raise InvalidWrite(f"{type(value).__name__} is not a JSON value")
 
 
-def check_name(what: str, name: object) -> str:
-    """Return `name` if it is a valid entity/component/world name, else raise InvalidWrite."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidWrite(f"{what} {name!r} must match {_NAME.pattern}")
+def check_name(what: str, name: object, *, slash: bool = True) -> str:
+    """Return `name` if it is a valid entity/component/world name, else raise InvalidWrite.
+    The whole name (a trailing newline is no part of a name). ``slash=False``: a world id or an
+    activity kind, which an Activity's key (`world/kind/activity`) joins with '/'."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or (not slash and "/" in name):
+        rule = _NAME.pattern if slash else f"{_NAME.pattern} without '/'"
+        raise InvalidWrite(f"{what} {name!r} must match {rule}")
     return name
 
 
