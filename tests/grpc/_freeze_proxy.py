@@ -1,11 +1,13 @@
 """A loopback TCP proxy that can go silent or away: `freeze()` keeps every connection open and
 delivers nothing more either way, as a cut link does (a host powered off, a NAT that dropped
 the flow): no reset, no FIN, only silence. `down()` resets every open connection and closes
-each new one at once, as a server that went away, until `up()`."""
+each new one at once, as a server that went away, until `up()`. `reset_clients()` resets only
+the clients' side, the server's left open and silent."""
 
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 
 from tether.testing._ports import cut
@@ -19,7 +21,8 @@ class FreezeProxy:
         self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self.frozen = threading.Event()
         self._down = threading.Event()
-        self._socks: list[socket.socket] = []
+        self._socks: list[socket.socket] = []  # client, server, client, server, ...
+        self._kept: list[socket.socket] = []  # server sides `reset_clients` left open
         threading.Thread(target=self._accept, daemon=True).start()
 
     def freeze(self) -> None:
@@ -33,9 +36,20 @@ class FreezeProxy:
     def up(self) -> None:
         self._down.clear()
 
+    def reset_clients(self) -> None:
+        """Reset the client side of every open connection and keep the server side open,
+        saying nothing: what a NAT or a firewall that lost its state does. The server holds
+        such a session (and its locks) until its keepalive gives it up."""
+        socks, self._socks = self._socks, []
+        for client in socks[0::2]:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()  # a reset, no FIN
+        self._kept += socks[1::2]
+
     def close(self) -> None:
         self._listener.close()
         self.down()
+        cut(*self._kept)
 
     def _accept(self) -> None:
         while True:

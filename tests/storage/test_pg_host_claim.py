@@ -5,8 +5,6 @@ per schema, and a holder that closes, dies or loses its connection lets go."""
 from __future__ import annotations
 
 import logging
-import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -20,6 +18,7 @@ from tether.storage import _host_claim
 from tether.storage._host_claim import HostClaim, HostNameTaken, is_shared
 
 from tests.backends import pg_schema
+from tests.grpc._freeze_proxy import FreezeProxy
 
 
 def _holders(base: str, application: str) -> list[int]:
@@ -248,52 +247,6 @@ def test_a_claim_reconnecting_to_a_schema_gone_for_a_while_keeps_trying(
             conn.execute(f"DROP SCHEMA IF EXISTS {name}_away CASCADE")
 
 
-class _ClientSideCut:
-    """A loopback TCP proxy to the server whose `cut()` resets the client side of every open
-    connection and keeps the server side open, sending nothing: what a NAT or a firewall that
-    lost its state does. The server holds such a session (and its locks) until its keepalive
-    gives it up."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._target = (host, port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._pairs: list[tuple[socket.socket, socket.socket]] = []
-        self._kept: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self._target)
-            self._pairs.append((client, upstream))
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-
-    def cut(self) -> None:
-        pairs, self._pairs = self._pairs, []
-        for client, upstream in pairs:
-            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            client.close()  # a reset to the client; the server's side stays, silent
-            self._kept.append(upstream)
-
-    def close(self) -> None:
-        self._listener.close()
-        for s in self._kept + [s for pair in self._pairs for s in pair]:
-            s.close()
-
-
 def test_a_claim_cut_off_takes_its_name_back_from_its_own_earlier_session(
     pg_url: str, pg_base: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -302,15 +255,16 @@ def test_a_claim_cut_off_takes_its_name_back_from_its_own_earlier_session(
     daemon as if another had taken the name (`host_name_taken`, naming its own pid)."""
     monkeypatch.setattr(_host_claim, "CHECK_S", 0.1)
     parts = urlsplit(pg_url)
-    proxy = _ClientSideCut(parts.hostname or "127.0.0.1", parts.port or 5432)
-    via = urlunsplit(parts._replace(netloc=parts.netloc.replace(
-        f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}")))  # fmt: skip
+    proxy = FreezeProxy(f"{parts.hostname or '127.0.0.1'}:{parts.port or 5432}")
+    via = urlunsplit(
+        parts._replace(netloc=parts.netloc.replace(f"{parts.hostname}:{parts.port}", proxy.address))
+    )
     lost: list[HostNameTaken] = []
     claim = HostClaim.take(via, "arm-host-5", on_lost=lost.append)
     try:
         application = claim._application()
         (first,) = _holders(pg_base, application)
-        proxy.cut()
+        proxy.reset_clients()
         deadline = time.monotonic() + 10
         while True:
             held = _holders(pg_base, application)
