@@ -343,3 +343,28 @@ def test_an_operation_the_remote_operator_abandoned_is_recorded_as_that_failure(
     doc = _doc(ctx, out)
     assert (doc["code"], doc.get("remote_abandoned")) == ("abandoned", True), doc
     assert doc["remote_digest"] == ended.result.digest and doc["result"] is None
+
+
+def test_a_move_a_remote_operator_settled_done_is_recorded_as_that_not_completed(
+    tmp_path: Path,
+) -> None:
+    """A move a stop cut short and the robot host's operator then settled DONE ends SUCCEEDED
+    there with the outcome `operator_done`; the bridge recorded `completed`, as if it had run
+    to its goals by itself."""
+    import hashlib
+
+    adapter = RemoteMoveAdapter(RemoteHost("127.0.0.1:9", PLANNER))  # never dialled
+    try:
+        results = {}
+        for said in ("operator_done", "completed"):
+            ctx = reconcile_context(
+                tmp_path / said, ActivityKey("bridge-world", KIND_ABSOLUTE, said)
+            )
+            op = pb.Operation(id=ctx.operation_id, state=pb.SUCCEEDED)
+            op.result.document = json.dumps({"outcome": said}).encode()
+            op.result.digest = "sha256:" + hashlib.sha256(op.result.document).hexdigest()
+            ref = adapter._result(ctx, op)
+            results[said] = json.loads(ctx.artifacts.get_bytes(ref.ref, ref.digest))["outcome"]
+    finally:
+        adapter.close()
+    assert results == {"operator_done": "operator_done", "completed": "completed"}

@@ -382,10 +382,16 @@ class RemoteMoveAdapter:
                 )
             remote_doc = _document(op.result.document)
         state = pb.OperationState.Name(op.state).lower()
+        outcome = "completed" if op.state == pb.SUCCEEDED else state
+        said = remote_doc.get("outcome") if isinstance(remote_doc, dict) else None
+        if op.state == pb.SUCCEEDED and isinstance(said, str) and said:
+            # As the remote ended it: an operator's `operator_done` on a move a stop cut short
+            # is not a move that completed by itself.
+            outcome = said
         doc = {
             "operation_id": op.id,
             "state": state,
-            "outcome": "completed" if op.state == pb.SUCCEEDED else state,
+            "outcome": outcome,
             "remote_revision": op.revision,
             "remote_digest": op.result.digest,
             "result": remote_doc,
