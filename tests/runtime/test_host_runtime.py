@@ -524,6 +524,15 @@ def test_worker_command_rejects_bad_factories(
     assert worker_main.main([str(tmp_path), "--families", "no_such_module_x:f"]) == 2
     assert worker_main.main([str(tmp_path), "--families", "journal_provider:KIND"]) == 2
     assert "tether worker:" in capsys.readouterr().err
+    # `tether serve`'s factories, given to a worker: said as such (the bridge's was an
+    # AttributeError of the data dir it was handed).
+    for spec in (
+        "tether.adapters.grpc.bridge:serve_families",
+        "tether.serve.families:sim_families",
+    ):
+        assert worker_main.main([str(tmp_path), "--families", spec]) == 2
+        err = capsys.readouterr().err
+        assert "is tether serve's factory" in err and "AttributeError" not in err, err
     # Unbounded, 30,000 threads each opened a catalog: out of files, after "ready".
     with pytest.raises(SystemExit) as info:
         worker_main.main(

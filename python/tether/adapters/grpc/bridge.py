@@ -255,6 +255,14 @@ def submit(activity_id: str, kind: str, request: dict[str, Any]) -> ComponentWri
 def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
     """`tether serve`'s factory (`[serve] families`): the remote_move family over the
     `[remote]` host, with its submit; its channel closes with the daemon."""
+    if not hasattr(ctx, "config"):  # `tether worker` hands its factory a data dir
+        from tether.runtime._errors import bad_families
+
+        raise bad_families(
+            "tether.adapters.grpc.bridge:serve_families is tether serve's factory ([serve]"
+            " families): remote moves run in the daemon that admits them, with its [remote]"
+            " host; tether worker has no factory for them"
+        )
     family = _family(load_remote(ctx.config.path))
     ctx.on_close(cast(RemoteMoveAdapter, family.adapter).close)
     return [(family, submit)]
