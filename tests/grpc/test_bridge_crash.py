@@ -274,6 +274,21 @@ def test_a_bad_remote_table_is_refused_naming_it(
     assert PLANNER not in str(info.value)
 
 
+def test_tether_serve_refuses_a_bad_remote_host_before_it_takes_or_writes_anything(
+    tmp_path: Path,
+) -> None:
+    """The bridge read `[remote]` as it loaded its family, after the daemon took its state dir,
+    said "control socket" and made its stores: a mistake there left a lock and two stores
+    behind (and under a running daemon it was `daemon_running`, exit 7)."""
+    config = bridge_config(tmp_path, 50051)
+    config.write_text(config.read_text().replace('address = "127.0.0.1:', 'address = "192.0.2.7:'))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    done = _serve_bridge(config)
+    assert done.returncode == 2, done.stderr
+    assert "insecure_remote" in done.stderr and "control socket" not in done.stderr
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
 def test_a_token_file_readable_by_others_is_refused(tmp_path: Path) -> None:
     config = bridge_config(tmp_path, 50051)
     (config.parent / "planner.token").chmod(0o644)
