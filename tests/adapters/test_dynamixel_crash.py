@@ -159,7 +159,8 @@ def test_power_loss_after_staging_is_unknown_then_operator_reissues(tmp_path: Pa
         with daemon(add_serve(config)):  # decisions run through `tether serve`
             sent = effectful(emu.journal())
             no_credential = resolve(config, KEY_TEXT, "reissue", 1, "alice", credential=None)
-            assert json.loads(no_credential.stdout)["code"] == "credential_refused"
+            # None given, no terminal to ask on: refused before anything is sent.
+            assert json.loads(no_credential.stdout)["code"] == "empty_credential"
             wrong = resolve(config, KEY_TEXT, "reissue", 1, "alice", credential="guess")
             assert json.loads(wrong.stdout)["code"] == "credential_refused"
             stale = resolve(config, KEY_TEXT, "reissue", 0, "alice")

@@ -195,7 +195,7 @@ def test_power_loss_after_staging_parks_in_the_catalog_until_the_operator_reissu
                 resolve = ["resolve", listed[0]["key"], "--decision", "reissue", "--revision", "1"]
                 with decider(config_path, data):  # `tether serve` decides
                     refused = operator_cli(config_path, data, *resolve, "--operator", "alice")
-                    assert refused["code"] == "credential_refused"
+                    assert refused["code"] == "empty_credential"  # none given: none sent
                     assert host.get(KEY) == parked  # a refusal changes nothing
                     ok = operator_cli(
                         config_path, data, *resolve, "--operator", "alice", credential=CREDENTIAL

@@ -60,30 +60,35 @@ RESOLVE_CRASH_POINTS = (
 )
 EVIDENCE_MEDIA_TYPE = "application/vnd.tether.evidence+json"
 
-#: Every `.code` an OperatorRejection carries: its own, plus the catalog's rejection codes.
-REJECTION_CODES: tuple[str, ...] = (
-    "bad_key",
-    "credential_ambiguous",
-    "credential_missing",
-    "credential_rate_limited",
-    "credential_refused",
-    "operator_mismatch",
-    "role_refused",
-    "device_not_idle",
-    "hardware_error",
-    "neutralise_failed",
-    "not_parked",
-    "not_repeatable",
-    "not_supported",
-    "robot_latched",
-    "operator_required",
-    "stale_revision",
-    "state_changed",
-    "unknown_activity",
-    "unknown_decision",
-    "bound_elsewhere",
-    "catalog_rejected",
-    *CATALOG_REJECTION_CODES,
+#: Every `.code` an OperatorRejection carries: its own, plus the catalog's rejection codes
+#: (each once: `unknown_activity` is both).
+REJECTION_CODES: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        (
+            "bad_key",
+            "credential_ambiguous",
+            "credential_missing",
+            "credential_rate_limited",
+            "credential_refused",
+            "operator_mismatch",
+            "role_refused",
+            "device_not_idle",
+            "hardware_error",
+            "neutralise_failed",
+            "not_parked",
+            "not_repeatable",
+            "not_supported",
+            "robot_latched",
+            "operator_required",
+            "stale_revision",
+            "state_changed",
+            "unknown_activity",
+            "unknown_decision",
+            "bound_elsewhere",
+            "catalog_rejected",
+            *CATALOG_REJECTION_CODES,
+        )
+    )
 )
 #: Device refusals of a re-issue the operator sees under their own code.
 _DEVICE_CODES = (
