@@ -71,8 +71,6 @@ SERVE_KEYS: Final = (
 )
 #: The default family factory when robots are configured.
 ROBOT_MOVE: Final = "tether.families.robot_move.family:serve_families"
-#: The gRPC bridge's factory (remote moves over `[remote]`), for `families = [...]`.
-BRIDGE: Final = "tether.adapters.grpc.bridge:serve_families"
 #: The sim reaches' factory (the demo's family), for `families = [...]`.
 SIM: Final = "tether.serve.families:sim_families"
 DEFAULT_SSE: Final = "127.0.0.1:0"

@@ -478,22 +478,27 @@ class Daemon:
             listener_policy(self.config, self.serve.grpc)
             _check_free(*self.serve.grpc)  # it is bound last: a taken port, before any robot
 
-    def _check_remote(self) -> None:
-        """The bridge's `[remote]` host (its address, TLS files and token), read whole before
-        anything is opened, locked or written when the bridge family is served: a mistake
-        there is the configuration error it is (exit 2), never found after the daemon took
-        its state dir (or refused as `daemon_running` where another daemon holds it)."""
-        from tether.serve.config import BRIDGE
+    def _check_families(self) -> None:
+        """Each served factory's module's own `check_config(path)`, where it has one (the
+        bridge's reads its `[remote]` host whole), before anything is opened, locked or
+        written: a mistake there is the configuration error it is (exit 2), never found after
+        the daemon took its state dir (or refused as `daemon_running` where another holds it).
+        A module that cannot be imported is left to the families' load, which says so."""
+        import importlib
 
-        if BRIDGE in self.serve.families:
-            from tether.adapters.grpc.bridge import load_remote
-
-            load_remote(self.config.path)
+        for spec in self.serve.families:
+            try:
+                module = importlib.import_module(spec.partition(":")[0])
+            except ImportError:
+                continue
+            check = getattr(module, "check_config", None)
+            if callable(check):
+                check(self.config.path)
 
     def start(self) -> Daemon:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._check_listeners()  # refused before anything is opened
-        self._check_remote()
+        self._check_families()
         data = self.data_dir.absolute()
         check_separate_files(  # one SQLite file for both stores: `same_store_file`, exit 2
             self.serve.catalog_url or sqlite_url(data / "catalog.db"),

@@ -252,6 +252,12 @@ def submit(activity_id: str, kind: str, request: dict[str, Any]) -> ComponentWri
     return intent(activity_id, value)
 
 
+def check_config(config_path: str | Path) -> None:
+    """`tether serve`'s check of this factory's configuration before it opens anything: the
+    `[remote]` host read whole (`load_remote`), its refusal the configuration error it is."""
+    load_remote(config_path)
+
+
 def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
     """`tether serve`'s factory (`[serve] families`): the remote_move family over the
     `[remote]` host, with its submit; its channel closes with the daemon."""
@@ -274,6 +280,7 @@ __all__ = [
     "SIM_SUBMIT_KEYS",
     "SUBMIT_KEYS",
     "BridgeRequestError",
+    "check_config",
     "load_remote",
     "parse_remote",
     "serve_families",
