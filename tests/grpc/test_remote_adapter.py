@@ -98,6 +98,38 @@ def test_a_remote_refusal_is_a_recorded_failure_and_nothing_moves(
         assert [e for e in emu.journal() if e["instruction"] == "action"] == []
 
 
+def test_a_move_refused_by_a_latched_remote_robot_is_a_recorded_failure_never_run_later(
+    tmp_path: Path, bridge: tuple[Host, int]
+) -> None:
+    # An operator's stop holds the remote arm: the remote refuses the new move, recording
+    # nothing. The bridge records that refusal as the move's failure; it used to re-send the
+    # Execute every second (a warning each time) and start the move by itself once an
+    # operator resumed the arm there.
+    host, port = bridge
+    with emulator_process(tmp_path) as emu:
+        config = grpc_config(
+            tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+        )
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=30)
+            host.create_world("bridge")
+            host.commit_tick("bridge", [intent("held", request())])
+            assert host.wait_settled("bridge", 30), "the refused move never settled"
+            record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "held"))
+            assert record is not None and record.result is not None and record.result.failed
+            doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
+            assert doc["code"] == "remote_robot_latched", doc
+            assert "robot_latched" in doc["error"]
+            with pytest.raises(grpc.RpcError) as missing:  # nothing recorded on the remote
+                control.GetOperation(
+                    pb.GetOperationRequest(operation_id=record.operation_id), metadata=bearer()
+                )
+            assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+            channel.close()
+        assert target_actions(emu.journal(), GOALS) == {1: 0, 2: 0}
+
+
 def test_the_remote_killed_mid_move_is_reconciled_after_its_restart_with_one_motion(
     tmp_path: Path, bridge: tuple[Host, int]
 ) -> None:

@@ -21,7 +21,10 @@ Rules:
   to `ctx.progress` (the AG-UI stream). `UNAVAILABLE`, `DEADLINE_EXCEEDED` or a broken stream
   raises `RemoteUnreachable`: the attempt stays bound and the next one reconciles (never a new
   id). `INVALID_ARGUMENT` (the remote refused the request, nothing recorded there) and
-  `ALREADY_EXISTS` (the id is bound to another request there) are failed results.
+  `ALREADY_EXISTS` (the id is bound to another request there) are failed results, as is
+  `FAILED_PRECONDITION robot_latched` (`remote_robot_latched`: an operator's stop holds the
+  remote robot, and the remote recorded nothing): a move refused by a stopped robot never
+  starts by itself once that robot is resumed; the planner asks again with a new intent.
 - The remote result is made durable in the local artifact store and read back against the
   digest the remote reported (and the digest of its bytes) before it is returned for
   `record_result`; a mismatch is `RemoteResultMismatch` (nothing recorded).
@@ -476,6 +479,14 @@ class RemoteMoveAdapter:
                 return self._refused(ctx, "remote_conflict", exc.details() or "")
             if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 return self._refused(ctx, "remote_refused_principal", exc.details() or "")
+            if code == grpc.StatusCode.FAILED_PRECONDITION and (exc.details() or "").startswith(
+                "robot_latched:"
+            ):
+                # The remote robot is held by an operator's stop, and the remote recorded
+                # nothing under the id (a retry of one it holds is answered with it): a
+                # recorded failure, never a move that starts by itself once the robot is
+                # resumed there.
+                return self._refused(ctx, "remote_robot_latched", exc.details() or "")
             raise RemoteUnreachable(f"{ctx.operation_id}: Execute: {_why(exc)}") from None
         if op.state not in TERMINAL:
             op = self._watch(ctx, op.id, op.revision)
