@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from tether.runtime import (
     LeaseLost,
     ProgressEvent,
 )
+from tether.runtime._worker import RENEW_RETRY_S
 from tether.world import ComponentWrite
 
 from tests.backends import BACKENDS
@@ -337,6 +339,56 @@ def test_a_renewal_the_store_cannot_take_is_not_a_lost_lease(
         assert rec is not None and rec.result is not None and not rec.result.failed
         assert rec.attempt_count == 1  # never stopped, never reconciled
     assert len(renewed) == 1
+
+
+@pytest.mark.parametrize("host_backend", ["postgres"], indirect=True)
+def test_after_a_failed_renewal_the_next_attempt_is_renewed_within_the_retry_bound(
+    tmp_path: Path, host_backend: str
+) -> None:
+    """An attempt whose renewal failed ended before the heartbeat thread renewed over a
+    fresh connection. The worker's next attempt had its `ctx.heartbeat()` renew nothing (the
+    attempt's own thread never waits to reconnect) and the thread's first renewal a third of
+    the lease away (10 s here): now the thread renews it within `RENEW_RETRY_S`."""
+    import psycopg
+
+    journal = Journal(tmp_path / "provider.db")
+    renewed: dict[str, float] = {}
+
+    class Renews(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            if ctx.key == akey(0):  # its renewal fails, and it ends at once
+                ctx.heartbeat()  # opens the heartbeat's own connection (the newest one)
+                with psycopg.connect(str(host.catalog_url), autocommit=True) as admin:
+                    (pid,) = admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND application_name = 'tether-catalog' AND pid <> pg_backend_pid()"
+                        " ORDER BY backend_start DESC LIMIT 1"
+                    ).fetchone()  # type: ignore[misc]
+                    admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+                ctx.heartbeat()  # over the dropped connection: failed, not a lost lease
+                return super().execute(ctx, request)
+            first = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+            start = time.monotonic()
+            while time.monotonic() - start < 5:
+                ctx.heartbeat()
+                now = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+                if now > first:
+                    renewed[ctx.key.activity_id] = time.monotonic() - start
+                    break
+                threading.Event().wait(0.02)
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Renews(journal), stage_task)
+    host = Host(tmp_path, [fam], workers=0, observe=False, lease_ms=30_000, **store_kw(tmp_path))
+    with host:
+        host.create_world("w")
+        host.commit_tick("w", intents(2))
+        assert drain(host) == 2  # one worker, one heartbeat thread, two attempts
+        for i in range(2):
+            rec = host.get(akey(i))
+            assert rec is not None and rec.result is not None and rec.attempt_count == 1
+    assert list(renewed) == ["task-0001"], "the next attempt was not renewed within 5 s"
+    assert renewed["task-0001"] < RENEW_RETRY_S + 2
 
 
 def test_attempt_context_reports_worker_shutdown(tmp_path: Path) -> None:

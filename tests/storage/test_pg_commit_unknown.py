@@ -332,17 +332,23 @@ def test_every_lost_catalog_commit_of_a_worker_attempt_is_reread_before_any_effe
     tmp_path: Path, pg_url: str, cutter: CommitCutter, mode: str
 ) -> None:
     """The k-th catalog COMMIT of `run_next` is cut, for every k: the claim, the bind, the
-    result. Whatever was lost, the worker re-reads before acting: the effect happens exactly
-    once, `execute` runs exactly once (a lost claim or bind starts nothing, a bind that landed
-    is found), and the result is recorded, at once or by the next claim after the lease."""
+    renewal of the execute's `ctx.heartbeat()`, the result. Whatever was lost, the worker
+    re-reads before acting: the effect happens exactly once, `execute` runs exactly once (a
+    lost claim or bind starts nothing, a bind that landed is found), and the result is
+    recorded, at once or by the next claim after the lease."""
     clock = ManualClock()
     with _host(tmp_path, pg_url, cutter, "catalog", clock) as host:
         host.create_world("w")
         journal = Journal(tmp_path / "provider.db")
-        worker = host.new_worker("w0")
+        workers = []
         try:
 
             def step(n: int, arm: Callable[[], None]) -> None:
+                # A worker per step: one whose renewal was cut leaves its next attempt's
+                # `ctx.heartbeat()` to its heartbeat thread's fresh connection (a renewal
+                # less in that step, at random), and every step makes the same COMMITs.
+                worker = host.new_worker(f"w{n}")
+                workers.append(worker)
                 host.commit_tick("w", intents(1, prefix=f"n{n}"))
                 key = ActivityKey("w", KIND, f"n{n}-0000")
                 arm()
@@ -363,4 +369,5 @@ def test_every_lost_catalog_commit_of_a_worker_attempt_is_reread_before_any_effe
 
             _sweep(cutter, mode, step)
         finally:
-            worker.close()
+            for worker in workers:
+                worker.close()

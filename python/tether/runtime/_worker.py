@@ -571,6 +571,12 @@ class _Heartbeat:
         beat.ctx = ctx
         now = time.monotonic()
         beat.due = now + self._interval_s
+        if self._failing:
+            # The last renewal (an earlier attempt's) failed and its connection was dropped:
+            # until the heartbeat thread renews over a fresh one, `ctx.heartbeat()` renews
+            # nothing (the attempt's own thread never waits for the store), so the thread
+            # renews this attempt soon, not a third of the lease from now.
+            beat.due = now + min(self._interval_s, RENEW_RETRY_S)
         # The claim was granted just before this (a round trip ago): the margin `renew` keeps,
         # a third of the lease, covers that.
         beat.held_until = now + self._lease_ms / 1000
