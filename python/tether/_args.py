@@ -21,6 +21,7 @@ secret: errors carry none).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import errno
 import json
@@ -28,11 +29,12 @@ import logging
 import math
 import os
 import re
+import signal
 import sys
 import textwrap
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -216,6 +218,29 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM taken as Ctrl-C is (a command that ends on it as on SIGINT): said as SIGTERM."""
 
     signal_name = "SIGTERM"
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM (systemd, `timeout`, a supervisor) interrupts the command as
+    Ctrl-C does (`Terminated`, a `KeyboardInterrupt`): what it applies on Ctrl-C (a robot's
+    stop policy, its outcome document, exit 130) it applies on SIGTERM too, instead of dying
+    with the default action mid-work. The first SIGTERM only: a later one, while the command
+    stops, is ignored, so it cannot cut that stop short. Outside the main thread, nothing."""
+
+    def handler(_signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    try:
+        before = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: signals are not its to take
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def interrupted(prog: str, signal_name: str = "SIGINT") -> None:

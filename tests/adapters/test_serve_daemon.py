@@ -25,6 +25,7 @@ from _dxl_setup import (
     run_worker,
     target_actions,
 )
+from tether.adapters.dynamixel import tables
 from tether.adapters.dynamixel.config import hash_credential
 from tether.client import Client
 
@@ -562,12 +563,14 @@ def _until_progress(move: subprocess.Popen[str]) -> None:
     raise AssertionError("no progress before the move's output ended")
 
 
-def _interrupted(move: subprocess.Popen[str]) -> tuple[str, str]:
-    """SIGINT (Ctrl-C) to a `tether move` once its move reported progress; its output after
-    that, once it exited 130."""
+def _interrupted(
+    move: subprocess.Popen[str], sig: signal.Signals = signal.SIGINT
+) -> tuple[str, str]:
+    """SIGINT (Ctrl-C), or ``sig``, to a `tether move` once its move reported progress; its
+    output after that, once it exited 130."""
     try:
         _until_progress(move)
-        move.send_signal(signal.SIGINT)
+        move.send_signal(sig)
         out, err = move.communicate(timeout=60)
     finally:
         move.kill()
@@ -575,11 +578,14 @@ def _interrupted(move: subprocess.Popen[str]) -> tuple[str, str]:
     return out, err
 
 
-def test_a_move_whose_follower_is_interrupted_goes_on_and_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_move_whose_follower_is_interrupted_goes_on_and_says_so(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     with emulator_process(tmp_path, speed_scale=1.0) as emu:  # real-time shafts: a long move
         config = serve_config(tmp_path, emu.path)
         with daemon(config):
-            out, _err = _interrupted(_following(config, "followed"))
+            out, _err = _interrupted(_following(config, "followed"), sig)
             last = json.loads(out.strip().splitlines()[-1])
             assert (last["status"], last["reason"]) == ("pending", "interrupted"), last
             assert "goes on in tether serve" in last["error"]
@@ -587,6 +593,32 @@ def test_a_move_whose_follower_is_interrupted_goes_on_and_says_so(tmp_path: Path
             client = Client(config=config)
             done = watch_until(client, last["key"], ("done",), 120)
             assert done["state"] == "done"
+
+
+def test_a_standalone_move_ended_by_sigterm_stops_its_robot_as_on_ctrl_c(tmp_path: Path) -> None:
+    """SIGTERM (systemd, `timeout`) to a `tether move` that runs the move itself: the robot's
+    stop policy is applied and the move left to reconcile, as on Ctrl-C. It used to die with
+    the default action (exit 143, no outcome) while the arm drove on to its goal."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:  # real-time shafts: a long move
+        config = serve_config(tmp_path, emu.path)  # no daemon: the move runs in the command
+        out, err = _interrupted(_following(config, "termed"), signal.SIGTERM)
+        last = json.loads(out.strip().splitlines()[-1])
+        assert (last["status"], last["reason"]) == ("pending", "interrupted"), (last, err)
+        assert "stop policy was applied" in last["error"]
+        # Held where it was (the hold policy): not driving on to 1.4 rad.
+        goal = tables.radians_to_ticks(1.4)
+        time.sleep(1.0)
+        state = emu.request(op="snapshot", id=1)
+        assert state["goal_position"] != goal and not state["moving"], state
+        # The same command again reconciles it from a read-back: cut short by its stop, it
+        # awaits an operator (never driven on by itself).
+        again = tether(
+            "move", "--config", str(config), "--robot", "arm", "--activity", "termed",
+            "--joint", "a=1.4", "--joint", "b=-1.4", "--json",
+        )  # fmt: skip
+        assert again.returncode == 3, again.stdout + again.stderr
+        parked = json.loads(again.stdout.strip().splitlines()[-1])
+        assert parked["reason"] == "stopped_at_shutdown", parked
 
 
 def test_a_daemon_killed_under_a_followed_move_is_not_reported_as_a_refusal(

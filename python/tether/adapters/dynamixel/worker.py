@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from tether import _exit
-from tether._args import Parser, debug, error_line, refuse, want_json
+from tether._args import Parser, debug, error_line, refuse, sigterm_interrupts, want_json
 from tether._dirs import usable_dir
 from tether.activities import MAX_LEASE_MS, ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
@@ -533,6 +533,14 @@ class _ProgressLine:
 
 
 def main(argv: list[str]) -> int:
+    """`tether move`; a SIGTERM interrupts it as Ctrl-C does (`sigterm_interrupts`): a move
+    run here ends with its robot's stop policy applied, one followed in the daemon is only
+    no longer followed."""
+    with sigterm_interrupts():
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     parser = Parser(
         prog="tether move",
         description="Run one robot move to a conclusion, as an Activity of the local Host "
