@@ -520,6 +520,33 @@ def test_no_credential_reaches_a_debug_log_of_the_handshakes(
     assert any(m.startswith("< Host: ") for m in server_side)  # the others are still said
 
 
+@pytest.mark.parametrize("query", ["token", "ToK%65n", "from=3&access_token"])
+def test_a_token_in_the_url_is_refused_and_never_written_to_a_debug_log(
+    server: LiveServer, caplog: pytest.LogCaptureFixture, query: str
+) -> None:
+    """A credential in the URL is refused (`secret_in_url`), and websockets logged the request
+    line with it at DEBUG first: a planner's token in full. Its query is masked whole."""
+    from urllib.parse import urlsplit
+
+    caplog.set_level(logging.DEBUG)
+    where = urlsplit(server.url)
+    target = f"{where.path}?{query}={TOKEN}"
+    with socket.create_connection((str(where.hostname), int(where.port or 80)), 5) as c:
+        request = (
+            f"GET {target} HTTP/1.1\r\nHost: {where.hostname}:{where.port}\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        c.sendall(request.encode())
+        answer = b""
+        while chunk := c.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("tether")]
+    assert [m for m in said if TOKEN in m] == []
+    assert f"< GET {where.path}?[REDACTED] HTTP/1.1" in said, said
+
+
 def test_a_connection_on_a_session_cookie_ends_with_its_session(
     rec: Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:

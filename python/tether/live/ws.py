@@ -65,6 +65,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
+from tether._listen import SECRET_PARAMS
 from tether._log import REDACTED
 from tether.live._feed import FrameSink
 
@@ -111,6 +112,13 @@ class HeaderCredentials(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
+        if isinstance(args, tuple) and record.msg in _REQUEST_LINES:
+            # The request line: a credential in its query (refused, `secret_in_url`, but
+            # logged first) is masked with the rest of the query.
+            at = _REQUEST_LINES[record.msg]
+            if at < len(args):
+                record.args = (*args[:at], _masked_target(str(args[at])), *args[at + 1 :])
+            return True
         if (
             isinstance(args, tuple)
             and len(args) == 2
@@ -130,6 +138,21 @@ class HeaderCredentials(logging.Filter):
                 value = REDACTED
             record.args = (name, value)
         return True
+
+
+#: The request lines websockets logs at DEBUG, and the position of the target in their args.
+_REQUEST_LINES: Final = {"< %s %s %s": 1, "< GET %s HTTP/1.1": 0, "> GET %s HTTP/1.1": 0}
+
+
+def _masked_target(target: str) -> str:
+    """``target`` with its query masked whole when a parameter of it names a secret
+    (`SECRET_PARAMS`, as `secret_in_url` refuses it; names decoded as the refusal decodes
+    them), else as it is."""
+    path, sep, query = target.partition("?")
+    if not sep:
+        return target
+    names = {name.strip().lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
+    return f"{path}?{REDACTED}" if names & SECRET_PARAMS else target
 
 
 log.addFilter(HeaderCredentials())
