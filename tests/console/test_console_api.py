@@ -229,6 +229,14 @@ def test_bad_requests_get_a_stable_code_and_change_nothing(host: Host, parked: s
             headers={**headers, "Content-Type": "application/json"},
         )
         assert (big.status_code, big.json()["code"]) == (413, "body_too_large")
+        # Within the size bound, nested past the parser's depth: a 500 and a traceback were.
+        for path in ("/api/login", "/api/resolve"):
+            deep = http.post(
+                path,
+                content=b'{"credential":' + b"[" * 30000 + b"]" * 30000 + b"}",
+                headers={**headers, "Content-Type": "application/json"},
+            )
+            assert (deep.status_code, deep.json()["code"]) == (400, "bad_request"), deep.text
         assert http.put("/api/resolve", json={}).json()["code"] == "method_not_allowed"
         assert http.get("/api/decision").json()["code"] == "bad_request"
         malformed = http.get("/api/decision", params={"id": "\x00\xff"})

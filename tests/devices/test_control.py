@@ -141,6 +141,9 @@ def test_replies_and_refusals_carry_codes(tmp_path: Path) -> None:
             assert info.value.details["device_code"] == code
         assert raw_request(path, b"not json\n")["code"] == "bad_request"
         assert raw_request(path, b"[1, 2]\n")["code"] == "bad_request"
+        deep = b'{"op":' + b"[" * 30000 + b"]" * 30000 + b"}\n"  # past the parser's depth
+        assert raw_request(path, deep)["code"] == "bad_request"
+        assert send_request(path, {"op": "state"}) == {"moving": False}  # still served
     finally:
         server.close()
 

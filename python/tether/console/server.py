@@ -652,6 +652,8 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                 doc = json.loads(data or b"{}")
             except ValueError:
                 raise ConsoleError("bad_request", "the body is not JSON") from None
+            except RecursionError:  # within the size bound, nested past the parser's depth
+                raise ConsoleError("bad_request", "the body's JSON is nested too deep") from None
             if not isinstance(doc, dict):
                 raise ConsoleError("bad_request", "the body must be a JSON object")
             return doc

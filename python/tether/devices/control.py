@@ -280,7 +280,7 @@ class ControlServer:
             request = json.loads(line)
             if not isinstance(request, dict):
                 raise ValueError("a request is a JSON object")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             self._answer_now(conn, "bad_request", f"not a JSON request line: {exc}")
             return
         op = str(request.get("op"))
