@@ -99,6 +99,45 @@ def test_a_watch_sees_a_claim_no_doorbell_names_through_the_poller(served: Daemo
         channel.close()
 
 
+def test_a_watch_opened_before_the_admission_sends_no_view_without_a_revision(
+    served: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watch that found the operation's intent committed and its catalog record not yet
+    admitted sent a view of revision 0 with times of 0, while Execute answered revision 1.
+    It now waits for the admission: its first view is the admitted record's."""
+    catalog = served.host().catalog
+    real = catalog.admit_many
+    committed = threading.Event()
+
+    def slow(admissions: Any) -> Any:
+        committed.set()  # the intent is committed; its admission is late
+        time.sleep(0.5)
+        return real(admissions)
+
+    monkeypatch.setattr(catalog, "admit_many", slow)
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    try:
+        executed: list[pb.Operation] = []
+        runner = threading.Thread(
+            target=lambda: executed.append(
+                control.Execute(move("job-early"), metadata=bearer(), timeout=30)
+            )
+        )
+        runner.start()
+        assert committed.wait(10)
+        views = control.WatchOperation(
+            pb.WatchOperationRequest(operation_id="job-early"), metadata=bearer(), timeout=30
+        )
+        first = next(views)
+        views.cancel()
+        runner.join(30)
+        assert executed and executed[0].revision >= 1
+        assert first.revision >= executed[0].revision and first.created_ms > 0, first
+    finally:
+        channel.close()
+
+
 def test_watches_are_woken_for_their_own_key_only() -> None:
     watches = _Watches()
     a, b = ActivityKey("w", "k", "a"), ActivityKey("w", "k", "b")

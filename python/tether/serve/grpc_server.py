@@ -1539,7 +1539,11 @@ class RobotControl(rpc.RobotControlServicer):
             with self.work:
                 record = runtime.get(key)
                 now = (None if record is None else record.version, seq)
-                op = None if now == stamp else self._operation(key, intent, record)
+                # Not before its admission (its intent committed, its catalog record an instant
+                # away): a view without a record has no revision, and the first one sent would
+                # read revision 0 after Execute answered revision 1.
+                fresh = now != stamp and record is not None
+                op = self._operation(key, intent, record) if fresh else None
             if op is not None:
                 if stamp is None and floor > op.revision:
                     _abort(
