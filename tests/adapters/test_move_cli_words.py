@@ -373,3 +373,35 @@ def _move_m1(config_path: Path, **run: Any) -> subprocess.CompletedProcess[str]:
         timeout=60,
         **run,
     )  # fmt: skip
+
+
+def test_another_move_under_a_used_activity_id_is_admission_conflict_without_a_daemon(
+    tmp_path: Path,
+) -> None:
+    """Run by the command itself, another request under a used activity id was `bad_request`
+    with a Python repr of the held one; through the daemon it is `admission_conflict` with
+    JSON. Both now say `admission_conflict` (exit 1), and the robot is not moved again."""
+    import json
+    import subprocess
+    import sys
+
+    from _dxl_setup import emulator_process, write_config
+
+    with emulator_process(tmp_path) as emu:
+        config_path = write_config(tmp_path, emu.path)
+        command = [sys.executable, "-m", "tether", "move", "--config", str(config_path)]
+        command += ["--robot", "arm", "--activity", "a1", "--json"]
+        first = subprocess.run(
+            [*command, "--joint", "a=0.5"], capture_output=True, text=True, timeout=120
+        )
+        assert first.returncode == 0, (first.stdout, first.stderr)
+        before = len(emu.journal())
+        other = subprocess.run(
+            [*command, "--joint", "a=0.1"], capture_output=True, text=True, timeout=120
+        )
+        assert other.returncode == 1, (other.stdout, other.stderr)
+        refusal = json.loads(other.stdout)
+        assert refusal["code"] == "admission_conflict", refusal
+        held = refusal["message"].split("is another request: ", 1)[1]
+        assert json.loads(held)["targets"] == {"a": 0.5}, refusal
+        assert [e for e in emu.journal()[before:] if e["instruction"] == "action"] == []

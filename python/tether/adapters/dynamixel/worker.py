@@ -49,6 +49,7 @@ from tether.errors import PortBusy, TetherError, TransportError
 from tether.families.robot_move.request import (
     KIND_ABSOLUTE,
     KIND_RELATIVE,
+    MoveConflict,
     MoveRequest,
     MoveRequestError,
 )
@@ -348,8 +349,9 @@ def run_move(
             if held is None:
                 host.commit_tick(world, [intent(activity, request)])
             elif held != request.as_dict():
-                raise MoveRequestError(
-                    f"activity {activity} of world {world} is another move: {held}"
+                raise MoveConflict(
+                    f"activity {activity} of world {world} is another request:"
+                    f" {json.dumps(held, sort_keys=True)}"
                 )
             before = host.get(key)  # concluded by an earlier run: shown, never run again
             earlier = before is not None and before.result is not None

@@ -55,6 +55,13 @@ class MoveRequestError(ValueError):
     code = "bad_request"
 
 
+class MoveConflict(MoveRequestError):
+    """Another move already holds the activity id (`admission_conflict`, as the daemon names
+    it): an activity id is one request for good."""
+
+    code = "admission_conflict"
+
+
 def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
 
