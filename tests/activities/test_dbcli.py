@@ -272,6 +272,16 @@ def test_status_and_upgrade_share_prunes_error_shape_and_exit_codes(tmp_path: Pa
     failed = tether("db", "upgrade", url)
     assert failed.returncode == 5
     one_line(failed, "tether db: catalog_newer:")
+    # A mistyped path is a usage error (as a database the server does not have), never a
+    # store to upgrade (exit 1), and nothing is created.
+    typo = tmp_path / "no-such" / "catalgo.db"
+    for flags in ((), ("--json",)):
+        absent = tether("db", "status", f"sqlite://{typo}", *flags)
+        assert absent.returncode == 2, (absent.stdout, absent.stderr)
+        one_line(absent, "tether db: no_such_database:")
+        if flags:
+            assert json.loads(absent.stdout)["code"] == "no_such_database"
+    assert not typo.parent.exists()
 
 
 def test_prune_reads_a_data_dir_whose_path_holds_a_percent_sign(tmp_path: Path) -> None:

@@ -23,11 +23,12 @@ Exit codes (every subcommand, `tether._exit`): 0 done (`prune`: also a dry run; 
 store is current), 1 failed (`status`: a store needs `upgrade` or is newer; `upgrade`: it
 failed, or another upgrade kept the database's lock too long, `migration_lock_timeout`;
 `prune`: a storage error; a server that refuses the login, `login_refused`), 2 usage (a bad
-flag, duration or URL, a database the server does not have, a data directory that is missing,
-not a directory or holds no Tether catalog; `upgrade --store` naming the other store than a
-SQLite file holds, `same_store_file`), 5 a store that cannot be used (cut short, not a
-database; `prune`: a catalog newer than this Tether or one to `tether db upgrade` first;
-`upgrade`: a newer one), 6 the disk refused a write, 7 a server that cannot be reached.
+flag, duration or URL, a database the server does not have or a SQLite file that does not
+exist, a data directory that is missing, not a directory or holds no Tether catalog;
+`upgrade --store` naming the other store than a SQLite file holds, `same_store_file`), 5 a
+store that cannot be used (cut short, not a database; `prune`: a catalog newer than this
+Tether or one to `tether db upgrade` first; `upgrade`: a newer one), 6 the disk refused a
+write, 7 a server that cannot be reached.
 Errors are one line on stderr,
 `tether db: CODE: message`, or with --json one object `{"error", "code", "message"}` on stdout.
 """
@@ -421,6 +422,7 @@ class _Progress:
 def _schema_command(args: argparse.Namespace) -> int:
     """`tether db status|upgrade`: print the stores' versions; the exit code of the table."""
     if args.cmd == "status":
+        schema_cli.check_exists(args.url)
         rows = schema_cli.status(args.url)
         print(schema_cli.render(args.url, rows, args.json))
         if any(r.damaged for r in rows):

@@ -23,8 +23,9 @@ each reports the stores as they are after it.
 
 Exit codes (`tether._exit`): 0 done (status: every store is current), 1 a store needs
 `upgrade` (status) or the upgrade failed (also a refused login, `login_refused`), 2 usage (a
-bad URL, a database the server does not have), 5 a store that cannot be used, 7 a server
-that cannot be reached (one line naming the host and the cause).
+bad URL, a database the server does not have, a SQLite file that does not exist), 5 a store
+that cannot be used, 7 a server that cannot be reached (one line naming the host and the
+cause).
 """
 
 from __future__ import annotations
@@ -86,6 +87,18 @@ def _sqlite_path(url: str) -> str:
     if path is None:
         raise UrlError(f"sqlite URLs name an absolute file: {SQLITE_URL_FORM} (got {url!r})")
     return "/" + path.lstrip("/")  # sqlite:////abs too, as the stores themselves read it
+
+
+def check_exists(url: str) -> None:
+    """A SQLite URL naming no file is a usage error (`no_such_database`, as a PostgreSQL
+    database the server does not have): a mistyped path, which `status` would otherwise
+    report as a store to upgrade (exit 1). Nothing is created."""
+    import os
+
+    if _scheme(url) == "sqlite":
+        path = _sqlite_path(url)
+        if not os.path.lexists(path):
+            raise UrlError(f"{redact(url)}: no such file (no SQLite database)", "no_such_database")
 
 
 def _sqlite_status(path: str) -> list[StoreStatus]:
