@@ -547,6 +547,34 @@ def test_a_token_in_the_url_is_refused_and_never_written_to_a_debug_log(
     assert f"< GET {where.path}?[REDACTED] HTTP/1.1" in said, said
 
 
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:80", "10.0.0.1"])
+def test_a_foreign_host_header_is_refused_on_loopback_even_with_a_token(
+    server: LiveServer, host: str
+) -> None:
+    """A page whose name was rebound to 127.0.0.1 (DNS rebinding) was switched to a
+    WebSocket: the console and the SSE stream refuse such a `Host` on loopback, the live
+    endpoint answered 101 to it with a valid token. It is a 403 now; a loopback one is not."""
+    from urllib.parse import urlsplit
+
+    where = urlsplit(server.url)
+
+    def answer(host_header: str) -> bytes:
+        with socket.create_connection((str(where.hostname), int(where.port or 80)), 5) as c:
+            request = (
+                f"GET {where.path} HTTP/1.1\r\nHost: {host_header}\r\n"
+                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                f"Authorization: Bearer {TOKEN}\r\nOrigin: {ORIGIN}\r\n\r\n"
+            )
+            c.sendall(request.encode())
+            return c.recv(4096)
+
+    refused = answer(host)
+    assert refused.startswith(b"HTTP/1.1 403 "), refused[:200]
+    assert b"loopback Host" in refused
+    assert answer(f"localhost:{where.port}").startswith(b"HTTP/1.1 101 ")
+
+
 def test_a_connection_on_a_session_cookie_ends_with_its_session(
     rec: Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:

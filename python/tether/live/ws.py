@@ -65,7 +65,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from tether._listen import SECRET_PARAMS
+from tether._listen import SECRET_PARAMS, _host_is_loopback_name
 from tether._log import REDACTED
 from tether.live._feed import FrameSink
 
@@ -404,6 +404,8 @@ class LiveServer:
         self.idle_s = idle_s
         self._closing: set[asyncio.Future[None]] = set()
         self.path = path
+        #: Listening on loopback: only a loopback ``Host`` is answered (DNS rebinding).
+        self._loopback = _host_is_loopback_name(host)
         self._authorize = authorize
         self._origins = list(allowed_origins)
         self._heartbeat_s = heartbeat_s
@@ -515,6 +517,15 @@ class LiveServer:
         resume = _resume(request.path)
         if isinstance(resume, str):
             return _refuse(conn, http.HTTPStatus.BAD_REQUEST, resume)
+        hosts = request.headers.get_all("Host")
+        if self._loopback and any(not _host_is_loopback_name(h) for h in hosts):
+            # A page whose name was rebound to this loopback address: refused as every
+            # loopback listener refuses it (`host_not_loopback`), credentials or not.
+            return _refuse(
+                conn,
+                http.HTTPStatus.FORBIDDEN,
+                "this listener is on loopback and answers only a loopback Host",
+            )
         origins = request.headers.get_all("Origin")
         if len(origins) > 1:  # a browser sends one: which one to judge is not for us to guess
             return _refuse(conn, http.HTTPStatus.BAD_REQUEST, "more than one Origin header")
