@@ -52,6 +52,7 @@ import select
 import socket
 import ssl
 import stat
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -542,21 +543,73 @@ def refusal_body(
     return body, http, extra
 
 
+#: Connections one HTTP listener serves at once (a thread each: an SSE subscriber holds its
+#: own for as long as it listens); one more is answered 503 (`listener_busy`) at once.
+MAX_CONNECTIONS: Final = 256
+_BUSY_BODY: Final = json.dumps(
+    {
+        "code": "listener_busy",
+        "message": f"{MAX_CONNECTIONS} connections of this listener are open: close one, or try"
+        " again later",
+    }
+).encode()
+_BUSY: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 5\r\n"
+    b"Connection: close\r\nContent-Length: " + str(len(_BUSY_BODY)).encode() + b"\r\n\r\n"
+) + _BUSY_BODY
+
+
 class PolicyHTTPServer(ThreadingHTTPServer):
     """The stdlib HTTP server of a listener under `policy` (the SSE stream, the console): one
-    thread per client; with TLS the handshake runs in the client's own thread under
-    `HANDSHAKE_TIMEOUT_S`, so a client that never finishes it cannot stall the accept loop. A
-    client's broken connection is not the server's error, and nothing of it is printed."""
+    thread per client, at most `max_connections` at once (one more is answered 503
+    `listener_busy` by the accepting thread, without a thread of its own: in plain text, within
+    a short send timeout; over TLS, whose handshake it would have to wait for, it is closed);
+    with TLS the handshake runs in the client's own thread under `HANDSHAKE_TIMEOUT_S`, so a
+    client that never finishes it cannot stall the accept loop. A client's broken connection is
+    not the server's error, and nothing of it is printed."""
 
     daemon_threads = True
     allow_reuse_address = True
+    max_connections = MAX_CONNECTIONS
 
     def __init__(self, policy: ListenerPolicy, handler: type[BaseHTTPRequestHandler]) -> None:
         self.policy = policy
+        self._open = 0
+        self._open_lock = threading.Lock()
         host = policy.address[0]
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host.strip("[]"), policy.address[1]), handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            busy = self._open >= self.max_connections
+            if not busy:
+                self._open += 1
+        if busy:
+            if self.policy.ssl_context is None:
+                try:
+                    request.settimeout(0.2)
+                    request.sendall(_BUSY)
+                except OSError:
+                    pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._closed_one()  # its thread never started
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed_one()
+
+    def _closed_one(self) -> None:
+        with self._open_lock:
+            self._open -= 1
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         context = self.policy.ssl_context

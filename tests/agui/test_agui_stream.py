@@ -514,3 +514,42 @@ def test_clients_that_go_away_at_once_are_let_go_within_seconds_not_at_a_later_w
             sock.close()
         stream.finish()
         server.close()
+
+
+def test_connections_past_the_listeners_bound_are_answered_503_not_a_thread_each() -> None:
+    """Each SSE connection held a thread of the daemon, with no bound: 800 idle clients took
+    800 threads. Past `max_connections` one more is answered 503 `listener_busy` at once, and
+    a closed connection frees its place."""
+    stream = _stream()
+    server = StreamServer(stream)
+    server._httpd.max_connections = 3
+    held: list[_Subscriber] = []
+    try:
+        for _ in range(3):
+            sub = _Subscriber(server.url)
+            sub.read_frames(1)
+            held.append(sub)
+        port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", "/events")
+        busy = conn.getresponse()
+        assert busy.status == 503 and busy.getheader("Retry-After") == "5"
+        assert json.loads(busy.read())["code"] == "listener_busy"
+        conn.close()
+        gone = held.pop()
+        gone.resp.close()
+        gone.conn.close()
+        for _ in range(200):  # its thread ends once it sees its client gone
+            if server._httpd._open < 3:
+                break
+            threading.Event().wait(0.05)
+        assert server._httpd._open < 3
+        again = _Subscriber(server.url)
+        again.read_frames(1)
+        held.append(again)
+    finally:
+        stream.finish()
+        for sub in held:
+            sub.resp.close()
+            sub.conn.close()
+        server.close()
