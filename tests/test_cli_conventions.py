@@ -328,6 +328,13 @@ def test_a_misspelled_option_is_named_before_the_required_one_it_hides(tmp_path:
         " --decision?); the following arguments are required: --decision (see `tether operator"
         " resolve --help`)"
     )
+    # The same in a command whose subcommands raise their own usage error (`tether db`).
+    prune = tether_run("db", "prune", "--data-dir", str(tmp_path), "--older-thn", "1d")
+    assert prune.returncode == _exit.USAGE
+    assert prune.stderr.splitlines()[0].startswith(
+        "tether db: usage: unrecognized arguments: --older-thn (did you mean --older-than?);"
+        " the following arguments are required: --older-than"
+    ), prune.stderr
     # A value that starts with "--" but holds a space is a value to argparse, not an option.
     note = tether_run("operator", "resolve", "K", "--note", "--force it now", "--revision", "1")
     assert note.returncode == _exit.USAGE and "unrecognized" not in note.stderr, note.stderr
