@@ -715,6 +715,94 @@ def test_reconcile_that_raises_or_recovers_a_non_durable_result_concludes_unknow
         assert journal.calls("execute") == [] and journal.effects() == {}
 
 
+def test_a_reconcile_outcome_that_cannot_be_recorded_parks_for_an_operator(
+    tmp_path: Path,
+) -> None:
+    """A reconcile that returned a conclusion the catalog refuses (a backoff past its bound, a
+    bool for one), of the wrong type, or naming evidence or a guard the artifact store does
+    not hold was reconciled again every lease, forever (`retry_after_ms=True`: every
+    millisecond), and never awaited an operator. Each now parks the Activity as Unknown with
+    the adapter's mistake as its evidence; an adapter's SystemExit ends no worker."""
+    from tether.activities import Evidence, RetryGuard
+    from tether.runtime import ConfirmedAbsent, Recovered, Unknown
+
+    clock = Clock()
+    journal = Journal(tmp_path / "provider.db")
+    bad: list[Any] = []
+
+    class Mistaken(DedupAdapter):
+        def reconcile(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            journal.log_call(ctx.operation_id, "reconcile", ctx.fence)
+            real = ctx.artifacts.put_bytes(b"{}", "application/json")
+            make = bad[0]
+            if make == "exit":
+                raise SystemExit(0)
+            return make(Evidence(real.ref, real.digest))
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Mistaken(journal), stage_task)
+    outcomes = [
+        lambda ev: Unknown(ev, 2**62),
+        lambda ev: Unknown(ev, True),
+        lambda ev: Unknown(ev, -1),
+        lambda ev: Unknown("evidence", 1000),
+        lambda ev: Unknown(Evidence("artifact:sha256/" + "1" * 64, "sha256:" + "1" * 64), 1000),
+        lambda ev: ConfirmedAbsent("guard"),
+        lambda ev: ConfirmedAbsent(RetryGuard("", "")),
+        lambda ev: Recovered(None),
+        "exit",
+    ]
+    with make_host(tmp_path, fam, clock=clock, lease_ms=1000) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        claim = host.catalog.claim("ghost", 1000, kinds=[KIND])  # a worker that dies bound
+        assert claim is not None
+        host.catalog.bind_provider_operation(
+            akey(0), claim.attempt.fence, operation_id_for(akey(0))
+        )
+        worker = host.new_worker()
+        revision = 0
+        for make in outcomes:
+            bad[:] = [make]
+            clock.now += 8 * 24 * 3600 * 1000  # past any backoff a conclusion recorded
+            assert worker.run_once()
+            rec = host.get(akey(0))
+            assert rec is not None and rec.result is None and rec.retry_guard is None
+            assert rec.awaiting_decision, make
+            assert rec.evidence_revision > revision, make  # this conclusion's own evidence
+            revision = rec.evidence_revision
+            assert rec.evidence is not None
+            text = host.artifacts.get_bytes(rec.evidence.evidence.ref, rec.evidence.evidence.digest)
+            assert b"FamilyError: reconcile returned" in text or b"SystemExit" in text, text
+        worker.close()
+        assert journal.calls("execute") == [] and journal.effects() == {}
+
+
+def test_an_execute_that_raises_system_exit_ends_its_attempt_not_the_worker(
+    tmp_path: Path,
+) -> None:
+    """An adapter's SystemExit out of `execute` ended the worker's thread without a word (the
+    pool still counted it): it is an attempt that raised, left to reconcile, and the worker
+    goes on to the next Activity."""
+    journal = Journal(tmp_path / "provider.db")
+
+    class Exits(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            if ctx.key == akey(0):
+                raise SystemExit(0)
+            return super().execute(ctx, request)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Exits(journal), stage_task)
+    with make_host(tmp_path, fam) as host:
+        host.create_world("w")
+        host.commit_tick("w", intents(2))
+        worker = host.new_worker()
+        assert worker.run_once() and worker.run_once()  # neither raised out of the worker
+        worker.close()
+        first, second = host.get(akey(0)), host.get(akey(1))
+        assert first is not None and first.result is None and first.operation_id is not None
+        assert second is not None and second.result is not None
+
+
 def test_a_family_whose_staging_raises_never_stalls_other_observations(tmp_path: Path) -> None:
     broken_kind = "crash.broken"
 

@@ -36,12 +36,14 @@ from typing import Any
 
 from tether._coded import CodedError
 from tether.activities import (
+    MAX_RETRY_AFTER_MS,
     ActivityKey,
     ActivityRecord,
     Catalog,
     Claim,
     Evidence,
     ResultRef,
+    RetryGuard,
     operation_id_for,
 )
 from tether.errors import CatalogRejection, CatalogStorageError, TetherError
@@ -388,7 +390,7 @@ class Worker:
         if ended:
             self._give_up(key, fence, attempt.number)
 
-    def _execute_ended(self, key: ActivityKey, exc: Exception) -> bool:
+    def _execute_ended(self, key: ActivityKey, exc: BaseException) -> bool:
         """Log an `execute` that raised; whether its error was typed. Either way the attempt
         concludes nothing (an execute attempt cannot conclude unknown): the next claim is
         reconcile-only. A typed refusal or failure (a `CodedError`: a latched robot, a device
@@ -454,7 +456,7 @@ class Worker:
             result = family.adapter.execute(ctx, request)
         except LeaseLost:
             raise
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # an adapter's SystemExit ends no worker
             return self._execute_ended(key, e)
         if not isinstance(result, ResultRef) or not self.artifacts.is_durable(result):
             log.error(
@@ -473,10 +475,16 @@ class Worker:
             outcome = family.adapter.reconcile(ctx, request)
         except LeaseLost:
             raise
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # an adapter's SystemExit ends no worker
             self._record_unknown(ctx, e)
             return
         self._check_live(ctx)
+        why = self._unrecordable(outcome)
+        if why is not None:
+            # The adapter's mistake: recorded as it stands it would be refused, or reconciled
+            # again every lease (never awaiting anyone), or kept as evidence nobody can read.
+            self._record_unknown(ctx, FamilyError(f"reconcile returned {why}"))
+            return
         if isinstance(outcome, Recovered):
             if not self.artifacts.is_durable(outcome.result):
                 self._record_unknown(ctx, FamilyError("recovered result is not durable"))
@@ -484,15 +492,46 @@ class Worker:
             self._record_result(ctx, outcome.result)
             crash_point("after_result")
         elif isinstance(outcome, ConfirmedAbsent):
-            self._concluding(lambda: self.catalog.confirm_absent(key, ctx.fence, outcome.guard))
+            self._conclude(ctx, lambda: self.catalog.confirm_absent(key, ctx.fence, outcome.guard))
         elif isinstance(outcome, Unknown):
-            self._concluding(
+            self._conclude(
+                ctx,
                 lambda: self.catalog.record_unknown(
                     key, ctx.fence, outcome.evidence, outcome.retry_after_ms
-                )
+                ),
             )
         else:
             self._record_unknown(ctx, FamilyError(f"reconcile returned {outcome!r}"))
+
+    def _unrecordable(self, outcome: object) -> str | None:
+        """Why a reconcile outcome cannot be recorded as it is (the adapter's mistake), or
+        None: a conclusion of the wrong type, a backoff that is no int of 0 to
+        `MAX_RETRY_AFTER_MS` (a bool is none), evidence not stored in the artifact store (an
+        operator could not read it). What the core refuses besides is `_conclude`'s."""
+        if isinstance(outcome, Recovered):
+            if not isinstance(outcome.result, ResultRef):
+                return f"Recovered({outcome.result!r}): not a ResultRef"
+        elif isinstance(outcome, ConfirmedAbsent):
+            if not isinstance(outcome.guard, RetryGuard):  # its ref: the provider's to name
+                return f"ConfirmedAbsent({outcome.guard!r}): not a RetryGuard"
+        elif isinstance(outcome, Unknown):
+            evidence, retry = outcome.evidence, outcome.retry_after_ms
+            if not isinstance(evidence, Evidence):
+                return f"Unknown({evidence!r}): not an Evidence"
+            if type(retry) is not int or not 0 <= retry <= MAX_RETRY_AFTER_MS:
+                return f"Unknown(retry_after_ms={retry!r}): not an int of 0..{MAX_RETRY_AFTER_MS}"
+            if not self._stored(evidence.ref, evidence.digest):
+                return f"Unknown with evidence not in the artifact store ({evidence.ref!r})"
+        return None
+
+    def _stored(self, ref: object, digest: object) -> bool:
+        if not isinstance(ref, str) or not isinstance(digest, str):
+            return False
+        try:
+            self.artifacts.get_bytes(ref, digest)
+        except (TetherError, ValueError, OSError):
+            return False
+        return True
 
     def _record_result(self, ctx: AttemptContext, result: ResultRef) -> None:
         """Record the result; after a lost commit, re-read and repeat it once if it did not land
@@ -503,6 +542,19 @@ class Worker:
         except CommitUnknown as e:
             if self._reread(e) is None:
                 self.catalog.record_result(ctx.key, ctx.fence, result)
+
+    def _conclude(self, ctx: AttemptContext, write: Callable[[], ActivityRecord]) -> None:
+        """`_concluding` a reconcile's conclusion; one whose values the core refuses (a guard
+        or evidence reference past its bounds: the adapter's mistake, `bounds_exceeded`) parks
+        the Activity for an operator instead of being reconciled again every lease."""
+        try:
+            self._concluding(write)
+        except CatalogRejection as e:
+            if getattr(e, "code", None) != "bounds_exceeded":
+                raise  # the attempt's own standing (a stale fence, an expired lease)
+            self._record_unknown(
+                ctx, FamilyError(f"reconcile returned what the catalog refuses: {e}")
+            )
 
     def _concluding(self, write: Callable[[], ActivityRecord]) -> None:
         """A reconcile conclusion (absence or unknown evidence). After a lost commit it is
