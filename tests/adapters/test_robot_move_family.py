@@ -159,6 +159,19 @@ def test_unknown_parks_in_the_catalog_until_an_operator_reissues(
         # the same decision on revision 1 (what the operator saw before the change) is stale.
         changed = host.get(KEY)
         assert changed is not None and changed.evidence_revision == 2 and changed.awaiting_decision
+        # Revision 2 says what the fresh read-back says, in every part an operator reads the
+        # arm by: its commanded/goal/present table kept revision 1's, and its time too.
+        assert changed.evidence is not None
+        ref = changed.evidence.evidence
+        doc = json.loads(host.artifacts.get_bytes(ref.ref, ref.digest))
+        back = doc["read_back"]
+        assert doc["at_ms"] == back["read_at_ms"]
+        table = doc["commanded_vs_present"]
+        assert set(table) == set(back["joints"])
+        for name, j in back["joints"].items():
+            assert table[name]["present_rad"] == j["position_rad"], (name, table, j)
+            assert table[name]["goal_rad"] == j["goal_rad"]
+            assert table[name]["commanded_rad"] is not None
         with pytest.raises(OperatorRejection) as info:
             resolve_activity(
                 config,

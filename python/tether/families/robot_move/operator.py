@@ -21,7 +21,7 @@ from tether.adapters.dynamixel.move import (
 )
 from tether.devices.latch import StopLatch
 from tether.errors import OperatorRejection
-from tether.families.robot_move.journal import MoveStore
+from tether.families.robot_move.journal import MoveStore, now_ms
 from tether.families.robot_move.request import GUARD_MEDIA_TYPE, KINDS, RESULT_MEDIA_TYPE
 
 
@@ -79,6 +79,22 @@ class RobotMoveReview:
     ) -> dict[str, Any]:
         errors = decide.hardware_errors(decide.ReadBack.from_si(fresh))
         out = {**evidence, "read_back": fresh, "hardware_errors": errors, "changes": changes}
+        # What an operator reads the arm by (each joint's commanded, goal and present) and
+        # when: of this read-back, never the one the earlier revision was made of.
+        earlier = evidence.get("commanded_vs_present") or {}
+        commanded = evidence.get("staged") or (evidence.get("command") or {}).get("targets") or {}
+        out["commanded_vs_present"] = {
+            name: {
+                "commanded_rad": (earlier.get(name) or {}).get(
+                    "commanded_rad", commanded.get(name)
+                ),
+                "goal_rad": j.get("goal_rad"),
+                "present_rad": j.get("position_rad"),
+            }
+            for name, j in (fresh.get("joints") or {}).items()
+        }
+        read_at = fresh.get("read_at_ms")
+        out["at_ms"] = read_at if isinstance(read_at, int) else now_ms()
         if "error" in out:  # the device read now: why it could not be read is history
             out["unreadable_when_parked"] = out.pop("error")
         return out
