@@ -546,7 +546,7 @@ def test_a_refused_commit_runs_no_post_commit_work_of_another_hosts_world(
 
 
 def test_bad_host_input_is_a_typed_error(tmp_path: Path) -> None:
-    from tether.runtime import FamilyError, HostClosed
+    from tether.runtime import ActivityRuntimeError, FamilyError, HostClosed
     from tether.world import InvalidWrite, WorldNotFound
 
     fam = make_family(tmp_path)
@@ -562,9 +562,40 @@ def test_bad_host_input_is_a_typed_error(tmp_path: Path) -> None:
     host.create_world("w")
     with pytest.raises(InvalidWrite):
         host.commit_tick("w", [ComponentWrite("e", "c", {"x": float("nan")})])
+    with pytest.raises(ActivityRuntimeError) as never:  # NaN never timed out
+        host.wait_settled("w", float("nan"))
+    assert "timeout_s" in str(never.value)
     host.close()
     with pytest.raises(HostClosed):
         host.commit_tick("w", [])
+    # Every call on a closed Host says so (a raw sqlite3 error or a live worker, before).
+    for call in (
+        lambda: host.get(akey(0)),
+        lambda: host.head("w"),
+        lambda: host.snapshot("w"),
+        lambda: host.restage(),
+        lambda: host.observe_once(),
+        lambda: host.recover(),
+        lambda: host.wait_settled("w", 1),
+        lambda: host.new_worker(),
+    ):
+        with pytest.raises(HostClosed):
+            call()
+    # Loop settings that would kill its threads at start (a sleep past time_t), run nothing
+    # (a negative worker count) or fail later with a bare TypeError are refused up front.
+    for bad in (
+        {"fallback_poll_s": float("inf")},
+        {"fallback_poll_s": 1e308},
+        {"fallback_poll_s": "2"},
+        {"workers": -1},
+        {"workers": 1.5},
+        {"workers": 10**6},
+        {"workers": True},
+        {"page_size": 0},
+    ):
+        with pytest.raises(ActivityRuntimeError) as refused:
+            Host(tmp_path / "d", [fam], **bad)  # type: ignore[arg-type]
+        assert next(iter(bad)) in str(refused.value), refused.value
 
 
 def test_worker_command_rejects_bad_factories(
@@ -842,8 +873,8 @@ def test_worker_command_refuses_a_lease_outside_the_seven_day_cap(
     assert "--lease-ms must be in [1, 604800000] (7 days)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("fallback", ["0.02", "0", "-1", "nan"])
-def test_worker_command_refuses_a_fallback_poll_under_a_second(
+@pytest.mark.parametrize("fallback", ["0.02", "0", "-1", "nan", "inf", "1e308", "86401"])
+def test_worker_command_refuses_a_fallback_poll_under_a_second_or_over_a_day(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], fallback: str
 ) -> None:
     from tether.runtime import worker_main
@@ -852,4 +883,4 @@ def test_worker_command_refuses_a_fallback_poll_under_a_second(
     with pytest.raises(SystemExit) as exit_info:
         worker_main.main(argv)
     assert exit_info.value.code == 2
-    assert "--fallback-poll-s must be at least 1" in capsys.readouterr().err
+    assert "--fallback-poll-s must be in [1, 86400] (a day)" in capsys.readouterr().err

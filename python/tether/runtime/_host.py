@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Final
 
 from tether.activities import (
     MAX_LEASE_MS,
@@ -53,12 +54,13 @@ from tether.runtime._ticker import Ticker
 from tether.runtime._wakeup import (
     CLAIMABLE,
     DEFAULT_FALLBACK_S,
+    MAX_FALLBACK_S,
     MIN_FALLBACK_S,
     RESULT,
     SETTLED,
     Wakeup,
 )
-from tether.runtime._worker import Worker
+from tether.runtime._worker import MAX_WORKERS, Worker
 from tether.storage._urls import check_separate_files, sqlite_url
 from tether.world import (
     CommittedTickReceipt,
@@ -68,6 +70,9 @@ from tether.world import (
     WorldSnapshot,
     open_ledger,
 )
+
+#: The longest `wait_settled` timeout (a year).
+MAX_WAIT_S: Final = 365 * 86_400.0
 
 
 class Host:
@@ -132,10 +137,26 @@ class Host:
         pause: Callable[[], None] | None = None,
         world_owner: str | None = None,
     ) -> None:
-        if not fallback_poll_s >= MIN_FALLBACK_S:  # before any storage is opened
+        if (
+            not isinstance(fallback_poll_s, int | float)
+            or isinstance(fallback_poll_s, bool)
+            or not MIN_FALLBACK_S <= fallback_poll_s <= MAX_FALLBACK_S
+        ):  # before any storage is opened; past a day a wait's deadline overflows time_t
             raise ActivityRuntimeError(
-                f"fallback_poll_s must be at least {MIN_FALLBACK_S} s, not {fallback_poll_s!r}"
+                f"fallback_poll_s must be {MIN_FALLBACK_S} to {MAX_FALLBACK_S} s, not"
+                f" {fallback_poll_s!r}"
             )
+        if (
+            not isinstance(workers, int)
+            or isinstance(workers, bool)
+            or not 0 <= workers <= MAX_WORKERS
+        ):
+            raise ActivityRuntimeError(
+                f"workers must be an int in 0..{MAX_WORKERS} (0: none; `new_worker` runs them),"
+                f" not {workers!r}"
+            )
+        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+            raise ActivityRuntimeError(f"page_size must be an int >= 1, not {page_size!r}")
         if (
             not isinstance(lease_ms, int)
             or isinstance(lease_ms, bool)
@@ -228,11 +249,13 @@ class Host:
 
     def new_worker(self, name: str | None = None, *, stop: threading.Event | None = None) -> Worker:
         """A worker over this Host's catalog, artifacts and families (not started)."""
+        self._check_open()
         return self.pool.new_worker(name, stop=stop)
 
     def recover(self) -> None:
         """Fence earlier writers, finish every head's pending post-commit work, then restage:
         of every world this Host writes (on a shared ledger, its `world_owner`'s only)."""
+        self._check_open()
         for world_id in self.ledger.worlds():
             if not owned_by(world_id, self.ticker.owner):
                 continue  # another host's world: never fenced from here
@@ -292,14 +315,17 @@ class Host:
 
     def get(self, key: ActivityKey) -> ActivityRecord | None:
         """The Activity's control record (the catalog is thread-safe)."""
+        self._check_open()
         return self.catalog.get(key)
 
     def head(self, world_id: str) -> CommittedTickReceipt:
         """The world's committed head."""
+        self._check_open()
         return self.ledger.head(world_id)
 
     def snapshot(self, world_id: str) -> WorldSnapshot:
         """A read-only snapshot at the world's head."""
+        self._check_open()
         return self.ledger.read_at(self.ledger.head(world_id))
 
     def commit_tick(
@@ -322,6 +348,7 @@ class Host:
 
     def restage(self) -> int:
         """Stage every completed but unobserved result (see `ObservationStager.restage`)."""
+        self._check_open()
         return self.stager.restage()
 
     def staged_worlds(self) -> list[str]:
@@ -330,6 +357,7 @@ class Host:
 
     def observe_once(self) -> list[CommittedTickReceipt]:
         """Restage, then commit one observation tick per world that has staged observations."""
+        self._check_open()
         return self.observer.observe_once()
 
     def wait_settled(self, world_id: str, timeout_s: float) -> bool:
@@ -338,6 +366,13 @@ class Host:
         Needs the started loops (or another process) to make progress. Event-driven: it
         wakes when a settlement commits, here or in another process on the data directory.
         """
+        self._check_open()
+        if (
+            not isinstance(timeout_s, int | float)
+            or isinstance(timeout_s, bool)
+            or not 0 <= timeout_s <= MAX_WAIT_S
+        ):  # NaN never times out; past a year a deadline is no deadline
+            raise ActivityRuntimeError(f"timeout_s must be 0 to {MAX_WAIT_S} s, not {timeout_s!r}")
         wakeup = self._wakeups[SETTLED]
         deadline = time.monotonic() + timeout_s
         while True:

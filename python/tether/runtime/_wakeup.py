@@ -30,6 +30,8 @@ from tether.storage import WakeBell
 
 #: The shortest fallback poll (s): loops never poll faster than this.
 MIN_FALLBACK_S: Final = 1.0
+#: The longest fallback poll (a day): a sleep's deadline past this is no deadline.
+MAX_FALLBACK_S: Final = 86_400.0
 #: The default fallback poll (s).
 DEFAULT_FALLBACK_S: Final = 2.0
 

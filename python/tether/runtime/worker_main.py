@@ -68,7 +68,13 @@ from tether.runtime._family import (
     Unknown,
 )
 from tether.runtime._pool import WorkerPool
-from tether.runtime._wakeup import CLAIMABLE, DEFAULT_FALLBACK_S, MIN_FALLBACK_S, Wakeup
+from tether.runtime._wakeup import (
+    CLAIMABLE,
+    DEFAULT_FALLBACK_S,
+    MAX_FALLBACK_S,
+    MIN_FALLBACK_S,
+    Wakeup,
+)
 from tether.runtime._worker import MAX_WORKERS
 from tether.storage._errors import MixedStores, SameStoreFile
 from tether.storage._urls import (
@@ -353,9 +359,10 @@ def main(argv: list[str]) -> int:
         "--fallback-poll-s",
         type=float,
         default=DEFAULT_FALLBACK_S,
-        help="longest idle sleep without a wakeup, in s, at least"
-        f" {MIN_FALLBACK_S:g}; idle workers wake on the catalog's doorbell (the data"
-        " directory's, or LISTEN/NOTIFY on PostgreSQL) and on lease and backoff timers, so"
+        help="longest idle sleep without a wakeup, in s, from"
+        f" {MIN_FALLBACK_S:g} to {MAX_FALLBACK_S:g}; idle workers wake on the catalog's"
+        " doorbell (the data directory's, or LISTEN/NOTIFY on PostgreSQL) and on lease and"
+        " backoff timers, so"
         " this only bounds a lost wakeup (default: %(default)s)",
     )
     p.add_argument(
@@ -382,8 +389,8 @@ def main(argv: list[str]) -> int:
         p.error("--host must be a non-empty name of at most 512 bytes")
     if not 1 <= args.lease_ms <= MAX_LEASE_MS:
         p.error(f"--lease-ms must be in [1, {MAX_LEASE_MS}] (7 days)")
-    if not args.fallback_poll_s >= MIN_FALLBACK_S:
-        p.error(f"--fallback-poll-s must be at least {MIN_FALLBACK_S:g}")
+    if not MIN_FALLBACK_S <= args.fallback_poll_s <= MAX_FALLBACK_S:
+        p.error(f"--fallback-poll-s must be in [{MIN_FALLBACK_S:g}, {MAX_FALLBACK_S:g}] (a day)")
     if args.sse_port is not None and not 0 <= args.sse_port <= 65535:
         p.error("--sse-port must be in [0, 65535]")
     refuse_empty_urls(p, catalog=args.catalog, world=args.world)
