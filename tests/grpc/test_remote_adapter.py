@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,18 @@ def bridge(tmp_path: Path) -> Iterator[tuple[Host, int]]:
         family.adapter.close()  # type: ignore[attr-defined]
 
 
+@contextmanager
+def _remote(tmp_path: Path, port: int) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """The robot host the bridge targets: `tether serve` with gRPC on ``port`` and the
+    emulated arm; (the emulator, the daemon's ready line)."""
+    with emulator_process(tmp_path) as emu:
+        config = grpc_config(
+            tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+        )
+        with daemon(config) as (_, ready):
+            yield emu, ready
+
+
 def _record(host: Host, activity: str) -> object:
     return host.get(ActivityKey("bridge", KIND_ABSOLUTE, activity))
 
@@ -56,26 +69,22 @@ def test_a_remote_move_settles_with_the_remote_result_and_one_motion(
     tmp_path: Path, bridge: tuple[Host, int]
 ) -> None:
     host, port = bridge
-    with emulator_process(tmp_path) as emu:
-        config = grpc_config(
-            tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+    with _remote(tmp_path, port) as (emu, ready):
+        host.create_world("bridge")
+        host.commit_tick("bridge", [intent("m1", request())])
+        assert host.wait_settled("bridge", 90)
+        record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "m1"))
+        assert record is not None and record.result is not None
+        assert not record.result.failed
+        doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
+        assert doc["state"] == "succeeded" and doc["result"]["outcome"] == "completed"
+        # The remote knows it under the bound provider operation id.
+        channel, control = stub(ready["grpc"])
+        remote = control.GetOperation(
+            pb.GetOperationRequest(operation_id=record.operation_id), metadata=bearer()
         )
-        with daemon(config) as (_, ready):
-            host.create_world("bridge")
-            host.commit_tick("bridge", [intent("m1", request())])
-            assert host.wait_settled("bridge", 90)
-            record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "m1"))
-            assert record is not None and record.result is not None
-            assert not record.result.failed
-            doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
-            assert doc["state"] == "succeeded" and doc["result"]["outcome"] == "completed"
-            # The remote knows it under the bound provider operation id.
-            channel, control = stub(ready["grpc"])
-            remote = control.GetOperation(
-                pb.GetOperationRequest(operation_id=record.operation_id), metadata=bearer()
-            )
-            assert remote.state == pb.SUCCEEDED and remote.result.digest == doc["remote_digest"]
-            channel.close()
+        assert remote.state == pb.SUCCEEDED and remote.result.digest == doc["remote_digest"]
+        channel.close()
         assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
 
 
@@ -106,27 +115,23 @@ def test_a_move_refused_by_a_latched_remote_robot_is_a_recorded_failure_never_ru
     # Execute every second (a warning each time) and start the move by itself once an
     # operator resumed the arm there.
     host, port = bridge
-    with emulator_process(tmp_path) as emu:
-        config = grpc_config(
-            tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
-        )
-        with daemon(config) as (_, ready):
-            channel, control = stub(ready["grpc"])
-            control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=30)
-            host.create_world("bridge")
-            host.commit_tick("bridge", [intent("held", request())])
-            assert host.wait_settled("bridge", 30), "the refused move never settled"
-            record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "held"))
-            assert record is not None and record.result is not None and record.result.failed
-            doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
-            assert doc["code"] == "remote_robot_latched", doc
-            assert "robot_latched" in doc["error"]
-            with pytest.raises(grpc.RpcError) as missing:  # nothing recorded on the remote
-                control.GetOperation(
-                    pb.GetOperationRequest(operation_id=record.operation_id), metadata=bearer()
-                )
-            assert missing.value.code() == grpc.StatusCode.NOT_FOUND
-            channel.close()
+    with _remote(tmp_path, port) as (emu, ready):
+        channel, control = stub(ready["grpc"])
+        control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=30)
+        host.create_world("bridge")
+        host.commit_tick("bridge", [intent("held", request())])
+        assert host.wait_settled("bridge", 30), "the refused move never settled"
+        record = host.get(ActivityKey("bridge", KIND_ABSOLUTE, "held"))
+        assert record is not None and record.result is not None and record.result.failed
+        doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
+        assert doc["code"] == "remote_robot_latched", doc
+        assert "robot_latched" in doc["error"]
+        with pytest.raises(grpc.RpcError) as missing:  # nothing recorded on the remote
+            control.GetOperation(
+                pb.GetOperationRequest(operation_id=record.operation_id), metadata=bearer()
+            )
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+        channel.close()
         assert target_actions(emu.journal(), GOALS) == {1: 0, 2: 0}
 
 

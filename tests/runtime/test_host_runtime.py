@@ -294,6 +294,33 @@ def test_background_heartbeat_renews_the_lease_of_each_attempt_of_a_worker(
     assert renewed == {"task-0000", "task-0001"}
 
 
+def _drop_newest_catalog_session(url: str) -> None:
+    """Terminate the newest catalog session on the server at ``url`` but this one (a
+    heartbeat's, just opened by `ctx.heartbeat()`): a server restart or a reset, to it."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        (pid,) = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'tether-catalog' AND pid <> pg_backend_pid()"
+            " ORDER BY backend_start DESC LIMIT 1"
+        ).fetchone()  # type: ignore[misc]
+        admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+
+
+def _renewed_within(host: Host, ctx: AttemptContext, seconds: float) -> float | None:
+    """Seconds until the attempt's lease was renewed (`ctx.heartbeat()` meanwhile), or None."""
+    first = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        ctx.heartbeat()
+        now = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+        if now > first:
+            return time.monotonic() - start
+        threading.Event().wait(0.01)
+    return None
+
+
 @pytest.mark.parametrize("host_backend", ["postgres"], indirect=True)
 def test_a_renewal_the_store_cannot_take_is_not_a_lost_lease(
     tmp_path: Path, host_backend: str
@@ -302,31 +329,17 @@ def test_a_renewal_the_store_cannot_take_is_not_a_lost_lease(
     storage error out of `ctx.heartbeat()`, which stopped the attempt: a robot's move was cut
     and parked for an operator with the server back at once. The lease granted last holds: the
     attempt goes on, and the heartbeat thread renews it over a fresh connection."""
-    import psycopg
-
     journal = Journal(tmp_path / "provider.db")
-    renewed: list[int] = []
+    renewed: list[float] = []
 
     class Renews(DedupAdapter):
         def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
             ctx.heartbeat()  # opens the heartbeat's own connection (the newest one)
-            url = str(host.catalog_url)
-            with psycopg.connect(url, autocommit=True) as admin:
-                (pid,) = admin.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND application_name = 'tether-catalog' AND pid <> pg_backend_pid()"
-                    " ORDER BY backend_start DESC LIMIT 1"
-                ).fetchone()  # type: ignore[misc]
-                admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
-            first = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
+            _drop_newest_catalog_session(str(host.catalog_url))
             ctx.heartbeat()  # over the dropped connection: not a lost lease
-            for _ in range(1000):  # the heartbeat thread renews it again (about 1 s)
-                ctx.heartbeat()
-                now = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
-                if now > first:
-                    renewed.append(now - first)
-                    break
-                threading.Event().wait(0.01)
+            took = _renewed_within(host, ctx, 10)  # the heartbeat thread renews it (about 1 s)
+            if took is not None:
+                renewed.append(took)
             return super().execute(ctx, request)
 
     fam = Family("crashtest", (KIND,), projection_for((KIND,)), Renews(journal), stage_task)
@@ -349,8 +362,6 @@ def test_after_a_failed_renewal_the_next_attempt_is_renewed_within_the_retry_bou
     fresh connection. The worker's next attempt had its `ctx.heartbeat()` renew nothing (the
     attempt's own thread never waits to reconnect) and the thread's first renewal a third of
     the lease away (10 s here): now the thread renews it within `RENEW_RETRY_S`."""
-    import psycopg
-
     journal = Journal(tmp_path / "provider.db")
     renewed: dict[str, float] = {}
 
@@ -358,24 +369,12 @@ def test_after_a_failed_renewal_the_next_attempt_is_renewed_within_the_retry_bou
         def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
             if ctx.key == akey(0):  # its renewal fails, and it ends at once
                 ctx.heartbeat()  # opens the heartbeat's own connection (the newest one)
-                with psycopg.connect(str(host.catalog_url), autocommit=True) as admin:
-                    (pid,) = admin.execute(
-                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                        " AND application_name = 'tether-catalog' AND pid <> pg_backend_pid()"
-                        " ORDER BY backend_start DESC LIMIT 1"
-                    ).fetchone()  # type: ignore[misc]
-                    admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+                _drop_newest_catalog_session(str(host.catalog_url))
                 ctx.heartbeat()  # over the dropped connection: failed, not a lost lease
                 return super().execute(ctx, request)
-            first = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
-            start = time.monotonic()
-            while time.monotonic() - start < 5:
-                ctx.heartbeat()
-                now = host.get(ctx.key).attempt.lease_expires_ms  # type: ignore[union-attr]
-                if now > first:
-                    renewed[ctx.key.activity_id] = time.monotonic() - start
-                    break
-                threading.Event().wait(0.02)
+            took = _renewed_within(host, ctx, 5)
+            if took is not None:
+                renewed[ctx.key.activity_id] = took
             return super().execute(ctx, request)
 
     fam = Family("crashtest", (KIND,), projection_for((KIND,)), Renews(journal), stage_task)
