@@ -703,6 +703,16 @@ def test_a_later_tick_asking_a_different_input_for_an_admitted_id_fails_closed(
         assert host.ledger.pending_post_commit("w") is not None  # fails closed: blocked
 
 
+def _bound_by_a_dead_worker(host: Host) -> None:
+    """One Activity of world "w", claimed and bound by a worker that then died: the next
+    claim reconciles it."""
+    host.create_world("w")
+    host.commit_tick("w", intents(1))
+    claim = host.catalog.claim("ghost", 1000, kinds=[KIND])
+    assert claim is not None
+    host.catalog.bind_provider_operation(akey(0), claim.attempt.fence, operation_id_for(akey(0)))
+
+
 def test_reconcile_that_raises_or_recovers_a_non_durable_result_concludes_unknown(
     tmp_path: Path,
 ) -> None:
@@ -724,13 +734,7 @@ def test_reconcile_that_raises_or_recovers_a_non_durable_result_concludes_unknow
 
     fam = Family("crashtest", (KIND,), projection_for((KIND,)), Unsure(journal), stage_task)
     with make_host(tmp_path, fam, clock=clock, lease_ms=1000) as host:
-        host.create_world("w")
-        host.commit_tick("w", intents(1))
-        claim = host.catalog.claim("ghost", 1000, kinds=[KIND])  # a worker that dies bound
-        assert claim is not None
-        host.catalog.bind_provider_operation(
-            akey(0), claim.attempt.fence, operation_id_for(akey(0))
-        )
+        _bound_by_a_dead_worker(host)
         worker = host.new_worker()
         revisions = []
         for m in ("raise", "not_durable"):
@@ -782,13 +786,7 @@ def test_a_reconcile_outcome_that_cannot_be_recorded_parks_for_an_operator(
         "exit",
     ]
     with make_host(tmp_path, fam, clock=clock, lease_ms=1000) as host:
-        host.create_world("w")
-        host.commit_tick("w", intents(1))
-        claim = host.catalog.claim("ghost", 1000, kinds=[KIND])  # a worker that dies bound
-        assert claim is not None
-        host.catalog.bind_provider_operation(
-            akey(0), claim.attempt.fence, operation_id_for(akey(0))
-        )
+        _bound_by_a_dead_worker(host)
         worker = host.new_worker()
         revision = 0
         for make in outcomes:
