@@ -320,6 +320,10 @@ def test_a_stop_mid_move_is_answered_by_the_daemon_latches_and_the_operator_acts
             assert json.loads(decided.stdout)["operator"] == "alice"
             final = list(client.watch(view["key"], timeout=60))[-1]
             assert (final["state"], final["settled"]) == ("failed", True)
+            # Said as abandoned, and by whom: the view's result was `{}` (its reference names
+            # the decision, not a document), and the demo's JSON outcome null.
+            assert final["result"]["outcome"] == final["result"]["code"] == "abandoned", final
+            assert final["result"]["error"].startswith("abandoned by operator alice"), final
             for done in (stop, listed, forged, resumed, decided):
                 assert CREDENTIAL not in done.stdout + done.stderr
 

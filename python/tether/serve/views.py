@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tether.activities import ActivityKey, ActivityRecord
+from tether.activities import ABANDONED_MEDIA_TYPE, ActivityKey, ActivityRecord
 from tether.errors import TetherError
 from tether.runtime import ArtifactStore, Family, Host
 from tether.runtime._errors import owned_by
@@ -74,6 +74,16 @@ def view(
         doc["compacted"] = True
     if record.result is not None:
         result = _doc(artifacts, record.result.ref, record.result.digest)
+        decision = record.decision
+        if record.result.media_type == ABANDONED_MEDIA_TYPE and decision is not None:
+            # Its reference names the operator's decision, not a document: said as one.
+            note = f": {decision.note}" if decision.note else ""
+            result = {
+                "outcome": "abandoned",
+                "code": "abandoned",
+                "error": f"abandoned by operator {decision.operator} on evidence revision"
+                f" {decision.evidence_revision}{note}",
+            }
         doc["result"] = {k: result.get(k) for k in ("outcome", "code", "error") if k in result}
     if record.awaiting_decision and record.evidence is not None:
         evidence = _doc(artifacts, record.evidence.evidence.ref, record.evidence.evidence.digest)
