@@ -358,6 +358,16 @@ def _host_is_loopback_name(value: str) -> bool:
         return False
 
 
+def secret_params(target: str) -> list[str]:
+    """The parameters of a request target's query that name a secret (`SECRET_PARAMS`; names
+    percent-decoded, trimmed and lowercased), sorted: what `secret_in_url` refuses."""
+    query = urlsplit(target).query
+    if not query:
+        return []
+    names = {name.strip().lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
+    return sorted(names & SECRET_PARAMS)
+
+
 def log_target(target: str) -> str:
     """A request target as it may be logged: without its query string (nor fragment)."""
     return target.split("?", 1)[0].split("#", 1)[0]
@@ -426,11 +436,7 @@ class ListenerPolicy:
 
     def check_target(self, target: str) -> None:
         """Refuse a request target whose query carries a secret (`secret_in_url`)."""
-        query = urlsplit(target).query
-        if not query:
-            return
-        names = {name.strip().lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
-        found = sorted(names & SECRET_PARAMS)
+        found = secret_params(target)
         if found:
             raise Refusal(
                 "secret_in_url",

@@ -65,7 +65,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from tether._listen import SECRET_PARAMS, _host_is_loopback_name
+from tether._listen import _host_is_loopback_name, secret_params
 from tether._log import REDACTED
 from tether.live._feed import FrameSink
 
@@ -145,14 +145,9 @@ _REQUEST_LINES: Final = {"< %s %s %s": 1, "< GET %s HTTP/1.1": 0, "> GET %s HTTP
 
 
 def _masked_target(target: str) -> str:
-    """``target`` with its query masked whole when a parameter of it names a secret
-    (`SECRET_PARAMS`, as `secret_in_url` refuses it; names decoded as the refusal decodes
-    them), else as it is."""
-    path, sep, query = target.partition("?")
-    if not sep:
-        return target
-    names = {name.strip().lower() for name, _ in parse_qsl(query, keep_blank_values=True)}
-    return f"{path}?{REDACTED}" if names & SECRET_PARAMS else target
+    """``target`` with its query masked whole when a parameter of it names a secret (as
+    `secret_in_url` refuses it: `secret_params`), else as it is."""
+    return f"{target.partition('?')[0]}?{REDACTED}" if secret_params(target) else target
 
 
 log.addFilter(HeaderCredentials())
