@@ -153,15 +153,20 @@ class Parser(argparse.ArgumentParser):
             out.append(f"{name} (did you mean {near[0]}?)" if near else name)
         return out
 
-    def error(self, message: str) -> NoReturn:
-        """A usage error: one line on stderr (and its JSON document), exit `USAGE`. A missing
-        required argument is named after any option it does not know (a misspelled one is
-        why the right one looks missing)."""
+    def usage_message(self, message: str) -> str:
+        """argparse's ``message`` as a usage error says it: a missing required argument is
+        named after any option it does not know (a misspelled one is why the right one looks
+        missing), then where help is."""
         if message.startswith("the following arguments are required") and (
             wrong := self._misspelled()
         ):
             message = f"unrecognized arguments: {', '.join(wrong)}; {message}"
-        refuse(self.prog, "usage", f"{message} (see `{self.prog} --help`)", error="UsageError")
+        return f"{message} (see `{self.prog} --help`)"
+
+    def error(self, message: str) -> NoReturn:
+        """A usage error: one line on stderr (and its JSON document), exit `USAGE`
+        (`usage_message`)."""
+        refuse(self.prog, "usage", self.usage_message(message), error="UsageError")
         raise SystemExit(_exit.USAGE)
 
 

@@ -108,13 +108,7 @@ class _Parser(Parser):
     """argparse, but a usage error is one typed line (exit 2), never the usage block."""
 
     def error(self, message: str) -> NoReturn:
-        # A missing required option is named after any option it does not know (a
-        # misspelled one is why the right one looks missing), as `Parser.error` does.
-        if message.startswith("the following arguments are required") and (
-            wrong := self._misspelled()
-        ):
-            message = f"unrecognized arguments: {', '.join(wrong)}; {message}"
-        raise UsageError("usage", f"{message} (see `{self.prog} --help`)")
+        raise UsageError("usage", self.usage_message(message))
 
 
 def parse_duration(text: str) -> int:
