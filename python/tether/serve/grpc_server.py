@@ -152,6 +152,7 @@ from tether.devices.credentials import ROLES, CredentialError, Principal, roles_
 from tether.devices.latch import PLANNER_CANCEL, stop_words, stopped_by
 from tether.errors import TetherError, TransportError
 from tether.runtime._errors import owned_by
+from tether.serve.views import abandoned_words
 from tether.world import WorldNotFound
 
 log = logging.getLogger("tether.serve.grpc")
@@ -938,11 +939,7 @@ class RobotControl(rpc.RobotControlServicer):
                 if decided is not None and decided.outcome == "abandon":
                     # An operator's abandon ends it: say so, and who, rather than "failed".
                     op.error.code = "abandoned"
-                    note = f": {decided.note}" if decided.note else ""
-                    op.error.message = (
-                        f"abandoned by operator {decided.operator} on evidence revision"
-                        f" {decided.evidence_revision}{note}"
-                    )
+                    op.error.message = abandoned_words(decided)
             else:
                 op.state = pb.SUCCEEDED
                 operator_done = doc.get("outcome") == "operator_done"

@@ -14,7 +14,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from tether.activities import ABANDONED_MEDIA_TYPE, ActivityKey, ActivityRecord
+from tether.activities import (
+    ABANDONED_MEDIA_TYPE,
+    ActivityKey,
+    ActivityRecord,
+    OperatorDecision,
+)
 from tether.errors import TetherError
 from tether.runtime import ArtifactStore, Family, Host
 from tether.runtime._errors import owned_by
@@ -32,6 +37,16 @@ def _doc(artifacts: ArtifactStore, ref: str, digest: str) -> dict[str, Any]:
     except (TetherError, ValueError, OSError):
         return {}
     return doc if isinstance(doc, dict) else {}
+
+
+def abandoned_words(decision: OperatorDecision) -> str:
+    """What an operator's abandon of an Activity says of it: by whom, on which evidence
+    revision, with the operator's note."""
+    note = f": {decision.note}" if decision.note else ""
+    return (
+        f"abandoned by operator {decision.operator} on evidence revision"
+        f" {decision.evidence_revision}{note}"
+    )
 
 
 def state_of(record: ActivityRecord) -> str:
@@ -77,13 +92,8 @@ def view(
         decision = record.decision
         if record.result.media_type == ABANDONED_MEDIA_TYPE and decision is not None:
             # Its reference names the operator's decision, not a document: said as one.
-            note = f": {decision.note}" if decision.note else ""
-            result = {
-                "outcome": "abandoned",
-                "code": "abandoned",
-                "error": f"abandoned by operator {decision.operator} on evidence revision"
-                f" {decision.evidence_revision}{note}",
-            }
+            words = abandoned_words(decision)
+            result = {"outcome": "abandoned", "code": "abandoned", "error": words}
         doc["result"] = {k: result.get(k) for k in ("outcome", "code", "error") if k in result}
     if record.awaiting_decision and record.evidence is not None:
         evidence = _doc(artifacts, record.evidence.evidence.ref, record.evidence.evidence.digest)
