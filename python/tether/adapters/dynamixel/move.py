@@ -949,15 +949,24 @@ class DynamixelMoveAdapter:
                 str(i): {"error": e, "at_ms": t} for i, (e, t) in sorted(bus.last_status.items())
             },
             "reconcile": checks,
-            "commanded_vs_present": {
-                n: {
-                    "commanded_rad": commanded.get(n),
-                    "goal_rad": j["goal_rad"],
-                    "present_rad": j["position_rad"],
-                }
-                for n, j in read_back["joints"].items()
-            },
+            "commanded_vs_present": commanded_vs_present(commanded, read_back),
         }
+
+
+def commanded_vs_present(
+    commanded: dict[str, Any], read_back: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """What an operator reads a parked arm by: per joint of ``read_back`` (an SI read-back,
+    `si_read_back`), its commanded target (``commanded``, by joint name; None where none),
+    its goal and its present position, in radians."""
+    return {
+        n: {
+            "commanded_rad": commanded.get(n),
+            "goal_rad": j.get("goal_rad"),
+            "present_rad": j.get("position_rad"),
+        }
+        for n, j in (read_back.get("joints") or {}).items()
+    }
 
 
 #: The park reason of a move whose robot was latched before it read or sent a frame.

@@ -16,6 +16,7 @@ from tether.adapters.dynamixel.host import RobotHost, owner_socket, send_request
 from tether.adapters.dynamixel.move import (
     RESOLUTION_RAD,
     DynamixelMoveAdapter,
+    commanded_vs_present,
     read_joints,
     si_read_back,
 )
@@ -82,17 +83,12 @@ class RobotMoveReview:
         # What an operator reads the arm by (each joint's commanded, goal and present) and
         # when: of this read-back, never the one the earlier revision was made of.
         earlier = evidence.get("commanded_vs_present") or {}
-        commanded = evidence.get("staged") or (evidence.get("command") or {}).get("targets") or {}
-        out["commanded_vs_present"] = {
-            name: {
-                "commanded_rad": (earlier.get(name) or {}).get(
-                    "commanded_rad", commanded.get(name)
-                ),
-                "goal_rad": j.get("goal_rad"),
-                "present_rad": j.get("position_rad"),
-            }
-            for name, j in (fresh.get("joints") or {}).items()
+        fallback = evidence.get("staged") or (evidence.get("command") or {}).get("targets") or {}
+        commanded = {
+            name: (earlier.get(name) or {}).get("commanded_rad", fallback.get(name))
+            for name in (fresh.get("joints") or {})
         }
+        out["commanded_vs_present"] = commanded_vs_present(commanded, fresh)
         read_at = fresh.get("read_at_ms")
         out["at_ms"] = read_at if isinstance(read_at, int) else now_ms()
         if "error" in out:  # the device read now: why it could not be read is history
