@@ -438,22 +438,43 @@ def test_run_still_raises_a_refused_token(rec: Recorder) -> None:
     assert caught.value.response.status_code == 401
 
 
-def test_a_target_no_url_could_be_is_refused_not_a_500(server: LiveServer) -> None:
-    """``GET //[x/live`` names an authority with a broken IPv6 literal: the URL parser raised
-    in the handshake (a 500 and a logged traceback); it is the endpoint's 404."""
+def _raw_upgrade(
+    server: LiveServer,
+    target: str | None = None,
+    headers: tuple[str, ...] | list[str] = (),
+    *,
+    host: str | None = None,
+    whole: bool = True,
+) -> bytes:
+    """The answer to one WebSocket upgrade sent as bytes (what no client library would send:
+    a broken target, repeated headers, a foreign Host): ``target`` (default: the endpoint),
+    ``headers`` as lines, ``host`` (default: the server's); read to the close, or (not
+    ``whole``: an upgrade that succeeds keeps the connection) one read."""
     from urllib.parse import urlsplit
 
     where = urlsplit(server.url)
-    with socket.create_connection((str(where.hostname), int(where.port or 80)), timeout=5) as c:
-        c.sendall(
-            f"GET //[x/live HTTP/1.1\r\nHost: {where.hostname}:{where.port}\r\n"
-            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-            .encode()
-        )  # fmt: skip
+    host = host or f"{where.hostname}:{where.port}"
+    request = (
+        f"GET {target or where.path} HTTP/1.1\r\nHost: {host}\r\n"
+        "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        + "".join(f"{line}\r\n" for line in headers)
+        + "\r\n"
+    )
+    with socket.create_connection((str(where.hostname), int(where.port or 80)), 5) as c:
+        c.sendall(request.encode())
+        if not whole:
+            return c.recv(4096)
         answer = b""
         while chunk := c.recv(4096):
             answer += chunk
+    return answer
+
+
+def test_a_target_no_url_could_be_is_refused_not_a_500(server: LiveServer) -> None:
+    """``GET //[x/live`` names an authority with a broken IPv6 literal: the URL parser raised
+    in the handshake (a 500 and a logged traceback); it is the endpoint's 404."""
+    answer = _raw_upgrade(server, "//[x/live")
     assert answer.startswith(b"HTTP/1.1 404 "), answer[:200]
     assert b"the live endpoint is" in answer
 
@@ -463,23 +484,9 @@ def test_two_origin_headers_are_refused_not_a_500(
 ) -> None:
     """Two ``Origin`` headers made the handshake's lookup raise (a 500 and a logged traceback,
     before any credential was asked for); they are a 400 that names them."""
-    from urllib.parse import urlsplit
-
-    where = urlsplit(server.url)
     for origins in ((ORIGIN, ORIGIN), (ORIGIN, "http://evil.example")):
-        with socket.create_connection((str(where.hostname), int(where.port or 80)), 5) as c:
-            request = (
-                f"GET {where.path} HTTP/1.1\r\nHost: {where.hostname}:{where.port}\r\n"
-                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-                f"Authorization: Bearer {TOKEN}\r\n"
-                + "".join(f"Origin: {o}\r\n" for o in origins)
-                + "\r\n"
-            )  # fmt: skip
-            c.sendall(request.encode())
-            answer = b""
-            while chunk := c.recv(4096):
-                answer += chunk
+        lines = [f"Authorization: Bearer {TOKEN}", *(f"Origin: {o}" for o in origins)]
+        answer = _raw_upgrade(server, headers=lines)
         assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
         assert b"more than one Origin header" in answer
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
@@ -530,17 +537,7 @@ def test_a_token_in_the_url_is_refused_and_never_written_to_a_debug_log(
 
     caplog.set_level(logging.DEBUG)
     where = urlsplit(server.url)
-    target = f"{where.path}?{query}={TOKEN}"
-    with socket.create_connection((str(where.hostname), int(where.port or 80)), 5) as c:
-        request = (
-            f"GET {target} HTTP/1.1\r\nHost: {where.hostname}:{where.port}\r\n"
-            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        )
-        c.sendall(request.encode())
-        answer = b""
-        while chunk := c.recv(4096):
-            answer += chunk
+    answer = _raw_upgrade(server, f"{where.path}?{query}={TOKEN}")
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
     said = [r.getMessage() for r in caplog.records if r.name.startswith("tether")]
     assert [m for m in said if TOKEN in m] == []
@@ -556,23 +553,12 @@ def test_a_foreign_host_header_is_refused_on_loopback_even_with_a_token(
     endpoint answered 101 to it with a valid token. It is a 403 now; a loopback one is not."""
     from urllib.parse import urlsplit
 
-    where = urlsplit(server.url)
-
-    def answer(host_header: str) -> bytes:
-        with socket.create_connection((str(where.hostname), int(where.port or 80)), 5) as c:
-            request = (
-                f"GET {where.path} HTTP/1.1\r\nHost: {host_header}\r\n"
-                "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-                f"Authorization: Bearer {TOKEN}\r\nOrigin: {ORIGIN}\r\n\r\n"
-            )
-            c.sendall(request.encode())
-            return c.recv(4096)
-
-    refused = answer(host)
+    lines = [f"Authorization: Bearer {TOKEN}", f"Origin: {ORIGIN}"]
+    refused = _raw_upgrade(server, headers=lines, host=host, whole=False)
     assert refused.startswith(b"HTTP/1.1 403 "), refused[:200]
     assert b"loopback Host" in refused
-    assert answer(f"localhost:{where.port}").startswith(b"HTTP/1.1 101 ")
+    local = f"localhost:{urlsplit(server.url).port}"
+    assert _raw_upgrade(server, headers=lines, host=local, whole=False).startswith(b"HTTP/1.1 101 ")
 
 
 def test_a_connection_on_a_session_cookie_ends_with_its_session(
