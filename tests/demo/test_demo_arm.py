@@ -447,6 +447,36 @@ def test_a_second_demo_on_the_same_data_dir_is_refused_naming_the_first(
     assert "AG-UI stream" not in second.stdout + second.stderr
 
 
+def test_a_demo_starting_on_the_same_data_dir_holds_it_before_writing_host_toml(
+    tmp_path: Path,
+) -> None:
+    """Two demos started at the same instant both found no daemon running, and the one whose
+    daemon lost the lock had already rewritten the other's host.toml (its arm's pty, its
+    operator's hash). A demo now holds the data dir's own lock from before it writes: here
+    held by this test, as by a demo that has not started its daemon yet."""
+    from tether.serve.locks import InstanceLock
+
+    lock = InstanceLock(tmp_path / "demo.lock", "data dir")
+    lock.acquire({"program": "tether demo"})
+    (tmp_path / "host.toml").write_text("# the first demo's\n")
+    try:
+        second = subprocess.run(
+            demo_argv(tmp_path, "--operator", "auto-reissue", "--port", "0", arm=True),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        lock.release()
+    assert second.returncode == _exit.UNAVAILABLE, second.stdout + second.stderr
+    (line,) = second.stderr.strip().splitlines()
+    assert "daemon_running" in line and f"pid {os.getpid()}" in line
+    assert (tmp_path / "host.toml").read_text() == "# the first demo's\n"
+    assert not (tmp_path / "arm-journal.jsonl").exists()  # no arm started
+    assert "AG-UI stream" not in second.stdout + second.stderr
+
+
 def test_wait_leaves_the_move_parked_exit_3_and_the_same_command_resumes_it(
     tmp_path: Path,
 ) -> None:

@@ -98,9 +98,12 @@ from tether.runtime import Host, ProgressEvent
 from tether.serve.config import ROBOT_MOVE, SIM, ServeConfig, load_serve
 from tether.serve.daemon import Daemon
 from tether.serve.families import ServeContext
+from tether.serve.locks import InstanceLock
 from tether.world import ComponentWrite, WorldSnapshot
 
 WORLD = "demo"
+#: The demo's lock of its data dir (`_hold_data_dir`), beside the daemon's `serve.lock`.
+DEMO_LOCK = "demo.lock"
 DEBUG_ENV = "TETHER_DEBUG"
 EXIT_OK, EXIT_USAGE, EXIT_PARKED = _exit.OK, _exit.USAGE, _exit.PARKED
 EXIT_STORE, EXIT_DISK = _exit.STORE_UNUSABLE, _exit.STORAGE_IO
@@ -630,19 +633,44 @@ def _mission(args: argparse.Namespace) -> tuple[Mission, Any, Path] | int:
 def _running_on(data_dir: Path) -> CodedError | None:
     """`daemon_running` when a daemon holds the data dir's lock (or the state dir's of the
     host.toml the demo generates there), naming its pid; None when none does."""
-    from tether.serve.locks import DaemonRunning, running
+    from tether.serve.locks import running
 
-    for lock in (data_dir / "serve.lock", data_dir / "state" / "serve.lock"):
+    for lock in (data_dir / DEMO_LOCK, data_dir / "serve.lock", data_dir / "state" / "serve.lock"):
         owner = running(lock)
         if owner is not None:
-            return DaemonRunning(
-                "daemon_running",
-                f"a tether demo or tether serve already runs on {data_dir} (pid"
-                f" {owner.get('pid') or '?'}): nothing was started or written; stop it, or"
-                " pass another --data-dir",
-                details={"lock": str(lock), "owner": owner},
-            )
+            return _taken(data_dir, lock, owner)
     return None
+
+
+def _taken(data_dir: Path, lock: Path, owner: dict[str, Any]) -> CodedError:
+    from tether.serve.locks import DaemonRunning
+
+    return DaemonRunning(
+        "daemon_running",
+        f"a tether demo or tether serve already runs on {data_dir} (pid"
+        f" {owner.get('pid') or '?'}): nothing was started or written; stop it, or"
+        " pass another --data-dir",
+        details={"lock": str(lock), "owner": owner},
+    )
+
+
+def _hold_data_dir(data_dir: Path) -> InstanceLock | int:
+    """The demo's own lock of ``data_dir`` (`DEMO_LOCK`), held from before its host.toml is
+    written to the end of the run: of two demos started on one data dir at the same instant,
+    the one that does not get it writes nothing (`daemon_running`, said), where both passed
+    `_running_on` and the loser rewrote the winner's host.toml before its daemon's lock
+    refused it. The exit code of that refusal when taken."""
+    from tether.serve.locks import DaemonRunning
+
+    lock = InstanceLock(data_dir / DEMO_LOCK, "data dir")
+    try:
+        lock.acquire({"data_dir": str(data_dir), "program": "tether demo"})
+    except DaemonRunning as exc:
+        owner = dict(exc.details.get("owner") or {}) if exc.details else {}
+        taken = _taken(data_dir, lock.path, owner)
+        error_line("tether demo", taken)
+        return _exit.for_error(taken, EXIT_UNAVAILABLE)
+    return lock
 
 
 def _open(
@@ -1241,6 +1269,25 @@ def _run(
     if isinstance(checked, int):
         stream.finish(error="the demo could not start")
         return checked
+    held = _hold_data_dir(checked[2])
+    if isinstance(held, int):
+        stream.finish(error="the demo could not start")
+        return held
+    try:
+        return _run_held(args, out, stream, server, log, sigterm, checked)
+    finally:
+        held.release()
+
+
+def _run_held(
+    args: argparse.Namespace,
+    out: TextIO,
+    stream: RunStream,
+    server: StreamServer,
+    log: _LogLines,
+    sigterm: _Sigterm,
+    checked: tuple[Mission, Any, Path],
+) -> int:
     print(f"AG-UI stream (SSE): {server.url}", file=out, flush=True)
     if args.wait_subscribers > 0:
         server.wait_for_subscribers(args.wait_subscribers, timeout=60)
