@@ -597,6 +597,45 @@ def test_the_demos_stream_shows_the_arm_moves_too(tmp_path: Path) -> None:
     assert moves["move-0001"]["attempt"] > 1  # parked by the power loss, then re-issued
 
 
+def test_tether_status_beside_a_demo_names_the_demos_stream(tmp_path: Path) -> None:
+    """The demo serves its AG-UI stream itself (its daemon's `[serve] sse` is off), and
+    `tether status` on its host.toml said "AG-UI stream off" while it served one."""
+    data = tmp_path / "data"
+    argv = demo_argv(data, "--targets", "1", "--episodes", "1", "--steps", "400000", "--port",
+                     "0", "--operator", "auto-reissue", "--power-loss", "-1", arm=True)  # fmt: skip
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+    ) as demo:
+        try:
+            assert demo.stdout is not None
+            url = ""
+            for line in demo.stdout:
+                if line.startswith("AG-UI stream (SSE): "):
+                    url = line.split(": ", 1)[1].strip()
+                if line.startswith("arm: "):  # its daemon has started
+                    break
+            config = ["--config", str(data / "host.toml")]
+            as_json = subprocess.run(
+                [sys.executable, "-m", "tether", "status", *config, "--json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            words = subprocess.run(
+                [sys.executable, "-m", "tether", "status", *config],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            demo.send_signal(signal.SIGTERM)
+            demo.wait(timeout=60)
+    assert url.startswith("http://127.0.0.1:"), url
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["daemon"]["sse"] == url
+    assert f"AG-UI stream {url}," in words.stdout, words.stdout
+
+
 def test_an_unattended_run_whose_arm_was_stopped_says_how_to_resume_it(tmp_path: Path) -> None:
     """`tether stop` latches the arm of an `--operator auto-*` run: the run ends parked (exit
     3), and since its credential was never shown, it says to resume through a run that asks

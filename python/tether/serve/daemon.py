@@ -301,10 +301,13 @@ class Daemon:
         robots: list[str] | None = None,
         factories: Sequence[Callable[[ServeContext], Sequence[Any]]] = (),
         progress_listener: Callable[[ProgressEvent], None] | None = None,
+        stream_url: str | None = None,
     ) -> None:
         """`factories`: in-process family factories served beside `serve.families` (an app
         that embeds the daemon, e.g. `tether demo`); `progress_listener`: also told every
-        progress event (after the daemon's own bookkeeping)."""
+        progress event (after the daemon's own bookkeeping); `stream_url`: the AG-UI stream
+        such an app serves itself (its `[serve] sse` off), said by `tether status` and the
+        daemon's record as the daemon's own is."""
         self.config = config
         self._factories = tuple(factories)
         self._progress_listener = progress_listener
@@ -329,7 +332,7 @@ class Daemon:
         self.runtime: Host | None = None
         self.stream: RunStream | None = None
         self.server: StreamServer | None = None
-        self.sse_url: str | None = None
+        self.sse_url: str | None = stream_url
         self.console: Any = None  # the operator console (tether.console), when configured
         self.live: LiveMount | None = None  # the live-event WebSocket (`live_mount`)
         self._locks: list[InstanceLock] = []

@@ -679,6 +679,7 @@ def _open(
     live: LiveActivities,
     log: _LogLines,
     checked: tuple[Mission, Any, Path],
+    sse_url: str,
 ) -> tuple[_Run, Mission] | int:
     mission, component, data_dir = checked
     cap = args.memory_cap_mb << 20
@@ -718,6 +719,7 @@ def _open(
         robots=[arm.robot] if arm.robot else [],
         factories=[_sim_factory(cap)],
         progress_listener=on_progress,
+        stream_url=sse_url,
     )
     try:
         daemon.start()
@@ -1292,7 +1294,7 @@ def _run_held(
     if args.wait_subscribers > 0:
         server.wait_for_subscribers(args.wait_subscribers, timeout=60)
     sigterm.phase = "starting"  # held from the daemon's start until the run's close is sure
-    opened = _open(args, out, LiveActivities(stream), log, checked)
+    opened = _open(args, out, LiveActivities(stream), log, checked, server.url)
     if isinstance(opened, int):
         stream.finish(error="the demo could not start")
         return opened
