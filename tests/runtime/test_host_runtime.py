@@ -551,22 +551,27 @@ def test_bad_host_input_is_a_typed_error(tmp_path: Path) -> None:
     fam = make_family(tmp_path)
     with pytest.raises(FamilyError):
         Host(tmp_path / "a", [fam, make_family(tmp_path, name="again")], workers=0)
-    with pytest.raises(FamilyError):
+    with pytest.raises(FamilyError) as contract:
         Host(tmp_path / "b", ["not a family"], workers=0)  # type: ignore[list-item]
+    assert contract.value.code == "family_error"
     host = make_host(tmp_path / "c", fam)
-    with pytest.raises(WorldNotFound):
+    with pytest.raises(WorldNotFound) as missing:
         host.commit_tick("nowhere", [])
-    with pytest.raises(InvalidWrite):
+    assert missing.value.code == "world_not_found"
+    with pytest.raises(InvalidWrite) as bad:
         host.create_world("bad id with spaces")
+    assert bad.value.code == "invalid_write"
     host.create_world("w")
     with pytest.raises(InvalidWrite):
         host.commit_tick("w", [ComponentWrite("e", "c", {"x": float("nan")})])
     with pytest.raises(ActivityRuntimeError) as never:  # NaN never timed out
         host.wait_settled("w", float("nan"))
     assert "timeout_s" in str(never.value)
+    assert never.value.code == "runtime_error"
     host.close()
-    with pytest.raises(HostClosed):
+    with pytest.raises(HostClosed) as closed:
         host.commit_tick("w", [])
+    assert closed.value.code == "host_closed"
     # Every call on a closed Host says so (a raw sqlite3 error or a live worker, before).
     for call in (
         lambda: host.get(akey(0)),

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hosttools import catalog_failing, make_env
 from journal_provider import KIND, DedupAdapter, Journal, intents, make_family
 from tether._coded import CodedError
@@ -203,3 +204,27 @@ def test_an_expected_coded_failure_is_one_line_and_the_count_is_every_failure(
         ("observer: step failed", True),
         ("observer: working again after 3 failures", False),
     ], lines
+
+
+def test_a_loops_failure_keeps_its_traceback_unless_it_is_an_expected_coded_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A coded condition (a world that is gone, a closed Host) is one line; a family's broken
+    contract, coded too, keeps the traceback that shows where the family broke it."""
+    import logging
+
+    from tether.runtime import FamilyError, HostClosed, ProviderIOForbidden
+    from tether.runtime._failing import Failing
+    from tether.world import WorldNotFound
+
+    log = logging.getLogger("tests.failing")
+    with caplog.at_level(logging.ERROR, logger="tests.failing"):
+        for exc in (
+            WorldNotFound("w"),
+            HostClosed("closed"),
+            FamilyError("broken"),
+            ProviderIOForbidden("io"),
+        ):
+            Failing(log, "loop", "step").failed(exc)
+    traced = [r.exc_info is not None for r in caplog.records]
+    assert traced == [False, False, True, True]

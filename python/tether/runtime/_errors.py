@@ -13,7 +13,11 @@ _T = TypeVar("_T")
 
 
 class ActivityRuntimeError(TetherError):
-    """Base of every error raised by `tether.runtime`."""
+    """Base of every error raised by `tether.runtime`. Each subclass a program meets has a
+    stable `code` to branch on, as every Tether error does; this class's own (a call the
+    runtime refuses: a bad argument, a second start) is ``runtime_error``."""
+
+    code: str = "runtime_error"
 
 
 class WorldOfAnotherHost(CodedError, ActivityRuntimeError):
@@ -46,6 +50,8 @@ def check_owned(world_id: str, owner: str | None) -> None:
 class FamilyError(ActivityRuntimeError):
     """A family is registered wrongly or broke its contract (bad request, staging or writes)."""
 
+    code: str = "family_error"
+
 
 def bad_families(message: str) -> FamilyError:
     """A families factory that cannot serve: a `FamilyError` with the code ``bad_families``
@@ -67,26 +73,40 @@ def call_factory(where: str, call: Callable[[], _T]) -> _T:
 class ProjectionConflict(FamilyError):
     """A projection replay for the same receipt asked for a different request (fails closed)."""
 
+    code: str = "projection_conflict"
+
 
 class ProviderIOForbidden(ActivityRuntimeError):
     """Provider work was attempted where it is forbidden (in a projection or under the lock)."""
+
+    code: str = "provider_io_forbidden"
 
 
 class LeaseLost(ActivityRuntimeError):
     """The attempt's lease or fence is no longer live; the worker must stop touching the record."""
 
+    code: str = "lease_lost"
+
 
 class ArtifactError(ActivityRuntimeError):
     """Base of artifact store errors."""
+
+    code: str = "artifact_error"
 
 
 class ArtifactMissing(ArtifactError):
     """No artifact is stored under the reference."""
 
+    code: str = "artifact_missing"
+
 
 class ArtifactCorrupt(ArtifactError):
     """The stored bytes do not match the reference's digest or size."""
 
+    code: str = "artifact_corrupt"
+
 
 class HostClosed(ActivityRuntimeError):
     """The Host was closed."""
+
+    code: str = "host_closed"

@@ -16,9 +16,13 @@ def _line(exc: BaseException) -> str:
 
 def _expected(exc: BaseException) -> bool:
     """A Tether error with a code (a store that cannot be reached, say): its line says it all,
-    no traceback; anything else is a bug and keeps its traceback."""
+    no traceback; anything else is a bug and keeps its traceback, a family's broken contract
+    too (coded, but its traceback shows where the family broke it)."""
     from tether.errors import TetherError
+    from tether.runtime._errors import FamilyError, ProviderIOForbidden
 
+    if isinstance(exc, FamilyError | ProviderIOForbidden):
+        return False
     return isinstance(exc, TetherError) and isinstance(getattr(exc, "code", None), str)
 
 

@@ -24,7 +24,10 @@ RECEIPT_REJECTION_CODES: Final = (
 
 
 class WorldError(TetherError):
-    """Base of every error raised by the world ledger."""
+    """Base of every error raised by the world ledger. Each class has a stable `code` (a
+    program branches on it as on any Tether error's)."""
+
+    code: str = "world_error"
 
 
 class WorldStorageError(WorldError):
@@ -43,29 +46,43 @@ class WorldStorageError(WorldError):
 class WorldNotFound(WorldError):
     """The named world does not exist in this ledger."""
 
+    code: str = "world_not_found"
+
 
 class WorldExists(WorldError):
     """A world with this id already exists (create or fork target)."""
+
+    code: str = "world_exists"
 
 
 class InvalidWrite(WorldError):
     """A component write is malformed (bad entity/component name or a non-JSON value)."""
 
+    code: str = "invalid_write"
+
 
 class StaleWriter(WorldError):
     """The commit came from a writer whose epoch was superseded by a newer writer."""
+
+    code: str = "stale_writer"
 
 
 class HeadConflict(WorldError):
     """The head moved since the writer read it (compare-and-swap on the head failed)."""
 
+    code: str = "head_conflict"
+
 
 class PostCommitPending(WorldError):
     """Tick T+1 was requested while the post-commit work of tick T has not succeeded."""
 
+    code: str = "post_commit_pending"
+
 
 class WorldClosing(WorldError):
     """The world is reserved for close or destroyed; it accepts no new ticks."""
+
+    code: str = "world_closing"
 
 
 class ReceiptRejected(WorldError):
@@ -83,6 +100,8 @@ class ReceiptRejected(WorldError):
 class UnsettledActivities(WorldError):
     """Fork or destroy was refused: the world still has admitted, unsettled Activities."""
 
+    code: str = "unsettled_activities"
+
 
 class LedgerCommitUnknown(WorldError):
     """A ledger COMMIT got no reply (the connection to the server broke): the tick or change
@@ -97,6 +116,8 @@ class LedgerCommitUnknown(WorldError):
             None when unknown (the transaction broke before the tick was decided, or the
             change was not a tick).
     """
+
+    code: str = "commit_unknown"
 
     def __init__(self, message: str, intended: CommittedTickReceipt | None = None) -> None:
         super().__init__(message)
