@@ -266,3 +266,34 @@ def test_result_size_and_negative_durations_are_refused(
         catalog.record_unknown(other, r.fence, Evidence("e", "d"), -1)
     assert info.value.field == "retry_after_ms"
     assert catalog.record_result(K, c.fence, replace(result(), size=0)).result is not None
+
+
+def test_an_int_beyond_64_bits_or_a_bool_is_a_typed_refusal_naming_its_argument(
+    catalog: Catalog, clock: ManualClock
+) -> None:
+    """`lease_ms=2**64` raised an `OverflowError` naming no argument, and `fence=True` was
+    taken as fence 1; a limit or an age beyond 64 bits failed inside the store's SQL."""
+    c = bound_claim(catalog, K)
+    before = catalog.get(K)
+    for call, field in (
+        (lambda: catalog.renew(K, c.fence, 2**64), "lease_ms"),
+        (lambda: catalog.renew(K, 2**64, 1000), "fence"),
+        (lambda: catalog.claim("w", -(10**100)), "lease_ms"),
+        (lambda: catalog.record_result(K, 2**63, result()), "fence"),
+    ):
+        with pytest.raises(BoundsExceeded) as info:
+            call()
+        assert info.value.field == field
+        assert "64 bits" in str(info.value) and len(str(info.value)) < 120
+    with pytest.raises(TypeError, match=r"lease_ms.*not bool"):
+        catalog.renew(K, c.fence, True)
+    with pytest.raises(TypeError, match=r"fence.*not bool"):
+        catalog.record_result(K, True, result())
+    with pytest.raises(TypeError, match="limit"):
+        catalog.claim_many("w", 1000, True)
+    assert catalog.get(K) == before  # nothing refused changed anything
+    # A limit, a page or an age past 64 bits asks for what the largest one does.
+    assert catalog.claim_many("w", 1000, 2**64) == []
+    assert catalog.compact_settled(2**64, batch=2**64) == 0
+    assert list(catalog.iter_compactable(2**70, page_size=2**70)) == []
+    assert list(catalog.iter_claimable(page_size=2**70)) == []

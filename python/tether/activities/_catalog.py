@@ -127,6 +127,21 @@ def _claim_of(record: ActivityRecord) -> Claim:
     return Claim(record, record.attempt)
 
 
+#: The largest count a store's statement takes (SQLite's and PostgreSQL's 64-bit integers): a
+#: larger limit or page asks for no more rows than this one does.
+_MAX_COUNT = (1 << 63) - 1
+#: The earliest compaction cutoff (`Catalog._cutoff`): before any wall-clock settlement.
+_EARLIEST_CUTOFF_MS = -(1 << 62)
+
+
+def _count(name: str, value: object, low: int, error: type[Exception] = TypeError) -> int:
+    """A count argument (a limit, a page size): an int (not a bool) >= ``low``, as at most
+    `_MAX_COUNT` (a larger one takes the same rows; a store would refuse its SQL integer)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise error(f"{name} must be an int >= {low}, got {value!r}")
+    return min(value, _MAX_COUNT)
+
+
 def _key(key: ActivityKey) -> KeyTuple:
     if not isinstance(key, ActivityKey):
         raise TypeError(f"expected an ActivityKey, not {type(key).__name__}")
@@ -457,8 +472,7 @@ class Catalog:
 
         ``take``: the caller's choice (never a rule) of the rows it wants: it sees each row
         as the core would claim it, and a row it refuses is left unclaimed (skipped)."""
-        if not isinstance(limit, int) or limit < 1:
-            raise TypeError("claim_many(limit=) must be a positive int")
+        limit = _count("claim_many(limit=)", limit, 1)
         step = _taking(lambda old, now: _core.catalog_claim(old, owner, lease_ms, now, host), take)
         return self._claim_rows(owner, lease_ms, limit, kinds, world_id, host, step)
 
@@ -480,8 +494,7 @@ class Catalog:
         attempt comes back claimed and unbound (`attempt.may_execute` false): reconcile it."""
         if not isinstance(owner, str) or not isinstance(lease_ms, int):
             raise TypeError("claim_and_bind_many(owner: str, lease_ms: int, limit: int)")
-        if not isinstance(limit, int) or limit < 1:
-            raise TypeError("claim_and_bind_many(limit=) must be a positive int")
+        limit = _count("claim_and_bind_many(limit=)", limit, 1)
         if host is not None and not isinstance(host, str):
             raise TypeError("claim_and_bind_many(host=) must be a str or None")
 
@@ -562,8 +575,7 @@ class Catalog:
         claimed by it (an unanswered claim is reconciled by the next one)."""
         if not isinstance(owner, str) or not isinstance(lease_ms, int):
             raise TypeError("work_step(owner: str, lease_ms: int, limit: int)")
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise TypeError("work_step(limit=) must be an int >= 0")
+        limit = _count("work_step(limit=)", limit, 0)
         if host is not None and not isinstance(host, str):
             raise TypeError("work_step(host=) must be a str or None")
         items: list[tuple[KeyTuple, RowStep]] = [
@@ -745,8 +757,7 @@ class Catalog:
         world_id: str | None,
         page_size: int,
     ) -> Iterator[ActivityRecord]:
-        if page_size < 1:
-            raise ValueError("page_size must be positive")
+        page_size = _count("page_size", page_size, 1, ValueError)
         kinds = _kinds(kinds)
         now = self._claim_now() if view == "claimable" else self._clock.now()
         after: tuple[Any, ...] | None = None
@@ -794,15 +805,16 @@ class Catalog:
         if older_than_ms < 0:
             raise ValueError("older_than_ms must be >= 0")
         now = self._clock.now()
-        return now, now.wall_ms - older_than_ms
+        # An age beyond every wall-clock time compacts nothing, as the earliest cutoff does
+        # (one that still fits the stores' 64-bit integers).
+        return now, max(now.wall_ms - older_than_ms, _EARLIEST_CUTOFF_MS)
 
     def iter_compactable(
         self, older_than_ms: int, *, page_size: int = PAGE_SIZE
     ) -> Iterator[ActivityRecord]:
         """Every record `compact_settled(older_than_ms)` would compact now (a dry run), oldest
         settlement first, paged to exhaustion; the core decides each one."""
-        if page_size < 1:
-            raise ValueError("page_size must be positive")
+        page_size = _count("page_size", page_size, 1, ValueError)
         _now, cutoff = self._cutoff(older_than_ms)
         after: tuple[Any, ...] | None = None
         while True:
@@ -831,8 +843,7 @@ class Catalog:
         in transactions of ``batch`` records, so workers interleave; ``progress`` receives the
         running count after each. Result payloads in an artifact store are not touched.
         """
-        if not isinstance(batch, int) or batch < 1:
-            raise ValueError("batch must be a positive int")
+        batch = _count("batch", batch, 1, ValueError)
         now, cutoff = self._cutoff(older_than_ms)
 
         def transition(row: Row) -> Row | None:

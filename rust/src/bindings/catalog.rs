@@ -7,9 +7,9 @@
 //! `CatalogRejection`, with the stable code as the class attribute `code`.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
 
 use crate::bindings::errors::TetherError;
 use crate::catalog::{
@@ -229,6 +229,53 @@ fn rejected(py: Python<'_>, r: Rejection) -> PyErr {
         Err(e) => e,
     }
 }
+
+/// An integer argument of a catalog call (`name`): a Python int, not a bool (`True` is no
+/// fence or lease), within 64 bits. One beyond them is `bounds_exceeded` on its field, as one
+/// outside the core's own bounds is, never an `OverflowError` naming no argument.
+fn int_arg(ob: &Bound<'_, PyAny>, field: &'static str) -> PyResult<i64> {
+    if ob.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err("must be an int, not bool"));
+    }
+    match ob.extract::<i64>() {
+        Ok(v) => Ok(v),
+        Err(e) if e.is_instance_of::<PyOverflowError>(ob.py()) => {
+            let digits = ob.str().map(|t| t.to_string()).unwrap_or_default();
+            let what = if digits.len() <= 40 {
+                digits
+            } else {
+                format!("an int of {} digits", digits.trim_start_matches('-').len())
+            };
+            Err(rejected(
+                ob.py(),
+                Rejection::on(
+                    RejectionKind::BoundsExceeded,
+                    field,
+                    format!("{what} does not fit in 64 bits"),
+                ),
+            ))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+macro_rules! int_args {
+    ($($fname:ident => $field:literal),* $(,)?) => {$(
+        fn $fname(ob: &Bound<'_, PyAny>) -> PyResult<i64> {
+            int_arg(ob, $field)
+        }
+    )*};
+}
+
+int_args!(
+    arg_lease_ms => "lease_ms",
+    arg_fence => "fence",
+    arg_retry_after_ms => "retry_after_ms",
+    arg_seen_revision => "seen_revision",
+    arg_evidence_revision => "evidence_revision",
+    arg_cutoff_ms => "cutoff_ms",
+    arg_at_ms => "at_ms",
+);
 
 fn row_error(e: RowError) -> PyErr {
     CatalogStorageError::new_err(format!("stored catalog row does not decode: {e}"))
@@ -713,7 +760,7 @@ fn catalog_admit_refused<'py>(
 fn catalog_check_claim(
     py: Python<'_>,
     owner: &str,
-    lease_ms: i64,
+    #[pyo3(from_py_with = arg_lease_ms)] lease_ms: i64,
     now: PyNow,
     host: Option<&str>,
 ) -> PyResult<()> {
@@ -728,7 +775,7 @@ fn catalog_claim<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
     owner: &str,
-    lease_ms: i64,
+    #[pyo3(from_py_with = arg_lease_ms)] lease_ms: i64,
     now: PyNow,
     host: Option<&str>,
 ) -> PyResult<Bound<'py, PyTuple>> {
@@ -749,7 +796,7 @@ fn catalog_claim_and_bind<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
     owner: &str,
-    lease_ms: i64,
+    #[pyo3(from_py_with = arg_lease_ms)] lease_ms: i64,
     now: PyNow,
     host: Option<&str>,
 ) -> PyResult<Bound<'py, PyTuple>> {
@@ -766,8 +813,8 @@ fn catalog_claim_and_bind<'py>(
 fn catalog_renew<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
-    fence: i64,
-    lease_ms: i64,
+    #[pyo3(from_py_with = arg_fence)] fence: i64,
+    #[pyo3(from_py_with = arg_lease_ms)] lease_ms: i64,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let items = items_of(row);
@@ -783,7 +830,7 @@ fn catalog_renew<'py>(
 fn catalog_release<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
-    fence: i64,
+    #[pyo3(from_py_with = arg_fence)] fence: i64,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let items = items_of(row);
@@ -799,7 +846,7 @@ fn catalog_release<'py>(
 fn catalog_bind_provider_operation<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
-    fence: i64,
+    #[pyo3(from_py_with = arg_fence)] fence: i64,
     operation_id: &str,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
@@ -813,7 +860,7 @@ fn catalog_bind_provider_operation<'py>(
 fn catalog_record_result<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
-    fence: i64,
+    #[pyo3(from_py_with = arg_fence)] fence: i64,
     result: PyResultRef,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
@@ -827,7 +874,7 @@ fn catalog_record_result<'py>(
 fn catalog_confirm_absent<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
-    fence: i64,
+    #[pyo3(from_py_with = arg_fence)] fence: i64,
     guard: PyRefDigest,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
@@ -847,9 +894,9 @@ fn catalog_confirm_absent<'py>(
 fn catalog_record_unknown<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
-    fence: i64,
+    #[pyo3(from_py_with = arg_fence)] fence: i64,
     evidence: PyRefDigest,
-    retry_after_ms: i64,
+    #[pyo3(from_py_with = arg_retry_after_ms)] retry_after_ms: i64,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let items = items_of(row);
@@ -869,7 +916,7 @@ fn catalog_record_unknown<'py>(
 fn catalog_refresh_evidence<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
-    seen_revision: i64,
+    #[pyo3(from_py_with = arg_seen_revision)] seen_revision: i64,
     evidence: PyRefDigest,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
@@ -892,7 +939,7 @@ fn catalog_resolve<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
     outcome: &str,
-    evidence_revision: i64,
+    #[pyo3(from_py_with = arg_evidence_revision)] evidence_revision: i64,
     operator: String,
     note: String,
     result: Option<PyResultRef>,
@@ -998,7 +1045,7 @@ fn catalog_derive_row<'py>(
 fn catalog_compact<'py>(
     py: Python<'py>,
     row: &Bound<'py, PyTuple>,
-    cutoff_ms: i64,
+    #[pyo3(from_py_with = arg_cutoff_ms)] cutoff_ms: i64,
     now: PyNow,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let items = items_of(row);
@@ -1012,14 +1059,21 @@ fn catalog_compact<'py>(
 
 /// Whether the core would compact this row at the wall-clock `cutoff_ms`.
 #[pyfunction]
-fn catalog_compactable(row: &Bound<'_, PyTuple>, cutoff_ms: i64) -> PyResult<bool> {
+fn catalog_compactable(
+    row: &Bound<'_, PyTuple>,
+    #[pyo3(from_py_with = arg_cutoff_ms)] cutoff_ms: i64,
+) -> PyResult<bool> {
     let items = items_of(row);
     Ok(catalog::compactable(&load(row, &items)?.record, cutoff_ms))
 }
 
 /// Whether the lease-clock time `at_ms`, measured on boot `lease_boot_id`, is reached at `now`.
 #[pyfunction]
-fn catalog_lease_reached(lease_boot_id: &str, at_ms: i64, now: PyNow) -> bool {
+fn catalog_lease_reached(
+    lease_boot_id: &str,
+    #[pyo3(from_py_with = arg_at_ms)] at_ms: i64,
+    now: PyNow,
+) -> bool {
     catalog::lease_reached(lease_boot_id, at_ms, &now.into())
 }
 
