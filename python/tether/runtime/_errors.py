@@ -15,9 +15,7 @@ _T = TypeVar("_T")
 class ActivityRuntimeError(TetherError):
     """Base of every error raised by `tether.runtime`. Each subclass a program meets has a
     stable `code` to branch on, as every Tether error does; this class's own (a call the
-    runtime refuses: a bad argument, a second start) is ``runtime_error``."""
-
-    code: str = "runtime_error"
+    runtime refuses: a bad argument, a second start) has none, as a `TypeError` has none."""
 
 
 class WorldOfAnotherHost(CodedError, ActivityRuntimeError):

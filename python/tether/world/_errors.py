@@ -24,10 +24,9 @@ RECEIPT_REJECTION_CODES: Final = (
 
 
 class WorldError(TetherError):
-    """Base of every error raised by the world ledger. Each class has a stable `code` (a
-    program branches on it as on any Tether error's)."""
-
-    code: str = "world_error"
+    """Base of every error raised by the world ledger. Each subclass has a stable `code` (a
+    program branches on it as on any Tether error's); this class itself has none: raised
+    for a store that failed, it is classified by its cause (`storage_failure`)."""
 
 
 class WorldStorageError(WorldError):
