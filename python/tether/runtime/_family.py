@@ -286,14 +286,28 @@ class AttemptContext:
         self._renew = renew
         self._emit = emit
         self._lost = threading.Event()
+        self._ended = threading.Event()
         self._stopping = stopping or threading.Event()
 
+    def _check_running(self) -> None:
+        if self._ended.is_set():
+            raise LeaseLost(
+                f"attempt {self.attempt} of {self.key} has ended: nothing of it may act or"
+                " report any more"
+            )
+
     def progress(self, content: dict[str, Any]) -> None:
-        """Report live progress (for example to the AG-UI activity stream); never durable."""
+        """Report live progress (for example to the AG-UI activity stream); never durable.
+
+        Raises:
+            LeaseLost: the attempt has ended (a thread the adapter left running): its
+                progress would be shown after its outcome.
+        """
         if _projection_active():
             raise ProviderIOForbidden("progress() called inside a projection")
         if not isinstance(content, dict):
             raise FamilyError("progress content must be a dict")
+        self._check_running()
         if self._emit is not None:
             self._emit(
                 ProgressEvent(self.key, self.operation_id, self.attempt, self.fence, dict(content))
@@ -303,8 +317,10 @@ class AttemptContext:
         """Renew the attempt's lease now.
 
         Raises:
-            LeaseLost: the lease or fence is no longer live; stop and return.
+            LeaseLost: the lease or fence is no longer live, or the attempt has ended (the
+                adapter returned or raised, and a thread it left running asks): stop.
         """
+        self._check_running()
         if self._lost.is_set():
             raise LeaseLost(f"attempt {self.attempt} of {self.key} lost its lease")
         try:
@@ -333,6 +349,12 @@ class AttemptContext:
     def mark_lost(self) -> None:
         """Record that the lease is gone (the worker's background renewal calls this)."""
         self._lost.set()
+
+    def mark_ended(self) -> None:
+        """Record that the attempt has ended (the worker calls this once the adapter's call
+        returned or raised): `heartbeat` and `progress` then raise `LeaseLost`, so a thread
+        the adapter left running learns it holds nothing."""
+        self._ended.set()
 
 
 @runtime_checkable

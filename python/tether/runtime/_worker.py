@@ -639,7 +639,10 @@ class _Heartbeat:
             self._thread.start()
 
     def end(self, beat: _Beat) -> None:
-        """Stop renewing ``beat``; returns once no renewal of it is in flight."""
+        """Stop renewing ``beat``; returns once no renewal of it is in flight. Its context
+        says the attempt ended from then on (`AttemptContext.mark_ended`)."""
+        if beat.ctx is not None:
+            beat.ctx.mark_ended()
         with self._cond:
             if self._current is beat:
                 self._current = None
