@@ -48,7 +48,9 @@ __all__ = [
     "RedactionFilter",
     "Redactor",
     "TextFormatter",
+    "UndecodableMetadataFilter",
     "add_arguments",
+    "guard_grpc_logs",
     "register_secret",
     "setup",
 ]
@@ -166,6 +168,58 @@ class RedactionFilter(logging.Filter):
         if record.stack_info:
             record.stack_info = r.redact(record.stack_info)
         return True
+
+
+#: The logger grpcio's C core reports a metadata value it cannot decode on (any peer's).
+GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
+#: At most one line per this many seconds says such values came (with how many since).
+UNDECODABLE_LOG_S = 60.0
+
+
+class UndecodableMetadataFilter(logging.Filter):
+    """grpcio logs each metadata value that is not UTF-8 as an ERROR with the value in full and
+    a traceback (``Invalid encoding on b'...'``): a bearer token with one stray byte written
+    to the log, and a line per call anyone can send without a credential. This rewrites such a
+    record into one WARNING naming no value, at most one every `UNDECODABLE_LOG_S` (with the
+    count since the last one), and drops the rest; any other record passes unchanged. The call
+    itself is refused as it was (its metadata cannot be read)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._said_at: float | None = None
+        self._since = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not (isinstance(record.msg, str) and record.msg.startswith("Invalid encoding on")):
+            return True
+        now = record.created
+        with self._lock:
+            self._since += 1
+            if self._said_at is not None and now - self._said_at < UNDECODABLE_LOG_S:
+                return False
+            count, self._since, self._said_at = self._since, 0, now
+        record.msg = (
+            "a gRPC peer sent a metadata value that is not UTF-8 (not logged: it may be a"
+            " credential); its call is refused"
+            + (f" ({count} such values since the last line)" if count > 1 else "")
+        )
+        record.args = None
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+_GRPC_GUARD = UndecodableMetadataFilter()
+
+
+def guard_grpc_logs() -> None:
+    """Install `UndecodableMetadataFilter` on grpcio's core logger (once per process): by
+    `setup`, and by every gRPC server and client Tether starts, so a process that never set
+    up its logs is covered too."""
+    logger = logging.getLogger(GRPC_CORE_LOGGER)
+    if _GRPC_GUARD not in logger.filters:
+        logger.addFilter(_GRPC_GUARD)
 
 
 class JsonFormatter(logging.Formatter):
@@ -296,6 +350,7 @@ def setup(
     root.handlers.remove(handler)
     root.handlers.insert(0, handler)
     root.setLevel(number)
+    guard_grpc_logs()
     return handler
 
 

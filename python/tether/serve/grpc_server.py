@@ -147,6 +147,7 @@ from tether._crash import crash_point
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether._listen import ListenerError, ListenerPolicy, address_text
+from tether._log import guard_grpc_logs
 from tether.activities import ActivityKey, ActivityRecord
 from tether.devices.credentials import ROLES, CredentialError, Principal, roles_for
 from tether.devices.latch import PLANNER_CANCEL, stop_words, stopped_by
@@ -1871,6 +1872,7 @@ class GrpcServer:
             ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT_S * 1000)),
             ("grpc.http2.ping_timeout_ms", int(KEEPALIVE_TIMEOUT_S * 1000)),
         ]
+        guard_grpc_logs()  # a client's undecodable metadata (a token) is never logged
         self.server = grpc.server(
             futures.ThreadPoolExecutor(
                 max_workers=THREADS, thread_name_prefix="grpc", initializer=_serving_priority

@@ -77,6 +77,7 @@ from tether._coded import CodedError
 from tether._crash import crash_point
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
 from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
+from tether._log import guard_grpc_logs
 from tether.activities import ABANDONED_MEDIA_TYPE, Evidence, ResultRef, RetryGuard
 from tether.runtime import (
     ActivityRequest,
@@ -300,6 +301,7 @@ class RemoteHost:
     def channel(self) -> grpc.Channel:
         """A channel to the host: TLS (mutual with a client certificate) or plain, with the
         keepalive above."""
+        guard_grpc_logs()  # a peer's undecodable metadata is never logged in full
         options = [
             ("grpc.keepalive_time_ms", int(self.keepalive_s * 1000)),
             ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * 1000)),
