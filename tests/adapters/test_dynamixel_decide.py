@@ -172,7 +172,7 @@ def test_an_operators_stop_names_the_reason() -> None:
     assert isinstance(plain, decide.Unknown) and plain.reason == "device_state_lost_or_moved"
 
 
-def test_an_operators_stop_is_never_recovered_even_at_the_target() -> None:
+def test_an_operators_or_the_shutdowns_stop_is_never_recovered_even_at_the_target() -> None:
     """Stopped mid-move, resumed, then a later move drove the arm to the same target: the
     read-back is what this attempt's arrival would be, yet proves nothing of it. It stays
     `stopped_by_operator` (an operator decides), never Recovered."""
@@ -187,6 +187,10 @@ def test_an_operators_stop_is_never_recovered_even_at_the_target() -> None:
     assert decide.reconcile(preimage(), sent, read_back, move=lapsed) == decide.Unknown(
         "stopped_on_session_lapse", {"at_target": ["a", "b"]}
     )
+    # The host's shutdown stop too: a move run after the restart to the same target reached
+    # it, and this one was parked as `stopped_at_shutdown` (it became SUCCEEDED by itself).
+    cut = decide.reconcile(preimage(), sent, read_back, move=move(stopped_at_shutdown=True))
+    assert cut == decide.Unknown("stopped_at_shutdown", {"at_target": ["a", "b"]})
 
 
 def test_the_attempts_own_stop_after_its_settle_timeout_names_the_reason() -> None:

@@ -27,7 +27,8 @@ The rules, in order (each is a test row's expectation, `test_dynamixel_decide.py
    a torque-off stop) is Unknown (`device_state_lost_or_moved`); still
    moving after the settle wait is `settle_timeout`; settled away from it `not_settled`;
    otherwise Recovered, unless an operator stopped the robot after the attempt began
-   (`stopped_by_operator`: the goals may be a later move's, run after the resume);
+   (`stopped_by_operator`: the goals may be a later move's, run after the resume) or the
+   host's shutdown stop cut it (`stopped_at_shutdown`: a later move's, run after the restart);
 3. nothing effectful (REG_WRITE, ACTION) sent by the attempt: Neutralise (`nothing_sent`); the
    attempt's setup WRITEs (`SETUP`: Profile Velocity, a limp joint's goal set to where it
    stands, Torque Enable) and neutralising writes
@@ -336,11 +337,12 @@ def reconcile(
         away = sorted(n for n, g in goals.items() if abs(joints[n].position - g) > move.tolerance)
         if away:
             return Unknown(operator or "not_settled", {"away": away})
-        if operator:
-            # At the target, but an operator's stop cut this attempt: the goals now in the
-            # device may be a later move's (one run after the resume to the same target), so
-            # they prove nothing of this one. It stays the operator's to decide.
-            return Unknown(operator, {"at_target": sorted(goals)})
+        if operator or shutdown:
+            # At the target, but an operator's stop or the host's shutdown stop cut this
+            # attempt: the goals now in the device may be a later move's (one run after the
+            # resume or the restart, to the same target), so they prove nothing of this one.
+            # It stays the operator's to decide.
+            return Unknown(operator or str(shutdown), {"at_target": sorted(goals)})
         return Recovered(read_back)
 
     staged = {n: j.goal for n, j in sorted(joints.items()) if j.staged}
