@@ -559,6 +559,33 @@ def test_cancel_before_the_start_never_moves_and_after_the_end_changes_nothing(
         assert target_actions(emu.journal(), second) == {1: 0, 2: 0}
 
 
+def test_a_move_cancelled_before_its_start_is_cancelled_at_once_not_after_the_moves_ahead(
+    tmp_path: Path,
+) -> None:
+    """CANCELLED_BEFORE_START came with the operation still PENDING, and it stayed PENDING
+    (then `queued`) until every move ahead of it on the robot had run: a client waiting for
+    its terminal state waited for unrelated moves."""
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            moving(control, "first", {"a": 1.4, "b": -1.4})
+            for name in ("second", "third"):
+                control.Execute(move(name, {"a": 0.0, "b": 0.0}), metadata=bearer(), timeout=30)
+            wait_for(control, "second", lambda o: o.progress.phase == "queued")
+            for name in ("third", "second"):  # one no worker holds yet, one waiting for the arm
+                answer = control.Cancel(pb.CancelRequest(operation_id=name), metadata=bearer())
+                assert answer.outcome == pb.CancelResponse.CANCELLED_BEFORE_START, answer
+                done = wait_for(control, name, lambda o: o.state != pb.PENDING, timeout=5)
+                assert (done.state, done.error.code) == (pb.CANCELLED, "cancelled"), done
+            running = control.GetOperation(
+                pb.GetOperationRequest(operation_id="first"), metadata=bearer()
+            )
+            assert running.state == pb.RUNNING, running  # cancelled while the first still ran
+            assert until_terminal(control, "first")[-1].state == pb.SUCCEEDED
+            channel.close()
+
+
 def test_cancel_of_a_running_move_stops_it_and_names_the_planners_cancel(tmp_path: Path) -> None:
     """Cancel mid-motion answers STOPPED_WHILE_RUNNING: the arm is held and latched as by a
     Stop, and the move awaits an operator with the reason `cancelled_by_planner` (no operator

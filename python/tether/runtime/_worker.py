@@ -340,6 +340,23 @@ class Worker:
         self._run(claim)
         return claim.record.key
 
+    def run_key(self, key: ActivityKey) -> bool:
+        """Claim exactly ``key`` and run its attempt to its recorded conclusion, as `run_next`
+        runs the next one (for work that must not wait for a free worker: a move cancelled
+        before its start concludes at once); whether it was claimable now (an attempt another
+        worker holds, a parked one inside its backoff, a recorded result: False)."""
+        try:
+            claim = self.catalog.claim_key(key, self.owner, self.lease_ms, host=self.host)
+        except CatalogRejection:
+            return False
+        except CommitUnknown as e:  # re-read before acting: run it only if the claim landed
+            found = self._claim_after_unknown(e)
+            if found is None:
+                return False
+            claim = found
+        self._run(claim)
+        return True
+
     def _reread(self, error: CommitUnknown) -> ActivityRecord | None:
         """The record a lost commit wrote if it landed, else None (re-read before acting)."""
         record = self.catalog.committed(error)

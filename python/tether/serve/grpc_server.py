@@ -1680,7 +1680,24 @@ class RobotControl(rpc.RobotControlServicer):
                 outcome = pb.CancelResponse.STOPPED_WHILE_RUNNING
         else:
             outcome = pb.CancelResponse.CANCELLED_BEFORE_START
+            self._conclude_cancelled(key)
         return pb.CancelResponse(outcome=outcome, operation=self._operation(key, intent))
+
+    def _conclude_cancelled(self, key: ActivityKey) -> None:
+        """Run the attempt of a move cancelled before its start now, in this call: it
+        concludes `cancelled` from its journal without its robot (`Worker.run_key`), so the
+        answer and every later read say CANCELLED, not PENDING until a worker is free. One a
+        worker holds (waiting for its robot) ends on its own within `QUEUED_CHECK_S`; one this
+        process does not run (its robot driven by a `tether worker`) is left to that one."""
+        runtime = self.daemon.host()
+        worker = runtime.new_worker("cancel")
+        try:
+            if key.kind in worker.kinds:
+                worker.run_key(key)
+        except (TetherError, OSError) as exc:  # the answer stands; a worker concludes it
+            log.warning("cancel of %s: its attempt did not run now: %s", key, exc)
+        finally:
+            worker.close()
 
     def _Reconcile(
         self, request: pb.ReconcileRequest, context: grpc.ServicerContext

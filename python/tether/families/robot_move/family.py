@@ -116,6 +116,8 @@ INTENT = "physical_ai.robot_move.intent"
 OBSERVATION = "physical_ai.robot_move.observation"
 #: An Unknown that needs an operator is reconciled again only after this long.
 OPERATOR_RETRY_MS = 60_000
+#: How often a move waiting for its robot (`queued`) checks whether it was cancelled (s).
+QUEUED_CHECK_S = 0.1
 
 
 class SessionGate(Protocol):
@@ -491,7 +493,10 @@ class RobotMoveAdapter:
             ctx.progress(
                 {"robot": req.robot, "phase": "queued", "fraction": 0.0, "attempt": ctx.attempt}
             )
-        with lock:
+        cancelled = self._robot_or_cancelled(ctx, req, lock)
+        if cancelled is not None:
+            return cancelled
+        try:
             expired = self._expired_unbound(ctx, req)
             if expired is not None:
                 return expired
@@ -525,6 +530,29 @@ class RobotMoveAdapter:
                     self._running.pop(req.robot, None)
                 if session is not None and self.sessions is not None:
                     self.sessions.end(world, session, activity)
+        finally:
+            lock.release()
+
+    def _robot_or_cancelled(
+        self, ctx: AttemptContext, req: MoveRequest, lock: threading.Lock
+    ) -> ResultRef | None:
+        """Take the robot's lock (None: it is held now). A move that waits for it behind
+        another (`queued`) and is cancelled meanwhile, before it ever started, ends at once
+        with its `cancelled` result (the lock not taken), not once every move ahead of it on
+        the robot has run."""
+        while not lock.acquire(timeout=QUEUED_CHECK_S):
+            cancelled = self._cancelled_unstarted(ctx, req)
+            if cancelled is not None:
+                return cancelled
+        return None
+
+    def _cancelled_unstarted(self, ctx: AttemptContext, req: MoveRequest) -> ResultRef | None:
+        """The result of a move cancelled before any attempt of it started (none wrote a start
+        marker, so it never sent a frame), or None. Needs no robot: its journal alone says."""
+        op = self.store.get(ctx.operation_id)
+        if op is None or op.entry.proof("cancel") is None or op.attempts():
+            return None
+        return self._published(ctx, op) or self._not_startable(ctx, op, req)
 
     def _started(
         self,
