@@ -219,33 +219,47 @@ def json_text(doc: Any, *, indent: int | None = None, ensure_ascii: bool = True)
     )
 
 
+#: The signals a command that drives a robot takes as Ctrl-C (`sigterm_interrupts`) and a
+#: long-running process as its shutdown: SIGTERM (systemd, `timeout`, a supervisor) and SIGHUP
+#: (an ssh session or terminal that closed). Their default action kills the process at once,
+#: with the robot driving on to its goal and nobody watching.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 class Terminated(KeyboardInterrupt):
-    """SIGTERM taken as Ctrl-C is (a command that ends on it as on SIGINT): said as SIGTERM."""
+    """SIGTERM or SIGHUP taken as Ctrl-C is (a command that ends on it as on SIGINT): said as
+    that signal (`signal_name`)."""
 
     signal_name = "SIGTERM"
+
+    def __init__(self, signal_name: str = "SIGTERM") -> None:
+        super().__init__()
+        self.signal_name = signal_name
 
 
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Within the block, SIGTERM (systemd, `timeout`, a supervisor) interrupts the command as
-    Ctrl-C does (`Terminated`, a `KeyboardInterrupt`): what it applies on Ctrl-C (a robot's
-    stop policy, its outcome document, exit 130) it applies on SIGTERM too, instead of dying
-    with the default action mid-work. The first SIGTERM only: a later one, while the command
-    stops, is ignored, so it cannot cut that stop short. Outside the main thread, nothing."""
+    """Within the block, SIGTERM or SIGHUP (`STOP_SIGNALS`) interrupts the command as Ctrl-C
+    does (`Terminated`, a `KeyboardInterrupt`): what it applies on Ctrl-C (a robot's stop
+    policy, its outcome document, exit 130) it applies on them too, instead of dying with the
+    default action mid-work. The first one only: a later one, while the command stops, is
+    ignored, so it cannot cut that stop short. Outside the main thread, nothing."""
 
-    def handler(_signum: int, _frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated
+    def handler(signum: int, _frame: object) -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Terminated(signal.Signals(signum).name)
 
     try:
-        before = signal.signal(signal.SIGTERM, handler)
+        before = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     except ValueError:  # not the main thread: signals are not its to take
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for sig, old in before.items():
+            signal.signal(sig, old)
 
 
 def interrupted(prog: str, signal_name: str = "SIGINT") -> None:

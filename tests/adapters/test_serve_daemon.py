@@ -599,13 +599,17 @@ def test_a_move_whose_follower_is_interrupted_goes_on_and_says_so(
             assert done["state"] == "done"
 
 
-def test_a_standalone_move_ended_by_sigterm_stops_its_robot_as_on_ctrl_c(tmp_path: Path) -> None:
-    """SIGTERM (systemd, `timeout`) to a `tether move` that runs the move itself: the robot's
-    stop policy is applied and the move left to reconcile, as on Ctrl-C. It used to die with
-    the default action (exit 143, no outcome) while the arm drove on to its goal."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_standalone_move_ended_by_sigterm_stops_its_robot_as_on_ctrl_c(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """SIGTERM (systemd, `timeout`) or SIGHUP (a closed ssh session) to a `tether move` that
+    runs the move itself: the robot's stop policy is applied and the move left to reconcile,
+    as on Ctrl-C. It used to die with the default action (exit 143 or 129, no outcome) while
+    the arm drove on to its goal."""
     with emulator_process(tmp_path, speed_scale=1.0) as emu:  # real-time shafts: a long move
         config = serve_config(tmp_path, emu.path)  # no daemon: the move runs in the command
-        out, err = _interrupted(_following(config, "termed"), signal.SIGTERM)
+        out, err = _interrupted(_following(config, "termed"), sig)
         last = json.loads(out.strip().splitlines()[-1])
         assert (last["status"], last["reason"]) == ("pending", "interrupted"), (last, err)
         assert "stop policy was applied" in last["error"]
@@ -671,20 +675,28 @@ def test_a_reissue_of_a_move_on_a_latched_robot_is_refused_and_decides_nothing(
             assert effectful(emu.journal()[stopped_at:]) == []
 
 
-@pytest.mark.parametrize("stopped", [False, True], ids=["restarted", "stopped_then_restarted"])
+@pytest.mark.parametrize(
+    ("stopped", "sig"),
+    [(False, signal.SIGTERM), (True, signal.SIGTERM), (False, signal.SIGHUP)],
+    ids=["restarted", "stopped_then_restarted", "sighup_restarted"],
+)
 def test_a_move_cut_by_the_daemons_own_shutdown_is_parked_as_stopped_at_shutdown(
-    tmp_path: Path, stopped: bool
+    tmp_path: Path, stopped: bool, sig: signal.Signals
 ) -> None:
     """SIGTERM mid-move: the daemon holds the arm where it is; after the restart the move's
     reconcile names that stop, not a lost or moved device. A `tether stop` while no daemon
-    runs (before the restart) cut nothing of the move: it was named as the move's cause."""
+    runs (before the restart) cut nothing of the move: it was named as the move's cause.
+    SIGHUP (a closed ssh session) is a shutdown too: it killed the daemon with no safe-stop,
+    and the arm drove on to its goal."""
     with emulator_process(tmp_path, speed_scale=1.0) as emu:
         config = serve_config(tmp_path, emu.path)
         client = Client(config=config)
         with daemon(config) as (proc, _):
             view = _moving(client, "cut", {"a": 1.4, "b": -1.4})
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+            proc.send_signal(sig)
+            assert proc.wait(timeout=60) == 0
+            state = emu.request(op="snapshot", id=1)
+            assert state["goal_position"] != tables.radians_to_ticks(1.4), state  # held
         if stopped:
             done = subprocess.run(
                 [sys.executable, "-m", "tether", "stop", "--config", str(config)],

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from tether._args import STOP_SIGNALS
 from tether._coded import CodedError
 from tether._dirs import usable_dir
 from tether._priority import stop_priority
@@ -380,14 +381,15 @@ class DeviceHost:
         return reports
 
     def serve_until_signal(self, done: threading.Event | None = None) -> None:
-        """Wait for SIGTERM or SIGINT (or `done`); the caller's `close()` then safe-stops."""
+        """Wait for SIGTERM, SIGHUP or SIGINT (or `done`); the caller's `close()` then
+        safe-stops."""
         done = done or threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             done.set()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        for sig in (*STOP_SIGNALS, signal.SIGINT):  # SIGHUP too: a closed ssh session
+            signal.signal(sig, on_signal)
         wait_for_signal(done)
 
     def __enter__(self) -> DeviceHost:

@@ -39,6 +39,7 @@ from typing import Any, cast
 
 from tether import _exit
 from tether._args import (
+    STOP_SIGNALS,
     Parser,
     error_line,
     nonempty_path,
@@ -495,8 +496,8 @@ def main(argv: list[str]) -> int:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    for sig in (*STOP_SIGNALS, signal.SIGINT):  # SIGHUP too: a closed ssh session
+        signal.signal(sig, on_signal)
     bound = shutdown_bound_s()
     try:
         return _serve_workers(args, families, stop, bound, served)

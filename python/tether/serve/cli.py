@@ -12,7 +12,14 @@ from types import FrameType
 from typing import Any
 
 from tether import _exit, _log
-from tether._args import Parser, error_line, refuse_empty_urls, want_json, warn_url_secrets
+from tether._args import (
+    STOP_SIGNALS,
+    Parser,
+    error_line,
+    refuse_empty_urls,
+    want_json,
+    warn_url_secrets,
+)
 from tether._priority import quiet_heap, stop_priority
 from tether._proc import abandon_shutdown, close_within, shutdown_bound_s, wait_for_signal
 from tether.errors import TetherError
@@ -105,8 +112,8 @@ def main(argv: list[str]) -> int:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         done.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for sig in (*STOP_SIGNALS, signal.SIGINT):  # SIGHUP too: a closed ssh session
+        signal.signal(sig, on_signal)
     try:
         daemon = Daemon.from_path(args.config, catalog_url=args.catalog, world_url=args.world)
     except TetherError as exc:

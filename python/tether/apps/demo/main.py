@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tether import _exit
-from tether._args import Parser, Terminated, error_line, refuse
+from tether._args import STOP_SIGNALS, Parser, Terminated, error_line, refuse
 from tether._coded import CodedError
 from tether._dirs import DataDirError, usable_dir
 from tether._listen import ListenerError
@@ -1123,12 +1123,14 @@ class _Sigterm:
         self.phase = "run"
         #: A SIGTERM came: the run is interrupted as it begins, and no linger follows.
         self.pending = False
+        self.name = "SIGTERM"  # the signal that came (SIGHUP is taken alike)
 
     def __call__(self, signum: int, frame: object) -> None:
         self.pending = True
+        self.name = signal.Signals(signum).name
         if self.phase == "run":
             self.phase = "closing"
-            raise Terminated
+            raise Terminated(self.name)
         if self.phase == "linger":
             self.phase = "closing"
             raise _LingerEnded
@@ -1138,7 +1140,7 @@ class _Sigterm:
         self.phase = "run"
         if self.pending:
             self.phase = "closing"
-            raise Terminated
+            raise Terminated(self.name)
 
 
 def main(argv: list[str]) -> int:
@@ -1146,13 +1148,14 @@ def main(argv: list[str]) -> int:
     sigterm = _Sigterm()
     if threading.current_thread() is not threading.main_thread():
         return _main(argv, sigterm)  # no signal handler off the main thread (in process)
-    before = signal.signal(signal.SIGTERM, sigterm)
+    before = {sig: signal.signal(sig, sigterm) for sig in STOP_SIGNALS}  # SIGHUP as SIGTERM
     try:
         return _main(argv, sigterm)
     finally:
         sigterm.phase = "closing"
-        if before is not None:  # None: a handler not installed from Python, left as it is
-            signal.signal(signal.SIGTERM, before)
+        for sig, old in before.items():
+            if old is not None:  # None: a handler not installed from Python, left as it is
+                signal.signal(sig, old)
 
 
 #: The longest `--linger` (a week): a run that serves its stream longer is a service.
