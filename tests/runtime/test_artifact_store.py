@@ -95,3 +95,33 @@ def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_open_removes(
     assert sorted(p.name for p in (root / "tmp").iterdir()) == sorted([live.name, young.name])
     ref = store.put_bytes(b"y" * 5000, "application/octet-stream")  # the write can be redone
     assert store.get(ref) == b"y" * 5000
+
+
+_LIMITED = """
+import resource, signal, sys
+from tether.runtime import ArtifactStore
+store = ArtifactStore(sys.argv[1], inline_bound=0)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    store.put_bytes(b"z" * 100_000, "application/octet-stream")
+except OSError as e:
+    print(e.errno)
+"""
+
+
+def test_a_write_the_disk_refuses_leaves_no_temp_file(tmp_path: Path) -> None:
+    """A payload the disk refused part way (full, a file-size limit) left its temp file, which
+    kept the disk full until a restart removed it: freeing space and running the same command
+    again was not enough."""
+    import errno
+    import subprocess
+    import sys
+
+    root = tmp_path / "artifacts"
+    proc = subprocess.run(
+        [sys.executable, "-c", _LIMITED, str(root)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.stdout.strip() == str(errno.EFBIG), proc.stdout + proc.stderr
+    assert list((root / "tmp").iterdir()) == []
+    assert [p for p in (root / "sha256").rglob("*") if p.is_file()] == []

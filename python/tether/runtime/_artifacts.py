@@ -175,12 +175,19 @@ class ArtifactStore:
         else:
             final.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.root / "tmp" / f"{hexdigest}.{os.getpid()}.{uuid.uuid4().hex}"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            crash_point("artifact_temp_written")
-            os.replace(tmp, final)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                crash_point("artifact_temp_written")
+                os.replace(tmp, final)
+            except BaseException:
+                # A write the disk refused (full, a size limit, an I/O error): the part written
+                # goes, or it would keep the disk full until a restart cleaned it, and freeing
+                # space and running the same command again would not be enough.
+                tmp.unlink(missing_ok=True)
+                raise
             self.fsyncs += 1 + _fsync_dir(final.parent) + _fsync_dir(final.parent.parent)
         return ResultRef(
             ref=_STORED + hexdigest, digest=digest, media_type=media_type, size=len(data)
