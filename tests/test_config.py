@@ -142,6 +142,56 @@ def test_relative_state_and_data_dirs_are_taken_from_the_config_file_not_the_cwd
     assert seen == {(conf / "state", conf / ".." / "moves", conf / ".." / "moves")}
 
 
+def test_a_relative_port_path_is_taken_from_the_config_file_not_the_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`url = "../arm.pty"` named another device from each working directory: `tether stop`
+    from `/` (a service's) did not reach the bus it reached from the file's directory. A
+    scheme URL stays as given."""
+    from tether.devices.config import load_config
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    path = conf / "host.toml"
+    robot = '[robots.arm]\nport = "bus"\njoints = [{name = "a", id = 1, min = -1.0, max = 1.0}]\n'
+    path.write_text(f'[host]\nstate_dir = "state"\n[ports.bus]\nurl = "../arm.pty"\n{robot}')
+    seen = set()
+    for cwd in (conf, tmp_path, Path("/")):
+        monkeypatch.chdir(cwd)
+        seen.add(str(load_config(path).ports["bus"].url))
+    assert seen == {str(conf / ".." / "arm.pty")}
+    path.write_text(f'[host]\nstate_dir = "state"\n[ports.bus]\nurl = "socket://h:1"\n{robot}')
+    assert load_config(path).ports["bus"].url == "socket://h:1"
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        '[host]\nstate_dir = "$HOME/tether-state"\n',
+        '[host]\nstate_dir = "s"\n[serve]\ndata_dir = "${DATA}/moves"\n',
+        '[host]\nstate_dir = "s"\n[ports.bus]\nurl = "$PTY"\n'
+        '[robots.arm]\nport = "bus"\njoints = [{name = "a", id = 1, min = -1.0, max = 1.0}]\n',
+    ],
+    ids=["state_dir", "data_dir", "port_url"],
+)
+def test_a_path_with_a_shell_variable_is_refused_never_a_literal_directory(
+    tmp_path: Path, setting: str
+) -> None:
+    """host.toml expands a leading `~` only: `$HOME/tether-data` made a directory literally
+    named `$HOME` beside the file."""
+    config = tmp_path / "host.toml"
+    config.write_text(setting)
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "status", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "unexpanded_variable" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not [p for p in tmp_path.rglob("*") if "$" in p.name]
+
+
 @pytest.mark.parametrize(
     "data",
     [b"\xff\xfe[host]\n", "[host]\n# caf\u00e9\n".encode("latin-1"), "[host]\n".encode("utf-16")],

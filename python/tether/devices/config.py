@@ -43,6 +43,7 @@ max = 1.5
 from __future__ import annotations
 
 import os
+import re
 import string
 import tomllib
 from collections.abc import Iterable
@@ -106,6 +107,7 @@ ERROR_CODES: Final = (
     "wrong_type",
     "empty_value",
     "legacy_state_dir",
+    "unexpanded_variable",
 )
 
 
@@ -281,6 +283,9 @@ def _tls(doc: Table, path: Path) -> _listen.TlsConfig | None:
     # Each non-empty (`empty_value`): an empty path would name the config's own directory.
     cert, key = (Path(table.path(k)).expanduser() for k in ("cert", "key"))
     ca = table.path("client_ca") if "client_ca" in table else None
+    for given in (cert, key, ca):
+        if given is not None:
+            _no_variable(path, str(given))
     client_ca = None if ca is None else base / Path(ca).expanduser()
     return _listen.TlsConfig(cert=base / cert, key=base / key, client_ca=client_ca)
 
@@ -325,7 +330,7 @@ def _device_key(url: str | None, usb_serial: str | None, vid_pid: str | None) ->
     return ("url", os.path.realpath(url) if url.startswith("/") else url)
 
 
-def _ports(doc: Table) -> dict[str, Any]:
+def _ports(doc: Table, path: Path) -> dict[str, Any]:
     ports: dict[str, Any] = {}
     devices: dict[tuple[str, str], str] = {}
     for name, raw in doc.mapping("ports").items():
@@ -341,6 +346,8 @@ def _ports(doc: Table) -> dict[str, Any]:
         url, usb_serial, vid_pid = (
             table.path(k) if k in table else None for k in ("url", "usb_serial", "vid_pid")
         )  # each non-empty when given (`empty_value`: a template's unset variable)
+        if url is not None:
+            url = device_url(path, url)
         if url is None and usb_serial is None and vid_pid is None:
             raise config_error("no_identity", f"{where}: give usb_serial/vid_pid or url")
         if vid_pid is not None:
@@ -490,7 +497,7 @@ def parse_config(
     planners = _planners(doc, operators)
     tls = _tls(doc, path)
     _check_remote(doc)
-    typed_ports = _ports(doc)
+    typed_ports = _ports(doc, path)
     specs: dict[str, RobotSpec] = {}
     robots: dict[str, Any] = {}
     for name, raw_robot in doc.mapping("robots").items():
@@ -529,6 +536,7 @@ def config_relative(path: Path, value: str) -> Path:
     from the configuration file's directory (as `[tls]` paths are), never from the working
     directory: each command that reads the file must find the same state (a stop latch made
     from one directory must hold for a move started from another)."""
+    _no_variable(path, value)
     try:
         given = Path(value).expanduser()
     except RuntimeError:  # `~user` of no user
@@ -539,6 +547,32 @@ def config_relative(path: Path, value: str) -> Path:
         return given
     base = Path.cwd() if path.name == "<memory>" else path.absolute().parent
     return base / given
+
+
+_VARIABLE = re.compile(r"\$(\{?)[A-Za-z_]")
+
+
+def _no_variable(path: Path, value: str) -> None:
+    """Refuse a path holding a shell variable (`$HOME/...`, `${X}`): host.toml expands none
+    (`~` only), and such a path named a directory literally called `$HOME` beside the file
+    (`unexpanded_variable`)."""
+    if _VARIABLE.search(value):
+        raise config_error(
+            "unexpanded_variable",
+            f"{path}: {value!r}: host.toml expands no environment variable (only a leading"
+            " ~); write the path out",
+            value=value,
+        )
+
+
+def device_url(path: Path, url: str) -> str:
+    """A port's `url` as the device layer opens it: a scheme URL (`socket://`, `rfc2217://`)
+    as given; a path with `~` expanded and, when relative, taken from the configuration
+    file's directory (`config_relative`), never from the working directory: `tether stop` run
+    from `/` (a service's) must reach the same bus as from the file's directory."""
+    if "://" in url:
+        return url
+    return str(config_relative(path, url))
 
 
 def read_config_text(p: Path) -> str:
