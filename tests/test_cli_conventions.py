@@ -451,3 +451,26 @@ def test_the_demos_help_says_what_it_does_in_whole_sentences() -> None:
     assert done.returncode == 0
     text = " ".join(done.stdout.split())
     assert "with one power loss that walks the operator path." in text, text
+
+
+@pytest.mark.parametrize("command", ["serve", "move", "operator"])
+def test_a_command_started_with_stdout_closed_says_its_refusal_never_an_internal_error(
+    tmp_path: Path, command: str
+) -> None:
+    """`tether serve >&-` (a service manager's closed stdout) was an internal error (exit 70,
+    `'NoneType' object has no attribute 'isatty'`) before its configuration was read."""
+    import shlex
+
+    argv = [sys.executable, "-m", "tether", command, "--config", str(tmp_path / "none.toml")]
+    if command == "operator":
+        argv.append("list")
+    if command == "move":
+        argv += ["--robot", "arm", "--activity", "m1", "--joint", "a=0.1"]
+    done = subprocess.run(
+        ["bash", "-c", f"exec {shlex.join(argv)} >&-"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "unreadable" in done.stderr and "internal error" not in done.stderr, done.stderr

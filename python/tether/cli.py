@@ -114,9 +114,25 @@ def _debug() -> bool:
     return os.environ.get(DEBUG_ENV) == "1"
 
 
+def _closed_streams_to_null() -> None:
+    """A standard stream the process was started without (`tether serve >&-`, a service
+    manager's closed stdout) reads or writes `/dev/null` on its own descriptor: Python leaves
+    it None, and `sys.stdout.isatty()` was an internal error (exit 70); and a file opened
+    later would take descriptor 1 or 2, where a stray write would land in it."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        if getattr(sys, name) is not None:
+            continue
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        setattr(sys, name, open(fd, mode, closefd=False))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `tether` subcommand and return its exit code."""
     private_umask()  # files any command creates are 0600, directories 0700
+    _closed_streams_to_null()
     args = list(sys.argv[1:] if argv is None else argv)
     flags: set[str] = set()
     while args and args[0] in {"--debug", "--version", "--json"}:
