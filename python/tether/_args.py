@@ -226,6 +226,21 @@ def json_text(doc: Any, *, indent: int | None = None, ensure_ascii: bool = True)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
+def stdout_line(text: str) -> None:
+    """``text`` as one line on stdout, flushed. A reader that went away (EPIPE: `| head -1`)
+    ends the output, not the command: the rest goes to /dev/null on stdout's descriptor, as a
+    pipeline expects, so a move runs to its end with its exit code, instead of one error line
+    per progress event it could not print."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, sys.stdout.fileno())
+        finally:
+            os.close(null)
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP taken as Ctrl-C is (a command that ends on it as on SIGINT): said as
     that signal (`signal_name`)."""

@@ -855,3 +855,27 @@ def test_status_names_the_config_file_absolutely_whatever_cwd_served_it(
         finally:
             proc.terminate()
             proc.wait(60)
+
+
+def test_a_move_whose_reader_goes_away_runs_to_its_end_without_an_error_per_line(
+    tmp_path: Path,
+) -> None:
+    """`tether move ... | head -1`: the move went on, and stderr got one `progress listener
+    failed: [Errno 32] Broken pipe` line (with a traceback) per progress event."""
+    import shlex
+
+    with emulator_process(tmp_path, speed_scale=4.0) as emu:
+        config = serve_config(tmp_path, emu.path)  # no daemon: the move runs in the command
+        argv = [sys.executable, "-m", "tether", "move", "--config", str(config), "--robot",
+                "arm", "--activity", "piped", "--joint", "a=0.8", "--joint", "b=-0.8",
+                "--json"]  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-c", f"{shlex.join(argv)} | head -1; exit ${{PIPESTATUS[0]}}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert len(done.stdout.splitlines()) == 1  # head's one line
+        assert "Broken pipe" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert emu.request(op="snapshot", id=1)["goal_position"] == tables.radians_to_ticks(0.8)

@@ -40,7 +40,15 @@ from pathlib import Path
 from typing import Any, cast
 
 from tether import _exit
-from tether._args import Parser, debug, error_line, refuse, sigterm_interrupts, want_json
+from tether._args import (
+    Parser,
+    debug,
+    error_line,
+    refuse,
+    sigterm_interrupts,
+    stdout_line,
+    want_json,
+)
 from tether._dirs import usable_dir
 from tether.activities import MAX_LEASE_MS, ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
@@ -181,7 +189,7 @@ def submit_move(
             if last.get("progress") is not None and seq > shown:
                 shown = seq
                 if progress is None:
-                    print(json.dumps({"progress": last["progress"]}), flush=True)
+                    stdout_line(json.dumps({"progress": last["progress"]}))
                 else:
                     progress(last["progress"])
     except KeyboardInterrupt:
@@ -304,7 +312,7 @@ def run_move(
 
     def listener(event: Any) -> None:
         if progress is None:
-            print(json.dumps({"progress": event.content}), flush=True)
+            stdout_line(json.dumps({"progress": event.content}))
         else:
             progress(event.content)
 
@@ -468,7 +476,7 @@ def _bad_names(world: str | None, activity: str) -> str | None:
 
 def _say_json(doc: dict[str, Any]) -> None:
     """An outcome document on stdout (a refusal or an error is `error_line`'s)."""
-    print(json.dumps(doc), flush=True)
+    stdout_line(json.dumps(doc))
 
 
 def _say_text(doc: dict[str, Any]) -> None:
