@@ -629,22 +629,27 @@ def test_a_standalone_move_ended_by_sigterm_stops_its_robot_as_on_ctrl_c(
         assert parked["reason"] == "stopped_at_shutdown", parked
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_daemon_killed_under_a_followed_move_is_not_reported_as_a_refusal(
-    tmp_path: Path,
+    tmp_path: Path, sig: signal.Signals
 ) -> None:
+    """SIGTERM too: the daemon answered the follower while it shut down (`host_closed`), and
+    the follower said "it goes on with the move" (`daemon_failed`) of a daemon that had
+    safe-stopped the arm and was exiting."""
     with emulator_process(tmp_path, speed_scale=1.0) as emu:
         config = serve_config(tmp_path, emu.path)
         with daemon(config) as (proc, _ready):
             move = _following(config, "orphaned")
             try:
                 _until_progress(move)
-                proc.kill()
+                proc.send_signal(sig)
                 out, _err = move.communicate(timeout=60)
             finally:
                 move.kill()
         assert move.returncode == 4, out
         last = json.loads(out.strip().splitlines()[-1])
         assert (last["status"], last["reason"]) == ("pending", "daemon_lost"), last
+        assert "goes on with the move" not in last["error"], last
         assert last["key"].endswith("/orphaned")
 
 

@@ -201,6 +201,17 @@ def submit_move(
             " with the same command; stop the robot with `tether stop`)",
         )
     except ClientError as exc:
+        if exc.code == "host_closed":
+            # The daemon answered while it shut down (SIGTERM): it safe-stopped its robots on
+            # the way out, and goes on with nothing. Not "it goes on with the move".
+            return _detached(
+                last,
+                "daemon_lost",
+                "tether serve shut down while the move was in progress (it applied the"
+                " robot's stop policy on the way out): the move did not run to its end here;"
+                " the daemon reconciles it when it runs again, and the same command then"
+                " shows it",
+            )
         if exc.code != "owner_no_answer":
             # The daemon answered, and could not read the move back (its catalog's server
             # down, say): it runs, and goes on with the move; only this reading failed.
