@@ -81,3 +81,37 @@ def test_a_real_owner_is_still_refused(tmp_path: Path) -> None:
             raise AssertionError("a second owner took a held lock")
     finally:
         held.release()
+
+
+def test_a_start_the_disk_refuses_is_one_line_naming_the_file_not_a_fatal_traceback(
+    tmp_path: Path,
+) -> None:
+    """A full or read-only disk at start (here a file-size limit of 0, a real refused write)
+    logged "fatal error: safe-stopping every device" with a traceback, and its line named no
+    file (the lock's record is written on a descriptor)."""
+    import signal
+    import subprocess
+    import sys
+
+    config = tmp_path / "host.toml"
+    config.write_text(
+        '[host]\nstate_dir = "state"\n[serve]\nfamilies = ["tether.serve.families:sim_families"]\n'
+    )
+
+    def no_file_growth() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "serve", "--config", str(config), "--log-format", "text"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=no_file_growth,
+    )
+    assert done.returncode == 6, done.stderr
+    assert "Traceback" not in done.stderr and "fatal error" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("tether serve: file_too_large:") and "serve.lock" in line, line

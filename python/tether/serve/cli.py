@@ -162,6 +162,9 @@ def main(argv: list[str]) -> int:
             "live_unavailable",
         )
         return _exit.UNAVAILABLE if getattr(exc, "code", None) in unavailable else code
+    except OSError as exc:  # a full or read-only disk, say: said as what it is (exit 6)
+        error_line("tether serve", exc)
+        return _exit.for_error(exc, default=_exit.FAILED)
     except Exception:
         log.exception("fatal error: safe-stopping every device")
         raise

@@ -44,14 +44,25 @@ class InstanceLock:
                 details={"lock": str(self.path), "owner": owner},
             ) from None
         self._fd = fd
-        self.write(record)
+        try:
+            self.write(record)
+        except OSError:
+            self.release()
+            raise
 
     def write(self, record: dict[str, Any]) -> None:
+        """Rewrite the owner's record; an error the disk gives (full, read-only) names the
+        lock file (a write on a descriptor names none)."""
         if self._fd is not None:
             data = json.dumps({"pid": os.getpid(), **record}, sort_keys=True).encode()
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, data, 0)
-            os.fsync(self._fd)
+            try:
+                os.ftruncate(self._fd, 0)
+                os.pwrite(self._fd, data, 0)
+                os.fsync(self._fd)
+            except OSError as exc:
+                if exc.filename is not None:
+                    raise
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
 
     def release(self) -> None:
         if self._fd is not None:
