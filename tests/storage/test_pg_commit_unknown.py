@@ -371,3 +371,32 @@ def test_every_lost_catalog_commit_of_a_worker_attempt_is_reread_before_any_effe
         finally:
             for worker in workers:
                 worker.close()
+
+
+def test_a_session_the_server_ended_while_idle_is_reopened_and_the_call_goes_through(
+    pg_url: str,
+) -> None:
+    """An idle session ended by the server (`pg_terminate_backend`, a restart, an idle-session
+    killer) failed the next call as `unreachable` (exit 7 for every command) while the server
+    answered. A read is sent again on a fresh session; so is a message the server answered
+    had not run at all (ended before its first statement); each once."""
+    clock = ManualClock()
+    with Catalog.open(pg_url, clock=clock) as cat:
+        k, k2 = key(), key(activity_id="second")
+
+        def end_its_session() -> None:
+            pid = cat.store.backend_pid  # type: ignore[attr-defined]
+            with psycopg.connect(pg_url, autocommit=True) as other:
+                other.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+
+        cat.admit(admission(k))
+        end_its_session()
+        assert cat.get(k) is not None  # a read
+        end_its_session()
+        assert cat.admit(admission(k2)).key == k2  # one message: BEGIN, the insert, COMMIT
+        end_its_session()
+        claim = cat.claim("w", 10_000)  # a read, then a write
+        assert claim is not None and claim.fence == 1
+        end_its_session()
+        bound = cat.bind_provider_operation(claim.key, claim.fence, operation_id_for(claim.key))
+        assert bound.operation_id == operation_id_for(claim.key)

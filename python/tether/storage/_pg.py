@@ -148,15 +148,36 @@ def _message(conn: psycopg.Connection[Any], texts: Sequence[str]) -> list[list[t
         results = conn.wait(_generators.execute(pgconn))
     rows: list[list[tuple[Any, ...]]] = []
     loader: Any = None  # a Transformer (the driver's C one: not usable as a type)
-    for res in results:
+    for i, res in enumerate(results):
         if res.status == _ROWS:
             if loader is None:
                 loader = Transformer(conn)
             loader.set_pgresult(res)
             rows.append(loader.load_rows(0, res.ntuples, tuple))
         elif res.status == _FAILED:
-            raise _errors.error_from_result(res, encoding=conn.info.encoding)
+            error = _errors.error_from_result(res, encoding=conn.info.encoding)
+            error.add_note(f"{_FAILED_AT}{i}")  # which statement of the message (`_first`)
+            raise error
     return rows
+
+
+_FAILED_AT = "tether: failed at statement "
+#: A session the server ended (an administrator's `pg_terminate_backend`, a restart, an idle
+#: session killer): its SQLSTATE, the server's own answer.
+_SESSION_ENDED = frozenset({"57P01", "57P02", "57P03"})
+
+
+def _ended_before_any(e: BaseException, conn: psycopg.Connection[Any]) -> bool:
+    """Whether ``e`` is the server's answer that it had ended the session before the first
+    statement of a message ran (`_SESSION_ENDED`, on that first statement, the connection now
+    closed): nothing of the message ran, so sending it again on a fresh connection is sending
+    it once."""
+    return (
+        isinstance(e, psycopg.Error)
+        and (e.sqlstate or "") in _SESSION_ENDED
+        and f"{_FAILED_AT}0" in getattr(e, "__notes__", ())
+        and (conn.broken or conn.closed)
+    )
 
 
 def _parse(conninfo: str) -> dict[str, Any]:
@@ -626,7 +647,16 @@ class Session:
         conn = self.conn()
         committing = False
         try:
-            results = self._send(conn, ["BEGIN", _CLAIM_IDLE] if lock else [], reads, [])
+            try:
+                results = self._send(conn, ["BEGIN", _CLAIM_IDLE] if lock else [], reads, [])
+            except psycopg.Error:
+                if not (conn.broken or conn.closed):
+                    raise
+                # The session was gone (a terminated backend, a server restarted since): its
+                # reads wrote nothing, so they are sent again, once, on a fresh connection.
+                conn.close()
+                conn = self.conn()
+                results = self._send(conn, ["BEGIN", _CLAIM_IDLE] if lock else [], reads, [])
             self.round_trips += 1 + bool(lock)  # the reads, and the writes (or the rollback)
             writes, value = decide(results)
             if not writes:
@@ -701,7 +731,16 @@ class Session:
         try:
             self.commits += 1
             self.round_trips += 1
-            return self._send(conn, ["BEGIN"], statements, ["COMMIT"])
+            try:
+                return self._send(conn, ["BEGIN"], statements, ["COMMIT"])
+            except psycopg.Error as e:
+                if not _ended_before_any(e, conn):
+                    raise
+                # The server had ended the session before it ran any of it (it answered so):
+                # sent again, once, on a fresh connection.
+                conn.close()
+                conn = self.conn()
+                return self._send(conn, ["BEGIN"], statements, ["COMMIT"])
         except BaseException as e:
             self._fail(conn, e, what, committing=True)
 
@@ -709,14 +748,21 @@ class Session:
         """One autocommit read (of a statement prepared on the session, with
         ``server_prepared``)."""
         self.round_trips += 1
-        try:
-            conn = self.conn()
-            if not self._server_prepared:
-                return conn.execute(sql, params).fetchall()
-            rows = self._send(conn, [], [(sql, params)], [])
-            return rows[0] if rows else []
-        except psycopg.Error as e:
-            raise self._failed(what, e) from e
+        for again in (False, True):
+            conn: psycopg.Connection[Any] | None = None
+            try:
+                conn = self.conn()
+                if not self._server_prepared:
+                    return conn.execute(sql, params).fetchall()
+                rows = self._send(conn, [], [(sql, params)], [])
+                return rows[0] if rows else []
+            except psycopg.Error as e:
+                if again or conn is None or not (conn.broken or conn.closed):
+                    raise self._failed(what, e) from e
+                # The session was gone (a terminated backend, a server restarted since): a
+                # read has no effect, so it is sent again, once, on a fresh connection.
+                conn.close()
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def close(self) -> None:
         if self._conn is not None:
