@@ -111,3 +111,28 @@ def test_open_health_watches_hold_no_rpc_thread_so_a_stop_is_served(served: Daem
         for watch in watches:
             watch.cancel()
         channel.close()
+
+
+def test_an_operation_id_no_execute_could_take_is_invalid_and_a_planner_may_name_its_own(
+    served: Daemon,
+) -> None:
+    """`a//b` or `a/b/c` (no principal is named so) was NOT_FOUND, not INVALID_ARGUMENT as
+    every name no Execute could take is; and a planner asking for its own operation by the
+    name operators see it under (`ci/m1`) got NOT_FOUND."""
+    from _grpc_setup import move, stub
+
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    try:
+        made = control.Execute(move("m1", {"a": 0.1, "b": 0.1}), metadata=bearer(), timeout=30)
+        for bad in ("ci//m1", "ci/m1/x", "/m1", " ci/m1"):
+            with pytest.raises(grpc.RpcError) as info:
+                control.GetOperation(pb.GetOperationRequest(operation_id=bad), metadata=bearer())
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (bad, info.value)
+        own = control.GetOperation(pb.GetOperationRequest(operation_id="ci/m1"), metadata=bearer())
+        assert (own.id, own.request_digest) == (made.id, made.request_digest)
+        with pytest.raises(grpc.RpcError) as info:  # another principal's: not known to it
+            control.GetOperation(pb.GetOperationRequest(operation_id="ops/m1"), metadata=bearer())
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        channel.close()

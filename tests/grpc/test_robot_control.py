@@ -1000,9 +1000,10 @@ def test_a_new_move_of_a_latched_robot_is_refused_and_recorded_nowhere(tmp_path:
                 control.Execute(move("after", {"a": 0.3, "b": 0.1}), metadata=bearer(), timeout=30)
             assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION, info.value
             details = info.value.details()
-            assert details.startswith("robot_latched: robot arm was stopped by an operator"), (
-                details
-            )
+            # The planner's own Stop, named as such: it said "stopped by an operator".
+            assert details.startswith(
+                "robot_latched: robot arm was stopped (gRPC Stop by planner "
+            ), details
             assert "tether operator resume arm" in details, details
             listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer())
             assert [o.id for o in listed.operations] == ["before"]

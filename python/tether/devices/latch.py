@@ -98,10 +98,15 @@ def stop_reason(by: str | None) -> str:
     return _REASONS[by][0] if by in _REASONS else "stopped_by_operator"
 
 
-def stop_words(reason: str) -> str:
-    """How a stop of `reason` (`stop_reason`) was made, in words."""
+def stop_words(reason: str, by: str | None = None) -> str:
+    """How a stop of `reason` (`stop_reason`) was made, in words; ``by`` (the latch's author)
+    names who made any other than `tether stop`'s (a planner's gRPC Stop is no operator's)."""
     cause = STOP_CAUSES.get(reason)
-    return f"was safe-stopped when {cause}" if cause else "was stopped by an operator"
+    if cause:
+        return f"was safe-stopped when {cause}"
+    if by and by != OPERATOR_STOP:
+        return f"was stopped ({by})"
+    return "was stopped by an operator"
 
 
 class StopLatch:
@@ -233,6 +238,11 @@ class StopLatch:
         at = self.state(robot).get("stopped_at_ms")
         return at if isinstance(at, int) else None
 
+    def author(self, robot: str) -> str | None:
+        """Who made the robot's last stop (its latch's `by`: ``tether stop``, ``gRPC Stop by
+        planner NAME``, ...), or None when no record names one."""
+        return self._author(robot)
+
     def stop_reason(self, robot: str) -> str:
         """`stop_reason` of the robot's latch record (or of its latch in memory): why its last
         stop was made."""
@@ -255,10 +265,11 @@ class StopLatch:
             return
         for robot in robots:
             if self.latched(robot):
-                reason = self.stop_reason(robot)
+                by = self._author(robot)
+                reason = stop_reason(by)
                 raise MotionStopped(
                     reason,
-                    f"robot {robot} {stop_words(reason)}: nothing is sent to it until an"
+                    f"robot {robot} {stop_words(reason, by)}: nothing is sent to it until an"
                     " operator resumes it"
                     f" (tether operator resume {robot})",
                     details={"robot": robot},

@@ -149,8 +149,9 @@ from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether._listen import ListenerError, ListenerPolicy, address_text
 from tether._log import guard_grpc_logs
 from tether.activities import ActivityKey, ActivityRecord
+from tether.devices.config import check_name
 from tether.devices.credentials import ROLES, CredentialError, Principal, roles_for
-from tether.devices.latch import PLANNER_CANCEL, stop_words, stopped_by
+from tether.devices.latch import PLANNER_CANCEL, stop_reason, stop_words, stopped_by
 from tether.errors import TetherError, TransportError
 from tether.runtime._errors import owned_by
 from tether.serve.views import abandoned_words
@@ -724,6 +725,16 @@ class _Watches:
             event.set()
 
 
+def _principal_name(name: str) -> bool:
+    """Whether ``name`` could be a principal's (`tether.devices.config.check_name`: 1 to 64
+    printable characters, no '/' or edge spaces): `a//b` or `a/b/c` names none."""
+    try:
+        check_name("principal", name)
+    except HostConfigError:
+        return False
+    return True
+
+
 class RobotControl(rpc.RobotControlServicer):
     """The servicer over one `Daemon` (see the module rules)."""
 
@@ -1045,10 +1056,12 @@ class RobotControl(rpc.RobotControlServicer):
         if not op_id:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
         owner, sep, own = op_id.rpartition("/")
-        if not OPERATION_ID.fullmatch(own) or (sep and not owner):
+        if not OPERATION_ID.fullmatch(own) or (sep and not _principal_name(owner)):
             # No Execute could have taken it: a bad argument. (PRINCIPAL/OPERATION_ID, an
             # operator's name of another principal's operation, is not known to a planner.)
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, OPERATION_ID_RULE)
+        if sep and owner == principal.name:
+            op_id = own  # its own operation, by the name an operator sees it under
         found = self._find(world_for(principal.name, self.daemon.world_owner), op_id)
         if found is None:
             _abort(context, grpc.StatusCode.NOT_FOUND, f"operation {_shown(op_id)!r} is not known")
@@ -1130,7 +1143,8 @@ class RobotControl(rpc.RobotControlServicer):
             if self._find(world_for(principal.name, self.daemon.world_owner), op_id) is None:
                 devices = self.daemon.devices
                 assert devices is not None
-                words = stop_words(devices.latch.stop_reason(request.device))
+                by = devices.latch.author(request.device)
+                words = stop_words(stop_reason(by), by)
                 _abort(
                     context,
                     grpc.StatusCode.FAILED_PRECONDITION,
@@ -1346,7 +1360,7 @@ class RobotControl(rpc.RobotControlServicer):
         owner, sep, op_id = target.rpartition("/")
         if not op_id:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "operation_id: required")
-        if not OPERATION_ID.fullmatch(op_id) or (sep and not owner):
+        if not OPERATION_ID.fullmatch(op_id) or (sep and not _principal_name(owner)):
             _abort(
                 context,
                 grpc.StatusCode.INVALID_ARGUMENT,
