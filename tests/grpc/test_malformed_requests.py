@@ -136,3 +136,20 @@ def test_an_operation_id_no_execute_could_take_is_invalid_and_a_planner_may_name
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         channel.close()
+
+
+def test_a_negative_not_after_is_said_as_sent_not_as_missing(served: Daemon) -> None:
+    from _grpc_setup import move, stub
+
+    assert served.grpc_url is not None
+    channel, control = stub(served.grpc_url)
+    try:
+        for given, words in ((-5, "must be positive"), (0, "required")):
+            request = move("n1", {"a": 0.1})
+            request.not_after_ms = given
+            with pytest.raises(grpc.RpcError) as info:
+                control.Execute(request, metadata=bearer(), timeout=30)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert info.value.details().startswith(f"not_after_ms: {words}"), info.value.details()
+    finally:
+        channel.close()

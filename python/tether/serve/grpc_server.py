@@ -725,6 +725,14 @@ class _Watches:
             event.set()
 
 
+def _not_after_words(given: int) -> str:
+    """The refusal of a `not_after_ms` that is not a time: unset (0, proto3's default) is
+    required, a negative one is said as given."""
+    if given == 0:
+        return "not_after_ms: required (ms since the epoch, server clock)"
+    return f"not_after_ms: must be positive (ms since the epoch, server clock), got {given}"
+
+
 def _principal_name(name: str) -> bool:
     """Whether ``name`` could be a principal's (`tether.devices.config.check_name`: 1 to 64
     printable characters, no '/' or edge spaces): `a//b` or `a/b/c` names none."""
@@ -1098,7 +1106,7 @@ class RobotControl(rpc.RobotControlServicer):
         if not move.targets_rad:
             _abort(context, bad, "joint_move.targets_rad: at least one joint")
         if request.not_after_ms <= 0:
-            _abort(context, bad, "not_after_ms: required (ms since the epoch, server clock)")
+            _abort(context, bad, _not_after_words(request.not_after_ms))
         session = request.session_id
         if session and not OPERATION_ID.fullmatch(session):
             _abort(context, bad, "session_id: 1..256 of [A-Za-z0-9_.:+@-], starting alphanumeric")
@@ -1239,7 +1247,7 @@ class RobotControl(rpc.RobotControlServicer):
         if request.WhichOneof("command") != "sim_reach":
             _abort(context, bad, f"command: device {SIM_DEVICE} takes a sim_reach")
         if request.not_after_ms <= 0:
-            _abort(context, bad, "not_after_ms: required (ms since the epoch, server clock)")
+            _abort(context, bad, _not_after_words(request.not_after_ms))
         if request.session_id:
             _abort(context, bad, "session_id: a simulated reach takes no session")
         reach = request.sim_reach
