@@ -234,3 +234,24 @@ def test_a_decision_on_a_shared_catalog_is_the_bound_hosts_own(tmp_path: Path) -
         assert abandon(None)["status"] == "resolved"
     finally:
         catalog.close()
+
+
+def test_a_revision_written_during_a_decision_is_stale_revision_said_once(parked: Any) -> None:
+    """Another decision's refresh landing between this decision's check and its write came
+    back as the core's `stale_evidence_revision`, its code said twice (`stale_evidence_revision:
+    stale_evidence_revision (evidence_revision): ...`), where the same condition found by the
+    check is `stale_revision`."""
+    catalog, artifacts, record = parked
+
+    class Racing(RecordedDevice):
+        def read(self, rec: ActivityRecord, evidence: dict[str, Any]) -> dict[str, Any]:
+            doc = json.dumps({"reason": "refreshed", "device_state": state()}).encode()
+            ref = artifacts.put_bytes(doc, "application/json")
+            catalog.refresh_evidence(rec.key, rec.evidence_revision, Evidence(ref.ref, ref.digest))
+            return self.now
+
+    with pytest.raises(OperatorRejection) as info:
+        decide(parked, "done", device=Racing())
+    assert code(info) == "stale_revision"
+    assert str(info.value).count("stale") == 1, str(info.value)
+    assert catalog.get(record.key).evidence_revision == 2  # type: ignore[union-attr]

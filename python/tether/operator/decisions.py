@@ -250,6 +250,20 @@ def _put(artifacts: ArtifactStore, doc: Mapping[str, Any], media_type: str) -> R
     return artifacts.put_bytes(data, media_type)
 
 
+def _catalog_refusal(exc: CatalogRejection) -> OperatorRejection:
+    """The catalog's refusal of a decision as the operator's, its code said once: the core's
+    `stale_evidence_revision` (a revision written between this decision's check and its
+    write, by another decision or a refreshed read-back) is `stale_revision`, as the same
+    condition found by the check is."""
+    code = str(getattr(exc, "code", None) or "catalog_rejected")
+    text = str(exc)
+    if text.startswith(code):  # "code (field): message": the code is the rejection's own
+        text = text.partition(": ")[2] or text
+    if code == "stale_evidence_revision":
+        code = "stale_revision"
+    return rejection(code, text)
+
+
 def resolve(
     catalog: Catalog,
     artifacts: ArtifactStore,
@@ -355,7 +369,7 @@ def resolve(
             )
         crash_point("resolve.after_decision")
     except CatalogRejection as exc:
-        raise rejection(str(getattr(exc, "code", "catalog_rejected")), str(exc)) from exc
+        raise _catalog_refusal(exc) from exc
     except OperatorRejection:
         raise
     except TetherError as exc:
