@@ -743,6 +743,33 @@ def test_a_parked_operation_keeps_the_fraction_its_motion_reached_across_a_resta
             channel.close()
 
 
+def test_a_parked_operations_fraction_stays_what_its_motion_reached_when_another_moves(
+    tmp_path: Path,
+) -> None:
+    """A parked move's fraction followed the robot: another operation drove the arm, a
+    Reconcile refreshed the parked one's evidence from the new read-back (a new revision), and
+    its fraction became that other motion's distance."""
+    from tests._serve import operator
+
+    with emulator_process(tmp_path, speed_scale=2.0) as emu:
+        config = grpc_config(tmp_path, emu.path)
+        with daemon(config) as (_, ready):
+            channel, control = stub(ready["grpc"])
+            parked = parked_mid_move(control, "cut")
+            reached = parked.progress.fraction
+            assert 0.0 < reached < 0.9, parked.progress
+            channel.close()
+        with daemon(config) as (_, ready):  # no live progress of it here: its evidence says
+            channel, control = stub(ready["grpc"])
+            assert operator(config, "resume", "arm", credential=OPERATOR).returncode == 0
+            control.Execute(move("other", {"a": 1.3, "b": -1.3}), metadata=bearer(), timeout=30)
+            until_terminal(control, "other")
+            read = control.Reconcile(pb.ReconcileRequest(operation_id="cut"), metadata=bearer())
+            assert read.evidence.revision > parked.evidence.revision, read.evidence
+            assert read.progress.fraction == pytest.approx(reached, abs=0.02), (reached, read)
+            channel.close()
+
+
 def test_the_fraction_reached_is_read_off_a_moves_evidence() -> None:
     from tether.serve.grpc_server import reached_fraction
 
@@ -756,6 +783,13 @@ def test_the_fraction_reached_is_read_off_a_moves_evidence() -> None:
     }
     assert reached_fraction(evidence) == pytest.approx(1 - 1.25 / 2.0)
     assert reached_fraction({**evidence, "read_back": joints(a=1.0, b=-1.0)}) == 1.0
+    # Refreshed after another operation moved the robot: how far this one got stays.
+    later = {
+        **evidence,
+        "reached_read_back": evidence["read_back"],
+        "read_back": joints(a=1.0, b=-1.0),
+    }
+    assert reached_fraction(later) == pytest.approx(1 - 1.25 / 2.0)
     assert reached_fraction({**evidence, "preimage": None}) is None  # nothing to measure from
     assert reached_fraction({**evidence, "staged": {}}) is None
     assert reached_fraction({**evidence, "read_back": joints(a=0.5)}) is None  # b unread

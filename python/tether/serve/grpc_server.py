@@ -275,7 +275,10 @@ def reached_fraction(evidence: Any) -> float | None:
     pre = evidence.get("preimage")
     if not isinstance(staged, dict) or not staged or not isinstance(pre, dict):
         return None
-    start, now = positions(pre.get("read_back")), positions(evidence.get("read_back"))
+    # Where its motion got to when it was cut (`reached_read_back`), not a later read-back of
+    # a robot another operation has moved since (older evidence: its read-back).
+    reached = evidence.get("reached_read_back") or evidence.get("read_back")
+    start, now = positions(pre.get("read_back")), positions(reached)
     goals = {n: float(g) for n, g in staged.items() if isinstance(g, int | float)}
     if not goals or not all(n in start and n in now for n in goals):
         return None

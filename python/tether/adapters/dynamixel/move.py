@@ -693,7 +693,13 @@ class DynamixelMoveAdapter:
 
     @staticmethod
     def _note_concluded(
-        op: Operation, attempt: int, reason: str, move: decide.Move, *, settling: bool
+        op: Operation,
+        attempt: int,
+        reason: str,
+        move: decide.Move,
+        *,
+        settling: bool,
+        read_back: dict[str, Any],
     ) -> None:
         """Keep when a reconcile first concluded `attempt` Unknown for `reason`, and final (not
         a move still settling): no stop after it cut the attempt (`_stops_during`), one that did
@@ -708,6 +714,9 @@ class DynamixelMoveAdapter:
             "reason": reason,
             "operator_stop": move.stopped_by_operator,
             "shutdown_stop": move.stopped_at_shutdown,
+            # Where its motion had got to (`_evidence`'s `reached_read_back`): a later move of
+            # the robot never changes how far this one went.
+            "read_back": read_back,
         }
         _record_first(op, _concluded(attempt), doc)
 
@@ -760,7 +769,14 @@ class DynamixelMoveAdapter:
             settling = conclusion.reason in ("settle_timeout", "not_settled") and not sent_stop(
                 records
             )
-            self._note_concluded(op, attempt, conclusion.reason, move, settling=settling)
+            self._note_concluded(
+                op,
+                attempt,
+                conclusion.reason,
+                move,
+                settling=settling,
+                read_back=si_read_back(robot, state),
+            )
             return Unknown(
                 self._evidence(op, request, robot, goals, state, conclusion.reason, checks),
                 SETTLE_RETRY_MS if settling else 0,
@@ -784,7 +800,12 @@ class DynamixelMoveAdapter:
                 reason = latch if began else LATCHED_BEFORE_START
             if reason == LATCHED_BEFORE_START:
                 checks["latch_reason"] = latch
-            op.entry.record_proof(parked, {"reason": reason, "attempt": attempt})
+            if op.entry.proof(parked) is None:  # the first park stands (a replay is a no-op)
+                _record_first(
+                    op,
+                    parked,
+                    {"reason": reason, "attempt": attempt, "read_back": si_read_back(robot, state)},
+                )
             return Unknown(self._evidence(op, request, robot, goals, state, reason, checks))
         joints = _joints(state)
         staged = {
@@ -922,10 +943,15 @@ class DynamixelMoveAdapter:
         attempts = op.attempts()
         pre = op.preimage(attempts[-1]) if attempts else None
         commanded = _by_name(robot, goals or {})
+        attempt = attempts[-1] if attempts else 0
+        first = op.entry.proof(_concluded(attempt)) or op.entry.proof(f"parked-{attempt}") or {}
         return {
             "operation_id": op.id,
             "reason": reason,
             "read_back": read_back,
+            # The read-back when this attempt was first concluded or parked: how far its own
+            # motion got (the robot may have moved for another operation since).
+            "reached_read_back": first.get("read_back") or read_back,
             "staged": commanded,
             "preimage": None
             if pre is None
