@@ -277,3 +277,47 @@ def test_a_claim_cut_off_takes_its_name_back_from_its_own_earlier_session(
     finally:
         claim.close()
         proxy.close()
+
+
+def test_a_daemon_whose_world_another_wrote_while_it_was_cut_off_stops(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Another daemon took the name while this one's claim was cut off and wrote its world (a
+    newer writer); this one took the name back after. It stayed up refusing every submit
+    (`stale_writer`) while `tether status` looked healthy. It stops now (exit 7,
+    `host_name_taken`), as one whose name is taken does; started again, it writes again."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters"))
+    from _dxl_setup import emulator_process
+    from tether.client import Client, ClientError
+    from tether.world import open_ledger
+
+    from tests._serve import serve_config
+
+    stores = f'catalog = "{pg_url}"\nworld = "{pg_url}"\n'
+    extra = f'\n[serve]\nsse = "off"\nhost_name = "arm-host-7"\n{stores}'
+    kind = "physical_ai.robot_move.absolute"
+    with emulator_process(tmp_path, speed_scale=4.0) as emu:
+        config = serve_config(tmp_path, emu.path, extra=extra)
+        argv = [sys.executable, "-m", "tether", "serve", "--config", str(config), "--json"]
+        with subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as daemon:
+            try:
+                assert daemon.stdout is not None and '"ready": true' in daemon.stdout.readline()
+                client = Client(config=config)
+                first = client.submit(None, "m1", kind, {"robot": "arm", "targets": {"a": 0.1}})
+                world = str(first["key"]).split("/")[0]
+                assert world == "local@arm-host-7", first
+                ledger = open_ledger(pg_url)
+                try:
+                    ledger.acquire_writer(world)  # the other daemon's writer, newer
+                finally:
+                    ledger.close()
+                with pytest.raises(ClientError):
+                    client.submit(None, "m2", kind, {"robot": "arm", "targets": {"a": 0.2}})
+                _, err = daemon.communicate(timeout=60)
+                assert daemon.returncode == 7, err
+                assert "host_name_taken" in err and "Traceback" not in err, err
+            finally:
+                if daemon.poll() is None:
+                    daemon.kill()

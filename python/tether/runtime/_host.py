@@ -66,6 +66,7 @@ from tether.world import (
     CommittedTickReceipt,
     ComponentWrite,
     SqliteLedger,
+    StaleWriter,
     WorldLedger,
     WorldSnapshot,
     open_ledger,
@@ -112,6 +113,10 @@ class Host:
             this Host writes, recovers and observes: those named `<id>@<world_owner>`
             (`tether.runtime._errors.owned_by`); another host's world is never fenced from
             here (`WorldOfAnotherHost`). None (the default): every world of the ledger.
+        on_fenced: told (world id, the `StaleWriter`) when a tick of a world finds a newer
+            writer of it, in any process, before the error is raised: this Host writes that
+            world no more (`tether serve` then stops: another daemon took its host name while
+            its claim's connection was down, and wrote its worlds).
 
     Attributes:
         projector, settler, stager, ticker, observer, pool, lifecycle: the parts.
@@ -136,6 +141,7 @@ class Host:
         host_name: str | None = None,
         pause: Callable[[], None] | None = None,
         world_owner: str | None = None,
+        on_fenced: Callable[[str, StaleWriter], None] | None = None,
     ) -> None:
         if (
             not isinstance(fallback_poll_s, int | float)
@@ -219,6 +225,7 @@ class Host:
             self.projector,
             self.settler,
             owner=world_owner,
+            on_fenced=on_fenced,
         )
         self.observer = Observer(
             self.stager, self.ledger, self.ticker, wakeup=self._wakeups[RESULT], pause=pause

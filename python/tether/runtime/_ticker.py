@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from tether.activities import ActivityKey, ActivityRecord, ResultRef
 from tether.runtime._crash import crash_point
@@ -82,8 +82,12 @@ class Ticker:
         settler: Settler,
         *,
         owner: str | None = None,
+        on_fenced: Callable[[str, StaleWriter], None] | None = None,
     ) -> None:
         self.owner = owner
+        #: Told when a tick of a world finds a newer writer of it (`StaleWriter`), before it
+        #: is raised: this process writes that world no more (see `Host`'s `on_fenced`).
+        self.on_fenced = on_fenced
         self.ledger = ledger
         self.families = tuple(families)
         self.stager = stager
@@ -144,7 +148,19 @@ class Ticker:
         `WorldOfAnotherHost`, before anything is read or run, for another host's world.
         """
         check_owned(world_id, self.owner)
-        caller_writes = list(writes)
+        try:
+            return self._commit(world_id, list(writes), admitted)
+        except StaleWriter as exc:
+            if self.on_fenced is not None:
+                self.on_fenced(world_id, exc)
+            raise
+
+    def _commit(
+        self,
+        world_id: str,
+        caller_writes: list[ComponentWrite],
+        admitted: list[ActivityRecord] | None,
+    ) -> CommittedTickReceipt:
         with self.ledger.lock(world_id):
             for attempt in range(1, TICK_COMMIT_TRIES + 1):
                 self.finish_post_commit(world_id)

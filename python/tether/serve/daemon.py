@@ -423,6 +423,25 @@ class Daemon:
             "started_at_ms": self.started_at_ms,
         }
 
+    def _world_fenced(self, world_id: str, why: Exception) -> None:
+        """A world of this host's name has a newer writer: another tether serve took the name
+        while this one's claim was down (its connection cut), wrote the world, and this one
+        took the name back after it. This daemon can write none of its worlds any more, and
+        would stay up refusing every submit (`stale_writer`), so it stops as one that lost
+        its name does; started again, it takes its worlds back. On a ledger of its own (no
+        shared host name) nothing else writes its worlds: the error is the call's only."""
+        if self.world_owner is None:
+            return
+        self._host_name_lost(
+            HostNameTaken(
+                "host_name_taken",
+                f"world {world_id!r} of host name {self.serve.host_name!r} has a newer writer"
+                f" ({why}): another tether serve wrote it while this daemon's connection was"
+                " down; this daemon stops (started again, it takes its worlds back)",
+                details={"host_name": self.serve.host_name, "world": world_id},
+            )
+        )
+
     def _host_name_lost(self, why: HostNameTaken) -> None:
         """Another daemon took this host's name while its claim's connection was down: this
         one must stop claiming the name's device work, so it stops (`tether serve` sees
@@ -603,6 +622,7 @@ class Daemon:
             world_url=self.serve.world_url,
             host_name=self.serve.host_name or None,  # none: unbound work only
             pause=self.stop_first.wait_clear,  # background work waits while a stop runs
+            on_fenced=self._world_fenced,
         )
         if self._live is not None:  # the stream shows an Activity settled once it is
             self.runtime.settler.listeners.append(self._on_settled)
