@@ -36,6 +36,16 @@ def test_a_port_another_daemon_holds_refuses_the_start_and_sends_nothing(tmp_pat
             assert done.returncode == _exit.UNAVAILABLE, (done.stdout, done.stderr)
             refusal = json.loads(done.stdout)
             assert refusal["code"] == "port_busy", refusal
+            # It names the process that holds the port (the daemon), and what to use.
+            assert f"process {ready['pid']} (" in refusal["message"], refusal
+            assert "use its host.toml" in refusal["message"], refusal
+            stop = subprocess.run(
+                [sys.executable, "-m", "tether", "stop", "--config", str(second)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert f"process {ready['pid']} (" in stop.stdout + stop.stderr, stop
             sent = [e for e in emu.journal()[before:] if e["instruction"] != "sync_read"]
             assert [e["instruction"] for e in sent if e["instruction"] != "ping"] == [], sent
 

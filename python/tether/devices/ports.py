@@ -197,6 +197,37 @@ def is_locked(path: Path) -> bool:
     return False
 
 
+def flock_holder(path: str) -> tuple[int, str] | None:
+    """The process holding a `flock` on the device at ``path`` (an exclusive open of a serial
+    port is one), read off `/proc/locks`: its pid and its command line (cut to 160
+    characters), or None when none is found (no such lock, not Linux, or not readable)."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    for line in lines:
+        parts = line.split()
+        if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
+            continue  # a waiter's line, or another kind of lock
+        try:
+            major, minor, inode = parts[5].split(":")
+            if (int(major, 16), int(minor, 16), int(inode)) != want:
+                continue
+            pid = int(parts[4])
+        except ValueError:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            words = ""
+        return pid, words[:160]
+    return None
+
+
 def owner_of(state_dir: Path, cfg: PortLocator) -> tuple[PortIdentity, dict[str, Any]] | None:
     """The port's identity and its owner's record (`pid`, `socket`) while a process owns it
     (its identity lock is held), else None."""

@@ -44,6 +44,7 @@ from tether.adapters.dynamixel.config import DynamixelPortConfig, RobotConfig
 from tether.devices.ports import (
     IdentityLock,
     PortIdentity,
+    flock_holder,
     is_locked,
     lock_path,
     read_owner,
@@ -237,12 +238,20 @@ class DxlBus:
             if lock is not None:
                 lock.release()
             if "lock" in str(exc).lower():
+                holder = flock_holder(url)
+                who = (
+                    "another process"
+                    if holder is None
+                    else f"process {holder[0]} ({holder[1] or 'its command line unknown'})"
+                )
                 raise _coded(
                     PortBusy,
                     "port_busy",
-                    f"{url}: another process has this port open exclusively (the tether serve"
-                    " of another host configuration, say): one process drives a bus at a time",
+                    f"{url}: {who} has this port open exclusively (the tether serve of another"
+                    " host configuration, say: use its host.toml, whose state dir reaches it):"
+                    " one process drives a bus at a time",
                     port=url,
+                    holder_pid=None if holder is None else holder[0],
                 ) from exc
             raise _coded(TransportError, "open_failed", f"{url}: {exc}", port=url) from exc
         return cls(port, identity, timeout_ms, read_retries, lock)
