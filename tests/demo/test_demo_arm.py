@@ -557,6 +557,19 @@ def test_with_config_the_moves_run_on_its_robot_and_the_operator_is_asked(tmp_pa
         assert sorted(applied) == [1, 2], (rad, applied)
 
 
+def _stream_url(demo: subprocess.Popen[str], until: str) -> str:
+    """The AG-UI stream's URL a running demo printed, read from its output up to the first
+    line starting with ``until``."""
+    assert demo.stdout is not None
+    url = ""
+    for line in demo.stdout:
+        if line.startswith("AG-UI stream (SSE): "):
+            url = line.split(": ", 1)[1].strip()
+        if line.startswith(until):
+            break
+    return url
+
+
 def test_the_demos_stream_shows_the_arm_moves_too(tmp_path: Path) -> None:
     """The run's AG-UI stream carries an activity message per arm move (its state, the
     parked move's reason and the operator's re-issue included), as it does for the reaches."""
@@ -570,13 +583,7 @@ def test_the_demos_stream_shows_the_arm_moves_too(tmp_path: Path) -> None:
         argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env
     ) as demo:
         try:
-            assert demo.stdout is not None
-            url = ""
-            for line in demo.stdout:
-                if line.startswith("AG-UI stream (SSE): "):
-                    url = line.split(": ", 1)[1].strip()
-                if line.startswith("mission: "):
-                    break
+            url = _stream_url(demo, "mission: ")
             parts = urlsplit(url)
             conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
             conn.request("GET", parts.path)
@@ -607,13 +614,7 @@ def test_tether_status_beside_a_demo_names_the_demos_stream(tmp_path: Path) -> N
         argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
     ) as demo:
         try:
-            assert demo.stdout is not None
-            url = ""
-            for line in demo.stdout:
-                if line.startswith("AG-UI stream (SSE): "):
-                    url = line.split(": ", 1)[1].strip()
-                if line.startswith("arm: "):  # its daemon has started
-                    break
+            url = _stream_url(demo, "arm: ")  # its daemon has started
             config = ["--config", str(data / "host.toml")]
             as_json = subprocess.run(
                 [sys.executable, "-m", "tether", "status", *config, "--json"],

@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -30,6 +32,7 @@ from _grpc_setup import (
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tether._gen.tether.robot.v1 import robot_control_pb2 as pb
+from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 from tether.families.robot_move.family import CRASH_POINTS as MOVE_POINTS
 from tether.serve.grpc_server import CRASH_POINTS
 
@@ -720,12 +723,14 @@ def test_a_parked_and_a_decided_operation_say_what_they_are_not_what_they_did(
             channel.close()
 
 
-def test_a_parked_operation_keeps_the_fraction_its_motion_reached_across_a_restart(
-    tmp_path: Path,
-) -> None:
-    """The fraction of a parked move is what its motion reached, after a daemon restart too (no
-    progress of it in the new process: read off its evidence), never 0."""
-    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+@contextmanager
+def _parked_then_restarted(
+    tmp_path: Path, speed_scale: float
+) -> Iterator[tuple[Path, rpc.RobotControlStub, float]]:
+    """A move parked mid-motion by a Stop, then the daemon started again (no live progress of
+    it in the new process: its evidence says how far it got): the config, a stub to the new
+    daemon, and the fraction it was parked at."""
+    with emulator_process(tmp_path, speed_scale=speed_scale) as emu:
         config = grpc_config(tmp_path, emu.path)
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
@@ -735,12 +740,22 @@ def test_a_parked_operation_keeps_the_fraction_its_motion_reached_across_a_resta
             channel.close()
         with daemon(config) as (_, ready):
             channel, control = stub(ready["grpc"])
-            ask = pb.GetOperationRequest(operation_id="cut")
-            read = control.GetOperation(ask, metadata=bearer())
-            assert read.state == pb.UNKNOWN_AWAITING_OPERATOR, read
-            assert read.progress.fraction == pytest.approx(reached, abs=0.1), (reached, read)
-            assert read.progress.fraction > 0.0
-            channel.close()
+            try:
+                yield config, control, reached
+            finally:
+                channel.close()
+
+
+def test_a_parked_operation_keeps_the_fraction_its_motion_reached_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The fraction of a parked move is what its motion reached, after a daemon restart too (no
+    progress of it in the new process: read off its evidence), never 0."""
+    with _parked_then_restarted(tmp_path, 1.0) as (_, control, reached):
+        read = control.GetOperation(pb.GetOperationRequest(operation_id="cut"), metadata=bearer())
+        assert read.state == pb.UNKNOWN_AWAITING_OPERATOR, read
+        assert read.progress.fraction == pytest.approx(reached, abs=0.1), (reached, read)
+        assert read.progress.fraction > 0.0
 
 
 def test_a_parked_operations_fraction_stays_what_its_motion_reached_when_another_moves(
@@ -751,23 +766,14 @@ def test_a_parked_operations_fraction_stays_what_its_motion_reached_when_another
     its fraction became that other motion's distance."""
     from tests._serve import operator
 
-    with emulator_process(tmp_path, speed_scale=2.0) as emu:
-        config = grpc_config(tmp_path, emu.path)
-        with daemon(config) as (_, ready):
-            channel, control = stub(ready["grpc"])
-            parked = parked_mid_move(control, "cut")
-            reached = parked.progress.fraction
-            assert 0.0 < reached < 0.9, parked.progress
-            channel.close()
-        with daemon(config) as (_, ready):  # no live progress of it here: its evidence says
-            channel, control = stub(ready["grpc"])
-            assert operator(config, "resume", "arm", credential=OPERATOR).returncode == 0
-            control.Execute(move("other", {"a": 1.3, "b": -1.3}), metadata=bearer(), timeout=30)
-            until_terminal(control, "other")
-            read = control.Reconcile(pb.ReconcileRequest(operation_id="cut"), metadata=bearer())
-            assert read.evidence.revision > parked.evidence.revision, read.evidence
-            assert read.progress.fraction == pytest.approx(reached, abs=0.02), (reached, read)
-            channel.close()
+    with _parked_then_restarted(tmp_path, 2.0) as (config, control, reached):
+        assert reached < 0.9
+        assert operator(config, "resume", "arm", credential=OPERATOR).returncode == 0
+        control.Execute(move("other", {"a": 1.3, "b": -1.3}), metadata=bearer(), timeout=30)
+        until_terminal(control, "other")
+        read = control.Reconcile(pb.ReconcileRequest(operation_id="cut"), metadata=bearer())
+        assert read.evidence.revision > 1, read.evidence
+        assert read.progress.fraction == pytest.approx(reached, abs=0.02), (reached, read)
 
 
 def test_the_fraction_reached_is_read_off_a_moves_evidence() -> None:
@@ -890,7 +896,6 @@ def test_tls_serves_an_authenticated_planner_and_a_plain_client_gets_nothing(
         port = ready["grpc"].rsplit(":", 1)[1]
         creds = grpc.ssl_channel_credentials(root_certificates=cert.cert.read_bytes())
         channel = grpc.secure_channel(f"localhost:{port}", creds)
-        from tether._gen.tether.robot.v1 import robot_control_pb2_grpc as rpc
 
         control = rpc.RobotControlStub(channel)
         listed = control.ListOperations(pb.ListOperationsRequest(), metadata=bearer(), timeout=10)
