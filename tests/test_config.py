@@ -12,6 +12,12 @@ from tether._config import HostConfigError, Table, nearest
 KEYS = ("speed", "first_motion_speed", "min", "max", "name", "joints")
 
 
+def _tether(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *argv], capture_output=True, text=True, timeout=60
+    )
+
+
 @pytest.mark.parametrize(
     ("word", "meant"),
     [
@@ -107,12 +113,7 @@ def test_an_empty_path_is_refused_never_the_current_directory(tmp_path: Path) ->
     assert info.value.code == "empty_value" and "host: `state_dir` is empty" in info.value.message
     config = tmp_path / "host.toml"
     config.write_text('[host]\nstate_dir = ""\n')
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", "status", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _tether("status", "--config", str(config))
     assert done.returncode == 2 and "empty_value" in done.stderr, done.stderr
     assert not list(Path.cwd().glob("latches")), "nothing was made in the current directory"
 
@@ -181,12 +182,7 @@ def test_a_path_with_a_shell_variable_is_refused_never_a_literal_directory(
     named `$HOME` beside the file."""
     config = tmp_path / "host.toml"
     config.write_text(setting)
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", "status", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _tether("status", "--config", str(config))
     assert done.returncode == 2, done.stderr
     assert "unexpanded_variable" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not [p for p in tmp_path.rglob("*") if "$" in p.name]
@@ -199,12 +195,7 @@ def test_a_path_with_a_shell_variable_is_refused_never_a_literal_directory(
 def test_a_config_that_is_not_utf8_is_one_line_naming_the_file(tmp_path: Path, data: bytes) -> None:
     config = tmp_path / "host.toml"
     config.write_bytes(data)
-    done = subprocess.run(
-        [sys.executable, "-m", "tether", "stop", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _tether("stop", "--config", str(config))
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert "bad_toml" in done.stderr and str(config) in done.stderr and "UTF-8" in done.stderr
