@@ -614,7 +614,7 @@ class FrameOutcome:
         """None, or one of `live_fault_kinds()`."""
     @property
     def missing(self) -> list[int]:
-        """The seqs this frame revealed as missing."""
+        """The seqs this frame revealed as missing: the latest `window` of them at most."""
     @property
     def deliveries(self) -> list[LiveDelivery]:
         """Deliveries to apply now (empty when the frame was dropped)."""

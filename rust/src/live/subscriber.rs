@@ -67,7 +67,7 @@ pub struct FrameOutcome {
     pub epoch: u64,
     pub seq: u64,
     pub fault: Option<Fault>,
-    /// The seqs this frame revealed as missing (a gap).
+    /// The seqs this frame revealed as missing (a gap): the latest `window` of them at most.
     pub missing: Vec<u64>,
     /// Deliveries to apply now, in order (empty when the frame was dropped).
     pub deliveries: Vec<Delivery>,
@@ -198,9 +198,15 @@ impl Subscriber {
             self.next += 1;
             true
         } else if seq > self.next {
+            // At most `window` of them, the latest: a peer's seq far ahead (2^53 - 1 is a valid
+            // one) must not make a list of every seq between (it aborted the process). Older
+            // ones cannot be placed anyway: their state comes from the re-read.
             let from = self.next.max(seq.saturating_sub(self.window as u64));
-            out.missing = (self.next..seq).collect();
+            out.missing = (from..seq).collect();
             self.missing.extend(from..seq);
+            while self.missing.len() > self.window {
+                self.missing.pop_first();
+            }
             self.next = seq + 1;
             self.needs_reread = true;
             out.fault = Some(Fault::Gap);
@@ -406,6 +412,25 @@ mod tests {
         assert_eq!(seqs.len(), 3);
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
         assert!(!s.needs_reread());
+    }
+
+    #[test]
+    fn a_seq_far_ahead_reports_a_bounded_gap() {
+        let mut s = Subscriber::new(Some(1), 0, 4).unwrap();
+        let frame = br#"{"epoch":1,"seq":9007199254740981,"deliveries":[]}"#;
+        let out = s.handle_frame(frame).unwrap();
+        assert_eq!(out.fault, Some(Fault::Gap));
+        assert_eq!(
+            out.missing,
+            (9007199254740977..9007199254740981).collect::<Vec<_>>()
+        );
+        assert!(out.reread && s.missing().len() == 4);
+        // Many gaps in a row keep at most `window` missing seqs.
+        for seq in [9007199254740983_u64, 9007199254740985, 9007199254740991] {
+            let f = format!(r#"{{"epoch":1,"seq":{seq},"deliveries":[]}}"#);
+            s.handle_frame(f.as_bytes()).unwrap();
+        }
+        assert_eq!(s.missing().len(), 4);
     }
 
     #[test]
