@@ -289,6 +289,37 @@ def test_a_context_kept_past_its_attempt_says_the_attempt_ended(tmp_path: Path) 
         assert host.get(akey(0)) == before  # nothing renewed
 
 
+def test_a_result_the_catalog_refuses_is_said_as_that_not_as_a_lost_lease(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An adapter's result past the catalog's bounds (a 300-byte media type) was logged as the
+    worker having "lost" the Activity, as if another claim took it; its effect ran, and no
+    result could be recorded."""
+    import logging
+
+    journal = Journal(tmp_path / "provider.db")
+
+    class Odd(DedupAdapter):
+        def execute(self, ctx: AttemptContext, request: dict[str, Any]) -> Any:
+            super().execute(ctx, request)
+            return ctx.artifacts.put_bytes(b"{}", "a" * 300)
+
+    fam = Family("crashtest", (KIND,), projection_for((KIND,)), Odd(journal), stage_task)
+    with make_host(tmp_path, fam) as host, caplog.at_level(logging.WARNING):
+        host.create_world("w")
+        host.commit_tick("w", intents(1))
+        worker = host.new_worker()
+        try:
+            assert worker.run_once()
+        finally:
+            worker.close()
+        rec = host.get(akey(0))
+        assert rec is not None and rec.result is None
+    said = [r.getMessage() for r in caplog.records]
+    assert any("returned a result the catalog refuses" in m for m in said), said
+    assert not any(" lost " in m for m in said), said
+
+
 #: The heartbeat test's lease: renewed about every third of it, with margin for a loaded
 #: machine's scheduling and a round trip to the server (a lost lease would re-run an attempt).
 LEASE_MS = 1_200

@@ -482,7 +482,22 @@ class Worker:
             return False
         crash_point("after_effect")
         self._check_live(ctx)
-        self._record_result(ctx, result)
+        try:
+            self._record_result(ctx, result)
+        except CatalogRejection as e:
+            if getattr(e, "code", None) != "bounds_exceeded":
+                raise  # the attempt's own standing (a stale fence, an expired lease)
+            # The adapter's mistake (a media type or reference past the catalog's bounds):
+            # its effect ran, and no result can be recorded. Said as that, not as a lost
+            # lease; the next attempt reconciles it (an execute attempt concludes nothing).
+            log.error(
+                "worker %s: execute of %s returned a result the catalog refuses (%s); not"
+                " recorded: its next attempt reconciles it",
+                self.owner,
+                key,
+                e,
+            )
+            return True
         crash_point("after_result")
         return False
 
