@@ -175,3 +175,29 @@ def test_key_needs_the_kind_when_it_is_ambiguous() -> None:
             env.key("a")
         assert env.key("a", kind="k", world_id="v") == ActivityKey("v", "k", "a")
         assert env.run_attempt() is None and env.drain() == 0 and env.observe() == []
+
+
+def test_a_projection_that_raises_is_a_family_error_saying_the_tick_landed(
+    tmp_path: Path,
+) -> None:
+    """A projection's own exception escaped `commit_tick` raw (a `KeyError`) after its tick
+    had committed, so the caller could not tell whether the tick landed, and every later
+    commit of the world raised it again as an untyped error."""
+    from tether.runtime import FamilyError
+
+    def broken(snapshot: WorldSnapshot) -> list[ActivityRequest]:
+        if snapshot.changed("t.intent"):
+            raise KeyError("bad")
+        return []
+
+    fam = Family("blind", ("t.blind",), broken, _Blind(), _stage)
+    with ActivityEnvironment([fam], data_dir=tmp_path) as env:
+        env.create_world("w")
+        with pytest.raises(FamilyError) as info:
+            env.commit_tick("w", [ComponentWrite("job-1", "t.intent", {})])
+        assert info.value.code == "projection_failed"
+        assert "KeyError" in str(info.value) and "the tick is committed" in str(info.value)
+        assert env.head("w").tick == 1  # it did land
+        with pytest.raises(FamilyError) as again:  # its post-commit work is still owed
+            env.commit_tick("w", [ComponentWrite("x", "other", 1)])
+        assert again.value.code == "projection_failed"

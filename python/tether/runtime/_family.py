@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from tether import _core
+from tether._core import TetherError
 from tether.activities import (
     ActivityKey,
     Evidence,
@@ -45,6 +46,7 @@ from tether.activities import (
     RetryGuard,
 )
 from tether.runtime._errors import FamilyError, LeaseLost, ProviderIOForbidden
+from tether.storage._errors import with_code
 from tether.world import ComponentWrite, JSONValue, WorldSnapshot, canonical_json
 from tether.world._errors import InvalidWrite
 from tether.world._types import check_name
@@ -547,10 +549,30 @@ class Family:
         _guard.projecting = True
         try:
             requests = list(self.project(snapshot))
+        except TetherError:
+            raise
+        except Exception as exc:
+            raise self._projection_failed(snapshot, exc) from exc
         finally:
             _guard.projecting = False
         self._check_requests(requests)
         return requests
+
+    def _projection_failed(self, snapshot: WorldSnapshot, exc: Exception) -> FamilyError:
+        """A projection that raised (or returned no iterable) on a committed tick: a
+        `FamilyError` coded `projection_failed`, saying the tick landed and its post-commit
+        work waits for the projection to work (it reruns on the world's next commit, or
+        `Host.recover`)."""
+        receipt = snapshot.receipt
+        return with_code(
+            FamilyError(
+                f"the projection of family {self.name!r} raised {type(exc).__name__}: {exc}"
+                f" on tick {receipt.tick} of world {receipt.world_id!r}: the tick is committed;"
+                " its post-commit work (projection, settlement) is pending and runs again on the"
+                " world's next commit or Host.recover, once the projection works"
+            ),
+            "projection_failed",
+        )
 
     def run_entity_projection(
         self, snapshot: WorldSnapshot, entities: Sequence[str]
@@ -566,6 +588,10 @@ class Family:
         try:
             for entity in entities:
                 out[entity] = list(fn(EntityView(entity, encoded)))
+        except TetherError:
+            raise
+        except Exception as exc:
+            raise self._projection_failed(snapshot, exc) from exc
         finally:
             _guard.projecting = False
         for requests in out.values():
