@@ -21,6 +21,11 @@ A producer turns successive contents into events; a consumer's store rebuilds th
 """
 
 from tether._core import (
+    AguiAttributionError,
+    AguiDecodeError,
+    AguiError,
+    AguiMalformedError,
+    AguiSequenceError,
     AguiWarning,
     agui_error_codes,
     agui_warning_codes,
@@ -79,6 +84,11 @@ __all__ = [
     "WARNING_CODES",
     "ActivityPublisher",
     "ActivityStore",
+    "AguiAttributionError",
+    "AguiDecodeError",
+    "AguiError",
+    "AguiMalformedError",
+    "AguiSequenceError",
     "AguiWarning",
     "Lifecycle",
     "LiveActivities",
