@@ -368,3 +368,43 @@ def test_a_move_a_remote_operator_settled_done_is_recorded_as_that_not_completed
     finally:
         adapter.close()
     assert results == {"operator_done": "operator_done", "completed": "completed"}
+
+
+def test_a_move_sent_under_a_renamed_principal_is_never_sent_again_under_the_new_one(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """The robot host keeps operations per principal. A bridge whose planner was renamed (a
+    new name and token) reconciled a move it had sent under the old one: NOT_FOUND under the
+    new principal was taken as absent, and the next attempt ran the move a second time."""
+    from tether.devices.credentials import hash_secret
+    from tether.runtime import Unknown
+
+    renamed = "planner-token-renamed-2f6c1a9e-quartz-harbor"
+    config = grpc_config(tmp_path, emu.path)
+    text = config.read_text().replace(
+        "[ports.bus]",
+        f'[planners.ci2]\ntoken = "{hash_secret(renamed)}"\nrole = "planner"\n[ports.bus]',
+        1,
+    )
+    config.write_text(text)
+    history = tmp_path / "remote-credentials.json"
+    key = ActivityKey("bridge-world", KIND_ABSOLUTE, "renamed")
+    request = _request({"a": 0.5, "b": -0.3}, int(time.time() * 1000) + 120_000)
+    with serving(config) as (_, ready, _control):
+        first = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER), credentials=history)
+        try:
+            done = first.execute(reconcile_context(tmp_path, key), request)  # it ran
+        finally:
+            first.close()
+        assert not done.failed
+        second = RemoteMoveAdapter(RemoteHost(ready["grpc"], renamed), credentials=history)
+        try:
+            ctx = reconcile_context(tmp_path, key)
+            out = second.reconcile(ctx, request)
+        finally:
+            second.close()
+    assert isinstance(out, Unknown), out  # an operator decides; nothing re-sent
+    evidence = json.loads(ctx.artifacts.get_bytes(out.evidence.ref, out.evidence.digest))
+    assert evidence["reason"] == "remote_principal_changed", evidence
+    assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}  # ran once
+    assert renamed not in history.read_text() and PLANNER not in history.read_text()

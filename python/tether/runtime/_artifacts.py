@@ -248,6 +248,15 @@ class ArtifactStore:
             raise ArtifactCorrupt(f"artifact is {len(data)} bytes, reference says {result.size}")
         return data
 
+    def holds(self, data: bytes) -> bool:
+        """Whether ``data`` is stored (not inline: one above the inline bound), by its
+        digest, checked against its bytes; nothing is written."""
+        hexdigest = hashlib.sha256(data).hexdigest()
+        ref = ResultRef(
+            _STORED + hexdigest, "sha256:" + hexdigest, "application/octet-stream", len(data)
+        )
+        return len(data) > self.inline_bound and self.is_durable(ref)
+
     def is_durable(self, result: ResultRef) -> bool:
         """Whether `result`'s payload is stored (or inline) and matches its digest."""
         try:

@@ -269,7 +269,9 @@ def serve_families(ctx: Any) -> list[tuple[Family, Any]]:
             " families): remote moves run in the daemon that admits them, with its [remote]"
             " host; tether worker has no factory for them"
         )
-    family = _family(load_remote(ctx.config.path))
+    family = _family(
+        load_remote(ctx.config.path), credentials=Path(ctx.data_dir) / "remote-credentials.json"
+    )
     ctx.on_close(cast(RemoteMoveAdapter, family.adapter).close)
     return [(family, submit)]
 

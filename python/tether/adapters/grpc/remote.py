@@ -69,6 +69,7 @@ import json
 import math
 import threading
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Final
 
 import grpc  # type: ignore[import-untyped]
@@ -345,11 +346,17 @@ def _why(exc: grpc.RpcError) -> str:
 class RemoteMoveAdapter:
     """Contract C adapter over one remote host's RobotControl."""
 
-    def __init__(self, remote: RemoteHost) -> None:
+    def __init__(self, remote: RemoteHost, *, credentials: Path | None = None) -> None:
+        """``credentials``: the file keeping every credential this bridge has sent under (as
+        digests, never a token; `_credential_history`): with it, an operation sent under an
+        earlier credential is never taken as absent because the current one's principal does
+        not know it."""
         self.remote = remote
         self._channel = remote.channel()
         self._stub = rpc.RobotControlStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata = (("authorization", f"Bearer {remote.token}"),)
+        self._credential = _credential_digest(remote.token)
+        self._earlier = _credential_history(credentials, self._credential)
 
     def close(self) -> None:
         self._channel.close()
@@ -466,6 +473,9 @@ class RemoteMoveAdapter:
             message = execute_request(ctx.operation_id, request)
         except FamilyError as exc:
             return self._refused(ctx, "bad_request", str(exc))
+        # Durable before the Execute leaves: this operation was sent under this credential (a
+        # principal renamed later, its NOT_FOUND is then no proof that it never ran).
+        ctx.artifacts.put_bytes(self._sent_marker(ctx, ctx.operation_id, self._credential), SENT)
         try:
             call = self._stub.Execute.future(
                 message, metadata=self._metadata, timeout=self.remote.timeout_s
@@ -516,6 +526,12 @@ class RemoteMoveAdapter:
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.NOT_FOUND:
                     raise
+                earlier = self._sent_under_another(ctx, op_id)
+                if earlier is not None:
+                    # Sent under an earlier credential: the remote keeps operations per
+                    # principal, and this one's NOT_FOUND says nothing of the earlier one's.
+                    # Re-sending would run it a second time there (a renamed planner).
+                    return self._principal_changed(ctx, earlier)
                 # Never received there: absent, and a reconcile sends nothing (an operator may
                 # be deciding this Activity meanwhile). The next execute attempt, bound under
                 # its own fence, re-sends the identical request, the remote's create-if-absent
@@ -596,6 +612,34 @@ class RemoteMoveAdapter:
             )
         )
 
+    def _sent_marker(self, ctx: AttemptContext, op_id: str, credential: str) -> bytes:
+        """The marker of `op_id` sent under `credential` (a digest): the same bytes each time,
+        so its artifact's reference names it; padded past the inline bound, so it is stored
+        (an inline reference is stored nowhere)."""
+        doc = {"sent": op_id, "remote": self.remote.address, "credential": credential}
+        size = len(canonical(doc))
+        return canonical({**doc, "pad": "." * max(0, ctx.artifacts.inline_bound + 1 - size)})
+
+    def _sent_under_another(self, ctx: AttemptContext, op_id: str) -> str | None:
+        """An earlier credential (digest) `op_id` was sent under, or None."""
+        for credential in self._earlier:
+            if ctx.artifacts.holds(self._sent_marker(ctx, op_id, credential)):
+                return credential
+        return None
+
+    def _principal_changed(self, ctx: AttemptContext, credential: str) -> RuntimeUnknown:
+        doc = {
+            "operation_id": ctx.operation_id,
+            "reason": "remote_principal_changed",
+            "error": "sent under an earlier credential; the current one's principal does not"
+            " know it, which proves nothing of the earlier one's: an operator decides (on the"
+            " robot host, under the earlier principal, it may have run)",
+            "earlier_credential": credential,
+            "remote": self.remote.address,
+        }
+        ref = self._put(ctx, doc, EVIDENCE_MEDIA_TYPE)
+        return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), OPERATOR_RETRY_MS)
+
     def _not_found(
         self, ctx: AttemptContext, op_id: str, message: pb.ExecuteRequest
     ) -> RuntimeAbsent:
@@ -650,6 +694,37 @@ class RemoteMoveAdapter:
         return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), UNREACHABLE_RETRY_MS)
 
 
+#: The media type of a "sent under this credential" marker (`RemoteMoveAdapter._sent_marker`).
+SENT: Final = "application/vnd.tether.remote-sent+json"
+
+
+def _credential_digest(token: str) -> str:
+    """A credential's name in markers and the history: a salted SHA-256 prefix of the token,
+    never the token (the robot host keeps its own argon2 hash)."""
+    return hashlib.sha256(b"tether-remote-credential\0" + token.encode()).hexdigest()[:32]
+
+
+def _credential_history(path: Path | None, current: str) -> tuple[str, ...]:
+    """The credentials (digests) this bridge sent under before ``current``, read from
+    ``path``, with ``current`` added to it (durably) when it is new. A file that cannot be
+    read is refused: without it, a renamed principal's NOT_FOUND could re-run a move."""
+    if path is None:
+        return ()
+    try:
+        known = json.loads(path.read_text()) if path.exists() else []
+    except (OSError, ValueError) as exc:
+        raise CodedError(
+            "bad_remote_history", f"{path}: the bridge's credential history cannot be read: {exc}"
+        ) from None
+    if not isinstance(known, list) or not all(isinstance(d, str) for d in known):
+        raise CodedError("bad_remote_history", f"{path}: not a list of credential digests")
+    if current not in known:
+        from tether.operations._durable import write_durable
+
+        write_durable(path, json.dumps([*known, current]).encode())
+    return tuple(d for d in known if d != current)
+
+
 def _report(ctx: AttemptContext, view: pb.Operation) -> None:
     """The remote view as the attempt's live progress (the AG-UI stream): each view a watch
     reads, and the one a reconcile or a retried Execute reads, so a move that ended while no
@@ -673,13 +748,15 @@ def _rate_limited(exc: grpc.RpcError) -> bool:
     )
 
 
-def remote_move_family(remote: RemoteHost) -> Family:
-    """The family to register with a runtime `Host` on the bridge side."""
+def remote_move_family(remote: RemoteHost, *, credentials: Path | None = None) -> Family:
+    """The family to register with a runtime `Host` on the bridge side; ``credentials``: the
+    adapter's credential history file (`RemoteMoveAdapter`; the daemon keeps it in its data
+    dir)."""
     return Family(
         name=FAMILY,
         kinds=KINDS,
         project=project,
-        adapter=RemoteMoveAdapter(remote),
+        adapter=RemoteMoveAdapter(remote, credentials=credentials),
         stage=stage,
     )
 
