@@ -408,3 +408,50 @@ def test_a_move_sent_under_a_renamed_principal_is_never_sent_again_under_the_new
     assert evidence["reason"] == "remote_principal_changed", evidence
     assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}  # ran once
     assert renamed not in history.read_text() and PLANNER not in history.read_text()
+
+
+def test_an_abandon_on_the_bridge_cancels_the_move_there_or_is_refused(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """An operator's abandon on the planner host was never sent to the robot host, which ran
+    the move on (a host back from an outage finished it) while the planner said `abandoned`.
+    The bridge cancels it there first, and refuses the abandon while it may still run there
+    or its robot host's operator holds it."""
+    from types import SimpleNamespace
+
+    from tether._coded import CodedError
+
+    def record(name: str) -> Any:
+        key = ActivityKey("bw", KIND_ABSOLUTE, name)
+        return SimpleNamespace(operation_id=operation_id_for(key))
+
+    running, queued = record("running"), record("queued")
+    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
+        adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
+        try:
+            control.Execute(move(running.operation_id, {"a": 1.4, "b": -1.4}), metadata=bearer())
+            wait_for(control, running.operation_id, lambda o: o.state == pb.RUNNING)
+            control.Execute(move(queued.operation_id, {"a": 0.0, "b": 0.0}), metadata=bearer())
+            adapter.before_abandon(queued)  # cancelled before its start: the abandon may go on
+            assert wait_for(
+                control, queued.operation_id, lambda o: o.state != pb.PENDING
+            ).state == (pb.CANCELLED)
+            adapter.before_abandon(running)  # stopped there (parked for its operator)
+            parked = wait_for(control, running.operation_id, lambda o: o.state != pb.RUNNING)
+            assert parked.state == pb.UNKNOWN_AWAITING_OPERATOR, parked
+            with pytest.raises(CodedError) as held:  # its robot host's operator decides it
+                adapter.before_abandon(running)
+            assert held.value.code == "remote_awaits_operator"
+            with pytest.raises(CodedError) as ended:  # it ended there: its reconcile says how
+                adapter.before_abandon(queued)
+            assert ended.value.code == "remote_ended"
+            adapter.before_abandon(record("never-sent"))  # NOT_FOUND: nothing to cancel
+        finally:
+            adapter.close()
+    dead = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER, timeout_s=2.0))
+    try:
+        with pytest.raises(CodedError) as gone:  # the robot host is down: it may still run
+            dead.before_abandon(running)
+    finally:
+        dead.close()
+    assert gone.value.code == "remote_unreachable"

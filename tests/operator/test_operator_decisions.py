@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tether.activities import ActivityRecord, Catalog, Evidence
+from tether.activities import ActivityKey, ActivityRecord, Catalog, Evidence
 from tether.adapters.dynamixel.move import changed_since
 from tether.errors import OperatorRejection
 from tether.operator.decisions import listing, resolve, show
@@ -255,3 +255,36 @@ def test_a_revision_written_during_a_decision_is_stale_revision_said_once(parked
     assert code(info) == "stale_revision"
     assert str(info.value).count("stale") == 1, str(info.value)
     assert catalog.get(record.key).evidence_revision == 2  # type: ignore[union-attr]
+
+
+def test_an_abandon_the_provider_refuses_decides_nothing(parked: Any) -> None:
+    """A provider's say on an abandon (a bridge whose remote move may still run) comes before
+    the catalog's write: refused, nothing is decided; allowed, the abandon is recorded."""
+    from tether.operator.decisions import rejection
+
+    catalog, artifacts, record = parked
+    k = record.key
+    asked: list[ActivityKey] = []
+
+    def refuse(rec: ActivityRecord) -> None:
+        asked.append(rec.key)
+        raise rejection("remote_unreachable", "the robot host did not take the cancel")
+
+    def decide_with(hook: Any) -> dict[str, Any]:
+        return resolve(
+            catalog,
+            artifacts,
+            f"{k.world_id}/{k.kind}/{k.activity_id}",
+            decision="abandon",
+            revision=1,
+            operator="ann",
+            credential=SECRET,
+            verify_credential=lambda c: "ann" if c == SECRET else None,
+            before_abandon=hook,
+        )
+
+    with pytest.raises(OperatorRejection) as info:
+        decide_with(refuse)
+    assert code(info) == "remote_unreachable" and asked == [k]
+    assert catalog.get(k).awaiting_decision  # type: ignore[union-attr]
+    assert decide_with(lambda rec: None)["status"] == "resolved"

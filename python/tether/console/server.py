@@ -344,6 +344,7 @@ class Console:
                 note=note,
                 review=self.daemon.review(),
                 host=self.daemon.decision_host,
+                before_abandon=self.daemon.before_abandon,
             )
         except CodedError as exc:
             if exc.code in ("stale_revision", "state_changed"):

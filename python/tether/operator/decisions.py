@@ -86,6 +86,9 @@ REJECTION_CODES: tuple[str, ...] = tuple(
             "unknown_decision",
             "bound_elsewhere",
             "catalog_rejected",
+            "remote_awaits_operator",
+            "remote_ended",
+            "remote_unreachable",
             *CATALOG_REJECTION_CODES,
         )
     )
@@ -277,6 +280,7 @@ def resolve(
     note: str = "",
     review: Callable[[ActivityRecord], DeviceReview | None] = lambda record: None,
     host: str | None = None,
+    before_abandon: Callable[[ActivityRecord], None] | None = None,
 ) -> dict[str, Any]:
     """Decide on a parked Activity: exactly one catalog `resolve` on the catalog's revision.
 
@@ -342,6 +346,10 @@ def resolve(
                     f"review revision {refreshed.evidence_revision}",
                 )
         if decision == "abandon":
+            if before_abandon is not None:
+                # The provider's own say first (a remote move: cancelled there, or the abandon
+                # refused while it may still run there); a refusal decides nothing.
+                before_abandon(record)
             done = catalog.resolve(
                 key, Decision.abandon(evidence_revision=revision, operator=operator, note=note)
             )

@@ -999,7 +999,22 @@ class Daemon:
             note=str(request.get("note") or ""),
             review=self.review(),
             host=self.decision_host,
+            before_abandon=self.before_abandon,
         )
+
+    def before_abandon(self, record: ActivityRecord) -> None:
+        """An operator's abandon of `record` here, first put to its family's adapter when it
+        takes one (`before_abandon`: a bridge cancels the move on the robot host, and refuses
+        the abandon while the move may still run there); refusals are the operator's
+        (`decisions.rejection`)."""
+        runtime = self.host()
+        for family in runtime.families:
+            hook = getattr(family.adapter, "before_abandon", None)
+            if record.key.kind in family.kinds and callable(hook):
+                try:
+                    hook(record)
+                except CodedError as exc:
+                    raise decisions.rejection(exc.code, exc.message) from None
 
     def _view(self, key: ActivityKey, record: ActivityRecord | None = None) -> dict[str, Any]:
         runtime = self.host()

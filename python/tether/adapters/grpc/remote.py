@@ -508,6 +508,53 @@ class RemoteMoveAdapter:
             raise RemoteUnreachable(f"{op.id}: awaits the remote operator (reconciled)")
         return self._result(ctx, op)
 
+    def before_abandon(self, record: Any) -> None:
+        """An operator abandons this move here: it is cancelled on the robot host first, so it
+        never runs there afterwards (a robot host back from an outage, a re-issue by its
+        operator). Refused (`CodedError`, nothing decided here) while it may still run there:
+        the robot host awaits its own operator's decision on it (`remote_awaits_operator`),
+        it did not answer (`remote_unreachable`), or it ended there (`remote_ended`: its next
+        reconcile records how)."""
+        op_id = record.operation_id
+        if not op_id:
+            return  # never bound: nothing of it was sent
+        where = self.remote.address
+        try:
+            answer = self._stub.Cancel(
+                pb.CancelRequest(operation_id=op_id),
+                metadata=self._metadata,
+                timeout=self.remote.timeout_s,
+            )
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.NOT_FOUND and not self._earlier:
+                return  # never received there (under the one credential it was sent under)
+            if code == grpc.StatusCode.NOT_FOUND:
+                raise CodedError(
+                    "remote_awaits_operator",
+                    f"{op_id} is not known to the robot host {where} under this bridge's"
+                    " credential, and may be under an earlier one (a renamed planner): decide"
+                    " it there; nothing was decided here",
+                ) from None
+            if code == grpc.StatusCode.FAILED_PRECONDITION:
+                raise CodedError(
+                    "remote_awaits_operator",
+                    f"{op_id} awaits a decision on the robot host {where}: decide it there"
+                    " (its operator's `tether operator resolve`); nothing was decided here",
+                ) from None
+            raise CodedError(
+                "remote_unreachable",
+                f"the robot host {where} did not take the cancel of {op_id} ({_why(exc)}): it"
+                " may still run there; nothing was decided here; try again once it answers",
+            ) from None
+        if answer.outcome == pb.CancelResponse.ALREADY_TERMINAL:
+            state = pb.OperationState.Name(answer.operation.state).lower()
+            raise CodedError(
+                "remote_ended",
+                f"{op_id} ended on the robot host {where} ({state}): its next reconcile here"
+                " records that outcome; nothing was decided here",
+            )
+
     def reconcile(
         self, ctx: AttemptContext, request: dict[str, Any]
     ) -> RuntimeRecovered | RuntimeAbsent | RuntimeUnknown:
