@@ -126,6 +126,9 @@ def test_a_move_refused_by_a_latched_remote_robot_is_a_recorded_failure_never_ru
         doc = json.loads(host.artifacts.get_bytes(record.result.ref, record.result.digest))
         assert doc["code"] == "remote_robot_latched", doc
         assert "robot_latched" in doc["error"]
+        # The robot host tells its own clients to send the identical request again; through
+        # the bridge that returns this same failed Activity: a new one is what moves it.
+        assert "identical request" not in doc["error"] and "new activity" in doc["error"], doc
         with pytest.raises(grpc.RpcError) as missing:  # nothing recorded on the remote
             control.GetOperation(
                 pb.GetOperationRequest(operation_id=record.operation_id), metadata=bearer()

@@ -498,7 +498,14 @@ class RemoteMoveAdapter:
                 # nothing under the id (a retry of one it holds is answered with it): a
                 # recorded failure, never a move that starts by itself once the robot is
                 # resumed there.
-                return self._refused(ctx, "remote_robot_latched", exc.details() or "")
+                said = (exc.details() or "").split(": nothing was recorded")[0]
+                return self._refused(
+                    ctx,
+                    "remote_robot_latched",
+                    f"{said}: nothing was recorded there, and this Activity has ended failed;"
+                    " once its operator resumes the robot there, submit a new activity to move"
+                    " it (this one is never sent again)",
+                )
             raise RemoteUnreachable(f"{ctx.operation_id}: Execute: {_why(exc)}") from None
         if op.state not in TERMINAL:
             op = self._watch(ctx, op.id, op.revision)
