@@ -98,6 +98,7 @@ _LAZY: dict[str, str] = {
         (
             "HeadConflict",
             "InvalidWrite",
+            "LedgerClosed",
             "LedgerCommitUnknown",
             "PostCommitPending",
             "ReceiptRejected",
@@ -145,6 +146,7 @@ if TYPE_CHECKING:
     from tether.world._errors import (
         HeadConflict as HeadConflict,
         InvalidWrite as InvalidWrite,
+        LedgerClosed as LedgerClosed,
         LedgerCommitUnknown as LedgerCommitUnknown,
         PostCommitPending as PostCommitPending,
         ReceiptRejected as ReceiptRejected,

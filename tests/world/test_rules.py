@@ -196,3 +196,24 @@ def test_a_changed_rule_changes_every_ledger(
     ledger.reserve_close("w", sticky=True)
     ledger.rollback_close("w")
     assert ledger.close_state("w")[0] == "open"
+
+
+def test_a_closed_sqlite_ledger_and_catalog_say_so_with_a_code(tmp_path: Path) -> None:
+    """After `close`, a ledger call was a raw `sqlite3.ProgrammingError`, and a catalog's
+    `the catalog is closed` had no `.code`."""
+    from tether.activities import ActivityKey, Catalog
+    from tether.errors import CatalogStorageError
+    from tether.world import LedgerClosed, open_ledger
+
+    ledger = open_ledger(f"sqlite://{tmp_path}/world.db")
+    ledger.create_world("w")
+    ledger.close()
+    ledger.close()  # a second close is nothing
+    with pytest.raises(LedgerClosed) as info:
+        ledger.head("w")
+    assert info.value.code == "ledger_closed"
+    catalog = Catalog.open(f"sqlite:///{tmp_path}/catalog.db")
+    catalog.close()
+    with pytest.raises(CatalogStorageError) as closed:
+        catalog.get(ActivityKey("w", "k", "a"))
+    assert getattr(closed.value, "code", None) == "catalog_closed"

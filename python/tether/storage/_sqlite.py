@@ -59,6 +59,7 @@ from tether._core import (
 )
 from tether._sqlite_files import hold_sqlite_file
 from tether.storage._doorbell import Doorbell, changed_topics
+from tether.storage._errors import with_code
 from tether.storage._port import (
     ClaimTransition,
     CompactTransition,
@@ -247,7 +248,7 @@ class SqliteCatalogStore:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            raise CatalogStorageError("the catalog is closed")
+            raise with_code(CatalogStorageError("the catalog is closed"), "catalog_closed")
         return self._conn
 
     def _begin(self) -> sqlite3.Cursor:

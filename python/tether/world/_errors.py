@@ -42,6 +42,12 @@ class WorldStorageError(WorldError):
         self.details: dict[str, str] = {}
 
 
+class LedgerClosed(WorldError):
+    """The ledger was closed: nothing more can be read or written through it."""
+
+    code: str = "ledger_closed"
+
+
 class WorldNotFound(WorldError):
     """The named world does not exist in this ledger."""
 

@@ -44,6 +44,7 @@ from tether.storage._urls import sqlite_url
 from tether.world import _rules as rules
 from tether.world._errors import (
     HeadConflict,
+    LedgerClosed,
     ReceiptRejected,
     WorldError,
     WorldNotFound,
@@ -650,8 +651,19 @@ class SqliteLedger:
             self._latest.pop(world_id, None)
 
     def close(self) -> None:
-        """Close the connections."""
+        """Close the connections; every later call is `LedgerClosed` (a raw sqlite3 error
+        before)."""
         with self._mutex:
+            if isinstance(self._db, _Closed):
+                return
             self._unsynced.close()
             self._db.close()
             self._hold.release()
+            self._db = self._unsynced = _Closed()  # type: ignore[assignment]
+
+
+class _Closed:
+    """A closed ledger's connections: any use is `LedgerClosed`."""
+
+    def __getattr__(self, name: str) -> object:
+        raise LedgerClosed("the world ledger is closed")
