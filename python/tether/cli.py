@@ -133,6 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one `tether` subcommand and return its exit code."""
     private_umask()  # files any command creates are 0600, directories 0700
     _closed_streams_to_null()
+    # grpcio's C core writes its own INFO lines to stderr (a TLS handshake a peer failed, a
+    # goaway), raw text amid the JSON log, one per retry; its errors still show. Before grpc
+    # is imported (lazily, by the commands that use it); a value the user set stands.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     args = list(sys.argv[1:] if argv is None else argv)
     flags: set[str] = set()
     while args and args[0] in {"--debug", "--version", "--json"}:

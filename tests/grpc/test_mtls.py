@@ -312,3 +312,41 @@ def test_a_bridge_that_does_not_trust_the_hosts_certificate_says_so_in_its_evide
     doc = json.loads(ctx.artifacts.get_bytes(out.evidence.ref, out.evidence.digest))
     assert doc["reason"] == "remote_unreachable", doc
     assert "UNAVAILABLE: " in doc["error"] and "handshake" in doc["error"].lower(), doc
+
+
+def test_a_failed_tls_handshake_leaves_the_json_log_json(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """grpcio's C core wrote its own INFO line (`I1207 ... Handshake failed ...`) to stderr for
+    each plaintext client of a TLS listener: raw text amid the JSON log, one per retry."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    ca = make_authority(tmp_path / "ca")
+    config = mtls_config(tmp_path, emu.path, ca.issue("server", server=True), str(ca.cert))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TETHER_CRASH", "GRPC_"))}
+    argv = [sys.executable, "-m", "tether", "serve", "--config", str(config)]
+    with subprocess.Popen(
+        [*argv, "--log-format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            ready = json.loads(proc.stdout.readline())
+            port = ready["grpc"].rsplit(":", 1)[1]
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as plain:  # no TLS: no handshake
+                with pytest.raises(grpc.FutureTimeoutError):
+                    grpc.channel_ready_future(plain).result(timeout=2)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines, "the daemon logged nothing"
+    for line in lines:
+        json.loads(line)  # every line is a JSON object: no raw C-core text
