@@ -297,3 +297,15 @@ def test_an_int_beyond_64_bits_or_a_bool_is_a_typed_refusal_naming_its_argument(
     assert catalog.compact_settled(2**64, batch=2**64) == 0
     assert list(catalog.iter_compactable(2**70, page_size=2**70)) == []
     assert list(catalog.iter_claimable(page_size=2**70)) == []
+
+
+def test_a_bool_is_no_tick_and_no_size() -> None:
+    """`Receipt(..., tick=True)` was admitted as tick 1, and a `ResultRef` of size `True`
+    recorded as size 1."""
+    from tether.activities import Receipt, ResultRef
+
+    with pytest.raises(TypeError, match="tick"):
+        Receipt("w", "run", True, "v")
+    with pytest.raises(TypeError, match="size"):
+        ResultRef("artifact://o", "sha256:o", "application/json", True)
+    assert Receipt("w", "run", 1, "v").tick == 1

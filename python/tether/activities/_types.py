@@ -32,6 +32,13 @@ class ActivityKey:
         return f"{self.world_id}/{self.kind}/{self.activity_id}"
 
 
+def _no_bool(field: str, value: object) -> None:
+    """A count or a tick is an int, never a bool (`True` is no tick 1): the core bounds it,
+    but a bool passes its int check."""
+    if isinstance(value, bool):
+        raise TypeError(f"{field} must be an int, not bool")
+
+
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """A committed tick receipt (CommittedTickReceipt): world, run, tick and visibility token."""
@@ -40,6 +47,9 @@ class Receipt:
     run_id: str
     tick: int
     visibility_token: str
+
+    def __post_init__(self) -> None:
+        _no_bool("Receipt.tick", self.tick)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +83,9 @@ class ResultRef:
     media_type: str
     size: int
     failed: bool = False
+
+    def __post_init__(self) -> None:
+        _no_bool("ResultRef.size", self.size)
 
 
 @dataclass(frozen=True, slots=True)
