@@ -474,3 +474,22 @@ def test_a_command_started_with_stdout_closed_says_its_refusal_never_an_internal
     )
     assert done.returncode == 2, done.stderr
     assert "unreadable" in done.stderr and "internal error" not in done.stderr, done.stderr
+
+
+def test_tether_move_on_a_bridge_host_says_where_its_robots_are(tmp_path: Path) -> None:
+    """A bridge host's `tether move` said only `no robot 'arm' (configured: none)`."""
+    config = tmp_path / "host.toml"
+    config.write_text(
+        '[host]\nstate_dir = "state"\n[remote]\naddress = "127.0.0.1:50551"\n'
+        'token_file = "planner.token"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tether", "move", "--config", str(config), "--robot", "arm",
+         "--activity", "m1", "--joint", "a=0.5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "unknown_robot" in line and "bridge host" in line and "127.0.0.1:50551" in line, line

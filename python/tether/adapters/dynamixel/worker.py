@@ -485,6 +485,26 @@ def _bad_names(world: str | None, activity: str) -> str | None:
     return None
 
 
+def _robots_of(path: str) -> bool:
+    """Whether the host file at ``path`` names any robot (False when it cannot be read)."""
+    try:
+        return bool(load_config(path).robots)
+    except (TetherError, OSError):
+        return False
+
+
+def _remote_address(path: str) -> str | None:
+    """The `[remote] address` of the host file at ``path`` (a bridge host's), or None."""
+    import tomllib
+
+    try:
+        remote = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("remote")
+    except (OSError, ValueError):
+        return None
+    address = remote.get("address") if isinstance(remote, dict) else None
+    return address if isinstance(address, str) and address else None
+
+
 def _say_json(doc: dict[str, Any]) -> None:
     """An outcome document on stdout (a refusal or an error is `error_line`'s)."""
     stdout_line(json.dumps(doc))
@@ -637,6 +657,19 @@ def _main(argv: list[str]) -> int:
         served = load_serve(config.path, state_dir=config.state_dir, robots=len(config.robots))
         served_lease_ms, served_settle_s = served.lease_ms, served.settle_timeout_s
     except (TetherError, MoveRequestError) as exc:
+        if getattr(exc, "code", None) == "unknown_robot" and not _robots_of(args.config):
+            bridge = _remote_address(args.config)
+            if bridge is not None:  # a bridge host: its robots are another host's
+                refuse(
+                    "tether move",
+                    "unknown_robot",
+                    f"{args.config} names no robot: it is a bridge host whose robots are on"
+                    f" [remote] {bridge}; its moves go through its tether serve"
+                    " (`tether.client.Client.submit` with kind physical_ai.remote_move.absolute),"
+                    " or run `tether move` with the robot host's own host.toml there",
+                    error=type(exc).__name__,
+                )
+                return _exit.for_error(exc, EXIT_USAGE)
         error_line("tether move", exc)
         return _exit.for_error(exc, default=EXIT_USAGE)
     line = None if as_json else _ProgressLine()
