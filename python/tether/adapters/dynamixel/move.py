@@ -781,7 +781,7 @@ class DynamixelMoveAdapter:
                 self._evidence(op, request, robot, goals, state, conclusion.reason, checks),
                 SETTLE_RETRY_MS if settling else 0,
             )
-        parked = f"parked-{attempt}"
+        parked = _parked(attempt)
         if self.host.latched(robot.name) or op.entry.proof(parked) is not None:
             # Stopped by an operator: nothing is sent (the latch refuses it) and the move is
             # parked for an operator's decision. It stays parked after the robot is resumed
@@ -800,7 +800,7 @@ class DynamixelMoveAdapter:
                 reason = latch if began else LATCHED_BEFORE_START
             if reason == LATCHED_BEFORE_START:
                 checks["latch_reason"] = latch
-            if op.entry.proof(parked) is None:  # the first park stands (a replay is a no-op)
+            if not prior:  # the first park stands (`_record_first`: a replay is a no-op)
                 _record_first(
                     op,
                     parked,
@@ -944,7 +944,7 @@ class DynamixelMoveAdapter:
         pre = op.preimage(attempts[-1]) if attempts else None
         commanded = _by_name(robot, goals or {})
         attempt = attempts[-1] if attempts else 0
-        first = op.entry.proof(_concluded(attempt)) or op.entry.proof(f"parked-{attempt}") or {}
+        first = op.entry.proof(_concluded(attempt)) or op.entry.proof(_parked(attempt)) or {}
         return {
             "operation_id": op.id,
             "reason": reason,
@@ -1021,7 +1021,7 @@ def park_unreadable(config: HostConfig, op: Operation, robot: RobotConfig) -> No
             "shutdown_stop": shutdown_stop,
         }
         _record_first(op, _concluded(attempt), doc)
-    _record_first(op, f"parked-{attempt}", {"reason": DEVICE_UNREADABLE, "attempt": attempt})
+    _record_first(op, _parked(attempt), {"reason": DEVICE_UNREADABLE, "attempt": attempt})
 
 
 def _stops_during(
@@ -1069,6 +1069,12 @@ def _concluded(attempt: int) -> str:
     """The journal proof naming when a reconcile first concluded `attempt` Unknown for a
     reason of its own (`DynamixelMoveAdapter._note_concluded`)."""
     return f"concluded-{attempt}"
+
+
+def _parked(attempt: int) -> str:
+    """The journal proof naming the first park of `attempt` for an operator (its reason, and
+    the read-back it was parked on)."""
+    return f"parked-{attempt}"
 
 
 def sent_stop(records: list[decide.Sent]) -> bool:

@@ -485,14 +485,6 @@ def _bad_names(world: str | None, activity: str) -> str | None:
     return None
 
 
-def _robots_of(path: str) -> bool:
-    """Whether the host file at ``path`` names any robot (False when it cannot be read)."""
-    try:
-        return bool(load_config(path).robots)
-    except (TetherError, OSError):
-        return False
-
-
 def _remote_address(path: str) -> str | None:
     """The `[remote] address` of the host file at ``path`` (a bridge host's), or None."""
     import tomllib
@@ -639,6 +631,7 @@ def _main(argv: list[str]) -> int:
     if named_badly is not None:
         refuse("tether move", "usage", named_badly, error="UsageError")
         return EXIT_USAGE
+    config: HostConfig | None = None
     try:
         config = load_config(args.config)
         kind = KIND_RELATIVE if args.relative else KIND_ABSOLUTE
@@ -657,7 +650,11 @@ def _main(argv: list[str]) -> int:
         served = load_serve(config.path, state_dir=config.state_dir, robots=len(config.robots))
         served_lease_ms, served_settle_s = served.lease_ms, served.settle_timeout_s
     except (TetherError, MoveRequestError) as exc:
-        if getattr(exc, "code", None) == "unknown_robot" and not _robots_of(args.config):
+        if (
+            getattr(exc, "code", None) == "unknown_robot"
+            and config is not None
+            and not config.robots
+        ):
             bridge = _remote_address(args.config)
             if bridge is not None:  # a bridge host: its robots are another host's
                 refuse(
