@@ -66,6 +66,7 @@ from tether.errors import TetherError
 from tether.operator import decisions
 from tether.runtime import Family, Host, ProgressEvent
 from tether.runtime._errors import bad_families, check_owned
+from tether.runtime._family import families_by_kind
 from tether.runtime.worker_main import live_families, result_summary
 from tether.serve import views
 from tether.serve.config import ROBOT_MOVE, ServeConfig, load_serve
@@ -1007,14 +1008,13 @@ class Daemon:
         takes one (`before_abandon`: a bridge cancels the move on the robot host, and refuses
         the abandon while the move may still run there); refusals are the operator's
         (`decisions.rejection`)."""
-        runtime = self.host()
-        for family in runtime.families:
-            hook = getattr(family.adapter, "before_abandon", None)
-            if record.key.kind in family.kinds and callable(hook):
-                try:
-                    hook(record)
-                except CodedError as exc:
-                    raise decisions.rejection(exc.code, exc.message) from None
+        family = families_by_kind(self.host().families).get(record.key.kind)
+        hook = getattr(family.adapter, "before_abandon", None) if family is not None else None
+        if callable(hook):
+            try:
+                hook(record)
+            except CodedError as exc:
+                raise decisions.rejection(exc.code, exc.message) from None
 
     def _view(self, key: ActivityKey, record: ActivityRecord | None = None) -> dict[str, Any]:
         runtime = self.host()

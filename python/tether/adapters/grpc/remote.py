@@ -428,6 +428,11 @@ class RemoteMoveAdapter:
 
     # --- calls ---
 
+    def _unary(self, method: Any, request: Any) -> Any:
+        """One unary call of RobotControl (``method``, a stub's) with this bridge's bearer
+        token, bounded by the remote's timeout: its answer."""
+        return method(request, metadata=self._metadata, timeout=self.remote.timeout_s)
+
     def _watch(self, ctx: AttemptContext, op_id: str, revision: int) -> pb.Operation:
         """Follow the remote operation to a terminal or awaiting-operator view."""
         last: pb.Operation | None = None
@@ -527,11 +532,7 @@ class RemoteMoveAdapter:
             return  # never bound: nothing of it was sent
         where = self.remote.address
         try:
-            answer = self._stub.Cancel(
-                pb.CancelRequest(operation_id=op_id),
-                metadata=self._metadata,
-                timeout=self.remote.timeout_s,
-            )
+            answer = self._unary(self._stub.Cancel, pb.CancelRequest(operation_id=op_id))
         except grpc.RpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.NOT_FOUND and not self._earlier:
@@ -572,10 +573,8 @@ class RemoteMoveAdapter:
             return RuntimeRecovered(self._refused(ctx, "bad_request", str(exc)))
         try:
             try:
-                view = self._stub.GetOperation(
-                    pb.GetOperationRequest(operation_id=op_id),
-                    metadata=self._metadata,
-                    timeout=self.remote.timeout_s,
+                view = self._unary(
+                    self._stub.GetOperation, pb.GetOperationRequest(operation_id=op_id)
                 )
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.NOT_FOUND:
@@ -636,9 +635,7 @@ class RemoteMoveAdapter:
         limits or devices changed since), the digest cannot be asked, and the view stands
         when its device, deadline and repeatability are ours."""
         try:
-            op: pb.Operation = self._stub.Execute(
-                message, metadata=self._metadata, timeout=self.remote.timeout_s
-            )
+            op: pb.Operation = self._unary(self._stub.Execute, message)
             return op
         except grpc.RpcError as exc:
             code = exc.code()
