@@ -410,9 +410,7 @@ def test_a_move_sent_under_a_renamed_principal_is_never_sent_again_under_the_new
     assert renamed not in history.read_text() and PLANNER not in history.read_text()
 
 
-def test_an_abandon_on_the_bridge_cancels_the_move_there_or_is_refused(
-    tmp_path: Path, emu: EmulatorProcess
-) -> None:
+def test_an_abandon_on_the_bridge_cancels_the_move_there_or_is_refused(tmp_path: Path) -> None:
     """An operator's abandon on the planner host was never sent to the robot host, which ran
     the move on (a host back from an outage finished it) while the planner said `abandoned`.
     The bridge cancels it there first, and refuses the abandon while it may still run there
@@ -426,7 +424,10 @@ def test_an_abandon_on_the_bridge_cancels_the_move_there_or_is_refused(
         return SimpleNamespace(operation_id=operation_id_for(key))
 
     running, queued = record("running"), record("queued")
-    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
+    with (
+        emulator_process(tmp_path, speed_scale=1.0) as emu,  # real time: it is still running
+        serving(grpc_config(tmp_path, emu.path)) as (_, ready, control),
+    ):
         adapter = RemoteMoveAdapter(RemoteHost(ready["grpc"], PLANNER))
         try:
             control.Execute(move(running.operation_id, {"a": 1.4, "b": -1.4}), metadata=bearer())
