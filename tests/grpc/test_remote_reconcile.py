@@ -345,6 +345,35 @@ def test_an_operation_the_remote_operator_abandoned_is_recorded_as_that_failure(
     assert doc["remote_digest"] == ended.result.digest and doc["result"] is None
 
 
+def test_a_move_the_remote_operator_holds_is_asked_about_again_within_seconds(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """A move parked for the robot host's operator was reconciled again only after a minute,
+    so that operator's decision reached the planner up to a minute late. It is asked about
+    every few seconds, with the same evidence while nothing changed there (its revision on the
+    planner host does not rise under an operator reading it)."""
+    from tether.adapters.grpc.remote import REMOTE_DECISION_RETRY_MS
+    from tether.runtime import Unknown
+
+    key = ActivityKey("bridge-world", KIND_ABSOLUTE, "held-there")
+    op_id = operation_id_for(key)
+    request = _request({"a": 1.4, "b": -1.4}, int(time.time() * 1000) + 120_000)
+    with serving(grpc_config(tmp_path, emu.path)) as (_, ready, control):
+        control.Execute(
+            move(op_id, request["targets"], not_after_ms=request["not_after_ms"]),
+            metadata=bearer(),
+            timeout=30,
+        )
+        wait_for(control, op_id, lambda o: o.state == pb.RUNNING and o.progress.fraction > 0)
+        control.Stop(pb.StopRequest(device="arm"), metadata=bearer(), timeout=10)
+        wait_for(control, op_id, lambda o: o.state == pb.UNKNOWN_AWAITING_OPERATOR)
+        outs = [_reconciled(tmp_path / str(n), ready["grpc"], key, request)[1] for n in (1, 2)]
+    assert all(isinstance(out, Unknown) for out in outs), outs
+    assert [out.retry_after_ms for out in outs] == [REMOTE_DECISION_RETRY_MS] * 2
+    assert REMOTE_DECISION_RETRY_MS <= 10_000
+    assert outs[0].evidence == outs[1].evidence  # the same document: no new revision
+
+
 def test_a_move_a_remote_operator_settled_done_is_recorded_as_that_not_completed(
     tmp_path: Path,
 ) -> None:

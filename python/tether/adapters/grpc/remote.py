@@ -106,8 +106,14 @@ OBSERVATION: Final = "physical_ai.remote_move.observation"
 RESULT_MEDIA_TYPE: Final = "application/vnd.tether.remote-move.result+json"
 EVIDENCE_MEDIA_TYPE: Final = "application/vnd.tether.remote-move.evidence+json"
 GUARD_MEDIA_TYPE: Final = "application/vnd.tether.remote-move.guard+json"
-#: A remote operation awaiting its operator is reconciled again after this long.
+#: An operation an operator here decides (a changed principal, a result that does not
+#: match) is reconciled again after this long.
 OPERATOR_RETRY_MS: Final = 60_000
+#: A remote operation its robot host's operator holds is asked about again this often, so
+#: that operator's decision reaches the planner within it (it waited up to a minute). While
+#: nothing changed there the evidence is the same document, so its revision here does not
+#: rise: a decision an operator here names stays current.
+REMOTE_DECISION_RETRY_MS: Final = 5_000
 UNREACHABLE_RETRY_MS: Final = 1_000
 #: Codes of a remote that did not answer (or not yet): reconciled again after
 #: `UNREACHABLE_RETRY_MS`. Any other code of GetOperation is the remote's answer (a refused
@@ -621,7 +627,7 @@ class RemoteMoveAdapter:
             "remote_evidence": _document(op.evidence.document) if op.evidence.document else None,
         }
         ref = self._put(ctx, evidence, EVIDENCE_MEDIA_TYPE)
-        return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), OPERATOR_RETRY_MS)
+        return RuntimeUnknown(Evidence(ref=ref.ref, digest=ref.digest), REMOTE_DECISION_RETRY_MS)
 
     def _ours(
         self, ctx: AttemptContext, message: pb.ExecuteRequest, view: pb.Operation
