@@ -315,3 +315,49 @@ def test_a_bad_submitted_remote_move_is_refused_before_anything_is_committed() -
         with pytest.raises(TetherError) as info:
             bridge_submit("m", KIND_ABSOLUTE, bad)
         assert getattr(info.value, "code", None) == "bad_request"
+
+
+def _status(config: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether", "status", "--config", str(config), *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(None),
+    )
+
+
+def test_tether_status_on_the_bridge_host_says_whether_its_robot_host_answers(
+    tmp_path: Path,
+) -> None:
+    """`tether status` on a bridge host said nothing of the robot host its moves go to: not
+    its address, not whether it answered. It now asks the robot host's health (no credential)
+    and says so, with each of its devices."""
+    from contextlib import ExitStack
+
+    port = free_port()
+    with emulator_process(tmp_path, speed_scale=1.0) as emu:
+        robot = grpc_config(
+            tmp_path, emu.path, serve=SERVE.replace("127.0.0.1:0", f"127.0.0.1:{port}")
+        )
+        bridge = bridge_config(tmp_path, port)
+        with ExitStack() as robot_host:
+            robot_host.enter_context(daemon(robot))
+            with daemon(bridge):
+                up = _status(bridge, "--json")
+                words_up = _status(bridge)
+                robot_host.close()  # the robot host stops; the bridge runs on
+                down = _status(bridge, "--json")
+                words_down = _status(bridge)
+    assert up.returncode == 0, up.stderr
+    (remote,) = json.loads(up.stdout)["adapters"]
+    assert remote["remote"] == f"127.0.0.1:{port}" and remote["answers"] is True, remote
+    assert remote["serving"] is True and remote["devices"]["arm"] is True, remote
+    assert f"remote robot host 127.0.0.1:{port}: answers, serving; devices: arm serving" in (
+        words_up.stdout
+    ), words_up.stdout
+    assert down.returncode == 0, down.stderr
+    (gone,) = json.loads(down.stdout)["adapters"]
+    assert gone["answers"] is False and gone["error"].startswith("UNAVAILABLE"), gone
+    assert f"remote robot host 127.0.0.1:{port}: no answer" in words_down.stdout, words_down
+    assert PLANNER not in up.stdout + down.stdout + words_up.stdout + words_down.stdout

@@ -1252,6 +1252,9 @@ class Daemon:
             "devices": devices,
         }
         families = [s.family for s in self.served.values()]
+        adapters = self.adapter_status()
+        if adapters:
+            doc["adapters"] = adapters
 
         def read() -> tuple[Any, Any]:
             return (
@@ -1282,6 +1285,24 @@ class Daemon:
         else:
             doc["activities"], doc["parked"] = pending.value
         return doc
+
+    def adapter_status(self) -> list[dict[str, Any]]:
+        """What each served family's adapter says of itself, where it takes `status()` (a
+        bridge: whether its robot host answers): a document with a `summary` line each; an
+        adapter that fails to say is reported, not raised."""
+        out = []
+        for family in {id(s.family): s.family for s in self.served.values()}.values():
+            hook = getattr(family.adapter, "status", None)
+            if not callable(hook):
+                continue
+            try:
+                said = hook()
+            except Exception as exc:  # an adapter's own mistake: status still answers
+                log.warning("status of family %s failed: %r", family.name, exc)
+                said = {"summary": f"status failed: {type(exc).__name__}: {exc}"}
+            if isinstance(said, dict):
+                out.append({"family": family.name, **said})
+        return out
 
     def device_status(self, name: str) -> dict[str, Any]:
         """A configured robot's status document: whether it is available and latched, and its

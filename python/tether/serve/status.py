@@ -89,6 +89,8 @@ def render(doc: dict[str, Any]) -> str:
             lines.append(f"    read-back failed: {dev['error']}")
         for name, j in (back.get("joints") or {}).items():
             lines.append(_joint(name, j))
+    for adapter in doc.get("adapters") or []:
+        lines.append(f"{adapter.get('family')}: {adapter.get('summary')}")
     if doc.get("stores_error"):
         lines.append(
             f"activities and decisions unknown: the stores cannot be read now"

@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import grpc  # type: ignore[import-untyped]
+from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
 from tether._coded import CodedError
 from tether._crash import crash_point
@@ -115,6 +116,10 @@ OPERATOR_RETRY_MS: Final = 60_000
 #: rise: a decision an operator here names stays current.
 REMOTE_DECISION_RETRY_MS: Final = 5_000
 UNREACHABLE_RETRY_MS: Final = 1_000
+#: How long `tether status` on the bridge host waits for the robot host's health answer.
+STATUS_TIMEOUT_S: Final = 2.0
+#: The robot host's service, whose health names are "<it>/<device>".
+REMOTE_SERVICE: Final = "tether.robot.v1.RobotControl"
 #: Codes of a remote that did not answer (or not yet): reconciled again after
 #: `UNREACHABLE_RETRY_MS`. Any other code of GetOperation is the remote's answer (a refused
 #: credential, say), asked again only after `OPERATOR_RETRY_MS`.
@@ -366,6 +371,46 @@ class RemoteMoveAdapter:
 
     def close(self) -> None:
         self._channel.close()
+
+    def status(self) -> dict[str, Any]:
+        """The robot host as this bridge reaches it now (`tether status` on the bridge host):
+        its grpc.health.v1 `List` (the server and each of its devices), asked on the bridge's
+        own channel (its TLS) within `STATUS_TIMEOUT_S`; never raises. Health takes no
+        credential: asking it never counts against the planner token's failed-credential
+        window there."""
+        address = self.remote.address
+        doc: dict[str, Any] = {"remote": address, "tls": self.remote.tls}
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        try:
+            answer = stub.List(health_pb2.HealthListRequest(), timeout=STATUS_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            why = _why(exc)
+            return {
+                **doc,
+                "answers": False,
+                "error": why,
+                "summary": f"remote robot host {address}: no answer within"
+                f" {STATUS_TIMEOUT_S:g} s ({why}); remote moves wait for it",
+            }
+        serving = health_pb2.HealthCheckResponse.SERVING
+        names = dict(answer.statuses)
+        devices = {
+            name.removeprefix(REMOTE_SERVICE + "/"): status.status == serving
+            for name, status in sorted(names.items())
+            if name.startswith(REMOTE_SERVICE + "/")
+        }
+        up = "" in names and names[""].status == serving
+        words = ", ".join(
+            f"{name} {'serving' if ok else 'NOT SERVING'}" for name, ok in devices.items()
+        )
+        return {
+            **doc,
+            "answers": True,
+            "serving": up,
+            "devices": devices,
+            "summary": f"remote robot host {address}: answers, "
+            f"{'serving' if up else 'NOT SERVING'}; devices: {words or 'none'}",
+        }
 
     # --- results ---
 
