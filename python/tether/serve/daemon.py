@@ -90,6 +90,9 @@ from tether.transport import PortBusy
 from tether.world import ComponentWrite, WorldNotFound
 
 log = logging.getLogger("tether.serve")
+#: At most this many unsettled Activities are put on a fresh run stream at start (the most
+#: recently admitted; `Daemon._restore_live`).
+LIVE_RESTORE_MAX = 256
 
 #: How long one `watch` request waits at most (the client asks again).
 MAX_WATCH_S = 20.0
@@ -641,6 +644,8 @@ class Daemon:
                 target=self._watch_devices, name="tether-devices", daemon=True
             )
             self._watcher.start()
+        if self._live is not None:
+            self._restore_live(families)
         self.runtime.start()
         if self.serve.grpc is not None:
             from tether.serve.grpc_server import mount
@@ -771,6 +776,26 @@ class Daemon:
             if record.result is not None:
                 changes["result"] = result_summary(record.result)
             live.conclude(record.key, changes)
+
+    def _restore_live(self, families: list[Family]) -> None:
+        """The run stream (and so the console) starts with every unsettled Activity as its
+        record says it, before any worker runs: after a restart it showed none until each
+        one's attempt reported again (a parked move's, a minute later). At most
+        `LIVE_RESTORE_MAX`, the most recently admitted; a store that cannot be read leaves
+        the stream to the attempts' reports."""
+        assert self._live is not None and self.runtime is not None
+        runtime = self.runtime
+        try:
+            records = list(views.unsettled(runtime, families))
+        except TetherError as exc:
+            log.warning("live stream: the unsettled Activities could not be read: %s", exc)
+            return
+        records.sort(key=lambda r: r.admitted_at_ms)
+        for record in records[-LIVE_RESTORE_MAX:]:
+            try:
+                self._live.reset(record.key, **views.restored(record, runtime.artifacts))
+            except Exception:  # the live stream never stops the daemon
+                log.exception("live stream: %s could not be restored", record.key)
 
     def latest(self, key: ActivityKey) -> tuple[int, dict[str, Any] | None]:
         """An Activity's latest progress report: (its sequence number, its content), (0, None)

@@ -11,7 +11,7 @@ dropped, whether it failed kept); `settled` says whether a later tick observed i
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tether.activities import (
@@ -101,12 +101,11 @@ def view(
     return doc
 
 
-def counts(host: Host, families: Sequence[Family]) -> dict[str, int]:
-    """Activities by state: the unsettled ones from each world's unobserved intents (each
-    family's projection), the settled ones from the catalog; of this host's worlds only, on a
-    world ledger hosts share (`owned_by`)."""
+def unsettled(host: Host, families: Sequence[Family]) -> Iterator[ActivityRecord]:
+    """The admitted, unsettled Activities: each world's unobserved intents (each family's
+    projection) that the catalog holds unsettled; of this host's worlds only, on a world
+    ledger hosts share (`owned_by`)."""
     owner = host.ticker.owner
-    out = dict.fromkeys((*STATES, "settled"), 0)
     seen: set[ActivityKey] = set()
     for world in host.ledger.worlds():
         if not owned_by(world, owner):
@@ -123,10 +122,35 @@ def counts(host: Host, families: Sequence[Family]) -> dict[str, int]:
                 seen.add(key)
                 record = host.get(key)
                 if record is not None and record.settlement is None:
-                    out[state_of(record)] += 1
+                    yield record
+
+
+def counts(host: Host, families: Sequence[Family]) -> dict[str, int]:
+    """Activities by state: the unsettled ones (`unsettled`), the settled ones from the
+    catalog; of this host's worlds only, on a world ledger hosts share (`owned_by`)."""
+    owner = host.ticker.owner
+    out = dict.fromkeys((*STATES, "settled"), 0)
+    for record in unsettled(host, families):
+        out[state_of(record)] += 1
     for record in host.catalog.iter_compactable(0):
         out["settled"] += owned_by(record.key.world_id, owner)
     return out
 
 
-__all__ = ["STATES", "counts", "key_text", "state_of", "view"]
+def restored(record: ActivityRecord, artifacts: ArtifactStore) -> dict[str, Any]:
+    """An unsettled Activity's live content as its record says it, for a stream that starts
+    after its last report (a daemon restarted): its state in this module's words, its attempt
+    and, parked, its reason; `restored` marks it read from the catalog, not reported."""
+    content: dict[str, Any] = {
+        "state": state_of(record),
+        "attempt": record.attempt_count,
+        "restored": True,
+    }
+    if record.awaiting_decision and record.evidence is not None:
+        evidence = _doc(artifacts, record.evidence.evidence.ref, record.evidence.evidence.digest)
+        content["reason"] = evidence.get("reason")
+        content["revision"] = record.evidence_revision
+    return content
+
+
+__all__ = ["STATES", "counts", "key_text", "restored", "state_of", "unsettled", "view"]
