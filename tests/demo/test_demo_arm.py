@@ -494,6 +494,11 @@ def test_wait_leaves_the_move_parked_exit_3_and_the_same_command_resumes_it(
             term.proc.kill()
     assert code == _exit.PARKED, term.text[-3000:]
     assert "to decide it, run the same demo command again" in term.text, term.text[-3000:]
+    # The footer said "the operator decided" of a move left parked.
+    assert (
+        "power loss: the arm lost power right after the ACTION of move-0001; it awaits the"
+        " operator's decision" in term.text
+    ), term.text[-3000:]
     rec = record(tmp_path, "move-0001")
     assert rec.awaiting_decision and rec.decision is None  # `wait` records nothing
     assert record(tmp_path, "move-0002") is None  # not submitted while the arm is in doubt

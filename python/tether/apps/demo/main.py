@@ -1021,10 +1021,14 @@ def _power_loss_line(run: _Run) -> str:
     if loss["move"] is None:
         return "power loss: none (--power-loss is negative or past the last move)"
     if loss["injected"]:
-        return (
-            f"power loss: the arm lost power right after the ACTION of {loss['move']}; the "
-            "operator decided"
-        )
+        said = f"power loss: the arm lost power right after the ACTION of {loss['move']}"
+        move = next((m for m in run.arm.moves if m.activity == loss["move"]), None)
+        decided = ((move.decision if move is not None else None) or {}).get("decision")
+        if decided not in (None, "wait"):  # as the catalog holds it (`_decisions`)
+            return f"{said}; the operator decided: {decided}"
+        if move is not None and move.state == "awaiting_decision":
+            return f"{said}; it awaits the operator's decision"
+        return f"{said}; no operator decision is recorded for it"
     return f"power loss: not injected this run ({loss['move']} had run before)"
 
 
