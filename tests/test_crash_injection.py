@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from tether._crash import CRASH_ENV, child_environment
+from tether._crash import CRASH_CHILD_ENV, CRASH_ENV, child_environment
 
 _PROBE = """
 import sys
@@ -52,5 +52,50 @@ def test_an_adapter_point_uses_the_same_variable() -> None:
 
 def test_a_child_gets_only_its_own_points() -> None:
     base = {"PATH": "/bin", CRASH_ENV: "sim.child_started", "TETHER_CRASH_RANDOM": "1:0.5"}
-    assert child_environment(base, "sim.") == {"PATH": "/bin", CRASH_ENV: "sim.child_started"}
+    assert child_environment(base, "sim.") == {
+        "PATH": "/bin",
+        CRASH_ENV: "sim.child_started",
+        CRASH_CHILD_ENV: "1",
+    }
     assert child_environment({**base, CRASH_ENV: "after_effect"}, "sim.") == {"PATH": "/bin"}
+
+
+_QUIET = """
+import sys
+from tether._crash import child_environment, crash_point
+crash_point("after_claim")
+if sys.argv[1:] == ["hand"]:
+    child_environment({"TETHER_CRASH_AT": "sim.child_started"}, "sim.")
+print("ran", flush=True)
+"""
+
+
+def test_a_point_never_reached_is_said_at_exit() -> None:
+    """A crash test of a point the run never reaches (another adapter's, or one reached only
+    in a process this one does not start) exited 0 with no word: taken for one that crashed
+    and recovered."""
+
+    def run(spec: str, *args: str, child: bool = False) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
+        env[CRASH_ENV] = spec
+        if child:
+            env[CRASH_CHILD_ENV] = "1"
+        return subprocess.run(
+            [sys.executable, "-c", _QUIET, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    missed = run("during_effect")
+    assert missed.returncode == 0 and missed.stdout == "ran\n"
+    (line,) = missed.stderr.splitlines()
+    assert line.startswith("tether: TETHER_CRASH_AT=during_effect was never reached"), line
+    assert "no crash was injected" in line
+    fired = run("after_claim")
+    assert fired.returncode == -signal.SIGKILL and fired.stderr == ""
+    handed = run("sim.child_started", "hand")  # a child's point: the child says nothing either
+    assert handed.returncode == 0 and handed.stderr == "", handed.stderr
+    in_child = run("sim.child_started", child=True)
+    assert in_child.returncode == 0 and in_child.stderr == "", in_child.stderr

@@ -11,9 +11,11 @@ once at import, so normal runs pay one global lookup per point.
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import signal
+import sys
 import threading
 from typing import Final
 
@@ -21,6 +23,9 @@ from typing import Final
 CRASH_ENV: Final = "TETHER_CRASH_AT"
 #: The variable of the random sweep.
 CRASH_RANDOM_ENV: Final = "TETHER_CRASH_RANDOM"
+#: Set in a provider's child process that was handed its parent's crash point
+#: (`child_environment`): the parent says whether it was reached, not each child.
+CRASH_CHILD_ENV: Final = "TETHER_CRASH_CHILD"
 
 
 def _parse() -> tuple[str | None, str, random.Random | None, float]:
@@ -40,6 +45,29 @@ _TARGET, _WHICH, _RANDOM, _PROB = _parse()
 _ARMED: Final = _TARGET is not None or _RANDOM is not None
 _hits = 0
 _mutex = threading.Lock()
+#: Whether this process handed its crash point to a child process (`child_environment`).
+_handed = False
+
+
+def _never_reached() -> None:
+    """At a normal exit of a process whose `TETHER_CRASH_AT` point never fired here and was
+    handed to no child: said on stderr, so a crash test of a point this run never reaches
+    (a point of another adapter, or of a process this one does not start) is not taken for
+    one that crashed and recovered."""
+    if _handed or os.environ.get(CRASH_CHILD_ENV):
+        return
+    try:
+        sys.stderr.write(
+            f"tether: {CRASH_ENV}={os.environ.get(CRASH_ENV)} was never reached in this process"
+            f" (pid {os.getpid()}): no crash was injected\n"
+        )
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed: nothing to say it on
+        pass
+
+
+if _TARGET is not None:
+    atexit.register(_never_reached)
 
 
 def _kill() -> None:
@@ -69,11 +97,22 @@ def child_environment(environ: dict[str, str], prefix: str) -> dict[str, str]:
     """The environment for a provider's child process: the crash point only when it names one
     of the child's own points (`prefix`), and never the random sweep (the parent's points must
     not fire in a child that shares its modules)."""
-    env = {k: v for k, v in environ.items() if k not in (CRASH_ENV, CRASH_RANDOM_ENV)}
+    global _handed
+    env = {
+        k: v for k, v in environ.items() if k not in (CRASH_ENV, CRASH_RANDOM_ENV, CRASH_CHILD_ENV)
+    }
     target = environ.get(CRASH_ENV)
     if target and target.startswith(prefix):
         env[CRASH_ENV] = target
+        env[CRASH_CHILD_ENV] = "1"
+        _handed = True
     return env
 
 
-__all__ = ["CRASH_ENV", "CRASH_RANDOM_ENV", "child_environment", "crash_point"]
+__all__ = [
+    "CRASH_CHILD_ENV",
+    "CRASH_ENV",
+    "CRASH_RANDOM_ENV",
+    "child_environment",
+    "crash_point",
+]
