@@ -146,6 +146,7 @@ def test_a_parked_sim_reach_is_shown_and_reissued_on_the_providers_proof(tmp_pat
     # The decision authorised exactly one fresh attempt: the demo finishes the mission.
     resumed = _demo(data)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "rerun after a reissue by operator ada" in resumed.stdout  # not "proof of absence"
     assert _observed(data)["summary"]["attempt"] == next_attempt
     # The dead episode processes, then the one the decision authorised.
     assert len(op.attempts()) == MAX_FAILED_STARTS + 1 and op.attempts()[-1] == next_attempt
@@ -160,7 +161,7 @@ def test_a_parked_sim_reach_is_abandoned_and_the_mission_moves_on(tmp_path: Path
     assert abandoned.returncode == 0, abandoned.stdout + abandoned.stderr
     resumed = _demo(data)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "abandoned by an operator" in resumed.stdout
+    assert "abandoned by operator ada" in resumed.stdout
     assert _observed(data)["summary"]["failed"] is True
 
 
@@ -197,6 +198,32 @@ def test_a_parked_sim_reach_is_marked_done_on_a_verified_durable_result(tmp_path
     assert done.returncode == 0, done.stdout + done.stderr
     resumed = _demo(data)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "done by operator ada" in resumed.stdout
     observed = _observed(data)
     assert observed["summary"]["trajectory_digest"] == result.summary["trajectory_digest"]
     assert observed["summary"]["success"] in (True, False) and "failed" not in observed["summary"]
+
+
+def test_a_reach_its_adapter_refused_is_not_said_abandoned_by_an_operator(
+    tmp_path: Path,
+) -> None:
+    """A reach admitted under the default memory cap and run under a smaller one is a failure
+    its adapter recorded (`request_too_large`); the summary said "abandoned by an operator",
+    though no operator decided anything."""
+    data = tmp_path / "data"
+    died = _demo(data, TETHER_CRASH_AT="after_admission")
+    assert died.returncode < 0, died.stdout + died.stderr
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
+    resumed = subprocess.run(
+        demo_argv(data, *SMALL, "--memory-cap-mb", "64"),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=clean,
+    )
+    rows = [line for line in resumed.stdout.splitlines() if line.startswith("reach-0000 ")]
+    assert rows, resumed.stdout + resumed.stderr
+    row = rows[-1]
+    assert "abandoned" not in resumed.stdout, resumed.stdout
+    assert row.rstrip().endswith("failed: request_too_large"), row
+    assert _record(data).decision is None

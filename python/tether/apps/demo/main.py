@@ -300,11 +300,18 @@ def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, befor
     if rec.refused_at_admission:
         observation = snap.get(key.activity_id, OBSERVATION) or {}
         return f"refused: {observation.get('summary', {}).get('code', 'at admission')}"
+    decision = rec.decision  # as the catalog holds it, whichever run or command made it
     if rec.result is not None and rec.result.failed:
-        # An operator's abandon, whichever process settled it (this run, or before it).
-        if key.activity_id in before:
-            return "abandoned by an operator, settled before restart"
-        return "abandoned by an operator"
+        if decision is not None and decision.outcome == "abandon":
+            said = f"abandoned by operator {decision.operator}"
+        else:  # a recorded failure: the adapter's (a reach past the cap it was admitted under)
+            observation = snap.get(key.activity_id, OBSERVATION) or {}
+            code = (observation.get("summary") or {}).get("code")
+            said = f"failed: {code}" if code else "failed (a recorded failure)"
+        return f"{said}, settled before restart" if key.activity_id in before else said
+    if decision is not None and decision.outcome == "recovered":
+        said = f"done by operator {decision.operator}"
+        return f"{said}, settled before restart" if key.activity_id in before else said
     if key.activity_id in before:
         return "settled before restart"
     observation = snap.get(key.activity_id, OBSERVATION)
@@ -313,6 +320,8 @@ def _recovered(key: ActivityKey, rec: ActivityRecord, snap: WorldSnapshot, befor
     if produced is not None and recorded is not None and produced != recorded:
         return f"result of attempt {produced} reused"
     if rec.retry_guard is not None:
+        if decision is not None and decision.outcome == "absent":
+            return f"rerun after a reissue by operator {decision.operator}"
         return "rerun after proof of absence"
     return "-"
 
