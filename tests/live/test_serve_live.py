@@ -20,6 +20,7 @@ import json
 import re
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,7 +35,7 @@ from tether._core import LivePublisher
 from tether.client import Client, ClientError
 from tether.devices.credentials import hash_secret
 from tether.live import PublisherSource
-from tether.live.ws import LiveRefused, LiveServer
+from tether.live.ws import LiveCredentials, LiveRefused, LiveServer
 from tether.serve.config import parse_serve
 from tether.testing._ports import free_port
 from websockets.asyncio.client import connect
@@ -621,3 +622,89 @@ def test_a_console_session_cookie_opens_the_stream_and_a_forged_one_does_not(
             == 401
         )
     assert OPERATOR not in (tmp_path / "daemon.stderr").read_text()
+
+
+def test_a_handshake_given_up_during_its_credential_check_gives_its_place_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A handshake that timed out while its credential was being checked (a reconnect storm
+    queues the argon2 checks) kept its principal's place for good: the thread admitted it
+    after the handshake was given up, and nothing gave the place back, so the principal was
+    refused (429) for the daemon's lifetime."""
+    import threading
+
+    from tether.live import ws
+
+    monkeypatch.setattr(ws, "OPEN_TIMEOUT_S", 0.3)
+    gate = threading.Event()
+
+    def slow(creds: LiveCredentials) -> str | None:
+        gate.wait(10)  # the check outlasts the handshake's timeout
+        return "p" if creds.token == "t" else None
+
+    with LiveServer(
+        sources=Sources(),
+        authorize=slow,
+        allowed_origins=[None],
+        heartbeat_s=0.05,
+        max_per_principal=2,
+    ) as server:
+        port = int(server.url_for("w1").rsplit(":", 1)[1].split("/", 1)[0])
+        request = (
+            f"GET /live/w1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\nAuthorization: Bearer t\r\n\r\n"
+        ).encode()
+        for _ in range(3):
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.sendall(request)
+                sock.settimeout(5)
+                assert sock.recv(100) == b""  # given up: closed, nothing answered
+        gate.set()
+        time.sleep(0.5)  # the checks finish after their handshakes were given up
+
+        async def main() -> None:
+            ws_conn = await connect(
+                server.url_for("w1"), additional_headers={"Authorization": "Bearer t"}, proxy=None
+            )
+            await ws_conn.close()
+
+        asyncio.run(main())
+
+
+def test_a_client_that_sends_messages_is_not_closed_by_the_keepalive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stream takes no messages, but a GUI's WebSocket wrapper sends some (app-level
+    pings, acks): five left unread filled the connection's queue, which stopped its reading,
+    pongs included, and the keepalive closed it with 1011 after its timeout."""
+    from tether.live import ws
+
+    monkeypatch.setattr(ws, "KEEPALIVE_S", 0.3)
+    sources = Sources()
+    with LiveServer(
+        sources=sources,
+        authorize=lambda c: "p" if c.token == "t" else None,
+        allowed_origins=[None],
+        heartbeat_s=0.1,
+    ) as server:
+
+        async def main() -> None:
+            conn = await connect(
+                server.url_for("w1"),
+                additional_headers={"Authorization": "Bearer t"},
+                proxy=None,
+                ping_interval=None,
+            )
+            for _ in range(10):
+                await conn.send('{"type":"ack"}')
+            await asyncio.sleep(1.5)  # past several keepalive rounds
+            frames = 0
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:  # still open: the heartbeats keep coming
+                await asyncio.wait_for(conn.recv(), 2.0)
+                frames += 1
+            assert frames > 3
+            await conn.close()
+
+        asyncio.run(main())

@@ -62,6 +62,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
 from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
@@ -91,6 +92,11 @@ CLOSE_TOO_SLOW: Final = 1013
 CLOSE_SESSION_ENDED: Final = 1008
 #: How often a connection admitted on a session cookie has its session checked again (s).
 SESSION_CHECK_S: Final = 1.0
+#: How long a connection's opening handshake may take, its credential check included (s).
+OPEN_TIMEOUT_S = 10.0
+#: The keepalive: a ping this often, and a connection whose pong does not come within it
+#: closed (1011) (s).
+KEEPALIVE_S = 20.0
 LIVE_SUBPROTOCOL: Final = "tether.live.v1"
 TOKEN_SUBPROTOCOL_PREFIX: Final = "tether.bearer."
 RESUME_PARAMS: Final = frozenset({"epoch", "seq"})
@@ -488,6 +494,9 @@ class LiveServer:
             compression=None,
             max_size=64 * 1024,
             max_queue=4,
+            open_timeout=OPEN_TIMEOUT_S,
+            ping_interval=KEEPALIVE_S,
+            ping_timeout=KEEPALIVE_S,
             logger=log,
             ssl=self._ssl,
         )
@@ -531,11 +540,18 @@ class LiveServer:
         creds = _credentials(conn, request.headers)
         if isinstance(creds, str):
             return _refuse(conn, http.HTTPStatus.BAD_REQUEST, creds)
+        # In a worker thread: verifying a hash, or opening a source, never stalls frames.
+        admitting = asyncio.ensure_future(asyncio.to_thread(self._admit, creds, name))
         try:
-            # In a worker thread: verifying a hash, or opening a source, never stalls frames.
-            principal = await asyncio.to_thread(self._admit, creds, name)
+            principal = await asyncio.shield(admitting)
         except LiveRefused as exc:
             return _refuse(conn, exc.status, exc.text, exc.headers)
+        except asyncio.CancelledError:
+            # The handshake was given up (its `open_timeout`, a peer gone) while the thread
+            # still admits: what it admits is given back once it has, or the principal's
+            # count would keep a connection that never was, until it is refused for good.
+            admitting.add_done_callback(self._release_unused)
+            raise
         if creds.token is None:  # a session's cookie: the session may end before the socket
             self._sessions[conn] = (creds, principal)
         # Counted until the connection ends, however it ends (its handshake may still fail).
@@ -596,6 +612,11 @@ class LiveServer:
             raise
         return principal
 
+    def _release_unused(self, admitting: asyncio.Future[str]) -> None:
+        """An admission whose handshake was given up: its count given back."""
+        if not admitting.cancelled() and admitting.exception() is None:
+            self._release_principal(admitting.result())
+
     def _release_principal(self, principal: str) -> None:
         with self._channels_lock:
             left = self._held.get(principal, 0) - 1
@@ -643,6 +664,14 @@ class LiveServer:
             None if session is None else asyncio.ensure_future(self._watch_session(conn, *session))
         )
         try:
+            # The stream takes no messages: what a client sends (an app-level ping, an ack)
+            # is read and dropped. Left unread, four of them filled the connection's queue,
+            # which stopped its reading, pongs included, and the keepalive closed it (1011).
+            try:
+                async for _ in conn:
+                    pass
+            except ConnectionClosed:
+                pass
             await conn.wait_closed()
         finally:
             if watch is not None:
