@@ -596,3 +596,44 @@ def test_a_connection_on_a_session_cookie_ends_with_its_session(
         code, token_still_open = asyncio.run(main(srv))
     assert code == ws.CLOSE_SESSION_ENDED == 1008
     assert token_still_open
+
+
+def test_a_frame_past_the_clients_cap_is_re_read_not_resumed_for_ever(rec: Recorder) -> None:
+    """A frame larger than the client takes (the publisher packs up to 64 chunks of output in
+    one) closed the connection (1009), and `run` resumed at the same seq, where the same frame
+    came again, for ever: the overlay froze while the source went on. It re-reads instead."""
+    import tether.live._client as client_module
+
+    with LiveServer(
+        rec.source,
+        authorize=authorize,
+        allowed_origins=[None],
+        heartbeat_s=None,
+        buffer_bytes=64 * 1024 * 1024,
+    ) as srv:
+
+        async def main() -> None:
+            c = client(srv.url, rec)
+            stop = asyncio.Event()
+            task = asyncio.ensure_future(c.run(stop))
+            await wait_subscribers(srv, 1)
+            # Control characters: six bytes each in the frame's JSON. Output past a message's
+            # 1 MiB cap is dropped, so four messages of it make one frame past the cap.
+            big = "\x01" * (1 << 20)
+            assert 4 * 6 * len(big) > client_module.MAX_FRAME_BYTES
+            for m in range(4):
+                mid = f"toolcall:world-1/sim/big{m}"
+                for start in range(0, len(big), 100_000):
+                    rec.source.tool_output(mid, TURN, big[start : start + 100_000], now_ms=5)
+                rec.text[mid] = big
+            rec.source.flush()
+            rec.say("after")  # the stream goes on past the big frame
+            deadline = time.monotonic() + 30
+            while c.snapshot() != rec.canonical().record:
+                assert time.monotonic() < deadline, (c.position, rec.source.seq, c.closes)
+                await asyncio.sleep(0.05)
+            stop.set()
+            await task
+            assert c.rereads >= 2  # the first read, and the one past the big frame
+
+        asyncio.run(main())

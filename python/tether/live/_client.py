@@ -54,6 +54,12 @@ DAEMON_AWAY = frozenset(
 __all__ = ["LiveClient", "transient_failure"]
 
 
+#: The largest frame a client takes (a publisher packs up to 64 deliveries in one, each up to
+#: a 128 KiB chunk of output): a larger one closes the connection (1009) and `run` re-reads.
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+#: RFC 6455's close code of a message past the receiver's limit.
+CLOSE_MESSAGE_TOO_BIG = 1009
+
 #: The longest `Retry-After` `LiveClient.run` waits out at once (a longer one is waited in
 #: steps of this, each a new attempt).
 MAX_RETRY_AFTER_S = 300.0
@@ -238,7 +244,7 @@ class LiveClient:
             subprotocols=subprotocols,
             additional_headers=headers,
             compression=None,
-            max_size=4 * 1024 * 1024,
+            max_size=MAX_FRAME_BYTES,
             proxy=None,
             logger=client_log,
             **extra,
@@ -330,7 +336,11 @@ class LiveClient:
             except ConnectionClosed as exc:
                 self.conn = None
                 code = exc.rcvd.code if exc.rcvd is not None else None
-                if code == CLOSE_RESUME_UNAVAILABLE:
+                sent = exc.sent.code if exc.sent is not None else None
+                if code == CLOSE_RESUME_UNAVAILABLE or CLOSE_MESSAGE_TOO_BIG in (code, sent):
+                    # A frame past `MAX_FRAME_BYTES` would come again at the same resume
+                    # point, for ever: the canonical re-read carries what it held, and the
+                    # stream resumes after it.
                     reread_due = True
                 elif code != CLOSE_TOO_SLOW:
                     await self._pause(stop, retry_s)
