@@ -244,3 +244,32 @@ def test_publisher_misuse_is_a_usage_error() -> None:
                 )
             )
         )
+
+
+def test_a_dict_event_nests_no_deeper_than_its_text_may() -> None:
+    """A dict event nested past 64 levels passed validation (its text was refused `too_deep`);
+    published, its frame was refused by every subscriber, which then failed for good."""
+    nested: Any = 1
+    for _ in range(70):
+        nested = {"a": nested}
+    event = delta(payloadSet={"x": nested})
+    with pytest.raises(LiveEventInvalid) as as_text:
+        validate_live_event(encode(event))
+    with pytest.raises(LiveEventInvalid) as as_dict:
+        validate_live_event(event)
+    assert as_dict.value.code == as_text.value.code == "too_deep"
+    pub = LivePublisher(WS, SESSION, epoch=1)
+    with pytest.raises(LiveEventInvalid):
+        pub.publish(event)
+    assert pub.poll_frame() is None  # nothing was queued
+
+
+def test_a_publisher_refuses_an_epoch_its_subscribers_cannot_read() -> None:
+    """An epoch past 2^53 - 1 was taken, and every frame then refused by the subscriber
+    (`unsafe_integer at /epoch`)."""
+    with pytest.raises(LiveUsageError) as info:
+        LivePublisher(WS, SESSION, epoch=2**53)
+    assert info.value.code == "invalid_config"
+    last = LivePublisher(WS, SESSION, epoch=2**53 - 1)
+    outcome = LiveSubscriber(epoch=2**53 - 1).handle_frame(last.heartbeat())
+    assert outcome.fault is None and outcome.epoch == 2**53 - 1

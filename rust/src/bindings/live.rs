@@ -70,7 +70,10 @@ fn event_from_py(obj: &Bound<'_, PyAny>) -> PyResult<LiveEvent> {
     } else if let Ok(s) = obj.cast::<PyString>() {
         live::validate(s.to_str()?.as_bytes())
     } else if obj.cast::<PyDict>().is_ok() {
-        live::validate_value(&py_to_value(obj, 0)?)
+        // A dict nests as deep as text may (`MAX_DEPTH`): deeper, it was accepted here and
+        // then refused by every subscriber of the frame that carried it.
+        let value = py_to_value(obj, 0)?;
+        live::json::check_depth(&value).and_then(|()| live::validate_value(&value))
     } else {
         return Err(PyTypeError::new_err(format!(
             "expected a LiveEvent, JSON bytes/str or a dict, not {}",

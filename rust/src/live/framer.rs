@@ -208,6 +208,15 @@ impl Publisher {
                 "workspace and session ids must not be empty",
             ));
         }
+        if epoch > crate::live::json::MAX_SAFE_INTEGER {
+            // A frame's epoch is a JSON integer a subscriber reads exactly: past 2^53 - 1 it
+            // refused every frame of this publisher (`unsafe_integer`).
+            return Err(LiveError::new(
+                Code::InvalidConfig,
+                "",
+                "epoch must be at most 2^53 - 1 (a frame's integers are exact in JSON)",
+            ));
+        }
         Ok(Publisher {
             identity,
             epoch,

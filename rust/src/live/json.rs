@@ -10,6 +10,43 @@ use crate::live::error::{Code, LiveError};
 /// The deepest nesting accepted: the top-level value is depth 1.
 pub const MAX_DEPTH: usize = 64;
 
+/// Whether a value built elsewhere (from a Python dict, say) nests at most `MAX_DEPTH` deep,
+/// as `parse` requires of text: `TooDeep` at the first value past it. Its recursion stops at
+/// `MAX_DEPTH + 1`, however deep the value.
+pub fn check_depth(v: &Value) -> Result<(), LiveError> {
+    depth_at(v, 1)
+}
+
+fn depth_at(v: &Value, depth: usize) -> Result<(), LiveError> {
+    let deeper = || {
+        LiveError::new(
+            Code::TooDeep,
+            "",
+            format!("nesting deeper than {MAX_DEPTH} levels"),
+        )
+    };
+    match v {
+        Value::Array(items) => {
+            if depth > MAX_DEPTH {
+                return Err(deeper());
+            }
+            for (i, item) in items.iter().enumerate() {
+                depth_at(item, depth + 1).map_err(|e| e.under(&i.to_string()))?;
+            }
+        }
+        Value::Object(m) => {
+            if depth > MAX_DEPTH {
+                return Err(deeper());
+            }
+            for (k, item) in m {
+                depth_at(item, depth + 1).map_err(|e| e.under(k))?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Parses exactly one JSON value; surrounding whitespace is allowed, anything else is not.
 pub fn parse(bytes: &[u8]) -> Result<Value, LiveError> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
@@ -414,6 +451,21 @@ mod tests {
         // Far deeper than the limit still ends in the typed error, not a stack overflow.
         let huge = "[".repeat(100_000);
         assert_eq!(parse(huge.as_bytes()).unwrap_err().code, Code::TooDeep);
+    }
+
+    #[test]
+    fn a_built_value_is_bounded_as_text_is() {
+        let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
+        assert!(check_depth(&parse(ok.as_bytes()).unwrap()).is_ok());
+        let mut deep = Value::Null;
+        for _ in 0..=MAX_DEPTH {
+            let mut m = Map::new();
+            m.insert("a".into(), deep);
+            deep = Value::Object(m);
+        }
+        let e = check_depth(&deep).unwrap_err();
+        assert_eq!(e.code, Code::TooDeep);
+        assert_eq!(e.path, "/a".repeat(MAX_DEPTH));
     }
 
     #[test]

@@ -334,6 +334,7 @@ impl Overlay {
             .turns
             .get(&d.turn_id)
             .is_some_and(Turn::is_settled);
+        let existed = self.state.messages.contains_key(&d.message_id);
         let msg = self
             .state
             .messages
@@ -347,6 +348,10 @@ impl Overlay {
             check_anchors(msg, d)
         };
         if let Some(r) = reason {
+            if !existed {
+                // Nothing of a refused delta applies: not even the message it would open.
+                self.state.messages.remove(&d.message_id);
+            }
             return self.mark(KeyKind::Message, &d.message_id, r);
         }
         if let Some(keys) = &d.payload_unset {
@@ -778,6 +783,8 @@ mod tests {
             o.apply(&append("x", 0)),
             Applied::Marked(Reason::AppendWithoutAnchor)
         );
+        // Nothing of it applies: not even an empty message under its id.
+        assert!(o.state().messages.is_empty());
         let mut o = Overlay::new(ident());
         o.apply(&set(""));
         let mut done = delta("m");
