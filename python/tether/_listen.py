@@ -552,6 +552,8 @@ def refusal_body(
 #: Connections one HTTP listener serves at once (a thread each: an SSE subscriber holds its
 #: own for as long as it listens); one more is answered 503 (`listener_busy`) at once.
 MAX_CONNECTIONS: Final = 256
+#: Of those, the ones a long-lived stream never takes (`PolicyHTTPServer.take_stream`).
+STREAM_RESERVE: Final = 32
 _BUSY_BODY: Final = json.dumps(
     {
         "code": "listener_busy",
@@ -577,10 +579,17 @@ class PolicyHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     max_connections = MAX_CONNECTIONS
+    #: The listen backlog (the stdlib's is 5: a burst of clients, a reconnect after a
+    #: restart, waited out the kernel's SYN retries, seconds each).
+    request_queue_size = 128
+    #: Connections streams may never take (`take_stream`): kept for short requests, so a stop
+    #: or a decision is served however many streams are open.
+    stream_reserve = STREAM_RESERVE
 
     def __init__(self, policy: ListenerPolicy, handler: type[BaseHTTPRequestHandler]) -> None:
         self.policy = policy
         self._open = 0
+        self._streams = 0
         self._open_lock = threading.Lock()
         host = policy.address[0]
         if ":" in host:
@@ -616,6 +625,20 @@ class PolicyHTTPServer(ThreadingHTTPServer):
     def _closed_one(self) -> None:
         with self._open_lock:
             self._open -= 1
+
+    def take_stream(self) -> bool:
+        """Count one more long-lived stream (a live feed), or False when streams hold all but
+        `stream_reserve` of the connections (then answer `listener_busy`); `end_stream` gives
+        it back."""
+        with self._open_lock:
+            if self._streams >= self.max_connections - self.stream_reserve:
+                return False
+            self._streams += 1
+            return True
+
+    def end_stream(self) -> None:
+        with self._open_lock:
+            self._streams -= 1
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         context = self.policy.ssl_context

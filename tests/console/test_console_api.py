@@ -459,3 +459,31 @@ def test_off_loopback_the_console_needs_tls_a_session_for_reads_and_a_stop_token
     # Before anything else: no lock taken, no control socket served or logged first.
     assert refused.stderr.strip().count("\n") == 0, refused.stderr
     assert "control socket" not in refused.stderr
+
+
+def test_live_feeds_never_take_the_connections_a_stop_needs(host: Host) -> None:
+    """256 open live feeds (no credential needed on loopback: any local process) held every
+    connection of the console, and the page's stop was refused `listener_busy`. Feeds take at
+    most all but 32 of them: past that a feed is refused, and the stop is served."""
+    from tether._listen import MAX_CONNECTIONS, STREAM_RESERVE
+
+    port = int(host.url.rsplit(":", 1)[1].rstrip("/"))
+    request = f"GET /api/live HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    feeds: list[socket.socket] = []
+    answers: list[bytes] = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(request)
+            feeds.append(sock)
+        for sock in feeds:
+            answers.append(sock.recv(64))
+        refused = [a for a in answers if a.startswith(b"HTTP/1.0 503") or b" 503 " in a[:20]]
+        assert len(refused) == STREAM_RESERVE, [a[:20] for a in answers[-3:]]
+        with host.http() as http:
+            stop = http.post("/api/stop", json={"robot": "arm"}, headers={"X-Tether-Stop": "1"})
+        assert stop.status_code == 200, stop.text
+    finally:
+        for sock in feeds:
+            sock.close()
+    _resume(host.config)  # the host is the module's: its next test moves the arm

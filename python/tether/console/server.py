@@ -65,7 +65,7 @@ from http import HTTPStatus
 from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 from urllib.parse import parse_qs, urlsplit
 
 from tether._coded import CodedError
@@ -176,6 +176,7 @@ CODES: Final[dict[str, HTTPStatus]] = {
     "bad_operation_id": HTTPStatus.BAD_REQUEST,
     "credential_rate_limited": HTTPStatus.TOO_MANY_REQUESTS,
     "daemon_starting": HTTPStatus.SERVICE_UNAVAILABLE,
+    "listener_busy": HTTPStatus.SERVICE_UNAVAILABLE,
     "device_unavailable": HTTPStatus.SERVICE_UNAVAILABLE,
     "internal_error": HTTPStatus.INTERNAL_SERVER_ERROR,
 }
@@ -225,6 +226,11 @@ class Console:
         )
         self.sessions = Sessions(config.session_s)
         self.seen = ev.Seen()
+        # What every live feed polls, read once for all of them (`_shared`): each feed read
+        # the devices (a read-back on the bus the moves use) and the catalog on its own, so
+        # many open pages loaded the bus and the store with reads of the same thing.
+        self._shared_lock = threading.Lock()
+        self._shared: dict[str, tuple[float, Any]] = {}
         self._stop_token = (
             None
             if config.stop_token is None
@@ -259,12 +265,26 @@ class Console:
     def _runtime(self) -> Any:
         return self.daemon.host()
 
+    def _shared_read(self, name: str, max_age_s: float, read: Any) -> Any:
+        """`read()`, or its answer read at most `max_age_s` ago; one read at a time (the others
+        wait for it and take its answer)."""
+        with self._shared_lock:
+            held = self._shared.get(name)
+            if held is not None and time.monotonic() - held[0] < max_age_s:
+                return held[1]
+            value = read()
+            self._shared[name] = (time.monotonic(), value)
+            return value
+
     def parked_signature(self) -> list[tuple[str, int]]:
-        runtime = self._runtime()
-        return [
-            (decisions.format_key(r.key), r.evidence_revision)
-            for r in runtime.catalog.iter_awaiting_decision()
-        ]
+        def read() -> list[tuple[str, int]]:
+            runtime = self._runtime()
+            return [
+                (decisions.format_key(r.key), r.evidence_revision)
+                for r in runtime.catalog.iter_awaiting_decision()
+            ]
+
+        return list(self._shared_read("parked", PARKED_EVERY_S / 2, read))
 
     def decision(self, key: str) -> dict[str, Any]:
         runtime = self._runtime()
@@ -281,7 +301,13 @@ class Console:
         return out
 
     def devices(self) -> list[dict[str, Any]]:
-        return [self.daemon.device_status(name) for name in sorted(self.daemon.config.robots)]
+        """Each robot's status (a fresh read-back), shared by every page that asks within
+        half of `DEVICES_EVERY_S`."""
+
+        def read() -> list[dict[str, Any]]:
+            return [self.daemon.device_status(n) for n in sorted(self.daemon.config.robots)]
+
+        return list(self._shared_read("devices", DEVICES_EVERY_S / 2, read))
 
     def activities(self) -> list[dict[str, Any]]:
         """The daemon's store's activity messages as they stand (its snapshot frame)."""
@@ -865,6 +891,21 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
             )
 
         def _live(self) -> None:
+            server = cast("PolicyHTTPServer", self.server)
+            if not server.take_stream():
+                # The page's stop and decisions keep connections of their own, whatever the
+                # live feeds hold (256 of them made the stop itself `listener_busy`).
+                raise ConsoleError(
+                    "listener_busy",
+                    "too many live feeds are open on this console: close a page, or try again"
+                    " later (stops and decisions are still served)",
+                )
+            try:
+                self._live_feed()
+            finally:
+                server.end_stream()
+
+        def _live_feed(self) -> None:
             self._headers(
                 HTTPStatus.OK,
                 "text/event-stream; charset=utf-8",
