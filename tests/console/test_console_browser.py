@@ -285,3 +285,50 @@ def test_stop_works_while_the_live_stream_is_down(host: Host, page: Any) -> None
     page.execute_script("document.getElementById('stop-result').textContent = ''")
     page.find_element(By.ID, "stop-all").click()
     wait_for(lambda: "arm stopped" in page.find_element(By.ID, "stop-result").text, what="the stop")
+
+
+def test_a_stop_is_sent_however_many_tabs_hold_a_live_feed(host: Host) -> None:
+    """A browser opens six connections to one host over HTTP/1.1, shared by its tabs, and each
+    tab's live feed holds one: with six tabs open, a stop clicked in one waited behind the
+    feeds ("stopping every robot..."), silently, and nothing was stopped."""
+    with chromium() as driver:
+        driver.get(host.url)
+        for _ in range(5):
+            driver.switch_to.new_window("tab")
+            driver.get(host.url)
+            wait_for(lambda: driver.find_element(By.ID, "stop-all").is_displayed(), what="page")
+        before = len(host.emu.journal())
+        driver.find_element(By.ID, "stop-all").click()
+        result = wait_for(
+            lambda: (
+                "latched" in driver.find_element(By.ID, "stop-result").text
+                and driver.find_element(By.ID, "stop-result").text
+            ),
+            timeout=20,
+            what="the stop's answer",
+        )
+    assert "latched until an operator resumes it" in result, result
+    assert len(host.emu.journal()) > before  # the stop's frames went out
+    assert host.client.status()["devices"][0]["latched"] is True
+
+
+def test_a_decision_the_daemon_never_answers_is_said_so(tmp_path: Any) -> None:
+    """A decision clicked while the daemon was down or restarting showed nothing (an uncaught
+    "Failed to fetch" in the browser's log): the operator could believe it was recorded."""
+    from tether._exit import OK
+
+    with console_host(tmp_path, speed_scale=1.0) as own, chromium() as driver:
+        key = own.park("down")
+        driver.get(own.url)
+        driver.find_element(By.ID, "credential").send_keys(CREDENTIAL)
+        driver.find_element(By.ID, "login").click()
+        wait_for(lambda: driver.find_element(By.ID, "who").text == "logged in as alice")
+        wait_for(lambda: shown(driver, key), what="the parked card")
+        own.proc.terminate()  # the daemon goes away; the page stays
+        assert own.proc.wait(timeout=60) == OK
+        click(driver, f'div.decision[data-key="{key}"] button.decide.abandon')
+        said = wait_for(
+            lambda: (c := shown(driver, key)) and "NO ANSWER" in c["text"] and c["text"],
+            what="the page saying the daemon did not answer",
+        )
+    assert "may or may not be recorded" in said, said

@@ -230,7 +230,7 @@ class Console:
         # the devices (a read-back on the bus the moves use) and the catalog on its own, so
         # many open pages loaded the bus and the store with reads of the same thing.
         self._shared_lock = threading.Lock()
-        self._shared: dict[str, tuple[float, Any]] = {}
+        self._shared: dict[str, tuple[float, Any, Any]] = {}
         self._stop_token = (
             None
             if config.stop_token is None
@@ -265,15 +265,15 @@ class Console:
     def _runtime(self) -> Any:
         return self.daemon.host()
 
-    def _shared_read(self, name: str, max_age_s: float, read: Any) -> Any:
-        """`read()`, or its answer read at most `max_age_s` ago; one read at a time (the others
-        wait for it and take its answer)."""
+    def _shared_read(self, name: str, max_age_s: float, read: Any, key: Any = None) -> Any:
+        """`read()`, or its answer read at most `max_age_s` ago under the same `key`; one read
+        at a time (the others wait for it and take its answer)."""
         with self._shared_lock:
             held = self._shared.get(name)
-            if held is not None and time.monotonic() - held[0] < max_age_s:
-                return held[1]
+            if held is not None and held[1] == key and time.monotonic() - held[0] < max_age_s:
+                return held[2]
             value = read()
-            self._shared[name] = (time.monotonic(), value)
+            self._shared[name] = (time.monotonic(), key, value)
             return value
 
     def parked_signature(self) -> list[tuple[str, int]]:
@@ -304,10 +304,16 @@ class Console:
         """Each robot's status (a fresh read-back), shared by every page that asks within
         half of `DEVICES_EVERY_S`."""
 
-        def read() -> list[dict[str, Any]]:
-            return [self.daemon.device_status(n) for n in sorted(self.daemon.config.robots)]
+        robots = sorted(self.daemon.config.robots)
 
-        return list(self._shared_read("devices", DEVICES_EVERY_S / 2, read))
+        def read() -> list[dict[str, Any]]:
+            return [self.daemon.device_status(n) for n in robots]
+
+        # A stop or a resume since the last read is read at once: a page that stopped a
+        # robot took an older read's "not latched" for a resume and dropped its stop report.
+        devices = self.daemon.devices
+        latched = None if devices is None else tuple(devices.latched(n) for n in robots)
+        return list(self._shared_read("devices", DEVICES_EVERY_S / 2, read, latched))
 
     def activities(self) -> list[dict[str, Any]]:
         """The daemon's store's activity messages as they stand (its snapshot frame)."""
@@ -785,10 +791,11 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
                     "max_evidence_age_s": console.config.max_evidence_age_s,
                 }
                 if found is not None:
+                    # Never the CSRF token: a cookie goes to every port of this host (another
+                    # local user's server may hold it), and it alone must not fetch the token.
+                    # The page keeps the token its login answered, in its origin's storage.
                     session = found[1]
-                    doc.update(
-                        operator=session.operator, csrf=session.csrf, expires_ms=session.expires_ms
-                    )
+                    doc.update(operator=session.operator, expires_ms=session.expires_ms)
                 self._json(HTTPStatus.OK, doc)
                 return
             self._require_read()

@@ -40,14 +40,37 @@ function angle(rad) {
 function clock(ms) { return typeof ms === "number" ? new Date(ms).toISOString().slice(11, 23) + " UTC" : "-"; }
 function age(ms) { return typeof ms === "number" ? `${Math.max(0, (serverNow() - ms) / 1000).toFixed(1)} s` : "-"; }
 
-async function api(method, path, body, headers) {
+// The session's CSRF token lives in this origin's storage, never in what a cookie alone
+// fetches: a cookie goes to every port of the host (another local user's server could take
+// it), this page's storage only to this origin.
+const CSRF_KEY = "tether.console.csrf";
+function storedCsrf() { try { return localStorage.getItem(CSRF_KEY); } catch (e) { return state.csrf; } }
+function storeCsrf(token) {
+  state.csrf = token;
+  try { if (token) localStorage.setItem(CSRF_KEY, token); else localStorage.removeItem(CSRF_KEY); } catch (e) { /* memory only */ }
+}
+
+// No answer at all (the daemon down or restarting, the request never sent or its answer
+// lost, or none within `timeoutMs`): status 0, code `no_answer`, said by each caller.
+async function api(method, path, body, headers, timeoutMs) {
   const h = Object.assign({}, headers || {});
   if (body !== undefined) h["Content-Type"] = "application/json";
-  if (state.csrf && method !== "GET") h["X-CSRF-Token"] = state.csrf;
-  const response = await fetch(path, {
-    method, headers: h, credentials: "same-origin", cache: "no-store",
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
+  const csrf = storedCsrf() || state.csrf;
+  if (csrf && method !== "GET") h["X-CSRF-Token"] = csrf;
+  const abort = new AbortController();
+  const timer = timeoutMs ? setTimeout(() => abort.abort(), timeoutMs) : null;
+  let response;
+  try {
+    response = await fetch(path, {
+      method, headers: h, credentials: "same-origin", cache: "no-store", signal: abort.signal,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    const why = abort.signal.aborted ? `no answer within ${timeoutMs / 1000} s` : String(e);
+    return { ok: false, status: 0, doc: { code: "no_answer", message: why } };
+  } finally {
+    if (timer) clearTimeout(timer);
+  }
   let doc = {};
   try { doc = await response.json(); } catch (e) { doc = { code: "bad_answer", message: String(e) }; }
   return { ok: response.ok, status: response.status, doc };
@@ -69,8 +92,10 @@ async function loadSession() {
   state.loopback = doc.loopback !== false;
   state.maxAgeS = doc.max_evidence_age_s || state.maxAgeS;
   if (doc.notice) $("notice").textContent = doc.notice;
-  state.operator = doc.logged_in ? doc.operator : null;
-  state.csrf = doc.logged_in ? doc.csrf : null;
+  // Logged in needs the session's token too: a page of this origin stored it at login.
+  const csrf = storedCsrf();
+  state.operator = doc.logged_in && csrf ? doc.operator : null;
+  state.csrf = doc.logged_in && csrf ? csrf : null;
   showSession();
 }
 
@@ -85,19 +110,26 @@ async function login(event) {
   }
   $("login-error").textContent = "";
   state.operator = doc.operator;
-  state.csrf = doc.csrf;
+  storeCsrf(doc.csrf);
   showSession();
   connectLive();
 }
 
 async function logout() {
-  await api("POST", "/api/logout", {});
+  const { ok, doc } = await api("POST", "/api/logout", {});
+  if (!ok && doc.code === "no_answer") {
+    $("login-error").textContent = `logout not confirmed: ${doc.message}; the session ends with its lifetime`;
+  }
   state.operator = null;
-  state.csrf = null;
+  storeCsrf(null);
   showSession();
 }
 
 // --- stop: its own request, whatever the live stream does ---
+
+// A stop's answer is waited for this long; past it the page says the robot may NOT be stopped.
+const STOP_TIMEOUT_MS = 5000;
+const STOP_ELSEWHERE = "use tether stop on the host or the hardware emergency stop";
 
 async function stop(robot) {
   const clicked = performance.now();
@@ -106,17 +138,20 @@ async function stop(robot) {
   const headers = { "X-Tether-Stop": "1" };
   const token = $("stop-token").value;
   if (token && !state.operator) headers["Authorization"] = `Bearer ${token}`;
-  let answer;
-  try {
-    answer = await api("POST", "/api/stop", robot ? { robot } : {}, headers);
-  } catch (e) {
-    result.textContent = `STOP NOT SENT: the daemon did not answer (${e}): the robot was NOT stopped by this page; use tether stop on the host or the hardware emergency stop`;
+  // This page's live feed holds one of the few connections a browser opens to a host (six
+  // over HTTP/1.1, shared by every tab): let it go, so the stop is never queued behind feeds.
+  const live = state.live;
+  if (live) { live.close(); state.live = null; }
+  const answer = await api("POST", "/api/stop", robot ? { robot } : {}, headers, STOP_TIMEOUT_MS);
+  if (live) connectLive();
+  const { ok, doc } = answer;
+  if (!ok && doc.code === "no_answer") {
+    result.textContent = `STOP NOT CONFIRMED: ${doc.message}: the robot may NOT be stopped; ${STOP_ELSEWHERE}`;
     result.className = "abnormal-text";
     return;
   }
-  const { ok, doc } = answer;
   if (!ok) {
-    result.textContent = `STOP REFUSED: ${doc.code}: ${doc.message}`;
+    result.textContent = `STOP REFUSED: ${doc.code}: ${doc.message}: the robot was NOT stopped by this page; ${STOP_ELSEWHERE}`;
     result.className = "abnormal-text";
     return;
   }
@@ -196,6 +231,7 @@ async function deviceAction(robot, action, extra, card) {
   const { ok, doc } = await api("POST", "/api/device", Object.assign({ robot, action }, extra));
   const ui = deviceUi(robot);
   ui.result = ok ? `${action} done` + (doc.refreshed && doc.refreshed.length ? `: new evidence revision for ${doc.refreshed.map((r) => `${r.key} (revision ${r.revision})`).join(", ")}` : "")
+    : doc.code === "no_answer" ? `${action} NOT CONFIRMED: ${doc.message}: it may or may not have been done`
     : `${doc.code}: ${doc.message}`;
   ui.bad = !ok;
   if (ok && action === "reboot") ui.supported = false;  // confirmed for that one reboot only
@@ -259,7 +295,13 @@ function renderDecisions() {
 
 async function decide(d, decision) {
   const { ok, doc } = await api("POST", "/api/resolve", { key: d.key, decision, revision: d.revision });
-  if (ok) {
+  if (!ok && doc.code === "no_answer") {
+    state.notes.set(d.key, { bad: true, text: `NO ANSWER: ${doc.message}: the decision may or may not be recorded; this list shows the activity as it is once the daemon answers again` });
+  } else if (ok && doc.decision === "wait") {  // a wait records nothing
+    const line = `${clock(serverNow())}: wait by ${doc.operator}: nothing recorded; ${doc.key} stays parked on revision ${doc.revision}`;
+    state.notes.set(d.key, { text: line });
+    $("decision-log").prepend(el("li", {}, line));
+  } else if (ok) {
     const line = `${clock(serverNow())}: ${doc.decision} recorded by ${doc.operator} on revision ${doc.revision} for ${doc.key} (${doc.status})`;
     state.notes.set(d.key, { text: line });
     $("decision-log").prepend(el("li", {}, line));
@@ -323,7 +365,11 @@ function connectLive() {
   if (!state.loopback && !state.operator) { $("live-state").textContent = "log in to see the live state"; return; }
   const live = new EventSource("/api/live");
   state.live = live;
-  live.addEventListener("open", () => { $("live-state").textContent = "live"; $("live-state").className = ""; });
+  live.addEventListener("open", () => {
+    $("live-state").textContent = "live"; $("live-state").className = "";
+    // A daemon restarted meanwhile knows no session of the one before: ask who is logged in.
+    loadSession().catch(() => {});
+  });
   live.addEventListener("error", () => {
     $("live-state").textContent = "live stream down: reconnecting";
     $("live-state").className = "abnormal-text";
@@ -353,9 +399,16 @@ function connectLive() {
     // state needs none: the stream goes on, and the page shows the login again.
     const doc = JSON.parse(e.data || "{}");
     if (!doc.loopback) live.close();
-    state.operator = null; state.csrf = null; showSession();
+    state.operator = null; storeCsrf(null); showSession();
   });
 }
+
+// A tab out of sight lets its live feed go (every tab's feed holds one of the browser's few
+// connections to this host) and opens it again when shown.
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden) { if (state.live) { state.live.close(); state.live = null; } }
+  else if (!state.live) connectLive();
+});
 
 function tick() {
   for (const span of document.querySelectorAll("span.age")) {
