@@ -154,6 +154,13 @@ def test_resume_needs_an_operator_credential_and_is_recorded(
         record = json.loads(done.stdout)
         assert record["latched"] is False and record["resumed_by"] == "alice"
         assert CREDENTIAL not in done.stdout + done.stderr
+        # Again: nothing is latched. It said a fresh resume and rewrote the record.
+        again = operator(path, "resume", "arm")
+        assert again.returncode == 0, again.stdout + again.stderr
+        said = json.loads(again.stdout)
+        assert said["not_latched"] is True and "resumed_by" not in said, said
+        assert said["last_resumed_by"] == "alice"
+        assert latch.state("arm")["resumed_at_ms"] == record["resumed_at_ms"]
     assert not latch.latched("arm")
     ok = move(config, "m3")
     assert (ok["status"], ok["conclusion"]) == ("done", "executed")

@@ -199,6 +199,17 @@ class StopLatch:
         """Clear the latch, recording the operator who resumed it."""
         with self.lock:
             before = self.state(robot)
+            if robot not in self._held and not before.get("latched"):
+                # Nothing to resume: said as that, and the record of the last resume kept (a
+                # second resume rewrote it, as if someone had just resumed a stopped robot).
+                return {
+                    "robot": robot,
+                    "latched": False,
+                    "not_latched": True,
+                    "stopped_at_ms": before.get("stopped_at_ms"),
+                    "last_resumed_at_ms": before.get("resumed_at_ms"),
+                    "last_resumed_by": before.get("resumed_by"),
+                }
             doc = {
                 "robot": robot,
                 "latched": False,

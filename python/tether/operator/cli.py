@@ -510,6 +510,13 @@ def _print(doc: Any, as_json: bool) -> None:
         for s in sent:
             print(f"  sent {s.get('instruction')} id {s.get('id')} at {_when(s.get('t_ms'))}")
         return
+    if doc.get("not_latched"):  # `resume` of a robot no stop holds
+        last = doc.get("last_resumed_by")
+        since = (
+            f" (last resumed by {last} at {_when(doc.get('last_resumed_at_ms'))})" if last else ""
+        )
+        print(f"{doc.get('robot')}: not latched: nothing to resume{since}")
+        return
     if "resumed_by" in doc:  # `resume`: the latch cleared
         by = doc.get("stopped_by") or "-"
         print(

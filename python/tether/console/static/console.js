@@ -230,7 +230,8 @@ function renderDevices() {
 async function deviceAction(robot, action, extra, card) {
   const { ok, doc } = await api("POST", "/api/device", Object.assign({ robot, action }, extra));
   const ui = deviceUi(robot);
-  ui.result = ok ? `${action} done` + (doc.refreshed && doc.refreshed.length ? `: new evidence revision for ${doc.refreshed.map((r) => `${r.key} (revision ${r.revision})`).join(", ")}` : "")
+  ui.result = ok && doc.not_latched ? `${action}: ${robot} is not latched, nothing to resume`
+    : ok ? `${action} done` + (doc.refreshed && doc.refreshed.length ? `: new evidence revision for ${doc.refreshed.map((r) => `${r.key} (revision ${r.revision})`).join(", ")}` : "")
     : doc.code === "no_answer" ? `${action} NOT CONFIRMED: ${doc.message}: it may or may not have been done`
     : `${doc.code}: ${doc.message}`;
   ui.bad = !ok;
