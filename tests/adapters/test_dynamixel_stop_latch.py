@@ -564,3 +564,45 @@ def test_a_move_parked_on_an_unreadable_device_stays_parked_once_it_reads_again(
     if stopped:
         StopLatch(config.state_dir).resume("arm", operator="olga")
         _stays_parked(emulator, config, "m-gone", "device_unreadable")
+
+
+def test_a_reboot_answered_no_on_a_terminal_asks_for_no_credential(
+    emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
+) -> None:
+    """`tether operator reboot` answered "n" at its "Is the arm supported?" prompt still asked
+    for the passphrase and sent it to the daemon, to be refused there."""
+    import os
+    import select
+
+    path = tmp_path / "host.toml"
+    with daemon(add_serve(path)):
+        master, slave = os.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tether", "operator", "--config", str(path), "reboot", "arm"],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+        )
+        os.close(slave)
+        text = ""
+        answered = False
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    text += os.read(master, 4096).decode("utf-8", "replace")
+                except OSError:
+                    break
+            if not answered and "[y/N]" in text:
+                os.write(master, b"n\n")
+                answered = True
+            if answered and "credential:" in text.split("[y/N]", 1)[1]:
+                proc.kill()  # it asks for the passphrase after the "no"
+        code = proc.wait(timeout=30)
+        os.close(master)
+    assert answered, text
+    assert code == 1 and "reboot_unconfirmed" in text, text
+    assert "credential:" not in text.split("[y/N]", 1)[1], text  # never asked for
+    assert not [e for e in emulator.journal if e.instruction == "reboot"]

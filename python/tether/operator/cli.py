@@ -31,6 +31,7 @@ from typing import Any
 
 from tether import _exit
 from tether._args import Parser, error_line, want_json
+from tether._coded import CodedError
 from tether._dirs import DataDirError, check_private_dir, usable_dir
 from tether.activities import ActivityRecord, Catalog
 from tether.devices import credentials
@@ -305,6 +306,13 @@ def _through_daemon(args: argparse.Namespace, client: Any, as_json: bool) -> int
             _print(client.request({"op": "operator_show", "id": args.id}), as_json)
             return EXIT_OK
         supported = _confirm_supported(args) if args.cmd == "reboot" else True
+        if not supported and sys.stdin.isatty() and not args.credential_stdin:
+            # Answered no at the prompt: no credential is asked for, nothing is sent.
+            raise CodedError(
+                "reboot_unconfirmed",
+                f"the arm of {args.robot} was not confirmed supported: nothing was sent"
+                " (--arm-supported confirms it)",
+            )
         request: dict[str, Any] = {"credential": _secret(args)}
         if args.cmd == "resolve":
             request.update(
