@@ -257,6 +257,26 @@ def test_a_revision_written_during_a_decision_is_stale_revision_said_once(parked
     assert catalog.get(record.key).evidence_revision == 2  # type: ignore[union-attr]
 
 
+def test_a_decision_recorded_by_another_meanwhile_is_not_parked_said_once(parked: Any) -> None:
+    """Another operator's decision landing between this decision's check and its write came
+    back as the core's `not_awaiting_decision`, where the same condition found by the check is
+    `not_parked`: one race, two codes."""
+    from tether.activities import Decision
+
+    catalog, _artifacts, record = parked
+
+    class Racing(RecordedDevice):
+        def read(self, rec: ActivityRecord, evidence: dict[str, Any]) -> dict[str, Any]:
+            other = Decision.abandon(evidence_revision=rec.evidence_revision, operator="bob")
+            catalog.resolve(rec.key, other)
+            return self.now
+
+    with pytest.raises(OperatorRejection) as info:
+        decide(parked, "done", device=Racing())
+    assert code(info) == "not_parked", str(info.value)
+    assert catalog.get(record.key).decision.operator == "bob"  # type: ignore[union-attr]
+
+
 def test_an_abandon_the_provider_refuses_decides_nothing(parked: Any) -> None:
     """A provider's say on an abandon (a bridge whose remote move may still run) comes before
     the catalog's write: refused, nothing is decided; allowed, the abandon is recorded."""

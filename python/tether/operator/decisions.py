@@ -256,14 +256,17 @@ def _put(artifacts: ArtifactStore, doc: Mapping[str, Any], media_type: str) -> R
 def _catalog_refusal(exc: CatalogRejection) -> OperatorRejection:
     """The catalog's refusal of a decision as the operator's, its code said once: the core's
     `stale_evidence_revision` (a revision written between this decision's check and its
-    write, by another decision or a refreshed read-back) is `stale_revision`, as the same
-    condition found by the check is."""
+    write, by another decision or a refreshed read-back) is `stale_revision`, and its
+    `not_awaiting_decision` (another decision recorded first) is `not_parked`, as the same
+    conditions found by the check are."""
     code = str(getattr(exc, "code", None) or "catalog_rejected")
     text = str(exc)
     if text.startswith(code):  # "code (field): message": the code is the rejection's own
         text = text.partition(": ")[2] or text
     if code == "stale_evidence_revision":
         code = "stale_revision"
+    elif code == "not_awaiting_decision":  # decided (or ended) by another meanwhile
+        code = "not_parked"
     return rejection(code, text)
 
 
