@@ -308,3 +308,75 @@ def test_an_abandon_the_provider_refuses_decides_nothing(parked: Any) -> None:
     assert code(info) == "remote_unreachable" and asked == [k]
     assert catalog.get(k).awaiting_decision  # type: ignore[union-attr]
     assert decide_with(lambda rec: None)["status"] == "resolved"
+
+
+@pytest.mark.parametrize(
+    "note",
+    ["x\x1b[2Jy", "bell\x07", "\x9b31m", "n" * 2001],
+    ids=["escape", "bell", "c1-csi", "too-long"],
+)
+def test_a_note_a_terminal_would_act_on_or_past_the_cap_is_refused(parked: Any, note: str) -> None:
+    """A note went to the catalog as given: an escape sequence in it cleared the screen of the
+    operator reading `tether operator` output, and the CLI took 120 KB where the console caps
+    it at 2000 characters. One rule for both, in the decision itself."""
+    from tether.operator.decisions import MAX_NOTE_CHARS
+
+    catalog, artifacts, record = parked
+    k = record.key
+    with pytest.raises(OperatorRejection) as info:
+        resolve(
+            catalog,
+            artifacts,
+            f"{k.world_id}/{k.kind}/{k.activity_id}",
+            decision="abandon",
+            revision=1,
+            operator="ann",
+            credential=SECRET,
+            verify_credential=lambda c: "ann" if c == SECRET else None,
+            note=note,
+        )
+    assert code(info) == "bad_note"
+    assert catalog.get(k).awaiting_decision  # type: ignore[union-attr]
+    fine = "line one\nline\ttwo " + "n" * (MAX_NOTE_CHARS - 20)
+    done = resolve(
+        catalog,
+        artifacts,
+        f"{k.world_id}/{k.kind}/{k.activity_id}",
+        decision="abandon",
+        revision=1,
+        operator="ann",
+        credential=SECRET,
+        verify_credential=lambda c: "ann" if c == SECRET else None,
+        note=fine,
+    )
+    assert done["status"] == "resolved" and catalog.get(k).decision.note == fine  # type: ignore[union-attr]
+
+
+def test_a_resolve_on_a_terminal_is_a_sentence_not_a_field_dump(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tether.operator.cli import _print
+
+    _print(
+        {
+            "decision": "abandon",
+            "revision": 2,
+            "operator": "ann",
+            "note": "left\ttab",
+            "key": "w/k/a",
+            "status": "resolved",
+            "decided_at_ms": 1,
+        },
+        False,
+    )
+    _print(
+        {"decision": "wait", "revision": 2, "operator": "ann", "note": "", "key": "w/k/a",
+         "status": "awaiting_decision"},
+        False,
+    )  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "w/k/a: abandon recorded by ann on revision 2 (resolved)",
+        "  note: 'left\\ttab'",
+        "w/k/a: wait: nothing recorded; it stays parked on revision 2",
+    ], out

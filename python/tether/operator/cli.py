@@ -518,6 +518,20 @@ def _print(doc: Any, as_json: bool) -> None:
         for s in sent:
             print(f"  sent {s.get('instruction')} id {s.get('id')} at {_when(s.get('t_ms'))}")
         return
+    if "decision" in doc and "status" in doc and "key" in doc:  # `resolve`
+        if doc["decision"] == "wait":
+            print(
+                f"{doc['key']}: wait: nothing recorded; it stays parked on revision"
+                f" {doc.get('revision')}"
+            )
+        else:
+            print(
+                f"{doc['key']}: {doc['decision']} recorded by {doc.get('operator')} on revision"
+                f" {doc.get('revision')} ({doc['status']})"
+            )
+        if doc.get("note"):
+            print(f"  note: {doc['note']!r}")
+        return
     if doc.get("not_latched"):  # `resume` of a robot no stop holds
         last = doc.get("last_resumed_by")
         since = (

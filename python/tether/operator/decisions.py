@@ -66,6 +66,7 @@ REJECTION_CODES: tuple[str, ...] = tuple(
     dict.fromkeys(
         (
             "bad_key",
+            "bad_note",
             "credential_ambiguous",
             "credential_missing",
             "credential_rate_limited",
@@ -101,6 +102,21 @@ _DEVICE_CODES = (
     "neutralise_failed",
     "robot_latched",
 )
+
+
+#: The longest note a decision records (the console's and the CLI's alike).
+MAX_NOTE_CHARS = 2000
+
+
+def _check_note(note: object) -> None:
+    """A decision's note: text of at most `MAX_NOTE_CHARS`, without control characters but
+    newline and tab (a note is shown on operators' terminals, where an escape sequence would
+    act: clear the screen, rewrite a line)."""
+    if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS:
+        raise rejection("bad_note", f"a note is text of at most {MAX_NOTE_CHARS} characters")
+    bad = next((c for c in note if (ord(c) < 32 and c not in "\n\t") or ord(c) == 127), None)
+    if bad is not None or any(0x80 <= ord(c) < 0xA0 for c in note):
+        raise rejection("bad_note", "a note holds no control characters (newline and tab are fine)")
 
 
 def rejection(code: str, message: str) -> OperatorRejection:
@@ -306,6 +322,7 @@ def resolve(
     operator = who
     if decision not in DECISIONS:
         raise rejection("unknown_decision", f"decision must be one of {DECISIONS}")
+    _check_note(note)
     record = find(catalog, text)
     key = record.key
     if host is not None and record.bound_host not in ("", host):
