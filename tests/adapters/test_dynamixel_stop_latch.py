@@ -606,3 +606,32 @@ def test_a_reboot_answered_no_on_a_terminal_asks_for_no_credential(
     assert code == 1 and "reboot_unconfirmed" in text, text
     assert "credential:" not in text.split("[y/N]", 1)[1], text  # never asked for
     assert not [e for e in emulator.journal if e.instruction == "reboot"]
+
+
+def test_a_resume_the_daemon_never_answered_says_it_may_have_been_recorded(
+    emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
+) -> None:
+    """A resume sent to a daemon that died before answering said only `owner_no_answer:
+    ConnectionResetError`: nothing said whether the robot was resumed."""
+    import os
+    import signal
+
+    path = tmp_path / "host.toml"
+    with daemon(add_serve(path)) as (proc, _ready):
+        os.kill(proc.pid, signal.SIGSTOP)  # it takes the connection, and answers nothing
+        with subprocess.Popen(
+            [sys.executable, "-m", "tether", "operator", "--config", str(path), "resume", "arm",
+             "--credential-stdin"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ) as resume:  # fmt: skip
+            assert resume.stdin is not None
+            resume.stdin.write(f"{CREDENTIAL}\n")
+            resume.stdin.close()
+            time.sleep(2.0)  # the request is sent and waits for its answer
+            os.kill(proc.pid, signal.SIGKILL)
+            code = resume.wait(timeout=60)
+            assert resume.stderr is not None
+            err = resume.stderr.read()
+    assert code == 7, err
+    assert "owner_no_answer" in err and "may or may not have been recorded" in err, err
+    assert "tether status" in err and CREDENTIAL not in err

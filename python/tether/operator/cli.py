@@ -292,6 +292,10 @@ def _daemon(args: argparse.Namespace, config: HostConfig[Any] | None) -> Any:
     return None
 
 
+#: The commands that change something: what each changes.
+_CHANGES = {"resolve": "the decision", "resume": "the resume", "reboot": "the reboot"}
+
+
 def _through_daemon(args: argparse.Namespace, client: Any, as_json: bool) -> int:
     """Every operator command through the running daemon: it reads the catalog and the
     devices it owns, and verifies the credential (read here from stdin, a 0600 file or a
@@ -335,6 +339,15 @@ def _through_daemon(args: argparse.Namespace, client: Any, as_json: bool) -> int
         _print(client.request(request, timeout=120.0), as_json)
         return EXIT_OK
     except ClientError as exc:
+        if exc.code == "owner_no_answer" and exc.details.get("sent") and args.cmd in _CHANGES:
+            # Sent, and no answer came back: the daemon may have done it or not.
+            check = f"tether operator show {args.id}" if args.cmd == "resolve" else "tether status"
+            exc = ClientError(
+                exc.code,
+                f"{exc.message}: {_CHANGES[args.cmd]} was sent and may or may not have been"
+                f" recorded; check with `{check}` once the daemon answers",
+                details=exc.details,
+            )
         if exc.code in ("daemon_not_running", "owner_no_answer", "owner_untrusted"):
             error_line("tether operator", exc)
             return _exit.UNAVAILABLE
