@@ -332,3 +332,32 @@ def test_a_decision_the_daemon_never_answers_is_said_so(tmp_path: Any) -> None:
             what="the page saying the daemon did not answer",
         )
     assert "may or may not be recorded" in said, said
+
+
+def test_a_card_whose_read_back_is_too_old_offers_only_a_wait(tmp_path: Any) -> None:
+    """The page got `too_old` with each card and ignored it: a card past the age bound kept
+    its decision buttons, each click refused `evidence_too_old` by the daemon."""
+    with console_host(tmp_path, speed_scale=1.0, max_age_s=2) as own, chromium() as driver:
+        key = own.park("old")
+        driver.get(own.url)
+        driver.find_element(By.ID, "credential").send_keys(CREDENTIAL)
+        driver.find_element(By.ID, "login").click()
+        wait_for(lambda: driver.find_element(By.ID, "who").text == "logged in as alice")
+        said = wait_for(
+            lambda: driver.execute_script(
+                "const c = [...document.querySelectorAll('div.decision')]"
+                "  .find((n) => n.dataset.key === arguments[0]);"
+                "const p = c && c.querySelector('.too-old'); return p && p.textContent;",
+                key,
+            ),
+            what="the card saying its read-back is too old",
+        )
+        enabled = driver.execute_script(
+            "const c = [...document.querySelectorAll('div.decision')]"
+            "  .find((n) => n.dataset.key === arguments[0]);"
+            "return [...c.querySelectorAll('button.decide')]"
+            "  .filter((b) => !b.disabled).map((b) => b.dataset.decision);",
+            key,
+        )
+    assert "Re-read device" in said
+    assert enabled == ["wait"], enabled

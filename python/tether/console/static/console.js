@@ -85,6 +85,7 @@ function showSession() {
   $("who").textContent = inside ? `logged in as ${state.operator}` : "not logged in";
   $("stop-token-label").hidden = state.loopback || inside;
   for (const b of document.querySelectorAll("button[data-needs-session]")) b.disabled = !inside;
+  if (state.decisions.size) renderDecisions();  // each card's own rule (a too old read-back)
 }
 
 async function loadSession() {
@@ -280,11 +281,22 @@ function renderDecision(d) {
   const note = state.notes.get(d.key);
   const result = el("div", { class: `result${note && note.bad ? " abnormal-text" : ""}`, role: "alert" }, note ? note.text : "");
   if (note && note.diff) result.append(differenceTable(note.diff));
+  // A read-back past the console's age bound: the daemon refuses a decision on it, so the
+  // page says so and offers only a wait until the device is read again.
+  const stale = tooOld(d);
+  if (stale) card.append(el("p", { class: "abnormal-text too-old" },
+    `This read-back is older than ${state.maxAgeS} s: a decision on it is refused. Use "Re-read device" on ${d.robot || "the robot"}'s card for a fresh revision.`));
   const buttons = [["done", "Done: it happened"], ["reissue", "Re-issue"], ["abandon", "Abandon"], ["wait", "Wait"]].map(([decision, label]) =>
-    el("button", { type: "button", class: `decide ${decision}`, "data-needs-session": true, disabled: !state.operator,
+    el("button", { type: "button", class: `decide ${decision}`, "data-needs-session": true,
+      disabled: !state.operator || (stale && decision !== "wait"),
       dataset: { decision, revision: String(d.revision) }, onclick: () => decide(d, decision) }, `${label} (revision ${d.revision})`));
   card.append(el("div", { class: "actions" }, buttons), result);
   return card;
+}
+
+function tooOld(d) {
+  if (d.too_old) return true;
+  return typeof d.read_at_ms === "number" && serverNow() - d.read_at_ms > state.maxAgeS * 1000;
 }
 
 function renderDecisions() {
@@ -415,6 +427,11 @@ function tick() {
   for (const span of document.querySelectorAll("span.age")) {
     const at = Number(span.dataset.at);
     if (at) span.textContent = age(at);
+  }
+  // A card whose read-back just went past the age bound is drawn again (its buttons too).
+  for (const card of document.querySelectorAll("div.decision")) {
+    const d = state.decisions.get(card.dataset.key);
+    if (d && tooOld(d) && !card.querySelector(".too-old")) { renderDecisions(); break; }
   }
 }
 
