@@ -141,6 +141,46 @@ def test_limits_are_checked_in_ticks() -> None:
             ),
             "duplicate_port",
         ),
+        # The same adapter's serial number under another vid:pid is the same adapter.
+        (
+            (
+                "baudrate = 1000000",
+                'baudrate = 1000000\n[ports.again]\nusb_serial = "FT6Z5XYZ"',
+            ),
+            "duplicate_port",
+        ),
+        # Limits narrower than one tick: no position lies within them (a goal there was sent
+        # as the tick outside).
+        (("min = -1.5\nmax = 1.5", "min = 0.0001\nmax = 0.0002"), "bad_limit"),
+        # [remote] paths as every host.toml path: no shell variable, no `~user` of no user;
+        # its timeout a number of seconds in (0, 3600].
+        (
+            (
+                "[ports.bus]",
+                '[remote]\naddress = "127.0.0.1:1"\ntoken_file = "$HOME/t"\n[ports.bus]',
+            ),
+            "unexpanded_variable",
+        ),
+        (
+            (
+                "[ports.bus]",
+                '[remote]\naddress = "127.0.0.1:1"\ntoken_file = "~nosuchuser9/t"\n[ports.bus]',
+            ),
+            "bad_path",
+        ),
+        (
+            (
+                "[ports.bus]",
+                '[remote]\naddress = "127.0.0.1:1"\ntoken_file = "t"\ntimeout_s = nan\n[ports.bus]',
+            ),
+            "bad_remote",
+        ),
+        # A [tls] path of `~user` of no user: a traceback (RuntimeError), exit 70, in every
+        # command, `tether stop` too.
+        (
+            ("[ports.bus]", '[tls]\ncert = "~nosuchuser9/c.pem"\nkey = "k.pem"\n[ports.bus]'),
+            "bad_path",
+        ),
     ],
 )
 def test_bad_configurations_are_refused_with_a_code(edit: tuple[str, str], code: str) -> None:
@@ -406,3 +446,18 @@ def test_a_goal_at_a_limit_between_two_ticks_is_the_tick_inside_it() -> None:
     with pytest.raises(TetherError) as info:
         plan_absolute(robot, past)
     assert info.value.code == "limit_violation"
+
+
+def test_a_host_file_reached_through_a_link_has_the_same_state(tmp_path: Path) -> None:
+    """Through a link a host.toml had a state dir of its own (beside the link): a stop latched
+    through one path held nothing the moves through the other read."""
+    real = tmp_path / "real"
+    real.mkdir()
+    text = GOOD.replace('state_dir = "/tmp/tether-test-state"', 'state_dir = "state"')
+    (real / "host.toml").write_text(text)
+    elsewhere = tmp_path / "etc"
+    elsewhere.mkdir()
+    (elsewhere / "host.toml").symlink_to(real / "host.toml")
+    direct = load_config(real / "host.toml")
+    linked = load_config(elsewhere / "host.toml")
+    assert Path(linked.state_dir) == Path(direct.state_dir) == real / "state"

@@ -265,7 +265,8 @@ def test_the_cli_takes_no_secret_from_the_environment_and_prints_none(tmp_path: 
             text=True,
         )
         assert ok.returncode == 0, ok.stdout + ok.stderr
-        assert json.loads(ok.stdout)["resumed_by"] == "ann"
+        said = json.loads(ok.stdout)  # the credential was verified as ann's
+        assert said["not_latched"] is True and said["asked_by"] == "ann", said
     hashed = subprocess.run(
         [*argv, "hash", "--name", "cy"], input=SECRET + "\n", capture_output=True, text=True
     )

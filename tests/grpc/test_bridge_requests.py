@@ -234,3 +234,21 @@ def test_an_encrypted_client_key_is_bad_remote_and_never_prompts(tmp_path: Path)
     with pytest.raises(HostConfigError) as info:
         parse_remote({**table, "client_cert": str(ours.cert), "client_key": str(locked)}, tmp_path)
     assert info.value.code == "bad_remote" and "not a usable PEM" in info.value.message
+
+
+def test_a_remote_token_path_is_read_as_every_host_file_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`~/tok` was taken as a directory literally named `~` beside host.toml, and `$HOME/tok`
+    as one named `$HOME`: `~` is expanded and a shell variable refused, as in every path."""
+    home = tmp_path / "home"
+    home.mkdir()
+    token = home / "tok"
+    token.write_text("planner-token-9c1d\n")
+    token.chmod(0o600)
+    monkeypatch.setenv("HOME", str(home))
+    remote = parse_remote({"address": "127.0.0.1:50051", "token_file": "~/tok"}, tmp_path)
+    assert remote.token == "planner-token-9c1d"
+    with pytest.raises(HostConfigError) as info:
+        parse_remote({"address": "127.0.0.1:50051", "token_file": "$HOME/tok"}, tmp_path)
+    assert info.value.code == "unexpanded_variable"

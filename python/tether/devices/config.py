@@ -108,6 +108,7 @@ ERROR_CODES: Final = (
     "empty_value",
     "legacy_state_dir",
     "unexpanded_variable",
+    "bad_remote",
 )
 
 
@@ -279,15 +280,11 @@ def _tls(doc: Table, path: Path) -> _listen.TlsConfig | None:
     if "tls" not in doc:
         return None
     table = doc.table("tls", TLS_KEYS)
-    base = path.parent if path.name != "<memory>" else Path.cwd()
     # Each non-empty (`empty_value`): an empty path would name the config's own directory.
-    cert, key = (Path(table.path(k)).expanduser() for k in ("cert", "key"))
+    cert, key = (config_relative(path, table.path(k)) for k in ("cert", "key"))
     ca = table.path("client_ca") if "client_ca" in table else None
-    for given in (cert, key, ca):
-        if given is not None:
-            _no_variable(path, str(given))
-    client_ca = None if ca is None else base / Path(ca).expanduser()
-    return _listen.TlsConfig(cert=base / cert, key=base / key, client_ca=client_ca)
+    client_ca = None if ca is None else config_relative(path, ca)
+    return _listen.TlsConfig(cert=cert, key=key, client_ca=client_ca)
 
 
 def check_name(what: str, name: str) -> None:
@@ -304,26 +301,31 @@ def check_name(what: str, name: str) -> None:
         )
 
 
-def _check_remote(doc: Table) -> None:
+def _check_remote(doc: Table, path: Path) -> None:
     """The `[remote]` table's shape, whoever reads the configuration (its address, TLS files and
     token are the bridge's to check when it loads): no unknown key, each of its type, no empty
-    path. A command that never drives the bridge still refuses a misspelled key there."""
+    path, no path a shell would have to expand, a timeout in (0, 3600] s. A command that never
+    drives the bridge still refuses a mistake there."""
     if "remote" not in doc:
         return
     table = doc.table("remote", REMOTE_KEYS)
     table.text("address")
-    table.path("token_file")
+    config_relative(path, table.path("token_file"))
     for key in ("ca", "client_cert", "client_key"):
         if key in table:
-            table.path(key)
-    table.number("timeout_s", 10.0)
+            config_relative(path, table.path(key))
+    timeout = table.number("timeout_s", 10.0)
+    if not 0 < timeout <= 3600:  # NaN too
+        raise config_error(
+            "bad_remote", f"remote.timeout_s {timeout} is not in (0, 3600]", value=timeout
+        )
 
 
 def _device_key(url: str | None, usb_serial: str | None, vid_pid: str | None) -> tuple[str, str]:
-    """What a port's device is known by: its serial number (with its vid:pid), else its
-    vid:pid alone, else its URL (a path as it resolves: two links to one device are one)."""
-    if usb_serial is not None:
-        return ("usb_serial", f"{usb_serial} {vid_pid or ''}")
+    """What a port's device is known by: its serial number, else its vid:pid alone, else its
+    URL (a path as it resolves: two links to one device are one)."""
+    if usb_serial is not None:  # a serial number names one adapter, whatever vid:pid is said
+        return ("usb_serial", usb_serial)
     if vid_pid is not None:
         return ("vid_pid", vid_pid)
     assert url is not None
@@ -496,7 +498,7 @@ def parse_config(
     operators = _operators(doc)
     planners = _planners(doc, operators)
     tls = _tls(doc, path)
-    _check_remote(doc)
+    _check_remote(doc, path)
     typed_ports = _ports(doc, path)
     specs: dict[str, RobotSpec] = {}
     robots: dict[str, Any] = {}
@@ -535,18 +537,26 @@ def config_relative(path: Path, value: str) -> Path:
     """A path setting of the configuration at `path`: `~` expanded, and a relative one taken
     from the configuration file's directory (as `[tls]` paths are), never from the working
     directory: each command that reads the file must find the same state (a stop latch made
-    from one directory must hold for a move started from another)."""
-    _no_variable(path, value)
+    from one directory must hold for a move started from another). The directory is the
+    file's own, links resolved: the file reached through a link is the same file, with the
+    same state (through a link it had a state dir of its own, where a stop latch held
+    nothing the other path's moves read)."""
+    base = Path.cwd() if path.name == "<memory>" else path.resolve().parent
+    return path_setting(base, value, where=path)
+
+
+def path_setting(base: Path, value: str, *, where: Path) -> Path:
+    """`value`, a path setting of the configuration `where` whose directory is `base`: `~`
+    expanded (`bad_path` for `~user` of no user), a shell variable refused
+    (`unexpanded_variable`), a relative path taken from `base`."""
+    _no_variable(where, value)
     try:
         given = Path(value).expanduser()
     except RuntimeError:  # `~user` of no user
         raise config_error(
-            "bad_path", f"{path}: {value!r}: no such user's home directory for '~'"
+            "bad_path", f"{where}: {value!r}: no such user's home directory for '~'"
         ) from None
-    if given.is_absolute():
-        return given
-    base = Path.cwd() if path.name == "<memory>" else path.absolute().parent
-    return base / given
+    return given if given.is_absolute() else base / given
 
 
 _VARIABLE = re.compile(r"\$(\{?)[A-Za-z_]")

@@ -206,6 +206,7 @@ class StopLatch:
                     "robot": robot,
                     "latched": False,
                     "not_latched": True,
+                    "asked_by": operator,
                     "stopped_at_ms": before.get("stopped_at_ms"),
                     "last_resumed_at_ms": before.get("resumed_at_ms"),
                     "last_resumed_by": before.get("resumed_by"),

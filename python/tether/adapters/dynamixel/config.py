@@ -217,6 +217,14 @@ class DynamixelDeviceType:
                     f"{where}: min {joint.min_rad:g}, max {joint.max_rad:g} rad leave the"
                     f" one-turn range of the servo, {low:.4f}..{high:.4f} rad{degrees}",
                 )
+            if lo_t > hi_t:
+                # No tick lies within them: a goal there was sent as a tick outside.
+                step = tables.ticks_to_radians(1) - tables.ticks_to_radians(0)
+                raise config_error(
+                    "bad_limit",
+                    f"{where}: min {joint.min_rad:g} and max {joint.max_rad:g} rad hold no"
+                    f" position the servo can take (one tick is {step:.6f} rad): widen them",
+                )
             model = table.optional_integer("model")
             joints.append(
                 JointConfig(joint.name, joint.id, joint.min_rad, joint.max_rad, lo_t, hi_t, model)

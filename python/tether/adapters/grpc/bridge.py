@@ -60,7 +60,7 @@ from tether.adapters.grpc.remote import (
     intent,
 )
 from tether.adapters.grpc.remote import remote_move_family as _family
-from tether.devices.config import REMOTE_KEYS, in_file
+from tether.devices.config import REMOTE_KEYS, in_file, path_setting
 from tether.devices.credentials import CredentialError, check_private, read_secret
 from tether.runtime import Family, FamilyError
 from tether.world import ComponentWrite
@@ -117,6 +117,12 @@ def _address(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+def _at(base: Path, value: str) -> Path:
+    """A `[remote]` path as every host.toml path is: `~` expanded, no shell variable, relative
+    to the file's directory `base` (`path_setting`)."""
+    return path_setting(base, value, where=base / "host.toml")
+
+
 def _client_pair(table: Table, base: Path) -> tuple[bytes, bytes] | None:
     """`client_cert` and `client_key` (PEM), checked to load as a pair, or None."""
     # Each non-empty when given (`empty_value`): an empty path would name the directory.
@@ -128,7 +134,7 @@ def _client_pair(table: Table, base: Path) -> tuple[bytes, bytes] | None:
         raise _error("bad_remote", "remote.client_cert needs remote.client_key (both or neither)")
     if cert_text is None:
         raise _error("bad_remote", "remote.client_key needs remote.client_cert (both or neither)")
-    cert, key = base / cert_text, base / key_text
+    cert, key = _at(base, cert_text), _at(base, key_text)
     try:
         check_private(key)
     except CredentialError as exc:
@@ -172,7 +178,7 @@ def parse_remote(raw: Any, base: Path) -> RemoteHost:
     ca_text = table.path("ca") if "ca" in table else None
     root: bytes | None = None
     if ca_text is not None:
-        ca = base / ca_text
+        ca = _at(base, ca_text)
         try:
             root = ca.read_bytes()
         except OSError as exc:
@@ -187,7 +193,7 @@ def parse_remote(raw: Any, base: Path) -> RemoteHost:
             " token never crosses the network in clear",
             value=address,
         )
-    token_path = base / table.path("token_file")
+    token_path = _at(base, table.path("token_file"))
     try:
         token = read_secret(file=str(token_path)).strip()
     except CredentialError as exc:
