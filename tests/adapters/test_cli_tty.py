@@ -168,8 +168,7 @@ def test_ctrl_d_at_a_prompt_is_an_answer_not_a_traceback(tmp_path: Path) -> None
                 *("operator", "--config", str(config), "reboot", "arm"),
                 answers={"Is the arm supported?": b"\x04", "credential": b"\x04"},
             )
-    # The "no" is taken and the credential asked next (the daemon refuses an unconfirmed
-    # reboot); Ctrl-D there too: no credential.
+    # The "no" is taken: refused at once, no credential asked for, nothing sent.
     assert "Traceback" not in out and "internal error" not in out, out
-    assert "credential" in out.split("Is the arm supported?", 1)[1], out
-    assert code == _exit.FAILED and "empty_credential" in out, out
+    assert "credential:" not in out.split("Is the arm supported?", 1)[1], out
+    assert code == _exit.FAILED and "reboot_unconfirmed" in out, out

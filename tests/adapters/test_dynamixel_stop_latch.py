@@ -635,3 +635,57 @@ def test_a_resume_the_daemon_never_answered_says_it_may_have_been_recorded(
     assert code == 7, err
     assert "owner_no_answer" in err and "may or may not have been recorded" in err, err
     assert "tether status" in err and CREDENTIAL not in err
+
+
+def test_a_host_file_others_may_write_is_refused_but_never_keeps_a_stop_from_going(
+    emulator: DynamixelEmulator, config: HostConfig
+) -> None:
+    """A world-writable host.toml was taken by every command: any local user could add an
+    operator's hash or widen a limit. It is refused (`insecure_config`, exit 2), except by
+    `tether stop`, which says so and stops."""
+    path = Path(config.path)
+    path.chmod(0o666)
+
+    def tether(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tether", *argv, "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    moved = tether("move", "--robot", "arm", "--joint", "a=0.5", "--activity", "ww")
+    assert moved.returncode == 2, moved.stdout + moved.stderr
+    assert "insecure_config" in moved.stderr and "writable by everyone" in moved.stderr
+    assert not [e for e in emulator.journal if e.instruction in EFFECTFUL]
+    stopped = tether("stop")  # the emulator's servos start limp: "NOT in the state" (exit 1)
+    assert "safe_stop hold, via direct" in stopped.stdout, stopped.stdout + stopped.stderr
+    assert "warning: insecure_config" in stopped.stderr and "stopping anyway" in stopped.stderr
+    assert StopLatch(config.state_dir).latched("arm")
+    path.chmod(0o644)  # readable by others is not refused (no credential in this one)
+    assert tether("status").returncode == 7  # read: no daemon runs
+
+
+def test_a_move_through_a_daemon_that_loaded_an_older_host_file_says_so(
+    emulator: DynamixelEmulator, config: HostConfig, tmp_path: Path
+) -> None:
+    """host.toml edited while `tether serve` ran (a lower speed, say): `tether move --config`
+    ran the move at the daemon's old speed without a word."""
+    path = tmp_path / "host.toml"
+    with daemon(add_serve(path)):
+
+        def move_cli(activity: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "tether", "move", "--config", str(path), "--robot",
+                 "arm", "--joint", "a=0.2", "--activity", activity],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+
+        same = move_cli("as-loaded")
+        assert same.returncode == 0, same.stdout + same.stderr
+        assert "changed since tether serve" not in same.stderr
+        path.write_text(path.read_text() + "\n# edited while the daemon runs\n")
+        edited = move_cli("edited")
+    assert edited.returncode == 0, edited.stdout + edited.stderr
+    assert "warning:" in edited.stderr and "changed since tether serve" in edited.stderr
+    assert "restart tether serve" in edited.stderr

@@ -15,6 +15,7 @@ from tether._dirs import default_state_dir, tolerating, usable_dir
 from tether.devices.config import (
     HOST_KEYS,
     HostConfig,
+    check_config_file,
     config_relative,
     load_config,
     read_config_text,
@@ -145,7 +146,13 @@ def stop_main(argv: list[str]) -> int:
     robots = list(dict.fromkeys(args.robot)) if args.robot else None
     try:
         try:
-            config: HostConfig[Any] = load_config(args.config)
+            # A file others may change is said, and the robots are stopped all the same.
+            config: HostConfig[Any] = load_config(args.config, insecure_ok=True)
+            try:
+                check_config_file(Path(args.config))
+            except HostConfigError as insecure:
+                code, message, _ = error_fields(insecure)
+                print(f"tether stop: warning: {code}: {message}; stopping anyway", file=sys.stderr)
         except HostConfigError as exc:
             # A mistake in the file must not keep a running daemon from stopping its robots:
             # it stops them with the configuration it loaded. Without one, nothing is sent.

@@ -42,8 +42,10 @@ max = 1.5
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import stat
 import string
 import tomllib
 from collections.abc import Iterable
@@ -109,6 +111,7 @@ ERROR_CODES: Final = (
     "legacy_state_dir",
     "unexpanded_variable",
     "bad_remote",
+    "insecure_config",
 )
 
 
@@ -524,13 +527,53 @@ def load_config(
     path: str | os.PathLike[str],
     *,
     factory: type[C] = HostConfig,  # type: ignore[assignment]
+    insecure_ok: bool = False,
 ) -> C:
+    """The host configuration at `path`. A file others may change is refused
+    (`insecure_config`, `check_config_file`) unless `insecure_ok` (`tether stop`, which says
+    so and stops anyway)."""
     p = Path(path)
     text = read_config_text(p)
+    if not insecure_ok:
+        check_config_file(p)
     try:
         return parse_config(text, p, factory=factory)
     except HostConfigError as exc:
         raise in_file(exc, p) from None
+
+
+def config_digest(path: str | os.PathLike[str]) -> str | None:
+    """The SHA-256 of the host file's bytes, or None where it cannot be read (a configuration
+    given in memory): what tells a daemon's loaded configuration from the file as it is now."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def check_config_file(p: Path) -> None:
+    """Refuse a host file others may change (`insecure_config`): writable by its group or by
+    everyone, or owned by a user other than this one or root. Whoever may write it may add an
+    operator's credential, widen a limit or raise a speed."""
+    try:
+        st = p.stat()  # a link's target: the file read
+    except OSError:
+        return  # read already, or refused as `unreadable`
+    if st.st_mode & 0o022:
+        who = "everyone" if st.st_mode & 0o002 else "its group"
+        raise config_error(
+            "insecure_config",
+            f"{p}: writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}): whoever may write"
+            f" it may add an operator or widen a limit; chmod go-w {p}",
+            path=str(p),
+        )
+    if st.st_uid not in (os.getuid(), 0):
+        raise config_error(
+            "insecure_config",
+            f"{p}: owned by uid {st.st_uid}, neither this user ({os.getuid()}) nor root: its"
+            " owner may add an operator or widen a limit",
+            path=str(p),
+        )
 
 
 def config_relative(path: Path, value: str) -> Path:

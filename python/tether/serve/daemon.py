@@ -58,7 +58,7 @@ from tether._listen import ListenerError, address_text
 from tether._priority import stop_priority
 from tether.activities import ActivityKey, ActivityRecord
 from tether.agui import LiveActivities, RunStream, StoreState, StreamServer
-from tether.devices.config import HostConfig, load_config
+from tether.devices.config import HostConfig, config_digest, load_config
 from tether.devices.control import daemon_socket
 from tether.devices.host import DeviceHost
 from tether.devices.latch import OPERATOR_STOP, SESSION_LAPSE
@@ -332,6 +332,9 @@ class Daemon:
         self._devices_done = threading.Event()
         self._watcher: threading.Thread | None = None
         self.started_at_ms = int(time.time() * 1000)
+        #: The host file's digest as this daemon read it (`config_digest`): a command that
+        #: finds the file changed since says its move runs with what the daemon loaded.
+        self.config_digest = config_digest(config.path)
         self.devices: DeviceHost | None = None
         self.runtime: Host | None = None
         self.stream: RunStream | None = None
@@ -424,6 +427,7 @@ class Daemon:
             "grpc": self.grpc_url,
             "live": None if self.live is None else self.live.url,
             "config": str(Path(self.config.path).absolute()),
+            "config_digest": self.config_digest,
             "started_at_ms": self.started_at_ms,
         }
 

@@ -1778,7 +1778,7 @@ class RobotControl(rpc.RobotControlServicer):
                 host=self.daemon.decision_host,
             )
         except CodedError as exc:
-            if exc.code == "bounds_exceeded":  # the note, the one free text of the request
+            if exc.code in ("bounds_exceeded", "bad_note"):  # the one free text of the request
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"note: {exc}")
             if isinstance(exc, TransportError):
                 # The device could not be read for the decision (its port gone): nothing was

@@ -53,6 +53,7 @@ from tether._dirs import usable_dir
 from tether.activities import MAX_LEASE_MS, ActivityKey, ActivityRecord
 from tether.adapters.dynamixel.config import HostConfig, load_config
 from tether.adapters.dynamixel.move import check_request
+from tether.devices.config import config_digest
 from tether.errors import PortBusy, TetherError, TransportError
 from tether.families.robot_move.request import (
     KIND_ABSOLUTE,
@@ -682,7 +683,17 @@ def _main(argv: list[str]) -> int:
     ]
     lease_ms = 5_000 if args.lease_ms is None else args.lease_ms
     settle_timeout_s = 30.0 if args.settle_timeout is None else args.settle_timeout
-    if daemon_record(config.state_dir) is not None:
+    record = daemon_record(config.state_dir)
+    if record is not None:
+        loaded = record.get("config_digest")
+        if isinstance(loaded, str) and loaded != config_digest(config.path):
+            # Its limits and speeds are the daemon's: a file edited since is not yet used.
+            print(
+                f"tether move: warning: {config.path} changed since tether serve (pid"
+                f" {record.get('pid')}) loaded it: the move runs with the configuration the"
+                " daemon loaded (its limits and speeds); restart tether serve to use the file",
+                file=sys.stderr,
+            )
         if given:  # said, not refused: the move itself is what was asked for
             print(
                 f"tether move: {' and '.join(given)} ignored: moves run through tether serve,"
