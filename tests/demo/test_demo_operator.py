@@ -211,16 +211,21 @@ def test_a_reach_its_adapter_refused_is_not_said_abandoned_by_an_operator(
     its adapter recorded (`request_too_large`); the summary said "abandoned by an operator",
     though no operator decided anything."""
     data = tmp_path / "data"
-    died = _demo(data, TETHER_CRASH_AT="after_admission")
-    assert died.returncode < 0, died.stdout + died.stderr
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_CRASH")}
-    resumed = subprocess.run(
-        demo_argv(data, *SMALL, "--memory-cap-mb", "64"),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=clean,
-    )
+    bigger = [*SMALL, "--steps", "20000"]  # about 68 MiB a reach: past a 65 MiB cap
+
+    def demo(*extra: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            demo_argv(data, *bigger, *extra),
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={**clean, **env},
+        )
+
+    died = demo(TETHER_CRASH_AT="after_admission")  # admitted under the default cap
+    assert died.returncode < 0, died.stdout + died.stderr
+    resumed = demo("--memory-cap-mb", "65")
     rows = [line for line in resumed.stdout.splitlines() if line.startswith("reach-0000 ")]
     assert rows, resumed.stdout + resumed.stderr
     row = rows[-1]

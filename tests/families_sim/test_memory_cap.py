@@ -327,7 +327,7 @@ def test_the_demo_shows_an_oversized_mission_refused_at_admission(tmp_path: Path
     assert doc["refusal"]["details"]["cap_bytes"] == DEFAULT_MEMORY_CAP_BYTES
     assert doc["operation_id"] is None and doc["awaiting_decision"] is False
     capped = demo_argv(
-        tmp_path / "b", "--steps", "400", "--memory-cap-mb", "64", "--port", "0", "--json"
+        tmp_path / "b", "--steps", "10000", "--memory-cap-mb", "65", "--port", "0", "--json"
     )
     done = subprocess.run(capped, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "request_too_large" in done.stderr

@@ -48,6 +48,8 @@ def _now_ms() -> int:
         ("target", {"target": [0.2]}),
         ("target[0]", {"target": [math.inf, 0.1]}),
         ("target[1]", {"target": [0.2, "y"]}),
+        # An int past a float's range: `math.isfinite` raised OverflowError (untyped).
+        ("target[0]", {"target": [10**400, 0.1]}),
         ("target", {"target": [1.0, 1.0]}),
         ("not_after_ms", {"not_after_ms": 0}),
         ("controller", {"controller": {"kp": 1.0}}),
@@ -139,3 +141,13 @@ def test_the_episode_process_checks_not_after_before_its_marker(tmp_path: Path) 
     assert done.returncode == EXIT_EXPIRED, done.stderr
     assert op.attempts() == [] and op.result() is None
     provider.close()
+
+
+def test_a_memory_cap_at_a_reachs_fixed_cost_is_refused() -> None:
+    """A cap of exactly a reach's fixed cost (64 MiB) was taken, and every reach was then
+    refused: none can run under it."""
+    from tether.families.sim._memory import BYTES_PER_REQUEST, check_cap
+
+    with pytest.raises(InvalidEpisodeRequest):
+        check_cap(BYTES_PER_REQUEST)
+    assert check_cap(BYTES_PER_REQUEST + (1 << 20)) == BYTES_PER_REQUEST + (1 << 20)

@@ -81,7 +81,7 @@ from tether.client import Client
 from tether.devices.credentials import hash_secret, read_secret
 from tether.devices.latch import StopLatch
 from tether.errors import TetherError
-from tether.families.sim._memory import DEFAULT_MEMORY_CAP_BYTES
+from tether.families.sim._memory import BYTES_PER_REQUEST, DEFAULT_MEMORY_CAP_BYTES
 from tether.families.sim.adapter import SimEpisodeAdapter, kick_planner, sim_family
 from tether.families.sim.errors import InvalidEpisodeRequest
 from tether.families.sim.family import (
@@ -1196,8 +1196,9 @@ def _main(argv: list[str], sigterm: _Sigterm) -> int:
     ):
         if wrong:
             parser.error(why)
-    if not 64 <= args.memory_cap_mb <= 1 << 30:
-        parser.error(f"--memory-cap-mb must be 64..{1 << 30}, got {args.memory_cap_mb}")
+    lowest = (BYTES_PER_REQUEST >> 20) + 1  # at a reach's fixed cost itself none could run
+    if not lowest <= args.memory_cap_mb <= 1 << 30:
+        parser.error(f"--memory-cap-mb must be {lowest}..{1 << 30}, got {args.memory_cap_mb}")
     if not args.data_dir.strip():  # an unset shell variable: never the current directory
         parser.error("--data-dir is empty: give a directory, or leave the flag out")
     from tether.families.sim._episode import MAX_EPISODES, MAX_STEPS  # the episode's bounds

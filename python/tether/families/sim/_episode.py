@@ -220,9 +220,21 @@ def _int(raw: Mapping[str, Any], name: str, lo: int, hi: int) -> int:
     return int(value)
 
 
+def finite_number(value: object) -> bool:
+    """Whether `value` is a finite number a float holds (an int past a float's range is not:
+    `math.isfinite` raised `OverflowError` on it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidEpisodeRequest(f"{name} must hold finite numbers, got {value!r}")
+    if not finite_number(value):
+        shown = f"an integer of {len(str(value))} digits" if isinstance(value, int) else value
+        raise InvalidEpisodeRequest(f"{name} must hold finite numbers, got {shown!r}")
     return float(value)
 
 

@@ -33,13 +33,14 @@ def mib(n: int) -> str:
 
 def check_cap(cap_bytes: object) -> int:
     """`cap_bytes` as a memory cap, refused (`InvalidEpisodeRequest`) unless it is an integer
-    number of bytes at least the fixed cost of a request."""
+    number of bytes past the fixed cost of a request (at that cost itself no reach could run:
+    every one would be refused)."""
     if isinstance(cap_bytes, bool) or not isinstance(cap_bytes, int):
         raise InvalidEpisodeRequest("memory_cap_bytes must be an integer number of bytes")
-    if cap_bytes < BYTES_PER_REQUEST:
+    if cap_bytes <= BYTES_PER_REQUEST:
         raise InvalidEpisodeRequest(
-            f"memory_cap_bytes must be at least {BYTES_PER_REQUEST} ({mib(BYTES_PER_REQUEST)} "
-            f"MiB), got {cap_bytes}"
+            f"memory_cap_bytes must be more than {BYTES_PER_REQUEST} ({mib(BYTES_PER_REQUEST)}"
+            f" MiB, a request's fixed cost: under it no reach could run), got {cap_bytes}"
         )
     return cap_bytes
 
