@@ -32,3 +32,38 @@ def test_a_compacted_record_keeps_its_outcome_never_pending(tmp_path: Path, fail
     shown = view(k, record, ArtifactStore(tmp_path / "artifacts"), None)
     assert shown["state"] == ("failed" if failed else "done"), shown
     assert (shown["settled"], shown["final"], shown["compacted"]) == (True, True, True), shown
+
+
+def test_a_large_result_is_named_not_read(tmp_path: Path) -> None:
+    """A sim reach's result is a zip of its trajectories (hundreds of MB): every `get` and
+    `watch` of it read the whole file into the daemon, found it was no JSON, and answered
+    `result: {}` with no way to find it. The view reads only a small JSON result, and names
+    any result by its reference."""
+    from tether.activities import ResultRef
+
+    class Counted(ArtifactStore):
+        reads = 0
+
+        def get_bytes(self, ref: str, digest: str) -> bytes:
+            Counted.reads += 1
+            return super().get_bytes(ref, digest)
+
+    store = Counted(tmp_path / "artifacts")
+    big = store.put_bytes(b"PK\x03\x04" + bytes(2 << 20), "application/zip")
+    catalog = Catalog.open(f"sqlite://{tmp_path}/catalog.db")
+    k = key("zipped")
+    claim = bound_claim(catalog, k)
+    catalog.record_result(k, claim.fence, big)
+    record = catalog.get(k)
+    catalog.close()
+    assert record is not None and isinstance(record.result, ResultRef)
+    Counted.reads = 0
+    shown = view(k, record, store, None)
+    assert Counted.reads == 0
+    assert shown["result"] == {} and shown["result_ref"] == {
+        "ref": big.ref,
+        "digest": big.digest,
+        "media_type": "application/zip",
+        "size": big.size,
+        "failed": False,
+    }

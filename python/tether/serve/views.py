@@ -25,6 +25,8 @@ from tether.runtime import ArtifactStore, Family, Host
 from tether.runtime._errors import owned_by
 
 STATES = ("pending", "running", "awaiting_decision", "done", "failed")
+#: The largest result document a view reads to say its outcome (a JSON one only).
+VIEW_DOC_MAX_BYTES = 1 << 20
 
 
 def key_text(key: ActivityKey) -> str:
@@ -88,7 +90,21 @@ def view(
     if record.compacted:  # retention dropped its result and evidence (`tether db prune`)
         doc["compacted"] = True
     if record.result is not None:
-        result = _doc(artifacts, record.result.ref, record.result.digest)
+        ref = record.result
+        # Read only a small JSON document: a sim reach's result is a zip of its trajectories
+        # (hundreds of MB), which every `get` and `watch` read whole into the daemon only to
+        # find it was no JSON.
+        small = ref.size <= VIEW_DOC_MAX_BYTES and (
+            ref.media_type == "application/json" or ref.media_type.endswith("+json")
+        )
+        result = _doc(artifacts, ref.ref, ref.digest) if small else {}
+        doc["result_ref"] = {
+            "ref": ref.ref,
+            "digest": ref.digest,
+            "media_type": ref.media_type,
+            "size": ref.size,
+            "failed": ref.failed,
+        }
         decision = record.decision
         if record.result.media_type == ABANDONED_MEDIA_TYPE and decision is not None:
             # Its reference names the operator's decision, not a document: said as one.
