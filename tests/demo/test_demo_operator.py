@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,26 @@ def test_a_reach_its_adapter_refused_is_not_said_abandoned_by_an_operator(
     assert "abandoned" not in resumed.stdout, resumed.stdout
     assert row.rstrip().endswith("failed: request_too_large"), row
     assert _record(data).decision is None
+
+
+def test_a_reach_parked_for_dying_stays_still_under_a_running_worker(tmp_path: Path) -> None:
+    """A reach parked because its episode process kept dying was reconciled again each second
+    by a running worker, and each time with a new evidence revision (the fresh proof of each
+    attempt in it): an operator who read its evidence was refused `stale_revision` seconds
+    later, for ever. It is asked about again only each minute, with the same evidence."""
+    from tests._serve import add_serve, daemon
+
+    data, config = tmp_path / "data", _config(tmp_path)
+    _park_dying(data)
+    before = _record(data)
+    add_serve(
+        config,
+        f'\n[serve]\ndata_dir = "{data}"\nworkers = 1\nlease_ms = 500\nsse = "off"\n'
+        'families = ["tether.serve.families:sim_families"]\n',
+    )
+    with daemon(config):
+        time.sleep(6.0)  # six reconciles, at a second each
+    after = _record(data)
+    assert after.awaiting_decision
+    assert after.evidence_revision == before.evidence_revision, (before, after)
+    assert after.attempt_count == before.attempt_count

@@ -63,6 +63,9 @@ UNKNOWN_RETRY_MS = 1000
 #: Attempts whose episode process died without a result, after which absence no longer
 #: authorises another run: the operation is left Unknown for an operator instead of looping.
 MAX_FAILED_STARTS = 4
+#: How long a reach parked for its operator (its episode process kept dying) waits before it
+#: is reconciled again: nothing but the operator changes it.
+OPERATOR_RETRY_MS = 60_000
 
 
 class SimEpisodeAdapter:
@@ -140,15 +143,21 @@ class SimEpisodeAdapter:
         if isinstance(fact, ProvenAbsent):
             failed = len(fact.proof["children_gone"])
             if failed >= MAX_FAILED_STARTS:
+                # The same document at each reconcile while nothing changed (the proof of
+                # each reconciling attempt is its own, fenced attempts and all: in here it
+                # made a new evidence revision each time, and an operator's decision on the
+                # one read was refused as stale a second later).
                 note = {
                     "operation_id": ctx.operation_id,
                     "reason": "episode_process_keeps_dying",
                     "detail": f"{failed} attempts started and died without a result",
-                    "proof": fact.proof,
+                    "children_gone": fact.proof.get("children_gone"),
                     "provider_state": self.provider.state(ctx.operation_id),
                 }
                 evidence = ctx.artifacts.put_bytes(canonical_json(note), "application/json")
-                return Unknown(Evidence(ref=evidence.ref, digest=evidence.digest), UNKNOWN_RETRY_MS)
+                return Unknown(
+                    Evidence(ref=evidence.ref, digest=evidence.digest), OPERATOR_RETRY_MS
+                )
             proof = ctx.artifacts.put_bytes(fact.data, "application/json")
             return ConfirmedAbsent(RetryGuard(ref=proof.ref, digest=proof.digest))
         evidence = ctx.artifacts.put_bytes(fact.data, "application/json")
