@@ -256,3 +256,33 @@ def test_a_reach_parked_for_dying_stays_still_under_a_running_worker(tmp_path: P
     assert after.awaiting_decision
     assert after.evidence_revision == before.evidence_revision, (before, after)
     assert after.attempt_count == before.attempt_count
+
+
+def test_a_reach_whose_process_may_run_keeps_its_evidence_revision(tmp_path: Path) -> None:
+    """A reach whose earlier episode process may still run is reconciled each second (it runs
+    again once that process is gone); each reconcile's evidence named its own attempt, so
+    each was a new evidence revision and an operator could never decide on the one read."""
+    from tests._serve import add_serve, daemon
+
+    data, config = tmp_path / "data", _config(tmp_path)
+    died = _demo(data, TETHER_CRASH_AT="after_bind")
+    assert died.returncode < 0
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"]) as stale:
+        try:
+            marker = {"child": ProcessIdentity.of(stale.pid).to_dict()}
+            SimProvider(data).entry(operation_id_for(KEY)).start(1, marker)
+            parked = _demo(data)
+            assert parked.returncode == _exit.PARKED, parked.stdout + parked.stderr
+            before = _record(data)
+            add_serve(
+                config,
+                f'\n[serve]\ndata_dir = "{data}"\nworkers = 1\nlease_ms = 500\nsse = "off"\n'
+                'families = ["tether.serve.families:sim_families"]\n',
+            )
+            with daemon(config):
+                time.sleep(5.0)  # reconciled each second: the process still runs
+            after = _record(data)
+        finally:
+            stale.kill()
+    assert after.awaiting_decision and after.attempt_count > before.attempt_count
+    assert after.evidence_revision == before.evidence_revision, (before, after)

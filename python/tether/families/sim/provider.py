@@ -447,9 +447,10 @@ class SimProvider:
         undecided = [o for o in observations if o["alive"] is not False]
         if undecided:
             reason = "; ".join(o["observed"] for o in undecided)
+            # No attempt number in it: each reconcile is an attempt of its own, and the same
+            # facts must make the same document (else a new evidence revision each second).
             evidence = {
                 "operation_id": operation_id,
-                "attempt": attempt,
                 "reason": "episode_process_may_run",
                 "detail": reason,
                 "children": undecided,
