@@ -19,6 +19,7 @@ import pytest
 from _dxl_setup import (
     CREDENTIAL,
     GOALS,
+    TARGETS,
     EmulatorProcess,
     emulator_process,
     outcome,
@@ -158,6 +159,33 @@ def test_submit_from_another_process_is_idempotent_and_a_conflict_is_refused(
     assert (stopped["robot"], stopped["ok"]) == ("arm", True)
     assert [j["state"] for j in stopped["joints"]] == ["held", "held"]
     assert target_actions(emu.journal(), GOALS) == {1: 1, 2: 1}
+
+
+def test_get_or_watch_of_a_key_nothing_was_submitted_under_is_unknown_activity(
+    tmp_path: Path, emu: EmulatorProcess
+) -> None:
+    """`get` of a key nothing was submitted under answered `state: unknown`, and `watch` of it
+    was never final: a typo in a key watched until its timeout, for ever by default."""
+    from tether.client import Client, ClientError
+
+    config = serve_config(tmp_path, emu.path)
+    with daemon(config):
+        client = Client(config=config)
+        for ask in (
+            lambda: client.get("local/physical_ai.robot_move.absolute/no-such-move"),
+            lambda: list(client.watch("local/physical_ai.robot_move.absolute/no-such", 30)),
+            lambda: client.get("nowhere/physical_ai.robot_move.absolute/x"),
+        ):
+            started = time.monotonic()
+            with pytest.raises(ClientError) as info:
+                ask()
+            assert info.value.code == "unknown_activity", info.value
+            assert time.monotonic() - started < 10
+        submitted = client.submit(
+            "local", "real", "physical_ai.robot_move.absolute", {"robot": "arm", "targets": TARGETS}
+        )
+        final = list(client.watch(submitted["key"], 60))[-1]  # submitted: watched to its end
+    assert final["final"] is True and final["state"] == "done", final
 
 
 def test_status_shows_devices_activities_and_says_when_no_daemon_runs(

@@ -610,12 +610,24 @@ def test_a_console_session_cookie_opens_the_stream_and_a_forged_one_does_not(
             sid = http.cookies.get("tether_session")
         assert sid
 
-        async def opened(cookie: str) -> dict[str, Any]:
+        async def opened(cookie: str, origin: str = ORIGIN) -> dict[str, Any]:
             headers = {"Cookie": f"tether_session={cookie}"}
-            async with connect(url, proxy=None, additional_headers=headers, origin=ORIGIN) as ws:
+            async with connect(
+                url,
+                proxy=None,
+                additional_headers=headers,
+                origin=origin,  # type: ignore[arg-type]
+            ) as ws:
                 return dict(json.loads(await asyncio.wait_for(ws.recv(), 10)))
 
         assert set(asyncio.run(opened(sid))) == {"epoch", "seq", "deliveries"}
+        # From the console's own page (its port chosen at start, so in no live_origins): a
+        # browser there sends its Origin, which was refused 403, so no page could use it.
+        page = ready["console"].rstrip("/")
+        for origin in (page, page.replace("127.0.0.1", "localhost")):
+            assert set(asyncio.run(opened(sid, origin))) == {"epoch", "seq", "deliveries"}
+        assert _refused(url, additional_headers={"Cookie": f"tether_session={sid}"},
+                        origin="http://127.0.0.1:1") == 403  # fmt: skip
         forged = "x" * len(sid)
         assert (
             _refused(url, additional_headers={"Cookie": f"tether_session={forged}"}, origin=ORIGIN)

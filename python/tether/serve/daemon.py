@@ -584,7 +584,7 @@ class Daemon:
             self.live = LiveMount(
                 self.config,
                 self.serve.live,
-                self.serve.live_origins,
+                (*self.serve.live_origins, *self._console_origins()),
                 self.data_dir,
                 lambda: self.runtime,
                 lambda: list({id(s.family): s.family for s in self.served.values()}.values()),
@@ -737,6 +737,23 @@ class Daemon:
                 exc.strerror or exc,
             ) from None
         log.info("operator console", extra={"url": self.console.url})
+
+    def _console_origins(self) -> tuple[str, ...]:
+        """The Origins of this daemon's own console page (its address, and `localhost` for a
+        loopback one), accepted by the live endpoint beside `live_origins`: a logged-in
+        operator's page reads the stream with its cookie from there. Its port is often chosen
+        at start (`console = "127.0.0.1:0"`), so it could not be listed in the file."""
+        if self.console is None:
+            return ()
+        from urllib.parse import urlsplit
+
+        url = urlsplit(str(self.console.url))
+        port = f":{url.port}" if url.port else ""
+        host = url.hostname or ""
+        names = [f"[{host}]" if ":" in host else host]
+        if host in ("127.0.0.1", "::1"):
+            names.append("localhost")
+        return tuple(f"{url.scheme}://{name}{port}" for name in names)
 
     def _console_session(self, cookies: Any) -> str | None:
         """The operator of a live console session named by `cookies` (None: none)."""
@@ -1239,7 +1256,32 @@ class Daemon:
                     item.record = records.get(item.key)
 
     def _on_get(self, request: dict[str, Any]) -> dict[str, Any]:
-        return self._view(_key(request))
+        key = _key(request)
+        doc = self._view(key)
+        self._check_known(key, doc)
+        return doc
+
+    def _check_known(self, key: ActivityKey, doc: dict[str, Any]) -> None:
+        """`unknown_activity` for a key nothing was submitted under: no record, and no intent
+        in its world that a served family projects (one submitted and not yet admitted has
+        its intent). Its view said `unknown`, never final, so a watch of a typo ran until its
+        timeout: for ever by default."""
+        if doc["state"] != "unknown":
+            return
+        runtime = self.host()
+        served = self.served.get(key.kind)
+        if served is not None and key.world_id in runtime.ledger.worlds():
+            try:
+                projected = served.family.project(runtime.snapshot(key.world_id))
+            except TetherError:
+                return  # the world cannot be read now: not proof that nothing is there
+            if any(r.activity_id == key.activity_id and r.kind == key.kind for r in projected):
+                return
+        raise ServeRefusal(
+            "unknown_activity",
+            f"nothing was submitted as {views.key_text(key)}: no such activity",
+            details={"key": views.key_text(key)},
+        )
 
     def _on_watch(self, request: dict[str, Any]) -> dict[str, Any]:
         """The record's view once it differs from what the client saw (`seq`, `state`,
@@ -1250,6 +1292,7 @@ class Daemon:
         if not isinstance(timeout, int | float) or isinstance(timeout, bool):
             raise ServeRefusal("bad_request", "`timeout_s` must be a number")
         deadline = time.monotonic() + max(0.0, min(float(timeout), MAX_WATCH_S))
+        self._check_known(key, self._view(key))
         while True:
             doc = self._view(key)
             if (doc["seq"], doc["state"], doc["attempts"]) != seen or doc["final"]:
