@@ -380,3 +380,45 @@ def test_a_resolve_on_a_terminal_is_a_sentence_not_a_field_dump(
         "  note: 'left\\ttab'",
         "w/k/a: wait: nothing recorded; it stays parked on revision 2",
     ], out
+
+
+def test_show_of_a_decided_activity_says_it_is_decided_and_by_whom(
+    parked: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`show` of a move decided and ended looked as if it were still parked: its reason and
+    old joint states, nothing of the decision. It now says where it stands and who decided."""
+    from tether.operator.cli import _print
+    from tether.operator.decisions import show
+
+    catalog, artifacts, record = parked
+    k = record.key
+    text = f"{k.world_id}/{k.kind}/{k.activity_id}"
+    resolve(
+        catalog,
+        artifacts,
+        text,
+        decision="abandon",
+        revision=1,
+        operator="ann",
+        credential=SECRET,
+        verify_credential=lambda c: "ann" if c == SECRET else None,
+        note="arm unsafe",
+    )
+    doc = show(catalog, artifacts, text)
+    assert doc["state"] == "failed" and doc["awaiting_decision"] is False
+    assert doc["decision"]["decision"] == "abandon" and doc["decision"]["operator"] == "ann"
+    _print(doc, False)
+    out = capsys.readouterr().out
+    assert "NOT parked now: failed" in out, out
+    assert "decided: abandon by ann on revision 1" in out and "'arm unsafe'" in out, out
+    # A revision recorded by a re-read says why on a terminal too (it was in the JSON only).
+    changed = {
+        **{k: v for k, v in doc.items() if k != "decision"},
+        "awaiting_decision": True,
+        "state": "awaiting_decision",
+        "evidence": {"changes": ["re-read by bob from the console; a position -0.48 -> -0.84 rad"]},
+    }
+    _print(changed, False)
+    out = capsys.readouterr().out
+    assert "recorded with this revision: re-read by bob from the console" in out, out
+    assert "NOT parked" not in out and "decided:" not in out

@@ -497,7 +497,18 @@ def _print(doc: Any, as_json: bool) -> None:
             + (f"device read {_age(read)} ago" if isinstance(read, int) else "device not read")
         )
         print(f"reason: {doc['reason'] or '-'}")
+        if not doc.get("awaiting_decision") and doc.get("state"):
+            print(f"NOT parked now: {doc['state']} (the evidence below is the last it had)")
+        made = doc.get("decision")
+        if isinstance(made, dict):
+            note = f": {made['note']!r}" if made.get("note") else ""
+            print(
+                f"decided: {made.get('decision')} by {made.get('operator')} on revision"
+                f" {made.get('revision')} at {_when(made.get('decided_at_ms'))}{note}"
+            )
         evidence = doc["evidence"] or {}
+        if evidence.get("changes"):  # why this revision was recorded (a re-read, a reboot)
+            print(f"recorded with this revision: {'; '.join(map(str, evidence['changes']))}")
         if evidence.get("error"):  # why the device could not be read (device_unreadable)
             print(f"error: {evidence['error']}")
         elif evidence.get("unreadable_when_parked"):  # read since (the fresh read-back below)

@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 from tether._coded import CodedError
 from tether._crash import crash_point
-from tether.activities import REJECTION_CODES as CATALOG_REJECTION_CODES
 from tether.activities import (
+    DECISION_WORDS,
     ActivityKey,
     ActivityRecord,
     Catalog,
@@ -45,6 +45,7 @@ from tether.activities import (
     ResultRef,
     RetryGuard,
 )
+from tether.activities import REJECTION_CODES as CATALOG_REJECTION_CODES
 from tether.errors import CatalogRejection, OperatorRejection, TetherError
 from tether.operations import check_operation_id
 from tether.runtime import ArtifactStore, Refusal
@@ -252,7 +253,27 @@ def show(catalog: Catalog, artifacts: ArtifactStore, text: str) -> dict[str, Any
     if not isinstance(read_at, int):
         read_at = ((evidence or {}).get("device_state") or {}).get("read_at_ms")
     doc["device_state_age_ms"] = max(0, _now_ms() - read_at) if isinstance(read_at, int) else None
+    # Shown long after: whether it is still parked, and who decided it, on which revision.
+    doc["state"] = _state_of(record)
+    made = record.decision
+    if made is not None:
+        doc["decision"] = {
+            "decision": DECISION_WORDS.get(made.outcome, made.outcome),
+            "operator": made.operator,
+            "revision": made.evidence_revision,
+            "decided_at_ms": made.decided_at_ms,
+            "note": made.note,
+        }
     return doc
+
+
+def _state_of(record: ActivityRecord) -> str:
+    """Where the Activity stands now, in the daemon's words."""
+    if record.result is not None or record.compacted:
+        return "failed" if record.result_failed else "done"
+    if record.awaiting_decision:
+        return "awaiting_decision"
+    return "running" if record.attempt is not None else "pending"
 
 
 def _refusal_or_none(artifacts: ArtifactStore, record: ActivityRecord) -> Refusal | None:
