@@ -257,6 +257,8 @@ def test_on_a_terminal_the_operator_chooses_a_passphrase_reviews_and_decides(
         assert "commanded rad" in shown and "present rad" in shown
         assert "shoulder" in shown and "-0.5001" in shown  # the commanded target, radians
         assert "torque: elbow off, shoulder off" in shown  # the power loss
+        # The targets, never "staged:" (read as a REG_WRITE still pending on the servos).
+        assert "the move's targets: elbow +0.6995 rad" in shown and "staged:" not in shown
         assert "sent: " in shown and "action" in shown and "hardware errors: none" in shown
         assert "tick" not in shown
         term.send("reissue")

@@ -123,10 +123,13 @@ def evidence_lines(shown: dict[str, Any]) -> list[str]:
     )
     if torque:
         lines.append(f"  torque: {torque}")
+    # The evidence's `staged` is the move's commanded goal, written or not: said as the
+    # targets (as `tether operator show` says them). "staged:" read as a REG_WRITE still
+    # pending on the servos, which an ACTION could execute, after a power loss cleared them.
     staged = doc.get("staged") or {}
     if staged:
         lines.append(
-            "  staged: "
+            "  the move's targets: "
             + ", ".join(f"{n} {_rad(v).strip()} rad" for n, v in sorted(staged.items()))
         )
     sent = doc.get("sent") or []
