@@ -94,6 +94,10 @@ def _park_dying(data: Path) -> dict[str, Any]:
     """Park reach-0000 for real: its episode process dies at every attempt."""
     parked = _demo(data, **{CRASH_ENV: "sim.child_started@*"})
     assert parked.returncode == _exit.PARKED, parked.stdout + parked.stderr
+    # In the summary too (its table was empty: "mission: 0/0 reaches").
+    rows = [line for line in parked.stdout.splitlines() if line.startswith("reach-0000 ")]
+    assert rows and rows[-1].rstrip().endswith("parked for an operator"), parked.stdout
+    assert "mission: 0/2 reaches" in parked.stdout, parked.stdout
     [item] = _listed(data)
     assert item["key"] == f"demo/{KIND}/reach-0000" and item["awaiting_decision"]
     assert item["reason"] == "episode_process_keeps_dying"

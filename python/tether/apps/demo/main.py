@@ -1046,6 +1046,19 @@ def _summary_rows(run: _Run) -> tuple[list[SummaryRow], str]:
     rows = []
     for key in _keys(snap):
         rec = run.host.get(key)
+        if rec is not None and _parked(rec):  # in the table too: its row says it waits
+            rows.append(
+                SummaryRow(
+                    activity=key.activity_id,
+                    attempts=rec.attempt_count,
+                    result_digest="(none)",
+                    source_tick=rec.source.tick,
+                    settle_tick=None,
+                    seconds=0.0,
+                    recovered="parked for an operator",
+                )
+            )
+            continue
         if rec is None or (rec.result is None and not rec.compacted):
             continue
         settled = rec.settlement
@@ -1064,11 +1077,13 @@ def _summary_rows(run: _Run) -> tuple[list[SummaryRow], str]:
             )
         )
     done = snap.get(MISSION_ENTITY, "physical_ai.mission.done") or {}
+    # Its size from the mission itself while it is not done (a parked reach holds it open).
+    planned = (snap.get(MISSION_ENTITY, MISSION) or {}).get("targets", len(rows))
     before = sum(1 for r in rows if r.recovered.endswith("settled before restart"))
     reused = sum(1 for r in rows if r.recovered.endswith("reused"))
     rerun = sum(1 for r in rows if r.recovered.startswith("rerun"))
     tail = (
-        f"mission: {done.get('succeeded', 0)}/{done.get('targets', len(rows))} reaches within "
+        f"mission: {done.get('succeeded', 0)}/{done.get('targets', planned)} reaches within "
         f"tolerance; recovered: {before} settled before this run (not rerun), {reused} durable "
         f"results reused, {rerun} rerun after proof that the earlier attempt was gone"
     )
