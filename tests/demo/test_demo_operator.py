@@ -104,6 +104,18 @@ def _park_dying(data: Path) -> dict[str, Any]:
     return item
 
 
+def _worker_daemon(config: Path, data: Path) -> Any:
+    """`tether serve` on `data` with one worker for the sim reaches (its reconciles run)."""
+    from tests._serve import add_serve, daemon
+
+    add_serve(
+        config,
+        f'\n[serve]\ndata_dir = "{data}"\nworkers = 1\nlease_ms = 500\nsse = "off"\n'
+        'families = ["tether.serve.families:sim_families"]\n',
+    )
+    return daemon(config)
+
+
 def _record(data: Path) -> Any:
     catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
     try:
@@ -244,17 +256,10 @@ def test_a_reach_parked_for_dying_stays_still_under_a_running_worker(tmp_path: P
     by a running worker, and each time with a new evidence revision (the fresh proof of each
     attempt in it): an operator who read its evidence was refused `stale_revision` seconds
     later, for ever. It is asked about again only each minute, with the same evidence."""
-    from tests._serve import add_serve, daemon
-
     data, config = tmp_path / "data", _config(tmp_path)
     _park_dying(data)
     before = _record(data)
-    add_serve(
-        config,
-        f'\n[serve]\ndata_dir = "{data}"\nworkers = 1\nlease_ms = 500\nsse = "off"\n'
-        'families = ["tether.serve.families:sim_families"]\n',
-    )
-    with daemon(config):
+    with _worker_daemon(config, data):
         time.sleep(6.0)  # six reconciles, at a second each
     after = _record(data)
     assert after.awaiting_decision
@@ -266,8 +271,6 @@ def test_a_reach_whose_process_may_run_keeps_its_evidence_revision(tmp_path: Pat
     """A reach whose earlier episode process may still run is reconciled each second (it runs
     again once that process is gone); each reconcile's evidence named its own attempt, so
     each was a new evidence revision and an operator could never decide on the one read."""
-    from tests._serve import add_serve, daemon
-
     data, config = tmp_path / "data", _config(tmp_path)
     died = _demo(data, TETHER_CRASH_AT="after_bind")
     assert died.returncode < 0
@@ -278,12 +281,7 @@ def test_a_reach_whose_process_may_run_keeps_its_evidence_revision(tmp_path: Pat
             parked = _demo(data)
             assert parked.returncode == _exit.PARKED, parked.stdout + parked.stderr
             before = _record(data)
-            add_serve(
-                config,
-                f'\n[serve]\ndata_dir = "{data}"\nworkers = 1\nlease_ms = 500\nsse = "off"\n'
-                'families = ["tether.serve.families:sim_families"]\n',
-            )
-            with daemon(config):
+            with _worker_daemon(config, data):
                 time.sleep(5.0)  # reconciled each second: the process still runs
             after = _record(data)
         finally:

@@ -107,6 +107,23 @@ def code(info: pytest.ExceptionInfo[OperatorRejection]) -> str:
     return str(getattr(info.value, "code", ""))
 
 
+def abandon(parked: tuple[Catalog, ArtifactStore, ActivityRecord], **kw: Any) -> dict[str, Any]:
+    """ann's abandon of the parked Activity on revision 1 (`kw`: the rest of `resolve`'s)."""
+    catalog, artifacts, record = parked
+    k = record.key
+    return resolve(
+        catalog,
+        artifacts,
+        f"{k.world_id}/{k.kind}/{k.activity_id}",
+        decision="abandon",
+        revision=1,
+        operator="ann",
+        credential=SECRET,
+        verify_credential=lambda c: "ann" if c == SECRET else None,
+        **kw,
+    )
+
+
 def test_reissue_is_one_resolve_whose_guard_is_the_adapters_proof(parked: Any) -> None:
     catalog, artifacts, record = parked
     device = RecordedDevice()
@@ -282,7 +299,7 @@ def test_an_abandon_the_provider_refuses_decides_nothing(parked: Any) -> None:
     the catalog's write: refused, nothing is decided; allowed, the abandon is recorded."""
     from tether.operator.decisions import rejection
 
-    catalog, artifacts, record = parked
+    catalog, _artifacts, record = parked
     k = record.key
     asked: list[ActivityKey] = []
 
@@ -291,17 +308,7 @@ def test_an_abandon_the_provider_refuses_decides_nothing(parked: Any) -> None:
         raise rejection("remote_unreachable", "the robot host did not take the cancel")
 
     def decide_with(hook: Any) -> dict[str, Any]:
-        return resolve(
-            catalog,
-            artifacts,
-            f"{k.world_id}/{k.kind}/{k.activity_id}",
-            decision="abandon",
-            revision=1,
-            operator="ann",
-            credential=SECRET,
-            verify_credential=lambda c: "ann" if c == SECRET else None,
-            before_abandon=hook,
-        )
+        return abandon(parked, before_abandon=hook)
 
     with pytest.raises(OperatorRejection) as info:
         decide_with(refuse)
@@ -321,34 +328,14 @@ def test_a_note_a_terminal_would_act_on_or_past_the_cap_is_refused(parked: Any, 
     it at 2000 characters. One rule for both, in the decision itself."""
     from tether.operator.decisions import MAX_NOTE_CHARS
 
-    catalog, artifacts, record = parked
+    catalog, _artifacts, record = parked
     k = record.key
     with pytest.raises(OperatorRejection) as info:
-        resolve(
-            catalog,
-            artifacts,
-            f"{k.world_id}/{k.kind}/{k.activity_id}",
-            decision="abandon",
-            revision=1,
-            operator="ann",
-            credential=SECRET,
-            verify_credential=lambda c: "ann" if c == SECRET else None,
-            note=note,
-        )
+        abandon(parked, note=note)
     assert code(info) == "bad_note"
     assert catalog.get(k).awaiting_decision  # type: ignore[union-attr]
     fine = "line one\nline\ttwo " + "n" * (MAX_NOTE_CHARS - 20)
-    done = resolve(
-        catalog,
-        artifacts,
-        f"{k.world_id}/{k.kind}/{k.activity_id}",
-        decision="abandon",
-        revision=1,
-        operator="ann",
-        credential=SECRET,
-        verify_credential=lambda c: "ann" if c == SECRET else None,
-        note=fine,
-    )
+    done = abandon(parked, note=fine)
     assert done["status"] == "resolved" and catalog.get(k).decision.note == fine  # type: ignore[union-attr]
 
 
@@ -393,17 +380,7 @@ def test_show_of_a_decided_activity_says_it_is_decided_and_by_whom(
     catalog, artifacts, record = parked
     k = record.key
     text = f"{k.world_id}/{k.kind}/{k.activity_id}"
-    resolve(
-        catalog,
-        artifacts,
-        text,
-        decision="abandon",
-        revision=1,
-        operator="ann",
-        credential=SECRET,
-        verify_credential=lambda c: "ann" if c == SECRET else None,
-        note="arm unsafe",
-    )
+    abandon(parked, note="arm unsafe")
     doc = show(catalog, artifacts, text)
     assert doc["state"] == "failed" and doc["awaiting_decision"] is False
     assert doc["decision"]["decision"] == "abandon" and doc["decision"]["operator"] == "ann"
