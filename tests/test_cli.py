@@ -285,7 +285,7 @@ def test_the_demo_names_the_bounds_of_its_memory_cap() -> None:
         timeout=60,
     )
     assert done.returncode == 2
-    assert "--memory-cap-mb must be 64..1073741824, got 2000000000" in done.stderr
+    assert "--memory-cap-mb must be 65..1073741824, got 2000000000" in done.stderr
 
 
 def test_a_demo_lease_past_the_catalogs_bound_is_refused_before_anything_is_written(
