@@ -588,8 +588,9 @@ def config_relative(path: Path, value: str) -> Path:
     return path_setting(base, value, where=path)
 
 
-def path_setting(base: Path, value: str, *, where: Path) -> Path:
-    """`value`, a path setting of the configuration `where` whose directory is `base`: `~`
+def path_setting(base: Path, value: str, *, where: str | Path) -> Path:
+    """`value`, a path setting (of the configuration file, or the key, `where` names: its
+    refusals begin with it) whose directory is `base`: `~`
     expanded (`bad_path` for `~user` of no user), a shell variable refused
     (`unexpanded_variable`), a relative path taken from `base`."""
     _no_variable(where, value)
@@ -605,7 +606,7 @@ def path_setting(base: Path, value: str, *, where: Path) -> Path:
 _VARIABLE = re.compile(r"\$(\{?)[A-Za-z_]")
 
 
-def _no_variable(path: Path, value: str) -> None:
+def _no_variable(path: str | Path, value: str) -> None:
     """Refuse a path holding a shell variable (`$HOME/...`, `${X}`): host.toml expands none
     (`~` only), and such a path named a directory literally called `$HOME` beside the file
     (`unexpanded_variable`)."""

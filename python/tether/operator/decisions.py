@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import time
+import unicodedata
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -49,6 +50,7 @@ from tether.activities import REJECTION_CODES as CATALOG_REJECTION_CODES
 from tether.errors import CatalogRejection, OperatorRejection, TetherError
 from tether.operations import check_operation_id
 from tether.runtime import ArtifactStore, Refusal
+from tether.serve.views import state_of
 
 DECISIONS = ("done", "reissue", "abandon", "wait")
 #: The resolve path's crash points, in order (`TETHER_CRASH_AT`).
@@ -115,8 +117,7 @@ def _check_note(note: object) -> None:
     act: clear the screen, rewrite a line)."""
     if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS:
         raise rejection("bad_note", f"a note is text of at most {MAX_NOTE_CHARS} characters")
-    bad = next((c for c in note if (ord(c) < 32 and c not in "\n\t") or ord(c) == 127), None)
-    if bad is not None or any(0x80 <= ord(c) < 0xA0 for c in note):
+    if any(unicodedata.category(c) == "Cc" and c not in "\n\t" for c in note):  # C0, DEL, C1
         raise rejection("bad_note", "a note holds no control characters (newline and tab are fine)")
 
 
@@ -254,7 +255,7 @@ def show(catalog: Catalog, artifacts: ArtifactStore, text: str) -> dict[str, Any
         read_at = ((evidence or {}).get("device_state") or {}).get("read_at_ms")
     doc["device_state_age_ms"] = max(0, _now_ms() - read_at) if isinstance(read_at, int) else None
     # Shown long after: whether it is still parked, and who decided it, on which revision.
-    doc["state"] = _state_of(record)
+    doc["state"] = state_of(record)
     made = record.decision
     if made is not None:
         doc["decision"] = {
@@ -265,15 +266,6 @@ def show(catalog: Catalog, artifacts: ArtifactStore, text: str) -> dict[str, Any
             "note": made.note,
         }
     return doc
-
-
-def _state_of(record: ActivityRecord) -> str:
-    """Where the Activity stands now, in the daemon's words."""
-    if record.result is not None or record.compacted:
-        return "failed" if record.result_failed else "done"
-    if record.awaiting_decision:
-        return "awaiting_decision"
-    return "running" if record.attempt is not None else "pending"
 
 
 def _refusal_or_none(artifacts: ArtifactStore, record: ActivityRecord) -> Refusal | None:

@@ -117,10 +117,11 @@ def _address(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def _at(base: Path, value: str) -> Path:
-    """A `[remote]` path as every host.toml path is: `~` expanded, no shell variable, relative
-    to the file's directory `base` (`path_setting`)."""
-    return path_setting(base, value, where=base / "host.toml")
+def _at(base: Path, key: str, value: str) -> Path:
+    """`[remote]`'s path `key` as every host.toml path is: `~` expanded, no shell variable,
+    relative to the file's directory `base` (`path_setting`; a refusal names the key, and
+    `load_remote` the file)."""
+    return path_setting(base, value, where=f"remote.{key}")
 
 
 def _client_pair(table: Table, base: Path) -> tuple[bytes, bytes] | None:
@@ -134,7 +135,7 @@ def _client_pair(table: Table, base: Path) -> tuple[bytes, bytes] | None:
         raise _error("bad_remote", "remote.client_cert needs remote.client_key (both or neither)")
     if cert_text is None:
         raise _error("bad_remote", "remote.client_key needs remote.client_cert (both or neither)")
-    cert, key = _at(base, cert_text), _at(base, key_text)
+    cert, key = _at(base, "client_cert", cert_text), _at(base, "client_key", key_text)
     try:
         check_private(key)
     except CredentialError as exc:
@@ -178,7 +179,7 @@ def parse_remote(raw: Any, base: Path) -> RemoteHost:
     ca_text = table.path("ca") if "ca" in table else None
     root: bytes | None = None
     if ca_text is not None:
-        ca = _at(base, ca_text)
+        ca = _at(base, "ca", ca_text)
         try:
             root = ca.read_bytes()
         except OSError as exc:
@@ -193,7 +194,7 @@ def parse_remote(raw: Any, base: Path) -> RemoteHost:
             " token never crosses the network in clear",
             value=address,
         )
-    token_path = _at(base, table.path("token_file"))
+    token_path = _at(base, "token_file", table.path("token_file"))
     try:
         token = read_secret(file=str(token_path)).strip()
     except CredentialError as exc:
