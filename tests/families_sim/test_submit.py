@@ -50,6 +50,7 @@ def _now_ms() -> int:
         ("target[1]", {"target": [0.2, "y"]}),
         # An int past a float's range: `math.isfinite` raised OverflowError (untyped).
         ("target[0]", {"target": [10**400, 0.1]}),
+        ("target[0]", {"target": [10**5000, 0.1]}),  # past what `str` writes of an int
         ("target", {"target": [1.0, 1.0]}),
         ("not_after_ms", {"not_after_ms": 0}),
         ("controller", {"controller": {"kp": 1.0}}),

@@ -231,10 +231,17 @@ def finite_number(value: object) -> bool:
         return False
 
 
+def shown_number(value: object) -> str:
+    """`value` for a refusal: its repr, but an int past a float's range by its size (its
+    digits may be more than `str` writes: past 4,300 it raised `ValueError`)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not finite_number(value):
+        return f"an integer of about {value.bit_length() * 30103 // 100000 + 1} digits"
+    return repr(value)
+
+
 def _number(value: Any, name: str) -> float:
     if not finite_number(value):
-        shown = f"an integer of {len(str(value))} digits" if isinstance(value, int) else value
-        raise InvalidEpisodeRequest(f"{name} must hold finite numbers, got {shown!r}")
+        raise InvalidEpisodeRequest(f"{name} must hold finite numbers, got {shown_number(value)}")
     return float(value)
 
 

@@ -47,6 +47,7 @@ from tether.families.sim._episode import (
     ControllerParams,
     EpisodeRequest,
     finite_number,
+    shown_number,
 )
 from tether.families.sim._memory import check_cap, check_memory
 from tether.families.sim._model import DEFAULT_MODEL, load_model_file
@@ -270,8 +271,9 @@ def reach_request(body: Any) -> dict[str, Any]:
         raise SimReachRefused("target", "must be two numbers [x, y] in metres")
     for i, v in enumerate(target):
         if not finite_number(v):
-            shown = f"an integer of {len(str(v))} digits" if isinstance(v, int) else repr(v)
-            raise SimReachRefused(f"target[{i}]", f"must be a finite number of metres, got {shown}")
+            raise SimReachRefused(
+                f"target[{i}]", f"must be a finite number of metres, got {shown_number(v)}"
+            )
     x, y = float(target[0]), float(target[1])
     reach = math.hypot(x, y)
     if not MIN_REACH <= reach <= MAX_REACH:
