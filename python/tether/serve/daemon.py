@@ -587,7 +587,7 @@ class Daemon:
                 (*self.serve.live_origins, *self._console_origins()),
                 self.data_dir,
                 lambda: self.runtime,
-                lambda: list({id(s.family): s.family for s in self.served.values()}.values()),
+                self.served_families,
             )
             if self.console is not None:  # a console login is a credential there too
                 self.live.session_check = self._console_session
@@ -1323,7 +1323,7 @@ class Daemon:
             "daemon": {"pid": os.getpid(), **self._record()},
             "devices": devices,
         }
-        families = [s.family for s in self.served.values()]
+        families = self.served_families()
         adapters = self.adapter_status()
         if adapters:
             doc["adapters"] = adapters
@@ -1358,12 +1358,16 @@ class Daemon:
             doc["activities"], doc["parked"] = pending.value
         return doc
 
+    def served_families(self) -> list[Family]:
+        """Each family this daemon serves, once (a family serves one or more kinds)."""
+        return list({id(s.family): s.family for s in self.served.values()}.values())
+
     def adapter_status(self) -> list[dict[str, Any]]:
         """What each served family's adapter says of itself, where it takes `status()` (a
         bridge: whether its robot host answers): a document with a `summary` line each; an
         adapter that fails to say is reported, not raised."""
         out = []
-        for family in {id(s.family): s.family for s in self.served.values()}.values():
+        for family in self.served_families():
             hook = getattr(family.adapter, "status", None)
             if not callable(hook):
                 continue
