@@ -80,13 +80,14 @@ def parked(tmp_path: Path) -> tuple[Catalog, ArtifactStore, ActivityRecord]:
     catalog.close()
 
 
-def decide(
+def as_ann(
     parked: tuple[Catalog, ArtifactStore, ActivityRecord],
     decision: str,
     revision: int = 1,
-    device: RecordedDevice | None = None,
     credential: str | None = SECRET,
+    **kw: Any,
 ) -> dict[str, Any]:
+    """ann's `decision` on the parked Activity (`kw`: the rest of `resolve`'s)."""
     catalog, artifacts, record = parked
     k = record.key
     return resolve(
@@ -98,9 +99,18 @@ def decide(
         operator="ann",
         credential=credential,
         verify_credential=lambda c: "ann" if c == SECRET else None,
-        note="n",
-        review=lambda rec: device,
+        **kw,
     )
+
+
+def decide(
+    parked: tuple[Catalog, ArtifactStore, ActivityRecord],
+    decision: str,
+    revision: int = 1,
+    device: RecordedDevice | None = None,
+    credential: str | None = SECRET,
+) -> dict[str, Any]:
+    return as_ann(parked, decision, revision, credential, note="n", review=lambda rec: device)
 
 
 def code(info: pytest.ExceptionInfo[OperatorRejection]) -> str:
@@ -109,19 +119,7 @@ def code(info: pytest.ExceptionInfo[OperatorRejection]) -> str:
 
 def abandon(parked: tuple[Catalog, ArtifactStore, ActivityRecord], **kw: Any) -> dict[str, Any]:
     """ann's abandon of the parked Activity on revision 1 (`kw`: the rest of `resolve`'s)."""
-    catalog, artifacts, record = parked
-    k = record.key
-    return resolve(
-        catalog,
-        artifacts,
-        f"{k.world_id}/{k.kind}/{k.activity_id}",
-        decision="abandon",
-        revision=1,
-        operator="ann",
-        credential=SECRET,
-        verify_credential=lambda c: "ann" if c == SECRET else None,
-        **kw,
-    )
+    return as_ann(parked, "abandon", **kw)
 
 
 def test_reissue_is_one_resolve_whose_guard_is_the_adapters_proof(parked: Any) -> None:
