@@ -793,7 +793,8 @@ def test_a_mistake_in_the_host_file_does_not_keep_the_daemon_from_stopping_its_r
 ) -> None:
     """`tether stop` with a host file the configuration refuses (a misspelled speed) still
     stops every robot through the running daemon, which uses the configuration it loaded, and
-    says what is wrong first; with no daemon, nothing is sent (exit 2)."""
+    says what is wrong first; with no daemon, nothing is sent (exit 2). So does a file that is
+    not TOML, as long as its [host] table, read alone, is."""
     with emulator_process(tmp_path, speed_scale=1.0) as emu:
         _stop_with_a_typo(tmp_path, emu)
 
@@ -829,6 +830,19 @@ def _stop_with_a_typo(tmp_path: Path, emu: EmulatorProcess) -> None:
         every = tether("stop", "--config", str(broken), "--json")
         assert every.returncode == 0, every.stderr
         assert [r["robot"] for r in json.loads(every.stdout)] == ["arm"]
+        # A file that is not TOML (mid-edit: an unclosed table header past [host]) still
+        # names its state dir in its [host] table, read alone: the daemon there stops.
+        cut = tmp_path / "cut.toml"
+        cut.write_text(config.read_text().replace("[robots.arm]", "[robots.arm", 1))
+        syntax = tether("stop", "--config", str(cut), "--json")
+        assert syntax.returncode == 0, syntax.stderr
+        assert "warning: bad_toml" in syntax.stderr and str(config) in syntax.stderr
+        assert [(r["robot"], r["via"]) for r in json.loads(syntax.stdout)] == [("arm", "owner")]
+        # One whose [host] table is itself not TOML names no state dir for certain: refused.
+        torn = tmp_path / "torn.toml"
+        torn.write_text(config.read_text().replace("state_dir = ", "state_dir == ", 1))
+        unsure = tether("stop", "--config", str(torn))
+        assert unsure.returncode == 2 and "bad_toml" in unsure.stderr, unsure
 
 
 def test_a_submit_the_daemon_does_not_answer_is_pending_not_a_refusal(

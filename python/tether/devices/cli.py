@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -95,6 +96,27 @@ def _identity_line(robot: str, identity: dict[str, Any]) -> str:
 _TOLERATED = ("insecure_directory", "symlinked_directory")
 
 
+#: A TOML table header line: ``[name]`` or ``[[name]]``, a comment after it.
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\[\]]*?)\s*\]\]?\s*(?:#.*)?$")
+
+
+def _host_part(text: str) -> str:
+    """The lines of a host file that is not TOML (a mistake anywhere in it) that hold its
+    `[host]` table: the keys before the first header, and the tables `host` and `host.*`.
+    Parsed alone, they name the state dir whose daemon `tether stop` asks, when they are TOML
+    themselves; a mistake in them fails the parse (nothing is sent)."""
+    kept: list[str] = []
+    keep = True  # the top-level keys, before any header
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header:
+            name = header.group(1).strip('"')
+            keep = name == "host" or name.startswith("host.")
+        if keep:
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def _stop_through_daemon(
     path: Path, robots: list[str] | None
 ) -> tuple[list[dict[str, Any]], str] | None:
@@ -106,7 +128,11 @@ def _stop_through_daemon(
     from tether.client import daemon_record
 
     try:
-        raw = tomllib.loads(read_config_text(path))
+        text = read_config_text(path)
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            raw = tomllib.loads(_host_part(text))  # a file being edited: its [host] alone
         host = Table(raw.get("host", {}), "host", HOST_KEYS)
         state_dir = config_relative(path, host.path("state_dir", str(default_state_dir())))
     except (HostConfigError, tomllib.TOMLDecodeError):
