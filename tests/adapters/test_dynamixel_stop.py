@@ -210,6 +210,43 @@ def test_one_silent_servo_never_keeps_the_stop_from_the_others(
     assert one["goal_position"] == one["present_position"], one
 
 
+def test_a_silent_first_servo_delays_the_others_hold_by_one_exchange_not_by_its_retries(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    """Servo 1 answers nothing, on a port with a long timeout and many read retries: servo 2,
+    driving away, is held right after the one SYNC_READ of present positions (it answered
+    it), not after servo 1's reads were retried: before, the stop retried that SYNC_READ and
+    then servo 1's own READ, each `1 + read_retries` times, and servo 2 drove on for ~6 s
+    here (and the connect check before it pinged servo 1 as often). Servo 1 is still tried on
+    its own, with its retries, and reported unknown."""
+    config = write_config(tmp_path, emu.path)
+    config.write_text(
+        config.read_text().replace("timeout_ms = 400", "timeout_ms = 400\nread_retries = 4")
+    )
+    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
+    with DxlBus.open(emu.path, timeout_ms=400, lock_dir=None) as bus:  # servo 2 drives away
+        bus.write_field(2, tables.GOAL_POSITION, tables.CENTER_TICK + 1500)
+    emu.request(op="fault", kind="drop_status", id=1, count=100_000)
+    before = len(emu.journal())
+    done = stop(config, "--json")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    report = joints(done)
+    assert (report["a"]["state"], report["b"]["state"]) == ("unknown", "held"), report
+    entries = emu.journal()[before:]
+    hold = next(
+        e
+        for e in entries
+        if e["instruction"] == "write" and e["address"] == tables.GOAL_POSITION.address
+    )
+    assert hold["id"] == 2
+    waited = (hold["t_ms"] - entries[0]["t_ms"]) / 1000
+    assert waited < 1.5, f"servo 2 held {waited:.1f} s after the stop's first frame"
+    reads = [e for e in entries if e["instruction"] == "read" and e["id"] == 1]
+    assert len(reads) >= 5, reads  # servo 1 still had its read retries, after the hold
+    two = emu.request(op="snapshot", id=2)
+    assert two["goal_position"] == two["present_position"], two
+
+
 def test_a_torque_off_servo_reports_limp(emu: EmulatorProcess, tmp_path: Path) -> None:
     config = write_config(tmp_path, emu.path)  # policy "hold"; both servos start torque off
     powered(emu, {1: tables.CENTER_TICK})

@@ -94,8 +94,9 @@ class DeviceHost:
 
         return gate
 
-    def connect(self, robot_name: str) -> Any:
-        """Open the robot's port (once per port), check the robot's devices, serve control."""
+    def connect(self, robot_name: str, *, for_stop: bool = False) -> Any:
+        """Open the robot's port (once per port), check the robot's devices, serve control.
+        ``for_stop``: each device is asked once (`DeviceType.connect`)."""
         robot = self.config.robot(robot_name)
         spec = self.config.spec(robot_name)
         dtype = self.device_type(robot_name)
@@ -108,7 +109,7 @@ class DeviceHost:
                 )
                 dtype.set_gate(bus, self._gate(spec.port))
                 self.buses[spec.port] = bus
-            identity = dtype.connect(self.buses[spec.port], robot)
+            identity = dtype.connect(self.buses[spec.port], robot, for_stop=for_stop)
             self.identities[robot_name] = identity
             self.first_motion.reset(robot_name, reason="connect")
         self.serve_control()
@@ -123,7 +124,7 @@ class DeviceHost:
         (`DeviceIdentityError`) or a port that does not open is refused as `connect` refuses
         it: no frame goes to a device not known to be the configured one."""
         try:
-            self.connect(robot_name)
+            self.connect(robot_name, for_stop=True)
         except TransportTimeout:
             if self.config.spec(robot_name).port not in self.buses:
                 raise

@@ -63,8 +63,10 @@ class DeviceType(Protocol):
         """Make every effectful frame on `bus` pass `gate(ids)` (a context manager) first."""
         ...
 
-    def connect(self, bus: Any, robot: Any) -> Any:
-        """Check the robot's devices answer as configured; its identity (`as_dict()`)."""
+    def connect(self, bus: Any, robot: Any, *, for_stop: bool = False) -> Any:
+        """Check the robot's devices answer as configured; its identity (`as_dict()`). With
+        ``for_stop``, each device is asked once (no read retries): a stop goes on without a
+        device that does not answer, and must not wait out its retries first."""
         ...
 
     def lost(self, bus: Any) -> bool:

@@ -250,10 +250,10 @@ class DynamixelDeviceType:
     def set_gate(self, bus: Any, gate: Any) -> None:
         bus.gate = gate
 
-    def connect(self, bus: Any, robot: RobotConfig) -> Any:
+    def connect(self, bus: Any, robot: RobotConfig, *, for_stop: bool = False) -> Any:
         from tether.adapters.dynamixel.driver import check_robot
 
-        return check_robot(bus, robot)
+        return check_robot(bus, robot, retries=0 if for_stop else None)
 
     def lost(self, bus: Any) -> bool:
         return bool(bus.lost)

@@ -428,11 +428,17 @@ class DxlBus:
             )
 
     def _read_exchange(
-        self, frame: bytes, instruction: str, ids: list[int], length: int | None
+        self,
+        frame: bytes,
+        instruction: str,
+        ids: list[int],
+        length: int | None,
+        retries: int | None = None,
     ) -> dict[int, _core.DxlPacket]:
-        """A read-only exchange, retried on timeout or corruption."""
+        """A read-only exchange, retried on timeout or corruption (``retries`` times, else the
+        port's `read_retries`)."""
         last: Exception | None = None
-        for attempt in range(self.read_retries + 1):
+        for attempt in range(self.read_retries + 1 if retries is None else retries + 1):
             if attempt:
                 self.stats.read_retries += 1
             self._send(frame, instruction, ids)
@@ -470,24 +476,42 @@ class DxlBus:
 
     # --- instructions ---
 
-    def ping(self, dxl_id: int) -> Servo:
+    def ping(self, dxl_id: int, *, retries: int | None = None) -> Servo:
         with self._mutex:
-            packet = self._read_exchange(_core.dxl_ping(dxl_id), "ping", [dxl_id], 3)[dxl_id]
+            packet = self._read_exchange(_core.dxl_ping(dxl_id), "ping", [dxl_id], 3, retries)[
+                dxl_id
+            ]
             self._check(packet, "ping")
             servo = Servo(dxl_id, int.from_bytes(packet.data[:2], "little"), packet.data[2])
             self.servos[dxl_id] = servo
             return servo
 
-    def read(self, dxl_id: int, address: int, length: int) -> bytes:
+    def read(self, dxl_id: int, address: int, length: int, *, retries: int | None = None) -> bytes:
+        """``length`` bytes at ``address`` of servo ``dxl_id``: one READ, retried ``retries``
+        times on timeout or corruption (default: the port's `read_retries`)."""
         with self._mutex:
             packet = self._read_exchange(
-                _core.dxl_read(dxl_id, address, length), "read", [dxl_id], length
+                _core.dxl_read(dxl_id, address, length), "read", [dxl_id], length, retries
             )[dxl_id]
             self._check(packet, "read")
             return packet.data
 
-    def read_field(self, dxl_id: int, f: tables.Field) -> int:
-        return tables.decode(f, self.read(dxl_id, f.address, f.size))
+    def read_field(self, dxl_id: int, f: tables.Field, *, retries: int | None = None) -> int:
+        return tables.decode(f, self.read(dxl_id, f.address, f.size, retries=retries))
+
+    def sync_read_answered(self, address: int, length: int, ids: list[int]) -> dict[int, bytes]:
+        """One SYNC_READ, sent once: the data of every servo that answered it in time, whole
+        and without an error; a servo that did not is left out (a stop reads it on its own
+        after holding the others, so one silent servo delays them by one exchange, never by
+        its retries)."""
+        with self._mutex:
+            self._send(_core.dxl_sync_read(address, length, ids), "sync_read", list(ids))
+            got = self._receive(list(ids))
+            return {
+                i: p.data
+                for i, p in got.items()
+                if p.error_code in (None, "none") and len(p.data) == length
+            }
 
     def sync_read(self, address: int, length: int, ids: list[int]) -> dict[int, bytes]:
         with self._mutex:
@@ -550,11 +574,12 @@ class DeviceIdentity:
         }
 
 
-def check_robot(bus: DxlBus, robot: RobotConfig) -> DeviceIdentity:
-    """PING every joint (model must match when configured) and require Status Return Level 2."""
+def check_robot(bus: DxlBus, robot: RobotConfig, *, retries: int | None = None) -> DeviceIdentity:
+    """PING every joint (model must match when configured) and require Status Return Level 2;
+    each read retried ``retries`` times (default: the port's `read_retries`)."""
     servos = []
     for joint in robot.joints:
-        servo = bus.ping(joint.id)
+        servo = bus.ping(joint.id, retries=retries)
         if joint.model is not None and servo.model != joint.model:
             raise _coded(
                 DeviceIdentityError,
@@ -562,7 +587,7 @@ def check_robot(bus: DxlBus, robot: RobotConfig) -> DeviceIdentity:
                 f"id {joint.id} answered model {servo.model}, configured {joint.model}",
             )
         try:
-            level = bus.read_field(joint.id, tables.STATUS_RETURN_LEVEL)
+            level = bus.read_field(joint.id, tables.STATUS_RETURN_LEVEL, retries=retries)
         except TransportTimeout as exc:
             # It answered PING (always answered) but not READ: Status Return Level 0.
             raise _coded(

@@ -149,17 +149,6 @@ def _read_back(bus: DxlBus, dxl_id: int) -> ReadBack:
     return _decode_read_back(bus.read(dxl_id, _BLOCK_START, _BLOCK_LENGTH))
 
 
-def _all(ids: list[int], read: Callable[[list[int]], dict[int, Any]]) -> dict[int, Any]:
-    """`read` of every joint in one SYNC_READ exchange when there are several; {} when that
-    exchange fails (each joint is then read on its own, so one joint's failure is its own)."""
-    if len(ids) < 2:
-        return {}
-    try:
-        return read(ids)
-    except (TetherError, OSError):
-        return {}
-
-
 StopLog = Callable[[dict[str, Any]], None]
 
 
@@ -183,67 +172,109 @@ def safe_stop(bus: DxlBus, robot: RobotConfig, *, log: StopLog | None = None) ->
         return _safe_stop(bus, robot, log)
 
 
+def _torque_off(bus: DxlBus, joint: Any, log: StopLog | None) -> tuple[list[str], bool]:
+    """Torque off on ``joint``: its errors (none when the write was confirmed), and False
+    (no hold to confirm)."""
+    entry = {
+        "instruction": "stop_torque_off",
+        "joint": joint.name,
+        "id": joint.id,
+        "digest": _digest(
+            _core.dxl_write(
+                joint.id, tables.TORQUE_ENABLE.address, tables.encode(tables.TORQUE_ENABLE, 0)
+            )
+        ),
+    }
+    _log_stop(log, entry)
+    try:
+        bus.write_field(joint.id, tables.TORQUE_ENABLE, 0)
+    except (TetherError, OSError) as exc:
+        return [f"torque_off failed: {_failure(exc)}"], False
+    return [], False
+
+
+def _hold(bus: DxlBus, joint: Any, present: int, log: StopLog | None) -> tuple[list[str], bool]:
+    """``joint`` held at ``present`` (its goal written as it is, never clamped to the
+    configured limits: an arm outside them stays where it is): its errors, and whether the
+    hold's write was confirmed."""
+    goal_rad = tables.ticks_to_radians(present)
+    entry = {
+        "instruction": "stop_hold",
+        "joint": joint.name,
+        "id": joint.id,
+        "goal_rad": round(goal_rad, 6) if math.isfinite(goal_rad) else None,
+        "digest": _digest(
+            _core.dxl_write(
+                joint.id, tables.GOAL_POSITION.address, tables.encode(tables.GOAL_POSITION, present)
+            )
+        ),
+    }
+    _log_stop(log, entry)
+    try:
+        bus.write_field(joint.id, tables.GOAL_POSITION, present)
+    except (TetherError, OSError) as exc:
+        return [f"hold failed: {_failure(exc)}"], False
+    return [], True
+
+
+def _answered(ids: list[int], read: Callable[[list[int]], dict[int, Any]]) -> dict[int, Any]:
+    """`read` of every joint in one SYNC_READ exchange, sent once, when there are several:
+    the joints that answered it (each other joint is then read on its own); {} when the
+    exchange itself fails."""
+    if len(ids) < 2:
+        return {}
+    try:
+        return read(ids)
+    except (TetherError, OSError):
+        return {}
+
+
 def _safe_stop(bus: DxlBus, robot: RobotConfig, log: StopLog | None) -> SafeStopReport:
     report = SafeStopReport(robot.name, robot.safe_stop)
     ids = [joint.id for joint in robot.joints]
-    # Every present position in one exchange (hold), then each joint's write, then every
-    # read-back in one exchange: four exchanges for two joints, each joint held one write
-    # after the other. A failed SYNC_READ falls back to that joint's own READ.
-    presents: dict[int, int] = (
-        {}
-        if robot.safe_stop == "torque_off"
-        else _all(ids, lambda ids: bus.sync_read_field(tables.PRESENT_POSITION, ids))
-    )
-    outcomes: list[tuple[list[str], bool]] = []
-    for joint in robot.joints:
-        errors: list[str] = []
-        hold_confirmed = False
-        try:
-            if robot.safe_stop == "torque_off":
-                entry = {
-                    "instruction": "stop_torque_off",
-                    "joint": joint.name,
-                    "id": joint.id,
-                    "digest": _digest(
-                        _core.dxl_write(
-                            joint.id,
-                            tables.TORQUE_ENABLE.address,
-                            tables.encode(tables.TORQUE_ENABLE, 0),
-                        )
-                    ),
-                }
-                _log_stop(log, entry)
-                bus.write_field(joint.id, tables.TORQUE_ENABLE, 0)
+    outcomes: dict[int, tuple[list[str], bool]] = {}
+    if robot.safe_stop == "torque_off":
+        for joint in robot.joints:
+            outcomes[joint.id] = _torque_off(bus, joint, log)
+    else:
+        # Every present position in one exchange, sent once, then each joint that answered
+        # held, one write after the other: four exchanges for two joints. A joint the
+        # exchange missed is read on its own once the others are held, each such joint tried
+        # once before any is retried, so a servo that answers nothing delays the others'
+        # holds by one exchange, never by its port's timeout times its read retries.
+        presents: dict[int, int] = _answered(
+            ids,
+            lambda ids: {
+                i: tables.decode(tables.PRESENT_POSITION, d)
+                for i, d in bus.sync_read_answered(
+                    tables.PRESENT_POSITION.address, tables.PRESENT_POSITION.size, ids
+                ).items()
+            },
+        )
+        unread = []
+        for joint in robot.joints:
+            if joint.id in presents:
+                outcomes[joint.id] = _hold(bus, joint, presents[joint.id], log)
             else:
-                # The present position as it is, never clamped to the configured limits: an
-                # arm outside them stays where it is.
-                present = presents.get(joint.id)
-                if present is None:
-                    present = bus.read_field(joint.id, tables.PRESENT_POSITION)
-                goal_rad = tables.ticks_to_radians(present)
-                entry = {
-                    "instruction": "stop_hold",
-                    "joint": joint.name,
-                    "id": joint.id,
-                    "goal_rad": round(goal_rad, 6) if math.isfinite(goal_rad) else None,
-                    "digest": _digest(
-                        _core.dxl_write(
-                            joint.id,
-                            tables.GOAL_POSITION.address,
-                            tables.encode(tables.GOAL_POSITION, present),
-                        )
-                    ),
-                }
-                _log_stop(log, entry)
-                bus.write_field(joint.id, tables.GOAL_POSITION, present)
-                hold_confirmed = True
-        except (TetherError, OSError) as exc:
-            errors.append(f"{robot.safe_stop} failed: {_failure(exc)}")
-        outcomes.append((errors, hold_confirmed))
-    blocks: dict[int, bytes] = _all(
-        ids, lambda ids: bus.sync_read(_BLOCK_START, _BLOCK_LENGTH, ids)
+                unread.append(joint)
+        for retries in (0, bus.read_retries - 1):
+            again = []
+            for joint in unread:
+                try:
+                    present = bus.read_field(joint.id, tables.PRESENT_POSITION, retries=retries)
+                except (TetherError, OSError) as exc:
+                    if retries == 0 and bus.read_retries > 0:
+                        again.append(joint)
+                    else:
+                        outcomes[joint.id] = ([f"hold failed: {_failure(exc)}"], False)
+                    continue
+                outcomes[joint.id] = _hold(bus, joint, present, log)
+            unread = again
+    blocks: dict[int, bytes] = _answered(
+        ids, lambda ids: bus.sync_read_answered(_BLOCK_START, _BLOCK_LENGTH, ids)
     )
-    for joint, (errors, hold_confirmed) in zip(robot.joints, outcomes, strict=True):
+    for joint in robot.joints:
+        errors, hold_confirmed = outcomes[joint.id]
         read_back: ReadBack | None = None
         try:
             block = blocks.get(joint.id)
