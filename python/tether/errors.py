@@ -83,6 +83,7 @@ from tether.operations._errors import JournalError as JournalError
 from tether.operator.errors import OperatorRejection as OperatorRejection
 from tether.transport import DeviceError as DeviceError
 from tether.transport import DeviceIdentityError as DeviceIdentityError
+from tether.transport import DeviceSetupError as DeviceSetupError
 from tether.transport import PortBusy as PortBusy
 from tether.transport import PortLost as PortLost
 from tether.transport import TransportError as TransportError

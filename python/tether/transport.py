@@ -14,6 +14,7 @@ TransportError        the port or line failed: nothing is known about the device
 └── PortLost          the adapter went away under an open port (unplugged, hung up, EIO)
 DeviceError           the device answered and refused (a status/exception code)
 DeviceIdentityError   the device on the port is not the configured one
+└── DeviceSetupError  it is, but set up so a move would not mean what the configuration says
 ```
 """
 
@@ -51,9 +52,16 @@ class DeviceIdentityError(CodedError):
     """The device on the port is not the configured one (identity, model, id or settings)."""
 
 
+class DeviceSetupError(DeviceIdentityError):
+    """The configured device, set up so that a move would not do what the configuration says
+    (its operating mode, its motion profile, its own limits): moves are refused until it is
+    set up again; a stop still goes to it."""
+
+
 __all__ = [
     "DeviceError",
     "DeviceIdentityError",
+    "DeviceSetupError",
     "PortBusy",
     "PortLost",
     "TransportError",

@@ -22,6 +22,7 @@ from tether.emulators.dynamixel import DynamixelEmulator, Fault
 from tether.errors import (
     DeviceError,
     DeviceIdentityError,
+    DeviceSetupError,
     PortBusy,
     TransportTimeout,
     WriteUnconfirmed,
@@ -158,6 +159,36 @@ def test_check_robot_reads_identity_and_status_level(
     with pytest.raises(DeviceIdentityError) as info:
         check_robot(bus, arm)
     assert code(info) == "status_return_level"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "wanted"),
+    [
+        (tables.OPERATING_MODE, 1, "operating_mode"),  # velocity: Goal Position is ignored
+        (tables.OPERATING_MODE, 4, "operating_mode"),  # extended: multi-turn, no limits
+        (tables.DRIVE_MODE, 4, "drive_mode"),  # time-based: Profile Velocity is a duration
+        (tables.DRIVE_MODE, 8, "drive_mode"),  # torque on by goal update
+        (tables.MIN_POSITION_LIMIT, 1500, "servo_limits"),  # -0.84 rad: inside the -1 rad
+        (tables.MAX_POSITION_LIMIT, 2600, "servo_limits"),  # +0.85 rad: inside the +1 rad
+    ],
+)
+def test_check_robot_refuses_a_servo_set_up_for_other_moves(
+    bus: DxlBus, emulator: DynamixelEmulator, field: tables.Field, value: int, wanted: str
+) -> None:
+    """A servo whose Operating Mode, Drive Mode or own position limits would make Tether's
+    moves do something else than host.toml says is refused at connect (`DeviceSetupError`,
+    a `DeviceIdentityError`); its settings are read, never changed. Drive Mode's reverse bit
+    changes only the direction, so it is accepted."""
+    arm = robot_config(emulator.path).robot("arm")
+    bus.write_field(2, field, value)  # EEPROM: the servos' torque is off
+    with pytest.raises(DeviceSetupError) as info:
+        check_robot(bus, arm)
+    assert code(info) == wanted and "id 2" in str(info.value), info.value
+    assert isinstance(info.value, DeviceIdentityError)
+    assert bus.read_field(2, field) == value
+    bus.write_field(2, field, field.initial)
+    bus.write_field(2, tables.DRIVE_MODE, 1)  # reverse direction
+    check_robot(bus, arm)
 
 
 def test_one_process_owns_a_port(emulator: DynamixelEmulator, tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from tether.adapters.dynamixel.move import (
 from tether.adapters.dynamixel.worker import run_move
 from tether.devices.host import resume_robot
 from tether.emulators.dynamixel import DynamixelEmulator, Fault
-from tether.errors import HostConfigError, OperatorRejection
+from tether.errors import DeviceSetupError, HostConfigError, OperatorRejection
 from tether.families.robot_move.journal import MoveStore
 from tether.families.robot_move.request import (
     KIND_ABSOLUTE,
@@ -98,6 +98,26 @@ def test_a_clean_move_publishes_progress_and_lands(
     arm = config.robot("arm")
     assert preimage is not None and preimage["profile_velocity"] == arm.first_motion_velocity
     assert emulator.snapshot(1)["profile_velocity"] == arm.first_motion_velocity
+
+
+def test_a_servo_in_velocity_mode_takes_no_move_and_is_still_stopped(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """Servo 2 set to velocity control by another tool: a move would write goal positions it
+    ignores (its Profile Velocity...), so the move is refused at connect, before any write,
+    and is recorded nowhere; a stop still goes to both servos."""
+    emulator.servos[2].set(tables.OPERATING_MODE, 1)
+    with pytest.raises(DeviceSetupError) as info:
+        move(config, "op-v")
+    assert getattr(info.value, "code", None) == "operating_mode"
+    assert op_of(store, "op-v") is None
+    assert [e.instruction for e in emulator.journal if e.executed and e.instruction not in
+            ("ping", "read", "sync_read")] == []  # fmt: skip
+    before = len(emulator.journal)
+    reports = stop_everything(config, None)
+    assert [r["robot"] for r in reports] == ["arm"], reports
+    holds = [e.id for e in emulator.journal[before:] if e.instruction == "write"]
+    assert holds == [1, 2], holds
 
 
 def test_limits_are_refused_before_anything_is_sent(

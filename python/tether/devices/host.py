@@ -38,7 +38,7 @@ from tether.devices.latch import OPERATOR_STOP, MotionStopped, StopLatch  # noqa
 from tether.devices.motion import FirstMotion, MotionLimit
 from tether.devices.ports import owner_socket_of
 from tether.devices.registry import DeviceType, StopReport
-from tether.transport import PortLost, TransportTimeout
+from tether.transport import DeviceSetupError, PortLost, TransportTimeout
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,8 @@ class DeviceHost:
         port stays open with the robot not connected, so the stop's frames still reach the
         devices that do answer (each one that does not is reported as such): a stop is never
         held back by the one device it cannot reach. A device that answers as another one
-        (`DeviceIdentityError`) or a port that does not open is refused as `connect` refuses
+        (`DeviceIdentityError`, but for one set up wrong: `DeviceSetupError`, stopped all the
+        same) or a port that does not open is refused as `connect` refuses
         it: no frame goes to a device not known to be the configured one."""
         try:
             self.connect(robot_name, for_stop=True)
@@ -132,6 +133,11 @@ class DeviceHost:
                 "robot %s: a device did not answer its connect check; stopping it anyway",
                 robot_name,
             )
+            return False
+        except DeviceSetupError as exc:
+            # The configured device, set up so a move would not do what host.toml says: no
+            # move runs on it (not connected), and a stop still goes to it.
+            log.warning("robot %s: %s; stopping it anyway", robot_name, exc)
             return False
         return True
 

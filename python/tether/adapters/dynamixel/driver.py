@@ -14,7 +14,10 @@ Transport rules:
   owns a port: an exclusive open plus a `flock` on a lock file keyed by that identity. The lock
   file names the owner's control socket, so other processes can ask the owner instead.
 - At connect, every joint's Status Return Level must be 2 (status for all instructions):
-  a bus that would not answer writes could never confirm one, so it is refused.
+  a bus that would not answer writes could never confirm one, so it is refused. So is a servo
+  set up so a move would not do what host.toml says (`DeviceSetupError`): an Operating Mode
+  other than position control, a time-based profile or torque-on-by-goal-update in its Drive
+  Mode, or its own Min/Max Position Limit narrower than the joint's configured limits.
 - One exchange at a time; a stop goes first (`DxlBus.priority`): while a thread holds the
   priority, every other thread's next exchange waits until it ends (an exchange already on the
   wire finishes first), so a stop never queues behind a reconciliation's or a status's reads.
@@ -40,7 +43,7 @@ from serial.serialposix import Serial as _PosixSerial  # type: ignore[import-unt
 from tether import _core, _held
 from tether._coded import CodedError
 from tether.adapters.dynamixel import tables
-from tether.adapters.dynamixel.config import DynamixelPortConfig, RobotConfig
+from tether.adapters.dynamixel.config import DynamixelPortConfig, JointConfig, RobotConfig
 from tether.devices.ports import (
     IdentityLock,
     PortIdentity,
@@ -54,6 +57,7 @@ from tether.errors import DxlFrameError
 from tether.transport import (
     DeviceError,
     DeviceIdentityError,
+    DeviceSetupError,
     PortBusy,
     PortLost,
     TransportError,
@@ -69,10 +73,12 @@ ERROR_CODES: tuple[str, ...] = (
     "adapter_ambiguous",
     "adapter_moved",
     "adapter_not_found",
+    "drive_mode",
     "lock_failed",
     "model_mismatch",
     "no_status",
     "open_failed",
+    "operating_mode",
     "operator_required",
     "owner_no_answer",
     "owner_refused",
@@ -80,6 +86,7 @@ ERROR_CODES: tuple[str, ...] = (
     "port_lost",
     "port_owned",
     "read_failed",
+    "servo_limits",
     "status_return_level",
     "write_failed",
     "write_short",
@@ -602,8 +609,58 @@ def check_robot(bus: DxlBus, robot: RobotConfig, *, retries: int | None = None) 
                 "status_return_level",
                 f"id {joint.id} has Status Return Level {level}: writes would never be confirmed",
             )
+        _check_setup(bus, joint, retries)
         servos.append((servo.id, servo.model, servo.firmware))
     return DeviceIdentity(bus.identity, tuple(servos))
+
+
+def _check_setup(bus: DxlBus, joint: JointConfig, retries: int | None) -> None:
+    """Refuse a servo set up so that Tether's moves would not do what host.toml says
+    (`DeviceSetupError`): an Operating Mode other than Position Control, a Drive Mode bit of
+    `tables.DRIVE_MODE_REFUSED`, or its own Min/Max Position Limit narrower than the joint's
+    configured limits (a goal between the two would be refused, Data Limit Error)."""
+    modes = bus.read(joint.id, tables.DRIVE_MODE.address, 2, retries=retries)
+    drive, operating = modes[0], modes[1]
+    if operating != tables.POSITION_CONTROL:
+        mode = tables.OPERATING_MODES.get(operating, "not an X-series mode")
+        raise _coded(
+            DeviceSetupError,
+            "operating_mode",
+            f"id {joint.id} is in Operating Mode {operating} ({mode}), not position control"
+            f" ({tables.POSITION_CONTROL}), which Tether's moves need; set it with the servo's"
+            " torque off (DYNAMIXEL Wizard, or a WRITE of address 11)",
+            id=joint.id,
+            operating_mode=operating,
+        )
+    for bit, why in tables.DRIVE_MODE_REFUSED.items():
+        if drive & bit:
+            raise _coded(
+                DeviceSetupError,
+                "drive_mode",
+                f"id {joint.id} has Drive Mode {drive} with {why}; clear that bit with the"
+                " servo's torque off (address 10)",
+                id=joint.id,
+                drive_mode=drive,
+            )
+    block = bus.read(
+        joint.id, tables.MAX_POSITION_LIMIT.address, 8, retries=retries
+    )  # Max Position Limit (48), then Min Position Limit (52)
+    high = tables.decode(tables.MAX_POSITION_LIMIT, block[:4])
+    low = tables.decode(tables.MIN_POSITION_LIMIT, block[4:])
+    if low > joint.min_ticks or high < joint.max_ticks:
+        rad = tables.ticks_to_radians
+        raise _coded(
+            DeviceSetupError,
+            "servo_limits",
+            f"joint {joint.name} (id {joint.id}): the servo's own position limits"
+            f" [{rad(low):+.4f}, {rad(high):+.4f}] rad (Min/Max Position Limit {low}..{high})"
+            f" do not hold the configured [{joint.min_rad:+.4f}, {joint.max_rad:+.4f}] rad:"
+            " the servo would refuse a goal between the two (Data Limit Error); narrow the"
+            " joint's min/max in host.toml, or widen the servo's limits",
+            id=joint.id,
+            servo_min=low,
+            servo_max=high,
+        )
 
 
 __all__ = [

@@ -93,6 +93,8 @@ FIELDS: tuple[Field, ...] = (
 BY_NAME: dict[str, Field] = {f.name: f for f in FIELDS}
 
 MODEL_NUMBER = BY_NAME["model_number"]
+DRIVE_MODE = BY_NAME["drive_mode"]
+OPERATING_MODE = BY_NAME["operating_mode"]
 FIRMWARE_VERSION = BY_NAME["firmware_version"]
 MIN_POSITION_LIMIT = BY_NAME["min_position_limit"]
 MAX_POSITION_LIMIT = BY_NAME["max_position_limit"]
@@ -116,6 +118,25 @@ CENTER_TICK = 2048
 MAX_TICK = 4095
 #: Profile Velocity / Velocity Limit unit.
 VELOCITY_UNIT_RPM = 0.229
+
+
+#: Operating Mode (11) values (e-Manual, X-series). Tether drives Position Control only: a goal
+#: is one turn's position, within the servo's Min/Max Position Limit.
+OPERATING_MODES: dict[int, str] = {
+    0: "current control",
+    1: "velocity control",
+    3: "position control",
+    4: "extended position control",
+    5: "current-based position control",
+    16: "PWM control",
+}
+POSITION_CONTROL = 3
+#: Drive Mode (10) bits a move cannot run under, and why.
+DRIVE_MODE_REFUSED: dict[int, str] = {
+    0x04: "a time-based profile (bit 2): Profile Velocity would be the move's duration in ms,"
+    " not its speed",
+    0x08: "torque on by goal update (bit 3): a goal written to a limp servo would power it",
+}
 
 
 class StatusReturnLevel(Enum):
