@@ -120,6 +120,30 @@ def test_a_servo_in_velocity_mode_takes_no_move_and_is_still_stopped(
     assert holds == [1, 2], holds
 
 
+def test_a_goal_the_servo_refuses_fails_the_move_once_and_is_not_retried(
+    emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
+) -> None:
+    """Servo 2 refuses the move's REG_WRITE (a Data Limit Error: its goal past a limit the
+    servo holds). The refusal is the servo's answer, not a lost frame: the move fails on its
+    first attempt naming it, with no ACTION sent and the arm held by the stop policy. It used
+    to be reconciled as absent and retried, re-enabling torque, until `tether move` gave up
+    (exit 4 after 51 attempts in 2 minutes)."""
+    emulator.inject(Fault("refuse", instruction="reg_write", id=2, value=6, count=1000))
+    out = move(config, "op-r")
+    assert (out["status"], out["code"], out["attempts"]) == ("failed", "data_limit", 1), out
+    assert "refused the move before it started" in out["error"], out
+    names = [e.instruction for e in emulator.journal]
+    assert "action" not in names and names.count("reg_write") <= 2, names
+    assert [e.executed for e in emulator.journal if e.instruction == "reg_write" and e.id == 2] == [
+        False
+    ]
+    failed = op_of(store, "op-r").failed()
+    assert failed is not None and failed["code"] == "data_limit", failed
+    for dxl_id in (1, 2):  # held where they stand: the stop policy ran
+        snap = emulator.snapshot(dxl_id)
+        assert snap["goal_position"] == snap["present_position"], snap
+
+
 def test_limits_are_refused_before_anything_is_sent(
     emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
 ) -> None:

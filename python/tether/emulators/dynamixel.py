@@ -16,7 +16,9 @@ Profile Velocity (or the Velocity Limit when it is 0). Rules it follows from the
 Fault injection (Python API or the control socket): `drop_status` (apply the next matching
 instruction but send no status), `corrupt_crc` (flip the CRC of the next status), `alert`
 (raise hardware error bits), `noise` (garbage bytes before the next status), `delay` (a slow
-device: the next matching instruction is answered `value` ms late, the bus busy meanwhile).
+device: the next matching instruction is answered `value` ms late, the bus busy meanwhile),
+`refuse` (the next matching instruction is not applied and is answered with error number
+`value`, as a servo refuses one: 6 is a Data Limit Error).
 
 Journal: one entry per received frame and servo it addresses (memory, and JSON lines when
 `--journal` is given), published only once that servo has handled the frame, so every line is
@@ -62,7 +64,7 @@ ERR_DATA_LENGTH = 5
 ERR_DATA_LIMIT = 6
 ERR_ACCESS = 7
 
-FAULT_KINDS = ("drop_status", "corrupt_crc", "alert", "noise", "delay")
+FAULT_KINDS = ("drop_status", "corrupt_crc", "alert", "noise", "delay", "refuse")
 
 
 @dataclass
@@ -225,6 +227,8 @@ class DynamixelEmulator:
     def inject(self, fault: Fault) -> None:
         if fault.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault {fault.kind!r}; one of {FAULT_KINDS}")
+        if fault.kind == "refuse" and not 1 <= fault.value <= 0x7F:
+            raise ValueError(f"a refusal's value is an error number 1..127, not {fault.value}")
         with self._lock:
             if fault.kind == "alert" and fault.instruction is None:
                 self._alert(fault)  # now
@@ -383,7 +387,11 @@ class DynamixelEmulator:
             if name == "action" and servo.staged is not None:
                 # The journal shows what an ACTION applied, so duplicates can be told apart.
                 entry.address, entry.data = servo.staged[0], servo.staged[1].hex()
-            error, data = self._run(servo, cmd)
+            refusal = self._take_fault("refuse", name, servo.id)
+            if refusal is not None:
+                error, data = refusal.value & 0x7F, b""  # not applied
+            else:
+                error, data = self._run(servo, cmd)
             entry.executed = error == 0
             if answers:
                 out += self._status(servo, error, data, entry, name)

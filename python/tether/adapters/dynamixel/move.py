@@ -89,7 +89,15 @@ class MoveNotReached(DeviceError):
 
 class MoveRefused(HostConfigError):
     """A move that can never run (`limit_violation`, `unknown_joint`), refused before any byte
-    is sent; it ends as a failed result and is never retried."""
+    is sent, or one a servo refused before its ACTION went (`DEVICE_REFUSALS`: nothing of it
+    moved the arm); it ends as a failed result and is never retried."""
+
+
+#: The status errors of a servo that refuse the frame for what it says, so the same frame is
+#: refused again (e-Manual, Protocol 2.0 "Error"): an attempt whose frame draws one before its
+#: ACTION ends as a failed result instead of being retried. A CRC error (noise on the line)
+#: and a result failure are not among them.
+DEVICE_REFUSALS = frozenset({"instruction", "data_range", "data_length", "data_limit", "access"})
 
 
 class ReissueRefused(DeviceError):
@@ -598,6 +606,7 @@ class DynamixelMoveAdapter:
         velocity = profile_velocity(limit.speed_rad_s)
         stop = True  # the stop policy applies unless the move completes
         cause = "error"
+        acted = False  # whether this attempt's ACTION went: its goals may then be running
         try:
             ids = sorted(goals)
             for dxl_id in ids:
@@ -649,6 +658,7 @@ class DynamixelMoveAdapter:
             for dxl_id, goal in sorted(goals.items()):
                 self._stage_goal(op, attempt, bus, robot, dxl_id, goal, "reg_write")
             crash_point("after_reg_write")
+            acted = True
             self._send_logged(op, attempt, "action", _core.dxl_action(), bus.action, id=0xFE)
             crash_point("after_action")
             final = self._settle(robot, goals, moving_here=True)
@@ -676,6 +686,20 @@ class DynamixelMoveAdapter:
             # A newer attempt governs the device now: this one neither sends nor stops it.
             stop = False
             raise
+        except DeviceError as exc:
+            code = getattr(exc, "code", "")
+            if acted or type(exc) is not DeviceError or code not in DEVICE_REFUSALS:
+                raise
+            # A servo refused a frame of this move before its ACTION: none of its goals was
+            # committed, and the same frame would be refused again (a goal past the servo's
+            # own limits: `data_limit`). Failed, not retried; what it staged is replaced by
+            # the next move before that one's ACTION, and the stop policy applies below.
+            raise MoveRefused(
+                code,
+                f"robot {robot.name}: the servo refused the move before it started ({exc});"
+                " nothing moved toward its goals, and it is not retried",
+                details={"robot": robot.name, "id": getattr(exc, "details", {}).get("id")},
+            ) from exc
         finally:
             if stop:
                 safe_stop(bus, robot, log=partial(self._log_stop, op, attempt, cause))
