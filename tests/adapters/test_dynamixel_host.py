@@ -144,7 +144,7 @@ def test_stop_reports_a_missing_port(tmp_path: Path) -> None:
 def test_operator_hash_reads_stdin_and_prints_the_operators_table() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tether", "operator", "hash", "--name", "ann"],
-        input="s3cret\n",
+        input="s3cret-pass\n",
         capture_output=True,
         text=True,
         timeout=60,

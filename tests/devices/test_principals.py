@@ -223,15 +223,28 @@ def test_the_readme_role_table_is_the_permissions_table() -> None:
 
 
 def test_hash_refuses_a_short_planner_token_and_prints_no_table() -> None:
+    """Its refusal is its line on stderr and nothing on stdout, even off a terminal, where the
+    other commands print JSON: `hash`'s stdout is appended to host.toml, and a JSON line there
+    made the file no TOML at all (every command then refused it, `tether stop` too)."""
     argv = [sys.executable, "-m", "tether", "operator", "hash", "--name", "ci", "--role", "planner"]
     done = subprocess.run(argv, input="abc\n", capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "[planners" not in done.stdout and "argon2" not in done.stdout
+    assert done.stdout == "", done.stdout
+    for wrong, code in ((["--name", "ci"], "empty_credential"), (["--nme", "x"], "usage")):
+        bad = [*argv[:5], *wrong]
+        refused = subprocess.run(bad, input="\n", capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and refused.stdout == "", refused
+        assert f": {code}: " in refused.stderr, refused.stderr
+    as_json = subprocess.run([*argv, "--json"], input="abc\n", capture_output=True, text=True)
+    assert json.loads(as_json.stdout)["code"] == "short_token"  # asked for
     assert done.stderr.strip().startswith("tether operator: short_token: ")
-    # An operator's passphrase is a person's: not measured.
+    # An operator's passphrase is a person's: 8 characters at least (it re-issues moves).
     person = [*argv[:-2], "--role", "operator"]
-    kept = subprocess.run(person, input="s3cret\n", capture_output=True, text=True, timeout=60)
+    kept = subprocess.run(person, input="s3cret-p\n", capture_output=True, text=True, timeout=60)
     assert kept.returncode == 0 and kept.stdout.startswith("[operators.ci]")
+    short = subprocess.run(person, input="s3cret\n", capture_output=True, text=True, timeout=60)
+    assert short.returncode == 2 and short.stdout == "", short
+    assert short.stderr.startswith("tether operator: short_passphrase: "), short.stderr
 
 
 @pytest.mark.parametrize("name", ["", " olga", "a/b", "olga\nstopped"])

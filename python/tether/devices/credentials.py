@@ -101,6 +101,7 @@ CODES: Final = (
     "insecure_secret_file",
     "old_credential_format",
     "role_refused",
+    "short_passphrase",
     "short_token",
     "unreadable_secret_file",
     "weak_credential",
@@ -132,12 +133,25 @@ def _hasher(cost: Cost) -> PasswordHasher:
 #: random and long (`python -c "import secrets; print(secrets.token_urlsafe(32))"`), and
 #: a client that may guess five times a minute per address must not find it.
 MIN_TOKEN_CHARS = 16
+#: The shortest passphrase a person's credential (an operator's, an observer's) may be hashed
+#: from: an operator's credential re-issues moves and resumes stopped robots.
+MIN_PASSPHRASE_CHARS = 8
 
 
 def check_new_secret(secret: str, role: str) -> None:
-    """Refuse a planner token shorter than `MIN_TOKEN_CHARS` (`short_token`) before it is
-    hashed into a host.toml (`tether operator hash`); an operator's passphrase is a person's
-    and is not measured here."""
+    """Refuse a planner token shorter than `MIN_TOKEN_CHARS` (`short_token`), or a person's
+    passphrase (an operator's, an observer's) shorter than `MIN_PASSPHRASE_CHARS`
+    (`short_passphrase`), before it is hashed into a host.toml (`tether operator hash`). An
+    empty one is `empty_credential`, as `hash_secret` says it."""
+    if not secret:
+        raise _error("empty_credential", "the credential must not be empty")
+    if role != "planner" and len(secret) < MIN_PASSPHRASE_CHARS:
+        raise _error(
+            "short_passphrase",
+            f"an {role}'s passphrase needs at least {MIN_PASSPHRASE_CHARS} characters (this"
+            f" one has {len(secret)}): it re-issues moves and resumes stopped robots",
+            minimum=MIN_PASSPHRASE_CHARS,
+        )
     if role == "planner" and len(secret) < MIN_TOKEN_CHARS:
         raise _error(
             "short_token",

@@ -175,10 +175,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    # Off a terminal it prints JSON: a usage error is then a document on stdout too.
-    want_json("--json" in argv or not sys.stdout.isatty())
+    # Off a terminal it prints JSON: a usage error is then a document on stdout too. But for
+    # `hash`, whose stdout is appended to host.toml (`>> host.toml`): its refusal is only its
+    # line on stderr, unless --json asks (a JSON line appended made the file no TOML at all).
+    hashing = next((a for a in argv if not a.startswith("-")), None) == "hash"
+    want_json("--json" in argv or (not hashing and not sys.stdout.isatty()))
     args = _parser().parse_args(argv)
-    as_json = args.json or not sys.stdout.isatty()
+    as_json = args.json or (args.cmd != "hash" and not sys.stdout.isatty())
     want_json(as_json)  # its refusals are JSON documents too
     try:
         if args.cmd == "hash":
