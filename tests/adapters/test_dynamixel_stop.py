@@ -344,3 +344,52 @@ def test_a_mistake_in_serve_is_said_and_the_stop_goes_and_move_names_the_file(
     assert done.returncode == 0, done.stderr
     [warning] = done.stderr.splitlines()
     assert "warning: bad_live_origins" in warning, warning
+
+
+def test_a_mistake_in_the_host_file_still_stops_through_the_process_owning_the_port(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    """No `tether serve` runs: `tether host serve` owns the port (as a standalone `tether
+    move` would). A host file with a misspelled key (or no TOML at all) used to send nothing
+    (exit 2) while the arm drove on; the stop now goes through the process its port's lock
+    names, with the configuration that process loaded, after a warning naming its pid. A
+    robot no owner has is reported, nothing sent to it."""
+    config = write_config(tmp_path, emu.path)
+    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
+    typo = tmp_path / "typo.toml"
+    typo.write_text(config.read_text().replace("safe_stop = ", "safe_sotp = ", 1))
+    cut = tmp_path / "cut.toml"
+    cut.write_text(config.read_text().replace("[robots.arm]", "[robots.arm", 1))
+    argv = [sys.executable, "-m", "tether", "host", "serve", "--config", str(config), "--json"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as host:
+        try:
+            assert host.stdout is not None
+            ready = [json.loads(host.stdout.readline()) for _ in range(2)]
+            assert "socket" in ready[1], ready
+            before = len(emu.journal())
+            done = stop(typo, "--json")
+            assert done.returncode == 0, (done.stdout, done.stderr)
+            warning = done.stderr.strip().splitlines()
+            assert len(warning) == 1 and "warning: unknown_key" in warning[0], warning
+            assert f"pid {host.pid}" in warning[0], warning
+            assert [(r["robot"], r["via"], r["ok"]) for r in json.loads(done.stdout)] == [
+                ("arm", "owner", True)
+            ]
+            holds = [
+                e
+                for e in emu.journal()[before:]
+                if e["instruction"] == "write" and e["address"] == tables.GOAL_POSITION.address
+            ]
+            assert sorted(e["id"] for e in holds) == [1, 2], holds
+            syntax = stop(cut, "--robot", "arm", "--robot", "nosuch", "--json")
+            assert syntax.returncode == 1, (syntax.stdout, syntax.stderr)
+            assert "warning: bad_toml" in syntax.stderr
+            got = {r["robot"]: r for r in json.loads(syntax.stdout)}
+            assert got["arm"]["ok"] and got["arm"]["via"] == "owner", got
+            assert got["nosuch"]["error"].startswith("not_owned: "), got
+        finally:
+            host.terminate()
+            host.communicate(timeout=60)
+    # With nobody owning the port, nothing is sent (as before): exit 2.
+    refused = stop(typo)
+    assert refused.returncode == 2 and "unknown_key" in refused.stderr, refused

@@ -23,6 +23,7 @@ from tether.devices.config import (
 )
 from tether.devices.control import daemon_socket, send_request
 from tether.devices.host import DeviceHost, stop_everything
+from tether.devices.ports import port_owners
 from tether.errors import TetherError
 
 #: `tether stop` exit codes (`tether._exit`, the README's exit-code table).
@@ -43,8 +44,9 @@ an operator runs `tether operator resume ROBOT`.
 
 exit codes: 0 every joint is in its policy's state; 1 some joint is not, or a robot could not
 be reached; 2 usage or configuration error (nothing was sent). A configuration error while
-`tether serve` runs on the file's state dir is a warning: every robot is stopped through that
-daemon, with the configuration it loaded. See `tether --help`."""
+`tether serve` runs on the file's state dir (or, with none, while a `tether move`, `tether host
+serve` or `tether worker` owns a port there) is a warning: every robot is stopped through that
+process, with the configuration it loaded. See `tether --help`."""
 
 
 def _joint_line(joint: dict[str, Any], width: int) -> str:
@@ -121,10 +123,12 @@ def _stop_through_daemon(
     path: Path, robots: list[str] | None
 ) -> tuple[list[dict[str, Any]], str] | None:
     """`tether stop` with a host file the configuration refused: the reports of a stop through
-    the `tether serve` of its state dir, and that daemon's host file; or None (nothing sent)
-    when it cannot be found for certain: the file is unreadable or not TOML, its `[host]`
-    table is itself wrong, or no daemon holds that state dir. The robots named, else every
-    robot the daemon serves (its own configuration's, not the refused file's)."""
+    the processes that own robots of its state dir, and what they are; or None (nothing sent)
+    when none can be found for certain: the file is unreadable, its `[host]` table is itself
+    wrong, or nothing holds that state dir. The `tether serve` of the state dir when one runs;
+    else each process that owns a port there now (`tether move`, `tether host serve`,
+    `tether worker`: the owner its port's lock names). The robots named, else every robot each
+    serves (its own configuration's, not the refused file's)."""
     from tether.client import daemon_record
 
     try:
@@ -138,22 +142,45 @@ def _stop_through_daemon(
     except (HostConfigError, tomllib.TOMLDecodeError):
         return None
     record = daemon_record(state_dir)  # a daemon holds the state dir's lock: not a stale socket
-    if record is None:
-        return None
-    socket_path = daemon_socket(state_dir)
+    if record is not None:
+        sockets = [str(daemon_socket(state_dir))]
+        theirs = "the running daemon of this state dir, with the configuration it loaded"
+        theirs += f" ({record.get('config') or 'its own host file'})"
+    else:
+        owners = [o for o in port_owners(state_dir) if isinstance(o.get("socket"), str)]
+        sockets = list(dict.fromkeys(str(o["socket"]) for o in owners))
+        if not sockets:
+            return None
+        pids = ", ".join(str(o.get("pid")) for o in owners)
+        theirs = f"the process{'es' if len(sockets) > 1 else ''} that own its ports now"
+        theirs += f" (pid {pids}), with the configuration each loaded"
     reports: list[dict[str, Any]] = []
-    names: list[str | None] = list(robots) if robots else [None]  # None: every robot
-    for name in names:
-        try:
-            asked = {"op": "stop"} if name is None else {"op": "stop", "robot": name}
-            for report in send_request(socket_path, asked):
-                reports.append({**report, "via": "owner"})
-        except TetherError as exc:
-            code, message, _ = error_fields(exc)
-            failed = f"{code}: {message}"
-            reports.append({"robot": name or "*", "policy": "unknown", "ok": False})
-            reports[-1].update(error=failed, joints=[], via=None)
-    return reports, str(record.get("config") or "its own host file")
+    unowned = list(robots or [])
+    for socket_path in sockets:
+        names: list[str | None] = list(robots) if robots else [None]  # None: every robot
+        if robots and record is None:  # a port's owner is asked only for the robots it has
+            try:
+                served = send_request(socket_path, {"op": "identity"})
+            except TetherError:
+                served = {}
+            names = [n for n in robots if n in served]
+            unowned = [n for n in unowned if n not in served]
+        elif robots:
+            unowned = []
+        for name in names:
+            try:
+                asked = {"op": "stop"} if name is None else {"op": "stop", "robot": name}
+                for report in send_request(socket_path, asked):
+                    reports.append({**report, "via": "owner"})
+            except TetherError as exc:
+                code, message, _ = error_fields(exc)
+                failed = f"{code}: {message}"
+                reports.append({"robot": name or "*", "policy": "unknown", "ok": False})
+                reports[-1].update(error=failed, joints=[], via=None)
+    for name in unowned:  # no process that owns a port has it: nothing was sent to it
+        reports.append({"robot": name, "policy": "unknown", "ok": False, "joints": []})
+        reports[-1].update(error="not_owned: no running process owns it: nothing sent", via=None)
+    return reports, theirs
 
 
 def stop_main(argv: list[str]) -> int:
@@ -188,8 +215,7 @@ def stop_main(argv: list[str]) -> int:
             fallback, theirs = stopped
             code, message, _ = error_fields(exc)
             print(
-                f"tether stop: warning: {code}: {message}; stopping through the running"
-                f" daemon of this state dir, with the configuration it loaded ({theirs})",
+                f"tether stop: warning: {code}: {message}; stopping through {theirs}",
                 file=sys.stderr,
             )
             print(json.dumps(fallback, indent=2) if args.json else render_stop(fallback))

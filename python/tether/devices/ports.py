@@ -110,8 +110,22 @@ def resolve_port(cfg: PortLocator) -> PortIdentity:
     return PortIdentity(f"path:{os.path.realpath(cfg.url)}", cfg.url)
 
 
+_LOCK_PREFIX = "dxl-"
+
+
 def lock_path(lock_dir: Path, key: str) -> Path:
-    return lock_dir / f"dxl-{hashlib.sha256(key.encode()).hexdigest()[:20]}.lock"
+    return lock_dir / f"{_LOCK_PREFIX}{hashlib.sha256(key.encode()).hexdigest()[:20]}.lock"
+
+
+def port_owners(lock_dir: Path) -> list[dict[str, Any]]:
+    """The record (`pid`, `socket`) of each process that owns a port under ``lock_dir`` now
+    (its identity lock held), whatever port it is: for a `tether stop` that cannot read which
+    ports its host file names. Never raises: an unreadable dir owns nothing."""
+    try:
+        paths = sorted(lock_dir.glob(f"{_LOCK_PREFIX}*.lock"))
+    except OSError:
+        return []
+    return [read_owner(p) for p in paths if is_locked(p)]
 
 
 class IdentityLock:
@@ -263,6 +277,7 @@ __all__ = [
     "lock_path",
     "owner_of",
     "owner_socket_of",
+    "port_owners",
     "read_owner",
     "resolve_port",
     "TAKE_RETRY_S",
