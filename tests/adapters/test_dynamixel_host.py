@@ -131,14 +131,21 @@ def test_host_close_always_safe_stops(emulator: DynamixelEmulator, tmp_path: Pat
 
 
 def test_stop_reports_a_missing_port(tmp_path: Path) -> None:
+    """A port that does not open: nothing reached the robot, and the report says so (it said
+    "NOT in the state its policy asks", as for a joint found limp), and that the latch was
+    written first, and where the stop must come from now."""
     config = write_config(tmp_path, "/dev/does-not-exist")
     done = run_cli("stop", "--json", "--config", str(config))
     assert done.returncode == 1
     report = json.loads(done.stdout)[0]
     assert report["ok"] is False and report["error"].startswith("TransportError: open_failed:")
+    assert (report["joints"], report["latched"]) == ([], True), report
     text = run_cli("stop", "--config", str(config))
     assert text.returncode == 1 and "Traceback" not in text.stderr
-    assert text.stdout.splitlines()[0] == "arm (safe_stop hold): NOT in the state its policy asks"
+    lines = text.stdout.splitlines()
+    assert lines[0] == "arm (safe_stop hold): NOT STOPPED: nothing reached it, nothing is confirmed"
+    assert lines[2] == "  latched: no move of Tether's runs on it until `tether operator resume arm`"  # noqa: E501
+    assert "hardware emergency stop" in lines[3], lines
 
 
 def test_operator_hash_reads_stdin_and_prints_the_operators_table() -> None:

@@ -67,12 +67,26 @@ def render_stop(reports: list[dict[str, Any]]) -> str:
     lines: list[str] = []
     for report in reports:
         via = f", via {report['via']}" if report.get("via") else ""
-        verdict = "stopped" if report.get("ok") else "NOT in the state its policy asks"
+        reached = bool(report.get("joints"))
+        verdict = (
+            "stopped"
+            if report.get("ok")
+            else "NOT in the state its policy asks"
+            if reached
+            else "NOT STOPPED: nothing reached it, nothing is confirmed"
+        )
         lines.append(f"{report['robot']} (safe_stop {report['policy']}{via}): {verdict}")
         if report.get("error"):
             lines.append(f"  {report['error']}")
         if report.get("latch_error"):
             lines.append(f"  {report['latch_error']}")
+        if not reached and not report.get("ok"):
+            if report.get("latched"):
+                lines.append(
+                    f"  latched: no move of Tether's runs on it until `tether operator resume"
+                    f" {report['robot']}`"
+                )
+            lines.append("  if it may be moving, stop it with its hardware emergency stop")
         joints = report.get("joints", [])
         width = max((len(str(j["joint"])) for j in joints), default=0)
         lines += [_joint_line(j, width) for j in joints]

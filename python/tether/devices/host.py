@@ -427,6 +427,7 @@ def stop_everything(
     reports: list[dict[str, Any]] = []
     for name in names:
         spec = config.spec(name)
+        latched = False  # a failure's report says whether the latch was written first
         try:
             socket_path = owner_socket(config, spec.port)
             if socket_path is not None:
@@ -437,13 +438,14 @@ def stop_everything(
                 latch = host.latch
                 with latch.stopping():
                     latch.latch(name)  # before the port is even opened: nothing moves after
+                    latched = True
                     host.connect_for_stop(name)
                     reports.append({**host.stop_report(name), "via": "direct"})
         except Exception as exc:
             failed = config.device_type(name).stop_failure(
                 config.robot(name), f"{type(exc).__name__}: {exc}"
             )
-            reports.append({**failed.as_dict(), "via": None})
+            reports.append({**failed.as_dict(), "via": None, "latched": latched})
     return reports
 
 
