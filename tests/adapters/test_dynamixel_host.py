@@ -146,7 +146,7 @@ def test_stop_reports_a_missing_port(tmp_path: Path) -> None:
     assert lines[0] == "arm (safe_stop hold): NOT STOPPED: nothing reached it, nothing is confirmed"
     assert (
         lines[2] == "  latched: no move of Tether's runs on it until `tether operator resume arm`"
-    )  # noqa: E501
+    )
     assert "hardware emergency stop" in lines[3], lines
 
 

@@ -144,6 +144,36 @@ def test_a_goal_the_servo_refuses_fails_the_move_once_and_is_not_retried(
         assert snap["goal_position"] == snap["present_position"], snap
 
 
+def test_an_earlier_move_never_concluded_is_said_before_this_run_moves_it(
+    emulator: DynamixelEmulator,
+    config: HostConfig,
+    store: MoveStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A move admitted and never run to its end (an earlier `tether move` that gave up
+    waiting) is run by the next `tether move` of the world, first: the arm went to its goals
+    with nothing said (a reviewer saw an elbow drive to an old +0.3 rad while asking for
+    -1.0). It is now named before anything is sent."""
+    from tether.adapters.dynamixel.worker import data_dir_of
+    from tether.families.robot_move.family import intent, robot_move_family
+    from tether.runtime import Host
+    from tether.serve.config import host_name_for
+
+    data, name = data_dir_of(config), host_name_for(config)
+    data.mkdir(parents=True, exist_ok=True)
+    family = robot_move_family(config, data / "robot_move", host_name=name)
+    with Host(data, [family], workers=0, observe=False, host_name=name) as host:
+        host.create_world("local")
+        host.commit_tick("local", [intent("op-old", request({"a": 0.3, "b": 0.1}))])
+    with caplog.at_level("WARNING", logger="tether.move"):
+        out = move(config, "op-new")
+    assert out["status"] == "done", out
+    said = [r.getMessage() for r in caplog.records if r.name == "tether.move"]
+    assert len(said) == 1 and "op-old" in said[0] and "run first" in said[0], said
+    old = op_of(store, "op-old")
+    assert old is not None and old.result() is not None  # it ran, as it was admitted to
+
+
 def test_limits_are_refused_before_anything_is_sent(
     emulator: DynamixelEmulator, config: HostConfig, store: MoveStore
 ) -> None:

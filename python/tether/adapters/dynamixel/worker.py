@@ -64,6 +64,8 @@ from tether.families.robot_move.request import (
 )
 from tether.storage._urls import redact
 
+log = logging.getLogger("tether.move")
+
 EXIT_DONE = _exit.OK
 EXIT_ERROR = _exit.FAILED
 EXIT_USAGE = _exit.USAGE
@@ -375,6 +377,25 @@ def run_move(
                 )
             before = host.get(key)  # concluded by an earlier run: shown, never run again
             earlier = before is not None and before.result is not None
+            # Moves admitted before this one and never concluded (an earlier `tether move`
+            # that gave up waiting, exit 4) are run by this worker too, first: said before
+            # any of them moves the arm, never found out afterwards.
+            pending = [
+                r.key.activity_id
+                for r in host.catalog.iter_claimable(world_id=world)
+                if r.key != key and r.result is None and not r.awaiting_decision
+            ]
+            if pending:
+                shown = ", ".join(pending[:10]) + (
+                    f" and {len(pending) - 10} more" if len(pending) > 10 else ""
+                )
+                log.warning(
+                    "%d earlier move(s) of world %s, admitted and never concluded, run first,"
+                    " as they were admitted: %s",
+                    len(pending),
+                    world,
+                    shown,
+                )
             worker = host.new_worker(f"tether-move-{activity}")
             stack.callback(worker.close)  # its own catalog connection (the caller owns it)
             while True:
