@@ -296,7 +296,9 @@ def test_stop_of_an_unknown_robot_is_one_line_and_sends_nothing(
     [
         ("any", None, False, "unknown"),
         ("torque off", ReadBack(0, 0, 2048, 2048), False, "limp"),
-        ("hardware error", ReadBack(1, 0x20, 2048, 2048), True, "limp"),
+        ("hardware error, torque dropped", ReadBack(0, 0x20, 2048, 2048), True, "limp"),
+        # An error the servo does not shut down on (input voltage): powered and holding.
+        ("hardware error, torque kept", ReadBack(1, 0x01, 2048, 2048), True, "held"),
         ("hold confirmed", ReadBack(1, 0, 2100, 2048), True, "held"),
         ("goal within tolerance", ReadBack(1, 0, 2060, 2048), False, "held"),
         ("goal elsewhere", ReadBack(1, 0, 2500, 2048), False, "moving"),

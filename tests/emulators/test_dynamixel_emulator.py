@@ -195,6 +195,63 @@ def test_alert_bit_and_hardware_error(
     assert handler.read1ByteTxRx(port, 2, 70)[2] == 0  # the other servo is fine
 
 
+def test_an_error_shutdown_does_not_enable_leaves_torque_on(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
+) -> None:
+    """Input voltage (bit 0) is not in Shutdown's default 0x34: the servo raises the alert and
+    keeps its torque (it dropped it for every error, so a test could never meet a servo that
+    reports an error while holding). Enabled in Shutdown, it drops torque."""
+    port, handler = sdk
+    handler.write1ByteTxRx(port, 1, 64, 1)
+    emulator.inject(Fault("alert", id=1, value=0x01))
+    value, result, error = handler.read1ByteTxRx(port, 1, 70)
+    assert (value, result) == (0x01, COMM_SUCCESS) and error & 0x80
+    assert handler.read1ByteTxRx(port, 1, 64)[0] == 1
+    handler.write1ByteTxRx(port, 2, 63, 0x35)  # EEPROM: servo 2's torque is off
+    handler.write1ByteTxRx(port, 2, 64, 1)
+    emulator.inject(Fault("alert", id=2, value=0x01))
+    assert handler.read1ByteTxRx(port, 2, 64)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("address", "size", "value", "error"),
+    [
+        (7, 1, 253, 4),  # ID 253: the emulator crashed encoding its status (exit 1)
+        (8, 1, 9, 4),  # no such baud rate
+        (11, 1, 2, 4),  # no Operating Mode 2
+        (68, 1, 3, 4),  # Status Return Level is 0..2
+        (112, 4, 40_000, 4),  # Profile Velocity is 0..32767
+        (44, 4, 2000, 4),  # Velocity Limit is 0..1023
+        (48, 4, 5000, 4),  # Max Position Limit is 0..4095
+        (100, 2, 2000, 6),  # Goal PWM past PWM Limit (885)
+        (102, 2, 3000, 6),  # Goal Current past Current Limit (1193)
+    ],
+)
+def test_sdk_sees_a_value_out_of_range_refused_as_a_servo_refuses_it(
+    sdk: tuple[PortHandler, PacketHandler], address: int, size: int, value: int, error: int
+) -> None:
+    port, handler = sdk
+    write = {1: handler.write1ByteTxRx, 2: handler.write2ByteTxRx, 4: handler.write4ByteTxRx}
+    read = {1: handler.read1ByteTxRx, 2: handler.read2ByteTxRx, 4: handler.read4ByteTxRx}
+    before = read[size](port, 2, address)[0]
+    assert write[size](port, 2, address, value) == (COMM_SUCCESS, error)
+    assert read[size](port, 2, address) == (before, COMM_SUCCESS, 0)  # not applied
+    assert handler.ping(port, 1)[1] == COMM_SUCCESS  # and the bus still answers
+
+
+def test_a_servo_given_a_new_id_answers_at_it(
+    sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
+) -> None:
+    port, handler = sdk
+    assert handler.write1ByteTxRx(port, 2, 7, 2)[1] == COMM_SUCCESS  # its own: nothing changes
+    handler.write1ByteTxRx(port, 1, 7, 5)
+    assert handler.ping(port, 5)[1] == COMM_SUCCESS
+    assert handler.ping(port, 1)[1] == COMM_RX_TIMEOUT
+    # An ID another servo has: the emulator does not model two servos on one ID.
+    assert handler.write1ByteTxRx(port, 5, 7, 2) == (COMM_SUCCESS, 4)
+    assert sorted(emulator.servos) == [2, 5]
+
+
 def test_an_alert_armed_for_an_instruction_strikes_once_it_ran(
     sdk: tuple[PortHandler, PacketHandler], emulator: DynamixelEmulator
 ) -> None:

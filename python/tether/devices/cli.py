@@ -36,9 +36,9 @@ STOP_EXIT_CODES = (_exit.OK, _exit.FAILED, _exit.USAGE)
 HOST_EXIT_CODES = (_exit.OK, _exit.FAILED, _exit.USAGE, _exit.UNAVAILABLE)
 
 _STOP_EPILOG = """\
-Each joint is reported as read back from the device after the stop: held (torque on, no
-hardware error, holding where it stands), limp (torque off or a hardware error, named),
-moving (torque on but driving elsewhere) or unknown (unreadable). Positions are in radians.
+Each joint is reported as read back from the device after the stop: held (torque on,
+holding where it stands), limp (torque off), moving (torque on but driving elsewhere) or
+unknown (unreadable), with any hardware error named. Positions are in radians.
 A stop is latched: a move in progress sends nothing more, and nothing moves on the robot until
 an operator runs `tether operator resume ROBOT`.
 

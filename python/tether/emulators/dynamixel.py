@@ -8,10 +8,16 @@ Profile Velocity (or the Velocity Limit when it is 0). Rules it follows from the
   instructions other than PING and SYNC_READ get no status.
 - REG_WRITE stages a write and sets Registered Instruction (69); ACTION applies it and clears 69;
   ACTION with nothing staged is an Instruction Error.
+- A write is checked as the servo checks it: a value outside its item's range is a Data Range
+  Error (`VALUE_RANGES`), a goal past its limit a Data Limit Error. A servo given a new ID
+  answers at it; an ID another emulated servo has is refused (Data Range Error: the emulator
+  does not model two servos colliding on one ID). Bulk instructions, FACTORY_RESET and CLEAR
+  are not emulated (an Instruction Error).
 - REBOOT wipes RAM (torque off, goals reset to present, staged write dropped, hardware error
   cleared); EEPROM stays. Writing EEPROM while torque is on is an Access Error.
 - Present Velocity (128) is the shaft's speed over the last motion step (0 when still).
-- A Hardware Error Status bit sets Alert (0x80) in every status and turns torque off.
+- A Hardware Error Status bit sets Alert (0x80) in every status; one Shutdown (63) enables
+  (by default overheating, electrical shock, overload) turns torque off until a reboot.
 
 Fault injection (Python API or the control socket): `drop_status` (apply the next matching
 instruction but send no status), `corrupt_crc` (flip the CRC of the next status), `alert`
@@ -63,6 +69,42 @@ ERR_DATA_RANGE = 4
 ERR_DATA_LENGTH = 5
 ERR_DATA_LIMIT = 6
 ERR_ACCESS = 7
+
+#: The values each item takes (e-Manual, XM430-W350 control table): a write of another is a
+#: Data Range Error, as the servo answers it. Goal PWM, Current and Velocity are checked against
+#: their limits (a Data Limit Error) in `Servo.check_write`, Goal Position against the position
+#: limits.
+VALUE_RANGES: dict[str, tuple[int, int] | frozenset[int]] = {
+    "id": (0, 252),
+    "baud_rate": (0, 7),
+    "return_delay_time": (0, 254),
+    "drive_mode": (0, 15),
+    "operating_mode": frozenset({0, 1, 3, 4, 5, 16}),
+    "protocol_type": frozenset({1, 2}),
+    "homing_offset": (-1_044_479, 1_044_479),
+    "moving_threshold": (0, 1023),
+    "temperature_limit": (0, 100),
+    "max_voltage_limit": (60, 160),
+    "min_voltage_limit": (60, 160),
+    "pwm_limit": (0, 885),
+    "current_limit": (0, 1193),
+    "velocity_limit": (0, 1023),
+    "max_position_limit": (0, 4095),
+    "min_position_limit": (0, 4095),
+    "startup_configuration": (0, 3),
+    "torque_enable": (0, 1),
+    "led": (0, 1),
+    "status_return_level": (0, 2),
+    "bus_watchdog": (0, 127),
+    "profile_acceleration": (0, 32767),
+    "profile_velocity": (0, 32767),
+}
+#: A goal item, and the limit item it may not pass either way (a Data Limit Error).
+GOAL_LIMITS = {
+    "goal_pwm": "pwm_limit",
+    "goal_current": "current_limit",
+    "goal_velocity": "velocity_limit",
+}
 
 FAULT_KINDS = ("drop_status", "corrupt_crc", "alert", "noise", "delay", "refuse")
 
@@ -134,17 +176,28 @@ class Servo:
             if not f.writable or (f.eeprom and torque_on):
                 return ERR_ACCESS
             value = tables.decode(f, data[f.address - address : f.end - address])
-            if f is tables.TORQUE_ENABLE and value not in (0, 1):
+            allowed = VALUE_RANGES.get(f.name)
+            if isinstance(allowed, tuple) and not allowed[0] <= value <= allowed[1]:
                 return ERR_DATA_RANGE
+            if isinstance(allowed, frozenset) and value not in allowed:
+                return ERR_DATA_RANGE
+            limit = GOAL_LIMITS.get(f.name)
+            if limit is not None and abs(value) > self.get(tables.BY_NAME[limit]):
+                return ERR_DATA_LIMIT
             if f is tables.GOAL_POSITION and not (
                 self.get(tables.MIN_POSITION_LIMIT) <= value <= self.get(tables.MAX_POSITION_LIMIT)
             ):
                 return ERR_DATA_LIMIT
         return 0 if covered == end else ERR_ACCESS
 
+    def shut_down(self) -> bool:
+        """Whether a hardware error it shuts down on is set (Hardware Error Status bits that
+        Shutdown (63) enables: torque stays off until a reboot)."""
+        return bool(self.get(tables.HARDWARE_ERROR_STATUS) & self.get(tables.BY_NAME["shutdown"]))
+
     def apply_write(self, address: int, data: bytes) -> None:
         self.table[address : address + len(data)] = data
-        if self.get(tables.HARDWARE_ERROR_STATUS):
+        if self.shut_down():
             self.set(tables.TORQUE_ENABLE, 0)
 
     def step(self, dt: float, speed_scale: float) -> None:
@@ -237,12 +290,15 @@ class DynamixelEmulator:
 
     def _alert(self, fault: Fault) -> None:
         """A hardware error (`fault.value`, overheating by default) on `fault.id`, or every
-        servo: its Hardware Error Status set, its torque off, as the device does."""
+        servo: its Hardware Error Status set, and its torque off when Shutdown (63) enables
+        that error (by default overheating, electrical shock and overload, not input voltage),
+        as the device does."""
         targets = [fault.id] if fault.id is not None else list(self.servos)
         for i in targets:
             servo = self.servos[i]
             servo.set(tables.HARDWARE_ERROR_STATUS, fault.value or 0x04)
-            servo.set(tables.TORQUE_ENABLE, 0)
+            if servo.shut_down():
+                servo.set(tables.TORQUE_ENABLE, 0)
 
     def snapshot(self, dxl_id: int) -> dict[str, int]:
         with self._lock:
@@ -359,6 +415,9 @@ class DynamixelEmulator:
         finally:
             if alert is not None:
                 self._alert(alert)
+            if any(dxl_id != servo.id for dxl_id, servo in self.servos.items()):
+                # A servo given a new ID answers at it from the next frame on.
+                self.servos = {servo.id: servo for servo in self.servos.values()}
 
     def _execute_packet(self, packet: _core.DxlPacket, cmd: _core.DxlCommand, name: str) -> bytes:
         frame = _core.dxl_encode(packet.id, packet.instruction, packet.params).hex()
@@ -414,6 +473,14 @@ class DynamixelEmulator:
             error = servo.check_write(cmd.address or 0, cmd.data)
             if error:
                 return error, b""
+            field = tables.BY_NAME["id"]
+            start = cmd.address or 0
+            if start <= field.address < start + len(cmd.data):
+                new_id = cmd.data[field.address - start]
+                if new_id != servo.id and new_id in self.servos:
+                    # Two servos on one ID collide on a real bus; the emulator does not model
+                    # that, so it refuses the write instead.
+                    return ERR_DATA_RANGE, b""
             if name == "write":
                 servo.apply_write(cmd.address or 0, cmd.data)
             else:

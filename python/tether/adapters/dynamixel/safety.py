@@ -20,13 +20,15 @@ SYNC_READ that fails falls back to each joint's own READ, so one joint's failure
 
 After the policy, every joint is read back and reported as what the device is
 (`stopped_state`, a pure function of that read-back):
-- `held`: torque on, no hardware error, and its goal is where it stands (the hold was
-  confirmed, or Goal Position is within the arrival tolerance of Present Position);
-- `limp`: torque off, or a hardware error (listed by name; the servo drops torque);
-- `moving`: torque on, no hardware error, but its goal is elsewhere: the stop did not take;
+- `held`: torque on, and its goal is where it stands (the hold was confirmed, or Goal
+  Position is within the arrival tolerance of Present Position);
+- `limp`: torque off (a servo drops it on a hardware error its Shutdown item enables);
+- `moving`: torque on, but its goal is elsewhere: the stop did not take;
 - `unknown`: the read-back failed (the error says why).
 A robot's stop is `ok` when every joint is in its policy's state (`held` for `hold`, `limp` for
-`torque_off`). Positions are reported in radians.
+`torque_off`). Positions are reported in radians, and a hardware error is named whatever the
+state (one the servo does not shut down on, such as an input voltage out of range, leaves it
+powered and holding: it is `held`, never called limp with its torque on).
 
 The speed limit of a first motion is not here: the generic host decides it
 (`tether.devices.motion`, `DeviceHost.motion_limit`) and the move path converts it to Profile
@@ -67,7 +69,7 @@ def stopped_state(read_back: ReadBack | None, *, hold_confirmed: bool, tolerance
     """What a joint is after a stop, decided from its read-back alone (None: unreadable)."""
     if read_back is None:
         return "unknown"
-    if read_back.torque_enable != 1 or read_back.hardware_error_status:
+    if read_back.torque_enable != 1:
         return "limp"
     at_goal = abs(read_back.goal_position - read_back.present_position) <= tolerance_ticks
     return "held" if hold_confirmed or at_goal else "moving"
