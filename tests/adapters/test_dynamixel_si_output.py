@@ -117,6 +117,12 @@ def test_tether_move_json_holds_no_ticks(tmp_path: Path) -> None:
         final = lines(refused)[-1]
         assert (final["status"], final["code"]) == ("failed", "limit_violation")
         assert "rad" in final["error"] and tick_fields(lines(refused)) == []
+        # A refusal, recorded as the move's result: its one line on stderr as well (it said
+        # nothing there, so a script reading stderr saw exit 2 and no reason).
+        said = [x for x in refused.stderr.splitlines() if x.startswith("tether move: ")]
+        assert said == [f"tether move: {final['error']}"] or said == [
+            f"tether move: limit_violation: {final['error']}"
+        ], refused.stderr
 
 
 def test_parked_evidence_holds_no_ticks_and_measures_velocity(tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ def test_a_refused_move_names_its_code_once(capsys: pytest.CaptureFixture[str]) 
             "error": "limit_violation: joint a would reach +2.0 rad, outside [-1.5, +1.5] rad",
         }
     )
-    said = capsys.readouterr().out
+    out, said = capsys.readouterr()
+    assert out == "", out  # a refusal: its line is on stderr, as every refusal's
     assert said.count("limit_violation") == 1, said
     assert said.startswith("local/physical_ai.robot_move.relative/r1: failed (refused): ")
 

@@ -524,6 +524,19 @@ def _say_json(doc: dict[str, Any]) -> None:
     stdout_line(json.dumps(doc))
 
 
+def _coded(doc: dict[str, Any]) -> str:
+    """A failed outcome's `code: error`, its code said once."""
+    code, error = doc.get("code"), str(doc.get("error"))
+    return error if error.startswith(f"{code}: ") else f"{code}: {error}"
+
+
+def _say_json_refusal(doc: dict[str, Any]) -> None:
+    """A refusal recorded as the move's result, with JSON on stdout: its one line on stderr
+    too, as every refusal of every command has."""
+    if doc.get("status") == "failed" and doc.get("outcome") == "refused":
+        print(f"tether move: {_coded(doc)}", file=sys.stderr, flush=True)
+
+
 def _say_text(doc: dict[str, Any]) -> None:
     """The outcome for a person on a terminal, in radians (a refusal or an error is
     `error_line`'s)."""
@@ -541,9 +554,13 @@ def _say_text(doc: dict[str, Any]) -> None:
             flush=True,
         )
     elif status == "failed":
-        code, error = doc.get("code"), str(doc.get("error"))
-        said = error if error.startswith(f"{code}: ") else f"{code}: {error}"  # code once
-        print(f"{key}: failed ({doc.get('outcome')}): {said}{earlier}", flush=True)
+        # A refusal recorded as the move's result is a refusal: its line goes to stderr.
+        refused = doc.get("outcome") == "refused"
+        print(
+            f"{key}: failed ({doc.get('outcome')}): {_coded(doc)}{earlier}",
+            flush=True,
+            file=sys.stderr if refused else sys.stdout,
+        )
     elif doc.get("reason") in ("interrupted", "daemon_lost", "daemon_failed", "unanswered"):
         print(f"{key}: not concluded: {doc.get('error')}", flush=True)
     else:
@@ -749,6 +766,8 @@ def _main(argv: list[str]) -> int:
         if line is not None:
             line.end()
         say(outcome)
+        if say is _say_json:
+            _say_json_refusal(outcome)
         return _move_exit(outcome)
     if named:
         # A standalone move runs on the data dir's own stores: one the configuration names
@@ -797,6 +816,8 @@ def _main(argv: list[str]) -> int:
     if line is not None:
         line.end()
     say(outcome)
+    if say is _say_json:
+        _say_json_refusal(outcome)
     return _move_exit(outcome)
 
 
