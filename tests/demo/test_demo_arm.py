@@ -479,6 +479,33 @@ def test_a_demo_starting_on_the_same_data_dir_holds_it_before_writing_host_toml(
     assert "AG-UI stream" not in second.stdout + second.stderr
 
 
+def test_ctrl_c_at_the_decision_prompt_ends_the_demo_without_waiting_out_the_prompt(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C while the demo asks for a decision: the prompt lets go at once (nothing
+    decided) and the demo ends interrupted (exit 130). The prompt kept reading the terminal,
+    so the demo sat silent for the close's 15 s bound on the planner before it ended."""
+    term = Terminal(demo_argv(tmp_path, *REACHES, arm=True))
+    try:
+        term.expect("choose a passphrase for demo operator ")
+        term.send(OPERATOR)
+        term.expect("the same passphrase again:")
+        term.send(OPERATOR)
+        term.expect("decision [reissue/abandon/wait]:")
+        started = time.monotonic()
+        term.proc.send_signal(signal.SIGINT)  # what the terminal's Ctrl-C sends
+        code = term.finish(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+    assert code == _exit.INTERRUPTED, term.text[-3000:]
+    assert "interrupted" in term.text[-2000:], term.text[-2000:]
+    assert took < 10, f"the demo took {took:.1f} s to end after Ctrl-C"
+    rec = record(tmp_path, "move-0001")
+    assert rec.awaiting_decision and rec.decision is None  # nothing was decided
+
+
 def test_wait_leaves_the_move_parked_exit_3_and_the_same_command_resumes_it(
     tmp_path: Path,
 ) -> None:

@@ -405,17 +405,25 @@ def _operator_name() -> str:
     return name or "operator"
 
 
+#: Set once the demo closes (a Ctrl-C, a SIGTERM): a prompt waiting on the terminal answers
+#: "wait" (decides nothing) at once, so the close does not wait out the planner for 15 s.
+_CLOSING = threading.Event()
+
+
 def _read_line(out: TextIO) -> Any:
     def read(prompt: str, elsewhere: Any = None) -> str:
         """One line from the terminal; `ELSEWHERE` as soon as `elsewhere()` says the move was
-        decided another way (the operator console's page, `tether operator`)."""
+        decided another way (the operator console's page, `tether operator`); "wait" (nothing
+        decided) once the demo closes (`_CLOSING`)."""
         out.write(prompt)
         out.flush()
-        while elsewhere is not None:
-            ready, _, _ = select.select([sys.stdin], [], [], 0.5)
+        while True:
+            if _CLOSING.is_set():
+                return "wait"
+            ready, _, _ = select.select([sys.stdin], [], [], 0.2)
             if ready:
                 break
-            if elsewhere():
+            if elsewhere is not None and elsewhere():
                 return ELSEWHERE
         line = sys.stdin.readline()
         return line if line else "wait"  # end of input: decide nothing
@@ -1399,6 +1407,7 @@ def _close_quietly(run: _Run, log: _LogLines) -> None:
     """Stop the arm planner, then close the daemon (safe-stop, workers, stores, locks) and the
     emulated arm; on a failed disk, a close that cannot checkpoint is no second error (what is
     committed stays in the write-ahead log)."""
+    _CLOSING.set()  # a prompt waiting on the terminal decides nothing and lets go
     if run.planner is not None:
         run.planner.stop.set()
         wait_done(run.planner, 15.0)
