@@ -304,3 +304,21 @@ def test_a_demo_lease_past_the_catalogs_bound_is_refused_before_anything_is_writ
     assert "--lease-ms must be 100..604800000, got 604800001" in done.stderr
     assert "AG-UI stream" not in done.stdout + done.stderr
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    ("ms", "said"),
+    [
+        (8_200, "8.2 s"),
+        (59_999, "59.9 s"),
+        (733_000, "12 min 13 s"),  # was "733.0 s"
+        (11_520_000, "3 h 12 min"),
+        (183_600_000, "2 d 3 h"),
+        (None, "-"),
+        (float("nan"), "-"),
+    ],
+)
+def test_an_age_is_said_in_the_units_a_person_reads(ms: object, said: str) -> None:
+    from tether._args import duration
+
+    assert duration(ms) == said

@@ -199,6 +199,25 @@ def refuse(
         print(json_text(doc), flush=True)
 
 
+def duration(ms: object) -> str:
+    """A span of milliseconds for a person: "8.2 s" under a minute, then "12 min 5 s",
+    "3 h 12 min", "2 d 3 h" (an evidence age, a read-back's age); "-" for no number."""
+    if isinstance(ms, bool) or not isinstance(ms, int | float) or not math.isfinite(ms):
+        return "-"
+    seconds = max(0.0, ms / 1000)
+    if seconds < 60:
+        return f"{math.floor(seconds * 10) / 10:.1f} s"  # 59.99 s is never "60.0 s"
+    whole = int(seconds)
+    for unit, size, smaller, small_size in (
+        ("d", 86_400, "h", 3600),
+        ("h", 3600, "min", 60),
+        ("min", 60, "s", 1),
+    ):
+        if whole >= size:
+            return f"{whole // size} {unit} {whole % size // small_size} {smaller}"
+    return f"{seconds:.1f} s"  # pragma: no cover - every span of a minute or more is above
+
+
 def json_text(doc: Any, *, indent: int | None = None, ensure_ascii: bool = True) -> str:
     """``doc`` as strict JSON (RFC 8259): a value a command was given and refuses may be a
     NaN or an infinity, which JSON cannot hold (Python would write the bare `NaN` token, which
@@ -407,6 +426,7 @@ __all__ = [
     "Parser",
     "debug",
     "describes_default",
+    "duration",
     "error_fields",
     "error_line",
     "interrupted",

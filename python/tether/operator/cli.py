@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, error_line, want_json
+from tether._args import Parser, duration, error_line, want_json
 from tether._coded import CodedError
 from tether._dirs import DataDirError, check_private_dir, usable_dir
 from tether.activities import ActivityRecord, Catalog
@@ -464,9 +464,7 @@ def _rejected(exc: TetherError, as_json: bool = True) -> int:
 
 
 def _age(ms: object) -> str:
-    if not isinstance(ms, int):
-        return "-"
-    return f"{ms / 1000:.1f} s"
+    return duration(ms)
 
 
 def _when(ms: object) -> str:

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, error_line
+from tether._args import Parser, duration, error_line
 from tether.client import Client, ClientError
 from tether.devices.config import load_config
 from tether.devices.latch import STOP_CAUSES
@@ -33,7 +33,7 @@ _EPILOG = (
 
 
 def _age(ms: object) -> str:
-    return f"{ms / 1000:.1f} s" if isinstance(ms, int) else "-"
+    return duration(ms)
 
 
 def _joint(name: str, j: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
+from tether._args import duration
 from tether.client import Client, ClientError
 
 #: Decisions the demo offers for a parked move.
@@ -105,11 +106,10 @@ def _rad(value: object) -> str:
 def evidence_lines(shown: dict[str, Any]) -> list[str]:
     """The parked move's evidence as an operator reads it (radians, decoded errors, age)."""
     doc = shown.get("evidence") or {}
-    age = (shown.get("evidence_age_ms") or 0) / 1000
     lines = [
         f"parked: {shown.get('key')}",
         f"  reason {shown.get('reason')}, evidence revision {shown.get('revision')}, "
-        f"read {age:.1f} s ago",
+        f"read {duration(shown.get('evidence_age_ms') or 0)} ago",
         "  joint       commanded rad  goal rad   present rad",
     ]
     for name, j in sorted((doc.get("commanded_vs_present") or {}).items()):
