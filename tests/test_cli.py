@@ -249,6 +249,20 @@ def test_a_worker_whose_stream_address_is_taken_says_sse_unavailable(tmp_path: P
         done.stderr
     )
     assert "tether worker ready" not in done.stderr  # never said ready before the refusal
+    # `tether demo` says it as `tether serve` and `tether worker` do: the code once, what
+    # was to be served, the cause; its JSON names the refusal's class, not "OSError".
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "tether", "demo", "--data-dir", str(tmp_path / "demo")]
+        argv += ["--moves", "0", "--port", str(port), "--json"]
+        demo = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert demo.returncode == _exit.UNAVAILABLE, demo.stderr
+    doc = json.loads(demo.stdout)
+    assert doc["code"] == "sse_unavailable" and doc["error"] != "OSError", doc
+    assert doc["message"].startswith("cannot serve the AG-UI stream on 127.0.0.1:"), doc
+    assert demo.stderr.count("sse_unavailable") == 1, demo.stderr
 
 
 @pytest.mark.parametrize(

@@ -118,7 +118,7 @@ _EPILOG = (
     "an operator (`tether operator`); "
     "5 a store that cannot be used (`store_truncated`, `not_a_database`, `old_layout`); 6 the "
     "disk refused a write (nothing lost; run it again); 7 another demo or daemon runs on the "
-    "data dir or state dir. See `tether --help`."
+    "data dir or state dir, or --port is taken (`sse_unavailable`). See `tether --help`."
 )
 
 
@@ -1275,8 +1275,13 @@ def _main(argv: list[str], sigterm: _Sigterm) -> int:
         error_line("tether demo", exc)
         return EXIT_USAGE
     except OSError as exc:  # a port another process holds, say: not this command's fault
-        line = f"sse_unavailable: cannot serve on {args.host}:{args.port}: {exc}"
-        refuse("tether demo", "sse_unavailable", line, error=type(exc).__name__, line=line)
+        from tether.serve.daemon import unavailable
+
+        where = f"{args.host}:{args.port}"
+        error_line(
+            "tether demo",
+            unavailable("sse_unavailable", "the AG-UI stream", where, exc.strerror or exc),
+        )
         return _exit.UNAVAILABLE
     log = _LogLines()
     tether_log = logging.getLogger("tether")
