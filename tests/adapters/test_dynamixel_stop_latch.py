@@ -545,25 +545,50 @@ def test_a_parked_moves_reason_stays_the_stop_that_cut_it_whatever_stops_come_la
 def test_a_move_parked_on_an_unreadable_device_stays_parked_once_it_reads_again(
     emulator: DynamixelEmulator, tmp_path: Path, stopped: bool
 ) -> None:
-    """A move whose device could not be read (the adapter unplugged) parks for an operator,
-    `device_unreadable`. Once the device reads again, the periodic reconcile found nothing
-    had run, confirmed it absent and ran it by itself, a minute after the user was told it
-    awaits a decision; and a `tether stop` made meanwhile, which cut nothing of it, became its
-    reason. It stays parked for its own reason, sending nothing."""
+    """A move whose device could not be read (its servos answering nothing: a bus without
+    power) parks for an operator, `device_unreadable`. Once the device reads again, the
+    periodic reconcile found nothing had run, confirmed it absent and ran it by itself, a
+    minute after the user was told it awaits a decision; and a `tether stop` made meanwhile,
+    which cut nothing of it, became its reason. It stays parked for its own reason, sending
+    nothing. (A new move on a port that does not open at all is refused before it is
+    recorded: `test_a_new_move_on_a_port_that_does_not_open_is_refused_unrecorded`.)"""
     from _dxl_setup import write_config
     from tether.adapters.dynamixel.config import load_config
 
-    link = tmp_path / "arm.tty"  # the adapter's udev name: absent while it is unplugged
-    config = load_config(write_config(tmp_path, str(link)))
+    config = load_config(write_config(tmp_path, emulator.path))
+    emulator.inject(Fault("drop_status", count=1_000_000))  # no servo answers
     outcome = move(config, "m-gone")
     assert (outcome["status"], outcome["reason"]) == ("awaiting_decision", "device_unreadable")
-    if stopped:  # latched while the device is gone: it stops nothing of the move
+    if stopped:  # latched while the device is silent: it stops nothing of the move
         stop_everything(config)
-    link.symlink_to(emulator.path)  # plugged back in
+    emulator.clear_faults()  # powered again
     _stays_parked(emulator, config, "m-gone", "device_unreadable")
     if stopped:
         StopLatch(config.state_dir).resume("arm", operator="olga")
         _stays_parked(emulator, config, "m-gone", "device_unreadable")
+
+
+def test_a_new_move_on_a_port_that_does_not_open_is_refused_unrecorded(tmp_path: Path) -> None:
+    """The adapter unplugged (its udev link absent): a new move is refused at once, nothing
+    recorded, rather than admitted and parked `device_unreadable` for an operator to decide
+    a move that never sent a byte (and that needed a daemon to be decided at all)."""
+    from _dxl_setup import write_config
+    from tether.adapters.dynamixel.config import load_config
+    from tether.errors import TransportError
+
+    link = tmp_path / "arm.tty"
+    config = load_config(write_config(tmp_path, str(link)))
+    with pytest.raises(TransportError) as info:
+        move(config, "m-unplugged")
+    assert getattr(info.value, "code", None) == "open_failed", info.value
+    from tether.activities import ActivityKey, Catalog
+    from tether.storage._urls import sqlite_url
+
+    catalog = Catalog.open(sqlite_url(data_dir_of(config) / "catalog.db"))
+    try:
+        assert catalog.get(ActivityKey("local", KIND_ABSOLUTE, "m-unplugged")) is None
+    finally:
+        catalog.close()
 
 
 def test_a_reboot_answered_no_on_a_terminal_asks_for_no_credential(

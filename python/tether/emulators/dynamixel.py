@@ -288,6 +288,11 @@ class DynamixelEmulator:
                 return
             self._faults.append(fault)  # an alert with an instruction: once that one arrives
 
+    def clear_faults(self) -> None:
+        """Disarm every fault not yet taken (the device behaves again)."""
+        with self._lock:
+            self._faults.clear()
+
     def _alert(self, fault: Fault) -> None:
         """A hardware error (`fault.value`, overheating by default) on `fault.id`, or every
         servo: its Hardware Error Status set, and its torque off when Shutdown (63) enables

@@ -66,6 +66,9 @@ from tether.storage._urls import redact
 
 log = logging.getLogger("tether.move")
 
+#: A port that could not be opened at all: a new move on it is refused before it is recorded.
+PORT_UNOPENED = frozenset({"open_failed", "adapter_not_found", "adapter_ambiguous", "port_lost"})
+
 EXIT_DONE = _exit.OK
 EXIT_ERROR = _exit.FAILED
 EXIT_USAGE = _exit.USAGE
@@ -354,15 +357,19 @@ def run_move(
             ):
                 # A move to run or reconcile on a port another process owns (another host's
                 # daemon, say): refused now, before anything is recorded, rather than a move
-                # no attempt can run or read, parked for an operator. A robot that does not
-                # answer is the move's own to meet. (A concluded or parked move touches no
-                # port: it is shown as it stands.)
+                # no attempt can run or read, parked for an operator. So is a new move on a
+                # port that does not open (unplugged, a wrong path): nothing would be sent,
+                # and parking it made an operator decide a move that never was. A robot that
+                # does not answer on an open port is the move's own to meet. (A concluded or
+                # parked move touches no port: it is shown as it stands.)
                 try:
                     cast("RobotMoveAdapter", family.adapter).connect(request.robot)
                 except PortBusy:
                     raise
-                except TransportError:
-                    pass
+                except TransportError as exc:
+                    unopened = getattr(exc, "code", "") in PORT_UNOPENED
+                    if held_record is None and unopened:
+                        raise
             try:
                 host.head(world)
             except WorldNotFound:
