@@ -395,3 +395,63 @@ def test_a_mistake_in_the_host_file_still_stops_through_the_process_owning_the_p
     # With nobody owning the port, nothing is sent (as before): exit 2.
     refused = stop(typo)
     assert refused.returncode == 2 and "unknown_key" in refused.stderr, refused
+
+
+@pytest.mark.parametrize("read_retries", [0, 1])
+def test_a_silent_servo_on_a_port_of_few_read_retries_is_reported_unknown(
+    emu: EmulatorProcess, tmp_path: Path, read_retries: int
+) -> None:
+    """With `read_retries = 1` the stop's second pass over unread joints left the silent one
+    without a report: a KeyError, and the whole robot said NOT STOPPED after its other joint
+    was held. Each silent joint is reported unknown, each other one held."""
+    config = write_config(tmp_path, emu.path)
+    text = config.read_text().replace(
+        "timeout_ms = 400", f"timeout_ms = 200\nread_retries = {read_retries}"
+    )
+    config.write_text(text)
+    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
+    emu.request(op="fault", kind="drop_status", id=2, count=100_000)
+    before = len(emu.journal())
+    done = stop(config, "--json")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    report = joints(done)
+    assert (report["a"]["state"], report["b"]["state"]) == ("held", "unknown"), report
+    assert "KeyError" not in done.stdout + done.stderr
+    reads = [e for e in emu.journal()[before:] if e["instruction"] == "read" and e["id"] == 2]
+    assert len(reads) == 2 * (1 + read_retries), reads  # its hold's reads, its read-back's
+
+
+def test_one_lost_status_in_a_stops_connect_check_still_stops(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    """A stop pings each servo once; a servo that answered its PING and then lost one READ's
+    status was taken for Status Return Level 0 (an identity refusal): nothing was sent. Only
+    the PING goes unretried: the READ after it is retried, and the stop goes."""
+    config = write_config(tmp_path, emu.path)
+    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
+    emu.request(op="fault", kind="drop_status", instruction="read", id=1, count=1)
+    done = stop(config, "--json")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    report = joints(done)
+    assert (report["a"]["state"], report["b"]["state"]) == ("held", "held"), report
+
+
+def test_a_servo_set_up_wrong_never_lets_a_stop_past_another_joints_identity(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    """Servo 1 in a time-based profile (a set-up refusal, which a stop goes past), servo 2
+    answering as another model than configured (an identity refusal, which no frame goes
+    past): the set-up check of servo 1 came first and the stop wrote a goal to servo 2, whose
+    identity was never checked. Every identity is checked first: nothing is sent."""
+    config = write_config(tmp_path, emu.path)
+    text = config.read_text()
+    at = text.index("id = 2")
+    config.write_text(text[:at] + "model = 1060\n" + text[at:])
+    with DxlBus.open(emu.path, timeout_ms=400, lock_dir=None) as bus:
+        bus.write_field(1, tables.DRIVE_MODE, 4)
+    before = len(emu.journal())
+    done = stop(config, "--json")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "model_mismatch" in done.stdout, done.stdout
+    sent = [e for e in emu.journal()[before:] if e["instruction"] not in ("ping", "read")]
+    assert sent == [], sent

@@ -582,8 +582,11 @@ class DeviceIdentity:
 
 
 def check_robot(bus: DxlBus, robot: RobotConfig, *, retries: int | None = None) -> DeviceIdentity:
-    """PING every joint (model must match when configured) and require Status Return Level 2;
-    each read retried ``retries`` times (default: the port's `read_retries`)."""
+    """PING every joint (model must match when configured) and require Status Return Level 2,
+    then check how each is set up (`_check_setup`): every joint's identity is known before a
+    set-up refusal, which a stop goes past (`DeviceSetupError`). ``retries``: the PINGs'
+    (default: the port's `read_retries`; a stop's are 0, so a silent servo costs it one
+    exchange); a servo that answered its PING is read with the port's retries."""
     servos = []
     for joint in robot.joints:
         servo = bus.ping(joint.id, retries=retries)
@@ -594,7 +597,7 @@ def check_robot(bus: DxlBus, robot: RobotConfig, *, retries: int | None = None) 
                 f"id {joint.id} answered model {servo.model}, configured {joint.model}",
             )
         try:
-            level = bus.read_field(joint.id, tables.STATUS_RETURN_LEVEL, retries=retries)
+            level = bus.read_field(joint.id, tables.STATUS_RETURN_LEVEL)
         except TransportTimeout as exc:
             # It answered PING (always answered) but not READ: Status Return Level 0.
             raise _coded(
@@ -609,17 +612,18 @@ def check_robot(bus: DxlBus, robot: RobotConfig, *, retries: int | None = None) 
                 "status_return_level",
                 f"id {joint.id} has Status Return Level {level}: writes would never be confirmed",
             )
-        _check_setup(bus, joint, retries)
         servos.append((servo.id, servo.model, servo.firmware))
+    for joint in robot.joints:
+        _check_setup(bus, joint)
     return DeviceIdentity(bus.identity, tuple(servos))
 
 
-def _check_setup(bus: DxlBus, joint: JointConfig, retries: int | None) -> None:
+def _check_setup(bus: DxlBus, joint: JointConfig) -> None:
     """Refuse a servo set up so that Tether's moves would not do what host.toml says
     (`DeviceSetupError`): an Operating Mode other than Position Control, a Drive Mode bit of
     `tables.DRIVE_MODE_REFUSED`, or its own Min/Max Position Limit narrower than the joint's
     configured limits (a goal between the two would be refused, Data Limit Error)."""
-    modes = bus.read(joint.id, tables.DRIVE_MODE.address, 2, retries=retries)
+    modes = bus.read(joint.id, tables.DRIVE_MODE.address, 2)
     drive, operating = modes[0], modes[1]
     if operating != tables.POSITION_CONTROL:
         mode = tables.OPERATING_MODES.get(operating, "not an X-series mode")
@@ -642,9 +646,8 @@ def _check_setup(bus: DxlBus, joint: JointConfig, retries: int | None) -> None:
                 id=joint.id,
                 drive_mode=drive,
             )
-    block = bus.read(
-        joint.id, tables.MAX_POSITION_LIMIT.address, 8, retries=retries
-    )  # Max Position Limit (48), then Min Position Limit (52)
+    # Max Position Limit (48), then Min Position Limit (52).
+    block = bus.read(joint.id, tables.MAX_POSITION_LIMIT.address, 8)
     high = tables.decode(tables.MAX_POSITION_LIMIT, block[:4])
     low = tables.decode(tables.MIN_POSITION_LIMIT, block[4:])
     if low > joint.min_ticks or high < joint.max_ticks:

@@ -259,16 +259,19 @@ def _safe_stop(bus: DxlBus, robot: RobotConfig, log: StopLog | None) -> SafeStop
                 outcomes[joint.id] = _hold(bus, joint, presents[joint.id], log)
             else:
                 unread.append(joint)
-        for retries in (0, bus.read_retries - 1):
+        # Each pass's retries: one try each first, then what is left of the port's budget.
+        passes = [0] if bus.read_retries < 1 else [0, bus.read_retries - 1]
+        for number, retries in enumerate(passes):
+            last = number == len(passes) - 1
             again = []
             for joint in unread:
                 try:
                     present = bus.read_field(joint.id, tables.PRESENT_POSITION, retries=retries)
                 except (TetherError, OSError) as exc:
-                    if retries == 0 and bus.read_retries > 0:
-                        again.append(joint)
-                    else:
+                    if last:
                         outcomes[joint.id] = ([f"hold failed: {_failure(exc)}"], False)
+                    else:
+                        again.append(joint)
                     continue
                 outcomes[joint.id] = _hold(bus, joint, present, log)
             unread = again
