@@ -143,7 +143,7 @@ def test_stop_reports_a_missing_port(tmp_path: Path) -> None:
     text = run_cli("stop", "--config", str(config))
     assert text.returncode == 1 and "Traceback" not in text.stderr
     lines = text.stdout.splitlines()
-    assert lines[0] == "arm (safe_stop hold): NOT STOPPED: nothing reached it, nothing is confirmed"
+    assert lines[0] == "arm (safe_stop hold): NOT STOPPED: not confirmed, no joint was read back"
     assert (
         lines[2] == "  latched: no move of Tether's runs on it until `tether operator resume arm`"
     )

@@ -10,6 +10,7 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -362,6 +363,12 @@ def test_a_mistake_in_the_host_file_still_stops_through_the_process_owning_the_p
     typo.write_text(config.read_text().replace("safe_stop = ", "safe_sotp = ", 1))
     cut = tmp_path / "cut.toml"
     cut.write_text(config.read_text().replace("[robots.arm]", "[robots.arm", 1))
+    # A torn header right after [host] ended nothing: it was read as part of [host].
+    torn = tmp_path / "torn.toml"
+    torn.write_text(
+        config.read_text().replace("[operators.alice]", "[operators.bob\n[operators.alice]", 1)
+    )
+    assert "[operators.bob\n" in torn.read_text()
     argv = [sys.executable, "-m", "tether", "host", "serve", "--config", str(config), "--json"]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as host:
         try:
@@ -383,6 +390,9 @@ def test_a_mistake_in_the_host_file_still_stops_through_the_process_owning_the_p
                 if e["instruction"] == "write" and e["address"] == tables.GOAL_POSITION.address
             ]
             assert sorted(e["id"] for e in holds) == [1, 2], holds
+            after_host = stop(torn, "--json")
+            assert after_host.returncode == 0, (after_host.stdout, after_host.stderr)
+            assert "warning: bad_toml" in after_host.stderr
             syntax = stop(cut, "--robot", "arm", "--robot", "nosuch", "--json")
             assert syntax.returncode == 1, (syntax.stdout, syntax.stderr)
             assert "warning: bad_toml" in syntax.stderr
@@ -393,6 +403,7 @@ def test_a_mistake_in_the_host_file_still_stops_through_the_process_owning_the_p
             host.terminate()
             host.communicate(timeout=60)
     # With nobody owning the port, nothing is sent (as before): exit 2.
+    assert "the process that owns its ports now" in done.stderr, done.stderr
     refused = stop(typo)
     assert refused.returncode == 2 and "unknown_key" in refused.stderr, refused
 
@@ -455,3 +466,47 @@ def test_a_servo_set_up_wrong_never_lets_a_stop_past_another_joints_identity(
     assert "model_mismatch" in done.stdout, done.stdout
     sent = [e for e in emu.journal()[before:] if e["instruction"] not in ("ping", "read")]
     assert sent == [], sent
+
+
+def test_a_hung_owner_never_holds_back_the_stop_through_another(
+    emu: EmulatorProcess, tmp_path: Path
+) -> None:
+    """Two host files share a state dir, each robot owned by its `tether host serve`; one of
+    them hangs (SIGSTOP: a Ctrl-Z'd shell job). A stop through a broken copy of the other's
+    file asked the owners one after the other, each with a 10 s timeout, so the hung one could
+    hold the other robot's stop back by 10 s while it drove on. They are asked at once: the
+    other robot is held and the command ends within the hung owner's short identity wait."""
+    other_dir = tmp_path / "left"
+    other_dir.mkdir()
+    with emulator_process(other_dir) as other:
+        arm = write_config(tmp_path, emu.path)
+        left = write_config(other_dir, other.path)
+        state = arm.read_text().split('state_dir = "', 1)[1].split('"', 1)[0]
+        text = left.read_text().replace(str(other_dir / "state"), state)
+        left.write_text(
+            text.replace("[robots.arm]", "[robots.left]").replace("robots.arm.", "robots.left.")
+        )
+        powered(other, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
+        hosts = []
+        for config in (arm, left):
+            argv = [sys.executable, "-m", "tether", "host", "serve", "--config", str(config)]
+            proc = subprocess.Popen([*argv, "--json"], stdout=subprocess.PIPE, text=True)
+            assert proc.stdout is not None
+            assert "socket" in json.loads([proc.stdout.readline() for _ in range(2)][1])
+            hosts.append(proc)
+        try:
+            os.kill(hosts[0].pid, signal.SIGSTOP)
+            broken = other_dir / "broken.toml"
+            broken.write_text(left.read_text() + "\n[robots.left\n")
+            started = time.monotonic()
+            done = stop(broken, "--robot", "left", "--json")
+            took = time.monotonic() - started
+            assert done.returncode == 0, (done.stdout, done.stderr)
+            reports = json.loads(done.stdout)
+            assert [(r["robot"], r["ok"]) for r in reports] == [("left", True)], reports
+            assert took < 8, f"the stop took {took:.1f} s behind the hung owner"
+        finally:
+            os.kill(hosts[0].pid, signal.SIGCONT)
+            for proc in hosts:
+                proc.terminate()
+                proc.communicate(timeout=60)

@@ -250,6 +250,11 @@ def test_a_servo_given_a_new_id_answers_at_it(
     # An ID another servo has: the emulator does not model two servos on one ID.
     assert handler.write1ByteTxRx(port, 5, 7, 2) == (COMM_SUCCESS, 4)
     assert sorted(emulator.servos) == [2, 5]
+    # Broadcast: the first servo takes it, the next one is refused (one was dropped).
+    handler.write1ByteTxOnly(port, 0xFE, 7, 9)
+    eventually(lambda: sorted(s.id for s in emulator.servos.values()) == [2, 9] or
+               sorted(s.id for s in emulator.servos.values()) == [5, 9])  # fmt: skip
+    assert len(emulator.servos) == 2, emulator.servos
 
 
 def test_an_alert_armed_for_an_instruction_strikes_once_it_ran(

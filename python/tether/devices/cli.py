@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ def render_stop(reports: list[dict[str, Any]]) -> str:
             if report.get("ok")
             else "NOT in the state its policy asks"
             if reached
-            else "NOT STOPPED: nothing reached it, nothing is confirmed"
+            else "NOT STOPPED: not confirmed, no joint was read back"
         )
         lines.append(f"{report['robot']} (safe_stop {report['policy']}{via}): {verdict}")
         if report.get("error"):
@@ -124,9 +125,9 @@ def _host_part(text: str) -> str:
     kept: list[str] = []
     keep = True  # the top-level keys, before any header
     for line in text.splitlines():
-        header = _HEADER.match(line)
-        if header:
-            name = header.group(1).strip('"')
+        if line.lstrip().startswith("["):  # a header, or a torn one (`[operators.bob`)
+            header = _HEADER.match(line)
+            name = header.group(1).strip('"') if header else ""
             keep = name == "host" or name.startswith("host.")
         if keep:
             kept.append(line)
@@ -166,35 +167,73 @@ def _stop_through_daemon(
         if not sockets:
             return None
         pids = ", ".join(str(o.get("pid")) for o in owners)
-        theirs = f"the process{'es' if len(sockets) > 1 else ''} that own its ports now"
+        theirs = (
+            "the process that owns its ports now"
+            if len(sockets) == 1
+            else ("the processes that own its ports now")
+        )
         theirs += f" (pid {pids}), with the configuration each loaded"
-    reports: list[dict[str, Any]] = []
-    unowned = list(robots or [])
-    for socket_path in sockets:
-        names: list[str | None] = list(robots) if robots else [None]  # None: every robot
-        if robots and record is None:  # a port's owner is asked only for the robots it has
+    # Every owner is asked at once: one that hangs (stopped with Ctrl-Z, say) delays no
+    # other's stop by its timeout.
+    asked = [_Owner(s, robots, identify=bool(robots) and record is None) for s in sockets]
+    for owner in asked:
+        owner.start()
+    for owner in asked:
+        owner.join()
+    reports = [r for owner in asked for r in owner.reports]
+    served = {n for owner in asked for n in owner.served}
+    for name in robots or []:  # no process that owns a port has it: nothing was sent to it
+        if record is None and name not in served:
+            reports.append({"robot": name, "policy": "unknown", "ok": False, "joints": []})
+            reports[-1].update(
+                error="not_owned: no running process owns it: nothing sent", via=None
+            )
+    return reports, theirs
+
+
+class _Owner(threading.Thread):
+    """One owner of a port asked to stop (`_stop_through_daemon`): the robots named that it
+    has (``identify``: asked first, briefly), else every robot it serves."""
+
+    #: How long an owner has to say which robots it has (s): a stop waits no longer on it.
+    IDENTIFY_S = 2.0
+
+    def __init__(self, socket_path: str, robots: list[str] | None, *, identify: bool) -> None:
+        super().__init__(daemon=True)
+        self.socket_path = socket_path
+        self.robots = robots
+        self.identify = identify
+        self.reports: list[dict[str, Any]] = []
+        self.served: set[str] = set()
+
+    def run(self) -> None:
+        names: list[str | None] = list(self.robots) if self.robots else [None]  # None: every
+        if self.identify and self.robots:
             try:
-                served = send_request(socket_path, {"op": "identity"})
+                has = send_request(self.socket_path, {"op": "identity"}, timeout=self.IDENTIFY_S)
             except TetherError:
-                served = {}
-            names = [n for n in robots if n in served]
-            unowned = [n for n in unowned if n not in served]
-        elif robots:
-            unowned = []
+                has = {}
+            names = [n for n in self.robots if n in has]
+        elif self.robots:
+            self.served = set(self.robots)  # the daemon: it has every robot of its own
+        self.served |= {n for n in names if n is not None}
         for name in names:
             try:
                 asked = {"op": "stop"} if name is None else {"op": "stop", "robot": name}
-                for report in send_request(socket_path, asked):
-                    reports.append({**report, "via": "owner"})
+                got = [{**r, "via": "owner"} for r in send_request(self.socket_path, asked)]
+                if not got:  # an owner with no robot connected stopped nothing: never "ok"
+                    got = [{"robot": name or "*", "policy": "unknown", "ok": False, "joints": []}]
+                    got[0].update(
+                        error=f"no_robot: its owner ({self.socket_path}) has no robot"
+                        " connected: nothing was stopped",
+                        via="owner",
+                    )
+                self.reports += got
             except TetherError as exc:
                 code, message, _ = error_fields(exc)
-                failed = f"{code}: {message}"
-                reports.append({"robot": name or "*", "policy": "unknown", "ok": False})
-                reports[-1].update(error=failed, joints=[], via=None)
-    for name in unowned:  # no process that owns a port has it: nothing was sent to it
-        reports.append({"robot": name, "policy": "unknown", "ok": False, "joints": []})
-        reports[-1].update(error="not_owned: no running process owns it: nothing sent", via=None)
-    return reports, theirs
+                failed = {"robot": name or "*", "policy": "unknown", "ok": False, "joints": []}
+                failed.update(error=f"{code}: {message}", via=None)
+                self.reports.append(failed)
 
 
 def stop_main(argv: list[str]) -> int:
@@ -233,7 +272,8 @@ def stop_main(argv: list[str]) -> int:
                 file=sys.stderr,
             )
             print(json.dumps(fallback, indent=2) if args.json else render_stop(fallback))
-            return EXIT_STOPPED if all(r.get("ok") for r in fallback) else EXIT_NOT_STOPPED
+            every = bool(fallback) and all(r.get("ok") for r in fallback)
+            return EXIT_STOPPED if every else EXIT_NOT_STOPPED
         try:
             usable_dir(config.state_dir, what="host.state_dir")  # owners and locks live there
         except TetherError as exc:

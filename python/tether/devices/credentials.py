@@ -149,7 +149,8 @@ def check_new_secret(secret: str, role: str) -> None:
         raise _error(
             "short_passphrase",
             f"an {role}'s passphrase needs at least {MIN_PASSPHRASE_CHARS} characters (this"
-            f" one has {len(secret)}): it re-issues moves and resumes stopped robots",
+            f" one has {len(secret)})"
+            + (": it re-issues moves and resumes stopped robots" if role == "operator" else ""),
             minimum=MIN_PASSPHRASE_CHARS,
         )
     if role == "planner" and len(secret) < MIN_TOKEN_CHARS:

@@ -482,7 +482,8 @@ class DynamixelEmulator:
             start = cmd.address or 0
             if start <= field.address < start + len(cmd.data):
                 new_id = cmd.data[field.address - start]
-                if new_id != servo.id and new_id in self.servos:
+                others = {s.id for s in self.servos.values() if s is not servo}
+                if new_id != servo.id and new_id in others:  # a broadcast's earlier servo too
                     # Two servos on one ID collide on a real bus; the emulator does not model
                     # that, so it refuses the write instead.
                     return ERR_DATA_RANGE, b""

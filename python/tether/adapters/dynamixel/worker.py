@@ -415,7 +415,17 @@ def run_move(
                     break
                 if record.awaiting_decision:
                     break
-                if worker.run_next(world_id=world) is None:
+                ran = worker.run_next(world_id=world)
+                if ran is not None and ran != key and ran.activity_id not in pending:
+                    # One whose earlier run's lease lapsed only meanwhile: said as it ran.
+                    pending.append(ran.activity_id)
+                    log.warning(
+                        "ran move %s of world %s too: admitted earlier and never concluded"
+                        " (its last attempt's lease lapsed while this move ran)",
+                        ran.activity_id,
+                        world,
+                    )
+                if ran is None:
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.05)
