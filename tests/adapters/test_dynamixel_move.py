@@ -162,16 +162,29 @@ def test_an_earlier_move_never_concluded_is_said_before_this_run_moves_it(
     data, name = data_dir_of(config), host_name_for(config)
     data.mkdir(parents=True, exist_ok=True)
     family = robot_move_family(config, data / "robot_move", host_name=name)
+    # A move of robot "left", which another host file sharing this state dir names: this
+    # run's worker claimed it too and concluded it unknown ("no robot 'left'"). It is left to
+    # a process of that file, untouched and unannounced.
+    theirs = MoveRequest.from_dict({"kind": KIND_ABSOLUTE, "robot": "left", "targets": {"j": 0.1}})
     with Host(data, [family], workers=0, observe=False, host_name=name) as host:
         host.create_world("local")
         host.commit_tick("local", [intent("op-old", request({"a": 0.3, "b": 0.1}))])
+        host.commit_tick("local", [intent("op-left", theirs)])
     with caplog.at_level("WARNING", logger="tether.move"):
         out = move(config, "op-new")
     assert out["status"] == "done", out
     said = [r.getMessage() for r in caplog.records if r.name == "tether.move"]
     assert len(said) == 1 and "op-old" in said[0] and "run first" in said[0], said
+    assert "op-left" not in said[0]
     old = op_of(store, "op-old")
     assert old is not None and old.result() is not None  # it ran, as it was admitted to
+    assert op_of(store, "op-left") is None  # never bound: no attempt of this file took it
+    catalog = Catalog.open("sqlite:///" + str(data / "catalog.db"))
+    try:
+        left = catalog.get(ActivityKey("local", KIND_ABSOLUTE, "op-left"))
+    finally:
+        catalog.close()
+    assert left is not None and left.attempt_count == 0 and left.result is None, left
 
 
 def test_limits_are_refused_before_anything_is_sent(

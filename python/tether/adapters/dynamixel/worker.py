@@ -384,14 +384,28 @@ def run_move(
                 )
             before = host.get(key)  # concluded by an earlier run: shown, never run again
             earlier = before is not None and before.result is not None
-            # Moves admitted before this one and never concluded (an earlier `tether move`
-            # that gave up waiting, exit 4) are run by this worker too, first: said before
-            # any of them moves the arm, never found out afterwards.
-            pending = [
-                r.key.activity_id
-                for r in host.catalog.iter_claimable(world_id=world)
-                if r.key != key and r.result is None and not r.awaiting_decision
-            ]
+            # Moves of this file's robots admitted before this one and never concluded (an
+            # earlier `tether move` that gave up waiting, exit 4) are run by this worker too,
+            # first: said before any of them moves the arm, never found out afterwards. A
+            # move of a robot another host file names (one state dir shared by two files) is
+            # left to a process of that file: this one would conclude it unknown.
+            robots: dict[str, object] = {}
+
+            def others() -> list[ActivityKey]:
+                found = [
+                    r.key
+                    for r in host.catalog.iter_claimable(world_id=world)
+                    if r.key != key and r.result is None and not r.awaiting_decision
+                ]
+                unknown = [k.activity_id for k in found if k.activity_id not in robots]
+                if unknown:
+                    view = host.snapshot(world)
+                    for activity_id in unknown:
+                        held = view.get(activity_id, INTENT)
+                        robots[activity_id] = held.get("robot") if isinstance(held, dict) else None
+                return [k for k in found if robots[k.activity_id] in config.robots]
+
+            pending = [k.activity_id for k in others()]
             if pending:
                 shown = ", ".join(pending[:10]) + (
                     f" and {len(pending) - 10} more" if len(pending) > 10 else ""
@@ -415,17 +429,20 @@ def run_move(
                     break
                 if record.awaiting_decision:
                     break
-                ran = worker.run_next(world_id=world)
-                if ran is not None and ran != key and ran.activity_id not in pending:
-                    # One whose earlier run's lease lapsed only meanwhile: said as it ran.
-                    pending.append(ran.activity_id)
-                    log.warning(
-                        "ran move %s of world %s too: admitted earlier and never concluded"
-                        " (its last attempt's lease lapsed while this move ran)",
-                        ran.activity_id,
-                        world,
-                    )
-                if ran is None:
+                progressed = False
+                for other in others():
+                    if other.activity_id not in pending:
+                        # One whose earlier run's lease lapsed only meanwhile: said first.
+                        pending.append(other.activity_id)
+                        log.warning(
+                            "runs move %s of world %s too: admitted earlier and never"
+                            " concluded (its last attempt's lease lapsed while this move ran)",
+                            other.activity_id,
+                            world,
+                        )
+                    progressed = worker.run_key(other) or progressed
+                progressed = worker.run_key(key) or progressed
+                if not progressed:
                     if time.monotonic() > deadline:
                         break
                     time.sleep(0.05)
