@@ -807,6 +807,8 @@ def _stop_with_a_typo(tmp_path: Path, emu: EmulatorProcess) -> None:
     refused = tether("stop", "--config", str(typo))
     assert refused.returncode == 2 and "unknown_key" in refused.stderr, refused.stderr
     assert effectful(emu.journal()) == [], "no daemon: nothing is sent"
+    no_daemon = tether("status", "--config", str(typo))
+    assert no_daemon.returncode == 2 and "unknown_key" in no_daemon.stderr, no_daemon.stderr
     client = Client(config=config)
     with daemon(config):
         view = _moving(client, "typo-stop", {"a": 1.2, "b": -1.2})
@@ -821,6 +823,12 @@ def _stop_with_a_typo(tmp_path: Path, emu: EmulatorProcess) -> None:
         assert [(r["robot"], r["ok"], r["via"]) for r in reports] == [("arm", True, "owner")]
         parked = watch_until(client, view["key"], ("awaiting_decision",), 60)
         assert parked["reason"] == "stopped_by_operator", parked
+        # `tether status` of the same file shows the running daemon's status after the same
+        # warning (it refused the file, exit 2, daemon or not).
+        status = tether("status", "--config", str(typo), "--json")
+        assert status.returncode == 0, status.stderr
+        assert "warning: unknown_key" in status.stderr, status.stderr
+        assert "arm" in json.dumps(json.loads(status.stdout)), status.stdout
         words = tether("stop", "--config", str(typo), "--robot", "nosuch")
         assert words.returncode == 1 and "nosuch" in words.stdout, words
         # A file whose robots table itself is wrong names no robot: the daemon stops its own.

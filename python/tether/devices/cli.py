@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 import threading
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from tether import _exit
 from tether._args import Parser, error_fields, error_line, refuse, want_json
-from tether._config import HostConfigError, Table
-from tether._dirs import default_state_dir, tolerating, usable_dir
+from tether._config import HostConfigError
+from tether._dirs import tolerating, usable_dir
 from tether.devices.config import (
-    HOST_KEYS,
     HostConfig,
     check_config_file,
-    config_relative,
     load_config,
-    read_config_text,
+    state_dir_of_file,
 )
 from tether.devices.control import daemon_socket, send_request
 from tether.devices.host import DeviceHost, stop_everything
@@ -113,27 +109,6 @@ def _identity_line(robot: str, identity: dict[str, Any]) -> str:
 _TOLERATED = ("insecure_directory", "symlinked_directory")
 
 
-#: A TOML table header line: ``[name]`` or ``[[name]]``, a comment after it.
-_HEADER = re.compile(r"^\s*\[\[?\s*([^\[\]]*?)\s*\]\]?\s*(?:#.*)?$")
-
-
-def _host_part(text: str) -> str:
-    """The lines of a host file that is not TOML (a mistake anywhere in it) that hold its
-    `[host]` table: the keys before the first header, and the tables `host` and `host.*`.
-    Parsed alone, they name the state dir whose daemon `tether stop` asks, when they are TOML
-    themselves; a mistake in them fails the parse (nothing is sent)."""
-    kept: list[str] = []
-    keep = True  # the top-level keys, before any header
-    for line in text.splitlines():
-        if line.lstrip().startswith("["):  # a header, or a torn one (`[operators.bob`)
-            header = _HEADER.match(line)
-            name = header.group(1).strip('"') if header else ""
-            keep = name == "host" or name.startswith("host.")
-        if keep:
-            kept.append(line)
-    return "\n".join(kept)
-
-
 def _stop_through_daemon(
     path: Path, robots: list[str] | None
 ) -> tuple[list[dict[str, Any]], str] | None:
@@ -146,15 +121,8 @@ def _stop_through_daemon(
     serves (its own configuration's, not the refused file's)."""
     from tether.client import daemon_record
 
-    try:
-        text = read_config_text(path)
-        try:
-            raw = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
-            raw = tomllib.loads(_host_part(text))  # a file being edited: its [host] alone
-        host = Table(raw.get("host", {}), "host", HOST_KEYS)
-        state_dir = config_relative(path, host.path("state_dir", str(default_state_dir())))
-    except (HostConfigError, tomllib.TOMLDecodeError):
+    state_dir = state_dir_of_file(path)
+    if state_dir is None:
         return None
     record = daemon_record(state_dir)  # a daemon holds the state dir's lock: not a stale socket
     if record is not None:

@@ -647,6 +647,44 @@ def read_config_text(p: Path) -> str:
         ) from None
 
 
+#: A TOML table header line: ``[name]`` or ``[[name]]``, a comment after it.
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\[\]]*?)\s*\]\]?\s*(?:#.*)?$")
+
+
+def _host_part(text: str) -> str:
+    """The lines of a host file that is not TOML (a mistake anywhere in it) that hold its
+    `[host]` table: the keys before the first header, and the tables `host` and `host.*`.
+    Parsed alone, they name the state dir whose daemon `tether stop` asks, when they are TOML
+    themselves; a mistake in them fails the parse (nothing is sent)."""
+    kept: list[str] = []
+    keep = True  # the top-level keys, before any header
+    for line in text.splitlines():
+        if line.lstrip().startswith("["):  # a header, or a torn one (`[operators.bob`)
+            header = _HEADER.match(line)
+            name = header.group(1).strip('"') if header else ""
+            keep = name == "host" or name.startswith("host.")
+        if keep:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def state_dir_of_file(path: Path) -> Path | None:
+    """The state dir a host file names, read from its `[host]` table alone when the file as a
+    whole is refused (a misspelled key elsewhere, or no TOML at all: caught mid-edit), so a
+    stop or a status can still find the processes that own its robots; None when even that
+    table cannot be read for certain."""
+    try:
+        text = read_config_text(path)
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            raw = tomllib.loads(_host_part(text))  # a file being edited: its [host] alone
+        host = Table(raw.get("host", {}), "host", HOST_KEYS)
+        return config_relative(path, host.path("state_dir", str(default_state_dir())))
+    except (HostConfigError, tomllib.TOMLDecodeError):
+        return None
+
+
 def in_file(exc: HostConfigError, p: Path) -> HostConfigError:
     """`exc`, its message naming the configuration file first (once) and its details the file
     (`file`): a person with several host files sees which one is wrong."""

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from tether import _exit
-from tether._args import Parser, duration, error_line
+from tether._args import Parser, duration, error_fields, error_line
 from tether.client import Client, ClientError
-from tether.devices.config import load_config
+from tether.devices.config import load_config, state_dir_of_file
 from tether.devices.latch import STOP_CAUSES
-from tether.errors import TetherError
+from tether.errors import HostConfigError, TetherError
 from tether.serve.config import load_serve
 
 #: How long `tether status` waits for the daemon's answer by default (`--timeout`): its
@@ -124,10 +125,25 @@ def main(argv: list[str]) -> int:
     if not 0 < args.timeout <= 3600:  # NaN too
         parser.error(f"--timeout must be more than 0 and at most 3600 s, not {args.timeout}")
     try:
-        config: Any = load_config(args.config)
-        # The whole file as the daemon reads it: a misspelled [serve] key is refused here too.
-        load_serve(args.config, state_dir=config.state_dir, robots=len(config.robots))
-        client = Client(config.state_dir, timeout=args.timeout)
+        try:
+            config: Any = load_config(args.config)
+            # The whole file as the daemon reads it: a misspelled [serve] key is refused here.
+            load_serve(args.config, state_dir=config.state_dir, robots=len(config.robots))
+            state_dir = config.state_dir
+        except HostConfigError as refused:
+            # A mistake in the file (one being edited, say) hides no running daemon: the
+            # status of the one its [host] names is shown, after the mistake is said.
+            found = state_dir_of_file(Path(args.config))
+            if found is None or Client(found).running() is None:
+                raise
+            code, message, _ = error_fields(refused)
+            print(
+                f"tether status: warning: {code}: {message}; the status of the daemon running"
+                " on its state dir, with the configuration it loaded",
+                file=sys.stderr,
+            )
+            state_dir = found
+        client = Client(state_dir, timeout=args.timeout)
         doc = client.status()
     except ClientError as exc:
         if exc.code == "owner_no_answer" and exc.details.get("timed_out"):
