@@ -135,12 +135,8 @@ def _stop_through_daemon(
         if not sockets:
             return None
         pids = ", ".join(str(o.get("pid")) for o in owners)
-        theirs = (
-            "the process that owns its ports now"
-            if len(sockets) == 1
-            else ("the processes that own its ports now")
-        )
-        theirs += f" (pid {pids}), with the configuration each loaded"
+        who = "the process that owns" if len(sockets) == 1 else "the processes that own"
+        theirs = f"{who} its ports now (pid {pids}), with the configuration each loaded"
     # Every owner is asked at once: one that hangs (stopped with Ctrl-Z, say) delays no
     # other's stop by its timeout.
     asked = [_Owner(s, robots, identify=bool(robots) and record is None) for s in sockets]
@@ -197,7 +193,7 @@ class _Owner(threading.Thread):
                         via="owner",
                     )
                 self.reports += got
-            except TetherError as exc:
+            except Exception as exc:  # said in its report: a thread's error is never lost
                 code, message, _ = error_fields(exc)
                 failed = {"robot": name or "*", "policy": "unknown", "ok": False, "joints": []}
                 failed.update(error=f"{code}: {message}", via=None)

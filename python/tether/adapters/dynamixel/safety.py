@@ -15,8 +15,10 @@ it. Every joint is tried even when another fails; failures are reported, never s
 Exchanges (the stop goes first on the bus, `DxlBus.priority`: no other thread's exchange
 starts until it is done): `hold` reads every joint's Present Position in one SYNC_READ, then
 writes each joint's goal (one WRITE each, in joint order); then one SYNC_READ of the block from
-Torque Enable to Present Position reads every joint back (four exchanges for two joints). A
-SYNC_READ that fails falls back to each joint's own READ, so one joint's failure stays its own.
+Torque Enable to Present Position reads every joint back (four exchanges for two joints). Each
+SYNC_READ is sent once and what answered it is used: the joints that answered are held first,
+then each joint that did not is read on its own (once each, then with the port's read
+retries), so one silent joint's failure stays its own and delays the others by one exchange.
 
 After the policy, every joint is read back and reported as what the device is
 (`stopped_state`, a pure function of that read-back):
@@ -45,7 +47,7 @@ from typing import Any
 
 from tether import _core
 from tether.adapters.dynamixel import tables
-from tether.adapters.dynamixel.config import RobotConfig
+from tether.adapters.dynamixel.config import JointConfig, RobotConfig
 from tether.adapters.dynamixel.driver import DxlBus
 from tether.errors import TetherError
 
@@ -174,7 +176,7 @@ def safe_stop(bus: DxlBus, robot: RobotConfig, *, log: StopLog | None = None) ->
         return _safe_stop(bus, robot, log)
 
 
-def _torque_off(bus: DxlBus, joint: Any, log: StopLog | None) -> tuple[list[str], bool]:
+def _torque_off(bus: DxlBus, joint: JointConfig, log: StopLog | None) -> tuple[list[str], bool]:
     """Torque off on ``joint``: its errors (none when the write was confirmed), and False
     (no hold to confirm)."""
     entry = {
@@ -195,7 +197,9 @@ def _torque_off(bus: DxlBus, joint: Any, log: StopLog | None) -> tuple[list[str]
     return [], False
 
 
-def _hold(bus: DxlBus, joint: Any, present: int, log: StopLog | None) -> tuple[list[str], bool]:
+def _hold(
+    bus: DxlBus, joint: JointConfig, present: int, log: StopLog | None
+) -> tuple[list[str], bool]:
     """``joint`` held at ``present`` (its goal written as it is, never clamped to the
     configured limits: an arm outside them stays where it is): its errors, and whether the
     hold's write was confirmed."""
