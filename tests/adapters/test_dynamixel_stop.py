@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _dxl_setup import EmulatorProcess, emulator_process, settled, write_config
@@ -42,6 +43,22 @@ def powered(emu: EmulatorProcess, present: dict[int, int]) -> None:
         for dxl_id, ticks in present.items():
             bus.write_field(dxl_id, tables.GOAL_POSITION, ticks)
             bus.write_field(dxl_id, tables.TORQUE_ENABLE, 1)
+
+
+def driving_away(emu: EmulatorProcess, dxl_id: int) -> None:
+    """Both servos powered where they stand, then servo ``dxl_id`` sent far away."""
+    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
+    with DxlBus.open(emu.path, timeout_ms=400, lock_dir=None) as bus:
+        bus.write_field(dxl_id, tables.GOAL_POSITION, tables.CENTER_TICK + 1500)
+
+
+def goal_writes(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The journal entries of WRITEs of Goal Position (a stop's holds)."""
+    return [
+        e
+        for e in entries
+        if e["instruction"] == "write" and e["address"] == tables.GOAL_POSITION.address
+    ]
 
 
 def stop(config: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -191,9 +208,7 @@ def test_one_silent_servo_never_keeps_the_stop_from_the_others(
     servo 2 (its present position unread, so no hold to send) is reported unknown, and the stop
     is not ok."""
     config = write_config(tmp_path, emu.path)
-    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
-    with DxlBus.open(emu.path, timeout_ms=400, lock_dir=None) as bus:  # servo 1 drives away
-        bus.write_field(1, tables.GOAL_POSITION, tables.CENTER_TICK + 1500)
+    driving_away(emu, 1)
     emu.request(op="fault", kind="drop_status", id=2, count=100_000)
     before = len(emu.journal())
     done = stop(config, "--json")
@@ -201,11 +216,7 @@ def test_one_silent_servo_never_keeps_the_stop_from_the_others(
     report = joints(done)
     assert report["a"]["state"] == "held", report
     assert report["b"]["state"] == "unknown" and report["b"]["error"], report
-    holds = [
-        e
-        for e in emu.journal()[before:]
-        if e["instruction"] == "write" and e["address"] == tables.GOAL_POSITION.address
-    ]
+    holds = goal_writes(emu.journal()[before:])
     assert [e["id"] for e in holds] == [1], holds  # servo 2's present was never read
     one = emu.request(op="snapshot", id=1)
     assert one["goal_position"] == one["present_position"], one
@@ -224,9 +235,7 @@ def test_a_silent_first_servo_delays_the_others_hold_by_one_exchange_not_by_its_
     config.write_text(
         config.read_text().replace("timeout_ms = 400", "timeout_ms = 400\nread_retries = 4")
     )
-    powered(emu, {1: tables.CENTER_TICK, 2: tables.CENTER_TICK})
-    with DxlBus.open(emu.path, timeout_ms=400, lock_dir=None) as bus:  # servo 2 drives away
-        bus.write_field(2, tables.GOAL_POSITION, tables.CENTER_TICK + 1500)
+    driving_away(emu, 2)
     emu.request(op="fault", kind="drop_status", id=1, count=100_000)
     before = len(emu.journal())
     done = stop(config, "--json")
@@ -234,11 +243,7 @@ def test_a_silent_first_servo_delays_the_others_hold_by_one_exchange_not_by_its_
     report = joints(done)
     assert (report["a"]["state"], report["b"]["state"]) == ("unknown", "held"), report
     entries = emu.journal()[before:]
-    hold = next(
-        e
-        for e in entries
-        if e["instruction"] == "write" and e["address"] == tables.GOAL_POSITION.address
-    )
+    hold = goal_writes(entries)[0]
     assert hold["id"] == 2
     waited = (hold["t_ms"] - entries[0]["t_ms"]) / 1000
     assert waited < 1.5, f"servo 2 held {waited:.1f} s after the stop's first frame"
@@ -384,11 +389,7 @@ def test_a_mistake_in_the_host_file_still_stops_through_the_process_owning_the_p
             assert [(r["robot"], r["via"], r["ok"]) for r in json.loads(done.stdout)] == [
                 ("arm", "owner", True)
             ]
-            holds = [
-                e
-                for e in emu.journal()[before:]
-                if e["instruction"] == "write" and e["address"] == tables.GOAL_POSITION.address
-            ]
+            holds = goal_writes(emu.journal()[before:])
             assert sorted(e["id"] for e in holds) == [1, 2], holds
             after_host = stop(torn, "--json")
             assert after_host.returncode == 0, (after_host.stdout, after_host.stderr)

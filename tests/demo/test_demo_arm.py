@@ -241,16 +241,22 @@ class Terminal:
         return self.proc.wait()
 
 
+def to_the_decision_prompt(term: Terminal) -> str:
+    """Choose the demo operator's passphrase, then wait for the parked move's prompt; what
+    was shown until it."""
+    term.expect("choose a passphrase for demo operator ")
+    term.send(OPERATOR)
+    term.expect("the same passphrase again:")
+    term.send(OPERATOR)
+    return term.expect("decision [reissue/abandon/wait]:")
+
+
 def test_on_a_terminal_the_operator_chooses_a_passphrase_reviews_and_decides(
     tmp_path: Path,
 ) -> None:
     term = Terminal(demo_argv(tmp_path, *REACHES, arm=True))
     try:
-        term.expect("choose a passphrase for demo operator ")
-        term.send(OPERATOR)
-        term.expect("the same passphrase again:")
-        term.send(OPERATOR)
-        shown = term.expect("decision [reissue/abandon/wait]:")
+        shown = to_the_decision_prompt(term)
         # The evidence: per joint commanded vs present in radians, what was sent, errors, age.
         assert "parked: demo-arm/physical_ai.robot_move.absolute/move-0001" in shown
         assert "reason device_state_lost_or_moved, evidence revision 1" in shown
@@ -295,11 +301,7 @@ def test_the_demo_prints_the_console_and_its_parked_move_is_resolved_from_the_pa
 
     term = Terminal(demo_argv(tmp_path, *REACHES, arm=True))
     try:
-        term.expect("choose a passphrase for demo operator ")
-        term.send(OPERATOR)
-        term.expect("the same passphrase again:")
-        term.send(OPERATOR)
-        started = term.expect("decision [reissue/abandon/wait]:")
+        started = to_the_decision_prompt(term)
         found = re.search(r"operator console: (http://127\.0\.0\.1:\d+/)", term.text)
         assert found, started[-2000:]
         with httpx.Client(base_url=found.group(1), timeout=60) as http:
@@ -487,11 +489,7 @@ def test_ctrl_c_at_the_decision_prompt_ends_the_demo_without_waiting_out_the_pro
     so the demo sat silent for the close's 15 s bound on the planner before it ended."""
     term = Terminal(demo_argv(tmp_path, *REACHES, arm=True))
     try:
-        term.expect("choose a passphrase for demo operator ")
-        term.send(OPERATOR)
-        term.expect("the same passphrase again:")
-        term.send(OPERATOR)
-        term.expect("decision [reissue/abandon/wait]:")
+        to_the_decision_prompt(term)
         started = time.monotonic()
         term.proc.send_signal(signal.SIGINT)  # what the terminal's Ctrl-C sends
         code = term.finish(timeout=60)
@@ -511,11 +509,7 @@ def test_wait_leaves_the_move_parked_exit_3_and_the_same_command_resumes_it(
 ) -> None:
     term = Terminal(demo_argv(tmp_path, *REACHES, arm=True))
     try:
-        term.expect("choose a passphrase for demo operator ")
-        term.send(OPERATOR)
-        term.expect("the same passphrase again:")
-        term.send(OPERATOR)
-        term.expect("decision [reissue/abandon/wait]:")
+        to_the_decision_prompt(term)
         term.send("wait")
         code = term.finish()
     finally:
