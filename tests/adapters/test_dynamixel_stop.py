@@ -61,6 +61,19 @@ def goal_writes(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def stopped_with_a_silent_servo(
+    emu: EmulatorProcess, config: Path, silent: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`tether stop --json` while servo ``silent`` answers nothing (exit 1: it is unknown):
+    each joint's report by name, and the journal entries of the stop."""
+    emu.request(op="fault", kind="drop_status", id=silent, count=100_000)
+    before = len(emu.journal())
+    done = stop(config, "--json")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and "KeyError" not in done.stdout
+    return joints(done), emu.journal()[before:]
+
+
 def stop(config: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tether", "stop", "--config", str(config), *extra],
@@ -209,14 +222,10 @@ def test_one_silent_servo_never_keeps_the_stop_from_the_others(
     is not ok."""
     config = write_config(tmp_path, emu.path)
     driving_away(emu, 1)
-    emu.request(op="fault", kind="drop_status", id=2, count=100_000)
-    before = len(emu.journal())
-    done = stop(config, "--json")
-    assert done.returncode == 1, (done.stdout, done.stderr)
-    report = joints(done)
+    report, entries = stopped_with_a_silent_servo(emu, config, 2)
     assert report["a"]["state"] == "held", report
     assert report["b"]["state"] == "unknown" and report["b"]["error"], report
-    holds = goal_writes(emu.journal()[before:])
+    holds = goal_writes(entries)
     assert [e["id"] for e in holds] == [1], holds  # servo 2's present was never read
     one = emu.request(op="snapshot", id=1)
     assert one["goal_position"] == one["present_position"], one
@@ -236,13 +245,8 @@ def test_a_silent_first_servo_delays_the_others_hold_by_one_exchange_not_by_its_
         config.read_text().replace("timeout_ms = 400", "timeout_ms = 400\nread_retries = 4")
     )
     driving_away(emu, 2)
-    emu.request(op="fault", kind="drop_status", id=1, count=100_000)
-    before = len(emu.journal())
-    done = stop(config, "--json")
-    assert done.returncode == 1, (done.stdout, done.stderr)
-    report = joints(done)
+    report, entries = stopped_with_a_silent_servo(emu, config, 1)
     assert (report["a"]["state"], report["b"]["state"]) == ("unknown", "held"), report
-    entries = emu.journal()[before:]
     hold = goal_writes(entries)[0]
     assert hold["id"] == 2
     waited = (hold["t_ms"] - entries[0]["t_ms"]) / 1000
