@@ -135,8 +135,10 @@ def _stop_through_daemon(
         if not sockets:
             return None
         pids = ", ".join(str(o.get("pid")) for o in owners)
-        who = "the process that owns" if len(sockets) == 1 else "the processes that own"
-        theirs = f"{who} its ports now (pid {pids}), with the configuration each loaded"
+        one = len(sockets) == 1
+        who = "the process that owns" if one else "the processes that own"
+        theirs = f"{who} its ports now (pid {pids}), with the configuration"
+        theirs += " it loaded" if one else " each loaded"
     # Every owner is asked at once: one that hangs (stopped with Ctrl-Z, say) delays no
     # other's stop by its timeout.
     asked = [_Owner(s, robots, identify=bool(robots) and record is None) for s in sockets]
