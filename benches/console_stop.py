@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "adapters"), str(ROOT / "tests" / "console"), str(ROOT)]
 
-from _browser import chromium, wait_for  # noqa: E402
+from _browser import chromium, stop_all, wait_for  # noqa: E402
 from _console_setup import console_host, login  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
@@ -67,15 +67,7 @@ def main() -> int:
                 if n % 2 == 0:
                     page.execute_script("document.getElementById('stop-result').textContent = ''")
                     t0 = time.perf_counter()
-                    page.find_element(By.ID, "stop-all").click()
-                    text = wait_for(
-                        lambda: (
-                            "latched" in page.find_element(By.ID, "stop-result").text
-                            and page.find_element(By.ID, "stop-result").text
-                        ),
-                        timeout=30,
-                        what="the stop answer",
-                    )
+                    text = stop_all(page)
                     console_ms.append((time.perf_counter() - t0) * 1000)
                     page_ms.append(page.execute_script("return window.tetherLastStop.ms"))
                     assert "a: held" in text and "b: held" in text, text

@@ -65,6 +65,22 @@ def wait_for(check: Callable[[], T | bool | None], timeout: float = 30.0, what: 
         time.sleep(0.05)
 
 
+def stop_all(driver: Any, timeout: float = 30.0) -> str:
+    """Click the page's Stop and wait for its answer that names the latch; that answer."""
+    from selenium.webdriver.common.by import By
+
+    driver.find_element(By.ID, "stop-all").click()
+    answer: str = wait_for(
+        lambda: (
+            "latched" in driver.find_element(By.ID, "stop-result").text
+            and driver.find_element(By.ID, "stop-result").text
+        ),
+        timeout=timeout,
+        what="the stop's answer",
+    )
+    return answer
+
+
 def screenshot(driver: Any, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"

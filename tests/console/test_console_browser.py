@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _browser import chromium, screenshot, wait_for
+from _browser import chromium, screenshot, stop_all, wait_for
 from _console_setup import Host, console_host
 from _dxl_setup import CREDENTIAL, target_actions
 from selenium.webdriver.common.by import By
@@ -168,14 +168,7 @@ def test_stop_while_a_move_runs_stops_the_motion_and_shows_the_latch(host: Host,
     key = host.submit("browser-long", {"a": -1.4, "b": 1.4})
     host.wait(key, ("moving",))
     assert not _still(host)
-    page.find_element(By.ID, "stop-all").click()
-    result = wait_for(
-        lambda: (
-            "latched" in page.find_element(By.ID, "stop-result").text
-            and page.find_element(By.ID, "stop-result").text
-        ),
-        what="the stop answer",
-    )
+    result = stop_all(page)
     assert "arm stopped" in result and "a: held" in result and "b: held" in result
     stopped_at = len(host.emu.journal())
     wait_for(lambda: _still(host), timeout=5, what="the shafts to stand still")
@@ -298,15 +291,7 @@ def test_a_stop_is_sent_however_many_tabs_hold_a_live_feed(host: Host) -> None:
             driver.get(host.url)
             wait_for(lambda: driver.find_element(By.ID, "stop-all").is_displayed(), what="page")
         before = len(host.emu.journal())
-        driver.find_element(By.ID, "stop-all").click()
-        result = wait_for(
-            lambda: (
-                "latched" in driver.find_element(By.ID, "stop-result").text
-                and driver.find_element(By.ID, "stop-result").text
-            ),
-            timeout=20,
-            what="the stop's answer",
-        )
+        result = stop_all(driver, timeout=20)
     assert "latched until an operator resumes it" in result, result
     assert len(host.emu.journal()) > before  # the stop's frames went out
     assert host.client.status()["devices"][0]["latched"] is True
