@@ -150,11 +150,17 @@ def _stop_through_daemon(
     served = {n for owner in asked for n in owner.served}
     for name in robots or []:  # no process that owns a port has it: nothing was sent to it
         if record is None and name not in served:
-            reports.append({"robot": name, "policy": "unknown", "ok": False, "joints": []})
-            reports[-1].update(
-                error="not_owned: no running process owns it: nothing sent", via=None
+            reports.append(
+                _unconfirmed(name, "not_owned: no running process owns it: nothing sent")
             )
     return reports, theirs
+
+
+def _unconfirmed(robot: str | None, error: str, via: str | None = None) -> dict[str, Any]:
+    """The report of a robot (None: every robot of an owner) no joint of which was read back:
+    never ok, with why."""
+    report = {"robot": robot or "*", "policy": "unknown", "ok": False, "joints": []}
+    return {**report, "error": error, "via": via}
 
 
 class _Owner(threading.Thread):
@@ -188,18 +194,12 @@ class _Owner(threading.Thread):
                 asked = {"op": "stop"} if name is None else {"op": "stop", "robot": name}
                 got = [{**r, "via": "owner"} for r in send_request(self.socket_path, asked)]
                 if not got:  # an owner with no robot connected stopped nothing: never "ok"
-                    got = [{"robot": name or "*", "policy": "unknown", "ok": False, "joints": []}]
-                    got[0].update(
-                        error=f"no_robot: its owner ({self.socket_path}) has no robot"
-                        " connected: nothing was stopped",
-                        via="owner",
-                    )
+                    said = f"no_robot: its owner ({self.socket_path}) has no robot connected:"
+                    got = [_unconfirmed(name, said + " nothing was stopped", via="owner")]
                 self.reports += got
             except Exception as exc:  # said in its report: a thread's error is never lost
                 code, message, _ = error_fields(exc)
-                failed = {"robot": name or "*", "policy": "unknown", "ok": False, "joints": []}
-                failed.update(error=f"{code}: {message}", via=None)
-                self.reports.append(failed)
+                self.reports.append(_unconfirmed(name, f"{code}: {message}"))
 
 
 def stop_main(argv: list[str]) -> int:

@@ -142,10 +142,8 @@ def check_new_secret(secret: str, role: str) -> None:
     """Refuse a planner token shorter than `MIN_TOKEN_CHARS` (`short_token`), or a person's
     passphrase (an operator's, an observer's) shorter than `MIN_PASSPHRASE_CHARS`
     (`short_passphrase`), before it is hashed into a host.toml (`tether operator hash`). An
-    empty one is `empty_credential`, as `hash_secret` says it."""
-    if not secret:
-        raise _error("empty_credential", "the credential must not be empty")
-    if role != "planner" and len(secret) < MIN_PASSPHRASE_CHARS:
+    empty one is left to `hash_secret`, which refuses it (`empty_credential`)."""
+    if secret and role != "planner" and len(secret) < MIN_PASSPHRASE_CHARS:
         raise _error(
             "short_passphrase",
             f"an {role}'s passphrase needs at least {MIN_PASSPHRASE_CHARS} characters (this"

@@ -79,7 +79,7 @@ VALUE_RANGES: dict[str, tuple[int, int] | frozenset[int]] = {
     "baud_rate": (0, 7),
     "return_delay_time": (0, 254),
     "drive_mode": (0, 15),
-    "operating_mode": frozenset({0, 1, 3, 4, 5, 16}),
+    "operating_mode": frozenset(tables.OPERATING_MODES),
     "protocol_type": frozenset({1, 2}),
     "homing_offset": (-1_044_479, 1_044_479),
     "moving_threshold": (0, 1023),
